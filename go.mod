@@ -1,0 +1,3 @@
+module github.com/redrivehq/redrive
+
+go 1.26
