@@ -1,0 +1,293 @@
+package redrive
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
+)
+
+// ClientOptions configure a Client. The zero value is usable.
+type ClientOptions struct {
+	// Logger receives the client's logs (default slog.Default()).
+	Logger *slog.Logger
+	// MaxPayload bounds the encoded payload of one job (default 1 MiB).
+	MaxPayload int
+}
+
+// DefaultMaxPayload is the default bound on a job's encoded payload.
+const DefaultMaxPayload = 1 << 20
+
+// Client enqueues, reads, cancels and redrives jobs. It is safe for
+// concurrent use. Workers created from a Client in the same process are
+// woken at once by its enqueues.
+type Client struct {
+	store      store.Store
+	log        *slog.Logger
+	maxPayload int
+
+	mu      sync.RWMutex
+	wakers  map[string][]func(time.Time) // queue -> in-process workers' wake-ups
+	nowFunc func() time.Time
+}
+
+// NewClient returns a Client on the store s.
+func NewClient(s store.Store, opts ClientOptions) *Client {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxPayload <= 0 {
+		opts.MaxPayload = DefaultMaxPayload
+	}
+	return &Client{store: s, log: opts.Logger, maxPayload: opts.MaxPayload,
+		wakers: map[string][]func(time.Time){}, nowFunc: time.Now}
+}
+
+// Store returns the store the client works on.
+func (c *Client) Store() store.Store { return c.store }
+
+func (c *Client) now() time.Time { return c.nowFunc() }
+
+// Request describes one job to enqueue. Kind is required; every other
+// field has a default.
+type Request struct {
+	Kind string
+	// Payload is encoded as JSON; []byte and json.RawMessage are taken as
+	// already-encoded JSON.
+	Payload any
+	// Queue defaults to DefaultQueue.
+	Queue string
+	// RunAt schedules the job; zero means now, unless Delay is set.
+	RunAt time.Time
+	// Delay schedules the job Delay from now (ignored when RunAt is set).
+	Delay time.Duration
+	// MaxRetries overrides the policy's retry count for this job when not
+	// nil.
+	MaxRetries *int
+	// Policy overrides the whole retry policy for this job when not nil.
+	Policy *retry.Policy
+	// IdempotencyKey makes the enqueue idempotent: while a job holding the
+	// key exists, enqueuing the key again returns that job (Existing set)
+	// instead of creating another. See KeyOf.
+	IdempotencyKey string
+	// Dependency names the circuit breaker of the dependency the job
+	// calls; while it is open the job is deferred without using an attempt.
+	Dependency string
+	// NotReprocessable marks the job as never redrivable from the DLQ.
+	NotReprocessable bool
+}
+
+// Option sets a field of a Request.
+type Option func(*Request)
+
+// InQueue puts the job in queue q.
+func InQueue(q string) Option { return func(r *Request) { r.Queue = q } }
+
+// At schedules the job at t.
+func At(t time.Time) Option { return func(r *Request) { r.RunAt = t } }
+
+// After schedules the job d from now.
+func After(d time.Duration) Option { return func(r *Request) { r.Delay = d } }
+
+// MaxRetries gives the job n retries after its first attempt, whatever its
+// policy says.
+func MaxRetries(n int) Option { return func(r *Request) { r.MaxRetries = &n } }
+
+// WithPolicy gives the job its own retry policy.
+func WithPolicy(p retry.Policy) Option { return func(r *Request) { r.Policy = &p } }
+
+// IdempotencyKey makes the enqueue idempotent on key (see KeyOf).
+func IdempotencyKey(key string) Option { return func(r *Request) { r.IdempotencyKey = key } }
+
+// Dependency declares the circuit breaker guarding the job's dependency.
+func Dependency(name string) Option { return func(r *Request) { r.Dependency = name } }
+
+// NotReprocessable marks the job as never redrivable from the DLQ.
+func NotReprocessable() Option { return func(r *Request) { r.NotReprocessable = true } }
+
+// Enqueue creates a job of kind with the payload and returns it. With an
+// idempotency key already taken it returns the job holding the key, with
+// Existing set, and creates nothing.
+func (c *Client) Enqueue(ctx context.Context, kind string, payload any, opts ...Option) (*Job, error) {
+	r := Request{Kind: kind, Payload: payload}
+	for _, o := range opts {
+		o(&r)
+	}
+	jobs, err := c.EnqueueMany(ctx, []Request{r})
+	if err != nil {
+		return nil, err
+	}
+	return jobs[0], nil
+}
+
+// MaxBatch bounds how many jobs one EnqueueMany call may create.
+const MaxBatch = 10000
+
+// EnqueueMany creates many jobs in one round trip. Each job is idempotent
+// on its own key. Either every request is valid and all are enqueued, or
+// an error names the first bad one and none is.
+func (c *Client) EnqueueMany(ctx context.Context, reqs []Request) ([]*Job, error) {
+	if len(reqs) == 0 {
+		return []*Job{}, nil
+	}
+	if len(reqs) > MaxBatch {
+		return nil, fmt.Errorf("redrive: enqueue: %w: %d jobs in one batch, the limit is %d", ErrInvalid, len(reqs), MaxBatch)
+	}
+	now := c.now()
+	news := make([]store.NewJob, len(reqs))
+	for i := range reqs {
+		nj, err := c.newJob(&reqs[i], now)
+		if err != nil {
+			if len(reqs) > 1 {
+				return nil, fmt.Errorf("redrive: enqueue job %d of %d: %w", i+1, len(reqs), err)
+			}
+			return nil, fmt.Errorf("redrive: enqueue: %w", err)
+		}
+		news[i] = nj
+	}
+	jobs, err := c.store.Enqueue(ctx, news, now)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: enqueue: %w", err)
+	}
+	c.wakeFor(jobs)
+	return jobs, nil
+}
+
+func (c *Client) newJob(r *Request, now time.Time) (store.NewJob, error) {
+	if r.Kind == "" {
+		return store.NewJob{}, fmt.Errorf("%w: kind is required", ErrInvalid)
+	}
+	if len(r.Kind) > 200 {
+		return store.NewJob{}, fmt.Errorf("%w: kind is %d bytes long, the limit is 200", ErrInvalid, len(r.Kind))
+	}
+	q := r.Queue
+	if q == "" {
+		q = DefaultQueue
+	}
+	if len(q) > 200 {
+		return store.NewJob{}, fmt.Errorf("%w: queue is %d bytes long, the limit is 200", ErrInvalid, len(q))
+	}
+	if len(r.IdempotencyKey) > 512 {
+		return store.NewJob{}, fmt.Errorf("%w: idempotency key is %d bytes long, the limit is 512", ErrInvalid, len(r.IdempotencyKey))
+	}
+	payload, err := encodePayload(r.Payload)
+	if err != nil {
+		return store.NewJob{}, err
+	}
+	if len(payload) > c.maxPayload {
+		return store.NewJob{}, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrInvalid, len(payload), c.maxPayload)
+	}
+	nj := store.NewJob{Queue: q, Kind: r.Kind, Payload: payload, RunAt: r.RunAt, MaxRetries: -1,
+		IdempotencyKey: r.IdempotencyKey, Dependency: r.Dependency, NotReprocessable: r.NotReprocessable}
+	if nj.RunAt.IsZero() && r.Delay > 0 {
+		nj.RunAt = now.Add(r.Delay)
+	}
+	if r.MaxRetries != nil {
+		if *r.MaxRetries < 0 {
+			return store.NewJob{}, fmt.Errorf("%w: max retries must not be negative, got %d", ErrInvalid, *r.MaxRetries)
+		}
+		nj.MaxRetries = *r.MaxRetries
+	}
+	if r.Policy != nil {
+		if err := r.Policy.Validate(); err != nil {
+			return store.NewJob{}, fmt.Errorf("%w: policy: %v", ErrInvalid, err)
+		}
+		b, err := json.Marshal(r.Policy)
+		if err != nil {
+			return store.NewJob{}, fmt.Errorf("%w: policy: %v", ErrInvalid, err)
+		}
+		nj.Policy = b
+	}
+	return nj, nil
+}
+
+func encodePayload(p any) (json.RawMessage, error) {
+	switch v := p.(type) {
+	case nil:
+		return json.RawMessage("null"), nil
+	case json.RawMessage:
+		if !json.Valid(v) {
+			return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
+		}
+		return v, nil
+	case []byte:
+		if !json.Valid(v) {
+			return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
+		}
+		return json.RawMessage(v), nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: payload cannot be encoded as JSON: %v", ErrInvalid, err)
+	}
+	return b, nil
+}
+
+// register adds an in-process wake-up for queue; it returns the function
+// that removes it.
+func (c *Client) register(queue string, wake func(time.Time)) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wakers[queue] = append(c.wakers[queue], wake)
+	idx := len(c.wakers[queue]) - 1
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		ws := c.wakers[queue]
+		if idx < len(ws) {
+			ws[idx] = func(time.Time) {}
+		}
+	}
+}
+
+func (c *Client) wake(queue string, at time.Time) {
+	c.mu.RLock()
+	ws := c.wakers[queue]
+	c.mu.RUnlock()
+	for _, w := range ws {
+		w(at)
+	}
+}
+
+func (c *Client) wakeFor(jobs []*Job) {
+	seen := map[string]time.Time{}
+	for _, j := range jobs {
+		if j.Existing {
+			continue
+		}
+		if t, ok := seen[j.Queue]; !ok || j.RunAt.Before(t) {
+			seen[j.Queue] = j.RunAt
+		}
+	}
+	for q, t := range seen {
+		c.wake(q, t)
+	}
+}
+
+// Get returns the job with its whole history.
+func (c *Client) Get(ctx context.Context, id int64) (*Job, error) {
+	return c.store.Get(ctx, id)
+}
+
+// List returns one page of the jobs matching f, newest first.
+func (c *Client) List(ctx context.Context, f Filter, p Page) (ListResult, error) {
+	return c.store.List(ctx, f, p)
+}
+
+// Cancel cancels a waiting or dead job at once; a running job's handler
+// sees its context canceled (cause ErrJobCanceled) at the worker's next
+// heartbeat and the job ends canceled.
+func (c *Client) Cancel(ctx context.Context, id int64) (*Job, error) {
+	return c.store.Cancel(ctx, id, c.now())
+}
+
+// Stats returns real counts per queue: jobs per state and the running
+// totals of attempts, successes, retries, dead jobs and redrives.
+func (c *Client) Stats(ctx context.Context) (Stats, error) {
+	return c.store.Stats(ctx)
+}

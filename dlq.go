@@ -1,0 +1,297 @@
+package redrive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// DeadGroups counts the dead jobs matching f by cause (error fingerprint),
+// largest first, so an operator sees causes rather than rows.
+func (c *Client) DeadGroups(ctx context.Context, f Filter, limit int) ([]Group, error) {
+	return c.store.Groups(ctx, f, limit)
+}
+
+// RedriveRequest says which dead jobs to redrive and how.
+type RedriveRequest struct {
+	// IDs redrives these jobs. When empty, Filter selects them (its States
+	// are ignored: only dead jobs are redriven).
+	IDs    []int64
+	Filter Filter
+	// Rate bounds how many jobs per second are redriven (0: no bound), so
+	// a redrive of millions does not flood the workers or a dependency
+	// that has just recovered.
+	Rate float64
+	// Payload, when not nil, replaces the payload of every redriven job
+	// (edit and redrive).
+	Payload any
+	// Note is recorded in each job's history (who, why).
+	Note string
+	// Progress, when not nil, is called after each batch.
+	Progress func(RedriveProgress)
+}
+
+// RedriveProgress reports a redrive under way, and its final result.
+type RedriveProgress struct {
+	// Matched is how many jobs the request selected when it started.
+	Matched  int64 `json:"matched"`
+	Redriven int64 `json:"redriven"`
+	// Refused counts jobs marked not reprocessable.
+	Refused int64 `json:"refused"`
+	// Skipped counts jobs that were gone or no longer dead.
+	Skipped  int64   `json:"skipped"`
+	Done     bool    `json:"done"`
+	Refusals []int64 `json:"refused_ids,omitempty"`
+}
+
+const redriveBatch = 500
+
+// Redrive moves dead jobs back to pending: their attempt counter resets,
+// their history is kept with a redriven event. Jobs marked not
+// reprocessable are refused and reported. It returns the final progress;
+// when ctx ends midway, the progress so far and ctx's error.
+func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress, error) {
+	var prog RedriveProgress
+	var payload json.RawMessage
+	if r.Payload != nil {
+		p, err := encodePayload(r.Payload)
+		if err != nil {
+			return prog, fmt.Errorf("redrive: redrive: %w", err)
+		}
+		if len(p) > c.maxPayload {
+			return prog, fmt.Errorf("redrive: redrive: %w: payload is %d bytes, the limit is %d", ErrInvalid, len(p), c.maxPayload)
+		}
+		payload = p
+	}
+	if r.Rate < 0 {
+		return prog, fmt.Errorf("redrive: redrive: %w: rate must not be negative", ErrInvalid)
+	}
+	f := r.Filter
+	f.States = []State{Dead}
+	if len(r.IDs) > 0 {
+		f = Filter{IDs: r.IDs}
+		prog.Matched = int64(len(r.IDs))
+	} else {
+		n, err := c.Count(ctx, f)
+		if err != nil {
+			return prog, err
+		}
+		prog.Matched = n
+	}
+	batch := redriveBatch
+	if r.Rate > 0 && float64(batch) > r.Rate {
+		batch = max(1, int(r.Rate))
+	}
+	start := time.Now()
+	queues := map[string]bool{}
+	apply := func(ids []int64) error {
+		if r.Rate > 0 {
+			// Pace: the jobs redriven so far may not exceed rate * elapsed.
+			due := start.Add(time.Duration(float64(prog.Redriven+prog.Refused+prog.Skipped) / r.Rate * float64(time.Second)))
+			if wait := time.Until(due); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				case <-t.C:
+				}
+			}
+		}
+		res, err := c.store.Redrive(ctx, store.RedriveParams{IDs: ids, Now: c.now(), Payload: payload, Note: r.Note})
+		if err != nil {
+			return err
+		}
+		prog.Redriven += int64(len(res.Redriven))
+		prog.Refused += int64(len(res.Refused))
+		prog.Skipped += int64(len(res.Skipped))
+		if len(prog.Refusals) < 1000 {
+			prog.Refusals = append(prog.Refusals, res.Refused[:min(len(res.Refused), 1000-len(prog.Refusals))]...)
+		}
+		if len(res.Redriven) > 0 {
+			c.log.Info("dead jobs redriven", "count", len(res.Redriven), "refused", len(res.Refused), "note", r.Note)
+		}
+		if r.Progress != nil {
+			r.Progress(prog)
+		}
+		return nil
+	}
+	if len(r.IDs) > 0 {
+		for i := 0; i < len(r.IDs); i += batch {
+			if err := apply(r.IDs[i:min(i+batch, len(r.IDs))]); err != nil {
+				return prog, fmt.Errorf("redrive: redrive: %w", err)
+			}
+		}
+	} else {
+		// Walk the DLQ by keyset; redriven jobs leave it, which does not
+		// disturb a keyset walk.
+		page := store.Page{Limit: batch}
+		for {
+			res, err := c.store.List(ctx, f, page)
+			if err != nil {
+				return prog, fmt.Errorf("redrive: redrive: %w", err)
+			}
+			ids := make([]int64, len(res.Jobs))
+			for i, j := range res.Jobs {
+				ids[i] = j.ID
+				queues[j.Queue] = true
+			}
+			if len(ids) > 0 {
+				if err := apply(ids); err != nil {
+					return prog, fmt.Errorf("redrive: redrive: %w", err)
+				}
+			}
+			if res.Next == "" {
+				break
+			}
+			page.Cursor = res.Next
+		}
+	}
+	prog.Done = true
+	if r.Progress != nil {
+		r.Progress(prog)
+	}
+	now := c.now()
+	if len(queues) == 0 {
+		// Redrive by ids: wake every queue a local worker serves.
+		c.mu.RLock()
+		for q := range c.wakers {
+			queues[q] = true
+		}
+		c.mu.RUnlock()
+	}
+	for q := range queues {
+		c.wake(q, now)
+	}
+	return prog, nil
+}
+
+// Count returns how many jobs match f.
+func (c *Client) Count(ctx context.Context, f Filter) (int64, error) {
+	return c.store.Count(ctx, f)
+}
+
+// Purge deletes the dead jobs matching f (States are ignored) and returns
+// how many were deleted.
+func (c *Client) Purge(ctx context.Context, f Filter) (int64, error) {
+	var total int64
+	for {
+		n, err := c.store.Purge(ctx, f, 1000)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("redrive: purge: %w", err)
+		}
+		if n < 1000 {
+			return total, nil
+		}
+	}
+}
+
+// ExportedError is the error.json of an exported dead job.
+type ExportedError struct {
+	JobID       int64      `json:"job_id"`
+	Attempts    int        `json:"attempts"`
+	RetryCount  int        `json:"retry_count"`
+	LastError   string     `json:"last_error"`
+	Class       string     `json:"class"`
+	Reason      string     `json:"reason"`
+	Fingerprint string     `json:"fingerprint"`
+	FailedAt    *time.Time `json:"failed_at,omitempty"`
+	DeadAt      *time.Time `json:"dead_at,omitempty"`
+	History     []Event    `json:"history"`
+}
+
+// ExportedMetadata is the metadata.json of an exported dead job.
+type ExportedMetadata struct {
+	JobID          int64     `json:"job_id"`
+	Queue          string    `json:"queue"`
+	Kind           string    `json:"kind"`
+	CreatedAt      time.Time `json:"created_at"`
+	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	Dependency     string    `json:"dependency,omitempty"`
+	Reprocessable  bool      `json:"reprocessable"`
+	Redriven       int       `json:"redriven"`
+	MaxRetries     int       `json:"max_retries"`
+}
+
+// Export writes the dead jobs matching f to dir, one directory per job
+// named by its id, holding payload.json (the original payload),
+// error.json (ExportedError) and metadata.json (ExportedMetadata), as
+// seed 003's dead-letter folder. It returns how many jobs it wrote.
+// Existing job directories are overwritten; nothing else in dir is touched.
+func (c *Client) Export(ctx context.Context, dir string, f Filter, progress func(n int)) (int, error) {
+	if dir == "" {
+		return 0, fmt.Errorf("redrive: export: %w: empty directory", ErrInvalid)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, fmt.Errorf("redrive: export: %w", err)
+	}
+	f.States = []State{Dead}
+	page := store.Page{Limit: 200}
+	n := 0
+	for {
+		res, err := c.store.List(ctx, f, page)
+		if err != nil {
+			return n, fmt.Errorf("redrive: export: %w", err)
+		}
+		for _, j := range res.Jobs {
+			if err := exportJob(dir, j); err != nil {
+				return n, fmt.Errorf("redrive: export job %d: %w", j.ID, err)
+			}
+			n++
+		}
+		if progress != nil {
+			progress(n)
+		}
+		if res.Next == "" {
+			return n, nil
+		}
+		page.Cursor = res.Next
+	}
+}
+
+func exportJob(dir string, j *Job) error {
+	jd := filepath.Join(dir, strconv.FormatInt(j.ID, 10))
+	if err := os.MkdirAll(jd, 0o755); err != nil {
+		return err
+	}
+	payload := []byte(j.Payload)
+	var pretty json.RawMessage
+	if b, err := json.MarshalIndent(json.RawMessage(j.Payload), "", "  "); err == nil {
+		pretty = b
+		payload = pretty
+	}
+	e := ExportedError{JobID: j.ID, Attempts: j.Attempt, RetryCount: j.RetryCount, LastError: j.LastError,
+		Class: j.LastErrorClass.String(), Reason: j.DeadReason, Fingerprint: j.Fingerprint, FailedAt: j.LastFailedAt,
+		DeadAt: j.DeadAt, History: j.History}
+	m := ExportedMetadata{JobID: j.ID, Queue: j.Queue, Kind: j.Kind, CreatedAt: j.CreatedAt, IdempotencyKey: j.IdempotencyKey,
+		Dependency: j.Dependency, Reprocessable: j.Reprocessable, Redriven: j.Redriven, MaxRetries: j.MaxRetries}
+	eb, err := json.MarshalIndent(e, "", "  ")
+	if err != nil {
+		return err
+	}
+	mb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return errors.Join(
+		writeFileAtomic(filepath.Join(jd, "payload.json"), append(payload, '\n')),
+		writeFileAtomic(filepath.Join(jd, "error.json"), append(eb, '\n')),
+		writeFileAtomic(filepath.Join(jd, "metadata.json"), append(mb, '\n')),
+	)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,664 @@
+package redrive_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/sqlite"
+)
+
+// fastPolicy retries quickly and exactly (no jitter) so tests run in
+// milliseconds.
+func fastPolicy(retries int) retry.Policy {
+	p := retry.DefaultPolicy()
+	p.MaxRetries = retries
+	p.Initial = 5 * time.Millisecond
+	p.MaxDelay = 40 * time.Millisecond
+	p.Jitter = retry.JitterNone
+	return p
+}
+
+type env struct {
+	t      *testing.T
+	store  *sqlite.Store
+	client *redrive.Client
+	worker *redrive.Worker
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func openStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func newEnv(t *testing.T, opts redrive.WorkerOptions) *env {
+	t.Helper()
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	if opts.Policy == nil {
+		p := fastPolicy(3)
+		opts.Policy = &p
+	}
+	if opts.Logger == nil {
+		opts.Logger = quietLogger()
+	}
+	if opts.Queues == nil {
+		opts.Queues = map[string]int{redrive.DefaultQueue: 4}
+	}
+	return &env{t: t, store: st, client: c, worker: redrive.NewWorker(c, opts)}
+}
+
+func (e *env) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	e.done = make(chan error, 1)
+	go func() { e.done <- e.worker.Run(ctx) }()
+	e.t.Cleanup(e.stop)
+}
+
+func (e *env) stop() {
+	if e.cancel == nil {
+		return
+	}
+	e.cancel()
+	if err := <-e.done; err != nil {
+		e.t.Errorf("worker.Run: %v", err)
+	}
+	e.cancel = nil
+}
+
+// waitState polls the job until it reaches state (or fails the test after
+// a generous bound: this is a liveness guard, not a timing assertion).
+func (e *env) waitState(id int64, state redrive.State) *redrive.Job {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		j, err := e.client.Get(context.Background(), id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if j.State == state {
+			return j
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("job %d stuck in %s (attempt %d, last error %q), want %s", id, j.State, j.Attempt, j.LastError, state)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestPoisonJobDiesAfterMaxRetriesPlusOne(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	var calls atomic.Int32
+	e.worker.HandleFunc("poison", func(ctx context.Context, j *redrive.Job) error {
+		calls.Add(1)
+		return fmt.Errorf("upstream exploded on attempt %d", j.Attempt)
+	})
+	e.start()
+	job, err := e.client.Enqueue(context.Background(), "poison", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := e.waitState(job.ID, redrive.Dead)
+	if got := calls.Load(); got != 4 {
+		t.Fatalf("handler called %d times, want exactly max-retries+1 = 4", got)
+	}
+	if j.Attempt != 4 || j.RetryCount != 3 || j.DeadReason != retry.ReasonExhausted {
+		t.Fatalf("attempt %d retry_count %d reason %q, want 4, 3, %q", j.Attempt, j.RetryCount, j.DeadReason, retry.ReasonExhausted)
+	}
+	if j.LastErrorClass != failure.Unknown || j.LastError != "upstream exploded on attempt 4" || j.LastFailedAt == nil || j.DeadAt == nil {
+		t.Fatalf("last error fields wrong: %+v", j)
+	}
+	if len(j.History) != 4 {
+		t.Fatalf("history has %d events, want 4: %+v", len(j.History), j.History)
+	}
+	wantDelays := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond}
+	for i, ev := range j.History {
+		if ev.Attempt != i+1 {
+			t.Errorf("event %d attempt %d", i, ev.Attempt)
+		}
+		if i < 3 {
+			if ev.Kind != store.EventRetry || time.Duration(ev.Delay) != wantDelays[i] {
+				t.Errorf("event %d = %s delay %v, want retry delay %v", i, ev.Kind, time.Duration(ev.Delay), wantDelays[i])
+			}
+		} else if ev.Kind != store.EventDead {
+			t.Errorf("last event %s, want dead", ev.Kind)
+		}
+		if ev.Class != "unknown" || ev.Error == "" {
+			t.Errorf("event %d class %q error %q", i, ev.Class, ev.Error)
+		}
+	}
+	if j.Fingerprint == "" {
+		t.Error("dead job has no fingerprint")
+	}
+	e.stop()
+	st, err := e.client.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.Counters[redrive.DefaultQueue]
+	want := map[string]int64{"attempts": 4, "failed.unknown": 4, "retried": 3, "dead.unknown": 1, "enqueued": 1}
+	for k, v := range want {
+		if c[k] != v {
+			t.Errorf("counter %s = %d, want %d (all: %v)", k, c[k], v, c)
+		}
+	}
+	if st.Jobs[redrive.DefaultQueue][redrive.Dead] != 1 {
+		t.Errorf("stats jobs: %v", st.Jobs)
+	}
+}
+
+func TestPermanentAndNeedsAuthDieAtOnce(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	var calls sync.Map
+	count := func(kind string) int32 {
+		v, _ := calls.LoadOrStore(kind, new(atomic.Int32))
+		return v.(*atomic.Int32).Load()
+	}
+	inc := func(kind string) {
+		v, _ := calls.LoadOrStore(kind, new(atomic.Int32))
+		v.(*atomic.Int32).Add(1)
+	}
+	e.worker.HandleFunc("perm", func(ctx context.Context, j *redrive.Job) error {
+		inc("perm")
+		return redrive.Permanent(errors.New("invalid document"))
+	})
+	e.worker.HandleFunc("auth", func(ctx context.Context, j *redrive.Job) error {
+		inc("auth")
+		return &failure.StatusError{Code: 403, Status: "403 Forbidden"}
+	})
+	type args struct{ N int }
+	redrive.Handle(e.worker, "typed", func(ctx context.Context, j *redrive.Job, a args) error {
+		inc("typed")
+		return nil
+	})
+	e.start()
+	ctx := context.Background()
+	p, _ := e.client.Enqueue(ctx, "perm", nil)
+	a, _ := e.client.Enqueue(ctx, "auth", nil)
+	ty, _ := e.client.Enqueue(ctx, "typed", json.RawMessage(`{"N":"not a number"}`))
+	jp := e.waitState(p.ID, redrive.Dead)
+	ja := e.waitState(a.ID, redrive.Dead)
+	jt := e.waitState(ty.ID, redrive.Dead)
+	if count("perm") != 1 || jp.DeadReason != retry.ReasonPermanent || jp.LastErrorClass != failure.Permanent || jp.Attempt != 1 {
+		t.Errorf("permanent: calls %d, job %+v", count("perm"), jp)
+	}
+	if count("auth") != 1 || ja.DeadReason != retry.ReasonNeedsAuth || ja.LastErrorClass != failure.NeedsAuth {
+		t.Errorf("needs auth: calls %d, job %+v", count("auth"), ja)
+	}
+	if count("typed") != 0 || jt.DeadReason != retry.ReasonPermanent || jt.Attempt != 1 {
+		t.Errorf("undecodable payload: calls %d, job %+v", count("typed"), jt)
+	}
+}
+
+func TestSucceedsAfterRetries(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	var calls atomic.Int32
+	e.worker.HandleFunc("flaky", func(ctx context.Context, j *redrive.Job) error {
+		if calls.Add(1) <= 2 {
+			return &failure.StatusError{Code: 503}
+		}
+		return nil
+	})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "flaky", nil)
+	j := e.waitState(job.ID, redrive.Completed)
+	if calls.Load() != 3 || j.Attempt != 3 || j.RetryCount != 2 || j.FinishedAt == nil {
+		t.Fatalf("calls %d job %+v", calls.Load(), j)
+	}
+	if len(j.History) != 2 || j.History[0].Reason != "http_503" || j.History[0].Class != "transient" {
+		t.Fatalf("history %+v", j.History)
+	}
+	e.stop()
+	st, _ := e.client.Stats(context.Background())
+	c := st.Counters[redrive.DefaultQueue]
+	if c["succeeded"] != 1 || c["succeeded_after_retry"] != 1 || c["retried"] != 2 || c["failed.transient"] != 2 {
+		t.Fatalf("counters %v", c)
+	}
+}
+
+func TestIdempotentEnqueueUnderConcurrency(t *testing.T) {
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	key := redrive.KeyOf("container", "incoming/P001/session.txt", "0x8DC")
+	const n = 100
+	ids := make([]int64, n)
+	existing := make([]bool, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			j, err := c.Enqueue(context.Background(), "ingest", map[string]int{"caller": i}, redrive.IdempotencyKey(key))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i], existing[i] = j.ID, j.Existing
+		})
+	}
+	close(start)
+	wg.Wait()
+	created := 0
+	for i := range n {
+		if ids[i] != ids[0] {
+			t.Fatalf("caller %d got job %d, caller 0 got %d", i, ids[i], ids[0])
+		}
+		if !existing[i] {
+			created++
+		}
+	}
+	if created != 1 {
+		t.Fatalf("%d callers created a job, want exactly 1", created)
+	}
+	total, err := c.Count(context.Background(), redrive.Filter{})
+	if err != nil || total != 1 {
+		t.Fatalf("jobs in store: %d (%v), want 1", total, err)
+	}
+}
+
+func TestKeyOf(t *testing.T) {
+	if redrive.KeyOf("ab", "c") == redrive.KeyOf("a", "bc") {
+		t.Fatal("KeyOf must separate parts")
+	}
+	if redrive.KeyOf("a", "b") != redrive.KeyOf("a", "b") || len(redrive.KeyOf("x")) != 64 {
+		t.Fatal("KeyOf must be a stable hex SHA-256")
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	var first atomic.Int64
+	var second atomic.Int64
+	e.worker.HandleFunc("limited", func(ctx context.Context, j *redrive.Job) error {
+		if j.Attempt == 1 {
+			first.Store(time.Now().UnixNano())
+			return redrive.RateLimited(errors.New("slow down"), 150*time.Millisecond)
+		}
+		second.Store(time.Now().UnixNano())
+		return nil
+	})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "limited", nil)
+	j := e.waitState(job.ID, redrive.Completed)
+	gap := time.Duration(second.Load() - first.Load())
+	if gap < 150*time.Millisecond {
+		t.Fatalf("retried after %v, before the server's Retry-After of 150ms", gap)
+	}
+	if ev := j.History[0]; ev.Class != "rate_limited" || time.Duration(ev.Delay) != 150*time.Millisecond {
+		t.Fatalf("history %+v", j.History)
+	}
+}
+
+func TestSnoozeUsesNoAttempt(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	var calls atomic.Int32
+	e.worker.HandleFunc("later", func(ctx context.Context, j *redrive.Job) error {
+		if calls.Add(1) <= 3 {
+			return redrive.Snooze(5 * time.Millisecond)
+		}
+		if j.Attempt != 1 {
+			return redrive.Permanent(fmt.Errorf("attempt %d, want 1", j.Attempt))
+		}
+		return nil
+	})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "later", nil, redrive.MaxRetries(0))
+	j := e.waitState(job.ID, redrive.Completed)
+	if calls.Load() != 4 || j.Attempt != 1 {
+		t.Fatalf("calls %d attempt %d", calls.Load(), j.Attempt)
+	}
+	snoozes := 0
+	for _, ev := range j.History {
+		if ev.Kind == store.EventSnoozed {
+			snoozes++
+		}
+	}
+	if snoozes != 3 {
+		t.Fatalf("history %+v", j.History)
+	}
+}
+
+func TestTimeoutIsTransient(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	e.worker.HandleFunc("slow", func(ctx context.Context, j *redrive.Job) error {
+		if j.Attempt == 1 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}, redrive.Timeout(20*time.Millisecond))
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "slow", nil)
+	j := e.waitState(job.ID, redrive.Completed)
+	if ev := j.History[0]; ev.Class != "transient" || ev.Reason != "deadline_exceeded" {
+		t.Fatalf("history %+v", j.History)
+	}
+}
+
+func TestUnknownKindIsRetriedThenDead(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "nobody-handles-this", nil, redrive.MaxRetries(1))
+	j := e.waitState(job.ID, redrive.Dead)
+	if j.Attempt != 2 || j.DeadReason != retry.ReasonExhausted {
+		t.Fatalf("job %+v", j)
+	}
+}
+
+func TestDelayedJobWaits(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	var ran atomic.Int64
+	e.worker.HandleFunc("delayed", func(ctx context.Context, j *redrive.Job) error {
+		ran.Store(time.Now().UnixNano())
+		return nil
+	})
+	e.start()
+	enq := time.Now()
+	job, _ := e.client.Enqueue(context.Background(), "delayed", nil, redrive.After(80*time.Millisecond))
+	if job.State != redrive.Scheduled {
+		t.Fatalf("state %s, want scheduled", job.State)
+	}
+	e.waitState(job.ID, redrive.Completed)
+	if d := time.Duration(ran.Load() - enq.UnixNano()); d < 80*time.Millisecond {
+		t.Fatalf("ran %v after enqueue, before its 80ms delay", d)
+	}
+}
+
+func TestBreakerDefersWithoutUsingAttempts(t *testing.T) {
+	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: 150 * time.Millisecond, HalfOpenProbes: 1})
+	e := newEnv(t, redrive.WorkerOptions{Breakers: reg, Queues: map[string]int{redrive.DefaultQueue: 1}})
+	var healthy atomic.Bool
+	var calls atomic.Int32
+	e.worker.HandleFunc("call", func(ctx context.Context, j *redrive.Job) error {
+		calls.Add(1)
+		if !healthy.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	}, redrive.UsesDependency("ocr"))
+	// Trip the breaker by hand: two failures.
+	b := reg.Get("ocr")
+	for range 2 {
+		tok, err := b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Record(tok, errors.New("down"))
+	}
+	if b.State() != breaker.Open {
+		t.Fatalf("breaker %s, want open", b.State())
+	}
+	healthy.Store(true)
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "call", nil, redrive.MaxRetries(0))
+	j := e.waitState(job.ID, redrive.Completed)
+	if calls.Load() != 1 || j.Attempt != 1 {
+		t.Fatalf("handler calls %d, attempt %d: deferral must not use attempts", calls.Load(), j.Attempt)
+	}
+	if len(j.History) == 0 || j.History[0].Kind != store.EventDeferred {
+		t.Fatalf("history %+v, want a deferred event first", j.History)
+	}
+	if b.State() != breaker.Closed {
+		t.Fatalf("breaker %s after a successful probe, want closed", b.State())
+	}
+}
+
+func TestShutdownReleasesWithoutUsingAnAttempt(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{ShutdownTimeout: 50 * time.Millisecond})
+	started := make(chan struct{})
+	e.worker.HandleFunc("long", func(ctx context.Context, j *redrive.Job) error {
+		close(started)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "long", nil)
+	<-started
+	e.stop()
+	j, err := e.client.Get(context.Background(), job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != redrive.Pending || j.Attempt != 0 {
+		t.Fatalf("after shutdown: state %s attempt %d, want pending 0", j.State, j.Attempt)
+	}
+	if n := len(j.History); n != 1 || j.History[0].Kind != store.EventReleased {
+		t.Fatalf("history %+v", j.History)
+	}
+}
+
+func TestShutdownLetsHandlersFinish(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{ShutdownTimeout: 5 * time.Second})
+	started := make(chan struct{})
+	e.worker.HandleFunc("short", func(ctx context.Context, j *redrive.Job) error {
+		close(started)
+		time.Sleep(30 * time.Millisecond)
+		return ctx.Err() // nil: the context is not canceled within the deadline
+	})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "short", nil)
+	<-started
+	e.stop()
+	j, _ := e.client.Get(context.Background(), job.ID)
+	if j.State != redrive.Completed {
+		t.Fatalf("state %s, want completed", j.State)
+	}
+}
+
+func TestCancelRunningJob(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{LeaseDuration: 90 * time.Millisecond})
+	started := make(chan struct{})
+	e.worker.HandleFunc("cancelme", func(ctx context.Context, j *redrive.Job) error {
+		close(started)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "cancelme", nil)
+	<-started
+	c, err := e.client.Cancel(context.Background(), job.ID)
+	if err != nil || !c.CancelRequested {
+		t.Fatalf("cancel: %v %+v", err, c)
+	}
+	e.waitState(job.ID, redrive.Canceled)
+	if _, err := e.client.Cancel(context.Background(), job.ID); !errors.Is(err, redrive.ErrConflict) {
+		t.Fatalf("cancel of a canceled job: %v, want ErrConflict", err)
+	}
+}
+
+func TestRescueExpiredLease(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{RescueInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+	job, _ := e.client.Enqueue(ctx, "work", nil)
+	// A worker that leased the job and died: its lease is already over.
+	now := time.Now()
+	got, err := e.store.Fetch(ctx, store.FetchParams{Queue: redrive.DefaultQueue, Limit: 1, Now: now,
+		LeaseUntil: now.Add(10 * time.Millisecond), Worker: "dead-worker"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("fetch: %v %d", err, len(got))
+	}
+	var calls atomic.Int32
+	e.worker.HandleFunc("work", func(ctx context.Context, j *redrive.Job) error {
+		calls.Add(1)
+		return nil
+	})
+	time.Sleep(15 * time.Millisecond)
+	e.start()
+	j := e.waitState(job.ID, redrive.Completed)
+	if calls.Load() != 1 || j.Attempt != 2 || j.RetryCount != 1 {
+		t.Fatalf("calls %d job %+v", calls.Load(), j)
+	}
+	if ev := j.History[0]; ev.Reason != "lease_expired" || ev.Class != "transient" || ev.Kind != store.EventRetry {
+		t.Fatalf("history %+v", j.History)
+	}
+	e.stop()
+	st, _ := e.client.Stats(ctx)
+	if st.Counters[redrive.DefaultQueue]["rescued"] != 1 {
+		t.Fatalf("counters %v", st.Counters)
+	}
+}
+
+func TestDLQRedriveEditPurgeExport(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	var fixed atomic.Bool
+	e.worker.HandleFunc("doc", func(ctx context.Context, j *redrive.Job) error {
+		var p struct{ URL string }
+		json.Unmarshal(j.Payload, &p)
+		if p.URL == "fixed" || fixed.Load() {
+			return nil
+		}
+		return redrive.Permanent(fmt.Errorf("cannot parse document %s", p.URL))
+	})
+	e.worker.HandleFunc("other", func(ctx context.Context, j *redrive.Job) error {
+		return redrive.NeedsAuth(errors.New("token expired"))
+	})
+	e.start()
+	ctx := context.Background()
+	var docs []int64
+	for i := range 5 {
+		j, _ := e.client.Enqueue(ctx, "doc", map[string]string{"URL": fmt.Sprintf("u%d", i)})
+		docs = append(docs, j.ID)
+	}
+	locked, _ := e.client.Enqueue(ctx, "doc", map[string]string{"URL": "u99"}, redrive.NotReprocessable())
+	other, _ := e.client.Enqueue(ctx, "other", nil)
+	for _, id := range append(docs, locked.ID, other.ID) {
+		e.waitState(id, redrive.Dead)
+	}
+	groups, err := e.client.DeadGroups(ctx, redrive.Filter{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 2 || groups[0].Count != 6 || groups[0].Class != "permanent" || groups[1].Count != 1 || groups[1].Reason != "needs_auth" {
+		t.Fatalf("groups %+v", groups)
+	}
+
+	dir := t.TempDir()
+	n, err := e.client.Export(ctx, dir, redrive.Filter{Kind: "doc"}, nil)
+	if err != nil || n != 6 {
+		t.Fatalf("export: %d %v", n, err)
+	}
+	for _, f := range []string{"payload.json", "error.json", "metadata.json"} {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprint(docs[0]), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(b) {
+			t.Fatalf("%s is not JSON: %s", f, b)
+		}
+	}
+	var exported redrive.ExportedError
+	b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprint(docs[0]), "error.json"))
+	json.Unmarshal(b, &exported)
+	if exported.Class != "permanent" || exported.Reason != "permanent" || len(exported.History) != 1 {
+		t.Fatalf("error.json %+v", exported)
+	}
+
+	// Edit and redrive one job by id.
+	var progress []redrive.RedriveProgress
+	prog, err := e.client.Redrive(ctx, redrive.RedriveRequest{IDs: []int64{docs[0]}, Payload: map[string]string{"URL": "fixed"},
+		Note: "fixed the URL", Progress: func(p redrive.RedriveProgress) { progress = append(progress, p) }})
+	if err != nil || prog.Redriven != 1 || !prog.Done || len(progress) == 0 {
+		t.Fatalf("redrive: %+v %v", prog, err)
+	}
+	j := e.waitState(docs[0], redrive.Completed)
+	if j.Redriven != 1 || j.Attempt != 1 || string(j.Payload) != `{"URL":"fixed"}` {
+		t.Fatalf("redriven job %+v", j)
+	}
+	kinds := []store.EventKind{}
+	for _, ev := range j.History {
+		kinds = append(kinds, ev.Kind)
+	}
+	if len(kinds) != 2 || kinds[0] != store.EventDead || kinds[1] != store.EventRedriven || j.History[1].Note != "fixed the URL" {
+		t.Fatalf("history kept across redrive: %+v", j.History)
+	}
+
+	// Redrive by filter at a bounded rate: the locked job is refused.
+	fixed.Store(true)
+	prog, err = e.client.Redrive(ctx, redrive.RedriveRequest{Filter: redrive.Filter{Kind: "doc"}, Rate: 1000})
+	if err != nil || prog.Matched != 5 || prog.Redriven != 4 || prog.Refused != 1 || prog.Refusals[0] != locked.ID {
+		t.Fatalf("redrive by filter: %+v %v", prog, err)
+	}
+	for _, id := range docs[1:] {
+		e.waitState(id, redrive.Completed)
+	}
+	// Purge by filter removes only what matches.
+	n64, err := e.client.Purge(ctx, redrive.Filter{ErrorContains: "TOKEN EXPIRED"})
+	if err != nil || n64 != 1 {
+		t.Fatalf("purge: %d %v", n64, err)
+	}
+	if _, err := e.client.Get(ctx, other.ID); !errors.Is(err, redrive.ErrNotFound) {
+		t.Fatalf("purged job still there: %v", err)
+	}
+	if j, _ := e.client.Get(ctx, locked.ID); j.State != redrive.Dead {
+		t.Fatalf("locked job %s, want still dead", j.State)
+	}
+}
+
+func TestRetentionCleanup(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{CompletedRetention: time.Millisecond, DLQMaxAge: time.Hour})
+	e.worker.HandleFunc("ok", func(ctx context.Context, j *redrive.Job) error { return nil })
+	e.worker.HandleFunc("bad", func(ctx context.Context, j *redrive.Job) error { return redrive.Permanent(errors.New("no")) })
+	e.start()
+	ctx := context.Background()
+	ok, _ := e.client.Enqueue(ctx, "ok", nil)
+	bad, _ := e.client.Enqueue(ctx, "bad", nil)
+	e.waitState(ok.ID, redrive.Completed)
+	e.waitState(bad.ID, redrive.Dead)
+	time.Sleep(5 * time.Millisecond)
+	n, err := e.worker.Cleanup(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("cleanup deleted %d (%v), want 1 (the completed job; the dead one is younger than DLQMaxAge)", n, err)
+	}
+	if _, err := e.client.Get(ctx, ok.ID); !errors.Is(err, redrive.ErrNotFound) {
+		t.Fatal("completed job survived retention")
+	}
+	if _, err := e.client.Get(ctx, bad.ID); err != nil {
+		t.Fatal("dead job deleted before DLQMaxAge")
+	}
+}
+
+func TestEnqueueValidation(t *testing.T) {
+	c := redrive.NewClient(openStore(t), redrive.ClientOptions{Logger: quietLogger(), MaxPayload: 64})
+	ctx := context.Background()
+	cases := map[string]func() error{
+		"no kind":      func() error { _, err := c.Enqueue(ctx, "", nil); return err },
+		"bad json":     func() error { _, err := c.Enqueue(ctx, "k", []byte("{nope")); return err },
+		"too big":      func() error { _, err := c.Enqueue(ctx, "k", map[string]string{"x": string(make([]byte, 100))}); return err },
+		"neg retries":  func() error { _, err := c.Enqueue(ctx, "k", nil, redrive.MaxRetries(-1)); return err },
+		"bad policy":   func() error { _, err := c.Enqueue(ctx, "k", nil, redrive.WithPolicy(retry.Policy{Multiplier: 0.5})); return err },
+		"unencodable":  func() error { _, err := c.Enqueue(ctx, "k", func() {}); return err },
+		"batch 2 of 2": func() error { _, err := c.EnqueueMany(ctx, []redrive.Request{{Kind: "k"}, {}}); return err },
+	}
+	for name, f := range cases {
+		if err := f(); !errors.Is(err, redrive.ErrInvalid) {
+			t.Errorf("%s: error %v, want ErrInvalid", name, err)
+		}
+	}
+	if n, _ := c.Count(ctx, redrive.Filter{}); n != 0 {
+		t.Fatalf("%d jobs created by invalid requests", n)
+	}
+}

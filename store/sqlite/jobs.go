@@ -1,0 +1,882 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/store"
+)
+
+const jobColumnsNoHistory = `id, queue, kind, payload, state, attempt, max_retries, policy, idem_key, dependency, reprocessable,
+	created_at, run_at, attempted_at, finished_at, lease_until, worker, cancel_requested, retry_count,
+	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven`
+
+const jobColumns = jobColumnsNoHistory + `, history`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func optTime(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicros(v.Int64)
+	return &t
+}
+
+func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
+	var (
+		j                                      store.Job
+		payload, policy, history               []byte
+		idem, worker                           sql.NullString
+		state, class                           string
+		reproc, cancelReq                      int
+		created, runAt                         int64
+		attempted, finished, lease, lastFailed sql.NullInt64
+		dead                                   sql.NullInt64
+	)
+	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
+		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
+		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven}
+	if withHistory {
+		dest = append(dest, &history)
+	}
+	if err := sc.Scan(dest...); err != nil {
+		return nil, err
+	}
+	j.Payload = json.RawMessage(payload)
+	if len(policy) > 0 {
+		j.Policy = json.RawMessage(policy)
+	}
+	j.State = store.State(state)
+	j.IdempotencyKey = idem.String
+	j.Worker = worker.String
+	j.Reprocessable = reproc != 0
+	j.CancelRequested = cancelReq != 0
+	j.CreatedAt = fromMicros(created)
+	j.RunAt = fromMicros(runAt)
+	j.AttemptedAt = optTime(attempted)
+	j.FinishedAt = optTime(finished)
+	j.LeaseUntil = optTime(lease)
+	j.LastFailedAt = optTime(lastFailed)
+	j.DeadAt = optTime(dead)
+	if class != "" {
+		c, err := failure.ParseClass(class)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: job %d: %w", j.ID, err)
+		}
+		j.LastErrorClass = c
+	}
+	if withHistory {
+		j.History = []store.Event{}
+		if len(history) > 0 {
+			if err := json.Unmarshal(history, &j.History); err != nil {
+				return nil, fmt.Errorf("sqlite: job %d: history: %w", j.ID, err)
+			}
+		}
+	}
+	return &j, nil
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}
+
+func eventJSON(e *store.Event) (any, error) {
+	if e == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: encode event: %w", err)
+	}
+	return string(b), nil
+}
+
+// Enqueue implements store.Store.
+func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
+	for i := range jobs {
+		if err := validateNew(&jobs[i]); err != nil {
+			return nil, fmt.Errorf("sqlite: job %d of %d: %w", i+1, len(jobs), err)
+		}
+	}
+	out := make([]*store.Job, len(jobs))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		ins := s.stmt(tx, "insert")
+		var byKey *sql.Stmt
+		counts := map[[2]string]int64{}
+		for i := range jobs {
+			nj := &jobs[i]
+			runAt := nj.RunAt
+			if runAt.IsZero() {
+				runAt = now
+			}
+			state := store.Pending
+			if runAt.After(now) {
+				state = store.Scheduled
+			}
+			payload := []byte(nj.Payload)
+			if len(payload) == 0 {
+				payload = []byte("null")
+			}
+			reproc := 1
+			if nj.NotReprocessable {
+				reproc = 0
+			}
+			var id int64
+			err := ins.QueryRowContext(ctx, nj.Queue, nj.Kind, payload, string(state), nj.MaxRetries, nullBytes(nj.Policy),
+				nullString(nj.IdempotencyKey), nj.Dependency, reproc, micros(now), micros(runAt)).Scan(&id)
+			if errors.Is(err, sql.ErrNoRows) {
+				if byKey == nil {
+					byKey = s.stmt(tx, "byKey")
+				}
+				j, err := scanJob(byKey.QueryRowContext(ctx, nj.IdempotencyKey), true)
+				if err != nil {
+					return fmt.Errorf("sqlite: enqueue: read job holding key: %w", err)
+				}
+				j.Existing = true
+				out[i] = j
+				counts[[2]string{nj.Queue, store.StatDeduplicated}]++
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("sqlite: enqueue: %w", err)
+			}
+			counts[[2]string{nj.Queue, store.StatEnqueued}]++
+			out[i] = &store.Job{
+				ID: id, Queue: nj.Queue, Kind: nj.Kind, Payload: json.RawMessage(payload), State: state,
+				MaxRetries: nj.MaxRetries, Policy: nj.Policy, IdempotencyKey: nj.IdempotencyKey,
+				Dependency: nj.Dependency, Reprocessable: !nj.NotReprocessable,
+				CreatedAt: fromMicros(micros(now)), RunAt: fromMicros(micros(runAt)), History: []store.Event{},
+			}
+		}
+		return s.addCounters(ctx, tx, counts)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func validateNew(nj *store.NewJob) error {
+	if nj.Queue == "" {
+		return fmt.Errorf("%w: queue is empty", store.ErrInvalid)
+	}
+	if nj.Kind == "" {
+		return fmt.Errorf("%w: kind is empty", store.ErrInvalid)
+	}
+	if len(nj.Payload) > 0 && !json.Valid(nj.Payload) {
+		return fmt.Errorf("%w: payload is not valid JSON", store.ErrInvalid)
+	}
+	if len(nj.Policy) > 0 && !json.Valid(nj.Policy) {
+		return fmt.Errorf("%w: policy is not valid JSON", store.ErrInvalid)
+	}
+	return nil
+}
+
+func (s *Store) addCounters(ctx context.Context, tx *sql.Tx, counts map[[2]string]int64) error {
+	if len(counts) == 0 {
+		return nil
+	}
+	st := s.stmt(tx, "counter")
+	for k, n := range counts {
+		if n == 0 {
+			continue
+		}
+		if _, err := st.ExecContext(ctx, k[0], k[1], n); err != nil {
+			return fmt.Errorf("sqlite: counters: %w", err)
+		}
+	}
+	return nil
+}
+
+// Fetch implements store.Store.
+func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	var jobs []*store.Job
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		jobs = jobs[:0]
+		rows, err := s.stmt(tx, "fetch").QueryContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, p.Queue, micros(p.Now), p.Limit)
+		if err != nil {
+			return fmt.Errorf("sqlite: fetch: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			j, err := scanJob(rows, false)
+			if err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+			jobs = append(jobs, j)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("sqlite: fetch: %w", err)
+		}
+		if len(jobs) > 0 {
+			return s.addCounters(ctx, tx, map[[2]string]int64{{p.Queue, store.StatAttempts}: int64(len(jobs))})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(jobs, func(a, b int) bool {
+		if !jobs[a].RunAt.Equal(jobs[b].RunAt) {
+			return jobs[a].RunAt.Before(jobs[b].RunAt)
+		}
+		return jobs[a].ID < jobs[b].ID
+	})
+	return jobs, nil
+}
+
+// NextDue implements store.Store.
+func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	var v sql.NullInt64
+	err = db.QueryRowContext(ctx, `SELECT min(run_at) FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?`, queue).Scan(&v)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("sqlite: next due: %w", err)
+	}
+	if !v.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMicros(v.Int64), true, nil
+}
+
+// Finish implements store.Store.
+func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {
+	events := make([]any, len(outcomes))
+	for i := range outcomes {
+		ev, err := eventJSON(outcomes[i].Event)
+		if err != nil {
+			return nil, err
+		}
+		events[i] = ev
+	}
+	applied := make([]bool, len(outcomes))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		clear(applied)
+		counts := map[[2]string]int64{}
+		stmts := map[string]*sql.Stmt{}
+		get := func(name string) *sql.Stmt {
+			st, ok := stmts[name]
+			if !ok {
+				st = s.stmt(tx, name)
+				stmts[name] = st
+			}
+			return st
+		}
+		for i := range outcomes {
+			o := &outcomes[i]
+			ev := events[i]
+			at := micros(o.At)
+			var res sql.Result
+			var err error
+			switch o.Kind {
+			case store.Complete:
+				res, err = get("complete").ExecContext(ctx, at, ev, ev, o.JobID, o.Attempt, o.Worker)
+			case store.Retry:
+				res, err = get("retry").ExecContext(ctx, string(dueState(o.RunAt, o.At)), micros(o.RunAt), o.Error, o.Class.String(), at,
+					ev, ev, o.JobID, o.Attempt, o.Worker)
+			case store.Bury:
+				res, err = get("bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.Class.String(), at,
+					ev, ev, o.JobID, o.Attempt, o.Worker)
+			case store.Snooze:
+				res, err = get("snooze").ExecContext(ctx, string(dueState(o.RunAt, o.At)), micros(o.RunAt), ev, ev, o.JobID, o.Attempt, o.Worker)
+			case store.Release:
+				res, err = get("snooze").ExecContext(ctx, string(store.Pending), at, ev, ev, o.JobID, o.Attempt, o.Worker)
+			case store.Cancel:
+				res, err = get("cancelRunning").ExecContext(ctx, at, ev, ev, o.JobID, o.Attempt, o.Worker)
+			default:
+				return fmt.Errorf("%w: outcome %d has unknown kind %d", store.ErrInvalid, i, o.Kind)
+			}
+			if err != nil {
+				return fmt.Errorf("sqlite: finish job %d: %w", o.JobID, err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return fmt.Errorf("sqlite: finish job %d: %w", o.JobID, err)
+			}
+			if n == 0 {
+				continue
+			}
+			applied[i] = true
+			for _, c := range o.Counters {
+				name := c.Name
+				if c.Class != "" {
+					name += "." + c.Class
+				}
+				counts[[2]string{c.Queue, name}] += c.N
+			}
+		}
+		return s.addCounters(ctx, tx, counts)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+func dueState(runAt, now time.Time) store.State {
+	if runAt.After(now) {
+		return store.Scheduled
+	}
+	return store.Pending
+}
+
+// Heartbeat implements store.Store.
+func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until time.Time) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var cancel []int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		cancel = cancel[:0]
+		for chunk := range chunks(ids, 500) {
+			q := `UPDATE jobs SET lease_until = ? WHERE state = 'running' AND worker = ? AND id IN (` + placeholders(len(chunk)) + `)
+				RETURNING id, cancel_requested`
+			args := append([]any{micros(until), worker}, int64Args(chunk)...)
+			rows, err := tx.QueryContext(ctx, q, args...)
+			if err != nil {
+				return fmt.Errorf("sqlite: heartbeat: %w", err)
+			}
+			for rows.Next() {
+				var id int64
+				var c int
+				if err := rows.Scan(&id, &c); err != nil {
+					rows.Close()
+					return fmt.Errorf("sqlite: heartbeat: %w", err)
+				}
+				if c != 0 {
+					cancel = append(cancel, id)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("sqlite: heartbeat: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(cancel, func(a, b int) bool { return cancel[a] < cancel[b] })
+	return cancel, nil
+}
+
+func chunks(ids []int64, n int) func(func([]int64) bool) {
+	return func(yield func([]int64) bool) {
+		for len(ids) > 0 {
+			k := min(n, len(ids))
+			if !yield(ids[:k]) {
+				return
+			}
+			ids = ids[k:]
+		}
+	}
+}
+
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}
+
+func int64Args(ids []int64) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
+
+// Expired implements store.Store.
+func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*store.Job, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := db.QueryContext(ctx, `SELECT `+jobColumnsNoHistory+` FROM jobs
+		WHERE state = 'running' AND lease_until < ? ORDER BY lease_until, id LIMIT ?`, micros(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: expired: %w", err)
+	}
+	return collect(rows, false)
+}
+
+func collect(rows *sql.Rows, withHistory bool) ([]*store.Job, error) {
+	defer rows.Close()
+	var out []*store.Job
+	for rows.Next() {
+		j, err := scanJob(rows, withHistory)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	return out, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	j, err := scanJob(db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: job %d: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: get job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+// where builds the WHERE clause of a filter.
+func where(f store.Filter) (string, []any, error) {
+	var conds []string
+	var args []any
+	if len(f.States) > 0 {
+		for _, st := range f.States {
+			if !st.Valid() {
+				return "", nil, fmt.Errorf("%w: unknown state %q", store.ErrInvalid, st)
+			}
+			args = append(args, string(st))
+		}
+		conds = append(conds, "state IN ("+placeholders(len(f.States))+")")
+	}
+	if f.Queue != "" {
+		conds = append(conds, "queue = ?")
+		args = append(args, f.Queue)
+	}
+	if f.Kind != "" {
+		conds = append(conds, "kind = ?")
+		args = append(args, f.Kind)
+	}
+	if f.Class != "" {
+		c, err := failure.ParseClass(f.Class)
+		if err != nil {
+			return "", nil, fmt.Errorf("%w: %v", store.ErrInvalid, err)
+		}
+		conds = append(conds, "last_error_class = ?")
+		args = append(args, c.String())
+	}
+	if f.Reason != "" {
+		conds = append(conds, "dead_reason = ?")
+		args = append(args, f.Reason)
+	}
+	if f.Fingerprint != "" {
+		conds = append(conds, "fingerprint = ?")
+		args = append(args, f.Fingerprint)
+	}
+	if !f.Since.IsZero() || !f.Until.IsZero() {
+		ref := refTime(f)
+		if !f.Since.IsZero() {
+			conds = append(conds, ref+" >= ?")
+			args = append(args, micros(f.Since))
+		}
+		if !f.Until.IsZero() {
+			conds = append(conds, ref+" < ?")
+			args = append(args, micros(f.Until))
+		}
+	}
+	if f.ErrorContains != "" {
+		conds = append(conds, "instr(lower(last_error), lower(?)) > 0")
+		args = append(args, f.ErrorContains)
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "id IN ("+placeholders(len(f.IDs))+")")
+		args = append(args, int64Args(f.IDs)...)
+	}
+	if len(conds) == 0 {
+		return "1", nil, nil
+	}
+	return strings.Join(conds, " AND "), args, nil
+}
+
+func deadOnly(f store.Filter) bool {
+	return len(f.States) == 1 && f.States[0] == store.Dead
+}
+
+func refTime(f store.Filter) string {
+	if deadOnly(f) {
+		return "dead_at"
+	}
+	return "(CASE state WHEN 'dead' THEN dead_at WHEN 'completed' THEN finished_at WHEN 'canceled' THEN finished_at ELSE created_at END)"
+}
+
+// cursor encodes a keyset position: "id" or "deadAtMicros.id".
+func encodeCursor(j *store.Job, dead bool) string {
+	s := strconv.FormatInt(j.ID, 10)
+	if dead && j.DeadAt != nil {
+		s = strconv.FormatInt(micros(*j.DeadAt), 10) + "." + s
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func decodeCursor(c string, dead bool) (t, id int64, err error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	bad := fmt.Errorf("%w: malformed cursor %q", store.ErrInvalid, c)
+	if err != nil {
+		return 0, 0, bad
+	}
+	parts := strings.Split(string(b), ".")
+	if dead != (len(parts) == 2) || len(parts) > 2 {
+		return 0, 0, bad
+	}
+	id, err = strconv.ParseInt(parts[len(parts)-1], 10, 64)
+	if err != nil {
+		return 0, 0, bad
+	}
+	if dead {
+		t, err = strconv.ParseInt(parts[0], 10, 64)
+		if err != nil {
+			return 0, 0, bad
+		}
+	}
+	return t, id, nil
+}
+
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return store.DefaultPageSize
+	case n > store.MaxPageSize:
+		return store.MaxPageSize
+	}
+	return n
+}
+
+// List implements store.Store.
+func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.ListResult, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return store.ListResult{}, err
+	}
+	w, args, err := where(f)
+	if err != nil {
+		return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
+	}
+	dead := deadOnly(f)
+	order := "id DESC"
+	if dead {
+		order = "dead_at DESC, id DESC"
+	}
+	if p.Cursor != "" {
+		t, id, err := decodeCursor(p.Cursor, dead)
+		if err != nil {
+			return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
+		}
+		if dead {
+			w += " AND (dead_at < ? OR (dead_at = ? AND id < ?))"
+			args = append(args, t, t, id)
+		} else {
+			w += " AND id < ?"
+			args = append(args, id)
+		}
+	}
+	limit := pageLimit(p.Limit)
+	args = append(args, limit+1)
+	rows, err := db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+w+` ORDER BY `+order+` LIMIT ?`, args...)
+	if err != nil {
+		return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
+	}
+	jobs, err := collect(rows, true)
+	if err != nil {
+		return store.ListResult{}, err
+	}
+	res := store.ListResult{Jobs: jobs}
+	if len(jobs) > limit {
+		res.Jobs = jobs[:limit]
+		res.Next = encodeCursor(jobs[limit-1], dead)
+	}
+	if res.Jobs == nil {
+		res.Jobs = []*store.Job{}
+	}
+	return res, nil
+}
+
+// Count implements store.Store.
+func (s *Store) Count(ctx context.Context, f store.Filter) (int64, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return 0, err
+	}
+	w, args, err := where(f)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count: %w", err)
+	}
+	var n int64
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE `+w, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite: count: %w", err)
+	}
+	return n, nil
+}
+
+// Groups implements store.Store.
+func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.Group, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	f.States = []store.State{store.Dead}
+	w, args, err := where(f)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: groups: %w", err)
+	}
+	limit = pageLimit(limit)
+	args = append(args, limit)
+	// The sample is the most recent job of the group (SQLite returns the
+	// bare columns of the row holding max(dead_at)).
+	rows, err := db.QueryContext(ctx, `SELECT fingerprint, count(*), min(dead_at), max(dead_at), id, last_error, last_error_class, dead_reason, queue, kind
+		FROM jobs WHERE `+w+` GROUP BY fingerprint ORDER BY count(*) DESC, max(dead_at) DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: groups: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Group{}
+	for rows.Next() {
+		var g store.Group
+		var first, last int64
+		if err := rows.Scan(&g.Fingerprint, &g.Count, &first, &last, &g.SampleID, &g.Sample, &g.Class, &g.Reason, &g.Queue, &g.Kind); err != nil {
+			return nil, fmt.Errorf("sqlite: groups: %w", err)
+		}
+		g.First, g.Last = fromMicros(first), fromMicros(last)
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: groups: %w", err)
+	}
+	return out, nil
+}
+
+// Cancel implements store.Store.
+func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job, error) {
+	ev, err := eventJSON(&store.Event{Kind: store.EventCanceled, At: now})
+	if err != nil {
+		return nil, err
+	}
+	var job *store.Job
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var state, queue string
+		err := tx.QueryRowContext(ctx, `SELECT state, queue FROM jobs WHERE id = ?`, id).Scan(&state, &queue)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sqlite: cancel job %d: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
+		}
+		switch store.State(state) {
+		case store.Pending, store.Scheduled, store.Dead:
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'canceled', finished_at = ?,
+				history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`, micros(now), ev, id); err != nil {
+				return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
+			}
+			if err := s.addCounters(ctx, tx, map[[2]string]int64{{queue, store.StatCanceled}: 1}); err != nil {
+				return err
+			}
+		case store.Running:
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET cancel_requested = 1 WHERE id = ?`, id); err != nil {
+				return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
+			}
+		default:
+			return fmt.Errorf("sqlite: cancel job %d in state %s: %w", id, state, store.ErrConflict)
+		}
+		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true)
+		if err != nil {
+			return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return job, nil
+}
+
+// Redrive implements store.Store.
+func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.RedriveResult, error) {
+	res := store.RedriveResult{Redriven: []int64{}, Refused: []int64{}, Skipped: []int64{}}
+	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
+		return res, fmt.Errorf("sqlite: redrive: %w: payload is not valid JSON", store.ErrInvalid)
+	}
+	ev, err := eventJSON(&store.Event{Kind: store.EventRedriven, At: p.Now, Note: p.Note})
+	if err != nil {
+		return res, err
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		res.Redriven, res.Refused, res.Skipped = res.Redriven[:0], res.Refused[:0], res.Skipped[:0]
+		counts := map[[2]string]int64{}
+		for _, id := range p.IDs {
+			var state, queue string
+			var reproc int
+			err := tx.QueryRowContext(ctx, `SELECT state, queue, reprocessable FROM jobs WHERE id = ?`, id).Scan(&state, &queue, &reproc)
+			if errors.Is(err, sql.ErrNoRows) || (err == nil && state != string(store.Dead)) {
+				res.Skipped = append(res.Skipped, id)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
+			}
+			if reproc == 0 {
+				res.Refused = append(res.Refused, id)
+				continue
+			}
+			_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = ?, attempt = 0, retry_count = 0,
+				redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL,
+				payload = coalesce(?, payload),
+				history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`,
+				micros(p.Now), nullBytes(p.Payload), ev, id)
+			if err != nil {
+				return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
+			}
+			res.Redriven = append(res.Redriven, id)
+			counts[[2]string{queue, store.StatRedriven}]++
+		}
+		return s.addCounters(ctx, tx, counts)
+	})
+	return res, err
+}
+
+// Purge implements store.Store.
+func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, error) {
+	f.States = []store.State{store.Dead}
+	w, args, err := where(f)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: purge: %w", err)
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	var n int64
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		n = 0
+		rows, err := tx.QueryContext(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE `+w+` LIMIT ?) RETURNING queue`,
+			append(args, limit)...)
+		if err != nil {
+			return fmt.Errorf("sqlite: purge: %w", err)
+		}
+		counts := map[[2]string]int64{}
+		for rows.Next() {
+			var q string
+			if err := rows.Scan(&q); err != nil {
+				rows.Close()
+				return fmt.Errorf("sqlite: purge: %w", err)
+			}
+			counts[[2]string{q, store.StatPurged}]++
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("sqlite: purge: %w", err)
+		}
+		return s.addCounters(ctx, tx, counts)
+	})
+	return n, err
+}
+
+// DeleteFinished implements store.Store.
+func (s *Store) DeleteFinished(ctx context.Context, state store.State, before time.Time, limit int) (int64, error) {
+	switch state {
+	case store.Completed, store.Dead, store.Canceled:
+	default:
+		return 0, fmt.Errorf("sqlite: delete finished: %w: state %q is not a finished state", store.ErrInvalid, state)
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
+			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?)`, string(state), micros(before), limit)
+		if err != nil {
+			return fmt.Errorf("sqlite: delete finished: %w", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// Stats implements store.Store.
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	st := store.Stats{Jobs: map[string]map[store.State]int64{}, Counters: map[string]map[string]int64{}}
+	db, err := s.readDB()
+	if err != nil {
+		return st, err
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return st, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT queue, state, count(*) FROM jobs GROUP BY queue, state`)
+	if err != nil {
+		return st, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	for rows.Next() {
+		var q, state string
+		var n int64
+		if err := rows.Scan(&q, &state, &n); err != nil {
+			rows.Close()
+			return st, fmt.Errorf("sqlite: stats: %w", err)
+		}
+		if st.Jobs[q] == nil {
+			st.Jobs[q] = map[store.State]int64{}
+		}
+		st.Jobs[q][store.State(state)] = n
+	}
+	rows.Close()
+	rows, err = tx.QueryContext(ctx, `SELECT queue, name, n FROM counters`)
+	if err != nil {
+		return st, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var q, name string
+		var n int64
+		if err := rows.Scan(&q, &name, &n); err != nil {
+			return st, fmt.Errorf("sqlite: stats: %w", err)
+		}
+		if st.Counters[q] == nil {
+			st.Counters[q] = map[string]int64{}
+		}
+		st.Counters[q][name] = n
+	}
+	return st, rows.Err()
+}

@@ -1,0 +1,446 @@
+// Package store defines what a redrive engine backend must do: the Store
+// interface and the job data it keeps. The engine (package redrive) holds
+// all decisions (retry policy, classification, breakers); a Store only
+// persists jobs and applies the outcomes the engine decided, atomically and
+// with fencing, so that a stale worker can never overwrite a newer attempt.
+//
+// Every Store implementation must pass the conformance suite in
+// store/storetest.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redrivehq/redrive/failure"
+)
+
+// State is the lifecycle state of a job.
+type State string
+
+// The job states of DESIGN.md.
+const (
+	// Pending jobs are due now and wait for a worker.
+	Pending State = "pending"
+	// Scheduled jobs are due later: delayed, or waiting for a retry.
+	Scheduled State = "scheduled"
+	// Running jobs are leased by a worker.
+	Running State = "running"
+	// Completed jobs succeeded; they are kept for a retention period.
+	Completed State = "completed"
+	// Dead jobs are in the dead-letter queue.
+	Dead State = "dead"
+	// Canceled jobs were canceled by a user before they completed.
+	Canceled State = "canceled"
+)
+
+// States lists every state in lifecycle order.
+var States = []State{Pending, Scheduled, Running, Completed, Dead, Canceled}
+
+// Valid reports whether s is one of the known states.
+func (s State) Valid() bool {
+	switch s {
+	case Pending, Scheduled, Running, Completed, Dead, Canceled:
+		return true
+	}
+	return false
+}
+
+// ParseState parses a state name, returning a clear error for an unknown one.
+func ParseState(s string) (State, error) {
+	st := State(s)
+	if !st.Valid() {
+		return "", fmt.Errorf("store: unknown state %q (want pending, scheduled, running, completed, dead or canceled)", s)
+	}
+	return st, nil
+}
+
+// Errors returned by stores. Implementations wrap them with %w.
+var (
+	// ErrNotFound means no job has the requested id.
+	ErrNotFound = errors.New("job not found")
+	// ErrConflict means the job is in a state that does not allow the
+	// operation (cancel a completed job, redrive a job that is not dead).
+	ErrConflict = errors.New("job state does not allow this operation")
+	// ErrNotReprocessable means a dead job is marked not reprocessable and
+	// cannot be redriven (seed 002).
+	ErrNotReprocessable = errors.New("job is marked not reprocessable")
+	// ErrClosed means the store was closed.
+	ErrClosed = errors.New("store closed")
+	// ErrInvalid means the request itself is malformed (empty queue or
+	// kind, payload that is not JSON).
+	ErrInvalid = errors.New("invalid request")
+)
+
+// Job is a job as stored, with its whole history.
+type Job struct {
+	ID      int64           `json:"id"`
+	Queue   string          `json:"queue"`
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload"`
+	State   State           `json:"state"`
+
+	// Attempt is the number of attempts started since the job was created
+	// or last redriven. Snoozes, breaker deferrals and shutdown releases do
+	// not use an attempt.
+	Attempt int `json:"attempt"`
+	// MaxRetries is how many retries the job gets after its first attempt.
+	// A negative value means the engine's policy for the queue or kind
+	// decides.
+	MaxRetries int `json:"max_retries"`
+	// Policy is an optional per-job retry policy override (JSON of
+	// retry.Policy as the engine encodes it); nil means none.
+	Policy json.RawMessage `json:"policy,omitempty"`
+
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Dependency names the circuit breaker guarding the job's dependency.
+	Dependency string `json:"dependency,omitempty"`
+	// Reprocessable is false for a job that must never be redriven.
+	Reprocessable bool `json:"reprocessable"`
+
+	CreatedAt time.Time `json:"created_at"`
+	// RunAt is when the job is (or was) due.
+	RunAt time.Time `json:"run_at"`
+	// AttemptedAt is when the current or last attempt started.
+	AttemptedAt *time.Time `json:"attempted_at,omitempty"`
+	// FinishedAt is when the job completed, died or was canceled.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+
+	// LeaseUntil and Worker describe the lease of a running job.
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	Worker     string     `json:"worker,omitempty"`
+	// CancelRequested is set when a user cancels a running job; the worker
+	// holding it sees it on its next heartbeat and stops the handler.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+
+	// RetryCount is the number of retries scheduled since the job was
+	// created or last redriven.
+	RetryCount     int           `json:"retry_count"`
+	LastError      string        `json:"last_error,omitempty"`
+	LastErrorClass failure.Class `json:"last_error_class"`
+	LastFailedAt   *time.Time    `json:"last_failed_at,omitempty"`
+
+	DeadAt      *time.Time `json:"dead_at,omitempty"`
+	DeadReason  string     `json:"dead_reason,omitempty"`
+	Fingerprint string     `json:"fingerprint,omitempty"`
+	// Redriven counts how many times the job was redriven from the DLQ.
+	Redriven int `json:"redriven"`
+
+	// History is every attempt and event of the job, oldest first. It is
+	// kept across redrives.
+	History []Event `json:"history"`
+
+	// Existing is set by Enqueue when the idempotency key was already
+	// taken and this is the job that holds it. It is not stored.
+	Existing bool `json:"existing,omitempty"`
+}
+
+// EventKind says what an Event records.
+type EventKind string
+
+// The events of a job's history.
+const (
+	// EventRetry: an attempt failed and a retry was scheduled.
+	EventRetry EventKind = "retry"
+	// EventDead: an attempt failed and the job went to the DLQ.
+	EventDead EventKind = "dead"
+	// EventCompleted: an attempt succeeded.
+	EventCompleted EventKind = "completed"
+	// EventSnoozed: the handler asked to run again later; no attempt used.
+	EventSnoozed EventKind = "snoozed"
+	// EventDeferred: the job's circuit breaker was open; no attempt used.
+	EventDeferred EventKind = "deferred"
+	// EventReleased: shutdown interrupted the attempt; no attempt used.
+	EventReleased EventKind = "released"
+	// EventCanceled: a user canceled the job.
+	EventCanceled EventKind = "canceled"
+	// EventRedriven: an operator redrove the job from the DLQ.
+	EventRedriven EventKind = "redriven"
+)
+
+// Event is one entry of a job's history: an attempt and its outcome, or an
+// operator action.
+type Event struct {
+	Kind EventKind `json:"kind"`
+	// Attempt is the attempt number the event concerns (0 for operator
+	// actions).
+	Attempt  int       `json:"attempt"`
+	At       time.Time `json:"at"`                 // when the attempt started, or when the action happened
+	Duration Duration  `json:"duration,omitempty"` // how long the attempt ran
+	Class    string    `json:"class,omitempty"`    // failure class of the error
+	Error    string    `json:"error,omitempty"`    // error message (bounded)
+	Reason   string    `json:"reason,omitempty"`   // machine-readable reason (e.g. http_503, lease_expired, retries_exhausted)
+	Delay    Duration  `json:"delay,omitempty"`    // delay chosen before the next run
+	Worker   string    `json:"worker,omitempty"`
+	Note     string    `json:"note,omitempty"` // free text: who redrove, what was patched
+}
+
+// Duration is a time.Duration that encodes to JSON as milliseconds
+// (a number), which every language reads without a parser.
+type Duration time.Duration
+
+// MarshalJSON encodes the duration as a number of milliseconds.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(float64(d) / float64(time.Millisecond))
+}
+
+// UnmarshalJSON decodes a number of milliseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var ms float64
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return fmt.Errorf("duration: want milliseconds as a number: %w", err)
+	}
+	*d = Duration(ms * float64(time.Millisecond))
+	return nil
+}
+
+// NewJob is a job to enqueue.
+type NewJob struct {
+	Queue          string
+	Kind           string
+	Payload        json.RawMessage
+	RunAt          time.Time // when it is due; the store sets pending or scheduled from it
+	MaxRetries     int       // -1: the engine's policy decides
+	Policy         json.RawMessage
+	IdempotencyKey string
+	Dependency     string
+	// NotReprocessable marks the job as never redrivable from the DLQ.
+	NotReprocessable bool
+}
+
+// FetchParams selects and leases due jobs.
+type FetchParams struct {
+	Queue      string
+	Limit      int
+	Now        time.Time // jobs with run_at <= Now are due
+	LeaseUntil time.Time
+	Worker     string
+}
+
+// OutcomeKind is what happened to a leased attempt.
+type OutcomeKind uint8
+
+// The outcomes the engine applies to a leased job.
+const (
+	// Complete: the attempt succeeded.
+	Complete OutcomeKind = iota + 1
+	// Retry: the attempt failed; run again at RunAt.
+	Retry
+	// Bury: the attempt failed; move the job to the DLQ.
+	Bury
+	// Snooze: run again at RunAt without using an attempt (snooze or
+	// breaker deferral).
+	Snooze
+	// Release: shutdown interrupted the attempt; back to pending without
+	// using an attempt.
+	Release
+	// Cancel: the attempt stopped because a user canceled the job.
+	Cancel
+)
+
+// Outcome is the engine's decision about one leased attempt. A store
+// applies it only if the job is still running the same attempt for the
+// same worker (fencing); otherwise the outcome is stale and skipped.
+type Outcome struct {
+	JobID   int64
+	Attempt int    // fence: the attempt number the worker leased
+	Worker  string // fence: the worker that leased it
+	Kind    OutcomeKind
+	At      time.Time // when the outcome was decided
+	RunAt   time.Time // Retry and Snooze: when the job is due again
+	// Event is appended to the job's history (Complete may leave it empty:
+	// the success is recorded by AttemptedAt and FinishedAt).
+	Event *Event
+	// Failure fields, for Retry and Bury.
+	Error       string
+	Class       failure.Class
+	DeadReason  string // Bury
+	Fingerprint string // Bury: groups dead jobs by cause
+	// Counters are the statistics the outcome adds (see Stats). They are
+	// applied only when the outcome is. Stores themselves count what they
+	// alone know: enqueued, deduplicated, attempts (on Fetch), redriven,
+	// canceled and purged.
+	Counters []Counter
+}
+
+// Counter names a statistic and the amount to add.
+type Counter struct {
+	Queue string
+	Name  string // see the Stat* constants
+	Class string // failure class for per-class statistics; "" otherwise
+	N     int64
+}
+
+// Statistic names kept by stores in Counter rows.
+const (
+	StatAttempts            = "attempts"              // attempts started
+	StatSucceeded           = "succeeded"             // attempts that completed the job
+	StatSucceededAfterRetry = "succeeded_after_retry" // completions on attempt > 1
+	StatFailed              = "failed"                // failed attempts (per class)
+	StatRetried             = "retried"               // retries scheduled
+	StatDead                = "dead"                  // jobs moved to the DLQ (per class)
+	StatRedriven            = "redriven"              // jobs redriven from the DLQ
+	StatSnoozed             = "snoozed"               // snoozes
+	StatDeferred            = "deferred"              // breaker deferrals
+	StatRescued             = "rescued"               // expired leases rescued
+	StatEnqueued            = "enqueued"              // jobs created
+	StatDeduplicated        = "deduplicated"          // enqueues answered by an existing job
+	StatCanceled            = "canceled"              // jobs canceled
+	StatPurged              = "purged"                // dead jobs purged or expired
+)
+
+// Filter selects jobs for listing, grouping, redrive and purge. Zero fields
+// match everything.
+type Filter struct {
+	States      []State
+	Queue       string
+	Kind        string
+	Class       string // last_error_class
+	Reason      string // dead_reason
+	Fingerprint string
+	// Since and Until bound the job's reference time: dead_at for dead
+	// jobs, finished_at for completed and canceled ones, created_at
+	// otherwise. Since is inclusive, Until exclusive.
+	Since, Until time.Time
+	// ErrorContains matches last_error case-insensitively.
+	ErrorContains string
+	// IDs restricts the selection to these jobs.
+	IDs []int64
+}
+
+// Page is a keyset page request: jobs after Cursor in the listing's order.
+type Page struct {
+	Cursor string // opaque, from a previous ListResult; "" for the first page
+	Limit  int    // 1..MaxPageSize; 0 means DefaultPageSize
+}
+
+// Page size bounds.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// ListResult is one page of jobs.
+type ListResult struct {
+	Jobs []*Job `json:"jobs"`
+	// Next is the cursor of the following page, "" when this is the last.
+	Next string `json:"next,omitempty"`
+}
+
+// Group is dead jobs sharing a fingerprint: one cause.
+type Group struct {
+	Fingerprint string    `json:"fingerprint"`
+	Class       string    `json:"class"`
+	Reason      string    `json:"reason"`
+	Queue       string    `json:"queue"`
+	Kind        string    `json:"kind"`
+	Sample      string    `json:"sample_error"` // the error of the most recent job
+	SampleID    int64     `json:"sample_id"`
+	Count       int64     `json:"count"`
+	First       time.Time `json:"first_dead_at"`
+	Last        time.Time `json:"last_dead_at"`
+}
+
+// RedriveParams says how to redrive dead jobs.
+type RedriveParams struct {
+	IDs []int64
+	Now time.Time
+	// Payload, if not nil, replaces the payload of every job redriven.
+	Payload json.RawMessage
+	// Note is recorded in the redrive event (who, why).
+	Note string
+}
+
+// RedriveResult says what a redrive did, job by job.
+type RedriveResult struct {
+	Redriven []int64 `json:"redriven"`
+	// Refused are dead jobs marked not reprocessable.
+	Refused []int64 `json:"refused"`
+	// Skipped are jobs that do not exist or are not dead.
+	Skipped []int64 `json:"skipped"`
+}
+
+// Stats are real counts: jobs per queue and state from the jobs
+// themselves, and the counters outcomes added.
+type Stats struct {
+	// Jobs[queue][state] counts the jobs currently in each state.
+	Jobs map[string]map[State]int64 `json:"jobs"`
+	// Counters[queue][name] is the running total of a statistic; per-class
+	// statistics are named "name.class" (e.g. "failed.transient").
+	Counters map[string]map[string]int64 `json:"counters"`
+}
+
+// Store is what an engine backend implements. All methods are safe for
+// concurrent use. Times are passed in by the engine, which owns the clock.
+type Store interface {
+	// Enqueue inserts jobs. Each job is created atomically: a job whose
+	// idempotency key is already taken is not inserted, and the job
+	// holding the key is returned in its place with Existing set. The
+	// store's unique constraint decides, so concurrent enqueues of one key
+	// create exactly one job.
+	Enqueue(ctx context.Context, jobs []NewJob, now time.Time) ([]*Job, error)
+
+	// Fetch leases up to p.Limit due jobs of p.Queue, oldest due first:
+	// each becomes running with Attempt incremented, AttemptedAt = p.Now,
+	// the lease and the worker set. A job is never leased twice at once.
+	Fetch(ctx context.Context, p FetchParams) ([]*Job, error)
+
+	// NextDue returns the earliest run_at among pending and scheduled jobs
+	// of the queue; ok is false when there is none.
+	NextDue(ctx context.Context, queue string) (t time.Time, ok bool, err error)
+
+	// Finish applies outcomes, atomically each, in as few transactions as
+	// the store can. applied[i] reports whether outcome i took effect;
+	// false means it was stale (the job is no longer running that attempt
+	// for that worker) and nothing changed.
+	Finish(ctx context.Context, outcomes []Outcome) (applied []bool, err error)
+
+	// Heartbeat extends the lease of the given running jobs held by worker
+	// to until. It returns the ids among them whose cancellation was
+	// requested.
+	Heartbeat(ctx context.Context, worker string, ids []int64, until time.Time) (cancel []int64, err error)
+
+	// Expired returns up to limit running jobs whose lease ended before now.
+	Expired(ctx context.Context, now time.Time, limit int) ([]*Job, error)
+
+	// Get returns one job with its history, or ErrNotFound.
+	Get(ctx context.Context, id int64) (*Job, error)
+
+	// List pages through jobs matching f, newest first (by id descending),
+	// with keyset pagination. Dead jobs are listed by dead_at descending
+	// when f selects only the dead state.
+	List(ctx context.Context, f Filter, p Page) (ListResult, error)
+
+	// Count returns how many jobs match f.
+	Count(ctx context.Context, f Filter) (int64, error)
+
+	// Groups counts dead jobs matching f by fingerprint, largest first.
+	Groups(ctx context.Context, f Filter, limit int) ([]Group, error)
+
+	// Cancel cancels a pending, scheduled or dead job at once, and requests
+	// cancellation of a running one (the worker sees it on its next
+	// heartbeat). Completed and canceled jobs give ErrConflict.
+	Cancel(ctx context.Context, id int64, now time.Time) (*Job, error)
+
+	// Redrive moves dead jobs back to pending: attempt and retry count
+	// reset, history kept with a redriven event, payload optionally
+	// replaced. Jobs marked not reprocessable are refused.
+	Redrive(ctx context.Context, p RedriveParams) (RedriveResult, error)
+
+	// Purge deletes up to limit dead jobs matching f and returns how many.
+	Purge(ctx context.Context, f Filter, limit int) (int64, error)
+
+	// DeleteFinished deletes up to limit jobs in state (completed, dead or
+	// canceled) whose finished_at is before the cutoff (retention).
+	DeleteFinished(ctx context.Context, state State, before time.Time, limit int) (int64, error)
+
+	// Stats returns real counts.
+	Stats(ctx context.Context) (Stats, error)
+
+	// Close releases the store's resources. Calls after Close return
+	// ErrClosed.
+	Close() error
+}

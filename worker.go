@@ -1,0 +1,957 @@
+package redrive
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/fingerprint"
+	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
+)
+
+// WorkerOptions configure a Worker. Zero fields take the defaults given.
+type WorkerOptions struct {
+	// Queues maps each queue to work to its concurrency (handlers running
+	// at once). Default: {"default": 10}.
+	Queues map[string]int
+	// ID names this worker in leases and logs (default host-pid-random).
+	ID string
+	// Policy is the default retry policy (default retry.DefaultPolicy()).
+	Policy *retry.Policy
+	// QueuePolicies override Policy per queue.
+	QueuePolicies map[string]retry.Policy
+	// Classifier classifies handler errors (default: failure.Classify).
+	Classifier *failure.Classifier
+	// Breakers holds the circuit breakers of dependencies (default: a
+	// registry with breaker.DefaultConfig()).
+	Breakers *breaker.Registry
+	// RetryBudget configures the per-queue retry budget (default ratio
+	// 20%, floor 10 retries per 10s). Set DisableRetryBudget to turn it off.
+	RetryBudget        retry.BudgetConfig
+	DisableRetryBudget bool
+	// LeaseDuration is how long a fetched job is leased (default 30s). A
+	// worker heartbeats every LeaseDuration/3 while its handlers run; a
+	// lease that expires is rescued as a failed attempt (lease_expired).
+	LeaseDuration time.Duration
+	// RescueInterval is how often expired leases are looked for (default 5s).
+	RescueInterval time.Duration
+	// PollInterval bounds how long the worker sleeps without looking for
+	// work another process may have added (default 1s). Work enqueued or
+	// retried in this process wakes it at once, and it always wakes at the
+	// next job's due time.
+	PollInterval time.Duration
+	// FetchBatch bounds how many jobs one fetch leases (default: the
+	// queue's concurrency, at most 1000).
+	FetchBatch int
+	// ShutdownTimeout is how long Run lets running handlers finish after
+	// its context ends before canceling them (default 30s).
+	ShutdownTimeout time.Duration
+	// CompletedRetention is how long completed and canceled jobs are kept
+	// (default 24h).
+	CompletedRetention time.Duration
+	// DLQMaxAge is how long dead jobs are kept (default 168h).
+	DLQMaxAge time.Duration
+	// CleanupInterval is how often retention runs (default 24h; the first
+	// run is one minute after start).
+	CleanupInterval time.Duration
+	// MaxErrorLength bounds the error message kept per attempt (default 4096).
+	MaxErrorLength int
+	// Logger receives the worker's logs (default: the client's).
+	Logger *slog.Logger
+	// Rand is the jitter source (default: math/rand/v2's global source).
+	Rand retry.Source
+}
+
+// Handler runs one attempt of a job. A nil error completes the job; an
+// error is classified (see the failure package) and the job retried or
+// moved to the DLQ by its policy. Return Snooze(d) to run again later
+// without using an attempt.
+type Handler func(ctx context.Context, job *Job) error
+
+// HandlerOption configures a handler.
+type HandlerOption func(*handlerConfig)
+
+type handlerConfig struct {
+	timeout    time.Duration
+	policy     *retry.Policy
+	dependency string
+}
+
+// Timeout bounds each attempt of the kind: the handler's context ends after
+// d and the attempt counts as a transient failure.
+func Timeout(d time.Duration) HandlerOption { return func(h *handlerConfig) { h.timeout = d } }
+
+// Policy sets the retry policy of the kind (a job's own policy still wins).
+func Policy(p retry.Policy) HandlerOption { return func(h *handlerConfig) { h.policy = &p } }
+
+// UsesDependency declares the dependency (circuit breaker name) the kind
+// calls; a job's own Dependency wins.
+func UsesDependency(name string) HandlerOption {
+	return func(h *handlerConfig) { h.dependency = name }
+}
+
+type handler struct {
+	fn  Handler
+	cfg handlerConfig
+}
+
+// Worker runs handlers for the jobs of its queues. Create it with
+// NewWorker, register handlers, then call Run.
+type Worker struct {
+	client *Client
+	store  store.Store
+	log    *slog.Logger
+	opts   WorkerOptions
+	id     string
+
+	mu       sync.RWMutex
+	handlers map[string]*handler
+	started  bool
+
+	breakers *breaker.Registry
+	policy   retry.Policy
+
+	queues []*queueRunner
+
+	runMu   sync.Mutex
+	running map[int64]*runningJob
+
+	completer *completer
+	active    sync.WaitGroup
+	// hardCtx is the parent of every handler's context; it is canceled
+	// when the shutdown deadline passes.
+	hardCtx    context.Context
+	hardCancel context.CancelCauseFunc
+}
+
+type runningJob struct {
+	job    *Job
+	cancel context.CancelCauseFunc
+	queue  *queueRunner
+}
+
+// NewWorker returns a worker that takes jobs through client's store.
+func NewWorker(client *Client, opts WorkerOptions) *Worker {
+	if len(opts.Queues) == 0 {
+		opts.Queues = map[string]int{DefaultQueue: 10}
+	}
+	if opts.ID == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		rand.Read(b[:])
+		opts.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if opts.Policy == nil {
+		p := retry.DefaultPolicy()
+		opts.Policy = &p
+	}
+	if opts.Breakers == nil {
+		opts.Breakers = breaker.NewRegistry(breaker.DefaultConfig())
+	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = 30 * time.Second
+	}
+	if opts.RescueInterval <= 0 {
+		opts.RescueInterval = 5 * time.Second
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Second
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.CompletedRetention <= 0 {
+		opts.CompletedRetention = 24 * time.Hour
+	}
+	if opts.DLQMaxAge <= 0 {
+		opts.DLQMaxAge = 168 * time.Hour
+	}
+	if opts.CleanupInterval <= 0 {
+		opts.CleanupInterval = 24 * time.Hour
+	}
+	if opts.MaxErrorLength <= 0 {
+		opts.MaxErrorLength = 4096
+	}
+	if opts.Logger == nil {
+		opts.Logger = client.log
+	}
+	w := &Worker{
+		client:   client,
+		store:    client.store,
+		log:      opts.Logger,
+		opts:     opts,
+		id:       opts.ID,
+		handlers: map[string]*handler{},
+		breakers: opts.Breakers,
+		policy:   *opts.Policy,
+		running:  map[int64]*runningJob{},
+	}
+	names := make([]string, 0, len(opts.Queues))
+	for q := range opts.Queues {
+		names = append(names, q)
+	}
+	sort.Strings(names)
+	for _, q := range names {
+		conc := opts.Queues[q]
+		if conc <= 0 {
+			conc = 1
+		}
+		batch := opts.FetchBatch
+		if batch <= 0 || batch > conc {
+			batch = min(conc, 1000)
+		}
+		qr := &queueRunner{w: w, name: q, concurrency: conc, batch: batch, wakeC: make(chan struct{}, 1), freeC: make(chan struct{}, 1)}
+		if !opts.DisableRetryBudget {
+			qr.budget = retry.NewBudget(opts.RetryBudget)
+		}
+		if p, ok := opts.QueuePolicies[q]; ok {
+			qr.policy = &p
+		}
+		w.queues = append(w.queues, qr)
+	}
+	w.completer = newCompleter(w)
+	return w
+}
+
+// ID returns the worker's id, as recorded in leases.
+func (w *Worker) ID() string { return w.id }
+
+// Breakers returns the worker's circuit breaker registry.
+func (w *Worker) Breakers() *breaker.Registry { return w.breakers }
+
+// HandleFunc registers the handler of a job kind. Registering after Run
+// started, or twice for one kind, panics: both are programming errors.
+func (w *Worker) HandleFunc(kind string, fn Handler, opts ...HandlerOption) {
+	if kind == "" || fn == nil {
+		panic("redrive: HandleFunc needs a kind and a handler")
+	}
+	h := &handler{fn: fn}
+	for _, o := range opts {
+		o(&h.cfg)
+	}
+	if h.cfg.policy != nil {
+		if err := h.cfg.policy.Validate(); err != nil {
+			panic(fmt.Sprintf("redrive: handler %q: invalid policy: %v", kind, err))
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		panic("redrive: HandleFunc called after Run")
+	}
+	if _, dup := w.handlers[kind]; dup {
+		panic(fmt.Sprintf("redrive: handler for kind %q registered twice", kind))
+	}
+	w.handlers[kind] = h
+}
+
+// Handle registers a typed handler: the job's payload is decoded into a T
+// (an undecodable payload is a permanent failure) and passed to fn.
+func Handle[T any](w *Worker, kind string, fn func(ctx context.Context, job *Job, args T) error, opts ...HandlerOption) {
+	w.HandleFunc(kind, func(ctx context.Context, job *Job) error {
+		var args T
+		if err := json.Unmarshal(job.Payload, &args); err != nil {
+			return failure.Wrap(failure.Permanent, fmt.Errorf("decode payload of kind %q: %w", kind, err))
+		}
+		return fn(ctx, job, args)
+	}, opts...)
+}
+
+// Run works until ctx ends, then shuts down gracefully: it stops fetching,
+// lets running handlers finish for up to ShutdownTimeout, then cancels
+// them (cause ErrShutdown); jobs interrupted that way go back to pending
+// without using an attempt. Run returns nil after a clean shutdown.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("redrive: worker already running")
+	}
+	w.started = true
+	w.mu.Unlock()
+
+	w.hardCtx, w.hardCancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	defer w.hardCancel(nil)
+
+	w.log.Info("worker starting", "worker", w.id, "queues", w.opts.Queues)
+	var loops sync.WaitGroup
+	for _, q := range w.queues {
+		unregister := w.client.register(q.name, q.wake)
+		defer unregister()
+		loops.Go(func() { q.loop(ctx) })
+	}
+	var bg sync.WaitGroup
+	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
+	bg.Go(func() { w.heartbeatLoop(bgCtx) })
+	bg.Go(func() { w.rescueLoop(ctx) })
+	bg.Go(func() { w.cleanupLoop(ctx) })
+	bg.Go(func() { w.completer.loop(bgCtx) })
+
+	<-ctx.Done()
+	loops.Wait()
+	w.log.Info("worker stopping: waiting for running handlers", "worker", w.id, "running", w.runningCount(),
+		"timeout", w.opts.ShutdownTimeout)
+	done := make(chan struct{})
+	go func() { w.active.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.opts.ShutdownTimeout):
+		w.log.Warn("shutdown timeout: canceling running handlers", "worker", w.id, "running", w.runningCount())
+		w.hardCancel(ErrShutdown)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			w.log.Error("handlers ignore cancellation; releasing their jobs", "worker", w.id, "running", w.runningCount())
+			w.releaseAll()
+		}
+	}
+	w.completer.drain()
+	bgCancel()
+	bg.Wait()
+	w.log.Info("worker stopped", "worker", w.id)
+	return nil
+}
+
+func (w *Worker) runningCount() int {
+	w.runMu.Lock()
+	defer w.runMu.Unlock()
+	return len(w.running)
+}
+
+// releaseAll hands back the jobs of handlers that would not stop.
+func (w *Worker) releaseAll() {
+	w.runMu.Lock()
+	defer w.runMu.Unlock()
+	now := w.client.now()
+	for _, r := range w.running {
+		w.completer.submit(r.queue, w.releaseOutcome(r.job, now))
+	}
+}
+
+func (w *Worker) releaseOutcome(j *Job, now time.Time) store.Outcome {
+	return store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: w.id, Kind: store.Release, At: now,
+		Event: &store.Event{Kind: store.EventReleased, Attempt: j.Attempt, At: attemptStart(j, now), Worker: w.id,
+			Reason: "shutdown", Duration: store.Duration(now.Sub(attemptStart(j, now)))}}
+}
+
+func attemptStart(j *Job, fallback time.Time) time.Time {
+	if j.AttemptedAt != nil {
+		return *j.AttemptedAt
+	}
+	return fallback
+}
+
+// queueRunner fetches and dispatches the jobs of one queue.
+type queueRunner struct {
+	w           *Worker
+	name        string
+	concurrency int
+	batch       int
+	policy      *retry.Policy
+	budget      *retry.Budget
+
+	active atomic.Int64
+	wakeC  chan struct{}
+	freeC  chan struct{}
+	hint   atomic.Int64 // earliest due time (unix nanos) announced by a wake-up, 0 = none
+}
+
+// wake tells the loop that work due at t was added.
+func (q *queueRunner) wake(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := q.hint.Load()
+		if old != 0 && old <= n {
+			break
+		}
+		if q.hint.CompareAndSwap(old, n) {
+			break
+		}
+	}
+	select {
+	case q.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queueRunner) release() {
+	q.active.Add(-1)
+	select {
+	case q.freeC <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queueRunner) loop(ctx context.Context) {
+	w := q.w
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	failures := 0
+	for ctx.Err() == nil {
+		free := q.concurrency - int(q.active.Load())
+		if free <= 0 {
+			select {
+			case <-q.freeC:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		q.hint.Store(0)
+		now := w.client.now()
+		limit := min(free, q.batch)
+		jobs, err := w.store.Fetch(ctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
+			LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			d := storeBackoff(failures)
+			w.log.Error("fetch failed; retrying", "queue", q.name, "error", err, "attempt", failures, "delay", d)
+			q.sleep(ctx, timer, d)
+			continue
+		}
+		failures = 0
+		for _, j := range jobs {
+			q.active.Add(1)
+			w.active.Add(1)
+			go w.execute(q, j)
+		}
+		if len(jobs) == limit {
+			continue // there may be more due right now
+		}
+		// Nothing more is due: sleep until the next due job, a wake-up, or
+		// the poll interval.
+		wait := w.opts.PollInterval
+		if next, ok, err := w.store.NextDue(ctx, q.name); err == nil && ok {
+			wait = min(wait, time.Until(next))
+		}
+		if h := q.hint.Load(); h != 0 {
+			wait = min(wait, time.Until(time.Unix(0, h)))
+		}
+		if wait <= 0 {
+			continue
+		}
+		q.sleep(ctx, timer, wait)
+	}
+}
+
+// sleep waits for d, a wake-up or the end of ctx.
+func (q *queueRunner) sleep(ctx context.Context, timer *time.Timer, d time.Duration) {
+	timer.Reset(d)
+	select {
+	case <-timer.C:
+	case <-q.wakeC:
+		if h := q.hint.Load(); h != 0 {
+			if wait := time.Until(time.Unix(0, h)); wait > 0 {
+				// Work announced for later: keep sleeping until then (or the
+				// original deadline, whichever is first).
+				q.hint.Store(0)
+				if wait < d {
+					timer.Stop()
+					q.sleepUntilWake(ctx, timer, wait)
+					return
+				}
+				q.sleepUntilWake(ctx, timer, d)
+				return
+			}
+		}
+		timer.Stop()
+	case <-ctx.Done():
+		timer.Stop()
+	}
+}
+
+func (q *queueRunner) sleepUntilWake(ctx context.Context, timer *time.Timer, d time.Duration) {
+	timer.Reset(d)
+	select {
+	case <-timer.C:
+	case <-q.wakeC:
+		timer.Stop()
+	case <-ctx.Done():
+		timer.Stop()
+	}
+}
+
+// storeBackoff is the delay before retrying a failed store call: 100ms
+// doubling to 10s.
+func storeBackoff(n int) time.Duration {
+	d := 100 * time.Millisecond << min(n-1, 7)
+	return min(d, 10*time.Second)
+}
+
+// policyFor resolves the retry policy of a job: its own, its kind's, its
+// queue's, the worker's default; MaxRetries on the job overrides the count.
+func (w *Worker) policyFor(q *queueRunner, j *Job, h *handler) retry.Policy {
+	p := w.policy
+	switch {
+	case len(j.Policy) > 0 && string(j.Policy) != "null":
+		var jp retry.Policy
+		if err := json.Unmarshal(j.Policy, &jp); err == nil && jp.Validate() == nil {
+			p = jp
+		} else {
+			w.log.Warn("job has an unusable policy; using the default", "job_id", j.ID, "kind", j.Kind)
+		}
+	case h != nil && h.cfg.policy != nil:
+		p = *h.cfg.policy
+	case q.policy != nil:
+		p = *q.policy
+	}
+	if j.MaxRetries >= 0 {
+		p.MaxRetries = j.MaxRetries
+	}
+	return p
+}
+
+// execute runs one leased attempt and submits its outcome.
+func (w *Worker) execute(q *queueRunner, j *Job) {
+	defer w.active.Done()
+	defer q.release()
+	start := w.client.now()
+	if q.budget != nil {
+		q.budget.Attempt()
+	}
+	w.mu.RLock()
+	h := w.handlers[j.Kind]
+	w.mu.RUnlock()
+
+	dep := j.Dependency
+	if dep == "" && h != nil {
+		dep = h.cfg.dependency
+	}
+	var br *breaker.Breaker
+	var tok breaker.Token
+	if dep != "" {
+		br = w.breakers.Get(dep)
+		var err error
+		tok, err = br.Allow()
+		if err != nil {
+			w.completer.submit(q, w.deferOutcome(q, j, br, start))
+			return
+		}
+	}
+
+	ctx, cancel := context.WithCancelCause(w.hardCtx)
+	defer cancel(nil)
+	w.runMu.Lock()
+	w.running[j.ID] = &runningJob{job: j, cancel: cancel, queue: q}
+	w.runMu.Unlock()
+	defer func() {
+		w.runMu.Lock()
+		delete(w.running, j.ID)
+		w.runMu.Unlock()
+	}()
+
+	var err error
+	if h == nil {
+		err = fmt.Errorf("no handler registered for kind %q on worker %s", j.Kind, w.id)
+	} else {
+		hctx := ctx
+		if h.cfg.timeout > 0 {
+			var c context.CancelFunc
+			hctx, c = context.WithTimeout(ctx, h.cfg.timeout)
+			defer c()
+		}
+		err = safeCall(hctx, h.fn, j)
+	}
+	if br != nil {
+		br.Record(tok, err)
+	}
+	end := w.client.now()
+	w.completer.submit(q, w.decide(q, j, h, err, context.Cause(ctx), start, end))
+}
+
+func safeCall(ctx context.Context, fn Handler, j *Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return fn(ctx, j)
+}
+
+// deferOutcome puts a job back until its open breaker half-opens, without
+// using an attempt.
+func (w *Worker) deferOutcome(q *queueRunner, j *Job, br *breaker.Breaker, now time.Time) store.Outcome {
+	ready := br.ReadyAt()
+	if ready.Before(now) {
+		ready = now.Add(10 * time.Millisecond)
+	}
+	w.log.Info("dependency breaker open; job deferred", "job_id", j.ID, "kind", j.Kind, "queue", q.name,
+		"dependency", br.Name(), "until", ready)
+	return store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: w.id, Kind: store.Snooze, At: now, RunAt: ready,
+		Event: &store.Event{Kind: store.EventDeferred, Attempt: j.Attempt, At: now, Worker: w.id,
+			Reason: "breaker_open:" + br.Name(), Delay: store.Duration(ready.Sub(now))},
+		Counters: []store.Counter{{Queue: q.name, Name: store.StatDeferred, N: 1}}}
+}
+
+// decide turns a handler's result into the outcome to store.
+func (w *Worker) decide(q *queueRunner, j *Job, h *handler, err, cause error, start, end time.Time) store.Outcome {
+	o := store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: w.id, At: end}
+	dur := store.Duration(end.Sub(start))
+	if err == nil {
+		o.Kind = store.Complete
+		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatSucceeded, N: 1}}
+		if j.Attempt > 1 {
+			o.Counters = append(o.Counters, store.Counter{Queue: q.name, Name: store.StatSucceededAfterRetry, N: 1})
+		}
+		return o
+	}
+	var sn *SnoozeError
+	if errors.As(err, &sn) {
+		o.Kind = store.Snooze
+		o.RunAt = end.Add(sn.Delay)
+		o.Event = &store.Event{Kind: store.EventSnoozed, Attempt: j.Attempt, At: start, Duration: dur, Worker: w.id,
+			Delay: store.Duration(sn.Delay)}
+		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatSnoozed, N: 1}}
+		return o
+	}
+	switch {
+	case errors.Is(cause, ErrShutdown):
+		w.log.Info("job interrupted by shutdown; back to pending", "job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt)
+		return w.releaseOutcome(j, end)
+	case errors.Is(cause, ErrJobCanceled):
+		w.log.Info("job canceled while running", "job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt)
+		o.Kind = store.Cancel
+		o.Event = &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: w.id,
+			Error: w.bound(err.Error())}
+		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatCanceled, N: 1}}
+		return o
+	}
+	v := w.opts.Classifier.Classify(err)
+	return w.failOutcome(q, j, h, o, v, err.Error(), start, dur)
+}
+
+// failOutcome applies the retry policy to a failed attempt.
+func (w *Worker) failOutcome(q *queueRunner, j *Job, h *handler, o store.Outcome, v failure.Verdict, msg string, start time.Time, dur store.Duration) store.Outcome {
+	p := w.policyFor(q, j, h)
+	var prev time.Duration
+	if j.Attempt >= 2 {
+		np := p
+		np.Jitter = retry.JitterNone
+		prev = np.Delay(j.Attempt-2, 0, nil)
+	}
+	d := p.Decide(retry.Input{Class: v.Class, Attempt: j.Attempt, RetryAfter: v.RetryAfter, PrevDelay: prev}, w.opts.Rand)
+	msg = w.bound(msg)
+	class := v.Class.String()
+	o.Error, o.Class = msg, v.Class
+	o.Counters = []store.Counter{{Queue: q.name, Name: store.StatFailed, Class: class, N: 1}}
+	ev := &store.Event{Attempt: j.Attempt, At: start, Duration: dur, Class: class, Error: msg, Reason: v.Reason, Worker: w.id}
+	o.Event = ev
+	if d.Retry {
+		delay := d.Delay
+		if q.budget != nil {
+			delay = q.budget.Retry(delay)
+		}
+		o.Kind = store.Retry
+		o.RunAt = o.At.Add(delay)
+		ev.Kind, ev.Delay = store.EventRetry, store.Duration(delay)
+		o.Counters = append(o.Counters, store.Counter{Queue: q.name, Name: store.StatRetried, N: 1})
+		w.log.Info("job failed; retry scheduled", "job_id", j.ID, "kind", j.Kind, "queue", q.name, "attempt", j.Attempt,
+			"max_retries", p.MaxRetries, "class", class, "reason", v.Reason, "delay", delay, "error", msg)
+		return o
+	}
+	reason := d.Reason
+	o.Kind = store.Bury
+	o.DeadReason = reason
+	o.Fingerprint = fingerprint.Of(class, v.Reason, msg)
+	ev.Kind = store.EventDead
+	if v.Reason != "" && reason == retry.ReasonExhausted {
+		ev.Reason = v.Reason
+	}
+	o.Counters = append(o.Counters, store.Counter{Queue: q.name, Name: store.StatDead, Class: class, N: 1})
+	w.log.Warn("job moved to the DLQ", "job_id", j.ID, "kind", j.Kind, "queue", q.name, "attempt", j.Attempt,
+		"class", class, "reason", reason, "error", msg)
+	return o
+}
+
+func (w *Worker) bound(s string) string {
+	if len(s) > w.opts.MaxErrorLength {
+		return s[:w.opts.MaxErrorLength] + "…"
+	}
+	return s
+}
+
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(w.opts.LeaseDuration / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.runMu.Lock()
+		ids := make([]int64, 0, len(w.running))
+		for id := range w.running {
+			ids = append(ids, id)
+		}
+		w.runMu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		cancel, err := w.store.Heartbeat(ctx, w.id, ids, w.client.now().Add(w.opts.LeaseDuration))
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Error("heartbeat failed", "worker", w.id, "jobs", len(ids), "error", err)
+			}
+			continue
+		}
+		if len(cancel) > 0 {
+			w.runMu.Lock()
+			for _, id := range cancel {
+				if r, ok := w.running[id]; ok {
+					r.cancel(ErrJobCanceled)
+				}
+			}
+			w.runMu.Unlock()
+		}
+	}
+}
+
+// rescueLoop turns expired leases into failed attempts (Transient,
+// lease_expired): a killed process loses no job.
+func (w *Worker) rescueLoop(ctx context.Context) {
+	t := time.NewTicker(w.opts.RescueInterval)
+	defer t.Stop()
+	for {
+		w.rescue(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *Worker) rescue(ctx context.Context) {
+	for ctx.Err() == nil {
+		now := w.client.now()
+		jobs, err := w.store.Expired(ctx, now, 500)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Error("rescue: listing expired leases failed", "error", err)
+			}
+			return
+		}
+		if len(jobs) == 0 {
+			return
+		}
+		outs := make([]store.Outcome, 0, len(jobs))
+		for _, j := range jobs {
+			q := w.queueOrAdhoc(j.Queue)
+			w.mu.RLock()
+			h := w.handlers[j.Kind]
+			w.mu.RUnlock()
+			o := store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: j.Worker, At: now}
+			msg := fmt.Sprintf("lease expired: worker %s stopped heartbeating", j.Worker)
+			v := failure.Verdict{Class: failure.Transient, Reason: "lease_expired"}
+			start := attemptStart(j, now)
+			o = w.failOutcome(q, j, h, o, v, msg, start, store.Duration(now.Sub(start)))
+			o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatRescued, N: 1})
+			outs = append(outs, o)
+		}
+		applied, err := w.store.Finish(ctx, outs)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Error("rescue: recording expired leases failed", "error", err)
+			}
+			return
+		}
+		for i, o := range outs {
+			if applied[i] {
+				w.log.Warn("expired lease rescued", "job_id", o.JobID, "attempt", o.Attempt, "lease_worker", o.Worker)
+				if o.Kind == store.Retry {
+					w.client.wake(jobs[i].Queue, o.RunAt)
+				}
+			}
+		}
+		if len(jobs) < 500 {
+			return
+		}
+	}
+}
+
+// queueOrAdhoc returns the runner of a queue this worker serves, or a
+// runner carrying only the default policy for another queue's job.
+func (w *Worker) queueOrAdhoc(name string) *queueRunner {
+	for _, q := range w.queues {
+		if q.name == name {
+			return q
+		}
+	}
+	return &queueRunner{w: w, name: name}
+}
+
+func (w *Worker) cleanupLoop(ctx context.Context) {
+	first := time.NewTimer(time.Minute)
+	defer first.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-first.C:
+	}
+	t := time.NewTicker(w.opts.CleanupInterval)
+	defer t.Stop()
+	for {
+		w.Cleanup(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Cleanup applies retention once: completed and canceled jobs older than
+// CompletedRetention and dead jobs older than DLQMaxAge are deleted. The
+// worker runs it every CleanupInterval; it is exported for tools and tests.
+func (w *Worker) Cleanup(ctx context.Context) (deleted int64, err error) {
+	now := w.client.now()
+	for _, r := range []struct {
+		state store.State
+		age   time.Duration
+	}{{store.Completed, w.opts.CompletedRetention}, {store.Canceled, w.opts.CompletedRetention}, {store.Dead, w.opts.DLQMaxAge}} {
+		for {
+			n, err := w.store.DeleteFinished(ctx, r.state, now.Add(-r.age), 1000)
+			deleted += n
+			if err != nil {
+				w.log.Error("retention cleanup failed", "state", r.state, "error", err)
+				return deleted, err
+			}
+			if n < 1000 {
+				break
+			}
+		}
+	}
+	if deleted > 0 {
+		w.log.Info("retention cleanup", "deleted", deleted)
+	}
+	return deleted, nil
+}
+
+// completer records outcomes in batches: every outcome submitted while a
+// batch is being written joins the next one.
+type completer struct {
+	w       *Worker
+	mu      sync.Mutex
+	pending []pendingOutcome
+	signal  chan struct{}
+	idle    sync.Cond
+	busy    bool
+}
+
+type pendingOutcome struct {
+	q *queueRunner
+	o store.Outcome
+}
+
+func newCompleter(w *Worker) *completer {
+	c := &completer{w: w, signal: make(chan struct{}, 1)}
+	c.idle.L = &c.mu
+	return c
+}
+
+func (c *completer) submit(q *queueRunner, o store.Outcome) {
+	c.mu.Lock()
+	c.pending = append(c.pending, pendingOutcome{q, o})
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *completer) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			c.flush(context.Background())
+			return
+		case <-c.signal:
+		}
+		c.flush(ctx)
+	}
+}
+
+// drain waits until every submitted outcome is written.
+func (c *completer) drain() {
+	c.mu.Lock()
+	for len(c.pending) > 0 || c.busy {
+		c.mu.Unlock()
+		select {
+		case c.signal <- struct{}{}:
+		default:
+		}
+		time.Sleep(time.Millisecond)
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+}
+
+func (c *completer) flush(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		batch := c.pending
+		c.pending = nil
+		c.busy = len(batch) > 0
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			return
+		}
+		outs := make([]store.Outcome, len(batch))
+		for i := range batch {
+			outs[i] = batch[i].o
+		}
+		var applied []bool
+		for attempt := 1; ; attempt++ {
+			var err error
+			applied, err = c.w.store.Finish(ctx, outs)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				ctx = context.Background() // shutting down: the outcomes must still be written
+			}
+			d := storeBackoff(attempt)
+			c.w.log.Error("recording job outcomes failed; retrying", "jobs", len(outs), "attempt", attempt, "delay", d, "error", err)
+			if attempt >= 20 {
+				c.w.log.Error("giving up recording job outcomes; their leases will expire and be rescued", "jobs", len(outs))
+				applied = make([]bool, len(outs))
+				break
+			}
+			time.Sleep(d)
+		}
+		for i, b := range batch {
+			if !applied[i] {
+				c.w.log.Warn("outcome discarded: the job is no longer leased by this worker", "job_id", b.o.JobID,
+					"attempt", b.o.Attempt, "worker", b.o.Worker)
+				continue
+			}
+			switch b.o.Kind {
+			case store.Retry, store.Snooze, store.Release:
+				at := b.o.RunAt
+				if b.o.Kind == store.Release {
+					at = b.o.At
+				}
+				c.w.client.wake(b.q.name, at)
+			}
+		}
+		c.mu.Lock()
+		c.busy = false
+		c.mu.Unlock()
+	}
+}
