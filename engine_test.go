@@ -284,8 +284,10 @@ func TestKeyOf(t *testing.T) {
 	if redrive.KeyOf("ab", "c") == redrive.KeyOf("a", "bc") {
 		t.Fatal("KeyOf must separate parts")
 	}
-	if redrive.KeyOf("a", "b") != redrive.KeyOf("a", "b") || len(redrive.KeyOf("x")) != 64 {
-		t.Fatal("KeyOf must be a stable hex SHA-256")
+	// Pinned: SHA-256 of (8-byte big-endian length, part) for "a", "b".
+	// Changing the derivation would silently break stored keys.
+	if got, want := redrive.KeyOf("a", "b"), "3c9d591045bc8876f9d0399bbfb05c6a412096e906f73278f98406cd5dca86df"; got != want {
+		t.Fatalf("KeyOf(a, b) = %s, want %s", got, want)
 	}
 }
 
@@ -660,5 +662,26 @@ func TestEnqueueValidation(t *testing.T) {
 	}
 	if n, _ := c.Count(ctx, redrive.Filter{}); n != 0 {
 		t.Fatalf("%d jobs created by invalid requests", n)
+	}
+}
+
+func TestHandlerSeesOpenBreakerIsDeferred(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	b := breaker.New("payments", breaker.Config{Failures: 1, Window: time.Minute, BreakDuration: 80 * time.Millisecond})
+	tok, _ := b.Allow()
+	b.Record(tok, errors.New("down"))
+	var calls atomic.Int32
+	e.worker.HandleFunc("pay", func(ctx context.Context, j *redrive.Job) error {
+		calls.Add(1)
+		return b.Do(ctx, func(context.Context) error { return nil })
+	})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "pay", nil, redrive.MaxRetries(0))
+	j := e.waitState(job.ID, redrive.Completed)
+	if j.Attempt != 1 || calls.Load() < 2 {
+		t.Fatalf("attempt %d after %d calls: an open breaker inside the handler must defer without using attempts", j.Attempt, calls.Load())
+	}
+	if j.History[0].Kind != store.EventDeferred || j.History[0].Reason != "breaker_open:payments" {
+		t.Fatalf("history %+v", j.History)
 	}
 }

@@ -610,6 +610,21 @@ func (w *Worker) decide(q *queueRunner, j *Job, h *handler, err, cause error, st
 		}
 		return o
 	}
+	// A breaker the handler consulted itself (breaker.Do, rhttp) is open:
+	// defer until it half-opens, without using an attempt.
+	var open *breaker.OpenError
+	if errors.As(err, &open) {
+		ready := open.ReadyAt
+		if !ready.After(end) {
+			ready = end.Add(10 * time.Millisecond)
+		}
+		o.Kind = store.Snooze
+		o.RunAt = ready
+		o.Event = &store.Event{Kind: store.EventDeferred, Attempt: j.Attempt, At: start, Duration: dur, Worker: w.id,
+			Reason: "breaker_open:" + open.Name, Delay: store.Duration(ready.Sub(end)), Error: w.bound(err.Error())}
+		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatDeferred, N: 1}}
+		return o
+	}
 	var sn *SnoozeError
 	if errors.As(err, &sn) {
 		o.Kind = store.Snooze

@@ -4,7 +4,9 @@
 // explicitly, the HTTP status and network error tables, configurable
 // substring and regexp rules, and Retry-After parsing.
 //
-// The package is pure: it performs no I/O and keeps no global mutable state.
+// The package keeps no global mutable state and performs no I/O of its own;
+// the one exception, FromResponse, reads a bounded excerpt of the response
+// body it is handed.
 package failure
 
 import "fmt"

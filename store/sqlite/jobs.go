@@ -212,36 +212,42 @@ func (s *Store) addCounters(ctx context.Context, tx *sql.Tx, counts map[[2]strin
 	return nil
 }
 
-// Fetch implements store.Store.
+// Fetch implements store.Store. The writer only flips the due rows to
+// running and returns their ids; the rows themselves are read on the read
+// pool, off the writer's path.
 func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, error) {
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	var jobs []*store.Job
+	var ids []int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		jobs = jobs[:0]
+		ids = ids[:0]
 		rows, err := s.stmt(tx, "fetch").QueryContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, p.Queue, micros(p.Now), p.Limit)
 		if err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
 		defer rows.Close()
 		for rows.Next() {
-			j, err := scanJob(rows, false)
-			if err != nil {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
 				return fmt.Errorf("sqlite: fetch: %w", err)
 			}
-			jobs = append(jobs, j)
+			ids = append(ids, id)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
-		if len(jobs) > 0 {
-			return s.addCounters(ctx, tx, map[[2]string]int64{{p.Queue, store.StatAttempts}: int64(len(jobs))})
+		if len(ids) > 0 {
+			return s.addCounters(ctx, tx, map[[2]string]int64{{p.Queue, store.StatAttempts}: int64(len(ids))})
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil || len(ids) == 0 {
 		return nil, err
+	}
+	jobs, err := s.readJobs(ctx, ids, false)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: fetch: jobs %d leased but not read back (their leases will expire and be rescued): %w", len(ids), err)
 	}
 	sort.Slice(jobs, func(a, b int) bool {
 		if !jobs[a].RunAt.Equal(jobs[b].RunAt) {
@@ -250,6 +256,31 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		return jobs[a].ID < jobs[b].ID
 	})
 	return jobs, nil
+}
+
+// readJobs reads jobs by id on the read pool.
+func (s *Store) readJobs(ctx context.Context, ids []int64, withHistory bool) ([]*store.Job, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	cols := jobColumnsNoHistory
+	if withHistory {
+		cols = jobColumns
+	}
+	out := make([]*store.Job, 0, len(ids))
+	for chunk := range chunks(ids, 500) {
+		rows, err := db.QueryContext(ctx, `SELECT `+cols+` FROM jobs WHERE id IN (`+placeholders(len(chunk))+`)`, int64Args(chunk)...)
+		if err != nil {
+			return nil, err
+		}
+		jobs, err := collect(rows, withHistory)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, jobs...)
+	}
+	return out, nil
 }
 
 // NextDue implements store.Store.
@@ -292,9 +323,69 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			}
 			return st
 		}
+		addCounters := func(o *store.Outcome) {
+			for _, c := range o.Counters {
+				name := c.Name
+				if c.Class != "" {
+					name += "." + c.Class
+				}
+				counts[[2]string{c.Queue, name}] += c.N
+			}
+		}
+		// Completions without an event, the bulk of any workload, go in
+		// one statement.
+		// Only a job that appears once in the batch may take the bulk
+		// path: several outcomes for one job must apply in order.
+		seen := make(map[int64]int, len(outcomes))
+		for i := range outcomes {
+			seen[outcomes[i].JobID]++
+		}
+		inBulk := make([]bool, len(outcomes))
+		var bulk []int
+		for i := range outcomes {
+			if outcomes[i].Kind == store.Complete && events[i] == nil && seen[outcomes[i].JobID] == 1 {
+				bulk = append(bulk, i)
+				inBulk[i] = true
+			}
+		}
+		if len(bulk) > 0 {
+			byID := make(map[int64]int, len(bulk))
+			arr := make([][4]any, len(bulk))
+			for k, i := range bulk {
+				o := &outcomes[i]
+				arr[k] = [4]any{o.JobID, o.Attempt, o.Worker, micros(o.At)}
+				byID[o.JobID] = i
+			}
+			b, err := json.Marshal(arr)
+			if err != nil {
+				return fmt.Errorf("sqlite: finish: %w", err)
+			}
+			rows, err := get("completeMany").QueryContext(ctx, string(b))
+			if err != nil {
+				return fmt.Errorf("sqlite: finish: %w", err)
+			}
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return fmt.Errorf("sqlite: finish: %w", err)
+				}
+				if i, ok := byID[id]; ok && !applied[i] {
+					applied[i] = true
+					addCounters(&outcomes[i])
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("sqlite: finish: %w", err)
+			}
+		}
 		for i := range outcomes {
 			o := &outcomes[i]
 			ev := events[i]
+			if inBulk[i] {
+				continue
+			}
 			at := micros(o.At)
 			var res sql.Result
 			var err error
@@ -327,13 +418,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				continue
 			}
 			applied[i] = true
-			for _, c := range o.Counters {
-				name := c.Name
-				if c.Class != "" {
-					name += "." + c.Class
-				}
-				counts[[2]string{c.Queue, name}] += c.N
-			}
+			addCounters(o)
 		}
 		return s.addCounters(ctx, tx, counts)
 	})
@@ -516,7 +601,7 @@ func where(f store.Filter) (string, []any, error) {
 		}
 	}
 	if f.ErrorContains != "" {
-		conds = append(conds, "instr(lower(last_error), lower(?)) > 0")
+		conds = append(conds, "redrive_contains_fold(last_error, ?)")
 		args = append(args, f.ErrorContains)
 	}
 	if len(f.IDs) > 0 {
@@ -527,6 +612,20 @@ func where(f store.Filter) (string, []any, error) {
 		return "1", nil, nil
 	}
 	return strings.Join(conds, " AND "), args, nil
+}
+
+// selectsDead reports whether f can match dead jobs: no States, or States
+// including dead.
+func selectsDead(f store.Filter) bool {
+	if len(f.States) == 0 {
+		return true
+	}
+	for _, st := range f.States {
+		if st == store.Dead {
+			return true
+		}
+	}
+	return false
 }
 
 func deadOnly(f store.Filter) bool {
@@ -654,6 +753,9 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 	if err != nil {
 		return nil, err
 	}
+	if !selectsDead(f) {
+		return []store.Group{}, nil
+	}
 	f.States = []store.State{store.Dead}
 	w, args, err := where(f)
 	if err != nil {
@@ -775,6 +877,9 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 
 // Purge implements store.Store.
 func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, error) {
+	if !selectsDead(f) {
+		return 0, nil
+	}
 	f.States = []store.State{store.Dead}
 	w, args, err := where(f)
 	if err != nil {
@@ -822,13 +927,29 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 	}
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
-			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?)`, string(state), micros(before), limit)
+		n = 0
+		rows, err := tx.QueryContext(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
+			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?) RETURNING queue`, string(state), micros(before), limit)
 		if err != nil {
 			return fmt.Errorf("sqlite: delete finished: %w", err)
 		}
-		n, err = res.RowsAffected()
-		return err
+		counts := map[[2]string]int64{}
+		for rows.Next() {
+			var q string
+			if err := rows.Scan(&q); err != nil {
+				rows.Close()
+				return fmt.Errorf("sqlite: delete finished: %w", err)
+			}
+			n++
+			if state == store.Dead {
+				counts[[2]string{q, store.StatPurged}]++ // dead jobs expired by retention count as purged
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("sqlite: delete finished: %w", err)
+		}
+		return s.addCounters(ctx, tx, counts)
 	})
 	return n, err
 }

@@ -12,6 +12,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -26,8 +27,30 @@ import (
 
 	"github.com/redrivehq/redrive/store"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
+
+func init() {
+	// redrive_contains_fold(haystack, needle) matches case-insensitively
+	// with Unicode case folding (SQLite's lower() folds ASCII only).
+	sqlite.MustRegisterDeterministicScalarFunction("redrive_contains_fold", 2,
+		func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+			h, _ := args[0].(string)
+			n, _ := args[1].(string)
+			if b, ok := args[0].([]byte); ok {
+				h = string(b)
+			}
+			return containsFold(h, n), nil
+		})
+}
+
+// containsFold reports whether needle occurs in haystack, ignoring case.
+func containsFold(haystack, needle string) bool {
+	if needle == "" {
+		return true
+	}
+	return strings.Contains(strings.ToLower(haystack), strings.ToLower(needle))
+}
 
 //go:embed migrations/*.sql
 var migrations embed.FS
@@ -43,6 +66,11 @@ type Options struct {
 	MaxBatch int
 	// ReadConns is the size of the read pool (default 4).
 	ReadConns int
+	// CheckpointPages is how many pages the write-ahead log may hold
+	// before SQLite copies them back into the database (default 10000,
+	// about 40 MB). A queue rewrites the same pages over and over; a
+	// larger interval copies each of them once instead of many times.
+	CheckpointPages int
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -94,12 +122,17 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.CheckpointPages <= 0 {
+		opts.CheckpointPages = 10000
+	}
 	pragmas := []string{
 		"busy_timeout(10000)",
 		"journal_mode(WAL)",
 		"synchronous(" + sync + ")",
 		"foreign_keys(on)",
 		"cache_size(-16000)", // 16 MB page cache per connection
+		"temp_store(memory)",
+		"wal_autocheckpoint(" + strconv.Itoa(opts.CheckpointPages) + ")",
 	}
 	dsn := func(extra ...string) string {
 		v := url.Values{}
@@ -213,7 +246,7 @@ var writeSQL = map[string]string{
 	"fetch": `UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?, lease_until = ?, worker = ?
 		WHERE id IN (SELECT id FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ?
 			ORDER BY run_at, id LIMIT ?)
-		RETURNING ` + jobColumnsNoHistory,
+		RETURNING id`,
 	"complete": `UPDATE jobs SET state = 'completed', finished_at = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
@@ -231,6 +264,14 @@ var writeSQL = map[string]string{
 	"cancelRunning": `UPDATE jobs SET state = 'canceled', finished_at = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
+	// completeMany applies a batch of completions in one statement: the
+	// JSON array holds [id, attempt, worker, finished_at] per job. The
+	// unary + keeps the planner from driving the join from the state
+	// index (every running job) instead of the batch's ids.
+	"completeMany": `UPDATE jobs SET state = 'completed', finished_at = v.value ->> 3, lease_until = NULL, worker = NULL, cancel_requested = 0
+		FROM json_each(?) AS v
+		WHERE jobs.id = v.value ->> 0 AND +jobs.state = 'running' AND jobs.attempt = v.value ->> 1 AND jobs.worker = v.value ->> 2
+		RETURNING jobs.id`,
 	"counter": `INSERT INTO counters (queue, name, n) VALUES (?, ?, ?)
 		ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n`,
 }

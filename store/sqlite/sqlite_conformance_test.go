@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"log/slog"
 	"path/filepath"
 	"testing"
 
@@ -12,7 +13,7 @@ import (
 // open opens a new, empty SQLite store in a fresh temporary directory.
 func open(tb testing.TB) store.Store {
 	tb.Helper()
-	s, err := sqlite.Open(tb.Context(), filepath.Join(tb.TempDir(), "redrive.db"), sqlite.Options{})
+	s, err := sqlite.Open(tb.Context(), filepath.Join(tb.TempDir(), "redrive.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatalf("sqlite.Open: %v", err)
 	}

@@ -1,0 +1,122 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+
+	"github.com/redrivehq/redrive/breaker"
+)
+
+// BenchmarkAllowRecord is the success path of a closed breaker with the
+// default (count mode) configuration. Requirement: at most 50 ns/op, 0 allocs.
+func BenchmarkAllowRecord(b *testing.B) {
+	br := breaker.New("dep", breaker.Config{})
+	b.ReportAllocs()
+	for b.Loop() {
+		tok, err := br.Allow()
+		if err != nil {
+			b.Fatal(err)
+		}
+		br.Record(tok, nil)
+	}
+}
+
+// BenchmarkAllowRecordParallel is BenchmarkAllowRecord from every P at once
+// on one shared breaker.
+func BenchmarkAllowRecordParallel(b *testing.B) {
+	br := breaker.New("dep", breaker.Config{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tok, err := br.Allow()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			br.Record(tok, nil)
+		}
+	})
+}
+
+// BenchmarkAllowRecordRatio is the success path in ratio mode, which reads
+// the clock once per call to count it in its time bucket.
+func BenchmarkAllowRecordRatio(b *testing.B) {
+	br := breaker.New("dep", breaker.Config{FailureRatio: 0.5})
+	b.ReportAllocs()
+	for b.Loop() {
+		tok, _ := br.Allow()
+		br.Record(tok, nil)
+	}
+}
+
+// BenchmarkAllowRecordRatioParallel is BenchmarkAllowRecordRatio from every P.
+func BenchmarkAllowRecordRatioParallel(b *testing.B) {
+	br := breaker.New("dep", breaker.Config{FailureRatio: 0.5})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			tok, _ := br.Allow()
+			br.Record(tok, nil)
+		}
+	})
+}
+
+// BenchmarkDo is the closed success path through Do.
+func BenchmarkDo(b *testing.B) {
+	br := breaker.New("dep", breaker.Config{})
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := br.Do(ctx, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAllowOpen is the rejection path of an open breaker: one atomic
+// load and one clock read, returning the break's shared *OpenError.
+func BenchmarkAllowOpen(b *testing.B) {
+	br := breaker.New("dep", breaker.Config{Failures: 1})
+	tok, _ := br.Allow()
+	br.Record(tok, errors.New("down"))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := br.Allow(); err == nil {
+			b.Fatal("open breaker allowed a call")
+		}
+	}
+}
+
+// BenchmarkRegistryGet looks up an existing name among 100.
+func BenchmarkRegistryGet(b *testing.B) {
+	reg := breaker.NewRegistry(breaker.Config{})
+	for i := range 100 {
+		reg.Get("dep-" + strconv.Itoa(i))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if reg.Get("dep-42") == nil {
+			b.Fatal("nil breaker")
+		}
+	}
+}
+
+// BenchmarkRegistryGetParallel is BenchmarkRegistryGet from every P.
+func BenchmarkRegistryGetParallel(b *testing.B) {
+	reg := breaker.NewRegistry(breaker.Config{})
+	for i := range 100 {
+		reg.Get("dep-" + strconv.Itoa(i))
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if reg.Get("dep-42") == nil {
+				b.Error("nil breaker")
+				return
+			}
+		}
+	})
+}

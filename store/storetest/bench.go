@@ -1,0 +1,73 @@
+package storetest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// Bench runs store-level benchmarks as sub-benchmarks of b. open returns a
+// new, empty store for each sub-benchmark (the benchmark closes it).
+//
+//   - Enqueue100: one Enqueue call of 100 jobs per iteration.
+//   - FetchFinish100: one Fetch of 100 due jobs and one Finish completing
+//     them per iteration.
+func Bench(b *testing.B, open func(b *testing.B) store.Store) {
+	const batch = 100
+	jobs := make([]store.NewJob, batch)
+	for i := range jobs {
+		jobs[i] = store.NewJob{Queue: "bench", Kind: "noop", Payload: raw(fmt.Sprintf(`{"i":%d}`, i)), MaxRetries: -1}
+	}
+
+	b.Run("Enqueue100", func(b *testing.B) {
+		s := open(b)
+		b.Cleanup(func() { s.Close() })
+		ctx := b.Context()
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			got, err := s.Enqueue(ctx, jobs, at(time.Duration(i)*time.Microsecond))
+			if err != nil || len(got) != batch {
+				b.Fatalf("Enqueue: %d jobs, %v", len(got), err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
+	})
+
+	b.Run("FetchFinish100", func(b *testing.B) {
+		s := open(b)
+		b.Cleanup(func() { s.Close() })
+		ctx := b.Context()
+		b.StopTimer()
+		for range b.N {
+			if _, err := s.Enqueue(ctx, jobs, at(0)); err != nil {
+				b.Fatalf("Enqueue: %v", err)
+			}
+		}
+		b.ReportAllocs()
+		b.StartTimer()
+		outs := make([]store.Outcome, 0, batch)
+		for i := range b.N {
+			now := at(time.Duration(i+1) * time.Millisecond)
+			got, err := s.Fetch(ctx, store.FetchParams{Queue: "bench", Limit: batch, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "bench"})
+			if err != nil || len(got) != batch {
+				b.Fatalf("Fetch: %d jobs, %v", len(got), err)
+			}
+			outs = outs[:0]
+			for _, j := range got {
+				o := completeOf(j, now)
+				o.Counters = []store.Counter{{Queue: "bench", Name: store.StatSucceeded, N: 1}}
+				outs = append(outs, o)
+			}
+			applied, err := s.Finish(ctx, outs)
+			if err != nil || len(applied) != batch {
+				b.Fatalf("Finish: %d results, %v", len(applied), err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
+	})
+}

@@ -1,0 +1,112 @@
+// Package storetest is the conformance suite every redrive store must pass.
+//
+// A store's own tests call Run with a function that opens a new, empty,
+// isolated store for each subtest:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store {
+//			s, err := mystore.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return s
+//		})
+//	}
+//
+// The suite checks the contract of package store, its doc comments first.
+// It relies on these conventions, which every store must therefore meet:
+//
+//   - Time: the suite never reads the wall clock and never sleeps. Every
+//     time it passes is a fixed base (2026-01-02 03:04:05.678901 UTC) plus
+//     an offset, sometimes expressed in another time zone. The times carry
+//     microseconds and nothing finer, so a store must keep at least
+//     microsecond precision; the suite compares times with time.Time.Equal
+//     after truncating both to the microsecond, so a store may drop
+//     nanoseconds and may return times in any location.
+//   - JSON: payloads and policies are compared as JSON values, not as
+//     bytes, so a store may re-encode them (as PostgreSQL's jsonb does). A
+//     nil Policy may come back as nil or as JSON null.
+//   - Durations in events are whole milliseconds, since Duration travels
+//     as milliseconds.
+//   - Fetch may return jobs without their History; Get must include it.
+//   - Subtests run in parallel, each on its own store, which the suite
+//     closes when the subtest ends. The whole suite takes a few seconds
+//     on an embedded store.
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// subtest is one conformance check, run on a fresh store.
+type subtest struct {
+	name string
+	fn   func(x *h)
+}
+
+// subtests lists the suite in a stable order.
+var subtests = []subtest{
+	{"EnqueueFields", testEnqueueFields},
+	{"EnqueueRunAt", testEnqueueRunAt},
+	{"EnqueueInvalid", testEnqueueInvalid},
+	{"EnqueueIDsIncrease", testEnqueueIDsIncrease},
+	{"Idempotency", testIdempotency},
+	{"IdempotencyBatch", testIdempotencyBatch},
+	{"IdempotencyConcurrent", testIdempotencyConcurrent},
+	{"IdempotencyKeyFreedByDelete", testIdempotencyKeyFreed},
+	{"Fetch", testFetch},
+	{"FetchConcurrent", testFetchConcurrent},
+	{"TimeZones", testTimeZones},
+	{"NextDue", testNextDue},
+	{"FinishComplete", testFinishComplete},
+	{"FinishRetry", testFinishRetry},
+	{"FinishBury", testFinishBury},
+	{"FinishSnooze", testFinishSnooze},
+	{"FinishRelease", testFinishRelease},
+	{"FinishCancel", testFinishCancel},
+	{"Fencing", testFencing},
+	{"FencingBatch", testFencingBatch},
+	{"Heartbeat", testHeartbeat},
+	{"Expired", testExpired},
+	{"GetNotFound", testGetNotFound},
+	{"ListFilters", testListFilters},
+	{"ListPagination", testListPagination},
+	{"ListPaginationDead", testListPaginationDead},
+	{"ListCursorInvalid", testListCursorInvalid},
+	{"ListErrorContainsUnicode", testListErrorContainsUnicode},
+	{"Groups", testGroups},
+	{"Cancel", testCancel},
+	{"Redrive", testRedrive},
+	{"Purge", testPurge},
+	{"DeleteFinished", testDeleteFinished},
+	{"Stats", testStats},
+	{"Close", testClose},
+	{"Lifecycle", testLifecycle},
+	{"LargeDLQ", testLargeDLQ},
+}
+
+// Run runs the whole conformance suite as subtests of t. open returns a
+// NEW, EMPTY, isolated store for each subtest; the suite closes it when the
+// subtest ends (a Close that reports store.ErrClosed is accepted, since
+// some subtests close the store themselves). Subtests call t.Parallel.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Helper()
+	for _, st := range subtests {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			s := open(t)
+			if s == nil {
+				t.Fatal("open returned a nil store")
+			}
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			st.fn(&h{t: t, s: s, ctx: t.Context()})
+		})
+	}
+}
