@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,30 +125,33 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 	}
 	out := make([]*store.Job, len(jobs))
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		ins := s.stmt(tx, "insert")
-		var byKey *sql.Stmt
+		clear(out)
 		counts := map[[2]string]int64{}
-		for i := range jobs {
+		// Jobs without an idempotency key cannot conflict: consecutive runs
+		// of them go in multi-row statements. Jobs with a key go one by one,
+		// so that each conflict returns the job holding the key. Input order
+		// is kept, so ids increase in insertion order.
+		var ins, byKey *sql.Stmt
+		for i := 0; i < len(jobs); {
+			if jobs[i].IdempotencyKey == "" {
+				var run []int
+				for i < len(jobs) && jobs[i].IdempotencyKey == "" && len(run) < multiInsertRows {
+					run = append(run, i)
+					i++
+				}
+				if err := s.insertMany(ctx, tx, jobs, run, now, out, counts); err != nil {
+					return err
+				}
+				continue
+			}
 			nj := &jobs[i]
-			runAt := nj.RunAt
-			if runAt.IsZero() {
-				runAt = now
+			i++
+			if ins == nil {
+				ins = s.stmt(tx, "insert")
 			}
-			state := store.Pending
-			if runAt.After(now) {
-				state = store.Scheduled
-			}
-			payload := []byte(nj.Payload)
-			if len(payload) == 0 {
-				payload = []byte("null")
-			}
-			reproc := 1
-			if nj.NotReprocessable {
-				reproc = 0
-			}
+			v := newRow(nj, now)
 			var id int64
-			err := ins.QueryRowContext(ctx, nj.Queue, nj.Kind, payload, string(state), nj.MaxRetries, nullBytes(nj.Policy),
-				nullString(nj.IdempotencyKey), nj.Dependency, reproc, micros(now), micros(runAt)).Scan(&id)
+			err := ins.QueryRowContext(ctx, v.args()...).Scan(&id)
 			if errors.Is(err, sql.ErrNoRows) {
 				if byKey == nil {
 					byKey = s.stmt(tx, "byKey")
@@ -157,7 +161,7 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 					return fmt.Errorf("sqlite: enqueue: read job holding key: %w", err)
 				}
 				j.Existing = true
-				out[i] = j
+				out[i-1] = j
 				counts[[2]string{nj.Queue, store.StatDeduplicated}]++
 				continue
 			}
@@ -165,12 +169,7 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 				return fmt.Errorf("sqlite: enqueue: %w", err)
 			}
 			counts[[2]string{nj.Queue, store.StatEnqueued}]++
-			out[i] = &store.Job{
-				ID: id, Queue: nj.Queue, Kind: nj.Kind, Payload: json.RawMessage(payload), State: state,
-				MaxRetries: nj.MaxRetries, Policy: nj.Policy, IdempotencyKey: nj.IdempotencyKey,
-				Dependency: nj.Dependency, Reprocessable: !nj.NotReprocessable,
-				CreatedAt: fromMicros(micros(now)), RunAt: fromMicros(micros(runAt)), History: []store.Event{},
-			}
+			out[i-1] = v.job(id, nj)
 		}
 		return s.addCounters(ctx, tx, counts)
 	})
@@ -178,6 +177,109 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 		return nil, err
 	}
 	return out, nil
+}
+
+// multiInsertRows bounds the rows of one multi-row INSERT (11 parameters
+// each, well under SQLite's limit).
+const multiInsertRows = 100
+
+// row is a new job's column values.
+type row struct {
+	queue, kind, dependency string
+	payload, policy         []byte
+	state                   store.State
+	maxRetries, reproc      int
+	idem                    any
+	created, runAt          int64
+}
+
+func newRow(nj *store.NewJob, now time.Time) row {
+	runAt := nj.RunAt
+	if runAt.IsZero() {
+		runAt = now
+	}
+	r := row{queue: nj.Queue, kind: nj.Kind, dependency: nj.Dependency, payload: nj.Payload, policy: nj.Policy,
+		state: dueState(runAt, now), maxRetries: nj.MaxRetries, reproc: 1, idem: nullString(nj.IdempotencyKey),
+		created: micros(now), runAt: micros(runAt)}
+	if len(r.payload) == 0 {
+		r.payload = []byte("null")
+	}
+	if nj.NotReprocessable {
+		r.reproc = 0
+	}
+	return r
+}
+
+func (r *row) args() []any {
+	return []any{r.queue, r.kind, r.payload, string(r.state), r.maxRetries, nullBytes(r.policy), r.idem, r.dependency, r.reproc, r.created, r.runAt}
+}
+
+func (r *row) job(id int64, nj *store.NewJob) *store.Job {
+	return &store.Job{
+		ID: id, Queue: r.queue, Kind: r.kind, Payload: json.RawMessage(r.payload), State: r.state,
+		MaxRetries: r.maxRetries, Policy: nj.Policy, IdempotencyKey: nj.IdempotencyKey,
+		Dependency: r.dependency, Reprocessable: r.reproc == 1,
+		CreatedAt: fromMicros(r.created), RunAt: fromMicros(r.runAt), History: []store.Event{},
+	}
+}
+
+// insertMany inserts the jobs at idx (none has an idempotency key) in one
+// statement. AUTOINCREMENT hands out increasing ids in VALUES order, so
+// the returned ids, sorted, are the jobs' ids in order.
+func (s *Store) insertMany(ctx context.Context, tx *sql.Tx, jobs []store.NewJob, idx []int, now time.Time, out []*store.Job, counts map[[2]string]int64) error {
+	q := `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at) VALUES ` +
+		strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(idx)-1) + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+	rowsv := make([]row, len(idx))
+	args := make([]any, 0, 11*len(idx))
+	for k, i := range idx {
+		rowsv[k] = newRow(&jobs[i], now)
+		args = append(args, rowsv[k].args()...)
+	}
+	st, err := s.multiInsert(ctx, tx, len(idx), q)
+	if err != nil {
+		return fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	ids := make([]int64, 0, len(idx))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlite: enqueue: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	if len(ids) != len(idx) {
+		return fmt.Errorf("sqlite: enqueue: inserted %d rows, want %d", len(ids), len(idx))
+	}
+	slices.Sort(ids)
+	for k, i := range idx {
+		out[i] = rowsv[k].job(ids[k], &jobs[i])
+		counts[[2]string{jobs[i].Queue, store.StatEnqueued}]++
+	}
+	return nil
+}
+
+// multiInsert returns the prepared multi-row INSERT for n rows, preparing
+// it once per size on the writer connection.
+func (s *Store) multiInsert(ctx context.Context, tx *sql.Tx, n int, q string) (*sql.Stmt, error) {
+	st, ok := s.multi[n]
+	if !ok {
+		var err error
+		st, err = s.wconn.PrepareContext(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		s.multi[n] = st
+	}
+	return tx.Stmt(st), nil
 }
 
 func validateNew(nj *store.NewJob) error {
@@ -323,69 +425,9 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			}
 			return st
 		}
-		addCounters := func(o *store.Outcome) {
-			for _, c := range o.Counters {
-				name := c.Name
-				if c.Class != "" {
-					name += "." + c.Class
-				}
-				counts[[2]string{c.Queue, name}] += c.N
-			}
-		}
-		// Completions without an event, the bulk of any workload, go in
-		// one statement.
-		// Only a job that appears once in the batch may take the bulk
-		// path: several outcomes for one job must apply in order.
-		seen := make(map[int64]int, len(outcomes))
-		for i := range outcomes {
-			seen[outcomes[i].JobID]++
-		}
-		inBulk := make([]bool, len(outcomes))
-		var bulk []int
-		for i := range outcomes {
-			if outcomes[i].Kind == store.Complete && events[i] == nil && seen[outcomes[i].JobID] == 1 {
-				bulk = append(bulk, i)
-				inBulk[i] = true
-			}
-		}
-		if len(bulk) > 0 {
-			byID := make(map[int64]int, len(bulk))
-			arr := make([][4]any, len(bulk))
-			for k, i := range bulk {
-				o := &outcomes[i]
-				arr[k] = [4]any{o.JobID, o.Attempt, o.Worker, micros(o.At)}
-				byID[o.JobID] = i
-			}
-			b, err := json.Marshal(arr)
-			if err != nil {
-				return fmt.Errorf("sqlite: finish: %w", err)
-			}
-			rows, err := get("completeMany").QueryContext(ctx, string(b))
-			if err != nil {
-				return fmt.Errorf("sqlite: finish: %w", err)
-			}
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return fmt.Errorf("sqlite: finish: %w", err)
-				}
-				if i, ok := byID[id]; ok && !applied[i] {
-					applied[i] = true
-					addCounters(&outcomes[i])
-				}
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return fmt.Errorf("sqlite: finish: %w", err)
-			}
-		}
 		for i := range outcomes {
 			o := &outcomes[i]
 			ev := events[i]
-			if inBulk[i] {
-				continue
-			}
 			at := micros(o.At)
 			var res sql.Result
 			var err error
@@ -418,7 +460,13 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				continue
 			}
 			applied[i] = true
-			addCounters(o)
+			for _, c := range o.Counters {
+				name := c.Name
+				if c.Class != "" {
+					name += "." + c.Class
+				}
+				counts[[2]string{c.Queue, name}] += c.N
+			}
 		}
 		return s.addCounters(ctx, tx, counts)
 	})

@@ -85,7 +85,8 @@ type Store struct {
 	ops    chan *op
 	maxB   int
 	stmts  map[string]*sql.Stmt
-	mu     sync.RWMutex // guards closed against sends on ops
+	multi  map[int]*sql.Stmt // multi-row inserts by row count; writer goroutine only
+	mu     sync.RWMutex      // guards closed against sends on ops
 	closed bool
 	done   chan struct{}
 }
@@ -162,6 +163,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		ops:   make(chan *op, opts.MaxBatch),
 		maxB:  opts.MaxBatch,
 		stmts: map[string]*sql.Stmt{},
+		multi: map[int]*sql.Stmt{},
 		done:  make(chan struct{}),
 	}
 	if err := s.migrate(ctx); err != nil {
@@ -264,14 +266,6 @@ var writeSQL = map[string]string{
 	"cancelRunning": `UPDATE jobs SET state = 'canceled', finished_at = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
-	// completeMany applies a batch of completions in one statement: the
-	// JSON array holds [id, attempt, worker, finished_at] per job. The
-	// unary + keeps the planner from driving the join from the state
-	// index (every running job) instead of the batch's ids.
-	"completeMany": `UPDATE jobs SET state = 'completed', finished_at = v.value ->> 3, lease_until = NULL, worker = NULL, cancel_requested = 0
-		FROM json_each(?) AS v
-		WHERE jobs.id = v.value ->> 0 AND +jobs.state = 'running' AND jobs.attempt = v.value ->> 1 AND jobs.worker = v.value ->> 2
-		RETURNING jobs.id`,
 	"counter": `INSERT INTO counters (queue, name, n) VALUES (?, ?, ?)
 		ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n`,
 }
@@ -434,6 +428,9 @@ func (s *Store) Close() error {
 func (s *Store) closeDBs() error {
 	var errs []error
 	for _, st := range s.stmts {
+		st.Close()
+	}
+	for _, st := range s.multi {
 		st.Close()
 	}
 	if s.wconn != nil {
