@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -683,5 +684,67 @@ func TestHandlerSeesOpenBreakerIsDeferred(t *testing.T) {
 	}
 	if j.History[0].Kind != store.EventDeferred || j.History[0].Reason != "breaker_open:payments" {
 		t.Fatalf("history %+v", j.History)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the worker's concurrent logging.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) lines() []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(string(s.b)), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestRetryAndDLQAreLogged(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	e := newEnv(t, redrive.WorkerOptions{Logger: log})
+	e.worker.HandleFunc("fails", func(ctx context.Context, j *redrive.Job) error {
+		return &failure.StatusError{Code: 502, Status: "502 Bad Gateway"}
+	})
+	e.start()
+	job, _ := e.client.Enqueue(context.Background(), "fails", nil, redrive.MaxRetries(1))
+	e.waitState(job.ID, redrive.Dead)
+	e.stop()
+	var retries, dead int
+	for _, l := range buf.lines() {
+		switch l["msg"] {
+		case "job failed; retry scheduled":
+			retries++
+			for _, k := range []string{"job_id", "kind", "attempt", "class", "delay", "error", "reason"} {
+				if _, ok := l[k]; !ok {
+					t.Errorf("retry log lacks %q: %v", k, l)
+				}
+			}
+			if l["level"] != "INFO" || l["class"] != "transient" || l["reason"] != "http_502" {
+				t.Errorf("retry log %v", l)
+			}
+		case "job moved to the DLQ":
+			dead++
+			if l["level"] != "WARN" || l["reason"] != "retries_exhausted" || l["job_id"] != float64(job.ID) {
+				t.Errorf("DLQ log %v", l)
+			}
+		}
+	}
+	if retries != 1 || dead != 1 {
+		t.Fatalf("%d retry and %d DLQ log lines, want 1 and 1", retries, dead)
 	}
 }

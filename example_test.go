@@ -1,0 +1,81 @@
+package redrive_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store/sqlite"
+)
+
+// A worker retries a failing job by its policy and moves it to the DLQ when
+// retries are exhausted; an operator then redrives it.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "redrive-example")
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "redrive.db"), sqlite.Options{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+	client := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})
+
+	policy := retry.DefaultPolicy()
+	policy.Initial, policy.Jitter = time.Millisecond, retry.JitterNone // fast, for the example
+	worker := redrive.NewWorker(client, redrive.WorkerOptions{Policy: &policy, Logger: quiet})
+
+	type Invoice struct{ Number string }
+	fixed := make(chan struct{})
+	redrive.Handle(worker, "invoice", func(ctx context.Context, job *redrive.Job, inv Invoice) error {
+		select {
+		case <-fixed:
+			return nil
+		default:
+			return errors.New("billing API unavailable")
+		}
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { worker.Run(runCtx); close(done) }()
+
+	job, _ := client.Enqueue(ctx, "invoice", Invoice{Number: "INV-7"},
+		redrive.IdempotencyKey(redrive.KeyOf("invoice", "INV-7")))
+	again, _ := client.Enqueue(ctx, "invoice", Invoice{Number: "INV-7"},
+		redrive.IdempotencyKey(redrive.KeyOf("invoice", "INV-7")))
+	fmt.Println("same job:", again.ID == job.ID, "existing:", again.Existing)
+
+	j := waitFor(client, job.ID, redrive.Dead)
+	fmt.Println(j.State, "after", j.Attempt, "attempts:", j.DeadReason)
+
+	close(fixed) // the operator fixes the cause...
+	client.Redrive(ctx, redrive.RedriveRequest{IDs: []int64{job.ID}, Note: "billing is back"})
+	j = waitFor(client, job.ID, redrive.Completed)
+	fmt.Println(j.State, "after redrive, history of", len(j.History), "events")
+
+	stop()
+	<-done
+	// Output:
+	// same job: true existing: true
+	// dead after 4 attempts: retries_exhausted
+	// completed after redrive, history of 5 events
+}
+
+func waitFor(c *redrive.Client, id int64, state redrive.State) *redrive.Job {
+	for {
+		j, err := c.Get(context.Background(), id)
+		if err == nil && j.State == state {
+			return j
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
