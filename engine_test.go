@@ -648,11 +648,17 @@ func TestEnqueueValidation(t *testing.T) {
 	c := redrive.NewClient(openStore(t), redrive.ClientOptions{Logger: quietLogger(), MaxPayload: 64})
 	ctx := context.Background()
 	cases := map[string]func() error{
-		"no kind":      func() error { _, err := c.Enqueue(ctx, "", nil); return err },
-		"bad json":     func() error { _, err := c.Enqueue(ctx, "k", []byte("{nope")); return err },
-		"too big":      func() error { _, err := c.Enqueue(ctx, "k", map[string]string{"x": string(make([]byte, 100))}); return err },
-		"neg retries":  func() error { _, err := c.Enqueue(ctx, "k", nil, redrive.MaxRetries(-1)); return err },
-		"bad policy":   func() error { _, err := c.Enqueue(ctx, "k", nil, redrive.WithPolicy(retry.Policy{Multiplier: 0.5})); return err },
+		"no kind":  func() error { _, err := c.Enqueue(ctx, "", nil); return err },
+		"bad json": func() error { _, err := c.Enqueue(ctx, "k", []byte("{nope")); return err },
+		"too big": func() error {
+			_, err := c.Enqueue(ctx, "k", map[string]string{"x": string(make([]byte, 100))})
+			return err
+		},
+		"neg retries": func() error { _, err := c.Enqueue(ctx, "k", nil, redrive.MaxRetries(-1)); return err },
+		"bad policy": func() error {
+			_, err := c.Enqueue(ctx, "k", nil, redrive.WithPolicy(retry.Policy{Multiplier: 0.5}))
+			return err
+		},
 		"unencodable":  func() error { _, err := c.Enqueue(ctx, "k", func() {}); return err },
 		"batch 2 of 2": func() error { _, err := c.EnqueueMany(ctx, []redrive.Request{{Kind: "k"}, {}}); return err },
 	}

@@ -56,6 +56,16 @@ type WorkerOptions struct {
 	// FetchBatch bounds how many jobs one fetch leases (default: the
 	// queue's concurrency, at most 1000).
 	FetchBatch int
+	// Lookahead lets the worker lease jobs due within this window and
+	// start each at its due time itself, so a retry due at T starts at T
+	// rather than a database round trip later (default 5ms; negative
+	// disables).
+	Lookahead time.Duration
+	// FetchCooldown is how long a busy queue waits, once a slot frees up,
+	// for more slots before fetching, so that fetches stay batched
+	// (default 1ms; negative disables). A queue with most slots free
+	// fetches at once, so due jobs are not delayed by it.
+	FetchCooldown time.Duration
 	// ShutdownTimeout is how long Run lets running handlers finish after
 	// its context ends before canceling them (default 30s).
 	ShutdownTimeout time.Duration
@@ -170,6 +180,15 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Second
 	}
+	if opts.Lookahead == 0 {
+		opts.Lookahead = 5 * time.Millisecond
+	}
+	if opts.Lookahead < 0 {
+		opts.Lookahead = 0
+	}
+	if opts.FetchCooldown == 0 {
+		opts.FetchCooldown = time.Millisecond
+	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
@@ -213,7 +232,8 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		if batch <= 0 || batch > conc {
 			batch = min(conc, 1000)
 		}
-		qr := &queueRunner{w: w, name: q, concurrency: conc, batch: batch, wakeC: make(chan struct{}, 1), freeC: make(chan struct{}, 1)}
+		qr := &queueRunner{w: w, name: q, concurrency: conc, batch: batch, wakeC: make(chan struct{}, 1), freeC: make(chan struct{}, 1),
+			jobsC: make(chan *Job, conc)}
 		if !opts.DisableRetryBudget {
 			qr.budget = retry.NewBudget(opts.RetryBudget)
 		}
@@ -318,6 +338,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.releaseAll()
 		}
 	}
+	for _, q := range w.queues {
+		close(q.jobsC) // every leased job was handled: the handler goroutines exit
+	}
 	w.completer.drain()
 	bgCancel()
 	bg.Wait()
@@ -364,6 +387,8 @@ type queueRunner struct {
 	budget      *retry.Budget
 
 	active atomic.Int64
+	idle   atomic.Int64 // handler goroutines waiting for a job
+	jobsC  chan *Job    // leased jobs handed to idle handler goroutines
 	wakeC  chan struct{}
 	freeC  chan struct{}
 	hint   atomic.Int64 // earliest due time (unix nanos) announced by a wake-up, 0 = none
@@ -387,6 +412,37 @@ func (q *queueRunner) wake(t time.Time) {
 	}
 }
 
+// dispatch hands a leased job to an idle handler goroutine, starting one
+// when none is idle. Handler goroutines live as long as the worker, so
+// their stacks, once grown, are reused rather than grown again per job.
+// A goroutine counts itself idle before it frees its slot, so there are
+// never more goroutines than the queue's concurrency.
+func (q *queueRunner) dispatch(j *Job) {
+	for {
+		n := q.idle.Load()
+		if n == 0 {
+			break
+		}
+		if q.idle.CompareAndSwap(n, n-1) {
+			q.jobsC <- j
+			return
+		}
+	}
+	go q.handlerLoop(j)
+}
+
+func (q *queueRunner) handlerLoop(j *Job) {
+	for {
+		q.w.execute(q, j)
+		q.idle.Add(1)
+		q.release()
+		var ok bool
+		if j, ok = <-q.jobsC; !ok {
+			return
+		}
+	}
+}
+
 func (q *queueRunner) release() {
 	q.active.Add(-1)
 	select {
@@ -407,13 +463,24 @@ func (q *queueRunner) loop(ctx context.Context) {
 			case <-q.freeC:
 			case <-ctx.Done():
 			}
+			// Slots free up one by one as handlers finish; a fetch per slot
+			// would pay a commit per job. Let a few more finish first (an
+			// idle queue, with every slot free, fetches at once).
+			if free := q.concurrency - int(q.active.Load()); free < q.batch/2 && w.opts.FetchCooldown > 0 {
+				timer.Reset(w.opts.FetchCooldown)
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+					timer.Stop()
+				}
+			}
 			continue
 		}
 		q.hint.Store(0)
 		now := w.client.now()
 		limit := min(free, q.batch)
 		jobs, err := w.store.Fetch(ctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
-			LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
+			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -428,7 +495,7 @@ func (q *queueRunner) loop(ctx context.Context) {
 		for _, j := range jobs {
 			q.active.Add(1)
 			w.active.Add(1)
-			go w.execute(q, j)
+			q.dispatch(j)
 		}
 		if len(jobs) == limit {
 			continue // there may be more due right now
@@ -437,10 +504,10 @@ func (q *queueRunner) loop(ctx context.Context) {
 		// the poll interval.
 		wait := w.opts.PollInterval
 		if next, ok, err := w.store.NextDue(ctx, q.name); err == nil && ok {
-			wait = min(wait, time.Until(next))
+			wait = min(wait, time.Until(next)-w.opts.Lookahead)
 		}
 		if h := q.hint.Load(); h != 0 {
-			wait = min(wait, time.Until(time.Unix(0, h)))
+			wait = min(wait, time.Until(time.Unix(0, h))-w.opts.Lookahead)
 		}
 		if wait <= 0 {
 			continue
@@ -456,7 +523,7 @@ func (q *queueRunner) sleep(ctx context.Context, timer *time.Timer, d time.Durat
 	case <-timer.C:
 	case <-q.wakeC:
 		if h := q.hint.Load(); h != 0 {
-			if wait := time.Until(time.Unix(0, h)); wait > 0 {
+			if wait := time.Until(time.Unix(0, h)) - q.w.opts.Lookahead; wait > 0 {
 				// Work announced for later: keep sleeping until then (or the
 				// original deadline, whichever is first).
 				q.hint.Store(0)
@@ -517,10 +584,20 @@ func (w *Worker) policyFor(q *queueRunner, j *Job, h *handler) retry.Policy {
 }
 
 // execute runs one leased attempt and submits its outcome.
+// The caller frees the queue slot afterwards.
 func (w *Worker) execute(q *queueRunner, j *Job) {
 	defer w.active.Done()
-	defer q.release()
+	// A job leased within the lookahead starts at its due time.
+	if wait := time.Until(j.RunAt); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-w.hardCtx.Done():
+			t.Stop()
+		}
+	}
 	start := w.client.now()
+	j.AttemptedAt = &start
 	if q.budget != nil {
 		q.budget.Attempt()
 	}

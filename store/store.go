@@ -213,9 +213,14 @@ type NewJob struct {
 
 // FetchParams selects and leases due jobs.
 type FetchParams struct {
-	Queue      string
-	Limit      int
-	Now        time.Time // jobs with run_at <= Now are due
+	Queue string
+	Limit int
+	// Now is the time of the fetch, recorded as the attempt's start.
+	Now time.Time
+	// DueBy selects the jobs with run_at <= DueBy (zero: Now). A worker
+	// may lease jobs a few milliseconds before they are due and start
+	// them at their due time itself.
+	DueBy      time.Time
 	LeaseUntil time.Time
 	Worker     string
 }

@@ -124,7 +124,7 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 		}
 	}
 	out := make([]*store.Job, len(jobs))
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Conn) error {
 		clear(out)
 		counts := map[[2]string]int64{}
 		// Jobs without an idempotency key cannot conflict: consecutive runs
@@ -226,7 +226,7 @@ func (r *row) job(id int64, nj *store.NewJob) *store.Job {
 // insertMany inserts the jobs at idx (none has an idempotency key) in one
 // statement. AUTOINCREMENT hands out increasing ids in VALUES order, so
 // the returned ids, sorted, are the jobs' ids in order.
-func (s *Store) insertMany(ctx context.Context, tx *sql.Tx, jobs []store.NewJob, idx []int, now time.Time, out []*store.Job, counts map[[2]string]int64) error {
+func (s *Store) insertMany(ctx context.Context, tx *sql.Conn, jobs []store.NewJob, idx []int, now time.Time, out []*store.Job, counts map[[2]string]int64) error {
 	q := `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at) VALUES ` +
 		strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(idx)-1) + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 	rowsv := make([]row, len(idx))
@@ -269,7 +269,7 @@ func (s *Store) insertMany(ctx context.Context, tx *sql.Tx, jobs []store.NewJob,
 
 // multiInsert returns the prepared multi-row INSERT for n rows, preparing
 // it once per size on the writer connection.
-func (s *Store) multiInsert(ctx context.Context, tx *sql.Tx, n int, q string) (*sql.Stmt, error) {
+func (s *Store) multiInsert(ctx context.Context, tx *sql.Conn, n int, q string) (*sql.Stmt, error) {
 	st, ok := s.multi[n]
 	if !ok {
 		var err error
@@ -279,7 +279,7 @@ func (s *Store) multiInsert(ctx context.Context, tx *sql.Tx, n int, q string) (*
 		}
 		s.multi[n] = st
 	}
-	return tx.Stmt(st), nil
+	return st, nil
 }
 
 func validateNew(nj *store.NewJob) error {
@@ -298,7 +298,7 @@ func validateNew(nj *store.NewJob) error {
 	return nil
 }
 
-func (s *Store) addCounters(ctx context.Context, tx *sql.Tx, counts map[[2]string]int64) error {
+func (s *Store) addCounters(ctx context.Context, tx *sql.Conn, counts map[[2]string]int64) error {
 	if len(counts) == 0 {
 		return nil
 	}
@@ -322,9 +322,13 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		return nil, nil
 	}
 	var ids []int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Conn) error {
 		ids = ids[:0]
-		rows, err := s.stmt(tx, "fetch").QueryContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, p.Queue, micros(p.Now), p.Limit)
+		dueBy := p.DueBy
+		if dueBy.IsZero() {
+			dueBy = p.Now
+		}
+		rows, err := s.stmt(tx, "fetch").QueryContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, p.Queue, micros(dueBy), p.Limit)
 		if err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
@@ -360,29 +364,26 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	return jobs, nil
 }
 
-// readJobs reads jobs by id on the read pool.
+// readJobs reads jobs by id on the read pool, with one statement whose
+// SQL never changes (the ids travel as one JSON array), so it is parsed once
+// per connection rather than once per call.
 func (s *Store) readJobs(ctx context.Context, ids []int64, withHistory bool) ([]*store.Job, error) {
-	db, err := s.readDB()
+	if _, err := s.readDB(); err != nil {
+		return nil, err
+	}
+	st := s.readByIDs
+	if withHistory {
+		st = s.readByIDsFull
+	}
+	b, err := json.Marshal(ids)
 	if err != nil {
 		return nil, err
 	}
-	cols := jobColumnsNoHistory
-	if withHistory {
-		cols = jobColumns
+	rows, err := st.QueryContext(ctx, string(b))
+	if err != nil {
+		return nil, err
 	}
-	out := make([]*store.Job, 0, len(ids))
-	for chunk := range chunks(ids, 500) {
-		rows, err := db.QueryContext(ctx, `SELECT `+cols+` FROM jobs WHERE id IN (`+placeholders(len(chunk))+`)`, int64Args(chunk)...)
-		if err != nil {
-			return nil, err
-		}
-		jobs, err := collect(rows, withHistory)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, jobs...)
-	}
-	return out, nil
+	return collect(rows, withHistory)
 }
 
 // NextDue implements store.Store.
@@ -413,7 +414,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		events[i] = ev
 	}
 	applied := make([]bool, len(outcomes))
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Conn) error {
 		clear(applied)
 		counts := map[[2]string]int64{}
 		stmts := map[string]*sql.Stmt{}
@@ -489,7 +490,7 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until
 		return nil, nil
 	}
 	var cancel []int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Conn) error {
 		cancel = cancel[:0]
 		for chunk := range chunks(ids, 500) {
 			q := `UPDATE jobs SET lease_until = ? WHERE state = 'running' AND worker = ? AND id IN (` + placeholders(len(chunk)) + `)
@@ -842,7 +843,7 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 		return nil, err
 	}
 	var job *store.Job
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *sql.Conn) error {
 		var state, queue string
 		err := tx.QueryRowContext(ctx, `SELECT state, queue FROM jobs WHERE id = ?`, id).Scan(&state, &queue)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -889,7 +890,7 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 	if err != nil {
 		return res, err
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *sql.Conn) error {
 		res.Redriven, res.Refused, res.Skipped = res.Redriven[:0], res.Refused[:0], res.Skipped[:0]
 		counts := map[[2]string]int64{}
 		for _, id := range p.IDs {
@@ -937,7 +938,7 @@ func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, er
 		return 0, nil
 	}
 	var n int64
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *sql.Conn) error {
 		n = 0
 		rows, err := tx.QueryContext(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE `+w+` LIMIT ?) RETURNING queue`,
 			append(args, limit)...)
@@ -974,7 +975,7 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 		return 0, nil
 	}
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Conn) error {
 		n = 0
 		rows, err := tx.QueryContext(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
 			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?) RETURNING queue`, string(state), micros(before), limit)

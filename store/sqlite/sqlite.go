@@ -77,18 +77,21 @@ type Options struct {
 
 // Store is a store.Store on a SQLite file.
 type Store struct {
-	path   string
-	w      *sql.DB
-	wconn  *sql.Conn
-	r      *sql.DB
-	log    *slog.Logger
-	ops    chan *op
-	maxB   int
-	stmts  map[string]*sql.Stmt
-	multi  map[int]*sql.Stmt // multi-row inserts by row count; writer goroutine only
-	mu     sync.RWMutex      // guards closed against sends on ops
-	closed bool
-	done   chan struct{}
+	path  string
+	w     *sql.DB
+	wconn *sql.Conn
+	r     *sql.DB
+	log   *slog.Logger
+	ops   chan *op
+	maxB  int
+	stmts map[string]*sql.Stmt
+	// readByIDs and readByIDsFull read jobs by a JSON array of ids on
+	// the read pool.
+	readByIDs, readByIDsFull *sql.Stmt
+	multi                    map[int]*sql.Stmt // multi-row inserts by row count; writer goroutine only
+	mu                       sync.RWMutex      // guards closed against sends on ops
+	closed                   bool
+	done                     chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -96,7 +99,7 @@ var _ store.Store = (*Store)(nil)
 // op is one write request handled by the writer goroutine.
 type op struct {
 	ctx  context.Context
-	fn   func(tx *sql.Tx) error
+	fn   func(tx *sql.Conn) error
 	done chan error
 }
 
@@ -180,6 +183,14 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	r.SetMaxOpenConns(opts.ReadConns)
 	r.SetMaxIdleConns(opts.ReadConns)
 	s.r = r
+	if s.readByIDs, err = r.PrepareContext(ctx, `SELECT `+jobColumnsNoHistory+` FROM jobs WHERE id IN (SELECT value FROM json_each(?))`); err != nil {
+		s.closeDBs()
+		return nil, fmt.Errorf("sqlite: prepare: %w", err)
+	}
+	if s.readByIDsFull, err = r.PrepareContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id IN (SELECT value FROM json_each(?))`); err != nil {
+		s.closeDBs()
+		return nil, fmt.Errorf("sqlite: prepare: %w", err)
+	}
 	if err := s.prepare(ctx); err != nil {
 		s.closeDBs()
 		return nil, err
@@ -283,7 +294,7 @@ func (s *Store) prepare(ctx context.Context) error {
 
 // write runs fn in the writer's current shared transaction and waits for
 // the commit. fn must not keep a reference to tx.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Conn) error) error {
 	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	s.mu.RLock()
 	if s.closed {
@@ -338,7 +349,7 @@ func (s *Store) runBatch(batch []*op) {
 		return
 	}
 	errs := make([]error, len(live))
-	err := s.inTx(func(tx *sql.Tx) error {
+	err := s.inTx(func(tx *sql.Conn) error {
 		for i, o := range live {
 			errs[i] = o.fn(tx)
 			if errs[i] != nil && !isRequestError(errs[i]) {
@@ -361,7 +372,7 @@ func (s *Store) runBatch(batch []*op) {
 	// bad request cannot fail the others.
 	for _, o := range live {
 		var opErr error
-		txErr := s.inTx(func(tx *sql.Tx) error {
+		txErr := s.inTx(func(tx *sql.Conn) error {
 			opErr = o.fn(tx)
 			if opErr != nil && !isRequestError(opErr) {
 				return opErr
@@ -384,31 +395,40 @@ func isRequestError(err error) bool {
 		errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotReprocessable)
 }
 
-func (s *Store) inTx(fn func(tx *sql.Tx) error) (err error) {
+// inTx runs fn in one transaction on the writer connection. The writer
+// owns the connection, so it issues BEGIN and COMMIT itself: statements
+// prepared once on the connection are then used as they are (database/sql
+// would prepare them again in every *sql.Tx).
+func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 	ctx := context.Background()
-	tx, err := s.wconn.BeginTx(ctx, nil)
-	if err != nil {
+	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("sqlite: begin: %w", err)
+	}
+	rollback := func() {
+		if _, err := s.wconn.ExecContext(ctx, "ROLLBACK"); err != nil {
+			s.log.Error("sqlite: rollback failed", "error", err)
+		}
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			tx.Rollback()
+			rollback()
 			panic(p)
 		}
 	}()
-	if err := fn(tx); err != nil {
-		tx.Rollback()
+	if err := fn(s.wconn); err != nil {
+		rollback()
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
+		rollback()
 		return fmt.Errorf("sqlite: commit: %w", err)
 	}
 	return nil
 }
 
-// stmt returns the prepared statement bound to tx.
-func (s *Store) stmt(tx *sql.Tx, name string) *sql.Stmt {
-	return tx.Stmt(s.stmts[name])
+// stmt returns a statement prepared on the writer connection.
+func (s *Store) stmt(_ *sql.Conn, name string) *sql.Stmt {
+	return s.stmts[name]
 }
 
 // Close stops the writer after the queued writes and closes the database.
@@ -432,6 +452,11 @@ func (s *Store) closeDBs() error {
 	}
 	for _, st := range s.multi {
 		st.Close()
+	}
+	for _, st := range []*sql.Stmt{s.readByIDs, s.readByIDsFull} {
+		if st != nil {
+			st.Close()
+		}
 	}
 	if s.wconn != nil {
 		errs = append(errs, s.wconn.Close())

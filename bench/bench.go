@@ -1,0 +1,450 @@
+// Package bench holds the workloads behind `redrive bench`: throughput
+// (burn-down), continuous, failure, lateness and depth. Each one opens a
+// fresh SQLite database, drives the real redrive.Client and redrive.Worker
+// on it and returns figures it measured (never estimated) with the
+// parameters and the environment they were measured in.
+//
+// The workloads are plain functions taking a Config, so that Go tests and
+// benchmarks can drive them as well as the CLI:
+//
+//	res, err := bench.Throughput(ctx, bench.Config{Workers: 100}, 100000)
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store/sqlite"
+)
+
+// Defaults of the workloads' parameters, shared with the CLI's flags.
+const (
+	DefaultWorkers       = 100
+	DefaultThroughputN   = 100000
+	DefaultFailureN      = 20000
+	DefaultLatenessN     = 200
+	DefaultProducers     = 4
+	DefaultBatch         = 100
+	DefaultDuration      = 10 * time.Second
+	DefaultWarmup        = time.Second
+	DefaultRetryDelay    = time.Second
+	DefaultInterval      = 20 * time.Millisecond
+	DefaultWaiting       = 1000000
+	DefaultDue           = 50000
+	DefaultCompare       = 1000
+	DefaultStallTimeout  = time.Minute
+	insertBatch          = 1000             // EnqueueMany batch of the burn-down workloads
+	depthInsertBatch     = redrive.MaxBatch // EnqueueMany batch of the depth pre-insert
+	noopKind             = "bench.noop"
+	failKind             = "bench.fail"
+	rssSampleInterval    = 100 * time.Millisecond
+	progressPollInterval = 50 * time.Millisecond
+)
+
+// ErrCheck is wrapped by the error a workload returns, together with its
+// result, when a consistency check on the figures failed (for instance the
+// store does not count N completed jobs).
+var ErrCheck = errors.New("bench: check failed")
+
+// Config holds the settings every workload shares. The zero value runs
+// with the defaults.
+type Config struct {
+	// Workers is the worker's concurrency on the queue (default 100).
+	Workers int
+	// FetchBatch is WorkerOptions.FetchBatch: how many jobs one fetch
+	// leases (0: the engine's default, the concurrency capped at 1000).
+	FetchBatch int
+	// Synchronous is sqlite.Options.Synchronous: "full" (default) or
+	// "normal".
+	Synchronous string
+	// RetryBudget keeps the engine's per-queue retry budget on. It is off
+	// by default: the failure and lateness workloads retry most of their
+	// attempts on purpose, and the budget would spread those retries out
+	// and measure itself instead of the engine.
+	RetryBudget bool
+	// DBDir is where the fresh database's directory is created (default:
+	// the system's temporary directory).
+	DBDir string
+	// Keep keeps the database after the workload instead of deleting it;
+	// its path is then reported in Meta.DBPath.
+	Keep bool
+	// ErrorLog receives the engine's error logs (default os.Stderr).
+	// Everything below the error level is discarded.
+	ErrorLog io.Writer
+	// StallTimeout aborts a workload whose jobs stop progressing for that
+	// long (default 1 minute): a liveness guard, not a measurement.
+	StallTimeout time.Duration
+	// WorkStarted and WorkDone, when set, are called just before the
+	// burn-down phase of the throughput workload starts and just after its
+	// last job ran. A Go benchmark passes b.StartTimer and b.StopTimer so
+	// that only the burn-down is timed.
+	WorkStarted, WorkDone func()
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Synchronous == "" {
+		c.Synchronous = "full"
+	}
+	c.Synchronous = strings.ToLower(c.Synchronous)
+	if c.ErrorLog == nil {
+		c.ErrorLog = os.Stderr
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	switch {
+	case c.Workers < 1:
+		return c, fmt.Errorf("bench: workers must be at least 1, got %d", c.Workers)
+	case c.FetchBatch < 0:
+		return c, fmt.Errorf("bench: fetch batch must not be negative, got %d", c.FetchBatch)
+	case c.Synchronous != "full" && c.Synchronous != "normal":
+		return c, fmt.Errorf("bench: synchronous must be \"full\" or \"normal\", got %q", c.Synchronous)
+	}
+	return c, nil
+}
+
+// settings returns the parameters every result reports.
+func (c Config) settings() Settings {
+	return Settings{Workers: c.Workers, FetchBatch: c.FetchBatch, Synchronous: c.Synchronous, RetryBudget: c.RetryBudget}
+}
+
+// Settings are the parameters shared by every workload, as reported.
+type Settings struct {
+	Workers int `json:"workers"`
+	// FetchBatch 0 means the engine's default (the concurrency, at most 1000).
+	FetchBatch  int    `json:"fetch_batch"`
+	Synchronous string `json:"synchronous"`
+	RetryBudget bool   `json:"retry_budget"`
+}
+
+func (s Settings) figures() []Figure {
+	fb := strconv.Itoa(s.FetchBatch)
+	if s.FetchBatch == 0 {
+		fb = "engine default (min(workers, 1000))"
+	}
+	budget := "off"
+	if s.RetryBudget {
+		budget = "on"
+	}
+	return []Figure{
+		{"workers", strconv.Itoa(s.Workers)},
+		{"fetch batch", fb},
+		{"synchronous", s.Synchronous},
+		{"retry budget", budget},
+	}
+}
+
+// Env describes where the figures were measured.
+type Env struct {
+	GoVersion  string `json:"go_version"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	NumCPU     int    `json:"num_cpu"`
+}
+
+// CurrentEnv returns the environment of this process.
+func CurrentEnv() Env {
+	return Env{GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH,
+		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU()}
+}
+
+// String formats the environment on one line.
+func (e Env) String() string {
+	return fmt.Sprintf("%s %s/%s, GOMAXPROCS=%d, NumCPU=%d", e.GoVersion, e.OS, e.Arch, e.GOMAXPROCS, e.NumCPU)
+}
+
+// Meta is what every result carries besides its own parameters and
+// figures.
+type Meta struct {
+	Workload string    `json:"workload"`
+	Env      Env       `json:"env"`
+	Started  time.Time `json:"started"`
+	// Elapsed is the wall time of the whole workload, set-up included.
+	Elapsed Duration `json:"elapsed_ms"`
+	// DBBytes is the size of the database files (main file and WAL) at
+	// the end of the workload.
+	DBBytes int64 `json:"db_bytes"`
+	// DBPath is the database kept with Config.Keep; empty when it was
+	// deleted.
+	DBPath string `json:"db_path,omitempty"`
+}
+
+// Figure is one named value of a result, formatted for people.
+type Figure struct {
+	Name  string
+	Value string
+}
+
+// Result is what every workload returns: its metadata, its parameters and
+// its figures, for the CLI's human output. The concrete types also encode
+// to JSON with every figure.
+type Result interface {
+	Info() *Meta
+	Parameters() []Figure
+	Figures() []Figure
+}
+
+// Duration is a time.Duration that encodes to JSON as a number of
+// milliseconds.
+type Duration time.Duration
+
+// MarshalJSON encodes the duration as milliseconds.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(float64(d) / float64(time.Millisecond))
+}
+
+// UnmarshalJSON decodes a number of milliseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var ms float64
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return fmt.Errorf("bench: duration: want milliseconds as a number: %w", err)
+	}
+	*d = Duration(ms * float64(time.Millisecond))
+	return nil
+}
+
+// String formats the duration like time.Duration, rounded for reading.
+func (d Duration) String() string { return fmtDur(time.Duration(d)) }
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	default:
+		return d.Round(time.Microsecond).String()
+	}
+}
+
+// rate is n per second over d, 0 for an empty d.
+func rate(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func fmtRate(r float64, unit string) string {
+	return strconv.FormatFloat(r, 'f', 0, 64) + " " + unit + "/s"
+}
+
+// noopArgs is the payload of the no-op jobs (like the River anchor's).
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+// rig is one workload's fresh database, client and worker.
+type rig struct {
+	cfg     Config
+	meta    *Meta
+	dir     string
+	path    string
+	log     *slog.Logger
+	store   *sqlite.Store
+	client  *redrive.Client
+	worker  *redrive.Worker
+	cancel  context.CancelFunc
+	done    chan error
+	stopped bool
+}
+
+// newRig creates a fresh database in its own directory and a client on it.
+func newRig(ctx context.Context, cfg Config, workload string) (*rig, error) {
+	dir, err := os.MkdirTemp(cfg.DBDir, "redrive-bench-"+workload+"-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: create the database directory: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(cfg.ErrorLog, &slog.HandlerOptions{Level: slog.LevelError}))
+	r := &rig{cfg: cfg, dir: dir, path: filepath.Join(dir, "redrive.db"), log: log,
+		meta: &Meta{Workload: workload, Env: CurrentEnv(), Started: time.Now()}}
+	r.store, err = sqlite.Open(ctx, r.path, sqlite.Options{Synchronous: cfg.Synchronous, Logger: log})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	r.client = redrive.NewClient(r.store, redrive.ClientOptions{Logger: log})
+	return r, nil
+}
+
+// newWorker returns a worker on the default queue with the configured
+// concurrency, fetch batch and retry budget; policy may be nil.
+func (r *rig) newWorker(policy *retry.Policy) *redrive.Worker {
+	opts := redrive.WorkerOptions{
+		Queues:             map[string]int{redrive.DefaultQueue: r.cfg.Workers},
+		FetchBatch:         r.cfg.FetchBatch,
+		DisableRetryBudget: !r.cfg.RetryBudget,
+		Logger:             r.log,
+		Policy:             policy,
+	}
+	r.worker = redrive.NewWorker(r.client, opts)
+	return r.worker
+}
+
+// start runs the worker in the background.
+func (r *rig) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan error, 1)
+	go func() { r.done <- r.worker.Run(ctx) }()
+}
+
+// stop shuts the worker down gracefully and waits until every outcome is
+// written.
+func (r *rig) stop() error {
+	if r.cancel == nil || r.stopped {
+		return nil
+	}
+	r.stopped = true
+	r.cancel()
+	return <-r.done
+}
+
+// close stops the worker, closes the store, measures the database files
+// and deletes them unless Keep.
+func (r *rig) close() error {
+	err := r.stop()
+	if cerr := r.store.Close(); err == nil {
+		err = cerr
+	}
+	for _, suffix := range []string{"", "-wal"} {
+		if fi, serr := os.Stat(r.path + suffix); serr == nil {
+			r.meta.DBBytes += fi.Size()
+		}
+	}
+	r.meta.Elapsed = Duration(time.Since(r.meta.Started))
+	if r.cfg.Keep {
+		r.meta.DBPath = r.path
+		return err
+	}
+	if rerr := os.RemoveAll(r.dir); err == nil && rerr != nil {
+		err = fmt.Errorf("bench: delete the database: %w", rerr)
+	}
+	return err
+}
+
+// finish closes the rig, fills in the result's metadata and returns the
+// result with err; a result is returned only when it holds figures worth
+// printing: no error, or a failed consistency check.
+func finish[T any](r *rig, res *T, meta *Meta, err error) (*T, error) {
+	if cerr := r.close(); err == nil {
+		err = cerr
+	}
+	*meta = *r.meta
+	if err != nil && !errors.Is(err, ErrCheck) {
+		return nil, err
+	}
+	return res, err
+}
+
+// insert enqueues n no-op jobs of kind in batches, due at runAt (zero:
+// now), numbering their payloads from first. It returns the time taken.
+func (r *rig) insert(ctx context.Context, kind string, n, batch, first int, runAt time.Time) (time.Duration, error) {
+	reqs := make([]redrive.Request, 0, min(batch, n))
+	t0 := time.Now()
+	for i := 0; i < n; {
+		reqs = reqs[:0]
+		for ; i < n && len(reqs) < batch; i++ {
+			reqs = append(reqs, redrive.Request{Kind: kind, Payload: noopArgs{N: first + i}, RunAt: runAt})
+		}
+		if _, err := r.client.EnqueueMany(ctx, reqs); err != nil {
+			return 0, fmt.Errorf("bench: insert: %w", err)
+		}
+	}
+	return time.Since(t0), nil
+}
+
+// stats reads the store's counts of the default queue.
+func (r *rig) stats(ctx context.Context) (jobs map[redrive.State]int64, counters map[string]int64, err error) {
+	st, err := r.client.Stats(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: stats: %w", err)
+	}
+	jobs, counters = st.Jobs[redrive.DefaultQueue], st.Counters[redrive.DefaultQueue]
+	if jobs == nil {
+		jobs = map[redrive.State]int64{}
+	}
+	if counters == nil {
+		counters = map[string]int64{}
+	}
+	return jobs, counters, nil
+}
+
+// counter counts handler calls and closes reached when the count first
+// reaches target.
+type counter struct {
+	n       atomic.Int64
+	target  int64
+	reached chan struct{}
+}
+
+func newCounter(target int) *counter {
+	c := &counter{target: int64(target), reached: make(chan struct{})}
+	if target <= 0 {
+		close(c.reached)
+	}
+	return c
+}
+
+func (c *counter) inc() {
+	if c.n.Add(1) == c.target {
+		close(c.reached)
+	}
+}
+
+// wait blocks until the counter reaches its target. It gives up when ctx
+// ends or when the count has not moved for stall.
+func (c *counter) wait(ctx context.Context, stall time.Duration, what string) error {
+	tick := time.NewTicker(progressPollInterval)
+	defer tick.Stop()
+	last, lastMove := c.n.Load(), time.Now()
+	for {
+		select {
+		case <-c.reached:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("bench: %s: %d of %d done: %w", what, c.n.Load(), c.target, ctx.Err())
+		case now := <-tick.C:
+			if n := c.n.Load(); n != last {
+				last, lastMove = n, now
+			} else if now.Sub(lastMove) > stall {
+				return fmt.Errorf("bench: %s: stalled at %d of %d for %s", what, n, c.target, stall)
+			}
+		}
+	}
+}
+
+// checks collects consistency checks on a result's figures.
+type checks []string
+
+func (c *checks) expect(name string, got, want int64) {
+	if got != want {
+		*c = append(*c, fmt.Sprintf("%s is %d, want %d", name, got, want))
+	}
+}
+
+func (c checks) err(workload string) error {
+	if len(c) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %s", ErrCheck, workload, strings.Join(c, "; "))
+}

@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/redrivehq/redrive"
+)
+
+// waitingDelay is how far in the future the depth workload's waiting jobs
+// are due: far enough never to become due during a run.
+const waitingDelay = 365 * 24 * time.Hour
+
+// DepthParams are the parameters of the depth workload.
+type DepthParams struct {
+	Settings
+	// Waiting jobs are scheduled a year ahead, in the same queue as the
+	// Due no-op jobs that are burnt down.
+	Waiting int `json:"waiting"`
+	Due     int `json:"due"`
+	// Compare is the waiting count of the baseline run (0: no baseline;
+	// none either when it equals Waiting).
+	Compare     int `json:"compare"`
+	InsertBatch int `json:"insert_batch"`
+}
+
+// DepthRun is one run of the depth workload on its own fresh database.
+type DepthRun struct {
+	Waiting int `json:"waiting"`
+	Due     int `json:"due"`
+	// The pre-insert of the waiting jobs, then of the due ones.
+	InsertWaiting     Duration `json:"insert_waiting_ms"`
+	InsertWaitingRate float64  `json:"insert_waiting_jobs_per_s"`
+	InsertDue         Duration `json:"insert_due_ms"`
+	InsertDueRate     float64  `json:"insert_due_jobs_per_s"`
+	// Work is the time from the worker's start to the last due job's
+	// handler call; Rate is Due over it.
+	Work Duration `json:"work_ms"`
+	Rate float64  `json:"jobs_per_s"`
+	// Resident memory of the process, sampled every 100ms: the largest
+	// value during the pre-insert (database opening included), during the
+	// burn-down, and overall (the final Stats query and closing included).
+	MaxRSSInsert int64 `json:"max_rss_insert_bytes"`
+	MaxRSSWork   int64 `json:"max_rss_work_bytes"`
+	MaxRSS       int64 `json:"max_rss_bytes"`
+	RSSSamples   int   `json:"rss_samples"`
+	// The store's counts at the end: Due completed, Waiting still scheduled.
+	StoreCompleted int64 `json:"store_completed"`
+	StoreScheduled int64 `json:"store_scheduled"`
+	DBBytes        int64 `json:"db_bytes"`
+	// DBPath is the database kept with Config.Keep.
+	DBPath string `json:"db_path,omitempty"`
+}
+
+// DepthResult is what the depth workload measured: the run with Waiting
+// jobs and, when asked for, the baseline run with Compare waiting jobs.
+type DepthResult struct {
+	Meta
+	Params   DepthParams `json:"params"`
+	Run      DepthRun    `json:"run"`
+	Baseline *DepthRun   `json:"baseline,omitempty"`
+	// RateRatio is Run.Rate / Baseline.Rate (0 without a baseline).
+	RateRatio float64 `json:"rate_ratio"`
+}
+
+// Info implements Result.
+func (r *DepthResult) Info() *Meta { return &r.Meta }
+
+// Parameters implements Result.
+func (r *DepthResult) Parameters() []Figure {
+	p := r.Params
+	cmp := "none"
+	if r.Baseline != nil {
+		cmp = fmt.Sprintf("same run with %d waiting", p.Compare)
+	}
+	return append([]Figure{
+		{"waiting jobs", fmt.Sprintf("%d, due in %s, same queue", p.Waiting, fmtDur(waitingDelay))},
+		{"due jobs", strconv.Itoa(p.Due)},
+		{"insert batch", strconv.Itoa(p.InsertBatch)},
+		{"baseline", cmp},
+	}, p.figures()...)
+}
+
+func mb(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" }
+
+func (d *DepthRun) figures(prefix string) []Figure {
+	return []Figure{
+		{prefix + "insert waiting", fmt.Sprintf("%d jobs in %s = %s", d.Waiting, d.InsertWaiting, fmtRate(d.InsertWaitingRate, "jobs"))},
+		{prefix + "insert due", fmt.Sprintf("%d jobs in %s = %s", d.Due, d.InsertDue, fmtRate(d.InsertDueRate, "jobs"))},
+		{prefix + "burn-down", fmt.Sprintf("%d jobs in %s = %s", d.Due, d.Work, fmtRate(d.Rate, "jobs"))},
+		{prefix + "max RSS", fmt.Sprintf("%s during burn-down, %s during insert, %s overall incl. final stats (%d samples)",
+			mb(d.MaxRSSWork), mb(d.MaxRSSInsert), mb(d.MaxRSS), d.RSSSamples)},
+		{prefix + "store", fmt.Sprintf("%d completed, %d scheduled, database %s", d.StoreCompleted, d.StoreScheduled, mb(d.DBBytes))},
+	}
+}
+
+// Figures implements Result.
+func (r *DepthResult) Figures() []Figure {
+	f := r.Run.figures("")
+	if r.Baseline != nil {
+		f = append(f, Figure{fmt.Sprintf("baseline, %d waiting:", r.Baseline.Waiting), ""})
+		f = append(f, r.Baseline.figures("  ")...)
+		f = append(f, Figure{"burn-down vs baseline", fmt.Sprintf("%.1f%% of the baseline's rate", 100*r.RateRatio)})
+	}
+	return f
+}
+
+// Depth measures throughput with a deep backlog: it pre-inserts p.Waiting
+// jobs due a year from now and p.Due no-op jobs due now (EnqueueMany in
+// batches of redrive.MaxBatch), then times the burn-down of the due ones
+// while sampling the process's resident memory every 100ms. Unless
+// p.Compare is 0 or p.Waiting, it then repeats the run on a fresh database
+// with p.Compare waiting jobs and reports the ratio of the two rates.
+func Depth(ctx context.Context, cfg Config, p DepthParams) (*DepthResult, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case p.Waiting < 0:
+		return nil, fmt.Errorf("bench: depth: waiting must not be negative, got %d", p.Waiting)
+	case p.Due < 1:
+		return nil, fmt.Errorf("bench: depth: due must be at least 1, got %d", p.Due)
+	case p.Compare < 0:
+		return nil, fmt.Errorf("bench: depth: compare must not be negative, got %d", p.Compare)
+	}
+	p.Settings, p.InsertBatch = cfg.settings(), depthInsertBatch
+	res := &DepthResult{Params: p}
+	started := time.Now()
+	run, meta, err := depthRun(ctx, cfg, p.Waiting, p.Due)
+	if run == nil {
+		return nil, err
+	}
+	res.Run, res.Meta = *run, meta
+	if err == nil && p.Compare > 0 && p.Compare != p.Waiting {
+		var base *DepthRun
+		base, _, err = depthRun(ctx, cfg, p.Compare, p.Due)
+		if base == nil {
+			return nil, err
+		}
+		res.Baseline = base
+		if base.Rate > 0 {
+			res.RateRatio = res.Run.Rate / base.Rate
+		}
+	}
+	res.Started, res.Elapsed = started, Duration(time.Since(started))
+	return res, err
+}
+
+// depthRun runs once on a fresh database. It returns a nil run on errors
+// other than failed checks.
+func depthRun(ctx context.Context, cfg Config, waiting, due int) (*DepthRun, Meta, error) {
+	debug.FreeOSMemory() // start from the process's floor, not a previous run's garbage
+	rss := startRSS(rssSampleInterval)
+	r, err := newRig(ctx, cfg, "depth")
+	if err != nil {
+		rss.finish()
+		return nil, Meta{}, err
+	}
+	run := &DepthRun{Waiting: waiting, Due: due}
+	err = runDepth(ctx, r, run, rss)
+	var meta Meta
+	out, err := finish(r, run, &meta, err)
+	run.DBBytes, run.DBPath = meta.DBBytes, meta.DBPath
+	var rerr error
+	run.MaxRSS, run.RSSSamples, rerr = rss.finish()
+	if err == nil && rerr != nil {
+		err = rerr
+	}
+	return out, meta, err
+}
+
+func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler) error {
+	ins, err := r.insert(ctx, noopKind, run.Waiting, depthInsertBatch, 0, time.Now().Add(waitingDelay))
+	if err != nil {
+		return err
+	}
+	run.InsertWaiting, run.InsertWaitingRate = Duration(ins), rate(int64(run.Waiting), ins)
+	ins, err = r.insert(ctx, noopKind, run.Due, depthInsertBatch, run.Waiting, time.Time{})
+	if err != nil {
+		return err
+	}
+	run.InsertDue, run.InsertDueRate = Duration(ins), rate(int64(run.Due), ins)
+	run.MaxRSSInsert = rss.mark()
+
+	done := newCounter(run.Due)
+	w := r.newWorker(nil)
+	redrive.Handle(w, noopKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
+		done.inc()
+		return nil
+	})
+	t0 := time.Now()
+	r.start()
+	if err := done.wait(ctx, r.cfg.StallTimeout, "depth"); err != nil {
+		return err
+	}
+	work := time.Since(t0)
+	run.MaxRSSWork = rss.mark()
+	run.Work, run.Rate = Duration(work), rate(int64(run.Due), work)
+	if err := r.stop(); err != nil {
+		return fmt.Errorf("bench: depth: worker: %w", err)
+	}
+	jobs, _, err := r.stats(ctx)
+	if err != nil {
+		return err
+	}
+	run.StoreCompleted, run.StoreScheduled = jobs[redrive.Completed], jobs[redrive.Scheduled]
+	var c checks
+	c.expect("store completed", run.StoreCompleted, int64(run.Due))
+	c.expect("store scheduled", run.StoreScheduled, int64(run.Waiting))
+	return c.err("depth")
+}

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
+)
+
+// ThroughputParams are the parameters of the throughput workload.
+type ThroughputParams struct {
+	Settings
+	// N is the number of no-op jobs burnt down.
+	N int `json:"n"`
+	// InsertBatch is the EnqueueMany batch of the pre-insert.
+	InsertBatch int `json:"insert_batch"`
+}
+
+// ThroughputResult is what the throughput (burn-down) workload measured.
+type ThroughputResult struct {
+	Meta
+	Params ThroughputParams `json:"params"`
+
+	// Insert is the time the pre-insert of N jobs took.
+	Insert     Duration `json:"insert_ms"`
+	InsertRate float64  `json:"insert_jobs_per_s"`
+	// Work is the time from the worker's start to the N-th handler call;
+	// Rate is N over it.
+	Work Duration `json:"work_ms"`
+	Rate float64  `json:"jobs_per_s"`
+	// Durable is the time from the worker's start until its shutdown
+	// returned, every outcome written; DurableRate is N over it.
+	Durable     Duration `json:"durable_ms"`
+	DurableRate float64  `json:"durable_jobs_per_s"`
+	// Handled counts handler calls (more than N only if a job ran twice).
+	Handled int64 `json:"handled"`
+	// StoreCompleted and StoreSucceeded are the store's count of completed
+	// jobs and its succeeded counter at the end: both must equal N.
+	StoreCompleted int64 `json:"store_completed"`
+	StoreSucceeded int64 `json:"store_succeeded"`
+}
+
+// Info implements Result.
+func (r *ThroughputResult) Info() *Meta { return &r.Meta }
+
+// Parameters implements Result.
+func (r *ThroughputResult) Parameters() []Figure {
+	return append([]Figure{{"jobs", strconv.Itoa(r.Params.N)}, {"insert batch", strconv.Itoa(r.Params.InsertBatch)}},
+		r.Params.figures()...)
+}
+
+// Figures implements Result.
+func (r *ThroughputResult) Figures() []Figure {
+	n := r.Params.N
+	return []Figure{
+		{"insert", fmt.Sprintf("%d jobs in %s = %s", n, r.Insert, fmtRate(r.InsertRate, "jobs"))},
+		{"work (handlers)", fmt.Sprintf("%d jobs in %s = %s", n, r.Work, fmtRate(r.Rate, "jobs"))},
+		{"work (durable)", fmt.Sprintf("%d jobs in %s = %s", n, r.Durable, fmtRate(r.DurableRate, "jobs"))},
+		{"handler calls", strconv.FormatInt(r.Handled, 10)},
+		{"store: completed", fmt.Sprintf("%d (succeeded counter %d)", r.StoreCompleted, r.StoreSucceeded)},
+	}
+}
+
+// Throughput pre-inserts n no-op jobs with EnqueueMany in batches of 1000,
+// then starts a worker and times the burn-down until the n-th handler call
+// (and until its shutdown has written every outcome). The store must count
+// n completed jobs at the end, or the result comes with an ErrCheck error.
+func Throughput(ctx context.Context, cfg Config, n int) (*ThroughputResult, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("bench: throughput: the number of jobs must be at least 1, got %d", n)
+	}
+	r, err := newRig(ctx, cfg, "throughput")
+	if err != nil {
+		return nil, err
+	}
+	res := &ThroughputResult{Params: ThroughputParams{Settings: cfg.settings(), N: n, InsertBatch: insertBatch}}
+	return finish(r, res, &res.Meta, runThroughput(ctx, r, res))
+}
+
+func runThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
+	n := res.Params.N
+	ins, err := r.insert(ctx, noopKind, n, insertBatch, 0, time.Time{})
+	if err != nil {
+		return err
+	}
+	res.Insert, res.InsertRate = Duration(ins), rate(int64(n), ins)
+
+	done := newCounter(n)
+	w := r.newWorker(nil)
+	redrive.Handle(w, noopKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
+		done.inc()
+		return nil
+	})
+	if r.cfg.WorkStarted != nil {
+		r.cfg.WorkStarted()
+	}
+	t0 := time.Now()
+	r.start()
+	if err := done.wait(ctx, r.cfg.StallTimeout, "throughput"); err != nil {
+		return err
+	}
+	work := time.Since(t0)
+	if r.cfg.WorkDone != nil {
+		r.cfg.WorkDone()
+	}
+	if err := r.stop(); err != nil {
+		return fmt.Errorf("bench: throughput: worker: %w", err)
+	}
+	durable := time.Since(t0)
+	res.Work, res.Rate = Duration(work), rate(int64(n), work)
+	res.Durable, res.DurableRate = Duration(durable), rate(int64(n), durable)
+	res.Handled = done.n.Load()
+
+	jobs, counters, err := r.stats(ctx)
+	if err != nil {
+		return err
+	}
+	res.StoreCompleted, res.StoreSucceeded = jobs[redrive.Completed], counters[store.StatSucceeded]
+	var c checks
+	c.expect("store completed", res.StoreCompleted, int64(n))
+	c.expect("succeeded counter", res.StoreSucceeded, int64(n))
+	return c.err("throughput")
+}

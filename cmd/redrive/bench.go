@@ -1,0 +1,355 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrivehq/redrive/bench"
+)
+
+// benchOptions are the flags shared by every `redrive bench` workload.
+type benchOptions struct {
+	workers      int
+	fetchBatch   int
+	synchronous  string
+	retryBudget  bool
+	dbDir        string
+	keep         bool
+	cpuProfile   string
+	stallTimeout time.Duration
+}
+
+// workload runs one bench workload.
+type workload func(ctx context.Context, cfg bench.Config) (bench.Result, error)
+
+// result turns a workload's typed result into a bench.Result, keeping a
+// nil pointer nil.
+func result[R any, P interface {
+	*R
+	bench.Result
+}](r P, err error) (bench.Result, error) {
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// newBenchCmd is `redrive bench`: the workloads of package bench.
+func newBenchCmd(g *globalOptions) *cobra.Command {
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the engine's throughput, failure handling and timing",
+		Long: `Measure the engine. Each workload opens a fresh SQLite database (in a
+temporary directory unless --db-dir is given, deleted afterwards unless
+--keep), runs the real client and worker on it and prints what it measured,
+with the parameters, the Go version and GOMAXPROCS. The global --db is not
+used: a benchmark never touches your database.
+
+Workloads:
+  throughput  pre-insert N no-op jobs, then time their burn-down
+  continuous  producers enqueue while the worker burns down, for a duration
+  failure     N jobs fail twice, then succeed (1ms retries): engine overhead
+  lateness    N jobs fail once and retry after 1s: how late the retry starts
+  depth       burn-down of 50k due jobs behind a deep backlog of waiting ones
+  all         throughput, failure and lateness with their defaults`,
+		Args: cobra.NoArgs,
+	}
+	pf := cmd.PersistentFlags()
+	pf.IntVar(&o.workers, "workers", bench.DefaultWorkers, "worker concurrency")
+	pf.IntVar(&o.fetchBatch, "fetch-batch", 0, "jobs leased per fetch (0: the engine's default)")
+	pf.StringVar(&o.synchronous, "synchronous", "full", "SQLite synchronous setting: full or normal")
+	pf.BoolVar(&o.retryBudget, "retry-budget", false, "keep the engine's retry budget on (off: it would throttle the failure workloads)")
+	pf.StringVar(&o.dbDir, "db-dir", "", "directory for the fresh database (default: a temporary directory)")
+	pf.BoolVar(&o.keep, "keep", false, "keep the database afterwards and print its path")
+	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the workload to this file")
+	pf.DurationVar(&o.stallTimeout, "stall-timeout", bench.DefaultStallTimeout, "abort when no job progresses for this long")
+	_ = pf.MarkHidden("stall-timeout")
+
+	cmd.AddCommand(
+		newBenchThroughputCmd(g, o),
+		newBenchContinuousCmd(g, o),
+		newBenchFailureCmd(g, o),
+		newBenchLatenessCmd(g, o),
+		newBenchDepthCmd(g, o),
+		newBenchAllCmd(g, o),
+	)
+	return cmd
+}
+
+func newBenchThroughputCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	var n int
+	cmd := &cobra.Command{
+		Use:   "throughput",
+		Short: "Pre-insert N no-op jobs, then time their burn-down",
+		Long: `Pre-insert N no-op jobs with EnqueueMany in batches of 1000 (the insert rate
+is reported), then start a worker and time until the N-th handler call (and
+until its shutdown has written every outcome). The store must count N
+completed jobs at the end.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n < 1 {
+				return flagErrorf(cmd, "-n must be at least 1, got %d", n)
+			}
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.Throughput(ctx, cfg, n))
+			})
+		},
+	}
+	cmd.Flags().IntVarP(&n, "jobs", "n", bench.DefaultThroughputN, "number of jobs")
+	return cmd
+}
+
+func newBenchContinuousCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	p := bench.ContinuousParams{Producers: bench.DefaultProducers, Batch: bench.DefaultBatch}
+	duration, warmup := bench.DefaultDuration, bench.DefaultWarmup
+	cmd := &cobra.Command{
+		Use:   "continuous",
+		Short: "Producers enqueue while the worker burns down, for a duration",
+		Long: `Producers enqueue no-op jobs continuously (EnqueueMany batches) while the
+worker burns them down. Reports the completed and enqueued jobs per second
+in steady state (the warm-up excluded) and the backlog left at the end.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case p.Producers < 1:
+				return flagErrorf(cmd, "--producers must be at least 1, got %d", p.Producers)
+			case p.Batch < 1:
+				return flagErrorf(cmd, "--batch must be at least 1, got %d", p.Batch)
+			case p.Rate < 0:
+				return flagErrorf(cmd, "--rate must not be negative, got %v", p.Rate)
+			case warmup < 0:
+				return flagErrorf(cmd, "--warmup must not be negative, got %s", warmup)
+			case duration <= warmup:
+				return flagErrorf(cmd, "--duration (%s) must be longer than --warmup (%s)", duration, warmup)
+			}
+			p.Duration, p.Warmup = bench.Duration(duration), bench.Duration(warmup)
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.Continuous(ctx, cfg, p))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&p.Producers, "producers", p.Producers, "producer goroutines")
+	f.IntVar(&p.Batch, "batch", p.Batch, "jobs per EnqueueMany call")
+	f.Float64Var(&p.Rate, "rate", 0, "cap on the total enqueue rate in jobs/s (0: as fast as possible)")
+	f.DurationVar(&duration, "duration", duration, "length of the run, warm-up included")
+	f.DurationVar(&warmup, "warmup", warmup, "start of the run left out of the steady-state rates")
+	return cmd
+}
+
+func newBenchFailureCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	var n int
+	cmd := &cobra.Command{
+		Use:   "failure",
+		Short: "N jobs fail twice, then succeed: the engine's cost of failure",
+		Long: `Pre-insert N jobs that each fail on attempts 1 and 2 and succeed on attempt
+3, under a policy of 1ms initial delay without jitter, so that the figures
+measure the engine's overhead rather than waiting. Reports completed jobs/s
+and attempts/s, and checks the store's counters (succeeded_after_retry == N,
+retried == 2N).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n < 1 {
+				return flagErrorf(cmd, "-n must be at least 1, got %d", n)
+			}
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.Failure(ctx, cfg, n))
+			})
+		},
+	}
+	cmd.Flags().IntVarP(&n, "jobs", "n", bench.DefaultFailureN, "number of jobs")
+	return cmd
+}
+
+func newBenchLatenessCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	n, delay, interval := bench.DefaultLatenessN, bench.DefaultRetryDelay, bench.DefaultInterval
+	cmd := &cobra.Command{
+		Use:   "lateness",
+		Short: "N jobs fail once and retry after 1s: how late does the retry start?",
+		Long: `With the worker running, enqueue N jobs one by one, --interval apart (as the
+River anchor's lateness mode does: 20ms). Each fails its first attempt and is
+retried once after 1s (no jitter). On the retry the handler records how late
+it started, against the job's due time and against its first failure + 1s
+(the anchor's measure); p50, p99 and max are reported.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case n < 1:
+				return flagErrorf(cmd, "-n must be at least 1, got %d", n)
+			case delay <= 0:
+				return flagErrorf(cmd, "--retry-delay must be positive, got %s", delay)
+			case interval < 0:
+				return flagErrorf(cmd, "--interval must not be negative, got %s", interval)
+			}
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.Lateness(ctx, cfg, n, delay, interval))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&n, "jobs", "n", n, "number of jobs")
+	f.DurationVar(&interval, "interval", interval, "time between two enqueues")
+	f.DurationVar(&delay, "retry-delay", delay, "retry delay (tests shorten it)")
+	_ = f.MarkHidden("retry-delay")
+	return cmd
+}
+
+func newBenchDepthCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	p := bench.DepthParams{Waiting: bench.DefaultWaiting, Due: bench.DefaultDue, Compare: bench.DefaultCompare}
+	cmd := &cobra.Command{
+		Use:   "depth",
+		Short: "Burn-down of due jobs behind a deep backlog of waiting ones",
+		Long: `Pre-insert --waiting jobs due a year from now and --due no-op jobs due now (in
+the same queue, EnqueueMany in batches of 10000), then time the burn-down of
+the due ones while sampling the process's resident memory (VmRSS) every
+100ms. Unless --compare is 0 or equal to --waiting, the same run is repeated
+on a fresh database with --compare waiting jobs and the rates are compared.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case p.Waiting < 0:
+				return flagErrorf(cmd, "--waiting must not be negative, got %d", p.Waiting)
+			case p.Due < 1:
+				return flagErrorf(cmd, "--due must be at least 1, got %d", p.Due)
+			case p.Compare < 0:
+				return flagErrorf(cmd, "--compare must not be negative, got %d", p.Compare)
+			}
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.Depth(ctx, cfg, p))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&p.Waiting, "waiting", p.Waiting, "jobs waiting (due far in the future)")
+	f.IntVar(&p.Due, "due", p.Due, "no-op jobs due now, burnt down")
+	f.IntVar(&p.Compare, "compare", p.Compare, "waiting jobs of the baseline run (0: no baseline)")
+	return cmd
+}
+
+func newBenchAllCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "all",
+		Short: "Run throughput, failure and lateness with their defaults",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd, g,
+				func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+					return result(bench.Throughput(ctx, cfg, bench.DefaultThroughputN))
+				},
+				func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+					return result(bench.Failure(ctx, cfg, bench.DefaultFailureN))
+				},
+				func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+					return result(bench.Lateness(ctx, cfg, bench.DefaultLatenessN, bench.DefaultRetryDelay, bench.DefaultInterval))
+				},
+			)
+		},
+	}
+}
+
+// config validates the shared flags and returns the workloads' Config.
+func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
+	sync := strings.ToLower(o.synchronous)
+	switch {
+	case o.workers < 1:
+		return bench.Config{}, flagErrorf(cmd, "--workers must be at least 1, got %d", o.workers)
+	case o.fetchBatch < 0:
+		return bench.Config{}, flagErrorf(cmd, "--fetch-batch must not be negative, got %d", o.fetchBatch)
+	case sync != "full" && sync != "normal":
+		return bench.Config{}, flagErrorf(cmd, "--synchronous must be full or normal, got %q", o.synchronous)
+	case o.stallTimeout <= 0:
+		return bench.Config{}, flagErrorf(cmd, "--stall-timeout must be positive, got %s", o.stallTimeout)
+	}
+	if o.dbDir != "" {
+		if fi, err := os.Stat(o.dbDir); err != nil || !fi.IsDir() {
+			return bench.Config{}, flagErrorf(cmd, "--db-dir %q is not a directory", o.dbDir)
+		}
+	}
+	return bench.Config{Workers: o.workers, FetchBatch: o.fetchBatch, Synchronous: sync, RetryBudget: o.retryBudget,
+		DBDir: o.dbDir, Keep: o.keep, ErrorLog: cmd.ErrOrStderr(), StallTimeout: o.stallTimeout}, nil
+}
+
+// run runs the workloads one after the other, printing each result as it
+// comes, under a CPU profile when asked. A failed consistency check is
+// reported and the next workload still runs; any other error stops.
+func (o *benchOptions) run(cmd *cobra.Command, g *globalOptions, workloads ...workload) error {
+	cfg, err := o.config(cmd)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var failed []error
+	for i, w := range workloads {
+		res, err := w(cmd.Context(), cfg)
+		if res != nil {
+			if g.JSON {
+				if werr := writeJSON(out, res); werr != nil {
+					return werr
+				}
+			} else {
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
+				if werr := printResult(out, res); werr != nil {
+					return werr
+				}
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, bench.ErrCheck) {
+				return err
+			}
+			failed = append(failed, err)
+		}
+	}
+	return errors.Join(failed...)
+}
+
+// printResult writes a result for people: the workload and environment,
+// the parameters, the figures and what became of the database.
+func printResult(w io.Writer, r bench.Result) error {
+	m := r.Info()
+	fmt.Fprintf(w, "%s  (%s)\n", m.Workload, m.Env)
+	fmt.Fprintln(w, "parameters:")
+	if err := writeFields(w, "  ", toFields(r.Parameters())); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "results:")
+	if err := writeFields(w, "  ", toFields(r.Figures())); err != nil {
+		return err
+	}
+	db := "deleted"
+	if m.DBPath != "" {
+		db = "kept at " + m.DBPath
+	}
+	_, err := fmt.Fprintf(w, "elapsed %s; database %.1f MiB, %s\n", m.Elapsed, float64(m.DBBytes)/(1<<20), db)
+	return err
+}
+
+func toFields(fs []bench.Figure) []field {
+	out := make([]field, len(fs))
+	for i, f := range fs {
+		out[i] = field{f.Name, f.Value}
+	}
+	return out
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive/bench"
+)
+
+// benchJSON runs a bench workload with --json and decodes its result.
+func benchJSON[T any](t *testing.T, args ...string) *T {
+	t.Helper()
+	args = append([]string{"--json", "bench"}, args...)
+	args = append(args, "--db-dir", t.TempDir())
+	stdout, stderr, err := runCLI(t, args...)
+	if err != nil {
+		t.Fatalf("redrive %s: %v\nstderr: %s\nstdout: %s", strings.Join(args, " "), err, stderr, stdout)
+	}
+	var res T
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("redrive %s: output is not one JSON object: %v\n%s", strings.Join(args, " "), err, stdout)
+	}
+	return &res
+}
+
+func checkMeta(t *testing.T, m bench.Meta, workload string) {
+	t.Helper()
+	if m.Workload != workload {
+		t.Errorf("workload = %q, want %q", m.Workload, workload)
+	}
+	if m.Env.GoVersion == "" || m.Env.GOMAXPROCS < 1 || m.Elapsed <= 0 || m.DBBytes <= 0 {
+		t.Errorf("meta incomplete: %+v", m)
+	}
+	if m.DBPath != "" {
+		t.Errorf("database kept at %q without --keep", m.DBPath)
+	}
+}
+
+func TestBenchThroughput(t *testing.T) {
+	r := benchJSON[bench.ThroughputResult](t, "throughput", "-n", "200", "--workers", "20")
+	checkMeta(t, r.Meta, "throughput")
+	if r.Params.N != 200 || r.Params.Workers != 20 || r.Params.Synchronous != "full" || r.Params.InsertBatch != 1000 {
+		t.Errorf("params = %+v", r.Params)
+	}
+	if r.StoreCompleted != 200 || r.StoreSucceeded != 200 || r.Handled != 200 {
+		t.Errorf("completed: store %d, succeeded %d, handled %d; want 200", r.StoreCompleted, r.StoreSucceeded, r.Handled)
+	}
+	if r.Insert <= 0 || r.Work <= 0 || r.Durable < r.Work {
+		t.Errorf("times: insert %s, work %s, durable %s", r.Insert, r.Work, r.Durable)
+	}
+	if r.InsertRate <= 0 || r.Rate <= 0 || r.DurableRate <= 0 || r.DurableRate > r.Rate {
+		t.Errorf("rates: insert %v, work %v, durable %v", r.InsertRate, r.Rate, r.DurableRate)
+	}
+	if got := 200 / time.Duration(r.Work).Seconds(); got < r.Rate*0.999 || got > r.Rate*1.001 {
+		t.Errorf("rate %v is not N / work (%v)", r.Rate, got)
+	}
+}
+
+func TestBenchThroughputText(t *testing.T) {
+	dir := t.TempDir()
+	stdout, stderr, err := runCLI(t, "bench", "throughput", "-n", "100", "--synchronous", "normal", "--fetch-batch", "10",
+		"--db-dir", dir, "--keep")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range []string{"throughput  (go", "GOMAXPROCS=", "parameters:", "jobs          100", "fetch batch   10",
+		"synchronous   normal", "results:", "insert            100 jobs in", "jobs/s", "store: completed  100 (succeeded counter 100)",
+		"kept at " + dir} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	dbs, _ := filepath.Glob(filepath.Join(dir, "redrive-bench-throughput-*", "redrive.db"))
+	if len(dbs) != 1 {
+		t.Errorf("--keep kept %v, want one database", dbs)
+	}
+}
+
+func TestBenchDeletesDatabase(t *testing.T) {
+	dir := t.TempDir()
+	if _, stderr, err := runCLI(t, "bench", "throughput", "-n", "10", "--db-dir", dir); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("database left behind in %s: %v", dir, left)
+	}
+}
+
+func TestBenchFailure(t *testing.T) {
+	r := benchJSON[bench.FailureResult](t, "failure", "-n", "200")
+	checkMeta(t, r.Meta, "failure")
+	if r.Params.N != 200 || r.Params.FailuresPerJob != 2 || r.Params.Jitter != "none" || r.Params.RetryInitial != bench.Duration(time.Millisecond) {
+		t.Errorf("params = %+v", r.Params)
+	}
+	if r.Completed != 200 || r.Attempts != 600 {
+		t.Errorf("handler: %d completed, %d attempts; want 200, 600", r.Completed, r.Attempts)
+	}
+	if r.StoreCompleted != 200 || r.StoreSucceededAfterRetry != 200 || r.StoreRetried != 400 || r.StoreAttempts != 600 ||
+		r.StoreSucceeded != 200 || r.StoreDead != 0 {
+		t.Errorf("store counters: %+v", r)
+	}
+	if r.Rate <= 0 || r.AttemptRate <= 0 || r.InsertRate <= 0 {
+		t.Errorf("rates: %v jobs/s, %v attempts/s, insert %v", r.Rate, r.AttemptRate, r.InsertRate)
+	}
+	if ratio := r.AttemptRate / r.Rate; ratio < 2.99 || ratio > 3.01 {
+		t.Errorf("attempts/s over jobs/s = %v, want 3", ratio)
+	}
+}
+
+func TestBenchLateness(t *testing.T) {
+	r := benchJSON[bench.LatenessResult](t, "lateness", "-n", "5", "--retry-delay", "50ms", "--interval", "5ms")
+	checkMeta(t, r.Meta, "lateness")
+	if r.Params.N != 5 || r.Params.RetryDelay != bench.Duration(50*time.Millisecond) || r.Params.Interval != bench.Duration(5*time.Millisecond) {
+		t.Errorf("params = %+v", r.Params)
+	}
+	if r.Completed != 5 || r.StoreCompleted != 5 || r.StoreRetried != 5 || r.StoreSucceededAfterRetry != 5 {
+		t.Errorf("counts: %+v", r)
+	}
+	for name, p := range map[string]bench.Percentiles{"due": r.Due, "since failure": r.SinceFailure, "pickup": r.Pickup} {
+		if p.N != 5 || p.Min < 0 || p.P50 < p.Min || p.P99 < p.P50 || p.Max < p.P99 || p.Mean < p.Min || p.Mean > p.Max {
+			t.Errorf("%s percentiles inconsistent: %+v", name, p)
+		}
+	}
+	// The due time is the engine's failure time + the delay, after the
+	// handler's own failure time: lateness since the failure is never
+	// smaller (up to the store's microsecond rounding and clock reads).
+	if r.SinceFailure.Min < r.Due.Min-bench.Duration(time.Millisecond) {
+		t.Errorf("lateness since failure %s < lateness vs due %s", r.SinceFailure.Min, r.Due.Min)
+	}
+}
+
+func TestBenchContinuous(t *testing.T) {
+	r := benchJSON[bench.ContinuousResult](t, "continuous", "--duration", "600ms", "--warmup", "100ms", "--producers", "2", "--batch", "50")
+	checkMeta(t, r.Meta, "continuous")
+	if r.Params.Producers != 2 || r.Params.Batch != 50 || r.Params.Duration != bench.Duration(600*time.Millisecond) {
+		t.Errorf("params = %+v", r.Params)
+	}
+	if r.SteadyCompleted <= 0 || r.SteadyEnqueued <= 0 || r.Rate <= 0 || r.EnqueueRate <= 0 {
+		t.Errorf("steady state: %+v", r)
+	}
+	if r.Steady < bench.Duration(450*time.Millisecond) || r.Steady > bench.Duration(5*time.Second) {
+		t.Errorf("steady window %s, want about 500ms", r.Steady)
+	}
+	if r.Enqueued%50 != 0 || r.StoreCompleted+r.Backlog != r.Enqueued || r.StoreCompleted != r.Completed || r.Backlog < 0 {
+		t.Errorf("accounting: enqueued %d, completed %d (store %d), backlog %d", r.Enqueued, r.Completed, r.StoreCompleted, r.Backlog)
+	}
+}
+
+func TestBenchDepth(t *testing.T) {
+	r := benchJSON[bench.DepthResult](t, "depth", "--waiting", "3000", "--due", "300", "--compare", "1000")
+	checkMeta(t, r.Meta, "depth")
+	for _, run := range []*bench.DepthRun{&r.Run, r.Baseline} {
+		if run == nil {
+			t.Fatal("no baseline run")
+		}
+		if run.StoreCompleted != 300 || run.StoreScheduled != int64(run.Waiting) || run.Due != 300 {
+			t.Errorf("run with %d waiting: %+v", run.Waiting, run)
+		}
+		if run.Rate <= 0 || run.InsertWaitingRate <= 0 || run.InsertDueRate <= 0 || run.Work <= 0 {
+			t.Errorf("run with %d waiting: rates %+v", run.Waiting, run)
+		}
+		if run.MaxRSS <= 0 || run.MaxRSSWork <= 0 || run.MaxRSSWork > run.MaxRSS || run.MaxRSSInsert > run.MaxRSS || run.RSSSamples < 2 {
+			t.Errorf("run with %d waiting: RSS %d (work %d, insert %d, %d samples)", run.Waiting, run.MaxRSS, run.MaxRSSWork, run.MaxRSSInsert, run.RSSSamples)
+		}
+	}
+	if r.Run.Waiting != 3000 || r.Baseline.Waiting != 1000 {
+		t.Errorf("waiting: run %d, baseline %d", r.Run.Waiting, r.Baseline.Waiting)
+	}
+	if want := r.Run.Rate / r.Baseline.Rate; r.RateRatio != want {
+		t.Errorf("rate ratio %v, want %v", r.RateRatio, want)
+	}
+	// No baseline when it would repeat the run.
+	r = benchJSON[bench.DepthResult](t, "depth", "--waiting", "10", "--due", "20", "--compare", "10")
+	if r.Baseline != nil || r.RateRatio != 0 {
+		t.Errorf("baseline run with --compare equal to --waiting: %+v", r.Baseline)
+	}
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"throughput", "-n", "0"}, "-n must be at least 1"},
+		{[]string{"throughput", "--synchronous", "sometimes"}, `--synchronous must be full or normal, got "sometimes"`},
+		{[]string{"failure", "--workers", "0"}, "--workers must be at least 1"},
+		{[]string{"throughput", "--fetch-batch", "-1"}, "--fetch-batch must not be negative"},
+		{[]string{"continuous", "--duration", "1s", "--warmup", "1s"}, "--duration (1s) must be longer than --warmup (1s)"},
+		{[]string{"lateness", "--interval", "-1ms"}, "--interval must not be negative"},
+		{[]string{"depth", "--due", "0"}, "--due must be at least 1"},
+		{[]string{"throughput", "--db-dir", "/nonexistent/redrive"}, `--db-dir "/nonexistent/redrive" is not a directory`},
+	} {
+		_, stderr, err := runCLI(t, append([]string{"bench"}, tc.args...)...)
+		if err == nil {
+			t.Errorf("%v: no error", tc.args)
+			continue
+		}
+		if !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: stderr %q lacks %q", tc.args, stderr, tc.want)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+// Command redrive is redrive's one binary: the operator's CLI on a redrive
+// database and, as more subcommands land, the server (`redrive serve`).
+//
+// Every subcommand lives in its own file and is added to the root command
+// in newRootCmd. Global flags:
+//
+//	--db FILE   the SQLite database (default redrive.db)
+//	--json      write JSON instead of text
+//
+// Subcommands write their output to cmd.OutOrStdout() and return errors;
+// main prints them on standard error and exits with status 1.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// globalOptions are the root command's persistent flags, shared by every
+// subcommand.
+type globalOptions struct {
+	// DB is the path of the SQLite database.
+	DB string
+	// JSON asks for JSON output instead of text.
+	JSON bool
+}
+
+// newRootCmd builds the command tree. Each subcommand's constructor takes
+// the global options so that it reads --db and --json after parsing.
+func newRootCmd() *cobra.Command {
+	g := &globalOptions{}
+	root := &cobra.Command{
+		Use:   "redrive",
+		Short: "redrive: a durable job engine where failure is first-class",
+		Long: `redrive is a durable job engine: retries with backoff and jitter, classified
+errors, Retry-After, circuit breakers and a dead-letter queue you can redrive.
+
+This binary is its command-line tool.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.DB, "db", "redrive.db", "SQLite database file")
+	root.PersistentFlags().BoolVar(&g.JSON, "json", false, "write JSON instead of text")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{cmd: cmd, err: err}
+	})
+	root.AddCommand(
+		newPolicyCmd(g),
+		newBenchCmd(g),
+	)
+	return root
+}
+
+// usageError is a mistake on the command line: main adds a pointer to
+// the command's help.
+type usageError struct {
+	cmd *cobra.Command
+	err error
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// flagErrorf returns a usage error of cmd, for flag values that parse but
+// make no sense.
+func flagErrorf(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
+}
+
+// run executes the command line args with the given output streams and
+// reports any error on stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	_, err := root.ExecuteContextC(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "redrive: %v\n", err)
+		if ue, ok := errors.AsType[*usageError](err); ok {
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", ue.cmd.CommandPath())
+		}
+	}
+	return err
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrivehq/redrive/retry"
+)
+
+// newPolicyCmd is `redrive policy`: retry policies.
+func newPolicyCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Inspect retry policies",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newPolicyExplainCmd(g))
+	return cmd
+}
+
+// policyFlags maps each retry.Policy field to its flag, so that errors
+// from Policy.Validate name what the user typed.
+var policyFlags = map[string]string{
+	"MaxRetries":    "--max-retries",
+	"Initial":       "--initial",
+	"Multiplier":    "--multiplier",
+	"MaxDelay":      "--max-delay",
+	"Jitter":        "--jitter",
+	"JitterFactor":  "--jitter-factor",
+	"JitterMax":     "--jitter-max",
+	"MaxRetryAfter": "--max-retry-after",
+}
+
+var policyFieldRE = regexp.MustCompile(`\b(MaxRetries|Initial|Multiplier|MaxDelay|Jitter|JitterFactor|JitterMax|MaxRetryAfter)\b`)
+
+// newPolicyExplainCmd is `redrive policy explain`: the schedule a policy
+// produces.
+func newPolicyExplainCmd(g *globalOptions) *cobra.Command {
+	p := retry.DefaultPolicy()
+	jitter := p.Jitter.String()
+	cmd := &cobra.Command{
+		Use:   "explain",
+		Short: "Print the retry schedule a policy produces",
+		Long: `Print the retry schedule a policy produces: one row per retry with its base
+delay, the range jitter gives it and the cumulative time since the first
+failure. Flags left out take redrive's defaults (3 retries, 1s initial, x2,
+30s cap, +-10% proportional jitter, Retry-After honoured up to 1h).
+
+With --json, print the policy and its schedule, durations in milliseconds.`,
+		Example: `  redrive policy explain
+  redrive policy explain --max-retries 5 --initial 500ms --jitter full
+  redrive policy explain --jitter additive --jitter-max 250ms --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			j, err := retry.ParseJitter(jitter)
+			if err != nil {
+				return flagErrorf(cmd, "invalid --jitter %q: want none, proportional, full, equal, decorrelated or additive", jitter)
+			}
+			p.Jitter = j
+			if err := validatePolicy(p); err != nil {
+				return &usageError{cmd: cmd, err: err}
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, explainJSON(p))
+			}
+			_, err = fmt.Fprint(out, p.Explain())
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&p.MaxRetries, "max-retries", p.MaxRetries, "retries after the first attempt (3 means 4 attempts)")
+	f.DurationVar(&p.Initial, "initial", p.Initial, "delay before the first retry")
+	f.Float64Var(&p.Multiplier, "multiplier", p.Multiplier, "growth factor of the delay from one retry to the next (>= 1)")
+	f.DurationVar(&p.MaxDelay, "max-delay", p.MaxDelay, "cap on the delay before jitter (>= --initial)")
+	f.StringVar(&jitter, "jitter", jitter, "jitter: none, proportional, full, equal, decorrelated or additive")
+	f.Float64Var(&p.JitterFactor, "jitter-factor", p.JitterFactor, "spread of proportional jitter, 0 to 1 (0.1 = +-10%)")
+	f.DurationVar(&p.JitterMax, "jitter-max", p.JitterMax, "largest amount additive jitter adds")
+	f.DurationVar(&p.MaxRetryAfter, "max-retry-after", p.MaxRetryAfter, "clamp on a server's Retry-After")
+	return cmd
+}
+
+// validatePolicy is Policy.Validate with the fields named by their flags.
+func validatePolicy(p retry.Policy) error {
+	err := p.Validate()
+	if err == nil {
+		return nil
+	}
+	var lines []string
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		line = strings.TrimPrefix(line, "retry: invalid policy: ")
+		lines = append(lines, policyFieldRE.ReplaceAllStringFunc(line, func(f string) string { return policyFlags[f] }))
+	}
+	if len(lines) == 1 {
+		return fmt.Errorf("invalid policy: %s", lines[0])
+	}
+	return fmt.Errorf("invalid policy:\n  %s", strings.Join(lines, "\n  "))
+}
+
+// policyJSON is a retry.Policy as `policy explain --json` writes it.
+type policyJSON struct {
+	MaxRetries      int     `json:"max_retries"`
+	MaxAttempts     int     `json:"max_attempts"`
+	InitialMS       float64 `json:"initial_ms"`
+	Multiplier      float64 `json:"multiplier"`
+	MaxDelayMS      float64 `json:"max_delay_ms"`
+	Jitter          string  `json:"jitter"`
+	JitterFactor    float64 `json:"jitter_factor"`
+	JitterMaxMS     float64 `json:"jitter_max_ms"`
+	MaxRetryAfterMS float64 `json:"max_retry_after_ms"`
+}
+
+// stepJSON is one retry.Step, durations in milliseconds.
+type stepJSON struct {
+	Retry        int     `json:"retry"`
+	AfterAttempt int     `json:"after_attempt"`
+	BaseMS       float64 `json:"base_ms"`
+	MinMS        float64 `json:"min_ms"`
+	MaxMS        float64 `json:"max_ms"`
+	CumMinMS     float64 `json:"cumulative_min_ms"`
+	CumMaxMS     float64 `json:"cumulative_max_ms"`
+}
+
+// explainOutput is the JSON of `policy explain --json`.
+type explainOutput struct {
+	Policy   policyJSON `json:"policy"`
+	Schedule []stepJSON `json:"schedule"`
+	// Truncated is set when the policy has more retries than the schedule
+	// shows (retry.MaxScheduleSteps).
+	Truncated bool `json:"truncated"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func explainJSON(p retry.Policy) explainOutput {
+	out := explainOutput{Policy: policyJSON{
+		MaxRetries: p.MaxRetries, MaxAttempts: p.MaxRetries + 1, InitialMS: ms(p.Initial), Multiplier: p.Multiplier,
+		MaxDelayMS: ms(p.MaxDelay), Jitter: p.Jitter.String(), JitterFactor: p.JitterFactor,
+		JitterMaxMS: ms(p.JitterMax), MaxRetryAfterMS: ms(p.MaxRetryAfter),
+	}, Schedule: []stepJSON{}}
+	for _, s := range p.Schedule() {
+		out.Schedule = append(out.Schedule, stepJSON{Retry: s.Retry, AfterAttempt: s.AfterAttempt, BaseMS: ms(s.Base),
+			MinMS: ms(s.Min), MaxMS: ms(s.Max), CumMinMS: ms(s.CumMin), CumMaxMS: ms(s.CumMax)})
+	}
+	out.Truncated = len(out.Schedule) < p.MaxRetries
+	return out
+}
