@@ -616,7 +616,7 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 		var err error
 		tok, err = br.Allow()
 		if err != nil {
-			w.completer.submit(q, w.deferOutcome(q, j, br, start))
+			w.completer.submit(q, w.deferOutcome(q, j, br, err, start))
 			return
 		}
 	}
@@ -662,8 +662,12 @@ func safeCall(ctx context.Context, fn Handler, j *Job) (err error) {
 
 // deferOutcome puts a job back until its open breaker half-opens, without
 // using an attempt.
-func (w *Worker) deferOutcome(q *queueRunner, j *Job, br *breaker.Breaker, now time.Time) store.Outcome {
+func (w *Worker) deferOutcome(q *queueRunner, j *Job, br *breaker.Breaker, err error, now time.Time) store.Outcome {
 	ready := br.ReadyAt()
+	var open *breaker.OpenError
+	if errors.As(err, &open) && open.ReadyAt.After(ready) {
+		ready = open.ReadyAt // half-open with every probe out: when they will be settled
+	}
 	if ready.Before(now) {
 		ready = now.Add(10 * time.Millisecond)
 	}
