@@ -365,7 +365,7 @@ func (w *Worker) releaseAll() {
 }
 
 func (w *Worker) releaseOutcome(j *Job, now time.Time) store.Outcome {
-	return store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: w.id, Kind: store.Release, At: now,
+	return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: w.id, Kind: store.Release, At: now,
 		Event: &store.Event{Kind: store.EventReleased, Attempt: j.Attempt, At: attemptStart(j, now), Worker: w.id,
 			Reason: "shutdown", Duration: store.Duration(now.Sub(attemptStart(j, now)))}}
 }
@@ -673,7 +673,7 @@ func (w *Worker) deferOutcome(q *queueRunner, j *Job, br *breaker.Breaker, err e
 	}
 	w.log.Info("dependency breaker open; job deferred", "job_id", j.ID, "kind", j.Kind, "queue", q.name,
 		"dependency", br.Name(), "until", ready)
-	return store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: w.id, Kind: store.Snooze, At: now, RunAt: ready,
+	return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: w.id, Kind: store.Snooze, At: now, RunAt: ready,
 		Event: &store.Event{Kind: store.EventDeferred, Attempt: j.Attempt, At: now, Worker: w.id,
 			Reason: "breaker_open:" + br.Name(), Delay: store.Duration(ready.Sub(now))},
 		Counters: []store.Counter{{Queue: q.name, Name: store.StatDeferred, N: 1}}}
@@ -681,7 +681,7 @@ func (w *Worker) deferOutcome(q *queueRunner, j *Job, br *breaker.Breaker, err e
 
 // decide turns a handler's result into the outcome to store.
 func (w *Worker) decide(q *queueRunner, j *Job, h *handler, err, cause error, start, end time.Time) store.Outcome {
-	o := store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: w.id, At: end}
+	o := store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: w.id, At: end}
 	dur := store.Duration(end.Sub(start))
 	if err == nil {
 		o.Kind = store.Complete
@@ -852,7 +852,7 @@ func (w *Worker) rescue(ctx context.Context) {
 			w.mu.RLock()
 			h := w.handlers[j.Kind]
 			w.mu.RUnlock()
-			o := store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: j.Worker, At: now}
+			o := store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: j.Worker, At: now}
 			msg := fmt.Sprintf("lease expired: worker %s stopped heartbeating", j.Worker)
 			v := failure.Verdict{Class: failure.Transient, Reason: "lease_expired"}
 			start := attemptStart(j, now)

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"math/rand/v2"
 	"time"
 
 	"github.com/redrivehq/redrive/failure"
@@ -71,6 +72,20 @@ func (p *Policy) Decide(in Input, r Source) Decision {
 	attempt := max(in.Attempt, 1)
 	if attempt > p.MaxRetries {
 		return Decision{Reason: ReasonExhausted}
+	}
+	// Fast path for the default shape (proportional jitter, doubling, no
+	// Retry-After), straight-line; it computes exactly what Delay does.
+	if p.Jitter == JitterProportional && p.Multiplier == 2 && in.RetryAfter <= 0 && r == nil {
+		n := uint(attempt - 1)
+		d, limit := p.Initial, p.MaxDelay
+		if d > 0 && limit > 0 && d < limit && n < 62 && d <= limit>>n {
+			d <<= n
+			if f := p.JitterFactor; f > 0 && f <= 1 && d < 1<<61 {
+				span := time.Duration(float64(d) * f)
+				d = d - span + time.Duration(rand.Float64()*float64(2*span))
+			}
+			return Decision{Retry: true, Delay: d, Reason: ReasonBackoff}
+		}
 	}
 	d := p.Delay(attempt-1, in.PrevDelay, r)
 	if ra := p.clampRetryAfter(in.RetryAfter); ra > d {

@@ -169,3 +169,35 @@ func TestDecideAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideFastPathMatchesDelay checks that the straight-line path Decide
+// takes for the default policy shape (nil Source) draws from the same
+// distribution as Delay: within d*(1±f), mean d, for every retry.
+func TestDecideFastPathMatchesDelay(t *testing.T) {
+	p := DefaultPolicy()
+	p.MaxRetries = 8
+	p.MaxDelay = 10 * time.Second // the cap applies from the fifth retry on
+	for attempt := 1; attempt <= p.MaxRetries; attempt++ {
+		np := p
+		np.Jitter = JitterNone
+		base := np.Delay(attempt-1, 0, nil)
+		lo, hi := time.Duration(float64(base)*0.9), time.Duration(float64(base)*1.1)
+		var sum float64
+		const n = 10000
+		for range n {
+			d := p.Decide(Input{Class: failure.Transient, Attempt: attempt}, nil)
+			if !d.Retry || d.Reason != ReasonBackoff {
+				t.Fatalf("attempt %d: %+v", attempt, d)
+			}
+			if d.Delay < lo || d.Delay > hi {
+				t.Fatalf("attempt %d: delay %v outside [%v, %v]", attempt, d.Delay, lo, hi)
+			}
+			sum += float64(d.Delay)
+		}
+		// The mean of a uniform over ±10% has a standard error of
+		// 0.1*base/sqrt(3n); allow 6 of them.
+		if mean, tol := sum/n, 6*0.1*float64(base)/math.Sqrt(3*n); math.Abs(mean-float64(base)) > tol {
+			t.Fatalf("attempt %d: mean %v, want %v ± %v", attempt, time.Duration(mean), base, time.Duration(tol))
+		}
+	}
+}

@@ -250,7 +250,10 @@ const (
 // applies it only if the job is still running the same attempt for the
 // same worker (fencing); otherwise the outcome is stale and skipped.
 type Outcome struct {
-	JobID   int64
+	JobID int64
+	// Queue is the job's queue; stores keep their per-queue job counts
+	// with it.
+	Queue   string
 	Attempt int    // fence: the attempt number the worker leased
 	Worker  string // fence: the worker that leased it
 	Kind    OutcomeKind

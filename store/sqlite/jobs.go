@@ -127,6 +127,7 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 	err := s.write(ctx, func(tx *sql.Conn) error {
 		clear(out)
 		counts := map[[2]string]int64{}
+		mv := moves{}
 		// Jobs without an idempotency key cannot conflict: consecutive runs
 		// of them go in multi-row statements. Jobs with a key go one by one,
 		// so that each conflict returns the job holding the key. Input order
@@ -139,7 +140,7 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 					run = append(run, i)
 					i++
 				}
-				if err := s.insertMany(ctx, tx, jobs, run, now, out, counts); err != nil {
+				if err := s.insertMany(ctx, tx, jobs, run, now, out, counts, mv); err != nil {
 					return err
 				}
 				continue
@@ -169,7 +170,11 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 				return fmt.Errorf("sqlite: enqueue: %w", err)
 			}
 			counts[[2]string{nj.Queue, store.StatEnqueued}]++
+			mv.move(nj.Queue, "", v.state)
 			out[i-1] = v.job(id, nj)
+		}
+		if err := s.addMoves(ctx, tx, mv); err != nil {
+			return err
 		}
 		return s.addCounters(ctx, tx, counts)
 	})
@@ -226,7 +231,7 @@ func (r *row) job(id int64, nj *store.NewJob) *store.Job {
 // insertMany inserts the jobs at idx (none has an idempotency key) in one
 // statement. AUTOINCREMENT hands out increasing ids in VALUES order, so
 // the returned ids, sorted, are the jobs' ids in order.
-func (s *Store) insertMany(ctx context.Context, tx *sql.Conn, jobs []store.NewJob, idx []int, now time.Time, out []*store.Job, counts map[[2]string]int64) error {
+func (s *Store) insertMany(ctx context.Context, tx *sql.Conn, jobs []store.NewJob, idx []int, now time.Time, out []*store.Job, counts map[[2]string]int64, mv moves) error {
 	q := `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at) VALUES ` +
 		strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(idx)-1) + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 	rowsv := make([]row, len(idx))
@@ -263,6 +268,7 @@ func (s *Store) insertMany(ctx context.Context, tx *sql.Conn, jobs []store.NewJo
 	for k, i := range idx {
 		out[i] = rowsv[k].job(ids[k], &jobs[i])
 		counts[[2]string{jobs[i].Queue, store.StatEnqueued}]++
+		mv.move(jobs[i].Queue, "", rowsv[k].state)
 	}
 	return nil
 }
@@ -299,16 +305,37 @@ func validateNew(nj *store.NewJob) error {
 }
 
 func (s *Store) addCounters(ctx context.Context, tx *sql.Conn, counts map[[2]string]int64) error {
+	return s.upsertCounts(ctx, tx, "counter", counts)
+}
+
+// moves records state transitions: jobs per (queue, state), kept exactly
+// in job_counts by every write that changes a job's state.
+type moves map[[2]string]int64
+
+func (m moves) move(queue string, from, to store.State) {
+	if from != "" {
+		m[[2]string{queue, string(from)}]--
+	}
+	if to != "" {
+		m[[2]string{queue, string(to)}]++
+	}
+}
+
+func (s *Store) addMoves(ctx context.Context, tx *sql.Conn, m moves) error {
+	return s.upsertCounts(ctx, tx, "jobCount", m)
+}
+
+func (s *Store) upsertCounts(ctx context.Context, tx *sql.Conn, stmt string, counts map[[2]string]int64) error {
 	if len(counts) == 0 {
 		return nil
 	}
-	st := s.stmt(tx, "counter")
+	st := s.stmt(tx, stmt)
 	for k, n := range counts {
 		if n == 0 {
 			continue
 		}
 		if _, err := st.ExecContext(ctx, k[0], k[1], n); err != nil {
-			return fmt.Errorf("sqlite: counters: %w", err)
+			return fmt.Errorf("sqlite: counts: %w", err)
 		}
 	}
 	return nil
@@ -321,32 +348,46 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	if p.Limit <= 0 {
 		return nil, nil
 	}
+	dueBy := p.DueBy
+	if dueBy.IsZero() {
+		dueBy = p.Now
+	}
 	var ids []int64
 	err := s.write(ctx, func(tx *sql.Conn) error {
 		ids = ids[:0]
-		dueBy := p.DueBy
-		if dueBy.IsZero() {
-			dueBy = p.Now
-		}
-		rows, err := s.stmt(tx, "fetch").QueryContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, p.Queue, micros(dueBy), p.Limit)
+		mv := moves{}
+		rows, err := s.stmt(tx, "fetchSelect").QueryContext(ctx, p.Queue, micros(dueBy), p.Limit)
 		if err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
-		defer rows.Close()
 		for rows.Next() {
 			var id int64
-			if err := rows.Scan(&id); err != nil {
+			var state string
+			if err := rows.Scan(&id, &state); err != nil {
+				rows.Close()
 				return fmt.Errorf("sqlite: fetch: %w", err)
 			}
 			ids = append(ids, id)
+			mv.move(p.Queue, store.State(state), store.Running)
 		}
+		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
-		if len(ids) > 0 {
-			return s.addCounters(ctx, tx, map[[2]string]int64{{p.Queue, store.StatAttempts}: int64(len(ids))})
+		if len(ids) == 0 {
+			return nil
 		}
-		return nil
+		b, err := json.Marshal(ids)
+		if err != nil {
+			return err
+		}
+		if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, string(b)); err != nil {
+			return fmt.Errorf("sqlite: fetch: %w", err)
+		}
+		if err := s.addMoves(ctx, tx, mv); err != nil {
+			return err
+		}
+		return s.addCounters(ctx, tx, map[[2]string]int64{{p.Queue, store.StatAttempts}: int64(len(ids))})
 	})
 	if err != nil || len(ids) == 0 {
 		return nil, err
@@ -413,10 +454,16 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		}
 		events[i] = ev
 	}
+	for i := range outcomes {
+		if outcomes[i].Queue == "" {
+			return nil, fmt.Errorf("sqlite: finish: %w: outcome %d (job %d) has no queue", store.ErrInvalid, i, outcomes[i].JobID)
+		}
+	}
 	applied := make([]bool, len(outcomes))
 	err := s.write(ctx, func(tx *sql.Conn) error {
 		clear(applied)
 		counts := map[[2]string]int64{}
+		mv := moves{}
 		stmts := map[string]*sql.Stmt{}
 		get := func(name string) *sql.Stmt {
 			st, ok := stmts[name]
@@ -432,34 +479,41 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			at := micros(o.At)
 			var res sql.Result
 			var err error
+			var to store.State
 			switch o.Kind {
 			case store.Complete:
 				res, err = get("complete").ExecContext(ctx, at, ev, ev, o.JobID, o.Attempt, o.Worker)
+				to = store.Completed
 			case store.Retry:
-				res, err = get("retry").ExecContext(ctx, string(dueState(o.RunAt, o.At)), micros(o.RunAt), o.Error, o.Class.String(), at,
+				to = dueState(o.RunAt, o.At)
+				res, err = get("retry").ExecContext(ctx, string(to), micros(o.RunAt), o.Error, o.Class.String(), at,
 					ev, ev, o.JobID, o.Attempt, o.Worker)
 			case store.Bury:
 				res, err = get("bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.Class.String(), at,
 					ev, ev, o.JobID, o.Attempt, o.Worker)
+				to = store.Dead
 			case store.Snooze:
-				res, err = get("snooze").ExecContext(ctx, string(dueState(o.RunAt, o.At)), micros(o.RunAt), ev, ev, o.JobID, o.Attempt, o.Worker)
+				to = dueState(o.RunAt, o.At)
+				res, err = get("snooze").ExecContext(ctx, string(to), micros(o.RunAt), ev, ev, o.JobID, o.Attempt, o.Worker)
 			case store.Release:
 				res, err = get("snooze").ExecContext(ctx, string(store.Pending), at, ev, ev, o.JobID, o.Attempt, o.Worker)
+				to = store.Pending
 			case store.Cancel:
 				res, err = get("cancelRunning").ExecContext(ctx, at, ev, ev, o.JobID, o.Attempt, o.Worker)
+				to = store.Canceled
 			default:
 				return fmt.Errorf("%w: outcome %d has unknown kind %d", store.ErrInvalid, i, o.Kind)
 			}
 			if err != nil {
 				return fmt.Errorf("sqlite: finish job %d: %w", o.JobID, err)
 			}
-			n, err := res.RowsAffected()
-			if err != nil {
+			if n, err := res.RowsAffected(); err != nil {
 				return fmt.Errorf("sqlite: finish job %d: %w", o.JobID, err)
+			} else if n == 0 {
+				continue // stale: the job is not running this attempt for this worker
 			}
-			if n == 0 {
-				continue
-			}
+			queue := o.Queue
+			mv.move(queue, store.Running, to)
 			applied[i] = true
 			for _, c := range o.Counters {
 				name := c.Name
@@ -468,6 +522,9 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				}
 				counts[[2]string{c.Queue, name}] += c.N
 			}
+		}
+		if err := s.addMoves(ctx, tx, mv); err != nil {
+			return err
 		}
 		return s.addCounters(ctx, tx, counts)
 	})
@@ -858,6 +915,11 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 				history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`, micros(now), ev, id); err != nil {
 				return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
 			}
+			mv := moves{}
+			mv.move(queue, store.State(state), store.Canceled)
+			if err := s.addMoves(ctx, tx, mv); err != nil {
+				return err
+			}
 			if err := s.addCounters(ctx, tx, map[[2]string]int64{{queue, store.StatCanceled}: 1}); err != nil {
 				return err
 			}
@@ -893,6 +955,7 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 	err = s.write(ctx, func(tx *sql.Conn) error {
 		res.Redriven, res.Refused, res.Skipped = res.Redriven[:0], res.Refused[:0], res.Skipped[:0]
 		counts := map[[2]string]int64{}
+		mv := moves{}
 		for _, id := range p.IDs {
 			var state, queue string
 			var reproc int
@@ -918,6 +981,10 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 			}
 			res.Redriven = append(res.Redriven, id)
 			counts[[2]string{queue, store.StatRedriven}]++
+			mv.move(queue, store.Dead, store.Pending)
+		}
+		if err := s.addMoves(ctx, tx, mv); err != nil {
+			return err
 		}
 		return s.addCounters(ctx, tx, counts)
 	})
@@ -946,6 +1013,7 @@ func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, er
 			return fmt.Errorf("sqlite: purge: %w", err)
 		}
 		counts := map[[2]string]int64{}
+		mv := moves{}
 		for rows.Next() {
 			var q string
 			if err := rows.Scan(&q); err != nil {
@@ -953,11 +1021,15 @@ func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, er
 				return fmt.Errorf("sqlite: purge: %w", err)
 			}
 			counts[[2]string{q, store.StatPurged}]++
+			mv.move(q, store.Dead, "")
 			n++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("sqlite: purge: %w", err)
+		}
+		if err := s.addMoves(ctx, tx, mv); err != nil {
+			return err
 		}
 		return s.addCounters(ctx, tx, counts)
 	})
@@ -983,6 +1055,7 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 			return fmt.Errorf("sqlite: delete finished: %w", err)
 		}
 		counts := map[[2]string]int64{}
+		mv := moves{}
 		for rows.Next() {
 			var q string
 			if err := rows.Scan(&q); err != nil {
@@ -990,6 +1063,7 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 				return fmt.Errorf("sqlite: delete finished: %w", err)
 			}
 			n++
+			mv.move(q, state, "")
 			if state == store.Dead {
 				counts[[2]string{q, store.StatPurged}]++ // dead jobs expired by retention count as purged
 			}
@@ -997,6 +1071,9 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("sqlite: delete finished: %w", err)
+		}
+		if err := s.addMoves(ctx, tx, mv); err != nil {
+			return err
 		}
 		return s.addCounters(ctx, tx, counts)
 	})
@@ -1015,7 +1092,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 		return st, fmt.Errorf("sqlite: stats: %w", err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT queue, state, count(*) FROM jobs GROUP BY queue, state`)
+	rows, err := tx.QueryContext(ctx, `SELECT queue, state, n FROM job_counts WHERE n <> 0`)
 	if err != nil {
 		return st, fmt.Errorf("sqlite: stats: %w", err)
 	}

@@ -256,10 +256,12 @@ var writeSQL = map[string]string{
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING RETURNING id`,
 	"byKey": `SELECT ` + jobColumns + ` FROM jobs WHERE idem_key = ?`,
-	"fetch": `UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?, lease_until = ?, worker = ?
-		WHERE id IN (SELECT id FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ?
-			ORDER BY run_at, id LIMIT ?)
-		RETURNING id`,
+	// Fetch selects the due jobs (and their state, for the counts) through
+	// the due index, then leases them by id.
+	"fetchSelect": `SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ?
+		ORDER BY run_at, id LIMIT ?`,
+	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = ?, lease_until = ?, worker = ?
+		WHERE id IN (SELECT value FROM json_each(?))`,
 	"complete": `UPDATE jobs SET state = 'completed', finished_at = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
@@ -279,6 +281,8 @@ var writeSQL = map[string]string{
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
 	"counter": `INSERT INTO counters (queue, name, n) VALUES (?, ?, ?)
 		ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n`,
+	"jobCount": `INSERT INTO job_counts (queue, state, n) VALUES (?, ?, ?)
+		ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n`,
 }
 
 func (s *Store) prepare(ctx context.Context) error {

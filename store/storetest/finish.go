@@ -249,11 +249,11 @@ func testFencing(x *h) {
 	before := x.get(j.ID)
 	succeeded := []store.Counter{{Queue: "q", Name: store.StatSucceeded, N: 1}}
 	stale := []store.Outcome{
-		{JobID: j.ID, Attempt: 2, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
-		{JobID: j.ID, Attempt: 0, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
-		{JobID: j.ID, Attempt: 1, Worker: "w2", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
-		{JobID: j.ID, Attempt: 1, Worker: "", Kind: store.Bury, At: at(time.Second), Class: failure.Permanent, DeadReason: "x", Fingerprint: "x", Error: "x", Counters: succeeded},
-		{JobID: missingID, Attempt: 1, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 2, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 0, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 1, Worker: "w2", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 1, Worker: "", Kind: store.Bury, At: at(time.Second), Class: failure.Permanent, DeadReason: "x", Fingerprint: "x", Error: "x", Counters: succeeded},
+		{JobID: missingID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
 	}
 	for i, o := range stale {
 		if applied := x.finishApplied(o); applied[0] {
@@ -322,7 +322,7 @@ func testFencingBatch(x *h) {
 	staleC.Counters = cnt(store.StatDeferred)
 	dupA := completeOf(a, at(2*time.Second))
 	dupA.Counters = cnt(store.StatDeferred)
-	unknown := completeOf(&store.Job{ID: missingID, Attempt: 1, Worker: "w1"}, at(time.Second))
+	unknown := completeOf(&store.Job{ID: missingID, Queue: "q", Attempt: 1, Worker: "w1"}, at(time.Second))
 	unknown.Counters = cnt(store.StatDeferred)
 
 	applied := x.finishApplied(oa, staleB, ob, staleC, dupA, unknown)

@@ -326,7 +326,7 @@ func (x *h) counter(queue, name string) int64 {
 // Outcome builders. Each fences on the leased job's attempt and worker.
 
 func outcome(j *store.Job, kind store.OutcomeKind, when time.Time) store.Outcome {
-	return store.Outcome{JobID: j.ID, Attempt: j.Attempt, Worker: j.Worker, Kind: kind, At: when}
+	return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: j.Worker, Kind: kind, At: when}
 }
 
 func completeOf(j *store.Job, when time.Time) store.Outcome {

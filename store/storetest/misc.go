@@ -84,7 +84,7 @@ func testClose(x *h) {
 		},
 		"NextDue": func() error { _, _, err := x.s.NextDue(ctx, "q"); return err },
 		"Finish": func() error {
-			_, err := x.s.Finish(ctx, []store.Outcome{{JobID: j.ID, Attempt: 1, Worker: "w", Kind: store.Complete, At: at(time.Second)}})
+			_, err := x.s.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: j.Queue, Attempt: 1, Worker: "w", Kind: store.Complete, At: at(time.Second)}})
 			return err
 		},
 		"Heartbeat": func() error { _, err := x.s.Heartbeat(ctx, "w", []int64{j.ID}, at(time.Minute)); return err },

@@ -1,0 +1,11 @@
+package postgres
+
+import "time"
+
+// SetListenIdle sets how long Listen waits before pinging an idle
+// connection, and returns a function restoring the previous value.
+func SetListenIdle(d time.Duration) (restore func()) {
+	old := listenIdle
+	listenIdle = d
+	return func() { listenIdle = old }
+}

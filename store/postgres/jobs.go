@@ -1,0 +1,1086 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/store"
+)
+
+// ts is a time as stored: microseconds (timestamptz keeps no more), UTC.
+func ts(t time.Time) time.Time { return t.Truncate(time.Microsecond).UTC() }
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// scanJob reads the columns of jobColumns, and the history when
+// withHistory.
+func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
+	var (
+		j                        store.Job
+		payload, policy, history []byte
+		idem, worker             *string
+		state, class             string
+	)
+	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &j.Reprocessable,
+		&j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &worker, &j.CancelRequested, &j.RetryCount,
+		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven}
+	if withHistory {
+		dest = append(dest, &history)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	j.Payload = json.RawMessage(payload)
+	if len(policy) > 0 {
+		j.Policy = json.RawMessage(policy)
+	}
+	j.State = store.State(state)
+	if idem != nil {
+		j.IdempotencyKey = *idem
+	}
+	if worker != nil {
+		j.Worker = *worker
+	}
+	j.CreatedAt = j.CreatedAt.UTC()
+	j.RunAt = j.RunAt.UTC()
+	j.AttemptedAt = utcPtr(j.AttemptedAt)
+	j.FinishedAt = utcPtr(j.FinishedAt)
+	j.LeaseUntil = utcPtr(j.LeaseUntil)
+	j.LastFailedAt = utcPtr(j.LastFailedAt)
+	j.DeadAt = utcPtr(j.DeadAt)
+	if class != "" {
+		c, err := failure.ParseClass(class)
+		if err != nil {
+			return nil, fmt.Errorf("job %d: %w", j.ID, err)
+		}
+		j.LastErrorClass = c
+	}
+	if withHistory {
+		j.History = []store.Event{}
+		if len(history) > 0 {
+			if err := json.Unmarshal(history, &j.History); err != nil {
+				return nil, fmt.Errorf("job %d: history: %w", j.ID, err)
+			}
+		}
+	}
+	return &j, nil
+}
+
+// collect scans every row of rows as a job.
+func collect(rows pgx.Rows, withHistory bool) ([]*store.Job, error) {
+	defer rows.Close()
+	var out []*store.Job
+	for rows.Next() {
+		j, err := scanJob(rows, withHistory)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// cleanText makes s storable in a text column: PostgreSQL text holds
+// neither NUL bytes nor invalid UTF-8. It is used for free text (error
+// messages, worker names); identifiers are validated instead.
+func cleanText(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// checkText reports an identifier-like field PostgreSQL cannot store as
+// given.
+func checkText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", store.ErrInvalid, field)
+	}
+	if strings.ContainsRune(s, 0) {
+		return fmt.Errorf("%w: %s contains a NUL byte", store.ErrInvalid, field)
+	}
+	return nil
+}
+
+// maxIndexed bounds, in bytes, the text of indexed columns a caller
+// chooses (queue, idempotency key): a b-tree entry holds at most about
+// 2.7 kB, and a notification payload (the queue) 8 kB.
+const maxIndexed = 1000
+
+// storedFingerprint is the fingerprint as stored: cleaned, and replaced
+// by a digest of itself when too long to be indexed. Filters go through
+// it too, so they match what was stored.
+func storedFingerprint(fp string) string {
+	fp = cleanText(fp)
+	if len(fp) <= maxIndexed {
+		return fp
+	}
+	sum := sha256.Sum256([]byte(fp))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// eventJSON encodes an event for the history ("" for none). Its text is
+// cleaned first: jsonb refuses \u0000.
+func eventJSON(e *store.Event) (string, error) {
+	if e == nil {
+		return "", nil
+	}
+	c := *e
+	c.Class, c.Error, c.Reason, c.Worker, c.Note = cleanText(c.Class), cleanText(c.Error), cleanText(c.Reason), cleanText(c.Worker), cleanText(c.Note)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("encode event: %w", err)
+	}
+	return string(b), nil
+}
+
+func dueState(runAt, now time.Time) store.State {
+	if runAt.After(now) {
+		return store.Scheduled
+	}
+	return store.Pending
+}
+
+// enqueueBatch is an Enqueue call's jobs, validated, as column arrays.
+type enqueueBatch struct {
+	queues, kinds, states, keys, deps []string
+	payloads, policies                [][]byte
+	maxRetries                        []int32
+	reproc, isNew                     []bool
+	runAts                            []time.Time
+	now                               time.Time
+	hasKeys                           bool
+}
+
+func validateNew(nj *store.NewJob) error {
+	if nj.Queue == "" {
+		return fmt.Errorf("%w: queue is empty", store.ErrInvalid)
+	}
+	if nj.Kind == "" {
+		return fmt.Errorf("%w: kind is empty", store.ErrInvalid)
+	}
+	for _, f := range [][2]string{{"queue", nj.Queue}, {"kind", nj.Kind}, {"idempotency key", nj.IdempotencyKey}, {"dependency", nj.Dependency}} {
+		if err := checkText(f[0], f[1]); err != nil {
+			return err
+		}
+	}
+	if len(nj.Queue) > maxIndexed {
+		return fmt.Errorf("%w: queue name longer than %d bytes", store.ErrInvalid, maxIndexed)
+	}
+	if len(nj.IdempotencyKey) > maxIndexed {
+		return fmt.Errorf("%w: idempotency key longer than %d bytes", store.ErrInvalid, maxIndexed)
+	}
+	if len(nj.Payload) > 0 && !json.Valid(nj.Payload) {
+		return fmt.Errorf("%w: payload is not valid JSON", store.ErrInvalid)
+	}
+	if len(nj.Policy) > 0 && !json.Valid(nj.Policy) {
+		return fmt.Errorf("%w: policy is not valid JSON", store.ErrInvalid)
+	}
+	if nj.MaxRetries > 1<<31-1 || nj.MaxRetries < -1<<31 {
+		return fmt.Errorf("%w: max retries %d out of range", store.ErrInvalid, nj.MaxRetries)
+	}
+	return nil
+}
+
+func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
+	n := len(jobs)
+	b := &enqueueBatch{
+		queues: make([]string, n), kinds: make([]string, n), states: make([]string, n), keys: make([]string, n), deps: make([]string, n),
+		payloads: make([][]byte, n), policies: make([][]byte, n), maxRetries: make([]int32, n),
+		reproc: make([]bool, n), isNew: make([]bool, n), runAts: make([]time.Time, n), now: ts(now),
+	}
+	seen := map[string]bool{}
+	for i := range jobs {
+		nj := &jobs[i]
+		if err := validateNew(nj); err != nil {
+			return nil, fmt.Errorf("job %d of %d: %w", i+1, n, err)
+		}
+		runAt := nj.RunAt
+		if runAt.IsZero() {
+			runAt = now
+		}
+		b.queues[i], b.kinds[i], b.keys[i], b.deps[i] = nj.Queue, nj.Kind, nj.IdempotencyKey, nj.Dependency
+		b.payloads[i] = nj.Payload
+		if len(b.payloads[i]) == 0 {
+			b.payloads[i] = []byte("null")
+		}
+		if len(nj.Policy) > 0 {
+			b.policies[i] = nj.Policy
+		}
+		b.maxRetries[i] = int32(nj.MaxRetries)
+		b.reproc[i] = !nj.NotReprocessable
+		b.runAts[i] = ts(runAt)
+		b.states[i] = string(dueState(b.runAts[i], b.now))
+		// A key repeated within the call: only its first job is inserted,
+		// the others get that job back.
+		b.isNew[i] = nj.IdempotencyKey == "" || !seen[nj.IdempotencyKey]
+		if nj.IdempotencyKey != "" {
+			seen[nj.IdempotencyKey] = true
+			b.hasKeys = true
+		}
+	}
+	return b, nil
+}
+
+// job is the i-th job of the batch as inserted with id.
+func (b *enqueueBatch) job(i int, id int64, nj *store.NewJob) *store.Job {
+	return &store.Job{
+		ID: id, Queue: b.queues[i], Kind: b.kinds[i], Payload: json.RawMessage(b.payloads[i]), State: store.State(b.states[i]),
+		MaxRetries: int(b.maxRetries[i]), Policy: nj.Policy, IdempotencyKey: b.keys[i], Dependency: b.deps[i],
+		Reprocessable: b.reproc[i], CreatedAt: b.now, RunAt: b.runAts[i], History: []store.Event{},
+	}
+}
+
+// errHolderGone means a job holding a key was deleted between the insert
+// that found the key taken and the read of the job: the enqueue runs
+// again (the key is free now).
+var errHolderGone = errors.New("job holding the idempotency key vanished")
+
+// Enqueue implements store.Store. Jobs without idempotency keys are
+// inserted by one statement; with keys, the statement and the read of
+// the jobs already holding keys share a transaction.
+func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	b, err := newBatch(jobs, now)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	if len(jobs) == 0 {
+		return []*store.Job{}, nil
+	}
+	var out []*store.Job
+	err = s.retry(ctx, func() error {
+		for try := 0; ; try++ {
+			var err error
+			if b.hasKeys {
+				err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+					out, err = s.enqueueOn(ctx, tx, jobs, b)
+					return err
+				})
+			} else {
+				out, err = s.enqueueOn(ctx, s.pool, jobs, b)
+			}
+			if errors.Is(err, errHolderGone) && try < 10 {
+				continue
+			}
+			return err
+		}
+	})
+	if err != nil {
+		return nil, s.fail("enqueue", err)
+	}
+	return out, nil
+}
+
+// EnqueueTx is Enqueue inside the caller's transaction tx: the jobs exist
+// if and only if tx commits, and their notification is sent on commit.
+// now is the enqueue time, as for Enqueue. tx must be on a database
+// holding the store's schema; it should run at the READ COMMITTED
+// isolation level (PostgreSQL's default): at a stricter level, a key
+// taken by a transaction that committed after tx began makes this call
+// fail with a serialization error instead of returning the job holding
+// the key. Invalid jobs are refused before any statement runs, leaving
+// tx as it was; after any other error, roll tx back. With idempotency
+// keys, EnqueueTx works inside a savepoint. The store's own pool is not
+// used, but a closed store still refuses with store.ErrClosed.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	b, err := newBatch(jobs, now)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	if len(jobs) == 0 {
+		return []*store.Job{}, nil
+	}
+	if !b.hasKeys {
+		out, err := s.enqueueOn(ctx, tx, jobs, b)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: enqueue: %w", err)
+		}
+		return out, nil
+	}
+	for try := 0; ; try++ {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: enqueue: %w", err)
+		}
+		out, err := s.enqueueOn(ctx, sp, jobs, b)
+		if err != nil {
+			sp.Rollback(ctx)
+			if errors.Is(err, errHolderGone) && try < 10 {
+				continue
+			}
+			return nil, fmt.Errorf("postgres: enqueue: %w", err)
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("postgres: enqueue: %w", err)
+		}
+		return out, nil
+	}
+}
+
+// enqueueOn inserts the batch with q and reads the jobs holding the keys
+// that were taken.
+func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
+	rows, err := q.Query(ctx, s.sql.enqueue, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.keys, b.deps,
+		b.reproc, b.runAts, b.isNew, b.now, shard())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*store.Job, len(jobs))
+	for rows.Next() {
+		var ord, id int64
+		if err := rows.Scan(&ord, &id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		i := int(ord - 1)
+		if i < 0 || i >= len(out) {
+			rows.Close()
+			return nil, fmt.Errorf("insert returned row %d of %d", ord, len(out))
+		}
+		out[i] = b.job(i, id, &jobs[i])
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var prev int64
+	var missing []string
+	for i, j := range out {
+		if j == nil {
+			missing = append(missing, b.keys[i])
+			continue
+		}
+		if j.ID <= prev {
+			return nil, fmt.Errorf("ids %d then %d: not increasing in input order", prev, j.ID)
+		}
+		prev = j.ID
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	// The rows not inserted are the ones whose key was taken, by another
+	// job or by an earlier job of this call. A statement of its own sees
+	// the jobs committed by concurrent callers the insert waited for.
+	slices.Sort(missing)
+	missing = slices.Compact(missing)
+	holders, err := q.Query(ctx, s.sql.byKeys, missing)
+	if err != nil {
+		return nil, err
+	}
+	found, err := collect(holders, true)
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]*store.Job, len(found))
+	for _, j := range found {
+		byKey[j.IdempotencyKey] = j
+	}
+	for i, j := range out {
+		if j != nil {
+			continue
+		}
+		h := byKey[b.keys[i]]
+		if h == nil {
+			return nil, fmt.Errorf("key %q: %w", b.keys[i], errHolderGone)
+		}
+		c := *h
+		c.History = slices.Clone(h.History)
+		c.Existing = true
+		out[i] = &c
+	}
+	return out, nil
+}
+
+// Fetch implements store.Store with one statement: the due jobs are
+// locked with FOR UPDATE SKIP LOCKED, leased and returned in (run_at,
+// id) order, without their history.
+func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	dueBy := p.DueBy
+	if dueBy.IsZero() {
+		dueBy = p.Now
+	}
+	var jobs []*store.Job
+	err := s.retry(ctx, func() error {
+		rows, err := s.pool.Query(ctx, s.sql.fetch, p.Queue, ts(dueBy), p.Limit, ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
+		if err != nil {
+			return err
+		}
+		jobs, err = collect(rows, false)
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("fetch", err)
+	}
+	return jobs, nil
+}
+
+// NextDue implements store.Store.
+func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
+	if err := s.check(); err != nil {
+		return time.Time{}, false, err
+	}
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, s.sql.nextDue, queue).Scan(&t); err != nil {
+		return time.Time{}, false, s.fail("next due", err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return t.UTC(), true, nil
+}
+
+// Finish implements store.Store: every outcome is applied by one UPDATE
+// statement (so in one transaction), fenced on the running attempt and
+// worker, with the counters of the applied outcomes.
+func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	applied := make([]bool, len(outcomes))
+	if len(outcomes) == 0 {
+		return applied, nil
+	}
+	type fence struct {
+		id      int64
+		attempt int
+		worker  string
+	}
+	var (
+		ids                                    []int64
+		attempts, kinds, ords                  []int32
+		workers, states, events, errs, classes []string
+		reasons, fps                           []string
+		ats, runAts                            []time.Time
+		cOrds                                  []int32
+		cQueues, cNames                        []string
+		cNs                                    []int64
+		sent                                   = map[fence]bool{}
+		order                                  []int
+	)
+	for i := range outcomes {
+		o := &outcomes[i]
+		if o.Kind < store.Complete || o.Kind > store.Cancel {
+			return nil, fmt.Errorf("postgres: finish: %w: outcome %d has unknown kind %d", store.ErrInvalid, i, o.Kind)
+		}
+		// Every outcome moves the job out of running: a second outcome
+		// with the same fence in one call is stale, so only the first is
+		// sent. Outcomes of one job with different fences can all be
+		// sent, since at most one of them matches the job.
+		f := fence{o.JobID, o.Attempt, cleanText(o.Worker)}
+		if sent[f] || o.Attempt > 1<<31-1 || o.Attempt < -1<<31 {
+			continue
+		}
+		sent[f] = true
+		order = append(order, i)
+	}
+	// Rows are locked in id order, as Heartbeat locks them, to keep
+	// deadlocks away.
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch ia, ib := outcomes[a].JobID, outcomes[b].JobID; {
+		case ia < ib:
+			return -1
+		case ia > ib:
+			return 1
+		}
+		return 0
+	})
+	for _, i := range order {
+		o := &outcomes[i]
+		ev, err := eventJSON(o.Event)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: finish: %w", err)
+		}
+		at := ts(o.At)
+		runAt := at
+		state := store.Pending
+		switch o.Kind {
+		case store.Complete:
+			state = store.Completed
+		case store.Retry, store.Snooze:
+			if !o.RunAt.IsZero() {
+				runAt = ts(o.RunAt)
+			}
+			state = dueState(runAt, at)
+		case store.Bury:
+			state = store.Dead
+		case store.Cancel:
+			state = store.Canceled
+		}
+		ids = append(ids, o.JobID)
+		attempts = append(attempts, int32(o.Attempt))
+		workers = append(workers, cleanText(o.Worker))
+		kinds = append(kinds, int32(o.Kind))
+		states = append(states, string(state))
+		ats = append(ats, at)
+		runAts = append(runAts, runAt)
+		events = append(events, ev)
+		errs = append(errs, cleanText(o.Error))
+		classes = append(classes, o.Class.String())
+		reasons = append(reasons, cleanText(o.DeadReason))
+		fps = append(fps, storedFingerprint(o.Fingerprint))
+		ords = append(ords, int32(i))
+		for _, c := range o.Counters {
+			name := c.Name
+			if c.Class != "" {
+				name += "." + c.Class
+			}
+			cOrds = append(cOrds, int32(i))
+			cQueues = append(cQueues, cleanText(c.Queue))
+			cNames = append(cNames, cleanText(name))
+			cNs = append(cNs, c.N)
+		}
+	}
+	err := s.retry(ctx, func() error {
+		clear(applied)
+		rows, err := s.pool.Query(ctx, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
+			cOrds, cQueues, cNames, cNs, shard())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var ord int32
+			if err := rows.Scan(&ord); err != nil {
+				return err
+			}
+			applied[ord] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.fail("finish", err)
+	}
+	return applied, nil
+}
+
+// Heartbeat implements store.Store.
+func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until time.Time) ([]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	var cancel []int64
+	err := s.retry(ctx, func() error {
+		cancel = cancel[:0]
+		rows, err := s.pool.Query(ctx, s.sql.heartbeat, ts(until), cleanText(worker), sorted)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var c bool
+			if err := rows.Scan(&id, &c); err != nil {
+				return err
+			}
+			if c {
+				cancel = append(cancel, id)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.fail("heartbeat", err)
+	}
+	slices.Sort(cancel)
+	return cancel, nil
+}
+
+// Expired implements store.Store.
+func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, s.sql.expired, ts(now), limit)
+	if err != nil {
+		return nil, s.fail("expired", err)
+	}
+	jobs, err := collect(rows, false)
+	if err != nil {
+		return nil, s.fail("expired", err)
+	}
+	return jobs, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	j, err := scanJob(s.pool.QueryRow(ctx, s.sql.get, id), true)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("postgres: job %d: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.fail(fmt.Sprintf("get job %d", id), err)
+	}
+	return j, nil
+}
+
+// args collects the arguments of a statement and names their
+// placeholders.
+type args []any
+
+func (a *args) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
+}
+
+// where builds the condition of a filter, adding its arguments to a.
+func (s *Store) where(f store.Filter, a *args) (string, error) {
+	var conds []string
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, st := range f.States {
+			if !st.Valid() {
+				return "", fmt.Errorf("%w: unknown state %q", store.ErrInvalid, st)
+			}
+			states[i] = string(st)
+		}
+		if len(states) == 1 {
+			conds = append(conds, "state = "+a.add(states[0]))
+		} else {
+			conds = append(conds, "state = ANY("+a.add(states)+"::text[])")
+		}
+	}
+	if f.Fingerprint != "" {
+		conds = append(conds, "fingerprint = "+a.add(storedFingerprint(f.Fingerprint)))
+	}
+	for _, c := range []struct{ col, v string }{{"queue", f.Queue}, {"kind", f.Kind}, {"dead_reason", f.Reason}} {
+		if c.v == "" {
+			continue
+		}
+		if err := checkText(c.col, c.v); err != nil {
+			return "", err
+		}
+		conds = append(conds, c.col+" = "+a.add(c.v))
+	}
+	if f.Class != "" {
+		c, err := failure.ParseClass(f.Class)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", store.ErrInvalid, err)
+		}
+		conds = append(conds, "last_error_class = "+a.add(c.String()))
+	}
+	if !f.Since.IsZero() || !f.Until.IsZero() {
+		ref := refTime(f)
+		if !f.Since.IsZero() {
+			conds = append(conds, ref+" >= "+a.add(ts(f.Since)))
+		}
+		if !f.Until.IsZero() {
+			conds = append(conds, ref+" < "+a.add(ts(f.Until)))
+		}
+	}
+	if f.ErrorContains != "" {
+		if err := checkText("error text", f.ErrorContains); err != nil {
+			return "", err
+		}
+		p := a.add(f.ErrorContains)
+		conds = append(conds, "strpos(lower(last_error"+s.fold+"), lower("+p+"::text"+s.fold+")) > 0")
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "id = ANY("+a.add(f.IDs)+"::bigint[])")
+	}
+	if len(conds) == 0 {
+		return "true", nil
+	}
+	return strings.Join(conds, " AND "), nil
+}
+
+// selectsDead reports whether f can match dead jobs: no States, or States
+// including dead.
+func selectsDead(f store.Filter) bool {
+	return len(f.States) == 0 || slices.Contains(f.States, store.Dead)
+}
+
+func deadOnly(f store.Filter) bool {
+	return len(f.States) == 1 && f.States[0] == store.Dead
+}
+
+// refTime is the reference time of Filter.Since and Until.
+func refTime(f store.Filter) string {
+	if deadOnly(f) {
+		return "dead_at"
+	}
+	return "(CASE state WHEN 'dead' THEN dead_at WHEN 'completed' THEN finished_at WHEN 'canceled' THEN finished_at ELSE created_at END)"
+}
+
+// encodeCursor encodes a keyset position: "id", or "deadAtMicros.id" for
+// a dead-only listing.
+func encodeCursor(j *store.Job, dead bool) string {
+	s := strconv.FormatInt(j.ID, 10)
+	if dead && j.DeadAt != nil {
+		s = strconv.FormatInt(j.DeadAt.UnixMicro(), 10) + "." + s
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func decodeCursor(c string, dead bool) (t, id int64, err error) {
+	bad := fmt.Errorf("%w: malformed cursor %q", store.ErrInvalid, c)
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, 0, bad
+	}
+	parts := strings.Split(string(b), ".")
+	if dead != (len(parts) == 2) || len(parts) > 2 {
+		return 0, 0, bad
+	}
+	id, err = strconv.ParseInt(parts[len(parts)-1], 10, 64)
+	if err != nil {
+		return 0, 0, bad
+	}
+	if dead {
+		if t, err = strconv.ParseInt(parts[0], 10, 64); err != nil {
+			return 0, 0, bad
+		}
+	}
+	return t, id, nil
+}
+
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return store.DefaultPageSize
+	case n > store.MaxPageSize:
+		return store.MaxPageSize
+	}
+	return n
+}
+
+// List implements store.Store.
+func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.ListResult, error) {
+	if err := s.check(); err != nil {
+		return store.ListResult{}, err
+	}
+	var a args
+	w, err := s.where(f, &a)
+	if err != nil {
+		return store.ListResult{}, fmt.Errorf("postgres: list: %w", err)
+	}
+	dead := deadOnly(f)
+	order := "id DESC"
+	if dead {
+		order = "dead_at DESC, id DESC"
+	}
+	if p.Cursor != "" {
+		t, id, err := decodeCursor(p.Cursor, dead)
+		if err != nil {
+			return store.ListResult{}, fmt.Errorf("postgres: list: %w", err)
+		}
+		if dead {
+			w += " AND (dead_at, id) < (" + a.add(time.UnixMicro(t).UTC()) + ", " + a.add(id) + ")"
+		} else {
+			w += " AND id < " + a.add(id)
+		}
+	}
+	limit := pageLimit(p.Limit)
+	q := `SELECT ` + cols("", true) + ` FROM ` + s.sql.jobs + ` WHERE ` + w + ` ORDER BY ` + order + ` LIMIT ` + a.add(limit+1)
+	rows, err := s.pool.Query(ctx, q, a...)
+	if err != nil {
+		return store.ListResult{}, s.fail("list", err)
+	}
+	jobs, err := collect(rows, true)
+	if err != nil {
+		return store.ListResult{}, s.fail("list", err)
+	}
+	res := store.ListResult{Jobs: jobs}
+	if len(jobs) > limit {
+		res.Jobs = jobs[:limit]
+		res.Next = encodeCursor(jobs[limit-1], dead)
+	}
+	if res.Jobs == nil {
+		res.Jobs = []*store.Job{}
+	}
+	return res, nil
+}
+
+// Count implements store.Store.
+func (s *Store) Count(ctx context.Context, f store.Filter) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var a args
+	w, err := s.where(f, &a)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: count: %w", err)
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.sql.jobs+` WHERE `+w, a...).Scan(&n); err != nil {
+		return 0, s.fail("count", err)
+	}
+	return n, nil
+}
+
+// Groups implements store.Store. The sample of a group is its most
+// recent dead job (latest dead_at, then largest id).
+func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.Group, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if !selectsDead(f) {
+		return []store.Group{}, nil
+	}
+	f.States = []store.State{store.Dead}
+	var a args
+	w, err := s.where(f, &a)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: groups: %w", err)
+	}
+	q := `WITH g AS (
+	SELECT fingerprint, count(*) AS n, min(dead_at) AS first, max(dead_at) AS last
+	FROM ` + s.sql.jobs + ` WHERE ` + w + `
+	GROUP BY fingerprint ORDER BY n DESC, last DESC, fingerprint LIMIT ` + a.add(pageLimit(limit)) + `
+)
+SELECT g.fingerprint, g.n, g.first, g.last, s.id, s.last_error, s.last_error_class, s.dead_reason, s.queue, s.kind
+FROM g CROSS JOIN LATERAL (
+	SELECT id, last_error, last_error_class, dead_reason, queue, kind FROM ` + s.sql.jobs + `
+	WHERE ` + w + ` AND fingerprint = g.fingerprint
+	ORDER BY dead_at DESC, id DESC LIMIT 1
+) s
+ORDER BY g.n DESC, g.last DESC, g.fingerprint`
+	rows, err := s.pool.Query(ctx, q, a...)
+	if err != nil {
+		return nil, s.fail("groups", err)
+	}
+	defer rows.Close()
+	out := []store.Group{}
+	for rows.Next() {
+		var g store.Group
+		if err := rows.Scan(&g.Fingerprint, &g.Count, &g.First, &g.Last, &g.SampleID, &g.Sample, &g.Class, &g.Reason, &g.Queue, &g.Kind); err != nil {
+			return nil, s.fail("groups", err)
+		}
+		g.First, g.Last = g.First.UTC(), g.Last.UTC()
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("groups", err)
+	}
+	return out, nil
+}
+
+// Cancel implements store.Store.
+func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	ev, err := eventJSON(&store.Event{Kind: store.EventCanceled, At: now})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: cancel: %w", err)
+	}
+	var job *store.Job
+	err = s.retry(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var state, queue string
+			err := tx.QueryRow(ctx, s.sql.cancelLock, id).Scan(&state, &queue)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("job %d: %w", id, store.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			switch store.State(state) {
+			case store.Pending, store.Scheduled, store.Dead:
+				if job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelNow, id, ts(now), ev), true); err != nil {
+					return err
+				}
+				_, err = tx.Exec(ctx, s.sql.counterOne, queue, store.StatCanceled, shard(), 1)
+				return err
+			case store.Running:
+				job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelRunning, id), true)
+				return err
+			}
+			return fmt.Errorf("job %d is %s: %w", id, state, store.ErrConflict)
+		})
+	})
+	if err != nil {
+		return nil, s.fail("cancel", err)
+	}
+	return job, nil
+}
+
+// Redrive implements store.Store with one statement.
+func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.RedriveResult, error) {
+	res := store.RedriveResult{Redriven: []int64{}, Refused: []int64{}, Skipped: []int64{}}
+	if err := s.check(); err != nil {
+		return res, err
+	}
+	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
+		return res, fmt.Errorf("postgres: redrive: %w: payload is not valid JSON", store.ErrInvalid)
+	}
+	if len(p.IDs) == 0 {
+		return res, nil
+	}
+	ev, err := eventJSON(&store.Event{Kind: store.EventRedriven, At: p.Now, Note: p.Note})
+	if err != nil {
+		return res, fmt.Errorf("postgres: redrive: %w", err)
+	}
+	var payload []byte
+	if len(p.Payload) > 0 {
+		payload = p.Payload
+	}
+	outcome := map[int64]bool{} // true: redriven, false: refused
+	err = s.retry(ctx, func() error {
+		clear(outcome)
+		rows, err := s.pool.Query(ctx, s.sql.redrive, p.IDs, ts(p.Now), payload, ev, shard())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var ok bool
+			if err := rows.Scan(&id, &ok); err != nil {
+				return err
+			}
+			outcome[id] = ok
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return res, s.fail("redrive", err)
+	}
+	seen := map[int64]bool{}
+	for _, id := range p.IDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		ok, found := outcome[id]
+		switch {
+		case !found:
+			res.Skipped = append(res.Skipped, id)
+		case ok:
+			res.Redriven = append(res.Redriven, id)
+		default:
+			res.Refused = append(res.Refused, id)
+		}
+	}
+	return res, nil
+}
+
+// Purge implements store.Store: it deletes the dead jobs among those f
+// selects.
+func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if !selectsDead(f) {
+		return 0, nil
+	}
+	f.States = []store.State{store.Dead}
+	var a args
+	w, err := s.where(f, &a)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: purge: %w", err)
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	q := s.purgeSQL(w, a.add(limit), a.add(shard()))
+	var n int64
+	err = s.retry(ctx, func() error { return s.pool.QueryRow(ctx, q, a...).Scan(&n) })
+	if err != nil {
+		return 0, s.fail("purge", err)
+	}
+	return n, nil
+}
+
+// DeleteFinished implements store.Store.
+func (s *Store) DeleteFinished(ctx context.Context, state store.State, before time.Time, limit int) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	switch state {
+	case store.Completed, store.Dead, store.Canceled:
+	default:
+		return 0, fmt.Errorf("postgres: delete finished: %w: state %q is not a finished state", store.ErrInvalid, state)
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.retry(ctx, func() error {
+		return s.pool.QueryRow(ctx, s.sql.deleteFinished, string(state), ts(before), limit, shard()).Scan(&n)
+	})
+	if err != nil {
+		return 0, s.fail("delete finished", err)
+	}
+	return n, nil
+}
+
+// Stats implements store.Store, with one statement (one snapshot).
+func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
+	st := store.Stats{Jobs: map[string]map[store.State]int64{}, Counters: map[string]map[string]int64{}}
+	if err := s.check(); err != nil {
+		return st, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql.stats)
+	if err != nil {
+		return st, s.fail("stats", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var isJobs bool
+		var q, name string
+		var n int64
+		if err := rows.Scan(&isJobs, &q, &name, &n); err != nil {
+			return st, s.fail("stats", err)
+		}
+		if isJobs {
+			if st.Jobs[q] == nil {
+				st.Jobs[q] = map[store.State]int64{}
+			}
+			st.Jobs[q][store.State(name)] = n
+			continue
+		}
+		if st.Counters[q] == nil {
+			st.Counters[q] = map[string]int64{}
+		}
+		st.Counters[q][name] = n
+	}
+	if err := rows.Err(); err != nil {
+		return st, s.fail("stats", err)
+	}
+	return st, nil
+}

@@ -1,0 +1,228 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// jobColumns lists a job's columns, without the history, in the order
+// scanJob reads them.
+var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
+	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
+	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven"}
+
+// cols returns the job columns, each prefixed with prefix, plus the
+// history when withHistory.
+func cols(prefix string, withHistory bool) string {
+	out := make([]string, 0, len(jobColumns)+1)
+	for _, c := range jobColumns {
+		out = append(out, prefix+c)
+	}
+	if withHistory {
+		out = append(out, prefix+"history")
+	}
+	return strings.Join(out, ", ")
+}
+
+// statements are the fixed SQL texts of one store, rendered for its
+// schema and channel.
+type statements struct {
+	jobs, counters string // qualified table names
+	enqueue        string
+	byKeys         string
+	fetch          string
+	finish         string
+	heartbeat      string
+	expired        string
+	get            string
+	nextDue        string
+	cancelLock     string
+	cancelNow      string
+	cancelRunning  string
+	counterOne     string
+	redrive        string
+	deleteFinished string
+	stats          string
+}
+
+// upsertCounters is the tail of an INSERT INTO counters ... SELECT that
+// adds to existing rows.
+const upsertCounters = `ON CONFLICT (queue, name, shard) DO UPDATE SET n = c.n + excluded.n`
+
+// render builds the statements for the quoted schema and the channel.
+func render(schema, channel string) statements {
+	r := strings.NewReplacer(
+		"{jobs}", schema+".jobs",
+		"{counters}", schema+".counters",
+		"{seq}", "'"+schema+".jobs_id_seq'",
+		"{notify}", "pg_notify('"+channel+"', ",
+		"{upsert}", upsertCounters,
+		"{cols}", cols("", false),
+		"{jcols}", cols("j.", false),
+		"{hcols}", cols("", true),
+		"{complete}", fmt.Sprint(int(store.Complete)),
+		"{retry}", fmt.Sprint(int(store.Retry)),
+		"{bury}", fmt.Sprint(int(store.Bury)),
+		"{snooze}", fmt.Sprint(int(store.Snooze)),
+		"{release}", fmt.Sprint(int(store.Release)),
+		"{cancel}", fmt.Sprint(int(store.Cancel)),
+	)
+	q := r.Replace
+	return statements{
+		jobs:     schema + ".jobs",
+		counters: schema + ".counters",
+
+		// Enqueue: ids are drawn in input order (nextval over the ordered
+		// rows), then the rows are inserted in key order, so that two
+		// batches taking the same keys wait for each other in one order
+		// and never deadlock. A row whose key is taken is skipped; the
+		// caller reads the job holding it. The counters count the rows
+		// inserted and the rows answered by an existing job.
+		enqueue: q(`WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[])
+		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, ord)
+), fresh AS MATERIALIZED (
+	SELECT nextval({seq}::regclass) AS id, f.* FROM (SELECT * FROM input WHERE is_new ORDER BY ord) f
+), ins AS (
+	INSERT INTO {jobs} (id, queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at)
+	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, $12, run_at
+	FROM fresh ORDER BY idem_key NULLS FIRST, id
+	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
+	RETURNING id, queue, {notify}queue) AS notified
+), done AS (
+	SELECT f.ord, f.id, f.queue FROM fresh f JOIN ins USING (id)
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT queue, name, $13::smallint, n FROM (
+		SELECT queue, 'enqueued' AS name, count(*) AS n FROM done GROUP BY queue
+		UNION ALL
+		SELECT i.queue, 'deduplicated', count(*) FROM input i WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.ord = i.ord) GROUP BY i.queue
+	) x ORDER BY queue, name
+	{upsert}
+)
+SELECT ord, id FROM done`),
+
+		byKeys: q(`SELECT {hcols} FROM {jobs} WHERE idem_key = ANY($1::text[])`),
+
+		// Fetch: lock the due rows (skipping rows other fetchers hold),
+		// lease them, count the attempts.
+		fetch: q(`WITH picked AS (
+	SELECT id FROM {jobs}
+	WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND run_at <= $2
+	ORDER BY run_at, id LIMIT $3
+	FOR UPDATE SKIP LOCKED
+), upd AS (
+	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, attempted_at = $4, lease_until = $5, worker = $6
+	FROM picked WHERE j.id = picked.id
+	RETURNING {jcols}
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM upd HAVING count(*) > 0
+	{upsert}
+)
+SELECT * FROM upd ORDER BY run_at, id`),
+
+		// Finish: every outcome in one UPDATE, fenced on the running
+		// attempt and worker; the counters of the applied outcomes only.
+		finish: q(`WITH o AS (
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[])
+		AS t(id, attempt, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord)
+), upd AS (
+	UPDATE {jobs} j SET
+		state = o.state,
+		run_at = CASE o.kind WHEN {retry} THEN o.run_at WHEN {snooze} THEN o.run_at WHEN {release} THEN least(j.run_at, o.run_at) ELSE j.run_at END,
+		attempt = CASE WHEN o.kind IN ({snooze}, {release}) THEN j.attempt - 1 ELSE j.attempt END,
+		retry_count = CASE WHEN o.kind = {retry} THEN j.retry_count + 1 ELSE j.retry_count END,
+		last_error = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.error ELSE j.last_error END,
+		last_error_class = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.class ELSE j.last_error_class END,
+		last_failed_at = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.at ELSE j.last_failed_at END,
+		finished_at = CASE WHEN o.kind IN ({complete}, {bury}, {cancel}) THEN o.at ELSE j.finished_at END,
+		dead_at = CASE WHEN o.kind = {bury} THEN o.at ELSE j.dead_at END,
+		dead_reason = CASE WHEN o.kind = {bury} THEN o.dead_reason ELSE j.dead_reason END,
+		fingerprint = CASE WHEN o.kind = {bury} THEN o.fingerprint ELSE j.fingerprint END,
+		cancel_requested = CASE WHEN o.kind IN ({snooze}, {release}) THEN j.cancel_requested ELSE false END,
+		lease_until = NULL,
+		worker = NULL,
+		history = CASE WHEN o.event = '' THEN j.history ELSE j.history || jsonb_build_array(o.event::jsonb) END
+	FROM o
+	WHERE j.id = o.id AND j.state = 'running' AND j.attempt = o.attempt AND j.worker = o.worker
+	RETURNING o.ord, CASE WHEN o.state IN ('pending', 'scheduled') THEN {notify}j.queue) END AS notified
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT x.queue, x.name, $18::smallint, sum(x.n)
+	FROM unnest($14::int[], $15::text[], $16::text[], $17::bigint[]) AS x(ord, queue, name, n)
+	WHERE x.ord IN (SELECT ord FROM upd)
+	GROUP BY x.queue, x.name HAVING sum(x.n) <> 0
+	ORDER BY x.queue, x.name
+	{upsert}
+)
+SELECT ord FROM upd`),
+
+		heartbeat: q(`UPDATE {jobs} SET lease_until = $1
+	WHERE state = 'running' AND worker = $2 AND id = ANY($3::bigint[])
+	RETURNING id, cancel_requested`),
+
+		expired: q(`SELECT {cols} FROM {jobs} WHERE state = 'running' AND lease_until < $1 ORDER BY lease_until, id LIMIT $2`),
+
+		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
+
+		nextDue: q(`SELECT min(run_at) FROM {jobs} WHERE state IN ('pending', 'scheduled') AND queue = $1`),
+
+		cancelLock: q(`SELECT state, queue FROM {jobs} WHERE id = $1 FOR UPDATE`),
+		cancelNow: q(`UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)
+	WHERE id = $1 RETURNING {hcols}`),
+		cancelRunning: q(`UPDATE {jobs} SET cancel_requested = true WHERE id = $1 RETURNING {hcols}`),
+		counterOne:    q(`INSERT INTO {counters} AS c (queue, name, shard, n) VALUES ($1, $2, $3, $4) {upsert}`),
+
+		// Redrive: the dead reprocessable jobs go back to pending; the dead
+		// ones marked not reprocessable are reported as refused.
+		redrive: q(`WITH upd AS (
+	UPDATE {jobs} SET state = 'pending', run_at = $2, attempt = 0, retry_count = 0, redriven = redriven + 1,
+		dead_at = NULL, dead_reason = '', finished_at = NULL, payload = coalesce($3, payload),
+		history = history || jsonb_build_array($4::jsonb)
+	WHERE id = ANY($1::bigint[]) AND state = 'dead' AND reprocessable
+	RETURNING id, queue, {notify}queue) AS notified
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT queue, 'redriven', $5::smallint, count(*) FROM upd GROUP BY queue ORDER BY queue
+	{upsert}
+)
+SELECT id, true FROM upd
+UNION ALL
+SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND NOT reprocessable`),
+
+		// DeleteFinished: dead jobs expired by retention count as purged.
+		deleteFinished: q(`WITH del AS (
+	DELETE FROM {jobs} WHERE id IN (
+		SELECT id FROM {jobs} WHERE state = $1 AND finished_at < $2
+		ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+	RETURNING queue, state
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT queue, 'purged', $4::smallint, count(*) FROM del WHERE state = 'dead' GROUP BY queue ORDER BY queue
+	{upsert}
+)
+SELECT count(*) FROM del`),
+
+		stats: q(`SELECT true, queue, state, count(*) FROM {jobs} GROUP BY queue, state
+UNION ALL
+SELECT false, queue, name, sum(n)::bigint FROM {counters} GROUP BY queue, name`),
+	}
+}
+
+// purgeSQL deletes up to a limit of the dead jobs matching where (whose
+// arguments come first) and counts them as purged.
+func (s *Store) purgeSQL(where string, limitArg, shardArg string) string {
+	return `WITH del AS (
+	DELETE FROM ` + s.sql.jobs + ` WHERE id IN (
+		SELECT id FROM ` + s.sql.jobs + ` WHERE ` + where + ` LIMIT ` + limitArg + ` FOR UPDATE SKIP LOCKED)
+	RETURNING queue
+), cnt AS (
+	INSERT INTO ` + s.sql.counters + ` AS c (queue, name, shard, n)
+	SELECT queue, 'purged', ` + shardArg + `::smallint, count(*) FROM del GROUP BY queue ORDER BY queue
+	` + upsertCounters + `
+)
+SELECT count(*) FROM del`
+}
