@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"math/bits"
 	"math/rand/v2"
 	"time"
 
@@ -81,8 +82,11 @@ func (p *Policy) Decide(in Input, r Source) Decision {
 		if d > 0 && limit > 0 && d < limit && n < 62 && d <= limit>>n {
 			d <<= n
 			if f := p.JitterFactor; f > 0 && f <= 1 && d < 1<<61 {
+				// d - span + rand[0, 2*span): the high word of a 64x64-bit
+				// product scales a uniform 64-bit draw without floats.
 				span := time.Duration(float64(d) * f)
-				d = d - span + time.Duration(rand.Float64()*float64(2*span))
+				hi, _ := bits.Mul64(uint64(2*span), rand.Uint64())
+				d = d - span + time.Duration(hi)
 			}
 			return Decision{Retry: true, Delay: d, Reason: ReasonBackoff}
 		}
