@@ -20,6 +20,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
@@ -36,7 +37,7 @@ func fastPolicy(retries int) retry.Policy {
 
 type env struct {
 	t      *testing.T
-	store  *sqlite.Store
+	store  store.Store
 	client *redrive.Client
 	worker *redrive.Worker
 	cancel context.CancelFunc
@@ -45,8 +46,27 @@ type env struct {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func openStore(t *testing.T) *sqlite.Store {
+// openStore opens a fresh store for one test: SQLite in a temporary folder,
+// or, with REDRIVE_ENGINE_STORE=postgres, a new schema on the PostgreSQL of
+// REDRIVE_POSTGRES_URL, so the engine's tests also run on PostgreSQL.
+func openStore(t *testing.T) store.Store {
 	t.Helper()
+	if os.Getenv("REDRIVE_ENGINE_STORE") == "postgres" {
+		url := os.Getenv("REDRIVE_POSTGRES_URL")
+		if url == "" {
+			t.Fatal("REDRIVE_ENGINE_STORE=postgres needs REDRIVE_POSTGRES_URL")
+		}
+		schema := fmt.Sprintf("redrive_engine_%d_%d", os.Getpid(), schemaSeq.Add(1))
+		st, err := postgres.Open(context.Background(), url, postgres.Options{Schema: schema, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			st.Pool().Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			st.Close()
+		})
+		return st
+	}
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +74,8 @@ func openStore(t *testing.T) *sqlite.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+var schemaSeq atomic.Int64
 
 func newEnv(t *testing.T, opts redrive.WorkerOptions) *env {
 	t.Helper()

@@ -141,6 +141,9 @@ type Worker struct {
 
 	completer *completer
 	active    sync.WaitGroup
+	// leading reports whether this worker runs maintenance (rescue,
+	// retention): always, unless the store elects one process for it.
+	leading func() bool
 	// hardCtx is the parent of every handler's context; it is canceled
 	// when the shutdown deadline passes.
 	hardCtx    context.Context
@@ -315,6 +318,32 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	var bg sync.WaitGroup
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
+	// A store shared by several processes tells this worker when another
+	// process made jobs due, and elects one process for maintenance.
+	if n, ok := w.store.(store.Notifier); ok {
+		bg.Go(func() {
+			err := n.Listen(ctx, func(queue string) {
+				now := time.Now()
+				for _, q := range w.queues {
+					if queue == "" || queue == q.name {
+						q.wake(now)
+					}
+				}
+			})
+			if err != nil && ctx.Err() == nil {
+				w.log.Error("listening for new jobs stopped; falling back to polling", "error", err, "poll_interval", w.opts.PollInterval)
+			}
+		})
+	}
+	w.leading = func() bool { return true }
+	if el, ok := w.store.(store.Elector); ok {
+		leading, err := el.Elect(ctx, "maintenance")
+		if err != nil {
+			w.log.Error("maintenance election failed; this worker runs maintenance too", "error", err)
+		} else {
+			w.leading = leading
+		}
+	}
 	bg.Go(func() { w.heartbeatLoop(bgCtx) })
 	bg.Go(func() { w.rescueLoop(ctx) })
 	bg.Go(func() { w.cleanupLoop(ctx) })
@@ -834,6 +863,9 @@ func (w *Worker) rescueLoop(ctx context.Context) {
 }
 
 func (w *Worker) rescue(ctx context.Context) {
+	if !w.leading() {
+		return
+	}
 	for ctx.Err() == nil {
 		now := w.client.now()
 		jobs, err := w.store.Expired(ctx, now, 500)
@@ -903,7 +935,9 @@ func (w *Worker) cleanupLoop(ctx context.Context) {
 	t := time.NewTicker(w.opts.CleanupInterval)
 	defer t.Stop()
 	for {
-		w.Cleanup(ctx)
+		if w.leading() {
+			w.Cleanup(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -452,3 +452,25 @@ type Store interface {
 	// ErrClosed.
 	Close() error
 }
+
+// Notifier is implemented by stores that announce, across processes, that
+// jobs of a queue became due (PostgreSQL's LISTEN/NOTIFY). A worker on such
+// a store listens and wakes at once instead of waiting for its poll.
+type Notifier interface {
+	// Listen calls notify with a queue's name whenever jobs of that queue
+	// may have become due, until ctx ends. notify("") means notifications
+	// may have been missed (a reconnect): re-check every queue. Listen
+	// reconnects by itself when its connection drops.
+	Listen(ctx context.Context, notify func(queue string)) error
+}
+
+// Elector is implemented by stores shared by many processes, so that
+// maintenance (rescue of expired leases, retention) runs in one of them at
+// a time. Stores without it let every worker run maintenance, which is
+// safe (outcomes are fenced), only wasteful.
+type Elector interface {
+	// Elect campaigns for role until ctx ends. leading reports whether this
+	// process holds the role now; a process that loses its connection loses
+	// the role, and another takes it over.
+	Elect(ctx context.Context, role string) (leading func() bool, err error)
+}
