@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -728,64 +727,12 @@ func (s *Store) where(f store.Filter, a *args) (string, error) {
 	return strings.Join(conds, " AND "), nil
 }
 
-// selectsDead reports whether f can match dead jobs: no States, or States
-// including dead.
-func selectsDead(f store.Filter) bool {
-	return len(f.States) == 0 || slices.Contains(f.States, store.Dead)
-}
-
-func deadOnly(f store.Filter) bool {
-	return len(f.States) == 1 && f.States[0] == store.Dead
-}
-
 // refTime is the reference time of Filter.Since and Until.
 func refTime(f store.Filter) string {
-	if deadOnly(f) {
+	if f.DeadOnly() {
 		return "dead_at"
 	}
 	return "(CASE state WHEN 'dead' THEN dead_at WHEN 'completed' THEN finished_at WHEN 'canceled' THEN finished_at ELSE created_at END)"
-}
-
-// encodeCursor encodes a keyset position: "id", or "deadAtMicros.id" for
-// a dead-only listing.
-func encodeCursor(j *store.Job, dead bool) string {
-	s := strconv.FormatInt(j.ID, 10)
-	if dead && j.DeadAt != nil {
-		s = strconv.FormatInt(j.DeadAt.UnixMicro(), 10) + "." + s
-	}
-	return base64.RawURLEncoding.EncodeToString([]byte(s))
-}
-
-func decodeCursor(c string, dead bool) (t, id int64, err error) {
-	bad := fmt.Errorf("%w: malformed cursor %q", store.ErrInvalid, c)
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return 0, 0, bad
-	}
-	parts := strings.Split(string(b), ".")
-	if dead != (len(parts) == 2) || len(parts) > 2 {
-		return 0, 0, bad
-	}
-	id, err = strconv.ParseInt(parts[len(parts)-1], 10, 64)
-	if err != nil {
-		return 0, 0, bad
-	}
-	if dead {
-		if t, err = strconv.ParseInt(parts[0], 10, 64); err != nil {
-			return 0, 0, bad
-		}
-	}
-	return t, id, nil
-}
-
-func pageLimit(n int) int {
-	switch {
-	case n <= 0:
-		return store.DefaultPageSize
-	case n > store.MaxPageSize:
-		return store.MaxPageSize
-	}
-	return n
 }
 
 // List implements store.Store.
@@ -798,13 +745,13 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("postgres: list: %w", err)
 	}
-	dead := deadOnly(f)
+	dead := f.DeadOnly()
 	order := "id DESC"
 	if dead {
 		order = "dead_at DESC, id DESC"
 	}
 	if p.Cursor != "" {
-		t, id, err := decodeCursor(p.Cursor, dead)
+		t, id, err := store.DecodeCursor(p.Cursor, dead)
 		if err != nil {
 			return store.ListResult{}, fmt.Errorf("postgres: list: %w", err)
 		}
@@ -814,7 +761,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 			w += " AND id < " + a.add(id)
 		}
 	}
-	limit := pageLimit(p.Limit)
+	limit := p.Size()
 	q := `SELECT ` + cols("", true) + ` FROM ` + s.sql.jobs + ` WHERE ` + w + ` ORDER BY ` + order + ` LIMIT ` + a.add(limit+1)
 	rows, err := s.pool.Query(ctx, q, a...)
 	if err != nil {
@@ -827,7 +774,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	res := store.ListResult{Jobs: jobs}
 	if len(jobs) > limit {
 		res.Jobs = jobs[:limit]
-		res.Next = encodeCursor(jobs[limit-1], dead)
+		res.Next = store.EncodeCursor(jobs[limit-1], dead)
 	}
 	if res.Jobs == nil {
 		res.Jobs = []*store.Job{}
@@ -858,7 +805,7 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if !selectsDead(f) {
+	if !f.SelectsDead() {
 		return []store.Group{}, nil
 	}
 	f.States = []store.State{store.Dead}
@@ -870,7 +817,7 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 	q := `WITH g AS (
 	SELECT fingerprint, count(*) AS n, min(dead_at) AS first, max(dead_at) AS last
 	FROM ` + s.sql.jobs + ` WHERE ` + w + `
-	GROUP BY fingerprint ORDER BY n DESC, last DESC, fingerprint LIMIT ` + a.add(pageLimit(limit)) + `
+	GROUP BY fingerprint ORDER BY n DESC, last DESC, fingerprint LIMIT ` + a.add(store.Page{Limit: limit}.Size()) + `
 )
 SELECT g.fingerprint, g.n, g.first, g.last, s.id, s.last_error, s.last_error_class, s.dead_reason, s.queue, s.kind
 FROM g CROSS JOIN LATERAL (
@@ -1005,7 +952,7 @@ func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, er
 	if err := s.check(); err != nil {
 		return 0, err
 	}
-	if !selectsDead(f) {
+	if !f.SelectsDead() {
 		return 0, nil
 	}
 	f.States = []store.State{store.Dead}

@@ -3,13 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -720,71 +718,11 @@ func where(f store.Filter) (string, []any, error) {
 	return strings.Join(conds, " AND "), args, nil
 }
 
-// selectsDead reports whether f can match dead jobs: no States, or States
-// including dead.
-func selectsDead(f store.Filter) bool {
-	if len(f.States) == 0 {
-		return true
-	}
-	for _, st := range f.States {
-		if st == store.Dead {
-			return true
-		}
-	}
-	return false
-}
-
-func deadOnly(f store.Filter) bool {
-	return len(f.States) == 1 && f.States[0] == store.Dead
-}
-
 func refTime(f store.Filter) string {
-	if deadOnly(f) {
+	if f.DeadOnly() {
 		return "dead_at"
 	}
 	return "(CASE state WHEN 'dead' THEN dead_at WHEN 'completed' THEN finished_at WHEN 'canceled' THEN finished_at ELSE created_at END)"
-}
-
-// cursor encodes a keyset position: "id" or "deadAtMicros.id".
-func encodeCursor(j *store.Job, dead bool) string {
-	s := strconv.FormatInt(j.ID, 10)
-	if dead && j.DeadAt != nil {
-		s = strconv.FormatInt(micros(*j.DeadAt), 10) + "." + s
-	}
-	return base64.RawURLEncoding.EncodeToString([]byte(s))
-}
-
-func decodeCursor(c string, dead bool) (t, id int64, err error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	bad := fmt.Errorf("%w: malformed cursor %q", store.ErrInvalid, c)
-	if err != nil {
-		return 0, 0, bad
-	}
-	parts := strings.Split(string(b), ".")
-	if dead != (len(parts) == 2) || len(parts) > 2 {
-		return 0, 0, bad
-	}
-	id, err = strconv.ParseInt(parts[len(parts)-1], 10, 64)
-	if err != nil {
-		return 0, 0, bad
-	}
-	if dead {
-		t, err = strconv.ParseInt(parts[0], 10, 64)
-		if err != nil {
-			return 0, 0, bad
-		}
-	}
-	return t, id, nil
-}
-
-func pageLimit(n int) int {
-	switch {
-	case n <= 0:
-		return store.DefaultPageSize
-	case n > store.MaxPageSize:
-		return store.MaxPageSize
-	}
-	return n
 }
 
 // List implements store.Store.
@@ -797,13 +735,13 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
 	}
-	dead := deadOnly(f)
+	dead := f.DeadOnly()
 	order := "id DESC"
 	if dead {
 		order = "dead_at DESC, id DESC"
 	}
 	if p.Cursor != "" {
-		t, id, err := decodeCursor(p.Cursor, dead)
+		t, id, err := store.DecodeCursor(p.Cursor, dead)
 		if err != nil {
 			return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
 		}
@@ -815,7 +753,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 			args = append(args, id)
 		}
 	}
-	limit := pageLimit(p.Limit)
+	limit := p.Size()
 	args = append(args, limit+1)
 	rows, err := db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+w+` ORDER BY `+order+` LIMIT ?`, args...)
 	if err != nil {
@@ -828,7 +766,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	res := store.ListResult{Jobs: jobs}
 	if len(jobs) > limit {
 		res.Jobs = jobs[:limit]
-		res.Next = encodeCursor(jobs[limit-1], dead)
+		res.Next = store.EncodeCursor(jobs[limit-1], dead)
 	}
 	if res.Jobs == nil {
 		res.Jobs = []*store.Job{}
@@ -859,7 +797,7 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 	if err != nil {
 		return nil, err
 	}
-	if !selectsDead(f) {
+	if !f.SelectsDead() {
 		return []store.Group{}, nil
 	}
 	f.States = []store.State{store.Dead}
@@ -867,7 +805,7 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: groups: %w", err)
 	}
-	limit = pageLimit(limit)
+	limit = store.Page{Limit: limit}.Size()
 	args = append(args, limit)
 	// The sample is the most recent job of the group (SQLite returns the
 	// bare columns of the row holding max(dead_at)).
@@ -993,7 +931,7 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 
 // Purge implements store.Store.
 func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, error) {
-	if !selectsDead(f) {
+	if !f.SelectsDead() {
 		return 0, nil
 	}
 	f.States = []store.State{store.Dead}
@@ -1005,35 +943,44 @@ func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, er
 		return 0, nil
 	}
 	var n int64
-	err = s.write(ctx, func(tx *sql.Conn) error {
-		n = 0
-		rows, err := tx.QueryContext(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE `+w+` LIMIT ?) RETURNING queue`,
-			append(args, limit)...)
-		if err != nil {
-			return fmt.Errorf("sqlite: purge: %w", err)
-		}
-		counts := map[[2]string]int64{}
-		mv := moves{}
-		for rows.Next() {
-			var q string
-			if err := rows.Scan(&q); err != nil {
-				rows.Close()
-				return fmt.Errorf("sqlite: purge: %w", err)
-			}
-			counts[[2]string{q, store.StatPurged}]++
-			mv.move(q, store.Dead, "")
-			n++
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("sqlite: purge: %w", err)
-		}
-		if err := s.addMoves(ctx, tx, mv); err != nil {
-			return err
-		}
-		return s.addCounters(ctx, tx, counts)
+	err = s.write(ctx, func(tx *sql.Conn) (err error) {
+		n, err = s.deleteJobs(ctx, tx, "purge", `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE `+w+` LIMIT ?) RETURNING queue`,
+			append(args, limit), store.Dead)
+		return err
 	})
 	return n, err
+}
+
+// deleteJobs runs a DELETE ... RETURNING queue of jobs in state and keeps
+// the counts: the jobs leave state, and dead jobs count as purged.
+func (s *Store) deleteJobs(ctx context.Context, tx *sql.Conn, op, query string, args []any, state store.State) (int64, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	var n int64
+	counts := map[[2]string]int64{}
+	mv := moves{}
+	for rows.Next() {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+		}
+		n++
+		mv.move(q, state, "")
+		if state == store.Dead {
+			counts[[2]string{q, store.StatPurged}]++ // purged, or expired by retention
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if err := s.addMoves(ctx, tx, mv); err != nil {
+		return 0, err
+	}
+	return n, s.addCounters(ctx, tx, counts)
 }
 
 // DeleteFinished implements store.Store.
@@ -1047,35 +994,11 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 		return 0, nil
 	}
 	var n int64
-	err := s.write(ctx, func(tx *sql.Conn) error {
-		n = 0
-		rows, err := tx.QueryContext(ctx, `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
-			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?) RETURNING queue`, string(state), micros(before), limit)
-		if err != nil {
-			return fmt.Errorf("sqlite: delete finished: %w", err)
-		}
-		counts := map[[2]string]int64{}
-		mv := moves{}
-		for rows.Next() {
-			var q string
-			if err := rows.Scan(&q); err != nil {
-				rows.Close()
-				return fmt.Errorf("sqlite: delete finished: %w", err)
-			}
-			n++
-			mv.move(q, state, "")
-			if state == store.Dead {
-				counts[[2]string{q, store.StatPurged}]++ // dead jobs expired by retention count as purged
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("sqlite: delete finished: %w", err)
-		}
-		if err := s.addMoves(ctx, tx, mv); err != nil {
-			return err
-		}
-		return s.addCounters(ctx, tx, counts)
+	err := s.write(ctx, func(tx *sql.Conn) (err error) {
+		n, err = s.deleteJobs(ctx, tx, "delete finished", `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
+			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?) RETURNING queue`,
+			[]any{string(state), micros(before), limit}, state)
+		return err
 	})
 	return n, err
 }

@@ -1,0 +1,69 @@
+package store
+
+import (
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Size returns the page size a store uses for p: DefaultPageSize when
+// Limit is 0 or negative, at most MaxPageSize.
+func (p Page) Size() int {
+	switch {
+	case p.Limit <= 0:
+		return DefaultPageSize
+	case p.Limit > MaxPageSize:
+		return MaxPageSize
+	}
+	return p.Limit
+}
+
+// SelectsDead reports whether f can match dead jobs: it names no States,
+// or its States include Dead. Groups and Purge, which concern dead jobs
+// only, match nothing for a filter that excludes them.
+func (f Filter) SelectsDead() bool {
+	return len(f.States) == 0 || slices.Contains(f.States, Dead)
+}
+
+// DeadOnly reports whether f selects dead jobs only; such listings are
+// ordered by dead_at (newest first) rather than by id.
+func (f Filter) DeadOnly() bool {
+	return len(f.States) == 1 && f.States[0] == Dead
+}
+
+// EncodeCursor returns the keyset cursor positioned after j: its id, or,
+// in a dead-only listing, its dead_at (Unix microseconds) and id. Stores
+// share this format; cursors are opaque to users.
+func EncodeCursor(j *Job, deadOnly bool) string {
+	s := strconv.FormatInt(j.ID, 10)
+	if deadOnly && j.DeadAt != nil {
+		s = strconv.FormatInt(j.DeadAt.UnixMicro(), 10) + "." + s
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+// DecodeCursor parses a cursor made by EncodeCursor for the same kind of
+// listing. deadAt is in Unix microseconds (0 unless deadOnly). A malformed
+// cursor gives an error wrapping ErrInvalid.
+func DecodeCursor(c string, deadOnly bool) (deadAt, id int64, err error) {
+	bad := fmt.Errorf("%w: malformed cursor %q", ErrInvalid, c)
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, 0, bad
+	}
+	parts := strings.Split(string(b), ".")
+	if len(parts) > 2 || deadOnly != (len(parts) == 2) {
+		return 0, 0, bad
+	}
+	if id, err = strconv.ParseInt(parts[len(parts)-1], 10, 64); err != nil {
+		return 0, 0, bad
+	}
+	if deadOnly {
+		if deadAt, err = strconv.ParseInt(parts[0], 10, 64); err != nil {
+			return 0, 0, bad
+		}
+	}
+	return deadAt, id, nil
+}

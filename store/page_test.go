@@ -1,0 +1,74 @@
+package store
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestPageSize(t *testing.T) {
+	for limit, want := range map[int]int{-5: DefaultPageSize, 0: DefaultPageSize, 1: 1, 999: 999, MaxPageSize: MaxPageSize, MaxPageSize + 1: MaxPageSize} {
+		if got := (Page{Limit: limit}).Size(); got != want {
+			t.Errorf("Page{Limit: %d}.Size() = %d, want %d", limit, got, want)
+		}
+	}
+}
+
+func TestFilterDeadSelection(t *testing.T) {
+	cases := []struct {
+		states         []State
+		selects, dOnly bool
+	}{
+		{nil, true, false},
+		{[]State{Dead}, true, true},
+		{[]State{Pending, Dead}, true, false},
+		{[]State{Completed, Canceled}, false, false},
+	}
+	for _, c := range cases {
+		f := Filter{States: c.states}
+		if f.SelectsDead() != c.selects || f.DeadOnly() != c.dOnly {
+			t.Errorf("%v: SelectsDead %v DeadOnly %v, want %v %v", c.states, f.SelectsDead(), f.DeadOnly(), c.selects, c.dOnly)
+		}
+	}
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	dead := time.UnixMicro(1767323045678901)
+	j := &Job{ID: 42, DeadAt: &dead}
+	at, id, err := DecodeCursor(EncodeCursor(j, true), true)
+	if err != nil || at != dead.UnixMicro() || id != 42 {
+		t.Fatalf("dead cursor: %d %d %v", at, id, err)
+	}
+	at, id, err = DecodeCursor(EncodeCursor(j, false), false)
+	if err != nil || at != 0 || id != 42 {
+		t.Fatalf("id cursor: %d %d %v", at, id, err)
+	}
+	// A cursor of one kind of listing is refused by the other.
+	if _, _, err := DecodeCursor(EncodeCursor(j, true), false); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("dead cursor in an id listing: %v", err)
+	}
+	for _, c := range []string{"", "!!!", "MTIz.YQ", "YQ"} {
+		if _, _, err := DecodeCursor(c, false); !errors.Is(err, ErrInvalid) {
+			t.Errorf("DecodeCursor(%q): %v, want ErrInvalid", c, err)
+		}
+	}
+}
+
+func FuzzDecodeCursor(f *testing.F) {
+	f.Add("NDI", false)
+	f.Add("MTc2NzMyMzA0NTY3ODkwMS40Mg", true)
+	f.Add("", true)
+	f.Fuzz(func(t *testing.T, c string, dead bool) {
+		at, id, err := DecodeCursor(c, dead)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if !dead && at != 0 {
+			t.Fatalf("id cursor %q decoded a dead_at %d", c, at)
+		}
+		_ = id
+	})
+}
