@@ -583,10 +583,11 @@ func (q *queueRunner) sleepUntilWake(ctx context.Context, timer *time.Timer, d t
 }
 
 // storeBackoff is the delay before retrying a failed store call: 100ms
-// doubling to 10s.
+// doubling to 1s, so that a worker resumes within a second of its
+// database coming back.
 func storeBackoff(n int) time.Duration {
 	d := 100 * time.Millisecond << min(n-1, 7)
-	return min(d, 10*time.Second)
+	return min(d, time.Second)
 }
 
 // policyFor resolves the retry policy of a job: its own, its kind's, its
@@ -1058,8 +1059,8 @@ func (c *completer) flush(ctx context.Context) {
 			}
 			d := storeBackoff(attempt)
 			c.w.log.Error("recording job outcomes failed; retrying", "jobs", len(outs), "attempt", attempt, "delay", d, "error", err)
-			if attempt >= 20 {
-				c.w.log.Error("giving up recording job outcomes; their leases will expire and be rescued", "jobs", len(outs))
+			if attempt >= 120 {
+				c.w.log.Error("giving up recording job outcomes after two minutes; their leases will expire and be rescued", "jobs", len(outs))
 				applied = make([]bool, len(outs))
 				break
 			}
