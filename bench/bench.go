@@ -1,8 +1,13 @@
 // Package bench holds the workloads behind `redrive bench`: throughput
 // (burn-down), continuous, failure, lateness and depth. Each one opens a
-// fresh SQLite database, drives the real redrive.Client and redrive.Worker
+// fresh SQLite database (or, with Config.DatabaseURL, a fresh schema of a
+// PostgreSQL database), drives the real redrive.Client and redrive.Worker
 // on it and returns figures it measured (never estimated) with the
 // parameters and the environment they were measured in.
+//
+// On PostgreSQL the throughput and lateness workloads can also run their
+// workers in separate processes (Config.Processes): the caller supplies
+// Config.Spawn, which starts a process that calls ServeWorker.
 //
 // The workloads are plain functions taking a Config, so that Go tests and
 // benchmarks can drive them as well as the CLI:
@@ -12,21 +17,29 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
@@ -87,6 +100,22 @@ type Config struct {
 	// StallTimeout aborts a workload whose jobs stop progressing for that
 	// long (default 1 minute): a liveness guard, not a measurement.
 	StallTimeout time.Duration
+	// InsertBatch is the EnqueueMany batch of the throughput workload's
+	// pre-insert (0: 1000; at most redrive.MaxBatch).
+	InsertBatch int
+	// DatabaseURL, when set, runs the workload on PostgreSQL: in a fresh
+	// schema redrive_bench_<random> of that database, dropped afterwards
+	// unless Keep. DBDir and Synchronous are then not used.
+	DatabaseURL string
+	// Processes, when above 0, runs the workers of the throughput and
+	// lateness workloads in that many separate processes started with
+	// Spawn (each with Workers handler goroutines), this process only
+	// enqueueing and collecting what they measured. It needs DatabaseURL.
+	Processes int
+	// Spawn returns the command of one worker process: a process that
+	// calls ServeWorker with the WorkerProcess that args (its Args)
+	// describe, on its standard input and output. Required with Processes.
+	Spawn func(ctx context.Context, args []string) (*exec.Cmd, error)
 	// WorkStarted and WorkDone, when set, are called just before the
 	// burn-down phase of the throughput workload starts and just after its
 	// last job ran. A Go benchmark passes b.StartTimer and b.StopTimer so
@@ -105,10 +134,26 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ErrorLog == nil {
 		c.ErrorLog = os.Stderr
 	}
+	if _, ok := c.ErrorLog.(*os.File); !ok {
+		// The engine's logger and the worker processes' standard error
+		// (copied by os/exec goroutines) write to it concurrently.
+		c.ErrorLog = &lockedWriter{w: c.ErrorLog}
+	}
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = DefaultStallTimeout
 	}
+	if c.InsertBatch == 0 {
+		c.InsertBatch = insertBatch
+	}
 	switch {
+	case c.InsertBatch < 0 || c.InsertBatch > redrive.MaxBatch:
+		return c, fmt.Errorf("bench: insert batch must be between 1 and %d, got %d", redrive.MaxBatch, c.InsertBatch)
+	case c.Processes < 0:
+		return c, fmt.Errorf("bench: processes must not be negative, got %d", c.Processes)
+	case c.Processes > 0 && c.DatabaseURL == "":
+		return c, errors.New("bench: worker processes need a PostgreSQL database (DatabaseURL)")
+	case c.Processes > 0 && c.Spawn == nil:
+		return c, errors.New("bench: worker processes need Spawn")
 	case c.Workers < 1:
 		return c, fmt.Errorf("bench: workers must be at least 1, got %d", c.Workers)
 	case c.FetchBatch < 0:
@@ -121,16 +166,26 @@ func (c Config) withDefaults() (Config, error) {
 
 // settings returns the parameters every result reports.
 func (c Config) settings() Settings {
-	return Settings{Workers: c.Workers, FetchBatch: c.FetchBatch, Synchronous: c.Synchronous, RetryBudget: c.RetryBudget}
+	s := Settings{Store: "sqlite", Workers: c.Workers, FetchBatch: c.FetchBatch, Synchronous: c.Synchronous,
+		RetryBudget: c.RetryBudget, Processes: c.Processes}
+	if c.DatabaseURL != "" {
+		s.Store, s.Synchronous = "postgres", ""
+	}
+	return s
 }
 
 // Settings are the parameters shared by every workload, as reported.
 type Settings struct {
-	Workers int `json:"workers"`
+	// Store is "sqlite" or "postgres".
+	Store   string `json:"store"`
+	Workers int    `json:"workers"`
 	// FetchBatch 0 means the engine's default (the concurrency, at most 1000).
 	FetchBatch  int    `json:"fetch_batch"`
 	Synchronous string `json:"synchronous"`
 	RetryBudget bool   `json:"retry_budget"`
+	// Processes is the number of worker processes (0: the workers run in
+	// the benchmark's own process); Workers is per process.
+	Processes int `json:"processes,omitempty"`
 }
 
 func (s Settings) figures() []Figure {
@@ -142,12 +197,17 @@ func (s Settings) figures() []Figure {
 	if s.RetryBudget {
 		budget = "on"
 	}
-	return []Figure{
-		{"workers", strconv.Itoa(s.Workers)},
-		{"fetch batch", fb},
-		{"synchronous", s.Synchronous},
-		{"retry budget", budget},
+	workers := strconv.Itoa(s.Workers)
+	if s.Processes > 0 {
+		workers = fmt.Sprintf("%d per process, %d worker processes", s.Workers, s.Processes)
 	}
+	f := []Figure{{"workers", workers}, {"fetch batch", fb}}
+	if s.Store == "postgres" {
+		f = append(f, Figure{"store", "postgres (fresh schema)"})
+	} else {
+		f = append(f, Figure{"synchronous", s.Synchronous})
+	}
+	return append(f, Figure{"retry budget", budget})
 }
 
 // Env describes where the figures were measured.
@@ -179,11 +239,16 @@ type Meta struct {
 	// Elapsed is the wall time of the whole workload, set-up included.
 	Elapsed Duration `json:"elapsed_ms"`
 	// DBBytes is the size of the database files (main file and WAL) at
-	// the end of the workload.
+	// the end of the workload; on PostgreSQL, the size of the schema's
+	// tables with their indexes and TOAST.
 	DBBytes int64 `json:"db_bytes"`
 	// DBPath is the database kept with Config.Keep; empty when it was
 	// deleted.
 	DBPath string `json:"db_path,omitempty"`
+	// Schema is the PostgreSQL schema the workload ran in (dropped
+	// afterwards unless Config.Keep; then SchemaKept is true).
+	Schema     string `json:"schema,omitempty"`
+	SchemaKept bool   `json:"schema_kept,omitempty"`
 }
 
 // Figure is one named value of a result, formatted for people.
@@ -260,7 +325,8 @@ type rig struct {
 	dir     string
 	path    string
 	log     *slog.Logger
-	store   *sqlite.Store
+	store   store.Store
+	pg      *postgres.Store // the store, on PostgreSQL
 	client  *redrive.Client
 	worker  *redrive.Worker
 	cancel  context.CancelFunc
@@ -268,8 +334,12 @@ type rig struct {
 	stopped bool
 }
 
-// newRig creates a fresh database in its own directory and a client on it.
+// newRig creates a fresh database in its own directory (or a fresh
+// PostgreSQL schema) and a client on it.
 func newRig(ctx context.Context, cfg Config, workload string) (*rig, error) {
+	if cfg.DatabaseURL != "" {
+		return newPostgresRig(ctx, cfg, workload)
+	}
 	dir, err := os.MkdirTemp(cfg.DBDir, "redrive-bench-"+workload+"-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: create the database directory: %w", err)
@@ -277,12 +347,30 @@ func newRig(ctx context.Context, cfg Config, workload string) (*rig, error) {
 	log := slog.New(slog.NewTextHandler(cfg.ErrorLog, &slog.HandlerOptions{Level: slog.LevelError}))
 	r := &rig{cfg: cfg, dir: dir, path: filepath.Join(dir, "redrive.db"), log: log,
 		meta: &Meta{Workload: workload, Env: CurrentEnv(), Started: time.Now()}}
-	r.store, err = sqlite.Open(ctx, r.path, sqlite.Options{Synchronous: cfg.Synchronous, Logger: log})
+	st, err := sqlite.Open(ctx, r.path, sqlite.Options{Synchronous: cfg.Synchronous, Logger: log})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	r.store = st
 	r.client = redrive.NewClient(r.store, redrive.ClientOptions{Logger: log})
+	return r, nil
+}
+
+// newPostgresRig creates a fresh schema redrive_bench_<random> and a
+// client on it.
+func newPostgresRig(ctx context.Context, cfg Config, workload string) (*rig, error) {
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "redrive_bench_" + hex.EncodeToString(b)
+	log := slog.New(slog.NewTextHandler(cfg.ErrorLog, &slog.HandlerOptions{Level: slog.LevelError}))
+	st, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Schema: schema, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	r := &rig{cfg: cfg, log: log, store: st, pg: st,
+		meta: &Meta{Workload: workload, Env: CurrentEnv(), Started: time.Now(), Schema: schema}}
+	r.client = redrive.NewClient(st, redrive.ClientOptions{Logger: log})
 	return r, nil
 }
 
@@ -323,6 +411,9 @@ func (r *rig) stop() error {
 // and deletes them unless Keep.
 func (r *rig) close() error {
 	err := r.stop()
+	if r.pg != nil {
+		return r.closePostgres(err)
+	}
 	if cerr := r.store.Close(); err == nil {
 		err = cerr
 	}
@@ -339,6 +430,29 @@ func (r *rig) close() error {
 	if rerr := os.RemoveAll(r.dir); err == nil && rerr != nil {
 		err = fmt.Errorf("bench: delete the database: %w", rerr)
 	}
+	return err
+}
+
+// closePostgres measures the schema's tables, drops the schema unless
+// Keep and closes the store.
+func (r *rig) closePostgres(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := r.pg.Pool()
+	if serr := pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind = 'r'`, r.pg.Schema()).Scan(&r.meta.DBBytes); serr != nil && err == nil {
+		err = fmt.Errorf("bench: measure the schema %s: %w", r.pg.Schema(), serr)
+	}
+	if r.cfg.Keep {
+		r.meta.SchemaKept = true
+	} else if _, derr := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{r.pg.Schema()}.Sanitize()+" CASCADE"); derr != nil && err == nil {
+		err = fmt.Errorf("bench: drop the schema %s (drop it by hand): %w", r.pg.Schema(), derr)
+	}
+	if cerr := r.store.Close(); err == nil {
+		err = cerr
+	}
+	r.meta.Elapsed = Duration(time.Since(r.meta.Started))
 	return err
 }
 
@@ -405,8 +519,11 @@ func newCounter(target int) *counter {
 	return c
 }
 
-func (c *counter) inc() {
-	if c.n.Add(1) == c.target {
+func (c *counter) inc() { c.add(1) }
+
+// add adds d (positive) to the count.
+func (c *counter) add(d int64) {
+	if n := c.n.Add(d); n >= c.target && n-d < c.target {
 		close(c.reached)
 	}
 }
@@ -431,6 +548,18 @@ func (c *counter) wait(ctx context.Context, stall time.Duration, what string) er
 			}
 		}
 	}
+}
+
+// lockedWriter serializes the writes on w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // checks collects consistency checks on a result's figures.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,7 +61,8 @@ func TestPercentiles(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	ctx := context.Background()
-	for _, cfg := range []Config{{Workers: -1}, {FetchBatch: -1}, {Synchronous: "off"}} {
+	for _, cfg := range []Config{{Workers: -1}, {FetchBatch: -1}, {Synchronous: "off"}, {InsertBatch: -1},
+		{InsertBatch: 10001}, {Processes: -1}, {Processes: 2}, {Processes: 2, DatabaseURL: "postgres:///x"}} {
 		if _, err := Throughput(ctx, cfg, 1); err == nil {
 			t.Errorf("Throughput accepted %+v", cfg)
 		}
@@ -82,5 +84,18 @@ func TestCheckFailureKeepsResult(t *testing.T) {
 	c.expect("store completed", 9, 10)
 	if err := c.err("w"); !errors.Is(err, ErrCheck) || err.Error() != "bench: check failed: w: store completed is 9, want 10" {
 		t.Errorf("err = %v", err)
+	}
+}
+
+func TestWorkerProcessArgs(t *testing.T) {
+	p := WorkerProcess{DatabaseURL: "postgres:///b", Schema: "s", Mode: ModeLateness, Workers: 7, FetchBatch: 3,
+		RetryBudget: true, RetryDelay: 1500 * time.Millisecond}
+	got := strings.Join(p.Args(), " ")
+	want := "--database-url postgres:///b --schema s --mode lateness --workers 7 --fetch-batch 3 --retry-budget=true --retry-delay 1.5s"
+	if got != want {
+		t.Errorf("Args = %q, want %q", got, want)
+	}
+	if err := ServeWorker(context.Background(), WorkerProcess{Mode: "other"}, strings.NewReader(""), io.Discard, io.Discard); err == nil {
+		t.Error("ServeWorker accepted an unknown mode")
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
-	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -72,6 +71,14 @@ type LatenessResult struct {
 	// Pickup is, on each first attempt, the time its handler started
 	// minus the job's creation (enqueue) time.
 	Pickup Percentiles `json:"pickup"`
+	// CrossProcess counts, with worker processes, the retries that ran in
+	// another process than the job's failure.
+	CrossProcess int64 `json:"cross_process,omitempty"`
+	// SinceFailureCross and SinceFailureSame split SinceFailure, with
+	// worker processes, between the retries that ran in another process
+	// than the failure and those that ran in the same one.
+	SinceFailureCross *Percentiles `json:"lateness_since_failure_cross_process,omitempty"`
+	SinceFailureSame  *Percentiles `json:"lateness_since_failure_same_process,omitempty"`
 	// Completed counts the retries that succeeded.
 	Completed                int64 `json:"completed"`
 	StoreCompleted           int64 `json:"store_completed"`
@@ -94,15 +101,24 @@ func (r *LatenessResult) Parameters() []Figure {
 
 // Figures implements Result.
 func (r *LatenessResult) Figures() []Figure {
-	return []Figure{
+	f := []Figure{
 		{"lateness vs due time", r.Due.String()},
 		{"lateness vs failure+delay", r.SinceFailure.String()},
 		{"first pickup", r.Pickup.String()},
 		{"completed", strconv.FormatInt(r.Completed, 10)},
+	}
+	if r.Params.Processes > 0 {
+		f = append(f, Figure{"retries in another process", fmt.Sprintf("%d of %d", r.CrossProcess, r.Completed)})
+		if r.SinceFailureCross != nil && r.SinceFailureSame != nil {
+			f = append(f, Figure{"  lateness, other process", r.SinceFailureCross.String()},
+				Figure{"  lateness, same process", r.SinceFailureSame.String()})
+		}
+	}
+	return append(f, []Figure{
 		{"store: completed", strconv.FormatInt(r.StoreCompleted, 10)},
 		{"store: retried", strconv.FormatInt(r.StoreRetried, 10)},
 		{"store: succeeded_after_retry", strconv.FormatInt(r.StoreSucceededAfterRetry, 10)},
-	}
+	}...)
 }
 
 // Lateness measures how late retries start. With the worker running, it
@@ -135,11 +151,11 @@ func Lateness(ctx context.Context, cfg Config, n int, retryDelay, interval time.
 }
 
 func runLateness(ctx context.Context, r *rig, res *LatenessResult) error {
+	if r.cfg.Processes > 0 {
+		return runLatenessProcs(ctx, r, res)
+	}
 	n, delay := res.Params.N, time.Duration(res.Params.RetryDelay)
-	p := retry.DefaultPolicy()
-	p.MaxRetries = 1
-	p.Initial, p.MaxDelay = delay, delay
-	p.Jitter = retry.JitterNone
+	p := latenessPolicy(delay)
 
 	var mu sync.Mutex
 	failedAt := make(map[int64]time.Time, n)
@@ -163,17 +179,8 @@ func runLateness(ctx context.Context, r *rig, res *LatenessResult) error {
 		return nil
 	})
 	r.start()
-	for i := range n {
-		if _, err := r.client.Enqueue(ctx, failKind, noopArgs{N: i}); err != nil {
-			return fmt.Errorf("bench: lateness: enqueue: %w", err)
-		}
-		if interval := time.Duration(res.Params.Interval); interval > 0 {
-			select {
-			case <-time.After(interval):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+	if err := enqueueSpread(ctx, r, res.Params); err != nil {
+		return err
 	}
 	if err := done.wait(ctx, r.cfg.StallTimeout+delay, "lateness"); err != nil {
 		return err
@@ -185,6 +192,104 @@ func runLateness(ctx context.Context, r *rig, res *LatenessResult) error {
 	res.Due, res.SinceFailure, res.Pickup = percentiles(due), percentiles(since), percentiles(pickup)
 	res.Completed = done.n.Load()
 	mu.Unlock()
+	return checkLateness(ctx, r, res)
+}
+
+// enqueueSpread enqueues the lateness workload's jobs one by one,
+// interval apart.
+func enqueueSpread(ctx context.Context, r *rig, p LatenessParams) error {
+	for i := range p.N {
+		if _, err := r.client.Enqueue(ctx, failKind, noopArgs{N: i}); err != nil {
+			return fmt.Errorf("bench: lateness: enqueue: %w", err)
+		}
+		if interval := time.Duration(p.Interval); interval > 0 {
+			select {
+			case <-time.After(interval):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// runLatenessProcs is the lateness workload with its workers in separate
+// processes: this process enqueues; a job's retry may run in another
+// process than its failure (woken by LISTEN/NOTIFY), so the lateness is
+// computed here from the events every process reports, on the machine's
+// one clock.
+func runLatenessProcs(ctx context.Context, r *rig, res *LatenessResult) error {
+	n, delay := res.Params.N, time.Duration(res.Params.RetryDelay)
+	type retried struct {
+		id, start int64
+		proc      int
+	}
+	var mu sync.Mutex
+	failedAt := make(map[int64]int64, n)
+	failProc := make(map[int64]int, n)
+	var retries []retried
+	var due, pickup []time.Duration
+	done := newCounter(n)
+	ps, err := startProcs(ctx, r.cfg, r.workerProcess(ModeLateness, delay), func(i int, f []string) {
+		v := make([]int64, len(f)-1)
+		for k := range v {
+			var err error
+			if v[k], err = strconv.ParseInt(f[k+1], 10, 64); err != nil {
+				return
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case f[0] == "pickup" && len(v) == 1:
+			pickup = append(pickup, time.Duration(v[0]))
+		case f[0] == "fail" && len(v) == 2:
+			failedAt[v[0]], failProc[v[0]] = v[1], i
+		case f[0] == "retry" && len(v) == 3:
+			retries = append(retries, retried{id: v[0], start: v[1], proc: i})
+			due = append(due, time.Duration(v[2]))
+			done.inc()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer ps.kill()
+	if err := ps.start(); err != nil {
+		return err
+	}
+	if err := enqueueSpread(ctx, r, res.Params); err != nil {
+		return err
+	}
+	if err := done.wait(ctx, r.cfg.StallTimeout+delay, "lateness"); err != nil {
+		return err
+	}
+	if err := ps.stop(); err != nil {
+		return err
+	}
+	var since, cross, same []time.Duration
+	for _, rt := range retries {
+		if t, ok := failedAt[rt.id]; ok {
+			l := time.Duration(rt.start-t) - delay
+			since = append(since, l)
+			if failProc[rt.id] != rt.proc {
+				res.CrossProcess++
+				cross = append(cross, l)
+			} else {
+				same = append(same, l)
+			}
+		}
+	}
+	res.Due, res.SinceFailure, res.Pickup = percentiles(due), percentiles(since), percentiles(pickup)
+	pCross, pSame := percentiles(cross), percentiles(same)
+	res.SinceFailureCross, res.SinceFailureSame = &pCross, &pSame
+	res.Completed = done.n.Load()
+	return checkLateness(ctx, r, res)
+}
+
+// checkLateness reads the store's counters and checks them.
+func checkLateness(ctx context.Context, r *rig, res *LatenessResult) error {
+	n := res.Params.N
 
 	jobs, counters, err := r.stats(ctx)
 	if err != nil {

@@ -64,7 +64,8 @@ func (r *ThroughputResult) Figures() []Figure {
 	}
 }
 
-// Throughput pre-inserts n no-op jobs with EnqueueMany in batches of 1000,
+// Throughput pre-inserts n no-op jobs with EnqueueMany in batches of
+// Config.InsertBatch (default 1000),
 // then starts a worker and times the burn-down until the n-th handler call
 // (and until its shutdown has written every outcome). The store must count
 // n completed jobs at the end, or the result comes with an ErrCheck error.
@@ -80,13 +81,16 @@ func Throughput(ctx context.Context, cfg Config, n int) (*ThroughputResult, erro
 	if err != nil {
 		return nil, err
 	}
-	res := &ThroughputResult{Params: ThroughputParams{Settings: cfg.settings(), N: n, InsertBatch: insertBatch}}
+	res := &ThroughputResult{Params: ThroughputParams{Settings: cfg.settings(), N: n, InsertBatch: cfg.InsertBatch}}
 	return finish(r, res, &res.Meta, runThroughput(ctx, r, res))
 }
 
 func runThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
+	if r.cfg.Processes > 0 {
+		return runThroughputProcs(ctx, r, res)
+	}
 	n := res.Params.N
-	ins, err := r.insert(ctx, noopKind, n, insertBatch, 0, time.Time{})
+	ins, err := r.insert(ctx, noopKind, n, res.Params.InsertBatch, 0, time.Time{})
 	if err != nil {
 		return err
 	}
@@ -117,7 +121,72 @@ func runThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
 	res.Work, res.Rate = Duration(work), rate(int64(n), work)
 	res.Durable, res.DurableRate = Duration(durable), rate(int64(n), durable)
 	res.Handled = done.n.Load()
+	return checkThroughput(ctx, r, res)
+}
 
+// runThroughputProcs is the throughput workload with its workers in
+// separate processes: they are started and connected first, then the jobs
+// are inserted, then the processes are told to go. The work time ends at
+// the last handler call of any process (each reports the time of its
+// own); the durable time when every process has shut down and exited.
+func runThroughputProcs(ctx context.Context, r *rig, res *ThroughputResult) error {
+	n := res.Params.N
+	done := newCounter(n)
+	counts := make([]int64, r.cfg.Processes) // index i written by process i's reader only
+	lasts := make([]int64, r.cfg.Processes)
+	ps, err := startProcs(ctx, r.cfg, r.workerProcess(ModeThroughput, 0), func(i int, f []string) {
+		if len(f) != 3 || f[0] != "done" {
+			return
+		}
+		c, err1 := strconv.ParseInt(f[1], 10, 64)
+		last, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil || c <= counts[i] {
+			return
+		}
+		d := c - counts[i]
+		counts[i], lasts[i] = c, last
+		done.add(d)
+	})
+	if err != nil {
+		return err
+	}
+	defer ps.kill()
+	ins, err := r.insert(ctx, noopKind, n, res.Params.InsertBatch, 0, time.Time{})
+	if err != nil {
+		return err
+	}
+	res.Insert, res.InsertRate = Duration(ins), rate(int64(n), ins)
+	if r.cfg.WorkStarted != nil {
+		r.cfg.WorkStarted()
+	}
+	t0 := time.Now()
+	if err := ps.start(); err != nil {
+		return err
+	}
+	if err := done.wait(ctx, r.cfg.StallTimeout, "throughput"); err != nil {
+		return err
+	}
+	if r.cfg.WorkDone != nil {
+		r.cfg.WorkDone()
+	}
+	if err := ps.stop(); err != nil {
+		return err
+	}
+	durable := time.Since(t0)
+	var last int64
+	for _, l := range lasts {
+		last = max(last, l)
+	}
+	work := time.Unix(0, last).Sub(t0.Round(0))
+	res.Work, res.Rate = Duration(work), rate(int64(n), work)
+	res.Durable, res.DurableRate = Duration(durable), rate(int64(n), durable)
+	res.Handled = done.n.Load()
+	return checkThroughput(ctx, r, res)
+}
+
+// checkThroughput reads the store's counts and checks them.
+func checkThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
+	n := res.Params.N
 	jobs, counters, err := r.stats(ctx)
 	if err != nil {
 		return err

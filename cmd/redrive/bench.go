@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
 )
 
@@ -25,6 +27,12 @@ type benchOptions struct {
 	keep         bool
 	cpuProfile   string
 	stallTimeout time.Duration
+	databaseURL  string
+	// insertBatch is set by the throughput command's --insert-batch.
+	insertBatch int
+	// processes is set by the throughput and lateness commands' own
+	// --processes flag.
+	processes int
 }
 
 // workload runs one bench workload.
@@ -54,6 +62,14 @@ temporary directory unless --db-dir is given, deleted afterwards unless
 with the parameters, the Go version and GOMAXPROCS. The global --db is not
 used: a benchmark never touches your database.
 
+With --database-url, the workload runs on PostgreSQL instead, in a fresh
+schema redrive_bench_<random> of that database (dropped afterwards unless
+--keep). The throughput and lateness workloads then accept --processes N:
+the workers run in N separate redrive processes and this one only enqueues
+and collects, so that retries cross processes (woken by LISTEN/NOTIFY).
+REDRIVE_DATABASE_URL is not read here: a benchmark runs on PostgreSQL only
+when asked on its command line.
+
 Workloads:
   throughput  pre-insert N no-op jobs, then time their burn-down
   continuous  producers enqueue while the worker burns down, for a duration
@@ -73,6 +89,7 @@ Workloads:
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the workload to this file")
 	pf.DurationVar(&o.stallTimeout, "stall-timeout", bench.DefaultStallTimeout, "abort when no job progresses for this long")
 	_ = pf.MarkHidden("stall-timeout")
+	pf.StringVar(&o.databaseURL, "database-url", "", "run on this PostgreSQL database, in a fresh schema (default: SQLite)")
 
 	cmd.AddCommand(
 		newBenchThroughputCmd(g, o),
@@ -81,8 +98,61 @@ Workloads:
 		newBenchLatenessCmd(g, o),
 		newBenchDepthCmd(g, o),
 		newBenchAllCmd(g, o),
+		newBenchWorkerCmd(o),
 	)
 	return cmd
+}
+
+// addProcessesFlag adds --processes to a workload that can run its
+// workers in separate processes.
+func addProcessesFlag(cmd *cobra.Command, o *benchOptions) {
+	cmd.Flags().IntVar(&o.processes, "processes", 0,
+		"run the workers in N separate processes (--workers each; needs --database-url; 0: in this process)")
+}
+
+// newBenchWorkerCmd is the hidden `redrive bench worker`: one worker
+// process of a multi-process workload, started by the benchmark itself
+// (re-executing this binary) and driven through its standard input and
+// output.
+func newBenchWorkerCmd(o *benchOptions) *cobra.Command {
+	var p bench.WorkerProcess
+	cmd := &cobra.Command{
+		Use:    "worker",
+		Short:  "One worker process of a multi-process benchmark (started by the benchmark)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p.DatabaseURL, p.Workers, p.FetchBatch, p.RetryBudget = o.databaseURL, o.workers, o.fetchBatch, o.retryBudget
+			switch {
+			case p.DatabaseURL == "" || p.Schema == "":
+				return flagErrorf(cmd, "--database-url and --schema are required")
+			case p.Workers < 1:
+				return flagErrorf(cmd, "--workers must be at least 1, got %d", p.Workers)
+			}
+			return bench.ServeWorker(cmd.Context(), p, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.Schema, "schema", "", "the benchmark's schema")
+	f.StringVar(&p.Mode, "mode", bench.ModeThroughput, "throughput or lateness")
+	f.DurationVar(&p.RetryDelay, "retry-delay", bench.DefaultRetryDelay, "the lateness workload's retry delay")
+	return cmd
+}
+
+// workerEnv is set in the environment of the worker processes a
+// benchmark starts, so that a test binary standing in for redrive knows to
+// behave as the CLI (see TestMain).
+const workerEnv = "REDRIVE_BENCH_WORKER"
+
+// spawnWorker starts this very binary as `redrive bench worker`.
+func spawnWorker(ctx context.Context, args []string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, append([]string{"bench", "worker"}, args...)...)
+	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	return cmd, nil
 }
 
 func newBenchThroughputCmd(g *globalOptions, o *benchOptions) *cobra.Command {
@@ -90,9 +160,9 @@ func newBenchThroughputCmd(g *globalOptions, o *benchOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "throughput",
 		Short: "Pre-insert N no-op jobs, then time their burn-down",
-		Long: `Pre-insert N no-op jobs with EnqueueMany in batches of 1000 (the insert rate
-is reported), then start a worker and time until the N-th handler call (and
-until its shutdown has written every outcome). The store must count N
+		Long: `Pre-insert N no-op jobs with EnqueueMany in batches of --insert-batch (the
+insert rate is reported), then start a worker and time until the N-th
+handler call (and until its shutdown has written every outcome). The store must count N
 completed jobs at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -105,6 +175,8 @@ completed jobs at the end.`,
 		},
 	}
 	cmd.Flags().IntVarP(&n, "jobs", "n", bench.DefaultThroughputN, "number of jobs")
+	cmd.Flags().IntVar(&o.insertBatch, "insert-batch", 1000, "jobs per EnqueueMany call of the pre-insert")
+	addProcessesFlag(cmd, o)
 	return cmd
 }
 
@@ -179,7 +251,13 @@ func newBenchLatenessCmd(g *globalOptions, o *benchOptions) *cobra.Command {
 River anchor's lateness mode does: 20ms). Each fails its first attempt and is
 retried once after 1s (no jitter). On the retry the handler records how late
 it started, against the job's due time and against its first failure + 1s
-(the anchor's measure); p50, p99 and max are reported.`,
+(the anchor's measure); p50, p99 and max are reported.
+
+With --database-url and --processes N, N worker processes (this binary,
+re-executed) share the work and this process only enqueues: a retry may run
+in another process than its failure, woken by LISTEN/NOTIFY; the figures
+then also split the lateness between retries in another process and in the
+same one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -200,6 +278,7 @@ it started, against the job's due time and against its first failure + 1s
 	f.DurationVar(&interval, "interval", interval, "time between two enqueues")
 	f.DurationVar(&delay, "retry-delay", delay, "retry delay (tests shorten it)")
 	_ = f.MarkHidden("retry-delay")
+	addProcessesFlag(cmd, o)
 	return cmd
 }
 
@@ -268,6 +347,12 @@ func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
 		return bench.Config{}, flagErrorf(cmd, "--synchronous must be full or normal, got %q", o.synchronous)
 	case o.stallTimeout <= 0:
 		return bench.Config{}, flagErrorf(cmd, "--stall-timeout must be positive, got %s", o.stallTimeout)
+	case o.insertBatch < 0 || o.insertBatch > redrive.MaxBatch:
+		return bench.Config{}, flagErrorf(cmd, "--insert-batch must be between 1 and %d, got %d", redrive.MaxBatch, o.insertBatch)
+	case o.processes < 0:
+		return bench.Config{}, flagErrorf(cmd, "--processes must not be negative, got %d", o.processes)
+	case o.processes > 0 && o.databaseURL == "":
+		return bench.Config{}, flagErrorf(cmd, "--processes needs --database-url: worker processes share a PostgreSQL database")
 	}
 	if o.dbDir != "" {
 		if fi, err := os.Stat(o.dbDir); err != nil || !fi.IsDir() {
@@ -275,7 +360,8 @@ func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
 		}
 	}
 	return bench.Config{Workers: o.workers, FetchBatch: o.fetchBatch, Synchronous: sync, RetryBudget: o.retryBudget,
-		DBDir: o.dbDir, Keep: o.keep, ErrorLog: cmd.ErrOrStderr(), StallTimeout: o.stallTimeout}, nil
+		DBDir: o.dbDir, Keep: o.keep, ErrorLog: cmd.ErrOrStderr(), StallTimeout: o.stallTimeout,
+		InsertBatch: o.insertBatch, DatabaseURL: o.databaseURL, Processes: o.processes, Spawn: spawnWorker}, nil
 }
 
 // run runs the workloads one after the other, printing each result as it
@@ -339,7 +425,12 @@ func printResult(w io.Writer, r bench.Result) error {
 		return err
 	}
 	db := "deleted"
-	if m.DBPath != "" {
+	switch {
+	case m.Schema != "" && m.SchemaKept:
+		db = "kept in PostgreSQL schema " + m.Schema
+	case m.Schema != "":
+		db = "schema " + m.Schema + " dropped"
+	case m.DBPath != "":
 		db = "kept at " + m.DBPath
 	}
 	_, err := fmt.Fprintf(w, "elapsed %s; database %.1f MiB, %s\n", m.Elapsed, float64(m.DBBytes)/(1<<20), db)

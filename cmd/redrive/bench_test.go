@@ -197,6 +197,10 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"lateness", "--interval", "-1ms"}, "--interval must not be negative"},
 		{[]string{"depth", "--due", "0"}, "--due must be at least 1"},
 		{[]string{"throughput", "--db-dir", "/nonexistent/redrive"}, `--db-dir "/nonexistent/redrive" is not a directory`},
+		{[]string{"lateness", "--processes", "2"}, "--processes needs --database-url"},
+		{[]string{"throughput", "--processes", "-1", "--database-url", "postgres:///x"}, "--processes must not be negative"},
+		{[]string{"failure", "--processes", "2"}, "unknown flag: --processes"},
+		{[]string{"worker", "--mode", "lateness"}, "--database-url and --schema are required"},
 	} {
 		_, stderr, err := runCLI(t, append([]string{"bench"}, tc.args...)...)
 		if err == nil {

@@ -54,6 +54,7 @@ This binary is its command-line tool.`,
 	root.AddCommand(
 		newPolicyCmd(g),
 		newBenchCmd(g),
+		newMigrateCmd(g),
 	)
 	return root
 }

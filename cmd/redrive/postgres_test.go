@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrivehq/redrive/bench"
+)
+
+// TestMain lets the test binary stand in for redrive when a benchmark
+// re-executes it as a worker process (`redrive bench worker`).
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// pgURL returns the test database's URL, or skips the test when none is
+// configured. CI always sets it, so a skip there is a failure.
+func pgURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("REDRIVE_POSTGRES_URL")
+	if u == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("REDRIVE_POSTGRES_URL is not set in CI: the PostgreSQL tests must run there, not skip")
+		}
+		t.Skip("REDRIVE_POSTGRES_URL is not set: set it to a PostgreSQL URL to run the PostgreSQL CLI tests")
+	}
+	return u
+}
+
+// schemaExists reports whether the schema exists in the database at u.
+func schemaExists(t *testing.T, u, schema string) bool {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func dropSchema(t *testing.T, u, schema string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestMigrateSQLite(t *testing.T) {
+	t.Setenv(databaseURLEnv, "")
+	db := t.TempDir() + "/m.db"
+	stdout, stderr, err := runCLI(t, "--db", db, "migrate")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if want := "SQLite database " + db + ": opened and migrated"; !strings.Contains(stdout, want) {
+		t.Errorf("output lacks %q:\n%s", want, stdout)
+	}
+	if _, err := os.Stat(db); err != nil {
+		t.Errorf("no database created: %v", err)
+	}
+}
+
+func TestMigratePostgres(t *testing.T) {
+	u := pgURL(t)
+	schema := "redrive_migtest_" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
+	t.Cleanup(func() { dropSchema(t, u, schema) })
+
+	stdout, stderr, err := runCLI(t, "migrate", "--database-url", u, "--schema", schema)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range []string{"schema " + schema + ": applied 1 migration(s)", "0001_jobs.sql", "(now)"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("first run: output lacks %q:\n%s", want, stdout)
+		}
+	}
+	// Again, the URL from the environment and JSON: nothing left to apply.
+	t.Setenv(databaseURLEnv, u)
+	stdout, stderr, err = runCLI(t, "--json", "migrate", "--schema", schema)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var rep migrateReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if rep.Store != "postgres" || rep.Schema != schema || rep.AppliedNow != 0 || len(rep.Applied) == 0 || rep.Applied[0].Now {
+		t.Errorf("second run: %+v", rep)
+	}
+	if _, _, err := runCLI(t, "migrate", "--schema", "Bad-Schema"); err == nil {
+		t.Error("an invalid schema was accepted")
+	}
+}
+
+func TestBenchPostgres(t *testing.T) {
+	u := pgURL(t)
+	for _, procs := range []int{0, 2} {
+		r := benchJSON[bench.ThroughputResult](t, "throughput", "-n", "300", "--workers", "20", "--database-url", u,
+			"--processes", strconv.Itoa(procs))
+		checkMeta(t, r.Meta, "throughput")
+		if r.Params.Store != "postgres" || r.Params.Processes != procs || r.StoreCompleted != 300 || r.Handled != 300 ||
+			r.Work <= 0 || r.Durable < r.Work {
+			t.Errorf("throughput, %d processes: %+v", procs, r)
+		}
+		if r.Schema == "" || r.SchemaKept || schemaExists(t, u, r.Schema) {
+			t.Errorf("schema %q not dropped", r.Schema)
+		}
+	}
+	r := benchJSON[bench.LatenessResult](t, "lateness", "-n", "30", "--interval", "2ms", "--retry-delay", "200ms",
+		"--database-url", u, "--processes", "2", "--keep")
+	t.Cleanup(func() { dropSchema(t, u, r.Schema) })
+	if r.Params.Processes != 2 || r.Completed != 30 || r.SinceFailure.N != 30 || r.StoreSucceededAfterRetry != 30 ||
+		r.CrossProcess < 0 || r.CrossProcess > 30 {
+		t.Errorf("lateness: %+v", r)
+	}
+	if !r.SchemaKept || !schemaExists(t, u, r.Schema) {
+		t.Errorf("--keep did not keep schema %q", r.Schema)
+	}
+}
