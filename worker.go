@@ -58,7 +58,7 @@ type WorkerOptions struct {
 	FetchBatch int
 	// Lookahead lets the worker lease jobs due within this window and
 	// start each at its due time itself, so a retry due at T starts at T
-	// rather than a database round trip later (default 5ms; negative
+	// rather than a database round trip later (default 20ms; negative
 	// disables).
 	Lookahead time.Duration
 	// FetchCooldown is how long a busy queue waits, once a slot frees up,
@@ -184,7 +184,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		opts.PollInterval = time.Second
 	}
 	if opts.Lookahead == 0 {
-		opts.Lookahead = 5 * time.Millisecond
+		opts.Lookahead = 20 * time.Millisecond
 	}
 	if opts.Lookahead < 0 {
 		opts.Lookahead = 0

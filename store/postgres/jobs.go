@@ -347,6 +347,9 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, n
 // enqueueOn inserts the batch with q and reads the jobs holding the keys
 // that were taken.
 func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
+	if !b.hasKeys {
+		return s.enqueuePlain(ctx, q, jobs, b)
+	}
 	rows, err := q.Query(ctx, s.sql.enqueue, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.keys, b.deps,
 		b.reproc, b.runAts, b.isNew, b.now, shard())
 	if err != nil {
@@ -1030,4 +1033,36 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 		return st, s.fail("stats", err)
 	}
 	return st, nil
+}
+
+// enqueuePlain inserts a batch without idempotency keys with one plain
+// statement (see statements.enqueuePlain).
+func (s *Store) enqueuePlain(ctx context.Context, q querier, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
+	rows, err := q.Query(ctx, s.sql.enqueuePlain, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.deps,
+		b.reproc, b.runAts, b.now, shard())
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, 0, len(jobs))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(ids) != len(jobs) {
+		return nil, fmt.Errorf("inserted %d rows, want %d", len(ids), len(jobs))
+	}
+	slices.Sort(ids)
+	out := make([]*store.Job, len(jobs))
+	for i := range jobs {
+		out[i] = b.job(i, ids[i], &jobs[i])
+	}
+	return out, nil
 }

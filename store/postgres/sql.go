@@ -31,6 +31,7 @@ func cols(prefix string, withHistory bool) string {
 type statements struct {
 	jobs, counters string // qualified table names
 	enqueue        string
+	enqueuePlain   string
 	byKeys         string
 	fetch          string
 	finish         string
@@ -103,6 +104,26 @@ func render(schema, channel string) statements {
 	{upsert}
 )
 SELECT ord, id FROM done`),
+
+		// enqueuePlain is Enqueue for a batch without idempotency keys: no
+		// conflict is possible, so one plain insert in input order (ids come
+		// from the sequence in the order the rows are inserted), one
+		// notification per queue, and the counters. The caller sorts the
+		// returned ids: the n-th smallest is the n-th job.
+		enqueuePlain: q(`WITH ins AS (
+	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at)
+	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, $10, run_at
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[])
+		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at)
+	RETURNING id, queue
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT queue, 'enqueued', $11::smallint, count(*) FROM ins GROUP BY queue ORDER BY queue
+	{upsert}
+), ntf AS (
+	SELECT count({notify}queue)) AS n FROM (SELECT DISTINCT queue FROM ins) q
+)
+SELECT id FROM ins CROSS JOIN ntf`),
 
 		byKeys: q(`SELECT {hcols} FROM {jobs} WHERE idem_key = ANY($1::text[])`),
 
