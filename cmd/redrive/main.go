@@ -55,6 +55,7 @@ This binary is its command-line tool.`,
 		newPolicyCmd(g),
 		newBenchCmd(g),
 		newMigrateCmd(g),
+		newServeCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/httpjob"
+	"github.com/redrivehq/redrive/server"
+	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/postgres"
+	"github.com/redrivehq/redrive/store/sqlite"
+)
+
+// newServeCmd is `redrive serve`: the engine, the REST API and metrics in
+// one process.
+func newServeCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the engine, the REST API and Prometheus metrics",
+		Long: `Run a worker (with the built-in http job kind), the REST API (/v1/...,
+/healthz, /readyz) and Prometheus metrics (/metrics) in one process.
+
+With no settings it just works: the SQLite database redrive.db in the current
+folder (--db), the API on 127.0.0.1:8080, queue "default" with 10 workers.
+Give --database-url to share the work with other processes on PostgreSQL.
+
+Every setting is a flag, an environment variable (REDRIVE_ and the flag name
+in capitals with underscores, e.g. REDRIVE_SHUTDOWN_TIMEOUT) and a key of the
+JSON config file given by --config or $REDRIVE_CONFIG, e.g.
+
+  {"addr": "0.0.0.0:8080", "queues": {"default": 10, "webhooks": 50},
+   "http-allow-private": false, "log-level": "debug"}
+
+Flags win over the environment, which wins over the file. A bad value stops
+serve at start with a message naming the setting.
+
+serve refuses to listen beyond loopback without a token (--token or
+$REDRIVE_TOKEN); with one, the API and /metrics require
+"Authorization: Bearer <token>". It stops gracefully on SIGINT or SIGTERM:
+no new requests or jobs, running ones get --shutdown-timeout to finish.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadServeConfig(cmd.Flags(), os.Getenv)
+			if err != nil {
+				return &usageError{cmd: cmd, err: err}
+			}
+			return runServe(cmd.Context(), cfg, cmd.ErrOrStderr(), nil)
+		},
+	}
+	addServeFlags(cmd.Flags())
+	return cmd
+}
+
+// errNoToken is the refusal to serve beyond loopback without a token.
+var errNoToken = errors.New("refusing to listen on a non-loopback address without a token: " +
+	"set --token or $REDRIVE_TOKEN, or listen on 127.0.0.1")
+
+// runServe serves until ctx ends, then shuts down gracefully. Logs go to
+// logOut as JSON. ready, when not nil, is called with the address listened
+// on once the server accepts connections.
+func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready func(net.Addr)) error {
+	host, err := listenHostPort(cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("addr: %w", err)
+	}
+	if cfg.Token == "" && !isLoopback(host) {
+		return fmt.Errorf("--addr %s: %w", cfg.Addr, errNoToken)
+	}
+	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	st, target, err := openServeStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	client := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	worker := redrive.NewWorker(client, redrive.WorkerOptions{
+		Queues:          cfg.Queues,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Logger:          log,
+	})
+	httpjob.Register(worker, httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal})
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("--addr: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           serveMux(client, worker.Breakers(), cfg.Token, log),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWorker()
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- worker.Run(workerCtx) }()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln) }()
+
+	log.Info("redrive serving", "addr", ln.Addr().String(), "store", target, "queues", cfg.Queues,
+		"auth", cfg.Token != "", "http_allow_private", cfg.HTTPAllowPrivate, "http_allow_link_local", cfg.HTTPAllowLinkLocal)
+	if ready != nil {
+		ready(ln.Addr())
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	case serveErr = <-serveDone:
+		log.Error("HTTP server stopped", "error", serveErr)
+	case err := <-workerDone:
+		// Run only returns early on a programming error.
+		log.Error("worker stopped", "error", err)
+		serveErr = fmt.Errorf("worker stopped: %v", err)
+		workerDone <- err
+	}
+	// Stop taking requests, and let running ones finish, while the worker
+	// stops fetching and lets its handlers finish: both within the
+	// shutdown timeout.
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			log.Warn("HTTP shutdown: closing the remaining connections", "error", err)
+			srv.Close()
+		}
+	})
+	stopWorker()
+	if err := <-workerDone; err != nil && serveErr == nil {
+		serveErr = err
+	}
+	wg.Wait()
+	log.Info("redrive stopped")
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+// openServeStore opens PostgreSQL when a URL is configured, else SQLite;
+// it returns the store and a description fit for logs (no password).
+func openServeStore(ctx context.Context, cfg *serveConfig, log *slog.Logger) (store.Store, string, error) {
+	if cfg.DatabaseURL != "" {
+		st, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Schema: cfg.Schema, Logger: log})
+		if err != nil {
+			return nil, "", fmt.Errorf("database-url %s: %w", redactURL(cfg.DatabaseURL), err)
+		}
+		return st, "postgres " + redactURL(cfg.DatabaseURL), nil
+	}
+	st, err := sqlite.Open(ctx, cfg.DB, sqlite.Options{Logger: log})
+	if err != nil {
+		return nil, "", fmt.Errorf("db %s: %w", cfg.DB, err)
+	}
+	return st, "sqlite " + cfg.DB, nil
+}
+
+// serveMux routes /metrics to Prometheus and everything else to the API.
+func serveMux(client *redrive.Client, breakers *breaker.Registry, token string, log *slog.Logger) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&statsCollector{client: client, breakers: breakers, log: log},
+	)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", requireToken(token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError})))
+	mux.Handle("/", apiHandler(client, breakers, token, log))
+	return mux
+}
+
+// apiHandler is the REST API of package server: /v1/..., /healthz, /readyz.
+func apiHandler(client *redrive.Client, breakers *breaker.Registry, token string, log *slog.Logger) http.Handler {
+	return server.New(server.Options{Client: client, Breakers: breakers, Token: token, Logger: log})
+}
+
+// requireToken guards h with the bearer token, when there is one.
+func requireToken(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+			http.Error(w, "unauthorized: send Authorization: Bearer <token>", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// statsCollector exposes client.Stats and the breakers' states, read at
+// every scrape, so the numbers are the store's real counts.
+type statsCollector struct {
+	client   *redrive.Client
+	breakers *breaker.Registry
+	log      *slog.Logger
+}
+
+var (
+	jobsDesc = prometheus.NewDesc("redrive_jobs", "Jobs per queue and state, as the store counts them.",
+		[]string{"queue", "state"}, nil)
+	counterDesc = map[string]*prometheus.Desc{}
+	otherDesc   = prometheus.NewDesc("redrive_events_total", "Other running totals of the store, by name.",
+		[]string{"queue", "name", "class"}, nil)
+	breakerStateDesc = prometheus.NewDesc("redrive_breaker_state",
+		"Circuit breaker state: 1 for the breaker's current state, 0 for the others.", []string{"breaker", "state"}, nil)
+	breakerFailuresDesc = prometheus.NewDesc("redrive_breaker_failures",
+		"Failures within the breaker's window.", []string{"breaker"}, nil)
+	breakerTripsDesc = prometheus.NewDesc("redrive_breaker_trips_total",
+		"Times the breaker opened since the process started.", []string{"breaker"}, nil)
+	statsUpDesc = prometheus.NewDesc("redrive_stats_up",
+		"1 when the last read of the store's statistics succeeded, else 0.", nil, nil)
+)
+
+// counterHelp describes the store's counters exported as
+// redrive_<name>_total{queue,class}.
+var counterHelp = map[string]string{
+	store.StatAttempts:            "Attempts started.",
+	store.StatSucceeded:           "Attempts that completed their job.",
+	store.StatSucceededAfterRetry: "Completions on an attempt after the first.",
+	store.StatFailed:              "Failed attempts, by failure class.",
+	store.StatRetried:             "Retries scheduled.",
+	store.StatDead:                "Jobs moved to the dead-letter queue, by failure class.",
+	store.StatRedriven:            "Jobs redriven from the dead-letter queue.",
+	store.StatSnoozed:             "Jobs snoozed by their handler.",
+	store.StatDeferred:            "Jobs deferred by an open circuit breaker.",
+	store.StatRescued:             "Expired leases rescued.",
+	store.StatEnqueued:            "Jobs created.",
+	store.StatDeduplicated:        "Enqueues answered by an existing job (idempotency key).",
+	store.StatCanceled:            "Jobs canceled.",
+	store.StatPurged:              "Dead jobs purged or expired.",
+}
+
+func init() {
+	for name, help := range counterHelp {
+		counterDesc[name] = prometheus.NewDesc("redrive_"+name+"_total", help, []string{"queue", "class"}, nil)
+	}
+}
+
+// Describe sends the collector's fixed descriptions.
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- jobsDesc
+	ch <- otherDesc
+	for _, d := range counterDesc {
+		ch <- d
+	}
+	ch <- breakerStateDesc
+	ch <- breakerFailuresDesc
+	ch <- breakerTripsDesc
+	ch <- statsUpDesc
+}
+
+// Collect reads the statistics from the store and the breakers.
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.client.Stats(ctx)
+	up := 1.0
+	if err != nil {
+		up = 0
+		c.log.Warn("metrics: reading the statistics failed", "error", err)
+	}
+	ch <- prometheus.MustNewConstMetric(statsUpDesc, prometheus.GaugeValue, up)
+	for queue, states := range st.Jobs {
+		for _, s := range store.States {
+			ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(states[s]), queue, string(s))
+		}
+	}
+	for queue, counters := range st.Counters {
+		for key, n := range counters {
+			name, class, _ := strings.Cut(key, ".")
+			if d, ok := counterDesc[name]; ok {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(n), queue, class)
+			} else {
+				ch <- prometheus.MustNewConstMetric(otherDesc, prometheus.CounterValue, float64(n), queue, name, class)
+			}
+		}
+	}
+	if c.breakers == nil {
+		return
+	}
+	for _, b := range c.breakers.Statuses() {
+		for _, s := range []breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open} {
+			v := 0.0
+			if b.State == s {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(breakerStateDesc, prometheus.GaugeValue, v, b.Name, s.String())
+		}
+		ch <- prometheus.MustNewConstMetric(breakerFailuresDesc, prometheus.GaugeValue, float64(b.Failures), b.Name)
+		ch <- prometheus.MustNewConstMetric(breakerTripsDesc, prometheus.CounterValue, float64(b.Trips), b.Name)
+	}
+}

@@ -1,0 +1,417 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/store/sqlite"
+)
+
+// loadConfig parses args as `redrive serve`'s flags and loads the
+// configuration with env as the environment.
+func loadConfig(t *testing.T, env map[string]string, args ...string) (*serveConfig, error) {
+	t.Helper()
+	root := newRootCmd()
+	cmd, _, err := root.Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.ParseFlags(args); err != nil {
+		return nil, err
+	}
+	return loadServeConfig(cmd.Flags(), func(k string) string { return env[k] })
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestServeConfigDefaults(t *testing.T) {
+	c, err := loadConfig(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:8080" || c.DB != "redrive.db" || c.DatabaseURL != "" || c.Token != "" ||
+		len(c.Queues) != 1 || c.Queues["default"] != 10 || !c.HTTPAllowPrivate || c.HTTPAllowLinkLocal ||
+		c.ShutdownTimeout != 30*time.Second || c.LogLevel != slog.LevelInfo || c.Schema != "redrive" {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestServeConfigPrecedence(t *testing.T) {
+	file := writeFile(t, "redrive.json", `{
+		"addr": "127.0.0.1:9001",
+		"db": "file.db",
+		"workers": 3,
+		"queues": {"default": 2, "webhooks": 50},
+		"log-level": "debug",
+		"http.allow-private": false,
+		"shutdown-timeout": "5s",
+		"token": "from-file"
+	}`)
+	// The file alone.
+	c, err := loadConfig(t, map[string]string{"REDRIVE_CONFIG": file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:9001" || c.DB != "file.db" || c.Workers != 3 || c.Queues["webhooks"] != 50 ||
+		c.Queues["default"] != 2 || c.LogLevel != slog.LevelDebug || c.HTTPAllowPrivate || c.ShutdownTimeout != 5*time.Second ||
+		c.Token != "from-file" {
+		t.Fatalf("from the file: %+v", c)
+	}
+	// The environment beats the file.
+	env := map[string]string{
+		"REDRIVE_CONFIG":           file,
+		"REDRIVE_ADDR":             "127.0.0.1:9002",
+		"REDRIVE_DB":               "env.db",
+		"REDRIVE_WORKERS":          "4",
+		"REDRIVE_QUEUES":           "a,b=7",
+		"REDRIVE_TOKEN":            "from-env",
+		"REDRIVE_SHUTDOWN_TIMEOUT": "6s",
+	}
+	c, err = loadConfig(t, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:9002" || c.DB != "env.db" || c.Token != "from-env" || c.ShutdownTimeout != 6*time.Second ||
+		len(c.Queues) != 2 || c.Queues["a"] != 4 || c.Queues["b"] != 7 || c.LogLevel != slog.LevelDebug {
+		t.Fatalf("file + env: %+v", c)
+	}
+	// Flags beat both; --config beats $REDRIVE_CONFIG.
+	other := writeFile(t, "other.json", `{"log-level": "error"}`)
+	c, err = loadConfig(t, env, "--config", other, "--addr", "127.0.0.1:9003", "--db", "flag.db", "--token", "from-flag",
+		"--workers", "5", "--http-allow-link-local", "--log-level", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:9003" || c.DB != "flag.db" || c.Token != "from-flag" || c.Queues["a"] != 5 ||
+		!c.HTTPAllowLinkLocal || c.LogLevel != slog.LevelWarn || c.ShutdownTimeout != 6*time.Second || !c.HTTPAllowPrivate {
+		t.Fatalf("file + env + flags: %+v", c)
+	}
+}
+
+func TestServeConfigErrors(t *testing.T) {
+	bad := writeFile(t, "bad.json", `{"workers": "many"}`)
+	unknown := writeFile(t, "unknown.json", `{"adr": "127.0.0.1:1"}`)
+	notJSON := writeFile(t, "not.json", `addr = 1`)
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{args: []string{"--addr", "nonsense"}, want: `--addr: "nonsense": want host:port`},
+		{args: []string{"--addr", "127.0.0.1:99999"}, want: `--addr: "127.0.0.1:99999": port "99999" is not a number from 0 to 65535`},
+		{env: map[string]string{"REDRIVE_WORKERS": "lots"}, want: `REDRIVE_WORKERS: "lots": not a number`},
+		{args: []string{"--workers", "0"}, want: "--workers: 0: want 1 to 10000"},
+		{args: []string{"--queues", "default=x"}, want: `--queues: queue "default": "x": not a number`},
+		{args: []string{"--queues", "=3"}, want: "--queues: \"=3\": a queue has no name"},
+		{args: []string{"--queues", "a,a"}, want: `--queues: queue "a" is listed twice`},
+		{env: map[string]string{"REDRIVE_HTTP_ALLOW_PRIVATE": "maybe"}, want: `REDRIVE_HTTP_ALLOW_PRIVATE: "maybe": not a boolean`},
+		{args: []string{"--shutdown-timeout", "soon"}, want: `--shutdown-timeout: "soon": not a duration`},
+		{args: []string{"--shutdown-timeout", "3h"}, want: "--shutdown-timeout: 3h0m0s: want more than 0 and at most 1h0m0s"},
+		{env: map[string]string{"REDRIVE_LOG_LEVEL": "loud"}, want: `REDRIVE_LOG_LEVEL: "loud": want debug, info, warn or error`},
+		{args: []string{"--token", "two words"}, want: "--token: must not contain white space"},
+		{args: []string{"--database-url", "postgres://u:secret@h:notaport/db"}, want: "--database-url: not a PostgreSQL URL"},
+		{args: []string{"--schema", "Bad-Schema"}, want: `--schema: "Bad-Schema": want a lower-case identifier`},
+		{args: []string{"--db", ""}, want: "--db: empty path"},
+		{args: []string{"--config", bad}, want: bad + `: workers: "many": not a number`},
+		{args: []string{"--config", unknown}, want: unknown + `: unknown setting "adr"`},
+		{args: []string{"--config", notJSON}, want: notJSON + ": not a JSON object of settings"},
+		{args: []string{"--config", "/nonexistent/redrive.json"}, want: "--config: open /nonexistent/redrive.json"},
+	} {
+		_, err := loadConfig(t, tc.env, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: err = %v, want %q", tc.env, tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("the error shows the password: %v", err)
+		}
+	}
+}
+
+func TestServeRefusesNonLoopbackWithoutToken(t *testing.T) {
+	t.Setenv("REDRIVE_TOKEN", "")
+	t.Setenv("REDRIVE_CONFIG", "")
+	db := filepath.Join(t.TempDir(), "redrive.db")
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:8080"} {
+		_, stderr, err := runCLI(t, "--db", db, "serve", "--addr", addr)
+		if err == nil || !strings.Contains(stderr, "refusing to listen on a non-loopback address without a token") {
+			t.Errorf("%s: err = %v, stderr = %q", addr, err, stderr)
+		}
+	}
+	if _, err := os.Stat(db); !os.IsNotExist(err) {
+		t.Errorf("the database was created before the refusal: %v", err)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for host, want := range map[string]bool{"127.0.0.1": true, "::1": true, "localhost": true, "127.1.2.3": true,
+		"": false, "0.0.0.0": false, "::": false, "10.0.0.1": false, "example.com": false} {
+		if got := isLoopback(host); got != want {
+			t.Errorf("isLoopback(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
+// syncBuffer is a bytes buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe runs serve in-process on 127.0.0.1:0 with a temporary SQLite
+// database and returns its base URL.
+func startServe(t *testing.T, args ...string) (base string, logs *syncBuffer) {
+	t.Helper()
+	args = append([]string{"--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "redrive.db"),
+		"--shutdown-timeout", "5s"}, args...)
+	cfg, err := loadConfig(t, nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = &syncBuffer{}
+	addrC := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- runServe(ctx, cfg, logs, func(a net.Addr) { addrC <- a }) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop within 20s")
+		}
+	})
+	select {
+	case a := <-addrC:
+		return "http://" + a.String(), logs
+	case err := <-done:
+		t.Fatalf("serve stopped: %v\n%s", err, logs)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not start within 20s")
+	}
+	return "", nil
+}
+
+func call(t *testing.T, method, url, token, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	var hits atomic.Int32
+	var gotBody atomic.Value
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		gotBody.Store(string(b))
+		if hits.Add(1) == 1 {
+			http.Error(w, "warming up", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer target.Close()
+
+	const token = "s3cret-token"
+	base, logs := startServe(t, "--token", token)
+
+	// Health needs no token; the API and metrics do.
+	if code, _ := call(t, "GET", base+"/healthz", "", ""); code != http.StatusOK {
+		t.Fatalf("/healthz: %d", code)
+	}
+	if code, _ := call(t, "GET", base+"/v1/jobs", "", ""); code != http.StatusUnauthorized {
+		t.Fatalf("/v1/jobs without a token: %d", code)
+	}
+	if code, _ := call(t, "GET", base+"/metrics", "", ""); code != http.StatusUnauthorized {
+		t.Fatalf("/metrics without a token: %d", code)
+	}
+
+	payload := fmt.Sprintf(`{"kind":"http","payload":{"method":"POST","url":%q,"body":"hello"}}`, target.URL+"/hook")
+	code, b := call(t, "POST", base+"/v1/jobs", token, payload)
+	if code != http.StatusCreated {
+		t.Fatalf("POST /v1/jobs: %d %s", code, b)
+	}
+	var job struct {
+		ID      int64  `json:"id"`
+		State   string `json:"state"`
+		Attempt int    `json:"attempt"`
+		History []struct {
+			Class  string `json:"class"`
+			Reason string `json:"reason"`
+			Error  string `json:"error"`
+		} `json:"history"`
+	}
+	if err := json.Unmarshal(b, &job); err != nil || job.ID == 0 {
+		t.Fatalf("POST /v1/jobs: %v %s", err, b)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for job.State != "completed" {
+		if time.Now().After(deadline) {
+			t.Fatalf("job still %s after 20s: %s\nlogs:\n%s", job.State, b, logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+		code, b = call(t, "GET", fmt.Sprintf("%s/v1/jobs/%d", base, job.ID), token, "")
+		if code != http.StatusOK {
+			t.Fatalf("GET job: %d %s", code, b)
+		}
+		if err := json.Unmarshal(b, &job); err != nil {
+			t.Fatal(err)
+		}
+		if job.State == "dead" {
+			t.Fatalf("job dead: %s", b)
+		}
+	}
+	if job.Attempt != 2 || hits.Load() != 2 || gotBody.Load() != "hello" {
+		t.Fatalf("attempts %d, hits %d, body %q", job.Attempt, hits.Load(), gotBody.Load())
+	}
+	if len(job.History) == 0 || job.History[0].Reason != "http_503" || !strings.Contains(job.History[0].Error, "warming up") {
+		t.Fatalf("history %s", b)
+	}
+
+	// Metrics: real counts, per queue and state.
+	code, b = call(t, "GET", base+"/metrics", token, "")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", code, b)
+	}
+	for _, want := range []string{
+		`redrive_jobs{queue="default",state="completed"} 1`,
+		`redrive_retried_total{class="",queue="default"} 1`,
+		`redrive_failed_total{class="transient",queue="default"} 1`,
+		`redrive_stats_up 1`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, grepLines(string(b), "redrive_"))
+		}
+	}
+	// Logs are JSON.
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("log line is not JSON: %s", line)
+		}
+	}
+}
+
+func TestServeMetricsWithoutToken(t *testing.T) {
+	base, _ := startServe(t)
+	code, b := call(t, "GET", base+"/metrics", "", "")
+	if code != http.StatusOK || !strings.Contains(string(b), "redrive_stats_up 1") || !strings.Contains(string(b), "go_goroutines") {
+		t.Fatalf("/metrics: %d\n%s", code, b)
+	}
+}
+
+func TestStatsCollectorBreakers(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	client := redrive.NewClient(st, redrive.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
+	reg := breaker.NewRegistry(breaker.DefaultConfig())
+	b := reg.Get("api.example.com:443")
+	for range 10 {
+		tok, err := b.Allow()
+		if err != nil {
+			break
+		}
+		b.Record(tok, errors.New("boom"))
+	}
+	reg.Get("healthy:80")
+	c := &statsCollector{client: client, breakers: reg, log: slog.New(slog.DiscardHandler)}
+	want := `
+# HELP redrive_breaker_state Circuit breaker state: 1 for the breaker's current state, 0 for the others.
+# TYPE redrive_breaker_state gauge
+redrive_breaker_state{breaker="api.example.com:443",state="closed"} 0
+redrive_breaker_state{breaker="api.example.com:443",state="half_open"} 0
+redrive_breaker_state{breaker="api.example.com:443",state="open"} 1
+redrive_breaker_state{breaker="healthy:80",state="closed"} 1
+redrive_breaker_state{breaker="healthy:80",state="half_open"} 0
+redrive_breaker_state{breaker="healthy:80",state="open"} 0
+# HELP redrive_breaker_trips_total Times the breaker opened since the process started.
+# TYPE redrive_breaker_trips_total counter
+redrive_breaker_trips_total{breaker="api.example.com:443"} 1
+redrive_breaker_trips_total{breaker="healthy:80"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "redrive_breaker_state", "redrive_breaker_trips_total"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(context.Background(), "x", nil, redrive.InQueue("mail")); err != nil {
+		t.Fatal(err)
+	}
+	want = `
+# HELP redrive_jobs Jobs per queue and state, as the store counts them.
+# TYPE redrive_jobs gauge
+redrive_jobs{queue="mail",state="canceled"} 0
+redrive_jobs{queue="mail",state="completed"} 0
+redrive_jobs{queue="mail",state="dead"} 0
+redrive_jobs{queue="mail",state="pending"} 1
+redrive_jobs{queue="mail",state="running"} 0
+redrive_jobs{queue="mail",state="scheduled"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "redrive_jobs"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,423 @@
+// Package httpjob is redrive's built-in "http" job kind: each job performs
+// one HTTP request (webhook delivery, download, API call) and its result is
+// classified by the failure package's HTTP tables, so that the engine
+// retries, honours Retry-After or dead-letters it by policy.
+//
+// A job's payload is JSON:
+//
+//	{
+//	  "method":  "POST",                        // default GET
+//	  "url":     "https://example.com/hook",    // required, http or https
+//	  "headers": {"Content-Type": "application/json"},
+//	  "body":    "{\"event\":\"paid\"}",        // sent as is
+//	  "timeout": "30s"                          // per attempt, default 30s, at most Options.MaxTimeout
+//	}
+//
+// A 2xx response completes the job. Any other status fails the attempt
+// with a *failure.StatusError holding the status, the parsed Retry-After
+// and a bounded excerpt of the body, so the attempt history shows what the
+// server said: 5xx and 408 are retried, 429 and 503 with Retry-After are
+// retried no sooner than the server asked, 401 and 403 go to the DLQ with
+// reason needs_auth, other 4xx go to the DLQ at once. Network errors are
+// classified as they are (refused, reset, DNS, timeout: retried; TLS:
+// dead). A payload that cannot be used (not JSON, no url, bad method, bad
+// timeout) is a permanent failure.
+//
+// The handler does not retry by itself: the engine retries jobs. It refuses
+// link-local and cloud-metadata addresses (169.254.0.0/16, fe80::/10,
+// 169.254.169.254, fd00:ec2::254, metadata.google.internal, ...) unless
+// Options.AllowLinkLocal is set, checking the address actually dialed, so a
+// host name that resolves to such an address is refused too.
+package httpjob
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
+)
+
+// Kind is the job kind Register handles.
+const Kind = "http"
+
+// Defaults and bounds of Options.
+const (
+	// DefaultTimeout bounds an attempt whose payload sets no timeout.
+	DefaultTimeout = 30 * time.Second
+	// DefaultMaxTimeout is the largest timeout a payload may ask for.
+	DefaultMaxTimeout = 5 * time.Minute
+	// DefaultMaxResponseBody is how many bytes of a response are read at
+	// most (the rest is discarded unread).
+	DefaultMaxResponseBody = 1 << 20
+	// MaxHeaders bounds the number of headers of one payload.
+	MaxHeaders = 100
+	// MaxRedirects bounds the redirects followed by one attempt.
+	MaxRedirects = 10
+)
+
+// Options configure the http job kind. The zero value is usable: loopback
+// and private addresses allowed, link-local and metadata addresses refused.
+type Options struct {
+	// BlockPrivate refuses loopback (127.0.0.0/8, ::1), private
+	// (10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10) and
+	// unspecified (0.0.0.0, ::) addresses. Off by default so that jobs may
+	// call services on the same machine or network; turn it on when the
+	// URLs come from people you do not trust.
+	BlockPrivate bool
+	// AllowLinkLocal allows link-local addresses (169.254.0.0/16,
+	// fe80::/10) and the cloud metadata endpoints, which are refused by
+	// default: a job must not read a machine's cloud credentials.
+	AllowLinkLocal bool
+	// DefaultTimeout bounds an attempt whose payload gives no timeout
+	// (default DefaultTimeout).
+	DefaultTimeout time.Duration
+	// MaxTimeout is the largest timeout a payload may ask for (default
+	// DefaultMaxTimeout); a larger one is a permanent failure.
+	MaxTimeout time.Duration
+	// MaxResponseBody bounds how much of a response body is read (default
+	// DefaultMaxResponseBody).
+	MaxResponseBody int64
+	// UserAgent is sent when the payload sets no User-Agent (default
+	// "redrive-http/1").
+	UserAgent string
+	// HandlerOptions are passed to the worker's HandleFunc (a retry policy
+	// or a dependency for the kind).
+	HandlerOptions []redrive.HandlerOption
+}
+
+// Payload is the payload of an http job.
+type Payload struct {
+	// Method is the HTTP method (default GET).
+	Method string `json:"method,omitempty"`
+	// URL is the http or https URL to request.
+	URL string `json:"url"`
+	// Headers are the request headers.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is the request body, sent as is.
+	Body string `json:"body,omitempty"`
+	// Timeout bounds one attempt: a Go duration such as "30s" or a number
+	// of seconds.
+	Timeout json.RawMessage `json:"timeout,omitempty"`
+}
+
+// Register registers the "http" job kind on w.
+func Register(w *redrive.Worker, opts Options) {
+	h := New(opts)
+	w.HandleFunc(Kind, h.Handle, opts.HandlerOptions...)
+}
+
+// Handler performs http jobs. Create it with New; Register is the usual
+// way to use it.
+type Handler struct {
+	opts   Options
+	client *http.Client
+}
+
+// New returns a handler for http jobs with its own connection pool.
+func New(opts Options) *Handler {
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = DefaultTimeout
+	}
+	if opts.MaxTimeout <= 0 {
+		opts.MaxTimeout = DefaultMaxTimeout
+	}
+	if opts.DefaultTimeout > opts.MaxTimeout {
+		opts.DefaultTimeout = opts.MaxTimeout
+	}
+	if opts.MaxResponseBody <= 0 {
+		opts.MaxResponseBody = DefaultMaxResponseBody
+	}
+	if opts.UserAgent == "" {
+		opts.UserAgent = "redrive-http/1"
+	}
+	h := &Handler{opts: opts}
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: h.control}
+	tr := &http.Transport{
+		// No proxy: a proxy would dial on our behalf and escape the
+		// address check.
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           100,
+		MaxIdleConnsPerHost:    10,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	h.client = &http.Client{Transport: tr, CheckRedirect: h.checkRedirect}
+	return h
+}
+
+// BlockedError is the error of a request to an address the Options refuse.
+// The handler reports it as permanent.
+type BlockedError struct {
+	// Addr is the refused address (an IP, or a host name known to serve
+	// cloud metadata).
+	Addr string
+	// Why says which rule refused it.
+	Why string
+}
+
+func (e *BlockedError) Error() string {
+	return fmt.Sprintf("httpjob: refusing to connect to %s: %s", e.Addr, e.Why)
+}
+
+// Handle performs one attempt of an http job.
+func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
+	req, timeout, err := h.request(ctx, job.Payload)
+	if err != nil {
+		return redrive.Permanent(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req = req.WithContext(ctx)
+
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if be, ok := errors.AsType[*BlockedError](err); ok {
+			return redrive.Permanent(be)
+		}
+		// An attempt that ran out of its own timeout is reported as such
+		// (classified transient), rather than as a bare context error.
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return fmt.Errorf("httpjob: %s %s: no response within %s: %w", req.Method, redact(req.URL), timeout, err)
+		}
+		return err // *url.Error: the failure package classifies what it wraps
+	}
+	defer func() {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, h.opts.MaxResponseBody))
+		resp.Body.Close()
+	}()
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return nil
+	}
+	if err := failure.FromResponse(resp); err != nil {
+		return err
+	}
+	// 1xx or 3xx (a redirect not followed): not a success. The status
+	// table has no class for it, so the engine treats it as Unknown.
+	buf := make([]byte, failure.MaxBodyExcerpt)
+	n, _ := io.ReadFull(resp.Body, buf)
+	return &failure.StatusError{Code: resp.StatusCode, Status: resp.Status, Body: string(buf[:n])}
+}
+
+// methods are the methods a payload may use.
+var methods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+}
+
+// request builds the request a payload describes, or says what is wrong
+// with the payload.
+func (h *Handler) request(ctx context.Context, raw json.RawMessage) (*http.Request, time.Duration, error) {
+	var p Payload
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, 0, fmt.Errorf("httpjob: payload: want a JSON object {method, url, headers, body, timeout}: %w", err)
+	}
+	if dec.More() {
+		return nil, 0, errors.New("httpjob: payload: trailing data after the JSON object")
+	}
+	method := strings.ToUpper(strings.TrimSpace(p.Method))
+	if method == "" {
+		method = http.MethodGet
+	}
+	if !methods[method] {
+		return nil, 0, fmt.Errorf("httpjob: payload: method %q: want GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS", p.Method)
+	}
+	if p.URL == "" {
+		return nil, 0, errors.New("httpjob: payload: url is required")
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return nil, 0, fmt.Errorf("httpjob: payload: url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, 0, fmt.Errorf("httpjob: payload: url %q: the scheme must be http or https", redact(u))
+	}
+	if u.Hostname() == "" {
+		return nil, 0, fmt.Errorf("httpjob: payload: url %q has no host", redact(u))
+	}
+	if err := h.checkHost(u.Hostname()); err != nil {
+		return nil, 0, err
+	}
+	timeout, err := h.timeout(p.Timeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(p.Headers) > MaxHeaders {
+		return nil, 0, fmt.Errorf("httpjob: payload: %d headers, the limit is %d", len(p.Headers), MaxHeaders)
+	}
+	var body io.Reader
+	if p.Body != "" {
+		body = strings.NewReader(p.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, 0, fmt.Errorf("httpjob: payload: %w", err)
+	}
+	for k, v := range p.Headers {
+		if !validHeaderName(k) {
+			return nil, 0, fmt.Errorf("httpjob: payload: header name %q is not a valid HTTP token", k)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, 0, fmt.Errorf("httpjob: payload: header %q: value holds a line break or NUL", k)
+		}
+		if strings.EqualFold(k, "Host") {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", h.opts.UserAgent)
+	}
+	return req, timeout, nil
+}
+
+// timeout parses the payload's timeout: a duration string or a number of
+// seconds, positive and at most MaxTimeout.
+func (h *Handler) timeout(raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return h.opts.DefaultTimeout, nil
+	}
+	var d time.Duration
+	var s string
+	var secs float64
+	switch {
+	case json.Unmarshal(raw, &s) == nil:
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("httpjob: payload: timeout %q: want a duration such as \"30s\"", s)
+		}
+	case json.Unmarshal(raw, &secs) == nil:
+		if secs > h.opts.MaxTimeout.Seconds() {
+			return 0, fmt.Errorf("httpjob: payload: timeout %gs is above the limit of %s", secs, h.opts.MaxTimeout)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	default:
+		return 0, fmt.Errorf("httpjob: payload: timeout %s: want a duration such as \"30s\" or a number of seconds", raw)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("httpjob: payload: timeout %s must be positive", d)
+	}
+	if d > h.opts.MaxTimeout {
+		return 0, fmt.Errorf("httpjob: payload: timeout %s is above the limit of %s", d, h.opts.MaxTimeout)
+	}
+	return d, nil
+}
+
+// checkRedirect bounds redirects; the address of each is checked at dial
+// time like the first request's.
+func (h *Handler) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= MaxRedirects {
+		return fmt.Errorf("httpjob: stopped after %d redirects", MaxRedirects)
+	}
+	return h.checkHost(req.URL.Hostname())
+}
+
+// metadataHosts are host names of cloud metadata services.
+var metadataHosts = map[string]bool{
+	"metadata.google.internal": true, "metadata.goog": true, "metadata": true,
+	"instance-data": true, "instance-data.ec2.internal": true,
+	"metadata.azure.com": true, "metadata.packet.net": true,
+}
+
+// metadataAddrs are cloud metadata addresses that are not link-local.
+var metadataAddrs = map[netip.Addr]bool{
+	netip.MustParseAddr("fd00:ec2::254"):   true, // AWS IMDS over IPv6
+	netip.MustParseAddr("100.100.100.200"): true, // Alibaba Cloud
+	netip.MustParseAddr("168.63.129.16"):   true, // Azure wire server
+	netip.MustParseAddr("192.0.0.192"):     true, // Oracle Cloud
+}
+
+var sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
+
+// checkHost refuses, before any connection, a URL host that is a metadata
+// name or a refused IP literal. Host names are checked again, resolved,
+// at dial time.
+func (h *Handler) checkHost(host string) error {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if !h.opts.AllowLinkLocal && metadataHosts[host] {
+		return &BlockedError{Addr: host, Why: "cloud metadata host (set AllowLinkLocal to allow)"}
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return h.checkAddr(a)
+	}
+	return nil
+}
+
+// checkAddr applies the address rules to a resolved address.
+func (h *Handler) checkAddr(a netip.Addr) error {
+	a = a.Unmap().WithZone("")
+	if !h.opts.AllowLinkLocal {
+		switch {
+		case metadataAddrs[a] || a == netip.MustParseAddr("169.254.169.254"):
+			return &BlockedError{Addr: a.String(), Why: "cloud metadata address (set AllowLinkLocal to allow)"}
+		case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
+			return &BlockedError{Addr: a.String(), Why: "link-local address (set AllowLinkLocal to allow)"}
+		}
+	}
+	if h.opts.BlockPrivate {
+		switch {
+		case a.IsLoopback():
+			return &BlockedError{Addr: a.String(), Why: "loopback address (private addresses are blocked)"}
+		case a.IsPrivate() || sharedSpace.Contains(a):
+			return &BlockedError{Addr: a.String(), Why: "private address (private addresses are blocked)"}
+		case a.IsUnspecified():
+			return &BlockedError{Addr: a.String(), Why: "unspecified address (private addresses are blocked)"}
+		}
+	}
+	if a.IsMulticast() {
+		return &BlockedError{Addr: a.String(), Why: "multicast address"}
+	}
+	return nil
+}
+
+// control runs after name resolution, on the address about to be dialed.
+func (h *Handler) control(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return &BlockedError{Addr: address, Why: "not an IP address"}
+	}
+	return h.checkAddr(ap.Addr())
+}
+
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// redact returns u without user information or query, fit for errors.
+func redact(u *url.URL) string {
+	c := *u
+	c.User = nil
+	c.RawQuery = ""
+	c.Fragment = ""
+	return c.String()
+}

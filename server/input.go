@@ -1,0 +1,293 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/store"
+)
+
+// decodeBody decodes the request body, bounded by maxBody, into v: one
+// JSON value, with no unknown fields and nothing after it.
+func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, a.maxBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return a.decodeError(err)
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return a.decodeError(err)
+		}
+		return &apiError{status: http.StatusBadRequest, code: "malformed_json", msg: "the body holds data after its JSON value"}
+	}
+	return nil
+}
+
+// decodeError explains a decoding error.
+func (a *api) decodeError(err error) *apiError {
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return &apiError{status: http.StatusRequestEntityTooLarge, code: "body_too_large",
+			msg: fmt.Sprintf("the body is larger than %d bytes", a.maxBody)}
+	case errors.Is(err, io.EOF):
+		return &apiError{status: http.StatusBadRequest, code: "malformed_json", msg: "the body is empty; send a JSON object"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &apiError{status: http.StatusBadRequest, code: "malformed_json", msg: "the body ends in the middle of its JSON value"}
+	case errors.As(err, &se):
+		return &apiError{status: http.StatusBadRequest, code: "malformed_json", msg: fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)}
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return &apiError{status: http.StatusBadRequest, code: "invalid_type", msg: fmt.Sprintf("the body must be a JSON object, not %s", te.Value)}
+		}
+		return &apiError{status: http.StatusBadRequest, code: "invalid_type", field: te.Field,
+			msg: fmt.Sprintf("field %s must be %s, not %s", te.Field, jsonTypeName(te.Type.String()), te.Value)}
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		f = strings.Trim(f, `"`)
+		return &apiError{status: http.StatusBadRequest, code: "unknown_field", field: f, msg: fmt.Sprintf("unknown field %q", f)}
+	}
+	return &apiError{status: http.StatusBadRequest, code: "malformed_json", msg: "malformed JSON: " + strings.TrimPrefix(msg, "json: ")}
+}
+
+// jsonTypeName names a Go type as a JSON type.
+func jsonTypeName(t string) string {
+	switch {
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "a boolean"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"), strings.HasPrefix(t, "float"), strings.HasPrefix(t, "*int"):
+		return "a number"
+	case strings.HasPrefix(t, "[]"):
+		return "an array"
+	}
+	return "an object"
+}
+
+// checkName validates a short identifier-like string (kind, queue,
+// dependency, reason): bounded, valid UTF-8, no control characters.
+func checkName(field, v string, limit int) error {
+	if len(v) > limit {
+		return badRequest(field, "%s is %d bytes long, the limit is %d", field, len(v), limit)
+	}
+	if !utf8.ValidString(v) {
+		return badRequest(field, "%s is not valid UTF-8", field)
+	}
+	if strings.ContainsFunc(v, unicode.IsControl) {
+		return badRequest(field, "%s must not contain control characters", field)
+	}
+	return nil
+}
+
+// parseTime parses an RFC 3339 time.
+func parseTime(field, v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, badRequest(field, "%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", field, clip(v))
+	}
+	return t, nil
+}
+
+// clip shortens a user value quoted in an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// parseState parses a state name.
+func parseState(field, v string) (store.State, error) {
+	st, err := store.ParseState(strings.TrimSpace(v))
+	if err != nil {
+		return "", badRequest(field, "unknown state %q (want pending, scheduled, running, completed, dead or canceled)", clip(v))
+	}
+	return st, nil
+}
+
+// parseClass checks a failure class name and returns its canonical form.
+func parseClass(field, v string) (string, error) {
+	c, err := failure.ParseClass(v)
+	if err != nil {
+		return "", badRequest(field, "unknown class %q (want unknown, transient, rate_limited, permanent or needs_auth)", clip(v))
+	}
+	return c.String(), nil
+}
+
+// query reads query parameters, refusing unknown and repeated ones so that
+// a typo cannot silently widen a filter (a purge, above all).
+type query struct {
+	v url.Values
+}
+
+func newQuery(r *http.Request, allowed ...string) (*query, error) {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("", "malformed query string: %v", err)
+	}
+	for k, vals := range v {
+		ok := false
+		for _, a := range allowed {
+			if k == a {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return nil, badRequest(k, "unknown query parameter %q (allowed: %s)", clip(k), strings.Join(allowed, ", "))
+		}
+		if len(vals) > 1 && k != "state" {
+			return nil, badRequest(k, "query parameter %s is given more than once", k)
+		}
+		for _, s := range vals {
+			if len(s) > maxQueryValue {
+				return nil, badRequest(k, "query parameter %s is %d bytes long, the limit is %d", k, len(s), maxQueryValue)
+			}
+		}
+	}
+	return &query{v: v}, nil
+}
+
+func (q *query) get(k string) string { return q.v.Get(k) }
+
+// limit parses the limit parameter: 1..MaxPageSize, default store's.
+func (q *query) limit() (int, error) {
+	s := q.get("limit")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxPageSize {
+		return 0, badRequest("limit", "limit must be an integer from 1 to %d, got %q", MaxPageSize, clip(s))
+	}
+	return n, nil
+}
+
+// filterParams are the query parameters of a DLQ filter.
+var filterParams = []string{"queue", "kind", "class", "reason", "fingerprint", "since", "until", "q"}
+
+// filter parses the filter parameters present in q.
+func (q *query) filter() (redrive.Filter, error) {
+	fq := FilterBody{
+		Queue: q.get("queue"), Kind: q.get("kind"), Class: q.get("class"), Reason: q.get("reason"),
+		Fingerprint: q.get("fingerprint"), Since: q.get("since"), Until: q.get("until"), Q: q.get("q"),
+	}
+	f, err := fq.toFilter("")
+	if err != nil {
+		return f, err
+	}
+	for _, v := range q.v["state"] {
+		for s := range strings.SplitSeq(v, ",") {
+			st, err := parseState("state", s)
+			if err != nil {
+				return f, err
+			}
+			f.States = append(f.States, st)
+		}
+	}
+	return f, nil
+}
+
+// FilterBody is a DLQ filter, as the filter of a redrive body or as
+// query parameters. Times are RFC 3339.
+type FilterBody struct {
+	Queue       string `json:"queue"`
+	Kind        string `json:"kind"`
+	Class       string `json:"class"`
+	Reason      string `json:"reason"`
+	Fingerprint string `json:"fingerprint"`
+	Since       string `json:"since"`
+	Until       string `json:"until"`
+	// Q matches the last error's text, case-insensitively.
+	Q string `json:"q"`
+}
+
+// toFilter validates the input; prefix qualifies field names ("filter.").
+func (in FilterBody) toFilter(prefix string) (redrive.Filter, error) {
+	var f redrive.Filter
+	for _, c := range []struct {
+		name, v string
+		limit   int
+	}{
+		{"queue", in.Queue, maxName}, {"kind", in.Kind, maxName}, {"reason", in.Reason, maxName},
+		{"fingerprint", in.Fingerprint, maxName}, {"q", in.Q, maxQueryValue},
+	} {
+		if err := checkName(prefix+c.name, c.v, c.limit); err != nil {
+			return f, err
+		}
+	}
+	f.Queue, f.Kind, f.Reason, f.Fingerprint, f.ErrorContains = in.Queue, in.Kind, in.Reason, in.Fingerprint, in.Q
+	if in.Class != "" {
+		c, err := parseClass(prefix+"class", in.Class)
+		if err != nil {
+			return f, err
+		}
+		f.Class = c
+	}
+	var err error
+	if in.Since != "" {
+		if f.Since, err = parseTime(prefix+"since", in.Since); err != nil {
+			return f, err
+		}
+	}
+	if in.Until != "" {
+		if f.Until, err = parseTime(prefix+"until", in.Until); err != nil {
+			return f, err
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return f, badRequest(prefix+"until", "until must be after since")
+	}
+	return f, nil
+}
+
+// emptyFilter reports whether f selects every job.
+func emptyFilter(f redrive.Filter) bool {
+	return f.Queue == "" && f.Kind == "" && f.Class == "" && f.Reason == "" && f.Fingerprint == "" &&
+		f.Since.IsZero() && f.Until.IsZero() && f.ErrorContains == "" && len(f.IDs) == 0 && len(f.States) == 0
+}
+
+// page reads cursor and limit, checking the cursor against the listing.
+func (q *query) page(f redrive.Filter) (redrive.Page, error) {
+	n, err := q.limit()
+	if err != nil {
+		return redrive.Page{}, err
+	}
+	c := q.get("cursor")
+	if c != "" {
+		if _, _, err := store.DecodeCursor(c, f.DeadOnly()); err != nil {
+			return redrive.Page{}, badRequest("cursor", "malformed cursor: pass the next value of the previous page unchanged, with the same filter")
+		}
+	}
+	return redrive.Page{Cursor: c, Limit: n}, nil
+}
+
+// parseRate checks a redrive rate.
+func parseRate(r float64) error {
+	if math.IsNaN(r) || r < 0 || r > MaxRate || (r > 0 && r < MinRate) {
+		return badRequest("rate", "rate must be 0 (no bound) or from %g to %g jobs per second", MinRate, float64(MaxRate))
+	}
+	return nil
+}

@@ -1,0 +1,258 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redrivehq/redrive"
+)
+
+// EnqueueRequest is the body of POST /v1/jobs and one element of a batch.
+type EnqueueRequest struct {
+	Kind string `json:"kind"`
+	// Payload is any JSON value (null when absent).
+	Payload json.RawMessage `json:"payload"`
+	Queue   string          `json:"queue"`
+	// RunAt (RFC 3339) schedules the job; Delay ("10s") schedules it
+	// after a delay. At most one of them may be set.
+	RunAt string `json:"run_at"`
+	Delay string `json:"delay"`
+	// MaxRetries overrides the policy's retry count when set.
+	MaxRetries       *int   `json:"max_retries"`
+	IdempotencyKey   string `json:"idempotency_key"`
+	Dependency       string `json:"dependency"`
+	NotReprocessable bool   `json:"not_reprocessable"`
+}
+
+// BatchRequest is the body of POST /v1/jobs/batch.
+type BatchRequest struct {
+	Jobs []EnqueueRequest `json:"jobs"`
+}
+
+// maxDelay bounds a delay or how far in the future run_at may be.
+const maxDelay = 10 * 365 * 24 * time.Hour
+
+// toRequest validates an enqueue request; prefix qualifies field names.
+func (in *EnqueueRequest) toRequest(prefix string, now time.Time) (redrive.Request, error) {
+	var r redrive.Request
+	if in.Kind == "" {
+		return r, badRequest(prefix+"kind", "kind is required")
+	}
+	for _, c := range []struct {
+		name, v string
+		limit   int
+	}{
+		{"kind", in.Kind, maxName}, {"queue", in.Queue, maxName}, {"dependency", in.Dependency, maxName},
+		{"idempotency_key", in.IdempotencyKey, maxKey},
+	} {
+		if err := checkName(prefix+c.name, c.v, c.limit); err != nil {
+			return r, err
+		}
+	}
+	r.Kind, r.Queue, r.IdempotencyKey, r.Dependency, r.NotReprocessable =
+		in.Kind, in.Queue, in.IdempotencyKey, in.Dependency, in.NotReprocessable
+	if len(in.Payload) > 0 {
+		r.Payload = in.Payload
+	}
+	if in.RunAt != "" && in.Delay != "" {
+		return r, badRequest(prefix+"delay", "set run_at or delay, not both")
+	}
+	if in.RunAt != "" {
+		t, err := parseTime(prefix+"run_at", in.RunAt)
+		if err != nil {
+			return r, err
+		}
+		if t.Sub(now) > maxDelay {
+			return r, badRequest(prefix+"run_at", "run_at is more than %d years ahead", int(maxDelay/(365*24*time.Hour)))
+		}
+		r.RunAt = t
+	}
+	if in.Delay != "" {
+		d, err := time.ParseDuration(in.Delay)
+		if err != nil || d < 0 || d > maxDelay {
+			return r, badRequest(prefix+"delay", "delay must be a non-negative duration such as \"10s\" or \"1h30m\", at most %s, got %q", maxDelay, clip(in.Delay))
+		}
+		r.Delay = d
+	}
+	if in.MaxRetries != nil {
+		if *in.MaxRetries < 0 || *in.MaxRetries > 1000 {
+			return r, badRequest(prefix+"max_retries", "max_retries must be from 0 to 1000, got %d", *in.MaxRetries)
+		}
+		n := *in.MaxRetries
+		r.MaxRetries = &n
+	}
+	return r, nil
+}
+
+// payloadError names the field of an invalid payload the client refused
+// (too large for its MaxPayload).
+func payloadError(err error, field string) error {
+	if errors.Is(err, redrive.ErrInvalid) && strings.Contains(err.Error(), "payload") {
+		return &apiError{status: http.StatusBadRequest, code: "invalid", field: field, msg: err.Error()}
+	}
+	return err
+}
+
+func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
+	var in EnqueueRequest
+	if err := a.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if hk := r.Header.Get("Idempotency-Key"); hk != "" {
+		if in.IdempotencyKey != "" && in.IdempotencyKey != hk {
+			return badRequest("idempotency_key", "the Idempotency-Key header and the idempotency_key field differ")
+		}
+		in.IdempotencyKey = hk
+	}
+	req, err := in.toRequest("", time.Now())
+	if err != nil {
+		return err
+	}
+	jobs, err := a.client.EnqueueMany(r.Context(), []redrive.Request{req})
+	if err != nil {
+		return payloadError(err, "payload")
+	}
+	status := http.StatusCreated
+	if jobs[0].Existing {
+		status = http.StatusOK
+	} else {
+		w.Header().Set("Location", "/v1/jobs/"+strconv.FormatInt(jobs[0].ID, 10))
+	}
+	writeJSON(w, status, jobs[0])
+	return nil
+}
+
+func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
+	var in BatchRequest
+	if err := a.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if len(in.Jobs) == 0 {
+		return badRequest("jobs", "jobs must hold at least one job")
+	}
+	if len(in.Jobs) > MaxBatch {
+		return badRequest("jobs", "jobs holds %d jobs, the limit of one batch is %d", len(in.Jobs), MaxBatch)
+	}
+	now := time.Now()
+	reqs := make([]redrive.Request, len(in.Jobs))
+	for i := range in.Jobs {
+		req, err := in.Jobs[i].toRequest(fmt.Sprintf("jobs[%d].", i), now)
+		if err != nil {
+			return err
+		}
+		reqs[i] = req
+	}
+	jobs, err := a.client.EnqueueMany(r.Context(), reqs)
+	if err != nil {
+		return payloadError(err, "jobs")
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs})
+	return nil
+}
+
+// pathID parses the {id} path value.
+func pathID(r *http.Request) (int64, error) {
+	s := r.PathValue("id")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badRequest("id", "job id must be a positive integer, got %q", clip(s))
+	}
+	return id, nil
+}
+
+func (a *api) getJob(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	j, err := a.client.Get(r.Context(), id)
+	if err != nil {
+		return notFound(err, id)
+	}
+	writeJSON(w, http.StatusOK, j)
+	return nil
+}
+
+// notFound words ErrNotFound for a job id.
+func notFound(err error, id int64) error {
+	if errors.Is(err, redrive.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "not_found", field: "id", msg: fmt.Sprintf("job %d not found", id)}
+	}
+	return err
+}
+
+func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if r.ContentLength > 0 {
+		// No body is expected; refuse one rather than ignore it.
+		var empty struct{}
+		if err := a.decodeBody(w, r, &empty); err != nil {
+			return err
+		}
+	}
+	j, err := a.client.Cancel(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, redrive.ErrConflict) {
+			state := ""
+			if cur, gerr := a.client.Get(r.Context(), id); gerr == nil {
+				state = " (it is " + string(cur.State) + ")"
+			}
+			return &apiError{status: http.StatusConflict, code: "conflict", msg: fmt.Sprintf("job %d cannot be canceled%s", id, state)}
+		}
+		return notFound(err, id)
+	}
+	writeJSON(w, http.StatusOK, j)
+	return nil
+}
+
+// listResponse is a page of jobs; Next is "" on the last page.
+type listResponse struct {
+	Jobs []*redrive.Job `json:"jobs"`
+	Next string         `json:"next"`
+}
+
+func (a *api) listJobs(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, append([]string{"state", "cursor", "limit"}, filterParams...)...)
+	if err != nil {
+		return err
+	}
+	return a.list(w, r, q, false)
+}
+
+// list answers a listing; dead restricts it to the DLQ.
+func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, dead bool) error {
+	f, err := q.filter()
+	if err != nil {
+		return err
+	}
+	if dead {
+		f.States = []redrive.State{redrive.Dead}
+	}
+	p, err := q.page(f)
+	if err != nil {
+		return err
+	}
+	res, err := a.client.List(r.Context(), f, p)
+	if err != nil {
+		return err
+	}
+	if res.Jobs == nil {
+		res.Jobs = []*redrive.Job{}
+	}
+	writeJSON(w, http.StatusOK, listResponse{Jobs: res.Jobs, Next: res.Next})
+	return nil
+}
+
+// isNull reports whether raw JSON is absent or the literal null.
+func isNull(b json.RawMessage) bool {
+	return len(b) == 0 || bytes.Equal(bytes.TrimSpace(b), []byte("null"))
+}

@@ -1,0 +1,368 @@
+// Package server is redrive's REST API: enqueue, read, list and cancel
+// jobs, browse, group, redrive and purge the dead-letter queue, and read
+// statistics and circuit breakers, as JSON over HTTP.
+//
+// Every error is answered with a JSON body
+//
+//	{"error": {"code": "...", "message": "...", "field": "..."}}
+//
+// where field names the input at fault when there is one. Every input is
+// bounded (body size, page size, batch size, string lengths); bad input
+// gets a 4xx, never a panic.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/store"
+)
+
+// Options configure the API.
+type Options struct {
+	// Client is the engine client the API works on. Required.
+	Client *redrive.Client
+	// Breakers is the registry whose breakers GET /v1/breakers shows; it
+	// may be nil.
+	Breakers *breaker.Registry
+	// Token is the bearer token every /v1 route requires; "" means no
+	// authentication (serve only allows that on loopback).
+	Token string
+	// Logger receives the API's logs (default slog.Default()).
+	Logger *slog.Logger
+	// MaxBody bounds a request body in bytes (default DefaultMaxBody).
+	MaxBody int64
+}
+
+// Limits of the API.
+const (
+	// DefaultMaxBody is the default bound on a request body.
+	DefaultMaxBody int64 = 1 << 20
+	// MaxBatch bounds the jobs of one POST /v1/jobs/batch, well below
+	// redrive.MaxBatch so that one request stays small.
+	MaxBatch = 1000
+	// MaxPageSize bounds the limit parameter of listings.
+	MaxPageSize = store.MaxPageSize
+	// MaxRedriveIDs bounds the ids of one POST /v1/dlq/redrive.
+	MaxRedriveIDs = 10000
+	// MaxNote bounds the note of a redrive.
+	MaxNote = 1000
+	// maxName bounds kind, queue, dependency and reason strings.
+	maxName = 200
+	// maxKey bounds an idempotency key.
+	maxKey = 512
+	// maxQueryValue bounds any other query parameter value.
+	maxQueryValue = 1024
+	// MaxRate bounds the rate of a redrive, in jobs per second; a rate
+	// must be 0 (no bound) or at least MinRate.
+	MaxRate = 1e6
+	// MinRate is the smallest non-zero redrive rate, so that a redrive
+	// cannot stall a request for days between two jobs.
+	MinRate = 0.1
+)
+
+//go:embed openapi.json
+var openapiSpec []byte
+
+// api holds the handlers' dependencies.
+type api struct {
+	client   *redrive.Client
+	breakers *breaker.Registry
+	token    []byte
+	log      *slog.Logger
+	maxBody  int64
+}
+
+// routes lists every route New registers, as ServeMux patterns. The
+// OpenAPI test checks that openapi.json describes each of them.
+var routes = []string{
+	"POST /v1/jobs",
+	"POST /v1/jobs/batch",
+	"GET /v1/jobs",
+	"GET /v1/jobs/{id}",
+	"POST /v1/jobs/{id}/cancel",
+	"GET /v1/dlq",
+	"DELETE /v1/dlq",
+	"GET /v1/dlq/groups",
+	"POST /v1/dlq/redrive",
+	"GET /v1/stats",
+	"GET /v1/breakers",
+	"GET /v1/openapi.json",
+	"GET /healthz",
+	"GET /readyz",
+}
+
+// New returns the http.Handler serving /v1/..., /healthz, /readyz (and 404
+// JSON for anything else under /v1).
+func New(opts Options) http.Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	a := &api{client: opts.Client, breakers: opts.Breakers, log: opts.Logger, maxBody: opts.MaxBody}
+	if opts.Token != "" {
+		a.token = []byte(opts.Token)
+	}
+	handlers := map[string]handlerFunc{
+		"POST /v1/jobs":             a.enqueue,
+		"POST /v1/jobs/batch":       a.enqueueBatch,
+		"GET /v1/jobs":              a.listJobs,
+		"GET /v1/jobs/{id}":         a.getJob,
+		"POST /v1/jobs/{id}/cancel": a.cancelJob,
+		"GET /v1/dlq":               a.listDead,
+		"DELETE /v1/dlq":            a.purge,
+		"GET /v1/dlq/groups":        a.groups,
+		"POST /v1/dlq/redrive":      a.redrive,
+		"GET /v1/stats":             a.stats,
+		"GET /v1/breakers":          a.listBreakers,
+		"GET /v1/openapi.json":      a.openapi,
+		"GET /healthz":              a.healthz,
+		"GET /readyz":               a.readyz,
+	}
+	mux := http.NewServeMux()
+	for _, p := range routes {
+		mux.Handle(p, a.wrap(handlers[p]))
+	}
+	return a.recoverer(a.auth(a.route(mux)))
+}
+
+// handlerFunc is a handler that returns its error for wrap to answer.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// apiError is an error answered as is.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+	field  string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(field, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: "invalid", field: field, msg: fmt.Sprintf(format, args...)}
+}
+
+// errorBody is the JSON shape of every error response.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"response could not be encoded"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.status, errorBody{Error: errorDetail{Code: e.code, Message: e.msg, Field: e.field}})
+}
+
+// wrap answers a handler's error as JSON.
+func (a *api) wrap(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeError(w, a.toAPIError(r, err))
+		}
+	})
+}
+
+// toAPIError maps engine and store errors to statuses.
+func (a *api) toAPIError(r *http.Request, err error) *apiError {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, redrive.ErrNotFound):
+		return &apiError{status: http.StatusNotFound, code: "not_found", msg: err.Error()}
+	case errors.Is(err, redrive.ErrNotReprocessable):
+		return &apiError{status: http.StatusConflict, code: "not_reprocessable", msg: err.Error()}
+	case errors.Is(err, redrive.ErrConflict):
+		return &apiError{status: http.StatusConflict, code: "conflict", msg: err.Error()}
+	case errors.Is(err, redrive.ErrInvalid):
+		e := &apiError{status: http.StatusBadRequest, code: "invalid", msg: err.Error()}
+		if strings.Contains(err.Error(), "payload") {
+			e.field = "payload"
+		}
+		return e
+	case errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		a.log.Warn("api request not completed", "method", r.Method, "path", r.URL.Path, "err", err)
+		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "the store is unavailable or the request was canceled"}
+	}
+	a.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	return &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error; see the server log"}
+}
+
+// isV1 reports whether the path is under the versioned API.
+func isV1(p string) bool { return p == "/v1" || strings.HasPrefix(p, "/v1/") }
+
+// auth requires the bearer token on every /v1 route when one is set.
+func (a *api) auth(next http.Handler) http.Handler {
+	if a.token == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isV1(r.URL.Path) {
+			h := r.Header.Get("Authorization")
+			scheme, tok, ok := strings.Cut(h, " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") ||
+				subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), a.token) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+				msg := "missing bearer token: send Authorization: Bearer <token>"
+				if h != "" {
+					msg = "invalid bearer token"
+				}
+				writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: msg})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// route serves the mux, answering unknown routes (404) and wrong methods
+// (405) with JSON instead of the mux's plain text.
+func (a *api) route(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		// No route: let the mux's own handler say 404 or 405 (with Allow)
+		// into a capture, then answer in JSON.
+		c := &capture{header: http.Header{}}
+		h.ServeHTTP(c, r)
+		if c.status == http.StatusMethodNotAllowed {
+			if allow := c.header.Get("Allow"); allow != "" {
+				w.Header().Set("Allow", allow)
+			}
+			writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed",
+				msg: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, c.header.Get("Allow"))})
+			return
+		}
+		writeError(w, &apiError{status: http.StatusNotFound, code: "not_found", msg: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	})
+}
+
+// capture is a ResponseWriter that keeps the status and headers only.
+type capture struct {
+	header http.Header
+	status int
+}
+
+func (c *capture) Header() http.Header { return c.header }
+func (c *capture) WriteHeader(s int) {
+	if c.status == 0 {
+		c.status = s
+	}
+}
+func (c *capture) Write(b []byte) (int, error) {
+	c.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
+
+// recoverer turns a handler's panic into a 500 JSON answer and a log.
+func (a *api) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tw := &trackingWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			a.log.Error("api handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if !tw.wrote {
+				writeError(w, &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error; see the server log"})
+			}
+		}()
+		next.ServeHTTP(tw, r)
+	})
+}
+
+// trackingWriter records whether the response was started.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(s int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(s)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+func (a *api) healthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := a.client.Count(ctx, redrive.Filter{IDs: []int64{0}}); err != nil {
+		a.log.Warn("readiness check failed", "err", err)
+		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "the store is not reachable"}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}
+
+func (a *api) openapi(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openapiSpec)
+	return nil
+}
+
+func (a *api) stats(w http.ResponseWriter, r *http.Request) error {
+	s, err := a.client.Stats(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s)
+	return nil
+}
+
+func (a *api) listBreakers(w http.ResponseWriter, r *http.Request) error {
+	st := []breaker.Status{}
+	if a.breakers != nil {
+		st = append(st, a.breakers.Statuses()...)
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
