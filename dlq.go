@@ -242,7 +242,7 @@ func (c *Client) Export(ctx context.Context, dir string, f Filter, progress func
 			return n, fmt.Errorf("redrive: export: %w", err)
 		}
 		for _, j := range res.Jobs {
-			if err := exportJob(dir, j); err != nil {
+			if err := ExportJob(dir, j); err != nil {
 				return n, fmt.Errorf("redrive: export job %d: %w", j.ID, err)
 			}
 			n++
@@ -257,7 +257,11 @@ func (c *Client) Export(ctx context.Context, dir string, f Filter, progress func
 	}
 }
 
-func exportJob(dir string, j *Job) error {
+// ExportJob writes one job to dir/<id>: payload.json (the payload),
+// error.json (ExportedError) and metadata.json (ExportedMetadata), each
+// written to a temporary file and renamed into place. Export uses it; so
+// can tools that fetch dead jobs some other way (the CLI over the API).
+func ExportJob(dir string, j *Job) error {
 	jd := filepath.Join(dir, strconv.FormatInt(j.ID, 10))
 	if err := os.MkdirAll(jd, 0o755); err != nil {
 		return err

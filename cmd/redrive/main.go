@@ -56,6 +56,10 @@ This binary is its command-line tool.`,
 		newBenchCmd(g),
 		newMigrateCmd(g),
 		newServeCmd(g),
+		newEnqueueCmd(g),
+		newJobsCmd(g),
+		newDLQCmd(g),
+		newStatsCmd(g),
 	)
 	return root
 }

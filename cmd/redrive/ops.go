@@ -1,0 +1,667 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/server"
+	"github.com/redrivehq/redrive/store"
+)
+
+const connHelp = `
+With --server URL (default $` + serverEnv + `; --token or $` + tokenEnv + ` for its bearer
+token) the command calls that server's REST API. Without, it opens the store
+directly: the SQLite database --db, or PostgreSQL with --database-url
+(default $` + databaseURLEnv + `).`
+
+// withBackend runs f on the backend the flags select, and closes it.
+func withBackend(g *globalOptions, c *connOptions, f func(ctx context.Context, b backend) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		b, err := openBackend(cmd.Context(), g, cmd, c)
+		if err != nil {
+			return err
+		}
+		err = f(cmd.Context(), b)
+		return errors.Join(err, b.Close())
+	}
+}
+
+// parseID parses a job id argument.
+func parseID(cmd *cobra.Command, s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, flagErrorf(cmd, "job id must be a positive integer, got %q", s)
+	}
+	return id, nil
+}
+
+// newEnqueueCmd is `redrive enqueue KIND`.
+func newEnqueueCmd(g *globalOptions) *cobra.Command {
+	var (
+		c          = connOptions{create: true}
+		payload    string
+		queue, key string
+		delay      time.Duration
+		maxRetries int
+	)
+	cmd := &cobra.Command{
+		Use:   "enqueue KIND",
+		Short: "Enqueue a job",
+		Long:  "Enqueue a job of KIND with a JSON payload.\n" + connHelp,
+		Args:  cobra.ExactArgs(1),
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		in := server.EnqueueRequest{Kind: args[0], Queue: queue, IdempotencyKey: key}
+		if payload != "" {
+			if !json.Valid([]byte(payload)) {
+				return flagErrorf(cmd, "--payload is not valid JSON: %q", clipArg(payload))
+			}
+			in.Payload = json.RawMessage(payload)
+		}
+		if delay < 0 {
+			return flagErrorf(cmd, "--delay must not be negative")
+		}
+		if delay > 0 {
+			in.Delay = delay.String()
+		}
+		if cmd.Flags().Changed("max-retries") {
+			if maxRetries < 0 {
+				return flagErrorf(cmd, "--max-retries must not be negative")
+			}
+			in.MaxRetries = &maxRetries
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			j, err := b.Enqueue(ctx, in)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, j)
+			}
+			if j.Existing {
+				_, err = fmt.Fprintf(out, "job %d already holds key %q (%s, state %s); nothing enqueued\n", j.ID, j.IdempotencyKey, j.Kind, j.State)
+				return err
+			}
+			_, err = fmt.Fprintf(out, "enqueued job %d: kind %s, queue %s, %s, due %s\n", j.ID, j.Kind, j.Queue, j.State, fmtTime(j.RunAt))
+			return err
+		})(cmd, args)
+	}
+	f := cmd.Flags()
+	f.StringVar(&payload, "payload", "", "the job's payload, as JSON")
+	f.StringVar(&queue, "queue", "", "queue (default \"default\")")
+	f.DurationVar(&delay, "delay", 0, "run the job after this delay (e.g. 30s, 1h)")
+	f.IntVar(&maxRetries, "max-retries", 0, "retries after the first attempt (default: the policy's)")
+	f.StringVar(&key, "key", "", "idempotency key: enqueue nothing while a job holds it")
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+// newJobsCmd is `redrive jobs`.
+func newJobsCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{Use: "jobs", Short: "List, show and cancel jobs", Args: cobra.NoArgs}
+	cmd.AddCommand(newListCmd(g, false), newShowCmd(g, false), newCancelCmd(g))
+	return cmd
+}
+
+// newDLQCmd is `redrive dlq`.
+func newDLQCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{Use: "dlq", Short: "Browse, redrive, purge and export the dead-letter queue", Args: cobra.NoArgs}
+	cmd.AddCommand(newListCmd(g, true), newGroupsCmd(g), newShowCmd(g, true), newRedriveCmd(g), newPurgeCmd(g), newExportCmd(g))
+	return cmd
+}
+
+func newListCmd(g *globalOptions, dead bool) *cobra.Command {
+	var (
+		c connOptions
+		q = listQuery{Dead: dead}
+	)
+	short := "List jobs, newest first"
+	if dead {
+		short = "List dead jobs, newest first"
+	}
+	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: short, Long: short + ".\n" + connHelp, Args: cobra.NoArgs}
+	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
+		if q.Limit < 0 || q.Limit > store.MaxPageSize {
+			return flagErrorf(cmd, "--limit must be from 1 to %d", store.MaxPageSize)
+		}
+		res, err := b.List(ctx, q)
+		if err != nil {
+			return err
+		}
+		if res.Jobs == nil {
+			res.Jobs = []*redrive.Job{}
+		}
+		out := cmd.OutOrStdout()
+		if g.JSON {
+			return writeJSON(out, res)
+		}
+		return writeJobList(out, res, dead)
+	})
+	addFilterFlags(cmd, &q.filterOptions)
+	f := cmd.Flags()
+	if !dead {
+		f.StringSliceVar(&q.States, "state", nil, "only jobs in these states (pending, scheduled, running, completed, dead, canceled)")
+	}
+	f.IntVar(&q.Limit, "limit", 0, fmt.Sprintf("jobs per page (default %d, at most %d)", store.DefaultPageSize, store.MaxPageSize))
+	f.StringVar(&q.Cursor, "cursor", "", "the next page: the cursor the previous page printed")
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newShowCmd(g *globalOptions, dead bool) *cobra.Command {
+	var c connOptions
+	short := "Show a job and its history"
+	if dead {
+		short = "Show a dead job, its error and its history"
+	}
+	cmd := &cobra.Command{Use: "show ID", Short: short, Long: short + ".\n" + connHelp, Args: cobra.ExactArgs(1)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := parseID(cmd, args[0])
+		if err != nil {
+			return err
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			j, err := b.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				return writeJSON(cmd.OutOrStdout(), j)
+			}
+			if dead && j.State != redrive.Dead {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: job %d is not in the DLQ (it is %s)\n", j.ID, j.State)
+			}
+			return writeJob(cmd.OutOrStdout(), j)
+		})(cmd, args)
+	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newCancelCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{Use: "cancel ID", Short: "Cancel a waiting, running or dead job", Long: "Cancel a job.\n" + connHelp, Args: cobra.ExactArgs(1)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := parseID(cmd, args[0])
+		if err != nil {
+			return err
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			j, err := b.Cancel(ctx, id)
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				return writeJSON(cmd.OutOrStdout(), j)
+			}
+			msg := fmt.Sprintf("job %d: %s", j.ID, j.State)
+			if j.State == redrive.Running && j.CancelRequested {
+				msg += " (cancel requested: the worker stops it at its next heartbeat)"
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), msg)
+			return err
+		})(cmd, args)
+	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newStatsCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{Use: "stats", Short: "Show jobs per queue and state, and running totals", Long: "Show statistics.\n" + connHelp, Args: cobra.NoArgs}
+	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
+		s, err := b.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		if g.JSON {
+			return writeJSON(cmd.OutOrStdout(), s)
+		}
+		return writeStats(cmd.OutOrStdout(), s)
+	})
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newGroupsCmd(g *globalOptions) *cobra.Command {
+	var (
+		c     connOptions
+		fo    filterOptions
+		limit int
+	)
+	cmd := &cobra.Command{Use: "groups", Short: "Count dead jobs by cause, largest first", Long: "Count dead jobs by cause (error fingerprint).\n" + connHelp, Args: cobra.NoArgs}
+	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
+		gs, err := b.Groups(ctx, fo, limit)
+		if err != nil {
+			return err
+		}
+		if gs == nil {
+			gs = []redrive.Group{}
+		}
+		out := cmd.OutOrStdout()
+		if g.JSON {
+			return writeJSON(out, map[string]any{"groups": gs})
+		}
+		if len(gs) == 0 {
+			_, err := fmt.Fprintln(out, "the DLQ is empty")
+			return err
+		}
+		return writeTable(out, []string{"COUNT", "FINGERPRINT", "CLASS", "REASON", "QUEUE", "KIND", "LAST DEAD", "SAMPLE ERROR"}, func(row func(...any)) {
+			for _, gr := range gs {
+				row(gr.Count, gr.Fingerprint, gr.Class, gr.Reason, gr.Queue, gr.Kind, fmtTime(gr.Last), oneLine(gr.Sample, 60))
+			}
+		})
+	})
+	addFilterFlags(cmd, &fo)
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many groups")
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newRedriveCmd(g *globalOptions) *cobra.Command {
+	var (
+		c                connOptions
+		q                redriveQuery
+		allMatching, yes bool
+		payload          string
+	)
+	cmd := &cobra.Command{
+		Use:   "redrive (ID... | --all-matching [filters])",
+		Short: "Move dead jobs back to pending",
+		Long: `Redrive dead jobs: by id, or every dead job matching the filters with
+--all-matching (with no filter: every dead job). A redrive by filter asks for
+confirmation on standard input unless --yes.
+` + connHelp,
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) > 0 && allMatching:
+			return flagErrorf(cmd, "give job ids or --all-matching, not both")
+		case len(args) == 0 && !allMatching:
+			return flagErrorf(cmd, "say which dead jobs to redrive: job ids, or --all-matching with filters")
+		case len(args) > 0 && !q.Filter.empty():
+			return flagErrorf(cmd, "filters apply to --all-matching, not to job ids")
+		}
+		for _, a := range args {
+			id, err := parseID(cmd, a)
+			if err != nil {
+				return err
+			}
+			q.IDs = append(q.IDs, id)
+		}
+		if payload != "" {
+			if !json.Valid([]byte(payload)) {
+				return flagErrorf(cmd, "--payload is not valid JSON: %q", clipArg(payload))
+			}
+			q.Payload = json.RawMessage(payload)
+		}
+		if q.Rate < 0 {
+			return flagErrorf(cmd, "--rate must not be negative")
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			if allMatching {
+				what, err := describeCount(ctx, b, q.Filter)
+				if err != nil {
+					return err
+				}
+				if err := confirm(cmd, yes, "Redrive "+what+"?"); err != nil {
+					return err
+				}
+			}
+			pl, end := progressLine(cmd, g, func(p redrive.RedriveProgress) string {
+				return fmt.Sprintf("redriven %d of %d (refused %d, skipped %d)", p.Redriven, p.Matched, p.Refused, p.Skipped)
+			})
+			prog, err := b.Redrive(ctx, q, pl)
+			end()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, prog)
+			}
+			fmt.Fprintf(out, "redriven %d of %d matched; refused %d (not reprocessable), skipped %d (gone or not dead)\n",
+				prog.Redriven, prog.Matched, prog.Refused, prog.Skipped)
+			if len(prog.Refusals) > 0 {
+				ids := make([]string, len(prog.Refusals))
+				for i, id := range prog.Refusals {
+					ids[i] = strconv.FormatInt(id, 10)
+				}
+				fmt.Fprintf(out, "refused: %s\n", strings.Join(ids, " "))
+			}
+			return nil
+		})(cmd, args)
+	}
+	f := cmd.Flags()
+	f.BoolVar(&allMatching, "all-matching", false, "redrive every dead job matching the filters")
+	addFilterFlags(cmd, &q.Filter)
+	f.Float64Var(&q.Rate, "rate", 0, "at most this many jobs per second (0: no bound)")
+	f.StringVar(&payload, "payload", "", "replace each job's payload with this JSON")
+	f.StringVar(&q.Note, "note", "", "recorded in each job's history (who, why)")
+	f.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newPurgeCmd(g *globalOptions) *cobra.Command {
+	var (
+		c        connOptions
+		fo       filterOptions
+		all, yes bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge (filters | --all)",
+		Short: "Delete dead jobs",
+		Long: `Delete the dead jobs matching the filters, or every dead job with --all.
+It asks for confirmation on standard input unless --yes.
+` + connHelp,
+		Args: cobra.NoArgs,
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if fo.empty() && !all {
+			return flagErrorf(cmd, "no filter given: narrow the purge with filters, or pass --all to purge every dead job")
+		}
+		if all && !fo.empty() {
+			return flagErrorf(cmd, "give filters or --all, not both")
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			what, err := describeCount(ctx, b, fo)
+			if err != nil {
+				return err
+			}
+			if err := confirm(cmd, yes, "Delete "+what+" for good?"); err != nil {
+				return err
+			}
+			n, err := b.Purge(ctx, fo, all)
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				return writeJSON(cmd.OutOrStdout(), map[string]int64{"purged": n})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead job(s)\n", n)
+			return err
+		})(cmd, args)
+	}
+	addFilterFlags(cmd, &fo)
+	cmd.Flags().BoolVar(&all, "all", false, "purge every dead job")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newExportCmd(g *globalOptions) *cobra.Command {
+	var (
+		c  connOptions
+		fo filterOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "export DIR",
+		Short: "Write dead jobs to a folder, one directory per job",
+		Long: `Write the dead jobs matching the filters to DIR, one directory per job
+named by its id, holding payload.json, error.json and metadata.json.
+` + connHelp,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		dir := args[0]
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			pl, end := progressLine(cmd, g, func(n int) string { return fmt.Sprintf("exported %d", n) })
+			n, err := b.Export(ctx, dir, fo, pl)
+			end()
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"exported": n, "dir": dir})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "exported %d dead job(s) to %s\n", n, dir)
+			return err
+		})(cmd, args)
+	}
+	addFilterFlags(cmd, &fo)
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+// describeCount words what a filter selects, with the count when the
+// backend knows it.
+func describeCount(ctx context.Context, b backend, fo filterOptions) (string, error) {
+	n, err := b.Count(ctx, fo)
+	if err != nil {
+		return "", err
+	}
+	if n < 0 {
+		return fo.describe(), nil
+	}
+	return fmt.Sprintf("%s (%d job(s))", fo.describe(), n), nil
+}
+
+// errNotConfirmed is the refusal of a destructive operation nobody
+// confirmed.
+var errNotConfirmed = errors.New("not confirmed")
+
+// confirm asks the question on standard input unless yes. Without a
+// terminal on standard input it refuses.
+func confirm(cmd *cobra.Command, yes bool, question string) error {
+	if yes {
+		return nil
+	}
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); ok {
+		fi, err := f.Stat()
+		if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+			return fmt.Errorf("%s: standard input is not a terminal, so nobody can confirm; pass --yes to proceed", strings.TrimSuffix(question, "?"))
+		}
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s [y/N] ", question)
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && (!errors.Is(err, io.EOF) || line == "") {
+		fmt.Fprintln(cmd.ErrOrStderr())
+		return fmt.Errorf("%s: no answer on standard input; pass --yes to proceed", strings.TrimSuffix(question, "?"))
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return nil
+	}
+	return fmt.Errorf("%w: nothing done", errNotConfirmed)
+}
+
+// progressLine returns a progress callback that rewrites one line on
+// standard error (none with --json), and the function that ends the line.
+func progressLine[T any](cmd *cobra.Command, g *globalOptions, format func(T) string) (func(T), func()) {
+	if g.JSON {
+		return nil, func() {}
+	}
+	wrote := false
+	return func(v T) {
+			wrote = true
+			fmt.Fprintf(cmd.ErrOrStderr(), "\r%s", format(v))
+		}, func() {
+			if wrote {
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
+		}
+}
+
+// writeTable writes a header and rows as aligned columns.
+func writeTable(w io.Writer, header []string, rows func(row func(...any))) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	rows(func(cells ...any) {
+		s := make([]string, len(cells))
+		for i, c := range cells {
+			s[i] = fmt.Sprint(c)
+			if s[i] == "" {
+				s[i] = "-"
+			}
+		}
+		fmt.Fprintln(tw, strings.Join(s, "\t"))
+	})
+	return tw.Flush()
+}
+
+func writeJobList(out io.Writer, res redrive.ListResult, dead bool) error {
+	if len(res.Jobs) == 0 {
+		_, err := fmt.Fprintln(out, "no jobs")
+		return err
+	}
+	var err error
+	if dead {
+		err = writeTable(out, []string{"ID", "QUEUE", "KIND", "CLASS", "REASON", "DEAD AT", "ERROR"}, func(row func(...any)) {
+			for _, j := range res.Jobs {
+				row(j.ID, j.Queue, j.Kind, j.LastErrorClass, j.DeadReason, fmtTimePtr(j.DeadAt), oneLine(j.LastError, 60))
+			}
+		})
+	} else {
+		err = writeTable(out, []string{"ID", "STATE", "QUEUE", "KIND", "ATTEMPT", "RUN AT", "LAST ERROR"}, func(row func(...any)) {
+			for _, j := range res.Jobs {
+				row(j.ID, j.State, j.Queue, j.Kind, j.Attempt, fmtTime(j.RunAt), oneLine(j.LastError, 60))
+			}
+		})
+	}
+	if err != nil {
+		return err
+	}
+	if res.Next != "" {
+		_, err = fmt.Fprintf(out, "more: --cursor %s\n", res.Next)
+	}
+	return err
+}
+
+func writeJob(out io.Writer, j *redrive.Job) error {
+	fs := []field{
+		{"id", strconv.FormatInt(j.ID, 10)}, {"state", string(j.State)}, {"queue", j.Queue}, {"kind", j.Kind},
+		{"payload", oneLine(string(j.Payload), 200)}, {"attempt", strconv.Itoa(j.Attempt)},
+		{"created", fmtTime(j.CreatedAt)}, {"run at", fmtTime(j.RunAt)},
+	}
+	add := func(name, v string) {
+		if v != "" && v != "-" {
+			fs = append(fs, field{name, v})
+		}
+	}
+	if j.MaxRetries >= 0 {
+		add("max retries", strconv.Itoa(j.MaxRetries))
+	}
+	add("idempotency key", j.IdempotencyKey)
+	add("dependency", j.Dependency)
+	if !j.Reprocessable {
+		add("reprocessable", "no")
+	}
+	add("finished", fmtTimePtr(j.FinishedAt))
+	add("worker", j.Worker)
+	if j.LastError != "" {
+		add("last error", oneLine(j.LastError, 200))
+		add("error class", j.LastErrorClass.String())
+	}
+	add("dead at", fmtTimePtr(j.DeadAt))
+	add("dead reason", j.DeadReason)
+	add("fingerprint", j.Fingerprint)
+	if j.Redriven > 0 {
+		add("redriven", strconv.Itoa(j.Redriven))
+	}
+	if err := writeFields(out, "", fs); err != nil {
+		return err
+	}
+	if len(j.History) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out, "\nhistory:")
+	return writeTable(out, []string{"  AT", "EVENT", "ATTEMPT", "CLASS", "REASON", "DETAIL"}, func(row func(...any)) {
+		for _, e := range j.History {
+			detail := e.Error
+			if e.Note != "" {
+				detail = strings.TrimSpace(detail + " note: " + e.Note)
+			}
+			row("  "+fmtTime(e.At), e.Kind, e.Attempt, e.Class, e.Reason, oneLine(detail, 80))
+		}
+	})
+}
+
+func writeStats(out io.Writer, s redrive.Stats) error {
+	queues := map[string]bool{}
+	for q := range s.Jobs {
+		queues[q] = true
+	}
+	for q := range s.Counters {
+		queues[q] = true
+	}
+	if len(queues) == 0 {
+		_, err := fmt.Fprintln(out, "no jobs")
+		return err
+	}
+	names := make([]string, 0, len(queues))
+	for q := range queues {
+		names = append(names, q)
+	}
+	slices.Sort(names)
+	states := []redrive.State{redrive.Pending, redrive.Scheduled, redrive.Running, redrive.Completed, redrive.Dead, redrive.Canceled}
+	header := []string{"QUEUE"}
+	for _, st := range states {
+		header = append(header, strings.ToUpper(string(st)))
+	}
+	if err := writeTable(out, header, func(row func(...any)) {
+		for _, q := range names {
+			cells := []any{q}
+			for _, st := range states {
+				cells = append(cells, s.Jobs[q][st])
+			}
+			row(cells...)
+		}
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\ncounters:")
+	return writeTable(out, []string{"  QUEUE", "COUNTER", "TOTAL"}, func(row func(...any)) {
+		for _, q := range names {
+			cs := make([]string, 0, len(s.Counters[q]))
+			for c := range s.Counters[q] {
+				cs = append(cs, c)
+			}
+			slices.Sort(cs)
+			for _, c := range cs {
+				row("  "+q, c, s.Counters[q][c])
+			}
+		}
+	})
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(time.RFC3339)
+}
+
+func fmtTimePtr(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return fmtTime(*t)
+}
+
+// oneLine flattens s to one line of at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		s = string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// clipArg shortens an argument quoted in an error.
+func clipArg(s string) string { return oneLine(s, 64) }
