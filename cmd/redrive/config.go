@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
@@ -302,6 +303,12 @@ func readConfigFile(path string) (map[string]string, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("%s: not a JSON object of settings: %w", path, err)
 	}
+	if raw == nil {
+		return nil, fmt.Errorf("%s: not a JSON object of settings (got null)", path)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%s: unexpected data after the JSON object of settings", path)
+	}
 	out := map[string]string{}
 	for k, v := range raw {
 		v = bytes.TrimSpace(v)
@@ -315,6 +322,11 @@ func readConfigFile(path string) (map[string]string, error) {
 		case len(v) > 0 && v[0] == '{' && json.Unmarshal(v, &q) == nil:
 			parts := make([]string, 0, len(q))
 			for name, n := range q {
+				// The object is joined into the name=N,... form: a name
+				// holding a separator would silently become other queues.
+				if strings.ContainsAny(name, ",=") {
+					return nil, fmt.Errorf("%s: %s: queue name %q contains %q or %q", path, k, name, ",", "=")
+				}
 				parts = append(parts, fmt.Sprintf("%s=%d", name, n))
 			}
 			sort.Strings(parts)
@@ -342,6 +354,9 @@ func parseQueues(s string, def int) (map[string]int, error) {
 		}
 		if len(name) > maxQueueName {
 			return nil, fmt.Errorf("queue name is %d bytes long, the limit is %d", len(name), maxQueueName)
+		}
+		if strings.IndexFunc(name, unicode.IsControl) >= 0 {
+			return nil, fmt.Errorf("queue name %q contains a control character", name)
 		}
 		if _, dup := qs[name]; dup {
 			return nil, fmt.Errorf("queue %q is listed twice", name)
