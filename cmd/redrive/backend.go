@@ -501,4 +501,3 @@ func (h *httpBackend) Export(ctx context.Context, dir string, fo filterOptions, 
 		q.Cursor = res.Next
 	}
 }
-
