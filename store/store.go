@@ -178,6 +178,29 @@ type Event struct {
 	Note     string    `json:"note,omitempty"` // free text: who redrove, what was patched
 }
 
+// DecodeStored fills the fields of j that stores keep encoded: the name of
+// the last error's class ("" when the job never failed) and, when
+// withHistory, the JSON array of its history (nil or empty: no events).
+// Stores call it after scanning a row.
+func DecodeStored(j *Job, class string, history []byte, withHistory bool) error {
+	if class != "" {
+		c, err := failure.ParseClass(class)
+		if err != nil {
+			return fmt.Errorf("job %d: %w", j.ID, err)
+		}
+		j.LastErrorClass = c
+	}
+	if withHistory {
+		j.History = []Event{}
+		if len(history) > 0 {
+			if err := json.Unmarshal(history, &j.History); err != nil {
+				return fmt.Errorf("job %d: history: %w", j.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
 // Duration is a time.Duration that encodes to JSON as milliseconds
 // (a number), which every language reads without a parser.
 type Duration time.Duration

@@ -66,20 +66,8 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 	j.LeaseUntil = utcPtr(j.LeaseUntil)
 	j.LastFailedAt = utcPtr(j.LastFailedAt)
 	j.DeadAt = utcPtr(j.DeadAt)
-	if class != "" {
-		c, err := failure.ParseClass(class)
-		if err != nil {
-			return nil, fmt.Errorf("job %d: %w", j.ID, err)
-		}
-		j.LastErrorClass = c
-	}
-	if withHistory {
-		j.History = []store.Event{}
-		if len(history) > 0 {
-			if err := json.Unmarshal(history, &j.History); err != nil {
-				return nil, fmt.Errorf("job %d: history: %w", j.ID, err)
-			}
-		}
+	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
+		return nil, err
 	}
 	return &j, nil
 }

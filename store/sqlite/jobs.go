@@ -71,20 +71,8 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 	j.LeaseUntil = optTime(lease)
 	j.LastFailedAt = optTime(lastFailed)
 	j.DeadAt = optTime(dead)
-	if class != "" {
-		c, err := failure.ParseClass(class)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: job %d: %w", j.ID, err)
-		}
-		j.LastErrorClass = c
-	}
-	if withHistory {
-		j.History = []store.Event{}
-		if len(history) > 0 {
-			if err := json.Unmarshal(history, &j.History); err != nil {
-				return nil, fmt.Errorf("sqlite: job %d: history: %w", j.ID, err)
-			}
-		}
+	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	return &j, nil
 }
