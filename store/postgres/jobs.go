@@ -249,14 +249,11 @@ var errHolderGone = errors.New("job holding the idempotency key vanished")
 // inserted by one statement; with keys, the statement and the read of
 // the jobs already holding keys share a transaction.
 func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
-	if err := s.check(); err != nil {
+	b, err := s.prepareEnqueue(jobs, now)
+	if err != nil {
 		return nil, err
 	}
-	b, err := newBatch(jobs, now)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: enqueue: %w", err)
-	}
-	if len(jobs) == 0 {
+	if b == nil {
 		return []*store.Job{}, nil
 	}
 	var out []*store.Job
@@ -295,14 +292,11 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 // keys, EnqueueTx works inside a savepoint. The store's own pool is not
 // used, but a closed store still refuses with store.ErrClosed.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
-	if err := s.check(); err != nil {
+	b, err := s.prepareEnqueue(jobs, now)
+	if err != nil {
 		return nil, err
 	}
-	b, err := newBatch(jobs, now)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: enqueue: %w", err)
-	}
-	if len(jobs) == 0 {
+	if b == nil {
 		return []*store.Job{}, nil
 	}
 	if !b.hasKeys {
@@ -1053,4 +1047,21 @@ func (s *Store) enqueuePlain(ctx context.Context, q querier, jobs []store.NewJob
 		out[i] = b.job(i, ids[i], &jobs[i])
 	}
 	return out, nil
+}
+
+// prepareEnqueue checks the store is open and validates and encodes the
+// jobs, before any statement runs. A nil batch with a nil error means
+// there is nothing to enqueue.
+func (s *Store) prepareEnqueue(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	b, err := newBatch(jobs, now)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	return b, nil
 }
