@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +34,11 @@ type Client struct {
 
 	mu      sync.RWMutex
 	wakers  map[string][]func(time.Time) // queue -> in-process workers' wake-ups
+	pausers map[string][]func(bool)      // queue -> in-process workers' pause hooks
 	nowFunc func() time.Time
+	// statsClock, when set, is the clock of the statistics history
+	// (tests); otherwise nowFunc.
+	statsClock func() time.Time
 }
 
 // NewClient returns a Client on the store s.
@@ -238,9 +243,13 @@ func (c *Client) register(queue string, wake func(time.Time)) func() {
 	return func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		// Copy on write: wake ranges over the slice it read without the
+		// lock, so the slice it may hold must not change.
 		ws := c.wakers[queue]
 		if idx < len(ws) {
-			ws[idx] = func(time.Time) {}
+			nws := slices.Clone(ws)
+			nws[idx] = func(time.Time) {}
+			c.wakers[queue] = nws
 		}
 	}
 }

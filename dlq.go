@@ -34,7 +34,9 @@ type RedriveRequest struct {
 	Payload any
 	// Note is recorded in each job's history (who, why).
 	Note string
-	// Progress, when not nil, is called after each batch.
+	// Progress, when not nil, is called once the selection is counted
+	// (Matched set, nothing done yet), after each batch, and at the end
+	// (Done set), on the goroutine that called Redrive.
 	Progress func(RedriveProgress)
 }
 
@@ -59,19 +61,9 @@ const redriveBatch = 500
 // when ctx ends midway, the progress so far and ctx's error.
 func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress, error) {
 	var prog RedriveProgress
-	var payload json.RawMessage
-	if r.Payload != nil {
-		p, err := encodePayload(r.Payload)
-		if err != nil {
-			return prog, fmt.Errorf("redrive: redrive: %w", err)
-		}
-		if len(p) > c.maxPayload {
-			return prog, fmt.Errorf("redrive: redrive: %w: payload is %d bytes, the limit is %d", ErrInvalid, len(p), c.maxPayload)
-		}
-		payload = p
-	}
-	if r.Rate < 0 {
-		return prog, fmt.Errorf("redrive: redrive: %w: rate must not be negative", ErrInvalid)
+	payload, err := c.checkRedrive(r)
+	if err != nil {
+		return prog, fmt.Errorf("redrive: redrive: %w", err)
 	}
 	f := r.Filter
 	f.States = []State{Dead}
@@ -84,6 +76,9 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress
 			return prog, err
 		}
 		prog.Matched = n
+	}
+	if r.Progress != nil {
+		r.Progress(prog)
 	}
 	batch := redriveBatch
 	if r.Rate > 0 && float64(batch) > r.Rate {
@@ -173,22 +168,62 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress
 	return prog, nil
 }
 
+// ValidateRedrive reports the error Redrive would return for r before
+// touching the store (a negative rate, a payload that does not encode or
+// is larger than the client's MaxPayload), wrapping ErrInvalid, so that a
+// caller starting a redrive in the background can refuse bad input first.
+func (c *Client) ValidateRedrive(r RedriveRequest) error {
+	if _, err := c.checkRedrive(r); err != nil {
+		return fmt.Errorf("redrive: redrive: %w", err)
+	}
+	return nil
+}
+
+// checkRedrive validates r and returns its encoded replacement payload
+// (nil when none).
+func (c *Client) checkRedrive(r RedriveRequest) (json.RawMessage, error) {
+	if r.Rate < 0 {
+		return nil, fmt.Errorf("%w: rate must not be negative", ErrInvalid)
+	}
+	if r.Payload == nil {
+		return nil, nil
+	}
+	p, err := encodePayload(r.Payload)
+	if err != nil {
+		return nil, err
+	}
+	if len(p) > c.maxPayload {
+		return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrInvalid, len(p), c.maxPayload)
+	}
+	return p, nil
+}
+
 // Count returns how many jobs match f.
 func (c *Client) Count(ctx context.Context, f Filter) (int64, error) {
 	return c.store.Count(ctx, f)
 }
 
+// purgeBatch is how many dead jobs one transaction of Purge deletes.
+const purgeBatch = 1000
+
 // Purge deletes the dead jobs matching f (States are ignored) and returns
-// how many were deleted.
-func (c *Client) Purge(ctx context.Context, f Filter) (int64, error) {
+// how many were deleted. It deletes them in batches, one transaction
+// each, so that a purge of millions never holds one long transaction;
+// progress, when not nil, is called after each batch with the total
+// deleted so far. When ctx ends midway, the batches already deleted stay
+// deleted and Purge returns their count with ctx's error.
+func (c *Client) Purge(ctx context.Context, f Filter, progress func(purged int64)) (int64, error) {
 	var total int64
 	for {
-		n, err := c.store.Purge(ctx, f, 1000)
+		n, err := c.store.Purge(ctx, f, purgeBatch)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("redrive: purge: %w", err)
 		}
-		if n < 1000 {
+		if progress != nil {
+			progress(total)
+		}
+		if n < purgeBatch {
 			return total, nil
 		}
 	}
@@ -272,11 +307,7 @@ func ExportJob(dir string, j *Job) error {
 		pretty = b
 		payload = pretty
 	}
-	e := ExportedError{JobID: j.ID, Attempts: j.Attempt, RetryCount: j.RetryCount, LastError: j.LastError,
-		Class: j.LastErrorClass.String(), Reason: j.DeadReason, Fingerprint: j.Fingerprint, FailedAt: j.LastFailedAt,
-		DeadAt: j.DeadAt, History: j.History}
-	m := ExportedMetadata{JobID: j.ID, Queue: j.Queue, Kind: j.Kind, CreatedAt: j.CreatedAt, IdempotencyKey: j.IdempotencyKey,
-		Dependency: j.Dependency, Reprocessable: j.Reprocessable, Redriven: j.Redriven, MaxRetries: j.MaxRetries}
+	e, m := ExportedFiles(j)
 	eb, err := json.MarshalIndent(e, "", "  ")
 	if err != nil {
 		return err
@@ -290,6 +321,18 @@ func ExportJob(dir string, j *Job) error {
 		writeFileAtomic(filepath.Join(jd, "error.json"), append(eb, '\n')),
 		writeFileAtomic(filepath.Join(jd, "metadata.json"), append(mb, '\n')),
 	)
+}
+
+// ExportedFiles returns what Export writes to error.json and
+// metadata.json for the job j (payload.json is j.Payload). The API's
+// NDJSON export sends the same values.
+func ExportedFiles(j *Job) (ExportedError, ExportedMetadata) {
+	e := ExportedError{JobID: j.ID, Attempts: j.Attempt, RetryCount: j.RetryCount, LastError: j.LastError,
+		Class: j.LastErrorClass.String(), Reason: j.DeadReason, Fingerprint: j.Fingerprint, FailedAt: j.LastFailedAt,
+		DeadAt: j.DeadAt, History: j.History}
+	m := ExportedMetadata{JobID: j.ID, Queue: j.Queue, Kind: j.Kind, CreatedAt: j.CreatedAt, IdempotencyKey: j.IdempotencyKey,
+		Dependency: j.Dependency, Reprocessable: j.Reprocessable, Redriven: j.Redriven, MaxRetries: j.MaxRetries}
+	return e, m
 }
 
 func writeFileAtomic(path string, data []byte) error {

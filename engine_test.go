@@ -631,7 +631,7 @@ func TestDLQRedriveEditPurgeExport(t *testing.T) {
 		e.waitState(id, redrive.Completed)
 	}
 	// Purge by filter removes only what matches.
-	n64, err := e.client.Purge(ctx, redrive.Filter{ErrorContains: "TOKEN EXPIRED"})
+	n64, err := e.client.Purge(ctx, redrive.Filter{ErrorContains: "TOKEN EXPIRED"}, nil)
 	if err != nil || n64 != 1 {
 		t.Fatalf("purge: %d %v", n64, err)
 	}

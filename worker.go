@@ -51,7 +51,9 @@ type WorkerOptions struct {
 	// PollInterval bounds how long the worker sleeps without looking for
 	// work another process may have added (default 1s). Work enqueued or
 	// retried in this process wakes it at once, and it always wakes at the
-	// next job's due time.
+	// next job's due time. It is also how often the worker reads which
+	// queues are paused (see Client.PauseQueue); pauses and resumes made
+	// through its own Client apply at once.
 	PollInterval time.Duration
 	// FetchBatch bounds how many jobs one fetch leases (default: the
 	// queue's concurrency, at most 1000).
@@ -77,12 +79,21 @@ type WorkerOptions struct {
 	// CleanupInterval is how often retention runs (default 24h; the first
 	// run is one minute after start).
 	CleanupInterval time.Duration
+	// StatsRetention is how long the per-minute statistics snapshots
+	// behind Client.Series are kept (default DefaultStatsRetention, 7
+	// days). The worker that runs maintenance records one snapshot a
+	// minute and deletes the older ones.
+	StatsRetention time.Duration
 	// MaxErrorLength bounds the error message kept per attempt (default 4096).
 	MaxErrorLength int
 	// Logger receives the worker's logs (default: the client's).
 	Logger *slog.Logger
 	// Rand is the jitter source (default: math/rand/v2's global source).
 	Rand retry.Source
+	// Observer, when set, is told of every attempt: its outcome, how long
+	// the handler ran and how late it started (see Observer). Nil costs
+	// nothing.
+	Observer Observer
 }
 
 // Handler runs one attempt of a job. A nil error completes the job; an
@@ -119,7 +130,8 @@ type handler struct {
 }
 
 // Worker runs handlers for the jobs of its queues. Create it with
-// NewWorker, register handlers, then call Run.
+// NewWorker, register handlers, then call Run. It fetches no job of a
+// queue paused with Client.PauseQueue until the queue is resumed.
 type Worker struct {
 	client *Client
 	store  store.Store
@@ -144,6 +156,11 @@ type Worker struct {
 	// leading reports whether this worker runs maintenance (rescue,
 	// retention): always, unless the store elects one process for it.
 	leading func() bool
+	// pauseMu orders the paused-queue refreshes with the pauses and
+	// resumes of the local Client; pauseGen counts the latter, so that a
+	// refresh that read the store before one of them is discarded.
+	pauseMu  sync.Mutex
+	pauseGen atomic.Uint64
 	// hardCtx is the parent of every handler's context; it is canceled
 	// when the shutdown deadline passes.
 	hardCtx    context.Context
@@ -203,6 +220,9 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 	}
 	if opts.CleanupInterval <= 0 {
 		opts.CleanupInterval = 24 * time.Hour
+	}
+	if opts.StatsRetention <= 0 {
+		opts.StatsRetention = DefaultStatsRetention
 	}
 	if opts.MaxErrorLength <= 0 {
 		opts.MaxErrorLength = 4096
@@ -310,6 +330,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.hardCancel(nil)
 
 	w.log.Info("worker starting", "worker", w.id, "queues", w.opts.Queues)
+	// Pauses and resumes through the local Client apply at once; those of
+	// other processes are read every PollInterval, and once before the
+	// first fetch.
+	for _, q := range w.queues {
+		unregister := w.client.registerPause(q.name, func(paused bool) { w.applyLocalPause(q, paused) })
+		defer unregister()
+	}
+	w.refreshPaused(ctx)
 	var loops sync.WaitGroup
 	for _, q := range w.queues {
 		unregister := w.client.register(q.name, q.wake)
@@ -317,6 +345,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		loops.Go(func() { q.loop(ctx) })
 	}
 	var bg sync.WaitGroup
+	bg.Go(func() { w.pauseLoop(ctx) })
 	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	// A store shared by several processes tells this worker when another
 	// process made jobs due, and elects one process for maintenance.
@@ -347,6 +376,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	bg.Go(func() { w.heartbeatLoop(bgCtx) })
 	bg.Go(func() { w.rescueLoop(ctx) })
 	bg.Go(func() { w.cleanupLoop(ctx) })
+	bg.Go(func() { w.statsLoop(ctx) })
 	bg.Go(func() { w.completer.loop(bgCtx) })
 
 	<-ctx.Done()
@@ -421,6 +451,30 @@ type queueRunner struct {
 	wakeC  chan struct{}
 	freeC  chan struct{}
 	hint   atomic.Int64 // earliest due time (unix nanos) announced by a wake-up, 0 = none
+
+	// paused is the queue's cached pause state. The loop holds fetchMu
+	// from its check of paused through its Fetch, so that a pause, once
+	// applied, knows no fetch is still under way.
+	paused  atomic.Bool
+	fetchMu sync.Mutex
+}
+
+// setPaused applies a pause or a resume to the loop. A pause returns once
+// no fetch is under way; a resume wakes the loop, so that due jobs start
+// at once. It reports whether the state changed.
+func (q *queueRunner) setPaused(paused bool) bool {
+	if paused {
+		was := q.paused.Swap(true)
+		q.fetchMu.Lock()
+		//lint:ignore SA2001 the empty critical section waits for a fetch under way
+		q.fetchMu.Unlock()
+		return !was
+	}
+	if !q.paused.Swap(false) {
+		return false
+	}
+	q.wake(time.Now())
+	return true
 }
 
 // wake tells the loop that work due at t was added.
@@ -505,11 +559,23 @@ func (q *queueRunner) loop(ctx context.Context) {
 			}
 			continue
 		}
+		q.fetchMu.Lock()
+		if q.paused.Load() {
+			// A paused queue fetches nothing: wait for its resume (which
+			// wakes the loop) or the end.
+			q.fetchMu.Unlock()
+			select {
+			case <-q.wakeC:
+			case <-ctx.Done():
+			}
+			continue
+		}
 		q.hint.Store(0)
 		now := w.client.now()
 		limit := min(free, q.batch)
 		jobs, err := w.store.Fetch(ctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
 			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
+		q.fetchMu.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -582,6 +648,69 @@ func (q *queueRunner) sleepUntilWake(ctx context.Context, timer *time.Timer, d t
 	}
 }
 
+// applyLocalPause applies a pause or resume made through the worker's own
+// Client, which the store has already recorded.
+func (w *Worker) applyLocalPause(q *queueRunner, paused bool) {
+	w.pauseMu.Lock()
+	defer w.pauseMu.Unlock()
+	w.pauseGen.Add(1)
+	if q.setPaused(paused) {
+		w.logPause(q, paused)
+	}
+}
+
+// refreshPaused reads the paused queues from the store and applies them.
+// On an error the last known states stay.
+func (w *Worker) refreshPaused(ctx context.Context) {
+	gen := w.pauseGen.Load()
+	states, err := w.store.Queues(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("reading the paused queues failed; keeping the last known", "worker", w.id, "error", err)
+		}
+		return
+	}
+	paused := map[string]bool{}
+	for _, st := range states {
+		if st.Paused {
+			paused[st.Name] = true
+		}
+	}
+	w.pauseMu.Lock()
+	defer w.pauseMu.Unlock()
+	if w.pauseGen.Load() != gen {
+		return // a local pause or resume came after this read: it is newer
+	}
+	for _, q := range w.queues {
+		if q.setPaused(paused[q.name]) {
+			w.logPause(q, paused[q.name])
+		}
+	}
+}
+
+func (w *Worker) logPause(q *queueRunner, paused bool) {
+	if paused {
+		w.log.Info("queue paused: fetching none of its jobs until it is resumed", "worker", w.id, "queue", q.name,
+			"running", q.active.Load())
+		return
+	}
+	w.log.Info("queue resumed", "worker", w.id, "queue", q.name)
+}
+
+// pauseLoop refreshes the paused queues every PollInterval.
+func (w *Worker) pauseLoop(ctx context.Context) {
+	t := time.NewTicker(w.opts.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.refreshPaused(ctx)
+	}
+}
+
 // storeBackoff is the delay before retrying a failed store call: 100ms
 // doubling to 1s, so that a worker resumes within a second of its
 // database coming back.
@@ -646,7 +775,7 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 		var err error
 		tok, err = br.Allow()
 		if err != nil {
-			w.completer.submit(q, w.deferOutcome(q, j, br, err, start))
+			w.finish(q, j, w.deferOutcome(q, j, br, err, start), err, start, start)
 			return
 		}
 	}
@@ -678,7 +807,16 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 		br.Record(tok, err)
 	}
 	end := w.client.now()
-	w.completer.submit(q, w.decide(q, j, h, err, context.Cause(ctx), start, end))
+	w.finish(q, j, w.decide(q, j, h, err, context.Cause(ctx), start, end), err, start, end)
+}
+
+// finish reports the outcome of an attempt to the observer, if any, then
+// hands it to the completer to store.
+func (w *Worker) finish(q *queueRunner, j *Job, o store.Outcome, err error, start, end time.Time) {
+	if w.opts.Observer != nil {
+		w.observe(j, &o, err, start, end)
+	}
+	w.completer.submit(q, o)
 }
 
 func safeCall(ctx context.Context, fn Handler, j *Job) (err error) {
@@ -715,6 +853,7 @@ func (w *Worker) decide(q *queueRunner, j *Job, h *handler, err, cause error, st
 	dur := store.Duration(end.Sub(start))
 	if err == nil {
 		o.Kind = store.Complete
+		o.Duration = dur
 		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatSucceeded, N: 1}}
 		if j.Attempt > 1 {
 			o.Counters = append(o.Counters, store.Counter{Queue: q.name, Name: store.StatSucceededAfterRetry, N: 1})
@@ -776,6 +915,7 @@ func (w *Worker) failOutcome(q *queueRunner, j *Job, h *handler, o store.Outcome
 	o.Error, o.Class = msg, v.Class
 	o.Counters = []store.Counter{{Queue: q.name, Name: store.StatFailed, Class: class, N: 1}}
 	ev := &store.Event{Attempt: j.Attempt, At: start, Duration: dur, Class: class, Error: msg, Reason: v.Reason, Worker: w.id}
+	o.Duration = dur
 	o.Event = ev
 	if d.Retry {
 		delay := d.Delay

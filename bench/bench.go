@@ -19,7 +19,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -267,21 +266,18 @@ type Result interface {
 }
 
 // Duration is a time.Duration that encodes to JSON as a number of
-// milliseconds.
+// milliseconds, as the engine's store.Duration does (the JSON codec is
+// that type's); it prints rounded for reading.
 type Duration time.Duration
 
 // MarshalJSON encodes the duration as milliseconds.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(float64(d) / float64(time.Millisecond))
-}
+func (d Duration) MarshalJSON() ([]byte, error) { return store.Duration(d).MarshalJSON() }
 
 // UnmarshalJSON decodes a number of milliseconds.
 func (d *Duration) UnmarshalJSON(b []byte) error {
-	var ms float64
-	if err := json.Unmarshal(b, &ms); err != nil {
-		return fmt.Errorf("bench: duration: want milliseconds as a number: %w", err)
+	if err := (*store.Duration)(d).UnmarshalJSON(b); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
-	*d = Duration(ms * float64(time.Millisecond))
 	return nil
 }
 

@@ -1,17 +1,13 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
-	"time"
+	"strconv"
 
 	"github.com/redrivehq/redrive"
 )
-
-// maxSyncRedrive bounds how long a rate-bounded redrive may hold its
-// request: a redrive whose pace would take longer is refused, so that an
-// HTTP request never waits for hours.
-var maxSyncRedrive = 10 * time.Minute
 
 // RedriveBody is the body of POST /v1/dlq/redrive. Exactly one of IDs
 // and Filter selects the dead jobs; an empty filter needs All.
@@ -60,7 +56,16 @@ func (a *api) groups(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// redrive starts a bulk redrive (POST /v1/dlq/redrive[?wait=true]).
 func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, "wait")
+	if err != nil {
+		return err
+	}
+	waitEnd, err := q.parseBool("wait")
+	if err != nil {
+		return err
+	}
 	var in RedriveBody
 	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
@@ -107,41 +112,45 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 	if !isNull(in.Payload) {
 		req.Payload = in.Payload
 	}
-	if req.Rate > 0 {
-		n := int64(len(req.IDs))
-		if n == 0 {
-			f := req.Filter
-			f.States = []redrive.State{redrive.Dead}
-			var err error
-			if n, err = a.client.Count(r.Context(), f); err != nil {
-				return err
-			}
-		}
-		if est := time.Duration(float64(max(n-1, 0)) / req.Rate * float64(time.Second)); est > maxSyncRedrive {
-			return badRequest("rate", "at %g jobs per second the %d selected jobs would take %s, and one request may take at most %s: raise the rate or narrow the selection",
-				req.Rate, n, est.Round(time.Second), maxSyncRedrive)
-		}
-	}
-	prog, err := a.client.Redrive(r.Context(), req)
-	if err != nil {
+	// Refuse bad input now, while the request can still say so.
+	if err := a.client.ValidateRedrive(req); err != nil {
 		return payloadError(err, "payload")
 	}
-	writeJSON(w, http.StatusOK, prog)
-	return nil
-}
-
-func (a *api) purge(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"all"}, filterParams...)...)
+	op, err := a.ops.start(Operation{Kind: OperationRedrive, Rate: req.Rate, Note: req.Note},
+		func(ctx context.Context, update func(func(*Operation))) error {
+			report := func(p redrive.RedriveProgress) {
+				update(func(o *Operation) {
+					o.Matched, o.Redriven, o.Refused, o.Skipped = p.Matched, p.Redriven, p.Refused, p.Skipped
+					o.Processed = p.Redriven + p.Refused + p.Skipped
+					if len(p.Refusals) > len(o.RefusedIDs) {
+						o.RefusedIDs = append(o.RefusedIDs, p.Refusals[len(o.RefusedIDs):]...)
+					}
+				})
+			}
+			req.Progress = report
+			p, err := a.client.Redrive(ctx, req)
+			report(p)
+			return err
+		})
 	if err != nil {
 		return err
 	}
-	all := false
-	switch v := q.get("all"); v {
-	case "", "false":
-	case "true":
-		all = true
-	default:
-		return badRequest("all", "all must be true or false, got %q", clip(v))
+	return a.answerStarted(w, r, op, waitEnd)
+}
+
+// purge starts a purge (DELETE /v1/dlq?filters[&all=true][&wait=true]).
+func (a *api) purge(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, append([]string{"all", "wait"}, filterParams...)...)
+	if err != nil {
+		return err
+	}
+	all, err := q.parseBool("all")
+	if err != nil {
+		return err
+	}
+	waitEnd, err := q.parseBool("wait")
+	if err != nil {
+		return err
 	}
 	f, err := q.filter()
 	if err != nil {
@@ -151,10 +160,93 @@ func (a *api) purge(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{status: http.StatusBadRequest, code: "filter_required", field: "all",
 			msg: "the filter is empty and would purge every dead job; narrow it or pass all=true"}
 	}
-	n, err := a.client.Purge(r.Context(), f)
+	op, err := a.ops.start(Operation{Kind: OperationPurge},
+		func(ctx context.Context, update func(func(*Operation))) error {
+			dead := f
+			dead.States = []redrive.State{redrive.Dead}
+			n, err := a.client.Count(ctx, dead)
+			if err != nil {
+				return err
+			}
+			update(func(o *Operation) { o.Matched = n })
+			report := func(purged int64) {
+				update(func(o *Operation) { o.Purged, o.Processed = purged, purged })
+			}
+			purged, err := a.client.Purge(ctx, f, report)
+			report(purged)
+			return err
+		})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]int64{"purged": n})
-	return nil
+	return a.answerStarted(w, r, op, waitEnd)
+}
+
+// ExportLine is one line of GET /v1/dlq/export: a dead job with its
+// history, and what the folder export writes to its error.json and
+// metadata.json.
+type ExportLine struct {
+	Job      *redrive.Job             `json:"job"`
+	Error    redrive.ExportedError    `json:"error"`
+	Metadata redrive.ExportedMetadata `json:"metadata"`
+}
+
+// exportPage is how many dead jobs the export reads at a time.
+const exportPage = 200
+
+// export streams the dead jobs matching the filters as NDJSON, one
+// ExportLine per job, reading them by keyset pages so that memory stays
+// bounded whatever their number. X-Total-Count says how many matched at
+// the start. An error after the first byte aborts the connection, so a
+// client never takes a cut stream for a complete one.
+func (a *api) export(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, filterParams...)
+	if err != nil {
+		return err
+	}
+	f, err := q.filter()
+	if err != nil {
+		return err
+	}
+	f.States = []redrive.State{redrive.Dead}
+	ctx := r.Context()
+	total, err := a.client.Count(ctx, f)
+	if err != nil {
+		return err
+	}
+	page := redrive.Page{Limit: exportPage}
+	res, err := a.client.List(ctx, f, page)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Total-Count", strconv.FormatInt(total, 10))
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	n := 0
+	for {
+		for _, j := range res.Jobs {
+			e, m := redrive.ExportedFiles(j)
+			if err := enc.Encode(ExportLine{Job: j, Error: e, Metadata: m}); err != nil {
+				// The client went away.
+				a.log.Info("export stopped: the client went away", "exported", n, "err", err)
+				return nil
+			}
+			n++
+		}
+		if res.Next == "" {
+			return nil
+		}
+		_ = rc.Flush()
+		page.Cursor = res.Next
+		if res, err = a.client.List(ctx, f, page); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.log.Error("export aborted", "exported", n, "err", err)
+			panic(http.ErrAbortHandler)
+		}
+	}
 }

@@ -1,6 +1,12 @@
-// Package server is redrive's REST API: enqueue, read, list and cancel
-// jobs, browse, group, redrive and purge the dead-letter queue, and read
-// statistics and circuit breakers, as JSON over HTTP.
+// Package server is redrive's REST API: enqueue, read, list, count and
+// cancel jobs, browse, count, group, redrive, purge and export the
+// dead-letter queue, list, pause and resume queues, and read statistics
+// and circuit breakers, as JSON over HTTP; and the web dashboard, at /.
+//
+// Bulk redrives and purges run in the background as operations: the
+// request that starts one is answered 202 with its Location,
+// /v1/operations/{id}, which reports its progress until it ends and
+// cancels it on DELETE (or, with ?wait=true, once it has ended).
 //
 // Every error is answered with a JSON body
 //
@@ -43,6 +49,17 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxBody bounds a request body in bytes (default DefaultMaxBody).
 	MaxBody int64
+	// Context bounds the operations the API starts (bulk redrives and
+	// purges), which run detached from the request that started them:
+	// when it ends, they are canceled (what they did stays done) and no
+	// more are started. Default: context.Background(). Server.Close does
+	// the same and also waits for them to stop; call it before closing
+	// the store.
+	Context context.Context
+	// MaxOperations bounds the operations running at once (default
+	// DefaultMaxOperations); beyond it, starting one is answered 429
+	// too_many_operations.
+	MaxOperations int
 }
 
 // Limits of the API.
@@ -82,6 +99,28 @@ type api struct {
 	token    []byte
 	log      *slog.Logger
 	maxBody  int64
+	ops      *operations
+}
+
+// Server is the REST API: an http.Handler, and the owner of the
+// operations (bulk redrives and purges) its requests start.
+type Server struct {
+	handler http.Handler
+	ops     *operations
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Close cancels the operations still running (what they did stays done;
+// they end in state canceled), refuses new ones with 503 shutting_down,
+// and returns once every operation has stopped, which is prompt: each
+// stops at its next store call or pacing wait. Requests waiting on an
+// operation (wait=true) then get its final state. Close the server before
+// the store it works on. It always returns nil.
+func (s *Server) Close() error {
+	s.ops.close()
+	return nil
 }
 
 // routes lists every route New registers, as ServeMux patterns. The
@@ -96,23 +135,39 @@ var routes = []string{
 	"DELETE /v1/dlq",
 	"GET /v1/dlq/groups",
 	"POST /v1/dlq/redrive",
+	"GET /v1/dlq/export",
+	"GET /v1/operations",
+	"GET /v1/operations/{id}",
+	"DELETE /v1/operations/{id}",
 	"GET /v1/stats",
+	"GET /v1/stats/series",
+	"GET /v1/queues",
+	"POST /v1/queues/{name}/pause",
+	"POST /v1/queues/{name}/resume",
 	"GET /v1/breakers",
 	"GET /v1/openapi.json",
 	"GET /healthz",
 	"GET /readyz",
+
+	// Counts (count.go).
+	"GET /v1/jobs/count",
+	"GET /v1/dlq/count",
 }
 
-// New returns the http.Handler serving /v1/..., /healthz, /readyz (and 404
-// JSON for anything else under /v1).
-func New(opts Options) http.Handler {
+// New returns the Server serving /v1/..., /healthz, /readyz (and 404
+// JSON for anything else under /v1). Close it when done (see Close).
+func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = DefaultMaxBody
 	}
-	a := &api{client: opts.Client, breakers: opts.Breakers, log: opts.Logger, maxBody: opts.MaxBody}
+	if opts.MaxOperations <= 0 {
+		opts.MaxOperations = DefaultMaxOperations
+	}
+	a := &api{client: opts.Client, breakers: opts.Breakers, log: opts.Logger, maxBody: opts.MaxBody,
+		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger)}
 	if opts.Token != "" {
 		a.token = []byte(opts.Token)
 	}
@@ -127,16 +182,34 @@ func New(opts Options) http.Handler {
 		"GET /v1/dlq/groups":        a.groups,
 		"POST /v1/dlq/redrive":      a.redrive,
 		"GET /v1/stats":             a.stats,
+		"GET /v1/stats/series":      a.series,
 		"GET /v1/breakers":          a.listBreakers,
 		"GET /v1/openapi.json":      a.openapi,
 		"GET /healthz":              a.healthz,
 		"GET /readyz":               a.readyz,
+
+		// Queues (queues.go).
+		"GET /v1/queues":                a.listQueues,
+		"POST /v1/queues/{name}/pause":  a.pauseQueue,
+		"POST /v1/queues/{name}/resume": a.resumeQueue,
 	}
+	// The DLQ's bulk operations and export (operations.go, dlq.go).
+	handlers["GET /v1/dlq/export"] = a.export
+	handlers["GET /v1/operations"] = a.listOperations
+	handlers["GET /v1/operations/{id}"] = a.getOperation
+	handlers["DELETE /v1/operations/{id}"] = a.cancelOperation
+	// How many jobs a listing, a purge or a redrive selects (count.go).
+	handlers["GET /v1/jobs/count"] = a.countJobs
+	handlers["GET /v1/dlq/count"] = a.countDead
 	mux := http.NewServeMux()
 	for _, p := range routes {
 		mux.Handle(p, a.wrap(handlers[p]))
 	}
-	return a.recoverer(a.auth(a.route(mux)))
+	ui := a.dashboardHandlers()
+	for _, p := range dashboardRoutes {
+		mux.Handle(p, ui[p])
+	}
+	return &Server{handler: a.recoverer(a.auth(a.route(mux))), ops: a.ops}
 }
 
 // handlerFunc is a handler that returns its error for wrap to answer.
@@ -221,25 +294,39 @@ func (a *api) toAPIError(r *http.Request, err error) *apiError {
 // isV1 reports whether the path is under the versioned API.
 func isV1(p string) bool { return p == "/v1" || strings.HasPrefix(p, "/v1/") }
 
-// auth requires the bearer token on every /v1 route when one is set.
+// auth requires the bearer token on every /v1 route when one is set. A
+// dashboard session cookie stands in for the token; with the cookie, a
+// request that is not a GET or HEAD must also carry the X-Redrive-Request
+// header, which a cross-site form cannot send.
 func (a *api) auth(next http.Handler) http.Handler {
 	if a.token == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isV1(r.URL.Path) {
-			h := r.Header.Get("Authorization")
-			scheme, tok, ok := strings.Cut(h, " ")
-			if !ok || !strings.EqualFold(scheme, "Bearer") ||
-				subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), a.token) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
-				msg := "missing bearer token: send Authorization: Bearer <token>"
-				if h != "" {
-					msg = "invalid bearer token"
-				}
-				writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: msg})
+		if !isV1(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		h := r.Header.Get("Authorization")
+		if h == "" && a.validSession(r) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get(csrfHeader) == "" {
+				writeError(w, &apiError{status: http.StatusForbidden, code: "csrf",
+					msg: "a request authorized by the dashboard's session cookie must carry the " + csrfHeader + " header"})
 				return
 			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		scheme, tok, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") ||
+			subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), a.token) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+			msg := "missing bearer token: send Authorization: Bearer <token>"
+			if h != "" {
+				msg = "invalid bearer token"
+			}
+			writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: msg})
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

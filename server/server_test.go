@@ -26,6 +26,7 @@ var quiet = slog.New(slog.DiscardHandler)
 type env struct {
 	t      *testing.T
 	srv    *httptest.Server
+	api    *Server
 	client *redrive.Client
 	st     *sqlite.Store
 	token  string
@@ -49,9 +50,11 @@ func newEnv(t *testing.T, opts Options) *env {
 	if opts.Logger == nil {
 		opts.Logger = quiet
 	}
-	srv := httptest.NewServer(New(opts))
+	api := New(opts)
+	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, client: c, st: st, token: opts.Token}
+	t.Cleanup(func() { _ = api.Close() }) // first: stop the operations
+	return &env{t: t, srv: srv, api: api, client: c, st: st, token: opts.Token}
 }
 
 type resp struct {
@@ -380,6 +383,18 @@ func TestBadInput(t *testing.T) {
 		{"redrive bad payload type", "POST", "/v1/dlq/redrive", `{"ids":"1"}`, 400, "invalid_type", "ids"},
 		{"purge empty filter", "DELETE", "/v1/dlq", "", 400, "filter_required", "all"},
 		{"purge all not bool", "DELETE", "/v1/dlq?all=yes", "", 400, "invalid", "all"},
+		{"purge wait not bool", "DELETE", "/v1/dlq?queue=q&wait=1", "", 400, "invalid", "wait"},
+		{"purge unknown parameter", "DELETE", "/v1/dlq?queue=q&rate=1", "", 400, "invalid", "rate"},
+		{"redrive wait not bool", "POST", "/v1/dlq/redrive?wait=yes", `{"ids":[1]}`, 400, "invalid", "wait"},
+		{"redrive unknown parameter", "POST", "/v1/dlq/redrive?all=true", `{"ids":[1]}`, 400, "invalid", "all"},
+		{"redrive rate too small", "POST", "/v1/dlq/redrive", `{"ids":[1],"rate":0.01}`, 400, "invalid", "rate"},
+		{"redrive long note", "POST", "/v1/dlq/redrive", `{"ids":[1],"note":"` + strings.Repeat("n", MaxNote+1) + `"}`, 400, "invalid", "note"},
+		{"export bad class", "GET", "/v1/dlq/export?class=nope", "", 400, "invalid", "class"},
+		{"export state", "GET", "/v1/dlq/export?state=dead", "", 400, "invalid", "state"},
+		{"export limit", "GET", "/v1/dlq/export?limit=10", "", 400, "invalid", "limit"},
+		{"operations limit", "GET", "/v1/operations?limit=0", "", 400, "invalid", "limit"},
+		{"operations unknown parameter", "GET", "/v1/operations?state=running", "", 400, "invalid", "state"},
+		{"operation parameter", "GET", "/v1/operations/op_1?wait=true", "", 400, "invalid", "wait"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			wantErr(t, e.do(c.method, c.path, c.body), c.status, c.code, c.field)
@@ -462,9 +477,10 @@ func TestDLQ(t *testing.T) {
 
 	// Redrive by ids, with a replacement payload and a note; a
 	// not-reprocessable job is refused, a missing one skipped.
-	var p redrive.RedriveProgress
-	e.want(e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d,%d,999999],"payload":{"fixed":true},"note":"ops: card fixed"}`, d1, locked)), 200, &p)
-	if !p.Done || p.Matched != 3 || p.Redriven != 1 || p.Refused != 1 || p.Skipped != 1 || len(p.Refusals) != 1 || p.Refusals[0] != locked {
+	var ob operationBody
+	e.want(e.do("POST", "/v1/dlq/redrive?wait=true", fmt.Sprintf(`{"ids":[%d,%d,999999],"payload":{"fixed":true},"note":"ops: card fixed"}`, d1, locked)), 200, &ob)
+	if p := ob.Operation; p.State != OperationDone || p.Matched != 3 || p.Redriven != 1 || p.Refused != 1 || p.Skipped != 1 ||
+		p.Processed != 3 || len(p.RefusedIDs) != 1 || p.RefusedIDs[0] != locked || p.Note != "ops: card fixed" {
 		t.Fatalf("redrive by ids: %+v", p)
 	}
 	var j redrive.Job
@@ -476,31 +492,28 @@ func TestDLQ(t *testing.T) {
 		t.Errorf("last event: %+v", last)
 	}
 
-	// Redrive by filter, rate-bounded.
-	e.want(e.do("POST", "/v1/dlq/redrive", `{"filter":{"queue":"orders","class":"permanent"},"rate":100}`), 200, &p)
-	if !p.Done || p.Redriven != 1 {
+	// Redrive by filter, rate-bounded: 202, then polled to its end.
+	p := e.await(e.start("POST", "/v1/dlq/redrive", `{"filter":{"queue":"orders","class":"permanent"},"rate":100}`))
+	if p.State != OperationDone || p.Redriven != 1 || p.Kind != OperationRedrive || p.Rate != 100 {
 		t.Fatalf("redrive by filter: %+v", p)
 	}
 	if j, _ := e.client.Get(context.Background(), d2); j.State != redrive.Pending {
 		t.Errorf("job %d is %s after redrive by filter", d2, j.State)
 	}
-	// A pace that would hold the request too long is refused up front.
-	wantErr(t, e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%s1],"rate":0.1}`, strings.Repeat("1,", 100))), 400, "invalid", "rate")
 
 	// Purge: a filter, then everything.
-	var pg map[string]int64
-	e.want(e.do("DELETE", "/v1/dlq?queue=nothing-here", ""), 200, &pg)
-	if pg["purged"] != 0 {
-		t.Fatalf("purge of nothing: %v", pg)
+	e.want(e.do("DELETE", "/v1/dlq?queue=nothing-here&wait=true", ""), 200, &ob)
+	if ob.Operation.Purged != 0 || ob.Operation.State != OperationDone || ob.Operation.Kind != OperationPurge {
+		t.Fatalf("purge of nothing: %+v", ob.Operation)
 	}
-	e.want(e.do("DELETE", "/v1/dlq?class=needs_auth", ""), 200, &pg)
-	if pg["purged"] != 1 {
-		t.Fatalf("purge needs_auth: %v", pg)
+	p = e.await(e.start("DELETE", "/v1/dlq?class=needs_auth", ""))
+	if p.Purged != 1 || p.Matched != 1 || p.Processed != 1 || p.State != OperationDone {
+		t.Fatalf("purge needs_auth: %+v", p)
 	}
 	wantErr(t, e.do("GET", fmt.Sprintf("/v1/jobs/%d", d3), ""), 404, "not_found", "id")
-	e.want(e.do("DELETE", "/v1/dlq?all=true", ""), 200, &pg)
-	if pg["purged"] != 1 {
-		t.Fatalf("purge all: %v", pg)
+	e.want(e.do("DELETE", "/v1/dlq?all=true&wait=true", ""), 200, &ob)
+	if ob.Operation.Purged != 1 {
+		t.Fatalf("purge all: %+v", ob.Operation)
 	}
 	e.want(e.do("GET", "/v1/dlq", ""), 200, &l)
 	if len(l.Jobs) != 0 {
@@ -510,9 +523,9 @@ func TestDLQ(t *testing.T) {
 	e.want(e.do("GET", fmt.Sprintf("/v1/jobs/%d", pending.ID), ""), 200, nil)
 
 	// Redrive all (after all=true) of an empty DLQ.
-	e.want(e.do("POST", "/v1/dlq/redrive", `{"all":true}`), 200, &p)
-	if !p.Done || p.Matched != 0 {
-		t.Fatalf("redrive all: %+v", p)
+	e.want(e.do("POST", "/v1/dlq/redrive?wait=true", `{"all":true}`), 200, &ob)
+	if ob.Operation.State != OperationDone || ob.Operation.Matched != 0 {
+		t.Fatalf("redrive all: %+v", ob.Operation)
 	}
 }
 
@@ -545,9 +558,7 @@ func TestRedriveWorkerDead(t *testing.T) {
 	if len(l.Jobs) != 1 || l.Jobs[0].LastErrorClass != failure.Permanent {
 		t.Fatalf("dlq: %+v", l.Jobs)
 	}
-	var p redrive.RedriveProgress
-	e.want(e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, j.ID)), 200, &p)
-	if p.Redriven != 1 {
+	if p := e.await(e.start("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, j.ID))); p.Redriven != 1 {
 		t.Fatalf("redrive: %+v", p)
 	}
 	waitState(t, e, j.ID, redrive.Completed)

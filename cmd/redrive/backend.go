@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -69,7 +70,9 @@ func addFilterFlags(cmd *cobra.Command, fo *filterOptions) {
 
 func (fo *filterOptions) empty() bool { return fo.FilterBody == server.FilterBody{} }
 
-// describe words the filter for a confirmation prompt.
+// describe words the filter's conditions as flag=value pairs, the value
+// quoted when it needs to be: queue=mail error-contains="bad address".
+// It is "" for the empty filter.
 func (fo *filterOptions) describe() string {
 	var parts []string
 	for _, p := range []struct{ k, v string }{
@@ -77,13 +80,10 @@ func (fo *filterOptions) describe() string {
 		{"fingerprint", fo.Fingerprint}, {"since", fo.Since}, {"until", fo.Until}, {"error-contains", fo.Q},
 	} {
 		if p.v != "" {
-			parts = append(parts, fmt.Sprintf("%s=%q", p.k, p.v))
+			parts = append(parts, p.k+"="+quoteIfNeeded(p.v))
 		}
 	}
-	if len(parts) == 0 {
-		return "every dead job"
-	}
-	return "the dead jobs matching " + strings.Join(parts, " ")
+	return strings.Join(parts, " ")
 }
 
 // toFilter validates the filter flags for direct mode.
@@ -131,6 +131,11 @@ type listQuery struct {
 	Dead   bool // the DLQ only
 }
 
+// deadQuery is the listing of the dead jobs matching fo.
+func deadQuery(fo filterOptions) listQuery {
+	return listQuery{filterOptions: fo, Dead: true}
+}
+
 // redriveQuery is a redrive request: IDs, or a filter (All for every dead
 // job).
 type redriveQuery struct {
@@ -142,6 +147,13 @@ type redriveQuery struct {
 	Note    string
 }
 
+// purgeProgress reports a purge under way.
+type purgeProgress struct {
+	// Matched is how many dead jobs matched at the start.
+	Matched int64
+	Purged  int64
+}
+
 // backend is what the operator commands work on: the REST API or the
 // store itself.
 type backend interface {
@@ -151,11 +163,23 @@ type backend interface {
 	Cancel(ctx context.Context, id int64) (*redrive.Job, error)
 	Stats(ctx context.Context) (redrive.Stats, error)
 	Groups(ctx context.Context, fo filterOptions, limit int) ([]redrive.Group, error)
+	// Redrive redrives dead jobs; progress, when not nil, is called as it
+	// goes. When ctx ends midway it returns the progress so far and an
+	// error (over the API, the server's operation is canceled first).
 	Redrive(ctx context.Context, q redriveQuery, progress func(redrive.RedriveProgress)) (redrive.RedriveProgress, error)
-	Purge(ctx context.Context, fo filterOptions, all bool) (int64, error)
-	Export(ctx context.Context, dir string, fo filterOptions, progress func(int)) (int, error)
-	// Count returns how many dead jobs match, or -1 when unknown.
-	Count(ctx context.Context, fo filterOptions) (int64, error)
+	// Purge deletes dead jobs, reporting progress as Redrive does.
+	Purge(ctx context.Context, fo filterOptions, all bool, progress func(purgeProgress)) (int64, error)
+	// Export writes dead jobs to dir; progress gets how many are written
+	// and how many matched at the start (-1: unknown).
+	Export(ctx context.Context, dir string, fo filterOptions, progress func(n int, total int64)) (int, error)
+	// Count returns how many jobs List selects with q, over all its pages
+	// (q's cursor and limit aside): with q.Dead, how many dead jobs a purge
+	// or a redrive by the same filter would touch. It is -1 when a server
+	// older than this CLI cannot count.
+	Count(ctx context.Context, q listQuery) (int64, error)
+	// Queues lists the queues; SetPaused pauses or resumes one (queues.go).
+	Queues(ctx context.Context) ([]redrive.Queue, error)
+	SetPaused(ctx context.Context, name string, paused bool) (redrive.Queue, error)
 	Close() error
 }
 
@@ -236,23 +260,41 @@ func (d *directBackend) Get(ctx context.Context, id int64) (*redrive.Job, error)
 	return d.c.Get(ctx, id)
 }
 
-func (d *directBackend) List(ctx context.Context, q listQuery) (redrive.ListResult, error) {
+// filter validates a listing's flags for direct mode.
+func (q *listQuery) filter() (redrive.Filter, error) {
 	f, err := q.toFilter()
 	if err != nil {
-		return redrive.ListResult{}, err
+		return f, err
 	}
 	if q.Dead {
 		f.States = []redrive.State{redrive.Dead}
-	} else {
-		for _, s := range q.States {
-			st, err := store.ParseState(strings.TrimSpace(s))
-			if err != nil {
-				return redrive.ListResult{}, fmt.Errorf("--state: unknown state %q (want pending, scheduled, running, completed, dead or canceled)", s)
-			}
-			f.States = append(f.States, st)
+		return f, nil
+	}
+	for _, s := range q.States {
+		st, err := store.ParseState(strings.TrimSpace(s))
+		if err != nil {
+			return f, fmt.Errorf("--state: unknown state %q (want pending, scheduled, running, completed, dead or canceled)", s)
 		}
+		f.States = append(f.States, st)
+	}
+	return f, nil
+}
+
+func (d *directBackend) List(ctx context.Context, q listQuery) (redrive.ListResult, error) {
+	f, err := q.filter()
+	if err != nil {
+		return redrive.ListResult{}, err
 	}
 	return d.c.List(ctx, f, redrive.Page{Cursor: q.Cursor, Limit: q.Limit})
+}
+
+// Count counts what List selects, over all its pages.
+func (d *directBackend) Count(ctx context.Context, q listQuery) (int64, error) {
+	f, err := q.filter()
+	if err != nil {
+		return 0, err
+	}
+	return d.c.Count(ctx, f)
 }
 
 func (d *directBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
@@ -267,15 +309,6 @@ func (d *directBackend) Groups(ctx context.Context, fo filterOptions, limit int)
 		return nil, err
 	}
 	return d.c.DeadGroups(ctx, f, limit)
-}
-
-func (d *directBackend) Count(ctx context.Context, fo filterOptions) (int64, error) {
-	f, err := fo.toFilter()
-	if err != nil {
-		return 0, err
-	}
-	f.States = []redrive.State{redrive.Dead}
-	return d.c.Count(ctx, f)
 }
 
 func (d *directBackend) Redrive(ctx context.Context, q redriveQuery, progress func(redrive.RedriveProgress)) (redrive.RedriveProgress, error) {
@@ -293,20 +326,38 @@ func (d *directBackend) Redrive(ctx context.Context, q redriveQuery, progress fu
 	return d.c.Redrive(ctx, req)
 }
 
-func (d *directBackend) Purge(ctx context.Context, fo filterOptions, _ bool) (int64, error) {
+func (d *directBackend) Purge(ctx context.Context, fo filterOptions, _ bool, progress func(purgeProgress)) (int64, error) {
 	f, err := fo.toFilter()
 	if err != nil {
 		return 0, err
 	}
-	return d.c.Purge(ctx, f)
+	var report func(int64)
+	if progress != nil {
+		matched, err := d.Count(ctx, deadQuery(fo))
+		if err != nil {
+			return 0, err
+		}
+		progress(purgeProgress{Matched: matched})
+		report = func(n int64) { progress(purgeProgress{Matched: matched, Purged: n}) }
+	}
+	return d.c.Purge(ctx, f, report)
 }
 
-func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int)) (int, error) {
+func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
 	f, err := fo.toFilter()
 	if err != nil {
 		return 0, err
 	}
-	return d.c.Export(ctx, dir, f, progress)
+	var report func(int)
+	if progress != nil {
+		total, err := d.Count(ctx, deadQuery(fo))
+		if err != nil {
+			return 0, err
+		}
+		progress(0, total)
+		report = func(n int) { progress(n, total) }
+	}
+	return d.c.Export(ctx, dir, f, report)
 }
 
 // apiError is an error answered by the REST API.
@@ -334,8 +385,9 @@ type httpBackend struct {
 
 func (h *httpBackend) Close() error { return nil }
 
-// do sends a request and decodes a 2xx answer into out.
-func (h *httpBackend) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
+// send sends a request and returns a 2xx answer, whose body the caller
+// closes; any other status is returned as an *apiError.
+func (h *httpBackend) send(ctx context.Context, method, path string, q url.Values, body any, accept string) (*http.Response, error) {
 	u := h.base.JoinPath(path)
 	if len(q) > 0 {
 		u.RawQuery = q.Encode()
@@ -344,50 +396,64 @@ func (h *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	if h.token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.token)
 	}
 	resp, err := h.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("server: %w", err)
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("server: read the answer to %s %s: %w", method, u.Path, err)
+	}
+	var eb struct {
+		Error *apiError `json:"error"`
+	}
+	if json.Unmarshal(data, &eb) == nil && eb.Error != nil && eb.Error.Message != "" {
+		eb.Error.Status = resp.StatusCode
+		return nil, eb.Error
+	}
+	snippet := strings.TrimSpace(string(data))
+	if len(snippet) > 200 {
+		snippet = snippet[:200] + "..."
+	}
+	return nil, &apiError{Status: resp.StatusCode, Code: strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_")),
+		Message: fmt.Sprintf("%s %s answered %q", method, u.Path, snippet)}
+}
+
+// do sends a request and decodes a 2xx answer into out.
+func (h *httpBackend) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
+	resp, err := h.send(ctx, method, path, q, body, "application/json")
+	if err != nil {
+		return err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
-		return fmt.Errorf("server: read the answer to %s %s: %w", method, u.Path, err)
-	}
-	if resp.StatusCode >= 300 {
-		var eb struct {
-			Error *apiError `json:"error"`
-		}
-		if json.Unmarshal(data, &eb) == nil && eb.Error != nil && eb.Error.Message != "" {
-			eb.Error.Status = resp.StatusCode
-			return eb.Error
-		}
-		snippet := strings.TrimSpace(string(data))
-		if len(snippet) > 200 {
-			snippet = snippet[:200] + "..."
-		}
-		return &apiError{Status: resp.StatusCode, Code: strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_")),
-			Message: fmt.Sprintf("%s %s answered %q", method, u.Path, snippet)}
+		return fmt.Errorf("server: read the answer to %s %s: %w", method, path, err)
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("server: malformed answer to %s %s: %w", method, u.Path, err)
+		return fmt.Errorf("server: malformed answer to %s %s: %w", method, path, err)
 	}
 	return nil
 }
@@ -402,21 +468,26 @@ func (h *httpBackend) Get(ctx context.Context, id int64) (*redrive.Job, error) {
 	return &j, h.do(ctx, http.MethodGet, "/v1/jobs/"+strconv.FormatInt(id, 10), nil, nil, &j)
 }
 
-func (h *httpBackend) List(ctx context.Context, q listQuery) (redrive.ListResult, error) {
+// listing returns the path and the filter parameters of a listing.
+func (q *listQuery) listing() (string, url.Values) {
 	v := url.Values{}
 	q.values(v)
+	if q.Dead {
+		return "/v1/dlq", v
+	}
+	if len(q.States) > 0 {
+		v.Set("state", strings.Join(q.States, ","))
+	}
+	return "/v1/jobs", v
+}
+
+func (h *httpBackend) List(ctx context.Context, q listQuery) (redrive.ListResult, error) {
+	path, v := q.listing()
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
 	if q.Cursor != "" {
 		v.Set("cursor", q.Cursor)
-	}
-	path := "/v1/dlq"
-	if !q.Dead {
-		path = "/v1/jobs"
-		if len(q.States) > 0 {
-			v.Set("state", strings.Join(q.States, ","))
-		}
 	}
 	var res redrive.ListResult
 	return res, h.do(ctx, http.MethodGet, path, v, nil, &res)
@@ -444,10 +515,100 @@ func (h *httpBackend) Groups(ctx context.Context, fo filterOptions, limit int) (
 	return res.Groups, h.do(ctx, http.MethodGet, "/v1/dlq/groups", v, nil, &res)
 }
 
-// Count is unknown over the API: it has no count route.
-func (h *httpBackend) Count(context.Context, filterOptions) (int64, error) { return -1, nil }
+// Count asks GET /v1/jobs/count or GET /v1/dlq/count. A server older
+// than the count routes answers GET /v1/dlq/count with 404 and GET
+// /v1/jobs/count as the job "count" (400, field id): the count is then
+// unknown (-1), not an error.
+func (h *httpBackend) Count(ctx context.Context, q listQuery) (int64, error) {
+	path, v := q.listing()
+	var res server.CountResponse
+	err := h.do(ctx, http.MethodGet, path+"/count", v, nil, &res)
+	if ae, ok := errors.AsType[*apiError](err); ok &&
+		(ae.Status == http.StatusNotFound || (ae.Status == http.StatusBadRequest && ae.Field == "id")) {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return res.Count, nil
+}
 
-func (h *httpBackend) Redrive(ctx context.Context, q redriveQuery, _ func(redrive.RedriveProgress)) (redrive.RedriveProgress, error) {
+// operationBody is the server's answer about one operation.
+type operationBody struct {
+	Operation server.Operation `json:"operation"`
+}
+
+// pollEvery is how often the CLI reads a server operation's progress.
+var pollEvery = 200 * time.Millisecond
+
+// follow polls the operation the server started until it ends, calling
+// report with each state read. When ctx ends first (Ctrl-C), it cancels
+// the operation on the server (what was done stays done) and returns its
+// final state with ctx's error. An operation that failed or was canceled
+// by someone else is an error too.
+func (h *httpBackend) follow(ctx context.Context, op server.Operation, report func(server.Operation)) (server.Operation, error) {
+	path := "/v1/operations/" + url.PathEscape(op.ID)
+	report(op)
+	t := time.NewTicker(pollEvery)
+	defer t.Stop()
+	for op.State == server.OperationRunning {
+		select {
+		case <-ctx.Done():
+			final, err := h.cancelOperation(ctx, path)
+			if err != nil {
+				return op, fmt.Errorf("%w; canceling operation %s on the server failed: %w", ctx.Err(), op.ID, err)
+			}
+			report(final)
+			return final, fmt.Errorf("%w: operation %s %s on the server", ctx.Err(), op.ID, final.State)
+		case <-t.C:
+		}
+		var ob operationBody
+		if err := h.do(ctx, http.MethodGet, path, nil, nil, &ob); err != nil {
+			if ctx.Err() != nil {
+				continue // canceled meanwhile: the next turn cancels the operation
+			}
+			return op, fmt.Errorf("follow operation %s: %w", op.ID, err)
+		}
+		op = ob.Operation
+		report(op)
+	}
+	switch op.State {
+	case server.OperationDone:
+		return op, nil
+	case server.OperationFailed:
+		return op, fmt.Errorf("server: operation %s failed: %s", op.ID, op.Error)
+	default:
+		return op, fmt.Errorf("server: operation %s %s: %s", op.ID, op.State, op.Error)
+	}
+}
+
+// cancelOperation cancels the operation at path after ctx has ended, and
+// returns its final state.
+func (h *httpBackend) cancelOperation(ctx context.Context, path string) (server.Operation, error) {
+	// A context of its own: ctx is over, and the cancel must still go.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var ob operationBody
+	err := h.do(cctx, http.MethodDelete, path, nil, nil, &ob)
+	if ae, ok := errors.AsType[*apiError](err); ok && ae.Status == http.StatusConflict {
+		// It ended meanwhile.
+		err = h.do(cctx, http.MethodGet, path, nil, nil, &ob)
+	}
+	return ob.Operation, err
+}
+
+// redriveProgress converts a redrive operation to the Client's progress.
+func redriveProgress(op server.Operation) redrive.RedriveProgress {
+	p := redrive.RedriveProgress{Matched: op.Matched, Redriven: op.Redriven, Refused: op.Refused, Skipped: op.Skipped,
+		Done: op.State == server.OperationDone}
+	if len(op.RefusedIDs) > 0 {
+		p.Refusals = op.RefusedIDs
+	}
+	return p
+}
+
+// Redrive starts a redrive operation on the server and follows it.
+func (h *httpBackend) Redrive(ctx context.Context, q redriveQuery, progress func(redrive.RedriveProgress)) (redrive.RedriveProgress, error) {
 	body := server.RedriveBody{IDs: q.IDs, Rate: q.Rate, Payload: q.Payload, Note: q.Note}
 	if len(q.IDs) == 0 {
 		if q.Filter.empty() {
@@ -457,47 +618,83 @@ func (h *httpBackend) Redrive(ctx context.Context, q redriveQuery, _ func(redriv
 			body.Filter = &fb
 		}
 	}
-	var prog redrive.RedriveProgress
-	return prog, h.do(ctx, http.MethodPost, "/v1/dlq/redrive", nil, body, &prog)
+	var ob operationBody
+	if err := h.do(ctx, http.MethodPost, "/v1/dlq/redrive", nil, body, &ob); err != nil {
+		return redrive.RedriveProgress{}, err
+	}
+	op, err := h.follow(ctx, ob.Operation, func(op server.Operation) {
+		if progress != nil {
+			progress(redriveProgress(op))
+		}
+	})
+	return redriveProgress(op), err
 }
 
-func (h *httpBackend) Purge(ctx context.Context, fo filterOptions, all bool) (int64, error) {
+// Purge starts a purge operation on the server and follows it.
+func (h *httpBackend) Purge(ctx context.Context, fo filterOptions, all bool, progress func(purgeProgress)) (int64, error) {
 	v := url.Values{}
 	fo.values(v)
 	if all {
 		v.Set("all", "true")
 	}
-	var res struct {
-		Purged int64 `json:"purged"`
+	var ob operationBody
+	if err := h.do(ctx, http.MethodDelete, "/v1/dlq", v, nil, &ob); err != nil {
+		return 0, err
 	}
-	return res.Purged, h.do(ctx, http.MethodDelete, "/v1/dlq", v, nil, &res)
+	op, err := h.follow(ctx, ob.Operation, func(op server.Operation) {
+		if progress != nil {
+			progress(purgeProgress{Matched: op.Matched, Purged: op.Purged})
+		}
+	})
+	return op.Purged, err
 }
 
-// Export pages through GET /v1/dlq and writes each job's folder as
-// redrive.Client.Export does.
-func (h *httpBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int)) (int, error) {
+// Export reads GET /v1/dlq/export (NDJSON, one job a line) and writes
+// each job's folder as redrive.Client.Export does.
+func (h *httpBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
+	if dir == "" {
+		return 0, errors.New("export: empty directory")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
-	q := listQuery{filterOptions: fo, Dead: true, Limit: 200}
+	v := url.Values{}
+	fo.values(v)
+	resp, err := h.send(ctx, http.MethodGet, "/v1/dlq/export", v, nil, "application/x-ndjson")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-ndjson") {
+		return 0, fmt.Errorf("server: GET /v1/dlq/export answered %q, not application/x-ndjson (is the server older than this CLI?)", ct)
+	}
+	total := int64(-1)
+	if n, err := strconv.ParseInt(resp.Header.Get("X-Total-Count"), 10, 64); err == nil && n >= 0 {
+		total = n
+	}
+	if progress != nil {
+		progress(0, total)
+	}
+	dec := json.NewDecoder(resp.Body)
 	n := 0
 	for {
-		res, err := h.List(ctx, q)
-		if err != nil {
-			return n, err
-		}
-		for _, j := range res.Jobs {
-			if err := redrive.ExportJob(dir, j); err != nil {
-				return n, fmt.Errorf("export job %d: %w", j.ID, err)
-			}
-			n++
-		}
-		if progress != nil {
-			progress(n)
-		}
-		if res.Next == "" {
+		var line server.ExportLine
+		err := dec.Decode(&line)
+		if errors.Is(err, io.EOF) {
 			return n, nil
 		}
-		q.Cursor = res.Next
+		if err != nil {
+			return n, fmt.Errorf("server: export stream cut after %d job(s): %w", n, err)
+		}
+		if line.Job == nil || line.Job.ID <= 0 {
+			return n, fmt.Errorf("server: export line %d holds no job", n+1)
+		}
+		if err := redrive.ExportJob(dir, line.Job); err != nil {
+			return n, fmt.Errorf("export job %d: %w", line.Job.ID, err)
+		}
+		n++
+		if progress != nil {
+			progress(n, total)
+		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
+
+	"github.com/redrivehq/redrive/retry"
 )
 
 // serveConfig is the configuration of `redrive serve`, once every source
@@ -46,6 +48,12 @@ type serveConfig struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is the level of the JSON logs.
 	LogLevel slog.Level
+	// Retry is the default retry policy: of every queue without its own,
+	// and so of the http kind.
+	Retry retry.Policy
+	// QueueRetry is the retry policy of each queue served that the config
+	// file gives one (its "retry" object on top of Retry).
+	QueueRetry map[string]retry.Policy
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
 	queuesSpec string
@@ -79,8 +87,8 @@ const (
 )
 
 // settings are every setting of `redrive serve`. The global --db flag is
-// one of them.
-var settings = []setting{
+// one of them; the retry settings are in retry_config.go.
+var settings = append([]setting{
 	{name: "addr", def: "127.0.0.1:8080", help: "host:port to listen on (a non-loopback address needs a token)", apply: func(c *serveConfig, v string) error {
 		if _, err := listenHostPort(v); err != nil {
 			return err
@@ -174,7 +182,7 @@ var settings = []setting{
 		c.LogLevel = l
 		return nil
 	}},
-}
+}, retrySettings...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -213,30 +221,38 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 			return nil, fmt.Errorf("default of %s: %w", s.name, err) // a bug
 		}
 	}
+	// srcs names where each setting given came from, as an error would
+	// name it; the settings left at their defaults are absent.
+	srcs := map[string]string{}
 	// The config file.
 	path := getenv(configEnv)
 	if f := flags.Lookup("config"); f != nil && f.Changed {
 		path = f.Value.String()
 	}
+	var file *configFile
 	if path != "" {
-		vals, err := readConfigFile(path)
-		if err != nil {
+		var err error
+		if file, err = readConfigFile(path); err != nil {
 			return nil, err
 		}
-		keys := make([]string, 0, len(vals))
-		for k := range vals {
+		keys := make([]string, 0, len(file.vals))
+		for k := range file.vals {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			name := strings.ReplaceAll(k, ".", "-")
+			name := normalizeKey(k)
 			s, ok := byName[name]
 			if !ok {
-				return nil, fmt.Errorf("%s: unknown setting %q (known: %s)", path, k, settingNames())
+				return nil, fmt.Errorf("%s: unknown setting %q (known: %s; in a \"retry\" object: %s)", path, k, settingNames(), retryKeys())
 			}
-			if err := s.apply(c, vals[k]); err != nil {
+			if prev, dup := srcs[name]; dup {
+				return nil, fmt.Errorf("%s: %s: the setting %s is given twice (also as %s)", path, k, name, strings.TrimPrefix(prev, path+": "))
+			}
+			if err := s.apply(c, file.vals[k]); err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", path, k, err)
 			}
+			srcs[name] = path + ": " + k
 		}
 	}
 	// The environment.
@@ -245,6 +261,7 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 			if err := s.apply(c, v); err != nil {
 				return nil, fmt.Errorf("%s: %w", s.env(), err)
 			}
+			srcs[s.name] = s.env()
 		}
 	}
 	// The flags given on the command line.
@@ -256,12 +273,36 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 		if err := s.apply(c, f.Value.String()); err != nil {
 			return nil, fmt.Errorf("--%s: %w", s.name, err)
 		}
+		srcs[s.name] = "--" + s.name
 	}
 	qs, err := parseQueues(c.queuesSpec, c.Workers)
 	if err != nil {
 		return nil, fmt.Errorf("queues: %w", err) // validated above; cannot happen
 	}
 	c.Queues = qs
+	// The retry policies: the default one, then each queue's on top.
+	if err := checkRetryDelays(c.Retry, srcs["retry-base"], srcs["retry-max"]); err != nil {
+		return nil, err
+	}
+	if err := c.Retry.Validate(); err != nil {
+		return nil, fmt.Errorf("retry: %w", err) // the settings' bounds should prevent it
+	}
+	if file != nil && len(file.queueRetry) > 0 {
+		all, err := resolveQueueRetry(c, path, file.queueRetry, srcs["retry-base"], srcs["retry-max"])
+		if err != nil {
+			return nil, err
+		}
+		// A queue's policy applies whenever it is served; --queues or
+		// $REDRIVE_QUEUES may list other queues than the file.
+		for q, p := range all {
+			if _, served := c.Queues[q]; served {
+				if c.QueueRetry == nil {
+					c.QueueRetry = map[string]retry.Policy{}
+				}
+				c.QueueRetry[q] = p
+			}
+		}
+	}
 	return c, nil
 }
 
@@ -282,10 +323,22 @@ func settingNames() string {
 // maxConfigFile bounds the config file's size.
 const maxConfigFile = 1 << 20
 
+// configFile is what a config file holds.
+type configFile struct {
+	// vals are the settings keyed as the file spells them; those of the
+	// "retry" object are "retry.<key>".
+	vals map[string]string
+	// queueRetry holds the "retry" object of each queue of the "queues"
+	// object that has one, keyed as the file spells them.
+	queueRetry map[string]map[string]string
+}
+
 // readConfigFile reads a JSON object of settings keyed by flag name. A
-// value may be a string, a number or a boolean; "queues" may also be an
-// object of queue names to concurrencies.
-func readConfigFile(path string) (map[string]string, error) {
+// value may be a string, a number or a boolean. "retry" may be an object
+// of retry settings. "queues" may be an object of queue names to a
+// concurrency or to an object {"workers": N, "retry": {...}} (both
+// optional).
+func readConfigFile(path string) (*configFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
@@ -309,33 +362,168 @@ func readConfigFile(path string) (map[string]string, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%s: unexpected data after the JSON object of settings", path)
 	}
-	out := map[string]string{}
+	out := &configFile{vals: map[string]string{}}
 	for k, v := range raw {
 		v = bytes.TrimSpace(v)
-		var s string
-		var q map[string]int
+		name := normalizeKey(k)
+		if s, ok := scalarValue(v); ok && name != "retry" {
+			out.vals[k] = s
+			continue
+		}
+		isObject := len(v) > 0 && v[0] == '{'
 		switch {
-		case json.Unmarshal(v, &s) == nil:
-			out[k] = s
-		case len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9'), string(v) == "true", string(v) == "false":
-			out[k] = string(v)
-		case len(v) > 0 && v[0] == '{' && json.Unmarshal(v, &q) == nil:
-			parts := make([]string, 0, len(q))
-			for name, n := range q {
-				// The object is joined into the name=N,... form: a name
-				// holding a separator would silently become other queues.
-				if strings.ContainsAny(name, ",=") {
-					return nil, fmt.Errorf("%s: %s: queue name %q contains %q or %q", path, k, name, ",", "=")
-				}
-				parts = append(parts, fmt.Sprintf("%s=%d", name, n))
+		case name == "retry":
+			vals, err := retryObject(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", path, k, err)
 			}
-			sort.Strings(parts)
-			out[k] = strings.Join(parts, ",")
+			for rk, rv := range vals {
+				out.vals[k+"."+rk] = rv
+			}
+		case name == "queues" && isObject:
+			spec, qr, err := queuesObject(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", path, k, err)
+			}
+			out.vals[k] = spec
+			out.queueRetry = qr
 		default:
-			return nil, fmt.Errorf("%s: %s: want a string, a number or a boolean, got %s", path, k, v)
+			return nil, fmt.Errorf("%s: %s: want a string, a number or a boolean, got %s", path, k, clipJSON(v))
 		}
 	}
 	return out, nil
+}
+
+// scalarValue returns the text of a JSON string, number or boolean.
+func scalarValue(v json.RawMessage) (string, bool) {
+	var s string
+	switch {
+	case json.Unmarshal(v, &s) == nil:
+		return s, true
+	case len(v) > 0 && (v[0] == '-' || v[0] >= '0' && v[0] <= '9'), string(v) == "true", string(v) == "false":
+		return string(v), true
+	}
+	return "", false
+}
+
+// retryObject reads a "retry" object: retry settings keyed as in the
+// file, each a string or a number.
+func retryObject(v json.RawMessage) (map[string]string, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(v, &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("want an object of retry settings (%s), got %s", retryKeys(), clipJSON(v))
+	}
+	out := make(map[string]string, len(obj))
+	seen := map[string]string{}
+	for k, rv := range obj {
+		name := normalizeKey(k)
+		if !isRetrySetting(name) {
+			return nil, fmt.Errorf("unknown retry setting %q (known: %s)", k, retryKeys())
+		}
+		if prev, dup := seen[name]; dup {
+			return nil, fmt.Errorf("%s: given twice (also as %s)", k, prev)
+		}
+		seen[name] = k
+		rv = bytes.TrimSpace(rv)
+		s, ok := scalarValue(rv)
+		if !ok || string(rv) == "true" || string(rv) == "false" {
+			return nil, fmt.Errorf("%s: want a string or a number, got %s", k, clipJSON(rv))
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// isRetrySetting reports whether name (normalised, without the "retry-"
+// prefix) is a retry setting.
+func isRetrySetting(name string) bool {
+	for _, s := range retrySettings {
+		if s.name == retryPrefix+name {
+			return true
+		}
+	}
+	return false
+}
+
+// queuesObject reads the object form of "queues": each queue name maps to
+// its concurrency, or to an object with an optional "workers" and an
+// optional "retry" object. It returns the queues in the name=N,... form
+// (a queue without workers gets --workers) and the retry settings of the
+// queues that have some.
+func queuesObject(v json.RawMessage) (string, map[string]map[string]string, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(v, &obj); err != nil {
+		return "", nil, fmt.Errorf("want an object of queue names to concurrencies or to {\"workers\": N, \"retry\": {...}}: %w", err)
+	}
+	parts := make([]string, 0, len(obj))
+	var qr map[string]map[string]string
+	for name, qv := range obj {
+		// The object is joined into the name=N,... form: a name holding
+		// a separator would silently become other queues.
+		if strings.ContainsAny(name, ",=") {
+			return "", nil, fmt.Errorf("queue name %q contains %q or %q", name, ",", "=")
+		}
+		if strings.TrimSpace(name) == "" {
+			return "", nil, fmt.Errorf("queue name %q is empty", name)
+		}
+		qv = bytes.TrimSpace(qv)
+		if len(qv) == 0 || qv[0] != '{' {
+			n, err := wholeNumber(qv)
+			if err != nil {
+				return "", nil, fmt.Errorf("queue %q: want a concurrency or an object {\"workers\": N, \"retry\": {...}}, got %s", name, clipJSON(qv))
+			}
+			parts = append(parts, fmt.Sprintf("%s=%d", name, n))
+			continue
+		}
+		var q map[string]json.RawMessage
+		if err := json.Unmarshal(qv, &q); err != nil {
+			return "", nil, fmt.Errorf("queue %q: %w", name, err)
+		}
+		part := name
+		for k, fv := range q {
+			switch k {
+			case "workers":
+				n, err := wholeNumber(bytes.TrimSpace(fv))
+				if err != nil {
+					return "", nil, fmt.Errorf("queue %q: workers: want a whole number, got %s", name, clipJSON(fv))
+				}
+				part = fmt.Sprintf("%s=%d", name, n)
+			case "retry":
+				vals, err := retryObject(fv)
+				if err != nil {
+					return "", nil, fmt.Errorf("queue %q: retry: %w", name, err)
+				}
+				if qr == nil {
+					qr = map[string]map[string]string{}
+				}
+				// Keyed as parseQueues will name the queue.
+				qr[strings.TrimSpace(name)] = vals
+			default:
+				return "", nil, fmt.Errorf("queue %q: unknown key %q (want workers or retry)", name, k)
+			}
+		}
+		parts = append(parts, part)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ","), qr, nil
+}
+
+// wholeNumber decodes a JSON integer.
+func wholeNumber(v json.RawMessage) (int, error) {
+	var n int
+	if err := json.Unmarshal(v, &n); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// clipJSON shortens a JSON value for an error message.
+func clipJSON(v []byte) string {
+	const limit = 80
+	if len(v) > limit {
+		return string(v[:limit]) + "..."
+	}
+	return string(v)
 }
 
 // parseQueues parses "default=10,webhooks=50"; a queue without "=N" gets

@@ -8,8 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/pflag"
+
+	"github.com/redrivehq/redrive/retry"
 )
 
 // fuzzLoad runs loadServeConfig with the given command-line settings and
@@ -49,6 +53,30 @@ func checkValidConfig(t *testing.T, c *serveConfig) {
 		t.Fatalf("accepted token %q", c.Token)
 	}
 	checkQueues(t, c.queuesSpec, c.Queues)
+	checkPolicy(t, "the default policy", c.Retry)
+	for q, p := range c.QueueRetry {
+		if _, ok := c.Queues[q]; !ok {
+			t.Fatalf("a policy for queue %q, which is not served (%v)", q, c.Queues)
+		}
+		checkPolicy(t, "queue "+q, p)
+	}
+}
+
+// checkPolicy checks that an accepted retry policy is within the bounds
+// the retry settings promise.
+func checkPolicy(t *testing.T, what string, p retry.Policy) {
+	t.Helper()
+	if err := p.Validate(); err != nil {
+		t.Fatalf("%s: accepted an invalid policy %+v: %v", what, p, err)
+	}
+	if p.MaxRetries < 0 || p.MaxRetries > maxRetriesSetting || p.Initial <= 0 || p.MaxDelay < p.Initial ||
+		p.MaxDelay > maxRetryDelaySetting || p.Multiplier < 1 || p.Multiplier > maxMultiplierSetting ||
+		p.MaxRetryAfter <= 0 || p.MaxRetryAfter > maxRetryDelaySetting || p.JitterMax < 0 || p.JitterMax > maxRetryDelaySetting {
+		t.Fatalf("%s: accepted a policy out of bounds: %+v", what, p)
+	}
+	if _, err := retry.ParseJitter(p.Jitter.String()); err != nil {
+		t.Fatalf("%s: accepted jitter %v", what, p.Jitter)
+	}
 }
 
 // checkQueues checks a parsed queue map: at least one queue, every name
@@ -107,6 +135,11 @@ func FuzzConfigFile(f *testing.F) {
 		`[1,2]`,
 		`{"addr":`,
 		``,
+		`{"retry":{"max_retries":5,"base":"1s","max":"5m","jitter":"full"}}`,
+		`{"retry":{"base":"10s","max":"5s"}}`,
+		`{"queues":{"default":10,"webhooks":{"workers":50,"retry":{"max_retries":1,"base":"50ms","max":"200ms"}}}}`,
+		`{"queues":{"a":{"retry":{"jitter":"sideways"}}}}`,
+		`{"retry-base":"2s","retry":{"base":"3s"}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -140,13 +173,147 @@ func FuzzConfigFile(f *testing.F) {
 			return
 		}
 		checkValidConfig(t, c)
-		// The object form of queues lists exactly the queues it names.
+		// The object form of queues lists exactly the queues it names,
+		// and a queue's retry object gives that queue its policy.
 		var obj struct {
-			Queues map[string]int `json:"queues"`
+			Queues map[string]json.RawMessage `json:"queues"`
+			Retry  *struct {
+				MaxRetries *int `json:"max_retries"`
+			} `json:"retry"`
 		}
 		if bytes.Count(content, []byte(`"queues"`)) == 1 && json.Unmarshal(content, &obj) == nil && obj.Queues != nil {
 			if len(obj.Queues) != len(c.Queues) {
 				t.Fatalf("content %q: queues object %v became %v", content, obj.Queues, c.Queues)
+			}
+			for name, raw := range obj.Queues {
+				name = strings.TrimSpace(name) // as the queue is served
+				var q struct {
+					Retry *struct {
+						MaxRetries *int `json:"max_retries"`
+					} `json:"retry"`
+				}
+				if json.Unmarshal(raw, &q) != nil || q.Retry == nil {
+					if _, ok := c.QueueRetry[name]; ok && bytes.Count(content, []byte(`"retry"`)) <= 1 {
+						t.Fatalf("content %q: queue %q has no retry object but a policy %+v", content, name, c.QueueRetry[name])
+					}
+					continue
+				}
+				p, ok := c.QueueRetry[name]
+				if !ok {
+					t.Fatalf("content %q: queue %q has a retry object but no policy", content, name)
+				}
+				if q.Retry.MaxRetries != nil && p.MaxRetries != *q.Retry.MaxRetries {
+					t.Fatalf("content %q: queue %q: max_retries %d became %d", content, name, *q.Retry.MaxRetries, p.MaxRetries)
+				}
+			}
+		}
+		if bytes.Count(content, []byte(`"max_retries"`)) == 1 && json.Unmarshal(content, &obj) == nil &&
+			obj.Retry != nil && obj.Retry.MaxRetries != nil && c.Retry.MaxRetries != *obj.Retry.MaxRetries {
+			t.Fatalf("content %q: retry.max_retries %d became %d", content, *obj.Retry.MaxRetries, c.Retry.MaxRetries)
+		}
+	})
+}
+
+// retryFlags are the retry settings FuzzRetrySettings sets, in the order
+// of its arguments.
+var retryFlags = []string{"retry-max-retries", "retry-base", "retry-max", "retry-jitter", "retry-multiplier"}
+
+func FuzzRetrySettings(f *testing.F) {
+	// The seeds of testdata/fuzz/FuzzRetrySettings come on top of these.
+	for _, s := range [][5]string{
+		{"3", "1s", "30s", "proportional", "2"},
+		{"0", "50ms", "200ms", "none", "1"},
+		{"1000", "1ns", "168h", "decorrelated", "100"},
+		{"5", "10s", "5s", "full", "2"},
+		{"-1", "0s", "1h", "equal", "0.5"},
+		{"1001", "1s", "169h", "wobbly", "NaN"},
+		{"3.0", "1", "1m", " Full ", "+Inf"},
+		{"", "", "", "", ""},
+	} {
+		f.Add(s[0], s[1], s[2], s[3], s[4])
+	}
+	f.Fuzz(func(t *testing.T, maxRetries, base, maxDelay, jitter, multiplier string) {
+		vals := []string{maxRetries, base, maxDelay, jitter, multiplier}
+		flags := map[string]string{}
+		env := map[string]string{}
+		obj := map[string]string{}
+		for i, name := range retryFlags {
+			if vals[i] == "" {
+				continue // an empty variable counts as unset; leave the setting out everywhere
+			}
+			flags[name] = vals[i]
+			env[(setting{name: name}).env()] = vals[i]
+			obj[retryKey(name)] = vals[i]
+		}
+		// JSON replaces invalid UTF-8, which would change the values: the
+		// file is compared only for values it can hold.
+		withFile := true
+		for _, v := range vals {
+			withFile = withFile && utf8.ValidString(v)
+		}
+		fileContent, err := json.Marshal(map[string]any{"retry": obj})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "redrive.json")
+		if err := os.WriteFile(path, fileContent, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			c   *serveConfig
+			err error
+		}
+		results := map[string]result{}
+		for src, prefix := range map[string]string{"flags": "--retry-", "env": "REDRIVE_RETRY_", "file": path + ": retry"} {
+			if src == "file" && !withFile {
+				continue
+			}
+			var c *serveConfig
+			var err error
+			switch src {
+			case "flags":
+				c, err = fuzzLoad(t, flags, nil)
+			case "env":
+				c, err = fuzzLoad(t, nil, env)
+			case "file":
+				c, err = fuzzLoad(t, nil, map[string]string{configEnv: path})
+			}
+			results[src] = result{c, err}
+			if err != nil {
+				// The error names a retry setting as its source spells it.
+				if !strings.HasPrefix(err.Error(), prefix) {
+					t.Fatalf("%s %q: error does not name the retry setting: %v", src, vals, err)
+				}
+				continue
+			}
+			checkValidConfig(t, c)
+			// Each value given is the one in force.
+			p := c.Retry
+			if n, err := strconv.Atoi(strings.TrimSpace(maxRetries)); maxRetries != "" && (err != nil || n != p.MaxRetries) {
+				t.Fatalf("%s: max retries %q became %d", src, maxRetries, p.MaxRetries)
+			}
+			if d, err := time.ParseDuration(strings.TrimSpace(base)); base != "" && (err != nil || d != p.Initial) {
+				t.Fatalf("%s: base %q became %s", src, base, p.Initial)
+			}
+			if d, err := time.ParseDuration(strings.TrimSpace(maxDelay)); maxDelay != "" && (err != nil || d != p.MaxDelay) {
+				t.Fatalf("%s: max %q became %s", src, maxDelay, p.MaxDelay)
+			}
+			if j, err := retry.ParseJitter(jitter); jitter != "" && (err != nil || j != p.Jitter) {
+				t.Fatalf("%s: jitter %q became %s", src, jitter, p.Jitter)
+			}
+		}
+		// The three sources agree on the verdict and on the policy.
+		fl := results["flags"]
+		for _, src := range []string{"env", "file"} {
+			o, ok := results[src]
+			if !ok {
+				continue
+			}
+			if (fl.err == nil) != (o.err == nil) {
+				t.Fatalf("%q: the flags say %v, %s says %v", vals, fl.err, src, o.err)
+			}
+			if fl.err == nil && fl.c.Retry != o.c.Retry {
+				t.Fatalf("%q: the flags give %+v, %s %+v", vals, fl.c.Retry, src, o.c.Retry)
 			}
 		}
 	})
@@ -205,4 +372,72 @@ func FuzzQueues(f *testing.F) {
 			checkValidConfig(t, c)
 		}
 	})
+}
+
+// readCorpus reads the arguments of a seed file of testdata/fuzz: one
+// []byte("...") or string("...") per line after the header.
+func readCorpus(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if lines[0] != "go test fuzz v1" {
+		t.Fatalf("%s: not a fuzz corpus file", path)
+	}
+	var args []string
+	for _, l := range lines[1:] {
+		open := strings.IndexByte(l, '(')
+		if open < 0 || !strings.HasSuffix(l, ")") {
+			t.Fatalf("%s: cannot read %q", path, l)
+		}
+		s, err := strconv.Unquote(l[open+1 : len(l)-1])
+		if err != nil {
+			t.Fatalf("%s: %q: %v", path, l, err)
+		}
+		args = append(args, s)
+	}
+	return args
+}
+
+// TestConfigCorpusVerdicts checks that the committed seeds named valid_*
+// load and those named invalid_* are refused, so that the corpus keeps
+// meaning what its names say.
+func TestConfigCorpusVerdicts(t *testing.T) {
+	for _, fuzz := range []string{"FuzzConfigFile", "FuzzRetrySettings"} {
+		paths, err := filepath.Glob(filepath.Join("testdata", "fuzz", fuzz, "*"))
+		if err != nil || len(paths) == 0 {
+			t.Fatalf("no seeds for %s: %v", fuzz, err)
+		}
+		for _, p := range paths {
+			name := filepath.Base(p)
+			valid := strings.HasPrefix(name, "valid_")
+			if !valid && !strings.HasPrefix(name, "invalid_") {
+				continue
+			}
+			args := readCorpus(t, p)
+			var err error
+			switch fuzz {
+			case "FuzzConfigFile":
+				file := filepath.Join(t.TempDir(), "redrive.json")
+				if werr := os.WriteFile(file, []byte(args[0]), 0o600); werr != nil {
+					t.Fatal(werr)
+				}
+				_, err = fuzzLoad(t, nil, map[string]string{configEnv: file})
+			case "FuzzRetrySettings":
+				flags := map[string]string{}
+				for i, v := range args {
+					flags[retryFlags[i]] = v
+				}
+				_, err = fuzzLoad(t, flags, nil)
+			}
+			if valid && err != nil {
+				t.Errorf("%s/%s: refused: %v", fuzz, name, err)
+			}
+			if !valid && err == nil {
+				t.Errorf("%s/%s: accepted", fuzz, name)
+			}
+		}
+	}
 }

@@ -60,6 +60,7 @@ This binary is its command-line tool.`,
 		newJobsCmd(g),
 		newDLQCmd(g),
 		newStatsCmd(g),
+		newQueuesCmd(g),
 	)
 	return root
 }

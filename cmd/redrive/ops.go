@@ -27,6 +27,14 @@ token) the command calls that server's REST API. Without, it opens the store
 directly: the SQLite database --db, or PostgreSQL with --database-url
 (default $` + databaseURLEnv + `).`
 
+const bulkHelp = `
+A progress bar shows on standard error when it is a terminal (otherwise a
+plain line every few seconds, or nothing with --json); standard output gets
+the result only. With --server the server runs it as an operation
+(/v1/operations/{id}) that the CLI polls; Ctrl-C cancels it there too, and
+what was done stays done.
+`
+
 // withBackend runs f on the backend the flags select, and closes it.
 func withBackend(g *globalOptions, c *connOptions, f func(ctx context.Context, b backend) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
@@ -133,7 +141,13 @@ func newListCmd(g *globalOptions, dead bool) *cobra.Command {
 	if dead {
 		short = "List dead jobs, newest first"
 	}
-	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: short, Long: short + ".\n" + connHelp, Args: cobra.NoArgs}
+	long := short + `.
+
+When the jobs fill more than one page, a line under the table says how many
+the page shows of how many match ("showing 50 of 1,234 jobs"), then the
+cursor of the next page. --json prints the page only.
+` + connHelp
+	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: short, Long: long, Args: cobra.NoArgs}
 	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
 		if q.Limit < 0 || q.Limit > store.MaxPageSize {
 			return flagErrorf(cmd, "--limit must be from 1 to %d", store.MaxPageSize)
@@ -149,7 +163,16 @@ func newListCmd(g *globalOptions, dead bool) *cobra.Command {
 		if g.JSON {
 			return writeJSON(out, res)
 		}
-		return writeJobList(out, res, dead)
+		summary := ""
+		if res.Next != "" || q.Cursor != "" {
+			// More than one page: say how many match in all.
+			total, err := b.Count(ctx, q)
+			if err != nil {
+				return fmt.Errorf("count the matching jobs: %w", err)
+			}
+			summary = pageSummary(len(res.Jobs), total, q.Cursor != "", dead)
+		}
+		return writeJobList(out, res, dead, summary)
 	})
 	addFilterFlags(cmd, &q.filterOptions)
 	f := cmd.Flags()
@@ -284,8 +307,10 @@ func newRedriveCmd(g *globalOptions) *cobra.Command {
 		Short: "Move dead jobs back to pending",
 		Long: `Redrive dead jobs: by id, or every dead job matching the filters with
 --all-matching (with no filter: every dead job). A redrive by filter asks for
-confirmation on standard input unless --yes.
-` + connHelp,
+confirmation on standard input unless --yes, saying how many dead jobs match
+("Redrive 1,234 dead jobs matching queue=mail? [y/N]"); when none match, it
+says so and does nothing.
+` + bulkHelp + connHelp,
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		switch {
@@ -313,24 +338,32 @@ confirmation on standard input unless --yes.
 			return flagErrorf(cmd, "--rate must not be negative")
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			out := cmd.OutOrStdout()
 			if allMatching {
-				what, err := describeCount(ctx, b, q.Filter)
+				n, err := confirmDLQ(ctx, cmd, b, yes, "Redrive", q.Filter)
 				if err != nil {
 					return err
 				}
-				if err := confirm(cmd, yes, "Redrive "+what+"?"); err != nil {
+				if n == 0 {
+					if g.JSON {
+						return writeJSON(out, redrive.RedriveProgress{Done: true})
+					}
+					_, err := fmt.Fprintln(out, nothingSelected(q.Filter, "redrive"))
 					return err
 				}
 			}
-			pl, end := progressLine(cmd, g, func(p redrive.RedriveProgress) string {
-				return fmt.Sprintf("redriven %d of %d (refused %d, skipped %d)", p.Redriven, p.Matched, p.Refused, p.Skipped)
+			bar := newProgressBar(cmd, g, "redrive")
+			prog, err := b.Redrive(ctx, q, func(p redrive.RedriveProgress) {
+				bar.update(p.Redriven+p.Refused+p.Skipped, p.Matched, fmt.Sprintf("refused %d, skipped %d", p.Refused, p.Skipped))
 			})
-			prog, err := b.Redrive(ctx, q, pl)
-			end()
+			bar.finish()
 			if err != nil {
+				if done := prog.Redriven + prog.Refused + prog.Skipped; done > 0 {
+					return fmt.Errorf("redrive stopped after redriving %d of %d (refused %d, skipped %d): %w",
+						prog.Redriven, prog.Matched, prog.Refused, prog.Skipped, err)
+				}
 				return err
 			}
-			out := cmd.OutOrStdout()
 			if g.JSON {
 				return writeJSON(out, prog)
 			}
@@ -367,8 +400,10 @@ func newPurgeCmd(g *globalOptions) *cobra.Command {
 		Use:   "purge (filters | --all)",
 		Short: "Delete dead jobs",
 		Long: `Delete the dead jobs matching the filters, or every dead job with --all.
-It asks for confirmation on standard input unless --yes.
-` + connHelp,
+It asks for confirmation on standard input unless --yes, saying how many dead
+jobs match ("Purge 1,234 dead jobs matching queue=mail? [y/N]"); when none
+match, it says so and does nothing.
+` + bulkHelp + connHelp,
 		Args: cobra.NoArgs,
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -379,15 +414,24 @@ It asks for confirmation on standard input unless --yes.
 			return flagErrorf(cmd, "give filters or --all, not both")
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			what, err := describeCount(ctx, b, fo)
+			matched, err := confirmDLQ(ctx, cmd, b, yes, "Purge", fo)
 			if err != nil {
 				return err
 			}
-			if err := confirm(cmd, yes, "Delete "+what+" for good?"); err != nil {
+			if matched == 0 {
+				if g.JSON {
+					return writeJSON(cmd.OutOrStdout(), map[string]int64{"purged": 0})
+				}
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), nothingSelected(fo, "purge"))
 				return err
 			}
-			n, err := b.Purge(ctx, fo, all)
+			bar := newProgressBar(cmd, g, "purge")
+			n, err := b.Purge(ctx, fo, all, func(p purgeProgress) { bar.update(p.Purged, p.Matched, "") })
+			bar.finish()
 			if err != nil {
+				if n > 0 {
+					return fmt.Errorf("purge stopped after deleting %d dead job(s): %w", n, err)
+				}
 				return err
 			}
 			if g.JSON {
@@ -413,17 +457,25 @@ func newExportCmd(g *globalOptions) *cobra.Command {
 		Use:   "export DIR",
 		Short: "Write dead jobs to a folder, one directory per job",
 		Long: `Write the dead jobs matching the filters to DIR, one directory per job
-named by its id, holding payload.json, error.json and metadata.json.
+named by its id, holding payload.json, error.json and metadata.json. With
+--server the jobs come from GET /v1/dlq/export (NDJSON) and the folders are
+the same.
+
+A progress bar shows on standard error when it is a terminal (otherwise a
+plain line every few seconds, or nothing with --json).
 ` + connHelp,
 		Args: cobra.ExactArgs(1),
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		dir := args[0]
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			pl, end := progressLine(cmd, g, func(n int) string { return fmt.Sprintf("exported %d", n) })
-			n, err := b.Export(ctx, dir, fo, pl)
-			end()
+			bar := newProgressBar(cmd, g, "export")
+			n, err := b.Export(ctx, dir, fo, func(n int, total int64) { bar.update(int64(n), total, "") })
+			bar.finish()
 			if err != nil {
+				if n > 0 {
+					return fmt.Errorf("export stopped after writing %d dead job(s) to %s: %w", n, dir, err)
+				}
 				return err
 			}
 			if g.JSON {
@@ -436,19 +488,6 @@ named by its id, holding payload.json, error.json and metadata.json.
 	addFilterFlags(cmd, &fo)
 	addConnFlags(cmd, &c)
 	return cmd
-}
-
-// describeCount words what a filter selects, with the count when the
-// backend knows it.
-func describeCount(ctx context.Context, b backend, fo filterOptions) (string, error) {
-	n, err := b.Count(ctx, fo)
-	if err != nil {
-		return "", err
-	}
-	if n < 0 {
-		return fo.describe(), nil
-	}
-	return fmt.Sprintf("%s (%d job(s))", fo.describe(), n), nil
 }
 
 // errNotConfirmed is the refusal of a destructive operation nobody
@@ -481,23 +520,6 @@ func confirm(cmd *cobra.Command, yes bool, question string) error {
 	return fmt.Errorf("%w: nothing done", errNotConfirmed)
 }
 
-// progressLine returns a progress callback that rewrites one line on
-// standard error (none with --json), and the function that ends the line.
-func progressLine[T any](cmd *cobra.Command, g *globalOptions, format func(T) string) (func(T), func()) {
-	if g.JSON {
-		return nil, func() {}
-	}
-	wrote := false
-	return func(v T) {
-			wrote = true
-			fmt.Fprintf(cmd.ErrOrStderr(), "\r%s", format(v))
-		}, func() {
-			if wrote {
-				fmt.Fprintln(cmd.ErrOrStderr())
-			}
-		}
-}
-
 // writeTable writes a header and rows as aligned columns.
 func writeTable(w io.Writer, header []string, rows func(row func(...any))) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -515,7 +537,9 @@ func writeTable(w io.Writer, header []string, rows func(row func(...any))) error
 	return tw.Flush()
 }
 
-func writeJobList(out io.Writer, res redrive.ListResult, dead bool) error {
+// writeJobList writes a page of jobs as a table, then summary (how many
+// the page shows of how many, when not "") and the next page's cursor.
+func writeJobList(out io.Writer, res redrive.ListResult, dead bool, summary string) error {
 	if len(res.Jobs) == 0 {
 		_, err := fmt.Fprintln(out, "no jobs")
 		return err
@@ -536,6 +560,11 @@ func writeJobList(out io.Writer, res redrive.ListResult, dead bool) error {
 	}
 	if err != nil {
 		return err
+	}
+	if summary != "" {
+		if _, err := fmt.Fprintln(out, summary); err != nil {
+			return err
+		}
 	}
 	if res.Next != "" {
 		_, err = fmt.Fprintf(out, "more: --cursor %s\n", res.Next)

@@ -192,8 +192,8 @@ func TestDirectMode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redrive --all-matching: %v", err)
 	}
-	if !strings.Contains(stderr, `Redrive the dead jobs matching queue="mail" (2 job(s))?`) || !strings.Contains(stderr, "redriven 2 of 2") {
-		t.Errorf("redrive prompt/progress: %q", stderr)
+	if !strings.Contains(stderr, `Redrive 2 dead jobs matching queue=mail? [y/N]`) {
+		t.Errorf("redrive prompt: %q", stderr)
 	}
 	if !strings.Contains(out, "redriven 2 of 2 matched") {
 		t.Errorf("redrive --all-matching: %q", out)
@@ -289,8 +289,10 @@ func newTestServer(t *testing.T, token string) (*httptest.Server, string) {
 		t.Fatal(err)
 	}
 	client := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
-	ts := httptest.NewServer(server.New(server.Options{Client: client, Token: token, Logger: log}))
+	api := server.New(server.Options{Client: client, Token: token, Logger: log})
+	ts := httptest.NewServer(api)
 	t.Cleanup(func() {
+		api.Close() // the operations stop before the store closes
 		ts.Close()
 		st.Close()
 	})

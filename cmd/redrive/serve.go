@@ -28,18 +28,24 @@ import (
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
-// newServeCmd is `redrive serve`: the engine, the REST API and metrics in
-// one process.
+// newServeCmd is `redrive serve`: the engine, the dashboard, the REST API
+// and metrics in one process.
 func newServeCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Run the engine, the REST API and Prometheus metrics",
-		Long: `Run a worker (with the built-in http job kind), the REST API (/v1/...,
-/healthz, /readyz) and Prometheus metrics (/metrics) in one process.
+		Short: "Run the engine, the web dashboard, the REST API and Prometheus metrics",
+		Long: `Run a worker (with the built-in http job kind), the web dashboard (/), the
+REST API (/v1/..., /healthz, /readyz) and Prometheus metrics (/metrics) in one
+process.
 
 With no settings it just works: the SQLite database redrive.db in the current
 folder (--db), the API on 127.0.0.1:8080, queue "default" with 10 workers.
 Give --database-url to share the work with other processes on PostgreSQL.
+
+/metrics has the store's counts, read at each scrape (redrive_jobs{queue,state},
+redrive_<counter>_total, breaker states, paused queues), and this process's
+histograms redrive_attempt_duration_seconds{queue,kind,outcome} and
+redrive_job_lateness_seconds{queue,kind,attempt_kind="first"|"retry"}.
 
 Every setting is a flag, an environment variable (REDRIVE_ and the flag name
 in capitals with underscores, e.g. REDRIVE_SHUTDOWN_TIMEOUT) and a key of the
@@ -51,10 +57,27 @@ JSON config file given by --config or $REDRIVE_CONFIG, e.g.
 Flags win over the environment, which wins over the file. A bad value stops
 serve at start with a message naming the setting.
 
+The retry policy of failed jobs (the http kind's included) is set by the
+--retry-* flags, REDRIVE_RETRY_* variables or the file's "retry" object; a
+queue of the file's "queues" object may have its own "retry" object, on top
+of the default policy:
+
+  {"retry": {"max_retries": 5, "base": "1s", "max": "5m", "jitter": "full"},
+   "queues": {"default": 10,
+              "webhooks": {"workers": 50, "retry": {"max_retries": 10}}}}
+
+The delay before retry n (n = 0 for the first) is base * multiplier^n,
+capped at max, then randomised by the jitter: none, proportional (+- the
+jitter factor), full (0 to d), equal (d/2 to d), decorrelated or additive
+(d + up to jitter_max). A server's Retry-After raises a delay up to
+max_retry_after. The defaults are 3 retries (4 attempts), 1s doubling to at
+most 30s, +-10%: 1s, 2s, 4s. A job's own max_retries still wins.
+
 serve refuses to listen beyond loopback without a token (--token or
 $REDRIVE_TOKEN); with one, the API and /metrics require
-"Authorization: Bearer <token>". It stops gracefully on SIGINT or SIGTERM:
-no new requests or jobs, running ones get --shutdown-timeout to finish.`,
+"Authorization: Bearer <token>", and the dashboard asks for the token once.
+It stops gracefully on SIGINT or SIGTERM: no new requests or jobs, running
+ones get --shutdown-timeout to finish.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadServeConfig(cmd.Flags(), os.Getenv)
@@ -92,19 +115,31 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	defer st.Close()
 
 	client := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	retryPolicy := cfg.Retry
+	// The histograms of attempt durations and lateness, fed by the worker.
+	attempts := newAttemptMetrics(httpjob.Kind)
 	worker := redrive.NewWorker(client, redrive.WorkerOptions{
 		Queues:          cfg.Queues,
+		Policy:          &retryPolicy,
+		QueuePolicies:   cfg.QueueRetry,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
+		Observer:        attempts,
 	})
+	// No policy of its own for the http kind: a kind's policy would beat
+	// the queue's, and the configured policies are per queue.
 	httpjob.Register(worker, httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal})
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
+	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
+	// SIGTERM cancels them, and api.Close below waits for them to stop
+	// before the store closes.
+	api := apiHandler(ctx, client, worker.Breakers(), cfg.Token, log)
 	srv := &http.Server{
-		Handler:           serveMux(client, worker.Breakers(), cfg.Token, log),
+		Handler:           serveMux(api, client, worker.Breakers(), attempts, cfg.Token, log),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       2 * time.Minute,
@@ -119,8 +154,13 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 
+	queueRetry := map[string]string{}
+	for q, p := range cfg.QueueRetry {
+		queueRetry[q] = describePolicy(p)
+	}
 	log.Info("redrive serving", "addr", ln.Addr().String(), "store", target, "queues", cfg.Queues,
-		"auth", cfg.Token != "", "http_allow_private", cfg.HTTPAllowPrivate, "http_allow_link_local", cfg.HTTPAllowLinkLocal)
+		"auth", cfg.Token != "", "http_allow_private", cfg.HTTPAllowPrivate, "http_allow_link_local", cfg.HTTPAllowLinkLocal,
+		"retry", describePolicy(cfg.Retry), "queue_retry", queueRetry)
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -137,9 +177,12 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 		serveErr = fmt.Errorf("worker stopped: %v", err)
 		workerDone <- err
 	}
-	// Stop taking requests, and let running ones finish, while the worker
-	// stops fetching and lets its handlers finish: both within the
-	// shutdown timeout.
+	// Cancel the API's operations and wait for them (they stop at their
+	// next store call or pacing wait), so that requests waiting on one
+	// (wait=true) get its final state; then stop taking requests, and let
+	// running ones finish, while the worker stops fetching and lets its
+	// handlers finish: both within the shutdown timeout.
+	_ = api.Close()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -179,23 +222,28 @@ func openServeStore(ctx context.Context, cfg *serveConfig, log *slog.Logger) (st
 }
 
 // serveMux routes /metrics to Prometheus and everything else to the API.
-func serveMux(client *redrive.Client, breakers *breaker.Registry, token string, log *slog.Logger) http.Handler {
+// The metrics are the store's statistics, the breakers, and the attempt
+// histograms of the worker's observer.
+func serveMux(api http.Handler, client *redrive.Client, breakers *breaker.Registry, attempts *attemptMetrics,
+	token string, log *slog.Logger) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&statsCollector{client: client, breakers: breakers, log: log},
+		attempts,
 	)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", requireToken(token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError})))
-	mux.Handle("/", apiHandler(client, breakers, token, log))
+	mux.Handle("/", api)
 	return mux
 }
 
-// apiHandler is the REST API of package server: /v1/..., /healthz, /readyz.
-func apiHandler(client *redrive.Client, breakers *breaker.Registry, token string, log *slog.Logger) http.Handler {
-	return server.New(server.Options{Client: client, Breakers: breakers, Token: token, Logger: log})
+// apiHandler is the REST API of package server: /v1/..., /healthz,
+// /readyz. Its operations are canceled when ctx ends; Close waits for them.
+func apiHandler(ctx context.Context, client *redrive.Client, breakers *breaker.Registry, token string, log *slog.Logger) *server.Server {
+	return server.New(server.Options{Client: client, Breakers: breakers, Token: token, Logger: log, Context: ctx})
 }
 
 // requireToken guards h with the bearer token, when there is one.
@@ -236,6 +284,8 @@ var (
 		"Times the breaker opened since the process started.", []string{"breaker"}, nil)
 	statsUpDesc = prometheus.NewDesc("redrive_stats_up",
 		"1 when the last read of the store's statistics succeeded, else 0.", nil, nil)
+	queuePausedDesc = prometheus.NewDesc("redrive_queue_paused",
+		"1 when the queue is paused (workers fetch none of its jobs), else 0.", []string{"queue"}, nil)
 )
 
 // counterHelp describes the store's counters exported as
@@ -274,6 +324,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- breakerFailuresDesc
 	ch <- breakerTripsDesc
 	ch <- statsUpDesc
+	ch <- queuePausedDesc
 }
 
 // Collect reads the statistics from the store and the breakers.
@@ -286,7 +337,19 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		up = 0
 		c.log.Warn("metrics: reading the statistics failed", "error", err)
 	}
+	qs, qerr := c.client.Store().Queues(ctx)
+	if qerr != nil {
+		up = 0
+		c.log.Warn("metrics: reading the queues failed", "error", qerr)
+	}
 	ch <- prometheus.MustNewConstMetric(statsUpDesc, prometheus.GaugeValue, up)
+	for _, q := range qs {
+		v := 0.0
+		if q.Paused {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, v, q.Name)
+	}
 	for queue, states := range st.Jobs {
 		for _, s := range store.States {
 			ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(states[s]), queue, string(s))

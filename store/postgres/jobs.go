@@ -38,10 +38,11 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 		payload, policy, history []byte
 		idem, worker             *string
 		state, class             string
+		lastDuration             *int64
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &j.Reprocessable,
 		&j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &worker, &j.CancelRequested, &j.RetryCount,
-		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven}
+		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -66,6 +67,9 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 	j.LeaseUntil = utcPtr(j.LeaseUntil)
 	j.LastFailedAt = utcPtr(j.LastFailedAt)
 	j.DeadAt = utcPtr(j.DeadAt)
+	if lastDuration != nil {
+		j.LastDuration = store.Duration(*lastDuration)
+	}
 	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
 		return nil, err
 	}
@@ -471,7 +475,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		ats, runAts                            []time.Time
 		cOrds                                  []int32
 		cQueues, cNames                        []string
-		cNs                                    []int64
+		cNs, durations                         []int64
 		sent                                   = map[fence]bool{}
 		order                                  []int
 	)
@@ -537,6 +541,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		reasons = append(reasons, cleanText(o.DeadReason))
 		fps = append(fps, storedFingerprint(o.Fingerprint))
 		ords = append(ords, int32(i))
+		durations = append(durations, int64(o.Duration))
 		for _, c := range o.Counters {
 			name := c.Name
 			if c.Class != "" {
@@ -551,7 +556,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	err := s.retry(ctx, func() error {
 		clear(applied)
 		rows, err := s.pool.Query(ctx, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-			cOrds, cQueues, cNames, cNs, shard())
+			cOrds, cQueues, cNames, cNs, shard(), durations)
 		if err != nil {
 			return err
 		}

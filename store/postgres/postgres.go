@@ -484,15 +484,18 @@ func (s *Store) listenConn(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // listenIdle is how long Listen waits for a notification before it
-// pings its connection.
-var listenIdle = 30 * time.Second
+// pings its connection, in nanoseconds (atomic: tests shorten it while
+// listeners of earlier tests may still be winding down).
+var listenIdle atomic.Int64
+
+func init() { listenIdle.Store(int64(30 * time.Second)) }
 
 // receive hands notifications to fn until the connection fails or ctx is
 // done. An idle connection is pinged every 30 s, so that a connection
 // lost without a word is noticed.
 func (s *Store) receive(ctx context.Context, conn *pgx.Conn, fn func(string)) error {
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		wctx, cancel := context.WithTimeout(ctx, time.Duration(listenIdle.Load()))
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		if err != nil {

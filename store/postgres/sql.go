@@ -11,7 +11,7 @@ import (
 // scanJob reads them.
 var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
 	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
-	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven"}
+	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration"}
 
 // cols returns the job columns, each prefixed with prefix, plus the
 // history when withHistory.
@@ -135,7 +135,7 @@ SELECT id FROM ins CROSS JOIN ntf`),
 	ORDER BY run_at, id LIMIT $3
 	FOR UPDATE SKIP LOCKED
 ), upd AS (
-	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, attempted_at = $4, lease_until = $5, worker = $6
+	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6
 	FROM picked WHERE j.id = picked.id
 	RETURNING {jcols}
 ), cnt AS (
@@ -148,8 +148,8 @@ SELECT * FROM upd ORDER BY run_at, id`),
 		// Finish: every outcome in one UPDATE, fenced on the running
 		// attempt and worker; the counters of the applied outcomes only.
 		finish: q(`WITH o AS (
-	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[])
-		AS t(id, attempt, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord)
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[])
+		AS t(id, attempt, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration)
 ), upd AS (
 	UPDATE {jobs} j SET
 		state = o.state,
@@ -160,6 +160,7 @@ SELECT * FROM upd ORDER BY run_at, id`),
 		last_error_class = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.class ELSE j.last_error_class END,
 		last_failed_at = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.at ELSE j.last_failed_at END,
 		finished_at = CASE WHEN o.kind IN ({complete}, {bury}, {cancel}) THEN o.at ELSE j.finished_at END,
+		last_duration = CASE WHEN o.kind IN ({complete}, {retry}, {bury}) THEN o.duration ELSE j.last_duration END,
 		dead_at = CASE WHEN o.kind = {bury} THEN o.at ELSE j.dead_at END,
 		dead_reason = CASE WHEN o.kind = {bury} THEN o.dead_reason ELSE j.dead_reason END,
 		fingerprint = CASE WHEN o.kind = {bury} THEN o.fingerprint ELSE j.fingerprint END,

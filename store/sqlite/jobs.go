@@ -17,7 +17,7 @@ import (
 
 const jobColumnsNoHistory = `id, queue, kind, payload, state, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, attempted_at, finished_at, lease_until, worker, cancel_requested, retry_count,
-	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven`
+	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration`
 
 const jobColumns = jobColumnsNoHistory + `, history`
 
@@ -44,11 +44,11 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 		reproc, cancelReq                      int
 		created, runAt                         int64
 		attempted, finished, lease, lastFailed sql.NullInt64
-		dead                                   sql.NullInt64
+		dead, lastDuration                     sql.NullInt64
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
 		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
-		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven}
+		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -71,6 +71,7 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 	j.LeaseUntil = optTime(lease)
 	j.LastFailedAt = optTime(lastFailed)
 	j.DeadAt = optTime(dead)
+	j.LastDuration = store.Duration(lastDuration.Int64)
 	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
@@ -468,15 +469,15 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			var to store.State
 			switch o.Kind {
 			case store.Complete:
-				res, err = get("complete").ExecContext(ctx, at, ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = get("complete").ExecContext(ctx, at, int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
 				to = store.Completed
 			case store.Retry:
 				to = dueState(o.RunAt, o.At)
 				res, err = get("retry").ExecContext(ctx, string(to), micros(o.RunAt), o.Error, o.Class.String(), at,
-					ev, ev, o.JobID, o.Attempt, o.Worker)
+					int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
 			case store.Bury:
 				res, err = get("bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.Class.String(), at,
-					ev, ev, o.JobID, o.Attempt, o.Worker)
+					int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
 				to = store.Dead
 			case store.Snooze:
 				to = dueState(o.RunAt, o.At)

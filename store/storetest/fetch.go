@@ -286,3 +286,31 @@ func testExpired(x *h) {
 		x.t.Errorf("pending job %d: state %s after Expired, want pending", pending.ID, g.State)
 	}
 }
+
+// testFetchAhead: a job leased before it is due (DueBy after Now, the
+// worker's lookahead) records its due time as the attempt's start, since
+// the worker starts it then; a job already due records Now.
+func testFetchAhead(x *h) {
+	now := at(0)
+	jobs := x.enqueue(now,
+		store.NewJob{Queue: "ahead", Kind: "k", RunAt: at(-time.Second)},
+		store.NewJob{Queue: "ahead", Kind: "k", RunAt: at(15 * time.Millisecond)},
+		store.NewJob{Queue: "ahead", Kind: "k", RunAt: at(time.Second)},
+	)
+	due, soon, later := jobs[0], jobs[1], jobs[2]
+	got := x.fetchWant(store.FetchParams{Queue: "ahead", Limit: 10, Now: now, DueBy: at(20 * time.Millisecond),
+		LeaseUntil: at(30 * time.Second), Worker: "w"}, due.ID, soon.ID)
+	for _, j := range got {
+		want := now
+		if j.ID == soon.ID {
+			want = soon.RunAt
+		}
+		if j.AttemptedAt == nil || !j.AttemptedAt.Equal(want) {
+			x.t.Errorf("job %d (run_at %v) leased at %v: attempted_at %v, want %v", j.ID, j.RunAt, now, j.AttemptedAt, want)
+		}
+		if g := x.get(j.ID); g.AttemptedAt == nil || !g.AttemptedAt.Equal(want) {
+			x.t.Errorf("Get job %d: attempted_at %v, want %v", j.ID, g.AttemptedAt, want)
+		}
+	}
+	x.checkJob("job due after the lookahead", x.get(later.ID), later)
+}

@@ -341,3 +341,35 @@ func testFencingBatch(x *h) {
 		x.t.Errorf("counters[q] = %v, want succeeded 1, retried 1 and no deferred (only stale outcomes carried it)", got)
 	}
 }
+
+// testFinishDuration: Complete, Retry and Bury record how long the
+// handler ran as the job's LastDuration; a snooze or release (no attempt
+// used) keeps the value of the attempt before.
+func testFinishDuration(x *h) {
+	jobs := x.leaseNew(at(0), "w1",
+		store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"})
+	if jobs[0].LastDuration != 0 {
+		x.t.Errorf("a new job has LastDuration %v", jobs[0].LastDuration)
+	}
+	c := completeOf(jobs[0], at(time.Second))
+	c.Duration = store.Duration(1234567 * time.Nanosecond)
+	r := retryOf(jobs[1], at(time.Second), at(time.Minute), failure.Transient, "503")
+	r.Duration = store.Duration(2 * time.Second)
+	b := buryOf(jobs[2], at(time.Second), failure.Permanent, "permanent", "fp", "404")
+	b.Duration = store.Duration(3 * time.Millisecond)
+	x.finish(c, r, b)
+	for i, want := range []store.Duration{c.Duration, r.Duration, b.Duration} {
+		if got := x.get(jobs[i].ID).LastDuration; got != want {
+			x.t.Errorf("job %d: LastDuration %v, want %v", i, time.Duration(got), time.Duration(want))
+		}
+	}
+	// The retried job runs again and is snoozed: no attempt used, the
+	// duration of the attempt before stays.
+	again := x.fetchWant(store.FetchParams{Queue: "q", Limit: 10, Now: at(time.Minute), LeaseUntil: at(2 * time.Minute), Worker: "w2"}, jobs[1].ID)
+	s := outcome(again[0], store.Snooze, at(time.Minute+time.Second))
+	s.RunAt = at(time.Hour)
+	x.finish(s)
+	if got := x.get(jobs[1].ID).LastDuration; got != r.Duration {
+		x.t.Errorf("after a snooze: LastDuration %v, want %v", time.Duration(got), time.Duration(r.Duration))
+	}
+}

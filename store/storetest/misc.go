@@ -101,6 +101,9 @@ func testClose(x *h) {
 		"DeleteFinished": func() error { _, err := x.s.DeleteFinished(ctx, store.Completed, at(time.Hour), 10); return err },
 		"Stats":          func() error { _, err := x.s.Stats(ctx); return err },
 	}
+	for name, call := range snapshotCallsAfterClose(x) {
+		calls[name] = call
+	}
 	names := make([]string, 0, len(calls))
 	for name := range calls {
 		names = append(names, name)

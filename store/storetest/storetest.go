@@ -59,6 +59,7 @@ var subtests = []subtest{
 	{"IdempotencyKeyFreedByDelete", testIdempotencyKeyFreed},
 	{"Fetch", testFetch},
 	{"FetchConcurrent", testFetchConcurrent},
+	{"FetchAhead", testFetchAhead},
 	{"TimeZones", testTimeZones},
 	{"NextDue", testNextDue},
 	{"FinishComplete", testFinishComplete},
@@ -67,6 +68,7 @@ var subtests = []subtest{
 	{"FinishSnooze", testFinishSnooze},
 	{"FinishRelease", testFinishRelease},
 	{"FinishCancel", testFinishCancel},
+	{"FinishDuration", testFinishDuration},
 	{"Fencing", testFencing},
 	{"FencingBatch", testFencingBatch},
 	{"Heartbeat", testHeartbeat},
@@ -83,9 +85,16 @@ var subtests = []subtest{
 	{"Purge", testPurge},
 	{"DeleteFinished", testDeleteFinished},
 	{"Stats", testStats},
+	{"Snapshots", testSnapshots},
+	{"SnapshotsMany", testSnapshotsMany},
+	{"SnapshotsConcurrent", testSnapshotsConcurrent},
 	{"Close", testClose},
 	{"Lifecycle", testLifecycle},
 	{"LargeDLQ", testLargeDLQ},
+	{"QueuesPause", testQueuesPause},
+	{"QueuesListing", testQueuesListing},
+	{"QueuesInvalid", testQueuesInvalid},
+	{"QueuesConcurrent", testQueuesConcurrent},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

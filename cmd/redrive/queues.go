@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/server"
+)
+
+// newQueuesCmd is `redrive queues`.
+func newQueuesCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "queues",
+		Short: "List, pause and resume queues",
+		Long: `List queues with their job counts, and pause or resume them.
+
+A paused queue keeps its jobs: workers stop fetching them (a worker in the
+process that paused at once, the others within their poll interval, 1s by
+default), running jobs finish normally, enqueues are accepted, and nothing
+fails. Resume it and its jobs run again. A queue can be paused before it
+has any job.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newQueuesListCmd(g), newQueuePauseCmd(g, true), newQueuePauseCmd(g, false))
+	return cmd
+}
+
+func newQueuesListCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List the queues, paused or not, with their jobs per state",
+		Long: "List every queue: those with jobs and those ever paused or resumed, with their jobs per state.\n" + connHelp, Args: cobra.NoArgs}
+	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
+		qs, err := b.Queues(ctx)
+		if err != nil {
+			return err
+		}
+		if qs == nil {
+			qs = []redrive.Queue{}
+		}
+		out := cmd.OutOrStdout()
+		if g.JSON {
+			return writeJSON(out, server.QueueList{Queues: qs})
+		}
+		return writeQueues(out, qs)
+	})
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newQueuePauseCmd(g *globalOptions, pause bool) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{
+		Use:   "pause NAME",
+		Short: "Pause a queue: workers stop fetching its jobs, nothing is lost",
+		Long: `Pause the queue NAME: workers stop fetching its jobs until it is resumed.
+Running jobs finish normally; waiting jobs stay pending; enqueues are
+accepted. Pausing a paused queue changes nothing.
+` + connHelp,
+		Args: cobra.ExactArgs(1),
+	}
+	if !pause {
+		cmd.Use = "resume NAME"
+		cmd.Short = "Resume a paused queue: workers fetch its jobs again"
+		cmd.Long = `Resume the queue NAME: workers fetch its due jobs again. Resuming a queue
+that is not paused changes nothing.
+` + connHelp
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		name := args[0]
+		if name == "" {
+			return flagErrorf(cmd, "the queue name is empty")
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			q, err := b.SetPaused(ctx, name, pause)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, server.QueueBody{Queue: q})
+			}
+			waiting := fmt.Sprintf("%d pending, %d scheduled, %d running", q.Jobs[redrive.Pending], q.Jobs[redrive.Scheduled], q.Jobs[redrive.Running])
+			if q.Paused {
+				_, err = fmt.Fprintf(out, "queue %s paused since %s: workers fetch none of its jobs until `redrive queues resume %s` (%s)\n",
+					q.Name, fmtTimePtr(q.PausedAt), shellQuote(q.Name), waiting)
+			} else {
+				_, err = fmt.Fprintf(out, "queue %s resumed: workers fetch its jobs (%s)\n", q.Name, waiting)
+			}
+			return err
+		})(cmd, args)
+	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+// writeQueues writes the queues as a table.
+func writeQueues(out io.Writer, qs []redrive.Queue) error {
+	if len(qs) == 0 {
+		_, err := fmt.Fprintln(out, "no queues")
+		return err
+	}
+	header := []string{"QUEUE", "STATE", "PAUSED SINCE"}
+	for _, st := range queueStates {
+		header = append(header, strings.ToUpper(string(st)))
+	}
+	return writeTable(out, header, func(row func(...any)) {
+		for _, q := range qs {
+			state := "active"
+			if q.Paused {
+				state = "paused"
+			}
+			cells := []any{q.Name, state, fmtTimePtr(q.PausedAt)}
+			for _, st := range queueStates {
+				cells = append(cells, q.Jobs[st])
+			}
+			row(cells...)
+		}
+	})
+}
+
+// queueStates are the job states in lifecycle order, the columns of
+// `queues ls`.
+var queueStates = []redrive.State{redrive.Pending, redrive.Scheduled, redrive.Running, redrive.Completed, redrive.Dead, redrive.Canceled}
+
+// shellQuote quotes a queue name for a command line shown to the user.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:/@+", r))
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func (d *directBackend) Queues(ctx context.Context) ([]redrive.Queue, error) {
+	return d.c.Queues(ctx)
+}
+
+func (d *directBackend) SetPaused(ctx context.Context, name string, paused bool) (redrive.Queue, error) {
+	if paused {
+		return d.c.PauseQueue(ctx, name)
+	}
+	return d.c.ResumeQueue(ctx, name)
+}
+
+func (h *httpBackend) Queues(ctx context.Context) ([]redrive.Queue, error) {
+	var res server.QueueList
+	return res.Queues, h.do(ctx, http.MethodGet, "/v1/queues", nil, nil, &res)
+}
+
+func (h *httpBackend) SetPaused(ctx context.Context, name string, paused bool) (redrive.Queue, error) {
+	action := "resume"
+	if paused {
+		action = "pause"
+	}
+	var res server.QueueBody
+	return res.Queue, h.do(ctx, http.MethodPost, "/v1/queues/"+pathSegment(name)+"/"+action, nil, nil, &res)
+}
+
+// pathSegment escapes s as one segment of a URL path, dots included, so
+// that a queue named "." or ".." stays a name rather than a step.
+func pathSegment(s string) string {
+	e := url.PathEscape(s)
+	if strings.Trim(e, ".") == "" {
+		e = strings.Repeat("%2E", len(e))
+	}
+	return e
+}

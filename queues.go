@@ -1,0 +1,163 @@
+package redrive
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// QueueState says whether a queue is paused, as the store records it.
+type QueueState = store.QueueState
+
+// Queue is a queue as an operator sees it: whether it is paused and how
+// many of its jobs are in each state.
+type Queue struct {
+	Name   string `json:"name"`
+	Paused bool   `json:"paused"`
+	// PausedAt is when the queue was paused; nil when it is not paused.
+	PausedAt *time.Time `json:"paused_at"`
+	// Jobs counts the queue's jobs in each state; every state is present,
+	// with 0 when the queue has no job in it.
+	Jobs map[State]int64 `json:"jobs"`
+}
+
+// maxQueueName bounds a queue name, in bytes (as Enqueue does).
+const maxQueueName = 200
+
+// checkQueueName validates the name of a queue to pause or resume: not
+// empty, and no longer than Enqueue accepts.
+func checkQueueName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: queue name is required", ErrInvalid)
+	}
+	if len(name) > maxQueueName {
+		return fmt.Errorf("%w: queue is %d bytes long, the limit is %d", ErrInvalid, len(name), maxQueueName)
+	}
+	return nil
+}
+
+// newQueue combines a queue's pause state with its job counts.
+func newQueue(st QueueState, jobs map[State]int64) Queue {
+	q := Queue{Name: st.Name, Paused: st.Paused, Jobs: make(map[State]int64, len(store.States))}
+	if st.Paused && !st.PausedAt.IsZero() {
+		at := st.PausedAt
+		q.PausedAt = &at
+	}
+	for _, s := range store.States {
+		q.Jobs[s] = jobs[s]
+	}
+	return q
+}
+
+// Queues returns every queue the store knows, sorted by name: the queues
+// with jobs or statistics, and those ever paused or resumed (a queue can
+// be paused before its first job exists), each with its job counts.
+func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
+	states, err := c.store.Queues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: queues: %w", err)
+	}
+	stats, err := c.store.Stats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: queues: %w", err)
+	}
+	byName := make(map[string]QueueState, len(states))
+	for _, st := range states {
+		byName[st.Name] = st
+	}
+	// The counts are read after the states: a queue whose first job came
+	// in between is listed too, not paused.
+	for name := range stats.Jobs {
+		if _, ok := byName[name]; !ok {
+			byName[name] = QueueState{Name: name}
+		}
+	}
+	out := make([]Queue, 0, len(byName))
+	for _, st := range byName {
+		out = append(out, newQueue(st, stats.Jobs[st.Name]))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// PauseQueue pauses a queue: workers stop fetching its jobs, in this
+// process as soon as PauseQueue returns, in other processes sharing the
+// store within their PollInterval. Nothing is lost or failed: running
+// jobs finish normally, waiting jobs stay pending or scheduled, enqueues
+// are accepted, and rescue and retention go on. A queue needs no jobs to
+// be paused, so one can pause before a deploy. Pausing a paused queue
+// changes nothing (PausedAt stays the time of the first pause).
+//
+// It returns the queue with its job counts. A name is required; it is
+// bounded like Enqueue's. PauseQueue is idempotent, so it may simply be
+// retried after an error.
+func (c *Client) PauseQueue(ctx context.Context, name string) (Queue, error) {
+	return c.setPaused(ctx, name, true)
+}
+
+// ResumeQueue resumes a paused queue: workers of this process fetch its
+// due jobs at once, those of other processes within their PollInterval.
+// Resuming a queue that is not paused changes nothing. It returns the
+// queue with its job counts, and may be retried after an error.
+func (c *Client) ResumeQueue(ctx context.Context, name string) (Queue, error) {
+	return c.setPaused(ctx, name, false)
+}
+
+func (c *Client) setPaused(ctx context.Context, name string, paused bool) (Queue, error) {
+	op := "resume queue"
+	if paused {
+		op = "pause queue"
+	}
+	if err := checkQueueName(name); err != nil {
+		return Queue{}, fmt.Errorf("redrive: %s: %w", op, err)
+	}
+	st, err := c.store.SetPaused(ctx, name, paused, c.now())
+	if err != nil {
+		return Queue{}, fmt.Errorf("redrive: %s %q: %w", op, name, err)
+	}
+	if paused {
+		c.log.Info("queue paused", "queue", name, "paused_at", st.PausedAt)
+	} else {
+		c.log.Info("queue resumed", "queue", name)
+	}
+	c.notifyPaused(name, st.Paused)
+	stats, err := c.store.Stats(ctx)
+	if err != nil {
+		return Queue{}, fmt.Errorf("redrive: %s %q: done, but reading its job counts failed: %w", op, name, err)
+	}
+	return newQueue(st, stats.Jobs[name]), nil
+}
+
+// registerPause adds an in-process worker's hook for pauses and resumes of
+// queue; it returns the function that removes it.
+func (c *Client) registerPause(queue string, hook func(paused bool)) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pausers == nil {
+		c.pausers = map[string][]func(bool){}
+	}
+	c.pausers[queue] = append(c.pausers[queue], hook)
+	idx := len(c.pausers[queue]) - 1
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if hs := c.pausers[queue]; idx < len(hs) {
+			hs[idx] = func(bool) {}
+		}
+	}
+}
+
+// notifyPaused tells the in-process workers of queue that it was paused
+// or resumed. It returns once they have stopped fetching from it.
+func (c *Client) notifyPaused(queue string, paused bool) {
+	c.mu.RLock()
+	hs := slices.Clone(c.pausers[queue])
+	c.mu.RUnlock()
+	for _, h := range hs {
+		h(paused)
+	}
+}

@@ -1,0 +1,634 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/retry"
+)
+
+// chromiumPath finds the browser the dashboard tests drive: $REDRIVE_CHROMIUM,
+// else chromium or chromium-browser on PATH. Without one the tests skip,
+// except under CI (CI set), where .ci/run installs Debian's chromium and a
+// missing browser is a failure.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("REDRIVE_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no chromium on PATH and REDRIVE_CHROMIUM unset: the dashboard tests need a headless Chromium (apt-get install chromium)")
+	}
+	t.Skip("no chromium on PATH; set REDRIVE_CHROMIUM to run the dashboard tests")
+	return ""
+}
+
+// browser is a headless Chromium tab that records what the page did:
+// every request it sent, and every error it logged or threw.
+type browser struct {
+	ctx context.Context
+
+	mu       sync.Mutex
+	requests []string
+	problems []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 900),
+	}
+	b := &browser{}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithListener(b.listen))
+	ctx, cancelTimeout := context.WithTimeout(ctx, time.Minute)
+	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
+	b.ctx = ctx
+	enable := chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, t, network.Enable, network.EnableParams{}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, t, cdplog.Enable, cdp.Empty{})
+		return err
+	})
+	if err := chromedp.Do(ctx, enable); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return b
+}
+
+// listen records requests and problems; it runs in the tab's read loop.
+func (b *browser) listen(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		b.requests = append(b.requests, ev.Request.URL)
+	case *runtime.EventExceptionThrown:
+		msg := ev.ExceptionDetails.Text
+		if ex := ev.ExceptionDetails.Exception; ex != nil {
+			msg += " " + ex.Description
+		}
+		b.problems = append(b.problems, "exception: "+msg)
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+			var parts []string
+			for _, a := range ev.Args {
+				parts = append(parts, string(a.Value)+a.Description)
+			}
+			b.problems = append(b.problems, fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(parts, " ")))
+		}
+	case *cdplog.EventEntryAdded:
+		// CSP violations and failed loads are reported here.
+		if ev.Entry.Level == cdplog.EntryLevelError {
+			b.problems = append(b.problems, fmt.Sprintf("log %s: %s (%s)", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+		}
+	}
+}
+
+// run runs steps, failing the test with what on error.
+func (b *browser) run(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		t.Fatalf("%s: %v\nbrowser problems: %v", what, err, b.problemList())
+	}
+}
+
+// text returns the text of the first visible element matching the CSS
+// selector sel.
+func (b *browser) text(t *testing.T, sel string) string {
+	t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return v
+}
+
+// noJunk fails the test if the page shows what a rendering slip leaves:
+// "undefined", "NaN", "[object Object]", or a stray "false"/"null" in an
+// open dialog.
+func (b *browser) noJunk(t *testing.T, where string) {
+	t.Helper()
+	body := b.text(t, "body")
+	for _, junk := range []string{"undefined", "NaN", "[object"} {
+		if strings.Contains(body, junk) {
+			t.Errorf("%s: the page shows %q:\n%s", where, junk, body)
+		}
+	}
+	open, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById('dialog').open`))
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if open {
+		d := b.text(t, "#dialog")
+		for _, junk := range []string{"false", "null", "true"} {
+			for _, w := range strings.Fields(d) {
+				if w == junk {
+					t.Errorf("%s: the dialog shows a stray %q:\n%s", where, junk, d)
+				}
+			}
+		}
+	}
+}
+
+// count returns how many elements match the CSS selector sel.
+func (b *browser) count(t *testing.T, sel string) int {
+	t.Helper()
+	nodes, err := chromedp.Run(b.ctx, chromedp.Nodes(chromedp.CSSAll(sel), chromedp.AtLeast(0)))
+	if err != nil {
+		t.Fatalf("nodes %s: %v", sel, err)
+	}
+	return len(nodes)
+}
+
+// attr returns attribute name of the first element matching sel.
+func (b *browser) attr(t *testing.T, sel, name string) string {
+	t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.AttributeValue(chromedp.CSS(sel), name))
+	if err != nil {
+		t.Fatalf("attribute %s of %s: %v", name, sel, err)
+	}
+	return v.Value
+}
+
+func (b *browser) problemList() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.problems...)
+}
+
+// checkClean fails the test if the page logged an error, threw, or sent a
+// request anywhere but origin.
+func (b *browser) checkClean(t *testing.T, origin string) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.problems {
+		// A 401 answered to the login page's wrong token is expected
+		// and logged by the browser as a failed load.
+		if strings.Contains(p, "401") && strings.Contains(p, "/ui/login") {
+			continue
+		}
+		t.Errorf("browser reported: %s", p)
+	}
+	if len(b.requests) == 0 {
+		t.Error("no request was recorded: the network listener is not working")
+	}
+	for _, u := range b.requests {
+		if !strings.HasPrefix(u, origin+"/") && !strings.HasPrefix(u, "data:") {
+			t.Errorf("the dashboard requested %s, outside its origin %s", u, origin)
+		}
+	}
+}
+
+// demo is a server with a worker running a small, realistic workload:
+// completed jobs, retried ones, and dead jobs in three groups.
+type demo struct {
+	*env
+	worker *redrive.Worker
+	// fixed makes the webhook handler succeed from now on.
+	fixed atomic.Bool
+	// ids of the dead jobs by kind.
+	dead map[string][]int64
+}
+
+func startDemo(t *testing.T, token string) *demo {
+	t.Helper()
+	d := &demo{dead: map[string][]int64{}}
+	d.env = newEnv(t, Options{Token: token})
+	fast := retry.Policy{MaxRetries: 2, Initial: 5 * time.Millisecond, Multiplier: 2, MaxDelay: 20 * time.Millisecond}
+	w := redrive.NewWorker(d.client, redrive.WorkerOptions{
+		Queues: map[string]int{"default": 4, "payments": 2, "webhooks": 4},
+		Logger: quiet, Policy: &fast, PollInterval: 50 * time.Millisecond, DisableRetryBudget: true,
+	})
+	d.worker = w
+	w.HandleFunc("email.send", func(ctx context.Context, j *redrive.Job) error {
+		if j.Attempt == 1 && j.ID%3 == 0 {
+			return redrive.Transient(errors.New("smtp: 421 try again later"))
+		}
+		return nil
+	})
+	w.HandleFunc("charge", func(ctx context.Context, j *redrive.Job) error {
+		var p struct{ Card string }
+		_ = json.Unmarshal(j.Payload, &p)
+		if p.Card == "tok_valid" {
+			return nil
+		}
+		return redrive.Permanent(fmt.Errorf("card %s declined: insufficient funds", p.Card))
+	})
+	w.HandleFunc("webhook.deliver", func(ctx context.Context, j *redrive.Job) error {
+		if d.fixed.Load() {
+			return nil
+		}
+		return fmt.Errorf("POST https://hooks.example.com/orders: 503 Service Unavailable")
+	})
+	w.HandleFunc("report.build", func(ctx context.Context, j *redrive.Job) error {
+		return redrive.NeedsAuth(errors.New("s3: 403 Forbidden: the access key expired"))
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+
+	// The statistics history starts with the worker's first snapshot;
+	// the workload comes after it, so the charts count all of it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		snaps, err := d.client.Store().Snapshots(context.Background(), time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snaps) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker took no statistics snapshot")
+		}
+	}
+	var reqs []redrive.Request
+	for i := range 12 {
+		reqs = append(reqs, redrive.Request{Kind: "email.send", Payload: map[string]any{"to": fmt.Sprintf("user%d@example.com", i), "template": "welcome"}})
+	}
+	for i := range 4 {
+		reqs = append(reqs, redrive.Request{Kind: "charge", Payload: map[string]any{"card": fmt.Sprintf("tok_%d", 4000+i), "amount": 1299 + i, "currency": "eur"}, Queue: "payments"})
+	}
+	for i := range 3 {
+		reqs = append(reqs, redrive.Request{Kind: "webhook.deliver", Payload: map[string]any{"url": "https://hooks.example.com/orders", "order": 1000 + i}, Queue: "webhooks"})
+	}
+	reqs = append(reqs, redrive.Request{Kind: "report.build", Payload: map[string]any{"month": "2026-10"}})
+	reqs = append(reqs, redrive.Request{Kind: "email.send", Payload: map[string]any{"to": "later@example.com"}, Delay: time.Hour})
+	if _, err := d.client.EnqueueMany(context.Background(), reqs); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the workload to settle: 8 dead, 12 completed.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := d.client.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dead, completed int64
+		for _, byState := range st.Jobs {
+			dead += byState[redrive.Dead]
+			completed += byState[redrive.Completed]
+		}
+		if dead == 8 && completed == 12 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo workload did not settle: %d dead, %d completed; want 8 and 12", dead, completed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, err := d.client.List(context.Background(), redrive.Filter{States: []redrive.State{redrive.Dead}}, redrive.Page{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range res.Jobs {
+		d.dead[j.Kind] = append(d.dead[j.Kind], j.ID)
+	}
+	return d
+}
+
+func (d *demo) job(t *testing.T, id int64) *redrive.Job {
+	t.Helper()
+	j, err := d.client.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// waitState waits until job id is in state want.
+func (d *demo) waitState(t *testing.T, id int64, want redrive.State) *redrive.Job {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		j := d.job(t, id)
+		if j.State == want {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d is %s, want %s", id, j.State, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func queuePaused(qs []redrive.Queue, name string) bool {
+	for _, q := range qs {
+		if q.Name == name {
+			return q.Paused
+		}
+	}
+	return false
+}
+
+// TestDashboardInChromium signs in, loads every page, and operates the
+// DLQ by clicking: redrive a selected dead job, edit a payload and
+// redrive, purge a group. Each action is checked in the store.
+func TestDashboardInChromium(t *testing.T) {
+	d := startDemo(t, "s3cret-token")
+	b := newBrowser(t)
+	url := d.srv.URL
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+
+	// Sign in: a wrong token is refused, the right one opens the overview.
+	b.run(t, "wrong token",
+		chromedp.Navigate(url+"/"),
+		chromedp.WaitVisible(css(`#token`)),
+		chromedp.SendKeys(css(`#token`), "wrong"),
+		chromedp.Submit(css(`#token`)),
+		chromedp.WaitVisible(css(`.error`)))
+	if msg := b.text(t, `.error`); !strings.Contains(msg, "not valid") {
+		t.Errorf("wrong token: page says %q", msg)
+	}
+	b.run(t, "sign in",
+		chromedp.SendKeys(css(`#token`), "s3cret-token"),
+		chromedp.Submit(css(`#token`)),
+		chromedp.WaitVisible(css(`.tiles`)),
+		chromedp.WaitVisible(css(`#queues table`)))
+	if dead, completed := b.text(t, `a[data-state="dead"] .n`), b.text(t, `a[data-state="completed"] .n`); dead != "8" || completed != "12" {
+		t.Errorf("overview tiles: dead %q completed %q, want 8 and 12", dead, completed)
+	}
+	b.noJunk(t, "overview")
+	if n := b.count(t, `#queues tbody tr`); n != 3 {
+		t.Errorf("queues table has %d rows, want 3 (default, payments, webhooks)", n)
+	}
+	// The charts count the whole workload: 12 completions, 8 dead; the
+	// failure classes of the attempts that failed.
+	for sel, want := range map[string]string{
+		`#chart-outcomes [data-total="succeeded"]`: "completed 12",
+		`#chart-outcomes [data-total="dead"]`:      "dead 8",
+		`#chart-classes [data-total="permanent"]`:  "permanent 4",
+		`#chart-classes [data-total="needs_auth"]`: "needs auth 1",
+	} {
+		if got := b.text(t, sel); got != want {
+			t.Errorf("chart legend %s: %q, want %q", sel, got, want)
+		}
+	}
+	if n := b.count(t, `#chart-outcomes rect[data-series="succeeded"]`); n == 0 {
+		t.Error("the outcomes chart draws no completion bar")
+	}
+
+	// Pause a queue by clicking, then resume it.
+	b.run(t, "pause queue",
+		chromedp.Click(css(`tr[data-queue="payments"] button[data-action="pause"]`)),
+		chromedp.WaitVisible(css(`#confirm`)),
+		chromedp.Click(css(`#confirm`)),
+		chromedp.WaitVisible(css(`tr[data-queue="payments"] .b-paused`)))
+	if qs, err := d.client.Queues(context.Background()); err != nil || !queuePaused(qs, "payments") {
+		t.Errorf("after clicking pause: %+v, %v", qs, err)
+	}
+	b.run(t, "resume queue",
+		chromedp.Click(css(`tr[data-queue="payments"] button[data-action="resume"]`)),
+		chromedp.WaitVisible(css(`#confirm`)),
+		chromedp.Click(css(`#confirm`)),
+		chromedp.WaitVisible(css(`tr[data-queue="payments"] button[data-action="pause"]`)))
+	if qs, err := d.client.Queues(context.Background()); err != nil || queuePaused(qs, "payments") {
+		t.Errorf("after clicking resume: %+v, %v", qs, err)
+	}
+
+	// Jobs: the table lists every job; a state filter narrows it.
+	b.run(t, "jobs page",
+		chromedp.Navigate(url+"/#/jobs"),
+		chromedp.WaitVisible(css(`table.jobs tbody tr`)))
+	b.noJunk(t, "jobs")
+	if n := b.count(t, `table.jobs tbody tr`); n != 21 {
+		t.Errorf("jobs table has %d rows, want 21", n)
+	}
+	b.run(t, "jobs filter",
+		chromedp.SetValue(css(`select[name="state"]`), "dead"),
+		chromedp.Click(css(`form.filters button[type="submit"]`)),
+		chromedp.WaitReady(css(`select[name="state"] option[value="dead"][selected]`)))
+	if n := b.count(t, `table.jobs tbody tr`); n != 8 {
+		t.Errorf("dead jobs in the table: %d, want 8", n)
+	}
+
+	// Job page, opened by its id from the jobs page: the webhook job's
+	// timeline shows its three attempts.
+	hook := d.dead["webhook.deliver"][0]
+	b.run(t, "job page",
+		chromedp.SendKeys(css(`#goto-job`), fmt.Sprint(hook)),
+		chromedp.Click(css(`form.goto button`)),
+		chromedp.WaitVisible(css(`.timeline`)))
+	if h1 := b.text(t, "h1"); !strings.HasPrefix(h1, fmt.Sprintf("Job %d", hook)) {
+		t.Errorf("opened by id: the page is %q", h1)
+	}
+	b.noJunk(t, "job page")
+	if n := b.count(t, `.timeline li`); n != 3 {
+		t.Errorf("timeline of job %d has %d events, want 3 (retry, retry, dead)", hook, n)
+	}
+	if p := b.text(t, `#payload`); !strings.Contains(p, "hooks.example.com") {
+		t.Errorf("payload shown: %q", p)
+	}
+
+	// DLQ: three groups (charge, webhook, report; emails completed).
+	b.run(t, "dlq page",
+		chromedp.Navigate(url+"/#/dlq"),
+		chromedp.WaitVisible(css(`table.groups`)))
+	b.noJunk(t, "dlq")
+	if n := b.count(t, `table.groups tbody tr`); n != 3 {
+		t.Errorf("dlq groups: %d, want 3", n)
+	}
+
+	// Redrive one webhook job by clicking, after the endpoint is fixed.
+	d.fixed.Store(true)
+	hookJob := d.job(t, hook)
+	b.run(t, "redrive selected",
+		chromedp.Click(css(fmt.Sprintf(`tr[data-group="%s"] td`, hookJob.Fingerprint))),
+		chromedp.WaitVisible(css(fmt.Sprintf(`input[data-select="%d"]`, hook))),
+		chromedp.Click(css(fmt.Sprintf(`input[data-select="%d"]`, hook))),
+		chromedp.Click(css(`#redrive-selected`)),
+		chromedp.WaitVisible(css(`#confirm`)))
+	b.noJunk(t, "redrive dialog")
+	b.run(t, "confirm redrive",
+		chromedp.SendKeys(css(`#note`), "endpoint fixed"),
+		chromedp.Click(css(`#confirm`)),
+		chromedp.WaitEnabled(css(`#close`)))
+	b.noJunk(t, "redrive progress")
+	if p := b.text(t, `#progress-text`); !strings.Contains(p, "1 of 1 redriven") {
+		t.Errorf("redrive progress says %q", p)
+	}
+	b.run(t, "close", chromedp.Click(css(`#close`)))
+	j := d.waitState(t, hook, redrive.Completed)
+	if ev := j.History[len(j.History)-1]; ev.Kind != "redriven" || !strings.Contains(ev.Note, "endpoint fixed") {
+		t.Errorf("last event: %+v, want the redrive with its note", ev)
+	}
+	// Its page now tells the whole story: three failed attempts, the
+	// redrive, and the attempt that completed it.
+	b.run(t, "completed job page",
+		chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", url, hook)),
+		chromedp.WaitVisible(css(`.timeline li[data-event="completed"]`)))
+	if n := b.count(t, `.timeline li`); n != 5 {
+		t.Errorf("timeline of the redriven job has %d entries, want 5 (retry, retry, dead, redriven, completed)", n)
+	}
+	if done := b.text(t, `.timeline li[data-event="completed"] .when`); !strings.Contains(done, "ran ") {
+		t.Errorf("the completing attempt shows no duration: %q", done)
+	}
+	for _, id := range d.dead["webhook.deliver"][1:] {
+		if s := d.job(t, id).State; s != redrive.Dead {
+			t.Errorf("job %d was not selected but is %s", id, s)
+		}
+	}
+
+	// Edit and redrive one charge with a valid card; malformed JSON is
+	// caught before anything is sent.
+	charge := d.dead["charge"][0]
+	b.run(t, "edit and redrive",
+		chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", url, charge)),
+		chromedp.WaitVisible(css(`#edit-redrive-job`)),
+		chromedp.Click(css(`#edit-redrive-job`)),
+		chromedp.WaitVisible(css(`#payload-editor`)),
+		chromedp.SetValue(css(`#payload-editor`), `{"card": "tok_valid", "amount": 1299, "currency": "eur"`),
+		chromedp.Click(css(`#next`)),
+		chromedp.WaitVisible(css(`dialog .error`)))
+	if msg := b.text(t, `dialog .error`); !strings.Contains(msg, "Not valid JSON") {
+		t.Errorf("malformed payload: dialog says %q", msg)
+	}
+	b.run(t, "edit and redrive, fixed",
+		chromedp.SetValue(css(`#payload-editor`), `{"card": "tok_valid", "amount": 1299, "currency": "eur"}`),
+		chromedp.Click(css(`#next`)),
+		chromedp.WaitVisible(css(`#confirm`)),
+		chromedp.Click(css(`#confirm`)),
+		chromedp.WaitEnabled(css(`#close`)),
+		chromedp.Click(css(`#close`)))
+	j = d.waitState(t, charge, redrive.Completed)
+	if !strings.Contains(string(j.Payload), "tok_valid") {
+		t.Errorf("payload after edit: %s", j.Payload)
+	}
+
+	// Purge the rest of the charge group.
+	chargeFP := j.Fingerprint
+	b.run(t, "purge group",
+		chromedp.Navigate(url+"/#/dlq/"+chargeFP),
+		chromedp.WaitVisible(css(`#purge-group`)),
+		chromedp.Click(css(`#purge-group`)),
+		chromedp.WaitVisible(css(`#confirm`)),
+		chromedp.Click(css(`#confirm`)),
+		chromedp.WaitEnabled(css(`#close`)))
+	if p := b.text(t, `#progress-text`); !strings.Contains(p, "3 purged") {
+		t.Errorf("purge progress says %q", p)
+	}
+	b.run(t, "close", chromedp.Click(css(`#close`)), chromedp.WaitVisible(css(`.empty`)))
+	n, err := d.client.Count(context.Background(), redrive.Filter{States: []redrive.State{redrive.Dead}, Fingerprint: chargeFP})
+	if err != nil || n != 0 {
+		t.Errorf("charge group after purge: %d jobs, %v", n, err)
+	}
+
+	// Signing out brings back the login form.
+	b.run(t, "sign out",
+		chromedp.Navigate(url+"/"),
+		chromedp.WaitVisible(css(`#logout button`)),
+		chromedp.Click(css(`#logout button`)),
+		chromedp.WaitVisible(css(`#token`)))
+
+	b.checkClean(t, url)
+}
+
+// TestDashboardScreenshots writes a PNG of each page of the dashboard to
+// the folder named by REDRIVE_SCREENSHOTS (docs/images in the repository).
+// It runs only when that variable is set, against a demo workload, or
+// against the server at REDRIVE_SCREENSHOT_SERVER (token in
+// REDRIVE_SCREENSHOT_TOKEN).
+func TestDashboardScreenshots(t *testing.T) {
+	dir := os.Getenv("REDRIVE_SCREENSHOTS")
+	if dir == "" {
+		t.Skip("REDRIVE_SCREENSHOTS not set")
+	}
+	url, token := os.Getenv("REDRIVE_SCREENSHOT_SERVER"), os.Getenv("REDRIVE_SCREENSHOT_TOKEN")
+	if url == "" {
+		d := startDemo(t, "")
+		url = d.srv.URL
+	}
+	b := newBrowser(t)
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	if token != "" {
+		b.run(t, "sign in",
+			chromedp.Navigate(url+"/"),
+			chromedp.WaitVisible(css(`#token`)),
+			chromedp.SendKeys(css(`#token`), token),
+			chromedp.Submit(css(`#token`)),
+			chromedp.WaitVisible(css(`.tiles`)))
+	}
+	shot := func(name, hash, ready string, extra ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		steps := append([]chromedp.Action[chromedp.Void]{
+			chromedp.EmulateViewport(1280, 860),
+			chromedp.Navigate(url + "/" + hash),
+			chromedp.WaitVisible(css(ready)),
+			chromedp.Sleep(300 * time.Millisecond),
+		}, extra...)
+		b.run(t, name, steps...)
+		png, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shot("dashboard-overview", "#/", "#queues table")
+	shot("dashboard-jobs", "#/jobs", "table.jobs")
+	shot("dashboard-dlq", "#/dlq", "table.groups")
+	group := b.attr(t, `table.groups tbody tr`, "data-group")
+	shot("dashboard-dlq-group", "#/dlq/"+group, "#redrive-group")
+	// The job page shows off its timeline best with a job that was
+	// retried: the one with the most attempts among those whose last
+	// error was transient.
+	b.run(t, "retried jobs", chromedp.Navigate(url+"/#/jobs?class=transient"), chromedp.WaitVisible(css(`table.jobs`)))
+	job, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(() => {
+		let best = null, most = 0;
+		for (const r of document.querySelectorAll('table.jobs tbody tr')) {
+			const n = Number(r.children[4].textContent);
+			if (n > most) { most = n; best = r.dataset.job; }
+		}
+		return best || document.querySelector('table.jobs tbody tr').dataset.job;
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot("dashboard-job", "#/jobs/"+job, ".timeline")
+	shot("dashboard-redrive", "#/dlq/"+group, "#redrive-group",
+		chromedp.Click(css(`#redrive-group`)), chromedp.WaitVisible(css(`#confirm`)))
+}

@@ -1,0 +1,52 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/redrivehq/redrive"
+)
+
+// CountResponse is the answer of GET /v1/jobs/count and GET
+// /v1/dlq/count: how many jobs the filter selects, across every page of
+// the matching listing.
+type CountResponse struct {
+	Count int64 `json:"count"`
+}
+
+// countJobs answers how many jobs GET /v1/jobs would list with the same
+// filter (GET /v1/jobs/count).
+func (a *api) countJobs(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, append([]string{"state"}, filterParams...)...)
+	if err != nil {
+		return err
+	}
+	return a.count(w, r, q, false)
+}
+
+// countDead answers how many dead jobs GET /v1/dlq would list with the
+// same filter, which is what DELETE /v1/dlq would purge and POST
+// /v1/dlq/redrive with that filter would redrive (GET /v1/dlq/count).
+func (a *api) countDead(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, filterParams...)
+	if err != nil {
+		return err
+	}
+	return a.count(w, r, q, true)
+}
+
+// count answers a count; dead restricts it to the DLQ.
+func (a *api) count(w http.ResponseWriter, r *http.Request, q *query, dead bool) error {
+	f, err := q.filter()
+	if err != nil {
+		return err
+	}
+	if dead {
+		f.States = []redrive.State{redrive.Dead}
+	}
+	n, err := a.client.Count(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, CountResponse{Count: n})
+	return nil
+}

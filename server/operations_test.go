@@ -1,0 +1,534 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/store"
+)
+
+// start sends a request that starts an operation, checks the 202 answer
+// and its Location, and returns the operation.
+func (e *env) start(method, path, body string) Operation {
+	e.t.Helper()
+	r := e.do(method, path, body)
+	var ob operationBody
+	e.want(r, http.StatusAccepted, &ob)
+	op := ob.Operation
+	if !strings.HasPrefix(op.ID, "op_") || len(op.ID) != 27 {
+		e.t.Fatalf("operation id %q", op.ID)
+	}
+	if loc := r.header.Get("Location"); loc != "/v1/operations/"+op.ID {
+		e.t.Fatalf("Location %q for %s", loc, op.ID)
+	}
+	if op.StartedAt.IsZero() || op.RefusedIDs == nil {
+		e.t.Fatalf("started operation %+v", op)
+	}
+	return op
+}
+
+// get reads an operation.
+func (e *env) getOp(id string) Operation {
+	e.t.Helper()
+	var ob operationBody
+	e.want(e.do("GET", "/v1/operations/"+id, ""), 200, &ob)
+	return ob.Operation
+}
+
+// await polls the operation until it ends (a liveness bound, not a
+// timing assertion).
+func (e *env) await(op Operation) Operation {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		op = e.getOp(op.ID)
+		if op.State != OperationRunning {
+			if op.FinishedAt == nil || op.FinishedAt.Before(op.StartedAt) {
+				e.t.Fatalf("ended operation without a sound finished_at: %+v", op)
+			}
+			return op
+		}
+		if op.FinishedAt != nil {
+			e.t.Fatalf("running operation with finished_at: %+v", op)
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("operation still running: %+v", op)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// awaitProcessed polls a running operation until it has processed n jobs.
+func (e *env) awaitProcessed(id string, n int64) Operation {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		op := e.getOp(id)
+		if op.Processed >= n {
+			return op
+		}
+		if op.State != OperationRunning || time.Now().After(deadline) {
+			e.t.Fatalf("operation did not reach %d processed jobs: %+v", n, op)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// buryMany makes n dead jobs in queue with the store, in bulk.
+func (e *env) buryMany(queue, msg string, n int) []int64 {
+	e.t.Helper()
+	ctx := context.Background()
+	var ids []int64
+	for len(ids) < n {
+		reqs := make([]redrive.Request, min(n-len(ids), 1000))
+		for i := range reqs {
+			reqs[i] = redrive.Request{Kind: "dead-kind", Queue: queue, Payload: map[string]int{"n": len(ids) + i}}
+		}
+		if _, err := e.client.EnqueueMany(ctx, reqs); err != nil {
+			e.t.Fatal(err)
+		}
+		now := time.Now()
+		got, err := e.st.Fetch(ctx, store.FetchParams{Queue: queue, Limit: len(reqs), Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+		if err != nil || len(got) != len(reqs) {
+			e.t.Fatalf("fetch: %d, %v", len(got), err)
+		}
+		outs := make([]store.Outcome, len(got))
+		for i, j := range got {
+			outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Worker: "w", Kind: store.Bury, At: now,
+				Class: failure.Permanent, DeadReason: "permanent", Fingerprint: "permanent:" + msg, Error: msg,
+				Event: &store.Event{Kind: store.EventDead, Attempt: 1, At: now, Class: "permanent", Error: msg}}
+			ids = append(ids, j.ID)
+		}
+		if _, err := e.st.Finish(ctx, outs); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+func (e *env) deadCount(queue string) int64 {
+	e.t.Helper()
+	n, err := e.client.Count(context.Background(), redrive.Filter{Queue: queue, States: []redrive.State{redrive.Dead}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// slowRedrive starts a redrive of the ids at the smallest rate: the first
+// job goes at once, the next only 10 s later, so the operation stays
+// running until canceled.
+func (e *env) slowRedrive(ids []int64) Operation {
+	e.t.Helper()
+	b, _ := json.Marshal(map[string]any{"ids": ids, "rate": MinRate})
+	op := e.start("POST", "/v1/dlq/redrive", string(b))
+	return e.awaitProcessed(op.ID, 1)
+}
+
+func TestOperationShape(t *testing.T) {
+	e := newEnv(t, Options{})
+	ids := e.buryMany("q", "boom", 2)
+	r := e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d,%d],"rate":%g,"note":"n"}`, ids[0], ids[1], MinRate))
+	if r.status != 202 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var top map[string]map[string]json.RawMessage
+	r.json(t, &top)
+	raw := top["operation"]
+	var keys []string
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	want := []string{"error", "finished_at", "id", "kind", "matched", "note", "processed", "purged", "rate", "redriven",
+		"refused", "refused_ids", "skipped", "started_at", "state"}
+	if !slices.Equal(keys, want) || len(top) != 1 {
+		t.Fatalf("operation keys %v, want %v: %s", keys, want, r.body)
+	}
+	if string(raw["finished_at"]) != "null" || string(raw["refused_ids"]) != "[]" || string(raw["state"]) != `"running"` ||
+		string(raw["kind"]) != `"redrive"` || string(raw["error"]) != `""` || string(raw["note"]) != `"n"` {
+		t.Fatalf("running operation: %s", r.body)
+	}
+	var started time.Time
+	if err := json.Unmarshal(raw["started_at"], &started); err != nil || time.Since(started) > time.Hour {
+		t.Fatalf("started_at %s: %v", raw["started_at"], err)
+	}
+	id := ""
+	_ = json.Unmarshal(raw["id"], &id)
+	e.awaitProcessed(id, 1)
+	var ob operationBody
+	e.want(e.do("DELETE", "/v1/operations/"+id, ""), 200, &ob)
+	if ob.Operation.FinishedAt == nil {
+		t.Fatalf("canceled operation: %+v", ob.Operation)
+	}
+}
+
+func TestOperationRoutes(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.buryMany("a", "boom", 30)
+	locked := e.makeDead("a", "boom", failure.Permanent, redrive.NotReprocessable())
+	e.buryMany("b", "bang", 5)
+
+	// A redrive by filter, polled to its end.
+	op := e.start("POST", "/v1/dlq/redrive", `{"filter":{"queue":"a"},"payload":{"v":2},"note":"fix"}`)
+	if op.Kind != OperationRedrive || op.Note != "fix" {
+		t.Fatalf("started: %+v", op)
+	}
+	op = e.await(op)
+	if op.State != OperationDone || op.Matched != 31 || op.Redriven != 30 || op.Refused != 1 || op.Processed != 31 ||
+		!slices.Equal(op.RefusedIDs, []int64{locked}) || op.Error != "" {
+		t.Fatalf("redrive: %+v", op)
+	}
+	if e.deadCount("a") != 1 {
+		t.Fatalf("%d dead jobs left in a", e.deadCount("a"))
+	}
+	// A purge, polled to its end.
+	pg := e.await(e.start("DELETE", "/v1/dlq?queue=b", ""))
+	if pg.State != OperationDone || pg.Kind != OperationPurge || pg.Matched != 5 || pg.Purged != 5 || pg.Processed != 5 {
+		t.Fatalf("purge: %+v", pg)
+	}
+	if e.deadCount("b") != 0 {
+		t.Fatal("purge left dead jobs")
+	}
+
+	// The list: newest first, bounded by limit.
+	var l struct {
+		Operations []Operation `json:"operations"`
+	}
+	e.want(e.do("GET", "/v1/operations", ""), 200, &l)
+	if len(l.Operations) != 2 || l.Operations[0].ID != pg.ID || l.Operations[1].ID != op.ID {
+		t.Fatalf("list: %+v", l.Operations)
+	}
+	e.want(e.do("GET", "/v1/operations?limit=1", ""), 200, &l)
+	if len(l.Operations) != 1 || l.Operations[0].ID != pg.ID {
+		t.Fatalf("list limit=1: %+v", l.Operations)
+	}
+	// A finished operation cannot be canceled.
+	wantErr(t, e.do("DELETE", "/v1/operations/"+op.ID, ""), 409, "conflict", "")
+	// Unknown ids.
+	wantErr(t, e.do("GET", "/v1/operations/op_000000000000000000000000", ""), 404, "not_found", "id")
+	wantErr(t, e.do("DELETE", "/v1/operations/nope", ""), 404, "not_found", "id")
+	wantErr(t, e.do("POST", "/v1/operations", ""), 405, "method_not_allowed", "")
+
+	// An empty list is an empty array.
+	e2 := newEnv(t, Options{})
+	r := e2.do("GET", "/v1/operations", "")
+	if r.status != 200 || strings.TrimSpace(string(r.body)) != `{"operations":[]}` {
+		t.Fatalf("empty list: %d %s", r.status, r.body)
+	}
+}
+
+func TestOperationWait(t *testing.T) {
+	e := newEnv(t, Options{})
+	ids := e.buryMany("w", "boom", 3)
+	var ob operationBody
+	r := e.do("POST", "/v1/dlq/redrive?wait=true", fmt.Sprintf(`{"ids":[%d,%d,%d],"rate":1000}`, ids[0], ids[1], ids[2]))
+	e.want(r, 200, &ob)
+	if op := ob.Operation; op.State != OperationDone || op.Redriven != 3 || op.FinishedAt == nil || op.Rate != 1000 {
+		t.Fatalf("redrive wait=true: %+v", op)
+	}
+	if r.header.Get("Location") != "" {
+		t.Errorf("wait=true answered a Location")
+	}
+	e.buryMany("w2", "boom", 4)
+	e.want(e.do("DELETE", "/v1/dlq?queue=w2&wait=true", ""), 200, &ob)
+	if op := ob.Operation; op.State != OperationDone || op.Purged != 4 || op.Matched != 4 {
+		t.Fatalf("purge wait=true: %+v", op)
+	}
+	// wait=false is the default.
+	e.start("DELETE", "/v1/dlq?queue=w2&wait=false", "")
+}
+
+// TestOperationCancel cancels a rate-limited redrive midway: what was
+// done stays done, the rest stays dead.
+func TestOperationCancel(t *testing.T) {
+	e := newEnv(t, Options{})
+	ids := e.buryMany("c", "boom", 3)
+	op := e.slowRedrive(ids)
+	if op.State != OperationRunning || op.Matched != 3 {
+		t.Fatalf("slow redrive: %+v", op)
+	}
+	var ob operationBody
+	e.want(e.do("DELETE", "/v1/operations/"+op.ID, ""), 200, &ob)
+	c := ob.Operation
+	if c.State != OperationCanceled || c.Redriven != 1 || c.Processed != 1 || c.FinishedAt == nil ||
+		!strings.Contains(c.Error, "DELETE /v1/operations/"+op.ID) {
+		t.Fatalf("canceled: %+v", c)
+	}
+	if got := e.getOp(op.ID); got.State != OperationCanceled {
+		t.Fatalf("after cancel: %+v", got)
+	}
+	if e.deadCount("c") != 2 {
+		t.Fatalf("%d dead jobs left, want 2", e.deadCount("c"))
+	}
+	if j, _ := e.client.Get(context.Background(), ids[0]); j.State != redrive.Pending {
+		t.Fatalf("the first job is %s, want pending (done stays done)", j.State)
+	}
+	wantErr(t, e.do("DELETE", "/v1/operations/"+op.ID, ""), 409, "conflict", "")
+}
+
+func TestOperationLimit(t *testing.T) {
+	e := newEnv(t, Options{MaxOperations: 2})
+	ids := e.buryMany("l", "boom", 6)
+	a := e.slowRedrive(ids[0:2])
+	e.slowRedrive(ids[2:4])
+	wantErr(t, e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, ids[4])), 429, "too_many_operations", "")
+	wantErr(t, e.do("DELETE", "/v1/dlq?queue=l", ""), 429, "too_many_operations", "")
+	wantErr(t, e.do("DELETE", "/v1/dlq?queue=l&wait=true", ""), 429, "too_many_operations", "")
+	// Bad input is still refused as such.
+	wantErr(t, e.do("DELETE", "/v1/dlq", ""), 400, "filter_required", "all")
+	// Once one ends, another may start.
+	e.want(e.do("DELETE", "/v1/operations/"+a.ID, ""), 200, nil)
+	var ob operationBody
+	e.want(e.do("POST", "/v1/dlq/redrive?wait=true", fmt.Sprintf(`{"ids":[%d]}`, ids[4])), 200, &ob)
+	if ob.Operation.Redriven != 1 {
+		t.Fatalf("redrive after the limit freed: %+v", ob.Operation)
+	}
+}
+
+func TestOperationAuth(t *testing.T) {
+	e := newEnv(t, Options{Token: "tok"})
+	ids := e.buryMany("x", "boom", 1)
+	op := e.start("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, ids[0]))
+	e.token = ""
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/operations"},
+		{"GET", "/v1/operations/" + op.ID},
+		{"DELETE", "/v1/operations/" + op.ID},
+		{"GET", "/v1/dlq/export"},
+		{"DELETE", "/v1/dlq?all=true"},
+		{"POST", "/v1/dlq/redrive"},
+	} {
+		wantErr(t, e.do(c.method, c.path, ""), 401, "unauthorized", "")
+		wantErr(t, e.do(c.method, c.path, "", "Authorization", "Bearer wrong"), 401, "unauthorized", "")
+	}
+	e.token = "tok"
+	if got := e.await(op); got.State != OperationDone {
+		t.Fatalf("operation: %+v", got)
+	}
+}
+
+// TestServerClose: Close cancels running operations, waits for them and
+// refuses new ones; so does the end of Options.Context.
+func TestServerClose(t *testing.T) {
+	e := newEnv(t, Options{})
+	ids := e.buryMany("s", "boom", 4)
+	op := e.slowRedrive(ids[:2])
+	// A request waiting on an operation gets its final state.
+	waited := make(chan resp, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/dlq/redrive?wait=true", strings.NewReader(fmt.Sprintf(`{"ids":[%d,%d],"rate":0.1}`, ids[2], ids[3])))
+		res, err := e.srv.Client().Do(req)
+		if err != nil {
+			waited <- resp{status: -1, body: []byte(err.Error())}
+			return
+		}
+		defer res.Body.Close()
+		var b strings.Builder
+		_, _ = bufio.NewReader(res.Body).WriteTo(&b)
+		waited <- resp{status: res.StatusCode, header: res.Header, body: []byte(b.String())}
+	}()
+	e.awaitProcessed(op.ID, 1)
+	var l struct {
+		Operations []Operation `json:"operations"`
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		e.want(e.do("GET", "/v1/operations", ""), 200, &l)
+		if len(l.Operations) == 2 && l.Operations[0].Processed == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiting redrive did not start: %+v", l.Operations)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := e.api.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := e.getOp(op.ID)
+	if got.State != OperationCanceled || !strings.Contains(got.Error, "shutting down") || got.Redriven != 1 {
+		t.Fatalf("after Close: %+v", got)
+	}
+	w := <-waited
+	var ob operationBody
+	e.want(w, 200, &ob)
+	if ob.Operation.State != OperationCanceled || ob.Operation.Redriven != 1 {
+		t.Fatalf("the waiting request got %+v", ob.Operation)
+	}
+	wantErr(t, e.do("DELETE", "/v1/dlq?all=true", ""), 503, "shutting_down", "")
+	// The reads still work.
+	e.want(e.do("GET", "/v1/operations", ""), 200, nil)
+
+	// Options.Context.
+	ctx, cancel := context.WithCancel(context.Background())
+	e2 := newEnv(t, Options{Context: ctx})
+	ids = e2.buryMany("s", "boom", 2)
+	op = e2.slowRedrive(ids)
+	cancel()
+	if got := e2.await(op); got.State != OperationCanceled || got.Redriven != 1 {
+		t.Fatalf("after the context ended: %+v", got)
+	}
+	wantErr(t, e2.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, ids[1])), 503, "shutting_down", "")
+}
+
+// TestOperationFailure: a store that fails midway fails the operation
+// with a message that leaks nothing internal.
+func TestOperationFailure(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.buryMany("f", "boom", 1)
+	_ = e.st.Close()
+	op := e.await(e.start("DELETE", "/v1/dlq?queue=f", ""))
+	if op.State != OperationFailed || op.Error == "" || strings.Contains(op.Error, "sqlite") {
+		t.Fatalf("failed operation: %+v", op)
+	}
+}
+
+func TestOperationRetention(t *testing.T) {
+	e := newEnv(t, Options{})
+	ids := e.buryMany("r", "boom", 3)
+	e.api.ops.mu.Lock()
+	e.api.ops.maxKept = 2
+	e.api.ops.mu.Unlock()
+	var ops []Operation
+	for _, id := range ids {
+		ops = append(ops, e.await(e.start("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, id))))
+	}
+	// Only the newest two finished operations are kept.
+	var l struct {
+		Operations []Operation `json:"operations"`
+	}
+	e.want(e.do("GET", "/v1/operations", ""), 200, &l)
+	if len(l.Operations) != 2 || l.Operations[0].ID != ops[2].ID || l.Operations[1].ID != ops[1].ID {
+		t.Fatalf("kept: %+v", l.Operations)
+	}
+	wantErr(t, e.do("GET", "/v1/operations/"+ops[0].ID, ""), 404, "not_found", "id")
+	// After the retention, finished operations are forgotten; running
+	// ones are kept.
+	running := e.slowRedrive(e.buryMany("r2", "boom", 2))
+	e.api.ops.mu.Lock()
+	e.api.ops.now = func() time.Time { return time.Now().Add(2 * OperationRetention) }
+	e.api.ops.mu.Unlock()
+	e.want(e.do("GET", "/v1/operations", ""), 200, &l)
+	if len(l.Operations) != 1 || l.Operations[0].ID != running.ID {
+		t.Fatalf("after the retention: %+v", l.Operations)
+	}
+	wantErr(t, e.do("GET", "/v1/operations/"+ops[2].ID, ""), 404, "not_found", "id")
+}
+
+// TestOperationsConcurrent starts, polls, lists and cancels operations
+// from many goroutines at once (run with -race).
+func TestOperationsConcurrent(t *testing.T) {
+	e := newEnv(t, Options{MaxOperations: 4})
+	for q := range 8 {
+		e.buryMany("q"+strconv.Itoa(q), "boom", 20)
+	}
+	var (
+		wg                    sync.WaitGroup
+		mu                    sync.Mutex
+		accepted, tooMany     int
+		redriven, purgedTotal int64
+	)
+	for g := range 16 {
+		wg.Go(func() {
+			queue := "q" + strconv.Itoa(g%8)
+			var req *http.Request
+			if g%2 == 0 {
+				req, _ = http.NewRequest("POST", e.srv.URL+"/v1/dlq/redrive", strings.NewReader(`{"filter":{"queue":"`+queue+`"}}`))
+			} else {
+				req, _ = http.NewRequest("DELETE", e.srv.URL+"/v1/dlq?queue="+queue, nil)
+			}
+			res, err := e.srv.Client().Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var ob operationBody
+			_ = json.NewDecoder(res.Body).Decode(&ob)
+			res.Body.Close()
+			switch res.StatusCode {
+			case 429:
+				mu.Lock()
+				tooMany++
+				mu.Unlock()
+				return
+			case 202:
+			default:
+				t.Errorf("status %d", res.StatusCode)
+				return
+			}
+			// Poll it to its end, listing meanwhile.
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+				res, err := e.srv.Client().Get(e.srv.URL + "/v1/operations/" + ob.Operation.ID)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = json.NewDecoder(res.Body).Decode(&ob)
+				res.Body.Close()
+				if res2, err := e.srv.Client().Get(e.srv.URL + "/v1/operations?limit=5"); err == nil {
+					res2.Body.Close()
+				}
+				if ob.Operation.State != OperationRunning {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if ob.Operation.State != OperationDone {
+				t.Errorf("operation %+v", ob.Operation)
+			}
+			mu.Lock()
+			accepted++
+			redriven += ob.Operation.Redriven
+			purgedTotal += ob.Operation.Purged
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if accepted+tooMany != 16 || accepted == 0 {
+		t.Fatalf("accepted %d, refused %d", accepted, tooMany)
+	}
+	// Every dead job was redriven or purged at most once.
+	if redriven+purgedTotal > 160 {
+		t.Fatalf("redriven %d + purged %d > 160", redriven, purgedTotal)
+	}
+	var l struct {
+		Operations []Operation `json:"operations"`
+	}
+	e.want(e.do("GET", "/v1/operations", ""), 200, &l)
+	if len(l.Operations) != accepted {
+		t.Fatalf("%d operations listed, %d accepted", len(l.Operations), accepted)
+	}
+	for i := 1; i < len(l.Operations); i++ {
+		if l.Operations[i].StartedAt.After(l.Operations[i-1].StartedAt) {
+			t.Fatalf("list not newest first: %+v", l.Operations)
+		}
+	}
+}
+
+// TestOperationPanicIsRecovered: an operation that panics (here: no
+// client) fails; the server stays up.
+func TestOperationPanicIsRecovered(t *testing.T) {
+	api := New(Options{Logger: quiet})
+	t.Cleanup(func() { _ = api.Close() })
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	e := &env{t: t, srv: srv, api: api}
+	var ob operationBody
+	e.want(e.do("DELETE", "/v1/dlq?all=true&wait=true", ""), 200, &ob)
+	if ob.Operation.State != OperationFailed || ob.Operation.Error != "internal error; see the server log" {
+		t.Fatalf("panicking operation: %+v", ob.Operation)
+	}
+	e.want(e.do("GET", "/healthz", ""), 200, nil)
+}

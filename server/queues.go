@@ -1,0 +1,74 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/redrivehq/redrive"
+)
+
+// QueueList is the body of GET /v1/queues: every queue, sorted by name.
+type QueueList struct {
+	Queues []redrive.Queue `json:"queues"`
+}
+
+// QueueBody is the body answering a pause or a resume.
+type QueueBody struct {
+	Queue redrive.Queue `json:"queue"`
+}
+
+func (a *api) listQueues(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
+	qs, err := a.client.Queues(r.Context())
+	if err != nil {
+		return err
+	}
+	if qs == nil {
+		qs = []redrive.Queue{}
+	}
+	writeJSON(w, http.StatusOK, QueueList{Queues: qs})
+	return nil
+}
+
+func (a *api) pauseQueue(w http.ResponseWriter, r *http.Request) error {
+	return a.setPaused(w, r, true)
+}
+
+func (a *api) resumeQueue(w http.ResponseWriter, r *http.Request) error {
+	return a.setPaused(w, r, false)
+}
+
+// setPaused pauses or resumes the queue named by the {name} path value.
+func (a *api) setPaused(w http.ResponseWriter, r *http.Request, paused bool) error {
+	name := r.PathValue("name")
+	if name == "" {
+		return badRequest("name", "the queue name is required")
+	}
+	if err := checkName("name", name, maxName); err != nil {
+		return err
+	}
+	if r.ContentLength > 0 {
+		// No body is expected; refuse one rather than ignore it.
+		var empty struct{}
+		if err := a.decodeBody(w, r, &empty); err != nil {
+			return err
+		}
+	}
+	var q redrive.Queue
+	var err error
+	if paused {
+		q, err = a.client.PauseQueue(r.Context(), name)
+	} else {
+		q, err = a.client.ResumeQueue(r.Context(), name)
+	}
+	if errors.Is(err, redrive.ErrInvalid) {
+		return &apiError{status: http.StatusBadRequest, code: "invalid", field: "name", msg: err.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, QueueBody{Queue: q})
+	return nil
+}

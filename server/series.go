@@ -1,0 +1,70 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redrivehq/redrive"
+)
+
+// Bounds of GET /v1/stats/series.
+const (
+	// DefaultSeriesSince is how far back the series goes without a since
+	// parameter.
+	DefaultSeriesSince = time.Hour
+	// MaxSeriesSince bounds the since parameter: the default retention of
+	// the statistics snapshots.
+	MaxSeriesSince = redrive.DefaultStatsRetention
+)
+
+// SeriesResponse is the answer of GET /v1/stats/series.
+type SeriesResponse struct {
+	// Step is the width of a point: always "1m".
+	Step string `json:"step"`
+	// Since is the first minute covered, in UTC.
+	Since time.Time `json:"since"`
+	// Points are the minutes with data, oldest first; minutes without a
+	// snapshot are absent. The last point may be partial.
+	Points []redrive.SeriesPoint `json:"points"`
+}
+
+// parseSince parses the since parameter: a Go duration, or a whole
+// number of days written "7d".
+func parseSince(s string) (time.Duration, bool) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 1000 {
+			return 0, false
+		}
+		return time.Duration(n) * 24 * time.Hour, true
+	}
+	d, err := time.ParseDuration(s)
+	return d, err == nil
+}
+
+func (a *api) series(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, "since", "queue")
+	if err != nil {
+		return err
+	}
+	d := DefaultSeriesSince
+	if s := q.get("since"); s != "" {
+		var ok bool
+		d, ok = parseSince(s)
+		if !ok || d <= 0 || d > MaxSeriesSince {
+			return badRequest("since", "since must be a duration such as 30m, 1h or 7d, greater than 0 and at most 7d, got %q", clip(s))
+		}
+	}
+	queue := q.get("queue")
+	if err := checkName("queue", queue, maxName); err != nil {
+		return err
+	}
+	s, err := a.client.Series(r.Context(), time.Now().Add(-d), queue)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, SeriesResponse{Step: "1m", Since: s.Since, Points: s.Points})
+	return nil
+}

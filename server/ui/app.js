@@ -1,0 +1,702 @@
+// redrive dashboard: a single page over the REST API (/v1). No framework,
+// no build step, no external requests. Every value coming from the API is
+// put in the page as text (never as HTML): job payloads and error
+// messages are data from outside.
+'use strict';
+
+const app = document.getElementById('app');
+const dialog = document.getElementById('dialog');
+const statusEl = document.getElementById('status');
+
+// ---- DOM helpers -------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  setAttrs(el, attrs);
+  append(el, children);
+  return el;
+}
+
+const SVGNS = 'http://www.w3.org/2000/svg';
+function s(tag, attrs, ...children) {
+  const el = document.createElementNS(SVGNS, tag);
+  setAttrs(el, attrs);
+  append(el, children);
+  return el;
+}
+
+function setAttrs(el, attrs) {
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'style') for (const [p, val] of Object.entries(v)) el.style.setProperty(p, val);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+}
+
+function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+function badge(text, kind) {
+  return h('span', { class: 'badge b-' + (kind || text) }, text);
+}
+
+// ---- formatting --------------------------------------------------------
+
+const nf = new Intl.NumberFormat();
+const fmtN = (n) => nf.format(n || 0);
+const pad = (n) => String(n).padStart(2, '0');
+
+function fmtTime(iso) {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  if (isNaN(d)) return iso;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+function fmtAgo(iso) {
+  if (!iso) return '';
+  const sec = (Date.now() - new Date(iso).getTime()) / 1000;
+  const a = Math.abs(sec);
+  const v = a < 60 ? `${Math.round(a)}s` : a < 3600 ? `${Math.round(a / 60)}m` : a < 86400 ? `${Math.round(a / 3600)}h` : `${Math.round(a / 86400)}d`;
+  return sec >= 0 ? `${v} ago` : `in ${v}`;
+}
+
+// fmtMs formats a duration given in milliseconds (the API's unit).
+function fmtMs(ms) {
+  if (ms === undefined || ms === null) return '—';
+  if (ms < 1) return `${Math.round(ms * 1000)}µs`;
+  if (ms < 1000) return `${Math.round(ms)}ms`;
+  const sec = ms / 1000;
+  if (sec < 60) return `${sec.toFixed(sec < 10 ? 2 : 1)}s`;
+  if (sec < 3600) return `${Math.floor(sec / 60)}m${pad(Math.round(sec % 60))}s`;
+  return `${Math.floor(sec / 3600)}h${pad(Math.round((sec % 3600) / 60))}m`;
+}
+
+function shortFP(fp) { return fp ? fp.slice(0, 10) : '—'; }
+
+// ---- API ---------------------------------------------------------------
+
+class APIError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    super(e.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = e.code;
+    this.field = e.field;
+  }
+}
+
+async function request(method, path, body) {
+  const init = { method, credentials: 'same-origin', headers: { Accept: 'application/json' } };
+  if (method !== 'GET') init.headers['X-Redrive-Request'] = '1';
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  if (res.status === 401) {
+    // The session ended: the page shows the login form again.
+    location.reload();
+    throw new APIError(401, { error: { message: 'signed out' } });
+  }
+  let data = null;
+  const text = await res.text();
+  if (text) {
+    try { data = JSON.parse(text); } catch { data = null; }
+  }
+  if (!res.ok) throw new APIError(res.status, data);
+  return data;
+}
+
+const api = {
+  get: (p) => request('GET', p),
+  post: (p, b) => request('POST', p, b === undefined ? {} : b),
+  del: (p) => request('DELETE', p),
+};
+
+function qs(params) {
+  const u = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (Array.isArray(v)) v.forEach((x) => x && u.append(k, x));
+    else if (v !== undefined && v !== null && v !== '') u.set(k, v);
+  }
+  const str = u.toString();
+  return str ? '?' + str : '';
+}
+
+// ---- routing -----------------------------------------------------------
+
+let refreshTimer = null;
+let renderSeq = 0;
+
+function parseHash() {
+  const raw = location.hash.replace(/^#/, '') || '/';
+  const [path, query] = raw.split('?');
+  return { parts: path.split('/').filter(Boolean).map(decodeURIComponent), params: new URLSearchParams(query || '') };
+}
+
+function go(hash) { location.hash = hash; }
+
+async function render() {
+  clearInterval(refreshTimer);
+  refreshTimer = null;
+  const seq = ++renderSeq;
+  const { parts, params } = parseHash();
+  let page, nav;
+  if (parts.length === 0) { page = () => overview(); nav = 'overview'; }
+  else if (parts[0] === 'jobs' && parts[1]) { page = () => jobPage(parts[1]); nav = 'jobs'; }
+  else if (parts[0] === 'jobs') { page = () => jobsPage(params); nav = 'jobs'; }
+  else if (parts[0] === 'dlq' && parts[1]) { page = () => groupPage(parts[1], params); nav = 'dlq'; }
+  else if (parts[0] === 'dlq') { page = () => dlqPage(params); nav = 'dlq'; }
+  else { page = async () => h('div', { class: 'empty' }, 'No such page. ', h('a', { href: '#/' }, 'Overview')); nav = ''; }
+  for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === nav);
+  await show(page, seq);
+}
+
+// show renders a page into #app, unless the user navigated away meanwhile.
+async function show(page, seq) {
+  let el;
+  try {
+    el = await page();
+  } catch (e) {
+    el = h('div', { class: 'card error', role: 'alert' }, `Could not load this page: ${e.message}`);
+  }
+  if (seq !== renderSeq) return;
+  app.replaceChildren(el);
+  statusEl.textContent = `updated ${fmtTime(new Date().toISOString()).slice(11)}`;
+}
+
+function autoRefresh(seconds) {
+  const seq = renderSeq;
+  refreshTimer = setInterval(() => {
+    if (seq !== renderSeq || dialog.open) return;
+    const { parts } = parseHash();
+    if (parts.length === 0) show(() => overview(), seq);
+  }, seconds * 1000);
+}
+
+window.addEventListener('hashchange', render);
+
+// ---- overview ----------------------------------------------------------
+
+const STATES = ['pending', 'scheduled', 'running', 'completed', 'dead', 'canceled'];
+const CLASS_COLORS = {
+  transient: 'var(--warn)', rate_limited: 'var(--violet)', permanent: 'var(--bad)',
+  needs_auth: 'var(--info)', unknown: 'var(--grey)',
+};
+
+async function overview() {
+  const [queues, series, breakers] = await Promise.all([
+    api.get('/v1/queues'),
+    api.get('/v1/stats/series?since=1h'),
+    api.get('/v1/breakers'),
+  ]);
+  autoRefresh(5);
+  const totals = Object.fromEntries(STATES.map((st) => [st, 0]));
+  for (const q of queues.queues || []) {
+    for (const [st, n] of Object.entries(q.jobs || {})) totals[st] = (totals[st] || 0) + n;
+  }
+  const tiles = h('div', { class: 'tiles' }, STATES.map((st) =>
+    h('a', { class: 'tile', href: st === 'dead' ? '#/dlq' : `#/jobs?state=${st}`, 'data-state': st },
+      h('div', { class: 'n' }, fmtN(totals[st])), h('div', { class: 'l' }, st))));
+
+  return h('div', {},
+    h('h1', {}, 'Overview'),
+    tiles,
+    h('div', { class: 'row' },
+      h('section', { class: 'card chart', id: 'chart-outcomes' },
+        h('h2', {}, 'Outcomes per minute, last hour'),
+        outcomeChart(series)),
+      h('section', { class: 'card chart', id: 'chart-classes' },
+        h('h2', {}, 'Failures by class, last hour'),
+        classChart(series))),
+    h('div', { class: 'row' },
+      h('section', { class: 'card', id: 'queues' }, h('h2', {}, 'Queues'), queueTable(queues)),
+      h('section', { class: 'card', id: 'breakers' }, h('h2', {}, 'Circuit breakers'), breakerTable(breakers))));
+}
+
+function queueTable(queues) {
+  const rows = queues.queues || [];
+  if (rows.length === 0) return h('p', { class: 'empty' }, 'No queue has jobs yet.');
+  return h('table', {},
+    h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), STATES.map((st) => h('th', { class: 'num' }, st)), h('th', {}, ''))),
+    h('tbody', {}, rows.map((q) => h('tr', { 'data-queue': q.name },
+      h('td', {}, h('a', { href: `#/jobs?queue=${encodeURIComponent(q.name)}` }, q.name), ' ',
+        q.paused && h('span', { title: `paused ${fmtTime(q.paused_at)}` }, badge('paused'))),
+      STATES.map((st) => h('td', { class: 'num' }, fmtN((q.jobs || {})[st]))),
+      h('td', {}, h('button', { class: 'small', 'data-action': q.paused ? 'resume' : 'pause', onclick: () => togglePause(q) },
+        q.paused ? 'Resume' : 'Pause'))))));
+}
+
+async function togglePause(q) {
+  const verb = q.paused ? 'resume' : 'pause';
+  const ok = await confirmDialog(`${q.paused ? 'Resume' : 'Pause'} queue ${q.name}?`,
+    q.paused ? 'Workers will fetch its jobs again.'
+      : 'Workers stop fetching its jobs; running jobs finish, pending jobs wait. Nothing is lost.',
+    q.paused ? 'Resume' : 'Pause', q.paused ? 'primary' : 'danger');
+  if (!ok) return;
+  try {
+    await api.post(`/v1/queues/${encodeURIComponent(q.name)}/${verb}`);
+  } catch (e) {
+    await messageDialog('Failed', e.message);
+  }
+  render();
+}
+
+function breakerTable(list) {
+  if (!list || list.length === 0) return h('p', { class: 'empty' }, 'No circuit breaker has been used yet.');
+  return h('table', {},
+    h('thead', {}, h('tr', {}, h('th', {}, 'Dependency'), h('th', {}, 'State'), h('th', { class: 'num' }, 'Failures'),
+      h('th', { class: 'num' }, 'Trips'), h('th', {}, 'Opened'), h('th', {}, 'Probe at'))),
+    h('tbody', {}, list.map((b) => h('tr', { 'data-breaker': b.name },
+      h('td', {}, b.name), h('td', {}, badge(b.state.replace('_', '-'), b.state)),
+      h('td', { class: 'num' }, fmtN(b.failures)), h('td', { class: 'num' }, fmtN(b.trips)),
+      h('td', {}, b.opened_at ? fmtAgo(b.opened_at) : '—'), h('td', {}, b.ready_at ? fmtAgo(b.ready_at) : '—')))));
+}
+
+// minutes returns the 60 minute slots ending with the current minute and
+// the points of the series indexed by slot.
+function minutes(series) {
+  const now = new Date();
+  now.setSeconds(0, 0);
+  const start = now.getTime() - 59 * 60000;
+  const slots = Array.from({ length: 60 }, (_, i) => ({ t: start + i * 60000, p: null }));
+  for (const p of series.points || []) {
+    const i = Math.round((new Date(p.at).getTime() - start) / 60000);
+    if (i >= 0 && i < 60) slots[i].p = p;
+  }
+  return slots;
+}
+
+function outcomeChart(series) {
+  const keys = [
+    { key: 'succeeded', label: 'completed', color: 'var(--ok)' },
+    { key: 'retried', label: 'retried', color: 'var(--warn)' },
+    { key: 'dead', label: 'dead', color: 'var(--bad)' },
+  ];
+  const slots = minutes(series).map((sl) => ({ t: sl.t, v: keys.map((k) => (sl.p && sl.p.counts && sl.p.counts[k.key]) || 0), partial: sl.p && sl.p.partial }));
+  return barChart(slots, keys);
+}
+
+function classChart(series) {
+  const slots = minutes(series);
+  const names = new Set();
+  for (const sl of slots) for (const c of Object.keys((sl.p && sl.p.failed) || {})) names.add(c);
+  const order = Object.keys(CLASS_COLORS);
+  const keys = [...names].sort((a, b) => order.indexOf(a) - order.indexOf(b))
+    .map((c) => ({ key: c, label: c.replace('_', ' '), color: CLASS_COLORS[c] || 'var(--grey)' }));
+  if (keys.length === 0) {
+    return h('div', {}, barChart(slots.map((sl) => ({ t: sl.t, v: [] })), []), h('p', { class: 'muted' }, 'No failed attempt in the last hour.'));
+  }
+  return barChart(slots.map((sl) => ({ t: sl.t, v: keys.map((k) => (sl.p && sl.p.failed && sl.p.failed[k.key]) || 0) })), keys);
+}
+
+// barChart draws stacked bars, one per minute slot, with a legend giving
+// each series' total.
+function barChart(slots, keys) {
+  const W = 600, H = 190, L = 38, B = 18, T = 8;
+  const max = Math.max(1, ...slots.map((sl) => sl.v.reduce((a, b) => a + b, 0)));
+  const top = niceMax(max);
+  const bw = (W - L) / slots.length;
+  const y = (v) => H - B - (v / top) * (H - B - T);
+  const svg = s('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img', 'aria-label': keys.map((k) => k.label).join(', ') + ' per minute' });
+  for (const f of [0, 0.5, 1]) {
+    const v = top * f;
+    svg.append(s('line', { class: 'axis', x1: L, x2: W, y1: y(v), y2: y(v) }));
+    svg.append(s('text', { x: L - 4, y: y(v) + 3, 'text-anchor': 'end' }, fmtN(v)));
+  }
+  slots.forEach((sl, i) => {
+    let base = 0;
+    sl.v.forEach((v, k) => {
+      if (!v) return;
+      const r = s('rect', { x: L + i * bw + 1, width: Math.max(1, bw - 2), y: y(base + v), height: y(base) - y(base + v), fill: keys[k].color, 'data-series': keys[k].key },
+        s('title', {}, `${new Date(sl.t).toTimeString().slice(0, 5)} ${keys[k].label}: ${fmtN(v)}${sl.partial ? ' (minute in progress)' : ''}`));
+      svg.append(r);
+      base += v;
+    });
+    if (i % 15 === 0 || i === slots.length - 1) {
+      const last = i === slots.length - 1;
+      svg.append(s('text', { x: last ? W : L + i * bw + bw / 2, y: H - 4, 'text-anchor': last ? 'end' : 'middle' },
+        new Date(sl.t).toTimeString().slice(0, 5)));
+    }
+  });
+  const totals = keys.map((_, k) => slots.reduce((a, sl) => a + (sl.v[k] || 0), 0));
+  return h('div', {}, svg, h('div', { class: 'legend' }, keys.map((k, i) => h('span', { style: { '--c': k.color }, 'data-total': k.key }, `${k.label} ${fmtN(totals[i])}`))));
+}
+
+function niceMax(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+  return 10 * p;
+}
+
+// ---- jobs --------------------------------------------------------------
+
+async function jobsPage(params) {
+  const f = {
+    state: params.get('state') || '', queue: params.get('queue') || '', kind: params.get('kind') || '',
+    class: params.get('class') || '', q: params.get('q') || '',
+  };
+  const cursor = params.get('cursor') || '';
+  const res = await api.get('/v1/jobs' + qs({ ...f, cursor, limit: 50 }));
+  const form = filterForm(f, true, (nf) => go('#/jobs' + qs(nf)));
+  const next = res.next ? h('a', { href: '#/jobs' + qs({ ...f, cursor: res.next }) }, 'Next page →') : null;
+  const idInput = h('input', { id: 'goto-job', type: 'number', min: '1', step: '1', placeholder: 'job id', 'aria-label': 'job id', style: { width: '9em' } });
+  const gotoJob = h('form', { class: 'goto', onsubmit: (ev) => {
+    ev.preventDefault();
+    if (/^\d+$/.test(idInput.value)) go(`#/jobs/${idInput.value}`);
+  } }, idInput, h('button', { type: 'submit' }, 'Open job'));
+  return h('div', {},
+    h('div', { class: 'actions', style: { 'justify-content': 'space-between' } }, h('h1', {}, 'Jobs'), gotoJob),
+    h('div', { class: 'card' }, form,
+      res.jobs.length === 0 ? h('p', { class: 'empty' }, 'No job matches.') : jobTable(res.jobs),
+      h('div', { class: 'pager' }, cursor && h('a', { href: '#/jobs' + qs(f) }, '← First page'), next)));
+}
+
+function filterForm(f, withState, submit) {
+  const field = (name, label, el) => h('label', {}, label, el);
+  const inputs = {
+    queue: h('input', { name: 'queue', value: f.queue, size: 12 }),
+    kind: h('input', { name: 'kind', value: f.kind, size: 12 }),
+    class: h('select', { name: 'class' }, h('option', { value: '' }, 'any'),
+      Object.keys(CLASS_COLORS).map((c) => h('option', { value: c, selected: f.class === c }, c))),
+    q: h('input', { name: 'q', value: f.q, placeholder: 'error contains…', size: 22 }),
+  };
+  if (withState) {
+    inputs.state = h('select', { name: 'state' }, h('option', { value: '' }, 'any'),
+      STATES.map((st) => h('option', { value: st, selected: f.state === st }, st)));
+  }
+  return h('form', {
+    class: 'filters', onsubmit: (ev) => {
+      ev.preventDefault();
+      const nf = {};
+      for (const [k, el] of Object.entries(inputs)) nf[k] = el.value.trim();
+      submit(nf);
+    },
+  },
+  withState && field('state', 'State', inputs.state),
+  field('queue', 'Queue', inputs.queue), field('kind', 'Kind', inputs.kind),
+  field('class', 'Last error class', inputs.class), field('q', 'Error text', inputs.q),
+  h('button', { type: 'submit', class: 'primary' }, 'Filter'));
+}
+
+function jobTable(jobs, select) {
+  return h('table', { class: 'jobs' },
+    h('thead', {}, h('tr', {}, select && h('th', {}, select.all), h('th', { class: 'num' }, 'ID'), h('th', {}, 'Queue'), h('th', {}, 'Kind'),
+      h('th', {}, 'State'), h('th', { class: 'num' }, 'Attempt'), h('th', {}, 'Last error'), h('th', {}, 'When'))),
+    h('tbody', {}, jobs.map((j) => h('tr', { class: 'click', 'data-job': j.id, onclick: (ev) => { if (ev.target.tagName !== 'INPUT') go(`#/jobs/${j.id}`); } },
+      select && h('td', {}, select.box(j)),
+      h('td', { class: 'num' }, h('a', { href: `#/jobs/${j.id}` }, j.id)),
+      h('td', {}, j.queue), h('td', {}, j.kind), h('td', {}, badge(j.state)),
+      h('td', { class: 'num' }, j.attempt),
+      h('td', { class: 'clip', title: j.last_error || '' }, j.last_error ? [badge(j.last_error_class), ' ', j.last_error] : ''),
+      h('td', { title: fmtTime(refTime(j)) }, fmtAgo(refTime(j)))))));
+}
+
+function refTime(j) { return j.dead_at || j.finished_at || j.attempted_at || j.created_at; }
+
+const EVENT_COLORS = {
+  completed: 'var(--ok)', retry: 'var(--warn)', dead: 'var(--bad)', snoozed: 'var(--violet)', deferred: 'var(--violet)',
+  released: 'var(--grey)', canceled: 'var(--grey)', redriven: 'var(--info)', running: 'var(--warn)',
+};
+
+async function jobPage(id) {
+  if (!/^\d+$/.test(id)) throw new Error(`"${id}" is not a job id`);
+  const j = await api.get(`/v1/jobs/${id}`);
+  const actions = h('div', { class: 'actions' });
+  if (['pending', 'scheduled', 'running', 'dead'].includes(j.state)) {
+    actions.append(h('button', { onclick: () => cancelJob(j) }, 'Cancel'));
+  }
+  if (j.state === 'dead') {
+    actions.append(
+      h('button', { class: 'primary', id: 'redrive-job', disabled: !j.reprocessable, onclick: () => redriveDialog({ ids: [j.id] }, 1) }, 'Redrive'),
+      h('button', { id: 'edit-redrive-job', disabled: !j.reprocessable, onclick: () => editRedriveDialog({ ids: [j.id] }, 1, j.payload) }, 'Edit and redrive'));
+  }
+  const kv = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === null || v === '' ? '—' : v)];
+  return h('div', {},
+    h('h1', {}, `Job ${j.id} `, badge(j.state)),
+    h('div', { class: 'row' },
+      h('section', { class: 'card' }, h('h2', {}, 'Job'),
+        h('dl', { class: 'kv' },
+          kv('Queue', h('a', { href: `#/jobs?queue=${encodeURIComponent(j.queue)}` }, j.queue)), kv('Kind', j.kind),
+          kv('State', j.state), kv('Attempt', `${j.attempt}${j.max_retries >= 0 ? ` of ${j.max_retries + 1}` : ''}`),
+          kv('Created', fmtTime(j.created_at)), kv('Runs at', fmtTime(j.run_at)),
+          kv('Finished', fmtTime(j.finished_at)), kv('Dependency', j.dependency),
+          kv('Idempotency key', j.idempotency_key), kv('Redriven', j.redriven ? `${j.redriven} times` : 'never'),
+          j.state === 'dead' && kv('Dead reason', j.dead_reason),
+          j.fingerprint && kv('Cause', h('a', { href: `#/dlq/${j.fingerprint}` }, shortFP(j.fingerprint))),
+          !j.reprocessable && kv('Reprocessable', 'no: this job may not be redriven'),
+          j.last_error && kv('Last error', [badge(j.last_error_class), ' ', j.last_error])),
+        h('div', { style: { 'margin-top': '12px' } }, actions)),
+      h('section', { class: 'card' }, h('h2', {}, 'Payload'), h('pre', { id: 'payload' }, pretty(j.payload)))),
+    h('section', { class: 'card' }, h('h2', {}, 'Attempt timeline'), timeline(withCurrent(j))));
+}
+
+function pretty(v) {
+  try { return JSON.stringify(v, null, 2); } catch { return String(v); }
+}
+
+// withCurrent returns the job's history followed by what the job's own
+// fields say of its latest attempt: the attempt that completed it (the
+// engine records a success on the job — attempt, attempted_at,
+// last_duration — not as an event) or the one running now.
+function withCurrent(j) {
+  const events = (j.history || []).slice();
+  if (j.state === 'completed' && j.attempted_at && j.finished_at) {
+    // last_duration is the handler's own time; jobs finished before the
+    // store kept it have only the span to their recorded completion.
+    events.push({ kind: 'completed', attempt: j.attempt, at: j.attempted_at,
+      duration: j.last_duration !== undefined ? j.last_duration
+        : new Date(j.finished_at).getTime() - new Date(j.attempted_at).getTime() });
+  } else if (j.state === 'running' && j.attempted_at) {
+    events.push({ kind: 'running', attempt: j.attempt, at: j.attempted_at, worker: j.worker,
+      note: j.cancel_requested ? 'cancellation requested' : `lease until ${fmtTime(j.lease_until)}` });
+  }
+  return events;
+}
+
+function timeline(events) {
+  if (events.length === 0) return h('p', { class: 'muted' }, 'No attempt yet.');
+  return h('ol', { class: 'timeline' }, events.map((e) => h('li', { style: { '--c': EVENT_COLORS[e.kind] || 'var(--grey)' }, 'data-event': e.kind },
+    h('div', {},
+      h('strong', {}, e.attempt ? `Attempt ${e.attempt}` : 'Operator'), ' ', badge(e.kind),
+      e.class && [' ', badge(e.class)], e.reason && [' ', h('span', { class: 'mono muted' }, e.reason)]),
+    h('div', { class: 'when' }, fmtTime(e.at),
+      e.duration ? ` · ran ${fmtMs(e.duration)}` : '', e.worker ? ` · ${e.worker}` : ''),
+    e.error && h('div', { class: 'err' }, e.error),
+    e.note && h('div', { class: 'gap' }, e.note),
+    e.delay ? h('div', { class: 'gap' }, `next run after ${fmtMs(e.delay)}`) : null)));
+}
+
+async function cancelJob(j) {
+  const ok = await confirmDialog(`Cancel job ${j.id}?`,
+    j.state === 'running' ? 'The worker running it is asked to stop at its next heartbeat.' : 'The job will not run again.', 'Cancel job', 'danger');
+  if (!ok) return;
+  try { await api.post(`/v1/jobs/${j.id}/cancel`); } catch (e) { await messageDialog('Failed', e.message); }
+  render();
+}
+
+// ---- dead-letter queue -------------------------------------------------
+
+async function dlqPage(params) {
+  const f = { queue: params.get('queue') || '', kind: params.get('kind') || '', class: params.get('class') || '', q: params.get('q') || '' };
+  const res = await api.get('/v1/dlq/groups' + qs({ ...f, limit: 200 }));
+  const groups = res.groups || [];
+  const total = groups.reduce((a, g) => a + g.count, 0);
+  const rows = groups.map((g) => h('tr', { class: 'click', 'data-group': g.fingerprint, onclick: (ev) => { if (ev.target.tagName !== 'BUTTON') go(`#/dlq/${g.fingerprint}`); } },
+    h('td', { class: 'num' }, h('strong', {}, fmtN(g.count))),
+    h('td', {}, `${g.queue} / ${g.kind}`),
+    h('td', {}, badge(g.class), g.reason ? [' ', h('span', { class: 'mono muted' }, g.reason)] : ''),
+    h('td', { class: 'clip', title: g.sample_error }, g.sample_error),
+    h('td', { title: fmtTime(g.last_dead_at) }, fmtAgo(g.last_dead_at)),
+    h('td', {}, h('div', { class: 'actions' },
+      h('button', { class: 'small primary', onclick: () => redriveDialog({ filter: { fingerprint: g.fingerprint } }, g.count) }, 'Redrive'),
+      h('button', { class: 'small', onclick: () => purgeDialog({ fingerprint: g.fingerprint }, g.count) }, 'Purge')))));
+  const table = h('table', { class: 'groups' },
+    h('thead', {}, h('tr', {}, h('th', { class: 'num' }, 'Jobs'), h('th', {}, 'Queue / kind'), h('th', {}, 'Class'),
+      h('th', {}, 'Error (latest)'), h('th', {}, 'Last dead'), h('th', {}, ''))),
+    h('tbody', {}, rows));
+  return h('div', {},
+    h('h1', {}, 'Dead letters'),
+    h('div', { class: 'card' },
+      filterForm(f, false, (nf) => go('#/dlq' + qs(nf))),
+      groups.length === 0
+        ? h('p', { class: 'empty' }, 'The dead-letter queue is empty. Nothing to fix.')
+        : [h('p', { class: 'muted' }, `${fmtN(total)} dead jobs in ${fmtN(groups.length)} groups, one group per cause (same queue, kind, class, reason and normalized error).`), table]));
+}
+
+async function groupPage(fp, params) {
+  if (!/^[0-9a-f]{1,128}$/i.test(fp)) throw new Error('not a group fingerprint');
+  const cursor = params.get('cursor') || '';
+  const [groupsRes, res] = await Promise.all([
+    api.get('/v1/dlq/groups' + qs({ fingerprint: fp, limit: 1 })),
+    api.get('/v1/dlq' + qs({ fingerprint: fp, cursor, limit: 100 })),
+  ]);
+  const g = (groupsRes.groups || [])[0];
+  if (!g) {
+    return h('div', {}, h('h1', {}, 'Dead-letter group'),
+      h('div', { class: 'card empty' }, 'This group is empty now: its jobs were redriven or purged. ', h('a', { href: '#/dlq' }, 'Back to dead letters')));
+  }
+  const selected = new Set();
+  const redriveSel = h('button', { class: 'primary', id: 'redrive-selected', disabled: true, onclick: () => redriveDialog({ ids: [...selected] }, selected.size) }, 'Redrive selected');
+  const editSel = h('button', { id: 'edit-selected', disabled: true, onclick: () => {
+    const first = res.jobs.find((j) => selected.has(j.id));
+    editRedriveDialog({ ids: [...selected] }, selected.size, first ? first.payload : null);
+  } }, 'Edit and redrive selected');
+  const update = () => {
+    redriveSel.disabled = editSel.disabled = selected.size === 0;
+    redriveSel.textContent = selected.size ? `Redrive ${selected.size} selected` : 'Redrive selected';
+  };
+  const boxes = [];
+  const select = {
+    all: h('input', { type: 'checkbox', 'aria-label': 'select all on this page', onchange: (ev) => {
+      for (const b of boxes) { b.checked = ev.target.checked; b.onchange(); }
+    } }),
+    box: (j) => {
+      const b = h('input', { type: 'checkbox', 'aria-label': `select job ${j.id}`, 'data-select': j.id });
+      b.onchange = () => { if (b.checked) selected.add(j.id); else selected.delete(j.id); update(); };
+      boxes.push(b);
+      return b;
+    },
+  };
+  const filter = { fingerprint: fp };
+  return h('div', {},
+    h('p', {}, h('a', { href: '#/dlq' }, '← Dead letters')),
+    h('h1', {}, `${fmtN(g.count)} dead jobs: ${g.queue} / ${g.kind}`),
+    h('section', { class: 'card' },
+      h('dl', { class: 'kv' },
+        h('dt', {}, 'Class'), h('dd', {}, badge(g.class)), h('dt', {}, 'Reason'), h('dd', {}, g.reason || '—'),
+        h('dt', {}, 'Error'), h('dd', { class: 'mono' }, g.sample_error),
+        h('dt', {}, 'First dead'), h('dd', {}, fmtTime(g.first_dead_at)), h('dt', {}, 'Last dead'), h('dd', {}, fmtTime(g.last_dead_at)),
+        h('dt', {}, 'Fingerprint'), h('dd', { class: 'mono' }, g.fingerprint)),
+      h('div', { class: 'actions', style: { 'margin-top': '12px' } },
+        h('button', { class: 'primary', id: 'redrive-group', onclick: () => redriveDialog({ filter }, g.count) }, `Redrive all ${fmtN(g.count)}`),
+        h('button', { id: 'edit-redrive-group', onclick: () => editRedriveDialog({ filter }, g.count, res.jobs[0] && res.jobs[0].payload) }, 'Edit and redrive all'),
+        h('button', { class: 'danger', id: 'purge-group', onclick: () => purgeDialog(filter, g.count) }, `Purge all ${fmtN(g.count)}`))),
+    h('section', { class: 'card' },
+      h('div', { class: 'actions', style: { 'margin-bottom': '8px' } }, redriveSel, editSel),
+      jobTable(res.jobs, select),
+      h('div', { class: 'pager' }, cursor && h('a', { href: `#/dlq/${fp}` }, '← First page'),
+        res.next && h('a', { href: `#/dlq/${fp}` + qs({ cursor: res.next }) }, 'Next page →'))));
+}
+
+// ---- dialogs and operations --------------------------------------------
+
+function openDialog(...children) {
+  dialog.replaceChildren();
+  append(dialog, children);
+  if (!dialog.open) dialog.showModal();
+}
+
+function closeDialog() { if (dialog.open) dialog.close(); }
+
+function confirmDialog(title, text, confirmLabel, kind) {
+  return new Promise((resolve) => {
+    const done = (v) => { dialog.removeEventListener('close', onClose); closeDialog(); resolve(v); };
+    const onClose = () => resolve(false);
+    dialog.addEventListener('close', onClose, { once: true });
+    openDialog(h('h2', {}, title), h('p', {}, text),
+      h('div', { class: 'actions' },
+        h('button', { onclick: () => done(false) }, 'Back'),
+        h('button', { class: kind || 'primary', id: 'confirm', onclick: () => done(true) }, confirmLabel)));
+  });
+}
+
+function messageDialog(title, text) {
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => resolve(), { once: true });
+    openDialog(h('h2', {}, title), h('p', {}, text), h('div', { class: 'actions' }, h('button', { onclick: closeDialog }, 'Close')));
+  });
+}
+
+function selectionText(sel, count) {
+  return sel.ids ? `${fmtN(count)} selected dead job${count === 1 ? '' : 's'}` : `the ${fmtN(count)} dead job${count === 1 ? '' : 's'} of this group`;
+}
+
+function redriveDialog(sel, count, payload) {
+  const rate = h('input', { type: 'number', min: '0', step: 'any', value: '', placeholder: 'no limit', id: 'rate' });
+  const note = h('input', { type: 'text', maxlength: '1000', placeholder: 'who and why (kept in each job\'s history)', id: 'note', size: 40 });
+  const err = h('p', { class: 'error', role: 'alert' });
+  openDialog(
+    h('h2', {}, payload === undefined ? 'Redrive' : 'Edit and redrive'),
+    h('p', {}, `Move ${selectionText(sel, count)} back to pending. Their attempt counters reset; their history is kept.`),
+    payload !== undefined && h('p', { class: 'muted' }, 'Every redriven job gets the edited payload.'),
+    h('form', { class: 'filters', onsubmit: (ev) => ev.preventDefault() },
+      h('label', {}, 'Rate (jobs per second)', rate), h('label', {}, 'Note', note)),
+    err,
+    h('div', { class: 'actions' },
+      h('button', { onclick: closeDialog }, 'Back'),
+      h('button', { class: 'primary', id: 'confirm', onclick: () => {
+        const body = Object.assign({}, sel);
+        if (rate.value !== '') body.rate = Number(rate.value);
+        if (note.value.trim()) body.note = note.value.trim();
+        if (payload !== undefined) body.payload = payload;
+        runOperation('Redrive', () => api.post('/v1/dlq/redrive', body), err);
+      } }, `Redrive ${fmtN(count)}`)));
+}
+
+function editRedriveDialog(sel, count, payload) {
+  const ta = h('textarea', { id: 'payload-editor', spellcheck: 'false' });
+  ta.value = pretty(payload === undefined ? null : payload);
+  const err = h('p', { class: 'error', role: 'alert' });
+  openDialog(
+    h('h2', {}, 'Edit the payload'),
+    h('p', {}, `The payload below replaces the payload of ${selectionText(sel, count)}.`),
+    ta, err,
+    h('div', { class: 'actions' },
+      h('button', { onclick: closeDialog }, 'Back'),
+      h('button', { class: 'primary', id: 'next', onclick: () => {
+        let v;
+        try { v = JSON.parse(ta.value); } catch (e) { err.textContent = `Not valid JSON: ${e.message}`; return; }
+        redriveDialog(sel, count, v);
+      } }, 'Continue')));
+}
+
+function purgeDialog(filter, count) {
+  openDialog(
+    h('h2', {}, `Purge ${fmtN(count)} dead jobs?`),
+    h('p', {}, 'They are deleted for good: their payloads and histories are gone. Export them first if you may need them (redrive dlq export).'),
+    h('div', { class: 'actions' },
+      h('button', { onclick: closeDialog }, 'Back'),
+      h('button', { class: 'danger', id: 'confirm', onclick: () =>
+        runOperation('Purge', () => api.del('/v1/dlq' + qs(filter)), null) }, `Purge ${fmtN(count)}`)));
+}
+
+// runOperation starts a redrive or purge, which the server answers with an
+// operation ({"operation": ...}), and shows its progress until it ends.
+async function runOperation(title, start, errEl) {
+  const bar = h('progress', { max: 1, value: 0, id: 'progress' });
+  const text = h('p', { id: 'progress-text' }, 'Starting…');
+  const closeBtn = h('button', { id: 'close', disabled: true, onclick: () => { closeDialog(); render(); } }, 'Close');
+  const cancelBtn = h('button', { id: 'cancel-op' }, 'Stop');
+  let res;
+  try {
+    res = await start();
+  } catch (e) {
+    if (errEl) errEl.textContent = e.field ? `${e.field}: ${e.message}` : e.message;
+    else await messageDialog(`${title} failed`, e.message);
+    return;
+  }
+  openDialog(h('h2', {}, `${title} in progress`), bar, text, h('div', { class: 'actions' }, cancelBtn, closeBtn));
+  let op = res.operation;
+  cancelBtn.onclick = async () => {
+    cancelBtn.disabled = true;
+    try { await api.del(`/v1/operations/${op.id}`); } catch (e) { text.textContent = e.message; }
+  };
+  for (;;) {
+    showProgress(title, op, bar, text);
+    if (op.state !== 'running') break;
+    await new Promise((r) => setTimeout(r, 250));
+    try {
+      op = (await api.get(`/v1/operations/${op.id}`)).operation;
+    } catch (e) {
+      text.textContent = `Lost track of the operation: ${e.message}`;
+      break;
+    }
+  }
+  dialog.querySelector('h2').textContent = op.state === 'done' ? `${title} done` : `${title} ${op.state}`;
+  cancelBtn.hidden = true;
+  closeBtn.disabled = false;
+  closeBtn.focus();
+}
+
+function showProgress(title, op, bar, text) {
+  // processed counts redriven + refused + skipped, or purged; jobs dying
+  // meanwhile can take it past matched.
+  const done = op.processed;
+  const total = Math.max(op.matched, done, 1);
+  bar.max = total;
+  bar.value = op.state === 'done' ? total : done;
+  const parts = title === 'Purge'
+    ? [`${fmtN(op.purged)} purged`]
+    : [`${fmtN(op.redriven)} of ${fmtN(op.matched)} redriven`, op.refused ? `${fmtN(op.refused)} refused (not reprocessable)` : '', op.skipped ? `${fmtN(op.skipped)} skipped (no longer dead)` : ''];
+  if (op.error) parts.push(`error: ${op.error}`);
+  text.textContent = parts.filter(Boolean).join(' · ');
+}
+
+render();

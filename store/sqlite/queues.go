@@ -1,0 +1,79 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// Queues implements store.Store: the queues of the queues table (paused
+// or resumed once), of job_counts (queues with jobs) and of counters, read
+// in one snapshot.
+func (s *Store) Queues(ctx context.Context) ([]store.QueueState, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT n.name, coalesce(q.paused, 0), q.paused_at FROM (
+		SELECT name FROM queues
+		UNION SELECT queue FROM job_counts WHERE n <> 0
+		UNION SELECT queue FROM counters
+	) n LEFT JOIN queues q ON q.name = n.name`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: queues: %w", err)
+	}
+	defer rows.Close()
+	out := []store.QueueState{}
+	for rows.Next() {
+		var q store.QueueState
+		var pausedAt sql.NullInt64
+		if err := rows.Scan(&q.Name, &q.Paused, &pausedAt); err != nil {
+			return nil, fmt.Errorf("sqlite: queues: %w", err)
+		}
+		if pausedAt.Valid {
+			q.PausedAt = fromMicros(pausedAt.Int64)
+		}
+		out = append(out, q)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: queues: %w", err)
+	}
+	// Sorted here, by bytes, as Go compares strings.
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// SetPaused implements store.Store with one upsert: a second pause keeps
+// the time of the first.
+func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, now time.Time) (store.QueueState, error) {
+	if queue == "" {
+		return store.QueueState{}, fmt.Errorf("sqlite: set paused: %w: queue name is empty", store.ErrInvalid)
+	}
+	var pausedAt any
+	if paused {
+		pausedAt = micros(now)
+	}
+	st := store.QueueState{Name: queue}
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		var at sql.NullInt64
+		err := tx.QueryRowContext(ctx, `INSERT INTO queues (name, paused, paused_at) VALUES (?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
+				paused_at = CASE WHEN excluded.paused AND queues.paused THEN queues.paused_at ELSE excluded.paused_at END
+			RETURNING paused, paused_at`, queue, paused, pausedAt).Scan(&st.Paused, &at)
+		if err != nil {
+			return fmt.Errorf("sqlite: set paused %q: %w", queue, err)
+		}
+		if at.Valid {
+			st.PausedAt = fromMicros(at.Int64)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.QueueState{}, err
+	}
+	return st, nil
+}
