@@ -263,6 +263,53 @@ func TestSucceedsAfterRetries(t *testing.T) {
 	}
 }
 
+// TestRecord: what a handler records is kept as a "completed" event when
+// the attempt succeeds, dropped when it fails; a success without Record
+// adds no event.
+func TestRecord(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{MaxErrorLength: 40})
+	var calls atomic.Int32
+	e.worker.HandleFunc("rec", func(ctx context.Context, j *redrive.Job) error {
+		if calls.Add(1) == 1 {
+			redrive.Record(ctx, "r1", "dropped: this attempt fails")
+			return &failure.StatusError{Code: 503}
+		}
+		// From a derived context and another goroutine; the later call wins.
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			redrive.Record(dctx, "r0", "replaced")
+			redrive.Record(dctx, "r2", strings.Repeat("n", 100))
+		}()
+		<-done
+		return nil
+	})
+	e.worker.HandleFunc("plain", func(ctx context.Context, j *redrive.Job) error { return nil })
+	redrive.Record(context.Background(), "x", "outside a handler: nothing happens")
+	e.start()
+	ctx := context.Background()
+	rec, _ := e.client.Enqueue(ctx, "rec", nil)
+	plain, _ := e.client.Enqueue(ctx, "plain", nil)
+	j := e.waitState(rec.ID, redrive.Completed)
+	if len(j.History) != 2 || j.History[0].Kind != store.EventRetry || j.History[0].Note != "" {
+		t.Fatalf("history %+v, want the retry (without the dropped record) then the completion", j.History)
+	}
+	ev := j.History[1]
+	if ev.Kind != store.EventCompleted || ev.Attempt != 2 || ev.Reason != "r2" || ev.Class != "" || ev.Error != "" ||
+		ev.Duration <= 0 || ev.Worker == "" || j.AttemptedAt == nil ||
+		ev.At.Before(*j.AttemptedAt) || ev.At.Sub(*j.AttemptedAt) > 10*time.Second {
+		t.Fatalf("completed event %+v (the attempt was leased at %v)", ev, j.AttemptedAt)
+	}
+	if !strings.HasPrefix(ev.Note, strings.Repeat("n", 40)) || len(ev.Note) > 40+len("…") {
+		t.Fatalf("note %q not cut to MaxErrorLength 40", ev.Note)
+	}
+	if p := e.waitState(plain.ID, redrive.Completed); len(p.History) != 0 {
+		t.Fatalf("a success without Record added events: %+v", p.History)
+	}
+}
+
 func TestIdempotentEnqueueUnderConcurrency(t *testing.T) {
 	st := openStore(t)
 	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})

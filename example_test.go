@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/redrivehq/redrive"
@@ -78,4 +79,40 @@ func waitFor(c *redrive.Client, id int64, state redrive.State) *redrive.Job {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// A handler records what its success produced, so the job's history shows
+// it next to any failed attempts.
+func ExampleRecord() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "redrive-example")
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "redrive.db"), sqlite.Options{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+	client := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})
+	worker := redrive.NewWorker(client, redrive.WorkerOptions{Logger: quiet})
+
+	type Charge struct{ Cents int }
+	redrive.Handle(worker, "charge", func(ctx context.Context, job *redrive.Job, c Charge) error {
+		receipt := "R-" + strconv.Itoa(c.Cents*7) // what the payment API answered
+		redrive.Record(ctx, "charged", fmt.Sprintf("%d cents, receipt %s", c.Cents, receipt))
+		return nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { worker.Run(runCtx); close(done) }()
+
+	job, _ := client.Enqueue(ctx, "charge", Charge{Cents: 1250})
+	j := waitFor(client, job.ID, redrive.Completed)
+	ev := j.History[len(j.History)-1]
+	fmt.Println(ev.Kind, "attempt", ev.Attempt, ev.Reason+":", ev.Note)
+
+	stop()
+	<-done
+	// Output:
+	// completed attempt 1 charged: 1250 cents, receipt R-8750
 }

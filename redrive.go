@@ -20,6 +20,7 @@
 package redrive
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -112,6 +113,34 @@ func Snooze(d time.Duration) error {
 		d = 0
 	}
 	return &SnoozeError{Delay: d}
+}
+
+// attemptKey is the context key under which a handler's context holds its
+// running attempt.
+type attemptKey struct{}
+
+// attemptResult is what Record noted for an attempt.
+type attemptResult struct{ reason, note string }
+
+// Record notes what the attempt running under ctx produced, for the job's
+// history. If the handler then returns nil, the success is recorded as a
+// "completed" event with the attempt's number, start and duration, the
+// reason (short and machine-readable, such as "http_200") and the note
+// (free text, such as an excerpt of a response); both are cut to
+// WorkerOptions.MaxErrorLength. A later call replaces an earlier one. If the
+// attempt fails, what was recorded is dropped: the error is recorded.
+//
+// Without Record a success is still visible on the job (attempt,
+// attempted_at, finished_at, last_duration), and costs less: recording the
+// event grows the job's history by one entry per success. The built-in
+// http kind records the response status and an excerpt of the body.
+//
+// Record does nothing when ctx is not a handler's context (or one derived
+// from it). It is safe to call from any goroutine of the handler.
+func Record(ctx context.Context, reason, note string) {
+	if r, ok := ctx.Value(attemptKey{}).(*runningJob); ok {
+		r.result.Store(&attemptResult{reason: reason, note: note})
+	}
 }
 
 // KeyOf returns a content-derived idempotency key: the hex SHA-256 of the

@@ -168,9 +168,23 @@ type Worker struct {
 }
 
 type runningJob struct {
+	// Context is the attempt's context; runningJob is itself the context
+	// handed to the handler, so that Record finds the attempt without an
+	// allocation per job.
+	context.Context
 	job    *Job
 	cancel context.CancelCauseFunc
 	queue  *queueRunner
+	result atomic.Pointer[attemptResult] // set by Record
+}
+
+// Value returns the running job for Record, and defers to the attempt's
+// context for any other key.
+func (r *runningJob) Value(key any) any {
+	if key == (attemptKey{}) {
+		return r
+	}
+	return r.Context.Value(key)
 }
 
 // NewWorker returns a worker that takes jobs through client's store.
@@ -780,10 +794,12 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 		}
 	}
 
-	ctx, cancel := context.WithCancelCause(w.hardCtx)
+	cctx, cancel := context.WithCancelCause(w.hardCtx)
 	defer cancel(nil)
+	rj := &runningJob{Context: cctx, job: j, cancel: cancel, queue: q}
+	var ctx context.Context = rj
 	w.runMu.Lock()
-	w.running[j.ID] = &runningJob{job: j, cancel: cancel, queue: q}
+	w.running[j.ID] = rj
 	w.runMu.Unlock()
 	defer func() {
 		w.runMu.Lock()
@@ -807,7 +823,14 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 		br.Record(tok, err)
 	}
 	end := w.client.now()
-	w.finish(q, j, w.decide(q, j, h, err, context.Cause(ctx), start, end), err, start, end)
+	o := w.decide(q, j, h, err, context.Cause(cctx), start, end)
+	if o.Kind == store.Complete {
+		if r := rj.result.Load(); r != nil {
+			o.Event = &store.Event{Kind: store.EventCompleted, Attempt: j.Attempt, At: start, Duration: o.Duration,
+				Worker: w.id, Reason: w.bound(r.reason), Note: w.bound(r.note)}
+		}
+	}
+	w.finish(q, j, o, err, start, end)
 }
 
 // finish reports the outcome of an attempt to the observer, if any, then

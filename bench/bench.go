@@ -111,6 +111,10 @@ type Config struct {
 	// Spawn (each with Workers handler goroutines), this process only
 	// enqueueing and collecting what they measured. It needs DatabaseURL.
 	Processes int
+	// Record makes the throughput workload's handler call redrive.Record
+	// before it succeeds, as the http kind does, so that every success
+	// writes a "completed" event to its job's history. In-process only.
+	Record bool
 	// Spawn returns the command of one worker process: a process that
 	// calls ServeWorker with the WorkerProcess that args (its Args)
 	// describe, on its standard input and output. Required with Processes.

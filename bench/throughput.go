@@ -17,6 +17,8 @@ type ThroughputParams struct {
 	N int `json:"n"`
 	// InsertBatch is the EnqueueMany batch of the pre-insert.
 	InsertBatch int `json:"insert_batch"`
+	// Record: every handler call recorded a result (Config.Record).
+	Record bool `json:"record,omitempty"`
 }
 
 // ThroughputResult is what the throughput (burn-down) workload measured.
@@ -77,11 +79,14 @@ func Throughput(ctx context.Context, cfg Config, n int) (*ThroughputResult, erro
 	if n < 1 {
 		return nil, fmt.Errorf("bench: throughput: the number of jobs must be at least 1, got %d", n)
 	}
+	if cfg.Record && cfg.Processes > 0 {
+		return nil, fmt.Errorf("bench: throughput: Record runs in this process only, not with Processes")
+	}
 	r, err := newRig(ctx, cfg, "throughput")
 	if err != nil {
 		return nil, err
 	}
-	res := &ThroughputResult{Params: ThroughputParams{Settings: cfg.settings(), N: n, InsertBatch: cfg.InsertBatch}}
+	res := &ThroughputResult{Params: ThroughputParams{Settings: cfg.settings(), N: n, InsertBatch: cfg.InsertBatch, Record: cfg.Record}}
 	return finish(r, res, &res.Meta, runThroughput(ctx, r, res))
 }
 
@@ -98,7 +103,11 @@ func runThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
 
 	done := newCounter(n)
 	w := r.newWorker(nil)
+	record := r.cfg.Record
 	redrive.Handle(w, noopKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
+		if record {
+			redrive.Record(ctx, "http_200", "http status 200 OK: {\"ok\":true}")
+		}
 		done.inc()
 		return nil
 	})

@@ -13,7 +13,8 @@
 //	  "timeout": "30s"                          // per attempt, default 30s, at most Options.MaxTimeout
 //	}
 //
-// A 2xx response completes the job. Any other status fails the attempt
+// A 2xx response completes the job; its status and an excerpt of its body
+// are kept in the job's history (redrive.Record). Any other status fails the attempt
 // with a *failure.StatusError holding the status, the parsed Retry-After
 // and a bounded excerpt of the body, so the attempt history shows what the
 // server said: 5xx and 408 are retried, 429 and 503 with Retry-After are
@@ -41,6 +42,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -202,6 +204,11 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 		resp.Body.Close()
 	}()
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		// The history's "completed" event shows what the server answered.
+		buf := make([]byte, failure.MaxBodyExcerpt)
+		n, _ := io.ReadFull(resp.Body, buf)
+		ok := failure.StatusError{Code: resp.StatusCode, Status: resp.Status, Body: string(buf[:n])}
+		redrive.Record(ctx, failure.ReasonHTTPPrefix+strconv.Itoa(resp.StatusCode), ok.Error())
 		return nil
 	}
 	if err := failure.FromResponse(resp); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/httpjob"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
@@ -100,6 +101,30 @@ func TestOK(t *testing.T) {
 	if j.State != redrive.Completed || j.Attempt != 1 || n.Load() != 1 {
 		t.Fatalf("state %s after %d attempts, %d requests", j.State, j.Attempt, n.Load())
 	}
+	// The success is in the history with the response's status and body.
+	if len(j.History) != 1 {
+		t.Fatalf("history %+v, want one completed event", j.History)
+	}
+	ev := j.History[0]
+	if ev.Kind != store.EventCompleted || ev.Attempt != 1 || ev.Reason != "http_200" ||
+		!strings.Contains(ev.Note, "200 OK") || !strings.Contains(ev.Note, "fine") || ev.Duration <= 0 || ev.Class != "" {
+		t.Fatalf("completed event %+v", ev)
+	}
+}
+
+// TestLongSuccessBodyIsBounded: a large 2xx body is kept as a bounded
+// excerpt, and the request still completes.
+func TestLongSuccessBodyIsBounded(t *testing.T) {
+	client := start(t, httpjob.Options{})
+	srv, _ := statusServer(t, nil, strings.Repeat("x", 100_000), 201)
+	j := run(t, client, map[string]any{"url": srv.URL})
+	if j.State != redrive.Completed || len(j.History) != 1 {
+		t.Fatalf("state %s, history %+v", j.State, j.History)
+	}
+	ev := j.History[0]
+	if ev.Reason != "http_201" || len(ev.Note) > failure.MaxBodyExcerpt+64 || !strings.Contains(ev.Note, "xxxx") {
+		t.Fatalf("completed event: reason %q, note of %d bytes", ev.Reason, len(ev.Note))
+	}
 }
 
 func TestTransientThenOK(t *testing.T) {
@@ -108,6 +133,9 @@ func TestTransientThenOK(t *testing.T) {
 	j := run(t, client, map[string]any{"url": srv.URL})
 	if j.State != redrive.Completed || j.Attempt != 2 || n.Load() != 2 {
 		t.Fatalf("state %s after %d attempts, %d requests: %+v", j.State, j.Attempt, n.Load(), j.History)
+	}
+	if len(j.History) != 2 || j.History[1].Kind != store.EventCompleted || j.History[1].Attempt != 2 {
+		t.Fatalf("history %+v, want the failure then the success", j.History)
 	}
 	ev := j.History[0]
 	if ev.Class != "transient" || ev.Reason != "http_503" || !strings.Contains(ev.Error, "503") ||

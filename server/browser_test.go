@@ -254,6 +254,7 @@ func startDemo(t *testing.T, token string) *demo {
 	})
 	w.HandleFunc("webhook.deliver", func(ctx context.Context, j *redrive.Job) error {
 		if d.fixed.Load() {
+			redrive.Record(ctx, "http_202", `202 Accepted: {"received":true}`)
 			return nil
 		}
 		return fmt.Errorf("POST https://hooks.example.com/orders: 503 Service Unavailable")
@@ -492,8 +493,9 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	b.run(t, "close", chromedp.Click(css(`#close`)))
 	j := d.waitState(t, hook, redrive.Completed)
-	if ev := j.History[len(j.History)-1]; ev.Kind != "redriven" || !strings.Contains(ev.Note, "endpoint fixed") {
-		t.Errorf("last event: %+v, want the redrive with its note", ev)
+	if n := len(j.History); n < 2 || j.History[n-2].Kind != "redriven" || !strings.Contains(j.History[n-2].Note, "endpoint fixed") ||
+		j.History[n-1].Kind != "completed" {
+		t.Errorf("history %+v, want the redrive with its note, then the recorded completion", j.History)
 	}
 	// Its page now tells the whole story: three failed attempts, the
 	// redrive, and the attempt that completed it.
@@ -505,6 +507,11 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if done := b.text(t, `.timeline li[data-event="completed"] .when`); !strings.Contains(done, "ran ") {
 		t.Errorf("the completing attempt shows no duration: %q", done)
+	}
+	// The handler recorded its result: shown once, with the reason and note.
+	if done := b.text(t, `.timeline li[data-event="completed"]`); !strings.Contains(done, "http_202") ||
+		!strings.Contains(done, `202 Accepted: {"received":true}`) {
+		t.Errorf("the completing attempt shows %q, want the recorded reason and note", done)
 	}
 	for _, id := range d.dead["webhook.deliver"][1:] {
 		if s := d.job(t, id).State; s != redrive.Dead {

@@ -135,7 +135,8 @@ type Job struct {
 	// LastDuration is how long the handler ran in the job's last attempt
 	// that completed it, failed or buried it (0 before any). With
 	// AttemptedAt and Attempt it records the attempt that completed a
-	// job, which History does not hold.
+	// job, which History holds only when the handler recorded a result
+	// (redrive.Record).
 	LastDuration Duration `json:"last_duration,omitempty"`
 
 	// History is every attempt and event of the job, oldest first. It is
@@ -156,7 +157,8 @@ const (
 	EventRetry EventKind = "retry"
 	// EventDead: an attempt failed and the job went to the DLQ.
 	EventDead EventKind = "dead"
-	// EventCompleted: an attempt succeeded.
+	// EventCompleted: an attempt succeeded and its handler recorded a
+	// result (redrive.Record): Reason and Note say what it produced.
 	EventCompleted EventKind = "completed"
 	// EventSnoozed: the handler asked to run again later; no attempt used.
 	EventSnoozed EventKind = "snoozed"

@@ -107,6 +107,9 @@ func (fo *filterOptions) toFilter() (redrive.Filter, error) {
 			return f, fmt.Errorf("--until must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", fo.Until)
 		}
 	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return f, fmt.Errorf("--until (%s) must be after --since (%s)", fo.Until, fo.Since)
+	}
 	return f, nil
 }
 

@@ -30,6 +30,8 @@ type benchOptions struct {
 	databaseURL  string
 	// insertBatch is set by the throughput command's --insert-batch.
 	insertBatch int
+	// record is set by the throughput command's --record.
+	record bool
 	// processes is set by the throughput and lateness commands' own
 	// --processes flag.
 	processes int
@@ -176,6 +178,8 @@ completed jobs at the end.`,
 	}
 	cmd.Flags().IntVarP(&n, "jobs", "n", bench.DefaultThroughputN, "number of jobs")
 	cmd.Flags().IntVar(&o.insertBatch, "insert-batch", 1000, "jobs per EnqueueMany call of the pre-insert")
+	cmd.Flags().BoolVar(&o.record, "record", false,
+		"each handler records a result (redrive.Record, as the http kind does): a history event per success")
 	addProcessesFlag(cmd, o)
 	return cmd
 }
@@ -353,6 +357,8 @@ func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
 		return bench.Config{}, flagErrorf(cmd, "--processes must not be negative, got %d", o.processes)
 	case o.processes > 0 && o.databaseURL == "":
 		return bench.Config{}, flagErrorf(cmd, "--processes needs --database-url: worker processes share a PostgreSQL database")
+	case o.processes > 0 && o.record:
+		return bench.Config{}, flagErrorf(cmd, "--record runs the workers in this process: leave out --processes")
 	}
 	if o.dbDir != "" {
 		if fi, err := os.Stat(o.dbDir); err != nil || !fi.IsDir() {
@@ -361,7 +367,7 @@ func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
 	}
 	return bench.Config{Workers: o.workers, FetchBatch: o.fetchBatch, Synchronous: sync, RetryBudget: o.retryBudget,
 		DBDir: o.dbDir, Keep: o.keep, ErrorLog: cmd.ErrOrStderr(), StallTimeout: o.stallTimeout,
-		InsertBatch: o.insertBatch, DatabaseURL: o.databaseURL, Processes: o.processes, Spawn: spawnWorker}, nil
+		InsertBatch: o.insertBatch, DatabaseURL: o.databaseURL, Processes: o.processes, Record: o.record, Spawn: spawnWorker}, nil
 }
 
 // run runs the workloads one after the other, printing each result as it

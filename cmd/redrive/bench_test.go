@@ -2,13 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
+	"github.com/redrivehq/redrive/store"
 )
 
 // benchJSON runs a bench workload with --json and decodes its result.
@@ -57,6 +60,32 @@ func TestBenchThroughput(t *testing.T) {
 	}
 	if got := 200 / time.Duration(r.Work).Seconds(); got < r.Rate*0.999 || got > r.Rate*1.001 {
 		t.Errorf("rate %v is not N / work (%v)", r.Rate, got)
+	}
+}
+
+// TestBenchThroughputRecord: with --record every job completed with a
+// "completed" event in its history; without it, none has one.
+func TestBenchThroughputRecord(t *testing.T) {
+	for _, record := range []bool{true, false} {
+		args := []string{"throughput", "-n", "50", "--workers", "10", "--keep"}
+		if record {
+			args = append(args, "--record")
+		}
+		r := benchJSON[bench.ThroughputResult](t, args...)
+		if r.Params.Record != record || r.StoreCompleted != 50 || r.DBPath == "" {
+			t.Fatalf("--record=%v: params %+v, completed %d, db %q", record, r.Params, r.StoreCompleted, r.DBPath)
+		}
+		res := decode[redrive.ListResult](t, mustCLI(t, "--db", r.DBPath, "--json", "jobs", "ls", "--state", "completed", "--limit", "100"))
+		if len(res.Jobs) != 50 {
+			t.Fatalf("--record=%v: %d completed jobs listed, want 50", record, len(res.Jobs))
+		}
+		for _, l := range res.Jobs {
+			j := decode[redrive.Job](t, mustCLI(t, "--db", r.DBPath, "--json", "jobs", "show", fmt.Sprint(l.ID)))
+			if want := map[bool]int{true: 1, false: 0}[record]; len(j.History) != want ||
+				(record && (j.History[0].Kind != store.EventCompleted || j.History[0].Reason != "http_200")) {
+				t.Fatalf("--record=%v: job %d history %+v, want %d completed event(s)", record, j.ID, j.History, want)
+			}
+		}
 	}
 }
 
@@ -200,6 +229,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"lateness", "--processes", "2"}, "--processes needs --database-url"},
 		{[]string{"throughput", "--processes", "-1", "--database-url", "postgres:///x"}, "--processes must not be negative"},
 		{[]string{"failure", "--processes", "2"}, "unknown flag: --processes"},
+		{[]string{"throughput", "--record", "--processes", "2", "--database-url", "postgres:///x"}, "--record runs the workers in this process"},
 		{[]string{"worker", "--mode", "lateness"}, "--database-url and --schema are required"},
 	} {
 		_, stderr, err := runCLI(t, append([]string{"bench"}, tc.args...)...)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -413,7 +414,7 @@ func newFlakyTarget(t *testing.T) *flakyTarget {
 				http.Error(w, "warming up", http.StatusServiceUnavailable)
 				return
 			}
-			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "ready now")
 		case r.URL.Path == "/gone": // not found, for good
 			http.Error(w, "no such hook", http.StatusNotFound)
 		case r.URL.Path == "/limited": // rate limited once, asking for 1s
@@ -497,14 +498,17 @@ func runScenario(t *testing.T, s *redriveProc) {
 	// 503 then 200: completed on attempt 2, the 503 in the history as a
 	// transient failure retried after the base delay.
 	j := s.waitState(flaky, redrive.Completed)
-	// A success adds no history event (the store records it as
-	// attempted_at and finished_at): the history is the failed attempt.
-	if j.Attempt != 2 || j.RetryCount != 1 || len(j.History) != 1 || j.FinishedAt == nil || len(target.hitTimes("/flaky")) != 2 {
+	// The history is the failed attempt, then the success with the
+	// response's status and body.
+	if j.Attempt != 2 || j.RetryCount != 1 || len(j.History) != 2 || j.FinishedAt == nil || len(target.hitTimes("/flaky")) != 2 {
 		t.Fatalf("/flaky: attempt %d, retries %d, %d hits: %s", j.Attempt, j.RetryCount, len(target.hitTimes("/flaky")), dump(j))
 	}
 	ev := wantEvent(t, j, 0, store.EventRetry, 1, failure.Transient, "http_503")
 	if !strings.Contains(ev.Error, "503") || !strings.Contains(ev.Error, "warming up") || time.Duration(ev.Delay) != e2eBase {
 		t.Fatalf("/flaky: first attempt %+v, want the 503 and its body, retried after %s", ev, e2eBase)
+	}
+	if ev := wantEvent(t, j, 1, store.EventCompleted, 2, 0, "http_200"); !strings.Contains(ev.Note, "200 OK: ready now") || ev.Duration <= 0 {
+		t.Fatalf("/flaky: completing attempt %+v, want the 200 and its body", ev)
 	}
 
 	phase("/flaky completed")
@@ -520,9 +524,10 @@ func runScenario(t *testing.T, s *redriveProc) {
 	// 429 with Retry-After: 1, then 200: completed, rate limited, and the
 	// retry waited the second the server asked for.
 	j = s.waitState(limited, redrive.Completed)
-	if j.Attempt != 2 || len(j.History) != 1 {
+	if j.Attempt != 2 || len(j.History) != 2 {
 		t.Fatalf("/limited: %s", dump(j))
 	}
+	wantEvent(t, j, 1, store.EventCompleted, 2, 0, "http_200")
 	ev = wantEvent(t, j, 0, store.EventRetry, 1, failure.RateLimited, "http_429")
 	if time.Duration(ev.Delay) < time.Second {
 		t.Fatalf("/limited: retry delay %s, want at least the Retry-After of 1s: %s", time.Duration(ev.Delay), dump(j))
@@ -539,7 +544,7 @@ func runScenario(t *testing.T, s *redriveProc) {
 	}
 	// 503 with Retry-After is rate limiting too.
 	j = s.waitState(busy, redrive.Completed)
-	if j.Attempt != 2 || len(j.History) != 1 || j.RunAt.Sub(j.History[0].At) < time.Second {
+	if j.Attempt != 2 || len(j.History) != 2 || j.RunAt.Sub(j.History[0].At) < time.Second {
 		t.Fatalf("/busy: %s", dump(j))
 	}
 	if ev := wantEvent(t, j, 0, store.EventRetry, 1, failure.RateLimited, "http_503"); time.Duration(ev.Delay) < time.Second {
@@ -593,7 +598,8 @@ func runScenario(t *testing.T, s *redriveProc) {
 		}
 		for i := range got.History {
 			if got.History[i].Kind != want.History[i].Kind || got.History[i].Class != want.History[i].Class ||
-				got.History[i].Delay != want.History[i].Delay || !got.History[i].At.Equal(want.History[i].At) {
+				got.History[i].Delay != want.History[i].Delay || !got.History[i].At.Equal(want.History[i].At) ||
+				got.History[i].Note != want.History[i].Note {
 				t.Fatalf("redrive jobs show %d: event %d is %+v, the API says %+v", id, i, got.History[i], want.History[i])
 			}
 		}
@@ -658,10 +664,11 @@ func runScenario(t *testing.T, s *redriveProc) {
 		t.Fatalf("redrive dlq redrive %d: %v %s", broken, err, out)
 	}
 	j = s.waitState(broken, redrive.Completed)
-	if j.Attempt != 1 || j.Redriven != 1 || len(j.History) != e2eMaxRetries+2 || len(target.hitTimes("/broken")) != e2eMaxRetries+2 {
+	if j.Attempt != 1 || j.Redriven != 1 || len(j.History) != e2eMaxRetries+3 || len(target.hitTimes("/broken")) != e2eMaxRetries+2 {
 		t.Fatalf("/broken after the redrive: %d hits: %s", len(target.hitTimes("/broken")), dump(j))
 	}
 	wantEvent(t, j, e2eMaxRetries+1, store.EventRedriven, 0, 0, "")
+	wantEvent(t, j, e2eMaxRetries+2, store.EventCompleted, 1, 0, "http_204")
 	phase("redriven /broken completed")
 	var shown store.Job
 	out = s.cli("jobs", "show", fmt.Sprint(broken))

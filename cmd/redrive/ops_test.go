@@ -381,3 +381,29 @@ func TestServerMode(t *testing.T) {
 		t.Errorf("cancel: %q", out)
 	}
 }
+
+// TestInvertedRange: --until before --since is refused in both modes with
+// the same meaning, and nothing is purged.
+func TestInvertedRange(t *testing.T) {
+	clearConnEnv(t)
+	ts, srvDB := newTestServer(t, "")
+	db := filepath.Join(t.TempDir(), "redrive.db")
+	mustCLI(t, "--db", db, "enqueue", "k")
+	bury(t, db, redrive.DefaultQueue)
+	mustCLI(t, "--server", ts.URL, "enqueue", "k")
+	bury(t, srvDB, redrive.DefaultQueue)
+	rng := []string{"--since", "2026-01-02T00:00:00Z", "--until", "2026-01-01T00:00:00Z"}
+	for _, mode := range [][]string{{"--db", db}, {"--server", ts.URL}} {
+		for _, cmd := range [][]string{{"dlq", "ls"}, {"dlq", "purge", "--yes"}} {
+			args := append(append(append([]string{}, mode...), cmd...), rng...)
+			_, stderr, err := runCLI(t, args...)
+			if err == nil || !strings.Contains(stderr+err.Error(), "until") {
+				t.Errorf("redrive %s: err %v, stderr %q; want a refusal naming until", strings.Join(args, " "), err, stderr)
+			}
+		}
+		res := decode[redrive.ListResult](t, mustCLI(t, append(append([]string{}, mode...), "--json", "dlq", "ls")...))
+		if len(res.Jobs) != 1 {
+			t.Errorf("%v: %d dead jobs after the refused purge, want 1", mode, len(res.Jobs))
+		}
+	}
+}

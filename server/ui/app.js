@@ -444,10 +444,13 @@ function pretty(v) {
 // withCurrent returns the job's history followed by what the job's own
 // fields say of its latest attempt: the attempt that completed it (the
 // engine records a success on the job — attempt, attempted_at,
-// last_duration — not as an event) or the one running now.
+// last_duration — and as an event only when the handler recorded a
+// result, as the http kind does) or the one running now.
 function withCurrent(j) {
   const events = (j.history || []).slice();
-  if (j.state === 'completed' && j.attempted_at && j.finished_at) {
+  const last = events[events.length - 1];
+  const recorded = last && last.kind === 'completed' && last.attempt === j.attempt;
+  if (j.state === 'completed' && j.attempted_at && j.finished_at && !recorded) {
     // last_duration is the handler's own time; jobs finished before the
     // store kept it have only the span to their recorded completion.
     events.push({ kind: 'completed', attempt: j.attempt, at: j.attempted_at,
