@@ -67,7 +67,7 @@ type AttemptInfo struct {
 	Retry   bool
 	Outcome AttemptOutcome
 	// Class is the failure class of a failed attempt (OutcomeRetry or
-	// OutcomeDead); failure.Unknown for the other outcomes.
+	// OutcomeDead); failure.None for the other outcomes.
 	Class failure.Class
 	// Err is the handler's error: nil when it succeeded; for a deferral
 	// before the handler ran, the breaker's refusal (a

@@ -78,7 +78,7 @@ func TestObserverSuccess(t *testing.T) {
 	}
 	a := got[0]
 	if a.Outcome != redrive.OutcomeCompleted || a.Queue != redrive.DefaultQueue || a.Kind != "sleepy" ||
-		a.Attempt != 1 || a.Retry || a.Class != failure.Unknown || a.Err != nil {
+		a.Attempt != 1 || a.Retry || a.Class != failure.None || a.Err != nil {
 		t.Fatalf("report %+v", a)
 	}
 	if a.Duration < 20*time.Millisecond {

@@ -11,13 +11,18 @@ package failure
 
 import "fmt"
 
-// Class is the failure class of an error. The zero value is Unknown.
+// Class is the failure class of an error. The zero value is None: no
+// failure, the class of a job that never failed.
 type Class uint8
 
-// The failure classes, as defined in DESIGN.md.
+// The failure classes, as defined in DESIGN.md, after None.
 const (
+	// None is the zero value: no failure. It is not a failure class:
+	// Classify never returns it, Classify treats an explicit wrapper of
+	// class None as Unknown, and rules and status overrides refuse it.
+	None Class = iota
 	// Unknown is any error no rule recognises. It is retried.
-	Unknown Class = iota
+	Unknown
 	// Transient errors may succeed on retry: timeouts, 5xx, refused or reset
 	// connections, DNS failures, an expired lease.
 	Transient
@@ -30,6 +35,7 @@ const (
 )
 
 var classNames = [...]string{
+	None:        "none",
 	Unknown:     "unknown",
 	Transient:   "transient",
 	RateLimited: "rate_limited",
@@ -37,7 +43,8 @@ var classNames = [...]string{
 	NeedsAuth:   "needs_auth",
 }
 
-// Classes lists every class, in declaration order.
+// Classes lists every failure class, in declaration order (None, which is
+// not one, excluded).
 var Classes = []Class{Unknown, Transient, RateLimited, Permanent, NeedsAuth}
 
 // String returns the class's snake_case name, as stored and shown in the API.
@@ -54,8 +61,10 @@ func (c Class) Retryable() bool {
 	return c != Permanent && c != NeedsAuth
 }
 
-// ParseClass parses a class name as produced by String. It also accepts the
-// CamelCase Go names ("RateLimited") and is case-insensitive.
+// ParseClass parses a failure class name as produced by String. It also
+// accepts the CamelCase Go names ("RateLimited") and is case-insensitive.
+// It refuses "none", which names no failure class (UnmarshalText accepts
+// it).
 func ParseClass(s string) (Class, error) {
 	switch lower(s) {
 	case "unknown":
@@ -69,14 +78,19 @@ func ParseClass(s string) (Class, error) {
 	case "needs_auth", "needsauth", "needs-auth":
 		return NeedsAuth, nil
 	}
-	return Unknown, fmt.Errorf("failure: unknown class %q (want unknown, transient, rate_limited, permanent or needs_auth)", s)
+	return None, fmt.Errorf("failure: unknown class %q (want unknown, transient, rate_limited, permanent or needs_auth)", s)
 }
 
 // MarshalText implements encoding.TextMarshaler.
 func (c Class) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
-// UnmarshalText implements encoding.TextUnmarshaler.
+// UnmarshalText implements encoding.TextUnmarshaler. It accepts what
+// MarshalText produces, "none" included.
 func (c *Class) UnmarshalText(b []byte) error {
+	if lower(string(b)) == "none" {
+		*c = None
+		return nil
+	}
 	v, err := ParseClass(string(b))
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package failure
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 )
 
@@ -11,6 +13,7 @@ func TestClassNames(t *testing.T) {
 		name      string
 		retryable bool
 	}{
+		{None, "none", true},
 		{Unknown, "unknown", true},
 		{Transient, "transient", true},
 		{RateLimited, "rate_limited", true},
@@ -46,7 +49,7 @@ func TestParseClass(t *testing.T) {
 			t.Errorf("ParseClass(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 		}
 	}
-	for _, bad := range []string{"", "fatal", "class(17)", "transient "} {
+	for _, bad := range []string{"", "none", "None", "fatal", "class(17)", "transient "} {
 		if _, err := ParseClass(bad); err == nil {
 			t.Errorf("ParseClass(%q) succeeded", bad)
 		}
@@ -62,7 +65,7 @@ func TestClassJSON(t *testing.T) {
 	type row struct {
 		Class Class `json:"class"`
 	}
-	for _, c := range Classes {
+	for _, c := range append([]Class{None}, Classes...) {
 		b, err := json.Marshal(row{c})
 		if err != nil {
 			t.Fatal(err)
@@ -78,5 +81,40 @@ func TestClassJSON(t *testing.T) {
 	var r row
 	if err := json.Unmarshal([]byte(`{"class":"bogus"}`), &r); err == nil {
 		t.Error("Unmarshal accepted an unknown class")
+	}
+}
+
+// TestNone: the zero Class is None, which names no failure: Classify never
+// returns it and treats an explicit None as Unknown; rules and status
+// overrides refuse it; a struct field tagged omitzero leaves it out.
+func TestNone(t *testing.T) {
+	var zero Class
+	if zero != None {
+		t.Fatalf("zero Class is %v, want none", zero)
+	}
+	for _, c := range Classes {
+		if c == None {
+			t.Error("Classes lists None")
+		}
+	}
+	if v := Classify(Wrap(None, errors.New("boom"))); v.Class != Unknown || v.Reason != ReasonExplicit {
+		t.Errorf("Classify(Wrap(None, err)) = %+v, want explicit unknown", v)
+	}
+	if v := Classify(errors.New("boom")); v.Class != Unknown {
+		t.Errorf("Classify(plain error) = %+v, want unknown", v)
+	}
+	if _, err := NewClassifier(Config{Rules: []Rule{{Contains: "boom"}}}); err == nil || !strings.Contains(err.Error(), "no class") {
+		t.Errorf("a rule without a class: %v, want a refusal saying it has no class", err)
+	}
+	if _, err := NewClassifier(Config{Status: map[int]Class{418: None}}); err == nil || !strings.Contains(err.Error(), "no class") {
+		t.Errorf("a status override without a class: %v, want a refusal saying it has no class", err)
+	}
+	type job struct {
+		Class Class `json:"class,omitzero"`
+	}
+	for c, want := range map[Class]string{None: `{}`, Unknown: `{"class":"unknown"}`} {
+		if b, err := json.Marshal(job{c}); err != nil || string(b) != want {
+			t.Errorf("Marshal(%v) = %s, %v; want %s", c, b, err, want)
+		}
 	}
 }

@@ -152,7 +152,7 @@ func (c *Classifier) Classify(err error) (v Verdict) {
 	// 1. Explicit wrappers.
 	if e := w.explicit; e != nil {
 		v = Verdict{Class: e.Class, Reason: ReasonExplicit}
-		if v.Class > NeedsAuth {
+		if v.Class == None || v.Class > NeedsAuth {
 			v.Class = Unknown
 		}
 		if v.Class == RateLimited {

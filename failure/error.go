@@ -56,8 +56,8 @@ func (e *Error) Unwrap() error {
 //
 // Wrap never returns nil. Given a nil err it returns an error whose message
 // is the class name ("permanent"), so a handler cannot turn a failure into a
-// success by wrapping a nil error by mistake. Classify treats an undefined
-// class as Unknown.
+// success by wrapping a nil error by mistake. Classify treats None and
+// undefined classes as Unknown.
 //
 // (Permanent, Transient, NeedsAuth and RateLimited name the Class
 // constants, hence one Wrap function taking the class.)

@@ -15,8 +15,9 @@ import (
 //
 // Exactly one of Contains and Regexp must be set.
 type Rule struct {
-	// Class is the class of a matching error. Any defined class is
-	// allowed, Unknown included (to stop later rules from matching).
+	// Class is the class of a matching error. Any failure class is
+	// allowed, Unknown included (to stop later rules from matching); None
+	// (the zero value) is refused.
 	Class Class
 	// Contains matches when err.Error() contains it, ignoring case.
 	Contains string
@@ -112,6 +113,8 @@ func NewClassifier(cfg Config) (*Classifier, error) {
 			switch {
 			case code < 100 || code > 599:
 				errs = append(errs, fmt.Errorf("failure: status override %d: not an HTTP status code (want 100-599)", code))
+			case class == None:
+				errs = append(errs, fmt.Errorf("failure: status override %d: no class (None is not a failure class)", code))
 			case class > NeedsAuth:
 				errs = append(errs, fmt.Errorf("failure: status override %d: undefined class %d", code, uint8(class)))
 			default:
@@ -149,6 +152,9 @@ func describeRule(r Rule) string {
 }
 
 func compileRule(r Rule) (compiledRule, error) {
+	if r.Class == None {
+		return compiledRule{}, errors.New("no class (None is not a failure class; Unknown stops later rules)")
+	}
 	if r.Class > NeedsAuth {
 		return compiledRule{}, fmt.Errorf("undefined class %d", uint8(r.Class))
 	}

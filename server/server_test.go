@@ -244,6 +244,10 @@ func TestEnqueueGetList(t *testing.T) {
 	if _, ok := raw["history"]; !ok {
 		t.Errorf("job JSON has no history: %v", raw)
 	}
+	// A job that never failed has no error class.
+	if c, ok := raw["last_error_class"]; ok {
+		t.Errorf("a job that never failed has last_error_class %v", c)
+	}
 
 	// Defaults, delay and run_at.
 	var d, s, p redrive.Job
@@ -461,6 +465,15 @@ func TestDLQ(t *testing.T) {
 	e.want(e.do("GET", "/v1/dlq?class=needs_auth&since="+since, ""), 200, &l)
 	if len(l.Jobs) != 1 || l.Jobs[0].ID != d3 {
 		t.Fatalf("needs_auth: %+v", l.Jobs)
+	}
+	var raw map[string]any
+	e.do("GET", fmt.Sprintf("/v1/jobs/%d", d3), "").json(t, &raw)
+	if c := raw["last_error_class"]; c != "needs_auth" {
+		t.Errorf("dead job: last_error_class %v, want needs_auth", c)
+	}
+	// "none" names no failure class: refused as a filter.
+	if r := e.do("GET", "/v1/dlq?class=none", ""); r.status != 400 || !strings.Contains(string(r.body), `"field":"class"`) {
+		t.Errorf("class=none: %d %s, want 400 naming the class field", r.status, r.body)
 	}
 
 	var g struct {

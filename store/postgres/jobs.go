@@ -537,7 +537,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		runAts = append(runAts, runAt)
 		events = append(events, ev)
 		errs = append(errs, cleanText(o.Error))
-		classes = append(classes, o.Class.String())
+		classes = append(classes, o.ClassName())
 		reasons = append(reasons, cleanText(o.DeadReason))
 		fps = append(fps, storedFingerprint(o.Fingerprint))
 		ords = append(ords, int32(i))

@@ -473,10 +473,10 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				to = store.Completed
 			case store.Retry:
 				to = dueState(o.RunAt, o.At)
-				res, err = get("retry").ExecContext(ctx, string(to), micros(o.RunAt), o.Error, o.Class.String(), at,
+				res, err = get("retry").ExecContext(ctx, string(to), micros(o.RunAt), o.Error, o.ClassName(), at,
 					int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
 			case store.Bury:
-				res, err = get("bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.Class.String(), at,
+				res, err = get("bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.ClassName(), at,
 					int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
 				to = store.Dead
 			case store.Snooze:

@@ -373,3 +373,30 @@ func testFinishDuration(x *h) {
 		x.t.Errorf("after a snooze: LastDuration %v, want %v", time.Duration(got), time.Duration(r.Duration))
 	}
 }
+
+// testFinishClassNone: a job that never failed has class None; a Retry or
+// Bury outcome without a class (None) is kept as Unknown, never as "none".
+func testFinishClassNone(x *h) {
+	jobs := x.leaseNew(at(0), "w1", store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"})
+	for _, j := range jobs {
+		if g := x.get(j.ID); g.LastErrorClass != failure.None {
+			x.t.Errorf("job %d never failed, class %s; want none", j.ID, g.LastErrorClass)
+		}
+	}
+	retry := store.Outcome{JobID: jobs[0].ID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Retry, At: at(time.Second),
+		RunAt: at(time.Minute), Error: "no class"}
+	bury := store.Outcome{JobID: jobs[1].ID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Bury, At: at(time.Second),
+		Error: "no class", DeadReason: "r", Fingerprint: "f"}
+	x.finish(retry, bury, completeOf(jobs[2], at(time.Second)))
+	for _, id := range []int64{jobs[0].ID, jobs[1].ID} {
+		if g := x.get(id); g.LastErrorClass != failure.Unknown {
+			x.t.Errorf("job %d failed without a class: class %s, want unknown", id, g.LastErrorClass)
+		}
+	}
+	if g := x.get(jobs[2].ID); g.LastErrorClass != failure.None {
+		x.t.Errorf("completed job: class %s, want none", g.LastErrorClass)
+	}
+	if ids := x.listIDs(store.Filter{Class: "unknown"}, 10); len(ids) != 2 {
+		x.t.Errorf("Filter{Class: unknown} lists %v, want the two failed jobs", ids)
+	}
+}

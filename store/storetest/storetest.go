@@ -69,6 +69,7 @@ var subtests = []subtest{
 	{"FinishRelease", testFinishRelease},
 	{"FinishCancel", testFinishCancel},
 	{"FinishDuration", testFinishDuration},
+	{"FinishClassNone", testFinishClassNone},
 	{"Fencing", testFencing},
 	{"FencingBatch", testFencingBatch},
 	{"Heartbeat", testHeartbeat},
