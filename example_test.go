@@ -85,15 +85,8 @@ func waitFor(c *redrive.Client, id int64, state redrive.State) *redrive.Job {
 // it next to any failed attempts.
 func ExampleRecord() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "redrive-example")
-	defer os.RemoveAll(dir)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "redrive.db"), sqlite.Options{Logger: quiet})
-	if err != nil {
-		panic(err)
-	}
-	defer st.Close()
-	client := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})
+	client, quiet, done := exampleClient(ctx) // a SQLite store in a temporary folder
+	defer done()
 	worker := redrive.NewWorker(client, redrive.WorkerOptions{Logger: quiet})
 
 	type Charge struct{ Cents int }
@@ -103,8 +96,8 @@ func ExampleRecord() {
 		return nil
 	})
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { worker.Run(runCtx); close(done) }()
+	stopped := make(chan struct{})
+	go func() { worker.Run(runCtx); close(stopped) }()
 
 	job, _ := client.Enqueue(ctx, "charge", Charge{Cents: 1250})
 	j := waitFor(client, job.ID, redrive.Completed)
@@ -112,7 +105,22 @@ func ExampleRecord() {
 	fmt.Println(ev.Kind, "attempt", ev.Attempt, ev.Reason+":", ev.Note)
 
 	stop()
-	<-done
+	<-stopped
 	// Output:
 	// completed attempt 1 charged: 1250 cents, receipt R-8750
+}
+
+// exampleClient opens a SQLite store in a temporary folder; done closes it
+// and removes the folder.
+func exampleClient(ctx context.Context) (client *redrive.Client, quiet *slog.Logger, done func()) {
+	dir, _ := os.MkdirTemp("", "redrive-example")
+	quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "redrive.db"), sqlite.Options{Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	return redrive.NewClient(st, redrive.ClientOptions{Logger: quiet}), quiet, func() {
+		st.Close()
+		os.RemoveAll(dir)
+	}
 }
