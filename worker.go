@@ -713,7 +713,12 @@ func (w *Worker) logPause(q *queueRunner, paused bool) {
 
 // pauseLoop refreshes the paused queues every PollInterval.
 func (w *Worker) pauseLoop(ctx context.Context) {
-	t := time.NewTicker(w.opts.PollInterval)
+	every(ctx, w.opts.PollInterval, func() { w.refreshPaused(ctx) })
+}
+
+// every calls f each time d passes, until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -721,7 +726,7 @@ func (w *Worker) pauseLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		w.refreshPaused(ctx)
+		f()
 	}
 }
 
@@ -975,55 +980,44 @@ func (w *Worker) bound(s string) string {
 }
 
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(w.opts.LeaseDuration / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	every(ctx, w.opts.LeaseDuration/3, func() { w.heartbeat(ctx) })
+}
+
+// heartbeat extends the leases of the running jobs and cancels those
+// whose cancellation was requested.
+func (w *Worker) heartbeat(ctx context.Context) {
+	w.runMu.Lock()
+	ids := make([]int64, 0, len(w.running))
+	for id := range w.running {
+		ids = append(ids, id)
+	}
+	w.runMu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	cancel, err := w.store.Heartbeat(ctx, w.id, ids, w.client.now().Add(w.opts.LeaseDuration))
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error("heartbeat failed", "worker", w.id, "jobs", len(ids), "error", err)
 		}
+		return
+	}
+	if len(cancel) > 0 {
 		w.runMu.Lock()
-		ids := make([]int64, 0, len(w.running))
-		for id := range w.running {
-			ids = append(ids, id)
+		for _, id := range cancel {
+			if r, ok := w.running[id]; ok {
+				r.cancel(ErrJobCanceled)
+			}
 		}
 		w.runMu.Unlock()
-		if len(ids) == 0 {
-			continue
-		}
-		cancel, err := w.store.Heartbeat(ctx, w.id, ids, w.client.now().Add(w.opts.LeaseDuration))
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Error("heartbeat failed", "worker", w.id, "jobs", len(ids), "error", err)
-			}
-			continue
-		}
-		if len(cancel) > 0 {
-			w.runMu.Lock()
-			for _, id := range cancel {
-				if r, ok := w.running[id]; ok {
-					r.cancel(ErrJobCanceled)
-				}
-			}
-			w.runMu.Unlock()
-		}
 	}
 }
 
 // rescueLoop turns expired leases into failed attempts (Transient,
 // lease_expired): a killed process loses no job.
 func (w *Worker) rescueLoop(ctx context.Context) {
-	t := time.NewTicker(w.opts.RescueInterval)
-	defer t.Stop()
-	for {
-		w.rescue(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	w.rescue(ctx)
+	every(ctx, w.opts.RescueInterval, func() { w.rescue(ctx) })
 }
 
 func (w *Worker) rescue(ctx context.Context) {
@@ -1096,18 +1090,13 @@ func (w *Worker) cleanupLoop(ctx context.Context) {
 		return
 	case <-first.C:
 	}
-	t := time.NewTicker(w.opts.CleanupInterval)
-	defer t.Stop()
-	for {
+	cleanup := func() {
 		if w.leading() {
 			w.Cleanup(ctx)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	cleanup()
+	every(ctx, w.opts.CleanupInterval, cleanup)
 }
 
 // Cleanup applies retention once: completed and canceled jobs older than

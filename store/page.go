@@ -20,6 +20,22 @@ func (p Page) Size() int {
 	return p.Limit
 }
 
+// Result makes the page a store returns from the jobs it read for p: it
+// reads one job more than Size, so that more than Size jobs means a next
+// page, whose cursor is positioned after the last job kept. Jobs is never
+// nil.
+func (p Page) Result(jobs []*Job, deadOnly bool) ListResult {
+	res := ListResult{Jobs: jobs}
+	if limit := p.Size(); len(jobs) > limit {
+		res.Jobs = jobs[:limit]
+		res.Next = EncodeCursor(jobs[limit-1], deadOnly)
+	}
+	if res.Jobs == nil {
+		res.Jobs = []*Job{}
+	}
+	return res
+}
+
 // SelectsDead reports whether f can match dead jobs: it names no States,
 // or its States include Dead. Groups and Purge, which concern dead jobs
 // only, match nothing for a filter that excludes them.

@@ -72,3 +72,24 @@ func FuzzDecodeCursor(f *testing.F) {
 		_ = id
 	})
 }
+
+func TestPageResult(t *testing.T) {
+	jobs := func(n int) []*Job {
+		var js []*Job
+		for i := range n {
+			js = append(js, &Job{ID: int64(100 - i)})
+		}
+		return js
+	}
+	p := Page{Limit: 3}
+	if r := p.Result(nil, false); r.Jobs == nil || len(r.Jobs) != 0 || r.Next != "" {
+		t.Errorf("no jobs: %+v, want an empty, non-nil page without a next cursor", r)
+	}
+	if r := p.Result(jobs(3), false); len(r.Jobs) != 3 || r.Next != "" {
+		t.Errorf("exactly a page: %d jobs, next %q; want 3 and none", len(r.Jobs), r.Next)
+	}
+	r := p.Result(jobs(4), false)
+	if len(r.Jobs) != 3 || r.Next != EncodeCursor(r.Jobs[2], false) {
+		t.Errorf("one job more than a page: %d jobs, next %q; want 3 and the cursor after job %d", len(r.Jobs), r.Next, r.Jobs[2].ID)
+	}
+}

@@ -752,15 +752,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	if err != nil {
 		return store.ListResult{}, err
 	}
-	res := store.ListResult{Jobs: jobs}
-	if len(jobs) > limit {
-		res.Jobs = jobs[:limit]
-		res.Next = store.EncodeCursor(jobs[limit-1], dead)
-	}
-	if res.Jobs == nil {
-		res.Jobs = []*store.Job{}
-	}
-	return res, nil
+	return p.Result(jobs, dead), nil
 }
 
 // Count implements store.Store.
