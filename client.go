@@ -1,12 +1,16 @@
 package redrive
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redrivehq/redrive/retry"
@@ -39,6 +43,62 @@ type Client struct {
 	// statsClock, when set, is the clock of the statistics history
 	// (tests); otherwise nowFunc.
 	statsClock func() time.Time
+	// validators check the payloads of kinds before they are enqueued.
+	validators atomic.Pointer[map[string]Validator]
+	validMu    sync.Mutex
+}
+
+// RequestError is the refusal of one request of a batch: Index is its
+// index (from 0), Of the batch's size. Nothing of the batch was enqueued.
+type RequestError struct {
+	Index, Of int
+	Err       error
+}
+
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("redrive: enqueue job %d of %d: %v", e.Index+1, e.Of, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// Validator checks the payload of a job of its kind before it is
+// enqueued. An error refuses the enqueue; a *FieldError in it names the
+// payload's field at fault.
+type Validator func(payload json.RawMessage) error
+
+// FieldError is an invalid value at a field of a request: Field is a path
+// such as "payload.url".
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// SetValidator makes the client check the payload of every job of kind
+// with v before enqueuing it: a job whose payload v refuses is not
+// enqueued, and the enqueue fails with an error wrapping ErrInvalid (and
+// v's error, whose *FieldError names the field). Built-in kinds register
+// theirs (httpjob.Register); nil removes a kind's validator.
+func (c *Client) SetValidator(kind string, v Validator) {
+	c.validMu.Lock()
+	defer c.validMu.Unlock()
+	next := map[string]Validator{}
+	if old := c.validators.Load(); old != nil {
+		for k, f := range *old {
+			next[k] = f
+		}
+	}
+	if v == nil {
+		delete(next, kind)
+	} else {
+		next[kind] = v
+	}
+	c.validators.Store(&next)
 }
 
 // NewClient returns a Client on the store s.
@@ -85,6 +145,10 @@ type Request struct {
 	Dependency string
 	// NotReprocessable marks the job as never redrivable from the DLQ.
 	NotReprocessable bool
+	// ReturnExisting answers a key held by a job of another kind, queue
+	// or payload with that job (Existing and Conflict set) instead of a
+	// *KeyConflictError.
+	ReturnExisting bool
 }
 
 // Option sets a field of a Request.
@@ -115,19 +179,66 @@ func Dependency(name string) Option { return func(r *Request) { r.Dependency = n
 // NotReprocessable marks the job as never redrivable from the DLQ.
 func NotReprocessable() Option { return func(r *Request) { r.NotReprocessable = true } }
 
+// ReturnExisting answers an idempotency key held by a different job (of
+// another kind, queue or payload) with that job instead of an error.
+func ReturnExisting() Option { return func(r *Request) { r.ReturnExisting = true } }
+
+// ErrKeyConflict is wrapped by the error of an enqueue whose idempotency
+// key is held by a different job: another kind, queue or payload. The
+// same request again is not a conflict: it is answered with the job
+// holding the key.
+var ErrKeyConflict = errors.New("idempotency key held by a different job")
+
+// KeyConflictError says which requests of an enqueue met a key held by a
+// different job. Nothing was created for them; the other requests were
+// enqueued.
+type KeyConflictError struct {
+	// Conflicts lists the requests in conflict, in request order.
+	Conflicts []KeyConflict
+}
+
+// KeyConflict is one request whose key a different job holds.
+type KeyConflict struct {
+	// Index is the request's index in the batch.
+	Index int
+	// Key is the idempotency key.
+	Key string
+	// Job is the job holding the key.
+	Job *Job
+	// Field names what differs: "kind", "queue" or "payload".
+	Field string
+}
+
+func (e *KeyConflictError) Error() string {
+	c := e.Conflicts[0]
+	more := ""
+	if n := len(e.Conflicts) - 1; n > 0 {
+		more = fmt.Sprintf(" (and %d more)", n)
+	}
+	return fmt.Sprintf("redrive: enqueue: idempotency key %q is held by job %d, whose %s differs from the request's%s; "+
+		"use another key, or ask for the existing job", c.Key, c.Job.ID, c.Field, more)
+}
+
+// Unwrap lets errors.Is find ErrKeyConflict.
+func (e *KeyConflictError) Unwrap() error { return ErrKeyConflict }
+
 // Enqueue creates a job of kind with the payload and returns it. With an
 // idempotency key already taken it returns the job holding the key, with
-// Existing set, and creates nothing.
+// Existing set, and creates nothing; if that job is of another kind,
+// queue or payload, the error is a *KeyConflictError (errors.Is
+// ErrKeyConflict) unless the request asked ReturnExisting. A key stays
+// taken for WorkerOptions.KeyRetention after its job was deleted (then
+// the job returned has Gone set).
 func (c *Client) Enqueue(ctx context.Context, kind string, payload any, opts ...Option) (*Job, error) {
 	r := Request{Kind: kind, Payload: payload}
 	for _, o := range opts {
 		o(&r)
 	}
 	jobs, err := c.EnqueueMany(ctx, []Request{r})
-	if err != nil {
-		return nil, err
+	if len(jobs) == 1 {
+		return jobs[0], err // with a *KeyConflictError, the job holding the key
 	}
-	return jobs[0], nil
+	return nil, err
 }
 
 // MaxBatch bounds how many jobs one EnqueueMany call may create.
@@ -135,7 +246,10 @@ const MaxBatch = 10000
 
 // EnqueueMany creates many jobs in one round trip. Each job is idempotent
 // on its own key. Either every request is valid and all are enqueued, or
-// an error names the first bad one and none is.
+// an error names the first bad one and none is. Requests whose key is
+// held by a different job (see Enqueue) create nothing: EnqueueMany then
+// returns every job (those holders with Conflict set) and a
+// *KeyConflictError naming them.
 func (c *Client) EnqueueMany(ctx context.Context, reqs []Request) ([]*Job, error) {
 	if len(reqs) == 0 {
 		return []*Job{}, nil
@@ -149,7 +263,7 @@ func (c *Client) EnqueueMany(ctx context.Context, reqs []Request) ([]*Job, error
 		nj, err := c.newJob(&reqs[i], now)
 		if err != nil {
 			if len(reqs) > 1 {
-				return nil, fmt.Errorf("redrive: enqueue job %d of %d: %w", i+1, len(reqs), err)
+				return nil, &RequestError{Index: i, Of: len(reqs), Err: err}
 			}
 			return nil, fmt.Errorf("redrive: enqueue: %w", err)
 		}
@@ -160,22 +274,66 @@ func (c *Client) EnqueueMany(ctx context.Context, reqs []Request) ([]*Job, error
 		return nil, fmt.Errorf("redrive: enqueue: %w", err)
 	}
 	c.wakeFor(jobs)
+	var conflicts []KeyConflict
+	for i, j := range jobs {
+		if !j.Existing {
+			continue
+		}
+		field := differs(&news[i], j)
+		if field == "" {
+			continue
+		}
+		c := *j // the same holder may answer several requests
+		c.Conflict = true
+		jobs[i] = &c
+		if !reqs[i].ReturnExisting {
+			conflicts = append(conflicts, KeyConflict{Index: i, Key: news[i].IdempotencyKey, Job: &c, Field: field})
+		}
+	}
+	if len(conflicts) > 0 {
+		return jobs, &KeyConflictError{Conflicts: conflicts}
+	}
 	return jobs, nil
 }
 
-func (c *Client) newJob(r *Request, now time.Time) (store.NewJob, error) {
-	if r.Kind == "" {
-		return store.NewJob{}, fmt.Errorf("%w: kind is required", ErrInvalid)
+// differs names what of the job holding a key differs from the request:
+// "kind", "queue" or "payload" (compared as JSON values), or "".
+func differs(nj *store.NewJob, j *Job) string {
+	switch {
+	case nj.Kind != j.Kind:
+		return "kind"
+	case nj.Queue != j.Queue:
+		return "queue"
+	case j.Gone: // the payload of a deleted job is not kept
+		return ""
+	case bytes.Equal(nj.Payload, j.Payload):
+		return ""
 	}
-	if len(r.Kind) > 200 {
-		return store.NewJob{}, fmt.Errorf("%w: kind is %d bytes long, the limit is 200", ErrInvalid, len(r.Kind))
+	var a, b any
+	da, db := json.NewDecoder(bytes.NewReader(nj.Payload)), json.NewDecoder(bytes.NewReader(j.Payload))
+	da.UseNumber()
+	db.UseNumber()
+	if da.Decode(&a) != nil || db.Decode(&b) != nil || !reflect.DeepEqual(a, b) {
+		return "payload"
+	}
+	return ""
+}
+
+func (c *Client) newJob(r *Request, now time.Time) (store.NewJob, error) {
+	if err := CheckName("kind", r.Kind); err != nil {
+		return store.NewJob{}, err
 	}
 	q := r.Queue
 	if q == "" {
 		q = DefaultQueue
 	}
-	if len(q) > 200 {
-		return store.NewJob{}, fmt.Errorf("%w: queue is %d bytes long, the limit is 200", ErrInvalid, len(q))
+	if err := CheckName("queue", q); err != nil {
+		return store.NewJob{}, err
+	}
+	if r.Dependency != "" {
+		if err := CheckName("dependency", r.Dependency); err != nil {
+			return store.NewJob{}, err
+		}
 	}
 	if len(r.IdempotencyKey) > 512 {
 		return store.NewJob{}, fmt.Errorf("%w: idempotency key is %d bytes long, the limit is 512", ErrInvalid, len(r.IdempotencyKey))
@@ -183,6 +341,13 @@ func (c *Client) newJob(r *Request, now time.Time) (store.NewJob, error) {
 	payload, err := encodePayload(r.Payload)
 	if err != nil {
 		return store.NewJob{}, err
+	}
+	if vs := c.validators.Load(); vs != nil {
+		if v := (*vs)[r.Kind]; v != nil {
+			if err := v(payload); err != nil {
+				return store.NewJob{}, fmt.Errorf("%w: payload of kind %q: %w", ErrInvalid, r.Kind, err)
+			}
+		}
 	}
 	if len(payload) > c.maxPayload {
 		return store.NewJob{}, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrInvalid, len(payload), c.maxPayload)
@@ -210,6 +375,11 @@ func (c *Client) newJob(r *Request, now time.Time) (store.NewJob, error) {
 	}
 	return nj, nil
 }
+
+// EncodePayload encodes a job's payload as Enqueue does: []byte and
+// json.RawMessage are taken as JSON (and must be valid), anything else is
+// marshalled; nil is null. Errors wrap ErrInvalid.
+func EncodePayload(p any) (json.RawMessage, error) { return encodePayload(p) }
 
 func encodePayload(p any) (json.RawMessage, error) {
 	switch v := p.(type) {

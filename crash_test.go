@@ -208,7 +208,7 @@ func TestCrashRecovery(t *testing.T) {
 				case store.EventCompleted:
 					completions++
 				}
-				if ev.Reason == "lease_expired" {
+				if ev.Reason == "lease_expired" || ev.Reason == redrive.ReasonWorkerGone {
 					rescued++
 				}
 			}
@@ -239,7 +239,7 @@ func TestCrashRecovery(t *testing.T) {
 			ctr["succeeded"], ctr["dead.permanent"], completedCount, deadCount)
 	}
 	if ctr["rescued"] != rescued {
-		t.Fatalf("rescued counter %d, lease_expired events %d", ctr["rescued"], rescued)
+		t.Fatalf("rescued counter %d, lease_expired and worker_gone events %d", ctr["rescued"], rescued)
 	}
 	t.Logf("%d jobs: %d completed, %d dead; %d expired leases rescued across %d kills", n, completedCount, deadCount, rescued, kills)
 	if errors.Is(ctx.Err(), context.Canceled) {

@@ -259,7 +259,7 @@ type ExportedMetadata struct {
 // Export writes the dead jobs matching f to dir, one directory per job
 // named by its id, holding payload.json (the original payload),
 // error.json (ExportedError) and metadata.json (ExportedMetadata), as
-// seed 003's dead-letter folder. It returns how many jobs it wrote.
+// the dead-letter folder an ingestion pipeline keeps: one directory per job. It returns how many jobs it wrote.
 // Existing job directories are overwritten; nothing else in dir is touched.
 func (c *Client) Export(ctx context.Context, dir string, f Filter, progress func(n int)) (int, error) {
 	if dir == "" {

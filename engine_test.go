@@ -232,7 +232,8 @@ func TestPermanentAndNeedsAuthDieAtOnce(t *testing.T) {
 	if count("auth") != 1 || ja.DeadReason != retry.ReasonNeedsAuth || ja.LastErrorClass != failure.NeedsAuth {
 		t.Errorf("needs auth: calls %d, job %+v", count("auth"), ja)
 	}
-	if count("typed") != 0 || jt.DeadReason != retry.ReasonPermanent || jt.Attempt != 1 {
+	if count("typed") != 0 || jt.DeadReason != redrive.ReasonUndecodable || jt.LastErrorClass != failure.Permanent || jt.Attempt != 1 ||
+		len(jt.History) != 1 || jt.History[0].Reason != failure.ReasonUndecodablePayload {
 		t.Errorf("undecodable payload: calls %d, job %+v", count("typed"), jt)
 	}
 }
@@ -322,10 +323,16 @@ func TestIdempotentEnqueueUnderConcurrency(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			j, err := c.Enqueue(context.Background(), "ingest", map[string]int{"caller": i}, redrive.IdempotencyKey(key))
+			// Each caller sends its own payload: all but the first get the
+			// first job back (ReturnExisting), marked as a conflict.
+			j, err := c.Enqueue(context.Background(), "ingest", map[string]int{"caller": i}, redrive.IdempotencyKey(key),
+				redrive.ReturnExisting())
 			if err != nil {
 				t.Error(err)
 				return
+			}
+			if j.Existing != j.Conflict {
+				t.Errorf("caller %d: Existing %v but Conflict %v (its payload differs from the first job's)", i, j.Existing, j.Conflict)
 			}
 			ids[i], existing[i] = j.ID, j.Existing
 		})

@@ -85,9 +85,9 @@ type AttemptInfo struct {
 	Lateness time.Duration
 }
 
-// observe reports an attempt whose outcome o was decided to the worker's
+// observe reports an attempt whose outcome o was decided to the executor's
 // Observer, which the caller checked is set.
-func (w *Worker) observe(j *Job, o *store.Outcome, err error, start, end time.Time) {
+func (e *Executor) observe(j *Job, o *store.Outcome, err error, start, end time.Time) {
 	info := AttemptInfo{JobID: j.ID, Queue: j.Queue, Kind: j.Kind, Attempt: j.Attempt, Retry: j.Attempt > 1,
 		Err: err, Started: start, Duration: end.Sub(start)}
 	switch o.Kind {
@@ -110,5 +110,5 @@ func (w *Worker) observe(j *Job, o *store.Outcome, err error, start, end time.Ti
 	if late := start.Sub(j.RunAt); late > 0 {
 		info.Lateness = late
 	}
-	w.opts.Observer.ObserveAttempt(info)
+	e.opts.Observer.ObserveAttempt(info)
 }

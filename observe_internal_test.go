@@ -16,7 +16,7 @@ func (c *countingObserver) ObserveAttempt(a AttemptInfo) { c.n += a.Attempt }
 // that does nothing.
 func BenchmarkObserve(b *testing.B) {
 	obs := &countingObserver{}
-	w := &Worker{opts: WorkerOptions{Observer: obs}}
+	w := &Executor{opts: ExecutorOptions{Observer: obs}}
 	now := time.Now()
 	j := &Job{ID: 1, Queue: "default", Kind: "http", Attempt: 2, RunAt: now.Add(-time.Millisecond)}
 	o := store.Outcome{Kind: store.Retry}

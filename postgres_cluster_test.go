@@ -543,7 +543,7 @@ func pgCheckJobs(t *testing.T, c *redrive.Client, want map[int64]pgArgs, retries
 			rescued := 0
 			completions, deaths := 0, 0
 			for _, ev := range j.History {
-				if ev.Reason == "lease_expired" {
+				if ev.Reason == "lease_expired" || ev.Reason == redrive.ReasonWorkerGone {
 					rescued++
 				}
 				switch ev.Kind {
@@ -624,7 +624,7 @@ func pgCheckCounters(t *testing.T, c *redrive.Client, v pgVerdict) map[string]in
 			ctr[store.StatSucceeded], dead, v.completed, v.dead)
 	}
 	if ctr[store.StatRescued] != v.rescued {
-		t.Errorf("rescued counter %d, lease_expired events %d", ctr[store.StatRescued], v.rescued)
+		t.Errorf("rescued counter %d, lease_expired and worker_gone events %d", ctr[store.StatRescued], v.rescued)
 	}
 	return ctr
 }

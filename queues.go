@@ -25,20 +25,9 @@ type Queue struct {
 	Jobs map[State]int64 `json:"jobs"`
 }
 
-// maxQueueName bounds a queue name, in bytes (as Enqueue does).
-const maxQueueName = 200
-
 // checkQueueName validates the name of a queue to pause or resume: not
 // empty, and no longer than Enqueue accepts.
-func checkQueueName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: queue name is required", ErrInvalid)
-	}
-	if len(name) > maxQueueName {
-		return fmt.Errorf("%w: queue is %d bytes long, the limit is %d", ErrInvalid, len(name), maxQueueName)
-	}
-	return nil
-}
+func checkQueueName(name string) error { return CheckName("queue", name) }
 
 // newQueue combines a queue's pause state with its job counts.
 func newQueue(st QueueState, jobs map[State]int64) Queue {

@@ -145,7 +145,8 @@ func Record(ctx context.Context, reason, note string) {
 
 // KeyOf returns a content-derived idempotency key: the hex SHA-256 of the
 // parts, each length-prefixed so that ("ab", "c") and ("a", "bc") differ.
-// Seed 003 derives its job ids as SHA256(container + blobPath + ETag); with
+// A blob-ingestion pipeline derives its job ids as SHA256(container +
+// blobPath + ETag); with
 // KeyOf(container, blobPath, etag) N concurrent enqueues of one blob create
 // one job.
 func KeyOf(parts ...string) string {
@@ -157,4 +158,15 @@ func KeyOf(parts ...string) string {
 		h.Write([]byte(p))
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// LogWith adds attributes (slog key-value pairs or slog.Attr values) to
+// the log lines the engine writes about the attempt running under ctx:
+// "job failed; retry scheduled" and "job moved to the DLQ". The http kind
+// adds the target URL this way. A later call replaces an earlier one;
+// outside a handler's context it does nothing.
+func LogWith(ctx context.Context, attrs ...any) {
+	if r, ok := ctx.Value(attemptKey{}).(*runningJob); ok {
+		r.attrs.Store(&attrs)
+	}
 }

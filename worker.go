@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
-	"github.com/redrivehq/redrive/internal/fingerprint"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -38,8 +35,12 @@ type WorkerOptions struct {
 	// Breakers holds the circuit breakers of dependencies (default: a
 	// registry with breaker.DefaultConfig()).
 	Breakers *breaker.Registry
-	// RetryBudget configures the per-queue retry budget (default ratio
-	// 20%, floor 10 retries per 10s). Set DisableRetryBudget to turn it off.
+	// RetryBudget configures the per-queue retry budget. By default
+	// retries may exceed 20% of the queue's recent attempts only beyond a
+	// floor of retry.DefaultBudgetMinRetries (100) retries per 10s, so ordinary
+	// bursts of failures keep their policy's delays and only a retry storm
+	// is spread out (logged, and counted as budget_deferred). Set
+	// DisableRetryBudget to turn it off.
 	RetryBudget        retry.BudgetConfig
 	DisableRetryBudget bool
 	// LeaseDuration is how long a fetched job is leased (default 30s). A
@@ -76,6 +77,13 @@ type WorkerOptions struct {
 	CompletedRetention time.Duration
 	// DLQMaxAge is how long dead jobs are kept (default 168h).
 	DLQMaxAge time.Duration
+	// KeyRetention is how long an idempotency key stays taken, counted
+	// from its job's enqueue, even after retention or a purge deleted the
+	// job: enqueuing the key again meanwhile answers with what became of
+	// that job (Job.Existing and Job.Gone) instead of doing the work
+	// twice. A key is also taken as long as its job exists. Default 7
+	// days.
+	KeyRetention time.Duration
 	// CleanupInterval is how often retention runs (default 24h; the first
 	// run is one minute after start).
 	CleanupInterval time.Duration
@@ -96,39 +104,6 @@ type WorkerOptions struct {
 	Observer Observer
 }
 
-// Handler runs one attempt of a job. A nil error completes the job; an
-// error is classified (see the failure package) and the job retried or
-// moved to the DLQ by its policy. Return Snooze(d) to run again later
-// without using an attempt.
-type Handler func(ctx context.Context, job *Job) error
-
-// HandlerOption configures a handler.
-type HandlerOption func(*handlerConfig)
-
-type handlerConfig struct {
-	timeout    time.Duration
-	policy     *retry.Policy
-	dependency string
-}
-
-// Timeout bounds each attempt of the kind: the handler's context ends after
-// d and the attempt counts as a transient failure.
-func Timeout(d time.Duration) HandlerOption { return func(h *handlerConfig) { h.timeout = d } }
-
-// Policy sets the retry policy of the kind (a job's own policy still wins).
-func Policy(p retry.Policy) HandlerOption { return func(h *handlerConfig) { h.policy = &p } }
-
-// UsesDependency declares the dependency (circuit breaker name) the kind
-// calls; a job's own Dependency wins.
-func UsesDependency(name string) HandlerOption {
-	return func(h *handlerConfig) { h.dependency = name }
-}
-
-type handler struct {
-	fn  Handler
-	cfg handlerConfig
-}
-
 // Worker runs handlers for the jobs of its queues. Create it with
 // NewWorker, register handlers, then call Run. It fetches no job of a
 // queue paused with Client.PauseQueue until the queue is resumed.
@@ -139,17 +114,16 @@ type Worker struct {
 	opts   WorkerOptions
 	id     string
 
-	mu       sync.RWMutex
-	handlers map[string]*handler
-	started  bool
+	// exec runs the attempts and decides their outcomes.
+	exec *Executor
 
-	breakers *breaker.Registry
-	policy   retry.Policy
+	mu      sync.Mutex
+	started bool
 
 	queues []*queueRunner
 
 	runMu   sync.Mutex
-	running map[int64]*runningJob
+	running map[int64]runningEntry
 
 	completer *completer
 	active    sync.WaitGroup
@@ -167,24 +141,12 @@ type Worker struct {
 	hardCancel context.CancelCauseFunc
 }
 
-type runningJob struct {
-	// Context is the attempt's context; runningJob is itself the context
-	// handed to the handler, so that Record finds the attempt without an
-	// allocation per job.
-	context.Context
+// runningEntry is a job whose attempt runs in this worker: heartbeats
+// extend its lease, and a user's cancellation cancels it.
+type runningEntry struct {
 	job    *Job
 	cancel context.CancelCauseFunc
 	queue  *queueRunner
-	result atomic.Pointer[attemptResult] // set by Record
-}
-
-// Value returns the running job for Record, and defers to the attempt's
-// context for any other key.
-func (r *runningJob) Value(key any) any {
-	if key == (attemptKey{}) {
-		return r
-	}
-	return r.Context.Value(key)
 }
 
 // NewWorker returns a worker that takes jobs through client's store.
@@ -193,17 +155,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		opts.Queues = map[string]int{DefaultQueue: 10}
 	}
 	if opts.ID == "" {
-		host, _ := os.Hostname()
-		var b [3]byte
-		rand.Read(b[:])
-		opts.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-	}
-	if opts.Policy == nil {
-		p := retry.DefaultPolicy()
-		opts.Policy = &p
-	}
-	if opts.Breakers == nil {
-		opts.Breakers = breaker.NewRegistry(breaker.DefaultConfig())
+		opts.ID = defaultWorkerID()
 	}
 	if opts.LeaseDuration <= 0 {
 		opts.LeaseDuration = 30 * time.Second
@@ -235,25 +187,26 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 	if opts.CleanupInterval <= 0 {
 		opts.CleanupInterval = 24 * time.Hour
 	}
+	if opts.KeyRetention <= 0 {
+		opts.KeyRetention = DefaultKeyRetention
+	}
 	if opts.StatsRetention <= 0 {
 		opts.StatsRetention = DefaultStatsRetention
-	}
-	if opts.MaxErrorLength <= 0 {
-		opts.MaxErrorLength = 4096
 	}
 	if opts.Logger == nil {
 		opts.Logger = client.log
 	}
 	w := &Worker{
-		client:   client,
-		store:    client.store,
-		log:      opts.Logger,
-		opts:     opts,
-		id:       opts.ID,
-		handlers: map[string]*handler{},
-		breakers: opts.Breakers,
-		policy:   *opts.Policy,
-		running:  map[int64]*runningJob{},
+		client:  client,
+		store:   client.store,
+		log:     opts.Logger,
+		opts:    opts,
+		id:      opts.ID,
+		running: map[int64]runningEntry{},
+		exec: NewExecutor(ExecutorOptions{ID: opts.ID, Policy: opts.Policy, QueuePolicies: opts.QueuePolicies,
+			Classifier: opts.Classifier, Breakers: opts.Breakers, RetryBudget: opts.RetryBudget,
+			DisableRetryBudget: opts.DisableRetryBudget, MaxErrorLength: opts.MaxErrorLength, Logger: opts.Logger,
+			Rand: opts.Rand, Observer: opts.Observer, Now: client.now}),
 	}
 	names := make([]string, 0, len(opts.Queues))
 	for q := range opts.Queues {
@@ -271,12 +224,6 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		}
 		qr := &queueRunner{w: w, name: q, concurrency: conc, batch: batch, wakeC: make(chan struct{}, 1), freeC: make(chan struct{}, 1),
 			jobsC: make(chan *Job, conc)}
-		if !opts.DisableRetryBudget {
-			qr.budget = retry.NewBudget(opts.RetryBudget)
-		}
-		if p, ok := opts.QueuePolicies[q]; ok {
-			qr.policy = &p
-		}
 		w.queues = append(w.queues, qr)
 	}
 	w.completer = newCompleter(w)
@@ -287,44 +234,32 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 func (w *Worker) ID() string { return w.id }
 
 // Breakers returns the worker's circuit breaker registry.
-func (w *Worker) Breakers() *breaker.Registry { return w.breakers }
+func (w *Worker) Breakers() *breaker.Registry { return w.exec.Breakers() }
+
+// Client returns the client the worker was created with.
+func (w *Worker) Client() *Client { return w.client }
+
+// Executor returns the executor that runs the worker's attempts.
+func (w *Worker) Executor() *Executor { return w.exec }
 
 // HandleFunc registers the handler of a job kind. Registering after Run
 // started, or twice for one kind, panics: both are programming errors.
 func (w *Worker) HandleFunc(kind string, fn Handler, opts ...HandlerOption) {
-	if kind == "" || fn == nil {
-		panic("redrive: HandleFunc needs a kind and a handler")
-	}
-	h := &handler{fn: fn}
-	for _, o := range opts {
-		o(&h.cfg)
-	}
-	if h.cfg.policy != nil {
-		if err := h.cfg.policy.Validate(); err != nil {
-			panic(fmt.Sprintf("redrive: handler %q: invalid policy: %v", kind, err))
-		}
-	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
+	started := w.started
+	w.mu.Unlock()
+	if started {
 		panic("redrive: HandleFunc called after Run")
 	}
-	if _, dup := w.handlers[kind]; dup {
-		panic(fmt.Sprintf("redrive: handler for kind %q registered twice", kind))
-	}
-	w.handlers[kind] = h
+	w.exec.HandleFunc(kind, fn, opts...)
 }
 
-// Handle registers a typed handler: the job's payload is decoded into a T
-// (an undecodable payload is a permanent failure) and passed to fn.
-func Handle[T any](w *Worker, kind string, fn func(ctx context.Context, job *Job, args T) error, opts ...HandlerOption) {
-	w.HandleFunc(kind, func(ctx context.Context, job *Job) error {
-		var args T
-		if err := json.Unmarshal(job.Payload, &args); err != nil {
-			return failure.Wrap(failure.Permanent, fmt.Errorf("decode payload of kind %q: %w", kind, err))
-		}
-		return fn(ctx, job, args)
-	}, opts...)
+// defaultWorkerID names a worker or executor: host-pid-random.
+func defaultWorkerID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // Run works until ctx ends, then shuts down gracefully: it stops fetching,
@@ -352,6 +287,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer unregister()
 	}
 	w.refreshPaused(ctx)
+	// Register in the store's worker registry, and rescue at once the jobs
+	// of this host's workers whose process is gone (a restart).
+	w.register(ctx)
+	w.rescueGone(ctx)
 	var loops sync.WaitGroup
 	for _, q := range w.queues {
 		unregister := w.client.register(q.name, q.wake)
@@ -414,9 +353,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, q := range w.queues {
 		close(q.jobsC) // every leased job was handled: the handler goroutines exit
 	}
+	w.completer.stopping.Store(true)
 	w.completer.drain()
 	bgCancel()
 	bg.Wait()
+	w.deregister()
 	w.log.Info("worker stopped", "worker", w.id)
 	return nil
 }
@@ -433,14 +374,8 @@ func (w *Worker) releaseAll() {
 	defer w.runMu.Unlock()
 	now := w.client.now()
 	for _, r := range w.running {
-		w.completer.submit(r.queue, w.releaseOutcome(r.job, now))
+		w.completer.submit(r.queue, w.exec.Release(r.job, now))
 	}
-}
-
-func (w *Worker) releaseOutcome(j *Job, now time.Time) store.Outcome {
-	return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: w.id, Kind: store.Release, At: now,
-		Event: &store.Event{Kind: store.EventReleased, Attempt: j.Attempt, At: attemptStart(j, now), Worker: w.id,
-			Reason: "shutdown", Duration: store.Duration(now.Sub(attemptStart(j, now)))}}
 }
 
 func attemptStart(j *Job, fallback time.Time) time.Time {
@@ -456,8 +391,6 @@ type queueRunner struct {
 	name        string
 	concurrency int
 	batch       int
-	policy      *retry.Policy
-	budget      *retry.Budget
 
 	active atomic.Int64
 	idle   atomic.Int64 // handler goroutines waiting for a job
@@ -738,29 +671,6 @@ func storeBackoff(n int) time.Duration {
 	return min(d, time.Second)
 }
 
-// policyFor resolves the retry policy of a job: its own, its kind's, its
-// queue's, the worker's default; MaxRetries on the job overrides the count.
-func (w *Worker) policyFor(q *queueRunner, j *Job, h *handler) retry.Policy {
-	p := w.policy
-	switch {
-	case len(j.Policy) > 0 && string(j.Policy) != "null":
-		var jp retry.Policy
-		if err := json.Unmarshal(j.Policy, &jp); err == nil && jp.Validate() == nil {
-			p = jp
-		} else {
-			w.log.Warn("job has an unusable policy; using the default", "job_id", j.ID, "kind", j.Kind)
-		}
-	case h != nil && h.cfg.policy != nil:
-		p = *h.cfg.policy
-	case q.policy != nil:
-		p = *q.policy
-	}
-	if j.MaxRetries >= 0 {
-		p.MaxRetries = j.MaxRetries
-	}
-	return p
-}
-
 // execute runs one leased attempt and submits its outcome.
 // The caller frees the queue slot afterwards.
 func (w *Worker) execute(q *queueRunner, j *Job) {
@@ -774,213 +684,23 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 			t.Stop()
 		}
 	}
-	start := w.client.now()
-	j.AttemptedAt = &start
-	if q.budget != nil {
-		q.budget.Attempt()
-	}
-	w.mu.RLock()
-	h := w.handlers[j.Kind]
-	w.mu.RUnlock()
-
-	dep := j.Dependency
-	if dep == "" && h != nil {
-		dep = h.cfg.dependency
-	}
-	var br *breaker.Breaker
-	var tok breaker.Token
-	if dep != "" {
-		br = w.breakers.Get(dep)
-		var err error
-		tok, err = br.Allow()
-		if err != nil {
-			w.finish(q, j, w.deferOutcome(q, j, br, err, start), err, start, start)
-			return
-		}
-	}
-
-	cctx, cancel := context.WithCancelCause(w.hardCtx)
-	defer cancel(nil)
-	rj := &runningJob{Context: cctx, job: j, cancel: cancel, queue: q}
-	var ctx context.Context = rj
+	ctx, cancel := context.WithCancelCause(w.hardCtx)
 	w.runMu.Lock()
-	w.running[j.ID] = rj
+	w.running[j.ID] = runningEntry{job: j, cancel: cancel, queue: q}
 	w.runMu.Unlock()
-	defer func() {
-		w.runMu.Lock()
-		delete(w.running, j.ID)
-		w.runMu.Unlock()
-	}()
-
-	var err error
-	if h == nil {
-		err = fmt.Errorf("no handler registered for kind %q on worker %s", j.Kind, w.id)
-	} else {
-		hctx := ctx
-		if h.cfg.timeout > 0 {
-			var c context.CancelFunc
-			hctx, c = context.WithTimeout(ctx, h.cfg.timeout)
-			defer c()
-		}
-		err = safeCall(hctx, h.fn, j)
-	}
-	if br != nil {
-		br.Record(tok, err)
-	}
-	end := w.client.now()
-	o := w.decide(q, j, h, err, context.Cause(cctx), start, end)
-	if o.Kind == store.Complete {
-		if r := rj.result.Load(); r != nil {
-			o.Event = &store.Event{Kind: store.EventCompleted, Attempt: j.Attempt, At: start, Duration: o.Duration,
-				Worker: w.id, Reason: w.bound(r.reason), Note: w.bound(r.note)}
-		}
-	}
-	w.finish(q, j, o, err, start, end)
-}
-
-// finish reports the outcome of an attempt to the observer, if any, then
-// hands it to the completer to store.
-func (w *Worker) finish(q *queueRunner, j *Job, o store.Outcome, err error, start, end time.Time) {
-	if w.opts.Observer != nil {
-		w.observe(j, &o, err, start, end)
-	}
+	o := w.exec.Execute(ctx, j)
+	w.runMu.Lock()
+	delete(w.running, j.ID)
+	w.runMu.Unlock()
+	cancel(nil)
 	w.completer.submit(q, o)
 }
 
-func safeCall(ctx context.Context, fn Handler, j *Job) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())
-		}
-	}()
-	return fn(ctx, j)
-}
-
-// deferOutcome puts a job back until its open breaker half-opens, without
-// using an attempt.
-func (w *Worker) deferOutcome(q *queueRunner, j *Job, br *breaker.Breaker, err error, now time.Time) store.Outcome {
-	ready := br.ReadyAt()
-	var open *breaker.OpenError
-	if errors.As(err, &open) && open.ReadyAt.After(ready) {
-		ready = open.ReadyAt // half-open with every probe out: when they will be settled
-	}
-	if ready.Before(now) {
-		ready = now.Add(10 * time.Millisecond)
-	}
-	w.log.Info("dependency breaker open; job deferred", "job_id", j.ID, "kind", j.Kind, "queue", q.name,
-		"dependency", br.Name(), "until", ready)
-	return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: w.id, Kind: store.Snooze, At: now, RunAt: ready,
-		Event: &store.Event{Kind: store.EventDeferred, Attempt: j.Attempt, At: now, Worker: w.id,
-			Reason: "breaker_open:" + br.Name(), Delay: store.Duration(ready.Sub(now))},
-		Counters: []store.Counter{{Queue: q.name, Name: store.StatDeferred, N: 1}}}
-}
-
-// decide turns a handler's result into the outcome to store.
-func (w *Worker) decide(q *queueRunner, j *Job, h *handler, err, cause error, start, end time.Time) store.Outcome {
-	o := store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: w.id, At: end}
-	dur := store.Duration(end.Sub(start))
-	if err == nil {
-		o.Kind = store.Complete
-		o.Duration = dur
-		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatSucceeded, N: 1}}
-		if j.Attempt > 1 {
-			o.Counters = append(o.Counters, store.Counter{Queue: q.name, Name: store.StatSucceededAfterRetry, N: 1})
-		}
-		return o
-	}
-	// A breaker the handler consulted itself (breaker.Do, rhttp) is open:
-	// defer until it half-opens, without using an attempt.
-	var open *breaker.OpenError
-	if errors.As(err, &open) {
-		ready := open.ReadyAt
-		if !ready.After(end) {
-			ready = end.Add(10 * time.Millisecond)
-		}
-		o.Kind = store.Snooze
-		o.RunAt = ready
-		o.Event = &store.Event{Kind: store.EventDeferred, Attempt: j.Attempt, At: start, Duration: dur, Worker: w.id,
-			Reason: "breaker_open:" + open.Name, Delay: store.Duration(ready.Sub(end)), Error: w.bound(err.Error())}
-		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatDeferred, N: 1}}
-		return o
-	}
-	var sn *SnoozeError
-	if errors.As(err, &sn) {
-		o.Kind = store.Snooze
-		o.RunAt = end.Add(sn.Delay)
-		o.Event = &store.Event{Kind: store.EventSnoozed, Attempt: j.Attempt, At: start, Duration: dur, Worker: w.id,
-			Delay: store.Duration(sn.Delay)}
-		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatSnoozed, N: 1}}
-		return o
-	}
-	switch {
-	case errors.Is(cause, ErrShutdown):
-		w.log.Info("job interrupted by shutdown; back to pending", "job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt)
-		return w.releaseOutcome(j, end)
-	case errors.Is(cause, ErrJobCanceled):
-		w.log.Info("job canceled while running", "job_id", j.ID, "kind", j.Kind, "attempt", j.Attempt)
-		o.Kind = store.Cancel
-		o.Event = &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: w.id,
-			Error: w.bound(err.Error())}
-		o.Counters = []store.Counter{{Queue: q.name, Name: store.StatCanceled, N: 1}}
-		return o
-	}
-	v := w.opts.Classifier.Classify(err)
-	return w.failOutcome(q, j, h, o, v, err.Error(), start, dur)
-}
-
-// failOutcome applies the retry policy to a failed attempt.
-func (w *Worker) failOutcome(q *queueRunner, j *Job, h *handler, o store.Outcome, v failure.Verdict, msg string, start time.Time, dur store.Duration) store.Outcome {
-	p := w.policyFor(q, j, h)
-	var prev time.Duration
-	if j.Attempt >= 2 {
-		np := p
-		np.Jitter = retry.JitterNone
-		prev = np.Delay(j.Attempt-2, 0, nil)
-	}
-	d := p.Decide(retry.Input{Class: v.Class, Attempt: j.Attempt, RetryAfter: v.RetryAfter, PrevDelay: prev}, w.opts.Rand)
-	msg = w.bound(msg)
-	class := v.Class.String()
-	o.Error, o.Class = msg, v.Class
-	o.Counters = []store.Counter{{Queue: q.name, Name: store.StatFailed, Class: class, N: 1}}
-	ev := &store.Event{Attempt: j.Attempt, At: start, Duration: dur, Class: class, Error: msg, Reason: v.Reason, Worker: w.id}
-	o.Duration = dur
-	o.Event = ev
-	if d.Retry {
-		delay := d.Delay
-		if q.budget != nil {
-			delay = q.budget.Retry(delay)
-		}
-		o.Kind = store.Retry
-		o.RunAt = o.At.Add(delay)
-		ev.Kind, ev.Delay = store.EventRetry, store.Duration(delay)
-		o.Counters = append(o.Counters, store.Counter{Queue: q.name, Name: store.StatRetried, N: 1})
-		w.log.Info("job failed; retry scheduled", "job_id", j.ID, "kind", j.Kind, "queue", q.name, "attempt", j.Attempt,
-			"max_retries", p.MaxRetries, "class", class, "reason", v.Reason, "delay", delay, "error", msg)
-		return o
-	}
-	reason := d.Reason
-	o.Kind = store.Bury
-	o.DeadReason = reason
-	o.Fingerprint = fingerprint.Of(class, v.Reason, msg)
-	ev.Kind = store.EventDead
-	if v.Reason != "" && reason == retry.ReasonExhausted {
-		ev.Reason = v.Reason
-	}
-	o.Counters = append(o.Counters, store.Counter{Queue: q.name, Name: store.StatDead, Class: class, N: 1})
-	w.log.Warn("job moved to the DLQ", "job_id", j.ID, "kind", j.Kind, "queue", q.name, "attempt", j.Attempt,
-		"class", class, "reason", reason, "error", msg)
-	return o
-}
-
-func (w *Worker) bound(s string) string {
-	if len(s) > w.opts.MaxErrorLength {
-		return s[:w.opts.MaxErrorLength] + "…"
-	}
-	return s
-}
-
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	every(ctx, w.opts.LeaseDuration/3, func() { w.heartbeat(ctx) })
+	every(ctx, w.opts.LeaseDuration/3, func() {
+		w.heartbeat(ctx)
+		w.heartbeatRegistry(ctx)
+	})
 }
 
 // heartbeat extends the leases of the running jobs and cancels those
@@ -992,6 +712,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	w.runMu.Unlock()
+	ids = append(ids, w.completer.unsettled()...)
 	if len(ids) == 0 {
 		return
 	}
@@ -1017,7 +738,10 @@ func (w *Worker) heartbeat(ctx context.Context) {
 // lease_expired): a killed process loses no job.
 func (w *Worker) rescueLoop(ctx context.Context) {
 	w.rescue(ctx)
-	every(ctx, w.opts.RescueInterval, func() { w.rescue(ctx) })
+	every(ctx, w.opts.RescueInterval, func() {
+		w.rescueGone(ctx)
+		w.rescue(ctx)
+	})
 }
 
 func (w *Worker) rescue(ctx context.Context) {
@@ -1036,17 +760,30 @@ func (w *Worker) rescue(ctx context.Context) {
 		if len(jobs) == 0 {
 			return
 		}
+		// Jobs this worker still holds (running, or finished with an
+		// outcome not written yet, as during a full disk) are not lost:
+		// their leases lapsed only because the store refused writes.
+		mine := w.holding()
 		outs := make([]store.Outcome, 0, len(jobs))
+		kept := jobs[:0]
 		for _, j := range jobs {
-			q := w.queueOrAdhoc(j.Queue)
-			w.mu.RLock()
-			h := w.handlers[j.Kind]
-			w.mu.RUnlock()
-			o := store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: j.Worker, At: now}
+			if j.Worker == w.id && mine[j.ID] {
+				continue
+			}
+			kept = append(kept, j)
+		}
+		jobs = kept
+		if len(jobs) == 0 {
+			return
+		}
+		for _, j := range jobs {
+			// The rescue is decided as a failed attempt, by the job's
+			// policy and without the retry budget, fenced on the lease
+			// holder.
 			msg := fmt.Sprintf("lease expired: worker %s stopped heartbeating", j.Worker)
 			v := failure.Verdict{Class: failure.Transient, Reason: "lease_expired"}
-			start := attemptStart(j, now)
-			o = w.failOutcome(q, j, h, o, v, msg, start, store.Duration(now.Sub(start)))
+			o := w.exec.Fail(j, v, msg, attemptStart(j, now), now)
+			o.Worker = j.Worker
 			o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatRescued, N: 1})
 			outs = append(outs, o)
 		}
@@ -1071,15 +808,19 @@ func (w *Worker) rescue(ctx context.Context) {
 	}
 }
 
-// queueOrAdhoc returns the runner of a queue this worker serves, or a
-// runner carrying only the default policy for another queue's job.
-func (w *Worker) queueOrAdhoc(name string) *queueRunner {
-	for _, q := range w.queues {
-		if q.name == name {
-			return q
-		}
+// holding returns the ids of the jobs this worker holds: running, or
+// finished with an outcome not yet written.
+func (w *Worker) holding() map[int64]bool {
+	ids := map[int64]bool{}
+	w.runMu.Lock()
+	for id := range w.running {
+		ids[id] = true
 	}
-	return &queueRunner{w: w, name: name}
+	w.runMu.Unlock()
+	for _, id := range w.completer.unsettled() {
+		ids[id] = true
+	}
+	return ids
 }
 
 func (w *Worker) cleanupLoop(ctx context.Context) {
@@ -1100,8 +841,11 @@ func (w *Worker) cleanupLoop(ctx context.Context) {
 }
 
 // Cleanup applies retention once: completed and canceled jobs older than
-// CompletedRetention and dead jobs older than DLQMaxAge are deleted. The
-// worker runs it every CleanupInterval; it is exported for tools and tests.
+// CompletedRetention and dead jobs older than DLQMaxAge are deleted (their
+// idempotency keys stay taken), the kept keys of jobs enqueued more than
+// KeyRetention ago are released, and workers stopped or silent for a day
+// leave the registry. The worker runs it every CleanupInterval; it is
+// exported for tools and tests.
 func (w *Worker) Cleanup(ctx context.Context) (deleted int64, err error) {
 	now := w.client.now()
 	for _, r := range []struct {
@@ -1120,11 +864,29 @@ func (w *Worker) Cleanup(ctx context.Context) (deleted int64, err error) {
 			}
 		}
 	}
-	if deleted > 0 {
-		w.log.Info("retention cleanup", "deleted", deleted)
+	keys, err := w.store.DeleteKeys(ctx, now.Add(-w.opts.KeyRetention))
+	if err != nil {
+		w.log.Error("retention cleanup of idempotency keys failed", "error", err)
+		return deleted, err
+	}
+	workers, err := w.store.DeleteWorkers(ctx, now.Add(-workerRetention))
+	if err != nil {
+		w.log.Error("retention cleanup of the worker registry failed", "error", err)
+		return deleted, err
+	}
+	if deleted > 0 || keys > 0 || workers > 0 {
+		w.log.Info("retention cleanup", "deleted", deleted, "keys_released", keys, "workers_pruned", workers)
 	}
 	return deleted, nil
 }
+
+// DefaultKeyRetention is how long an idempotency key stays taken by
+// default (see WorkerOptions.KeyRetention).
+const DefaultKeyRetention = 7 * 24 * time.Hour
+
+// workerRetention is how long stopped and silent workers stay in the
+// registry.
+const workerRetention = 24 * time.Hour
 
 // completer records outcomes in batches: every outcome submitted while a
 // batch is being written joins the next one.
@@ -1132,9 +894,29 @@ type completer struct {
 	w       *Worker
 	mu      sync.Mutex
 	pending []pendingOutcome
-	signal  chan struct{}
-	idle    sync.Cond
-	busy    bool
+	// writing is the batch being written (its jobs' leases are still
+	// extended by heartbeats until it is).
+	writing  []pendingOutcome
+	signal   chan struct{}
+	idle     sync.Cond
+	busy     bool
+	stopping atomic.Bool // set once the worker is shutting down
+}
+
+// unsettled returns the ids of the jobs whose outcomes are not written
+// yet: their leases must not expire meanwhile.
+func (c *completer) unsettled() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]int64, 0, len(c.pending)+len(c.writing))
+	for _, b := range [][]pendingOutcome{c.pending, c.writing} {
+		for _, p := range b {
+			if p.o.Worker == c.w.id {
+				ids = append(ids, p.o.JobID)
+			}
+		}
+	}
+	return ids
 }
 
 type pendingOutcome struct {
@@ -1190,6 +972,7 @@ func (c *completer) flush(ctx context.Context) {
 		c.mu.Lock()
 		batch := c.pending
 		c.pending = nil
+		c.writing = batch
 		c.busy = len(batch) > 0
 		c.mu.Unlock()
 		if len(batch) == 0 {
@@ -1210,9 +993,16 @@ func (c *completer) flush(ctx context.Context) {
 				ctx = context.Background() // shutting down: the outcomes must still be written
 			}
 			d := storeBackoff(attempt)
-			c.w.log.Error("recording job outcomes failed; retrying", "jobs", len(outs), "attempt", attempt, "delay", d, "error", err)
-			if attempt >= 120 {
-				c.w.log.Error("giving up recording job outcomes after two minutes; their leases will expire and be rescued", "jobs", len(outs))
+			if attempt <= 3 || attempt%30 == 0 {
+				c.w.log.Error("recording job outcomes failed; retrying (their leases are kept meanwhile)", "jobs", len(outs),
+					"attempt", attempt, "delay", d, "error", err)
+			}
+			// While the worker runs, outcomes are retried until the store
+			// takes them (a full disk, an outage), their jobs' leases
+			// extended by the heartbeats: a rescue would run them again.
+			// Only a shutdown gives up, after two minutes.
+			if attempt >= 120 && c.stopping.Load() {
+				c.w.log.Error("giving up recording job outcomes at shutdown; their leases will expire and be rescued", "jobs", len(outs))
 				applied = make([]bool, len(outs))
 				break
 			}
@@ -1235,6 +1025,7 @@ func (c *completer) flush(ctx context.Context) {
 		}
 		c.mu.Lock()
 		c.busy = false
+		c.writing = nil
 		c.mu.Unlock()
 	}
 }

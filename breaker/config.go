@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Defaults applied to zero-valued Config fields (seed 003: 5 failures in 30s,
+// Defaults applied to zero-valued Config fields (5 failures in 30s,
 // a 60s break, 1 half-open probe).
 const (
 	defaultFailures       = 5

@@ -15,7 +15,7 @@ import (
 func BenchmarkClassify(b *testing.B) {
 	refused := &url.Error{Op: "Get", URL: "http://api.example/v1", Err: &net.OpError{
 		Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
-	seeded, err := NewClassifier(Config{Rules: SeedRules()})
+	seeded, err := NewClassifier(Config{Rules: CommonMessageRules()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import "fmt"
 // failure, the class of a job that never failed.
 type Class uint8
 
-// The failure classes, as defined in DESIGN.md, after None.
+// The failure classes, after None (see docs/design.md).
 const (
 	// None is the zero value: no failure. It is not a failure class:
 	// Classify never returns it, Classify treats an explicit wrapper of

@@ -152,6 +152,9 @@ func (c *Classifier) Classify(err error) (v Verdict) {
 	// 1. Explicit wrappers.
 	if e := w.explicit; e != nil {
 		v = Verdict{Class: e.Class, Reason: ReasonExplicit}
+		if e.Reason != "" {
+			v.Reason = e.Reason
+		}
 		if v.Class == None || v.Class > NeedsAuth {
 			v.Class = Unknown
 		}

@@ -25,6 +25,10 @@ type Error struct {
 	RetryAfter time.Duration
 	// Err is the cause. It may be nil.
 	Err error
+	// Reason, when not empty, is the verdict's reason (short and
+	// machine-readable, e.g. ReasonUndecodablePayload) instead of
+	// ReasonExplicit.
+	Reason string
 }
 
 // Error returns the cause's message, or the class name when there is no

@@ -86,7 +86,7 @@ func ExampleNewClassifier() {
 		Status: map[int]failure.Class{404: failure.Transient},
 		Rules: append([]failure.Rule{
 			{Class: failure.Permanent, Regexp: `^invoice [0-9]+ is void`},
-		}, failure.SeedRules()...),
+		}, failure.CommonMessageRules()...),
 	})
 	if err != nil {
 		panic(err)

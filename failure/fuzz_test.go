@@ -203,7 +203,7 @@ func FuzzClassify(f *testing.F) {
 	f.Add([]byte{0, 7})                            // connection refused
 	f.Add([]byte{1, 1, 0xf9, 5, 3})                // StatusError 503 with Retry-After, wrapped
 	f.Add([]byte{0, 1, 2, 3, 0, 0, 3, 2, 1, 0, 0}) // nested explicit wrappers
-	c, err := NewClassifier(Config{Rules: SeedRules(), Status: map[int]Class{404: Transient}})
+	c, err := NewClassifier(Config{Rules: CommonMessageRules(), Status: map[int]Class{404: Transient}})
 	if err != nil {
 		f.Fatal(err)
 	}

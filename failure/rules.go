@@ -46,8 +46,9 @@ type Config struct {
 	Rules []Rule
 }
 
-// SeedRules returns the default message rules of the seed 002 retry system,
-// in its order (retryable patterns first, so "timeout: not found" is
+// CommonMessageRules returns rules for errors that carry no type or status,
+// only a message: the substrings job systems commonly list as retryable
+// and non-retryable, retryable patterns first (so "timeout: not found" is
 // transient):
 //
 //	"context deadline exceeded", "connection refused", "timeout",
@@ -57,14 +58,14 @@ type Config struct {
 //	"schema invalid"                                   Permanent
 //	"authentication failed", "authorization failed"    NeedsAuth
 //
-// Seed 002 only knew retryable and non-retryable. Its rate-limit patterns
-// are classified RateLimited rather than Transient (still retried, and
-// reported as what they are), and its authentication and authorization
-// patterns NeedsAuth rather than Permanent (still not retried, but
-// dead-lettered with reason needs_auth so an operator knows to fix
-// credentials). All patterns are case-insensitive substrings. Each call
+// Lists of that kind usually know only retryable and non-retryable: here
+// the rate-limit patterns are RateLimited rather than Transient (still
+// retried, and reported as what they are), and the authentication and
+// authorization patterns NeedsAuth rather than Permanent (still not
+// retried, but dead-lettered with reason needs_auth so an operator knows
+// to fix credentials). All patterns are case-insensitive substrings. Each call
 // returns a new slice that the caller may modify.
-func SeedRules() []Rule {
+func CommonMessageRules() []Rule {
 	return []Rule{
 		{Class: Transient, Contains: "context deadline exceeded"},
 		{Class: Transient, Contains: "connection refused"},

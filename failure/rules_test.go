@@ -125,14 +125,14 @@ func TestNewClassifierCopiesConfig(t *testing.T) {
 	}
 }
 
-func TestSeedRules(t *testing.T) {
-	c := mustClassifier(t, Config{Rules: SeedRules()})
+func TestCommonMessageRules(t *testing.T) {
+	c := mustClassifier(t, Config{Rules: CommonMessageRules()})
 	tests := []struct {
 		msg    string
 		class  Class
 		reason string
 	}{
-		// RetryableErrors of seed 002.
+		// The retryable messages such lists hold.
 		{"rpc error: context deadline exceeded", Transient, "rule:context deadline exceeded"},
 		{"dial qdrant: connection refused", Transient, "rule:connection refused"},
 		{"LLM call timeout after 30s", Transient, "rule:timeout"},
@@ -140,14 +140,14 @@ func TestSeedRules(t *testing.T) {
 		{"provider: rate limited, try later", RateLimited, "rule:rate limited"},
 		{"upstream timeout", Transient, "rule:timeout"}, // "timeout" comes first
 		{"upstream rate limit reached", RateLimited, "rule:upstream rate limit"},
-		// NonRetryableErrors of seed 002.
+		// The non-retryable messages such lists hold.
 		{"invalid argument: cv_id is empty", Permanent, "rule:invalid argument"},
 		{"job 12 not found", Permanent, "rule:not found"},
 		{"Conflict: job already evaluated", Permanent, "rule:conflict"},
 		{"response schema invalid: missing score", Permanent, "rule:schema invalid"},
 		{"Authentication failed: bad API key", NeedsAuth, "rule:authentication failed"},
 		{"authorization failed for tenant 3", NeedsAuth, "rule:authorization failed"},
-		// Seed 002 checks retryable patterns first.
+		// Retryable patterns are checked first.
 		{"timeout while checking: model not found", Transient, "rule:timeout"},
 		// Anything else stays Unknown, which is retried.
 		{"disk full", Unknown, ReasonUnknown},
@@ -157,22 +157,23 @@ func TestSeedRules(t *testing.T) {
 		if got.Class != tt.class || got.Reason != tt.reason {
 			t.Errorf("Classify(%q) = %+v, want %v %q", tt.msg, got, tt.class, tt.reason)
 		}
-		// The retry decision matches seed 002's: retryable unless listed
+		// The retry decision matches a plain retryable/non-retryable list's: retryable unless listed
 		// as non-retryable.
-		if seed002Retryable(tt.msg) != got.Class.Retryable() {
-			t.Errorf("Classify(%q) retryable = %v, seed 002 says %v", tt.msg, got.Class.Retryable(), !got.Class.Retryable())
+		if listRetryable(tt.msg) != got.Class.Retryable() {
+			t.Errorf("Classify(%q) retryable = %v, the plain list says %v", tt.msg, got.Class.Retryable(), !got.Class.Retryable())
 		}
 	}
 	// Each call returns a fresh slice.
-	a := SeedRules()
+	a := CommonMessageRules()
 	a[0].Contains = "changed"
-	if SeedRules()[0].Contains == "changed" {
-		t.Error("SeedRules shares its slice")
+	if CommonMessageRules()[0].Contains == "changed" {
+		t.Error("CommonMessageRules shares its slice")
 	}
 }
 
-// seed002Retryable is seed 002's ShouldRetry without the attempt limits.
-func seed002Retryable(msg string) bool {
+// listRetryable is a plain retryable/non-retryable decision over the same
+// lists, without attempt limits.
+func listRetryable(msg string) bool {
 	retryable := []string{"context deadline exceeded", "connection refused", "timeout", "temporary failure",
 		"rate limited", "upstream timeout", "upstream rate limit"}
 	nonRetryable := []string{"invalid argument", "not found", "conflict", "schema invalid",

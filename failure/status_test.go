@@ -12,7 +12,7 @@ func TestStatusClass(t *testing.T) {
 		codes []int
 		want  Class
 	}{
-		// The table of DESIGN.md and seed 004.
+		// The HTTP status table of docs/design.md: retried 408, 429, 5xx; dead 4xx.
 		{[]int{408, 500, 502, 503, 504}, Transient},
 		{[]int{429}, RateLimited},
 		{[]int{400, 404, 410, 422, 451, 501}, Permanent},

@@ -114,10 +114,13 @@ type Payload struct {
 	Timeout json.RawMessage `json:"timeout,omitempty"`
 }
 
-// Register registers the "http" job kind on w.
+// Register registers the "http" job kind on w, and its payload check
+// (Validate) on w's client: an http job whose payload an attempt would
+// refuse is refused at enqueue, naming the field.
 func Register(w *redrive.Worker, opts Options) {
 	h := New(opts)
 	w.HandleFunc(Kind, h.Handle, opts.HandlerOptions...)
+	w.Client().SetValidator(Kind, h.Validate)
 }
 
 // Handler performs http jobs. Create it with New; Register is the usual
@@ -181,8 +184,11 @@ func (e *BlockedError) Error() string {
 func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	req, timeout, err := h.request(ctx, job.Payload)
 	if err != nil {
-		return redrive.Permanent(err)
+		return redrive.Permanent(fmt.Errorf("httpjob: %w", err))
 	}
+	// The engine's retry and DLQ log lines name the target (without
+	// credentials or query).
+	redrive.LogWith(ctx, "url", redact(req.URL), "method", req.Method)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req = req.WithContext(ctx)
@@ -230,44 +236,47 @@ var methods = map[string]bool{
 // request builds the request a payload describes, or says what is wrong
 // with the payload.
 func (h *Handler) request(ctx context.Context, raw json.RawMessage) (*http.Request, time.Duration, error) {
+	bad := func(field, format string, args ...any) (*http.Request, time.Duration, error) {
+		return nil, 0, &redrive.FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+	}
 	var p Payload
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return nil, 0, fmt.Errorf("httpjob: payload: want a JSON object {method, url, headers, body, timeout}: %w", err)
+		return bad("payload", "want a JSON object {method, url, headers, body, timeout}: %w", err)
 	}
 	if dec.More() {
-		return nil, 0, errors.New("httpjob: payload: trailing data after the JSON object")
+		return bad("payload", "trailing data after the JSON object")
 	}
 	method := strings.ToUpper(strings.TrimSpace(p.Method))
 	if method == "" {
 		method = http.MethodGet
 	}
 	if !methods[method] {
-		return nil, 0, fmt.Errorf("httpjob: payload: method %q: want GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS", p.Method)
+		return bad("payload.method", "method %q: want GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS", p.Method)
 	}
 	if p.URL == "" {
-		return nil, 0, errors.New("httpjob: payload: url is required")
+		return bad("payload.url", "url is required")
 	}
 	u, err := url.Parse(p.URL)
 	if err != nil {
-		return nil, 0, fmt.Errorf("httpjob: payload: url: %w", err)
+		return bad("payload.url", "url: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, 0, fmt.Errorf("httpjob: payload: url %q: the scheme must be http or https", redact(u))
+		return bad("payload.url", "url %q: the scheme must be http or https", redact(u))
 	}
 	if u.Hostname() == "" {
-		return nil, 0, fmt.Errorf("httpjob: payload: url %q has no host", redact(u))
+		return bad("payload.url", "url %q has no host", redact(u))
 	}
 	if err := h.checkHost(u.Hostname()); err != nil {
-		return nil, 0, err
+		return bad("payload.url", "url %q: %w", redact(u), err)
 	}
 	timeout, err := h.timeout(p.Timeout)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, &redrive.FieldError{Field: "payload.timeout", Err: err}
 	}
 	if len(p.Headers) > MaxHeaders {
-		return nil, 0, fmt.Errorf("httpjob: payload: %d headers, the limit is %d", len(p.Headers), MaxHeaders)
+		return bad("payload.headers", "%d headers, the limit is %d", len(p.Headers), MaxHeaders)
 	}
 	var body io.Reader
 	if p.Body != "" {
@@ -275,14 +284,14 @@ func (h *Handler) request(ctx context.Context, raw json.RawMessage) (*http.Reque
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
-		return nil, 0, fmt.Errorf("httpjob: payload: %w", err)
+		return bad("payload", "%w", err)
 	}
 	for k, v := range p.Headers {
 		if !validHeaderName(k) {
-			return nil, 0, fmt.Errorf("httpjob: payload: header name %q is not a valid HTTP token", k)
+			return bad("payload.headers", "header name %q is not a valid HTTP token", k)
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, 0, fmt.Errorf("httpjob: payload: header %q: value holds a line break or NUL", k)
+			return bad("payload.headers", "header %q: value holds a line break or NUL", k)
 		}
 		if strings.EqualFold(k, "Host") {
 			req.Host = v
@@ -294,6 +303,16 @@ func (h *Handler) request(ctx context.Context, raw json.RawMessage) (*http.Reque
 		req.Header.Set("User-Agent", h.opts.UserAgent)
 	}
 	return req, timeout, nil
+}
+
+// Validate checks a payload as an attempt would before sending anything:
+// a JSON object with an http(s) URL whose literal address the guard
+// allows, a known method, valid headers, a timeout in range. Its error is
+// a *redrive.FieldError naming the field ("payload.url", ...). Register
+// makes the worker's client run it on every enqueue of the kind.
+func (h *Handler) Validate(payload json.RawMessage) error {
+	_, _, err := h.request(context.Background(), payload)
+	return err
 }
 
 // timeout parses the payload's timeout: a duration string or a number of
@@ -309,21 +328,21 @@ func (h *Handler) timeout(raw json.RawMessage) (time.Duration, error) {
 	case json.Unmarshal(raw, &s) == nil:
 		var err error
 		if d, err = time.ParseDuration(s); err != nil {
-			return 0, fmt.Errorf("httpjob: payload: timeout %q: want a duration such as \"30s\"", s)
+			return 0, fmt.Errorf("timeout %q: want a duration such as \"30s\"", s)
 		}
 	case json.Unmarshal(raw, &secs) == nil:
 		if secs > h.opts.MaxTimeout.Seconds() {
-			return 0, fmt.Errorf("httpjob: payload: timeout %gs is above the limit of %s", secs, h.opts.MaxTimeout)
+			return 0, fmt.Errorf("timeout %gs is above the limit of %s", secs, h.opts.MaxTimeout)
 		}
 		d = time.Duration(secs * float64(time.Second))
 	default:
-		return 0, fmt.Errorf("httpjob: payload: timeout %s: want a duration such as \"30s\" or a number of seconds", raw)
+		return 0, fmt.Errorf("timeout %s: want a duration such as \"30s\" or a number of seconds", raw)
 	}
 	if d <= 0 {
-		return 0, fmt.Errorf("httpjob: payload: timeout %s must be positive", d)
+		return 0, fmt.Errorf("timeout %s must be positive", d)
 	}
 	if d > h.opts.MaxTimeout {
-		return 0, fmt.Errorf("httpjob: payload: timeout %s is above the limit of %s", d, h.opts.MaxTimeout)
+		return 0, fmt.Errorf("timeout %s is above the limit of %s", d, h.opts.MaxTimeout)
 	}
 	return d, nil
 }
@@ -368,9 +387,20 @@ func (h *Handler) checkHost(host string) error {
 	return nil
 }
 
-// checkAddr applies the address rules to a resolved address.
+// checkAddr applies the address rules to a resolved address, and to the
+// IPv4 address an IPv6 address embeds (IPv4-compatible, NAT64, 6to4,
+// Teredo), which a translator or relay would reach on its behalf.
 func (h *Handler) checkAddr(a netip.Addr) error {
 	a = a.Unmap().WithZone("")
+	for _, e := range embeddedIPv4(a) {
+		if err := h.checkAddr(e.v4); err != nil {
+			var be *BlockedError
+			if errors.As(err, &be) {
+				return &BlockedError{Addr: a.String(), Why: fmt.Sprintf("%s address embedding %s: %s", e.kind, e.v4, be.Why)}
+			}
+			return err
+		}
+	}
 	if !h.opts.AllowLinkLocal {
 		switch {
 		case metadataAddrs[a] || a == netip.MustParseAddr("169.254.169.254"):
@@ -391,6 +421,49 @@ func (h *Handler) checkAddr(a netip.Addr) error {
 	}
 	if a.IsMulticast() {
 		return &BlockedError{Addr: a.String(), Why: "multicast address"}
+	}
+	return nil
+}
+
+// embedded is an IPv4 address found inside an IPv6 one.
+type embedded struct {
+	v4   netip.Addr
+	kind string
+}
+
+var (
+	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
+	nat64Local     = netip.MustParsePrefix("64:ff9b:1::/48")
+	sixToFour      = netip.MustParsePrefix("2002::/16")
+	teredo         = netip.MustParsePrefix("2001::/32")
+	ipv4Compatible = netip.MustParsePrefix("::/96")
+)
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address carries: the
+// last 32 bits of an IPv4-compatible (::/96, but :: and ::1) or
+// well-known NAT64 (64:ff9b::/96) address, bits 48-63 and 72-87 of a
+// local-use NAT64 address (64:ff9b:1::/48, RFC 6052's /48 layout), bits
+// 16-47 of a 6to4 address (2002::/16), and a Teredo address's server
+// (bits 32-63) and obfuscated client (the last 32 bits, inverted).
+// (IPv4-mapped ::ffff:0:0/96 addresses are unmapped before.)
+func embeddedIPv4(a netip.Addr) []embedded {
+	if !a.Is6() {
+		return nil
+	}
+	b := a.As16()
+	v4 := func(p0, p1, p2, p3 byte) netip.Addr { return netip.AddrFrom4([4]byte{p0, p1, p2, p3}) }
+	switch {
+	case nat64WellKnown.Contains(a):
+		return []embedded{{v4(b[12], b[13], b[14], b[15]), "NAT64"}}
+	case nat64Local.Contains(a):
+		return []embedded{{v4(b[6], b[7], b[9], b[10]), "NAT64"}}
+	case sixToFour.Contains(a):
+		return []embedded{{v4(b[2], b[3], b[4], b[5]), "6to4"}}
+	case teredo.Contains(a):
+		return []embedded{{v4(b[4], b[5], b[6], b[7]), "Teredo server"},
+			{v4(^b[12], ^b[13], ^b[14], ^b[15]), "Teredo client"}}
+	case ipv4Compatible.Contains(a) && !a.IsUnspecified() && !a.IsLoopback():
+		return []embedded{{v4(b[12], b[13], b[14], b[15]), "IPv4-compatible"}}
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
 package httpjob_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,8 +29,12 @@ const maxRetries = 3
 // start runs a real worker with the http kind on a SQLite store in a
 // temporary folder, with a fast policy (5ms initial, no jitter).
 func start(t *testing.T, opts httpjob.Options) *redrive.Client {
+	return startLogging(t, opts, slog.New(slog.DiscardHandler))
+}
+
+// startLogging is start with the worker's logs going to log.
+func startLogging(t *testing.T, opts httpjob.Options, log *slog.Logger) *redrive.Client {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -211,19 +217,43 @@ func TestAlways500GoesDeadAfterRetries(t *testing.T) {
 	}
 }
 
-func TestMetadataRefusedWithoutRequest(t *testing.T) {
+// refusedURLs are URLs the default guard refuses before any connection.
+var refusedURLs = []string{
+	"http://169.254.169.254/latest/meta-data/",
+	"http://[fd00:ec2::254]/latest/meta-data/",
+	"http://metadata.google.internal/computeMetadata/v1/",
+	"http://[fe80::1]/",
+	"http://169.254.1.2:8080/",
+	"http://[::169.254.169.254]/latest/meta-data/",
+	"http://[64:ff9b::a9fe:a9fe]/",
+}
+
+// TestMetadataRefusedAtEnqueue: a job whose URL the guard refuses is
+// refused when it is enqueued, naming payload.url, and nothing is stored.
+func TestMetadataRefusedAtEnqueue(t *testing.T) {
 	client := start(t, httpjob.Options{})
-	for _, u := range []string{
-		"http://169.254.169.254/latest/meta-data/",
-		"http://[fd00:ec2::254]/latest/meta-data/",
-		"http://metadata.google.internal/computeMetadata/v1/",
-		"http://[fe80::1]/",
-		"http://169.254.1.2:8080/",
-	} {
-		j := run(t, client, map[string]any{"url": u})
-		if j.State != redrive.Dead || j.Attempt != 1 || j.LastErrorClass != failure.Permanent ||
-			!strings.Contains(j.LastError, "refusing") {
-			t.Errorf("%s: state %s class %s error %q", u, j.State, j.LastErrorClass, j.LastError)
+	for _, u := range refusedURLs {
+		_, err := client.Enqueue(context.Background(), httpjob.Kind, map[string]any{"url": u})
+		var fe *redrive.FieldError
+		if !errors.Is(err, redrive.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "payload.url" || !strings.Contains(err.Error(), "refusing") {
+			t.Errorf("%s: %v; want refused at enqueue on payload.url", u, err)
+		}
+	}
+	if n, _ := client.Count(context.Background(), redrive.Filter{}); n != 0 {
+		t.Errorf("%d jobs stored", n)
+	}
+}
+
+// TestMetadataRefusedWithoutRequest: a job that reached the handler
+// anyway (enqueued by a client without the check) dies at once as a
+// permanent failure, before any connection.
+func TestMetadataRefusedWithoutRequest(t *testing.T) {
+	h := httpjob.New(httpjob.Options{})
+	for _, u := range refusedURLs {
+		payload, _ := json.Marshal(map[string]any{"url": u})
+		err := h.Handle(context.Background(), &redrive.Job{Payload: payload})
+		if v := failure.Classify(err); v.Class != failure.Permanent || !strings.Contains(err.Error(), "refusing") {
+			t.Errorf("%s: %v (%s); want a permanent refusal", u, err, v.Class)
 		}
 	}
 }
@@ -331,5 +361,60 @@ func TestTimeoutIsTransient(t *testing.T) {
 	err := h.Handle(context.Background(), &redrive.Job{Payload: json.RawMessage(`{"url":"` + srv.URL + `","timeout":"50ms"}`)})
 	if v := failure.Classify(err); v.Class != failure.Transient || !strings.Contains(err.Error(), "no response within 50ms") {
 		t.Fatalf("err %v classified %s, want transient", err, v.Class)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestLogLinesNameTheURL: the retry and DLQ log lines of an http job name
+// its target, without credentials or query.
+func TestLogLinesNameTheURL(t *testing.T) {
+	srv, _ := statusServer(t, nil, "busy", 503)
+	var logs lockedBuffer
+	client := startLogging(t, httpjob.Options{}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	target := strings.Replace(srv.URL, "http://", "http://user:s3cret@", 1) + "/hook?token=s3cret"
+	j := run(t, client, map[string]any{"url": target})
+	if j.State != redrive.Dead {
+		t.Fatalf("state %s", j.State)
+	}
+	var retried, dead int
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch m["msg"] {
+		case "job failed; retry scheduled":
+			retried++
+		case "job moved to the DLQ":
+			dead++
+		default:
+			continue
+		}
+		if m["url"] != srv.URL+"/hook" || m["method"] != "GET" {
+			t.Errorf("log line names url %v, method %v; want %s/hook, GET", m["url"], m["method"], srv.URL)
+		}
+	}
+	if retried != maxRetries || dead != 1 {
+		t.Errorf("%d retry lines, %d DLQ lines; want %d and 1", retried, dead, maxRetries)
+	}
+	if strings.Contains(logs.String(), "s3cret") {
+		t.Error("the logs show the URL's credentials or query")
 	}
 }

@@ -9,7 +9,7 @@ import (
 // Budget defaults, used for zero (or negative) BudgetConfig fields.
 const (
 	DefaultBudgetRatio      = 0.2
-	DefaultBudgetMinRetries = 10
+	DefaultBudgetMinRetries = 100
 	DefaultBudgetWindow     = 10 * time.Second
 )
 
@@ -22,7 +22,9 @@ type BudgetConfig struct {
 	// retries reach 20% of the attempts started in the window. Default 0.2.
 	Ratio float64
 	// MinRetries is a floor: this many retries per Window are always
-	// allowed, so that a quiet queue still retries. Default 10.
+	// allowed, so that the delays a policy promises hold under ordinary
+	// bursts of failures and only a retry storm beyond it is spread out.
+	// Default 100.
 	MinRetries int
 	// Window is the length of the sliding window over which attempts and
 	// retries are counted. Default 10s.
@@ -84,7 +86,7 @@ type BudgetStatus struct {
 }
 
 // NewBudget returns a Budget configured by cfg, with defaults for its zero
-// fields (Ratio 0.2, MinRetries 10, Window 10s, Now time.Now).
+// fields (Ratio 0.2, MinRetries 100, Window 10s, Now time.Now).
 func NewBudget(cfg BudgetConfig) *Budget {
 	b := &Budget{
 		ratio:      cfg.Ratio,

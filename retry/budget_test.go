@@ -25,7 +25,7 @@ func TestBudgetDefaults(t *testing.T) {
 		t.Fatalf("defaults not applied: ratio %v, min %d, window %v", b.ratio, b.minRetries, b.window)
 	}
 	s := NewBudget(BudgetConfig{}).Snapshot()
-	if s != (BudgetStatus{Allowed: 10}) {
+	if s != (BudgetStatus{Allowed: 100}) {
 		t.Fatalf("fresh Snapshot = %+v", s)
 	}
 }
@@ -63,19 +63,19 @@ func TestBudgetWithinBudgetKeepsDelays(t *testing.T) {
 
 func TestBudgetFloor(t *testing.T) {
 	clock := newFakeClock()
-	b := NewBudget(BudgetConfig{Now: clock.Now}) // 20%, floor 10, 10s
-	// A quiet queue: 3 attempts would allow 0 retries by ratio; the floor allows 10.
+	b := NewBudget(BudgetConfig{Now: clock.Now}) // 20%, floor 100, 10s
+	// A quiet queue: 3 attempts would allow 0 retries by ratio; the floor allows 100.
 	for range 3 {
 		b.Attempt()
 	}
-	for i := range 10 {
+	for i := range 100 {
 		if got := b.Retry(2 * time.Second); got != 2*time.Second {
 			t.Fatalf("retry %d under the floor: delay %v, want 2s", i+1, got)
 		}
 	}
-	// The 11th waits for the first slot, 10s/10 = 1s away, then its own delay.
-	if got := b.Retry(2 * time.Second); got != 3*time.Second {
-		t.Fatalf("first retry over the floor: delay %v, want 3s", got)
+	// The 101st waits for the first slot, 10s/100 = 100ms away, then its own delay.
+	if got := b.Retry(2 * time.Second); got != 2100*time.Millisecond {
+		t.Fatalf("first retry over the floor: delay %v, want 2.1s", got)
 	}
 }
 

@@ -78,7 +78,7 @@ func TestJitterDistributions(t *testing.T) {
 		{"full", JitterFull, 0, 2, uniformDist(0, d)},
 		// d/2 + rand(0, d/2)
 		{"equal", JitterEqual, 0, 2, uniformDist(d/2, d)},
-		// d + rand(0, 500ms), seed 004's thundering-herd jitter (mean 250ms over base)
+		// d + rand(0, 500ms), the download manager's thundering-herd jitter (mean 250ms over base)
 		{"additive", JitterAdditive, 0, 2, uniformDist(d, d+500*time.Millisecond)},
 		// rand(1s, 3*2s), below the cap
 		{"decorrelated", JitterDecorrelated, 2 * time.Second, 2, uniformDist(initial, 6*time.Second)},

@@ -45,7 +45,7 @@ func equalDurations(a, b []time.Duration) bool {
 	return true
 }
 
-func TestDefaultPolicyIsSeed000(t *testing.T) {
+func TestDefaultPolicyIsClassicProfile(t *testing.T) {
 	p := DefaultPolicy()
 	if err := p.Validate(); err != nil {
 		t.Fatalf("default policy invalid: %v", err)
@@ -66,16 +66,16 @@ func TestExactSchedules(t *testing.T) {
 		p    Policy
 		want []time.Duration
 	}{
-		// seed 000: 3 retries, 1s, x2, 30s cap: 1s, 2s, 4s, then dead.
-		{"seed000", noJitter(DefaultPolicy()), secs(1, 2, 4)},
-		// seed 001: publish retry 1s, 2s, 4s, 8s, 16s, then raise.
-		{"seed001-publish", Policy{MaxRetries: 5, Initial: time.Second, Multiplier: 2, MaxDelay: time.Minute}, secs(1, 2, 4, 8, 16)},
-		// seed 001: download retry up to 3 times, 1s, 2s, 4s.
-		{"seed001-download", Policy{MaxRetries: 3, Initial: time.Second, Multiplier: 2, MaxDelay: time.Minute}, secs(1, 2, 4)},
-		// seed 003: base 1s, cap 60s, 5 retries.
-		{"seed003", Policy{MaxRetries: 5, Initial: time.Second, Multiplier: 2, MaxDelay: 60 * time.Second}, secs(1, 2, 4, 8, 16)},
-		// seed 004: 3 retries, 1s, x2, 32s max.
-		{"seed004", Policy{MaxRetries: 3, Initial: time.Second, Multiplier: 2, MaxDelay: 32 * time.Second}, secs(1, 2, 4)},
+		// the classic RabbitMQ retry profile: 3 retries, 1s, x2, 30s cap: 1s, 2s, 4s, then dead.
+		{"classic", noJitter(DefaultPolicy()), secs(1, 2, 4)},
+		// a publisher's retry: 1s, 2s, 4s, 8s, 16s, then raise.
+		{"publish", Policy{MaxRetries: 5, Initial: time.Second, Multiplier: 2, MaxDelay: time.Minute}, secs(1, 2, 4, 8, 16)},
+		// a download retried up to 3 times, 1s, 2s, 4s.
+		{"download", Policy{MaxRetries: 3, Initial: time.Second, Multiplier: 2, MaxDelay: time.Minute}, secs(1, 2, 4)},
+		// an ingestion pipeline's: base 1s, cap 60s, 5 retries.
+		{"ingestion", Policy{MaxRetries: 5, Initial: time.Second, Multiplier: 2, MaxDelay: 60 * time.Second}, secs(1, 2, 4, 8, 16)},
+		// a download manager's: 3 retries, 1s, x2, 32s max.
+		{"download-manager", Policy{MaxRetries: 3, Initial: time.Second, Multiplier: 2, MaxDelay: 32 * time.Second}, secs(1, 2, 4)},
 		{"capped", Policy{MaxRetries: 8, Initial: time.Second, Multiplier: 2, MaxDelay: 30 * time.Second}, secs(1, 2, 4, 8, 16, 30, 30, 30)},
 		{"constant", Policy{MaxRetries: 3, Initial: 5 * time.Second, Multiplier: 1, MaxDelay: 5 * time.Second}, secs(5, 5, 5)},
 		{"triple", Policy{MaxRetries: 5, Initial: time.Second, Multiplier: 3, MaxDelay: time.Minute}, secs(1, 3, 9, 27, 60)},

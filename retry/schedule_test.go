@@ -26,7 +26,7 @@ func TestExplainVariants(t *testing.T) {
 		p    Policy
 		want []string // lines that must appear
 	}{
-		{"seed001 publish, no jitter", Policy{MaxRetries: 5, Initial: time.Second, Multiplier: 2, MaxDelay: time.Minute}, []string{
+		{"publisher retry, no jitter", Policy{MaxRetries: 5, Initial: time.Second, Multiplier: 2, MaxDelay: time.Minute}, []string{
 			"policy: 5 retries (6 attempts), backoff min(1s * 2^n, 1m), no jitter, Retry-After honoured up to 1h\n",
 			"5      16s   16s    31s\n",
 			"attempt 6 is the last",

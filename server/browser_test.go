@@ -55,7 +55,7 @@ type browser struct {
 	problems []string
 }
 
-func newBrowser(t *testing.T) *browser {
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
@@ -73,6 +73,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1280, 900),
 	}
+	opts = append(opts, extra...)
 	b := &browser{}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithListener(b.listen))

@@ -10,6 +10,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -138,6 +139,12 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
+		if ok, wait := a.throttle.allow(clientAddr(r)); !ok {
+			a.log.Warn("dashboard: sign-in attempts throttled", "remote", r.RemoteAddr, "retry_after", wait.Round(time.Second))
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+			a.renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts: wait a minute and try again.")
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 		if err := r.ParseForm(); err != nil {
 			a.renderLogin(w, http.StatusBadRequest, "The form could not be read.")
@@ -155,18 +162,46 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 			Path:     "/",
 			MaxAge:   int(SessionTTL / time.Second),
 			HttpOnly: true,
-			Secure:   r.TLS != nil,
+			Secure:   a.overTLS(r),
 			SameSite: http.SameSiteStrictMode,
 		})
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})).ServeHTTP(w, r)
 }
 
-// logout ends the browser's session.
+// logout ends the browser's session, and every other: the session epoch
+// moves, so no cookie minted before is valid any more (there is one
+// token, hence one identity; a restart of the server does the same).
 func (a *api) logout(w http.ResponseWriter, r *http.Request) {
+	if a.token != nil && a.validSession(r) {
+		a.epoch.Add(1)
+		a.log.Info("dashboard: signed out; every session started before is ended", "remote", r.RemoteAddr)
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: a.overTLS(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// overTLS reports whether the browser reached the server over TLS: the
+// request itself, or a trusted proxy's X-Forwarded-Proto.
+func (a *api) overTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if !strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Forwarded-Proto")), "https") || len(a.trusted) == 0 {
+		return false
+	}
+	ip, err := netip.ParseAddr(clientAddr(r))
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	for _, p := range a.trusted {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // newSession returns a session value started at t: "<unix>.<hmac>".
@@ -178,6 +213,7 @@ func (a *api) newSession(t time.Time) string {
 func (a *api) sessionMAC(ts string) string {
 	m := hmac.New(sha256.New, a.token)
 	m.Write([]byte("redrive dashboard session\x00"))
+	m.Write([]byte(strconv.FormatUint(a.epoch.Load(), 10) + "\x00"))
 	m.Write([]byte(ts))
 	return hex.EncodeToString(m.Sum(nil))
 }

@@ -26,6 +26,7 @@ func fuzzHandler(f *testing.F) http.Handler {
 // operation started (or 429 once too many run).
 func fuzzPost(t *testing.T, h http.Handler, path string, body []byte, headers ...string) {
 	req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,10 +21,24 @@ import (
 )
 
 // decodeBody decodes the request body, bounded by maxBody, into v: one
-// JSON value, with no unknown fields and nothing after it.
+// JSON value, with no unknown fields and nothing after it, sent with
+// Content-Type: application/json (415 otherwise).
 func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, a.maxBody)
-	dec := json.NewDecoder(body)
+	if r.ContentLength != 0 { // an empty body is reported as such below
+		if e := jsonContentType(r); e != nil {
+			return e
+		}
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	if err != nil {
+		return a.decodeError(err)
+	}
+	// encoding/json would replace invalid UTF-8 with U+FFFD silently:
+	// a name or a payload would not be what the client sent.
+	if !utf8.Valid(raw) {
+		return &apiError{status: http.StatusBadRequest, code: "malformed_json", msg: "the body is not valid UTF-8"}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return a.decodeError(err)

@@ -28,6 +28,9 @@ type EnqueueRequest struct {
 	IdempotencyKey   string `json:"idempotency_key"`
 	Dependency       string `json:"dependency"`
 	NotReprocessable bool   `json:"not_reprocessable"`
+	// ReturnExisting answers a key held by a different job (another
+	// kind, queue or payload) with that job instead of 409.
+	ReturnExisting bool `json:"return_existing"`
 }
 
 // BatchRequest is the body of POST /v1/jobs/batch.
@@ -44,19 +47,20 @@ func (in *EnqueueRequest) toRequest(prefix string, now time.Time) (redrive.Reque
 	if in.Kind == "" {
 		return r, badRequest(prefix+"kind", "kind is required")
 	}
-	for _, c := range []struct {
-		name, v string
-		limit   int
-	}{
-		{"kind", in.Kind, maxName}, {"queue", in.Queue, maxName}, {"dependency", in.Dependency, maxName},
-		{"idempotency_key", in.IdempotencyKey, maxKey},
-	} {
-		if err := checkName(prefix+c.name, c.v, c.limit); err != nil {
-			return r, err
+	for _, c := range []struct{ name, v string }{{"kind", in.Kind}, {"queue", in.Queue}, {"dependency", in.Dependency}} {
+		if c.v == "" && c.name != "kind" {
+			continue
+		}
+		if err := redrive.CheckName(c.name, c.v); err != nil {
+			return r, &apiError{status: http.StatusBadRequest, code: "invalid", field: prefix + c.name,
+				msg: strings.TrimPrefix(err.Error(), redrive.ErrInvalid.Error()+": ")}
 		}
 	}
-	r.Kind, r.Queue, r.IdempotencyKey, r.Dependency, r.NotReprocessable =
-		in.Kind, in.Queue, in.IdempotencyKey, in.Dependency, in.NotReprocessable
+	if err := checkName(prefix+"idempotency_key", in.IdempotencyKey, maxKey); err != nil {
+		return r, err
+	}
+	r.Kind, r.Queue, r.IdempotencyKey, r.Dependency, r.NotReprocessable, r.ReturnExisting =
+		in.Kind, in.Queue, in.IdempotencyKey, in.Dependency, in.NotReprocessable, in.ReturnExisting
 	if len(in.Payload) > 0 {
 		r.Payload = in.Payload
 	}
@@ -90,13 +94,24 @@ func (in *EnqueueRequest) toRequest(prefix string, now time.Time) (redrive.Reque
 	return r, nil
 }
 
-// payloadError names the field of an invalid payload the client refused
-// (too large for its MaxPayload).
+// payloadError names the field of an invalid payload the client refused:
+// too large for its MaxPayload (field), or refused by its kind's
+// validator (the field the validator names, such as payload.url). In a
+// batch the field is prefixed with the request's jobs[i].
 func payloadError(err error, field string) error {
-	if errors.Is(err, redrive.ErrInvalid) && strings.Contains(err.Error(), "payload") {
-		return &apiError{status: http.StatusBadRequest, code: "invalid", field: field, msg: err.Error()}
+	if !errors.Is(err, redrive.ErrInvalid) || !strings.Contains(err.Error(), "payload") {
+		return err
 	}
-	return err
+	prefix := ""
+	var re *redrive.RequestError
+	if errors.As(err, &re) {
+		prefix, field = fmt.Sprintf("jobs[%d].", re.Index), "payload"
+	}
+	var fe *redrive.FieldError
+	if errors.As(err, &fe) {
+		field = fe.Field
+	}
+	return &apiError{status: http.StatusBadRequest, code: "invalid", field: prefix + field, msg: err.Error()}
 }
 
 func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
@@ -116,7 +131,7 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 	}
 	jobs, err := a.client.EnqueueMany(r.Context(), []redrive.Request{req})
 	if err != nil {
-		return payloadError(err, "payload")
+		return enqueueError(err, "", "payload")
 	}
 	status := http.StatusCreated
 	if jobs[0].Existing {
@@ -150,10 +165,31 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	jobs, err := a.client.EnqueueMany(r.Context(), reqs)
 	if err != nil {
-		return payloadError(err, "jobs")
+		var kc *redrive.KeyConflictError
+		if errors.As(err, &kc) {
+			// The other jobs were enqueued: say so with the error.
+			e := enqueueError(err, fmt.Sprintf("jobs[%d].", kc.Conflicts[0].Index), "jobs").(*apiError)
+			writeJSON(w, e.status, map[string]any{"error": errorDetail{Code: e.code, Message: e.msg, Field: e.field}, "jobs": jobs})
+			return nil
+		}
+		return enqueueError(err, "", "jobs")
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs})
 	return nil
+}
+
+// enqueueError answers an enqueue's error: a key held by a different job
+// is 409 idempotency_conflict on the key (prefix qualifies it), a payload
+// too large 400 on field.
+func enqueueError(err error, prefix, field string) error {
+	var kc *redrive.KeyConflictError
+	if errors.As(err, &kc) {
+		c := kc.Conflicts[0]
+		return &apiError{status: http.StatusConflict, code: "idempotency_conflict", field: prefix + "idempotency_key",
+			msg: fmt.Sprintf("idempotency key %q is held by job %d, whose %s differs from this request's; use another key, "+
+				"or set return_existing to get that job", c.Key, c.Job.ID, c.Field)}
+	}
+	return payloadError(err, field)
 }
 
 // pathID parses the {id} path value.

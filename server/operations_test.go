@@ -330,6 +330,7 @@ func TestServerClose(t *testing.T) {
 	waited := make(chan resp, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/dlq/redrive?wait=true", strings.NewReader(fmt.Sprintf(`{"ids":[%d,%d],"rate":0.1}`, ids[2], ids[3])))
+		req.Header.Set("Content-Type", "application/json")
 		res, err := e.srv.Client().Do(req)
 		if err != nil {
 			waited <- resp{status: -1, body: []byte(err.Error())}
@@ -446,6 +447,7 @@ func TestOperationsConcurrent(t *testing.T) {
 			var req *http.Request
 			if g%2 == 0 {
 				req, _ = http.NewRequest("POST", e.srv.URL+"/v1/dlq/redrive", strings.NewReader(`{"filter":{"queue":"`+queue+`"}}`))
+				req.Header.Set("Content-Type", "application/json")
 			} else {
 				req, _ = http.NewRequest("DELETE", e.srv.URL+"/v1/dlq?queue="+queue, nil)
 			}

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/redrivehq/redrive"
 )
@@ -46,8 +47,9 @@ func (a *api) setPaused(w http.ResponseWriter, r *http.Request, paused bool) err
 	if name == "" {
 		return badRequest("name", "the queue name is required")
 	}
-	if err := checkName("name", name, maxName); err != nil {
-		return err
+	if err := redrive.CheckName("queue", name); err != nil {
+		return &apiError{status: http.StatusBadRequest, code: "invalid", field: "name",
+			msg: strings.TrimPrefix(err.Error(), redrive.ErrInvalid.Error()+": ")}
 	}
 	if r.ContentLength > 0 {
 		// No body is expected; refuse one rather than ignore it.
@@ -70,5 +72,26 @@ func (a *api) setPaused(w http.ResponseWriter, r *http.Request, paused bool) err
 		return err
 	}
 	writeJSON(w, http.StatusOK, QueueBody{Queue: q})
+	return nil
+}
+
+// WorkerList is the body of GET /v1/workers: the worker processes
+// registered in the store, the most recently started first.
+type WorkerList struct {
+	Workers []redrive.WorkerStatus `json:"workers"`
+}
+
+func (a *api) listWorkers(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
+	ws, err := a.client.Workers(r.Context())
+	if err != nil {
+		return err
+	}
+	if ws == nil {
+		ws = []redrive.WorkerStatus{}
+	}
+	writeJSON(w, http.StatusOK, WorkerList{Workers: ws})
 	return nil
 }

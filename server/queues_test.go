@@ -117,12 +117,16 @@ func TestQueues(t *testing.T) {
 		t.Errorf("queues after pause: %+v", qs)
 	}
 	// A queue with no job yet, with a name that needs escaping.
-	if q := e.setPaused("later%2Fv2%20%C3%BC", "pause"); q.Name != "later/v2 ü" || !q.Paused || q.Jobs["pending"] != 0 {
+	if q := e.setPaused("later%3Fv2%20%C3%BC%23x", "pause"); q.Name != "later?v2 ü#x" || !q.Paused || q.Jobs["pending"] != 0 {
 		t.Errorf("pause of a new queue: %+v", q)
 	}
-	if qs := e.listQueues(); len(qs) != 3 || qs[1].Name != "later/v2 ü" || !qs[1].Paused || qs[2].Name != "mail" {
+	if qs := e.listQueues(); len(qs) != 3 || qs[1].Name != "later?v2 ü#x" || !qs[1].Paused || qs[2].Name != "mail" {
 		t.Errorf("queues: %+v", qs)
 	}
+
+	// A name outside the character set of names is refused.
+	wantErr(t, e.do("POST", "/v1/queues/a%2Fb/pause", ""), 400, "invalid", "name")
+	wantErr(t, e.do("POST", "/v1/queues/%E2%80%AEevil/pause", ""), 400, "invalid", "name")
 
 	r := e.do("POST", "/v1/queues/mail/resume", "")
 	if want := `{"queue":{"name":"mail","paused":false,"paused_at":null,` +

@@ -26,8 +26,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redrivehq/redrive"
@@ -60,6 +64,17 @@ type Options struct {
 	// DefaultMaxOperations); beyond it, starting one is answered 429
 	// too_many_operations.
 	MaxOperations int
+	// AllowedHosts are the host names (or addresses) the server answers
+	// to; a request whose Host header names another is answered 421, so
+	// that a DNS-rebinding page cannot reach the API or the dashboard.
+	// Empty: any host. `redrive serve` on loopback sets LoopbackHosts and
+	// its listen host, plus --allowed-host.
+	AllowedHosts []string
+	// TrustedProxies are the addresses of reverse proxies whose
+	// X-Forwarded-Proto header is believed: a dashboard session cookie is
+	// marked Secure when the request came over TLS, or through one of
+	// them over https.
+	TrustedProxies []netip.Prefix
 }
 
 // Limits of the API.
@@ -100,6 +115,13 @@ type api struct {
 	log      *slog.Logger
 	maxBody  int64
 	ops      *operations
+	trusted  []netip.Prefix
+	// epoch is part of every session cookie's MAC: signing out moves it,
+	// which ends every session started before.
+	epoch    atomic.Uint64
+	throttle loginThrottle
+	// storeTrouble logs store outages once a minute.
+	storeTrouble troubleLog
 }
 
 // Server is the REST API: an http.Handler, and the owner of the
@@ -142,6 +164,7 @@ var routes = []string{
 	"GET /v1/stats",
 	"GET /v1/stats/series",
 	"GET /v1/queues",
+	"GET /v1/workers",
 	"POST /v1/queues/{name}/pause",
 	"POST /v1/queues/{name}/resume",
 	"GET /v1/breakers",
@@ -167,7 +190,8 @@ func New(opts Options) *Server {
 		opts.MaxOperations = DefaultMaxOperations
 	}
 	a := &api{client: opts.Client, breakers: opts.Breakers, log: opts.Logger, maxBody: opts.MaxBody,
-		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger)}
+		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger), trusted: opts.TrustedProxies,
+		throttle: loginThrottle{now: time.Now}}
 	if opts.Token != "" {
 		a.token = []byte(opts.Token)
 	}
@@ -190,6 +214,7 @@ func New(opts Options) *Server {
 
 		// Queues (queues.go).
 		"GET /v1/queues":                a.listQueues,
+		"GET /v1/workers":               a.listWorkers,
 		"POST /v1/queues/{name}/pause":  a.pauseQueue,
 		"POST /v1/queues/{name}/resume": a.resumeQueue,
 	}
@@ -209,7 +234,10 @@ func New(opts Options) *Server {
 	for _, p := range dashboardRoutes {
 		mux.Handle(p, ui[p])
 	}
-	return &Server{handler: a.recoverer(a.auth(a.route(mux))), ops: a.ops}
+	h := a.auth(a.route(mux))
+	h = crossOriginGuard(h)
+	h = hostGuard(opts.AllowedHosts, h)
+	return &Server{handler: a.recoverer(h), ops: a.ops}
 }
 
 // handlerFunc is a handler that returns its error for wrap to answer.
@@ -221,6 +249,8 @@ type apiError struct {
 	code   string
 	msg    string
 	field  string
+	// retryAfter, when positive, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -253,6 +283,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
 	writeJSON(w, e.status, errorBody{Error: errorDetail{Code: e.code, Message: e.msg, Field: e.field}})
 }
 
@@ -283,12 +316,48 @@ func (a *api) toAPIError(r *http.Request, err error) *apiError {
 			e.field = "payload"
 		}
 		return e
+	case errors.Is(err, store.ErrFull):
+		a.storeTrouble.log(a.log, "the store is out of space: writes fail until room is made", err)
+		return &apiError{status: http.StatusInsufficientStorage, code: "store_full", retryAfter: 30,
+			msg: "the store is out of space (disk full): nothing was written; try again once room is made"}
+	case errors.Is(err, store.ErrReadOnly):
+		a.storeTrouble.log(a.log, "the store is read-only: writes fail", err)
+		return &apiError{status: http.StatusServiceUnavailable, code: "store_read_only", retryAfter: 30,
+			msg: "the store is read-only: nothing was written"}
+	case errors.Is(err, store.ErrUnavailable):
+		a.storeTrouble.log(a.log, "the store is unavailable", err)
+		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 5,
+			msg: "the store is unavailable (the database is down or restarting); try again shortly"}
 	case errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		a.log.Warn("api request not completed", "method", r.Method, "path", r.URL.Path, "err", err)
-		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "the store is unavailable or the request was canceled"}
+		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 5,
+			msg: "the store is unavailable or the request was canceled"}
 	}
 	a.log.Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	return &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error; see the server log"}
+}
+
+// troubleLog logs a recurring store problem once a minute, with how many
+// requests it failed meanwhile, rather than once per request.
+type troubleLog struct {
+	mu     sync.Mutex
+	last   time.Time
+	what   string
+	missed int
+}
+
+func (t *troubleLog) log(l *slog.Logger, what string, err error) {
+	t.mu.Lock()
+	now := time.Now()
+	if what == t.what && now.Sub(t.last) < time.Minute {
+		t.missed++
+		t.mu.Unlock()
+		return
+	}
+	missed := t.missed
+	t.last, t.what, t.missed = now, what, 0
+	t.mu.Unlock()
+	l.Error(what, "error", err, "requests_failed_since_last_line", missed)
 }
 
 // isV1 reports whether the path is under the versioned API.
@@ -424,7 +493,15 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	if _, err := a.client.Count(ctx, redrive.Filter{IDs: []int64{0}}); err != nil {
 		a.log.Warn("readiness check failed", "err", err)
-		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "the store is not reachable"}
+		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 5, msg: "the store is not reachable"}
+	}
+	// Reachable is not enough: a store that cannot write (a full disk)
+	// would take jobs it cannot record.
+	if wh, ok := a.client.Store().(store.WriteHealth); ok {
+		if err := wh.WriteHealth(); err != nil {
+			return &apiError{status: http.StatusServiceUnavailable, code: "not_writable", retryAfter: 5,
+				msg: "the store's last write failed: " + err.Error()}
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil

@@ -83,7 +83,14 @@ func (e *env) do(method, path, body string, headers ...string) resp {
 	if e.token != "" {
 		req.Header.Set("Authorization", "Bearer "+e.token)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json") // the headers below may change it
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" {
+			req.Host = headers[i+1] // the client sends this one, not a Host header
+			continue
+		}
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	res, err := e.srv.Client().Do(req)
@@ -133,8 +140,14 @@ func checkErrorShape(t testing.TB, contentType string, body []byte) {
 		t.Fatalf("error Content-Type %q: %s", contentType, body)
 	}
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil || len(top) != 1 || top["error"] == nil {
+	if err := json.Unmarshal(body, &top); err != nil || top["error"] == nil {
 		t.Fatalf("error body is not {\"error\": ...}: %s", body)
+	}
+	for k := range top {
+		// A batch with a key conflict also lists the jobs it enqueued.
+		if k != "error" && k != "jobs" {
+			t.Fatalf("error body has extra key %q: %s", k, body)
+		}
 	}
 	var d map[string]any
 	if err := json.Unmarshal(top["error"], &d); err != nil {
@@ -302,14 +315,34 @@ func TestIdempotencyKey(t *testing.T) {
 	e := newEnv(t, Options{})
 	var a, b, c redrive.Job
 	e.want(e.do("POST", "/v1/jobs", `{"kind":"k","payload":1}`, "Idempotency-Key", "key-1"), 201, &a)
-	e.want(e.do("POST", "/v1/jobs", `{"kind":"k","payload":2}`, "Idempotency-Key", "key-1"), 200, &b)
+	e.want(e.do("POST", "/v1/jobs", `{"kind":"k","payload":1}`, "Idempotency-Key", "key-1"), 200, &b)
 	if a.ID != b.ID || !b.Existing || a.IdempotencyKey != "key-1" {
 		t.Fatalf("second enqueue: %+v, first %+v", b, a)
 	}
 	// The body field works the same way.
-	e.want(e.do("POST", "/v1/jobs", `{"kind":"k","idempotency_key":"key-1"}`), 200, &c)
+	e.want(e.do("POST", "/v1/jobs", `{"kind":"k","payload":1,"idempotency_key":"key-1"}`), 200, &c)
 	if c.ID != a.ID {
 		t.Fatalf("body key: %d, want %d", c.ID, a.ID)
+	}
+	// Another payload under the key is a conflict, unless the caller asks
+	// for the job holding it.
+	r := e.do("POST", "/v1/jobs", `{"kind":"k","payload":2}`, "Idempotency-Key", "key-1")
+	wantErr(t, r, 409, "idempotency_conflict", "idempotency_key")
+	if !strings.Contains(string(r.body), fmt.Sprintf("held by job %d", a.ID)) {
+		t.Errorf("the conflict does not name the job: %s", r.body)
+	}
+	var d redrive.Job
+	e.want(e.do("POST", "/v1/jobs", `{"kind":"k","payload":2,"return_existing":true}`, "Idempotency-Key", "key-1"), 200, &d)
+	if d.ID != a.ID || !d.Conflict {
+		t.Fatalf("return_existing: %+v", d)
+	}
+	// In a batch, the others are enqueued and listed with the error.
+	r = e.do("POST", "/v1/jobs/batch", `{"jobs":[{"kind":"k","payload":3},{"kind":"k","payload":4,"idempotency_key":"key-1"}]}`)
+	wantErr(t, r, 409, "idempotency_conflict", "jobs[1].idempotency_key")
+	var batch struct{ Jobs []redrive.Job }
+	r.json(t, &batch)
+	if len(batch.Jobs) != 2 || batch.Jobs[0].Existing || batch.Jobs[1].ID != a.ID || !batch.Jobs[1].Conflict {
+		t.Fatalf("batch with a conflict: %+v", batch.Jobs)
 	}
 	wantErr(t, e.do("POST", "/v1/jobs", `{"kind":"k","idempotency_key":"other"}`, "Idempotency-Key", "key-1"), 400, "invalid", "idempotency_key")
 	wantErr(t, e.do("POST", "/v1/jobs", `{"kind":"k"}`, "Idempotency-Key", strings.Repeat("k", 600)), 400, "invalid", "idempotency_key")
@@ -672,7 +705,7 @@ func TestPayloadBound(t *testing.T) {
 	e := &env{t: t, srv: srv, client: c, st: st}
 	big := `"` + strings.Repeat("x", 32) + `"`
 	wantErr(t, e.do("POST", "/v1/jobs", `{"kind":"k","payload":`+big+`}`), 400, "invalid", "payload")
-	wantErr(t, e.do("POST", "/v1/jobs/batch", `{"jobs":[{"kind":"k"},{"kind":"k","payload":`+big+`}]}`), 400, "invalid", "jobs")
+	wantErr(t, e.do("POST", "/v1/jobs/batch", `{"jobs":[{"kind":"k"},{"kind":"k","payload":`+big+`}]}`), 400, "invalid", "jobs[1].payload")
 	wantErr(t, e.do("POST", "/v1/dlq/redrive", `{"ids":[1],"payload":`+big+`}`), 400, "invalid", "payload")
 	e.want(e.do("POST", "/v1/jobs", `{"kind":"k","payload":{"a":1}}`), 201, nil)
 }

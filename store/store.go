@@ -21,7 +21,7 @@ import (
 // State is the lifecycle state of a job.
 type State string
 
-// The job states of DESIGN.md.
+// The job states (see docs/design.md).
 const (
 	// Pending jobs are due now and wait for a worker.
 	Pending State = "pending"
@@ -66,14 +66,32 @@ var (
 	// operation (cancel a completed job, redrive a job that is not dead).
 	ErrConflict = errors.New("job state does not allow this operation")
 	// ErrNotReprocessable means a dead job is marked not reprocessable and
-	// cannot be redriven (seed 002).
+	// cannot be redriven.
 	ErrNotReprocessable = errors.New("job is marked not reprocessable")
 	// ErrClosed means the store was closed.
 	ErrClosed = errors.New("store closed")
 	// ErrInvalid means the request itself is malformed (empty queue or
 	// kind, payload that is not JSON).
 	ErrInvalid = errors.New("invalid request")
+	// ErrUnavailable means the database cannot be reached or is not
+	// accepting work now (down, restarting, out of connections): the same
+	// call may succeed later.
+	ErrUnavailable = errors.New("store unavailable")
+	// ErrFull means the database has no room to write (disk full).
+	ErrFull = errors.New("store out of space")
+	// ErrReadOnly means the database cannot be written (a read-only file
+	// or server).
+	ErrReadOnly = errors.New("store is read-only")
 )
+
+// WriteHealth is implemented by stores that know whether their last write
+// succeeded: it returns nil when it did (or none was tried), else that
+// write's error (wrapping ErrFull, ErrReadOnly or ErrUnavailable when it
+// was one of those). A readiness check uses it: a store that cannot write
+// is not ready even when it can be read.
+type WriteHealth interface {
+	WriteHealth() error
+}
 
 // Job is a job as stored, with its whole history.
 type Job struct {
@@ -136,6 +154,11 @@ type Job struct {
 	// job, which History holds only when the handler recorded a result
 	// (redrive.Record).
 	LastDuration Duration `json:"last_duration,omitempty"`
+	// LastDelay is the delay the retry policy chose after the job's last
+	// failed attempt (before a retry budget pushed it out, if it did): the
+	// "previous delay" from which decorrelated jitter draws the next one.
+	// Zero before the first retry and after a redrive.
+	LastDelay Duration `json:"last_delay,omitempty"`
 
 	// History is every attempt and event of the job, oldest first. It is
 	// kept across redrives.
@@ -144,6 +167,15 @@ type Job struct {
 	// Existing is set by Enqueue when the idempotency key was already
 	// taken and this is the job that holds it. It is not stored.
 	Existing bool `json:"existing,omitempty"`
+	// Gone is set with Existing when the job that took the key was
+	// deleted since (by retention or a purge) and its key is still kept
+	// (see Store.DeleteKeys): only its ID, Queue, Kind, State,
+	// IdempotencyKey, CreatedAt and FinishedAt remain.
+	Gone bool `json:"gone,omitempty"`
+	// Conflict is set with Existing when the job holding the key is not
+	// the one the enqueue asked for: another kind, queue or payload. It
+	// is not stored.
+	Conflict bool `json:"conflict,omitempty"`
 }
 
 // EventKind says what an Event records.
@@ -294,6 +326,10 @@ type Outcome struct {
 	// store keeps it as the job's LastDuration.
 	Duration Duration
 	RunAt    time.Time // Retry and Snooze: when the job is due again
+	// RetryDelay is, for Retry, the delay the retry policy chose; stores
+	// keep it as the job's LastDelay (the budget may have pushed RunAt
+	// further out).
+	RetryDelay Duration
 	// Event is appended to the job's history (Complete may leave it empty:
 	// the success is recorded by AttemptedAt and FinishedAt).
 	Event *Event
@@ -341,6 +377,7 @@ const (
 	StatSnoozed             = "snoozed"               // snoozes
 	StatDeferred            = "deferred"              // breaker deferrals
 	StatRescued             = "rescued"               // expired leases rescued
+	StatBudgetDeferred      = "budget_deferred"       // retries the retry budget pushed out
 	StatEnqueued            = "enqueued"              // jobs created
 	StatDeduplicated        = "deduplicated"          // enqueues answered by an existing job
 	StatCanceled            = "canceled"              // jobs canceled
@@ -556,9 +593,67 @@ type Store interface {
 	// needs no jobs to be paused. An empty name is ErrInvalid.
 	SetPaused(ctx context.Context, queue string, paused bool, now time.Time) (QueueState, error)
 
+	// DeleteKeys deletes the kept idempotency keys of deleted jobs that
+	// were enqueued before the cutoff (key retention) and returns how
+	// many. Until then, Enqueue answers such a key with the deleted job
+	// (Existing and Gone set). Retention and Purge keep the key of every
+	// job they delete.
+	DeleteKeys(ctx context.Context, before time.Time) (int64, error)
+
+	// RegisterWorker records a worker process starting; a worker
+	// registering again under the same id replaces its entry.
+	RegisterWorker(ctx context.Context, w WorkerInfo) error
+
+	// HeartbeatWorker records that the worker is alive at at. An unknown
+	// or stopped worker is ErrNotFound.
+	HeartbeatWorker(ctx context.Context, id string, at time.Time) error
+
+	// StopWorker marks a worker stopped at at, for reason; stopping a
+	// stopped worker changes nothing.
+	StopWorker(ctx context.Context, id string, at time.Time, reason string) error
+
+	// Workers returns the registered workers, the most recently started
+	// first, each with the number of running jobs it holds leases on.
+	Workers(ctx context.Context) ([]WorkerInfo, error)
+
+	// DeleteWorkers deletes the workers stopped before the cutoff, and
+	// those whose last heartbeat is before it, and returns how many.
+	DeleteWorkers(ctx context.Context, before time.Time) (int64, error)
+
+	// Leased returns up to limit running jobs whose lease worker holds.
+	Leased(ctx context.Context, worker string, limit int) ([]*Job, error)
+
 	// Close releases the store's resources. Calls after Close return
 	// ErrClosed.
 	Close() error
+}
+
+// WorkerInfo describes a worker process in the store's registry.
+type WorkerInfo struct {
+	// ID is the worker's id, as its leases name it.
+	ID string `json:"id"`
+	// Host and PID locate the process.
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	// Instance identifies the machine's boot and the process's PID
+	// namespace: a worker can tell whether another worker's PID still
+	// runs only when both have the same Instance.
+	Instance string `json:"instance"`
+	// Version is the redrive module's version the worker runs.
+	Version string `json:"version"`
+	// Queues maps each queue the worker serves to its concurrency.
+	Queues map[string]int `json:"queues"`
+	// StartedAt is when it registered; HeartbeatAt when it last said it
+	// was alive.
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// StoppedAt is set once it stopped cleanly or was found gone;
+	// StopReason says which ("stopped", or why it was found gone).
+	StoppedAt  *time.Time `json:"stopped_at,omitempty"`
+	StopReason string     `json:"stop_reason,omitempty"`
+	// Running is how many running jobs it holds leases on (set by
+	// Workers).
+	Running int `json:"running"`
 }
 
 // Notifier is implemented by stores that announce, across processes, that

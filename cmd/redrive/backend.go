@@ -19,6 +19,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/httpjob"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
@@ -183,6 +184,9 @@ type backend interface {
 	// Queues lists the queues; SetPaused pauses or resumes one (queues.go).
 	Queues(ctx context.Context) ([]redrive.Queue, error)
 	SetPaused(ctx context.Context, name string, paused bool) (redrive.Queue, error)
+	// Workers lists the worker processes registered in the store
+	// (workers.go).
+	Workers(ctx context.Context) ([]redrive.WorkerStatus, error)
 	Close() error
 }
 
@@ -214,7 +218,7 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 		if err != nil {
 			return nil, fmt.Errorf("database-url %s: %w", redactURL(c.DatabaseURL), err)
 		}
-		return &directBackend{c: redrive.NewClient(st, redrive.ClientOptions{Logger: log}), close: st.Close}, nil
+		return &directBackend{c: directClient(st, log), close: st.Close}, nil
 	}
 	if _, err := os.Stat(g.DB); err != nil && !c.create {
 		return nil, fmt.Errorf("db %s: %w (give --db, --database-url or --server)", g.DB, err)
@@ -223,7 +227,15 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 	if err != nil {
 		return nil, fmt.Errorf("db %s: %w", g.DB, err)
 	}
-	return &directBackend{c: redrive.NewClient(st, redrive.ClientOptions{Logger: log}), close: st.Close}, nil
+	return &directBackend{c: directClient(st, log), close: st.Close}, nil
+}
+
+// directClient is the client of the direct mode: it checks the payloads
+// of http jobs as serve does (with the http kind's default guard).
+func directClient(st store.Store, log *slog.Logger) *redrive.Client {
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	c.SetValidator(httpjob.Kind, httpValidator)
+	return c
 }
 
 // directBackend works on the store with a redrive.Client.
@@ -251,6 +263,9 @@ func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (
 	}
 	if in.IdempotencyKey != "" {
 		opts = append(opts, redrive.IdempotencyKey(in.IdempotencyKey))
+	}
+	if in.ReturnExisting {
+		opts = append(opts, redrive.ReturnExisting())
 	}
 	var payload any
 	if len(in.Payload) > 0 {
@@ -701,3 +716,6 @@ func (h *httpBackend) Export(ctx context.Context, dir string, fo filterOptions, 
 		}
 	}
 }
+
+// httpValidator is the http kind's payload check with its default guard.
+var httpValidator = httpjob.New(httpjob.Options{}).Validate

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"sort"
@@ -40,12 +41,25 @@ type serveConfig struct {
 	// Workers is the concurrency of a queue listed without one.
 	Workers int
 	// HTTPAllowPrivate lets http jobs reach loopback and private addresses.
+	// Unless set explicitly, it is on when serve listens on loopback only.
 	HTTPAllowPrivate bool
+	// AllowedHosts are host names the server answers to besides those of
+	// its listen address (see server.Options.AllowedHosts).
+	AllowedHosts []string
+	// TrustedProxies are the reverse proxies whose X-Forwarded-Proto is
+	// believed.
+	TrustedProxies []netip.Prefix
 	// HTTPAllowLinkLocal lets http jobs reach link-local and cloud metadata
 	// addresses.
 	HTTPAllowLinkLocal bool
 	// ShutdownTimeout bounds the graceful shutdown.
 	ShutdownTimeout time.Duration
+	// Lease, CompletedRetention, DLQMaxAge, CleanupInterval and
+	// KeyRetention are the engine's (see redrive.WorkerOptions).
+	Lease, CompletedRetention, DLQMaxAge, CleanupInterval, KeyRetention time.Duration
+	// Budget is the per-queue retry budget; NoBudget turns it off.
+	Budget   retry.BudgetConfig
+	NoBudget bool
 	// LogLevel is the level of the JSON logs.
 	LogLevel slog.Level
 	// Retry is the default retry policy: of every queue without its own,
@@ -144,7 +158,17 @@ var settings = append([]setting{
 		c.Workers = n
 		return nil
 	}},
-	{name: "http-allow-private", def: "true", bool: true, help: "let http jobs reach loopback and private addresses", apply: func(c *serveConfig, v string) error {
+	{name: "allowed-host", help: "host names the server also answers to, comma-separated (beside localhost, 127.0.0.1, ::1 and the --addr host); a request naming another host is refused (421)", apply: func(c *serveConfig, v string) error {
+		hosts, err := parseHostList(v)
+		c.AllowedHosts = hosts
+		return err
+	}},
+	{name: "trusted-proxy", help: "addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto is believed, comma-separated", apply: func(c *serveConfig, v string) error {
+		ps, err := parsePrefixList(v)
+		c.TrustedProxies = ps
+		return err
+	}},
+	{name: "http-allow-private", def: "true", bool: true, help: "let http jobs reach loopback and private addresses (default: on when --addr is a loopback address, off otherwise)", apply: func(c *serveConfig, v string) error {
 		b, err := parseBool(v)
 		c.HTTPAllowPrivate = b
 		return err
@@ -165,6 +189,39 @@ var settings = append([]setting{
 		c.ShutdownTimeout = d
 		return nil
 	}},
+	durationSetting("lease", "30s", time.Second, 24*time.Hour, "how long a worker leases a job; a killed worker's jobs are rescued when it ends (at once when a worker on the same host finds its process gone)",
+		func(c *serveConfig, d time.Duration) { c.Lease = d }),
+	durationSetting("completed-retention", "24h", time.Minute, 10*365*24*time.Hour, "how long completed and canceled jobs are kept",
+		func(c *serveConfig, d time.Duration) { c.CompletedRetention = d }),
+	durationSetting("dlq-max-age", "168h", time.Minute, 10*365*24*time.Hour, "how long dead jobs are kept",
+		func(c *serveConfig, d time.Duration) { c.DLQMaxAge = d }),
+	durationSetting("cleanup-interval", "24h", time.Minute, 30*24*time.Hour, "how often retention runs",
+		func(c *serveConfig, d time.Duration) { c.CleanupInterval = d }),
+	durationSetting("key-retention", "168h", time.Minute, 10*365*24*time.Hour, "how long an idempotency key stays taken after its job's enqueue, even once the job is deleted",
+		func(c *serveConfig, d time.Duration) { c.KeyRetention = d }),
+	{name: "retry-budget", def: "true", bool: true, help: "keep each queue's retries within a budget (spread out, never dropped, beyond it)", apply: func(c *serveConfig, v string) error {
+		b, err := parseBool(v)
+		c.NoBudget = !b
+		return err
+	}},
+	{name: "retry-budget-ratio", def: "0.2", help: "share of a queue's recent attempts that may be retries before the budget spreads them", apply: func(c *serveConfig, v string) error {
+		r, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || !(r > 0 && r <= 100) {
+			return fmt.Errorf("%q: want a number above 0 and at most 100", v)
+		}
+		c.Budget.Ratio = r
+		return nil
+	}},
+	{name: "retry-budget-min", def: "100", help: "retries per window a queue may always make, whatever the ratio", apply: func(c *serveConfig, v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > 1000000 {
+			return fmt.Errorf("%q: want a whole number from 1 to 1000000", v)
+		}
+		c.Budget.MinRetries = n
+		return nil
+	}},
+	durationSetting("retry-budget-window", "10s", time.Second, time.Hour, "the sliding window the retry budget counts in",
+		func(c *serveConfig, d time.Duration) { c.Budget.Window = d }),
 	{name: "log-level", def: "info", help: "debug, info, warn or error", apply: func(c *serveConfig, v string) error {
 		var l slog.Level
 		switch strings.ToLower(v) {
@@ -274,6 +331,12 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 			return nil, fmt.Errorf("--%s: %w", s.name, err)
 		}
 		srcs[s.name] = "--" + s.name
+	}
+	// Private addresses are reachable by default only from a server that
+	// only loopback clients can drive.
+	if _, set := srcs["http-allow-private"]; !set {
+		host, _ := listenHostPort(c.Addr)
+		c.HTTPAllowPrivate = isLoopback(host)
 	}
 	qs, err := parseQueues(c.queuesSpec, c.Workers)
 	if err != nil {
@@ -607,4 +670,66 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// parseHostList parses a comma-separated list of host names or IP
+// addresses (no ports, no wildcards).
+func parseHostList(v string) ([]string, error) {
+	var out []string
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		if ip, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+			out = append(out, ip.String())
+			continue
+		}
+		if !hostNameRE.MatchString(h) || len(h) > 253 {
+			return nil, fmt.Errorf("%q is not a host name or IP address (no port, no scheme, no wildcard)", h)
+		}
+		out = append(out, strings.ToLower(strings.TrimSuffix(h, ".")))
+	}
+	return out, nil
+}
+
+// hostNameRE matches a DNS host name.
+var hostNameRE = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
+
+// parsePrefixList parses a comma-separated list of IP addresses and CIDR
+// prefixes.
+func parsePrefixList(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if ip, err := netip.ParseAddr(p); err == nil {
+			ip = ip.Unmap()
+			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			continue
+		}
+		pre, err := netip.ParsePrefix(p)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an IP address or CIDR prefix (e.g. 10.0.0.0/8)", p)
+		}
+		out = append(out, pre.Masked())
+	}
+	return out, nil
+}
+
+// durationSetting is a setting holding a duration from lo to hi.
+func durationSetting(name, def string, lo, hi time.Duration, help string, set func(*serveConfig, time.Duration)) setting {
+	return setting{name: name, def: def, help: help, apply: func(c *serveConfig, v string) error {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("%q: not a duration (e.g. 30s, 2m, 24h)", v)
+		}
+		if d < lo || d > hi {
+			return fmt.Errorf("%s: want from %s to %s", d, lo, hi)
+		}
+		set(c, d)
+		return nil
+	}}
 }

@@ -140,6 +140,9 @@ func FuzzConfigFile(f *testing.F) {
 		`{"queues":{"default":10,"webhooks":{"workers":50,"retry":{"max_retries":1,"base":"50ms","max":"200ms"}}}}`,
 		`{"queues":{"a":{"retry":{"jitter":"sideways"}}}}`,
 		`{"retry-base":"2s","retry":{"base":"3s"}}`,
+		`{"allowed-host":"redrive.example,10.0.0.1","trusted-proxy":"10.0.0.0/8"}`,
+		`{"allowed-host":"a:1"}`,
+		`{"trusted-proxy":"::1/129"}`,
 	} {
 		f.Add([]byte(s))
 	}

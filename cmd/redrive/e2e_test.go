@@ -29,7 +29,7 @@ import (
 
 // The end-to-end tests build the real redrive binary, run `redrive serve`
 // as its own process, enqueue http jobs against an httptest server that
-// fails on purpose, and check how each ends, as DESIGN.md says, through
+// fails on purpose, and check how each ends, as docs/design.md says, through
 // the REST API and through the CLI binary.
 
 // e2eWait bounds every wait for an outcome. Outcomes are polled, never

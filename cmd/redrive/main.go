@@ -61,6 +61,7 @@ This binary is its command-line tool.`,
 		newDLQCmd(g),
 		newStatsCmd(g),
 		newQueuesCmd(g),
+		newWorkersCmd(g),
 	)
 	return root
 }

@@ -64,6 +64,7 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 		queue, key string
 		delay      time.Duration
 		maxRetries int
+		existing   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "enqueue KIND",
@@ -72,7 +73,7 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		in := server.EnqueueRequest{Kind: args[0], Queue: queue, IdempotencyKey: key}
+		in := server.EnqueueRequest{Kind: args[0], Queue: queue, IdempotencyKey: key, ReturnExisting: existing}
 		if payload != "" {
 			if !json.Valid([]byte(payload)) {
 				return flagErrorf(cmd, "--payload is not valid JSON: %q", clipArg(payload))
@@ -101,7 +102,14 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 				return writeJSON(out, j)
 			}
 			if j.Existing {
-				_, err = fmt.Fprintf(out, "job %d already holds key %q (%s, state %s); nothing enqueued\n", j.ID, j.IdempotencyKey, j.Kind, j.State)
+				what := ""
+				if j.Gone {
+					what = ", deleted since; the key is kept"
+				}
+				if j.Conflict {
+					what += ", a different job"
+				}
+				_, err = fmt.Fprintf(out, "job %d already holds key %q (%s, state %s%s); nothing enqueued\n", j.ID, j.IdempotencyKey, j.Kind, j.State, what)
 				return err
 			}
 			_, err = fmt.Fprintf(out, "enqueued job %d: kind %s, queue %s, %s, due %s\n", j.ID, j.Kind, j.Queue, j.State, fmtTime(j.RunAt))
@@ -113,7 +121,8 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&queue, "queue", "", "queue (default \"default\")")
 	f.DurationVar(&delay, "delay", 0, "run the job after this delay (e.g. 30s, 1h)")
 	f.IntVar(&maxRetries, "max-retries", 0, "retries after the first attempt (default: the policy's)")
-	f.StringVar(&key, "key", "", "idempotency key: enqueue nothing while a job holds it")
+	f.StringVar(&key, "key", "", "idempotency key: enqueue nothing while a job holds it (a different job holding it is an error)")
+	f.BoolVar(&existing, "return-existing", false, "with --key: when a different job holds the key, show it instead of failing")
 	addConnFlags(cmd, &c)
 	return cmd
 }
@@ -129,6 +138,7 @@ func newJobsCmd(g *globalOptions) *cobra.Command {
 func newDLQCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "dlq", Short: "Browse, redrive, purge and export the dead-letter queue", Args: cobra.NoArgs}
 	cmd.AddCommand(newListCmd(g, true), newGroupsCmd(g), newShowCmd(g, true), newRedriveCmd(g), newPurgeCmd(g), newExportCmd(g))
+	amqpDLQCommands(g, cmd)
 	return cmd
 }
 

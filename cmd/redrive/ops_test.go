@@ -107,9 +107,17 @@ func TestDirectMode(t *testing.T) {
 	if !strings.Contains(out, "enqueued job 1: kind email, queue mail") {
 		t.Errorf("enqueue: %q", out)
 	}
-	out = mustCLI(t, "--db", db, "enqueue", "email", "--queue", "mail", "--key", "k1")
+	out = mustCLI(t, "--db", db, "enqueue", "email", "--payload", `{"to": "a@example.com"}`, "--queue", "mail", "--key", "k1")
 	if !strings.Contains(out, "job 1 already holds key") {
 		t.Errorf("second enqueue: %q", out)
+	}
+	if _, _, err := runCLI(t, "--db", db, "enqueue", "email", "--queue", "mail", "--key", "k1"); err == nil ||
+		!strings.Contains(err.Error(), `idempotency key "k1" is held by job 1, whose payload differs`) {
+		t.Errorf("a different payload under the key: %v", err)
+	}
+	out = mustCLI(t, "--db", db, "enqueue", "email", "--queue", "mail", "--key", "k1", "--return-existing")
+	if !strings.Contains(out, "job 1 already holds key") || !strings.Contains(out, "a different job") {
+		t.Errorf("--return-existing: %q", out)
 	}
 	j := decode[redrive.Job](t, mustCLI(t, "--db", db, "--json", "enqueue", "sms", "--queue", "mail", "--delay", "1h"))
 	if j.State != redrive.Scheduled {

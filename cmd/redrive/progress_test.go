@@ -426,6 +426,7 @@ func TestServerOperationLimit(t *testing.T) {
 	ids := deadIDs(t, db, "z")
 	for range server.DefaultMaxOperations {
 		req, _ := http.NewRequest("POST", ts.URL+"/v1/dlq/redrive", strings.NewReader(fmt.Sprintf(`{"ids":[%d,999999],"rate":0.1}`, ids[0])))
+		req.Header.Set("Content-Type", "application/json")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -73,9 +73,16 @@ jitter factor), full (0 to d), equal (d/2 to d), decorrelated or additive
 max_retry_after. The defaults are 3 retries (4 attempts), 1s doubling to at
 most 30s, +-10%: 1s, 2s, 4s. A job's own max_retries still wins.
 
-serve refuses to listen beyond loopback without a token (--token or
-$REDRIVE_TOKEN); with one, the API and /metrics require
-"Authorization: Bearer <token>", and the dashboard asks for the token once.
+serve refuses to listen beyond loopback without a token of at least 16
+characters (--token or $REDRIVE_TOKEN); with one, the API and /metrics
+require "Authorization: Bearer <token>", and the dashboard asks for the
+token once. Without a token, on loopback, no web page can drive it: JSON
+bodies must be sent as Content-Type: application/json, a request a browser
+marks as cross-site or cross-origin may change nothing, and the server
+answers only to localhost, 127.0.0.1, [::1], the --addr host and the
+--allowed-host names (a DNS-rebinding page gets 421). Beyond loopback the
+host check applies when --allowed-host is given, and http jobs may reach
+private addresses only with --http-allow-private.
 It stops gracefully on SIGINT or SIGTERM: no new requests or jobs, running
 ones get --shutdown-timeout to finish.`,
 		Args: cobra.NoArgs,
@@ -106,6 +113,11 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	if cfg.Token == "" && !isLoopback(host) {
 		return fmt.Errorf("--addr %s: %w", cfg.Addr, errNoToken)
 	}
+	if !isLoopback(host) && len(cfg.Token) < minRemoteToken {
+		return fmt.Errorf("--token: %d characters is too short to guard a server that listens beyond loopback (--addr %s): "+
+			"use at least %d, e.g. the output of `openssl rand -hex 24`", len(cfg.Token), cfg.Addr, minRemoteToken)
+	}
+	allowed := allowedHosts(host, cfg.AllowedHosts)
 	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
 	st, target, err := openServeStore(ctx, cfg, log)
@@ -119,12 +131,19 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// The histograms of attempt durations and lateness, fed by the worker.
 	attempts := newAttemptMetrics(httpjob.Kind)
 	worker := redrive.NewWorker(client, redrive.WorkerOptions{
-		Queues:          cfg.Queues,
-		Policy:          &retryPolicy,
-		QueuePolicies:   cfg.QueueRetry,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		Logger:          log,
-		Observer:        attempts,
+		Queues:             cfg.Queues,
+		Policy:             &retryPolicy,
+		QueuePolicies:      cfg.QueueRetry,
+		ShutdownTimeout:    cfg.ShutdownTimeout,
+		Logger:             log,
+		Observer:           attempts,
+		LeaseDuration:      cfg.Lease,
+		CompletedRetention: cfg.CompletedRetention,
+		DLQMaxAge:          cfg.DLQMaxAge,
+		CleanupInterval:    cfg.CleanupInterval,
+		KeyRetention:       cfg.KeyRetention,
+		RetryBudget:        cfg.Budget,
+		DisableRetryBudget: cfg.NoBudget,
 	})
 	// No policy of its own for the http kind: a kind's policy would beat
 	// the queue's, and the configured policies are per queue.
@@ -137,9 +156,10 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
 	// SIGTERM cancels them, and api.Close below waits for them to stop
 	// before the store closes.
-	api := apiHandler(ctx, client, worker.Breakers(), cfg.Token, log)
+	api := server.New(server.Options{Client: client, Breakers: worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx,
+		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies})
 	srv := &http.Server{
-		Handler:           serveMux(api, client, worker.Breakers(), attempts, cfg.Token, log),
+		Handler:           server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, cfg.Token, log)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
 		IdleTimeout:       2 * time.Minute,
@@ -158,9 +178,20 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	for q, p := range cfg.QueueRetry {
 		queueRetry[q] = describePolicy(p)
 	}
+	hosts := "any (the token guards the server)"
+	if len(allowed) > 0 {
+		hosts = strings.Join(allowed, ", ")
+	}
 	log.Info("redrive serving", "addr", ln.Addr().String(), "store", target, "queues", cfg.Queues,
-		"auth", cfg.Token != "", "http_allow_private", cfg.HTTPAllowPrivate, "http_allow_link_local", cfg.HTTPAllowLinkLocal,
-		"retry", describePolicy(cfg.Retry), "queue_retry", queueRetry)
+		"auth", cfg.Token != "", "allowed_hosts", hosts, "http_allow_private", cfg.HTTPAllowPrivate,
+		"http_allow_link_local", cfg.HTTPAllowLinkLocal, "retry", describePolicy(cfg.Retry), "queue_retry", queueRetry,
+		"lease", cfg.Lease.String(), "completed_retention", cfg.CompletedRetention.String(), "dlq_max_age", cfg.DLQMaxAge.String(),
+		"key_retention", cfg.KeyRetention.String(), "retry_budget", describeBudget(cfg))
+	dashboard := dashboardURL(ln.Addr())
+	log.Info("dashboard: "+dashboard, "url", dashboard)
+	if isTerminal(logOut) {
+		fmt.Fprintf(logOut, "\n  redrive is running: dashboard %s  (Ctrl-C stops it)\n\n", dashboard)
+	}
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -240,10 +271,46 @@ func serveMux(api http.Handler, client *redrive.Client, breakers *breaker.Regist
 	return mux
 }
 
-// apiHandler is the REST API of package server: /v1/..., /healthz,
-// /readyz. Its operations are canceled when ctx ends; Close waits for them.
-func apiHandler(ctx context.Context, client *redrive.Client, breakers *breaker.Registry, token string, log *slog.Logger) *server.Server {
-	return server.New(server.Options{Client: client, Breakers: breakers, Token: token, Logger: log, Context: ctx})
+// describeBudget words the retry budget for the start-up log.
+func describeBudget(cfg *serveConfig) string {
+	if cfg.NoBudget {
+		return "off"
+	}
+	return fmt.Sprintf("%g of recent attempts, at least %d per %s", cfg.Budget.Ratio, cfg.Budget.MinRetries, cfg.Budget.Window)
+}
+
+// minRemoteToken is the shortest token serve accepts when it listens
+// beyond loopback.
+const minRemoteToken = 16
+
+// allowedHosts are the host names serve answers to: on loopback, the
+// loopback names, the listen host and the --allowed-host names; beyond
+// loopback, where a token guards the server, only the --allowed-host
+// names and the listen host when some are given, else any.
+func allowedHosts(listenHost string, extra []string) []string {
+	var hosts []string
+	switch {
+	case isLoopback(listenHost):
+		hosts = append(hosts, server.LoopbackHosts...)
+	case len(extra) == 0:
+		return nil
+	}
+	if listenHost != "" && listenHost != "0.0.0.0" && listenHost != "::" {
+		hosts = append(hosts, listenHost)
+	}
+	return append(hosts, extra...)
+}
+
+// dashboardURL is the address to open the dashboard at.
+func dashboardURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
 // requireToken guards h with the bearer token, when there is one.

@@ -105,6 +105,9 @@ func callNoFatal(method, url, body string) (int, []byte) {
 	if err != nil {
 		return -1, []byte(err.Error())
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return -1, []byte(err.Error())

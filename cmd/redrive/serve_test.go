@@ -61,6 +61,30 @@ func TestServeConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestServeEngineSettings: every engine setting a Go user has, a serve
+// user has too.
+func TestServeEngineSettings(t *testing.T) {
+	c, err := loadConfig(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Lease != 30*time.Second || c.CompletedRetention != 24*time.Hour || c.DLQMaxAge != 168*time.Hour ||
+		c.CleanupInterval != 24*time.Hour || c.KeyRetention != 168*time.Hour || c.NoBudget || c.Budget.Ratio != 0.2 ||
+		c.Budget.MinRetries != 100 || c.Budget.Window != 10*time.Second {
+		t.Errorf("engine defaults: %+v", c)
+	}
+	file := writeFile(t, "engine.json", `{"lease": "2m", "key-retention": "720h", "retry-budget": false}`)
+	c, err = loadConfig(t, map[string]string{"REDRIVE_DLQ_MAX_AGE": "336h"}, "--config", file, "--retry-budget-min", "500",
+		"--completed-retention", "1h", "--cleanup-interval", "10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Lease != 2*time.Minute || c.KeyRetention != 720*time.Hour || !c.NoBudget || c.DLQMaxAge != 336*time.Hour ||
+		c.Budget.MinRetries != 500 || c.CompletedRetention != time.Hour || c.CleanupInterval != 10*time.Minute {
+		t.Errorf("engine settings: %+v", c)
+	}
+}
+
 func TestServeConfigPrecedence(t *testing.T) {
 	file := writeFile(t, "redrive.json", `{
 		"addr": "127.0.0.1:9001",
@@ -141,6 +165,13 @@ func TestServeConfigErrors(t *testing.T) {
 		{args: []string{"--config", unknown}, want: unknown + `: unknown setting "adr"`},
 		{args: []string{"--config", notJSON}, want: notJSON + ": not a JSON object of settings"},
 		{args: []string{"--config", "/nonexistent/redrive.json"}, want: "--config: open /nonexistent/redrive.json"},
+		{args: []string{"--allowed-host", "redrive.example:8080"}, want: `--allowed-host: "redrive.example:8080" is not a host name or IP address`},
+		{args: []string{"--allowed-host", "*.example"}, want: `--allowed-host: "*.example" is not a host name`},
+		{env: map[string]string{"REDRIVE_TRUSTED_PROXY": "10.0.0.0/33"}, want: `REDRIVE_TRUSTED_PROXY: "10.0.0.0/33" is not an IP address or CIDR prefix`},
+		{args: []string{"--lease", "10ms"}, want: "--lease: 10ms: want from 1s to 24h0m0s"},
+		{args: []string{"--key-retention", "forever"}, want: `--key-retention: "forever": not a duration`},
+		{env: map[string]string{"REDRIVE_RETRY_BUDGET_RATIO": "0"}, want: `REDRIVE_RETRY_BUDGET_RATIO: "0": want a number above 0`},
+		{args: []string{"--retry-budget-min", "-1"}, want: `--retry-budget-min: "-1": want a whole number`},
 	} {
 		_, err := loadConfig(t, tc.env, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -164,6 +195,91 @@ func TestServeRefusesNonLoopbackWithoutToken(t *testing.T) {
 	}
 	if _, err := os.Stat(db); !os.IsNotExist(err) {
 		t.Errorf("the database was created before the refusal: %v", err)
+	}
+}
+
+// TestServeSafeDefaults: private addresses are reachable by http jobs by
+// default only from a loopback server; host lists and proxies parse.
+func TestServeSafeDefaults(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--addr", "0.0.0.0:8080", "--token", "0123456789abcdef"}, false},
+		{[]string{"--addr", "0.0.0.0:8080", "--token", "0123456789abcdef", "--http-allow-private"}, true},
+		{[]string{"--addr", "127.0.0.1:8080", "--http-allow-private=false"}, false},
+	} {
+		cfg, err := loadConfig(t, nil, c.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HTTPAllowPrivate != c.want {
+			t.Errorf("%v: http-allow-private %v, want %v", c.args, cfg.HTTPAllowPrivate, c.want)
+		}
+	}
+	cfg, err := loadConfig(t, nil, "--allowed-host", " Redrive.Example., 10.1.2.3,[::1]", "--trusted-proxy", "10.0.0.0/8, 192.0.2.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(cfg.AllowedHosts) != "[redrive.example 10.1.2.3 ::1]" || fmt.Sprint(cfg.TrustedProxies) != "[10.0.0.0/8 192.0.2.7/32]" {
+		t.Errorf("hosts %v, proxies %v", cfg.AllowedHosts, cfg.TrustedProxies)
+	}
+	for _, c := range []struct {
+		host  string
+		extra []string
+		want  string
+	}{
+		{"127.0.0.1", nil, "[localhost 127.0.0.1 ::1 127.0.0.1]"},
+		{"localhost", []string{"box"}, "[localhost 127.0.0.1 ::1 localhost box]"},
+		{"0.0.0.0", nil, "[]"},
+		{"", []string{"redrive.example"}, "[redrive.example]"},
+		{"10.0.0.5", []string{"redrive.example"}, "[10.0.0.5 redrive.example]"},
+	} {
+		if got := fmt.Sprint(allowedHosts(c.host, c.extra)); got != c.want {
+			t.Errorf("allowedHosts(%q, %v) = %s, want %s", c.host, c.extra, got, c.want)
+		}
+	}
+}
+
+// TestServeRefusesShortTokenBeyondLoopback: a token too short to guard a
+// server reachable from the network is refused, naming --token.
+func TestServeRefusesShortTokenBeyondLoopback(t *testing.T) {
+	t.Setenv("REDRIVE_CONFIG", "")
+	db := filepath.Join(t.TempDir(), "redrive.db")
+	_, stderr, err := runCLI(t, "--db", db, "serve", "--addr", "0.0.0.0:0", "--token", "short-token")
+	if err == nil || !strings.Contains(stderr, "--token: 11 characters is too short") {
+		t.Errorf("err = %v, stderr = %q", err, stderr)
+	}
+}
+
+// TestServeHostCheck: serve on loopback answers to its own names only, on
+// every route (API, dashboard, metrics), and says where the dashboard is.
+func TestServeHostCheck(t *testing.T) {
+	base, logs := startServe(t, "--allowed-host", "redrive.internal")
+	_, port, _ := strings.Cut(strings.TrimPrefix(base, "http://"), ":")
+	get := func(path, host string) int {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, path := range []string{"/v1/stats", "/", "/metrics", "/healthz"} {
+		for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "redrive.internal"} {
+			if s := get(path, host); s != 200 {
+				t.Errorf("%s with Host %s: %d, want 200", path, host, s)
+			}
+		}
+		if s := get(path, "attacker.example:"+port); s != 421 {
+			t.Errorf("%s with a foreign Host: %d, want 421", path, s)
+		}
+	}
+	if !strings.Contains(logs.String(), `"msg":"dashboard: http://127.0.0.1:`+port+`/"`) {
+		t.Errorf("serve does not log the dashboard's URL:\n%s", logs)
 	}
 }
 
@@ -236,6 +352,9 @@ func call(t *testing.T, method, url, token, body string) (int, []byte) {
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

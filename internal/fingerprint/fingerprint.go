@@ -6,6 +6,7 @@ package fingerprint
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"strings"
 )
@@ -84,13 +85,16 @@ func isWord(c byte) bool {
 }
 
 // Of returns the fingerprint of a failure: 16 hex digits of the SHA-256 of
-// the class, the reason and the normalised message.
-func Of(class, reason, msg string) string {
+// the job's queue and kind, the class, the reason and the normalised
+// message, each length-prefixed. One cause in two queues or kinds is two groups: a redrive or a
+// purge of a group never crosses queues.
+func Of(queue, kind, class, reason, msg string) string {
 	h := sha256.New()
-	h.Write([]byte(class))
-	h.Write([]byte{0})
-	h.Write([]byte(reason))
-	h.Write([]byte{0})
-	h.Write([]byte(Normalize(msg)))
+	var n [8]byte
+	for _, p := range []string{queue, kind, class, reason, Normalize(msg)} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write([]byte(p))
+	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }

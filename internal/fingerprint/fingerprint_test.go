@@ -22,16 +22,27 @@ func TestNormalize(t *testing.T) {
 }
 
 func TestOfGroupsSameCause(t *testing.T) {
-	a := Of("transient", "http_503", `upstream "svc-a" returned 503 after 1200ms`)
-	b := Of("transient", "http_503", `upstream "svc-b" returned 503 after 980ms`)
+	a := Of("webhooks", "http", "transient", "http_503", `upstream "svc-a" returned 503 after 1200ms`)
+	b := Of("webhooks", "http", "transient", "http_503", `upstream "svc-b" returned 503 after 980ms`)
 	if a != b {
 		t.Fatalf("same cause, different fingerprints: %s %s", a, b)
 	}
-	if c := Of("permanent", "http_503", `upstream "svc-a" returned 503 after 1200ms`); c == a {
+	if c := Of("webhooks", "http", "permanent", "http_503", `upstream "svc-a" returned 503 after 1200ms`); c == a {
 		t.Fatal("different class must give a different fingerprint")
 	}
-	if d := Of("transient", "http_503", "connection refused"); d == a {
+	if d := Of("webhooks", "http", "transient", "http_503", "connection refused"); d == a {
 		t.Fatal("different message must give a different fingerprint")
+	}
+	// One cause in two queues or kinds: two groups (a group's redrive or
+	// purge never crosses queues).
+	if e := Of("default", "http", "transient", "http_503", `upstream "svc-a" returned 503 after 1200ms`); e == a {
+		t.Fatal("different queue must give a different fingerprint")
+	}
+	if f := Of("webhooks", "email", "transient", "http_503", `upstream "svc-a" returned 503 after 1200ms`); f == a {
+		t.Fatal("different kind must give a different fingerprint")
+	}
+	if Of("a\x00b", "c", "x", "y", "z") == Of("a", "b\x00c", "x", "y", "z") {
+		t.Fatal("the parts are not separated")
 	}
 	if len(a) != 16 {
 		t.Fatalf("fingerprint %q: want 16 hex digits", a)

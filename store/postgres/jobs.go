@@ -38,11 +38,11 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 		payload, policy, history []byte
 		idem, worker             *string
 		state, class             string
-		lastDuration             *int64
+		lastDuration, lastDelay  *int64
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &j.Reprocessable,
 		&j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &worker, &j.CancelRequested, &j.RetryCount,
-		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration}
+		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -69,6 +69,9 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 	j.DeadAt = utcPtr(j.DeadAt)
 	if lastDuration != nil {
 		j.LastDuration = store.Duration(*lastDuration)
+	}
+	if lastDelay != nil {
+		j.LastDelay = store.Duration(*lastDelay)
 	}
 	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
 		return nil, err
@@ -253,35 +256,130 @@ var errHolderGone = errors.New("job holding the idempotency key vanished")
 // inserted by one statement; with keys, the statement and the read of
 // the jobs already holding keys share a transaction.
 func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
-	b, err := s.prepareEnqueue(jobs, now)
-	if err != nil {
-		return nil, err
-	}
-	if b == nil {
-		return []*store.Job{}, nil
-	}
-	var out []*store.Job
-	err = s.retry(ctx, func() error {
-		for try := 0; ; try++ {
-			var err error
-			if b.hasKeys {
-				err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-					out, err = s.enqueueOn(ctx, tx, jobs, b)
-					return err
-				})
-			} else {
-				out, err = s.enqueueOn(ctx, s.pool, jobs, b)
+	out, err := s.withKeptKeys(ctx, jobs, now, func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
+		var out []*store.Job
+		err := s.retry(ctx, func() error {
+			for try := 0; ; try++ {
+				var err error
+				if b.hasKeys {
+					err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+						out, err = s.enqueueOn(ctx, tx, sub, b)
+						return err
+					})
+				} else {
+					out, err = s.enqueueOn(ctx, s.pool, sub, b)
+				}
+				if errors.Is(err, errHolderGone) && try < 10 {
+					continue
+				}
+				return err
 			}
-			if errors.Is(err, errHolderGone) && try < 10 {
-				continue
-			}
-			return err
-		}
+		})
+		return out, err
 	})
 	if err != nil {
 		return nil, s.fail("enqueue", err)
 	}
 	return out, nil
+}
+
+// withKeptKeys runs enqueue on the jobs, and again on fewer when some of
+// their keys turn out to be kept keys of deleted jobs (enqueue then fails
+// with a *keptKeysError and must have left nothing behind): those jobs are
+// answered with the deleted job, and counted as deduplicated.
+func (s *Store) withKeptKeys(ctx context.Context, jobs []store.NewJob, now time.Time,
+	enqueue func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error)) ([]*store.Job, error) {
+	out := make([]*store.Job, len(jobs))
+	kept := map[string]*store.Job{}
+	for {
+		var idx []int
+		var sub []store.NewJob
+		for i := range jobs {
+			if jobs[i].IdempotencyKey != "" && kept[jobs[i].IdempotencyKey] != nil {
+				continue
+			}
+			idx = append(idx, i)
+			sub = append(sub, jobs[i])
+		}
+		b, err := s.prepareEnqueue(sub, now)
+		if err != nil {
+			return nil, err
+		}
+		var res []*store.Job
+		if b != nil {
+			res, err = enqueue(sub, b)
+		}
+		var kk *keptKeysError
+		if errors.As(err, &kk) {
+			for k, j := range kk.jobs {
+				kept[k] = j
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for n, i := range idx {
+			out[i] = res[n]
+		}
+		dedup := map[string]int64{}
+		for i := range jobs {
+			if out[i] == nil {
+				c := *kept[jobs[i].IdempotencyKey]
+				out[i] = &c
+				dedup[jobs[i].Queue]++
+			}
+		}
+		for q, n := range dedup {
+			if _, err := s.pool.Exec(ctx, s.sql.counterOne, cleanText(q), store.StatDeduplicated, shard(), n); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+}
+
+// keptKeysError aborts an enqueue whose batch holds keys of deleted jobs.
+type keptKeysError struct{ jobs map[string]*store.Job }
+
+func (e *keptKeysError) Error() string {
+	return fmt.Sprintf("%d idempotency keys belong to deleted jobs", len(e.jobs))
+}
+
+// checkKeptKeys fails with a *keptKeysError when a key the batch just
+// inserted is a kept key of a deleted job. It runs after the insert, in
+// the same transaction: a job deleted before the insert could take its
+// key had its key kept in the same transaction as the delete, so this
+// later statement sees it.
+func (s *Store) checkKeptKeys(ctx context.Context, q querier, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := q.Query(ctx, s.sql.keptKeys, keys)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	found := map[string]*store.Job{}
+	for rows.Next() {
+		j := &store.Job{Existing: true, Gone: true, History: []store.Event{}}
+		var state string
+		if err := rows.Scan(&j.IdempotencyKey, &j.ID, &j.Queue, &j.Kind, &state, &j.CreatedAt, &j.FinishedAt); err != nil {
+			return err
+		}
+		j.State = store.State(state)
+		j.CreatedAt = j.CreatedAt.UTC()
+		j.RunAt = j.CreatedAt
+		j.FinishedAt = utcPtr(j.FinishedAt)
+		found[j.IdempotencyKey] = j
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(found) > 0 {
+		return &keptKeysError{jobs: found}
+	}
+	return nil
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction tx: the jobs exist
@@ -296,38 +394,42 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 // keys, EnqueueTx works inside a savepoint. The store's own pool is not
 // used, but a closed store still refuses with store.ErrClosed.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
-	b, err := s.prepareEnqueue(jobs, now)
-	if err != nil {
-		return nil, err
-	}
-	if b == nil {
+	if len(jobs) == 0 {
+		if err := s.check(); err != nil {
+			return nil, err
+		}
 		return []*store.Job{}, nil
 	}
-	if !b.hasKeys {
-		out, err := s.enqueueOn(ctx, tx, jobs, b)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: enqueue: %w", err)
+	out, err := s.withKeptKeys(ctx, jobs, now, func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
+		if !b.hasKeys {
+			return s.enqueueOn(ctx, tx, sub, b)
 		}
-		return out, nil
-	}
-	for try := 0; ; try++ {
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: enqueue: %w", err)
-		}
-		out, err := s.enqueueOn(ctx, sp, jobs, b)
-		if err != nil {
-			sp.Rollback(ctx)
-			if errors.Is(err, errHolderGone) && try < 10 {
-				continue
+		for try := 0; ; try++ {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return nil, err
 			}
-			return nil, fmt.Errorf("postgres: enqueue: %w", err)
+			out, err := s.enqueueOn(ctx, sp, sub, b)
+			if err != nil {
+				sp.Rollback(ctx)
+				if errors.Is(err, errHolderGone) && try < 10 {
+					continue
+				}
+				return nil, err
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return nil, err
+			}
+			return out, nil
 		}
-		if err := sp.Commit(ctx); err != nil {
-			return nil, fmt.Errorf("postgres: enqueue: %w", err)
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrClosed) {
+			return nil, err
 		}
-		return out, nil
+		return nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
+	return out, nil
 }
 
 // enqueueOn inserts the batch with q and reads the jobs holding the keys
@@ -360,16 +462,22 @@ func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b
 		return nil, err
 	}
 	var prev int64
-	var missing []string
+	var missing, inserted []string
 	for i, j := range out {
 		if j == nil {
 			missing = append(missing, b.keys[i])
 			continue
 		}
+		if b.keys[i] != "" {
+			inserted = append(inserted, b.keys[i])
+		}
 		if j.ID <= prev {
 			return nil, fmt.Errorf("ids %d then %d: not increasing in input order", prev, j.ID)
 		}
 		prev = j.ID
+	}
+	if err := s.checkKeptKeys(ctx, q, inserted); err != nil {
+		return nil, err
 	}
 	if len(missing) == 0 {
 		return out, nil
@@ -475,7 +583,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		ats, runAts                            []time.Time
 		cOrds                                  []int32
 		cQueues, cNames                        []string
-		cNs, durations                         []int64
+		cNs, durations, delays                 []int64
 		sent                                   = map[fence]bool{}
 		order                                  []int
 	)
@@ -542,6 +650,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		fps = append(fps, storedFingerprint(o.Fingerprint))
 		ords = append(ords, int32(i))
 		durations = append(durations, int64(o.Duration))
+		delays = append(delays, int64(o.RetryDelay))
 		for _, c := range o.Counters {
 			name := c.Name
 			if c.Class != "" {
@@ -556,7 +665,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	err := s.retry(ctx, func() error {
 		clear(applied)
 		rows, err := s.pool.Query(ctx, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-			cOrds, cQueues, cNames, cNs, shard(), durations)
+			cOrds, cQueues, cNames, cNs, shard(), durations, delays)
 		if err != nil {
 			return err
 		}

@@ -44,9 +44,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"regexp"
 	"sort"
 	"strconv"
@@ -364,7 +366,36 @@ func (s *Store) fail(op string, err error) error {
 	if s.closed.Load() && !errors.Is(err, store.ErrClosed) {
 		return fmt.Errorf("postgres: %s: %w (%v)", op, store.ErrClosed, err)
 	}
+	if kind := unavailability(err); kind != nil {
+		return fmt.Errorf("postgres: %s: %w: %w", op, kind, err)
+	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// unavailability says whether err means the database cannot take the
+// call now (store.ErrUnavailable: unreachable, shutting down, starting,
+// out of connections), has no room (store.ErrFull) or cannot be written
+// (store.ErrReadOnly); nil otherwise.
+func unavailability(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "53100": // disk_full
+			return store.ErrFull
+		case pe.Code == "25006": // read_only_sql_transaction (a standby)
+			return store.ErrReadOnly
+		case strings.HasPrefix(pe.Code, "57P"), strings.HasPrefix(pe.Code, "08"), pe.Code == "53300": // shutdown, connection, too many connections
+			return store.ErrUnavailable
+		}
+		return nil
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "conn closed") {
+		return store.ErrUnavailable
+	}
+	return nil
 }
 
 // querier is what pgxpool.Pool, pgx.Conn and pgx.Tx have in common.

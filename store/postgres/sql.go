@@ -11,7 +11,7 @@ import (
 // scanJob reads them.
 var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
 	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
-	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration"}
+	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration", "last_delay"}
 
 // cols returns the job columns, each prefixed with prefix, plus the
 // history when withHistory.
@@ -30,6 +30,7 @@ func cols(prefix string, withHistory bool) string {
 // schema and channel.
 type statements struct {
 	jobs, counters string // qualified table names
+	keys           string
 	enqueue        string
 	enqueuePlain   string
 	byKeys         string
@@ -46,7 +47,14 @@ type statements struct {
 	redrive        string
 	deleteFinished string
 	stats          string
+	keptKeys       string
 }
+
+// keepKeysSQL keeps the keys of the jobs a DELETE ... RETURNING (named
+// del) deleted.
+const keepKeysSQL = `INSERT INTO {keys} (key, job_id, queue, kind, state, created_at, finished_at, deleted_at)
+	SELECT idem_key, id, queue, kind, state, created_at, finished_at, now() FROM del WHERE idem_key IS NOT NULL
+	ON CONFLICT (key) DO NOTHING`
 
 // upsertCounters is the tail of an INSERT INTO counters ... SELECT that
 // adds to existing rows.
@@ -57,6 +65,7 @@ func render(schema, channel string) statements {
 	r := strings.NewReplacer(
 		"{jobs}", schema+".jobs",
 		"{counters}", schema+".counters",
+		"{keys}", schema+".idem_keys",
 		"{seq}", "'"+schema+".jobs_id_seq'",
 		"{notify}", "pg_notify('"+channel+"', ",
 		"{upsert}", upsertCounters,
@@ -74,6 +83,7 @@ func render(schema, channel string) statements {
 	return statements{
 		jobs:     schema + ".jobs",
 		counters: schema + ".counters",
+		keys:     schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered
 		// rows), then the rows are inserted in key order, so that two
@@ -127,6 +137,9 @@ SELECT id FROM ins CROSS JOIN ntf`),
 
 		byKeys: q(`SELECT {hcols} FROM {jobs} WHERE idem_key = ANY($1::text[])`),
 
+		// keptKeys reads the kept keys of deleted jobs.
+		keptKeys: q(`SELECT key, job_id, queue, kind, state, created_at, finished_at FROM {keys} WHERE key = ANY($1::text[])`),
+
 		// Fetch: lock the due rows (skipping rows other fetchers hold),
 		// lease them, count the attempts.
 		fetch: q(`WITH picked AS (
@@ -148,8 +161,8 @@ SELECT * FROM upd ORDER BY run_at, id`),
 		// Finish: every outcome in one UPDATE, fenced on the running
 		// attempt and worker; the counters of the applied outcomes only.
 		finish: q(`WITH o AS (
-	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[])
-		AS t(id, attempt, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration)
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[], $20::bigint[])
+		AS t(id, attempt, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration, delay)
 ), upd AS (
 	UPDATE {jobs} j SET
 		state = o.state,
@@ -161,6 +174,7 @@ SELECT * FROM upd ORDER BY run_at, id`),
 		last_failed_at = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.at ELSE j.last_failed_at END,
 		finished_at = CASE WHEN o.kind IN ({complete}, {bury}, {cancel}) THEN o.at ELSE j.finished_at END,
 		last_duration = CASE WHEN o.kind IN ({complete}, {retry}, {bury}) THEN o.duration ELSE j.last_duration END,
+		last_delay = CASE WHEN o.kind = {retry} THEN o.delay ELSE j.last_delay END,
 		dead_at = CASE WHEN o.kind = {bury} THEN o.at ELSE j.dead_at END,
 		dead_reason = CASE WHEN o.kind = {bury} THEN o.dead_reason ELSE j.dead_reason END,
 		fingerprint = CASE WHEN o.kind = {bury} THEN o.fingerprint ELSE j.fingerprint END,
@@ -202,7 +216,7 @@ SELECT ord FROM upd`),
 		// ones marked not reprocessable are reported as refused.
 		redrive: q(`WITH upd AS (
 	UPDATE {jobs} SET state = 'pending', run_at = $2, attempt = 0, retry_count = 0, redriven = redriven + 1,
-		dead_at = NULL, dead_reason = '', finished_at = NULL, payload = coalesce($3, payload),
+		dead_at = NULL, last_delay = NULL, dead_reason = '', finished_at = NULL, payload = coalesce($3, payload),
 		history = history || jsonb_build_array($4::jsonb)
 	WHERE id = ANY($1::bigint[]) AND state = 'dead' AND reprocessable
 	RETURNING id, queue, {notify}queue) AS notified
@@ -220,7 +234,9 @@ SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND
 	DELETE FROM {jobs} WHERE id IN (
 		SELECT id FROM {jobs} WHERE state = $1 AND finished_at < $2
 		ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-	RETURNING queue, state
+	RETURNING queue, state, idem_key, id, kind, created_at, finished_at
+), keep AS (
+	` + keepKeysSQL + `
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
 	SELECT queue, 'purged', $4::smallint, count(*) FROM del WHERE state = 'dead' GROUP BY queue ORDER BY queue
@@ -240,7 +256,9 @@ func (s *Store) purgeSQL(where string, limitArg, shardArg string) string {
 	return `WITH del AS (
 	DELETE FROM ` + s.sql.jobs + ` WHERE id IN (
 		SELECT id FROM ` + s.sql.jobs + ` WHERE ` + where + ` LIMIT ` + limitArg + ` FOR UPDATE SKIP LOCKED)
-	RETURNING queue
+	RETURNING queue, state, idem_key, id, kind, created_at, finished_at
+), keep AS (
+	` + strings.ReplaceAll(keepKeysSQL, "{keys}", s.sql.keys) + `
 ), cnt AS (
 	INSERT INTO ` + s.sql.counters + ` AS c (queue, name, shard, n)
 	SELECT queue, 'purged', ` + shardArg + `::smallint, count(*) FROM del GROUP BY queue ORDER BY queue

@@ -17,7 +17,7 @@ import (
 
 const jobColumnsNoHistory = `id, queue, kind, payload, state, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, attempted_at, finished_at, lease_until, worker, cancel_requested, retry_count,
-	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration`
+	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration, last_delay`
 
 const jobColumns = jobColumnsNoHistory + `, history`
 
@@ -44,11 +44,11 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 		reproc, cancelReq                      int
 		created, runAt                         int64
 		attempted, finished, lease, lastFailed sql.NullInt64
-		dead, lastDuration                     sql.NullInt64
+		dead, lastDuration, lastDelay          sql.NullInt64
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
 		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
-		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration}
+		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -72,6 +72,7 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 	j.LastFailedAt = optTime(lastFailed)
 	j.DeadAt = optTime(dead)
 	j.LastDuration = store.Duration(lastDuration.Int64)
+	j.LastDelay = store.Duration(lastDelay.Int64)
 	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
@@ -134,6 +135,14 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 			}
 			nj := &jobs[i]
 			i++
+			// A key whose job was deleted is still taken.
+			if j, err := keptKey(ctx, tx, nj.IdempotencyKey); err != nil {
+				return fmt.Errorf("sqlite: enqueue: %w", err)
+			} else if j != nil {
+				out[i-1] = j
+				counts[[2]string{nj.Queue, store.StatDeduplicated}]++
+				continue
+			}
 			if ins == nil {
 				ins = s.stmt(tx, "insert")
 			}
@@ -474,7 +483,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			case store.Retry:
 				to = dueState(o.RunAt, o.At)
 				res, err = get("retry").ExecContext(ctx, string(to), micros(o.RunAt), o.Error, o.ClassName(), at,
-					int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
+					int64(o.Duration), int64(o.RetryDelay), ev, ev, o.JobID, o.Attempt, o.Worker)
 			case store.Bury:
 				res, err = get("bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.ClassName(), at,
 					int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
@@ -891,7 +900,7 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 				continue
 			}
 			_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = ?, attempt = 0, retry_count = 0,
-				redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL,
+				redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL, last_delay = NULL,
 				payload = coalesce(?, payload),
 				history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`,
 				micros(p.Now), nullBytes(p.Payload), ev, id)
@@ -925,7 +934,7 @@ func (s *Store) Purge(ctx context.Context, f store.Filter, limit int) (int64, er
 	}
 	var n int64
 	err = s.write(ctx, func(tx *sql.Conn) (err error) {
-		n, err = s.deleteJobs(ctx, tx, "purge", `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE `+w+` LIMIT ?) RETURNING queue`,
+		n, err = s.deleteJobs(ctx, tx, "purge", `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE `+w+` LIMIT ?) RETURNING `+deletedColumns,
 			append(args, limit), store.Dead)
 		return err
 	})
@@ -942,11 +951,17 @@ func (s *Store) deleteJobs(ctx context.Context, tx *sql.Conn, op, query string, 
 	var n int64
 	counts := map[[2]string]int64{}
 	mv := moves{}
+	var keys []tombstone
 	for rows.Next() {
 		var q string
-		if err := rows.Scan(&q); err != nil {
+		var t tombstone
+		if err := rows.Scan(&q, &t.key, &t.id, &t.kind, &t.created, &t.finished); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+		}
+		if t.key.Valid {
+			t.queue = q
+			keys = append(keys, t)
 		}
 		n++
 		mv.move(q, state, "")
@@ -956,6 +971,9 @@ func (s *Store) deleteJobs(ctx context.Context, tx *sql.Conn, op, query string, 
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if err := keepKeys(ctx, tx, keys, state); err != nil {
 		return 0, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	if err := s.addMoves(ctx, tx, mv); err != nil {
@@ -977,7 +995,7 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 	var n int64
 	err := s.write(ctx, func(tx *sql.Conn) (err error) {
 		n, err = s.deleteJobs(ctx, tx, "delete finished", `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
-			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?) RETURNING queue`,
+			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?) RETURNING `+deletedColumns,
 			[]any{string(state), micros(before), limit}, state)
 		return err
 	})

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redrivehq/redrive/store"
@@ -77,14 +78,17 @@ type Options struct {
 
 // Store is a store.Store on a SQLite file.
 type Store struct {
-	path  string
-	w     *sql.DB
-	wconn *sql.Conn
-	r     *sql.DB
-	log   *slog.Logger
-	ops   chan *op
-	maxB  int
-	stmts map[string]*sql.Stmt
+	path string
+	// lastWrite is the error of the last write transaction, nil after a
+	// success (see WriteHealth).
+	lastWrite atomic.Pointer[error]
+	w         *sql.DB
+	wconn     *sql.Conn
+	r         *sql.DB
+	log       *slog.Logger
+	ops       chan *op
+	maxB      int
+	stmts     map[string]*sql.Stmt
 	// readByIDs and readByIDsFull read jobs by a JSON array of ids on
 	// the read pool.
 	readByIDs, readByIDsFull *sql.Stmt
@@ -266,7 +270,7 @@ var writeSQL = map[string]string{
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
 	"retry": `UPDATE jobs SET state = ?, run_at = ?, retry_count = retry_count + 1, last_error = ?, last_error_class = ?, last_failed_at = ?,
-		last_duration = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
+		last_duration = ?, last_delay = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
 	"bury": `UPDATE jobs SET state = 'dead', dead_at = ?, finished_at = ?, dead_reason = ?, fingerprint = ?,
@@ -409,7 +413,9 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 		return fmt.Errorf("sqlite: begin: %w", err)
 	}
 	rollback := func() {
-		if _, err := s.wconn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		// After some errors (a full disk, I/O) SQLite has rolled back
+		// already: no transaction is active, and that is not a failure.
+		if _, err := s.wconn.ExecContext(ctx, "ROLLBACK"); err != nil && !strings.Contains(err.Error(), "no transaction is active") {
 			s.log.Error("sqlite: rollback failed", "error", err)
 		}
 	}
@@ -421,11 +427,52 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 	}()
 	if err := fn(s.wconn); err != nil {
 		rollback()
-		return err
+		return s.noteWrite(classify(err))
 	}
 	if _, err := s.wconn.ExecContext(ctx, "COMMIT"); err != nil {
 		rollback()
-		return fmt.Errorf("sqlite: commit: %w", err)
+		return s.noteWrite(classify(fmt.Errorf("sqlite: commit: %w", err)))
+	}
+	return s.noteWrite(nil)
+}
+
+// classify wraps an error of SQLite's that says the database cannot be
+// written with store.ErrFull, store.ErrReadOnly or store.ErrUnavailable.
+func classify(err error) error {
+	var se *sqlite.Error
+	if err == nil || !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff { // the primary result code
+	case 13: // SQLITE_FULL
+		return fmt.Errorf("%w: the disk is full: %w", store.ErrFull, err)
+	case 8: // SQLITE_READONLY
+		return fmt.Errorf("%w: %w", store.ErrReadOnly, err)
+	case 10, 14, 5, 6: // SQLITE_IOERR, SQLITE_CANTOPEN, SQLITE_BUSY, SQLITE_LOCKED
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
+}
+
+// noteWrite records how the last write ended, for WriteHealth, and
+// returns err. Request errors (validation, not found) say nothing of the
+// store's health.
+func (s *Store) noteWrite(err error) error {
+	if err != nil && isRequestError(err) {
+		return err
+	}
+	if err == nil {
+		s.lastWrite.Store(nil)
+	} else {
+		s.lastWrite.Store(&err)
+	}
+	return err
+}
+
+// WriteHealth implements store.WriteHealth.
+func (s *Store) WriteHealth() error {
+	if p := s.lastWrite.Load(); p != nil {
+		return *p
 	}
 	return nil
 }

@@ -287,11 +287,14 @@ func testIdempotencyConcurrent(x *h) {
 	}
 }
 
-// testIdempotencyKeyFreed: a key is taken while its job exists; once the
-// job is purged or deleted by retention, the key creates a new job.
-func testIdempotencyKeyFreed(x *h) {
+// testIdempotencyKeyKept: the key of a job deleted by retention or a
+// purge stays taken: Enqueue answers it with the deleted job (Existing and
+// Gone, its id, queue, kind, final state and times), counted as
+// deduplicated, in a batch with other keys too; once DeleteKeys passed
+// the job's enqueue time, the key is free again.
+func testIdempotencyKeyKept(x *h) {
 	deadID := x.makeDead(at(0), deadSpec{job: store.NewJob{Queue: "q", Kind: "k", IdempotencyKey: "kd"}, deadAt: at(time.Second), reason: "r", fp: "f", err: "e"})[0]
-	done := x.leaseNew(at(2*time.Second), "w", store.NewJob{Queue: "q", Kind: "k", IdempotencyKey: "kc"})[0]
+	done := x.leaseNew(at(2*time.Second), "w", store.NewJob{Queue: "q", Kind: "kc", IdempotencyKey: "kc"})[0]
 	x.finish(completeOf(done, at(3*time.Second)))
 
 	if n, err := x.s.Purge(x.ctx, store.Filter{IDs: []int64{deadID}}, 10); err != nil || n != 1 {
@@ -300,10 +303,46 @@ func testIdempotencyKeyFreed(x *h) {
 	if n, err := x.s.DeleteFinished(x.ctx, store.Completed, at(time.Hour), 10); err != nil || n != 1 {
 		x.t.Fatalf("DeleteFinished(completed) = %d, %v; want 1, nil", n, err)
 	}
-	got := x.enqueue(at(4*time.Second), store.NewJob{Queue: "q", Kind: "k", IdempotencyKey: "kd"}, store.NewJob{Queue: "q", Kind: "k", IdempotencyKey: "kc"})
-	for i, old := range []int64{deadID, done.ID} {
-		if got[i].Existing || got[i].ID == old || got[i].State != store.Pending {
-			x.t.Errorf("Enqueue of a key whose job %d was deleted: id %d, Existing %v, state %s; want a new pending job", old, got[i].ID, got[i].Existing, got[i].State)
+	before := x.counter("q", store.StatDeduplicated)
+	got := x.enqueue(at(4*time.Second), store.NewJob{Queue: "q", Kind: "k", IdempotencyKey: "kd"},
+		store.NewJob{Queue: "q", Kind: "k", IdempotencyKey: "fresh"},
+		store.NewJob{Queue: "q", Kind: "kc", IdempotencyKey: "kc"},
+		store.NewJob{Queue: "q", Kind: "k"})
+	for i, c := range []struct {
+		id    int64
+		kind  string
+		state store.State
+	}{{deadID, "k", store.Dead}, {0, "", ""}, {done.ID, "kc", store.Completed}} {
+		g := got[[]int{0, 1, 2}[i]]
+		if c.id == 0 {
+			if g.Existing || g.Gone || g.State != store.Pending {
+				x.t.Errorf("a fresh key: Existing %v Gone %v state %s; want a new pending job", g.Existing, g.Gone, g.State)
+			}
+			continue
 		}
+		if !g.Existing || !g.Gone || g.ID != c.id || g.Kind != c.kind || g.State != c.state || g.Queue != "q" || g.CreatedAt.IsZero() {
+			x.t.Errorf("the key of deleted job %d: id %d Existing %v Gone %v kind %q state %s; want the deleted job", c.id, g.ID,
+				g.Existing, g.Gone, g.Kind, g.State)
+		}
+	}
+	if got[3].Existing || got[3].State != store.Pending {
+		x.t.Errorf("a job without a key in the batch: %+v", got[3])
+	}
+	if n := x.counter("q", store.StatDeduplicated) - before; n != 2 {
+		x.t.Errorf("deduplicated counter grew by %d, want 2", n)
+	}
+	if _, err := x.s.Get(x.ctx, deadID); !errors.Is(err, store.ErrNotFound) {
+		x.t.Errorf("Get(deleted job %d) = %v, want ErrNotFound", deadID, err)
+	}
+	// Key retention: the keys of jobs enqueued before the cutoff go.
+	if n, err := x.s.DeleteKeys(x.ctx, at(time.Second)); err != nil || n != 1 {
+		x.t.Fatalf("DeleteKeys(1s) = %d, %v; want 1 (the key of the job enqueued at 0)", n, err)
+	}
+	again := x.enqueue(at(5*time.Second), store.NewJob{Queue: "q", Kind: "k", IdempotencyKey: "kd"}, store.NewJob{Queue: "q", Kind: "kc", IdempotencyKey: "kc"})
+	if again[0].Existing || again[0].ID == deadID || again[0].State != store.Pending {
+		x.t.Errorf("a key past retention: Existing %v id %d state %s; want a new pending job", again[0].Existing, again[0].ID, again[0].State)
+	}
+	if !again[1].Existing || !again[1].Gone || again[1].ID != done.ID {
+		x.t.Errorf("a key within retention: %+v; want the deleted job %d", again[1], done.ID)
 	}
 }

@@ -400,3 +400,42 @@ func testFinishClassNone(x *h) {
 		x.t.Errorf("Filter{Class: unknown} lists %v, want the two failed jobs", ids)
 	}
 }
+
+// testFinishLastDelay: a Retry keeps the delay its policy chose
+// (RetryDelay) as the job's LastDelay, whatever RunAt the budget made of
+// it; a snooze, a completion and a bury keep the value; a redrive clears
+// it.
+func testFinishLastDelay(x *h) {
+	jobs := x.leaseNew(at(0), "w1", store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"})
+	if jobs[0].LastDelay != 0 {
+		x.t.Errorf("a new job has LastDelay %v", time.Duration(jobs[0].LastDelay))
+	}
+	r := retryOf(jobs[0], at(time.Second), at(time.Minute), failure.Transient, "503")
+	r.RetryDelay = store.Duration(1500 * time.Millisecond) // the budget pushed RunAt further
+	r2 := retryOf(jobs[1], at(time.Second), at(2*time.Second), failure.Transient, "503")
+	r2.RetryDelay = store.Duration(time.Second)
+	x.finish(r, r2)
+	if got := x.get(jobs[0].ID).LastDelay; got != r.RetryDelay {
+		x.t.Errorf("after a retry: LastDelay %v, want %v", time.Duration(got), time.Duration(r.RetryDelay))
+	}
+	again := x.fetchWant(store.FetchParams{Queue: "q", Limit: 10, Now: at(time.Minute), LeaseUntil: at(2 * time.Minute), Worker: "w2"},
+		jobs[1].ID, jobs[0].ID)
+	if again[1].LastDelay != r.RetryDelay || again[0].LastDelay != r2.RetryDelay {
+		x.t.Errorf("Fetch returns LastDelay %v and %v, want %v and %v", time.Duration(again[1].LastDelay),
+			time.Duration(again[0].LastDelay), time.Duration(r.RetryDelay), time.Duration(r2.RetryDelay))
+	}
+	s := outcome(again[1], store.Snooze, at(time.Minute+time.Second))
+	s.RunAt = at(time.Hour)
+	b := buryOf(again[0], at(time.Minute+time.Second), failure.Transient, "retries_exhausted", "fp", "503")
+	x.finish(s, b)
+	if got := x.get(jobs[0].ID).LastDelay; got != r.RetryDelay {
+		x.t.Errorf("after a snooze: LastDelay %v, want %v", time.Duration(got), time.Duration(r.RetryDelay))
+	}
+	if got := x.get(jobs[1].ID).LastDelay; got != r2.RetryDelay {
+		x.t.Errorf("after a bury: LastDelay %v, want %v", time.Duration(got), time.Duration(r2.RetryDelay))
+	}
+	x.redrive(store.RedriveParams{IDs: []int64{jobs[1].ID}, Now: at(2 * time.Minute)})
+	if got := x.get(jobs[1].ID).LastDelay; got != 0 {
+		x.t.Errorf("after a redrive: LastDelay %v, want 0", time.Duration(got))
+	}
+}

@@ -486,6 +486,7 @@ func jobFields(j *store.Job) [][2]string {
 		{"DeadReason", j.DeadReason},
 		{"Fingerprint", j.Fingerprint},
 		{"Redriven", fmt.Sprint(j.Redriven)},
+		{"LastDelay", fmt.Sprint(time.Duration(j.LastDelay))},
 		{"History", fmtHistory(j.History)},
 		{"Existing", fmt.Sprint(j.Existing)},
 	}

@@ -56,7 +56,8 @@ var subtests = []subtest{
 	{"Idempotency", testIdempotency},
 	{"IdempotencyBatch", testIdempotencyBatch},
 	{"IdempotencyConcurrent", testIdempotencyConcurrent},
-	{"IdempotencyKeyFreedByDelete", testIdempotencyKeyFreed},
+	{"IdempotencyKeyKept", testIdempotencyKeyKept},
+	{"IdempotencyKeyKeptRace", testIdempotencyKeyKeptRace},
 	{"Fetch", testFetch},
 	{"FetchConcurrent", testFetchConcurrent},
 	{"FetchAhead", testFetchAhead},
@@ -70,6 +71,7 @@ var subtests = []subtest{
 	{"FinishCancel", testFinishCancel},
 	{"FinishDuration", testFinishDuration},
 	{"FinishClassNone", testFinishClassNone},
+	{"FinishLastDelay", testFinishLastDelay},
 	{"Fencing", testFencing},
 	{"FencingBatch", testFencingBatch},
 	{"Heartbeat", testHeartbeat},
@@ -96,6 +98,7 @@ var subtests = []subtest{
 	{"QueuesListing", testQueuesListing},
 	{"QueuesInvalid", testQueuesInvalid},
 	{"QueuesConcurrent", testQueuesConcurrent},
+	{"Workers", testWorkers},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

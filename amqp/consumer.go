@@ -1,0 +1,539 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
+)
+
+// QueueOptions configure one work queue of a Consumer. Zero fields take
+// the defaults given.
+type QueueOptions struct {
+	// Concurrency is how many handlers run at once for the queue
+	// (default 10).
+	Concurrency int
+	// Prefetch is how many unacknowledged messages the broker hands the
+	// consumer at once (default 2 x Concurrency). Messages waiting out
+	// the end of a retry delay hold a prefetch slot, not a handler.
+	Prefetch int
+	// Quorum declares quorum queues (see Topology.Quorum).
+	Quorum bool
+	// DeliveryLimit is a quorum work queue's x-delivery-limit (default
+	// DefaultDeliveryLimit).
+	DeliveryLimit int
+	// Tiers overrides the delays of the delay queues (default: one per
+	// distinct delay of the queue's retry policy).
+	Tiers []time.Duration
+	// DefaultKind is the kind of messages without a type property or
+	// HeaderKind header (default: the queue's name).
+	DefaultKind string
+}
+
+// ConsumerOptions configure a Consumer.
+type ConsumerOptions struct {
+	// Queues are the work queues to consume, each with its options.
+	// Required.
+	Queues map[string]QueueOptions
+	// Executor configures how attempts run, exactly as for a
+	// redrive.Worker: the retry policy (Policy, and QueuePolicies per
+	// queue, which also shape each queue's delay tiers), the classifier,
+	// the breakers, the retry budget, the observer, the logger.
+	Executor redrive.ExecutorOptions
+	// PublishRetry is the retry policy of the consumer's own publishes
+	// (retries, deferrals, dead letters). Default DefaultPublishRetry().
+	PublishRetry *retry.Policy
+	// ShutdownTimeout is how long Run lets running handlers finish after
+	// its context ends before canceling them (default 30s); the messages
+	// of handlers canceled that way go back to their queue without using
+	// an attempt.
+	ShutdownTimeout time.Duration
+	// MaxHistory and MaxHistoryBytes bound the history a message carries
+	// (defaults DefaultMaxHistory events, DefaultMaxHistoryBytes bytes);
+	// the oldest events are dropped first, and counted.
+	MaxHistory      int
+	MaxHistoryBytes int
+}
+
+// Consumer runs the registered handlers for the messages of its work
+// queues. Create it with NewConsumer, register handlers (HandleFunc, or
+// redrive.Handle with the Consumer), then call Run.
+//
+// Each message runs through a redrive.Executor, the one a redrive.Worker
+// uses, and its outcome becomes broker actions: a completed message is
+// acknowledged; a retry is published, confirmed, to the delay queue of
+// its delay with the attempt count and history in its headers, then the
+// original is acknowledged; a dead message is published to <queue>-dlq
+// with its history and the reason in headers, then acknowledged;
+// Permanent and NeedsAuth failures go there at once, and so does a
+// message whose redrive headers cannot be read (reason undecodable). An
+// open circuit breaker and Snooze put the message back through a delay
+// queue without using an attempt.
+type Consumer struct {
+	conn *Conn
+	exec *redrive.Executor
+	pub  *Publisher
+	opts ConsumerOptions
+	log  *slog.Logger
+
+	queues []*queueConsumer
+
+	mu      sync.Mutex
+	started bool
+
+	stats consumerCounters
+}
+
+// NewConsumer returns a consumer of opts.Queues on conn.
+func NewConsumer(conn *Conn, opts ConsumerOptions) (*Consumer, error) {
+	if len(opts.Queues) == 0 {
+		return nil, errors.New("amqp: consumer: no queues")
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.MaxHistory <= 0 {
+		opts.MaxHistory = DefaultMaxHistory
+	}
+	if opts.MaxHistoryBytes <= 0 {
+		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
+	}
+	if opts.Executor.Logger == nil {
+		opts.Executor.Logger = conn.log
+	}
+	if opts.Executor.Policy != nil {
+		if err := opts.Executor.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("amqp: consumer: %w", err)
+		}
+	}
+	exec := redrive.NewExecutor(opts.Executor)
+	pub, err := NewPublisher(conn, PublisherOptions{Retry: opts.PublishRetry, Logger: opts.Executor.Logger})
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{conn: conn, exec: exec, pub: pub, opts: opts, log: opts.Executor.Logger}
+	names := make([]string, 0, len(opts.Queues))
+	for name := range opts.Queues {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		qo := opts.Queues[name]
+		if qo.Concurrency <= 0 {
+			qo.Concurrency = 10
+		}
+		if qo.Prefetch <= 0 {
+			qo.Prefetch = 2 * qo.Concurrency
+		}
+		if qo.Prefetch < qo.Concurrency {
+			return nil, fmt.Errorf("amqp: queue %q: prefetch %d is below its concurrency %d", name, qo.Prefetch, qo.Concurrency)
+		}
+		if qo.DefaultKind == "" {
+			qo.DefaultKind = name
+		}
+		topo := NewTopology(name, exec.PolicyFor(&redrive.Job{Queue: name, MaxRetries: -1}))
+		if qo.Tiers != nil {
+			topo.Tiers = append([]time.Duration(nil), qo.Tiers...)
+		}
+		topo.Quorum, topo.DeliveryLimit = qo.Quorum, qo.DeliveryLimit
+		if err := topo.Validate(); err != nil {
+			return nil, err
+		}
+		c.queues = append(c.queues, &queueConsumer{c: c, name: name, opts: qo, topo: topo,
+			slots: make(chan struct{}, qo.Concurrency)})
+	}
+	return c, nil
+}
+
+// HandleFunc registers the handler of a job kind. Registering after Run
+// started, or twice for one kind, panics: both are programming errors.
+func (c *Consumer) HandleFunc(kind string, fn redrive.Handler, opts ...redrive.HandlerOption) {
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if started {
+		panic("amqp: HandleFunc called after Run")
+	}
+	c.exec.HandleFunc(kind, fn, opts...)
+}
+
+// Executor returns the executor that runs the consumer's attempts.
+func (c *Consumer) Executor() *redrive.Executor { return c.exec }
+
+// Topology returns the topology the consumer declares for a queue.
+func (c *Consumer) Topology(queue string) (Topology, bool) {
+	for _, q := range c.queues {
+		if q.name == queue {
+			return q.topo, true
+		}
+	}
+	return Topology{}, false
+}
+
+// ConsumerStats are a consumer's running totals since it was created.
+type ConsumerStats struct {
+	// Delivered counts the messages the broker delivered, hops and
+	// redeliveries included.
+	Delivered int64 `json:"delivered"`
+	// Completed, Retried, Deferred (breaker and Snooze), Dead and
+	// Released (shutdown) count the attempts by outcome.
+	Completed int64 `json:"completed"`
+	Retried   int64 `json:"retried"`
+	Deferred  int64 `json:"deferred"`
+	Dead      int64 `json:"dead"`
+	Released  int64 `json:"released"`
+	// Hops counts messages that came back early and took another delay
+	// queue; Waits, those whose last part of a delay the consumer waited
+	// out itself.
+	Hops  int64 `json:"hops"`
+	Waits int64 `json:"waits"`
+	// Undecodable counts messages dead-lettered because their redrive
+	// headers could not be read.
+	Undecodable int64 `json:"undecodable"`
+	// SettleFailures counts outcomes whose publish failed after its
+	// retries: the message went back to its queue to be tried again.
+	SettleFailures int64 `json:"settle_failures"`
+}
+
+type consumerCounters struct {
+	delivered, completed, retried, deferred, dead, released, hops, waits, undecodable, settleFailures atomic.Int64
+}
+
+// Stats returns the consumer's running totals.
+func (c *Consumer) Stats() ConsumerStats {
+	s := &c.stats
+	return ConsumerStats{Delivered: s.delivered.Load(), Completed: s.completed.Load(), Retried: s.retried.Load(),
+		Deferred: s.deferred.Load(), Dead: s.dead.Load(), Released: s.released.Load(), Hops: s.hops.Load(),
+		Waits: s.waits.Load(), Undecodable: s.undecodable.Load(), SettleFailures: s.settleFailures.Load()}
+}
+
+// Run declares the topology of every queue and consumes them until ctx
+// ends, then shuts down: it stops consuming, lets running handlers finish
+// for up to ShutdownTimeout, then cancels them (cause
+// redrive.ErrShutdown), and puts every message not settled back in its
+// queue (nack with requeue) without using an attempt. After a lost
+// connection it declares the topology again and resumes. It returns nil
+// after a clean shutdown, or the error that stopped it: a topology that
+// conflicts with existing queues, or a connection that gave up.
+func (c *Consumer) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return errors.New("amqp: consumer already running")
+	}
+	c.started = true
+	c.mu.Unlock()
+	defer c.pub.Close()
+
+	if v := c.conn.ServerVersion(); v != "" {
+		c.log.Info("amqp: consumer starting", "broker", c.conn.target, "broker_version", v, "queues", len(c.queues),
+			"kinds", c.exec.Kinds())
+	}
+	for _, q := range c.queues {
+		if err := q.topo.supported(c.conn.ServerVersion()); err != nil {
+			return err
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	hardCtx, hardCancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer hardCancel(nil)
+
+	var loops sync.WaitGroup
+	errs := make(chan error, len(c.queues))
+	for _, q := range c.queues {
+		loops.Go(func() {
+			if err := q.run(runCtx, hardCtx); err != nil {
+				errs <- fmt.Errorf("amqp: queue %q: %w", q.name, err)
+				stop()
+			}
+		})
+	}
+	allDone := make(chan struct{})
+	go func() { loops.Wait(); close(allDone) }()
+	select {
+	case <-allDone:
+	case <-runCtx.Done():
+		t := time.NewTimer(c.opts.ShutdownTimeout)
+		select {
+		case <-allDone:
+			t.Stop()
+		case <-t.C:
+			c.log.Warn("amqp: shutdown timeout: canceling running handlers")
+			hardCancel(redrive.ErrShutdown)
+			<-allDone
+		}
+	}
+	close(errs)
+	var err error
+	for e := range errs {
+		err = errors.Join(err, e)
+	}
+	c.log.Info("amqp: consumer stopped", "error", err)
+	return err
+}
+
+// queueConsumer consumes one work queue.
+type queueConsumer struct {
+	c     *Consumer
+	name  string
+	opts  QueueOptions
+	topo  Topology
+	slots chan struct{} // one per running handler
+}
+
+// run consumes until ctx ends, resubscribing after a lost channel, and
+// returns once every delivery it took is settled.
+func (q *queueConsumer) run(ctx, hardCtx context.Context) error {
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	failures := 0
+	for ctx.Err() == nil {
+		err := q.subscribe(ctx, hardCtx, &inflight)
+		if err == nil || ctx.Err() != nil {
+			failures = 0
+			continue
+		}
+		var ae *amqp091.Error
+		if errors.Is(err, ErrClosed) || (errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed) {
+			return err
+		}
+		failures++
+		d := min(100*time.Millisecond<<min(failures-1, 5), 3*time.Second)
+		q.c.log.Warn("amqp: consuming failed; retrying", "queue", q.name, "error", err, "delay", d)
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	return nil
+}
+
+// subscribe declares the topology, consumes on a new channel until the
+// channel closes (nil: resubscribe) or ctx ends, and leaves the channel
+// to the deliveries still being settled.
+func (q *queueConsumer) subscribe(ctx, hardCtx context.Context, inflight *sync.WaitGroup) error {
+	ch, err := q.c.conn.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	if err := q.topo.Declare(ch); err != nil {
+		ch.Close()
+		return err
+	}
+	if err := ch.Qos(q.opts.Prefetch, 0, false); err != nil {
+		ch.Close()
+		return fmt.Errorf("set prefetch: %w", err)
+	}
+	tag := "redrive-" + q.c.exec.ID() + "-" + q.name
+	deliveries, err := ch.Consume(q.name, tag, false, false, false, false, nil)
+	if err != nil {
+		ch.Close()
+		return fmt.Errorf("consume: %w", err)
+	}
+	var mine sync.WaitGroup
+	defer func() {
+		// The channel settles its deliveries; close it once they are.
+		go func() { mine.Wait(); ch.Close() }()
+	}()
+	canceled := false
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				if ctx.Err() == nil {
+					q.c.log.Warn("amqp: channel closed; resubscribing", "queue", q.name)
+				}
+				return nil
+			}
+			q.c.stats.delivered.Add(1)
+			inflight.Add(1)
+			mine.Add(1)
+			go func() {
+				defer inflight.Done()
+				defer mine.Done()
+				q.handle(ctx, hardCtx, &d)
+			}()
+		case <-ctx.Done():
+			if !canceled {
+				canceled = true
+				// Stop deliveries; those already sent still arrive and
+				// are put back by handle.
+				if err := ch.Cancel(tag, false); err != nil {
+					return nil
+				}
+			}
+			// Keep draining until the library closes deliveries.
+			for d := range deliveries {
+				q.c.stats.delivered.Add(1)
+				inflight.Add(1)
+				mine.Add(1)
+				go func() {
+					defer inflight.Done()
+					defer mine.Done()
+					q.requeue(&d)
+				}()
+			}
+			return nil
+		}
+	}
+}
+
+// handle decides what becomes of one delivery.
+func (q *queueConsumer) handle(ctx, hardCtx context.Context, d *amqp091.Delivery) {
+	st, err := readState(d.Headers, q.name)
+	if err != nil {
+		q.undecodable(d, err)
+		return
+	}
+	// Never early: a message that came back before its due time takes
+	// another delay queue, or the consumer waits out the rest.
+	if rem := time.Until(st.due); rem > 0 {
+		if tier, ok := q.topo.tierFor(rem); ok {
+			q.c.stats.hops.Add(1)
+			q.forward(d, q.topo.TierQueue(tier), amqp091.Table{}, "hop")
+			return
+		}
+		q.c.stats.waits.Add(1)
+		t := time.NewTimer(rem)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			q.requeue(d)
+			return
+		}
+	}
+	select {
+	case q.slots <- struct{}{}:
+	case <-ctx.Done():
+		q.requeue(d)
+		return
+	}
+	defer func() { <-q.slots }()
+	if ctx.Err() != nil {
+		q.requeue(d)
+		return
+	}
+	j := jobOf(d, q.name, kindOf(d, q.opts.DefaultKind), st, time.Now())
+	actx, cancel := context.WithCancelCause(hardCtx)
+	o := q.c.exec.Execute(actx, j)
+	cancel(nil)
+	q.settle(d, st, j, &o)
+}
+
+// settle turns an outcome into broker actions.
+func (q *queueConsumer) settle(d *amqp091.Delivery, st state, j *redrive.Job, o *redrive.Outcome) {
+	s := &q.c.stats
+	switch o.Kind {
+	case store.Complete, store.Cancel:
+		s.completed.Add(1)
+		q.ack(d)
+	case store.Retry, store.Snooze:
+		attempts := j.Attempt // a retry used the attempt
+		if o.Kind == store.Snooze {
+			attempts = st.attempts // a deferral or snooze did not
+			s.deferred.Add(1)
+		} else {
+			s.retried.Add(1)
+		}
+		hist, dropped := historyJSON(append(j.History, *o.Event), st.dropped, q.c.opts.MaxHistory, q.c.opts.MaxHistoryBytes)
+		set := amqp091.Table{HeaderAttempt: int64(attempts), HeaderDue: ceilMilli(o.RunAt), HeaderHistory: hist}
+		if dropped > 0 {
+			set[HeaderHistoryDropped] = int64(dropped)
+		}
+		if o.Kind == store.Retry {
+			set[HeaderLastDelay] = time.Duration(o.RetryDelay).Milliseconds()
+		}
+		target := q.name
+		if tier, ok := q.topo.tierFor(o.RunAt.Sub(o.At)); ok {
+			target = q.topo.TierQueue(tier)
+		}
+		q.forward(d, target, set, "retry")
+	case store.Bury:
+		s.dead.Add(1)
+		events := j.History
+		if o.Event != nil {
+			events = append(events, *o.Event)
+		}
+		hist, dropped := historyJSON(events, st.dropped, q.c.opts.MaxHistory, q.c.opts.MaxHistoryBytes)
+		set := deadHeaders(o, q.name, j.Attempt)
+		set[HeaderHistory] = hist
+		if dropped > 0 {
+			set[HeaderHistoryDropped] = int64(dropped)
+		}
+		q.forward(d, q.topo.DLQ(), set, "dead letter", HeaderDue)
+	case store.Release:
+		s.released.Add(1)
+		q.requeue(d)
+	}
+}
+
+// forward publishes the message on to queue target with the headers set
+// (and without drop), confirmed, then acknowledges the delivery. If the
+// publish fails after its retries, the delivery goes back to its queue.
+func (q *queueConsumer) forward(d *amqp091.Delivery, target string, set amqp091.Table, what string, drop ...string) {
+	msg := republish(d, set, drop...)
+	// Publishes are not canceled by shutdown: a message half-settled
+	// would run again.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := q.c.pub.Publish(ctx, "", target, msg); err != nil {
+		q.c.stats.settleFailures.Add(1)
+		q.c.log.Error("amqp: could not publish a "+what+"; the message goes back to its queue", "queue", q.name,
+			"message_id", msg.MessageId, "target", target, "error", err)
+		q.requeue(d)
+		return
+	}
+	q.ack(d)
+}
+
+// undecodable dead-letters a message whose redrive headers cannot be read.
+func (q *queueConsumer) undecodable(d *amqp091.Delivery, err error) {
+	q.c.stats.undecodable.Add(1)
+	q.c.stats.dead.Add(1)
+	now := time.Now()
+	o := &redrive.Outcome{Kind: store.Bury, At: now, Class: failure.Permanent, DeadReason: redrive.ReasonUndecodable,
+		Error: err.Error(), Event: &store.Event{Kind: store.EventDead, Attempt: 0, At: now, Class: failure.Permanent.String(),
+			Error: err.Error(), Reason: redrive.ReasonUndecodable, Worker: q.c.exec.ID()}}
+	q.c.log.Warn("amqp: message cannot be decoded; moved to the DLQ", "queue", q.name, "message_id", d.MessageId,
+		"dlq", q.topo.DLQ(), "error", err)
+	// The broken headers stay as they came, for whoever inspects it.
+	q.forward(d, q.topo.DLQ(), deadHeaders(o, q.name, 0), "dead letter")
+}
+
+func (q *queueConsumer) ack(d *amqp091.Delivery) {
+	if err := d.Ack(false); err != nil {
+		q.c.log.Info("amqp: ack failed (channel closed); the broker will deliver the message again", "queue", q.name,
+			"message_id", d.MessageId, "error", err)
+	}
+}
+
+// requeue puts a delivery back in its queue, unchanged: no attempt used.
+func (q *queueConsumer) requeue(d *amqp091.Delivery) {
+	if err := d.Nack(false, true); err != nil {
+		q.c.log.Debug("amqp: nack failed (channel closed); the broker requeues the message by itself", "queue", q.name,
+			"message_id", d.MessageId, "error", err)
+	}
+}
+
+// ceilMilli is t in Unix milliseconds, rounded up: a due time never moves
+// earlier.
+func ceilMilli(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if time.UnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
+}

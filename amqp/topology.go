@@ -1,0 +1,204 @@
+package amqp
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/redrivehq/redrive/retry"
+)
+
+// MaxTiers bounds the delay queues of one work queue.
+const MaxTiers = 32
+
+// DefaultDeliveryLimit is the x-delivery-limit of a quorum work queue:
+// a message whose consumers crashed this many times before deciding is
+// dead-lettered.
+const DefaultDeliveryLimit = 20
+
+// Topology is the set of broker objects of one work queue: the queue, its
+// dead-letter queue and its delay queues (see the package documentation).
+// It is a plain value: build it with NewTopology, declare it with Declare,
+// and declare it again after every reconnect (consumers do).
+type Topology struct {
+	// Queue is the work queue's name.
+	Queue string
+	// Quorum makes every queue a quorum queue, with at-least-once
+	// dead-lettering (RabbitMQ 3.10 or later). Default: classic queues.
+	Quorum bool
+	// DeliveryLimit is a quorum work queue's x-delivery-limit (0:
+	// DefaultDeliveryLimit). Classic queues ignore it.
+	DeliveryLimit int
+	// Tiers are the delays of the delay queues, ascending, each a whole
+	// number of milliseconds, at least 1ms.
+	Tiers []time.Duration
+}
+
+// NewTopology returns the topology of the work queue named queue whose
+// retries follow p: one delay queue per distinct delay of p's schedule
+// (without jitter), and, for the longer waits outside the schedule (a
+// Retry-After, an open breaker, a retry budget's spreading), a ladder of
+// delay queues ten times longer each, up to p's MaxRetryAfter (default
+// 1h), so that such a wait takes a few hops rather than hundreds. At most
+// MaxTiers in all.
+func NewTopology(queue string, p retry.Policy) Topology {
+	t := Topology{Queue: queue}
+	for _, s := range p.Schedule() {
+		d := s.Base.Truncate(time.Millisecond)
+		if d < time.Millisecond || slices.Contains(t.Tiers, d) {
+			continue
+		}
+		t.Tiers = append(t.Tiers, d)
+	}
+	slices.Sort(t.Tiers)
+	if len(t.Tiers) > 0 {
+		limit := p.MaxRetryAfter
+		if limit <= 0 {
+			limit = retry.DefaultMaxRetryAfter
+		}
+		for d := t.Tiers[len(t.Tiers)-1] * 10; d <= limit && len(t.Tiers) < MaxTiers; d *= 10 {
+			t.Tiers = append(t.Tiers, d)
+		}
+	}
+	if len(t.Tiers) > MaxTiers {
+		t.Tiers = t.Tiers[:MaxTiers]
+	}
+	return t
+}
+
+// DLQ returns the name of the dead-letter queue: <queue>-dlq.
+func (t Topology) DLQ() string { return t.Queue + "-dlq" }
+
+// TierQueue returns the name of the delay queue of delay d:
+// <queue>-retry-<d>, d in seconds when whole (q-retry-4s), else in
+// milliseconds (q-retry-1500ms).
+func (t Topology) TierQueue(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%s-retry-%ds", t.Queue, d/time.Second)
+	}
+	return fmt.Sprintf("%s-retry-%dms", t.Queue, d/time.Millisecond)
+}
+
+// Validate reports a topology that cannot be declared.
+func (t Topology) Validate() error {
+	var errs []error
+	if t.Queue == "" {
+		errs = append(errs, errors.New("amqp: topology: empty queue name"))
+	}
+	if len(t.Queue) > 200 || strings.ContainsFunc(t.Queue, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		errs = append(errs, fmt.Errorf("amqp: topology: queue name %q is too long or has control characters", t.Queue))
+	}
+	if strings.HasPrefix(t.Queue, "amq.") {
+		errs = append(errs, fmt.Errorf("amqp: topology: queue name %q: the amq. prefix is reserved by the broker", t.Queue))
+	}
+	if len(t.Tiers) > MaxTiers {
+		errs = append(errs, fmt.Errorf("amqp: topology: %d delay tiers, at most %d", len(t.Tiers), MaxTiers))
+	}
+	for i, d := range t.Tiers {
+		if d < time.Millisecond || d%time.Millisecond != 0 {
+			errs = append(errs, fmt.Errorf("amqp: topology: tier %v: want a whole number of milliseconds, at least 1ms", d))
+		}
+		if i > 0 && d <= t.Tiers[i-1] {
+			errs = append(errs, fmt.Errorf("amqp: topology: tiers must be ascending and distinct, got %v after %v", d, t.Tiers[i-1]))
+		}
+	}
+	if t.DeliveryLimit < 0 {
+		errs = append(errs, fmt.Errorf("amqp: topology: negative delivery limit %d", t.DeliveryLimit))
+	}
+	return errors.Join(errs...)
+}
+
+// tierFor returns the longest delay queue not longer than d; ok is false
+// when d is shorter than every tier (the consumer waits it out).
+func (t Topology) tierFor(d time.Duration) (time.Duration, bool) {
+	i, found := slices.BinarySearch(t.Tiers, d)
+	if found {
+		return t.Tiers[i], true
+	}
+	if i == 0 {
+		return 0, false
+	}
+	return t.Tiers[i-1], true
+}
+
+// queueSpec is one queue to declare.
+type queueSpec struct {
+	name string
+	args amqp091.Table
+}
+
+// queues lists the queues of the topology with their arguments, the work
+// queue first.
+func (t Topology) queues() []queueSpec {
+	typed := func(extra amqp091.Table) amqp091.Table {
+		args := amqp091.Table{}
+		if t.Quorum {
+			args["x-queue-type"] = "quorum"
+		}
+		for k, v := range extra {
+			args[k] = v
+		}
+		return args
+	}
+	work := amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": t.DLQ()}
+	if t.Quorum {
+		limit := t.DeliveryLimit
+		if limit == 0 {
+			limit = DefaultDeliveryLimit
+		}
+		work["x-dead-letter-strategy"] = "at-least-once"
+		work["x-overflow"] = "reject-publish"
+		work["x-delivery-limit"] = int64(limit)
+	}
+	specs := []queueSpec{{t.Queue, typed(work)}, {t.DLQ(), typed(nil)}}
+	for _, d := range t.Tiers {
+		tier := amqp091.Table{"x-message-ttl": int64(d / time.Millisecond), "x-dead-letter-exchange": "",
+			"x-dead-letter-routing-key": t.Queue}
+		if t.Quorum {
+			tier["x-dead-letter-strategy"] = "at-least-once"
+			tier["x-overflow"] = "reject-publish"
+		}
+		specs = append(specs, queueSpec{t.TierQueue(d), typed(tier)})
+	}
+	return specs
+}
+
+// Declare declares every queue of the topology on ch: durable, with the
+// arguments the topology sets. Declaring again is harmless. A queue that
+// already exists with other arguments is an error naming it and the
+// broker's complaint, after which ch is closed (the broker closes a
+// channel on such an error).
+func (t Topology) Declare(ch *amqp091.Channel) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	for _, q := range t.queues() {
+		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
+			var ae *amqp091.Error
+			if errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed {
+				return fmt.Errorf("amqp: queue %q exists with other arguments than redrive declares (%s): "+
+					"delete it, or declare it with the same options (quorum %v, tiers %v): %w", q.name, ae.Reason, t.Quorum, t.Tiers, err)
+			}
+			return fmt.Errorf("amqp: declare queue %q: %w", q.name, err)
+		}
+	}
+	return nil
+}
+
+// supported reports what t needs that a broker of version v lacks.
+// Quorum queues with at-least-once dead-lettering need RabbitMQ 3.10.
+func (t Topology) supported(v string) error {
+	if !t.Quorum {
+		return nil
+	}
+	ver, ok := parseVersion(v)
+	if ok && !ver.atLeast(3, 10) {
+		return fmt.Errorf("amqp: queue %q: quorum queues with at-least-once dead-lettering need RabbitMQ 3.10 or later; "+
+			"the broker is %s (use classic queues, or upgrade)", t.Queue, v)
+	}
+	return nil
+}

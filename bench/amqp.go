@@ -1,0 +1,271 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/amqp"
+	"github.com/redrivehq/redrive/retry"
+)
+
+// AMQPParams are the parameters of the RabbitMQ workload.
+type AMQPParams struct {
+	// URL is the broker (its password is not reported).
+	URL string `json:"-"`
+	// N is the number of messages of each phase.
+	N int `json:"n"`
+	// Publishers is how many goroutines publish at once.
+	Publishers int `json:"publishers"`
+	// Batch is how many messages each publisher sends at once with
+	// Publisher.EnqueueMany (1: one Enqueue at a time).
+	Batch int `json:"batch"`
+	// Workers is the consumer's concurrency; its prefetch is twice that.
+	Workers int `json:"workers"`
+	// Quorum runs on quorum queues.
+	Quorum bool `json:"quorum,omitempty"`
+}
+
+// AMQPResult is what the RabbitMQ workload measured.
+type AMQPResult struct {
+	Meta
+	Params AMQPParams `json:"params"`
+	// Broker is the broker's version.
+	Broker string `json:"broker"`
+	// Publish is the time N confirmed publishes took from Publishers
+	// goroutines; PublishRate is N over it.
+	Publish     Duration `json:"publish_ms"`
+	PublishRate float64  `json:"publish_per_s"`
+	// Consume is the time a consumer took to run and acknowledge N
+	// waiting messages with a no-op handler; ConsumeRate is N over it.
+	Consume     Duration `json:"consume_ms"`
+	ConsumeRate float64  `json:"consume_per_s"`
+	// FailOnce is the time the consumer took to complete N waiting
+	// messages whose handler fails the first attempt: each one is
+	// retried through a 1ms delay queue (a confirmed publish and an ack),
+	// then runs again. FailOnceRate is N over it.
+	FailOnce     Duration `json:"fail_once_ms"`
+	FailOnceRate float64  `json:"fail_once_per_s"`
+	// Stats are the consumer's totals at the end.
+	Stats amqp.ConsumerStats `json:"consumer"`
+}
+
+// Info implements Result.
+func (r *AMQPResult) Info() *Meta { return &r.Meta }
+
+// Parameters implements Result.
+func (r *AMQPResult) Parameters() []Figure {
+	q := "classic"
+	if r.Params.Quorum {
+		q = "quorum"
+	}
+	return []Figure{{"broker", "RabbitMQ " + r.Broker}, {"messages per phase", strconv.Itoa(r.Params.N)},
+		{"publishers", strconv.Itoa(r.Params.Publishers)}, {"publish batch", strconv.Itoa(r.Params.Batch)},
+		{"consumer concurrency", strconv.Itoa(r.Params.Workers)},
+		{"queues", q}}
+}
+
+// Figures implements Result.
+func (r *AMQPResult) Figures() []Figure {
+	n := r.Params.N
+	return []Figure{
+		{"confirmed publish", fmt.Sprintf("%d in %s = %s", n, r.Publish, fmtRate(r.PublishRate, "msgs"))},
+		{"consume, no-op handler", fmt.Sprintf("%d in %s = %s", n, r.Consume, fmtRate(r.ConsumeRate, "msgs"))},
+		{"consume, fails once", fmt.Sprintf("%d in %s = %s (2 attempts each)", n, r.FailOnce, fmtRate(r.FailOnceRate, "jobs"))},
+		{"consumer", fmt.Sprintf("delivered %d, completed %d, retried %d, dead %d", r.Stats.Delivered, r.Stats.Completed,
+			r.Stats.Retried, r.Stats.Dead)},
+	}
+}
+
+// AMQP measures the RabbitMQ transport on the broker at p.URL, on a fresh
+// work queue deleted afterwards: N confirmed publishes from Publishers
+// goroutines; a consumer burning down N waiting messages with a no-op
+// handler; and N waiting messages whose handler fails once, so that each
+// takes the retry path. The consumer must complete exactly N (then 2N)
+// messages with none dead, or the result comes with an ErrCheck error.
+func AMQP(ctx context.Context, p AMQPParams, log io.Writer) (*AMQPResult, error) {
+	if p.Batch == 0 {
+		p.Batch = 1
+	}
+	if p.N < 1 || p.Publishers < 1 || p.Workers < 1 || p.Batch < 1 || p.Batch > amqp.MaxBatch {
+		return nil, fmt.Errorf("bench: amqp: messages, publishers and workers must be at least 1, the batch from 1 to %d", amqp.MaxBatch)
+	}
+	if log == nil {
+		log = io.Discard
+	}
+	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	res := &AMQPResult{Meta: Meta{Workload: "amqp", Env: CurrentEnv(), Started: time.Now()}, Params: p}
+	conn, err := amqp.Dial(ctx, p.URL, amqp.ConnOptions{Name: "redrive bench", Logger: logger,
+		Reconnect: &retry.Policy{MaxRetries: 3, Initial: time.Second, Multiplier: 1, MaxDelay: time.Second}})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	res.Broker = conn.ServerVersion()
+	var b [4]byte
+	rand.Read(b[:])
+	queue := "redrive-bench-" + hex.EncodeToString(b[:])
+	policy := retry.Policy{MaxRetries: 1, Initial: time.Millisecond, Multiplier: 1, MaxDelay: time.Millisecond}
+	cons, err := amqp.NewConsumer(conn, amqp.ConsumerOptions{
+		Queues:   map[string]amqp.QueueOptions{queue: {Concurrency: p.Workers, Quorum: p.Quorum}},
+		Executor: redrive.ExecutorOptions{Policy: &policy, Logger: logger, DisableRetryBudget: true}})
+	if err != nil {
+		return nil, err
+	}
+	topo, _ := cons.Topology(queue)
+	defer deleteQueues(conn, topo)
+	// Declare first, so that the publishes of the first phase are routed.
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := topo.Declare(ch); err != nil {
+		ch.Close()
+		return nil, err
+	}
+	ch.Close()
+
+	cons.HandleFunc("bench.noop", func(ctx context.Context, j *redrive.Job) error { return nil })
+	pub, err := amqp.NewPublisher(conn, amqp.PublisherOptions{Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	defer pub.Close()
+
+	publish := func(kind string) (time.Duration, error) {
+		start := time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var firstErr error
+		var mu sync.Mutex
+		for range p.Publishers {
+			wg.Go(func() {
+				for {
+					end := next.Add(int64(p.Batch))
+					n := min(int64(p.Batch), int64(p.N)-(end-int64(p.Batch)))
+					if n <= 0 {
+						return
+					}
+					var err error
+					if n == 1 {
+						_, err = pub.Enqueue(ctx, kind, struct{}{}, redrive.InQueue(queue))
+					} else {
+						reqs := make([]redrive.Request, n)
+						for i := range reqs {
+							reqs[i] = redrive.Request{Kind: kind, Payload: struct{}{}, Queue: queue}
+						}
+						_, err = pub.EnqueueMany(ctx, reqs)
+					}
+					if err != nil {
+						mu.Lock()
+						firstErr = errors.Join(firstErr, err)
+						mu.Unlock()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start), firstErr
+	}
+	burn := func(want int64) (time.Duration, error) {
+		start := time.Now()
+		for cons.Stats().Completed < want {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return time.Since(start), nil
+	}
+
+	d, err := publish("bench.noop")
+	if err != nil {
+		return nil, err
+	}
+	res.Publish, res.PublishRate = Duration(d), float64(p.N)/d.Seconds()
+
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- cons.Run(runCtx) }()
+	d, err = burn(int64(p.N))
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	res.Consume, res.ConsumeRate = Duration(d), float64(p.N)/d.Seconds()
+
+	// The failing phase: publish while the consumer waits, then time the
+	// burn-down from the moment every message is in the queue.
+	stop()
+	if err := <-runErr; err != nil {
+		return nil, err
+	}
+	if _, err := publish("bench.fail-once"); err != nil {
+		return nil, err
+	}
+	cons2, err := amqp.NewConsumer(conn, amqp.ConsumerOptions{
+		Queues:   map[string]amqp.QueueOptions{queue: {Concurrency: p.Workers, Quorum: p.Quorum}},
+		Executor: redrive.ExecutorOptions{Policy: &policy, Logger: logger, DisableRetryBudget: true}})
+	if err != nil {
+		return nil, err
+	}
+	cons2.HandleFunc("bench.fail-once", func(ctx context.Context, j *redrive.Job) error {
+		if j.Attempt == 1 {
+			return errors.New("fails once")
+		}
+		return nil
+	})
+	runCtx, stop = context.WithCancel(ctx)
+	defer stop()
+	go func() { runErr <- cons2.Run(runCtx) }()
+	start := time.Now()
+	for cons2.Stats().Completed < int64(p.N) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	d = time.Since(start)
+	res.FailOnce, res.FailOnceRate = Duration(d), float64(p.N)/d.Seconds()
+	stop()
+	if err := <-runErr; err != nil {
+		return nil, err
+	}
+	s1, s2 := cons.Stats(), cons2.Stats()
+	res.Stats = amqp.ConsumerStats{Delivered: s1.Delivered + s2.Delivered, Completed: s1.Completed + s2.Completed,
+		Retried: s1.Retried + s2.Retried, Dead: s1.Dead + s2.Dead}
+	res.Elapsed = Duration(time.Since(res.Started))
+	if res.Stats.Completed != 2*int64(p.N) || res.Stats.Retried != int64(p.N) || res.Stats.Dead != 0 {
+		return res, fmt.Errorf("%w: amqp: completed %d (want %d), retried %d (want %d), dead %d", ErrCheck, res.Stats.Completed,
+			2*p.N, res.Stats.Retried, p.N, res.Stats.Dead)
+	}
+	return res, nil
+}
+
+// deleteQueues deletes a topology's queues.
+func deleteQueues(conn *amqp.Conn, t amqp.Topology) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names := []string{t.Queue, t.DLQ()}
+	for _, d := range t.Tiers {
+		names = append(names, t.TierQueue(d))
+	}
+	for _, n := range names {
+		ch, err := conn.Channel(ctx)
+		if err != nil {
+			return
+		}
+		ch.QueueDelete(n, false, false, false)
+		ch.Close()
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/server"
+	"github.com/redrivehq/redrive/store/sqlite"
+)
+
+// TestWorkersList: `redrive workers ls` shows the registered workers, on
+// the store directly and through a server.
+func TestWorkersList(t *testing.T) {
+	clearConnEnv(t)
+	db := filepath.Join(t.TempDir(), "redrive.db")
+	if out := mustCLI(t, "--db", db, "enqueue", "k"); !strings.Contains(out, "enqueued") {
+		t.Fatal(out)
+	}
+	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
+	w := redrive.NewWorker(c, redrive.WorkerOptions{Queues: map[string]int{"default": 3, "mail": 5}, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ws, _ := c.Workers(context.Background())
+		if len(ws) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker did not register")
+		}
+	}
+	out := mustCLI(t, "--db", db, "workers", "ls")
+	if !strings.Contains(out, w.ID()) || !strings.Contains(out, "live") || !strings.Contains(out, "default=3,mail=5") {
+		t.Errorf("workers ls:\n%s", out)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	list := decode[server.WorkerList](t, mustCLI(t, "--db", db, "--json", "workers", "ls"))
+	if len(list.Workers) != 1 || list.Workers[0].State != redrive.WorkerStopped || list.Workers[0].Queues["mail"] != 5 {
+		t.Errorf("workers ls --json after the worker stopped: %+v", list)
+	}
+	ts, _ := newTestServer(t, "")
+	if out := mustCLI(t, "--server", ts.URL, "workers", "ls"); !strings.Contains(out, "No workers registered.") {
+		t.Errorf("workers ls on an empty server: %q", out)
+	}
+}

@@ -1,0 +1,591 @@
+package redrive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/fingerprint"
+	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
+)
+
+// Outcome is the decision about one attempt: complete, retry at a time,
+// move to the DLQ, snooze, release or cancel, with the history event and
+// the statistics it adds. A Worker hands it to its store; a broker
+// transport turns it into acks and publishes.
+type Outcome = store.Outcome
+
+// ReasonUndecodable is the dead reason of a job whose payload (or, on a
+// broker, whose message) cannot be decoded: it needs an edited payload
+// before a redrive can succeed.
+const ReasonUndecodable = "undecodable"
+
+// ExecutorOptions configure an Executor. Zero fields take the defaults
+// given.
+type ExecutorOptions struct {
+	// ID names who runs the attempts, in history events, logs and (for a
+	// Worker) leases. Default: host-pid-random.
+	ID string
+	// Policy is the default retry policy (default retry.DefaultPolicy()).
+	Policy *retry.Policy
+	// QueuePolicies override Policy per queue.
+	QueuePolicies map[string]retry.Policy
+	// Classifier classifies handler errors (default: failure.Classify).
+	Classifier *failure.Classifier
+	// Breakers holds the circuit breakers of dependencies (default: a
+	// registry with breaker.DefaultConfig()).
+	Breakers *breaker.Registry
+	// RetryBudget configures the per-queue retry budget (default: retries
+	// may exceed 20% of recent attempts only beyond a floor of 100 retries
+	// per 10s; see retry.BudgetConfig). A retry it pushes out is logged
+	// and counted as budget_deferred. Set DisableRetryBudget to turn it
+	// off.
+	RetryBudget        retry.BudgetConfig
+	DisableRetryBudget bool
+	// MaxErrorLength bounds the error message and notes kept per attempt
+	// (default 4096 bytes).
+	MaxErrorLength int
+	// Logger receives the logs of attempts (default slog.Default()).
+	Logger *slog.Logger
+	// Rand is the jitter source (default: math/rand/v2's global source).
+	Rand retry.Source
+	// Observer, when set, is told of every attempt (see Observer).
+	Observer Observer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Executor runs attempts of jobs with their registered handlers and
+// decides what becomes of each: it applies the handler's timeout, checks
+// the dependency's circuit breaker, recovers panics, classifies errors,
+// applies the retry policy and the retry budget, and writes the history
+// event, the logs and the observer's report.
+//
+// A Worker runs its jobs through one. The broker transports (packages
+// amqp and kafka) run theirs through one too, so that a handler, its
+// options, the policies, the classifier, the breakers and the logs behave
+// the same whether a job came from a database or from a broker. Only what
+// an Outcome becomes differs: a row update, or acks and publishes.
+//
+// Register handlers with HandleFunc or Handle before the first Execute.
+// An Executor is safe for concurrent use.
+type Executor struct {
+	opts     ExecutorOptions
+	id       string
+	log      *slog.Logger
+	now      func() time.Time
+	breakers *breaker.Registry
+	policy   retry.Policy
+
+	mu       sync.RWMutex
+	handlers map[string]*handler
+
+	// lanes holds each queue's policy and retry budget, copied on write
+	// so that a lookup takes no lock.
+	lanesMu sync.Mutex
+	lanes   atomic.Pointer[map[string]*lane]
+}
+
+// lane is what an Executor keeps per queue.
+type lane struct {
+	name   string
+	policy *retry.Policy // nil: the executor's default
+	budget *retry.Budget // nil: no budget
+	// budgetLogged is the unix second of the last log line about this
+	// queue's budget pushing retries out.
+	budgetLogged atomic.Int64
+}
+
+// NewExecutor returns an Executor with opts' defaults filled in.
+func NewExecutor(opts ExecutorOptions) *Executor {
+	if opts.ID == "" {
+		opts.ID = defaultWorkerID()
+	}
+	if opts.Policy == nil {
+		p := retry.DefaultPolicy()
+		opts.Policy = &p
+	}
+	if opts.Breakers == nil {
+		opts.Breakers = breaker.NewRegistry(breaker.DefaultConfig())
+	}
+	if opts.MaxErrorLength <= 0 {
+		opts.MaxErrorLength = 4096
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	e := &Executor{opts: opts, id: opts.ID, log: opts.Logger, now: opts.Now, breakers: opts.Breakers,
+		policy: *opts.Policy, handlers: map[string]*handler{}}
+	lanes := map[string]*lane{}
+	e.lanes.Store(&lanes)
+	return e
+}
+
+// ID returns the executor's id, as recorded in history events.
+func (e *Executor) ID() string { return e.id }
+
+// Breakers returns the executor's circuit breaker registry.
+func (e *Executor) Breakers() *breaker.Registry { return e.breakers }
+
+// Logger returns the executor's logger.
+func (e *Executor) Logger() *slog.Logger { return e.log }
+
+// Now returns the executor's clock reading.
+func (e *Executor) Now() time.Time { return e.now() }
+
+// Registrar is what handlers are registered with: a Worker, an Executor,
+// or a broker transport's consumer.
+type Registrar interface {
+	HandleFunc(kind string, fn Handler, opts ...HandlerOption)
+}
+
+// HandleFunc registers the handler of a job kind. Registering twice for
+// one kind, an empty kind, a nil handler or an invalid policy panic: all
+// are programming errors.
+func (e *Executor) HandleFunc(kind string, fn Handler, opts ...HandlerOption) {
+	if kind == "" || fn == nil {
+		panic("redrive: HandleFunc needs a kind and a handler")
+	}
+	h := &handler{fn: fn}
+	for _, o := range opts {
+		o(&h.cfg)
+	}
+	if h.cfg.policy != nil {
+		if err := h.cfg.policy.Validate(); err != nil {
+			panic(fmt.Sprintf("redrive: handler %q: invalid policy: %v", kind, err))
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.handlers[kind]; dup {
+		panic(fmt.Sprintf("redrive: handler for kind %q registered twice", kind))
+	}
+	e.handlers[kind] = h
+}
+
+// Kinds returns the registered kinds, sorted.
+func (e *Executor) Kinds() []string {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	kinds := make([]string, 0, len(e.handlers))
+	for k := range e.handlers {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return kinds
+}
+
+func (e *Executor) handler(kind string) *handler {
+	e.mu.RLock()
+	h := e.handlers[kind]
+	e.mu.RUnlock()
+	return h
+}
+
+// lane returns the queue's lane, creating it on first use.
+func (e *Executor) lane(queue string) *lane {
+	if l, ok := (*e.lanes.Load())[queue]; ok {
+		return l
+	}
+	e.lanesMu.Lock()
+	defer e.lanesMu.Unlock()
+	old := *e.lanes.Load()
+	if l, ok := old[queue]; ok {
+		return l
+	}
+	l := &lane{name: queue}
+	if p, ok := e.opts.QueuePolicies[queue]; ok {
+		l.policy = &p
+	}
+	if !e.opts.DisableRetryBudget {
+		l.budget = retry.NewBudget(e.opts.RetryBudget)
+	}
+	next := make(map[string]*lane, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[queue] = l
+	e.lanes.Store(&next)
+	return l
+}
+
+// Handler runs one attempt of a job. A nil error completes the job; an
+// error is classified (see the failure package) and the job retried or
+// moved to the DLQ by its policy. Return Snooze(d) to run again later
+// without using an attempt.
+type Handler func(ctx context.Context, job *Job) error
+
+// HandlerOption configures a handler.
+type HandlerOption func(*handlerConfig)
+
+type handlerConfig struct {
+	timeout    time.Duration
+	policy     *retry.Policy
+	dependency string
+}
+
+// Timeout bounds each attempt of the kind: the handler's context ends after
+// d and the attempt counts as a transient failure.
+func Timeout(d time.Duration) HandlerOption { return func(h *handlerConfig) { h.timeout = d } }
+
+// Policy sets the retry policy of the kind (a job's own policy still wins).
+func Policy(p retry.Policy) HandlerOption { return func(h *handlerConfig) { h.policy = &p } }
+
+// UsesDependency declares the dependency (circuit breaker name) the kind
+// calls; a job's own Dependency wins.
+func UsesDependency(name string) HandlerOption {
+	return func(h *handlerConfig) { h.dependency = name }
+}
+
+type handler struct {
+	fn  Handler
+	cfg handlerConfig
+}
+
+// Handle registers a typed handler with r (a Worker, an Executor or a
+// transport's consumer): the job's payload is decoded from JSON into a T
+// (an undecodable payload is a permanent failure) and passed to fn.
+func Handle[T any](r Registrar, kind string, fn func(ctx context.Context, job *Job, args T) error, opts ...HandlerOption) {
+	r.HandleFunc(kind, func(ctx context.Context, job *Job) error {
+		var args T
+		if err := json.Unmarshal(job.Payload, &args); err != nil {
+			return &failure.Error{Class: failure.Permanent, Reason: failure.ReasonUndecodablePayload,
+				Err: fmt.Errorf("decode payload of kind %q: %w", kind, err)}
+		}
+		return fn(ctx, job, args)
+	}, opts...)
+}
+
+// runningJob is the context handed to a handler: the attempt's context,
+// plus what Record noted, found without an allocation per job.
+type runningJob struct {
+	context.Context
+	result atomic.Pointer[attemptResult] // set by Record
+	attrs  atomic.Pointer[[]any]         // set by LogWith
+}
+
+// Value returns the running job for Record, and defers to the attempt's
+// context for any other key.
+func (r *runningJob) Value(key any) any {
+	if key == (attemptKey{}) {
+		return r
+	}
+	return r.Context.Value(key)
+}
+
+// Execute runs one attempt of j and returns its outcome, already
+// reported to the Observer. j.Attempt must be the number of this attempt
+// (1 for the first since the job was created or redriven); Execute sets
+// j.AttemptedAt.
+//
+// ctx is the attempt's context. Cancel it with cause ErrShutdown to
+// interrupt the attempt for a shutdown (the outcome is Release: no
+// attempt used) or with ErrJobCanceled when a user canceled the job (the
+// outcome is Cancel).
+//
+// Execute never panics because of a handler: a panic is a failed attempt
+// (Unknown class, retried) with the stack in its error.
+func (e *Executor) Execute(ctx context.Context, j *Job) Outcome {
+	start := e.now()
+	j.AttemptedAt = &start
+	ln := e.lane(j.Queue)
+	if ln.budget != nil {
+		ln.budget.Attempt()
+	}
+	h := e.handler(j.Kind)
+	dep := j.Dependency
+	if dep == "" && h != nil {
+		dep = h.cfg.dependency
+	}
+	var br *breaker.Breaker
+	var tok breaker.Token
+	if dep != "" {
+		br = e.breakers.Get(dep)
+		var err error
+		tok, err = br.Allow()
+		if err != nil {
+			o := e.deferOutcome(j, br, err, start)
+			e.report(j, &o, err, start, start)
+			return o
+		}
+	}
+
+	rj := &runningJob{Context: ctx}
+	var err error
+	if h == nil {
+		err = fmt.Errorf("no handler registered for kind %q on %s", j.Kind, e.id)
+	} else {
+		var hctx context.Context = rj
+		if h.cfg.timeout > 0 {
+			var c context.CancelFunc
+			hctx, c = context.WithTimeout(rj, h.cfg.timeout)
+			defer c()
+		}
+		err = safeCall(hctx, h.fn, j)
+	}
+	if br != nil {
+		br.Record(tok, err)
+	}
+	end := e.now()
+	var extra []any
+	if a := rj.attrs.Load(); a != nil {
+		extra = *a
+	}
+	o := e.decide(ln, j, h, err, context.Cause(ctx), start, end, extra...)
+	if o.Kind == store.Complete {
+		if r := rj.result.Load(); r != nil {
+			o.Event = &store.Event{Kind: store.EventCompleted, Attempt: j.Attempt, At: start, Duration: o.Duration,
+				Worker: e.id, Reason: e.bound(r.reason), Note: e.bound(r.note)}
+		}
+	}
+	e.report(j, &o, err, start, end)
+	return o
+}
+
+// report tells the observer, if any, of an attempt's outcome.
+func (e *Executor) report(j *Job, o *Outcome, err error, start, end time.Time) {
+	if e.opts.Observer != nil {
+		e.observe(j, o, err, start, end)
+	}
+}
+
+func safeCall(ctx context.Context, fn Handler, j *Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return fn(ctx, j)
+}
+
+// Fail decides the outcome of an attempt of j that failed for a reason
+// found outside its handler (an expired lease, a message that cannot be
+// decoded), with the verdict v and the message msg, as if the handler had
+// failed that way: by the job's retry policy, with a history event. The
+// retry budget does not apply (no dependency was called), and the
+// observer is not told (the attempt did not run here).
+func (e *Executor) Fail(j *Job, v failure.Verdict, msg string, start, end time.Time) Outcome {
+	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, At: end}
+	return e.failOutcome(nil, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
+}
+
+// Release returns the outcome of an attempt of j interrupted at now
+// before it could finish (a shutdown): back to pending without using an
+// attempt.
+func (e *Executor) Release(j *Job, now time.Time) Outcome {
+	start := now
+	if j.AttemptedAt != nil {
+		start = *j.AttemptedAt
+	}
+	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, Kind: store.Release, At: now,
+		Event: &store.Event{Kind: store.EventReleased, Attempt: j.Attempt, At: start, Worker: e.id,
+			Reason: "shutdown", Duration: store.Duration(now.Sub(start))}}
+}
+
+// policyFor resolves the retry policy of a job: its own, its kind's, its
+// queue's, the executor's default; MaxRetries on the job overrides the
+// count.
+func (e *Executor) policyFor(ln *lane, j *Job, h *handler) retry.Policy {
+	p := e.policy
+	switch {
+	case len(j.Policy) > 0 && string(j.Policy) != "null":
+		var jp retry.Policy
+		if err := json.Unmarshal(j.Policy, &jp); err == nil && jp.Validate() == nil {
+			p = jp
+		} else {
+			e.log.Warn("job has an unusable policy; using the default", jobAttr(j), "kind", j.Kind)
+		}
+	case h != nil && h.cfg.policy != nil:
+		p = *h.cfg.policy
+	case ln.policy != nil:
+		p = *ln.policy
+	}
+	if j.MaxRetries >= 0 {
+		p.MaxRetries = j.MaxRetries
+	}
+	return p
+}
+
+// PolicyFor returns the retry policy that applies to j: its own, its
+// kind's, its queue's or the default, with the job's MaxRetries.
+func (e *Executor) PolicyFor(j *Job) retry.Policy {
+	return e.policyFor(e.lane(j.Queue), j, e.handler(j.Kind))
+}
+
+// jobAttr names a job in a log line: by id when it has one (a stored
+// job), else by its idempotency key (a broker message's id).
+func jobAttr(j *Job) slog.Attr {
+	if j.ID != 0 || j.IdempotencyKey == "" {
+		return slog.Int64("job_id", j.ID)
+	}
+	return slog.String("message_id", j.IdempotencyKey)
+}
+
+// deferOutcome puts a job back until its open breaker half-opens, without
+// using an attempt.
+func (e *Executor) deferOutcome(j *Job, br *breaker.Breaker, err error, now time.Time) Outcome {
+	ready := br.ReadyAt()
+	var open *breaker.OpenError
+	if errors.As(err, &open) && open.ReadyAt.After(ready) {
+		ready = open.ReadyAt // half-open with every probe out: when they will be settled
+	}
+	if ready.Before(now) {
+		ready = now.Add(10 * time.Millisecond)
+	}
+	e.log.Info("dependency breaker open; job deferred", jobAttr(j), "kind", j.Kind, "queue", j.Queue,
+		"dependency", br.Name(), "until", ready)
+	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, Kind: store.Snooze, At: now, RunAt: ready,
+		Event: &store.Event{Kind: store.EventDeferred, Attempt: j.Attempt, At: now, Worker: e.id,
+			Reason: "breaker_open:" + br.Name(), Delay: store.Duration(ready.Sub(now))},
+		Counters: []store.Counter{{Queue: j.Queue, Name: store.StatDeferred, N: 1}}}
+}
+
+// decide turns a handler's result into the outcome.
+func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start, end time.Time, extra ...any) Outcome {
+	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, At: end}
+	dur := store.Duration(end.Sub(start))
+	if err == nil {
+		o.Kind = store.Complete
+		o.Duration = dur
+		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatSucceeded, N: 1}}
+		if j.Attempt > 1 {
+			o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatSucceededAfterRetry, N: 1})
+		}
+		return o
+	}
+	// A breaker the handler consulted itself (breaker.Do, rhttp) is open:
+	// defer until it half-opens, without using an attempt.
+	var open *breaker.OpenError
+	if errors.As(err, &open) {
+		ready := open.ReadyAt
+		if !ready.After(end) {
+			ready = end.Add(10 * time.Millisecond)
+		}
+		o.Kind = store.Snooze
+		o.RunAt = ready
+		o.Event = &store.Event{Kind: store.EventDeferred, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
+			Reason: "breaker_open:" + open.Name, Delay: store.Duration(ready.Sub(end)), Error: e.bound(err.Error())}
+		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatDeferred, N: 1}}
+		return o
+	}
+	var sn *SnoozeError
+	if errors.As(err, &sn) {
+		o.Kind = store.Snooze
+		o.RunAt = end.Add(sn.Delay)
+		o.Event = &store.Event{Kind: store.EventSnoozed, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
+			Delay: store.Duration(sn.Delay)}
+		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatSnoozed, N: 1}}
+		return o
+	}
+	switch {
+	case errors.Is(cause, ErrShutdown):
+		e.log.Info("job interrupted by shutdown; back to pending", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		return e.Release(j, end)
+	case errors.Is(cause, ErrJobCanceled):
+		e.log.Info("job canceled while running", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		o.Kind = store.Cancel
+		o.Event = &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
+			Error: e.bound(err.Error())}
+		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatCanceled, N: 1}}
+		return o
+	}
+	v := e.opts.Classifier.Classify(err)
+	return e.failOutcome(ln, j, h, o, v, err.Error(), start, dur, extra...)
+}
+
+// failOutcome applies the retry policy to a failed attempt; ln's retry
+// budget, when ln is not nil, may push the retry out.
+// extra are attributes the handler gave its attempt's log lines (LogWith).
+func (e *Executor) failOutcome(ln *lane, j *Job, h *handler, o Outcome, v failure.Verdict, msg string, start time.Time, dur store.Duration, extra ...any) Outcome {
+	pl := ln
+	if pl == nil {
+		pl = e.lane(j.Queue)
+	}
+	p := e.policyFor(pl, j, h)
+	var prev time.Duration
+	if j.Attempt >= 2 {
+		prev = time.Duration(j.LastDelay)
+	}
+	d := p.Decide(retry.Input{Class: v.Class, Attempt: j.Attempt, RetryAfter: v.RetryAfter, PrevDelay: prev}, e.opts.Rand)
+	msg = e.bound(msg)
+	class := v.Class.String()
+	o.Error, o.Class = msg, v.Class
+	o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatFailed, Class: class, N: 1}}
+	ev := &store.Event{Attempt: j.Attempt, At: start, Duration: dur, Class: class, Error: msg, Reason: v.Reason, Worker: e.id}
+	o.Duration = dur
+	o.Event = ev
+	if d.Retry {
+		delay := d.Delay
+		if ln != nil && ln.budget != nil {
+			if pushed := ln.budget.Retry(delay); pushed > delay {
+				o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatBudgetDeferred, N: 1})
+				e.logBudget(ln, j, delay, pushed)
+				delay = pushed
+			}
+		}
+		o.Kind = store.Retry
+		o.RunAt = o.At.Add(delay)
+		o.RetryDelay = store.Duration(d.Delay)
+		ev.Kind, ev.Delay = store.EventRetry, store.Duration(delay)
+		o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatRetried, N: 1})
+		e.log.Info("job failed; retry scheduled", append([]any{jobAttr(j), "kind", j.Kind, "queue", j.Queue, "attempt", j.Attempt,
+			"max_retries", p.MaxRetries, "class", class, "reason", v.Reason, "delay", delay, "error", msg}, extra...)...)
+		return o
+	}
+	reason := d.Reason
+	if v.Reason == failure.ReasonUndecodablePayload && v.Class == failure.Permanent {
+		// Fixing it needs an edited payload, not a fixed dependency.
+		reason = ReasonUndecodable
+	}
+	o.Kind = store.Bury
+	o.DeadReason = reason
+	o.Fingerprint = fingerprint.Of(j.Queue, j.Kind, class, v.Reason, msg)
+	ev.Kind = store.EventDead
+	if v.Reason != "" && reason == retry.ReasonExhausted {
+		ev.Reason = v.Reason
+	}
+	o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatDead, Class: class, N: 1})
+	e.log.Warn("job moved to the DLQ", append([]any{jobAttr(j), "kind", j.Kind, "queue", j.Queue, "attempt", j.Attempt,
+		"class", class, "reason", reason, "error", msg}, extra...)...)
+	return o
+}
+
+// logBudget says, at most once a second per queue, that the retry budget
+// pushed retries out: a retry storm is being spread.
+func (e *Executor) logBudget(ln *lane, j *Job, delay, pushed time.Duration) {
+	now := e.now().Unix()
+	last := ln.budgetLogged.Load()
+	if now <= last || !ln.budgetLogged.CompareAndSwap(last, now) {
+		return
+	}
+	st := ln.budget.Snapshot()
+	e.log.Warn("retry budget exceeded: retries are pushed out to spread a retry storm", "queue", ln.name,
+		jobAttr(j), "delay", delay, "pushed_to", pushed, "retries_in_window", st.Retries, "allowed", st.Allowed,
+		"attempts_in_window", st.Attempts, "backlog", st.Backlog)
+}
+
+// bound cuts s to MaxErrorLength bytes at a character boundary.
+func (e *Executor) bound(s string) string {
+	if len(s) <= e.opts.MaxErrorLength {
+		return s
+	}
+	cut := e.opts.MaxErrorLength
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

@@ -1,0 +1,23 @@
+package redrive_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/redrivehq/redrive"
+)
+
+func TestCheckName(t *testing.T) {
+	for _, ok := range []string{"default", "webhooks.v2", "e-mail_send", "ünïcödé queue", "a:b@c+d"} {
+		if err := redrive.CheckName("queue", ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", " lead", "trail ", "a/b", `a\b`, "tab\there", "nul\x00", "\xff\xfe", "rlo\u202eevil",
+		"lri\u2066x", strings.Repeat("x", redrive.MaxNameLength+1)} {
+		if err := redrive.CheckName("queue", bad); !errors.Is(err, redrive.ErrInvalid) {
+			t.Errorf("%q: %v, want ErrInvalid", bad, err)
+		}
+	}
+}
