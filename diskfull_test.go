@@ -122,6 +122,7 @@ func TestDiskFullOutcomesKept(t *testing.T) {
 	}
 	raw.Close()
 	filler := fill(t, dir)
+	defer os.Remove(filler) // before the worker stops, should the test fail
 	close(gate) // the jobs finish while no write can succeed
 	time.Sleep(2500 * time.Millisecond)
 	if err := st.WriteHealth(); err == nil {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 
 	"github.com/redrivehq/redrive"
 )
@@ -226,83 +223,6 @@ func TestSecureCookieBehindTrustedProxy(t *testing.T) {
 	res.Body.Close()
 	if !sessionOf(t, res).Secure {
 		t.Error("over TLS: cookie not Secure")
-	}
-}
-
-// attackPage is a page of a foreign site that tries to drive the API of
-// the redrive server at target: it creates a job and pauses a queue with
-// no-cors fetches (a "simple" text/plain POST needs no preflight), a
-// JSON fetch (which needs one), a form posted into a hidden frame, and
-// tries to read the jobs. It reports in #result.
-const attackPage = `<!doctype html><html><body>
-<iframe name="sink" style="display:none"></iframe>
-<form id="f" method="POST" enctype="text/plain" target="sink" action="TARGET/v1/jobs">
-<input name='{"kind":"evil","payload":{"x":"' value='"}}'></form>
-<div id="result">running</div>
-<script>
-(async () => {
-  const out = [];
-  const t = 'TARGET';
-  try { await fetch(t + '/v1/jobs', {method: 'POST', mode: 'no-cors', headers: {'Content-Type': 'text/plain'},
-    body: JSON.stringify({kind: 'evil', payload: {}})}); out.push('no-cors post sent'); } catch (e) { out.push('no-cors post failed'); }
-  try { await fetch(t + '/v1/queues/default/pause', {method: 'POST', mode: 'no-cors'}); out.push('pause sent'); } catch (e) { out.push('pause failed'); }
-  try { await fetch(t + '/v1/jobs', {method: 'POST', headers: {'Content-Type': 'application/json'},
-    body: JSON.stringify({kind: 'evil', payload: {}})}); out.push('json post ANSWERED'); } catch (e) { out.push('json post blocked'); }
-  try { const r = await fetch(t + '/v1/jobs'); out.push('read ANSWERED ' + (await r.text()).length); } catch (e) { out.push('read blocked'); }
-  document.getElementById('f').submit();
-  await new Promise(r => setTimeout(r, 500));
-  document.getElementById('result').textContent = 'done: ' + out.join('; ');
-})();
-</script></body></html>`
-
-// TestForeignPageInChromium: in a real browser, a page of another site
-// neither writes to nor reads from a redrive server without a token, and
-// a DNS-rebinding page (the server reached under a foreign host name)
-// gets nothing.
-func TestForeignPageInChromium(t *testing.T) {
-	e := newEnv(t, Options{AllowedHosts: LoopbackHosts})
-	_, port, _ := strings.Cut(strings.TrimPrefix(e.srv.URL, "http://"), ":")
-	target := "http://127.0.0.1:" + port
-	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, strings.ReplaceAll(attackPage, "TARGET", target))
-	}))
-	defer evil.Close()
-	_, evilPort, _ := strings.Cut(strings.TrimPrefix(evil.URL, "http://"), ":")
-	b := newBrowser(t, chromedp.Flag("host-resolver-rules", "MAP evil.test 127.0.0.1, MAP rebind.test 127.0.0.1"))
-
-	b.run(t, "the foreign page", chromedp.Navigate("http://evil.test:"+evilPort+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#result")))
-	if _, err := chromedp.Run(b.ctx, chromedp.Poll[chromedp.Void](`document.getElementById('result').textContent.startsWith('done')`,
-		chromedp.WithPollingTimeout(20*time.Second))); err != nil {
-		t.Fatalf("the foreign page did not finish: %v", err)
-	}
-	result := b.text(t, "#result")
-	t.Logf("foreign page: %s", result)
-	if strings.Contains(result, "ANSWERED") {
-		t.Errorf("the foreign page got answers: %s", result)
-	}
-	time.Sleep(200 * time.Millisecond) // the form post, if any, lands
-	if n := jobsOf(t, e.client, "evil"); n != 0 {
-		t.Errorf("the foreign page created %d jobs", n)
-	}
-	if isPaused(t, e.client, "default") {
-		t.Error("the foreign page paused a queue")
-	}
-
-	// DNS rebinding: the server under a host name of the attacker's.
-	b.run(t, "the rebinding page", chromedp.Navigate("http://rebind.test:"+port+"/v1/stats"))
-	body := b.text(t, "body")
-	status, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`fetch('/v1/jobs', {method: 'POST', headers: {'Content-Type': 'application/json'},
-		body: '{"kind":"evil"}'}).then(r => String(r.status))`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(body, "host_not_allowed") || status != "421" {
-		t.Errorf("under a foreign host name: page %q, same-origin POST status %s; want 421 host_not_allowed", body, status)
-	}
-	if n := jobsOf(t, e.client, "evil"); n != 0 {
-		t.Errorf("the rebinding page created %d jobs", n)
 	}
 }
 

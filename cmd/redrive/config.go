@@ -34,6 +34,9 @@ type serveConfig struct {
 	DatabaseURL string
 	// Schema is the PostgreSQL schema of the store.
 	Schema string
+	// DatabaseWait is how long serve retries opening PostgreSQL while
+	// it is not reachable yet; 0 fails at once.
+	DatabaseWait time.Duration
 	// Token is the bearer token of the API and /metrics ("" for none).
 	Token string
 	// Queues maps each queue the worker serves to its concurrency.
@@ -98,6 +101,7 @@ const (
 	maxConcurrency     = 10000
 	maxShutdownTimeout = time.Hour
 	maxQueueName       = 200
+	maxDatabaseWait    = 24 * time.Hour
 )
 
 // settings are every setting of `redrive serve`. The global --db flag is
@@ -133,6 +137,8 @@ var settings = append([]setting{
 		c.Schema = v
 		return nil
 	}},
+	durationSetting("database-wait", "15m", 0, maxDatabaseWait, "how long serve retries opening PostgreSQL while it cannot be reached (refused, timed out, unknown host, starting up), answering /readyz with 503 meanwhile; 0 fails at once",
+		func(c *serveConfig, d time.Duration) { c.DatabaseWait = d }),
 	{name: "token", help: "bearer token required by the API and /metrics (prefer $REDRIVE_TOKEN: flags show in ps)", apply: func(c *serveConfig, v string) error {
 		if v != "" && (strings.TrimSpace(v) != v || strings.ContainsAny(v, " \t\r\n")) {
 			return errors.New("must not contain white space")

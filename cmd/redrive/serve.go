@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,9 +13,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,6 +31,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/httpjob"
+	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
@@ -41,6 +51,11 @@ process.
 With no settings it just works: the SQLite database redrive.db in the current
 folder (--db), the API on 127.0.0.1:8080, queue "default" with 10 workers.
 Give --database-url to share the work with other processes on PostgreSQL.
+Until PostgreSQL can be reached (refused, timed out, unknown host, starting
+up), serve tries again, 1s doubling to 10s apart, for --database-wait
+(default 15m; 0: not at all), logging each attempt; meanwhile it listens,
+/healthz answers 200 and /readyz and every other route 503. An error that
+waiting cannot fix (authentication, an unknown database, TLS) stops it at once.
 
 /metrics has the store's counts, read at each scrape (redrive_jobs{queue,state},
 redrive_<counter>_total, breaker states, paused queues), and this process's
@@ -120,8 +135,42 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	allowed := allowedHosts(host, cfg.AllowedHosts)
 	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
 
+	// Listen first, so that while the store opens (PostgreSQL may not be
+	// up yet: see --database-wait) the process answers: /healthz 200,
+	// /readyz and every other route 503 with Retry-After. The real
+	// handler replaces that one once the store is open.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("--addr: %w", err)
+	}
+	handler := &swapHandler{}
+	handler.set(server.HostGuard(allowed, startingHandler(openingReason(cfg))))
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln) }()
+	log.Info("redrive starting: opening the store", "addr", ln.Addr().String(), "store", storeDescription(cfg))
+
 	st, target, err := openServeStore(ctx, cfg, log)
 	if err != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		if serr := srv.Shutdown(shutdownCtx); serr != nil {
+			srv.Close()
+		}
+		if errors.Is(err, errStoppedWaiting) {
+			// SIGINT or SIGTERM while waiting for the database: a
+			// shutdown like any other.
+			log.Info("shutting down", "while", "opening the store")
+			log.Info("redrive stopped")
+			return nil
+		}
 		return err
 	}
 	defer st.Close()
@@ -149,30 +198,17 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// the queue's, and the configured policies are per queue.
 	httpjob.Register(worker, httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal})
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("--addr: %w", err)
-	}
 	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
 	// SIGTERM cancels them, and api.Close below waits for them to stop
 	// before the store closes.
 	api := server.New(server.Options{Client: client, Breakers: worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx,
 		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies})
-	srv := &http.Server{
-		Handler:           server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, cfg.Token, log)),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, cfg.Token, log)))
 
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorker()
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- worker.Run(workerCtx) }()
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- srv.Serve(ln) }()
 
 	queueRetry := map[string]string{}
 	for q, p := range cfg.QueueRetry {
@@ -237,19 +273,213 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 
 // openServeStore opens PostgreSQL when a URL is configured, else SQLite;
 // it returns the store and a description fit for logs (no password).
+// PostgreSQL is waited for as --database-wait says (see openPostgres);
+// when ctx ends meanwhile, the error is errStoppedWaiting.
 func openServeStore(ctx context.Context, cfg *serveConfig, log *slog.Logger) (store.Store, string, error) {
 	if cfg.DatabaseURL != "" {
-		st, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Schema: cfg.Schema, Logger: log})
+		st, err := openPostgres(ctx, cfg, log, dbWaitPolicy)
 		if err != nil {
-			return nil, "", fmt.Errorf("database-url %s: %w", redactURL(cfg.DatabaseURL), err)
+			return nil, "", err
 		}
-		return st, "postgres " + redactURL(cfg.DatabaseURL), nil
+		return st, storeDescription(cfg), nil
 	}
 	st, err := sqlite.Open(ctx, cfg.DB, sqlite.Options{Logger: log})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, "", errStoppedWaiting
+		}
 		return nil, "", fmt.Errorf("db %s: %w", cfg.DB, err)
 	}
-	return st, "sqlite " + cfg.DB, nil
+	return st, storeDescription(cfg), nil
+}
+
+// storeDescription names the store for logs (no password).
+func storeDescription(cfg *serveConfig) string {
+	if cfg.DatabaseURL != "" {
+		return "postgres " + redactURL(cfg.DatabaseURL)
+	}
+	return "sqlite " + cfg.DB
+}
+
+// openingReason is what /readyz says while the store opens.
+func openingReason(cfg *serveConfig) string {
+	if cfg.DatabaseURL != "" {
+		return "not ready: waiting for the database"
+	}
+	return "not ready: opening the store"
+}
+
+// errStoppedWaiting is openServeStore's error when serve is told to stop
+// (SIGINT, SIGTERM) before the store is open.
+var errStoppedWaiting = errors.New("stopped while opening the store")
+
+// dbWaitPolicy spaces the attempts to open PostgreSQL within
+// --database-wait: 1 s doubling to 10 s, +-10%.
+var dbWaitPolicy = retry.Policy{Initial: time.Second, Multiplier: 2, MaxDelay: 10 * time.Second,
+	Jitter: retry.JitterProportional, JitterFactor: 0.1}
+
+// dbConnectTimeout bounds each attempt to reach PostgreSQL, so that a
+// host that drops packets costs one attempt, not the whole wait.
+const dbConnectTimeout = 10 * time.Second
+
+// openPostgres opens the PostgreSQL store. While the database cannot be
+// reached in a way that can heal by itself (see dbErrorHeals), it tries
+// again, spaced by policy, for up to cfg.DatabaseWait, logging each
+// failed attempt; other errors (authentication, a missing database, TLS)
+// end it at once. It returns errStoppedWaiting when ctx ends first.
+func openPostgres(ctx context.Context, cfg *serveConfig, log *slog.Logger, policy retry.Policy) (store.Store, error) {
+	url := redactURL(cfg.DatabaseURL)
+	start := time.Now()
+	deadline := start.Add(cfg.DatabaseWait)
+	var prev time.Duration
+	for attempt := 1; ; attempt++ {
+		st, err := openPostgresOnce(ctx, cfg, log, deadline)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("database reachable", "database", url, "attempts", attempt, "waited", time.Since(start).Round(time.Millisecond).String())
+			}
+			return st, nil
+		}
+		if ctx.Err() != nil {
+			return nil, errStoppedWaiting
+		}
+		if !dbErrorHeals(err) {
+			if cfg.DatabaseWait <= 0 {
+				return nil, fmt.Errorf("database-url %s: %w", url, err)
+			}
+			return nil, fmt.Errorf("database-url %s: %w (not retried: waiting would not fix this)", url, err)
+		}
+		if cfg.DatabaseWait <= 0 {
+			return nil, fmt.Errorf("database-url %s: %w (not retried: --database-wait is 0)", url, err)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			waited := time.Since(start).Round(time.Millisecond)
+			log.Error("giving up on the database", "database", url, "attempts", attempt, "waited", waited.String(),
+				"database_wait", cfg.DatabaseWait.String(), "error", err.Error())
+			return nil, fmt.Errorf("database-url %s: not reachable within --database-wait %s ($REDRIVE_DATABASE_WAIT; %d attempts): %w",
+				url, cfg.DatabaseWait, attempt, err)
+		}
+		delay := min(policy.Delay(attempt-1, prev, nil), left)
+		prev = delay
+		log.Warn("database not reachable yet, retrying", "database", url, "attempt", attempt, "error", err.Error(),
+			"retry_in", delay.Round(time.Millisecond).String(), "wait_left", left.Round(time.Second).String())
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errStoppedWaiting
+		case <-t.C:
+		}
+	}
+}
+
+// openPostgresOnce makes one attempt to open the store: a connection
+// first, within dbConnectTimeout (or what is left of the wait, if more
+// than a second), then postgres.Open, which migrates, bounded by ctx only.
+func openPostgresOnce(ctx context.Context, cfg *serveConfig, log *slog.Logger, deadline time.Time) (store.Store, error) {
+	pc, err := pgx.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if pc.RuntimeParams["application_name"] == "" {
+		pc.RuntimeParams["application_name"] = "redrive"
+	}
+	probeCtx, cancel := context.WithTimeout(ctx, min(dbConnectTimeout, max(time.Until(deadline), time.Second)))
+	conn, err := pgx.ConnectConfig(probeCtx, pc)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.Close(context.WithoutCancel(ctx))
+	return postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Schema: cfg.Schema, Logger: log})
+}
+
+// dbErrorHeals reports whether an error opening PostgreSQL may go away by
+// itself, so that trying again makes sense: the server is not reachable
+// (refused, reset, timed out, unknown host yet, a closed connection) or
+// says it cannot serve now (starting up, shutting down, in recovery, too
+// many connections). What the server refuses for good (authentication, an
+// unknown role or database, a missing permission), TLS failures and
+// everything else do not heal.
+func dbErrorHeals(err error) bool {
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			pe.Code == "57P01", // admin_shutdown
+			pe.Code == "57P02", // crash_shutdown
+			pe.Code == "57P03", // cannot_connect_now: starting up, shutting down, in recovery
+			pe.Code == "53300", // too_many_connections
+			pe.Code == "40001", // serialization_failure
+			pe.Code == "40P01": // deadlock_detected
+			return true
+		}
+		return false
+	}
+	// TLS: a certificate refused on either side, a server that does not
+	// speak TLS. crypto/tls reports alerts as net.OpError "remote error" or
+	// "local error", which would otherwise pass for network errors.
+	if oe, ok := errors.AsType[*net.OpError](err); ok && (oe.Op == "remote error" || oe.Op == "local error") {
+		return false
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[x509.CertificateInvalidError](err); ok {
+		return false
+	}
+	// The network: refused, reset, timed out, no route, an unknown host
+	// (a DNS name that appears once its container starts), a connection
+	// closed by a proxy whose backend is not up yet.
+	if _, ok := errors.AsType[net.Error](err); ok {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// swapHandler serves whichever handler was set last.
+type swapHandler struct {
+	h atomic.Pointer[http.Handler]
+}
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+// startingRetryAfter is the Retry-After, in seconds, of the answers given
+// while the store opens.
+const startingRetryAfter = 5
+
+// startingHandler answers while the store opens: /healthz 200 (the
+// process is alive and doing what it should), /readyz and every other
+// route 503 with Retry-After and reason, as JSON errors like the API's.
+func startingHandler(reason string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+			return
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(startingRetryAfter))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "starting", "message": reason}})
+		_, _ = w.Write(append(b, '\n'))
+	})
 }
 
 // serveMux routes /metrics to Prometheus and everything else to the API.

@@ -425,6 +425,14 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 			panic(p)
 		}
 	}()
+	// While the last write failed, a transaction that changed no row
+	// (a rescue pass that found nothing) commits without touching the
+	// disk: it proves nothing, so only one that changed rows clears the
+	// failure. The count is read only then, off the hot path.
+	before := int64(-1)
+	if s.lastWrite.Load() != nil {
+		before = s.totalChanges(ctx)
+	}
 	if err := fn(s.wconn); err != nil {
 		rollback()
 		return s.noteWrite(classify(err))
@@ -433,7 +441,20 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 		rollback()
 		return s.noteWrite(classify(fmt.Errorf("sqlite: commit: %w", err)))
 	}
+	if before >= 0 && s.totalChanges(ctx) == before {
+		return nil
+	}
 	return s.noteWrite(nil)
+}
+
+// totalChanges is the number of rows the writer connection has changed
+// since it opened, or -1 when it cannot be read.
+func (s *Store) totalChanges(ctx context.Context) int64 {
+	var n int64
+	if err := s.wconn.QueryRowContext(ctx, "SELECT total_changes()").Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 // classify wraps an error of SQLite's that says the database cannot be
