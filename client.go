@@ -46,6 +46,10 @@ type Client struct {
 	// validators check the payloads of kinds before they are enqueued.
 	validators atomic.Pointer[map[string]Validator]
 	validMu    sync.Mutex
+
+	// cancelers are the in-process workers' hooks told when this client
+	// requests the cancellation of a running job (under mu).
+	cancelers map[*func()]struct{}
 }
 
 // RequestError is the refusal of one request of a batch: Index is its
@@ -459,10 +463,48 @@ func (c *Client) List(ctx context.Context, f Filter, p Page) (ListResult, error)
 }
 
 // Cancel cancels a waiting or dead job at once; a running job's handler
-// sees its context canceled (cause ErrJobCanceled) at the worker's next
-// heartbeat and the job ends canceled.
+// sees its context canceled (cause ErrJobCanceled) and the job ends
+// canceled. The worker running it learns of it at once: a worker of this
+// Client by a wake-up, a worker of another process through the store (a
+// PostgreSQL notification, or a poll of SQLite a few times a second), and
+// at the latest at its next heartbeat.
 func (c *Client) Cancel(ctx context.Context, id int64) (*Job, error) {
-	return c.store.Cancel(ctx, id, c.now())
+	j, err := c.store.Cancel(ctx, id, c.now())
+	if err == nil && j != nil && j.State == store.Running && j.CancelRequested {
+		c.wakeCancel()
+	}
+	return j, err
+}
+
+// registerCancel adds an in-process hook called when this client requests
+// the cancellation of a running job; it returns the function that removes
+// it.
+func (c *Client) registerCancel(hook func()) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancelers == nil {
+		c.cancelers = map[*func()]struct{}{}
+	}
+	key := &hook
+	c.cancelers[key] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.cancelers, key)
+	}
+}
+
+// wakeCancel calls the cancel hooks of the in-process workers.
+func (c *Client) wakeCancel() {
+	c.mu.RLock()
+	hooks := make([]func(), 0, len(c.cancelers))
+	for h := range c.cancelers {
+		hooks = append(hooks, *h)
+	}
+	c.mu.RUnlock()
+	for _, h := range hooks {
+		h()
+	}
 }
 
 // Stats returns real counts per queue: jobs per state and the running

@@ -123,7 +123,7 @@ func TestDiskFullOutcomesKept(t *testing.T) {
 	raw.Close()
 	filler := fill(t, dir)
 	defer os.Remove(filler) // before the worker stops, should the test fail
-	close(gate) // the jobs finish while no write can succeed
+	close(gate)             // the jobs finish while no write can succeed
 	time.Sleep(2500 * time.Millisecond)
 	if err := st.WriteHealth(); err == nil {
 		t.Fatal("the store still writes with the disk full: the test proves nothing")

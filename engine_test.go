@@ -674,6 +674,9 @@ func TestDLQRedriveEditPurgeExport(t *testing.T) {
 	if len(kinds) != 2 || kinds[0] != store.EventDead || kinds[1] != store.EventRedriven || j.History[1].Note != "fixed the URL" {
 		t.Fatalf("history kept across redrive: %+v", j.History)
 	}
+	if got := j.History[1].PreviousPayload; got != `{"URL":"u0"}` {
+		t.Fatalf("edit and redrive: the redriven event keeps the previous payload %q, want {\"URL\":\"u0\"}", got)
+	}
 
 	// Redrive by filter at a bounded rate: the locked job is refused.
 	fixed.Store(true)

@@ -13,8 +13,9 @@ import (
 // QueueState says whether a queue is paused, as the store records it.
 type QueueState = store.QueueState
 
-// Queue is a queue as an operator sees it: whether it is paused and how
-// many of its jobs are in each state.
+// Queue is a queue as an operator sees it: whether it is paused, how
+// many of its jobs are in each state, how long its oldest due job has
+// waited, and whether any live worker consumes it.
 type Queue struct {
 	Name   string `json:"name"`
 	Paused bool   `json:"paused"`
@@ -23,7 +24,24 @@ type Queue struct {
 	// Jobs counts the queue's jobs in each state; every state is present,
 	// with 0 when the queue has no job in it.
 	Jobs map[State]int64 `json:"jobs"`
+	// OldestDueAt is the run_at of the queue's oldest due job (pending, or
+	// scheduled with run_at at or before now); nil when none is due.
+	OldestDueAt *time.Time `json:"oldest_due_at"`
+	// LatencyMS is the queue's latency in milliseconds: how long its
+	// oldest due job has waited since it was due (0 when none is due). A
+	// latency that keeps growing means the queue's workers do not keep
+	// up, are paused, or are missing (see Unconsumed). Latency returns it
+	// as a time.Duration.
+	LatencyMS int64 `json:"latency_ms"`
+	// Unconsumed is true when the queue has due jobs and no live worker
+	// (see Client.Workers: registered, not stopped, heartbeat recent)
+	// serves it: nothing will run them until a worker for the queue
+	// starts.
+	Unconsumed bool `json:"unconsumed"`
 }
+
+// Latency is the queue's latency (LatencyMS) as a duration.
+func (q Queue) Latency() time.Duration { return time.Duration(q.LatencyMS) * time.Millisecond }
 
 // checkQueueName validates the name of a queue to pause or resume: not
 // empty, and no longer than Enqueue accepts.
@@ -70,7 +88,54 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 		out = append(out, newQueue(st, stats.Jobs[st.Name]))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if err := c.addLatency(ctx, out); err != nil {
+		return nil, fmt.Errorf("redrive: queues: %w", err)
+	}
 	return out, nil
+}
+
+// addLatency sets the latency of the queues and flags those with due jobs
+// that no live worker serves.
+func (c *Client) addLatency(ctx context.Context, qs []Queue) error {
+	if len(qs) == 0 {
+		return nil
+	}
+	names := make([]string, len(qs))
+	for i, q := range qs {
+		names[i] = q.Name
+	}
+	now := c.now()
+	oldest, err := c.store.OldestDue(ctx, names, now)
+	if err != nil {
+		return err
+	}
+	if len(oldest) == 0 {
+		return nil
+	}
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		return err
+	}
+	served := map[string]bool{}
+	for _, w := range ws {
+		if w.State != WorkerLive {
+			continue
+		}
+		for q := range w.Queues {
+			served[q] = true
+		}
+	}
+	for i := range qs {
+		at, ok := oldest[qs[i].Name]
+		if !ok {
+			continue
+		}
+		at = at.UTC()
+		qs[i].OldestDueAt = &at
+		qs[i].LatencyMS = max(now.Sub(at), 0).Milliseconds()
+		qs[i].Unconsumed = !served[qs[i].Name]
+	}
+	return nil
 }
 
 // PauseQueue pauses a queue: workers stop fetching its jobs, in this
@@ -118,7 +183,11 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) (Queue
 	if err != nil {
 		return Queue{}, fmt.Errorf("redrive: %s %q: done, but reading its job counts failed: %w", op, name, err)
 	}
-	return newQueue(st, stats.Jobs[name]), nil
+	q := []Queue{newQueue(st, stats.Jobs[name])}
+	if err := c.addLatency(ctx, q); err != nil {
+		return Queue{}, fmt.Errorf("redrive: %s %q: done, but reading its latency failed: %w", op, name, err)
+	}
+	return q[0], nil
 }
 
 // registerPause adds an in-process worker's hook for pauses and resumes of

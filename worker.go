@@ -139,6 +139,10 @@ type Worker struct {
 	// when the shutdown deadline passes.
 	hardCtx    context.Context
 	hardCancel context.CancelCauseFunc
+	// heartbeatC asks the heartbeat loop for a heartbeat now: a
+	// cancellation of a running job was requested, perhaps of one of
+	// this worker's.
+	heartbeatC chan struct{}
 }
 
 // runningEntry is a job whose attempt runs in this worker: heartbeats
@@ -227,6 +231,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		w.queues = append(w.queues, qr)
 	}
 	w.completer = newCompleter(w)
+	w.heartbeatC = make(chan struct{}, 1)
 	return w
 }
 
@@ -287,6 +292,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer unregister()
 	}
 	w.refreshPaused(ctx)
+	// A cancellation requested through the local Client asks for a
+	// heartbeat at once, which tells whether the job is one of ours.
+	unregisterCancel := w.client.registerCancel(w.heartbeatNow)
+	defer unregisterCancel()
 	// Register in the store's worker registry, and rescue at once the jobs
 	// of this host's workers whose process is gone (a restart).
 	w.register(ctx)
@@ -305,6 +314,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if n, ok := w.store.(store.Notifier); ok {
 		bg.Go(func() {
 			err := n.Listen(ctx, func(queue string) {
+				if queue == store.CancelNotice || queue == "" {
+					// A cancellation requested by another process (or
+					// notices missed by a reconnect).
+					w.heartbeatNow()
+					if queue != "" {
+						return
+					}
+				}
 				now := time.Now()
 				for _, q := range w.queues {
 					if queue == "" || queue == q.name {
@@ -327,6 +344,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	bg.Go(func() { w.heartbeatLoop(bgCtx) })
+	if cc, ok := w.store.(store.CancelChecker); ok {
+		if _, notifies := w.store.(store.Notifier); !notifies {
+			bg.Go(func() { w.cancelPollLoop(bgCtx, cc) })
+		}
+	}
 	bg.Go(func() { w.rescueLoop(ctx) })
 	bg.Go(func() { w.cleanupLoop(ctx) })
 	bg.Go(func() { w.statsLoop(ctx) })
@@ -697,22 +719,84 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 }
 
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	every(ctx, w.opts.LeaseDuration/3, func() {
-		w.heartbeat(ctx)
-		w.heartbeatRegistry(ctx)
+	t := time.NewTicker(w.opts.LeaseDuration / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.heartbeat(ctx)
+			w.heartbeatRegistry(ctx)
+		case <-w.heartbeatC:
+			w.heartbeat(ctx)
+		}
+	}
+}
+
+// heartbeatNow asks the heartbeat loop for a heartbeat at once (a
+// cancellation was requested); it does not block.
+func (w *Worker) heartbeatNow() {
+	select {
+	case w.heartbeatC <- struct{}{}:
+	default:
+	}
+}
+
+// cancelPollInterval is how often a worker on a store that cannot notify
+// (a store.CancelChecker) asks whether one of its running jobs was
+// canceled by another process.
+const cancelPollInterval = 250 * time.Millisecond
+
+// cancelPollLoop polls the store for the cancellation of running jobs,
+// while there are some, until ctx ends.
+func (w *Worker) cancelPollLoop(ctx context.Context, cc store.CancelChecker) {
+	every(ctx, cancelPollInterval, func() {
+		ids := w.runningIDs()
+		if len(ids) == 0 {
+			return
+		}
+		cancel, err := cc.CancelRequested(ctx, w.id, ids)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Debug("polling for canceled jobs failed", "worker", w.id, "error", err)
+			}
+			return
+		}
+		w.cancelRunning(cancel)
 	})
+}
+
+// runningIDs returns the ids of the jobs whose handlers run.
+func (w *Worker) runningIDs() []int64 {
+	w.runMu.Lock()
+	defer w.runMu.Unlock()
+	ids := make([]int64, 0, len(w.running))
+	for id := range w.running {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// cancelRunning cancels the handlers of the given jobs (cause
+// ErrJobCanceled), those that still run.
+func (w *Worker) cancelRunning(ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	w.runMu.Lock()
+	defer w.runMu.Unlock()
+	for _, id := range ids {
+		if r, ok := w.running[id]; ok {
+			r.cancel(ErrJobCanceled)
+		}
+	}
 }
 
 // heartbeat extends the leases of the running jobs and cancels those
 // whose cancellation was requested.
 func (w *Worker) heartbeat(ctx context.Context) {
-	w.runMu.Lock()
-	ids := make([]int64, 0, len(w.running))
-	for id := range w.running {
-		ids = append(ids, id)
-	}
-	w.runMu.Unlock()
-	ids = append(ids, w.completer.unsettled()...)
+	ids := append(w.runningIDs(), w.completer.unsettled()...)
 	if len(ids) == 0 {
 		return
 	}
@@ -723,15 +807,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		}
 		return
 	}
-	if len(cancel) > 0 {
-		w.runMu.Lock()
-		for _, id := range cancel {
-			if r, ok := w.running[id]; ok {
-				r.cancel(ErrJobCanceled)
-			}
-		}
-		w.runMu.Unlock()
-	}
+	w.cancelRunning(cancel)
 }
 
 // rescueLoop turns expired leases into failed attempts (Transient,

@@ -3,6 +3,7 @@ package httpjob_test
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/redrivehq/redrive/httpjob"
@@ -72,4 +73,26 @@ func FuzzCheckAddr(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRefusalNamesSetting: a refusal names the setting that allows the
+// address: the Options field by default, the program's own name for it
+// when given (serve's flags).
+func TestRefusalNamesSetting(t *testing.T) {
+	for _, c := range []struct {
+		opts httpjob.Options
+		addr string
+		want string
+	}{
+		{httpjob.Options{}, "169.254.169.254", "allowed by httpjob.Options.AllowLinkLocal"},
+		{httpjob.Options{}, "fe80::1", "allowed by httpjob.Options.AllowLinkLocal"},
+		{httpjob.Options{BlockPrivate: true}, "10.0.0.1", "allowed by httpjob.Options.BlockPrivate false"},
+		{httpjob.Options{AllowLinkLocalSetting: "--http-allow-link-local"}, "169.254.1.1", "allowed by --http-allow-link-local"},
+		{httpjob.Options{BlockPrivate: true, AllowPrivateSetting: "--http-allow-private"}, "127.0.0.1", "allowed by --http-allow-private"},
+	} {
+		err := httpjob.CheckAddr(c.opts, netip.MustParseAddr(c.addr))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s with %+v: %v, want %q", c.addr, c.opts, err, c.want)
+		}
+	}
 }

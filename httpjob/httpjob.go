@@ -97,6 +97,14 @@ type Options struct {
 	// HandlerOptions are passed to the worker's HandleFunc (a retry policy
 	// or a dependency for the kind).
 	HandlerOptions []redrive.HandlerOption
+	// AllowLinkLocalSetting and AllowPrivateSetting name, in the refusals
+	// of link-local and private addresses, the setting that allows them,
+	// as the program's users set it: by default these Options' fields
+	// ("httpjob.Options.AllowLinkLocal", "httpjob.Options.BlockPrivate
+	// false"); redrive serve names its flags, --http-allow-link-local and
+	// --http-allow-private.
+	AllowLinkLocalSetting string
+	AllowPrivateSetting   string
 }
 
 // Payload is the payload of an http job.
@@ -137,6 +145,12 @@ func New(opts Options) *Handler {
 	}
 	if opts.MaxTimeout <= 0 {
 		opts.MaxTimeout = DefaultMaxTimeout
+	}
+	if opts.AllowLinkLocalSetting == "" {
+		opts.AllowLinkLocalSetting = "httpjob.Options.AllowLinkLocal"
+	}
+	if opts.AllowPrivateSetting == "" {
+		opts.AllowPrivateSetting = "httpjob.Options.BlockPrivate false"
 	}
 	if opts.DefaultTimeout > opts.MaxTimeout {
 		opts.DefaultTimeout = opts.MaxTimeout
@@ -379,7 +393,7 @@ var sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
 func (h *Handler) checkHost(host string) error {
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	if !h.opts.AllowLinkLocal && metadataHosts[host] {
-		return &BlockedError{Addr: host, Why: "cloud metadata host (set AllowLinkLocal to allow)"}
+		return &BlockedError{Addr: host, Why: "cloud metadata host (allowed by " + h.opts.AllowLinkLocalSetting + ")"}
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		return h.checkAddr(a)
@@ -404,19 +418,19 @@ func (h *Handler) checkAddr(a netip.Addr) error {
 	if !h.opts.AllowLinkLocal {
 		switch {
 		case metadataAddrs[a] || a == netip.MustParseAddr("169.254.169.254"):
-			return &BlockedError{Addr: a.String(), Why: "cloud metadata address (set AllowLinkLocal to allow)"}
+			return &BlockedError{Addr: a.String(), Why: "cloud metadata address (allowed by " + h.opts.AllowLinkLocalSetting + ")"}
 		case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
-			return &BlockedError{Addr: a.String(), Why: "link-local address (set AllowLinkLocal to allow)"}
+			return &BlockedError{Addr: a.String(), Why: "link-local address (allowed by " + h.opts.AllowLinkLocalSetting + ")"}
 		}
 	}
 	if h.opts.BlockPrivate {
 		switch {
 		case a.IsLoopback():
-			return &BlockedError{Addr: a.String(), Why: "loopback address (private addresses are blocked)"}
+			return &BlockedError{Addr: a.String(), Why: "loopback address (private addresses are blocked; allowed by " + h.opts.AllowPrivateSetting + ")"}
 		case a.IsPrivate() || sharedSpace.Contains(a):
-			return &BlockedError{Addr: a.String(), Why: "private address (private addresses are blocked)"}
+			return &BlockedError{Addr: a.String(), Why: "private address (private addresses are blocked; allowed by " + h.opts.AllowPrivateSetting + ")"}
 		case a.IsUnspecified():
-			return &BlockedError{Addr: a.String(), Why: "unspecified address (private addresses are blocked)"}
+			return &BlockedError{Addr: a.String(), Why: "unspecified address (private addresses are blocked; allowed by " + h.opts.AllowPrivateSetting + ")"}
 		}
 	}
 	if a.IsMulticast() {

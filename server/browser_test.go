@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -130,11 +131,35 @@ func (b *browser) run(t *testing.T, what string, steps ...chromedp.Action[chrome
 	}
 }
 
+// runWithin is run with a deadline: waiting for what the page should show
+// fails within d when the page never shows it.
+func (b *browser) runWithin(t *testing.T, d time.Duration, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, d)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v\nbrowser problems: %v", what, err, b.problemList())
+	}
+}
+
 // text returns the text of the first visible element matching the CSS
 // selector sel.
 func (b *browser) text(t *testing.T, sel string) string {
 	t.Helper()
 	v, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return v
+}
+
+// textNow returns the text of the first element matching the CSS selector
+// sel as the page is now, or "" when none does, without waiting for one:
+// a check of what the page should show fails at once when it does not.
+func (b *browser) textNow(t *testing.T, sel string) string {
+	t.Helper()
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%q); return el ? el.innerText : ''; })()`, sel)
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](js))
 	if err != nil {
 		t.Fatalf("text of %s: %v", sel, err)
 	}
@@ -219,7 +244,8 @@ func (b *browser) checkClean(t *testing.T, origin string) {
 }
 
 // demo is a server with a worker running a small, realistic workload:
-// completed jobs, retried ones, and dead jobs in three groups.
+// completed jobs, retried ones, dead jobs in three groups, a job
+// scheduled for later and one waiting out a rate limit.
 type demo struct {
 	*env
 	worker *redrive.Worker
@@ -227,6 +253,9 @@ type demo struct {
 	fixed atomic.Bool
 	// ids of the dead jobs by kind.
 	dead map[string][]int64
+	// later is the job enqueued to run in an hour; limited the one whose
+	// first attempt was answered 429 with a Retry-After of 30 minutes.
+	later, limited int64
 }
 
 func startDemo(t *testing.T, token string) *demo {
@@ -262,6 +291,9 @@ func startDemo(t *testing.T, token string) *demo {
 	})
 	w.HandleFunc("report.build", func(ctx context.Context, j *redrive.Job) error {
 		return redrive.NeedsAuth(errors.New("s3: 403 Forbidden: the access key expired"))
+	})
+	w.HandleFunc("crm.sync", func(ctx context.Context, j *redrive.Job) error {
+		return &failure.StatusError{Code: 429, Status: "429 Too Many Requests", RetryAfter: 30 * time.Minute}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -299,26 +331,31 @@ func startDemo(t *testing.T, token string) *demo {
 	}
 	reqs = append(reqs, redrive.Request{Kind: "report.build", Payload: map[string]any{"month": "2026-10"}})
 	reqs = append(reqs, redrive.Request{Kind: "email.send", Payload: map[string]any{"to": "later@example.com"}, Delay: time.Hour})
-	if _, err := d.client.EnqueueMany(context.Background(), reqs); err != nil {
+	reqs = append(reqs, redrive.Request{Kind: "crm.sync", Payload: map[string]any{"contact": 77}})
+	jobs, err := d.client.EnqueueMany(context.Background(), reqs)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait for the workload to settle: 8 dead, 12 completed.
+	d.later, d.limited = jobs[len(jobs)-2].ID, jobs[len(jobs)-1].ID
+	// Wait for the workload to settle: 8 dead, 12 completed, 2 scheduled
+	// (the one for later, the rate-limited one).
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st, err := d.client.Stats(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dead, completed int64
+		var dead, completed, scheduled int64
 		for _, byState := range st.Jobs {
 			dead += byState[redrive.Dead]
 			completed += byState[redrive.Completed]
+			scheduled += byState[redrive.Scheduled]
 		}
-		if dead == 8 && completed == 12 {
+		if dead == 8 && completed == 12 && scheduled == 2 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("demo workload did not settle: %d dead, %d completed; want 8 and 12", dead, completed)
+			t.Fatalf("demo workload did not settle: %d dead, %d completed, %d scheduled; want 8, 12 and 2", dead, completed, scheduled)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -436,9 +473,51 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.Navigate(url+"/#/jobs"),
 		chromedp.WaitVisible(css(`table.jobs tbody tr`)))
 	b.noJunk(t, "jobs")
-	if n := b.count(t, `table.jobs tbody tr`); n != 21 {
-		t.Errorf("jobs table has %d rows, want 21", n)
+	if n := b.count(t, `table.jobs tbody tr`); n != 22 {
+		t.Errorf("jobs table has %d rows, want 22", n)
 	}
+	// The When column says when a waiting job runs, and when a finished
+	// one ended: not when it was created.
+	when := func(id int64) string { return b.textNow(t, fmt.Sprintf(`tr[data-job="%d"] td.when`, id)) }
+	if w := when(d.limited); w != "runs in 30m" && w != "runs in 29m" {
+		t.Errorf("When of the job retried in 30 minutes: %q, want \"runs in 30m\"", w)
+	}
+	if w := when(d.later); w != "runs in 1h" {
+		t.Errorf("When of the job scheduled in an hour: %q, want \"runs in 1h\"", w)
+	}
+	if w := when(d.dead["charge"][0]); !strings.HasPrefix(w, "died ") || !strings.HasSuffix(w, " ago") {
+		t.Errorf("When of a dead job: %q, want \"died … ago\"", w)
+	}
+	if w := b.textNow(t, `table.jobs tbody tr:has(.b-completed) td.when`); !strings.HasPrefix(w, "finished ") || !strings.HasSuffix(w, " ago") {
+		t.Errorf("When of a completed job: %q, want \"finished … ago\"", w)
+	}
+
+	// The page of a job waiting out a rate limit says when it runs next,
+	// and why then: the failure and the delay the policy chose.
+	b.runWithin(t, 5*time.Second, "rate-limited job page",
+		chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", url, d.limited)),
+		chromedp.WaitVisible(css(fmt.Sprintf(`[data-job-page="%d"] #next-run`, d.limited))))
+	b.noJunk(t, "rate-limited job page")
+	if next := b.textNow(t, `#next-run`); !strings.Contains(next, "(in 30m)") && !strings.Contains(next, "(in 29m)") {
+		t.Errorf("next run of the rate-limited job: %q, want it in 30m", next)
+	}
+	if why := b.textNow(t, `#why-then`); !strings.Contains(why, "attempt 1 failed") || !strings.Contains(why, "rate_limited") ||
+		!strings.Contains(why, "http_429") || !strings.Contains(why, "policy chose a delay of 30m00s") {
+		t.Errorf("why the rate-limited job runs then: %q, want the 429's class, reason and the 30m delay", why)
+	}
+	b.runWithin(t, 5*time.Second, "scheduled job page",
+		chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", url, d.later)),
+		chromedp.WaitVisible(css(fmt.Sprintf(`[data-job-page="%d"] #next-run`, d.later))))
+	if why := b.textNow(t, `#why-then`); !strings.Contains(why, "scheduled when enqueued") {
+		t.Errorf("why the job for later runs then: %q", why)
+	}
+	if next := b.textNow(t, `#next-run`); !strings.Contains(next, "(in 1h)") {
+		t.Errorf("next run of the job for later: %q, want it in 1h", next)
+	}
+
+	b.run(t, "jobs page again",
+		chromedp.Navigate(url+"/#/jobs"),
+		chromedp.WaitVisible(css(`table.jobs tbody tr`)))
 	b.run(t, "jobs filter",
 		chromedp.SetValue(css(`select[name="state"]`), "dead"),
 		chromedp.Click(css(`form.filters button[type="submit"]`)),
@@ -506,6 +585,13 @@ func TestDashboardInChromium(t *testing.T) {
 	if n := b.count(t, `.timeline li`); n != 5 {
 		t.Errorf("timeline of the redriven job has %d entries, want 5 (retry, retry, dead, redriven, completed)", n)
 	}
+	// Its last error is the failure it got past, not a current one.
+	if dl := b.textNow(t, `dl.kv`); !strings.Contains(dl, "Failed before success") || strings.Contains(dl, "Last error") {
+		t.Errorf("the completed job's facts: %q, want its last error labelled \"Failed before success\"", dl)
+	}
+	if e := b.textNow(t, `#last-error`); !strings.Contains(e, "503 Service Unavailable") {
+		t.Errorf("the completed job's earlier failure: %q", e)
+	}
 	if done := b.text(t, `.timeline li[data-event="completed"] .when`); !strings.Contains(done, "ran ") {
 		t.Errorf("the completing attempt shows no duration: %q", done)
 	}
@@ -562,6 +648,53 @@ func TestDashboardInChromium(t *testing.T) {
 	n, err := d.client.Count(context.Background(), redrive.Filter{States: []redrive.State{redrive.Dead}, Fingerprint: chargeFP})
 	if err != nil || n != 0 {
 		t.Errorf("charge group after purge: %d jobs, %v", n, err)
+	}
+
+	// Workers: the demo's worker is live; a worker on another host that
+	// stopped sending heartbeats ten minutes ago is marked stale; one that
+	// stopped cleanly is listed as stopped.
+	ctx := context.Background()
+	now := time.Now()
+	for _, w := range []redrive.WorkerInfo{
+		{ID: "w-hung", Host: "batch-7", PID: 4242, Instance: "elsewhere", Version: "v0.9.0", Queues: map[string]int{"reports": 2},
+			StartedAt: now.Add(-2 * time.Hour), HeartbeatAt: now.Add(-10 * time.Minute)},
+		{ID: "w-done", Host: "batch-8", PID: 4343, Instance: "elsewhere", Version: "v0.9.0", Queues: map[string]int{"default": 1},
+			StartedAt: now.Add(-3 * time.Hour), HeartbeatAt: now.Add(-time.Hour)},
+	} {
+		if err := d.st.RegisterWorker(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.st.StopWorker(ctx, "w-done", now.Add(-time.Hour), "stopped"); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, "overview", chromedp.Navigate(url+"/"), chromedp.WaitVisible(css(`.tiles`)))
+	if b.count(t, `a[data-nav="workers"]`) == 0 {
+		t.Fatal("the dashboard has no Workers tab")
+	}
+	b.runWithin(t, 5*time.Second, "workers page",
+		chromedp.Click(css(`a[data-nav="workers"]`)),
+		chromedp.WaitVisible(css(`table.workers`)))
+	b.noJunk(t, "workers")
+	if n := b.count(t, `table.workers tbody tr`); n != 3 {
+		t.Errorf("workers table has %d rows, want 3", n)
+	}
+	live := b.text(t, `table.workers tr[data-state="live"]`)
+	host, _ := os.Hostname()
+	for _, want := range []string{d.worker.ID(), host, "default × 4", "payments × 2", "webhooks × 4", "0 of 10"} {
+		if !strings.Contains(live, want) {
+			t.Errorf("the live worker's row %q lacks %q", live, want)
+		}
+	}
+	if strings.Contains(live, "stale") {
+		t.Errorf("the live worker is marked stale: %q", live)
+	}
+	if hung := b.text(t, `table.workers tr[data-worker="w-hung"]`); !strings.Contains(hung, "silent") ||
+		!strings.Contains(hung, "stale: no heartbeat for 10m") || !strings.Contains(hung, "batch-7") || !strings.Contains(hung, "reports × 2") {
+		t.Errorf("the hung worker's row: %q, want it silent and stale for 10m", hung)
+	}
+	if done := b.text(t, `table.workers tr[data-worker="w-done"]`); !strings.Contains(done, "stopped 1h ago") || strings.Contains(done, "stale") {
+		t.Errorf("the stopped worker's row: %q", done)
 	}
 
 	// Signing out brings back the login form.
@@ -637,6 +770,7 @@ func TestDashboardScreenshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot("dashboard-job", "#/jobs/"+job, ".timeline")
+	shot("dashboard-workers", "#/workers", "table.workers")
 	shot("dashboard-redrive", "#/dlq/"+group, "#redrive-group",
 		chromedp.Click(css(`#redrive-group`)), chromedp.WaitVisible(css(`#confirm`)))
 }

@@ -46,6 +46,7 @@ func FuzzQuery(f *testing.F) {
 		"fingerprint=c355063b135e240e", "state=bogus", "class=Permanent",
 		"queue=%00", "queue=%ff%fe", "q=%", "queue=a&queue=b", "unknown=1",
 		"since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z",
+		"until=30m", "since=7d&until=1h", "since=1h&until=7d", "since=1h30m&until=2026-01-01T00:00:00Z", "until=-5m", "since=1001d",
 	} {
 		for i := range queryRoutes {
 			f.Add(uint8(i), s)

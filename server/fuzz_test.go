@@ -87,6 +87,7 @@ func FuzzRedriveBody(f *testing.F) {
 		`{"ids":[1],"payload":{"fixed":true},"note":"ops"}`,
 		`{"filter":{"queue":"q","kind":"k","class":"permanent","reason":"r","since":"2026-01-01T00:00:00Z","until":"2027-01-01T00:00:00Z","q":"timeout"},"rate":10}`,
 		`{"filter":{}}`,
+		`{"filter":{"since":"7d","until":"1h"}}`, `{"filter":{"since":"1h","until":"7d"}}`, `{"filter":{"until":"-1h"}}`,
 		`{"all":true,"rate":0.1}`,
 		`{"ids":[1,2],"rate":0.1}`,
 		`{"ids":[-1]}`,

@@ -116,13 +116,27 @@ func checkName(field, v string, limit int) error {
 	return nil
 }
 
-// parseTime parses an RFC 3339 time.
+// parseTime parses a since or until value (see ParseTime).
 func parseTime(field, v string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return time.Time{}, badRequest(field, "%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", field, clip(v))
+	t, ok := ParseTime(v, time.Now())
+	if !ok {
+		return time.Time{}, badRequest(field, "%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z or a duration back from now such as 30m, 1h or 7d, got %q", field, clip(v))
 	}
 	return t, nil
+}
+
+// ParseTime parses the since or until of a filter: an RFC 3339 time, or
+// a duration back from now, a Go duration or a whole number of days
+// ("30m", "1h", "7d": now minus that). The CLI parses them the same way.
+func ParseTime(v string, now time.Time) (time.Time, bool) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, true
+	}
+	d, ok := parseSince(v)
+	if !ok || d < 0 {
+		return time.Time{}, false
+	}
+	return now.Add(-d), true
 }
 
 // clip shortens a user value quoted in an error message.

@@ -21,17 +21,24 @@ type queueJSON struct {
 	Paused   bool             `json:"paused"`
 	PausedAt *time.Time       `json:"paused_at"`
 	Jobs     map[string]int64 `json:"jobs"`
+	// OldestDueAt, LatencyMS and Unconsumed: see redrive.Queue.
+	OldestDueAt *time.Time `json:"oldest_due_at"`
+	LatencyMS   int64      `json:"latency_ms"`
+	Unconsumed  bool       `json:"unconsumed"`
 }
 
 // checkQueueShape fails unless raw is exactly one queue object: name,
-// paused, paused_at (null unless paused) and jobs with every state.
+// paused, paused_at (null unless paused), jobs with every state,
+// oldest_due_at (null unless a job is due), latency_ms (0 unless a job is
+// due) and unconsumed (only when a job is due).
 func checkQueueShape(t *testing.T, raw json.RawMessage) queueJSON {
 	t.Helper()
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &keys); err != nil {
 		t.Fatalf("queue is not an object: %s", raw)
 	}
-	if len(keys) != 4 || keys["name"] == nil || keys["paused"] == nil || keys["paused_at"] == nil || keys["jobs"] == nil {
+	if len(keys) != 7 || keys["name"] == nil || keys["paused"] == nil || keys["paused_at"] == nil || keys["jobs"] == nil ||
+		keys["oldest_due_at"] == nil || keys["latency_ms"] == nil || keys["unconsumed"] == nil {
 		t.Fatalf("queue keys: %s", raw)
 	}
 	var q queueJSON
@@ -48,6 +55,9 @@ func checkQueueShape(t *testing.T, raw json.RawMessage) queueJSON {
 	}
 	if q.Paused != (q.PausedAt != nil) {
 		t.Errorf("queue %q: paused %v with paused_at %v", q.Name, q.Paused, q.PausedAt)
+	}
+	if q.OldestDueAt == nil && (q.LatencyMS != 0 || q.Unconsumed) || q.LatencyMS < 0 {
+		t.Errorf("queue %q: latency_ms %d, unconsumed %v with oldest_due_at %v", q.Name, q.LatencyMS, q.Unconsumed, q.OldestDueAt)
 	}
 	return q
 }
@@ -104,6 +114,10 @@ func TestQueues(t *testing.T) {
 		qs[0].Jobs["pending"] != 3 || qs[1].Jobs["dead"] != 1 || qs[1].Jobs["pending"] != 0 {
 		t.Fatalf("queues: %+v", qs)
 	}
+	// No worker serves default, where 3 jobs are due; mail has none due.
+	if qs[0].OldestDueAt == nil || !qs[0].Unconsumed || qs[1].OldestDueAt != nil || qs[1].LatencyMS != 0 || qs[1].Unconsumed {
+		t.Errorf("queues' latency: %+v", qs)
+	}
 
 	p := e.setPaused("default", "pause")
 	if !p.Paused || p.PausedAt == nil || p.Name != "default" || p.Jobs["pending"] != 3 {
@@ -130,7 +144,8 @@ func TestQueues(t *testing.T) {
 
 	r := e.do("POST", "/v1/queues/mail/resume", "")
 	if want := `{"queue":{"name":"mail","paused":false,"paused_at":null,` +
-		`"jobs":{"canceled":0,"completed":0,"dead":1,"pending":0,"running":0,"scheduled":0}}}` + "\n"; string(r.body) != want {
+		`"jobs":{"canceled":0,"completed":0,"dead":1,"pending":0,"running":0,"scheduled":0},` +
+		`"oldest_due_at":null,"latency_ms":0,"unconsumed":false}}` + "\n"; string(r.body) != want {
 		t.Errorf("resume: %d %s\nwant %s", r.status, r.body, want)
 	}
 	if q := e.setPaused("default", "resume"); q.Paused || q.PausedAt != nil {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redrivehq/redrive/failure"
@@ -131,17 +132,27 @@ type Job struct {
 	LeaseUntil *time.Time `json:"lease_until,omitempty"`
 	Worker     string     `json:"worker,omitempty"`
 	// CancelRequested is set when a user cancels a running job; the worker
-	// holding it sees it on its next heartbeat and stops the handler.
+	// holding it learns it at once (a local wake-up, a Notifier's
+	// CancelNotice or a CancelChecker's poll), at the latest on its next
+	// heartbeat, and stops the handler.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
 
 	// RetryCount is the number of retries scheduled since the job was
 	// created or last redriven.
-	RetryCount int    `json:"retry_count"`
-	LastError  string `json:"last_error,omitempty"`
+	RetryCount int `json:"retry_count"`
+	// LastError is the error of the job's last failed attempt. A
+	// completed job keeps it: it is then the failure before the success
+	// (FailedBeforeSuccess), not a current one.
+	LastError string `json:"last_error,omitempty"`
 	// LastErrorClass is the class of LastError: failure.None (left out
 	// of the JSON) for a job that never failed.
 	LastErrorClass failure.Class `json:"last_error_class,omitzero"`
 	LastFailedAt   *time.Time    `json:"last_failed_at,omitempty"`
+	// FailedBeforeSuccess is set on a completed job that failed before it
+	// succeeded: LastError, LastErrorClass and LastFailedAt then describe
+	// the failure that preceded the success. It is not stored: stores set
+	// it when they read a job (DecodeStored).
+	FailedBeforeSuccess bool `json:"failed_before_success,omitempty"`
 
 	DeadAt      *time.Time `json:"dead_at,omitempty"`
 	DeadReason  string     `json:"dead_reason,omitempty"`
@@ -217,13 +228,38 @@ type Event struct {
 	Delay    Duration  `json:"delay,omitempty"`    // delay chosen before the next run
 	Worker   string    `json:"worker,omitempty"`
 	Note     string    `json:"note,omitempty"` // free text: who redrove, what was patched
+	// PreviousPayload is, on a redriven event whose redrive replaced the
+	// payload (edit and redrive), the payload the job had before: its JSON
+	// text, cut to its first MaxPreviousPayload characters (a payload cut
+	// short is no longer valid JSON).
+	PreviousPayload string `json:"previous_payload,omitempty"`
+}
+
+// MaxPreviousPayload bounds, in characters, the previous payload a
+// redriven event keeps (Event.PreviousPayload).
+const MaxPreviousPayload = 4096
+
+// PreviousPayload returns the text a redriven event keeps of payload: its
+// first MaxPreviousPayload characters.
+func PreviousPayload(payload []byte) string {
+	s := strings.ToValidUTF8(string(payload), "\uFFFD")
+	n := 0
+	for i := range s {
+		if n == MaxPreviousPayload {
+			return s[:i]
+		}
+		n++
+	}
+	return s
 }
 
 // DecodeStored fills the fields of j that stores keep encoded: the name of
 // the last error's class ("" when the job never failed) and, when
-// withHistory, the JSON array of its history (nil or empty: no events).
-// Stores call it after scanning a row.
+// withHistory, the JSON array of its history (nil or empty: no events);
+// and the fields derived from the others (FailedBeforeSuccess). Stores
+// call it after scanning a row.
 func DecodeStored(j *Job, class string, history []byte, withHistory bool) error {
+	j.FailedBeforeSuccess = j.State == Completed && (j.LastError != "" || class != "")
 	if class != "" {
 		c, err := failure.ParseClass(class)
 		if err != nil {
@@ -517,6 +553,14 @@ type Store interface {
 	// of the queue; ok is false when there is none.
 	NextDue(ctx context.Context, queue string) (t time.Time, ok bool, err error)
 
+	// OldestDue returns, for each of the given queues that has due jobs
+	// (pending or scheduled with run_at at or before now), the run_at of
+	// its oldest due job; queues without a due job, and unknown queues,
+	// are absent from the map. now minus that run_at is the queue's
+	// latency. Each queue costs one probe of the due-jobs index (queue,
+	// run_at), whatever the number of jobs.
+	OldestDue(ctx context.Context, queues []string, now time.Time) (map[string]time.Time, error)
+
 	// Finish applies outcomes, atomically each, in as few transactions as
 	// the store can. applied[i] reports whether outcome i took effect;
 	// false means it was stale (the job is no longer running that attempt
@@ -547,7 +591,8 @@ type Store interface {
 
 	// Cancel cancels a pending, scheduled or dead job at once, and requests
 	// cancellation of a running one (the worker sees it on its next
-	// heartbeat). Completed and canceled jobs give ErrConflict.
+	// heartbeat; a Notifier also announces it with CancelNotice).
+	// Completed and canceled jobs give ErrConflict.
 	Cancel(ctx context.Context, id int64, now time.Time) (*Job, error)
 
 	// Redrive moves dead jobs back to pending: attempt and retry count
@@ -662,9 +707,28 @@ type WorkerInfo struct {
 type Notifier interface {
 	// Listen calls notify with a queue's name whenever jobs of that queue
 	// may have become due, until ctx ends. notify("") means notifications
-	// may have been missed (a reconnect): re-check every queue. Listen
-	// reconnects by itself when its connection drops.
+	// may have been missed (a reconnect): re-check every queue.
+	// notify(CancelNotice) means the cancellation of a running job was
+	// requested. Listen reconnects by itself when its connection drops.
 	Listen(ctx context.Context, notify func(queue string)) error
+}
+
+// CancelNotice is what a Notifier passes, in place of a queue's name, when
+// the cancellation of a running job was requested (Cancel): a worker then
+// asks at once (with a heartbeat) whether one of its running jobs is
+// canceled, instead of waiting for its next heartbeat. No queue has this
+// name: a queue's name holds no '/'.
+const CancelNotice = "/cancel"
+
+// CancelChecker is implemented by stores without a Notifier that can tell
+// cheaply, without writing, which running jobs had their cancellation
+// requested (SQLite). A worker polls it a few times a second while it runs
+// jobs, so that a cancellation from another process reaches the handler
+// within a fraction of a second rather than at the next heartbeat.
+type CancelChecker interface {
+	// CancelRequested returns, in ascending order, the ids among ids of
+	// the running jobs held by worker whose cancellation was requested.
+	CancelRequested(ctx context.Context, worker string, ids []int64) ([]int64, error)
 }
 
 // Elector is implemented by stores shared by many processes, so that

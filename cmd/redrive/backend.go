@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/redrivehq/redrive"
@@ -64,8 +65,8 @@ func addFilterFlags(cmd *cobra.Command, fo *filterOptions) {
 	f.StringVar(&fo.Class, "class", "", "only jobs whose last error has this class (transient, rate_limited, permanent, needs_auth, unknown)")
 	f.StringVar(&fo.Reason, "reason", "", "only dead jobs with this reason (e.g. retries_exhausted)")
 	f.StringVar(&fo.Fingerprint, "fingerprint", "", "only dead jobs of this cause (see dlq groups)")
-	f.StringVar(&fo.Since, "since", "", "only jobs at or after this RFC 3339 time")
-	f.StringVar(&fo.Until, "until", "", "only jobs before this RFC 3339 time")
+	f.StringVar(&fo.Since, "since", "", "only jobs at or after this time: RFC 3339, or a duration back from now (30m, 1h, 7d)")
+	f.StringVar(&fo.Until, "until", "", "only jobs before this time: RFC 3339, or a duration back from now (30m, 1h, 7d)")
 	f.StringVar(&fo.Q, "error-contains", "", "only jobs whose last error contains this text (case-insensitive)")
 }
 
@@ -97,15 +98,16 @@ func (fo *filterOptions) toFilter() (redrive.Filter, error) {
 		}
 		f.Class = c.String()
 	}
-	var err error
+	now := time.Now()
+	var ok bool
 	if fo.Since != "" {
-		if f.Since, err = time.Parse(time.RFC3339Nano, fo.Since); err != nil {
-			return f, fmt.Errorf("--since must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", fo.Since)
+		if f.Since, ok = server.ParseTime(fo.Since, now); !ok {
+			return f, fmt.Errorf("--since must be an RFC 3339 time such as 2026-01-02T15:04:05Z or a duration back from now such as 30m, 1h or 7d, got %q", fo.Since)
 		}
 	}
 	if fo.Until != "" {
-		if f.Until, err = time.Parse(time.RFC3339Nano, fo.Until); err != nil {
-			return f, fmt.Errorf("--until must be an RFC 3339 time such as 2026-01-02T15:04:05Z, got %q", fo.Until)
+		if f.Until, ok = server.ParseTime(fo.Until, now); !ok {
+			return f, fmt.Errorf("--until must be an RFC 3339 time such as 2026-01-02T15:04:05Z or a duration back from now such as 30m, 1h or 7d, got %q", fo.Until)
 		}
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
@@ -116,14 +118,33 @@ func (fo *filterOptions) toFilter() (redrive.Filter, error) {
 
 // values adds the filter to query parameters.
 func (fo *filterOptions) values(v url.Values) {
+	wire := fo.wire()
 	for _, p := range []struct{ k, v string }{
-		{"queue", fo.Queue}, {"kind", fo.Kind}, {"class", fo.Class}, {"reason", fo.Reason},
-		{"fingerprint", fo.Fingerprint}, {"since", fo.Since}, {"until", fo.Until}, {"q", fo.Q},
+		{"queue", wire.Queue}, {"kind", wire.Kind}, {"class", wire.Class}, {"reason", wire.Reason},
+		{"fingerprint", wire.Fingerprint}, {"since", wire.Since}, {"until", wire.Until}, {"q", wire.Q},
 	} {
 		if p.v != "" {
 			v.Set(p.k, p.v)
 		}
 	}
+}
+
+// wire is the filter as sent to a server: a relative since or until
+// ("1h") becomes the RFC 3339 time it means now, so that a server older
+// than this CLI understands it; anything else goes as typed, for the
+// server to judge.
+func (fo *filterOptions) wire() server.FilterBody {
+	b := fo.FilterBody
+	now := time.Now()
+	for _, p := range []*string{&b.Since, &b.Until} {
+		if _, err := time.Parse(time.RFC3339Nano, *p); err == nil || *p == "" {
+			continue
+		}
+		if t, ok := server.ParseTime(*p, now); ok {
+			*p = t.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	return b
 }
 
 // listQuery is a listing request.
@@ -214,9 +235,11 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 	}
 	log := slog.New(slog.DiscardHandler)
 	if c.DatabaseURL != "" {
-		st, err := postgres.Open(ctx, c.DatabaseURL, postgres.Options{Schema: c.Schema, Logger: log})
+		// Only migrate and serve create or migrate a schema: a command
+		// given a mistyped --schema must not create it.
+		st, err := postgres.Open(ctx, c.DatabaseURL, postgres.Options{Schema: c.Schema, Logger: log, SkipMigrate: true})
 		if err != nil {
-			return nil, fmt.Errorf("database-url %s: %w", redactURL(c.DatabaseURL), err)
+			return nil, fmt.Errorf("database-url %s: %w", redactURL(c.DatabaseURL), unmigratedError(ctx, c.DatabaseURL, c.Schema, err))
 		}
 		return &directBackend{c: directClient(st, log), close: st.Close}, nil
 	}
@@ -228,6 +251,28 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 		return nil, fmt.Errorf("db %s: %w", g.DB, err)
 	}
 	return &directBackend{c: directClient(st, log), close: st.Close}, nil
+}
+
+// unmigratedError words the failure err of opening schema without
+// migrating it: the schema does not exist, or lacks migrations, and
+// `redrive migrate` is the remedy. Any other error is returned as is.
+func unmigratedError(ctx context.Context, dbURL, schema string, err error) error {
+	conn, cerr := pgx.Connect(ctx, dbURL)
+	if cerr != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists) != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("schema %s does not exist (run redrive migrate)", schema)
+	}
+	if strings.Contains(err.Error(), "(run Migrate)") {
+		return fmt.Errorf("schema %s is not migrated to this version of redrive (run redrive migrate): %w", schema, err)
+	}
+	return err
 }
 
 // directClient is the client of the direct mode: it checks the payloads
@@ -275,7 +320,39 @@ func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (
 }
 
 func (d *directBackend) Get(ctx context.Context, id int64) (*redrive.Job, error) {
-	return d.c.Get(ctx, id)
+	j, err := d.c.Get(ctx, id)
+	return j, jobError(id, err)
+}
+
+// jobError words a store's error about job id as the API does, without
+// the store's name ("sqlite: job 7: job not found" is "job 7 not found");
+// errors.Is still finds the store's error.
+func jobError(id int64, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &jobErr{msg: fmt.Sprintf("job %d not found", id), err: err}
+	case errors.Is(err, store.ErrConflict):
+		return &jobErr{msg: fmt.Sprintf("job %d: its state does not allow this", id), err: err}
+	}
+	return err
+}
+
+// jobErr is an error about one job, worded for the operator.
+type jobErr struct {
+	msg string
+	err error
+}
+
+func (e *jobErr) Error() string { return e.msg }
+func (e *jobErr) Unwrap() error { return e.err }
+
+// isNotFound reports whether err says that a job does not exist, from
+// the store or from the API (404).
+func isNotFound(err error) bool {
+	if ae, ok := errors.AsType[*apiError](err); ok {
+		return ae.Status == http.StatusNotFound
+	}
+	return errors.Is(err, store.ErrNotFound)
 }
 
 // filter validates a listing's flags for direct mode.
@@ -316,7 +393,13 @@ func (d *directBackend) Count(ctx context.Context, q listQuery) (int64, error) {
 }
 
 func (d *directBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
-	return d.c.Cancel(ctx, id)
+	j, err := d.c.Cancel(ctx, id)
+	if errors.Is(err, store.ErrConflict) {
+		if cur, gerr := d.c.Get(ctx, id); gerr == nil {
+			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: it cannot be canceled", id, cur.State), err: err}
+		}
+	}
+	return j, jobError(id, err)
 }
 
 func (d *directBackend) Stats(ctx context.Context) (redrive.Stats, error) { return d.c.Stats(ctx) }
@@ -632,7 +715,7 @@ func (h *httpBackend) Redrive(ctx context.Context, q redriveQuery, progress func
 		if q.Filter.empty() {
 			body.All = true
 		} else {
-			fb := q.Filter.FilterBody
+			fb := q.Filter.wire()
 			body.Filter = &fb
 		}
 	}
@@ -718,4 +801,5 @@ func (h *httpBackend) Export(ctx context.Context, dir string, fo filterOptions, 
 }
 
 // httpValidator is the http kind's payload check with its default guard.
-var httpValidator = httpjob.New(httpjob.Options{}).Validate
+var httpValidator = httpjob.New(httpjob.Options{AllowLinkLocalSetting: "serve --http-allow-link-local",
+	AllowPrivateSetting: "serve --http-allow-private"}).Validate

@@ -99,7 +99,7 @@ func TestBulkOpsPostgres(t *testing.T) {
 				t.Errorf("export wrote %d folders", len(entries))
 			}
 
-			out, stderr = cli("dlq", "redrive", "--all-matching", "--queue", "pg", "--yes")
+			out, stderr = cli("dlq", "redrive", "--all", "--queue", "pg", "--yes")
 			wantIn(t, out, fmt.Sprintf("redriven %d of %d matched", n, n))
 			wantIn(t, stderr, fmt.Sprintf("100%%  %d/%d", n, n))
 

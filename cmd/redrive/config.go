@@ -63,8 +63,11 @@ type serveConfig struct {
 	// Budget is the per-queue retry budget; NoBudget turns it off.
 	Budget   retry.BudgetConfig
 	NoBudget bool
-	// LogLevel is the level of the JSON logs.
+	// LogLevel is the level of the logs.
 	LogLevel slog.Level
+	// LogFormat is the format of the logs: "text", "json" or "auto"
+	// (text when they go to a terminal, json otherwise).
+	LogFormat string
 	// Retry is the default retry policy: of every queue without its own,
 	// and so of the http kind.
 	Retry retry.Policy
@@ -245,6 +248,11 @@ var settings = append([]setting{
 		c.LogLevel = l
 		return nil
 	}},
+	{name: "log-format", def: "auto", help: "text, json, or auto: text when standard error is a terminal, json otherwise", apply: func(c *serveConfig, v string) error {
+		f, err := parseLogFormat(v)
+		c.LogFormat = f
+		return err
+	}},
 }, retrySettings...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
@@ -252,7 +260,14 @@ var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
 
 // addServeFlags adds the flag of every setting but the global --db.
 func addServeFlags(f *pflag.FlagSet) {
-	for _, s := range settings {
+	addSettingFlags(f, settings)
+}
+
+// addSettingFlags adds the flags of the settings ss (but the global --db)
+// and --config; loadServeConfig reads them (policy explain takes the
+// retry settings only).
+func addSettingFlags(f *pflag.FlagSet, ss []setting) {
+	for _, s := range ss {
 		if s.name == "db" {
 			continue
 		}

@@ -113,12 +113,12 @@ func TestConfirmationCounts(t *testing.T) {
 			// Answered no: the question carries the count; nothing is done.
 			for _, args := range [][]string{
 				{"dlq", "purge", "--queue", "mail"},
-				{"dlq", "redrive", "--all-matching", "--queue", "mail"},
+				{"dlq", "redrive", "--all", "--queue", "mail"},
 				{"dlq", "purge", "--all"},
-				{"dlq", "redrive", "--all-matching"},
+				{"dlq", "redrive", "--all"},
 				{"dlq", "purge", "--queue", "sms-q"},
 				{"dlq", "purge", "--error-contains", "bad address", "--kind", "email"},
-				{"dlq", "redrive", "--all-matching", "--since", "2000-01-01T00:00:00Z"},
+				{"dlq", "redrive", "--all", "--since", "2000-01-01T00:00:00Z"},
 			} {
 				out, stderr, err := cli("n\n", args...)
 				if err == nil || !strings.Contains(err.Error(), "not confirmed") || out != "" {
@@ -151,10 +151,10 @@ func TestConfirmationCounts(t *testing.T) {
 				want string
 			}{
 				{[]string{"dlq", "purge", "--queue", "alive"}, "no dead job matches queue=alive: nothing to purge\n"},
-				{[]string{"dlq", "redrive", "--all-matching", "--queue", "nope"}, "no dead job matches queue=nope: nothing to redrive\n"},
+				{[]string{"dlq", "redrive", "--all", "--queue", "nope"}, "no dead job matches queue=nope: nothing to redrive\n"},
 				{[]string{"dlq", "purge", "--queue", "nope", "--yes"}, "no dead job matches queue=nope: nothing to purge\n"},
 				{[]string{"--json", "dlq", "purge", "--queue", "nope"}, `{"purged":0}` + "\n"},
-				{[]string{"--json", "dlq", "redrive", "--all-matching", "--class", "transient"},
+				{[]string{"--json", "dlq", "redrive", "--all", "--class", "transient"},
 					`{"matched":0,"redriven":0,"refused":0,"skipped":0,"done":true}` + "\n"},
 			} {
 				out, stderr, err := cli("", c.args...)
@@ -184,7 +184,7 @@ func TestConfirmationCounts(t *testing.T) {
 			}
 
 			// Answered yes: done, on exactly the jobs counted.
-			out, stderr, err := cli("y\n", "dlq", "redrive", "--all-matching", "--queue", "sms-q")
+			out, stderr, err := cli("y\n", "dlq", "redrive", "--all", "--queue", "sms-q")
 			if err != nil || !strings.Contains(out, "redriven 1 of 1 matched") {
 				t.Fatalf("redrive answered y: %v, %q", err, out)
 			}
@@ -227,7 +227,7 @@ func TestConfirmationCountErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "field class") || strings.Contains(stderr, "[y/N]") {
 		t.Errorf("purge --class nonsense: %v, stderr %q", err, stderr)
 	}
-	_, stderr, err = runCLIIn(t, "y\n", "--db", db, "dlq", "redrive", "--all-matching", "--class", "nonsense")
+	_, stderr, err = runCLIIn(t, "y\n", "--db", db, "dlq", "redrive", "--all", "--class", "nonsense")
 	if err == nil || !strings.Contains(err.Error(), "unknown class") || strings.Contains(stderr, "[y/N]") {
 		t.Errorf("direct redrive --class nonsense: %v, stderr %q", err, stderr)
 	}

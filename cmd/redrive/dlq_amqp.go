@@ -24,7 +24,7 @@ $` + amqpURLEnv + `), instead of the store's dead jobs.`
 
 // amqpOptions select a RabbitMQ work queue's DLQ.
 type amqpOptions struct {
-	url, queue string
+	url, queue, logFormat string
 }
 
 // withAMQP adds --amqp-url and --amqp-queue to a dlq subcommand: with
@@ -37,6 +37,7 @@ func withAMQP(cmd *cobra.Command, allowed []string,
 	f := cmd.Flags()
 	f.StringVar(&a.url, "amqp-url", "", "RabbitMQ URL of --amqp-queue (default $"+amqpURLEnv+")")
 	f.StringVar(&a.queue, "amqp-queue", "", "work the RabbitMQ DLQ of this work queue (NAME-dlq) instead of the store's")
+	f.StringVar(&a.logFormat, "log-format", "", "with --amqp-queue: format of the connection's logs: text, json, or auto (text on a terminal) ($"+logFormatEnv+")")
 	cmd.Long += "\n" + amqpHelp
 	dbRun := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -46,7 +47,7 @@ func withAMQP(cmd *cobra.Command, allowed []string,
 			}
 			return dbRun(cmd, args)
 		}
-		ok := map[string]bool{"amqp-url": true, "amqp-queue": true}
+		ok := map[string]bool{"amqp-url": true, "amqp-queue": true, "log-format": true}
 		for _, n := range allowed {
 			ok[n] = true
 		}
@@ -67,7 +68,15 @@ func withAMQP(cmd *cobra.Command, allowed []string,
 			return flagErrorf(cmd, "--amqp-queue needs the broker: set --amqp-url or $%s", amqpURLEnv)
 		}
 		ctx := cmd.Context()
-		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		lf := a.logFormat
+		if !cmd.Flags().Changed("log-format") {
+			lf = os.Getenv(logFormatEnv)
+		}
+		format, err := parseLogFormat(lf)
+		if err != nil {
+			return flagErrorf(cmd, "--log-format %w", err)
+		}
+		log := slog.New(newLogHandler(cmd.ErrOrStderr(), format, slog.LevelWarn))
 		dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		conn, err := amqp.Dial(dialCtx, url, amqp.ConnOptions{Name: "redrive cli", Logger: log,
@@ -155,20 +164,20 @@ func amqpCount(g *globalOptions) func(context.Context, *cobra.Command, *amqp.DLQ
 	}
 }
 
-// amqpRedrive is `dlq redrive --amqp-queue (--max N | --all-matching)`.
+// amqpRedrive is `dlq redrive --amqp-queue (--max N | --all)`.
 func amqpRedrive(g *globalOptions) func(context.Context, *cobra.Command, *amqp.DLQ, []string) error {
 	return func(ctx context.Context, cmd *cobra.Command, dlq *amqp.DLQ, args []string) error {
 		f := cmd.Flags()
-		all, _ := f.GetBool("all-matching")
+		all, _ := f.GetBool("all") // --all-matching, its old name, sets it too
 		maxN, _ := f.GetInt("max")
 		rate, _ := f.GetFloat64("rate")
 		note, _ := f.GetString("note")
 		yes, _ := f.GetBool("yes")
 		switch {
 		case len(args) > 0:
-			return flagErrorf(cmd, "a RabbitMQ DLQ has no job ids: redrive --max N messages from its head, or --all-matching")
+			return flagErrorf(cmd, "a RabbitMQ DLQ has no job ids: redrive --max N messages from its head, or --all")
 		case all == (maxN > 0):
-			return flagErrorf(cmd, "say how many dead messages to redrive: --max N (from the head of the DLQ) or --all-matching (all)")
+			return flagErrorf(cmd, "say how many dead messages to redrive: --max N (from the head of the DLQ) or --all (all)")
 		case maxN < 0:
 			return flagErrorf(cmd, "--max must be positive")
 		case rate < 0:
@@ -281,7 +290,7 @@ func amqpDLQCommands(g *globalOptions, dlq *cobra.Command) {
 	}
 	if c := byName["redrive"]; c != nil {
 		c.Flags().Int("max", 0, "with --amqp-queue: redrive this many messages from the head of the DLQ")
-		withAMQP(c, []string{"all-matching", "max", "rate", "note", "yes"}, amqpRedrive(g))
+		withAMQP(c, []string{"all", "all-matching", "max", "rate", "note", "yes"}, amqpRedrive(g))
 	}
 	if c := byName["purge"]; c != nil {
 		withAMQP(c, []string{"all", "yes"}, amqpPurge(g))

@@ -116,7 +116,7 @@ func TestAMQPDLQCommands(t *testing.T) {
 	if n, _ := (func() (int, error) { d, _ := amqp.NewDLQ(conn, q); defer d.Close(); return d.Count(ctx) })(); n != 0 {
 		t.Errorf("%d left after the purge", n)
 	}
-	if out := strings.TrimSpace(cli("dlq", "redrive", "--all-matching", "--yes")); !strings.Contains(out, "nothing to redrive") {
+	if out := strings.TrimSpace(cli("dlq", "redrive", "--all", "--yes")); !strings.Contains(out, "nothing to redrive") {
 		t.Errorf("redrive of an empty DLQ: %q", out)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -62,8 +63,39 @@ This binary is its command-line tool.`,
 		newStatsCmd(g),
 		newQueuesCmd(g),
 		newWorkersCmd(g),
+		newVersionCmd(),
 	)
+	root.Version = versionString()
+	root.SetVersionTemplate("redrive {{.Version}}\n")
+	strictGroups(root)
 	return root
+}
+
+// strictGroups makes every group command (one with subcommands and no
+// action of its own, such as jobs or dlq) refuse an unknown subcommand
+// or argument with a suggestion, instead of printing its help and
+// exiting 0 as cobra does. Alone, a group still prints its help.
+func strictGroups(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		strictGroups(c)
+		if !c.HasSubCommands() || c.Runnable() {
+			continue
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if cmd.SuggestionsMinimumDistance <= 0 {
+				cmd.SuggestionsMinimumDistance = 2
+			}
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return &usageError{cmd: cmd, err: errors.New(msg)}
+		}
+	}
 }
 
 // usageError is a mistake on the command line: main adds a pointer to

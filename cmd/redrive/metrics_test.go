@@ -2,37 +2,16 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/redrivehq/redrive"
-	"github.com/redrivehq/redrive/failure"
 )
-
-// exposition returns the text exposition of the collectors.
-func exposition(t *testing.T, cs ...prometheus.Collector) string {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(cs...)
-	rec := httptest.NewRecorder()
-	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if rec.Code != http.StatusOK {
-		t.Fatalf("metrics: %d %s", rec.Code, rec.Body)
-	}
-	return rec.Body.String()
-}
 
 // sample returns the value of one series (name and labels exactly as
 // exposed, labels sorted by name) in a text exposition.
@@ -57,102 +36,6 @@ func wantSamples(t *testing.T, text string, want map[string]float64) {
 	if t.Failed() {
 		t.Logf("exposition:\n%s", grepLines(text, "redrive_attempt_duration_seconds_count")+"\n"+
 			grepLines(text, "redrive_job_lateness_seconds_count"))
-	}
-}
-
-func TestAttemptMetrics(t *testing.T) {
-	m := newAttemptMetrics("http", "mail")
-	m.ObserveAttempt(redrive.AttemptInfo{Queue: "default", Kind: "http", Attempt: 1, Outcome: redrive.OutcomeCompleted,
-		Duration: 20 * time.Millisecond, Lateness: 3 * time.Millisecond})
-	m.ObserveAttempt(redrive.AttemptInfo{Queue: "default", Kind: "http", Attempt: 2, Retry: true, Outcome: redrive.OutcomeRetry,
-		Class: failure.Transient, Err: errors.New("503"), Duration: 2 * time.Second, Lateness: 700 * time.Microsecond})
-	m.ObserveAttempt(redrive.AttemptInfo{Queue: "mail", Kind: "mail", Attempt: 3, Retry: true, Outcome: redrive.OutcomeDead,
-		Duration: time.Hour, Lateness: 20 * time.Minute})
-	// Kinds without a handler share one label value.
-	for _, k := range []string{"mystery", "other", "x"} {
-		m.ObserveAttempt(redrive.AttemptInfo{Queue: "default", Kind: k, Attempt: 1, Outcome: redrive.OutcomeDeferred})
-	}
-	text := exposition(t, m)
-	wantSamples(t, text, map[string]float64{
-		`redrive_attempt_duration_seconds_count{kind="http",outcome="completed",queue="default"}`:             1,
-		`redrive_attempt_duration_seconds_bucket{kind="http",outcome="completed",queue="default",le="0.01"}`:  0,
-		`redrive_attempt_duration_seconds_bucket{kind="http",outcome="completed",queue="default",le="0.025"}`: 1,
-		`redrive_attempt_duration_seconds_sum{kind="http",outcome="completed",queue="default"}`:               0.02,
-		`redrive_attempt_duration_seconds_bucket{kind="http",outcome="retry",queue="default",le="1"}`:         0,
-		`redrive_attempt_duration_seconds_bucket{kind="http",outcome="retry",queue="default",le="2.5"}`:       1,
-		`redrive_attempt_duration_seconds_bucket{kind="mail",outcome="dead",queue="mail",le="600"}`:           0,
-		`redrive_attempt_duration_seconds_bucket{kind="mail",outcome="dead",queue="mail",le="+Inf"}`:          1,
-		`redrive_attempt_duration_seconds_count{kind="other",outcome="deferred",queue="default"}`:             3,
-		`redrive_attempt_duration_seconds_bucket{kind="other",outcome="deferred",queue="default",le="0.001"}`: 3,
-		`redrive_job_lateness_seconds_count{attempt_kind="first",kind="http",queue="default"}`:                1,
-		`redrive_job_lateness_seconds_bucket{attempt_kind="first",kind="http",queue="default",le="0.0025"}`:   0,
-		`redrive_job_lateness_seconds_bucket{attempt_kind="first",kind="http",queue="default",le="0.005"}`:    1,
-		`redrive_job_lateness_seconds_count{attempt_kind="retry",kind="http",queue="default"}`:                1,
-		`redrive_job_lateness_seconds_bucket{attempt_kind="retry",kind="http",queue="default",le="0.001"}`:    1,
-		`redrive_job_lateness_seconds_bucket{attempt_kind="retry",kind="mail",queue="mail",le="600"}`:         0,
-		`redrive_job_lateness_seconds_count{attempt_kind="first",kind="other",queue="default"}`:               3,
-	})
-	for _, k := range []string{"mystery", `kind="x"`} {
-		if strings.Contains(text, k) {
-			t.Errorf("a kind without a handler has its own label: %s", grepLines(text, k))
-		}
-	}
-	// Every bucket of the range is exposed, in order.
-	var les []string
-	for _, b := range latencyBuckets {
-		les = append(les, strconv.FormatFloat(b, 'g', -1, 64))
-	}
-	for i, le := range les {
-		series := fmt.Sprintf(`redrive_job_lateness_seconds_bucket{attempt_kind="first",kind="http",queue="default",le="%s"}`, le)
-		if _, ok := sample(text, series); !ok {
-			t.Errorf("bucket %d (le %s) missing", i, le)
-		}
-	}
-	if latencyBuckets[0] != 0.001 || latencyBuckets[len(latencyBuckets)-1] != 600 {
-		t.Errorf("buckets %v, want 1ms to 10min", latencyBuckets)
-	}
-}
-
-// TestAttemptMetricsConcurrent observes from many goroutines at once, each
-// walking the label sets in its own order, so that series are added to the
-// cache while others are read: every observation must be counted once.
-func TestAttemptMetricsConcurrent(t *testing.T) {
-	m := newAttemptMetrics("http")
-	outcomes := []redrive.AttemptOutcome{redrive.OutcomeCompleted, redrive.OutcomeRetry, redrive.OutcomeDead,
-		redrive.OutcomeSnoozed, redrive.OutcomeDeferred, redrive.OutcomeReleased, redrive.OutcomeCanceled}
-	queues := []string{"a", "b", "c"}
-	const goroutines, rounds = 8, 50
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Go(func() {
-			for r := range rounds {
-				n := len(queues) * len(outcomes)
-				for i := range n {
-					k := (i + g*5 + r) % n // each label set once per round
-					m.ObserveAttempt(redrive.AttemptInfo{Queue: queues[k%len(queues)], Kind: "http",
-						Outcome: outcomes[k/len(queues)], Attempt: 1 + k%2, Retry: k%2 == 1})
-				}
-			}
-		})
-	}
-	wg.Wait()
-	text := exposition(t, m)
-	want := map[string]float64{}
-	for _, q := range queues {
-		for _, o := range outcomes {
-			want[fmt.Sprintf(`redrive_attempt_duration_seconds_count{kind="http",outcome="%s",queue="%s"}`, o, q)] = goroutines * rounds
-		}
-	}
-	wantSamples(t, text, want)
-	var late float64
-	for _, q := range queues {
-		for _, ak := range []string{"first", "retry"} {
-			n, _ := sample(text, fmt.Sprintf(`redrive_job_lateness_seconds_count{attempt_kind="%s",kind="http",queue="%s"}`, ak, q))
-			late += n
-		}
-	}
-	if total := float64(goroutines * rounds * len(queues) * len(outcomes)); late != total {
-		t.Errorf("lateness observations %v, want %v", late, total)
 	}
 }
 
@@ -281,30 +164,57 @@ func testServeAttemptHistograms(t *testing.T, args ...string) {
 	}
 }
 
-func BenchmarkAttemptObserver(b *testing.B) {
-	m := newAttemptMetrics("http")
-	infos := []redrive.AttemptInfo{
-		{Queue: "default", Kind: "http", Attempt: 1, Outcome: redrive.OutcomeCompleted, Duration: 3 * time.Millisecond, Lateness: 400 * time.Microsecond},
-		{Queue: "default", Kind: "http", Attempt: 1, Outcome: redrive.OutcomeRetry, Class: failure.Transient, Duration: 40 * time.Millisecond},
-		{Queue: "default", Kind: "http", Attempt: 2, Retry: true, Outcome: redrive.OutcomeCompleted, Duration: 5 * time.Millisecond, Lateness: time.Millisecond},
-		{Queue: "webhooks", Kind: "mystery", Attempt: 1, Outcome: redrive.OutcomeDead, Class: failure.Unknown, Duration: time.Microsecond},
+// TestServeQueueLatency: a queue with due jobs that serve's worker does
+// not serve is flagged in the API and in /metrics, with its latency; no
+// label of /metrics is empty.
+func TestServeQueueLatency(t *testing.T) {
+	base, _ := startServe(t, "--queues", "default=1")
+	code, b := call(t, "POST", base+"/v1/jobs", "", `{"kind":"nothing","queue":"orphan"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("POST /v1/jobs: %d %s", code, b)
 	}
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			m.ObserveAttempt(infos[i&3])
-			i++
+	code, b = call(t, "GET", base+"/v1/queues", "", "")
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/queues: %d %s", code, b)
+	}
+	var list struct {
+		Queues []struct {
+			Name        string  `json:"name"`
+			OldestDueAt *string `json:"oldest_due_at"`
+			LatencyMS   *int64  `json:"latency_ms"`
+			Unconsumed  bool    `json:"unconsumed"`
+		} `json:"queues"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, q := range list.Queues {
+		if q.LatencyMS == nil {
+			t.Errorf("queue %s without latency_ms: %s", q.Name, b)
 		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			i := 0
-			for pb.Next() {
-				m.ObserveAttempt(infos[i&3])
-				i++
+		if q.Name == "orphan" {
+			found = true
+			if !q.Unconsumed || q.OldestDueAt == nil {
+				t.Errorf("orphan queue: unconsumed %v, oldest_due_at %v; want true, set: %s", q.Unconsumed, q.OldestDueAt, b)
 			}
-		})
-	})
+		} else if q.Unconsumed {
+			t.Errorf("queue %s unconsumed: %s", q.Name, b)
+		}
+	}
+	if !found {
+		t.Fatalf("no orphan queue: %s", b)
+	}
+	code, b = call(t, "GET", base+"/metrics", "", "")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", code, b)
+	}
+	text := string(b)
+	wantSamples(t, text, map[string]float64{`redrive_queue_unconsumed{queue="orphan"}`: 1})
+	if l, ok := sample(text, `redrive_queue_latency_seconds{queue="orphan"}`); !ok || l < 0 || l > 60 {
+		t.Errorf("orphan latency %v (found %v)", l, ok)
+	}
+	if strings.Contains(text, `=""`) {
+		t.Errorf("/metrics has an empty label:\n%s", grepLines(text, `=""`))
+	}
 }

@@ -226,14 +226,29 @@ func newShowCmd(g *globalOptions, dead bool) *cobra.Command {
 }
 
 func newCancelCmd(g *globalOptions) *cobra.Command {
-	var c connOptions
-	cmd := &cobra.Command{Use: "cancel ID", Short: "Cancel a waiting, running or dead job", Long: "Cancel a job.\n" + connHelp, Args: cobra.ExactArgs(1)}
+	var (
+		c   connOptions
+		yes bool
+	)
+	cmd := &cobra.Command{Use: "cancel ID", Short: "Cancel a waiting, running or dead job",
+		Long: `Cancel a job. Canceling a dead job takes it out of the DLQ, so it is
+refused unless --yes (dlq purge deletes dead jobs).
+` + connHelp, Args: cobra.ExactArgs(1)}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, err := parseID(cmd, args[0])
 		if err != nil {
 			return err
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			if !yes {
+				cur, err := b.Get(ctx, id)
+				if err != nil {
+					return err
+				}
+				if cur.State == redrive.Dead {
+					return flagErrorf(cmd, "job %d is dead (in the DLQ); canceling removes it from the DLQ: use dlq purge, or --yes to cancel it anyway", id)
+				}
+			}
 			j, err := b.Cancel(ctx, id)
 			if err != nil {
 				return err
@@ -249,6 +264,7 @@ func newCancelCmd(g *globalOptions) *cobra.Command {
 			return err
 		})(cmd, args)
 	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "cancel a dead job too (it leaves the DLQ)")
 	addConnFlags(cmd, &c)
 	return cmd
 }
@@ -313,30 +329,37 @@ func newRedriveCmd(g *globalOptions) *cobra.Command {
 		payload          string
 	)
 	cmd := &cobra.Command{
-		Use:   "redrive (ID... | --all-matching [filters])",
+		Use:   "redrive (ID... | --all [filters])",
 		Short: "Move dead jobs back to pending",
 		Long: `Redrive dead jobs: by id, or every dead job matching the filters with
---all-matching (with no filter: every dead job). A redrive by filter asks for
+--all (with no filter: every dead job; --all-matching is its old name). A
+redrive by id that names a job that does not exist or is not dead redrives
+the others, then says which and exits with an error. A redrive by filter asks for
 confirmation on standard input unless --yes, saying how many dead jobs match
 ("Redrive 1,234 dead jobs matching queue=mail? [y/N]"); when none match, it
 says so and does nothing.
 ` + bulkHelp + connHelp,
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if cmd.Flags().Changed("all-matching") {
+			fmt.Fprintln(cmd.ErrOrStderr(), "note: --all-matching is deprecated: use --all")
+		}
 		switch {
 		case len(args) > 0 && allMatching:
-			return flagErrorf(cmd, "give job ids or --all-matching, not both")
+			return flagErrorf(cmd, "give job ids or --all, not both")
 		case len(args) == 0 && !allMatching:
-			return flagErrorf(cmd, "say which dead jobs to redrive: job ids, or --all-matching with filters")
+			return flagErrorf(cmd, "say which dead jobs to redrive: job ids, or --all with filters")
 		case len(args) > 0 && !q.Filter.empty():
-			return flagErrorf(cmd, "filters apply to --all-matching, not to job ids")
+			return flagErrorf(cmd, "filters apply to --all, not to job ids")
 		}
 		for _, a := range args {
 			id, err := parseID(cmd, a)
 			if err != nil {
 				return err
 			}
-			q.IDs = append(q.IDs, id)
+			if !slices.Contains(q.IDs, id) {
+				q.IDs = append(q.IDs, id)
+			}
 		}
 		if payload != "" {
 			if !json.Valid([]byte(payload)) {
@@ -349,6 +372,15 @@ says so and does nothing.
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
 			out := cmd.OutOrStdout()
+			// Which of the ids given cannot be redriven, and why: said
+			// after the redrive of the others, which then fails.
+			var missing []string
+			if len(q.IDs) > 0 && len(q.IDs) <= maxCheckedIDs {
+				var err error
+				if missing, err = checkDeadIDs(ctx, b, q.IDs); err != nil {
+					return err
+				}
+			}
 			if allMatching {
 				n, err := confirmDLQ(ctx, cmd, b, yes, "Redrive", q.Filter)
 				if err != nil {
@@ -375,22 +407,35 @@ says so and does nothing.
 				return err
 			}
 			if g.JSON {
-				return writeJSON(out, prog)
-			}
-			fmt.Fprintf(out, "redriven %d of %d matched; refused %d (not reprocessable), skipped %d (gone or not dead)\n",
-				prog.Redriven, prog.Matched, prog.Refused, prog.Skipped)
-			if len(prog.Refusals) > 0 {
-				ids := make([]string, len(prog.Refusals))
-				for i, id := range prog.Refusals {
-					ids[i] = strconv.FormatInt(id, 10)
+				if err := writeJSON(out, prog); err != nil {
+					return err
 				}
-				fmt.Fprintf(out, "refused: %s\n", strings.Join(ids, " "))
+			} else {
+				fmt.Fprintf(out, "redriven %d of %d matched; refused %d (not reprocessable), skipped %d (gone or not dead)\n",
+					prog.Redriven, prog.Matched, prog.Refused, prog.Skipped)
+				if len(prog.Refusals) > 0 {
+					ids := make([]string, len(prog.Refusals))
+					for i, id := range prog.Refusals {
+						ids[i] = strconv.FormatInt(id, 10)
+					}
+					fmt.Fprintf(out, "refused: %s\n", strings.Join(ids, " "))
+				}
 			}
-			return nil
+			if len(q.IDs) == 0 || prog.Skipped == 0 {
+				return nil
+			}
+			// A redrive by id that skipped some: say which, and fail.
+			if len(missing) == 0 {
+				return fmt.Errorf("%d of the %d job(s) given were not redriven: they do not exist or are not dead", prog.Skipped, len(q.IDs))
+			}
+			return fmt.Errorf("not redriven: %s", strings.Join(missing, "; "))
 		})(cmd, args)
 	}
 	f := cmd.Flags()
-	f.BoolVar(&allMatching, "all-matching", false, "redrive every dead job matching the filters")
+	f.BoolVar(&allMatching, "all", false, "redrive every dead job matching the filters (with none: every dead job)")
+	// The old name, kept for scripts: purge and redrive say --all alike.
+	f.BoolVar(&allMatching, "all-matching", false, "deprecated: use --all")
+	_ = f.MarkHidden("all-matching")
 	addFilterFlags(cmd, &q.Filter)
 	f.Float64Var(&q.Rate, "rate", 0, "at most this many jobs per second (0: no bound)")
 	f.StringVar(&payload, "payload", "", "replace each job's payload with this JSON")
@@ -500,6 +545,33 @@ plain line every few seconds, or nothing with --json).
 	return cmd
 }
 
+// maxCheckedIDs bounds how many ids a redrive by id looks up first, to
+// name those that do not exist or are not dead; beyond it, it counts them.
+const maxCheckedIDs = 1000
+
+// checkDeadIDs looks up each id and words each one that is not a dead
+// job: "job 99999 not found", "job 5 is not dead (it is pending)".
+func checkDeadIDs(ctx context.Context, b backend, ids []int64) ([]string, error) {
+	var out []string
+	seen := map[int64]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		j, err := b.Get(ctx, id)
+		switch {
+		case isNotFound(err):
+			out = append(out, fmt.Sprintf("job %d not found", id))
+		case err != nil:
+			return nil, err
+		case j.State != redrive.Dead:
+			out = append(out, fmt.Sprintf("job %d is not dead (it is %s)", id, j.State))
+		}
+	}
+	return out, nil
+}
+
 // errNotConfirmed is the refusal of a destructive operation nobody
 // confirmed.
 var errNotConfirmed = errors.New("not confirmed")
@@ -604,7 +676,13 @@ func writeJob(out io.Writer, j *redrive.Job) error {
 	add("finished", fmtTimePtr(j.FinishedAt))
 	add("worker", j.Worker)
 	if j.LastError != "" {
-		add("last error", oneLine(j.LastError, 200))
+		if j.State == redrive.Completed {
+			// The job succeeded since: its last error is not a current
+			// failure.
+			add("failed before success", oneLine(j.LastError, 200))
+		} else {
+			add("last error", oneLine(j.LastError, 200))
+		}
 		add("error class", j.LastErrorClass.String())
 	}
 	add("dead at", fmtTimePtr(j.DeadAt))
@@ -625,6 +703,9 @@ func writeJob(out io.Writer, j *redrive.Job) error {
 			detail := e.Error
 			if e.Note != "" {
 				detail = strings.TrimSpace(detail + " note: " + e.Note)
+			}
+			if e.PreviousPayload != "" {
+				detail = strings.TrimSpace(detail + " previous payload: " + e.PreviousPayload)
 			}
 			row("  "+fmtTime(e.At), e.Kind, e.Attempt, e.Class, e.Reason, oneLine(detail, 80))
 		}

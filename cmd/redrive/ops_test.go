@@ -193,18 +193,18 @@ func TestDirectMode(t *testing.T) {
 
 	// Redrive by filter needs confirmation: refused without a terminal,
 	// done with "y" typed, and with --yes.
-	if _, _, err := runCLIIn(t, "n\n", "--db", db, "dlq", "redrive", "--all-matching", "--queue", "mail"); err == nil || !strings.Contains(err.Error(), "not confirmed") {
+	if _, _, err := runCLIIn(t, "n\n", "--db", db, "dlq", "redrive", "--all", "--queue", "mail"); err == nil || !strings.Contains(err.Error(), "not confirmed") {
 		t.Errorf("redrive answered n: %v", err)
 	}
-	out, stderr, err := runCLIIn(t, "y\n", "--db", db, "dlq", "redrive", "--all-matching", "--queue", "mail", "--rate", "1000")
+	out, stderr, err := runCLIIn(t, "y\n", "--db", db, "dlq", "redrive", "--all", "--queue", "mail", "--rate", "1000")
 	if err != nil {
-		t.Fatalf("redrive --all-matching: %v", err)
+		t.Fatalf("redrive --all: %v", err)
 	}
 	if !strings.Contains(stderr, `Redrive 2 dead jobs matching queue=mail? [y/N]`) {
 		t.Errorf("redrive prompt: %q", stderr)
 	}
 	if !strings.Contains(out, "redriven 2 of 2 matched") {
-		t.Errorf("redrive --all-matching: %q", out)
+		t.Errorf("redrive --all: %q", out)
 	}
 
 	// Bury them all again; export, then purge.
@@ -375,7 +375,7 @@ func TestServerMode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(exportDir, strconv.FormatInt(sms.ID, 10), "metadata.json")); err != nil {
 		t.Error(err)
 	}
-	prog := decode[redrive.RedriveProgress](t, cli("--json", "dlq", "redrive", "--all-matching", "--yes"))
+	prog := decode[redrive.RedriveProgress](t, cli("--json", "dlq", "redrive", "--all", "--yes"))
 	if prog.Redriven != 1 {
 		t.Errorf("redrive: %+v", prog)
 	}

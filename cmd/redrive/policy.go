@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -40,27 +41,63 @@ var policyFieldRE = regexp.MustCompile(`\b(MaxRetries|Initial|Multiplier|MaxDela
 // newPolicyExplainCmd is `redrive policy explain`: the schedule a policy
 // produces.
 func newPolicyExplainCmd(g *globalOptions) *cobra.Command {
+	// p holds the short flags (--max-retries, --initial, ...); those given
+	// override the policy that serve's settings make.
 	p := retry.DefaultPolicy()
 	jitter := p.Jitter.String()
+	var queue string
 	cmd := &cobra.Command{
 		Use:   "explain",
 		Short: "Print the retry schedule a policy produces",
 		Long: `Print the retry schedule a policy produces: one row per retry with its base
 delay, the range jitter gives it and the cumulative time since the first
-failure. Flags left out take redrive's defaults (3 retries, 1s initial, x2,
-30s cap, +-10% proportional jitter, Retry-After honoured up to 1h).
+failure.
+
+The policy is the one serve would use: its --retry-* flags, REDRIVE_RETRY_*
+variables and config file (--config or $REDRIVE_CONFIG, its "retry" object),
+with --queue the policy of that queue of the file's "queues" object. The
+short flags (--max-retries, --initial, ...) override it. With none of them,
+redrive's defaults: 3 retries, 1s initial, x2, 30s cap, +-10% proportional
+jitter, Retry-After honoured up to 1h.
 
 With --json, print the policy and its schedule, durations in milliseconds.`,
 		Example: `  redrive policy explain
   redrive policy explain --max-retries 5 --initial 500ms --jitter full
-  redrive policy explain --jitter additive --jitter-max 250ms --json`,
+  redrive policy explain --jitter additive --jitter-max 250ms --json
+  redrive policy explain --config serve.json --queue webhooks
+  redrive policy explain --retry-max-retries 10 --retry-max 5m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadServeConfig(cmd.Flags(), os.Getenv)
+			if err != nil {
+				return &usageError{cmd: cmd, err: err}
+			}
+			base := cfg.Retry
+			if queue != "" {
+				if qp, ok := cfg.QueueRetry[queue]; ok {
+					base = qp
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: queue %s has no retry policy of its own in the config: it gets the default policy\n", shellQuote(queue))
+				}
+			}
 			j, err := retry.ParseJitter(jitter)
 			if err != nil {
 				return flagErrorf(cmd, "invalid --jitter %q: want none, proportional, full, equal, decorrelated or additive", jitter)
 			}
 			p.Jitter = j
+			// The short flags given win over the settings.
+			f := cmd.Flags()
+			for name, set := range map[string]func(){
+				"max-retries": func() { base.MaxRetries = p.MaxRetries }, "initial": func() { base.Initial = p.Initial },
+				"multiplier": func() { base.Multiplier = p.Multiplier }, "max-delay": func() { base.MaxDelay = p.MaxDelay },
+				"jitter": func() { base.Jitter = p.Jitter }, "jitter-factor": func() { base.JitterFactor = p.JitterFactor },
+				"jitter-max": func() { base.JitterMax = p.JitterMax }, "max-retry-after": func() { base.MaxRetryAfter = p.MaxRetryAfter },
+			} {
+				if f.Changed(name) {
+					set()
+				}
+			}
+			p := base
 			if err := validatePolicy(p); err != nil {
 				return &usageError{cmd: cmd, err: err}
 			}
@@ -81,6 +118,8 @@ With --json, print the policy and its schedule, durations in milliseconds.`,
 	f.Float64Var(&p.JitterFactor, "jitter-factor", p.JitterFactor, "spread of proportional jitter, 0 to 1 (0.1 = +-10%)")
 	f.DurationVar(&p.JitterMax, "jitter-max", p.JitterMax, "largest amount additive jitter adds")
 	f.DurationVar(&p.MaxRetryAfter, "max-retry-after", p.MaxRetryAfter, "clamp on a server's Retry-After")
+	f.StringVar(&queue, "queue", "", "the policy of this queue (its \"retry\" object in the config file's \"queues\")")
+	addSettingFlags(f, retrySettings)
 	return cmd
 }
 

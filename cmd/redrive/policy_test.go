@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -103,5 +105,43 @@ func TestPolicyExplainBadFlags(t *testing.T) {
 		if !strings.Contains(stderr, "Run 'redrive policy explain --help' for usage.") {
 			t.Errorf("%v: stderr %q lacks the pointer to --help", tc.args, stderr)
 		}
+	}
+}
+
+// TestPolicyExplainServeSettings: policy explain reads serve's retry
+// settings: the config file (with a queue's own policy), the --retry-*
+// flags and REDRIVE_RETRY_* variables; the short flags win.
+func TestPolicyExplainServeSettings(t *testing.T) {
+	t.Setenv(configEnv, "")
+	cfg := filepath.Join(t.TempDir(), "serve.json")
+	if err := os.WriteFile(cfg, []byte(`{"retry": {"max_retries": 5, "base": "1s", "max": "5m", "jitter": "full"},
+ "queues": {"default": 10, "webhooks": {"workers": 50, "retry": {"max_retries": 10, "jitter": "none"}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"--config", cfg, "--queue", "webhooks"}, "", "policy: 10 retries (11 attempts), backoff min(1s * 2^n, 5m), no jitter"},
+		{[]string{"--config", cfg}, "", "policy: 5 retries (6 attempts), backoff min(1s * 2^n, 5m), jitter full"},
+		{[]string{"--config", cfg, "--max-retries", "1"}, "", "policy: 1 retry (2 attempts), backoff min(1s * 2^n, 5m), jitter full"},
+		{[]string{"--retry-max-retries", "7", "--retry-jitter", "none"}, "", "policy: 7 retries (8 attempts), backoff min(1s * 2^n, 30s), no jitter"},
+		{nil, cfg, "policy: 5 retries (6 attempts)"},
+	} {
+		t.Setenv(configEnv, c.env)
+		stdout, stderr, err := runCLI(t, append([]string{"policy", "explain"}, c.args...)...)
+		if err != nil || !strings.HasPrefix(stdout, c.want) {
+			t.Errorf("policy explain %v: %v %q\n%s\nwant %q", c.args, err, stderr, stdout, c.want)
+		}
+	}
+	t.Setenv(configEnv, "")
+	_, stderr, err := runCLI(t, "policy", "explain", "--config", cfg, "--queue", "nope")
+	if err != nil || !strings.Contains(stderr, "queue nope has no retry policy of its own") {
+		t.Errorf("--queue nope: %v %q", err, stderr)
+	}
+	_, stderr, err = runCLI(t, "policy", "explain", "--retry-max", "1ms")
+	if err == nil || !strings.Contains(stderr, "--retry-max: 1ms is less than the base delay") {
+		t.Errorf("--retry-max 1ms: %v %q", err, stderr)
 	}
 }

@@ -198,7 +198,7 @@ func TestBulkProgressBars(t *testing.T) {
 			}
 
 			// Redrive, as JSON: standard output is exactly one JSON value.
-			out, stderr = cli("--json", "dlq", "redrive", "--all-matching", "--queue", "bars", "--yes")
+			out, stderr = cli("--json", "dlq", "redrive", "--all", "--queue", "bars", "--yes")
 			var prog redrive.RedriveProgress
 			if err := json.Unmarshal([]byte(out), &prog); err != nil || prog.Redriven != 3 || prog.Matched != 3 || !prog.Done {
 				t.Errorf("redrive --json stdout %q: %+v %v", out, prog, err)
@@ -387,7 +387,7 @@ func TestCtrlCDirect(t *testing.T) {
 	var stderr string
 	go func() {
 		var err error
-		_, stderr, err = runCLICtx(ctx, "--db", db, "dlq", "redrive", "--all-matching", "--queue", "slow", "--rate", "0.1", "--yes")
+		_, stderr, err = runCLICtx(ctx, "--db", db, "dlq", "redrive", "--all", "--queue", "slow", "--rate", "0.1", "--yes")
 		done <- err
 	}()
 	for deadline := time.Now().Add(20 * time.Second); len(deadIDs(t, db, "slow")) != 2; {

@@ -55,13 +55,18 @@ func newQueuesListCmd(g *globalOptions) *cobra.Command {
 }
 
 func newQueuePauseCmd(g *globalOptions, pause bool) *cobra.Command {
-	var c connOptions
+	var (
+		c      connOptions
+		create bool
+	)
 	cmd := &cobra.Command{
 		Use:   "pause NAME",
 		Short: "Pause a queue: workers stop fetching its jobs, nothing is lost",
 		Long: `Pause the queue NAME: workers stop fetching its jobs until it is resumed.
 Running jobs finish normally; waiting jobs stay pending; enqueues are
-accepted. Pausing a paused queue changes nothing.
+accepted. Pausing a paused queue changes nothing. A queue that has no job
+and was never paused is refused as a likely typo unless --create: then it
+is paused before its first job.
 ` + connHelp,
 		Args: cobra.ExactArgs(1),
 	}
@@ -69,7 +74,8 @@ accepted. Pausing a paused queue changes nothing.
 		cmd.Use = "resume NAME"
 		cmd.Short = "Resume a paused queue: workers fetch its jobs again"
 		cmd.Long = `Resume the queue NAME: workers fetch its due jobs again. Resuming a queue
-that is not paused changes nothing.
+that is not paused changes nothing; a queue that has no job and was never
+paused is refused as a likely typo.
 ` + connHelp
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -78,6 +84,13 @@ that is not paused changes nothing.
 			return flagErrorf(cmd, "the queue name is empty")
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			// An invalid name is left to the store or the API to refuse,
+			// with their message.
+			if !create && redrive.CheckName("queue", name) == nil {
+				if err := checkQueueKnown(ctx, b, name, pause); err != nil {
+					return err
+				}
+			}
 			q, err := b.SetPaused(ctx, name, pause)
 			if err != nil {
 				return err
@@ -96,8 +109,35 @@ that is not paused changes nothing.
 			return err
 		})(cmd, args)
 	}
+	if pause {
+		cmd.Flags().BoolVar(&create, "create", false, "pause the queue even if it has no job yet and was never paused")
+	}
 	addConnFlags(cmd, &c)
 	return cmd
+}
+
+// checkQueueKnown refuses a queue that has no job and no pause record:
+// pausing or resuming it would create a queue that never goes away.
+func checkQueueKnown(ctx context.Context, b backend, name string, pause bool) error {
+	qs, err := b.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, q := range qs {
+		if q.Name == name {
+			return nil
+		}
+		names = append(names, q.Name)
+	}
+	known := "there are no queues"
+	if len(names) > 0 {
+		known = "known: " + strings.Join(names, ", ")
+	}
+	if pause {
+		return fmt.Errorf("queue %s does not exist: it has no job and was never paused (%s); pass --create to pause it before its first job", shellQuote(name), known)
+	}
+	return fmt.Errorf("queue %s does not exist: it has no job and was never paused (%s); there is nothing to resume", shellQuote(name), known)
 }
 
 // writeQueues writes the queues as a table.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/metrics"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -51,9 +52,25 @@ func checkQueuesCLI(t *testing.T, pre []string) {
 	if q := body.Queue; q.Name != "mail" || !q.Paused || q.PausedAt == nil || q.Jobs[redrive.Pending] != 2 || len(q.Jobs) != 6 {
 		t.Errorf("queues pause --json: %s", raw)
 	}
-	// A queue with no job yet, whose name needs escaping in a URL.
+	// A queue with no job and no pause record is refused as a likely
+	// typo, pause or resume, and nothing is created.
+	for _, action := range []string{"pause", "resume"} {
+		_, stderr, err := runCLI(t, append(append([]string{}, pre...), "queues", action, "mial")...)
+		if err == nil || !strings.Contains(stderr, "queue mial does not exist") || !strings.Contains(stderr, "known: mail") {
+			t.Errorf("queues %s mial: %v %q", action, err, stderr)
+		}
+	}
+	if _, _, err := runCLI(t, append(append([]string{}, pre...), "queues", "pause", "mial")...); err == nil ||
+		!strings.Contains(err.Error(), "--create") {
+		t.Errorf("queues pause mial: %v, want a hint at --create", err)
+	}
+	if list := decode[server.QueueList](t, cli("--json", "queues", "ls")); len(list.Queues) != 1 {
+		t.Errorf("queues after the refused pauses: %+v", list.Queues)
+	}
+	// With --create: a queue with no job yet, whose name needs escaping
+	// in a URL.
 	for _, name := range []string{"later?v2 ü#x", ".."} {
-		q := decode[server.QueueBody](t, cli("--json", "queues", "pause", name)).Queue
+		q := decode[server.QueueBody](t, cli("--json", "queues", "pause", "--create", name)).Queue
 		if q.Name != name || !q.Paused {
 			t.Errorf("queues pause %q: %+v", name, q)
 		}
@@ -137,7 +154,7 @@ func TestQueuePausedMetric(t *testing.T) {
 	}
 	defer st.Close()
 	client := redrive.NewClient(st, redrive.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
-	c := &statsCollector{client: client, log: slog.New(slog.DiscardHandler)}
+	c := metrics.NewCollector(client, metrics.CollectorOptions{Logger: slog.New(slog.DiscardHandler)})
 	if _, err := client.Enqueue(context.Background(), "x", nil, redrive.InQueue("mail")); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +162,7 @@ func TestQueuePausedMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP redrive_queue_paused 1 when the queue is paused (workers fetch none of its jobs), else 0.
+# HELP redrive_queue_paused 1 when the queue is paused (workers fetch none of its jobs), else 0. Store-wide: every process sharing the store reports the same value; aggregate replicas with max, not sum.
 # TYPE redrive_queue_paused gauge
 redrive_queue_paused{queue="later"} 1
 redrive_queue_paused{queue="mail"} 0

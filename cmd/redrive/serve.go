@@ -23,14 +23,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/httpjob"
+	"github.com/redrivehq/redrive/metrics"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
@@ -58,8 +57,10 @@ up), serve tries again, 1s doubling to 10s apart, for --database-wait
 waiting cannot fix (authentication, an unknown database, TLS) stops it at once.
 
 /metrics has the store's counts, read at each scrape (redrive_jobs{queue,state},
-redrive_<counter>_total, breaker states, paused queues), and this process's
-histograms redrive_attempt_duration_seconds{queue,kind,outcome} and
+redrive_<counter>_total, paused queues, redrive_queue_latency_seconds{queue},
+redrive_queue_unconsumed{queue}), which every process sharing the store
+reports alike (aggregate them with max, not sum), and this process's breaker
+states and histograms redrive_attempt_duration_seconds{queue,kind,outcome} and
 redrive_job_lateness_seconds{queue,kind,attempt_kind="first"|"retry"}.
 
 Every setting is a flag, an environment variable (REDRIVE_ and the flag name
@@ -118,7 +119,8 @@ var errNoToken = errors.New("refusing to listen on a non-loopback address withou
 	"set --token or $REDRIVE_TOKEN, or listen on 127.0.0.1")
 
 // runServe serves until ctx ends, then shuts down gracefully. Logs go to
-// logOut as JSON. ready, when not nil, is called with the address listened
+// logOut in cfg.LogFormat (JSON unless logOut is a terminal or text is
+// asked for). ready, when not nil, is called with the address listened
 // on once the server accepts connections.
 func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready func(net.Addr)) error {
 	host, err := listenHostPort(cfg.Addr)
@@ -133,7 +135,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 			"use at least %d, e.g. the output of `openssl rand -hex 24`", len(cfg.Token), cfg.Addr, minRemoteToken)
 	}
 	allowed := allowedHosts(host, cfg.AllowedHosts)
-	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := slog.New(durationText(newLogHandler(logOut, cfg.LogFormat, cfg.LogLevel)))
 
 	// Listen first, so that while the store opens (PostgreSQL may not be
 	// up yet: see --database-wait) the process answers: /healthz 200,
@@ -178,7 +180,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	client := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
 	retryPolicy := cfg.Retry
 	// The histograms of attempt durations and lateness, fed by the worker.
-	attempts := newAttemptMetrics(httpjob.Kind)
+	attempts := metrics.NewObserver(httpjob.Kind)
 	worker := redrive.NewWorker(client, redrive.WorkerOptions{
 		Queues:             cfg.Queues,
 		Policy:             &retryPolicy,
@@ -196,7 +198,8 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	})
 	// No policy of its own for the http kind: a kind's policy would beat
 	// the queue's, and the configured policies are per queue.
-	httpjob.Register(worker, httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal})
+	httpjob.Register(worker, httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal,
+		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"})
 
 	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
 	// SIGTERM cancels them, and api.Close below waits for them to stop
@@ -485,15 +488,9 @@ func startingHandler(reason string) http.Handler {
 // serveMux routes /metrics to Prometheus and everything else to the API.
 // The metrics are the store's statistics, the breakers, and the attempt
 // histograms of the worker's observer.
-func serveMux(api http.Handler, client *redrive.Client, breakers *breaker.Registry, attempts *attemptMetrics,
+func serveMux(api http.Handler, client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer,
 	token string, log *slog.Logger) http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&statsCollector{client: client, breakers: breakers, log: log},
-		attempts,
-	)
+	reg := serveRegistry(client, breakers, attempts, log)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", requireToken(token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError})))
@@ -557,123 +554,4 @@ func requireToken(token string, h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// statsCollector exposes client.Stats and the breakers' states, read at
-// every scrape, so the numbers are the store's real counts.
-type statsCollector struct {
-	client   *redrive.Client
-	breakers *breaker.Registry
-	log      *slog.Logger
-}
-
-var (
-	jobsDesc = prometheus.NewDesc("redrive_jobs", "Jobs per queue and state, as the store counts them.",
-		[]string{"queue", "state"}, nil)
-	counterDesc = map[string]*prometheus.Desc{}
-	otherDesc   = prometheus.NewDesc("redrive_events_total", "Other running totals of the store, by name.",
-		[]string{"queue", "name", "class"}, nil)
-	breakerStateDesc = prometheus.NewDesc("redrive_breaker_state",
-		"Circuit breaker state: 1 for the breaker's current state, 0 for the others.", []string{"breaker", "state"}, nil)
-	breakerFailuresDesc = prometheus.NewDesc("redrive_breaker_failures",
-		"Failures within the breaker's window.", []string{"breaker"}, nil)
-	breakerTripsDesc = prometheus.NewDesc("redrive_breaker_trips_total",
-		"Times the breaker opened since the process started.", []string{"breaker"}, nil)
-	statsUpDesc = prometheus.NewDesc("redrive_stats_up",
-		"1 when the last read of the store's statistics succeeded, else 0.", nil, nil)
-	queuePausedDesc = prometheus.NewDesc("redrive_queue_paused",
-		"1 when the queue is paused (workers fetch none of its jobs), else 0.", []string{"queue"}, nil)
-)
-
-// counterHelp describes the store's counters exported as
-// redrive_<name>_total{queue,class}.
-var counterHelp = map[string]string{
-	store.StatAttempts:            "Attempts started.",
-	store.StatSucceeded:           "Attempts that completed their job.",
-	store.StatSucceededAfterRetry: "Completions on an attempt after the first.",
-	store.StatFailed:              "Failed attempts, by failure class.",
-	store.StatRetried:             "Retries scheduled.",
-	store.StatDead:                "Jobs moved to the dead-letter queue, by failure class.",
-	store.StatRedriven:            "Jobs redriven from the dead-letter queue.",
-	store.StatSnoozed:             "Jobs snoozed by their handler.",
-	store.StatDeferred:            "Jobs deferred by an open circuit breaker.",
-	store.StatRescued:             "Expired leases rescued.",
-	store.StatEnqueued:            "Jobs created.",
-	store.StatDeduplicated:        "Enqueues answered by an existing job (idempotency key).",
-	store.StatCanceled:            "Jobs canceled.",
-	store.StatPurged:              "Dead jobs purged or expired.",
-}
-
-func init() {
-	for name, help := range counterHelp {
-		counterDesc[name] = prometheus.NewDesc("redrive_"+name+"_total", help, []string{"queue", "class"}, nil)
-	}
-}
-
-// Describe sends the collector's fixed descriptions.
-func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- jobsDesc
-	ch <- otherDesc
-	for _, d := range counterDesc {
-		ch <- d
-	}
-	ch <- breakerStateDesc
-	ch <- breakerFailuresDesc
-	ch <- breakerTripsDesc
-	ch <- statsUpDesc
-	ch <- queuePausedDesc
-}
-
-// Collect reads the statistics from the store and the breakers.
-func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := c.client.Stats(ctx)
-	up := 1.0
-	if err != nil {
-		up = 0
-		c.log.Warn("metrics: reading the statistics failed", "error", err)
-	}
-	qs, qerr := c.client.Store().Queues(ctx)
-	if qerr != nil {
-		up = 0
-		c.log.Warn("metrics: reading the queues failed", "error", qerr)
-	}
-	ch <- prometheus.MustNewConstMetric(statsUpDesc, prometheus.GaugeValue, up)
-	for _, q := range qs {
-		v := 0.0
-		if q.Paused {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, v, q.Name)
-	}
-	for queue, states := range st.Jobs {
-		for _, s := range store.States {
-			ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(states[s]), queue, string(s))
-		}
-	}
-	for queue, counters := range st.Counters {
-		for key, n := range counters {
-			name, class, _ := strings.Cut(key, ".")
-			if d, ok := counterDesc[name]; ok {
-				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(n), queue, class)
-			} else {
-				ch <- prometheus.MustNewConstMetric(otherDesc, prometheus.CounterValue, float64(n), queue, name, class)
-			}
-		}
-	}
-	if c.breakers == nil {
-		return
-	}
-	for _, b := range c.breakers.Statuses() {
-		for _, s := range []breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open} {
-			v := 0.0
-			if b.State == s {
-				v = 1
-			}
-			ch <- prometheus.MustNewConstMetric(breakerStateDesc, prometheus.GaugeValue, v, b.Name, s.String())
-		}
-		ch <- prometheus.MustNewConstMetric(breakerFailuresDesc, prometheus.GaugeValue, float64(b.Failures), b.Name)
-		ch <- prometheus.MustNewConstMetric(breakerTripsDesc, prometheus.CounterValue, float64(b.Trips), b.Name)
-	}
 }

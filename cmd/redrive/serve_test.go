@@ -22,6 +22,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/metrics"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
@@ -448,7 +449,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	for _, want := range []string{
 		`redrive_jobs{queue="default",state="completed"} 1`,
-		`redrive_retried_total{class="",queue="default"} 1`,
+		`redrive_retried_total{class="none",queue="default"} 1`,
 		`redrive_failed_total{class="transient",queue="default"} 1`,
 		`redrive_stats_up 1`,
 	} {
@@ -489,9 +490,9 @@ func TestStatsCollectorBreakers(t *testing.T) {
 		b.Record(tok, errors.New("boom"))
 	}
 	reg.Get("healthy:80")
-	c := &statsCollector{client: client, breakers: reg, log: slog.New(slog.DiscardHandler)}
+	c := metrics.NewCollector(client, metrics.CollectorOptions{Breakers: reg, Logger: slog.New(slog.DiscardHandler)})
 	want := `
-# HELP redrive_breaker_state Circuit breaker state: 1 for the breaker's current state, 0 for the others.
+# HELP redrive_breaker_state Circuit breaker state: 1 for the breaker's current state, 0 for the others. Per process.
 # TYPE redrive_breaker_state gauge
 redrive_breaker_state{breaker="api.example.com:443",state="closed"} 0
 redrive_breaker_state{breaker="api.example.com:443",state="half_open"} 0
@@ -499,7 +500,7 @@ redrive_breaker_state{breaker="api.example.com:443",state="open"} 1
 redrive_breaker_state{breaker="healthy:80",state="closed"} 1
 redrive_breaker_state{breaker="healthy:80",state="half_open"} 0
 redrive_breaker_state{breaker="healthy:80",state="open"} 0
-# HELP redrive_breaker_trips_total Times the breaker opened since the process started.
+# HELP redrive_breaker_trips_total Times the breaker opened since the process started. Per process.
 # TYPE redrive_breaker_trips_total counter
 redrive_breaker_trips_total{breaker="api.example.com:443"} 1
 redrive_breaker_trips_total{breaker="healthy:80"} 0
@@ -511,7 +512,7 @@ redrive_breaker_trips_total{breaker="healthy:80"} 0
 		t.Fatal(err)
 	}
 	want = `
-# HELP redrive_jobs Jobs per queue and state, as the store counts them.
+# HELP redrive_jobs Jobs per queue and state, as the store counts them. Store-wide: every process sharing the store reports the same value; aggregate replicas with max, not sum.
 # TYPE redrive_jobs gauge
 redrive_jobs{queue="mail",state="canceled"} 0
 redrive_jobs{queue="mail",state="completed"} 0

@@ -62,7 +62,9 @@ function fmtAgo(iso) {
   if (!iso) return '';
   const sec = (Date.now() - new Date(iso).getTime()) / 1000;
   const a = Math.abs(sec);
-  const v = a < 60 ? `${Math.round(a)}s` : a < 3600 ? `${Math.round(a / 60)}m` : a < 86400 ? `${Math.round(a / 3600)}h` : `${Math.round(a / 86400)}d`;
+  // Each unit is used while it rounds below the next one: 59m50s is 1h,
+  // not 60m.
+  const v = a < 59.5 ? `${Math.round(a)}s` : a < 3570 ? `${Math.round(a / 60)}m` : a < 84600 ? `${Math.round(a / 3600)}h` : `${Math.round(a / 86400)}d`;
   return sec >= 0 ? `${v} ago` : `in ${v}`;
 }
 
@@ -147,15 +149,18 @@ async function render() {
   refreshTimer = null;
   const seq = ++renderSeq;
   const { parts, params } = parseHash();
-  let page, nav;
-  if (parts.length === 0) { page = () => overview(); nav = 'overview'; }
+  // refresh: seconds between renders of a page that shows live state.
+  let page, nav, refresh = 0;
+  if (parts.length === 0) { page = () => overview(); nav = 'overview'; refresh = 5; }
   else if (parts[0] === 'jobs' && parts[1]) { page = () => jobPage(parts[1]); nav = 'jobs'; }
   else if (parts[0] === 'jobs') { page = () => jobsPage(params); nav = 'jobs'; }
   else if (parts[0] === 'dlq' && parts[1]) { page = () => groupPage(parts[1], params); nav = 'dlq'; }
   else if (parts[0] === 'dlq') { page = () => dlqPage(params); nav = 'dlq'; }
+  else if (parts[0] === 'workers' && !parts[1]) { page = () => workersPage(); nav = 'workers'; refresh = 5; }
   else { page = async () => h('div', { class: 'empty' }, 'No such page. ', h('a', { href: '#/' }, 'Overview')); nav = ''; }
   for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === nav);
   await show(page, seq);
+  if (refresh && seq === renderSeq) autoRefresh(refresh, page, seq);
 }
 
 // show renders a page into #app, unless the user navigated away meanwhile.
@@ -171,12 +176,14 @@ async function show(page, seq) {
   statusEl.textContent = `updated ${fmtTime(new Date().toISOString()).slice(11)}`;
 }
 
-function autoRefresh(seconds) {
-  const seq = renderSeq;
+// autoRefresh renders page again every few seconds, as long as the user
+// stays on it (render starts a new sequence, and clears the timer, on
+// every navigation) and no dialog is open.
+function autoRefresh(seconds, page, seq) {
+  clearInterval(refreshTimer);
   refreshTimer = setInterval(() => {
     if (seq !== renderSeq || dialog.open) return;
-    const { parts } = parseHash();
-    if (parts.length === 0) show(() => overview(), seq);
+    show(page, seq);
   }, seconds * 1000);
 }
 
@@ -196,7 +203,6 @@ async function overview() {
     api.get('/v1/stats/series?since=1h'),
     api.get('/v1/breakers'),
   ]);
-  autoRefresh(5);
   const totals = Object.fromEntries(STATES.map((st) => [st, 0]));
   for (const q of queues.queues || []) {
     for (const [st, n] of Object.entries(q.jobs || {})) totals[st] = (totals[st] || 0) + n;
@@ -224,11 +230,14 @@ function queueTable(queues) {
   const rows = queues.queues || [];
   if (rows.length === 0) return h('p', { class: 'empty' }, 'No queue has jobs yet.');
   return h('table', {},
-    h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), STATES.map((st) => h('th', { class: 'num' }, st)), h('th', {}, ''))),
+    h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), STATES.map((st) => h('th', { class: 'num' }, st)),
+      h('th', { class: 'num', title: 'How long the oldest due job has waited since it was due' }, 'latency'), h('th', {}, ''))),
     h('tbody', {}, rows.map((q) => h('tr', { 'data-queue': q.name },
       h('td', {}, h('a', { href: `#/jobs?queue=${encodeURIComponent(q.name)}` }, q.name), ' ',
         q.paused && h('span', { title: `paused ${fmtTime(q.paused_at)}` }, badge('paused'))),
       STATES.map((st) => h('td', { class: 'num' }, fmtN((q.jobs || {})[st]))),
+      h('td', { class: 'num', 'data-latency-ms': q.latency_ms || 0 }, q.oldest_due_at ? fmtMs(q.latency_ms) : '—',
+        q.unconsumed && [' ', h('span', { title: 'Due jobs and no live worker serves this queue' }, badge('unconsumed', 'dead'))]),
       h('td', {}, h('button', { class: 'small', 'data-action': q.paused ? 'resume' : 'pause', onclick: () => togglePause(q) },
         q.paused ? 'Resume' : 'Pause'))))));
 }
@@ -394,11 +403,44 @@ function jobTable(jobs, select) {
       h('td', { class: 'num' }, h('a', { href: `#/jobs/${j.id}` }, j.id)),
       h('td', {}, j.queue), h('td', {}, j.kind), h('td', {}, badge(j.state)),
       h('td', { class: 'num' }, j.attempt),
-      h('td', { class: 'clip', title: j.last_error || '' }, j.last_error ? [badge(j.last_error_class), ' ', j.last_error] : ''),
-      h('td', { title: fmtTime(refTime(j)) }, fmtAgo(refTime(j)))))));
+      lastErrorCell(j),
+      whenCell(j)))));
 }
 
-function refTime(j) { return j.dead_at || j.finished_at || j.attempted_at || j.created_at; }
+// lastErrorCell shows a job's last error; a completed job's is a failure
+// it got past, not a current one.
+function lastErrorCell(j) {
+  if (!j.last_error) return h('td', { class: 'clip' });
+  const before = j.state === 'completed';
+  return h('td', { class: before ? 'clip muted' : 'clip', title: before ? `failed before success: ${j.last_error}` : j.last_error },
+    before && h('span', { class: 'before' }, 'before success: '), badge(j.last_error_class), ' ', j.last_error);
+}
+
+// jobWhen says which moment of a job matters now: when it runs (pending,
+// scheduled), since when it runs (running), or when it ended.
+function jobWhen(j) {
+  switch (j.state) {
+    case 'pending':
+    case 'scheduled':
+      return { at: j.run_at, verb: new Date(j.run_at).getTime() > Date.now() ? 'runs' : 'due', label: 'runs at' };
+    case 'running':
+      return { at: j.attempted_at || j.run_at, verb: 'started', label: 'attempt started at' };
+    case 'completed':
+      return { at: j.finished_at, verb: 'finished', label: 'completed at' };
+    case 'dead':
+      return { at: j.dead_at || j.finished_at, verb: 'died', label: 'dead since' };
+    case 'canceled':
+      return { at: j.finished_at, verb: 'canceled', label: 'canceled at' };
+    default:
+      return { at: j.created_at, verb: 'created', label: 'created at' };
+  }
+}
+
+function whenCell(j) {
+  let w = jobWhen(j);
+  if (!w.at) w = { at: j.created_at, verb: 'created', label: 'created at' };
+  return h('td', { class: 'when', 'data-when': w.verb, title: `${w.label} ${fmtTime(w.at)}` }, `${w.verb} ${fmtAgo(w.at)}`);
+}
 
 const EVENT_COLORS = {
   completed: 'var(--ok)', retry: 'var(--warn)', dead: 'var(--bad)', snoozed: 'var(--violet)', deferred: 'var(--violet)',
@@ -417,24 +459,64 @@ async function jobPage(id) {
       h('button', { class: 'primary', id: 'redrive-job', disabled: !j.reprocessable, onclick: () => redriveDialog({ ids: [j.id] }, 1) }, 'Redrive'),
       h('button', { id: 'edit-redrive-job', disabled: !j.reprocessable, onclick: () => editRedriveDialog({ ids: [j.id] }, 1, j.payload) }, 'Edit and redrive'));
   }
-  const kv = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === null || v === '' ? '—' : v)];
-  return h('div', {},
+  const kv = (k, v, id) => [h('dt', {}, k), h('dd', { id }, v === undefined || v === null || v === '' ? '—' : v)];
+  const waiting = j.state === 'pending' || j.state === 'scheduled';
+  return h('div', { 'data-job-page': j.id },
     h('h1', {}, `Job ${j.id} `, badge(j.state)),
     h('div', { class: 'row' },
       h('section', { class: 'card' }, h('h2', {}, 'Job'),
         h('dl', { class: 'kv' },
           kv('Queue', h('a', { href: `#/jobs?queue=${encodeURIComponent(j.queue)}` }, j.queue)), kv('Kind', j.kind),
           kv('State', j.state), kv('Attempt', `${j.attempt}${j.max_retries >= 0 ? ` of ${j.max_retries + 1}` : ''}`),
-          kv('Created', fmtTime(j.created_at)), kv('Runs at', fmtTime(j.run_at)),
+          kv('Created', fmtTime(j.created_at)),
+          waiting ? kv('Next run', [fmtTime(j.run_at), ' ', h('span', { class: 'muted' }, `(${fmtAgo(j.run_at)})`)], 'next-run')
+            : kv('Last due', fmtTime(j.run_at)),
+          waiting && kv('Why then', whyThen(j), 'why-then'),
           kv('Finished', fmtTime(j.finished_at)), kv('Dependency', j.dependency),
           kv('Idempotency key', j.idempotency_key), kv('Redriven', j.redriven ? `${j.redriven} times` : 'never'),
           j.state === 'dead' && kv('Dead reason', j.dead_reason),
           j.fingerprint && kv('Cause', h('a', { href: `#/dlq/${j.fingerprint}` }, shortFP(j.fingerprint))),
           !j.reprocessable && kv('Reprocessable', 'no: this job may not be redriven'),
-          j.last_error && kv('Last error', [badge(j.last_error_class), ' ', j.last_error])),
+          j.last_error && (j.state === 'completed'
+            ? kv('Failed before success', h('span', { class: 'muted' }, badge(j.last_error_class), ' ', j.last_error), 'last-error')
+            : kv('Last error', [badge(j.last_error_class), ' ', j.last_error], 'last-error'))),
         h('div', { style: { 'margin-top': '12px' } }, actions)),
       h('section', { class: 'card' }, h('h2', {}, 'Payload'), h('pre', { id: 'payload' }, pretty(j.payload)))),
     h('section', { class: 'card' }, h('h2', {}, 'Attempt timeline'), timeline(withCurrent(j))));
+}
+
+// whyThen says why a waiting job runs when it does: what its last event
+// (the failure and the delay the retry policy chose, a snooze, an open
+// breaker, a redrive) or its enqueue asked for.
+function whyThen(j) {
+  const events = j.history || [];
+  const e = events[events.length - 1];
+  if (!e) {
+    const later = new Date(j.run_at).getTime() - new Date(j.created_at).getTime();
+    return later >= 1000 ? `scheduled when enqueued, ${fmtMs(later)} after its creation` : 'enqueued to run at once';
+  }
+  const reason = e.reason ? [' ', h('span', { class: 'mono' }, e.reason)] : '';
+  switch (e.kind) {
+    case 'retry': {
+      // last_delay is what the policy chose; the event's delay is the
+      // one applied, longer when the queue's retry budget pushed it out.
+      const chose = j.last_delay || e.delay;
+      return h('span', {},
+        `attempt ${e.attempt} failed: `, badge(e.class || 'unknown'), reason,
+        ` — the retry policy chose a delay of ${fmtMs(chose)}`,
+        e.delay && chose && e.delay - chose >= 1 ? `, which the queue's retry budget pushed out to ${fmtMs(e.delay)}` : '');
+    }
+    case 'snoozed':
+      return h('span', {}, `the handler snoozed attempt ${e.attempt} for ${fmtMs(e.delay)}`, reason);
+    case 'deferred':
+      return h('span', {}, `its circuit breaker was open: deferred for ${fmtMs(e.delay)}`, reason);
+    case 'released':
+      return h('span', {}, `a worker's shutdown interrupted attempt ${e.attempt}; it runs again at once`, reason);
+    case 'redriven':
+      return 'redriven from the dead-letter queue';
+    default:
+      return h('span', {}, `last event: ${e.kind}`, reason);
+  }
 }
 
 function pretty(v) {
@@ -566,6 +648,45 @@ async function groupPage(fp, params) {
       jobTable(res.jobs, select),
       h('div', { class: 'pager' }, cursor && h('a', { href: `#/dlq/${fp}` }, '← First page'),
         res.next && h('a', { href: `#/dlq/${fp}` + qs({ cursor: res.next }) }, 'Next page →'))));
+}
+
+// ---- workers -----------------------------------------------------------
+
+async function workersPage() {
+  const res = await api.get('/v1/workers');
+  const workers = res.workers || [];
+  const count = (st) => workers.filter((w) => w.state === st).length;
+  const rows = workers.map((w) => {
+    const capacity = Object.values(w.queues || {}).reduce((a, n) => a + n, 0);
+    const active = w.state === 'live' || w.state === 'silent';
+    // A silent worker (no heartbeat for a minute, by the server's clock)
+    // is not stopped but stale: hung, killed, or on a host that lost the
+    // store. Its leases expire and its jobs are rescued.
+    const stale = w.state === 'silent';
+    return h('tr', { 'data-worker': w.id, 'data-state': w.state, class: active ? '' : 'muted' },
+      h('td', { class: 'mono' }, w.id),
+      h('td', {}, badge(w.state),
+        stale && [' ', h('span', { class: 'stale', title: 'no heartbeat for longer than a minute' }, `stale: no heartbeat for ${fmtAgo(w.heartbeat_at).replace(/ ago$/, '')}`)],
+        w.state === 'gone' && w.stop_reason && [' ', h('span', { class: 'mono muted' }, w.stop_reason)]),
+      h('td', {}, w.host, w.pid ? h('span', { class: 'muted' }, ` pid ${w.pid}`) : ''),
+      h('td', { class: 'mono' }, w.version || '—'),
+      h('td', {}, Object.entries(w.queues || {}).sort(([a], [b]) => a.localeCompare(b)).map(([q, n], i) =>
+        [i ? ', ' : '', h('a', { href: `#/jobs?queue=${encodeURIComponent(q)}` }, q), ` × ${n}`])),
+      h('td', { class: 'num', 'data-running': w.running }, active ? `${fmtN(w.running)} of ${fmtN(capacity)}` : fmtN(w.running)),
+      h('td', { title: fmtTime(w.heartbeat_at) }, w.stopped_at ? `${w.state} ${fmtAgo(w.stopped_at)}` : fmtAgo(w.heartbeat_at)),
+      h('td', { title: fmtTime(w.started_at) }, fmtAgo(w.started_at)));
+  });
+  const summary = ['live', 'silent', 'stopped', 'gone'].filter(count).map((st) => `${fmtN(count(st))} ${st}`).join(' · ');
+  return h('div', {},
+    h('h1', {}, 'Workers'),
+    h('div', { class: 'card' },
+      workers.length === 0
+        ? h('p', { class: 'empty' }, 'No worker has registered: a worker registers when it starts (Worker.Run).')
+        : [h('p', { class: 'muted', id: 'workers-summary' }, `${summary}. A worker is silent when it has not sent a heartbeat for a minute: its running jobs are rescued when their leases expire.`),
+          h('table', { class: 'workers' },
+            h('thead', {}, h('tr', {}, h('th', {}, 'ID'), h('th', {}, 'State'), h('th', {}, 'Host'), h('th', {}, 'Version'),
+              h('th', {}, 'Queues × concurrency'), h('th', { class: 'num' }, 'Running'), h('th', {}, 'Last heartbeat'), h('th', {}, 'Started'))),
+            h('tbody', {}, rows))]));
 }
 
 // ---- dialogs and operations --------------------------------------------

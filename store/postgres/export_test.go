@@ -8,3 +8,48 @@ func SetListenIdle(d time.Duration) (restore func()) {
 	old := listenIdle.Swap(int64(d))
 	return func() { listenIdle.Store(old) }
 }
+
+// HoldEnqueues keeps the Enqueue calls of s waiting, as if every writer
+// were busy, until release: the calls then waiting are written together,
+// merged into one batch. waiting tells how many calls wait. It first
+// waits for the writers of earlier calls to end.
+func HoldEnqueues(s *Store) (waiting func() int, release func()) {
+	g := &s.group
+	for {
+		// A writer of earlier calls may still be winding down.
+		g.mu.Lock()
+		idle := g.writers == 0
+		if idle {
+			g.writers += maxGroupWrites
+		}
+		g.mu.Unlock()
+		if idle {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waiting = func() int {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		n := 0
+		for _, c := range g.queue {
+			if !c.abandoned {
+				n++
+			}
+		}
+		return n
+	}
+	release = func() {
+		g.mu.Lock()
+		g.writers -= maxGroupWrites
+		start := len(g.queue) > 0 && g.writers < maxGroupWrites
+		if start {
+			g.writers++
+		}
+		g.mu.Unlock()
+		if start {
+			go g.write(s)
+		}
+	}
+	return waiting, release
+}

@@ -164,8 +164,10 @@ type enqueueBatch struct {
 	maxRetries                        []int32
 	reproc, isNew                     []bool
 	runAts                            []time.Time
-	now                               time.Time
-	hasKeys                           bool
+	// nows are the enqueue times (created_at), one per job: a batch
+	// merged from several calls (see group.go) holds each call's own.
+	nows    []time.Time
+	hasKeys bool
 }
 
 func validateNew(nj *store.NewJob) error {
@@ -203,8 +205,9 @@ func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
 	b := &enqueueBatch{
 		queues: make([]string, n), kinds: make([]string, n), states: make([]string, n), keys: make([]string, n), deps: make([]string, n),
 		payloads: make([][]byte, n), policies: make([][]byte, n), maxRetries: make([]int32, n),
-		reproc: make([]bool, n), isNew: make([]bool, n), runAts: make([]time.Time, n), now: ts(now),
+		reproc: make([]bool, n), isNew: make([]bool, n), runAts: make([]time.Time, n), nows: make([]time.Time, n),
 	}
+	now = ts(now)
 	seen := map[string]bool{}
 	for i := range jobs {
 		nj := &jobs[i]
@@ -226,7 +229,8 @@ func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
 		b.maxRetries[i] = int32(nj.MaxRetries)
 		b.reproc[i] = !nj.NotReprocessable
 		b.runAts[i] = ts(runAt)
-		b.states[i] = string(dueState(b.runAts[i], b.now))
+		b.nows[i] = now
+		b.states[i] = string(dueState(b.runAts[i], now))
 		// A key repeated within the call: only its first job is inserted,
 		// the others get that job back.
 		b.isNew[i] = nj.IdempotencyKey == "" || !seen[nj.IdempotencyKey]
@@ -243,7 +247,7 @@ func (b *enqueueBatch) job(i int, id int64, nj *store.NewJob) *store.Job {
 	return &store.Job{
 		ID: id, Queue: b.queues[i], Kind: b.kinds[i], Payload: json.RawMessage(b.payloads[i]), State: store.State(b.states[i]),
 		MaxRetries: int(b.maxRetries[i]), Policy: nj.Policy, IdempotencyKey: b.keys[i], Dependency: b.deps[i],
-		Reprocessable: b.reproc[i], CreatedAt: b.now, RunAt: b.runAts[i], History: []store.Event{},
+		Reprocessable: b.reproc[i], CreatedAt: b.nows[i], RunAt: b.runAts[i], History: []store.Event{},
 	}
 }
 
@@ -252,35 +256,46 @@ func (b *enqueueBatch) job(i int, id int64, nj *store.NewJob) *store.Job {
 // again (the key is free now).
 var errHolderGone = errors.New("job holding the idempotency key vanished")
 
-// Enqueue implements store.Store. Jobs without idempotency keys are
-// inserted by one statement; with keys, the statement and the read of
-// the jobs already holding keys share a transaction.
+// Enqueue implements store.Store. Concurrent calls are written together
+// (group commit, see group.go): their jobs go to the database in one
+// statement, or one transaction when some have idempotency keys, with one
+// commit and one notification per queue for them all. Jobs without
+// idempotency keys are inserted by one statement; with keys, the
+// statement and the read of the jobs already holding keys share a
+// transaction.
 func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
 	out, err := s.withKeptKeys(ctx, jobs, now, func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
-		var out []*store.Job
-		err := s.retry(ctx, func() error {
-			for try := 0; ; try++ {
-				var err error
-				if b.hasKeys {
-					err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-						out, err = s.enqueueOn(ctx, tx, sub, b)
-						return err
-					})
-				} else {
-					out, err = s.enqueueOn(ctx, s.pool, sub, b)
-				}
-				if errors.Is(err, errHolderGone) && try < 10 {
-					continue
-				}
-				return err
-			}
-		})
-		return out, err
+		return s.group.enqueue(ctx, s, sub, b)
 	})
 	if err != nil {
 		return nil, s.fail("enqueue", err)
 	}
 	return out, nil
+}
+
+// enqueueAlone writes one batch (one call's, or several merged) in one
+// statement, or one transaction when it has keys, retried after a
+// deadlock, a serialization failure or a vanished key holder.
+func (s *Store) enqueueAlone(ctx context.Context, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
+	var out []*store.Job
+	err := s.retry(ctx, func() error {
+		for try := 0; ; try++ {
+			var err error
+			if b.hasKeys {
+				err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+					out, err = s.enqueueOn(ctx, tx, jobs, b)
+					return err
+				})
+			} else {
+				out, err = s.enqueueOn(ctx, s.pool, jobs, b)
+			}
+			if errors.Is(err, errHolderGone) && try < 10 {
+				continue
+			}
+			return err
+		}
+	})
+	return out, err
 }
 
 // withKeptKeys runs enqueue on the jobs, and again on fewer when some of
@@ -439,7 +454,7 @@ func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b
 		return s.enqueuePlain(ctx, q, jobs, b)
 	}
 	rows, err := q.Query(ctx, s.sql.enqueue, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.keys, b.deps,
-		b.reproc, b.runAts, b.isNew, b.now, shard())
+		b.reproc, b.runAts, b.isNew, b.nows, shard())
 	if err != nil {
 		return nil, err
 	}
@@ -965,7 +980,10 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 				_, err = tx.Exec(ctx, s.sql.counterOne, queue, store.StatCanceled, shard(), 1)
 				return err
 			case store.Running:
-				job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelRunning, id), true)
+				if job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelRunning, id), true); err != nil {
+					return err
+				}
+				_, err = tx.Exec(ctx, s.sql.cancelNotify, store.CancelNotice)
 				return err
 			}
 			return fmt.Errorf("job %d is %s: %w", id, state, store.ErrConflict)
@@ -1127,7 +1145,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 // statement (see statements.enqueuePlain).
 func (s *Store) enqueuePlain(ctx context.Context, q querier, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 	rows, err := q.Query(ctx, s.sql.enqueuePlain, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.deps,
-		b.reproc, b.runAts, b.now, shard())
+		b.reproc, b.runAts, b.nows, shard())
 	if err != nil {
 		return nil, err
 	}

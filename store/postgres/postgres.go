@@ -103,6 +103,9 @@ type Store struct {
 	// explicit ICU collation.
 	fold string
 
+	// group merges concurrent Enqueue calls (group.go).
+	group enqueueGroup
+
 	closed atomic.Bool
 	// done is canceled by Close; it stops Listen.
 	done       context.Context

@@ -283,6 +283,11 @@ func TestListen(t *testing.T) {
 	if _, err := b.Fetch(ctx, store.FetchParams{Queue: "dlq", Limit: 1, Now: t0, LeaseUntil: t0.Add(time.Minute), Worker: "w"}); err != nil {
 		t.Fatal(err)
 	}
+	// The cancellation of a running job is announced to the workers.
+	if j, err := b.Cancel(ctx, jobs[0].ID, t0); err != nil || !j.CancelRequested {
+		t.Fatalf("Cancel of a running job: %v", err)
+	}
+	expect("Cancel of a running job", store.CancelNotice)
 	if _, err := b.Finish(ctx, []store.Outcome{{JobID: jobs[0].ID, Attempt: 1, Worker: "w", Kind: store.Bury, At: t0}}); err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,7 @@ type statements struct {
 	cancelLock     string
 	cancelNow      string
 	cancelRunning  string
+	cancelNotify   string
 	counterOne     string
 	redrive        string
 	deleteFinished string
@@ -92,13 +93,13 @@ func render(schema, channel string) statements {
 		// caller reads the job holding it. The counters count the rows
 		// inserted and the rows answered by an existing job.
 		enqueue: q(`WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[])
-		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[], $12::timestamptz[])
+		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, created_at, ord)
 ), fresh AS MATERIALIZED (
 	SELECT nextval({seq}::regclass) AS id, f.* FROM (SELECT * FROM input WHERE is_new ORDER BY ord) f
 ), ins AS (
 	INSERT INTO {jobs} (id, queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at)
-	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, $12, run_at
+	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, created_at, run_at
 	FROM fresh ORDER BY idem_key NULLS FIRST, id
 	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 	RETURNING id, queue, {notify}queue) AS notified
@@ -122,9 +123,9 @@ SELECT ord, id FROM done`),
 		// returned ids: the n-th smallest is the n-th job.
 		enqueuePlain: q(`WITH ins AS (
 	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at)
-	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, $10, run_at
-	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[])
-		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at)
+	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[])
+		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at)
 	RETURNING id, queue
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
@@ -212,12 +213,17 @@ SELECT ord FROM upd`),
 		cancelRunning: q(`UPDATE {jobs} SET cancel_requested = true WHERE id = $1 RETURNING {hcols}`),
 		counterOne:    q(`INSERT INTO {counters} AS c (queue, name, shard, n) VALUES ($1, $2, $3, $4) {upsert}`),
 
+		// cancelNotify tells the listening workers, on commit, that a
+		// running job's cancellation was requested (store.CancelNotice).
+		cancelNotify: q(`SELECT {notify}$1::text)`),
+
 		// Redrive: the dead reprocessable jobs go back to pending; the dead
 		// ones marked not reprocessable are reported as refused.
 		redrive: q(`WITH upd AS (
 	UPDATE {jobs} SET state = 'pending', run_at = $2, attempt = 0, retry_count = 0, redriven = redriven + 1,
 		dead_at = NULL, last_delay = NULL, dead_reason = '', finished_at = NULL, payload = coalesce($3, payload),
-		history = history || jsonb_build_array($4::jsonb)
+		history = history || jsonb_build_array(CASE WHEN $3::bytea IS NULL THEN $4::jsonb
+			ELSE $4::jsonb || jsonb_build_object('previous_payload', left(convert_from(payload, 'UTF8'), ` + fmt.Sprint(store.MaxPreviousPayload) + `)) END)
 	WHERE id = ANY($1::bigint[]) AND state = 'dead' AND reprocessable
 	RETURNING id, queue, {notify}queue) AS notified
 ), cnt AS (

@@ -578,6 +578,41 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until
 	return cancel, nil
 }
 
+// CancelRequested implements store.CancelChecker: a read of the jobs by
+// primary key, which takes no write lock.
+func (s *Store) CancelRequested(ctx context.Context, worker string, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for chunk := range chunks(ids, 500) {
+		q := `SELECT id FROM jobs WHERE id IN (` + placeholders(len(chunk)) + `)
+			AND state = 'running' AND worker = ? AND cancel_requested <> 0`
+		rows, err := db.QueryContext(ctx, q, append(int64Args(chunk), worker)...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: cancel requested: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("sqlite: cancel requested: %w", err)
+			}
+			out = append(out, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("sqlite: cancel requested: %w", err)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
+	return out, nil
+}
+
 func chunks(ids []int64, n int) func(func([]int64) bool) {
 	return func(yield func([]int64) bool) {
 		for len(ids) > 0 {
@@ -887,7 +922,9 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 		for _, id := range p.IDs {
 			var state, queue string
 			var reproc int
-			err := tx.QueryRowContext(ctx, `SELECT state, queue, reprocessable FROM jobs WHERE id = ?`, id).Scan(&state, &queue, &reproc)
+			var old []byte
+			err := tx.QueryRowContext(ctx, `SELECT state, queue, reprocessable, CASE WHEN ? THEN payload END FROM jobs WHERE id = ?`,
+				len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old)
 			if errors.Is(err, sql.ErrNoRows) || (err == nil && state != string(store.Dead)) {
 				res.Skipped = append(res.Skipped, id)
 				continue
@@ -898,6 +935,14 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 			if reproc == 0 {
 				res.Refused = append(res.Refused, id)
 				continue
+			}
+			ev := ev
+			if len(p.Payload) > 0 {
+				// Edit and redrive: the history keeps the payload replaced.
+				if ev, err = eventJSON(&store.Event{Kind: store.EventRedriven, At: p.Now, Note: p.Note,
+					PreviousPayload: store.PreviousPayload(old)}); err != nil {
+					return err
+				}
 			}
 			_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = ?, attempt = 0, retry_count = 0,
 				redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL, last_delay = NULL,

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -77,3 +78,48 @@ func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, now ti
 	}
 	return st, nil
 }
+
+// OldestDue implements store.Store: one query, in which each queue is one
+// probe of the jobs_due index (queue, run_at, id), the partial index of
+// the pending and scheduled jobs.
+func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	if len(queues) == 0 {
+		return out, nil
+	}
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	names, err := json.Marshal(queues)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: oldest due: %w", err)
+	}
+	rows, err := db.QueryContext(ctx, oldestDueSQL, micros(now), string(names))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: oldest due: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var runAt sql.NullInt64
+		if err := rows.Scan(&name, &runAt); err != nil {
+			return nil, fmt.Errorf("sqlite: oldest due: %w", err)
+		}
+		if runAt.Valid {
+			out[name] = fromMicros(runAt.Int64)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: oldest due: %w", err)
+	}
+	return out, nil
+}
+
+// oldestDueSQL reads the oldest due run_at of each queue of a JSON array
+// ($2) at $1; its state condition is the jobs_due index's, so that the
+// index serves it.
+const oldestDueSQL = `SELECT q.value, (SELECT run_at FROM jobs
+	WHERE state IN ('pending', 'scheduled') AND queue = q.value AND run_at <= ?1
+	ORDER BY run_at LIMIT 1)
+FROM json_each(?2) q`

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
@@ -363,5 +364,48 @@ func testDeleteFinished(x *h) {
 	st := normCounters(x.stats().Counters)
 	if st["dq3"][store.StatPurged] != 1 || st["dq"][store.StatPurged] != 0 || st["dq2"][store.StatPurged] != 0 {
 		x.t.Errorf("purged counters: dq3 %d, dq %d, dq2 %d; want 1 (the dead job), 0, 0", st["dq3"][store.StatPurged], st["dq"][store.StatPurged], st["dq2"][store.StatPurged])
+	}
+}
+
+// testRedrivePreviousPayload: an edit and redrive keeps the payload it
+// replaces in the redriven event, cut to store.MaxPreviousPayload
+// characters; a redrive without a payload keeps none.
+func testRedrivePreviousPayload(x *h) {
+	long := `{"text":"` + strings.Repeat("é", store.MaxPreviousPayload) + `"}`
+	ids := x.makeDead(at(0),
+		deadSpec{job: store.NewJob{Queue: "pq", Kind: "k", Payload: raw(`{"v":1}`)}, deadAt: at(time.Second), class: failure.Permanent, reason: "r", fp: "fp", err: "e"},
+		deadSpec{job: store.NewJob{Queue: "pq", Kind: "k", Payload: raw(long)}, deadAt: at(time.Second), class: failure.Permanent, reason: "r", fp: "fp", err: "e"},
+		deadSpec{job: store.NewJob{Queue: "pq", Kind: "k", Payload: raw(`{"v":3}`)}, deadAt: at(time.Second), class: failure.Permanent, reason: "r", fp: "fp", err: "e"},
+	)
+	small, big, plain := ids[0], ids[1], ids[2]
+	before := map[int64]*store.Job{small: x.get(small), big: x.get(big)}
+	res := x.redrive(store.RedriveParams{IDs: []int64{small, big}, Now: at(time.Hour), Payload: raw(`{"v":"edited"}`), Note: "edited"})
+	x.checkIDSet("Redriven with a payload", res.Redriven, []int64{small, big})
+	res = x.redrive(store.RedriveParams{IDs: []int64{plain}, Now: at(time.Hour), Note: "as is"})
+	x.checkIDSet("Redriven as is", res.Redriven, []int64{plain})
+
+	last := func(id int64) (*store.Job, store.Event) {
+		x.t.Helper()
+		g := x.get(id)
+		if len(g.History) == 0 {
+			x.t.Fatalf("redriven job %d has no history", id)
+		}
+		return g, g.History[len(g.History)-1]
+	}
+	g, ev := last(small)
+	if ev.Kind != store.EventRedriven || !jsonEqual([]byte(ev.PreviousPayload), before[small].Payload) || !jsonEqual(g.Payload, raw(`{"v":"edited"}`)) {
+		x.t.Errorf("job %d edited and redriven: payload %s, last event %s with previous payload %q; want payload {\"v\":\"edited\"}, a redriven event keeping %s",
+			small, g.Payload, fmtEvent(ev), ev.PreviousPayload, before[small].Payload)
+	}
+	_, ev = last(big)
+	if n := utf8.RuneCountInString(ev.PreviousPayload); ev.Kind != store.EventRedriven || n != store.MaxPreviousPayload ||
+		!strings.HasPrefix(string(before[big].Payload), ev.PreviousPayload) {
+		x.t.Errorf("job %d (payload of %d characters) edited and redriven: last event %s keeps %d characters of the previous payload, want its first %d",
+			big, utf8.RuneCountInString(string(before[big].Payload)), fmtEvent(ev), n, store.MaxPreviousPayload)
+	}
+	g, ev = last(plain)
+	if ev.Kind != store.EventRedriven || ev.PreviousPayload != "" || !jsonEqual(g.Payload, raw(`{"v":3}`)) {
+		x.t.Errorf("job %d redriven as is: payload %s, last event %s with previous payload %q; want payload kept, no previous payload",
+			plain, g.Payload, fmtEvent(ev), ev.PreviousPayload)
 	}
 }

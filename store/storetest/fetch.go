@@ -314,3 +314,40 @@ func testFetchAhead(x *h) {
 	}
 	x.checkJob("job due after the lookahead", x.get(later.ID), later)
 }
+
+// testCancelRequested: a store.CancelChecker reports the running jobs of a
+// worker whose cancellation was requested, without touching them (the
+// subtest is skipped for a store that is not one).
+func testCancelRequested(x *h) {
+	cc, ok := x.s.(store.CancelChecker)
+	if !ok {
+		x.t.Skip("the store is not a store.CancelChecker")
+	}
+	ab := x.leaseNew(at(0), "w1", store.NewJob{Queue: "cq", Kind: "k"}, store.NewJob{Queue: "cq", Kind: "k"})
+	a, b := ab[0], ab[1]
+	c := x.leaseNew(at(0), "w2", store.NewJob{Queue: "cq", Kind: "k"})[0]
+	d := x.leaseNew(at(0), "w1", store.NewJob{Queue: "cq", Kind: "k"})[0]
+	ask := func(worker string, ids ...int64) []int64 {
+		x.t.Helper()
+		got, err := cc.CancelRequested(x.ctx, worker, ids)
+		if err != nil {
+			x.t.Fatalf("CancelRequested(%s, %v): %v", worker, ids, err)
+		}
+		return got
+	}
+	x.checkIDs("CancelRequested(w1) before any cancel", ask("w1", a.ID, b.ID, d.ID), nil)
+	x.checkIDs("CancelRequested(w1) of no jobs", ask("w1"), nil)
+	x.cancel(b.ID, at(time.Second))
+	x.cancel(c.ID, at(time.Second))
+	x.cancel(a.ID, at(time.Second))
+	beforeA, beforeB, beforeC := x.get(a.ID), x.get(b.ID), x.get(c.ID)
+	x.checkIDs("CancelRequested(w1)", ask("w1", b.ID, a.ID, c.ID, d.ID, missingID), []int64{a.ID, b.ID})
+	x.checkIDs("CancelRequested(w2)", ask("w2", a.ID, b.ID, c.ID), []int64{c.ID})
+	x.checkIDs("CancelRequested(w1) of some of its jobs", ask("w1", b.ID), []int64{b.ID})
+	x.checkJob("job after CancelRequested", x.get(a.ID), beforeA)
+	x.checkJob("job after CancelRequested", x.get(b.ID), beforeB)
+	x.checkJob("job after CancelRequested", x.get(c.ID), beforeC)
+	// A job no longer running is not reported.
+	x.finish(outcome(beforeB, store.Cancel, at(2*time.Second)))
+	x.checkIDs("CancelRequested(w1) after b ended", ask("w1", a.ID, b.ID), []int64{a.ID})
+}

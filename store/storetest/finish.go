@@ -439,3 +439,32 @@ func testFinishLastDelay(x *h) {
 		x.t.Errorf("after a redrive: LastDelay %v, want 0", time.Duration(got))
 	}
 }
+
+// testFailedBeforeSuccess: a completed job that failed before keeps its
+// last error, flagged FailedBeforeSuccess by Get and List; a job that
+// never failed, or that is failing now, is not flagged.
+func testFailedBeforeSuccess(x *h) {
+	jobs := x.leaseNew(at(0), "w1", store.NewJob{Queue: "fq", Kind: "k"}, store.NewJob{Queue: "fq", Kind: "k"}, store.NewJob{Queue: "fq", Kind: "k"})
+	flaky, clean, failing := jobs[0], jobs[1], jobs[2]
+	x.finish(retryOf(flaky, at(time.Second), at(time.Second), failure.Transient, "503"), completeOf(clean, at(time.Second)),
+		retryOf(failing, at(time.Second), at(time.Hour), failure.Transient, "504"))
+	if g := x.get(flaky.ID); g.FailedBeforeSuccess {
+		x.t.Errorf("job %d waiting for a retry: FailedBeforeSuccess set", flaky.ID)
+	}
+	again := x.fetchWant(store.FetchParams{Queue: "fq", Limit: 10, Now: at(2 * time.Second), LeaseUntil: at(time.Minute), Worker: "w2"}, flaky.ID)
+	x.finish(completeOf(again[0], at(3*time.Second)))
+	if g := x.get(flaky.ID); !g.FailedBeforeSuccess || g.LastError != "503" || g.LastErrorClass != failure.Transient || g.LastFailedAt == nil {
+		x.t.Errorf("job %d completed after a failure: FailedBeforeSuccess %v, last error %q (%s) at %s; want true, the failure kept",
+			flaky.ID, g.FailedBeforeSuccess, g.LastError, g.LastErrorClass, fmtTimePtr(g.LastFailedAt))
+	}
+	for _, id := range []int64{clean.ID, failing.ID} {
+		if g := x.get(id); g.FailedBeforeSuccess {
+			x.t.Errorf("job %d (%s, last error %q): FailedBeforeSuccess set", id, g.State, g.LastError)
+		}
+	}
+	for _, j := range x.listAll(store.Filter{Queue: "fq"}, 10) {
+		if j.FailedBeforeSuccess != (j.ID == flaky.ID) {
+			x.t.Errorf("List: job %d (%s) FailedBeforeSuccess %v", j.ID, j.State, j.FailedBeforeSuccess)
+		}
+	}
+}

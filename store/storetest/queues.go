@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -171,4 +172,52 @@ func testQueuesConcurrent(x *h) {
 		x.checkQueue(fmt.Sprintf("pause %d", i), st, want)
 	}
 	x.checkQueues("Queues", x.queues(), []store.QueueState{want})
+}
+
+// testOldestDue: OldestDue reports, per queue asked for, the run_at of
+// the oldest pending or scheduled job due at now; running, finished and
+// future jobs, and queues not asked for, do not count.
+func testOldestDue(x *h) {
+	oldest := func(what string, queues []string, now time.Time, want map[string]time.Time) {
+		x.t.Helper()
+		got, err := x.s.OldestDue(x.ctx, queues, now)
+		if err != nil {
+			x.t.Fatalf("%s: OldestDue: %v", what, err)
+		}
+		if got == nil {
+			x.t.Fatalf("%s: OldestDue returned nil, want a (possibly empty) map", what)
+		}
+		fmtMap := func(m map[string]time.Time) string {
+			keys := slices.Sorted(maps.Keys(m))
+			parts := make([]string, len(keys))
+			for i, k := range keys {
+				parts[i] = k + "=" + fmtTime(m[k])
+			}
+			return fmt.Sprint(parts)
+		}
+		if fmtMap(got) != fmtMap(want) {
+			x.t.Errorf("%s: OldestDue(%q) = %s, want %s", what, queues, fmtMap(got), fmtMap(want))
+		}
+	}
+	oldest("empty store", []string{"la", "lb"}, at(0), map[string]time.Time{})
+	oldest("no queue", nil, at(0), map[string]time.Time{})
+	jobs := x.enqueue(at(-time.Hour),
+		store.NewJob{Queue: "la", Kind: "k", RunAt: at(-time.Hour)},        // pending, oldest of la
+		store.NewJob{Queue: "la", Kind: "k", RunAt: at(-30 * time.Minute)}, // scheduled when enqueued, due now
+		store.NewJob{Queue: "la", Kind: "k", RunAt: at(time.Hour)},         // scheduled, not due
+		store.NewJob{Queue: "lb", Kind: "k", RunAt: at(time.Minute)},       // scheduled, not due at 0
+		store.NewJob{Queue: "lc", Kind: "k", RunAt: at(-2 * time.Hour)},    // due, not asked for
+	)
+	oldest("due jobs", []string{"la", "lb", "unknown"}, at(0), map[string]time.Time{"la": at(-time.Hour)})
+	oldest("a scheduled job comes due", []string{"lb"}, at(time.Minute), map[string]time.Time{"lb": at(time.Minute)})
+	oldest("a time zone", []string{"la"}, at(0).In(time.FixedZone("x", -5*3600)), map[string]time.Time{"la": at(-time.Hour)})
+	// Running jobs are not waiting: the oldest due job is the next one.
+	x.fetchWant(store.FetchParams{Queue: "la", Limit: 1, Now: at(0), LeaseUntil: at(time.Minute), Worker: "w"}, jobs[0].ID)
+	oldest("after a fetch", []string{"la", "lc"}, at(0), map[string]time.Time{"la": at(-30 * time.Minute), "lc": at(-2 * time.Hour)})
+	j := x.fetchWant(store.FetchParams{Queue: "la", Limit: 1, Now: at(0), LeaseUntil: at(time.Minute), Worker: "w"}, jobs[1].ID)[0]
+	x.finish(completeOf(j, at(time.Second)))
+	oldest("after a completion", []string{"la"}, at(0), map[string]time.Time{})
+	oldest("later", []string{"la"}, at(2*time.Hour), map[string]time.Time{"la": at(time.Hour)})
+	x.cancel(jobs[2].ID, at(time.Second))
+	oldest("after a cancel", []string{"la"}, at(2*time.Hour), map[string]time.Time{})
 }

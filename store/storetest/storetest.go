@@ -72,9 +72,11 @@ var subtests = []subtest{
 	{"FinishDuration", testFinishDuration},
 	{"FinishClassNone", testFinishClassNone},
 	{"FinishLastDelay", testFinishLastDelay},
+	{"FailedBeforeSuccess", testFailedBeforeSuccess},
 	{"Fencing", testFencing},
 	{"FencingBatch", testFencingBatch},
 	{"Heartbeat", testHeartbeat},
+	{"CancelRequested", testCancelRequested},
 	{"Expired", testExpired},
 	{"GetNotFound", testGetNotFound},
 	{"ListFilters", testListFilters},
@@ -85,6 +87,7 @@ var subtests = []subtest{
 	{"Groups", testGroups},
 	{"Cancel", testCancel},
 	{"Redrive", testRedrive},
+	{"RedrivePreviousPayload", testRedrivePreviousPayload},
 	{"Purge", testPurge},
 	{"DeleteFinished", testDeleteFinished},
 	{"Stats", testStats},
@@ -98,6 +101,7 @@ var subtests = []subtest{
 	{"QueuesListing", testQueuesListing},
 	{"QueuesInvalid", testQueuesInvalid},
 	{"QueuesConcurrent", testQueuesConcurrent},
+	{"OldestDue", testOldestDue},
 	{"Workers", testWorkers},
 }
 

@@ -1,0 +1,253 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// Group commit of Enqueue calls.
+//
+// Every enqueue notifies its queue (pg_notify) in its transaction, and
+// PostgreSQL serializes the commits of all the transactions that notify,
+// in the whole cluster: before it writes its commit record, such a
+// transaction takes a global lock (PreCommit_Notify locks the shared
+// object "database 0"; pg_stat_activity shows the waiters as wait event
+// Lock/object) and keeps it until its commit is flushed to disk. Enqueues
+// written one call per transaction therefore commit one fsync after
+// another, whatever the pool size, and concurrent commits never share a
+// WAL flush. So concurrent Enqueue calls are written together: the calls
+// waiting when a write starts are merged into one batch, written by one
+// statement (or one transaction, when some jobs have idempotency keys),
+// with one commit and one notification per queue for them all, as the
+// SQLite store's writer does. Nothing waits on purpose: a call arriving
+// when fewer than maxGroupWrites writes are running is written at once,
+// alone; only the calls arriving during writes are merged. A merged
+// batch gives each call exactly what writing it alone right then would
+// have given (its jobs get ids in call order, a key taken by an earlier
+// call of the batch answers later ones with that call's job, as within
+// one call); when a merged write fails, each of its calls is written
+// again alone, so that a call's failure (such as a kept key of a deleted
+// job, which withKeptKeys handles per call) stays its own.
+
+const (
+	// maxGroupWrites bounds the merged writes running at once: one can
+	// run its statement while another waits for its commit to be flushed.
+	maxGroupWrites = 2
+	// maxGroupJobs bounds the jobs of a merged write; a single call with
+	// more is written alone.
+	maxGroupJobs = 1000
+)
+
+// enqueueGroup queues the Enqueue calls for the writers.
+type enqueueGroup struct {
+	mu      sync.Mutex
+	queue   []*groupCall
+	writers int // running writer goroutines, at most maxGroupWrites
+}
+
+// groupCall is one Enqueue call (one round of withKeptKeys) waiting to be
+// written.
+type groupCall struct {
+	ctx  context.Context
+	jobs []store.NewJob
+	b    *enqueueBatch
+
+	out  []*store.Job
+	err  error
+	done chan struct{} // closed once out and err are set
+
+	// taken (under enqueueGroup.mu) is set when a writer takes the call;
+	// abandoned when its caller gave up before that.
+	taken, abandoned bool
+}
+
+// enqueue writes the validated batch b of jobs, merged with the calls
+// that wait at the same time, and returns the jobs as Store.Enqueue does.
+// A call whose ctx ends while it waits for a writer returns ctx.Err()
+// without being written; once a writer took it, it waits for the write,
+// so that a caller never hears of a failure for jobs that were committed.
+// The write itself is canceled when the store closes, or when the
+// contexts of all its calls have ended.
+func (g *enqueueGroup) enqueue(ctx context.Context, s *Store, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := &groupCall{ctx: ctx, jobs: jobs, b: b, done: make(chan struct{})}
+	g.mu.Lock()
+	g.queue = append(g.queue, c)
+	start := g.writers < maxGroupWrites
+	if start {
+		g.writers++
+	}
+	g.mu.Unlock()
+	if start {
+		go g.write(s)
+	}
+	select {
+	case <-c.done:
+		return c.out, c.err
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	if !c.taken {
+		c.abandoned = true
+		g.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	g.mu.Unlock()
+	<-c.done
+	return c.out, c.err
+}
+
+// write is a writer goroutine: it writes the waiting calls, in merged
+// batches, until none is left.
+func (g *enqueueGroup) write(s *Store) {
+	for {
+		calls := g.take()
+		if len(calls) == 0 {
+			return
+		}
+		s.writeCalls(calls)
+	}
+}
+
+// take removes the waiting calls of the next write from the queue, up to
+// maxGroupJobs jobs (at least one call). With none left it returns nil
+// and the writer ends. Calls whose context has ended are answered here.
+func (g *enqueueGroup) take() []*groupCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var calls []*groupCall
+	n, i := 0, 0
+	for ; i < len(g.queue); i++ {
+		c := g.queue[i]
+		if c.abandoned {
+			continue
+		}
+		if len(calls) > 0 && n+len(c.jobs) > maxGroupJobs {
+			break
+		}
+		c.taken = true
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			close(c.done)
+			continue
+		}
+		calls = append(calls, c)
+		n += len(c.jobs)
+	}
+	rest := copy(g.queue, g.queue[i:])
+	clear(g.queue[rest:])
+	g.queue = g.queue[:rest]
+	if len(calls) == 0 {
+		g.writers--
+	}
+	return calls
+}
+
+// writeCalls writes the calls, merged into one batch when there are
+// several, and answers each.
+func (s *Store) writeCalls(calls []*groupCall) {
+	ctx, stop := writeContext(s.done, calls)
+	defer stop()
+	if len(calls) > 1 {
+		jobs, b := mergeCalls(calls)
+		out, err := s.enqueueAlone(ctx, jobs, b)
+		if err == nil {
+			off := 0
+			for _, c := range calls {
+				n := len(c.jobs)
+				c.out = out[off : off+n : off+n]
+				off += n
+				close(c.done)
+			}
+			return
+		}
+		if ctx.Err() != nil || unavailability(err) != nil {
+			// Closed, abandoned by every caller or the database is
+			// unavailable: writing each call alone would fail the same.
+			for _, c := range calls {
+				c.err = err
+				close(c.done)
+			}
+			return
+		}
+		// Nothing was written: each call on its own, so that the
+		// failure goes to the call that caused it.
+	}
+	for _, c := range calls {
+		c.out, c.err = s.enqueueAlone(ctx, c.jobs, c.b)
+		close(c.done)
+	}
+}
+
+// writeContext is the context of a write of calls: canceled when done
+// is (the store closes), or when the contexts of all the calls have
+// ended, since nobody then waits for the result.
+func writeContext(done context.Context, calls []*groupCall) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(done)
+	var mu sync.Mutex
+	left := len(calls)
+	stops := make([]func() bool, len(calls))
+	for i, c := range calls {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			mu.Lock()
+			left--
+			last := left == 0
+			mu.Unlock()
+			if last {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// mergeCalls concatenates the batches of the calls into one, in call
+// order. A key is new only at its first job in the merged batch, so that
+// a later call repeating a key of an earlier one gets that call's job,
+// as with a key repeated within one call.
+func mergeCalls(calls []*groupCall) ([]store.NewJob, *enqueueBatch) {
+	n := 0
+	for _, c := range calls {
+		n += len(c.jobs)
+	}
+	jobs := make([]store.NewJob, 0, n)
+	m := &enqueueBatch{
+		queues: make([]string, 0, n), kinds: make([]string, 0, n), states: make([]string, 0, n), keys: make([]string, 0, n),
+		deps: make([]string, 0, n), payloads: make([][]byte, 0, n), policies: make([][]byte, 0, n), maxRetries: make([]int32, 0, n),
+		reproc: make([]bool, 0, n), isNew: make([]bool, 0, n), runAts: make([]time.Time, 0, n), nows: make([]time.Time, 0, n),
+	}
+	seen := map[string]bool{}
+	for _, c := range calls {
+		b := c.b
+		jobs = append(jobs, c.jobs...)
+		m.queues = append(m.queues, b.queues...)
+		m.kinds = append(m.kinds, b.kinds...)
+		m.states = append(m.states, b.states...)
+		m.keys = append(m.keys, b.keys...)
+		m.deps = append(m.deps, b.deps...)
+		m.payloads = append(m.payloads, b.payloads...)
+		m.policies = append(m.policies, b.policies...)
+		m.maxRetries = append(m.maxRetries, b.maxRetries...)
+		m.reproc = append(m.reproc, b.reproc...)
+		m.runAts = append(m.runAts, b.runAts...)
+		m.nows = append(m.nows, b.nows...)
+		for _, k := range b.keys {
+			m.isNew = append(m.isNew, k == "" || !seen[k])
+			if k != "" {
+				seen[k] = true
+				m.hasKeys = true
+			}
+		}
+	}
+	return jobs, m
+}

@@ -1,0 +1,41 @@
+package postgres
+
+import (
+	"context"
+	"time"
+)
+
+// OldestDue implements store.Store with one statement, in which each
+// queue is one probe of the jobs_due index (queue, run_at, id), the
+// partial index of the pending and scheduled jobs.
+func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (map[string]time.Time, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	if len(queues) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT q, (SELECT run_at FROM `+s.sql.jobs+`
+	WHERE state IN ('pending', 'scheduled') AND queue = q AND run_at <= $2
+	ORDER BY run_at LIMIT 1)
+FROM unnest($1::text[]) AS q`, queues, now)
+	if err != nil {
+		return nil, s.fail("oldest due", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var runAt *time.Time
+		if err := rows.Scan(&name, &runAt); err != nil {
+			return nil, s.fail("oldest due", err)
+		}
+		if runAt != nil {
+			out[name] = runAt.UTC()
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("oldest due", err)
+	}
+	return out, nil
+}
