@@ -94,6 +94,11 @@ func thisProcess() processIdentity {
 	return self
 }
 
+// ownWorkers holds the IDs of the workers this process registered: a
+// worker with this process's PID is a predecessor that reused the PID
+// only when it is not one of them.
+var ownWorkers sync.Map
+
 // moduleVersion is the version of the redrive module this binary was
 // built with: the module's version when it is a dependency, else the main
 // module's version, with the VCS revision when known.
@@ -121,6 +126,7 @@ func moduleVersion() string {
 
 // register records the worker in the store's registry.
 func (w *Worker) register(ctx context.Context) {
+	ownWorkers.Store(w.id, struct{}{})
 	p := thisProcess()
 	now := w.client.now()
 	err := w.store.RegisterWorker(ctx, WorkerInfo{ID: w.id, Host: p.host, PID: p.pid, Instance: p.instance,
@@ -178,6 +184,9 @@ func (w *Worker) rescueGone(ctx context.Context) {
 		var why string
 		switch {
 		case other.PID == me.pid:
+			if _, mine := ownWorkers.Load(other.ID); mine {
+				continue // another worker of this very process
+			}
 			why = fmt.Sprintf("its process %d was replaced by this one", other.PID)
 		case !processAlive(other.PID):
 			why = fmt.Sprintf("its process %d no longer runs", other.PID)
