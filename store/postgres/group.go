@@ -78,13 +78,14 @@ func (g *enqueueGroup) enqueue(ctx context.Context, s *Store, jobs []store.NewJo
 	c := &groupCall{ctx: ctx, jobs: jobs, b: b, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
-	start := g.writers < maxGroupWrites
-	if start {
+	lead := g.writers < maxGroupWrites
+	if lead {
 		g.writers++
 	}
 	g.mu.Unlock()
-	if start {
-		go g.write(s)
+	if lead {
+		g.lead(s, c)
+		return c.out, c.err
 	}
 	select {
 	case <-c.done:
@@ -100,6 +101,34 @@ func (g *enqueueGroup) enqueue(ctx context.Context, s *Store, jobs []store.NewJo
 	g.mu.Unlock()
 	<-c.done
 	return c.out, c.err
+}
+
+// lead makes the goroutine of call c a writer until c is answered: it
+// writes the waiting calls, c among them, in merged batches, then leaves
+// the calls that came meanwhile to a writer goroutine. A call that finds
+// no write running is thus written at once, on its own goroutine.
+func (g *enqueueGroup) lead(s *Store, c *groupCall) {
+	for {
+		calls := g.take()
+		if len(calls) == 0 {
+			return // c was answered by take
+		}
+		s.writeCalls(calls)
+		select {
+		case <-c.done:
+			g.mu.Lock()
+			idle := len(g.queue) == 0
+			if idle {
+				g.writers--
+			}
+			g.mu.Unlock()
+			if !idle {
+				go g.write(s)
+			}
+			return
+		default:
+		}
+	}
 }
 
 // write is a writer goroutine: it writes the waiting calls, in merged
@@ -151,36 +180,40 @@ func (g *enqueueGroup) take() []*groupCall {
 // writeCalls writes the calls, merged into one batch when there are
 // several, and answers each.
 func (s *Store) writeCalls(calls []*groupCall) {
+	if len(calls) == 1 {
+		// Its caller's context is the write's: it alone waits for it.
+		c := calls[0]
+		c.out, c.err = s.enqueueAlone(c.ctx, c.jobs, c.b)
+		close(c.done)
+		return
+	}
 	ctx, stop := writeContext(s.done, calls)
 	defer stop()
-	if len(calls) > 1 {
-		jobs, b := mergeCalls(calls)
-		out, err := s.enqueueAlone(ctx, jobs, b)
-		if err == nil {
-			off := 0
-			for _, c := range calls {
-				n := len(c.jobs)
-				c.out = out[off : off+n : off+n]
-				off += n
-				close(c.done)
-			}
-			return
+	jobs, b := mergeCalls(calls)
+	out, err := s.enqueueAlone(ctx, jobs, b)
+	switch {
+	case err == nil:
+		off := 0
+		for _, c := range calls {
+			n := len(c.jobs)
+			c.out = out[off : off+n : off+n]
+			off += n
+			close(c.done)
 		}
-		if ctx.Err() != nil || unavailability(err) != nil {
-			// Closed, abandoned by every caller or the database is
-			// unavailable: writing each call alone would fail the same.
-			for _, c := range calls {
-				c.err = err
-				close(c.done)
-			}
-			return
+	case ctx.Err() != nil || unavailability(err) != nil:
+		// Closed, abandoned by every caller or the database is
+		// unavailable: writing each call alone would fail the same.
+		for _, c := range calls {
+			c.err = err
+			close(c.done)
 		}
+	default:
 		// Nothing was written: each call on its own, so that the
 		// failure goes to the call that caused it.
-	}
-	for _, c := range calls {
-		c.out, c.err = s.enqueueAlone(ctx, c.jobs, c.b)
-		close(c.done)
+		for _, c := range calls {
+			c.out, c.err = s.enqueueAlone(ctx, c.jobs, c.b)
+			close(c.done)
+		}
 	}
 }
 
