@@ -209,9 +209,16 @@ func TestObserverHandlerMeetsOpenBreaker(t *testing.T) {
 	rec := &attemptRecorder{}
 	e := newEnv(t, redrive.WorkerOptions{Observer: rec})
 	b := breaker.New("payments", breaker.Config{Failures: 1, Window: time.Minute, BreakDuration: 80 * time.Millisecond})
-	tok, _ := b.Allow()
-	b.Record(tok, errors.New("down"))
+	var calls atomic.Int32
 	e.worker.HandleFunc("pay", func(ctx context.Context, j *redrive.Job) error {
+		if calls.Add(1) == 1 {
+			// The dependency fails just before the first attempt calls
+			// it: that attempt meets the open breaker however late it
+			// started (tripping it before Enqueue was racy on a loaded
+			// machine: the 80 ms break could be over already).
+			tok, _ := b.Allow()
+			b.Record(tok, errors.New("down"))
+		}
 		return b.Do(ctx, func(context.Context) error { return nil })
 	})
 	e.start()
