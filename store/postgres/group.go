@@ -18,24 +18,32 @@ import (
 // Lock/object) and keeps it until its commit is flushed to disk. Enqueues
 // written one call per transaction therefore commit one fsync after
 // another, whatever the pool size, and concurrent commits never share a
-// WAL flush. So concurrent Enqueue calls are written together: the calls
-// waiting when a write starts are merged into one batch, written by one
-// statement (or one transaction, when some jobs have idempotency keys),
-// with one commit and one notification per queue for them all, as the
-// SQLite store's writer does. Nothing waits on purpose: a call arriving
-// when fewer than maxGroupWrites writes are running is written at once,
-// alone; only the calls arriving during writes are merged. A merged
-// batch gives each call exactly what writing it alone right then would
-// have given (its jobs get ids in call order, a key taken by an earlier
-// call of the batch answers later ones with that call's job, as within
-// one call); when a merged write fails, each of its calls is written
-// again alone, so that a call's failure (such as a kept key of a deleted
-// job, which withKeptKeys handles per call) stays its own.
+// WAL flush. So concurrent Enqueue calls are written together, as the
+// SQLite store's writer does: the calls waiting when a write starts are
+// merged into one batch, written by one statement (or one transaction,
+// when some jobs have idempotency keys), with one commit and one
+// notification per queue for them all.
+//
+// Nothing waits on purpose: a call that finds no write running is written
+// at once, alone, on its own goroutine; the calls arriving during a write
+// are merged into the next one. One write runs at a time, which makes the
+// batches as large as the load allows; a second one may start beside a
+// write of at least bigWrite jobs, so that single jobs do not wait behind
+// a large batch.
+//
+// A merged batch gives each call exactly what writing it alone right then
+// would have given: its jobs get ids in call order, and a key taken by an
+// earlier call of the batch answers later ones with that call's job, as
+// within one call. When a merged write fails, each of its calls is
+// written again alone, so that a call's failure (such as a kept key of a
+// deleted job, which withKeptKeys handles per call) stays its own.
 
 const (
-	// maxGroupWrites bounds the merged writes running at once: one can
-	// run its statement while another waits for its commit to be flushed.
+	// maxGroupWrites bounds the writes running at once.
 	maxGroupWrites = 2
+	// bigWrite is the size, in jobs, of a running write beside which a
+	// second write may start.
+	bigWrite = 100
 	// maxGroupJobs bounds the jobs of a merged write; a single call with
 	// more is written alone.
 	maxGroupJobs = 1000
@@ -45,7 +53,8 @@ const (
 type enqueueGroup struct {
 	mu      sync.Mutex
 	queue   []*groupCall
-	writers int // running writer goroutines, at most maxGroupWrites
+	writers int // running writers, at most maxGroupWrites
+	writing int // jobs of the calls the running writers took
 }
 
 // groupCall is one Enqueue call (one round of withKeptKeys) waiting to be
@@ -78,7 +87,7 @@ func (g *enqueueGroup) enqueue(ctx context.Context, s *Store, jobs []store.NewJo
 	c := &groupCall{ctx: ctx, jobs: jobs, b: b, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
-	lead := g.writers < maxGroupWrites
+	lead := g.writers == 0 || g.writers < maxGroupWrites && g.writing >= bigWrite
 	if lead {
 		g.writers++
 	}
@@ -104,25 +113,20 @@ func (g *enqueueGroup) enqueue(ctx context.Context, s *Store, jobs []store.NewJo
 }
 
 // lead makes the goroutine of call c a writer until c is answered: it
-// writes the waiting calls, c among them, in merged batches, then leaves
-// the calls that came meanwhile to a writer goroutine. A call that finds
-// no write running is thus written at once, on its own goroutine.
+// writes the waiting calls, c among them, then leaves the calls that came
+// meanwhile to a writer goroutine.
 func (g *enqueueGroup) lead(s *Store, c *groupCall) {
+	wrote := 0
 	for {
-		calls := g.take()
+		calls, n := g.take(wrote, false)
 		if len(calls) == 0 {
 			return // c was answered by take
 		}
 		s.writeCalls(calls)
+		wrote = n
 		select {
 		case <-c.done:
-			g.mu.Lock()
-			idle := len(g.queue) == 0
-			if idle {
-				g.writers--
-			}
-			g.mu.Unlock()
-			if !idle {
+			if _, more := g.take(wrote, true); more > 0 {
 				go g.write(s)
 			}
 			return
@@ -134,21 +138,33 @@ func (g *enqueueGroup) lead(s *Store, c *groupCall) {
 // write is a writer goroutine: it writes the waiting calls, in merged
 // batches, until none is left.
 func (g *enqueueGroup) write(s *Store) {
+	wrote := 0
 	for {
-		calls := g.take()
+		calls, n := g.take(wrote, false)
 		if len(calls) == 0 {
 			return
 		}
 		s.writeCalls(calls)
+		wrote = n
 	}
 }
 
-// take removes the waiting calls of the next write from the queue, up to
-// maxGroupJobs jobs (at least one call). With none left it returns nil
-// and the writer ends. Calls whose context has ended are answered here.
-func (g *enqueueGroup) take() []*groupCall {
+// take ends the writer's previous write (of wrote jobs) and removes the
+// calls of its next write from the queue: up to maxGroupJobs jobs, at
+// least one call. It returns them and their number of jobs; with none
+// left, it returns none and the writer ends. Calls whose context has
+// ended are answered here. With peek, it takes nothing and returns how
+// many calls wait; when none does, the writer ends.
+func (g *enqueueGroup) take(wrote int, peek bool) ([]*groupCall, int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.writing -= wrote
+	if peek {
+		if len(g.queue) == 0 {
+			g.writers--
+		}
+		return nil, len(g.queue)
+	}
 	var calls []*groupCall
 	n, i := 0, 0
 	for ; i < len(g.queue); i++ {
@@ -174,7 +190,8 @@ func (g *enqueueGroup) take() []*groupCall {
 	if len(calls) == 0 {
 		g.writers--
 	}
-	return calls
+	g.writing += n
+	return calls, n
 }
 
 // writeCalls writes the calls, merged into one batch when there are

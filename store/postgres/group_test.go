@@ -190,3 +190,87 @@ func TestEnqueueGroupKeptKey(t *testing.T) {
 		t.Errorf("counters %v; want enqueued 9 (1 + 8), deduplicated 1", c)
 	}
 }
+
+// TestEnqueueGroupConcurrent: concurrent calls, large and small, with
+// and without keys, some repeating keys of others: whatever the writes
+// they were merged into, every key has one job and every caller got it,
+// every job without a key was inserted once, and the counters add up.
+func TestEnqueueGroupConcurrent(t *testing.T) {
+	s := openFresh(t)
+	ctx := t.Context()
+	const (
+		goroutines = 8
+		rounds     = 20
+		keys       = 120
+	)
+	var (
+		mu    sync.Mutex
+		byKey = map[string]int64{}
+		noKey = map[int64]bool{}
+		sent  int64
+		wg    sync.WaitGroup
+	)
+	for g := range goroutines {
+		wg.Go(func() {
+			for r := range rounds {
+				var jobs []store.NewJob
+				size := 1
+				if g%2 == 0 {
+					size = 150 // large calls, which may run beside another write
+				}
+				for i := range size {
+					nj := store.NewJob{Queue: fmt.Sprint("q", i%3), Kind: "k", Payload: json.RawMessage(fmt.Sprintf(`{"g":%d,"r":%d,"i":%d}`, g, r, i))}
+					if (g+r+i)%2 == 0 {
+						nj.IdempotencyKey = fmt.Sprint("key-", (g*7+r*13+i)%keys)
+					}
+					jobs = append(jobs, nj)
+				}
+				got, err := s.Enqueue(ctx, jobs, t0)
+				if err == nil && len(got) != len(jobs) {
+					err = fmt.Errorf("%d jobs returned for %d", len(got), len(jobs))
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				sent += int64(len(jobs))
+				for i, j := range got {
+					k := jobs[i].IdempotencyKey
+					if k == "" {
+						if j.Existing || noKey[j.ID] {
+							t.Errorf("job without a key: id %d Existing %v, returned twice %v", j.ID, j.Existing, noKey[j.ID])
+						}
+						noKey[j.ID] = true
+						continue
+					}
+					if j.IdempotencyKey != k {
+						t.Errorf("key %s answered with job %d of key %q", k, j.ID, j.IdempotencyKey)
+					}
+					if id, ok := byKey[k]; ok && id != j.ID {
+						t.Errorf("key %s: jobs %d and %d", k, id, j.ID)
+					}
+					byKey[k] = j.ID
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	want := int64(len(byKey) + len(noKey))
+	if n, err := s.Count(ctx, store.Filter{}); err != nil || n != want {
+		t.Errorf("Count = %d, %v; want %d (%d keys, %d jobs without a key)", n, err, want, len(byKey), len(noKey))
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enq, dedup int64
+	for _, c := range st.Counters {
+		enq += c["enqueued"]
+		dedup += c["deduplicated"]
+	}
+	if enq != want || enq+dedup != sent {
+		t.Errorf("counters: enqueued %d, deduplicated %d; want %d enqueued and %d in all", enq, dedup, want, sent)
+	}
+}

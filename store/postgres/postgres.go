@@ -23,7 +23,12 @@
 // are each one statement (one round trip) however many jobs they carry;
 // an Enqueue with idempotency keys adds a transaction and, when a key is
 // taken, one read of the jobs holding the keys. Statements that fail on
-// a deadlock or a serialization failure are retried.
+// a deadlock or a serialization failure are retried. Concurrent Enqueue
+// calls are written together (group commit): the calls that arrive while
+// a write runs are merged into the next one, one statement or transaction
+// and one commit for them all, each call getting what it would have got
+// alone (see group.go for why: PostgreSQL commits notifying transactions
+// one at a time).
 //
 // # Notifications
 //
