@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,13 +16,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/redrivehq/redrive"
-	"github.com/redrivehq/redrive/breaker"
-	"github.com/redrivehq/redrive/metrics"
-	"github.com/redrivehq/redrive/store/sqlite"
 )
 
 // loadConfig parses args as `redrive serve`'s flags and loads the
@@ -470,59 +462,6 @@ func TestServeMetricsWithoutToken(t *testing.T) {
 	code, b := call(t, "GET", base+"/metrics", "", "")
 	if code != http.StatusOK || !strings.Contains(string(b), "redrive_stats_up 1") || !strings.Contains(string(b), "go_goroutines") {
 		t.Fatalf("/metrics: %d\n%s", code, b)
-	}
-}
-
-func TestStatsCollectorBreakers(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	client := redrive.NewClient(st, redrive.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
-	reg := breaker.NewRegistry(breaker.DefaultConfig())
-	b := reg.Get("api.example.com:443")
-	for range 10 {
-		tok, err := b.Allow()
-		if err != nil {
-			break
-		}
-		b.Record(tok, errors.New("boom"))
-	}
-	reg.Get("healthy:80")
-	c := metrics.NewCollector(client, metrics.CollectorOptions{Breakers: reg, Logger: slog.New(slog.DiscardHandler)})
-	want := `
-# HELP redrive_breaker_state Circuit breaker state: 1 for the breaker's current state, 0 for the others. Per process.
-# TYPE redrive_breaker_state gauge
-redrive_breaker_state{breaker="api.example.com:443",state="closed"} 0
-redrive_breaker_state{breaker="api.example.com:443",state="half_open"} 0
-redrive_breaker_state{breaker="api.example.com:443",state="open"} 1
-redrive_breaker_state{breaker="healthy:80",state="closed"} 1
-redrive_breaker_state{breaker="healthy:80",state="half_open"} 0
-redrive_breaker_state{breaker="healthy:80",state="open"} 0
-# HELP redrive_breaker_trips_total Times the breaker opened since the process started. Per process.
-# TYPE redrive_breaker_trips_total counter
-redrive_breaker_trips_total{breaker="api.example.com:443"} 1
-redrive_breaker_trips_total{breaker="healthy:80"} 0
-`
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "redrive_breaker_state", "redrive_breaker_trips_total"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.Enqueue(context.Background(), "x", nil, redrive.InQueue("mail")); err != nil {
-		t.Fatal(err)
-	}
-	want = `
-# HELP redrive_jobs Jobs per queue and state, as the store counts them. Store-wide: every process sharing the store reports the same value; aggregate replicas with max, not sum.
-# TYPE redrive_jobs gauge
-redrive_jobs{queue="mail",state="canceled"} 0
-redrive_jobs{queue="mail",state="completed"} 0
-redrive_jobs{queue="mail",state="dead"} 0
-redrive_jobs{queue="mail",state="pending"} 1
-redrive_jobs{queue="mail",state="running"} 0
-redrive_jobs{queue="mail",state="scheduled"} 0
-`
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "redrive_jobs"); err != nil {
-		t.Fatal(err)
 	}
 }
 
