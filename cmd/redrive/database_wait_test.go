@@ -323,27 +323,7 @@ func waitLine(t *testing.T, p *redriveProc, msg string, n int) []map[string]any 
 // it does before its store is open.
 func startWaiting(t *testing.T, bin string, args ...string) *redriveProc {
 	t.Helper()
-	p := &redriveProc{t: t, bin: bin, out: &logWatcher{addr: make(chan string, 1)}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--shutdown-timeout", "5s"}, args...)...)
-	p.cmd.Env = cleanEnv()
-	p.cmd.Stdout = p.out
-	p.cmd.Stderr = p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if strings.Contains(p.out.String(), "WARNING: DATA RACE") {
-			t.Errorf("the race detector found a data race in redrive serve")
-		}
-		if t.Failed() {
-			t.Logf("redrive serve's output:\n%s", p.out)
-		}
-	})
+	p := launchRedrive(t, bin, nil, append([]string{"--addr", "127.0.0.1:0", "--shutdown-timeout", "5s"}, args...)...)
 	rec := waitLine(t, p, "redrive starting: opening the store", 1)[0]
 	addr, _ := rec["addr"].(string)
 	if addr == "" {

@@ -251,6 +251,24 @@ func (w *logWatcher) String() string {
 // process is stopped (SIGTERM, then killed) when the test ends.
 func startRedrive(t *testing.T, bin string, env []string, args ...string) *redriveProc {
 	t.Helper()
+	p := launchRedrive(t, bin, env, args...)
+	select {
+	case addr := <-p.out.addr:
+		p.base = "http://" + addr
+	case <-p.done:
+		t.Fatalf("redrive serve exited before serving (%v):\n%s", p.err, p.out)
+	case <-time.After(e2eWait):
+		t.Fatalf("redrive serve did not log its address within %s:\n%s", e2eWait, p.out)
+	}
+	return p
+}
+
+// launchRedrive starts `redrive serve` with the given extra environment
+// and flags, without waiting for anything. The process is stopped
+// (SIGTERM, then killed) when the test ends, and its output is shown if
+// the test failed.
+func launchRedrive(t *testing.T, bin string, env []string, args ...string) *redriveProc {
+	t.Helper()
 	p := &redriveProc{t: t, bin: bin, out: &logWatcher{addr: make(chan string, 1)}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
 	p.cmd.Env = cleanEnv(env...)
@@ -272,14 +290,6 @@ func startRedrive(t *testing.T, bin string, env []string, args ...string) *redri
 			t.Logf("redrive serve's output:\n%s", p.out)
 		}
 	})
-	select {
-	case addr := <-p.out.addr:
-		p.base = "http://" + addr
-	case <-p.done:
-		t.Fatalf("redrive serve exited before serving (%v):\n%s", p.err, p.out)
-	case <-time.After(e2eWait):
-		t.Fatalf("redrive serve did not log its address within %s:\n%s", e2eWait, p.out)
-	}
 	return p
 }
 
