@@ -452,6 +452,20 @@ func (c *Client) wakeFor(jobs []*Job) {
 	}
 }
 
+// AddDead keeps jobs that died elsewhere, e.g. messages dead-lettered on
+// a broker, as dead jobs, so that the DLQ tools work on them as on any
+// dead job: list, groups, export, purge, edit and redrive. Each job keeps
+// the fields given and counts as one death of its class in its queue's
+// statistics. A job whose idempotency key is already taken (by a job, or
+// kept after its job was deleted) is not added: the job holding the key
+// is returned in its place with Existing set (and Gone when that job was
+// deleted), so a dead letter delivered twice is kept once. Either every
+// job is valid and each is added or answered, or an error wrapping
+// ErrInvalid names the first bad one and none is added.
+func (c *Client) AddDead(ctx context.Context, jobs []store.DeadJob) ([]*Job, error) {
+	return c.store.AddDead(ctx, jobs, c.now())
+}
+
 // Get returns the job with its whole history.
 func (c *Client) Get(ctx context.Context, id int64) (*Job, error) {
 	return c.store.Get(ctx, id)

@@ -383,6 +383,25 @@ func (e *Executor) Fail(j *Job, v failure.Verdict, msg string, start, end time.T
 	return e.failOutcome(nil, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
 }
 
+// Report decides the outcome of an attempt of j that ran outside redrive
+// and failed as its runner reported (a consumer in another language that
+// rejected a broker message, or said why with a verdict v and a message
+// msg), exactly as for a handler that failed that way: by the job's retry
+// policy and its queue's retry budget, with a history event, logs, and
+// the observer's report. No circuit breaker applies: the dependency was
+// called, or not, by the runner.
+func (e *Executor) Report(j *Job, v failure.Verdict, msg string, start, end time.Time) Outcome {
+	ln := e.lane(j.Queue)
+	if ln.budget != nil {
+		ln.budget.Attempt()
+	}
+	j.AttemptedAt = &start
+	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, At: end}
+	o = e.failOutcome(ln, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
+	e.report(j, &o, errors.New(msg), start, end)
+	return o
+}
+
 // Release returns the outcome of an attempt of j interrupted at now
 // before it could finish (a shutdown): back to pending without using an
 // attempt.

@@ -96,7 +96,7 @@ func deleteTopology(c *amqp.Conn, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	topo := amqp.Topology{Queue: name}
-	names := []string{name, topo.DLQ()}
+	names := []string{name, topo.DLQ(), topo.FailedQueue()}
 	for _, d := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
 		20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
 		300 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second,

@@ -71,6 +71,59 @@ type Conn struct {
 // Dial connects to the broker at url (amqp:// or amqps://), retrying by
 // opts.Reconnect until it succeeds, its attempts are used, or ctx ends.
 func Dial(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
+	c, err := newConn(rawURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.connect(ctx, "connecting")
+	if err != nil {
+		return nil, err
+	}
+	c.set(conn, nil)
+	go c.watch(conn)
+	return c, nil
+}
+
+// Open returns a Conn to the broker at rawURL at once, and connects in
+// the background by opts.Reconnect, logging every failed attempt; Channel
+// calls (and so publishers and consumers) wait until it is connected.
+// Use it where the broker may come up after the program, as redrive
+// serve does; use Dial where a program cannot start without the broker.
+// Only an invalid URL or option is an error.
+func Open(rawURL string, opts ConnOptions) (*Conn, error) {
+	c, err := newConn(rawURL, opts)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-c.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		conn, err := c.connect(ctx, "connecting")
+		cancel()
+		if err != nil {
+			c.set(nil, fmt.Errorf("%w: %w", ErrClosed, err))
+			return
+		}
+		select {
+		case <-c.done: // closed meanwhile
+			conn.Close()
+			return
+		default:
+		}
+		c.set(conn, nil)
+		c.watch(conn)
+	}()
+	return c, nil
+}
+
+// newConn validates the URL and options and returns an unconnected Conn.
+func newConn(rawURL string, opts ConnOptions) (*Conn, error) {
 	if _, err := amqp091.ParseURI(rawURL); err != nil {
 		return nil, fmt.Errorf("amqp: invalid URL %s: %w", Redact(rawURL), err)
 	}
@@ -95,12 +148,6 @@ func Dial(ctx context.Context, rawURL string, opts ConnOptions) (*Conn, error) {
 	c := &Conn{url: rawURL, target: Redact(rawURL), opts: opts, log: opts.Logger, changed: make(chan struct{}),
 		done: make(chan struct{}),
 		cfg:  amqp091.Config{Heartbeat: opts.Heartbeat, Locale: "en_US", Properties: props}}
-	conn, err := c.connect(ctx, "connecting")
-	if err != nil {
-		return nil, err
-	}
-	c.set(conn, nil)
-	go c.watch(conn)
 	return c, nil
 }
 

@@ -13,7 +13,6 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redrivehq/redrive"
-	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -293,101 +292,11 @@ type queueConsumer struct {
 	slots chan struct{} // one per running handler
 }
 
-// run consumes until ctx ends, resubscribing after a lost channel, and
-// returns once every delivery it took is settled.
+// run consumes the queue until ctx ends (see consumeLoop).
 func (q *queueConsumer) run(ctx, hardCtx context.Context) error {
-	var inflight sync.WaitGroup
-	defer inflight.Wait()
-	failures := 0
-	for ctx.Err() == nil {
-		err := q.subscribe(ctx, hardCtx, &inflight)
-		if err == nil || ctx.Err() != nil {
-			failures = 0
-			continue
-		}
-		var ae *amqp091.Error
-		if errors.Is(err, ErrClosed) || (errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed) {
-			return err
-		}
-		failures++
-		d := min(100*time.Millisecond<<min(failures-1, 5), 3*time.Second)
-		q.c.log.Warn("amqp: consuming failed; retrying", "queue", q.name, "error", err, "delay", d)
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-	return nil
-}
-
-// subscribe declares the topology, consumes on a new channel until the
-// channel closes (nil: resubscribe) or ctx ends, and leaves the channel
-// to the deliveries still being settled.
-func (q *queueConsumer) subscribe(ctx, hardCtx context.Context, inflight *sync.WaitGroup) error {
-	ch, err := q.c.conn.Channel(ctx)
-	if err != nil {
-		return err
-	}
-	if err := q.topo.Declare(ch); err != nil {
-		ch.Close()
-		return err
-	}
-	if err := ch.Qos(q.opts.Prefetch, 0, false); err != nil {
-		ch.Close()
-		return fmt.Errorf("set prefetch: %w", err)
-	}
-	tag := "redrive-" + q.c.exec.ID() + "-" + q.name
-	deliveries, err := ch.Consume(q.name, tag, false, false, false, false, nil)
-	if err != nil {
-		ch.Close()
-		return fmt.Errorf("consume: %w", err)
-	}
-	var mine sync.WaitGroup
-	defer func() {
-		// The channel settles its deliveries; close it once they are.
-		go func() { mine.Wait(); ch.Close() }()
-	}()
-	canceled := false
-	for {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				if ctx.Err() == nil {
-					q.c.log.Warn("amqp: channel closed; resubscribing", "queue", q.name)
-				}
-				return nil
-			}
-			q.c.stats.delivered.Add(1)
-			inflight.Add(1)
-			mine.Add(1)
-			go func() {
-				defer inflight.Done()
-				defer mine.Done()
-				q.handle(ctx, hardCtx, &d)
-			}()
-		case <-ctx.Done():
-			if !canceled {
-				canceled = true
-				// Stop deliveries; those already sent still arrive and
-				// are put back by handle.
-				if err := ch.Cancel(tag, false); err != nil {
-					return nil
-				}
-			}
-			// Keep draining until the library closes deliveries.
-			for d := range deliveries {
-				q.c.stats.delivered.Add(1)
-				inflight.Add(1)
-				mine.Add(1)
-				go func() {
-					defer inflight.Done()
-					defer mine.Done()
-					q.requeue(&d)
-				}()
-			}
-			return nil
-		}
-	}
+	return consumeLoop(ctx, hardCtx, loopSpec{conn: q.c.conn, log: q.c.log, queue: q.name,
+		tag: "redrive-" + q.c.exec.ID() + "-" + q.name, prefetch: q.opts.Prefetch, declare: q.topo.Declare,
+		delivered: func() { q.c.stats.delivered.Add(1) }, handle: q.handle})
 }
 
 // handle decides what becomes of one delivery.
@@ -484,49 +393,25 @@ func (q *queueConsumer) settle(d *amqp091.Delivery, st state, j *redrive.Job, o 
 // (and without drop), confirmed, then acknowledges the delivery. If the
 // publish fails after its retries, the delivery goes back to its queue.
 func (q *queueConsumer) forward(d *amqp091.Delivery, target string, set amqp091.Table, what string, drop ...string) {
-	msg := republish(d, set, drop...)
-	// Publishes are not canceled by shutdown: a message half-settled
-	// would run again.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := q.c.pub.Publish(ctx, "", target, msg); err != nil {
+	if !forward(q.c.pub, q.c.log, q.name, d, target, set, what, drop...) {
 		q.c.stats.settleFailures.Add(1)
-		q.c.log.Error("amqp: could not publish a "+what+"; the message goes back to its queue", "queue", q.name,
-			"message_id", msg.MessageId, "target", target, "error", err)
-		q.requeue(d)
-		return
 	}
-	q.ack(d)
 }
 
 // undecodable dead-letters a message whose redrive headers cannot be read.
 func (q *queueConsumer) undecodable(d *amqp091.Delivery, err error) {
 	q.c.stats.undecodable.Add(1)
 	q.c.stats.dead.Add(1)
-	now := time.Now()
-	o := &redrive.Outcome{Kind: store.Bury, At: now, Class: failure.Permanent, DeadReason: redrive.ReasonUndecodable,
-		Error: err.Error(), Event: &store.Event{Kind: store.EventDead, Attempt: 0, At: now, Class: failure.Permanent.String(),
-			Error: err.Error(), Reason: redrive.ReasonUndecodable, Worker: q.c.exec.ID()}}
 	q.c.log.Warn("amqp: message cannot be decoded; moved to the DLQ", "queue", q.name, "message_id", d.MessageId,
 		"dlq", q.topo.DLQ(), "error", err)
 	// The broken headers stay as they came, for whoever inspects it.
-	q.forward(d, q.topo.DLQ(), deadHeaders(o, q.name, 0), "dead letter")
+	q.forward(d, q.topo.DLQ(), undecodableHeaders(q.name, q.c.exec.ID(), err), "dead letter")
 }
 
-func (q *queueConsumer) ack(d *amqp091.Delivery) {
-	if err := d.Ack(false); err != nil {
-		q.c.log.Info("amqp: ack failed (channel closed); the broker will deliver the message again", "queue", q.name,
-			"message_id", d.MessageId, "error", err)
-	}
-}
+func (q *queueConsumer) ack(d *amqp091.Delivery) { ack(q.c.log, q.name, d) }
 
 // requeue puts a delivery back in its queue, unchanged: no attempt used.
-func (q *queueConsumer) requeue(d *amqp091.Delivery) {
-	if err := d.Nack(false, true); err != nil {
-		q.c.log.Debug("amqp: nack failed (channel closed); the broker requeues the message by itself", "queue", q.name,
-			"message_id", d.MessageId, "error", err)
-	}
-}
+func (q *queueConsumer) requeue(d *amqp091.Delivery) { requeue(q.c.log, q.name, d) }
 
 // ceilMilli is t in Unix milliseconds, rounded up: a due time never moves
 // earlier.

@@ -49,6 +49,24 @@
 // HeaderReason, HeaderClass, HeaderError, HeaderCause, HeaderDeadAt and
 // HeaderOrigin.
 //
+// # Managed queues
+//
+// A Router gives a queue whose consumers are not redrive's (any language,
+// any client) the same retries and DLQ, through the broker's own
+// protocol. Its topology has Topology.FailureExchange set: the work queue
+// dead-letters to that exchange, a failure queue <queue>-failed receives
+// the rejections, and the delay queues dead-letter to it too. A consumer
+// acks what succeeded; it rejects (requeue false) what failed, which the
+// router retries by the queue's policy; or it publishes the message, with
+// the headers it was delivered with, to the failure exchange (routing
+// key: the queue) adding HeaderClass, HeaderError, HeaderCause and
+// HeaderRetryAfter, then acks it, to say why. The router decides with a
+// redrive.Executor (Executor.Report) and hands a retry back to the work
+// queue only once it is due. A Keeper moves dead letters into a store as
+// dead jobs of kind Kind, whose payload is a Message kept byte-exact;
+// RegisterKind makes a worker publish such a job back to its queue when
+// it is redriven.
+//
 // # Delivery guarantees
 //
 // A retry or a dead letter is published with publisher confirms before

@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -36,7 +37,24 @@ type Topology struct {
 	// Tiers are the delays of the delay queues, ascending, each a whole
 	// number of milliseconds, at least 1ms.
 	Tiers []time.Duration
+	// FailureExchange, when set, makes the queue a managed queue, whose
+	// consumers are not redrive's (see Router): the work queue
+	// dead-letters to this direct exchange, with the queue's name as
+	// routing key; the failure queue <queue>-failed, bound to the
+	// exchange with that key, receives those rejections and the failures
+	// consumers publish to the exchange; and the delay queues dead-letter
+	// to the failure queue, so that the Router hands a message back to
+	// the work queue only once it is due.
+	FailureExchange string
 }
+
+// DefaultFailureExchange is the failure exchange of managed queues, unless
+// RouterOptions say otherwise.
+const DefaultFailureExchange = "redrive.failures"
+
+// FailedQueue returns the name of a managed queue's failure queue:
+// <queue>-failed.
+func (t Topology) FailedQueue() string { return t.Queue + "-failed" }
 
 // NewTopology returns the topology of the work queue named queue whose
 // retries follow p: one delay queue per distinct delay of p's schedule
@@ -106,6 +124,10 @@ func (t Topology) Validate() error {
 			errs = append(errs, fmt.Errorf("amqp: topology: tiers must be ascending and distinct, got %v after %v", d, t.Tiers[i-1]))
 		}
 	}
+	if strings.HasPrefix(t.FailureExchange, "amq.") || len(t.FailureExchange) > 200 ||
+		strings.ContainsFunc(t.FailureExchange, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		errs = append(errs, fmt.Errorf("amqp: topology: failure exchange %q: too long, control characters, or the reserved amq. prefix", t.FailureExchange))
+	}
 	if t.DeliveryLimit < 0 {
 		errs = append(errs, fmt.Errorf("amqp: topology: negative delivery limit %d", t.DeliveryLimit))
 	}
@@ -145,6 +167,11 @@ func (t Topology) queues() []queueSpec {
 		return args
 	}
 	work := amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": t.DLQ()}
+	back := amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": t.Queue}
+	if t.FailureExchange != "" {
+		work = amqp091.Table{"x-dead-letter-exchange": t.FailureExchange, "x-dead-letter-routing-key": t.Queue}
+		back = amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": t.FailedQueue()}
+	}
 	if t.Quorum {
 		limit := t.DeliveryLimit
 		if limit == 0 {
@@ -155,9 +182,14 @@ func (t Topology) queues() []queueSpec {
 		work["x-delivery-limit"] = int64(limit)
 	}
 	specs := []queueSpec{{t.Queue, typed(work)}, {t.DLQ(), typed(nil)}}
+	if t.FailureExchange != "" {
+		specs = append(specs, queueSpec{t.FailedQueue(), typed(nil)})
+	}
 	for _, d := range t.Tiers {
-		tier := amqp091.Table{"x-message-ttl": int64(d / time.Millisecond), "x-dead-letter-exchange": "",
-			"x-dead-letter-routing-key": t.Queue}
+		tier := amqp091.Table{"x-message-ttl": int64(d / time.Millisecond)}
+		for k, v := range back {
+			tier[k] = v
+		}
 		if t.Quorum {
 			tier["x-dead-letter-strategy"] = "at-least-once"
 			tier["x-overflow"] = "reject-publish"
@@ -176,6 +208,11 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
+	if t.FailureExchange != "" {
+		if err := ch.ExchangeDeclare(t.FailureExchange, "direct", true, false, false, false, nil); err != nil {
+			return fmt.Errorf("amqp: declare exchange %q: %w", t.FailureExchange, err)
+		}
+	}
 	for _, q := range t.queues() {
 		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
 			var ae *amqp091.Error
@@ -186,7 +223,74 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 			return fmt.Errorf("amqp: declare queue %q: %w", q.name, err)
 		}
 	}
+	if t.FailureExchange != "" {
+		if err := ch.QueueBind(t.FailedQueue(), t.Queue, t.FailureExchange, false, nil); err != nil {
+			return fmt.Errorf("amqp: bind queue %q to exchange %q: %w", t.FailedQueue(), t.FailureExchange, err)
+		}
+	}
 	return nil
+}
+
+// QueueDepth is what the broker says of one queue of a topology.
+type QueueDepth struct {
+	// Name is the queue's name; Role is what it is to the topology:
+	// work, failed, tier or dlq.
+	Name string `json:"name"`
+	Role string `json:"role"`
+	// Delay is a delay queue's delay.
+	Delay time.Duration `json:"delay,omitempty"`
+	// Messages are the messages ready in the queue (not those consumers
+	// hold unacknowledged); Consumers, the consumers subscribed.
+	Messages  int `json:"messages"`
+	Consumers int `json:"consumers"`
+	// Missing is set when the queue does not exist.
+	Missing bool `json:"missing,omitempty"`
+}
+
+// Depths asks the broker for the depth and consumers of every queue of
+// the topology, the work queue first, without declaring anything.
+func (t Topology) Depths(ctx context.Context, conn *Conn) ([]QueueDepth, error) {
+	var out []QueueDepth
+	var ch *amqp091.Channel
+	defer func() {
+		if ch != nil {
+			ch.Close()
+		}
+	}()
+	for _, q := range t.queues() {
+		if ch == nil {
+			var err error
+			if ch, err = conn.Channel(ctx); err != nil {
+				return nil, err
+			}
+		}
+		qd := QueueDepth{Name: q.name, Role: "work"}
+		switch {
+		case q.name == t.DLQ():
+			qd.Role = "dlq"
+		case t.FailureExchange != "" && q.name == t.FailedQueue():
+			qd.Role = "failed"
+		case q.name != t.Queue:
+			qd.Role = "tier"
+			ms, _ := q.args["x-message-ttl"].(int64)
+			qd.Delay = time.Duration(ms) * time.Millisecond
+		}
+		st, err := ch.QueueDeclarePassive(q.name, true, false, false, false, nil)
+		if err != nil {
+			var ae *amqp091.Error
+			if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
+				// The broker closed the channel; the next queue takes a
+				// new one.
+				qd.Missing, ch = true, nil
+				out = append(out, qd)
+				continue
+			}
+			return nil, fmt.Errorf("amqp: inspect queue %q: %w", q.name, err)
+		}
+		qd.Messages, qd.Consumers = st.Messages, st.Consumers
+		out = append(out, qd)
+	}
+	return out, nil
 }
 
 // supported reports what t needs that a broker of version v lacks.

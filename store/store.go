@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -534,6 +535,66 @@ type QueueState struct {
 	PausedAt time.Time `json:"paused_at,omitzero"`
 }
 
+// DeadJob is a job that died outside the store, typically a message
+// dead-lettered on a broker, to be kept as a dead job (Store.AddDead) so
+// that every DLQ tool works on it: list, filters, groups, export, purge,
+// edit and redrive.
+type DeadJob struct {
+	Queue   string
+	Kind    string
+	Payload json.RawMessage
+	// IdempotencyKey, when set, makes the insert happen once: a key
+	// already taken (by a job or a kept key, see Store.DeleteKeys) is not
+	// inserted again. A transport derives it from the message's identity,
+	// so that a dead letter delivered twice is kept once.
+	IdempotencyKey string
+	Dependency     string
+	MaxRetries     int // -1: the engine's policy decides
+	// NotReprocessable marks the job as never redrivable.
+	NotReprocessable bool
+	// CreatedAt is when the job was first created; zero means DeadAt.
+	CreatedAt time.Time
+	// DeadAt is when it died; it is also the job's run_at, finished_at
+	// and last_failed_at. It is required.
+	DeadAt time.Time
+	// Attempt is how many attempts it used in its last life.
+	Attempt int
+	// Redriven counts its earlier redrives.
+	Redriven       int
+	DeadReason     string
+	LastError      string
+	LastErrorClass failure.Class
+	Fingerprint    string
+	// History is its whole history, oldest first, its dead event last.
+	History []Event
+}
+
+// ClassName is the name a store keeps as the dead job's last error class,
+// and counts its death under: as for a Bury outcome (Outcome.ClassName),
+// Unknown's for None.
+func (d *DeadJob) ClassName() string {
+	o := Outcome{Class: d.LastErrorClass}
+	return o.ClassName()
+}
+
+// CheckDead reports, as an ErrInvalid error, the fields of a dead job
+// that no store can keep, beyond those a store checks as it checks a new
+// job (queue, kind, payload): a zero DeadAt, a negative Attempt or
+// Redriven, an unknown LastErrorClass. Stores call it from AddDead.
+func CheckDead(d *DeadJob) error {
+	switch {
+	case d.DeadAt.IsZero():
+		return fmt.Errorf("%w: dead_at is zero", ErrInvalid)
+	case d.Attempt < 0:
+		return fmt.Errorf("%w: attempt %d is negative", ErrInvalid, d.Attempt)
+	case d.Redriven < 0:
+		return fmt.Errorf("%w: redriven %d is negative", ErrInvalid, d.Redriven)
+	case d.LastErrorClass != failure.None && !slices.Contains(failure.Classes, d.LastErrorClass):
+		return fmt.Errorf("%w: unknown failure class %s", ErrInvalid, d.LastErrorClass)
+	}
+	return nil
+}
+
 // Store is what an engine backend implements. All methods are safe for
 // concurrent use. Times are passed in by the engine, which owns the clock.
 type Store interface {
@@ -543,6 +604,14 @@ type Store interface {
 	// store's unique constraint decides, so concurrent enqueues of one key
 	// create exactly one job.
 	Enqueue(ctx context.Context, jobs []NewJob, now time.Time) ([]*Job, error)
+
+	// AddDead inserts jobs that died elsewhere as dead jobs, atomically
+	// each, with the fields given (retry_count is Attempt-1 when
+	// positive; last_delay zero). A job whose idempotency key is taken is
+	// not inserted: the job holding the key is returned in its place with
+	// Existing set, as Enqueue does. Each inserted job adds one to its
+	// queue's StatDead counter of its class, as a death in the store does.
+	AddDead(ctx context.Context, jobs []DeadJob, now time.Time) ([]*Job, error)
 
 	// Fetch leases up to p.Limit due jobs of p.Queue, oldest due first:
 	// each becomes running with Attempt incremented, AttemptedAt = p.Now,

@@ -74,6 +74,8 @@ type serveConfig struct {
 	// QueueRetry is the retry policy of each queue served that the config
 	// file gives one (its "retry" object on top of Retry).
 	QueueRetry map[string]retry.Policy
+	// AMQP are the RabbitMQ queues serve manages (--amqp-url).
+	AMQP amqpConfig
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
 	queuesSpec string
@@ -253,7 +255,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, retrySettings...)
+}, append(retrySettings, amqpSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -364,6 +366,9 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 		return nil, fmt.Errorf("queues: %w", err) // validated above; cannot happen
 	}
 	c.Queues = qs
+	if err := resolveAMQP(c); err != nil {
+		return nil, err
+	}
 	// The retry policies: the default one, then each queue's on top.
 	if err := checkRetryDelays(c.Retry, srcs["retry-base"], srcs["retry-max"]); err != nil {
 		return nil, err
@@ -464,13 +469,21 @@ func readConfigFile(path string) (*configFile, error) {
 			for rk, rv := range vals {
 				out.vals[k+"."+rk] = rv
 			}
-		case name == "queues" && isObject:
+		case (name == "queues" || name == "amqp-queues") && isObject:
 			spec, qr, err := queuesObject(v)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", path, k, err)
 			}
 			out.vals[k] = spec
-			out.queueRetry = qr
+			for q, r := range qr {
+				if out.queueRetry == nil {
+					out.queueRetry = map[string]map[string]string{}
+				}
+				if _, dup := out.queueRetry[q]; dup {
+					return nil, fmt.Errorf("%s: %s: queue %q: its retry policy is given twice (in queues and in amqp-queues)", path, k, q)
+				}
+				out.queueRetry[q] = r
+			}
 		default:
 			return nil, fmt.Errorf("%s: %s: want a string, a number or a boolean, got %s", path, k, clipJSON(v))
 		}

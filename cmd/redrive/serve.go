@@ -27,6 +27,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/amqp"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/httpjob"
 	"github.com/redrivehq/redrive/metrics"
@@ -201,6 +202,21 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	httpjob.Register(worker, httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal,
 		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"})
 
+	// The RabbitMQ queues managed for consumers in any language, decided
+	// by the same policies as the store's queues.
+	brokers, err := newBrokerSide(cfg, client, worker, redrive.ExecutorOptions{Policy: &retryPolicy,
+		QueuePolicies: cfg.QueueRetry, Logger: log, Observer: attempts, RetryBudget: cfg.Budget,
+		DisableRetryBudget: cfg.NoBudget}, log)
+	if err != nil {
+		return fmt.Errorf("amqp: %w", err)
+	}
+	var managed server.Brokers
+	var brokerDone <-chan error
+	_ = managed // wired into the API below
+	if brokers != nil {
+		managed, brokerDone = brokers, brokers.done()
+	}
+
 	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
 	// SIGTERM cancels them, and api.Close below waits for them to stop
 	// before the store closes.
@@ -212,6 +228,11 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	defer stopWorker()
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- worker.Run(workerCtx) }()
+	if brokers != nil {
+		brokers.start(workerCtx)
+		log.Info("managing RabbitMQ queues", "broker", amqp.Redact(cfg.AMQP.URL), "queues", cfg.AMQP.managedNames(),
+			"failure_exchange", cfg.AMQP.FailureExchange, "dead_letters", cfg.AMQP.DeadLetters, "quorum", cfg.AMQP.Quorum)
+	}
 
 	queueRetry := map[string]string{}
 	for q, p := range cfg.QueueRetry {
@@ -246,6 +267,8 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 		log.Error("worker stopped", "error", err)
 		serveErr = fmt.Errorf("worker stopped: %v", err)
 		workerDone <- err
+	case err := <-brokerDone:
+		serveErr = fmt.Errorf("amqp: %w", err)
 	}
 	// Cancel the API's operations and wait for them (they stop at their
 	// next store call or pacing wait), so that requests waiting on one
@@ -265,6 +288,9 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	stopWorker()
 	if err := <-workerDone; err != nil && serveErr == nil {
 		serveErr = err
+	}
+	if brokers != nil {
+		brokers.stop()
 	}
 	wg.Wait()
 	log.Info("redrive stopped")

@@ -141,13 +141,19 @@ func eventJSON(e *store.Event) (string, error) {
 	if e == nil {
 		return "", nil
 	}
-	c := *e
-	c.Class, c.Error, c.Reason, c.Worker, c.Note = cleanText(c.Class), cleanText(c.Error), cleanText(c.Reason), cleanText(c.Worker), cleanText(c.Note)
-	b, err := json.Marshal(c)
+	b, err := json.Marshal(cleanEvent(*e))
 	if err != nil {
 		return "", fmt.Errorf("encode event: %w", err)
 	}
 	return string(b), nil
+}
+
+// cleanEvent returns e with its text cleaned (cleanText), so that jsonb
+// keeps it.
+func cleanEvent(e store.Event) store.Event {
+	e.Class, e.Error, e.Reason, e.Worker, e.Note = cleanText(e.Class), cleanText(e.Error), cleanText(e.Reason), cleanText(e.Worker), cleanText(e.Note)
+	e.Kind, e.PreviousPayload = store.EventKind(cleanText(string(e.Kind))), cleanText(e.PreviousPayload)
+	return e
 }
 
 func dueState(runAt, now time.Time) store.State {
@@ -667,13 +673,9 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		durations = append(durations, int64(o.Duration))
 		delays = append(delays, int64(o.RetryDelay))
 		for _, c := range o.Counters {
-			name := c.Name
-			if c.Class != "" {
-				name += "." + c.Class
-			}
 			cOrds = append(cOrds, int32(i))
 			cQueues = append(cQueues, cleanText(c.Queue))
-			cNames = append(cNames, cleanText(name))
+			cNames = append(cNames, counterName(c))
 			cNs = append(cNs, c.N)
 		}
 	}
@@ -698,6 +700,16 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		return nil, s.fail("finish", err)
 	}
 	return applied, nil
+}
+
+// counterName is the name, as stored, of the counter c adds to: its name
+// and class ("dead.permanent"), cleaned.
+func counterName(c store.Counter) string {
+	name := c.Name
+	if c.Class != "" {
+		name += "." + c.Class
+	}
+	return cleanText(name)
 }
 
 // Heartbeat implements store.Store.

@@ -49,6 +49,7 @@ type statements struct {
 	deleteFinished string
 	stats          string
 	keptKeys       string
+	insertDead     string
 }
 
 // keepKeysSQL keeps the keys of the jobs a DELETE ... RETURNING (named
@@ -234,6 +235,15 @@ SELECT ord FROM upd`),
 SELECT id, true FROM upd
 UNION ALL
 SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND NOT reprocessable`),
+
+		// AddDead: a job that died elsewhere, inserted dead unless its
+		// key is taken, returned as Get returns it.
+		insertDead: q(`INSERT INTO {jobs} (queue, kind, payload, state, attempt, max_retries, idem_key, dependency, reprocessable,
+		created_at, run_at, finished_at, retry_count, last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint,
+		redriven, history)
+	VALUES ($1, $2, $3, 'dead', $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $10, $11, $12, $13, $10, $10, $14, $15, $16, $17::jsonb)
+	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
+	RETURNING {hcols}`),
 
 		// DeleteFinished: dead jobs expired by retention count as purged.
 		deleteFinished: q(`WITH del AS (

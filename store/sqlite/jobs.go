@@ -120,7 +120,6 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 		// of them go in multi-row statements. Jobs with a key go one by one,
 		// so that each conflict returns the job holding the key. Input order
 		// is kept, so ids increase in insertion order.
-		var ins, byKey *sql.Stmt
 		for i := 0; i < len(jobs); {
 			if jobs[i].IdempotencyKey == "" {
 				var run []int
@@ -135,35 +134,18 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 			}
 			nj := &jobs[i]
 			i++
-			// A key whose job was deleted is still taken.
-			if j, err := keptKey(ctx, tx, nj.IdempotencyKey); err != nil {
-				return fmt.Errorf("sqlite: enqueue: %w", err)
-			} else if j != nil {
-				out[i-1] = j
-				counts[[2]string{nj.Queue, store.StatDeduplicated}]++
-				continue
-			}
-			if ins == nil {
-				ins = s.stmt(tx, "insert")
-			}
 			v := newRow(nj, now)
 			var id int64
-			err := ins.QueryRowContext(ctx, v.args()...).Scan(&id)
-			if errors.Is(err, sql.ErrNoRows) {
-				if byKey == nil {
-					byKey = s.stmt(tx, "byKey")
-				}
-				j, err := scanJob(byKey.QueryRowContext(ctx, nj.IdempotencyKey), true)
-				if err != nil {
-					return fmt.Errorf("sqlite: enqueue: read job holding key: %w", err)
-				}
-				j.Existing = true
-				out[i-1] = j
-				counts[[2]string{nj.Queue, store.StatDeduplicated}]++
-				continue
-			}
+			holder, err := s.insertKeyed(ctx, tx, nj.IdempotencyKey, func() error {
+				return s.stmt(tx, "insert").QueryRowContext(ctx, v.args()...).Scan(&id)
+			})
 			if err != nil {
 				return fmt.Errorf("sqlite: enqueue: %w", err)
+			}
+			if holder != nil {
+				out[i-1] = holder
+				counts[[2]string{nj.Queue, store.StatDeduplicated}]++
+				continue
 			}
 			counts[[2]string{nj.Queue, store.StatEnqueued}]++
 			mv.move(nj.Queue, "", v.state)
@@ -178,6 +160,28 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 		return nil, err
 	}
 	return out, nil
+}
+
+// insertKeyed inserts a job whose idempotency key is key, unless the key
+// is taken: by a deleted job whose key is kept, or by a job. insert runs
+// the INSERT ... ON CONFLICT DO NOTHING RETURNING and scans its row; it
+// returns sql.ErrNoRows when the key was taken. insertKeyed returns the
+// job holding the key (Existing set), or nil when the job was inserted.
+func (s *Store) insertKeyed(ctx context.Context, tx *sql.Conn, key string, insert func() error) (*store.Job, error) {
+	// A key whose job was deleted is still taken.
+	if j, err := keptKey(ctx, tx, key); err != nil || j != nil {
+		return j, err
+	}
+	err := insert()
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	j, err := scanJob(s.stmt(tx, "byKey").QueryRowContext(ctx, key), true)
+	if err != nil {
+		return nil, fmt.Errorf("read job holding key: %w", err)
+	}
+	j.Existing = true
+	return j, nil
 }
 
 // multiInsertRows bounds the rows of one multi-row INSERT (11 parameters
@@ -298,6 +302,15 @@ func validateNew(nj *store.NewJob) error {
 		return fmt.Errorf("%w: policy is not valid JSON", store.ErrInvalid)
 	}
 	return nil
+}
+
+// addCounter adds c to counts, under its name and class ("dead.permanent").
+func addCounter(counts map[[2]string]int64, c store.Counter) {
+	name := c.Name
+	if c.Class != "" {
+		name += "." + c.Class
+	}
+	counts[[2]string{c.Queue, name}] += c.N
 }
 
 func (s *Store) addCounters(ctx context.Context, tx *sql.Conn, counts map[[2]string]int64) error {
@@ -512,11 +525,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			mv.move(queue, store.Running, to)
 			applied[i] = true
 			for _, c := range o.Counters {
-				name := c.Name
-				if c.Class != "" {
-					name += "." + c.Class
-				}
-				counts[[2]string{c.Queue, name}] += c.N
+				addCounter(counts, c)
 			}
 		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {

@@ -260,6 +260,8 @@ var writeSQL = map[string]string{
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING RETURNING id`,
 	"byKey": `SELECT ` + jobColumns + ` FROM jobs WHERE idem_key = ?`,
+	// AddDead inserts a job that died elsewhere.
+	"insertDead": insertDeadSQL,
 	// Fetch selects the due jobs (and their state, for the counts) through
 	// the due index, then leases them by id.
 	"fetchSelect": `SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ?

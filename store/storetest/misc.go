@@ -78,6 +78,10 @@ func testClose(x *h) {
 			_, err := x.s.Enqueue(ctx, []store.NewJob{{Queue: "q", Kind: "k"}}, at(time.Second))
 			return err
 		},
+		"AddDead": func() error {
+			_, err := x.s.AddDead(ctx, []store.DeadJob{{Queue: "q", Kind: "k", DeadAt: at(time.Second)}}, at(time.Second))
+			return err
+		},
 		"Fetch": func() error {
 			_, err := x.s.Fetch(ctx, store.FetchParams{Queue: "q", Limit: 1, Now: at(time.Second), LeaseUntil: at(time.Minute), Worker: "w"})
 			return err

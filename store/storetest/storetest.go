@@ -103,6 +103,11 @@ var subtests = []subtest{
 	{"QueuesConcurrent", testQueuesConcurrent},
 	{"OldestDue", testOldestDue},
 	{"Workers", testWorkers},
+	{"AddDeadFields", testAddDeadFields},
+	{"AddDeadInvalid", testAddDeadInvalid},
+	{"AddDeadIdempotency", testAddDeadIdempotency},
+	{"AddDeadConcurrent", testAddDeadConcurrent},
+	{"AddDeadRedrive", testAddDeadRedrive},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

@@ -1,0 +1,336 @@
+package amqp
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
+)
+
+// Kind is the job kind of a RabbitMQ message kept in a store, such as a
+// dead letter a Keeper stored: its payload is a Message, and running the
+// job (see RegisterKind) publishes the message to its queue. Redriving a
+// dead job of this kind from the store therefore sends the message back
+// to its broker queue, instead of running it in the store's worker.
+const Kind = "amqp"
+
+// The encodings of a Message's body in its JSON.
+const (
+	// BodyJSON: the body is compact JSON (no white space outside its
+	// strings), and is the value of "body" as it is, byte for byte.
+	BodyJSON = "json"
+	// BodyText: the body is UTF-8 text, and "body" is a JSON string of
+	// it.
+	BodyText = "text"
+	// BodyBase64: the body is binary, and "body" is a JSON string of its
+	// standard base64.
+	BodyBase64 = "base64"
+)
+
+// Message is a RabbitMQ message as a job's payload: its body, kept
+// byte-exact whatever it holds, its properties and its headers (but
+// redrive's own, which the job's fields and history hold), and where it
+// goes back to.
+type Message struct {
+	// Queue is the work queue the message is published to, through the
+	// default exchange.
+	Queue string `json:"queue"`
+	// Broker says which broker the message came from (its URL without
+	// credentials); informational.
+	Broker string `json:"broker,omitempty"`
+	// Body is the message's body. In JSON it is encoded as BodyEncoding
+	// says: a JSON body as it is, text as a string, anything else as
+	// base64.
+	Body []byte `json:"-"`
+	// BodyEncoding is BodyJSON, BodyText or BodyBase64 (set by
+	// MarshalJSON; read by UnmarshalJSON).
+	BodyEncoding string `json:"body_encoding"`
+	// The message's properties.
+	ContentType     string    `json:"content_type,omitempty"`
+	ContentEncoding string    `json:"content_encoding,omitempty"`
+	MessageID       string    `json:"message_id,omitempty"`
+	Type            string    `json:"type,omitempty"`
+	CorrelationID   string    `json:"correlation_id,omitempty"`
+	ReplyTo         string    `json:"reply_to,omitempty"`
+	AppID           string    `json:"app_id,omitempty"`
+	Priority        uint8     `json:"priority,omitempty"`
+	Timestamp       time.Time `json:"timestamp,omitzero"`
+	// Headers are the message's own headers, as JSON values: AMQP
+	// numbers become JSON numbers, byte arrays strings (text) or
+	// base64 strings, timestamps RFC 3339 strings, tables objects.
+	Headers map[string]any `json:"headers,omitempty"`
+}
+
+// messageFields is Message without its body, for JSON.
+type messageFields Message
+
+// MarshalJSON encodes the message with its body first, a JSON body kept
+// byte for byte.
+func (m Message) MarshalJSON() ([]byte, error) {
+	f := messageFields(m)
+	var body []byte
+	switch {
+	case compactJSON(m.Body):
+		f.BodyEncoding, body = BodyJSON, m.Body
+	case utf8.Valid(m.Body):
+		f.BodyEncoding = BodyText
+		body, _ = json.Marshal(string(m.Body))
+	default:
+		f.BodyEncoding = BodyBase64
+		body, _ = json.Marshal(base64.StdEncoding.EncodeToString(m.Body))
+	}
+	rest, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: message: %w", err)
+	}
+	out := make([]byte, 0, len(body)+len(rest)+9)
+	out = append(out, `{"body":`...)
+	out = append(out, body...)
+	out = append(out, ',')
+	return append(out, rest[1:]...), nil
+}
+
+// compactJSON reports whether b is JSON with no white space outside its
+// strings: JSON that any encoder (encoding/json compacts what a
+// MarshalJSON returns) leaves byte for byte as it is.
+func compactJSON(b []byte) bool {
+	if len(b) == 0 || !json.Valid(b) {
+		return false
+	}
+	var c bytes.Buffer
+	if json.Compact(&c, b) != nil {
+		return false
+	}
+	return bytes.Equal(c.Bytes(), b)
+}
+
+// UnmarshalJSON decodes a message, its body as BodyEncoding says.
+func (m *Message) UnmarshalJSON(b []byte) error {
+	var in struct {
+		messageFields
+		Body json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*m = Message(in.messageFields)
+	if m.Queue == "" {
+		return errors.New(`amqp: message: "queue" is required`)
+	}
+	switch m.BodyEncoding {
+	case BodyJSON:
+		if len(in.Body) == 0 {
+			return errors.New(`amqp: message: "body" is required`)
+		}
+		m.Body = []byte(in.Body)
+	case BodyText, BodyBase64, "":
+		var s string
+		if len(in.Body) > 0 {
+			if err := json.Unmarshal(in.Body, &s); err != nil {
+				return fmt.Errorf(`amqp: message: "body" with body_encoding %q must be a JSON string: %w`, m.BodyEncoding, err)
+			}
+		}
+		m.Body = []byte(s)
+		if m.BodyEncoding == BodyBase64 {
+			raw, err := base64.StdEncoding.DecodeString(s)
+			if err != nil {
+				return fmt.Errorf(`amqp: message: "body" is not base64: %w`, err)
+			}
+			m.Body = raw
+		}
+		if m.BodyEncoding == "" {
+			m.BodyEncoding = BodyText
+		}
+	default:
+		return fmt.Errorf("amqp: message: body_encoding %q: want json, text or base64", m.BodyEncoding)
+	}
+	return nil
+}
+
+// messageOf returns the message a delivery carries, bound for queue,
+// without redrive's headers and the broker's dead-lettering ones.
+func messageOf(d *amqp091.Delivery, queue, broker string) Message {
+	m := Message{Queue: queue, Broker: broker, Body: d.Body, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		MessageID: d.MessageId, Type: d.Type, CorrelationID: d.CorrelationId, ReplyTo: d.ReplyTo, AppID: d.AppId,
+		Priority: d.Priority, Timestamp: d.Timestamp}
+	for k, v := range d.Headers {
+		if strings.HasPrefix(k, "x-redrive-") || strings.HasPrefix(k, "x-death") || strings.HasPrefix(k, "x-first-death-") ||
+			strings.HasPrefix(k, "x-last-death-") {
+			continue
+		}
+		if m.Headers == nil {
+			m.Headers = map[string]any{}
+		}
+		m.Headers[k] = jsonValue(v)
+	}
+	return m
+}
+
+// jsonValue converts an AMQP field value to a JSON value.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case []byte:
+		if utf8.Valid(x) {
+			return string(x)
+		}
+		return base64.StdEncoding.EncodeToString(x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	case amqp091.Table:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = jsonValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonValue(e)
+		}
+		return out
+	case amqp091.Decimal:
+		return float64(x.Value) / math.Pow10(int(x.Scale))
+	case float32:
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return nil
+		}
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil
+		}
+	}
+	return v
+}
+
+// amqpValue converts a JSON value (as encoding/json decodes it) to an
+// AMQP field value: whole numbers become 64-bit integers.
+func amqpValue(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int64(x)
+		}
+		return x
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		out := amqp091.Table{}
+		for k, e := range x {
+			out[k] = amqpValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = amqpValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// publishing returns the message as a persistent publishing, its headers
+// and then set.
+func (m *Message) publishing(set amqp091.Table) amqp091.Publishing {
+	h := amqp091.Table{}
+	for k, v := range m.Headers {
+		h[k] = amqpValue(v)
+	}
+	for k, v := range set {
+		h[k] = v
+	}
+	id := m.MessageID
+	if id == "" {
+		id = newMessageID()
+	}
+	return amqp091.Publishing{Headers: h, ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
+		DeliveryMode: amqp091.Persistent, Priority: m.Priority, CorrelationId: m.CorrelationID, ReplyTo: m.ReplyTo,
+		MessageId: id, Timestamp: m.Timestamp, Type: m.Type, AppId: m.AppID, Body: m.Body}
+}
+
+// KindOptions configure the handler of Kind.
+type KindOptions struct {
+	// Get reads a job with its history, e.g. redrive.Client.Get: a
+	// worker fetches jobs without their history, which the message
+	// carries back to its queue. Without it, a job with no history in
+	// hand is published without one.
+	Get func(ctx context.Context, id int64) (*redrive.Job, error)
+	// Timeout bounds one publish, retries included (default 30s).
+	Timeout time.Duration
+	// MaxHistory and MaxHistoryBytes bound the history the message
+	// carries (defaults DefaultMaxHistory, DefaultMaxHistoryBytes).
+	MaxHistory      int
+	MaxHistoryBytes int
+}
+
+// RegisterKind registers with r (a redrive.Worker or Executor) the
+// handler of Kind: it publishes the job's Message, confirmed, to its
+// queue through pub, with the job's history and redrive count in its
+// headers and no attempt count, so that the queue's consumers and its
+// Router start it afresh; then it records the publish (redrive.Record).
+// A payload that is not a Message is a Permanent failure; a queue that
+// does not exist (the broker returns the message) too; anything else
+// (broker unreachable, publish not confirmed) is Transient, retried by
+// the job's policy.
+func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	if opts.MaxHistory <= 0 {
+		opts.MaxHistory = DefaultMaxHistory
+	}
+	if opts.MaxHistoryBytes <= 0 {
+		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
+	}
+	r.HandleFunc(Kind, func(ctx context.Context, j *redrive.Job) error {
+		var m Message
+		if err := json.Unmarshal(j.Payload, &m); err != nil {
+			return &failure.Error{Class: failure.Permanent, Reason: failure.ReasonUndecodablePayload,
+				Err: fmt.Errorf("the payload is not an AMQP message: %w", err)}
+		}
+		events := j.History
+		if len(events) == 0 && j.ID != 0 && opts.Get != nil {
+			full, err := opts.Get(ctx, j.ID)
+			if err != nil {
+				return fmt.Errorf("read the job's history: %w", err)
+			}
+			events = full.History
+		}
+		hist, dropped := historyJSON(events, 0, opts.MaxHistory, opts.MaxHistoryBytes)
+		set := amqp091.Table{HeaderHistory: hist, HeaderRedriven: int64(j.Redriven)}
+		if dropped > 0 {
+			set[HeaderHistoryDropped] = int64(dropped)
+		}
+		if !j.Reprocessable {
+			set[HeaderNotReprocessable] = true
+		}
+		pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+		if err := pub.Publish(pctx, "", m.Queue, m.publishing(set)); err != nil {
+			var ret *ReturnedError
+			if errors.As(err, &ret) {
+				return &failure.Error{Class: failure.Permanent, Reason: "amqp_unroutable",
+					Err: fmt.Errorf("queue %q does not exist on the broker: %w", m.Queue, err)}
+			}
+			return &failure.Error{Class: failure.Transient, Reason: "amqp_publish",
+				Err: fmt.Errorf("publish to queue %q: %w", m.Queue, err)}
+		}
+		redrive.Record(ctx, "published", fmt.Sprintf("published to queue %s (%d bytes, %s)", m.Queue, len(m.Body), m.BodyEncoding))
+		return nil
+	})
+}
