@@ -125,7 +125,8 @@ func Open(rawURL string, opts ConnOptions) (*Conn, error) {
 // newConn validates the URL and options and returns an unconnected Conn.
 func newConn(rawURL string, opts ConnOptions) (*Conn, error) {
 	if _, err := amqp091.ParseURI(rawURL); err != nil {
-		return nil, fmt.Errorf("amqp: invalid URL %s: %w", Redact(rawURL), err)
+		// The parser's error quotes the URL, password included.
+		return nil, fmt.Errorf("amqp: invalid URL %s: %s", Redact(rawURL), strings.ReplaceAll(err.Error(), rawURL, Redact(rawURL)))
 	}
 	if opts.Reconnect == nil {
 		p := DefaultReconnect()

@@ -11,6 +11,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
 )
 
 // MaxTiers bounds the delay queues of one work queue.
@@ -237,8 +238,8 @@ type QueueDepth struct {
 	// work, failed, tier or dlq.
 	Name string `json:"name"`
 	Role string `json:"role"`
-	// Delay is a delay queue's delay.
-	Delay time.Duration `json:"delay,omitempty"`
+	// Delay is a delay queue's delay (in JSON, milliseconds).
+	Delay store.Duration `json:"delay,omitempty"`
 	// Messages are the messages ready in the queue (not those consumers
 	// hold unacknowledged); Consumers, the consumers subscribed.
 	Messages  int `json:"messages"`
@@ -273,7 +274,7 @@ func (t Topology) Depths(ctx context.Context, conn *Conn) ([]QueueDepth, error) 
 		case q.name != t.Queue:
 			qd.Role = "tier"
 			ms, _ := q.args["x-message-ttl"].(int64)
-			qd.Delay = time.Duration(ms) * time.Millisecond
+			qd.Delay = store.Duration(time.Duration(ms) * time.Millisecond)
 		}
 		st, err := ch.QueueDeclarePassive(q.name, true, false, false, false, nil)
 		if err != nil {

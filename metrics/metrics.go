@@ -3,7 +3,7 @@
 // and register them on their own registry. It is the only package of the
 // module that depends on github.com/prometheus/client_golang.
 //
-// Two collectors make them:
+// Three collectors make them:
 //
 //   - NewCollector: the store-wide metrics, read from the store at each
 //     scrape (jobs per queue and state, the store's running totals, queue
@@ -12,6 +12,10 @@
 //   - NewObserver: the histograms of attempt durations and lateness. It is
 //     the Worker's Observer (WorkerOptions.Observer), since only the
 //     process that ran an attempt knows its timings.
+//   - NewAMQPCollector: the RabbitMQ queues managed for consumers in any
+//     language (redrive_amqp_*): the broker's depth and consumers of each
+//     queue of their topologies, and the router's and dead-letter
+//     keeper's running totals.
 //
 // # Summing across replicas
 //
@@ -25,8 +29,10 @@
 //	max by (queue, class) (rate(redrive_failed_total[5m]))
 //	max by (queue) (redrive_queue_latency_seconds)
 //
-// The per-process metrics (the attempt histograms, the breakers) are this
-// process's own: sum those.
+// The per-process metrics (the attempt histograms, the breakers, the
+// redrive_amqp_*_total counters) are this process's own: sum those. The
+// RabbitMQ depths (redrive_amqp_queue_messages, _consumers) are the
+// broker's, the same in every process managing the queue: take the max.
 //
 // No label is ever empty: a counter without a failure class has
 // class="none", a job kind without a handler kind="other", and an empty

@@ -1,7 +1,8 @@
 // Package server is redrive's REST API: enqueue, read, list, count and
 // cancel jobs, browse, count, group, redrive, purge and export the
-// dead-letter queue, list, pause and resume queues, and read statistics
-// and circuit breakers, as JSON over HTTP; and the web dashboard, at /.
+// dead-letter queue, list, pause and resume queues, and read statistics,
+// circuit breakers and the RabbitMQ queues `redrive serve` manages, as
+// JSON over HTTP; and the web dashboard, at /.
 //
 // Bulk redrives and purges run in the background as operations: the
 // request that starts one is answered 202 with its Location,
@@ -46,6 +47,10 @@ type Options struct {
 	// Breakers is the registry whose breakers GET /v1/breakers shows; it
 	// may be nil.
 	Breakers *breaker.Registry
+	// Brokers are the RabbitMQ queues `redrive serve --amqp-url` manages,
+	// which GET /v1/amqp/queues and the dashboard's overview show. It may
+	// be nil: no managed queues.
+	Brokers Brokers
 	// Token is the bearer token every /v1 route requires; "" means no
 	// authentication (serve only allows that on loopback).
 	Token string
@@ -111,6 +116,7 @@ var openapiSpec []byte
 type api struct {
 	client   *redrive.Client
 	breakers *breaker.Registry
+	brokers  Brokers
 	token    []byte
 	log      *slog.Logger
 	maxBody  int64
@@ -168,6 +174,7 @@ var routes = []string{
 	"POST /v1/queues/{name}/pause",
 	"POST /v1/queues/{name}/resume",
 	"GET /v1/breakers",
+	"GET /v1/amqp/queues",
 	"GET /v1/openapi.json",
 	"GET /healthz",
 	"GET /readyz",
@@ -189,7 +196,7 @@ func New(opts Options) *Server {
 	if opts.MaxOperations <= 0 {
 		opts.MaxOperations = DefaultMaxOperations
 	}
-	a := &api{client: opts.Client, breakers: opts.Breakers, log: opts.Logger, maxBody: opts.MaxBody,
+	a := &api{client: opts.Client, breakers: opts.Breakers, brokers: opts.Brokers, log: opts.Logger, maxBody: opts.MaxBody,
 		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger), trusted: opts.TrustedProxies,
 		throttle: loginThrottle{now: time.Now}}
 	if opts.Token != "" {
@@ -226,6 +233,8 @@ func New(opts Options) *Server {
 	// How many jobs a listing, a purge or a redrive selects (count.go).
 	handlers["GET /v1/jobs/count"] = a.countJobs
 	handlers["GET /v1/dlq/count"] = a.countDead
+	// The managed RabbitMQ queues (amqpqueues.go).
+	handlers["GET /v1/amqp/queues"] = a.listManagedQueues
 	mux := http.NewServeMux()
 	for _, p := range routes {
 		mux.Handle(p, a.wrap(handlers[p]))

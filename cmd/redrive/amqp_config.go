@@ -34,7 +34,8 @@ var amqpSettings = []setting{
 	{name: "amqp-url", help: "RabbitMQ URL (amqp:// or amqps://) of the queues --amqp-queues manages (prefer $REDRIVE_AMQP_URL: flags show in ps)", apply: func(c *serveConfig, v string) error {
 		if v != "" {
 			if _, err := amqp091.ParseURI(v); err != nil {
-				return fmt.Errorf("not an AMQP URL (%s): %v", amqp.Redact(v), err)
+				// The parser's error quotes the URL, password included.
+				return fmt.Errorf("not an AMQP URL (%s): %s", amqp.Redact(v), strings.ReplaceAll(err.Error(), v, amqp.Redact(v)))
 			}
 		}
 		c.AMQP.URL = v

@@ -9,13 +9,15 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/metrics"
+	"github.com/redrivehq/redrive/server"
 )
 
 // serveRegistry returns the registry of serve's /metrics: the Go runtime
 // and the process, the store-wide metrics and the breakers (read at each
 // scrape), and the attempt histograms fed by the worker's observer. The
 // collectors are package metrics', which library users register on their
-// own registries.
+// own registries. The managed RabbitMQ queues are added by
+// registerBrokers.
 func serveRegistry(client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer, log *slog.Logger) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -25,4 +27,14 @@ func serveRegistry(client *redrive.Client, breakers *breaker.Registry, attempts 
 		attempts,
 	)
 	return reg
+}
+
+// registerBrokers adds to reg the metrics of the RabbitMQ queues b
+// manages (redrive_amqp_*, see metrics.AMQPCollector), asked of b at
+// each scrape. A nil b (serve manages no queue) adds nothing.
+func registerBrokers(reg prometheus.Registerer, b server.Brokers) {
+	if b == nil {
+		return
+	}
+	reg.MustRegister(metrics.NewAMQPCollector(b.ManagedQueues, metrics.AMQPCollectorOptions{}))
 }

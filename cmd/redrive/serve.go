@@ -212,7 +212,6 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	}
 	var managed server.Brokers
 	var brokerDone <-chan error
-	_ = managed // wired into the API below
 	if brokers != nil {
 		managed, brokerDone = brokers, brokers.done()
 	}
@@ -221,8 +220,8 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// SIGTERM cancels them, and api.Close below waits for them to stop
 	// before the store closes.
 	api := server.New(server.Options{Client: client, Breakers: worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx,
-		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies})
-	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, cfg.Token, log)))
+		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: managed})
+	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, managed, cfg.Token, log)))
 
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorker()
@@ -515,8 +514,9 @@ func startingHandler(reason string) http.Handler {
 // The metrics are the store's statistics, the breakers, and the attempt
 // histograms of the worker's observer.
 func serveMux(api http.Handler, client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer,
-	token string, log *slog.Logger) http.Handler {
+	managed server.Brokers, token string, log *slog.Logger) http.Handler {
 	reg := serveRegistry(client, breakers, attempts, log)
+	registerBrokers(reg, managed)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", requireToken(token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError})))

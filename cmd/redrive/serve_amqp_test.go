@@ -242,6 +242,8 @@ func TestServeManagesRabbitMQQueue(t *testing.T) {
 		t.Errorf("the binary body is kept as %s, want base64", m.BodyEncoding)
 	}
 
+	checkManagedQueueViews(t, s, q)
+
 	// Redrive revive-1 from the API: it is published back, the Python
 	// consumer acks it, and its history shows both lives.
 	code, body := s.api("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d],"note":"fixed the index"}`, deadIDs["revive-1"]))
@@ -261,6 +263,55 @@ func TestServeManagesRabbitMQQueue(t *testing.T) {
 	last := readDeliveries(t, logPath)["revive-1"]
 	if d := last[len(last)-1]; d.Body != hex.EncodeToString(bodies["revive-1"]) || fmt.Sprint(d.Redriven) != "1" || d.Attempt != nil {
 		t.Errorf("redriven delivery: body %s redriven %v attempt %v, want the body, redriven 1, no attempt", d.Body, d.Redriven, d.Attempt)
+	}
+}
+
+// checkManagedQueueViews: the API and /metrics show the managed queue.
+func checkManagedQueueViews(t *testing.T, s *redriveProc, q string) {
+	t.Helper()
+	code, body := s.api("GET", "/v1/amqp/queues", "")
+	if code != 200 {
+		t.Fatalf("GET /v1/amqp/queues: %d %s", code, body)
+	}
+	var res struct {
+		Queues []struct {
+			Queue       string            `json:"queue"`
+			DeadLetters string            `json:"dead_letters"`
+			Queues      []amqp.QueueDepth `json:"queues"`
+			Router      amqp.RouterStats  `json:"router"`
+			Keeper      *amqp.KeeperStats `json:"keeper"`
+		} `json:"queues"`
+	}
+	if err := json.Unmarshal(body, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Queues) != 1 || res.Queues[0].Queue != q || res.Queues[0].DeadLetters != "store" || res.Queues[0].Keeper == nil {
+		t.Fatalf("managed queues: %s", body)
+	}
+	mq := res.Queues[0]
+	roles := map[string]int{}
+	for _, d := range mq.Queues {
+		roles[d.Role]++
+		if d.Role == "work" && d.Consumers != 1 {
+			t.Errorf("work queue: %d consumers, want the Python one", d.Consumers)
+		}
+	}
+	if roles["work"] != 1 || roles["failed"] != 1 || roles["dlq"] != 1 || roles["tier"] < 3 {
+		t.Errorf("queues by role %v", roles)
+	}
+	// The totals are the restarted process's: the retries after the kill.
+	if mq.Router.Failures == 0 || mq.Router.Retried == 0 || mq.Router.Dead == 0 {
+		t.Errorf("router totals %+v", mq.Router)
+	}
+	code, body = s.api("GET", "/metrics", "")
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	for _, want := range []string{`redrive_amqp_up{queue="` + q + `"} 1`, `redrive_amqp_queue_consumers{broker_queue="` + q + `",queue="` + q + `",role="work"} 1`,
+		`redrive_amqp_dead_total{queue="` + q + `"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 

@@ -198,11 +198,13 @@ const CLASS_COLORS = {
 };
 
 async function overview() {
-  const [queues, series, breakers] = await Promise.all([
+  const [queues, series, breakers, managed] = await Promise.all([
     api.get('/v1/queues'),
     api.get('/v1/stats/series?since=1h'),
     api.get('/v1/breakers'),
+    api.get('/v1/amqp/queues'),
   ]);
+  const amqpQueues = (managed && managed.queues) || [];
   const totals = Object.fromEntries(STATES.map((st) => [st, 0]));
   for (const q of queues.queues || []) {
     for (const [st, n] of Object.entries(q.jobs || {})) totals[st] = (totals[st] || 0) + n;
@@ -223,7 +225,8 @@ async function overview() {
         classChart(series))),
     h('div', { class: 'row' },
       h('section', { class: 'card', id: 'queues' }, h('h2', {}, 'Queues'), queueTable(queues)),
-      h('section', { class: 'card', id: 'breakers' }, h('h2', {}, 'Circuit breakers'), breakerTable(breakers))));
+      h('section', { class: 'card', id: 'breakers' }, h('h2', {}, 'Circuit breakers'), breakerTable(breakers))),
+    amqpQueues.length > 0 && amqpSection(amqpQueues));
 }
 
 function queueTable(queues) {
@@ -266,6 +269,111 @@ function breakerTable(list) {
       h('td', {}, b.name), h('td', {}, badge(b.state.replace('_', '-'), b.state)),
       h('td', { class: 'num' }, fmtN(b.failures)), h('td', { class: 'num' }, fmtN(b.trips)),
       h('td', {}, b.opened_at ? fmtAgo(b.opened_at) : '—'), h('td', {}, b.ready_at ? fmtAgo(b.ready_at) : '—')))));
+}
+
+// ---- RabbitMQ queues ----------------------------------------------------
+//
+// The RabbitMQ queues `redrive serve --amqp-url` manages for consumers in
+// any language (GET /v1/amqp/queues): where their messages wait, and what
+// the router and the dead-letter keeper did.
+
+// amqpSamples keeps, per managed queue, the router's counters as each
+// poll of the overview found them over the last minute or so: the rates
+// of retries and dead letters are computed from them, in the browser.
+const amqpSamples = new Map();
+const RATE_WINDOW_MS = 60000;
+
+// amqpRates records a poll of mq's counters and returns its retries and
+// dead letters per minute since the oldest sample kept, or null until two
+// polls (at least a second apart) exist.
+function amqpRates(mq) {
+  const key = `${mq.broker}\n${mq.queue}`;
+  const now = Date.now();
+  const r = mq.router || {};
+  const cur = { t: now, retried: r.retried || 0, dead: r.dead || 0 };
+  let list = amqpSamples.get(key) || [];
+  const last = list[list.length - 1];
+  // Counters that went back: serve restarted, and counts from zero again.
+  if (last && (cur.retried < last.retried || cur.dead < last.dead)) list = [];
+  // A poll right after another (a navigation) replaces it.
+  if (list.length && now - list[list.length - 1].t < 1000) list.pop();
+  list.push(cur);
+  // The base is the newest sample at least a window old, if any.
+  while (list.length > 2 && now - list[1].t >= RATE_WINDOW_MS) list.shift();
+  amqpSamples.set(key, list);
+  if (list.length < 2) return null;
+  const base = list[0];
+  const min = (now - base.t) / 60000;
+  return { retried: (cur.retried - base.retried) / min, dead: (cur.dead - base.dead) / min };
+}
+
+function fmtRate(v) {
+  if (v === null || v === undefined || !isFinite(v)) return '—';
+  if (v === 0) return '0/min';
+  return `${v < 10 ? v.toFixed(1) : fmtN(Math.round(v))}/min`;
+}
+
+// fmtDelay formats a delay queue's delay, given in milliseconds, in its
+// largest whole unit: 10ms, 2s, 20s, 5m, 1h.
+function fmtDelay(delay) {
+  const ms = Math.round(delay || 0);
+  for (const [unit, n] of [['h', 3600000], ['m', 60000], ['s', 1000]]) {
+    if (ms >= n && ms % n === 0) return `${ms / n}${unit}`;
+  }
+  return ms >= 1000 ? fmtMs(ms) : `${ms}ms`;
+}
+
+const AMQP_ROLES = {
+  work: { order: 0, label: 'work queue' },
+  failed: { order: 1, label: 'failures' },
+  tier: { order: 2, label: 'delay' },
+  dlq: { order: 3, label: 'dead letters' },
+};
+
+function amqpSection(list) {
+  return h('section', { class: 'card', id: 'amqp' },
+    h('h2', {}, 'RabbitMQ queues'),
+    list.map(amqpQueue));
+}
+
+// amqpQueue shows one managed queue: its facts and rates, then the depth
+// of each queue of its topology, in the order a message goes through
+// them: the work queue, the failure queue, the delay queues, the DLQ.
+function amqpQueue(mq) {
+  const rates = amqpRates(mq);
+  const order = (d) => (AMQP_ROLES[d.role] ? AMQP_ROLES[d.role].order : 9);
+  const depths = (mq.queues || []).slice().sort((a, b) => order(a) - order(b) || (a.delay || 0) - (b.delay || 0));
+  const work = depths.find((d) => d.role === 'work');
+  const dlq = depths.find((d) => d.role === 'dlq');
+  const r = mq.router || {};
+  const kept = mq.dead_letters === 'store'
+    ? h('span', { 'data-kept': 'store' }, 'in the store, as ',
+      h('a', { href: '#/dlq' + qs({ queue: mq.queue }) }, `dead jobs of queue ${mq.queue}`),
+      mq.keeper ? h('span', { class: 'muted' }, ` (${fmtN(mq.keeper.kept)} stored since serve started)`) : '')
+    : h('span', { 'data-kept': 'broker' }, 'in the broker, in ', h('span', { class: 'mono' }, dlq ? dlq.name : `${mq.queue}-dlq`));
+  const kv = (k, v, attrs) => [h('dt', {}, k), h('dd', attrs || {}, v)];
+  return h('div', { class: 'amqp-queue', 'data-amqp-queue': mq.queue },
+    h('h3', {}, h('span', { class: 'mono' }, mq.queue), mq.broker && h('span', { class: 'muted' }, ` on ${mq.broker}`)),
+    mq.error && h('p', { class: 'error', role: 'alert', 'data-amqp-error': '' }, `RabbitMQ could not be asked: ${mq.error}`),
+    h('div', { class: 'row' },
+      h('dl', { class: 'kv' },
+        kv('Consumers', work && !work.missing ? fmtN(work.consumers) : '—',
+          { 'data-stat': 'consumers', title: 'Consumers subscribed to the work queue' }),
+        kv('Retries', fmtRate(rates && rates.retried),
+          { 'data-rate': 'retried', title: `${fmtN(r.retried)} retries scheduled since serve started` }),
+        kv('Dead letters', fmtRate(rates && rates.dead),
+          { 'data-rate': 'dead', title: `${fmtN(r.dead)} messages dead-lettered since serve started` }),
+        kv('Kept', kept),
+        mq.failure_exchange && kv('Failures to', h('span', { class: 'mono' }, mq.failure_exchange), { title: 'The exchange consumers report failures to' })),
+      depths.length > 0 && h('table', { class: 'amqp-depths' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Broker queue'), h('th', {}, 'Role'), h('th', {}, 'Delay'),
+          h('th', { class: 'num', title: 'Messages ready (not those held by consumers)' }, 'Ready'), h('th', { class: 'num' }, 'Consumers'))),
+        h('tbody', {}, depths.map((d) => h('tr', { 'data-broker-queue': d.name, 'data-role': d.role },
+          h('td', { class: 'mono' }, d.name, d.missing && [' ', h('span', { title: 'The queue does not exist on the broker' }, badge('missing', 'dead'))]),
+          h('td', {}, (AMQP_ROLES[d.role] || { label: d.role }).label),
+          h('td', { class: 'delay' }, d.role === 'tier' ? fmtDelay(d.delay) : ''),
+          h('td', { class: 'num', 'data-messages': d.messages || 0 }, d.missing ? '—' : fmtN(d.messages)),
+          h('td', { class: 'num' }, d.missing ? '—' : fmtN(d.consumers))))))));
 }
 
 // minutes returns the 60 minute slots ending with the current minute and
@@ -482,7 +590,79 @@ async function jobPage(id) {
             : kv('Last error', [badge(j.last_error_class), ' ', j.last_error], 'last-error'))),
         h('div', { style: { 'margin-top': '12px' } }, actions)),
       h('section', { class: 'card' }, h('h2', {}, 'Payload'), h('pre', { id: 'payload' }, pretty(j.payload)))),
+    j.kind === 'amqp' && messageCard(j.payload),
     h('section', { class: 'card' }, h('h2', {}, 'Attempt timeline'), timeline(withCurrent(j))));
+}
+
+// messageCard shows the RabbitMQ message a job of kind amqp holds (a dead
+// letter of a managed queue kept in the store): its body decoded as its
+// body_encoding says, its content type and the queue it goes back to.
+function messageCard(p) {
+  if (!p || typeof p !== 'object' || Array.isArray(p)) return null;
+  const m = decodeMessageBody(p);
+  const kv = (k, v, id) => [h('dt', {}, k), h('dd', { id }, v === undefined || v === null || v === '' ? '—' : v)];
+  const headers = p.headers && typeof p.headers === 'object' ? Object.keys(p.headers).length : 0;
+  return h('section', { class: 'card', id: 'message' },
+    h('h2', {}, 'RabbitMQ message'),
+    h('dl', { class: 'kv' },
+      kv('Origin queue', p.queue ? h('span', { class: 'mono' }, p.queue) : '', 'message-queue'),
+      kv('Content type', p.content_type, 'message-content-type'),
+      kv('Body', `${m.what}${m.size !== undefined ? `, ${fmtN(m.size)} bytes` : ''}`, 'message-encoding'),
+      p.message_id && kv('Message ID', h('span', { class: 'mono' }, p.message_id)),
+      p.broker && kv('Broker', p.broker)),
+    p.queue && h('p', { class: 'muted' }, `Redriving this job publishes the message back to queue ${p.queue}.`),
+    m.error ? h('p', { class: 'error', id: 'message-error' }, m.error) : h('pre', { id: 'message-body', class: m.hex ? 'hexdump' : '' }, m.text),
+    headers > 0 && [h('h3', {}, 'Headers'), h('pre', { id: 'message-headers' }, pretty(p.headers))]);
+}
+
+// MAX_DUMP bounds the bytes of a binary body shown as a hex dump.
+const MAX_DUMP = 64 * 1024;
+
+// decodeMessageBody decodes the body of an amqp payload: JSON
+// pretty-printed, text as it is, binary (base64) as a hex dump.
+function decodeMessageBody(p) {
+  const enc = p.body_encoding || 'text';
+  try {
+    switch (enc) {
+      case 'json':
+        return { what: 'JSON', text: pretty(p.body) };
+      case 'text':
+        if (typeof p.body !== 'string') throw new Error('the body is not a string');
+        return { what: 'text', text: p.body, size: new TextEncoder().encode(p.body).length };
+      case 'base64': {
+        if (typeof p.body !== 'string') throw new Error('the body is not a string');
+        const bin = atob(p.body);
+        const bytes = new Uint8Array(bin.length);
+        for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+        return { what: 'binary', text: bytes.length ? hexDump(bytes, MAX_DUMP) : '(empty)', size: bytes.length, hex: true };
+      }
+      default:
+        throw new Error(`unknown body_encoding ${JSON.stringify(enc)}`);
+    }
+  } catch (e) {
+    return { what: String(enc), error: `The body cannot be decoded: ${e.message}. The payload above holds it as stored.` };
+  }
+}
+
+// hexDump formats bytes as hexdump -C does: per line of 16 bytes, the
+// offset, the bytes in hex, and the printable ASCII ones ('.' for the
+// others); at most limit bytes.
+function hexDump(bytes, limit) {
+  const n = Math.min(bytes.length, limit);
+  const hex2 = (b) => b.toString(16).padStart(2, '0');
+  const lines = [];
+  for (let off = 0; off < n; off += 16) {
+    const row = bytes.subarray(off, Math.min(off + 16, n));
+    let hex = '';
+    for (let i = 0; i < 16; i++) {
+      hex += i < row.length ? hex2(row[i]) + ' ' : '   ';
+      if (i === 7) hex += ' ';
+    }
+    const chars = Array.from(row, (b) => (b >= 0x20 && b < 0x7f ? String.fromCharCode(b) : '.')).join('');
+    lines.push(`${off.toString(16).padStart(8, '0')}  ${hex} |${chars}|`);
+  }
+  if (bytes.length > n) lines.push(`… ${fmtN(bytes.length - n)} more bytes not shown`);
+  return lines.join('\n');
 }
 
 // whyThen says why a waiting job runs when it does: what its last event
