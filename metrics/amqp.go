@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/redrivehq/redrive/server"
+	"github.com/redrivehq/redrive/amqp"
 )
 
 // AMQPCollectorOptions configure NewAMQPCollector. The zero value is
@@ -42,7 +42,7 @@ type AMQPCollectorOptions struct {
 // are this process's own since it started (sum them). Create it with
 // NewAMQPCollector.
 type AMQPCollector struct {
-	queues  func(ctx context.Context) []server.ManagedQueue
+	queues  func(ctx context.Context) []amqp.ManagedQueue
 	timeout time.Duration
 }
 
@@ -52,7 +52,7 @@ var _ prometheus.Collector = (*AMQPCollector)(nil)
 // queues returns at each scrape, typically the ManagedQueues method of
 // the server.Brokers given to the API (server.Options.Brokers). A nil
 // queues collects nothing. Register it on a prometheus.Registerer.
-func NewAMQPCollector(queues func(ctx context.Context) []server.ManagedQueue, opts AMQPCollectorOptions) *AMQPCollector {
+func NewAMQPCollector(queues func(ctx context.Context) []amqp.ManagedQueue, opts AMQPCollectorOptions) *AMQPCollector {
 	c := &AMQPCollector{queues: queues, timeout: opts.Timeout}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redrivehq/redrive/amqp"
 	"github.com/redrivehq/redrive/metrics"
-	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -19,8 +18,8 @@ import (
 // the broker; and mail, whose broker could not be asked and whose dead
 // letters stay in the broker. orders is listed twice, as a buggy source
 // could.
-func managedFixture() []server.ManagedQueue {
-	orders := server.ManagedQueue{Queue: "orders", Broker: "amqp://rabbit:5672/", FailureExchange: amqp.DefaultFailureExchange,
+func managedFixture() []amqp.ManagedQueue {
+	orders := amqp.ManagedQueue{Queue: "orders", Broker: "amqp://rabbit:5672/", FailureExchange: amqp.DefaultFailureExchange,
 		DeadLetters: "store",
 		Queues: []amqp.QueueDepth{
 			{Name: "orders", Role: "work", Messages: 12, Consumers: 3},
@@ -31,14 +30,14 @@ func managedFixture() []server.ManagedQueue {
 		},
 		Router: amqp.RouterStats{Failures: 40, Reported: 4, Retried: 33, Dead: 7, Returned: 30},
 		Keeper: &amqp.KeeperStats{Kept: 6, Duplicates: 1}}
-	mail := server.ManagedQueue{Queue: "mail", Broker: "amqp://rabbit:5672/", DeadLetters: "broker",
+	mail := amqp.ManagedQueue{Queue: "mail", Broker: "amqp://rabbit:5672/", DeadLetters: "broker",
 		Router: amqp.RouterStats{Failures: 1, Retried: 1}, Error: "RabbitMQ did not answer in time (not connected?)"}
-	return []server.ManagedQueue{mail, orders, orders}
+	return []amqp.ManagedQueue{mail, orders, orders}
 }
 
 func TestAMQPCollector(t *testing.T) {
 	var deadline bool
-	c := metrics.NewAMQPCollector(func(ctx context.Context) []server.ManagedQueue {
+	c := metrics.NewAMQPCollector(func(ctx context.Context) []amqp.ManagedQueue {
 		_, deadline = ctx.Deadline()
 		return managedFixture()
 	}, metrics.AMQPCollectorOptions{Timeout: time.Second})
@@ -105,7 +104,7 @@ redrive_amqp_up{queue="orders"} 1
 func TestAMQPCollectorNothing(t *testing.T) {
 	for name, c := range map[string]*metrics.AMQPCollector{
 		"nil function": metrics.NewAMQPCollector(nil, metrics.AMQPCollectorOptions{}),
-		"no queues":    metrics.NewAMQPCollector(func(context.Context) []server.ManagedQueue { return nil }, metrics.AMQPCollectorOptions{}),
+		"no queues":    metrics.NewAMQPCollector(func(context.Context) []amqp.ManagedQueue { return nil }, metrics.AMQPCollectorOptions{}),
 	} {
 		if n := testutil.CollectAndCount(c); n != 0 {
 			t.Errorf("%s: %d series, want none", name, n)

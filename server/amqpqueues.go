@@ -12,7 +12,7 @@ import (
 // queues `redrive serve --amqp-url` manages, in name order; an empty list
 // when it manages none.
 type ManagedQueueList struct {
-	Queues []ManagedQueue `json:"queues"`
+	Queues []amqp.ManagedQueue `json:"queues"`
 }
 
 // managedQueuesTimeout bounds how long GET /v1/amqp/queues waits for the
@@ -24,7 +24,7 @@ func (a *api) listManagedQueues(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {
 		return err
 	}
-	out := ManagedQueueList{Queues: []ManagedQueue{}}
+	out := ManagedQueueList{Queues: []amqp.ManagedQueue{}}
 	if a.brokers != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), managedQueuesTimeout)
 		defer cancel()

@@ -45,12 +45,12 @@ type testBrokers struct {
 	broker string
 }
 
-func (b *testBrokers) ManagedQueues(ctx context.Context) []ManagedQueue {
+func (b *testBrokers) ManagedQueues(ctx context.Context) []amqp.ManagedQueue {
 	stats := b.router.Stats()
 	kept := b.keeper.Stats()
-	var out []ManagedQueue
+	var out []amqp.ManagedQueue
 	for _, topo := range b.router.Topologies() {
-		mq := ManagedQueue{Queue: topo.Queue, Broker: b.broker, FailureExchange: topo.FailureExchange, DeadLetters: "store",
+		mq := amqp.ManagedQueue{Queue: topo.Queue, Broker: b.broker, FailureExchange: topo.FailureExchange, DeadLetters: "store",
 			Router: stats[topo.Queue]}
 		if k, ok := kept[topo.Queue]; ok {
 			mq.Keeper = &k
@@ -299,9 +299,9 @@ func TestManagedQueuesAPI(t *testing.T) {
 }
 
 // fixedBrokers is a Brokers over a fixed list.
-type fixedBrokers []ManagedQueue
+type fixedBrokers []amqp.ManagedQueue
 
-func (f fixedBrokers) ManagedQueues(context.Context) []ManagedQueue { return f }
+func (f fixedBrokers) ManagedQueues(context.Context) []amqp.ManagedQueue { return f }
 
 // TestManagedQueuesNone checks the answers without managed queues, and
 // that a broker that could not be asked is reported, with a 200.

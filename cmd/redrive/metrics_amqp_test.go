@@ -8,13 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/redrivehq/redrive/amqp"
-	"github.com/redrivehq/redrive/server"
 )
 
 // fixedBrokers is a server.Brokers over a fixed list.
-type fixedBrokers []server.ManagedQueue
+type fixedBrokers []amqp.ManagedQueue
 
-func (f fixedBrokers) ManagedQueues(context.Context) []server.ManagedQueue { return f }
+func (f fixedBrokers) ManagedQueues(context.Context) []amqp.ManagedQueue { return f }
 
 // TestRegisterBrokers checks that serve's registry gets the managed
 // queues' metrics when there are managed queues, and nothing (and no

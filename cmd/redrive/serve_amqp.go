@@ -8,7 +8,6 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
-	"github.com/redrivehq/redrive/server"
 )
 
 // brokerSide is what `serve --amqp-url` runs beside the store's worker:
@@ -98,15 +97,15 @@ func (b *brokerSide) stop() {
 }
 
 // ManagedQueues implements server.Brokers.
-func (b *brokerSide) ManagedQueues(ctx context.Context) []server.ManagedQueue {
+func (b *brokerSide) ManagedQueues(ctx context.Context) []amqp.ManagedQueue {
 	stats := b.router.Stats()
 	var kept map[string]amqp.KeeperStats
 	if b.keeper != nil {
 		kept = b.keeper.Stats()
 	}
-	var out []server.ManagedQueue
+	var out []amqp.ManagedQueue
 	for _, t := range b.router.Topologies() {
-		mq := server.ManagedQueue{Queue: t.Queue, Broker: amqp.Redact(b.cfg.URL), FailureExchange: t.FailureExchange,
+		mq := amqp.ManagedQueue{Queue: t.Queue, Broker: amqp.Redact(b.cfg.URL), FailureExchange: t.FailureExchange,
 			DeadLetters: b.cfg.DeadLetters, Router: stats[t.Queue]}
 		if k, ok := kept[t.Queue]; ok {
 			mq.Keeper = &k
