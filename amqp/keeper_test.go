@@ -138,7 +138,17 @@ func TestKeeperAndRedrive(t *testing.T) {
 	}
 	defer pub.Close()
 	w := redrive.NewWorker(client, redrive.WorkerOptions{Queues: map[string]int{q: 2}, Logger: testLogger(t)})
-	amqp.RegisterKind(w, pub, amqp.KindOptions{Get: client.Get})
+	amqp.RegisterKind(w, pub, amqp.KindOptions{Get: client.Get, Queues: []string{q}})
+	// The kind publishes to the allowed queues only: anything else is
+	// refused at enqueue, naming the field.
+	_, err = client.Enqueue(context.Background(), amqp.Kind, json.RawMessage(`{"queue":"elsewhere","body":"x"}`), redrive.InQueue(q))
+	var fe *redrive.FieldError
+	if !errors.Is(err, redrive.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "payload.queue" {
+		t.Errorf("enqueue to a queue not allowed: %v, want ErrInvalid on payload.queue", err)
+	}
+	if _, err = client.Enqueue(context.Background(), amqp.Kind, json.RawMessage(`{"body":"x"}`)); !errors.Is(err, redrive.ErrInvalid) {
+		t.Errorf("enqueue of a message without a queue: %v, want ErrInvalid", err)
+	}
 	wctx, wcancel := context.WithCancel(context.Background())
 	wdone := make(chan error, 1)
 	go func() { wdone <- w.Run(wctx) }()

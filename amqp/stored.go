@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -276,6 +277,25 @@ type KindOptions struct {
 	// carries (defaults DefaultMaxHistory, DefaultMaxHistoryBytes).
 	MaxHistory      int
 	MaxHistoryBytes int
+	// Queues are the queues a job of Kind may publish to: a job naming
+	// another fails, Permanent, and is refused at enqueue. Empty: any
+	// queue (redrive serve allows its managed queues only, so that the
+	// API cannot publish anywhere on the broker).
+	Queues []string
+}
+
+// validate checks a payload of Kind: a Message bound for an allowed
+// queue.
+func (o *KindOptions) validate(payload json.RawMessage) error {
+	var m Message
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return &redrive.FieldError{Field: "payload", Err: err}
+	}
+	if len(o.Queues) > 0 && !slices.Contains(o.Queues, m.Queue) {
+		return &redrive.FieldError{Field: "payload.queue", Err: fmt.Errorf("%q is not a queue this server publishes to (%s)",
+			m.Queue, strings.Join(o.Queues, ", "))}
+	}
+	return nil
 }
 
 // RegisterKind registers with r (a redrive.Worker or Executor) the
@@ -283,10 +303,12 @@ type KindOptions struct {
 // queue through pub, with the job's history and redrive count in its
 // headers and no attempt count, so that the queue's consumers and its
 // Router start it afresh; then it records the publish (redrive.Record).
-// A payload that is not a Message is a Permanent failure; a queue that
-// does not exist (the broker returns the message) too; anything else
-// (broker unreachable, publish not confirmed) is Transient, retried by
-// the job's policy.
+// A payload that is not a Message, or names a queue outside
+// opts.Queues, is a Permanent failure; a queue that does not exist (the
+// broker returns the message) too; anything else (broker unreachable,
+// publish not confirmed) is Transient, retried by the job's policy. When
+// r is a redrive.Worker, its client also refuses such payloads at
+// enqueue (Client.SetValidator).
 func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
@@ -297,11 +319,17 @@ func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
 	if opts.MaxHistoryBytes <= 0 {
 		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
 	}
+	if w, ok := r.(*redrive.Worker); ok {
+		w.Client().SetValidator(Kind, opts.validate)
+	}
 	r.HandleFunc(Kind, func(ctx context.Context, j *redrive.Job) error {
 		var m Message
 		if err := json.Unmarshal(j.Payload, &m); err != nil {
 			return &failure.Error{Class: failure.Permanent, Reason: failure.ReasonUndecodablePayload,
 				Err: fmt.Errorf("the payload is not an AMQP message: %w", err)}
+		}
+		if err := opts.validate(j.Payload); err != nil {
+			return &failure.Error{Class: failure.Permanent, Reason: "amqp_queue_not_allowed", Err: err}
 		}
 		events := j.History
 		if len(events) == 0 && j.ID != 0 && opts.Get != nil {

@@ -57,6 +57,15 @@ type AMQPResult struct {
 	FailOnceRate float64  `json:"fail_once_per_s"`
 	// Stats are the consumer's totals at the end.
 	Stats amqp.ConsumerStats `json:"consumer"`
+	// Managed is the time a managed queue (amqp.Router) took to see N
+	// waiting messages through a plain AMQP consumer that rejects each
+	// one's first delivery and acks the second: each rejection is
+	// dead-lettered to the failure queue, decided by the router, published
+	// to a 1ms delay queue, checked due and handed back. ManagedRate is N
+	// over it.
+	Managed     Duration         `json:"managed_ms"`
+	ManagedRate float64          `json:"managed_per_s"`
+	Router      amqp.RouterStats `json:"router"`
 }
 
 // Info implements Result.
@@ -83,6 +92,10 @@ func (r *AMQPResult) Figures() []Figure {
 		{"consume, fails once", fmt.Sprintf("%d in %s = %s (2 attempts each)", n, r.FailOnce, fmtRate(r.FailOnceRate, "jobs"))},
 		{"consumer", fmt.Sprintf("delivered %d, completed %d, retried %d, dead %d", r.Stats.Delivered, r.Stats.Completed,
 			r.Stats.Retried, r.Stats.Dead)},
+		{"managed queue, plain consumer rejects once", fmt.Sprintf("%d in %s = %s (2 deliveries each, routed by serve's router)", n,
+			r.Managed, fmtRate(r.ManagedRate, "msgs"))},
+		{"router", fmt.Sprintf("failures %d, retried %d, returned %d, dead %d", r.Router.Failures, r.Router.Retried,
+			r.Router.Returned, r.Router.Dead)},
 	}
 }
 
@@ -244,12 +257,102 @@ func AMQP(ctx context.Context, p AMQPParams, log io.Writer) (*AMQPResult, error)
 	s1, s2 := cons.Stats(), cons2.Stats()
 	res.Stats = amqp.ConsumerStats{Delivered: s1.Delivered + s2.Delivered, Completed: s1.Completed + s2.Completed,
 		Retried: s1.Retried + s2.Retried, Dead: s1.Dead + s2.Dead}
-	res.Elapsed = Duration(time.Since(res.Started))
 	if res.Stats.Completed != 2*int64(p.N) || res.Stats.Retried != int64(p.N) || res.Stats.Dead != 0 {
+		res.Elapsed = Duration(time.Since(res.Started))
 		return res, fmt.Errorf("%w: amqp: completed %d (want %d), retried %d (want %d), dead %d", ErrCheck, res.Stats.Completed,
 			2*p.N, res.Stats.Retried, p.N, res.Stats.Dead)
 	}
+	if err := managedPhase(ctx, conn, pub, p, policy, logger, res); err != nil {
+		return res, err
+	}
+	res.Elapsed = Duration(time.Since(res.Started))
 	return res, nil
+}
+
+// managedPhase measures a managed queue: N waiting messages, a plain
+// AMQP consumer that rejects each first delivery and acks the second,
+// and a Router deciding the rejections.
+func managedPhase(ctx context.Context, conn *amqp.Conn, pub *amqp.Publisher, p AMQPParams, policy retry.Policy,
+	logger *slog.Logger, res *AMQPResult) error {
+	var b [4]byte
+	rand.Read(b[:])
+	queue := "redrive-bench-managed-" + hex.EncodeToString(b[:])
+	exchange := queue + "-failures"
+	r, err := amqp.NewRouter(conn, amqp.RouterOptions{Queues: map[string]amqp.QueueOptions{queue: {Quorum: p.Quorum,
+		Prefetch: 2 * p.Workers}}, FailureExchange: exchange,
+		Executor: redrive.ExecutorOptions{Policy: &policy, Logger: logger, DisableRetryBudget: true}})
+	if err != nil {
+		return err
+	}
+	topo := r.Topologies()[0]
+	defer func() {
+		deleteQueues(conn, topo)
+		if ch, err := conn.Channel(context.Background()); err == nil {
+			ch.QueueDelete(topo.FailedQueue(), false, false, false)
+			ch.ExchangeDelete(exchange, false, false)
+			ch.Close()
+		}
+	}()
+	if err := r.Declare(ctx); err != nil {
+		return err
+	}
+	reqs := make([]redrive.Request, 0, amqp.MaxBatch)
+	for sent := 0; sent < p.N; sent += len(reqs) {
+		reqs = reqs[:0]
+		for range min(amqp.MaxBatch, p.N-sent) {
+			reqs = append(reqs, redrive.Request{Kind: "bench.managed", Payload: struct{}{}, Queue: queue})
+		}
+		if _, err := pub.EnqueueMany(ctx, reqs); err != nil {
+			return err
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	routerErr := make(chan error, 1)
+	go func() { routerErr <- r.Run(runCtx) }()
+	// The plain consumer: what a consumer in any language does.
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Qos(2*p.Workers, 0, false); err != nil {
+		return err
+	}
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	acked := 0
+	for acked < p.N {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("bench: amqp: the plain consumer's channel closed")
+			}
+			if _, retried := d.Headers[amqp.HeaderAttempt]; retried {
+				d.Ack(false)
+				acked++
+			} else {
+				d.Reject(false)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	d := time.Since(start)
+	res.Managed, res.ManagedRate = Duration(d), float64(p.N)/d.Seconds()
+	stop()
+	if err := <-routerErr; err != nil {
+		return err
+	}
+	res.Router = r.Stats()[queue]
+	if res.Router.Failures != int64(p.N) || res.Router.Retried != int64(p.N) || res.Router.Dead != 0 {
+		return fmt.Errorf("%w: amqp: managed queue: router failures %d, retried %d (want %d each), dead %d", ErrCheck,
+			res.Router.Failures, res.Router.Retried, p.N, res.Router.Dead)
+	}
+	return nil
 }
 
 // deleteQueues deletes a topology's queues.

@@ -197,7 +197,10 @@ deleted afterwards: time N confirmed publishes from --publishers goroutines
 then a consumer (--workers handlers, prefetch twice that) running and
 acknowledging N waiting messages with a no-op handler; then N waiting
 messages whose handler fails the first attempt, each retried through a 1ms
-delay queue before it completes.`,
+delay queue before it completes; then a managed queue (what serve
+--amqp-queues runs): N waiting messages taken by a plain AMQP consumer
+that rejects each first delivery and acks the second, the rejections
+decided by the router and handed back through a 1ms delay queue.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.URL == "" {

@@ -62,7 +62,7 @@ func newBrokerSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Wor
 		conn.Close()
 		return nil, err
 	}
-	amqp.RegisterKind(worker, b.pub, amqp.KindOptions{Get: client.Get})
+	amqp.RegisterKind(worker, b.pub, amqp.KindOptions{Get: client.Get, Queues: cfg.AMQP.managedNames()})
 	return b, nil
 }
 
