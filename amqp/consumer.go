@@ -13,6 +13,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -413,12 +414,5 @@ func (q *queueConsumer) ack(d *amqp091.Delivery) { ack(q.c.log, q.name, d) }
 // requeue puts a delivery back in its queue, unchanged: no attempt used.
 func (q *queueConsumer) requeue(d *amqp091.Delivery) { requeue(q.c.log, q.name, d) }
 
-// ceilMilli is t in Unix milliseconds, rounded up: a due time never moves
-// earlier.
-func ceilMilli(t time.Time) int64 {
-	ms := t.UnixMilli()
-	if time.UnixMilli(ms).Before(t) {
-		ms++
-	}
-	return ms
-}
+// ceilMilli is t in Unix milliseconds, rounded up (see carry.CeilMilli).
+func ceilMilli(t time.Time) int64 { return carry.CeilMilli(t) }

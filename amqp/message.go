@@ -15,6 +15,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -233,25 +234,9 @@ func deathCount(h amqp091.Table, queue string) int {
 	return n
 }
 
-// historyJSON encodes the history, dropping the oldest events (and
-// counting them in dropped) until at most max events and maxBytes bytes
-// remain.
+// historyJSON encodes the history a message carries (see carry.History).
 func historyJSON(events []store.Event, dropped, max, maxBytes int) (string, int) {
-	if len(events) > max {
-		dropped += len(events) - max
-		events = events[len(events)-max:]
-	}
-	for {
-		b, err := json.Marshal(events)
-		if err != nil {
-			return "[]", dropped + len(events)
-		}
-		if len(b) <= maxBytes || len(events) == 0 {
-			return string(b), dropped
-		}
-		events = events[1:]
-		dropped++
-	}
+	return carry.History(events, dropped, max, maxBytes)
 }
 
 // newMessageID returns a random message id for a message published

@@ -1,0 +1,149 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrivehq/redrive/kafka"
+)
+
+// The suite runs on franz-go's in-process cluster (kfake), or on a real
+// cluster when KAFKA_BROKERS names one (comma-separated seed brokers).
+const brokersEnv = "KAFKA_BROKERS"
+
+// testCluster is a cluster for one test.
+type testCluster struct {
+	brokers []string
+	fake    *kfake.Cluster // nil on a real cluster
+}
+
+var topicSeq atomic.Int64
+
+// newCluster returns a fresh kfake cluster, or the real one of
+// KAFKA_BROKERS.
+func newCluster(t testing.TB, opts ...kfake.Opt) *testCluster {
+	t.Helper()
+	if b := os.Getenv(brokersEnv); b != "" {
+		return &testCluster{brokers: strings.Split(b, ",")}
+	}
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return &testCluster{brokers: c.ListenAddrs(), fake: c}
+}
+
+// needFake skips a test that injects failures through kfake's control
+// hooks when it runs on a real cluster.
+func (c *testCluster) needFake(t testing.TB) {
+	if c.fake == nil {
+		t.Skip("injects failures with kfake's control hooks: runs on kfake only")
+	}
+}
+
+func newTopic(t testing.TB) string {
+	return fmt.Sprintf("redrive-test-%d-%d-%s", os.Getpid(), topicSeq.Add(1),
+		strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
+}
+
+func (c *testCluster) client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.brokers...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func (c *testCluster) produce(t testing.TB, cl *kgo.Client, rs ...*kgo.Record) {
+	t.Helper()
+	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// running runs a consumer until the end of the test.
+func running(t testing.TB, c *kafka.Consumer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("consumer.Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// eventually polls cond until it holds, failing after a generous bound
+// (a liveness guard, not a timing assertion).
+func eventually(t testing.TB, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// readAll reads every record of topic from the start, until it has n or
+// the bound passes.
+func (c *testCluster) readAll(t testing.TB, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl := c.client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var out []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: %d records, want %d", topic, len(out), n)
+		}
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func header(r *kgo.Record, k string) string {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if r.Headers[i].Key == k {
+			return string(r.Headers[i].Value)
+		}
+	}
+	return ""
+}

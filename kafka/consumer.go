@@ -1,0 +1,707 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/carry"
+	"github.com/redrivehq/redrive/store"
+)
+
+// TopicOptions configure one main topic of a Consumer.
+type TopicOptions struct {
+	// DefaultKind is the kind of records without HeaderKind (default:
+	// the topic's name).
+	DefaultKind string
+	// Tiers overrides the delays of the retry tiers (default: one per
+	// distinct delay of the topic's retry policy, see NewTopology).
+	Tiers []time.Duration
+	// Partitions and Replication are those of the topics the consumer
+	// creates (default -1: the broker's; the tiers and the DLT take the
+	// main topic's partition count when it exists).
+	Partitions  int32
+	Replication int16
+}
+
+// ConsumerOptions configure a Consumer.
+type ConsumerOptions struct {
+	// Brokers are the seed brokers. Required.
+	Brokers []string
+	// Group is the consumer group. Required.
+	Group string
+	// Topics are the main topics to consume, each with its options.
+	// Required.
+	Topics map[string]TopicOptions
+	// Executor configures how attempts run, exactly as for a
+	// redrive.Worker: the retry policy (Policy, and QueuePolicies per
+	// topic, which also shape each topic's tiers), the classifier, the
+	// breakers, the retry budget, the observer, the logger.
+	Executor redrive.ExecutorOptions
+	// NoCreateTopics makes the consumer check that its topics exist
+	// instead of creating the missing ones.
+	NoCreateTopics bool
+	// ShutdownTimeout is how long running handlers may finish when Run's
+	// context ends or their partition is revoked, before they are
+	// canceled (default 30s); their records are consumed again, by this
+	// group, without using an attempt.
+	ShutdownTimeout time.Duration
+	// MaxHistory and MaxHistoryBytes bound the history a record carries
+	// (defaults DefaultMaxHistory, DefaultMaxHistoryBytes).
+	MaxHistory      int
+	MaxHistoryBytes int
+	// ClientOptions are added to the consumer's kgo client options (TLS,
+	// SASL, timeouts...).
+	ClientOptions []kgo.Opt
+}
+
+// Consumer runs the registered handlers for the records of its main
+// topics and of their retry tiers, in one consumer group, with
+// at-least-once delivery (see the package documentation).
+//
+// Each partition is consumed in order by its own goroutine, so a slow
+// record or a retry waiting for its due time holds only its partition:
+// the main topic keeps flowing. Each record runs through a
+// redrive.Executor, the one a redrive.Worker uses, and its outcome becomes
+// Kafka actions: completed, its offset is marked; a retry is produced to
+// the tier of its delay with the attempt count, due time, first failure,
+// origin and history in headers, then marked; a dead record (retries
+// exhausted, Permanent, NeedsAuth, undecodable headers) is produced to
+// <topic>-dlt with its history and reason, then marked. Marked offsets
+// are committed every second and when partitions are revoked. A tier's
+// record waits for its due time with its partition paused.
+type Consumer struct {
+	opts   ConsumerOptions
+	exec   *redrive.Executor
+	log    *slog.Logger
+	topics map[string]*topicState // by main, tier and DLT topic name
+
+	mu      sync.Mutex
+	started bool
+	cl      *kgo.Client
+	parts   map[tpKey]*partition
+
+	stats counters
+}
+
+// topicState is what the consumer knows of one topic it consumes.
+type topicState struct {
+	main *mainTopic
+	tier time.Duration // 0: the main topic
+}
+
+// mainTopic is one main topic and its topology.
+type mainTopic struct {
+	name  string
+	opts  TopicOptions
+	topo  Topology
+	stats topicCounters
+}
+
+type tpKey struct {
+	topic     string
+	partition int32
+}
+
+// Stats are a consumer's running totals since it was created, per main
+// topic.
+type Stats struct {
+	// Consumed counts the records polled, tiers included.
+	Consumed int64 `json:"consumed"`
+	// Completed, Retried, Deferred (breaker and Snooze), Dead and
+	// Released count the attempts by outcome.
+	Completed int64 `json:"completed"`
+	Retried   int64 `json:"retried"`
+	Deferred  int64 `json:"deferred"`
+	Dead      int64 `json:"dead"`
+	Released  int64 `json:"released"`
+	// Waits counts the tier records whose due time the consumer waited
+	// for (partition paused); Hops, those moved on to a longer tier.
+	Waits int64 `json:"waits"`
+	Hops  int64 `json:"hops"`
+	// Undecodable counts the records dead because their redrive headers
+	// could not be read.
+	Undecodable int64 `json:"undecodable"`
+	// ProduceRetries counts the produces of retries and dead letters
+	// that failed and were tried again.
+	ProduceRetries int64 `json:"produce_retries"`
+}
+
+type topicCounters struct {
+	consumed, completed, retried, deferred, dead, released, waits, hops, undecodable, produceRetries atomic.Int64
+}
+
+type counters struct{ rebalances atomic.Int64 }
+
+// NewConsumer returns a consumer of opts.Topics.
+func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
+	if len(opts.Brokers) == 0 {
+		return nil, errors.New("kafka: consumer: no brokers")
+	}
+	if opts.Group == "" {
+		return nil, errors.New("kafka: consumer: no group")
+	}
+	if len(opts.Topics) == 0 {
+		return nil, errors.New("kafka: consumer: no topics")
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.MaxHistory <= 0 {
+		opts.MaxHistory = DefaultMaxHistory
+	}
+	if opts.MaxHistoryBytes <= 0 {
+		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
+	}
+	if opts.Executor.Policy != nil {
+		if err := opts.Executor.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("kafka: consumer: %w", err)
+		}
+	}
+	exec := redrive.NewExecutor(opts.Executor)
+	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{}}
+	names := make([]string, 0, len(opts.Topics))
+	for name := range opts.Topics {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		to := opts.Topics[name]
+		if to.DefaultKind == "" {
+			to.DefaultKind = name
+		}
+		topo := NewTopology(name, exec.PolicyFor(&redrive.Job{Queue: name, MaxRetries: -1}))
+		if to.Tiers != nil {
+			topo.Tiers = append([]time.Duration(nil), to.Tiers...)
+		}
+		if to.Partitions != 0 {
+			topo.Partitions = to.Partitions
+		}
+		if to.Replication != 0 {
+			topo.Replication = to.Replication
+		}
+		if err := topo.Validate(); err != nil {
+			return nil, err
+		}
+		m := &mainTopic{name: name, opts: to, topo: topo}
+		for _, t := range topo.Topics() {
+			if _, dup := c.topics[t]; dup {
+				return nil, fmt.Errorf("kafka: consumer: topic %q belongs to two main topics", t)
+			}
+		}
+		c.topics[name] = &topicState{main: m}
+		for _, d := range topo.Tiers {
+			c.topics[topo.TierTopic(d)] = &topicState{main: m, tier: d}
+		}
+	}
+	return c, nil
+}
+
+// HandleFunc registers the handler of a job kind. Registering after Run
+// started, or twice for one kind, panics: both are programming errors.
+func (c *Consumer) HandleFunc(kind string, fn redrive.Handler, opts ...redrive.HandlerOption) {
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if started {
+		panic("kafka: HandleFunc called after Run")
+	}
+	c.exec.HandleFunc(kind, fn, opts...)
+}
+
+// Executor returns the executor that runs the consumer's attempts.
+func (c *Consumer) Executor() *redrive.Executor { return c.exec }
+
+// Topology returns the topology of a main topic.
+func (c *Consumer) Topology(topic string) (Topology, bool) {
+	ts, ok := c.topics[topic]
+	if !ok || ts.tier != 0 {
+		return Topology{}, false
+	}
+	return ts.main.topo, true
+}
+
+// Stats returns the running totals of each main topic, by name.
+func (c *Consumer) Stats() map[string]Stats {
+	out := map[string]Stats{}
+	for _, ts := range c.topics {
+		if ts.tier != 0 {
+			continue
+		}
+		s := &ts.main.stats
+		out[ts.main.name] = Stats{Consumed: s.consumed.Load(), Completed: s.completed.Load(), Retried: s.retried.Load(),
+			Deferred: s.deferred.Load(), Dead: s.dead.Load(), Released: s.released.Load(), Waits: s.waits.Load(),
+			Hops: s.hops.Load(), Undecodable: s.undecodable.Load(), ProduceRetries: s.produceRetries.Load()}
+	}
+	return out
+}
+
+// recordKey is the context key of the record a handler runs.
+type recordKey struct{}
+
+// RecordOf returns the Kafka record a handler's job came from (its key,
+// headers, partition, offset), from the handler's context.
+func RecordOf(ctx context.Context) (*kgo.Record, bool) {
+	r, ok := ctx.Value(recordKey{}).(*kgo.Record)
+	return r, ok
+}
+
+// Run ensures the topics exist (creating the missing ones unless
+// NoCreateTopics) and consumes until ctx ends; then it stops consuming,
+// lets running handlers finish for up to ShutdownTimeout, cancels the
+// rest (their records are consumed again later, without using an
+// attempt), commits what was settled and closes its client. It returns
+// nil after a clean shutdown, or the error that kept it from starting.
+func (c *Consumer) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return errors.New("kafka: consumer already running")
+	}
+	c.started = true
+	c.mu.Unlock()
+
+	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.opts.Brokers...)}, c.opts.ClientOptions...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	adm := kadm.NewClient(admCl)
+	for _, ts := range c.topics {
+		if ts.tier == 0 {
+			if err := ts.main.topo.Ensure(ctx, adm, !c.opts.NoCreateTopics); err != nil {
+				admCl.Close()
+				return err
+			}
+		}
+	}
+	admCl.Close()
+
+	consume := make([]string, 0, len(c.topics))
+	for t := range c.topics {
+		consume = append(consume, t)
+	}
+	sort.Strings(consume)
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(c.opts.Brokers...),
+		kgo.ConsumerGroup(c.opts.Group),
+		kgo.ConsumeTopics(consume...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0), // each produce is awaited: nothing to batch
+		kgo.WithLogger(kgoLogger{c.log}),
+	}, c.opts.ClientOptions...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	c.mu.Lock()
+	c.cl = cl
+	c.mu.Unlock()
+	c.log.Info("kafka: consumer starting", "group", c.opts.Group, "topics", consume, "kinds", c.exec.Kinds())
+
+	commitDone := make(chan struct{})
+	commitStop := make(chan struct{})
+	go c.commitLoop(cl, commitStop, commitDone)
+
+	for {
+		fetches := cl.PollRecords(ctx, 1000)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			break
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			c.log.Warn("kafka: fetch error", "topic", t, "partition", p, "error", err)
+		})
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 {
+				return
+			}
+			c.mu.Lock()
+			pc := c.parts[tpKey{fp.Topic, fp.Partition}]
+			c.mu.Unlock()
+			if pc == nil {
+				return // revoked meanwhile: the records are consumed again by the new owner
+			}
+			if ts := c.topics[fp.Topic]; ts != nil {
+				ts.main.stats.consumed.Add(int64(len(fp.Records)))
+			}
+			pc.push(fp.Records)
+		})
+		cl.AllowRebalance()
+	}
+	// Shutdown: stop every partition (handlers get ShutdownTimeout),
+	// commit what was settled, leave the group.
+	c.mu.Lock()
+	all := map[string][]int32{}
+	for k := range c.parts {
+		all[k.topic] = append(all[k.topic], k.partition)
+	}
+	c.mu.Unlock()
+	c.stopPartitions(all)
+	close(commitStop)
+	<-commitDone
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := cl.CommitMarkedOffsets(cctx); err != nil {
+		c.log.Warn("kafka: final commit failed; the records settled since the last commit will be consumed again", "error", err)
+	}
+	cancel()
+	cl.CloseAllowingRebalance()
+	c.log.Info("kafka: consumer stopped", "group", c.opts.Group)
+	return nil
+}
+
+// commitLoop commits the marked offsets every second until stop.
+func (c *Consumer) commitLoop(cl *kgo.Client, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := cl.CommitMarkedOffsets(ctx); err != nil {
+				c.log.Warn("kafka: commit failed; retrying at the next tick", "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for topic, ps := range assigned {
+		ts := c.topics[topic]
+		if ts == nil {
+			continue
+		}
+		for _, p := range ps {
+			k := tpKey{topic, p}
+			if c.parts[k] != nil {
+				continue
+			}
+			pc := newPartition(c, cl, ts, topic, p)
+			c.parts[k] = pc
+			go pc.run()
+		}
+	}
+}
+
+func (c *Consumer) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	c.stats.rebalances.Add(1)
+	c.stopPartitions(revoked)
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		c.log.Warn("kafka: commit on revoke failed; the records settled since the last commit will be consumed again",
+			"error", err)
+	}
+}
+
+func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.stats.rebalances.Add(1)
+	c.stopPartitions(lost)
+}
+
+// stopPartitions stops the goroutines of the given partitions: their
+// waits end at once, their running handlers within ShutdownTimeout.
+func (c *Consumer) stopPartitions(tps map[string][]int32) {
+	var stopped []*partition
+	c.mu.Lock()
+	for topic, ps := range tps {
+		for _, p := range ps {
+			k := tpKey{topic, p}
+			if pc := c.parts[k]; pc != nil {
+				delete(c.parts, k)
+				stopped = append(stopped, pc)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, pc := range stopped {
+		pc.stop()
+	}
+	if len(stopped) == 0 {
+		return
+	}
+	timer := time.NewTimer(c.opts.ShutdownTimeout)
+	defer timer.Stop()
+	for _, pc := range stopped {
+		select {
+		case <-pc.done:
+		case <-timer.C:
+			c.log.Warn("kafka: shutdown timeout: canceling running handlers")
+			for _, q := range stopped {
+				q.hardCancel(redrive.ErrShutdown)
+			}
+			<-pc.done
+		}
+	}
+	for _, pc := range stopped {
+		<-pc.done
+	}
+}
+
+// partition consumes one partition, in order.
+type partition struct {
+	c     *Consumer
+	cl    *kgo.Client
+	ts    *topicState
+	topic string
+	id    int32
+
+	mu      sync.Mutex
+	queue   []*kgo.Record
+	wake    chan struct{}
+	quit    chan struct{}
+	stopped sync.Once
+	done    chan struct{}
+
+	hardCtx    context.Context
+	hardCancel context.CancelCauseFunc
+}
+
+func newPartition(c *Consumer, cl *kgo.Client, ts *topicState, topic string, id int32) *partition {
+	hctx, hcancel := context.WithCancelCause(context.Background())
+	return &partition{c: c, cl: cl, ts: ts, topic: topic, id: id, wake: make(chan struct{}, 1), quit: make(chan struct{}),
+		done: make(chan struct{}), hardCtx: hctx, hardCancel: hcancel}
+}
+
+// push queues polled records; it never blocks the poll loop.
+func (p *partition) push(rs []*kgo.Record) {
+	p.mu.Lock()
+	p.queue = append(p.queue, rs...)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *partition) stop() { p.stopped.Do(func() { close(p.quit) }) }
+
+func (p *partition) stopping() bool {
+	select {
+	case <-p.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// run handles the partition's records in order until stopped, or until
+// a record could not be settled (shutdown): nothing after it is marked.
+func (p *partition) run() {
+	defer close(p.done)
+	defer p.hardCancel(nil)
+	for {
+		p.mu.Lock()
+		var r *kgo.Record
+		if len(p.queue) > 0 {
+			r = p.queue[0]
+			p.queue = p.queue[1:]
+		}
+		p.mu.Unlock()
+		if r == nil {
+			select {
+			case <-p.quit:
+				return
+			case <-p.wake:
+				continue
+			}
+		}
+		if p.stopping() || !p.handle(r) {
+			return
+		}
+	}
+}
+
+// handle runs one record and settles it; false means it was not settled
+// and the partition must stop.
+func (p *partition) handle(r *kgo.Record) bool {
+	m := p.ts.main
+	st, err := readState(r)
+	if err != nil {
+		return p.undecodable(r, err)
+	}
+	if p.ts.tier != 0 {
+		// A retry is never early: wait for its due time, the partition
+		// paused meanwhile; a wait much longer than this tier's delay
+		// moves on to a longer tier instead of holding the records
+		// behind it.
+		if rem := time.Until(st.due); rem > 0 {
+			if rem > p.ts.tier+p.ts.tier/2 && m.topo.tierFor(rem) > p.ts.tier {
+				m.stats.hops.Add(1)
+				return p.produceThenMark(r, forwarded(r, m.topo.TierTopic(m.topo.tierFor(rem)), nil))
+			}
+			m.stats.waits.Add(1)
+			if !p.wait(rem) {
+				return false
+			}
+		}
+	}
+	j := jobOf(r, m.name, m.opts.DefaultKind, st, time.Now())
+	actx, cancel := context.WithCancelCause(context.WithValue(p.hardCtx, recordKey{}, r))
+	o := p.c.exec.Execute(actx, j)
+	cancel(nil)
+	return p.settle(r, st, j, &o)
+}
+
+// wait waits d with the partition paused; false if stopped meanwhile.
+func (p *partition) wait(d time.Duration) bool {
+	tp := map[string][]int32{p.topic: {p.id}}
+	p.cl.PauseFetchPartitions(tp)
+	defer p.cl.ResumeFetchPartitions(tp)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.quit:
+		return false
+	}
+}
+
+// settle turns an outcome into Kafka actions.
+func (p *partition) settle(r *kgo.Record, st state, j *redrive.Job, o *redrive.Outcome) bool {
+	m := p.ts.main
+	opts := &p.c.opts
+	switch o.Kind {
+	case store.Complete, store.Cancel:
+		m.stats.completed.Add(1)
+		p.cl.MarkCommitRecords(r)
+		return true
+	case store.Release:
+		m.stats.released.Add(1)
+		return false
+	case store.Retry, store.Snooze:
+		attempts := j.Attempt
+		if o.Kind == store.Snooze {
+			attempts = st.attempts
+			m.stats.deferred.Add(1)
+		} else {
+			m.stats.retried.Add(1)
+		}
+		hist, dropped := carry.History(append(j.History, *o.Event), st.dropped, opts.MaxHistory, opts.MaxHistoryBytes)
+		set := p.carried(r, st, o, hist, dropped)
+		set[HeaderAttempt] = strconv.Itoa(attempts)
+		set[HeaderDue] = strconv.FormatInt(carry.CeilMilli(o.RunAt), 10)
+		if o.Kind == store.Retry {
+			set[HeaderLastDelay] = strconv.FormatInt(time.Duration(o.RetryDelay).Milliseconds(), 10)
+		}
+		tier := m.topo.tierFor(o.RunAt.Sub(o.At))
+		return p.produceThenMark(r, forwarded(r, m.topo.TierTopic(tier), set))
+	default: // store.Bury
+		m.stats.dead.Add(1)
+		events := j.History
+		if o.Event != nil {
+			events = append(events, *o.Event)
+		}
+		hist, dropped := carry.History(events, st.dropped, opts.MaxHistory, opts.MaxHistoryBytes)
+		set := p.carried(r, st, o, hist, dropped)
+		set[HeaderAttempt] = strconv.Itoa(j.Attempt)
+		for k, v := range deadHeaders(o) {
+			set[k] = v
+		}
+		return p.produceThenMark(r, forwarded(r, m.topo.DLT(), set, HeaderDue))
+	}
+}
+
+// carried are the headers every forwarded record carries: history,
+// origin, first failure.
+func (p *partition) carried(r *kgo.Record, st state, o *redrive.Outcome, hist string, dropped int) map[string]string {
+	t, part, off := st.identity(r)
+	first := st.firstFailure
+	if first.IsZero() {
+		first = o.At
+	}
+	set := map[string]string{HeaderHistory: hist, HeaderOriginTopic: t, HeaderOriginPartition: strconv.Itoa(int(part)),
+		HeaderOriginOffset: strconv.FormatInt(off, 10), HeaderFirstFailure: strconv.FormatInt(first.UnixMilli(), 10)}
+	if dropped > 0 {
+		set[HeaderHistoryDropped] = strconv.Itoa(dropped)
+	}
+	return set
+}
+
+// deadHeaders are the headers of a dead letter: why and when it died.
+func deadHeaders(o *redrive.Outcome) map[string]string {
+	h := map[string]string{HeaderReason: o.DeadReason, HeaderClass: o.ClassName(), HeaderError: o.Error,
+		HeaderDeadAt: strconv.FormatInt(o.At.UnixMilli(), 10)}
+	if o.Event != nil && o.Event.Reason != "" {
+		h[HeaderCause] = o.Event.Reason
+	}
+	return h
+}
+
+// undecodable sends a record whose redrive headers cannot be read to the
+// DLT, its headers as they came.
+func (p *partition) undecodable(r *kgo.Record, err error) bool {
+	m := p.ts.main
+	m.stats.undecodable.Add(1)
+	m.stats.dead.Add(1)
+	now := time.Now()
+	o := &redrive.Outcome{Kind: store.Bury, At: now, Class: failure.Permanent, DeadReason: redrive.ReasonUndecodable,
+		Error: err.Error()}
+	p.c.log.Warn("kafka: record cannot be decoded; moved to the DLT", "topic", r.Topic, "partition", r.Partition,
+		"offset", r.Offset, "dlt", m.topo.DLT(), "error", err)
+	set := deadHeaders(o)
+	set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = r.Topic, strconv.Itoa(int(r.Partition)),
+		strconv.FormatInt(r.Offset, 10)
+	return p.produceThenMark(r, forwarded(r, m.topo.DLT(), set))
+}
+
+// produceThenMark produces out, acknowledged by every in-sync replica,
+// then marks r's offset for commit: a crash between the two consumes r
+// again (a duplicate retry or dead letter), never loses it. A failed
+// produce is tried again, with backoff, until it succeeds or the
+// partition stops (false: r stays unmarked).
+func (p *partition) produceThenMark(r, out *kgo.Record) bool {
+	backoff := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := p.cl.ProduceSync(ctx, out).FirstErr()
+		cancel()
+		if err == nil {
+			p.cl.MarkCommitRecords(r)
+			return true
+		}
+		p.ts.main.stats.produceRetries.Add(1)
+		p.c.log.Warn("kafka: produce failed; retrying", "topic", out.Topic, "from_topic", r.Topic, "partition", r.Partition,
+			"offset", r.Offset, "delay", backoff, "error", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-p.quit:
+			t.Stop()
+			return false
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// kgoLogger sends kgo's warnings and errors to slog.
+type kgoLogger struct{ log *slog.Logger }
+
+func (l kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	switch level {
+	case kgo.LogLevelError:
+		l.log.Error("kafka: "+msg, keyvals...)
+	case kgo.LogLevelWarn:
+		l.log.Warn("kafka: "+msg, keyvals...)
+	}
+}

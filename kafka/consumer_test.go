@@ -1,0 +1,163 @@
+package kafka_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/kafka"
+	"github.com/redrivehq/redrive/retry"
+)
+
+// attempts records when each job's attempts started, by key.
+type attempts struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (a *attempts) add(k string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.at == nil {
+		a.at = map[string][]time.Time{}
+	}
+	a.at[k] = append(a.at[k], time.Now())
+	return len(a.at[k])
+}
+
+func (a *attempts) of(k string) []time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.at[k]...)
+}
+
+// TestRetryTiersAndDLT: a failing record is retried through the tiers,
+// never early, then dead in the DLT with its history; a permanent error
+// goes to the DLT at once; the main partition keeps flowing meanwhile.
+func TestRetryTiersAndDLT(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	p := retry.Policy{MaxRetries: 3, Initial: 100 * time.Millisecond, Multiplier: 2, MaxDelay: time.Second, Jitter: retry.JitterNone}
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1}},
+		Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &attempts{}
+	var done sync.Map
+	cons.HandleFunc("scan", func(ctx context.Context, j *redrive.Job) error {
+		var doc struct{ ID string }
+		if err := json.Unmarshal(j.Payload, &doc); err != nil {
+			return err
+		}
+		n := seen.add(doc.ID)
+		if j.Attempt != n {
+			t.Errorf("%s: attempt %d is the job's attempt %d", doc.ID, n, j.Attempt)
+		}
+		switch doc.ID {
+		case "always":
+			return errors.New("scanner unavailable")
+		case "bad":
+			return redrive.Permanent(errors.New("not a PDF"))
+		}
+		done.Store(doc.ID, time.Now())
+		return nil
+	})
+	running(t, cons)
+	cl := c.client(t)
+	for _, id := range []string{"always", "bad", "ok-1", "ok-2"} {
+		r, err := kafka.NewRecord(topic, "scan", map[string]string{"ID": id}, []byte(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.produce(t, cl, r)
+	}
+	topo, _ := cons.Topology(topic)
+	dead := c.readAll(t, topo.DLT(), 2)
+	at := seen.of("always")
+	if len(at) != 4 {
+		t.Fatalf("always: %d attempts, want 4", len(at))
+	}
+	for i, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		if gap := at[i+1].Sub(at[i]); gap < want-2*time.Millisecond {
+			t.Errorf("retry %d came %v after the attempt before: early for %v", i+1, gap, want)
+		}
+	}
+	if _, ok := done.Load("ok-2"); !ok {
+		t.Errorf("ok-2 did not complete")
+	}
+	byKey := map[string]*kgo.Record{}
+	for _, r := range dead {
+		byKey[string(r.Key)] = r
+	}
+	if r := byKey["always"]; r == nil || header(r, kafka.HeaderReason) != "retries_exhausted" || header(r, kafka.HeaderAttempt) != "4" {
+		t.Errorf("always's dead letter: %+v", r)
+	} else {
+		var h []redrive.Event
+		if err := json.Unmarshal([]byte(header(r, kafka.HeaderHistory)), &h); err != nil || len(h) != 4 {
+			t.Errorf("always's history %v %v, want 3 retries and the death", err, h)
+		}
+		if header(r, kafka.HeaderOriginTopic) != topic || header(r, kafka.HeaderOriginOffset) != "0" {
+			t.Errorf("origin %s/%s", header(r, kafka.HeaderOriginTopic), header(r, kafka.HeaderOriginOffset))
+		}
+	}
+	if r := byKey["bad"]; r == nil || header(r, kafka.HeaderReason) != "permanent" || header(r, kafka.HeaderError) != "not a PDF" {
+		t.Errorf("bad's dead letter: %+v", r)
+	}
+	if n := len(seen.of("bad")); n != 1 {
+		t.Errorf("bad: %d attempts, want 1", n)
+	}
+	s := cons.Stats()[topic]
+	if s.Completed != 2 || s.Retried != 3 || s.Dead != 2 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestMainFlowsWhileRetryWaits: while a retry waits its 2 s in a tier,
+// the records produced after it on the same main partition run.
+func TestMainFlowsWhileRetryWaits(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	p := retry.Policy{MaxRetries: 1, Initial: 2 * time.Second, Multiplier: 1, MaxDelay: 2 * time.Second, Jitter: retry.JitterNone}
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1}},
+		Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		mu.Lock()
+		order = append(order, string(j.Payload))
+		mu.Unlock()
+		if string(j.Payload) == `"slow"` && j.Attempt == 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	running(t, cons)
+	cl := c.client(t)
+	r, _ := kafka.NewRecord(topic, "job", "slow", nil)
+	c.produce(t, cl, r)
+	eventually(t, "slow's first attempt", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 1 })
+	for i := range 20 {
+		r, _ := kafka.NewRecord(topic, "job", i, nil)
+		c.produce(t, cl, r)
+	}
+	eventually(t, "slow's retry", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 22 })
+	mu.Lock()
+	defer mu.Unlock()
+	if order[21] != `"slow"` {
+		t.Errorf("order %v: the 20 records after slow must run while it waits", order)
+	}
+}

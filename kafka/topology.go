@@ -1,0 +1,173 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/redrivehq/redrive/retry"
+)
+
+// MaxTiers bounds the retry tiers of one topic.
+const MaxTiers = 32
+
+// Topology is the set of topics of one main topic: the topic, one retry
+// tier <topic>-retry-<delay> per delay, and the dead-letter topic
+// <topic>-dlt. It is a plain value: build it with NewTopology and make
+// sure it exists with Ensure.
+type Topology struct {
+	// Topic is the main topic.
+	Topic string
+	// Tiers are the delays of the retry tiers, ascending, whole
+	// milliseconds.
+	Tiers []time.Duration
+	// Partitions and Replication are those of the topics Ensure creates
+	// (-1: the broker's defaults; the tiers and the DLT take the main
+	// topic's partition count when it exists).
+	Partitions  int32
+	Replication int16
+}
+
+// NewTopology returns the topology of topic whose retries follow p: one
+// tier per distinct delay of p's schedule (without jitter), then tiers
+// ten times longer each up to p's MaxRetryAfter (default 1h) for the
+// longer waits (a Retry-After, an open breaker), at most MaxTiers.
+func NewTopology(topic string, p retry.Policy) Topology {
+	t := Topology{Topic: topic, Partitions: -1, Replication: -1}
+	for _, s := range p.Schedule() {
+		d := s.Base.Truncate(time.Millisecond)
+		if d < time.Millisecond || slices.Contains(t.Tiers, d) {
+			continue
+		}
+		t.Tiers = append(t.Tiers, d)
+	}
+	slices.Sort(t.Tiers)
+	if len(t.Tiers) > 0 {
+		limit := p.MaxRetryAfter
+		if limit <= 0 {
+			limit = retry.DefaultMaxRetryAfter
+		}
+		for d := t.Tiers[len(t.Tiers)-1] * 10; d <= limit && len(t.Tiers) < MaxTiers; d *= 10 {
+			t.Tiers = append(t.Tiers, d)
+		}
+	}
+	if len(t.Tiers) > MaxTiers {
+		t.Tiers = t.Tiers[:MaxTiers]
+	}
+	return t
+}
+
+// DLT returns the dead-letter topic's name: <topic>-dlt.
+func (t Topology) DLT() string { return t.Topic + "-dlt" }
+
+// TierTopic returns the name of the retry tier of delay d:
+// <topic>-retry-<d>, d in seconds when whole (t-retry-4s), else in
+// milliseconds (t-retry-1500ms).
+func (t Topology) TierTopic(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%s-retry-%ds", t.Topic, d/time.Second)
+	}
+	return fmt.Sprintf("%s-retry-%dms", t.Topic, d/time.Millisecond)
+}
+
+// Topics returns every topic of the topology: the main topic, the tiers,
+// the DLT.
+func (t Topology) Topics() []string {
+	out := []string{t.Topic}
+	for _, d := range t.Tiers {
+		out = append(out, t.TierTopic(d))
+	}
+	return append(out, t.DLT())
+}
+
+// Validate reports a topology that cannot exist.
+func (t Topology) Validate() error {
+	var errs []error
+	if t.Topic == "" {
+		errs = append(errs, errors.New("kafka: topology: empty topic name"))
+	}
+	// Kafka's own rule: [a-zA-Z0-9._-], at most 249 bytes; the suffixes
+	// take up to 20.
+	if len(t.Topic) > 229 || strings.ContainsFunc(t.Topic, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}) {
+		errs = append(errs, fmt.Errorf("kafka: topology: topic %q: want at most 229 of a-z, A-Z, 0-9, '.', '_', '-'", t.Topic))
+	}
+	if len(t.Tiers) == 0 {
+		errs = append(errs, errors.New("kafka: topology: no retry tier"))
+	}
+	if len(t.Tiers) > MaxTiers {
+		errs = append(errs, fmt.Errorf("kafka: topology: %d tiers, at most %d", len(t.Tiers), MaxTiers))
+	}
+	for i, d := range t.Tiers {
+		if d < time.Millisecond || d%time.Millisecond != 0 {
+			errs = append(errs, fmt.Errorf("kafka: topology: tier %v: want a whole number of milliseconds, at least 1ms", d))
+		}
+		if i > 0 && d <= t.Tiers[i-1] {
+			errs = append(errs, fmt.Errorf("kafka: topology: tiers must be ascending and distinct, got %v after %v", d, t.Tiers[i-1]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tierFor returns the longest tier not longer than d, else the shortest.
+func (t Topology) tierFor(d time.Duration) time.Duration {
+	i, found := slices.BinarySearch(t.Tiers, d)
+	switch {
+	case found:
+		return t.Tiers[i]
+	case i == 0:
+		return t.Tiers[0]
+	default:
+		return t.Tiers[i-1]
+	}
+}
+
+// Ensure makes sure every topic of the topology exists: with create, it
+// creates the missing ones (the tiers and the DLT with the main topic's
+// partition count when it exists, else Partitions); without, a missing
+// topic is an error naming it and what to create.
+func (t Topology) Ensure(ctx context.Context, adm *kadm.Client, create bool) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	listed, err := adm.ListTopics(ctx, t.Topics()...)
+	if err != nil {
+		return fmt.Errorf("kafka: list topics: %w", err)
+	}
+	partitions := t.Partitions
+	if d, ok := listed[t.Topic]; ok && d.Err == nil && len(d.Partitions) > 0 {
+		partitions = int32(len(d.Partitions))
+	}
+	var missing []string
+	for _, name := range t.Topics() {
+		if d, ok := listed[name]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			missing = append(missing, name)
+		} else if d.Err != nil {
+			return fmt.Errorf("kafka: topic %q: %w", name, d.Err)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if !create {
+		return fmt.Errorf("kafka: topics %s do not exist, and creating them is not allowed: create them (the tiers and the DLT "+
+			"with as many partitions as %q), or allow redrive to", strings.Join(missing, ", "), t.Topic)
+	}
+	res, err := adm.CreateTopics(ctx, partitions, t.Replication, nil, missing...)
+	if err != nil {
+		return fmt.Errorf("kafka: create topics %s: %w", strings.Join(missing, ", "), err)
+	}
+	for _, name := range missing {
+		if r, ok := res[name]; ok && r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("kafka: create topic %q: %w", name, r.Err)
+		}
+	}
+	return nil
+}
