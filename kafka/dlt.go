@@ -1,0 +1,443 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/carry"
+	"github.com/redrivehq/redrive/store"
+)
+
+// MaxPeek bounds how many dead letters one Peek reads.
+const MaxPeek = 1000
+
+// DLTOptions configure a DLT.
+type DLTOptions struct {
+	// Cursor is the consumer group whose committed offsets mark how far
+	// redrives went (default "redrive-dlt-<topic>"): Count's Pending and
+	// a Redrive without From start there.
+	Cursor string
+	// ClientOptions are added to the kgo client's options.
+	ClientOptions []kgo.Opt
+}
+
+// DLT operates on the dead-letter topic of one main topic: count, peek
+// with history, and redrive to the main topic. A DLT is append-only: a
+// redrive does not remove records, it moves a cursor (a consumer group's
+// committed offsets) past them.
+type DLT struct {
+	opts   []kgo.Opt // the seed brokers and the ClientOptions, for readers
+	cl     *kgo.Client
+	adm    *kadm.Client
+	topo   Topology
+	cursor string
+}
+
+// NewDLT returns the operations on the dead letters of topic.
+func NewDLT(brokers []string, topic string, opts DLTOptions) (*DLT, error) {
+	t := Topology{Topic: topic, Tiers: []time.Duration{time.Second}}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	if len(brokers) == 0 {
+		return nil, errors.New("kafka: dlt: no brokers")
+	}
+	if opts.Cursor == "" {
+		opts.Cursor = "redrive-dlt-" + topic
+	}
+	base := append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts.ClientOptions...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0)}, base...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	return &DLT{opts: base, cl: cl, adm: kadm.NewClient(cl), topo: t, cursor: opts.Cursor}, nil
+}
+
+// Name returns the dead-letter topic's name.
+func (q *DLT) Name() string { return q.topo.DLT() }
+
+// Close releases the DLT's client.
+func (q *DLT) Close() { q.cl.Close() }
+
+// DLTCount says how many dead letters a DLT holds.
+type DLTCount struct {
+	// Total counts the records the topic holds (within its retention).
+	Total int64 `json:"total"`
+	// Pending counts those after the redrive cursor: not redriven yet.
+	Pending int64 `json:"pending"`
+}
+
+// span is the offsets of one partition: start, cursor, end.
+type span struct{ start, cursor, end int64 }
+
+// spans reads each partition's start, end and cursor offsets.
+func (q *DLT) spans(ctx context.Context) (map[int32]*span, error) {
+	dlt := q.topo.DLT()
+	starts, err := q.adm.ListStartOffsets(ctx, dlt)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: dead-letter topic %q: %w", dlt, err)
+	}
+	if err := starts.Error(); err != nil {
+		return nil, fmt.Errorf("kafka: dead-letter topic %q: %w", dlt, err)
+	}
+	ends, err := q.adm.ListEndOffsets(ctx, dlt)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: dead-letter topic %q: %w", dlt, err)
+	}
+	out := map[int32]*span{}
+	starts.Each(func(o kadm.ListedOffset) { out[o.Partition] = &span{start: o.Offset, cursor: o.Offset} })
+	ends.Each(func(o kadm.ListedOffset) {
+		if s := out[o.Partition]; s != nil {
+			s.end = o.Offset
+		}
+	})
+	committed, err := q.adm.FetchOffsetsForTopics(ctx, q.cursor, dlt)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return out, nil // no redrive yet: the cursor is at the start
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka: redrive cursor %q: %w", q.cursor, err)
+	}
+	committed.Each(func(o kadm.OffsetResponse) {
+		if s := out[o.Partition]; s != nil && o.Err == nil && o.At > s.cursor {
+			s.cursor = min(o.At, s.end)
+		}
+	})
+	return out, nil
+}
+
+// Count returns how many dead letters the DLT holds, and how many of
+// them were not redriven yet.
+func (q *DLT) Count(ctx context.Context) (DLTCount, error) {
+	spans, err := q.spans(ctx)
+	if err != nil {
+		return DLTCount{}, err
+	}
+	var c DLTCount
+	for _, s := range spans {
+		c.Total += s.end - s.start
+		c.Pending += s.end - s.cursor
+	}
+	return c, nil
+}
+
+// DeadLetter is a record of a DLT, as Peek reads it.
+type DeadLetter struct {
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	Key       []byte `json:"key,omitempty"`
+	Value     []byte `json:"value"`
+	// Kind is the job kind (HeaderKind); Origin where the record was
+	// first consumed (topic/partition/offset).
+	Kind   string `json:"kind,omitempty"`
+	Origin string `json:"origin,omitempty"`
+	// Reason, Class, Error and Cause say why it died.
+	Reason string `json:"reason"`
+	Class  string `json:"class,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Cause  string `json:"cause,omitempty"`
+	// DeadAt is when it died; Timestamp, when it was produced to the
+	// DLT.
+	DeadAt    time.Time `json:"dead_at,omitzero"`
+	Timestamp time.Time `json:"timestamp"`
+	// Attempts is how many attempts it used; Redriven, its earlier
+	// redrives.
+	Attempts int `json:"attempts"`
+	Redriven int `json:"redriven"`
+	// History is its attempt history, oldest first (bounded: see
+	// HistoryDropped).
+	History        []redrive.Event `json:"history"`
+	HistoryDropped int             `json:"history_dropped,omitempty"`
+	// Headers are all its headers.
+	Headers []kgo.RecordHeader `json:"headers,omitempty"`
+	// Problem is set when redrive's headers cannot be read.
+	Problem string `json:"problem,omitempty"`
+}
+
+// deadLetterOf reads a DLT record.
+func deadLetterOf(r *kgo.Record) DeadLetter {
+	dl := DeadLetter{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
+		Headers: r.Headers, History: []redrive.Event{}}
+	dl.Reason, _ = header(r, HeaderReason)
+	dl.Class, _ = header(r, HeaderClass)
+	dl.Error, _ = header(r, HeaderError)
+	dl.Cause, _ = header(r, HeaderCause)
+	if v, ok := header(r, HeaderDeadAt); ok {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+			dl.DeadAt = time.UnixMilli(ms)
+		}
+	}
+	st, err := readState(r)
+	if err != nil {
+		dl.Problem = err.Error()
+		return dl
+	}
+	dl.Kind, dl.Attempts, dl.Redriven, dl.HistoryDropped = st.kind, st.attempts, st.redriven, st.dropped
+	if st.history != nil {
+		dl.History = st.history
+	}
+	t, p, o := st.identity(r)
+	dl.Origin = fmt.Sprintf("%s/%d/%d", t, p, o)
+	return dl
+}
+
+// read calls fn on the records of the DLT from the given offsets up to
+// (not including) the given ends, partition by partition in offset
+// order, until fn returns false or ctx ends.
+func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo.Record) (more bool, err error)) error {
+	parts := map[int32]kgo.Offset{}
+	left := 0
+	for p, f := range from {
+		if f < to[p] {
+			parts[p] = kgo.NewOffset().At(f)
+			left++
+		}
+	}
+	if left == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{q.topo.DLT(): parts})},
+		q.opts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer cl.Close()
+	done := map[int32]bool{}
+	for len(done) < left {
+		// Offsets may have gaps (transaction markers, compaction): a
+		// partition that stays silent this long has nothing more below
+		// its end.
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if pctx.Err() != nil && fs.NumRecords() == 0 {
+			return nil
+		}
+		if err := fs.Err0(); err != nil {
+			return fmt.Errorf("kafka: read dead-letter topic %q: %w", q.topo.DLT(), err)
+		}
+		var stop bool
+		var ferr error
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			for _, r := range fp.Records {
+				if stop || done[r.Partition] || r.Offset >= to[r.Partition] {
+					continue
+				}
+				more, err := fn(r)
+				if err != nil {
+					stop, ferr = true, err
+					return
+				}
+				if !more {
+					stop = true
+					return
+				}
+				if r.Offset+1 >= to[r.Partition] {
+					done[r.Partition] = true
+				}
+			}
+		})
+		if ferr != nil {
+			return ferr
+		}
+		if stop {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Peek returns up to n dead letters after the redrive cursor (or, when
+// from is not nil, from those offsets per partition), partition by
+// partition, without moving anything.
+func (q *DLT) Peek(ctx context.Context, n int, from map[int32]int64) ([]DeadLetter, error) {
+	if n <= 0 || n > MaxPeek {
+		return nil, fmt.Errorf("kafka: peek %d: want 1 to %d records", n, MaxPeek)
+	}
+	spans, err := q.spans(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start, end := q.bounds(spans, from, nil)
+	var out []DeadLetter
+	err = q.read(ctx, start, end, func(r *kgo.Record) (bool, error) {
+		out = append(out, deadLetterOf(r))
+		return len(out) < n, nil
+	})
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Partition != out[j].Partition {
+			return out[i].Partition < out[j].Partition
+		}
+		return out[i].Offset < out[j].Offset
+	})
+	return out, err
+}
+
+// bounds returns the offsets to read from and to, per partition: from
+// (else the cursor) and to (else the end), within the partition's span.
+func (q *DLT) bounds(spans map[int32]*span, from, to map[int32]int64) (map[int32]int64, map[int32]int64) {
+	start, end := map[int32]int64{}, map[int32]int64{}
+	for p, s := range spans {
+		start[p], end[p] = s.cursor, s.end
+		if from != nil {
+			f, ok := from[p]
+			if !ok {
+				continue // a partition not named is not read
+			}
+			start[p] = max(f, s.start)
+		}
+		if t, ok := to[p]; ok {
+			end[p] = min(t, s.end)
+		}
+	}
+	if from != nil {
+		for p := range spans {
+			if _, ok := from[p]; !ok {
+				delete(start, p)
+			}
+		}
+	}
+	return start, end
+}
+
+// RedriveOptions select the dead letters a Redrive republishes, and how
+// fast.
+type RedriveOptions struct {
+	// From and To bound the offsets read per partition, To excluded.
+	// Default: from the redrive cursor to the end as the redrive starts;
+	// with From, only the partitions it names are read, and the cursor
+	// does not move.
+	From, To map[int32]int64
+	// Reason and Class, when set, redrive only the dead letters with
+	// that reason (retries_exhausted, permanent...) or failure class;
+	// the others are skipped.
+	Reason, Class string
+	// Max bounds the records redriven (0: no bound).
+	Max int
+	// Rate bounds the redrive in records per second (default 100;
+	// negative: no bound).
+	Rate float64
+	// Note is recorded in the redriven event of each record's history.
+	Note string
+	// Progress, when set, is called after each record redriven with
+	// the running total.
+	Progress func(redriven int)
+}
+
+// RedriveResult says what a redrive did.
+type RedriveResult struct {
+	Redriven int `json:"redriven"`
+	// Skipped counts the dead letters read that the filters left.
+	Skipped int `json:"skipped"`
+}
+
+// Redrive republishes dead letters to the main topic with their attempt
+// count reset: each keeps its key, value and headers (byte-exact), loses
+// its dead-letter and retry headers, and carries its history with a
+// redriven event and HeaderRedriven incremented, so its handler runs
+// afresh and its history shows both lives. Each is produced and
+// acknowledged before the cursor moves past it (committed every 100
+// records and at the end), so a crash redrives some twice and loses
+// none. It stops at ctx's end with what it did so far.
+func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, error) {
+	var res RedriveResult
+	if o.Max < 0 {
+		return res, fmt.Errorf("kafka: redrive: negative maximum %d", o.Max)
+	}
+	if o.Rate == 0 {
+		o.Rate = 100
+	}
+	var tick *time.Ticker
+	if o.Rate > 0 {
+		tick = time.NewTicker(time.Duration(float64(time.Second) / o.Rate))
+		defer tick.Stop()
+	}
+	spans, err := q.spans(ctx)
+	if err != nil {
+		return res, err
+	}
+	start, end := q.bounds(spans, o.From, o.To)
+	moveCursor := o.From == nil
+	cursor := kadm.Offsets{}
+	commit := func() error {
+		if !moveCursor || len(cursor) == 0 {
+			return nil
+		}
+		resp, err := q.adm.CommitOffsets(context.WithoutCancel(ctx), q.cursor, cursor)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("kafka: redrive: move the cursor %q: %w (the records since the last move will be redriven again by the next redrive)", q.cursor, err)
+		}
+		cursor = kadm.Offsets{}
+		return nil
+	}
+	err = q.read(ctx, start, end, func(r *kgo.Record) (bool, error) {
+		if o.Max > 0 && res.Redriven >= o.Max {
+			return false, nil
+		}
+		dl := deadLetterOf(r)
+		if (o.Reason != "" && dl.Reason != o.Reason) || (o.Class != "" && dl.Class != o.Class) {
+			res.Skipped++
+		} else {
+			if tick != nil {
+				select {
+				case <-ctx.Done():
+					return false, ctx.Err()
+				case <-tick.C:
+				}
+			}
+			if err := q.cl.ProduceSync(ctx, redriven(r, q.topo.Topic, dl, o.Note)).FirstErr(); err != nil {
+				return false, fmt.Errorf("kafka: redrive %s/%d/%d to %q: %w", r.Topic, r.Partition, r.Offset, q.topo.Topic, err)
+			}
+			res.Redriven++
+			if o.Progress != nil {
+				o.Progress(res.Redriven)
+			}
+		}
+		cursor.AddOffset(r.Topic, r.Partition, r.Offset+1, -1)
+		if (res.Redriven+res.Skipped)%100 == 0 {
+			if err := commit(); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	if cerr := commit(); err == nil {
+		err = cerr
+	}
+	return res, err
+}
+
+// redriven returns the record that redrives dead letter r to its main
+// topic.
+func redriven(r *kgo.Record, topic string, dl DeadLetter, note string) *kgo.Record {
+	set := map[string]string{HeaderRedriven: strconv.Itoa(dl.Redriven + 1)}
+	drop := []string{HeaderAttempt, HeaderDue, HeaderLastDelay, HeaderReason, HeaderClass, HeaderError, HeaderCause,
+		HeaderDeadAt, HeaderFirstFailure}
+	if dl.Problem == "" {
+		ev := store.Event{Kind: store.EventRedriven, At: time.Now(), Note: note}
+		hist, dropped := carry.History(append(dl.History, ev), dl.HistoryDropped, DefaultMaxHistory, DefaultMaxHistoryBytes)
+		set[HeaderHistory] = hist
+		if dropped > 0 {
+			set[HeaderHistoryDropped] = strconv.Itoa(dropped)
+		}
+	} else {
+		// Unreadable redrive headers: start afresh rather than die again.
+		drop = append(drop, HeaderHistory, HeaderHistoryDropped)
+	}
+	return forwarded(r, topic, set, drop...)
+}
