@@ -35,8 +35,39 @@ type TopicOptions struct {
 	Replication int16
 }
 
+// Mode is a Consumer's delivery guarantee for what it produces.
+type Mode int
+
+const (
+	// AtLeastOnce produces a retry or a dead letter, acknowledged by
+	// every in-sync replica, before it commits the record's offset: a
+	// crash between the two consumes the record again, so its retry or
+	// dead letter may be produced twice (and its handler run twice);
+	// nothing is lost.
+	AtLeastOnce Mode = iota
+	// ExactlyOnce produces the retries and dead letters of a polled
+	// batch and commits the batch's offsets in one Kafka transaction
+	// (kgo.GroupTransactSession): a crash or a rebalance aborts both, so
+	// no retry or dead letter is ever lost or duplicated, and readers
+	// with read_committed isolation see each once. Handlers still run at
+	// least once: an aborted batch runs again. A batch's records are
+	// handled before its transaction commits, so a slow record holds its
+	// batch.
+	ExactlyOnce
+)
+
+// String returns "at-least-once" or "exactly-once".
+func (m Mode) String() string {
+	if m == ExactlyOnce {
+		return "exactly-once"
+	}
+	return "at-least-once"
+}
+
 // ConsumerOptions configure a Consumer.
 type ConsumerOptions struct {
+	// Mode is the delivery guarantee (default AtLeastOnce).
+	Mode Mode
 	// Brokers are the seed brokers. Required.
 	Brokers []string
 	// Group is the consumer group. Required.
@@ -286,6 +317,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}
 	admCl.Close()
+	if c.opts.Mode == ExactlyOnce {
+		return c.runExactlyOnce(ctx)
+	}
 
 	consume := make([]string, 0, len(c.topics))
 	for t := range c.topics {
@@ -532,32 +566,49 @@ func (p *partition) run() {
 // handle runs one record and settles it; false means it was not settled
 // and the partition must stop.
 func (p *partition) handle(r *kgo.Record) bool {
-	m := p.ts.main
+	out, ok := p.c.decide(p.hardCtx, r, p.ts, p.wait)
+	if !ok {
+		return false
+	}
+	if out == nil {
+		p.cl.MarkCommitRecords(r)
+		return true
+	}
+	return p.produceThenMark(r, out)
+}
+
+// decide runs one record and returns the record its outcome produces (a
+// retry, a hop to a longer tier, a dead letter; nil: nothing to produce),
+// or settled false when the attempt was interrupted (shutdown, revoke)
+// and the record must be consumed again. A tier's record not yet due is
+// waited for with wait, which returns false when interrupted.
+func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState, wait func(time.Duration) bool) (*kgo.Record, bool) {
+	m := ts.main
 	st, err := readState(r)
 	if err != nil {
-		return p.undecodable(r, err)
+		return c.undecodable(m, r, err), true
 	}
-	if p.ts.tier != 0 {
+	if ts.tier != 0 {
 		// A retry is never early: wait for its due time, the partition
 		// paused meanwhile; a wait much longer than this tier's delay
 		// moves on to a longer tier instead of holding the records
 		// behind it.
 		if rem := time.Until(st.due); rem > 0 {
-			if rem > p.ts.tier+p.ts.tier/2 && m.topo.tierFor(rem) > p.ts.tier {
+			if rem > ts.tier+ts.tier/2 && m.topo.tierFor(rem) > ts.tier {
 				m.stats.hops.Add(1)
-				return p.produceThenMark(r, forwarded(r, m.topo.TierTopic(m.topo.tierFor(rem)), nil))
+				return forwarded(r, m.topo.TierTopic(m.topo.tierFor(rem)), nil), true
 			}
 			m.stats.waits.Add(1)
-			if !p.wait(rem) {
-				return false
+			if !wait(rem) {
+				return nil, false
 			}
 		}
 	}
 	j := jobOf(r, m.name, m.opts.DefaultKind, st, time.Now())
-	actx, cancel := context.WithCancelCause(context.WithValue(p.hardCtx, recordKey{}, r))
-	o := p.c.exec.Execute(actx, j)
+	actx, cancel := context.WithCancelCause(context.WithValue(hardCtx, recordKey{}, r))
+	o := c.exec.Execute(actx, j)
 	cancel(nil)
-	return p.settle(r, st, j, &o)
+	return c.settle(m, r, st, j, &o)
 }
 
 // wait waits d with the partition paused; false if stopped meanwhile.
@@ -575,18 +626,17 @@ func (p *partition) wait(d time.Duration) bool {
 	}
 }
 
-// settle turns an outcome into Kafka actions.
-func (p *partition) settle(r *kgo.Record, st state, j *redrive.Job, o *redrive.Outcome) bool {
-	m := p.ts.main
-	opts := &p.c.opts
+// settle returns the record an outcome produces (nil: none), or false
+// when the attempt was interrupted and the record must be consumed again.
+func (c *Consumer) settle(m *mainTopic, r *kgo.Record, st state, j *redrive.Job, o *redrive.Outcome) (*kgo.Record, bool) {
+	opts := &c.opts
 	switch o.Kind {
 	case store.Complete, store.Cancel:
 		m.stats.completed.Add(1)
-		p.cl.MarkCommitRecords(r)
-		return true
+		return nil, true
 	case store.Release:
 		m.stats.released.Add(1)
-		return false
+		return nil, false
 	case store.Retry, store.Snooze:
 		attempts := j.Attempt
 		if o.Kind == store.Snooze {
@@ -596,14 +646,13 @@ func (p *partition) settle(r *kgo.Record, st state, j *redrive.Job, o *redrive.O
 			m.stats.retried.Add(1)
 		}
 		hist, dropped := carry.History(append(j.History, *o.Event), st.dropped, opts.MaxHistory, opts.MaxHistoryBytes)
-		set := p.carried(r, st, o, hist, dropped)
+		set := carried(r, st, o, hist, dropped)
 		set[HeaderAttempt] = strconv.Itoa(attempts)
 		set[HeaderDue] = strconv.FormatInt(carry.CeilMilli(o.RunAt), 10)
 		if o.Kind == store.Retry {
 			set[HeaderLastDelay] = strconv.FormatInt(time.Duration(o.RetryDelay).Milliseconds(), 10)
 		}
-		tier := m.topo.tierFor(o.RunAt.Sub(o.At))
-		return p.produceThenMark(r, forwarded(r, m.topo.TierTopic(tier), set))
+		return forwarded(r, m.topo.TierTopic(m.topo.tierFor(o.RunAt.Sub(o.At))), set), true
 	default: // store.Bury
 		m.stats.dead.Add(1)
 		events := j.History
@@ -611,18 +660,18 @@ func (p *partition) settle(r *kgo.Record, st state, j *redrive.Job, o *redrive.O
 			events = append(events, *o.Event)
 		}
 		hist, dropped := carry.History(events, st.dropped, opts.MaxHistory, opts.MaxHistoryBytes)
-		set := p.carried(r, st, o, hist, dropped)
+		set := carried(r, st, o, hist, dropped)
 		set[HeaderAttempt] = strconv.Itoa(j.Attempt)
 		for k, v := range deadHeaders(o) {
 			set[k] = v
 		}
-		return p.produceThenMark(r, forwarded(r, m.topo.DLT(), set, HeaderDue))
+		return forwarded(r, m.topo.DLT(), set, HeaderDue), true
 	}
 }
 
 // carried are the headers every forwarded record carries: history,
 // origin, first failure.
-func (p *partition) carried(r *kgo.Record, st state, o *redrive.Outcome, hist string, dropped int) map[string]string {
+func carried(r *kgo.Record, st state, o *redrive.Outcome, hist string, dropped int) map[string]string {
 	t, part, off := st.identity(r)
 	first := st.firstFailure
 	if first.IsZero() {
@@ -646,21 +695,20 @@ func deadHeaders(o *redrive.Outcome) map[string]string {
 	return h
 }
 
-// undecodable sends a record whose redrive headers cannot be read to the
-// DLT, its headers as they came.
-func (p *partition) undecodable(r *kgo.Record, err error) bool {
-	m := p.ts.main
+// undecodable returns the dead letter of a record whose redrive headers
+// cannot be read, its headers as they came.
+func (c *Consumer) undecodable(m *mainTopic, r *kgo.Record, err error) *kgo.Record {
 	m.stats.undecodable.Add(1)
 	m.stats.dead.Add(1)
 	now := time.Now()
 	o := &redrive.Outcome{Kind: store.Bury, At: now, Class: failure.Permanent, DeadReason: redrive.ReasonUndecodable,
 		Error: err.Error()}
-	p.c.log.Warn("kafka: record cannot be decoded; moved to the DLT", "topic", r.Topic, "partition", r.Partition,
+	c.log.Warn("kafka: record cannot be decoded; moved to the DLT", "topic", r.Topic, "partition", r.Partition,
 		"offset", r.Offset, "dlt", m.topo.DLT(), "error", err)
 	set := deadHeaders(o)
 	set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = r.Topic, strconv.Itoa(int(r.Partition)),
 		strconv.FormatInt(r.Offset, 10)
-	return p.produceThenMark(r, forwarded(r, m.topo.DLT(), set))
+	return forwarded(r, m.topo.DLT(), set)
 }
 
 // produceThenMark produces out, acknowledged by every in-sync replica,
