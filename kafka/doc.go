@@ -1,0 +1,51 @@
+// Package kafka is redrive's Kafka (and Redpanda) transport: jobs travel
+// as records on a topic, and the handlers, retry policies, error
+// classification, circuit breakers, Snooze, Record, timeouts, logs and
+// observer of a redrive.Worker apply to them unchanged, through the same
+// redrive.Executor. Only where a job waits differs: a retry waits in a
+// retry tier topic, and a dead job in the dead-letter topic.
+//
+// # Topics
+//
+// For a main topic t, a Topology names (and Consumer.Run creates, unless
+// told only to check):
+//
+//   - t, the main topic, consumed by the consumer group;
+//   - t-retry-<d>, one retry tier per distinct delay d of the retry
+//     policy (t-retry-1s, t-retry-2s, t-retry-4s for the default policy),
+//     then tiers ten times longer up to the policy's MaxRetryAfter for
+//     the longer waits (a Retry-After, an open breaker);
+//   - t-dlt, the dead-letter topic.
+//
+// # How a record is settled
+//
+// A record's handler runs; a completed record's offset is committed. A
+// retryable failure is produced to the tier of its delay with headers
+// (HeaderAttempt, HeaderDue, HeaderFirstFailure, HeaderHistory bounded in
+// size, the record's origin topic/partition/offset), then its offset is
+// committed; the main partition keeps flowing. A tier's record waits for
+// its due time with its partition paused (the consumer keeps polling, and
+// keeps its group session), then its handler runs again: a retry is never
+// early. Give-up, Permanent and NeedsAuth failures, and records whose
+// redrive headers cannot be read, are produced to t-dlt with the reason,
+// class, error and history. An open breaker and Snooze take a tier
+// without using an attempt.
+//
+// # Delivery modes
+//
+// AtLeastOnce (the default) produces a retry or a dead letter, acknowledged
+// by every in-sync replica, before it commits the record's offset: a crash
+// between the two duplicates a retry or a dead letter, never loses one.
+// ExactlyOnce produces a polled batch's retries and dead letters and
+// commits its offsets in one Kafka transaction, so neither is lost or
+// duplicated for read_committed readers; handlers still run at least once
+// (an aborted batch runs again), as with any broker.
+//
+// # Dead letters
+//
+// A DLT counts, peeks (with each record's history) and redrives dead
+// letters back to the main topic with their attempt count reset, at a
+// bounded rate, by offset range or by reason and class; its cursor, a
+// consumer group's offsets, remembers how far redrives went. Keys, values
+// and headers are republished byte-exact.
+package kafka
