@@ -35,6 +35,11 @@ type TopicOptions struct {
 	Replication int16
 }
 
+// fetchMaxWait bounds how long a fetch waits for data: the lateness a
+// retry may get after its partition resumes (ClientOptions may set
+// another kgo.FetchMaxWait).
+const fetchMaxWait = 100 * time.Millisecond
+
 // Mode is a Consumer's delivery guarantee for what it produces.
 type Mode int
 
@@ -337,6 +342,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsLost(c.lost),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0), // each produce is awaited: nothing to batch
+		// A tier partition resumed after a wait is fetched again only
+		// once the fetch in flight returns: a short long-poll keeps a
+		// due retry from waiting up to kgo's default 5 s for it.
+		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.WithLogger(kgoLogger{c.log}),
 	}, c.opts.ClientOptions...)...)
 	if err != nil {

@@ -90,6 +90,7 @@ func (c *Consumer) eosLane(ctx, hardCtx context.Context, group string, topics []
 		kgo.ConsumeTopics(topics...),
 		kgo.TransactionalID(group + "-" + c.exec.ID()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.WithLogger(kgoLogger{c.log}),
 	}, c.opts.ClientOptions...)...)
 	if err != nil {
