@@ -28,7 +28,7 @@ func TestExactlyOnce(t *testing.T) {
 	topic := newTopic(t)
 	p := retry.Policy{MaxRetries: 1, Initial: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond, Jitter: retry.JitterNone}
 	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g", Mode: kafka.ExactlyOnce,
-		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 3}},
+		Topics: map[string]kafka.TopicOptions{topic: {Partitions: 3}},
 		// Aborted batches run their handlers again: beyond 100 retries
 		// in 10 s the retry budget would push some retries to a longer
 		// tier, which this test does not read.
