@@ -102,6 +102,7 @@ Workloads:
 		newBenchAllCmd(g, o),
 		newBenchWorkerCmd(o),
 		newBenchAMQPCmd(g),
+		newBenchKafkaCmd(g),
 	)
 	return cmd
 }
@@ -232,6 +233,65 @@ decided by the router and handed back through a 1ms delay queue.`,
 	f.IntVar(&p.Batch, "batch", 1, "messages each publisher sends at once with EnqueueMany (1: Enqueue one at a time)")
 	f.IntVar(&p.Workers, "workers", p.Workers, "consumer concurrency")
 	f.BoolVar(&p.Quorum, "quorum", false, "quorum queues instead of classic ones")
+	return cmd
+}
+
+// newBenchKafkaCmd is `redrive bench kafka`: the Kafka transport.
+func newBenchKafkaCmd(g *globalOptions) *cobra.Command {
+	p := bench.KafkaParams{N: 20000, Partitions: 4}
+	var brokers string
+	cmd := &cobra.Command{
+		Use:   "kafka",
+		Short: "Measure the Kafka transport: produces, consumption, the retry path",
+		Long: `On fresh topics of the cluster at --kafka-brokers (default $` + kafkaBrokersEnv + `),
+deleted afterwards, or, when neither is set, of an in-process kfake cluster
+(franz-go's fake Kafka, in memory) the command starts: time N asynchronous
+produces (acks from every in-sync replica, idempotent, spread round-robin
+over --partitions partitions); then a kafka.Consumer completing N waiting
+records with a no-op handler (from its start: the group join included);
+then N waiting records on a fresh topic whose handler fails the first
+attempt, each produced to the 1ms retry tier, consumed from it and run
+again. The consumers must count exactly 2N completions, N retries and no
+dead letter. The parameters say which cluster was measured: kfake does no
+disk I/O, so its figures bound the consumer's own overhead, not a real
+cluster's.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if p.N < 1 || p.Partitions < 1 {
+				return flagErrorf(cmd, "-n and --partitions must be at least 1")
+			}
+			if p.FetchMaxWait < 0 {
+				return flagErrorf(cmd, "--fetch-max-wait must not be negative")
+			}
+			src := "--kafka-brokers"
+			if !cmd.Flags().Changed("kafka-brokers") {
+				brokers, src = os.Getenv(kafkaBrokersEnv), "$"+kafkaBrokersEnv
+			}
+			if strings.TrimSpace(brokers) != "" {
+				seeds, err := parseKafkaBrokers(brokers)
+				if err != nil {
+					return flagErrorf(cmd, "%s: %v", src, err)
+				}
+				p.Brokers = seeds
+			}
+			res, err := bench.Kafka(cmd.Context(), p, cmd.ErrOrStderr())
+			if res != nil {
+				if g.JSON {
+					if werr := writeJSON(cmd.OutOrStdout(), res); werr != nil {
+						return werr
+					}
+				} else if werr := printResult(cmd.OutOrStdout(), res); werr != nil {
+					return werr
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&brokers, "kafka-brokers", "", "seed brokers, host:port,... (default $"+kafkaBrokersEnv+"; neither: an in-process kfake cluster)")
+	f.IntVarP(&p.N, "records", "n", p.N, "records per phase")
+	f.Int32Var(&p.Partitions, "partitions", p.Partitions, "partitions of each main topic and its retry tiers")
+	f.DurationVar((*time.Duration)(&p.FetchMaxWait), "fetch-max-wait", 0, "the consumers' kgo.FetchMaxWait (0: kgo's default, 5s)")
 	return cmd
 }
 

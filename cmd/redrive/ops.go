@@ -139,6 +139,7 @@ func newDLQCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "dlq", Short: "Browse, redrive, purge and export the dead-letter queue", Args: cobra.NoArgs}
 	cmd.AddCommand(newListCmd(g, true), newGroupsCmd(g), newShowCmd(g, true), newRedriveCmd(g), newPurgeCmd(g), newExportCmd(g))
 	amqpDLQCommands(g, cmd)
+	kafkaDLQCommands(g, cmd)
 	return cmd
 }
 
