@@ -38,7 +38,7 @@ type KafkaParams struct {
 	// tiers take it too).
 	Partitions int32 `json:"partitions"`
 	// FetchMaxWait, when set, is the consumers' kgo.FetchMaxWait: how
-	// long a fetch waits for records (kgo's default: 5s).
+	// long a fetch waits for records (default: the consumer's, 100ms).
 	FetchMaxWait Duration `json:"fetch_max_wait_ms,omitempty"`
 }
 
@@ -86,7 +86,7 @@ func (r *KafkaResult) Parameters() []Figure {
 	if r.Params.InProcess {
 		cluster = "kfake, in-process (franz-go's fake cluster, 1 broker, in memory: no disk I/O, no network between machines)"
 	}
-	fmw := "5s (kgo's default)"
+	fmw := "100ms (the consumer's default)"
 	if r.Params.FetchMaxWait > 0 {
 		fmw = r.Params.FetchMaxWait.String()
 	}

@@ -291,7 +291,7 @@ cluster's.`,
 	f.StringVar(&brokers, "kafka-brokers", "", "seed brokers, host:port,... (default $"+kafkaBrokersEnv+"; neither: an in-process kfake cluster)")
 	f.IntVarP(&p.N, "records", "n", p.N, "records per phase")
 	f.Int32Var(&p.Partitions, "partitions", p.Partitions, "partitions of each main topic and its retry tiers")
-	f.DurationVar((*time.Duration)(&p.FetchMaxWait), "fetch-max-wait", 0, "the consumers' kgo.FetchMaxWait (0: kgo's default, 5s)")
+	f.DurationVar((*time.Duration)(&p.FetchMaxWait), "fetch-max-wait", 0, "the consumers' kgo.FetchMaxWait (0: the consumer's default, 100ms)")
 	return cmd
 }
 
