@@ -335,7 +335,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.SeedBrokers(c.opts.Brokers...),
 		kgo.ConsumerGroup(c.opts.Group),
 		kgo.ConsumeTopics(consume...),
-		kgo.DisableAutoCommit(),
+		// Offsets are committed once marked, that is once a record is
+		// settled (its retry or dead letter produced): every second, and
+		// on revoke (see revoked).
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(time.Second),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
@@ -355,10 +359,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.cl = cl
 	c.mu.Unlock()
 	c.log.Info("kafka: consumer starting", "group", c.opts.Group, "topics", consume, "kinds", c.exec.Kinds())
-
-	commitDone := make(chan struct{})
-	commitStop := make(chan struct{})
-	go c.commitLoop(cl, commitStop, commitDone)
 
 	for {
 		fetches := cl.PollRecords(ctx, 1000)
@@ -394,8 +394,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	c.stopPartitions(all)
-	close(commitStop)
-	<-commitDone
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := cl.CommitMarkedOffsets(cctx); err != nil {
 		c.log.Warn("kafka: final commit failed; the records settled since the last commit will be consumed again", "error", err)
@@ -404,25 +402,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	cl.CloseAllowingRebalance()
 	c.log.Info("kafka: consumer stopped", "group", c.opts.Group)
 	return nil
-}
-
-// commitLoop commits the marked offsets every second until stop.
-func (c *Consumer) commitLoop(cl *kgo.Client, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if err := cl.CommitMarkedOffsets(ctx); err != nil {
-				c.log.Warn("kafka: commit failed; retrying at the next tick", "error", err)
-			}
-			cancel()
-		}
-	}
 }
 
 func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
@@ -729,6 +708,8 @@ func (p *partition) produceThenMark(r, out *kgo.Record) bool {
 	backoff := 100 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// kgo keeps a record's first context: each attempt needs its own.
+		out.Context = ctx
 		err := p.cl.ProduceSync(ctx, out).FirstErr()
 		cancel()
 		if err == nil {
