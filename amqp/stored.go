@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/payload"
 )
 
 // Kind is the job kind of a RabbitMQ message kept in a store, such as a
@@ -30,13 +30,13 @@ const Kind = "amqp"
 const (
 	// BodyJSON: the body is compact JSON (no white space outside its
 	// strings), and is the value of "body" as it is, byte for byte.
-	BodyJSON = "json"
+	BodyJSON = payload.JSON
 	// BodyText: the body is UTF-8 text, and "body" is a JSON string of
 	// it.
-	BodyText = "text"
+	BodyText = payload.Text
 	// BodyBase64: the body is binary, and "body" is a JSON string of its
 	// standard base64.
-	BodyBase64 = "base64"
+	BodyBase64 = payload.Base64
 )
 
 // Message is a RabbitMQ message as a job's payload: its body, kept
@@ -81,16 +81,7 @@ type messageFields Message
 func (m Message) MarshalJSON() ([]byte, error) {
 	f := messageFields(m)
 	var body []byte
-	switch {
-	case compactJSON(m.Body):
-		f.BodyEncoding, body = BodyJSON, m.Body
-	case utf8.Valid(m.Body):
-		f.BodyEncoding = BodyText
-		body, _ = json.Marshal(string(m.Body))
-	default:
-		f.BodyEncoding = BodyBase64
-		body, _ = json.Marshal(base64.StdEncoding.EncodeToString(m.Body))
-	}
+	f.BodyEncoding, body = payload.Encode(m.Body)
 	rest, err := json.Marshal(f)
 	if err != nil {
 		return nil, fmt.Errorf("amqp: message: %w", err)
@@ -100,20 +91,6 @@ func (m Message) MarshalJSON() ([]byte, error) {
 	out = append(out, body...)
 	out = append(out, ',')
 	return append(out, rest[1:]...), nil
-}
-
-// compactJSON reports whether b is JSON with no white space outside its
-// strings: JSON that any encoder (encoding/json compacts what a
-// MarshalJSON returns) leaves byte for byte as it is.
-func compactJSON(b []byte) bool {
-	if len(b) == 0 || !json.Valid(b) {
-		return false
-	}
-	var c bytes.Buffer
-	if json.Compact(&c, b) != nil {
-		return false
-	}
-	return bytes.Equal(c.Bytes(), b)
 }
 
 // UnmarshalJSON decodes a message, its body as BodyEncoding says.
@@ -129,32 +106,13 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	if m.Queue == "" {
 		return errors.New(`amqp: message: "queue" is required`)
 	}
-	switch m.BodyEncoding {
-	case BodyJSON:
-		if len(in.Body) == 0 {
-			return errors.New(`amqp: message: "body" is required`)
-		}
-		m.Body = []byte(in.Body)
-	case BodyText, BodyBase64, "":
-		var s string
-		if len(in.Body) > 0 {
-			if err := json.Unmarshal(in.Body, &s); err != nil {
-				return fmt.Errorf(`amqp: message: "body" with body_encoding %q must be a JSON string: %w`, m.BodyEncoding, err)
-			}
-		}
-		m.Body = []byte(s)
-		if m.BodyEncoding == BodyBase64 {
-			raw, err := base64.StdEncoding.DecodeString(s)
-			if err != nil {
-				return fmt.Errorf(`amqp: message: "body" is not base64: %w`, err)
-			}
-			m.Body = raw
-		}
-		if m.BodyEncoding == "" {
-			m.BodyEncoding = BodyText
-		}
-	default:
-		return fmt.Errorf("amqp: message: body_encoding %q: want json, text or base64", m.BodyEncoding)
+	body, err := payload.Decode("body", "body_encoding", m.BodyEncoding, in.Body)
+	if err != nil {
+		return fmt.Errorf("amqp: message: %w", err)
+	}
+	m.Body = body
+	if m.BodyEncoding == "" {
+		m.BodyEncoding = BodyText
 	}
 	return nil
 }

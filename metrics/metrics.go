@@ -3,7 +3,7 @@
 // and register them on their own registry. It is the only package of the
 // module that depends on github.com/prometheus/client_golang.
 //
-// Three collectors make them:
+// Four collectors make them:
 //
 //   - NewCollector: the store-wide metrics, read from the store at each
 //     scrape (jobs per queue and state, the store's running totals, queue
@@ -16,6 +16,10 @@
 //     language (redrive_amqp_*): the broker's depth and consumers of each
 //     queue of their topologies, and the router's and dead-letter
 //     keeper's running totals.
+//   - NewKafkaCollector: the Kafka topics whose dead letters are kept in
+//     the store (redrive_kafka_*): the records each topic of their
+//     topologies retains, consumer lag, and the dead-letter keeper's
+//     running totals.
 //
 // # Summing across replicas
 //
@@ -30,9 +34,11 @@
 //	max by (queue) (redrive_queue_latency_seconds)
 //
 // The per-process metrics (the attempt histograms, the breakers, the
-// redrive_amqp_*_total counters) are this process's own: sum those. The
-// RabbitMQ depths (redrive_amqp_queue_messages, _consumers) are the
-// broker's, the same in every process managing the queue: take the max.
+// redrive_amqp_*_total and redrive_kafka_*_total counters) are this
+// process's own: sum those. The RabbitMQ depths
+// (redrive_amqp_queue_messages, _consumers) are the broker's, and the
+// Kafka records and lags (redrive_kafka_records, redrive_kafka_lag) the
+// cluster's, the same in every process: take the max.
 //
 // No label is ever empty: a counter without a failure class has
 // class="none", a job kind without a handler kind="other", and an empty

@@ -1,8 +1,9 @@
 // Package server is redrive's REST API: enqueue, read, list, count and
 // cancel jobs, browse, count, group, redrive, purge and export the
 // dead-letter queue, list, pause and resume queues, and read statistics,
-// circuit breakers and the RabbitMQ queues `redrive serve` manages, as
-// JSON over HTTP; and the web dashboard, at /.
+// circuit breakers, the RabbitMQ queues `redrive serve` manages and the
+// Kafka topics whose dead letters it keeps, as JSON over HTTP; and the
+// web dashboard, at /.
 //
 // Bulk redrives and purges run in the background as operations: the
 // request that starts one is answered 202 with its Location,
@@ -51,6 +52,10 @@ type Options struct {
 	// which GET /v1/amqp/queues and the dashboard's overview show. It may
 	// be nil: no managed queues.
 	Brokers Brokers
+	// Kafka are the Kafka topics whose dead letters `redrive serve
+	// --kafka-topics` keeps in the store, which GET /v1/kafka/topics and
+	// the dashboard's overview show. It may be nil: no such topics.
+	Kafka KafkaTopics
 	// Token is the bearer token every /v1 route requires; "" means no
 	// authentication (serve only allows that on loopback).
 	Token string
@@ -117,6 +122,7 @@ type api struct {
 	client   *redrive.Client
 	breakers *breaker.Registry
 	brokers  Brokers
+	kafka    KafkaTopics
 	token    []byte
 	log      *slog.Logger
 	maxBody  int64
@@ -175,6 +181,7 @@ var routes = []string{
 	"POST /v1/queues/{name}/resume",
 	"GET /v1/breakers",
 	"GET /v1/amqp/queues",
+	"GET /v1/kafka/topics",
 	"GET /v1/openapi.json",
 	"GET /healthz",
 	"GET /readyz",
@@ -196,7 +203,7 @@ func New(opts Options) *Server {
 	if opts.MaxOperations <= 0 {
 		opts.MaxOperations = DefaultMaxOperations
 	}
-	a := &api{client: opts.Client, breakers: opts.Breakers, brokers: opts.Brokers, log: opts.Logger, maxBody: opts.MaxBody,
+	a := &api{client: opts.Client, breakers: opts.Breakers, brokers: opts.Brokers, kafka: opts.Kafka, log: opts.Logger, maxBody: opts.MaxBody,
 		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger), trusted: opts.TrustedProxies,
 		throttle: loginThrottle{now: time.Now}}
 	if opts.Token != "" {
@@ -235,6 +242,8 @@ func New(opts Options) *Server {
 	handlers["GET /v1/dlq/count"] = a.countDead
 	// The managed RabbitMQ queues (amqpqueues.go).
 	handlers["GET /v1/amqp/queues"] = a.listManagedQueues
+	// The Kafka topics whose dead letters serve keeps (kafkatopics.go).
+	handlers["GET /v1/kafka/topics"] = a.listKafkaTopics
 	mux := http.NewServeMux()
 	for _, p := range routes {
 		mux.Handle(p, a.wrap(handlers[p]))

@@ -76,6 +76,9 @@ type serveConfig struct {
 	QueueRetry map[string]retry.Policy
 	// AMQP are the RabbitMQ queues serve manages (--amqp-url).
 	AMQP amqpConfig
+	// Kafka are the Kafka topics whose dead letters serve keeps
+	// (--kafka-brokers).
+	Kafka kafkaConfig
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
 	queuesSpec string
@@ -255,7 +258,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(retrySettings, amqpSettings...)...)
+}, append(append(retrySettings, amqpSettings...), kafkaSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -367,6 +370,9 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 	}
 	c.Queues = qs
 	if err := resolveAMQP(c); err != nil {
+		return nil, err
+	}
+	if err := resolveKafka(c); err != nil {
 		return nil, err
 	}
 	// The retry policies: the default one, then each queue's on top.

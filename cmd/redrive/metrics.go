@@ -17,7 +17,7 @@ import (
 // scrape), and the attempt histograms fed by the worker's observer. The
 // collectors are package metrics', which library users register on their
 // own registries. The managed RabbitMQ queues are added by
-// registerBrokers.
+// registerBrokers, the kept Kafka topics by registerKafka.
 func serveRegistry(client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer, log *slog.Logger) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -37,4 +37,15 @@ func registerBrokers(reg prometheus.Registerer, b server.Brokers) {
 		return
 	}
 	reg.MustRegister(metrics.NewAMQPCollector(b.ManagedQueues, metrics.AMQPCollectorOptions{}))
+}
+
+// registerKafka adds to reg the metrics of the Kafka topics whose dead
+// letters serve keeps (redrive_kafka_*, see metrics.KafkaCollector),
+// asked of k at each scrape. A nil k (serve keeps no topic) adds
+// nothing.
+func registerKafka(reg prometheus.Registerer, k server.KafkaTopics) {
+	if k == nil {
+		return
+	}
+	reg.MustRegister(metrics.NewKafkaCollector(k.KafkaTopics, metrics.KafkaCollectorOptions{}))
 }

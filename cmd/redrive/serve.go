@@ -64,6 +64,17 @@ reports alike (aggregate them with max, not sum), and this process's breaker
 states and histograms redrive_attempt_duration_seconds{queue,kind,outcome} and
 redrive_job_lateness_seconds{queue,kind,attempt_kind="first"|"retry"}.
 
+With --kafka-brokers (or $REDRIVE_KAFKA_BROKERS) and --kafka-topics, serve
+keeps the dead letters of those Kafka main topics in the store: a keeper
+(consumer group redrive-dlt-keeper) copies each record of <topic>-dlt into a
+dead job of kind kafka in the store queue of the same name, committing the
+record's offset only once the job is stored; redriving the job produces the
+record back to its topic, key, value and headers byte-exact. GET
+/v1/kafka/topics, the dashboard and /metrics (redrive_kafka_*) show each
+topic's records per retry tier and DLT, the lag of --kafka-group and the
+keeper's totals. Do not also redrive these DLTs with
+` + "`dlq redrive --kafka-topic`" + `: a dead letter would run twice.
+
 Every setting is a flag, an environment variable (REDRIVE_ and the flag name
 in capitals with underscores, e.g. REDRIVE_SHUTDOWN_TIMEOUT) and a key of the
 JSON config file given by --config or $REDRIVE_CONFIG, e.g.
@@ -215,13 +226,27 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	if brokers != nil {
 		managed, brokerDone = brokers, brokers.done()
 	}
+	// The Kafka topics whose dead letters are kept in the store, their
+	// topologies named by the same policies.
+	keptTopics, err := newKafkaSide(cfg, client, worker, log)
+	if err != nil {
+		if brokers != nil {
+			brokers.stop()
+		}
+		return fmt.Errorf("kafka: %w", err)
+	}
+	var kept server.KafkaTopics
+	var kafkaDone <-chan error
+	if keptTopics != nil {
+		kept, kafkaDone = keptTopics, keptTopics.done()
+	}
 
 	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
 	// SIGTERM cancels them, and api.Close below waits for them to stop
 	// before the store closes.
 	api := server.New(server.Options{Client: client, Breakers: worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx,
-		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: managed})
-	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, managed, cfg.Token, log)))
+		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: managed, Kafka: kept})
+	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, managed, kept, cfg.Token, log)))
 
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorker()
@@ -231,6 +256,11 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 		brokers.start(workerCtx)
 		log.Info("managing RabbitMQ queues", "broker", amqp.Redact(cfg.AMQP.URL), "queues", cfg.AMQP.managedNames(),
 			"failure_exchange", cfg.AMQP.FailureExchange, "dead_letters", cfg.AMQP.DeadLetters, "quorum", cfg.AMQP.Quorum)
+	}
+	if keptTopics != nil {
+		keptTopics.start(workerCtx)
+		log.Info("keeping Kafka dead-letter topics in the store", "brokers", cfg.Kafka.Brokers, "topics", cfg.Kafka.topicNames(),
+			"group", cfg.Kafka.Group, "keeper_group", keptTopics.keeper.Group())
 	}
 
 	queueRetry := map[string]string{}
@@ -268,6 +298,8 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 		workerDone <- err
 	case err := <-brokerDone:
 		serveErr = fmt.Errorf("amqp: %w", err)
+	case err := <-kafkaDone:
+		serveErr = fmt.Errorf("kafka: %w", err)
 	}
 	// Cancel the API's operations and wait for them (they stop at their
 	// next store call or pacing wait), so that requests waiting on one
@@ -290,6 +322,9 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	}
 	if brokers != nil {
 		brokers.stop()
+	}
+	if keptTopics != nil {
+		keptTopics.stop()
 	}
 	wg.Wait()
 	log.Info("redrive stopped")
@@ -511,12 +546,14 @@ func startingHandler(reason string) http.Handler {
 }
 
 // serveMux routes /metrics to Prometheus and everything else to the API.
-// The metrics are the store's statistics, the breakers, and the attempt
-// histograms of the worker's observer.
+// The metrics are the store's statistics, the breakers, the attempt
+// histograms of the worker's observer, and the managed RabbitMQ queues'
+// and kept Kafka topics' metrics.
 func serveMux(api http.Handler, client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer,
-	managed server.Brokers, token string, log *slog.Logger) http.Handler {
+	managed server.Brokers, kept server.KafkaTopics, token string, log *slog.Logger) http.Handler {
 	reg := serveRegistry(client, breakers, attempts, log)
 	registerBrokers(reg, managed)
+	registerKafka(reg, kept)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", requireToken(token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError})))

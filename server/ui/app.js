@@ -198,13 +198,15 @@ const CLASS_COLORS = {
 };
 
 async function overview() {
-  const [queues, series, breakers, managed] = await Promise.all([
+  const [queues, series, breakers, managed, kept] = await Promise.all([
     api.get('/v1/queues'),
     api.get('/v1/stats/series?since=1h'),
     api.get('/v1/breakers'),
     api.get('/v1/amqp/queues'),
+    api.get('/v1/kafka/topics'),
   ]);
   const amqpQueues = (managed && managed.queues) || [];
+  const kafkaTopics = (kept && kept.topics) || [];
   const totals = Object.fromEntries(STATES.map((st) => [st, 0]));
   for (const q of queues.queues || []) {
     for (const [st, n] of Object.entries(q.jobs || {})) totals[st] = (totals[st] || 0) + n;
@@ -226,7 +228,8 @@ async function overview() {
     h('div', { class: 'row' },
       h('section', { class: 'card', id: 'queues' }, h('h2', {}, 'Queues'), queueTable(queues)),
       h('section', { class: 'card', id: 'breakers' }, h('h2', {}, 'Circuit breakers'), breakerTable(breakers))),
-    amqpQueues.length > 0 && amqpSection(amqpQueues));
+    amqpQueues.length > 0 && amqpSection(amqpQueues),
+    kafkaTopics.length > 0 && kafkaSection(kafkaTopics));
 }
 
 function queueTable(queues) {
@@ -374,6 +377,64 @@ function amqpQueue(mq) {
           h('td', { class: 'delay' }, d.role === 'tier' ? fmtDelay(d.delay) : ''),
           h('td', { class: 'num', 'data-messages': d.messages || 0 }, d.missing ? '—' : fmtN(d.messages)),
           h('td', { class: 'num' }, d.missing ? '—' : fmtN(d.consumers))))))));
+}
+
+// ---- Kafka topics ------------------------------------------------------
+//
+// The Kafka topics whose dead letters `redrive serve --kafka-topics` keeps
+// in the store (GET /v1/kafka/topics): the records each topic of their
+// topology retains, the consumers' lag, and what the keeper stored.
+
+const KAFKA_ROLES = {
+  main: { order: 0, label: 'main topic' },
+  tier: { order: 1, label: 'retry tier' },
+  dlt: { order: 2, label: 'dead letters' },
+};
+
+function kafkaSection(list) {
+  return h('section', { class: 'card', id: 'kafka' },
+    h('h2', {}, 'Kafka topics'),
+    list.map(kafkaTopic));
+}
+
+// fmtLag shows a topic's lag and the group it is of, or a dash when no
+// group consumes it.
+function fmtLag(c) {
+  if (!c || c.lag === undefined || c.lag === null) return '—';
+  return fmtN(c.lag);
+}
+
+// kafkaTopic shows one kept topic: its facts, then each topic of its
+// topology in the order a record goes through them: the main topic, the
+// retry tiers by delay, the dead-letter topic.
+function kafkaTopic(kt) {
+  const rows = [Object.assign({ role: 'main' }, kt.main || {})]
+    .concat((kt.tiers || []).map((t) => Object.assign({ role: 'tier' }, t)))
+    .concat([Object.assign({ role: 'dlt' }, kt.dlt || {})]);
+  const kv = (k, v, attrs) => [h('dt', {}, k), h('dd', attrs || {}, v)];
+  const dlt = kt.dlt || {};
+  const brokers = (kt.brokers || []).join(', ');
+  return h('div', { class: 'kafka-topic', 'data-kafka-topic': kt.topic },
+    h('h3', {}, h('span', { class: 'mono' }, kt.topic), brokers && h('span', { class: 'muted' }, ` on ${brokers}`)),
+    kt.error && h('p', { class: 'error', role: 'alert', 'data-kafka-error': '' }, `Kafka could not be asked: ${kt.error}`),
+    h('div', { class: 'row' },
+      h('dl', { class: 'kv' },
+        kv('Consumer group', kt.group ? h('span', { class: 'mono' }, kt.group) : '—', { 'data-stat': 'group' }),
+        kv('Lag', fmtLag(kt.main), { 'data-stat': 'lag', title: 'Records of the main topic the consumer group has not consumed yet' }),
+        kv('Dead letters', h('span', { 'data-kept': 'store' }, 'in the store, as ',
+          h('a', { href: '#/dlq' + qs({ queue: kt.topic }) }, `dead jobs of queue ${kt.topic}`),
+          kt.keeper ? h('span', { class: 'muted' }, ` (${fmtN(kt.keeper.kept)} stored since serve started)`) : '')),
+        kv('Not stored yet', fmtLag(dlt), { 'data-stat': 'unkept', title: 'Dead letters of the DLT the keeper has not stored yet' })),
+      h('table', { class: 'kafka-topics' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Kafka topic'), h('th', {}, 'Role'), h('th', {}, 'Delay'),
+          h('th', { class: 'num', title: 'Records the topic retains' }, 'Records'),
+          h('th', { class: 'num', title: 'Records the group has not consumed yet' }, 'Lag'))),
+        h('tbody', {}, rows.map((c) => h('tr', { 'data-kafka-row': c.topic, 'data-role': c.role },
+          h('td', { class: 'mono' }, c.topic, c.missing && [' ', h('span', { title: 'The topic does not exist on the cluster' }, badge('missing', 'dead'))]),
+          h('td', {}, KAFKA_ROLES[c.role].label),
+          h('td', { class: 'delay' }, c.role === 'tier' ? fmtDelay(c.delay) : ''),
+          h('td', { class: 'num', 'data-records': c.records || 0 }, c.missing ? '—' : fmtN(c.records)),
+          h('td', { class: 'num', title: c.lag_group ? `group ${c.lag_group}` : '' }, c.missing ? '—' : fmtLag(c))))))));
 }
 
 // minutes returns the 60 minute slots ending with the current minute and
@@ -591,6 +652,7 @@ async function jobPage(id) {
         h('div', { style: { 'margin-top': '12px' } }, actions)),
       h('section', { class: 'card' }, h('h2', {}, 'Payload'), h('pre', { id: 'payload' }, pretty(j.payload)))),
     j.kind === 'amqp' && messageCard(j.payload),
+    j.kind === 'kafka' && recordCard(j.payload),
     h('section', { class: 'card' }, h('h2', {}, 'Attempt timeline'), timeline(withCurrent(j))));
 }
 
@@ -621,26 +683,102 @@ const MAX_DUMP = 64 * 1024;
 // decodeMessageBody decodes the body of an amqp payload: JSON
 // pretty-printed, text as it is, binary (base64) as a hex dump.
 function decodeMessageBody(p) {
-  const enc = p.body_encoding || 'text';
+  return decodeBytes(p.body, p.body_encoding, 'body');
+}
+
+// decodeBytes decodes bytes a payload holds in encoding enc (json, text
+// or base64, as the transports' payloads keep them): JSON
+// pretty-printed, text as it is, binary as a hex dump. what names them
+// in an error.
+function decodeBytes(value, enc, what) {
+  enc = enc || 'text';
   try {
     switch (enc) {
       case 'json':
-        return { what: 'JSON', text: pretty(p.body) };
+        return { what: 'JSON', text: pretty(value) };
       case 'text':
-        if (typeof p.body !== 'string') throw new Error('the body is not a string');
-        return { what: 'text', text: p.body, size: new TextEncoder().encode(p.body).length };
+        if (typeof value !== 'string') throw new Error(`the ${what} is not a string`);
+        return { what: 'text', text: value, size: new TextEncoder().encode(value).length };
       case 'base64': {
-        if (typeof p.body !== 'string') throw new Error('the body is not a string');
-        const bin = atob(p.body);
-        const bytes = new Uint8Array(bin.length);
-        for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-        return { what: 'binary', text: bytes.length ? hexDump(bytes, MAX_DUMP) : '(empty)', size: bytes.length, hex: true };
+        if (typeof value !== 'string') throw new Error(`the ${what} is not a string`);
+        const bytes = base64Bytes(value);
+        return { what: 'binary', text: bytes.length ? hexDump(bytes, MAX_DUMP) : '(empty)', size: bytes.length, hex: true, bytes };
       }
       default:
-        throw new Error(`unknown body_encoding ${JSON.stringify(enc)}`);
+        throw new Error(`unknown encoding ${JSON.stringify(enc)}`);
     }
   } catch (e) {
-    return { what: String(enc), error: `The body cannot be decoded: ${e.message}. The payload above holds it as stored.` };
+    return { what: String(enc), error: `The ${what} cannot be decoded: ${e.message}. The payload above holds it as stored.` };
+  }
+}
+
+function base64Bytes(b64) {
+  const bin = atob(b64);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return bytes;
+}
+
+// recordCard shows the Kafka record a job of kind kafka holds (a dead
+// letter kept in the store): its key and value decoded as their
+// encodings say, its headers, and the topic it goes back to.
+function recordCard(p) {
+  if (!p || typeof p !== 'object' || Array.isArray(p)) return null;
+  const kv = (k, v, id) => [h('dt', {}, k), h('dd', { id }, v === undefined || v === null || v === '' ? '—' : v)];
+  const part = (value, enc, what, id) => {
+    if (value === undefined || value === null) {
+      return { label: 'none (null)', el: null };
+    }
+    const m = decodeBytes(value, enc, what);
+    return {
+      label: `${m.what}${m.size !== undefined ? `, ${fmtN(m.size)} bytes` : ''}`,
+      el: m.error ? h('p', { class: 'error', id: `${id}-error` }, m.error) : h('pre', { id, class: m.hex ? 'hexdump' : '' }, m.text),
+    };
+  };
+  const key = part(p.key, p.key_encoding, 'key', 'record-key');
+  const value = part(p.value, p.value_encoding, 'value', 'record-value');
+  const headers = Array.isArray(p.headers) ? p.headers : [];
+  return h('section', { class: 'card', id: 'record' },
+    h('h2', {}, 'Kafka record'),
+    h('dl', { class: 'kv' },
+      kv('Topic', p.topic ? h('span', { class: 'mono' }, p.topic) : '', 'record-topic'),
+      kv('Key', key.label, 'record-key-encoding'),
+      kv('Value', value.label, 'record-value-encoding'),
+      p.origin && kv('First consumed at', h('span', { class: 'mono' }, p.origin), 'record-origin'),
+      p.dead_letter && kv('Dead letter at', h('span', { class: 'mono' }, p.dead_letter), 'record-dead-letter')),
+    p.topic && h('p', { class: 'muted' }, `Redriving this job produces the record back to topic ${p.topic}.`),
+    key.el && [h('h3', {}, 'Key'), key.el],
+    h('h3', {}, 'Value'), value.el || h('p', { class: 'muted', id: 'record-value' }, 'No value (a tombstone).'),
+    headers.length > 0 && [h('h3', {}, 'Headers'),
+      h('table', { id: 'record-headers' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Key'), h('th', {}, 'Value'))),
+        h('tbody', {}, headers.map((hd) => h('tr', { 'data-header': headerKey(hd) },
+          h('td', { class: 'mono' }, headerKey(hd)),
+          h('td', { class: 'mono' }, headerValue(hd))))))]);
+}
+
+// headerKey is a record header's key as text.
+function headerKey(hd) {
+  if (hd.key_encoding !== 'base64') return String(hd.key);
+  try {
+    return new TextDecoder().decode(base64Bytes(hd.key));
+  } catch {
+    return String(hd.key);
+  }
+}
+
+// headerValue shows a record header's value: text or JSON as it is,
+// binary as hex bytes.
+function headerValue(hd) {
+  if (hd.value === undefined || hd.value === null) return h('span', { class: 'muted' }, 'null');
+  if (hd.value_encoding === 'json') return JSON.stringify(hd.value);
+  if (hd.value_encoding !== 'base64') return String(hd.value);
+  try {
+    const bytes = base64Bytes(hd.value);
+    const shown = Array.from(bytes.subarray(0, 256), (b) => b.toString(16).padStart(2, '0')).join(' ');
+    return [shown, h('span', { class: 'muted' }, ` (binary, ${fmtN(bytes.length)} bytes${bytes.length > 256 ? ', the first 256 shown' : ''})`)];
+  } catch {
+    return String(hd.value);
   }
 }
 

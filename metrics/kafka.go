@@ -1,0 +1,135 @@
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redrivehq/redrive/kafka"
+)
+
+// KafkaCollectorOptions configure NewKafkaCollector. The zero value is
+// usable.
+type KafkaCollectorOptions struct {
+	// Timeout bounds how long one scrape waits for the cluster's
+	// statistics (default 10s).
+	Timeout time.Duration
+}
+
+// KafkaCollector is a prometheus.Collector of the Kafka topics whose
+// dead letters `redrive serve --kafka-topics` keeps in the store (see
+// package kafka, Keeper and ReadStats), read at every scrape:
+//
+//	redrive_kafka_records{topic,kafka_topic,role}         records each topic of the topology retains
+//	redrive_kafka_lag{topic,kafka_topic,role,group}       records a consumer group has not consumed yet
+//	redrive_kafka_dead_letters_kept_total{topic}          dead letters stored as dead jobs
+//	redrive_kafka_dead_letters_duplicate_total{topic}     dead letters already stored
+//	redrive_kafka_up{topic}                               1 when the cluster answered
+//
+// topic is the main topic; kafka_topic is one topic of its topology, and
+// role what it is to it: main, tier (a retry tier: its records are the
+// retries produced to it and still retained) or dlt. group is the
+// consumers' group (an exactly-once consumer's tier group on a tier it
+// consumes in one), or the keeper's on the DLT: the dead letters not
+// stored yet. A topic that does not exist has no series; a topic a group
+// does not consume, no lag.
+//
+// The records and lags are the cluster's: every process keeping the same
+// topics reports the same values (aggregate replicas with max). The
+// counters are this process's own since it started (sum them). Create it
+// with NewKafkaCollector.
+type KafkaCollector struct {
+	topics  func(ctx context.Context) []kafka.ManagedTopic
+	timeout time.Duration
+}
+
+var _ prometheus.Collector = (*KafkaCollector)(nil)
+
+// NewKafkaCollector returns the collector of the topics that topics
+// returns at each scrape, typically the KafkaTopics method of the
+// server.KafkaTopics given to the API (server.Options.Kafka). A nil
+// topics collects nothing. Register it on a prometheus.Registerer.
+func NewKafkaCollector(topics func(ctx context.Context) []kafka.ManagedTopic, opts KafkaCollectorOptions) *KafkaCollector {
+	c := &KafkaCollector{topics: topics, timeout: opts.Timeout}
+	if c.timeout <= 0 {
+		c.timeout = 10 * time.Second
+	}
+	return c
+}
+
+// perCluster ends the help of the cluster's gauges.
+const perCluster = " The cluster's count: every process keeping the topic reports the same value; aggregate replicas with max, not sum."
+
+var (
+	kafkaRecordsDesc = prometheus.NewDesc("redrive_kafka_records",
+		"Records a topic of a kept Kafka main topic's topology retains (end offsets minus start offsets); role is main, "+
+			"tier (a retry tier: the retries produced to it and still retained) or dlt."+perCluster,
+		[]string{"topic", "kafka_topic", "role"}, nil)
+	kafkaLagDesc = prometheus.NewDesc("redrive_kafka_lag",
+		"Records of a topic of a kept Kafka main topic's topology that group has not consumed yet (committed to end offsets): "+
+			"the consumers' group on the main topic and the tiers, the dead-letter keeper's on the DLT."+perCluster,
+		[]string{"topic", "kafka_topic", "role", "group"}, nil)
+	kafkaKeptDesc = prometheus.NewDesc("redrive_kafka_dead_letters_kept_total",
+		"Dead letters of a kept Kafka main topic stored in the store as new dead jobs."+perProcess,
+		[]string{"topic"}, nil)
+	kafkaDuplicateDesc = prometheus.NewDesc("redrive_kafka_dead_letters_duplicate_total",
+		"Dead letters of a kept Kafka main topic that were already stored (read again, or produced twice), not stored again."+perProcess,
+		[]string{"topic"}, nil)
+	kafkaUpDesc = prometheus.NewDesc("redrive_kafka_up",
+		"1 when the cluster answered the last scrape's questions about a kept Kafka main topic, else 0.",
+		[]string{"topic"}, nil)
+)
+
+// Describe sends the collector's fixed descriptions.
+func (c *KafkaCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{kafkaRecordsDesc, kafkaLagDesc, kafkaKeptDesc, kafkaDuplicateDesc, kafkaUpDesc} {
+		ch <- d
+	}
+}
+
+// Collect asks for the kept topics and exports them.
+func (c *KafkaCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.topics == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	// A registry refuses a scrape with a series twice: a topic listed
+	// twice is exported once.
+	seen := map[string]bool{}
+	for _, t := range c.topics(ctx) {
+		name := nonEmpty(t.Topic)
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		}
+		gauge(kafkaUpDesc, b2f(t.Error == ""), name)
+		counted := map[string]bool{}
+		count := func(tc kafka.TopicCount, role string) {
+			kt := nonEmpty(tc.Topic)
+			if tc.Missing || counted[kt] {
+				return
+			}
+			counted[kt] = true
+			gauge(kafkaRecordsDesc, float64(tc.Records), name, kt, role)
+			if tc.Lag != nil {
+				gauge(kafkaLagDesc, float64(*tc.Lag), name, kt, role, nonEmpty(tc.LagGroup))
+			}
+		}
+		if t.Error == "" {
+			count(t.Main, "main")
+			for _, tier := range t.Tiers {
+				count(tier.TopicCount, "tier")
+			}
+			count(t.DLT, "dlt")
+		}
+		if t.Keeper != nil {
+			ch <- prometheus.MustNewConstMetric(kafkaKeptDesc, prometheus.CounterValue, float64(t.Keeper.Kept), name)
+			ch <- prometheus.MustNewConstMetric(kafkaDuplicateDesc, prometheus.CounterValue, float64(t.Keeper.Duplicates), name)
+		}
+	}
+}
