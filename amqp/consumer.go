@@ -66,6 +66,18 @@ type ConsumerOptions struct {
 	MaxHistoryBytes int
 }
 
+// topology returns the validated topology of the work queue name with
+// these options: its delays from the queue's policy in exec, unless
+// Tiers overrides them; managed when failureExchange is set.
+func (qo QueueOptions) topology(name string, exec *redrive.Executor, failureExchange string) (Topology, error) {
+	topo := NewTopology(name, exec.PolicyFor(&redrive.Job{Queue: name, MaxRetries: -1}))
+	if qo.Tiers != nil {
+		topo.Tiers = append([]time.Duration(nil), qo.Tiers...)
+	}
+	topo.Quorum, topo.DeliveryLimit, topo.FailureExchange = qo.Quorum, qo.DeliveryLimit, failureExchange
+	return topo, topo.Validate()
+}
+
 // Consumer runs the registered handlers for the messages of its work
 // queues. Create it with NewConsumer, register handlers (HandleFunc, or
 // redrive.Handle with the Consumer), then call Run.
@@ -142,12 +154,8 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) (*Consumer, error) {
 		if qo.DefaultKind == "" {
 			qo.DefaultKind = name
 		}
-		topo := NewTopology(name, exec.PolicyFor(&redrive.Job{Queue: name, MaxRetries: -1}))
-		if qo.Tiers != nil {
-			topo.Tiers = append([]time.Duration(nil), qo.Tiers...)
-		}
-		topo.Quorum, topo.DeliveryLimit = qo.Quorum, qo.DeliveryLimit
-		if err := topo.Validate(); err != nil {
+		topo, err := qo.topology(name, exec, "")
+		if err != nil {
 			return nil, err
 		}
 		c.queues = append(c.queues, &queueConsumer{c: c, name: name, opts: qo, topo: topo,

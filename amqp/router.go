@@ -160,12 +160,8 @@ func NewRouter(conn *Conn, opts RouterOptions) (*Router, error) {
 		if qo.DefaultKind == "" {
 			qo.DefaultKind = name
 		}
-		topo := NewTopology(name, exec.PolicyFor(&redrive.Job{Queue: name, MaxRetries: -1}))
-		if qo.Tiers != nil {
-			topo.Tiers = append([]time.Duration(nil), qo.Tiers...)
-		}
-		topo.Quorum, topo.DeliveryLimit, topo.FailureExchange = qo.Quorum, qo.DeliveryLimit, opts.FailureExchange
-		if err := topo.Validate(); err != nil {
+		topo, err := qo.topology(name, exec, opts.FailureExchange)
+		if err != nil {
 			pub.Close()
 			return nil, err
 		}

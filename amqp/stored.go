@@ -16,6 +16,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/payload"
 )
 
@@ -289,13 +290,9 @@ func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
 		if err := opts.validate(j.Payload); err != nil {
 			return &failure.Error{Class: failure.Permanent, Reason: "amqp_queue_not_allowed", Err: err}
 		}
-		events := j.History
-		if len(events) == 0 && j.ID != 0 && opts.Get != nil {
-			full, err := opts.Get(ctx, j.ID)
-			if err != nil {
-				return fmt.Errorf("read the job's history: %w", err)
-			}
-			events = full.History
+		events, err := carry.JobHistory(ctx, j, opts.Get)
+		if err != nil {
+			return err
 		}
 		hist, dropped := historyJSON(events, 0, opts.MaxHistory, opts.MaxHistoryBytes)
 		set := amqp091.Table{HeaderHistory: hist, HeaderRedriven: int64(j.Redriven)}

@@ -10,6 +10,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -65,28 +66,7 @@ func (t Topology) FailedQueue() string { return t.Queue + "-failed" }
 // 1h), so that such a wait takes a few hops rather than hundreds. At most
 // MaxTiers in all.
 func NewTopology(queue string, p retry.Policy) Topology {
-	t := Topology{Queue: queue}
-	for _, s := range p.Schedule() {
-		d := s.Base.Truncate(time.Millisecond)
-		if d < time.Millisecond || slices.Contains(t.Tiers, d) {
-			continue
-		}
-		t.Tiers = append(t.Tiers, d)
-	}
-	slices.Sort(t.Tiers)
-	if len(t.Tiers) > 0 {
-		limit := p.MaxRetryAfter
-		if limit <= 0 {
-			limit = retry.DefaultMaxRetryAfter
-		}
-		for d := t.Tiers[len(t.Tiers)-1] * 10; d <= limit && len(t.Tiers) < MaxTiers; d *= 10 {
-			t.Tiers = append(t.Tiers, d)
-		}
-	}
-	if len(t.Tiers) > MaxTiers {
-		t.Tiers = t.Tiers[:MaxTiers]
-	}
-	return t
+	return Topology{Queue: queue, Tiers: carry.Tiers(p, MaxTiers)}
 }
 
 // DLQ returns the name of the dead-letter queue: <queue>-dlq.

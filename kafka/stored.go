@@ -391,13 +391,9 @@ func RegisterKind[P Producer](r redrive.Registrar, produce P, opts KindOptions) 
 		if err := opts.validate(j.Payload); err != nil {
 			return &failure.Error{Class: failure.Permanent, Reason: "kafka_topic_not_allowed", Err: err}
 		}
-		events := j.History
-		if len(events) == 0 && j.ID != 0 && opts.Get != nil {
-			full, err := opts.Get(ctx, j.ID)
-			if err != nil {
-				return fmt.Errorf("read the job's history: %w", err)
-			}
-			events = full.History
+		events, err := carry.JobHistory(ctx, j, opts.Get)
+		if err != nil {
+			return err
 		}
 		hist, dropped := carry.History(events, 0, opts.MaxHistory, opts.MaxHistoryBytes)
 		set := map[string]string{HeaderHistory: hist, HeaderRedriven: strconv.Itoa(j.Redriven)}

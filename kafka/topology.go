@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -39,28 +40,7 @@ type Topology struct {
 // ten times longer each up to p's MaxRetryAfter (default 1h) for the
 // longer waits (a Retry-After, an open breaker), at most MaxTiers.
 func NewTopology(topic string, p retry.Policy) Topology {
-	t := Topology{Topic: topic, Partitions: -1, Replication: -1}
-	for _, s := range p.Schedule() {
-		d := s.Base.Truncate(time.Millisecond)
-		if d < time.Millisecond || slices.Contains(t.Tiers, d) {
-			continue
-		}
-		t.Tiers = append(t.Tiers, d)
-	}
-	slices.Sort(t.Tiers)
-	if len(t.Tiers) > 0 {
-		limit := p.MaxRetryAfter
-		if limit <= 0 {
-			limit = retry.DefaultMaxRetryAfter
-		}
-		for d := t.Tiers[len(t.Tiers)-1] * 10; d <= limit && len(t.Tiers) < MaxTiers; d *= 10 {
-			t.Tiers = append(t.Tiers, d)
-		}
-	}
-	if len(t.Tiers) > MaxTiers {
-		t.Tiers = t.Tiers[:MaxTiers]
-	}
-	return t
+	return Topology{Topic: topic, Partitions: -1, Replication: -1, Tiers: carry.Tiers(p, MaxTiers)}
 }
 
 // DLT returns the dead-letter topic's name: <topic>-dlt.
