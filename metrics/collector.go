@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/redrivehq/redrive/metrics/internal/label"
+
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/store"
@@ -199,9 +201,4 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // b2f is 1 for true, 0 for false.
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
+func b2f(b bool) float64 { return label.Bool(b) }

@@ -1,9 +1,10 @@
 // Package metrics exports redrive's Prometheus metrics, the ones
 // `redrive serve` exposes on /metrics, for programs that embed redrive
-// and register them on their own registry. It is the only package of the
-// module that depends on github.com/prometheus/client_golang.
+// and register them on their own registry. It and its sub-packages are
+// the only packages of the module that depend on
+// github.com/prometheus/client_golang.
 //
-// Four collectors make them:
+// These collectors make them:
 //
 //   - NewCollector: the store-wide metrics, read from the store at each
 //     scrape (jobs per queue and state, the store's running totals, queue
@@ -12,11 +13,14 @@
 //   - NewObserver: the histograms of attempt durations and lateness. It is
 //     the Worker's Observer (WorkerOptions.Observer), since only the
 //     process that ran an attempt knows its timings.
-//   - NewAMQPCollector: the RabbitMQ queues managed for consumers in any
+//   - amqpmetrics.NewCollector (package metrics/amqpmetrics, so that a
+//     program without RabbitMQ does not link its client): the RabbitMQ
+//     queues managed for consumers in any
 //     language (redrive_amqp_*): the broker's depth and consumers of each
 //     queue of their topologies, and the router's and dead-letter
 //     keeper's running totals.
-//   - NewKafkaCollector: the Kafka topics whose dead letters are kept in
+//   - kafkametrics.NewCollector (package metrics/kafkametrics, likewise
+//     for Kafka): the Kafka topics whose dead letters are kept in
 //     the store (redrive_kafka_*): the records each topic of their
 //     topologies retains, consumer lag, and the dead-letter keeper's
 //     running totals.
@@ -53,6 +57,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/redrivehq/redrive/metrics/internal/label"
+
 	"github.com/redrivehq/redrive"
 )
 
@@ -80,17 +86,8 @@ var LatencyBuckets = []float64{
 // let any client grow the metrics without bound.
 const OtherKind = "other"
 
-// unknown is the label value standing for an empty name.
-const unknown = "unknown"
-
-// nonEmpty returns s, or "unknown" when s is empty: Prometheus treats an
-// empty label as a missing one, which breaks joins and aggregations.
-func nonEmpty(s string) string {
-	if s == "" {
-		return unknown
-	}
-	return s
-}
+// nonEmpty returns s, or "unknown" when s is empty (see label.NonEmpty).
+func nonEmpty(s string) string { return label.NonEmpty(s) }
 
 // Observer is a redrive.Observer that feeds the histograms of attempt
 // durations and lateness, and a prometheus.Collector to register:

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redrivehq/redrive/metrics/internal/metricstest"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/redrivehq/redrive"
@@ -25,45 +22,6 @@ import (
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
-
-// exposition returns the text exposition of the collectors.
-func exposition(t *testing.T, cs ...prometheus.Collector) string {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(cs...)
-	rec := httptest.NewRecorder()
-	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	if rec.Code != http.StatusOK {
-		t.Fatalf("metrics: %d %s", rec.Code, rec.Body)
-	}
-	return rec.Body.String()
-}
-
-// sample returns the value of one series (name and labels exactly as
-// exposed, labels sorted by name) in a text exposition.
-func sample(text, series string) (float64, bool) {
-	for l := range strings.SplitSeq(text, "\n") {
-		if v, ok := strings.CutPrefix(l, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
-}
-
-// wantSamples checks series values in a text exposition.
-func wantSamples(t *testing.T, text string, want map[string]float64) {
-	t.Helper()
-	for series, w := range want {
-		if got, ok := sample(text, series); !ok || got != w {
-			t.Errorf("%s = %v (found %v), want %v", series, got, ok, w)
-		}
-	}
-	if t.Failed() {
-		t.Logf("exposition:\n%s", grepLines(text, "redrive_attempt_duration_seconds_count")+"\n"+
-			grepLines(text, "redrive_job_lateness_seconds_count"))
-	}
-}
 
 func TestAttemptMetrics(t *testing.T) {
 	m := metrics.NewObserver("http", "mail")
@@ -77,8 +35,8 @@ func TestAttemptMetrics(t *testing.T) {
 	for _, k := range []string{"mystery", "other", "x"} {
 		m.ObserveAttempt(redrive.AttemptInfo{Queue: "default", Kind: k, Attempt: 1, Outcome: redrive.OutcomeDeferred})
 	}
-	text := exposition(t, m)
-	wantSamples(t, text, map[string]float64{
+	text := metricstest.Exposition(t, m)
+	metricstest.WantSamples(t, text, map[string]float64{
 		`redrive_attempt_duration_seconds_count{kind="http",outcome="completed",queue="default"}`:             1,
 		`redrive_attempt_duration_seconds_bucket{kind="http",outcome="completed",queue="default",le="0.01"}`:  0,
 		`redrive_attempt_duration_seconds_bucket{kind="http",outcome="completed",queue="default",le="0.025"}`: 1,
@@ -99,7 +57,7 @@ func TestAttemptMetrics(t *testing.T) {
 	})
 	for _, k := range []string{"mystery", `kind="x"`} {
 		if strings.Contains(text, k) {
-			t.Errorf("a kind without a handler has its own label: %s", grepLines(text, k))
+			t.Errorf("a kind without a handler has its own label: %s", metricstest.GrepLines(text, k))
 		}
 	}
 	// Every bucket of the range is exposed, in order.
@@ -109,7 +67,7 @@ func TestAttemptMetrics(t *testing.T) {
 	}
 	for i, le := range les {
 		series := fmt.Sprintf(`redrive_job_lateness_seconds_bucket{attempt_kind="first",kind="http",queue="default",le="%s"}`, le)
-		if _, ok := sample(text, series); !ok {
+		if _, ok := metricstest.Sample(text, series); !ok {
 			t.Errorf("bucket %d (le %s) missing", i, le)
 		}
 	}
@@ -141,18 +99,18 @@ func TestAttemptMetricsConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	text := exposition(t, m)
+	text := metricstest.Exposition(t, m)
 	want := map[string]float64{}
 	for _, q := range queues {
 		for _, o := range outcomes {
 			want[fmt.Sprintf(`redrive_attempt_duration_seconds_count{kind="http",outcome="%s",queue="%s"}`, o, q)] = goroutines * rounds
 		}
 	}
-	wantSamples(t, text, want)
+	metricstest.WantSamples(t, text, want)
 	var late float64
 	for _, q := range queues {
 		for _, ak := range []string{"first", "retry"} {
-			n, _ := sample(text, fmt.Sprintf(`redrive_job_lateness_seconds_count{attempt_kind="%s",kind="http",queue="%s"}`, ak, q))
+			n, _ := metricstest.Sample(text, fmt.Sprintf(`redrive_job_lateness_seconds_count{attempt_kind="%s",kind="http",queue="%s"}`, ak, q))
 			late += n
 		}
 	}
@@ -187,16 +145,6 @@ func BenchmarkAttemptObserver(b *testing.B) {
 			}
 		})
 	})
-}
-
-func grepLines(s, substr string) string {
-	var out []string
-	for l := range strings.SplitSeq(s, "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // openClient opens a client on a new SQLite store.
@@ -276,8 +224,8 @@ func TestCollectorQueues(t *testing.T) {
 	if _, err := client.PauseQueue(ctx, "later"); err != nil {
 		t.Fatal(err)
 	}
-	text := exposition(t, c)
-	wantSamples(t, text, map[string]float64{
+	text := metricstest.Exposition(t, c)
+	metricstest.WantSamples(t, text, map[string]float64{
 		`redrive_queue_paused{queue="later"}`:          1,
 		`redrive_queue_paused{queue="mail"}`:           0,
 		`redrive_queue_unconsumed{queue="mail"}`:       1,
@@ -287,7 +235,7 @@ func TestCollectorQueues(t *testing.T) {
 		`redrive_stats_up`:                             1,
 	})
 	for _, q := range []string{"mail", "served"} {
-		if l, ok := sample(text, `redrive_queue_latency_seconds{queue="`+q+`"}`); !ok || l < 90 || l > 150 {
+		if l, ok := metricstest.Sample(text, `redrive_queue_latency_seconds{queue="`+q+`"}`); !ok || l < 90 || l > 150 {
 			t.Errorf("%s latency %v (found %v), want about 90s", q, l, ok)
 		}
 	}
@@ -325,18 +273,18 @@ func TestCollectorNoEmptyLabel(t *testing.T) {
 	c := metrics.NewCollector(client, metrics.CollectorOptions{Breakers: w.Breakers(), Logger: slog.New(slog.DiscardHandler)})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		text := exposition(t, c)
+		text := metricstest.Exposition(t, c)
 		if strings.Contains(text, `=""`) {
-			t.Fatalf("an empty label:\n%s", grepLines(text, `=""`))
+			t.Fatalf("an empty label:\n%s", metricstest.GrepLines(text, `=""`))
 		}
-		if n, ok := sample(text, `redrive_succeeded_total{class="none",queue="default"}`); ok && n == 1 {
-			if n, ok := sample(text, `redrive_enqueued_total{class="none",queue="default"}`); !ok || n != 1 {
+		if n, ok := metricstest.Sample(text, `redrive_succeeded_total{class="none",queue="default"}`); ok && n == 1 {
+			if n, ok := metricstest.Sample(text, `redrive_enqueued_total{class="none",queue="default"}`); !ok || n != 1 {
 				t.Errorf("redrive_enqueued_total = %v (found %v), want 1", n, ok)
 			}
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no completion counted:\n%s", grepLines(text, "redrive_"))
+			t.Fatalf("no completion counted:\n%s", metricstest.GrepLines(text, "redrive_"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

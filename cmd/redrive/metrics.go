@@ -9,6 +9,8 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/metrics"
+	"github.com/redrivehq/redrive/metrics/amqpmetrics"
+	"github.com/redrivehq/redrive/metrics/kafkametrics"
 	"github.com/redrivehq/redrive/server"
 )
 
@@ -30,22 +32,22 @@ func serveRegistry(client *redrive.Client, breakers *breaker.Registry, attempts 
 }
 
 // registerBrokers adds to reg the metrics of the RabbitMQ queues b
-// manages (redrive_amqp_*, see metrics.AMQPCollector), asked of b at
+// manages (redrive_amqp_*, see amqpmetrics.Collector), asked of b at
 // each scrape. A nil b (serve manages no queue) adds nothing.
 func registerBrokers(reg prometheus.Registerer, b server.Brokers) {
 	if b == nil {
 		return
 	}
-	reg.MustRegister(metrics.NewAMQPCollector(b.ManagedQueues, metrics.AMQPCollectorOptions{}))
+	reg.MustRegister(amqpmetrics.NewCollector(b.ManagedQueues, amqpmetrics.Options{}))
 }
 
 // registerKafka adds to reg the metrics of the Kafka topics whose dead
-// letters serve keeps (redrive_kafka_*, see metrics.KafkaCollector),
+// letters serve keeps (redrive_kafka_*, see kafkametrics.Collector),
 // asked of k at each scrape. A nil k (serve keeps no topic) adds
 // nothing.
 func registerKafka(reg prometheus.Registerer, k server.KafkaTopics) {
 	if k == nil {
 		return
 	}
-	reg.MustRegister(metrics.NewKafkaCollector(k.KafkaTopics, metrics.KafkaCollectorOptions{}))
+	reg.MustRegister(kafkametrics.NewCollector(k.KafkaTopics, kafkametrics.Options{}))
 }

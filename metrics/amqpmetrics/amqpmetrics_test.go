@@ -1,7 +1,8 @@
-package metrics_test
+package amqpmetrics_test
 
 import (
 	"context"
+	"github.com/redrivehq/redrive/metrics/internal/metricstest"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/redrivehq/redrive/amqp"
-	"github.com/redrivehq/redrive/metrics"
+	"github.com/redrivehq/redrive/metrics/amqpmetrics"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -35,12 +36,12 @@ func managedFixture() []amqp.ManagedQueue {
 	return []amqp.ManagedQueue{mail, orders, orders}
 }
 
-func TestAMQPCollector(t *testing.T) {
+func TestCollector(t *testing.T) {
 	var deadline bool
-	c := metrics.NewAMQPCollector(func(ctx context.Context) []amqp.ManagedQueue {
+	c := amqpmetrics.NewCollector(func(ctx context.Context) []amqp.ManagedQueue {
 		_, deadline = ctx.Deadline()
 		return managedFixture()
-	}, metrics.AMQPCollectorOptions{Timeout: time.Second})
+	}, amqpmetrics.Options{Timeout: time.Second})
 	want := `
 # HELP redrive_amqp_dead_letters_duplicate_total Dead letters of a managed RabbitMQ queue that were already stored (delivered again after a crash), dropped from the DLQ. Since this process started; sum across replicas.
 # TYPE redrive_amqp_dead_letters_duplicate_total counter
@@ -91,25 +92,25 @@ redrive_amqp_up{queue="orders"} 1
 		t.Errorf("lint: %v %+v", err, problems)
 	}
 	// Through a registry, as serve exposes it: no duplicate series.
-	text := exposition(t, c)
-	wantSamples(t, text, map[string]float64{
+	text := metricstest.Exposition(t, c)
+	metricstest.WantSamples(t, text, map[string]float64{
 		`redrive_amqp_up{queue="orders"}`: 1,
 		`redrive_amqp_queue_messages{broker_queue="orders-retry-1s",queue="orders",role="tier"}`: 5,
 	})
 	if strings.Contains(text, "orders-retry-10s") {
-		t.Errorf("a missing queue has depth series:\n%s", grepLines(text, "orders-retry-10s"))
+		t.Errorf("a missing queue has depth series:\n%s", metricstest.GrepLines(text, "orders-retry-10s"))
 	}
 }
 
-func TestAMQPCollectorNothing(t *testing.T) {
-	for name, c := range map[string]*metrics.AMQPCollector{
-		"nil function": metrics.NewAMQPCollector(nil, metrics.AMQPCollectorOptions{}),
-		"no queues":    metrics.NewAMQPCollector(func(context.Context) []amqp.ManagedQueue { return nil }, metrics.AMQPCollectorOptions{}),
+func TestCollectorNothing(t *testing.T) {
+	for name, c := range map[string]*amqpmetrics.Collector{
+		"nil function": amqpmetrics.NewCollector(nil, amqpmetrics.Options{}),
+		"no queues":    amqpmetrics.NewCollector(func(context.Context) []amqp.ManagedQueue { return nil }, amqpmetrics.Options{}),
 	} {
 		if n := testutil.CollectAndCount(c); n != 0 {
 			t.Errorf("%s: %d series, want none", name, n)
 		}
-		if text := exposition(t, c); strings.Contains(text, "redrive_amqp") {
+		if text := metricstest.Exposition(t, c); strings.Contains(text, "redrive_amqp") {
 			t.Errorf("%s: exposition:\n%s", name, text)
 		}
 	}

@@ -1,4 +1,4 @@
-package metrics
+package amqpmetrics
 
 import (
 	"context"
@@ -7,17 +7,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redrivehq/redrive/amqp"
+	"github.com/redrivehq/redrive/metrics/internal/label"
 )
 
-// AMQPCollectorOptions configure NewAMQPCollector. The zero value is
+// Options configure NewCollector. The zero value is
 // usable.
-type AMQPCollectorOptions struct {
+type Options struct {
 	// Timeout bounds how long one scrape waits for the broker's depths
 	// (default 10s).
 	Timeout time.Duration
 }
 
-// AMQPCollector is a prometheus.Collector of the RabbitMQ queues that
+// Collector is a prometheus.Collector of the RabbitMQ queues that
 // `redrive serve --amqp-url` manages for consumers in any language (see
 // package amqp, Router and Keeper), read at every scrape:
 //
@@ -40,20 +41,20 @@ type AMQPCollectorOptions struct {
 // The depths are the broker's: every process managing the same queues
 // reports the same values (aggregate replicas with max). The counters
 // are this process's own since it started (sum them). Create it with
-// NewAMQPCollector.
-type AMQPCollector struct {
+// NewCollector.
+type Collector struct {
 	queues  func(ctx context.Context) []amqp.ManagedQueue
 	timeout time.Duration
 }
 
-var _ prometheus.Collector = (*AMQPCollector)(nil)
+var _ prometheus.Collector = (*Collector)(nil)
 
-// NewAMQPCollector returns the collector of the managed queues that
+// NewCollector returns the collector of the managed queues that
 // queues returns at each scrape, typically the ManagedQueues method of
 // the server.Brokers given to the API (server.Options.Brokers). A nil
 // queues collects nothing. Register it on a prometheus.Registerer.
-func NewAMQPCollector(queues func(ctx context.Context) []amqp.ManagedQueue, opts AMQPCollectorOptions) *AMQPCollector {
-	c := &AMQPCollector{queues: queues, timeout: opts.Timeout}
+func NewCollector(queues func(ctx context.Context) []amqp.ManagedQueue, opts Options) *Collector {
+	c := &Collector{queues: queues, timeout: opts.Timeout}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
 	}
@@ -99,7 +100,7 @@ var (
 )
 
 // Describe sends the collector's fixed descriptions.
-func (c *AMQPCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{amqpMessagesDesc, amqpConsumersDesc, amqpFailuresDesc, amqpRetriedDesc, amqpDeadDesc,
 		amqpReturnedDesc, amqpKeptDesc, amqpDuplicateDesc, amqpUpDesc} {
 		ch <- d
@@ -107,7 +108,7 @@ func (c *AMQPCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect asks for the managed queues and exports them.
-func (c *AMQPCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.queues == nil {
 		return
 	}
@@ -117,7 +118,7 @@ func (c *AMQPCollector) Collect(ch chan<- prometheus.Metric) {
 	// twice is exported once.
 	seen := map[string]bool{}
 	for _, q := range c.queues(ctx) {
-		name := nonEmpty(q.Queue)
+		name := label.NonEmpty(q.Queue)
 		if seen[name] {
 			continue
 		}
@@ -128,15 +129,15 @@ func (c *AMQPCollector) Collect(ch chan<- prometheus.Metric) {
 		counter := func(d *prometheus.Desc, v int64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), name)
 		}
-		gauge(amqpUpDesc, b2f(q.Error == ""), name)
+		gauge(amqpUpDesc, label.Bool(q.Error == ""), name)
 		depth := map[string]bool{}
 		for _, d := range q.Queues {
-			bq := nonEmpty(d.Name)
+			bq := label.NonEmpty(d.Name)
 			if d.Missing || depth[bq] {
 				continue
 			}
 			depth[bq] = true
-			role := nonEmpty(d.Role)
+			role := label.NonEmpty(d.Role)
 			gauge(amqpMessagesDesc, float64(d.Messages), name, bq, role)
 			gauge(amqpConsumersDesc, float64(d.Consumers), name, bq, role)
 		}

@@ -1,4 +1,4 @@
-package metrics
+package kafkametrics
 
 import (
 	"context"
@@ -7,17 +7,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redrivehq/redrive/kafka"
+	"github.com/redrivehq/redrive/metrics/internal/label"
 )
 
-// KafkaCollectorOptions configure NewKafkaCollector. The zero value is
+// Options configure NewCollector. The zero value is
 // usable.
-type KafkaCollectorOptions struct {
+type Options struct {
 	// Timeout bounds how long one scrape waits for the cluster's
 	// statistics (default 10s).
 	Timeout time.Duration
 }
 
-// KafkaCollector is a prometheus.Collector of the Kafka topics whose
+// Collector is a prometheus.Collector of the Kafka topics whose
 // dead letters `redrive serve --kafka-topics` keeps in the store (see
 // package kafka, Keeper and ReadStats), read at every scrape:
 //
@@ -38,20 +39,20 @@ type KafkaCollectorOptions struct {
 // The records and lags are the cluster's: every process keeping the same
 // topics reports the same values (aggregate replicas with max). The
 // counters are this process's own since it started (sum them). Create it
-// with NewKafkaCollector.
-type KafkaCollector struct {
+// with NewCollector.
+type Collector struct {
 	topics  func(ctx context.Context) []kafka.ManagedTopic
 	timeout time.Duration
 }
 
-var _ prometheus.Collector = (*KafkaCollector)(nil)
+var _ prometheus.Collector = (*Collector)(nil)
 
-// NewKafkaCollector returns the collector of the topics that topics
+// NewCollector returns the collector of the topics that topics
 // returns at each scrape, typically the KafkaTopics method of the
 // server.KafkaTopics given to the API (server.Options.Kafka). A nil
 // topics collects nothing. Register it on a prometheus.Registerer.
-func NewKafkaCollector(topics func(ctx context.Context) []kafka.ManagedTopic, opts KafkaCollectorOptions) *KafkaCollector {
-	c := &KafkaCollector{topics: topics, timeout: opts.Timeout}
+func NewCollector(topics func(ctx context.Context) []kafka.ManagedTopic, opts Options) *Collector {
+	c := &Collector{topics: topics, timeout: opts.Timeout}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
 	}
@@ -59,7 +60,12 @@ func NewKafkaCollector(topics func(ctx context.Context) []kafka.ManagedTopic, op
 }
 
 // perCluster ends the help of the cluster's gauges.
-const perCluster = " The cluster's count: every process keeping the topic reports the same value; aggregate replicas with max, not sum."
+// perCluster ends the help of the cluster's counts; perProcess, that of
+// the counters.
+const (
+	perCluster = " The cluster's count: every process keeping the topic reports the same value; aggregate replicas with max, not sum."
+	perProcess = " Since this process started; sum across replicas."
+)
 
 var (
 	kafkaRecordsDesc = prometheus.NewDesc("redrive_kafka_records",
@@ -82,14 +88,14 @@ var (
 )
 
 // Describe sends the collector's fixed descriptions.
-func (c *KafkaCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{kafkaRecordsDesc, kafkaLagDesc, kafkaKeptDesc, kafkaDuplicateDesc, kafkaUpDesc} {
 		ch <- d
 	}
 }
 
 // Collect asks for the kept topics and exports them.
-func (c *KafkaCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.topics == nil {
 		return
 	}
@@ -99,7 +105,7 @@ func (c *KafkaCollector) Collect(ch chan<- prometheus.Metric) {
 	// twice is exported once.
 	seen := map[string]bool{}
 	for _, t := range c.topics(ctx) {
-		name := nonEmpty(t.Topic)
+		name := label.NonEmpty(t.Topic)
 		if seen[name] {
 			continue
 		}
@@ -107,17 +113,17 @@ func (c *KafkaCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 		}
-		gauge(kafkaUpDesc, b2f(t.Error == ""), name)
+		gauge(kafkaUpDesc, label.Bool(t.Error == ""), name)
 		counted := map[string]bool{}
 		count := func(tc kafka.TopicCount, role string) {
-			kt := nonEmpty(tc.Topic)
+			kt := label.NonEmpty(tc.Topic)
 			if tc.Missing || counted[kt] {
 				return
 			}
 			counted[kt] = true
 			gauge(kafkaRecordsDesc, float64(tc.Records), name, kt, role)
 			if tc.Lag != nil {
-				gauge(kafkaLagDesc, float64(*tc.Lag), name, kt, role, nonEmpty(tc.LagGroup))
+				gauge(kafkaLagDesc, float64(*tc.Lag), name, kt, role, label.NonEmpty(tc.LagGroup))
 			}
 		}
 		if t.Error == "" {

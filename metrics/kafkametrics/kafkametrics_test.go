@@ -1,7 +1,8 @@
-package metrics_test
+package kafkametrics_test
 
 import (
 	"context"
+	"github.com/redrivehq/redrive/metrics/internal/metricstest"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/redrivehq/redrive/kafka"
-	"github.com/redrivehq/redrive/metrics"
+	"github.com/redrivehq/redrive/metrics/kafkametrics"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -33,12 +34,12 @@ func keptFixture() []kafka.ManagedTopic {
 	return []kafka.ManagedTopic{mail, orders, orders}
 }
 
-func TestKafkaCollector(t *testing.T) {
+func TestCollector(t *testing.T) {
 	var deadline bool
-	c := metrics.NewKafkaCollector(func(ctx context.Context) []kafka.ManagedTopic {
+	c := kafkametrics.NewCollector(func(ctx context.Context) []kafka.ManagedTopic {
 		_, deadline = ctx.Deadline()
 		return keptFixture()
-	}, metrics.KafkaCollectorOptions{Timeout: time.Second})
+	}, kafkametrics.Options{Timeout: time.Second})
 	want := `
 # HELP redrive_kafka_dead_letters_duplicate_total Dead letters of a kept Kafka main topic that were already stored (read again, or produced twice), not stored again. Since this process started; sum across replicas.
 # TYPE redrive_kafka_dead_letters_duplicate_total counter
@@ -73,25 +74,25 @@ redrive_kafka_up{topic="orders"} 1
 		t.Errorf("lint: %v %+v", err, problems)
 	}
 	// Through a registry, as serve exposes it: no duplicate series.
-	text := exposition(t, c)
-	wantSamples(t, text, map[string]float64{
+	text := metricstest.Exposition(t, c)
+	metricstest.WantSamples(t, text, map[string]float64{
 		`redrive_kafka_up{topic="orders"}`:                                                1,
 		`redrive_kafka_records{kafka_topic="orders-retry-1s",role="tier",topic="orders"}`: 9,
 	})
 	if strings.Contains(text, "orders-retry-10s") {
-		t.Errorf("a missing topic has series:\n%s", grepLines(text, "orders-retry-10s"))
+		t.Errorf("a missing topic has series:\n%s", metricstest.GrepLines(text, "orders-retry-10s"))
 	}
 }
 
-func TestKafkaCollectorNothing(t *testing.T) {
-	for name, c := range map[string]*metrics.KafkaCollector{
-		"nil function": metrics.NewKafkaCollector(nil, metrics.KafkaCollectorOptions{}),
-		"no topics":    metrics.NewKafkaCollector(func(context.Context) []kafka.ManagedTopic { return nil }, metrics.KafkaCollectorOptions{}),
+func TestCollectorNothing(t *testing.T) {
+	for name, c := range map[string]*kafkametrics.Collector{
+		"nil function": kafkametrics.NewCollector(nil, kafkametrics.Options{}),
+		"no topics":    kafkametrics.NewCollector(func(context.Context) []kafka.ManagedTopic { return nil }, kafkametrics.Options{}),
 	} {
 		if n := testutil.CollectAndCount(c); n != 0 {
 			t.Errorf("%s: %d series, want none", name, n)
 		}
-		if text := exposition(t, c); strings.Contains(text, "redrive_kafka") {
+		if text := metricstest.Exposition(t, c); strings.Contains(text, "redrive_kafka") {
 			t.Errorf("%s: exposition:\n%s", name, text)
 		}
 	}
