@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,6 +74,7 @@ func TestManagedQueueInChromium(t *testing.T) {
 		chromedp.Navigate(url+"/"),
 		chromedp.WaitVisible(css(mq)))
 	br.noJunk(t, "overview with a managed queue")
+	screenshot(t, br, "dashboard-rabbitmq", mq)
 	if h := br.textNow(t, `#amqp h2`); h != "RabbitMQ queues" {
 		t.Errorf("section title %q", h)
 	}
@@ -158,6 +161,7 @@ func TestManagedQueueInChromium(t *testing.T) {
 		chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", url, dead.ID)),
 		chromedp.WaitVisible(css(`#message-body`)))
 	br.noJunk(t, "dead amqp job page")
+	screenshot(t, br, "dashboard-amqp-job", `#message-body`)
 	dump := br.textNow(t, `#message-body`)
 	if !strings.HasPrefix(dump, "00000000  00 01 fe ff 41 ") || !strings.HasSuffix(dump, " |....A|") || strings.Count(dump, "\n") != 0 {
 		t.Errorf("hex dump %q, want one line: offset 00000000, bytes 00 01 fe ff 41, chars |....A|", dump)
@@ -233,4 +237,24 @@ func TestManagedQueueInChromium(t *testing.T) {
 		t.Errorf("the completed job's hex dump: %q", dump)
 	}
 	br.checkClean(t, url)
+}
+
+// screenshot writes a PNG of the page, tall enough to show the element
+// sel, to the folder named by REDRIVE_SCREENSHOTS (docs/images in the
+// repository), when it is set.
+func screenshot(t *testing.T, br *browser, name, sel string) {
+	t.Helper()
+	dir := os.Getenv("REDRIVE_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	br.run(t, name, chromedp.EmulateViewport(1280, 1300), chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.Sleep(300*time.Millisecond))
+	png, err := chromedp.Run(br.ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
