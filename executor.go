@@ -274,8 +274,9 @@ func Handle[T any](r Registrar, kind string, fn func(ctx context.Context, job *J
 // plus what Record noted, found without an allocation per job.
 type runningJob struct {
 	context.Context
-	result atomic.Pointer[attemptResult] // set by Record
-	attrs  atomic.Pointer[[]any]         // set by LogWith
+	result   atomic.Pointer[attemptResult] // set by Record
+	attrs    atomic.Pointer[[]any]         // set by LogWith
+	progress *progressCell                 // set by Progress; nil outside a Worker
 }
 
 // Value returns the running job for Record, and defers to the attempt's
@@ -300,6 +301,12 @@ func (r *runningJob) Value(key any) any {
 // Execute never panics because of a handler: a panic is a failed attempt
 // (Unknown class, retried) with the stack in its error.
 func (e *Executor) Execute(ctx context.Context, j *Job) Outcome {
+	return e.execute(ctx, j, nil)
+}
+
+// execute is Execute, with the cell in which the handler's Progress
+// calls keep the attempt's progress (nil: they do nothing).
+func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) Outcome {
 	start := e.now()
 	j.AttemptedAt = &start
 	ln := e.lane(j.Queue)
@@ -324,7 +331,7 @@ func (e *Executor) Execute(ctx context.Context, j *Job) Outcome {
 		}
 	}
 
-	rj := &runningJob{Context: ctx}
+	rj := &runningJob{Context: ctx, progress: progress}
 	var err error
 	if h == nil {
 		err = fmt.Errorf("no handler registered for kind %q on %s", j.Kind, e.id)
@@ -347,6 +354,7 @@ func (e *Executor) Execute(ctx context.Context, j *Job) Outcome {
 	}
 	o := e.decide(ln, j, h, err, context.Cause(ctx), start, end, extra...)
 	if o.Kind == store.Complete {
+		o.Progress = progress.final(end)
 		if r := rj.result.Load(); r != nil {
 			o.Event = &store.Event{Kind: store.EventCompleted, Attempt: j.Attempt, At: start, Duration: o.Duration,
 				Worker: e.id, Reason: e.bound(r.reason), Note: e.bound(r.note)}

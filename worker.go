@@ -151,6 +151,8 @@ type runningEntry struct {
 	job    *Job
 	cancel context.CancelCauseFunc
 	queue  *queueRunner
+	// progress is what the handler reported with Progress.
+	progress *progressCell
 }
 
 // NewWorker returns a worker that takes jobs through client's store.
@@ -708,9 +710,10 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 	}
 	ctx, cancel := context.WithCancelCause(w.hardCtx)
 	w.runMu.Lock()
-	w.running[j.ID] = runningEntry{job: j, cancel: cancel, queue: q}
+	progress := &progressCell{}
+	w.running[j.ID] = runningEntry{job: j, cancel: cancel, queue: q, progress: progress}
 	w.runMu.Unlock()
-	o := w.exec.Execute(ctx, j)
+	o := w.exec.execute(ctx, j, progress)
 	w.runMu.Lock()
 	delete(w.running, j.ID)
 	w.runMu.Unlock()
@@ -721,13 +724,20 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 func (w *Worker) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(w.opts.LeaseDuration / 3)
 	defer t.Stop()
+	// Progress that changed goes with each heartbeat, and in between
+	// about once a second.
+	p := time.NewTicker(progressInterval)
+	defer p.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			w.heartbeat(ctx)
+			w.flushProgress(ctx)
 			w.heartbeatRegistry(ctx)
+		case <-p.C:
+			w.flushProgress(ctx)
 		case <-w.heartbeatC:
 			w.heartbeat(ctx)
 		}

@@ -172,6 +172,15 @@ type Job struct {
 	// Zero before the first retry and after a redrive.
 	LastDelay Duration `json:"last_delay,omitempty"`
 
+	// Progress is how far the handler of the job's current attempt said it
+	// was (redrive.Progress), as its worker last sent it: nil when the
+	// handler reported none. A running job shows its latest progress,
+	// sent with the worker's heartbeats and at most about once a second;
+	// a completed job keeps the final progress of the attempt that
+	// completed it; every other end of an attempt (retry, snooze, release,
+	// cancel, dead) clears it, and so does the start of an attempt.
+	Progress *JobProgress `json:"progress,omitempty"`
+
 	// History is every attempt and event of the job, oldest first. It is
 	// kept across redrives.
 	History []Event `json:"history"`
@@ -188,6 +197,26 @@ type Job struct {
 	// the one the enqueue asked for: another kind, queue or payload. It
 	// is not stored.
 	Conflict bool `json:"conflict,omitempty"`
+}
+
+// JobProgress is how far a running attempt is: Done units of Total
+// (bytes, rows, items: the handler decides). Total is 0 when unknown.
+type JobProgress struct {
+	Done  int64 `json:"done"`
+	Total int64 `json:"total"`
+	// At is when the worker sent this value (within about a second of
+	// the handler's report).
+	At time.Time `json:"at"`
+}
+
+// ProgressUpdate is the latest progress of one running attempt, as a
+// worker sends it to Store.Progress.
+type ProgressUpdate struct {
+	JobID int64
+	// Attempt fences the update: it applies only while the job runs this
+	// attempt.
+	Attempt int
+	JobProgress
 }
 
 // EventKind says what an Event records.
@@ -370,6 +399,10 @@ type Outcome struct {
 	// Event is appended to the job's history (Complete may leave it empty:
 	// the success is recorded by AttemptedAt and FinishedAt).
 	Event *Event
+	// Progress is, for Complete, the attempt's last progress
+	// (redrive.Progress), which the completed job keeps; nil keeps what
+	// the store holds. Every other outcome clears the job's progress.
+	Progress *JobProgress
 	// Failure fields, for Retry and Bury.
 	Error string
 	// Class is the failure's class; stores keep None as Unknown (see
@@ -640,6 +673,12 @@ type Store interface {
 	// to until. It returns the ids among them whose cancellation was
 	// requested.
 	Heartbeat(ctx context.Context, worker string, ids []int64, until time.Time) (cancel []int64, err error)
+
+	// Progress records the latest progress of running jobs: each update
+	// applies only if its job is still running that attempt for worker
+	// (others are skipped, without an error). The job's Progress shows
+	// it until the attempt ends (see Job.Progress).
+	Progress(ctx context.Context, worker string, updates []ProgressUpdate) error
 
 	// Expired returns up to limit running jobs whose lease ended before now.
 	Expired(ctx context.Context, now time.Time, limit int) ([]*Job, error)

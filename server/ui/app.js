@@ -68,6 +68,36 @@ function fmtAgo(iso) {
   return sec >= 0 ? `${v} ago` : `in ${v}`;
 }
 
+// fmtBytes formats a number of bytes with binary units (1.5 MiB).
+function fmtBytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB'];
+  let v = Math.max(Number(n) || 0, 0);
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return i === 0 ? `${v} B` : `${v.toFixed(v < 10 ? 2 : v < 100 ? 1 : 0)} ${units[i]}`;
+}
+
+// progressText says how far a job's progress is: bytes of a known total
+// with the percentage, or a count when the total is unknown.
+function progressText(p) {
+  if (p.total > 0) {
+    const pct = Math.min(100, Math.floor((p.done / p.total) * 100));
+    return `${pct}% · ${fmtBytes(p.done)} of ${fmtBytes(p.total)}`;
+  }
+  return `${fmtN(p.done)} done`;
+}
+
+// progressBar shows a job's progress (see Job.progress in the API): a bar
+// (indeterminate when the total is unknown) and its text; mini is the
+// jobs table's small bar.
+function progressBar(p, mini) {
+  const known = p.total > 0;
+  const bar = h('progress', known ? { max: p.total, value: Math.min(p.done, p.total) } : {});
+  const exact = `${fmtN(p.done)} of ${known ? fmtN(p.total) : 'unknown total'}, sent ${fmtTime(p.at)}`;
+  return h('span', { class: mini ? 'job-progress mini' : 'job-progress', title: exact, 'data-progress-done': p.done, 'data-progress-total': p.total },
+    bar, h('span', { class: 'progress-text' }, mini && known ? `${Math.min(100, Math.floor((p.done / p.total) * 100))}%` : progressText(p)));
+}
+
 // fmtMs formats a duration given in milliseconds (the API's unit).
 function fmtMs(ms) {
   if (ms === undefined || ms === null) return '—';
@@ -150,9 +180,11 @@ async function render() {
   const seq = ++renderSeq;
   const { parts, params } = parseHash();
   // refresh: seconds between renders of a page that shows live state.
-  let page, nav, refresh = 0;
+  // liveOnly: refresh only while the page shows something live
+  // (data-live: a running job).
+  let page, nav, refresh = 0, liveOnly = false;
   if (parts.length === 0) { page = () => overview(); nav = 'overview'; refresh = 5; }
-  else if (parts[0] === 'jobs' && parts[1]) { page = () => jobPage(parts[1]); nav = 'jobs'; }
+  else if (parts[0] === 'jobs' && parts[1]) { page = () => jobPage(parts[1]); nav = 'jobs'; refresh = 2; liveOnly = true; }
   else if (parts[0] === 'jobs') { page = () => jobsPage(params); nav = 'jobs'; }
   else if (parts[0] === 'dlq' && parts[1]) { page = () => groupPage(parts[1], params); nav = 'dlq'; }
   else if (parts[0] === 'dlq') { page = () => dlqPage(params); nav = 'dlq'; }
@@ -160,7 +192,7 @@ async function render() {
   else { page = async () => h('div', { class: 'empty' }, 'No such page. ', h('a', { href: '#/' }, 'Overview')); nav = ''; }
   for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === nav);
   await show(page, seq);
-  if (refresh && seq === renderSeq) autoRefresh(refresh, page, seq);
+  if (refresh && seq === renderSeq) autoRefresh(refresh, page, seq, liveOnly);
 }
 
 // show renders a page into #app, unless the user navigated away meanwhile.
@@ -178,11 +210,13 @@ async function show(page, seq) {
 
 // autoRefresh renders page again every few seconds, as long as the user
 // stays on it (render starts a new sequence, and clears the timer, on
-// every navigation) and no dialog is open.
-function autoRefresh(seconds, page, seq) {
+// every navigation) and no dialog is open; with liveOnly, only while the
+// page shows something live (data-live: a running job and its progress).
+function autoRefresh(seconds, page, seq, liveOnly) {
   clearInterval(refreshTimer);
   refreshTimer = setInterval(() => {
     if (seq !== renderSeq || dialog.open) return;
+    if (liveOnly && !app.querySelector('[data-live]')) return;
     show(page, seq);
   }, seconds * 1000);
 }
@@ -570,7 +604,7 @@ function jobTable(jobs, select) {
     h('tbody', {}, jobs.map((j) => h('tr', { class: 'click', 'data-job': j.id, onclick: (ev) => { if (ev.target.tagName !== 'INPUT') go(`#/jobs/${j.id}`); } },
       select && h('td', {}, select.box(j)),
       h('td', { class: 'num' }, h('a', { href: `#/jobs/${j.id}` }, j.id)),
-      h('td', {}, j.queue), h('td', {}, j.kind), h('td', {}, badge(j.state)),
+      h('td', {}, j.queue), h('td', {}, j.kind), h('td', {}, badge(j.state), j.state === 'running' && j.progress && progressBar(j.progress, true)),
       h('td', { class: 'num' }, j.attempt),
       lastErrorCell(j),
       whenCell(j)))));
@@ -636,7 +670,9 @@ async function jobPage(id) {
       h('section', { class: 'card' }, h('h2', {}, 'Job'),
         h('dl', { class: 'kv' },
           kv('Queue', h('a', { href: `#/jobs?queue=${encodeURIComponent(j.queue)}` }, j.queue)), kv('Kind', j.kind),
-          kv('State', j.state), kv('Attempt', `${j.attempt}${j.max_retries >= 0 ? ` of ${j.max_retries + 1}` : ''}`),
+          kv('State', h('span', { 'data-live': j.state === 'running' }, j.state)),
+          j.progress && kv(j.state === 'running' ? 'Progress' : 'Final progress', progressBar(j.progress), 'progress'),
+          kv('Attempt', `${j.attempt}${j.max_retries >= 0 ? ` of ${j.max_retries + 1}` : ''}`),
           kv('Created', fmtTime(j.created_at)),
           waiting ? kv('Next run', [fmtTime(j.run_at), ' ', h('span', { class: 'muted' }, `(${fmtAgo(j.run_at)})`)], 'next-run')
             : kv('Last due', fmtTime(j.run_at)),

@@ -39,10 +39,13 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 		idem, worker             *string
 		state, class             string
 		lastDuration, lastDelay  *int64
+		pDone, pTotal            *int64
+		pAt                      *time.Time
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &j.Reprocessable,
 		&j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &worker, &j.CancelRequested, &j.RetryCount,
-		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay}
+		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay,
+		&pDone, &pTotal, &pAt}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -72,6 +75,15 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 	}
 	if lastDelay != nil {
 		j.LastDelay = store.Duration(*lastDelay)
+	}
+	if pDone != nil {
+		j.Progress = &store.JobProgress{Done: *pDone}
+		if pTotal != nil {
+			j.Progress.Total = *pTotal
+		}
+		if pAt != nil {
+			j.Progress.At = pAt.UTC()
+		}
 	}
 	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
 		return nil, err
@@ -605,6 +617,8 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		cOrds                                  []int32
 		cQueues, cNames                        []string
 		cNs, durations, delays                 []int64
+		pDones, pTotals                        []*int64
+		pAts                                   []*time.Time
 		sent                                   = map[fence]bool{}
 		order                                  []int
 	)
@@ -672,6 +686,14 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		ords = append(ords, int32(i))
 		durations = append(durations, int64(o.Duration))
 		delays = append(delays, int64(o.RetryDelay))
+		if p := o.Progress; p != nil && o.Kind == store.Complete {
+			pAt := ts(p.At)
+			pDones = append(pDones, &p.Done)
+			pTotals = append(pTotals, &p.Total)
+			pAts = append(pAts, &pAt)
+		} else {
+			pDones, pTotals, pAts = append(pDones, nil), append(pTotals, nil), append(pAts, nil)
+		}
 		for _, c := range o.Counters {
 			cOrds = append(cOrds, int32(i))
 			cQueues = append(cQueues, cleanText(c.Queue))
@@ -682,7 +704,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	err := s.retry(ctx, func() error {
 		clear(applied)
 		rows, err := s.pool.Query(ctx, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-			cOrds, cQueues, cNames, cNs, shard(), durations, delays)
+			cOrds, cQueues, cNames, cNs, shard(), durations, delays, pDones, pTotals, pAts)
 		if err != nil {
 			return err
 		}
@@ -747,6 +769,44 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until
 	}
 	slices.Sort(cancel)
 	return cancel, nil
+}
+
+// Progress implements store.Store.
+func (s *Store) Progress(ctx context.Context, worker string, updates []store.ProgressUpdate) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	// One update a job (the last given), in id order.
+	last := make(map[int64]int, len(updates))
+	for i, u := range updates {
+		if u.Attempt <= 1<<31-1 && u.Attempt >= -1<<31 {
+			last[u.JobID] = i
+		}
+	}
+	if len(last) == 0 {
+		return nil
+	}
+	ids := make([]int64, 0, len(last))
+	for id := range last {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	attempts := make([]int32, len(ids))
+	dones := make([]int64, len(ids))
+	totals := make([]int64, len(ids))
+	ats := make([]time.Time, len(ids))
+	for k, id := range ids {
+		u := updates[last[id]]
+		attempts[k], dones[k], totals[k], ats[k] = int32(u.Attempt), u.Done, u.Total, ts(u.At)
+	}
+	err := s.retry(ctx, func() error {
+		_, err := s.pool.Exec(ctx, s.sql.progress, ids, attempts, dones, totals, ats, cleanText(worker))
+		return err
+	})
+	if err != nil {
+		return s.fail("progress", err)
+	}
+	return nil
 }
 
 // Expired implements store.Store.

@@ -11,7 +11,8 @@ import (
 // scanJob reads them.
 var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
 	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
-	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration", "last_delay"}
+	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration", "last_delay",
+	"progress_done", "progress_total", "progress_at"}
 
 // cols returns the job columns, each prefixed with prefix, plus the
 // history when withHistory.
@@ -37,6 +38,7 @@ type statements struct {
 	fetch          string
 	finish         string
 	heartbeat      string
+	progress       string
 	expired        string
 	get            string
 	nextDue        string
@@ -150,7 +152,8 @@ SELECT id FROM ins CROSS JOIN ntf`),
 	ORDER BY run_at, id LIMIT $3
 	FOR UPDATE SKIP LOCKED
 ), upd AS (
-	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6
+	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
+		progress_done = NULL, progress_total = NULL, progress_at = NULL
 	FROM picked WHERE j.id = picked.id
 	RETURNING {jcols}
 ), cnt AS (
@@ -163,8 +166,10 @@ SELECT * FROM upd ORDER BY run_at, id`),
 		// Finish: every outcome in one UPDATE, fenced on the running
 		// attempt and worker; the counters of the applied outcomes only.
 		finish: q(`WITH o AS (
-	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[], $20::bigint[])
-		AS t(id, attempt, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration, delay)
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[], $20::bigint[],
+		$21::bigint[], $22::bigint[], $23::timestamptz[])
+		AS t(id, attempt, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration, delay,
+			progress_done, progress_total, progress_at)
 ), upd AS (
 	UPDATE {jobs} j SET
 		state = o.state,
@@ -181,6 +186,9 @@ SELECT * FROM upd ORDER BY run_at, id`),
 		dead_reason = CASE WHEN o.kind = {bury} THEN o.dead_reason ELSE j.dead_reason END,
 		fingerprint = CASE WHEN o.kind = {bury} THEN o.fingerprint ELSE j.fingerprint END,
 		cancel_requested = CASE WHEN o.kind IN ({snooze}, {release}) THEN j.cancel_requested ELSE false END,
+		progress_done = CASE WHEN o.kind <> {complete} THEN NULL WHEN o.progress_done IS NULL THEN j.progress_done ELSE o.progress_done END,
+		progress_total = CASE WHEN o.kind <> {complete} THEN NULL WHEN o.progress_done IS NULL THEN j.progress_total ELSE o.progress_total END,
+		progress_at = CASE WHEN o.kind <> {complete} THEN NULL WHEN o.progress_done IS NULL THEN j.progress_at ELSE o.progress_at END,
 		lease_until = NULL,
 		worker = NULL,
 		history = CASE WHEN o.event = '' THEN j.history ELSE j.history || jsonb_build_array(o.event::jsonb) END
@@ -201,6 +209,12 @@ SELECT ord FROM upd`),
 		heartbeat: q(`UPDATE {jobs} SET lease_until = $1
 	WHERE state = 'running' AND worker = $2 AND id = ANY($3::bigint[])
 	RETURNING id, cancel_requested`),
+
+		// Progress: fenced on the running attempt and worker, as Finish;
+		// rows locked in id order, as Heartbeat locks them.
+		progress: q(`UPDATE {jobs} j SET progress_done = u.done, progress_total = u.total, progress_at = u.at
+	FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(id, attempt, done, total, at)
+	WHERE j.id = u.id AND j.state = 'running' AND j.attempt = u.attempt AND j.worker = $6`),
 
 		expired: q(`SELECT {cols} FROM {jobs} WHERE state = 'running' AND lease_until < $1 ORDER BY lease_until, id LIMIT $2`),
 

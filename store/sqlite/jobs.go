@@ -17,7 +17,8 @@ import (
 
 const jobColumnsNoHistory = `id, queue, kind, payload, state, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, attempted_at, finished_at, lease_until, worker, cancel_requested, retry_count,
-	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration, last_delay`
+	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration, last_delay,
+	progress_done, progress_total, progress_at`
 
 const jobColumns = jobColumnsNoHistory + `, history`
 
@@ -45,10 +46,12 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 		created, runAt                         int64
 		attempted, finished, lease, lastFailed sql.NullInt64
 		dead, lastDuration, lastDelay          sql.NullInt64
+		pDone, pTotal, pAt                     sql.NullInt64
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
 		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
-		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay}
+		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay,
+		&pDone, &pTotal, &pAt}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -73,6 +76,9 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 	j.DeadAt = optTime(dead)
 	j.LastDuration = store.Duration(lastDuration.Int64)
 	j.LastDelay = store.Duration(lastDelay.Int64)
+	if pDone.Valid {
+		j.Progress = &store.JobProgress{Done: pDone.Int64, Total: pTotal.Int64, At: fromMicros(pAt.Int64)}
+	}
 	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
@@ -491,7 +497,11 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			var to store.State
 			switch o.Kind {
 			case store.Complete:
-				res, err = get("complete").ExecContext(ctx, at, int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
+				var pDone, pTotal, pAt any
+				if p := o.Progress; p != nil {
+					pDone, pTotal, pAt = p.Done, p.Total, micros(p.At)
+				}
+				res, err = get("complete").ExecContext(ctx, at, int64(o.Duration), pDone, pDone, pTotal, pDone, pAt, ev, ev, o.JobID, o.Attempt, o.Worker)
 				to = store.Completed
 			case store.Retry:
 				to = dueState(o.RunAt, o.At)
@@ -585,6 +595,22 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until
 	}
 	sort.Slice(cancel, func(a, b int) bool { return cancel[a] < cancel[b] })
 	return cancel, nil
+}
+
+// Progress implements store.Store.
+func (s *Store) Progress(ctx context.Context, worker string, updates []store.ProgressUpdate) error {
+	if len(updates) == 0 {
+		return nil
+	}
+	return s.write(ctx, func(tx *sql.Conn) error {
+		st := s.stmt(tx, "progress")
+		for _, u := range updates {
+			if _, err := st.ExecContext(ctx, u.Done, u.Total, micros(u.At), u.JobID, u.Attempt, worker); err != nil {
+				return fmt.Errorf("sqlite: progress of job %d: %w", u.JobID, err)
+			}
+		}
+		return nil
+	})
 }
 
 // CancelRequested implements store.CancelChecker: a read of the jobs by

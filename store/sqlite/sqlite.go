@@ -266,24 +266,34 @@ var writeSQL = map[string]string{
 	// the due index, then leases them by id.
 	"fetchSelect": `SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ?
 		ORDER BY run_at, id LIMIT ?`,
-	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?
+	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
+		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,
 	"complete": `UPDATE jobs SET state = 'completed', finished_at = ?, last_duration = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
+		progress_done = coalesce(?, progress_done), progress_total = CASE WHEN ? IS NULL THEN progress_total ELSE ? END,
+		progress_at = CASE WHEN ? IS NULL THEN progress_at ELSE ? END,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
 	"retry": `UPDATE jobs SET state = ?, run_at = ?, retry_count = retry_count + 1, last_error = ?, last_error_class = ?, last_failed_at = ?,
 		last_duration = ?, last_delay = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
+		progress_done = NULL, progress_total = NULL, progress_at = NULL,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
 	"bury": `UPDATE jobs SET state = 'dead', dead_at = ?, finished_at = ?, dead_reason = ?, fingerprint = ?,
 		last_error = ?, last_error_class = ?, last_failed_at = ?, last_duration = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
+		progress_done = NULL, progress_total = NULL, progress_at = NULL,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
 	"snooze": `UPDATE jobs SET state = ?, run_at = ?, attempt = attempt - 1, lease_until = NULL, worker = NULL,
+		progress_done = NULL, progress_total = NULL, progress_at = NULL,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
 	"cancelRunning": `UPDATE jobs SET state = 'canceled', finished_at = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
+		progress_done = NULL, progress_total = NULL, progress_at = NULL,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
+		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
+	// Progress: fenced on the running attempt and worker, as outcomes.
+	"progress": `UPDATE jobs SET progress_done = ?, progress_total = ?, progress_at = ?
 		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
 	"counter": `INSERT INTO counters (queue, name, n) VALUES (?, ?, ?)
 		ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n`,

@@ -406,6 +406,13 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Truncate(time.Microsecond).Format("2006-01-02T15:04:05.000000Z")
 }
 
+func fmtProgress(p *store.JobProgress) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%d/%d at %s", p.Done, p.Total, fmtTime(p.At))
+}
+
 func fmtTimePtr(t *time.Time) string {
 	if t == nil {
 		return "<nil>"
@@ -487,6 +494,7 @@ func jobFields(j *store.Job) [][2]string {
 		{"Fingerprint", j.Fingerprint},
 		{"Redriven", fmt.Sprint(j.Redriven)},
 		{"LastDelay", fmt.Sprint(time.Duration(j.LastDelay))},
+		{"Progress", fmtProgress(j.Progress)},
 		{"History", fmtHistory(j.History)},
 		{"Existing", fmt.Sprint(j.Existing)},
 	}

@@ -76,6 +76,8 @@ var subtests = []subtest{
 	{"Fencing", testFencing},
 	{"FencingBatch", testFencingBatch},
 	{"Heartbeat", testHeartbeat},
+	{"Progress", testProgress},
+	{"ProgressOutcomes", testProgressOutcomes},
 	{"CancelRequested", testCancelRequested},
 	{"Expired", testExpired},
 	{"GetNotFound", testGetNotFound},
