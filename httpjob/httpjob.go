@@ -38,17 +38,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/netguard"
 )
 
 // Kind is the job kind Register handles.
@@ -66,7 +64,7 @@ const (
 	// MaxHeaders bounds the number of headers of one payload.
 	MaxHeaders = 100
 	// MaxRedirects bounds the redirects followed by one attempt.
-	MaxRedirects = 10
+	MaxRedirects = netguard.MaxRedirects
 )
 
 // Options configure the http job kind. The zero value is usable: loopback
@@ -135,6 +133,7 @@ func Register(w *redrive.Worker, opts Options) {
 // way to use it.
 type Handler struct {
 	opts   Options
+	guard  *netguard.Guard
 	client *http.Client
 }
 
@@ -161,38 +160,17 @@ func New(opts Options) *Handler {
 	if opts.UserAgent == "" {
 		opts.UserAgent = "redrive-http/1"
 	}
-	h := &Handler{opts: opts}
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: h.control}
-	tr := &http.Transport{
-		// No proxy: a proxy would dial on our behalf and escape the
-		// address check.
-		Proxy:                  nil,
-		DialContext:            dialer.DialContext,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           100,
-		MaxIdleConnsPerHost:    10,
-		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    10 * time.Second,
-		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: 64 << 10,
-	}
-	h.client = &http.Client{Transport: tr, CheckRedirect: h.checkRedirect}
+	h := &Handler{opts: opts, guard: netguard.New(netguard.Options{Name: "httpjob",
+		BlockPrivate: opts.BlockPrivate, AllowLinkLocal: opts.AllowLinkLocal,
+		AllowLinkLocalSetting: opts.AllowLinkLocalSetting, AllowPrivateSetting: opts.AllowPrivateSetting})}
+	h.client = h.guard.NewClient(nil)
 	return h
 }
 
 // BlockedError is the error of a request to an address the Options refuse.
-// The handler reports it as permanent.
-type BlockedError struct {
-	// Addr is the refused address (an IP, or a host name known to serve
-	// cloud metadata).
-	Addr string
-	// Why says which rule refused it.
-	Why string
-}
-
-func (e *BlockedError) Error() string {
-	return fmt.Sprintf("httpjob: refusing to connect to %s: %s", e.Addr, e.Why)
-}
+// The handler reports it as permanent. (It is the guard shared by the
+// built-in kinds, internal/netguard.)
+type BlockedError = netguard.BlockedError
 
 // Handle performs one attempt of an http job.
 func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
@@ -282,7 +260,7 @@ func (h *Handler) request(ctx context.Context, raw json.RawMessage) (*http.Reque
 	if u.Hostname() == "" {
 		return bad("payload.url", "url %q has no host", redact(u))
 	}
-	if err := h.checkHost(u.Hostname()); err != nil {
+	if err := h.guard.CheckHost(u.Hostname()); err != nil {
 		return bad("payload.url", "url %q: %w", redact(u), err)
 	}
 	timeout, err := h.timeout(p.Timeout)
@@ -359,136 +337,6 @@ func (h *Handler) timeout(raw json.RawMessage) (time.Duration, error) {
 		return 0, fmt.Errorf("timeout %s is above the limit of %s", d, h.opts.MaxTimeout)
 	}
 	return d, nil
-}
-
-// checkRedirect bounds redirects; the address of each is checked at dial
-// time like the first request's.
-func (h *Handler) checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= MaxRedirects {
-		return fmt.Errorf("httpjob: stopped after %d redirects", MaxRedirects)
-	}
-	return h.checkHost(req.URL.Hostname())
-}
-
-// metadataHosts are host names of cloud metadata services.
-var metadataHosts = map[string]bool{
-	"metadata.google.internal": true, "metadata.goog": true, "metadata": true,
-	"instance-data": true, "instance-data.ec2.internal": true,
-	"metadata.azure.com": true, "metadata.packet.net": true,
-}
-
-// metadataAddrs are cloud metadata addresses that are not link-local.
-var metadataAddrs = map[netip.Addr]bool{
-	netip.MustParseAddr("fd00:ec2::254"):   true, // AWS IMDS over IPv6
-	netip.MustParseAddr("100.100.100.200"): true, // Alibaba Cloud
-	netip.MustParseAddr("168.63.129.16"):   true, // Azure wire server
-	netip.MustParseAddr("192.0.0.192"):     true, // Oracle Cloud
-}
-
-var sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
-
-// checkHost refuses, before any connection, a URL host that is a metadata
-// name or a refused IP literal. Host names are checked again, resolved,
-// at dial time.
-func (h *Handler) checkHost(host string) error {
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if !h.opts.AllowLinkLocal && metadataHosts[host] {
-		return &BlockedError{Addr: host, Why: "cloud metadata host (allowed by " + h.opts.AllowLinkLocalSetting + ")"}
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		return h.checkAddr(a)
-	}
-	return nil
-}
-
-// checkAddr applies the address rules to a resolved address, and to the
-// IPv4 address an IPv6 address embeds (IPv4-compatible, NAT64, 6to4,
-// Teredo), which a translator or relay would reach on its behalf.
-func (h *Handler) checkAddr(a netip.Addr) error {
-	a = a.Unmap().WithZone("")
-	for _, e := range embeddedIPv4(a) {
-		if err := h.checkAddr(e.v4); err != nil {
-			var be *BlockedError
-			if errors.As(err, &be) {
-				return &BlockedError{Addr: a.String(), Why: fmt.Sprintf("%s address embedding %s: %s", e.kind, e.v4, be.Why)}
-			}
-			return err
-		}
-	}
-	if !h.opts.AllowLinkLocal {
-		switch {
-		case metadataAddrs[a] || a == netip.MustParseAddr("169.254.169.254"):
-			return &BlockedError{Addr: a.String(), Why: "cloud metadata address (allowed by " + h.opts.AllowLinkLocalSetting + ")"}
-		case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
-			return &BlockedError{Addr: a.String(), Why: "link-local address (allowed by " + h.opts.AllowLinkLocalSetting + ")"}
-		}
-	}
-	if h.opts.BlockPrivate {
-		switch {
-		case a.IsLoopback():
-			return &BlockedError{Addr: a.String(), Why: "loopback address (private addresses are blocked; allowed by " + h.opts.AllowPrivateSetting + ")"}
-		case a.IsPrivate() || sharedSpace.Contains(a):
-			return &BlockedError{Addr: a.String(), Why: "private address (private addresses are blocked; allowed by " + h.opts.AllowPrivateSetting + ")"}
-		case a.IsUnspecified():
-			return &BlockedError{Addr: a.String(), Why: "unspecified address (private addresses are blocked; allowed by " + h.opts.AllowPrivateSetting + ")"}
-		}
-	}
-	if a.IsMulticast() {
-		return &BlockedError{Addr: a.String(), Why: "multicast address"}
-	}
-	return nil
-}
-
-// embedded is an IPv4 address found inside an IPv6 one.
-type embedded struct {
-	v4   netip.Addr
-	kind string
-}
-
-var (
-	nat64WellKnown = netip.MustParsePrefix("64:ff9b::/96")
-	nat64Local     = netip.MustParsePrefix("64:ff9b:1::/48")
-	sixToFour      = netip.MustParsePrefix("2002::/16")
-	teredo         = netip.MustParsePrefix("2001::/32")
-	ipv4Compatible = netip.MustParsePrefix("::/96")
-)
-
-// embeddedIPv4 returns the IPv4 addresses an IPv6 address carries: the
-// last 32 bits of an IPv4-compatible (::/96, but :: and ::1) or
-// well-known NAT64 (64:ff9b::/96) address, bits 48-63 and 72-87 of a
-// local-use NAT64 address (64:ff9b:1::/48, RFC 6052's /48 layout), bits
-// 16-47 of a 6to4 address (2002::/16), and a Teredo address's server
-// (bits 32-63) and obfuscated client (the last 32 bits, inverted).
-// (IPv4-mapped ::ffff:0:0/96 addresses are unmapped before.)
-func embeddedIPv4(a netip.Addr) []embedded {
-	if !a.Is6() {
-		return nil
-	}
-	b := a.As16()
-	v4 := func(p0, p1, p2, p3 byte) netip.Addr { return netip.AddrFrom4([4]byte{p0, p1, p2, p3}) }
-	switch {
-	case nat64WellKnown.Contains(a):
-		return []embedded{{v4(b[12], b[13], b[14], b[15]), "NAT64"}}
-	case nat64Local.Contains(a):
-		return []embedded{{v4(b[6], b[7], b[9], b[10]), "NAT64"}}
-	case sixToFour.Contains(a):
-		return []embedded{{v4(b[2], b[3], b[4], b[5]), "6to4"}}
-	case teredo.Contains(a):
-		return []embedded{{v4(b[4], b[5], b[6], b[7]), "Teredo server"},
-			{v4(^b[12], ^b[13], ^b[14], ^b[15]), "Teredo client"}}
-	case ipv4Compatible.Contains(a) && !a.IsUnspecified() && !a.IsLoopback():
-		return []embedded{{v4(b[12], b[13], b[14], b[15]), "IPv4-compatible"}}
-	}
-	return nil
-}
-
-// control runs after name resolution, on the address about to be dialed.
-func (h *Handler) control(network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return &BlockedError{Addr: address, Why: "not an IP address"}
-	}
-	return h.checkAddr(ap.Addr())
 }
 
 func validHeaderName(s string) bool {

@@ -1,0 +1,595 @@
+// Package download is redrive's built-in "download" job kind: each job
+// fetches one URL with GET into a file under a download directory, and
+// resumes where the last attempt stopped.
+//
+// A job's payload is JSON:
+//
+//	{
+//	  "url":       "https://example.com/data/2024.csv.gz",  // required, http or https
+//	  "dest":      "datasets/",           // inside Options.Dir; empty or ending in "/": a directory
+//	  "headers":   {"Authorization": "Bearer ..."},
+//	  "sha256":    "9f86d0...",           // optional, 64 hex digits
+//	  "max_bytes": 1073741824,            // optional, default and limit Options.MaxBytes
+//	  "timeout":   "1h"                   // per attempt, default Options.DefaultTimeout
+//	}
+//
+// When dest names a directory, the file's name is the filename of the
+// response's Content-Disposition, else the last segment of the URL's path,
+// sanitised (no path separators, control characters or leading dots;
+// "download" when nothing is left).
+//
+// # The final file is atomic
+//
+// An attempt writes into a temporary file beside the destination,
+// ".<name>.redrive-<job id>.part" (".redrive-<job id>.part" for a
+// directory destination, whose name comes with the response), with a
+// sidecar ".meta"
+// JSON file holding the URL, the response's ETag, Last-Modified and total
+// size, and how many bytes of the partial file are known to be on disk
+// (fsynced). Once every byte is in, the file is fsynced, its size checked
+// against the announced total, its SHA-256 checked when the payload gives
+// one, and only then renamed to its final name and the directory fsynced.
+// A reader never sees a half-written file under the final name, and a
+// crash at any point leaves no file under it (but possibly the temporary
+// files, which the next attempt of the job uses or replaces). An existing
+// file at the final name is replaced.
+//
+// # Resuming
+//
+// A retry, or an attempt of a job rescued after its worker died, finds the
+// partial file of its job and asks only for the missing bytes: "Range:
+// bytes=<size>-" with "If-Range: <etag or last-modified>". A 206 Partial
+// Content whose range starts there is appended; a 200 (the server ignores
+// Range, or the file changed and If-Range failed) truncates the partial
+// file and starts over; a 416 Range Not Satisfiable while the partial file
+// is already complete finishes it. A partial file is not resumed, but
+// started over, when its sidecar is missing or unreadable, was written for
+// another URL, or the server gave no strong ETag and no Last-Modified
+// (without a validator, appending could mix two versions of a file). The
+// partial file is cut back to the size last fsynced before resuming.
+//
+// # Failures
+//
+// HTTP statuses and network errors are classified as the http kind's
+// (package failure): 5xx and 408 are retried, 429 and 503 with Retry-After
+// no sooner than the server asked, 401 and 403 go to the DLQ with reason
+// needs_auth, 404 and other 4xx at once; refused or reset connections,
+// DNS errors and timeouts are retried. A connection dropped in the middle
+// of the body is transient and the next attempt resumes. A body larger
+// than max_bytes is permanent (reason "too_large"), as is a SHA-256
+// mismatch ("checksum_mismatch"); both remove the partial file. A full
+// disk (ENOSPC, EDQUOT) is transient (reason "disk_full") and counts
+// against the "disk" circuit breaker of Options.Breakers: while it is
+// open, download jobs are deferred without using an attempt. A
+// destination that cannot be written (permission denied, a directory in
+// the way, a file where a directory should be) is permanent (reason
+// "unwritable"). A payload that cannot be used is permanent; Register
+// also makes the client refuse it at enqueue (Validate).
+//
+// While it runs, an attempt reports its progress in bytes
+// (redrive.Progress), and a success is recorded in the job's history
+// (redrive.Record, reason "downloaded") as "<bytes> bytes to <dest>,
+// sha256 <hex>".
+//
+// The handler refuses link-local and cloud-metadata addresses, and
+// private ones with BlockPrivate, on the address actually dialed and on
+// every redirect, with the http kind's guard.
+package download
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/netguard"
+)
+
+// Kind is the job kind Register handles.
+const Kind = "download"
+
+// Defaults and bounds of Options.
+const (
+	// DefaultMaxBytes is the largest download when Options.MaxBytes is
+	// not set (10 GiB).
+	DefaultMaxBytes = 10 << 30
+	// DefaultTimeout bounds an attempt whose payload sets no timeout. An
+	// attempt cut short by it is retried and resumes.
+	DefaultTimeout = time.Hour
+	// DefaultMaxTimeout is the largest timeout a payload may ask for.
+	DefaultMaxTimeout = 24 * time.Hour
+	// MaxHeaders bounds the number of headers of one payload.
+	MaxHeaders = 100
+	// MaxRedirects bounds the redirects followed by one attempt.
+	MaxRedirects = netguard.MaxRedirects
+	// DiskBreaker is the name of the circuit breaker, in
+	// Options.Breakers, that full disks trip.
+	DiskBreaker = "disk"
+)
+
+// Reasons of the failures the kind reports itself (the verdict's reason
+// in the job's history).
+const (
+	ReasonTooLarge         = "too_large"
+	ReasonChecksumMismatch = "checksum_mismatch"
+	ReasonDiskFull         = "disk_full"
+	ReasonUnwritable       = "unwritable"
+	ReasonDiskError        = "disk_error"
+	// ReasonDownloaded is the reason of the "completed" event.
+	ReasonDownloaded = "downloaded"
+)
+
+const (
+	bufferSize = 256 << 10 // bytes copied at a time
+	syncEvery  = 64 << 20  // a checkpoint (fsync and sidecar) every so many bytes
+)
+
+// Options configure the download job kind. Dir is required.
+type Options struct {
+	// Dir is the download directory: every file is written inside it. It
+	// is created if missing.
+	Dir string
+	// BlockPrivate refuses loopback, private, shared and unspecified
+	// addresses (as httpjob.Options.BlockPrivate).
+	BlockPrivate bool
+	// AllowLinkLocal allows link-local addresses and cloud metadata
+	// endpoints, refused by default (as httpjob.Options.AllowLinkLocal).
+	AllowLinkLocal bool
+	// AllowLinkLocalSetting and AllowPrivateSetting name, in refusals, the
+	// settings that allow link-local and private addresses, as the
+	// program's users set them (default "download.Options.AllowLinkLocal"
+	// and "download.Options.BlockPrivate false").
+	AllowLinkLocalSetting string
+	AllowPrivateSetting   string
+	// MaxBytes is the largest download, the default and the upper limit
+	// of a payload's max_bytes (default DefaultMaxBytes).
+	MaxBytes int64
+	// DefaultTimeout bounds an attempt whose payload gives no timeout
+	// (default DefaultTimeout).
+	DefaultTimeout time.Duration
+	// MaxTimeout is the largest timeout a payload may ask for (default
+	// DefaultMaxTimeout).
+	MaxTimeout time.Duration
+	// UserAgent is sent when the payload sets no User-Agent (default
+	// "redrive-download/1").
+	UserAgent string
+	// Breakers holds the "disk" breaker (DiskBreaker) that full disks
+	// trip. Register defaults it to the worker's; New to a registry of
+	// its own.
+	Breakers *breaker.Registry
+	// HandlerOptions are passed to the worker's HandleFunc.
+	HandlerOptions []redrive.HandlerOption
+}
+
+// Payload is the payload of a download job.
+type Payload struct {
+	// URL is the http or https URL to GET.
+	URL string `json:"url"`
+	// Dest is the path of the file, relative to Options.Dir, with "/" as
+	// separator. Empty or ending in "/", it names a directory and the
+	// file's name comes from the response (Content-Disposition) or the
+	// URL.
+	Dest string `json:"dest,omitempty"`
+	// Headers are request headers. Range and If-Range are the handler's.
+	Headers map[string]string `json:"headers,omitempty"`
+	// SHA256 is the expected hex SHA-256 of the whole file (optional).
+	SHA256 string `json:"sha256,omitempty"`
+	// MaxBytes bounds the file's size (default and limit
+	// Options.MaxBytes).
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// Timeout bounds one attempt: a Go duration such as "30m" or a number
+	// of seconds.
+	Timeout json.RawMessage `json:"timeout,omitempty"`
+}
+
+// Handler performs download jobs. Create it with New; Register is the
+// usual way to use it.
+type Handler struct {
+	opts   Options
+	root   string // Options.Dir, absolute, symlinks resolved
+	guard  *netguard.Guard
+	client *http.Client
+
+	// wrapWriter, set by tests only, wraps the writer of the partial file
+	// (to inject disk errors).
+	wrapWriter func(io.Writer) io.Writer
+}
+
+// New returns a handler for download jobs with its own connection pool.
+// It creates Options.Dir if missing.
+func New(opts Options) (*Handler, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("download: Options.Dir is required")
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = DefaultTimeout
+	}
+	if opts.MaxTimeout <= 0 {
+		opts.MaxTimeout = DefaultMaxTimeout
+	}
+	if opts.DefaultTimeout > opts.MaxTimeout {
+		opts.DefaultTimeout = opts.MaxTimeout
+	}
+	if opts.AllowLinkLocalSetting == "" {
+		opts.AllowLinkLocalSetting = "download.Options.AllowLinkLocal"
+	}
+	if opts.AllowPrivateSetting == "" {
+		opts.AllowPrivateSetting = "download.Options.BlockPrivate false"
+	}
+	if opts.UserAgent == "" {
+		opts.UserAgent = "redrive-download/1"
+	}
+	if opts.Breakers == nil {
+		opts.Breakers = breaker.NewRegistry(breaker.Config{})
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("download: Options.Dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("download: Options.Dir: %w", err)
+	}
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("download: Options.Dir: %w", err)
+	}
+	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("download: Options.Dir %s is not a directory", opts.Dir)
+	}
+	h := &Handler{opts: opts, root: root}
+	h.guard = netguard.New(netguard.Options{Name: "download",
+		BlockPrivate: opts.BlockPrivate, AllowLinkLocal: opts.AllowLinkLocal,
+		AllowLinkLocalSetting: opts.AllowLinkLocalSetting, AllowPrivateSetting: opts.AllowPrivateSetting})
+	tr := h.guard.NewTransport()
+	// The file is saved as served: no transparent gzip, whose ranges and
+	// validators would not match the file's.
+	tr.DisableCompression = true
+	h.client = h.guard.NewClient(tr)
+	return h, nil
+}
+
+// Register registers the "download" job kind on w, and its payload check
+// (Validate) on w's client: a download job whose payload an attempt would
+// refuse is refused at enqueue, naming the field. Options.Breakers
+// defaults to w.Breakers(), so the "disk" breaker shows with the worker's.
+func Register(w *redrive.Worker, opts Options) error {
+	if opts.Breakers == nil {
+		opts.Breakers = w.Breakers()
+	}
+	h, err := New(opts)
+	if err != nil {
+		return err
+	}
+	w.HandleFunc(Kind, h.Handle, opts.HandlerOptions...)
+	w.Client().SetValidator(Kind, h.Validate)
+	return nil
+}
+
+// Dir returns the download directory, absolute with symlinks resolved.
+func (h *Handler) Dir() string { return h.root }
+
+// invalid is a payload error: it matches redrive.ErrInvalid, so that the
+// API answers 400, with its own message.
+type invalid struct{ err error }
+
+func (e *invalid) Error() string        { return e.err.Error() }
+func (e *invalid) Unwrap() error        { return e.err }
+func (e *invalid) Is(target error) bool { return target == redrive.ErrInvalid }
+
+// plan is a checked payload.
+type plan struct {
+	p        Payload
+	u        *url.URL
+	timeout  time.Duration
+	maxBytes int64
+	sha      string // lower-case hex, or empty
+	dir      string // absolute directory of the file
+	name     string // final file name, empty when it comes from the response
+	header   http.Header
+	host     string // a Host header
+}
+
+// parse checks a payload as Validate documents.
+func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
+	bad := func(field, format string, args ...any) (*plan, error) {
+		return nil, &redrive.FieldError{Field: field, Err: &invalid{fmt.Errorf(format, args...)}}
+	}
+	var p Payload
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return bad("payload", "want a JSON object {url, dest, headers, sha256, max_bytes, timeout}: %w", err)
+	}
+	if dec.More() {
+		return bad("payload", "trailing data after the JSON object")
+	}
+	pl := &plan{p: p, header: http.Header{}}
+	if p.URL == "" {
+		return bad("payload.url", "url is required")
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return bad("payload.url", "url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return bad("payload.url", "url %q: the scheme must be http or https", redact(u))
+	}
+	if u.Hostname() == "" {
+		return bad("payload.url", "url %q has no host", redact(u))
+	}
+	if err := h.guard.CheckHost(u.Hostname()); err != nil {
+		return bad("payload.url", "url %q: %w", redact(u), err)
+	}
+	pl.u = u
+	if pl.timeout, err = h.timeout(p.Timeout); err != nil {
+		return bad("payload.timeout", "%w", err)
+	}
+	switch {
+	case p.MaxBytes < 0:
+		return bad("payload.max_bytes", "max_bytes %d must not be negative", p.MaxBytes)
+	case p.MaxBytes > h.opts.MaxBytes:
+		return bad("payload.max_bytes", "max_bytes %d is above the limit of %d", p.MaxBytes, h.opts.MaxBytes)
+	case p.MaxBytes == 0:
+		pl.maxBytes = h.opts.MaxBytes
+	default:
+		pl.maxBytes = p.MaxBytes
+	}
+	if p.SHA256 != "" {
+		if len(p.SHA256) != 2*sha256.Size {
+			return bad("payload.sha256", "sha256 must be 64 hex digits, got %d characters", len(p.SHA256))
+		}
+		if _, err := hex.DecodeString(p.SHA256); err != nil {
+			return bad("payload.sha256", "sha256 must be 64 hex digits: %q", p.SHA256)
+		}
+		pl.sha = strings.ToLower(p.SHA256)
+	}
+	if len(p.Headers) > MaxHeaders {
+		return bad("payload.headers", "%d headers, the limit is %d", len(p.Headers), MaxHeaders)
+	}
+	for k, v := range p.Headers {
+		if !validHeaderName(k) {
+			return bad("payload.headers", "header name %q is not a valid HTTP token", k)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return bad("payload.headers", "header %q: value holds a line break or NUL", k)
+		}
+		switch {
+		case strings.EqualFold(k, "Range"), strings.EqualFold(k, "If-Range"):
+			return bad("payload.headers", "header %q is set by the handler to resume downloads", k)
+		case strings.EqualFold(k, "Host"):
+			pl.host = v
+		default:
+			pl.header.Set(k, v)
+		}
+	}
+	if pl.header.Get("User-Agent") == "" {
+		pl.header.Set("User-Agent", h.opts.UserAgent)
+	}
+	if err := h.dest(pl); err != nil {
+		return nil, &redrive.FieldError{Field: "payload.dest", Err: &invalid{err}}
+	}
+	return pl, nil
+}
+
+// dest checks the payload's dest and sets the plan's directory and name.
+func (h *Handler) dest(pl *plan) error {
+	d := pl.p.Dest
+	if strings.ContainsFunc(d, unicode.IsControl) || !utf8.ValidString(d) {
+		return fmt.Errorf("dest %q holds a control character or invalid UTF-8", d)
+	}
+	if strings.HasPrefix(d, "/") || strings.HasPrefix(d, `\`) || filepath.IsAbs(d) || filepath.VolumeName(d) != "" {
+		return fmt.Errorf("dest %q is absolute: want a path inside the download directory", d)
+	}
+	for _, part := range strings.FieldsFunc(d, func(r rune) bool { return r == '/' || r == filepath.Separator }) {
+		if part == ".." {
+			return fmt.Errorf("dest %q holds \"..\": want a path inside the download directory", d)
+		}
+	}
+	isDir := d == "" || strings.HasSuffix(d, "/") || strings.HasSuffix(d, string(filepath.Separator))
+	full := filepath.Join(h.root, filepath.FromSlash(d))
+	if !within(h.root, full) {
+		return fmt.Errorf("dest %q is outside the download directory", d)
+	}
+	if isDir {
+		pl.dir = full
+	} else {
+		if full == h.root {
+			return fmt.Errorf("dest %q names the download directory itself; end it with \"/\" for a directory", d)
+		}
+		pl.dir, pl.name = filepath.Split(full)
+		pl.dir = filepath.Clean(pl.dir)
+	}
+	return h.checkSymlinks(full, d)
+}
+
+// checkSymlinks resolves the part of p that exists and refuses it when it
+// leads outside the download directory.
+func (h *Handler) checkSymlinks(p, dest string) error {
+	for q := p; ; q = filepath.Dir(q) {
+		if _, err := os.Lstat(q); err != nil {
+			if q == h.root || q == filepath.Dir(q) {
+				return fmt.Errorf("dest %q: the download directory is gone: %w", dest, err)
+			}
+			continue
+		}
+		r, err := filepath.EvalSymlinks(q)
+		if err != nil {
+			return fmt.Errorf("dest %q: cannot resolve %s: %w", dest, q, err)
+		}
+		if !within(h.root, r) {
+			return fmt.Errorf("dest %q leads outside the download directory through a symbolic link (%s -> %s)", dest, q, r)
+		}
+		return nil
+	}
+}
+
+// within reports whether p is root or inside it (both clean and absolute).
+func within(root, p string) bool {
+	rel, err := filepath.Rel(root, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// Validate checks a payload as an attempt would before sending anything:
+// a JSON object with an http(s) URL whose literal address the guard
+// allows, a dest inside the download directory (relative, without "..",
+// not leading outside through a symbolic link), a sha256 of 64 hex
+// digits, a max_bytes neither negative nor above Options.MaxBytes, valid
+// headers (at most MaxHeaders, not Range or If-Range), a timeout in
+// range. Its error is a *redrive.FieldError naming the field
+// ("payload.url", "payload.dest", "payload.sha256", ...) and matching
+// redrive.ErrInvalid. Register makes the worker's client run it on every
+// enqueue of the kind.
+func (h *Handler) Validate(payload json.RawMessage) error {
+	_, err := h.parse(payload)
+	return err
+}
+
+// timeout parses the payload's timeout: a duration string or a number of
+// seconds, positive and at most MaxTimeout.
+func (h *Handler) timeout(raw json.RawMessage) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return h.opts.DefaultTimeout, nil
+	}
+	var d time.Duration
+	var s string
+	var secs float64
+	switch {
+	case json.Unmarshal(raw, &s) == nil:
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("timeout %q: want a duration such as \"30m\"", s)
+		}
+	case json.Unmarshal(raw, &secs) == nil:
+		if secs > h.opts.MaxTimeout.Seconds() {
+			return 0, fmt.Errorf("timeout %gs is above the limit of %s", secs, h.opts.MaxTimeout)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	default:
+		return 0, fmt.Errorf("timeout %s: want a duration such as \"30m\" or a number of seconds", raw)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("timeout %s must be positive", d)
+	}
+	if d > h.opts.MaxTimeout {
+		return 0, fmt.Errorf("timeout %s is above the limit of %s", d, h.opts.MaxTimeout)
+	}
+	return d, nil
+}
+
+// fileName returns the sanitised name of a directory destination's file:
+// Content-Disposition's filename, else the URL's last path segment.
+func fileName(resp *http.Response, u *url.URL) string {
+	if cd := resp.Header.Get("Content-Disposition"); cd != "" {
+		if _, params, err := mime.ParseMediaType(cd); err == nil {
+			if n := sanitize(params["filename"]); n != "" {
+				return n
+			}
+		}
+	}
+	if n := sanitize(path.Base(u.Path)); n != "" {
+		return n
+	}
+	return "download"
+}
+
+// sanitize makes a served name safe as a file name: its last path
+// element, without control characters or leading dots and spaces, at most
+// 200 bytes; "" when nothing is left.
+func sanitize(name string) string {
+	name = strings.ToValidUTF8(name, "_")
+	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
+		name = name[i+1:]
+	}
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || strings.ContainsRune(`<>:"|?*`, r) {
+			return '_'
+		}
+		return r
+	}, name)
+	name = strings.TrimLeft(strings.TrimSpace(name), ". ")
+	for len(name) > 200 {
+		_, size := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-size]
+	}
+	name = strings.TrimRight(name, ". ")
+	return name
+}
+
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// redact returns u without user information or query, fit for errors.
+func redact(u *url.URL) string {
+	c := *u
+	c.User = nil
+	c.RawQuery = ""
+	c.Fragment = ""
+	return c.String()
+}
+
+// jobKey names a job in its temporary files: its id, or for a message
+// without one (a broker's), a digest of its idempotency key.
+func jobKey(j *redrive.Job) string {
+	if j.ID != 0 || j.IdempotencyKey == "" {
+		return strconv.FormatInt(j.ID, 10)
+	}
+	return redrive.KeyOf(j.IdempotencyKey)[:16]
+}
+
+// diskFull reports whether err says the disk (or the quota) is full.
+func diskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// classed marks err with a class and a reason.
+func classed(class failure.Class, reason string, err error) error {
+	return &failure.Error{Class: class, Reason: reason, Err: err}
+}
+
+// fileError classifies an error creating or writing the destination.
+func fileError(op string, err error) error {
+	err = fmt.Errorf("download: %s: %w", op, err)
+	switch {
+	case diskFull(err):
+		return classed(failure.Transient, ReasonDiskFull, err)
+	case errors.Is(err, os.ErrPermission), errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EISDIR),
+		errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.ENAMETOOLONG),
+		errors.Is(err, syscall.ENOTEMPTY):
+		return classed(failure.Permanent, ReasonUnwritable, err)
+	}
+	return classed(failure.Transient, ReasonDiskError, err)
+}

@@ -1,0 +1,512 @@
+package download
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/netguard"
+)
+
+// meta is the sidecar of a partial file: what it was downloaded from and
+// how much of it is known to be on disk.
+type meta struct {
+	URL          string `json:"url"`
+	ETag         string `json:"etag,omitempty"`
+	LastModified string `json:"last_modified,omitempty"`
+	// Total is the whole file's size, -1 when the server did not say.
+	Total int64 `json:"total"`
+	// Synced is how many bytes of the partial file were fsynced: an
+	// attempt resumes from there.
+	Synced int64 `json:"synced"`
+	// Name is the final name of a directory destination's file.
+	Name string `json:"name,omitempty"`
+}
+
+// validator is the If-Range value of m: its strong ETag, else its
+// Last-Modified.
+func (m *meta) validator() string {
+	if m.ETag != "" {
+		return m.ETag
+	}
+	return m.LastModified
+}
+
+// attempt is one attempt of a download job.
+type attempt struct {
+	h        *Handler
+	pl       *plan
+	br       *breaker.Breaker
+	part     string // the partial file
+	metaPath string // its sidecar
+}
+
+// Handle performs one attempt of a download job (see the package
+// documentation).
+func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
+	pl, err := h.parse(job.Payload)
+	if err != nil {
+		return redrive.Permanent(fmt.Errorf("download: %w", err))
+	}
+	// The engine's retry and DLQ log lines name the source (without
+	// credentials or query) and the destination.
+	redrive.LogWith(ctx, "url", redact(pl.u), "dest", pl.p.Dest)
+	br := h.opts.Breakers.Get(DiskBreaker)
+	if br.State() == breaker.Open {
+		// Not even a request while the disk is known to be full: the
+		// engine defers the job without using an attempt.
+		if ready := br.ReadyAt(); time.Now().Before(ready) {
+			return &breaker.OpenError{Name: br.Name(), ReadyAt: ready}
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, pl.timeout)
+	defer cancel()
+	if err := os.MkdirAll(pl.dir, 0o755); err != nil {
+		return fileError("create the directory of "+pl.p.Dest, err)
+	}
+	// Checked again now that the directories exist.
+	if err := h.checkSymlinks(pl.dir, pl.p.Dest); err != nil {
+		return redrive.Permanent(&redrive.FieldError{Field: "payload.dest", Err: &invalid{err}})
+	}
+	key := jobKey(job)
+	a := &attempt{h: h, pl: pl, br: br}
+	if pl.name != "" {
+		if fi, err := os.Stat(filepath.Join(pl.dir, pl.name)); err == nil && fi.IsDir() {
+			return classed(failure.Permanent, ReasonUnwritable,
+				fmt.Errorf("download: dest %q is a directory", pl.p.Dest))
+		}
+		a.part = filepath.Join(pl.dir, partName(pl.name, key))
+	} else {
+		a.part = filepath.Join(pl.dir, ".redrive-"+key+".part")
+	}
+	a.metaPath = strings.TrimSuffix(a.part, ".part") + ".meta"
+	return a.run(ctx)
+}
+
+// partName is the name of the partial file of name for a job.
+func partName(name, key string) string {
+	p := "." + name + ".redrive-" + key + ".part"
+	if len(p) > 240 {
+		sum := sha256.Sum256([]byte(name))
+		p = "." + hex.EncodeToString(sum[:8]) + ".redrive-" + key + ".part"
+	}
+	return p
+}
+
+func (a *attempt) run(ctx context.Context) error {
+	m, offset := a.resumable()
+	for range 2 {
+		resp, err := a.get(ctx, m, offset)
+		if err != nil {
+			return err
+		}
+		switch {
+		case resp.StatusCode == http.StatusPartialContent && offset > 0:
+			start, _, total, ok := contentRange(resp.Header.Get("Content-Range"))
+			if !ok || start != offset || (m.Total >= 0 && total >= 0 && total != m.Total) {
+				// Not the bytes asked for: start over.
+				resp.Body.Close()
+				a.discard()
+				m, offset = nil, 0
+				continue
+			}
+			if total >= 0 {
+				m.Total = total
+			}
+			return a.write(ctx, resp, m, offset)
+		case resp.StatusCode == http.StatusOK:
+			m = &meta{URL: a.pl.p.URL, LastModified: resp.Header.Get("Last-Modified"), Total: resp.ContentLength}
+			if et := resp.Header.Get("ETag"); !strings.HasPrefix(et, "W/") {
+				m.ETag = et // weak ETags cannot be used in If-Range
+			}
+			if resp.Uncompressed {
+				m.Total = -1
+			}
+			if a.pl.name == "" {
+				m.Name = fileName(resp, a.pl.u)
+			}
+			return a.write(ctx, resp, m, 0)
+		case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && offset > 0:
+			_, _, total, _ := contentRange(resp.Header.Get("Content-Range"))
+			resp.Body.Close()
+			if offset == m.Total || (m.Total < 0 && offset == total) {
+				return a.complete(ctx, m, offset)
+			}
+			a.discard()
+			m, offset = nil, 0
+			continue
+		}
+		defer resp.Body.Close()
+		if err := failure.FromResponse(resp); err != nil {
+			if v := failure.Classify(err); v.Class == failure.Permanent || v.Class == failure.NeedsAuth {
+				a.discard() // the job is over: no partial file left behind
+			}
+			return err
+		}
+		// 1xx, 3xx (a redirect not followed) or a 206 not asked for: not
+		// a success, and no class in the status table (Unknown).
+		buf := make([]byte, failure.MaxBodyExcerpt)
+		n, _ := io.ReadFull(resp.Body, buf)
+		return &failure.StatusError{Code: resp.StatusCode, Status: resp.Status, Body: string(buf[:n])}
+	}
+	return classed(failure.Transient, "range_refused",
+		fmt.Errorf("download: GET %s: the server answered neither the range asked for nor the whole file", redact(a.pl.u)))
+}
+
+// resumable returns the sidecar of a partial file this attempt can
+// resume, and the offset to resume from; or nil and 0 (and no partial
+// file left) when it must start over.
+func (a *attempt) resumable() (*meta, int64) {
+	// Lstat: a symbolic link in place of the partial file is not
+	// followed, but removed.
+	fi, err := os.Lstat(a.part)
+	if err != nil {
+		os.Remove(a.metaPath)
+		return nil, 0
+	}
+	m, err := a.readMeta()
+	if err != nil || m.URL != a.pl.p.URL || m.validator() == "" || m.Synced <= 0 || fi.Size() < m.Synced ||
+		(m.Total >= 0 && m.Synced > m.Total) || (a.pl.name == "" && m.Name == "") || !fi.Mode().IsRegular() {
+		a.discard()
+		return nil, 0
+	}
+	if fi.Size() > m.Synced {
+		// Bytes written after the last checkpoint may not have reached
+		// the disk intact.
+		if err := os.Truncate(a.part, m.Synced); err != nil {
+			a.discard()
+			return nil, 0
+		}
+	}
+	return m, m.Synced
+}
+
+func (a *attempt) readMeta() (*meta, error) {
+	b, err := os.ReadFile(a.metaPath)
+	if err != nil {
+		return nil, err
+	}
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// saveMeta replaces the sidecar atomically.
+func (a *attempt) saveMeta(m *meta) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	tmp := a.metaPath + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, a.metaPath)
+}
+
+// discard removes the partial file and its sidecar.
+func (a *attempt) discard() {
+	os.Remove(a.part)
+	os.Remove(a.metaPath)
+	os.Remove(a.metaPath + ".tmp")
+}
+
+// get sends the attempt's request, asking for the bytes from offset on
+// when there is a partial file.
+func (a *attempt) get(ctx context.Context, m *meta, offset int64) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.pl.u.String(), nil)
+	if err != nil {
+		return nil, redrive.Permanent(fmt.Errorf("download: %w", err))
+	}
+	req.Header = a.pl.header.Clone()
+	if a.pl.host != "" {
+		req.Host = a.pl.host
+	}
+	if offset > 0 {
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(offset, 10)+"-")
+		req.Header.Set("If-Range", m.validator())
+	}
+	resp, err := a.h.client.Do(req)
+	if err != nil {
+		if be, ok := errors.AsType[*netguard.BlockedError](err); ok {
+			return nil, redrive.Permanent(be)
+		}
+		// An attempt that ran out of its own timeout is reported as such
+		// (classified transient), rather than as a bare context error.
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return nil, fmt.Errorf("download: GET %s: no response within %s: %w", redact(a.pl.u), a.pl.timeout, err)
+		}
+		return nil, err // *url.Error: the failure package classifies what it wraps
+	}
+	return resp, nil
+}
+
+// tooLarge is the permanent failure of a file above max_bytes; the
+// partial file is removed.
+func (a *attempt) tooLarge(size int64, known bool) error {
+	a.discard()
+	what := "more than"
+	if known {
+		what = strconv.FormatInt(size, 10) + " bytes,"
+	}
+	return classed(failure.Permanent, ReasonTooLarge,
+		fmt.Errorf("download: %s is %s above max_bytes %d", redact(a.pl.u), what, a.pl.maxBytes))
+}
+
+// write streams resp's body into the partial file from offset on, then
+// completes the file.
+func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offset int64) (err error) {
+	defer resp.Body.Close()
+	if m.Total > a.pl.maxBytes {
+		return a.tooLarge(m.Total, true)
+	}
+	// Only disk errors count against the disk breaker.
+	tok, err := a.br.Allow()
+	if err != nil {
+		return err
+	}
+	var diskErr error
+	defer func() { a.br.Record(tok, diskErr) }()
+	fail := func(op string, e error) error {
+		if diskFull(e) {
+			diskErr = e
+		}
+		return fileError(op, e)
+	}
+
+	f, err := os.OpenFile(a.part, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fail("create "+a.pl.p.Dest, err)
+	}
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	sum := sha256.New()
+	if offset > 0 {
+		// The digest covers the whole file: the bytes already there first.
+		if _, err := io.Copy(sum, io.NewSectionReader(f, 0, offset)); err != nil {
+			return fail("read the partial file", err)
+		}
+	} else if err := f.Truncate(0); err != nil {
+		return fail("truncate the partial file", err)
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return fail("seek the partial file", err)
+	}
+	m.Synced = offset
+	if err := a.saveMeta(m); err != nil {
+		return fail("write the partial file's sidecar", err)
+	}
+	// checkpoint makes the bytes written so far durable and resumable.
+	checkpoint := func(done int64) error {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		m.Synced = done
+		return a.saveMeta(m)
+	}
+
+	var w io.Writer = f
+	if a.h.wrapWriter != nil {
+		w = a.h.wrapWriter(f)
+	}
+	done, synced := offset, offset
+	buf := make([]byte, bufferSize)
+	a.progress(ctx, done, m.Total)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if done+int64(n) > a.pl.maxBytes {
+				f.Close()
+				f = nil
+				return a.tooLarge(done+int64(n), false)
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				checkpoint(done) // best effort: keep what is whole
+				return fail("write "+a.pl.p.Dest, werr)
+			}
+			sum.Write(buf[:n])
+			done += int64(n)
+			a.progress(ctx, done, m.Total)
+			if done-synced >= syncEvery {
+				if err := checkpoint(done); err != nil {
+					return fail("sync the partial file", err)
+				}
+				synced = done
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if err := checkpoint(done); err != nil && diskFull(err) {
+				diskErr = err
+			}
+			return a.bodyError(ctx, done, rerr)
+		}
+	}
+	if m.Total >= 0 && done != m.Total {
+		checkpoint(done)
+		return classed(failure.Transient, failure.ReasonConnectionReset,
+			fmt.Errorf("download: GET %s: the body ended after %d of %d bytes", redact(a.pl.u), done, m.Total))
+	}
+	if err := f.Sync(); err != nil {
+		return fail("sync "+a.pl.p.Dest, err)
+	}
+	err = f.Close()
+	f = nil
+	if err != nil {
+		return fail("close "+a.pl.p.Dest, err)
+	}
+	a.progress(ctx, done, done)
+	if err := a.finish(ctx, m, done, sum); err != nil {
+		if fe, ok := errors.AsType[*failure.Error](err); ok && fe.Reason == ReasonDiskFull {
+			diskErr = err
+		}
+		return err
+	}
+	return nil
+}
+
+// bodyError classifies an error reading the body: what the failure
+// package does not know is a dropped connection, transient; the next
+// attempt resumes.
+func (a *attempt) bodyError(ctx context.Context, done int64, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		return fmt.Errorf("download: GET %s: body not complete within %s, %d bytes in: %w", redact(a.pl.u), a.pl.timeout, done, err)
+	}
+	err = fmt.Errorf("download: GET %s: the body broke off after %d bytes: %w", redact(a.pl.u), done, err)
+	if failure.Classify(err).Class == failure.Unknown {
+		return classed(failure.Transient, failure.ReasonConnectionReset, err)
+	}
+	return err
+}
+
+// complete finishes a partial file that already holds every byte (a 416
+// answer to a range from its end).
+func (a *attempt) complete(ctx context.Context, m *meta, size int64) error {
+	f, err := os.Open(a.part)
+	if err != nil {
+		return fileError("open the partial file", err)
+	}
+	sum := sha256.New()
+	_, err = io.Copy(sum, io.NewSectionReader(f, 0, size))
+	f.Close()
+	if err != nil {
+		return fileError("read the partial file", err)
+	}
+	if size > a.pl.maxBytes {
+		return a.tooLarge(size, true)
+	}
+	a.progress(ctx, size, size)
+	return a.finish(ctx, m, size, sum)
+}
+
+// finish checks the digest of the synced, closed partial file and renames
+// it to its final name.
+func (a *attempt) finish(ctx context.Context, m *meta, size int64, sum hash.Hash) error {
+	digest := hex.EncodeToString(sum.Sum(nil))
+	if a.pl.sha != "" && digest != a.pl.sha {
+		a.discard()
+		return classed(failure.Permanent, ReasonChecksumMismatch,
+			fmt.Errorf("download: %s: sha256 %s, want %s", redact(a.pl.u), digest, a.pl.sha))
+	}
+	name := a.pl.name
+	if name == "" {
+		name = m.Name
+	}
+	final := filepath.Join(a.pl.dir, name)
+	if err := os.Rename(a.part, final); err != nil {
+		err = fileError("rename to "+name, err)
+		if failure.Classify(err).Class == failure.Permanent {
+			a.discard()
+		}
+		return err
+	}
+	os.Remove(a.metaPath)
+	if err := syncDir(a.pl.dir); err != nil {
+		return fileError("sync the directory of "+name, err)
+	}
+	rel, err := filepath.Rel(a.h.root, final)
+	if err != nil {
+		rel = final
+	}
+	redrive.Record(ctx, ReasonDownloaded, fmt.Sprintf("%d bytes to %s, sha256 %s", size, filepath.ToSlash(rel), digest))
+	return nil
+}
+
+// syncDir makes a rename in dir durable. File systems that cannot sync a
+// directory are not an error.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, errors.ErrUnsupported) &&
+		!errors.Is(err, os.ErrPermission) {
+		return err
+	}
+	return nil
+}
+
+// progress reports how far the download is (total -1 when unknown) to
+// the engine, which shows it on the job while it runs. redrive.Progress
+// only stores the two numbers, so it is called per buffer copied.
+func (a *attempt) progress(ctx context.Context, done, total int64) {
+	redrive.Progress(ctx, done, total)
+}
+
+// contentRange parses "bytes <start>-<end>/<total>" or "bytes */<total>";
+// a missing part is -1, total "*" too.
+func contentRange(s string) (start, end, total int64, ok bool) {
+	rest, found := strings.CutPrefix(s, "bytes ")
+	if !found {
+		return -1, -1, -1, false
+	}
+	rng, tot, found := strings.Cut(strings.TrimSpace(rest), "/")
+	if !found {
+		return -1, -1, -1, false
+	}
+	total = -1
+	if tot != "*" {
+		n, err := strconv.ParseInt(tot, 10, 64)
+		if err != nil || n < 0 {
+			return -1, -1, -1, false
+		}
+		total = n
+	}
+	if rng == "*" {
+		return -1, -1, total, true
+	}
+	a, b, found := strings.Cut(rng, "-")
+	if !found {
+		return -1, -1, -1, false
+	}
+	start, err1 := strconv.ParseInt(a, 10, 64)
+	end, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil || start < 0 || end < start || (total >= 0 && end >= total) {
+		return -1, -1, -1, false
+	}
+	return start, end, total, true
+}

@@ -1,0 +1,97 @@
+package download
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/redrivehq/redrive"
+)
+
+func newInternal(t *testing.T) *Handler {
+	t.Helper()
+	h, err := New(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// prepared returns the attempt Handle would run for payload and job 1.
+func prepared(t *testing.T, h *Handler, payload string) *attempt {
+	t.Helper()
+	pl, err := h.parse(json.RawMessage(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &attempt{h: h, pl: pl, br: h.opts.Breakers.Get(DiskBreaker)}
+	a.part = filepath.Join(pl.dir, partName(pl.name, "1"))
+	a.metaPath = a.part[:len(a.part)-len(".part")] + ".meta"
+	return a
+}
+
+// TestResumableRules: a partial file is resumed only with a sidecar for
+// the same URL, with a validator, and no larger than the file.
+func TestResumableRules(t *testing.T) {
+	h := newInternal(t)
+	for _, c := range []struct {
+		name   string
+		size   int
+		m      *meta
+		resume int64
+	}{
+		{"ok", 100, &meta{URL: "http://x/a", ETag: `"e"`, Total: 200, Synced: 100}, 100},
+		{"cut back to synced", 150, &meta{URL: "http://x/a", LastModified: "d", Total: -1, Synced: 100}, 100},
+		{"other URL", 100, &meta{URL: "http://x/b", ETag: `"e"`, Total: 200, Synced: 100}, 0},
+		{"no validator", 100, &meta{URL: "http://x/a", Total: 200, Synced: 100}, 0},
+		{"file shorter than synced", 50, &meta{URL: "http://x/a", ETag: `"e"`, Total: 200, Synced: 100}, 0},
+		{"synced beyond total", 100, &meta{URL: "http://x/a", ETag: `"e"`, Total: 80, Synced: 100}, 0},
+		{"no sidecar", 100, nil, 0},
+	} {
+		a := prepared(t, h, `{"url":"http://x/a","dest":"a"}`)
+		os.WriteFile(a.part, make([]byte, c.size), 0o644)
+		if c.m != nil {
+			a.saveMeta(c.m)
+		}
+		m, off := a.resumable()
+		if off != c.resume || (off > 0) != (m != nil) {
+			t.Errorf("%s: resume from %d, want %d", c.name, off, c.resume)
+		}
+		fi, err := os.Stat(a.part)
+		switch {
+		case off == 0 && err == nil:
+			t.Errorf("%s: partial file kept though not resumed", c.name)
+		case off > 0 && (err != nil || fi.Size() != off):
+			t.Errorf("%s: partial file %v, %v; want %d bytes", c.name, fi, err, off)
+		}
+		a.discard()
+	}
+}
+
+// TestWeakETagNotUsed: a weak ETag cannot be used in If-Range: the
+// sidecar keeps Last-Modified instead.
+func TestWeakETagNotUsed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `W/"weak"`)
+		w.Header().Set("Last-Modified", "Mon, 02 Jan 2006 15:04:05 GMT")
+		w.Header().Set("Content-Length", "10")
+		w.Write([]byte("12345")) // short: the attempt fails and keeps its sidecar
+	}))
+	defer srv.Close()
+	h := newInternal(t)
+	payload, _ := json.Marshal(map[string]any{"url": srv.URL, "dest": "w"})
+	if err := h.Handle(t.Context(), &redrive.Job{ID: 1, Payload: payload}); err == nil {
+		t.Fatal("short body accepted")
+	}
+	a := prepared(t, h, string(payload))
+	m, err := a.readMeta()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ETag != "" || m.validator() != "Mon, 02 Jan 2006 15:04:05 GMT" || m.Synced != 5 || m.Total != 10 {
+		t.Fatalf("sidecar %+v", m)
+	}
+}

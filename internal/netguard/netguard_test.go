@@ -1,0 +1,177 @@
+package netguard_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redrivehq/redrive/internal/netguard"
+)
+
+func check(opts netguard.Options, a netip.Addr) error { return netguard.New(opts).CheckAddr(a) }
+
+func embedded(a netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, e := range netguard.EmbeddedIPv4(a.Unmap()) {
+		out = append(out, e.V4)
+	}
+	return out
+}
+
+// TestEmbeddedIPv4Refused: an IPv6 address that carries a refused IPv4
+// address (IPv4-compatible, IPv4-mapped, NAT64, 6to4, Teredo) is refused
+// as that address would be, in either mode.
+func TestEmbeddedIPv4Refused(t *testing.T) {
+	for _, c := range []struct {
+		addr         string
+		blockPrivate bool // refused only when private addresses are blocked
+	}{
+		{"::169.254.169.254", false},
+		{"::ffff:169.254.169.254", false},
+		{"64:ff9b::a9fe:a9fe", false},
+		{"64:ff9b::169.254.169.254", false},
+		{"64:ff9b:1:a9fe:a9:fe00::", false}, // local-use NAT64, /48 layout: 169.254.169.254
+		{"2002:a9fe:a9fe::1", false},
+		{"2001:0:a9fe:a9fe::1", false},                  // Teredo server 169.254.169.254
+		{"2001:0:4136:e378:8000:63bf:5601:5601", false}, // Teredo client, obfuscated: 169.254.169.254
+		{"::10.0.0.1", true},
+		{"64:ff9b::7f00:1", true},
+		{"64:ff9b::a00:1", true},
+		{"2002:7f00:1::", true},
+		{"::ffff:127.0.0.1", true},
+	} {
+		a := netip.MustParseAddr(c.addr)
+		err := check(netguard.Options{BlockPrivate: true}, a)
+		var be *netguard.BlockedError
+		if !errors.As(err, &be) {
+			t.Errorf("%s with private addresses blocked: %v, want refused", c.addr, err)
+		}
+		err = check(netguard.Options{}, a)
+		if c.blockPrivate && err != nil {
+			t.Errorf("%s with private addresses allowed: %v, want allowed", c.addr, err)
+		}
+		if !c.blockPrivate && !errors.As(err, &be) {
+			t.Errorf("%s with private addresses allowed: %v, want refused (link-local or metadata)", c.addr, err)
+		}
+	}
+	for _, ok := range []string{"64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111", "::8.8.8.8", "2001:0:808:808::f7f7:f7f7"} {
+		if err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr(ok)); err != nil {
+			t.Errorf("%s: %v, want allowed (a public IPv4 inside)", ok, err)
+		}
+	}
+}
+
+// FuzzCheckAddr: any 16 bytes: the guard never panics, and an address
+// whose embedded IPv4 is refused is refused.
+func FuzzCheckAddr(f *testing.F) {
+	for _, s := range []string{"::169.254.169.254", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::", "2001:0:4136:e378:8000:63bf:5601:5601", "::1", "::"} {
+		b := netip.MustParseAddr(s).As16()
+		f.Add(b[:])
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) != 16 {
+			return
+		}
+		a := netip.AddrFrom16([16]byte(raw))
+		for _, opts := range []netguard.Options{{}, {BlockPrivate: true}, {AllowLinkLocal: true}} {
+			err := check(opts, a)
+			for _, v4 := range embedded(a) {
+				if check(opts, v4) != nil && err == nil {
+					t.Fatalf("%s embeds %s, which is refused, but it is allowed (%+v)", a, v4, opts)
+				}
+			}
+		}
+	})
+}
+
+// TestRefusalNamesSetting: a refusal names the setting that allows the
+// address, and the guard's name prefixes it.
+func TestRefusalNamesSetting(t *testing.T) {
+	for _, c := range []struct {
+		opts netguard.Options
+		addr string
+		want string
+	}{
+		{netguard.Options{}, "169.254.169.254", "netguard: refusing to connect to 169.254.169.254: cloud metadata address (allowed by AllowLinkLocal)"},
+		{netguard.Options{Name: "download"}, "fe80::1", "download: refusing to connect to fe80::1: link-local address (allowed by AllowLinkLocal)"},
+		{netguard.Options{BlockPrivate: true}, "10.0.0.1", "allowed by BlockPrivate false"},
+		{netguard.Options{AllowLinkLocalSetting: "--http-allow-link-local"}, "169.254.1.1", "allowed by --http-allow-link-local"},
+		{netguard.Options{BlockPrivate: true, AllowPrivateSetting: "--http-allow-private"}, "127.0.0.1", "allowed by --http-allow-private"},
+		{netguard.Options{BlockPrivate: true}, "0.0.0.0", "unspecified address"},
+		{netguard.Options{BlockPrivate: true}, "100.64.1.1", "private address"},
+		{netguard.Options{}, "239.1.2.3", "multicast address"},
+	} {
+		err := check(c.opts, netip.MustParseAddr(c.addr))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s with %+v: %v, want %q", c.addr, c.opts, err, c.want)
+		}
+	}
+}
+
+func TestCheckHost(t *testing.T) {
+	g := netguard.New(netguard.Options{})
+	for _, h := range []string{"metadata.google.internal", "METADATA.GOOGLE.INTERNAL.", "169.254.169.254", "fd00:ec2::254"} {
+		if err := g.CheckHost(h); err == nil {
+			t.Errorf("%s allowed, want refused", h)
+		}
+	}
+	for _, h := range []string{"example.com", "127.0.0.1", "localhost"} {
+		if err := g.CheckHost(h); err != nil {
+			t.Errorf("%s: %v, want allowed", h, err)
+		}
+	}
+	if err := netguard.New(netguard.Options{AllowLinkLocal: true}).CheckHost("metadata.google.internal"); err != nil {
+		t.Errorf("metadata host with AllowLinkLocal: %v", err)
+	}
+}
+
+// TestDialedAddressChecked: a host name that resolves to a refused address
+// is refused at dial time, before any request is sent.
+func TestDialedAddressChecked(t *testing.T) {
+	var hit atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hit.Store(true) }))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	c := netguard.New(netguard.Options{BlockPrivate: true}).NewClient(nil)
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://localhost:"+port+"/", nil)
+	_, err := c.Do(req)
+	var be *netguard.BlockedError
+	if !errors.As(err, &be) || hit.Load() {
+		t.Fatalf("err %v, request sent %v; want a refusal before any request", err, hit.Load())
+	}
+}
+
+// TestRedirectChecked: a redirect to a refused host is not followed, and
+// redirects are bounded.
+func TestRedirectChecked(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/meta" {
+			http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+			return
+		}
+		http.Redirect(w, r, "/loop", http.StatusFound)
+	}))
+	defer srv.Close()
+	c := netguard.New(netguard.Options{Name: "download"}).NewClient(nil)
+	_, err := c.Get(srv.URL + "/meta")
+	var be *netguard.BlockedError
+	if !errors.As(err, &be) || be.Addr != "169.254.169.254" {
+		t.Fatalf("redirect to metadata: %v, want refused", err)
+	}
+	_, err = c.Get(srv.URL + "/loop")
+	if err == nil || !strings.Contains(err.Error(), "download: stopped after 10 redirects") {
+		t.Fatalf("redirect loop: %v", err)
+	}
+}
+
+func TestControlRejectsNonIP(t *testing.T) {
+	if err := netguard.New(netguard.Options{}).Control("tcp", "not-an-address", nil); err == nil {
+		t.Fatal("Control accepted a non-IP address")
+	}
+}
