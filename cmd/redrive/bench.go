@@ -78,6 +78,7 @@ Workloads:
   failure     N jobs fail twice, then succeed (1ms retries): engine overhead
   lateness    N jobs fail once and retry after 1s: how late the retry starts
   depth       burn-down of 50k due jobs behind a deep backlog of waiting ones
+  download    16 generated 256 MiB files through the download kind, then curl
   all         throughput, failure and lateness with their defaults`,
 		Args: cobra.NoArgs,
 	}
@@ -103,6 +104,8 @@ Workloads:
 		newBenchWorkerCmd(o),
 		newBenchAMQPCmd(g),
 		newBenchKafkaCmd(g),
+		newBenchDownloadCmd(g, o),
+		newBenchFileServerCmd(),
 	)
 	return cmd
 }

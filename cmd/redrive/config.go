@@ -79,6 +79,8 @@ type serveConfig struct {
 	// Kafka are the Kafka topics whose dead letters serve keeps
 	// (--kafka-brokers).
 	Kafka kafkaConfig
+	// Download is the built-in download kind (--download-dir).
+	Download downloadConfig
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
 	queuesSpec string
@@ -258,7 +260,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(append(retrySettings, amqpSettings...), kafkaSettings...)...)
+}, append(append(append(retrySettings, amqpSettings...), kafkaSettings...), downloadSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -373,6 +375,9 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 		return nil, err
 	}
 	if err := resolveKafka(c); err != nil {
+		return nil, err
+	}
+	if err := resolveDownload(c, srcs["download-dir"]); err != nil {
 		return nil, err
 	}
 	// The retry policies: the default one, then each queue's on top.

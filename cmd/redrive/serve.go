@@ -192,7 +192,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	client := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
 	retryPolicy := cfg.Retry
 	// The histograms of attempt durations and lateness, fed by the worker.
-	attempts := metrics.NewObserver(httpjob.Kind)
+	attempts := metrics.NewObserver(serveKinds(cfg)...)
 	worker := redrive.NewWorker(client, redrive.WorkerOptions{
 		Queues:             cfg.Queues,
 		Policy:             &retryPolicy,
@@ -212,6 +212,11 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// the queue's, and the configured policies are per queue.
 	httpjob.Register(worker, httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal,
 		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"})
+	// The download kind, with the http kind's guard, when --download-dir
+	// is set; otherwise its jobs are refused at enqueue.
+	if err := registerDownload(worker, cfg); err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
 
 	// The RabbitMQ queues managed for consumers in any language, decided
 	// by the same policies as the store's queues.
@@ -273,7 +278,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	}
 	log.Info("redrive serving", "addr", ln.Addr().String(), "store", target, "queues", cfg.Queues,
 		"auth", cfg.Token != "", "allowed_hosts", hosts, "http_allow_private", cfg.HTTPAllowPrivate,
-		"http_allow_link_local", cfg.HTTPAllowLinkLocal, "retry", describePolicy(cfg.Retry), "queue_retry", queueRetry,
+		"http_allow_link_local", cfg.HTTPAllowLinkLocal, "download_dir", describeDownloadDir(cfg), "retry", describePolicy(cfg.Retry), "queue_retry", queueRetry,
 		"lease", cfg.Lease.String(), "completed_retention", cfg.CompletedRetention.String(), "dlq_max_age", cfg.DLQMaxAge.String(),
 		"key_retention", cfg.KeyRetention.String(), "retry_budget", describeBudget(cfg))
 	dashboard := dashboardURL(ln.Addr())

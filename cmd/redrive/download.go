@@ -1,0 +1,449 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/download"
+	"github.com/redrivehq/redrive/server"
+)
+
+// downloadKind is the kind of the built-in download jobs.
+const downloadKind = download.Kind
+
+// downloadPayload is the payload of a download job.
+type downloadPayload = download.Payload
+
+// downloadOptions are the flags of `redrive download`.
+type downloadOptions struct {
+	dest       string
+	maxRetries int
+	queue      string
+	sha256     string
+	fromFile   string
+	wait       bool
+}
+
+// downloadPollEvery is how often --wait reads the jobs' states.
+var downloadPollEvery = 250 * time.Millisecond
+
+// newDownloadCmd is `redrive download URL...`.
+func newDownloadCmd(g *globalOptions) *cobra.Command {
+	var (
+		c = connOptions{create: true}
+		o downloadOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "download URL...",
+		Short: "Enqueue download jobs: the server fetches each URL into its --download-dir",
+		Long: `Enqueue one job of the built-in download kind per URL, in batches: the server
+(redrive serve --download-dir DIR) fetches each URL into a file under DIR,
+written to a temporary file, synced and renamed into place whole; a failed
+attempt is retried by the queue's policy and resumes where it stopped (Range).
+
+URLs come from the arguments and from --from-file (a file, or - for standard
+input): one per line, blank lines and lines starting with # skipped. Each
+file goes into --dest, a directory relative to the server's download folder
+(default: the folder itself), under the name the server's answer gives
+(Content-Disposition) or else the URL's last path segment. --sha256 checks
+the file's hash (one URL only): a file that does not match is not kept.
+
+The ids of the jobs enqueued are printed, one per line with its URL. A bad
+URL or --dest refuses the whole batch: nothing is enqueued.
+
+With --wait the command follows the jobs until each one has ended, showing
+one progress bar for the batch on standard error, and exits non-zero if any
+ended dead (or canceled), listing each with its id, URL, dead reason and last
+error. Ctrl-C stops waiting, not the downloads.
+` + connHelp,
+		Args: cobra.ArbitraryArgs,
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		urls, err := downloadURLs(cmd, args, o.fromFile)
+		if err != nil {
+			return err
+		}
+		jobs, err := downloadRequests(cmd, urls, o)
+		if err != nil {
+			return err
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			return runDownload(ctx, cmd, g, b, jobs, o.wait)
+		})(cmd, args)
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dest, "dest", "", "directory of the files, relative to the server's --download-dir (default: that directory)")
+	f.IntVar(&o.maxRetries, "max-retries", 0, "retries after the first attempt (default: the queue's policy)")
+	f.StringVar(&o.queue, "queue", "", "queue (default \"default\")")
+	f.StringVar(&o.sha256, "sha256", "", "expected SHA-256 of the file, in hex (one URL only)")
+	f.StringVar(&o.fromFile, "from-file", "", "read URLs from this file, one per line (- for standard input)")
+	f.BoolVar(&o.wait, "wait", false, "wait until every job has ended, with a progress bar; exit non-zero if any failed")
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+// maxDownloadURLs bounds the URLs of one command.
+const maxDownloadURLs = 1000000
+
+// downloadURLs collects the URLs of the arguments and of the file named
+// by from ("-": standard input), in that order.
+func downloadURLs(cmd *cobra.Command, args []string, from string) ([]string, error) {
+	var urls []string
+	for _, a := range args {
+		if a = strings.TrimSpace(a); a != "" {
+			urls = append(urls, a)
+		}
+	}
+	if from != "" {
+		var r io.Reader
+		name := from
+		if from == "-" {
+			r, name = cmd.InOrStdin(), "standard input"
+		} else {
+			f, err := os.Open(from)
+			if err != nil {
+				return nil, flagErrorf(cmd, "--from-file: %v", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		read, err := readURLList(r)
+		if err != nil {
+			return nil, fmt.Errorf("--from-file %s: %w", name, err)
+		}
+		urls = append(urls, read...)
+	}
+	if len(urls) == 0 {
+		return nil, flagErrorf(cmd, "no URL given: pass URLs as arguments or with --from-file")
+	}
+	if len(urls) > maxDownloadURLs {
+		return nil, flagErrorf(cmd, "%d URLs: the limit of one command is %d", len(urls), maxDownloadURLs)
+	}
+	return urls, nil
+}
+
+// readURLList reads one URL a line; blank lines and lines starting with
+// # (after white space) are skipped.
+func readURLList(r io.Reader) ([]string, error) {
+	var urls []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		if strings.ContainsAny(s, " \t") {
+			return nil, fmt.Errorf("line %d: %q is not one URL (one URL a line)", line, clipArg(s))
+		}
+		urls = append(urls, s)
+	}
+	return urls, sc.Err()
+}
+
+// downloadRequests checks the flags and URLs and returns the enqueue
+// requests. Only what the CLI can judge is checked here (an http or https
+// URL, a hex hash); the server checks the rest of each payload.
+func downloadRequests(cmd *cobra.Command, urls []string, o downloadOptions) ([]server.EnqueueRequest, error) {
+	if o.sha256 != "" {
+		if len(urls) != 1 {
+			return nil, flagErrorf(cmd, "--sha256 is the hash of one file: give exactly one URL (got %d)", len(urls))
+		}
+		if b, err := hex.DecodeString(o.sha256); err != nil || len(b) != 32 {
+			return nil, flagErrorf(cmd, "--sha256 must be 64 hex digits, got %q", clipArg(o.sha256))
+		}
+	}
+	var maxRetries *int
+	if cmd.Flags().Changed("max-retries") {
+		if o.maxRetries < 0 {
+			return nil, flagErrorf(cmd, "--max-retries must not be negative")
+		}
+		maxRetries = &o.maxRetries
+	}
+	dest := strings.TrimSpace(o.dest)
+	if dest != "" && !strings.HasSuffix(dest, "/") {
+		// A directory: the server names the file.
+		dest += "/"
+	}
+	reqs := make([]server.EnqueueRequest, len(urls))
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, flagErrorf(cmd, "%q is not an http or https URL", clipArg(raw))
+		}
+		payload, err := json.Marshal(downloadPayload{URL: raw, Dest: dest, SHA256: strings.ToLower(o.sha256)})
+		if err != nil {
+			return nil, err
+		}
+		reqs[i] = server.EnqueueRequest{Kind: downloadKind, Queue: o.queue, Payload: payload, MaxRetries: maxRetries}
+	}
+	return reqs, nil
+}
+
+// runDownload enqueues the jobs, prints them and, with wait, follows them
+// to their end.
+func runDownload(ctx context.Context, cmd *cobra.Command, g *globalOptions, b backend, reqs []server.EnqueueRequest, wait bool) error {
+	out := cmd.OutOrStdout()
+	jobs, err := enqueueDownloads(ctx, b, reqs)
+	if err != nil {
+		if len(jobs) > 0 {
+			// Earlier batches went in: say which, then the error.
+			_ = printDownloadJobs(out, g, jobs)
+			return fmt.Errorf("%d of %d download jobs enqueued (listed above), then: %w", len(jobs), len(reqs), err)
+		}
+		return err
+	}
+	if !wait {
+		return printDownloadJobs(out, g, jobs)
+	}
+	if !g.JSON {
+		if err := printDownloadJobs(out, g, jobs); err != nil {
+			return err
+		}
+	}
+	final, err := waitDownloads(ctx, cmd, g, b, jobs)
+	if err != nil {
+		return err
+	}
+	var failed []*redrive.Job
+	for _, j := range final {
+		if j.State != redrive.Completed {
+			failed = append(failed, j)
+		}
+	}
+	if g.JSON {
+		if err := writeJSON(out, map[string]any{"jobs": final}); err != nil {
+			return err
+		}
+	} else if len(failed) > 0 {
+		if err := printDownloadFailures(out, failed); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "%d downloads completed\n", len(final))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d downloads failed", len(failed), len(final))
+	}
+	return nil
+}
+
+// enqueueDownloads enqueues the jobs in batches of server.MaxBatch, each
+// batch all or nothing. It returns the jobs enqueued before an error too.
+func enqueueDownloads(ctx context.Context, b backend, reqs []server.EnqueueRequest) ([]*redrive.Job, error) {
+	var jobs []*redrive.Job
+	for start := 0; start < len(reqs); start += server.MaxBatch {
+		batch := reqs[start:min(start+server.MaxBatch, len(reqs))]
+		got, err := enqueueBatch(ctx, b, batch)
+		if err != nil {
+			return jobs, err
+		}
+		jobs = append(jobs, got...)
+	}
+	return jobs, nil
+}
+
+// enqueueBatch enqueues one batch: POST /v1/jobs/batch on a server,
+// EnqueueMany on the store.
+func enqueueBatch(ctx context.Context, b backend, reqs []server.EnqueueRequest) ([]*redrive.Job, error) {
+	switch b := b.(type) {
+	case *httpBackend:
+		var res struct {
+			Jobs []*redrive.Job `json:"jobs"`
+		}
+		if err := b.do(ctx, http.MethodPost, "/v1/jobs/batch", nil, server.BatchRequest{Jobs: reqs}, &res); err != nil {
+			return nil, err
+		}
+		if len(res.Jobs) != len(reqs) {
+			return nil, fmt.Errorf("server: POST /v1/jobs/batch answered %d jobs for %d", len(res.Jobs), len(reqs))
+		}
+		return res.Jobs, nil
+	case *directBackend:
+		rs := make([]redrive.Request, len(reqs))
+		for i, in := range reqs {
+			rs[i] = redrive.Request{Kind: in.Kind, Queue: in.Queue, Payload: in.Payload, MaxRetries: in.MaxRetries}
+		}
+		return b.c.EnqueueMany(ctx, rs)
+	}
+	// Another backend: one job at a time.
+	jobs := make([]*redrive.Job, 0, len(reqs))
+	for _, in := range reqs {
+		j, err := b.Enqueue(ctx, in)
+		if err != nil {
+			return jobs, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}
+
+// downloadURL is the URL of a download job's payload.
+func downloadURL(j *redrive.Job) string {
+	var p downloadPayload
+	_ = json.Unmarshal(j.Payload, &p)
+	return p.URL
+}
+
+// printDownloadJobs prints the jobs enqueued: their ids and URLs, or
+// with --json the jobs.
+func printDownloadJobs(out io.Writer, g *globalOptions, jobs []*redrive.Job) error {
+	if g.JSON {
+		return writeJSON(out, map[string]any{"jobs": jobs})
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%d\t%s\n", j.ID, downloadURL(j))
+	}
+	return tw.Flush()
+}
+
+// printDownloadFailures lists the jobs that did not complete.
+func printDownloadFailures(out io.Writer, failed []*redrive.Job) error {
+	fmt.Fprintf(out, "%d downloads failed:\n", len(failed))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tURL\tSTATE\tREASON\tERROR")
+	for _, j := range failed {
+		reason := j.DeadReason
+		if reason == "" {
+			reason = "-"
+		}
+		msg := oneLine(j.LastError, 200)
+		if msg == "" {
+			msg = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", j.ID, downloadURL(j), j.State, reason, msg)
+	}
+	return tw.Flush()
+}
+
+// jobProgress is the progress a job reports (redrive.Progress), read
+// from its JSON so that a server without progress reporting reads as
+// none.
+type jobProgress struct {
+	Progress *struct {
+		Done  int64 `json:"done"`
+		Total int64 `json:"total"`
+	} `json:"progress"`
+}
+
+// progressOf returns the bytes done and the total (-1: unknown) a job
+// reports; ok is false when it reports nothing.
+func progressOf(j *redrive.Job) (done, total int64, ok bool) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return 0, 0, false
+	}
+	var p jobProgress
+	if json.Unmarshal(b, &p) != nil || p.Progress == nil {
+		return 0, 0, false
+	}
+	total = p.Progress.Total
+	if total <= 0 {
+		total = -1
+	}
+	return p.Progress.Done, total, true
+}
+
+// finalState reports whether a job has ended.
+func finalState(s redrive.State) bool {
+	return s == redrive.Completed || s == redrive.Dead || s == redrive.Canceled
+}
+
+// waitDownloads polls the jobs until each has ended, drawing one bar for
+// the batch: jobs ended of all, and the bytes fetched when the jobs
+// report them. It returns the jobs in their final states.
+func waitDownloads(ctx context.Context, cmd *cobra.Command, g *globalOptions, b backend, jobs []*redrive.Job) ([]*redrive.Job, error) {
+	bar := newProgressBar(cmd, g, "downloading")
+	defer bar.finish()
+	cur := make([]*redrive.Job, len(jobs))
+	copy(cur, jobs)
+	t := time.NewTicker(downloadPollEvery)
+	defer t.Stop()
+	for {
+		ended, dead := 0, 0
+		var bytesDone, bytesTotal int64
+		withBytes, totalKnown := false, true
+		for i, j := range cur {
+			if !finalState(j.State) {
+				nj, err := b.Get(ctx, j.ID)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil, fmt.Errorf("stopped waiting (the downloads go on): %w", ctx.Err())
+					}
+					if isNotFound(err) {
+						return nil, fmt.Errorf("job %d is gone (deleted?): %w", j.ID, err)
+					}
+					return nil, err
+				}
+				cur[i], j = nj, nj
+			}
+			if finalState(j.State) {
+				ended++
+				if j.State != redrive.Completed {
+					dead++
+				}
+			}
+			if d, tot, ok := progressOf(j); ok {
+				withBytes = true
+				bytesDone += d
+				if tot < 0 {
+					totalKnown = false
+				} else {
+					bytesTotal += tot
+				}
+			} else if j.State != redrive.Completed {
+				totalKnown = false
+			}
+		}
+		var detail []string
+		if withBytes {
+			if totalKnown {
+				detail = append(detail, fmt.Sprintf("%s of %s", fmtBytes(bytesDone), fmtBytes(bytesTotal)))
+			} else {
+				detail = append(detail, fmtBytes(bytesDone))
+			}
+			if el := time.Since(bar.start).Seconds(); el >= 1 {
+				detail = append(detail, fmtBytes(int64(float64(bytesDone)/el))+"/s")
+			}
+		}
+		if dead > 0 {
+			detail = append(detail, fmt.Sprintf("failed %d", dead))
+		}
+		bar.update(int64(ended), int64(len(cur)), strings.Join(detail, ", "))
+		if ended == len(cur) {
+			return cur, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stopped waiting (the downloads go on): %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// fmtBytes formats a byte count for people: 512 B, 1.5 KiB, 20.0 MiB.
+func fmtBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
