@@ -5,8 +5,9 @@ package redrive
 import (
 	"errors"
 	"os"
-	"strings"
 	"syscall"
+
+	"github.com/redrivehq/redrive/internal/boot"
 )
 
 // processAlive reports whether a process with the PID exists in this PID
@@ -24,13 +25,13 @@ func processAlive(pid int) bool {
 // boot and namespace give them meaning. It is "" where the system does
 // not say (then no worker is ever found gone by its PID).
 func processInstance() string {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
+	id := boot.ID()
+	if id == "" {
 		return ""
 	}
 	ns, err := os.Readlink("/proc/self/ns/pid")
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(boot)) + "/" + ns
+	return id + "/" + ns
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/boot"
 	"github.com/redrivehq/redrive/internal/netguard"
 )
 
@@ -31,9 +32,14 @@ type meta struct {
 	LastModified string `json:"last_modified,omitempty"`
 	// Total is the whole file's size, -1 when the server did not say.
 	Total int64 `json:"total"`
-	// Synced is how many bytes of the partial file were fsynced: an
-	// attempt resumes from there.
+	// Synced is how many bytes of the partial file were fsynced: after a
+	// machine restart, an attempt resumes from there.
 	Synced int64 `json:"synced"`
+	// Boot is the kernel boot that wrote the partial file (boot.ID):
+	// while it is the same, every byte written is there (a killed
+	// process loses nothing the kernel took), so an attempt resumes from
+	// the file's size.
+	Boot string `json:"boot,omitempty"`
 	// Name is the final name of a directory destination's file.
 	Name string `json:"name,omitempty"`
 }
@@ -180,20 +186,30 @@ func (a *attempt) resumable() (*meta, int64) {
 		return nil, 0
 	}
 	m, err := a.readMeta()
-	if err != nil || m.URL != a.pl.p.URL || m.validator() == "" || m.Synced <= 0 || fi.Size() < m.Synced ||
-		(m.Total >= 0 && m.Synced > m.Total) || (a.pl.name == "" && m.Name == "") || !fi.Mode().IsRegular() {
+	if err != nil {
 		a.discard()
 		return nil, 0
 	}
-	if fi.Size() > m.Synced {
-		// Bytes written after the last checkpoint may not have reached
-		// the disk intact.
-		if err := os.Truncate(a.part, m.Synced); err != nil {
+	have := m.Synced
+	if m.Boot != "" && m.Boot == boot.ID() {
+		// The machine has not restarted since these bytes were written:
+		// the kernel has them all, synced or not.
+		have = fi.Size()
+	}
+	if m.URL != a.pl.p.URL || m.validator() == "" || have <= 0 || fi.Size() < have ||
+		(m.Total >= 0 && have > m.Total) || (a.pl.name == "" && m.Name == "") || !fi.Mode().IsRegular() {
+		a.discard()
+		return nil, 0
+	}
+	if fi.Size() > have {
+		// After a restart, bytes written after the last checkpoint may
+		// not have reached the disk intact.
+		if err := os.Truncate(a.part, have); err != nil {
 			a.discard()
 			return nil, 0
 		}
 	}
-	return m, m.Synced
+	return m, have
 }
 
 func (a *attempt) readMeta() (*meta, error) {
@@ -210,6 +226,7 @@ func (a *attempt) readMeta() (*meta, error) {
 
 // saveMeta replaces the sidecar atomically.
 func (a *attempt) saveMeta(m *meta) error {
+	m.Boot = boot.ID()
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err

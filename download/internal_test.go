@@ -34,27 +34,38 @@ func prepared(t *testing.T, h *Handler, payload string) *attempt {
 }
 
 // TestResumableRules: a partial file is resumed only with a sidecar for
-// the same URL, with a validator, and no larger than the file.
+// the same URL, with a validator, and no larger than the file: from the
+// file's size while the machine has not restarted since it was written,
+// else from the last checkpoint.
 func TestResumableRules(t *testing.T) {
 	h := newInternal(t)
 	for _, c := range []struct {
-		name   string
-		size   int
-		m      *meta
-		resume int64
+		name      string
+		size      int
+		m         *meta
+		otherBoot bool // the machine restarted since the sidecar was written
+		resume    int64
 	}{
-		{"ok", 100, &meta{URL: "http://x/a", ETag: `"e"`, Total: 200, Synced: 100}, 100},
-		{"cut back to synced", 150, &meta{URL: "http://x/a", LastModified: "d", Total: -1, Synced: 100}, 100},
-		{"other URL", 100, &meta{URL: "http://x/b", ETag: `"e"`, Total: 200, Synced: 100}, 0},
-		{"no validator", 100, &meta{URL: "http://x/a", Total: 200, Synced: 100}, 0},
-		{"file shorter than synced", 50, &meta{URL: "http://x/a", ETag: `"e"`, Total: 200, Synced: 100}, 0},
-		{"synced beyond total", 100, &meta{URL: "http://x/a", ETag: `"e"`, Total: 80, Synced: 100}, 0},
-		{"no sidecar", 100, nil, 0},
+		{"ok", 100, &meta{URL: "http://x/a", ETag: `"e"`, Total: 200, Synced: 100}, false, 100},
+		{"same boot: from the file's size", 150, &meta{URL: "http://x/a", LastModified: "d", Total: -1, Synced: 100}, false, 150},
+		{"same boot, nothing synced yet", 70, &meta{URL: "http://x/a", ETag: `"e"`, Total: 200}, false, 70},
+		{"after a restart: cut back to synced", 150, &meta{URL: "http://x/a", LastModified: "d", Total: -1, Synced: 100}, true, 100},
+		{"after a restart, nothing synced", 70, &meta{URL: "http://x/a", ETag: `"e"`, Total: 200}, true, 0},
+		{"other URL", 100, &meta{URL: "http://x/b", ETag: `"e"`, Total: 200, Synced: 100}, false, 0},
+		{"no validator", 100, &meta{URL: "http://x/a", Total: 200, Synced: 100}, false, 0},
+		{"after a restart, file shorter than synced", 50, &meta{URL: "http://x/a", ETag: `"e"`, Total: 200, Synced: 100}, true, 0},
+		{"larger than the total", 100, &meta{URL: "http://x/a", ETag: `"e"`, Total: 80, Synced: 100}, false, 0},
+		{"no sidecar", 100, nil, false, 0},
 	} {
 		a := prepared(t, h, `{"url":"http://x/a","dest":"a"}`)
 		os.WriteFile(a.part, make([]byte, c.size), 0o644)
 		if c.m != nil {
 			a.saveMeta(c.m)
+			if c.otherBoot {
+				c.m.Boot = "an-earlier-boot"
+				b, _ := json.Marshal(c.m)
+				os.WriteFile(a.metaPath, b, 0o644)
+			}
 		}
 		m, off := a.resumable()
 		if off != c.resume || (off > 0) != (m != nil) {

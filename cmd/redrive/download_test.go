@@ -329,6 +329,11 @@ func TestDownloadSIGKILL(t *testing.T) {
 	if served > bound {
 		t.Errorf("served %d bytes, more than the bound %d", served, bound)
 	}
+	// The machine did not restart: the rescued downloads resume from the
+	// bytes already written, with Range.
+	if files.RangeRequests() == 0 {
+		t.Errorf("no download resumed with Range after the restart")
+	}
 }
 
 // completedURLs returns the URLs of the completed download jobs.
