@@ -45,8 +45,12 @@
 // is already complete finishes it. A partial file is not resumed, but
 // started over, when its sidecar is missing or unreadable, was written for
 // another URL, or the server gave no strong ETag and no Last-Modified
-// (without a validator, appending could mix two versions of a file). The
-// partial file is cut back to the size last fsynced before resuming.
+// (without a validator, appending could mix two versions of a file). A
+// resume starts from the partial file's size while the machine has not
+// restarted since it was written (the sidecar records the kernel's boot:
+// a killed process loses nothing the kernel took); after a restart, the
+// partial file is first cut back to the size last fsynced (a checkpoint
+// every 64 MiB and whenever an attempt fails).
 //
 // # Failures
 //
