@@ -259,9 +259,19 @@ func TestDownloadSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redrive download: %v\n%s\n%s", err, stdout, stderr)
 	}
-	// Kill once about a quarter of the bytes are sent.
+	// Kill once about a quarter of the bytes are sent, at a moment when
+	// some file is being transferred (on a loaded machine, all the files
+	// started may have been sent whole and be finishing).
+	midTransfer := func() bool {
+		for i := range n {
+			if sent := files.SentOf(i); sent > 0 && sent < size {
+				return true
+			}
+		}
+		return false
+	}
 	deadline := time.Now().Add(2 * e2eWait)
-	for files.Sent() < n*size/4 {
+	for files.Sent() < n*size/4 || !midTransfer() {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d bytes sent after %s", files.Sent(), 2*e2eWait)
 		}
