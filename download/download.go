@@ -104,6 +104,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
 )
 
@@ -337,13 +338,13 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 		return bad("payload.url", "url: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return bad("payload.url", "url %q: the scheme must be http or https", redact(u))
+		return bad("payload.url", "url %q: the scheme must be http or https", httpreq.Redact(u))
 	}
 	if u.Hostname() == "" {
-		return bad("payload.url", "url %q has no host", redact(u))
+		return bad("payload.url", "url %q has no host", httpreq.Redact(u))
 	}
 	if err := h.guard.CheckHost(u.Hostname()); err != nil {
-		return bad("payload.url", "url %q: %w", redact(u), err)
+		return bad("payload.url", "url %q: %w", httpreq.Redact(u), err)
 	}
 	pl.u = u
 	if pl.timeout, err = h.timeout(p.Timeout); err != nil {
@@ -372,7 +373,7 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 		return bad("payload.headers", "%d headers, the limit is %d", len(p.Headers), MaxHeaders)
 	}
 	for k, v := range p.Headers {
-		if !validHeaderName(k) {
+		if !httpreq.ValidHeaderName(k) {
 			return bad("payload.headers", "header name %q is not a valid HTTP token", k)
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {
@@ -469,36 +470,9 @@ func (h *Handler) Validate(payload json.RawMessage) error {
 	return err
 }
 
-// timeout parses the payload's timeout: a duration string or a number of
-// seconds, positive and at most MaxTimeout.
+// timeout parses the payload's timeout (see httpreq.Timeout).
 func (h *Handler) timeout(raw json.RawMessage) (time.Duration, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return h.opts.DefaultTimeout, nil
-	}
-	var d time.Duration
-	var s string
-	var secs float64
-	switch {
-	case json.Unmarshal(raw, &s) == nil:
-		var err error
-		if d, err = time.ParseDuration(s); err != nil {
-			return 0, fmt.Errorf("timeout %q: want a duration such as \"30m\"", s)
-		}
-	case json.Unmarshal(raw, &secs) == nil:
-		if secs > h.opts.MaxTimeout.Seconds() {
-			return 0, fmt.Errorf("timeout %gs is above the limit of %s", secs, h.opts.MaxTimeout)
-		}
-		d = time.Duration(secs * float64(time.Second))
-	default:
-		return 0, fmt.Errorf("timeout %s: want a duration such as \"30m\" or a number of seconds", raw)
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("timeout %s must be positive", d)
-	}
-	if d > h.opts.MaxTimeout {
-		return 0, fmt.Errorf("timeout %s is above the limit of %s", d, h.opts.MaxTimeout)
-	}
-	return d, nil
+	return httpreq.Timeout(raw, h.opts.DefaultTimeout, h.opts.MaxTimeout, "30m")
 }
 
 // fileName returns the sanitised name of a directory destination's file:
@@ -538,31 +512,6 @@ func sanitize(name string) string {
 	}
 	name = strings.TrimRight(name, ". ")
 	return name
-}
-
-func validHeaderName(s string) bool {
-	if s == "" || len(s) > 256 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// redact returns u without user information or query, fit for errors.
-func redact(u *url.URL) string {
-	c := *u
-	c.User = nil
-	c.RawQuery = ""
-	c.Fragment = ""
-	return c.String()
 }
 
 // jobKey names a job in its temporary files: its id, or for a message

@@ -21,6 +21,7 @@ import (
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/boot"
+	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
 )
 
@@ -71,7 +72,7 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	}
 	// The engine's retry and DLQ log lines name the source (without
 	// credentials or query) and the destination.
-	redrive.LogWith(ctx, "url", redact(pl.u), "dest", pl.p.Dest)
+	redrive.LogWith(ctx, "url", httpreq.Redact(pl.u), "dest", pl.p.Dest)
 	br := h.opts.Breakers.Get(DiskBreaker)
 	if br.State() == breaker.Open {
 		// Not even a request while the disk is known to be full: the
@@ -171,7 +172,7 @@ func (a *attempt) run(ctx context.Context) error {
 		return &failure.StatusError{Code: resp.StatusCode, Status: resp.Status, Body: string(buf[:n])}
 	}
 	return classed(failure.Transient, "range_refused",
-		fmt.Errorf("download: GET %s: the server answered neither the range asked for nor the whole file", redact(a.pl.u)))
+		fmt.Errorf("download: GET %s: the server answered neither the range asked for nor the whole file", httpreq.Redact(a.pl.u)))
 }
 
 // resumable returns the sidecar of a partial file this attempt can
@@ -269,7 +270,7 @@ func (a *attempt) get(ctx context.Context, m *meta, offset int64) (*http.Respons
 		// An attempt that ran out of its own timeout is reported as such
 		// (classified transient), rather than as a bare context error.
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
-			return nil, fmt.Errorf("download: GET %s: no response within %s: %w", redact(a.pl.u), a.pl.timeout, err)
+			return nil, fmt.Errorf("download: GET %s: no response within %s: %w", httpreq.Redact(a.pl.u), a.pl.timeout, err)
 		}
 		return nil, err // *url.Error: the failure package classifies what it wraps
 	}
@@ -285,7 +286,7 @@ func (a *attempt) tooLarge(size int64, known bool) error {
 		what = strconv.FormatInt(size, 10) + " bytes,"
 	}
 	return classed(failure.Permanent, ReasonTooLarge,
-		fmt.Errorf("download: %s is %s above max_bytes %d", redact(a.pl.u), what, a.pl.maxBytes))
+		fmt.Errorf("download: %s is %s above max_bytes %d", httpreq.Redact(a.pl.u), what, a.pl.maxBytes))
 }
 
 // write streams resp's body into the partial file from offset on, then
@@ -385,7 +386,7 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 	if m.Total >= 0 && done != m.Total {
 		checkpoint(done)
 		return classed(failure.Transient, failure.ReasonConnectionReset,
-			fmt.Errorf("download: GET %s: the body ended after %d of %d bytes", redact(a.pl.u), done, m.Total))
+			fmt.Errorf("download: GET %s: the body ended after %d of %d bytes", httpreq.Redact(a.pl.u), done, m.Total))
 	}
 	if err := f.Sync(); err != nil {
 		return fail("sync "+a.pl.p.Dest, err)
@@ -410,9 +411,9 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 // attempt resumes.
 func (a *attempt) bodyError(ctx context.Context, done int64, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
-		return fmt.Errorf("download: GET %s: body not complete within %s, %d bytes in: %w", redact(a.pl.u), a.pl.timeout, done, err)
+		return fmt.Errorf("download: GET %s: body not complete within %s, %d bytes in: %w", httpreq.Redact(a.pl.u), a.pl.timeout, done, err)
 	}
-	err = fmt.Errorf("download: GET %s: the body broke off after %d bytes: %w", redact(a.pl.u), done, err)
+	err = fmt.Errorf("download: GET %s: the body broke off after %d bytes: %w", httpreq.Redact(a.pl.u), done, err)
 	if failure.Classify(err).Class == failure.Unknown {
 		return classed(failure.Transient, failure.ReasonConnectionReset, err)
 	}
@@ -446,7 +447,7 @@ func (a *attempt) finish(ctx context.Context, m *meta, size int64, sum hash.Hash
 	if a.pl.sha != "" && digest != a.pl.sha {
 		a.discard()
 		return classed(failure.Permanent, ReasonChecksumMismatch,
-			fmt.Errorf("download: %s: sha256 %s, want %s", redact(a.pl.u), digest, a.pl.sha))
+			fmt.Errorf("download: %s: sha256 %s, want %s", httpreq.Redact(a.pl.u), digest, a.pl.sha))
 	}
 	name := a.pl.name
 	if name == "" {

@@ -168,7 +168,7 @@ func TestOpenDiskBreakerDefers(t *testing.T) {
 	srv, n := statuses(t, nil, []byte("payload"))
 	dir := t.TempDir()
 	reg := breaker.NewRegistry(breaker.Config{})
-	br := reg.Configure(download.DiskBreaker, breaker.Config{Failures: 1, BreakDuration: 300 * time.Millisecond})
+	br := reg.Configure(download.DiskBreaker, breaker.Config{Failures: 1, BreakDuration: 2 * time.Second})
 	tok, _ := br.Allow()
 	br.Record(tok, syscall.ENOSPC)
 	if br.State() != breaker.Open {
