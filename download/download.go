@@ -330,21 +330,9 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 		return bad("payload", "trailing data after the JSON object")
 	}
 	pl := &plan{p: p, header: http.Header{}}
-	if p.URL == "" {
-		return bad("payload.url", "url is required")
-	}
-	u, err := url.Parse(p.URL)
+	u, err := h.guard.ParseURL(p.URL)
 	if err != nil {
-		return bad("payload.url", "url: %w", err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return bad("payload.url", "url %q: the scheme must be http or https", httpreq.Redact(u))
-	}
-	if u.Hostname() == "" {
-		return bad("payload.url", "url %q has no host", httpreq.Redact(u))
-	}
-	if err := h.guard.CheckHost(u.Hostname()); err != nil {
-		return bad("payload.url", "url %q: %w", httpreq.Redact(u), err)
+		return bad("payload.url", "%w", err)
 	}
 	pl.u = u
 	if pl.timeout, err = h.timeout(p.Timeout); err != nil {

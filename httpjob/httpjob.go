@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -248,21 +247,9 @@ func (h *Handler) request(ctx context.Context, raw json.RawMessage) (*http.Reque
 	if !methods[method] {
 		return bad("payload.method", "method %q: want GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS", p.Method)
 	}
-	if p.URL == "" {
-		return bad("payload.url", "url is required")
-	}
-	u, err := url.Parse(p.URL)
+	u, err := h.guard.ParseURL(p.URL)
 	if err != nil {
-		return bad("payload.url", "url: %w", err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return bad("payload.url", "url %q: the scheme must be http or https", httpreq.Redact(u))
-	}
-	if u.Hostname() == "" {
-		return bad("payload.url", "url %q has no host", httpreq.Redact(u))
-	}
-	if err := h.guard.CheckHost(u.Hostname()); err != nil {
-		return bad("payload.url", "url %q: %w", httpreq.Redact(u), err)
+		return bad("payload.url", "%w", err)
 	}
 	timeout, err := h.timeout(p.Timeout)
 	if err != nil {

@@ -21,9 +21,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redrivehq/redrive/internal/httpreq"
 )
 
 // MaxRedirects bounds the redirects a guarded client follows in one
@@ -260,4 +263,29 @@ func EmbeddedIPv4(a netip.Addr) []Embedded {
 		return []Embedded{{v4(b[12], b[13], b[14], b[15]), "IPv4-compatible"}}
 	}
 	return nil
+}
+
+// ParseURL parses the URL a job asks for and checks it as a request
+// would be checked before anything is sent: present, http or https, with
+// a host the guard allows (when the host is a literal address; a name is
+// checked on the address dialed). Its errors start with "url" and show
+// the URL without credentials or query.
+func (g *Guard) ParseURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("url is required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("url %q: the scheme must be http or https", httpreq.Redact(u))
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("url %q has no host", httpreq.Redact(u))
+	}
+	if err := g.CheckHost(u.Hostname()); err != nil {
+		return nil, fmt.Errorf("url %q: %w", httpreq.Redact(u), err)
+	}
+	return u, nil
 }
