@@ -468,7 +468,9 @@ func TestDelayedJobWaits(t *testing.T) {
 }
 
 func TestBreakerDefersWithoutUsingAttempts(t *testing.T) {
-	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: 150 * time.Millisecond, HalfOpenProbes: 1})
+	// The breaker stays open long enough for the worker to start and
+	// fetch the job on a loaded machine (150 ms was not, in CI once).
+	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: time.Second, HalfOpenProbes: 1})
 	e := newEnv(t, redrive.WorkerOptions{Breakers: reg, Queues: map[string]int{redrive.DefaultQueue: 1}})
 	var healthy atomic.Bool
 	var calls atomic.Int32
@@ -753,7 +755,9 @@ func TestEnqueueValidation(t *testing.T) {
 
 func TestHandlerSeesOpenBreakerIsDeferred(t *testing.T) {
 	e := newEnv(t, redrive.WorkerOptions{})
-	b := breaker.New("payments", breaker.Config{Failures: 1, Window: time.Minute, BreakDuration: 80 * time.Millisecond})
+	// Open long enough for the first attempt to find it open on a loaded
+	// machine (80 ms was not, in CI once).
+	b := breaker.New("payments", breaker.Config{Failures: 1, Window: time.Minute, BreakDuration: 600 * time.Millisecond})
 	tok, _ := b.Allow()
 	b.Record(tok, errors.New("down"))
 	var calls atomic.Int32

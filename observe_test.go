@@ -170,7 +170,7 @@ func TestObserverSnooze(t *testing.T) {
 
 func TestObserverBreakerDeferral(t *testing.T) {
 	rec := &attemptRecorder{}
-	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: 150 * time.Millisecond, HalfOpenProbes: 1})
+	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: time.Second, HalfOpenProbes: 1})
 	e := newEnv(t, redrive.WorkerOptions{Observer: rec, Breakers: reg, Queues: map[string]int{redrive.DefaultQueue: 1}})
 	var calls atomic.Int32
 	e.worker.HandleFunc("call", func(ctx context.Context, j *redrive.Job) error {
