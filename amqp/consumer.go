@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,33 @@ type ConsumerOptions struct {
 	MaxHistoryBytes int
 }
 
+// setup builds what a Consumer and a Router both need, the same way: the
+// history bounds' defaults, the executor (its policy checked, the Conn's
+// logger by default) and the confirmed publisher of their retries and
+// dead letters. who names the caller in errors.
+func setup(conn *Conn, who string, eo *redrive.ExecutorOptions, publishRetry *retry.Policy, maxHistory, maxHistoryBytes *int) (*redrive.Executor, *Publisher, error) {
+	if *maxHistory <= 0 {
+		*maxHistory = DefaultMaxHistory
+	}
+	if *maxHistoryBytes <= 0 {
+		*maxHistoryBytes = DefaultMaxHistoryBytes
+	}
+	if eo.Logger == nil {
+		eo.Logger = conn.log
+	}
+	if eo.Policy != nil {
+		if err := eo.Policy.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("amqp: %s: %w", who, err)
+		}
+	}
+	exec := redrive.NewExecutor(*eo)
+	pub, err := NewPublisher(conn, PublisherOptions{Retry: publishRetry, Logger: eo.Logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	return exec, pub, nil
+}
+
 // topology returns the validated topology of the work queue name with
 // these options: its delays from the queue's policy in exec, unless
 // Tiers overrides them; managed when failureExchange is set.
@@ -115,32 +143,12 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) (*Consumer, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
-	if opts.MaxHistory <= 0 {
-		opts.MaxHistory = DefaultMaxHistory
-	}
-	if opts.MaxHistoryBytes <= 0 {
-		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
-	}
-	if opts.Executor.Logger == nil {
-		opts.Executor.Logger = conn.log
-	}
-	if opts.Executor.Policy != nil {
-		if err := opts.Executor.Policy.Validate(); err != nil {
-			return nil, fmt.Errorf("amqp: consumer: %w", err)
-		}
-	}
-	exec := redrive.NewExecutor(opts.Executor)
-	pub, err := NewPublisher(conn, PublisherOptions{Retry: opts.PublishRetry, Logger: opts.Executor.Logger})
+	exec, pub, err := setup(conn, "consumer", &opts.Executor, opts.PublishRetry, &opts.MaxHistory, &opts.MaxHistoryBytes)
 	if err != nil {
 		return nil, err
 	}
 	c := &Consumer{conn: conn, exec: exec, pub: pub, opts: opts, log: opts.Executor.Logger}
-	names := make([]string, 0, len(opts.Queues))
-	for name := range opts.Queues {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(opts.Queues)) {
 		qo := opts.Queues[name]
 		if qo.Concurrency <= 0 {
 			qo.Concurrency = 10

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,32 +128,12 @@ func NewRouter(conn *Conn, opts RouterOptions) (*Router, error) {
 	if opts.FailureExchange == "" {
 		opts.FailureExchange = DefaultFailureExchange
 	}
-	if opts.MaxHistory <= 0 {
-		opts.MaxHistory = DefaultMaxHistory
-	}
-	if opts.MaxHistoryBytes <= 0 {
-		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
-	}
-	if opts.Executor.Logger == nil {
-		opts.Executor.Logger = conn.log
-	}
-	if opts.Executor.Policy != nil {
-		if err := opts.Executor.Policy.Validate(); err != nil {
-			return nil, fmt.Errorf("amqp: router: %w", err)
-		}
-	}
-	exec := redrive.NewExecutor(opts.Executor)
-	pub, err := NewPublisher(conn, PublisherOptions{Retry: opts.PublishRetry, Logger: opts.Executor.Logger})
+	exec, pub, err := setup(conn, "router", &opts.Executor, opts.PublishRetry, &opts.MaxHistory, &opts.MaxHistoryBytes)
 	if err != nil {
 		return nil, err
 	}
 	r := &Router{conn: conn, exec: exec, pub: pub, opts: opts, log: opts.Executor.Logger}
-	names := make([]string, 0, len(opts.Queues))
-	for name := range opts.Queues {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(opts.Queues)) {
 		qo := opts.Queues[name]
 		if qo.Prefetch <= 0 {
 			qo.Prefetch = 100
