@@ -776,6 +776,16 @@ type Store interface {
 	// Leased returns up to limit running jobs whose lease worker holds.
 	Leased(ctx context.Context, worker string, limit int) ([]*Job, error)
 
+	// Schedules keeps periodic jobs' schedules (schedules.go).
+	Schedules
+
+	// Operations keeps durable bulk operations (operations.go).
+	Operations
+
+	// Breakers shares circuit breakers' state between processes
+	// (breakers.go).
+	Breakers
+
 	// Close releases the store's resources. Calls after Close return
 	// ErrClosed.
 	Close() error

@@ -163,6 +163,13 @@ function qs(params) {
 
 // ---- routing -----------------------------------------------------------
 
+// extraPages holds the pages defined in the dashboard's other scripts
+// (schedules.js, operations.js, breakers.js), by the first part of their
+// path: registerPage('operations', { page: (parts, params) => element,
+// nav, refresh, liveOnly }) serves #/operations and #/operations/... .
+const extraPages = {};
+function registerPage(name, def) { extraPages[name] = def; }
+
 let refreshTimer = null;
 let renderSeq = 0;
 
@@ -189,6 +196,10 @@ async function render() {
   else if (parts[0] === 'dlq' && parts[1]) { page = () => groupPage(parts[1], params); nav = 'dlq'; }
   else if (parts[0] === 'dlq') { page = () => dlqPage(params); nav = 'dlq'; }
   else if (parts[0] === 'workers' && !parts[1]) { page = () => workersPage(); nav = 'workers'; refresh = 5; }
+  else if (extraPages[parts[0]]) {
+    const x = extraPages[parts[0]];
+    page = () => x.page(parts.slice(1), params); nav = x.nav || parts[0]; refresh = x.refresh || 0; liveOnly = !!x.liveOnly;
+  }
   else { page = async () => h('div', { class: 'empty' }, 'No such page. ', h('a', { href: '#/' }, 'Overview')); nav = ''; }
   for (const a of document.querySelectorAll('[data-nav]')) a.classList.toggle('active', a.dataset.nav === nav);
   await show(page, seq);
@@ -1177,4 +1188,5 @@ function showProgress(title, op, bar, text) {
   text.textContent = parts.filter(Boolean).join(' · ');
 }
 
-render();
+// The other scripts (deferred, after this one) register their pages first.
+document.addEventListener('DOMContentLoaded', render);

@@ -1,0 +1,2 @@
+// breakers.js: the dashboard's breakers page (registerPage, app.js).
+'use strict';

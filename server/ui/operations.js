@@ -1,0 +1,2 @@
+// operations.js: the dashboard's operations page (registerPage, app.js).
+'use strict';

@@ -1,0 +1,2 @@
+// schedules.js: the dashboard's schedules page (registerPage, app.js).
+'use strict';
