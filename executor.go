@@ -43,8 +43,15 @@ type ExecutorOptions struct {
 	QueuePolicies map[string]retry.Policy
 	// Classifier classifies handler errors (default: failure.Classify).
 	Classifier *failure.Classifier
+	// QueueClassifiers override Classifier per queue, for status
+	// overrides or message rules that hold on one queue only ("404 is
+	// transient on this queue").
+	QueueClassifiers map[string]*failure.Classifier
 	// Breakers holds the circuit breakers of dependencies (default: a
-	// registry with breaker.DefaultConfig()).
+	// registry with breaker.DefaultConfig()). A failure the job's
+	// classifier finds RateLimited is recorded on the dependency's
+	// breaker marked as such (breaker.MarkRateLimited), so that by default
+	// it does not count against it (see breaker.Config.CountRateLimited).
 	Breakers *breaker.Registry
 	// RetryBudget configures the per-queue retry budget (default: retries
 	// may exceed 20% of recent attempts only beyond a floor of 100 retries
@@ -99,9 +106,10 @@ type Executor struct {
 
 // lane is what an Executor keeps per queue.
 type lane struct {
-	name   string
-	policy *retry.Policy // nil: the executor's default
-	budget *retry.Budget // nil: no budget
+	name       string
+	policy     *retry.Policy       // nil: the executor's default
+	classifier *failure.Classifier // the queue's, or the executor's default
+	budget     *retry.Budget       // nil: no budget
 	// budgetLogged is the unix second of the last log line about this
 	// queue's budget pushing retries out.
 	budgetLogged atomic.Int64
@@ -207,9 +215,12 @@ func (e *Executor) lane(queue string) *lane {
 	if l, ok := old[queue]; ok {
 		return l
 	}
-	l := &lane{name: queue}
+	l := &lane{name: queue, classifier: e.opts.Classifier}
 	if p, ok := e.opts.QueuePolicies[queue]; ok {
 		l.policy = &p
+	}
+	if c, ok := e.opts.QueueClassifiers[queue]; ok && c != nil {
+		l.classifier = c
 	}
 	if !e.opts.DisableRetryBudget {
 		l.budget = retry.NewBudget(e.opts.RetryBudget)
@@ -345,7 +356,7 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) 
 		err = safeCall(hctx, h.fn, j)
 	}
 	if br != nil {
-		br.Record(tok, err)
+		br.Record(tok, breakerOutcome(ln.classifier, err))
 	}
 	end := e.now()
 	var extra []any
@@ -530,7 +541,7 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatCanceled, N: 1}}
 		return o
 	}
-	v := e.opts.Classifier.Classify(err)
+	v := ln.classifier.Classify(err)
 	return e.failOutcome(ln, j, h, o, v, err.Error(), start, dur, extra...)
 }
 

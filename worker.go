@@ -32,9 +32,17 @@ type WorkerOptions struct {
 	QueuePolicies map[string]retry.Policy
 	// Classifier classifies handler errors (default: failure.Classify).
 	Classifier *failure.Classifier
+	// QueueClassifiers override Classifier per queue.
+	QueueClassifiers map[string]*failure.Classifier
 	// Breakers holds the circuit breakers of dependencies (default: a
 	// registry with breaker.DefaultConfig()).
 	Breakers *breaker.Registry
+	// LocalBreakers keeps the breakers to this process. By default a
+	// running worker shares them with every process on its store: their
+	// failures add up, a trip stops the whole fleet, one probe is let
+	// through fleet-wide (see docs/design.md, "Breakers shared by a
+	// fleet").
+	LocalBreakers bool
 	// RetryBudget configures the per-queue retry budget. By default
 	// retries may exceed 20% of the queue's recent attempts only beyond a
 	// floor of retry.DefaultBudgetMinRetries (100) retries per 10s, so ordinary
@@ -46,6 +54,9 @@ type WorkerOptions struct {
 	// LeaseDuration is how long a fetched job is leased (default 30s). A
 	// worker heartbeats every LeaseDuration/3 while its handlers run; a
 	// lease that expires is rescued as a failed attempt (lease_expired).
+	// It is also the lease of a durable operation the worker runs
+	// (renewed at each batch and every LeaseDuration/3 while it waits):
+	// the operation of a worker that died is taken over once it ends.
 	LeaseDuration time.Duration
 	// RescueInterval is how often expired leases are looked for (default 5s).
 	RescueInterval time.Duration
@@ -102,6 +113,10 @@ type WorkerOptions struct {
 	// the handler ran and how late it started (see Observer). Nil costs
 	// nothing.
 	Observer Observer
+	// Periodic are the schedules of periodic jobs this worker declares
+	// and, while it leads, enqueues (see Periodic). Run fails at once on
+	// an invalid one.
+	Periodic []Periodic
 }
 
 // Worker runs handlers for the jobs of its queues. Create it with
@@ -210,7 +225,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		id:      opts.ID,
 		running: map[int64]runningEntry{},
 		exec: NewExecutor(ExecutorOptions{ID: opts.ID, Policy: opts.Policy, QueuePolicies: opts.QueuePolicies,
-			Classifier: opts.Classifier, Breakers: opts.Breakers, RetryBudget: opts.RetryBudget,
+			Classifier: opts.Classifier, QueueClassifiers: opts.QueueClassifiers, Breakers: opts.Breakers, RetryBudget: opts.RetryBudget,
 			DisableRetryBudget: opts.DisableRetryBudget, MaxErrorLength: opts.MaxErrorLength, Logger: opts.Logger,
 			Rand: opts.Rand, Observer: opts.Observer, Now: client.now}),
 	}
@@ -274,6 +289,10 @@ func defaultWorkerID() string {
 // them (cause ErrShutdown); jobs interrupted that way go back to pending
 // without using an attempt. Run returns nil after a clean shutdown.
 func (w *Worker) Run(ctx context.Context) error {
+	periodic, err := w.compilePeriodic()
+	if err != nil {
+		return fmt.Errorf("redrive: %w", err)
+	}
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
@@ -354,7 +373,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	bg.Go(func() { w.rescueLoop(ctx) })
 	bg.Go(func() { w.cleanupLoop(ctx) })
 	bg.Go(func() { w.statsLoop(ctx) })
+	bg.Go(func() { w.operationsLoop(ctx) })
+	bg.Go(func() { w.periodicLoop(ctx, periodic) })
 	bg.Go(func() { w.completer.loop(bgCtx) })
+	bg.Go(func() { w.shareBreakers(ctx) })
 
 	<-ctx.Done()
 	loops.Wait()
@@ -929,8 +951,9 @@ func (w *Worker) cleanupLoop(ctx context.Context) {
 // Cleanup applies retention once: completed and canceled jobs older than
 // CompletedRetention and dead jobs older than DLQMaxAge are deleted (their
 // idempotency keys stay taken), the kept keys of jobs enqueued more than
-// KeyRetention ago are released, and workers stopped or silent for a day
-// leave the registry. The worker runs it every CleanupInterval; it is
+// KeyRetention ago are released, workers stopped or silent for a day
+// leave the registry, and operations finished more than
+// OperationRetention ago are deleted. The worker runs it every CleanupInterval; it is
 // exported for tools and tests.
 func (w *Worker) Cleanup(ctx context.Context) (deleted int64, err error) {
 	now := w.client.now()
@@ -958,6 +981,10 @@ func (w *Worker) Cleanup(ctx context.Context) (deleted int64, err error) {
 	workers, err := w.store.DeleteWorkers(ctx, now.Add(-workerRetention))
 	if err != nil {
 		w.log.Error("retention cleanup of the worker registry failed", "error", err)
+		return deleted, err
+	}
+	if _, err := w.store.DeleteOperations(ctx, now.Add(-OperationRetention)); err != nil {
+		w.log.Error("retention cleanup of finished operations failed", "error", err)
 		return deleted, err
 	}
 	if deleted > 0 || keys > 0 || workers > 0 {

@@ -58,8 +58,12 @@ const (
 	DefaultDue           = 50000
 	DefaultCompare       = 1000
 	DefaultStallTimeout  = time.Minute
-	insertBatch          = 1000             // EnqueueMany batch of the burn-down workloads
-	depthInsertBatch     = redrive.MaxBatch // EnqueueMany batch of the depth pre-insert
+	DefaultRetryEvery    = 100                   // continuous: one retry probe in 100 jobs
+	DefaultProbeDelay    = 50 * time.Millisecond // continuous: the probes' retry delay
+	DefaultRetryWorkers  = 10                    // continuous: handlers of the probes' queue
+	DefaultBurnDown      = 50000                 // continuous: jobs of the burn-down run first
+	insertBatch          = 1000                  // EnqueueMany batch of the burn-down workloads
+	depthInsertBatch     = redrive.MaxBatch      // EnqueueMany batch of the depth pre-insert
 	noopKind             = "bench.noop"
 	failKind             = "bench.fail"
 	rssSampleInterval    = 100 * time.Millisecond
@@ -377,8 +381,13 @@ func newPostgresRig(ctx context.Context, cfg Config, workload string) (*rig, err
 // newWorker returns a worker on the default queue with the configured
 // concurrency, fetch batch and retry budget; policy may be nil.
 func (r *rig) newWorker(policy *retry.Policy) *redrive.Worker {
+	return r.newWorkerQueues(policy, map[string]int{redrive.DefaultQueue: r.cfg.Workers})
+}
+
+// newWorkerQueues is newWorker on the given queues (name: concurrency).
+func (r *rig) newWorkerQueues(policy *retry.Policy, queues map[string]int) *redrive.Worker {
 	opts := redrive.WorkerOptions{
-		Queues:             map[string]int{redrive.DefaultQueue: r.cfg.Workers},
+		Queues:             queues,
 		FetchBatch:         r.cfg.FetchBatch,
 		DisableRetryBudget: !r.cfg.RetryBudget,
 		Logger:             r.log,

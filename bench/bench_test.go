@@ -73,6 +73,19 @@ func TestConfigValidation(t *testing.T) {
 	if _, err := Continuous(ctx, Config{}, ContinuousParams{Producers: 1, Batch: 1, Duration: 1, Warmup: 1}); err == nil {
 		t.Error("Continuous accepted a duration no longer than the warm-up")
 	}
+	ok := ContinuousParams{Producers: 1, Batch: 1, Duration: 2, Warmup: 1}
+	for _, bad := range []func(*ContinuousParams){
+		func(p *ContinuousParams) { p.RetryEvery = -1 },
+		func(p *ContinuousParams) { p.RetryEvery, p.RetryDelay = 10, 0 },
+		func(p *ContinuousParams) { p.RetryWorkers = -1 },
+		func(p *ContinuousParams) { p.BurnDown = -1 },
+	} {
+		p := ok
+		bad(&p)
+		if _, err := Continuous(ctx, Config{}, p); err == nil {
+			t.Errorf("Continuous accepted %+v", p)
+		}
+	}
 }
 
 func TestCheckFailureKeepsResult(t *testing.T) {

@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/retry"
 )
 
 // ContinuousParams are the parameters of the continuous workload.
@@ -23,7 +25,26 @@ type ContinuousParams struct {
 	// steady-state rates.
 	Duration Duration `json:"duration_ms"`
 	Warmup   Duration `json:"warmup_ms"`
+	// RetryEvery makes one job in RetryEvery of the producers' a probe
+	// (0: none): it goes to the queue RetryQueue, fails its first attempt
+	// and is retried once after RetryDelay (exactly: no jitter); the
+	// workload measures how late the retry started. The probes have a
+	// queue of their own (served by the same worker, RetryWorkers
+	// handlers) so that the figure is the engine's lateness under the
+	// flood, not the wait of a retry behind the flooded queue's backlog,
+	// which is first in, first out by due time.
+	RetryEvery   int      `json:"retry_every"`
+	RetryDelay   Duration `json:"retry_delay_ms"`
+	RetryWorkers int      `json:"retry_workers"`
+	// BurnDown, when above 0, first runs the throughput workload (a
+	// burn-down of BurnDown pre-inserted jobs) with the same settings on a
+	// fresh database, and reports the flood's completed rate against its
+	// rate.
+	BurnDown int `json:"burn_down"`
 }
+
+// RetryQueue is the queue of the continuous workload's retry probes.
+const RetryQueue = "bench.retry"
 
 // ContinuousResult is what the continuous workload measured.
 type ContinuousResult struct {
@@ -47,6 +68,22 @@ type ContinuousResult struct {
 	// end of the run.
 	Backlog        int64 `json:"backlog"`
 	StoreCompleted int64 `json:"store_completed"`
+
+	// RetryLateness is, on each retry of a probe whose due time fell in
+	// the measured window, the time its handler started minus its due
+	// time (RunAt as fetched); RetrySinceFailure is the start minus (the
+	// first attempt's failure + RetryDelay).
+	RetryLateness     Percentiles `json:"retry_lateness"`
+	RetrySinceFailure Percentiles `json:"retry_lateness_since_failure"`
+	// Probes counts the probes enqueued, ProbesDone those whose retry
+	// succeeded, StoreProbesCompleted the store's count of them.
+	Probes               int64 `json:"probes,omitempty"`
+	ProbesDone           int64 `json:"probes_done,omitempty"`
+	StoreProbesCompleted int64 `json:"store_probes_completed,omitempty"`
+	// BurnDownRate is the throughput workload's rate (handlers) with the
+	// same settings, run just before; RatioToBurnDown is Rate over it.
+	BurnDownRate    float64 `json:"burn_down_jobs_per_s,omitempty"`
+	RatioToBurnDown float64 `json:"ratio_to_burn_down,omitempty"`
 }
 
 // Info implements Result.
@@ -59,26 +96,50 @@ func (r *ContinuousResult) Parameters() []Figure {
 	if p.Rate > 0 {
 		rt = fmtRate(p.Rate, "jobs")
 	}
-	return append([]Figure{
+	f := []Figure{
 		{"producers", fmt.Sprintf("%d x EnqueueMany(%d), rate %s", p.Producers, p.Batch, rt)},
 		{"duration", fmt.Sprintf("%s (first %s is warm-up)", p.Duration, p.Warmup)},
-	}, p.figures()...)
+	}
+	if p.RetryEvery > 0 {
+		f = append(f, Figure{"retry probes", fmt.Sprintf("1 job in %d, queue %s (%d handlers), fails once, retried after %s",
+			p.RetryEvery, RetryQueue, p.RetryWorkers, p.RetryDelay)})
+	}
+	if p.BurnDown > 0 {
+		f = append(f, Figure{"burn-down first", fmt.Sprintf("%d jobs, same settings, fresh database", p.BurnDown)})
+	}
+	return append(f, p.figures()...)
 }
 
 // Figures implements Result.
 func (r *ContinuousResult) Figures() []Figure {
-	return []Figure{
+	f := []Figure{
 		{"steady enqueue", fmt.Sprintf("%d jobs in %s = %s", r.SteadyEnqueued, r.Steady, fmtRate(r.EnqueueRate, "jobs"))},
 		{"steady completed", fmt.Sprintf("%d jobs in %s = %s", r.SteadyCompleted, r.Steady, fmtRate(r.Rate, "jobs"))},
-		{"total", fmt.Sprintf("%d enqueued, %d completed", r.Enqueued, r.Completed)},
-		{"backlog at end", fmt.Sprintf("%d jobs (store: %d completed)", r.Backlog, r.StoreCompleted)},
 	}
+	if r.BurnDownRate > 0 {
+		f = append(f, Figure{"burn-down (same run)", fmt.Sprintf("%s; completed under the flood = %.2fx of it",
+			fmtRate(r.BurnDownRate, "jobs"), r.RatioToBurnDown)})
+	}
+	if r.Params.RetryEvery > 0 {
+		f = append(f, Figure{"retry lateness vs due", r.RetryLateness.String()},
+			Figure{"retry lateness vs failure+delay", r.RetrySinceFailure.String()},
+			Figure{"retry probes", fmt.Sprintf("%d enqueued, %d retried and completed (store: %d completed)",
+				r.Probes, r.ProbesDone, r.StoreProbesCompleted)})
+	}
+	return append(f,
+		Figure{"total", fmt.Sprintf("%d enqueued, %d completed", r.Enqueued, r.Completed)},
+		Figure{"backlog at end", fmt.Sprintf("%d jobs (store: %d completed)", r.Backlog, r.StoreCompleted)},
+	)
 }
 
 // Continuous runs producers that enqueue no-op jobs continuously while a
 // worker burns them down, for duration. It reports the completed and
 // enqueued jobs per second in steady state (after warmup) and the backlog
-// left at the end. The store must account for every job enqueued.
+// left at the end. The store must account for every job enqueued. With
+// RetryEvery, a share of the jobs are retry probes (see
+// ContinuousParams) and it reports how late their retries started; with
+// BurnDown, it first measures the burn-down rate with the same settings
+// and reports the completed rate against it.
 func Continuous(ctx context.Context, cfg Config, p ContinuousParams) (*ContinuousResult, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -95,22 +156,78 @@ func Continuous(ctx context.Context, cfg Config, p ContinuousParams) (*Continuou
 		return nil, fmt.Errorf("bench: continuous: warm-up must not be negative, got %s", p.Warmup)
 	case p.Duration <= p.Warmup:
 		return nil, fmt.Errorf("bench: continuous: duration (%s) must be longer than the warm-up (%s)", p.Duration, p.Warmup)
+	case p.RetryEvery < 0:
+		return nil, fmt.Errorf("bench: continuous: retry every must not be negative, got %d", p.RetryEvery)
+	case p.RetryEvery > 0 && p.RetryDelay <= 0:
+		return nil, fmt.Errorf("bench: continuous: the retry delay must be positive, got %s", p.RetryDelay)
+	case p.RetryWorkers < 0:
+		return nil, fmt.Errorf("bench: continuous: retry workers must not be negative, got %d", p.RetryWorkers)
+	case p.BurnDown < 0:
+		return nil, fmt.Errorf("bench: continuous: burn-down must not be negative, got %d", p.BurnDown)
+	case cfg.Processes > 0:
+		return nil, errors.New("bench: continuous: worker processes are not supported")
+	}
+	if p.RetryEvery > 0 && p.RetryWorkers == 0 {
+		p.RetryWorkers = DefaultRetryWorkers
 	}
 	p.Settings = cfg.settings()
+	var burn *ThroughputResult
+	if p.BurnDown > 0 {
+		if burn, err = Throughput(ctx, cfg, p.BurnDown); err != nil {
+			return nil, fmt.Errorf("bench: continuous: burn-down: %w", err)
+		}
+	}
 	r, err := newRig(ctx, cfg, "continuous")
 	if err != nil {
 		return nil, err
 	}
 	res := &ContinuousResult{Params: p}
+	if burn != nil {
+		res.BurnDownRate = burn.Rate
+	}
 	return finish(r, res, &res.Meta, runContinuous(ctx, r, res))
 }
 
 func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 	p := res.Params
-	var completed, enqueued atomic.Int64
-	w := r.newWorker(nil)
+	delay := time.Duration(p.RetryDelay)
+	var completed, enqueued, probes atomic.Int64
+	var pol *retry.Policy
+	queues := map[string]int{redrive.DefaultQueue: r.cfg.Workers}
+	if p.RetryEvery > 0 {
+		lp := latenessPolicy(delay)
+		pol = &lp
+		queues[RetryQueue] = p.RetryWorkers
+	}
+	w := r.newWorkerQueues(pol, queues)
 	redrive.Handle(w, noopKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
 		completed.Add(1)
+		return nil
+	})
+	// Retry probes: lateness samples are kept for the retries due within
+	// the measured window only.
+	var measuring atomic.Bool
+	var mu sync.Mutex
+	failedAt := map[int64]time.Time{}
+	var lateness, since []time.Duration
+	var probesDone atomic.Int64
+	redrive.Handle(w, failKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if job.Attempt == 1 {
+			failedAt[job.ID] = now
+			return redrive.Transient(errPlanned)
+		}
+		probesDone.Add(1)
+		t, ok := failedAt[job.ID]
+		delete(failedAt, job.ID)
+		if measuring.Load() {
+			lateness = append(lateness, now.Sub(job.RunAt))
+			if ok {
+				since = append(since, now.Sub(t)-delay)
+			}
+		}
 		return nil
 	})
 
@@ -129,8 +246,13 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 			reqs := make([]redrive.Request, p.Batch)
 			next := time.Now()
 			for seq := 0; pctx.Err() == nil; {
+				nProbes := 0
 				for i := range reqs {
 					reqs[i] = redrive.Request{Kind: noopKind, Payload: noopArgs{N: k<<32 | seq}}
+					if p.RetryEvery > 0 && seq%p.RetryEvery == p.RetryEvery-1 {
+						reqs[i].Kind, reqs[i].Queue = failKind, RetryQueue
+						nProbes++
+					}
 					seq++
 				}
 				// The parent context, not pctx: stopping the producers must
@@ -142,7 +264,8 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 					}
 					return
 				}
-				enqueued.Add(int64(p.Batch))
+				enqueued.Add(int64(p.Batch - nProbes))
+				probes.Add(int64(nProbes))
 				if every > 0 {
 					next = next.Add(every)
 					select {
@@ -166,14 +289,17 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 	}
 	if sleep(t0.Add(time.Duration(p.Warmup))) {
 		tWarm, warmEnq, warmDone = time.Now(), enqueued.Load(), completed.Load()
+		measuring.Store(true)
 		if sleep(t0.Add(time.Duration(p.Duration))) {
 			tEnd, endEnq, endDone := time.Now(), enqueued.Load(), completed.Load()
+			measuring.Store(false)
 			steady := tEnd.Sub(tWarm)
 			res.Steady = Duration(steady)
 			res.SteadyEnqueued, res.SteadyCompleted = endEnq-warmEnq, endDone-warmDone
 			res.EnqueueRate, res.Rate = rate(res.SteadyEnqueued, steady), rate(res.SteadyCompleted, steady)
 		}
 	}
+	measuring.Store(false)
 	stopProducers()
 	producers.Wait()
 	if err := r.stop(); err != nil {
@@ -188,15 +314,29 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 		return err
 	}
 	res.Enqueued, res.Completed = enqueued.Load(), completed.Load()
-
-	jobs, _, err := r.stats(ctx)
-	if err != nil {
-		return err
+	res.Probes, res.ProbesDone = probes.Load(), probesDone.Load()
+	mu.Lock()
+	res.RetryLateness, res.RetrySinceFailure = percentiles(lateness), percentiles(since)
+	mu.Unlock()
+	if res.BurnDownRate > 0 {
+		res.RatioToBurnDown = res.Rate / res.BurnDownRate
 	}
+
+	st, err := r.client.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: stats: %w", err)
+	}
+	jobs := st.Jobs[redrive.DefaultQueue]
 	res.StoreCompleted = jobs[redrive.Completed]
 	res.Backlog = jobs[redrive.Pending] + jobs[redrive.Scheduled] + jobs[redrive.Running]
 	var c checks
 	c.expect("store completed + backlog", res.StoreCompleted+res.Backlog, res.Enqueued)
 	c.expect("store completed", res.StoreCompleted, res.Completed)
+	if p.RetryEvery > 0 {
+		pj := st.Jobs[RetryQueue]
+		res.StoreProbesCompleted = pj[redrive.Completed]
+		c.expect("store probes completed", res.StoreProbesCompleted, res.ProbesDone)
+		c.expect("store probes", pj[redrive.Completed]+pj[redrive.Pending]+pj[redrive.Scheduled]+pj[redrive.Running], res.Probes)
+	}
 	return c.err("continuous")
 }

@@ -10,7 +10,9 @@ import (
 )
 
 // BenchmarkAllowRecord is the success path of a closed breaker with the
-// default (count mode) configuration. Requirement: at most 50 ns/op, 0 allocs.
+// default configuration (failures and ratio), which counts each success
+// with an atomic add and reads the clock once per batch of up to 64.
+// Requirement: at most 50 ns/op, 0 allocs.
 func BenchmarkAllowRecord(b *testing.B) {
 	br := breaker.New("dep", breaker.Config{})
 	b.ReportAllocs()
@@ -40,10 +42,10 @@ func BenchmarkAllowRecordParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkAllowRecordRatio is the success path in ratio mode, which reads
-// the clock once per call to count it in its time bucket.
-func BenchmarkAllowRecordRatio(b *testing.B) {
-	br := breaker.New("dep", breaker.Config{FailureRatio: 0.5})
+// BenchmarkAllowRecordCountOnly is the success path of a closed count-only
+// breaker, which writes nothing. Requirement: at most 50 ns/op, 0 allocs.
+func BenchmarkAllowRecordCountOnly(b *testing.B) {
+	br := breaker.New("dep", breaker.Config{CountOnly: true})
 	b.ReportAllocs()
 	for b.Loop() {
 		tok, _ := br.Allow()
@@ -51,9 +53,10 @@ func BenchmarkAllowRecordRatio(b *testing.B) {
 	}
 }
 
-// BenchmarkAllowRecordRatioParallel is BenchmarkAllowRecordRatio from every P.
-func BenchmarkAllowRecordRatioParallel(b *testing.B) {
-	br := breaker.New("dep", breaker.Config{FailureRatio: 0.5})
+// BenchmarkAllowRecordCountOnlyParallel is BenchmarkAllowRecordCountOnly
+// from every P.
+func BenchmarkAllowRecordCountOnlyParallel(b *testing.B) {
+	br := breaker.New("dep", breaker.Config{CountOnly: true})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

@@ -158,6 +158,19 @@ type Breaker struct {
 	trips     uint64
 	pending   []transition // state changes not yet passed to OnStateChange
 	notifying bool         // a goroutine is delivering pending
+
+	sh sharing // the fleet's shared state, when shared (shared.go)
+
+	// streak counts the failures in a row, with no success between them,
+	// of the current closed period's window (streakWin), and streakMark is
+	// that window's placed count at the last failure; under mu.
+	streak     int
+	streakWin  *window
+	streakMark int64
+	streakLast int64 // relative time of the run's last failure
+	// runTrip is set when the last failure completed a run of
+	// Consecutive failures: a Shared layer's fleet trips on it (shared.go).
+	runTrip bool
 }
 
 type transition struct{ from, to State }
@@ -221,6 +234,11 @@ func (b *Breaker) allowSlow() (Token, error) {
 	if State(b.word.Load()&3) == Open {
 		if oe := b.openErr.Load(); oe != nil && now.Before(oe.ReadyAt) {
 			return Token{}, oe
+		}
+		if h := b.sh.hook.Load(); h != nil {
+			if t, handled, err := b.allowShared(h, now); handled {
+				return t, err
+			}
 		}
 	}
 	b.mu.Lock()
@@ -290,6 +308,8 @@ func (b *Breaker) classify(err error) outcome {
 	switch {
 	case err == nil:
 		return success
+	case !b.cfg.countRateLimited && b.cfg.isRateLimited(err):
+		return neutral
 	case b.cfg.isFailure(err):
 		return failure
 	case errors.Is(err, context.Canceled):
@@ -306,18 +326,23 @@ func (b *Breaker) record(t Token, o outcome) {
 		case success:
 			if b.ratio {
 				b.countSuccess(t)
+				if b.sh.run.Load() {
+					b.shareRunBroken()
+				}
 			}
 			return
 		}
 	}
 	now := b.cfg.now()
 	changed := false
+	ev := evNone // what a Shared layer hears of (shared.go)
 	b.mu.Lock()
 	w := b.word.Load()
 	switch {
 	case w != t.w: // stale
 	case State(w&3) == Closed:
 		changed = b.failLocked(now)
+		ev = evFailure
 	case State(w&3) == HalfOpen && b.inflight > 0:
 		b.inflight--
 		b.touchProbe(now)
@@ -327,43 +352,56 @@ func (b *Breaker) record(t Token, o outcome) {
 			if b.passed >= b.cfg.probes {
 				b.closeLocked()
 				changed = true
+				ev = evProbeOK
 			}
 		case failure:
 			b.openLocked(now)
 			changed = true
+			ev = evProbeFailed
 		}
 	}
 	b.mu.Unlock()
 	if changed {
 		b.notify()
 	}
+	b.share(ev, changed, now)
 }
 
-// countSuccess counts a successful call in the ratio-mode window.
+// countSuccess counts a successful call in the ratio-mode window: one
+// atomic add, and once a batch has gathered a clock read and a fold under
+// the lock (see window).
 func (b *Breaker) countSuccess(t Token) {
 	if b.word.Load() != t.w {
 		return
 	}
 	win := b.win.Load()
-	e := win.epochOf(b.rel(b.cfg.now()))
-	bk := win.at(e)
-	if bk.epoch.Load() != e {
-		b.mu.Lock()
-		ok := bk.roll(e)
-		b.mu.Unlock()
-		if !ok {
-			return
-		}
+	if win.pending.Add(1) < win.batch.Load() {
+		return
 	}
-	bk.reqs.Add(1)
+	now := b.cfg.now()
+	b.mu.Lock()
+	win.fold(b.rel(now))
+	b.mu.Unlock()
 }
 
-// failLocked counts a failure on a closed breaker and trips it when a
-// threshold is reached. It reports whether the breaker opened.
+// failLocked counts a failure on a closed breaker and trips it when the trip
+// rule (settings.trips) holds for the window's counts. It reports whether the
+// breaker opened.
 func (b *Breaker) failLocked(now time.Time) bool {
 	rel := b.rel(now)
-	trip := false
-	if b.cfg.failures > 0 {
+	var trip bool
+	if b.ratio {
+		win := b.win.Load()
+		e := win.epochOf(win.fold(rel)) // the successes before this failure first
+		if bk := win.at(e); bk.roll(e) {
+			bk.reqs.Add(1)
+			bk.fails.Add(1)
+		}
+		reqs, fails := win.sum(e)
+		streak := b.streakLocked(win, rel)
+		b.runTrip = b.cfg.consecutive > 0 && streak >= b.cfg.consecutive && reqs >= int64(b.cfg.minRequests)
+		trip = b.runTrip || b.cfg.trips(fails, reqs)
+	} else {
 		if n := len(b.fails); n > 0 && rel < b.fails[n-1] {
 			rel = b.fails[n-1] // the clock went back: keep the list sorted
 		}
@@ -376,20 +414,10 @@ func (b *Breaker) failLocked(now time.Time) bool {
 			b.fails = b.fails[:copy(b.fails, b.fails[i:])]
 		}
 		b.fails = append(b.fails, rel)
-		trip = len(b.fails) >= b.cfg.failures
+		trip = b.cfg.trips(int64(len(b.fails)), 0)
 	}
-	if b.ratio {
-		win := b.win.Load()
-		e := win.epochOf(b.rel(now))
-		if bk := win.at(e); bk.roll(e) {
-			bk.reqs.Add(1)
-			bk.fails.Add(1)
-		}
-		if !trip {
-			reqs, fails := win.sum(e)
-			trip = reqs > 0 && reqs >= int64(b.cfg.minRequests) &&
-				float64(fails)/float64(reqs) >= b.cfg.ratio
-		}
+	if trip && b.sh.fleetDecides() {
+		trip = false // the fleet's counts decide (shared.go)
 	}
 	if trip {
 		b.openLocked(now)
@@ -399,6 +427,24 @@ func (b *Breaker) failLocked(now time.Time) bool {
 
 // rel converts t to nanoseconds since the breaker was created, using the
 // monotonic clock when t and base both carry it.
+// streakLocked counts a failure in the run of failures with no success
+// between them and returns the run's length. A dependency that goes down
+// after a busy spell trips on Failures failures in a row at once, without
+// waiting for its failures to outweigh the window's earlier successes; a
+// run of Failures failures is very unlikely at a low failure rate (at 1%,
+// five in a row come once in ten billion calls). The window holds the
+// successes folded before this failure. A run whose previous failure is
+// older than the window starts again.
+func (b *Breaker) streakLocked(win *window, rel int64) int {
+	if b.streakWin == win && win.placed == b.streakMark && rel-b.streakLast <= int64(b.cfg.window) {
+		b.streak++
+	} else {
+		b.streak = 1
+	}
+	b.streakWin, b.streakMark, b.streakLast = win, win.placed, rel
+	return b.streak
+}
+
 func (b *Breaker) rel(t time.Time) int64 { return int64(t.Sub(b.base)) }
 
 func (b *Breaker) touchProbe(now time.Time) {
@@ -536,7 +582,7 @@ func (b *Breaker) Status() Status {
 	st := Status{Name: b.name, State: State(b.word.Load() & 3), Trips: b.trips}
 	if b.ratio {
 		win := b.win.Load()
-		reqs, fails := win.sum(win.epochOf(rel))
+		reqs, fails := win.sum(win.epochOf(win.fold(rel)))
 		st.Requests, st.Failures = int(reqs), int(fails)
 	} else {
 		cut := rel - int64(b.cfg.window)

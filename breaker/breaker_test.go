@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -53,7 +54,7 @@ func mustState(t *testing.T, b *Breaker, want State) {
 }
 
 func TestCountTripsAfterExactlyFailures(t *testing.T) {
-	b, clk := newTest(t, Config{})
+	b, clk := newTest(t, Config{CountOnly: true})
 	for i := range 4 {
 		if err := call(b, errBoom); err != nil {
 			t.Fatalf("failure %d rejected: %v", i+1, err)
@@ -81,7 +82,7 @@ func TestCountTripsAfterExactlyFailures(t *testing.T) {
 }
 
 func TestCountWindowSlides(t *testing.T) {
-	b, clk := newTest(t, Config{Failures: 5, Window: 30 * time.Second})
+	b, clk := newTest(t, Config{CountOnly: true, Failures: 5, Window: 30 * time.Second})
 	// Failures at 0s, 10s, 20s, 29s.
 	for _, at := range []time.Duration{0, 10, 20, 29} {
 		clk.ns.Store(int64(at * time.Second))
@@ -108,7 +109,7 @@ func TestCountWindowSlides(t *testing.T) {
 }
 
 func TestCountOldFailuresExpire(t *testing.T) {
-	b, clk := newTest(t, Config{Failures: 3, Window: 10 * time.Second})
+	b, clk := newTest(t, Config{CountOnly: true, Failures: 3, Window: 10 * time.Second})
 	for range 20 { // two failures every 10s never reach three in 10s
 		call(b, errBoom)
 		call(b, errBoom)
@@ -121,9 +122,9 @@ func TestCountOldFailuresExpire(t *testing.T) {
 }
 
 func TestRatioTripsAfterMinRequestsAtRatio(t *testing.T) {
-	b, _ := newTest(t, Config{FailureRatio: 0.5, MinRequests: 10})
-	// Failures is zero: with a ratio set, only the ratio trips. Nine
-	// failures out of nine calls is 100%, but below MinRequests.
+	b, _ := newTest(t, Config{FailureRatio: 0.5, MinRequests: 10, Consecutive: NoConsecutive})
+	// Nine failures out of nine calls is 100% and above Failures (5), but
+	// below MinRequests.
 	for range 9 {
 		if err := call(b, errBoom); err != nil {
 			t.Fatal(err)
@@ -136,7 +137,7 @@ func TestRatioTripsAfterMinRequestsAtRatio(t *testing.T) {
 	call(b, errBoom) // the tenth call reaches MinRequests
 	mustState(t, b, Open)
 
-	b, _ = newTest(t, Config{FailureRatio: 0.5, MinRequests: 10})
+	b, _ = newTest(t, Config{FailureRatio: 0.5, MinRequests: 10, Consecutive: NoConsecutive})
 	for range 6 {
 		call(b, nil)
 	}
@@ -153,7 +154,7 @@ func TestRatioTripsAfterMinRequestsAtRatio(t *testing.T) {
 
 func TestRatioExactDecimal(t *testing.T) {
 	// 3/10 must reach a ratio of 0.3 despite floating point.
-	b, _ := newTest(t, Config{FailureRatio: 0.3, MinRequests: 10})
+	b, _ := newTest(t, Config{Failures: 3, FailureRatio: 0.3, MinRequests: 10})
 	for range 7 {
 		call(b, nil)
 	}
@@ -165,7 +166,7 @@ func TestRatioExactDecimal(t *testing.T) {
 }
 
 func TestRatioWindowSlides(t *testing.T) {
-	b, clk := newTest(t, Config{FailureRatio: 0.5, MinRequests: 10, Window: 30 * time.Second})
+	b, clk := newTest(t, Config{FailureRatio: 0.5, MinRequests: 10, Window: 30 * time.Second, Consecutive: NoConsecutive})
 	for range 40 {
 		call(b, nil)
 	}
@@ -182,15 +183,77 @@ func TestRatioWindowSlides(t *testing.T) {
 }
 
 func TestRatioAndCount(t *testing.T) {
-	b, _ := newTest(t, Config{Failures: 3, FailureRatio: 0.9, MinRequests: 100})
+	// Both thresholds must be met: 3 failures among 13 calls reach
+	// Failures but not the ratio.
+	b, _ := newTest(t, Config{Failures: 3, FailureRatio: 0.5, Consecutive: NoConsecutive})
 	for range 10 {
 		call(b, nil)
 	}
+	for range 9 {
+		call(b, errBoom)
+	}
+	mustState(t, b, Closed) // 9/19
+	if st := b.Status(); st.Requests != 19 || st.Failures != 9 {
+		t.Fatalf("status = %+v, want 9 failures in 19 requests", st)
+	}
+	call(b, errBoom) // 10/20: both met
+	mustState(t, b, Open)
+
+	// 100% failures below Failures do not trip.
+	b, _ = newTest(t, Config{Failures: 3, FailureRatio: 0.5, Consecutive: NoConsecutive})
 	call(b, errBoom)
 	call(b, errBoom)
 	mustState(t, b, Closed)
-	call(b, errBoom) // count threshold
+	call(b, errBoom)
 	mustState(t, b, Open)
+}
+
+func TestDefaultTripRule(t *testing.T) {
+	// A full outage trips the default breaker at its 5th failure.
+	b, _ := newTest(t, Config{})
+	for i := range 4 {
+		if err := call(b, errBoom); err != nil {
+			t.Fatalf("failure %d rejected: %v", i+1, err)
+		}
+	}
+	mustState(t, b, Closed)
+	call(b, errBoom)
+	mustState(t, b, Open)
+
+	// Failures spread among many successes do not.
+	b, _ = newTest(t, Config{})
+	for i := range 1000 {
+		if i%10 == 0 {
+			call(b, errBoom)
+		} else {
+			call(b, nil)
+		}
+	}
+	mustState(t, b, Closed)
+	if st := b.Status(); st.Failures != 100 || st.Requests != 1000 {
+		t.Fatalf("status = %+v, want 100 failures in 1000 requests", st)
+	}
+
+	// DefaultConfig is Config{}.
+	for _, cfg := range []Config{{}, DefaultConfig()} {
+		for _, tc := range []struct {
+			fails, reqs int64
+			want        bool
+		}{
+			{4, 4, false}, {5, 5, true}, {5, 10, true}, {5, 11, false}, {50, 100, true}, {49, 100, false},
+			{100, 10000, false}, {0, 0, false},
+		} {
+			if got := cfg.Trips(tc.fails, tc.reqs); got != tc.want {
+				t.Errorf("%+v.Trips(%d, %d) = %v, want %v", cfg, tc.fails, tc.reqs, got, tc.want)
+			}
+		}
+	}
+	if !(Config{CountOnly: true}).Trips(5, 1_000_000) || (Config{CountOnly: true}).Trips(4, 4) {
+		t.Error("CountOnly: Trips must look at the failure count alone")
+	}
+	if (Config{MinRequests: 8}).Trips(5, 5) || !(Config{MinRequests: 8}).Trips(5, 8) {
+		t.Error("MinRequests is not applied")
+	}
 }
 
 func trip(t *testing.T, b *Breaker) {
@@ -391,7 +454,9 @@ func TestStaleRecordsIgnored(t *testing.T) {
 }
 
 func TestCanceledAndIgnoredDoNotCount(t *testing.T) {
-	b, _ := newTest(t, Config{Failures: 2})
+	// Count only: in ratio mode the ignored errors would be successes
+	// that keep 2 failures under the ratio (see TestRatioIgnoresCanceled).
+	b, _ := newTest(t, Config{CountOnly: true, Failures: 2})
 	notFound := Ignore(fs.ErrNotExist)
 	for range 10 {
 		call(b, context.Canceled)
@@ -452,7 +517,7 @@ func TestProbeOutcomes(t *testing.T) {
 
 func TestCustomIsFailure(t *testing.T) {
 	errTimeout := errors.New("timeout")
-	b, _ := newTest(t, Config{Failures: 2, IsFailure: func(err error) bool {
+	b, _ := newTest(t, Config{CountOnly: true, Failures: 2, IsFailure: func(err error) bool {
 		return errors.Is(err, errTimeout)
 	}})
 	for range 10 {
@@ -609,10 +674,10 @@ func TestOnStateChangePanicDoesNotWedge(t *testing.T) {
 
 func TestConcurrentInvariants(t *testing.T) {
 	for _, cfg := range []Config{
-		{Failures: 5, Window: 100 * time.Millisecond, HalfOpenProbes: 3, BreakDuration: 50 * time.Millisecond},
+		{CountOnly: true, Failures: 5, Window: 100 * time.Millisecond, HalfOpenProbes: 3, BreakDuration: 50 * time.Millisecond},
 		{FailureRatio: 0.3, MinRequests: 20, Window: time.Second, HalfOpenProbes: 2, BreakDuration: 50 * time.Millisecond},
 	} {
-		t.Run(fmt.Sprintf("ratio=%v", cfg.FailureRatio), func(t *testing.T) {
+		t.Run(fmt.Sprintf("count_only=%v", cfg.CountOnly), func(t *testing.T) {
 			testConcurrent(t, cfg)
 		})
 	}
@@ -722,6 +787,8 @@ func TestValidate(t *testing.T) {
 		{Config{FailureRatio: 1.5}, "FailureRatio"},
 		{Config{FailureRatio: -0.1}, "FailureRatio"},
 		{Config{MinRequests: -3}, "MinRequests"},
+		{Config{CountOnly: true, FailureRatio: 0.5}, "FailureRatio"},
+		{Config{FailureRatio: math.NaN()}, "FailureRatio"},
 		{Config{BreakDuration: -1}, "BreakDuration"},
 		{Config{HalfOpenProbes: -2}, "HalfOpenProbes"},
 	} {
@@ -780,7 +847,7 @@ func TestStateText(t *testing.T) {
 }
 
 func TestStatusJSON(t *testing.T) {
-	b, _ := newTest(t, Config{Failures: 1})
+	b, _ := newTest(t, Config{CountOnly: true, Failures: 1})
 	raw, _ := json.Marshal(b.Status())
 	if want := `{"name":"dep","state":"closed","failures":0,"requests":0,"trips":0}`; string(raw) != want {
 		t.Fatalf("closed status JSON = %s, want %s", raw, want)
@@ -805,11 +872,11 @@ func TestAllowRecordDoNotAllocate(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { _, _ = b.Allow() }); n != 0 {
 		t.Fatalf("open Allow allocates %v times", n)
 	}
-	r := New("ratio", Config{FailureRatio: 0.5})
+	r := New("count", Config{CountOnly: true})
 	if n := testing.AllocsPerRun(1000, func() {
 		tok, _ := r.Allow()
 		r.Record(tok, nil)
 	}); n != 0 {
-		t.Fatalf("ratio-mode Allow+Record allocates %v times", n)
+		t.Fatalf("count-only Allow+Record allocates %v times", n)
 	}
 }

@@ -8,8 +8,9 @@
 // the breaker becomes HalfOpen and lets a few probe calls through. If every
 // probe succeeds it closes; if any probe fails it opens again for a fresh break.
 //
-// The defaults follow the redrive design: trip after 5 failures within 30s,
-// stay open for 60s, then let 1 probe through.
+// The defaults follow the redrive design: trip once at least 5 failures make
+// up at least half of the calls within 30s, stay open for 60s, then let 1
+// probe through.
 //
 // # Two ways to call
 //
@@ -40,31 +41,50 @@
 // # What counts as a failure
 //
 // By default any non-nil error is a failure, except context.Canceled (the
-// caller gave up, which says nothing about the dependency) and errors wrapped
+// caller gave up, which says nothing about the dependency), errors wrapped
 // with Ignore (the dependency answered; the error is the caller's business,
-// such as a 404 for a missing record). Config.IsFailure replaces that rule.
+// such as a 404 for a missing record) and rate-limited answers (an HTTP 429,
+// a 503 with Retry-After, a failure.WrapRateLimited error, an error marked
+// with MarkRateLimited): the dependency is up and asks callers to slow down,
+// which their Retry-After handling does. Config.IsFailure replaces the
+// failure rule, Config.IsRateLimited the rate-limit rule, and
+// Config.CountRateLimited counts rate-limited answers like any other error.
 //
 // Each outcome is one of three kinds:
+//   - neutral: err is rate-limited (and Config.CountRateLimited is not set),
+//     or IsFailure(err) is false and err is context.Canceled. It is not
+//     counted at all, neither as a failure nor as a call for the ratio; a
+//     neutral probe frees its slot for another probe;
 //   - a failure: IsFailure(err) is true;
-//   - neutral: IsFailure(err) is false and err is context.Canceled. It is not
-//     counted at all; a neutral probe frees its slot for another probe;
 //   - a success: anything else, including nil and ignored errors.
 //
-// # Count mode and ratio mode
+// # The trip rule
 //
-// In count mode (the default) the breaker trips when Config.Failures failures
-// fall within the last Config.Window, whatever number of successes came in
-// between. Failure times are kept exactly, so the window slides precisely.
-// Successes are not tracked at all: on a closed breaker Allow is one atomic
-// load and Record(tok, nil) writes nothing, so the success path costs a few
-// nanoseconds and scales across cores.
+// By default the breaker trips when, within the last Config.Window, at least
+// Config.Failures calls failed and failures make up at least
+// Config.FailureRatio of the calls that completed: 5 failures and 50% within
+// 30s. Both must hold, so a busy dependency that fails 1% of its calls never
+// trips the breaker, and one that is down trips it at its 5th failure. The
+// ratio is judged over the whole window: a dependency that goes down after
+// serving many calls trips once its failures outweigh (at the default ratio)
+// the successes still in the window, which at a steady call rate takes about
+// FailureRatio × Window. Shorten Window to fence busy dependencies off sooner.
+// Config.MinRequests, when set, also requires that many calls in the window.
+// Calls are counted in 20 time buckets per window, so the window slides in
+// steps of Window/20. A success costs one atomic add: successes are placed
+// in their buckets in batches, with one clock read per batch, a batch
+// growing with the call rate from 1 (every success placed at once) to 64
+// (about four batches per bucket); failures are placed at once, after the
+// pending successes.
 //
-// Setting Config.FailureRatio adds ratio mode: the breaker also trips when at
-// least Config.MinRequests calls completed within the window and the share of
-// failures among them reached the ratio. Calls are counted in 20 time buckets
-// per window, so the window slides in steps of Window/20, and each recorded
-// call reads the clock once. When FailureRatio is set and Failures is zero,
-// only the ratio trips the breaker.
+// With Config.CountOnly the breaker trips when Config.Failures failures fall
+// within the last Config.Window, whatever number of successes came in
+// between; this was the default before the ratio was added. Failure times
+// are kept exactly, so the window slides precisely, and successes are not
+// tracked at all: on a closed breaker Allow is one atomic load and
+// Record(tok, nil) writes nothing.
+//
+// Config.Trips applies the rule to counts kept elsewhere, such as a fleet's.
 //
 // # Half-open probes
 //

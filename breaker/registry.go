@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Registry holds breakers by name, typically one per dependency. It is safe
@@ -11,8 +12,9 @@ import (
 // with the default configuration.
 type Registry struct {
 	defaults Config
-	byName   sync.Map   // string -> *Breaker
-	mu       sync.Mutex // serializes creation and replacement
+	byName   sync.Map                   // string -> *Breaker
+	mu       sync.Mutex                 // serializes creation and replacement
+	shared   atomic.Pointer[sharedHook] // the Shared layer of new breakers (shared.go)
 }
 
 // NewRegistry returns a registry whose breakers are created with defaults.
@@ -36,6 +38,7 @@ func (r *Registry) Get(name string) *Breaker {
 		return b.(*Breaker)
 	}
 	b := New(name, r.defaults)
+	r.attach(b)
 	r.byName.Store(name, b)
 	return b
 }
@@ -74,6 +77,7 @@ func (r *Registry) Configure(name string, cfg Config) *Breaker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b := New(name, cfg)
+	r.attach(b)
 	r.byName.Store(name, b)
 	return b
 }

@@ -28,10 +28,10 @@ func TestRegistrySameBreaker(t *testing.T) {
 
 func TestRegistryConcurrentGetCreatesOne(t *testing.T) {
 	// New reads the clock exactly once, to start the breaker's relative
-	// clock, and nothing else on a closed breaker does: counting clock
-	// reads counts breakers created.
+	// clock, and nothing else on a closed count-only breaker does:
+	// counting clock reads counts breakers created.
 	var created atomic.Int64
-	r := NewRegistry(Config{Now: func() time.Time { created.Add(1); return t0 }})
+	r := NewRegistry(Config{CountOnly: true, Now: func() time.Time { created.Add(1); return t0 }})
 	const n = 64
 	got := make([]*Breaker, n)
 	start := make(chan struct{})

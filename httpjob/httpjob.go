@@ -24,6 +24,16 @@
 // dead). A payload that cannot be used (not JSON, no url, bad method, bad
 // timeout) is a permanent failure.
 //
+// With Options.Breakers set, each request goes through the circuit breaker of
+// its dependency: by default one per host (named as rhttp.HostKey names it,
+// "api.example.com:443"), or the name Options.Dependency gives its URL. 5xx
+// responses, timeouts and network errors count against it; any other answer
+// shows the host is up; a rate-limited answer (429, 503 with Retry-After) is
+// neutral unless the breaker counts it. While the breaker is open the
+// request is not sent and the job is deferred, without using an attempt,
+// until the breaker lets a probe through. A job that names its own
+// Dependency is guarded by that breaker, in the engine, instead.
+//
 // The handler does not retry by itself: the engine retries jobs. It refuses
 // link-local and cloud-metadata addresses (169.254.0.0/16, fe80::/10,
 // 169.254.169.254, fd00:ec2::254, metadata.google.internal, ...) unless
@@ -39,14 +49,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
+	"github.com/redrivehq/redrive/rhttp"
 )
 
 // Kind is the job kind Register handles.
@@ -95,6 +108,14 @@ type Options struct {
 	// HandlerOptions are passed to the worker's HandleFunc (a retry policy
 	// or a dependency for the kind).
 	HandlerOptions []redrive.HandlerOption
+	// Breakers, when set, holds the circuit breakers requests go through,
+	// one per dependency (see the package documentation). Pass the
+	// worker's registry (Worker.Breakers) so that the API, the dashboard
+	// and the metrics show them. Nil means no breakers.
+	Breakers *breaker.Registry
+	// Dependency names the breaker of a request to u. Nil, or an empty
+	// name, means rhttp.HostKey(u): one breaker per host and port.
+	Dependency func(u *url.URL) string
 	// AllowLinkLocalSetting and AllowPrivateSetting name, in the refusals
 	// of link-local and private addresses, the setting that allows them,
 	// as the program's users set it: by default these Options' fields
@@ -185,7 +206,18 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	defer cancel()
 	req = req.WithContext(ctx)
 
+	var br *breaker.Breaker
+	var tok breaker.Token
+	if h.opts.Breakers != nil && job.Dependency == "" {
+		br = h.opts.Breakers.Get(h.dependency(req.URL))
+		if tok, err = br.Allow(); err != nil {
+			return err // *breaker.OpenError: the engine defers the job
+		}
+	}
 	resp, err := h.client.Do(req)
+	if br != nil {
+		br.Record(tok, breakerOutcome(resp, err))
+	}
 	if err != nil {
 		if be, ok := errors.AsType[*BlockedError](err); ok {
 			return redrive.Permanent(be)
@@ -298,4 +330,37 @@ func (h *Handler) Validate(payload json.RawMessage) error {
 // timeout parses the payload's timeout (see httpreq.Timeout).
 func (h *Handler) timeout(raw json.RawMessage) (time.Duration, error) {
 	return httpreq.Timeout(raw, h.opts.DefaultTimeout, h.opts.MaxTimeout, "30s")
+}
+
+// dependency names the breaker of a request to u.
+func (h *Handler) dependency(u *url.URL) string {
+	if h.opts.Dependency != nil {
+		if name := h.opts.Dependency(u); name != "" {
+			return name
+		}
+	}
+	return rhttp.HostKey(u)
+}
+
+// breakerOutcome is what a request's result tells its host's breaker: a
+// network error or timeout as is (a request the attempt's cancellation
+// stopped is neutral by the breaker's rule), a refusal by the address
+// guard as no failure (the host was not called), a 5xx or 429 as its
+// status (a failure, or neutral when rate-limited), and any other answer as
+// a success.
+func breakerOutcome(resp *http.Response, err error) error {
+	switch {
+	case err != nil:
+		if _, blocked := errors.AsType[*BlockedError](err); blocked {
+			return breaker.Ignore(err)
+		}
+		return err
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
+		se := &failure.StatusError{Code: resp.StatusCode, Status: resp.Status}
+		if v := resp.Header.Get("Retry-After"); v != "" {
+			se.RetryAfter, _ = failure.ParseRetryAfter(v, time.Now())
+		}
+		return se
+	}
+	return nil
 }

@@ -41,6 +41,12 @@ type CollectorOptions struct {
 //	redrive_breaker_state{breaker,state}       per process
 //	redrive_breaker_failures{breaker}          per process
 //	redrive_breaker_trips_total{breaker}       per process
+//	redrive_breaker_fallback                   per process: 1 when it lost the store and decides alone
+//	redrive_fleet_breaker_state{breaker,state} the fleet's breakers, shared through the store
+//	redrive_fleet_breaker_opened_timestamp_seconds{breaker,opened_by}
+//	redrive_fleet_breaker_ready_timestamp_seconds{breaker}
+//	redrive_fleet_breaker_failures{breaker}
+//	redrive_fleet_breaker_trips_total{breaker}
 //
 // Every process sharing a store reports the same store-wide values: do not
 // sum them across replicas, take the max (see the package documentation).
@@ -133,6 +139,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- breakerStateDesc
 	ch <- breakerFailuresDesc
 	ch <- breakerTripsDesc
+	describeFleet(ch)
 	ch <- statsUpDesc
 	ch <- queuePausedDesc
 	ch <- queueLatencyDesc
@@ -187,6 +194,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(otherDesc, prometheus.CounterValue, n, s.queue, s.name, s.class)
 		}
 	}
+	c.collectFleet(ctx, ch)
 	if c.breakers == nil {
 		return
 	}

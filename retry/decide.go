@@ -57,9 +57,10 @@ const (
 // Permanent and NeedsAuth failures give up at once. Any other class is
 // retried while in.Attempt <= MaxRetries, after
 // Delay(in.Attempt-1, in.PrevDelay, r). A server's Retry-After, clamped to
-// MaxRetryAfter, raises that delay when it is longer and never lowers it.
-// r supplies the jitter's randomness; nil means the global math/rand/v2
-// source.
+// MaxRetryAfter, raises that delay when it is longer and never lowers it;
+// the delay it decides gets positive jitter (see RetryAfterJitter), so it
+// is never shorter than the server asked. r supplies the jitter's
+// randomness; nil means the global math/rand/v2 source.
 //
 // Decide allocates nothing and is safe for concurrent use as long as r is
 // (nil is).
@@ -93,7 +94,7 @@ func (p *Policy) Decide(in Input, r Source) Decision {
 	}
 	d := p.Delay(attempt-1, in.PrevDelay, r)
 	if ra := p.clampRetryAfter(in.RetryAfter); ra > d {
-		return Decision{Retry: true, Delay: ra, Reason: ReasonRetryAfter}
+		return Decision{Retry: true, Delay: satAdd(ra, scale(p.RetryAfterSpread(ra), uniform(r))), Reason: ReasonRetryAfter}
 	}
 	return Decision{Retry: true, Delay: d, Reason: ReasonBackoff}
 }
@@ -109,4 +110,30 @@ func (p *Policy) clampRetryAfter(ra time.Duration) time.Duration {
 		limit = DefaultMaxRetryAfter
 	}
 	return min(ra, limit)
+}
+
+// RetryAfterSpread returns the window of the jitter added to a server's
+// Retry-After of ra (already clamped to MaxRetryAfter): a retry it decides
+// waits ra plus a uniform random part of the window, so between ra and ra +
+// RetryAfterSpread(ra). It is min(RetryAfterJitterFactor*ra,
+// RetryAfterJitter) with their defaults for zero values, and 0 when the
+// jitter is off or ra is not positive.
+func (p *Policy) RetryAfterSpread(ra time.Duration) time.Duration {
+	limit := p.RetryAfterJitter
+	switch {
+	case ra <= 0 || limit < 0:
+		return 0
+	case limit == 0:
+		limit = DefaultRetryAfterJitter
+	}
+	f := p.RetryAfterJitterFactor
+	switch {
+	case f == 0:
+		f = DefaultRetryAfterJitterFactor
+	case !(f > 0):
+		return 0 // negative or NaN: rejected by Validate
+	case f > 1:
+		f = 1
+	}
+	return min(time.Duration(f*float64(ra)), limit)
 }

@@ -10,7 +10,8 @@ import (
 
 func ExamplePolicy_Decide() {
 	p := retry.DefaultPolicy()
-	p.Jitter = retry.JitterNone // for a reproducible output
+	p.Jitter = retry.JitterNone                   // for a reproducible output
+	p.RetryAfterJitter = retry.NoRetryAfterJitter // likewise (see ExamplePolicy_RetryAfterSpread)
 
 	// A job that keeps failing with a transient error.
 	for attempt := 1; ; attempt++ {
@@ -50,6 +51,29 @@ func ExamplePolicy_Explain() {
 	// 3      4s    3.6s..4.4s   6.3s..7.7s
 	// attempt 4 is the last: if it fails, give up (retries_exhausted)
 	// permanent and needs_auth failures give up at once
+	// a Retry-After ra longer than the backoff waits ra + rand(0, min(10% of ra, 1s)), never less than ra
+}
+
+// fixed is a jitter source that always draws the same value.
+type fixed float64
+
+func (f fixed) Float64() float64 { return float64(f) }
+
+func ExamplePolicy_RetryAfterSpread() {
+	p := retry.DefaultPolicy()
+	// A burst of 429s with Retry-After: 2 comes back spread over 200ms
+	// (10% of 2s), never before the 2s the server asked for; a longer
+	// Retry-After is spread over at most 1s.
+	fmt.Println(p.RetryAfterSpread(2*time.Second), p.RetryAfterSpread(time.Minute))
+	for _, u := range []fixed{0, 0.5, 0.999} {
+		d := p.Decide(retry.Input{Class: failure.RateLimited, Attempt: 1, RetryAfter: 2 * time.Second}, u)
+		fmt.Println(d.Delay.Round(time.Millisecond), d.Reason)
+	}
+	// Output:
+	// 200ms 1s
+	// 2s retry_after
+	// 2.1s retry_after
+	// 2.2s retry_after
 }
 
 func ExampleBudget() {

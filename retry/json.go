@@ -19,6 +19,11 @@ type policyJSON struct {
 	JitterFactor  float64 `json:"jitter_factor"`
 	JitterMax     string  `json:"jitter_max"`
 	MaxRetryAfter string  `json:"max_retry_after"`
+	// The Retry-After jitter, absent when zero (the defaults), so that
+	// the JSON of a policy that leaves them alone reads as before.
+	// "off" is NoRetryAfterJitter.
+	RetryAfterJitter       string  `json:"retry_after_jitter,omitempty"`
+	RetryAfterJitterFactor float64 `json:"retry_after_jitter_factor,omitempty"`
 }
 
 // MarshalJSON writes the policy with snake_case names and its durations as
@@ -26,11 +31,20 @@ type policyJSON struct {
 // "multiplier":2,"max_delay":"30s","jitter":"proportional",...}: a job's
 // policy is shown by the API and the CLI as stored.
 func (p Policy) MarshalJSON() ([]byte, error) {
-	return json.Marshal(policyJSON{
+	v := policyJSON{
 		MaxRetries: p.MaxRetries, Initial: p.Initial.String(), Multiplier: p.Multiplier,
 		MaxDelay: p.MaxDelay.String(), Jitter: p.Jitter, JitterFactor: p.JitterFactor,
 		JitterMax: p.JitterMax.String(), MaxRetryAfter: p.MaxRetryAfter.String(),
-	})
+		RetryAfterJitterFactor: p.RetryAfterJitterFactor,
+	}
+	switch p.RetryAfterJitter {
+	case 0:
+	case NoRetryAfterJitter:
+		v.RetryAfterJitter = "off"
+	default:
+		v.RetryAfterJitter = p.RetryAfterJitter.String()
+	}
+	return json.Marshal(v)
 }
 
 // UnmarshalJSON reads what MarshalJSON writes (absent fields are zero),
@@ -52,13 +66,19 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		}
 		return fmt.Errorf("retry: policy: %w", err)
 	}
-	out := Policy{MaxRetries: v.MaxRetries, Multiplier: v.Multiplier, Jitter: v.Jitter, JitterFactor: v.JitterFactor}
+	out := Policy{MaxRetries: v.MaxRetries, Multiplier: v.Multiplier, Jitter: v.Jitter, JitterFactor: v.JitterFactor,
+		RetryAfterJitterFactor: v.RetryAfterJitterFactor}
+	if v.RetryAfterJitter == "off" {
+		out.RetryAfterJitter = NoRetryAfterJitter
+		v.RetryAfterJitter = ""
+	}
 	for _, f := range []struct {
 		name, s string
 		d       *time.Duration
 	}{
 		{"initial", v.Initial, &out.Initial}, {"max_delay", v.MaxDelay, &out.MaxDelay},
 		{"jitter_max", v.JitterMax, &out.JitterMax}, {"max_retry_after", v.MaxRetryAfter, &out.MaxRetryAfter},
+		{"retry_after_jitter", v.RetryAfterJitter, &out.RetryAfterJitter},
 	} {
 		if f.s == "" {
 			continue
@@ -80,7 +100,8 @@ func legacyPolicy(b []byte) bool {
 	if json.Unmarshal(b, &m) != nil {
 		return false
 	}
-	for _, k := range []string{"MaxRetries", "Initial", "Multiplier", "MaxDelay", "Jitter", "JitterFactor", "JitterMax", "MaxRetryAfter"} {
+	for _, k := range []string{"MaxRetries", "Initial", "Multiplier", "MaxDelay", "Jitter", "JitterFactor", "JitterMax", "MaxRetryAfter",
+		"RetryAfterJitter", "RetryAfterJitterFactor"} {
 		if _, ok := m[k]; ok {
 			return true
 		}

@@ -16,6 +16,18 @@ const maxDuration = time.Duration(math.MaxInt64)
 // Policy.MaxRetryAfter is zero.
 const DefaultMaxRetryAfter = time.Hour
 
+// Defaults of the jitter added to a server's Retry-After (see
+// Policy.RetryAfterJitter): up to 10% of the delay, at most 1s.
+const (
+	DefaultRetryAfterJitter       = time.Second
+	DefaultRetryAfterJitterFactor = 0.1
+)
+
+// NoRetryAfterJitter, as Policy.RetryAfterJitter, turns the jitter added to
+// a server's Retry-After off: every retry comes back exactly when the server
+// said. Any negative value does the same.
+const NoRetryAfterJitter time.Duration = -1
+
 // Policy says how often and how late a failed job is retried.
 //
 // The delay before retry n (n = 0 for the first retry) is
@@ -52,13 +64,27 @@ type Policy struct {
 	// broken header cannot park a job for years. Zero means
 	// DefaultMaxRetryAfter (1h).
 	MaxRetryAfter time.Duration
+	// RetryAfterJitter caps the random delay added to a server's
+	// Retry-After, so that the calls a server turned away together do not
+	// all come back at the same moment. A retry the Retry-After decides
+	// waits ra + rand(0, w), where ra is the Retry-After (clamped to
+	// MaxRetryAfter) and w = min(RetryAfterJitterFactor*ra,
+	// RetryAfterJitter): never less than the server asked. Zero means
+	// DefaultRetryAfterJitter (1s); a negative value (NoRetryAfterJitter)
+	// turns the jitter off.
+	RetryAfterJitter time.Duration
+	// RetryAfterJitterFactor is the largest share of the Retry-After added
+	// to it, between 0 and 1 (see RetryAfterJitter). Zero means
+	// DefaultRetryAfterJitterFactor (0.1, that is up to 10%).
+	RetryAfterJitterFactor float64
 }
 
 // DefaultPolicy returns redrive's default policy: 3 retries (4 attempts),
 // 1s initial delay doubling each time and capped at 30s, proportional jitter
-// of +-10%, and Retry-After honoured up to 1h. Without jitter its delays are
-// 1s, 2s, 4s. JitterMax is preset to 500ms so that switching Jitter to
-// JitterAdditive gives a sensible spread.
+// of +-10%, and Retry-After honoured up to 1h, plus up to 10% of it (at most
+// 1s) of jitter (the zero RetryAfterJitter fields). Without jitter its delays are 1s, 2s, 4s. JitterMax is
+// preset to 500ms so that switching Jitter to JitterAdditive gives a
+// sensible spread.
 func DefaultPolicy() Policy {
 	return Policy{
 		MaxRetries:    3,
@@ -69,6 +95,8 @@ func DefaultPolicy() Policy {
 		JitterFactor:  0.1,
 		JitterMax:     500 * time.Millisecond,
 		MaxRetryAfter: DefaultMaxRetryAfter,
+		// RetryAfterJitter and RetryAfterJitterFactor are left at zero,
+		// their defaults, as in a policy stored before they existed.
 	}
 }
 
@@ -109,6 +137,9 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxRetryAfter < 0 {
 		bad("MaxRetryAfter", "must not be negative, got %v", p.MaxRetryAfter)
+	}
+	if math.IsNaN(p.RetryAfterJitterFactor) || p.RetryAfterJitterFactor < 0 || p.RetryAfterJitterFactor > 1 {
+		bad("RetryAfterJitterFactor", "must be between 0 and 1, got %v", p.RetryAfterJitterFactor)
 	}
 	return errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 // noJitter returns p with jitter turned off.
 func noJitter(p Policy) Policy {
 	p.Jitter = JitterNone
+	p.RetryAfterJitter = NoRetryAfterJitter
 	return p
 }
 

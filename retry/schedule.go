@@ -112,6 +112,7 @@ func (p Policy) Explain() string {
 	}
 	fmt.Fprintf(&b, "attempt %d is the last: if it fails, give up (retries_exhausted)\n", retries+1)
 	b.WriteString("permanent and needs_auth failures give up at once\n")
+	b.WriteString(p.retryAfterLine())
 	return b.String()
 }
 
@@ -186,4 +187,22 @@ func fmtDur(d time.Duration) string {
 		s = s[:len(s)-2]
 	}
 	return s
+}
+
+// retryAfterLine is Explain's line about a server's Retry-After: the jitter
+// added to the delay it asks for.
+func (p Policy) retryAfterLine() string {
+	if p.RetryAfterSpread(time.Hour) == 0 {
+		return "a Retry-After longer than the backoff is waited exactly, no jitter\n"
+	}
+	f := p.RetryAfterJitterFactor
+	if f == 0 {
+		f = DefaultRetryAfterJitterFactor
+	}
+	limit := p.RetryAfterJitter
+	if limit == 0 {
+		limit = DefaultRetryAfterJitter
+	}
+	return fmt.Sprintf("a Retry-After ra longer than the backoff waits ra + rand(0, min(%s%% of ra, %s)), never less than ra\n",
+		fmtFloat(100*min(f, 1)), fmtDur(limit))
 }

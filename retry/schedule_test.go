@@ -14,6 +14,7 @@ retry  base  delay        cumulative
 3      4s    3.6s..4.4s   6.3s..7.7s
 attempt 4 is the last: if it fails, give up (retries_exhausted)
 permanent and needs_auth failures give up at once
+a Retry-After ra longer than the backoff waits ra + rand(0, min(10% of ra, 1s)), never less than ra
 `
 	if got := DefaultPolicy().Explain(); got != golden {
 		t.Fatalf("Explain() =\n%s\nwant\n%s", got, golden)

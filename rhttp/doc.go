@@ -19,7 +19,10 @@
 // retries are used up; Permanent (400, 404, 410, 422, 451, TLS errors) and
 // NeedsAuth (401, 403) failures are not retried at all. A Retry-After header
 // (seconds or HTTP date) on a 429 or 503 raises the delay, clamped to the
-// policy's MaxRetryAfter.
+// policy's MaxRetryAfter, plus a positive jitter (by default up to 10% of
+// it, at most 1s; see retry.Policy.RetryAfterJitter) so that requests turned
+// away together do not all come back at once. The delay is never shorter
+// than the server asked.
 //
 // Every method is retried, POST included: a request that failed with a
 // transport error may still have reached the server, so give
@@ -51,10 +54,14 @@
 // # Circuit breakers
 //
 // With Breakers set, each request consults the breaker of its host before
-// every attempt. Transport errors, 5xx and 429 responses count as failures;
-// any other response counts as a success (a 404 means the host is up); a
+// every attempt. Transport errors and 5xx responses count as failures; any
+// other response counts as a success (a 404 means the host is up); a
 // request canceled by its caller does not count, while one that runs past
-// its context's deadline does (the host was too slow to answer). Breakers
+// its context's deadline does (the host was too slow to answer). A
+// rate-limited answer (a 429, a 503 with Retry-After, or any response the
+// Classifier finds RateLimited) does not count either, unless the breaker's
+// Config.CountRateLimited is set: the host is up and asks callers to slow
+// down, which Retry-After handles. Breakers
 // are named by HostKey unless Transport.BreakerName says otherwise. While
 // the breaker is open
 // the request is not sent: RoundTrip returns an *Error wrapping the

@@ -89,7 +89,8 @@ type RetryInfo struct {
 	Delay time.Duration
 	// DelayReason says where Delay comes from: retry.ReasonBackoff (the
 	// policy's backoff) or retry.ReasonRetryAfter (the server's
-	// Retry-After, clamped to the policy's MaxRetryAfter).
+	// Retry-After, clamped to the policy's MaxRetryAfter, plus the
+	// policy's Retry-After jitter).
 	DelayReason string
 	// RetryAfter is the delay the server asked for, before clamping; 0
 	// when it asked for none.
@@ -257,7 +258,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			if br != nil {
 				if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-					br.Record(tok, status)
+					br.Record(tok, t.breakerErr(status))
 				} else {
 					br.Record(tok, nil) // the host answered: it is up
 				}
@@ -485,3 +486,20 @@ var errNoURL = errors.New("request has no URL")
 
 // errNoResponse guards against a Base that breaks the RoundTripper contract.
 var errNoResponse = errors.New("rhttp: base RoundTripper returned neither a response nor an error")
+
+// breakerErr is the error recorded on a host's breaker for an error status:
+// status itself, unless the Classifier and the breaker's default rate-limit
+// rule disagree on whether it is a rate-limited answer; then it is marked the
+// Classifier's way, so that a status override (429 as Transient, or a 5xx as
+// RateLimited) decides for the breaker too.
+func (t *Transport) breakerErr(status *failure.StatusError) error {
+	v := t.Classifier.Classify(status)
+	limited := v.Class == failure.RateLimited
+	if limited == breaker.DefaultIsRateLimited(status) {
+		return status
+	}
+	if limited {
+		return breaker.MarkRateLimited(status)
+	}
+	return failure.Wrap(v.Class, status)
+}

@@ -186,8 +186,10 @@ func TestRetryAfterSecondsWaits(t *testing.T) {
 		t.Fatalf("requests %d, retries %d; want 2 and 1", count.Load(), len(infos))
 	}
 	ri := infos[0]
-	if ri.Class != failure.RateLimited || ri.Delay != time.Second || ri.DelayReason != retry.ReasonRetryAfter || ri.RetryAfter != time.Second {
-		t.Errorf("RetryInfo = %+v", ri)
+	// 1s plus the Retry-After jitter: up to 10% of it.
+	if ri.Class != failure.RateLimited || ri.Delay < time.Second || ri.Delay >= 1100*time.Millisecond ||
+		ri.DelayReason != retry.ReasonRetryAfter || ri.RetryAfter != time.Second {
+		t.Errorf("RetryInfo = %+v, want a delay in [1s, 1.1s)", ri)
 	}
 }
 
@@ -213,8 +215,9 @@ func TestRetryAfterClamped(t *testing.T) {
 	if resp.StatusCode != 200 || count.Load() != 2 || len(infos) != 1 {
 		t.Fatalf("status %d, requests %d, retries %d", resp.StatusCode, count.Load(), len(infos))
 	}
-	if ri := infos[0]; ri.Delay != 30*time.Millisecond || ri.RetryAfter != time.Hour || ri.DelayReason != retry.ReasonRetryAfter {
-		t.Errorf("Delay %v (%s), RetryAfter %v; want 30ms clamped from 1h", ri.Delay, ri.DelayReason, ri.RetryAfter)
+	// Clamped to 30ms, plus up to 10% of it of jitter.
+	if ri := infos[0]; ri.Delay < 30*time.Millisecond || ri.Delay >= 33*time.Millisecond || ri.RetryAfter != time.Hour || ri.DelayReason != retry.ReasonRetryAfter {
+		t.Errorf("Delay %v (%s), RetryAfter %v; want 30ms clamped from 1h, plus less than 3ms", ri.Delay, ri.DelayReason, ri.RetryAfter)
 	}
 }
 

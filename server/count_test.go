@@ -123,7 +123,9 @@ func TestCount(t *testing.T) {
 		}
 	}
 
-	// The DLQ count is what a purge by the same filter deletes.
+	// The DLQ count is what a purge by the same filter deletes (a worker
+	// runs the purge).
+	e.runWorker()
 	n := e.countOf("/v1/dlq/count?queue=orders&class=permanent")
 	op := e.await(e.start("DELETE", "/v1/dlq?queue=orders&class=permanent", ""))
 	if op.State != OperationDone || op.Purged != n || n != 2 {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -22,6 +21,9 @@ type RedriveBody struct {
 	Payload json.RawMessage `json:"payload"`
 	// Note is recorded in each job's history.
 	Note string `json:"note"`
+	// Batch is how many jobs one batch redrives, in one transaction
+	// (default 100).
+	Batch int `json:"batch"`
 }
 
 func (a *api) listDead(w http.ResponseWriter, r *http.Request) error {
@@ -70,7 +72,7 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	req := redrive.RedriveRequest{Rate: in.Rate, Note: in.Note}
+	req := redrive.OperationRequest{Kind: OperationRedrive, Rate: in.Rate, Note: in.Note, Batch: in.Batch}
 	switch {
 	case len(in.IDs) > 0 && in.Filter != nil:
 		return badRequest("filter", "give ids or filter, not both")
@@ -112,26 +114,10 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 	if !isNull(in.Payload) {
 		req.Payload = in.Payload
 	}
-	// Refuse bad input now, while the request can still say so.
-	if err := a.client.ValidateRedrive(req); err != nil {
-		return payloadError(err, "payload")
+	if err := parseBatch(in.Batch); err != nil {
+		return err
 	}
-	op, err := a.ops.start(Operation{Kind: OperationRedrive, Rate: req.Rate, Note: req.Note},
-		func(ctx context.Context, update func(func(*Operation))) error {
-			report := func(p redrive.RedriveProgress) {
-				update(func(o *Operation) {
-					o.Matched, o.Redriven, o.Refused, o.Skipped = p.Matched, p.Redriven, p.Refused, p.Skipped
-					o.Processed = p.Redriven + p.Refused + p.Skipped
-					if len(p.Refusals) > len(o.RefusedIDs) {
-						o.RefusedIDs = append(o.RefusedIDs, p.Refusals[len(o.RefusedIDs):]...)
-					}
-				})
-			}
-			req.Progress = report
-			p, err := a.client.Redrive(ctx, req)
-			report(p)
-			return err
-		})
+	op, err := a.ops.start(r.Context(), req)
 	if err != nil {
 		return err
 	}
@@ -160,22 +146,7 @@ func (a *api) purge(w http.ResponseWriter, r *http.Request) error {
 		return &apiError{status: http.StatusBadRequest, code: "filter_required", field: "all",
 			msg: "the filter is empty and would purge every dead job; narrow it or pass all=true"}
 	}
-	op, err := a.ops.start(Operation{Kind: OperationPurge},
-		func(ctx context.Context, update func(func(*Operation))) error {
-			dead := f
-			dead.States = []redrive.State{redrive.Dead}
-			n, err := a.client.Count(ctx, dead)
-			if err != nil {
-				return err
-			}
-			update(func(o *Operation) { o.Matched = n })
-			report := func(purged int64) {
-				update(func(o *Operation) { o.Purged, o.Processed = purged, purged })
-			}
-			purged, err := a.client.Purge(ctx, f, report)
-			report(purged)
-			return err
-		})
+	op, err := a.ops.start(r.Context(), redrive.OperationRequest{Kind: OperationPurge, Filter: f})
 	if err != nil {
 		return err
 	}

@@ -295,7 +295,7 @@ func (in FilterBody) toFilter(prefix string) (redrive.Filter, error) {
 // emptyFilter reports whether f selects every job.
 func emptyFilter(f redrive.Filter) bool {
 	return f.Queue == "" && f.Kind == "" && f.Class == "" && f.Reason == "" && f.Fingerprint == "" &&
-		f.Since.IsZero() && f.Until.IsZero() && f.ErrorContains == "" && len(f.IDs) == 0 && len(f.States) == 0
+		f.Since.IsZero() && f.Until.IsZero() && f.ErrorContains == "" && len(f.IDs) == 0 && len(f.States) == 0 && f.PayloadField == ""
 }
 
 // page reads cursor and limit, checking the cursor against the listing.

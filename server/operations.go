@@ -2,13 +2,12 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime/debug"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -18,58 +17,87 @@ import (
 )
 
 // OperationKind says what an operation does.
-type OperationKind string
+type OperationKind = redrive.OperationKind
 
 // The kinds of operations.
 const (
 	// OperationRedrive is a bulk redrive (POST /v1/dlq/redrive).
-	OperationRedrive OperationKind = "redrive"
+	OperationRedrive OperationKind = redrive.OperationRedrive
 	// OperationPurge is a purge (DELETE /v1/dlq).
-	OperationPurge OperationKind = "purge"
+	OperationPurge OperationKind = redrive.OperationPurge
+	// OperationReplay is a replay (POST /v1/replay).
+	OperationReplay OperationKind = redrive.OperationReplay
+	// OperationExport is a folder export (POST /v1/dlq/export).
+	OperationExport OperationKind = redrive.OperationExport
 )
 
 // OperationState is where an operation stands.
-type OperationState string
+type OperationState = redrive.OperationState
 
-// The states of an operation. Only running changes; the others are final.
+// The states of an operation. Pending, running and paused change; the
+// others are final.
 const (
-	OperationRunning  OperationState = "running"
-	OperationDone     OperationState = "done"
-	OperationFailed   OperationState = "failed"
-	OperationCanceled OperationState = "canceled"
+	// OperationPending: waiting for a worker to run it. The API runs
+	// none itself: the worker that leads the fleet (serve runs one)
+	// claims it within its poll interval; without any worker on the
+	// store it stays pending.
+	OperationPending  OperationState = redrive.OperationPending
+	OperationRunning  OperationState = redrive.OperationRunning
+	OperationPaused   OperationState = redrive.OperationPaused
+	OperationDone     OperationState = redrive.OperationDone
+	OperationFailed   OperationState = redrive.OperationFailed
+	OperationCanceled OperationState = redrive.OperationCanceled
 )
 
-// Operation is a bulk redrive or a purge the API runs in the background,
-// as GET /v1/operations/{id} answers it. Every field is always present,
-// so a dashboard can poll it and draw a progress bar: Processed of
-// Matched.
+// Operation is a durable bulk operation (a redrive, a purge, a replay or
+// an export), as GET /v1/operations/{id} answers it. Every field is
+// always present, so a dashboard can poll it and draw a progress bar:
+// Processed of Matched.
 type Operation struct {
 	// ID is "op_" and 24 hexadecimal digits.
 	ID    string         `json:"id"`
 	Kind  OperationKind  `json:"kind"`
 	State OperationState `json:"state"`
-	// Matched is how many dead jobs the selection held when the
-	// operation counted it, at its start (0 until then). Jobs dying
-	// meanwhile may make Processed end above it.
+	// Matched is how many jobs the selection held when the runner first
+	// counted it (0 until then).
 	Matched int64 `json:"matched"`
-	// Processed is how many jobs the operation has handled so far:
-	// Redriven + Refused + Skipped for a redrive, Purged for a purge.
+	// Processed is how many jobs the operation has handled so far: the
+	// sum of the outcomes below.
 	Processed int64 `json:"processed"`
-	Redriven  int64 `json:"redriven"`
+	// Replayed counts the new jobs a replay enqueued.
+	Replayed int64 `json:"replayed"`
+	Redriven int64 `json:"redriven"`
 	// Refused counts jobs marked not reprocessable (a redrive).
 	Refused int64 `json:"refused"`
-	// Skipped counts jobs that were gone or no longer dead (a redrive).
-	Skipped int64 `json:"skipped"`
-	Purged  int64 `json:"purged"`
+	// Skipped counts jobs that were gone or no longer dead (a redrive
+	// by ids).
+	Skipped  int64 `json:"skipped"`
+	Purged   int64 `json:"purged"`
+	Exported int64 `json:"exported"`
+	Failed   int64 `json:"failed"`
 	// RefusedIDs are the ids of the refused jobs (the first 1000).
 	RefusedIDs []int64 `json:"refused_ids"`
-	// Error says why the operation failed or was canceled ("" otherwise).
+	// Error says why the operation failed ("" otherwise).
 	Error string `json:"error"`
-	// Rate is the redrive's bound in jobs per second (0: none).
-	Rate float64 `json:"rate"`
-	// Note is the redrive's note.
-	Note       string     `json:"note"`
+	// Rate is its bound in jobs per second (0: none); Batch how many
+	// jobs one batch handles.
+	Rate  float64 `json:"rate"`
+	Batch int     `json:"batch"`
+	Note  string  `json:"note"`
+	// Filter is the selection, with its empty fields left out.
+	Filter json.RawMessage `json:"filter"`
+	// Dir is, for an export, the folder written on the worker's machine.
+	Dir string `json:"dir"`
+	// Cursor is the id of the last job handled: a runner that takes the
+	// operation over continues after it.
+	Cursor int64 `json:"cursor"`
+	// Worker is the runner holding a running operation.
+	Worker string `json:"worker"`
+	// StartedAt is when the request started it; RunAt when a runner
+	// first claimed it (null while pending).
 	StartedAt  time.Time  `json:"started_at"`
+	RunAt      *time.Time `json:"run_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
 	FinishedAt *time.Time `json:"finished_at"`
 }
 
@@ -78,278 +106,142 @@ type operationBody struct {
 	Operation Operation `json:"operation"`
 }
 
-// Limits of the operations registry.
+// Limits of the operations.
 const (
-	// DefaultMaxOperations is the default bound on the operations running
-	// at once (Options.MaxOperations).
+	// DefaultMaxOperations is the default bound on the unfinished
+	// operations (pending, running or paused) at once
+	// (Options.MaxOperations).
 	DefaultMaxOperations = 8
-	// OperationRetention is how long a finished operation stays readable.
-	OperationRetention = time.Hour
-	// MaxKeptOperations bounds the operations kept: beyond it, the oldest
-	// finished ones are forgotten before their hour is up.
-	MaxKeptOperations = 1000
 	// defaultOperationList is how many operations GET /v1/operations
 	// lists without a limit.
 	defaultOperationList = 100
 )
 
-// errCanceledByRequest is the cancel cause of DELETE /v1/operations/{id}.
-var errCanceledByRequest = errors.New("canceled by DELETE /v1/operations/{id}")
+// errServerClosed is why a closed server starts no operation.
+var errServerClosed = errors.New("the server is shutting down")
 
-// errServerClosed is the cancel cause of Server.Close.
-var errServerClosed = errors.New("canceled: the server is shutting down")
-
-// operation is one entry of the registry; op is guarded by the
-// registry's mutex.
-type operation struct {
-	op     Operation
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-}
-
-// operations is the in-memory registry of the API's operations.
+// operations starts the API's operations in the store, bounds them, and
+// reads them back.
 type operations struct {
-	base       context.Context
-	stop       context.CancelCauseFunc
-	log        *slog.Logger
-	maxRunning int
-	keep       time.Duration
-	maxKept    int
-	now        func() time.Time
-
-	mu      sync.Mutex
-	byID    map[string]*operation
-	order   []*operation // oldest first
-	running int
-	wg      sync.WaitGroup
+	client    *redrive.Client
+	base      context.Context
+	stop      context.CancelCauseFunc
+	log       *slog.Logger
+	maxActive int
+	exportDir string
+	mu        sync.Mutex // serializes the bound's check and the start
 }
 
-func newOperations(parent context.Context, maxRunning int, log *slog.Logger) *operations {
+func newOperations(parent context.Context, maxActive int, log *slog.Logger) *operations {
 	if parent == nil {
 		parent = context.Background()
 	}
 	base, stop := context.WithCancelCause(parent)
-	return &operations{base: base, stop: stop, log: log, maxRunning: maxRunning, keep: OperationRetention,
-		maxKept: MaxKeptOperations, now: time.Now, byID: map[string]*operation{}}
+	return &operations{base: base, stop: stop, log: log, maxActive: maxActive}
 }
 
-// start registers an operation and runs it on its own goroutine, on a
-// context detached from the request. run reports progress with update.
-func (o *operations) start(init Operation, run func(ctx context.Context, update func(func(*Operation))) error) (*operation, error) {
-	id, err := newOperationID()
-	if err != nil {
-		return nil, err
-	}
-	o.mu.Lock()
-	if o.base.Err() != nil {
-		o.mu.Unlock()
-		return nil, &apiError{status: http.StatusServiceUnavailable, code: "shutting_down",
-			msg: "the server is shutting down and starts no more operations"}
-	}
-	if running := o.running; running >= o.maxRunning {
-		o.mu.Unlock()
-		return nil, &apiError{status: http.StatusTooManyRequests, code: "too_many_operations",
-			msg: fmt.Sprintf("%d operations are running, the limit is %d: wait for one to end (GET /v1/operations) or cancel one", running, o.maxRunning)}
-	}
-	o.pruneLocked()
-	ctx, cancel := context.WithCancelCause(o.base)
-	init.ID = id
-	init.State = OperationRunning
-	init.StartedAt = o.now().UTC()
-	init.RefusedIDs = []int64{}
-	op := &operation{op: init, cancel: cancel, done: make(chan struct{})}
-	o.byID[id] = op
-	o.order = append(o.order, op)
-	o.running++
-	o.wg.Add(1)
-	o.mu.Unlock()
-	o.log.Info("operation started", "operation", id, "kind", init.Kind, "rate", init.Rate, "note", init.Note)
+// OperationOf renders a stored operation as the API answers it (the CLI
+// shows operations read from the store directly in this form too).
+func OperationOf(op *redrive.Operation) Operation { return toOperation(op) }
 
-	go func() {
-		defer o.wg.Done()
-		update := func(f func(*Operation)) {
-			o.mu.Lock()
-			f(&op.op)
-			o.mu.Unlock()
+// toOperation renders a stored operation for the API.
+func toOperation(op *redrive.Operation) Operation {
+	p := op.Progress
+	filter := json.RawMessage(`{}`)
+	if b, err := json.Marshal(op.Params); err == nil {
+		var v struct {
+			Filter json.RawMessage `json:"filter"`
 		}
-		err := runRecovered(ctx, update, run, o.log)
-		o.finish(op, ctx, err)
-		cancel(nil)
-	}()
-	return op, nil
-}
-
-// runRecovered runs run, turning a panic into an error (logged with its
-// stack) so that one operation cannot bring the server down.
-func runRecovered(ctx context.Context, update func(func(*Operation)), run func(context.Context, func(func(*Operation))) error, log *slog.Logger) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			log.Error("operation panicked", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			err = fmt.Errorf("operation panicked: %v", v)
+		if json.Unmarshal(b, &v) == nil && len(v.Filter) > 0 {
+			filter = v.Filter
 		}
-	}()
-	return run(ctx, update)
-}
-
-// finish records how run ended.
-func (o *operations) finish(op *operation, ctx context.Context, err error) {
-	o.mu.Lock()
-	now := o.now().UTC()
-	op.op.FinishedAt = &now
-	cause := context.Cause(ctx)
-	switch {
-	case err == nil:
-		op.op.State = OperationDone
-	case cause != nil && (errors.Is(err, context.Canceled) || errors.Is(err, cause)):
-		op.op.State = OperationCanceled
-		op.op.Error = errServerClosed.Error()
-		if errors.Is(cause, errCanceledByRequest) {
-			op.op.Error = "canceled by DELETE /v1/operations/" + op.op.ID
-		}
-	default:
-		op.op.State = OperationFailed
-		op.op.Error = publicError(err)
 	}
-	o.running--
-	snap := op.snapshot()
-	o.mu.Unlock()
-	close(op.done)
-	attrs := []any{"operation", snap.ID, "kind", snap.Kind, "state", snap.State, "matched", snap.Matched,
-		"processed", snap.Processed, "duration", now.Sub(snap.StartedAt).String()}
-	if snap.State == OperationFailed {
-		o.log.Error("operation failed", append(attrs, "err", err)...)
-	} else {
-		o.log.Info("operation ended", attrs...)
-	}
-}
-
-// publicError words an operation's failure for API clients, in the
-// API's manner: input errors as they are, internal errors as a pointer
-// to the server's log (which holds the detail).
-func publicError(err error) string {
-	switch {
-	case errors.Is(err, redrive.ErrInvalid):
-		return err.Error()
-	case errors.Is(err, store.ErrClosed):
-		return "the store is unavailable; see the server log"
-	}
-	return "internal error; see the server log"
-}
-
-// snapshot copies the operation for an answer; the caller holds the
-// registry's mutex.
-func (op *operation) snapshot() Operation {
-	s := op.op
-	s.RefusedIDs = slices.Clone(op.op.RefusedIDs)
-	if s.RefusedIDs == nil {
-		s.RefusedIDs = []int64{}
-	}
-	if op.op.FinishedAt != nil {
-		t := *op.op.FinishedAt
-		s.FinishedAt = &t
-	}
-	return s
-}
-
-// get returns the operation with this id, or nil.
-func (o *operations) get(id string) (*operation, Operation) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.pruneLocked()
-	op := o.byID[id]
-	if op == nil {
-		return nil, Operation{}
-	}
-	return op, op.snapshot()
-}
-
-// snapshotOf reads one operation.
-func (o *operations) snapshotOf(op *operation) Operation {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return op.snapshot()
-}
-
-// list returns up to limit operations, newest first.
-func (o *operations) list(limit int) []Operation {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.pruneLocked()
-	out := make([]Operation, 0, min(limit, len(o.order)))
-	for i := len(o.order) - 1; i >= 0 && len(out) < limit; i-- {
-		out = append(out, o.order[i].snapshot())
+	out := Operation{ID: op.ID, Kind: op.Kind, State: op.State, Matched: max(p.Matched, 0), Processed: p.Processed,
+		Replayed: p.Replayed, Redriven: p.Redriven, Refused: p.Refused, Skipped: p.Skipped, Purged: p.Purged,
+		Exported: p.Exported, Failed: p.Failed, RefusedIDs: slices.Clone(p.RefusedIDs), Error: op.Error,
+		Rate: op.Params.Rate, Batch: op.Params.Batch, Note: op.Params.Note, Filter: filter, Dir: op.Params.Dir,
+		Cursor: op.Cursor, Worker: op.Worker, StartedAt: op.CreatedAt, RunAt: op.StartedAt, UpdatedAt: op.UpdatedAt,
+		FinishedAt: op.FinishedAt}
+	if out.RefusedIDs == nil {
+		out.RefusedIDs = []int64{}
 	}
 	return out
 }
 
-// pruneLocked forgets finished operations older than keep, and the
-// oldest finished ones beyond maxKept.
-func (o *operations) pruneLocked() {
-	cutoff := o.now().Add(-o.keep)
-	excess := len(o.order) - o.maxKept
-	kept := o.order[:0]
-	for _, op := range o.order {
-		if f := op.op.FinishedAt; f != nil && (f.Before(cutoff) || excess > 0) {
-			delete(o.byID, op.op.ID)
-			excess--
-			continue
-		}
-		kept = append(kept, op)
+// start stores a new operation, unless the server is closing or too many
+// are unfinished.
+func (o *operations) start(ctx context.Context, r redrive.OperationRequest) (*redrive.Operation, error) {
+	if o.client == nil {
+		return nil, errors.New("server: no client")
 	}
-	clear(o.order[len(kept):])
-	o.order = kept
-}
-
-// cancel cancels a running operation. It reports false when the
-// operation had already ended.
-func (o *operations) cancel(op *operation) bool {
+	if o.base.Err() != nil {
+		return nil, &apiError{status: http.StatusServiceUnavailable, code: "shutting_down",
+			msg: "the server is shutting down and starts no more operations"}
+	}
+	if err := o.client.ValidateOperation(r); err != nil {
+		return nil, payloadError(err, "payload")
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if op.op.State != OperationRunning {
-		return false
+	active, err := o.active(ctx)
+	if err != nil {
+		return nil, err
 	}
-	op.cancel(errCanceledByRequest)
-	return true
+	if active >= o.maxActive {
+		return nil, &apiError{status: http.StatusTooManyRequests, code: "too_many_operations",
+			msg: fmt.Sprintf("%d operations are unfinished (pending, running or paused), the limit is %d: wait for one to end (GET /v1/operations) or cancel one", active, o.maxActive)}
+	}
+	return o.client.StartOperation(ctx, r)
 }
 
-// close cancels every running operation, refuses new ones and waits for
-// the running ones to stop.
-func (o *operations) close() {
-	o.stop(errServerClosed)
-	o.wg.Wait()
+// active counts the unfinished operations among the newest thousand.
+func (o *operations) active(ctx context.Context) (int, error) {
+	ops, _, err := o.client.Operations(ctx, "", store.MaxPageSize)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, op := range ops {
+		if !op.State.Final() {
+			n++
+		}
+	}
+	return n, nil
 }
 
-// wait blocks until op ends or ctx does.
-func wait(ctx context.Context, op *operation) error {
-	select {
-	case <-op.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// close refuses new operations. The operations themselves live in the
+// store and run in workers: they go on.
+func (o *operations) close() { o.stop(errServerClosed) }
 
-func newOperationID() (string, error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("operation id: %w", err)
+// wait polls the operation until it ends, ctx does or the server
+// closes, and returns its last reading.
+func (o *operations) wait(reqCtx context.Context, id string) (*redrive.Operation, error) {
+	ctx, cancel := context.WithCancel(reqCtx)
+	defer cancel()
+	stop := context.AfterFunc(o.base, cancel)
+	defer stop()
+	op, err := o.client.WaitOperation(ctx, id, 50*time.Millisecond, nil)
+	if err != nil && o.base.Err() != nil {
+		// The server closes: answer with the operation as it stands.
+		return o.client.Operation(reqCtx, id)
 	}
-	return "op_" + hex.EncodeToString(b[:]), nil
+	return op, err
 }
 
 // answerStarted answers a started operation: 202 with Location, or with
-// wait, 200 with its final state once it ends.
-func (a *api) answerStarted(w http.ResponseWriter, r *http.Request, op *operation, waitEnd bool) error {
+// wait, 200 with its final state once it ends (or its state when the
+// server closes first).
+func (a *api) answerStarted(w http.ResponseWriter, r *http.Request, op *redrive.Operation, waitEnd bool) error {
 	if waitEnd {
-		if err := wait(r.Context(), op); err != nil {
+		final, err := a.ops.wait(r.Context(), op.ID)
+		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, operationBody{Operation: a.ops.snapshotOf(op)})
+		writeJSON(w, http.StatusOK, operationBody{Operation: toOperation(final)})
 		return nil
 	}
-	snap := a.ops.snapshotOf(op)
-	w.Header().Set("Location", "/v1/operations/"+snap.ID)
-	writeJSON(w, http.StatusAccepted, operationBody{Operation: snap})
+	w.Header().Set("Location", "/v1/operations/"+op.ID)
+	writeJSON(w, http.StatusAccepted, operationBody{Operation: toOperation(op)})
 	return nil
 }
 
@@ -365,14 +257,22 @@ func (q *query) parseBool(k string) (bool, error) {
 	}
 }
 
+// parseBatch checks an operation's batch size (0: the default).
+func parseBatch(n int) error {
+	if n < 0 || n > store.MaxPageSize {
+		return badRequest("batch", "batch must be from 1 to %d jobs (0 or absent: %d)", store.MaxPageSize, redrive.DefaultOperationBatch)
+	}
+	return nil
+}
+
 // operationNotFound is the answer for an unknown operation id.
 func operationNotFound(id string) error {
 	return &apiError{status: http.StatusNotFound, code: "not_found", field: "id",
-		msg: fmt.Sprintf("operation %q not found (finished operations are kept %s)", clip(id), OperationRetention)}
+		msg: fmt.Sprintf("operation %q not found", clip(id))}
 }
 
 func (a *api) listOperations(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, "limit")
+	q, err := newQuery(r, "limit", "before")
 	if err != nil {
 		return err
 	}
@@ -383,47 +283,242 @@ func (a *api) listOperations(w http.ResponseWriter, r *http.Request) error {
 	if n == 0 {
 		n = defaultOperationList
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"operations": a.ops.list(n)})
+	before := q.get("before")
+	if before != "" && !store.ValidOperationID(before) {
+		return badRequest("before", "before must be an operation id (op_ and 24 hexadecimal digits), got %q", clip(before))
+	}
+	ops, next, err := a.client.Operations(r.Context(), before, n)
+	if err != nil {
+		if errors.Is(err, redrive.ErrInvalid) {
+			return badRequest("before", "%s", err.Error())
+		}
+		return err
+	}
+	out := make([]Operation, len(ops))
+	for i, op := range ops {
+		out[i] = toOperation(op)
+	}
+	body := map[string]any{"operations": out}
+	if next != "" {
+		body["next"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 
-// pathOperation returns the operation named by the {id} of a request that
-// takes no query parameters, and a snapshot of it.
-func (a *api) pathOperation(r *http.Request) (*operation, Operation, error) {
+// pathOperationID returns the {id} of a request that takes no query
+// parameters.
+func pathOperationID(r *http.Request) (string, error) {
 	if _, err := newQuery(r); err != nil {
-		return nil, Operation{}, err
+		return "", err
 	}
 	id := r.PathValue("id")
-	op, snap := a.ops.get(id)
-	if op == nil {
-		return nil, Operation{}, operationNotFound(id)
+	if !store.ValidOperationID(id) {
+		return "", operationNotFound(id)
 	}
-	return op, snap, nil
+	return id, nil
 }
 
-func (a *api) getOperation(w http.ResponseWriter, r *http.Request) error {
-	_, snap, err := a.pathOperation(r)
-	if err != nil {
+// operationResult answers one operation, or the error of reading or
+// changing it.
+func (a *api) operationResult(w http.ResponseWriter, r *http.Request, id string, op *redrive.Operation, err error) error {
+	switch {
+	case errors.Is(err, redrive.ErrNotFound):
+		return operationNotFound(id)
+	case errors.Is(err, redrive.ErrConflict):
+		msg := fmt.Sprintf("operation %s is no longer in a state that allows this", id)
+		if cur, gerr := a.client.Operation(r.Context(), id); gerr == nil {
+			msg = fmt.Sprintf("operation %s is %s: this does not apply to it", id, cur.State)
+		}
+		return &apiError{status: http.StatusConflict, code: "conflict", msg: msg}
+	case err != nil:
 		return err
 	}
-	writeJSON(w, http.StatusOK, operationBody{Operation: snap})
+	writeJSON(w, http.StatusOK, operationBody{Operation: toOperation(op)})
 	return nil
 }
 
-func (a *api) cancelOperation(w http.ResponseWriter, r *http.Request) error {
-	op, snap, err := a.pathOperation(r)
+// onOperation serves a request about the operation of the path's id with
+// act (the Client's Operation, or one of its actions), answering the
+// operation as act leaves it.
+func (a *api) onOperation(act func(context.Context, string) (*redrive.Operation, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id, err := pathOperationID(r)
+		if err != nil {
+			return err
+		}
+		op, err := act(r.Context(), id)
+		return a.operationResult(w, r, id, op, err)
+	}
+}
+
+// ReplayFilterBody selects the jobs of a replay: the DLQ filter's fields,
+// states (any, completed included; none: every state) and a payload
+// field's value.
+type ReplayFilterBody struct {
+	FilterBody
+	States []string `json:"states"`
+	// PayloadField is a dotted path of object keys in the payload
+	// ("customer_id", "order.customer.id"); PayloadValue the JSON scalar
+	// it must equal (numbers compare by value).
+	PayloadField string          `json:"payload_field"`
+	PayloadValue json.RawMessage `json:"payload_value"`
+}
+
+// ReplayBody is the body of POST /v1/replay.
+type ReplayBody struct {
+	Filter *ReplayFilterBody `json:"filter"`
+	// All confirms a replay of every job (an empty filter).
+	All bool `json:"all"`
+	// Batch is how many jobs one batch handles (default 100).
+	Batch int `json:"batch"`
+	// Rate bounds the replay in jobs per second (0: no bound).
+	Rate float64 `json:"rate"`
+	// Note is recorded in each new job's replayed event.
+	Note string `json:"note"`
+}
+
+// toReplayRequest validates a replay body.
+func (in ReplayBody) toReplayRequest() (redrive.OperationRequest, error) {
+	req := redrive.OperationRequest{Kind: OperationReplay, Batch: in.Batch, Rate: in.Rate, Note: in.Note}
+	if in.Filter != nil {
+		f, err := in.Filter.toFilter("filter.")
+		if err != nil {
+			return req, err
+		}
+		for _, s := range in.Filter.States {
+			st, err := parseState("filter.states", s)
+			if err != nil {
+				return req, err
+			}
+			f.States = append(f.States, st)
+		}
+		if err := checkName("filter.payload_field", in.Filter.PayloadField, maxName); err != nil {
+			return req, err
+		}
+		f.PayloadField = in.Filter.PayloadField
+		if !isNull(in.Filter.PayloadValue) || in.Filter.PayloadField != "" {
+			f.PayloadValue = in.Filter.PayloadValue
+			if len(f.PayloadValue) == 0 {
+				return req, badRequest("filter.payload_value", "payload_field needs a payload_value (a JSON string, number, boolean or null)")
+			}
+		}
+		if err := store.CheckPayloadMatch(f); err != nil {
+			field := "filter.payload_value"
+			if _, perr := store.PayloadPath(f.PayloadField); f.PayloadField == "" || perr != nil {
+				field = "filter.payload_field"
+			}
+			return req, badRequest(field, "%s", trimInvalid(err))
+		}
+		req.Filter = f
+	}
+	if emptyFilter(req.Filter) && req.Filter.PayloadField == "" && !in.All {
+		return req, &apiError{status: http.StatusBadRequest, code: "filter_required", field: "filter",
+			msg: "the filter is empty and would replay every job; narrow it or set \"all\": true"}
+	}
+	if err := parseBatch(in.Batch); err != nil {
+		return req, err
+	}
+	if err := parseRate(in.Rate); err != nil {
+		return req, err
+	}
+	if err := checkName("note", in.Note, MaxNote); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// trimInvalid is an ErrInvalid message without its "invalid request: "
+// prefix.
+func trimInvalid(err error) string {
+	s := err.Error()
+	p := redrive.ErrInvalid.Error() + ": "
+	if len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}
+
+// replay starts a replay (POST /v1/replay[?wait=true]).
+func (a *api) replay(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, "wait")
 	if err != nil {
 		return err
 	}
-	if !a.ops.cancel(op) {
-		return &apiError{status: http.StatusConflict, code: "conflict",
-			msg: fmt.Sprintf("operation %s has already ended (%s)", snap.ID, snap.State)}
-	}
-	// The operation stops at its next store call or pacing wait: wait for
-	// it, so the answer holds what it did.
-	if err := wait(r.Context(), op); err != nil {
+	waitEnd, err := q.parseBool("wait")
+	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, operationBody{Operation: a.ops.snapshotOf(op)})
-	return nil
+	var in ReplayBody
+	if err := a.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	req, err := in.toReplayRequest()
+	if err != nil {
+		return err
+	}
+	op, err := a.ops.start(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	return a.answerStarted(w, r, op, waitEnd)
+}
+
+// ExportBody is the body of POST /v1/dlq/export: a folder export of dead
+// jobs run as an operation by a worker, into a folder under the server's
+// export folder (serve --export-dir).
+type ExportBody struct {
+	Filter *FilterBody `json:"filter"`
+	// All confirms an export of every dead job (an empty filter).
+	All bool `json:"all"`
+	// Dir is the folder to write, relative to the server's export
+	// folder: a local path (no "..", not absolute).
+	Dir   string `json:"dir"`
+	Batch int    `json:"batch"`
+}
+
+// exportDead starts a folder export (POST /v1/dlq/export[?wait=true]).
+func (a *api) exportDead(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, "wait")
+	if err != nil {
+		return err
+	}
+	waitEnd, err := q.parseBool("wait")
+	if err != nil {
+		return err
+	}
+	var in ExportBody
+	if err := a.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if a.ops.exportDir == "" {
+		return &apiError{status: http.StatusForbidden, code: "export_disabled", field: "dir",
+			msg: "this server writes no folders: start serve with --export-dir DIR to allow exports under DIR (or stream GET /v1/dlq/export)"}
+	}
+	if err := checkName("dir", in.Dir, maxQueryValue); err != nil {
+		return err
+	}
+	if in.Dir == "" || !filepath.IsLocal(in.Dir) {
+		return badRequest("dir", "dir must be a relative folder under the server's export folder, without \"..\", got %q", clip(in.Dir))
+	}
+	req := redrive.OperationRequest{Kind: OperationExport, Batch: in.Batch, Dir: filepath.Join(a.ops.exportDir, in.Dir)}
+	if in.Filter != nil {
+		f, err := in.Filter.toFilter("filter.")
+		if err != nil {
+			return err
+		}
+		req.Filter = f
+	}
+	if emptyFilter(req.Filter) && !in.All {
+		return &apiError{status: http.StatusBadRequest, code: "filter_required", field: "filter",
+			msg: "the filter is empty and would export every dead job; narrow it or set \"all\": true"}
+	}
+	if err := parseBatch(in.Batch); err != nil {
+		return err
+	}
+	op, err := a.ops.start(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	return a.answerStarted(w, r, op, waitEnd)
 }

@@ -5,10 +5,12 @@
 // Kafka topics whose dead letters it keeps, as JSON over HTTP; and the
 // web dashboard, at /.
 //
-// Bulk redrives and purges run in the background as operations: the
-// request that starts one is answered 202 with its Location,
-// /v1/operations/{id}, which reports its progress until it ends and
-// cancels it on DELETE (or, with ?wait=true, once it has ended).
+// Bulk redrives, purges, replays and folder exports are durable
+// operations kept in the store: the request that starts one is answered
+// 202 with its Location, /v1/operations/{id}, which reports its progress
+// until it ends (or, with ?wait=true, once it has ended). The worker that
+// leads the fleet runs them (serve runs a worker); an API without any
+// worker on its store leaves them pending.
 //
 // Every error is answered with a JSON body
 //
@@ -63,17 +65,21 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxBody bounds a request body in bytes (default DefaultMaxBody).
 	MaxBody int64
-	// Context bounds the operations the API starts (bulk redrives and
-	// purges), which run detached from the request that started them:
-	// when it ends, they are canceled (what they did stays done) and no
-	// more are started. Default: context.Background(). Server.Close does
-	// the same and also waits for them to stop; call it before closing
-	// the store.
+	// Context bounds the starting of operations (bulk redrives, purges,
+	// replays, exports): when it ends, no more are started (503
+	// shutting_down) and requests waiting on one (wait=true) are answered
+	// with its state. The operations themselves are kept in the store and
+	// run by workers: they go on. Default: context.Background().
+	// Server.Close does the same.
 	Context context.Context
-	// MaxOperations bounds the operations running at once (default
-	// DefaultMaxOperations); beyond it, starting one is answered 429
-	// too_many_operations.
+	// MaxOperations bounds the unfinished operations (pending, running
+	// or paused) at once (default DefaultMaxOperations); beyond it,
+	// starting one is answered 429 too_many_operations.
 	MaxOperations int
+	// ExportDir is the folder under which POST /v1/dlq/export may write
+	// (serve --export-dir), on the machine of the worker that runs the
+	// export; "" refuses folder exports (403 export_disabled).
+	ExportDir string
 	// AllowedHosts are the host names (or addresses) the server answers
 	// to; a request whose Host header names another is answered 421, so
 	// that a DNS-rebinding page cannot reach the API or the dashboard.
@@ -136,8 +142,8 @@ type api struct {
 	storeTrouble troubleLog
 }
 
-// Server is the REST API: an http.Handler, and the owner of the
-// operations (bulk redrives and purges) its requests start.
+// Server is the REST API: an http.Handler, which starts the operations
+// (bulk redrives, purges, replays, exports) its requests ask for.
 type Server struct {
 	handler http.Handler
 	ops     *operations
@@ -146,11 +152,9 @@ type Server struct {
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-// Close cancels the operations still running (what they did stays done;
-// they end in state canceled), refuses new ones with 503 shutting_down,
-// and returns once every operation has stopped, which is prompt: each
-// stops at its next store call or pacing wait. Requests waiting on an
-// operation (wait=true) then get its final state. Close the server before
+// Close refuses new operations with 503 shutting_down and answers the
+// requests waiting on one (wait=true) with its current state. The
+// operations go on in the workers that run them. Close the server before
 // the store it works on. It always returns nil.
 func (s *Server) Close() error {
 	s.ops.close()
@@ -173,13 +177,26 @@ var routes = []string{
 	"GET /v1/operations",
 	"GET /v1/operations/{id}",
 	"DELETE /v1/operations/{id}",
+	"POST /v1/operations/{id}/pause",
+	"POST /v1/operations/{id}/resume",
+	"POST /v1/operations/{id}/cancel",
+	"POST /v1/replay",
+	"POST /v1/dlq/export",
 	"GET /v1/stats",
 	"GET /v1/stats/series",
 	"GET /v1/queues",
 	"GET /v1/workers",
 	"POST /v1/queues/{name}/pause",
 	"POST /v1/queues/{name}/resume",
+	"GET /v1/schedules",
+	"GET /v1/schedules/{name}",
+	"DELETE /v1/schedules/{name}",
+	"POST /v1/schedules/{name}/pause",
+	"POST /v1/schedules/{name}/resume",
+	"POST /v1/schedules/{name}/trigger",
 	"GET /v1/breakers",
+	"POST /v1/breakers/{name}/open",
+	"POST /v1/breakers/{name}/reset",
 	"GET /v1/amqp/queues",
 	"GET /v1/kafka/topics",
 	"GET /v1/openapi.json",
@@ -232,11 +249,26 @@ func New(opts Options) *Server {
 		"POST /v1/queues/{name}/pause":  a.pauseQueue,
 		"POST /v1/queues/{name}/resume": a.resumeQueue,
 	}
+	// Periodic schedules (schedules.go).
+	handlers["GET /v1/schedules"] = a.listSchedules
+	handlers["GET /v1/schedules/{name}"] = a.getSchedule
+	handlers["DELETE /v1/schedules/{name}"] = a.deleteSchedule
+	handlers["POST /v1/schedules/{name}/pause"] = a.pauseSchedule
+	handlers["POST /v1/schedules/{name}/resume"] = a.resumeSchedule
+	handlers["POST /v1/schedules/{name}/trigger"] = a.triggerSchedule
 	// The DLQ's bulk operations and export (operations.go, dlq.go).
 	handlers["GET /v1/dlq/export"] = a.export
 	handlers["GET /v1/operations"] = a.listOperations
-	handlers["GET /v1/operations/{id}"] = a.getOperation
-	handlers["DELETE /v1/operations/{id}"] = a.cancelOperation
+	// Canceling (DELETE, or POST .../cancel) stops the runner after its
+	// current batch; what it did stays done.
+	handlers["GET /v1/operations/{id}"] = a.onOperation(a.client.Operation)
+	handlers["DELETE /v1/operations/{id}"] = a.onOperation(a.client.CancelOperation)
+	handlers["POST /v1/operations/{id}/pause"] = a.onOperation(a.client.PauseOperation)
+	handlers["POST /v1/operations/{id}/resume"] = a.onOperation(a.client.ResumeOperation)
+	handlers["POST /v1/operations/{id}/cancel"] = a.onOperation(a.client.CancelOperation)
+	handlers["POST /v1/replay"] = a.replay
+	handlers["POST /v1/dlq/export"] = a.exportDead
+	a.ops.client, a.ops.exportDir = opts.Client, opts.ExportDir
 	// How many jobs a listing, a purge or a redrive selects (count.go).
 	handlers["GET /v1/jobs/count"] = a.countJobs
 	handlers["GET /v1/dlq/count"] = a.countDead
@@ -244,6 +276,9 @@ func New(opts Options) *Server {
 	handlers["GET /v1/amqp/queues"] = a.listManagedQueues
 	// The Kafka topics whose dead letters serve keeps (kafkatopics.go).
 	handlers["GET /v1/kafka/topics"] = a.listKafkaTopics
+	// The fleet's circuit breakers (breakers.go).
+	handlers["POST /v1/breakers/{name}/open"] = a.openBreaker
+	handlers["POST /v1/breakers/{name}/reset"] = a.resetBreaker
 	mux := http.NewServeMux()
 	for _, p := range routes {
 		mux.Handle(p, a.wrap(handlers[p]))
@@ -537,14 +572,5 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, s)
-	return nil
-}
-
-func (a *api) listBreakers(w http.ResponseWriter, r *http.Request) error {
-	st := []breaker.Status{}
-	if a.breakers != nil {
-		st = append(st, a.breakers.Statuses()...)
-	}
-	writeJSON(w, http.StatusOK, st)
 	return nil
 }

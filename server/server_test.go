@@ -469,6 +469,7 @@ func TestCancel(t *testing.T) {
 
 func TestDLQ(t *testing.T) {
 	e := newEnv(t, Options{})
+	e.runWorker() // runs the redrives and purges
 	d1 := e.makeDead("orders", "card declined", failure.Permanent)
 	d2 := e.makeDead("orders", "card declined", failure.Permanent)
 	d3 := e.makeDead("mail", "401 unauthorized", failure.NeedsAuth)

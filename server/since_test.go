@@ -63,7 +63,7 @@ func TestRelativeSinceUntil(t *testing.T) {
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "until must be after since") {
 		t.Errorf("since=1h&until=7d: %d %s", rec.Code, rec.Body)
 	}
-	req := httptest.NewRequest("POST", "/v1/dlq/redrive?wait=true", strings.NewReader(`{"filter":{"since":"7d","until":"1m"}}`))
+	req := httptest.NewRequest("POST", "/v1/dlq/redrive", strings.NewReader(`{"filter":{"since":"7d","until":"1m"}}`))
 	req.Header.Set("Content-Type", "application/json")
 	rec = httptest.NewRecorder()
 	s.ServeHTTP(rec, req)

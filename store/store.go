@@ -160,6 +160,9 @@ type Job struct {
 	Fingerprint string     `json:"fingerprint,omitempty"`
 	// Redriven counts how many times the job was redriven from the DLQ.
 	Redriven int `json:"redriven"`
+	// ReplayOf is the id of the job this job replays (a replay
+	// operation created it), 0 for a job enqueued otherwise.
+	ReplayOf int64 `json:"replay_of,omitempty"`
 	// LastDuration is how long the handler ran in the job's last attempt
 	// that completed it, failed or buried it (0 before any). With
 	// AttemptedAt and Attempt it records the attempt that completed a
@@ -241,6 +244,9 @@ const (
 	EventCanceled EventKind = "canceled"
 	// EventRedriven: an operator redrove the job from the DLQ.
 	EventRedriven EventKind = "redriven"
+	// EventReplayed: the job was created by a replay of the job ReplayOf
+	// names (the first event of a replay job's history).
+	EventReplayed EventKind = "replayed"
 )
 
 // Event is one entry of a job's history: an attempt and its outcome, or an
@@ -263,6 +269,8 @@ type Event struct {
 	// text, cut to its first MaxPreviousPayload characters (a payload cut
 	// short is no longer valid JSON).
 	PreviousPayload string `json:"previous_payload,omitempty"`
+	// ReplayOf is, on a replayed event, the id of the job replayed.
+	ReplayOf int64 `json:"replay_of,omitempty"`
 }
 
 // MaxPreviousPayload bounds, in characters, the previous payload a
@@ -471,6 +479,14 @@ type Filter struct {
 	ErrorContains string
 	// IDs restricts the selection to these jobs.
 	IDs []int64
+	// PayloadField, when not "", selects the jobs whose payload holds,
+	// at this dotted path of object keys ("customer_id",
+	// "order.customer.id"), a scalar equal to PayloadValue (JSON: a
+	// string, number, boolean or null; numbers compare by value). It
+	// reads every payload the other fields leave: narrow those first on
+	// large tables.
+	PayloadField string
+	PayloadValue json.RawMessage
 }
 
 // Page is a keyset page request: jobs after Cursor in the listing's order.

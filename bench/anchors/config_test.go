@@ -140,10 +140,12 @@ func runFailsafeJob(rp retrypolicy.RetryPolicy[any], exec *failsafeExec, inner f
 
 // --- circuit breaker ------------------------------------------------------
 
-// newRedriveBreaker is redrive's default breaker, which is the scenario:
-// count mode, where a success on a closed breaker is not recorded at all.
+// newRedriveBreaker is redrive's count-only breaker, which is the
+// scenario: 5 failures within 30s, where a success on a closed breaker is
+// not recorded at all (redrive's default before the ratio was added).
 func newRedriveBreaker() *breaker.Breaker {
 	return breaker.New("dep", breaker.Config{
+		CountOnly:      true,
 		Failures:       tripFailures,
 		Window:         failureWindow,
 		BreakDuration:  breakDuration,
@@ -151,9 +153,9 @@ func newRedriveBreaker() *breaker.Breaker {
 	})
 }
 
-// newRedriveRatioBreaker is the same breaker in ratio mode (also trip at 50%
-// failures over at least 10 calls in the window), which counts every
-// success in a time bucket, like the other libraries do.
+// newRedriveRatioBreaker is redrive's default breaker: at least 5 failures
+// and at least 50% of the calls in the window, which counts every success
+// in a time bucket, like the other libraries do.
 func newRedriveRatioBreaker() *breaker.Breaker {
 	return breaker.New("dep", breaker.Config{
 		Failures:       tripFailures,

@@ -412,8 +412,9 @@ func (d *directBackend) Groups(ctx context.Context, fo filterOptions, limit int)
 	return d.c.DeadGroups(ctx, f, limit)
 }
 
+// Redrive runs a redrive operation on the store (see runDirect).
 func (d *directBackend) Redrive(ctx context.Context, q redriveQuery, progress func(redrive.RedriveProgress)) (redrive.RedriveProgress, error) {
-	req := redrive.RedriveRequest{IDs: q.IDs, Rate: q.Rate, Note: q.Note, Progress: progress}
+	req := redrive.OperationRequest{Kind: redrive.OperationRedrive, IDs: q.IDs, Rate: q.Rate, Note: q.Note}
 	if len(q.Payload) > 0 {
 		req.Payload = q.Payload
 	}
@@ -424,24 +425,26 @@ func (d *directBackend) Redrive(ctx context.Context, q redriveQuery, progress fu
 		}
 		req.Filter = f
 	}
-	return d.c.Redrive(ctx, req)
+	op, err := runDirect(ctx, d, req, func(op server.Operation) {
+		if progress != nil {
+			progress(redriveProgress(op))
+		}
+	})
+	return redriveProgress(op), err
 }
 
+// Purge runs a purge operation on the store (see runDirect).
 func (d *directBackend) Purge(ctx context.Context, fo filterOptions, _ bool, progress func(purgeProgress)) (int64, error) {
 	f, err := fo.toFilter()
 	if err != nil {
 		return 0, err
 	}
-	var report func(int64)
-	if progress != nil {
-		matched, err := d.Count(ctx, deadQuery(fo))
-		if err != nil {
-			return 0, err
+	op, err := runDirect(ctx, d, redrive.OperationRequest{Kind: redrive.OperationPurge, Filter: f}, func(op server.Operation) {
+		if progress != nil {
+			progress(purgeProgress{Matched: op.Matched, Purged: op.Purged})
 		}
-		progress(purgeProgress{Matched: matched})
-		report = func(n int64) { progress(purgeProgress{Matched: matched, Purged: n}) }
-	}
-	return d.c.Purge(ctx, f, report)
+	})
+	return op.Purged, err
 }
 
 func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
@@ -652,7 +655,7 @@ func (h *httpBackend) follow(ctx context.Context, op server.Operation, report fu
 	report(op)
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
-	for op.State == server.OperationRunning {
+	for !op.State.Final() {
 		select {
 		case <-ctx.Done():
 			final, err := h.cancelOperation(ctx, path)

@@ -299,14 +299,23 @@ cluster's.`,
 }
 
 func newBenchContinuousCmd(g *globalOptions, o *benchOptions) *cobra.Command {
-	p := bench.ContinuousParams{Producers: bench.DefaultProducers, Batch: bench.DefaultBatch}
+	p := bench.ContinuousParams{Producers: bench.DefaultProducers, Batch: bench.DefaultBatch,
+		RetryEvery: bench.DefaultRetryEvery, RetryWorkers: bench.DefaultRetryWorkers, BurnDown: bench.DefaultBurnDown}
 	duration, warmup := bench.DefaultDuration, bench.DefaultWarmup
+	retryDelay := bench.DefaultProbeDelay
 	cmd := &cobra.Command{
 		Use:   "continuous",
 		Short: "Producers enqueue while the worker burns down, for a duration",
 		Long: `Producers enqueue no-op jobs continuously (EnqueueMany batches) while the
 worker burns them down. Reports the completed and enqueued jobs per second
-in steady state (the warm-up excluded) and the backlog left at the end.`,
+in steady state (the warm-up excluded) and the backlog left at the end.
+
+One job in --retry-every is a retry probe, in a queue of its own served by
+the same worker (--retry-workers handlers): it fails once and is retried
+after --retry-delay; the retry's lateness (start minus due time) under the
+flood is reported. Before the flood, a burn-down of --burn-down jobs with
+the same settings (throughput workload, fresh database) gives the rate the
+completed rate is compared with, in the same run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -320,8 +329,17 @@ in steady state (the warm-up excluded) and the backlog left at the end.`,
 				return flagErrorf(cmd, "--warmup must not be negative, got %s", warmup)
 			case duration <= warmup:
 				return flagErrorf(cmd, "--duration (%s) must be longer than --warmup (%s)", duration, warmup)
+			case p.RetryEvery < 0:
+				return flagErrorf(cmd, "--retry-every must not be negative, got %d", p.RetryEvery)
+			case p.RetryEvery > 0 && retryDelay <= 0:
+				return flagErrorf(cmd, "--retry-delay must be positive, got %s", retryDelay)
+			case p.RetryWorkers < 1 && p.RetryEvery > 0:
+				return flagErrorf(cmd, "--retry-workers must be at least 1, got %d", p.RetryWorkers)
+			case p.BurnDown < 0:
+				return flagErrorf(cmd, "--burn-down must not be negative, got %d", p.BurnDown)
 			}
 			p.Duration, p.Warmup = bench.Duration(duration), bench.Duration(warmup)
+			p.RetryDelay = bench.Duration(retryDelay)
 			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
 				return result(bench.Continuous(ctx, cfg, p))
 			})
@@ -333,6 +351,10 @@ in steady state (the warm-up excluded) and the backlog left at the end.`,
 	f.Float64Var(&p.Rate, "rate", 0, "cap on the total enqueue rate in jobs/s (0: as fast as possible)")
 	f.DurationVar(&duration, "duration", duration, "length of the run, warm-up included")
 	f.DurationVar(&warmup, "warmup", warmup, "start of the run left out of the steady-state rates")
+	f.IntVar(&p.RetryEvery, "retry-every", p.RetryEvery, "one job in this many is a retry probe (0: none)")
+	f.DurationVar(&retryDelay, "retry-delay", retryDelay, "the retry probes' retry delay")
+	f.IntVar(&p.RetryWorkers, "retry-workers", p.RetryWorkers, "handlers of the retry probes' queue")
+	f.IntVar(&p.BurnDown, "burn-down", p.BurnDown, "jobs of the burn-down measured first with the same settings (0: none)")
 	return cmd
 }
 

@@ -167,7 +167,8 @@ func TestBenchLateness(t *testing.T) {
 }
 
 func TestBenchContinuous(t *testing.T) {
-	r := benchJSON[bench.ContinuousResult](t, "continuous", "--duration", "600ms", "--warmup", "100ms", "--producers", "2", "--batch", "50")
+	r := benchJSON[bench.ContinuousResult](t, "continuous", "--duration", "600ms", "--warmup", "100ms", "--producers", "2", "--batch", "50",
+		"--burn-down", "2000", "--retry-every", "10", "--retry-delay", "10ms", "--retry-workers", "4")
 	checkMeta(t, r.Meta, "continuous")
 	if r.Params.Producers != 2 || r.Params.Batch != 50 || r.Params.Duration != bench.Duration(600*time.Millisecond) {
 		t.Errorf("params = %+v", r.Params)
@@ -178,8 +179,18 @@ func TestBenchContinuous(t *testing.T) {
 	if r.Steady < bench.Duration(450*time.Millisecond) || r.Steady > bench.Duration(5*time.Second) {
 		t.Errorf("steady window %s, want about 500ms", r.Steady)
 	}
-	if r.Enqueued%50 != 0 || r.StoreCompleted+r.Backlog != r.Enqueued || r.StoreCompleted != r.Completed || r.Backlog < 0 {
-		t.Errorf("accounting: enqueued %d, completed %d (store %d), backlog %d", r.Enqueued, r.Completed, r.StoreCompleted, r.Backlog)
+	if (r.Enqueued+r.Probes)%50 != 0 || r.StoreCompleted+r.Backlog != r.Enqueued || r.StoreCompleted != r.Completed || r.Backlog < 0 {
+		t.Errorf("accounting: enqueued %d (+%d probes), completed %d (store %d), backlog %d", r.Enqueued, r.Probes, r.Completed, r.StoreCompleted, r.Backlog)
+	}
+	// One job in 10 is a probe: the producers' calls of 50 carry 5 each.
+	if r.Probes == 0 || r.Probes*9 != r.Enqueued || r.ProbesDone != r.StoreProbesCompleted || r.ProbesDone > r.Probes {
+		t.Errorf("probes: %d enqueued beside %d jobs, %d done (store %d)", r.Probes, r.Enqueued, r.ProbesDone, r.StoreProbesCompleted)
+	}
+	if r.RetryLateness.N == 0 || r.RetryLateness.N > int(r.ProbesDone) || r.RetrySinceFailure.N != r.RetryLateness.N {
+		t.Errorf("retry lateness: %d and %d samples for %d retries", r.RetryLateness.N, r.RetrySinceFailure.N, r.ProbesDone)
+	}
+	if r.Params.BurnDown != 2000 || r.BurnDownRate <= 0 || r.RatioToBurnDown <= 0 || r.RatioToBurnDown != r.Rate/r.BurnDownRate {
+		t.Errorf("burn-down: %d jobs, %v jobs/s, ratio %v (rate %v)", r.Params.BurnDown, r.BurnDownRate, r.RatioToBurnDown, r.Rate)
 	}
 }
 

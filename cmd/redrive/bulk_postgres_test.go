@@ -18,37 +18,6 @@ import (
 	"github.com/redrivehq/redrive/store/postgres"
 )
 
-// buryStore makes n dead jobs in queue on any store, in bulk.
-func buryStore(t *testing.T, st store.Store, queue string, n int) {
-	t.Helper()
-	ctx := context.Background()
-	c := redrive.NewClient(st, redrive.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
-	for done := 0; done < n; {
-		reqs := make([]redrive.Request, min(n-done, 1000))
-		for i := range reqs {
-			reqs[i] = redrive.Request{Kind: "email", Queue: queue, Payload: map[string]int{"n": done + i}}
-		}
-		if _, err := c.EnqueueMany(ctx, reqs); err != nil {
-			t.Fatal(err)
-		}
-		now := time.Now()
-		jobs, err := st.Fetch(ctx, store.FetchParams{Queue: queue, Limit: len(reqs), Now: now, LeaseUntil: now.Add(time.Minute), Worker: "test"})
-		if err != nil || len(jobs) != len(reqs) {
-			t.Fatalf("fetch: %d jobs, %v", len(jobs), err)
-		}
-		outs := make([]store.Outcome, len(jobs))
-		for i, j := range jobs {
-			outs[i] = store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: "test", Kind: store.Bury, At: now,
-				Event: &store.Event{Kind: store.EventDead, Attempt: j.Attempt, At: now, Class: "permanent", Error: "bad address"},
-				Error: "bad address", Class: failure.Permanent, DeadReason: "permanent_error", Fingerprint: "fp-bad-address"}
-		}
-		if _, err := st.Finish(ctx, outs); err != nil {
-			t.Fatal(err)
-		}
-		done += len(reqs)
-	}
-}
-
 // TestBulkOpsPostgres runs redrive, purge and export with their progress
 // bars on PostgreSQL, directly and through a server on it; the purge
 // spans more than one batch.
@@ -63,11 +32,19 @@ func TestBulkOpsPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := server.New(server.Options{Client: redrive.NewClient(st, redrive.ClientOptions{Logger: log}), Logger: log})
+	client := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	api := server.New(server.Options{Client: client, Logger: log})
 	ts := httptest.NewServer(api)
+	// The worker that runs the operations the server starts, as serve's.
+	w := redrive.NewWorker(client, redrive.WorkerOptions{Queues: map[string]int{"operations-only": 1}, PollInterval: 20 * time.Millisecond, Logger: log})
+	wctx, stopWorker := context.WithCancel(context.Background())
+	workerDone := make(chan struct{})
+	go func() { _ = w.Run(wctx); close(workerDone) }()
 	t.Cleanup(func() {
 		api.Close()
 		ts.Close()
+		stopWorker()
+		<-workerDone
 		st.Close()
 	})
 
@@ -88,7 +65,7 @@ func TestBulkOpsPostgres(t *testing.T) {
 				}
 				return out, stderr
 			}
-			buryStore(t, st, "pg", n)
+			seedFinished(t, st, "pg", redrive.Dead, n)
 			dir := filepath.Join(t.TempDir(), "x")
 			out, stderr := cli("dlq", "export", dir, "--queue", "pg")
 			if !strings.Contains(out, fmt.Sprintf("exported %d dead job(s)", n)) {

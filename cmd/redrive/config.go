@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/pflag"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -74,6 +75,12 @@ type serveConfig struct {
 	// QueueRetry is the retry policy of each queue served that the config
 	// file gives one (its "retry" object on top of Retry).
 	QueueRetry map[string]retry.Policy
+	// Classify is how failures are classified, by default and per queue
+	// (classify_config.go).
+	Classify classifyConfig
+	// Breakers are the circuit breakers of dependencies and of the http
+	// kind's hosts (breaker_config.go).
+	Breakers breakerConfig
 	// AMQP are the RabbitMQ queues serve manages (--amqp-url).
 	AMQP amqpConfig
 	// Kafka are the Kafka topics whose dead letters serve keeps
@@ -81,6 +88,11 @@ type serveConfig struct {
 	Kafka kafkaConfig
 	// Download is the built-in download kind (--download-dir).
 	Download downloadConfig
+	// ExportDir is the folder API folder exports write under
+	// (--export-dir); empty refuses them.
+	ExportDir string
+	// Schedules are the periodic jobs serve declares (schedules_config.go).
+	Schedules []redrive.Periodic
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
 	queuesSpec string
@@ -260,7 +272,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(append(append(retrySettings, amqpSettings...), kafkaSettings...), downloadSettings...)...)
+}, append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -329,7 +341,8 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 			name := normalizeKey(k)
 			s, ok := byName[name]
 			if !ok {
-				return nil, fmt.Errorf("%s: unknown setting %q (known: %s; in a \"retry\" object: %s)", path, k, settingNames(), retryKeys())
+				return nil, fmt.Errorf("%s: unknown setting %q (known: %s; in a \"retry\" object: %s; in a \"classify\" object: %s; in a \"breaker\" object: %s)",
+					path, k, settingNames(), retryKeys(), classifyKeys(), breakerKeys())
 			}
 			if prev, dup := srcs[name]; dup {
 				return nil, fmt.Errorf("%s: %s: the setting %s is given twice (also as %s)", path, k, name, strings.TrimPrefix(prev, path+": "))
@@ -380,12 +393,27 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 	if err := resolveDownload(c, srcs["download-dir"]); err != nil {
 		return nil, err
 	}
+	if err := resolveSchedules(c); err != nil {
+		return nil, err
+	}
 	// The retry policies: the default one, then each queue's on top.
 	if err := checkRetryDelays(c.Retry, srcs["retry-base"], srcs["retry-max"]); err != nil {
 		return nil, err
 	}
 	if err := c.Retry.Validate(); err != nil {
 		return nil, fmt.Errorf("retry: %w", err) // the settings' bounds should prevent it
+	}
+	// The classification, the default one and each queue's on top, and
+	// the breakers of the dependencies on top of the default one.
+	var queueClassify map[string]map[string]string
+	if file != nil {
+		queueClassify = file.queueClassify
+	}
+	if err := resolveClassify(c, path, queueClassify); err != nil {
+		return nil, err
+	}
+	if err := resolveBreakers(c); err != nil {
+		return nil, err
 	}
 	if file != nil && len(file.queueRetry) > 0 {
 		all, err := resolveQueueRetry(c, path, file.queueRetry, srcs["retry-base"], srcs["retry-max"])
@@ -431,6 +459,9 @@ type configFile struct {
 	// queueRetry holds the "retry" object of each queue of the "queues"
 	// object that has one, keyed as the file spells them.
 	queueRetry map[string]map[string]string
+	// queueClassify holds the "classify" object of each queue of the
+	// "queues" object that has one, likewise.
+	queueClassify map[string]map[string]string
 }
 
 // readConfigFile reads a JSON object of settings keyed by flag name. A
@@ -466,12 +497,26 @@ func readConfigFile(path string) (*configFile, error) {
 	for k, v := range raw {
 		v = bytes.TrimSpace(v)
 		name := normalizeKey(k)
-		if s, ok := scalarValue(v); ok && name != "retry" {
+		if s, ok := scalarValue(v); ok && name != "retry" && name != "classify" && name != "breaker" {
 			out.vals[k] = s
 			continue
 		}
 		isObject := len(v) > 0 && v[0] == '{'
 		switch {
+		case name == "classify" || name == "breaker":
+			read := classifyObject
+			if name == "breaker" {
+				read = breakerObject
+			}
+			vals, err := read(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", path, k, err)
+			}
+			for sk, sv := range vals {
+				out.vals[k+"."+sk] = sv
+			}
+		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject:
+			out.vals[k] = string(v) // read as JSON by the setting
 		case name == "retry":
 			vals, err := retryObject(v)
 			if err != nil {
@@ -481,11 +526,20 @@ func readConfigFile(path string) (*configFile, error) {
 				out.vals[k+"."+rk] = rv
 			}
 		case (name == "queues" || name == "amqp-queues") && isObject:
-			spec, qr, err := queuesObject(v)
+			spec, qr, qc, err := queuesObject(v)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", path, k, err)
 			}
 			out.vals[k] = spec
+			for q, c := range qc {
+				if out.queueClassify == nil {
+					out.queueClassify = map[string]map[string]string{}
+				}
+				if _, dup := out.queueClassify[q]; dup {
+					return nil, fmt.Errorf("%s: %s: queue %q: its classification is given twice (in queues and in amqp-queues)", path, k, q)
+				}
+				out.queueClassify[q] = c
+			}
 			for q, r := range qr {
 				if out.queueRetry == nil {
 					out.queueRetry = map[string]map[string]string{}
@@ -554,38 +608,39 @@ func isRetrySetting(name string) bool {
 }
 
 // queuesObject reads the object form of "queues": each queue name maps to
-// its concurrency, or to an object with an optional "workers" and an
-// optional "retry" object. It returns the queues in the name=N,... form
-// (a queue without workers gets --workers) and the retry settings of the
-// queues that have some.
-func queuesObject(v json.RawMessage) (string, map[string]map[string]string, error) {
+// its concurrency, or to an object with an optional "workers", an optional
+// "retry" object and an optional "classify" object. It returns the queues
+// in the name=N,... form (a queue without workers gets --workers), the
+// retry settings of the queues that have some and their classification
+// settings.
+func queuesObject(v json.RawMessage) (string, map[string]map[string]string, map[string]map[string]string, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(v, &obj); err != nil {
-		return "", nil, fmt.Errorf("want an object of queue names to concurrencies or to {\"workers\": N, \"retry\": {...}}: %w", err)
+		return "", nil, nil, fmt.Errorf("want an object of queue names to concurrencies or to {\"workers\": N, \"retry\": {...}, \"classify\": {...}}: %w", err)
 	}
 	parts := make([]string, 0, len(obj))
-	var qr map[string]map[string]string
+	var qr, qc map[string]map[string]string
 	for name, qv := range obj {
 		// The object is joined into the name=N,... form: a name holding
 		// a separator would silently become other queues.
 		if strings.ContainsAny(name, ",=") {
-			return "", nil, fmt.Errorf("queue name %q contains %q or %q", name, ",", "=")
+			return "", nil, nil, fmt.Errorf("queue name %q contains %q or %q", name, ",", "=")
 		}
 		if strings.TrimSpace(name) == "" {
-			return "", nil, fmt.Errorf("queue name %q is empty", name)
+			return "", nil, nil, fmt.Errorf("queue name %q is empty", name)
 		}
 		qv = bytes.TrimSpace(qv)
 		if len(qv) == 0 || qv[0] != '{' {
 			n, err := wholeNumber(qv)
 			if err != nil {
-				return "", nil, fmt.Errorf("queue %q: want a concurrency or an object {\"workers\": N, \"retry\": {...}}, got %s", name, clipJSON(qv))
+				return "", nil, nil, fmt.Errorf("queue %q: want a concurrency or an object {\"workers\": N, \"retry\": {...}}, got %s", name, clipJSON(qv))
 			}
 			parts = append(parts, fmt.Sprintf("%s=%d", name, n))
 			continue
 		}
 		var q map[string]json.RawMessage
 		if err := json.Unmarshal(qv, &q); err != nil {
-			return "", nil, fmt.Errorf("queue %q: %w", name, err)
+			return "", nil, nil, fmt.Errorf("queue %q: %w", name, err)
 		}
 		part := name
 		for k, fv := range q {
@@ -593,27 +648,36 @@ func queuesObject(v json.RawMessage) (string, map[string]map[string]string, erro
 			case "workers":
 				n, err := wholeNumber(bytes.TrimSpace(fv))
 				if err != nil {
-					return "", nil, fmt.Errorf("queue %q: workers: want a whole number, got %s", name, clipJSON(fv))
+					return "", nil, nil, fmt.Errorf("queue %q: workers: want a whole number, got %s", name, clipJSON(fv))
 				}
 				part = fmt.Sprintf("%s=%d", name, n)
 			case "retry":
 				vals, err := retryObject(fv)
 				if err != nil {
-					return "", nil, fmt.Errorf("queue %q: retry: %w", name, err)
+					return "", nil, nil, fmt.Errorf("queue %q: retry: %w", name, err)
 				}
 				if qr == nil {
 					qr = map[string]map[string]string{}
 				}
 				// Keyed as parseQueues will name the queue.
 				qr[strings.TrimSpace(name)] = vals
+			case "classify":
+				vals, err := classifyObject(fv)
+				if err != nil {
+					return "", nil, nil, fmt.Errorf("queue %q: classify: %w", name, err)
+				}
+				if qc == nil {
+					qc = map[string]map[string]string{}
+				}
+				qc[strings.TrimSpace(name)] = vals
 			default:
-				return "", nil, fmt.Errorf("queue %q: unknown key %q (want workers or retry)", name, k)
+				return "", nil, nil, fmt.Errorf("queue %q: unknown key %q (want workers, retry or classify)", name, k)
 			}
 		}
 		parts = append(parts, part)
 	}
 	sort.Strings(parts)
-	return strings.Join(parts, ","), qr, nil
+	return strings.Join(parts, ","), qr, qc, nil
 }
 
 // wholeNumber decodes a JSON integer.

@@ -239,7 +239,8 @@ func TestConfirmationCountErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := server.New(server.Options{Client: redrive.NewClient(st, redrive.ClientOptions{Logger: log}), Logger: log})
+	oldClient := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	api := server.New(server.Options{Client: oldClient, Logger: log})
 	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/dlq/count":
@@ -259,6 +260,7 @@ func TestConfirmationCountErrors(t *testing.T) {
 		api.Close()
 		st.Close()
 	})
+	runOperationsWorker(t, oldClient) // stops before the store closes
 	_, stderr, err = runCLIIn(t, "n\n", "--server", old.URL, "dlq", "purge", "--queue", "mail")
 	if err == nil || !strings.Contains(err.Error(), "not confirmed") || stderr != "Purge the dead jobs matching queue=mail? [y/N] " {
 		t.Errorf("purge on an older server: %v, stderr %q", err, stderr)
@@ -287,7 +289,7 @@ func TestListSummary(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			buryStore(t, st, "big", 1234)
+			seedFinished(t, st, "big", redrive.Dead, 1234)
 			if err := st.Close(); err != nil {
 				t.Fatal(err)
 			}

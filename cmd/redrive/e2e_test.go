@@ -169,6 +169,10 @@ func e2eConfigFile(t *testing.T, withRetry bool) string {
 			"webhooks": map[string]any{"workers": 2, "retry": map[string]any{"max_retries": e2eQueueMaxRetries}},
 		},
 		"shutdown-timeout": "10s",
+		// Every failure mode of the scenario is a path of one test
+		// host, whose breaker (one per host by default) must not fence
+		// off the others: the scenario is about each job's own fate.
+		"breaker": map[string]any{"failures": 1000},
 	}
 	if withRetry {
 		cfg["retry"] = map[string]any{"max_retries": e2eMaxRetries, "base": e2eBase.String(), "max": e2eMax.String(), "jitter": "none"}

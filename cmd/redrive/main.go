@@ -64,6 +64,10 @@ This binary is its command-line tool.`,
 		newStatsCmd(g),
 		newQueuesCmd(g),
 		newWorkersCmd(g),
+		newBreakersCmd(g),
+		newPeriodicCmd(g),
+		newOperationsCmd(g),
+		newReplayCmd(g),
 		newVersionCmd(),
 	)
 	root.Version = versionString()

@@ -287,8 +287,18 @@ func TestMissingDatabase(t *testing.T) {
 	}
 }
 
-// newTestServer runs the REST API on a temp SQLite store.
+// newTestServer runs the REST API on a temp SQLite store, with a worker
+// that runs its operations.
 func newTestServer(t *testing.T, token string) (*httptest.Server, string) {
+	t.Helper()
+	ts, db, client := newBareTestServer(t, token)
+	runOperationsWorker(t, client) // stops before the store closes
+	return ts, db
+}
+
+// newBareTestServer is newTestServer without a worker: operations started
+// through it stay pending.
+func newBareTestServer(t *testing.T, token string) (*httptest.Server, string, *redrive.Client) {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "server.db")
 	log := slog.New(slog.DiscardHandler)
@@ -300,11 +310,11 @@ func newTestServer(t *testing.T, token string) (*httptest.Server, string) {
 	api := server.New(server.Options{Client: client, Token: token, Logger: log})
 	ts := httptest.NewServer(api)
 	t.Cleanup(func() {
-		api.Close() // the operations stop before the store closes
+		api.Close()
 		ts.Close()
 		st.Close()
 	})
-	return ts, db
+	return ts, db, client
 }
 
 func TestServerMode(t *testing.T) {

@@ -2,14 +2,17 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/rhttp"
 )
 
 // newPolicyCmd is `redrive policy`: retry policies.
@@ -45,10 +48,10 @@ func newPolicyExplainCmd(g *globalOptions) *cobra.Command {
 	// override the policy that serve's settings make.
 	p := retry.DefaultPolicy()
 	jitter := p.Jitter.String()
-	var queue string
+	var queue, dependency, target string
 	cmd := &cobra.Command{
 		Use:   "explain",
-		Short: "Print the retry schedule a policy produces",
+		Short: "Print the retry schedule a policy produces, the classification and the breaker",
 		Long: `Print the retry schedule a policy produces: one row per retry with its base
 delay, the range jitter gives it and the cumulative time since the first
 failure.
@@ -60,12 +63,21 @@ short flags (--max-retries, --initial, ...) override it. With none of them,
 redrive's defaults: 3 retries, 1s initial, x2, 30s cap, +-10% proportional
 jitter, Retry-After honoured up to 1h.
 
-With --json, print the policy and its schedule, durations in milliseconds.`,
+Then the classification of failures on the queue (--classify-* settings,
+and the queue's "classify" object in the config file) and a breaker's
+settings (--breaker-* settings and --breaker-dependencies): with
+--dependency that dependency's, with --url the breaker an http job to that
+URL goes through, else the default one.
+
+With --json, print the policy and its schedule, durations in milliseconds,
+the classification and the breaker.`,
 		Example: `  redrive policy explain
   redrive policy explain --max-retries 5 --initial 500ms --jitter full
   redrive policy explain --jitter additive --jitter-max 250ms --json
   redrive policy explain --config serve.json --queue webhooks
-  redrive policy explain --retry-max-retries 10 --retry-max 5m`,
+  redrive policy explain --retry-max-retries 10 --retry-max 5m
+  redrive policy explain --config serve.json --queue webhooks --url https://api.pay.example/charge
+  redrive policy explain --classify-status 404=transient --breaker-failures 10 --dependency payments`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadServeConfig(cmd.Flags(), os.Getenv)
@@ -101,11 +113,40 @@ With --json, print the policy and its schedule, durations in milliseconds.`,
 			if err := validatePolicy(p); err != nil {
 				return &usageError{cmd: cmd, err: err}
 			}
+			if dependency != "" && target != "" {
+				return flagErrorf(cmd, "give --dependency or --url, not both")
+			}
+			cls, ownCls := cfg.Classify.forQueue(queue)
+			dep, configured, hostNote, err := explainBreaker(cfg, dependency, target)
+			if err != nil {
+				return &usageError{cmd: cmd, err: err}
+			}
 			out := cmd.OutOrStdout()
 			if g.JSON {
-				return writeJSON(out, explainJSON(p))
+				o := explainJSON(p)
+				cj := classifyToJSON(queue, ownCls, cls)
+				bj := breakerToJSON(dep, configured)
+				o.Classification, o.Breaker = &cj, &bj
+				return writeJSON(out, o)
 			}
-			_, err = fmt.Fprint(out, p.Explain())
+			var b strings.Builder
+			b.WriteString(p.Explain())
+			what := "default"
+			if queue != "" {
+				what = "queue " + shellQuote(queue)
+				if !ownCls {
+					what += ", the default"
+				}
+			}
+			fmt.Fprintf(&b, "classification (%s):\n", what)
+			for _, line := range describeClassify(cls) {
+				fmt.Fprintf(&b, "  %s\n", line)
+			}
+			fmt.Fprintf(&b, "breaker %s%s:\n", shellQuote(dep.Name), hostNote)
+			for _, line := range describeBreaker(dep.Config) {
+				fmt.Fprintf(&b, "  %s\n", line)
+			}
+			_, err = fmt.Fprint(out, b.String())
 			return err
 		},
 	}
@@ -118,8 +159,10 @@ With --json, print the policy and its schedule, durations in milliseconds.`,
 	f.Float64Var(&p.JitterFactor, "jitter-factor", p.JitterFactor, "spread of proportional jitter, 0 to 1 (0.1 = +-10%)")
 	f.DurationVar(&p.JitterMax, "jitter-max", p.JitterMax, "largest amount additive jitter adds")
 	f.DurationVar(&p.MaxRetryAfter, "max-retry-after", p.MaxRetryAfter, "clamp on a server's Retry-After")
-	f.StringVar(&queue, "queue", "", "the policy of this queue (its \"retry\" object in the config file's \"queues\")")
-	addSettingFlags(f, retrySettings)
+	f.StringVar(&queue, "queue", "", "the policy and classification of this queue (its \"retry\" and \"classify\" objects in the config file's \"queues\")")
+	f.StringVar(&dependency, "dependency", "", "show the breaker of this dependency (default: the default breaker)")
+	f.StringVar(&target, "url", "", "show the breaker an http job to this URL goes through")
+	addSettingFlags(f, slices.Concat(retrySettings, classifySettings, breakerSettings))
 	return cmd
 }
 
@@ -171,6 +214,10 @@ type explainOutput struct {
 	// Truncated is set when the policy has more retries than the schedule
 	// shows (retry.MaxScheduleSteps).
 	Truncated bool `json:"truncated"`
+	// Classification is the classification of failures on the queue.
+	Classification *classifyJSON `json:"classification,omitempty"`
+	// Breaker is the breaker shown (--dependency, --url or the default).
+	Breaker *breakerJSON `json:"breaker,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -187,4 +234,51 @@ func explainJSON(p retry.Policy) explainOutput {
 	}
 	out.Truncated = len(out.Schedule) < p.MaxRetries
 	return out
+}
+
+// explainBreaker finds the breaker `policy explain` shows: the dependency
+// named (a configured one, or one with the default settings), the breaker
+// an http job to target goes through, or the default. It also returns a
+// note on which http jobs use it, and whether it is configured by name.
+func explainBreaker(cfg *serveConfig, dependency, target string) (dependencyBreaker, bool, string, error) {
+	switch {
+	case target != "":
+		u, err := url.Parse(target)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return dependencyBreaker{}, false, "", fmt.Errorf("--url %q: want an http or https URL", target)
+		}
+		if !cfg.Breakers.HTTP {
+			d := dependencyBreaker{Name: "none", Config: cfg.Breakers.Default}
+			return d, false, " (http jobs go through no breaker: --breaker-http is off; the default settings)", nil
+		}
+		if name := cfg.Breakers.httpDependency(u); name != "" {
+			d, _ := cfg.Breakers.dependency(name)
+			return d, true, fmt.Sprintf(" (dependency of http jobs to %s)", strings.Join(d.Hosts, ", ")), nil
+		}
+		d := dependencyBreaker{Name: rhttp.HostKey(u), Config: cfg.Breakers.Default}
+		return d, false, " (the host's own breaker, default settings)", nil
+	case dependency != "":
+		d, ok := cfg.Breakers.dependency(dependency)
+		if !ok {
+			return d, false, " (not configured: the default settings)", nil
+		}
+		if len(d.Hosts) > 0 {
+			return d, true, fmt.Sprintf(" (also http jobs to %s)", strings.Join(d.Hosts, ", ")), nil
+		}
+		return d, true, "", nil
+	}
+	d := dependencyBreaker{Name: "default", Config: cfg.Breakers.Default}
+	note := " (every dependency not configured by name"
+	if cfg.Breakers.HTTP {
+		note += ", and one per http host"
+	}
+	note += ")"
+	if len(cfg.Breakers.Dependencies) > 0 {
+		names := make([]string, len(cfg.Breakers.Dependencies))
+		for i, dep := range cfg.Breakers.Dependencies {
+			names[i] = dep.Name
+		}
+		note += "; configured: " + strings.Join(names, ", ")
+	}
+	return d, false, note, nil
 }

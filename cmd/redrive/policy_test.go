@@ -20,6 +20,15 @@ retry  base  delay        cumulative
 3      4s    3.6s..4.4s   6.3s..7.7s
 attempt 4 is the last: if it fails, give up (retries_exhausted)
 permanent and needs_auth failures give up at once
+a Retry-After ra longer than the backoff waits ra + rand(0, min(10% of ra, 1s)), never less than ra
+classification (default):
+  HTTP statuses: the built-in table (429 rate_limited; 408, 5xx transient; 401, 403 needs_auth; other 4xx permanent)
+  no message rules: an error nothing else recognises is unknown (retried)
+breaker default (every dependency not configured by name, and one per http host):
+  trips on at least 5 failures making up at least 50% of the calls completed within 30s
+  or on 5 failures in a row, each within 30s of the previous one, whatever the ratio
+  stays open 1m, then lets 1 probe through
+  rate-limited answers (429, 503 with Retry-After) do not count
 `
 	if stdout != want {
 		t.Errorf("policy explain printed\n%s\nwant\n%s", stdout, want)

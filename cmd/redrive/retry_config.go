@@ -93,6 +93,35 @@ var retrySettings = []setting{
 		c.Retry.MaxRetryAfter = d
 		return err
 	}},
+	{name: "retry-after-jitter", def: "1s", help: "most a server's Retry-After is lengthened by, at random, so that jobs rate-limited together do not come back together (never shortened; 0 or off: exactly the Retry-After)", apply: func(c *serveConfig, v string) error {
+		if strings.EqualFold(strings.TrimSpace(v), "off") {
+			c.Retry.RetryAfterJitter = retry.NoRetryAfterJitter
+			return nil
+		}
+		d, err := parseRetryDuration(v, true)
+		switch d {
+		case 0:
+			d = retry.NoRetryAfterJitter
+		case retry.DefaultRetryAfterJitter:
+			d = 0 // the policy's zero value means the default: the default policy stays retry.DefaultPolicy()
+		}
+		c.Retry.RetryAfterJitter = d
+		return err
+	}},
+	{name: "retry-after-jitter-factor", def: "0.1", help: "largest share of a server's Retry-After added to it at random, above 0 and at most 1 (0.1: up to 10%, within --retry-after-jitter)", apply: func(c *serveConfig, v string) error {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(f) {
+			return fmt.Errorf("%q: not a number", v)
+		}
+		if f <= 0 || f > 1 {
+			return fmt.Errorf("%v: want above 0 and at most 1 (turn the jitter off with --retry-after-jitter 0)", f)
+		}
+		if f == retry.DefaultRetryAfterJitterFactor {
+			f = 0 // the default, as in retry.DefaultPolicy()
+		}
+		c.Retry.RetryAfterJitterFactor = f
+		return nil
+	}},
 }
 
 // parseRetryDuration parses a delay of a retry policy: more than 0 (or
@@ -216,5 +245,10 @@ func describePolicy(p retry.Policy) string {
 	case retry.JitterAdditive:
 		s += " jitter_max=" + p.JitterMax.String()
 	}
-	return s + " max_retry_after=" + p.MaxRetryAfter.String()
+	s += " max_retry_after=" + p.MaxRetryAfter.String()
+	if p.RetryAfterJitter < 0 {
+		return s + " retry_after_jitter=off"
+	}
+	return s + fmt.Sprintf(" retry_after_jitter=min(%v*ra,%s)", cmpOr(p.RetryAfterJitterFactor, retry.DefaultRetryAfterJitterFactor),
+		cmpOr(p.RetryAfterJitter, retry.DefaultRetryAfterJitter))
 }

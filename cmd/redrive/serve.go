@@ -59,7 +59,8 @@ waiting cannot fix (authentication, an unknown database, TLS) stops it at once.
 
 /metrics has the store's counts, read at each scrape (redrive_jobs{queue,state},
 redrive_<counter>_total, paused queues, redrive_queue_latency_seconds{queue},
-redrive_queue_unconsumed{queue}), which every process sharing the store
+redrive_queue_unconsumed{queue}, the fleet's circuit breakers
+redrive_fleet_breaker_*{breaker}), which every process sharing the store
 reports alike (aggregate them with max, not sum), and this process's breaker
 states and histograms redrive_attempt_duration_seconds{queue,kind,outcome} and
 redrive_job_lateness_seconds{queue,kind,attempt_kind="first"|"retry"}.
@@ -193,10 +194,16 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	retryPolicy := cfg.Retry
 	// The histograms of attempt durations and lateness, fed by the worker.
 	attempts := metrics.NewObserver(serveKinds(cfg)...)
+	// The breakers: the configured dependencies' and, on first use, one
+	// per other dependency or http host with the default configuration.
+	breakers := cfg.Breakers.registry()
 	worker := redrive.NewWorker(client, redrive.WorkerOptions{
 		Queues:             cfg.Queues,
 		Policy:             &retryPolicy,
 		QueuePolicies:      cfg.QueueRetry,
+		Classifier:         cfg.Classify.classifier,
+		QueueClassifiers:   cfg.Classify.queueClassifiers,
+		Breakers:           breakers,
 		ShutdownTimeout:    cfg.ShutdownTimeout,
 		Logger:             log,
 		Observer:           attempts,
@@ -207,11 +214,16 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 		KeyRetention:       cfg.KeyRetention,
 		RetryBudget:        cfg.Budget,
 		DisableRetryBudget: cfg.NoBudget,
+		Periodic:           cfg.Schedules,
 	})
 	// No policy of its own for the http kind: a kind's policy would beat
 	// the queue's, and the configured policies are per queue.
-	httpjob.Register(worker, httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal,
-		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"})
+	httpOpts := httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal,
+		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"}
+	if cfg.Breakers.HTTP {
+		httpOpts.Breakers, httpOpts.Dependency = breakers, cfg.Breakers.httpDependency
+	}
+	httpjob.Register(worker, httpOpts)
 	// The download kind, with the http kind's guard, when --download-dir
 	// is set; otherwise its jobs are refused at enqueue.
 	if err := registerDownload(worker, cfg); err != nil {
@@ -221,7 +233,8 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// The RabbitMQ queues managed for consumers in any language, decided
 	// by the same policies as the store's queues.
 	brokers, err := newBrokerSide(cfg, client, worker, redrive.ExecutorOptions{Policy: &retryPolicy,
-		QueuePolicies: cfg.QueueRetry, Logger: log, Observer: attempts, RetryBudget: cfg.Budget,
+		QueuePolicies: cfg.QueueRetry, Classifier: cfg.Classify.classifier, QueueClassifiers: cfg.Classify.queueClassifiers,
+		Logger: log, Observer: attempts, RetryBudget: cfg.Budget,
 		DisableRetryBudget: cfg.NoBudget}, log)
 	if err != nil {
 		return fmt.Errorf("amqp: %w", err)
@@ -249,7 +262,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
 	// SIGTERM cancels them, and api.Close below waits for them to stop
 	// before the store closes.
-	api := server.New(server.Options{Client: client, Breakers: worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx,
+	api := server.New(server.Options{Client: client, Breakers: worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx, ExportDir: cfg.ExportDir,
 		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: managed, Kafka: kept})
 	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, managed, kept, cfg.Token, log)))
 

@@ -15,11 +15,12 @@ import (
 	"github.com/redrivehq/redrive/server"
 )
 
-// TestServeShutdownCancelsOperations: SIGTERM (the end of serve's
-// context) cancels a running redrive operation cleanly: a request
-// waiting on it gets its final state, serve stops without error, and
-// what was redriven stays redriven while the rest stays dead.
-func TestServeShutdownCancelsOperations(t *testing.T) {
+// TestServeShutdownKeepsOperations: SIGTERM (the end of serve's context)
+// stops serve cleanly midway through a redrive operation: a request
+// waiting on it gets its state, the worker releases the operation where
+// its last batch ended, and serve started again continues it at once:
+// every job is redriven exactly once.
+func TestServeShutdownKeepsOperations(t *testing.T) {
 	clearConnEnv(t)
 	db := filepath.Join(t.TempDir(), "redrive.db")
 	for range 3 {
@@ -32,21 +33,24 @@ func TestServeShutdownCancelsOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &syncBuffer{}
-	addrC := make(chan net.Addr, 1)
-	served := make(chan error, 1)
-	go func() { served <- runServe(ctx, cfg, logs, func(a net.Addr) { addrC <- a }) }()
-	var base string
-	select {
-	case a := <-addrC:
-		base = "http://" + a.String()
-	case err := <-served:
-		t.Fatalf("serve stopped: %v\n%s", err, logs)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not start")
+	serve := func() (string, context.CancelFunc, chan error, *syncBuffer) {
+		ctx, cancel := context.WithCancel(context.Background())
+		logs := &syncBuffer{}
+		addrC := make(chan net.Addr, 1)
+		served := make(chan error, 1)
+		go func() { served <- runServe(ctx, cfg, logs, func(a net.Addr) { addrC <- a }) }()
+		select {
+		case a := <-addrC:
+			return "http://" + a.String(), cancel, served, logs
+		case err := <-served:
+			t.Fatalf("serve stopped: %v\n%s", err, logs)
+		case <-time.After(20 * time.Second):
+			t.Fatal("serve did not start")
+		}
+		return "", cancel, served, logs
 	}
+	base, cancel, served, logs := serve()
+	defer cancel()
 
 	type answer struct {
 		status int
@@ -54,7 +58,8 @@ func TestServeShutdownCancelsOperations(t *testing.T) {
 	}
 	waited := make(chan answer, 1)
 	go func() {
-		code, b := callNoFatal("POST", base+"/v1/dlq/redrive?wait=true", fmt.Sprintf(`{"ids":[%d,%d,%d],"rate":0.1}`, ids[0], ids[1], ids[2]))
+		// One job a second: the shutdown comes after the first.
+		code, b := callNoFatal("POST", base+"/v1/dlq/redrive?wait=true", fmt.Sprintf(`{"ids":[%d,%d,%d],"rate":1}`, ids[0], ids[1], ids[2]))
 		waited <- answer{code, b}
 	}()
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -87,14 +92,49 @@ func TestServeShutdownCancelsOperations(t *testing.T) {
 	if a.status != 200 || json.Unmarshal(a.body, &ob) != nil {
 		t.Fatalf("the waiting request: %d %s", a.status, a.body)
 	}
-	if op := ob.Operation; op.State != server.OperationCanceled || op.Redriven != 1 || !strings.Contains(op.Error, "shutting down") {
+	op := ob.Operation
+	if op.State != server.OperationRunning || op.Redriven < 1 || op.Redriven >= 3 {
 		t.Fatalf("operation at shutdown: %+v", op)
 	}
-	if !strings.Contains(logs.String(), `"state":"canceled"`) {
-		t.Errorf("no log of the canceled operation:\n%s", logs)
+	if !strings.Contains(logs.String(), "operation released") {
+		t.Errorf("no log of the released operation:\n%s", logs)
 	}
-	if left := deadIDs(t, db, "mail"); len(left) != 2 {
-		t.Fatalf("%d dead jobs left, want 2", len(left))
+	if left := deadIDs(t, db, "mail"); len(left) == 0 || len(left) == 3 {
+		t.Fatalf("%d dead jobs left at shutdown, want some of the 3 redriven", len(left))
+	}
+
+	// Started again, serve continues the operation where it stopped.
+	base, cancel2, served2, logs2 := serve()
+	defer func() {
+		cancel2()
+		if err := <-served2; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		getJSON(t, base+"/v1/operations/"+op.ID, "", &ob)
+		if ob.Operation.State == server.OperationDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the operation did not end after the restart: %+v\n%s", ob.Operation, logs2)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := ob.Operation; got.Redriven != 3 || got.Processed != 3 {
+		t.Fatalf("after the restart: %+v", got)
+	}
+	if left := deadIDs(t, db, "mail"); len(left) != 0 {
+		t.Fatalf("%d dead jobs left, want 0", len(left))
+	}
+	for _, id := range ids {
+		out := mustCLI(t, "--db", db, "--json", "jobs", "show", fmt.Sprint(id))
+		var j struct {
+			Redriven int `json:"redriven"`
+		}
+		if err := json.Unmarshal([]byte(out), &j); err != nil || j.Redriven != 1 {
+			t.Fatalf("job %d redriven %d times (%v): %s", id, j.Redriven, err, out)
+		}
 	}
 }
 

@@ -52,7 +52,7 @@ func TestWorkersList(t *testing.T) {
 	if len(list.Workers) != 1 || list.Workers[0].State != redrive.WorkerStopped || list.Workers[0].Queues["mail"] != 5 {
 		t.Errorf("workers ls --json after the worker stopped: %+v", list)
 	}
-	ts, _ := newTestServer(t, "")
+	ts, _, _ := newBareTestServer(t, "")
 	if out := mustCLI(t, "--server", ts.URL, "workers", "ls"); !strings.Contains(out, "No workers registered.") {
 		t.Errorf("workers ls on an empty server: %q", out)
 	}

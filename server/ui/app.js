@@ -312,10 +312,10 @@ function breakerTable(list) {
   if (!list || list.length === 0) return h('p', { class: 'empty' }, 'No circuit breaker has been used yet.');
   return h('table', {},
     h('thead', {}, h('tr', {}, h('th', {}, 'Dependency'), h('th', {}, 'State'), h('th', { class: 'num' }, 'Failures'),
-      h('th', { class: 'num' }, 'Trips'), h('th', {}, 'Opened'), h('th', {}, 'Probe at'))),
+      h('th', { class: 'num' }, 'Trips'), h('th', {}, 'Opened by'), h('th', {}, 'Opened'), h('th', {}, 'Probe at'))),
     h('tbody', {}, list.map((b) => h('tr', { 'data-breaker': b.name },
-      h('td', {}, b.name), h('td', {}, badge(b.state.replace('_', '-'), b.state)),
-      h('td', { class: 'num' }, fmtN(b.failures)), h('td', { class: 'num' }, fmtN(b.trips)),
+      h('td', {}, h('a', { href: '#/breakers' }, b.name)), h('td', {}, badge(b.state.replace('_', '-'), b.state)),
+      h('td', { class: 'num' }, fmtN(b.failures)), h('td', { class: 'num' }, fmtN(b.trips)), h('td', {}, b.opened_by || '—'),
       h('td', {}, b.opened_at ? fmtAgo(b.opened_at) : '—'), h('td', {}, b.ready_at ? fmtAgo(b.ready_at) : '—')))));
 }
 
@@ -690,6 +690,7 @@ async function jobPage(id) {
           waiting && kv('Why then', whyThen(j), 'why-then'),
           kv('Finished', fmtTime(j.finished_at)), kv('Dependency', j.dependency),
           kv('Idempotency key', j.idempotency_key), kv('Redriven', j.redriven ? `${j.redriven} times` : 'never'),
+          j.replay_of && kv('Replays', h('a', { href: `#/jobs/${j.replay_of}` }, `job ${j.replay_of}`), 'replay-of'),
           j.state === 'dead' && kv('Dead reason', j.dead_reason),
           j.fingerprint && kv('Cause', h('a', { href: `#/dlq/${j.fingerprint}` }, shortFP(j.fingerprint))),
           !j.reprocessable && kv('Reprocessable', 'no: this job may not be redriven'),
@@ -879,6 +880,8 @@ function whyThen(j) {
       return h('span', {}, `a worker's shutdown interrupted attempt ${e.attempt}; it runs again at once`, reason);
     case 'redriven':
       return 'redriven from the dead-letter queue';
+    case 'replayed':
+      return h('span', {}, 'enqueued by a replay of ', h('a', { href: `#/jobs/${e.replay_of}` }, `job ${e.replay_of}`));
     default:
       return h('span', {}, `last event: ${e.kind}`, reason);
   }
@@ -919,6 +922,7 @@ function timeline(events) {
     h('div', { class: 'when' }, fmtTime(e.at),
       e.duration ? ` · ran ${fmtMs(e.duration)}` : '', e.worker ? ` · ${e.worker}` : ''),
     e.error && h('div', { class: 'err' }, e.error),
+    e.replay_of && h('div', { class: 'gap' }, 'replays ', h('a', { href: `#/jobs/${e.replay_of}` }, `job ${e.replay_of}`)),
     e.note && h('div', { class: 'gap' }, e.note),
     e.delay ? h('div', { class: 'gap' }, `next run after ${fmtMs(e.delay)}`) : null)));
 }
@@ -1137,7 +1141,9 @@ function purgeDialog(filter, count) {
 }
 
 // runOperation starts a redrive or purge, which the server answers with an
-// operation ({"operation": ...}), and shows its progress until it ends.
+// operation ({"operation": ...}), and shows its progress until it ends
+// (done, failed or canceled): a worker runs it; until one claims it, it is
+// pending.
 async function runOperation(title, start, errEl) {
   const bar = h('progress', { max: 1, value: 0, id: 'progress' });
   const text = h('p', { id: 'progress-text' }, 'Starting…');
@@ -1159,7 +1165,7 @@ async function runOperation(title, start, errEl) {
   };
   for (;;) {
     showProgress(title, op, bar, text);
-    if (op.state !== 'running') break;
+    if (opFinal(op)) break;
     await new Promise((r) => setTimeout(r, 250));
     try {
       op = (await api.get(`/v1/operations/${op.id}`)).operation;
@@ -1174,9 +1180,17 @@ async function runOperation(title, start, errEl) {
   closeBtn.focus();
 }
 
+// opFinal reports whether an operation has ended.
+function opFinal(op) {
+  return op.state === 'done' || op.state === 'failed' || op.state === 'canceled';
+}
+
 function showProgress(title, op, bar, text) {
-  // processed counts redriven + refused + skipped, or purged; jobs dying
-  // meanwhile can take it past matched.
+  if (op.state === 'pending' && !op.processed) {
+    text.textContent = 'Waiting for a worker to run it…';
+    return;
+  }
+  // processed counts redriven + refused + skipped, or purged.
   const done = op.processed;
   const total = Math.max(op.matched, done, 1);
   bar.max = total;
@@ -1184,6 +1198,7 @@ function showProgress(title, op, bar, text) {
   const parts = title === 'Purge'
     ? [`${fmtN(op.purged)} purged`]
     : [`${fmtN(op.redriven)} of ${fmtN(op.matched)} redriven`, op.refused ? `${fmtN(op.refused)} refused (not reprocessable)` : '', op.skipped ? `${fmtN(op.skipped)} skipped (no longer dead)` : ''];
+  if (op.state === 'paused') parts.push('paused');
   if (op.error) parts.push(`error: ${op.error}`);
   text.textContent = parts.filter(Boolean).join(' · ');
 }

@@ -24,12 +24,14 @@ import (
 // when some jobs have idempotency keys), with one commit and one
 // notification per queue for them all.
 //
-// Nothing waits on purpose: a call that finds no write running is written
-// at once, alone, on its own goroutine; the calls arriving during a write
-// are merged into the next one. One write runs at a time, which makes the
-// batches as large as the load allows; a second one may start beside a
-// write of at least bigWrite jobs, so that single jobs do not wait behind
-// a large batch.
+// Unless workers are busy, nothing waits on purpose: a call that finds no
+// write running is written at once, alone, on its own goroutine; the
+// calls arriving during a write are merged into the next one. One write
+// runs at a time, which makes the batches as large as the load allows; a
+// second one may start beside a write of at least bigWrite jobs, so that
+// single jobs do not wait behind a large batch. While the process's
+// workers are busy, enqueues yield to them: one writer, smaller merged
+// writes, each waiting for the work statements under way (see fair.go).
 //
 // A merged batch gives each call exactly what writing it alone right then
 // would have given: its jobs get ids in call order, and a key taken by an
@@ -55,6 +57,12 @@ type enqueueGroup struct {
 	queue   []*groupCall
 	writers int // running writers, at most maxGroupWrites
 	writing int // jobs of the calls the running writers took
+	// work tracks the workers' statements, to which enqueues yield
+	// (fair.go).
+	work workGate
+	// onWrite, when set (by tests, under mu), is called by take with each
+	// write's jobs, the writers running and whether the workers were busy.
+	onWrite func(jobs, writers int, busy bool)
 }
 
 // groupCall is one Enqueue call (one round of withKeptKeys) waiting to be
@@ -87,7 +95,8 @@ func (g *enqueueGroup) enqueue(ctx context.Context, s *Store, jobs []store.NewJo
 	c := &groupCall{ctx: ctx, jobs: jobs, b: b, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
-	lead := g.writers == 0 || g.writers < maxGroupWrites && g.writing >= bigWrite
+	maxWriters, _, _ := g.work.groupLimits()
+	lead := g.writers == 0 || g.writers < maxWriters && g.writing >= bigWrite
 	if lead {
 		g.writers++
 	}
@@ -118,6 +127,7 @@ func (g *enqueueGroup) enqueue(ctx context.Context, s *Store, jobs []store.NewJo
 func (g *enqueueGroup) lead(s *Store, c *groupCall) {
 	wrote := 0
 	for {
+		g.work.yield()
 		calls, n := g.take(wrote, false)
 		if len(calls) == 0 {
 			return // c was answered by take
@@ -140,6 +150,7 @@ func (g *enqueueGroup) lead(s *Store, c *groupCall) {
 func (g *enqueueGroup) write(s *Store) {
 	wrote := 0
 	for {
+		g.work.yield()
 		calls, n := g.take(wrote, false)
 		if len(calls) == 0 {
 			return
@@ -165,6 +176,7 @@ func (g *enqueueGroup) take(wrote int, peek bool) ([]*groupCall, int) {
 		}
 		return nil, len(g.queue)
 	}
+	_, maxJobs, busy := g.work.groupLimits()
 	var calls []*groupCall
 	n, i := 0, 0
 	for ; i < len(g.queue); i++ {
@@ -172,7 +184,7 @@ func (g *enqueueGroup) take(wrote int, peek bool) ([]*groupCall, int) {
 		if c.abandoned {
 			continue
 		}
-		if len(calls) > 0 && n+len(c.jobs) > maxGroupJobs {
+		if len(calls) > 0 && n+len(c.jobs) > maxJobs {
 			break
 		}
 		c.taken = true
@@ -189,6 +201,8 @@ func (g *enqueueGroup) take(wrote int, peek bool) ([]*groupCall, int) {
 	g.queue = g.queue[:rest]
 	if len(calls) == 0 {
 		g.writers--
+	} else if g.onWrite != nil {
+		g.onWrite(n, g.writers, busy)
 	}
 	g.writing += n
 	return calls, n

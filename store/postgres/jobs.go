@@ -41,11 +41,12 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 		lastDuration, lastDelay  *int64
 		pDone, pTotal            *int64
 		pAt                      *time.Time
+		replayOf                 *int64
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &j.Reprocessable,
 		&j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &worker, &j.CancelRequested, &j.RetryCount,
 		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay,
-		&pDone, &pTotal, &pAt}
+		&pDone, &pTotal, &pAt, &replayOf}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -75,6 +76,9 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 	}
 	if lastDelay != nil {
 		j.LastDelay = store.Duration(*lastDelay)
+	}
+	if replayOf != nil {
+		j.ReplayOf = *replayOf
 	}
 	if pDone != nil {
 		j.Progress = &store.JobProgress{Done: *pDone}
@@ -304,6 +308,8 @@ func (s *Store) enqueueAlone(ctx context.Context, jobs []store.NewJob, b *enqueu
 					out, err = s.enqueueOn(ctx, tx, jobs, b)
 					return err
 				})
+			} else if useCopy(jobs, b) {
+				out, err = s.enqueueCopy(ctx, jobs, b) // bulk.go
 			} else {
 				out, err = s.enqueueOn(ctx, s.pool, jobs, b)
 			}
@@ -563,6 +569,8 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		dueBy = p.Now
 	}
 	var jobs []*store.Job
+	s.group.work.begin()
+	defer s.group.work.end()
 	err := s.retry(ctx, func() error {
 		rows, err := s.pool.Query(ctx, s.sql.fetch, p.Queue, ts(dueBy), p.Limit, ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
 		if err != nil {
@@ -603,6 +611,8 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	if len(outcomes) == 0 {
 		return applied, nil
 	}
+	s.group.work.begin()
+	defer s.group.work.end()
 	type fence struct {
 		id      int64
 		attempt int
@@ -906,6 +916,13 @@ func (s *Store) where(f store.Filter, a *args) (string, error) {
 	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, "id = ANY("+a.add(f.IDs)+"::bigint[])")
+	}
+	if f.PayloadField != "" || len(f.PayloadValue) > 0 {
+		c, err := payloadMatch(f, a)
+		if err != nil {
+			return "", err
+		}
+		conds = append(conds, c)
 	}
 	if len(conds) == 0 {
 		return "true", nil

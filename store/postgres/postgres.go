@@ -533,27 +533,5 @@ func init() { listenIdle.Store(int64(30 * time.Second)) }
 // done. An idle connection is pinged every 30 s, so that a connection
 // lost without a word is noticed.
 func (s *Store) receive(ctx context.Context, conn *pgx.Conn, fn func(string)) error {
-	for {
-		wctx, cancel := context.WithTimeout(ctx, time.Duration(listenIdle.Load()))
-		n, err := conn.WaitForNotification(wctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if wctx.Err() == nil || conn.IsClosed() {
-				return err
-			}
-			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err = conn.Ping(pctx)
-			cancel()
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		if n.Channel == s.channel {
-			fn(n.Payload)
-		}
-	}
+	return s.receiveOn(ctx, conn, s.channel, fn)
 }

@@ -12,7 +12,7 @@ import (
 var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
 	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
 	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration", "last_delay",
-	"progress_done", "progress_total", "progress_at"}
+	"progress_done", "progress_total", "progress_at", "replay_of"}
 
 // cols returns the job columns, each prefixed with prefix, plus the
 // history when withHistory.

@@ -18,7 +18,7 @@ import (
 const jobColumnsNoHistory = `id, queue, kind, payload, state, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, attempted_at, finished_at, lease_until, worker, cancel_requested, retry_count,
 	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration, last_delay,
-	progress_done, progress_total, progress_at`
+	progress_done, progress_total, progress_at, replay_of`
 
 const jobColumns = jobColumnsNoHistory + `, history`
 
@@ -47,11 +47,12 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 		attempted, finished, lease, lastFailed sql.NullInt64
 		dead, lastDuration, lastDelay          sql.NullInt64
 		pDone, pTotal, pAt                     sql.NullInt64
+		replayOf                               sql.NullInt64
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
 		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
 		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay,
-		&pDone, &pTotal, &pAt}
+		&pDone, &pTotal, &pAt, &replayOf}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -76,6 +77,7 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 	j.DeadAt = optTime(dead)
 	j.LastDuration = store.Duration(lastDuration.Int64)
 	j.LastDelay = store.Duration(lastDelay.Int64)
+	j.ReplayOf = replayOf.Int64
 	if pDone.Valid {
 		j.Progress = &store.JobProgress{Done: pDone.Int64, Total: pTotal.Int64, At: fromMicros(pAt.Int64)}
 	}
@@ -118,7 +120,7 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 		}
 	}
 	out := make([]*store.Job, len(jobs))
-	err := s.write(ctx, func(tx *sql.Conn) error {
+	err := s.writeEnqueue(ctx, len(jobs), func(tx *sql.Conn) error {
 		clear(out)
 		counts := map[[2]string]int64{}
 		mv := moves{}
@@ -780,6 +782,14 @@ func where(f store.Filter) (string, []any, error) {
 		conds = append(conds, "id IN ("+placeholders(len(f.IDs))+")")
 		args = append(args, int64Args(f.IDs)...)
 	}
+	if f.PayloadField != "" || len(f.PayloadValue) > 0 {
+		c, a, err := payloadMatch(f)
+		if err != nil {
+			return "", nil, err
+		}
+		conds = append(conds, c)
+		args = append(args, a...)
+	}
 	if len(conds) == 0 {
 		return "1", nil, nil
 	}
@@ -950,53 +960,58 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 	if err != nil {
 		return res, err
 	}
-	err = s.write(ctx, func(tx *sql.Conn) error {
-		res.Redriven, res.Refused, res.Skipped = res.Redriven[:0], res.Refused[:0], res.Skipped[:0]
-		counts := map[[2]string]int64{}
-		mv := moves{}
-		for _, id := range p.IDs {
-			var state, queue string
-			var reproc int
-			var old []byte
-			err := tx.QueryRowContext(ctx, `SELECT state, queue, reprocessable, CASE WHEN ? THEN payload END FROM jobs WHERE id = ?`,
-				len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old)
-			if errors.Is(err, sql.ErrNoRows) || (err == nil && state != string(store.Dead)) {
-				res.Skipped = append(res.Skipped, id)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
-			}
-			if reproc == 0 {
-				res.Refused = append(res.Refused, id)
-				continue
-			}
-			ev := ev
-			if len(p.Payload) > 0 {
-				// Edit and redrive: the history keeps the payload replaced.
-				if ev, err = eventJSON(&store.Event{Kind: store.EventRedriven, At: p.Now, Note: p.Note,
-					PreviousPayload: store.PreviousPayload(old)}); err != nil {
-					return err
-				}
-			}
-			_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = ?, attempt = 0, retry_count = 0,
-				redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL, last_delay = NULL,
-				payload = coalesce(?, payload),
-				history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`,
-				micros(p.Now), nullBytes(p.Payload), ev, id)
-			if err != nil {
-				return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
-			}
-			res.Redriven = append(res.Redriven, id)
-			counts[[2]string{queue, store.StatRedriven}]++
-			mv.move(queue, store.Dead, store.Pending)
-		}
-		if err := s.addMoves(ctx, tx, mv); err != nil {
-			return err
-		}
-		return s.addCounters(ctx, tx, counts)
-	})
+	err = s.write(ctx, func(tx *sql.Conn) error { return s.redriveTx(ctx, tx, p, ev, &res) })
 	return res, err
+}
+
+// redriveTx redrives the dead jobs p.IDs in tx, recording ev (the
+// redriven event's JSON) in their history: Redrive, and the steps of a
+// redrive operation.
+func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedriveParams, ev any, res *store.RedriveResult) error {
+	res.Redriven, res.Refused, res.Skipped = res.Redriven[:0], res.Refused[:0], res.Skipped[:0]
+	counts := map[[2]string]int64{}
+	mv := moves{}
+	for _, id := range p.IDs {
+		var state, queue string
+		var reproc int
+		var old []byte
+		err := tx.QueryRowContext(ctx, `SELECT state, queue, reprocessable, CASE WHEN ? THEN payload END FROM jobs WHERE id = ?`,
+			len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && state != string(store.Dead)) {
+			res.Skipped = append(res.Skipped, id)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
+		}
+		if reproc == 0 {
+			res.Refused = append(res.Refused, id)
+			continue
+		}
+		ev := ev
+		if len(p.Payload) > 0 {
+			// Edit and redrive: the history keeps the payload replaced.
+			if ev, err = eventJSON(&store.Event{Kind: store.EventRedriven, At: p.Now, Note: p.Note,
+				PreviousPayload: store.PreviousPayload(old)}); err != nil {
+				return err
+			}
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = ?, attempt = 0, retry_count = 0,
+			redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL, last_delay = NULL,
+			payload = coalesce(?, payload),
+			history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`,
+			micros(p.Now), nullBytes(p.Payload), ev, id)
+		if err != nil {
+			return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
+		}
+		res.Redriven = append(res.Redriven, id)
+		counts[[2]string{queue, store.StatRedriven}]++
+		mv.move(queue, store.Dead, store.Pending)
+	}
+	if err := s.addMoves(ctx, tx, mv); err != nil {
+		return err
+	}
+	return s.addCounters(ctx, tx, counts)
 }
 
 // Purge implements store.Store.

@@ -5,7 +5,9 @@
 // acknowledged enqueue survives a crash of the process or of the machine.
 // All writes go through one writer goroutine that groups the writes of
 // many callers into one transaction (group commit): throughput is not
-// capped by one fsync per job. Reads use a separate pool of connections
+// capped by one fsync per job. The workers' writes (fetch, finish) go
+// before enqueues, so a bulk import slows down rather than the work
+// already due. Reads use a separate pool of connections
 // and never wait for the writer.
 package sqlite
 
@@ -72,6 +74,14 @@ type Options struct {
 	// about 40 MB). A queue rewrites the same pages over and over; a
 	// larger interval copies each of them once instead of many times.
 	CheckpointPages int
+	// EnqueueRows bounds the jobs that enqueue requests add to one write
+	// transaction while no worker is busy (default 512; one request is
+	// always taken whole, however large). Enqueues yield to the workers:
+	// while they fetch and finish jobs, a transaction takes at most one
+	// enqueue request, and at least every other one takes none, so a
+	// flood of enqueues slows itself down rather than the work already
+	// due (see writer.go).
+	EnqueueRows int
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -86,9 +96,14 @@ type Store struct {
 	wconn     *sql.Conn
 	r         *sql.DB
 	log       *slog.Logger
-	ops       chan *op
+	ops       chan *op // work requests: everything but Enqueue
+	bulk      chan *op // Enqueue requests, which yield to ops
 	maxB      int
-	stmts     map[string]*sql.Stmt
+	bulkRows  int
+	// onBatch, when set (by tests), is called by the writer with the
+	// composition of each transaction before it runs.
+	onBatch func(work, enqueues, rows int)
+	stmts   map[string]*sql.Stmt
 	// readByIDs and readByIDsFull read jobs by a JSON array of ids on
 	// the read pool.
 	readByIDs, readByIDsFull *sql.Stmt
@@ -105,6 +120,9 @@ type op struct {
 	ctx  context.Context
 	fn   func(tx *sql.Conn) error
 	done chan error
+	// rows is the number of jobs an enqueue request adds (0: a work
+	// request).
+	rows int
 }
 
 // Open opens (creating if needed) the database at path, applies the
@@ -129,6 +147,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.EnqueueRows <= 0 {
+		opts.EnqueueRows = 512
 	}
 	if opts.CheckpointPages <= 0 {
 		opts.CheckpointPages = 10000
@@ -163,15 +184,17 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s := &Store{
-		path:  path,
-		w:     w,
-		wconn: wconn,
-		log:   opts.Logger,
-		ops:   make(chan *op, opts.MaxBatch),
-		maxB:  opts.MaxBatch,
-		stmts: map[string]*sql.Stmt{},
-		multi: map[int]*sql.Stmt{},
-		done:  make(chan struct{}),
+		path:     path,
+		w:        w,
+		wconn:    wconn,
+		log:      opts.Logger,
+		ops:      make(chan *op, opts.MaxBatch),
+		bulk:     make(chan *op, opts.MaxBatch),
+		maxB:     opts.MaxBatch,
+		bulkRows: opts.EnqueueRows,
+		stmts:    map[string]*sql.Stmt{},
+		multi:    map[int]*sql.Stmt{},
+		done:     make(chan struct{}),
 	}
 	if err := s.migrate(ctx); err != nil {
 		wconn.Close()
@@ -310,50 +333,6 @@ func (s *Store) prepare(ctx context.Context) error {
 		s.stmts[name] = st
 	}
 	return nil
-}
-
-// write runs fn in the writer's current shared transaction and waits for
-// the commit. fn must not keep a reference to tx.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Conn) error) error {
-	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return store.ErrClosed
-	}
-	select {
-	case s.ops <- o:
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return ctx.Err()
-	}
-	s.mu.RUnlock()
-	// Once queued, the write happens: waiting for it keeps callers from
-	// believing a write failed that in fact committed.
-	return <-o.done
-}
-
-// writer is the single goroutine that owns the write connection. It takes
-// every queued request, runs them in one transaction and commits once.
-func (s *Store) writer() {
-	defer close(s.done)
-	batch := make([]*op, 0, s.maxB)
-	for first := range s.ops {
-		batch = append(batch[:0], first)
-	drain:
-		for len(batch) < s.maxB {
-			select {
-			case o, ok := <-s.ops:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, o)
-			default:
-				break drain
-			}
-		}
-		s.runBatch(batch)
-	}
 }
 
 func (s *Store) runBatch(batch []*op) {
@@ -524,6 +503,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.ops)
+	close(s.bulk)
 	s.mu.Unlock()
 	<-s.done
 	return s.closeDBs()

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrivehq/redrive/server"
+	"github.com/redrivehq/redrive/store"
+)
+
+// breakerBackend is what `redrive breakers` needs of a backend: both the
+// store (directBackend) and the API (httpBackend) provide it.
+type breakerBackend interface {
+	Breakers(ctx context.Context) ([]server.BreakerView, error)
+	// ForceBreaker forces the breaker open for d (0: until closed), or
+	// closes it when open is false.
+	ForceBreaker(ctx context.Context, name string, open bool, d time.Duration) (server.BreakerView, error)
+}
+
+var (
+	_ breakerBackend = (*directBackend)(nil)
+	_ breakerBackend = (*httpBackend)(nil)
+)
+
+// newBreakersCmd is `redrive breakers`.
+func newBreakersCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "breakers",
+		Short: "List the fleet's circuit breakers, force one open or close it",
+		Long: `List the circuit breakers that the worker processes sharing the store keep
+for their dependencies, force one open, or close it.
+
+A breaker is shared by every worker on the store: when one process's
+failures trip it, every process stops calling the dependency; when its break
+ends, one process (fleet-wide) probes the dependency, and its success closes
+the breaker for all. Forcing a breaker open or closing it here does the same
+for the whole fleet.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newBreakersListCmd(g), newBreakerOpenCmd(g), newBreakerCloseCmd(g))
+	return cmd
+}
+
+// withBreakers runs f on the backend the flags select, as a breakerBackend.
+func withBreakers(g *globalOptions, c *connOptions, f func(ctx context.Context, b breakerBackend) error) func(*cobra.Command, []string) error {
+	return withBackend(g, c, func(ctx context.Context, b backend) error {
+		bb, ok := b.(breakerBackend)
+		if !ok {
+			return errors.New("this backend cannot show circuit breakers")
+		}
+		return f(ctx, bb)
+	})
+}
+
+func newBreakersListCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List the fleet's circuit breakers",
+		Long: `List every dependency's circuit breaker as the fleet shares it: its state,
+failures within the window, trips, who opened it last and when, when it
+lets a probe through (open) or which process holds the probe (half-open).
+Over --server, breakers only the server's process has used are listed too,
+and FALLBACK says whether that process lost the store and decides alone.
+` + connHelp, Args: cobra.NoArgs}
+	cmd.RunE = withBreakers(g, &c, func(ctx context.Context, b breakerBackend) error {
+		bs, err := b.Breakers(ctx)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if g.JSON {
+			return writeJSON(out, bs)
+		}
+		return writeBreakers(out, bs)
+	})
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newBreakerOpenCmd(g *globalOptions) *cobra.Command {
+	var (
+		c   connOptions
+		dur time.Duration
+	)
+	cmd := &cobra.Command{Use: "open NAME", Short: "Force a dependency's breaker open for the whole fleet",
+		Long: `Force the circuit breaker of the dependency NAME open: every worker process
+on the store stops calling it and defers the jobs that use it, until --for
+has elapsed (then one probe goes through, as after a trip) or, without
+--for, until ` + "`redrive breakers close NAME`" + `.
+` + connHelp, Args: cobra.ExactArgs(1)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := store.CheckBreakerName(args[0]); err != nil {
+			return flagErrorf(cmd, "breaker name: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+		}
+		if dur < 0 {
+			return flagErrorf(cmd, "--for is %v; it must be positive (or 0: until closed)", dur)
+		}
+		return withBreakers(g, &c, func(ctx context.Context, b breakerBackend) error {
+			v, err := b.ForceBreaker(ctx, args[0], true, dur)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, server.BreakerBody{Breaker: v})
+			}
+			until := "until `redrive breakers close " + shellQuote(v.Name) + "`"
+			if !v.ReadyAt.IsZero() {
+				until = "until " + fmtTime(v.ReadyAt)
+			}
+			_, err = fmt.Fprintf(out, "breaker %s forced open %s: the fleet defers the jobs that use it\n", v.Name, until)
+			return err
+		})(cmd, args)
+	}
+	cmd.Flags().DurationVar(&dur, "for", 0, "how long the breaker stays forced open (e.g. 15m); 0: until closed")
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newBreakerCloseCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{Use: "close NAME", Aliases: []string{"reset"}, Short: "Close a dependency's breaker for the whole fleet",
+		Long: `Close the circuit breaker of the dependency NAME and clear the fleet's
+counts: every worker process calls the dependency again. Jobs already
+deferred run when their deferral ends, at most one break duration later.
+` + connHelp, Args: cobra.ExactArgs(1)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := store.CheckBreakerName(args[0]); err != nil {
+			return flagErrorf(cmd, "breaker name: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+		}
+		return withBreakers(g, &c, func(ctx context.Context, b breakerBackend) error {
+			v, err := b.ForceBreaker(ctx, args[0], false, 0)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, server.BreakerBody{Breaker: v})
+			}
+			_, err = fmt.Fprintf(out, "breaker %s closed: the fleet calls the dependency again\n", v.Name)
+			return err
+		})(cmd, args)
+	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+// writeBreakers writes the breakers as a table.
+func writeBreakers(out io.Writer, bs []server.BreakerView) error {
+	if len(bs) == 0 {
+		_, err := fmt.Fprintln(out, "No circuit breaker has been used yet.")
+		return err
+	}
+	fallback := false
+	for _, b := range bs {
+		fallback = fallback || b.Fallback
+	}
+	header := []string{"BREAKER", "STATE", "FAILURES", "TRIPS", "OPENED BY", "OPENED", "PROBE AT", "PROBE BY", "SHARED"}
+	err := writeTable(out, header, func(row func(...any)) {
+		for _, b := range bs {
+			state := string(must(b.State.MarshalText()))
+			if b.Forced {
+				state += " (forced)"
+			}
+			opened := "-"
+			if !b.OpenedAt.IsZero() {
+				opened = fmtTime(b.OpenedAt)
+			}
+			probeAt := "-"
+			switch {
+			case !b.ReadyAt.IsZero():
+				probeAt = fmtTime(b.ReadyAt)
+			case b.State.String() == store.BreakerOpen:
+				probeAt = "when closed"
+			}
+			shared := "yes"
+			if !b.Shared {
+				shared = "no (this process only)"
+			}
+			row(b.Name, state, b.Failures, b.Trips, dash(b.OpenedBy), opened, probeAt, dash(b.ProbeBy), shared)
+		}
+	})
+	if err == nil && fallback {
+		_, err = fmt.Fprintln(out, "FALLBACK: the server's process lost the store; its breakers decide alone on its own calls")
+	}
+	return err
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		return []byte("?")
+	}
+	return b
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func (d *directBackend) Breakers(ctx context.Context) ([]server.BreakerView, error) {
+	states, err := d.c.Store().ListBreakers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return server.FleetBreakers(states, time.Now()), nil
+}
+
+func (d *directBackend) ForceBreaker(ctx context.Context, name string, open bool, dur time.Duration) (server.BreakerView, error) {
+	now := time.Now()
+	set := store.BreakerSet{Name: name, State: store.BreakerClosed, By: "operator (cli)", Now: now}
+	if open {
+		set.State = store.BreakerOpen
+		if dur > 0 {
+			set.Until = now.Add(dur)
+		}
+	}
+	st, err := d.c.Store().SetBreaker(ctx, set)
+	if err != nil {
+		return server.BreakerView{}, err
+	}
+	return server.FleetBreaker(st, time.Now()), nil
+}
+
+func (h *httpBackend) Breakers(ctx context.Context) ([]server.BreakerView, error) {
+	var bs []server.BreakerView
+	return bs, h.do(ctx, http.MethodGet, "/v1/breakers", nil, nil, &bs)
+}
+
+func (h *httpBackend) ForceBreaker(ctx context.Context, name string, open bool, dur time.Duration) (server.BreakerView, error) {
+	var res server.BreakerBody
+	if !open {
+		return res.Breaker, h.do(ctx, http.MethodPost, "/v1/breakers/"+pathSegment(name)+"/reset", nil, nil, &res)
+	}
+	var body any
+	if dur > 0 {
+		body = map[string]string{"duration": dur.String()}
+	}
+	return res.Breaker, h.do(ctx, http.MethodPost, "/v1/breakers/"+pathSegment(name)+"/open", nil, body, &res)
+}

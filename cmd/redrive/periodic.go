@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/server"
+)
+
+// scheduleBackend is what `redrive periodic` needs of a backend: both the
+// direct and the HTTP backend have it.
+type scheduleBackend interface {
+	Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error)
+	SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error)
+	TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error)
+	DeleteSchedule(ctx context.Context, name string) error
+}
+
+// schedules returns b's schedule operations.
+func schedules(b backend) (scheduleBackend, error) {
+	sb, ok := b.(scheduleBackend)
+	if !ok {
+		return nil, fmt.Errorf("this backend cannot manage periodic schedules")
+	}
+	return sb, nil
+}
+
+// newPeriodicCmd is `redrive periodic`.
+func newPeriodicCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "periodic",
+		Aliases: []string{"schedules"},
+		Short:   "List, pause, resume, trigger and delete periodic jobs",
+		Long: `List the schedules of periodic jobs with their next and last runs, pause and
+resume them, run one's job now, and delete those no worker declares any
+more.
+
+Schedules are declared by the workers (WorkerOptions.Periodic in Go, the
+"schedules" of serve's config file); the store keeps each one's state. A
+paused schedule enqueues nothing until resumed, and its occurrences during
+the pause never run.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(newPeriodicListCmd(g), newPeriodicPauseCmd(g, true), newPeriodicPauseCmd(g, false), newPeriodicTriggerCmd(g), newPeriodicDeleteCmd(g))
+	return cmd
+}
+
+func newPeriodicListCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List the schedules with their next and last runs",
+		Long: "List every periodic schedule declared in the store, sorted by name.\n" + connHelp, Args: cobra.NoArgs}
+	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
+		sb, err := schedules(b)
+		if err != nil {
+			return err
+		}
+		list, err := sb.Schedules(ctx)
+		if err != nil {
+			return err
+		}
+		if list == nil {
+			list = []redrive.ScheduleInfo{}
+		}
+		out := cmd.OutOrStdout()
+		if g.JSON {
+			return writeJSON(out, server.ScheduleList{Schedules: list})
+		}
+		return writeSchedules(out, list)
+	})
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newPeriodicPauseCmd(g *globalOptions, pause bool) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{
+		Use:   "pause NAME",
+		Short: "Pause a schedule: nothing is enqueued for it until resumed",
+		Long: `Pause the schedule NAME: no job is enqueued for it until it is resumed, and
+its occurrences meanwhile never run. Jobs already enqueued are not
+touched. Pausing a paused schedule changes nothing.
+` + connHelp,
+		Args: cobra.ExactArgs(1),
+	}
+	if !pause {
+		cmd.Use = "resume NAME"
+		cmd.Short = "Resume a paused schedule from now"
+		cmd.Long = `Resume the schedule NAME: its next occurrence after now is the next
+enqueued. Resuming a schedule that is not paused changes nothing.
+` + connHelp
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		name := args[0]
+		if name == "" {
+			return flagErrorf(cmd, "the schedule name is empty")
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			sb, err := schedules(b)
+			if err != nil {
+				return err
+			}
+			s, err := sb.SetSchedulePaused(ctx, name, pause)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, server.ScheduleBody{Schedule: s})
+			}
+			if s.Paused {
+				_, err = fmt.Fprintf(out, "schedule %s paused since %s: nothing is enqueued until `redrive periodic resume %s`\n",
+					s.Name, fmtTime(s.PausedAt), shellQuote(s.Name))
+			} else {
+				_, err = fmt.Fprintf(out, "schedule %s resumed: next run %s\n", s.Name, fmtTime(s.NextRun))
+			}
+			return err
+		})(cmd, args)
+	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newPeriodicTriggerCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{
+		Use:   "trigger NAME",
+		Short: "Enqueue one job of a schedule now",
+		Long: `Enqueue one job of the schedule NAME now, outside its schedule and whether or
+not it is paused. The schedule's next run does not change.
+` + connHelp,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		name := args[0]
+		if name == "" {
+			return flagErrorf(cmd, "the schedule name is empty")
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			sb, err := schedules(b)
+			if err != nil {
+				return err
+			}
+			j, err := sb.TriggerSchedule(ctx, name)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, j)
+			}
+			_, err = fmt.Fprintf(out, "schedule %s triggered: job %d (kind %s, queue %s)\n", name, j.ID, j.Kind, j.Queue)
+			return err
+		})(cmd, args)
+	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newPeriodicDeleteCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{
+		Use:     "rm NAME",
+		Aliases: []string{"delete"},
+		Short:   "Delete a schedule no worker declares any more",
+		Long: `Delete the schedule NAME and its state (paused, last run), say once the
+code or the config file that declared it no longer does. A running worker
+that still declares it records it again within about a second, from then
+on. Jobs it enqueued are not touched.
+` + connHelp,
+		Args: cobra.ExactArgs(1),
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		name := args[0]
+		if name == "" {
+			return flagErrorf(cmd, "the schedule name is empty")
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			sb, err := schedules(b)
+			if err != nil {
+				return err
+			}
+			if err := sb.DeleteSchedule(ctx, name); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, map[string]string{"deleted": name})
+			}
+			_, err = fmt.Fprintf(out, "schedule %s deleted\n", name)
+			return err
+		})(cmd, args)
+	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+// writeSchedules writes the schedules as a table.
+func writeSchedules(out io.Writer, list []redrive.ScheduleInfo) error {
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(out, "no schedules")
+		return err
+	}
+	return writeTable(out, []string{"NAME", "SCHEDULE", "KIND", "QUEUE", "STATE", "NEXT RUN", "LAST RUN", "LAST JOB", "MISSED"}, func(row func(...any)) {
+		for _, s := range list {
+			spec := "every " + s.Every
+			if s.Cron != "" {
+				spec = s.Cron
+				if s.TimeZone != "" {
+					spec += " (" + s.TimeZone + ")"
+				}
+			}
+			state := "active"
+			if s.Paused {
+				state = "paused"
+			}
+			if s.Error != "" {
+				spec, state = "?", "unreadable: "+oneLine(s.Error, 60)
+			}
+			last := "-"
+			if s.LastJobID != 0 {
+				last = fmt.Sprint(s.LastJobID)
+			}
+			row(s.Name, spec, s.Kind, s.Queue, state, fmtTime(s.NextRun), fmtTime(s.LastRun), last, s.Missed)
+		}
+	})
+}
+
+func (d *directBackend) Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error) {
+	return d.c.Schedules(ctx)
+}
+
+func (d *directBackend) SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error) {
+	if paused {
+		return d.c.PauseSchedule(ctx, name)
+	}
+	return d.c.ResumeSchedule(ctx, name)
+}
+
+func (d *directBackend) TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error) {
+	return d.c.TriggerSchedule(ctx, name)
+}
+
+func (h *httpBackend) Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error) {
+	var res server.ScheduleList
+	return res.Schedules, h.do(ctx, http.MethodGet, "/v1/schedules", nil, nil, &res)
+}
+
+func (h *httpBackend) SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error) {
+	action := "resume"
+	if paused {
+		action = "pause"
+	}
+	var res server.ScheduleBody
+	return res.Schedule, h.do(ctx, http.MethodPost, "/v1/schedules/"+pathSegment(name)+"/"+action, nil, nil, &res)
+}
+
+func (h *httpBackend) TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error) {
+	var j redrive.Job
+	if err := h.do(ctx, http.MethodPost, "/v1/schedules/"+pathSegment(name)+"/trigger", nil, nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+func (d *directBackend) DeleteSchedule(ctx context.Context, name string) error {
+	return d.c.DeleteSchedule(ctx, name)
+}
+
+func (h *httpBackend) DeleteSchedule(ctx context.Context, name string) error {
+	return h.do(ctx, http.MethodDelete, "/v1/schedules/"+pathSegment(name), nil, nil, nil)
+}

@@ -1,0 +1,225 @@
+package server
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/store"
+)
+
+// BreakerView is one circuit breaker in GET /v1/breakers: the fleet's
+// breaker as the store shares it between the processes, merged with this
+// process's own breaker of the same name when it has one.
+type BreakerView struct {
+	// Name is the dependency's name.
+	Name string `json:"name"`
+	// State is the fleet's state (this process's, for a breaker the store
+	// does not know yet). An open breaker whose break has elapsed shows
+	// half_open: the next call is the probe.
+	State breaker.State `json:"state"`
+	// Failures and Requests are the fleet's counts within the window
+	// (requests are counted unless the breaker is count-only, and only
+	// from processes that reported a failure).
+	Failures int `json:"failures"`
+	Requests int `json:"requests"`
+	// Since is when the fleet's breaker entered its state.
+	Since time.Time `json:"since,omitzero"`
+	// OpenedAt and OpenedBy tell when the breaker last opened and who
+	// opened it: the process (worker id) whose failures tripped it, or
+	// the operator who forced it.
+	OpenedAt time.Time `json:"opened_at,omitzero"`
+	OpenedBy string    `json:"opened_by,omitempty"`
+	// ReadyAt is, while open, when a probe may go through; absent for a
+	// breaker forced open until it is closed.
+	ReadyAt time.Time `json:"ready_at,omitzero"`
+	// Forced is true while an operator holds the breaker open.
+	Forced bool `json:"forced,omitempty"`
+	// ProbeBy and ProbeUntil name, while half-open, the process holding
+	// the fleet's single probe and when its lease ends.
+	ProbeBy    string    `json:"probe_by,omitempty"`
+	ProbeUntil time.Time `json:"probe_until,omitzero"`
+	// Trips counts the fleet's trips (this process's for a breaker the
+	// store does not know).
+	Trips uint64 `json:"trips"`
+	// Shared is true when the store holds the breaker, false for a
+	// breaker only this process has used (no failure reported yet).
+	Shared bool `json:"shared"`
+	// Fallback is true when this process lost the store and its breakers
+	// decide alone: Local then shows what this process does.
+	Fallback bool `json:"fallback,omitempty"`
+	// Local is this process's own breaker of that name, when it has one.
+	Local *breaker.Status `json:"local,omitempty"`
+}
+
+// BreakerBody is the body answering a force-open or a reset.
+type BreakerBody struct {
+	Breaker BreakerView `json:"breaker"`
+}
+
+// breakerOpenRequest is the optional body of POST /v1/breakers/{name}/open.
+type breakerOpenRequest struct {
+	// Duration is how long the breaker stays forced open, as a Go
+	// duration ("10m"); empty: until it is closed.
+	Duration string `json:"duration"`
+}
+
+// maxForcedOpen bounds the duration of a forced open.
+const maxForcedOpen = 366 * 24 * time.Hour
+
+func (a *api) listBreakers(w http.ResponseWriter, r *http.Request) error {
+	var fleet []store.BreakerState
+	if a.client != nil {
+		var err error
+		if fleet, err = a.client.Store().ListBreakers(r.Context()); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, a.breakerViews(fleet, time.Now()))
+	return nil
+}
+
+// breakerViews merges the fleet's breakers with this process's, sorted by
+// name.
+func (a *api) breakerViews(fleet []store.BreakerState, now time.Time) []BreakerView {
+	local := map[string]breaker.Status{}
+	fallback := false
+	if a.breakers != nil {
+		for _, st := range a.breakers.Statuses() {
+			local[st.Name] = st
+		}
+		if s := a.breakers.Shared(); s != nil {
+			fallback = s.Fallback()
+		}
+	}
+	out := []BreakerView{}
+	for _, f := range fleet {
+		v := fleetView(f, now)
+		v.Fallback = fallback
+		if st, ok := local[f.Name]; ok {
+			v.Local = &st
+			delete(local, f.Name)
+		}
+		out = append(out, v)
+	}
+	for _, st := range local {
+		out = append(out, BreakerView{Name: st.Name, State: st.State, Failures: st.Failures, Requests: st.Requests,
+			OpenedAt: st.OpenedAt, ReadyAt: st.ReadyAt, Trips: st.Trips, Fallback: fallback, Local: &st})
+	}
+	slices.SortFunc(out, func(a, b BreakerView) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// FleetBreakers returns the store's shared breakers as GET /v1/breakers
+// shows them at now, for a process without breakers of its own (the CLI
+// working on the store).
+func FleetBreakers(states []store.BreakerState, now time.Time) []BreakerView {
+	out := make([]BreakerView, 0, len(states))
+	for _, st := range states {
+		out = append(out, fleetView(st, now))
+	}
+	return out
+}
+
+// FleetBreaker is FleetBreakers for one breaker.
+func FleetBreaker(st store.BreakerState, now time.Time) BreakerView { return fleetView(st, now) }
+
+// fleetView is a shared breaker as the API shows it at now.
+func fleetView(f store.BreakerState, now time.Time) BreakerView {
+	v := BreakerView{Name: f.Name, Since: f.Since, OpenedAt: f.OpenedAt, OpenedBy: f.OpenedBy, Forced: f.Forced,
+		Trips: uint64(max(f.Trips, 0)), Shared: true}
+	switch f.State {
+	case store.BreakerOpen:
+		v.State, v.ReadyAt = breaker.Open, f.ReadyAt
+		if !f.ReadyAt.IsZero() && !now.Before(f.ReadyAt) {
+			v.State, v.ReadyAt = breaker.HalfOpen, time.Time{}
+		}
+	case store.BreakerHalfOpen:
+		v.State, v.ProbeBy, v.ProbeUntil = breaker.HalfOpen, f.ProbeBy, f.ProbeUntil
+	default:
+		v.State = breaker.Closed
+		v.Failures, v.Requests = f.Totals(now)
+	}
+	return v
+}
+
+// breakerName reads and checks the {name} path value.
+func breakerName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if err := store.CheckBreakerName(name); err != nil {
+		return "", badRequest("name", "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+	}
+	return name, nil
+}
+
+// openBreaker forces a breaker open for the fleet, for the optional
+// duration of the body.
+func (a *api) openBreaker(w http.ResponseWriter, r *http.Request) error {
+	name, err := breakerName(r)
+	if err != nil {
+		return err
+	}
+	var req breakerOpenRequest
+	if r.ContentLength != 0 {
+		if err := a.decodeBody(w, r, &req); err != nil {
+			return err
+		}
+	}
+	now := time.Now()
+	set := store.BreakerSet{Name: name, State: store.BreakerOpen, By: "operator (api)", Now: now}
+	if req.Duration != "" {
+		d, err := time.ParseDuration(req.Duration)
+		switch {
+		case err != nil:
+			return badRequest("duration", "duration %q is not a duration such as 10m or 1h30m", req.Duration)
+		case d <= 0 || d > maxForcedOpen:
+			return badRequest("duration", "duration %v must be positive and at most %v", d, maxForcedOpen)
+		}
+		set.Until = now.Add(d)
+	}
+	return a.setBreaker(w, r, set)
+}
+
+// resetBreaker closes a breaker for the fleet.
+func (a *api) resetBreaker(w http.ResponseWriter, r *http.Request) error {
+	name, err := breakerName(r)
+	if err != nil {
+		return err
+	}
+	if r.ContentLength > 0 {
+		var empty struct{}
+		if err := a.decodeBody(w, r, &empty); err != nil {
+			return err
+		}
+	}
+	return a.setBreaker(w, r, store.BreakerSet{Name: name, State: store.BreakerClosed, By: "operator (api)", Now: time.Now()})
+}
+
+func (a *api) setBreaker(w http.ResponseWriter, r *http.Request, set store.BreakerSet) error {
+	st, err := a.client.Store().SetBreaker(r.Context(), set)
+	if err != nil {
+		return err
+	}
+	// This process's breaker follows at once; the others at their next
+	// sync (a notification, or a poll of the store).
+	if a.breakers != nil {
+		if b, ok := a.breakers.Lookup(set.Name); ok {
+			if set.State == store.BreakerClosed {
+				b.Apply(breaker.Fleet{State: breaker.Closed, Version: st.Version})
+			} else {
+				b.Apply(breaker.Fleet{State: breaker.Open, OpenedAt: st.OpenedAt, OpenedBy: st.OpenedBy, ReadyAt: st.ReadyAt, Version: st.Version})
+			}
+		}
+	}
+	views := a.breakerViews([]store.BreakerState{st}, time.Now())
+	for _, v := range views {
+		if v.Name == set.Name {
+			writeJSON(w, http.StatusOK, BreakerBody{Breaker: v})
+			return nil
+		}
+	}
+	writeJSON(w, http.StatusOK, BreakerBody{Breaker: fleetView(st, time.Now())})
+	return nil
+}

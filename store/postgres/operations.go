@@ -1,0 +1,494 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// operationColumns are an operation's columns in the order scanOperation
+// reads them.
+const operationColumns = `id, kind, state, params, progress, cursor, max_id, worker, lease_until, error,
+	created_at, started_at, updated_at, finished_at`
+
+func scanOperation(row pgx.Row) (*store.Operation, error) {
+	var (
+		op               store.Operation
+		kind, state      string
+		params, progress []byte
+		worker           *string
+	)
+	if err := row.Scan(&op.ID, &kind, &state, &params, &progress, &op.Cursor, &op.MaxID, &worker, &op.LeaseUntil, &op.Error,
+		&op.CreatedAt, &op.StartedAt, &op.UpdatedAt, &op.FinishedAt); err != nil {
+		return nil, err
+	}
+	op.Kind, op.State = store.OperationKind(kind), store.OperationState(state)
+	if worker != nil {
+		op.Worker = *worker
+	}
+	if err := json.Unmarshal(params, &op.Params); err != nil {
+		return nil, fmt.Errorf("operation %s: params: %w", op.ID, err)
+	}
+	if err := json.Unmarshal(progress, &op.Progress); err != nil {
+		return nil, fmt.Errorf("operation %s: progress: %w", op.ID, err)
+	}
+	if op.Progress.RefusedIDs == nil {
+		op.Progress.RefusedIDs = []int64{}
+	}
+	op.CreatedAt, op.UpdatedAt = op.CreatedAt.UTC(), op.UpdatedAt.UTC()
+	op.LeaseUntil, op.StartedAt, op.FinishedAt = utcPtr(op.LeaseUntil), utcPtr(op.StartedAt), utcPtr(op.FinishedAt)
+	return &op, nil
+}
+
+// payloadMatch is the condition of a filter's payload match: jsonb
+// equality, under which numbers compare by value.
+func payloadMatch(f store.Filter, a *args) (string, error) {
+	if err := store.CheckPayloadMatch(f); err != nil {
+		return "", err
+	}
+	keys, err := store.PayloadPath(f.PayloadField)
+	if err != nil {
+		return "", err
+	}
+	return "convert_from(payload, 'UTF8')::jsonb #> " + a.add(keys) + "::text[] = " + a.add(string(f.PayloadValue)) + "::jsonb", nil
+}
+
+// ops is the qualified name of the operations table.
+func (s *Store) ops() string { return pgx.Identifier{s.schema}.Sanitize() + ".operations" }
+
+// CreateOperation implements store.Operations.
+func (s *Store) CreateOperation(ctx context.Context, n store.NewOperation, now time.Time) (*store.Operation, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := store.CheckNewOperation(&n); err != nil {
+		return nil, fmt.Errorf("postgres: create operation: %w", err)
+	}
+	var a args
+	if _, err := s.where(n.Params.Filter, &a); err != nil {
+		return nil, fmt.Errorf("postgres: create operation: %w", err)
+	}
+	params, err := json.Marshal(n.Params)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: create operation: %w", err)
+	}
+	progress, err := json.Marshal(store.OperationProgress{Matched: -1, RefusedIDs: []int64{}})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: create operation: %w", err)
+	}
+	op, err := scanOperation(s.pool.QueryRow(ctx, `INSERT INTO `+s.ops()+` (id, kind, state, params, progress, max_id, created_at, updated_at)
+	VALUES ($1, $2, 'pending', $3::jsonb, $4::jsonb, (SELECT coalesce(max(id), 0) FROM `+s.sql.jobs+`), $5, $5)
+	ON CONFLICT (id) DO NOTHING RETURNING `+operationColumns, n.ID, string(n.Kind), string(params), string(progress), ts(now)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("postgres: create operation: id %s is taken: %w", n.ID, store.ErrConflict)
+	}
+	if err != nil {
+		return nil, s.fail("create operation", err)
+	}
+	return op, nil
+}
+
+// GetOperation implements store.Operations.
+func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	op, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+operationColumns+` FROM `+s.ops()+` WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("postgres: operation %q: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, s.fail("get operation", err)
+	}
+	return op, nil
+}
+
+// ListOperations implements store.Operations.
+func (s *Store) ListOperations(ctx context.Context, before string, limit int) ([]*store.Operation, string, error) {
+	if err := s.check(); err != nil {
+		return nil, "", err
+	}
+	limit = store.Page{Limit: limit}.Size()
+	var a args
+	q := `SELECT ` + operationColumns + ` FROM ` + s.ops()
+	if before != "" {
+		var created time.Time
+		err := s.pool.QueryRow(ctx, `SELECT created_at FROM `+s.ops()+` WHERE id = $1`, before).Scan(&created)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, "", fmt.Errorf("postgres: list operations: %w: no operation %q to list before", store.ErrInvalid, before)
+		}
+		if err != nil {
+			return nil, "", s.fail("list operations", err)
+		}
+		q += ` WHERE (created_at, id) < (` + a.add(created) + `, ` + a.add(before) + `)`
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ` + a.add(limit+1)
+	rows, err := s.pool.Query(ctx, q, a...)
+	if err != nil {
+		return nil, "", s.fail("list operations", err)
+	}
+	defer rows.Close()
+	out := []*store.Operation{}
+	for rows.Next() {
+		op, err := scanOperation(rows)
+		if err != nil {
+			return nil, "", s.fail("list operations", err)
+		}
+		out = append(out, op)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", s.fail("list operations", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].ID
+	}
+	return out, next, nil
+}
+
+// ClaimOperation implements store.Operations.
+func (s *Store) ClaimOperation(ctx context.Context, id, worker string, now, leaseUntil time.Time) (*store.Operation, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var a args
+	pick := `SELECT id FROM ` + s.ops() + ` WHERE (state = 'pending' OR (state = 'running' AND lease_until < ` + a.add(ts(now)) + `))`
+	if id != "" {
+		pick += ` AND id = ` + a.add(id)
+	}
+	pick += ` ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`
+	q := `UPDATE ` + s.ops() + ` SET state = 'running', worker = ` + a.add(worker) + `, lease_until = ` + a.add(ts(leaseUntil)) + `,
+	started_at = coalesce(started_at, $1), updated_at = $1 WHERE id = (` + pick + `) RETURNING ` + operationColumns
+	var op *store.Operation
+	err := s.retry(ctx, func() error {
+		var err error
+		op, err = scanOperation(s.pool.QueryRow(ctx, q, a...))
+		if errors.Is(err, pgx.ErrNoRows) {
+			op, err = nil, nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("claim operation", err)
+	}
+	return op, nil
+}
+
+// inOperation runs fn in a transaction holding the row lock of the
+// operation id, read as it stands.
+func (s *Store) inOperation(ctx context.Context, what, id string, fn func(tx pgx.Tx, op *store.Operation) error) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	err := s.retry(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			op, err := scanOperation(tx.QueryRow(ctx, `SELECT `+operationColumns+` FROM `+s.ops()+` WHERE id = $1 FOR UPDATE`, id))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("operation %q: %w", id, store.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			return fn(tx, op)
+		})
+	})
+	if err != nil {
+		return s.fail(what, err)
+	}
+	return nil
+}
+
+// RenewOperation implements store.Operations.
+func (s *Store) RenewOperation(ctx context.Context, r store.OperationRenewal) (*store.Operation, error) {
+	var out *store.Operation
+	err := s.inOperation(ctx, "renew operation", r.ID, func(tx pgx.Tx, op *store.Operation) error {
+		if err := store.CheckStep(op, r.Worker, op.Cursor); err != nil {
+			return err
+		}
+		matched := op.Progress.Matched
+		if r.Matched >= 0 {
+			matched = r.Matched
+		}
+		var err error
+		out, err = scanOperation(tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET lease_until = $2, updated_at = $3,
+	progress = jsonb_set(progress, '{matched}', to_jsonb($4::bigint)) WHERE id = $1 RETURNING `+operationColumns,
+			r.ID, ts(r.LeaseUntil), ts(r.Now), matched))
+		return err
+	})
+	return out, err
+}
+
+// StepOperation implements store.Operations.
+func (s *Store) StepOperation(ctx context.Context, st store.OperationStep) (store.StepResult, error) {
+	var res store.StepResult
+	if st.Limit < 1 || st.Limit > store.MaxPageSize {
+		return res, fmt.Errorf("postgres: step operation: %w: limit %d out of 1..%d", store.ErrInvalid, st.Limit, store.MaxPageSize)
+	}
+	err := s.inOperation(ctx, "step operation", st.ID, func(tx pgx.Tx, op *store.Operation) error {
+		res = store.StepResult{}
+		if err := store.CheckStep(op, st.Worker, st.Cursor); err != nil {
+			return err
+		}
+		if op.Kind == store.OpExport && st.Exported == nil {
+			return fmt.Errorf("%w: an export's step says what it wrote", store.ErrInvalid)
+		}
+		cursor, n, err := s.applyStep(ctx, tx, op, st, &res)
+		if err != nil {
+			return fmt.Errorf("operation %s: %w", op.ID, err)
+		}
+		res.End = n < st.Limit
+		res.Handled.Tally()
+		store.ApplyStep(op, st, res.Handled, cursor)
+		progress, err := json.Marshal(op.Progress)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE `+s.ops()+` SET progress = $2::jsonb, cursor = $3, lease_until = $4, updated_at = $5 WHERE id = $1`,
+			op.ID, string(progress), op.Cursor, ts(st.LeaseUntil), ts(st.Now)); err != nil {
+			return err
+		}
+		res.Operation = op
+		return nil
+	})
+	return res, err
+}
+
+// applyStep does a step's batch in tx and returns the new cursor and
+// how many jobs the batch held.
+func (s *Store) applyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, st store.OperationStep, res *store.StepResult) (int64, int, error) {
+	if op.Kind == store.OpExport {
+		e := st.Exported
+		if e.Count < 0 || (e.Count > 0 && (e.Last <= op.Cursor || e.Last > op.MaxID)) {
+			return 0, 0, fmt.Errorf("%w: exported %d jobs through id %d after cursor %d", store.ErrInvalid, e.Count, e.Last, op.Cursor)
+		}
+		res.Handled.Exported = e.Count
+		if e.Count == 0 {
+			return op.Cursor, 0, nil
+		}
+		return e.Last, int(e.Count), nil
+	}
+	f := store.OperationFilter(op)
+	if op.Kind == store.OpReplay {
+		return s.replayStep(ctx, tx, op, f, st, res)
+	}
+	var ids []int64
+	if op.Kind == store.OpRedrive && len(f.IDs) > 0 {
+		// By ids: every id given, the ids not dead reported skipped.
+		ids = store.NextIDs(f.IDs, op.Cursor, math.MaxInt64, st.Limit)
+	} else {
+		var a args
+		w, err := s.where(f, &a)
+		if err != nil {
+			return 0, 0, err
+		}
+		rows, err := tx.Query(ctx, `SELECT id FROM `+s.sql.jobs+` WHERE `+w+` AND id > `+a.add(op.Cursor)+` AND id <= `+a.add(op.MaxID)+
+			` ORDER BY id LIMIT `+a.add(st.Limit), a...)
+		if err != nil {
+			return 0, 0, err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	if len(ids) == 0 {
+		return op.Cursor, 0, nil
+	}
+	last := ids[len(ids)-1]
+	switch op.Kind {
+	case store.OpRedrive:
+		ev, err := eventJSON(&store.Event{Kind: store.EventRedriven, At: st.Now, Note: op.Params.Note})
+		if err != nil {
+			return 0, 0, err
+		}
+		var payload []byte
+		if len(op.Params.Payload) > 0 {
+			payload = op.Params.Payload
+		}
+		rows, err := tx.Query(ctx, s.sql.redrive, ids, ts(st.Now), payload, ev, shard())
+		if err != nil {
+			return 0, 0, err
+		}
+		outcome := map[int64]bool{}
+		for rows.Next() {
+			var id int64
+			var ok bool
+			if err := rows.Scan(&id, &ok); err != nil {
+				rows.Close()
+				return 0, 0, err
+			}
+			outcome[id] = ok
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, 0, err
+		}
+		var redriven []int64
+		for _, id := range ids {
+			ok, found := outcome[id]
+			switch {
+			case !found:
+				res.Handled.Skipped++
+			case ok:
+				res.Handled.Redriven++
+				redriven = append(redriven, id)
+			default:
+				res.Handled.Refused++
+				res.Handled.RefusedIDs = append(res.Handled.RefusedIDs, id)
+			}
+		}
+		if len(redriven) > 0 {
+			rows, err := tx.Query(ctx, `SELECT DISTINCT queue FROM `+s.sql.jobs+` WHERE id = ANY($1::bigint[]) ORDER BY queue`, redriven)
+			if err != nil {
+				return 0, 0, err
+			}
+			if res.Queues, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return 0, 0, err
+			}
+		}
+	case store.OpPurge:
+		q := `WITH del AS (
+	DELETE FROM ` + s.sql.jobs + ` WHERE id = ANY($1::bigint[]) AND state = 'dead'
+	RETURNING queue, state, idem_key, id, kind, created_at, finished_at
+), keep AS (
+	` + strings.ReplaceAll(keepKeysSQL, "{keys}", s.sql.keys) + `
+), cnt AS (
+	INSERT INTO ` + s.sql.counters + ` AS c (queue, name, shard, n)
+	SELECT queue, 'purged', $2::smallint, count(*) FROM del GROUP BY queue ORDER BY queue
+	` + upsertCounters + `
+)
+SELECT count(*) FROM del`
+		if err := tx.QueryRow(ctx, q, ids, shard()).Scan(&res.Handled.Purged); err != nil {
+			return 0, 0, err
+		}
+	}
+	return last, len(ids), nil
+}
+
+// replayStep enqueues a copy of each job of the next batch, naming its
+// source in replay_of and in a replayed event, with one statement.
+func (s *Store) replayStep(ctx context.Context, tx pgx.Tx, op *store.Operation, f store.Filter, st store.OperationStep, res *store.StepResult) (int64, int, error) {
+	var a args
+	w, err := s.where(f, &a)
+	if err != nil {
+		return 0, 0, err
+	}
+	ev, err := eventJSON(&store.Event{Kind: store.EventReplayed, At: st.Now, Note: op.Params.Note})
+	if err != nil {
+		return 0, 0, err
+	}
+	now := a.add(ts(st.Now))
+	q := `WITH src AS (
+	SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable FROM ` + s.sql.jobs + `
+	WHERE ` + w + ` AND id > ` + a.add(op.Cursor) + ` AND id <= ` + a.add(op.MaxID) + ` ORDER BY id LIMIT ` + a.add(st.Limit) + `
+), ins AS (
+	INSERT INTO ` + s.sql.jobs + ` (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, replay_of, history)
+	SELECT queue, kind, payload, 'pending', max_retries, policy, dependency, reprocessable, ` + now + `, ` + now + `, id,
+		jsonb_build_array(` + a.add(ev) + `::jsonb || jsonb_build_object('replay_of', id))
+	FROM src ORDER BY id
+	RETURNING replay_of, queue
+), cnt AS (
+	INSERT INTO ` + s.sql.counters + ` AS c (queue, name, shard, n)
+	SELECT queue, 'enqueued', ` + a.add(shard()) + `::smallint, count(*) FROM ins GROUP BY queue ORDER BY queue
+	` + upsertCounters + `
+), ntf AS (
+	SELECT count(pg_notify(` + a.add(s.channel) + `, queue)) AS n FROM (SELECT DISTINCT queue FROM ins) q
+)
+SELECT coalesce(max(replay_of), 0), count(*), coalesce(array_agg(DISTINCT queue) FILTER (WHERE queue IS NOT NULL), '{}')
+FROM ins CROSS JOIN ntf`
+	var last, n int64
+	if err := tx.QueryRow(ctx, q, a...).Scan(&last, &n, &res.Queues); err != nil {
+		return 0, 0, err
+	}
+	res.Handled.Replayed = n
+	if n == 0 {
+		return op.Cursor, 0, nil
+	}
+	return last, int(n), nil
+}
+
+// OperationJobs implements store.Operations.
+func (s *Store) OperationJobs(ctx context.Context, id string, after int64, limit int) ([]*store.Job, error) {
+	op, err := s.GetOperation(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var a args
+	w, err := s.where(store.OperationFilter(op), &a)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: operation jobs: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+cols("", true)+` FROM `+s.sql.jobs+` WHERE `+w+` AND id > `+a.add(after)+
+		` AND id <= `+a.add(op.MaxID)+` ORDER BY id LIMIT `+a.add(store.Page{Limit: limit}.Size()), a...)
+	if err != nil {
+		return nil, s.fail("operation jobs", err)
+	}
+	jobs, err := collect(rows, true)
+	if err != nil {
+		return nil, s.fail("operation jobs", err)
+	}
+	return jobs, nil
+}
+
+// FinishOperation implements store.Operations.
+func (s *Store) FinishOperation(ctx context.Context, id, worker string, state store.OperationState, msg string, now time.Time) (*store.Operation, error) {
+	if state != store.OpDone && state != store.OpFailed {
+		return nil, fmt.Errorf("postgres: finish operation: %w: an operation finishes done or failed, not %q", store.ErrInvalid, state)
+	}
+	var out *store.Operation
+	err := s.inOperation(ctx, "finish operation", id, func(tx pgx.Tx, op *store.Operation) error {
+		if err := store.CheckStep(op, worker, op.Cursor); err != nil {
+			return err
+		}
+		var err error
+		out, err = scanOperation(tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET state = $2, error = $3, worker = NULL, lease_until = NULL,
+	finished_at = $4, updated_at = $4 WHERE id = $1 RETURNING `+operationColumns, id, string(state), cleanText(msg), ts(now)))
+		return err
+	})
+	return out, err
+}
+
+// SetOperationState implements store.Operations.
+func (s *Store) SetOperationState(ctx context.Context, id string, to store.OperationState, now time.Time) (*store.Operation, error) {
+	var out *store.Operation
+	err := s.inOperation(ctx, "set operation state", id, func(tx pgx.Tx, op *store.Operation) error {
+		next, change, err := store.Transition(id, op.State, to)
+		if err != nil {
+			return err
+		}
+		if !change {
+			out = op
+			return nil
+		}
+		var finished *time.Time
+		if next == store.OpCanceled {
+			t := ts(now)
+			finished = &t
+		}
+		out, err = scanOperation(tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET state = $2, worker = NULL, lease_until = NULL,
+	finished_at = $3, updated_at = $4 WHERE id = $1 RETURNING `+operationColumns, id, string(next), finished, ts(now)))
+		return err
+	})
+	return out, err
+}
+
+// DeleteOperations implements store.Operations.
+func (s *Store) DeleteOperations(ctx context.Context, before time.Time) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.ops()+` WHERE state IN ('done', 'failed', 'canceled') AND finished_at < $1`, ts(before))
+	if err != nil {
+		return 0, s.fail("delete operations", err)
+	}
+	return tag.RowsAffected(), nil
+}

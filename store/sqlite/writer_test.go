@@ -1,0 +1,220 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// txShape is the composition of one write transaction, as the writer
+// formed it.
+type txShape struct{ work, enqueues, rows int }
+
+// TestEnqueueFloodYieldsToWork floods the store with enqueues from many
+// goroutines while one worker fetches and finishes the jobs already due,
+// and checks, by counting, that the flood does not keep the work out: the
+// worker gets every due job, each of its transactions carries at most one
+// enqueue request, and a transaction with work never carries an enqueue
+// right after one that did. The flood still makes progress (enqueues are
+// slowed, not starved).
+func TestEnqueueFloodYieldsToWork(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "redrive.db"),
+		Options{Synchronous: "normal", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	var mu sync.Mutex
+	var shapes []txShape
+	// Set before any request is sent: each send happens before the
+	// writer's receive, and so before its read of the hook.
+	s.onBatch = func(work, enqueues, rows int) {
+		mu.Lock()
+		shapes = append(shapes, txShape{work, enqueues, rows})
+		mu.Unlock()
+	}
+
+	const due, batch = 2000, 100
+	now := time.Now()
+	jobs := make([]store.NewJob, due)
+	for i := range jobs {
+		jobs[i] = store.NewJob{Queue: "work", Kind: "k", Payload: []byte(fmt.Sprint(i))}
+	}
+	if _, err := s.Enqueue(ctx, jobs, now); err != nil {
+		t.Fatal(err)
+	}
+
+	// The flood: more producers than a transaction would need to crowd
+	// out the worker's requests if they were served in arrival order.
+	const producers, perCall = 32, 50
+	fctx, stop := context.WithCancel(ctx)
+	var flood sync.WaitGroup
+	var floodCalls atomic.Int64
+	floodErr := make(chan error, producers)
+	for range producers {
+		flood.Go(func() {
+			reqs := make([]store.NewJob, perCall)
+			for i := range reqs {
+				reqs[i] = store.NewJob{Queue: "flood", Kind: "k"}
+			}
+			for fctx.Err() == nil {
+				// The test's context, not fctx: a call canceled midway
+				// could be written without its caller knowing.
+				if _, err := s.Enqueue(ctx, reqs, time.Now()); err != nil {
+					floodErr <- err
+					return
+				}
+				floodCalls.Add(1)
+			}
+		})
+	}
+	// Let the flood reach the writer before the worker starts.
+	for floodCalls.Load() < producers {
+		time.Sleep(time.Millisecond)
+	}
+
+	fetched, finished := 0, 0
+	for fetched < due {
+		got, err := s.Fetch(ctx, store.FetchParams{Queue: "work", Limit: batch, Now: time.Now(),
+			LeaseUntil: time.Now().Add(time.Minute), Worker: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 {
+			t.Fatalf("fetch found no due job after %d of %d", fetched, due)
+		}
+		fetched += len(got)
+		outs := make([]store.Outcome, len(got))
+		for i, j := range got {
+			outs[i] = store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: "w",
+				Kind: store.Complete, At: time.Now()}
+		}
+		applied, err := s.Finish(ctx, outs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ok := range applied {
+			if ok {
+				finished++
+			}
+		}
+	}
+	stop()
+	flood.Wait()
+	close(floodErr)
+	for err := range floodErr {
+		t.Fatalf("flood enqueue: %v", err)
+	}
+	if fetched != due || finished != due {
+		t.Fatalf("fetched %d and finished %d of %d due jobs", fetched, finished, due)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	var workTx, enqueueTx int
+	for i, sh := range shapes {
+		if sh.enqueues > 0 {
+			enqueueTx++
+		}
+		if sh.work == 0 {
+			continue
+		}
+		workTx++
+		if sh.enqueues > 1 {
+			t.Errorf("transaction %d carried work and %d enqueue requests (%d jobs), want at most 1", i, sh.enqueues, sh.rows)
+		}
+		if i > 0 && shapes[i-1].enqueues > 0 && sh.enqueues > 0 {
+			t.Errorf("transactions %d and %d both carried an enqueue, and %d work", i-1, i, sh.work)
+		}
+	}
+	// 20 fetches and 20 finishes: at least 40 work requests, in 20 or more
+	// transactions; the flood got transactions of its own.
+	if workTx < 2*due/batch/2 {
+		t.Errorf("%d transactions carried work, want at least %d", workTx, 2*due/batch/2)
+	}
+	if enqueueTx == 0 || floodCalls.Load() <= producers {
+		t.Errorf("the flood made no progress: %d transactions with an enqueue, %d calls", enqueueTx, floodCalls.Load())
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Jobs["work"][store.Completed]; n != due {
+		t.Errorf("store counts %d completed jobs in queue work, want %d", n, due)
+	}
+	if n, want := st.Jobs["flood"][store.Pending], floodCalls.Load()*perCall; n != want {
+		t.Errorf("store counts %d pending flood jobs, want %d (every acknowledged enqueue)", n, want)
+	}
+}
+
+// TestCloseWhileBothLanesWrite closes stores while enqueues and work
+// requests are under way on both lanes: Close returns every time (the
+// writer ends once both lanes are closed, whichever it sees closed
+// first), and every call either succeeds or reports the store closed.
+func TestCloseWhileBothLanesWrite(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 50 {
+		s, err := Open(t.Context(), filepath.Join(dir, fmt.Sprintf("close-%d.db", i)),
+			Options{Synchronous: "normal", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 4 {
+			wg.Go(func() {
+				for {
+					var err error
+					if g%2 == 0 {
+						_, err = s.Enqueue(t.Context(), []store.NewJob{{Queue: "q", Kind: "k"}}, time.Now())
+					} else {
+						_, err = s.Fetch(t.Context(), store.FetchParams{Queue: "q", Limit: 10, Now: time.Now(),
+							LeaseUntil: time.Now().Add(time.Minute), Worker: "w"})
+					}
+					if errors.Is(err, store.ErrClosed) {
+						return
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("store %d: %v", i, err)
+		}
+	}
+}
+
+// TestCloseIdle closes idle stores: the idle writer waits on both lanes,
+// sees them closed in either order, and ends.
+func TestCloseIdle(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 20 {
+		s, err := Open(t.Context(), filepath.Join(dir, fmt.Sprintf("idle-%d.db", i)),
+			Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
