@@ -50,6 +50,11 @@ type Client struct {
 	// cancelers are the in-process workers' hooks told when this client
 	// requests the cancellation of a running job (under mu).
 	cancelers map[*func()]struct{}
+
+	// opsWake tells this process's workers that an operation was started
+	// or resumed through this client, so that the leader claims it at
+	// once instead of at its next poll.
+	opsWake chan struct{}
 }
 
 // RequestError is the refusal of one request of a batch: Index is its
@@ -114,7 +119,7 @@ func NewClient(s store.Store, opts ClientOptions) *Client {
 		opts.MaxPayload = DefaultMaxPayload
 	}
 	return &Client{store: s, log: opts.Logger, maxPayload: opts.MaxPayload,
-		wakers: map[string][]func(time.Time){}, nowFunc: time.Now}
+		wakers: map[string][]func(time.Time){}, nowFunc: time.Now, opsWake: make(chan struct{}, 1)}
 }
 
 // Store returns the store the client works on.

@@ -192,7 +192,17 @@ func (c *Client) StartOperation(ctx context.Context, r OperationRequest) (*Opera
 		return nil, fmt.Errorf("redrive: start operation: %w", err)
 	}
 	c.log.Info("operation started", "operation", op.ID, "kind", op.Kind, "batch", n.Params.Batch, "rate", n.Params.Rate, "note", n.Params.Note)
+	c.wakeOperations()
 	return op, nil
+}
+
+// wakeOperations tells this process's workers that an operation may be
+// runnable (see Client.opsWake); a wake already pending is enough.
+func (c *Client) wakeOperations() {
+	select {
+	case c.opsWake <- struct{}{}:
+	default:
+	}
 }
 
 // Operation returns one operation, or an error wrapping ErrNotFound.
@@ -236,6 +246,9 @@ func (c *Client) setOperationState(ctx context.Context, id string, to OperationS
 		return nil, err
 	}
 	c.log.Info("operation state set", "operation", id, "state", op.State)
+	if op.State == OperationPending {
+		c.wakeOperations() // resumed
+	}
 	return op, nil
 }
 
@@ -621,6 +634,7 @@ func (w *Worker) operationsLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.client.opsWake: // started or resumed in this process
 		}
 	}
 }

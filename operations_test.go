@@ -145,6 +145,26 @@ func TestOperationRedriveByWorker(t *testing.T) {
 	}
 }
 
+// An operation started (or resumed) through the worker's own client is
+// claimed at once, not at the worker's next poll: with a poll of an hour,
+// it still runs.
+func TestOperationStartWakesWorker(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{PollInterval: time.Hour})
+	e.worker.HandleFunc("dies", func(ctx context.Context, j *redrive.Job) error {
+		return redrive.Permanent(errors.New("bad input"))
+	})
+	e.start()
+	makeDeadJobs(t, e, 3) // the operations loop made its first pass meanwhile
+	op, err := e.client.StartOperation(context.Background(), redrive.OperationRequest{Kind: redrive.OperationPurge})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op = waitOp(t, e.client, op.ID, redrive.OperationDone)
+	if op.Progress.Purged != 3 {
+		t.Fatalf("progress %+v, want 3 purged", op.Progress)
+	}
+}
+
 // Pause stops the runner after its batch; resume continues at the
 // cursor; cancel ends it for good. Nothing is replayed twice.
 func TestOperationPauseResumeCancel(t *testing.T) {
