@@ -33,6 +33,7 @@ func TestBreakersInChromium(t *testing.T) {
 	if a := b.attr(t, `a[data-nav="breakers"]`, "class"); !strings.Contains(a, "active") {
 		t.Errorf("the Breakers nav link is not active: %q", a)
 	}
+	screenshot(t, b, "dashboard-breakers", row("payments"))
 	payments := b.textNow(t, row("payments"))
 	for _, want := range []string{"open", "worker-b", "ago", "in "} {
 		if !strings.Contains(payments, want) {

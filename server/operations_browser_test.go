@@ -105,6 +105,7 @@ func TestOperationsPageInChromium(t *testing.T) {
 	}
 	b.waitText(t, row(rp.ID)+" .badge", "done")
 	b.waitText(t, row(rp.ID)+` [data-outcome="replayed"]`, "1 replayed")
+	screenshot(t, b, "dashboard-operations", row(rp.ID))
 	res, err := e.client.List(ctx, redrive.Filter{Queue: "replayq"}, redrive.Page{Limit: 10})
 	if err != nil || len(res.Jobs) != 2 || res.Jobs[0].ReplayOf != src.ID {
 		t.Fatalf("replay: %+v, %v", res.Jobs, err)

@@ -29,6 +29,7 @@ func TestSchedulesInChromium(t *testing.T) {
 	if a := b.attr(t, `a[data-nav="schedules"]`, "class"); !strings.Contains(a, "active") {
 		t.Errorf("the Schedules nav link is not active: %q", a)
 	}
+	screenshot(t, b, "dashboard-schedules", row("nightly-reindex"))
 	nightly := b.textNow(t, row("nightly-reindex"))
 	for _, want := range []string{"0 2 * * *", "America/New_York", "reindex", "active", "never", "run once"} {
 		if !strings.Contains(nightly, want) {
