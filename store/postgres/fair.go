@@ -23,9 +23,10 @@ import (
 //   - one group writer at a time, and a merged write of at most
 //     busyGroupJobs jobs (a single larger call is still written whole,
 //     in one statement, as its caller asked);
-//   - before each write, the writer waits until the work statements
-//     under way end (at most maxYield), so that enqueues fill the gaps
-//     between fetches and finishes instead of running beside them.
+//   - before each write of at least bigWrite jobs waiting, the writer
+//     waits until the work statements under way end (at most maxYield),
+//     so that enqueues fill the gaps between fetches and finishes instead
+//     of running beside them; a few single jobs (API calls) do not wait.
 //
 // Enqueue callers wait longer: the backpressure that makes an import
 // slow down rather than the work. Workers in other processes are not
@@ -110,4 +111,22 @@ func (g *workGate) groupLimits() (writers, jobs int, busy bool) {
 		return 1, busyGroupJobs, true
 	}
 	return maxGroupWrites, maxGroupJobs, false
+}
+
+// yieldToWork is called by an enqueue writer before each write: when at
+// least bigWrite jobs wait to be written (a flood, or a bulk call), it
+// waits for the work statements under way (workGate.yield). A few single
+// jobs, such as API calls, are written at once.
+func (g *enqueueGroup) yieldToWork() {
+	g.mu.Lock()
+	n := 0
+	for _, c := range g.queue {
+		if !c.abandoned {
+			n += len(c.jobs)
+		}
+	}
+	g.mu.Unlock()
+	if n >= bigWrite {
+		g.work.yield()
+	}
 }

@@ -127,7 +127,7 @@ func (g *enqueueGroup) enqueue(ctx context.Context, s *Store, jobs []store.NewJo
 func (g *enqueueGroup) lead(s *Store, c *groupCall) {
 	wrote := 0
 	for {
-		g.work.yield()
+		g.yieldToWork()
 		calls, n := g.take(wrote, false)
 		if len(calls) == 0 {
 			return // c was answered by take
@@ -150,7 +150,7 @@ func (g *enqueueGroup) lead(s *Store, c *groupCall) {
 func (g *enqueueGroup) write(s *Store) {
 	wrote := 0
 	for {
-		g.work.yield()
+		g.yieldToWork()
 		calls, n := g.take(wrote, false)
 		if len(calls) == 0 {
 			return
