@@ -1,17 +1,16 @@
 package sqlite
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/storetest"
 )
 
 // txShape is the composition of one write transaction, as the writer
@@ -44,80 +43,7 @@ func TestEnqueueFloodYieldsToWork(t *testing.T) {
 		mu.Unlock()
 	}
 
-	const due, batch = 2000, 100
-	now := time.Now()
-	jobs := make([]store.NewJob, due)
-	for i := range jobs {
-		jobs[i] = store.NewJob{Queue: "work", Kind: "k", Payload: []byte(fmt.Sprint(i))}
-	}
-	if _, err := s.Enqueue(ctx, jobs, now); err != nil {
-		t.Fatal(err)
-	}
-
-	// The flood: more producers than a transaction would need to crowd
-	// out the worker's requests if they were served in arrival order.
-	const producers, perCall = 32, 50
-	fctx, stop := context.WithCancel(ctx)
-	var flood sync.WaitGroup
-	var floodCalls atomic.Int64
-	floodErr := make(chan error, producers)
-	for range producers {
-		flood.Go(func() {
-			reqs := make([]store.NewJob, perCall)
-			for i := range reqs {
-				reqs[i] = store.NewJob{Queue: "flood", Kind: "k"}
-			}
-			for fctx.Err() == nil {
-				// The test's context, not fctx: a call canceled midway
-				// could be written without its caller knowing.
-				if _, err := s.Enqueue(ctx, reqs, time.Now()); err != nil {
-					floodErr <- err
-					return
-				}
-				floodCalls.Add(1)
-			}
-		})
-	}
-	// Let the flood reach the writer before the worker starts.
-	for floodCalls.Load() < producers {
-		time.Sleep(time.Millisecond)
-	}
-
-	fetched, finished := 0, 0
-	for fetched < due {
-		got, err := s.Fetch(ctx, store.FetchParams{Queue: "work", Limit: batch, Now: time.Now(),
-			LeaseUntil: time.Now().Add(time.Minute), Worker: "w"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) == 0 {
-			t.Fatalf("fetch found no due job after %d of %d", fetched, due)
-		}
-		fetched += len(got)
-		outs := make([]store.Outcome, len(got))
-		for i, j := range got {
-			outs[i] = store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: "w",
-				Kind: store.Complete, At: time.Now()}
-		}
-		applied, err := s.Finish(ctx, outs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ok := range applied {
-			if ok {
-				finished++
-			}
-		}
-	}
-	stop()
-	flood.Wait()
-	close(floodErr)
-	for err := range floodErr {
-		t.Fatalf("flood enqueue: %v", err)
-	}
-	if fetched != due || finished != due {
-		t.Fatalf("fetched %d and finished %d of %d due jobs", fetched, finished, due)
-	}
+	r := storetest.Flood(t, s)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -139,21 +65,11 @@ func TestEnqueueFloodYieldsToWork(t *testing.T) {
 	}
 	// 20 fetches and 20 finishes: at least 40 work requests, in 20 or more
 	// transactions; the flood got transactions of its own.
-	if workTx < 2*due/batch/2 {
-		t.Errorf("%d transactions carried work, want at least %d", workTx, 2*due/batch/2)
+	if workTx < 2*r.Due/r.Batch/2 {
+		t.Errorf("%d transactions carried work, want at least %d", workTx, 2*r.Due/r.Batch/2)
 	}
-	if enqueueTx == 0 || floodCalls.Load() <= producers {
-		t.Errorf("the flood made no progress: %d transactions with an enqueue, %d calls", enqueueTx, floodCalls.Load())
-	}
-	st, err := s.Stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := st.Jobs["work"][store.Completed]; n != due {
-		t.Errorf("store counts %d completed jobs in queue work, want %d", n, due)
-	}
-	if n, want := st.Jobs["flood"][store.Pending], floodCalls.Load()*perCall; n != want {
-		t.Errorf("store counts %d pending flood jobs, want %d (every acknowledged enqueue)", n, want)
+	if enqueueTx == 0 || r.Calls <= int64(r.Producers) {
+		t.Errorf("the flood made no progress: %d transactions with an enqueue, %d calls", enqueueTx, r.Calls)
 	}
 }
 

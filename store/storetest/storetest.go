@@ -60,6 +60,7 @@ var subtests = []subtest{
 	{"IdempotencyKeyKeptRace", testIdempotencyKeyKeptRace},
 	{"Fetch", testFetch},
 	{"FetchConcurrent", testFetchConcurrent},
+	{"EnqueueFlood", testEnqueueFlood},
 	{"FetchAhead", testFetchAhead},
 	{"TimeZones", testTimeZones},
 	{"NextDue", testNextDue},
