@@ -25,6 +25,9 @@ type CollectorOptions struct {
 	Logger *slog.Logger
 	// Timeout bounds the store reads of one scrape (default 10s).
 	Timeout time.Duration
+	// Now is the clock of redrive_schedule_overdue_seconds (default
+	// time.Now).
+	Now func() time.Time
 }
 
 // Collector is a prometheus.Collector of the store-wide metrics, read from
@@ -47,6 +50,10 @@ type CollectorOptions struct {
 //	redrive_fleet_breaker_ready_timestamp_seconds{breaker}
 //	redrive_fleet_breaker_failures{breaker}
 //	redrive_fleet_breaker_trips_total{breaker}
+//	redrive_schedule_paused{schedule}          periodic schedules (schedules.go)
+//	redrive_schedule_last_run_timestamp_seconds{schedule}
+//	redrive_schedule_next_run_timestamp_seconds{schedule}
+//	redrive_schedule_overdue_seconds{schedule}
 //
 // Every process sharing a store reports the same store-wide values: do not
 // sum them across replicas, take the max (see the package documentation).
@@ -56,6 +63,7 @@ type Collector struct {
 	breakers *breaker.Registry
 	log      *slog.Logger
 	timeout  time.Duration
+	now      func() time.Time
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -63,12 +71,15 @@ var _ prometheus.Collector = (*Collector)(nil)
 // NewCollector returns the collector of the store-wide metrics of client's
 // store, and of opts.Breakers. Register it on a prometheus.Registerer.
 func NewCollector(client *redrive.Client, opts CollectorOptions) *Collector {
-	c := &Collector{client: client, breakers: opts.Breakers, log: opts.Logger, timeout: opts.Timeout}
+	c := &Collector{client: client, breakers: opts.Breakers, log: opts.Logger, timeout: opts.Timeout, now: opts.Now}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
+	}
+	if c.now == nil {
+		c.now = time.Now
 	}
 	return c
 }
@@ -140,6 +151,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- breakerFailuresDesc
 	ch <- breakerTripsDesc
 	describeFleet(ch)
+	describeSchedules(ch)
 	ch <- statsUpDesc
 	ch <- queuePausedDesc
 	ch <- queueLatencyDesc
@@ -195,6 +207,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	c.collectFleet(ctx, ch)
+	c.collectSchedules(ctx, ch)
 	if c.breakers == nil {
 		return
 	}

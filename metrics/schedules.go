@@ -2,29 +2,12 @@ package metrics
 
 import (
 	"context"
-	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/redrivehq/redrive"
 )
 
-// ScheduleCollectorOptions configure NewScheduleCollector. The zero value
-// is usable.
-type ScheduleCollectorOptions struct {
-	// Logger receives a warning when a scrape cannot read the store
-	// (default slog.Default()).
-	Logger *slog.Logger
-	// Timeout bounds the store read of one scrape (default 10s).
-	Timeout time.Duration
-	// Now is the clock of redrive_schedule_overdue_seconds (default
-	// time.Now).
-	Now func() time.Time
-}
-
-// ScheduleCollector is a prometheus.Collector of the periodic schedules
-// kept in the store, read at every scrape:
+// The periodic schedules kept in the store (store-wide), which the
+// Collector reads at every scrape:
 //
 //	redrive_schedule_paused{schedule}                      1 when paused
 //	redrive_schedule_last_run_timestamp_seconds{schedule}  the latest occurrence enqueued (absent before the first)
@@ -32,33 +15,7 @@ type ScheduleCollectorOptions struct {
 //	redrive_schedule_overdue_seconds{schedule}             how long the next occurrence has been due and not enqueued
 //
 // An overdue schedule has no process enqueuing it: no worker declares it
-// any more, or none runs. The values are store-wide: aggregate replicas
-// with max. Create it with NewScheduleCollector.
-type ScheduleCollector struct {
-	client  *redrive.Client
-	log     *slog.Logger
-	timeout time.Duration
-	now     func() time.Time
-}
-
-var _ prometheus.Collector = (*ScheduleCollector)(nil)
-
-// NewScheduleCollector returns the collector of the periodic schedules of
-// client's store. Register it on a prometheus.Registerer.
-func NewScheduleCollector(client *redrive.Client, opts ScheduleCollectorOptions) *ScheduleCollector {
-	c := &ScheduleCollector{client: client, log: opts.Logger, timeout: opts.Timeout, now: opts.Now}
-	if c.log == nil {
-		c.log = slog.Default()
-	}
-	if c.timeout <= 0 {
-		c.timeout = 10 * time.Second
-	}
-	if c.now == nil {
-		c.now = time.Now
-	}
-	return c
-}
-
+// any more, or none runs.
 var (
 	schedulePausedDesc = prometheus.NewDesc("redrive_schedule_paused",
 		"1 when the periodic schedule is paused (nothing is enqueued for it), else 0."+storeWide, []string{"schedule"}, nil)
@@ -72,18 +29,15 @@ var (
 		[]string{"schedule"}, nil)
 )
 
-// Describe sends the collector's descriptions.
-func (c *ScheduleCollector) Describe(ch chan<- *prometheus.Desc) {
+func describeSchedules(ch chan<- *prometheus.Desc) {
 	ch <- schedulePausedDesc
 	ch <- scheduleLastDesc
 	ch <- scheduleNextDesc
 	ch <- scheduleOverdueDesc
 }
 
-// Collect reads the schedules from the store.
-func (c *ScheduleCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
+// collectSchedules reads the schedules from the store.
+func (c *Collector) collectSchedules(ctx context.Context, ch chan<- prometheus.Metric) {
 	list, err := c.client.Schedules(ctx)
 	if err != nil {
 		c.log.Warn("metrics: reading the schedules failed", "error", err)

@@ -52,7 +52,7 @@ func TestScheduleMetrics(t *testing.T) {
 	}
 	// 90 s after the hourly schedule's next run, with no process running.
 	now := hourly.NextRun.Add(90 * time.Second)
-	text := metricstest.Exposition(t, metrics.NewScheduleCollector(c, metrics.ScheduleCollectorOptions{Logger: log, Now: func() time.Time { return now }}))
+	text := metricstest.Exposition(t, metrics.NewCollector(c, metrics.CollectorOptions{Logger: log, Now: func() time.Time { return now }}))
 	metricstest.WantSamples(t, text, map[string]float64{
 		`redrive_schedule_paused{schedule="hourly"}`:                     0,
 		`redrive_schedule_paused{schedule="nightly"}`:                    1,

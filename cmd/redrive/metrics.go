@@ -26,7 +26,6 @@ func serveRegistry(client *redrive.Client, breakers *breaker.Registry, attempts 
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		metrics.NewCollector(client, metrics.CollectorOptions{Breakers: breakers, Logger: log}),
-		metrics.NewScheduleCollector(client, metrics.ScheduleCollectorOptions{Logger: log}),
 		attempts,
 	)
 	return reg
