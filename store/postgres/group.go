@@ -130,7 +130,10 @@ func (g *enqueueGroup) lead(s *Store, c *groupCall) {
 		g.yieldToWork()
 		calls, n := g.take(wrote, false)
 		if len(calls) == 0 {
-			return // c was answered by take
+			// c was answered by take, or another writer took it and
+			// answers it when its write ends.
+			<-c.done
+			return
 		}
 		s.writeCalls(calls)
 		wrote = n
