@@ -20,8 +20,9 @@ import (
 // them. In one transaction:
 //
 //  1. the batch's ids are drawn from the jobs' sequence in one statement
-//     (nextval over generate_series: increasing, so the n-th id is the
-//     n-th job's, and ids increase in input order as with the statement);
+//     (nextval over generate_series, returned as one array; sorted, so the
+//     n-th id is the n-th job's, and ids increase in input order as with
+//     the statement);
 //  2. COPY jobs (id, queue, ...) FROM STDIN writes the rows with them;
 //  3. one statement adds the enqueued counters and sends one
 //     notification per queue, as the statement does.
@@ -50,20 +51,8 @@ func (s *Store) enqueueCopy(ctx context.Context, jobs []store.NewJob, b *enqueue
 	ids := make([]int64, 0, n)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		ids = ids[:0]
-		rows, err := tx.Query(ctx, `SELECT nextval('`+s.schema+`.jobs_id_seq') FROM generate_series(1, $1)`, n)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		// One array rather than n rows: the ids travel as one value.
+		if err := tx.QueryRow(ctx, `SELECT array_agg(nextval('`+s.schema+`.jobs_id_seq')) FROM generate_series(1, $1)`, n).Scan(&ids); err != nil {
 			return err
 		}
 		if len(ids) != n {

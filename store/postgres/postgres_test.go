@@ -88,7 +88,44 @@ func openFresh(tb testing.TB) *postgres.Store {
 // subtest on a schema of its own.
 func TestConformance(t *testing.T) {
 	dbURL(t)
-	storetest.Run(t, func(t *testing.T) store.Store { return open(t, newSchema(t)) })
+	storetest.Run(t, func(t *testing.T) store.Store {
+		schema := newSchema(t)
+		t.Cleanup(func() { checkJobCounts(t, schema) })
+		return open(t, schema)
+	})
+}
+
+// checkJobCounts fails t when the job counts the triggers keep in schema
+// differ from the jobs counted one by one: run after each conformance
+// subtest, it checks them against every statement the store runs.
+func checkJobCounts(t *testing.T, schema string) {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dbURL(t))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	s := pgx.Identifier{schema}.Sanitize()
+	rows, err := conn.Query(context.Background(), `SELECT coalesce(j.queue, c.queue), coalesce(j.state, c.state), coalesce(j.n, 0), coalesce(c.n, 0)
+	FROM (SELECT queue, state, count(*) AS n FROM `+s+`.jobs GROUP BY queue, state) j
+	FULL JOIN (SELECT queue, state, sum(n)::bigint AS n FROM `+s+`.job_counts GROUP BY queue, state HAVING sum(n) <> 0) c
+		ON c.queue = j.queue AND c.state = j.state
+	WHERE coalesce(j.n, 0) <> coalesce(c.n, 0)`)
+	if err != nil {
+		t.Fatalf("job counts: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var q, state string
+		var jobs, counted int64
+		if err := rows.Scan(&q, &state, &jobs, &counted); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("queue %q state %s: %d jobs, job_counts says %d", q, state, jobs, counted)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // BenchmarkStore runs the store-level benchmarks on PostgreSQL.

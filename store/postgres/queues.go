@@ -15,25 +15,18 @@ import (
 func (s *Store) queuesTable() string { return pgx.Identifier{s.schema, "queues"}.Sanitize() }
 
 // Queues implements store.Store with one statement: the queues of the
-// queues table, of the counters, and of the jobs. The queues of the jobs
-// are found by a loose scan of the jobs_state index (state, queue), one
-// probe per state and queue, so the cost does not grow with the number
-// of jobs.
+// queues table, of the counters, and of the jobs, read from the job
+// counts the database keeps (a queue with a job has a count above zero),
+// so the cost does not grow with the number of jobs.
 func (s *Store) Queues(ctx context.Context) ([]store.QueueState, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
 	qt := s.queuesTable()
-	rows, err := s.pool.Query(ctx, `WITH RECURSIVE js AS (
-	SELECT st.state, (SELECT min(queue) FROM `+s.sql.jobs+` WHERE state = st.state) AS queue
-	FROM unnest(ARRAY['pending', 'scheduled', 'running', 'completed', 'dead', 'canceled']) AS st(state)
-	UNION ALL
-	SELECT js.state, (SELECT min(queue) FROM `+s.sql.jobs+` WHERE state = js.state AND queue > js.queue)
-	FROM js WHERE js.queue IS NOT NULL
-), names AS (
+	rows, err := s.pool.Query(ctx, `WITH names AS (
 	SELECT name FROM `+qt+`
 	UNION SELECT queue FROM `+s.sql.counters+`
-	UNION SELECT queue FROM js WHERE queue IS NOT NULL
+	UNION SELECT queue FROM `+s.sql.jobCounts+` GROUP BY queue, state HAVING sum(n) <> 0
 )
 SELECT n.name, coalesce(q.paused, false), q.paused_at FROM names n LEFT JOIN `+qt+` q ON q.name = n.name`)
 	if err != nil {

@@ -31,12 +31,14 @@ func cols(prefix string, withHistory bool) string {
 // schema and channel.
 type statements struct {
 	jobs, counters string // qualified table names
+	jobCounts      string
 	keys           string
 	enqueue        string
 	enqueuePlain   string
 	byKeys         string
 	fetch          string
 	finish         string
+	complete       string
 	heartbeat      string
 	progress       string
 	expired        string
@@ -69,6 +71,7 @@ func render(schema, channel string) statements {
 	r := strings.NewReplacer(
 		"{jobs}", schema+".jobs",
 		"{counters}", schema+".counters",
+		"{jobcounts}", schema+".job_counts",
 		"{keys}", schema+".idem_keys",
 		"{seq}", "'"+schema+".jobs_id_seq'",
 		"{notify}", "pg_notify('"+channel+"', ",
@@ -85,9 +88,10 @@ func render(schema, channel string) statements {
 	)
 	q := r.Replace
 	return statements{
-		jobs:     schema + ".jobs",
-		counters: schema + ".counters",
-		keys:     schema + ".idem_keys",
+		jobs:      schema + ".jobs",
+		counters:  schema + ".counters",
+		jobCounts: schema + ".job_counts",
+		keys:      schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered
 		// rows), then the rows are inserted in key order, so that two
@@ -146,22 +150,21 @@ SELECT id FROM ins CROSS JOIN ntf`),
 
 		// Fetch: lock the due rows (skipping rows other fetchers hold),
 		// lease them, count the attempts.
-		fetch: q(`WITH picked AS (
-	SELECT id FROM {jobs}
-	WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND run_at <= $2
-	ORDER BY run_at, id LIMIT $3
-	FOR UPDATE SKIP LOCKED
-), upd AS (
+		fetch: q(`WITH upd AS (
 	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
-	FROM picked WHERE j.id = picked.id
+	WHERE j.id = ANY(ARRAY(
+		SELECT id FROM {jobs}
+		WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND run_at <= $2
+		ORDER BY run_at, id LIMIT $3
+		FOR UPDATE SKIP LOCKED))
 	RETURNING {jcols}
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
 	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM upd HAVING count(*) > 0
 	{upsert}
 )
-SELECT * FROM upd ORDER BY run_at, id`),
+SELECT * FROM upd`),
 
 		// Finish: every outcome in one UPDATE, fenced on the running
 		// attempt and worker; the counters of the applied outcomes only.
@@ -199,6 +202,28 @@ SELECT * FROM upd ORDER BY run_at, id`),
 	INSERT INTO {counters} AS c (queue, name, shard, n)
 	SELECT x.queue, x.name, $18::smallint, sum(x.n)
 	FROM unnest($14::int[], $15::text[], $16::text[], $17::bigint[]) AS x(ord, queue, name, n)
+	WHERE x.ord IN (SELECT ord FROM upd)
+	GROUP BY x.queue, x.name HAVING sum(x.n) <> 0
+	ORDER BY x.queue, x.name
+	{upsert}
+)
+SELECT ord FROM upd`),
+
+		// complete: Finish for completions without event or progress, by
+		// one worker (the common case), setting only what a completion
+		// changes; fenced and counted as finish.
+		complete: q(`WITH o AS (
+	SELECT * FROM unnest($1::bigint[], $2::int[], $4::timestamptz[], $5::bigint[], $6::int[]) AS t(id, attempt, at, duration, ord)
+), upd AS (
+	UPDATE {jobs} j SET state = 'completed', finished_at = o.at, last_duration = o.duration, cancel_requested = false,
+		lease_until = NULL, worker = NULL
+	FROM o
+	WHERE j.id = o.id AND j.state = 'running' AND j.attempt = o.attempt AND j.worker = $3::text
+	RETURNING o.ord
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT x.queue, x.name, $11::smallint, sum(x.n)
+	FROM unnest($7::int[], $8::text[], $9::text[], $10::bigint[]) AS x(ord, queue, name, n)
 	WHERE x.ord IN (SELECT ord FROM upd)
 	GROUP BY x.queue, x.name HAVING sum(x.n) <> 0
 	ORDER BY x.queue, x.name
@@ -274,7 +299,9 @@ SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND
 )
 SELECT count(*) FROM del`),
 
-		stats: q(`SELECT true, queue, state, count(*) FROM {jobs} GROUP BY queue, state
+		// Stats: the job counts kept by the triggers on jobs (see migration
+		// 0011), summed over their shards, and the counters.
+		stats: q(`SELECT true, queue, state, sum(n)::bigint FROM {jobcounts} GROUP BY queue, state HAVING sum(n) <> 0
 UNION ALL
 SELECT false, queue, name, sum(n)::bigint FROM {counters} GROUP BY queue, name`),
 	}
