@@ -31,39 +31,57 @@ func utcPtr(t *time.Time) *time.Time {
 	return &u
 }
 
-// scanJob reads the columns of jobColumns, and the history when
-// withHistory.
-func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
-	var (
-		j                        store.Job
-		payload, policy, history []byte
-		idem, worker             *string
-		state, class             string
-		lastDuration, lastDelay  *int64
-		pDone, pTotal            *int64
-		pAt                      *time.Time
-		replayOf                 *int64
-	)
-	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &j.Reprocessable,
-		&j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &worker, &j.CancelRequested, &j.RetryCount,
-		&j.LastError, &class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay,
-		&pDone, &pTotal, &pAt, &replayOf}
+// jobScan reads rows of the columns of jobColumns (and the history when
+// withHistory) into jobs. Its destinations are allocated once and reused
+// row after row: a fetch reads a thousand rows at a time.
+type jobScan struct {
+	withHistory              bool
+	j                        store.Job
+	payload, policy, history []byte
+	idem, worker             *string
+	state, class             string
+	lastDuration, lastDelay  *int64
+	pDone, pTotal            *int64
+	pAt                      *time.Time
+	replayOf                 *int64
+	dest                     []any
+}
+
+func newJobScan(withHistory bool) *jobScan {
+	sc := &jobScan{withHistory: withHistory}
+	j := &sc.j
+	sc.dest = []any{&j.ID, &j.Queue, &j.Kind, &sc.payload, &sc.state, &j.Attempt, &j.MaxRetries, &sc.policy, &sc.idem, &j.Dependency,
+		&j.Reprocessable, &j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &sc.worker, &j.CancelRequested,
+		&j.RetryCount, &j.LastError, &sc.class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven,
+		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf}
 	if withHistory {
-		dest = append(dest, &history)
+		sc.dest = append(sc.dest, &sc.history)
 	}
-	if err := row.Scan(dest...); err != nil {
+	return sc
+}
+
+// scan reads one row into a new job.
+func (sc *jobScan) scan(row pgx.Row) (*store.Job, error) {
+	// Every destination starts empty, so that no pointer or buffer of the
+	// previous row is reused by this one.
+	sc.j = store.Job{}
+	sc.payload, sc.policy, sc.history = nil, nil, nil
+	sc.idem, sc.worker = nil, nil
+	sc.lastDuration, sc.lastDelay, sc.pDone, sc.pTotal, sc.pAt, sc.replayOf = nil, nil, nil, nil, nil, nil
+	if err := row.Scan(sc.dest...); err != nil {
 		return nil, err
 	}
-	j.Payload = json.RawMessage(payload)
-	if len(policy) > 0 {
-		j.Policy = json.RawMessage(policy)
+	j := sc.j
+	j.Payload = json.RawMessage(sc.payload)
+	if len(sc.policy) > 0 {
+		j.Policy = json.RawMessage(sc.policy)
 	}
-	j.State = store.State(state)
-	if idem != nil {
-		j.IdempotencyKey = *idem
+	j.State = store.State(sc.state)
+	if sc.idem != nil {
+		j.IdempotencyKey = *sc.idem
 	}
-	if worker != nil {
-		j.Worker = *worker
+	if sc.worker != nil {
+		j.Worker = *sc.worker
 	}
 	j.CreatedAt = j.CreatedAt.UTC()
 	j.RunAt = j.RunAt.UTC()
@@ -72,36 +90,42 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 	j.LeaseUntil = utcPtr(j.LeaseUntil)
 	j.LastFailedAt = utcPtr(j.LastFailedAt)
 	j.DeadAt = utcPtr(j.DeadAt)
-	if lastDuration != nil {
-		j.LastDuration = store.Duration(*lastDuration)
+	if sc.lastDuration != nil {
+		j.LastDuration = store.Duration(*sc.lastDuration)
 	}
-	if lastDelay != nil {
-		j.LastDelay = store.Duration(*lastDelay)
+	if sc.lastDelay != nil {
+		j.LastDelay = store.Duration(*sc.lastDelay)
 	}
-	if replayOf != nil {
-		j.ReplayOf = *replayOf
+	if sc.replayOf != nil {
+		j.ReplayOf = *sc.replayOf
 	}
-	if pDone != nil {
-		j.Progress = &store.JobProgress{Done: *pDone}
-		if pTotal != nil {
-			j.Progress.Total = *pTotal
+	if sc.pDone != nil {
+		j.Progress = &store.JobProgress{Done: *sc.pDone}
+		if sc.pTotal != nil {
+			j.Progress.Total = *sc.pTotal
 		}
-		if pAt != nil {
-			j.Progress.At = pAt.UTC()
+		if sc.pAt != nil {
+			j.Progress.At = sc.pAt.UTC()
 		}
 	}
-	if err := store.DecodeStored(&j, class, history, withHistory); err != nil {
+	if err := store.DecodeStored(&j, sc.class, sc.history, sc.withHistory); err != nil {
 		return nil, err
 	}
 	return &j, nil
 }
 
-// collect scans every row of rows as a job.
+// scanJob reads the columns of jobColumns, and the history when
+// withHistory, into a job.
+func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
+	return newJobScan(withHistory).scan(row)
+}
+
 func collect(rows pgx.Rows, withHistory bool) ([]*store.Job, error) {
 	defer rows.Close()
 	var out []*store.Job
+	sc := newJobScan(withHistory)
 	for rows.Next() {
-		j, err := scanJob(rows, withHistory)
+		j, err := sc.scan(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -746,17 +770,16 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 }
 
 // plainCompletions reports whether the outcomes to send (order) are all
-// completions without a history event or progress, by one worker: the
-// common case of a busy worker, which finishCompleted writes with a
-// statement that sets only what a completion changes.
+// completions without a history event or progress: the common case of a
+// busy worker, which finishCompleted writes with a statement that sets
+// only what a completion changes.
 func plainCompletions(outcomes []store.Outcome, order []int) bool {
 	if len(order) == 0 {
 		return false
 	}
-	w := outcomes[order[0]].Worker
 	for _, i := range order {
 		o := &outcomes[i]
-		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || o.Worker != w {
+		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil {
 			return false
 		}
 	}
@@ -767,7 +790,7 @@ func plainCompletions(outcomes []store.Outcome, order []int) bool {
 // the statement complete, and marks the applied ones.
 func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, order []int, applied []bool) error {
 	n := len(order)
-	ids, attempts, ords := make([]int64, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+	ids, attempts, ords, workers := make([]int64, 0, n), make([]int32, 0, n), make([]int32, 0, n), make([]string, 0, n)
 	ats, durations := make([]time.Time, 0, n), make([]int64, 0, n)
 	var (
 		cOrds           []int32
@@ -778,6 +801,7 @@ func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, o
 		o := &outcomes[i]
 		ids = append(ids, o.JobID)
 		attempts = append(attempts, int32(o.Attempt))
+		workers = append(workers, cleanText(o.Worker))
 		ords = append(ords, int32(i))
 		ats = append(ats, ts(o.At))
 		durations = append(durations, int64(o.Duration))
@@ -788,10 +812,9 @@ func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, o
 			cNs = append(cNs, c.N)
 		}
 	}
-	worker := cleanText(outcomes[order[0]].Worker)
 	err := s.retry(ctx, func() error {
 		clear(applied)
-		rows, err := s.pool.Query(ctx, s.sql.complete, ids, attempts, worker, ats, durations, ords, cOrds, cQueues, cNames, cNs, shard())
+		rows, err := s.pool.Query(ctx, s.sql.complete, ids, attempts, workers, ats, durations, ords, cOrds, cQueues, cNames, cNs, shard())
 		if err != nil {
 			return err
 		}

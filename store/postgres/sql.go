@@ -209,16 +209,19 @@ SELECT * FROM upd`),
 )
 SELECT ord FROM upd`),
 
-		// complete: Finish for completions without event or progress, by
-		// one worker (the common case), setting only what a completion
-		// changes; fenced and counted as finish.
+		// complete: Finish for completions without event or progress (the
+		// common case), setting only what a completion changes; fenced and
+		// counted as finish. The worker travels per row, as in finish: as
+		// one constant, on a table without statistics yet, it made the
+		// planner expect a single running row and scan the outcomes once
+		// per row.
 		complete: q(`WITH o AS (
-	SELECT * FROM unnest($1::bigint[], $2::int[], $4::timestamptz[], $5::bigint[], $6::int[]) AS t(id, attempt, at, duration, ord)
+	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::bigint[], $6::int[]) AS t(id, attempt, worker, at, duration, ord)
 ), upd AS (
 	UPDATE {jobs} j SET state = 'completed', finished_at = o.at, last_duration = o.duration, cancel_requested = false,
 		lease_until = NULL, worker = NULL
 	FROM o
-	WHERE j.id = o.id AND j.state = 'running' AND j.attempt = o.attempt AND j.worker = $3::text
+	WHERE j.id = o.id AND j.state = 'running' AND j.attempt = o.attempt AND j.worker = o.worker
 	RETURNING o.ord
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)

@@ -11,6 +11,7 @@ import (
 // Bench runs store-level benchmarks as sub-benchmarks of b. open returns a
 // new, empty store for each sub-benchmark (the benchmark closes it).
 //
+//   - Enqueue1: one Enqueue call of one job per iteration (an API call).
 //   - Enqueue100: one Enqueue call of 100 jobs per iteration.
 //   - FetchFinish100: one Fetch of 100 due jobs and one Finish completing
 //     them per iteration.
@@ -20,6 +21,21 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 	for i := range jobs {
 		jobs[i] = store.NewJob{Queue: "bench", Kind: "noop", Payload: raw(fmt.Sprintf(`{"i":%d}`, i)), MaxRetries: -1}
 	}
+
+	b.Run("Enqueue1", func(b *testing.B) {
+		s := open(b)
+		b.Cleanup(func() { s.Close() })
+		ctx := b.Context()
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			got, err := s.Enqueue(ctx, jobs[:1], at(time.Duration(i)*time.Microsecond))
+			if err != nil || len(got) != 1 {
+				b.Fatalf("Enqueue: %d jobs, %v", len(got), err)
+			}
+			i++
+		}
+	})
 
 	b.Run("Enqueue100", func(b *testing.B) {
 		s := open(b)

@@ -84,5 +84,12 @@ CREATE TRIGGER jobs_counted_truncate AFTER TRUNCATE ON jobs
 DROP INDEX jobs_state;
 
 -- The rescue of expired leases, the running jobs of a worker, and the
--- workers' listing read the running jobs: a partial index holds only them.
-CREATE INDEX jobs_running ON jobs (lease_until, id) WHERE state = 'running';
+-- workers' listing read the leased jobs: a partial index holds only them
+-- (a job has a lease while, and only while, it runs). Its predicate is on
+-- the lease, not on the state, so that the statements that change a
+-- running job by id (finish, heartbeat, progress) are not planned through
+-- it: entries of finished jobs stay in it until the next vacuum, and a
+-- bitmap scan would visit them all each time. A heartbeat, which moves
+-- the lease, is therefore no longer a HOT update; heartbeats are rare
+-- beside the changes of state that no longer write a jobs_state entry.
+CREATE INDEX jobs_lease ON jobs (lease_until, id) WHERE lease_until IS NOT NULL;
