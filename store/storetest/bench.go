@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,10 @@ import (
 //   - Enqueue100: one Enqueue call of 100 jobs per iteration.
 //   - FetchFinish100: one Fetch of 100 due jobs and one Finish completing
 //     them per iteration.
+//   - BurnDown: the store alone doing what a busy worker asks of it, as
+//     the raw-SQL limits measure a bare queue: 1,000 due jobs per
+//     iteration, enqueued untimed in batches of 1,000, then fetched 1,000 at
+//     a time and completed by 4 concurrent loops until none is left.
 func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 	const batch = 100
 	jobs := make([]store.NewJob, batch)
@@ -51,6 +57,61 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 			i++
 		}
 		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
+	})
+
+	b.Run("BurnDown", func(b *testing.B) {
+		s := open(b)
+		b.Cleanup(func() { s.Close() })
+		ctx := b.Context()
+		const per, loops = 1000, 4
+		big := make([]store.NewJob, per)
+		for i := range big {
+			big[i] = store.NewJob{Queue: "bench", Kind: "noop", Payload: raw(`{"n":1}`), MaxRetries: -1}
+		}
+		b.StopTimer()
+		for range b.N {
+			if _, err := s.Enqueue(ctx, big, at(0)); err != nil {
+				b.Fatalf("Enqueue: %v", err)
+			}
+		}
+		b.ReportAllocs()
+		b.StartTimer()
+		var wg sync.WaitGroup
+		var done atomic.Int64
+		for l := range loops {
+			worker := fmt.Sprintf("bench-%d", l)
+			wg.Go(func() {
+				outs := make([]store.Outcome, 0, per)
+				for i := 1; ; i++ {
+					now := at(time.Duration(i) * time.Millisecond)
+					got, err := s.Fetch(ctx, store.FetchParams{Queue: "bench", Limit: per, Now: now, LeaseUntil: now.Add(time.Minute), Worker: worker})
+					if err != nil {
+						b.Errorf("Fetch: %v", err)
+						return
+					}
+					if len(got) == 0 {
+						return
+					}
+					outs = outs[:0]
+					for _, j := range got {
+						o := completeOf(j, now)
+						o.Counters = []store.Counter{{Queue: "bench", Name: store.StatSucceeded, N: 1}}
+						outs = append(outs, o)
+					}
+					if _, err := s.Finish(ctx, outs); err != nil {
+						b.Errorf("Finish: %v", err)
+						return
+					}
+					done.Add(int64(len(got)))
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		if n := done.Load(); n != int64(b.N*per) {
+			b.Fatalf("completed %d jobs, want %d", n, b.N*per)
+		}
+		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "jobs/s")
 	})
 
 	b.Run("FetchFinish100", func(b *testing.B) {
