@@ -243,8 +243,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		if batch <= 0 || batch > conc {
 			batch = min(conc, 1000)
 		}
-		qr := &queueRunner{w: w, name: q, concurrency: conc, batch: batch, wakeC: make(chan struct{}, 1), freeC: make(chan struct{}, 1),
-			jobsC: make(chan *Job, conc)}
+		qr := &queueRunner{w: w, name: q, concurrency: conc, batch: batch, wakeC: make(chan struct{}, 1), freeC: make(chan struct{}, 1)}
 		w.queues = append(w.queues, qr)
 	}
 	w.completer = newCompleter(w)
@@ -397,7 +396,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	for _, q := range w.queues {
-		close(q.jobsC) // every leased job was handled: the handler goroutines exit
+		q.stopHandlers() // every leased job was handled: the handler goroutines exit
 	}
 	w.completer.stopping.Store(true)
 	w.completer.drain()
@@ -439,11 +438,23 @@ type queueRunner struct {
 	batch       int
 
 	active atomic.Int64
-	idle   atomic.Int64 // handler goroutines waiting for a job
-	jobsC  chan *Job    // leased jobs handed to idle handler goroutines
-	wakeC  chan struct{}
-	freeC  chan struct{}
-	hint   atomic.Int64 // earliest due time (unix nanos) announced by a wake-up, 0 = none
+	// The handler goroutines and the jobs waiting for one (see dispatch),
+	// under hmu.
+	hmu sync.Mutex
+	// ready holds the jobs dispatched that no goroutine took yet, oldest
+	// first from readyHead.
+	ready     []*Job
+	readyHead int
+	// parked holds the idle goroutines, each by the channel that wakes
+	// it, the most recently idle last.
+	parked []chan struct{}
+	// searching counts the goroutines woken (or started) to take a job
+	// that have not looked yet; handlers counts the goroutines.
+	searching, handlers int
+	stopped             bool // the goroutines are told to exit
+	wakeC               chan struct{}
+	freeC               chan struct{}
+	hint                atomic.Int64 // earliest due time (unix nanos) announced by a wake-up, 0 = none
 
 	// paused is the queue's cached pause state. The loop holds fetchMu
 	// from its check of paused through its Fetch, so that a pause, once
@@ -488,35 +499,116 @@ func (q *queueRunner) wake(t time.Time) {
 	}
 }
 
-// dispatch hands a leased job to an idle handler goroutine, starting one
-// when none is idle. Handler goroutines live as long as the worker, so
-// their stacks, once grown, are reused rather than grown again per job.
-// A goroutine counts itself idle before it frees its slot, so there are
-// never more goroutines than the queue's concurrency.
+// dispatch hands a leased job to the queue's handler goroutines. They
+// live as long as the worker, so their stacks, once grown, are reused
+// rather than grown again per job, and there are never more of them than
+// the queue's concurrency.
+//
+// The job waits in the ready list for the first goroutine that looks: one
+// that just finished a job takes the next waiting one at once. One idle
+// goroutine is woken (the one idle last) or started, unless one woken
+// before has not looked yet; a goroutine that takes a job and leaves
+// others waiting wakes the next. So every job waiting has a goroutine on
+// its way, and when jobs are short a few goroutines run them all, one
+// after the other, while the others stay parked. Before, each job was
+// handed to a goroutine of its own, every goroutine in turn: each waited
+// through garbage collections between two jobs, which shrink the stack
+// of a waiting goroutine, and grew its stack again on its next job (a
+// stack copy per job), and each job cost a switch to a parked goroutine.
 func (q *queueRunner) dispatch(j *Job) {
-	for {
-		n := q.idle.Load()
-		if n == 0 {
-			break
-		}
-		if q.idle.CompareAndSwap(n, n-1) {
-			q.jobsC <- j
-			return
-		}
-	}
-	go q.handlerLoop(j)
+	q.hmu.Lock()
+	q.ready = append(q.ready, j)
+	q.wakeLocked()
+	q.hmu.Unlock()
 }
 
-func (q *queueRunner) handlerLoop(j *Job) {
-	for {
-		q.w.execute(q, j)
-		q.idle.Add(1)
-		q.release()
-		var ok bool
-		if j, ok = <-q.jobsC; !ok {
-			return
-		}
+// wakeLocked makes sure a goroutine will look at the ready jobs: one
+// woken before and not yet looking, else the idle one parked last, else a
+// new one.
+func (q *queueRunner) wakeLocked() {
+	if q.searching > 0 || q.readyHead == len(q.ready) {
+		return
 	}
+	if n := len(q.parked); n > 0 {
+		c := q.parked[n-1]
+		q.parked = q.parked[:n-1]
+		q.searching++
+		c <- struct{}{} // buffered: a parked goroutine's channel is empty
+		return
+	}
+	if q.handlers < q.concurrency {
+		// Never more than the concurrency: jobs waiting are counted in
+		// q.active, so with every goroutine running a job none waits.
+		q.handlers++
+		q.searching++
+		go q.handlerLoop()
+	}
+}
+
+// takeLocked returns the oldest ready job, or nil.
+func (q *queueRunner) takeLocked() *Job {
+	if q.readyHead == len(q.ready) {
+		return nil
+	}
+	j := q.ready[q.readyHead]
+	q.ready[q.readyHead] = nil
+	q.readyHead++
+	if q.readyHead == len(q.ready) {
+		q.ready, q.readyHead = q.ready[:0], 0
+	}
+	return j
+}
+
+// handlerLoop is a handler goroutine: it runs ready jobs until none is
+// left, then parks until woken.
+func (q *queueRunner) handlerLoop() {
+	wake := make(chan struct{}, 1)
+	searching, finished := true, false
+	for {
+		q.hmu.Lock()
+		if searching {
+			q.searching--
+			searching = false
+		}
+		j := q.takeLocked()
+		if j != nil {
+			q.wakeLocked() // for the jobs still waiting, if any
+		} else if !q.stopped {
+			q.parked = append(q.parked, wake)
+		}
+		stopped := q.stopped
+		q.hmu.Unlock()
+		// The slot of the job finished is freed once this goroutine has
+		// taken another or counts as idle, so that the loop's next
+		// fetch finds it available.
+		if finished {
+			q.release()
+		}
+		if j == nil {
+			if stopped {
+				return
+			}
+			if _, ok := <-wake; !ok {
+				return
+			}
+			searching, finished = true, false
+			continue
+		}
+		q.w.execute(q, j)
+		finished = true
+	}
+}
+
+// stopHandlers ends the handler goroutines, once no job will be
+// dispatched any more.
+func (q *queueRunner) stopHandlers() {
+	q.hmu.Lock()
+	defer q.hmu.Unlock()
+	q.stopped = true
+	for _, c := range q.parked {
+		close(c)
+	}
+	q.parked = nil
 }
 
 func (q *queueRunner) release() {
@@ -1004,12 +1096,19 @@ const workerRetention = 24 * time.Hour
 // completer records outcomes in batches: every outcome submitted while a
 // batch is being written joins the next one.
 type completer struct {
-	w       *Worker
-	mu      sync.Mutex
-	pending []pendingOutcome
+	w  *Worker
+	mu sync.Mutex
+	// pending are the outcomes submitted, pendingQ their queues.
+	pending  []store.Outcome
+	pendingQ []*queueRunner
 	// writing is the batch being written (its jobs' leases are still
 	// extended by heartbeats until it is).
-	writing  []pendingOutcome
+	writing []store.Outcome
+	// spare and spareQ are the buffers of the batch written before, kept
+	// for the next pending ones: a batch's buffers are allocated once,
+	// not grown again outcome by outcome for every batch.
+	spare    []store.Outcome
+	spareQ   []*queueRunner
 	signal   chan struct{}
 	idle     sync.Cond
 	busy     bool
@@ -1022,20 +1121,18 @@ func (c *completer) unsettled() []int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ids := make([]int64, 0, len(c.pending)+len(c.writing))
-	for _, b := range [][]pendingOutcome{c.pending, c.writing} {
-		for _, p := range b {
-			if p.o.Worker == c.w.id {
-				ids = append(ids, p.o.JobID)
+	for _, b := range [][]store.Outcome{c.pending, c.writing} {
+		for i := range b {
+			if b[i].Worker == c.w.id {
+				ids = append(ids, b[i].JobID)
 			}
 		}
 	}
 	return ids
 }
 
-type pendingOutcome struct {
-	q *queueRunner
-	o store.Outcome
-}
+// maxSpareOutcomes bounds the outcomes the completer's spare buffer holds.
+const maxSpareOutcomes = 4096
 
 func newCompleter(w *Worker) *completer {
 	c := &completer{w: w, signal: make(chan struct{}, 1)}
@@ -1045,7 +1142,8 @@ func newCompleter(w *Worker) *completer {
 
 func (c *completer) submit(q *queueRunner, o store.Outcome) {
 	c.mu.Lock()
-	c.pending = append(c.pending, pendingOutcome{q, o})
+	c.pending = append(c.pending, o)
+	c.pendingQ = append(c.pendingQ, q)
 	c.mu.Unlock()
 	select {
 	case c.signal <- struct{}{}:
@@ -1083,18 +1181,16 @@ func (c *completer) drain() {
 func (c *completer) flush(ctx context.Context) {
 	for {
 		c.mu.Lock()
-		batch := c.pending
-		c.pending = nil
-		c.writing = batch
-		c.busy = len(batch) > 0
-		c.mu.Unlock()
-		if len(batch) == 0 {
+		if len(c.pending) == 0 {
+			c.mu.Unlock()
 			return
 		}
-		outs := make([]store.Outcome, len(batch))
-		for i := range batch {
-			outs[i] = batch[i].o
-		}
+		outs, queues := c.pending, c.pendingQ
+		c.pending, c.pendingQ = c.spare[:0], c.spareQ[:0]
+		c.spare, c.spareQ = nil, nil
+		c.writing = outs
+		c.busy = true
+		c.mu.Unlock()
 		var applied []bool
 		for attempt := 1; ; attempt++ {
 			var err error
@@ -1121,24 +1217,33 @@ func (c *completer) flush(ctx context.Context) {
 			}
 			time.Sleep(d)
 		}
-		for i, b := range batch {
+		for i := range outs {
+			o := &outs[i]
 			if !applied[i] {
-				c.w.log.Warn("outcome discarded: the job is no longer leased by this worker", "job_id", b.o.JobID,
-					"attempt", b.o.Attempt, "worker", b.o.Worker)
+				c.w.log.Warn("outcome discarded: the job is no longer leased by this worker", "job_id", o.JobID,
+					"attempt", o.Attempt, "worker", o.Worker)
 				continue
 			}
-			switch b.o.Kind {
+			switch o.Kind {
 			case store.Retry, store.Snooze, store.Release:
-				at := b.o.RunAt
-				if b.o.Kind == store.Release {
-					at = b.o.At
+				at := o.RunAt
+				if o.Kind == store.Release {
+					at = o.At
 				}
-				c.w.client.wake(b.q.name, at)
+				c.w.client.wake(queues[i].name, at)
 			}
 		}
 		c.mu.Lock()
 		c.busy = false
 		c.writing = nil
+		// The buffers are kept for the next batch (unless a backlog made
+		// them large), cleared so as not to hold the outcomes' events and
+		// counters.
+		if cap(outs) <= maxSpareOutcomes {
+			clear(outs)
+			clear(queues)
+			c.spare, c.spareQ = outs[:0], queues[:0]
+		}
 		c.mu.Unlock()
 	}
 }

@@ -359,8 +359,9 @@ func (s *Store) upsertCounts(ctx context.Context, tx *sql.Conn, stmt string, cou
 }
 
 // Fetch implements store.Store. The writer only flips the due rows to
-// running and returns their ids; the rows themselves are read on the read
-// pool, off the writer's path.
+// running; the rows themselves are read on the read pool, off the
+// writer's path. The ids travel as SQLite made them, one JSON array, from
+// the selection to the lease and to the read.
 func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, error) {
 	if p.Limit <= 0 {
 		return nil, nil
@@ -369,49 +370,34 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	if dueBy.IsZero() {
 		dueBy = p.Now
 	}
-	var ids []int64
+	var ids string
+	var n, scheduled int64
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		ids = ids[:0]
-		mv := moves{}
-		rows, err := s.stmt(tx, "fetchSelect").QueryContext(ctx, p.Queue, micros(dueBy), p.Limit)
-		if err != nil {
+		n = 0
+		if err := s.stmt(tx, "fetchSelect").QueryRowContext(ctx, p.Queue, micros(dueBy), p.Limit).Scan(&ids, &n, &scheduled); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
-		for rows.Next() {
-			var id int64
-			var state string
-			if err := rows.Scan(&id, &state); err != nil {
-				rows.Close()
-				return fmt.Errorf("sqlite: fetch: %w", err)
-			}
-			ids = append(ids, id)
-			mv.move(p.Queue, store.State(state), store.Running)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("sqlite: fetch: %w", err)
-		}
-		if len(ids) == 0 {
+		if n == 0 {
 			return nil
 		}
-		b, err := json.Marshal(ids)
-		if err != nil {
-			return err
-		}
-		if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, string(b)); err != nil {
+		if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, ids); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
+		mv := moves{}
+		mv[[2]string{p.Queue, string(store.Running)}] = n
+		mv[[2]string{p.Queue, string(store.Pending)}] = -(n - scheduled)
+		mv[[2]string{p.Queue, string(store.Scheduled)}] = -scheduled
 		if err := s.addMoves(ctx, tx, mv); err != nil {
 			return err
 		}
-		return s.addCounters(ctx, tx, map[[2]string]int64{{p.Queue, store.StatAttempts}: int64(len(ids))})
+		return s.addCounters(ctx, tx, map[[2]string]int64{{p.Queue, store.StatAttempts}: n})
 	})
-	if err != nil || len(ids) == 0 {
+	if err != nil || n == 0 {
 		return nil, err
 	}
-	jobs, err := s.readJobs(ctx, ids, false)
+	jobs, err := s.readLeased(ctx, ids, int(n), p)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: fetch: jobs %d leased but not read back (their leases will expire and be rescued): %w", len(ids), err)
+		return nil, fmt.Errorf("sqlite: fetch: jobs %d leased but not read back (their leases will expire and be rescued): %w", n, err)
 	}
 	sort.Slice(jobs, func(a, b int) bool {
 		if !jobs[a].RunAt.Equal(jobs[b].RunAt) {
@@ -422,26 +408,145 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	return jobs, nil
 }
 
-// readJobs reads jobs by id on the read pool, with one statement whose
-// SQL never changes (the ids travel as one JSON array), so it is parsed once
-// per connection rather than once per call.
-func (s *Store) readJobs(ctx context.Context, ids []int64, withHistory bool) ([]*store.Job, error) {
+// leasedColumns are the columns read back of a job Fetch has just leased:
+// those the lease did not set itself. What it set (state, worker,
+// lease_until, attempted_at, no progress) is known, and so are the columns
+// that are never set on a job waiting to run (finished_at, dead_at,
+// dead_reason: every move back to pending or scheduled clears them), and
+// the queue.
+const leasedColumns = `id, kind, payload, attempt, max_retries, policy, idem_key, dependency, reprocessable,
+	created_at, run_at, cancel_requested, retry_count, last_error, last_error_class, last_failed_at, fingerprint, redriven,
+	last_duration, last_delay, replay_of`
+
+// decoder decodes the values the driver gives for columns, keeping the
+// first that has an unexpected type.
+type decoder struct{ err error }
+
+func (d *decoder) bad(v any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("unexpected column value of type %T", v)
+	}
+}
+
+// int decodes an INTEGER column (NULL: 0).
+func (d *decoder) int(v any) int64 {
+	n, _ := d.optInt(v)
+	return n
+}
+
+// optInt decodes an INTEGER column that may be NULL.
+func (d *decoder) optInt(v any) (int64, bool) {
+	switch v := v.(type) {
+	case int64:
+		return v, true
+	case nil:
+		return 0, false
+	}
+	d.bad(v)
+	return 0, false
+}
+
+// str decodes a TEXT column (NULL: "").
+func (d *decoder) str(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	case nil:
+		return ""
+	}
+	d.bad(v)
+	return ""
+}
+
+// bytes decodes a BLOB column (NULL: nil). The bytes are the caller's
+// (database/sql copies them into an *any).
+func (d *decoder) bytes(v any) []byte {
+	switch v := v.(type) {
+	case []byte:
+		return v
+	case string:
+		return []byte(v)
+	case nil:
+		return nil
+	}
+	d.bad(v)
+	return nil
+}
+
+// leasedJob is a job read back by Fetch with the times its lease set,
+// allocated at once.
+type leasedJob struct {
+	job                store.Job
+	attempted, leaseTo time.Time
+}
+
+// readLeased reads the n jobs Fetch leased with p, their ids a JSON array,
+// on the read pool, with one statement whose SQL never changes, so it is
+// parsed once per connection rather than once per call.
+func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.FetchParams) ([]*store.Job, error) {
 	if _, err := s.readDB(); err != nil {
 		return nil, err
 	}
-	st := s.readByIDs
-	if withHistory {
-		st = s.readByIDsFull
-	}
-	b, err := json.Marshal(ids)
+	rows, err := s.readByIDs.QueryContext(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := st.QueryContext(ctx, string(b))
-	if err != nil {
+	defer rows.Close()
+	now := micros(p.Now)
+	lease := fromMicros(micros(p.LeaseUntil))
+	out := make([]*store.Job, 0, n)
+	// The columns are scanned as the driver gives them (into *any, which
+	// database/sql assigns without converting) and decoded here: a scan
+	// into an int went through a string.
+	var v [21]any
+	dest := make([]any, len(v))
+	for i := range v {
+		dest[i] = &v[i]
+	}
+	for rows.Next() {
+		if len(out) == n {
+			return nil, fmt.Errorf("more than the %d jobs leased", n)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		var d decoder
+		runAt := d.int(v[10])
+		lastFailed, failed := d.optInt(v[15])
+		replayOf, _ := d.optInt(v[20])
+		lastDuration, _ := d.optInt(v[18])
+		lastDelay, _ := d.optInt(v[19])
+		lj := &leasedJob{attempted: fromMicros(max(now, runAt)), leaseTo: lease}
+		lj.job = store.Job{ID: d.int(v[0]), Queue: p.Queue, Kind: d.str(v[1]), Payload: json.RawMessage(d.bytes(v[2])),
+			State: store.Running, Attempt: int(d.int(v[3])), MaxRetries: int(d.int(v[4])), Policy: json.RawMessage(d.bytes(v[5])),
+			IdempotencyKey: d.str(v[6]), Dependency: d.str(v[7]), Reprocessable: d.int(v[8]) != 0,
+			CreatedAt: fromMicros(d.int(v[9])), RunAt: fromMicros(runAt), Worker: p.Worker, CancelRequested: d.int(v[11]) != 0,
+			RetryCount: int(d.int(v[12])), LastError: d.str(v[13]), Fingerprint: d.str(v[16]), Redriven: int(d.int(v[17])),
+			LastDuration: store.Duration(lastDuration), LastDelay: store.Duration(lastDelay), ReplayOf: replayOf,
+			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo}
+		j := &lj.job
+		if len(j.Policy) == 0 {
+			j.Policy = nil
+		}
+		if failed {
+			t := fromMicros(lastFailed)
+			j.LastFailedAt = &t
+		}
+		class := d.str(v[14])
+		if d.err != nil {
+			return nil, fmt.Errorf("job %d: %w", j.ID, d.err)
+		}
+		if err := store.DecodeStored(j, class, nil, false); err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	return collect(rows, withHistory)
+	return out, nil
 }
 
 // NextDue implements store.Store.
@@ -476,21 +581,32 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			return nil, fmt.Errorf("sqlite: finish: %w: outcome %d (job %d) has no queue", store.ErrInvalid, i, outcomes[i].JobID)
 		}
 	}
+	// Plain completions go many to a statement (see finish.go), the other
+	// outcomes one by one.
+	chunks, alone := completions(outcomes)
 	applied := make([]bool, len(outcomes))
 	err := s.write(ctx, func(tx *sql.Conn) error {
 		clear(applied)
 		counts := map[[2]string]int64{}
 		mv := moves{}
-		stmts := map[string]*sql.Stmt{}
-		get := func(name string) *sql.Stmt {
-			st, ok := stmts[name]
-			if !ok {
-				st = s.stmt(tx, name)
-				stmts[name] = st
+		note := func(o *store.Outcome, i int, to store.State) {
+			mv.move(o.Queue, store.Running, to)
+			applied[i] = true
+			for _, c := range o.Counters {
+				addCounter(counts, c)
 			}
-			return st
 		}
-		for i := range outcomes {
+		one := alone
+		for _, c := range chunks {
+			stale, err := s.completeAll(ctx, tx, c, func(i int) { note(&outcomes[i], i, store.Completed) })
+			if err != nil {
+				return err
+			}
+			if len(stale) > 0 {
+				one = append(one[:len(one):len(one)], stale...)
+			}
+		}
+		for _, i := range one {
 			o := &outcomes[i]
 			ev := events[i]
 			at := micros(o.At)
@@ -503,24 +619,24 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				if p := o.Progress; p != nil {
 					pDone, pTotal, pAt = p.Done, p.Total, micros(p.At)
 				}
-				res, err = get("complete").ExecContext(ctx, at, int64(o.Duration), pDone, pDone, pTotal, pDone, pAt, ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = s.stmt(tx, "complete").ExecContext(ctx, at, int64(o.Duration), pDone, pDone, pTotal, pDone, pAt, ev, ev, o.JobID, o.Attempt, o.Worker)
 				to = store.Completed
 			case store.Retry:
 				to = dueState(o.RunAt, o.At)
-				res, err = get("retry").ExecContext(ctx, string(to), micros(o.RunAt), o.Error, o.ClassName(), at,
+				res, err = s.stmt(tx, "retry").ExecContext(ctx, string(to), micros(o.RunAt), o.Error, o.ClassName(), at,
 					int64(o.Duration), int64(o.RetryDelay), ev, ev, o.JobID, o.Attempt, o.Worker)
 			case store.Bury:
-				res, err = get("bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.ClassName(), at,
+				res, err = s.stmt(tx, "bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.ClassName(), at,
 					int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
 				to = store.Dead
 			case store.Snooze:
 				to = dueState(o.RunAt, o.At)
-				res, err = get("snooze").ExecContext(ctx, string(to), micros(o.RunAt), ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = s.stmt(tx, "snooze").ExecContext(ctx, string(to), micros(o.RunAt), ev, ev, o.JobID, o.Attempt, o.Worker)
 			case store.Release:
-				res, err = get("snooze").ExecContext(ctx, string(store.Pending), at, ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = s.stmt(tx, "snooze").ExecContext(ctx, string(store.Pending), at, ev, ev, o.JobID, o.Attempt, o.Worker)
 				to = store.Pending
 			case store.Cancel:
-				res, err = get("cancelRunning").ExecContext(ctx, at, ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = s.stmt(tx, "cancelRunning").ExecContext(ctx, at, ev, ev, o.JobID, o.Attempt, o.Worker)
 				to = store.Canceled
 			default:
 				return fmt.Errorf("%w: outcome %d has unknown kind %d", store.ErrInvalid, i, o.Kind)
@@ -533,12 +649,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			} else if n == 0 {
 				continue // stale: the job is not running this attempt for this worker
 			}
-			queue := o.Queue
-			mv.move(queue, store.Running, to)
-			applied[i] = true
-			for _, c := range o.Counters {
-				addCounter(counts, c)
-			}
+			note(o, i, to)
 		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {
 			return err

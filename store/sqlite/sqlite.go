@@ -104,13 +104,13 @@ type Store struct {
 	// composition of each transaction before it runs.
 	onBatch func(work, enqueues, rows int)
 	stmts   map[string]*sql.Stmt
-	// readByIDs and readByIDsFull read jobs by a JSON array of ids on
-	// the read pool.
-	readByIDs, readByIDsFull *sql.Stmt
-	multi                    map[int]*sql.Stmt // multi-row inserts by row count; writer goroutine only
-	mu                       sync.RWMutex      // guards closed against sends on ops
-	closed                   bool
-	done                     chan struct{}
+	// readByIDs reads the jobs Fetch leased by a JSON array of their ids
+	// on the read pool.
+	readByIDs *sql.Stmt
+	multi     map[int]*sql.Stmt // multi-row inserts by row count; writer goroutine only
+	mu        sync.RWMutex      // guards closed against sends on ops
+	closed    bool
+	done      chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -210,11 +210,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	r.SetMaxOpenConns(opts.ReadConns)
 	r.SetMaxIdleConns(opts.ReadConns)
 	s.r = r
-	if s.readByIDs, err = r.PrepareContext(ctx, `SELECT `+jobColumnsNoHistory+` FROM jobs WHERE id IN (SELECT value FROM json_each(?))`); err != nil {
-		s.closeDBs()
-		return nil, fmt.Errorf("sqlite: prepare: %w", err)
-	}
-	if s.readByIDsFull, err = r.PrepareContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id IN (SELECT value FROM json_each(?))`); err != nil {
+	if s.readByIDs, err = r.PrepareContext(ctx, `SELECT `+leasedColumns+` FROM jobs WHERE id IN (SELECT value FROM json_each(?))`); err != nil {
 		s.closeDBs()
 		return nil, fmt.Errorf("sqlite: prepare: %w", err)
 	}
@@ -285,10 +281,12 @@ var writeSQL = map[string]string{
 	"byKey": `SELECT ` + jobColumns + ` FROM jobs WHERE idem_key = ?`,
 	// AddDead inserts a job that died elsewhere.
 	"insertDead": insertDeadSQL,
-	// Fetch selects the due jobs (and their state, for the counts) through
-	// the due index, then leases them by id.
-	"fetchSelect": `SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ?
-		ORDER BY run_at, id LIMIT ?`,
+	// Fetch selects the due jobs through the due index, then leases them
+	// by id: the selection returns one row, their ids as one JSON array
+	// (which the lease and the read back take as it is), how many there
+	// are and, for the counts, how many of them were scheduled.
+	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM (
+		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ? ORDER BY run_at, id LIMIT ?)`,
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,
@@ -517,10 +515,8 @@ func (s *Store) closeDBs() error {
 	for _, st := range s.multi {
 		st.Close()
 	}
-	for _, st := range []*sql.Stmt{s.readByIDs, s.readByIDsFull} {
-		if st != nil {
-			st.Close()
-		}
+	if s.readByIDs != nil {
+		s.readByIDs.Close()
 	}
 	if s.wconn != nil {
 		errs = append(errs, s.wconn.Close())
