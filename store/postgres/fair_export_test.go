@@ -11,3 +11,10 @@ func OnGroupWrite(s *Store, f func(jobs, writers int, busy bool)) {
 // BusyGroupJobs is the bound of a merged enqueue write while the
 // workers are busy.
 const BusyGroupJobs = busyGroupJobs
+
+// HotStatements returns the SQL of the statements a busy worker runs for
+// each batch of jobs, by name.
+func HotStatements(s *Store) map[string]string {
+	return map[string]string{"fetch": s.sql.fetch, "finish": s.sql.finish, "complete": s.sql.complete,
+		"heartbeat": s.sql.heartbeat, "progress": s.sql.progress, "expired": s.sql.expired}
+}

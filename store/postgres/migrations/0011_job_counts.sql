@@ -13,9 +13,9 @@
 -- triggers.
 LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE;
 
--- One row per (queue, state, shard); a statement adds to the shard of its
--- backend, so concurrent transactions rarely wait on one row. The count of
--- a queue and state is the sum of its shards.
+-- One row per (queue, state, shard); a statement adds to one shard picked
+-- at random, as the counters do, so concurrent transactions rarely wait on
+-- one row. The count of a queue and state is the sum of its shards.
 CREATE TABLE job_counts (
     queue text     NOT NULL,
     state text     NOT NULL,
@@ -32,9 +32,11 @@ SELECT queue, state, 0, count(*) FROM jobs GROUP BY queue, state;
 -- caller's path.
 CREATE FUNCTION job_counts_inserted() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
+DECLARE
+    sh smallint := floor(random() * 16);
 BEGIN
     INSERT INTO job_counts AS c (queue, state, shard, n)
-    SELECT queue, state, pg_backend_pid() % 16, count(*) FROM new_rows
+    SELECT queue, state, sh, count(*) FROM new_rows
     GROUP BY queue, state ORDER BY queue, state
     ON CONFLICT (queue, state, shard) DO UPDATE SET n = c.n + excluded.n;
     RETURN NULL;
@@ -42,9 +44,11 @@ END $$;
 
 CREATE FUNCTION job_counts_updated() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
+DECLARE
+    sh smallint := floor(random() * 16);
 BEGIN
     INSERT INTO job_counts AS c (queue, state, shard, n)
-    SELECT queue, state, pg_backend_pid() % 16, sum(d) FROM (
+    SELECT queue, state, sh, sum(d) FROM (
         SELECT queue, state, -1 AS d FROM old_rows
         UNION ALL
         SELECT queue, state, 1 FROM new_rows
@@ -56,9 +60,11 @@ END $$;
 
 CREATE FUNCTION job_counts_deleted() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
+DECLARE
+    sh smallint := floor(random() * 16);
 BEGIN
     INSERT INTO job_counts AS c (queue, state, shard, n)
-    SELECT queue, state, pg_backend_pid() % 16, -count(*) FROM old_rows
+    SELECT queue, state, sh, -count(*) FROM old_rows
     GROUP BY queue, state ORDER BY queue, state
     ON CONFLICT (queue, state, shard) DO UPDATE SET n = c.n + excluded.n;
     RETURN NULL;
