@@ -656,9 +656,8 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		workers, states, events, errs, classes []string
 		reasons, fps                           []string
 		ats, runAts                            []time.Time
-		cOrds                                  []int32
-		cQueues, cNames                        []string
-		cNs, durations, delays                 []int64
+		durations, delays                      []int64
+		cnt                                    outcomeCounters
 		pDones, pTotals                        []*int64
 		pAts                                   []*time.Time
 		sent                                   = map[fence]bool{}
@@ -739,17 +738,22 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		} else {
 			pDones, pTotals, pAts = append(pDones, nil), append(pTotals, nil), append(pAts, nil)
 		}
-		for _, c := range o.Counters {
-			cOrds = append(cOrds, int32(i))
-			cQueues = append(cQueues, cleanText(c.Queue))
-			cNames = append(cNames, counterName(c))
-			cNs = append(cNs, c.N)
-		}
+		cnt.add(i, o.Counters)
 	}
+	err := s.applyOutcomes(ctx, applied, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
+		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts)
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// applyOutcomes runs a Finish statement (finish or complete), whose rows
+// are the ords of the outcomes applied, and marks them in applied.
+func (s *Store) applyOutcomes(ctx context.Context, applied []bool, sql string, args ...any) error {
 	err := s.retry(ctx, func() error {
 		clear(applied)
-		rows, err := s.pool.Query(ctx, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-			cOrds, cQueues, cNames, cNs, shard(), durations, delays, pDones, pTotals, pAts)
+		rows, err := s.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
@@ -764,9 +768,27 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, s.fail("finish", err)
+		return s.fail("finish", err)
 	}
-	return applied, nil
+	return nil
+}
+
+// outcomeCounters are the counters of a Finish call's outcomes, as the
+// statements take them: one element per counter, with the ord of its
+// outcome (applied only when the outcome is).
+type outcomeCounters struct {
+	ords          []int32
+	queues, names []string
+	ns            []int64
+}
+
+func (c *outcomeCounters) add(ord int, counters []store.Counter) {
+	for _, x := range counters {
+		c.ords = append(c.ords, int32(ord))
+		c.queues = append(c.queues, cleanText(x.Queue))
+		c.names = append(c.names, counterName(x))
+		c.ns = append(c.ns, x.N)
+	}
 }
 
 // plainCompletions reports whether the outcomes to send (order) are all
@@ -792,11 +814,7 @@ func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, o
 	n := len(order)
 	ids, attempts, ords, workers := make([]int64, 0, n), make([]int32, 0, n), make([]int32, 0, n), make([]string, 0, n)
 	ats, durations := make([]time.Time, 0, n), make([]int64, 0, n)
-	var (
-		cOrds           []int32
-		cQueues, cNames []string
-		cNs             []int64
-	)
+	var cnt outcomeCounters
 	for _, i := range order {
 		o := &outcomes[i]
 		ids = append(ids, o.JobID)
@@ -805,33 +823,9 @@ func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, o
 		ords = append(ords, int32(i))
 		ats = append(ats, ts(o.At))
 		durations = append(durations, int64(o.Duration))
-		for _, c := range o.Counters {
-			cOrds = append(cOrds, int32(i))
-			cQueues = append(cQueues, cleanText(c.Queue))
-			cNames = append(cNames, counterName(c))
-			cNs = append(cNs, c.N)
-		}
+		cnt.add(i, o.Counters)
 	}
-	err := s.retry(ctx, func() error {
-		clear(applied)
-		rows, err := s.pool.Query(ctx, s.sql.complete, ids, attempts, workers, ats, durations, ords, cOrds, cQueues, cNames, cNs, shard())
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var ord int32
-			if err := rows.Scan(&ord); err != nil {
-				return err
-			}
-			applied[ord] = true
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return s.fail("finish", err)
-	}
-	return nil
+	return s.applyOutcomes(ctx, applied, s.sql.complete, ids, attempts, workers, ats, durations, ords, cnt.ords, cnt.queues, cnt.names, cnt.ns, shard())
 }
 
 // counterName is the name, as stored, of the counter c adds to: its name

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redrivehq/redrive/store"
@@ -65,6 +66,24 @@ const keepKeysSQL = `INSERT INTO {keys} (key, job_id, queue, kind, state, create
 // upsertCounters is the tail of an INSERT INTO counters ... SELECT that
 // adds to existing rows.
 const upsertCounters = `ON CONFLICT (queue, name, shard) DO UPDATE SET n = c.n + excluded.n`
+
+// appliedCounters is the CTE (named cnt) of a Finish statement that adds
+// the counters of the outcomes applied (the ords the CTE upd returns):
+// parameters $first to $first+3 are the counters' ords, queues, names and
+// amounts (see outcomeCounters), $first+4 the counter shard. It is
+// rendered with the statement.
+func appliedCounters(first int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(first+i) }
+	return `cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT x.queue, x.name, ` + p(4) + `::smallint, sum(x.n)
+	FROM unnest(` + p(0) + `::int[], ` + p(1) + `::text[], ` + p(2) + `::text[], ` + p(3) + `::bigint[]) AS x(ord, queue, name, n)
+	WHERE x.ord IN (SELECT ord FROM upd)
+	GROUP BY x.queue, x.name HAVING sum(x.n) <> 0
+	ORDER BY x.queue, x.name
+	{upsert}
+)`
+}
 
 // render builds the statements for the quoted schema and the channel.
 func render(schema, channel string) statements {
@@ -203,23 +222,12 @@ RETURNING {jcols}`),
 	FROM o
 	WHERE j.id = o.id AND j.state = 'running' AND j.attempt = o.attempt AND j.worker = o.worker
 	RETURNING o.ord, CASE WHEN o.state IN ('pending', 'scheduled') THEN {notify}j.queue) END AS notified
-), cnt AS (
-	INSERT INTO {counters} AS c (queue, name, shard, n)
-	SELECT x.queue, x.name, $18::smallint, sum(x.n)
-	FROM unnest($14::int[], $15::text[], $16::text[], $17::bigint[]) AS x(ord, queue, name, n)
-	WHERE x.ord IN (SELECT ord FROM upd)
-	GROUP BY x.queue, x.name HAVING sum(x.n) <> 0
-	ORDER BY x.queue, x.name
-	{upsert}
-)
+), ` + appliedCounters(14) + `
 SELECT ord FROM upd`),
 
 		// complete: Finish for completions without event or progress (the
 		// common case), setting only what a completion changes; fenced and
-		// counted as finish. The worker travels per row, as in finish: as
-		// one constant, on a table without statistics yet, it made the
-		// planner expect a single running row and scan the outcomes once
-		// per row.
+		// counted as finish. The worker travels per row, as in finish.
 		complete: q(`WITH o AS (
 	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::timestamptz[], $5::bigint[], $6::int[]) AS t(id, attempt, worker, at, duration, ord)
 ), upd AS (
@@ -228,15 +236,7 @@ SELECT ord FROM upd`),
 	FROM o
 	WHERE j.id = o.id AND j.state = 'running' AND j.attempt = o.attempt AND j.worker = o.worker
 	RETURNING o.ord
-), cnt AS (
-	INSERT INTO {counters} AS c (queue, name, shard, n)
-	SELECT x.queue, x.name, $11::smallint, sum(x.n)
-	FROM unnest($7::int[], $8::text[], $9::text[], $10::bigint[]) AS x(ord, queue, name, n)
-	WHERE x.ord IN (SELECT ord FROM upd)
-	GROUP BY x.queue, x.name HAVING sum(x.n) <> 0
-	ORDER BY x.queue, x.name
-	{upsert}
-)
+), ` + appliedCounters(7) + `
 SELECT ord FROM upd`),
 
 		heartbeat: q(`UPDATE {jobs} SET lease_until = $1

@@ -68,14 +68,7 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 		for i := range big {
 			big[i] = store.NewJob{Queue: "bench", Kind: "noop", Payload: raw(`{"n":1}`), MaxRetries: -1}
 		}
-		b.StopTimer()
-		for range b.N {
-			if _, err := s.Enqueue(ctx, big, at(0)); err != nil {
-				b.Fatalf("Enqueue: %v", err)
-			}
-		}
-		b.ReportAllocs()
-		b.StartTimer()
+		enqueueUntimed(b, s, big)
 		var wg sync.WaitGroup
 		var done atomic.Int64
 		for l := range loops {
@@ -92,12 +85,7 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 					if len(got) == 0 {
 						return
 					}
-					outs = outs[:0]
-					for _, j := range got {
-						o := completeOf(j, now)
-						o.Counters = []store.Counter{{Queue: "bench", Name: store.StatSucceeded, N: 1}}
-						outs = append(outs, o)
-					}
+					outs = completions(outs, got, now)
 					if _, err := s.Finish(ctx, outs); err != nil {
 						b.Errorf("Finish: %v", err)
 						return
@@ -118,14 +106,7 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 		s := open(b)
 		b.Cleanup(func() { s.Close() })
 		ctx := b.Context()
-		b.StopTimer()
-		for range b.N {
-			if _, err := s.Enqueue(ctx, jobs, at(0)); err != nil {
-				b.Fatalf("Enqueue: %v", err)
-			}
-		}
-		b.ReportAllocs()
-		b.StartTimer()
+		enqueueUntimed(b, s, jobs)
 		outs := make([]store.Outcome, 0, batch)
 		for i := range b.N {
 			now := at(time.Duration(i+1) * time.Millisecond)
@@ -133,12 +114,7 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 			if err != nil || len(got) != batch {
 				b.Fatalf("Fetch: %d jobs, %v", len(got), err)
 			}
-			outs = outs[:0]
-			for _, j := range got {
-				o := completeOf(j, now)
-				o.Counters = []store.Counter{{Queue: "bench", Name: store.StatSucceeded, N: 1}}
-				outs = append(outs, o)
-			}
+			outs = completions(outs, got, now)
 			applied, err := s.Finish(ctx, outs)
 			if err != nil || len(applied) != batch {
 				b.Fatalf("Finish: %d results, %v", len(applied), err)
@@ -147,4 +123,29 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
 	})
+}
+
+// enqueueUntimed enqueues jobs b.N times with the timer stopped, then
+// starts it, reporting allocations.
+func enqueueUntimed(b *testing.B, s store.Store, jobs []store.NewJob) {
+	b.StopTimer()
+	for range b.N {
+		if _, err := s.Enqueue(b.Context(), jobs, at(0)); err != nil {
+			b.Fatalf("Enqueue: %v", err)
+		}
+	}
+	b.ReportAllocs()
+	b.StartTimer()
+}
+
+// completions returns outs, emptied, with a successful completion of each
+// job in got.
+func completions(outs []store.Outcome, got []*store.Job, now time.Time) []store.Outcome {
+	outs = outs[:0]
+	for _, j := range got {
+		o := completeOf(j, now)
+		o.Counters = []store.Counter{{Queue: "bench", Name: store.StatSucceeded, N: 1}}
+		outs = append(outs, o)
+	}
+	return outs
 }
