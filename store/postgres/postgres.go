@@ -280,13 +280,38 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 			applied = append(applied, m.name)
 		}
-		return nil
+		return s.bindCountFunctions(ctx, tx)
 	})
 	if err != nil {
 		return s.fail("migrate", err)
 	}
 	for _, name := range applied {
 		s.log.Info("postgres: applied migration", "migration", name, "schema", s.schema)
+	}
+	return nil
+}
+
+// bindCountFunctions points the job-count trigger functions (migration
+// 0011) at the store's schema. They find job_counts by their search_path,
+// which is the schema's name when the migration ran: after the schema is
+// renamed they would look for it in the old one, and every write of jobs
+// would fail. Run by Migrate, which Open runs.
+func (s *Store) bindCountFunctions(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname LIKE 'job\_counts\_%' AND NOT coalesce(p.proconfig, '{}') @> ARRAY['search_path=' || $1]`, s.schema)
+	if err != nil {
+		return err
+	}
+	fns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, fn := range fns {
+		// The schema is a plain lower-case identifier (schemaRE), as
+		// search_path stores it.
+		if _, err := tx.Exec(ctx, `ALTER FUNCTION `+fn+` SET search_path = `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
+			return fmt.Errorf("bind %s to schema %s: %w", fn, s.schema, err)
+		}
 	}
 	return nil
 }
