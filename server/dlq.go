@@ -60,16 +60,9 @@ func (a *api) groups(w http.ResponseWriter, r *http.Request) error {
 
 // redrive starts a bulk redrive (POST /v1/dlq/redrive[?wait=true]).
 func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, "wait")
-	if err != nil {
-		return err
-	}
-	waitEnd, err := q.parseBool("wait")
-	if err != nil {
-		return err
-	}
 	var in RedriveBody
-	if err := a.decodeBody(w, r, &in); err != nil {
+	waitEnd, err := a.startBody(w, r, &in)
+	if err != nil {
 		return err
 	}
 	req := redrive.OperationRequest{Kind: OperationRedrive, Rate: in.Rate, Note: in.Note, Batch: in.Batch}

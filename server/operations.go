@@ -228,6 +228,20 @@ func (o *operations) wait(reqCtx context.Context, id string) (*redrive.Operation
 	return op, err
 }
 
+// startBody reads the request of a handler that starts an operation from a
+// JSON body: the body into in, and the wait query parameter (answer once
+// the operation ends), the only one it takes.
+func (a *api) startBody(w http.ResponseWriter, r *http.Request, in any) (waitEnd bool, err error) {
+	q, err := newQuery(r, "wait")
+	if err != nil {
+		return false, err
+	}
+	if waitEnd, err = q.parseBool("wait"); err != nil {
+		return false, err
+	}
+	return waitEnd, a.decodeBody(w, r, in)
+}
+
 // answerStarted answers a started operation: 202 with Location, or with
 // wait, 200 with its final state once it ends (or its state when the
 // server closes first).
@@ -441,16 +455,9 @@ func trimInvalid(err error) string {
 
 // replay starts a replay (POST /v1/replay[?wait=true]).
 func (a *api) replay(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, "wait")
-	if err != nil {
-		return err
-	}
-	waitEnd, err := q.parseBool("wait")
-	if err != nil {
-		return err
-	}
 	var in ReplayBody
-	if err := a.decodeBody(w, r, &in); err != nil {
+	waitEnd, err := a.startBody(w, r, &in)
+	if err != nil {
 		return err
 	}
 	req, err := in.toReplayRequest()
@@ -479,16 +486,9 @@ type ExportBody struct {
 
 // exportDead starts a folder export (POST /v1/dlq/export[?wait=true]).
 func (a *api) exportDead(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, "wait")
-	if err != nil {
-		return err
-	}
-	waitEnd, err := q.parseBool("wait")
-	if err != nil {
-		return err
-	}
 	var in ExportBody
-	if err := a.decodeBody(w, r, &in); err != nil {
+	waitEnd, err := a.startBody(w, r, &in)
+	if err != nil {
 		return err
 	}
 	if a.ops.exportDir == "" {

@@ -132,28 +132,35 @@ func parseOperationID(cmd *cobra.Command, s string) (string, error) {
 	return s, nil
 }
 
-func newOperationShowCmd(g *globalOptions) *cobra.Command {
+// onOperationID completes cmd, an operations subcommand on the operation
+// whose id is its one argument: it checks the id, opens the backend (with
+// the connection flags it adds) and calls run.
+func onOperationID(g *globalOptions, cmd *cobra.Command, run func(ctx context.Context, b backend, id string) error) *cobra.Command {
 	var c connOptions
-	cmd := &cobra.Command{Use: "show ID", Short: "Show an operation", Long: "Show an operation: its state, selection and progress.\n" + connHelp,
-		Args: cobra.ExactArgs(1)}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, err := parseOperationID(cmd, args[0])
 		if err != nil {
 			return err
 		}
-		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			op, err := getOperation(ctx, b, id)
-			if err != nil {
-				return err
-			}
-			if g.JSON {
-				return writeJSON(cmd.OutOrStdout(), op)
-			}
-			return writeOperation(cmd.OutOrStdout(), op)
-		})(cmd, args)
+		return withBackend(g, &c, func(ctx context.Context, b backend) error { return run(ctx, b, id) })(cmd, args)
 	}
 	addConnFlags(cmd, &c)
 	return cmd
+}
+
+func newOperationShowCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{Use: "show ID", Short: "Show an operation", Long: "Show an operation: its state, selection and progress.\n" + connHelp,
+		Args: cobra.ExactArgs(1)}
+	return onOperationID(g, cmd, func(ctx context.Context, b backend, id string) error {
+		op, err := getOperation(ctx, b, id)
+		if err != nil {
+			return err
+		}
+		if g.JSON {
+			return writeJSON(cmd.OutOrStdout(), op)
+		}
+		return writeOperation(cmd.OutOrStdout(), op)
+	})
 }
 
 // writeOperation prints an operation, one field a line.
@@ -197,51 +204,33 @@ func writeOperation(w io.Writer, op server.Operation) error {
 }
 
 func newOperationSetCmd(g *globalOptions, action, short string) *cobra.Command {
-	var c connOptions
 	cmd := &cobra.Command{Use: action + " ID", Short: short, Long: short + ".\n" + connHelp, Args: cobra.ExactArgs(1)}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, err := parseOperationID(cmd, args[0])
+	return onOperationID(g, cmd, func(ctx context.Context, b backend, id string) error {
+		op, err := setOperation(ctx, b, id, action)
 		if err != nil {
 			return err
 		}
-		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			op, err := setOperation(ctx, b, id, action)
-			if err != nil {
-				return err
-			}
-			if g.JSON {
-				return writeJSON(cmd.OutOrStdout(), op)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "operation %s is %s: %s\n", op.ID, op.State, progressText(op))
-			return err
-		})(cmd, args)
-	}
-	addConnFlags(cmd, &c)
-	return cmd
+		if g.JSON {
+			return writeJSON(cmd.OutOrStdout(), op)
+		}
+		_, err = fmt.Fprintf(cmd.OutOrStdout(), "operation %s is %s: %s\n", op.ID, op.State, progressText(op))
+		return err
+	})
 }
 
 func newOperationFollowCmd(g *globalOptions) *cobra.Command {
-	var c connOptions
 	cmd := &cobra.Command{Use: "follow ID", Short: "Show an operation's progress until it ends",
 		Long: `Show an operation's progress bar until it ends (done, failed or canceled);
 exit with an error unless it is done. Ctrl-C stops following; the operation
 goes on.
 ` + operationsHelp + connHelp, Args: cobra.ExactArgs(1)}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, err := parseOperationID(cmd, args[0])
+	return onOperationID(g, cmd, func(ctx context.Context, b backend, id string) error {
+		op, err := getOperation(ctx, b, id)
 		if err != nil {
 			return err
 		}
-		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			op, err := getOperation(ctx, b, id)
-			if err != nil {
-				return err
-			}
-			return followAndReport(ctx, cmd, g, b, op, false)
-		})(cmd, args)
-	}
-	addConnFlags(cmd, &c)
-	return cmd
+		return followAndReport(ctx, cmd, g, b, op, false)
+	})
 }
 
 // followAndReport follows op with a progress bar, then prints its final

@@ -77,7 +77,6 @@ func newPeriodicListCmd(g *globalOptions) *cobra.Command {
 }
 
 func newPeriodicPauseCmd(g *globalOptions, pause bool) *cobra.Command {
-	var c connOptions
 	cmd := &cobra.Command{
 		Use:   "pause NAME",
 		Short: "Pause a schedule: nothing is enqueued for it until resumed",
@@ -94,39 +93,25 @@ touched. Pausing a paused schedule changes nothing.
 enqueued. Resuming a schedule that is not paused changes nothing.
 ` + connHelp
 	}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		name := args[0]
-		if name == "" {
-			return flagErrorf(cmd, "the schedule name is empty")
-		}
-		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			sb, err := schedules(b)
-			if err != nil {
-				return err
-			}
-			s, err := sb.SetSchedulePaused(ctx, name, pause)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if g.JSON {
-				return writeJSON(out, server.ScheduleBody{Schedule: s})
-			}
-			if s.Paused {
-				_, err = fmt.Fprintf(out, "schedule %s paused since %s: nothing is enqueued until `redrive periodic resume %s`\n",
-					s.Name, fmtTime(s.PausedAt), shellQuote(s.Name))
-			} else {
-				_, err = fmt.Fprintf(out, "schedule %s resumed: next run %s\n", s.Name, fmtTime(s.NextRun))
-			}
+	return onSchedule(g, cmd, func(ctx context.Context, sb scheduleBackend, name string, out io.Writer) error {
+		s, err := sb.SetSchedulePaused(ctx, name, pause)
+		if err != nil {
 			return err
-		})(cmd, args)
-	}
-	addConnFlags(cmd, &c)
-	return cmd
+		}
+		if g.JSON {
+			return writeJSON(out, server.ScheduleBody{Schedule: s})
+		}
+		if s.Paused {
+			_, err = fmt.Fprintf(out, "schedule %s paused since %s: nothing is enqueued until `redrive periodic resume %s`\n",
+				s.Name, fmtTime(s.PausedAt), shellQuote(s.Name))
+		} else {
+			_, err = fmt.Fprintf(out, "schedule %s resumed: next run %s\n", s.Name, fmtTime(s.NextRun))
+		}
+		return err
+	})
 }
 
 func newPeriodicTriggerCmd(g *globalOptions) *cobra.Command {
-	var c connOptions
 	cmd := &cobra.Command{
 		Use:   "trigger NAME",
 		Short: "Enqueue one job of a schedule now",
@@ -135,34 +120,20 @@ not it is paused. The schedule's next run does not change.
 ` + connHelp,
 		Args: cobra.ExactArgs(1),
 	}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		name := args[0]
-		if name == "" {
-			return flagErrorf(cmd, "the schedule name is empty")
-		}
-		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			sb, err := schedules(b)
-			if err != nil {
-				return err
-			}
-			j, err := sb.TriggerSchedule(ctx, name)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if g.JSON {
-				return writeJSON(out, j)
-			}
-			_, err = fmt.Fprintf(out, "schedule %s triggered: job %d (kind %s, queue %s)\n", name, j.ID, j.Kind, j.Queue)
+	return onSchedule(g, cmd, func(ctx context.Context, sb scheduleBackend, name string, out io.Writer) error {
+		j, err := sb.TriggerSchedule(ctx, name)
+		if err != nil {
 			return err
-		})(cmd, args)
-	}
-	addConnFlags(cmd, &c)
-	return cmd
+		}
+		if g.JSON {
+			return writeJSON(out, j)
+		}
+		_, err = fmt.Fprintf(out, "schedule %s triggered: job %d (kind %s, queue %s)\n", name, j.ID, j.Kind, j.Queue)
+		return err
+	})
 }
 
 func newPeriodicDeleteCmd(g *globalOptions) *cobra.Command {
-	var c connOptions
 	cmd := &cobra.Command{
 		Use:     "rm NAME",
 		Aliases: []string{"delete"},
@@ -174,6 +145,24 @@ on. Jobs it enqueued are not touched.
 ` + connHelp,
 		Args: cobra.ExactArgs(1),
 	}
+	return onSchedule(g, cmd, func(ctx context.Context, sb scheduleBackend, name string, out io.Writer) error {
+		if err := sb.DeleteSchedule(ctx, name); err != nil {
+			return err
+		}
+		if g.JSON {
+			return writeJSON(out, map[string]string{"deleted": name})
+		}
+		_, err := fmt.Fprintf(out, "schedule %s deleted\n", name)
+		return err
+	})
+}
+
+// onSchedule completes cmd, a periodic subcommand on the schedule named
+// by its one argument: it checks the name, opens the backend (with the
+// connection flags it adds) and calls run with the schedules and the
+// command's output.
+func onSchedule(g *globalOptions, cmd *cobra.Command, run func(ctx context.Context, sb scheduleBackend, name string, out io.Writer) error) *cobra.Command {
+	var c connOptions
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		name := args[0]
 		if name == "" {
@@ -184,15 +173,7 @@ on. Jobs it enqueued are not touched.
 			if err != nil {
 				return err
 			}
-			if err := sb.DeleteSchedule(ctx, name); err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if g.JSON {
-				return writeJSON(out, map[string]string{"deleted": name})
-			}
-			_, err = fmt.Fprintf(out, "schedule %s deleted\n", name)
-			return err
+			return run(ctx, sb, name, cmd.OutOrStdout())
 		})(cmd, args)
 	}
 	addConnFlags(cmd, &c)
