@@ -1,6 +1,9 @@
 package postgres
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetListenIdle sets how long Listen waits before pinging an idle
 // connection, and returns a function restoring the previous value.
@@ -52,4 +55,31 @@ func HoldEnqueues(s *Store) (waiting func() int, release func()) {
 		}
 	}
 	return waiting, release
+}
+
+// SetRawDecode turns the decoding of job rows from their bytes on or off
+// (pgx's scan), and returns a function restoring the previous setting.
+func SetRawDecode(on bool) (restore func()) {
+	old := rawDecode
+	rawDecode = on
+	return func() { rawDecode = old }
+}
+
+// RawLayouts reports, for the statements whose rows collect reads in
+// bulk (fetch, and a list's), whether their rows are decoded from their
+// bytes.
+func RawLayouts(ctx context.Context, s *Store) (fetch, list bool, err error) {
+	rows, err := s.pool.Query(ctx, s.sql.fetch, "q", time.Now(), 0, time.Now(), time.Now(), "w", int16(0))
+	if err != nil {
+		return false, false, err
+	}
+	fetch, _ = rawLayout(rows.FieldDescriptions(), false)
+	rows.Close()
+	rows, err = s.pool.Query(ctx, `SELECT `+cols("", true)+` FROM `+s.sql.jobs+` LIMIT 0`)
+	if err != nil {
+		return false, false, err
+	}
+	list, _ = rawLayout(rows.FieldDescriptions(), true)
+	rows.Close()
+	return fetch, list, rows.Err()
 }

@@ -120,12 +120,26 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 	return newJobScan(withHistory).scan(row)
 }
 
+// collect reads rows of the columns of jobColumns (and the history when
+// withHistory) into jobs. Rows in the binary format pgx asks for are
+// decoded straight from their bytes (decodeRaw), without pgx's scan plans:
+// a fetch reads a thousand rows at a time.
 func collect(rows pgx.Rows, withHistory bool) ([]*store.Job, error) {
 	defer rows.Close()
 	var out []*store.Job
 	sc := newJobScan(withHistory)
-	for rows.Next() {
-		j, err := sc.scan(rows)
+	raw, binaryHistory := false, false
+	for n := 0; rows.Next(); n++ {
+		if n == 0 && rawDecode {
+			raw, binaryHistory = rawLayout(rows.FieldDescriptions(), withHistory)
+		}
+		var j *store.Job
+		var err error
+		if raw {
+			j, err = sc.decodeRaw(rows.RawValues(), binaryHistory)
+		} else {
+			j, err = sc.scan(rows)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -740,7 +754,8 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		}
 		cnt.add(i, o.Counters)
 	}
-	err := s.applyOutcomes(ctx, applied, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
+	byOrd := func(ord int32) (int, bool) { return int(ord), ord >= 0 && int(ord) < len(applied) }
+	err := s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
 		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts)
 	if err != nil {
 		return nil, err
@@ -749,8 +764,9 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 }
 
 // applyOutcomes runs a Finish statement (finish or complete), whose rows
-// are the ords of the outcomes applied, and marks them in applied.
-func (s *Store) applyOutcomes(ctx context.Context, applied []bool, sql string, args ...any) error {
+// each name an applied outcome, and marks them in applied: outcome maps
+// a row's number to the index of its outcome (false when out of range).
+func (s *Store) applyOutcomes(ctx context.Context, applied []bool, outcome func(int32) (int, bool), sql string, args ...any) error {
 	err := s.retry(ctx, func() error {
 		clear(applied)
 		rows, err := s.pool.Query(ctx, sql, args...)
@@ -759,11 +775,15 @@ func (s *Store) applyOutcomes(ctx context.Context, applied []bool, sql string, a
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var ord int32
-			if err := rows.Scan(&ord); err != nil {
+			var n int32
+			if err := rows.Scan(&n); err != nil {
 				return err
 			}
-			applied[ord] = true
+			i, ok := outcome(n)
+			if !ok {
+				return fmt.Errorf("postgres: finish: the statement named outcome %d of %d", n, len(applied))
+			}
+			applied[i] = true
 		}
 		return rows.Err()
 	})
@@ -791,17 +811,22 @@ func (c *outcomeCounters) add(ord int, counters []store.Counter) {
 	}
 }
 
-// plainCompletions reports whether the outcomes to send (order) are all
-// completions without a history event or progress: the common case of a
-// busy worker, which finishCompleted writes with a statement that sets
-// only what a completion changes.
+// plainCompletions reports whether the outcomes to send (order, sorted
+// by job id) are the common case of a busy worker, which finishCompleted
+// writes with a statement that sets only what a completion changes:
+// completions without a history event or progress, all of one worker,
+// each of a different job.
 func plainCompletions(outcomes []store.Outcome, order []int) bool {
 	if len(order) == 0 {
 		return false
 	}
-	for _, i := range order {
+	first := &outcomes[order[0]]
+	for n, i := range order {
 		o := &outcomes[i]
-		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil {
+		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || o.Worker != first.Worker {
+			return false
+		}
+		if n > 0 && outcomes[order[n-1]].JobID == o.JobID {
 			return false
 		}
 	}
@@ -812,20 +837,57 @@ func plainCompletions(outcomes []store.Outcome, order []int) bool {
 // the statement complete, and marks the applied ones.
 func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, order []int, applied []bool) error {
 	n := len(order)
-	ids, attempts, ords, workers := make([]int64, 0, n), make([]int32, 0, n), make([]int32, 0, n), make([]string, 0, n)
+	ids, attempts, groups := make([]int64, 0, n), make([]int32, 0, n), make([]int32, 0, n)
 	ats, durations := make([]time.Time, 0, n), make([]int64, 0, n)
-	var cnt outcomeCounters
+	var cnt counterGroups
 	for _, i := range order {
 		o := &outcomes[i]
 		ids = append(ids, o.JobID)
 		attempts = append(attempts, int32(o.Attempt))
-		workers = append(workers, cleanText(o.Worker))
-		ords = append(ords, int32(i))
 		ats = append(ats, ts(o.At))
 		durations = append(durations, int64(o.Duration))
-		cnt.add(i, o.Counters)
+		groups = append(groups, cnt.group(o.Counters))
 	}
-	return s.applyOutcomes(ctx, applied, s.sql.complete, ids, attempts, workers, ats, durations, ords, cnt.ords, cnt.queues, cnt.names, cnt.ns, shard())
+	// Rows are the positions (1-based) of the applied outcomes in order.
+	byPosition := func(k int32) (int, bool) {
+		if k < 1 || int(k) > n {
+			return 0, false
+		}
+		return order[k-1], true
+	}
+	return s.applyOutcomes(ctx, applied, byPosition, s.sql.complete, ids, attempts, ats, durations, cleanText(outcomes[order[0]].Worker), groups,
+		cnt.groups, cnt.queues, cnt.names, cnt.ns, shard())
+}
+
+// counterGroups are the distinct counter lists of a call's outcomes, as
+// the statement complete takes them: one element per counter, with the
+// number of its group. Outcomes of a busy worker carry one of a few lists
+// ("succeeded", or "succeeded" and "succeeded_after_retry"), so the
+// statement adds each group's counters once, times the applied outcomes
+// of the group.
+type counterGroups struct {
+	lists         [][]store.Counter
+	groups        []int32
+	queues, names []string
+	ns            []int64
+}
+
+// group returns the number of the group of counters, adding it if new.
+func (c *counterGroups) group(counters []store.Counter) int32 {
+	for i, l := range c.lists {
+		if slices.Equal(l, counters) {
+			return int32(i + 1)
+		}
+	}
+	c.lists = append(c.lists, counters)
+	g := int32(len(c.lists))
+	for _, x := range counters {
+		c.groups = append(c.groups, g)
+		c.queues = append(c.queues, cleanText(x.Queue))
+		c.names = append(c.names, counterName(x))
+		c.ns = append(c.ns, x.N)
+	}
+	return g
 }
 
 // counterName is the name, as stored, of the counter c adds to: its name

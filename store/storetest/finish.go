@@ -342,6 +342,83 @@ func testFencingBatch(x *h) {
 	}
 }
 
+// testFencingCompletions: a batch of plain completions (no event, no
+// progress: what a busy worker sends), out of id order, with stale ones,
+// different counters per outcome and jobs of two queues, applies each
+// fresh one with its own finish time and duration and adds the counters
+// of the applied ones only; completions of two workers in one batch, and
+// two of one job with different attempts, are each fenced alone.
+func testFencingCompletions(x *h) {
+	jobs := x.leaseNew(at(0), "w1", store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"},
+		store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"})
+	a, b, c, d, e, f := jobs[0], jobs[1], jobs[2], jobs[3], jobs[4], jobs[5]
+	g := x.leaseNew(at(0), "w1", store.NewJob{Queue: "r", Kind: "k"})[0]
+	beforeC, beforeD := x.get(c.ID), x.get(d.ID)
+	succeeded := func(queue string) store.Counter { return store.Counter{Queue: queue, Name: store.StatSucceeded, N: 1} }
+	done := func(j *store.Job, sec int, counters ...store.Counter) store.Outcome {
+		o := completeOf(j, at(time.Duration(sec)*time.Second))
+		o.Duration = store.Duration(time.Duration(sec) * 10 * time.Millisecond)
+		o.Counters = counters
+		return o
+	}
+	staleC := done(c, 3, succeeded("q"))
+	staleC.Attempt = 2
+	missing := done(&store.Job{ID: missingID, Queue: "q", Attempt: 1, Worker: "w1"}, 3, succeeded("q"))
+	outs := []store.Outcome{
+		done(f, 6, succeeded("q"), store.Counter{Queue: "q", Name: store.StatSucceededAfterRetry, N: 1}),
+		done(a, 1, succeeded("q")),
+		staleC,
+		done(g, 7, succeeded("r")),
+		done(b, 2, succeeded("q")),
+		missing,
+		done(e, 5),
+	}
+	applied := x.finishApplied(outs...)
+	if want := []bool{true, true, false, true, true, false, true}; !slices.Equal(applied, want) {
+		x.t.Errorf("Finish applied %v, want %v", applied, want)
+	}
+	for i, o := range outs {
+		if !applied[i] {
+			continue
+		}
+		got := x.get(o.JobID)
+		if got.State != store.Completed || got.FinishedAt == nil || !sameTime(*got.FinishedAt, o.At) || got.LastDuration != o.Duration ||
+			got.LeaseUntil != nil || got.Worker != "" {
+			x.t.Errorf("job %d: state %s, FinishedAt %s, LastDuration %v, lease %s, worker %q; want completed at %s after %v, no lease, no worker",
+				o.JobID, got.State, fmtTimePtr(got.FinishedAt), time.Duration(got.LastDuration), fmtTimePtr(got.LeaseUntil), got.Worker,
+				fmtTime(o.At), time.Duration(o.Duration))
+		}
+	}
+	x.checkJob("job c after a stale completion", x.get(c.ID), beforeC)
+	x.checkJob("job d, not in the batch", x.get(d.ID), beforeD)
+	got := normCounters(x.stats().Counters)
+	if got["q"][store.StatSucceeded] != 3 || got["q"][store.StatSucceededAfterRetry] != 1 || got["r"][store.StatSucceeded] != 1 {
+		x.t.Errorf("counters = %v, want q: succeeded 3, succeeded_after_retry 1; r: succeeded 1 (applied outcomes only)", got)
+	}
+
+	// Two workers' completions in one batch: each fenced on its own worker.
+	h := x.leaseNew(at(0), "w2", store.NewJob{Queue: "q", Kind: "k"})[0]
+	wrongWorker := done(d, 8, succeeded("q"))
+	wrongWorker.Worker = "w2"
+	applied = x.finishApplied(done(h, 8, succeeded("q")), wrongWorker, done(c, 8, succeeded("q")))
+	if want := []bool{true, false, true}; !slices.Equal(applied, want) {
+		x.t.Errorf("Finish of two workers' completions applied %v, want %v", applied, want)
+	}
+	// Two completions of one job, attempts 2 and 1: the running one applies.
+	staleD := done(d, 9, succeeded("q"))
+	staleD.Attempt = 2
+	applied = x.finishApplied(staleD, done(d, 9, succeeded("q")))
+	if want := []bool{false, true}; !slices.Equal(applied, want) {
+		x.t.Errorf("Finish of a job's completions of attempts 2 and 1 applied %v, want %v", applied, want)
+	}
+	if got := x.get(d.ID); got.State != store.Completed || !sameTime(*got.FinishedAt, at(9*time.Second)) {
+		x.t.Errorf("job d: state %s, FinishedAt %s; want completed at %s", got.State, fmtTimePtr(got.FinishedAt), fmtTime(at(9*time.Second)))
+	}
+	if n := x.counter("q", store.StatSucceeded); n != 6 {
+		x.t.Errorf("counter q/succeeded = %d, want 6", n)
+	}
+}
+
 // testFinishDuration: Complete, Retry and Bury record how long the
 // handler ran as the job's LastDuration; a snooze or release (no attempt
 // used) keeps the value of the attempt before.

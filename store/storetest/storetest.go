@@ -76,6 +76,7 @@ var subtests = []subtest{
 	{"FailedBeforeSuccess", testFailedBeforeSuccess},
 	{"Fencing", testFencing},
 	{"FencingBatch", testFencingBatch},
+	{"FencingCompletions", testFencingCompletions},
 	{"Heartbeat", testHeartbeat},
 	{"Progress", testProgress},
 	{"ProgressOutcomes", testProgressOutcomes},
