@@ -268,8 +268,9 @@ func (c *Client) EnqueueMany(ctx context.Context, reqs []Request) ([]*Job, error
 	}
 	now := c.now()
 	news := make([]store.NewJob, len(reqs))
+	var valid validNames
 	for i := range reqs {
-		nj, err := c.newJob(&reqs[i], now)
+		nj, err := c.newJob(&reqs[i], now, &valid)
 		if err != nil {
 			if len(reqs) > 1 {
 				return nil, &RequestError{Index: i, Of: len(reqs), Err: err}
@@ -328,16 +329,22 @@ func differs(nj *store.NewJob, j *Job) string {
 	return ""
 }
 
-func (c *Client) newJob(r *Request, now time.Time) (store.NewJob, error) {
-	if err := CheckName("kind", r.Kind); err != nil {
-		return store.NewJob{}, err
+func (c *Client) newJob(r *Request, now time.Time, valid *validNames) (store.NewJob, error) {
+	if valid.kind == "" || r.Kind != valid.kind {
+		if err := CheckName("kind", r.Kind); err != nil {
+			return store.NewJob{}, err
+		}
+		valid.kind = r.Kind
 	}
 	q := r.Queue
 	if q == "" {
 		q = DefaultQueue
 	}
-	if err := CheckName("queue", q); err != nil {
-		return store.NewJob{}, err
+	if valid.queue == "" || q != valid.queue {
+		if err := CheckName("queue", q); err != nil {
+			return store.NewJob{}, err
+		}
+		valid.queue = q
 	}
 	if r.Dependency != "" {
 		if err := CheckName("dependency", r.Dependency); err != nil {
@@ -384,6 +391,11 @@ func (c *Client) newJob(r *Request, now time.Time) (store.NewJob, error) {
 	}
 	return nj, nil
 }
+
+// validNames are the last kind and queue an EnqueueMany call found
+// valid: a bulk import repeats a few of each thousands of times, and each
+// is checked once per run of equal names.
+type validNames struct{ kind, queue string }
 
 // EncodePayload encodes a job's payload as Enqueue does: []byte and
 // json.RawMessage are taken as JSON (and must be valid), anything else is

@@ -743,6 +743,16 @@ func TestEnqueueValidation(t *testing.T) {
 		},
 		"unencodable":  func() error { _, err := c.Enqueue(ctx, "k", func() {}); return err },
 		"batch 2 of 2": func() error { _, err := c.EnqueueMany(ctx, []redrive.Request{{Kind: "k"}, {}}); return err },
+		// A batch checks each name, not only the first of a run of equal
+		// ones: a bad kind or queue after good ones fails the batch.
+		"kind 3 of 3": func() error {
+			_, err := c.EnqueueMany(ctx, []redrive.Request{{Kind: "k"}, {Kind: "k"}, {Kind: "k/x"}})
+			return err
+		},
+		"queue 3 of 3": func() error {
+			_, err := c.EnqueueMany(ctx, []redrive.Request{{Kind: "k", Queue: "q"}, {Kind: "k", Queue: "q"}, {Kind: "k", Queue: " q"}})
+			return err
+		},
 	}
 	for name, f := range cases {
 		if err := f(); !errors.Is(err, redrive.ErrInvalid) {

@@ -302,6 +302,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.hardCtx, w.hardCancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer w.hardCancel(nil)
+	// Handler contexts are not children of hardCtx: its cancellation
+	// reaches them through the running list (see execute).
+	defer context.AfterFunc(w.hardCtx, w.cancelAllRunning)()
 
 	w.log.Info("worker starting", "worker", w.id, "queues", w.opts.Queues)
 	// Pauses and resumes through the local Client apply at once; those of
@@ -822,10 +825,19 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 			t.Stop()
 		}
 	}
-	ctx, cancel := context.WithCancelCause(w.hardCtx)
+	// The handler's context carries hardCtx's values, not its
+	// cancellation: a child registered with one parent per running job
+	// made every start and end of a job take the parent's lock, with
+	// thousands of handlers at once. cancelAllRunning cancels the running
+	// jobs when hardCtx ends, and a job registered after that is canceled
+	// here.
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(w.hardCtx))
 	w.runMu.Lock()
 	progress := &progressCell{}
 	w.running[j.ID] = runningEntry{job: j, cancel: cancel, queue: q, progress: progress}
+	if w.hardCtx.Err() != nil {
+		cancel(context.Cause(w.hardCtx))
+	}
 	w.runMu.Unlock()
 	o := w.exec.execute(ctx, j, progress)
 	w.runMu.Lock()
@@ -833,6 +845,17 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 	w.runMu.Unlock()
 	cancel(nil)
 	w.completer.submit(q, o)
+}
+
+// cancelAllRunning cancels the context of every running handler with the
+// cause of hardCtx, when hardCtx ends.
+func (w *Worker) cancelAllRunning() {
+	cause := context.Cause(w.hardCtx)
+	w.runMu.Lock()
+	defer w.runMu.Unlock()
+	for _, e := range w.running {
+		e.cancel(cause)
+	}
 }
 
 func (w *Worker) heartbeatLoop(ctx context.Context) {
