@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,6 +24,17 @@ var jobOIDs = []uint32{
 	pgtype.TimestamptzOID, pgtype.TimestamptzOID, pgtype.TextOID, pgtype.TextOID, pgtype.Int4OID, // last_failed_at .. redriven
 	pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TimestamptzOID, pgtype.Int8OID, // last_duration .. replay_of
 }
+
+// jobNullable marks the columns of jobColumns that may be NULL; every
+// other one is NOT NULL in the table.
+var jobNullable = func() []bool {
+	null := make([]bool, len(jobColumns))
+	for _, c := range []string{"policy", "idem_key", "attempted_at", "finished_at", "lease_until", "worker", "last_failed_at", "dead_at",
+		"last_duration", "last_delay", "progress_done", "progress_total", "progress_at", "replay_of"} {
+		null[slices.Index(jobColumns, c)] = true
+	}
+	return null
+}()
 
 // rawLayout reports whether rows of these fields can be decoded by
 // decodeRaw: the columns of jobColumns (and the history when
@@ -135,13 +147,8 @@ func (r *rawReader) timePtr(i int) *time.Time {
 func (sc *jobScan) decodeRaw(vals [][]byte, binaryHistory bool) (*store.Job, error) {
 	r := rawReader{vals: vals}
 	for i := range jobOIDs {
-		// Only these columns may be NULL.
-		switch i {
-		case 7, 8, 13, 14, 15, 16, 21, 22, 26, 27, 28, 29, 30, 31:
-		default:
-			if r.null(i) {
-				return nil, fmt.Errorf("postgres: column %s is NULL", jobColumns[i])
-			}
+		if r.null(i) && !jobNullable[i] {
+			return nil, fmt.Errorf("postgres: column %s is NULL", jobColumns[i])
 		}
 	}
 	j := &store.Job{

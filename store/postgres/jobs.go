@@ -121,9 +121,9 @@ func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
 }
 
 // collect reads rows of the columns of jobColumns (and the history when
-// withHistory) into jobs. Rows in the binary format pgx asks for are
-// decoded straight from their bytes (decodeRaw), without pgx's scan plans:
-// a fetch reads a thousand rows at a time.
+// withHistory) into jobs. Rows of the layout pgx asks for (rawLayout)
+// are decoded straight from their bytes (decodeRaw), without pgx's scan
+// plans: a fetch reads a thousand rows at a time.
 func collect(rows pgx.Rows, withHistory bool) ([]*store.Job, error) {
 	defer rows.Close()
 	var out []*store.Job
