@@ -1,0 +1,309 @@
+package kafka_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/kafka"
+)
+
+// The tests in this file kill and restart a real Apache Kafka broker. Each
+// starts a broker of its own with the project's kafka-local script
+// ($REDRIVE_KAFKA_CTL, or .ci/kafka/kafka-local of this checkout), on
+// ports of its own, so the shared broker of KAFKA_BROKERS stays up for
+// the other tests. On kfake (KAFKA_BROKERS unset) they step aside for
+// their kfake counterparts, which restart the in-process cluster.
+
+// ctlEnv names the kafka-local script.
+const ctlEnv = "REDRIVE_KAFKA_CTL"
+
+// privateBroker is a single-node Kafka broker that a test owns.
+type privateBroker struct {
+	ctl  string
+	env  []string
+	addr string
+}
+
+// newPrivateBroker starts a broker for t, stopped when t ends.
+func newPrivateBroker(t *testing.T) *privateBroker {
+	t.Helper()
+	if os.Getenv(brokersEnv) == "" {
+		t.Skip("kills a real broker: runs when " + brokersEnv + " names a real cluster (TestBrokerRestart is the kfake counterpart)")
+	}
+	ctl := os.Getenv(ctlEnv)
+	if ctl == "" {
+		ctl, _ = filepath.Abs(filepath.Join("..", ".ci", "kafka", "kafka-local"))
+	}
+	if _, err := os.Stat(ctl); err != nil {
+		t.Fatalf("the kafka-local script (set $%s): %v", ctlEnv, err)
+	}
+	ports := freePorts(t, 2)
+	b := &privateBroker{ctl: ctl, env: append(os.Environ(),
+		"KAFKA_LOCAL_STATE="+t.TempDir(),
+		"KAFKA_LOCAL_PORT="+strconv.Itoa(ports[0]),
+		"KAFKA_LOCAL_CONTROLLER_PORT="+strconv.Itoa(ports[1]),
+		"KAFKA_LOCAL_HEAP=384m")}
+	b.addr = b.run(t, "start")
+	// Registered after TempDir: runs before the state folder is removed.
+	t.Cleanup(func() {
+		if _, err := b.command("stop"); err != nil {
+			t.Errorf("stop the broker: %v", err)
+		}
+	})
+	return b
+}
+
+func (b *privateBroker) command(args ...string) (string, error) {
+	cmd := exec.Command(b.ctl, args...)
+	cmd.Env = b.env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("kafka-local %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func (b *privateBroker) run(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := b.command(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// crash SIGKILLs the broker, as a machine or OOM kill would, and starts it
+// again on the same data and ports; it returns once the broker answers.
+func (b *privateBroker) crash(t *testing.T) {
+	t.Helper()
+	t0 := time.Now()
+	b.run(t, "restart", "--kill")
+	t.Logf("broker killed (SIGKILL) and answering again after %v", time.Since(t0).Round(time.Millisecond))
+}
+
+func (b *privateBroker) cluster() *testCluster { return &testCluster{brokers: []string{b.addr}} }
+
+// freePorts returns n TCP ports free on loopback a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// outcomes records what the handler decided for each record.
+type outcomes struct {
+	mu        sync.Mutex
+	completed map[string]int
+	dead      map[string]int // runs that returned a permanent error
+	runs      int
+}
+
+func (o *outcomes) add(m map[string]int, id string) {
+	o.mu.Lock()
+	m[id]++
+	o.mu.Unlock()
+}
+
+func (o *outcomes) ran() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.runs
+}
+
+// TestRealBrokerKilledTwice: a real broker is SIGKILLed and restarted
+// twice while 10,000 records are handled, in both delivery modes. A tenth
+// of the records fail for good (dead letters), four tenths fail once and
+// complete on their retry, the rest complete at once. Every record reaches
+// its outcome, none is lost; in ExactlyOnce a read_committed reader sees
+// each retry and each dead letter exactly once.
+func TestRealBrokerKilledTwice(t *testing.T) {
+	t.Parallel()
+	b := newPrivateBroker(t)
+	for _, mode := range []kafka.Mode{kafka.AtLeastOnce, kafka.ExactlyOnce} {
+		t.Run(mode.String(), func(t *testing.T) { killedTwice(t, b, mode) })
+	}
+}
+
+func killedTwice(t *testing.T, b *privateBroker, mode kafka.Mode) {
+	const n = 10000
+	c := b.cluster()
+	rg := newRig(t, c, 3)
+	ids := rg.produce(t, "rec", n)
+	dies := func(i int) bool { return i%10 == 0 }
+	retries := func(i int) bool { return !dies(i) && i%10 < 5 }
+
+	o := &outcomes{completed: map[string]int{}, dead: map[string]int{}}
+	p := rg.policy
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: rg.group, Mode: mode,
+		Topics:          map[string]kafka.TopicOptions{rg.topic: {Partitions: rg.partitions}},
+		Executor:        redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t), DisableRetryBudget: true},
+		ShutdownTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		id := string(j.Payload)
+		i, err := strconv.Atoi(strings.TrimPrefix(id, "rec-"))
+		if err != nil {
+			return redrive.Permanent(fmt.Errorf("not a record of this test: %q", id))
+		}
+		o.mu.Lock()
+		o.runs++
+		o.mu.Unlock()
+		switch {
+		case dies(i):
+			o.add(o.dead, id)
+			return redrive.Permanent(errors.New("this record can never succeed"))
+		case retries(i) && j.Attempt == 1:
+			return errors.New("the first attempt fails")
+		}
+		o.add(o.completed, id)
+		return nil
+	})
+	stop := running(t, cons)
+
+	for _, at := range []int{n / 3, 2 * n / 3} {
+		eventually(t, fmt.Sprintf("%d runs", at), 3*time.Minute, func() bool { return o.ran() >= at })
+		b.crash(t)
+	}
+	o.mu.Lock()
+	doneAtLastCrash := len(o.completed) + len(o.dead)
+	o.mu.Unlock()
+	if doneAtLastCrash >= n {
+		t.Fatalf("every record had its outcome before the second crash: the crash tested nothing")
+	}
+
+	// Every record reaches its outcome: completed, or dead and in the DLT.
+	wantDead := map[string]bool{}
+	wantDone := map[string]bool{}
+	wantRetry := map[string]bool{}
+	for i, id := range ids {
+		switch {
+		case dies(i):
+			wantDead[id] = true
+		default:
+			wantDone[id] = true
+			if retries(i) {
+				wantRetry[id] = true
+			}
+		}
+	}
+	eventually(t, "every record handled to its outcome", 5*time.Minute, func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for id := range wantDone {
+			if o.completed[id] == 0 {
+				return false
+			}
+		}
+		for id := range wantDead {
+			if o.dead[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if mode == kafka.AtLeastOnce {
+		rg.waitSettled(t, 2*time.Minute)
+	}
+	stop()
+
+	// What a downstream reader sees: every transaction has ended (the
+	// consumer stopped), so reading up to a marker produced now reads all.
+	dead := readToEnd(t, c, rg.topo.DLT(), rg.partitions)
+	tier := readToEnd(t, c, rg.topo.TierTopic(rg.policy.Initial), rg.partitions)
+	check := func(what string, got map[string]int, want map[string]bool) {
+		missing, extra, twice := 0, 0, 0
+		for id := range want {
+			switch got[id] {
+			case 0:
+				if missing++; missing <= 5 {
+					t.Errorf("%s: %s missing (lost)", what, id)
+				}
+			case 1:
+			default:
+				twice++
+				if mode == kafka.ExactlyOnce && twice <= 5 {
+					t.Errorf("%s: %s seen %d times by a read_committed reader, want once", what, id, got[id])
+				}
+			}
+		}
+		for id := range got {
+			if !want[id] {
+				if extra++; extra <= 5 {
+					t.Errorf("%s: %s should not be there", what, id)
+				}
+			}
+		}
+		t.Logf("%s: %d records, %d missing, %d unexpected, %d seen more than once", what, len(want), missing, extra, twice)
+	}
+	check("dead letters", dead, wantDead)
+	check("retries", tier, wantRetry)
+	o.mu.Lock()
+	dupDone := 0
+	for _, v := range o.completed {
+		dupDone += v - 1
+	}
+	t.Logf("%s: %d runs for %d records; %d completions beyond one per record; %d records done at the last crash",
+		mode, o.runs, n, dupDone, doneAtLastCrash)
+	o.mu.Unlock()
+}
+
+// readToEnd reads topic with read_committed isolation up to a marker
+// record it produces to each partition now, and counts its records by key.
+func readToEnd(t *testing.T, c *testCluster, topic string, partitions int32) map[string]int {
+	t.Helper()
+	marker := fmt.Sprintf("end-marker-%d", time.Now().UnixNano())
+	pcl := c.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for p := range partitions {
+		c.produce(t, pcl, &kgo.Record{Topic: topic, Partition: p, Key: []byte(marker)})
+	}
+	cl := c.client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got := map[string]int{}
+	markers := map[int32]bool{}
+	for len(markers) < int(partitions) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: the end markers of %d of %d partitions never came", topic, len(markers), partitions)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == marker {
+				markers[r.Partition] = true
+				return
+			}
+			got[string(r.Key)]++
+		})
+	}
+	return got
+}
