@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/kafka"
@@ -33,7 +34,10 @@ func TestTopology(t *testing.T) {
 
 	c := newCluster(t)
 	topic := newTopic(t)
-	adm := kadm.NewClient(c.client(t))
+	// kadm answers ListTopics from metadata up to MetadataMinAge old (5 s
+	// by default): a topic listed as unknown before the consumer created
+	// it would stay unknown that long.
+	adm := kadm.NewClient(c.client(t, kgo.MetadataMinAge(50*time.Millisecond)))
 	if _, err := adm.CreateTopic(context.Background(), 3, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +59,7 @@ func TestTopology(t *testing.T) {
 	}
 	stop := running(t, cons)
 	ctopo, _ := cons.Topology(topic)
-	eventually(t, "the topics created", 10*time.Second, func() bool {
+	eventually(t, "the topics created", 60*time.Second, func() bool {
 		d, err := adm.ListTopics(context.Background(), ctopo.Topics()...)
 		if err != nil {
 			return false

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,15 +22,29 @@ import (
 	"github.com/redrivehq/redrive/retry"
 )
 
-// kafkaCluster starts an in-process Kafka cluster (kfake) for one test.
+// kafkaCluster returns the real cluster of KAFKA_BROKERS (as CI sets
+// it), or starts an in-process one (kfake) for the test.
 func kafkaCluster(t *testing.T) []string {
 	t.Helper()
+	if b := os.Getenv("KAFKA_BROKERS"); b != "" {
+		return strings.Split(b, ",")
+	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
 	return c.ListenAddrs()
+}
+
+// kafkaTopicName returns base on kfake (a cluster of the test's own), and
+// base with a unique suffix on a real cluster, which keeps its topics
+// from one run to the next.
+func kafkaTopicName(base string) string {
+	if os.Getenv("KAFKA_BROKERS") == "" {
+		return base
+	}
+	return fmt.Sprintf("%s-%d", base, time.Now().UnixNano())
 }
 
 // kafkaDeadLetters runs a consumer of topic (2 partitions, 10ms retries,
@@ -133,14 +148,14 @@ func dltCount(t *testing.T, brokers []string, topic string) kafka.DLTCount {
 func TestKafkaDLQCommands(t *testing.T) {
 	t.Parallel()
 	brokers := kafkaCluster(t)
-	topic := "scans"
+	topic := kafkaTopicName("scans")
 	fix, runs := kafkaDeadLetters(t, brokers, topic, "flaky-1", "flaky-2", "perm-1", "ok-1")
 	waitFor(t, "three dead letters", func() bool { return dltCount(t, brokers, topic).Total == 3 })
 
 	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic}
 	cli := func(args ...string) string { return mustCLI(t, append(args, flags...)...) }
 
-	if out := strings.TrimSpace(cli("dlq", "count")); out != "3 dead letter(s) in scans-dlt, 3 pending (not redriven yet)" {
+	if out := strings.TrimSpace(cli("dlq", "count")); out != "3 dead letter(s) in "+topic+"-dlt, 3 pending (not redriven yet)" {
 		t.Errorf("dlq count = %q", out)
 	}
 	if n := decode[kafka.DLTCount](t, cli("--json", "dlq", "count")); n.Total != 3 || n.Pending != 3 {
@@ -203,7 +218,7 @@ func TestKafkaDLQCommands(t *testing.T) {
 	}{
 		{[]string{"dlq", "ls", "--queue", "x"}, "--queue applies to the store's dead jobs, not to a Kafka dead-letter topic"},
 		{[]string{"dlq", "ls", "--from", "0:x"}, `--from: "0:x": offset "x": want an integer`},
-		{[]string{"dlq", "ls", "--from", "9:0"}, "--from names partition 9, but scans-dlt has 2 partition(s): 0 to 1"},
+		{[]string{"dlq", "ls", "--from", "9:0"}, "--from names partition 9, but "+topic+"-dlt has 2 partition(s): 0 to 1"},
 		{[]string{"dlq", "ls", "--limit", "1001"}, "--limit must be from 1 to 1000"},
 		{[]string{"dlq", "redrive"}, "say which dead letters to redrive"},
 		{[]string{"dlq", "redrive", "5"}, "no job ids"},
@@ -227,7 +242,7 @@ func TestKafkaDLQCommands(t *testing.T) {
 	}
 	// A "no" keeps everything in place.
 	if _, stderr, err := runCLIIn(t, "n\n", append([]string{"dlq", "redrive", "--all"}, flags...)...); !errors.Is(err, errNotConfirmed) ||
-		!strings.Contains(stderr, "Redrive 3 dead letter(s) from scans-dlt back to scans? [y/N]") {
+		!strings.Contains(stderr, "Redrive 3 dead letter(s) from "+topic+"-dlt back to "+topic+"? [y/N]") {
 		t.Errorf("redrive answered no: %v, stderr %q", err, stderr)
 	}
 	if n := dltCount(t, brokers, topic); n.Pending != 3 {
@@ -242,8 +257,8 @@ func TestKafkaDLQCommands(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redrive --reason: %v %s", err, stderr)
 	}
-	if !strings.Contains(stderr, "Redrive up to 3 dead letter(s) matching reason=retries_exhausted from scans-dlt back to scans?") ||
-		!strings.Contains(stdout, "redriven 2 dead letter(s) from scans-dlt back to scans; skipped 1") ||
+	if !strings.Contains(stderr, "Redrive up to 3 dead letter(s) matching reason=retries_exhausted from "+topic+"-dlt back to "+topic+"?") ||
+		!strings.Contains(stdout, "redriven 2 dead letter(s) from "+topic+"-dlt back to "+topic+"; skipped 1") ||
 		!strings.Contains(stdout, "--from PARTITION:OFFSET redrives them by offset") {
 		t.Errorf("redrive --reason: stdout %q stderr %q", stdout, stderr)
 	}
@@ -278,10 +293,10 @@ func TestKafkaDLQCommands(t *testing.T) {
 	if n := decode[kafka.DLTCount](t, cli("--json", "dlq", "count")); n.Total != 3 || n.Pending != 0 {
 		t.Errorf("count after the redrive: %+v, want 3 in all, none pending", n)
 	}
-	if out := cli("dlq", "ls"); !strings.Contains(out, "No dead letters pending in scans-dlt (3 in all") {
+	if out := cli("dlq", "ls"); !strings.Contains(out, "No dead letters pending in "+topic+"-dlt (3 in all") {
 		t.Errorf("ls after the redrive: %q", out)
 	}
-	if out := cli("dlq", "redrive", "--all", "--yes"); !strings.Contains(out, "No dead letters pending in scans-dlt: nothing to redrive") {
+	if out := cli("dlq", "redrive", "--all", "--yes"); !strings.Contains(out, "No dead letters pending in "+topic+"-dlt: nothing to redrive") {
 		t.Errorf("redrive with nothing pending: %q", out)
 	}
 
@@ -334,9 +349,10 @@ func TestKafkaDLQBrokers(t *testing.T) {
 		!strings.Contains(stderr, "no dead-letter topic nope-dlt on "+brokers[0]) {
 		t.Errorf("a topic without a DLT: %v %s", err, stderr)
 	}
-	kafkaDeadLetters(t, brokers, "env", "perm-1")
-	waitFor(t, "a dead letter", func() bool { return dltCount(t, brokers, "env").Total == 1 })
-	if out := mustCLI(t, "dlq", "count", "--kafka-topic", "env"); !strings.Contains(out, "1 dead letter(s) in env-dlt, 1 pending") {
+	env := kafkaTopicName("env")
+	kafkaDeadLetters(t, brokers, env, "perm-1")
+	waitFor(t, "a dead letter", func() bool { return dltCount(t, brokers, env).Total == 1 })
+	if out := mustCLI(t, "dlq", "count", "--kafka-topic", env); !strings.Contains(out, "1 dead letter(s) in "+env+"-dlt, 1 pending") {
 		t.Errorf("count with $%s: %q", kafkaBrokersEnv, out)
 	}
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
@@ -32,7 +31,7 @@ type keptRun struct {
 }
 
 // TestServeKeepsKafkaDLT is the Kafka dead-letter proof: a Go
-// kafka.Consumer on an in-process cluster (kfake) sends records that
+// kafka.Consumer (on the cluster of KAFKA_BROKERS, or kfake) sends records that
 // keep failing to its dead-letter topic; `redrive serve --kafka-topics`
 // keeps them in the store, byte-exact, where GET /v1/dlq lists them; GET
 // /v1/kafka/topics and /metrics show the topic; a dead letter redriven
@@ -44,14 +43,9 @@ func TestServeKeepsKafkaDLT(t *testing.T) {
 		t.Skip("builds and runs the redrive binary")
 	}
 	bin := buildRedrive(t)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
+	brokers := kafkaCluster(t)
 	topic := fmt.Sprintf("scans-%d", time.Now().UnixNano())
-	group := "scanners"
+	group := topic + "-scanners"
 
 	// The consumer's policy is serve's (the --retry-* flags below), so
 	// serve names the same retry tiers.
