@@ -309,6 +309,33 @@ func (c *Conn) ServerVersion() string {
 // connection.
 func (c *Conn) Reconnects() int64 { return c.reconnects.Load() }
 
+// ConnState is what a Conn knows of its connection now, for health checks
+// and dashboards.
+type ConnState struct {
+	// Broker is the broker's URL without credentials.
+	Broker string `json:"broker"`
+	// Connected reports whether a connection is open now; false while
+	// connecting or reconnecting, and once the Conn gave up or closed.
+	Connected bool `json:"connected"`
+	// Reconnects counts the connections lost and made again.
+	Reconnects int64 `json:"reconnects"`
+	// Error is set once the Conn is closed for good: it gave up
+	// reconnecting (every attempt failed), or Close was called.
+	Error string `json:"error,omitempty"`
+}
+
+// State returns the connection's state now.
+func (c *Conn) State() ConnState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := ConnState{Broker: c.target, Connected: c.conn != nil && !c.conn.IsClosed() && c.err == nil,
+		Reconnects: c.reconnects.Load()}
+	if c.err != nil {
+		s.Error = c.err.Error()
+	}
+	return s
+}
+
 // Close closes the connection for good. Channels taken from it close.
 func (c *Conn) Close() error {
 	first := false

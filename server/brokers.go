@@ -13,3 +13,19 @@ type Brokers interface {
 	// the broker's depths asked now.
 	ManagedQueues(ctx context.Context) []amqp.ManagedQueue
 }
+
+// BrokerHealth is implemented by Brokers that know whether serve is
+// connected to the broker now; /readyz reports it.
+type BrokerHealth interface {
+	// Connections returns the state of each broker connection.
+	Connections() []amqp.ConnState
+}
+
+// readyBroker is a broker connection as /readyz shows it, to anyone:
+// whether it is up and how often it came back, but not where it is nor
+// its errors (GET /v1/amqp/queues, behind the token, has those).
+type readyBroker struct {
+	Kind       string `json:"kind"`
+	Connected  bool   `json:"connected"`
+	Reconnects int64  `json:"reconnects"`
+}

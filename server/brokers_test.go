@@ -323,3 +323,39 @@ func TestManagedQueuesNone(t *testing.T) {
 	}
 	wantErr(t, e.do("POST", "/v1/amqp/queues", "{}"), 405, "method_not_allowed", "")
 }
+
+// healthBrokers is a Brokers whose connection state is set by the test.
+type healthBrokers struct {
+	fixedBrokers
+	states []amqp.ConnState
+}
+
+func (h healthBrokers) Connections() []amqp.ConnState { return h.states }
+
+// TestReadyzBrokers: /readyz says whether serve's broker connections are
+// up, without where they are or their errors, and stays 200 while one is
+// away (the API and the store still work; serve reconnects by itself).
+func TestReadyzBrokers(t *testing.T) {
+	e := newEnv(t, Options{})
+	if r := e.do("GET", "/readyz", ""); r.status != 200 || strings.TrimSpace(string(r.body)) != `{"status":"ready"}` {
+		t.Errorf("no brokers: %d %s", r.status, r.body)
+	}
+	up := amqp.ConnState{Broker: "amqp://rabbit.internal:5672/", Connected: true, Reconnects: 2}
+	down := amqp.ConnState{Broker: "amqp://rabbit.internal:5672/", Reconnects: 3, Error: "dial tcp 10.0.0.7:5672: refused"}
+	for _, c := range []struct {
+		state amqp.ConnState
+		want  string
+	}{
+		{up, `{"status":"ready","brokers":[{"kind":"amqp","connected":true,"reconnects":2}]}`},
+		{down, `{"status":"degraded","brokers":[{"kind":"amqp","connected":false,"reconnects":3}]}`},
+	} {
+		e := newEnv(t, Options{Brokers: healthBrokers{states: []amqp.ConnState{c.state}}})
+		r := e.do("GET", "/readyz", "")
+		if r.status != 200 || strings.TrimSpace(string(r.body)) != c.want {
+			t.Errorf("broker %+v: %d %s, want 200 %s", c.state, r.status, r.body, c.want)
+		}
+		if strings.Contains(string(r.body), "rabbit.internal") || strings.Contains(string(r.body), "10.0.0.7") {
+			t.Errorf("/readyz, open to anyone, names the broker: %s", r.body)
+		}
+	}
+}

@@ -556,7 +556,23 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) error {
 				msg: "the store's last write failed: " + err.Error()}
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	// A broker away does not make the API unready: the store, the API and
+	// the dashboard still work, and serve reconnects by itself. It is
+	// said here (status "degraded") for probes and operators to see.
+	status := "ready"
+	var brokers []readyBroker
+	if bh, ok := a.brokers.(BrokerHealth); ok {
+		for _, c := range bh.Connections() {
+			brokers = append(brokers, readyBroker{Kind: "amqp", Connected: c.Connected, Reconnects: c.Reconnects})
+			if !c.Connected {
+				status = "degraded"
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Status  string        `json:"status"`
+		Brokers []readyBroker `json:"brokers,omitempty"`
+	}{status, brokers})
 	return nil
 }
 

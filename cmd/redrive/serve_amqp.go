@@ -97,6 +97,9 @@ func (b *brokerSide) stop() {
 }
 
 // ManagedQueues implements server.Brokers.
+// Connections reports serve's RabbitMQ connection, for /readyz.
+func (b *brokerSide) Connections() []amqp.ConnState { return []amqp.ConnState{b.conn.State()} }
+
 func (b *brokerSide) ManagedQueues(ctx context.Context) []amqp.ManagedQueue {
 	stats := b.router.Stats()
 	var kept map[string]amqp.KeeperStats
