@@ -197,6 +197,7 @@ type settings struct {
 	isFailure        func(error) bool
 	onChange         func(string, State, State)
 	now              func() time.Time
+	systemClock      bool // now is time.Now: the monotonic clock alone serves rel
 }
 
 // trips is the trip rule (see Config.Trips).
@@ -263,6 +264,7 @@ func (c Config) settle() settings {
 	}
 	if s.now == nil {
 		s.now = time.Now
+		s.systemClock = true
 	}
 	return s
 }
