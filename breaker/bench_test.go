@@ -13,7 +13,8 @@ import (
 // BenchmarkAllowRecord is the success path of a closed breaker with the
 // default configuration (failures and ratio), which reads the monotonic
 // clock and counts each success with an atomic add in its time bucket.
-// Requirement: 0 allocs, and a clock read plus at most 20 ns/op.
+// Requirement: 0 allocs, and at most 50 ns/op beyond BenchmarkMonotonicClock
+// (the clock read it pays per success).
 func BenchmarkAllowRecord(b *testing.B) {
 	br := breaker.New("dep", breaker.Config{})
 	b.ReportAllocs()
