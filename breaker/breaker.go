@@ -162,12 +162,13 @@ type Breaker struct {
 	sh sharing // the fleet's shared state, when shared (shared.go)
 
 	// streak counts the failures in a row, with no success between them,
-	// of the current closed period's window (streakWin), and streakMark is
-	// that window's placed count at the last failure; under mu.
-	streak     int
-	streakWin  *window
-	streakMark int64
-	streakLast int64 // relative time of the run's last failure
+	// of the current closed period's window (streakWin); streakEpoch is
+	// the epoch of the run's last failure and streakMark the successes its
+	// bucket held then; under mu.
+	streak      int
+	streakWin   *window
+	streakEpoch int64
+	streakMark  int64
 	// runTrip is set when the last failure completed a run of
 	// Consecutive failures: a Shared layer's fleet trips on it (shared.go).
 	runTrip bool
@@ -367,21 +368,23 @@ func (b *Breaker) record(t Token, o outcome) {
 	b.share(ev, changed, now)
 }
 
-// countSuccess counts a successful call in the ratio-mode window: one
-// atomic add, and once a batch has gathered a clock read and a fold under
-// the lock (see window).
+// countSuccess counts a successful call in the ratio-mode window at the time
+// it is recorded: a clock read and one atomic add, and the lock once per
+// bucket period (see window).
 func (b *Breaker) countSuccess(t Token) {
 	if b.word.Load() != t.w {
 		return
 	}
-	win := b.win.Load()
-	if win.pending.Add(1) < win.batch.Load() {
-		return
+	b.win.Load().addSuccess(b.relNow(), &b.mu)
+}
+
+// relNow returns the relative time now. With the system clock it reads
+// the monotonic clock alone (time.Since), about half the cost of time.Now.
+func (b *Breaker) relNow() int64 {
+	if b.cfg.systemClock {
+		return int64(time.Since(b.base))
 	}
-	now := b.cfg.now()
-	b.mu.Lock()
-	win.fold(b.rel(now))
-	b.mu.Unlock()
+	return b.rel(b.cfg.now())
 }
 
 // failLocked counts a failure on a closed breaker and trips it when the trip
@@ -392,11 +395,9 @@ func (b *Breaker) failLocked(now time.Time) bool {
 	var trip bool
 	if b.ratio {
 		win := b.win.Load()
-		e := win.epochOf(win.fold(rel)) // the successes before this failure first
-		if bk := win.at(e); bk.roll(e) {
-			bk.reqs.Add(1)
-			bk.fails.Add(1)
-		}
+		rel = win.advance(rel)
+		win.addFailure(rel)
+		e := win.epochOf(rel)
 		reqs, fails := win.sum(e)
 		streak := b.streakLocked(win, rel)
 		b.runTrip = b.cfg.consecutive > 0 && streak >= b.cfg.consecutive && reqs >= int64(b.cfg.minRequests)
@@ -425,26 +426,29 @@ func (b *Breaker) failLocked(now time.Time) bool {
 	return trip
 }
 
-// rel converts t to nanoseconds since the breaker was created, using the
-// monotonic clock when t and base both carry it.
 // streakLocked counts a failure in the run of failures with no success
 // between them and returns the run's length. A dependency that goes down
 // after a busy spell trips on Failures failures in a row at once, without
 // waiting for its failures to outweigh the window's earlier successes; a
 // run of Failures failures is very unlikely at a low failure rate (at 1%,
 // five in a row come once in ten billion calls). The window holds the
-// successes folded before this failure. A run whose previous failure is
-// older than the window starts again.
+// successes recorded before this failure (counted in its buckets as they
+// are recorded). A run whose previous failure has left the window (its
+// bucket is no longer one of the window's) starts again. The caller has
+// counted the failure at rel.
 func (b *Breaker) streakLocked(win *window, rel int64) int {
-	if b.streakWin == win && win.placed == b.streakMark && rel-b.streakLast <= int64(b.cfg.window) {
+	e := win.epochOf(rel)
+	if b.streakWin == win && !win.succeededSince(b.streakEpoch, b.streakMark, e) {
 		b.streak++
 	} else {
 		b.streak = 1
 	}
-	b.streakWin, b.streakMark, b.streakLast = win, win.placed, rel
+	b.streakWin, b.streakEpoch, b.streakMark = win, e, win.successes(e)
 	return b.streak
 }
 
+// rel converts t to nanoseconds since the breaker was created, using the
+// monotonic clock when t and base both carry it.
 func (b *Breaker) rel(t time.Time) int64 { return int64(t.Sub(b.base)) }
 
 func (b *Breaker) touchProbe(now time.Time) {
@@ -582,7 +586,7 @@ func (b *Breaker) Status() Status {
 	st := Status{Name: b.name, State: State(b.word.Load() & 3), Trips: b.trips}
 	if b.ratio {
 		win := b.win.Load()
-		reqs, fails := win.sum(win.epochOf(win.fold(rel)))
+		reqs, fails := win.sum(win.epochOf(win.advance(rel)))
 		st.Requests, st.Failures = int(reqs), int(fails)
 	} else {
 		cut := rel - int64(b.cfg.window)

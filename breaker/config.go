@@ -67,8 +67,10 @@ type Config struct {
 	CountOnly bool
 
 	// Consecutive trips the breaker when that many calls failed in a row,
-	// with no success between them and each within Window of the previous
-	// one, whatever the ratio (MinRequests still applies). Zero means
+	// with no success between them and each within Window of the next one
+	// (still in the window, whose 20 buckets slide in steps of Window/20,
+	// when the next one came), whatever the ratio (MinRequests still
+	// applies). Zero means
 	// Failures; NoConsecutive turns the rule off. Ignored with CountOnly,
 	// where Failures failures trip the breaker anyway.
 	Consecutive int
@@ -197,6 +199,7 @@ type settings struct {
 	isFailure        func(error) bool
 	onChange         func(string, State, State)
 	now              func() time.Time
+	systemClock      bool // now is time.Now: the monotonic clock alone serves rel
 }
 
 // trips is the trip rule (see Config.Trips).
@@ -263,6 +266,7 @@ func (c Config) settle() settings {
 	}
 	if s.now == nil {
 		s.now = time.Now
+		s.systemClock = true
 	}
 	return s
 }

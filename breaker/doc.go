@@ -71,11 +71,11 @@
 // FailureRatio × Window. Shorten Window to fence busy dependencies off sooner.
 // Config.MinRequests, when set, also requires that many calls in the window.
 // Calls are counted in 20 time buckets per window, so the window slides in
-// steps of Window/20. A success costs one atomic add: successes are placed
-// in their buckets in batches, with one clock read per batch, a batch
-// growing with the call rate from 1 (every success placed at once) to 64
-// (about four batches per bucket); failures are placed at once, after the
-// pending successes.
+// steps of Window/20. Every outcome is counted at once in the bucket of the
+// moment it is recorded, so the counts are exact at bucket granularity
+// whatever the call rate and however long the quiet spells: a success costs
+// a read of the monotonic clock and one atomic add (and the lock once per
+// bucket period), a failure the lock.
 //
 // With Config.CountOnly the breaker trips when Config.Failures failures fall
 // within the last Config.Window, whatever number of successes came in

@@ -323,8 +323,6 @@ func (b *Breaker) shareRunBroken() {
 	}
 	now := b.cfg.now()
 	b.mu.Lock()
-	win := b.win.Load()
-	win.fold(b.rel(now)) // this success counted, and the run broken locally too
 	r := Report{Now: now}
 	r.Failures, r.Requests = b.countsLocked(now)
 	b.mu.Unlock()

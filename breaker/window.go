@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,113 +21,100 @@ type bucket struct {
 	fails atomic.Int64
 }
 
-// maxBatch is the most successes a window lets gather before it places them
-// in its buckets (see fold).
-const maxBatch = 64
-
 // window is the ratio-mode counter set of one closed period. A breaker
 // replaces it with a fresh one whenever it closes, so a late Record from an
 // earlier period lands in a window nobody reads any more.
 //
-// Failures are placed in their bucket at once. Successes are counted
-// without reading the clock, in pending, and placed in batches (fold): when
-// batch of them have gathered, when a failure is recorded and when the
-// status is read. batch adapts to the call rate so that a fold comes about
-// four times per bucket: 1 at low rates, where every success is placed at
-// once and exactly, up to maxBatch at high rates, where one clock read
-// serves many calls. A batch is placed from the previous fold on, at the
-// rate the previous batch came at, so that the tail of a burst followed by
-// silence is counted in the burst, not spread over the silence.
+// Every outcome is counted at once in the bucket of the time it was
+// recorded: a success reads the clock and, when its bucket already holds
+// the current epoch, adds to it lock-free; the first call of a new epoch
+// rolls the bucket under the breaker's lock. Failures are placed under the
+// lock. The counts are therefore exact at bucket granularity, whatever the
+// call rate and however long the quiet spells between calls.
 type window struct {
 	width   int64 // nanoseconds per bucket, at least 1
 	buckets [numBuckets]bucket
-	// pending counts the successes not yet placed; batch is how many may
-	// gather before the recording goroutine folds them.
-	pending atomic.Int64
-	batch   atomic.Int64
-	// folded is when the last fold happened (relative ns), noFold before
-	// the first; gap is the time per success of the last batch, negative
-	// before one was measured. Both under the breaker's lock.
-	folded int64
-	gap    float64
-	// placed counts every success folded so far (under the breaker's
-	// lock): a failure that finds it unchanged since the previous failure
-	// follows it with no success in between (Breaker.streak).
-	placed int64
+	// latest is the latest relative time a failure or a read placed the
+	// window at, so that a clock that goes back does not move the window
+	// back; under the breaker's lock.
+	latest int64
 }
 
-// noFold is window.folded before the first fold.
-const noFold = math.MinInt64
-
 func newWindow(d time.Duration) *window {
-	w := &window{width: max(int64(d)/numBuckets, 1), folded: noFold, gap: -1}
+	w := &window{width: max(int64(d)/numBuckets, 1), latest: math.MinInt64}
 	for i := range w.buckets {
 		w.buckets[i].epoch.Store(math.MinInt64) // matches no epoch
 	}
-	w.batch.Store(1)
 	return w
 }
 
-// fold places the pending successes in the buckets of the epochs they came
-// in, as well as the window can tell (see window), the share that falls
-// before the window dropped, and sets the next batch size from the rate they
-// came at. It returns the relative time the window now stands at: rel, or
-// the previous fold's if the clock went back. The caller holds the
-// breaker's lock.
-func (w *window) fold(rel int64) int64 {
-	rel = max(rel, w.folded)
-	from := w.folded
-	if from == noFold {
-		from = rel
-	}
-	w.folded = rel
-	p := w.pending.Swap(0)
-	if p <= 0 {
-		return rel
-	}
-	w.placed += p
-	span := rel - from
-	end := rel
-	if w.gap >= 0 {
-		if est := from + int64(float64(p)*w.gap); est < end {
-			end = est
-		}
-	}
-	w.gap = float64(span) / float64(p)
+// advance moves the window to rel, or keeps it where it is if the clock
+// went back, and returns the relative time it now stands at. The caller
+// holds the breaker's lock.
+func (w *window) advance(rel int64) int64 {
+	w.latest = max(w.latest, rel)
+	return w.latest
+}
 
-	// Spread p evenly over the epochs from..end, keeping those within the
-	// window that ends with rel's epoch.
-	e0, e1, now := w.epochOf(from), w.epochOf(end), w.epochOf(rel)
-	lo := max(e0, now-numBuckets+1)
-	if lo <= e1 {
-		k, in := e1-e0+1, e1-lo+1
-		share := p
-		if k > in {
-			share = int64(float64(p) * float64(in) / float64(k))
-		}
-		per, rem := share/in, share%in
-		for i := range in {
-			n := per
-			if i < rem {
-				n++ // the remainder to the newest epochs
-			}
-			if n == 0 {
-				break
-			}
-			e := e1 - i
-			if bk := w.at(e); bk.roll(e) {
-				bk.reqs.Add(n)
-			}
-		}
+// addSuccess counts a success recorded at rel. It takes no lock when rel's
+// bucket already holds rel's epoch, and lock (the breaker's) to roll the
+// bucket on to a new epoch. A success whose clock reading is a whole
+// window older than the bucket's epoch is not counted. (An adder that
+// stalls for a whole window between its epoch check and its add counts in
+// the bucket's new epoch: a miscount of one call that needs a stall of the
+// window's length.)
+func (w *window) addSuccess(rel int64, lock *sync.Mutex) {
+	e := w.epochOf(rel)
+	bk := w.at(e)
+	if bk.epoch.Load() == e {
+		bk.reqs.Add(1)
+		return
 	}
+	lock.Lock()
+	if bk.roll(e) {
+		bk.reqs.Add(1)
+	}
+	lock.Unlock()
+}
 
-	// About four folds per bucket at the rate this batch came at.
-	batch := int64(maxBatch)
-	if span > 0 {
-		batch = int64(min(max(float64(w.width)/(4*w.gap), 1), maxBatch))
+// addFailure counts a failure recorded at rel (after advance). The caller
+// holds the breaker's lock.
+func (w *window) addFailure(rel int64) {
+	e := w.epochOf(rel)
+	if bk := w.at(e); bk.roll(e) {
+		bk.reqs.Add(1)
+		bk.fails.Add(1)
 	}
-	w.batch.Store(batch)
-	return rel
+}
+
+// successes returns how many successes epoch e's bucket holds (0 when the
+// bucket holds another epoch). Failures are counted under the breaker's
+// lock, so a caller holding it reads a consistent difference.
+func (w *window) successes(e int64) int64 {
+	bk := w.at(e)
+	if bk.epoch.Load() != e {
+		return 0
+	}
+	return bk.reqs.Load() - bk.fails.Load()
+}
+
+// succeededSince reports whether a success was counted after a mark taken
+// when epoch e's bucket held ok successes, up to epoch now. It reports true
+// when it cannot tell: the mark's bucket has left the window (or the
+// window stands before it). The caller holds the breaker's lock.
+func (w *window) succeededSince(e, ok, now int64) bool {
+	if now < e || now-e >= numBuckets {
+		return true
+	}
+	if w.successes(e) > ok {
+		return true
+	}
+	for x := e + 1; x <= now; x++ {
+		if w.successes(x) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // epochOf returns the epoch of rel, nanoseconds since the breaker's creation.

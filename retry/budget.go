@@ -43,6 +43,14 @@ type BudgetConfig struct {
 // next free slot, the slots being Window/allowed apart, and then for its own
 // delay, so that excess retries run at the budget's rate.
 //
+// A retry counts in the window where it is scheduled, pushed out or not,
+// and not again where its slot falls: retries within budget do not queue
+// behind the pushed-out backlog, so over any window at most allowed retries
+// pass unchanged and at most allowed+1 pushed-out ones reach their slots.
+// Right after a burst, while its backlog lasts, retries can start at up to
+// twice the budget's rate; that is the price of keeping new failures'
+// delays as their policy says (see docs/design.md, "Retry budget").
+//
 // Counts are kept in a ring of buckets, so the window slides in steps of
 // Window/10. A Budget is safe for concurrent use. Create one with
 // [NewBudget]; a nil *Budget allows every retry unchanged.

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,4 +232,110 @@ func TestBudgetConcurrent(t *testing.T) {
 	if int64(s.Deferred) != pushed.Load() || s.Deferred == 0 {
 		t.Fatalf("Deferred = %d, %d delays were pushed", s.Deferred, pushed.Load())
 	}
+}
+
+// TestBudgetBacklogRunsBesideFreshRetries pins what the budget bounds: the
+// retries scheduled in a window, each counted once, where it was
+// scheduled. A burst's excess runs later at the budget's rate, and
+// meanwhile the fresh retries of the next window are within budget and
+// keep their delays: right after a burst, retries start at up to twice the
+// budget's rate, for as long as the backlog lasts.
+func TestBudgetBacklogRunsBesideFreshRetries(t *testing.T) {
+	clock := newFakeClock()
+	b := NewBudget(BudgetConfig{Ratio: 0.01, MinRetries: 100, Window: 10 * time.Second, Now: clock.Now})
+	var starts []time.Duration // when each retry's own delay starts
+	for range 1000 {
+		starts = append(starts, b.Retry(0))
+	}
+	clock.Advance(10 * time.Second)
+	for range 100 {
+		if d := b.Retry(0); d != 0 {
+			t.Fatalf("fresh retry a window after the burst: delay %v, want 0", d)
+		}
+		starts = append(starts, 10*time.Second)
+	}
+	// The 101st fresh retry of the window is over budget and queues
+	// behind the burst's backlog (its last slot at 90s).
+	if d := b.Retry(0); d != 80*time.Second+100*time.Millisecond {
+		t.Fatalf("excess fresh retry: delay %v, want 80.1s", d)
+	}
+	n := 0
+	for _, s := range starts {
+		if s >= 10*time.Second && s < 20*time.Second {
+			n++
+		}
+	}
+	if n != 200 {
+		t.Fatalf("%d retries start in [10s, 20s), want 200: the backlog's 100 and the fresh 100", n)
+	}
+}
+
+// TestBudgetBound is a property test of the bound the budget keeps, for
+// random bursts at random times: over any window of the budget's buckets,
+// at most allowed retries pass unchanged, at most allowed+1 pushed-out ones
+// start (their slots Window/allowed apart, in order), so at most
+// 2*allowed+1 start in all.
+func TestBudgetBound(t *testing.T) {
+	const allowed = 50
+	const window = 10 * time.Second
+	const width = window / budgetBuckets
+	for seed := range uint64(200) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		clock := newFakeClock()
+		b := NewBudget(BudgetConfig{Ratio: 1e-9, MinRetries: allowed, Window: window, Now: clock.Now})
+		type start struct {
+			at     time.Duration
+			pushed bool
+		}
+		var starts []start
+		var off, lastSlot time.Duration
+		for range 300 {
+			switch p := r.IntN(10); {
+			case p < 7:
+				off += time.Duration(r.Int64N(int64(3 * time.Second)))
+			case p < 9:
+				off += time.Duration(r.Int64N(int64(window)))
+			default:
+				off += window + time.Duration(r.Int64N(int64(5*window)))
+			}
+			clock.ns.Store(newFakeClock().ns.Load() + int64(off))
+			for range r.IntN(120) {
+				delay := time.Duration(r.Int64N(int64(time.Minute)))
+				got := b.Retry(delay)
+				s := start{at: off + got - delay, pushed: got != delay}
+				if s.pushed {
+					if s.at <= off || s.at < lastSlot+window/allowed {
+						t.Fatalf("seed %d: pushed-out retry starts at %v (now %v), the slot before at %v", seed, s.at, off, lastSlot)
+					}
+					lastSlot = s.at
+				}
+				starts = append(starts, s)
+			}
+		}
+		// Per bucket, then over every run of budgetBuckets buckets.
+		n := int((lastSlot+window)/width) + 1
+		fresh, pushed := make([]int, n+budgetBuckets), make([]int, n+budgetBuckets)
+		for _, s := range starts {
+			if s.pushed {
+				pushed[s.at/width]++
+			} else {
+				fresh[s.at/width]++
+			}
+		}
+		for from := range n {
+			fresh, pushed := sum(fresh[from:from+budgetBuckets]), sum(pushed[from:from+budgetBuckets])
+			if fresh > allowed || pushed > allowed+1 {
+				t.Fatalf("seed %d: window from %v: %d retries unchanged, %d pushed out; want at most %d and %d",
+					seed, time.Duration(from)*width, fresh, pushed, allowed, allowed+1)
+			}
+		}
+	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }

@@ -380,7 +380,7 @@ func (a *api) toAPIError(r *http.Request, err error) *apiError {
 	case errors.Is(err, store.ErrUnavailable):
 		a.storeTrouble.log(a.log, "the store is unavailable", err)
 		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 5,
-			msg: "the store is unavailable (the database is down or restarting); try again shortly"}
+			msg: "the store is unavailable (the database is down, restarting or locked by another process); try again shortly"}
 	case errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		a.log.Warn("api request not completed", "method", r.Method, "path", r.URL.Path, "err", err)
 		return &apiError{status: http.StatusServiceUnavailable, code: "unavailable", retryAfter: 5,

@@ -82,6 +82,12 @@ type Options struct {
 	// flood of enqueues slows itself down rather than the work already
 	// due (see writer.go).
 	EnqueueRows int
+	// BusyTimeout is how long a connection waits for a lock another
+	// process holds on the database before the write (or read) fails
+	// with store.ErrUnavailable (default 10s). The failed write fails
+	// every request of its transaction at once, WriteHealth reports it,
+	// and the API answers 503 with Retry-After until a write succeeds.
+	BusyTimeout time.Duration
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -103,6 +109,9 @@ type Store struct {
 	// onBatch, when set (by tests), is called by the writer with the
 	// composition of each transaction before it runs.
 	onBatch func(work, enqueues, rows int)
+	// onBegin, when set (by tests), is called by the writer before each
+	// BEGIN.
+	onBegin func()
 	stmts   map[string]*sql.Stmt
 	// readByIDs reads the jobs Fetch leased by a JSON array of their ids
 	// on the read pool.
@@ -154,8 +163,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.CheckpointPages <= 0 {
 		opts.CheckpointPages = 10000
 	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
 	pragmas := []string{
-		"busy_timeout(10000)",
+		"busy_timeout(" + strconv.FormatInt(max(opts.BusyTimeout.Milliseconds(), 1), 10) + ")",
 		"journal_mode(WAL)",
 		"synchronous(" + sync + ")",
 		"foreign_keys(on)",
@@ -361,12 +373,18 @@ func (s *Store) runBatch(batch []*op) {
 		}
 		return
 	}
-	if len(live) == 1 {
-		live[0].done <- err
+	if len(live) == 1 || storeWide(err) {
+		// One request, or a failure no request caused: running each
+		// request alone would fail them the same way, each after its own
+		// wait (the busy timeout when another process holds the lock).
+		for _, o := range live {
+			o.done <- err
+		}
 		return
 	}
 	// The shared transaction failed: run each request alone so that one
-	// bad request cannot fail the others.
+	// bad request cannot fail the others (a full disk may still take the
+	// small ones).
 	for _, o := range live {
 		var opErr error
 		txErr := s.inTx(func(tx *sql.Conn) error {
@@ -398,8 +416,13 @@ func isRequestError(err error) bool {
 // would prepare them again in every *sql.Tx).
 func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 	ctx := context.Background()
+	if s.onBegin != nil {
+		s.onBegin()
+	}
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+		// Busy (another process holds the write lock past the busy
+		// timeout), I/O, a read-only file: the store cannot write.
+		return s.noteWrite(classify(fmt.Errorf("sqlite: begin: %w", err)))
 	}
 	rollback := func() {
 		// After some errors (a full disk, I/O) SQLite has rolled back
@@ -417,9 +440,11 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 	// While the last write failed, a transaction that changed no row
 	// (a rescue pass that found nothing) commits without touching the
 	// disk: it proves nothing, so only one that changed rows clears the
-	// failure. The count is read only then, off the hot path.
+	// failure. The count is read only then, off the hot path. A failure
+	// to take the write lock is the exception: the BEGIN IMMEDIATE that
+	// just succeeded proves the lock is to be had again.
 	before := int64(-1)
-	if s.lastWrite.Load() != nil {
+	if p := s.lastWrite.Load(); p != nil && !isLockError(*p) {
 		before = s.totalChanges(ctx)
 	}
 	if err := fn(s.wconn); err != nil {
@@ -462,6 +487,24 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return err
+}
+
+// isLockError reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED:
+// another connection held a lock for longer than the busy timeout.
+func isLockError(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code() & 0xff
+	return c == 5 || c == 6
+}
+
+// storeWide reports whether err, a write transaction's, says the store
+// cannot write at all (it is busy, locked by another process, failing
+// I/O or read-only), as opposed to a failure one request may have caused.
+func storeWide(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrReadOnly)
 }
 
 // noteWrite records how the last write ended, for WriteHealth, and
