@@ -30,6 +30,11 @@
 // alone (see group.go for why: PostgreSQL commits notifying transactions
 // one at a time).
 //
+// The store relies on the READ COMMITTED isolation level: its sessions
+// default to it (default_transaction_isolation is set on connect, over a
+// database's, role's or URL's repeatable read or serializable) and every
+// transaction it begins asks for it explicitly.
+//
 // # Notifications
 //
 // Whenever a commit adds or reschedules waiting jobs (Enqueue, EnqueueTx,
@@ -145,6 +150,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = int32(opts.MaxConns)
 	}
+	// Every statement the store runs outside a transaction of its own
+	// (most of them) is a transaction of its own, at the session's
+	// default isolation: set it to what the store relies on (see
+	// readCommitted), over the database's, the role's or the URL's.
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "redrive"
 	}
@@ -235,7 +245,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	schema := pgx.Identifier{s.schema}.Sanitize()
 	var applied []string
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		applied = applied[:0]
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.schema)); err != nil {
 			return err
@@ -436,6 +446,25 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// readCommitted is the isolation level of every transaction the store
+// begins, set explicitly whatever the server's default
+// (default_transaction_isolation, which a DBA may set to repeatable read
+// on the database or the role, or a URL in its options). The store relies
+// on each statement seeing what committed before it: Migrate reads the
+// catalog after waiting for the advisory lock, the enqueue of idempotency
+// keys reads the kept keys after its insert, and the statements that lock
+// rows FOR UPDATE work on the latest version of each row. Under a
+// snapshot taken at the first statement these fail (a schema created by
+// another process "already exists") or answer wrong (a kept key answered
+// by a second job).
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// inTx runs fn in a transaction of the pool at readCommitted, committed
+// when fn returns nil and rolled back otherwise.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, readCommitted, fn)
 }
 
 // retryable reports errors after which the whole statement or
