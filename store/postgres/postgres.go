@@ -305,10 +305,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 // 0011) at the store's schema. They find job_counts by their search_path,
 // which is the schema's name when the migration ran: after the schema is
 // renamed they would look for it in the old one, and every write of jobs
-// would fail. Run by Migrate, which Open runs.
+// would fail. Run by Migrate, which Open runs. A function already bound
+// is left alone: its search_path is stored as quote_ident writes the
+// schema (quoted when it is a keyword such as "order").
 func (s *Store) bindCountFunctions(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = $1 AND p.proname LIKE 'job\_counts\_%' AND NOT coalesce(p.proconfig, '{}') @> ARRAY['search_path=' || $1]`, s.schema)
+		WHERE n.nspname = $1 AND p.proname LIKE 'job\_counts\_%' AND NOT coalesce(p.proconfig, '{}') @> ARRAY['search_path=' || quote_ident($1)]`, s.schema)
 	if err != nil {
 		return err
 	}
@@ -317,8 +319,6 @@ func (s *Store) bindCountFunctions(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	for _, fn := range fns {
-		// The schema is a plain lower-case identifier (schemaRE), as
-		// search_path stores it.
 		if _, err := tx.Exec(ctx, `ALTER FUNCTION `+fn+` SET search_path = `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
 			return fmt.Errorf("bind %s to schema %s: %w", fn, s.schema, err)
 		}
