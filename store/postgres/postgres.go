@@ -9,7 +9,14 @@
 // by Migrate; migrations are embedded, recorded in
 // <schema>.redrive_migrations and applied in one transaction under a
 // transaction-scoped advisory lock, so that processes starting together
-// do not race.
+// do not race. A migration waits at most Options.MigrateLockTimeout for
+// each lock it needs; some lock the jobs table while they scan it, so a
+// store with many jobs is best migrated from a deploy step.
+//
+// The store needs a direct connection or a pooler in session mode: the
+// elector's advisory lock and Listen's LISTEN live in a session, which a
+// pooler in transaction mode (PgBouncer's pool_mode = transaction) does
+// not keep.
 //
 // Payloads and policies are stored as bytea: the exact bytes given come
 // back. Query them in SQL with convert_from(payload, 'UTF8')::jsonb. A
@@ -77,6 +84,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// migrationFS holds the migrations Migrate applies (tests add some).
+var migrationFS fs.FS = migrations
+
+// DefaultMigrateLockTimeout is Options.MigrateLockTimeout's default.
+const DefaultMigrateLockTimeout = 5 * time.Second
+
 // DefaultSchema is the schema used when Options.Schema is empty.
 const DefaultSchema = "redrive"
 
@@ -99,6 +112,15 @@ type Options struct {
 	// SkipMigrate, Open fails unless every migration was already applied
 	// (run Migrate, or Open without SkipMigrate, from a deploy step).
 	SkipMigrate bool
+	// MigrateLockTimeout bounds how long a migration waits for each lock
+	// it needs on the store's tables (lock_timeout; default
+	// DefaultMigrateLockTimeout, negative: no bound). A migration that
+	// alters jobs waits for every transaction using jobs to end, and every
+	// statement on jobs queued behind it waits too: a long transaction
+	// (a report, an EnqueueTx of a slow caller) would stall the whole
+	// fleet. Past the bound the migration fails, leaving the schema as it
+	// was, and Open or Migrate returns an error saying so: try again.
+	MigrateLockTimeout time.Duration
 }
 
 // Store is a store.Store on PostgreSQL. It is safe for concurrent use.
@@ -108,6 +130,8 @@ type Store struct {
 	channel string // notification channel
 	log     *slog.Logger
 	sql     statements
+	// lockTimeout is Options.MigrateLockTimeout (0: none).
+	lockTimeout time.Duration
 	// fold is appended to lower()'s arguments for case-insensitive
 	// matching: "" when the database's collation folds Unicode, or an
 	// explicit ICU collation.
@@ -143,6 +167,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	switch {
+	case opts.MigrateLockTimeout == 0:
+		opts.MigrateLockTimeout = DefaultMigrateLockTimeout
+	case opts.MigrateLockTimeout < 0:
+		opts.MigrateLockTimeout = 0
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse connection string: %w", err)
@@ -164,12 +194,13 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	done, cancel := context.WithCancel(context.Background())
 	s := &Store{
-		pool:       pool,
-		schema:     schema,
-		channel:    schema + "_redrive",
-		log:        opts.Logger,
-		done:       done,
-		cancelDone: cancel,
+		pool:        pool,
+		schema:      schema,
+		channel:     schema + "_redrive",
+		log:         opts.Logger,
+		lockTimeout: opts.MigrateLockTimeout,
+		done:        done,
+		cancelDone:  cancel,
 	}
 	s.sql = render(pgx.Identifier{schema}.Sanitize(), s.channel)
 	if opts.SkipMigrate {
@@ -206,7 +237,7 @@ type migration struct {
 }
 
 func embeddedMigrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrations, "migrations")
+	entries, err := fs.ReadDir(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
 	}
@@ -250,6 +281,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.schema)); err != nil {
 			return err
 		}
+		// Set once the advisory lock is held: waiting for another process's
+		// migrations is not bounded.
+		if s.lockTimeout > 0 {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, s.lockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+		}
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
 			return err
@@ -276,13 +314,18 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if done[m.version] {
 				continue
 			}
-			body, err := migrations.ReadFile("migrations/" + m.name)
+			body, err := fs.ReadFile(migrationFS, "migrations/"+m.name)
 			if err != nil {
 				return err
 			}
 			// No arguments: pgx runs it with the simple protocol, which
 			// accepts several statements.
 			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
+					return fmt.Errorf("migration %s: waited %v for a lock held by another transaction, and gave up so as not to stall the statements queued behind it (nothing was applied; try again, or raise Options.MigrateLockTimeout): %w",
+						m.name, s.lockTimeout, err)
+				}
 				return fmt.Errorf("migration %s: %w", m.name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.redrive_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {

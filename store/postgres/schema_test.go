@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +84,53 @@ func TestKeywordSchema(t *testing.T) {
 			t.Errorf("%s was altered again by the second Open (xmin %s, then %s)", fn, first[fn], xmin)
 		}
 	}
+}
+
+// TestMigrateLockTimeout: a migration that needs a lock on jobs while a
+// long transaction uses jobs gives up after Options.MigrateLockTimeout
+// with an error saying so, leaving the schema as it was (instead of
+// queueing every statement on jobs behind it for as long as the
+// transaction lasts), and applies once the transaction ends.
+func TestMigrateLockTimeout(t *testing.T) {
+	schema := newSchema(t)
+	url := dbURL(t)
+	ctx := context.Background()
+	s := open(t, schema)
+	s.Close()
+	defer postgres.AddMigration("9999_lock.sql", `LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE; CREATE TABLE lock_applied ();`)()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	long, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := long.Exec(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "jobs"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	// A liveness bound: without a lock timeout Open waits for the
+	// transaction, which lasts until the test ends.
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	opts := postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet(), MigrateLockTimeout: 100 * time.Millisecond}
+	if s, err := postgres.Open(octx, url, opts); err == nil {
+		s.Close()
+		t.Fatal("Open migrated while a transaction held jobs")
+	} else if octx.Err() != nil || !strings.Contains(err.Error(), "9999_lock.sql") || !strings.Contains(err.Error(), "MigrateLockTimeout") {
+		t.Fatalf("Open: %v; want the migration to give up on its lock timeout", err)
+	}
+	if err := long.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var applied bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = 'lock_applied')`, schema).Scan(&applied); err != nil || applied {
+		t.Fatalf("after the failed migration, its table exists: %v, %v", applied, err)
+	}
+	s, err = postgres.Open(ctx, url, opts)
+	if err != nil {
+		t.Fatalf("Open once the transaction ended: %v", err)
+	}
+	s.Close()
 }
