@@ -32,9 +32,10 @@ const electConnectTimeout = 10 * time.Second
 // on a dedicated connection: if the holder's process dies or its
 // connection drops, PostgreSQL releases the lock and another candidate
 // takes the role within electInterval. The holder checks its connection
-// every electInterval or so and steps down when the check fails or does
-// not answer within electTimeout: it cannot then tell whether it still
-// holds the lock.
+// every electInterval or so and steps down when the check fails, does
+// not answer within electTimeout, or is answered by another server
+// session than the one that took the lock (a pooler in transaction mode):
+// it cannot then tell whether it still holds the lock.
 func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -50,6 +51,7 @@ func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 		stop := context.AfterFunc(s.done, cancel)
 		defer stop()
 		var conn *pgx.Conn
+		var holder int32 // the server session (backend pid) holding the lock
 		defer func() {
 			if conn != nil {
 				closeConn(conn) // releases the lock
@@ -68,19 +70,33 @@ func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 			if conn != nil {
 				qctx, cancel := context.WithTimeout(ctx, electTimeout)
 				if leading.Load() {
-					if err := conn.Ping(qctx); err != nil && ctx.Err() == nil {
+					// The simple protocol: no statement prepared on one
+					// server session is needed on another.
+					var pid int32
+					err := conn.QueryRow(qctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&pid)
+					if err == nil && pid != holder {
+						// Another server session answers on the same
+						// connection: a pooler in transaction mode, which
+						// does not keep the session holding the lock.
+						err = fmt.Errorf("backend %d answers on the connection of backend %d, which took the lock", pid, holder)
+						s.log.Error("postgres: elect: the connection holding the role reached another server session (a pooler in transaction mode?); redrive needs a direct connection or session pooling; stepping down",
+							"role", role, "error", err)
+					} else if err != nil && ctx.Err() == nil {
 						// No answer in time, or an error: the lock may be
-						// gone with the session, so step down at once, and
-						// close the connection so that the server releases
-						// the lock if it still holds it.
+						// gone with the session.
 						s.log.Warn("postgres: elect: cannot confirm the connection holding the role, stepping down", "role", role, "error", err)
+					}
+					if err != nil {
+						// Step down at once, and close the connection so
+						// that the server releases the lock if it still
+						// holds it.
 						leading.Store(false)
 						closeConn(conn)
 						conn = nil
 					}
 				} else {
 					var got bool
-					if err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+					if err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1), pg_backend_pid()`, key).Scan(&got, &holder); err != nil {
 						if ctx.Err() == nil {
 							s.log.Warn("postgres: elect: lock attempt failed", "role", role, "error", err)
 						}

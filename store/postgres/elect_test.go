@@ -2,12 +2,17 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,5 +219,195 @@ func TestElectNetworkCut(t *testing.T) {
 	}
 	if !leadB() {
 		t.Fatal("the other store stopped leading")
+	}
+}
+
+// poolerProxy stands for a pooler in transaction mode, for one client
+// connection on loopback: it opens two server sessions with the client's
+// startup message, answers the client with the first, and once switched
+// sends the client's next messages to the second, as such a pooler may
+// do between two transactions.
+type poolerProxy struct {
+	ln       net.Listener
+	target   string
+	switched atomic.Bool
+	errs     chan error
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newPoolerProxy(t *testing.T, target string) *poolerProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &poolerProxy{ln: ln, target: target, errs: make(chan error, 100)}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *poolerProxy) track(c ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c...)
+}
+
+func (p *poolerProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.track(c)
+		go func() {
+			if err := p.serve(c); err != nil {
+				p.errs <- err
+			}
+		}()
+	}
+}
+
+// readMessage reads one protocol message: its type byte (none for the
+// startup message) and its length-prefixed body.
+func readMessage(r io.Reader, typed bool) ([]byte, error) {
+	n := 4
+	if typed {
+		n = 5
+	}
+	head := make([]byte, n)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return nil, err
+	}
+	size := int(binary.BigEndian.Uint32(head[n-4:]))
+	if size < 4 || size > 1<<24 {
+		return nil, fmt.Errorf("message length %d", size)
+	}
+	body := make([]byte, size-4)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	return append(head, body...), nil
+}
+
+// handshake reads a server's answers to the startup message up to its
+// first ReadyForQuery, handing each to fn.
+func handshake(srv net.Conn, fn func([]byte) error) error {
+	for {
+		m, err := readMessage(srv, true)
+		if err != nil {
+			return err
+		}
+		if m[0] == 'R' && binary.BigEndian.Uint32(m[5:9]) != 0 {
+			return errors.New("the server asks for a password: the pooler proxy forwards trust authentication only")
+		}
+		if err := fn(m); err != nil {
+			return err
+		}
+		if m[0] == 'Z' {
+			return nil
+		}
+	}
+}
+
+func (p *poolerProxy) serve(c net.Conn) error {
+	startup, err := readMessage(c, false)
+	if err != nil {
+		return err
+	}
+	var srv [2]net.Conn
+	for i := range srv {
+		if srv[i], err = net.Dial("tcp", p.target); err != nil {
+			return err
+		}
+		p.track(srv[i])
+		if _, err := srv[i].Write(startup); err != nil {
+			return err
+		}
+	}
+	if err := handshake(srv[0], func(m []byte) error { _, err := c.Write(m); return err }); err != nil {
+		return err
+	}
+	if err := handshake(srv[1], func([]byte) error { return nil }); err != nil {
+		return err
+	}
+	// The client sends its next message only after the answer to the
+	// last, so the two sessions never answer at once.
+	go io.Copy(c, srv[0])
+	go io.Copy(c, srv[1])
+	for {
+		m, err := readMessage(c, true)
+		if err != nil {
+			return nil // the client went away
+		}
+		to := srv[0]
+		if p.switched.Load() {
+			to = srv[1]
+		}
+		if _, err := to.Write(m); err != nil {
+			return err
+		}
+	}
+}
+
+// TestElectPoolerDetected: when the connection holding the role reaches
+// another server session, as it may behind a pooler in transaction mode,
+// the leader says that redrive needs a direct connection or session
+// pooling, and steps down: it no longer knows whether it holds the lock.
+func TestElectPoolerDetected(t *testing.T) {
+	raw := dbURL(t)
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") || cfg.TLSConfig != nil {
+		t.Skipf("the test database is not reached over plain TCP (host %q)", cfg.Host)
+	}
+	proxy := newPoolerProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	schema := newSchema(t)
+	s := open(t, schema) // migrated directly, not through the proxy
+	s.Close()
+	var logs syncBuffer
+	a, err := postgres.Open(t.Context(), viaProxy(t, raw, proxy.ln.Addr().String()),
+		postgres.Options{Schema: schema, MaxConns: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lead, err := a.Elect(ctx, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Liveness bounds, not timing claims: an election round is ~2s.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			select {
+			case err := <-proxy.errs:
+				t.Fatalf("proxy: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("the store behind the pooler leads", lead)
+	proxy.switched.Store(true)
+	waitFor("the leader steps down", func() bool { return !lead() })
+	if !strings.Contains(logs.String(), "session pooling") {
+		t.Errorf("logs %q do not say that redrive needs session pooling", logs.String())
 	}
 }
