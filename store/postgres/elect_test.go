@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"strconv"
@@ -128,7 +129,7 @@ func (p *cutProxy) accept() {
 }
 
 // cutServer closes the connections to the server and silences the
-// clients' ends.
+// clients' ends, and the ends of connections made until heal.
 func (p *cutProxy) cutServer() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -136,6 +137,15 @@ func (p *cutProxy) cutServer() {
 	for _, c := range p.server {
 		c.Close()
 	}
+	p.server = nil
+}
+
+// heal forwards the connections made from now on again (those silenced
+// stay silent).
+func (p *cutProxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
 }
 
 func (p *cutProxy) close() {
@@ -409,5 +419,86 @@ func TestElectPoolerDetected(t *testing.T) {
 	waitFor("the leader steps down", func() bool { return !lead() })
 	if !strings.Contains(logs.String(), "session pooling") {
 		t.Errorf("logs %q do not say that redrive needs session pooling", logs.String())
+	}
+}
+
+// TestElectRandomCuts: three stores, each behind a proxy, have their
+// networks cut and healed in a random order; after each step, once the
+// election settles, the stores leading are what the model says: exactly
+// one, among those whose network works (none when every one is cut).
+func TestElectRandomCuts(t *testing.T) {
+	raw := dbURL(t)
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") {
+		t.Skipf("the test database is not reached over TCP (host %q)", cfg.Host)
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	target := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	schema := newSchema(t)
+	s := open(t, schema) // migrated once, directly
+	s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 3
+	var proxies [n]*cutProxy
+	var leads [n]func() bool
+	for i := range n {
+		proxies[i] = newCutProxy(t, target)
+		st, err := postgres.Open(t.Context(), viaProxy(t, raw, proxies[i].ln.Addr().String()),
+			postgres.Options{Schema: schema, MaxConns: 1, Logger: quiet(), SkipMigrate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() }) // after its proxy closes
+		if leads[i], err = st.Elect(ctx, "maintenance"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var healthy [n]bool // the model: whose network works
+	for i := range healthy {
+		healthy[i] = true
+	}
+	settled := func() (bool, string) {
+		var leading []int
+		for i := range n {
+			if leads[i]() {
+				leading = append(leading, i)
+			}
+		}
+		anyHealthy := false
+		for i := range n {
+			anyHealthy = anyHealthy || healthy[i]
+		}
+		ok := len(leading) == 0 && !anyHealthy || len(leading) == 1 && healthy[leading[0]]
+		return ok, fmt.Sprintf("healthy %v, leading %v", healthy, leading)
+	}
+	for step := range 8 {
+		i := rng.IntN(n)
+		if healthy[i] {
+			proxies[i].cutServer()
+		} else {
+			proxies[i].heal()
+		}
+		healthy[i] = !healthy[i]
+		// A liveness bound, not a timing claim: a cut store stops within
+		// a few seconds, a healed one may first wait out a connection
+		// attempt (10 s).
+		deadline := time.Now().Add(40 * time.Second)
+		for {
+			ok, state := settled()
+			if ok {
+				t.Logf("step %d: %s", step, state)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("step %d: not settled within 40s: %s", step, state)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
