@@ -88,7 +88,7 @@ func (s *Store) updateBreaker(ctx context.Context, op, name string, now time.Tim
 	}
 	var out store.BreakerState
 	err := s.retry(ctx, func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
 			if create {
 				_, err := tx.Exec(ctx, `INSERT INTO `+s.breakersTable()+` (name, state, since, version, updated_at)
 					VALUES ($1, 'closed', $2, 0, $2) ON CONFLICT (name) DO NOTHING`, name, ts(now))

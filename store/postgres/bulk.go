@@ -49,7 +49,7 @@ func useCopy(jobs []store.NewJob, b *enqueueBatch) bool {
 func (s *Store) enqueueCopy(ctx context.Context, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 	n := len(jobs)
 	ids := make([]int64, 0, n)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		ids = ids[:0]
 		// One array rather than n rows: the ids travel as one value.
 		if err := tx.QueryRow(ctx, `SELECT array_agg(nextval('`+s.schema+`.jobs_id_seq')) FROM generate_series(1, $1)`, n).Scan(&ids); err != nil {

@@ -79,7 +79,7 @@ func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) 
 	}
 	err := s.retry(ctx, func() error {
 		clear(out)
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
 			counts := map[[2]string]int64{}
 			for i := range jobs {
 				d := &jobs[i]

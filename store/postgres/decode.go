@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -75,6 +74,18 @@ var errRawValue = errors.New("unexpected binary value")
 // pgEpoch is where PostgreSQL's binary timestamps count from.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// pgEpochUnix is pgEpoch in seconds since the Unix epoch.
+var pgEpochUnix = pgEpoch.Unix()
+
+// PostgreSQL's timestamptz range in microseconds from pgEpoch: from
+// 4714-11-24 BC (pgMinTime) up to, not including, 294277-01-01
+// (pgEndTime). A value outside it (the infinities among them) is refused,
+// as pgx's scan refuses it.
+const (
+	pgMinTime = -211_813_488_000_000_000
+	pgEndTime = 9_223_371_331_200_000_000
+)
+
 // rawReader decodes the binary values of one row, column by column, and
 // remembers the first column it could not read.
 type rawReader struct {
@@ -127,11 +138,14 @@ func (r *rawReader) bytes(i int) []byte {
 
 func (r *rawReader) time(i int) time.Time {
 	us := r.int8(i)
-	if us == math.MaxInt64 || us == math.MinInt64 { // infinity
+	if us < pgMinTime || us >= pgEndTime { // the infinities among them
 		r.fail(i)
 		return time.Time{}
 	}
-	return pgEpoch.Add(time.Duration(us) * time.Microsecond)
+	// Seconds and the rest apart, as pgx does: a time.Duration of the
+	// microseconds overflows ~292 years from 2000, and PostgreSQL's
+	// timestamps run from 4713 BC to 294276 AD.
+	return time.Unix(pgEpochUnix+us/1_000_000, us%1_000_000*1000).UTC()
 }
 
 func (r *rawReader) timePtr(i int) *time.Time {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -54,13 +55,71 @@ func validRow() [][]byte {
 	return vals
 }
 
-// FuzzDecodeRaw: decodeRaw reads any bytes without panicking, and
-// rejects values of the wrong width, NULLs in columns that hold none,
-// infinite times and a bad jsonb version with an error naming the column.
+// pgxTime is what pgx's scan (which Get uses) reads from the binary
+// timestamptz value v, in UTC as scan returns it.
+func pgxTime(v []byte) (time.Time, error) {
+	var t time.Time
+	err := pgtype.NewMap().Scan(pgtype.TimestamptzOID, pgtype.BinaryFormatCode, v, &t)
+	return t.UTC(), err
+}
+
+// sameTime fails t unless the raw decoder's time of v, and whether it
+// read one, is what pgx's scan makes of v.
+func sameTime(t *testing.T, what string, v []byte, got time.Time, ok bool) {
+	t.Helper()
+	want, err := pgxTime(v)
+	switch {
+	case ok != (err == nil):
+		t.Fatalf("%s %x: raw decoder ok %v, pgx's scan error %v", what, v, ok, err)
+	case ok && (!got.Equal(want) || got != want):
+		t.Fatalf("%s %x: raw decoder %v, pgx's scan %v", what, v, got, want)
+	}
+}
+
+// timeSeeds are microseconds from 2000 at the edges of the ranges that
+// matter: a time.Duration's (~292 years), PostgreSQL's timestamptz
+// (4713 BC to 294276 AD), int64's and the infinities.
+var timeSeeds = []int64{0, 1, -1, 999_999, -999_999, 1_000_001, -1_000_001,
+	int64(math.MaxInt64/time.Microsecond) + 1, int64(math.MinInt64/time.Microsecond) - 1, // a Duration's edges
+	usFrom2000(time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC)), usFrom2000(time.Date(1650, 1, 1, 0, 0, 0, 0, time.UTC)),
+	-211_813_488_000_000_000,      // 4714-11-24 BC, PostgreSQL's lowest
+	9_223_371_331_200_000_000 - 1, // 294276-12-31 23:59:59.999999, its highest
+	math.MaxInt64 - 1, math.MinInt64 + 1, math.MaxInt64, math.MinInt64}
+
+// usFrom2000 is t in microseconds since pgEpoch, as PostgreSQL sends it.
+func usFrom2000(t time.Time) int64 {
+	return (t.Unix()-pgEpochUnix)*1_000_000 + int64(t.Nanosecond()/1000)
+}
+
+// FuzzDecodeTime: the raw decoder reads every 8-byte timestamptz as pgx's
+// scan does (so List and Fetch agree with Get), over the whole range,
+// and refuses the infinities, which pgx's scan cannot put in a time.Time
+// either.
+func FuzzDecodeTime(f *testing.F) {
+	for _, us := range timeSeeds {
+		f.Add(us)
+	}
+	f.Fuzz(func(t *testing.T, us int64) {
+		v := binary.BigEndian.AppendUint64(nil, uint64(us))
+		r := rawReader{vals: [][]byte{v}}
+		got := r.time(0)
+		sameTime(t, "timestamptz", v, got, r.bad == 0)
+	})
+}
+
+// FuzzDecodeRaw: decodeRaw reads any bytes without panicking; rejects
+// values of the wrong width, NULLs in columns that hold none, infinite
+// times and a bad jsonb version with an error naming the column; and
+// reads every time of a row it accepts as pgx's scan does.
 func FuzzDecodeRaw(f *testing.F) {
 	f.Add(fuzzEncode(validRow()), true)
 	f.Add(fuzzEncode(validRow()[:len(jobOIDs)]), false)
 	f.Add([]byte{}, false)
+	for _, us := range timeSeeds {
+		row := validRow()
+		row[12] = binary.BigEndian.AppendUint64(nil, uint64(us))
+		f.Add(fuzzEncode(row), true)
+	}
 	f.Fuzz(func(t *testing.T, data []byte, withHistory bool) {
 		sc := newJobScan(withHistory)
 		vals := fuzzRow(data)
@@ -70,6 +129,29 @@ func FuzzDecodeRaw(f *testing.F) {
 		j, err := sc.decodeRaw(vals, true)
 		if err == nil && j == nil {
 			t.Fatal("decodeRaw returned neither a job nor an error")
+		}
+		if err != nil {
+			return
+		}
+		times := map[string]*time.Time{"created_at": &j.CreatedAt, "run_at": &j.RunAt, "attempted_at": j.AttemptedAt,
+			"finished_at": j.FinishedAt, "lease_until": j.LeaseUntil, "last_failed_at": j.LastFailedAt, "dead_at": j.DeadAt}
+		if j.Progress != nil && vals[30] != nil {
+			times["progress_at"] = &j.Progress.At
+		}
+		checked := 0
+		for i, oid := range jobOIDs {
+			if oid != pgtype.TimestamptzOID || vals[i] == nil {
+				continue
+			}
+			got, ok := times[jobColumns[i]]
+			if !ok {
+				continue // progress_at without progress_done: not read
+			}
+			sameTime(t, jobColumns[i], vals[i], *got, true)
+			checked++
+		}
+		if checked < 2 {
+			t.Fatalf("%d times compared, want at least created_at and run_at", checked)
 		}
 	})
 }

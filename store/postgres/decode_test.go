@@ -111,3 +111,55 @@ func TestRawDecode(t *testing.T) {
 		t.Errorf("Fetch: decoded from bytes\n%+v\nstored\n%+v", *rawFetched[0], *stored)
 	}
 }
+
+// TestRawDecodeFarTimes: times more than ~292 years from 2000 (beyond a
+// time.Duration of microseconds) read the same by List and Fetch
+// (decoded from their bytes) as by Get (pgx's scan), up to the ends of
+// PostgreSQL's range.
+func TestRawDecodeFarTimes(t *testing.T) {
+	s := openFresh(t)
+	ctx := context.Background()
+	far := []time.Time{
+		time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1650, 6, 1, 12, 0, 0, 123456000, time.UTC),
+		time.Date(294276, 12, 31, 23, 59, 59, 999999000, time.UTC),
+		time.Date(-4713, 11, 24, 0, 0, 0, 0, time.UTC),
+	}
+	var nj []store.NewJob
+	for _, at := range far {
+		nj = append(nj, store.NewJob{Queue: "far", Kind: "k", Payload: json.RawMessage(`{}`), MaxRetries: -1, RunAt: at})
+	}
+	if _, err := s.Enqueue(ctx, nj, t0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.List(ctx, store.Filter{Queue: "far"}, store.Page{Limit: 10})
+	if err != nil || len(res.Jobs) != len(far) {
+		t.Fatalf("List: %d jobs, %v", len(res.Jobs), err)
+	}
+	listed := map[time.Time]bool{}
+	for _, j := range res.Jobs {
+		listed[j.RunAt] = true
+		got, err := s.Get(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.RunAt.Equal(j.RunAt) {
+			t.Errorf("job %d: List says run_at %v, Get %v", j.ID, j.RunAt, got.RunAt)
+		}
+	}
+	for _, at := range far {
+		if !listed[at] {
+			t.Errorf("run_at %v: not listed (listed %v)", at, listed)
+		}
+	}
+	// The ones due (in the past) are fetched with their run_at.
+	fetched, err := s.Fetch(ctx, store.FetchParams{Queue: "far", Limit: 10, Now: t0, LeaseUntil: t0.Add(time.Minute), Worker: "w"})
+	if err != nil || len(fetched) != 2 {
+		t.Fatalf("Fetch: %d jobs, %v; want the 2 due", len(fetched), err)
+	}
+	for _, j := range fetched {
+		if !j.RunAt.Equal(far[1]) && !j.RunAt.Equal(far[3]) {
+			t.Errorf("fetched job %d with run_at %v, want %v or %v", j.ID, j.RunAt, far[1], far[3])
+		}
+	}
+}

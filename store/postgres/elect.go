@@ -15,10 +15,27 @@ import (
 // the holder checks that its connection (and so its lock) is still alive.
 const electInterval = 2 * time.Second
 
+// electTimeout bounds the holder's check, and a candidate's lock attempt:
+// a holder whose connection does not answer within it cannot tell whether
+// the server still holds its lock (a failover or a network cut may have
+// ended its session, releasing the lock to another candidate, while its
+// own end of the connection stays silent), so it steps down. It is
+// shorter than electInterval, so that a holder cut off stops leading
+// within about electInterval + electTimeout of its last answer, instead
+// of when TCP gives up (~15 minutes on Linux).
+const electTimeout = electInterval / 2
+
+// electConnectTimeout bounds a candidate's connection attempt.
+const electConnectTimeout = 10 * time.Second
+
 // Elect implements store.Elector with a session-level advisory lock held
 // on a dedicated connection: if the holder's process dies or its
 // connection drops, PostgreSQL releases the lock and another candidate
-// takes the role within electInterval.
+// takes the role within electInterval. The holder checks its connection
+// every electInterval or so and steps down when the check fails, does
+// not answer within electTimeout, or is answered by another server
+// session than the one that took the lock (a pooler in transaction mode):
+// it cannot then tell whether it still holds the lock.
 func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -34,40 +51,65 @@ func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 		stop := context.AfterFunc(s.done, cancel)
 		defer stop()
 		var conn *pgx.Conn
+		var holder int32 // the server session (backend pid) holding the lock
 		defer func() {
 			if conn != nil {
-				conn.Close(context.Background()) // releases the lock
+				closeConn(conn) // releases the lock
 			}
 		}()
 		for ctx.Err() == nil {
 			if conn == nil {
-				c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+				cctx, cancel := context.WithTimeout(ctx, electConnectTimeout)
+				c, err := pgx.ConnectConfig(cctx, s.pool.Config().ConnConfig.Copy())
+				cancel()
 				if err != nil {
 					s.log.Warn("postgres: elect: cannot connect", "role", role, "error", err)
 				}
 				conn = c
 			}
 			if conn != nil {
+				qctx, cancel := context.WithTimeout(ctx, electTimeout)
 				if leading.Load() {
-					if err := conn.Ping(ctx); err != nil && ctx.Err() == nil {
-						s.log.Warn("postgres: elect: lost the connection holding the role", "role", role, "error", err)
+					// The simple protocol: no statement prepared on one
+					// server session is needed on another.
+					var pid int32
+					err := conn.QueryRow(qctx, `SELECT pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&pid)
+					if err == nil && pid != holder {
+						// Another server session answers on the same
+						// connection: a pooler in transaction mode, which
+						// does not keep the session holding the lock.
+						err = fmt.Errorf("backend %d answers on the connection of backend %d, which took the lock", pid, holder)
+						s.log.Error("postgres: elect: the connection holding the role reached another server session (a pooler in transaction mode?); redrive needs a direct connection or session pooling; stepping down",
+							"role", role, "error", err)
+					} else if err != nil && ctx.Err() == nil {
+						// No answer in time, or an error: the lock may be
+						// gone with the session.
+						s.log.Warn("postgres: elect: cannot confirm the connection holding the role, stepping down", "role", role, "error", err)
+					}
+					if err != nil {
+						// Step down at once, and close the connection so
+						// that the server releases the lock if it still
+						// holds it.
 						leading.Store(false)
-						conn.Close(context.Background())
+						closeConn(conn)
 						conn = nil
 					}
 				} else {
 					var got bool
-					if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+					if err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1), pg_backend_pid()`, key).Scan(&got, &holder); err != nil {
 						if ctx.Err() == nil {
 							s.log.Warn("postgres: elect: lock attempt failed", "role", role, "error", err)
 						}
-						conn.Close(context.Background())
+						// The attempt may have taken the lock without the
+						// answer arriving: closing the session releases it.
+						closeConn(conn)
 						conn = nil
 					} else if got {
 						s.log.Info("postgres: elected", "role", role, "schema", s.schema)
 						leading.Store(true)
 					}
 				}
+				cancel()
 			}
 			wait := electInterval/2 + rand.N(electInterval/2)
 			t := time.NewTimer(wait)
@@ -79,4 +121,12 @@ func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 		}
 	}()
 	return leading.Load, nil
+}
+
+// closeConn closes an election connection, waiting at most electTimeout
+// for the server to hear of it.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), electTimeout)
+	defer cancel()
+	conn.Close(ctx)
 }

@@ -2,8 +2,24 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrivehq/redrive/store/postgres"
 )
 
 // TestElectHandsOver: of two stores on one schema exactly one leads; when
@@ -55,5 +71,434 @@ func TestElectHandsOver(t *testing.T) {
 	waitFor("a second role is elected independently", leadOther)
 	if !other() {
 		t.Fatal("electing a second role cost the first")
+	}
+}
+
+// cutProxy forwards loopback TCP connections to a server until cut: then
+// it closes its connections to the server (which ends their sessions and
+// releases their advisory locks) and leaves the clients' ends open and
+// silent, as a network cut or a failover does; connections made after
+// the cut are accepted and left silent too.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn // every connection, both ends
+	server []net.Conn // the ends towards the server
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *cutProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		cut := p.cut
+		p.mu.Unlock()
+		if cut {
+			continue // silent
+		}
+		srv, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, srv)
+		p.server = append(p.server, srv)
+		p.mu.Unlock()
+		// Neither copy closes the client's end when the server's goes.
+		go io.Copy(srv, c)
+		go io.Copy(c, srv)
+	}
+}
+
+// cutServer closes the connections to the server and silences the
+// clients' ends, and the ends of connections made until heal.
+func (p *cutProxy) cutServer() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.server {
+		c.Close()
+	}
+	p.server = nil
+}
+
+// heal forwards the connections made from now on again (those silenced
+// stay silent).
+func (p *cutProxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
+func (p *cutProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// viaProxy returns url with its host and port replaced by addr.
+func viaProxy(t *testing.T, raw, addr string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	if !strings.Contains(raw, "://") { // key=value: later keys win
+		return raw + " host=" + host + " port=" + port
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// TestElectNetworkCut: when the leader's connection is cut so that the
+// server ends the session (releasing the lock) while the leader's end
+// stays silent, another store takes the role and the old leader steps
+// down instead of leading beside it until TCP gives up.
+func TestElectNetworkCut(t *testing.T) {
+	raw := dbURL(t)
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") {
+		t.Skipf("the test database is not reached over TCP (host %q)", cfg.Host)
+	}
+	proxy := newCutProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	schema := newSchema(t)
+	a, err := postgres.Open(t.Context(), viaProxy(t, raw, proxy.ln.Addr().String()), postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed after the proxy (cleanups run last registered first), so that
+	// nothing waits on a silent connection.
+	t.Cleanup(func() { a.Close() })
+	b := open(t, schema)
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Liveness bounds, not timing claims: an election round is ~2s.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	leadA, err := a.Elect(ctx, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the store behind the proxy leads", leadA)
+	leadB, err := b.Elect(ctx, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.cutServer()
+	waitFor("the other store takes the role after the cut", leadB)
+	waitFor("the cut-off leader steps down while the other leads", func() bool { return !leadA() })
+	for range 50 { // and does not come back while cut off
+		if leadA() {
+			t.Fatal("the cut-off store leads again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !leadB() {
+		t.Fatal("the other store stopped leading")
+	}
+}
+
+// poolerProxy stands for a pooler in transaction mode, for one client
+// connection on loopback: it opens two server sessions with the client's
+// startup message, answers the client with the first, and once switched
+// sends the client's next messages to the second, as such a pooler may
+// do between two transactions.
+type poolerProxy struct {
+	ln       net.Listener
+	target   string
+	switched atomic.Bool
+	errs     chan error
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func newPoolerProxy(t *testing.T, target string) *poolerProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &poolerProxy{ln: ln, target: target, errs: make(chan error, 100)}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *poolerProxy) track(c ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c...)
+}
+
+func (p *poolerProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.track(c)
+		go func() {
+			if err := p.serve(c); err != nil {
+				p.errs <- err
+			}
+		}()
+	}
+}
+
+// readMessage reads one protocol message: its type byte (none for the
+// startup message) and its length-prefixed body.
+func readMessage(r io.Reader, typed bool) ([]byte, error) {
+	n := 4
+	if typed {
+		n = 5
+	}
+	head := make([]byte, n)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return nil, err
+	}
+	size := int(binary.BigEndian.Uint32(head[n-4:]))
+	if size < 4 || size > 1<<24 {
+		return nil, fmt.Errorf("message length %d", size)
+	}
+	body := make([]byte, size-4)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	return append(head, body...), nil
+}
+
+// handshake reads a server's answers to the startup message up to its
+// first ReadyForQuery, handing each to fn.
+func handshake(srv net.Conn, fn func([]byte) error) error {
+	for {
+		m, err := readMessage(srv, true)
+		if err != nil {
+			return err
+		}
+		if m[0] == 'R' && binary.BigEndian.Uint32(m[5:9]) != 0 {
+			return errors.New("the server asks for a password: the pooler proxy forwards trust authentication only")
+		}
+		if err := fn(m); err != nil {
+			return err
+		}
+		if m[0] == 'Z' {
+			return nil
+		}
+	}
+}
+
+func (p *poolerProxy) serve(c net.Conn) error {
+	startup, err := readMessage(c, false)
+	if err != nil {
+		return err
+	}
+	var srv [2]net.Conn
+	for i := range srv {
+		if srv[i], err = net.Dial("tcp", p.target); err != nil {
+			return err
+		}
+		p.track(srv[i])
+		if _, err := srv[i].Write(startup); err != nil {
+			return err
+		}
+	}
+	if err := handshake(srv[0], func(m []byte) error { _, err := c.Write(m); return err }); err != nil {
+		return err
+	}
+	if err := handshake(srv[1], func([]byte) error { return nil }); err != nil {
+		return err
+	}
+	// The client sends its next message only after the answer to the
+	// last, so the two sessions never answer at once.
+	go io.Copy(c, srv[0])
+	go io.Copy(c, srv[1])
+	for {
+		m, err := readMessage(c, true)
+		if err != nil {
+			return nil // the client went away
+		}
+		to := srv[0]
+		if p.switched.Load() {
+			to = srv[1]
+		}
+		if _, err := to.Write(m); err != nil {
+			return err
+		}
+	}
+}
+
+// TestElectPoolerDetected: when the connection holding the role reaches
+// another server session, as it may behind a pooler in transaction mode,
+// the leader says that redrive needs a direct connection or session
+// pooling, and steps down: it no longer knows whether it holds the lock.
+func TestElectPoolerDetected(t *testing.T) {
+	raw := dbURL(t)
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") || cfg.TLSConfig != nil {
+		t.Skipf("the test database is not reached over plain TCP (host %q)", cfg.Host)
+	}
+	proxy := newPoolerProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	schema := newSchema(t)
+	s := open(t, schema) // migrated directly, not through the proxy
+	s.Close()
+	var logs syncBuffer
+	a, err := postgres.Open(t.Context(), viaProxy(t, raw, proxy.ln.Addr().String()),
+		postgres.Options{Schema: schema, MaxConns: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lead, err := a.Elect(ctx, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Liveness bounds, not timing claims: an election round is ~2s.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			select {
+			case err := <-proxy.errs:
+				t.Fatalf("proxy: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("the store behind the pooler leads", lead)
+	proxy.switched.Store(true)
+	waitFor("the leader steps down", func() bool { return !lead() })
+	if !strings.Contains(logs.String(), "session pooling") {
+		t.Errorf("logs %q do not say that redrive needs session pooling", logs.String())
+	}
+}
+
+// TestElectRandomCuts: three stores, each behind a proxy, have their
+// networks cut and healed in a random order; after each step, once the
+// election settles, the stores leading are what the model says: exactly
+// one, among those whose network works (none when every one is cut).
+func TestElectRandomCuts(t *testing.T) {
+	raw := dbURL(t)
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") {
+		t.Skipf("the test database is not reached over TCP (host %q)", cfg.Host)
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	target := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	schema := newSchema(t)
+	s := open(t, schema) // migrated once, directly
+	s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 3
+	var proxies [n]*cutProxy
+	var leads [n]func() bool
+	for i := range n {
+		proxies[i] = newCutProxy(t, target)
+		st, err := postgres.Open(t.Context(), viaProxy(t, raw, proxies[i].ln.Addr().String()),
+			postgres.Options{Schema: schema, MaxConns: 1, Logger: quiet(), SkipMigrate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() }) // after its proxy closes
+		if leads[i], err = st.Elect(ctx, "maintenance"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var healthy [n]bool // the model: whose network works
+	for i := range healthy {
+		healthy[i] = true
+	}
+	settled := func() (bool, string) {
+		var leading []int
+		for i := range n {
+			if leads[i]() {
+				leading = append(leading, i)
+			}
+		}
+		anyHealthy := false
+		for i := range n {
+			anyHealthy = anyHealthy || healthy[i]
+		}
+		ok := len(leading) == 0 && !anyHealthy || len(leading) == 1 && healthy[leading[0]]
+		return ok, fmt.Sprintf("healthy %v, leading %v", healthy, leading)
+	}
+	for step := range 8 {
+		i := rng.IntN(n)
+		if healthy[i] {
+			proxies[i].cutServer()
+		} else {
+			proxies[i].heal()
+		}
+		healthy[i] = !healthy[i]
+		// A liveness bound, not a timing claim: a cut store stops within
+		// a few seconds, a healed one may first wait out a connection
+		// attempt (10 s).
+		deadline := time.Now().Add(40 * time.Second)
+		for {
+			ok, state := settled()
+			if ok {
+				t.Logf("step %d: %s", step, state)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("step %d: not settled within 40s: %s", step, state)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"io/fs"
+	"testing/fstest"
 	"time"
 )
 
@@ -82,4 +84,25 @@ func RawLayouts(ctx context.Context, s *Store) (fetch, list bool, err error) {
 	list, _ = rawLayout(rows.FieldDescriptions(), true)
 	rows.Close()
 	return fetch, list, rows.Err()
+}
+
+// AddMigration makes Migrate apply one more migration, named name (it
+// must sort after the embedded ones), and returns a function removing it.
+func AddMigration(name, body string) (restore func()) {
+	old := migrationFS
+	m := fstest.MapFS{}
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range entries {
+		b, err := fs.ReadFile(migrations, "migrations/"+e.Name())
+		if err != nil {
+			panic(err)
+		}
+		m["migrations/"+e.Name()] = &fstest.MapFile{Data: b}
+	}
+	m["migrations/"+name] = &fstest.MapFile{Data: []byte(body)}
+	migrationFS = m
+	return func() { migrationFS = old }
 }

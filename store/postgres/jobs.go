@@ -343,7 +343,7 @@ func (s *Store) enqueueAlone(ctx context.Context, jobs []store.NewJob, b *enqueu
 		for try := 0; ; try++ {
 			var err error
 			if b.hasKeys {
-				err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+				err = s.inTx(ctx, func(tx pgx.Tx) error {
 					out, err = s.enqueueOn(ctx, tx, jobs, b)
 					return err
 				})
@@ -1208,7 +1208,7 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 	}
 	var job *store.Job
 	err = s.retry(ctx, func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
 			var state, queue string
 			err := tx.QueryRow(ctx, s.sql.cancelLock, id).Scan(&state, &queue)
 			if errors.Is(err, pgx.ErrNoRows) {

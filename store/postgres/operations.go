@@ -190,7 +190,7 @@ func (s *Store) inOperation(ctx context.Context, what, id string, fn func(tx pgx
 		return err
 	}
 	err := s.retry(ctx, func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
 			op, err := scanOperation(tx.QueryRow(ctx, `SELECT `+operationColumns+` FROM `+s.ops()+` WHERE id = $1 FOR UPDATE`, id))
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("operation %q: %w", id, store.ErrNotFound)

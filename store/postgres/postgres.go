@@ -9,7 +9,14 @@
 // by Migrate; migrations are embedded, recorded in
 // <schema>.redrive_migrations and applied in one transaction under a
 // transaction-scoped advisory lock, so that processes starting together
-// do not race.
+// do not race. A migration waits at most Options.MigrateLockTimeout for
+// each lock it needs; some lock the jobs table while they scan it, so a
+// store with many jobs is best migrated from a deploy step.
+//
+// The store needs a direct connection or a pooler in session mode: the
+// elector's advisory lock and Listen's LISTEN live in a session, which a
+// pooler in transaction mode (PgBouncer's pool_mode = transaction) does
+// not keep.
 //
 // Payloads and policies are stored as bytea: the exact bytes given come
 // back. Query them in SQL with convert_from(payload, 'UTF8')::jsonb. A
@@ -29,6 +36,11 @@
 // and one commit for them all, each call getting what it would have got
 // alone (see group.go for why: PostgreSQL commits notifying transactions
 // one at a time).
+//
+// The store relies on the READ COMMITTED isolation level: its sessions
+// default to it (default_transaction_isolation is set on connect, over a
+// database's, role's or URL's repeatable read or serializable) and every
+// transaction it begins asks for it explicitly.
 //
 // # Notifications
 //
@@ -72,6 +84,12 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// migrationFS holds the migrations Migrate applies (tests add some).
+var migrationFS fs.FS = migrations
+
+// DefaultMigrateLockTimeout is Options.MigrateLockTimeout's default.
+const DefaultMigrateLockTimeout = 5 * time.Second
+
 // DefaultSchema is the schema used when Options.Schema is empty.
 const DefaultSchema = "redrive"
 
@@ -94,6 +112,15 @@ type Options struct {
 	// SkipMigrate, Open fails unless every migration was already applied
 	// (run Migrate, or Open without SkipMigrate, from a deploy step).
 	SkipMigrate bool
+	// MigrateLockTimeout bounds how long a migration waits for each lock
+	// it needs on the store's tables (lock_timeout; default
+	// DefaultMigrateLockTimeout, negative: no bound). A migration that
+	// alters jobs waits for every transaction using jobs to end, and every
+	// statement on jobs queued behind it waits too: a long transaction
+	// (a report, an EnqueueTx of a slow caller) would stall the whole
+	// fleet. Past the bound the migration fails, leaving the schema as it
+	// was, and Open or Migrate returns an error saying so: try again.
+	MigrateLockTimeout time.Duration
 }
 
 // Store is a store.Store on PostgreSQL. It is safe for concurrent use.
@@ -103,6 +130,8 @@ type Store struct {
 	channel string // notification channel
 	log     *slog.Logger
 	sql     statements
+	// lockTimeout is Options.MigrateLockTimeout (0: none).
+	lockTimeout time.Duration
 	// fold is appended to lower()'s arguments for case-insensitive
 	// matching: "" when the database's collation folds Unicode, or an
 	// explicit ICU collation.
@@ -138,6 +167,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	switch {
+	case opts.MigrateLockTimeout == 0:
+		opts.MigrateLockTimeout = DefaultMigrateLockTimeout
+	case opts.MigrateLockTimeout < 0:
+		opts.MigrateLockTimeout = 0
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse connection string: %w", err)
@@ -145,6 +180,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = int32(opts.MaxConns)
 	}
+	// Every statement the store runs outside a transaction of its own
+	// (most of them) is a transaction of its own, at the session's
+	// default isolation: set it to what the store relies on (see
+	// readCommitted), over the database's, the role's or the URL's.
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "redrive"
 	}
@@ -154,12 +194,13 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	done, cancel := context.WithCancel(context.Background())
 	s := &Store{
-		pool:       pool,
-		schema:     schema,
-		channel:    schema + "_redrive",
-		log:        opts.Logger,
-		done:       done,
-		cancelDone: cancel,
+		pool:        pool,
+		schema:      schema,
+		channel:     schema + "_redrive",
+		log:         opts.Logger,
+		lockTimeout: opts.MigrateLockTimeout,
+		done:        done,
+		cancelDone:  cancel,
 	}
 	s.sql = render(pgx.Identifier{schema}.Sanitize(), s.channel)
 	if opts.SkipMigrate {
@@ -196,7 +237,7 @@ type migration struct {
 }
 
 func embeddedMigrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrations, "migrations")
+	entries, err := fs.ReadDir(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
 	}
@@ -235,10 +276,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	schema := pgx.Identifier{s.schema}.Sanitize()
 	var applied []string
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		applied = applied[:0]
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(s.schema)); err != nil {
 			return err
+		}
+		// Set once the advisory lock is held: waiting for another process's
+		// migrations is not bounded.
+		if s.lockTimeout > 0 {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, s.lockTimeout.Milliseconds())); err != nil {
+				return err
+			}
 		}
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
@@ -266,13 +314,18 @@ func (s *Store) Migrate(ctx context.Context) error {
 			if done[m.version] {
 				continue
 			}
-			body, err := migrations.ReadFile("migrations/" + m.name)
+			body, err := fs.ReadFile(migrationFS, "migrations/"+m.name)
 			if err != nil {
 				return err
 			}
 			// No arguments: pgx runs it with the simple protocol, which
 			// accepts several statements.
 			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
+					return fmt.Errorf("migration %s: waited %v for a lock held by another transaction, and gave up so as not to stall the statements queued behind it (nothing was applied; try again, or raise Options.MigrateLockTimeout): %w",
+						m.name, s.lockTimeout, err)
+				}
 				return fmt.Errorf("migration %s: %w", m.name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.redrive_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
@@ -295,10 +348,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 // 0011) at the store's schema. They find job_counts by their search_path,
 // which is the schema's name when the migration ran: after the schema is
 // renamed they would look for it in the old one, and every write of jobs
-// would fail. Run by Migrate, which Open runs.
+// would fail. Run by Migrate, which Open runs. A function already bound
+// is left alone: its search_path is stored as quote_ident writes the
+// schema (quoted when it is a keyword such as "order").
 func (s *Store) bindCountFunctions(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-		WHERE n.nspname = $1 AND p.proname LIKE 'job\_counts\_%' AND NOT coalesce(p.proconfig, '{}') @> ARRAY['search_path=' || $1]`, s.schema)
+		WHERE n.nspname = $1 AND p.proname LIKE 'job\_counts\_%' AND NOT coalesce(p.proconfig, '{}') @> ARRAY['search_path=' || quote_ident($1)]`, s.schema)
 	if err != nil {
 		return err
 	}
@@ -307,8 +362,6 @@ func (s *Store) bindCountFunctions(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	for _, fn := range fns {
-		// The schema is a plain lower-case identifier (schemaRE), as
-		// search_path stores it.
 		if _, err := tx.Exec(ctx, `ALTER FUNCTION `+fn+` SET search_path = `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
 			return fmt.Errorf("bind %s to schema %s: %w", fn, s.schema, err)
 		}
@@ -436,6 +489,25 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// readCommitted is the isolation level of every transaction the store
+// begins, set explicitly whatever the server's default
+// (default_transaction_isolation, which a DBA may set to repeatable read
+// on the database or the role, or a URL in its options). The store relies
+// on each statement seeing what committed before it: Migrate reads the
+// catalog after waiting for the advisory lock, the enqueue of idempotency
+// keys reads the kept keys after its insert, and the statements that lock
+// rows FOR UPDATE work on the latest version of each row. Under a
+// snapshot taken at the first statement these fail (a schema created by
+// another process "already exists") or answer wrong (a kept key answered
+// by a second job).
+var readCommitted = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// inTx runs fn in a transaction of the pool at readCommitted, committed
+// when fn returns nil and rolled back otherwise.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, readCommitted, fn)
 }
 
 // retryable reports errors after which the whole statement or

@@ -375,8 +375,14 @@ func TestListen(t *testing.T) {
 // TestMigrateConcurrent: stores opening one new schema together migrate
 // it once.
 func TestMigrateConcurrent(t *testing.T) {
+	migrateConcurrently(t, dbURL(t))
+}
+
+// migrateConcurrently opens six stores on one new schema at once, with
+// url, and checks that each opens and the migrations are applied once.
+func migrateConcurrently(t *testing.T, url string) {
+	t.Helper()
 	schema := newSchema(t)
-	url := dbURL(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
 	for i := range errs {
