@@ -501,7 +501,8 @@ func (a *api) exportDead(w http.ResponseWriter, r *http.Request) error {
 	if in.Dir == "" || !filepath.IsLocal(in.Dir) {
 		return badRequest("dir", "dir must be a relative folder under the server's export folder, without \"..\", got %q", clip(in.Dir))
 	}
-	req := redrive.OperationRequest{Kind: OperationExport, Batch: in.Batch, Dir: filepath.Join(a.ops.exportDir, in.Dir)}
+	req := redrive.OperationRequest{Kind: OperationExport, Batch: in.Batch, Dir: filepath.Join(a.ops.exportDir, in.Dir),
+		Root: a.ops.exportDir}
 	if in.Filter != nil {
 		f, err := in.Filter.toFilter("filter.")
 		if err != nil {

@@ -568,6 +568,40 @@ func TestExportOperation(t *testing.T) {
 	}
 }
 
+// TestExportSymlinkConfined: a symbolic link inside the export folder
+// does not lead a folder export out of it, whether it names the folder
+// exported to, one of its parents or a job's folder: the export fails
+// and nothing is written outside.
+func TestExportSymlinkConfined(t *testing.T) {
+	root, elsewhere := t.TempDir(), t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, Options{ExportDir: root})
+	e.runWorker()
+	ids := e.buryMany("x", "boom", 2)
+	if err := os.MkdirAll(filepath.Join(root, "jobs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(root, "jobs", strconv.FormatInt(ids[0], 10))); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"link/x", "link", "jobs"} {
+		var ob operationBody
+		e.want(e.do("POST", "/v1/dlq/export?wait=true", `{"filter":{"queue":"x"},"dir":"`+dir+`"}`), 200, &ob)
+		if op := ob.Operation; op.State != OperationFailed || op.Exported != 0 {
+			t.Errorf("export to %s through a symbolic link: %+v", dir, op)
+		}
+		left, err := os.ReadDir(elsewhere)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) != 0 {
+			t.Fatalf("export to %s wrote outside the export folder: %v", dir, left)
+		}
+	}
+}
+
 // TestOperationsConcurrent starts, polls, lists and cancels operations
 // from many goroutines at once (run with -race).
 func TestOperationsConcurrent(t *testing.T) {
