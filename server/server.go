@@ -35,7 +35,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redrivehq/redrive"
@@ -134,9 +133,6 @@ type api struct {
 	maxBody  int64
 	ops      *operations
 	trusted  []netip.Prefix
-	// epoch is part of every session cookie's MAC: signing out moves it,
-	// which ends every session started before.
-	epoch    atomic.Uint64
 	throttle loginThrottle
 	// storeTrouble logs store outages once a minute.
 	storeTrouble troubleLog
@@ -430,7 +426,16 @@ func (a *api) auth(next http.Handler) http.Handler {
 			return
 		}
 		h := r.Header.Get("Authorization")
-		if h == "" && a.validSession(r) {
+		session := false
+		if h == "" {
+			ok, err := a.validSession(r)
+			if err != nil {
+				writeError(w, a.toAPIError(r, err))
+				return
+			}
+			session = ok
+		}
+		if session {
 			if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get(csrfHeader) == "" {
 				writeError(w, &apiError{status: http.StatusForbidden, code: "csrf",
 					msg: "a request authorized by the dashboard's session cookie must carry the " + csrfHeader + " header"})
