@@ -148,19 +148,20 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
-		if ok, wait := a.throttle.allow(clientAddr(r)); !ok {
-			a.log.Warn("dashboard: sign-in attempts throttled", "remote", r.RemoteAddr, "retry_after", wait.Round(time.Second))
-			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
-			a.renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts: wait a minute and try again.")
-			return
-		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 		if err := r.ParseForm(); err != nil {
 			a.renderLogin(w, http.StatusBadRequest, "The form could not be read.")
 			return
 		}
 		tok := strings.TrimSpace(r.PostForm.Get("token"))
-		if subtle.ConstantTimeCompare([]byte(tok), a.token) != 1 {
+		allowed, right, wait := a.throttle.guess(a.clientKey(r), func() bool { return subtle.ConstantTimeCompare([]byte(tok), a.token) == 1 })
+		if !allowed {
+			a.log.Warn("dashboard: sign-in attempts throttled", "remote", r.RemoteAddr, "client", a.clientKey(r), "retry_after", wait.Round(time.Second))
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+			a.renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts: wait a minute and try again.")
+			return
+		}
+		if !right {
 			a.log.Warn("dashboard: login refused", "remote", r.RemoteAddr)
 			a.renderLogin(w, http.StatusUnauthorized, "That token is not valid.")
 			return
@@ -222,16 +223,7 @@ func (a *api) overTLS(r *http.Request) bool {
 		return false
 	}
 	ip, err := netip.ParseAddr(clientAddr(r))
-	if err != nil {
-		return false
-	}
-	ip = ip.Unmap()
-	for _, p := range a.trusted {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
+	return err == nil && a.trustedProxy(ip)
 }
 
 // sessionSecret names the store's secret (store.Secrets) that signs the

@@ -86,9 +86,11 @@ type Options struct {
 	// its listen host, plus --allowed-host.
 	AllowedHosts []string
 	// TrustedProxies are the addresses of reverse proxies whose
-	// X-Forwarded-Proto header is believed: a dashboard session cookie is
-	// marked Secure when the request came over TLS, or through one of
-	// them over https.
+	// X-Forwarded-Proto and X-Forwarded-For headers are believed: a
+	// dashboard session cookie is marked Secure when the request came over
+	// TLS, or through one of them over https; and the throttle of token
+	// guesses counts the client a request came from through them (the
+	// last X-Forwarded-For entry that is not one of them), not the proxy.
 	TrustedProxies []netip.Prefix
 }
 
@@ -143,6 +145,7 @@ type api struct {
 type Server struct {
 	handler http.Handler
 	ops     *operations
+	api     *api
 }
 
 // ServeHTTP serves the API.
@@ -286,7 +289,7 @@ func New(opts Options) *Server {
 	h := a.auth(a.route(mux))
 	h = crossOriginGuard(h)
 	h = hostGuard(opts.AllowedHosts, h)
-	return &Server{handler: a.recoverer(h), ops: a.ops}
+	return &Server{handler: a.recoverer(h), ops: a.ops, api: a}
 }
 
 // handlerFunc is a handler that returns its error for wrap to answer.
@@ -444,18 +447,76 @@ func (a *api) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		scheme, tok, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") ||
-			subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), a.token) != 1 {
+		if h == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
-			msg := "missing bearer token: send Authorization: Bearer <token>"
-			if h != "" {
-				msg = "invalid bearer token"
-			}
-			writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: msg})
+			writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized",
+				msg: "missing bearer token: send Authorization: Bearer <token>"})
 			return
 		}
-		next.ServeHTTP(w, r)
+		if a.checkBearer(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// checkBearer checks the request's Authorization header against the
+// token, through the throttle: a wrong one counts as a guess, and a client
+// whose guesses are used up is answered 429 unchecked. It answers the
+// refusals itself and reports whether the request may go on.
+func (a *api) checkBearer(w http.ResponseWriter, r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	client := a.clientKey(r)
+	allowed, right, wait := a.throttle.guess(client, func() bool { return a.rightBearer(h) })
+	switch {
+	case !allowed:
+		a.log.Warn("api: bearer token guesses throttled", "remote", r.RemoteAddr, "client", client, "retry_after", wait.Round(time.Second))
+		writeError(w, &apiError{status: http.StatusTooManyRequests, code: "too_many_attempts", retryAfter: int(wait/time.Second) + 1,
+			msg: "too many requests with a wrong bearer token from this address: wait, then send the right one"})
+		return false
+	case !right:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+		writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: "invalid bearer token"})
+		return false
+	}
+	return true
+}
+
+// bearerGiven reports whether the request carries the right bearer token
+// (a wrong one counts as a guess, for the throttle), without answering.
+func (a *api) bearerGiven(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return false
+	}
+	_, right, _ := a.throttle.guess(a.clientKey(r), func() bool { return a.rightBearer(h) })
+	return right
+}
+
+// rightBearer reports whether an Authorization header value carries the
+// token.
+func (a *api) rightBearer(h string) bool {
+	scheme, tok, ok := strings.Cut(h, " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), a.token) == 1
+}
+
+// RequireToken guards h, a handler served beside the API (such as
+// /metrics), with the API's bearer token (Options.Token), through the
+// same throttle of wrong guesses as the API and the dashboard's sign-in.
+// Without a token it returns h.
+func (s *Server) RequireToken(h http.Handler) http.Handler {
+	if s.api.token == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+			writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized",
+				msg: "missing bearer token: send Authorization: Bearer <token>"})
+			return
+		}
+		if s.api.checkBearer(w, r) {
+			h.ServeHTTP(w, r)
+		}
 	})
 }
 
@@ -557,8 +618,14 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) error {
 	// would take jobs it cannot record.
 	if wh, ok := a.client.Store().(store.WriteHealth); ok {
 		if err := wh.WriteHealth(); err != nil {
-			return &apiError{status: http.StatusServiceUnavailable, code: "not_writable", retryAfter: 5,
-				msg: "the store's last write failed: " + err.Error()}
+			a.storeTrouble.log(a.log, "readiness: the store's last write failed", err)
+			// The reason names files, hosts or the database's own words:
+			// only for those who hold the token (readyz needs none).
+			msg := "the store's last write failed (the reason is in the server's log, and in this answer with the bearer token)"
+			if a.token == nil || a.bearerGiven(r) {
+				msg = "the store's last write failed: " + err.Error()
+			}
+			return &apiError{status: http.StatusServiceUnavailable, code: "not_writable", retryAfter: 5, msg: msg}
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -264,7 +263,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// before the store closes.
 	api := server.New(server.Options{Client: client, Breakers: worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx, ExportDir: cfg.ExportDir,
 		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: managed, Kafka: kept})
-	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, managed, kept, cfg.Token, log)))
+	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, managed, kept, log)))
 
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorker()
@@ -567,13 +566,14 @@ func startingHandler(reason string) http.Handler {
 // The metrics are the store's statistics, the breakers, the attempt
 // histograms of the worker's observer, and the managed RabbitMQ queues'
 // and kept Kafka topics' metrics.
-func serveMux(api http.Handler, client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer,
-	managed server.Brokers, kept server.KafkaTopics, token string, log *slog.Logger) http.Handler {
+func serveMux(api *server.Server, client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer,
+	managed server.Brokers, kept server.KafkaTopics, log *slog.Logger) http.Handler {
 	reg := serveRegistry(client, breakers, attempts, log)
 	registerBrokers(reg, managed)
 	registerKafka(reg, kept)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", requireToken(token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	// The API's bearer token, through the API's throttle of wrong guesses.
+	mux.Handle("/metrics", api.RequireToken(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError})))
 	mux.Handle("/", api)
 	return mux
@@ -619,20 +619,4 @@ func dashboardURL(addr net.Addr) string {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port) + "/"
-}
-
-// requireToken guards h with the bearer token, when there is one.
-func requireToken(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
-			http.Error(w, "unauthorized: send Authorization: Bearer <token>", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

@@ -474,3 +474,21 @@ func grepLines(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestServeMetricsGuessesThrottled: wrong bearer tokens on /metrics count
+// against the API's throttle: after five, /metrics and the API answer 429.
+func TestServeMetricsGuessesThrottled(t *testing.T) {
+	const token = "tok"
+	base, _ := startServe(t, "--token", token)
+	for i := range 5 {
+		if code, b := call(t, "GET", base+"/metrics", "wrong", ""); code != http.StatusUnauthorized {
+			t.Fatalf("wrong guess %d on /metrics: %d %s", i+1, code, b)
+		}
+	}
+	if code, b := call(t, "GET", base+"/metrics", "wrong", ""); code != http.StatusTooManyRequests {
+		t.Fatalf("sixth wrong guess on /metrics: %d %s, want 429", code, b)
+	}
+	if code, b := call(t, "GET", base+"/v1/stats", "wrong", ""); code != http.StatusTooManyRequests {
+		t.Fatalf("a wrong guess on the API after five on /metrics: %d %s, want 429", code, b)
+	}
+}
