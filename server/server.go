@@ -92,10 +92,20 @@ type Options struct {
 	// guesses counts the client a request came from through them (the
 	// last X-Forwarded-For entry that is not one of them), not the proxy.
 	TrustedProxies []netip.Prefix
+	// WriteTimeout bounds how long a response may wait on a client that
+	// takes none of it in (default DefaultWriteTimeout): every request
+	// gets a write deadline that far ahead, which the NDJSON export moves
+	// on before each job and an answer that waited (?wait=true) before it
+	// is written, so that a slow reader never holds a handler (and a
+	// connection) for good, while a long export or wait still completes.
+	// It overrides the http.Server's WriteTimeout for the API's routes.
+	WriteTimeout time.Duration
 }
 
 // Limits of the API.
 const (
+	// DefaultWriteTimeout is the default of Options.WriteTimeout.
+	DefaultWriteTimeout = time.Minute
 	// DefaultMaxBody is the default bound on a request body.
 	DefaultMaxBody int64 = 1 << 20
 	// MaxBatch bounds the jobs of one POST /v1/jobs/batch, well below
@@ -133,9 +143,11 @@ type api struct {
 	token    []byte
 	log      *slog.Logger
 	maxBody  int64
-	ops      *operations
-	trusted  []netip.Prefix
-	throttle loginThrottle
+	// writeTimeout is Options.WriteTimeout.
+	writeTimeout time.Duration
+	ops          *operations
+	trusted      []netip.Prefix
+	throttle     loginThrottle
 	// storeTrouble logs store outages once a minute.
 	storeTrouble troubleLog
 }
@@ -219,9 +231,12 @@ func New(opts Options) *Server {
 	if opts.MaxOperations <= 0 {
 		opts.MaxOperations = DefaultMaxOperations
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
 	a := &api{client: opts.Client, breakers: opts.Breakers, brokers: opts.Brokers, kafka: opts.Kafka, log: opts.Logger, maxBody: opts.MaxBody,
 		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger), trusted: opts.TrustedProxies,
-		throttle: loginThrottle{now: time.Now}}
+		throttle: loginThrottle{now: time.Now}, writeTimeout: opts.WriteTimeout}
 	if opts.Token != "" {
 		a.token = []byte(opts.Token)
 	}
@@ -289,7 +304,7 @@ func New(opts Options) *Server {
 	h := a.auth(a.route(mux))
 	h = crossOriginGuard(h)
 	h = hostGuard(opts.AllowedHosts, h)
-	return &Server{handler: a.recoverer(h), ops: a.ops, api: a}
+	return &Server{handler: a.writeDeadline(a.recoverer(h)), ops: a.ops, api: a}
 }
 
 // handlerFunc is a handler that returns its error for wrap to answer.
@@ -560,6 +575,21 @@ func (c *capture) WriteHeader(s int) {
 func (c *capture) Write(b []byte) (int, error) {
 	c.WriteHeader(http.StatusOK)
 	return len(b), nil
+}
+
+// writeDeadline gives every response a write deadline writeTimeout ahead
+// (see Options.WriteTimeout).
+func (a *api) writeDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.extendWrite(w)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// extendWrite moves the response's write deadline writeTimeout ahead of
+// now; writers that cannot (a test's recorder) are left as they are.
+func (a *api) extendWrite(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(a.writeTimeout))
 }
 
 // recoverer turns a handler's panic into a 500 JSON answer and a log.
