@@ -325,6 +325,10 @@ func exportTarget(p store.OperationParams) (fsys exportFS, dir string, done func
 	if err != nil {
 		return nil, "", nil, err
 	}
+	// The export folder itself is the operator's: it is made if missing.
+	if err := os.MkdirAll(p.Root, 0o755); err != nil {
+		return nil, "", nil, fmt.Errorf("the export folder: %w", err)
+	}
 	root, err := os.OpenRoot(p.Root)
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("the export folder: %w", err)

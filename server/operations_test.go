@@ -550,7 +550,7 @@ func TestExportOperation(t *testing.T) {
 	e := newEnv(t, Options{})
 	wantErr(t, e.do("POST", "/v1/dlq/export", `{"all":true,"dir":"x"}`), 403, "export_disabled", "dir")
 
-	root := t.TempDir()
+	root := filepath.Join(t.TempDir(), "made-on-first-export")
 	e = newEnv(t, Options{ExportDir: root})
 	e.runWorker()
 	ids := e.buryMany("x", "boom", 3)
