@@ -296,9 +296,59 @@ func (c *Client) Export(ctx context.Context, dir string, f Filter, progress func
 // error.json (ExportedError) and metadata.json (ExportedMetadata), each
 // written to a temporary file and renamed into place. Export uses it; so
 // can tools that fetch dead jobs some other way (the CLI over the API).
-func ExportJob(dir string, j *Job) error {
+func ExportJob(dir string, j *Job) error { return exportJob(osFS{}, dir, j) }
+
+// exportFS is what an export writes through: the file system as it is
+// (osFS), or an *os.Root, which no symbolic link leads out of.
+type exportFS interface {
+	MkdirAll(name string, perm os.FileMode) error
+	WriteFile(name string, data []byte, perm os.FileMode) error
+	Rename(oldname, newname string) error
+}
+
+// osFS is the file system as the process sees it.
+type osFS struct{}
+
+func (osFS) MkdirAll(name string, perm os.FileMode) error { return os.MkdirAll(name, perm) }
+func (osFS) WriteFile(name string, data []byte, perm os.FileMode) error {
+	return os.WriteFile(name, data, perm)
+}
+func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// exportTarget is where an export operation writes: under its Root, if
+// it has one, through an os.Root (done closes it), else the folder Dir.
+func exportTarget(p store.OperationParams) (fsys exportFS, dir string, done func(), err error) {
+	if p.Root == "" {
+		return osFS{}, p.Dir, func() {}, nil
+	}
+	rel, err := rootRelative(p.Root, p.Dir)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	// The export folder itself is the operator's: it is made if missing.
+	if err := os.MkdirAll(p.Root, 0o755); err != nil {
+		return nil, "", nil, fmt.Errorf("the export folder: %w", err)
+	}
+	root, err := os.OpenRoot(p.Root)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("the export folder: %w", err)
+	}
+	return root, rel, func() { _ = root.Close() }, nil
+}
+
+// rootRelative returns dir as a path relative to root, or an error when
+// dir does not lie under root.
+func rootRelative(root, dir string) (string, error) {
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("the folder %q is not under the export folder %q", dir, root)
+	}
+	return rel, nil
+}
+
+func exportJob(fsys exportFS, dir string, j *Job) error {
 	jd := filepath.Join(dir, strconv.FormatInt(j.ID, 10))
-	if err := os.MkdirAll(jd, 0o755); err != nil {
+	if err := fsys.MkdirAll(jd, 0o755); err != nil {
 		return err
 	}
 	payload := []byte(j.Payload)
@@ -317,9 +367,9 @@ func ExportJob(dir string, j *Job) error {
 		return err
 	}
 	return errors.Join(
-		writeFileAtomic(filepath.Join(jd, "payload.json"), append(payload, '\n')),
-		writeFileAtomic(filepath.Join(jd, "error.json"), append(eb, '\n')),
-		writeFileAtomic(filepath.Join(jd, "metadata.json"), append(mb, '\n')),
+		writeFileAtomic(fsys, filepath.Join(jd, "payload.json"), append(payload, '\n')),
+		writeFileAtomic(fsys, filepath.Join(jd, "error.json"), append(eb, '\n')),
+		writeFileAtomic(fsys, filepath.Join(jd, "metadata.json"), append(mb, '\n')),
 	)
 }
 
@@ -335,10 +385,10 @@ func ExportedFiles(j *Job) (ExportedError, ExportedMetadata) {
 	return e, m
 }
 
-func writeFileAtomic(path string, data []byte) error {
+func writeFileAtomic(fsys exportFS, path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := fsys.WriteFile(tmp, data, 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	return fsys.Rename(tmp, path)
 }

@@ -100,6 +100,11 @@ type OperationRequest struct {
 	// Dir, for an export, is the folder written, on the machine of the
 	// process that runs the operation.
 	Dir string
+	// Root, for an export, when set, is a folder Dir lies under (the
+	// server's export folder): the export then writes through an os.Root
+	// opened on it, so that no symbolic link under Root leads a write
+	// outside it (such an export fails instead).
+	Root string
 }
 
 // NewOperationID returns a new random operation id: "op_" and 24
@@ -147,7 +152,7 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 		}
 		r.Filter = Filter{IDs: r.IDs}
 	}
-	p := store.OperationParams{Filter: r.Filter, Batch: r.Batch, Rate: r.Rate, Note: r.Note, Dir: r.Dir}
+	p := store.OperationParams{Filter: r.Filter, Batch: r.Batch, Rate: r.Rate, Note: r.Note, Dir: r.Dir, Root: r.Root}
 	if r.Payload != nil {
 		if r.Kind != OperationRedrive {
 			return fail("only a redrive replaces payloads")
@@ -161,8 +166,13 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 	if r.Kind == OperationExport && r.Dir == "" {
 		return fail("an export needs a folder (Dir)")
 	}
-	if r.Kind != OperationExport && r.Dir != "" {
+	if r.Kind != OperationExport && (r.Dir != "" || r.Root != "") {
 		return fail("only an export writes to a folder")
+	}
+	if r.Root != "" {
+		if _, err := rootRelative(r.Root, r.Dir); err != nil {
+			return fail("%v", err)
+		}
 	}
 	if r.Kind != OperationReplay {
 		p.Filter.States = nil
@@ -588,18 +598,23 @@ func (r *opRunner) step(ctx context.Context, batch int) (store.StepResult, error
 		if err != nil {
 			return store.StepResult{}, err
 		}
+		e := &store.ExportedBatch{}
 		if len(jobs) > 0 {
-			if err := os.MkdirAll(r.op.Params.Dir, 0o755); err != nil {
+			fsys, dir, done, err := exportTarget(r.op.Params)
+			if err != nil {
 				return store.StepResult{}, fmt.Errorf("%w: %w", errWrite, err)
 			}
-		}
-		e := &store.ExportedBatch{}
-		for _, j := range jobs {
-			if err := ExportJob(r.op.Params.Dir, j); err != nil {
-				return store.StepResult{}, fmt.Errorf("%w: job %d: %w", errWrite, j.ID, err)
+			defer done()
+			if err := fsys.MkdirAll(dir, 0o755); err != nil {
+				return store.StepResult{}, fmt.Errorf("%w: %w", errWrite, err)
 			}
-			e.Count++
-			e.Last = j.ID
+			for _, j := range jobs {
+				if err := exportJob(fsys, dir, j); err != nil {
+					return store.StepResult{}, fmt.Errorf("%w: job %d: %w", errWrite, j.ID, err)
+				}
+				e.Count++
+				e.Last = j.ID
+			}
 		}
 		s.Exported = e
 	}

@@ -286,14 +286,17 @@ func TestOperationExport(t *testing.T) {
 func TestOperationRequestInvalid(t *testing.T) {
 	e := newEnv(t, redrive.WorkerOptions{})
 	for name, r := range map[string]redrive.OperationRequest{
-		"kind":          {Kind: "shred"},
-		"batch":         {Kind: redrive.OperationPurge, Batch: 1001},
-		"rate":          {Kind: redrive.OperationPurge, Rate: -1},
-		"ids":           {Kind: redrive.OperationPurge, IDs: []int64{1}},
-		"payload":       {Kind: redrive.OperationReplay, Payload: map[string]int{"a": 1}},
-		"dir":           {Kind: redrive.OperationExport},
-		"dir on purge":  {Kind: redrive.OperationPurge, Dir: "/tmp"},
-		"payload field": {Kind: redrive.OperationReplay, Filter: redrive.Filter{PayloadField: "a b", PayloadValue: json.RawMessage(`1`)}},
+		"kind":               {Kind: "shred"},
+		"batch":              {Kind: redrive.OperationPurge, Batch: 1001},
+		"rate":               {Kind: redrive.OperationPurge, Rate: -1},
+		"ids":                {Kind: redrive.OperationPurge, IDs: []int64{1}},
+		"payload":            {Kind: redrive.OperationReplay, Payload: map[string]int{"a": 1}},
+		"dir":                {Kind: redrive.OperationExport},
+		"dir on purge":       {Kind: redrive.OperationPurge, Dir: "/tmp"},
+		"root on purge":      {Kind: redrive.OperationPurge, Root: "/tmp"},
+		"dir not under root": {Kind: redrive.OperationExport, Root: "/srv/exports", Dir: "/srv/other"},
+		"dir is root":        {Kind: redrive.OperationExport, Root: "/srv/exports", Dir: "/srv/exports/.."},
+		"payload field":      {Kind: redrive.OperationReplay, Filter: redrive.Filter{PayloadField: "a b", PayloadValue: json.RawMessage(`1`)}},
 	} {
 		if err := e.client.ValidateOperation(r); !errors.Is(err, redrive.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -22,8 +23,8 @@ import (
 // no request anywhere else.
 //
 // With a token, the page first asks for the token (POST /ui/login) and
-// keeps a session cookie: an HMAC of the token and the session's start,
-// valid for SessionTTL, HttpOnly and SameSite=Strict. The API accepts that
+// keeps a session cookie: an HMAC, with the token, of the store's session
+// key (store.Secrets) and the session's start, valid for SessionTTL, HttpOnly and SameSite=Strict. The API accepts that
 // cookie in place of the bearer token; a request that changes something
 // must then also carry the header X-Redrive-Request (which a cross-site
 // form cannot send), so the cookie alone never authorizes a change.
@@ -110,9 +111,17 @@ func uiHeaders(h http.Handler) http.Handler {
 func (a *api) index(w http.ResponseWriter, r *http.Request) {
 	uiHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
-		if a.token != nil && !a.validSession(r) {
-			a.renderLogin(w, http.StatusOK, "")
-			return
+		if a.token != nil {
+			ok, err := a.validSession(r)
+			if err != nil {
+				a.log.Warn("dashboard: the session could not be checked: the session key could not be read from the store", "err", err)
+				a.renderLogin(w, http.StatusServiceUnavailable, "The store is unavailable: try again shortly.")
+				return
+			}
+			if !ok {
+				a.renderLogin(w, http.StatusOK, "")
+				return
+			}
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		page := indexPage
@@ -139,26 +148,33 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
-		if ok, wait := a.throttle.allow(clientAddr(r)); !ok {
-			a.log.Warn("dashboard: sign-in attempts throttled", "remote", r.RemoteAddr, "retry_after", wait.Round(time.Second))
-			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
-			a.renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts: wait a minute and try again.")
-			return
-		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 		if err := r.ParseForm(); err != nil {
 			a.renderLogin(w, http.StatusBadRequest, "The form could not be read.")
 			return
 		}
 		tok := strings.TrimSpace(r.PostForm.Get("token"))
-		if subtle.ConstantTimeCompare([]byte(tok), a.token) != 1 {
+		allowed, right, wait := a.throttle.guess(a.clientKey(r), func() bool { return subtle.ConstantTimeCompare([]byte(tok), a.token) == 1 })
+		if !allowed {
+			a.log.Warn("dashboard: sign-in attempts throttled", "remote", r.RemoteAddr, "client", a.clientKey(r), "retry_after", wait.Round(time.Second))
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+			a.renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts: wait a minute and try again.")
+			return
+		}
+		if !right {
 			a.log.Warn("dashboard: login refused", "remote", r.RemoteAddr)
 			a.renderLogin(w, http.StatusUnauthorized, "That token is not valid.")
 			return
 		}
+		key, err := a.sessionKey(r.Context())
+		if err != nil {
+			a.log.Warn("dashboard: no session started: the session key could not be read from the store", "err", err)
+			a.renderLogin(w, http.StatusServiceUnavailable, "The store is unavailable: try again shortly.")
+			return
+		}
 		http.SetCookie(w, &http.Cookie{
 			Name:     sessionCookie,
-			Value:    a.newSession(time.Now()),
+			Value:    newSession(a.token, key, time.Now()),
 			Path:     "/",
 			MaxAge:   int(SessionTTL / time.Second),
 			HttpOnly: true,
@@ -169,16 +185,31 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 	})).ServeHTTP(w, r)
 }
 
-// logout ends the browser's session, and every other: the session epoch
-// moves, so no cookie minted before is valid any more (there is one
-// token, hence one identity; a restart of the server does the same).
+// logout ends the browser's session, and every other: the session key
+// kept in the store is replaced, so no cookie signed before is valid any
+// more, in any process on the store, restarts included (there is one
+// token, hence one identity).
 func (a *api) logout(w http.ResponseWriter, r *http.Request) {
-	if a.token != nil && a.validSession(r) {
-		a.epoch.Add(1)
-		a.log.Info("dashboard: signed out; every session started before is ended", "remote", r.RemoteAddr)
-	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, Secure: a.overTLS(r), SameSite: http.SameSiteStrictMode})
+	if a.token != nil {
+		ok, err := a.validSession(r)
+		if err == nil && ok {
+			_, err = a.client.Store().RotateSecret(r.Context(), sessionSecret)
+		}
+		if err != nil {
+			a.log.Warn("dashboard: signing out failed: the sessions go on", "remote", r.RemoteAddr, "err", err)
+			uiHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", "no-store")
+				a.renderLogin(w, http.StatusServiceUnavailable,
+					"Signing out failed: the store is unavailable, so the sessions go on. Try again shortly.")
+			})).ServeHTTP(w, r)
+			return
+		}
+		if ok {
+			a.log.Info("dashboard: signed out; every session started before is ended", "remote", r.RemoteAddr)
+		}
+	}
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
@@ -192,50 +223,58 @@ func (a *api) overTLS(r *http.Request) bool {
 		return false
 	}
 	ip, err := netip.ParseAddr(clientAddr(r))
-	if err != nil {
-		return false
-	}
-	ip = ip.Unmap()
-	for _, p := range a.trusted {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
+	return err == nil && a.trustedProxy(ip)
+}
+
+// sessionSecret names the store's secret (store.Secrets) that signs the
+// session cookies; signing out replaces it.
+const sessionSecret = "dashboard_session"
+
+// sessionKey reads the session key from the store, creating it on first
+// use.
+func (a *api) sessionKey(ctx context.Context) ([]byte, error) {
+	return a.client.Store().Secret(ctx, sessionSecret)
 }
 
 // newSession returns a session value started at t: "<unix>.<hmac>".
-func (a *api) newSession(t time.Time) string {
+func newSession(token, key []byte, t time.Time) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	return ts + "." + a.sessionMAC(ts)
+	return ts + "." + sessionMAC(token, key, ts)
 }
 
-func (a *api) sessionMAC(ts string) string {
-	m := hmac.New(sha256.New, a.token)
+// sessionMAC signs a session's start with the token and the store's
+// session key: another token, or a sign-out since, makes it invalid.
+func sessionMAC(token, key []byte, ts string) string {
+	m := hmac.New(sha256.New, token)
 	m.Write([]byte("redrive dashboard session\x00"))
-	m.Write([]byte(strconv.FormatUint(a.epoch.Load(), 10) + "\x00"))
+	m.Write(key)
+	m.Write([]byte("\x00"))
 	m.Write([]byte(ts))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
 // validSession reports whether r carries a session cookie made with the
-// current token and younger than SessionTTL.
-func (a *api) validSession(r *http.Request) bool {
+// current token and session key, and younger than SessionTTL. The error
+// says the store could not tell (the key could not be read).
+func (a *api) validSession(r *http.Request) (bool, error) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	ts, mac, ok := strings.Cut(c.Value, ".")
 	if !ok || len(ts) > 20 {
-		return false
-	}
-	if !hmac.Equal([]byte(mac), []byte(a.sessionMAC(ts))) {
-		return false
+		return false, nil
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return false
+		return false, nil
 	}
-	age := time.Since(time.Unix(sec, 0))
-	return age >= -time.Minute && age < SessionTTL
+	if age := time.Since(time.Unix(sec, 0)); age < -time.Minute || age >= SessionTTL {
+		return false, nil
+	}
+	key, err := a.sessionKey(r.Context())
+	if err != nil {
+		return false, err
+	}
+	return hmac.Equal([]byte(mac), []byte(sessionMAC(a.token, key, ts))), nil
 }

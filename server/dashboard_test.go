@@ -1,12 +1,17 @@
 package server
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redrivehq/redrive/store/sqlite"
 )
 
 // noRedirect is a client that returns redirects instead of following them.
@@ -133,21 +138,25 @@ func TestDashboardLogin(t *testing.T) {
 func TestDashboardSessionForgedOrExpired(t *testing.T) {
 	e := newEnv(t, Options{Token: "tok-123"})
 	e.token = ""
-	a := &api{token: []byte("tok-123")}
-	other := &api{token: []byte("another-token")}
+	tok := []byte("tok-123")
+	key, err := e.st.Secret(context.Background(), sessionSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	cases := map[string]string{
-		"other token":  other.newSession(now),
-		"expired":      a.newSession(now.Add(-SessionTTL - time.Minute)),
-		"future":       a.newSession(now.Add(time.Hour)),
-		"tampered ts":  strconv.FormatInt(now.Unix()+1, 10) + a.newSession(now)[len(strconv.FormatInt(now.Unix(), 10)):],
+		"other token":  newSession([]byte("another-token"), key, now),
+		"other key":    newSession(tok, []byte("another key"), now),
+		"expired":      newSession(tok, key, now.Add(-SessionTTL-time.Minute)),
+		"future":       newSession(tok, key, now.Add(time.Hour)),
+		"tampered ts":  strconv.FormatInt(now.Unix()+1, 10) + newSession(tok, key, now)[len(strconv.FormatInt(now.Unix(), 10)):],
 		"no mac":       strconv.FormatInt(now.Unix(), 10),
 		"garbage":      "x.y",
-		"long ts":      strings.Repeat("9", 40) + "." + a.sessionMAC(strings.Repeat("9", 40)),
+		"long ts":      strings.Repeat("9", 40) + "." + sessionMAC(tok, key, strings.Repeat("9", 40)),
 		"empty":        "",
-		"mac only":     "." + a.sessionMAC(""),
-		"non-numeric":  "abc." + a.sessionMAC("abc"),
-		"negative age": "-5." + a.sessionMAC("-5"),
+		"mac only":     "." + sessionMAC(tok, key, ""),
+		"non-numeric":  "abc." + sessionMAC(tok, key, "abc"),
+		"negative age": "-5." + sessionMAC(tok, key, "-5"),
 	}
 	for name, v := range cases {
 		r := e.do("GET", "/v1/stats", "", "Cookie", sessionCookie+"="+v)
@@ -155,7 +164,7 @@ func TestDashboardSessionForgedOrExpired(t *testing.T) {
 			t.Errorf("%s session %q: status %d, want 401", name, v, r.status)
 		}
 	}
-	if r := e.do("GET", "/v1/stats", "", "Cookie", sessionCookie+"="+a.newSession(now.Add(-SessionTTL+time.Minute))); r.status != 200 {
+	if r := e.do("GET", "/v1/stats", "", "Cookie", sessionCookie+"="+newSession(tok, key, now.Add(-SessionTTL+time.Minute))); r.status != 200 {
 		t.Errorf("a session about to expire: %d, want 200", r.status)
 	}
 }
@@ -169,5 +178,95 @@ func TestDashboardLoginBodyBounded(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusBadRequest || len(res.Cookies()) != 0 {
 		t.Errorf("oversized login: %d, cookies %v", res.StatusCode, res.Cookies())
+	}
+}
+
+// TestDashboardLogoutKeptInStore: signing out ends every session for
+// good, in every process on the store: one that was already running,
+// and one started after (a restart), which used to accept again the
+// cookies made before the first sign-out.
+func TestDashboardLogoutKeptInStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "redrive.db")
+	open := func() *sqlite.Store {
+		st, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet, Synchronous: "normal"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	st := open()
+	a := newEnvOn(t, st, Options{Token: "tok-123"})
+	b := newEnvOn(t, st, Options{Token: "tok-123"})
+	a.token, b.token = "", ""
+	cookie := sessionCookie + "=" + sessionOf(t, a.login("tok-123")).Value
+	for name, e := range map[string]*env{"a": a, "b": b} {
+		if r := e.do("GET", "/v1/stats", "", "Cookie", cookie); r.status != 200 {
+			t.Fatalf("process %s before signing out: %d", name, r.status)
+		}
+	}
+	res, err := noRedirect(a).Do(mustRequest(t, "POST", a.srv.URL+"/ui/logout", "Cookie", cookie))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	for name, e := range map[string]*env{"a": a, "b": b} {
+		wantErr(t, e.do("GET", "/v1/stats", "", "Cookie", cookie), 401, "unauthorized", "")
+		if r := e.do("GET", "/", "", "Cookie", cookie); !strings.Contains(string(r.body), `name="token"`) {
+			t.Errorf("process %s: the dashboard after signing out: %d %s", name, r.status, r.body)
+		}
+	}
+
+	// A restart: the store closed and opened again, a new server.
+	a.srv.Close()
+	b.srv.Close()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := newEnvOn(t, open(), Options{Token: "tok-123"})
+	c.token = ""
+	wantErr(t, c.do("GET", "/v1/stats", "", "Cookie", cookie), 401, "unauthorized", "")
+	// A new sign-in works.
+	fresh := sessionCookie + "=" + sessionOf(t, c.login("tok-123")).Value
+	c.want(c.do("GET", "/v1/stats", "", "Cookie", fresh), 200, nil)
+}
+
+func mustRequest(t *testing.T, method, url string, headers ...string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	return req
+}
+
+// TestDashboardSessionStoreDown: when the store cannot give the session
+// key, a session is neither accepted nor refused (503, not 401), and a
+// sign-out says it failed rather than pretend the sessions ended.
+func TestDashboardSessionStoreDown(t *testing.T) {
+	e := newEnv(t, Options{Token: "tok-123"})
+	e.token = ""
+	cookie := sessionCookie + "=" + sessionOf(t, e.login("tok-123")).Value
+	if err := e.st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, e.do("GET", "/v1/stats", "", "Cookie", cookie), 503, "unavailable", "")
+	if r := e.do("GET", "/", "", "Cookie", cookie); r.status != 503 {
+		t.Errorf("dashboard with the store down: %d", r.status)
+	}
+	res, err := noRedirect(e).Do(mustRequest(t, "POST", e.srv.URL+"/ui/logout", "Cookie", cookie))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 503 || !strings.Contains(string(b), "Signing out failed") {
+		t.Errorf("sign-out with the store down: %d %s", res.StatusCode, b)
+	}
+	if res := e.login("tok-123"); res.StatusCode != 503 || len(res.Cookies()) != 0 {
+		t.Errorf("sign-in with the store down: %d, cookies %v", res.StatusCode, res.Cookies())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/redrivehq/redrive"
 )
@@ -192,6 +193,9 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 	n := 0
 	for {
 		for _, j := range res.Jobs {
+			// A reader that takes in nothing for writeTimeout is cut off;
+			// one that keeps reading gets the whole export.
+			_ = rc.SetWriteDeadline(time.Now().Add(a.writeTimeout))
 			e, m := redrive.ExportedFiles(j)
 			if err := enc.Encode(ExportLine{Job: j, Error: e, Metadata: m}); err != nil {
 				// The client went away.

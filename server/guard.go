@@ -105,23 +105,72 @@ func jsonContentType(r *http.Request) *apiError {
 // caller).
 var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 
-// loginThrottle limits sign-in attempts per client address: a burst of
-// loginBurst, then one every loginEvery.
+// loginThrottle limits guesses of the token per client (clientKey):
+// failed sign-ins and failed bearer checks take from one bucket per
+// client, a burst of loginBurst, then one every loginEvery. Once a
+// client's bucket is empty its next guesses are refused unchecked, right
+// or wrong, so that throttling tells a guesser nothing.
+//
+// It remembers at most maxThrottled clients; beyond them the clients it
+// has no bucket for share one overflow bucket, so that many addresses
+// neither grow the memory without bound nor get a burst each.
 type loginThrottle struct {
-	mu      sync.Mutex
-	clients map[string]*bucket
-	now     func() time.Time
+	mu       sync.Mutex
+	clients  map[string]*bucket
+	overflow bucket
+	// purged is when the full buckets were last forgotten.
+	purged time.Time
+	now    func() time.Time
 }
 
 const (
 	loginBurst   = 5
 	loginEvery   = 12 * time.Second // 5 a minute
-	maxThrottled = 10000            // client addresses remembered
+	maxThrottled = 10000            // clients remembered
 )
 
+// bucket is a client's guesses: tokens left at the time at. The zero
+// bucket is full (it has been refilling since the zero time).
 type bucket struct {
 	tokens float64
 	at     time.Time
+}
+
+// refill brings b's tokens up to now.
+func (b *bucket) refill(now time.Time) {
+	b.tokens = min(loginBurst, b.tokens+now.Sub(b.at).Seconds()/loginEvery.Seconds())
+	b.at = now
+}
+
+// bucketFor returns client's bucket, or the overflow bucket for a client
+// it has none for once it remembers maxThrottled. With create, a client
+// without one gets a new full bucket while there is room. t.mu is held.
+func (t *loginThrottle) bucketFor(client string, now time.Time, create bool) *bucket {
+	if t.clients == nil {
+		t.clients = map[string]*bucket{}
+	}
+	if b := t.clients[client]; b != nil {
+		return b
+	}
+	if len(t.clients) >= maxThrottled && now.Sub(t.purged) >= loginEvery {
+		// Forget the full buckets first: they throttle nobody. At most
+		// once per refill period, so that a flood of new addresses does
+		// not make every guess walk the whole table.
+		t.purged = now
+		for k, v := range t.clients {
+			if v.tokens+now.Sub(v.at).Seconds()/loginEvery.Seconds() >= loginBurst {
+				delete(t.clients, k)
+			}
+		}
+	}
+	if len(t.clients) >= maxThrottled {
+		return &t.overflow
+	}
+	b := &bucket{}
+	if create {
+		t.clients[client] = b
+	}
+	return b
 }
 
 // allow takes a token for the client, or says how long until one is free.
@@ -129,24 +178,8 @@ func (t *loginThrottle) allow(client string) (bool, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if t.clients == nil {
-		t.clients = map[string]*bucket{}
-	}
-	b := t.clients[client]
-	if b == nil {
-		if len(t.clients) >= maxThrottled {
-			// Forget the full buckets first: they throttle nobody.
-			for k, v := range t.clients {
-				if v.tokens+now.Sub(v.at).Seconds()/loginEvery.Seconds() >= loginBurst {
-					delete(t.clients, k)
-				}
-			}
-		}
-		b = &bucket{tokens: loginBurst, at: now}
-		t.clients[client] = b
-	}
-	b.tokens = min(loginBurst, b.tokens+now.Sub(b.at).Seconds()/loginEvery.Seconds())
-	b.at = now
+	b := t.bucketFor(client, now, true)
+	b.refill(now)
 	if b.tokens >= 1 {
 		b.tokens--
 		return true, 0
@@ -155,10 +188,96 @@ func (t *loginThrottle) allow(client string) (bool, time.Duration) {
 	return false, wait
 }
 
+// guess runs check, the constant-time comparison of a token a client
+// presented, unless the client's guesses are used up: then allowed is
+// false, wait says how long until the next one, and check is not run. A
+// failed check takes one guess; a right one takes nothing, so a client
+// that knows the token is never slowed down. The check runs under the
+// throttle's lock, so that concurrent guesses cannot outrun the count.
+func (t *loginThrottle) guess(client string, check func() bool) (allowed, right bool, wait time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	b := t.bucketFor(client, now, false)
+	b.refill(now)
+	if b.tokens < 1 {
+		return false, false, time.Duration((1 - b.tokens) * float64(loginEvery))
+	}
+	if check() {
+		return true, true, 0
+	}
+	b = t.bucketFor(client, now, true)
+	b.refill(now)
+	b.tokens--
+	return true, false, 0
+}
+
 // clientAddr is the address a request came from, without its port.
 func clientAddr(r *http.Request) string {
 	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		return h
 	}
 	return r.RemoteAddr
+}
+
+// trustedProxy reports whether ip is one of the trusted proxies.
+func (a *api) trustedProxy(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, p := range a.trusted {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxForwardedHops bounds how many X-Forwarded-For entries clientKey
+// walks.
+const maxForwardedHops = 20
+
+// clientKey names the client a request came from, for the throttle: its
+// address; behind a trusted proxy, the address the proxies say they
+// forwarded for (the last X-Forwarded-For entry that is not itself a
+// trusted proxy), so that the clients behind a proxy do not share its
+// bucket; an IPv6 address by its /64, which one client usually holds
+// whole.
+func (a *api) clientKey(r *http.Request) string {
+	ip, err := netip.ParseAddr(clientAddr(r))
+	if err != nil {
+		return clientAddr(r)
+	}
+	ip = ip.Unmap()
+	if len(a.trusted) > 0 && a.trustedProxy(ip) {
+		ip = forwardedFor(ip, r.Header.Values("X-Forwarded-For"), a.trustedProxy)
+	}
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// forwardedFor walks the X-Forwarded-For values from the right (the
+// entry the nearest proxy added) while the entries are trusted proxies,
+// and returns the first that is not: the client. A malformed entry ends
+// the walk at the last address known good, as does the end of the list.
+func forwardedFor(peer netip.Addr, values []string, trusted func(netip.Addr) bool) netip.Addr {
+	hops := 0
+	for i := len(values) - 1; i >= 0; i-- {
+		entries := strings.Split(values[i], ",")
+		for j := len(entries) - 1; j >= 0; j-- {
+			if hops++; hops > maxForwardedHops {
+				return peer
+			}
+			ip, err := netip.ParseAddr(strings.TrimSpace(entries[j]))
+			if err != nil {
+				return peer
+			}
+			peer = ip.Unmap()
+			if !trusted(peer) {
+				return peer
+			}
+		}
+	}
+	return peer
 }

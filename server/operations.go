@@ -248,6 +248,9 @@ func (a *api) startBody(w http.ResponseWriter, r *http.Request, in any) (waitEnd
 func (a *api) answerStarted(w http.ResponseWriter, r *http.Request, op *redrive.Operation, waitEnd bool) error {
 	if waitEnd {
 		final, err := a.ops.wait(r.Context(), op.ID)
+		// The wait may have outlasted the deadline set when the request
+		// came: the answer gets one of its own.
+		a.extendWrite(w)
 		if err != nil {
 			return err
 		}
@@ -501,7 +504,8 @@ func (a *api) exportDead(w http.ResponseWriter, r *http.Request) error {
 	if in.Dir == "" || !filepath.IsLocal(in.Dir) {
 		return badRequest("dir", "dir must be a relative folder under the server's export folder, without \"..\", got %q", clip(in.Dir))
 	}
-	req := redrive.OperationRequest{Kind: OperationExport, Batch: in.Batch, Dir: filepath.Join(a.ops.exportDir, in.Dir)}
+	req := redrive.OperationRequest{Kind: OperationExport, Batch: in.Batch, Dir: filepath.Join(a.ops.exportDir, in.Dir),
+		Root: a.ops.exportDir}
 	if in.Filter != nil {
 		f, err := in.Filter.toFilter("filter.")
 		if err != nil {

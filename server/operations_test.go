@@ -388,7 +388,7 @@ func TestOperationAuth(t *testing.T) {
 	ids := e.buryMany("x", "boom", 1)
 	op := e.start("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, ids[0]))
 	e.token = ""
-	for _, c := range []struct{ method, path string }{
+	for i, c := range []struct{ method, path string }{
 		{"GET", "/v1/operations"},
 		{"GET", "/v1/operations/" + op.ID},
 		{"DELETE", "/v1/operations/" + op.ID},
@@ -402,7 +402,10 @@ func TestOperationAuth(t *testing.T) {
 		{"POST", "/v1/dlq/redrive"},
 	} {
 		wantErr(t, e.do(c.method, c.path, ""), 401, "unauthorized", "")
-		wantErr(t, e.do(c.method, c.path, "", "Authorization", "Bearer wrong"), 401, "unauthorized", "")
+		// A wrong token is refused (each from an address of its own, so
+		// that the guesses are not throttled).
+		wantErr(t, serveFrom(e.api, fmt.Sprintf("192.0.2.%d:1000", i+1), c.method, c.path, "Authorization", "Bearer wrong"),
+			401, "unauthorized", "")
 	}
 	e.token = "tok"
 	if got := e.await(op); got.State != OperationDone {
@@ -547,7 +550,7 @@ func TestExportOperation(t *testing.T) {
 	e := newEnv(t, Options{})
 	wantErr(t, e.do("POST", "/v1/dlq/export", `{"all":true,"dir":"x"}`), 403, "export_disabled", "dir")
 
-	root := t.TempDir()
+	root := filepath.Join(t.TempDir(), "made-on-first-export")
 	e = newEnv(t, Options{ExportDir: root})
 	e.runWorker()
 	ids := e.buryMany("x", "boom", 3)
@@ -564,6 +567,40 @@ func TestExportOperation(t *testing.T) {
 	for _, id := range ids {
 		if _, err := os.Stat(filepath.Join(root, "nightly", "out", strconv.FormatInt(id, 10), "metadata.json")); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestExportSymlinkConfined: a symbolic link inside the export folder
+// does not lead a folder export out of it, whether it names the folder
+// exported to, one of its parents or a job's folder: the export fails
+// and nothing is written outside.
+func TestExportSymlinkConfined(t *testing.T) {
+	root, elsewhere := t.TempDir(), t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, Options{ExportDir: root})
+	e.runWorker()
+	ids := e.buryMany("x", "boom", 2)
+	if err := os.MkdirAll(filepath.Join(root, "jobs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(root, "jobs", strconv.FormatInt(ids[0], 10))); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"link/x", "link", "jobs"} {
+		var ob operationBody
+		e.want(e.do("POST", "/v1/dlq/export?wait=true", `{"filter":{"queue":"x"},"dir":"`+dir+`"}`), 200, &ob)
+		if op := ob.Operation; op.State != OperationFailed || op.Exported != 0 {
+			t.Errorf("export to %s through a symbolic link: %+v", dir, op)
+		}
+		left, err := os.ReadDir(elsewhere)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) != 0 {
+			t.Fatalf("export to %s wrote outside the export folder: %v", dir, left)
 		}
 	}
 }

@@ -35,7 +35,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redrivehq/redrive"
@@ -87,14 +86,26 @@ type Options struct {
 	// its listen host, plus --allowed-host.
 	AllowedHosts []string
 	// TrustedProxies are the addresses of reverse proxies whose
-	// X-Forwarded-Proto header is believed: a dashboard session cookie is
-	// marked Secure when the request came over TLS, or through one of
-	// them over https.
+	// X-Forwarded-Proto and X-Forwarded-For headers are believed: a
+	// dashboard session cookie is marked Secure when the request came over
+	// TLS, or through one of them over https; and the throttle of token
+	// guesses counts the client a request came from through them (the
+	// last X-Forwarded-For entry that is not one of them), not the proxy.
 	TrustedProxies []netip.Prefix
+	// WriteTimeout bounds how long a response may wait on a client that
+	// takes none of it in (default DefaultWriteTimeout): every request
+	// gets a write deadline that far ahead, which the NDJSON export moves
+	// on before each job and an answer that waited (?wait=true) before it
+	// is written, so that a slow reader never holds a handler (and a
+	// connection) for good, while a long export or wait still completes.
+	// It overrides the http.Server's WriteTimeout for the API's routes.
+	WriteTimeout time.Duration
 }
 
 // Limits of the API.
 const (
+	// DefaultWriteTimeout is the default of Options.WriteTimeout.
+	DefaultWriteTimeout = time.Minute
 	// DefaultMaxBody is the default bound on a request body.
 	DefaultMaxBody int64 = 1 << 20
 	// MaxBatch bounds the jobs of one POST /v1/jobs/batch, well below
@@ -132,12 +143,11 @@ type api struct {
 	token    []byte
 	log      *slog.Logger
 	maxBody  int64
-	ops      *operations
-	trusted  []netip.Prefix
-	// epoch is part of every session cookie's MAC: signing out moves it,
-	// which ends every session started before.
-	epoch    atomic.Uint64
-	throttle loginThrottle
+	// writeTimeout is Options.WriteTimeout.
+	writeTimeout time.Duration
+	ops          *operations
+	trusted      []netip.Prefix
+	throttle     loginThrottle
 	// storeTrouble logs store outages once a minute.
 	storeTrouble troubleLog
 }
@@ -147,6 +157,7 @@ type api struct {
 type Server struct {
 	handler http.Handler
 	ops     *operations
+	api     *api
 }
 
 // ServeHTTP serves the API.
@@ -220,9 +231,12 @@ func New(opts Options) *Server {
 	if opts.MaxOperations <= 0 {
 		opts.MaxOperations = DefaultMaxOperations
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
 	a := &api{client: opts.Client, breakers: opts.Breakers, brokers: opts.Brokers, kafka: opts.Kafka, log: opts.Logger, maxBody: opts.MaxBody,
 		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger), trusted: opts.TrustedProxies,
-		throttle: loginThrottle{now: time.Now}}
+		throttle: loginThrottle{now: time.Now}, writeTimeout: opts.WriteTimeout}
 	if opts.Token != "" {
 		a.token = []byte(opts.Token)
 	}
@@ -290,7 +304,7 @@ func New(opts Options) *Server {
 	h := a.auth(a.route(mux))
 	h = crossOriginGuard(h)
 	h = hostGuard(opts.AllowedHosts, h)
-	return &Server{handler: a.recoverer(h), ops: a.ops}
+	return &Server{handler: a.writeDeadline(a.recoverer(h)), ops: a.ops, api: a}
 }
 
 // handlerFunc is a handler that returns its error for wrap to answer.
@@ -430,7 +444,16 @@ func (a *api) auth(next http.Handler) http.Handler {
 			return
 		}
 		h := r.Header.Get("Authorization")
-		if h == "" && a.validSession(r) {
+		session := false
+		if h == "" {
+			ok, err := a.validSession(r)
+			if err != nil {
+				writeError(w, a.toAPIError(r, err))
+				return
+			}
+			session = ok
+		}
+		if session {
 			if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get(csrfHeader) == "" {
 				writeError(w, &apiError{status: http.StatusForbidden, code: "csrf",
 					msg: "a request authorized by the dashboard's session cookie must carry the " + csrfHeader + " header"})
@@ -439,18 +462,76 @@ func (a *api) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		scheme, tok, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") ||
-			subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), a.token) != 1 {
+		if h == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
-			msg := "missing bearer token: send Authorization: Bearer <token>"
-			if h != "" {
-				msg = "invalid bearer token"
-			}
-			writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: msg})
+			writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized",
+				msg: "missing bearer token: send Authorization: Bearer <token>"})
 			return
 		}
-		next.ServeHTTP(w, r)
+		if a.checkBearer(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// checkBearer checks the request's Authorization header against the
+// token, through the throttle: a wrong one counts as a guess, and a client
+// whose guesses are used up is answered 429 unchecked. It answers the
+// refusals itself and reports whether the request may go on.
+func (a *api) checkBearer(w http.ResponseWriter, r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	client := a.clientKey(r)
+	allowed, right, wait := a.throttle.guess(client, func() bool { return a.rightBearer(h) })
+	switch {
+	case !allowed:
+		a.log.Warn("api: bearer token guesses throttled", "remote", r.RemoteAddr, "client", client, "retry_after", wait.Round(time.Second))
+		writeError(w, &apiError{status: http.StatusTooManyRequests, code: "too_many_attempts", retryAfter: int(wait/time.Second) + 1,
+			msg: "too many requests with a wrong bearer token from this address: wait, then send the right one"})
+		return false
+	case !right:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+		writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: "invalid bearer token"})
+		return false
+	}
+	return true
+}
+
+// bearerGiven reports whether the request carries the right bearer token
+// (a wrong one counts as a guess, for the throttle), without answering.
+func (a *api) bearerGiven(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return false
+	}
+	_, right, _ := a.throttle.guess(a.clientKey(r), func() bool { return a.rightBearer(h) })
+	return right
+}
+
+// rightBearer reports whether an Authorization header value carries the
+// token.
+func (a *api) rightBearer(h string) bool {
+	scheme, tok, ok := strings.Cut(h, " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), a.token) == 1
+}
+
+// RequireToken guards h, a handler served beside the API (such as
+// /metrics), with the API's bearer token (Options.Token), through the
+// same throttle of wrong guesses as the API and the dashboard's sign-in.
+// Without a token it returns h.
+func (s *Server) RequireToken(h http.Handler) http.Handler {
+	if s.api.token == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+			writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized",
+				msg: "missing bearer token: send Authorization: Bearer <token>"})
+			return
+		}
+		if s.api.checkBearer(w, r) {
+			h.ServeHTTP(w, r)
+		}
 	})
 }
 
@@ -494,6 +575,21 @@ func (c *capture) WriteHeader(s int) {
 func (c *capture) Write(b []byte) (int, error) {
 	c.WriteHeader(http.StatusOK)
 	return len(b), nil
+}
+
+// writeDeadline gives every response a write deadline writeTimeout ahead
+// (see Options.WriteTimeout).
+func (a *api) writeDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.extendWrite(w)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// extendWrite moves the response's write deadline writeTimeout ahead of
+// now; writers that cannot (a test's recorder) are left as they are.
+func (a *api) extendWrite(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(a.writeTimeout))
 }
 
 // recoverer turns a handler's panic into a 500 JSON answer and a log.
@@ -552,8 +648,14 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) error {
 	// would take jobs it cannot record.
 	if wh, ok := a.client.Store().(store.WriteHealth); ok {
 		if err := wh.WriteHealth(); err != nil {
-			return &apiError{status: http.StatusServiceUnavailable, code: "not_writable", retryAfter: 5,
-				msg: "the store's last write failed: " + err.Error()}
+			a.storeTrouble.log(a.log, "readiness: the store's last write failed", err)
+			// The reason names files, hosts or the database's own words:
+			// only for those who hold the token (readyz needs none).
+			msg := "the store's last write failed (the reason is in the server's log, and in this answer with the bearer token)"
+			if a.token == nil || a.bearerGiven(r) {
+				msg = "the store's last write failed: " + err.Error()
+			}
+			return &apiError{status: http.StatusServiceUnavailable, code: "not_writable", retryAfter: 5, msg: msg}
 		}
 	}
 	// A broker away does not make the API unready: the store, the API and

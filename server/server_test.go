@@ -44,7 +44,12 @@ func openStore(tb testing.TB) *sqlite.Store {
 
 func newEnv(t *testing.T, opts Options) *env {
 	t.Helper()
-	st := openStore(t)
+	return newEnvOn(t, openStore(t), opts)
+}
+
+// newEnvOn serves the API on st, as one more process on the store would.
+func newEnvOn(t *testing.T, st *sqlite.Store, opts Options) *env {
+	t.Helper()
 	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})
 	opts.Client = c
 	if opts.Logger == nil {

@@ -171,6 +171,10 @@ type OperationParams struct {
 	// Dir, for an export, is the folder the jobs are written to, on the
 	// machine of the runner.
 	Dir string `json:"dir,omitempty"`
+	// Root, for an export, when set, is the folder Dir lies under, which
+	// the runner writes through an os.Root opened on it, so that no
+	// symbolic link leads a write out of it.
+	Root string `json:"root,omitempty"`
 }
 
 // OperationProgress counts what an operation did.
@@ -498,6 +502,7 @@ type operationParamsJSON struct {
 	Note    string          `json:"note,omitempty"`
 	Payload json.RawMessage `json:"payload,omitempty"`
 	Dir     string          `json:"dir,omitempty"`
+	Root    string          `json:"root,omitempty"`
 }
 
 func optionalTime(t time.Time) *time.Time {
@@ -516,7 +521,7 @@ func (p OperationParams) MarshalJSON() ([]byte, error) {
 		Filter: filterJSON{States: f.States, Queue: f.Queue, Kind: f.Kind, Class: f.Class, Reason: f.Reason,
 			Fingerprint: f.Fingerprint, Since: optionalTime(f.Since), Until: optionalTime(f.Until),
 			ErrorContains: f.ErrorContains, IDs: f.IDs, PayloadField: f.PayloadField, PayloadValue: f.PayloadValue},
-		Batch: p.Batch, Rate: p.Rate, Note: p.Note, Payload: p.Payload, Dir: p.Dir,
+		Batch: p.Batch, Rate: p.Rate, Note: p.Note, Payload: p.Payload, Dir: p.Dir, Root: p.Root,
 	})
 }
 
@@ -531,7 +536,7 @@ func (p *OperationParams) UnmarshalJSON(b []byte) error {
 		Filter: Filter{States: f.States, Queue: f.Queue, Kind: f.Kind, Class: f.Class, Reason: f.Reason,
 			Fingerprint: f.Fingerprint, ErrorContains: f.ErrorContains, IDs: f.IDs, PayloadField: f.PayloadField,
 			PayloadValue: f.PayloadValue},
-		Batch: v.Batch, Rate: v.Rate, Note: v.Note, Payload: v.Payload, Dir: v.Dir,
+		Batch: v.Batch, Rate: v.Rate, Note: v.Note, Payload: v.Payload, Dir: v.Dir, Root: v.Root,
 	}
 	if f.Since != nil {
 		p.Filter.Since = f.Since.UTC()

@@ -802,6 +802,10 @@ type Store interface {
 	// (breakers.go).
 	Breakers
 
+	// Secrets keeps random secrets shared by the processes using the
+	// store, such as the dashboard's session key (secrets.go).
+	Secrets
+
 	// Close releases the store's resources. Calls after Close return
 	// ErrClosed.
 	Close() error

@@ -50,8 +50,8 @@ type serveConfig struct {
 	// AllowedHosts are host names the server answers to besides those of
 	// its listen address (see server.Options.AllowedHosts).
 	AllowedHosts []string
-	// TrustedProxies are the reverse proxies whose X-Forwarded-Proto is
-	// believed.
+	// TrustedProxies are the reverse proxies whose X-Forwarded-Proto and
+	// X-Forwarded-For are believed.
 	TrustedProxies []netip.Prefix
 	// HTTPAllowLinkLocal lets http jobs reach link-local and cloud metadata
 	// addresses.
@@ -191,7 +191,7 @@ var settings = append([]setting{
 		c.AllowedHosts = hosts
 		return err
 	}},
-	{name: "trusted-proxy", help: "addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto is believed, comma-separated", apply: func(c *serveConfig, v string) error {
+	{name: "trusted-proxy", help: "addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed (a Secure session cookie; the client the token-guess throttle counts), comma-separated", apply: func(c *serveConfig, v string) error {
 		ps, err := parsePrefixList(v)
 		c.TrustedProxies = ps
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -10,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -103,9 +103,10 @@ max_retry_after. The defaults are 3 retries (4 attempts), 1s doubling to at
 most 30s, +-10%: 1s, 2s, 4s. A job's own max_retries still wins.
 
 serve refuses to listen beyond loopback without a token of at least 16
-characters (--token or $REDRIVE_TOKEN); with one, the API and /metrics
-require "Authorization: Bearer <token>", and the dashboard asks for the
-token once. Without a token, on loopback, no web page can drive it: JSON
+characters (--token or $REDRIVE_TOKEN), and warns about one that looks
+guessable; with one, the API and /metrics require "Authorization: Bearer
+<token>", and the dashboard asks for the token once. Wrong tokens are
+throttled per client: 5, then one every 12 s. Without a token, on loopback, no web page can drive it: JSON
 bodies must be sent as Content-Type: application/json, a request a browser
 marks as cross-site or cross-origin may change nothing, and the server
 answers only to localhost, 127.0.0.1, [::1], the --addr host and the
@@ -149,6 +150,10 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	}
 	allowed := allowedHosts(host, cfg.AllowedHosts)
 	log := slog.New(durationText(newLogHandler(logOut, cfg.LogFormat, cfg.LogLevel)))
+	if cfg.Token != "" && weakToken(cfg.Token) {
+		log.Warn("the token looks guessable (few distinct characters for its length): "+
+			"use a generated one, e.g. the output of `openssl rand -hex 24`", "bits_at_most", int(tokenBits(cfg.Token)))
+	}
 
 	// Listen first, so that while the store opens (PostgreSQL may not be
 	// up yet: see --database-wait) the process answers: /healthz 200,
@@ -164,9 +169,13 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Slow readers: the API moves its own deadline on (a minute
+		// without progress, see server.Options.WriteTimeout); this bounds
+		// the rest (/metrics, the answers while the store opens).
+		WriteTimeout:   2 * time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
@@ -264,7 +273,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// before the store closes.
 	api := server.New(server.Options{Client: client, Breakers: worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx, ExportDir: cfg.ExportDir,
 		AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: managed, Kafka: kept})
-	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, managed, kept, cfg.Token, log)))
+	handler.set(server.HostGuard(allowed, serveMux(api, client, worker.Breakers(), attempts, managed, kept, log)))
 
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorker()
@@ -567,13 +576,14 @@ func startingHandler(reason string) http.Handler {
 // The metrics are the store's statistics, the breakers, the attempt
 // histograms of the worker's observer, and the managed RabbitMQ queues'
 // and kept Kafka topics' metrics.
-func serveMux(api http.Handler, client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer,
-	managed server.Brokers, kept server.KafkaTopics, token string, log *slog.Logger) http.Handler {
+func serveMux(api *server.Server, client *redrive.Client, breakers *breaker.Registry, attempts *metrics.Observer,
+	managed server.Brokers, kept server.KafkaTopics, log *slog.Logger) http.Handler {
 	reg := serveRegistry(client, breakers, attempts, log)
 	registerBrokers(reg, managed)
 	registerKafka(reg, kept)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", requireToken(token, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	// The API's bearer token, through the API's throttle of wrong guesses.
+	mux.Handle("/metrics", api.RequireToken(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError})))
 	mux.Handle("/", api)
 	return mux
@@ -590,6 +600,27 @@ func describeBudget(cfg *serveConfig) string {
 // minRemoteToken is the shortest token serve accepts when it listens
 // beyond loopback.
 const minRemoteToken = 16
+
+// tokenBits bounds from above the entropy of a token, in bits: its
+// length times log2 of how many distinct characters it uses. A token made
+// of few characters (a repeated word, a run of one key) scores low
+// however long it is; a generated one scores about its true entropy.
+func tokenBits(token string) float64 {
+	distinct := map[rune]bool{}
+	n := 0
+	for _, r := range token {
+		distinct[r] = true
+		n++
+	}
+	if len(distinct) < 2 {
+		return 0
+	}
+	return float64(n) * math.Log2(float64(len(distinct)))
+}
+
+// weakToken reports a token worth a warning: under 48 bits by tokenBits
+// (a random 16-character hex token has about 53).
+func weakToken(token string) bool { return tokenBits(token) < 48 }
 
 // allowedHosts are the host names serve answers to: on loopback, the
 // loopback names, the listen host and the --allowed-host names; beyond
@@ -619,20 +650,4 @@ func dashboardURL(addr net.Addr) string {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port) + "/"
-}
-
-// requireToken guards h with the bearer token, when there is one.
-func requireToken(token string, h http.Handler) http.Handler {
-	if token == "" {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
-			http.Error(w, "unauthorized: send Authorization: Bearer <token>", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }

@@ -474,3 +474,36 @@ func grepLines(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestServeMetricsGuessesThrottled: wrong bearer tokens on /metrics count
+// against the API's throttle: after five, /metrics and the API answer 429.
+func TestServeMetricsGuessesThrottled(t *testing.T) {
+	const token = "tok"
+	base, _ := startServe(t, "--token", token)
+	for i := range 5 {
+		if code, b := call(t, "GET", base+"/metrics", "wrong", ""); code != http.StatusUnauthorized {
+			t.Fatalf("wrong guess %d on /metrics: %d %s", i+1, code, b)
+		}
+	}
+	if code, b := call(t, "GET", base+"/metrics", "wrong", ""); code != http.StatusTooManyRequests {
+		t.Fatalf("sixth wrong guess on /metrics: %d %s, want 429", code, b)
+	}
+	if code, b := call(t, "GET", base+"/v1/stats", "wrong", ""); code != http.StatusTooManyRequests {
+		t.Fatalf("a wrong guess on the API after five on /metrics: %d %s, want 429", code, b)
+	}
+}
+
+// TestWeakToken: tokens of few distinct characters are flagged, generated
+// ones are not.
+func TestWeakToken(t *testing.T) {
+	for _, tok := range []string{"aaaaaaaaaaaaaaaaaaaaaaaa", "passwordpassword", "abababababababababab", "tok", "1234512345123451"} {
+		if !weakToken(tok) {
+			t.Errorf("%q (%.0f bits at most) not flagged", tok, tokenBits(tok))
+		}
+	}
+	for _, tok := range []string{"3f9c2a7be1d04c58a6e2f9b1", "0123456789abcdef-token", "c0rrect-H0rse-battery-Staple", "Zk8v_Qw2-Lp9xR4tYb7nM3sD"} {
+		if weakToken(tok) {
+			t.Errorf("%q (%.0f bits) flagged", tok, tokenBits(tok))
+		}
+	}
+}

@@ -137,6 +137,8 @@ var subtests = []subtest{
 	{"BreakersInvalid", testBreakersInvalid},
 	{"BreakersConcurrent", testBreakersConcurrent},
 	{"BreakersClosed", testBreakersClosed},
+	{"Secrets", testSecrets},
+	{"SecretsConcurrent", testSecretsConcurrent},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

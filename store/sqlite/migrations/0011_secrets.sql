@@ -1,0 +1,10 @@
+-- redrive SQLite schema v11.
+--
+-- Random secrets shared by the processes using the store (store.Secrets),
+-- one row per name: the key that signs the dashboard's session cookies,
+-- replaced when someone signs out, so that every session ends in every
+-- process, and stays ended across restarts.
+CREATE TABLE secrets (
+    name  TEXT NOT NULL PRIMARY KEY,
+    value BLOB NOT NULL
+) WITHOUT ROWID;
