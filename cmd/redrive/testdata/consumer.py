@@ -22,15 +22,21 @@ Every delivery is written as a JSON line to the file named by argv[4]:
 {"id", "at" (seconds since the epoch), "action", "body" (hex),
 "attempt", "redriven", "content_type"}.
 
-Usage: consumer.py AMQP_URL QUEUE FAILURE_EXCHANGE LOG_FILE
+With a fifth argument, GATE_FILE, each delivery waits while that file is
+absent: a test removes it to hold the consumer mid-stream, with messages
+still queued, and creates it again to let it go on.
+
+Usage: consumer.py AMQP_URL QUEUE FAILURE_EXCHANGE LOG_FILE [GATE_FILE]
 """
 import json
+import os
 import sys
 import time
 
 import pika
 
 url, queue, exchange, log_path = sys.argv[1:5]
+gate = sys.argv[5] if len(sys.argv) > 5 else None
 log = open(log_path, "a", buffering=1)
 seen = {}
 
@@ -56,6 +62,8 @@ def decide(mid, n, headers):
 
 
 def on_message(ch, method, props, body):
+    while gate and not os.path.exists(gate):
+        time.sleep(0.01)
     mid = props.message_id or ""
     headers = dict(props.headers or {})
     seen[mid] = seen.get(mid, 0) + 1
@@ -84,8 +92,9 @@ while True:
         ch.basic_consume(queue, on_message)
         print("consuming", queue, flush=True)
         ch.start_consuming()
-    except (pika.exceptions.AMQPConnectionError, pika.exceptions.ChannelClosedByBroker) as e:
+    except pika.exceptions.AMQPError as e:
         # The queue may not be declared yet (serve declares it), or the
-        # broker restarted: try again.
+        # broker restarted (the connection lost, or the channel closed
+        # under an ack): try again.
         print("retrying:", repr(e), flush=True)
         time.sleep(0.2)
