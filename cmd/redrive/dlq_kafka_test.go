@@ -218,7 +218,7 @@ func TestKafkaDLQCommands(t *testing.T) {
 	}{
 		{[]string{"dlq", "ls", "--queue", "x"}, "--queue applies to the store's dead jobs, not to a Kafka dead-letter topic"},
 		{[]string{"dlq", "ls", "--from", "0:x"}, `--from: "0:x": offset "x": want an integer`},
-		{[]string{"dlq", "ls", "--from", "9:0"}, "--from names partition 9, but "+topic+"-dlt has 2 partition(s): 0 to 1"},
+		{[]string{"dlq", "ls", "--from", "9:0"}, "--from names partition 9, but " + topic + "-dlt has 2 partition(s): 0 to 1"},
 		{[]string{"dlq", "ls", "--limit", "1001"}, "--limit must be from 1 to 1000"},
 		{[]string{"dlq", "redrive"}, "say which dead letters to redrive"},
 		{[]string{"dlq", "redrive", "5"}, "no job ids"},
