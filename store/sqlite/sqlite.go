@@ -509,14 +509,20 @@ func storeWide(err error) bool {
 
 // noteWrite records how the last write ended, for WriteHealth, and
 // returns err. Request errors (validation, not found) say nothing of the
-// store's health.
+// store's health. A lock error does not replace another failure (a full
+// disk, I/O): the write ended before it could tell whether that one is
+// over, and the lock error is cleared by any transaction that takes the
+// lock, the other only by one that changes rows (see inTx). Only the
+// writer goroutine calls it.
 func (s *Store) noteWrite(err error) error {
 	if err != nil && isRequestError(err) {
 		return err
 	}
-	if err == nil {
+	switch p := s.lastWrite.Load(); {
+	case err == nil:
 		s.lastWrite.Store(nil)
-	} else {
+	case isLockError(err) && p != nil && !isLockError(*p):
+	default:
 		s.lastWrite.Store(&err)
 	}
 	return err
