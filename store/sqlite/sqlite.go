@@ -83,10 +83,12 @@ type Options struct {
 	// due (see writer.go).
 	EnqueueRows int
 	// BusyTimeout is how long a connection waits for a lock another
-	// process holds on the database before the write (or read) fails
-	// with store.ErrUnavailable (default 10s). The failed write fails
-	// every request of its transaction at once, WriteHealth reports it,
-	// and the API answers 503 with Retry-After until a write succeeds.
+	// process holds on the database (default 10s). A write that waits
+	// longer fails with store.ErrUnavailable, and so does every request
+	// of its transaction, at once (the API answers them 503 with
+	// Retry-After); WriteHealth reports it until a transaction takes the
+	// lock again. Reads, which in WAL mode do not wait for a writer,
+	// return SQLite's error as it is.
 	BusyTimeout time.Duration
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
