@@ -334,13 +334,14 @@ func (b *Breaker) shareRunBroken() {
 }
 
 // countsLocked returns the failures and completed calls within the window
-// ending at now (calls only in ratio mode). After a trip it returns the
-// counts that tripped the breaker.
+// ending at now (calls only in ratio mode), or where the window stands if
+// the clock went back. After a trip it returns the counts that tripped
+// the breaker.
 func (b *Breaker) countsLocked(now time.Time) (failures, requests int) {
 	rel := b.rel(now)
 	if b.ratio {
 		win := b.win.Load()
-		reqs, fails := win.sum(win.epochOf(rel))
+		reqs, fails := win.sum(win.epochOf(win.advance(rel)))
 		return int(fails), int(reqs)
 	}
 	cut := rel - int64(b.cfg.window)

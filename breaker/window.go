@@ -36,12 +36,14 @@ type window struct {
 	buckets [numBuckets]bucket
 	// latest is the latest relative time a failure or a read placed the
 	// window at, so that a clock that goes back does not move the window
-	// back; under the breaker's lock.
-	latest int64
+	// back. Written under the breaker's lock; successes read it lock-free
+	// and are counted no earlier (see addSuccess).
+	latest atomic.Int64
 }
 
 func newWindow(d time.Duration) *window {
-	w := &window{width: max(int64(d)/numBuckets, 1), latest: math.MinInt64}
+	w := &window{width: max(int64(d)/numBuckets, 1)}
+	w.latest.Store(math.MinInt64)
 	for i := range w.buckets {
 		w.buckets[i].epoch.Store(math.MinInt64) // matches no epoch
 	}
@@ -52,19 +54,25 @@ func newWindow(d time.Duration) *window {
 // went back, and returns the relative time it now stands at. The caller
 // holds the breaker's lock.
 func (w *window) advance(rel int64) int64 {
-	w.latest = max(w.latest, rel)
-	return w.latest
+	if l := w.latest.Load(); rel < l {
+		return l
+	}
+	w.latest.Store(rel)
+	return rel
 }
 
-// addSuccess counts a success recorded at rel. It takes no lock when rel's
-// bucket already holds rel's epoch, and lock (the breaker's) to roll the
-// bucket on to a new epoch. A success whose clock reading is a whole
-// window older than the bucket's epoch is not counted. (An adder that
+// addSuccess counts a success recorded at rel, or at the window's latest
+// time if the clock reads earlier (it went back, or a failure read it
+// later and was counted first): a success recorded after a failure is
+// never dated before it, so it breaks the run of failures in a row
+// (succeededSince) and stays in the window as long as the failure. It
+// takes no lock when the bucket already holds the success's epoch, and
+// lock (the breaker's) to roll the bucket on to a new epoch. (An adder that
 // stalls for a whole window between its epoch check and its add counts in
 // the bucket's new epoch: a miscount of one call that needs a stall of the
 // window's length.)
 func (w *window) addSuccess(rel int64, lock *sync.Mutex) {
-	e := w.epochOf(rel)
+	e := w.epochOf(max(rel, w.latest.Load()))
 	bk := w.at(e)
 	if bk.epoch.Load() == e {
 		bk.reqs.Add(1)

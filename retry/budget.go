@@ -45,15 +45,17 @@ type BudgetConfig struct {
 //
 // A retry counts in the window where it is scheduled, pushed out or not,
 // and not again where its slot falls: retries within budget do not queue
-// behind the pushed-out backlog, so over any window at most allowed retries
-// pass unchanged and at most allowed+1 pushed-out ones reach their slots.
-// Right after a burst, while its backlog lasts, retries can start at up to
-// twice the budget's rate; that is the price of keeping new failures'
-// delays as their policy says (see docs/design.md, "Retry budget").
+// behind the pushed-out backlog, so over any window of whole buckets at
+// most allowed retries pass unchanged and at most allowed+1 pushed-out
+// ones reach their slots. Right after a burst, while its backlog lasts,
+// retries can start at up to twice the budget's rate; that is the price of
+// keeping new failures' delays as their policy says (see docs/design.md,
+// "Retry budget").
 //
 // Counts are kept in a ring of buckets, so the window slides in steps of
-// Window/10. A Budget is safe for concurrent use. Create one with
-// [NewBudget]; a nil *Budget allows every retry unchanged.
+// Window/10: a span of Window that straddles bucket edges may see up to
+// 2*allowed retries pass unchanged. A Budget is safe for concurrent use.
+// Create one with [NewBudget]; a nil *Budget allows every retry unchanged.
 type Budget struct {
 	ratio      float64
 	minRetries int

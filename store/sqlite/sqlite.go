@@ -83,10 +83,12 @@ type Options struct {
 	// due (see writer.go).
 	EnqueueRows int
 	// BusyTimeout is how long a connection waits for a lock another
-	// process holds on the database before the write (or read) fails
-	// with store.ErrUnavailable (default 10s). The failed write fails
-	// every request of its transaction at once, WriteHealth reports it,
-	// and the API answers 503 with Retry-After until a write succeeds.
+	// process holds on the database (default 10s). A write that waits
+	// longer fails with store.ErrUnavailable, and so does every request
+	// of its transaction, at once (the API answers them 503 with
+	// Retry-After); WriteHealth reports it until a transaction takes the
+	// lock again. Reads, which in WAL mode do not wait for a writer,
+	// return SQLite's error as it is.
 	BusyTimeout time.Duration
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
@@ -509,14 +511,20 @@ func storeWide(err error) bool {
 
 // noteWrite records how the last write ended, for WriteHealth, and
 // returns err. Request errors (validation, not found) say nothing of the
-// store's health.
+// store's health. A lock error does not replace another failure (a full
+// disk, I/O): the write ended before it could tell whether that one is
+// over, and the lock error is cleared by any transaction that takes the
+// lock, the other only by one that changes rows (see inTx). Only the
+// writer goroutine calls it.
 func (s *Store) noteWrite(err error) error {
 	if err != nil && isRequestError(err) {
 		return err
 	}
-	if err == nil {
+	switch p := s.lastWrite.Load(); {
+	case err == nil:
 		s.lastWrite.Store(nil)
-	} else {
+	case isLockError(err) && p != nil && !isLockError(*p):
+	default:
 		s.lastWrite.Store(&err)
 	}
 	return err
