@@ -129,6 +129,10 @@ type Consumer struct {
 	parts   map[tpKey]*partition
 
 	stats counters
+
+	// endTimeout bounds an exactly-once transaction's produces, and then
+	// its end (a minute; tests shorten it).
+	endTimeout time.Duration
 }
 
 // topicState is what the consumer knows of one topic it consumes.
@@ -206,7 +210,8 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 		}
 	}
 	exec := redrive.NewExecutor(opts.Executor)
-	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{}}
+	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{},
+		endTimeout: time.Minute}
 	names := make([]string, 0, len(opts.Topics))
 	for name := range opts.Topics {
 		names = append(names, name)
