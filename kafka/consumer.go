@@ -583,17 +583,32 @@ func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState
 	}
 	if ts.tier != 0 {
 		// A retry is never early: wait for its due time, the partition
-		// paused meanwhile; a wait much longer than this tier's delay
-		// moves on to a longer tier instead of holding the records
-		// behind it.
+		// paused meanwhile. A wait much longer than this tier's delay
+		// does not hold the records behind it: it moves on to a longer
+		// tier, or, when none fits (the top tier, a long Snooze or
+		// Retry-After), waits until it has spent its tier's delay here
+		// and goes round the tier again.
 		if rem := time.Until(st.due); rem > 0 {
-			if rem > ts.tier+ts.tier/2 && m.topo.tierFor(rem) > ts.tier {
-				m.stats.hops.Add(1)
-				return forwarded(r, m.topo.TierTopic(m.topo.tierFor(rem)), nil), true
-			}
-			m.stats.waits.Add(1)
-			if !wait(rem) {
-				return nil, false
+			if rem > ts.tier+ts.tier/2 {
+				if longer := m.topo.tierFor(rem); longer > ts.tier {
+					m.stats.hops.Add(1)
+					return forwarded(r, m.topo.TierTopic(longer), nil), true
+				}
+				if hold := min(time.Until(r.Timestamp.Add(ts.tier)), ts.tier); hold > 0 {
+					m.stats.waits.Add(1)
+					if !wait(hold) {
+						return nil, false
+					}
+				}
+				if time.Until(st.due) > 0 {
+					m.stats.hops.Add(1)
+					return forwarded(r, r.Topic, nil), true
+				}
+			} else {
+				m.stats.waits.Add(1)
+				if !wait(rem) {
+					return nil, false
+				}
 			}
 		}
 	}

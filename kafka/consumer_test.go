@@ -161,3 +161,46 @@ func TestMainFlowsWhileRetryWaits(t *testing.T) {
 		t.Errorf("order %v: the 20 records after slow must run while it waits", order)
 	}
 }
+
+// TestLongWaitDoesNotHoldTopTier: a record snoozed for an hour lands in
+// the only (top) tier; it goes round the tier instead of waiting there,
+// so a record snoozed for 100 ms behind it runs. (It waited out its hour
+// with the partition paused, holding every record behind it.)
+func TestLongWaitDoesNotHoldTopTier(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{200 * time.Millisecond}}},
+		Executor: redrive.ExecutorOptions{Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &attempts{}
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		r, _ := kafka.RecordOf(ctx)
+		k := string(r.Key)
+		switch n := seen.add(k); {
+		case k == "long":
+			return redrive.Snooze(time.Hour)
+		case n == 1:
+			return redrive.Snooze(100 * time.Millisecond)
+		}
+		return nil
+	})
+	running(t, cons)
+	cl := c.client(t)
+	for _, k := range []string{"long", "short"} {
+		r, _ := kafka.NewRecord(topic, "job", k, []byte(k))
+		c.produce(t, cl, r)
+	}
+	eventually(t, "the short snooze ran again behind the long one", 30*time.Second, func() bool {
+		return len(seen.of("short")) == 2
+	})
+	if n := len(seen.of("long")); n != 1 {
+		t.Errorf("long ran %d times, want once: it is not due for an hour", n)
+	}
+	if s := cons.Stats()[topic]; s.Hops == 0 {
+		t.Errorf("stats %+v: the long wait never went round its tier", s)
+	}
+}
