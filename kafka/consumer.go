@@ -93,6 +93,15 @@ type ConsumerOptions struct {
 	// canceled (default 30s); their records are consumed again, by this
 	// group, without using an attempt.
 	ShutdownTimeout time.Duration
+	// MaxReadAhead and MaxReadAheadBytes bound, per partition, the
+	// records polled but not yet handled in AtLeastOnce mode (defaults
+	// DefaultMaxReadAhead, DefaultMaxReadAheadBytes): past either, the
+	// partition's fetching pauses until half of them are handled. A
+	// fetch already returned is kept whole, so a partition may hold one
+	// fetch (kgo.FetchMaxPartitionBytes) more. ExactlyOnce handles each
+	// polled batch before it polls again.
+	MaxReadAhead      int
+	MaxReadAheadBytes int
 	// MaxHistory and MaxHistoryBytes bound the history a record carries
 	// (defaults DefaultMaxHistory, DefaultMaxHistoryBytes).
 	MaxHistory      int
@@ -184,6 +193,12 @@ type topicCounters struct {
 
 type counters struct{ rebalances atomic.Int64 }
 
+// The read-ahead of a partition in AtLeastOnce mode, by default.
+const (
+	DefaultMaxReadAhead      = 500
+	DefaultMaxReadAheadBytes = 4 << 20
+)
+
 // NewConsumer returns a consumer of opts.Topics.
 func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	if len(opts.Brokers) == 0 {
@@ -200,6 +215,12 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	if opts.MaxHistory <= 0 {
 		opts.MaxHistory = DefaultMaxHistory
+	}
+	if opts.MaxReadAhead <= 0 {
+		opts.MaxReadAhead = DefaultMaxReadAhead
+	}
+	if opts.MaxReadAheadBytes <= 0 {
+		opts.MaxReadAheadBytes = DefaultMaxReadAheadBytes
 	}
 	if opts.MaxHistoryBytes <= 0 {
 		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
@@ -492,6 +513,10 @@ type partition struct {
 
 	mu      sync.Mutex
 	queue   []*kgo.Record
+	bytes   int  // of the records queued
+	full    bool // the read-ahead reached its bound: fetching paused
+	waiting bool // a tier record waits for its due time: fetching paused
+	paused  bool // fetching is paused (full or waiting)
 	wake    chan struct{}
 	quit    chan struct{}
 	stopped sync.Once
@@ -507,15 +532,48 @@ func newPartition(c *Consumer, cl *kgo.Client, ts *topicState, topic string, id 
 		done: make(chan struct{}), hardCtx: hctx, hardCancel: hcancel}
 }
 
-// push queues polled records; it never blocks the poll loop.
+// push queues polled records; it never blocks the poll loop, but pauses
+// the partition's fetching once the queue reaches its bound.
 func (p *partition) push(rs []*kgo.Record) {
 	p.mu.Lock()
 	p.queue = append(p.queue, rs...)
+	for _, r := range rs {
+		p.bytes += recordSize(r)
+	}
+	if !p.full && (len(p.queue) >= p.c.opts.MaxReadAhead || p.bytes >= p.c.opts.MaxReadAheadBytes) {
+		p.full = true
+		p.pauseLocked()
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// recordSize is what a queued record holds in memory, about.
+func recordSize(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value) + len(r.Topic) + 128
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 32
+	}
+	return n
+}
+
+// pauseLocked pauses or resumes the partition's fetching as full and
+// waiting say; p.mu is held.
+func (p *partition) pauseLocked() {
+	want := p.full || p.waiting
+	if want == p.paused {
+		return
+	}
+	tp := map[string][]int32{p.topic: {p.id}}
+	if want {
+		p.cl.PauseFetchPartitions(tp)
+	} else {
+		p.cl.ResumeFetchPartitions(tp)
+	}
+	p.paused = want
 }
 
 func (p *partition) stop() { p.stopped.Do(func() { close(p.quit) }) }
@@ -534,12 +592,25 @@ func (p *partition) stopping() bool {
 func (p *partition) run() {
 	defer close(p.done)
 	defer p.hardCancel(nil)
+	defer func() {
+		// A partition assigned again must fetch.
+		p.mu.Lock()
+		p.full, p.waiting = false, false
+		p.pauseLocked()
+		p.mu.Unlock()
+	}()
 	for {
 		p.mu.Lock()
 		var r *kgo.Record
 		if len(p.queue) > 0 {
 			r = p.queue[0]
+			p.queue[0] = nil
 			p.queue = p.queue[1:]
+			p.bytes -= recordSize(r)
+			if p.full && len(p.queue) <= p.c.opts.MaxReadAhead/2 && p.bytes <= p.c.opts.MaxReadAheadBytes/2 {
+				p.full = false
+				p.pauseLocked()
+			}
 		}
 		p.mu.Unlock()
 		if r == nil {
@@ -621,9 +692,16 @@ func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState
 
 // wait waits d with the partition paused; false if stopped meanwhile.
 func (p *partition) wait(d time.Duration) bool {
-	tp := map[string][]int32{p.topic: {p.id}}
-	p.cl.PauseFetchPartitions(tp)
-	defer p.cl.ResumeFetchPartitions(tp)
+	p.mu.Lock()
+	p.waiting = true
+	p.pauseLocked()
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.waiting = false
+		p.pauseLocked()
+		p.mu.Unlock()
+	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -203,4 +204,58 @@ func TestLongWaitDoesNotHoldTopTier(t *testing.T) {
 	if s := cons.Stats()[topic]; s.Hops == 0 {
 		t.Errorf("stats %+v: the long wait never went round its tier", s)
 	}
+}
+
+// TestReadAheadBounded: while a partition's handler is stuck, the
+// consumer stops fetching the partition once MaxReadAhead records are
+// queued, instead of polling the whole backlog into memory; once the
+// handler goes on, every record completes. (Every polled record joined
+// an unbounded queue.)
+func TestReadAheadBounded(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	const n, limit = 400, 20
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:       map[string]kafka.TopicOptions{topic: {Partitions: 1}},
+		MaxReadAhead: limit,
+		Executor:     redrive.ExecutorOptions{Logger: testLogger(t)},
+		// Small fetches: the bound is checked between them.
+		ClientOptions: []kgo.Opt{kgo.FetchMaxPartitionBytes(64 << 10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ensure(t, cons, topic)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	done := map[string]bool{}
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		<-release
+		mu.Lock()
+		done[string(j.Payload)] = true
+		mu.Unlock()
+		return nil
+	})
+	cl := c.client(t)
+	value := make([]byte, 8<<10)
+	for i := range n {
+		c.produce(t, cl, &kgo.Record{Topic: topic, Value: append([]byte(fmt.Sprint(i, "-")), value...),
+			Headers: []kgo.RecordHeader{{Key: kafka.HeaderKind, Value: []byte("job")}}})
+	}
+	running(t, cons)
+	eventually(t, "the first records polled", 30*time.Second, func() bool { return cons.Stats()[topic].Consumed > 0 })
+	// Real time passing is what is tested: the fetches the consumer would
+	// make meanwhile, were it not paused.
+	time.Sleep(2 * time.Second)
+	// The bound is checked between polls: one poll's records (here about
+	// 1 MiB) come whole.
+	if got := cons.Stats()[topic].Consumed; got >= n/2 {
+		t.Errorf("%d of %d records polled while the handler was stuck, want the read-ahead (%d) and one poll", got, n, limit)
+	}
+	close(release)
+	eventually(t, "every record completed", 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) == n
+	})
 }
