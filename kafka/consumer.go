@@ -139,6 +139,17 @@ type Consumer struct {
 
 	stats counters
 
+	// failed is the error that stops Run (nil: none); stopRun ends its
+	// poll loop.
+	failMu  sync.Mutex
+	failed  error
+	stopRun context.CancelFunc
+
+	// shrink counts, in exactly-once mode, the refusals as too large of
+	// a polled record's outcome (see smaller).
+	shrinkMu sync.Mutex
+	shrink   map[srcKey]int
+
 	// endTimeout bounds an exactly-once transaction's produces, and then
 	// its end (a minute; tests shorten it).
 	endTimeout time.Duration
@@ -324,7 +335,9 @@ func RecordOf(ctx context.Context) (*kgo.Record, bool) {
 // lets running handlers finish for up to ShutdownTimeout, cancels the
 // rest (their records are consumed again later, without using an
 // attempt), commits what was settled and closes its client. It returns
-// nil after a clean shutdown, or the error that kept it from starting.
+// nil after a clean shutdown, or the error that kept it from starting or
+// stopped it (an outcome that cannot be produced at all; an exactly-once
+// lane fenced again and again).
 func (c *Consumer) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.started {
@@ -352,6 +365,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return c.runExactlyOnce(ctx)
 	}
 
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	c.failMu.Lock()
+	c.stopRun = stopRun
+	c.failMu.Unlock()
 	consume := make([]string, 0, len(c.topics))
 	for t := range c.topics {
 		consume = append(consume, t)
@@ -426,8 +444,24 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	cancel()
 	cl.CloseAllowingRebalance()
-	c.log.Info("kafka: consumer stopped", "group", c.opts.Group)
-	return nil
+	c.failMu.Lock()
+	err = c.failed
+	c.failMu.Unlock()
+	c.log.Info("kafka: consumer stopped", "group", c.opts.Group, "error", err)
+	return err
+}
+
+// fail stops Run, which returns err (the first one given).
+func (c *Consumer) fail(err error) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if c.failed == nil {
+		c.failed = err
+		c.log.Error("kafka: consumer stopping", "error", err)
+	}
+	if c.stopRun != nil {
+		c.stopRun()
+	}
 }
 
 func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
@@ -801,9 +835,12 @@ func (c *Consumer) undecodable(m *mainTopic, r *kgo.Record, err error) *kgo.Reco
 // then marks r's offset for commit: a crash between the two consumes r
 // again (a duplicate retry or dead letter), never loses it. A failed
 // produce is tried again, with backoff, until it succeeds or the
-// partition stops (false: r stays unmarked).
+// partition stops (false: r stays unmarked); one refused as too large is
+// produced smaller (see smaller), and when nothing smaller is left the
+// consumer stops with the error.
 func (p *partition) produceThenMark(r, out *kgo.Record) bool {
 	backoff := 100 * time.Millisecond
+	orig, shrunk := out, 0
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		// kgo keeps a record's first context: each attempt needs its own.
@@ -813,6 +850,16 @@ func (p *partition) produceThenMark(r, out *kgo.Record) bool {
 		if err == nil {
 			p.cl.MarkCommitRecords(r)
 			return true
+		}
+		if tooLarge(err) {
+			// Trying again cannot succeed: produce it smaller.
+			shrunk++
+			if out = p.c.smaller(p.ts.main, r, orig, shrunk, err); out == nil {
+				p.c.fail(fmt.Errorf("kafka: record %s/%d/%d: its outcome cannot be produced, even as a dead letter without "+
+					"its value: %w", r.Topic, r.Partition, r.Offset, err))
+				return false
+			}
+			continue
 		}
 		p.ts.main.stats.produceRetries.Add(1)
 		p.c.log.Warn("kafka: produce failed; retrying", "topic", out.Topic, "from_topic", r.Topic, "partition", r.Partition,

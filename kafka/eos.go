@@ -174,7 +174,8 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 			c.log.Warn("kafka: fetch error", "topic", t, "partition", p, "error", err)
 		})
 		var mu sync.Mutex
-		var outs []*kgo.Record
+		var outs []produced
+		var fatal error
 		var interrupted atomic.Bool
 		var wg sync.WaitGroup
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
@@ -207,8 +208,20 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 						return
 					}
 					if out != nil {
+						if n := c.tooLargeSteps(r); n > 0 {
+							small := c.smaller(ts.main, r, out, n, kerr.MessageTooLarge)
+							if small == nil {
+								mu.Lock()
+								fatal = fmt.Errorf("kafka: record %s/%d/%d: its outcome cannot be produced, even as a dead "+
+									"letter without its value: %w", r.Topic, r.Partition, r.Offset, kerr.MessageTooLarge)
+								mu.Unlock()
+								interrupted.Store(true)
+								return
+							}
+							out = small
+						}
 						mu.Lock()
-						outs = append(outs, out)
+						outs = append(outs, produced{r, out})
 						mu.Unlock()
 					}
 				}
@@ -223,7 +236,7 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 				c.log.Warn("kafka: abort failed", "group", group, "error", err)
 			}
 			cancel()
-			return committed, nil
+			return committed, fatal
 		}
 		ok, err := c.commitBatch(ctx, sess, outs)
 		switch {
@@ -240,17 +253,21 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 // committed is consumed again by the same session (the session rewinds
 // to its committed offsets), unless the error wraps errSession: the
 // transaction could not be ended, and the session must be replaced.
-func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSession, outs []*kgo.Record) (bool, error) {
+func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSession, outs []produced) (bool, error) {
 	if err := sess.Begin(); err != nil {
 		return false, fmt.Errorf("kafka: %w: begin: %w", errSession, err)
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.endTimeout)
 	defer cancel()
 	var failed atomic.Value
-	for _, r := range outs {
-		sess.Produce(pctx, r, func(r *kgo.Record, err error) {
+	for _, p := range outs {
+		sess.Produce(pctx, p.out, func(_ *kgo.Record, err error) {
 			if err != nil {
 				failed.CompareAndSwap(nil, err)
+				if tooLarge(err) {
+					// Consumed again, its outcome is produced smaller.
+					c.refusedTooLarge(p.src)
+				}
 			}
 		})
 	}
@@ -273,6 +290,16 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 	case !committed:
 		c.log.Warn("kafka: transaction aborted (a rebalance revoked the batch's partitions, or its offsets could not " +
 			"be committed); its batch is consumed again")
+	default:
+		srcs := make([]*kgo.Record, len(outs))
+		for i, p := range outs {
+			srcs[i] = p.src
+		}
+		c.settledTooLarge(srcs)
 	}
 	return committed, nil
 }
+
+// produced is a record an outcome produces, and the polled record whose
+// outcome it is.
+type produced struct{ src, out *kgo.Record }
