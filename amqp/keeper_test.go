@@ -193,3 +193,26 @@ func TestKeeperAndRedrive(t *testing.T) {
 		t.Errorf("last event %+v, want completed/published", last)
 	}
 }
+
+// TestDeadJobOfNoIDStable: a dead message with no message id, no
+// x-redrive-dead-at and no x-death gets the same idempotency key however
+// late it is read, so a redelivery is kept once. (The key's digest took
+// the time of reading.)
+func TestDeadJobOfNoIDStable(t *testing.T) {
+	d := &amqp091.Delivery{Body: []byte(`{"a":1}`), Timestamp: time.UnixMilli(1700000000000)}
+	a, err := amqp.DeadJobOf(d, "q", "local", time.UnixMilli(1700000001000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := amqp.DeadJobOf(d, "q", "local", time.UnixMilli(1700000099000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.IdempotencyKey != b.IdempotencyKey {
+		t.Errorf("keys %q and %q for one message read twice", a.IdempotencyKey, b.IdempotencyKey)
+	}
+	d2 := &amqp091.Delivery{Body: []byte(`{"a":2}`), Timestamp: d.Timestamp}
+	if c, _ := amqp.DeadJobOf(d2, "q", "local", time.UnixMilli(1700000001000)); c.IdempotencyKey == a.IdempotencyKey {
+		t.Errorf("two messages share the key %q", a.IdempotencyKey)
+	}
+}

@@ -826,8 +826,14 @@ func (c *Consumer) undecodable(m *mainTopic, r *kgo.Record, err error) *kgo.Reco
 	c.log.Warn("kafka: record cannot be decoded; moved to the DLT", "topic", r.Topic, "partition", r.Partition,
 		"offset", r.Offset, "dlt", m.topo.DLT(), "error", err)
 	set := deadHeaders(o)
-	set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = r.Topic, strconv.Itoa(int(r.Partition)),
-		strconv.FormatInt(r.Offset, 10)
+	// Its origin: as its headers say when they can be read (a retry's),
+	// else where it was consumed.
+	ot, op, oo, ok := readOrigin(r)
+	if !ok {
+		ot, op, oo = r.Topic, r.Partition, r.Offset
+	}
+	set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = ot, strconv.Itoa(int(op)),
+		strconv.FormatInt(oo, 10)
 	return forwarded(r, m.topo.DLT(), set)
 }
 

@@ -352,3 +352,28 @@ func TestNewKeeperRefuses(t *testing.T) {
 		t.Errorf("a topic without tiers: %v", err)
 	}
 }
+
+// TestDeadJobOfUndecodableKeepsOrigin: an undecodable dead letter whose
+// origin headers can be read is keyed by its origin, so the same dead
+// letter produced twice (an at-least-once retry of the produce) is kept
+// once. (It was keyed by its position in the DLT: two jobs.)
+func TestDeadJobOfUndecodableKeepsOrigin(t *testing.T) {
+	now := time.UnixMilli(1700000000000)
+	at := func(offset int64) *kgo.Record {
+		return &kgo.Record{Topic: "t-dlt", Partition: 0, Offset: offset, Value: []byte("x"),
+			Headers: []kgo.RecordHeader{{Key: kafka.HeaderHistory, Value: []byte("not json")},
+				{Key: kafka.HeaderOriginTopic, Value: []byte("t")}, {Key: kafka.HeaderOriginPartition, Value: []byte("2")},
+				{Key: kafka.HeaderOriginOffset, Value: []byte("30")}, {Key: kafka.HeaderReason, Value: []byte("undecodable")}}}
+	}
+	a, err := kafka.DeadJobOf(at(4), "t", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kafka.DeadJobOf(at(5), "t", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.DeadReason != redrive.ReasonUndecodable || a.IdempotencyKey != "kafka:t/2/30:0" || b.IdempotencyKey != a.IdempotencyKey {
+		t.Errorf("keys %q and %q (reason %s), want both kafka:t/2/30:0", a.IdempotencyKey, b.IdempotencyKey, a.DeadReason)
+	}
+}
