@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
@@ -360,6 +361,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		}
 	}
+	c.carryTierOffsets(ctx, adm)
 	admCl.Close()
 	if c.opts.Mode == ExactlyOnce {
 		return c.runExactlyOnce(ctx)
@@ -449,6 +451,69 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.failMu.Unlock()
 	c.log.Info("kafka: consumer stopped", "group", c.opts.Group, "error", err)
 	return err
+}
+
+// carryTierOffsets carries the tiers' committed offsets over from the
+// other delivery mode's groups: AtLeastOnce reads the tiers in the
+// consumer's group, ExactlyOnce in <group>-retry-<delay>, so a switch
+// would start the new groups at the tiers' start and run every retained
+// retry again. For each tier partition, the group of this mode gets the
+// later of the two offsets. A failure (the group busy with another
+// member) is logged: the switch then reruns those retries.
+func (c *Consumer) carryTierOffsets(ctx context.Context, adm *kadm.Client) {
+	byGroup := map[string][]string{} // the other mode's group: its tiers
+	for name, ts := range c.topics {
+		if ts.tier != 0 {
+			g := c.opts.Group + "-retry-" + tierName(ts.tier)
+			byGroup[g] = append(byGroup[g], name)
+		}
+	}
+	for eosGroup, tiers := range byGroup {
+		from, to := eosGroup, c.opts.Group
+		if c.opts.Mode == ExactlyOnce {
+			from, to = to, from
+		}
+		theirs, err := adm.FetchOffsetsForTopics(ctx, from, tiers...)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			continue
+		}
+		if err == nil {
+			err = theirs.Error()
+		}
+		if err != nil {
+			c.log.Warn("kafka: cannot read the tiers' offsets of the other delivery mode's group", "group", from, "error", err)
+			continue
+		}
+		ours, err := adm.FetchOffsetsForTopics(ctx, to, tiers...)
+		if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+			c.log.Warn("kafka: cannot read the tiers' offsets", "group", to, "error", err)
+			continue
+		}
+		carry := kadm.Offsets{}
+		theirs.Each(func(o kadm.OffsetResponse) {
+			if o.Err != nil || o.At < 0 {
+				return
+			}
+			if mine, ok := ours.Lookup(o.Topic, o.Partition); ok && mine.Err == nil && mine.At >= o.At {
+				return
+			}
+			carry.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: o.At, LeaderEpoch: -1})
+		})
+		if len(carry) == 0 {
+			continue
+		}
+		resp, err := adm.CommitOffsets(ctx, to, carry)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			c.log.Warn("kafka: cannot carry the tiers' offsets over from the other delivery mode's group: the retries "+
+				"after them run again", "from", from, "to", to, "error", err)
+			continue
+		}
+		c.log.Info("kafka: tiers' offsets carried over from the other delivery mode's group", "from", from, "to", to,
+			"partitions", len(carry))
+	}
 }
 
 // fail stops Run, which returns err (the first one given).

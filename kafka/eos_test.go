@@ -381,3 +381,51 @@ func TestExactlyOnceFencedForGood(t *testing.T) {
 		t.Fatalf("Run still running after %d fences", fenced.Load())
 	}
 }
+
+// TestSwitchModeKeepsTierOffsets: a group switched from at-least-once to
+// exactly-once, and back, goes on in the tiers where the other mode
+// stopped: no retry already run runs again. (Each mode reads the tiers
+// in groups of its own, which started at the tiers' start.)
+func TestSwitchModeKeepsTierOffsets(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	rs := newRuns()
+	consumer := func(mode kafka.Mode) *kafka.Consumer {
+		p := retry.Policy{MaxRetries: 3, Initial: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond, Jitter: retry.JitterNone}
+		cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g", Mode: mode,
+			Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{10 * time.Millisecond}}},
+			Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t), DisableRetryBudget: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+			r, _ := kafka.RecordOf(ctx)
+			rs.ran(string(r.Key), j.Attempt)
+			if j.Attempt == 1 {
+				return errors.New("first attempt fails")
+			}
+			rs.complete(string(r.Key))
+			return nil
+		})
+		return cons
+	}
+	cl := c.client(t)
+	phase := func(mode kafka.Mode, key string) {
+		cons := consumer(mode)
+		c.ensure(t, cons, topic)
+		stop := running(t, cons)
+		r, _ := kafka.NewRecord(topic, "job", 0, []byte(key))
+		c.produce(t, cl, r)
+		rs.waitCompleted(t, []string{key}, 60*time.Second)
+		stop()
+	}
+	phase(kafka.AtLeastOnce, "a")
+	phase(kafka.ExactlyOnce, "b")
+	phase(kafka.AtLeastOnce, "c")
+	for _, k := range []string{"a", "b", "c"} {
+		if n := rs.count(k, 2); n != 1 {
+			t.Errorf("%s: its retry ran %d times, want once", k, n)
+		}
+	}
+}
