@@ -390,6 +390,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
+		// Records of aborted (or still open) transactions of upstream
+		// producers are not jobs.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0), // each produce is awaited: nothing to batch
 		// A tier partition resumed after a wait is fetched again only

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -258,4 +259,58 @@ func TestReadAheadBounded(t *testing.T) {
 		defer mu.Unlock()
 		return len(done) == n
 	})
+}
+
+// TestAbortedUpstreamRecordsNotRun: records an upstream transactional
+// producer aborted are not jobs: the at-least-once consumer reads
+// read_committed and runs only the committed ones. (It read
+// read_uncommitted and ran the aborted record.)
+func TestAbortedUpstreamRecordsNotRun(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics: map[string]kafka.TopicOptions{topic: {Partitions: 1}}, Executor: redrive.ExecutorOptions{Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ensure(t, cons, topic)
+	var mu sync.Mutex
+	var ran []string
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		r, _ := kafka.RecordOf(ctx)
+		mu.Lock()
+		ran = append(ran, string(r.Key))
+		mu.Unlock()
+		return nil
+	})
+	ctx := context.Background()
+	up := c.client(t, kgo.TransactionalID(topic+"-upstream"))
+	for _, k := range []string{"aborted", "committed"} {
+		if err := up.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := kafka.NewRecord(topic, "job", k, []byte(k))
+		if err := up.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		end := kgo.TryAbort
+		if k == "committed" {
+			end = kgo.TryCommit
+		}
+		if err := up.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running(t, cons)
+	eventually(t, "the committed record ran", 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(ran, "committed")
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(ran, "aborted") {
+		t.Errorf("ran %v: the aborted record ran", ran)
+	}
 }
