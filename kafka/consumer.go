@@ -757,16 +757,18 @@ func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState
 	if ts.tier != 0 {
 		// A retry is never early: wait for its due time, the partition
 		// paused meanwhile. A wait much longer than this tier's delay
-		// does not hold the records behind it: it moves on to a longer
-		// tier, or, when none fits (the top tier, a long Snooze or
-		// Retry-After), waits until it has spent its tier's delay here
-		// and goes round the tier again.
+		// does not hold the records behind it: past 1.5 times it, it
+		// moves on to a longer tier; past twice it with no longer tier
+		// that fits (the top tier, a long Snooze or Retry-After), it
+		// waits until it has spent its tier's delay here and goes round
+		// the tier again.
 		if rem := time.Until(st.due); rem > 0 {
-			if rem > ts.tier+ts.tier/2 {
-				if longer := m.topo.tierFor(rem); longer > ts.tier {
-					m.stats.hops.Add(1)
-					return forwarded(r, m.topo.TierTopic(longer), nil), true
-				}
+			longer := m.topo.tierFor(rem)
+			if rem > ts.tier+ts.tier/2 && longer > ts.tier {
+				m.stats.hops.Add(1)
+				return forwarded(r, m.topo.TierTopic(longer), nil), true
+			}
+			if rem > 2*ts.tier {
 				if hold := min(time.Until(r.Timestamp.Add(ts.tier)), ts.tier); hold > 0 {
 					m.stats.waits.Add(1)
 					if !wait(hold) {
