@@ -377,3 +377,37 @@ func TestDeadJobOfUndecodableKeepsOrigin(t *testing.T) {
 		t.Errorf("keys %q and %q (reason %s), want both kafka:t/2/30:0", a.IdempotencyKey, b.IdempotencyKey, a.DeadReason)
 	}
 }
+
+// TestUndecodableRetryKeepsOrigin: a retry whose history cannot be read
+// is dead-lettered with the origin its headers give (where it was first
+// consumed), not its position in the tier, so the keeper keys it like
+// the record's other lives.
+func TestUndecodableRetryKeepsOrigin(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{10 * time.Millisecond}}},
+		Executor: redrive.ExecutorOptions{Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error { return nil })
+	c.ensure(t, cons, topic)
+	topo, _ := cons.Topology(topic)
+	running(t, cons)
+	c.produce(t, c.client(t), &kgo.Record{Topic: topo.TierTopic(10 * time.Millisecond), Value: []byte("x"),
+		Headers: []kgo.RecordHeader{{Key: kafka.HeaderKind, Value: []byte("job")}, {Key: kafka.HeaderHistory, Value: []byte("not json")},
+			{Key: kafka.HeaderOriginTopic, Value: []byte(topic)}, {Key: kafka.HeaderOriginPartition, Value: []byte("0")},
+			{Key: kafka.HeaderOriginOffset, Value: []byte("41")}}})
+	dead := c.readAll(t, topo.DLT(), 1)[0]
+	if header(dead, kafka.HeaderReason) != "undecodable" || header(dead, kafka.HeaderOriginTopic) != topic ||
+		header(dead, kafka.HeaderOriginOffset) != "41" {
+		t.Errorf("dead letter: reason %q, origin %s/%s, want undecodable, %s/41", header(dead, kafka.HeaderReason),
+			header(dead, kafka.HeaderOriginTopic), header(dead, kafka.HeaderOriginOffset), topic)
+	}
+	dj, err := kafka.DeadJobOf(dead, topic, time.Now())
+	if err != nil || dj.IdempotencyKey != "kafka:"+topic+"/0/41:0" {
+		t.Errorf("kept as %q %v, want its origin's key", dj.IdempotencyKey, err)
+	}
+}
