@@ -313,7 +313,7 @@ type queueConsumer struct {
 func (q *queueConsumer) run(ctx, hardCtx context.Context) error {
 	return consumeLoop(ctx, hardCtx, loopSpec{conn: q.c.conn, log: q.c.log, queue: q.name,
 		tag: "redrive-" + q.c.exec.ID() + "-" + q.name, prefetch: q.opts.Prefetch, declare: q.topo.Declare,
-		delivered: func() { q.c.stats.delivered.Add(1) }, handle: q.handle})
+		delivered: func() { q.c.stats.delivered.Add(1) }, handle: q.handle, release: q.requeue})
 }
 
 // handle decides what becomes of one delivery.
@@ -428,7 +428,19 @@ func (q *queueConsumer) undecodable(d *amqp091.Delivery, err error) {
 func (q *queueConsumer) ack(d *amqp091.Delivery) { ack(q.c.log, q.name, d) }
 
 // requeue puts a delivery back in its queue, unchanged: no attempt used.
-func (q *queueConsumer) requeue(d *amqp091.Delivery) { requeue(q.c.log, q.name, d) }
+// On a quorum queue it is published again (confirmed) and then acked,
+// instead of nacked with requeue: the broker counts a nack toward the
+// queue's delivery limit (x-delivery-limit), and a message released by
+// shutdowns would be dead-lettered as delivery_limit. It goes to the
+// back of the queue; a crash between the publish and the ack leaves it
+// twice, as any forward.
+func (q *queueConsumer) requeue(d *amqp091.Delivery) {
+	if !q.opts.Quorum {
+		requeue(q.c.log, q.name, d)
+		return
+	}
+	forward(q.c.pub, q.c.log, q.name, d, q.name, amqp091.Table{}, "released message", "x-delivery-count")
+}
 
 // ceilMilli is t in Unix milliseconds, rounded up (see carry.CeilMilli).
 func ceilMilli(t time.Time) int64 { return carry.CeilMilli(t) }

@@ -674,3 +674,48 @@ func TestEnqueueMany(t *testing.T) {
 		t.Errorf("a batch to a missing queue: %v", err)
 	}
 }
+
+// TestQuorumShutdownDoesNotCount: on a quorum queue, a message released
+// by shutdowns (its handler canceled, no attempt used) more times than
+// the delivery limit stays in its queue: a release is not a failed
+// delivery, and is not dead-lettered as delivery_limit.
+func TestQuorumShutdownDoesNotCount(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	q := newQueue(t, c)
+	qo := amqp.QueueOptions{Quorum: true, DeliveryLimit: 1, Tiers: []time.Duration{10 * time.Millisecond}}
+	for cycle := range 3 {
+		cons, err := amqp.NewConsumer(c, amqp.ConsumerOptions{Queues: map[string]amqp.QueueOptions{q: qo},
+			ShutdownTimeout: 50 * time.Millisecond, Executor: redrive.ExecutorOptions{Logger: testLogger(t)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := make(chan struct{}, 1)
+		cons.HandleFunc("slow", func(ctx context.Context, j *redrive.Job) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- cons.Run(ctx) }()
+		if cycle == 0 {
+			publishRaw(t, c, q, amqp091.Publishing{Type: "slow", Body: []byte(`{}`)})
+		}
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("cycle %d: the message was not delivered (DLQ depth %d)", cycle, depth(t, c, q+"-dlq"))
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the message back in its queue", 10*time.Second, func() bool {
+			return depth(t, c, q) == 1 || depth(t, c, q+"-dlq") > 0
+		})
+		if n := depth(t, c, q+"-dlq"); n != 0 {
+			t.Fatalf("after %d shutdowns, the released message was dead-lettered", cycle+1)
+		}
+	}
+}

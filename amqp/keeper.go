@@ -271,10 +271,16 @@ func DeadJobOf(d *amqp091.Delivery, queue, broker string, now time.Time) (store.
 	dj.Fingerprint = fingerprint.Of(dj.Queue, Kind, dj.LastErrorClass.String(), dl.Cause, dj.LastError)
 	id := d.MessageId
 	if id == "" {
-		// No message id: the content and the death stand in for it.
+		// No message id: the content and the death stand in for it,
+		// as the message says them (not the time it is read: a message
+		// delivered again must give the same key).
+		var deadAt int64
+		if !dl.DeadAt.IsZero() {
+			deadAt = dl.DeadAt.UnixMilli()
+		}
 		h := sha256.New()
 		h.Write(d.Body)
-		fmt.Fprint(h, d.Timestamp.UnixNano(), dj.DeadAt.UnixMilli(), dj.LastError)
+		fmt.Fprint(h, d.Timestamp.UnixNano(), deadAt, dj.LastError)
 		id = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	}
 	dj.IdempotencyKey = "amqp:" + dj.Queue + ":" + id + ":" + strconv.Itoa(dj.Redriven)

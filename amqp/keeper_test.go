@@ -193,3 +193,68 @@ func TestKeeperAndRedrive(t *testing.T) {
 		t.Errorf("last event %+v, want completed/published", last)
 	}
 }
+
+// TestDeadJobOfNoIDStable: a dead message with no message id, no
+// x-redrive-dead-at and no x-death gets the same idempotency key however
+// late it is read, so a redelivery is kept once. (The key's digest took
+// the time of reading.)
+func TestDeadJobOfNoIDStable(t *testing.T) {
+	d := &amqp091.Delivery{Body: []byte(`{"a":1}`), Timestamp: time.UnixMilli(1700000000000)}
+	a, err := amqp.DeadJobOf(d, "q", "local", time.UnixMilli(1700000001000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := amqp.DeadJobOf(d, "q", "local", time.UnixMilli(1700000099000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.IdempotencyKey != b.IdempotencyKey {
+		t.Errorf("keys %q and %q for one message read twice", a.IdempotencyKey, b.IdempotencyKey)
+	}
+	d2 := &amqp091.Delivery{Body: []byte(`{"a":2}`), Timestamp: d.Timestamp}
+	if c, _ := amqp.DeadJobOf(d2, "q", "local", time.UnixMilli(1700000001000)); c.IdempotencyKey == a.IdempotencyKey {
+		t.Errorf("two messages share the key %q", a.IdempotencyKey)
+	}
+}
+
+// TestRedriveUnroutableIsPermanent: a stored message redriven to a queue
+// that does not exist on the broker (allowed, but deleted) is dead at its
+// first attempt, permanent, cause amqp_unroutable. (The publisher retried
+// the returned message for 31 s, the kind's 30 s timeout ended it first,
+// and the attempt ended transient, cause amqp_publish.)
+func TestRedriveUnroutableIsPermanent(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	gone := newQueue(t, c) // never declared
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	client := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet()})
+	pub, err := amqp.NewPublisher(c, amqp.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	w := redrive.NewWorker(client, redrive.WorkerOptions{Queues: map[string]int{"redrives": 1}, Logger: testLogger(t)})
+	amqp.RegisterKind(w, pub, amqp.KindOptions{Get: client.Get, Queues: []string{gone}})
+	j, err := client.Enqueue(context.Background(), amqp.Kind, json.RawMessage(`{"queue":"`+gone+`","body":"x"}`),
+		redrive.InQueue("redrives"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(wctx) }()
+	defer func() { wcancel(); <-wdone }()
+	var got *redrive.Job
+	eventually(t, "the first attempt ended", 90*time.Second, func() bool {
+		got, err = client.Get(context.Background(), j.ID)
+		return err == nil && len(got.History) > 0
+	})
+	last := got.History[len(got.History)-1]
+	if got.State != redrive.Dead || last.Class != "permanent" || last.Reason != "amqp_unroutable" {
+		t.Errorf("after its first attempt: state %s, last event %+v; want dead, permanent, amqp_unroutable", got.State, last)
+	}
+}

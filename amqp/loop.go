@@ -30,6 +30,9 @@ type loopSpec struct {
 	// must ack or nack it. ctx ends at shutdown; hardCtx when running
 	// work must stop.
 	handle func(ctx, hardCtx context.Context, d *amqp091.Delivery)
+	// release, when set, puts back a delivery that arrived after
+	// shutdown began (default: nack with requeue).
+	release func(d *amqp091.Delivery)
 }
 
 // consumeLoop consumes s.queue until ctx ends, declaring the topology and
@@ -116,7 +119,13 @@ func subscribe(ctx, hardCtx context.Context, s loopSpec, inflight *sync.WaitGrou
 				return nil
 			}
 			for d := range deliveries {
-				take(&d, func(d *amqp091.Delivery) { requeue(s.log, s.queue, d) })
+				take(&d, func(d *amqp091.Delivery) {
+					if s.release != nil {
+						s.release(d)
+						return
+					}
+					requeue(s.log, s.queue, d)
+				})
 			}
 			return nil
 		}

@@ -103,12 +103,28 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp0
 		return err
 	}
 	defer release()
-	return p.retrying(ctx, exchange, key, msg, p.publishOnce(ctx, exchange, key, msg))
+	return p.retrying(ctx, exchange, key, msg, p.publishOnce(ctx, exchange, key, msg), true)
+}
+
+// publishNoRoute is Publish, but a message returned as unroutable is not
+// retried: its *ReturnedError is returned at once.
+func (p *Publisher) publishNoRoute(ctx context.Context, exchange, key string, msg amqp091.Publishing) error {
+	if msg.MessageId == "" {
+		msg.MessageId = newMessageID()
+	}
+	release, err := p.acquire(ctx, msg.MessageId)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return p.retrying(ctx, exchange, key, msg, p.publishOnce(ctx, exchange, key, msg), false)
 }
 
 // retrying retries a publish whose first attempt ended with err (nil: it
-// succeeded) by the publisher's policy.
-func (p *Publisher) retrying(ctx context.Context, exchange, key string, msg amqp091.Publishing, err error) error {
+// succeeded) by the publisher's policy; a returned message only when
+// retryReturned. An error that ends it wraps the last attempt's too, so
+// that errors.As finds a *ReturnedError however the retries ended.
+func (p *Publisher) retrying(ctx context.Context, exchange, key string, msg amqp091.Publishing, err error, retryReturned bool) error {
 	pol := *p.opts.Retry
 	var prev time.Duration
 	for attempt := 1; ; attempt++ {
@@ -123,10 +139,14 @@ func (p *Publisher) retrying(ctx context.Context, exchange, key string, msg amqp
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("amqp: publish to %q/%q: %w (last error: %v)", exchange, key, ctx.Err(), err)
+			return fmt.Errorf("amqp: publish to %q/%q: %w (last error: %w)", exchange, key, ctx.Err(), err)
 		}
 		if errors.Is(err, ErrClosed) {
 			return err
+		}
+		var ret *ReturnedError
+		if !retryReturned && errors.As(err, &ret) {
+			return fmt.Errorf("amqp: publish to %q/%q: %w", exchange, key, err)
 		}
 		if attempt > pol.MaxRetries {
 			p.log.Error("amqp: publish failed; giving up", "exchange", exchange, "routing_key", key,
@@ -141,7 +161,7 @@ func (p *Publisher) retrying(ctx context.Context, exchange, key string, msg amqp
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("amqp: publish to %q/%q: %w (last error: %v)", exchange, key, ctx.Err(), err)
+			return fmt.Errorf("amqp: publish to %q/%q: %w (last error: %w)", exchange, key, ctx.Err(), err)
 		case <-t.C:
 		}
 	}
@@ -223,7 +243,7 @@ func (p *Publisher) PublishMany(ctx context.Context, out []Outgoing) error {
 		if firsts[i] == nil {
 			continue
 		}
-		if err := p.retrying(ctx, out[i].Exchange, out[i].Key, out[i].Msg, firsts[i]); err != nil {
+		if err := p.retrying(ctx, out[i].Exchange, out[i].Key, out[i].Msg, firsts[i], true); err != nil {
 			errs = append(errs, fmt.Errorf("message %d (%s): %w", i, out[i].Msg.MessageId, err))
 		}
 	}

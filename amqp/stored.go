@@ -304,7 +304,9 @@ func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
 		}
 		pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
-		if err := pub.Publish(pctx, "", m.Queue, m.publishing(set)); err != nil {
+		// A queue that does not exist is not waited for: the job's
+		// policy is the retry, and an unroutable message is permanent.
+		if err := pub.publishNoRoute(pctx, "", m.Queue, m.publishing(set)); err != nil {
 			var ret *ReturnedError
 			if errors.As(err, &ret) {
 				return &failure.Error{Class: failure.Permanent, Reason: "amqp_unroutable",

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
@@ -93,6 +94,15 @@ type ConsumerOptions struct {
 	// canceled (default 30s); their records are consumed again, by this
 	// group, without using an attempt.
 	ShutdownTimeout time.Duration
+	// MaxReadAhead and MaxReadAheadBytes bound, per partition, the
+	// records polled but not yet handled in AtLeastOnce mode (defaults
+	// DefaultMaxReadAhead, DefaultMaxReadAheadBytes): past either, the
+	// partition's fetching pauses until half of them are handled. A
+	// fetch already returned is kept whole, so a partition may hold one
+	// fetch (kgo.FetchMaxPartitionBytes) more. ExactlyOnce handles each
+	// polled batch before it polls again.
+	MaxReadAhead      int
+	MaxReadAheadBytes int
 	// MaxHistory and MaxHistoryBytes bound the history a record carries
 	// (defaults DefaultMaxHistory, DefaultMaxHistoryBytes).
 	MaxHistory      int
@@ -129,6 +139,21 @@ type Consumer struct {
 	parts   map[tpKey]*partition
 
 	stats counters
+
+	// failed is the error that stops Run (nil: none); stopRun ends its
+	// poll loop.
+	failMu  sync.Mutex
+	failed  error
+	stopRun context.CancelFunc
+
+	// shrink counts, in exactly-once mode, the refusals as too large of
+	// a polled record's outcome (see smaller).
+	shrinkMu sync.Mutex
+	shrink   map[srcKey]int
+
+	// endTimeout bounds an exactly-once transaction's produces, and then
+	// its end (a minute; tests shorten it).
+	endTimeout time.Duration
 }
 
 // topicState is what the consumer knows of one topic it consumes.
@@ -180,6 +205,12 @@ type topicCounters struct {
 
 type counters struct{ rebalances atomic.Int64 }
 
+// The read-ahead of a partition in AtLeastOnce mode, by default.
+const (
+	DefaultMaxReadAhead      = 500
+	DefaultMaxReadAheadBytes = 4 << 20
+)
+
 // NewConsumer returns a consumer of opts.Topics.
 func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	if len(opts.Brokers) == 0 {
@@ -197,6 +228,12 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	if opts.MaxHistory <= 0 {
 		opts.MaxHistory = DefaultMaxHistory
 	}
+	if opts.MaxReadAhead <= 0 {
+		opts.MaxReadAhead = DefaultMaxReadAhead
+	}
+	if opts.MaxReadAheadBytes <= 0 {
+		opts.MaxReadAheadBytes = DefaultMaxReadAheadBytes
+	}
 	if opts.MaxHistoryBytes <= 0 {
 		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
 	}
@@ -206,7 +243,8 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 		}
 	}
 	exec := redrive.NewExecutor(opts.Executor)
-	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{}}
+	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{},
+		endTimeout: time.Minute}
 	names := make([]string, 0, len(opts.Topics))
 	for name := range opts.Topics {
 		names = append(names, name)
@@ -298,7 +336,9 @@ func RecordOf(ctx context.Context) (*kgo.Record, bool) {
 // lets running handlers finish for up to ShutdownTimeout, cancels the
 // rest (their records are consumed again later, without using an
 // attempt), commits what was settled and closes its client. It returns
-// nil after a clean shutdown, or the error that kept it from starting.
+// nil after a clean shutdown, or the error that kept it from starting or
+// stopped it (an outcome that cannot be produced at all; an exactly-once
+// lane fenced again and again).
 func (c *Consumer) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.started {
@@ -321,11 +361,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		}
 	}
+	c.carryTierOffsets(ctx, adm)
 	admCl.Close()
 	if c.opts.Mode == ExactlyOnce {
 		return c.runExactlyOnce(ctx)
 	}
 
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	c.failMu.Lock()
+	c.stopRun = stopRun
+	c.failMu.Unlock()
 	consume := make([]string, 0, len(c.topics))
 	for t := range c.topics {
 		consume = append(consume, t)
@@ -344,6 +390,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
+		// Records of aborted (or still open) transactions of upstream
+		// producers are not jobs.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0), // each produce is awaited: nothing to batch
 		// A tier partition resumed after a wait is fetched again only
@@ -400,8 +449,87 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	cancel()
 	cl.CloseAllowingRebalance()
-	c.log.Info("kafka: consumer stopped", "group", c.opts.Group)
-	return nil
+	c.failMu.Lock()
+	err = c.failed
+	c.failMu.Unlock()
+	c.log.Info("kafka: consumer stopped", "group", c.opts.Group, "error", err)
+	return err
+}
+
+// carryTierOffsets carries the tiers' committed offsets over from the
+// other delivery mode's groups: AtLeastOnce reads the tiers in the
+// consumer's group, ExactlyOnce in <group>-retry-<delay>, so a switch
+// would start the new groups at the tiers' start and run every retained
+// retry again. For each tier partition, the group of this mode gets the
+// later of the two offsets. A failure (the group busy with another
+// member) is logged: the switch then reruns those retries.
+func (c *Consumer) carryTierOffsets(ctx context.Context, adm *kadm.Client) {
+	byGroup := map[string][]string{} // the other mode's group: its tiers
+	for name, ts := range c.topics {
+		if ts.tier != 0 {
+			g := c.opts.Group + "-retry-" + tierName(ts.tier)
+			byGroup[g] = append(byGroup[g], name)
+		}
+	}
+	for eosGroup, tiers := range byGroup {
+		from, to := eosGroup, c.opts.Group
+		if c.opts.Mode == ExactlyOnce {
+			from, to = to, from
+		}
+		theirs, err := adm.FetchOffsetsForTopics(ctx, from, tiers...)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			continue
+		}
+		if err == nil {
+			err = theirs.Error()
+		}
+		if err != nil {
+			c.log.Warn("kafka: cannot read the tiers' offsets of the other delivery mode's group", "group", from, "error", err)
+			continue
+		}
+		ours, err := adm.FetchOffsetsForTopics(ctx, to, tiers...)
+		if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+			c.log.Warn("kafka: cannot read the tiers' offsets", "group", to, "error", err)
+			continue
+		}
+		carry := kadm.Offsets{}
+		theirs.Each(func(o kadm.OffsetResponse) {
+			if o.Err != nil || o.At < 0 {
+				return
+			}
+			if mine, ok := ours.Lookup(o.Topic, o.Partition); ok && mine.Err == nil && mine.At >= o.At {
+				return
+			}
+			carry.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: o.At, LeaderEpoch: -1})
+		})
+		if len(carry) == 0 {
+			continue
+		}
+		resp, err := adm.CommitOffsets(ctx, to, carry)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			c.log.Warn("kafka: cannot carry the tiers' offsets over from the other delivery mode's group: the retries "+
+				"after them run again", "from", from, "to", to, "error", err)
+			continue
+		}
+		c.log.Info("kafka: tiers' offsets carried over from the other delivery mode's group", "from", from, "to", to,
+			"partitions", len(carry))
+	}
+}
+
+// fail stops Run, which returns err (the first one given).
+func (c *Consumer) fail(err error) {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if c.failed == nil {
+		c.failed = err
+		c.log.Error("kafka: consumer stopping", "error", err)
+	}
+	if c.stopRun != nil {
+		c.stopRun()
+	}
 }
 
 func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
@@ -487,6 +615,10 @@ type partition struct {
 
 	mu      sync.Mutex
 	queue   []*kgo.Record
+	bytes   int  // of the records queued
+	full    bool // the read-ahead reached its bound: fetching paused
+	waiting bool // a tier record waits for its due time: fetching paused
+	paused  bool // fetching is paused (full or waiting)
 	wake    chan struct{}
 	quit    chan struct{}
 	stopped sync.Once
@@ -502,15 +634,48 @@ func newPartition(c *Consumer, cl *kgo.Client, ts *topicState, topic string, id 
 		done: make(chan struct{}), hardCtx: hctx, hardCancel: hcancel}
 }
 
-// push queues polled records; it never blocks the poll loop.
+// push queues polled records; it never blocks the poll loop, but pauses
+// the partition's fetching once the queue reaches its bound.
 func (p *partition) push(rs []*kgo.Record) {
 	p.mu.Lock()
 	p.queue = append(p.queue, rs...)
+	for _, r := range rs {
+		p.bytes += recordSize(r)
+	}
+	if !p.full && (len(p.queue) >= p.c.opts.MaxReadAhead || p.bytes >= p.c.opts.MaxReadAheadBytes) {
+		p.full = true
+		p.pauseLocked()
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// recordSize is what a queued record holds in memory, about.
+func recordSize(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value) + len(r.Topic) + 128
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 32
+	}
+	return n
+}
+
+// pauseLocked pauses or resumes the partition's fetching as full and
+// waiting say; p.mu is held.
+func (p *partition) pauseLocked() {
+	want := p.full || p.waiting
+	if want == p.paused {
+		return
+	}
+	tp := map[string][]int32{p.topic: {p.id}}
+	if want {
+		p.cl.PauseFetchPartitions(tp)
+	} else {
+		p.cl.ResumeFetchPartitions(tp)
+	}
+	p.paused = want
 }
 
 func (p *partition) stop() { p.stopped.Do(func() { close(p.quit) }) }
@@ -529,12 +694,25 @@ func (p *partition) stopping() bool {
 func (p *partition) run() {
 	defer close(p.done)
 	defer p.hardCancel(nil)
+	defer func() {
+		// A partition assigned again must fetch.
+		p.mu.Lock()
+		p.full, p.waiting = false, false
+		p.pauseLocked()
+		p.mu.Unlock()
+	}()
 	for {
 		p.mu.Lock()
 		var r *kgo.Record
 		if len(p.queue) > 0 {
 			r = p.queue[0]
+			p.queue[0] = nil
 			p.queue = p.queue[1:]
+			p.bytes -= recordSize(r)
+			if p.full && len(p.queue) <= p.c.opts.MaxReadAhead/2 && p.bytes <= p.c.opts.MaxReadAheadBytes/2 {
+				p.full = false
+				p.pauseLocked()
+			}
 		}
 		p.mu.Unlock()
 		if r == nil {
@@ -578,17 +756,34 @@ func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState
 	}
 	if ts.tier != 0 {
 		// A retry is never early: wait for its due time, the partition
-		// paused meanwhile; a wait much longer than this tier's delay
-		// moves on to a longer tier instead of holding the records
-		// behind it.
+		// paused meanwhile. A wait much longer than this tier's delay
+		// does not hold the records behind it: past 1.5 times it, it
+		// moves on to a longer tier; past twice it with no longer tier
+		// that fits (the top tier, a long Snooze or Retry-After), it
+		// waits until it has spent its tier's delay here and goes round
+		// the tier again.
 		if rem := time.Until(st.due); rem > 0 {
-			if rem > ts.tier+ts.tier/2 && m.topo.tierFor(rem) > ts.tier {
+			longer := m.topo.tierFor(rem)
+			if rem > ts.tier+ts.tier/2 && longer > ts.tier {
 				m.stats.hops.Add(1)
-				return forwarded(r, m.topo.TierTopic(m.topo.tierFor(rem)), nil), true
+				return forwarded(r, m.topo.TierTopic(longer), nil), true
 			}
-			m.stats.waits.Add(1)
-			if !wait(rem) {
-				return nil, false
+			if rem > 2*ts.tier {
+				if hold := min(time.Until(r.Timestamp.Add(ts.tier)), ts.tier); hold > 0 {
+					m.stats.waits.Add(1)
+					if !wait(hold) {
+						return nil, false
+					}
+				}
+				if time.Until(st.due) > 0 {
+					m.stats.hops.Add(1)
+					return forwarded(r, r.Topic, nil), true
+				}
+			} else {
+				m.stats.waits.Add(1)
+				if !wait(rem) {
+					return nil, false
+				}
 			}
 		}
 	}
@@ -601,9 +796,16 @@ func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState
 
 // wait waits d with the partition paused; false if stopped meanwhile.
 func (p *partition) wait(d time.Duration) bool {
-	tp := map[string][]int32{p.topic: {p.id}}
-	p.cl.PauseFetchPartitions(tp)
-	defer p.cl.ResumeFetchPartitions(tp)
+	p.mu.Lock()
+	p.waiting = true
+	p.pauseLocked()
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.waiting = false
+		p.pauseLocked()
+		p.mu.Unlock()
+	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -694,8 +896,14 @@ func (c *Consumer) undecodable(m *mainTopic, r *kgo.Record, err error) *kgo.Reco
 	c.log.Warn("kafka: record cannot be decoded; moved to the DLT", "topic", r.Topic, "partition", r.Partition,
 		"offset", r.Offset, "dlt", m.topo.DLT(), "error", err)
 	set := deadHeaders(o)
-	set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = r.Topic, strconv.Itoa(int(r.Partition)),
-		strconv.FormatInt(r.Offset, 10)
+	// Its origin: as its headers say when they can be read (a retry's),
+	// else where it was consumed.
+	ot, op, oo, ok := readOrigin(r)
+	if !ok {
+		ot, op, oo = r.Topic, r.Partition, r.Offset
+	}
+	set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = ot, strconv.Itoa(int(op)),
+		strconv.FormatInt(oo, 10)
 	return forwarded(r, m.topo.DLT(), set)
 }
 
@@ -703,9 +911,12 @@ func (c *Consumer) undecodable(m *mainTopic, r *kgo.Record, err error) *kgo.Reco
 // then marks r's offset for commit: a crash between the two consumes r
 // again (a duplicate retry or dead letter), never loses it. A failed
 // produce is tried again, with backoff, until it succeeds or the
-// partition stops (false: r stays unmarked).
+// partition stops (false: r stays unmarked); one refused as too large is
+// produced smaller (see smaller), and when nothing smaller is left the
+// consumer stops with the error.
 func (p *partition) produceThenMark(r, out *kgo.Record) bool {
 	backoff := 100 * time.Millisecond
+	orig, shrunk := out, 0
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		// kgo keeps a record's first context: each attempt needs its own.
@@ -715,6 +926,16 @@ func (p *partition) produceThenMark(r, out *kgo.Record) bool {
 		if err == nil {
 			p.cl.MarkCommitRecords(r)
 			return true
+		}
+		if tooLarge(err) {
+			// Trying again cannot succeed: produce it smaller.
+			shrunk++
+			if out = p.c.smaller(p.ts.main, r, orig, shrunk, err); out == nil {
+				p.c.fail(fmt.Errorf("kafka: record %s/%d/%d: its outcome cannot be produced, even as a dead letter without "+
+					"its value: %w", r.Topic, r.Partition, r.Offset, err))
+				return false
+			}
+			continue
 		}
 		p.ts.main.stats.produceRetries.Add(1)
 		p.c.log.Warn("kafka: produce failed; retrying", "topic", out.Topic, "from_topic", r.Topic, "partition", r.Partition,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -159,5 +161,156 @@ func TestMainFlowsWhileRetryWaits(t *testing.T) {
 	defer mu.Unlock()
 	if order[21] != `"slow"` {
 		t.Errorf("order %v: the 20 records after slow must run while it waits", order)
+	}
+}
+
+// TestLongWaitDoesNotHoldTopTier: a record snoozed for an hour lands in
+// the only (top) tier; it goes round the tier instead of waiting there,
+// so a record snoozed for 100 ms behind it runs. (It waited out its hour
+// with the partition paused, holding every record behind it.)
+func TestLongWaitDoesNotHoldTopTier(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{200 * time.Millisecond}}},
+		Executor: redrive.ExecutorOptions{Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &attempts{}
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		r, _ := kafka.RecordOf(ctx)
+		k := string(r.Key)
+		switch n := seen.add(k); {
+		case k == "long":
+			return redrive.Snooze(time.Hour)
+		case n == 1:
+			return redrive.Snooze(100 * time.Millisecond)
+		}
+		return nil
+	})
+	running(t, cons)
+	cl := c.client(t)
+	for _, k := range []string{"long", "short"} {
+		r, _ := kafka.NewRecord(topic, "job", k, []byte(k))
+		c.produce(t, cl, r)
+	}
+	eventually(t, "the short snooze ran again behind the long one", 30*time.Second, func() bool {
+		return len(seen.of("short")) == 2
+	})
+	if n := len(seen.of("long")); n != 1 {
+		t.Errorf("long ran %d times, want once: it is not due for an hour", n)
+	}
+	if s := cons.Stats()[topic]; s.Hops == 0 {
+		t.Errorf("stats %+v: the long wait never went round its tier", s)
+	}
+}
+
+// TestReadAheadBounded: while a partition's handler is stuck, the
+// consumer stops fetching the partition once MaxReadAhead records are
+// queued, instead of polling the whole backlog into memory; once the
+// handler goes on, every record completes. (Every polled record joined
+// an unbounded queue.)
+func TestReadAheadBounded(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	const n, limit = 400, 20
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:       map[string]kafka.TopicOptions{topic: {Partitions: 1}},
+		MaxReadAhead: limit,
+		Executor:     redrive.ExecutorOptions{Logger: testLogger(t)},
+		// Small fetches: the bound is checked between them.
+		ClientOptions: []kgo.Opt{kgo.FetchMaxPartitionBytes(64 << 10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ensure(t, cons, topic)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	done := map[string]bool{}
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		<-release
+		mu.Lock()
+		done[string(j.Payload)] = true
+		mu.Unlock()
+		return nil
+	})
+	cl := c.client(t)
+	value := make([]byte, 8<<10)
+	for i := range n {
+		c.produce(t, cl, &kgo.Record{Topic: topic, Value: append([]byte(fmt.Sprint(i, "-")), value...),
+			Headers: []kgo.RecordHeader{{Key: kafka.HeaderKind, Value: []byte("job")}}})
+	}
+	running(t, cons)
+	eventually(t, "the first records polled", 30*time.Second, func() bool { return cons.Stats()[topic].Consumed > 0 })
+	// Real time passing is what is tested: the fetches the consumer would
+	// make meanwhile, were it not paused.
+	time.Sleep(2 * time.Second)
+	// The bound is checked between polls: one poll's records (here about
+	// 1 MiB) come whole.
+	if got := cons.Stats()[topic].Consumed; got >= n/2 {
+		t.Errorf("%d of %d records polled while the handler was stuck, want the read-ahead (%d) and one poll", got, n, limit)
+	}
+	close(release)
+	eventually(t, "every record completed", 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) == n
+	})
+}
+
+// TestAbortedUpstreamRecordsNotRun: records an upstream transactional
+// producer aborted are not jobs: the at-least-once consumer reads
+// read_committed and runs only the committed ones. (It read
+// read_uncommitted and ran the aborted record.)
+func TestAbortedUpstreamRecordsNotRun(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics: map[string]kafka.TopicOptions{topic: {Partitions: 1}}, Executor: redrive.ExecutorOptions{Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ensure(t, cons, topic)
+	var mu sync.Mutex
+	var ran []string
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		r, _ := kafka.RecordOf(ctx)
+		mu.Lock()
+		ran = append(ran, string(r.Key))
+		mu.Unlock()
+		return nil
+	})
+	ctx := context.Background()
+	up := c.client(t, kgo.TransactionalID(topic+"-upstream"))
+	for _, k := range []string{"aborted", "committed"} {
+		if err := up.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := kafka.NewRecord(topic, "job", k, []byte(k))
+		if err := up.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		end := kgo.TryAbort
+		if k == "committed" {
+			end = kgo.TryCommit
+		}
+		if err := up.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running(t, cons)
+	eventually(t, "the committed record ran", 30*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(ran, "committed")
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.Contains(ran, "aborted") {
+		t.Errorf("ran %v: the aborted record ran", ran)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -72,14 +73,21 @@ func (q *DLT) Close() { q.cl.Close() }
 type DLTCount struct {
 	// Total counts the records the topic holds (within its retention).
 	Total int64 `json:"total"`
-	// Pending counts those after the redrive cursor: not redriven yet.
+	// Pending counts those not redriven yet (nor discarded): after the
+	// redrive cursor, less those redriven past the dead letters a
+	// filtered redrive skipped.
 	Pending int64 `json:"pending"`
 }
 
-// span is the offsets of one partition: start, cursor, end.
-type span struct{ start, cursor, end int64 }
+// span is the offsets of one partition: start, end (the last stable
+// offset: the records after it belong to open transactions), and the
+// redrive cursor.
+type span struct {
+	start, end int64
+	cur        cursor
+}
 
-// spans reads each partition's start, end and cursor offsets.
+// spans reads each partition's start, end and cursor.
 func (q *DLT) spans(ctx context.Context) (map[int32]*span, error) {
 	dlt := q.topo.DLT()
 	starts, err := q.adm.ListStartOffsets(ctx, dlt)
@@ -89,12 +97,17 @@ func (q *DLT) spans(ctx context.Context) (map[int32]*span, error) {
 	if err := starts.Error(); err != nil {
 		return nil, fmt.Errorf("kafka: dead-letter topic %q: %w", dlt, err)
 	}
-	ends, err := q.adm.ListEndOffsets(ctx, dlt)
+	// read_committed, as the DLT is read: the dead letters of open
+	// transactions are not there yet.
+	ends, err := q.adm.ListCommittedOffsets(ctx, dlt)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: dead-letter topic %q: %w", dlt, err)
 	}
+	if err := ends.Error(); err != nil {
+		return nil, fmt.Errorf("kafka: dead-letter topic %q: %w", dlt, err)
+	}
 	out := map[int32]*span{}
-	starts.Each(func(o kadm.ListedOffset) { out[o.Partition] = &span{start: o.Offset, cursor: o.Offset} })
+	starts.Each(func(o kadm.ListedOffset) { out[o.Partition] = &span{start: o.Offset, cur: cursor{at: o.Offset}} })
 	ends.Each(func(o kadm.ListedOffset) {
 		if s := out[o.Partition]; s != nil {
 			s.end = o.Offset
@@ -107,11 +120,24 @@ func (q *DLT) spans(ctx context.Context) (map[int32]*span, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: redrive cursor %q: %w", q.cursor, err)
 	}
+	var cerr error
 	committed.Each(func(o kadm.OffsetResponse) {
-		if s := out[o.Partition]; s != nil && o.Err == nil && o.At > s.cursor {
-			s.cursor = min(o.At, s.end)
+		s := out[o.Partition]
+		if s == nil || o.Err != nil || o.At < 0 {
+			return
 		}
+		c, err := parseCursor(o.At, o.Metadata)
+		if err != nil {
+			cerr = errors.Join(cerr, fmt.Errorf("kafka: redrive cursor %q, partition %d: %w", q.cursor, o.Partition, err))
+			return
+		}
+		// Offsets below the start are gone: nothing pending there.
+		c.settle(c.at, s.start)
+		s.cur = c
 	})
+	if cerr != nil {
+		return nil, cerr
+	}
 	return out, nil
 }
 
@@ -124,8 +150,8 @@ func (q *DLT) Count(ctx context.Context) (DLTCount, error) {
 	}
 	var c DLTCount
 	for _, s := range spans {
-		c.Total += s.end - s.start
-		c.Pending += s.end - s.cursor
+		c.Total += max(s.end-s.start, 0)
+		c.Pending += s.cur.pending(s.end)
 	}
 	return c, nil
 }
@@ -190,49 +216,71 @@ func deadLetterOf(r *kgo.Record) DeadLetter {
 	return dl
 }
 
+// readStall bounds how long a read of a DLT waits for the next record
+// before it fails: the broker is that slow, or the records just below
+// the end belong to a transaction aborted after a later one began (the
+// read then waits for the next record past the end).
+var readStall = 30 * time.Second
+
 // read calls fn on the records of the DLT from the given offsets up to
 // (not including) the given ends, partition by partition in offset
-// order, until fn returns false or ctx ends.
+// order, transaction markers included, until fn returns false or ctx
+// ends. It reads committed records only (read_committed): the dead
+// letters of aborted transactions never show, nor those of open ones. A
+// partition is read to its end once a record (or marker) at or past its
+// last offset shows; no record for readStall is an error, not an end.
 func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo.Record) (more bool, err error)) error {
 	parts := map[int32]kgo.Offset{}
-	left := 0
 	for p, f := range from {
 		if f < to[p] {
 			parts[p] = kgo.NewOffset().At(f)
-			left++
 		}
 	}
-	if left == 0 {
+	if len(parts) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{q.topo.DLT(): parts})},
-		q.opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{q.topo.DLT(): parts}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, q.opts...)...)
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}
 	defer cl.Close()
 	done := map[int32]bool{}
-	for len(done) < left {
-		// Offsets may have gaps (transaction markers, compaction): a
-		// partition that stays silent this long has nothing more below
-		// its end.
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	last := time.Now()
+	for len(done) < len(parts) {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if pctx.Err() != nil && fs.NumRecords() == 0 {
-			return nil
-		}
-		if err := fs.Err0(); err != nil {
+		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("kafka: read dead-letter topic %q: %w", q.topo.DLT(), err)
 		}
+		if fs.NumRecords() == 0 {
+			if time.Since(last) > readStall {
+				var behind []string
+				for p := range parts {
+					if !done[p] {
+						behind = append(behind, fmt.Sprintf("partition %d (up to offset %d)", p, to[p]))
+					}
+				}
+				sort.Strings(behind)
+				return fmt.Errorf("kafka: read dead-letter topic %q: no record for %v while reading %s: the broker is slow, "+
+					"or a transaction is still open", q.topo.DLT(), readStall, strings.Join(behind, ", "))
+			}
+			continue
+		}
+		last = time.Now()
 		var stop bool
 		var ferr error
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 			for _, r := range fp.Records {
-				if stop || done[r.Partition] || r.Offset >= to[r.Partition] {
+				if stop || done[r.Partition] {
+					continue
+				}
+				if r.Offset >= to[r.Partition] {
+					done[r.Partition] = true
 					continue
 				}
 				more, err := fn(r)
@@ -261,7 +309,9 @@ func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo
 
 // Peek returns up to n dead letters after the redrive cursor (or, when
 // from is not nil, from those offsets per partition), partition by
-// partition, without moving anything.
+// partition, without moving anything. Without from, it shows the pending
+// ones only: not those redriven past the dead letters a filtered redrive
+// skipped.
 func (q *DLT) Peek(ctx context.Context, n int, from map[int32]int64) ([]DeadLetter, error) {
 	if n <= 0 || n > MaxPeek {
 		return nil, fmt.Errorf("kafka: peek %d: want 1 to %d records", n, MaxPeek)
@@ -273,6 +323,9 @@ func (q *DLT) Peek(ctx context.Context, n int, from map[int32]int64) ([]DeadLett
 	start, end := q.bounds(spans, from, nil)
 	var out []DeadLetter
 	err = q.read(ctx, start, end, func(r *kgo.Record) (bool, error) {
+		if r.Attrs.IsControl() || (from == nil && spans[r.Partition].cur.settled(r.Offset)) {
+			return true, nil
+		}
 		out = append(out, deadLetterOf(r))
 		return len(out) < n, nil
 	})
@@ -290,7 +343,7 @@ func (q *DLT) Peek(ctx context.Context, n int, from map[int32]int64) ([]DeadLett
 func (q *DLT) bounds(spans map[int32]*span, from, to map[int32]int64) (map[int32]int64, map[int32]int64) {
 	start, end := map[int32]int64{}, map[int32]int64{}
 	for p, s := range spans {
-		start[p], end[p] = s.cursor, s.end
+		start[p], end[p] = s.cur.at, s.end
 		if from != nil {
 			f, ok := from[p]
 			if !ok {
@@ -322,24 +375,34 @@ type RedriveOptions struct {
 	From, To map[int32]int64
 	// Reason and Class, when set, redrive only the dead letters with
 	// that reason (retries_exhausted, permanent...) or failure class;
-	// the others are skipped.
+	// the others are skipped and stay pending: Count, Peek and the next
+	// redrive still see them.
 	Reason, Class string
-	// Max bounds the records redriven (0: no bound).
+	// Discard settles the selected dead letters without republishing
+	// them: the cursor moves past them, an operator's decision that they
+	// will not run again (they stay in the topic until its retention).
+	// Not with From.
+	Discard bool
+	// Max bounds the records redriven (or discarded; 0: no bound).
 	Max int
 	// Rate bounds the redrive in records per second (default 100;
-	// negative: no bound).
+	// negative: no bound; a discard is not paced).
 	Rate float64
 	// Note is recorded in the redriven event of each record's history.
 	Note string
-	// Progress, when set, is called after each record redriven with
-	// the running total.
+	// Progress, when set, is called after each record redriven (or
+	// discarded) with the running total.
 	Progress func(redriven int)
 }
 
 // RedriveResult says what a redrive did.
 type RedriveResult struct {
 	Redriven int `json:"redriven"`
-	// Skipped counts the dead letters read that the filters left.
+	// Discarded counts the dead letters settled without a redrive
+	// (RedriveOptions.Discard).
+	Discarded int `json:"discarded,omitempty"`
+	// Skipped counts the dead letters read that the filters left: they
+	// stay pending.
 	Skipped int `json:"skipped"`
 }
 
@@ -350,17 +413,24 @@ type RedriveResult struct {
 // afresh and its history shows both lives. Each is produced and
 // acknowledged before the cursor moves past it (committed every 100
 // records and at the end), so a crash redrives some twice and loses
-// none. It stops at ctx's end with what it did so far.
+// none. The cursor stops at the first dead letter the filters skip; the
+// ones redriven after it are remembered in the cursor's metadata (at
+// most 100 ranges per partition: a redrive that would need more stops
+// with an error, before producing). It stops at ctx's end with what it
+// did so far.
 func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, error) {
 	var res RedriveResult
 	if o.Max < 0 {
 		return res, fmt.Errorf("kafka: redrive: negative maximum %d", o.Max)
 	}
+	if o.Discard && o.From != nil {
+		return res, errors.New("kafka: redrive: discard moves the redrive cursor, which a redrive from given offsets does not")
+	}
 	if o.Rate == 0 {
 		o.Rate = 100
 	}
 	var tick *time.Ticker
-	if o.Rate > 0 {
+	if o.Rate > 0 && !o.Discard {
 		tick = time.NewTicker(time.Duration(float64(time.Second) / o.Rate))
 		defer tick.Stop()
 	}
@@ -370,28 +440,76 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 	}
 	start, end := q.bounds(spans, o.From, o.To)
 	moveCursor := o.From == nil
-	cursor := kadm.Offsets{}
+	pos := map[int32]int64{} // per partition, the next offset to see
+	for p, f := range start {
+		pos[p] = f
+	}
+	dirty := map[int32]bool{}
 	commit := func() error {
-		if !moveCursor || len(cursor) == 0 {
+		if !moveCursor || len(dirty) == 0 {
 			return nil
 		}
-		resp, err := q.adm.CommitOffsets(context.WithoutCancel(ctx), q.cursor, cursor)
+		offs := kadm.Offsets{}
+		for p := range dirty {
+			c := spans[p].cur
+			offs.Add(kadm.Offset{Topic: q.topo.DLT(), Partition: p, At: c.at, LeaderEpoch: -1, Metadata: c.metadata()})
+		}
+		resp, err := q.adm.CommitOffsets(context.WithoutCancel(ctx), q.cursor, offs)
 		if err == nil {
 			err = resp.Error()
 		}
 		if err != nil {
 			return fmt.Errorf("kafka: redrive: move the cursor %q: %w (the records since the last move will be redriven again by the next redrive)", q.cursor, err)
 		}
-		cursor = kadm.Offsets{}
+		clear(dirty)
 		return nil
 	}
+	seen := 0
 	err = q.read(ctx, start, end, func(r *kgo.Record) (bool, error) {
-		if o.Max > 0 && res.Redriven >= o.Max {
+		p := r.Partition
+		var cur *cursor
+		if moveCursor {
+			cur = &spans[p].cur
+			if cur.settled(r.Offset) && !r.Attrs.IsControl() {
+				cur.settle(pos[p], r.Offset) // what the read did not show
+				pos[p] = r.Offset + 1
+				return true, nil // redriven past a skipped one before
+			}
+		}
+		if r.Attrs.IsControl() {
+			if cur != nil {
+				// A transaction marker, and the aborted records
+				// before it the read did not show: no dead letters.
+				cur.settle(pos[p], r.Offset+1)
+				dirty[p] = true
+			}
+			pos[p] = r.Offset + 1
+			return true, nil
+		}
+		if o.Max > 0 && res.Redriven+res.Discarded >= o.Max {
 			return false, nil
 		}
 		dl := deadLetterOf(r)
 		if (o.Reason != "" && dl.Reason != o.Reason) || (o.Class != "" && dl.Class != o.Class) {
 			res.Skipped++
+			if cur != nil && pos[p] < r.Offset {
+				cur.settle(pos[p], r.Offset) // what the read did not show
+				dirty[p] = true
+			}
+			pos[p] = r.Offset + 1
+			return true, nil
+		}
+		if cur != nil {
+			next := *cur
+			next.done = append([]offRange(nil), cur.done...)
+			next.settle(pos[p], r.Offset+1)
+			if len(next.done) > maxCursorRanges {
+				return false, fmt.Errorf("kafka: redrive: %w (%d ranges in partition %d): redrive or discard the skipped ones "+
+					"first, or redrive this range with From", errCursorFull, len(next.done), p)
+			}
+		}
+		if o.Discard {
+			res.Discarded++
 		} else {
 			if tick != nil {
 				select {
@@ -404,12 +522,16 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 				return false, fmt.Errorf("kafka: redrive %s/%d/%d to %q: %w", r.Topic, r.Partition, r.Offset, q.topo.Topic, err)
 			}
 			res.Redriven++
-			if o.Progress != nil {
-				o.Progress(res.Redriven)
-			}
 		}
-		cursor.AddOffset(r.Topic, r.Partition, r.Offset+1, -1)
-		if (res.Redriven+res.Skipped)%100 == 0 {
+		if o.Progress != nil {
+			o.Progress(res.Redriven + res.Discarded)
+		}
+		if cur != nil {
+			cur.settle(pos[p], r.Offset+1)
+			dirty[p] = true
+		}
+		pos[p] = r.Offset + 1
+		if seen++; seen%100 == 0 {
 			if err := commit(); err != nil {
 				return false, err
 			}

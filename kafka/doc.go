@@ -26,7 +26,9 @@
 // committed; the main partition keeps flowing. A tier's record waits for
 // its due time with its partition paused (the consumer keeps polling, and
 // keeps its group session), then its handler runs again: a retry is never
-// early. Give-up, Permanent and NeedsAuth failures, and records whose
+// early. A record due much later than its tier's delay moves on to a
+// longer tier, or goes round its tier again when none fits, so that it
+// never holds the records behind it for long. Give-up, Permanent and NeedsAuth failures, and records whose
 // redrive headers cannot be read, are produced to t-dlt with the reason,
 // class, error and history. An open breaker and Snooze take a tier
 // without using an attempt.

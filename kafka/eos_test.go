@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -151,4 +152,280 @@ func (c *testCluster) readCommitted(t testing.TB, topic string, n int) []*kgo.Re
 		out = append(out, fs.Records()...)
 	}
 	return out
+}
+
+// eosConsumer returns an exactly-once consumer of topic (one partition),
+// whose executor's id is id, and whose handler fails a record's first
+// attempt when fail says so and completes it otherwise, counting the
+// completions by key.
+func eosConsumer(t *testing.T, c *testCluster, topic, id string, fail func(key string) bool) (*kafka.Consumer, *runs) {
+	t.Helper()
+	p := retry.Policy{MaxRetries: 3, Initial: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond, Jitter: retry.JitterNone}
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g", Mode: kafka.ExactlyOnce,
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1}},
+		Executor: redrive.ExecutorOptions{ID: id, Policy: &p, Logger: testLogger(t), DisableRetryBudget: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ensure(t, cons, topic)
+	rs := newRuns()
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		r, _ := kafka.RecordOf(ctx)
+		k := string(r.Key)
+		rs.ran(k, j.Attempt)
+		if j.Attempt == 1 && fail(k) {
+			return errors.New("first attempt fails")
+		}
+		rs.complete(k)
+		return nil
+	})
+	return cons, rs
+}
+
+// ensure creates the topics of cons's main topic topic, so that records
+// can be produced to it before the consumer runs.
+func (c *testCluster) ensure(t *testing.T, cons *kafka.Consumer, topic string) {
+	t.Helper()
+	topo, _ := cons.Topology(topic)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := topo.Ensure(ctx, kadm.NewClient(c.client(t)), true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitCommitted waits until group committed the end offset of every
+// partition of topics: what was produced to them was settled in a
+// committed transaction.
+func (c *testCluster) waitCommitted(t *testing.T, group string, within time.Duration, topics ...string) {
+	t.Helper()
+	adm := kadm.NewClient(c.client(t))
+	var why string
+	deadline := time.Now().Add(within)
+	for !func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ends, err := adm.ListEndOffsets(ctx, topics...)
+		if err != nil {
+			why = err.Error()
+			return false
+		}
+		committed, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			why = err.Error()
+			return false
+		}
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) {
+			at := int64(-1)
+			if c, found := committed.Lookup(o.Topic, o.Partition); found && c.Err == nil {
+				at = c.At
+			}
+			if o.Offset > 0 && at < o.Offset {
+				ok, why = false, fmt.Sprintf("%s/%d committed %d of %d", o.Topic, o.Partition, at, o.Offset)
+			}
+		})
+		return ok
+	}() {
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s never committed the end offsets: %s", group, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestExactlyOnceFencedLaneRecovers: another producer takes the main
+// lane's transactional id (a zombie fence, made for real), so the lane's
+// next transaction is fenced; the lane starts a new session and goes on:
+// the records produced after the fence complete and their offsets are
+// committed. (It stayed in its broken session for good, handling records
+// whose outcomes it could never commit.)
+func TestExactlyOnceFencedLaneRecovers(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	const id = "fence-me"
+	cons, rs := eosConsumer(t, c, topic, id, func(string) bool { return false })
+	running(t, cons)
+	cl := c.client(t)
+	r, _ := kafka.NewRecord(topic, "job", 0, []byte("before"))
+	c.produce(t, cl, r)
+	c.waitCommitted(t, topic+"-g", 30*time.Second, topic)
+
+	// The fence: a producer with the lane's transactional id commits a
+	// transaction of its own.
+	zombie := c.client(t, kgo.TransactionalID(topic+"-g-"+id))
+	if err := zombie.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	fr, _ := kafka.NewRecord(topic, "job", 0, []byte("fencer"))
+	if err := zombie.ProduceSync(context.Background(), fr).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zombie.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	zombie.Close()
+
+	var ids []string
+	for i := range 5 {
+		k := fmt.Sprintf("after-%d", i)
+		ids = append(ids, k)
+		r, _ := kafka.NewRecord(topic, "job", i, []byte(k))
+		c.produce(t, cl, r)
+	}
+	rs.waitCompleted(t, ids, 60*time.Second)
+	c.waitCommitted(t, topic+"-g", 60*time.Second, topic)
+}
+
+// TestExactlyOnceProduceOutage: the tier refuses the lane's produces
+// (retriable errors) for longer than a transaction's end timeout, so the
+// transaction cannot even be aborted in time; the lane replaces its
+// session and, once the outage is over, every record completes and every
+// offset is committed. (The lane stayed in its open transaction for good:
+// every later Begin failed.)
+func TestExactlyOnceProduceOutage(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.needFake(t)
+	topic := newTopic(t)
+	cons, rs := eosConsumer(t, c, topic, "outage", func(string) bool { return true })
+	kafka.SetEndTimeout(cons, 500*time.Millisecond)
+	var outage atomic.Bool
+	var refused atomic.Int64
+	outage.Store(true)
+	c.fake.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.fake.KeepControl()
+		req := kr.(*kmsg.ProduceRequest)
+		if !outage.Load() || req.TransactionID == nil {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.NotEnoughReplicas.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	running(t, cons)
+	cl := c.client(t)
+	var ids []string
+	for i := range 5 {
+		k := fmt.Sprintf("rec-%d", i)
+		ids = append(ids, k)
+		r, _ := kafka.NewRecord(topic, "job", i, []byte(k))
+		c.produce(t, cl, r)
+	}
+	eventually(t, "the outage refused produces", 30*time.Second, func() bool { return refused.Load() > 0 })
+	// Real time passing is what is tested: the outage outlasts the
+	// transaction's end timeout several times over.
+	time.Sleep(3 * time.Second)
+	outage.Store(false)
+	rs.waitCompleted(t, ids, 60*time.Second)
+	c.waitCommitted(t, topic+"-g", 60*time.Second, topic)
+}
+
+// TestExactlyOnceFencedForGood: a lane fenced on every transaction (a
+// second live consumer with the same transactional id) stops, and Run
+// returns the error instead of spinning silently.
+func TestExactlyOnceFencedForGood(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.needFake(t)
+	topic := newTopic(t)
+	cons, _ := eosConsumer(t, c, topic, "twin", func(string) bool { return false })
+	var fenced atomic.Int64
+	c.fake.ControlKey(int16(kmsg.TxnOffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.fake.KeepControl()
+		req := kr.(*kmsg.TxnOffsetCommitRequest)
+		if req.TransactionalID != topic+"-g-twin" {
+			return nil, nil, false
+		}
+		fenced.Add(1)
+		resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewTxnOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.ProducerFenced.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	cl := c.client(t)
+	r, _ := kafka.NewRecord(topic, "job", 0, []byte("a"))
+	c.produce(t, cl, r)
+	select {
+	case err := <-done:
+		if !errors.Is(err, kerr.ProducerFenced) {
+			t.Fatalf("Run: %v, want the fence", err)
+		}
+		t.Logf("Run: %v (fenced %d times)", err, fenced.Load())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("Run still running after %d fences", fenced.Load())
+	}
+}
+
+// TestSwitchModeKeepsTierOffsets: a group switched from at-least-once to
+// exactly-once, and back, goes on in the tiers where the other mode
+// stopped: no retry already run runs again. (Each mode reads the tiers
+// in groups of its own, which started at the tiers' start.)
+func TestSwitchModeKeepsTierOffsets(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	rs := newRuns()
+	consumer := func(mode kafka.Mode) *kafka.Consumer {
+		p := retry.Policy{MaxRetries: 3, Initial: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond, Jitter: retry.JitterNone}
+		cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g", Mode: mode,
+			Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{10 * time.Millisecond}}},
+			Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t), DisableRetryBudget: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+			r, _ := kafka.RecordOf(ctx)
+			rs.ran(string(r.Key), j.Attempt)
+			if j.Attempt == 1 {
+				return errors.New("first attempt fails")
+			}
+			rs.complete(string(r.Key))
+			return nil
+		})
+		return cons
+	}
+	cl := c.client(t)
+	phase := func(mode kafka.Mode, key string) {
+		cons := consumer(mode)
+		c.ensure(t, cons, topic)
+		stop := running(t, cons)
+		r, _ := kafka.NewRecord(topic, "job", 0, []byte(key))
+		c.produce(t, cl, r)
+		rs.waitCompleted(t, []string{key}, 60*time.Second)
+		stop()
+	}
+	phase(kafka.AtLeastOnce, "a")
+	phase(kafka.ExactlyOnce, "b")
+	phase(kafka.AtLeastOnce, "c")
+	for _, k := range []string{"a", "b", "c"} {
+		if n := rs.count(k, 2); n != 1 {
+			t.Errorf("%s: its retry ran %d times, want once", k, n)
+		}
+	}
 }

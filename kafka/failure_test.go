@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -637,4 +638,117 @@ func TestBrokerRestart(t *testing.T) {
 		t.Errorf("%d dead letters, want none", d)
 	}
 	stop() // while the restarted broker runs: the cleanups close it first
+}
+
+// TestTooLargeRetry: the retry of a record that fits its main topic is
+// too large for the tier once redrive's headers are added (the tier's
+// max.message.bytes, set for real); it is not tried forever: its history
+// is dropped, then it goes to the DLT as too_large, and the records
+// behind it run. (MESSAGE_TOO_LARGE was retried forever, holding the
+// partition.)
+func TestTooLargeRetry(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []kafka.Mode{kafka.AtLeastOnce, kafka.ExactlyOnce} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t)
+			topic := newTopic(t)
+			p := retry.Policy{MaxRetries: 1, Initial: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond, Jitter: retry.JitterNone}
+			cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g", Mode: mode,
+				Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{10 * time.Millisecond}}},
+				Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The tier takes 1000 bytes at most, from its creation.
+			topo, _ := cons.Topology(topic)
+			adm := kadm.NewClient(c.client(t))
+			limit := "1000"
+			resp, err := adm.CreateTopics(context.Background(), 1, -1, map[string]*string{"max.message.bytes": &limit},
+				topo.TierTopic(10*time.Millisecond))
+			if err == nil {
+				err = resp.Error()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.ensure(t, cons, topic)
+			var mu sync.Mutex
+			ran := map[string]int{}
+			cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+				r, _ := kafka.RecordOf(ctx)
+				mu.Lock()
+				ran[string(r.Key)]++
+				mu.Unlock()
+				if string(r.Key) == "big" {
+					return errors.New("a long error message that the history carries along with the record, " +
+						"making its retry larger than the tier takes")
+				}
+				return nil
+			})
+			running(t, cons)
+			cl := c.client(t)
+			// Random: the producer compresses.
+			value := make([]byte, 940)
+			for i := range value {
+				value[i] = byte(rand.IntN(256))
+			}
+			big := &kgo.Record{Topic: topic, Key: []byte("big"), Value: value,
+				Headers: []kgo.RecordHeader{{Key: kafka.HeaderKind, Value: []byte("job")}}}
+			after, _ := kafka.NewRecord(topic, "job", 1, []byte("after"))
+			c.produce(t, cl, big, after)
+			dead := c.readCommitted(t, topo.DLT(), 1)
+			if r := dead[0]; string(r.Key) != "big" || header(r, kafka.HeaderReason) != kafka.ReasonTooLarge ||
+				len(r.Value) != 940 || header(r, kafka.HeaderHistoryDropped) == "" {
+				t.Errorf("dead letter %s: reason %q, %d bytes, history dropped %q; want big, too_large, its value, its history dropped",
+					r.Key, header(r, kafka.HeaderReason), len(r.Value), header(r, kafka.HeaderHistoryDropped))
+			}
+			eventually(t, "the record behind it ran", 30*time.Second, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return ran["after"] > 0
+			})
+		})
+	}
+}
+
+// TestUnproducibleStopsRun: when neither the retry, nor the dead letter,
+// nor the dead letter without its value fits (tier and DLT limited to
+// 200 bytes), Run stops with the error instead of retrying for ever.
+func TestUnproducibleStopsRun(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{10 * time.Millisecond}}},
+		Executor: redrive.ExecutorOptions{Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, _ := cons.Topology(topic)
+	limit := "200"
+	resp, err := kadm.NewClient(c.client(t)).CreateTopics(context.Background(), 1, -1,
+		map[string]*string{"max.message.bytes": &limit}, topo.TierTopic(10*time.Millisecond), topo.DLT())
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ensure(t, cons, topic)
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error { return errors.New("fails") })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	r, _ := kafka.NewRecord(topic, "job", 1, []byte("k"))
+	c.produce(t, c.client(t), r)
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "cannot be produced") {
+			t.Fatalf("Run: %v, want the record that cannot be produced", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run still running")
+	}
 }

@@ -423,7 +423,11 @@ func DeadJobOf(r *kgo.Record, topic string, now time.Time) (store.DeadJob, error
 		rec = recordOf(r, topic, &st)
 	} else {
 		rec = recordOf(r, topic, nil)
-		st = state{} // identity: the dead letter's own position
+		// Identity: the origin headers when they can be read (the same
+		// dead letter produced twice keeps one key), else the dead
+		// letter's own position.
+		st = state{}
+		st.originTopic, st.originPart, st.originOffset, st.hasOrigin = readOrigin(r)
 	}
 	payload, err := json.Marshal(rec)
 	if err != nil {

@@ -352,3 +352,62 @@ func TestNewKeeperRefuses(t *testing.T) {
 		t.Errorf("a topic without tiers: %v", err)
 	}
 }
+
+// TestDeadJobOfUndecodableKeepsOrigin: an undecodable dead letter whose
+// origin headers can be read is keyed by its origin, so the same dead
+// letter produced twice (an at-least-once retry of the produce) is kept
+// once. (It was keyed by its position in the DLT: two jobs.)
+func TestDeadJobOfUndecodableKeepsOrigin(t *testing.T) {
+	now := time.UnixMilli(1700000000000)
+	at := func(offset int64) *kgo.Record {
+		return &kgo.Record{Topic: "t-dlt", Partition: 0, Offset: offset, Value: []byte("x"),
+			Headers: []kgo.RecordHeader{{Key: kafka.HeaderHistory, Value: []byte("not json")},
+				{Key: kafka.HeaderOriginTopic, Value: []byte("t")}, {Key: kafka.HeaderOriginPartition, Value: []byte("2")},
+				{Key: kafka.HeaderOriginOffset, Value: []byte("30")}, {Key: kafka.HeaderReason, Value: []byte("undecodable")}}}
+	}
+	a, err := kafka.DeadJobOf(at(4), "t", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := kafka.DeadJobOf(at(5), "t", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.DeadReason != redrive.ReasonUndecodable || a.IdempotencyKey != "kafka:t/2/30:0" || b.IdempotencyKey != a.IdempotencyKey {
+		t.Errorf("keys %q and %q (reason %s), want both kafka:t/2/30:0", a.IdempotencyKey, b.IdempotencyKey, a.DeadReason)
+	}
+}
+
+// TestUndecodableRetryKeepsOrigin: a retry whose history cannot be read
+// is dead-lettered with the origin its headers give (where it was first
+// consumed), not its position in the tier, so the keeper keys it like
+// the record's other lives.
+func TestUndecodableRetryKeepsOrigin(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{10 * time.Millisecond}}},
+		Executor: redrive.ExecutorOptions{Logger: testLogger(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error { return nil })
+	c.ensure(t, cons, topic)
+	topo, _ := cons.Topology(topic)
+	running(t, cons)
+	c.produce(t, c.client(t), &kgo.Record{Topic: topo.TierTopic(10 * time.Millisecond), Value: []byte("x"),
+		Headers: []kgo.RecordHeader{{Key: kafka.HeaderKind, Value: []byte("job")}, {Key: kafka.HeaderHistory, Value: []byte("not json")},
+			{Key: kafka.HeaderOriginTopic, Value: []byte(topic)}, {Key: kafka.HeaderOriginPartition, Value: []byte("0")},
+			{Key: kafka.HeaderOriginOffset, Value: []byte("41")}}})
+	dead := c.readAll(t, topo.DLT(), 1)[0]
+	if header(dead, kafka.HeaderReason) != "undecodable" || header(dead, kafka.HeaderOriginTopic) != topic ||
+		header(dead, kafka.HeaderOriginOffset) != "41" {
+		t.Errorf("dead letter: reason %q, origin %s/%s, want undecodable, %s/41", header(dead, kafka.HeaderReason),
+			header(dead, kafka.HeaderOriginTopic), header(dead, kafka.HeaderOriginOffset), topic)
+	}
+	dj, err := kafka.DeadJobOf(dead, topic, time.Now())
+	if err != nil || dj.IdempotencyKey != "kafka:"+topic+"/0/41:0" {
+		t.Errorf("kept as %q %v, want its origin's key", dj.IdempotencyKey, err)
+	}
+}

@@ -153,6 +153,23 @@ func readState(r *kgo.Record) (state, error) {
 	return st, nil
 }
 
+// readOrigin reads the origin headers of r alone, for a record whose
+// other redrive headers may not be readable.
+func readOrigin(r *kgo.Record) (topic string, partition int32, offset int64, ok bool) {
+	t, ok := header(r, HeaderOriginTopic)
+	if !ok || t == "" {
+		return "", 0, 0, false
+	}
+	ps, _ := header(r, HeaderOriginPartition)
+	os, _ := header(r, HeaderOriginOffset)
+	p, err1 := strconv.ParseInt(ps, 10, 32)
+	o, err2 := strconv.ParseInt(os, 10, 64)
+	if err1 != nil || err2 != nil || p < 0 || o < 0 {
+		return "", 0, 0, false
+	}
+	return t, int32(p), o, true
+}
+
 // identity returns the record's identity: where it was first consumed.
 func (st *state) identity(r *kgo.Record) (string, int32, int64) {
 	if st.hasOrigin {

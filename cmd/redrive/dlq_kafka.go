@@ -49,11 +49,12 @@ one), --max N (the first N pending, partition by partition), or offset
 ranges with --from and --to (PARTITION:OFFSET,..., --to excluded: --from
 0:120,1:40 --to 0:200 reads partition 0 from offset 120 to 199 and
 partition 1 from 40 to its end). --reason and --class redrive only the dead
-letters with that reason or failure class; the others are skipped. Without
---from, the cursor moves past every record read, the skipped ones too: they
-are no longer pending, and --from redrives them later by offset. With
---from, the cursor does not move. --rate bounds the redrive (default 100
-records/s).`
+letters with that reason or failure class; the others are skipped and stay
+pending (count, ls and the next redrive see them). Without --from, the
+cursor moves past the dead letters redriven; with --from, it does not move.
+--discard moves the cursor past the selected dead letters without
+redriving them (they will not run again; the topic keeps them until its
+retention). --rate bounds the redrive (default 100 records/s).`
 
 // kafkaPurgeRefusal is what `dlq purge --kafka-topic` says.
 const kafkaPurgeRefusal = "a Kafka dead-letter topic is append-only: its records cannot be purged. They leave it when the " +
@@ -497,8 +498,11 @@ func kafkaRedrive(g *globalOptions) func(*cobra.Command, []string) (kafkaAction,
 		class, _ := f.GetString("class")
 		fromS, _ := f.GetString("from")
 		toS, _ := f.GetString("to")
+		discard, _ := f.GetBool("discard")
 		ranged := f.Changed("from") || f.Changed("to")
 		switch {
+		case discard && f.Changed("from"):
+			return nil, flagErrorf(cmd, "--discard moves the redrive cursor, which --from does not: select with --all, --max N, --reason or --class")
 		case len(args) > 0:
 			return nil, flagErrorf(cmd, "a Kafka dead-letter topic has no job ids: select dead letters with --all, --max N, or offsets (--from/--to PARTITION:OFFSET,...)")
 		case !all && maxN == 0 && !ranged:
@@ -582,20 +586,27 @@ func kafkaRedrive(g *globalOptions) func(*cobra.Command, []string) (kafkaAction,
 			if from != nil {
 				where += " (" + describeKafkaRange(from, to) + ")"
 			}
-			if err := confirm(cmd, yes, fmt.Sprintf("Redrive %s from %s back to %s?", what, where, k.topic)); err != nil {
+			question := fmt.Sprintf("Redrive %s from %s back to %s?", what, where, k.topic)
+			if discard {
+				question = fmt.Sprintf("Discard %s of %s (they will not run again)?", what, where)
+			}
+			if err := confirm(cmd, yes, question); err != nil {
 				return err
 			}
 			bar := newProgressBar(cmd, g, "redrive")
 			res, err := k.dlt.Redrive(ctx, kafka.RedriveOptions{From: from, To: to, Reason: reason, Class: class, Max: maxN, Rate: rate,
-				Note: note, Progress: func(done int) { bar.update(int64(done), n, "") }})
+				Discard: discard, Note: note, Progress: func(done int) { bar.update(int64(done), n, "") }})
 			bar.finish()
 			if err != nil {
-				return fmt.Errorf("redrive stopped after %d dead letter(s): %w", res.Redriven, err)
+				return fmt.Errorf("redrive stopped after %d dead letter(s): %w", res.Redriven+res.Discarded, err)
 			}
 			if g.JSON {
 				return writeJSON(out, res)
 			}
 			msg := fmt.Sprintf("redriven %d dead letter(s) from %s back to %s", res.Redriven, k.dlt.Name(), k.topic)
+			if discard {
+				msg = fmt.Sprintf("discarded %d dead letter(s) of %s", res.Discarded, k.dlt.Name())
+			}
 			if len(filter) > 0 || res.Skipped > 0 {
 				msg += fmt.Sprintf("; skipped %d not matching %s", res.Skipped, strings.Join(filter, " "))
 			}
@@ -603,7 +614,7 @@ func kafkaRedrive(g *globalOptions) func(*cobra.Command, []string) (kafkaAction,
 			case from != nil:
 				msg += "; the redrive cursor did not move (--from)"
 			case res.Skipped > 0:
-				msg += "; the cursor is past the skipped ones too: --from PARTITION:OFFSET redrives them by offset"
+				msg += "; the skipped ones stay pending"
 			}
 			_, err = fmt.Fprintln(out, msg)
 			return err
@@ -635,7 +646,8 @@ func kafkaDLQCommands(g *globalOptions, dlq *cobra.Command) {
 		}
 		f.String("from", "", "with --kafka-topic: redrive from these offsets, PARTITION:OFFSET,... (e.g. 0:120,1:40); only the partitions named")
 		f.String("to", "", "with --kafka-topic: stop before these offsets, PARTITION:OFFSET,... (e.g. 0:200)")
-		withKafka(c, []string{"all", "all-matching", "max", "rate", "note", "yes", "reason", "class", "from", "to"}, kafkaRedrive(g))
+		f.Bool("discard", false, "with --kafka-topic: move the redrive cursor past the selected dead letters without redriving them")
+		withKafka(c, []string{"all", "all-matching", "max", "rate", "note", "yes", "reason", "class", "from", "to", "discard"}, kafkaRedrive(g))
 		c.Long += "\n" + kafkaRedriveHelp
 	}
 	if c := byName["purge"]; c != nil {
