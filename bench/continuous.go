@@ -204,12 +204,12 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 		completed.Add(1)
 		return nil
 	})
-	// Retry probes: lateness samples are kept for the retries due within
-	// the measured window only.
-	var measuring atomic.Bool
+	// Retry probes: a sample is kept for each retry due within the
+	// measured window, however late it runs (chosen by its due time, not
+	// by when it ran: the latest ones are what the figure is for).
 	var mu sync.Mutex
 	failedAt := map[int64]time.Time{}
-	var lateness, since []time.Duration
+	var samples []retrySample
 	var probesDone atomic.Int64
 	redrive.Handle(w, failKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
 		now := time.Now()
@@ -220,14 +220,12 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 			return redrive.Transient(errPlanned)
 		}
 		probesDone.Add(1)
-		t, ok := failedAt[job.ID]
-		delete(failedAt, job.ID)
-		if measuring.Load() {
-			lateness = append(lateness, now.Sub(job.RunAt))
-			if ok {
-				since = append(since, now.Sub(t)-delay)
-			}
+		s := retrySample{due: job.RunAt, late: now.Sub(job.RunAt)}
+		if t, ok := failedAt[job.ID]; ok {
+			s.since, s.sinceKnown = now.Sub(t)-delay, true
+			delete(failedAt, job.ID)
 		}
+		samples = append(samples, s)
 		return nil
 	})
 
@@ -278,7 +276,7 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 	}
 
 	var warmEnq, warmDone int64
-	var tWarm time.Time
+	var tWarm, tEnd time.Time
 	sleep := func(until time.Time) bool {
 		select {
 		case <-time.After(time.Until(until)):
@@ -289,19 +287,28 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 	}
 	if sleep(t0.Add(time.Duration(p.Warmup))) {
 		tWarm, warmEnq, warmDone = time.Now(), enqueued.Load(), completed.Load()
-		measuring.Store(true)
 		if sleep(t0.Add(time.Duration(p.Duration))) {
-			tEnd, endEnq, endDone := time.Now(), enqueued.Load(), completed.Load()
-			measuring.Store(false)
+			var endEnq, endDone int64
+			tEnd, endEnq, endDone = time.Now(), enqueued.Load(), completed.Load()
 			steady := tEnd.Sub(tWarm)
 			res.Steady = Duration(steady)
 			res.SteadyEnqueued, res.SteadyCompleted = endEnq-warmEnq, endDone-warmDone
 			res.EnqueueRate, res.Rate = rate(res.SteadyEnqueued, steady), rate(res.SteadyCompleted, steady)
 		}
 	}
-	measuring.Store(false)
 	stopProducers()
 	producers.Wait()
+	// The retries due within the window run before the worker stops,
+	// however late: a probe that failed before the window's end minus the
+	// delay is due within it.
+	if !tEnd.IsZero() && p.RetryEvery > 0 {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute+100*delay)
+		err := waitRetries(wctx, &mu, failedAt, tEnd.Add(-delay))
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	if err := r.stop(); err != nil {
 		return fmt.Errorf("bench: continuous: worker: %w", err)
 	}
@@ -316,8 +323,17 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 	res.Enqueued, res.Completed = enqueued.Load(), completed.Load()
 	res.Probes, res.ProbesDone = probes.Load(), probesDone.Load()
 	mu.Lock()
-	res.RetryLateness, res.RetrySinceFailure = percentiles(lateness), percentiles(since)
+	var lateness, since []time.Duration
+	for _, s := range samples {
+		if !s.due.Before(tWarm) && s.due.Before(tEnd) {
+			lateness = append(lateness, s.late)
+			if s.sinceKnown {
+				since = append(since, s.since)
+			}
+		}
+	}
 	mu.Unlock()
+	res.RetryLateness, res.RetrySinceFailure = percentiles(lateness), percentiles(since)
 	if res.BurnDownRate > 0 {
 		res.RatioToBurnDown = res.Rate / res.BurnDownRate
 	}
@@ -339,4 +355,39 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 		c.expect("store probes", pj[redrive.Completed]+pj[redrive.Pending]+pj[redrive.Scheduled]+pj[redrive.Running], res.Probes)
 	}
 	return c.err("continuous")
+}
+
+// retrySample is one retry of a probe: when it was due, how late its
+// handler started, and how late against its first failure + the delay.
+type retrySample struct {
+	due        time.Time
+	late       time.Duration
+	since      time.Duration
+	sinceKnown bool
+}
+
+// waitRetries waits until no probe that failed before failedBefore waits
+// for its retry (each retry removes its probe from failedAt), polling: a
+// run's end, not a hot path.
+func waitRetries(ctx context.Context, mu *sync.Mutex, failedAt map[int64]time.Time, failedBefore time.Time) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		mu.Lock()
+		waiting := 0
+		for _, t := range failedAt {
+			if t.Before(failedBefore) {
+				waiting++
+			}
+		}
+		mu.Unlock()
+		if waiting == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: continuous: %d retries due in the window had not run: %w", waiting, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
