@@ -398,6 +398,10 @@ func (h *Handler) dest(pl *plan) error {
 		if part == ".." {
 			return fmt.Errorf("dest %q holds \"..\": want a path inside the download directory", d)
 		}
+		if isWorkName(part) {
+			return fmt.Errorf("dest %q names a working file of the download kind (%q): names starting with \".redrive\" or "+
+				"holding \".redrive-\" after a leading dot are the kind's own", d, part)
+		}
 	}
 	isDir := d == "" || strings.HasSuffix(d, "/") || strings.HasSuffix(d, string(filepath.Separator))
 	full := filepath.Join(h.root, filepath.FromSlash(d))
@@ -500,6 +504,25 @@ func sanitize(name string) string {
 	}
 	name = strings.TrimRight(name, ". ")
 	return name
+}
+
+// isWorkName reports whether name (one path element) could be one of the
+// kind's working files (".redrive-<key>.part", ".<name>.redrive-<key>.part",
+// their ".meta" and ".meta.tmp" sidecars) or anything else the kind keeps
+// beside its files. A dest naming one is refused, so that a job cannot
+// write another job's partial file or sidecar. The test ignores case, for
+// case-insensitive file systems.
+func isWorkName(name string) bool {
+	n := strings.ToLower(name)
+	return strings.HasPrefix(n, ".redrive") || (strings.HasPrefix(n, ".") && strings.Contains(n, ".redrive-"))
+}
+
+// safeName reports whether name, read back from a sidecar, can be the
+// final name of a directory destination's file: what sanitize returns
+// for itself (a single path element, no leading dot, no separator or
+// control character) and not a working file's name.
+func safeName(name string) bool {
+	return name != "" && sanitize(name) == name && !isWorkName(name) && name != "." && name != ".."
 }
 
 // jobKey names a job in its temporary files: its id, or for a message

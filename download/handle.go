@@ -198,7 +198,10 @@ func (a *attempt) resumable() (*meta, int64) {
 		have = fi.Size()
 	}
 	if m.URL != a.pl.p.URL || m.validator() == "" || have <= 0 || fi.Size() < have ||
-		(m.Total >= 0 && have > m.Total) || (a.pl.name == "" && m.Name == "") || !fi.Mode().IsRegular() {
+		(m.Total >= 0 && have > m.Total) || !fi.Mode().IsRegular() ||
+		// The name of a directory destination's file is read back from
+		// disk: it must be a name sanitize would give, never a path.
+		(a.pl.name == "" && !safeName(m.Name)) || (a.pl.name != "" && m.Name != "") {
 		a.discard()
 		return nil, 0
 	}
@@ -454,6 +457,14 @@ func (a *attempt) finish(ctx context.Context, m *meta, size int64, sum hash.Hash
 		name = m.Name
 	}
 	final := filepath.Join(a.pl.dir, name)
+	// The final file is in the destination's directory, under the
+	// download directory, and is not a working file, whatever the name
+	// came from.
+	if (a.pl.name == "" && !safeName(name)) || isWorkName(name) || filepath.Dir(final) != a.pl.dir || !within(a.h.root, final) {
+		a.discard()
+		return classed(failure.Permanent, ReasonUnwritable,
+			fmt.Errorf("download: refusing the file name %q: not a single name inside the directory of dest %q", name, a.pl.p.Dest))
+	}
 	if err := os.Rename(a.part, final); err != nil {
 		err = fileError("rename to "+name, err)
 		if failure.Classify(err).Class == failure.Permanent {

@@ -1,6 +1,7 @@
 package download
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
 )
 
 func newInternal(t *testing.T) *Handler {
@@ -104,5 +106,30 @@ func TestWeakETagNotUsed(t *testing.T) {
 	}
 	if m.ETag != "" || m.validator() != "Mon, 02 Jan 2006 15:04:05 GMT" || m.Synced != 5 || m.Total != 10 {
 		t.Fatalf("sidecar %+v", m)
+	}
+}
+
+// TestFinishRefusesForeignNames: whatever name reaches finish (a sidecar
+// read back from disk, a bug), the file is renamed only to a single name
+// in the destination's directory that is not a working file's.
+func TestFinishRefusesForeignNames(t *testing.T) {
+	for _, name := range []string{"../../escaped.txt", "../escaped.txt", "a/b", "..", ".redrive-7.part", ".x.redrive-7.meta"} {
+		base := t.TempDir()
+		h, err := New(Options{Dir: filepath.Join(base, "dl")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := prepared(t, h, `{"url":"http://x/a","dest":"x/"}`)
+		os.MkdirAll(a.pl.dir, 0o755)
+		os.WriteFile(a.part, []byte("abc"), 0o644)
+		err = a.finish(t.Context(), &meta{Name: name}, 3, sha256.New())
+		if v := failure.Classify(err); v.Class != failure.Permanent {
+			t.Errorf("%q: finish returned %v (%s), want a permanent refusal", name, err, v.Class)
+		}
+		for _, p := range []string{filepath.Join(base, "escaped.txt"), filepath.Join(h.root, "escaped.txt"), filepath.Join(a.pl.dir, "a")} {
+			if _, err := os.Stat(p); err == nil {
+				t.Errorf("%q: renamed to %s", name, p)
+			}
+		}
 	}
 }
