@@ -82,6 +82,7 @@ package download
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -138,6 +139,9 @@ const (
 	ReasonDiskFull         = "disk_full"
 	ReasonUnwritable       = "unwritable"
 	ReasonDiskError        = "disk_error"
+	// ReasonInUse: another attempt of the job (its lease expired while
+	// it ran) holds the partial file; transient.
+	ReasonInUse = "in_use"
 	// ReasonDownloaded is the reason of the "completed" event.
 	ReasonDownloaded = "downloaded"
 )
@@ -525,13 +529,21 @@ func safeName(name string) bool {
 	return name != "" && sanitize(name) == name && !isWorkName(name) && name != "." && name != ".."
 }
 
-// jobKey names a job in its temporary files: its id, or for a message
-// without one (a broker's), a digest of its idempotency key.
-func jobKey(j *redrive.Job) string {
-	if j.ID != 0 || j.IdempotencyKey == "" {
-		return strconv.FormatInt(j.ID, 10)
+// jobKey names a job in its working files: its id; for a message
+// without one (a broker's), "k" and a digest of its idempotency key; for
+// a job with neither (an AMQP message published without a message id),
+// "a" and random digits, and anon set: the attempt's files are its own,
+// and no later attempt resumes them.
+func jobKey(j *redrive.Job) (key string, anon bool) {
+	switch {
+	case j.ID != 0:
+		return strconv.FormatInt(j.ID, 10), false
+	case j.IdempotencyKey != "":
+		return "k" + redrive.KeyOf(j.IdempotencyKey)[:16], false
 	}
-	return redrive.KeyOf(j.IdempotencyKey)[:16]
+	var b [8]byte
+	rand.Read(b[:])
+	return "a" + hex.EncodeToString(b[:]), true
 }
 
 // diskFull reports whether err says the disk (or the quota) is full.

@@ -61,7 +61,17 @@ type attempt struct {
 	br       *breaker.Breaker
 	part     string // the partial file
 	metaPath string // its sidecar
+	// f is the partial file, open and locked from open to end: no other
+	// attempt (of this job, run twice at once) writes it meanwhile.
+	f      *os.File
+	unlock func()
+	// anon is set for a job without id or idempotency key: no later
+	// attempt can find its working files, which go when it ends.
+	anon bool
 }
+
+// errInUse is lockPart's refusal: another attempt holds the file.
+var errInUse = errors.New("the partial file is locked by another attempt")
 
 // Handle performs one attempt of a download job (see the package
 // documentation).
@@ -90,8 +100,8 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	if err := h.checkSymlinks(pl.dir, pl.p.Dest); err != nil {
 		return redrive.Permanent(&redrive.FieldError{Field: "payload.dest", Err: &invalid{err}})
 	}
-	key := jobKey(job)
-	a := &attempt{h: h, pl: pl, br: br}
+	key, anon := jobKey(job)
+	a := &attempt{h: h, pl: pl, br: br, anon: anon}
 	if pl.name != "" {
 		if fi, err := os.Stat(filepath.Join(pl.dir, pl.name)); err == nil && fi.IsDir() {
 			return classed(failure.Permanent, ReasonUnwritable,
@@ -102,7 +112,98 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 		a.part = filepath.Join(pl.dir, ".redrive-"+key+".part")
 	}
 	a.metaPath = strings.TrimSuffix(a.part, ".part") + ".meta"
-	return a.run(ctx)
+	if err := a.open(); err != nil {
+		return err
+	}
+	jobCtx := ctx
+	err = a.run(ctx)
+	a.end(jobCtx, err)
+	return err
+}
+
+// open opens and locks the partial file, creating it empty when missing.
+// Something other than a regular file in its place (a symbolic link) is
+// removed, not followed. An attempt of the same job that holds it is a
+// transient failure (ReasonInUse): two attempts at once (a lease that
+// expired while its handler ran) never write one file.
+func (a *attempt) open() error {
+	for range 3 {
+		if fi, err := os.Lstat(a.part); err == nil && !fi.Mode().IsRegular() {
+			if err := os.Remove(a.part); err != nil {
+				return fileError("remove what is in the place of the partial file of "+a.pl.p.Dest, err)
+			}
+		}
+		f, err := openPart(a.part)
+		if err != nil {
+			return fileError("create the partial file of "+a.pl.p.Dest, err)
+		}
+		unlock, err := lockPart(f)
+		if err != nil {
+			f.Close()
+			if errors.Is(err, errInUse) {
+				return classed(failure.Transient, ReasonInUse,
+					fmt.Errorf("download: %s: another attempt of this job is writing it: %w", a.pl.p.Dest, err))
+			}
+			return fileError("lock the partial file of "+a.pl.p.Dest, err)
+		}
+		// Between the open and the lock, the attempt that held the lock
+		// may have renamed or removed the file: lock the one at the path.
+		if a.holds(f) {
+			a.f, a.unlock = f, unlock
+			return nil
+		}
+		unlock()
+		f.Close()
+	}
+	return classed(failure.Transient, ReasonInUse,
+		fmt.Errorf("download: %s: the partial file keeps being replaced by another attempt", a.pl.p.Dest))
+}
+
+// holds reports whether the partial file's path names f.
+func (a *attempt) holds(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	li, err := os.Lstat(a.part)
+	return err == nil && os.SameFile(fi, li)
+}
+
+// end closes and unlocks the partial file after an attempt that returned
+// err. The working files are removed when no later attempt will resume
+// them: the job has no identity, a user canceled it, its failure is
+// final (permanent or needs_auth), or nothing was written.
+func (a *attempt) end(jobCtx context.Context, err error) {
+	if a.f == nil {
+		return
+	}
+	defer func() {
+		a.unlock()
+		a.f.Close()
+		a.f = nil
+	}()
+	if err == nil {
+		return // renamed to its final name
+	}
+	v := failure.Classify(err)
+	empty := false
+	if fi, serr := a.f.Stat(); serr == nil && fi.Size() == 0 {
+		empty = true
+	}
+	if a.anon || empty || v.Class == failure.Permanent || v.Class == failure.NeedsAuth ||
+		errors.Is(context.Cause(jobCtx), redrive.ErrJobCanceled) {
+		a.remove()
+	}
+}
+
+// remove removes the working files: the partial file while the attempt
+// holds it at its path, and the sidecar.
+func (a *attempt) remove() {
+	if a.f != nil && a.holds(a.f) {
+		os.Remove(a.part)
+	}
+	os.Remove(a.metaPath)
+	os.Remove(a.metaPath + ".tmp")
 }
 
 // partName is the name of the partial file of name for a job.
@@ -179,11 +280,9 @@ func (a *attempt) run(ctx context.Context) error {
 // resume, and the offset to resume from; or nil and 0 (and no partial
 // file left) when it must start over.
 func (a *attempt) resumable() (*meta, int64) {
-	// Lstat: a symbolic link in place of the partial file is not
-	// followed, but removed.
-	fi, err := os.Lstat(a.part)
-	if err != nil {
-		os.Remove(a.metaPath)
+	fi, err := a.f.Stat()
+	if err != nil || fi.Size() == 0 {
+		a.discard()
 		return nil, 0
 	}
 	m, err := a.readMeta()
@@ -208,7 +307,7 @@ func (a *attempt) resumable() (*meta, int64) {
 	if fi.Size() > have {
 		// After a restart, bytes written after the last checkpoint may
 		// not have reached the disk intact.
-		if err := os.Truncate(a.part, have); err != nil {
+		if err := a.f.Truncate(have); err != nil {
 			a.discard()
 			return nil, 0
 		}
@@ -243,9 +342,10 @@ func (a *attempt) saveMeta(m *meta) error {
 	return os.Rename(tmp, a.metaPath)
 }
 
-// discard removes the partial file and its sidecar.
+// discard empties the partial file and removes its sidecar: the attempt
+// starts over (end removes the files of an attempt that stops there).
 func (a *attempt) discard() {
-	os.Remove(a.part)
+	a.f.Truncate(0)
 	os.Remove(a.metaPath)
 	os.Remove(a.metaPath + ".tmp")
 }
@@ -313,15 +413,7 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 		return fileError(op, e)
 	}
 
-	f, err := os.OpenFile(a.part, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return fail("create "+a.pl.p.Dest, err)
-	}
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-	}()
+	f := a.f
 	sum := sha256.New()
 	if offset > 0 {
 		// The digest covers the whole file: the bytes already there first.
@@ -358,8 +450,6 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			if done+int64(n) > a.pl.maxBytes {
-				f.Close()
-				f = nil
 				return a.tooLarge(done+int64(n), false)
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
@@ -394,11 +484,6 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 	if err := f.Sync(); err != nil {
 		return fail("sync "+a.pl.p.Dest, err)
 	}
-	err = f.Close()
-	f = nil
-	if err != nil {
-		return fail("close "+a.pl.p.Dest, err)
-	}
 	a.progress(ctx, done, done)
 	if err := a.finish(ctx, m, done, sum); err != nil {
 		if fe, ok := errors.AsType[*failure.Error](err); ok && fe.Reason == ReasonDiskFull {
@@ -426,14 +511,8 @@ func (a *attempt) bodyError(ctx context.Context, done int64, err error) error {
 // complete finishes a partial file that already holds every byte (a 416
 // answer to a range from its end).
 func (a *attempt) complete(ctx context.Context, m *meta, size int64) error {
-	f, err := os.Open(a.part)
-	if err != nil {
-		return fileError("open the partial file", err)
-	}
 	sum := sha256.New()
-	_, err = io.Copy(sum, io.NewSectionReader(f, 0, size))
-	f.Close()
-	if err != nil {
+	if _, err := io.Copy(sum, io.NewSectionReader(a.f, 0, size)); err != nil {
 		return fileError("read the partial file", err)
 	}
 	if size > a.pl.maxBytes {
@@ -464,6 +543,12 @@ func (a *attempt) finish(ctx context.Context, m *meta, size int64, sum hash.Hash
 		a.discard()
 		return classed(failure.Permanent, ReasonUnwritable,
 			fmt.Errorf("download: refusing the file name %q: not a single name inside the directory of dest %q", name, a.pl.p.Dest))
+	}
+	// What is renamed is the file this attempt wrote and hashed, whole.
+	if fi, err := a.f.Stat(); err != nil || fi.Size() != size || !a.holds(a.f) {
+		a.discard()
+		return classed(failure.Transient, ReasonInUse,
+			fmt.Errorf("download: %s: the partial file changed under the attempt (%d bytes written)", a.pl.p.Dest, size))
 	}
 	if err := os.Rename(a.part, final); err != nil {
 		err = fileError("rename to "+name, err)

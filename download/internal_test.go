@@ -69,18 +69,22 @@ func TestResumableRules(t *testing.T) {
 				os.WriteFile(a.metaPath, b, 0o644)
 			}
 		}
+		if err := a.open(); err != nil {
+			t.Fatal(err)
+		}
 		m, off := a.resumable()
 		if off != c.resume || (off > 0) != (m != nil) {
 			t.Errorf("%s: resume from %d, want %d", c.name, off, c.resume)
 		}
 		fi, err := os.Stat(a.part)
-		switch {
-		case off == 0 && err == nil:
-			t.Errorf("%s: partial file kept though not resumed", c.name)
-		case off > 0 && (err != nil || fi.Size() != off):
+		if err != nil || fi.Size() != off {
 			t.Errorf("%s: partial file %v, %v; want %d bytes", c.name, fi, err, off)
 		}
-		a.discard()
+		if _, err := os.Stat(a.metaPath); (err == nil) != (off > 0) {
+			t.Errorf("%s: sidecar %v, resumed from %d", c.name, err, off)
+		}
+		a.remove()
+		a.end(t.Context(), nil)
 	}
 }
 
@@ -122,6 +126,10 @@ func TestFinishRefusesForeignNames(t *testing.T) {
 		a := prepared(t, h, `{"url":"http://x/a","dest":"x/"}`)
 		os.MkdirAll(a.pl.dir, 0o755)
 		os.WriteFile(a.part, []byte("abc"), 0o644)
+		if err := a.open(); err != nil {
+			t.Fatal(err)
+		}
+		defer a.end(t.Context(), nil)
 		err = a.finish(t.Context(), &meta{Name: name}, 3, sha256.New())
 		if v := failure.Classify(err); v.Class != failure.Permanent {
 			t.Errorf("%q: finish returned %v (%s), want a permanent refusal", name, err, v.Class)

@@ -9,7 +9,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,5 +114,104 @@ func TestPlantedSidecarNameNotTrusted(t *testing.T) {
 	}
 }
 
-// keep the imports used when tests are trimmed.
-var _ = context.Background
+// stalling serves content with an ETag, but the first request sends only
+// the first k bytes and then waits for release before sending the rest.
+// held is closed once those k bytes are sent. The test's end releases
+// it too (before the server closes, which waits for its handlers).
+func stalling(t *testing.T, content []byte, etag string, k int) (srv *httptest.Server, held chan struct{}, release func()) {
+	held = make(chan struct{})
+	released := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(released) }) }
+	var n atomic.Int32
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.Header().Set("ETag", etag)
+			w.Header().Set("Content-Length", strconv.Itoa(len(content)))
+			w.Write(content[:k])
+			w.(http.Flusher).Flush()
+			close(held)
+			select {
+			case <-released:
+			case <-r.Context().Done():
+				return
+			}
+			w.Write(content[k:])
+			return
+		}
+		w.Header().Set("ETag", etag)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(content))
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(release)
+	return srv, held, release
+}
+
+// TestAnonymousJobsDoNotShare: two jobs without id or idempotency key (an
+// AMQP message published without a message id) with a directory dest,
+// running at once, each end with their own bytes: before, both used
+// ".redrive-0.part", and one renamed the other's bytes as its own.
+func TestAnonymousJobsDoNotShare(t *testing.T) {
+	a, b := data(200_000, 42), data(200_000, 43)
+	srvA, held, release := stalling(t, a, `"a"`, 50_000)
+	srvB := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
+	}))
+	defer srvB.Close()
+	h := newHandler(t, download.Options{})
+	anon := func(u string, sum []byte) *redrive.Job {
+		raw, _ := json.Marshal(map[string]any{"url": u, "dest": "d/", "sha256": hexSum(sum)})
+		return &redrive.Job{Kind: download.Kind, Payload: raw}
+	}
+	errA := make(chan error, 1)
+	go func() { errA <- h.Handle(context.Background(), anon(srvA.URL+"/a.bin", a)) }()
+	<-held
+	if err := h.Handle(context.Background(), anon(srvB.URL+"/b.bin", b)); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := <-errA; err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(h.Dir(), "d")
+	wantFile(t, filepath.Join(dir, "a.bin"), a)
+	wantFile(t, filepath.Join(dir, "b.bin"), b)
+	wantOnly(t, dir, "a.bin", "b.bin")
+}
+
+// TestAnonymousJobLeavesNothing: a job without identity cannot be resumed
+// by a later attempt (nothing names it): a failed attempt removes its
+// working files.
+func TestAnonymousJobLeavesNothing(t *testing.T) {
+	content := data(100_000, 44)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dropAfter(t, w, content, `"e"`, 30_000)
+	}))
+	defer srv.Close()
+	h := newHandler(t, download.Options{})
+	raw, _ := json.Marshal(map[string]any{"url": srv.URL + "/e.bin", "dest": "e/"})
+	err := h.Handle(context.Background(), &redrive.Job{Kind: download.Kind, Payload: raw})
+	verdict(t, err, failure.Transient, "")
+	wantOnly(t, filepath.Join(h.Dir(), "e"))
+}
+
+// TestConcurrentAttemptsOfOneJob: a second attempt of a job whose first
+// attempt still runs (its lease expired while the handler ran) does not
+// touch the partial file the first one writes: it fails, transient, and
+// the first completes with the right bytes.
+func TestConcurrentAttemptsOfOneJob(t *testing.T) {
+	content := data(300_000, 45)
+	srv, held, release := stalling(t, content, `"c"`, 100_000)
+	h := newHandler(t, download.Options{})
+	p := map[string]any{"url": srv.URL + "/c.bin", "dest": "c.bin", "sha256": hexSum(content)}
+	first := make(chan error, 1)
+	go func() { first <- attempt(h, 70, p) }()
+	<-held
+	verdict(t, attempt(h, 70, p), failure.Transient, download.ReasonInUse)
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	wantFile(t, filepath.Join(h.Dir(), "c.bin"), content)
+	wantOnly(t, h.Dir(), "c.bin")
+}
