@@ -175,3 +175,52 @@ func TestControlRejectsNonIP(t *testing.T) {
 		t.Fatal("Control accepted a non-IP address")
 	}
 }
+
+// TestLocalNAT64Layouts: under the local-use NAT64 prefix 64:ff9b:1::/48
+// a network may use any RFC 6052 prefix length from /48 to /96: the IPv4
+// address carried by each layout is checked, so the metadata address
+// under RFC 8215's /96 (64:ff9b:1::a9fe:a9fe) is refused by default.
+func TestLocalNAT64Layouts(t *testing.T) {
+	for _, addr := range []string{
+		"64:ff9b:1::a9fe:a9fe",           // /96
+		"64:ff9b:1::169.254.169.254",     // /96, written with a dotted quad
+		"64:ff9b:1:0:a9:fea9:fe00:0",     // /64
+		"64:ff9b:1:a9:fe:a9fe::",         // /56
+		"64:ff9b:1:a9fe:a9:fe00::",       // /48
+		"64:ff9b:1:ffff:ffff::a9fe:a9fe", // /96 under another /96 of the /48
+	} {
+		if err := check(netguard.Options{}, netip.MustParseAddr(addr)); err == nil {
+			t.Errorf("%s allowed by default, want refused (it carries 169.254.169.254)", addr)
+		}
+	}
+	if err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr("64:ff9b:1::a00:1")); err == nil {
+		t.Error("64:ff9b:1::a00:1 (10.0.0.1 under a /96) allowed with private addresses blocked")
+	}
+	if err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr("64:ff9b:1::808:808")); err != nil {
+		t.Errorf("64:ff9b:1::808:808 (8.8.8.8 under a /96): %v, want allowed", err)
+	}
+}
+
+// TestBlockPrivateReserved: with private addresses blocked, addresses no
+// public service has are refused too: "this network" 0.0.0.0/8, the
+// reserved 240.0.0.0/4, the broadcast address, the deprecated site-local
+// fec0::/10 and IPv4-translated ::ffff:0:a.b.c.d (whose IPv4 address is
+// checked in any mode).
+func TestBlockPrivateReserved(t *testing.T) {
+	for _, addr := range []string{"0.1.2.3", "0.0.0.1", "240.0.0.1", "255.255.255.255", "250.1.2.3",
+		"fec0::1", "feff::1", "::ffff:0:808:808", "::ffff:0:0a00:1"} {
+		err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr(addr))
+		var be *netguard.BlockedError
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), "BlockPrivate false") {
+			t.Errorf("%s with private addresses blocked: %v, want refused naming the setting", addr, err)
+		}
+	}
+	if err := check(netguard.Options{}, netip.MustParseAddr("::ffff:0:a9fe:a9fe")); err == nil {
+		t.Error("::ffff:0:a9fe:a9fe (169.254.169.254, IPv4-translated) allowed by default")
+	}
+	for _, ok := range []string{"1.2.3.4", "223.255.255.254", "2606:4700:4700::1111"} {
+		if err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr(ok)); err != nil {
+			t.Errorf("%s: %v, want allowed", ok, err)
+		}
+	}
+}
