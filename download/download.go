@@ -39,7 +39,10 @@
 // A retry, or an attempt of a job rescued after its worker died, finds the
 // partial file of its job and asks only for the missing bytes: "Range:
 // bytes=<size>-" with "If-Range: <etag or last-modified>". A 206 Partial
-// Content whose range starts there is appended; a 200 (the server ignores
+// Content whose range starts there, repeating the sidecar's ETag (else
+// Last-Modified) and Content-Encoding, is appended (a 206 of another
+// version or encoding, from a server that ignores If-Range, starts the
+// file over instead); a 200 (the server ignores
 // Range, or the file changed and If-Range failed) truncates the partial
 // file and starts over; a 416 Range Not Satisfiable while the partial file
 // is already complete finishes it. A partial file is not resumed, but

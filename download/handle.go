@@ -43,6 +43,8 @@ type meta struct {
 	Boot string `json:"boot,omitempty"`
 	// Name is the final name of a directory destination's file.
 	Name string `json:"name,omitempty"`
+	// Encoding is the response's Content-Encoding, "" for identity.
+	Encoding string `json:"encoding,omitempty"`
 }
 
 // validator is the If-Range value of m: its strong ETag, else its
@@ -52,6 +54,31 @@ func (m *meta) validator() string {
 		return m.ETag
 	}
 	return m.LastModified
+}
+
+// encoding is resp's Content-Encoding, lower case, "" for identity.
+func encoding(resp *http.Response) string {
+	e := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	if e == "identity" {
+		return ""
+	}
+	return e
+}
+
+// sameVersion reports whether a 206 is a part of the file the partial
+// file holds the start of: the sidecar's validator repeated (a 206 must
+// carry the ETag a 200 would, RFC 9110 15.3.7), and the same
+// Content-Encoding. A server that honours Range but ignores If-Range
+// would otherwise append a changed file's bytes to the old ones.
+func sameVersion(m *meta, resp *http.Response) bool {
+	if m.ETag != "" {
+		if resp.Header.Get("ETag") != m.ETag {
+			return false
+		}
+	} else if resp.Header.Get("Last-Modified") != m.LastModified {
+		return false
+	}
+	return encoding(resp) == m.Encoding
 }
 
 // attempt is one attempt of a download job.
@@ -226,8 +253,9 @@ func (a *attempt) run(ctx context.Context) error {
 		switch {
 		case resp.StatusCode == http.StatusPartialContent && offset > 0:
 			start, _, total, ok := contentRange(resp.Header.Get("Content-Range"))
-			if !ok || start != offset || (m.Total >= 0 && total >= 0 && total != m.Total) {
-				// Not the bytes asked for: start over.
+			if !ok || start != offset || (m.Total >= 0 && total >= 0 && total != m.Total) || !sameVersion(m, resp) {
+				// Not the bytes asked for, or of another version or
+				// encoding of the file: start over.
 				resp.Body.Close()
 				a.discard()
 				m, offset = nil, 0
@@ -238,7 +266,8 @@ func (a *attempt) run(ctx context.Context) error {
 			}
 			return a.write(ctx, resp, m, offset)
 		case resp.StatusCode == http.StatusOK:
-			m = &meta{URL: a.pl.p.URL, LastModified: resp.Header.Get("Last-Modified"), Total: resp.ContentLength}
+			m = &meta{URL: a.pl.p.URL, LastModified: resp.Header.Get("Last-Modified"), Total: resp.ContentLength,
+				Encoding: encoding(resp)}
 			if et := resp.Header.Get("ETag"); !strings.HasPrefix(et, "W/") {
 				m.ETag = et // weak ETags cannot be used in If-Range
 			}

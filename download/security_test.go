@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -214,4 +215,81 @@ func TestConcurrentAttemptsOfOneJob(t *testing.T) {
 	}
 	wantFile(t, filepath.Join(h.Dir(), "c.bin"), content)
 	wantOnly(t, h.Dir(), "c.bin")
+}
+
+// rangeServer serves first for the first request (dropping the connection
+// after k bytes, with firstHeader), then answers a Range request with a
+// 206 of second's bytes from the range's start with secondHeader, ignoring
+// If-Range, and a request without Range with second whole.
+func rangeServer(t *testing.T, first []byte, firstHeader string, k int, second []byte, secondHeader map[string]string) *httptest.Server {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			conn, bw, _ := w.(http.Hijacker).Hijack()
+			defer conn.Close()
+			fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n", len(first), firstHeader)
+			bw.Write(first[:k])
+			bw.Flush()
+			return
+		}
+		for k, v := range secondHeader {
+			w.Header().Set(k, v)
+		}
+		var from int
+		if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-", &from); err == nil {
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, len(second)-1, len(second)))
+			w.Header().Set("Content-Length", strconv.Itoa(len(second)-from))
+			w.WriteHeader(http.StatusPartialContent)
+			w.Write(second[from:])
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(second)))
+		w.Write(second)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestPartialOfAnotherVersion: a server that honours Range but ignores
+// If-Range answers a 206 from a file that changed at the same size (a new
+// ETag, or a new Last-Modified): its bytes are not appended to the old
+// ones, the attempt starts over and gets the new file whole.
+func TestPartialOfAnotherVersion(t *testing.T) {
+	v1, v2 := data(200_000, 46), data(200_000, 47)
+	for _, c := range []struct {
+		name          string
+		first         string
+		secondHeaders map[string]string
+	}{
+		{"etag", "ETag: \"v1\"\r\n", map[string]string{"ETag": `"v2"`}},
+		{"etag missing from the 206", "ETag: \"v1\"\r\n", map[string]string{"Last-Modified": "Mon, 02 Jan 2006 15:04:05 GMT"}},
+		{"last-modified", "Last-Modified: Mon, 02 Jan 2006 15:04:05 GMT\r\n", map[string]string{"Last-Modified": "Tue, 03 Jan 2006 15:04:05 GMT"}},
+	} {
+		srv := rangeServer(t, v1, c.first, 80_000, v2, c.secondHeaders)
+		h := newHandler(t, download.Options{})
+		p := map[string]any{"url": srv.URL + "/v.bin", "dest": "v.bin"}
+		verdict(t, attempt(h, 80, p), failure.Transient, "")
+		if err := attempt(h, 80, p); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got, _ := os.ReadFile(filepath.Join(h.Dir(), "v.bin"))
+		if !bytes.Equal(got, v2) {
+			t.Errorf("%s: the file is not the new version whole (old bytes first: %v)", c.name, bytes.Equal(got[:80_000], v1[:80_000]))
+		}
+	}
+}
+
+// TestPartialOfAnotherEncoding: the first answer was gzip-encoded (the
+// payload asked for it), the 206 that resumes it is not: the encodings
+// are not mixed in one file, the attempt starts over.
+func TestPartialOfAnotherEncoding(t *testing.T) {
+	encoded, plain := data(150_000, 48), data(150_000, 49)
+	srv := rangeServer(t, encoded, "ETag: \"e\"\r\nContent-Encoding: gzip\r\n", 50_000, plain, map[string]string{"ETag": `"e"`})
+	h := newHandler(t, download.Options{})
+	p := map[string]any{"url": srv.URL + "/g", "dest": "g.bin", "headers": map[string]string{"Accept-Encoding": "gzip"}}
+	verdict(t, attempt(h, 81, p), failure.Transient, "")
+	if err := attempt(h, 81, p); err != nil {
+		t.Fatal(err)
+	}
+	wantFile(t, filepath.Join(h.Dir(), "g.bin"), plain)
 }
