@@ -85,6 +85,7 @@ package download
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -92,6 +93,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -100,6 +102,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -110,6 +113,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
+	"github.com/redrivehq/redrive/retry"
 )
 
 // Kind is the job kind Register handles.
@@ -132,6 +136,11 @@ const (
 	// DiskBreaker is the name of the circuit breaker, in
 	// Options.Breakers, that full disks trip.
 	DiskBreaker = "disk"
+	// DefaultOrphanAge is how long Sweep keeps the working files of a
+	// job it cannot look up.
+	DefaultOrphanAge = 24 * time.Hour
+	// DefaultSweepInterval is how often, at most, Handle sweeps.
+	DefaultSweepInterval = time.Hour
 )
 
 // Reasons of the failures the kind reports itself (the verdict's reason
@@ -189,6 +198,17 @@ type Options struct {
 	Breakers *breaker.Registry
 	// HandlerOptions are passed to the worker's HandleFunc.
 	HandlerOptions []redrive.HandlerOption
+	// Lookup returns a job by id, for Sweep: the working files of a job
+	// in a final state, or gone, are removed. Register defaults it to the
+	// worker's client (Client.Get).
+	Lookup func(ctx context.Context, id int64) (*redrive.Job, error)
+	// OrphanAge is how long Sweep keeps the working files of a job it
+	// cannot look up (default DefaultOrphanAge).
+	OrphanAge time.Duration
+	// SweepInterval is how often, at most, Handle starts a Sweep in the
+	// background (default DefaultSweepInterval); Register sweeps once at
+	// start. Negative: never from Handle.
+	SweepInterval time.Duration
 }
 
 // Payload is the payload of a download job.
@@ -223,6 +243,13 @@ type Handler struct {
 	// wrapWriter, set by tests only, wraps the writer of the partial file
 	// (to inject disk errors).
 	wrapWriter func(io.Writer) io.Writer
+	// policyFor, set by Register, is the worker's retry policy of a job:
+	// an attempt that will not be retried removes its working files.
+	policyFor func(*redrive.Job) retry.Policy
+	// lastSweep is when Handle last started a Sweep (Unix nanoseconds).
+	lastSweep atomic.Int64
+	// log reports background sweeps.
+	log *slog.Logger
 }
 
 // New returns a handler for download jobs with its own connection pool.
@@ -255,6 +282,12 @@ func New(opts Options) (*Handler, error) {
 	if opts.Breakers == nil {
 		opts.Breakers = breaker.NewRegistry(breaker.Config{})
 	}
+	if opts.OrphanAge <= 0 {
+		opts.OrphanAge = DefaultOrphanAge
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("download: Options.Dir: %w", err)
@@ -269,7 +302,8 @@ func New(opts Options) (*Handler, error) {
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("download: Options.Dir %s is not a directory", opts.Dir)
 	}
-	h := &Handler{opts: opts, root: root}
+	h := &Handler{opts: opts, root: root, log: slog.Default()}
+	h.lastSweep.Store(time.Now().UnixNano())
 	h.guard = netguard.New(netguard.Options{Name: "download",
 		BlockPrivate: opts.BlockPrivate, AllowLinkLocal: opts.AllowLinkLocal,
 		AllowLinkLocalSetting: opts.AllowLinkLocalSetting, AllowPrivateSetting: opts.AllowPrivateSetting})
@@ -285,17 +319,51 @@ func New(opts Options) (*Handler, error) {
 // (Validate) on w's client: a download job whose payload an attempt would
 // refuse is refused at enqueue, naming the field. Options.Breakers
 // defaults to w.Breakers(), so the "disk" breaker shows with the worker's.
+//
+// Register also sweeps the download directory in the background (Sweep),
+// looking jobs up with the worker's client, and makes an attempt that
+// the worker's retry policy will not retry remove its working files.
 func Register(w *redrive.Worker, opts Options) error {
 	if opts.Breakers == nil {
 		opts.Breakers = w.Breakers()
+	}
+	if opts.Lookup == nil {
+		opts.Lookup = w.Client().Get
 	}
 	h, err := New(opts)
 	if err != nil {
 		return err
 	}
+	h.policyFor = w.Executor().PolicyFor
+	h.log = w.Executor().Logger()
 	w.HandleFunc(Kind, h.Handle, opts.HandlerOptions...)
 	w.Client().SetValidator(Kind, h.Validate)
+	go h.sweep()
 	return nil
+}
+
+// sweep runs Sweep in the background, logging what it did.
+func (h *Handler) sweep() {
+	n, err := h.Sweep(context.Background())
+	switch {
+	case err != nil:
+		h.log.Warn("download: sweeping working files failed", "dir", h.root, "removed", n, "error", err)
+	case n > 0:
+		h.log.Info("download: removed working files no attempt will resume", "dir", h.root, "removed", n)
+	}
+}
+
+// maybeSweep starts a background Sweep when the last one started more
+// than Options.SweepInterval ago.
+func (h *Handler) maybeSweep() {
+	if h.opts.SweepInterval < 0 {
+		return
+	}
+	last, now := h.lastSweep.Load(), time.Now().UnixNano()
+	if now-last < int64(h.opts.SweepInterval) || !h.lastSweep.CompareAndSwap(last, now) {
+		return
+	}
+	go h.sweep()
 }
 
 // Dir returns the download directory, absolute with symlinks resolved.

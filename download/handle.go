@@ -110,6 +110,7 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	// The engine's retry and DLQ log lines name the source (without
 	// credentials or query) and the destination.
 	redrive.LogWith(ctx, "url", httpreq.Redact(pl.u), "dest", pl.p.Dest)
+	h.maybeSweep()
 	br := h.opts.Breakers.Get(DiskBreaker)
 	if br.State() == breaker.Open {
 		// Not even a request while the disk is known to be full: the
@@ -118,6 +119,7 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 			return &breaker.OpenError{Name: br.Name(), ReadyAt: ready}
 		}
 	}
+	jobCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, pl.timeout)
 	defer cancel()
 	if err := os.MkdirAll(pl.dir, 0o755); err != nil {
@@ -142,9 +144,8 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	if err := a.open(); err != nil {
 		return err
 	}
-	jobCtx := ctx
 	err = a.run(ctx)
-	a.end(jobCtx, err)
+	a.end(jobCtx, job, err)
 	return err
 }
 
@@ -196,11 +197,13 @@ func (a *attempt) holds(f *os.File) bool {
 	return err == nil && os.SameFile(fi, li)
 }
 
-// end closes and unlocks the partial file after an attempt that returned
-// err. The working files are removed when no later attempt will resume
-// them: the job has no identity, a user canceled it, its failure is
-// final (permanent or needs_auth), or nothing was written.
-func (a *attempt) end(jobCtx context.Context, err error) {
+// end closes and unlocks the partial file after an attempt of job that
+// returned err. The working files are removed when no later attempt will
+// resume them: the job has no identity, a user canceled it, its failure
+// is final (permanent, needs_auth, or the last retry of its policy when
+// the handler knows the worker's policies), or nothing was written. A
+// shutdown or a breaker's deferral, which use no attempt, keep them.
+func (a *attempt) end(jobCtx context.Context, job *redrive.Job, err error) {
 	if a.f == nil {
 		return
 	}
@@ -212,13 +215,19 @@ func (a *attempt) end(jobCtx context.Context, err error) {
 	if err == nil {
 		return // renamed to its final name
 	}
+	if _, deferred := errors.AsType[*breaker.OpenError](err); deferred || errors.Is(context.Cause(jobCtx), redrive.ErrShutdown) {
+		return
+	}
 	v := failure.Classify(err)
+	last := !v.Class.Retryable()
+	if a.h.policyFor != nil && !last {
+		last = max(job.Attempt, 1) > a.h.policyFor(job).MaxRetries
+	}
 	empty := false
 	if fi, serr := a.f.Stat(); serr == nil && fi.Size() == 0 {
 		empty = true
 	}
-	if a.anon || empty || v.Class == failure.Permanent || v.Class == failure.NeedsAuth ||
-		errors.Is(context.Cause(jobCtx), redrive.ErrJobCanceled) {
+	if a.anon || empty || last || errors.Is(context.Cause(jobCtx), redrive.ErrJobCanceled) {
 		a.remove()
 	}
 }

@@ -84,7 +84,7 @@ func TestResumableRules(t *testing.T) {
 			t.Errorf("%s: sidecar %v, resumed from %d", c.name, err, off)
 		}
 		a.remove()
-		a.end(t.Context(), nil)
+		a.end(t.Context(), &redrive.Job{}, nil)
 	}
 }
 
@@ -129,7 +129,7 @@ func TestFinishRefusesForeignNames(t *testing.T) {
 		if err := a.open(); err != nil {
 			t.Fatal(err)
 		}
-		defer a.end(t.Context(), nil)
+		defer a.end(t.Context(), &redrive.Job{}, nil)
 		err = a.finish(t.Context(), &meta{Name: name}, 3, sha256.New())
 		if v := failure.Classify(err); v.Class != failure.Permanent {
 			t.Errorf("%q: finish returned %v (%s), want a permanent refusal", name, err, v.Class)
