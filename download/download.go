@@ -136,6 +136,11 @@ const (
 	// DiskBreaker is the name of the circuit breaker, in
 	// Options.Breakers, that full disks trip.
 	DiskBreaker = "disk"
+	// DefaultStallTimeout and DefaultStallBytes are the minimum progress
+	// of an attempt: at least DefaultStallBytes every
+	// DefaultStallTimeout (about 1 KiB/s), else it ends as stalled.
+	DefaultStallTimeout = time.Minute
+	DefaultStallBytes   = 64 << 10
 	// DefaultOrphanAge is how long Sweep keeps the working files of a
 	// job it cannot look up.
 	DefaultOrphanAge = 24 * time.Hour
@@ -151,6 +156,9 @@ const (
 	ReasonDiskFull         = "disk_full"
 	ReasonUnwritable       = "unwritable"
 	ReasonDiskError        = "disk_error"
+	// ReasonStalled: fewer than Options.StallBytes arrived in
+	// Options.StallTimeout; transient, the next attempt resumes.
+	ReasonStalled = "stalled"
 	// ReasonInUse: another attempt of the job (its lease expired while
 	// it ran) holds the partial file; transient.
 	ReasonInUse = "in_use"
@@ -189,6 +197,15 @@ type Options struct {
 	// MaxTimeout is the largest timeout a payload may ask for (default
 	// DefaultMaxTimeout).
 	MaxTimeout time.Duration
+	// StallTimeout and StallBytes are the minimum progress of an
+	// attempt: from the request on, fewer than StallBytes received (or
+	// read back from the partial file to hash it) in any StallTimeout
+	// ends the attempt, transient, reason "stalled", rather than letting
+	// a silent or trickling server hold a worker for the whole timeout.
+	// Defaults DefaultStallTimeout and DefaultStallBytes; a negative
+	// StallTimeout turns the check off.
+	StallTimeout time.Duration
+	StallBytes   int64
 	// UserAgent is sent when the payload sets no User-Agent (default
 	// "redrive-download/1").
 	UserAgent string
@@ -281,6 +298,12 @@ func New(opts Options) (*Handler, error) {
 	}
 	if opts.Breakers == nil {
 		opts.Breakers = breaker.NewRegistry(breaker.Config{})
+	}
+	if opts.StallTimeout == 0 {
+		opts.StallTimeout = DefaultStallTimeout
+	}
+	if opts.StallBytes <= 0 {
+		opts.StallBytes = DefaultStallBytes
 	}
 	if opts.OrphanAge <= 0 {
 		opts.OrphanAge = DefaultOrphanAge

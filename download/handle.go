@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -95,6 +96,56 @@ type attempt struct {
 	// anon is set for a job without id or idempotency key: no later
 	// attempt can find its working files, which go when it ends.
 	anon bool
+	// moved counts the bytes received, and read back from the partial
+	// file to hash it: the progress the stall watchdog checks.
+	moved atomic.Int64
+}
+
+// errStalled is the cause of an attempt's context that the stall
+// watchdog ended.
+var errStalled = errors.New("too little progress")
+
+// watch ends ctx (cause errStalled) when fewer than Options.StallBytes
+// move in a Options.StallTimeout; the returned func stops it.
+func (a *attempt) watch(cancel context.CancelCauseFunc) (stop func()) {
+	if a.h.opts.StallTimeout < 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(a.h.opts.StallTimeout)
+		defer t.Stop()
+		last := int64(0)
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				n := a.moved.Load()
+				if n-last < a.h.opts.StallBytes {
+					cancel(errStalled)
+					return
+				}
+				last = n
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// stalled is the failure of an attempt the watchdog ended.
+func (a *attempt) stalled(what string, err error) error {
+	return classed(failure.Transient, ReasonStalled,
+		fmt.Errorf("download: GET %s: %s: fewer than %d bytes in %s: %w", httpreq.Redact(a.pl.u), what,
+			a.h.opts.StallBytes, a.h.opts.StallTimeout, err))
+}
+
+// countingWriter counts what goes through it into n.
+type countingWriter struct{ n *atomic.Int64 }
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return len(p), nil
 }
 
 // errInUse is lockPart's refusal: another attempt holds the file.
@@ -144,7 +195,11 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	if err := a.open(); err != nil {
 		return err
 	}
+	ctx, stall := context.WithCancelCause(ctx)
+	defer stall(nil)
+	stopWatch := a.watch(stall)
 	err = a.run(ctx)
+	stopWatch()
 	a.end(jobCtx, job, err)
 	return err
 }
@@ -408,6 +463,9 @@ func (a *attempt) get(ctx context.Context, m *meta, offset int64) (*http.Respons
 		if be, ok := errors.AsType[*netguard.BlockedError](err); ok {
 			return nil, redrive.Permanent(be)
 		}
+		if errors.Is(context.Cause(ctx), errStalled) {
+			return nil, a.stalled("no response", err)
+		}
 		// An attempt that ran out of its own timeout is reported as such
 		// (classified transient), rather than as a bare context error.
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
@@ -455,7 +513,7 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 	sum := sha256.New()
 	if offset > 0 {
 		// The digest covers the whole file: the bytes already there first.
-		if _, err := io.Copy(sum, io.NewSectionReader(f, 0, offset)); err != nil {
+		if _, err := io.Copy(io.MultiWriter(sum, countingWriter{&a.moved}), io.NewSectionReader(f, 0, offset)); err != nil {
 			return fail("read the partial file", err)
 		}
 	} else if err := f.Truncate(0); err != nil {
@@ -486,6 +544,7 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 	a.progress(ctx, done, m.Total)
 	for {
 		n, rerr := resp.Body.Read(buf)
+		a.moved.Add(int64(n))
 		if n > 0 {
 			if done+int64(n) > a.pl.maxBytes {
 				return a.tooLarge(done+int64(n), false)
@@ -536,6 +595,9 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 // package does not know is a dropped connection, transient; the next
 // attempt resumes.
 func (a *attempt) bodyError(ctx context.Context, done int64, err error) error {
+	if errors.Is(context.Cause(ctx), errStalled) {
+		return a.stalled(fmt.Sprintf("the body stalled after %d bytes", done), err)
+	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		return fmt.Errorf("download: GET %s: body not complete within %s, %d bytes in: %w", httpreq.Redact(a.pl.u), a.pl.timeout, done, err)
 	}
@@ -550,7 +612,7 @@ func (a *attempt) bodyError(ctx context.Context, done int64, err error) error {
 // answer to a range from its end).
 func (a *attempt) complete(ctx context.Context, m *meta, size int64) error {
 	sum := sha256.New()
-	if _, err := io.Copy(sum, io.NewSectionReader(a.f, 0, size)); err != nil {
+	if _, err := io.Copy(io.MultiWriter(sum, countingWriter{&a.moved}), io.NewSectionReader(a.f, 0, size)); err != nil {
 		return fileError("read the partial file", err)
 	}
 	if size > a.pl.maxBytes {
