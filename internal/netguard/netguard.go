@@ -133,12 +133,61 @@ func (g *Guard) NewClient(tr *http.Transport) *http.Client {
 
 // CheckRedirect bounds redirects to MaxRedirects and checks the host of
 // each (its address is checked again at dial time, like the first
-// request's). It has the signature of http.Client.CheckRedirect.
+// request's). A redirect to another origin than the first request's
+// (SameOrigin) keeps only the headers in RedirectHeaders: credentials a
+// job set in headers of its own (X-Api-Key, Private-Token, ...), which
+// Go's client forwards, never reach a host the job did not name. It has
+// the signature of http.Client.CheckRedirect.
 func (g *Guard) CheckRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= MaxRedirects {
 		return fmt.Errorf("%s: stopped after %d redirects", g.opts.Name, MaxRedirects)
 	}
-	return g.CheckHost(req.URL.Hostname())
+	if err := g.CheckHost(req.URL.Hostname()); err != nil {
+		return err
+	}
+	if len(via) > 0 && !SameOrigin(via[0].URL, req.URL) {
+		for k := range req.Header {
+			if !RedirectHeaders[http.CanonicalHeaderKey(k)] {
+				delete(req.Header, k)
+			}
+		}
+	}
+	return nil
+}
+
+// RedirectHeaders are the request headers a redirect to another origin
+// keeps: none carries a credential.
+var RedirectHeaders = map[string]bool{
+	"Accept": true, "Accept-Encoding": true, "Accept-Language": true, "Cache-Control": true, "Pragma": true,
+	"User-Agent": true, "Referer": true, "Range": true, "If-Range": true, "If-Match": true, "If-None-Match": true,
+	"If-Modified-Since": true, "If-Unmodified-Since": true, "Content-Type": true, "Content-Language": true,
+}
+
+// SameOrigin reports whether a redirect from a to b stays with the
+// origin a names: the same host (case ignored) and port (the scheme's
+// default when absent) and scheme, or an upgrade from http to https on
+// the same host with default ports.
+func SameOrigin(a, b *url.URL) bool {
+	if !strings.EqualFold(a.Hostname(), b.Hostname()) {
+		return false
+	}
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	as, bs := strings.ToLower(a.Scheme), strings.ToLower(b.Scheme)
+	switch {
+	case as == bs:
+		return port(a) == port(b)
+	case as == "http" && bs == "https":
+		return port(a) == "80" && port(b) == "443"
+	}
+	return false
 }
 
 // Control runs after name resolution, on the address about to be dialed;

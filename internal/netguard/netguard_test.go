@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -223,4 +224,81 @@ func TestBlockPrivateReserved(t *testing.T) {
 			t.Errorf("%s: %v, want allowed", ok, err)
 		}
 	}
+}
+
+// TestCrossOriginRedirectDropsCredentials: a redirect to another origin
+// (host, port, or a downgrade to http) gets none of the request's headers
+// but a short list of harmless ones: X-Api-Key and the like, which Go
+// forwards (it drops only Authorization, Cookie and WWW-Authenticate, and
+// those only for another domain), never reach it. A redirect within the
+// origin, or from http to https on the same host, keeps them.
+func TestCrossOriginRedirectDropsCredentials(t *testing.T) {
+	var got atomic.Value
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Store(r.Header.Clone()) }))
+	defer other.Close()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/away":
+			http.Redirect(w, r, other.URL+"/landed", http.StatusFound)
+		case "/home":
+			http.Redirect(w, r, "/landed", http.StatusFound)
+		default:
+			got.Store(r.Header.Clone())
+		}
+	}))
+	defer origin.Close()
+	c := netguard.New(netguard.Options{}).NewClient(nil)
+	get := func(u string) http.Header {
+		got.Store(http.Header{})
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, u, nil)
+		req.Header.Set("X-Api-Key", "secret")
+		req.Header.Set("Authorization", "Bearer secret")
+		req.Header.Set("Cookie", "s=secret")
+		req.Header.Set("Private-Token", "secret")
+		req.Header.Set("User-Agent", "ua/1")
+		req.Header.Set("Accept", "text/csv")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return got.Load().(http.Header)
+	}
+	h := get(origin.URL + "/away")
+	for _, k := range []string{"X-Api-Key", "Authorization", "Cookie", "Private-Token"} {
+		if v := h.Get(k); v != "" {
+			t.Errorf("cross-origin redirect: %s: %q forwarded", k, v)
+		}
+	}
+	if h.Get("User-Agent") != "ua/1" || h.Get("Accept") != "text/csv" {
+		t.Errorf("cross-origin redirect: harmless headers lost: %v", h)
+	}
+	h = get(origin.URL + "/home")
+	if h.Get("X-Api-Key") != "secret" || h.Get("Authorization") != "Bearer secret" {
+		t.Errorf("same-origin redirect: credentials dropped: %v", h)
+	}
+	for _, c := range []struct {
+		from, to string
+		same     bool
+	}{
+		{"https://a.example/x", "https://a.example:443/y", true},
+		{"http://a.example/x", "https://a.example/y", true}, // an upgrade
+		{"https://a.example/x", "http://a.example/y", false},
+		{"https://a.example/x", "https://b.a.example/y", false},
+		{"https://a.example/x", "https://A.EXAMPLE/y", true},
+		{"https://a.example/x", "https://a.example:8443/y", false},
+		{"http://a.example:8080/x", "https://a.example:8443/y", false},
+	} {
+		if got := netguard.SameOrigin(mustURL(c.from), mustURL(c.to)); got != c.same {
+			t.Errorf("SameOrigin(%s, %s) = %v, want %v", c.from, c.to, got, c.same)
+		}
+	}
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
 }
