@@ -96,6 +96,8 @@ type attempt struct {
 	// anon is set for a job without id or idempotency key: no later
 	// attempt can find its working files, which go when it ends.
 	anon bool
+	// probed is set once the end of a close-delimited body was checked.
+	probed bool
 	// moved counts the bytes received, and read back from the partial
 	// file to hash it: the progress the stall watchdog checks.
 	moved atomic.Int64
@@ -578,6 +580,21 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 		return classed(failure.Transient, failure.ReasonConnectionReset,
 			fmt.Errorf("download: GET %s: the body ended after %d of %d bytes", httpreq.Redact(a.pl.u), done, m.Total))
 	}
+	if m.Total < 0 && !a.probed && closeDelimited(resp) && m.validator() != "" {
+		// The connection's close ended the body: a cut connection looks
+		// the same. Ask for what follows.
+		a.probed = true
+		if err := checkpoint(done); err != nil {
+			return fail("sync the partial file", err)
+		}
+		more, err := a.probeEnd(ctx, m, done)
+		if err != nil {
+			return err
+		}
+		if more != nil {
+			return a.write(ctx, more, m, done)
+		}
+	}
 	if err := f.Sync(); err != nil {
 		return fail("sync "+a.pl.p.Dest, err)
 	}
@@ -589,6 +606,52 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 		return err
 	}
 	return nil
+}
+
+// closeDelimited reports whether resp's body ends only with its
+// connection: HTTP/1 without Content-Length or chunking.
+func closeDelimited(resp *http.Response) bool {
+	return resp.ProtoMajor == 1 && resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && !resp.Uncompressed
+}
+
+// probeEnd checks that a close-delimited body of done bytes was whole, by
+// asking for the bytes from done on: a 416 whose total is done (or not
+// given) confirms it (nil, nil); a 206 of the same version from done is
+// returned, its bytes to append; a 206 of another version, or a 416 with
+// another total, is a transient failure (the next attempt resumes or
+// starts over). Any other answer cannot tell, and the body is taken as
+// whole, as the server sent it.
+func (a *attempt) probeEnd(ctx context.Context, m *meta, done int64) (*http.Response, error) {
+	resp, err := a.get(ctx, m, done)
+	if err != nil {
+		return nil, err
+	}
+	cut := func() (*http.Response, error) {
+		return nil, classed(failure.Transient, failure.ReasonConnectionReset,
+			fmt.Errorf("download: GET %s: the body ended with its connection after %d bytes, short of the whole file",
+				httpreq.Redact(a.pl.u), done))
+	}
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		start, _, total, ok := contentRange(resp.Header.Get("Content-Range"))
+		if ok && start == done && sameVersion(m, resp) {
+			if total >= 0 {
+				m.Total = total
+			}
+			return resp, nil
+		}
+		resp.Body.Close()
+		return cut()
+	case http.StatusRequestedRangeNotSatisfiable:
+		_, _, total, _ := contentRange(resp.Header.Get("Content-Range"))
+		resp.Body.Close()
+		if total >= 0 && total != done {
+			return cut()
+		}
+		return nil, nil
+	}
+	resp.Body.Close()
+	return nil, nil
 }
 
 // bodyError classifies an error reading the body: what the failure

@@ -1,11 +1,14 @@
 package download_test
 
 import (
+	"bytes"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,4 +65,33 @@ func TestSilentServerStalls(t *testing.T) {
 	h := newHandler(t, download.Options{StallTimeout: 300 * time.Millisecond, StallBytes: 1})
 	err := attempt(h, 101, map[string]any{"url": srv.URL + "/s.bin", "dest": "s.bin", "timeout": "20s"})
 	verdict(t, err, failure.Transient, download.ReasonStalled)
+}
+
+// TestCloseDelimitedBodyVerified: a body without Content-Length or
+// chunking ends when the connection closes, so a connection cut short
+// looks like a whole file. With a validator, the attempt asks for the
+// bytes after the end it saw: a 206 shows the body was cut, and its bytes
+// complete the file (a 416 would have confirmed the end).
+func TestCloseDelimitedBodyVerified(t *testing.T) {
+	content := data(120_000, 54)
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			conn, bw, _ := w.(http.Hijacker).Hijack()
+			defer conn.Close()
+			fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nETag: \"d\"\r\nConnection: close\r\n\r\n")
+			bw.Write(content[:70_000])
+			bw.Flush()
+			return
+		}
+		w.Header().Set("ETag", `"d"`)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(content))
+	}))
+	defer srv.Close()
+	h := newHandler(t, download.Options{})
+	if err := attempt(h, 102, map[string]any{"url": srv.URL + "/d.bin", "dest": "d.bin"}); err != nil {
+		t.Fatal(err)
+	}
+	wantFile(t, filepath.Join(h.Dir(), "d.bin"), content)
+	wantOnly(t, h.Dir(), "d.bin")
 }
