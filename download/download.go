@@ -34,6 +34,27 @@
 // files, which the next attempt of the job uses or replaces). An existing
 // file at the final name is replaced.
 //
+// # Working files
+//
+// The partial file and its sidecar are the job's own: a job is named by
+// its id, by a digest of its idempotency key ("k..." for a broker's
+// message), or, with neither, by random digits for one attempt (nothing
+// can resume it, so its files go when the attempt ends). An attempt
+// holds an exclusive lock (flock) on the partial file from start to
+// rename, so two attempts of one job at once (a lease that expired while
+// its handler ran) never write one file: the second fails, transient,
+// reason "in_use". No dest may name a working file (a path element
+// starting with ".redrive", or with a dot and holding ".redrive-", case
+// ignored), so a job cannot plant another job's partial file or sidecar;
+// the final name of a directory destination read back from a sidecar is
+// used only if it is a name sanitize gives, and the file is renamed only
+// into the destination's directory, inside the download directory.
+//
+// The working files go when the job ends: a permanent failure, a cancel,
+// an attempt that its worker's policy will not retry (with Register).
+// Sweep removes those left over (a job purged, or dead after a crash):
+// Register runs it once at start, Handle every Options.SweepInterval.
+//
 // # Resuming
 //
 // A retry, or an attempt of a job rescued after its worker died, finds the
@@ -56,6 +77,14 @@
 // every 64 MiB and whenever an attempt fails).
 //
 // # Failures
+//
+// A body that ends with its connection (no Content-Length, no chunking)
+// is checked with a range from its end when there is a validator: a 206
+// of the same version completes it, a 416 confirms it.
+//
+// An attempt must make progress: fewer than Options.StallBytes received
+// in Options.StallTimeout (64 KiB a minute by default), from the request
+// on, ends it, transient (reason "stalled"); the next attempt resumes.
 //
 // HTTP statuses and network errors are classified as the http kind's
 // (package failure): 5xx and 408 are retried, 429 and 503 with Retry-After
@@ -80,7 +109,9 @@
 //
 // The handler refuses link-local and cloud-metadata addresses, and
 // private ones with BlockPrivate, on the address actually dialed and on
-// every redirect, with the http kind's guard.
+// every redirect, with the http kind's guard; a redirect to another
+// origin carries none of the payload's headers but harmless ones
+// (netguard.RedirectHeaders), so credentials stay with the host named.
 package download
 
 import (
