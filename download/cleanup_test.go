@@ -2,11 +2,13 @@ package download_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,18 +43,36 @@ func TestRefusedRedirectLeavesNothing(t *testing.T) {
 // (its context ends with cause ErrJobCanceled) leaves no working files.
 func TestCanceledLeavesNothing(t *testing.T) {
 	content := data(100_000, 51)
-	srv, held, _ := stalling(t, content, `"x"`, 30_000)
+	srv, _, _ := stalling(t, content, `"x"`, 30_000)
 	h := newHandler(t, download.Options{})
+	// The cancel comes once bytes are in the partial file.
+	wrote := make(chan struct{})
+	var once sync.Once
+	download.SetWriteHook(h, func(w io.Writer) io.Writer {
+		return hookWriter{w, func() { once.Do(func() { close(wrote) }) }}
+	})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	raw := []byte(`{"url":"` + srv.URL + `/x.bin","dest":"x/"}`)
 	done := make(chan error, 1)
 	go func() { done <- h.Handle(ctx, &redrive.Job{ID: 91, Kind: download.Kind, Payload: raw}) }()
-	<-held
+	<-wrote
 	cancel(redrive.ErrJobCanceled)
 	if err := <-done; err == nil {
 		t.Fatal("canceled attempt succeeded")
 	}
 	wantOnly(t, filepath.Join(h.Dir(), "x"))
+}
+
+// hookWriter calls after after each write.
+type hookWriter struct {
+	w     io.Writer
+	after func()
+}
+
+func (h hookWriter) Write(p []byte) (int, error) {
+	n, err := h.w.Write(p)
+	h.after()
+	return n, err
 }
 
 // TestLastRetryLeavesNothing: through a real worker, a job whose last

@@ -141,3 +141,30 @@ func TestFinishRefusesForeignNames(t *testing.T) {
 		}
 	}
 }
+
+// FuzzWorkNames: every name Sweep may remove is one no dest may take, no
+// served name is sanitised into one, and the partial file names the
+// handler makes parse back to their job's key.
+func FuzzWorkNames(f *testing.F) {
+	for _, s := range []string{".redrive-1.part", ".a.bin.redrive-k0123abcd.meta", ".redrive-7.meta.tmp", "a.part", ".x.redrive-.part",
+		"..redrive-1.part", ".REDRIVE-1.part", "data.bin"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if _, _, ok := parseWorkName(s); ok && !isWorkName(s) {
+			t.Fatalf("Sweep may remove %q, which a dest may name", s)
+		}
+		if n := sanitize(s); isWorkName(n) {
+			t.Fatalf("sanitize(%q) = %q, a working file's name", s, n)
+		}
+		if n := sanitize(s); n != "" {
+			for _, key := range []string{"12", "k0123456789abcdef", "a00ff00ff00ff00ff"} {
+				p := partName(n, key)
+				k, part, ok := parseWorkName(p)
+				if !ok || k != key || part != p {
+					t.Fatalf("partName(%q, %q) = %q parses as %q, %q, %v", n, key, p, k, part, ok)
+				}
+			}
+		}
+	})
+}
