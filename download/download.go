@@ -34,12 +34,36 @@
 // files, which the next attempt of the job uses or replaces). An existing
 // file at the final name is replaced.
 //
+// # Working files
+//
+// The partial file and its sidecar are the job's own: a job is named by
+// its id, by a digest of its idempotency key ("k..." for a broker's
+// message), or, with neither, by random digits for one attempt (nothing
+// can resume it, so its files go when the attempt ends). An attempt
+// holds an exclusive lock (flock) on the partial file from start to
+// rename, so two attempts of one job at once (a lease that expired while
+// its handler ran) never write one file: the second fails, transient,
+// reason "in_use". No dest may name a working file (a path element
+// starting with ".redrive", or with a dot and holding ".redrive-", case
+// ignored), so a job cannot plant another job's partial file or sidecar;
+// the final name of a directory destination read back from a sidecar is
+// used only if it is a name sanitize gives, and the file is renamed only
+// into the destination's directory, inside the download directory.
+//
+// The working files go when the job ends: a permanent failure, a cancel,
+// an attempt that its worker's policy will not retry (with Register).
+// Sweep removes those left over (a job purged, or dead after a crash):
+// Register runs it once at start, Handle every Options.SweepInterval.
+//
 // # Resuming
 //
 // A retry, or an attempt of a job rescued after its worker died, finds the
 // partial file of its job and asks only for the missing bytes: "Range:
 // bytes=<size>-" with "If-Range: <etag or last-modified>". A 206 Partial
-// Content whose range starts there is appended; a 200 (the server ignores
+// Content whose range starts there, repeating the sidecar's ETag (else
+// Last-Modified) and Content-Encoding, is appended (a 206 of another
+// version or encoding, from a server that ignores If-Range, starts the
+// file over instead); a 200 (the server ignores
 // Range, or the file changed and If-Range failed) truncates the partial
 // file and starts over; a 416 Range Not Satisfiable while the partial file
 // is already complete finishes it. A partial file is not resumed, but
@@ -53,6 +77,14 @@
 // every 64 MiB and whenever an attempt fails).
 //
 // # Failures
+//
+// A body that ends with its connection (no Content-Length, no chunking)
+// is checked with a range from its end when there is a validator: a 206
+// of the same version completes it, a 416 confirms it.
+//
+// An attempt must make progress: fewer than Options.StallBytes received
+// in Options.StallTimeout (64 KiB a minute by default), from the request
+// on, ends it, transient (reason "stalled"); the next attempt resumes.
 //
 // HTTP statuses and network errors are classified as the http kind's
 // (package failure): 5xx and 408 are retried, 429 and 503 with Retry-After
@@ -77,17 +109,22 @@
 //
 // The handler refuses link-local and cloud-metadata addresses, and
 // private ones with BlockPrivate, on the address actually dialed and on
-// every redirect, with the http kind's guard.
+// every redirect, with the http kind's guard; a redirect to another
+// origin carries none of the payload's headers but harmless ones
+// (netguard.RedirectHeaders), so credentials stay with the host named.
 package download
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -96,6 +133,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -106,6 +144,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
+	"github.com/redrivehq/redrive/retry"
 )
 
 // Kind is the job kind Register handles.
@@ -128,6 +167,16 @@ const (
 	// DiskBreaker is the name of the circuit breaker, in
 	// Options.Breakers, that full disks trip.
 	DiskBreaker = "disk"
+	// DefaultStallTimeout and DefaultStallBytes are the minimum progress
+	// of an attempt: at least DefaultStallBytes every
+	// DefaultStallTimeout (about 1 KiB/s), else it ends as stalled.
+	DefaultStallTimeout = time.Minute
+	DefaultStallBytes   = 64 << 10
+	// DefaultOrphanAge is how long Sweep keeps the working files of a
+	// job it cannot look up.
+	DefaultOrphanAge = 24 * time.Hour
+	// DefaultSweepInterval is how often, at most, Handle sweeps.
+	DefaultSweepInterval = time.Hour
 )
 
 // Reasons of the failures the kind reports itself (the verdict's reason
@@ -138,6 +187,12 @@ const (
 	ReasonDiskFull         = "disk_full"
 	ReasonUnwritable       = "unwritable"
 	ReasonDiskError        = "disk_error"
+	// ReasonStalled: fewer than Options.StallBytes arrived in
+	// Options.StallTimeout; transient, the next attempt resumes.
+	ReasonStalled = "stalled"
+	// ReasonInUse: another attempt of the job (its lease expired while
+	// it ran) holds the partial file; transient.
+	ReasonInUse = "in_use"
 	// ReasonDownloaded is the reason of the "completed" event.
 	ReasonDownloaded = "downloaded"
 )
@@ -173,6 +228,15 @@ type Options struct {
 	// MaxTimeout is the largest timeout a payload may ask for (default
 	// DefaultMaxTimeout).
 	MaxTimeout time.Duration
+	// StallTimeout and StallBytes are the minimum progress of an
+	// attempt: from the request on, fewer than StallBytes received (or
+	// read back from the partial file to hash it) in any StallTimeout
+	// ends the attempt, transient, reason "stalled", rather than letting
+	// a silent or trickling server hold a worker for the whole timeout.
+	// Defaults DefaultStallTimeout and DefaultStallBytes; a negative
+	// StallTimeout turns the check off.
+	StallTimeout time.Duration
+	StallBytes   int64
 	// UserAgent is sent when the payload sets no User-Agent (default
 	// "redrive-download/1").
 	UserAgent string
@@ -182,6 +246,17 @@ type Options struct {
 	Breakers *breaker.Registry
 	// HandlerOptions are passed to the worker's HandleFunc.
 	HandlerOptions []redrive.HandlerOption
+	// Lookup returns a job by id, for Sweep: the working files of a job
+	// in a final state, or gone, are removed. Register defaults it to the
+	// worker's client (Client.Get).
+	Lookup func(ctx context.Context, id int64) (*redrive.Job, error)
+	// OrphanAge is how long Sweep keeps the working files of a job it
+	// cannot look up (default DefaultOrphanAge).
+	OrphanAge time.Duration
+	// SweepInterval is how often, at most, Handle starts a Sweep in the
+	// background (default DefaultSweepInterval); Register sweeps once at
+	// start. Negative: never from Handle.
+	SweepInterval time.Duration
 }
 
 // Payload is the payload of a download job.
@@ -216,6 +291,13 @@ type Handler struct {
 	// wrapWriter, set by tests only, wraps the writer of the partial file
 	// (to inject disk errors).
 	wrapWriter func(io.Writer) io.Writer
+	// policyFor, set by Register, is the worker's retry policy of a job:
+	// an attempt that will not be retried removes its working files.
+	policyFor func(*redrive.Job) retry.Policy
+	// lastSweep is when Handle last started a Sweep (Unix nanoseconds).
+	lastSweep atomic.Int64
+	// log reports background sweeps.
+	log *slog.Logger
 }
 
 // New returns a handler for download jobs with its own connection pool.
@@ -248,6 +330,18 @@ func New(opts Options) (*Handler, error) {
 	if opts.Breakers == nil {
 		opts.Breakers = breaker.NewRegistry(breaker.Config{})
 	}
+	if opts.StallTimeout == 0 {
+		opts.StallTimeout = DefaultStallTimeout
+	}
+	if opts.StallBytes <= 0 {
+		opts.StallBytes = DefaultStallBytes
+	}
+	if opts.OrphanAge <= 0 {
+		opts.OrphanAge = DefaultOrphanAge
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("download: Options.Dir: %w", err)
@@ -262,7 +356,8 @@ func New(opts Options) (*Handler, error) {
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("download: Options.Dir %s is not a directory", opts.Dir)
 	}
-	h := &Handler{opts: opts, root: root}
+	h := &Handler{opts: opts, root: root, log: slog.Default()}
+	h.lastSweep.Store(time.Now().UnixNano())
 	h.guard = netguard.New(netguard.Options{Name: "download",
 		BlockPrivate: opts.BlockPrivate, AllowLinkLocal: opts.AllowLinkLocal,
 		AllowLinkLocalSetting: opts.AllowLinkLocalSetting, AllowPrivateSetting: opts.AllowPrivateSetting})
@@ -278,17 +373,51 @@ func New(opts Options) (*Handler, error) {
 // (Validate) on w's client: a download job whose payload an attempt would
 // refuse is refused at enqueue, naming the field. Options.Breakers
 // defaults to w.Breakers(), so the "disk" breaker shows with the worker's.
+//
+// Register also sweeps the download directory in the background (Sweep),
+// looking jobs up with the worker's client, and makes an attempt that
+// the worker's retry policy will not retry remove its working files.
 func Register(w *redrive.Worker, opts Options) error {
 	if opts.Breakers == nil {
 		opts.Breakers = w.Breakers()
+	}
+	if opts.Lookup == nil {
+		opts.Lookup = w.Client().Get
 	}
 	h, err := New(opts)
 	if err != nil {
 		return err
 	}
+	h.policyFor = w.Executor().PolicyFor
+	h.log = w.Executor().Logger()
 	w.HandleFunc(Kind, h.Handle, opts.HandlerOptions...)
 	w.Client().SetValidator(Kind, h.Validate)
+	go h.sweep()
 	return nil
+}
+
+// sweep runs Sweep in the background, logging what it did.
+func (h *Handler) sweep() {
+	n, err := h.Sweep(context.Background())
+	switch {
+	case err != nil:
+		h.log.Warn("download: sweeping working files failed", "dir", h.root, "removed", n, "error", err)
+	case n > 0:
+		h.log.Info("download: removed working files no attempt will resume", "dir", h.root, "removed", n)
+	}
+}
+
+// maybeSweep starts a background Sweep when the last one started more
+// than Options.SweepInterval ago.
+func (h *Handler) maybeSweep() {
+	if h.opts.SweepInterval < 0 {
+		return
+	}
+	last, now := h.lastSweep.Load(), time.Now().UnixNano()
+	if now-last < int64(h.opts.SweepInterval) || !h.lastSweep.CompareAndSwap(last, now) {
+		return
+	}
+	go h.sweep()
 }
 
 // Dir returns the download directory, absolute with symlinks resolved.
@@ -398,6 +527,10 @@ func (h *Handler) dest(pl *plan) error {
 		if part == ".." {
 			return fmt.Errorf("dest %q holds \"..\": want a path inside the download directory", d)
 		}
+		if isWorkName(part) {
+			return fmt.Errorf("dest %q names a working file of the download kind (%q): names starting with \".redrive\" or "+
+				"holding \".redrive-\" after a leading dot are the kind's own", d, part)
+		}
 	}
 	isDir := d == "" || strings.HasSuffix(d, "/") || strings.HasSuffix(d, string(filepath.Separator))
 	full := filepath.Join(h.root, filepath.FromSlash(d))
@@ -502,13 +635,40 @@ func sanitize(name string) string {
 	return name
 }
 
-// jobKey names a job in its temporary files: its id, or for a message
-// without one (a broker's), a digest of its idempotency key.
-func jobKey(j *redrive.Job) string {
-	if j.ID != 0 || j.IdempotencyKey == "" {
-		return strconv.FormatInt(j.ID, 10)
+// isWorkName reports whether name (one path element) could be one of the
+// kind's working files (".redrive-<key>.part", ".<name>.redrive-<key>.part",
+// their ".meta" and ".meta.tmp" sidecars) or anything else the kind keeps
+// beside its files. A dest naming one is refused, so that a job cannot
+// write another job's partial file or sidecar. The test ignores case, for
+// case-insensitive file systems.
+func isWorkName(name string) bool {
+	n := strings.ToLower(name)
+	return strings.HasPrefix(n, ".redrive") || (strings.HasPrefix(n, ".") && strings.Contains(n, ".redrive-"))
+}
+
+// safeName reports whether name, read back from a sidecar, can be the
+// final name of a directory destination's file: what sanitize returns
+// for itself (a single path element, no leading dot, no separator or
+// control character) and not a working file's name.
+func safeName(name string) bool {
+	return name != "" && sanitize(name) == name && !isWorkName(name) && name != "." && name != ".."
+}
+
+// jobKey names a job in its working files: its id; for a message
+// without one (a broker's), "k" and a digest of its idempotency key; for
+// a job with neither (an AMQP message published without a message id),
+// "a" and random digits, and anon set: the attempt's files are its own,
+// and no later attempt resumes them.
+func jobKey(j *redrive.Job) (key string, anon bool) {
+	switch {
+	case j.ID != 0:
+		return strconv.FormatInt(j.ID, 10), false
+	case j.IdempotencyKey != "":
+		return "k" + redrive.KeyOf(j.IdempotencyKey)[:16], false
 	}
-	return redrive.KeyOf(j.IdempotencyKey)[:16]
+	var b [8]byte
+	rand.Read(b[:])
+	return "a" + hex.EncodeToString(b[:]), true
 }
 
 // diskFull reports whether err says the disk (or the quota) is full.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,8 @@ type meta struct {
 	Boot string `json:"boot,omitempty"`
 	// Name is the final name of a directory destination's file.
 	Name string `json:"name,omitempty"`
+	// Encoding is the response's Content-Encoding, "" for identity.
+	Encoding string `json:"encoding,omitempty"`
 }
 
 // validator is the If-Range value of m: its strong ETag, else its
@@ -54,6 +57,31 @@ func (m *meta) validator() string {
 	return m.LastModified
 }
 
+// encoding is resp's Content-Encoding, lower case, "" for identity.
+func encoding(resp *http.Response) string {
+	e := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	if e == "identity" {
+		return ""
+	}
+	return e
+}
+
+// sameVersion reports whether a 206 is a part of the file the partial
+// file holds the start of: the sidecar's validator repeated (a 206 must
+// carry the ETag a 200 would, RFC 9110 15.3.7), and the same
+// Content-Encoding. A server that honours Range but ignores If-Range
+// would otherwise append a changed file's bytes to the old ones.
+func sameVersion(m *meta, resp *http.Response) bool {
+	if m.ETag != "" {
+		if resp.Header.Get("ETag") != m.ETag {
+			return false
+		}
+	} else if resp.Header.Get("Last-Modified") != m.LastModified {
+		return false
+	}
+	return encoding(resp) == m.Encoding
+}
+
 // attempt is one attempt of a download job.
 type attempt struct {
 	h        *Handler
@@ -61,7 +89,69 @@ type attempt struct {
 	br       *breaker.Breaker
 	part     string // the partial file
 	metaPath string // its sidecar
+	// f is the partial file, open and locked from open to end: no other
+	// attempt (of this job, run twice at once) writes it meanwhile.
+	f      *os.File
+	unlock func()
+	// anon is set for a job without id or idempotency key: no later
+	// attempt can find its working files, which go when it ends.
+	anon bool
+	// probed is set once the end of a close-delimited body was checked.
+	probed bool
+	// moved counts the bytes received, and read back from the partial
+	// file to hash it: the progress the stall watchdog checks.
+	moved atomic.Int64
 }
+
+// errStalled is the cause of an attempt's context that the stall
+// watchdog ended.
+var errStalled = errors.New("too little progress")
+
+// watch ends ctx (cause errStalled) when fewer than Options.StallBytes
+// move in a Options.StallTimeout; the returned func stops it.
+func (a *attempt) watch(cancel context.CancelCauseFunc) (stop func()) {
+	if a.h.opts.StallTimeout < 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(a.h.opts.StallTimeout)
+		defer t.Stop()
+		last := int64(0)
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				n := a.moved.Load()
+				if n-last < a.h.opts.StallBytes {
+					cancel(errStalled)
+					return
+				}
+				last = n
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// stalled is the failure of an attempt the watchdog ended.
+func (a *attempt) stalled(what string, err error) error {
+	return classed(failure.Transient, ReasonStalled,
+		fmt.Errorf("download: GET %s: %s: fewer than %d bytes in %s: %w", httpreq.Redact(a.pl.u), what,
+			a.h.opts.StallBytes, a.h.opts.StallTimeout, err))
+}
+
+// countingWriter counts what goes through it into n.
+type countingWriter struct{ n *atomic.Int64 }
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// errInUse is lockPart's refusal: another attempt holds the file.
+var errInUse = errors.New("the partial file is locked by another attempt")
 
 // Handle performs one attempt of a download job (see the package
 // documentation).
@@ -73,6 +163,7 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	// The engine's retry and DLQ log lines name the source (without
 	// credentials or query) and the destination.
 	redrive.LogWith(ctx, "url", httpreq.Redact(pl.u), "dest", pl.p.Dest)
+	h.maybeSweep()
 	br := h.opts.Breakers.Get(DiskBreaker)
 	if br.State() == breaker.Open {
 		// Not even a request while the disk is known to be full: the
@@ -81,6 +172,7 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 			return &breaker.OpenError{Name: br.Name(), ReadyAt: ready}
 		}
 	}
+	jobCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, pl.timeout)
 	defer cancel()
 	if err := os.MkdirAll(pl.dir, 0o755); err != nil {
@@ -90,8 +182,8 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	if err := h.checkSymlinks(pl.dir, pl.p.Dest); err != nil {
 		return redrive.Permanent(&redrive.FieldError{Field: "payload.dest", Err: &invalid{err}})
 	}
-	key := jobKey(job)
-	a := &attempt{h: h, pl: pl, br: br}
+	key, anon := jobKey(job)
+	a := &attempt{h: h, pl: pl, br: br, anon: anon}
 	if pl.name != "" {
 		if fi, err := os.Stat(filepath.Join(pl.dir, pl.name)); err == nil && fi.IsDir() {
 			return classed(failure.Permanent, ReasonUnwritable,
@@ -102,7 +194,109 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 		a.part = filepath.Join(pl.dir, ".redrive-"+key+".part")
 	}
 	a.metaPath = strings.TrimSuffix(a.part, ".part") + ".meta"
-	return a.run(ctx)
+	if err := a.open(); err != nil {
+		return err
+	}
+	ctx, stall := context.WithCancelCause(ctx)
+	defer stall(nil)
+	stopWatch := a.watch(stall)
+	err = a.run(ctx)
+	stopWatch()
+	a.end(jobCtx, job, err)
+	return err
+}
+
+// open opens and locks the partial file, creating it empty when missing.
+// Something other than a regular file in its place (a symbolic link) is
+// removed, not followed. An attempt of the same job that holds it is a
+// transient failure (ReasonInUse): two attempts at once (a lease that
+// expired while its handler ran) never write one file.
+func (a *attempt) open() error {
+	for range 3 {
+		if fi, err := os.Lstat(a.part); err == nil && !fi.Mode().IsRegular() {
+			if err := os.Remove(a.part); err != nil {
+				return fileError("remove what is in the place of the partial file of "+a.pl.p.Dest, err)
+			}
+		}
+		f, err := openPart(a.part)
+		if err != nil {
+			return fileError("create the partial file of "+a.pl.p.Dest, err)
+		}
+		unlock, err := lockPart(f)
+		if err != nil {
+			f.Close()
+			if errors.Is(err, errInUse) {
+				return classed(failure.Transient, ReasonInUse,
+					fmt.Errorf("download: %s: another attempt of this job is writing it: %w", a.pl.p.Dest, err))
+			}
+			return fileError("lock the partial file of "+a.pl.p.Dest, err)
+		}
+		// Between the open and the lock, the attempt that held the lock
+		// may have renamed or removed the file: lock the one at the path.
+		if a.holds(f) {
+			a.f, a.unlock = f, unlock
+			return nil
+		}
+		unlock()
+		f.Close()
+	}
+	return classed(failure.Transient, ReasonInUse,
+		fmt.Errorf("download: %s: the partial file keeps being replaced by another attempt", a.pl.p.Dest))
+}
+
+// holds reports whether the partial file's path names f.
+func (a *attempt) holds(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	li, err := os.Lstat(a.part)
+	return err == nil && os.SameFile(fi, li)
+}
+
+// end closes and unlocks the partial file after an attempt of job that
+// returned err. The working files are removed when no later attempt will
+// resume them: the job has no identity, a user canceled it, its failure
+// is final (permanent, needs_auth, or the last retry of its policy when
+// the handler knows the worker's policies), or nothing was written. A
+// shutdown or a breaker's deferral, which use no attempt, keep them.
+func (a *attempt) end(jobCtx context.Context, job *redrive.Job, err error) {
+	if a.f == nil {
+		return
+	}
+	defer func() {
+		a.unlock()
+		a.f.Close()
+		a.f = nil
+	}()
+	if err == nil {
+		return // renamed to its final name
+	}
+	if _, deferred := errors.AsType[*breaker.OpenError](err); deferred || errors.Is(context.Cause(jobCtx), redrive.ErrShutdown) {
+		return
+	}
+	v := failure.Classify(err)
+	last := !v.Class.Retryable()
+	if a.h.policyFor != nil && !last {
+		last = max(job.Attempt, 1) > a.h.policyFor(job).MaxRetries
+	}
+	empty := false
+	if fi, serr := a.f.Stat(); serr == nil && fi.Size() == 0 {
+		empty = true
+	}
+	if a.anon || empty || last || errors.Is(context.Cause(jobCtx), redrive.ErrJobCanceled) {
+		a.remove()
+	}
+}
+
+// remove removes the working files: the partial file while the attempt
+// holds it at its path, and the sidecar.
+func (a *attempt) remove() {
+	if a.f != nil && a.holds(a.f) {
+		os.Remove(a.part)
+	}
+	os.Remove(a.metaPath)
+	os.Remove(a.metaPath + ".tmp")
 }
 
 // partName is the name of the partial file of name for a job.
@@ -125,8 +319,9 @@ func (a *attempt) run(ctx context.Context) error {
 		switch {
 		case resp.StatusCode == http.StatusPartialContent && offset > 0:
 			start, _, total, ok := contentRange(resp.Header.Get("Content-Range"))
-			if !ok || start != offset || (m.Total >= 0 && total >= 0 && total != m.Total) {
-				// Not the bytes asked for: start over.
+			if !ok || start != offset || (m.Total >= 0 && total >= 0 && total != m.Total) || !sameVersion(m, resp) {
+				// Not the bytes asked for, or of another version or
+				// encoding of the file: start over.
 				resp.Body.Close()
 				a.discard()
 				m, offset = nil, 0
@@ -137,7 +332,8 @@ func (a *attempt) run(ctx context.Context) error {
 			}
 			return a.write(ctx, resp, m, offset)
 		case resp.StatusCode == http.StatusOK:
-			m = &meta{URL: a.pl.p.URL, LastModified: resp.Header.Get("Last-Modified"), Total: resp.ContentLength}
+			m = &meta{URL: a.pl.p.URL, LastModified: resp.Header.Get("Last-Modified"), Total: resp.ContentLength,
+				Encoding: encoding(resp)}
 			if et := resp.Header.Get("ETag"); !strings.HasPrefix(et, "W/") {
 				m.ETag = et // weak ETags cannot be used in If-Range
 			}
@@ -179,11 +375,9 @@ func (a *attempt) run(ctx context.Context) error {
 // resume, and the offset to resume from; or nil and 0 (and no partial
 // file left) when it must start over.
 func (a *attempt) resumable() (*meta, int64) {
-	// Lstat: a symbolic link in place of the partial file is not
-	// followed, but removed.
-	fi, err := os.Lstat(a.part)
-	if err != nil {
-		os.Remove(a.metaPath)
+	fi, err := a.f.Stat()
+	if err != nil || fi.Size() == 0 {
+		a.discard()
 		return nil, 0
 	}
 	m, err := a.readMeta()
@@ -198,14 +392,17 @@ func (a *attempt) resumable() (*meta, int64) {
 		have = fi.Size()
 	}
 	if m.URL != a.pl.p.URL || m.validator() == "" || have <= 0 || fi.Size() < have ||
-		(m.Total >= 0 && have > m.Total) || (a.pl.name == "" && m.Name == "") || !fi.Mode().IsRegular() {
+		(m.Total >= 0 && have > m.Total) || !fi.Mode().IsRegular() ||
+		// The name of a directory destination's file is read back from
+		// disk: it must be a name sanitize would give, never a path.
+		(a.pl.name == "" && !safeName(m.Name)) || (a.pl.name != "" && m.Name != "") {
 		a.discard()
 		return nil, 0
 	}
 	if fi.Size() > have {
 		// After a restart, bytes written after the last checkpoint may
 		// not have reached the disk intact.
-		if err := os.Truncate(a.part, have); err != nil {
+		if err := a.f.Truncate(have); err != nil {
 			a.discard()
 			return nil, 0
 		}
@@ -240,9 +437,10 @@ func (a *attempt) saveMeta(m *meta) error {
 	return os.Rename(tmp, a.metaPath)
 }
 
-// discard removes the partial file and its sidecar.
+// discard empties the partial file and removes its sidecar: the attempt
+// starts over (end removes the files of an attempt that stops there).
 func (a *attempt) discard() {
-	os.Remove(a.part)
+	a.f.Truncate(0)
 	os.Remove(a.metaPath)
 	os.Remove(a.metaPath + ".tmp")
 }
@@ -266,6 +464,9 @@ func (a *attempt) get(ctx context.Context, m *meta, offset int64) (*http.Respons
 	if err != nil {
 		if be, ok := errors.AsType[*netguard.BlockedError](err); ok {
 			return nil, redrive.Permanent(be)
+		}
+		if errors.Is(context.Cause(ctx), errStalled) {
+			return nil, a.stalled("no response", err)
 		}
 		// An attempt that ran out of its own timeout is reported as such
 		// (classified transient), rather than as a bare context error.
@@ -310,19 +511,11 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 		return fileError(op, e)
 	}
 
-	f, err := os.OpenFile(a.part, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return fail("create "+a.pl.p.Dest, err)
-	}
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-	}()
+	f := a.f
 	sum := sha256.New()
 	if offset > 0 {
 		// The digest covers the whole file: the bytes already there first.
-		if _, err := io.Copy(sum, io.NewSectionReader(f, 0, offset)); err != nil {
+		if _, err := io.Copy(io.MultiWriter(sum, countingWriter{&a.moved}), io.NewSectionReader(f, 0, offset)); err != nil {
 			return fail("read the partial file", err)
 		}
 	} else if err := f.Truncate(0); err != nil {
@@ -353,10 +546,9 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 	a.progress(ctx, done, m.Total)
 	for {
 		n, rerr := resp.Body.Read(buf)
+		a.moved.Add(int64(n))
 		if n > 0 {
 			if done+int64(n) > a.pl.maxBytes {
-				f.Close()
-				f = nil
 				return a.tooLarge(done+int64(n), false)
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
@@ -388,13 +580,23 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 		return classed(failure.Transient, failure.ReasonConnectionReset,
 			fmt.Errorf("download: GET %s: the body ended after %d of %d bytes", httpreq.Redact(a.pl.u), done, m.Total))
 	}
+	if m.Total < 0 && !a.probed && closeDelimited(resp) && m.validator() != "" {
+		// The connection's close ended the body: a cut connection looks
+		// the same. Ask for what follows.
+		a.probed = true
+		if err := checkpoint(done); err != nil {
+			return fail("sync the partial file", err)
+		}
+		more, err := a.probeEnd(ctx, m, done)
+		if err != nil {
+			return err
+		}
+		if more != nil {
+			return a.write(ctx, more, m, done)
+		}
+	}
 	if err := f.Sync(); err != nil {
 		return fail("sync "+a.pl.p.Dest, err)
-	}
-	err = f.Close()
-	f = nil
-	if err != nil {
-		return fail("close "+a.pl.p.Dest, err)
 	}
 	a.progress(ctx, done, done)
 	if err := a.finish(ctx, m, done, sum); err != nil {
@@ -406,10 +608,59 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 	return nil
 }
 
+// closeDelimited reports whether resp's body ends only with its
+// connection: HTTP/1 without Content-Length or chunking.
+func closeDelimited(resp *http.Response) bool {
+	return resp.ProtoMajor == 1 && resp.ContentLength < 0 && len(resp.TransferEncoding) == 0 && !resp.Uncompressed
+}
+
+// probeEnd checks that a close-delimited body of done bytes was whole, by
+// asking for the bytes from done on: a 416 whose total is done (or not
+// given) confirms it (nil, nil); a 206 of the same version from done is
+// returned, its bytes to append; a 206 of another version, or a 416 with
+// another total, is a transient failure (the next attempt resumes or
+// starts over). Any other answer cannot tell, and the body is taken as
+// whole, as the server sent it.
+func (a *attempt) probeEnd(ctx context.Context, m *meta, done int64) (*http.Response, error) {
+	resp, err := a.get(ctx, m, done)
+	if err != nil {
+		return nil, err
+	}
+	cut := func() (*http.Response, error) {
+		return nil, classed(failure.Transient, failure.ReasonConnectionReset,
+			fmt.Errorf("download: GET %s: the body ended with its connection after %d bytes, short of the whole file",
+				httpreq.Redact(a.pl.u), done))
+	}
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		start, _, total, ok := contentRange(resp.Header.Get("Content-Range"))
+		if ok && start == done && sameVersion(m, resp) {
+			if total >= 0 {
+				m.Total = total
+			}
+			return resp, nil
+		}
+		resp.Body.Close()
+		return cut()
+	case http.StatusRequestedRangeNotSatisfiable:
+		_, _, total, _ := contentRange(resp.Header.Get("Content-Range"))
+		resp.Body.Close()
+		if total >= 0 && total != done {
+			return cut()
+		}
+		return nil, nil
+	}
+	resp.Body.Close()
+	return nil, nil
+}
+
 // bodyError classifies an error reading the body: what the failure
 // package does not know is a dropped connection, transient; the next
 // attempt resumes.
 func (a *attempt) bodyError(ctx context.Context, done int64, err error) error {
+	if errors.Is(context.Cause(ctx), errStalled) {
+		return a.stalled(fmt.Sprintf("the body stalled after %d bytes", done), err)
+	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		return fmt.Errorf("download: GET %s: body not complete within %s, %d bytes in: %w", httpreq.Redact(a.pl.u), a.pl.timeout, done, err)
 	}
@@ -423,14 +674,8 @@ func (a *attempt) bodyError(ctx context.Context, done int64, err error) error {
 // complete finishes a partial file that already holds every byte (a 416
 // answer to a range from its end).
 func (a *attempt) complete(ctx context.Context, m *meta, size int64) error {
-	f, err := os.Open(a.part)
-	if err != nil {
-		return fileError("open the partial file", err)
-	}
 	sum := sha256.New()
-	_, err = io.Copy(sum, io.NewSectionReader(f, 0, size))
-	f.Close()
-	if err != nil {
+	if _, err := io.Copy(io.MultiWriter(sum, countingWriter{&a.moved}), io.NewSectionReader(a.f, 0, size)); err != nil {
 		return fileError("read the partial file", err)
 	}
 	if size > a.pl.maxBytes {
@@ -454,6 +699,20 @@ func (a *attempt) finish(ctx context.Context, m *meta, size int64, sum hash.Hash
 		name = m.Name
 	}
 	final := filepath.Join(a.pl.dir, name)
+	// The final file is in the destination's directory, under the
+	// download directory, and is not a working file, whatever the name
+	// came from.
+	if (a.pl.name == "" && !safeName(name)) || isWorkName(name) || filepath.Dir(final) != a.pl.dir || !within(a.h.root, final) {
+		a.discard()
+		return classed(failure.Permanent, ReasonUnwritable,
+			fmt.Errorf("download: refusing the file name %q: not a single name inside the directory of dest %q", name, a.pl.p.Dest))
+	}
+	// What is renamed is the file this attempt wrote and hashed, whole.
+	if fi, err := a.f.Stat(); err != nil || fi.Size() != size || !a.holds(a.f) {
+		a.discard()
+		return classed(failure.Transient, ReasonInUse,
+			fmt.Errorf("download: %s: the partial file changed under the attempt (%d bytes written)", a.pl.p.Dest, size))
+	}
 	if err := os.Rename(a.part, final); err != nil {
 		err = fileError("rename to "+name, err)
 		if failure.Classify(err).Class == failure.Permanent {

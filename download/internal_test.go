@@ -1,6 +1,7 @@
 package download
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
 )
 
 func newInternal(t *testing.T) *Handler {
@@ -67,18 +69,22 @@ func TestResumableRules(t *testing.T) {
 				os.WriteFile(a.metaPath, b, 0o644)
 			}
 		}
+		if err := a.open(); err != nil {
+			t.Fatal(err)
+		}
 		m, off := a.resumable()
 		if off != c.resume || (off > 0) != (m != nil) {
 			t.Errorf("%s: resume from %d, want %d", c.name, off, c.resume)
 		}
 		fi, err := os.Stat(a.part)
-		switch {
-		case off == 0 && err == nil:
-			t.Errorf("%s: partial file kept though not resumed", c.name)
-		case off > 0 && (err != nil || fi.Size() != off):
+		if err != nil || fi.Size() != off {
 			t.Errorf("%s: partial file %v, %v; want %d bytes", c.name, fi, err, off)
 		}
-		a.discard()
+		if _, err := os.Stat(a.metaPath); (err == nil) != (off > 0) {
+			t.Errorf("%s: sidecar %v, resumed from %d", c.name, err, off)
+		}
+		a.remove()
+		a.end(t.Context(), &redrive.Job{}, nil)
 	}
 }
 
@@ -105,4 +111,60 @@ func TestWeakETagNotUsed(t *testing.T) {
 	if m.ETag != "" || m.validator() != "Mon, 02 Jan 2006 15:04:05 GMT" || m.Synced != 5 || m.Total != 10 {
 		t.Fatalf("sidecar %+v", m)
 	}
+}
+
+// TestFinishRefusesForeignNames: whatever name reaches finish (a sidecar
+// read back from disk, a bug), the file is renamed only to a single name
+// in the destination's directory that is not a working file's.
+func TestFinishRefusesForeignNames(t *testing.T) {
+	for _, name := range []string{"../../escaped.txt", "../escaped.txt", "a/b", "..", ".redrive-7.part", ".x.redrive-7.meta"} {
+		base := t.TempDir()
+		h, err := New(Options{Dir: filepath.Join(base, "dl")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := prepared(t, h, `{"url":"http://x/a","dest":"x/"}`)
+		os.MkdirAll(a.pl.dir, 0o755)
+		os.WriteFile(a.part, []byte("abc"), 0o644)
+		if err := a.open(); err != nil {
+			t.Fatal(err)
+		}
+		defer a.end(t.Context(), &redrive.Job{}, nil)
+		err = a.finish(t.Context(), &meta{Name: name}, 3, sha256.New())
+		if v := failure.Classify(err); v.Class != failure.Permanent {
+			t.Errorf("%q: finish returned %v (%s), want a permanent refusal", name, err, v.Class)
+		}
+		for _, p := range []string{filepath.Join(base, "escaped.txt"), filepath.Join(h.root, "escaped.txt"), filepath.Join(a.pl.dir, "a")} {
+			if _, err := os.Stat(p); err == nil {
+				t.Errorf("%q: renamed to %s", name, p)
+			}
+		}
+	}
+}
+
+// FuzzWorkNames: every name Sweep may remove is one no dest may take, no
+// served name is sanitised into one, and the partial file names the
+// handler makes parse back to their job's key.
+func FuzzWorkNames(f *testing.F) {
+	for _, s := range []string{".redrive-1.part", ".a.bin.redrive-k0123abcd.meta", ".redrive-7.meta.tmp", "a.part", ".x.redrive-.part",
+		"..redrive-1.part", ".REDRIVE-1.part", "data.bin"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if _, _, ok := parseWorkName(s); ok && !isWorkName(s) {
+			t.Fatalf("Sweep may remove %q, which a dest may name", s)
+		}
+		if n := sanitize(s); isWorkName(n) {
+			t.Fatalf("sanitize(%q) = %q, a working file's name", s, n)
+		}
+		if n := sanitize(s); n != "" {
+			for _, key := range []string{"12", "k0123456789abcdef", "a00ff00ff00ff00ff"} {
+				p := partName(n, key)
+				k, part, ok := parseWorkName(p)
+				if !ok || k != key || part != p {
+					t.Fatalf("partName(%q, %q) = %q parses as %q, %q, %v", n, key, p, k, part, ok)
+				}
+			}
+		}
+	})
 }

@@ -1,11 +1,17 @@
 package httpjob_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/httpjob"
 )
 
@@ -94,5 +100,30 @@ func TestRefusalNamesSetting(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s with %+v: %v, want %q", c.addr, c.opts, err, c.want)
 		}
+	}
+}
+
+// TestRedirectKeepsCredentialsHome: an http job's own credential header
+// (X-Api-Key) reaches the host the job names, not the other host a
+// redirect sends it to.
+func TestRedirectKeepsCredentialsHome(t *testing.T) {
+	var key atomic.Value
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key.Store(r.Header.Get("X-Api-Key"))
+	}))
+	defer other.Close()
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") != "secret" {
+			t.Errorf("the named host got X-Api-Key %q", r.Header.Get("X-Api-Key"))
+		}
+		http.Redirect(w, r, other.URL+"/elsewhere", http.StatusTemporaryRedirect)
+	}))
+	defer home.Close()
+	raw, _ := json.Marshal(map[string]any{"url": home.URL, "headers": map[string]string{"X-Api-Key": "secret"}})
+	if err := httpjob.New(httpjob.Options{}).Handle(context.Background(), &redrive.Job{ID: 1, Payload: raw}); err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := key.Load().(string); k != "" {
+		t.Fatalf("the redirect's host got X-Api-Key %q", k)
 	}
 }

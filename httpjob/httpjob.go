@@ -84,8 +84,10 @@ const (
 // and private addresses allowed, link-local and metadata addresses refused.
 type Options struct {
 	// BlockPrivate refuses loopback (127.0.0.0/8, ::1), private
-	// (10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10) and
-	// unspecified (0.0.0.0, ::) addresses. Off by default so that jobs may
+	// (10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10),
+	// unspecified (0.0.0.0, ::), reserved (0.0.0.0/8, 240.0.0.0/4),
+	// site-local (fec0::/10) and IPv4-translated (::ffff:0:0:0/96)
+	// addresses. Off by default so that jobs may
 	// call services on the same machine or network; turn it on when the
 	// URLs come from people you do not trust.
 	BlockPrivate bool

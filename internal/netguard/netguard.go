@@ -40,8 +40,10 @@ type Options struct {
 	// Default "netguard".
 	Name string
 	// BlockPrivate refuses loopback (127.0.0.0/8, ::1), private
-	// (10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10) and
-	// unspecified (0.0.0.0, ::) addresses.
+	// (10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10),
+	// unspecified (0.0.0.0, ::), reserved (0.0.0.0/8, 240.0.0.0/4 with
+	// 255.255.255.255), site-local (fec0::/10) and IPv4-translated
+	// (::ffff:0:0:0/96) addresses.
 	BlockPrivate bool
 	// AllowLinkLocal allows link-local addresses (169.254.0.0/16,
 	// fe80::/10) and the cloud metadata endpoints.
@@ -131,12 +133,61 @@ func (g *Guard) NewClient(tr *http.Transport) *http.Client {
 
 // CheckRedirect bounds redirects to MaxRedirects and checks the host of
 // each (its address is checked again at dial time, like the first
-// request's). It has the signature of http.Client.CheckRedirect.
+// request's). A redirect to another origin than the first request's
+// (SameOrigin) keeps only the headers in RedirectHeaders: credentials a
+// job set in headers of its own (X-Api-Key, Private-Token, ...), which
+// Go's client forwards, never reach a host the job did not name. It has
+// the signature of http.Client.CheckRedirect.
 func (g *Guard) CheckRedirect(req *http.Request, via []*http.Request) error {
 	if len(via) >= MaxRedirects {
 		return fmt.Errorf("%s: stopped after %d redirects", g.opts.Name, MaxRedirects)
 	}
-	return g.CheckHost(req.URL.Hostname())
+	if err := g.CheckHost(req.URL.Hostname()); err != nil {
+		return err
+	}
+	if len(via) > 0 && !SameOrigin(via[0].URL, req.URL) {
+		for k := range req.Header {
+			if !RedirectHeaders[http.CanonicalHeaderKey(k)] {
+				delete(req.Header, k)
+			}
+		}
+	}
+	return nil
+}
+
+// RedirectHeaders are the request headers a redirect to another origin
+// keeps: none carries a credential.
+var RedirectHeaders = map[string]bool{
+	"Accept": true, "Accept-Encoding": true, "Accept-Language": true, "Cache-Control": true, "Pragma": true,
+	"User-Agent": true, "Referer": true, "Range": true, "If-Range": true, "If-Match": true, "If-None-Match": true,
+	"If-Modified-Since": true, "If-Unmodified-Since": true, "Content-Type": true, "Content-Language": true,
+}
+
+// SameOrigin reports whether a redirect from a to b stays with the
+// origin a names: the same host (case ignored) and port (the scheme's
+// default when absent) and scheme, or an upgrade from http to https on
+// the same host with default ports.
+func SameOrigin(a, b *url.URL) bool {
+	if !strings.EqualFold(a.Hostname(), b.Hostname()) {
+		return false
+	}
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	as, bs := strings.ToLower(a.Scheme), strings.ToLower(b.Scheme)
+	switch {
+	case as == bs:
+		return port(a) == port(b)
+	case as == "http" && bs == "https":
+		return port(a) == "80" && port(b) == "443"
+	}
+	return false
 }
 
 // Control runs after name resolution, on the address about to be dialed;
@@ -167,6 +218,9 @@ var metadataAddrs = map[netip.Addr]bool{
 var (
 	sharedSpace = netip.MustParsePrefix("100.64.0.0/10")
 	imds        = netip.MustParseAddr("169.254.169.254")
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")   // RFC 791: "this network"; never a destination
+	reserved4   = netip.MustParsePrefix("240.0.0.0/4") // RFC 1112's class E, and the broadcast address
+	siteLocal   = netip.MustParsePrefix("fec0::/10")   // RFC 3879 deprecated it; still routed locally
 )
 
 // CheckHost refuses, before any connection, a URL host that is a metadata
@@ -214,6 +268,13 @@ func (g *Guard) CheckAddr(a netip.Addr) error {
 			return g.blocked(a.String(), "private address (private addresses are blocked; allowed by "+g.opts.AllowPrivateSetting+")")
 		case a.IsUnspecified():
 			return g.blocked(a.String(), "unspecified address (private addresses are blocked; allowed by "+g.opts.AllowPrivateSetting+")")
+		case thisNetwork.Contains(a) || reserved4.Contains(a):
+			return g.blocked(a.String(), "reserved IPv4 address (private addresses are blocked; allowed by "+g.opts.AllowPrivateSetting+")")
+		case siteLocal.Contains(a):
+			return g.blocked(a.String(), "site-local address (private addresses are blocked; allowed by "+g.opts.AllowPrivateSetting+")")
+		case ipv4Translated.Contains(a):
+			return g.blocked(a.String(), "IPv4-translated address, for a local translator (private addresses are blocked; allowed by "+
+				g.opts.AllowPrivateSetting+")")
 		}
 	}
 	if a.IsMulticast() {
@@ -225,7 +286,7 @@ func (g *Guard) CheckAddr(a netip.Addr) error {
 // Embedded is an IPv4 address found inside an IPv6 one.
 type Embedded struct {
 	V4   netip.Addr
-	Kind string // "NAT64", "6to4", "Teredo server", "Teredo client", "IPv4-compatible"
+	Kind string // "NAT64", "NAT64 /96" (a local-use layout), "6to4", "Teredo server", "Teredo client", "IPv4-compatible", "IPv4-translated"
 }
 
 var (
@@ -234,15 +295,21 @@ var (
 	sixToFour      = netip.MustParsePrefix("2002::/16")
 	teredo         = netip.MustParsePrefix("2001::/32")
 	ipv4Compatible = netip.MustParsePrefix("::/96")
+	ipv4Translated = netip.MustParsePrefix("::ffff:0:0:0/96") // RFC 2765's SIIT
 )
 
 // EmbeddedIPv4 returns the IPv4 addresses an IPv6 address carries: the
-// last 32 bits of an IPv4-compatible (::/96, but :: and ::1) or
-// well-known NAT64 (64:ff9b::/96) address, bits 48-63 and 72-87 of a
-// local-use NAT64 address (64:ff9b:1::/48, RFC 6052's /48 layout), bits
-// 16-47 of a 6to4 address (2002::/16), and a Teredo address's server
-// (bits 32-63) and obfuscated client (the last 32 bits, inverted).
-// IPv4-mapped ::ffff:0:0/96 addresses must be unmapped before.
+// last 32 bits of an IPv4-compatible (::/96, but :: and ::1),
+// IPv4-translated (::ffff:0:0:0/96) or well-known NAT64 (64:ff9b::/96)
+// address; for a local-use NAT64 address (64:ff9b:1::/48, RFC 8215),
+// whose network may use any of RFC 6052's prefix lengths from /48 to
+// /96, the address of each layout (/48: bits 48-63 and 72-87; /56: bits
+// 56-63 and 72-95; /64: bits 72-103; /96: the last 32 bits), less those
+// in 0.0.0.0/8 unless all are (a /96 address read with a shorter layout
+// gives 0.x.x.x, which no translator forwards to); bits 16-47 of a 6to4
+// address (2002::/16); and a Teredo address's server (bits 32-63) and
+// obfuscated client (the last 32 bits, inverted). IPv4-mapped
+// ::ffff:0:0/96 addresses must be unmapped before.
 func EmbeddedIPv4(a netip.Addr) []Embedded {
 	if !a.Is6() {
 		return nil
@@ -253,7 +320,24 @@ func EmbeddedIPv4(a netip.Addr) []Embedded {
 	case nat64WellKnown.Contains(a):
 		return []Embedded{{v4(b[12], b[13], b[14], b[15]), "NAT64"}}
 	case nat64Local.Contains(a):
-		return []Embedded{{v4(b[6], b[7], b[9], b[10]), "NAT64"}}
+		all := []Embedded{
+			{v4(b[12], b[13], b[14], b[15]), "NAT64 /96"},
+			{v4(b[9], b[10], b[11], b[12]), "NAT64 /64"},
+			{v4(b[7], b[9], b[10], b[11]), "NAT64 /56"},
+			{v4(b[6], b[7], b[9], b[10]), "NAT64 /48"},
+		}
+		var out []Embedded
+		for _, e := range all {
+			if !thisNetwork.Contains(e.V4) {
+				out = append(out, e)
+			}
+		}
+		if len(out) == 0 {
+			return all
+		}
+		return out
+	case ipv4Translated.Contains(a):
+		return []Embedded{{v4(b[12], b[13], b[14], b[15]), "IPv4-translated"}}
 	case sixToFour.Contains(a):
 		return []Embedded{{v4(b[2], b[3], b[4], b[5]), "6to4"}}
 	case teredo.Contains(a):

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -174,4 +175,130 @@ func TestControlRejectsNonIP(t *testing.T) {
 	if err := netguard.New(netguard.Options{}).Control("tcp", "not-an-address", nil); err == nil {
 		t.Fatal("Control accepted a non-IP address")
 	}
+}
+
+// TestLocalNAT64Layouts: under the local-use NAT64 prefix 64:ff9b:1::/48
+// a network may use any RFC 6052 prefix length from /48 to /96: the IPv4
+// address carried by each layout is checked, so the metadata address
+// under RFC 8215's /96 (64:ff9b:1::a9fe:a9fe) is refused by default.
+func TestLocalNAT64Layouts(t *testing.T) {
+	for _, addr := range []string{
+		"64:ff9b:1::a9fe:a9fe",           // /96
+		"64:ff9b:1::169.254.169.254",     // /96, written with a dotted quad
+		"64:ff9b:1:0:a9:fea9:fe00:0",     // /64
+		"64:ff9b:1:a9:fe:a9fe::",         // /56
+		"64:ff9b:1:a9fe:a9:fe00::",       // /48
+		"64:ff9b:1:ffff:ffff::a9fe:a9fe", // /96 under another /96 of the /48
+	} {
+		if err := check(netguard.Options{}, netip.MustParseAddr(addr)); err == nil {
+			t.Errorf("%s allowed by default, want refused (it carries 169.254.169.254)", addr)
+		}
+	}
+	if err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr("64:ff9b:1::a00:1")); err == nil {
+		t.Error("64:ff9b:1::a00:1 (10.0.0.1 under a /96) allowed with private addresses blocked")
+	}
+	if err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr("64:ff9b:1::808:808")); err != nil {
+		t.Errorf("64:ff9b:1::808:808 (8.8.8.8 under a /96): %v, want allowed", err)
+	}
+}
+
+// TestBlockPrivateReserved: with private addresses blocked, addresses no
+// public service has are refused too: "this network" 0.0.0.0/8, the
+// reserved 240.0.0.0/4, the broadcast address, the deprecated site-local
+// fec0::/10 and IPv4-translated ::ffff:0:a.b.c.d (whose IPv4 address is
+// checked in any mode).
+func TestBlockPrivateReserved(t *testing.T) {
+	for _, addr := range []string{"0.1.2.3", "0.0.0.1", "240.0.0.1", "255.255.255.255", "250.1.2.3",
+		"fec0::1", "feff::1", "::ffff:0:808:808", "::ffff:0:0a00:1"} {
+		err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr(addr))
+		var be *netguard.BlockedError
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), "BlockPrivate false") {
+			t.Errorf("%s with private addresses blocked: %v, want refused naming the setting", addr, err)
+		}
+	}
+	if err := check(netguard.Options{}, netip.MustParseAddr("::ffff:0:a9fe:a9fe")); err == nil {
+		t.Error("::ffff:0:a9fe:a9fe (169.254.169.254, IPv4-translated) allowed by default")
+	}
+	for _, ok := range []string{"1.2.3.4", "223.255.255.254", "2606:4700:4700::1111"} {
+		if err := check(netguard.Options{BlockPrivate: true}, netip.MustParseAddr(ok)); err != nil {
+			t.Errorf("%s: %v, want allowed", ok, err)
+		}
+	}
+}
+
+// TestCrossOriginRedirectDropsCredentials: a redirect to another origin
+// (host, port, or a downgrade to http) gets none of the request's headers
+// but a short list of harmless ones: X-Api-Key and the like, which Go
+// forwards (it drops only Authorization, Cookie and WWW-Authenticate, and
+// those only for another domain), never reach it. A redirect within the
+// origin, or from http to https on the same host, keeps them.
+func TestCrossOriginRedirectDropsCredentials(t *testing.T) {
+	var got atomic.Value
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Store(r.Header.Clone()) }))
+	defer other.Close()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/away":
+			http.Redirect(w, r, other.URL+"/landed", http.StatusFound)
+		case "/home":
+			http.Redirect(w, r, "/landed", http.StatusFound)
+		default:
+			got.Store(r.Header.Clone())
+		}
+	}))
+	defer origin.Close()
+	c := netguard.New(netguard.Options{}).NewClient(nil)
+	get := func(u string) http.Header {
+		got.Store(http.Header{})
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, u, nil)
+		req.Header.Set("X-Api-Key", "secret")
+		req.Header.Set("Authorization", "Bearer secret")
+		req.Header.Set("Cookie", "s=secret")
+		req.Header.Set("Private-Token", "secret")
+		req.Header.Set("User-Agent", "ua/1")
+		req.Header.Set("Accept", "text/csv")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return got.Load().(http.Header)
+	}
+	h := get(origin.URL + "/away")
+	for _, k := range []string{"X-Api-Key", "Authorization", "Cookie", "Private-Token"} {
+		if v := h.Get(k); v != "" {
+			t.Errorf("cross-origin redirect: %s: %q forwarded", k, v)
+		}
+	}
+	if h.Get("User-Agent") != "ua/1" || h.Get("Accept") != "text/csv" {
+		t.Errorf("cross-origin redirect: harmless headers lost: %v", h)
+	}
+	h = get(origin.URL + "/home")
+	if h.Get("X-Api-Key") != "secret" || h.Get("Authorization") != "Bearer secret" {
+		t.Errorf("same-origin redirect: credentials dropped: %v", h)
+	}
+	for _, c := range []struct {
+		from, to string
+		same     bool
+	}{
+		{"https://a.example/x", "https://a.example:443/y", true},
+		{"http://a.example/x", "https://a.example/y", true}, // an upgrade
+		{"https://a.example/x", "http://a.example/y", false},
+		{"https://a.example/x", "https://b.a.example/y", false},
+		{"https://a.example/x", "https://A.EXAMPLE/y", true},
+		{"https://a.example/x", "https://a.example:8443/y", false},
+		{"http://a.example:8080/x", "https://a.example:8443/y", false},
+	} {
+		if got := netguard.SameOrigin(mustURL(c.from), mustURL(c.to)); got != c.same {
+			t.Errorf("SameOrigin(%s, %s) = %v, want %v", c.from, c.to, got, c.same)
+		}
+	}
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
 }
