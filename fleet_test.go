@@ -328,9 +328,21 @@ func testFleetBreaker(t *testing.T, st store.Store, spec string, processes int, 
 	t.Logf("%d processes: %d calls during the outage: first burst %d (limit %d), then %d half-open periods", processes, len(down),
 		len(bursts[0]), limit, len(bursts)-1)
 	if local {
-		if len(bursts[0]) < processes*fleetFailures {
-			t.Errorf("breakers kept to each process: %d calls before all stopped, want each process's own %d (%d)",
-				len(bursts[0]), fleetFailures, processes*fleetFailures)
+		// Each process trips its own breaker, after its own failures: each
+		// makes at least fleetFailures calls during the outage (a shared
+		// breaker would stop the fleet after fleetFailures in all).
+		// Counted per process, not in the first burst: on a busy
+		// machine one process's failures can be more than half a break
+		// apart, which cut the burst in two.
+		perProcess := map[string]int{}
+		for _, call := range down {
+			perProcess[call.process]++
+		}
+		for _, id := range procs {
+			if perProcess[id] < fleetFailures {
+				t.Errorf("breakers kept to each process: %s made %d calls during the outage, want its own %d (calls by process: %v)",
+					id, perProcess[id], fleetFailures, perProcess)
+			}
 		}
 		return
 	}
