@@ -194,7 +194,7 @@ func newBenchAMQPCmd(g *globalOptions) *cobra.Command {
 	p := bench.AMQPParams{N: 20000, Publishers: 8, Workers: bench.DefaultWorkers}
 	cmd := &cobra.Command{
 		Use:   "amqp",
-		Short: "Measure the RabbitMQ transport: confirmed publishes, consumption, the retry path",
+		Short: "Measure the RabbitMQ transport against raw amqp091-go: confirmed publishes, consumption, the retry path",
 		Long: `On a fresh work queue of the broker at --amqp-url (default $` + amqpURLEnv + `),
 deleted afterwards: time N confirmed publishes from --publishers goroutines
 (one Enqueue at a time, or --batch messages at once with EnqueueMany);
@@ -204,7 +204,18 @@ messages whose handler fails the first attempt, each retried through a 1ms
 delay queue before it completes; then a managed queue (what serve
 --amqp-queues runs): N waiting messages taken by a plain AMQP consumer
 that rejects each first delivery and acks the second, the rejections
-decided by the router and handed back through a 1ms delay queue.`,
+decided by the router and handed back through a 1ms delay queue.
+
+Beside the publish and no-op consume phases, in the same run and with the
+same N, amqp091-go alone does the same work on a durable queue of its own
+of the same type (classic, or quorum with --quorum): N persistent,
+mandatory publishes from --publishers goroutines sharing one confirm-mode
+channel (as redrive's Publisher shares one), each awaiting its confirm, or
+--batch messages then their confirms; then a consumer with the same
+prefetch acknowledging the N messages one by one with a no-op. The queue
+must hold exactly N messages after the publishes and none after the
+consumer, with none returned; the results give redrive's rate over the
+raw client's for publish and consume.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if p.URL == "" {
