@@ -66,6 +66,11 @@ type AMQPResult struct {
 	Managed     Duration         `json:"managed_ms"`
 	ManagedRate float64          `json:"managed_per_s"`
 	Router      amqp.RouterStats `json:"router"`
+	// Raw is what amqp091-go alone did in the same run, beside the
+	// publish and no-op consume phases, and Ratios redrive's rates over
+	// its.
+	Raw    AMQPRaw    `json:"raw"`
+	Ratios AMQPRatios `json:"redrive_over_raw"`
 }
 
 // Info implements Result.
@@ -80,7 +85,9 @@ func (r *AMQPResult) Parameters() []Figure {
 	return []Figure{{"broker", "RabbitMQ " + r.Broker}, {"messages per phase", strconv.Itoa(r.Params.N)},
 		{"publishers", strconv.Itoa(r.Params.Publishers)}, {"publish batch", strconv.Itoa(r.Params.Batch)},
 		{"consumer concurrency", strconv.Itoa(r.Params.Workers)},
-		{"queues", q}}
+		{"queues", q},
+		{"raw client", "amqp091-go alone, on a durable " + q + " queue of its own: persistent mandatory publishes, the same " +
+			"publishers sharing one confirm-mode channel, the same batch; a consumer with the same prefetch acking each message"}}
 }
 
 // Figures implements Result.
@@ -96,6 +103,10 @@ func (r *AMQPResult) Figures() []Figure {
 			r.Managed, fmtRate(r.ManagedRate, "msgs"))},
 		{"router", fmt.Sprintf("failures %d, retried %d, returned %d, dead %d", r.Router.Failures, r.Router.Retried,
 			r.Router.Returned, r.Router.Dead)},
+		{"raw amqp091 confirmed publish", fmt.Sprintf("%d in %s = %s", n, r.Raw.Publish, fmtRate(r.Raw.PublishRate, "msgs"))},
+		{"raw amqp091 consume, no-op", fmt.Sprintf("%d in %s = %s (queued %d, acked %d, left %d, returned %d)", n, r.Raw.Consume,
+			fmtRate(r.Raw.ConsumeRate, "msgs"), r.Raw.Queued, r.Raw.Consumed, r.Raw.Left, r.Raw.Returned)},
+		{"redrive/raw", fmt.Sprintf("publish %.2fx, consume %.2fx (goal: at least 0.8x)", r.Ratios.Publish, r.Ratios.Consume)},
 	}
 }
 
@@ -201,11 +212,20 @@ func AMQP(ctx context.Context, p AMQPParams, log io.Writer) (*AMQPResult, error)
 		return time.Since(start), nil
 	}
 
+	raw, err := newRawAMQP(p)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.close()
+
 	d, err := publish("bench.noop")
 	if err != nil {
 		return nil, err
 	}
 	res.Publish, res.PublishRate = Duration(d), float64(p.N)/d.Seconds()
+	if err := raw.publish(ctx, &res.Raw); err != nil {
+		return nil, err
+	}
 
 	runCtx, stop := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
@@ -223,6 +243,10 @@ func AMQP(ctx context.Context, p AMQPParams, log io.Writer) (*AMQPResult, error)
 	if err := <-runErr; err != nil {
 		return nil, err
 	}
+	if err := raw.consume(ctx, &res.Raw); err != nil {
+		return nil, err
+	}
+	res.Ratios = AMQPRatios{Publish: ratio(res.PublishRate, res.Raw.PublishRate), Consume: ratio(res.ConsumeRate, res.Raw.ConsumeRate)}
 	if _, err := publish("bench.fail-once"); err != nil {
 		return nil, err
 	}
@@ -257,10 +281,17 @@ func AMQP(ctx context.Context, p AMQPParams, log io.Writer) (*AMQPResult, error)
 	s1, s2 := cons.Stats(), cons2.Stats()
 	res.Stats = amqp.ConsumerStats{Delivered: s1.Delivered + s2.Delivered, Completed: s1.Completed + s2.Completed,
 		Retried: s1.Retried + s2.Retried, Dead: s1.Dead + s2.Dead}
-	if res.Stats.Completed != 2*int64(p.N) || res.Stats.Retried != int64(p.N) || res.Stats.Dead != 0 {
+	var c checks
+	c.expect("completed", res.Stats.Completed, 2*int64(p.N))
+	c.expect("retried", res.Stats.Retried, int64(p.N))
+	c.expect("dead", res.Stats.Dead, 0)
+	c.expect("raw: queued after the publishes", int64(res.Raw.Queued), int64(p.N))
+	c.expect("raw: returned", res.Raw.Returned, 0)
+	c.expect("raw: acked", res.Raw.Consumed, int64(p.N))
+	c.expect("raw: left after the consumer", int64(res.Raw.Left), 0)
+	if err := c.err("amqp"); err != nil {
 		res.Elapsed = Duration(time.Since(res.Started))
-		return res, fmt.Errorf("%w: amqp: completed %d (want %d), retried %d (want %d), dead %d", ErrCheck, res.Stats.Completed,
-			2*p.N, res.Stats.Retried, p.N, res.Stats.Dead)
+		return res, err
 	}
 	if err := managedPhase(ctx, conn, pub, p, policy, logger, res); err != nil {
 		return res, err

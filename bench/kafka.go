@@ -40,7 +40,20 @@ type KafkaParams struct {
 	// FetchMaxWait, when set, is the consumers' kgo.FetchMaxWait: how
 	// long a fetch waits for records (default: the consumer's, 100ms).
 	FetchMaxWait Duration `json:"fetch_max_wait_ms,omitempty"`
+	// LatenessRecords is the number of records of the lateness phase
+	// (0: no lateness phase): each one's first attempt fails and is
+	// retried once after LatenessDelay.
+	LatenessRecords int `json:"lateness_records"`
+	// LatenessDelay is the lateness phase's retry delay, hence its tier
+	// (default DefaultKafkaLatenessDelay).
+	LatenessDelay Duration `json:"lateness_delay_ms,omitempty"`
 }
+
+// Defaults of the Kafka workload's lateness phase.
+const (
+	DefaultKafkaLatenessRecords = 2000
+	DefaultKafkaLatenessDelay   = time.Second
+)
 
 // KafkaResult is what the Kafka workload measured.
 type KafkaResult struct {
@@ -75,6 +88,12 @@ type KafkaResult struct {
 	FailOnce99Rate float64  `json:"fail_once_99_per_s"`
 	// Stats are the two consumers' totals, summed.
 	Stats kafka.Stats `json:"consumer"`
+	// Raw is what the raw kgo client did in the same run, phase by
+	// phase, and Ratios redrive's rates over its.
+	Raw    KafkaRaw    `json:"raw"`
+	Ratios KafkaRatios `json:"redrive_over_raw"`
+	// Lateness is what the lateness phase measured (nil: none ran).
+	Lateness *KafkaLateness `json:"lateness,omitempty"`
 }
 
 // Info implements Result.
@@ -90,17 +109,25 @@ func (r *KafkaResult) Parameters() []Figure {
 	if r.Params.FetchMaxWait > 0 {
 		fmw = r.Params.FetchMaxWait.String()
 	}
-	return []Figure{{"cluster", cluster}, {"records per phase", strconv.Itoa(r.Params.N)},
+	fs := []Figure{{"cluster", cluster}, {"records per phase", strconv.Itoa(r.Params.N)},
 		{"partitions", strconv.Itoa(int(r.Params.Partitions))},
 		{"producer", "asynchronous Produce, acks=all, idempotent, 10ms linger (kgo defaults), round-robin over the partitions"},
 		{"consumer", "kafka.Consumer, at-least-once (the default mode)"},
 		{"retry policy", "1 retry after 1ms (the 1ms tier), no jitter"}, {"consumer fetch max wait", fmw}}
+	fs = append(fs, Figure{"raw client", "franz-go kgo alone, on topics of its own with the same partitions: the same producer " +
+		"settings; group consumers committing marked offsets every second, the same fetch max wait, polls of up to 1000 records " +
+		"run one goroutine per partition; retries produced with acks=all, awaited, before the offset is marked"})
+	if r.Params.LatenessRecords > 0 {
+		fs = append(fs, Figure{"lateness phase", fmt.Sprintf("%d records, the first attempt fails, 1 retry after %s (the %s tier), no jitter",
+			r.Params.LatenessRecords, r.Params.LatenessDelay, r.Params.LatenessDelay)})
+	}
+	return fs
 }
 
 // Figures implements Result.
 func (r *KafkaResult) Figures() []Figure {
 	n := r.Params.N
-	return []Figure{
+	f := []Figure{
 		{"produce", fmt.Sprintf("%d in %s = %s", n, r.Produce, fmtRate(r.ProduceRate, "records"))},
 		{"consume, no-op handler", fmt.Sprintf("%d in %s = %s from the consumer's start (first after %s: group join; then %s)", n,
 			r.Consume, fmtRate(r.ConsumeRate, "records"), r.ConsumeFirst, fmtRate(r.ConsumeAfterFirstRate, "records"))},
@@ -108,7 +135,21 @@ func (r *KafkaResult) Figures() []Figure {
 			r.FailOnce, fmtRate(r.FailOnceRate, "jobs"), r.FailOnceFirst, r.FailOnce99, fmtRate(r.FailOnce99Rate, "jobs"))},
 		{"consumer", fmt.Sprintf("consumed %d, completed %d, retried %d, dead %d; waited for %d tier records' due time", r.Stats.Consumed,
 			r.Stats.Completed, r.Stats.Retried, r.Stats.Dead, r.Stats.Waits)},
+		{"raw kgo produce", fmt.Sprintf("%d in %s = %s", n, r.Raw.Produce, fmtRate(r.Raw.ProduceRate, "records"))},
+		{"raw kgo consume, no-op", fmt.Sprintf("%d in %s = %s from the client's creation (first after %s; then %s)", n,
+			r.Raw.Consume, fmtRate(r.Raw.ConsumeRate, "records"), r.Raw.ConsumeFirst, fmtRate(r.Raw.ConsumeAfterFirstRate, "records"))},
+		{"raw kgo retry path", fmt.Sprintf("%d in %s = %s (consume, produce to a retry topic awaited, mark; consume again; first after %s)",
+			n, r.Raw.RetryPath, fmtRate(r.Raw.RetryPathRate, "records"), r.Raw.RetryPathFirst)},
+		{"redrive/raw", fmt.Sprintf("produce %.2fx, consume %.2fx (after the first %.2fx), retry path %.2fx (goal: at least 0.8x)",
+			r.Ratios.Produce, r.Ratios.Consume, r.Ratios.ConsumeAfterFirst, r.Ratios.RetryPath)},
 	}
+	if l := r.Lateness; l != nil {
+		f = append(f, Figure{"retry lateness vs failure+delay", l.SinceFailure.String() + " (goal: p99 at most 150ms)"},
+			Figure{"retry lateness vs due time", l.VsDue.String()},
+			Figure{"lateness consumer", fmt.Sprintf("%d in %s; completed %d, retried %d, dead %d; waited for %d tier records' due time",
+				r.Params.LatenessRecords, l.Elapsed, l.Stats.Completed, l.Stats.Retried, l.Stats.Dead, l.Stats.Waits)})
+	}
+	return f
 }
 
 // Kafka measures the Kafka transport on the cluster of p.Brokers, or on
@@ -120,8 +161,12 @@ func (r *KafkaResult) Figures() []Figure {
 // N again) records with N retries and none dead, or the result comes with
 // an ErrCheck error.
 func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, error) {
-	if p.N < 1 || p.Partitions < 1 || p.FetchMaxWait < 0 {
-		return nil, errors.New("bench: kafka: records and partitions must be at least 1, the fetch max wait not negative")
+	if p.N < 1 || p.Partitions < 1 || p.FetchMaxWait < 0 || p.LatenessRecords < 0 || p.LatenessDelay < 0 {
+		return nil, errors.New("bench: kafka: records and partitions must be at least 1, the fetch max wait, lateness records " +
+			"and delay not negative")
+	}
+	if p.LatenessRecords > 0 && p.LatenessDelay == 0 {
+		p.LatenessDelay = Duration(DefaultKafkaLatenessDelay)
 	}
 	var consumerOpts []kgo.Opt
 	if p.FetchMaxWait > 0 {
@@ -156,7 +201,7 @@ func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, err
 
 	// topology creates a fresh main topic with its tiers and DLT.
 	var created []string
-	topology := func(topic string) error {
+	topology := func(topic string, policy retry.Policy) error {
 		t := kafka.NewTopology(topic, policy)
 		t.Partitions = p.Partitions
 		created = append(created, t.Topics()...)
@@ -173,8 +218,8 @@ func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, err
 			}
 		}()
 	}
-	produce := func(topic, kind string) (time.Duration, error) {
-		rs := make([]*kgo.Record, p.N)
+	produce := func(topic, kind string, n int) (time.Duration, error) {
+		rs := make([]*kgo.Record, n)
 		for i := range rs {
 			r, err := kafka.NewRecord(topic, kind, noopArgs{N: i}, nil)
 			if err != nil {
@@ -182,31 +227,13 @@ func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, err
 			}
 			rs[i] = r
 		}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var firstErr error
-		start := time.Now()
-		for _, r := range rs {
-			wg.Add(1)
-			cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("bench: kafka: produce to %s: %w", topic, err)
-					}
-					mu.Unlock()
-				}
-				wg.Done()
-			})
-		}
-		wg.Wait()
-		return time.Since(start), firstErr
+		return produceAll(ctx, cl, rs)
 	}
 	// burn runs a consumer of topic until it completed N records and
 	// returns the time it took from its start, when the first completed
 	// and when 99% had: the moments the handler returned its successes,
 	// so that the figures do not depend on how often they are polled.
-	burn := func(topic, kind string, handler redrive.Handler) (cons *kafka.Consumer, d, first, most time.Duration, err error) {
+	var burn kafkaBurn = func(topic, kind string, policy retry.Policy, n int, handler redrive.Handler) (cons *kafka.Consumer, d, first, most time.Duration, err error) {
 		cons, err = kafka.NewConsumer(kafka.ConsumerOptions{Brokers: brokers, Group: topic + "-group",
 			Topics:        map[string]kafka.TopicOptions{topic: {Partitions: p.Partitions}},
 			Executor:      redrive.ExecutorOptions{Policy: &policy, Logger: logger, DisableRetryBudget: true},
@@ -221,19 +248,19 @@ func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, err
 				return err
 			}
 			now := time.Now().UnixNano()
-			switch n := succeeded.Add(1); {
-			case n == 1:
+			switch k := succeeded.Add(1); {
+			case k == 1:
 				firstAt.Store(now)
-				if p.N == 1 {
+				if n == 1 {
 					mostAt.Store(now)
 					lastAt.Store(now)
 				}
-			case n == int64(p.N-p.N/100) && n == int64(p.N):
+			case k == int64(n-n/100) && k == int64(n):
 				mostAt.Store(now)
 				lastAt.Store(now)
-			case n == int64(p.N-p.N/100):
+			case k == int64(n-n/100):
 				mostAt.Store(now)
-			case n == int64(p.N):
+			case k == int64(n):
 				lastAt.Store(now)
 			}
 			return nil
@@ -245,7 +272,7 @@ func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, err
 		last, progressed := int64(0), time.Now()
 		for {
 			s := cons.Stats()[topic]
-			if s.Completed >= int64(p.N) && lastAt.Load() != 0 {
+			if s.Completed >= int64(n) && lastAt.Load() != 0 {
 				break
 			}
 			if s.Completed != last {
@@ -253,7 +280,7 @@ func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, err
 			}
 			err := ctx.Err()
 			if err == nil && time.Since(progressed) > DefaultStallTimeout {
-				err = fmt.Errorf("bench: kafka: %s: no record completed for %s (%d of %d)", topic, DefaultStallTimeout, s.Completed, p.N)
+				err = fmt.Errorf("bench: kafka: %s: no record completed for %s (%d of %d)", topic, DefaultStallTimeout, s.Completed, n)
 			}
 			if err == nil {
 				select {
@@ -278,32 +305,82 @@ func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, err
 		return cons, at(lastAt.Load()), at(firstAt.Load()), at(mostAt.Load()), nil
 	}
 
-	// Produce, then the main path.
-	noop := base + "-noop"
-	if err := topology(noop); err != nil {
+	// The raw client: plain topics on a client of its own, set up as cl.
+	rawCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
+		kgo.WithLogger(benchKgoLogger{logger}))
+	if err != nil {
+		return nil, fmt.Errorf("bench: kafka: %w", err)
+	}
+	defer rawCl.Close()
+	rawTopics := func(names ...string) error {
+		created = append(created, names...)
+		rs, err := kadm.NewClient(rawCl).CreateTopics(ctx, p.Partitions, -1, nil, names...)
+		if err == nil {
+			err = rs.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("bench: kafka: create the raw topics: %w", err)
+		}
+		return nil
+	}
+	rawProduce := func(topic string) (time.Duration, error) {
+		rs, err := rawRecords(topic, p.N)
+		if err != nil {
+			return 0, err
+		}
+		return produceAll(ctx, rawCl, rs)
+	}
+
+	// Every topic is created first, and the phases start once each one
+	// has a leader on every partition: a produce to a topic just created
+	// would otherwise measure the cluster's topic creation.
+	noop, fail, late := base+"-noop", base+"-fail", base+"-late"
+	rawNoop, rawMain, rawRetry := base+"-raw-noop", base+"-raw-main", base+"-raw-retry"
+	latePolicy := retry.Policy{MaxRetries: 1, Initial: time.Duration(p.LatenessDelay), Multiplier: 1,
+		MaxDelay: time.Duration(p.LatenessDelay), Jitter: retry.JitterNone}
+	if err := topology(noop, policy); err != nil {
 		return nil, err
 	}
-	d, err := produce(noop, "bench.noop")
+	if err := topology(fail, policy); err != nil {
+		return nil, err
+	}
+	if p.LatenessRecords > 0 {
+		if err := topology(late, latePolicy); err != nil {
+			return nil, err
+		}
+	}
+	if err := rawTopics(rawNoop, rawMain, rawRetry); err != nil {
+		return nil, err
+	}
+	if err := topicsReady(ctx, adm, created, p.Partitions); err != nil {
+		return nil, err
+	}
+
+	// Produce, then the main path, each by redrive then by the raw client.
+	d, err := produce(noop, "bench.noop", p.N)
 	if err != nil {
 		return nil, err
 	}
 	res.Produce, res.ProduceRate = Duration(d), rate(int64(p.N), d)
-	cons1, d, first, _, err := burn(noop, "bench.noop", func(context.Context, *redrive.Job) error { return nil })
+	if d, err = rawProduce(rawNoop); err != nil {
+		return nil, err
+	}
+	res.Raw.Produce, res.Raw.ProduceRate = Duration(d), rate(int64(p.N), d)
+	cons1, d, first, _, err := burn(noop, "bench.noop", policy, p.N, func(context.Context, *redrive.Job) error { return nil })
 	if err != nil {
 		return nil, err
 	}
 	res.Consume, res.ConsumeRate, res.ConsumeFirst = Duration(d), rate(int64(p.N), d), Duration(first)
 	res.ConsumeAfterFirstRate = rate(int64(p.N-1), d-first)
+	if err := rawKafkaConsume(ctx, brokers, rawNoop, p.N, logger, consumerOpts, &res.Raw); err != nil {
+		return nil, err
+	}
 
 	// The retry path: N records produced before the consumer starts.
-	fail := base + "-fail"
-	if err := topology(fail); err != nil {
+	if _, err := produce(fail, "bench.fail-once", p.N); err != nil {
 		return nil, err
 	}
-	if _, err := produce(fail, "bench.fail-once"); err != nil {
-		return nil, err
-	}
-	cons2, d, first, most, err := burn(fail, "bench.fail-once", func(_ context.Context, j *redrive.Job) error {
+	cons2, d, first, most, err := burn(fail, "bench.fail-once", policy, p.N, func(_ context.Context, j *redrive.Job) error {
 		if j.Attempt == 1 {
 			return errors.New("fails once")
 		}
@@ -314,18 +391,86 @@ func Kafka(ctx context.Context, p KafkaParams, log io.Writer) (*KafkaResult, err
 	}
 	res.FailOnce, res.FailOnceRate, res.FailOnceFirst, res.FailOnce99 = Duration(d), rate(int64(p.N), d), Duration(first), Duration(most)
 	res.FailOnce99Rate = rate(int64(p.N-p.N/100), most)
+	if _, err := rawProduce(rawMain); err != nil {
+		return nil, err
+	}
+	if err := rawKafkaRetryPath(ctx, brokers, rawMain, rawRetry, p.N, logger, consumerOpts, &res.Raw); err != nil {
+		return nil, err
+	}
+	res.Ratios = KafkaRatios{Produce: ratio(res.ProduceRate, res.Raw.ProduceRate), Consume: ratio(res.ConsumeRate, res.Raw.ConsumeRate),
+		ConsumeAfterFirst: ratio(res.ConsumeAfterFirstRate, res.Raw.ConsumeAfterFirstRate),
+		RetryPath:         ratio(res.FailOnceRate, res.Raw.RetryPathRate)}
 
 	s1, s2 := cons1.Stats()[noop], cons2.Stats()[fail]
 	res.Stats = kafka.Stats{Consumed: s1.Consumed + s2.Consumed, Completed: s1.Completed + s2.Completed,
 		Retried: s1.Retried + s2.Retried, Deferred: s1.Deferred + s2.Deferred, Dead: s1.Dead + s2.Dead,
 		Released: s1.Released + s2.Released, Waits: s1.Waits + s2.Waits, Hops: s1.Hops + s2.Hops,
 		Undecodable: s1.Undecodable + s2.Undecodable, ProduceRetries: s1.ProduceRetries + s2.ProduceRetries}
-	res.Elapsed = Duration(time.Since(res.Started))
-	if s1.Completed != int64(p.N) || s1.Retried != 0 || s2.Completed != int64(p.N) || s2.Retried != int64(p.N) || res.Stats.Dead != 0 {
-		return res, fmt.Errorf("%w: kafka: completed %d then %d (want %d each), retried %d (want %d), dead %d", ErrCheck,
-			s1.Completed, s2.Completed, p.N, res.Stats.Retried, p.N, res.Stats.Dead)
+	var c checks
+	c.expect("completed (no-op)", s1.Completed, int64(p.N))
+	c.expect("retried (no-op)", s1.Retried, 0)
+	c.expect("completed (fails once)", s2.Completed, int64(p.N))
+	c.expect("retried (fails once)", s2.Retried, int64(p.N))
+	c.expect("dead", res.Stats.Dead, 0)
+	c.expect("raw consumed", res.Raw.Consumed, int64(p.N))
+	c.expect("raw retry path, from the main topic", res.Raw.RetryMain, int64(p.N))
+	c.expect("raw retry path, from the retry topic", res.Raw.RetryTier, int64(p.N))
+
+	if p.LatenessRecords > 0 {
+		l, err := kafkaLateness(p, late, latePolicy, produce, burn)
+		if err != nil {
+			return nil, err
+		}
+		res.Lateness = l
+		m := int64(p.LatenessRecords)
+		c.expect("lateness: completed", l.Stats.Completed, m)
+		c.expect("lateness: retried", l.Stats.Retried, m)
+		c.expect("lateness: dead", l.Stats.Dead, 0)
+		c.expect("lateness: samples", int64(l.SinceFailure.N), m)
 	}
-	return res, nil
+	res.Elapsed = Duration(time.Since(res.Started))
+	return res, c.err("kafka")
+}
+
+// kafkaBurn is the Kafka workload's run of a kafka.Consumer: the consumer,
+// the time it took from its start to complete n records, and when the
+// first completed and 99% had.
+type kafkaBurn func(topic, kind string, policy retry.Policy, n int, handler redrive.Handler) (*kafka.Consumer, time.Duration,
+	time.Duration, time.Duration, error)
+
+// kafkaLateness runs the lateness phase on topic, created with policy's
+// tier: LatenessRecords waiting records whose first attempt fails,
+// retried once after LatenessDelay through that tier.
+func kafkaLateness(p KafkaParams, topic string, policy retry.Policy, produce func(topic, kind string, n int) (time.Duration, error),
+	burn kafkaBurn) (*KafkaLateness, error) {
+	m, delay := p.LatenessRecords, time.Duration(p.LatenessDelay)
+	if _, err := produce(topic, "bench.late", m); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	failedAt := make(map[string]time.Time, m)
+	var since, due []time.Duration
+	cons, d, _, _, err := burn(topic, "bench.late", policy, m, func(_ context.Context, j *redrive.Job) error {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if j.Attempt == 1 {
+			failedAt[j.IdempotencyKey] = time.Now()
+			return errors.New("fails once")
+		}
+		due = append(due, now.Sub(j.RunAt))
+		if t, ok := failedAt[j.IdempotencyKey]; ok {
+			since = append(since, now.Sub(t)-delay)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return &KafkaLateness{SinceFailure: percentiles(since), VsDue: percentiles(due), Elapsed: Duration(d),
+		Stats: cons.Stats()[topic]}, nil
 }
 
 // benchKgoLogger sends the kgo clients' warnings and errors to slog.

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/bench"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
 )
@@ -369,24 +370,76 @@ func TestKafkaDLQBrokers(t *testing.T) {
 }
 
 // TestKafkaBench runs `redrive bench kafka` on a small N, on the
-// in-process cluster it starts and on one given by --kafka-brokers.
+// in-process cluster it starts and on one given by --kafka-brokers: the
+// redrive phases, the raw kgo phases beside them with their ratios, and
+// the retry lateness phase.
 func TestKafkaBench(t *testing.T) {
 	t.Setenv(kafkaBrokersEnv, "")
-	out := mustCLI(t, "bench", "kafka", "-n", "300")
-	for _, want := range []string{"kfake", "produce", "consume, no-op handler", "consume, fails once", "completed 600, retried 300, dead 0"} {
+	out := mustCLI(t, "bench", "kafka", "-n", "300", "--lateness-records", "40", "--lateness-delay", "200ms")
+	for _, want := range []string{"kfake", "produce", "consume, no-op handler", "consume, fails once", "completed 600, retried 300, dead 0",
+		"raw kgo produce                  300 in", "raw kgo consume, no-op           300 in", "raw kgo retry path               300 in",
+		"redrive/raw                      produce ", "retry lateness vs failure+delay  p50 ", "n=40) (goal: p99 at most 150ms)",
+		"lateness phase           40 records, the first attempt fails, 1 retry after 200ms (the 200ms tier)",
+		"completed 40, retried 40, dead 0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench kafka: no %q in\n%s", want, out)
 		}
 	}
 	brokers := kafkaCluster(t)
-	res := decode[map[string]any](t, mustCLI(t, "--json", "bench", "kafka", "-n", "200", "--partitions", "2", "--kafka-brokers",
-		strings.Join(brokers, ",")))
+	raw := mustCLI(t, "--json", "bench", "kafka", "-n", "200", "--partitions", "2", "--lateness-records", "30", "--kafka-brokers",
+		strings.Join(brokers, ","))
+	res := decode[map[string]any](t, raw)
 	params, _ := res["params"].(map[string]any)
 	if res["workload"] != "kafka" || params["in_process"] != false || params["n"] != float64(200) || params["partitions"] != float64(2) {
 		t.Errorf("bench kafka --json: %v", res)
 	}
-	if _, stderr, err := runCLI(t, "bench", "kafka", "-n", "0"); err == nil || !strings.Contains(stderr, "-n and --partitions must be at least 1") {
-		t.Errorf("bench kafka -n 0: %v %s", err, stderr)
+	r := decode[bench.KafkaResult](t, raw)
+	if r.Params.LatenessRecords != 30 || r.Params.LatenessDelay != bench.Duration(time.Second) {
+		t.Errorf("lateness params: %+v", r.Params)
+	}
+	if r.Raw.Consumed != 200 || r.Raw.RetryMain != 200 || r.Raw.RetryTier != 200 {
+		t.Errorf("raw counts: consumed %d, retry path %d then %d; want 200 each", r.Raw.Consumed, r.Raw.RetryMain, r.Raw.RetryTier)
+	}
+	if r.Raw.ProduceRate <= 0 || r.Raw.ConsumeRate <= 0 || r.Raw.RetryPathRate <= 0 || r.Raw.Consume < r.Raw.ConsumeFirst ||
+		r.Raw.RetryPath < r.Raw.RetryPathFirst {
+		t.Errorf("raw figures: %+v", r.Raw)
+	}
+	if want := (bench.KafkaRatios{Produce: r.ProduceRate / r.Raw.ProduceRate, Consume: r.ConsumeRate / r.Raw.ConsumeRate,
+		ConsumeAfterFirst: r.ConsumeAfterFirstRate / r.Raw.ConsumeAfterFirstRate, RetryPath: r.FailOnceRate / r.Raw.RetryPathRate}); r.Ratios != want {
+		t.Errorf("ratios %+v, want %+v", r.Ratios, want)
+	}
+	l := r.Lateness
+	if l == nil {
+		t.Fatal("no lateness phase")
+	}
+	if l.Stats.Completed != 30 || l.Stats.Retried != 30 || l.Stats.Dead != 0 {
+		t.Errorf("lateness consumer: %+v", l.Stats)
+	}
+	for name, p := range map[string]bench.Percentiles{"since failure": l.SinceFailure, "vs due": l.VsDue} {
+		if p.N != 30 || p.P50 < p.Min || p.P99 < p.P50 || p.Max < p.P99 || p.Mean < p.Min || p.Mean > p.Max {
+			t.Errorf("lateness %s percentiles inconsistent: %+v", name, p)
+		}
+	}
+	// The first attempt ended before the engine computed the due time
+	// (up to the due time's rounding to the millisecond and clock reads).
+	if l.SinceFailure.Min < l.VsDue.Min-bench.Duration(time.Millisecond) || l.Elapsed < bench.Duration(time.Second) {
+		t.Errorf("lateness since failure %s < vs due %s, or phase %s shorter than the delay", l.SinceFailure.Min, l.VsDue.Min, l.Elapsed)
+	}
+
+	// No lateness phase with --lateness-records 0.
+	r = decode[bench.KafkaResult](t, mustCLI(t, "--json", "bench", "kafka", "-n", "20", "--lateness-records", "0"))
+	if r.Lateness != nil || r.Raw.Consumed != 20 {
+		t.Errorf("--lateness-records 0: lateness %+v, raw %+v", r.Lateness, r.Raw)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"-n 0", "-n and --partitions must be at least 1"},
+		{"--lateness-records -1", "--lateness-records must not be negative, got -1"},
+		{"--lateness-delay 0s", "--lateness-delay must be positive, got 0s"},
+	} {
+		if _, stderr, err := runCLI(t, append([]string{"bench", "kafka"}, strings.Fields(tc.args)...)...); err == nil ||
+			!strings.Contains(stderr, tc.want) {
+			t.Errorf("bench kafka %s: %v %s", tc.args, err, stderr)
+		}
 	}
 }
 
