@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -15,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/kafka"
+	"github.com/redrivehq/redrive/retry"
 )
 
 // The tests in this file kill and restart a real Apache Kafka broker. Each
@@ -306,4 +310,195 @@ func readToEnd(t *testing.T, c *testCluster, topic string, partitions int32) map
 		})
 	}
 	return got
+}
+
+// The consumer process of TestConsumerKilledMidBatch, run by the test
+// binary itself with these variables set.
+const (
+	childBrokersEnv = "REDRIVE_KAFKA_CHILD_BROKERS"
+	childTopicEnv   = "REDRIVE_KAFKA_CHILD_TOPIC"
+	childModeEnv    = "REDRIVE_KAFKA_CHILD_MODE"
+	childLogEnv     = "REDRIVE_KAFKA_CHILD_LOG"
+)
+
+// childDies and childRetries say what the child's handler does with
+// record i: fail it for good, or fail its first attempt.
+func childDies(i int) bool    { return i%10 == 0 }
+func childRetries(i int) bool { return !childDies(i) && i%10 < 5 }
+
+// TestKafkaConsumerChild is the consumer process of
+// TestConsumerKilledMidBatch; in a normal run it does nothing. It appends
+// "done ID" or "dead ID" to its log as each handler returns, and runs
+// until killed.
+func TestKafkaConsumerChild(t *testing.T) {
+	brokers := os.Getenv(childBrokersEnv)
+	if brokers == "" {
+		return
+	}
+	topic := os.Getenv(childTopicEnv)
+	mode := kafka.AtLeastOnce
+	if os.Getenv(childModeEnv) == kafka.ExactlyOnce.String() {
+		mode = kafka.ExactlyOnce
+	}
+	logf, err := os.OpenFile(os.Getenv(childLogEnv), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := childPolicy()
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: strings.Split(brokers, ","), Group: topic + "-g", Mode: mode,
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 3}},
+		Executor: redrive.ExecutorOptions{Policy: &p, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DisableRetryBudget: true},
+		// The group gives a killed member's partitions away once its
+		// session times out: 6 s (the broker's minimum), not kgo's 45 s.
+		ClientOptions: []kgo.Opt{kgo.SessionTimeout(6 * time.Second), kgo.HeartbeatInterval(500 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		id := string(j.Payload)
+		i, _ := strconv.Atoi(strings.TrimPrefix(id, "rec-"))
+		// A little work per record, so that the kill lands mid-batch.
+		time.Sleep(200 * time.Microsecond)
+		outcome, err := "done", error(nil)
+		switch {
+		case childDies(i):
+			outcome, err = "dead", redrive.Permanent(errors.New("never"))
+		case childRetries(i) && j.Attempt == 1:
+			return errors.New("the first attempt fails")
+		}
+		mu.Lock()
+		fmt.Fprintf(logf, "%s %s\n", outcome, id)
+		mu.Unlock()
+		return err
+	})
+	if err := cons.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func childPolicy() retry.Policy {
+	return retry.Policy{MaxRetries: 3, Initial: 20 * time.Millisecond, Multiplier: 2, MaxDelay: time.Second, Jitter: retry.JitterNone}
+}
+
+// TestConsumerKilledMidBatch: a consumer process is SIGKILLed while it
+// works through 3,000 records (a tenth dead, four tenths retried once),
+// and a second one takes over, in both delivery modes: every record
+// reaches its outcome, and a read_committed reader sees each retry and
+// dead letter (in ExactlyOnce, exactly once). It runs on kfake (the
+// cluster in this process) and on a real broker.
+func TestConsumerKilledMidBatch(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []kafka.Mode{kafka.AtLeastOnce, kafka.ExactlyOnce} {
+		t.Run(mode.String(), func(t *testing.T) {
+			const n = 3000
+			c := newCluster(t)
+			topic := newTopic(t)
+			topo := kafka.NewTopology(topic, childPolicy())
+			topo.Partitions = 3
+			adm := kadm.NewClient(c.client(t, kgo.MetadataMinAge(50*time.Millisecond)))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := topo.Ensure(ctx, adm, true); err != nil {
+				t.Fatal(err)
+			}
+			pcl := c.client(t)
+			rs := make([]*kgo.Record, n)
+			for i := range rs {
+				id := fmt.Sprintf("rec-%04d", i)
+				r, err := kafka.NewRecord(topic, "job", []byte(id), []byte(id))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs[i] = r
+			}
+			c.produce(t, pcl, rs...)
+
+			logPath := filepath.Join(t.TempDir(), "outcomes")
+			start := func() *exec.Cmd {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestKafkaConsumerChild$", "-test.count=1")
+				cmd.Env = append(os.Environ(), childBrokersEnv+"="+strings.Join(c.brokers, ","), childTopicEnv+"="+topic,
+					childModeEnv+"="+mode.String(), childLogEnv+"="+logPath)
+				var out strings.Builder
+				cmd.Stdout, cmd.Stderr = &out, &out
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					cmd.Process.Kill()
+					cmd.Wait()
+					if t.Failed() {
+						t.Logf("consumer process %d's output:\n%s", cmd.Process.Pid, out.String())
+					}
+				})
+				return cmd
+			}
+			outcomes := func() (done, dead map[string]int) {
+				done, dead = map[string]int{}, map[string]int{}
+				b, _ := os.ReadFile(logPath)
+				for _, line := range strings.Split(string(b), "\n") {
+					if what, id, ok := strings.Cut(line, " "); ok {
+						if what == "done" {
+							done[id]++
+						} else {
+							dead[id]++
+						}
+					}
+				}
+				return done, dead
+			}
+			first := start()
+			eventually(t, "a third of the records handled", 3*time.Minute, func() bool {
+				done, dead := outcomes()
+				return len(done)+len(dead) >= n/3
+			})
+			if err := first.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			first.Wait()
+			done, dead := outcomes()
+			t.Logf("consumer SIGKILLed with %d of %d records handled", len(done)+len(dead), n)
+			start()
+			eventually(t, "every record handled to its outcome", 3*time.Minute, func() bool {
+				done, dead := outcomes()
+				return len(done)+len(dead) == n
+			})
+
+			wantDead, wantRetry := map[string]bool{}, map[string]bool{}
+			for i := range n {
+				id := fmt.Sprintf("rec-%04d", i)
+				if childDies(i) {
+					wantDead[id] = true
+				} else if childRetries(i) {
+					wantRetry[id] = true
+				}
+			}
+			// The second consumer may still hold a transaction open: the
+			// markers read after every transaction before them ends.
+			deadSeen := readToEnd(t, c, topo.DLT(), 3)
+			retried := readToEnd(t, c, topo.TierTopic(childPolicy().Initial), 3)
+			for what, m := range map[string]struct {
+				got  map[string]int
+				want map[string]bool
+			}{"dead letters": {deadSeen, wantDead}, "retries": {retried, wantRetry}} {
+				missing, twice := 0, 0
+				for id := range m.want {
+					switch m.got[id] {
+					case 0:
+						missing++
+					case 1:
+					default:
+						twice++
+					}
+				}
+				if missing > 0 || len(m.got) != len(m.want) {
+					t.Errorf("%s: %d of %d missing, %d distinct seen", what, missing, len(m.want), len(m.got))
+				}
+				if mode == kafka.ExactlyOnce && twice > 0 {
+					t.Errorf("%s: %d seen more than once by a read_committed reader, want none", what, twice)
+				}
+				t.Logf("%s: %d, %d missing, %d seen more than once", what, len(m.want), missing, twice)
+			}
+		})
+	}
 }
