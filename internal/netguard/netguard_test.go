@@ -302,3 +302,38 @@ func mustURL(s string) *url.URL {
 	}
 	return u
 }
+
+// TestCrossOriginRedirectDropsReferer: Go's client sets Referer on a
+// redirect to the whole previous URL, query included, and the query
+// often carries a credential (access_token=, a signature): a redirect to
+// another origin must not carry it there. A Referer the request set
+// itself is the caller's and is kept.
+func TestCrossOriginRedirectDropsReferer(t *testing.T) {
+	var got atomic.Value
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Store(r.Header.Get("Referer")) }))
+	defer other.Close()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/landed", http.StatusFound)
+	}))
+	defer origin.Close()
+	c := netguard.New(netguard.Options{}).NewClient(nil)
+	get := func(explicit string) string {
+		got.Store("")
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, origin.URL+"/file?access_token=secret", nil)
+		if explicit != "" {
+			req.Header.Set("Referer", explicit)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return got.Load().(string)
+	}
+	if ref := get(""); strings.Contains(ref, "secret") {
+		t.Errorf("cross-origin redirect: Referer %q carries the first URL's query", ref)
+	}
+	if ref := get("https://portal.example/"); ref != "https://portal.example/" {
+		t.Errorf("cross-origin redirect: the request's own Referer became %q", ref)
+	}
+}
