@@ -337,3 +337,18 @@ func TestCrossOriginRedirectDropsReferer(t *testing.T) {
 		t.Errorf("cross-origin redirect: the request's own Referer became %q", ref)
 	}
 }
+
+// TestPodIdentityAgentRefused: the EKS Pod Identity Agent serves a pod's
+// AWS credentials on 169.254.170.23 and, over IPv6, on fd00:ec2::23 (not
+// link-local): both are refused by default, as fd00:ec2::254 (IMDS) is.
+func TestPodIdentityAgentRefused(t *testing.T) {
+	for _, s := range []string{"169.254.170.23", "fd00:ec2::23"} {
+		var be *netguard.BlockedError
+		if err := check(netguard.Options{}, netip.MustParseAddr(s)); !errors.As(err, &be) {
+			t.Errorf("%s: %v, want refused (a cloud credentials endpoint)", s, err)
+		}
+		if err := check(netguard.Options{AllowLinkLocal: true}, netip.MustParseAddr(s)); err != nil {
+			t.Errorf("%s with AllowLinkLocal: %v, want allowed", s, err)
+		}
+	}
+}
