@@ -151,12 +151,22 @@ func (g *Guard) CheckRedirect(req *http.Request, via []*http.Request) error {
 				delete(req.Header, k)
 			}
 		}
+		// Go sets Referer to the previous URL, query included, and a
+		// query often carries a credential (access_token=, a signature):
+		// another origin gets only a Referer the request set itself.
+		if own := via[0].Header.Get("Referer"); own != "" {
+			req.Header.Set("Referer", own)
+		} else {
+			req.Header.Del("Referer")
+		}
 	}
 	return nil
 }
 
 // RedirectHeaders are the request headers a redirect to another origin
-// keeps: none carries a credential.
+// keeps: none carries a credential. (Referer is kept only when the first
+// request set it: the one Go's client sets names the previous URL, query
+// included.)
 var RedirectHeaders = map[string]bool{
 	"Accept": true, "Accept-Encoding": true, "Accept-Language": true, "Cache-Control": true, "Pragma": true,
 	"User-Agent": true, "Referer": true, "Range": true, "If-Range": true, "If-Match": true, "If-None-Match": true,
