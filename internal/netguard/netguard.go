@@ -220,6 +220,7 @@ var metadataHosts = map[string]bool{
 // metadataAddrs are cloud metadata addresses that are not link-local.
 var metadataAddrs = map[netip.Addr]bool{
 	netip.MustParseAddr("fd00:ec2::254"):   true, // AWS IMDS over IPv6
+	netip.MustParseAddr("fd00:ec2::23"):    true, // AWS EKS Pod Identity Agent over IPv6 (169.254.170.23)
 	netip.MustParseAddr("100.100.100.200"): true, // Alibaba Cloud
 	netip.MustParseAddr("168.63.129.16"):   true, // Azure wire server
 	netip.MustParseAddr("192.0.0.192"):     true, // Oracle Cloud
