@@ -80,7 +80,10 @@
 //
 // A body that ends with its connection (no Content-Length, no chunking)
 // is checked with a range from its end when there is a validator: a 206
-// of the same version completes it, a 416 confirms it.
+// of the same version completes it, a 416 confirms it, and so does a 200
+// (a server that ignores Range) unless its Content-Length is another
+// size; a 200 of another size, or an answer that would be retried (5xx,
+// 408, 429), fails the attempt, transient, and the next one checks again.
 //
 // An attempt must make progress: fewer than Options.StallBytes received
 // in Options.StallTimeout (64 KiB a minute by default), from the request

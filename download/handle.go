@@ -616,11 +616,13 @@ func closeDelimited(resp *http.Response) bool {
 
 // probeEnd checks that a close-delimited body of done bytes was whole, by
 // asking for the bytes from done on: a 416 whose total is done (or not
-// given) confirms it (nil, nil); a 206 of the same version from done is
-// returned, its bytes to append; a 206 of another version, or a 416 with
-// another total, is a transient failure (the next attempt resumes or
-// starts over). Any other answer cannot tell, and the body is taken as
-// whole, as the server sent it.
+// given), or a 200 (Range ignored) of done bytes or of unknown length,
+// confirms it (nil, nil); a 206 of the same version from done is
+// returned, its bytes to append; a 206 of another version, a 416 with
+// another total or a 200 of another length is a transient failure (the
+// next attempt resumes or starts over), and so is an answer the failure
+// package would retry (5xx, 408, 429). Any other answer cannot tell, and
+// the body is taken as whole, as the server sent it.
 func (a *attempt) probeEnd(ctx context.Context, m *meta, done int64) (*http.Response, error) {
 	resp, err := a.get(ctx, m, done)
 	if err != nil {
@@ -649,8 +651,21 @@ func (a *attempt) probeEnd(ctx context.Context, m *meta, done int64) (*http.Resp
 			return cut()
 		}
 		return nil, nil
+	case http.StatusOK:
+		// Range ignored: the whole file again, whose length, when
+		// given, says whether the body was whole.
+		resp.Body.Close()
+		if resp.ContentLength >= 0 && resp.ContentLength != done {
+			return cut()
+		}
+		return nil, nil
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
+	if err := failure.FromResponse(resp); err != nil && failure.Classify(err).Class.Retryable() {
+		// The server could not answer now: the end is not confirmed,
+		// and the next attempt resumes from it and asks again.
+		return nil, err
+	}
 	return nil, nil
 }
 

@@ -95,3 +95,47 @@ func TestCloseDelimitedBodyVerified(t *testing.T) {
 	wantFile(t, filepath.Join(h.Dir(), "d.bin"), content)
 	wantOnly(t, h.Dir(), "d.bin")
 }
+
+// TestCloseDelimitedCutWithoutRanges: a server that ignores Range
+// answers the check of a close-delimited body's end with a 200 of the
+// whole file, whose Content-Length shows the body was cut: the short
+// file must not be renamed into place as whole. (A 5xx to the check
+// cannot confirm the end either.)
+func TestCloseDelimitedCutWithoutRanges(t *testing.T) {
+	content := data(120_000, 55)
+	for _, probe := range []int{http.StatusOK, http.StatusServiceUnavailable} {
+		var n atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				conn, bw, _ := w.(http.Hijacker).Hijack()
+				defer conn.Close()
+				fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nETag: \"c\"\r\nConnection: close\r\n\r\n")
+				bw.Write(content[:70_000])
+				bw.Flush()
+				return
+			}
+			w.Header().Set("ETag", `"c"`)
+			if probe != http.StatusOK {
+				w.WriteHeader(probe)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(content)))
+			w.Write(content) // Range ignored
+		}))
+		h := newHandler(t, download.Options{})
+		err := attempt(h, 103, map[string]any{"url": srv.URL + "/c.bin", "dest": "c.bin"})
+		srv.Close()
+		if err == nil {
+			b, _ := os.ReadFile(filepath.Join(h.Dir(), "c.bin"))
+			if len(b) != len(content) {
+				t.Errorf("check answered %d: a body cut after 70000 of %d bytes was renamed into place (%d bytes)",
+					probe, len(content), len(b))
+			}
+			continue
+		}
+		verdict(t, err, failure.Transient, "")
+		if _, serr := os.Stat(filepath.Join(h.Dir(), "c.bin")); serr == nil {
+			t.Errorf("check answered %d: failed (%v) but c.bin exists", probe, err)
+		}
+	}
+}

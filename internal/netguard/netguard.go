@@ -151,12 +151,22 @@ func (g *Guard) CheckRedirect(req *http.Request, via []*http.Request) error {
 				delete(req.Header, k)
 			}
 		}
+		// Go sets Referer to the previous URL, query included, and a
+		// query often carries a credential (access_token=, a signature):
+		// another origin gets only a Referer the request set itself.
+		if own := via[0].Header.Get("Referer"); own != "" {
+			req.Header.Set("Referer", own)
+		} else {
+			req.Header.Del("Referer")
+		}
 	}
 	return nil
 }
 
 // RedirectHeaders are the request headers a redirect to another origin
-// keeps: none carries a credential.
+// keeps: none carries a credential. (Referer is kept only when the first
+// request set it: the one Go's client sets names the previous URL, query
+// included.)
 var RedirectHeaders = map[string]bool{
 	"Accept": true, "Accept-Encoding": true, "Accept-Language": true, "Cache-Control": true, "Pragma": true,
 	"User-Agent": true, "Referer": true, "Range": true, "If-Range": true, "If-Match": true, "If-None-Match": true,
@@ -210,6 +220,7 @@ var metadataHosts = map[string]bool{
 // metadataAddrs are cloud metadata addresses that are not link-local.
 var metadataAddrs = map[netip.Addr]bool{
 	netip.MustParseAddr("fd00:ec2::254"):   true, // AWS IMDS over IPv6
+	netip.MustParseAddr("fd00:ec2::23"):    true, // AWS EKS Pod Identity Agent over IPv6 (169.254.170.23)
 	netip.MustParseAddr("100.100.100.200"): true, // Alibaba Cloud
 	netip.MustParseAddr("168.63.129.16"):   true, // Azure wire server
 	netip.MustParseAddr("192.0.0.192"):     true, // Oracle Cloud

@@ -302,3 +302,53 @@ func mustURL(s string) *url.URL {
 	}
 	return u
 }
+
+// TestCrossOriginRedirectDropsReferer: Go's client sets Referer on a
+// redirect to the whole previous URL, query included, and the query
+// often carries a credential (access_token=, a signature): a redirect to
+// another origin must not carry it there. A Referer the request set
+// itself is the caller's and is kept.
+func TestCrossOriginRedirectDropsReferer(t *testing.T) {
+	var got atomic.Value
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Store(r.Header.Get("Referer")) }))
+	defer other.Close()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/landed", http.StatusFound)
+	}))
+	defer origin.Close()
+	c := netguard.New(netguard.Options{}).NewClient(nil)
+	get := func(explicit string) string {
+		got.Store("")
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, origin.URL+"/file?access_token=secret", nil)
+		if explicit != "" {
+			req.Header.Set("Referer", explicit)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return got.Load().(string)
+	}
+	if ref := get(""); strings.Contains(ref, "secret") {
+		t.Errorf("cross-origin redirect: Referer %q carries the first URL's query", ref)
+	}
+	if ref := get("https://portal.example/"); ref != "https://portal.example/" {
+		t.Errorf("cross-origin redirect: the request's own Referer became %q", ref)
+	}
+}
+
+// TestPodIdentityAgentRefused: the EKS Pod Identity Agent serves a pod's
+// AWS credentials on 169.254.170.23 and, over IPv6, on fd00:ec2::23 (not
+// link-local): both are refused by default, as fd00:ec2::254 (IMDS) is.
+func TestPodIdentityAgentRefused(t *testing.T) {
+	for _, s := range []string{"169.254.170.23", "fd00:ec2::23"} {
+		var be *netguard.BlockedError
+		if err := check(netguard.Options{}, netip.MustParseAddr(s)); !errors.As(err, &be) {
+			t.Errorf("%s: %v, want refused (a cloud credentials endpoint)", s, err)
+		}
+		if err := check(netguard.Options{AllowLinkLocal: true}, netip.MustParseAddr(s)); err != nil {
+			t.Errorf("%s with AllowLinkLocal: %v, want allowed", s, err)
+		}
+	}
+}
