@@ -183,8 +183,20 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	// Every statement the store runs outside a transaction of its own
 	// (most of them) is a transaction of its own, at the session's
 	// default isolation: set it to what the store relies on (see
-	// readCommitted), over the database's, the role's or the URL's.
-	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	// readCommitted), over the database's, the role's or the URL's. It is
+	// set once connected, not as a startup parameter: a pooler in session
+	// mode (PgBouncer) refuses startup parameters it does not know.
+	// Every connection of the store (the pool's, Listen's, the
+	// elector's) is made from this configuration.
+	after := cfg.ConnConfig.AfterConnect
+	cfg.ConnConfig.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		return c.Exec(ctx, `SET default_transaction_isolation = 'read committed'`).Close()
+	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "redrive"
 	}
