@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -112,7 +113,13 @@ func TestEnqueueTxStricterIsolation(t *testing.T) {
 			}
 			out, err := s.EnqueueTx(ctx, tx, []store.NewJob{{Queue: "q", Kind: "k", IdempotencyKey: "key"}}, t0)
 			if err != nil {
-				t.Logf("EnqueueTx refused: %v", err)
+				// Refused as invalid, leaving the transaction usable.
+				if !errors.Is(err, store.ErrInvalid) {
+					t.Errorf("EnqueueTx: %v; want store.ErrInvalid", err)
+				}
+				if err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+					t.Errorf("the transaction after the refusal: %v", err)
+				}
 				return
 			}
 			if !out[0].Existing || out[0].ID != first[0].ID {
