@@ -502,3 +502,139 @@ func TestElectRandomCuts(t *testing.T) {
 		}
 	}
 }
+
+// freezeProxy forwards loopback TCP connections to a server until frozen:
+// then it forwards nothing more either way and closes nothing, as a
+// network partition looks from both ends (the server's end of each
+// connection stays open and idle); connections made while frozen are
+// accepted and left silent.
+type freezeProxy struct {
+	ln     net.Listener
+	target string
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezeProxy(t *testing.T, target string) *freezeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezeProxy{ln: ln, target: target}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *freezeProxy) track(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
+}
+
+func (p *freezeProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.track(c)
+		if p.frozen.Load() {
+			continue // silent
+		}
+		srv, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.track(srv)
+		go p.pipe(srv, c)
+		go p.pipe(c, srv)
+	}
+}
+
+// pipe copies from src to dst until frozen; an end closed before the
+// freeze closes the other, one closed after it does not.
+func (p *freezeProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if p.frozen.Load() {
+			if err != nil {
+				return
+			}
+			continue // dropped
+		}
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
+		}
+	}
+}
+
+// TestElectFrozenNetwork: when the leader's network is partitioned, so
+// that neither its end nor the server's end of its connection hears of
+// it, the leader steps down and another store takes the role: the
+// server does not keep the silent session, and its lock, until TCP
+// keepalives give up (hours by default).
+func TestElectFrozenNetwork(t *testing.T) {
+	raw := dbURL(t)
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") {
+		t.Skipf("the test database is not reached over TCP (host %q)", cfg.Host)
+	}
+	proxy := newFreezeProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	schema := newSchema(t)
+	a, err := postgres.Open(t.Context(), viaProxy(t, raw, proxy.ln.Addr().String()), postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() }) // after the proxy closes
+	b := open(t, schema)
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waitFor := func(what string, within time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, within)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	leadA, err := a.Elect(ctx, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Liveness bounds, not timing claims: an election round is ~2s.
+	waitFor("the store behind the proxy leads", 20*time.Second, leadA)
+	leadB, err := b.Elect(ctx, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.frozen.Store(true)
+	waitFor("the partitioned leader steps down", 20*time.Second, func() bool { return !leadA() })
+	waitFor("the other store takes the role", 60*time.Second, leadB)
+	if leadA() {
+		t.Fatal("the partitioned store leads again")
+	}
+}
