@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // electInterval is how often a candidate tries for the role, and how often
@@ -27,6 +28,37 @@ const electTimeout = electInterval / 2
 
 // electConnectTimeout bounds a candidate's connection attempt.
 const electConnectTimeout = 10 * time.Second
+
+// electIdleTimeout is how long the server keeps an election session that
+// sends nothing (idle_session_timeout, PostgreSQL 14 and later). A holder
+// and a candidate query every electInterval at most, so only a session
+// whose process stopped or whose network is partitioned idles this long.
+// Without it, after a partition the server keeps the session, and the
+// lock, until TCP keepalives give up (over two hours by default): the
+// holder steps down, and no other candidate can take the lock. The TCP
+// keepalives of the session are shortened too, for older servers.
+const electIdleTimeout = 5 * electInterval
+
+// electSessionSQL sets up an election session (see electIdleTimeout).
+var electSessionSQL = fmt.Sprintf(`SELECT set_config('tcp_keepalives_idle', '5', false),
+	set_config('tcp_keepalives_interval', '2', false), set_config('tcp_keepalives_count', '3', false),
+	CASE WHEN current_setting('server_version_num')::int >= 140000
+		THEN set_config('idle_session_timeout', '%d', false) END`, electIdleTimeout.Milliseconds())
+
+// electConfig returns the configuration of an election connection.
+func (s *Store) electConfig() *pgx.ConnConfig {
+	cfg := s.pool.Config().ConnConfig.Copy()
+	after := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		return c.Exec(ctx, electSessionSQL).Close()
+	}
+	return cfg
+}
 
 // Elect implements store.Elector with a session-level advisory lock held
 // on a dedicated connection: if the holder's process dies or its
@@ -60,7 +92,7 @@ func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 		for ctx.Err() == nil {
 			if conn == nil {
 				cctx, cancel := context.WithTimeout(ctx, electConnectTimeout)
-				c, err := pgx.ConnectConfig(cctx, s.pool.Config().ConnConfig.Copy())
+				c, err := pgx.ConnectConfig(cctx, s.electConfig())
 				cancel()
 				if err != nil {
 					s.log.Warn("postgres: elect: cannot connect", "role", role, "error", err)
