@@ -64,6 +64,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"regexp"
@@ -296,7 +297,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		// Set once the advisory lock is held: waiting for another process's
 		// migrations is not bounded.
 		if s.lockTimeout > 0 {
-			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, s.lockTimeout.Milliseconds())); err != nil {
+			// In whole milliseconds, rounded up (0 would mean no bound),
+			// at most the largest the server takes (~24 days).
+			ms := min((s.lockTimeout+time.Millisecond-1)/time.Millisecond, math.MaxInt32)
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, ms)); err != nil {
 				return err
 			}
 		}
