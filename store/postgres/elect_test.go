@@ -423,9 +423,10 @@ func TestElectPoolerDetected(t *testing.T) {
 }
 
 // TestElectRandomCuts: three stores, each behind a proxy, have their
-// networks cut and healed in a random order; after each step, once the
-// election settles, the stores leading are what the model says: exactly
-// one, among those whose network works (none when every one is cut).
+// networks cut (the server hears of it), frozen (it does not) and healed
+// in a random order; after each step, once the election settles, the
+// stores leading are what the model says: exactly one, among those whose
+// network works (none when every one is down).
 func TestElectRandomCuts(t *testing.T) {
 	raw := dbURL(t)
 	cfg, err := pgx.ParseConfig(raw)
@@ -445,10 +446,10 @@ func TestElectRandomCuts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const n = 3
-	var proxies [n]*cutProxy
+	var proxies [n]*partitionProxy
 	var leads [n]func() bool
 	for i := range n {
-		proxies[i] = newCutProxy(t, target)
+		proxies[i] = newPartitionProxy(t, target)
 		st, err := postgres.Open(t.Context(), viaProxy(t, raw, proxies[i].ln.Addr().String()),
 			postgres.Options{Schema: schema, MaxConns: 1, Logger: quiet(), SkipMigrate: true})
 		if err != nil {
@@ -480,14 +481,17 @@ func TestElectRandomCuts(t *testing.T) {
 	for step := range 8 {
 		i := rng.IntN(n)
 		if healthy[i] {
-			proxies[i].cutServer()
+			cut := rng.IntN(2) == 0
+			t.Logf("step %d: store %d down (cut: %v)", step, i, cut)
+			proxies[i].partition(cut)
 		} else {
 			proxies[i].heal()
 		}
 		healthy[i] = !healthy[i]
 		// A liveness bound, not a timing claim: a cut store stops within
-		// a few seconds, a healed one may first wait out a connection
-		// attempt (10 s).
+		// a few seconds, the server ends a frozen one's session within
+		// ~10 s, a healed one may first wait out a connection attempt
+		// (10 s).
 		deadline := time.Now().Add(40 * time.Second)
 		for {
 			ok, state := settled()
@@ -503,26 +507,36 @@ func TestElectRandomCuts(t *testing.T) {
 	}
 }
 
-// freezeProxy forwards loopback TCP connections to a server until frozen:
-// then it forwards nothing more either way and closes nothing, as a
-// network partition looks from both ends (the server's end of each
-// connection stays open and idle); connections made while frozen are
-// accepted and left silent.
-type freezeProxy struct {
+// partitionProxy forwards loopback TCP connections to a server, and
+// partitions the network in one of two ways: freeze forwards nothing
+// more either way and closes nothing, as a partition looks from both
+// ends (the server keeps its end of each connection open and idle); cut
+// closes the connections to the server (which ends their sessions) and
+// leaves the clients' ends silent. Either way the connections made until
+// heal are accepted and left silent; the connections partitioned stay
+// so after heal.
+type partitionProxy struct {
 	ln     net.Listener
 	target string
-	frozen atomic.Bool
 	mu     sync.Mutex
-	conns  []net.Conn
+	down   bool
+	conns  []net.Conn // every connection, both ends
+	pairs  []*proxyPair
 }
 
-func newFreezeProxy(t *testing.T, target string) *freezeProxy {
+// proxyPair is one forwarded connection.
+type proxyPair struct {
+	client, server net.Conn
+	frozen         atomic.Bool
+}
+
+func newPartitionProxy(t *testing.T, target string) *partitionProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &freezeProxy{ln: ln, target: target}
+	p := &partitionProxy{ln: ln, target: target}
 	go p.accept()
 	t.Cleanup(func() {
 		ln.Close()
@@ -535,20 +549,17 @@ func newFreezeProxy(t *testing.T, target string) *freezeProxy {
 	return p
 }
 
-func (p *freezeProxy) track(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.conns = append(p.conns, c)
-}
-
-func (p *freezeProxy) accept() {
+func (p *partitionProxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		p.track(c)
-		if p.frozen.Load() {
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		down := p.down
+		p.mu.Unlock()
+		if down {
 			continue // silent
 		}
 		srv, err := net.Dial("tcp", p.target)
@@ -556,19 +567,23 @@ func (p *freezeProxy) accept() {
 			c.Close()
 			continue
 		}
-		p.track(srv)
-		go p.pipe(srv, c)
-		go p.pipe(c, srv)
+		pair := &proxyPair{client: c, server: srv}
+		p.mu.Lock()
+		p.conns = append(p.conns, srv)
+		p.pairs = append(p.pairs, pair)
+		p.mu.Unlock()
+		go pair.pipe(srv, c)
+		go pair.pipe(c, srv)
 	}
 }
 
-// pipe copies from src to dst until frozen; an end closed before the
-// freeze closes the other, one closed after it does not.
-func (p *freezeProxy) pipe(dst, src net.Conn) {
+// pipe copies from src to dst until the pair is frozen; an end closed
+// before then closes the other, one closed after it does not.
+func (pair *proxyPair) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if p.frozen.Load() {
+		if pair.frozen.Load() {
 			if err != nil {
 				return
 			}
@@ -586,6 +601,28 @@ func (p *freezeProxy) pipe(dst, src net.Conn) {
 	}
 }
 
+// partition freezes every connection, and closes the server's ends if
+// cut.
+func (p *partitionProxy) partition(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, pair := range p.pairs {
+		pair.frozen.Store(true)
+		if cut {
+			pair.server.Close()
+		}
+	}
+	p.pairs = nil
+}
+
+// heal forwards the connections made from now on.
+func (p *partitionProxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
 // TestElectFrozenNetwork: when the leader's network is partitioned, so
 // that neither its end nor the server's end of its connection hears of
 // it, the leader steps down and another store takes the role: the
@@ -600,7 +637,7 @@ func TestElectFrozenNetwork(t *testing.T) {
 	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") {
 		t.Skipf("the test database is not reached over TCP (host %q)", cfg.Host)
 	}
-	proxy := newFreezeProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	proxy := newPartitionProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 	schema := newSchema(t)
 	a, err := postgres.Open(t.Context(), viaProxy(t, raw, proxy.ln.Addr().String()), postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet()})
 	if err != nil {
@@ -631,7 +668,7 @@ func TestElectFrozenNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy.frozen.Store(true)
+	proxy.partition(false)
 	waitFor("the partitioned leader steps down", 20*time.Second, func() bool { return !leadA() })
 	waitFor("the other store takes the role", 60*time.Second, leadB)
 	if leadA() {
