@@ -74,89 +74,6 @@ func TestElectHandsOver(t *testing.T) {
 	}
 }
 
-// cutProxy forwards loopback TCP connections to a server until cut: then
-// it closes its connections to the server (which ends their sessions and
-// releases their advisory locks) and leaves the clients' ends open and
-// silent, as a network cut or a failover does; connections made after
-// the cut are accepted and left silent too.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn // every connection, both ends
-	server []net.Conn // the ends towards the server
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *cutProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c)
-		cut := p.cut
-		p.mu.Unlock()
-		if cut {
-			continue // silent
-		}
-		srv, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, srv)
-		p.server = append(p.server, srv)
-		p.mu.Unlock()
-		// Neither copy closes the client's end when the server's goes.
-		go io.Copy(srv, c)
-		go io.Copy(c, srv)
-	}
-}
-
-// cutServer closes the connections to the server and silences the
-// clients' ends, and the ends of connections made until heal.
-func (p *cutProxy) cutServer() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for _, c := range p.server {
-		c.Close()
-	}
-	p.server = nil
-}
-
-// heal forwards the connections made from now on again (those silenced
-// stay silent).
-func (p *cutProxy) heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-}
-
-func (p *cutProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
-
 // viaProxy returns url with its host and port replaced by addr.
 func viaProxy(t *testing.T, raw, addr string) string {
 	t.Helper()
@@ -185,7 +102,7 @@ func TestElectNetworkCut(t *testing.T) {
 	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") {
 		t.Skipf("the test database is not reached over TCP (host %q)", cfg.Host)
 	}
-	proxy := newCutProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	proxy := newPartitionProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 	schema := newSchema(t)
 	a, err := postgres.Open(t.Context(), viaProxy(t, raw, proxy.ln.Addr().String()), postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet()})
 	if err != nil {
@@ -218,7 +135,7 @@ func TestElectNetworkCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy.cutServer()
+	proxy.partition(true)
 	waitFor("the other store takes the role after the cut", leadB)
 	waitFor("the cut-off leader steps down while the other leads", func() bool { return !leadA() })
 	for range 50 { // and does not come back while cut off
