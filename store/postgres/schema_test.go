@@ -28,6 +28,12 @@ func TestKeywordSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
+	// The database is shared: a run of this test from another checkout
+	// would drop the schema under this one. They take turns (the lock is
+	// the session's, released when conn closes).
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('redrive TestKeywordSchema'))`); err != nil {
+		t.Fatal(err)
+	}
 	drop := func() {
 		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS "analyse" CASCADE`); err != nil {
 			t.Errorf("drop schema: %v", err)
