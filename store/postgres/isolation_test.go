@@ -86,8 +86,10 @@ func TestRepeatableReadDefault(t *testing.T) {
 // deleted (its key kept) after the transaction took its snapshot, either
 // answers with the kept key's job or fails: it never answers the key with
 // a second job, as it did by reading the kept keys in the old snapshot.
+// At read uncommitted, which PostgreSQL runs as read committed, the kept
+// key's job is the answer.
 func TestEnqueueTxStricterIsolation(t *testing.T) {
-	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable, pgx.ReadUncommitted} {
 		t.Run(string(level), func(t *testing.T) {
 			s := openFresh(t)
 			ctx := t.Context()
@@ -112,6 +114,9 @@ func TestEnqueueTxStricterIsolation(t *testing.T) {
 				t.Fatalf("DeleteFinished: %d, %v; want 1", n, err)
 			}
 			out, err := s.EnqueueTx(ctx, tx, []store.NewJob{{Queue: "q", Kind: "k", IdempotencyKey: "key"}}, t0)
+			if err != nil && level == pgx.ReadUncommitted {
+				t.Fatalf("EnqueueTx at read uncommitted: %v", err)
+			}
 			if err != nil {
 				// Refused as invalid, leaving the transaction usable.
 				if !errors.Is(err, store.ErrInvalid) {

@@ -527,7 +527,8 @@ func readCommittedTx(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
 		return err
 	}
-	if level != "read committed" {
+	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
+	if level != "read committed" && level != "read uncommitted" {
 		return fmt.Errorf("%w: idempotency keys need a READ COMMITTED transaction, and this one is %s (begin it with pgx.TxOptions{IsoLevel: pgx.ReadCommitted})",
 			store.ErrInvalid, strings.ToUpper(level))
 	}
