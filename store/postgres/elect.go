@@ -128,7 +128,7 @@ func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 						} else {
 							err = fmt.Errorf("backend %d, which took the lock, was marked by another client (%q)", pid, marked)
 						}
-						s.log.Error("postgres: elect: the connection holding the role reached another server session (a pooler in transaction mode?); redrive needs a direct connection or session pooling; stepping down",
+						s.log.Error("postgres: elect: the connection holding the role reached another server session, or another client reached its session (a pooler in transaction mode?); redrive needs a direct connection or session pooling; stepping down",
 							"role", role, "error", err)
 					} else if err != nil && ctx.Err() == nil {
 						// No answer in time, or an error: the lock may be
