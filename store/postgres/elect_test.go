@@ -108,8 +108,8 @@ func TestElectNetworkCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Closed after the proxy (cleanups run last registered first), so that
-	// nothing waits on a silent connection.
+	// Closed before the proxy (cleanups run last registered first): closing
+	// writes to the silent connections and waits for no answer.
 	t.Cleanup(func() { a.Close() })
 	b := open(t, schema)
 	defer b.Close()
@@ -372,7 +372,7 @@ func TestElectRandomCuts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { st.Close() }) // after its proxy closes
+		t.Cleanup(func() { st.Close() }) // before its proxy closes
 		if leads[i], err = st.Elect(ctx, "maintenance"); err != nil {
 			t.Fatal(err)
 		}
@@ -560,7 +560,7 @@ func TestElectFrozenNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.Close() }) // after the proxy closes
+	t.Cleanup(func() { a.Close() }) // before the proxy closes
 	b := open(t, schema)
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
