@@ -41,6 +41,7 @@ type migrateReport struct {
 // date.
 func newMigrateCmd(g *globalOptions) *cobra.Command {
 	var dbURL, schema string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or update the database schema",
@@ -50,7 +51,10 @@ With --database-url (default: $` + databaseURLEnv + `), apply the PostgreSQL
 migrations not yet applied to --schema, in one transaction under an advisory
 lock (processes migrating together apply each migration once), and list the
 schema's migrations. Run it from a deploy step when the engine's processes
-open their store without migrating.
+open their store without migrating. A migration waits at most --lock-timeout
+for each lock it needs on the store's tables, so that a long transaction on
+jobs fails it (applying nothing) rather than stalling every worker queued
+behind it: try again at a quieter time, or raise the bound.
 
 Without --database-url, open the SQLite database --db, which applies its
 migrations whenever it is opened.`,
@@ -68,7 +72,7 @@ migrations whenever it is opened.`,
 			if dbURL == "" {
 				rep, err = migrateSQLite(cmd.Context(), g.DB)
 			} else {
-				rep, err = migratePostgres(cmd.Context(), dbURL, schema)
+				rep, err = migratePostgres(cmd.Context(), dbURL, schema, lockTimeout)
 			}
 			if err != nil {
 				return err
@@ -100,6 +104,7 @@ migrations whenever it is opened.`,
 	f := cmd.Flags()
 	f.StringVar(&dbURL, "database-url", "", "PostgreSQL URL (default $"+databaseURLEnv+"; empty: the SQLite --db)")
 	f.StringVar(&schema, "schema", postgres.DefaultSchema, "PostgreSQL schema of the store")
+	f.DurationVar(&lockTimeout, "lock-timeout", postgres.DefaultMigrateLockTimeout, "PostgreSQL: how long a migration waits for each lock it needs (0: no bound)")
 	return cmd
 }
 
@@ -115,14 +120,19 @@ func migrateSQLite(ctx context.Context, path string) (*migrateReport, error) {
 	return &migrateReport{Store: "sqlite", Target: path}, nil
 }
 
-// migratePostgres applies the migrations to schema and lists them.
-func migratePostgres(ctx context.Context, dbURL, schema string) (*migrateReport, error) {
+// migratePostgres applies the migrations to schema, each waiting at most
+// lockTimeout for its locks (postgres.Options.MigrateLockTimeout), and
+// lists them.
+func migratePostgres(ctx context.Context, dbURL, schema string, lockTimeout time.Duration) (*migrateReport, error) {
 	before, err := appliedBefore(ctx, dbURL, schema)
 	if err != nil {
 		return nil, err
 	}
 	// Open migrates (one transaction, under the schema's advisory lock).
-	st, err := postgres.Open(ctx, dbURL, postgres.Options{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
+	if lockTimeout <= 0 {
+		lockTimeout = -1 // no bound, as lock_timeout = 0 (Options reads 0 as its default)
+	}
+	st, err := postgres.Open(ctx, dbURL, postgres.Options{Schema: schema, Logger: slog.New(slog.DiscardHandler), MigrateLockTimeout: lockTimeout})
 	if err != nil {
 		return nil, err
 	}

@@ -151,3 +151,68 @@ func TestBenchPostgres(t *testing.T) {
 		t.Errorf("--keep did not keep schema %q", r.Schema)
 	}
 }
+
+// TestMigratePostgresLockTimeout: `redrive migrate --lock-timeout` bounds
+// how long a migration waits for a lock on the store's tables (the deploy
+// step the docs recommend for a large table, where the default 5 s may be
+// too short or too long): a schema one migration behind, with a long
+// transaction on jobs, fails within the bound, saying so, and migrates
+// once the transaction ends.
+func TestMigratePostgresLockTimeout(t *testing.T) {
+	u := pgURL(t)
+	schema := "redrive_migtest_" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
+	t.Cleanup(func() { dropSchema(t, u, schema) })
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// The schema as an older binary left it: every migration but the last.
+	entries, err := os.ReadDir("../../store/postgres/migrations")
+	if err != nil || len(entries) < 2 {
+		t.Fatalf("the migrations: %d, %v", len(entries), err)
+	}
+	ident := pgx.Identifier{schema}.Sanitize()
+	for _, q := range []string{`CREATE SCHEMA ` + ident, `SET search_path TO ` + ident,
+		`CREATE TABLE redrive_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range entries[:len(entries)-1] {
+		body, err := os.ReadFile("../../store/postgres/migrations/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, string(body)); err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		version, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO redrive_migrations (version, name) VALUES ($1, $2)`, version, e.Name()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := long.Exec(ctx, `SELECT count(*) FROM jobs`); err != nil {
+		t.Fatal(err)
+	}
+	last := entries[len(entries)-1].Name()
+	_, stderr, err := runCLI(t, "migrate", "--database-url", u, "--schema", schema, "--lock-timeout", "300ms")
+	if err == nil || !strings.Contains(err.Error(), last) || !strings.Contains(err.Error(), "300ms") {
+		t.Fatalf("migrate with a long transaction on jobs: %v\n%s; want %s to give up after 300ms", err, stderr, last)
+	}
+	if err := long.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := runCLI(t, "migrate", "--database-url", u, "--schema", schema, "--lock-timeout", "300ms")
+	if err != nil || !strings.Contains(stdout, "applied 1 migration(s)") {
+		t.Fatalf("migrate once the transaction ended: %v\n%s%s", err, stdout, stderr)
+	}
+}

@@ -74,89 +74,6 @@ func TestElectHandsOver(t *testing.T) {
 	}
 }
 
-// cutProxy forwards loopback TCP connections to a server until cut: then
-// it closes its connections to the server (which ends their sessions and
-// releases their advisory locks) and leaves the clients' ends open and
-// silent, as a network cut or a failover does; connections made after
-// the cut are accepted and left silent too.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn // every connection, both ends
-	server []net.Conn // the ends towards the server
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *cutProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c)
-		cut := p.cut
-		p.mu.Unlock()
-		if cut {
-			continue // silent
-		}
-		srv, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, srv)
-		p.server = append(p.server, srv)
-		p.mu.Unlock()
-		// Neither copy closes the client's end when the server's goes.
-		go io.Copy(srv, c)
-		go io.Copy(c, srv)
-	}
-}
-
-// cutServer closes the connections to the server and silences the
-// clients' ends, and the ends of connections made until heal.
-func (p *cutProxy) cutServer() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for _, c := range p.server {
-		c.Close()
-	}
-	p.server = nil
-}
-
-// heal forwards the connections made from now on again (those silenced
-// stay silent).
-func (p *cutProxy) heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-}
-
-func (p *cutProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
-
 // viaProxy returns url with its host and port replaced by addr.
 func viaProxy(t *testing.T, raw, addr string) string {
 	t.Helper()
@@ -185,14 +102,14 @@ func TestElectNetworkCut(t *testing.T) {
 	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") {
 		t.Skipf("the test database is not reached over TCP (host %q)", cfg.Host)
 	}
-	proxy := newCutProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	proxy := newPartitionProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
 	schema := newSchema(t)
 	a, err := postgres.Open(t.Context(), viaProxy(t, raw, proxy.ln.Addr().String()), postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Closed after the proxy (cleanups run last registered first), so that
-	// nothing waits on a silent connection.
+	// Closed before the proxy (cleanups run last registered first): closing
+	// writes to the silent connections and waits for no answer.
 	t.Cleanup(func() { a.Close() })
 	b := open(t, schema)
 	defer b.Close()
@@ -218,7 +135,7 @@ func TestElectNetworkCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy.cutServer()
+	proxy.partition(true)
 	waitFor("the other store takes the role after the cut", leadB)
 	waitFor("the cut-off leader steps down while the other leads", func() bool { return !leadA() })
 	for range 50 { // and does not come back while cut off
@@ -423,9 +340,10 @@ func TestElectPoolerDetected(t *testing.T) {
 }
 
 // TestElectRandomCuts: three stores, each behind a proxy, have their
-// networks cut and healed in a random order; after each step, once the
-// election settles, the stores leading are what the model says: exactly
-// one, among those whose network works (none when every one is cut).
+// networks cut (the server hears of it), frozen (it does not) and healed
+// in a random order; after each step, once the election settles, the
+// stores leading are what the model says: exactly one, among those whose
+// network works (none when every one is down).
 func TestElectRandomCuts(t *testing.T) {
 	raw := dbURL(t)
 	cfg, err := pgx.ParseConfig(raw)
@@ -445,16 +363,16 @@ func TestElectRandomCuts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const n = 3
-	var proxies [n]*cutProxy
+	var proxies [n]*partitionProxy
 	var leads [n]func() bool
 	for i := range n {
-		proxies[i] = newCutProxy(t, target)
+		proxies[i] = newPartitionProxy(t, target)
 		st, err := postgres.Open(t.Context(), viaProxy(t, raw, proxies[i].ln.Addr().String()),
 			postgres.Options{Schema: schema, MaxConns: 1, Logger: quiet(), SkipMigrate: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { st.Close() }) // after its proxy closes
+		t.Cleanup(func() { st.Close() }) // before its proxy closes
 		if leads[i], err = st.Elect(ctx, "maintenance"); err != nil {
 			t.Fatal(err)
 		}
@@ -480,14 +398,17 @@ func TestElectRandomCuts(t *testing.T) {
 	for step := range 8 {
 		i := rng.IntN(n)
 		if healthy[i] {
-			proxies[i].cutServer()
+			cut := rng.IntN(2) == 0
+			t.Logf("step %d: store %d down (cut: %v)", step, i, cut)
+			proxies[i].partition(cut)
 		} else {
 			proxies[i].heal()
 		}
 		healthy[i] = !healthy[i]
 		// A liveness bound, not a timing claim: a cut store stops within
-		// a few seconds, a healed one may first wait out a connection
-		// attempt (10 s).
+		// a few seconds, the server ends a frozen one's session within
+		// ~10 s, a healed one may first wait out a connection attempt
+		// (10 s).
 		deadline := time.Now().Add(40 * time.Second)
 		for {
 			ok, state := settled()
@@ -500,5 +421,174 @@ func TestElectRandomCuts(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// partitionProxy forwards loopback TCP connections to a server, and
+// partitions the network in one of two ways: freeze forwards nothing
+// more either way and closes nothing, as a partition looks from both
+// ends (the server keeps its end of each connection open and idle); cut
+// closes the connections to the server (which ends their sessions) and
+// leaves the clients' ends silent. Either way the connections made until
+// heal are accepted and left silent; the connections partitioned stay
+// so after heal.
+type partitionProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  []net.Conn // every connection, both ends
+	pairs  []*proxyPair
+}
+
+// proxyPair is one forwarded connection.
+type proxyPair struct {
+	client, server net.Conn
+	frozen         atomic.Bool
+}
+
+func newPartitionProxy(t *testing.T, target string) *partitionProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partitionProxy{ln: ln, target: target}
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *partitionProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			continue // silent
+		}
+		srv, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		pair := &proxyPair{client: c, server: srv}
+		p.mu.Lock()
+		p.conns = append(p.conns, srv)
+		p.pairs = append(p.pairs, pair)
+		p.mu.Unlock()
+		go pair.pipe(srv, c)
+		go pair.pipe(c, srv)
+	}
+}
+
+// pipe copies from src to dst until the pair is frozen; an end closed
+// before then closes the other, one closed after it does not.
+func (pair *proxyPair) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if pair.frozen.Load() {
+			if err != nil {
+				return
+			}
+			continue // dropped
+		}
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
+		}
+	}
+}
+
+// partition freezes every connection, and closes the server's ends if
+// cut.
+func (p *partitionProxy) partition(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, pair := range p.pairs {
+		pair.frozen.Store(true)
+		if cut {
+			pair.server.Close()
+		}
+	}
+	p.pairs = nil
+}
+
+// heal forwards the connections made from now on.
+func (p *partitionProxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
+// TestElectFrozenNetwork: when the leader's network is partitioned, so
+// that neither its end nor the server's end of its connection hears of
+// it, the leader steps down and another store takes the role: the
+// server does not keep the silent session, and its lock, until TCP
+// keepalives give up (hours by default).
+func TestElectFrozenNetwork(t *testing.T) {
+	raw := dbURL(t)
+	cfg, err := pgx.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host == "" || strings.HasPrefix(cfg.Host, "/") {
+		t.Skipf("the test database is not reached over TCP (host %q)", cfg.Host)
+	}
+	proxy := newPartitionProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	schema := newSchema(t)
+	a, err := postgres.Open(t.Context(), viaProxy(t, raw, proxy.ln.Addr().String()), postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() }) // before the proxy closes
+	b := open(t, schema)
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waitFor := func(what string, within time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, within)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	leadA, err := a.Elect(ctx, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Liveness bounds, not timing claims: an election round is ~2s.
+	waitFor("the store behind the proxy leads", 20*time.Second, leadA)
+	leadB, err := b.Elect(ctx, "maintenance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.partition(false)
+	waitFor("the partitioned leader steps down", 20*time.Second, func() bool { return !leadA() })
+	waitFor("the other store takes the role", 60*time.Second, leadB)
+	if leadA() {
+		t.Fatal("the partitioned store leads again")
 	}
 }

@@ -1,9 +1,11 @@
 package postgres_test
 
 import (
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -77,4 +79,59 @@ func TestRepeatableReadDefault(t *testing.T) {
 			return s
 		})
 	})
+}
+
+// TestEnqueueTxStricterIsolation: EnqueueTx in a caller's transaction at
+// repeatable read or serializable, with an idempotency key whose job was
+// deleted (its key kept) after the transaction took its snapshot, either
+// answers with the kept key's job or fails: it never answers the key with
+// a second job, as it did by reading the kept keys in the old snapshot.
+// At read uncommitted, which PostgreSQL runs as read committed, the kept
+// key's job is the answer.
+func TestEnqueueTxStricterIsolation(t *testing.T) {
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable, pgx.ReadUncommitted} {
+		t.Run(string(level), func(t *testing.T) {
+			s := openFresh(t)
+			ctx := t.Context()
+			first, err := s.Enqueue(ctx, []store.NewJob{{Queue: "q", Kind: "k", IdempotencyKey: "key"}}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Cancel(ctx, first[0].ID, t0); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := s.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var one int
+			if err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil { // the snapshot
+				t.Fatal(err)
+			}
+			// Retention deletes the job and keeps its key meanwhile.
+			if n, err := s.DeleteFinished(ctx, store.Canceled, t0.Add(time.Hour), 10); err != nil || n != 1 {
+				t.Fatalf("DeleteFinished: %d, %v; want 1", n, err)
+			}
+			out, err := s.EnqueueTx(ctx, tx, []store.NewJob{{Queue: "q", Kind: "k", IdempotencyKey: "key"}}, t0)
+			if err != nil && level == pgx.ReadUncommitted {
+				t.Fatalf("EnqueueTx at read uncommitted: %v", err)
+			}
+			if err != nil {
+				// Refused as invalid, leaving the transaction usable.
+				if !errors.Is(err, store.ErrInvalid) {
+					t.Errorf("EnqueueTx: %v; want store.ErrInvalid", err)
+				}
+				if err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+					t.Errorf("the transaction after the refusal: %v", err)
+				}
+				return
+			}
+			if !out[0].Existing || out[0].ID != first[0].ID {
+				err := tx.Commit(ctx)
+				t.Errorf("EnqueueTx answered the kept key with job %d (Existing %v), commit %v; want job %d or an error",
+					out[0].ID, out[0].Existing, err, first[0].ID)
+			}
+		})
+	}
 }

@@ -463,12 +463,12 @@ func (s *Store) checkKeptKeys(ctx context.Context, q querier, keys []string) err
 // EnqueueTx is Enqueue inside the caller's transaction tx: the jobs exist
 // if and only if tx commits, and their notification is sent on commit.
 // now is the enqueue time, as for Enqueue. tx must be on a database
-// holding the store's schema; it should run at the READ COMMITTED
-// isolation level (PostgreSQL's default): at a stricter level, a key
-// taken by a transaction that committed after tx began makes this call
-// fail with a serialization error instead of returning the job holding
-// the key. Invalid jobs are refused before any statement runs, leaving
-// tx as it was; after any other error, roll tx back. With idempotency
+// holding the store's schema. With idempotency keys tx must run at the
+// READ COMMITTED isolation level (PostgreSQL's default): at a stricter
+// level the keys kept after tx's snapshot are not seen, so the call is
+// refused (store.ErrInvalid), leaving tx as it was. Invalid jobs are
+// refused before any statement that writes runs, leaving tx as it was;
+// after any other error, roll tx back. With idempotency
 // keys, EnqueueTx works inside a savepoint. The store's own pool is not
 // used, but a closed store still refuses with store.ErrClosed.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
@@ -478,9 +478,16 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, n
 		}
 		return []*store.Job{}, nil
 	}
+	checked := false
 	out, err := s.withKeptKeys(ctx, jobs, now, func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 		if !b.hasKeys {
 			return s.enqueueOn(ctx, tx, sub, b)
+		}
+		if !checked {
+			if err := readCommittedTx(ctx, tx); err != nil {
+				return nil, err
+			}
+			checked = true
 		}
 		for try := 0; ; try++ {
 			sp, err := tx.Begin(ctx)
@@ -508,6 +515,24 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, n
 		return nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
 	return out, nil
+}
+
+// readCommittedTx refuses a caller's transaction that does not run at
+// READ COMMITTED. The kept keys are read after the insert: at a stricter
+// level that read sees the transaction's snapshot, which misses a key
+// kept (its job deleted by retention) after the snapshot was taken, and
+// the key would be answered by a second job.
+func readCommittedTx(ctx context.Context, tx pgx.Tx) error {
+	var level string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level); err != nil {
+		return err
+	}
+	// PostgreSQL runs READ UNCOMMITTED as READ COMMITTED.
+	if level != "read committed" && level != "read uncommitted" {
+		return fmt.Errorf("%w: idempotency keys need a READ COMMITTED transaction, and this one is %s (begin it with pgx.TxOptions{IsoLevel: pgx.ReadCommitted})",
+			store.ErrInvalid, strings.ToUpper(level))
+	}
+	return nil
 }
 
 // enqueueOn inserts the batch with q and reads the jobs holding the keys

@@ -64,6 +64,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"regexp"
@@ -183,8 +184,20 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	// Every statement the store runs outside a transaction of its own
 	// (most of them) is a transaction of its own, at the session's
 	// default isolation: set it to what the store relies on (see
-	// readCommitted), over the database's, the role's or the URL's.
-	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	// readCommitted), over the database's, the role's or the URL's. It is
+	// set once connected, not as a startup parameter: a pooler in session
+	// mode (PgBouncer) refuses startup parameters it does not know.
+	// Every connection of the store (the pool's, Listen's, the
+	// elector's) is made from this configuration.
+	after := cfg.ConnConfig.AfterConnect
+	cfg.ConnConfig.AfterConnect = func(ctx context.Context, c *pgconn.PgConn) error {
+		if after != nil {
+			if err := after(ctx, c); err != nil {
+				return err
+			}
+		}
+		return c.Exec(ctx, `SET default_transaction_isolation = 'read committed'`).Close()
+	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "redrive"
 	}
@@ -284,7 +297,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		// Set once the advisory lock is held: waiting for another process's
 		// migrations is not bounded.
 		if s.lockTimeout > 0 {
-			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, s.lockTimeout.Milliseconds())); err != nil {
+			// In whole milliseconds, rounded up (0 would mean no bound),
+			// at most the largest the server takes (~24 days).
+			ms := min((s.lockTimeout+time.Millisecond-1)/time.Millisecond, math.MaxInt32)
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, ms)); err != nil {
 				return err
 			}
 		}

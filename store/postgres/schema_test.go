@@ -28,6 +28,12 @@ func TestKeywordSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
+	// The database is shared: a run of this test from another checkout
+	// would drop the schema under this one. They take turns (the lock is
+	// the session's, released when conn closes).
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('redrive TestKeywordSchema'))`); err != nil {
+		t.Fatal(err)
+	}
 	drop := func() {
 		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS "analyse" CASCADE`); err != nil {
 			t.Errorf("drop schema: %v", err)
@@ -91,7 +97,15 @@ func TestKeywordSchema(t *testing.T) {
 // with an error saying so, leaving the schema as it was (instead of
 // queueing every statement on jobs behind it for as long as the
 // transaction lasts), and applies once the transaction ends.
+// A bound under a millisecond (lock_timeout counts in milliseconds) is
+// a bound too, not none.
 func TestMigrateLockTimeout(t *testing.T) {
+	for _, d := range []time.Duration{100 * time.Millisecond, 500 * time.Microsecond} {
+		t.Run(d.String(), func(t *testing.T) { migrateLockTimeout(t, d) })
+	}
+}
+
+func migrateLockTimeout(t *testing.T, timeout time.Duration) {
 	schema := newSchema(t)
 	url := dbURL(t)
 	ctx := context.Background()
@@ -114,7 +128,7 @@ func TestMigrateLockTimeout(t *testing.T) {
 	// transaction, which lasts until the test ends.
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	opts := postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet(), MigrateLockTimeout: 100 * time.Millisecond}
+	opts := postgres.Options{Schema: schema, MaxConns: 2, Logger: quiet(), MigrateLockTimeout: timeout}
 	if s, err := postgres.Open(octx, url, opts); err == nil {
 		s.Close()
 		t.Fatal("Open migrated while a transaction held jobs")
