@@ -307,6 +307,19 @@ func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo
 	return nil
 }
 
+// settleBetween settles [from, to), offsets that hold no dead letter
+// (transaction markers, aborted records), when that adds no range to c:
+// they touch its offset or a settled range. It reports whether it did.
+// Settling them after a skipped dead letter would take one of the
+// cursor's maxCursorRanges ranges per transaction in exactly-once mode.
+func settleBetween(c *cursor, from, to int64) bool {
+	if from > c.at && !c.settled(from-1) && !c.settled(to) {
+		return false
+	}
+	c.settle(from, to)
+	return true
+}
+
 // Peek returns up to n dead letters after the redrive cursor (or, when
 // from is not nil, from those offsets per partition), partition by
 // partition, without moving anything. Without from, it shows the pending
@@ -477,13 +490,15 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 			}
 		}
 		if r.Attrs.IsControl() {
-			if cur != nil {
-				// A transaction marker, and the aborted records
-				// before it the read did not show: no dead letters.
-				cur.settle(pos[p], r.Offset+1)
-				dirty[p] = true
+			// A transaction marker, and the aborted records before it
+			// the read did not show: no dead letters. Settled only where
+			// that adds no range (see settleBetween); else pos stays
+			// before them, and the next dead letter redriven settles
+			// them with it.
+			if cur == nil || settleBetween(cur, pos[p], r.Offset+1) {
+				dirty[p] = cur != nil
+				pos[p] = r.Offset + 1
 			}
-			pos[p] = r.Offset + 1
 			return true, nil
 		}
 		if o.Max > 0 && res.Redriven+res.Discarded >= o.Max {
@@ -492,9 +507,8 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 		dl := deadLetterOf(r)
 		if (o.Reason != "" && dl.Reason != o.Reason) || (o.Class != "" && dl.Class != o.Class) {
 			res.Skipped++
-			if cur != nil && pos[p] < r.Offset {
-				cur.settle(pos[p], r.Offset) // what the read did not show
-				dirty[p] = true
+			if cur != nil && pos[p] < r.Offset && settleBetween(cur, pos[p], r.Offset) {
+				dirty[p] = true // what the read did not show, before it
 			}
 			pos[p] = r.Offset + 1
 			return true, nil
