@@ -3,7 +3,11 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -50,5 +54,143 @@ func TestDLTFilteredRedriveTransactionMarkers(t *testing.T) {
 	res, err = dlt.Redrive(ctx, kafka.RedriveOptions{Rate: -1})
 	if err != nil || res.Redriven != n {
 		t.Errorf("unfiltered redrive: %+v %v, want the %d skipped", res, err, n)
+	}
+}
+
+// TestDLTRedriveModel: random sequences of dead letters (plain, in
+// committed transactions, in aborted ones) and redrives (filtered by
+// reason, bounded by Max, discarding), each checked against a model of
+// the contract: a redrive takes the pending dead letters in order, the
+// filters skip and keep the others pending, and each dead letter is
+// redriven (or discarded) at most once; Peek shows exactly the pending
+// ones, and Count counts at least them.
+func TestDLTRedriveModel(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	for seed := range uint64(12) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			topic := newTopic(t)
+			dlt := newDLT(t, c, topic)
+			ctx := context.Background()
+			plain := c.client(t)
+			txn := c.client(t, kgo.TransactionalID(topic+"-txn"))
+			adm := kadm.NewClient(c.client(t))
+			type letter struct {
+				key, reason string
+				settled     bool
+			}
+			var model []*letter
+			redriven := map[string]int{}
+			seq := 0
+			reasons := []string{"retries_exhausted", "permanent"}
+			for step := range 14 {
+				switch op := rng.IntN(3); {
+				case op == 0 || step < 2: // dead letters
+					n := 1 + rng.IntN(4)
+					var rs []*kgo.Record
+					var ls []*letter
+					for range n {
+						seq++
+						l := &letter{key: fmt.Sprintf("k%d", seq), reason: reasons[rng.IntN(2)]}
+						ls = append(ls, l)
+						rs = append(rs, deadLetter(topic, l.key, l.reason))
+					}
+					switch rng.IntN(3) {
+					case 0:
+						c.produce(t, plain, rs...)
+						model = append(model, ls...)
+					default:
+						commit := rng.IntN(3) > 0
+						if err := txn.BeginTransaction(); err != nil {
+							t.Fatal(err)
+						}
+						c.produce(t, txn, rs...)
+						end := kgo.TryAbort
+						if commit {
+							end = kgo.TryCommit
+							model = append(model, ls...)
+						}
+						if err := txn.EndTransaction(ctx, end); err != nil {
+							t.Fatal(err)
+						}
+						// A real broker writes the markers after
+						// EndTxn returns: wait for the last stable offset.
+						eventually(t, "the transaction's marker", 30*time.Second, func() bool {
+							lso, err1 := adm.ListCommittedOffsets(ctx, topic+"-dlt")
+							hw, err2 := adm.ListEndOffsets(ctx, topic+"-dlt")
+							if err1 != nil || err2 != nil {
+								return false
+							}
+							a, _ := lso.Lookup(topic+"-dlt", 0)
+							b, _ := hw.Lookup(topic+"-dlt", 0)
+							return a.Err == nil && b.Err == nil && a.Offset == b.Offset
+						})
+					}
+				default: // a redrive
+					o := kafka.RedriveOptions{Rate: -1, Discard: rng.IntN(4) == 0}
+					if rng.IntN(2) == 0 {
+						o.Reason = reasons[rng.IntN(2)]
+					}
+					if rng.IntN(3) == 0 {
+						o.Max = 1 + rng.IntN(3)
+					}
+					var want kafka.RedriveResult
+					for _, l := range model {
+						if l.settled {
+							continue
+						}
+						if o.Max > 0 && want.Redriven+want.Discarded >= o.Max {
+							break
+						}
+						if o.Reason != "" && l.reason != o.Reason {
+							want.Skipped++
+							continue
+						}
+						l.settled = true
+						if o.Discard {
+							want.Discarded++
+						} else {
+							want.Redriven++
+							redriven[l.key]++
+						}
+					}
+					got, err := dlt.Redrive(ctx, o)
+					if err != nil || got != want {
+						t.Fatalf("step %d: redrive %+v: %+v %v, want %+v", step, o, got, err, want)
+					}
+				}
+				var pending []string
+				for _, l := range model {
+					if !l.settled {
+						pending = append(pending, l.key)
+					}
+				}
+				dead, err := dlt.Peek(ctx, kafka.MaxPeek, nil)
+				if err != nil || !slices.Equal(keys(dead), pending) {
+					t.Fatalf("step %d: peek %v %v, want %v", step, keys(dead), err, pending)
+				}
+				if n, err := dlt.Count(ctx); err != nil || n.Pending < int64(len(pending)) {
+					t.Fatalf("step %d: count %+v %v, want at least %d pending", step, n, err, len(pending))
+				}
+			}
+			total := 0
+			for k, n := range redriven {
+				if n != 1 {
+					t.Fatalf("%s redriven %d times", k, n)
+				}
+				total++
+			}
+			back := c.readCommitted(t, topic, total)
+			time.Sleep(200 * time.Millisecond) // real time passing: nothing more comes
+			if more := c.readCommitted(t, topic, 0); len(more) != total {
+				t.Fatalf("the main topic holds %d records, want the %d redriven once each", len(more), total)
+			}
+			for _, r := range back {
+				if redriven[string(r.Key)] != 1 {
+					t.Fatalf("%s in the main topic, not redriven", r.Key)
+				}
+			}
+		})
 	}
 }
