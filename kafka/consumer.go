@@ -150,6 +150,9 @@ type Consumer struct {
 	// a polled record's outcome (see smaller).
 	shrinkMu sync.Mutex
 	shrink   map[srcKey]int
+	// suspect holds the polled records whose outcome was in a batch
+	// refused as too large, not yet produced alone.
+	suspect map[srcKey]bool
 
 	// endTimeout bounds an exactly-once transaction's produces, and then
 	// its end (a minute; tests shorten it).

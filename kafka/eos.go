@@ -260,16 +260,33 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.endTimeout)
 	defer cancel()
 	var failed atomic.Value
+	// The client batches the records of a partition: a batch refused as
+	// too large says nothing of each record in it. After such a refusal,
+	// the batch consumed again produces its records one at a time, and
+	// only a record refused alone is produced smaller.
+	alone := len(outs) == 1 || c.suspectTooLarge(outs)
 	for _, p := range outs {
+		if alone && failed.Load() != nil {
+			break // aborted: the rest is not produced
+		}
+		done := make(chan struct{})
 		sess.Produce(pctx, p.out, func(_ *kgo.Record, err error) {
+			defer close(done)
 			if err != nil {
 				failed.CompareAndSwap(nil, err)
 				if tooLarge(err) {
-					// Consumed again, its outcome is produced smaller.
-					c.refusedTooLarge(p.src)
+					// Consumed again, its outcome is produced
+					// smaller, or alone first.
+					c.refusedTooLarge(p.src, alone)
 				}
 			}
 		})
+		if alone {
+			select {
+			case <-done:
+			case <-pctx.Done():
+			}
+		}
 	}
 	try := kgo.TryCommit
 	if err := sess.Client().Flush(pctx); err != nil || failed.Load() != nil {
