@@ -87,3 +87,72 @@ func TestTooLargeBatchNotTooLargeRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestTooLargeBatchAtLeastOnce: in at-least-once mode the partitions'
+// goroutines produce their retries concurrently, and the client batches
+// those bound for one tier partition; records that each fit the tier
+// must be retried through it, not dead-lettered as too_large.
+func TestTooLargeBatchAtLeastOnce(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	p := retry.Policy{MaxRetries: 1, Initial: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond, Jitter: retry.JitterNone}
+	const parts = 8
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: parts, Tiers: []time.Duration{10 * time.Millisecond}}},
+		Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t), DisableRetryBudget: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, _ := cons.Topology(topic)
+	limit := "1500"
+	resp, err := kadm.NewClient(c.client(t)).CreateTopics(context.Background(), 1, -1,
+		map[string]*string{"max.message.bytes": &limit}, topo.TierTopic(10*time.Millisecond))
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ensure(t, cons, topic)
+	var mu sync.Mutex
+	completed := map[string]bool{}
+	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
+		r, _ := kafka.RecordOf(ctx)
+		if j.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		mu.Lock()
+		completed[string(r.Key)] = true
+		mu.Unlock()
+		return nil
+	})
+	var rs []*kgo.Record
+	const n = 10 * parts
+	for i := range n {
+		value := make([]byte, 300)
+		for j := range value {
+			value[j] = byte(rand.IntN(256))
+		}
+		rs = append(rs, &kgo.Record{Topic: topic, Partition: int32(i % parts), Key: []byte(fmt.Sprint(i)), Value: value,
+			Headers: []kgo.RecordHeader{{Key: kafka.HeaderKind, Value: []byte("job")}}})
+	}
+	c.produce(t, c.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner())), rs...)
+	running(t, cons)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		done := len(completed)
+		mu.Unlock()
+		if done == n {
+			break
+		}
+		if dead := c.readCommitted(t, topo.DLT(), 0); len(dead) > 0 {
+			t.Fatalf("%d of %d records dead-lettered (reason %q), each of which fits the tier",
+				len(dead), n, header(dead[0], kafka.HeaderReason))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records completed", done, n)
+		}
+	}
+}
