@@ -156,3 +156,51 @@ func TestTooLargeBatchAtLeastOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestTooLargeDeadCountedOnce: a retry too large for its tier, whose
+// dead letter is too large for the DLT until its value is dropped, is one
+// dead record in the consumer's stats, not one per form tried.
+func TestTooLargeDeadCountedOnce(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []kafka.Mode{kafka.AtLeastOnce, kafka.ExactlyOnce} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t)
+			topic := newTopic(t)
+			p := retry.Policy{MaxRetries: 1, Initial: 10 * time.Millisecond, Multiplier: 1, MaxDelay: 10 * time.Millisecond, Jitter: retry.JitterNone}
+			cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g", Mode: mode,
+				Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1, Tiers: []time.Duration{10 * time.Millisecond}}},
+				Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t), DisableRetryBudget: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			topo, _ := cons.Topology(topic)
+			adm := kadm.NewClient(c.client(t))
+			limit := "700"
+			resp, err := adm.CreateTopics(context.Background(), 1, -1, map[string]*string{"max.message.bytes": &limit},
+				topo.TierTopic(10*time.Millisecond), topo.DLT())
+			if err == nil {
+				err = resp.Error()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.ensure(t, cons, topic)
+			cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error { return errors.New("fails") })
+			running(t, cons)
+			value := make([]byte, 940)
+			for i := range value {
+				value[i] = byte(rand.IntN(256))
+			}
+			c.produce(t, c.client(t), &kgo.Record{Topic: topic, Key: []byte("big"), Value: value,
+				Headers: []kgo.RecordHeader{{Key: kafka.HeaderKind, Value: []byte("job")}}})
+			dead := c.readCommitted(t, topo.DLT(), 1)
+			if header(dead[0], kafka.HeaderValueRef) == "" {
+				t.Fatalf("dead letter with %d bytes of value, no value ref", len(dead[0].Value))
+			}
+			if n := cons.Stats()[topic].Dead; n != 1 {
+				t.Errorf("stats: %d dead, want 1", n)
+			}
+		})
+	}
+}
