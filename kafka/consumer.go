@@ -946,6 +946,7 @@ func (p *partition) produceThenMark(r, out *kgo.Record) bool {
 		}
 		cancel()
 		if err == nil {
+			madeDead(p.ts.main, orig, out)
 			p.cl.MarkCommitRecords(r)
 			return true
 		}

@@ -208,6 +208,7 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 						return
 					}
 					if out != nil {
+						pr := produced{src: r, out: out}
 						if n := c.tooLargeSteps(r); n > 0 {
 							small := c.smaller(ts.main, r, out, n, kerr.MessageTooLarge)
 							if small == nil {
@@ -218,10 +219,10 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 								interrupted.Store(true)
 								return
 							}
-							out = small
+							pr = produced{src: r, out: small, orig: out, main: ts.main}
 						}
 						mu.Lock()
-						outs = append(outs, produced{r, out})
+						outs = append(outs, pr)
 						mu.Unlock()
 					}
 				}
@@ -311,6 +312,9 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 		srcs := make([]*kgo.Record, len(outs))
 		for i, p := range outs {
 			srcs[i] = p.src
+			if p.orig != nil {
+				madeDead(p.main, p.orig, p.out)
+			}
 		}
 		c.settledTooLarge(srcs)
 	}
@@ -318,5 +322,9 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 }
 
 // produced is a record an outcome produces, and the polled record whose
-// outcome it is.
-type produced struct{ src, out *kgo.Record }
+// outcome it is; for a smaller form (see smaller), orig is the outcome's
+// own record and main its main topic.
+type produced struct {
+	src, out, orig *kgo.Record
+	main           *mainTopic
+}

@@ -198,6 +198,7 @@ func TestTooLargeDeadCountedOnce(t *testing.T) {
 			if header(dead[0], kafka.HeaderValueRef) == "" {
 				t.Fatalf("dead letter with %d bytes of value, no value ref", len(dead[0].Value))
 			}
+			eventually(t, "the dead letter counted", 30*time.Second, func() bool { return cons.Stats()[topic].Dead > 0 })
 			if n := cons.Stats()[topic].Dead; n != 1 {
 				t.Errorf("stats: %d dead, want 1", n)
 			}

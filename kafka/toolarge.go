@@ -36,7 +36,8 @@ func tooLarge(err error) bool {
 // each step applies the next of these that changes something: the
 // history dropped (its events counted in HeaderHistoryDropped); a dead
 // letter of reason ReasonTooLarge instead of a retry; the value replaced
-// by HeaderValueRef. nil: nothing smaller is left.
+// by HeaderValueRef. nil: nothing smaller is left. A retry made a dead
+// letter is counted dead by the caller once produced (see madeDead).
 func (c *Consumer) smaller(m *mainTopic, src, out *kgo.Record, n int, cause error) *kgo.Record {
 	steps := []func(*kgo.Record) *kgo.Record{
 		func(r *kgo.Record) *kgo.Record { // the history
@@ -62,7 +63,6 @@ func (c *Consumer) smaller(m *mainTopic, src, out *kgo.Record, n int, cause erro
 				set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = src.Topic,
 					strconv.Itoa(int(src.Partition)), strconv.FormatInt(src.Offset, 10)
 			}
-			m.stats.dead.Add(1)
 			return forwarded(r, m.topo.DLT(), set, HeaderDue, HeaderLastDelay)
 		},
 		func(r *kgo.Record) *kgo.Record { // the value
@@ -151,5 +151,13 @@ func (c *Consumer) settledTooLarge(srcs []*kgo.Record) {
 	for _, src := range srcs {
 		delete(c.shrink, srcKey{src.Topic, src.Partition, src.Offset})
 		delete(c.suspect, srcKey{src.Topic, src.Partition, src.Offset})
+	}
+}
+
+// madeDead counts a dead record of m when small, a smaller form of out
+// that was produced, is a dead letter that out was not.
+func madeDead(m *mainTopic, out, small *kgo.Record) {
+	if small.Topic == m.topo.DLT() && out.Topic != small.Topic {
+		m.stats.dead.Add(1)
 	}
 }
