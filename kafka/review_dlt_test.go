@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"math/rand/v2"
@@ -192,5 +193,40 @@ func TestDLTRedriveModel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDLTRedriveValueDropped: a dead letter whose value was dropped as
+// too large (x-redrive-value-ref names where the value is) is redriven
+// with its value, read back from the record named, not as an empty
+// record whose handler would run on an empty payload; when that record
+// is gone, the redrive stops with an error and the dead letter stays
+// pending.
+func TestDLTRedriveValueDropped(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	dlt := newDLT(t, c, topic)
+	ctx := context.Background()
+	cl := c.client(t)
+	orig, _ := kafka.NewRecord(topic, "job", json.RawMessage(`{"big":"payload"}`), []byte("k"))
+	c.produce(t, cl, orig)
+	dl := deadLetter(topic, "k", kafka.ReasonTooLarge)
+	dl.Value = nil
+	dl.Headers = append(dl.Headers, kgo.RecordHeader{Key: kafka.HeaderValueRef, Value: []byte(fmt.Sprintf("%s/%d/%d", topic, orig.Partition, orig.Offset))})
+	gone := deadLetter(topic, "gone", kafka.ReasonTooLarge)
+	gone.Value = nil
+	gone.Headers = append(gone.Headers, kgo.RecordHeader{Key: kafka.HeaderValueRef, Value: []byte(topic + "/0/999")})
+	c.produce(t, cl, dl, gone)
+	res, err := dlt.Redrive(ctx, kafka.RedriveOptions{Rate: -1})
+	back := c.readCommitted(t, topic, 2)
+	if string(back[1].Value) != `{"big":"payload"}` {
+		t.Errorf("redriven with value %q, want the original's", back[1].Value)
+	}
+	if err == nil || res.Redriven != 1 {
+		t.Errorf("redrive: %+v %v, want 1 redriven, then an error for the dead letter whose value is gone", res, err)
+	}
+	if n, err := dlt.Count(ctx); err != nil || n.Pending != 1 {
+		t.Errorf("count: %+v %v, want the one whose value is gone pending", n, err)
 	}
 }
