@@ -532,7 +532,11 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 				case <-tick.C:
 				}
 			}
-			if err := q.cl.ProduceSync(ctx, redriven(r, q.topo.Topic, dl, o.Note)).FirstErr(); err != nil {
+			rec := redriven(r, q.topo.Topic, dl, o.Note)
+			if err := q.restoreValue(ctx, rec); err != nil {
+				return false, fmt.Errorf("kafka: redrive %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+			if err := q.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 				return false, fmt.Errorf("kafka: redrive %s/%d/%d to %q: %w", r.Topic, r.Partition, r.Offset, q.topo.Topic, err)
 			}
 			res.Redriven++
@@ -556,6 +560,64 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 		err = cerr
 	}
 	return res, err
+}
+
+// restoreValue puts back the value of rec, a redriven dead letter whose
+// value was dropped as too large (HeaderValueRef names the record that
+// holds it), and drops the reference. A value that cannot be read back
+// (the record is gone, the reference unreadable) is an error: the dead
+// letter is not redriven without its payload.
+func (q *DLT) restoreValue(ctx context.Context, rec *kgo.Record) error {
+	ref, ok := header(rec, HeaderValueRef)
+	if !ok || len(rec.Value) > 0 {
+		return nil
+	}
+	i, j := strings.LastIndexByte(ref, '/'), -1
+	if i > 0 {
+		j = strings.LastIndexByte(ref[:i], '/')
+	}
+	var p, o int64
+	var err1, err2 error
+	if j > 0 {
+		p, err1 = strconv.ParseInt(ref[j+1:i], 10, 32)
+		o, err2 = strconv.ParseInt(ref[i+1:], 10, 64)
+	}
+	if j <= 0 || err1 != nil || err2 != nil || p < 0 || o < 0 {
+		return fmt.Errorf("its value was dropped as too large, and its reference %s %q cannot be read", HeaderValueRef, ref)
+	}
+	topic := ref[:j]
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {int32(p): kgo.NewOffset().At(o)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, q.opts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(ctx, readStall)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return fmt.Errorf("its value was dropped as too large, and %s (%s) could not be read: %w", ref, HeaderValueRef, err)
+		}
+		if err := fs.Err0(); err != nil {
+			return fmt.Errorf("its value was dropped as too large, and %s (%s) could not be read: %w", ref, HeaderValueRef, err)
+		}
+		if rs := fs.Records(); len(rs) > 0 {
+			if rs[0].Offset != o {
+				return fmt.Errorf("its value was dropped as too large, and %s (%s) is no longer in the topic", ref, HeaderValueRef)
+			}
+			rec.Value = rs[0].Value
+			kept := rec.Headers[:0]
+			for _, h := range rec.Headers {
+				if h.Key != HeaderValueRef {
+					kept = append(kept, h)
+				}
+			}
+			rec.Headers = kept
+			return nil
+		}
+	}
 }
 
 // redriven returns the record that redrives dead letter r to its main
