@@ -572,22 +572,12 @@ func (q *DLT) restoreValue(ctx context.Context, rec *kgo.Record) error {
 	if !ok || len(rec.Value) > 0 {
 		return nil
 	}
-	i, j := strings.LastIndexByte(ref, '/'), -1
-	if i > 0 {
-		j = strings.LastIndexByte(ref[:i], '/')
-	}
-	var p, o int64
-	var err1, err2 error
-	if j > 0 {
-		p, err1 = strconv.ParseInt(ref[j+1:i], 10, 32)
-		o, err2 = strconv.ParseInt(ref[i+1:], 10, 64)
-	}
-	if j <= 0 || err1 != nil || err2 != nil || p < 0 || o < 0 {
+	topic, p, o, ok := parseValueRef(ref)
+	if !ok {
 		return fmt.Errorf("its value was dropped as too large, and its reference %s %q cannot be read", HeaderValueRef, ref)
 	}
-	topic := ref[:j]
 	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {int32(p): kgo.NewOffset().At(o)}}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(o)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, q.opts...)...)
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
@@ -618,6 +608,24 @@ func (q *DLT) restoreValue(ctx context.Context, rec *kgo.Record) error {
 			return nil
 		}
 	}
+}
+
+// parseValueRef reads a HeaderValueRef, topic/partition/offset.
+func parseValueRef(ref string) (topic string, partition int32, offset int64, ok bool) {
+	i := strings.LastIndexByte(ref, '/')
+	if i <= 0 {
+		return "", 0, 0, false
+	}
+	j := strings.LastIndexByte(ref[:i], '/')
+	if j <= 0 {
+		return "", 0, 0, false
+	}
+	p, err1 := strconv.ParseInt(ref[j+1:i], 10, 32)
+	o, err2 := strconv.ParseInt(ref[i+1:], 10, 64)
+	if err1 != nil || err2 != nil || p < 0 || o < 0 {
+		return "", 0, 0, false
+	}
+	return ref[:j], int32(p), o, true
 }
 
 // redriven returns the record that redrives dead letter r to its main
