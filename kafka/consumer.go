@@ -148,8 +148,15 @@ type Consumer struct {
 
 	// shrink counts, in exactly-once mode, the refusals as too large of
 	// a polled record's outcome (see smaller).
+	// produceMu lets a produce in AtLeastOnce mode go alone (Lock),
+	// with no other produce of the consumer in flight (RLock).
+	produceMu sync.RWMutex
+
 	shrinkMu sync.Mutex
 	shrink   map[srcKey]int
+	// suspect holds the polled records whose outcome was in a batch
+	// refused as too large, not yet produced alone.
+	suspect map[srcKey]bool
 
 	// endTimeout bounds an exactly-once transaction's produces, and then
 	// its end (a minute; tests shorten it).
@@ -917,15 +924,35 @@ func (c *Consumer) undecodable(m *mainTopic, r *kgo.Record, err error) *kgo.Reco
 func (p *partition) produceThenMark(r, out *kgo.Record) bool {
 	backoff := 100 * time.Millisecond
 	orig, shrunk := out, 0
+	alone := false
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		// kgo keeps a record's first context: each attempt needs its own.
 		out.Context = ctx
+		// The client batches concurrent produces to a partition, and
+		// the broker refuses a batch as too large, not a record: a
+		// record refused is produced alone (no other produce in
+		// flight) before it is deemed too large itself.
+		if alone {
+			p.c.produceMu.Lock()
+		} else {
+			p.c.produceMu.RLock()
+		}
 		err := p.cl.ProduceSync(ctx, out).FirstErr()
+		if alone {
+			p.c.produceMu.Unlock()
+		} else {
+			p.c.produceMu.RUnlock()
+		}
 		cancel()
 		if err == nil {
+			madeDead(p.ts.main, orig, out)
 			p.cl.MarkCommitRecords(r)
 			return true
+		}
+		if tooLarge(err) && !alone {
+			alone = true // refused with others, maybe: try it alone
+			continue
 		}
 		if tooLarge(err) {
 			// Trying again cannot succeed: produce it smaller.

@@ -307,6 +307,19 @@ func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo
 	return nil
 }
 
+// settleBetween settles [from, to), offsets that hold no dead letter
+// (transaction markers, aborted records), when that adds no range to c:
+// they touch its offset or a settled range. It reports whether it did.
+// Settling them after a skipped dead letter would take one of the
+// cursor's maxCursorRanges ranges per transaction in exactly-once mode.
+func settleBetween(c *cursor, from, to int64) bool {
+	if from > c.at && !c.settled(from-1) && !c.settled(to) {
+		return false
+	}
+	c.settle(from, to)
+	return true
+}
+
 // Peek returns up to n dead letters after the redrive cursor (or, when
 // from is not nil, from those offsets per partition), partition by
 // partition, without moving anything. Without from, it shows the pending
@@ -477,13 +490,15 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 			}
 		}
 		if r.Attrs.IsControl() {
-			if cur != nil {
-				// A transaction marker, and the aborted records
-				// before it the read did not show: no dead letters.
-				cur.settle(pos[p], r.Offset+1)
-				dirty[p] = true
+			// A transaction marker, and the aborted records before it
+			// the read did not show: no dead letters. Settled only where
+			// that adds no range (see settleBetween); else pos stays
+			// before them, and the next dead letter redriven settles
+			// them with it.
+			if cur == nil || settleBetween(cur, pos[p], r.Offset+1) {
+				dirty[p] = cur != nil
+				pos[p] = r.Offset + 1
 			}
-			pos[p] = r.Offset + 1
 			return true, nil
 		}
 		if o.Max > 0 && res.Redriven+res.Discarded >= o.Max {
@@ -492,9 +507,8 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 		dl := deadLetterOf(r)
 		if (o.Reason != "" && dl.Reason != o.Reason) || (o.Class != "" && dl.Class != o.Class) {
 			res.Skipped++
-			if cur != nil && pos[p] < r.Offset {
-				cur.settle(pos[p], r.Offset) // what the read did not show
-				dirty[p] = true
+			if cur != nil && pos[p] < r.Offset && settleBetween(cur, pos[p], r.Offset) {
+				dirty[p] = true // what the read did not show, before it
 			}
 			pos[p] = r.Offset + 1
 			return true, nil
@@ -518,7 +532,11 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 				case <-tick.C:
 				}
 			}
-			if err := q.cl.ProduceSync(ctx, redriven(r, q.topo.Topic, dl, o.Note)).FirstErr(); err != nil {
+			rec := redriven(r, q.topo.Topic, dl, o.Note)
+			if err := q.restoreValue(ctx, rec); err != nil {
+				return false, fmt.Errorf("kafka: redrive %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+			if err := q.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 				return false, fmt.Errorf("kafka: redrive %s/%d/%d to %q: %w", r.Topic, r.Partition, r.Offset, q.topo.Topic, err)
 			}
 			res.Redriven++
@@ -542,6 +560,72 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 		err = cerr
 	}
 	return res, err
+}
+
+// restoreValue puts back the value of rec, a redriven dead letter whose
+// value was dropped as too large (HeaderValueRef names the record that
+// holds it), and drops the reference. A value that cannot be read back
+// (the record is gone, the reference unreadable) is an error: the dead
+// letter is not redriven without its payload.
+func (q *DLT) restoreValue(ctx context.Context, rec *kgo.Record) error {
+	ref, ok := header(rec, HeaderValueRef)
+	if !ok || len(rec.Value) > 0 {
+		return nil
+	}
+	topic, p, o, ok := parseValueRef(ref)
+	if !ok {
+		return fmt.Errorf("its value was dropped as too large, and its reference %s %q cannot be read", HeaderValueRef, ref)
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(o)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, q.opts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(ctx, readStall)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return fmt.Errorf("its value was dropped as too large, and %s (%s) could not be read: %w", ref, HeaderValueRef, err)
+		}
+		if err := fs.Err0(); err != nil {
+			return fmt.Errorf("its value was dropped as too large, and %s (%s) could not be read: %w", ref, HeaderValueRef, err)
+		}
+		if rs := fs.Records(); len(rs) > 0 {
+			if rs[0].Offset != o {
+				return fmt.Errorf("its value was dropped as too large, and %s (%s) is no longer in the topic", ref, HeaderValueRef)
+			}
+			rec.Value = rs[0].Value
+			kept := rec.Headers[:0]
+			for _, h := range rec.Headers {
+				if h.Key != HeaderValueRef {
+					kept = append(kept, h)
+				}
+			}
+			rec.Headers = kept
+			return nil
+		}
+	}
+}
+
+// parseValueRef reads a HeaderValueRef, topic/partition/offset.
+func parseValueRef(ref string) (topic string, partition int32, offset int64, ok bool) {
+	i := strings.LastIndexByte(ref, '/')
+	if i <= 0 {
+		return "", 0, 0, false
+	}
+	j := strings.LastIndexByte(ref[:i], '/')
+	if j <= 0 {
+		return "", 0, 0, false
+	}
+	p, err1 := strconv.ParseInt(ref[j+1:i], 10, 32)
+	o, err2 := strconv.ParseInt(ref[i+1:], 10, 64)
+	if err1 != nil || err2 != nil || p < 0 || o < 0 {
+		return "", 0, 0, false
+	}
+	return ref[:j], int32(p), o, true
 }
 
 // redriven returns the record that redrives dead letter r to its main

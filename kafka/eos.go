@@ -208,6 +208,7 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 						return
 					}
 					if out != nil {
+						pr := produced{src: r, out: out}
 						if n := c.tooLargeSteps(r); n > 0 {
 							small := c.smaller(ts.main, r, out, n, kerr.MessageTooLarge)
 							if small == nil {
@@ -218,10 +219,10 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 								interrupted.Store(true)
 								return
 							}
-							out = small
+							pr = produced{src: r, out: small, orig: out, main: ts.main}
 						}
 						mu.Lock()
-						outs = append(outs, produced{r, out})
+						outs = append(outs, pr)
 						mu.Unlock()
 					}
 				}
@@ -260,16 +261,33 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.endTimeout)
 	defer cancel()
 	var failed atomic.Value
+	// The client batches the records of a partition: a batch refused as
+	// too large says nothing of each record in it. After such a refusal,
+	// the batch consumed again produces its records one at a time, and
+	// only a record refused alone is produced smaller.
+	alone := len(outs) == 1 || c.suspectTooLarge(outs)
 	for _, p := range outs {
+		if alone && failed.Load() != nil {
+			break // aborted: the rest is not produced
+		}
+		done := make(chan struct{})
 		sess.Produce(pctx, p.out, func(_ *kgo.Record, err error) {
+			defer close(done)
 			if err != nil {
 				failed.CompareAndSwap(nil, err)
 				if tooLarge(err) {
-					// Consumed again, its outcome is produced smaller.
-					c.refusedTooLarge(p.src)
+					// Consumed again, its outcome is produced
+					// smaller, or alone first.
+					c.refusedTooLarge(p.src, alone)
 				}
 			}
 		})
+		if alone {
+			select {
+			case <-done:
+			case <-pctx.Done():
+			}
+		}
 	}
 	try := kgo.TryCommit
 	if err := sess.Client().Flush(pctx); err != nil || failed.Load() != nil {
@@ -294,6 +312,9 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 		srcs := make([]*kgo.Record, len(outs))
 		for i, p := range outs {
 			srcs[i] = p.src
+			if p.orig != nil {
+				madeDead(p.main, p.orig, p.out)
+			}
 		}
 		c.settledTooLarge(srcs)
 	}
@@ -301,5 +322,9 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 }
 
 // produced is a record an outcome produces, and the polled record whose
-// outcome it is.
-type produced struct{ src, out *kgo.Record }
+// outcome it is; for a smaller form (see smaller), orig is the outcome's
+// own record and main its main topic.
+type produced struct {
+	src, out, orig *kgo.Record
+	main           *mainTopic
+}

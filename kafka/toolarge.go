@@ -36,7 +36,8 @@ func tooLarge(err error) bool {
 // each step applies the next of these that changes something: the
 // history dropped (its events counted in HeaderHistoryDropped); a dead
 // letter of reason ReasonTooLarge instead of a retry; the value replaced
-// by HeaderValueRef. nil: nothing smaller is left.
+// by HeaderValueRef. nil: nothing smaller is left. A retry made a dead
+// letter is counted dead by the caller once produced (see madeDead).
 func (c *Consumer) smaller(m *mainTopic, src, out *kgo.Record, n int, cause error) *kgo.Record {
 	steps := []func(*kgo.Record) *kgo.Record{
 		func(r *kgo.Record) *kgo.Record { // the history
@@ -62,7 +63,6 @@ func (c *Consumer) smaller(m *mainTopic, src, out *kgo.Record, n int, cause erro
 				set[HeaderOriginTopic], set[HeaderOriginPartition], set[HeaderOriginOffset] = src.Topic,
 					strconv.Itoa(int(src.Partition)), strconv.FormatInt(src.Offset, 10)
 			}
-			m.stats.dead.Add(1)
 			return forwarded(r, m.topo.DLT(), set, HeaderDue, HeaderLastDelay)
 		},
 		func(r *kgo.Record) *kgo.Record { // the value
@@ -110,14 +110,37 @@ func (c *Consumer) tooLargeSteps(src *kgo.Record) int {
 	return c.shrink[srcKey{src.Topic, src.Partition, src.Offset}]
 }
 
-// refusedTooLarge counts a refusal of src's outcome as too large.
-func (c *Consumer) refusedTooLarge(src *kgo.Record) {
+// refusedTooLarge counts a refusal of src's outcome as too large when it
+// was produced alone; else src is only suspect: the batch it was in was
+// refused (see suspectTooLarge).
+func (c *Consumer) refusedTooLarge(src *kgo.Record, alone bool) {
 	c.shrinkMu.Lock()
 	defer c.shrinkMu.Unlock()
+	k := srcKey{src.Topic, src.Partition, src.Offset}
+	if !alone {
+		if c.suspect == nil {
+			c.suspect = map[srcKey]bool{}
+		}
+		c.suspect[k] = true
+		return
+	}
 	if c.shrink == nil {
 		c.shrink = map[srcKey]int{}
 	}
-	c.shrink[srcKey{src.Topic, src.Partition, src.Offset}]++
+	c.shrink[k]++
+}
+
+// suspectTooLarge reports whether the outcome of a record of outs was in
+// a batch refused as too large, and has not been produced alone since.
+func (c *Consumer) suspectTooLarge(outs []produced) bool {
+	c.shrinkMu.Lock()
+	defer c.shrinkMu.Unlock()
+	for _, p := range outs {
+		if c.suspect[srcKey{p.src.Topic, p.src.Partition, p.src.Offset}] {
+			return true
+		}
+	}
+	return false
 }
 
 // settledTooLarge forgets the refusals of srcs, whose outcomes were
@@ -127,5 +150,14 @@ func (c *Consumer) settledTooLarge(srcs []*kgo.Record) {
 	defer c.shrinkMu.Unlock()
 	for _, src := range srcs {
 		delete(c.shrink, srcKey{src.Topic, src.Partition, src.Offset})
+		delete(c.suspect, srcKey{src.Topic, src.Partition, src.Offset})
+	}
+}
+
+// madeDead counts a dead record of m when small, a smaller form of out
+// that was produced, is a dead letter that out was not.
+func madeDead(m *mainTopic, out, small *kgo.Record) {
+	if small.Topic == m.topo.DLT() && out.Topic != small.Topic {
+		m.stats.dead.Add(1)
 	}
 }
