@@ -69,7 +69,14 @@ func testFencingReleaseABA(x *h) {
 	if j2.Lease <= j1.Lease {
 		x.t.Errorf("lease 2 has token %d, lease 1 had %d: want a later one", j2.Lease, j1.Lease)
 	}
-	// A heartbeat of lease 1 renews nothing and reports it lost.
+	// A heartbeat of lease 1 renews nothing (not lease 2 either) and
+	// reports it lost.
+	if res := x.heartbeatLeases("w1", leasesOf(j1), at(5*time.Minute)); len(res.Lost) != 1 || res.Lost[0] != store.LeaseOf(j1) {
+		x.t.Errorf("Heartbeat of lease 1 = %+v, want it lost", res)
+	}
+	if g := x.get(j1.ID); !sameTime(*g.LeaseUntil, j2.LeaseUntil.UTC()) {
+		x.t.Errorf("lease 2 until %s after a heartbeat of lease 1, want still %s", fmtTimePtr(g.LeaseUntil), fmtTimePtr(j2.LeaseUntil))
+	}
 	res := x.heartbeatLeases("w1", leasesOf(j1, j2), at(time.Minute))
 	if len(res.Lost) != 1 || res.Lost[0] != store.LeaseOf(j1) || len(res.Canceled) != 0 {
 		x.t.Errorf("Heartbeat of leases 1 and 2 = %+v, want lease 1 lost", res)
