@@ -775,8 +775,8 @@ type Store interface {
 	// the store can. applied[i] reports whether outcome i took effect;
 	// false means it was stale (the job is no longer running that lease
 	// for that worker, or, for a rescue, the lease was renewed) and
-	// nothing changed. Of several outcomes of one lease in a call, the
-	// first is applied and the others are stale. A call with an invalid
+	// nothing changed. Of several outcomes of one lease in a call, at
+	// most one is applied. A call with an invalid
 	// outcome (CheckOutcomes) fails whole: none is applied.
 	Finish(ctx context.Context, outcomes []Outcome) (applied []bool, err error)
 
