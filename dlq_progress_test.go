@@ -37,7 +37,7 @@ func buryMany(t *testing.T, e *env, queue string, n int) []int64 {
 		}
 		outs := make([]store.Outcome, len(got))
 		for i, j := range got {
-			outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Worker: "t", Kind: store.Bury, At: now,
+			outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "t", Kind: store.Bury, At: now,
 				Class: failure.Permanent, DeadReason: "permanent", Fingerprint: "fp", Error: "boom",
 				Event: &store.Event{Kind: store.EventDead, Attempt: j.Attempt, At: now, Class: "permanent", Error: "boom"}}
 		}

@@ -398,7 +398,7 @@ func safeCall(ctx context.Context, fn Handler, j *Job) (err error) {
 // retry budget does not apply (no dependency was called), and the
 // observer is not told (the attempt did not run here).
 func (e *Executor) Fail(j *Job, v failure.Verdict, msg string, start, end time.Time) Outcome {
-	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, At: end}
+	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end}
 	return e.failOutcome(nil, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
 }
 
@@ -415,7 +415,7 @@ func (e *Executor) Report(j *Job, v failure.Verdict, msg string, start, end time
 		ln.budget.Attempt()
 	}
 	j.AttemptedAt = &start
-	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, At: end}
+	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end}
 	o = e.failOutcome(ln, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
 	e.report(j, &o, errors.New(msg), start, end)
 	return o
@@ -429,7 +429,7 @@ func (e *Executor) Release(j *Job, now time.Time) Outcome {
 	if j.AttemptedAt != nil {
 		start = *j.AttemptedAt
 	}
-	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, Kind: store.Release, At: now,
+	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, Kind: store.Release, At: now,
 		Event: &store.Event{Kind: store.EventReleased, Attempt: j.Attempt, At: start, Worker: e.id,
 			Reason: "shutdown", Duration: store.Duration(now.Sub(start))}}
 }
@@ -486,7 +486,7 @@ func (e *Executor) deferOutcome(j *Job, br *breaker.Breaker, err error, now time
 	}
 	e.log.Info("dependency breaker open; job deferred", jobAttr(j), "kind", j.Kind, "queue", j.Queue,
 		"dependency", br.Name(), "until", ready)
-	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, Kind: store.Snooze, At: now, RunAt: ready,
+	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, Kind: store.Snooze, At: now, RunAt: ready,
 		Event: &store.Event{Kind: store.EventDeferred, Attempt: j.Attempt, At: now, Worker: e.id,
 			Reason: "breaker_open:" + br.Name(), Delay: store.Duration(ready.Sub(now))},
 		Counters: []store.Counter{{Queue: j.Queue, Name: store.StatDeferred, N: 1}}}
@@ -494,7 +494,7 @@ func (e *Executor) deferOutcome(j *Job, br *breaker.Breaker, err error, now time
 
 // decide turns a handler's result into the outcome.
 func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start, end time.Time, extra ...any) Outcome {
-	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, At: end}
+	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end}
 	dur := store.Duration(end.Sub(start))
 	if err == nil {
 		o.Kind = store.Complete
@@ -532,6 +532,12 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 	switch {
 	case errors.Is(cause, ErrShutdown):
 		e.log.Info("job interrupted by shutdown; back to pending", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		return e.Release(j, end)
+	case errors.Is(cause, ErrLeaseLost):
+		// Whatever the handler returned, its job is no longer this
+		// worker's: the outcome is stale, and a release, which uses no
+		// attempt, is the least a store could make of it.
+		e.log.Warn("job's lease lost while running; its outcome is discarded", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
 		return e.Release(j, end)
 	case errors.Is(cause, ErrJobCanceled):
 		e.log.Info("job canceled while running", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)

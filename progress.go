@@ -96,7 +96,7 @@ func (w *Worker) flushProgress(ctx context.Context) {
 	)
 	now := w.client.now()
 	w.runMu.Lock()
-	for id, r := range w.running {
+	for l, r := range w.running {
 		if r.progress == nil {
 			continue
 		}
@@ -104,7 +104,7 @@ func (w *Worker) flushProgress(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		updates = append(updates, store.ProgressUpdate{JobID: id, Attempt: r.job.Attempt,
+		updates = append(updates, store.ProgressUpdate{JobID: l.JobID, Lease: l.Token,
 			JobProgress: store.JobProgress{Done: done, Total: total, At: now}})
 		cells = append(cells, sent{r.progress, seq})
 	}

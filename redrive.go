@@ -83,6 +83,12 @@ var (
 	// ErrJobCanceled is the cause of a handler's context when a user
 	// cancels the running job.
 	ErrJobCanceled = errors.New("redrive: job canceled")
+	// ErrLeaseLost is the cause of a handler's context canceled because
+	// its worker lost the job's lease (a heartbeat found the job ended or
+	// leased again, as after a rescue of a lease that expired while the
+	// worker could not renew it): the job may run elsewhere, and the
+	// attempt's outcome will be discarded.
+	ErrLeaseLost = errors.New("redrive: lease lost")
 )
 
 // Permanent marks err as permanent: the job goes to the DLQ at once.

@@ -137,8 +137,11 @@ type Worker struct {
 
 	queues []*queueRunner
 
-	runMu   sync.Mutex
-	running map[int64]runningEntry
+	runMu sync.Mutex
+	// running holds the attempts whose handlers run, by lease: after a
+	// lost lease, a handler of the job's next lease may run beside the
+	// one that lost it, until that one stops.
+	running map[store.Lease]runningEntry
 
 	completer *completer
 	active    sync.WaitGroup
@@ -161,9 +164,11 @@ type Worker struct {
 }
 
 // runningEntry is a job whose attempt runs in this worker: heartbeats
-// extend its lease, and a user's cancellation cancels it.
+// extend its lease, and a user's cancellation or the loss of the lease
+// cancels it.
 type runningEntry struct {
 	job    *Job
+	ctx    context.Context
 	cancel context.CancelCauseFunc
 	queue  *queueRunner
 	// progress is what the handler reported with Progress.
@@ -223,7 +228,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		log:     opts.Logger,
 		opts:    opts,
 		id:      opts.ID,
-		running: map[int64]runningEntry{},
+		running: map[store.Lease]runningEntry{},
 		exec: NewExecutor(ExecutorOptions{ID: opts.ID, Policy: opts.Policy, QueuePolicies: opts.QueuePolicies,
 			Classifier: opts.Classifier, QueueClassifiers: opts.QueueClassifiers, Breakers: opts.Breakers, RetryBudget: opts.RetryBudget,
 			DisableRetryBudget: opts.DisableRetryBudget, MaxErrorLength: opts.MaxErrorLength, Logger: opts.Logger,
@@ -832,16 +837,17 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 	// jobs when hardCtx ends, and a job registered after that is canceled
 	// here.
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(w.hardCtx))
+	lease := store.LeaseOf(j)
 	w.runMu.Lock()
 	progress := &progressCell{}
-	w.running[j.ID] = runningEntry{job: j, cancel: cancel, queue: q, progress: progress}
+	w.running[lease] = runningEntry{job: j, ctx: ctx, cancel: cancel, queue: q, progress: progress}
 	if w.hardCtx.Err() != nil {
 		cancel(context.Cause(w.hardCtx))
 	}
 	w.runMu.Unlock()
 	o := w.exec.execute(ctx, j, progress)
 	w.runMu.Lock()
-	delete(w.running, j.ID)
+	delete(w.running, lease)
 	w.runMu.Unlock()
 	cancel(nil)
 	w.completer.submit(q, o)
@@ -899,62 +905,68 @@ const cancelPollInterval = 250 * time.Millisecond
 // while there are some, until ctx ends.
 func (w *Worker) cancelPollLoop(ctx context.Context, cc store.CancelChecker) {
 	every(ctx, cancelPollInterval, func() {
-		ids := w.runningIDs()
-		if len(ids) == 0 {
+		leases := w.runningLeases()
+		if len(leases) == 0 {
 			return
 		}
-		cancel, err := cc.CancelRequested(ctx, w.id, ids)
+		cancel, err := cc.CancelRequested(ctx, w.id, leases)
 		if err != nil {
 			if ctx.Err() == nil {
 				w.log.Debug("polling for canceled jobs failed", "worker", w.id, "error", err)
 			}
 			return
 		}
-		w.cancelRunning(cancel)
+		w.cancelRunning(cancel, ErrJobCanceled)
 	})
 }
 
-// runningIDs returns the ids of the jobs whose handlers run.
-func (w *Worker) runningIDs() []int64 {
+// runningLeases returns the leases of the jobs whose handlers run.
+func (w *Worker) runningLeases() []store.Lease {
 	w.runMu.Lock()
 	defer w.runMu.Unlock()
-	ids := make([]int64, 0, len(w.running))
-	for id := range w.running {
-		ids = append(ids, id)
+	leases := make([]store.Lease, 0, len(w.running))
+	for l := range w.running {
+		leases = append(leases, l)
 	}
-	return ids
+	return leases
 }
 
-// cancelRunning cancels the handlers of the given jobs (cause
-// ErrJobCanceled), those that still run.
-func (w *Worker) cancelRunning(ids []int64) {
-	if len(ids) == 0 {
+// cancelRunning cancels with cause the handlers of the given leases,
+// those that still run.
+func (w *Worker) cancelRunning(leases []store.Lease, cause error) {
+	if len(leases) == 0 {
 		return
 	}
 	w.runMu.Lock()
 	defer w.runMu.Unlock()
-	for _, id := range ids {
-		if r, ok := w.running[id]; ok {
-			r.cancel(ErrJobCanceled)
+	for _, l := range leases {
+		if r, ok := w.running[l]; ok {
+			if cause == ErrLeaseLost && r.ctx.Err() == nil {
+				w.log.Warn("lease lost: stopping the handler (the job may run elsewhere; its outcome will be discarded)",
+					"worker", w.id, "job_id", l.JobID, "lease", l.Token, "attempt", r.job.Attempt)
+			}
+			r.cancel(cause)
 		}
 	}
 }
 
-// heartbeat extends the leases of the running jobs and cancels those
-// whose cancellation was requested.
+// heartbeat extends the leases of the running jobs, cancels those whose
+// cancellation was requested, and stops the handlers whose leases are
+// lost (their jobs may run elsewhere).
 func (w *Worker) heartbeat(ctx context.Context) {
-	ids := append(w.runningIDs(), w.completer.unsettled()...)
-	if len(ids) == 0 {
+	leases := append(w.runningLeases(), w.completer.unsettled()...)
+	if len(leases) == 0 {
 		return
 	}
-	cancel, err := w.store.Heartbeat(ctx, w.id, ids, w.client.now().Add(w.opts.LeaseDuration))
+	res, err := w.store.Heartbeat(ctx, w.id, leases, w.client.now().Add(w.opts.LeaseDuration))
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Error("heartbeat failed", "worker", w.id, "jobs", len(ids), "error", err)
+			w.log.Error("heartbeat failed", "worker", w.id, "jobs", len(leases), "error", err)
 		}
 		return
 	}
-	w.cancelRunning(cancel)
+	w.cancelRunning(res.Canceled, ErrJobCanceled)
+	w.cancelRunning(res.Lost, ErrLeaseLost)
 }
 
 // rescueLoop turns expired leases into failed attempts (Transient,
@@ -990,7 +1002,7 @@ func (w *Worker) rescue(ctx context.Context) {
 		outs := make([]store.Outcome, 0, len(jobs))
 		kept := jobs[:0]
 		for _, j := range jobs {
-			if j.Worker == w.id && mine[j.ID] {
+			if j.Worker == w.id && mine[store.LeaseOf(j)] {
 				continue
 			}
 			kept = append(kept, j)
@@ -1002,11 +1014,13 @@ func (w *Worker) rescue(ctx context.Context) {
 		for _, j := range jobs {
 			// The rescue is decided as a failed attempt, by the job's
 			// policy and without the retry budget, fenced on the lease
-			// holder.
+			// read and on its being still expired: a heartbeat that
+			// renewed it since wins.
 			msg := fmt.Sprintf("lease expired: worker %s stopped heartbeating", j.Worker)
 			v := failure.Verdict{Class: failure.Transient, Reason: "lease_expired"}
 			o := w.exec.Fail(j, v, msg, attemptStart(j, now), now)
 			o.Worker = j.Worker
+			o.ExpiredBy = now
 			o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatRescued, N: 1})
 			outs = append(outs, o)
 		}
@@ -1031,19 +1045,19 @@ func (w *Worker) rescue(ctx context.Context) {
 	}
 }
 
-// holding returns the ids of the jobs this worker holds: running, or
-// finished with an outcome not yet written.
-func (w *Worker) holding() map[int64]bool {
-	ids := map[int64]bool{}
+// holding returns the leases this worker holds: running, or finished
+// with an outcome not yet written.
+func (w *Worker) holding() map[store.Lease]bool {
+	held := map[store.Lease]bool{}
 	w.runMu.Lock()
-	for id := range w.running {
-		ids[id] = true
+	for l := range w.running {
+		held[l] = true
 	}
 	w.runMu.Unlock()
-	for _, id := range w.completer.unsettled() {
-		ids[id] = true
+	for _, l := range w.completer.unsettled() {
+		held[l] = true
 	}
-	return ids
+	return held
 }
 
 func (w *Worker) cleanupLoop(ctx context.Context) {
@@ -1138,20 +1152,20 @@ type completer struct {
 	stopping atomic.Bool // set once the worker is shutting down
 }
 
-// unsettled returns the ids of the jobs whose outcomes are not written
-// yet: their leases must not expire meanwhile.
-func (c *completer) unsettled() []int64 {
+// unsettled returns the leases of the jobs whose outcomes are not
+// written yet: they must not expire meanwhile.
+func (c *completer) unsettled() []store.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ids := make([]int64, 0, len(c.pending)+len(c.writing))
+	leases := make([]store.Lease, 0, len(c.pending)+len(c.writing))
 	for _, b := range [][]store.Outcome{c.pending, c.writing} {
 		for i := range b {
 			if b[i].Worker == c.w.id {
-				ids = append(ids, b[i].JobID)
+				leases = append(leases, store.Lease{JobID: b[i].JobID, Token: b[i].Lease})
 			}
 		}
 	}
-	return ids
+	return leases
 }
 
 // maxSpareOutcomes bounds the outcomes the completer's spare buffer holds.

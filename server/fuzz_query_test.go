@@ -100,7 +100,7 @@ func fuzzHandlerWithJobs(f *testing.F) http.Handler {
 	}
 	for i, j := range got {
 		class := []failure.Class{failure.Permanent, failure.Transient}[i]
-		if _, err := st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: "mail", Attempt: j.Attempt, Worker: "w",
+		if _, err := st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: "mail", Attempt: j.Attempt, Lease: j.Lease, Worker: "w",
 			Kind: store.Bury, At: now, Class: class, DeadReason: class.String(), Fingerprint: fmt.Sprintf("fp%d", i), Error: "boom",
 			Event: &store.Event{Kind: store.EventDead, Attempt: 1, At: now, Class: class.String(), Error: "boom"}}}); err != nil {
 			f.Fatal(err)

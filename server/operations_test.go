@@ -121,7 +121,7 @@ func (e *env) buryMany(queue, msg string, n int) []int64 {
 		}
 		outs := make([]store.Outcome, len(got))
 		for i, j := range got {
-			outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Worker: "w", Kind: store.Bury, At: now,
+			outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "w", Kind: store.Bury, At: now,
 				Class: failure.Permanent, DeadReason: "permanent", Fingerprint: "permanent:" + msg, Error: msg,
 				Event: &store.Event{Kind: store.EventDead, Attempt: 1, At: now, Class: "permanent", Error: msg}}
 			ids = append(ids, j.ID)
@@ -483,7 +483,7 @@ func TestReplay(t *testing.T) {
 		if err != nil || len(got) != 1 {
 			t.Fatalf("fetch: %v", err)
 		}
-		if _, err := e.st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: "rq", Attempt: 1, Worker: "w", Kind: store.Complete, At: now}}); err != nil {
+		if _, err := e.st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: "rq", Attempt: 1, Lease: got[0].Lease, Worker: "w", Kind: store.Complete, At: now}}); err != nil {
 			t.Fatal(err)
 		}
 		if i%2 == 1 {

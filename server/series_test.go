@@ -53,10 +53,10 @@ func (e *env) failBoth(queue string) {
 	if err != nil || len(got) != 2 {
 		e.t.Fatalf("fetch: %v %v", got, err)
 	}
-	retry := store.Outcome{JobID: got[0].ID, Queue: queue, Attempt: got[0].Attempt, Worker: "w", Kind: store.Retry, At: now,
+	retry := store.Outcome{JobID: got[0].ID, Queue: queue, Attempt: got[0].Attempt, Lease: got[0].Lease, Worker: "w", Kind: store.Retry, At: now,
 		RunAt: now.Add(time.Hour), Class: failure.Transient, Error: "503",
 		Counters: []store.Counter{{Queue: queue, Name: store.StatFailed, Class: "transient", N: 1}, {Queue: queue, Name: store.StatRetried, N: 1}}}
-	bury := store.Outcome{JobID: got[1].ID, Queue: queue, Attempt: got[1].Attempt, Worker: "w", Kind: store.Bury, At: now,
+	bury := store.Outcome{JobID: got[1].ID, Queue: queue, Attempt: got[1].Attempt, Lease: got[1].Lease, Worker: "w", Kind: store.Bury, At: now,
 		Class: failure.Permanent, Error: "404", DeadReason: "http_404", Fingerprint: "f",
 		Counters: []store.Counter{{Queue: queue, Name: store.StatFailed, Class: "permanent", N: 1}, {Queue: queue, Name: store.StatDead, Class: "permanent", N: 1}}}
 	if applied, err := e.st.Finish(ctx, []store.Outcome{retry, bury}); err != nil || !applied[0] || !applied[1] {

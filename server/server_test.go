@@ -183,7 +183,7 @@ func (e *env) makeDead(queue, msg string, class failure.Class, opts ...redrive.O
 	if err != nil || len(got) != 1 || got[0].ID != j.ID {
 		e.t.Fatalf("fetch: %v %v", got, err)
 	}
-	applied, err := e.st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: queue, Attempt: got[0].Attempt, Worker: "w",
+	applied, err := e.st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: queue, Attempt: got[0].Attempt, Lease: got[0].Lease, Worker: "w",
 		Kind: store.Bury, At: now, Class: class, DeadReason: class.String(), Fingerprint: class.String() + ":" + msg, Error: msg,
 		Event: &store.Event{Kind: store.EventDead, Attempt: 1, At: now, Class: class.String(), Error: msg}}})
 	if err != nil || !applied[0] {

@@ -132,10 +132,19 @@ type Job struct {
 	// LeaseUntil and Worker describe the lease of a running job.
 	LeaseUntil *time.Time `json:"lease_until,omitempty"`
 	Worker     string     `json:"worker,omitempty"`
+	// Lease is the job's lease token: every Fetch that leases the job
+	// increments it, and nothing else changes it (not a snooze, a
+	// release or a redrive, which give an attempt back or reset the
+	// count), so a token names one lease of the job and is never used
+	// again. Outcomes, heartbeats and progress are fenced on it (see
+	// Outcome). 0 for a job never leased.
+	Lease int64 `json:"lease,omitempty"`
 	// CancelRequested is set when a user cancels a running job; the worker
 	// holding it learns it at once (a local wake-up, a Notifier's
 	// CancelNotice or a CancelChecker's poll), at the latest on its next
-	// heartbeat, and stops the handler.
+	// heartbeat, and stops the handler. It stays set until the job ends:
+	// an attempt that ends in a retry (a rescue included), a snooze or a
+	// release ends the job canceled instead (see Outcome).
 	CancelRequested bool `json:"cancel_requested,omitempty"`
 
 	// RetryCount is the number of retries scheduled since the job was
@@ -216,10 +225,31 @@ type JobProgress struct {
 // worker sends it to Store.Progress.
 type ProgressUpdate struct {
 	JobID int64
-	// Attempt fences the update: it applies only while the job runs this
-	// attempt.
-	Attempt int
+	// Lease fences the update: it applies only while the job runs this
+	// lease (Job.Lease).
+	Lease int64
 	JobProgress
+}
+
+// Lease names one lease of a job: the job and the token Fetch gave it
+// (Job.Lease).
+type Lease struct {
+	JobID int64 `json:"job_id"`
+	Token int64 `json:"token"`
+}
+
+// LeaseOf returns the lease j holds.
+func LeaseOf(j *Job) Lease { return Lease{JobID: j.ID, Token: j.Lease} }
+
+// HeartbeatResult is what Store.Heartbeat says of the leases it was given.
+type HeartbeatResult struct {
+	// Canceled are the leases renewed whose job's cancellation was
+	// requested: their handlers must stop (ErrJobCanceled).
+	Canceled []Lease
+	// Lost are the leases not renewed: their job ended (an outcome, a
+	// rescue) or runs another lease. The job may run elsewhere: their
+	// handlers must stop, and their outcomes will be stale.
+	Lost []Lease
 }
 
 // EventKind says what an Event records.
@@ -385,17 +415,32 @@ const (
 )
 
 // Outcome is the engine's decision about one leased attempt. A store
-// applies it only if the job is still running the same attempt for the
-// same worker (fencing); otherwise the outcome is stale and skipped.
+// applies it only if the job is still running the same lease (Lease, the
+// token Fetch gave) for the same worker, and, for a rescue (ExpiredBy
+// set), only if that lease is still expired (fencing); otherwise the
+// outcome is stale and skipped. Since a token is never used twice, an
+// outcome applies at most once, and never to a later lease of its job.
+//
+// An outcome that would make the job due again (Retry, Snooze, Release)
+// of a job whose cancellation was requested ends the job canceled
+// instead (a Retry still records its failure): a user's cancel is never
+// lost. Its counters are then those of CanceledCounters.
 type Outcome struct {
 	JobID int64
 	// Queue is the job's queue; stores keep their per-queue job counts
 	// with it.
 	Queue   string
-	Attempt int    // fence: the attempt number the worker leased
+	Attempt int    // the attempt number the worker leased (not a fence: see Lease)
+	Lease   int64  // fence: the lease token the worker leased (Job.Lease)
 	Worker  string // fence: the worker that leased it
 	Kind    OutcomeKind
 	At      time.Time // when the outcome was decided
+	// ExpiredBy, when not zero, fences the outcome on the lease being
+	// still expired: it applies only if the lease ends before ExpiredBy
+	// (lease_until < ExpiredBy, as Expired selects). A rescue sets it to
+	// the time of its Expired read, so that a heartbeat that renewed the
+	// lease meanwhile wins over it.
+	ExpiredBy time.Time
 	// Duration is how long the handler ran (Complete, Retry, Bury); the
 	// store keeps it as the job's LastDuration.
 	Duration Duration
@@ -423,6 +468,52 @@ type Outcome struct {
 	// alone know: enqueued, deduplicated, attempts (on Fetch), redriven,
 	// canceled and purged.
 	Counters []Counter
+}
+
+// EndsIfCanceled reports whether the outcome ends the job canceled when
+// its cancellation was requested: Retry, Snooze and Release.
+func (o *Outcome) EndsIfCanceled() bool {
+	return o.Kind == Retry || o.Kind == Snooze || o.Kind == Release
+}
+
+// CanceledCounters are the counters an outcome for which EndsIfCanceled
+// adds when it ends its job canceled: its own, except those of a run
+// scheduled again (retried, budget_deferred, snoozed, deferred), and one
+// canceled.
+func (o *Outcome) CanceledCounters() []Counter {
+	out := make([]Counter, 0, len(o.Counters)+1)
+	for _, c := range o.Counters {
+		switch c.Name {
+		case StatRetried, StatBudgetDeferred, StatSnoozed, StatDeferred:
+			continue
+		}
+		out = append(out, c)
+	}
+	return append(out, Counter{Queue: o.Queue, Name: StatCanceled, N: 1})
+}
+
+// CanceledEvent is the event a store appends, after the outcome's own, to
+// the history of a job that an outcome for which EndsIfCanceled ends
+// canceled.
+func (o *Outcome) CanceledEvent() Event {
+	return Event{Kind: EventCanceled, Attempt: o.Attempt, At: o.At, Worker: o.Worker, Reason: ReasonCancelRequested}
+}
+
+// ReasonCancelRequested is the reason of the canceled event of a job
+// whose attempt ended in a retry, a snooze or a release after its
+// cancellation was requested.
+const ReasonCancelRequested = "cancel_requested"
+
+// CheckOutcomes reports, as an ErrInvalid error, an outcome no store can
+// apply (an unknown kind). Stores call it before applying any, so that a
+// call with one invalid outcome applies none.
+func CheckOutcomes(outcomes []Outcome) error {
+	for i := range outcomes {
+		if o := &outcomes[i]; o.Kind < Complete || o.Kind > Cancel {
+			return fmt.Errorf("%w: outcome %d (job %d) has unknown kind %d", ErrInvalid, i, o.JobID, o.Kind)
+		}
+	}
+	return nil
 }
 
 // ClassName is the name a store keeps as the job's last error class for a
@@ -663,8 +754,9 @@ type Store interface {
 	AddDead(ctx context.Context, jobs []DeadJob, now time.Time) ([]*Job, error)
 
 	// Fetch leases up to p.Limit due jobs of p.Queue, oldest due first:
-	// each becomes running with Attempt incremented, AttemptedAt = p.Now,
-	// the lease and the worker set. A job is never leased twice at once.
+	// each becomes running with Attempt and Lease (its lease token)
+	// incremented, AttemptedAt = p.Now, the lease and the worker set. A
+	// job is never leased twice at once.
 	Fetch(ctx context.Context, p FetchParams) ([]*Job, error)
 
 	// NextDue returns the earliest run_at among pending and scheduled jobs
@@ -681,22 +773,29 @@ type Store interface {
 
 	// Finish applies outcomes, atomically each, in as few transactions as
 	// the store can. applied[i] reports whether outcome i took effect;
-	// false means it was stale (the job is no longer running that attempt
-	// for that worker) and nothing changed.
+	// false means it was stale (the job is no longer running that lease
+	// for that worker, or, for a rescue, the lease was renewed) and
+	// nothing changed. Of several outcomes of one lease in a call, at
+	// most one is applied. A call with an invalid
+	// outcome (CheckOutcomes) fails whole: none is applied.
 	Finish(ctx context.Context, outcomes []Outcome) (applied []bool, err error)
 
-	// Heartbeat extends the lease of the given running jobs held by worker
-	// to until. It returns the ids among them whose cancellation was
-	// requested.
-	Heartbeat(ctx context.Context, worker string, ids []int64, until time.Time) (cancel []int64, err error)
+	// Heartbeat extends to until the given leases that worker still
+	// holds (their job running that lease for worker), whether or not
+	// they had expired. It reports the leases renewed whose job's
+	// cancellation was requested, and the leases it did not renew (see
+	// HeartbeatResult), each sorted by job id.
+	Heartbeat(ctx context.Context, worker string, leases []Lease, until time.Time) (HeartbeatResult, error)
 
 	// Progress records the latest progress of running jobs: each update
-	// applies only if its job is still running that attempt for worker
+	// applies only if its job is still running that lease for worker
 	// (others are skipped, without an error). The job's Progress shows
 	// it until the attempt ends (see Job.Progress).
 	Progress(ctx context.Context, worker string, updates []ProgressUpdate) error
 
-	// Expired returns up to limit running jobs whose lease ended before now.
+	// Expired returns up to limit running jobs whose lease ended before
+	// now, each with its lease (Worker, Lease, LeaseUntil) for the rescue
+	// to fence on.
 	Expired(ctx context.Context, now time.Time, limit int) ([]*Job, error)
 
 	// Get returns one job with its history, or ErrNotFound.
@@ -864,9 +963,10 @@ const CancelNotice = "/cancel"
 // jobs, so that a cancellation from another process reaches the handler
 // within a fraction of a second rather than at the next heartbeat.
 type CancelChecker interface {
-	// CancelRequested returns, in ascending order, the ids among ids of
-	// the running jobs held by worker whose cancellation was requested.
-	CancelRequested(ctx context.Context, worker string, ids []int64) ([]int64, error)
+	// CancelRequested returns, sorted by job id, the leases among leases
+	// that worker holds (their job running that lease for worker) whose
+	// job's cancellation was requested.
+	CancelRequested(ctx context.Context, worker string, leases []Lease) ([]Lease, error)
 }
 
 // Elector is implemented by stores shared by many processes, so that

@@ -88,7 +88,7 @@ func TestBulkOpsPostgres(t *testing.T) {
 			}
 			outs := make([]store.Outcome, len(jobs))
 			for i, j := range jobs {
-				outs[i] = store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: "test", Kind: store.Bury, At: now,
+				outs[i] = store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "test", Kind: store.Bury, At: now,
 					Event: &store.Event{Kind: store.EventDead, Attempt: j.Attempt, At: now}, Error: "again", Class: failure.Permanent,
 					DeadReason: "permanent_error", Fingerprint: "fp-again"}
 			}

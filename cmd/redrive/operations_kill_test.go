@@ -42,9 +42,9 @@ func seedFinished(t *testing.T, st store.Store, queue string, state redrive.Stat
 		}
 		outs := make([]store.Outcome, len(jobs))
 		for i, j := range jobs {
-			outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Worker: "seed", Kind: store.Complete, At: now}
+			outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "seed", Kind: store.Complete, At: now}
 			if state == redrive.Dead {
-				outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Worker: "seed", Kind: store.Bury, At: now,
+				outs[i] = store.Outcome{JobID: j.ID, Queue: queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "seed", Kind: store.Bury, At: now,
 					Event: &store.Event{Kind: store.EventDead, Attempt: j.Attempt, At: now}, Error: "boom", Class: failure.Permanent,
 					DeadReason: "permanent_error", Fingerprint: "fp"}
 			}

@@ -83,7 +83,7 @@ func bury(t *testing.T, db, queue string) {
 	}
 	var outs []store.Outcome
 	for _, j := range jobs {
-		outs = append(outs, store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: "test", Kind: store.Bury, At: now,
+		outs = append(outs, store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "test", Kind: store.Bury, At: now,
 			Event: &store.Event{Kind: store.EventDead, Attempt: j.Attempt, At: now, Class: "permanent", Error: "bad address", Reason: "permanent_error"},
 			Error: "bad address", Class: failure.Permanent, DeadReason: "permanent_error", Fingerprint: "fp-bad-address"})
 	}

@@ -45,11 +45,11 @@ func failThenSucceed(t *testing.T, db, msg string) int64 {
 			t.Fatalf("finish: %v %v", applied, err)
 		}
 	}
-	finish(store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: "test", Kind: store.Retry, At: now, RunAt: now,
+	finish(store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "test", Kind: store.Retry, At: now, RunAt: now,
 		Event: &store.Event{Kind: store.EventRetry, Attempt: 1, At: now, Class: "transient", Error: msg, Reason: "http_503"},
 		Error: msg, Class: failure.Transient})
 	j = lease()
-	finish(store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: "test", Kind: store.Complete, At: now})
+	finish(store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "test", Kind: store.Complete, At: now})
 	return jobs[0].ID
 }
 

@@ -22,6 +22,7 @@ var jobOIDs = []uint32{
 	pgtype.TextOID, pgtype.BoolOID, pgtype.Int4OID, pgtype.TextOID, pgtype.TextOID, // worker .. last_error_class
 	pgtype.TimestamptzOID, pgtype.TimestamptzOID, pgtype.TextOID, pgtype.TextOID, pgtype.Int4OID, // last_failed_at .. redriven
 	pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TimestamptzOID, pgtype.Int8OID, // last_duration .. replay_of
+	pgtype.Int8OID, // lease
 }
 
 // jobNullable marks the columns of jobColumns that may be NULL; every
@@ -190,6 +191,7 @@ func (sc *jobScan) decodeRaw(vals [][]byte, binaryHistory bool) (*store.Job, err
 		DeadReason:      r.text(23),
 		Fingerprint:     r.text(24),
 		Redriven:        r.int4(25),
+		Lease:           r.int8(32),
 	}
 	if p := r.bytes(7); len(p) > 0 {
 		j.Policy = json.RawMessage(p)

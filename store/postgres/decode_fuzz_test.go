@@ -51,7 +51,7 @@ func validRow() [][]byte {
 	ts := i8(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Sub(pgEpoch).Microseconds())
 	vals := [][]byte{i8(7), []byte("q"), []byte("kind"), []byte(`{"n":1}`), []byte("running"), i4(1), i4(-1),
 		nil, nil, []byte(""), {1}, ts, ts, ts, nil, ts, []byte("w"), {0}, i4(0), []byte(""), []byte(""),
-		nil, nil, []byte(""), []byte(""), i4(0), nil, nil, nil, nil, nil, nil, append([]byte{1}, `[]`...)}
+		nil, nil, []byte(""), []byte(""), i4(0), nil, nil, nil, nil, nil, nil, i8(1), append([]byte{1}, `[]`...)}
 	return vals
 }
 

@@ -45,7 +45,7 @@ func TestRawDecode(t *testing.T) {
 	at := t0.Add(time.Second)
 	out := func(kind string, k store.OutcomeKind) store.Outcome {
 		j := byKind[kind]
-		return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: j.Worker, Kind: k, At: at, Duration: store.Duration(1500 * time.Microsecond)}
+		return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: j.Worker, Kind: k, At: at, Duration: store.Duration(1500 * time.Microsecond)}
 	}
 	retry := out("retried", store.Retry)
 	retry.RunAt, retry.Class, retry.Error, retry.RetryDelay = t0.Add(time.Minute), failure.RateLimited, "429 – slow down", store.Duration(time.Second)

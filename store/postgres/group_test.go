@@ -146,7 +146,7 @@ func TestEnqueueGroupKeptKey(t *testing.T) {
 	if err != nil || len(leased) != 1 {
 		t.Fatalf("Fetch: %v, %v", leased, err)
 	}
-	if _, err := s.Finish(ctx, []store.Outcome{{JobID: gone[0].ID, Queue: "q", Attempt: 1, Worker: "w", Kind: store.Complete, At: t0}}); err != nil {
+	if _, err := s.Finish(ctx, []store.Outcome{{JobID: gone[0].ID, Queue: "q", Attempt: 1, Lease: leased[0].Lease, Worker: "w", Kind: store.Complete, At: t0}}); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.DeleteFinished(ctx, store.Completed, t0.Add(time.Hour), 10); err != nil || n != 1 {

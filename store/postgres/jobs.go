@@ -53,7 +53,7 @@ func newJobScan(withHistory bool) *jobScan {
 	sc.dest = []any{&j.ID, &j.Queue, &j.Kind, &sc.payload, &sc.state, &j.Attempt, &j.MaxRetries, &sc.policy, &sc.idem, &j.Dependency,
 		&j.Reprocessable, &j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &sc.worker, &j.CancelRequested,
 		&j.RetryCount, &j.LastError, &sc.class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven,
-		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf}
+		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf, &j.Lease}
 	if withHistory {
 		sc.dest = append(sc.dest, &sc.history)
 	}
@@ -672,7 +672,7 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 }
 
 // Finish implements store.Store: every outcome is applied by one UPDATE
-// statement (so in one transaction), fenced on the running attempt and
+// statement (so in one transaction), fenced on the running lease and
 // worker, with the counters of the applied outcomes.
 func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {
 	if err := s.check(); err != nil {
@@ -682,19 +682,22 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	if len(outcomes) == 0 {
 		return applied, nil
 	}
+	if err := store.CheckOutcomes(outcomes); err != nil {
+		return nil, fmt.Errorf("postgres: finish: %w", err)
+	}
 	s.group.work.begin()
 	defer s.group.work.end()
 	type fence struct {
-		id      int64
-		attempt int
-		worker  string
+		id, lease int64
+		worker    string
 	}
 	var (
-		ids                                    []int64
-		attempts, kinds, ords                  []int32
+		ids, leases                            []int64
+		kinds, ords                            []int32
 		workers, states, events, errs, classes []string
-		reasons, fps                           []string
+		reasons, fps, cancelEvents             []string
 		ats, runAts                            []time.Time
+		expiredBy                              []*time.Time
 		durations, delays                      []int64
 		cnt                                    outcomeCounters
 		pDones, pTotals                        []*int64
@@ -704,15 +707,12 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	)
 	for i := range outcomes {
 		o := &outcomes[i]
-		if o.Kind < store.Complete || o.Kind > store.Cancel {
-			return nil, fmt.Errorf("postgres: finish: %w: outcome %d has unknown kind %d", store.ErrInvalid, i, o.Kind)
-		}
 		// Every outcome moves the job out of running: a second outcome
 		// with the same fence in one call is stale, so only the first is
 		// sent. Outcomes of one job with different fences can all be
 		// sent, since at most one of them matches the job.
-		f := fence{o.JobID, o.Attempt, cleanText(o.Worker)}
-		if sent[f] || o.Attempt > 1<<31-1 || o.Attempt < -1<<31 {
+		f := fence{o.JobID, o.Lease, cleanText(o.Worker)}
+		if sent[f] {
 			continue
 		}
 		sent[f] = true
@@ -755,7 +755,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			state = store.Canceled
 		}
 		ids = append(ids, o.JobID)
-		attempts = append(attempts, int32(o.Attempt))
+		leases = append(leases, o.Lease)
 		workers = append(workers, cleanText(o.Worker))
 		kinds = append(kinds, int32(o.Kind))
 		states = append(states, string(state))
@@ -777,11 +777,34 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		} else {
 			pDones, pTotals, pAts = append(pDones, nil), append(pTotals, nil), append(pAts, nil)
 		}
+		if o.ExpiredBy.IsZero() {
+			expiredBy = append(expiredBy, nil)
+		} else {
+			t := ts(o.ExpiredBy)
+			expiredBy = append(expiredBy, &t)
+		}
 		cnt.add(i, o.Counters)
+		cancelEv := ""
+		if o.EndsIfCanceled() {
+			// Should the job's cancellation have been requested, the
+			// outcome ends it canceled: its row is then -1 - i, and these
+			// its counters.
+			ce := o.CanceledEvent()
+			if cancelEv, err = eventJSON(&ce); err != nil {
+				return nil, fmt.Errorf("postgres: finish: %w", err)
+			}
+			cnt.add(-1-i, o.CanceledCounters())
+		}
+		cancelEvents = append(cancelEvents, cancelEv)
 	}
-	byOrd := func(ord int32) (int, bool) { return int(ord), ord >= 0 && int(ord) < len(applied) }
-	err := s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, attempts, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts)
+	byOrd := func(ord int32) (int, bool) {
+		if ord < 0 {
+			ord = -1 - ord // ended canceled
+		}
+		return int(ord), ord >= 0 && int(ord) < len(applied)
+	}
+	err := s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
+		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents)
 	if err != nil {
 		return nil, err
 	}
@@ -839,8 +862,8 @@ func (c *outcomeCounters) add(ord int, counters []store.Counter) {
 // plainCompletions reports whether the outcomes to send (order, sorted
 // by job id) are the common case of a busy worker, which finishCompleted
 // writes with a statement that sets only what a completion changes:
-// completions without a history event or progress, all of one worker,
-// each of a different job.
+// completions without a history event or progress, nor a fence on an
+// expired lease, all of one worker, each of a different job.
 func plainCompletions(outcomes []store.Outcome, order []int) bool {
 	if len(order) == 0 {
 		return false
@@ -848,7 +871,7 @@ func plainCompletions(outcomes []store.Outcome, order []int) bool {
 	first := &outcomes[order[0]]
 	for n, i := range order {
 		o := &outcomes[i]
-		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || o.Worker != first.Worker {
+		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || !o.ExpiredBy.IsZero() || o.Worker != first.Worker {
 			return false
 		}
 		if n > 0 && outcomes[order[n-1]].JobID == o.JobID {
@@ -862,13 +885,13 @@ func plainCompletions(outcomes []store.Outcome, order []int) bool {
 // the statement complete, and marks the applied ones.
 func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, order []int, applied []bool) error {
 	n := len(order)
-	ids, attempts, groups := make([]int64, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+	ids, leases, groups := make([]int64, 0, n), make([]int64, 0, n), make([]int32, 0, n)
 	ats, durations := make([]time.Time, 0, n), make([]int64, 0, n)
 	var cnt counterGroups
 	for _, i := range order {
 		o := &outcomes[i]
 		ids = append(ids, o.JobID)
-		attempts = append(attempts, int32(o.Attempt))
+		leases = append(leases, o.Lease)
 		ats = append(ats, ts(o.At))
 		durations = append(durations, int64(o.Duration))
 		groups = append(groups, cnt.group(o.Counters))
@@ -880,7 +903,7 @@ func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, o
 		}
 		return order[k-1], true
 	}
-	return s.applyOutcomes(ctx, applied, byPosition, s.sql.complete, ids, attempts, ats, durations, cleanText(outcomes[order[0]].Worker), groups,
+	return s.applyOutcomes(ctx, applied, byPosition, s.sql.complete, ids, leases, ats, durations, cleanText(outcomes[order[0]].Worker), groups,
 		cnt.groups, cnt.queues, cnt.names, cnt.ns, shard())
 }
 
@@ -925,20 +948,36 @@ func counterName(c store.Counter) string {
 	return cleanText(name)
 }
 
-// Heartbeat implements store.Store.
-func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until time.Time) ([]int64, error) {
+// Heartbeat implements store.Store with one statement. Of two leases of
+// one job, only the later can be running (tokens only grow): the earlier
+// is lost without asking.
+func (s *Store) Heartbeat(ctx context.Context, worker string, leases []store.Lease, until time.Time) (store.HeartbeatResult, error) {
 	if err := s.check(); err != nil {
-		return nil, err
+		return store.HeartbeatResult{}, err
 	}
-	if len(ids) == 0 {
-		return nil, nil
+	if len(leases) == 0 {
+		return store.HeartbeatResult{}, nil
 	}
-	sorted := slices.Clone(ids)
-	slices.Sort(sorted)
-	var cancel []int64
+	sorted := slices.Clone(leases)
+	sortLeases(sorted)
+	sorted = slices.Compact(sorted)
+	// One lease a job, the latest, for the statement: its ids sorted and
+	// distinct.
+	ids := make([]int64, 0, len(sorted))
+	tokens := make([]int64, 0, len(sorted))
+	for i, l := range sorted {
+		if i+1 < len(sorted) && sorted[i+1].JobID == l.JobID {
+			continue
+		}
+		ids = append(ids, l.JobID)
+		tokens = append(tokens, l.Token)
+	}
+	var renewed []int64 // ids, then whether canceled
+	canceled := map[int64]bool{}
 	err := s.retry(ctx, func() error {
-		cancel = cancel[:0]
-		rows, err := s.pool.Query(ctx, s.sql.heartbeat, ts(until), cleanText(worker), sorted)
+		renewed = renewed[:0]
+		clear(canceled)
+		rows, err := s.pool.Query(ctx, s.sql.heartbeat, ts(until), cleanText(worker), ids, tokens)
 		if err != nil {
 			return err
 		}
@@ -949,17 +988,37 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until
 			if err := rows.Scan(&id, &c); err != nil {
 				return err
 			}
-			if c {
-				cancel = append(cancel, id)
-			}
+			renewed = append(renewed, id)
+			canceled[id] = c
 		}
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, s.fail("heartbeat", err)
+		return store.HeartbeatResult{}, s.fail("heartbeat", err)
 	}
-	slices.Sort(cancel)
-	return cancel, nil
+	slices.Sort(renewed)
+	var res store.HeartbeatResult
+	for i, l := range sorted {
+		latest := i+1 == len(sorted) || sorted[i+1].JobID != l.JobID
+		if _, ok := slices.BinarySearch(renewed, l.JobID); !ok || !latest {
+			res.Lost = append(res.Lost, l)
+			continue
+		}
+		if canceled[l.JobID] {
+			res.Canceled = append(res.Canceled, l)
+		}
+	}
+	return res, nil
+}
+
+// sortLeases sorts leases by job id, then token.
+func sortLeases(ls []store.Lease) {
+	slices.SortFunc(ls, func(a, b store.Lease) int {
+		if c := cmp.Compare(a.JobID, b.JobID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Token, b.Token)
+	})
 }
 
 // Progress implements store.Store.
@@ -967,10 +1026,11 @@ func (s *Store) Progress(ctx context.Context, worker string, updates []store.Pro
 	if err := s.check(); err != nil {
 		return err
 	}
-	// One update a job (the last given), in id order.
+	// One update a job, in id order: of its latest lease (only that one
+	// can be running), the last given.
 	last := make(map[int64]int, len(updates))
 	for i, u := range updates {
-		if u.Attempt <= 1<<31-1 && u.Attempt >= -1<<31 {
+		if k, ok := last[u.JobID]; !ok || updates[k].Lease <= u.Lease {
 			last[u.JobID] = i
 		}
 	}
@@ -982,16 +1042,16 @@ func (s *Store) Progress(ctx context.Context, worker string, updates []store.Pro
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	attempts := make([]int32, len(ids))
+	leases := make([]int64, len(ids))
 	dones := make([]int64, len(ids))
 	totals := make([]int64, len(ids))
 	ats := make([]time.Time, len(ids))
 	for k, id := range ids {
 		u := updates[last[id]]
-		attempts[k], dones[k], totals[k], ats[k] = int32(u.Attempt), u.Done, u.Total, ts(u.At)
+		leases[k], dones[k], totals[k], ats[k] = u.Lease, u.Done, u.Total, ts(u.At)
 	}
 	err := s.retry(ctx, func() error {
-		_, err := s.pool.Exec(ctx, s.sql.progress, ids, attempts, dones, totals, ats, cleanText(worker))
+		_, err := s.pool.Exec(ctx, s.sql.progress, ids, leases, dones, totals, ats, cleanText(worker))
 		return err
 	})
 	if err != nil {

@@ -85,7 +85,7 @@ func BenchmarkPhases(b *testing.B) {
 		now := time.Now().UTC()
 		outs = outs[:0]
 		for _, j := range got {
-			outs = append(outs, store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: j.Worker, Kind: store.Complete, At: now,
+			outs = append(outs, store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: j.Worker, Kind: store.Complete, At: now,
 				Duration: store.Duration(time.Millisecond), Counters: []store.Counter{{Queue: "bench", Name: store.StatSucceeded, N: 1}}})
 		}
 		applied, err := s.Finish(ctx, outs)

@@ -243,7 +243,7 @@ func TestBadText(t *testing.T) {
 		t.Fatalf("Fetch: %v, %v", leased, err)
 	}
 	msg := "boom\x00 \xff end"
-	o := store.Outcome{JobID: jobs[0].ID, Attempt: 1, Worker: "w", Kind: store.Bury, At: t0, Error: msg, DeadReason: "r", Fingerprint: "f",
+	o := store.Outcome{JobID: jobs[0].ID, Attempt: 1, Lease: 1, Worker: "w", Kind: store.Bury, At: t0, Error: msg, DeadReason: "r", Fingerprint: "f",
 		Event: &store.Event{Kind: store.EventDead, Attempt: 1, At: t0, Error: msg}}
 	if applied, err := s.Finish(ctx, []store.Outcome{o}); err != nil || !applied[0] {
 		t.Fatalf("Finish with a NUL byte in the error: %v, %v", applied, err)
@@ -306,7 +306,7 @@ func TestListen(t *testing.T) {
 	if _, err := b.Fetch(ctx, store.FetchParams{Queue: "retries", Limit: 1, Now: t0, LeaseUntil: t0.Add(time.Minute), Worker: "w"}); err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := b.Finish(ctx, []store.Outcome{{JobID: retried[0].ID, Attempt: 1, Worker: "w", Kind: store.Retry, At: t0, RunAt: t0.Add(time.Second)}}); err != nil || !applied[0] {
+	if applied, err := b.Finish(ctx, []store.Outcome{{JobID: retried[0].ID, Attempt: 1, Lease: 1, Worker: "w", Kind: store.Retry, At: t0, RunAt: t0.Add(time.Second)}}); err != nil || !applied[0] {
 		t.Fatalf("Finish(Retry): %v, %v", applied, err)
 	}
 	expect("Finish with a Retry", "retries")
@@ -325,7 +325,7 @@ func TestListen(t *testing.T) {
 		t.Fatalf("Cancel of a running job: %v", err)
 	}
 	expect("Cancel of a running job", store.CancelNotice)
-	if _, err := b.Finish(ctx, []store.Outcome{{JobID: jobs[0].ID, Attempt: 1, Worker: "w", Kind: store.Bury, At: t0}}); err != nil {
+	if _, err := b.Finish(ctx, []store.Outcome{{JobID: jobs[0].ID, Attempt: 1, Lease: 1, Worker: "w", Kind: store.Bury, At: t0}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Redrive(ctx, store.RedriveParams{IDs: []int64{jobs[0].ID}, Now: t0}); err != nil {

@@ -13,7 +13,7 @@ import (
 var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
 	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
 	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration", "last_delay",
-	"progress_done", "progress_total", "progress_at", "replay_of"}
+	"progress_done", "progress_total", "progress_at", "replay_of", "lease"}
 
 // cols returns the job columns, each prefixed with prefix, plus the
 // history when withHistory.
@@ -105,7 +105,11 @@ func render(schema, channel string) statements {
 		"{release}", fmt.Sprint(int(store.Release)),
 		"{cancel}", fmt.Sprint(int(store.Cancel)),
 	)
-	q := r.Replace
+	// {ends}, in an UPDATE of jobs j from outcomes o, reads of the row
+	// before the update whether the outcome ends the job canceled.
+	q := func(s string) string {
+		return r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))"))
+	}
 	return statements{
 		jobs:      schema + ".jobs",
 		counters:  schema + ".counters",
@@ -185,43 +189,55 @@ SELECT id FROM ins CROSS JOIN ntf`),
 	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM picked HAVING count(*) > 0
 	{upsert}
 )
-UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
+UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
 	progress_done = NULL, progress_total = NULL, progress_at = NULL
 FROM picked WHERE j.id = picked.id
 RETURNING {jcols}`),
 
 		// Finish: every outcome in one UPDATE, fenced on the running
-		// attempt and worker; the counters of the applied outcomes only.
+		// lease and worker, and for a rescue (expired_by not NULL) on
+		// the lease being still expired; the counters of the applied
+		// outcomes only. A retry, snooze or release of a job whose
+		// cancellation was requested ({ends}, read of the row before the
+		// update) ends it canceled instead, with the outcome's event and
+		// cancel_event: its row is -1 - ord, and its counters are those
+		// sent under that number (store.Outcome.CanceledCounters).
 		finish: q(`WITH o AS (
-	SELECT * FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[], $20::bigint[],
-		$21::bigint[], $22::bigint[], $23::timestamptz[])
-		AS t(id, attempt, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration, delay,
-			progress_done, progress_total, progress_at)
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[], $20::bigint[],
+		$21::bigint[], $22::bigint[], $23::timestamptz[], $24::timestamptz[], $25::text[])
+		AS t(id, lease, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration, delay,
+			progress_done, progress_total, progress_at, expired_by, cancel_event)
 ), upd AS (
 	UPDATE {jobs} j SET
-		state = o.state,
-		run_at = CASE o.kind WHEN {retry} THEN o.run_at WHEN {snooze} THEN o.run_at WHEN {release} THEN least(j.run_at, o.run_at) ELSE j.run_at END,
-		attempt = CASE WHEN o.kind IN ({snooze}, {release}) THEN j.attempt - 1 ELSE j.attempt END,
-		retry_count = CASE WHEN o.kind = {retry} THEN j.retry_count + 1 ELSE j.retry_count END,
+		state = CASE WHEN {ends} THEN 'canceled' ELSE o.state END,
+		run_at = CASE WHEN {ends} THEN j.run_at WHEN o.kind IN ({retry}, {snooze}) THEN o.run_at WHEN o.kind = {release} THEN least(j.run_at, o.run_at) ELSE j.run_at END,
+		attempt = CASE WHEN o.kind IN ({snooze}, {release}) AND NOT j.cancel_requested THEN j.attempt - 1 ELSE j.attempt END,
+		retry_count = CASE WHEN o.kind = {retry} AND NOT j.cancel_requested THEN j.retry_count + 1 ELSE j.retry_count END,
 		last_error = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.error ELSE j.last_error END,
 		last_error_class = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.class ELSE j.last_error_class END,
 		last_failed_at = CASE WHEN o.kind IN ({retry}, {bury}) THEN o.at ELSE j.last_failed_at END,
-		finished_at = CASE WHEN o.kind IN ({complete}, {bury}, {cancel}) THEN o.at ELSE j.finished_at END,
+		finished_at = CASE WHEN o.kind IN ({complete}, {bury}, {cancel}) OR {ends} THEN o.at ELSE j.finished_at END,
 		last_duration = CASE WHEN o.kind IN ({complete}, {retry}, {bury}) THEN o.duration ELSE j.last_duration END,
-		last_delay = CASE WHEN o.kind = {retry} THEN o.delay ELSE j.last_delay END,
+		last_delay = CASE WHEN o.kind = {retry} AND NOT j.cancel_requested THEN o.delay ELSE j.last_delay END,
 		dead_at = CASE WHEN o.kind = {bury} THEN o.at ELSE j.dead_at END,
 		dead_reason = CASE WHEN o.kind = {bury} THEN o.dead_reason ELSE j.dead_reason END,
 		fingerprint = CASE WHEN o.kind = {bury} THEN o.fingerprint ELSE j.fingerprint END,
-		cancel_requested = CASE WHEN o.kind IN ({snooze}, {release}) THEN j.cancel_requested ELSE false END,
+		cancel_requested = false,
 		progress_done = CASE WHEN o.kind <> {complete} THEN NULL WHEN o.progress_done IS NULL THEN j.progress_done ELSE o.progress_done END,
 		progress_total = CASE WHEN o.kind <> {complete} THEN NULL WHEN o.progress_done IS NULL THEN j.progress_total ELSE o.progress_total END,
 		progress_at = CASE WHEN o.kind <> {complete} THEN NULL WHEN o.progress_done IS NULL THEN j.progress_at ELSE o.progress_at END,
 		lease_until = NULL,
 		worker = NULL,
-		history = CASE WHEN o.event = '' THEN j.history ELSE j.history || jsonb_build_array(o.event::jsonb) END
+		history = CASE
+			WHEN {ends} THEN j.history || (CASE WHEN o.event = '' THEN '[]'::jsonb ELSE jsonb_build_array(o.event::jsonb) END)
+				|| jsonb_build_array(o.cancel_event::jsonb)
+			WHEN o.event = '' THEN j.history
+			ELSE j.history || jsonb_build_array(o.event::jsonb) END
 	FROM o
-	WHERE j.id = o.id AND j.state = 'running' AND j.attempt = o.attempt AND j.worker = o.worker
-	RETURNING o.ord, CASE WHEN o.state IN ('pending', 'scheduled') THEN {notify}j.queue) END AS notified
+	WHERE j.id = o.id AND j.state = 'running' AND j.lease = o.lease AND j.worker = o.worker
+		AND (o.expired_by IS NULL OR j.lease_until < o.expired_by)
+	RETURNING CASE WHEN j.state = 'canceled' AND o.kind IN ({retry}, {snooze}, {release}) THEN -1 - o.ord ELSE o.ord END AS ord,
+		CASE WHEN j.state IN ('pending', 'scheduled') THEN {notify}j.queue) END AS notified
 ), ` + appliedCounters(14) + `
 SELECT ord FROM upd`),
 
@@ -235,14 +251,15 @@ SELECT ord FROM upd`),
 		// groups: each outcome names the group of its counters ($6, by
 		// position), and each group's counters are added once per applied
 		// outcome of the group. Rows are the positions of the applied
-		// outcomes (1-based).
+		// outcomes (1-based). The fence is the lease token ($2), read as
+		// the finish time and duration are.
 		complete: q(`WITH upd AS (
 	UPDATE {jobs} j SET state = 'completed',
 		finished_at = ($3::timestamptz[])[width_bucket(j.id, $1::bigint[])],
 		last_duration = ($4::bigint[])[width_bucket(j.id, $1::bigint[])],
 		cancel_requested = false, lease_until = NULL, worker = NULL
 	WHERE j.id = ANY($1::bigint[]) AND j.state = 'running' AND j.worker = $5::text
-		AND j.attempt = ($2::int[])[width_bucket(j.id, $1::bigint[])]
+		AND j.lease = ($2::bigint[])[width_bucket(j.id, $1::bigint[])]
 	RETURNING width_bucket(j.id, $1::bigint[]) AS k
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
@@ -255,15 +272,19 @@ SELECT ord FROM upd`),
 )
 SELECT k FROM upd`),
 
+		// Heartbeat: the leases of distinct jobs, sorted by id ($3) with
+		// their tokens ($4, found by binary search over the ids as the
+		// completions find theirs), renewed if the worker still holds
+		// them, whether or not they had expired.
 		heartbeat: q(`UPDATE {jobs} SET lease_until = $1
-	WHERE state = 'running' AND worker = $2 AND id = ANY($3::bigint[])
+	WHERE state = 'running' AND worker = $2 AND id = ANY($3::bigint[]) AND lease = ($4::bigint[])[width_bucket(id, $3::bigint[])]
 	RETURNING id, cancel_requested`),
 
-		// Progress: fenced on the running attempt and worker, as Finish;
+		// Progress: fenced on the running lease and worker, as Finish;
 		// rows locked in id order, as Heartbeat locks them.
 		progress: q(`UPDATE {jobs} j SET progress_done = u.done, progress_total = u.total, progress_at = u.at
-	FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(id, attempt, done, total, at)
-	WHERE j.id = u.id AND j.state = 'running' AND j.attempt = u.attempt AND j.worker = $6`),
+	FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(id, lease, done, total, at)
+	WHERE j.id = u.id AND j.state = 'running' AND j.lease = u.lease AND j.worker = $6`),
 
 		expired: q(`SELECT {cols} FROM {jobs} WHERE state = 'running' AND lease_until < $1 ORDER BY lease_until, id LIMIT $2`),
 

@@ -17,8 +17,8 @@ import (
 // binds, the step, the reset, the count of changed rows). Plain
 // completions (no history event, no progress: a handler that returned nil
 // without calling Record) are the bulk of the work, so they go many to a
-// statement: an UPDATE ... FROM a VALUES list of (id, attempt, at,
-// duration), fenced as the one-by-one statement is (running, same attempt,
+// statement: an UPDATE ... FROM a VALUES list of (id, lease, at,
+// duration), fenced as the one-by-one statement is (running, same lease,
 // same worker). The statement has a few fixed sizes (completeSizes), so
 // that each is prepared once; a batch is cut into as many of the largest
 // as fit, then smaller ones, and what remains goes one by one.
@@ -34,11 +34,11 @@ import (
 var completeSizes = []int{256, 64, 16}
 
 // completeSQL is the bulk completion of n outcomes: 4 parameters per
-// outcome (id, attempt, at, duration), then the worker.
+// outcome (id, lease, at, duration), then the worker.
 func completeSQL(n int) string {
-	return `WITH o(id, attempt, at, dur) AS (VALUES ` + strings.Repeat("(?, ?, ?, ?), ", n-1) + `(?, ?, ?, ?))
+	return `WITH o(id, lease, at, dur) AS (VALUES ` + strings.Repeat("(?, ?, ?, ?), ", n-1) + `(?, ?, ?, ?))
 	UPDATE jobs SET state = 'completed', finished_at = o.at, last_duration = o.dur, lease_until = NULL, worker = NULL, cancel_requested = 0
-	FROM o WHERE jobs.id = o.id AND jobs.state = 'running' AND jobs.attempt = o.attempt AND jobs.worker = ?`
+	FROM o WHERE jobs.id = o.id AND jobs.state = 'running' AND jobs.lease = o.lease AND jobs.worker = ?`
 }
 
 func completeStmt(n int) string { return "complete" + strconv.Itoa(n) }
@@ -57,7 +57,7 @@ type completeChunk struct {
 }
 
 // completions splits outcomes: the plain Complete outcomes (no event, no
-// progress) of jobs that have no other outcome in the call go in bulk
+// progress, not fenced on an expired lease) of jobs that have no other outcome in the call go in bulk
 // statements, returned as chunks; the others (other kinds, and every
 // outcome of a job that has several, which must apply in their order) are
 // returned by index, to be applied one by one (those of one job in their
@@ -72,7 +72,7 @@ func completions(outcomes []store.Outcome) ([]completeChunk, []int) {
 	byWorker := map[string][]int{}
 	for i := range outcomes {
 		o := &outcomes[i]
-		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || seen[o.JobID] > 1 {
+		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || !o.ExpiredBy.IsZero() || seen[o.JobID] > 1 {
 			alone = append(alone, i)
 			continue
 		}
@@ -89,7 +89,7 @@ func completions(outcomes []store.Outcome) ([]completeChunk, []int) {
 				c := completeChunk{idx: idx[:size:size], args: make([]any, 0, 4*size+1)}
 				for _, i := range c.idx {
 					o := &outcomes[i]
-					c.args = append(c.args, o.JobID, o.Attempt, micros(o.At), int64(o.Duration))
+					c.args = append(c.args, o.JobID, o.Lease, micros(o.At), int64(o.Duration))
 				}
 				c.args = append(c.args, w)
 				chunks = append(chunks, c)

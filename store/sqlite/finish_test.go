@@ -46,8 +46,8 @@ func fetch(t *testing.T, s *Store, worker string, limit int, now time.Time) []*s
 // back without the columns the lease itself set or that a waiting job
 // never has, are what Get reads of them (but their history): a first
 // attempt, a retried job, a redriven one that keeps its fingerprint, a job
-// with every optional field, one released with a cancellation requested,
-// and one that was scheduled (the counts move it out of scheduled).
+// with every optional field, one released by a shutdown (its lease token
+// kept), and one that was scheduled (the counts move it out of scheduled).
 func TestFetchReadsBackTheLeasedJob(t *testing.T) {
 	ctx := t.Context()
 	s := openTest(t)
@@ -70,23 +70,20 @@ func TestFetchReadsBackTheLeasedJob(t *testing.T) {
 	}
 	// Job 1 fails once: retried, due again.
 	// Job 2 dies, then is redriven.
-	// Job 3 is canceled while running, then released by a shutdown: it
-	// waits again with its cancellation requested.
+	// Job 3 is released by a shutdown: it waits again, its attempt given
+	// back, its lease token kept.
 	// Job 4 stays a first attempt.
 	jobs := lease(t0, 3)
 	at := t0.Add(time.Second)
-	finish(store.Outcome{JobID: jobs[0].ID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Retry, At: at, Duration: store.Duration(time.Second),
+	finish(store.Outcome{JobID: jobs[0].ID, Queue: "q", Attempt: 1, Lease: jobs[0].Lease, Worker: "w1", Kind: store.Retry, At: at, Duration: store.Duration(time.Second),
 		RunAt: at, RetryDelay: store.Duration(time.Millisecond), Error: "boom", Class: failure.Transient,
 		Event: &store.Event{Kind: store.EventRetry, Attempt: 1, At: t0}})
-	finish(store.Outcome{JobID: jobs[1].ID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Bury, At: at, Duration: store.Duration(time.Second),
+	finish(store.Outcome{JobID: jobs[1].ID, Queue: "q", Attempt: 1, Lease: jobs[1].Lease, Worker: "w1", Kind: store.Bury, At: at, Duration: store.Duration(time.Second),
 		Error: "bad", Class: failure.Permanent, DeadReason: "permanent", Fingerprint: "fp-1"})
 	if _, err := s.Redrive(ctx, store.RedriveParams{IDs: []int64{jobs[1].ID}, Now: at}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Cancel(ctx, jobs[2].ID, at); err != nil {
-		t.Fatal(err)
-	}
-	finish(store.Outcome{JobID: jobs[2].ID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Release, At: at})
+	finish(store.Outcome{JobID: jobs[2].ID, Queue: "q", Attempt: 1, Lease: jobs[2].Lease, Worker: "w1", Kind: store.Release, At: at})
 	if _, err := s.Enqueue(ctx, []store.NewJob{full}, at); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +117,7 @@ func TestFetchReadsBackTheLeasedJob(t *testing.T) {
 
 // TestFinishBulkCompletionsFence checks the completions applied many to a
 // statement: in a batch large enough for every statement size, a stale
-// completion (wrong attempt, another worker, a job already completed) and
+// completion (wrong lease, another worker, a job already completed) and
 // a job with two outcomes are told apart exactly, and only the outcomes
 // applied move the counts and add their counters.
 func TestFinishBulkCompletionsFence(t *testing.T) {
@@ -136,12 +133,12 @@ func TestFinishBulkCompletionsFence(t *testing.T) {
 	var outs []store.Outcome
 	stale := map[int]bool{}
 	for i, j := range jobs {
-		o := store.Outcome{JobID: j.ID, Queue: "q", Attempt: j.Attempt, Worker: "w1", Kind: store.Complete,
+		o := store.Outcome{JobID: j.ID, Queue: "q", Attempt: j.Attempt, Lease: j.Lease, Worker: "w1", Kind: store.Complete,
 			At: now.Add(time.Duration(i) * time.Microsecond), Duration: store.Duration(i),
 			Counters: []store.Counter{{Queue: "q", Name: store.StatSucceeded, N: 1}}}
 		switch i {
 		case 3, 300: // in the first and a later bulk statement
-			o.Attempt++
+			o.Lease++
 			stale[len(outs)] = true
 		case 100:
 			o.Worker = "w2"

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -18,7 +19,7 @@ import (
 const jobColumnsNoHistory = `id, queue, kind, payload, state, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, attempted_at, finished_at, lease_until, worker, cancel_requested, retry_count,
 	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration, last_delay,
-	progress_done, progress_total, progress_at, replay_of`
+	progress_done, progress_total, progress_at, replay_of, lease`
 
 const jobColumns = jobColumnsNoHistory + `, history`
 
@@ -52,7 +53,7 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
 		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
 		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay,
-		&pDone, &pTotal, &pAt, &replayOf}
+		&pDone, &pTotal, &pAt, &replayOf, &j.Lease}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -416,7 +417,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 // the queue.
 const leasedColumns = `id, kind, payload, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, cancel_requested, retry_count, last_error, last_error_class, last_failed_at, fingerprint, redriven,
-	last_duration, last_delay, replay_of`
+	last_duration, last_delay, replay_of, lease`
 
 // decoder decodes the values the driver gives for columns, keeping the
 // first that has an unexpected type.
@@ -500,7 +501,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 	// The columns are scanned as the driver gives them (into *any, which
 	// database/sql assigns without converting) and decoded here: a scan
 	// into an int went through a string.
-	var v [21]any
+	var v [22]any
 	dest := make([]any, len(v))
 	for i := range v {
 		dest[i] = &v[i]
@@ -525,7 +526,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 			CreatedAt: fromMicros(d.int(v[9])), RunAt: fromMicros(runAt), Worker: p.Worker, CancelRequested: d.int(v[11]) != 0,
 			RetryCount: int(d.int(v[12])), LastError: d.str(v[13]), Fingerprint: d.str(v[16]), Redriven: int(d.int(v[17])),
 			LastDuration: store.Duration(lastDuration), LastDelay: store.Duration(lastDelay), ReplayOf: replayOf,
-			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo}
+			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21])}
 		j := &lj.job
 		if len(j.Policy) == 0 {
 			j.Policy = nil
@@ -566,8 +567,17 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 	return fromMicros(v.Int64), true, nil
 }
 
-// Finish implements store.Store.
+// Finish implements store.Store. Every outcome is checked before any is
+// applied: a call with an invalid one fails whole.
 func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {
+	if err := store.CheckOutcomes(outcomes); err != nil {
+		return nil, fmt.Errorf("sqlite: finish: %w", err)
+	}
+	for i := range outcomes {
+		if outcomes[i].Queue == "" {
+			return nil, fmt.Errorf("sqlite: finish: %w: outcome %d (job %d) has no queue", store.ErrInvalid, i, outcomes[i].JobID)
+		}
+	}
 	events := make([]any, len(outcomes))
 	for i := range outcomes {
 		ev, err := eventJSON(outcomes[i].Event)
@@ -575,11 +585,6 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			return nil, err
 		}
 		events[i] = ev
-	}
-	for i := range outcomes {
-		if outcomes[i].Queue == "" {
-			return nil, fmt.Errorf("sqlite: finish: %w: outcome %d (job %d) has no queue", store.ErrInvalid, i, outcomes[i].JobID)
-		}
 	}
 	// Plain completions go many to a statement (see finish.go), the other
 	// outcomes one by one.
@@ -589,16 +594,16 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		clear(applied)
 		counts := map[[2]string]int64{}
 		mv := moves{}
-		note := func(o *store.Outcome, i int, to store.State) {
+		note := func(o *store.Outcome, i int, to store.State, counters []store.Counter) {
 			mv.move(o.Queue, store.Running, to)
 			applied[i] = true
-			for _, c := range o.Counters {
+			for _, c := range counters {
 				addCounter(counts, c)
 			}
 		}
 		one := alone
 		for _, c := range chunks {
-			stale, err := s.completeAll(ctx, tx, c, func(i int) { note(&outcomes[i], i, store.Completed) })
+			stale, err := s.completeAll(ctx, tx, c, func(i int) { note(&outcomes[i], i, store.Completed, outcomes[i].Counters) })
 			if err != nil {
 				return err
 			}
@@ -610,6 +615,13 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			o := &outcomes[i]
 			ev := events[i]
 			at := micros(o.At)
+			// The fence: the job, its lease, its worker, and for a rescue
+			// the time its lease must have ended by.
+			var expiredBy any
+			if !o.ExpiredBy.IsZero() {
+				expiredBy = micros(o.ExpiredBy)
+			}
+			fence := [...]any{o.JobID, o.Lease, o.Worker, expiredBy}
 			var res sql.Result
 			var err error
 			var to store.State
@@ -619,37 +631,55 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				if p := o.Progress; p != nil {
 					pDone, pTotal, pAt = p.Done, p.Total, micros(p.At)
 				}
-				res, err = s.stmt(tx, "complete").ExecContext(ctx, at, int64(o.Duration), pDone, pDone, pTotal, pDone, pAt, ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = s.stmt(tx, "complete").ExecContext(ctx, at, int64(o.Duration), pDone, pDone, pTotal, pDone, pAt, ev, ev,
+					fence[0], fence[1], fence[2], fence[3])
 				to = store.Completed
 			case store.Retry:
 				to = dueState(o.RunAt, o.At)
 				res, err = s.stmt(tx, "retry").ExecContext(ctx, string(to), micros(o.RunAt), o.Error, o.ClassName(), at,
-					int64(o.Duration), int64(o.RetryDelay), ev, ev, o.JobID, o.Attempt, o.Worker)
+					int64(o.Duration), int64(o.RetryDelay), ev, ev, fence[0], fence[1], fence[2], fence[3])
 			case store.Bury:
 				res, err = s.stmt(tx, "bury").ExecContext(ctx, at, at, o.DeadReason, o.Fingerprint, o.Error, o.ClassName(), at,
-					int64(o.Duration), ev, ev, o.JobID, o.Attempt, o.Worker)
+					int64(o.Duration), ev, ev, fence[0], fence[1], fence[2], fence[3])
 				to = store.Dead
 			case store.Snooze:
 				to = dueState(o.RunAt, o.At)
-				res, err = s.stmt(tx, "snooze").ExecContext(ctx, string(to), micros(o.RunAt), ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = s.stmt(tx, "snooze").ExecContext(ctx, string(to), micros(o.RunAt), ev, ev, fence[0], fence[1], fence[2], fence[3])
 			case store.Release:
-				res, err = s.stmt(tx, "snooze").ExecContext(ctx, string(store.Pending), at, ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = s.stmt(tx, "snooze").ExecContext(ctx, string(store.Pending), at, ev, ev, fence[0], fence[1], fence[2], fence[3])
 				to = store.Pending
 			case store.Cancel:
-				res, err = s.stmt(tx, "cancelRunning").ExecContext(ctx, at, ev, ev, o.JobID, o.Attempt, o.Worker)
+				res, err = s.stmt(tx, "cancelRunning").ExecContext(ctx, at, ev, ev, fence[0], fence[1], fence[2], fence[3])
 				to = store.Canceled
-			default:
-				return fmt.Errorf("%w: outcome %d has unknown kind %d", store.ErrInvalid, i, o.Kind)
 			}
+			n, err := rowsChanged(res, err)
 			if err != nil {
 				return fmt.Errorf("sqlite: finish job %d: %w", o.JobID, err)
 			}
-			if n, err := res.RowsAffected(); err != nil {
-				return fmt.Errorf("sqlite: finish job %d: %w", o.JobID, err)
-			} else if n == 0 {
-				continue // stale: the job is not running this attempt for this worker
+			counters := o.Counters
+			if n == 0 && o.EndsIfCanceled() {
+				// Not applied: stale, or its job's cancellation was
+				// requested, which ends the job canceled.
+				ce := o.CanceledEvent()
+				cev, err := eventJSON(&ce)
+				if err != nil {
+					return err
+				}
+				if o.Kind == store.Retry {
+					res, err = s.stmt(tx, "retryCanceled").ExecContext(ctx, at, o.Error, o.ClassName(), at, int64(o.Duration), ev, ev, cev,
+						fence[0], fence[1], fence[2], fence[3])
+				} else {
+					res, err = s.stmt(tx, "snoozeCanceled").ExecContext(ctx, at, ev, ev, cev, fence[0], fence[1], fence[2], fence[3])
+				}
+				if n, err = rowsChanged(res, err); err != nil {
+					return fmt.Errorf("sqlite: finish job %d: %w", o.JobID, err)
+				}
+				to, counters = store.Canceled, o.CanceledCounters()
 			}
-			note(o, i, to)
+			if n == 0 {
+				continue // stale: the job is not running this lease for this worker
+			}
+			note(o, i, to, counters)
 		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {
 			return err
@@ -662,6 +692,15 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	return applied, nil
 }
 
+// rowsChanged returns how many rows the statement whose result and error
+// are res and err changed.
+func rowsChanged(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 func dueState(runAt, now time.Time) store.State {
 	if runAt.After(now) {
 		return store.Scheduled
@@ -669,31 +708,41 @@ func dueState(runAt, now time.Time) store.State {
 	return store.Pending
 }
 
-// Heartbeat implements store.Store.
-func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until time.Time) ([]int64, error) {
-	if len(ids) == 0 {
-		return nil, nil
+// Heartbeat implements store.Store: each chunk of leases is renewed by
+// one statement, joined with them by job id and token.
+func (s *Store) Heartbeat(ctx context.Context, worker string, leases []store.Lease, until time.Time) (store.HeartbeatResult, error) {
+	var res store.HeartbeatResult
+	if len(leases) == 0 {
+		return res, nil
 	}
-	var cancel []int64
+	renewed := map[store.Lease]bool{}
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		cancel = cancel[:0]
-		for chunk := range chunks(ids, 500) {
-			q := `UPDATE jobs SET lease_until = ? WHERE state = 'running' AND worker = ? AND id IN (` + placeholders(len(chunk)) + `)
-				RETURNING id, cancel_requested`
-			args := append([]any{micros(until), worker}, int64Args(chunk)...)
+		clear(renewed)
+		res.Canceled = res.Canceled[:0]
+		for chunk := range leaseChunks(leases, 400) {
+			q := `WITH h(id, lease) AS (VALUES ` + strings.Repeat("(?, ?), ", len(chunk)-1) + `(?, ?))
+				UPDATE jobs SET lease_until = ? FROM h
+				WHERE jobs.id = h.id AND jobs.lease = h.lease AND jobs.state = 'running' AND jobs.worker = ?
+				RETURNING jobs.id, jobs.lease, jobs.cancel_requested`
+			args := make([]any, 0, 2*len(chunk)+2)
+			for _, l := range chunk {
+				args = append(args, l.JobID, l.Token)
+			}
+			args = append(args, micros(until), worker)
 			rows, err := tx.QueryContext(ctx, q, args...)
 			if err != nil {
 				return fmt.Errorf("sqlite: heartbeat: %w", err)
 			}
 			for rows.Next() {
-				var id int64
+				var l store.Lease
 				var c int
-				if err := rows.Scan(&id, &c); err != nil {
+				if err := rows.Scan(&l.JobID, &l.Token, &c); err != nil {
 					rows.Close()
 					return fmt.Errorf("sqlite: heartbeat: %w", err)
 				}
+				renewed[l] = true
 				if c != 0 {
-					cancel = append(cancel, id)
+					res.Canceled = append(res.Canceled, l)
 				}
 			}
 			rows.Close()
@@ -704,10 +753,39 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, ids []int64, until
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return store.HeartbeatResult{}, err
 	}
-	sort.Slice(cancel, func(a, b int) bool { return cancel[a] < cancel[b] })
-	return cancel, nil
+	for _, l := range leases {
+		if !renewed[l] {
+			res.Lost = append(res.Lost, l)
+		}
+	}
+	sortLeases(res.Canceled)
+	sortLeases(res.Lost)
+	res.Lost = slices.Compact(res.Lost)
+	return res, nil
+}
+
+// sortLeases sorts leases by job id, then token.
+func sortLeases(ls []store.Lease) {
+	slices.SortFunc(ls, func(a, b store.Lease) int {
+		if a.JobID != b.JobID {
+			return cmp.Compare(a.JobID, b.JobID)
+		}
+		return cmp.Compare(a.Token, b.Token)
+	})
+}
+
+func leaseChunks(ls []store.Lease, n int) func(func([]store.Lease) bool) {
+	return func(yield func([]store.Lease) bool) {
+		for len(ls) > 0 {
+			k := min(n, len(ls))
+			if !yield(ls[:k]) {
+				return
+			}
+			ls = ls[k:]
+		}
+	}
 }
 
 // Progress implements store.Store.
@@ -718,7 +796,7 @@ func (s *Store) Progress(ctx context.Context, worker string, updates []store.Pro
 	return s.write(ctx, func(tx *sql.Conn) error {
 		st := s.stmt(tx, "progress")
 		for _, u := range updates {
-			if _, err := st.ExecContext(ctx, u.Done, u.Total, micros(u.At), u.JobID, u.Attempt, worker); err != nil {
+			if _, err := st.ExecContext(ctx, u.Done, u.Total, micros(u.At), u.JobID, u.Lease, worker); err != nil {
 				return fmt.Errorf("sqlite: progress of job %d: %w", u.JobID, err)
 			}
 		}
@@ -728,37 +806,47 @@ func (s *Store) Progress(ctx context.Context, worker string, updates []store.Pro
 
 // CancelRequested implements store.CancelChecker: a read of the jobs by
 // primary key, which takes no write lock.
-func (s *Store) CancelRequested(ctx context.Context, worker string, ids []int64) ([]int64, error) {
-	if len(ids) == 0 {
+func (s *Store) CancelRequested(ctx context.Context, worker string, leases []store.Lease) ([]store.Lease, error) {
+	if len(leases) == 0 {
 		return nil, nil
 	}
 	db, err := s.readDB()
 	if err != nil {
 		return nil, err
 	}
-	var out []int64
+	asked := make(map[store.Lease]bool, len(leases))
+	ids := make([]int64, 0, len(leases))
+	for _, l := range leases {
+		if !asked[l] {
+			asked[l] = true
+			ids = append(ids, l.JobID)
+		}
+	}
+	var out []store.Lease
 	for chunk := range chunks(ids, 500) {
-		q := `SELECT id FROM jobs WHERE id IN (` + placeholders(len(chunk)) + `)
+		q := `SELECT id, lease FROM jobs WHERE id IN (` + placeholders(len(chunk)) + `)
 			AND state = 'running' AND worker = ? AND cancel_requested <> 0`
 		rows, err := db.QueryContext(ctx, q, append(int64Args(chunk), worker)...)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: cancel requested: %w", err)
 		}
 		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
+			var l store.Lease
+			if err := rows.Scan(&l.JobID, &l.Token); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("sqlite: cancel requested: %w", err)
 			}
-			out = append(out, id)
+			if asked[l] {
+				out = append(out, l)
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("sqlite: cancel requested: %w", err)
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
-	return out, nil
+	sortLeases(out)
+	return slices.Compact(out), nil
 }
 
 func chunks(ids []int64, n int) func(func([]int64) bool) {
@@ -1082,7 +1170,13 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 	res.Redriven, res.Refused, res.Skipped = res.Redriven[:0], res.Refused[:0], res.Skipped[:0]
 	counts := map[[2]string]int64{}
 	mv := moves{}
+	seen := make(map[int64]bool, len(p.IDs))
 	for _, id := range p.IDs {
+		// An id given twice is redriven, and reported, once.
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
 		var state, queue string
 		var reproc int
 		var old []byte

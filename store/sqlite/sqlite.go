@@ -287,6 +287,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
+// fenced is the WHERE clause of the statements that apply an outcome: the
+// job (parameter 1) runs the lease (2) for the worker (3), and, when
+// parameter 4 is not NULL (a rescue), that lease ended before it.
+const fenced = `WHERE id = ? AND state = 'running' AND lease = ? AND worker = ? AND coalesce(lease_until < ?, 1)`
+
 // Statements prepared once on the writer connection.
 var writeSQL = map[string]string{
 	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at)
@@ -301,35 +306,52 @@ var writeSQL = map[string]string{
 	// are and, for the counts, how many of them were scheduled.
 	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM (
 		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ? ORDER BY run_at, id LIMIT ?)`,
-	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
+	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,
 	"complete": `UPDATE jobs SET state = 'completed', finished_at = ?, last_duration = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		progress_done = coalesce(?, progress_done), progress_total = CASE WHEN ? IS NULL THEN progress_total ELSE ? END,
 		progress_at = CASE WHEN ? IS NULL THEN progress_at ELSE ? END,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
-		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
+		` + fenced,
 	"retry": `UPDATE jobs SET state = ?, run_at = ?, retry_count = retry_count + 1, last_error = ?, last_error_class = ?, last_failed_at = ?,
-		last_duration = ?, last_delay = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
+		last_duration = ?, last_delay = ?, lease_until = NULL, worker = NULL,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
-		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
+		` + fenced + ` AND cancel_requested = 0`,
+	// retryCanceled is a Retry of a job whose cancellation was requested:
+	// the failure is recorded and the job ends canceled, with a canceled
+	// event after the outcome's.
+	"retryCanceled": `UPDATE jobs SET state = 'canceled', finished_at = ?, last_error = ?, last_error_class = ?, last_failed_at = ?,
+		last_duration = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
+		progress_done = NULL, progress_total = NULL, progress_at = NULL,
+		history = json_insert(CASE WHEN ? IS NULL THEN coalesce(history, '[]') ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END,
+			'$[#]', json(?))
+		` + fenced + ` AND cancel_requested <> 0`,
 	"bury": `UPDATE jobs SET state = 'dead', dead_at = ?, finished_at = ?, dead_reason = ?, fingerprint = ?,
 		last_error = ?, last_error_class = ?, last_failed_at = ?, last_duration = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
-		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
+		` + fenced,
 	"snooze": `UPDATE jobs SET state = ?, run_at = ?, attempt = attempt - 1, lease_until = NULL, worker = NULL,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
-		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
+		` + fenced + ` AND cancel_requested = 0`,
+	// snoozeCanceled is a Snooze or Release of a job whose cancellation
+	// was requested: the job ends canceled, with a canceled event after
+	// the outcome's.
+	"snoozeCanceled": `UPDATE jobs SET state = 'canceled', finished_at = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
+		progress_done = NULL, progress_total = NULL, progress_at = NULL,
+		history = json_insert(CASE WHEN ? IS NULL THEN coalesce(history, '[]') ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END,
+			'$[#]', json(?))
+		` + fenced + ` AND cancel_requested <> 0`,
 	"cancelRunning": `UPDATE jobs SET state = 'canceled', finished_at = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL,
 		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
-		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
-	// Progress: fenced on the running attempt and worker, as outcomes.
+		` + fenced,
+	// Progress: fenced on the running lease and worker, as outcomes.
 	"progress": `UPDATE jobs SET progress_done = ?, progress_total = ?, progress_at = ?
-		WHERE id = ? AND state = 'running' AND attempt = ? AND worker = ?`,
+		WHERE id = ? AND state = 'running' AND lease = ? AND worker = ?`,
 	"counter": `INSERT INTO counters (queue, name, n) VALUES (?, ?, ?)
 		ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n`,
 	"jobCount": `INSERT INTO job_counts (queue, state, n) VALUES (?, ?, ?)

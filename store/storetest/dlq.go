@@ -128,7 +128,7 @@ func testCancel(x *h) {
 	want.CancelRequested = true
 	x.checkJob("Cancel of a running job", got, want, "History")
 	x.checkJob("Get after Cancel of a running job", x.get(r.ID), want, "History")
-	x.checkIDs("Heartbeat after Cancel", x.heartbeat("w", []int64{r.ID}, at(3*time.Minute)), []int64{r.ID})
+	x.checkIDs("Heartbeat after Cancel", x.heartbeat("w", []*store.Job{r}, at(3*time.Minute)), []int64{r.ID})
 	o := outcome(r, store.Cancel, at(4*time.Minute))
 	o.Event = &store.Event{Kind: store.EventCanceled, Attempt: 1, At: at(0), Duration: store.Duration(4 * time.Minute), Worker: "w"}
 	x.finish(o)

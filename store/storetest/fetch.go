@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -225,15 +226,18 @@ func testHeartbeat(x *h) {
 	c := x.leaseNew(at(0), "w2", store.NewJob{Queue: "hq", Kind: "k"})[0]
 	d := x.leaseNew(at(0), "w1", store.NewJob{Queue: "hq", Kind: "k"})[0]
 	x.finish(completeOf(d, at(time.Second)))
-	if got := x.heartbeat("w1", []int64{a.ID, b.ID}, at(45*time.Second)); len(got) != 0 {
+	if got := x.heartbeat("w1", []*store.Job{a, b}, at(45*time.Second)); len(got) != 0 {
 		x.t.Errorf("Heartbeat before any cancel returned %v, want none", got)
 	}
 	x.cancel(b.ID, at(2*time.Second))
 	x.cancel(c.ID, at(2*time.Second))
 	beforeC, beforeD := x.get(c.ID), x.get(d.ID)
 
-	got := x.heartbeat("w1", []int64{a.ID, b.ID, c.ID, d.ID, missingID}, at(90*time.Second))
-	x.checkIDs("Heartbeat(w1) cancel list", got, []int64{b.ID})
+	missing := &store.Job{ID: missingID, Lease: 1}
+	res := x.heartbeatLeases("w1", leasesOf(a, b, c, d, missing), at(90*time.Second))
+	if want := (store.HeartbeatResult{Canceled: leasesOf(b), Lost: leasesOf(c, d, missing)}); !slices.Equal(res.Canceled, want.Canceled) || !slices.Equal(res.Lost, want.Lost) {
+		x.t.Errorf("Heartbeat(w1) = %+v, want %+v", res, want)
+	}
 	for _, j := range []*store.Job{a, b} {
 		g := x.get(j.ID)
 		if g.State != store.Running || g.LeaseUntil == nil || !sameTime(*g.LeaseUntil, at(90*time.Second)) || g.Worker != "w1" {
@@ -243,7 +247,7 @@ func testHeartbeat(x *h) {
 	x.checkJob("job held by w2 after Heartbeat(w1)", x.get(c.ID), beforeC)
 	x.checkJob("completed job after Heartbeat(w1)", x.get(d.ID), beforeD)
 
-	got = x.heartbeat("w2", []int64{a.ID, b.ID, c.ID}, at(120*time.Second))
+	got := x.heartbeat("w2", []*store.Job{a, b, c}, at(120*time.Second))
 	x.checkIDs("Heartbeat(w2) cancel list", got, []int64{c.ID})
 	for _, j := range []*store.Job{a, b} {
 		if g := x.get(j.ID); g.LeaseUntil == nil || !sameTime(*g.LeaseUntil, at(90*time.Second)) {
@@ -263,7 +267,7 @@ func testExpired(x *h) {
 	u := x.enqueue(at(0), store.NewJob{Queue: "eq2", Kind: "k"})[0]
 	u = x.fetchWant(store.FetchParams{Queue: "eq2", Limit: 1, Now: at(0), LeaseUntil: at(2 * time.Minute), Worker: "w2"}, u.ID)[0]
 	pending := x.enqueue(at(0), store.NewJob{Queue: "eq3", Kind: "k", RunAt: at(-time.Hour)})[0]
-	x.heartbeat("w1", []int64{j2.ID}, at(3*time.Minute))
+	x.heartbeat("w1", []*store.Job{j2}, at(3*time.Minute))
 
 	ids := func(js []*store.Job) []int64 { return jobIDs(js) }
 	x.checkIDSet("Expired at the lease end", ids(x.expired(at(time.Minute), 10)), nil)
@@ -327,27 +331,42 @@ func testCancelRequested(x *h) {
 	a, b := ab[0], ab[1]
 	c := x.leaseNew(at(0), "w2", store.NewJob{Queue: "cq", Kind: "k"})[0]
 	d := x.leaseNew(at(0), "w1", store.NewJob{Queue: "cq", Kind: "k"})[0]
-	ask := func(worker string, ids ...int64) []int64 {
+	ask := func(worker string, jobs ...*store.Job) []int64 {
 		x.t.Helper()
-		got, err := cc.CancelRequested(x.ctx, worker, ids)
+		leases := leasesOf(jobs...)
+		got, err := cc.CancelRequested(x.ctx, worker, leases)
 		if err != nil {
-			x.t.Fatalf("CancelRequested(%s, %v): %v", worker, ids, err)
+			x.t.Fatalf("CancelRequested(%s, %v): %v", worker, leases, err)
 		}
-		return got
+		if !slices.IsSortedFunc(got, compareLeases) {
+			x.t.Errorf("CancelRequested(%s, %v) = %v, not sorted", worker, leases, got)
+		}
+		var ids []int64
+		for _, l := range got {
+			if !slices.Contains(leases, l) {
+				x.t.Errorf("CancelRequested(%s, %v) = %v: lease %v not asked for", worker, leases, got, l)
+			}
+			ids = append(ids, l.JobID)
+		}
+		return ids
 	}
-	x.checkIDs("CancelRequested(w1) before any cancel", ask("w1", a.ID, b.ID, d.ID), nil)
+	x.checkIDs("CancelRequested(w1) before any cancel", ask("w1", a, b, d), nil)
 	x.checkIDs("CancelRequested(w1) of no jobs", ask("w1"), nil)
 	x.cancel(b.ID, at(time.Second))
 	x.cancel(c.ID, at(time.Second))
 	x.cancel(a.ID, at(time.Second))
 	beforeA, beforeB, beforeC := x.get(a.ID), x.get(b.ID), x.get(c.ID)
-	x.checkIDs("CancelRequested(w1)", ask("w1", b.ID, a.ID, c.ID, d.ID, missingID), []int64{a.ID, b.ID})
-	x.checkIDs("CancelRequested(w2)", ask("w2", a.ID, b.ID, c.ID), []int64{c.ID})
-	x.checkIDs("CancelRequested(w1) of some of its jobs", ask("w1", b.ID), []int64{b.ID})
+	x.checkIDs("CancelRequested(w1)", ask("w1", b, a, c, d, &store.Job{ID: missingID, Lease: 1}), []int64{a.ID, b.ID})
+	x.checkIDs("CancelRequested(w2)", ask("w2", a, b, c), []int64{c.ID})
+	x.checkIDs("CancelRequested(w1) of some of its jobs", ask("w1", b), []int64{b.ID})
+	// Another lease of a job is not reported.
+	staleA := *a
+	staleA.Lease--
+	x.checkIDs("CancelRequested(w1) of an earlier lease", ask("w1", &staleA), nil)
 	x.checkJob("job after CancelRequested", x.get(a.ID), beforeA)
 	x.checkJob("job after CancelRequested", x.get(b.ID), beforeB)
 	x.checkJob("job after CancelRequested", x.get(c.ID), beforeC)
 	// A job no longer running is not reported.
 	x.finish(outcome(beforeB, store.Cancel, at(2*time.Second)))
-	x.checkIDs("CancelRequested(w1) after b ended", ask("w1", a.ID, b.ID), []int64{a.ID})
+	x.checkIDs("CancelRequested(w1) after b ended", ask("w1", a, b), []int64{a.ID})
 }

@@ -242,22 +242,26 @@ func testFinishCancel(x *h) {
 	}
 }
 
-// testFencing: outcomes that do not match the running attempt and worker
+// testFencing: outcomes that do not match the running lease and worker
 // are stale: nothing changes, counters included.
 func testFencing(x *h) {
 	j := x.leaseNew(at(0), "w1", store.NewJob{Queue: "q", Kind: "k"})[0] // lease until at(1m)
 	before := x.get(j.ID)
 	succeeded := []store.Counter{{Queue: "q", Name: store.StatSucceeded, N: 1}}
 	stale := []store.Outcome{
-		{JobID: j.ID, Queue: "q", Attempt: 2, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
-		{JobID: j.ID, Queue: "q", Attempt: 0, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
-		{JobID: j.ID, Queue: "q", Attempt: 1, Worker: "w2", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
-		{JobID: j.ID, Queue: "q", Attempt: 1, Worker: "", Kind: store.Bury, At: at(time.Second), Class: failure.Permanent, DeadReason: "x", Fingerprint: "x", Error: "x", Counters: succeeded},
-		{JobID: missingID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 1, Lease: j.Lease + 1, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 1, Lease: j.Lease - 1, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 1, Lease: j.Lease, Worker: "w2", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		{JobID: j.ID, Queue: "q", Attempt: 1, Lease: j.Lease, Worker: "", Kind: store.Bury, At: at(time.Second), Class: failure.Permanent, DeadReason: "x", Fingerprint: "x", Error: "x", Counters: succeeded},
+		{JobID: missingID, Queue: "q", Attempt: 1, Lease: j.Lease, Worker: "w1", Kind: store.Complete, At: at(time.Second), Counters: succeeded},
+		// A rescue of a lease that has not expired.
+		{JobID: j.ID, Queue: "q", Attempt: 1, Lease: j.Lease, Worker: "w1", Kind: store.Retry, At: at(time.Second), ExpiredBy: at(time.Minute),
+			RunAt: at(time.Second), Class: failure.Transient, Error: "x", Counters: succeeded},
 	}
 	for i, o := range stale {
 		if applied := x.finishApplied(o); applied[0] {
-			x.t.Errorf("stale outcome %d (job %d, attempt %d, worker %q) was applied", i, o.JobID, o.Attempt, o.Worker)
+			x.t.Errorf("stale outcome %d (job %d, lease %d, worker %q) was applied", i, o.JobID, o.Lease, o.Worker)
 		}
 	}
 	x.checkJob("job after stale outcomes", x.get(j.ID), before)
@@ -271,12 +275,10 @@ func testFencing(x *h) {
 	if len(exp) != 1 || exp[0].ID != j.ID {
 		x.t.Fatalf("Expired = %v, want job %d", jobIDs(exp), j.ID)
 	}
-	rescue := retryOf(exp[0], at(time.Minute+time.Second), at(time.Minute+time.Second), failure.Transient, "lease expired")
-	rescue.Counters = []store.Counter{{Queue: "q", Name: store.StatRescued, N: 1}}
-	x.finish(rescue)
+	x.finish(rescueOf(exp[0], at(time.Minute+time.Second)))
 	j2 := x.fetchWant(store.FetchParams{Queue: "q", Limit: 1, Now: at(time.Minute + time.Second), LeaseUntil: at(2 * time.Minute), Worker: "w2"}, j.ID)[0]
-	if j2.Attempt != 2 || j2.Worker != "w2" {
-		x.t.Fatalf("job %d re-fetched with attempt %d, worker %q; want 2, w2", j.ID, j2.Attempt, j2.Worker)
+	if j2.Attempt != 2 || j2.Worker != "w2" || j2.Lease <= j.Lease {
+		x.t.Fatalf("job %d re-fetched with attempt %d, lease %d, worker %q; want 2, a lease after %d, w2", j.ID, j2.Attempt, j2.Lease, j2.Worker, j.Lease)
 	}
 	before = x.get(j.ID)
 	late := completeOf(j, at(70*time.Second)) // w1, attempt 1
@@ -291,7 +293,7 @@ func testFencing(x *h) {
 	o.Counters = succeeded
 	x.finish(o)
 	if applied := x.finishApplied(o); applied[0] {
-		x.t.Errorf("a second Complete of the same attempt was applied")
+		x.t.Errorf("a second Complete of the same lease was applied")
 	}
 	if g := x.get(j.ID); g.State != store.Completed || !sameTime(*g.FinishedAt, at(80*time.Second)) {
 		x.t.Errorf("job %d: state %s, FinishedAt %s; want completed at %s", j.ID, g.State, fmtTimePtr(g.FinishedAt), fmtTime(at(80*time.Second)))
@@ -318,11 +320,11 @@ func testFencingBatch(x *h) {
 	ob := retryOf(b, at(time.Second), at(time.Hour), failure.RateLimited, "429")
 	ob.Counters = cnt(store.StatRetried)
 	staleC := buryOf(c, at(time.Second), failure.Permanent, "r", "f", "e")
-	staleC.Attempt = 2
+	staleC.Lease++
 	staleC.Counters = cnt(store.StatDeferred)
 	dupA := completeOf(a, at(2*time.Second))
 	dupA.Counters = cnt(store.StatDeferred)
-	unknown := completeOf(&store.Job{ID: missingID, Queue: "q", Attempt: 1, Worker: "w1"}, at(time.Second))
+	unknown := completeOf(&store.Job{ID: missingID, Queue: "q", Attempt: 1, Lease: 1, Worker: "w1"}, at(time.Second))
 	unknown.Counters = cnt(store.StatDeferred)
 
 	applied := x.finishApplied(oa, staleB, ob, staleC, dupA, unknown)
@@ -347,7 +349,7 @@ func testFencingBatch(x *h) {
 // different counters per outcome and jobs of two queues, applies each
 // fresh one with its own finish time and duration and adds the counters
 // of the applied ones only; completions of two workers in one batch, and
-// two of one job with different attempts, are each fenced alone.
+// two of one job with different leases, are each fenced alone.
 func testFencingCompletions(x *h) {
 	jobs := x.leaseNew(at(0), "w1", store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"},
 		store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"})
@@ -362,8 +364,8 @@ func testFencingCompletions(x *h) {
 		return o
 	}
 	staleC := done(c, 3, succeeded("q"))
-	staleC.Attempt = 2
-	missing := done(&store.Job{ID: missingID, Queue: "q", Attempt: 1, Worker: "w1"}, 3, succeeded("q"))
+	staleC.Lease++
+	missing := done(&store.Job{ID: missingID, Queue: "q", Attempt: 1, Lease: 1, Worker: "w1"}, 3, succeeded("q"))
 	outs := []store.Outcome{
 		done(f, 6, succeeded("q"), store.Counter{Queue: "q", Name: store.StatSucceededAfterRetry, N: 1}),
 		done(a, 1, succeeded("q")),
@@ -404,12 +406,12 @@ func testFencingCompletions(x *h) {
 	if want := []bool{true, false, true}; !slices.Equal(applied, want) {
 		x.t.Errorf("Finish of two workers' completions applied %v, want %v", applied, want)
 	}
-	// Two completions of one job, attempts 2 and 1: the running one applies.
+	// Two completions of one job, leases n+1 and n: the running one applies.
 	staleD := done(d, 9, succeeded("q"))
-	staleD.Attempt = 2
+	staleD.Lease++
 	applied = x.finishApplied(staleD, done(d, 9, succeeded("q")))
 	if want := []bool{false, true}; !slices.Equal(applied, want) {
-		x.t.Errorf("Finish of a job's completions of attempts 2 and 1 applied %v, want %v", applied, want)
+		x.t.Errorf("Finish of a job's completions of leases n+1 and n applied %v, want %v", applied, want)
 	}
 	if got := x.get(d.ID); got.State != store.Completed || !sameTime(*got.FinishedAt, at(9*time.Second)) {
 		x.t.Errorf("job d: state %s, FinishedAt %s; want completed at %s", got.State, fmtTimePtr(got.FinishedAt), fmtTime(at(9*time.Second)))
@@ -460,9 +462,9 @@ func testFinishClassNone(x *h) {
 			x.t.Errorf("job %d never failed, class %s; want none", j.ID, g.LastErrorClass)
 		}
 	}
-	retry := store.Outcome{JobID: jobs[0].ID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Retry, At: at(time.Second),
+	retry := store.Outcome{JobID: jobs[0].ID, Queue: "q", Attempt: 1, Lease: jobs[0].Lease, Worker: "w1", Kind: store.Retry, At: at(time.Second),
 		RunAt: at(time.Minute), Error: "no class"}
-	bury := store.Outcome{JobID: jobs[1].ID, Queue: "q", Attempt: 1, Worker: "w1", Kind: store.Bury, At: at(time.Second),
+	bury := store.Outcome{JobID: jobs[1].ID, Queue: "q", Attempt: 1, Lease: jobs[1].Lease, Worker: "w1", Kind: store.Bury, At: at(time.Second),
 		Error: "no class", DeadReason: "r", Fingerprint: "f"}
 	x.finish(retry, bury, completeOf(jobs[2], at(time.Second)))
 	for _, id := range []int64{jobs[0].ID, jobs[1].ID} {

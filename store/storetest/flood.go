@@ -85,7 +85,7 @@ func Flood(t *testing.T, s store.Store) FloodResult {
 		fetched += len(got)
 		outs := make([]store.Outcome, len(got))
 		for i, j := range got {
-			outs[i] = store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: "w",
+			outs[i] = store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "w",
 				Kind: store.Complete, At: time.Now()}
 		}
 		applied, err := s.Finish(ctx, outs)

@@ -306,15 +306,62 @@ func (x *h) expired(now time.Time, limit int) []*store.Job {
 	return got
 }
 
-// heartbeat calls Heartbeat and fails on an error; it returns the ids to
-// cancel, sorted.
-func (x *h) heartbeat(worker string, ids []int64, until time.Time) []int64 {
+// heartbeat calls Heartbeat with the leases of jobs and fails on an
+// error; it returns the ids of the jobs to cancel, sorted.
+func (x *h) heartbeat(worker string, jobs []*store.Job, until time.Time) []int64 {
 	x.t.Helper()
-	got, err := x.s.Heartbeat(x.ctx, worker, ids, until)
-	if err != nil {
-		x.t.Fatalf("Heartbeat(%q, %v): %v", worker, ids, err)
+	res := x.heartbeatLeases(worker, leasesOf(jobs...), until)
+	var ids []int64
+	for _, l := range res.Canceled {
+		ids = append(ids, l.JobID)
 	}
-	return sorted(got)
+	return sorted(ids)
+}
+
+// heartbeatLeases calls Heartbeat and fails on an error, or unless it
+// reports each lease given once at most in each list, sorted.
+func (x *h) heartbeatLeases(worker string, leases []store.Lease, until time.Time) store.HeartbeatResult {
+	x.t.Helper()
+	res, err := x.s.Heartbeat(x.ctx, worker, leases, until)
+	if err != nil {
+		x.t.Fatalf("Heartbeat(%q, %v): %v", worker, leases, err)
+	}
+	for _, list := range [][]store.Lease{res.Canceled, res.Lost} {
+		if !slices.IsSortedFunc(list, compareLeases) || len(slices.Compact(slices.Clone(list))) != len(list) {
+			x.t.Errorf("Heartbeat(%q, %v) = %+v: lists not sorted by job id, or with repeats", worker, leases, res)
+		}
+		for _, l := range list {
+			if !slices.Contains(leases, l) {
+				x.t.Errorf("Heartbeat(%q, %v) = %+v: reports lease %v, not given", worker, leases, res, l)
+			}
+		}
+	}
+	return res
+}
+
+// leasesOf returns the leases the jobs hold.
+func leasesOf(jobs ...*store.Job) []store.Lease {
+	out := make([]store.Lease, len(jobs))
+	for i, j := range jobs {
+		out[i] = store.LeaseOf(j)
+	}
+	return out
+}
+
+func compareLeases(a, b store.Lease) int {
+	if a.JobID != b.JobID {
+		if a.JobID < b.JobID {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a.Token < b.Token:
+		return -1
+	case a.Token > b.Token:
+		return 1
+	}
+	return 0
 }
 
 // counter returns Counters[queue][name] of the current stats.
@@ -323,10 +370,10 @@ func (x *h) counter(queue, name string) int64 {
 	return x.stats().Counters[queue][name]
 }
 
-// Outcome builders. Each fences on the leased job's attempt and worker.
+// Outcome builders. Each fences on the leased job's lease and worker.
 
 func outcome(j *store.Job, kind store.OutcomeKind, when time.Time) store.Outcome {
-	return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: j.Worker, Kind: kind, At: when}
+	return store.Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: j.Worker, Kind: kind, At: when}
 }
 
 func completeOf(j *store.Job, when time.Time) store.Outcome {

@@ -88,15 +88,18 @@ func testClose(x *h) {
 		},
 		"NextDue": func() error { _, _, err := x.s.NextDue(ctx, "q"); return err },
 		"Finish": func() error {
-			_, err := x.s.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: j.Queue, Attempt: 1, Worker: "w", Kind: store.Complete, At: at(time.Second)}})
+			_, err := x.s.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: j.Queue, Attempt: 1, Lease: 1, Worker: "w", Kind: store.Complete, At: at(time.Second)}})
 			return err
 		},
-		"Heartbeat": func() error { _, err := x.s.Heartbeat(ctx, "w", []int64{j.ID}, at(time.Minute)); return err },
-		"Expired":   func() error { _, err := x.s.Expired(ctx, at(time.Hour), 10); return err },
-		"Get":       func() error { _, err := x.s.Get(ctx, j.ID); return err },
-		"List":      func() error { _, err := x.s.List(ctx, store.Filter{}, store.Page{}); return err },
-		"Groups":    func() error { _, err := x.s.Groups(ctx, store.Filter{}, 10); return err },
-		"Cancel":    func() error { _, err := x.s.Cancel(ctx, j.ID, at(time.Second)); return err },
+		"Heartbeat": func() error {
+			_, err := x.s.Heartbeat(ctx, "w", []store.Lease{{JobID: j.ID, Token: 1}}, at(time.Minute))
+			return err
+		},
+		"Expired": func() error { _, err := x.s.Expired(ctx, at(time.Hour), 10); return err },
+		"Get":     func() error { _, err := x.s.Get(ctx, j.ID); return err },
+		"List":    func() error { _, err := x.s.List(ctx, store.Filter{}, store.Page{}); return err },
+		"Groups":  func() error { _, err := x.s.Groups(ctx, store.Filter{}, 10); return err },
+		"Cancel":  func() error { _, err := x.s.Cancel(ctx, j.ID, at(time.Second)); return err },
 		"Redrive": func() error {
 			_, err := x.s.Redrive(ctx, store.RedriveParams{IDs: []int64{j.ID}, Now: at(time.Second)})
 			return err

@@ -17,7 +17,7 @@ func (x *h) progress(worker string, updates ...store.ProgressUpdate) {
 
 // progressOf is an update of the leased job j's attempt.
 func progressOf(j *store.Job, done, total int64, when time.Time) store.ProgressUpdate {
-	return store.ProgressUpdate{JobID: j.ID, Attempt: j.Attempt, JobProgress: store.JobProgress{Done: done, Total: total, At: when}}
+	return store.ProgressUpdate{JobID: j.ID, Lease: j.Lease, JobProgress: store.JobProgress{Done: done, Total: total, At: when}}
 }
 
 // checkProgress fails unless the job's progress is want (nil: none).
@@ -28,7 +28,7 @@ func (x *h) checkProgress(what string, id int64, want *store.JobProgress) {
 	}
 }
 
-// testProgress: an update applies only to a job running that attempt for
+// testProgress: an update applies only to a job running that lease for
 // that worker; Get and List show the latest; the other fields stay.
 func testProgress(x *h) {
 	jobs := x.leaseNew(at(0), "w1", store.NewJob{Queue: "q", Kind: "k"}, store.NewJob{Queue: "q", Kind: "k"})
@@ -41,11 +41,11 @@ func testProgress(x *h) {
 	x.progress("w2", progressOf(a, 10, 100, at(time.Second)))
 	x.checkProgress("progress from another worker", a.ID, nil)
 	stale := progressOf(a, 10, 100, at(time.Second))
-	stale.Attempt = a.Attempt + 1
+	stale.Lease = a.Lease + 1
 	x.progress("w1", stale)
-	x.checkProgress("progress of another attempt", a.ID, nil)
-	x.progress("w1", store.ProgressUpdate{JobID: pending.ID, Attempt: 0, JobProgress: store.JobProgress{Done: 1, Total: 2, At: at(time.Second)}},
-		store.ProgressUpdate{JobID: missingID, Attempt: 1, JobProgress: store.JobProgress{Done: 1, At: at(time.Second)}})
+	x.checkProgress("progress of another lease", a.ID, nil)
+	x.progress("w1", store.ProgressUpdate{JobID: pending.ID, Lease: pending.Lease, JobProgress: store.JobProgress{Done: 1, Total: 2, At: at(time.Second)}},
+		store.ProgressUpdate{JobID: missingID, Lease: 1, JobProgress: store.JobProgress{Done: 1, At: at(time.Second)}})
 	x.checkProgress("progress of a pending job", pending.ID, nil)
 
 	x.progress("w1", progressOf(a, 10, 100, at(time.Second)), progressOf(b, 7, 0, at(time.Second)))
@@ -73,7 +73,7 @@ func testProgress(x *h) {
 	}
 
 	// A heartbeat keeps the progress.
-	x.heartbeat("w1", []int64{a.ID}, at(2*time.Minute))
+	x.heartbeat("w1", []*store.Job{a}, at(2*time.Minute))
 	x.checkProgress("progress after a heartbeat", a.ID, want)
 }
 
