@@ -93,11 +93,11 @@ type Options struct {
 	// last X-Forwarded-For entry that is not one of them), not the proxy.
 	TrustedProxies []netip.Prefix
 	// WriteTimeout bounds how long a response may wait on a client that
-	// takes none of it in (default DefaultWriteTimeout): every request
-	// gets a write deadline that far ahead, which the NDJSON export moves
-	// on before each job and an answer that waited (?wait=true) before it
-	// is written, so that a slow reader never holds a handler (and a
-	// connection) for good, while a long export or wait still completes.
+	// takes none of it in (default DefaultWriteTimeout): each write of a
+	// response, of at most 64 KB, gets a write deadline that far ahead, so
+	// that a slow reader never holds a handler (and a connection) for
+	// good, while an answer that takes long to compute, a long export or
+	// wait (?wait=true), or a large answer read slowly still completes.
 	// It overrides the http.Server's WriteTimeout for the API's routes.
 	WriteTimeout time.Duration
 }
@@ -577,14 +577,55 @@ func (c *capture) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// writeDeadline gives every response a write deadline writeTimeout ahead
-// (see Options.WriteTimeout).
+// writeDeadline bounds how long each write of a response may wait on the
+// client (see Options.WriteTimeout): before every deadlineChunk bytes it
+// moves the write deadline writeTimeout ahead, so that the time a handler
+// takes to compute its answer does not count, and a client that keeps
+// reading gets the whole of a large answer, while one that takes in
+// nothing for writeTimeout is cut off.
 func (a *api) writeDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.extendWrite(w)
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: a.writeTimeout}, r)
 	})
 }
+
+// deadlineChunk is how many bytes of a response one write deadline
+// covers: at least deadlineChunk per writeTimeout keeps a client served.
+const deadlineChunk = 64 << 10
+
+// deadlineWriter is a ResponseWriter that moves the write deadline on
+// before each deadlineChunk it writes.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+// Write writes b in chunks of deadlineChunk, each with a deadline of its
+// own.
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 {
+		_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+		m, err := d.ResponseWriter.Write(b[:min(len(b), deadlineChunk)])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		b = b[m:]
+	}
+	return n, nil
+}
+
+// Flush sends what is buffered, with a deadline of its own.
+func (d *deadlineWriter) Flush() {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	_ = d.rc.Flush()
+}
+
+// Unwrap returns the ResponseWriter underneath, for
+// http.ResponseController.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // extendWrite moves the response's write deadline writeTimeout ahead of
 // now; writers that cannot (a test's recorder) are left as they are.
