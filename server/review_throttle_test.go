@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +152,25 @@ func TestSlowAnswerNotLost(t *testing.T) {
 	}
 	if err := json.NewDecoder(res.Body).Decode(&page); err != nil || res.StatusCode != 200 {
 		t.Fatalf("a list that took longer than WriteTimeout: %d, %v", res.StatusCode, err)
+	}
+}
+
+// TestThrottleForwardedForWithPort: some proxies (Azure Application
+// Gateway, IIS ARR) write the client's port into X-Forwarded-For
+// ("203.0.113.5:4711", "[2001:db8::5]:4711"). Such an entry names the
+// client as well as a bare address: read as malformed, it made every
+// client behind the proxy share the proxy's bucket, so one guesser
+// locked everyone out, the defect the key on the client was to end.
+func TestThrottleForwardedForWithPort(t *testing.T) {
+	proxy := netip.MustParsePrefix("10.0.0.0/8")
+	e := newEnv(t, Options{Token: throttleToken, TrustedProxies: []netip.Prefix{proxy}})
+	for _, c := range [][2]string{
+		{"203.0.113.5:4711", "203.0.113.6:4711"},
+		{"[2001:db8:5::5]:4711", "[2001:db8:6::6]:4711"},
+	} {
+		exhaust(t, e.api, "10.1.2.3:80", "X-Forwarded-For", c[0])
+		if r := serveFrom(e.api, "10.1.2.3:80", "GET", "/v1/stats", "Authorization", "Bearer "+throttleToken, "X-Forwarded-For", c[1]); r.status != 200 {
+			t.Errorf("X-Forwarded-For %s after %s was throttled: %d, want 200", c[1], c[0], r.status)
+		}
 	}
 }
