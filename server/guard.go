@@ -308,8 +308,8 @@ func forwardedFor(peer netip.Addr, values []string, trusted func(netip.Addr) boo
 			if hops++; hops > maxForwardedHops {
 				return peer
 			}
-			ip, err := netip.ParseAddr(strings.TrimSpace(entries[j]))
-			if err != nil {
+			ip, ok := forwardedAddr(entries[j])
+			if !ok {
 				return peer
 			}
 			peer = ip.Unmap()
@@ -319,4 +319,24 @@ func forwardedFor(peer netip.Addr, values []string, trusted func(netip.Addr) boo
 		}
 	}
 	return peer
+}
+
+// forwardedAddr reads one X-Forwarded-For entry: an address, with spaces
+// around it, and perhaps a port, as some proxies write it
+// ("203.0.113.5:4711", "[2001:db8::5]:4711"), or an IPv6 address in
+// brackets.
+func forwardedAddr(entry string) (netip.Addr, bool) {
+	entry = strings.TrimSpace(entry)
+	if ip, err := netip.ParseAddr(entry); err == nil {
+		return ip, true
+	}
+	if ap, err := netip.ParseAddrPort(entry); err == nil {
+		return ap.Addr(), true
+	}
+	if strings.HasPrefix(entry, "[") && strings.HasSuffix(entry, "]") {
+		if ip, err := netip.ParseAddr(entry[1 : len(entry)-1]); err == nil && ip.Is6() {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
 }
