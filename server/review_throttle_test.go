@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +174,33 @@ func TestThrottleForwardedForWithPort(t *testing.T) {
 		if r := serveFrom(e.api, "10.1.2.3:80", "GET", "/v1/stats", "Authorization", "Bearer "+throttleToken, "X-Forwarded-For", c[1]); r.status != 200 {
 			t.Errorf("X-Forwarded-For %s after %s was throttled: %d, want 200", c[1], c[0], r.status)
 		}
+	}
+}
+
+// TestThrottledGuessesLogBounded: a guesser's refused requests cost it
+// nothing, so they must not each cost the server a log line: 200 wrong
+// guesses, on the API and the sign-in, must not write 195 warnings (a
+// flood of them fills the disk or drowns the log the operator reads).
+func TestThrottledGuessesLogBounded(t *testing.T) {
+	msgs := make(chan string, 1000)
+	e := newEnv(t, Options{Token: throttleToken, Logger: slog.New(messageHandler{msgs})})
+	for i := range 200 {
+		if i%2 == 0 {
+			serveFrom(e.api, "198.51.100.7:4000", "GET", "/v1/stats", "Authorization", "Bearer wrong")
+			continue
+		}
+		form := httptest.NewRequest("POST", "/ui/login", strings.NewReader(url.Values{"token": {"wrong"}}.Encode()))
+		form.RemoteAddr = "198.51.100.7:4000"
+		form.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		e.api.ServeHTTP(httptest.NewRecorder(), form)
+	}
+	throttled := 0
+	for len(msgs) > 0 {
+		if strings.Contains(<-msgs, "throttled") {
+			throttled++
+		}
+	}
+	if throttled > 4 {
+		t.Errorf("200 wrong guesses from one client logged %d throttling warnings", throttled)
 	}
 }
