@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -339,4 +340,32 @@ func forwardedAddr(entry string) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
+}
+
+// throttleLog writes the throttle's refusals at most once a minute per
+// message, with how many it left out since the line before: a refused
+// guess costs the guesser nothing, so it must not cost the server a log
+// line each.
+type throttleLog struct {
+	mu     sync.Mutex
+	last   map[string]time.Time
+	missed map[string]int
+}
+
+// warn logs msg with args, unless it logged msg less than a minute ago.
+func (t *throttleLog) warn(l *slog.Logger, msg string, args ...any) {
+	t.mu.Lock()
+	now := time.Now()
+	if t.last == nil {
+		t.last, t.missed = map[string]time.Time{}, map[string]int{}
+	}
+	if at, ok := t.last[msg]; ok && now.Sub(at) < time.Minute {
+		t.missed[msg]++
+		t.mu.Unlock()
+		return
+	}
+	missed := t.missed[msg]
+	t.last[msg], t.missed[msg] = now, 0
+	t.mu.Unlock()
+	l.Warn(msg, append(args, "refused_since_last_line", missed)...)
 }

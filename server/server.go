@@ -148,6 +148,8 @@ type api struct {
 	ops          *operations
 	trusted      []netip.Prefix
 	throttle     loginThrottle
+	// throttled logs the throttle's refusals, once a minute.
+	throttled throttleLog
 	// storeTrouble logs store outages once a minute.
 	storeTrouble troubleLog
 }
@@ -484,7 +486,7 @@ func (a *api) checkBearer(w http.ResponseWriter, r *http.Request) bool {
 	allowed, right, wait := a.throttle.guess(client, func() bool { return a.rightBearer(h) })
 	switch {
 	case !allowed:
-		a.log.Warn("api: bearer token guesses throttled", "remote", r.RemoteAddr, "client", client, "retry_after", wait.Round(time.Second))
+		a.throttled.warn(a.log, "api: bearer token guesses throttled", "remote", r.RemoteAddr, "client", client, "retry_after", wait.Round(time.Second))
 		writeError(w, &apiError{status: http.StatusTooManyRequests, code: "too_many_attempts", retryAfter: int(wait/time.Second) + 1,
 			msg: "too many requests with a wrong bearer token from this address: wait, then send the right one"})
 		return false
