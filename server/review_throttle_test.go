@@ -204,3 +204,42 @@ func TestThrottledGuessesLogBounded(t *testing.T) {
 		t.Errorf("200 wrong guesses from one client logged %d throttling warnings", throttled)
 	}
 }
+
+// slowDeleteStore is a store whose DeleteSchedule takes a while (a lock
+// held elsewhere) and deletes.
+type slowDeleteStore struct {
+	*sqlite.Store
+	delay time.Duration
+}
+
+func (s slowDeleteStore) DeleteSchedule(context.Context, string) (bool, error) {
+	time.Sleep(s.delay)
+	return true, nil
+}
+
+// TestSlowBareAnswerNotLost: an answer with no body (204), which the
+// handler never writes through Write, reaches the client after the
+// handler took longer than the write timeouts, the API's and the
+// http.Server's (serve sets both). Real time passing is what is tested:
+// the delete takes 500 ms, both write timeouts are 200 ms.
+func TestSlowBareAnswerNotLost(t *testing.T) {
+	c := redrive.NewClient(slowDeleteStore{openStore(t), 500 * time.Millisecond}, redrive.ClientOptions{Logger: quiet})
+	api := New(Options{Client: c, Logger: quiet, WriteTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = api.Close() })
+	srv := httptest.NewUnstartedServer(api)
+	srv.Config.WriteTimeout = 200 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	req, err := http.NewRequest("DELETE", srv.URL+"/v1/schedules/nightly", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("a 204 that took longer than the write timeouts: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE /v1/schedules/nightly: %d, want 204", res.StatusCode)
+	}
+}
