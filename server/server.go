@@ -587,7 +587,13 @@ func (c *capture) Write(b []byte) (int, error) {
 // nothing for writeTimeout is cut off.
 func (a *api) writeDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: a.writeTimeout}, r)
+		d := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: a.writeTimeout}
+		// What net/http writes itself (100 Continue, the buffered rest
+		// and the status line of an answer without a body once the
+		// handler returns) gets a deadline of its own too.
+		d.extend()
+		next.ServeHTTP(d, r)
+		d.extend()
 	})
 }
 
@@ -608,7 +614,7 @@ type deadlineWriter struct {
 func (d *deadlineWriter) Write(b []byte) (int, error) {
 	n := 0
 	for len(b) > 0 {
-		_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+		d.extend()
 		m, err := d.ResponseWriter.Write(b[:min(len(b), deadlineChunk)])
 		n += m
 		if err != nil {
@@ -619,11 +625,22 @@ func (d *deadlineWriter) Write(b []byte) (int, error) {
 	return n, nil
 }
 
+// WriteHeader sends the status (at once for a 1xx), with a deadline of
+// its own.
+func (d *deadlineWriter) WriteHeader(code int) {
+	d.extend()
+	d.ResponseWriter.WriteHeader(code)
+}
+
 // Flush sends what is buffered, with a deadline of its own.
 func (d *deadlineWriter) Flush() {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	d.extend()
 	_ = d.rc.Flush()
 }
+
+// extend moves the write deadline timeout ahead of now; writers that
+// cannot (a test's recorder) are left as they are.
+func (d *deadlineWriter) extend() { _ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout)) }
 
 // Unwrap returns the ResponseWriter underneath, for
 // http.ResponseController.
