@@ -12,6 +12,9 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +244,32 @@ func TestSlowBareAnswerNotLost(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusNoContent {
 		t.Fatalf("DELETE /v1/schedules/nightly: %d, want 204", res.StatusCode)
+	}
+}
+
+// TestExportHardLinkConfined: a hard link planted at an export's
+// temporary file name links a file outside the export folder (os.Root
+// cannot tell, a hard link is no path); the export must replace it, not
+// write the caller-chosen payload through it into that file.
+func TestExportHardLinkConfined(t *testing.T) {
+	root, elsewhere := t.TempDir(), t.TempDir()
+	target := filepath.Join(elsewhere, "precious")
+	if err := os.WriteFile(target, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, Options{ExportDir: root})
+	e.runWorker()
+	ids := e.buryMany("x", "boom", 1)
+	jd := filepath.Join(root, "out", strconv.FormatInt(ids[0], 10))
+	if err := os.MkdirAll(jd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(target, filepath.Join(jd, "payload.json.tmp")); err != nil {
+		t.Skipf("no hard link here: %v", err)
+	}
+	var ob operationBody
+	e.want(e.do("POST", "/v1/dlq/export?wait=true", `{"filter":{"queue":"x"},"dir":"out"}`), 200, &ob)
+	if b, err := os.ReadFile(target); err != nil || string(b) != "precious\n" {
+		t.Errorf("the export wrote through a hard link outside the export folder: %q, %v (operation %+v)", b, err, ob.Operation)
 	}
 }
