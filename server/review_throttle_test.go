@@ -273,3 +273,39 @@ func TestExportHardLinkConfined(t *testing.T) {
 		t.Errorf("the export wrote through a hard link outside the export folder: %q, %v (operation %+v)", b, err, ob.Operation)
 	}
 }
+
+// TestWaitOutlastsWriteTimeoutHTTP2: as TestWaitOutlastsWriteTimeout,
+// over HTTP/2, where a write deadline is a timer on the stream that
+// resets it when it fires, writing or not. Real time passing is what is
+// tested: the redrive is held by its rate to at least a second, the
+// write timeout is 200 ms.
+func TestWaitOutlastsWriteTimeoutHTTP2(t *testing.T) {
+	st := openStore(t)
+	e := newEnvOn(t, st, Options{WriteTimeout: 200 * time.Millisecond})
+	e.srv.Close()
+	srv := httptest.NewUnstartedServer(e.api)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	e.srv = srv
+	e.runWorker()
+	ids := e.buryMany("w", "boom", 3)
+	b, _ := json.Marshal(map[string]any{"ids": ids, "rate": 2})
+	req, err := http.NewRequest("POST", srv.URL+"/v1/dlq/redrive?wait=true", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("wait=true over HTTP/2: %v", err)
+	}
+	defer res.Body.Close()
+	if res.ProtoMajor != 2 {
+		t.Fatalf("served over %s, want HTTP/2", res.Proto)
+	}
+	var ob operationBody
+	if err := json.NewDecoder(res.Body).Decode(&ob); err != nil || res.StatusCode != 200 || ob.Operation.State != OperationDone {
+		t.Fatalf("wait=true over HTTP/2: %d %+v, %v", res.StatusCode, ob.Operation, err)
+	}
+}
