@@ -94,7 +94,9 @@ type Options struct {
 	TrustedProxies []netip.Prefix
 	// WriteTimeout bounds how long a response may wait on a client that
 	// takes none of it in (default DefaultWriteTimeout): each write of a
-	// response, of at most 64 KB, gets a write deadline that far ahead, so
+	// response, of at most 64 KB, gets a write deadline that far ahead
+	// (and there is none between writes, which over HTTP/2 would reset a
+	// stream that waits), so
 	// that a slow reader never holds a handler (and a connection) for
 	// good, while an answer that takes long to compute, a long export or
 	// wait (?wait=true), or a large answer read slowly still completes.
@@ -580,19 +582,22 @@ func (c *capture) Write(b []byte) (int, error) {
 }
 
 // writeDeadline bounds how long each write of a response may wait on the
-// client (see Options.WriteTimeout): before every deadlineChunk bytes it
-// moves the write deadline writeTimeout ahead, so that the time a handler
-// takes to compute its answer does not count, and a client that keeps
-// reading gets the whole of a large answer, while one that takes in
-// nothing for writeTimeout is cut off.
+// client (see Options.WriteTimeout): a write deadline writeTimeout ahead
+// is set before every write of at most deadlineChunk bytes, and cleared
+// once it is done, so that the time a handler takes to compute its answer
+// or wait does not count (over HTTP/2 a deadline is a timer that resets
+// the stream when it fires, writing or not), a client that keeps reading
+// gets the whole of a large answer, and one that takes in nothing for
+// writeTimeout is cut off.
 func (a *api) writeDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: a.writeTimeout}
-		// What net/http writes itself (100 Continue, the buffered rest
-		// and the status line of an answer without a body once the
-		// handler returns) gets a deadline of its own too.
-		d.extend()
+		// None while the handler works (the http.Server's WriteTimeout
+		// may have set one when the request came)...
+		d.clear()
 		next.ServeHTTP(d, r)
+		// ... and one for what net/http writes once the handler returns
+		// (the buffered rest, the status of an answer without a body).
 		d.extend()
 	})
 }
@@ -601,8 +606,8 @@ func (a *api) writeDeadline(next http.Handler) http.Handler {
 // covers: at least deadlineChunk per writeTimeout keeps a client served.
 const deadlineChunk = 64 << 10
 
-// deadlineWriter is a ResponseWriter that moves the write deadline on
-// before each deadlineChunk it writes.
+// deadlineWriter is a ResponseWriter that sets a write deadline around
+// each deadlineChunk it writes.
 type deadlineWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
@@ -612,6 +617,7 @@ type deadlineWriter struct {
 // Write writes b in chunks of deadlineChunk, each with a deadline of its
 // own.
 func (d *deadlineWriter) Write(b []byte) (int, error) {
+	defer d.clear()
 	n := 0
 	for len(b) > 0 {
 		d.extend()
@@ -628,12 +634,14 @@ func (d *deadlineWriter) Write(b []byte) (int, error) {
 // WriteHeader sends the status (at once for a 1xx), with a deadline of
 // its own.
 func (d *deadlineWriter) WriteHeader(code int) {
+	defer d.clear()
 	d.extend()
 	d.ResponseWriter.WriteHeader(code)
 }
 
 // Flush sends what is buffered, with a deadline of its own.
 func (d *deadlineWriter) Flush() {
+	defer d.clear()
 	d.extend()
 	_ = d.rc.Flush()
 }
@@ -641,6 +649,9 @@ func (d *deadlineWriter) Flush() {
 // extend moves the write deadline timeout ahead of now; writers that
 // cannot (a test's recorder) are left as they are.
 func (d *deadlineWriter) extend() { _ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout)) }
+
+// clear removes the write deadline.
+func (d *deadlineWriter) clear() { _ = d.rc.SetWriteDeadline(time.Time{}) }
 
 // Unwrap returns the ResponseWriter underneath, for
 // http.ResponseController.
