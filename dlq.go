@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -302,7 +303,8 @@ func ExportJob(dir string, j *Job) error { return exportJob(osFS{}, dir, j) }
 // (osFS), or an *os.Root, which no symbolic link leads out of.
 type exportFS interface {
 	MkdirAll(name string, perm os.FileMode) error
-	WriteFile(name string, data []byte, perm os.FileMode) error
+	OpenFile(name string, flag int, perm os.FileMode) (*os.File, error)
+	Remove(name string) error
 	Rename(oldname, newname string) error
 }
 
@@ -310,9 +312,10 @@ type exportFS interface {
 type osFS struct{}
 
 func (osFS) MkdirAll(name string, perm os.FileMode) error { return os.MkdirAll(name, perm) }
-func (osFS) WriteFile(name string, data []byte, perm os.FileMode) error {
-	return os.WriteFile(name, data, perm)
+func (osFS) OpenFile(name string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(name, flag, perm)
 }
+func (osFS) Remove(name string) error             { return os.Remove(name) }
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
 
 // exportTarget is where an export operation writes: under its Root, if
@@ -385,9 +388,25 @@ func ExportedFiles(j *Job) (ExportedError, ExportedMetadata) {
 	return e, m
 }
 
+// writeFileAtomic writes data to path through a new temporary file
+// renamed into place. Whatever was at the temporary name (the rest of an
+// export cut short, or a link someone put there, which would carry the
+// data to a file elsewhere) is removed, never written through: the file
+// is created new (O_EXCL), and one that reappears fails the write.
 func writeFileAtomic(fsys exportFS, path string, data []byte) error {
 	tmp := path + ".tmp"
-	if err := fsys.WriteFile(tmp, data, 0o644); err != nil {
+	if err := fsys.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	return fsys.Rename(tmp, path)

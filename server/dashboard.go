@@ -156,7 +156,7 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 		tok := strings.TrimSpace(r.PostForm.Get("token"))
 		allowed, right, wait := a.throttle.guess(a.clientKey(r), func() bool { return subtle.ConstantTimeCompare([]byte(tok), a.token) == 1 })
 		if !allowed {
-			a.log.Warn("dashboard: sign-in attempts throttled", "remote", r.RemoteAddr, "client", a.clientKey(r), "retry_after", wait.Round(time.Second))
+			a.throttled.warn(a.log, "dashboard: sign-in attempts throttled", "remote", r.RemoteAddr, "client", a.clientKey(r), "retry_after", wait.Round(time.Second))
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
 			a.renderLogin(w, http.StatusTooManyRequests, "Too many sign-in attempts: wait a minute and try again.")
 			return

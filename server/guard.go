@@ -1,6 +1,7 @@
 package server
 
 import (
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -113,11 +114,18 @@ var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
 //
 // It remembers at most maxThrottled clients; beyond them the clients it
 // has no bucket for share one overflow bucket, so that many addresses
-// neither grow the memory without bound nor get a burst each.
+// neither grow the memory without bound nor get a burst each. A client
+// that sent the right token within knownFor (at most maxThrottled such
+// clients are kept) gets a bucket of its own even then: a guesser with
+// many addresses, which never sent the right token, cannot lock it out
+// by filling the table and draining the overflow bucket. Being known
+// buys no guesses: a known client's wrong guesses count as any other's.
 type loginThrottle struct {
 	mu       sync.Mutex
 	clients  map[string]*bucket
 	overflow bucket
+	// known is when each client last sent the right token.
+	known map[string]time.Time
 	// purged is when the full buckets were last forgotten.
 	purged time.Time
 	now    func() time.Time
@@ -127,6 +135,9 @@ const (
 	loginBurst   = 5
 	loginEvery   = 12 * time.Second // 5 a minute
 	maxThrottled = 10000            // clients remembered
+	// knownFor is how long a client that sent the right token keeps a
+	// bucket of its own when the table is full.
+	knownFor = 24 * time.Hour
 )
 
 // bucket is a client's guesses: tokens left at the time at. The zero
@@ -163,7 +174,7 @@ func (t *loginThrottle) bucketFor(client string, now time.Time, create bool) *bu
 			}
 		}
 	}
-	if len(t.clients) >= maxThrottled {
+	if len(t.clients) >= maxThrottled && !t.isKnown(client, now) {
 		return &t.overflow
 	}
 	b := &bucket{}
@@ -204,12 +215,41 @@ func (t *loginThrottle) guess(client string, check func() bool) (allowed, right 
 		return false, false, time.Duration((1 - b.tokens) * float64(loginEvery))
 	}
 	if check() {
+		t.remember(client, now)
 		return true, true, 0
 	}
 	b = t.bucketFor(client, now, true)
 	b.refill(now)
 	b.tokens--
 	return true, false, 0
+}
+
+// isKnown reports whether client sent the right token within knownFor.
+// t.mu is held.
+func (t *loginThrottle) isKnown(client string, now time.Time) bool {
+	at, ok := t.known[client]
+	return ok && now.Sub(at) < knownFor
+}
+
+// remember notes that client sent the right token, while fewer than
+// maxThrottled clients are known (forgetting those known for longer than
+// knownFor first). Only a client with the token gets here, so a guesser
+// cannot fill it. t.mu is held.
+func (t *loginThrottle) remember(client string, now time.Time) {
+	if t.known == nil {
+		t.known = map[string]time.Time{}
+	}
+	if _, ok := t.known[client]; !ok && len(t.known) >= maxThrottled {
+		for k, at := range t.known {
+			if now.Sub(at) >= knownFor {
+				delete(t.known, k)
+			}
+		}
+		if len(t.known) >= maxThrottled {
+			return
+		}
+	}
+	t.known[client] = now
 }
 
 // clientAddr is the address a request came from, without its port.
@@ -269,8 +309,8 @@ func forwardedFor(peer netip.Addr, values []string, trusted func(netip.Addr) boo
 			if hops++; hops > maxForwardedHops {
 				return peer
 			}
-			ip, err := netip.ParseAddr(strings.TrimSpace(entries[j]))
-			if err != nil {
+			ip, ok := forwardedAddr(entries[j])
+			if !ok {
 				return peer
 			}
 			peer = ip.Unmap()
@@ -280,4 +320,52 @@ func forwardedFor(peer netip.Addr, values []string, trusted func(netip.Addr) boo
 		}
 	}
 	return peer
+}
+
+// forwardedAddr reads one X-Forwarded-For entry: an address, with spaces
+// around it, and perhaps a port, as some proxies write it
+// ("203.0.113.5:4711", "[2001:db8::5]:4711"), or an IPv6 address in
+// brackets.
+func forwardedAddr(entry string) (netip.Addr, bool) {
+	entry = strings.TrimSpace(entry)
+	if ip, err := netip.ParseAddr(entry); err == nil {
+		return ip, true
+	}
+	if ap, err := netip.ParseAddrPort(entry); err == nil {
+		return ap.Addr(), true
+	}
+	if strings.HasPrefix(entry, "[") && strings.HasSuffix(entry, "]") {
+		if ip, err := netip.ParseAddr(entry[1 : len(entry)-1]); err == nil && ip.Is6() {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// throttleLog writes the throttle's refusals at most once a minute per
+// message, with how many it left out since the line before: a refused
+// guess costs the guesser nothing, so it must not cost the server a log
+// line each.
+type throttleLog struct {
+	mu     sync.Mutex
+	last   map[string]time.Time
+	missed map[string]int
+}
+
+// warn logs msg with args, unless it logged msg less than a minute ago.
+func (t *throttleLog) warn(l *slog.Logger, msg string, args ...any) {
+	t.mu.Lock()
+	now := time.Now()
+	if t.last == nil {
+		t.last, t.missed = map[string]time.Time{}, map[string]int{}
+	}
+	if at, ok := t.last[msg]; ok && now.Sub(at) < time.Minute {
+		t.missed[msg]++
+		t.mu.Unlock()
+		return
+	}
+	missed := t.missed[msg]
+	t.last[msg], t.missed[msg] = now, 0
+	t.mu.Unlock()
+	l.Warn(msg, append(args, "refused_since_last_line", missed)...)
 }

@@ -93,11 +93,13 @@ type Options struct {
 	// last X-Forwarded-For entry that is not one of them), not the proxy.
 	TrustedProxies []netip.Prefix
 	// WriteTimeout bounds how long a response may wait on a client that
-	// takes none of it in (default DefaultWriteTimeout): every request
-	// gets a write deadline that far ahead, which the NDJSON export moves
-	// on before each job and an answer that waited (?wait=true) before it
-	// is written, so that a slow reader never holds a handler (and a
-	// connection) for good, while a long export or wait still completes.
+	// takes none of it in (default DefaultWriteTimeout): each write of a
+	// response, of at most 64 KB, gets a write deadline that far ahead
+	// (and there is none between writes, which over HTTP/2 would reset a
+	// stream that waits), so
+	// that a slow reader never holds a handler (and a connection) for
+	// good, while an answer that takes long to compute, a long export or
+	// wait (?wait=true), or a large answer read slowly still completes.
 	// It overrides the http.Server's WriteTimeout for the API's routes.
 	WriteTimeout time.Duration
 }
@@ -148,6 +150,8 @@ type api struct {
 	ops          *operations
 	trusted      []netip.Prefix
 	throttle     loginThrottle
+	// throttled logs the throttle's refusals, once a minute.
+	throttled throttleLog
 	// storeTrouble logs store outages once a minute.
 	storeTrouble troubleLog
 }
@@ -484,7 +488,7 @@ func (a *api) checkBearer(w http.ResponseWriter, r *http.Request) bool {
 	allowed, right, wait := a.throttle.guess(client, func() bool { return a.rightBearer(h) })
 	switch {
 	case !allowed:
-		a.log.Warn("api: bearer token guesses throttled", "remote", r.RemoteAddr, "client", client, "retry_after", wait.Round(time.Second))
+		a.throttled.warn(a.log, "api: bearer token guesses throttled", "remote", r.RemoteAddr, "client", client, "retry_after", wait.Round(time.Second))
 		writeError(w, &apiError{status: http.StatusTooManyRequests, code: "too_many_attempts", retryAfter: int(wait/time.Second) + 1,
 			msg: "too many requests with a wrong bearer token from this address: wait, then send the right one"})
 		return false
@@ -577,14 +581,81 @@ func (c *capture) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// writeDeadline gives every response a write deadline writeTimeout ahead
-// (see Options.WriteTimeout).
+// writeDeadline bounds how long each write of a response may wait on the
+// client (see Options.WriteTimeout): a write deadline writeTimeout ahead
+// is set before every write of at most deadlineChunk bytes, and cleared
+// once it is done, so that the time a handler takes to compute its answer
+// or wait does not count (over HTTP/2 a deadline is a timer that resets
+// the stream when it fires, writing or not), a client that keeps reading
+// gets the whole of a large answer, and one that takes in nothing for
+// writeTimeout is cut off.
 func (a *api) writeDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.extendWrite(w)
-		next.ServeHTTP(w, r)
+		d := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: a.writeTimeout}
+		// None while the handler works (the http.Server's WriteTimeout
+		// may have set one when the request came)...
+		d.clear()
+		next.ServeHTTP(d, r)
+		// ... and one for what net/http writes once the handler returns
+		// (the buffered rest, the status of an answer without a body).
+		d.extend()
 	})
 }
+
+// deadlineChunk is how many bytes of a response one write deadline
+// covers: at least deadlineChunk per writeTimeout keeps a client served.
+const deadlineChunk = 64 << 10
+
+// deadlineWriter is a ResponseWriter that sets a write deadline around
+// each deadlineChunk it writes.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+// Write writes b in chunks of deadlineChunk, each with a deadline of its
+// own.
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	defer d.clear()
+	n := 0
+	for len(b) > 0 {
+		d.extend()
+		m, err := d.ResponseWriter.Write(b[:min(len(b), deadlineChunk)])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		b = b[m:]
+	}
+	return n, nil
+}
+
+// WriteHeader sends the status (at once for a 1xx), with a deadline of
+// its own.
+func (d *deadlineWriter) WriteHeader(code int) {
+	defer d.clear()
+	d.extend()
+	d.ResponseWriter.WriteHeader(code)
+}
+
+// Flush sends what is buffered, with a deadline of its own.
+func (d *deadlineWriter) Flush() {
+	defer d.clear()
+	d.extend()
+	_ = d.rc.Flush()
+}
+
+// extend moves the write deadline timeout ahead of now; writers that
+// cannot (a test's recorder) are left as they are.
+func (d *deadlineWriter) extend() { _ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout)) }
+
+// clear removes the write deadline.
+func (d *deadlineWriter) clear() { _ = d.rc.SetWriteDeadline(time.Time{}) }
+
+// Unwrap returns the ResponseWriter underneath, for
+// http.ResponseController.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // extendWrite moves the response's write deadline writeTimeout ahead of
 // now; writers that cannot (a test's recorder) are left as they are.

@@ -210,7 +210,7 @@ func FuzzForwardedFor(f *testing.F) {
 			found := false
 			for _, v := range values {
 				for _, e := range strings.Split(v, ",") {
-					if ip, err := netip.ParseAddr(strings.TrimSpace(e)); err == nil && ip.Unmap() == got {
+					if ip, ok := forwardedAddr(e); ok && ip.Unmap() == got {
 						found = true
 					}
 				}
@@ -222,7 +222,7 @@ func FuzzForwardedFor(f *testing.F) {
 		entries := strings.Split(b, ",")
 		last := strings.TrimSpace(entries[len(entries)-1])
 		want := peer
-		if ip, err := netip.ParseAddr(last); err == nil {
+		if ip, ok := forwardedAddr(last); ok {
 			want = ip.Unmap()
 		}
 		if got := forwardedFor(peer, values, func(netip.Addr) bool { return false }); got != want {
