@@ -57,7 +57,9 @@ func newPrivateBroker(t *testing.T) *privateBroker {
 		"KAFKA_LOCAL_STATE=" + t.TempDir(),
 		"KAFKA_LOCAL_PORT=" + strconv.Itoa(ports[0]),
 		"KAFKA_LOCAL_CONTROLLER_PORT=" + strconv.Itoa(ports[1]),
-		"KAFKA_LOCAL_HEAP=384m"}}
+		"KAFKA_LOCAL_HEAP=384m",
+		// A test binary that dies without its cleanups takes it along.
+		"KAFKA_LOCAL_OWNER_PID=" + strconv.Itoa(os.Getpid())}}
 	b.env = append(os.Environ(), b.own...)
 	b.addr = b.run(t, "start")
 	// Registered after TempDir: runs before the state folder is removed.
