@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -89,6 +90,58 @@ func newRabbitNode(t *testing.T) *rabbitNode {
 	})
 	n.start()
 	return n
+}
+
+// TestRabbitNodeEndsWithItsTest: a test binary that ends without running
+// its cleanups (go test's -timeout panics, a SIGKILL) does not leave its
+// RabbitMQ node running: the node is detached, so nothing else would stop
+// it.
+func TestRabbitNodeEndsWithItsTest(t *testing.T) {
+	const child = "REDRIVE_TEST_RABBIT_NODE_CHILD"
+	if os.Getenv(child) != "" {
+		n := newRabbitNode(t)
+		fmt.Println("RABBIT_NODE_DIR=" + n.dir)
+		os.Exit(3) // as a timeout's panic would: no cleanups
+	}
+	if testing.Short() {
+		t.Skip("starts a RabbitMQ node")
+	}
+	if _, err := exec.LookPath("rabbitmq-server"); err != nil || os.Geteuid() != 0 {
+		t.Skip("starts a RabbitMQ node of its own: needs Debian's rabbitmq-server and root")
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRabbitNodeEndsWithItsTest$")
+	cmd.Env = append(os.Environ(), child+"=1")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("the child test: %v\n%s", err, out)
+	}
+	var dir string
+	for _, line := range strings.Split(string(out), "\n") {
+		if d, ok := strings.CutPrefix(line, "RABBIT_NODE_DIR="); ok {
+			dir = d
+		}
+	}
+	if dir == "" {
+		t.Fatalf("the child test printed no node folder:\n%s", out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatalf("the node's pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("the node's pid file: %v", err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGKILL)
+		os.RemoveAll(dir)
+	})
+	// A liveness bound, not a timing assertion.
+	within(t, 2*time.Minute, "the node of a test binary that ended is gone", func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
 }
 
 func (n *rabbitNode) url() string { return "amqp://guest:guest@127.0.0.1:" + n.port + "/" }
