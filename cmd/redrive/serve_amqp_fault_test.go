@@ -73,11 +73,30 @@ func newRabbitNode(t *testing.T) *rabbitNode {
 		"RABBITMQ_PID_FILE="+filepath.Join(dir, "pid"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
 		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq"))
+	// A watchdog in a session of its own kills the node and removes its
+	// folder once this test binary has ended, its cleanups run or not
+	// (go test's -timeout panics): the node is detached, nothing else
+	// would stop it.
+	wd := exec.Command("sh", "-c", `while kill -0 "$1" 2>/dev/null; do sleep 1; done
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$2/pid" ] && break; sleep 1; done
+[ ! -s "$2/pid" ] || kill -KILL "$(cat "$2/pid")" 2>/dev/null
+rm -rf "$2"`, "rabbit-node-watchdog", strconv.Itoa(os.Getpid()), dir)
+	wd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := wd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		n.ctlErr("stop")
-		if pid, err := n.pid(); err == nil {
+		// Stop the node: `stop PIDFILE` waits until its VM has exited;
+		// a SIGKILL (from the pid file: the node may not answer) if not.
+		n.ctlErr("stop", filepath.Join(dir, "pid"))
+		if pid, err := n.filePID(); err == nil {
 			syscall.Kill(pid, syscall.SIGKILL)
+			for i := 0; i < 600 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(50 * time.Millisecond) // waits for the VM to go (at most 30 s)
+			}
 		}
+		wd.Process.Kill()
+		wd.Wait()
 		if t.Failed() {
 			logs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
 			for _, l := range logs {
@@ -86,7 +105,9 @@ func newRabbitNode(t *testing.T) *rabbitNode {
 				}
 			}
 		}
-		os.RemoveAll(dir)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove the node's folder: %v", err)
+		}
 	})
 	n.start()
 	return n
@@ -186,6 +207,15 @@ func (n *rabbitNode) pid() (int, error) {
 		return 0, fmt.Errorf("%w: %s", err, out)
 	}
 	return strconv.Atoi(strings.Trim(strings.TrimSpace(out), `"`))
+}
+
+// filePID is the node's OS process as its pid file says.
+func (n *rabbitNode) filePID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(n.dir, "pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // kill SIGKILLs the node's VM, as a crash would, and waits until it is
