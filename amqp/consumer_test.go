@@ -719,3 +719,41 @@ func TestQuorumShutdownDoesNotCount(t *testing.T) {
 		}
 	}
 }
+
+// TestDeclareWorkQueueLast: the work queue is declared only once every
+// queue its rejections go to exists and is bound. A consumer may reject
+// a message the moment the work queue exists; dead-lettered to a failure
+// exchange not yet bound to its queue, the broker drops it. Here the
+// declaration fails part-way (a delay queue exists with other arguments):
+// the work queue must not exist.
+func TestDeclareWorkQueueLast(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	q := newQueue(t, c)
+	topo := amqp.Topology{Queue: q, FailureExchange: q + "-failures", Tiers: []time.Duration{100 * time.Millisecond}}
+	t.Cleanup(func() {
+		if ch, err := c.Channel(context.Background()); err == nil {
+			ch.ExchangeDelete(topo.FailureExchange, false, false)
+			ch.Close()
+		}
+	})
+	ch, err := c.Channel(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(topo.TierQueue(100*time.Millisecond), true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Declare(ch); err == nil || !strings.Contains(err.Error(), "exists with other arguments") {
+		t.Fatalf("Declare = %v, want a conflict on the delay queue", err)
+	}
+	ch, err = c.Channel(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err == nil {
+		t.Fatalf("the work queue %s exists though its failure route was never completed: "+
+			"a message rejected now would be dropped by the broker", q)
+	}
+}

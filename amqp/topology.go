@@ -180,8 +180,9 @@ func (t Topology) queues() []queueSpec {
 	return specs
 }
 
-// Declare declares every queue of the topology on ch: durable, with the
-// arguments the topology sets. Declaring again is harmless. A queue that
+// Declare declares every queue of the topology on ch, durable, with the
+// arguments the topology sets; the work queue last, once every queue its
+// rejections reach exists and is bound. Declaring again is harmless. A queue that
 // already exists with other arguments is an error naming it and the
 // broker's complaint, after which ch is closed (the broker closes a
 // channel on such an error).
@@ -194,7 +195,7 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 			return fmt.Errorf("amqp: declare exchange %q: %w", t.FailureExchange, err)
 		}
 	}
-	for _, q := range t.queues() {
+	declare := func(q queueSpec) error {
 		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
 			var ae *amqp091.Error
 			if errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed {
@@ -203,13 +204,24 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 			}
 			return fmt.Errorf("amqp: declare queue %q: %w", q.name, err)
 		}
+		return nil
+	}
+	// The work queue last: a consumer may reject a message as soon as it
+	// exists, and the broker drops a message dead-lettered to an exchange
+	// that routes it nowhere. So every queue a rejection goes to, and the
+	// failure exchange's binding, come first.
+	specs := t.queues()
+	for _, q := range specs[1:] {
+		if err := declare(q); err != nil {
+			return err
+		}
 	}
 	if t.FailureExchange != "" {
 		if err := ch.QueueBind(t.FailedQueue(), t.Queue, t.FailureExchange, false, nil); err != nil {
 			return fmt.Errorf("amqp: bind queue %q to exchange %q: %w", t.FailedQueue(), t.FailureExchange, err)
 		}
 	}
-	return nil
+	return declare(specs[0])
 }
 
 // QueueDepth is what the broker says of one queue of a topology.

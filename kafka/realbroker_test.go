@@ -38,6 +38,7 @@ const ctlEnv = "REDRIVE_KAFKA_CTL"
 // privateBroker is a single-node Kafka broker that a test owns.
 type privateBroker struct {
 	ctl  string
+	own  []string // the KAFKA_LOCAL_* settings of this broker
 	env  []string
 	addr string
 }
@@ -56,11 +57,14 @@ func newPrivateBroker(t *testing.T) *privateBroker {
 		t.Fatalf("the kafka-local script (set $%s): %v", ctlEnv, err)
 	}
 	ports := freePorts(t, 2)
-	b := &privateBroker{ctl: ctl, env: append(os.Environ(),
-		"KAFKA_LOCAL_STATE="+t.TempDir(),
-		"KAFKA_LOCAL_PORT="+strconv.Itoa(ports[0]),
-		"KAFKA_LOCAL_CONTROLLER_PORT="+strconv.Itoa(ports[1]),
-		"KAFKA_LOCAL_HEAP=384m")}
+	b := &privateBroker{ctl: ctl, own: []string{
+		"KAFKA_LOCAL_STATE=" + t.TempDir(),
+		"KAFKA_LOCAL_PORT=" + strconv.Itoa(ports[0]),
+		"KAFKA_LOCAL_CONTROLLER_PORT=" + strconv.Itoa(ports[1]),
+		"KAFKA_LOCAL_HEAP=384m",
+		// A test binary that dies without its cleanups takes it along.
+		"KAFKA_LOCAL_OWNER_PID=" + strconv.Itoa(os.Getpid())}}
+	b.env = append(os.Environ(), b.own...)
 	b.addr = b.run(t, "start")
 	// Registered after TempDir: runs before the state folder is removed.
 	t.Cleanup(func() {
@@ -69,6 +73,62 @@ func newPrivateBroker(t *testing.T) *privateBroker {
 		}
 	})
 	return b
+}
+
+// TestPrivateBrokerEndsWithItsTest: a test binary that ends without
+// running its cleanups (go test's -timeout panics, a SIGKILL) does not
+// leave its private broker running: the broker runs in a session of its
+// own, so nothing else would stop it.
+func TestPrivateBrokerEndsWithItsTest(t *testing.T) {
+	const child = "REDRIVE_TEST_PRIVATE_BROKER_CHILD"
+	if os.Getenv(child) != "" {
+		b := newPrivateBroker(t)
+		for _, kv := range b.own {
+			fmt.Println(kv)
+		}
+		os.Exit(3) // as a timeout's panic would: no cleanups
+	}
+	if os.Getenv(brokersEnv) == "" {
+		t.Skip("starts a real broker: runs when " + brokersEnv + " names a real cluster")
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPrivateBrokerEndsWithItsTest$")
+	cmd.Env = append(os.Environ(), child+"=1")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("the child test: %v\n%s", err, out)
+	}
+	b := &privateBroker{ctl: os.Getenv(ctlEnv)}
+	if b.ctl == "" {
+		b.ctl, _ = filepath.Abs(filepath.Join("..", ".ci", "kafka", "kafka-local"))
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(line, "KAFKA_LOCAL_") {
+			b.own = append(b.own, line)
+		}
+	}
+	if len(b.own) == 0 {
+		t.Fatalf("the child test printed no broker settings:\n%s", out)
+	}
+	b.env = append(os.Environ(), b.own...)
+	state := strings.TrimPrefix(b.own[0], "KAFKA_LOCAL_STATE=")
+	t.Cleanup(func() {
+		b.command("stop")
+		os.RemoveAll(filepath.Dir(state))
+	})
+	// status exits 3 once the broker is stopped.
+	deadline := time.Now().Add(2 * time.Minute) // a liveness bound
+	for {
+		_, err := b.command("status")
+		if errors.As(err, &ee) && ee.ExitCode() == 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker of a test binary that ended still runs 2 minutes later (kafka-local status: %v)", err)
+		}
+		time.Sleep(200 * time.Millisecond) // polls a script: not in a tight loop
+	}
 }
 
 func (b *privateBroker) command(args ...string) (string, error) {

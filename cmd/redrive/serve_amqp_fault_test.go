@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -72,11 +73,30 @@ func newRabbitNode(t *testing.T) *rabbitNode {
 		"RABBITMQ_PID_FILE="+filepath.Join(dir, "pid"),
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
 		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq"))
+	// A watchdog in a session of its own kills the node and removes its
+	// folder once this test binary has ended, its cleanups run or not
+	// (go test's -timeout panics): the node is detached, nothing else
+	// would stop it.
+	wd := exec.Command("sh", "-c", `while kill -0 "$1" 2>/dev/null; do sleep 1; done
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$2/pid" ] && break; sleep 1; done
+[ ! -s "$2/pid" ] || kill -KILL "$(cat "$2/pid")" 2>/dev/null
+rm -rf "$2"`, "rabbit-node-watchdog", strconv.Itoa(os.Getpid()), dir)
+	wd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := wd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		n.ctlErr("stop")
-		if pid, err := n.pid(); err == nil {
+		// Stop the node: `stop PIDFILE` waits until its VM has exited;
+		// a SIGKILL (from the pid file: the node may not answer) if not.
+		n.ctlErr("stop", filepath.Join(dir, "pid"))
+		if pid, err := n.filePID(); err == nil {
 			syscall.Kill(pid, syscall.SIGKILL)
+			for i := 0; i < 600 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(50 * time.Millisecond) // waits for the VM to go (at most 30 s)
+			}
 		}
+		wd.Process.Kill()
+		wd.Wait()
 		if t.Failed() {
 			logs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
 			for _, l := range logs {
@@ -85,10 +105,64 @@ func newRabbitNode(t *testing.T) *rabbitNode {
 				}
 			}
 		}
-		os.RemoveAll(dir)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove the node's folder: %v", err)
+		}
 	})
 	n.start()
 	return n
+}
+
+// TestRabbitNodeEndsWithItsTest: a test binary that ends without running
+// its cleanups (go test's -timeout panics, a SIGKILL) does not leave its
+// RabbitMQ node running: the node is detached, so nothing else would stop
+// it.
+func TestRabbitNodeEndsWithItsTest(t *testing.T) {
+	const child = "REDRIVE_TEST_RABBIT_NODE_CHILD"
+	if os.Getenv(child) != "" {
+		n := newRabbitNode(t)
+		fmt.Println("RABBIT_NODE_DIR=" + n.dir)
+		os.Exit(3) // as a timeout's panic would: no cleanups
+	}
+	if testing.Short() {
+		t.Skip("starts a RabbitMQ node")
+	}
+	if _, err := exec.LookPath("rabbitmq-server"); err != nil || os.Geteuid() != 0 {
+		t.Skip("starts a RabbitMQ node of its own: needs Debian's rabbitmq-server and root")
+	}
+	t.Parallel()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRabbitNodeEndsWithItsTest$")
+	cmd.Env = append(os.Environ(), child+"=1")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("the child test: %v\n%s", err, out)
+	}
+	var dir string
+	for _, line := range strings.Split(string(out), "\n") {
+		if d, ok := strings.CutPrefix(line, "RABBIT_NODE_DIR="); ok {
+			dir = d
+		}
+	}
+	if dir == "" {
+		t.Fatalf("the child test printed no node folder:\n%s", out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "pid"))
+	if err != nil {
+		t.Fatalf("the node's pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("the node's pid file: %v", err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGKILL)
+		os.RemoveAll(dir)
+	})
+	// A liveness bound, not a timing assertion.
+	within(t, 2*time.Minute, "the node of a test binary that ended is gone", func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
 }
 
 func (n *rabbitNode) url() string { return "amqp://guest:guest@127.0.0.1:" + n.port + "/" }
@@ -133,6 +207,15 @@ func (n *rabbitNode) pid() (int, error) {
 		return 0, fmt.Errorf("%w: %s", err, out)
 	}
 	return strconv.Atoi(strings.Trim(strings.TrimSpace(out), `"`))
+}
+
+// filePID is the node's OS process as its pid file says.
+func (n *rabbitNode) filePID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(n.dir, "pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 // kill SIGKILLs the node's VM, as a crash would, and waits until it is
