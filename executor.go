@@ -505,6 +505,17 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 		}
 		return o
 	}
+	// A job canceled while it ran ends canceled whatever its handler
+	// returned when it failed: a snooze or an open breaker would put it
+	// back to run again.
+	if errors.Is(cause, ErrJobCanceled) {
+		e.log.Info("job canceled while running", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		o.Kind = store.Cancel
+		o.Event = &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
+			Error: e.bound(err.Error())}
+		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatCanceled, N: 1}}
+		return o
+	}
 	// A breaker the handler consulted itself (breaker.Do, rhttp) is open:
 	// defer until it half-opens, without using an attempt.
 	var open *breaker.OpenError
@@ -529,17 +540,9 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatSnoozed, N: 1}}
 		return o
 	}
-	switch {
-	case errors.Is(cause, ErrShutdown):
+	if errors.Is(cause, ErrShutdown) {
 		e.log.Info("job interrupted by shutdown; back to pending", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
 		return e.Release(j, end)
-	case errors.Is(cause, ErrJobCanceled):
-		e.log.Info("job canceled while running", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
-		o.Kind = store.Cancel
-		o.Event = &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
-			Error: e.bound(err.Error())}
-		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatCanceled, N: 1}}
-		return o
 	}
 	v := ln.classifier.Classify(err)
 	return e.failOutcome(ln, j, h, o, v, err.Error(), start, dur, extra...)
