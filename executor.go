@@ -310,14 +310,25 @@ func (r *runningJob) Value(key any) any {
 // outcome is Cancel).
 //
 // Execute never panics because of a handler: a panic is a failed attempt
-// (Unknown class, retried) with the stack in its error.
+// (Unknown class, retried) with the stack in its error. A handler that
+// does not return at all because it called runtime.Goexit (as
+// testing.T.FailNow does) fails its attempt the same way: the outcome is
+// decided and reported, but the goroutine that called Execute then exits
+// too, so its own deferred calls are what can still use it.
 func (e *Executor) Execute(ctx context.Context, j *Job) Outcome {
-	return e.execute(ctx, j, nil)
+	var o Outcome
+	e.execute(ctx, j, nil, &o)
+	return o
 }
 
+// errGoexit is the failure of a handler that called runtime.Goexit.
+var errGoexit = errors.New("handler did not return: it called runtime.Goexit (as testing.T.FailNow does)")
+
 // execute is Execute, with the cell in which the handler's Progress
-// calls keep the attempt's progress (nil: they do nothing).
-func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) Outcome {
+// calls keep the attempt's progress (nil: they do nothing). It sets *out
+// to the outcome even when the handler calls runtime.Goexit, before the
+// caller's deferred calls run.
+func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell, out *Outcome) {
 	start := e.now()
 	j.AttemptedAt = &start
 	ln := e.lane(j.Queue)
@@ -336,9 +347,9 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) 
 		var err error
 		tok, err = br.Allow()
 		if err != nil {
-			o := e.deferOutcome(j, br, err, start)
-			e.report(j, &o, err, start, start)
-			return o
+			*out = e.deferOutcome(j, br, err, start)
+			e.report(j, out, err, start, start)
+			return
 		}
 	}
 
@@ -353,8 +364,25 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) 
 			hctx, c = context.WithTimeout(rj, h.cfg.timeout)
 			defer c()
 		}
+		// safeCall recovers panics; a handler that did not return at all
+		// called runtime.Goexit, which nothing stops: its attempt is
+		// finished here, as the goroutine unwinds, as a panic would be.
+		returned := false
+		defer func() {
+			if !returned {
+				e.finish(ctx, ln, j, h, br, tok, rj, progress, fmt.Errorf("%w\n%s", errGoexit, debug.Stack()), start, out)
+			}
+		}()
 		err = safeCall(hctx, h.fn, j)
+		returned = true
 	}
+	e.finish(ctx, ln, j, h, br, tok, rj, progress, err, start, out)
+}
+
+// finish records the handler's result err on the breaker, decides the
+// attempt's outcome into *out and reports it.
+func (e *Executor) finish(ctx context.Context, ln *lane, j *Job, h *handler, br *breaker.Breaker, tok breaker.Token,
+	rj *runningJob, progress *progressCell, err error, start time.Time, out *Outcome) {
 	if br != nil {
 		br.Record(tok, breakerOutcome(ln.classifier, err))
 	}
@@ -371,8 +399,8 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) 
 				Worker: e.id, Reason: e.bound(r.reason), Note: e.bound(r.note)}
 		}
 	}
-	e.report(j, &o, err, start, end)
-	return o
+	*out = o
+	e.report(j, out, err, start, end)
 }
 
 // report tells the observer, if any, of an attempt's outcome.

@@ -2,6 +2,8 @@ package redrive_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,5 +73,44 @@ func TestCancelWinsOverSnoozeAndOpenBreaker(t *testing.T) {
 				t.Fatalf("handler ran %d times, want 1", n)
 			}
 		})
+	}
+}
+
+// TestHandlerGoexitFailsItsAttempt checks that a handler that calls
+// runtime.Goexit (as t.FailNow does) fails its attempt as a panic would:
+// the job is retried, not left running for ever, and its slot is freed
+// (with concurrency 1, the next job runs).
+func TestHandlerGoexitFailsItsAttempt(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{LeaseDuration: time.Minute, Queues: map[string]int{redrive.DefaultQueue: 1}})
+	var runs atomic.Int32
+	e.worker.HandleFunc("goexit", func(ctx context.Context, j *redrive.Job) error {
+		if runs.Add(1) == 1 {
+			runtime.Goexit()
+		}
+		return nil
+	})
+	e.worker.HandleFunc("next", func(ctx context.Context, j *redrive.Job) error { return nil })
+	e.start()
+	job, err := e.client.Enqueue(context.Background(), "goexit", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := e.client.Enqueue(context.Background(), "next", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(next.ID, redrive.Completed)
+	j := e.waitState(job.ID, redrive.Completed)
+	if j.Attempt != 2 {
+		t.Fatalf("job completed at attempt %d, want 2", j.Attempt)
+	}
+	found := false
+	for _, ev := range j.History {
+		if strings.Contains(ev.Error, "runtime.Goexit") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no history event names runtime.Goexit: %+v", j.History)
 	}
 }

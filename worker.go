@@ -567,6 +567,20 @@ func (q *queueRunner) takeLocked() *Job {
 func (q *queueRunner) handlerLoop() {
 	wake := make(chan struct{}, 1)
 	searching, finished := true, false
+	// running is true while a job runs: if the goroutine exits then, its
+	// handler called runtime.Goexit (the job's outcome was submitted by
+	// execute's deferred calls). Its slot is freed and another goroutine
+	// takes its place for the jobs waiting.
+	running := false
+	defer func() {
+		if running {
+			q.hmu.Lock()
+			q.handlers--
+			q.wakeLocked()
+			q.hmu.Unlock()
+			q.release()
+		}
+	}()
 	for {
 		q.hmu.Lock()
 		if searching {
@@ -597,8 +611,9 @@ func (q *queueRunner) handlerLoop() {
 			searching, finished = true, false
 			continue
 		}
+		running = true
 		q.w.execute(q, j)
-		finished = true
+		running, finished = false, true
 	}
 }
 
@@ -839,12 +854,17 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 		cancel(context.Cause(w.hardCtx))
 	}
 	w.runMu.Unlock()
-	o := w.exec.execute(ctx, j, progress)
-	w.runMu.Lock()
-	delete(w.running, j.ID)
-	w.runMu.Unlock()
-	cancel(nil)
-	w.completer.submit(q, o)
+	// Deferred, so that it happens even when the handler calls
+	// runtime.Goexit (execute has set the outcome by then).
+	var o Outcome
+	defer func() {
+		w.runMu.Lock()
+		delete(w.running, j.ID)
+		w.runMu.Unlock()
+		cancel(nil)
+		w.completer.submit(q, o)
+	}()
+	w.exec.execute(ctx, j, progress, &o)
 }
 
 // cancelAllRunning cancels the context of every running handler with the
