@@ -2,6 +2,7 @@ package redrive_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -112,5 +113,20 @@ func TestHandlerGoexitFailsItsAttempt(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no history event names runtime.Goexit: %+v", j.History)
+	}
+}
+
+// TestWorkerRunsOnce checks that a second Run, after the first returned,
+// says that a Worker runs once rather than that it is still running.
+func TestWorkerRunsOnce(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := e.worker.Run(ctx); err != nil {
+		t.Fatalf("first Run: %v", err)
+	}
+	err := e.worker.Run(context.Background())
+	if !errors.Is(err, redrive.ErrWorkerRan) || !strings.Contains(err.Error(), "runs once") {
+		t.Fatalf("second Run: %v, want ErrWorkerRan saying a Worker runs once", err)
 	}
 }

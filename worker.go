@@ -283,10 +283,16 @@ func defaultWorkerID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
+// ErrWorkerRan is what Run returns when it was called before on the same
+// Worker, whether that Run still runs or has returned: a Worker runs
+// once. Create another with NewWorker to run again.
+var ErrWorkerRan = errors.New("redrive: Run called twice: a Worker runs once (create another with NewWorker)")
+
 // Run works until ctx ends, then shuts down gracefully: it stops fetching,
 // lets running handlers finish for up to ShutdownTimeout, then cancels
 // them (cause ErrShutdown); jobs interrupted that way go back to pending
-// without using an attempt. Run returns nil after a clean shutdown.
+// without using an attempt. Run returns nil after a clean shutdown. A
+// Worker runs once: a second Run returns ErrWorkerRan.
 func (w *Worker) Run(ctx context.Context) error {
 	periodic, err := w.compilePeriodic()
 	if err != nil {
@@ -295,7 +301,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
-		return errors.New("redrive: worker already running")
+		return ErrWorkerRan
 	}
 	w.started = true
 	w.mu.Unlock()
