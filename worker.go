@@ -131,6 +131,9 @@ type Worker struct {
 
 	// exec runs the attempts and decides their outcomes.
 	exec *Executor
+	// gate passes exec's reports to the Observer until Run gives up on
+	// its handlers (nil without an Observer).
+	gate *observerGate
 
 	mu      sync.Mutex
 	started bool
@@ -158,6 +161,34 @@ type Worker struct {
 	// cancellation of a running job was requested, perhaps of one of
 	// this worker's.
 	heartbeatC chan struct{}
+}
+
+// observerGate passes the worker's reports to its Observer until the
+// worker closes it, as Run gives up on handlers that ignore cancellation:
+// an attempt that ends after that is not reported.
+type observerGate struct {
+	mu     sync.RWMutex
+	closed bool
+	o      Observer
+}
+
+// ObserveAttempt reports a unless the gate is closed.
+func (g *observerGate) ObserveAttempt(a AttemptInfo) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if !g.closed {
+		g.o.ObserveAttempt(a)
+	}
+}
+
+// close stops the reports; it returns once none is under way.
+func (g *observerGate) close() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }
 
 // runningEntry is a job whose attempt runs in this worker: heartbeats
@@ -217,7 +248,14 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 	if opts.Logger == nil {
 		opts.Logger = client.log
 	}
+	var obs Observer
+	var gate *observerGate
+	if opts.Observer != nil {
+		gate = &observerGate{o: opts.Observer}
+		obs = gate
+	}
 	w := &Worker{
+		gate:    gate,
 		client:  client,
 		store:   client.store,
 		log:     opts.Logger,
@@ -227,7 +265,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		exec: NewExecutor(ExecutorOptions{ID: opts.ID, Policy: opts.Policy, QueuePolicies: opts.QueuePolicies,
 			Classifier: opts.Classifier, QueueClassifiers: opts.QueueClassifiers, Breakers: opts.Breakers, RetryBudget: opts.RetryBudget,
 			DisableRetryBudget: opts.DisableRetryBudget, MaxErrorLength: opts.MaxErrorLength, Logger: opts.Logger,
-			Rand: opts.Rand, Observer: opts.Observer, Now: client.now}),
+			Rand: opts.Rand, Observer: obs, Now: client.now}),
 	}
 	names := make([]string, 0, len(opts.Queues))
 	for q := range opts.Queues {
@@ -401,6 +439,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			w.log.Error("handlers ignore cancellation; releasing their jobs", "worker", w.id, "running", w.runningCount())
+			// Their attempts, released, are not reported when they end.
+			w.gate.close()
 			w.releaseAll()
 		}
 	}
