@@ -462,6 +462,33 @@ func (e *Executor) Release(j *Job, now time.Time) Outcome {
 			Reason: "shutdown", Duration: store.Duration(now.Sub(start))}}
 }
 
+// notStarted returns the outcome of an attempt of j that ended before its
+// handler ran, at now, because its context ended with cause: canceled by
+// a user (ErrJobCanceled), else released, without using an attempt. It
+// is reported as such an attempt of the handler would be.
+func (e *Executor) notStarted(j *Job, cause error, now time.Time) Outcome {
+	j.AttemptedAt = &now
+	var o Outcome
+	if errors.Is(cause, ErrJobCanceled) {
+		e.log.Info("job canceled before it started", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		o = e.cancelOutcome(j, cause, now, now)
+	} else {
+		o = e.Release(j, now)
+	}
+	e.report(j, &o, cause, now, now)
+	return o
+}
+
+// cancelOutcome is the outcome of an attempt of j canceled by a user,
+// which ended with err.
+func (e *Executor) cancelOutcome(j *Job, err error, start, end time.Time) Outcome {
+	dur := store.Duration(end.Sub(start))
+	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Worker: e.id, At: end, Kind: store.Cancel,
+		Event: &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
+			Error: e.bound(err.Error())},
+		Counters: []store.Counter{{Queue: j.Queue, Name: store.StatCanceled, N: 1}}}
+}
+
 // policyFor resolves the retry policy of a job: its own, its kind's, its
 // queue's, the executor's default; MaxRetries on the job overrides the
 // count.
@@ -538,11 +565,7 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 	// back to run again.
 	if errors.Is(cause, ErrJobCanceled) {
 		e.log.Info("job canceled while running", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
-		o.Kind = store.Cancel
-		o.Event = &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
-			Error: e.bound(err.Error())}
-		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatCanceled, N: 1}}
-		return o
+		return e.cancelOutcome(j, err, start, end)
 	}
 	// A breaker the handler consulted itself (breaker.Do, rhttp) is open:
 	// defer until it half-opens, without using an attempt.

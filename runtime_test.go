@@ -130,3 +130,64 @@ func TestWorkerRunsOnce(t *testing.T) {
 		t.Fatalf("second Run: %v, want ErrWorkerRan saying a Worker runs once", err)
 	}
 }
+
+// TestLookaheadMustBeWellBelowLease checks that Run refuses a lookahead
+// longer than a third of the lease: a job leased that far ahead of its
+// due time would wait under a lease about to expire.
+func TestLookaheadMustBeWellBelowLease(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{Lookahead: 2 * time.Second, LeaseDuration: 600 * time.Millisecond})
+	// Bounded, so that a Run that accepts the options returns (nil).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := e.worker.Run(ctx)
+	if !errors.Is(err, redrive.ErrInvalid) || !strings.Contains(err.Error(), "Lookahead") {
+		t.Fatalf("Run: %v, want ErrInvalid naming Lookahead", err)
+	}
+}
+
+// TestCancelDuringLookaheadWait cancels a job the worker leased ahead of
+// its due time, while it waits for it: the job counts as running, so the
+// cancellation reaches it and it ends canceled without its handler
+// running. Before, it was not registered while it waited: its handler ran
+// at its due time, and only a later heartbeat canceled it.
+func TestCancelDuringLookaheadWait(t *testing.T) {
+	// Heartbeats every 10 s: the cancellation is learnt of by a wake-up.
+	e := newEnv(t, redrive.WorkerOptions{LeaseDuration: 30 * time.Second, Lookahead: 5 * time.Second})
+	var ran atomic.Bool
+	e.worker.HandleFunc("later", func(ctx context.Context, j *redrive.Job) error {
+		ran.Store(true)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	e.start()
+	job, err := e.client.Enqueue(context.Background(), "later", nil, redrive.After(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(job.ID, redrive.Running) // leased, waiting for its due time
+	// The first request marks the job; each asks the worker to look at
+	// once, and one of them comes after the job is registered.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		j, err := e.client.Cancel(context.Background(), job.ID)
+		if errors.Is(err, redrive.ErrConflict) {
+			break // canceled
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == redrive.Canceled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d still %s", job.ID, j.State)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if j := e.waitFinal(job.ID); j.State != redrive.Canceled {
+		t.Fatalf("job ended %s, want canceled", j.State)
+	}
+	if ran.Load() {
+		t.Fatal("the handler of a job canceled before its due time ran")
+	}
+}

@@ -72,8 +72,12 @@ type WorkerOptions struct {
 	FetchBatch int
 	// Lookahead lets the worker lease jobs due within this window and
 	// start each at its due time itself, so a retry due at T starts at T
-	// rather than a database round trip later (default 20ms; negative
-	// disables).
+	// rather than a database round trip later (default 20ms, or a third
+	// of LeaseDuration if that is less; negative disables). It must be
+	// at most a third of LeaseDuration: Run refuses a longer one with
+	// ErrInvalid. A job waiting for its due time counts as
+	// running: heartbeats extend its lease, and a cancellation or a
+	// shutdown ends it without running its handler.
 	Lookahead time.Duration
 	// FetchCooldown is how long a busy queue waits, once a slot frees up,
 	// for more slots before fetching, so that fetches stay batched
@@ -219,7 +223,8 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		opts.PollInterval = time.Second
 	}
 	if opts.Lookahead == 0 {
-		opts.Lookahead = 20 * time.Millisecond
+		// At most a third of the lease (see Run), for very short leases.
+		opts.Lookahead = min(20*time.Millisecond, opts.LeaseDuration/3)
 	}
 	if opts.Lookahead < 0 {
 		opts.Lookahead = 0
@@ -335,6 +340,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	periodic, err := w.compilePeriodic()
 	if err != nil {
 		return fmt.Errorf("redrive: %w", err)
+	}
+	if w.opts.Lookahead > w.opts.LeaseDuration/3 {
+		return fmt.Errorf("redrive: %w: Lookahead %s is more than a third of LeaseDuration %s "+
+			"(a job leased ahead of its due time waits that long under its lease)", ErrInvalid,
+			w.opts.Lookahead, w.opts.LeaseDuration)
 	}
 	w.mu.Lock()
 	if w.started {
@@ -877,15 +887,6 @@ func storeBackoff(n int) time.Duration {
 // The caller frees the queue slot afterwards.
 func (w *Worker) execute(q *queueRunner, j *Job) {
 	defer w.active.Done()
-	// A job leased within the lookahead starts at its due time.
-	if wait := time.Until(j.RunAt); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-w.hardCtx.Done():
-			t.Stop()
-		}
-	}
 	// The handler's context carries hardCtx's values, not its
 	// cancellation: a child registered with one parent per running job
 	// made every start and end of a job take the parent's lock, with
@@ -910,6 +911,20 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 		cancel(nil)
 		w.completer.submit(q, o)
 	}()
+	// A job leased within the lookahead starts at its due time. It is
+	// registered as running meanwhile, so that heartbeats extend its
+	// lease and a cancellation or a shutdown reaches it: then it ends
+	// without running its handler.
+	if wait := time.Until(j.RunAt); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			o = w.exec.notStarted(j, context.Cause(ctx), w.client.now())
+			return
+		}
+	}
 	w.exec.execute(ctx, j, progress, &o)
 }
 
