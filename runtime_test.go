@@ -191,3 +191,50 @@ func TestCancelDuringLookaheadWait(t *testing.T) {
 		t.Fatal("the handler of a job canceled before its due time ran")
 	}
 }
+
+// TestSecondClientWakesAndPausesAtOnce checks that an enqueue and a pause
+// made through another Client of the worker's store in the same process
+// reach the worker at once, as through its own Client: the poll interval
+// is a minute, longer than the test waits.
+func TestSecondClientWakesAndPausesAtOnce(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{PollInterval: time.Minute,
+		Queues: map[string]int{redrive.DefaultQueue: 2, "other": 1}})
+	other := redrive.NewClient(e.store, redrive.ClientOptions{Logger: quietLogger()})
+	var pausedRan atomic.Bool
+	e.worker.HandleFunc("noop", func(ctx context.Context, j *redrive.Job) error { return nil })
+	e.worker.HandleFunc("paused", func(ctx context.Context, j *redrive.Job) error {
+		pausedRan.Store(true)
+		return nil
+	})
+	e.start()
+	ctx := context.Background()
+	// An enqueue through the other Client wakes the worker.
+	job, err := other.Enqueue(ctx, "noop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(job.ID, redrive.Completed)
+	// A pause through the other Client applies before PauseQueue returns:
+	// a job enqueued after it (waking the worker) is not fetched, while a
+	// job of another queue, enqueued after it, runs.
+	if _, err := other.PauseQueue(ctx, redrive.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	held, err := e.client.Enqueue(ctx, "paused", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := e.client.Enqueue(ctx, "noop", nil, redrive.InQueue("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(next.ID, redrive.Completed)
+	if j, err := e.client.Get(ctx, held.ID); err != nil || j.State != redrive.Pending || pausedRan.Load() {
+		t.Fatalf("job of the paused queue: %v %+v (ran: %v), want pending", err, j, pausedRan.Load())
+	}
+	// And a resume through it applies at once too.
+	if _, err := other.ResumeQueue(ctx, redrive.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(held.ID, redrive.Completed)
+}

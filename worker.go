@@ -62,10 +62,11 @@ type WorkerOptions struct {
 	RescueInterval time.Duration
 	// PollInterval bounds how long the worker sleeps without looking for
 	// work another process may have added (default 1s). Work enqueued or
-	// retried in this process wakes it at once, and it always wakes at the
-	// next job's due time. It is also how often the worker reads which
+	// retried in this process (through any Client of its store) wakes it
+	// at once, and it always wakes at the next job's due time. It is also how often the worker reads which
 	// queues are paused (see Client.PauseQueue); pauses and resumes made
-	// through its own Client apply at once.
+	// in this process through any Client of its store (the same
+	// store.Store value) apply at once.
 	PollInterval time.Duration
 	// FetchBatch bounds how many jobs one fetch leases (default: the
 	// queue's concurrency, at most 1000).
@@ -153,7 +154,7 @@ type Worker struct {
 	// retention): always, unless the store elects one process for it.
 	leading func() bool
 	// pauseMu orders the paused-queue refreshes with the pauses and
-	// resumes of the local Client; pauseGen counts the latter, so that a
+	// resumes of this process's Clients; pauseGen counts the latter, so that a
 	// refresh that read the store before one of them is discarded.
 	pauseMu  sync.Mutex
 	pauseGen atomic.Uint64
@@ -361,16 +362,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer context.AfterFunc(w.hardCtx, w.cancelAllRunning)()
 
 	w.log.Info("worker starting", "worker", w.id, "queues", w.opts.Queues)
-	// Pauses and resumes through the local Client apply at once; those of
-	// other processes are read every PollInterval, and once before the
-	// first fetch.
+	// Pauses and resumes through a Client of this process on the same
+	// store apply at once; those of other processes are read every
+	// PollInterval, and once before the first fetch.
 	for _, q := range w.queues {
 		unregister := w.client.registerPause(q.name, func(paused bool) { w.applyLocalPause(q, paused) })
 		defer unregister()
 	}
 	w.refreshPaused(ctx)
-	// A cancellation requested through the local Client asks for a
-	// heartbeat at once, which tells whether the job is one of ours.
+	// A cancellation requested through a Client of this process on the
+	// same store asks for a heartbeat at once, which tells whether the
+	// job is one of ours.
 	unregisterCancel := w.client.registerCancel(w.heartbeatNow)
 	defer unregisterCancel()
 	// Register in the store's worker registry, and rescue at once the jobs
