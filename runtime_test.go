@@ -5,12 +5,14 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/store"
 )
 
 // waitFinal polls the job until it is completed, dead or canceled (or
@@ -237,4 +239,60 @@ func TestSecondClientWakesAndPausesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitState(held.ID, redrive.Completed)
+}
+
+// commitThenFailStore is a store whose Fetch, once it has leased jobs,
+// waits for the test and then fails if its context ended meanwhile: as a
+// PostgreSQL fetch whose commit succeeded while its call returned the
+// context's error.
+type commitThenFailStore struct {
+	store.Store
+	leased, release chan struct{}
+	once            sync.Once
+}
+
+func (s *commitThenFailStore) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, error) {
+	jobs, err := s.Store.Fetch(ctx, p)
+	if err != nil || len(jobs) == 0 {
+		return jobs, err
+	}
+	s.once.Do(func() {
+		close(s.leased)
+		<-s.release
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// TestFetchAtShutdownLosesNoJob ends the worker's context while a fetch
+// that leased a job is under way: the job must not stay leased to a
+// worker that stopped (it would be rescued as a failed attempt once its
+// lease expired), but run or go back to pending.
+func TestFetchAtShutdownLosesNoJob(t *testing.T) {
+	st := &commitThenFailStore{Store: openStore(t), leased: make(chan struct{}), release: make(chan struct{})}
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	w := redrive.NewWorker(c, redrive.WorkerOptions{Logger: quietLogger(), LeaseDuration: time.Minute})
+	w.HandleFunc("noop", func(ctx context.Context, j *redrive.Job) error { return nil })
+	job, err := c.Enqueue(context.Background(), "noop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-st.leased
+	cancel()
+	close(st.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	j, err := c.Get(context.Background(), job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State == redrive.Running {
+		t.Fatalf("job %d left running (leased until %v) after Run returned", j.ID, j.LeaseUntil)
+	}
 }

@@ -734,8 +734,18 @@ func (q *queueRunner) loop(ctx context.Context) {
 		q.hint.Store(0)
 		now := w.client.now()
 		limit := min(free, q.batch)
-		jobs, err := w.store.Fetch(ctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
+		// The fetch is not interrupted by the shutdown: a fetch whose
+		// commit succeeded but whose call returned the context's error
+		// would leave its jobs leased and never run, until their leases
+		// expired and were rescued as failed attempts. The jobs of a
+		// fetch that ends after the shutdown began are dispatched, and
+		// run or are released like the others. It is bounded by the
+		// lease, so that a store that hangs does not hold up the
+		// shutdown for ever.
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
+		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
 			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
+		fcancel()
 		q.fetchMu.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
