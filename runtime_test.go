@@ -296,3 +296,31 @@ func TestFetchAtShutdownLosesNoJob(t *testing.T) {
 		t.Fatalf("job %d left running (leased until %v) after Run returned", j.ID, j.LeaseUntil)
 	}
 }
+
+// TestShutdownReleasesJobInLookaheadWait stops the worker while a job it
+// leased ahead of its due time waits: at the shutdown timeout the job is
+// released without its handler running, before Run returns, and without
+// using an attempt.
+func TestShutdownReleasesJobInLookaheadWait(t *testing.T) {
+	e := newEnv(t, redrive.WorkerOptions{LeaseDuration: 30 * time.Second, Lookahead: 5 * time.Second,
+		ShutdownTimeout: time.Millisecond})
+	var ran atomic.Bool
+	e.worker.HandleFunc("later", func(ctx context.Context, j *redrive.Job) error {
+		ran.Store(true)
+		return context.Cause(ctx)
+	})
+	e.start()
+	job, err := e.client.Enqueue(context.Background(), "later", nil, redrive.After(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(job.ID, redrive.Running) // leased, waiting for its due time
+	e.stop()
+	j, err := e.client.Get(context.Background(), job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State == redrive.Running || j.Attempt != 0 || ran.Load() {
+		t.Fatalf("job %s at attempt %d (handler ran: %v), want released before its handler ran", j.State, j.Attempt, ran.Load())
+	}
+}
