@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,27 +28,26 @@ type ClientOptions struct {
 const DefaultMaxPayload = 1 << 20
 
 // Client enqueues, reads, cancels and redrives jobs. It is safe for
-// concurrent use. Workers created from a Client in the same process are
-// woken at once by its enqueues.
+// concurrent use. The workers running in the same process on the same
+// store (the same store.Store value), whichever Client they were created
+// from, are woken at once by its enqueues and see its pauses, resumes and
+// cancellations at once.
 type Client struct {
 	store      store.Store
 	log        *slog.Logger
 	maxPayload int
 
-	mu      sync.RWMutex
-	wakers  map[string][]func(time.Time) // queue -> in-process workers' wake-ups
-	pausers map[string][]func(bool)      // queue -> in-process workers' pause hooks
-	nowFunc func() time.Time
+	// hooksKey names the in-process workers' hooks that the client's
+	// enqueues, pauses and cancellations call (see hooks): those of its
+	// store, shared by every Client of it.
+	hooksKey any
+	nowFunc  func() time.Time
 	// statsClock, when set, is the clock of the statistics history
 	// (tests); otherwise nowFunc.
 	statsClock func() time.Time
 	// validators check the payloads of kinds before they are enqueued.
 	validators atomic.Pointer[map[string]Validator]
 	validMu    sync.Mutex
-
-	// cancelers are the in-process workers' hooks told when this client
-	// requests the cancellation of a running job (under mu).
-	cancelers map[*func()]struct{}
 
 	// opsWake tells this process's workers that an operation was started
 	// or resumed through this client, so that the leader claims it at
@@ -118,8 +116,9 @@ func NewClient(s store.Store, opts ClientOptions) *Client {
 	if opts.MaxPayload <= 0 {
 		opts.MaxPayload = DefaultMaxPayload
 	}
-	return &Client{store: s, log: opts.Logger, maxPayload: opts.MaxPayload,
-		wakers: map[string][]func(time.Time){}, nowFunc: time.Now, opsWake: make(chan struct{}, 1)}
+	c := &Client{store: s, log: opts.Logger, maxPayload: opts.MaxPayload, nowFunc: time.Now, opsWake: make(chan struct{}, 1)}
+	c.hooksKey = hooksKey(c, s)
+	return c
 }
 
 // Store returns the store the client works on.
@@ -424,36 +423,6 @@ func encodePayload(p any) (json.RawMessage, error) {
 	return b, nil
 }
 
-// register adds an in-process wake-up for queue; it returns the function
-// that removes it.
-func (c *Client) register(queue string, wake func(time.Time)) func() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.wakers[queue] = append(c.wakers[queue], wake)
-	idx := len(c.wakers[queue]) - 1
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		// Copy on write: wake ranges over the slice it read without the
-		// lock, so the slice it may hold must not change.
-		ws := c.wakers[queue]
-		if idx < len(ws) {
-			nws := slices.Clone(ws)
-			nws[idx] = func(time.Time) {}
-			c.wakers[queue] = nws
-		}
-	}
-}
-
-func (c *Client) wake(queue string, at time.Time) {
-	c.mu.RLock()
-	ws := c.wakers[queue]
-	c.mu.RUnlock()
-	for _, w := range ws {
-		w(at)
-	}
-}
-
 func (c *Client) wakeFor(jobs []*Job) {
 	seen := map[string]time.Time{}
 	for _, j := range jobs {
@@ -505,37 +474,6 @@ func (c *Client) Cancel(ctx context.Context, id int64) (*Job, error) {
 		c.wakeCancel()
 	}
 	return j, err
-}
-
-// registerCancel adds an in-process hook called when this client requests
-// the cancellation of a running job; it returns the function that removes
-// it.
-func (c *Client) registerCancel(hook func()) func() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cancelers == nil {
-		c.cancelers = map[*func()]struct{}{}
-	}
-	key := &hook
-	c.cancelers[key] = struct{}{}
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(c.cancelers, key)
-	}
-}
-
-// wakeCancel calls the cancel hooks of the in-process workers.
-func (c *Client) wakeCancel() {
-	c.mu.RLock()
-	hooks := make([]func(), 0, len(c.cancelers))
-	for h := range c.cancelers {
-		hooks = append(hooks, *h)
-	}
-	c.mu.RUnlock()
-	for _, h := range hooks {
-		h()
-	}
 }
 
 // Stats returns real counts per queue: jobs per state and the running

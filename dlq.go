@@ -157,11 +157,9 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress
 	now := c.now()
 	if len(queues) == 0 {
 		// Redrive by ids: wake every queue a local worker serves.
-		c.mu.RLock()
-		for q := range c.wakers {
+		for _, q := range c.wokenQueues() {
 			queues[q] = true
 		}
-		c.mu.RUnlock()
 	}
 	for q := range queues {
 		c.wake(q, now)

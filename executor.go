@@ -310,14 +310,25 @@ func (r *runningJob) Value(key any) any {
 // outcome is Cancel).
 //
 // Execute never panics because of a handler: a panic is a failed attempt
-// (Unknown class, retried) with the stack in its error.
+// (Unknown class, retried) with the stack in its error. A handler that
+// does not return at all because it called runtime.Goexit (as
+// testing.T.FailNow does) fails its attempt the same way: the outcome is
+// decided and reported, but the goroutine that called Execute then exits
+// too, so its own deferred calls are what can still use it.
 func (e *Executor) Execute(ctx context.Context, j *Job) Outcome {
-	return e.execute(ctx, j, nil)
+	var o Outcome
+	e.execute(ctx, j, nil, &o)
+	return o
 }
 
+// errGoexit is the failure of a handler that called runtime.Goexit.
+var errGoexit = errors.New("handler did not return: it called runtime.Goexit (as testing.T.FailNow does)")
+
 // execute is Execute, with the cell in which the handler's Progress
-// calls keep the attempt's progress (nil: they do nothing).
-func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) Outcome {
+// calls keep the attempt's progress (nil: they do nothing). It sets *out
+// to the outcome even when the handler calls runtime.Goexit, before the
+// caller's deferred calls run.
+func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell, out *Outcome) {
 	start := e.now()
 	j.AttemptedAt = &start
 	ln := e.lane(j.Queue)
@@ -336,9 +347,9 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) 
 		var err error
 		tok, err = br.Allow()
 		if err != nil {
-			o := e.deferOutcome(j, br, err, start)
-			e.report(j, &o, err, start, start)
-			return o
+			*out = e.deferOutcome(j, br, err, start)
+			e.report(j, out, err, start, start)
+			return
 		}
 	}
 
@@ -353,8 +364,25 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) 
 			hctx, c = context.WithTimeout(rj, h.cfg.timeout)
 			defer c()
 		}
+		// safeCall recovers panics; a handler that did not return at all
+		// called runtime.Goexit, which nothing stops: its attempt is
+		// finished here, as the goroutine unwinds, as a panic would be.
+		returned := false
+		defer func() {
+			if !returned {
+				e.finish(ctx, ln, j, h, br, tok, rj, progress, fmt.Errorf("%w\n%s", errGoexit, debug.Stack()), start, out)
+			}
+		}()
 		err = safeCall(hctx, h.fn, j)
+		returned = true
 	}
+	e.finish(ctx, ln, j, h, br, tok, rj, progress, err, start, out)
+}
+
+// finish records the handler's result err on the breaker, decides the
+// attempt's outcome into *out and reports it.
+func (e *Executor) finish(ctx context.Context, ln *lane, j *Job, h *handler, br *breaker.Breaker, tok breaker.Token,
+	rj *runningJob, progress *progressCell, err error, start time.Time, out *Outcome) {
 	if br != nil {
 		br.Record(tok, breakerOutcome(ln.classifier, err))
 	}
@@ -371,8 +399,8 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell) 
 				Worker: e.id, Reason: e.bound(r.reason), Note: e.bound(r.note)}
 		}
 	}
-	e.report(j, &o, err, start, end)
-	return o
+	*out = o
+	e.report(j, out, err, start, end)
 }
 
 // report tells the observer, if any, of an attempt's outcome.
@@ -432,6 +460,33 @@ func (e *Executor) Release(j *Job, now time.Time) Outcome {
 	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, Kind: store.Release, At: now,
 		Event: &store.Event{Kind: store.EventReleased, Attempt: j.Attempt, At: start, Worker: e.id,
 			Reason: "shutdown", Duration: store.Duration(now.Sub(start))}}
+}
+
+// notStarted returns the outcome of an attempt of j that ended before its
+// handler ran, at now, because its context ended with cause: canceled by
+// a user (ErrJobCanceled), else released, without using an attempt. It
+// is reported as such an attempt of the handler would be.
+func (e *Executor) notStarted(j *Job, cause error, now time.Time) Outcome {
+	j.AttemptedAt = &now
+	var o Outcome
+	if errors.Is(cause, ErrJobCanceled) {
+		e.log.Info("job canceled before it started", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		o = e.cancelOutcome(j, cause, now, now)
+	} else {
+		o = e.Release(j, now)
+	}
+	e.report(j, &o, cause, now, now)
+	return o
+}
+
+// cancelOutcome is the outcome of an attempt of j canceled by a user,
+// which ended with err.
+func (e *Executor) cancelOutcome(j *Job, err error, start, end time.Time) Outcome {
+	dur := store.Duration(end.Sub(start))
+	return Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end, Kind: store.Cancel,
+		Event: &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
+			Error: e.bound(err.Error())},
+		Counters: []store.Counter{{Queue: j.Queue, Name: store.StatCanceled, N: 1}}}
 }
 
 // policyFor resolves the retry policy of a job: its own, its kind's, its
@@ -505,6 +560,20 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 		}
 		return o
 	}
+	// A lease lost while the handler ran: whatever it returned, the job
+	// is no longer this worker's, the outcome is stale, and a release,
+	// which uses no attempt, is the least a store could make of it.
+	if errors.Is(cause, ErrLeaseLost) {
+		e.log.Warn("job's lease lost while running; its outcome is discarded", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		return e.Release(j, end)
+	}
+	// A job canceled while it ran ends canceled whatever its handler
+	// returned when it failed: a snooze or an open breaker would put it
+	// back to run again.
+	if errors.Is(cause, ErrJobCanceled) {
+		e.log.Info("job canceled while running", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		return e.cancelOutcome(j, err, start, end)
+	}
 	// A breaker the handler consulted itself (breaker.Do, rhttp) is open:
 	// defer until it half-opens, without using an attempt.
 	var open *breaker.OpenError
@@ -529,23 +598,9 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatSnoozed, N: 1}}
 		return o
 	}
-	switch {
-	case errors.Is(cause, ErrShutdown):
+	if errors.Is(cause, ErrShutdown) {
 		e.log.Info("job interrupted by shutdown; back to pending", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
 		return e.Release(j, end)
-	case errors.Is(cause, ErrLeaseLost):
-		// Whatever the handler returned, its job is no longer this
-		// worker's: the outcome is stale, and a release, which uses no
-		// attempt, is the least a store could make of it.
-		e.log.Warn("job's lease lost while running; its outcome is discarded", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
-		return e.Release(j, end)
-	case errors.Is(cause, ErrJobCanceled):
-		e.log.Info("job canceled while running", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
-		o.Kind = store.Cancel
-		o.Event = &store.Event{Kind: store.EventCanceled, Attempt: j.Attempt, At: start, Duration: dur, Worker: e.id,
-			Error: e.bound(err.Error())}
-		o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatCanceled, N: 1}}
-		return o
 	}
 	v := ln.classifier.Classify(err)
 	return e.failOutcome(ln, j, h, o, v, err.Error(), start, dur, extra...)

@@ -24,7 +24,9 @@ import (
 // pick-ups that a breaker deferred before the handler ran. Not reported:
 // leases that expired elsewhere and were rescued by this worker (the
 // attempt ran in another process), and the attempts of handlers that
-// ignore cancellation at shutdown and are released without returning.
+// ignore cancellation at shutdown and are released without returning,
+// even when such a handler returns later: once Worker.Run has returned,
+// the Observer is not called again.
 type Observer interface {
 	ObserveAttempt(AttemptInfo)
 }

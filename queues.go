@@ -3,7 +3,6 @@ package redrive
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -188,34 +187,4 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) (Queue
 		return Queue{}, fmt.Errorf("redrive: %s %q: done, but reading its latency failed: %w", op, name, err)
 	}
 	return q[0], nil
-}
-
-// registerPause adds an in-process worker's hook for pauses and resumes of
-// queue; it returns the function that removes it.
-func (c *Client) registerPause(queue string, hook func(paused bool)) func() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pausers == nil {
-		c.pausers = map[string][]func(bool){}
-	}
-	c.pausers[queue] = append(c.pausers[queue], hook)
-	idx := len(c.pausers[queue]) - 1
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if hs := c.pausers[queue]; idx < len(hs) {
-			hs[idx] = func(bool) {}
-		}
-	}
-}
-
-// notifyPaused tells the in-process workers of queue that it was paused
-// or resumed. It returns once they have stopped fetching from it.
-func (c *Client) notifyPaused(queue string, paused bool) {
-	c.mu.RLock()
-	hs := slices.Clone(c.pausers[queue])
-	c.mu.RUnlock()
-	for _, h := range hs {
-		h(paused)
-	}
 }

@@ -154,10 +154,11 @@ func TestPauseQueueLocal(t *testing.T) {
 	}
 }
 
-// TestPauseQueueOtherClient: a pause made by another Client on the same
-// store (another process) reaches the worker at its next refresh; wake-ups
-// from its own Client do not bypass it; the other Client's resume starts
-// the jobs again. Other queues keep working throughout.
+// TestPauseQueueOtherClient: a pause made by another Client reaches the
+// worker (at once, the Client being on the same store; that of another
+// process would at the worker's next refresh); wake-ups from its own
+// Client do not bypass it; the other Client's resume starts the jobs
+// again. Other queues keep working throughout.
 func TestPauseQueueOtherClient(t *testing.T) {
 	var buf syncBuffer
 	const poll = 50 * time.Millisecond

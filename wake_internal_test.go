@@ -11,7 +11,8 @@ import (
 // registering and unregistering their wakers: with -race, a waker slice
 // changed in place under a running wake is reported.
 func TestWakeWhileUnregistering(t *testing.T) {
-	c := &Client{wakers: map[string][]func(time.Time){}}
+	c := &Client{}
+	c.hooksKey = c
 	var woken atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

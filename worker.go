@@ -62,18 +62,23 @@ type WorkerOptions struct {
 	RescueInterval time.Duration
 	// PollInterval bounds how long the worker sleeps without looking for
 	// work another process may have added (default 1s). Work enqueued or
-	// retried in this process wakes it at once, and it always wakes at the
-	// next job's due time. It is also how often the worker reads which
+	// retried in this process (through any Client of its store) wakes it
+	// at once, and it always wakes at the next job's due time. It is also how often the worker reads which
 	// queues are paused (see Client.PauseQueue); pauses and resumes made
-	// through its own Client apply at once.
+	// in this process through any Client of its store (the same
+	// store.Store value) apply at once.
 	PollInterval time.Duration
 	// FetchBatch bounds how many jobs one fetch leases (default: the
 	// queue's concurrency, at most 1000).
 	FetchBatch int
 	// Lookahead lets the worker lease jobs due within this window and
 	// start each at its due time itself, so a retry due at T starts at T
-	// rather than a database round trip later (default 20ms; negative
-	// disables).
+	// rather than a database round trip later (default 20ms, or a third
+	// of LeaseDuration if that is less; negative disables). It must be
+	// at most a third of LeaseDuration: Run refuses a longer one with
+	// ErrInvalid. A job waiting for its due time counts as
+	// running: heartbeats extend its lease, and a cancellation or a
+	// shutdown ends it without running its handler.
 	Lookahead time.Duration
 	// FetchCooldown is how long a busy queue waits, once a slot frees up,
 	// for more slots before fetching, so that fetches stay batched
@@ -131,6 +136,9 @@ type Worker struct {
 
 	// exec runs the attempts and decides their outcomes.
 	exec *Executor
+	// gate passes exec's reports to the Observer until Run gives up on
+	// its handlers (nil without an Observer).
+	gate *observerGate
 
 	mu      sync.Mutex
 	started bool
@@ -149,7 +157,7 @@ type Worker struct {
 	// retention): always, unless the store elects one process for it.
 	leading func() bool
 	// pauseMu orders the paused-queue refreshes with the pauses and
-	// resumes of the local Client; pauseGen counts the latter, so that a
+	// resumes of this process's Clients; pauseGen counts the latter, so that a
 	// refresh that read the store before one of them is discarded.
 	pauseMu  sync.Mutex
 	pauseGen atomic.Uint64
@@ -161,6 +169,34 @@ type Worker struct {
 	// cancellation of a running job was requested, perhaps of one of
 	// this worker's.
 	heartbeatC chan struct{}
+}
+
+// observerGate passes the worker's reports to its Observer until the
+// worker closes it, as Run gives up on handlers that ignore cancellation:
+// an attempt that ends after that is not reported.
+type observerGate struct {
+	mu     sync.RWMutex
+	closed bool
+	o      Observer
+}
+
+// ObserveAttempt reports a unless the gate is closed.
+func (g *observerGate) ObserveAttempt(a AttemptInfo) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if !g.closed {
+		g.o.ObserveAttempt(a)
+	}
+}
+
+// close stops the reports; it returns once none is under way.
+func (g *observerGate) close() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }
 
 // runningEntry is a job whose attempt runs in this worker: heartbeats
@@ -193,7 +229,8 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		opts.PollInterval = time.Second
 	}
 	if opts.Lookahead == 0 {
-		opts.Lookahead = 20 * time.Millisecond
+		// At most a third of the lease (see Run), for very short leases.
+		opts.Lookahead = min(20*time.Millisecond, opts.LeaseDuration/3)
 	}
 	if opts.Lookahead < 0 {
 		opts.Lookahead = 0
@@ -222,7 +259,14 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 	if opts.Logger == nil {
 		opts.Logger = client.log
 	}
+	var obs Observer
+	var gate *observerGate
+	if opts.Observer != nil {
+		gate = &observerGate{o: opts.Observer}
+		obs = gate
+	}
 	w := &Worker{
+		gate:    gate,
 		client:  client,
 		store:   client.store,
 		log:     opts.Logger,
@@ -232,7 +276,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		exec: NewExecutor(ExecutorOptions{ID: opts.ID, Policy: opts.Policy, QueuePolicies: opts.QueuePolicies,
 			Classifier: opts.Classifier, QueueClassifiers: opts.QueueClassifiers, Breakers: opts.Breakers, RetryBudget: opts.RetryBudget,
 			DisableRetryBudget: opts.DisableRetryBudget, MaxErrorLength: opts.MaxErrorLength, Logger: opts.Logger,
-			Rand: opts.Rand, Observer: opts.Observer, Now: client.now}),
+			Rand: opts.Rand, Observer: obs, Now: client.now}),
 	}
 	names := make([]string, 0, len(opts.Queues))
 	for q := range opts.Queues {
@@ -288,19 +332,30 @@ func defaultWorkerID() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
+// ErrWorkerRan is what Run returns when it was called before on the same
+// Worker, whether that Run still runs or has returned: a Worker runs
+// once. Create another with NewWorker to run again.
+var ErrWorkerRan = errors.New("redrive: Run called twice: a Worker runs once (create another with NewWorker)")
+
 // Run works until ctx ends, then shuts down gracefully: it stops fetching,
 // lets running handlers finish for up to ShutdownTimeout, then cancels
 // them (cause ErrShutdown); jobs interrupted that way go back to pending
-// without using an attempt. Run returns nil after a clean shutdown.
+// without using an attempt. Run returns nil after a clean shutdown. A
+// Worker runs once: a second Run returns ErrWorkerRan.
 func (w *Worker) Run(ctx context.Context) error {
 	periodic, err := w.compilePeriodic()
 	if err != nil {
 		return fmt.Errorf("redrive: %w", err)
 	}
+	if w.opts.Lookahead > w.opts.LeaseDuration/3 {
+		return fmt.Errorf("redrive: %w: Lookahead %s is more than a third of LeaseDuration %s "+
+			"(a job leased ahead of its due time waits that long under its lease)", ErrInvalid,
+			w.opts.Lookahead, w.opts.LeaseDuration)
+	}
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
-		return errors.New("redrive: worker already running")
+		return ErrWorkerRan
 	}
 	w.started = true
 	w.mu.Unlock()
@@ -312,16 +367,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer context.AfterFunc(w.hardCtx, w.cancelAllRunning)()
 
 	w.log.Info("worker starting", "worker", w.id, "queues", w.opts.Queues)
-	// Pauses and resumes through the local Client apply at once; those of
-	// other processes are read every PollInterval, and once before the
-	// first fetch.
+	// Pauses and resumes through a Client of this process on the same
+	// store apply at once; those of other processes are read every
+	// PollInterval, and once before the first fetch.
 	for _, q := range w.queues {
 		unregister := w.client.registerPause(q.name, func(paused bool) { w.applyLocalPause(q, paused) })
 		defer unregister()
 	}
 	w.refreshPaused(ctx)
-	// A cancellation requested through the local Client asks for a
-	// heartbeat at once, which tells whether the job is one of ours.
+	// A cancellation requested through a Client of this process on the
+	// same store asks for a heartbeat at once, which tells whether the
+	// job is one of ours.
 	unregisterCancel := w.client.registerCancel(w.heartbeatNow)
 	defer unregisterCancel()
 	// Register in the store's worker registry, and rescue at once the jobs
@@ -400,6 +456,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			w.log.Error("handlers ignore cancellation; releasing their jobs", "worker", w.id, "running", w.runningCount())
+			// Their attempts, released, are not reported when they end.
+			w.gate.close()
 			w.releaseAll()
 		}
 	}
@@ -572,6 +630,20 @@ func (q *queueRunner) takeLocked() *Job {
 func (q *queueRunner) handlerLoop() {
 	wake := make(chan struct{}, 1)
 	searching, finished := true, false
+	// running is true while a job runs: if the goroutine exits then, its
+	// handler called runtime.Goexit (the job's outcome was submitted by
+	// execute's deferred calls). Its slot is freed and another goroutine
+	// takes its place for the jobs waiting.
+	running := false
+	defer func() {
+		if running {
+			q.hmu.Lock()
+			q.handlers--
+			q.wakeLocked()
+			q.hmu.Unlock()
+			q.release()
+		}
+	}()
 	for {
 		q.hmu.Lock()
 		if searching {
@@ -602,8 +674,9 @@ func (q *queueRunner) handlerLoop() {
 			searching, finished = true, false
 			continue
 		}
+		running = true
 		q.w.execute(q, j)
-		finished = true
+		running, finished = false, true
 	}
 }
 
@@ -666,8 +739,18 @@ func (q *queueRunner) loop(ctx context.Context) {
 		q.hint.Store(0)
 		now := w.client.now()
 		limit := min(free, q.batch)
-		jobs, err := w.store.Fetch(ctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
+		// The fetch is not interrupted by the shutdown: a fetch whose
+		// commit succeeded but whose call returned the context's error
+		// would leave its jobs leased and never run, until their leases
+		// expired and were rescued as failed attempts. The jobs of a
+		// fetch that ends after the shutdown began are dispatched, and
+		// run or are released like the others. It is bounded by the
+		// lease, so that a store that hangs does not hold up the
+		// shutdown for ever.
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
+		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
 			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
+		fcancel()
 		q.fetchMu.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -821,15 +904,6 @@ func storeBackoff(n int) time.Duration {
 // The caller frees the queue slot afterwards.
 func (w *Worker) execute(q *queueRunner, j *Job) {
 	defer w.active.Done()
-	// A job leased within the lookahead starts at its due time.
-	if wait := time.Until(j.RunAt); wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-w.hardCtx.Done():
-			t.Stop()
-		}
-	}
 	// The handler's context carries hardCtx's values, not its
 	// cancellation: a child registered with one parent per running job
 	// made every start and end of a job take the parent's lock, with
@@ -845,12 +919,31 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 		cancel(context.Cause(w.hardCtx))
 	}
 	w.runMu.Unlock()
-	o := w.exec.execute(ctx, j, progress)
-	w.runMu.Lock()
-	delete(w.running, lease)
-	w.runMu.Unlock()
-	cancel(nil)
-	w.completer.submit(q, o)
+	// Deferred, so that it happens even when the handler calls
+	// runtime.Goexit (execute has set the outcome by then).
+	var o Outcome
+	defer func() {
+		w.runMu.Lock()
+		delete(w.running, lease)
+		w.runMu.Unlock()
+		cancel(nil)
+		w.completer.submit(q, o)
+	}()
+	// A job leased within the lookahead starts at its due time. It is
+	// registered as running meanwhile, so that heartbeats extend its
+	// lease and a cancellation or a shutdown reaches it: then it ends
+	// without running its handler.
+	if wait := time.Until(j.RunAt); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			o = w.exec.notStarted(j, context.Cause(ctx), w.client.now())
+			return
+		}
+	}
+	w.exec.execute(ctx, j, progress, &o)
 }
 
 // cancelAllRunning cancels the context of every running handler with the
