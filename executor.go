@@ -496,6 +496,13 @@ func (e *Executor) deferOutcome(j *Job, br *breaker.Breaker, err error, now time
 func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start, end time.Time, extra ...any) Outcome {
 	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end}
 	dur := store.Duration(end.Sub(start))
+	if errors.Is(cause, ErrLeaseLost) {
+		// Whatever the handler returned, success included, its job is no
+		// longer this worker's: the outcome is stale, and a release, which
+		// uses no attempt, is the least a store could make of it.
+		e.log.Warn("job's lease lost while running; its outcome is discarded", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		return e.Release(j, end)
+	}
 	if err == nil {
 		o.Kind = store.Complete
 		o.Duration = dur
@@ -532,12 +539,6 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 	switch {
 	case errors.Is(cause, ErrShutdown):
 		e.log.Info("job interrupted by shutdown; back to pending", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
-		return e.Release(j, end)
-	case errors.Is(cause, ErrLeaseLost):
-		// Whatever the handler returned, its job is no longer this
-		// worker's: the outcome is stale, and a release, which uses no
-		// attempt, is the least a store could make of it.
-		e.log.Warn("job's lease lost while running; its outcome is discarded", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
 		return e.Release(j, end)
 	case errors.Is(cause, ErrJobCanceled):
 		e.log.Info("job canceled while running", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
