@@ -84,6 +84,7 @@ var subtests = []subtest{
 	{"FinishInvalidAtomic", testFinishInvalidAtomic},
 	{"RedriveRepeated", testRedriveRepeated},
 	{"LeaseModel", testLeaseModel},
+	{"LeaseModelMixed", testLeaseModelMixed},
 	{"Heartbeat", testHeartbeat},
 	{"Progress", testProgress},
 	{"ProgressOutcomes", testProgressOutcomes},
