@@ -85,6 +85,8 @@ var subtests = []subtest{
 	{"RedriveRepeated", testRedriveRepeated},
 	{"LeaseModel", testLeaseModel},
 	{"LeaseModelMixed", testLeaseModelMixed},
+	{"LeaseConcurrent", testLeaseConcurrent},
+	{"FencingCompletionsRandom", testFencingCompletionsRandom},
 	{"Heartbeat", testHeartbeat},
 	{"Progress", testProgress},
 	{"ProgressOutcomes", testProgressOutcomes},
