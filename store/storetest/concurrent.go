@@ -31,6 +31,7 @@ type lcEvent struct {
 	rescue     bool
 	ok         bool // finish: applied; heartbeat: renewed (not lost)
 	start, end int64
+	read       int64 // a rescue: when the Expired call it was decided from returned
 }
 
 type lcLog struct {
@@ -207,6 +208,7 @@ func testLeaseConcurrent(x *h) {
 			}
 			t := time.Now()
 			exp, err := x.s.Expired(x.ctx, t, 100)
+			read := log.clock.Add(1)
 			if err != nil {
 				fail("Expired: %v", err)
 				return
@@ -232,7 +234,7 @@ func testLeaseConcurrent(x *h) {
 				return
 			}
 			for i, o := range outs {
-				log.add(lcEvent{op: "finish", job: o.JobID, token: o.Lease, worker: o.Worker, kind: o.Kind, rescue: true, ok: applied[i], start: start, end: end})
+				log.add(lcEvent{op: "finish", job: o.JobID, token: o.Lease, worker: o.Worker, kind: o.Kind, rescue: true, ok: applied[i], start: start, end: end, read: read})
 			}
 		}
 	}()
@@ -324,6 +326,9 @@ func checkLeaseLog(x *h, evs []lcEvent) {
 				}
 				if f.op == "heartbeat" && !f.ok && f.token == e.token {
 					x.t.Errorf("job %d: outcome of lease %d (kind %d, rescue %v) applied after a heartbeat reported it lost", e.job, e.token, e.kind, e.rescue)
+				}
+				if f.op == "heartbeat" && f.ok && f.token == e.token && e.rescue && f.start > e.read {
+					x.t.Errorf("job %d: rescue of lease %d applied after a heartbeat renewed it since it was read expired", e.job, e.token)
 				}
 			}
 		case "heartbeat":
