@@ -551,6 +551,13 @@ func (e *Executor) deferOutcome(j *Job, br *breaker.Breaker, err error, now time
 func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start, end time.Time, extra ...any) Outcome {
 	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end}
 	dur := store.Duration(end.Sub(start))
+	if errors.Is(cause, ErrLeaseLost) {
+		// Whatever the handler returned, success included, its job is no
+		// longer this worker's: the outcome is stale, and a release, which
+		// uses no attempt, is the least a store could make of it.
+		e.log.Warn("job's lease lost while running; its outcome is discarded", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
+		return e.Release(j, end)
+	}
 	if err == nil {
 		o.Kind = store.Complete
 		o.Duration = dur
@@ -559,13 +566,6 @@ func (e *Executor) decide(ln *lane, j *Job, h *handler, err, cause error, start,
 			o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatSucceededAfterRetry, N: 1})
 		}
 		return o
-	}
-	// A lease lost while the handler ran: whatever it returned, the job
-	// is no longer this worker's, the outcome is stale, and a release,
-	// which uses no attempt, is the least a store could make of it.
-	if errors.Is(cause, ErrLeaseLost) {
-		e.log.Warn("job's lease lost while running; its outcome is discarded", jobAttr(j), "kind", j.Kind, "attempt", j.Attempt)
-		return e.Release(j, end)
 	}
 	// A job canceled while it ran ends canceled whatever its handler
 	// returned when it failed: a snooze or an open breaker would put it

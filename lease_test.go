@@ -129,3 +129,80 @@ func TestLeaseLostStopsHandler(t *testing.T) {
 		t.Errorf("job canceled at attempt %d, want 2", j.Attempt)
 	}
 }
+
+// attemptLog is an Observer that passes each report on a channel.
+type attemptLog chan redrive.AttemptInfo
+
+func (a attemptLog) ObserveAttempt(info redrive.AttemptInfo) { a <- info }
+
+// TestLeaseLostSuccessNotCompleted: a handler that ignores the
+// cancellation of its lost lease and returns nil afterwards did not
+// complete the job (its outcome is stale, discarded by the store, and the
+// job runs again elsewhere): the Observer must not be told the attempt
+// completed, or metrics count a success the store never recorded.
+func TestLeaseLostSuccessNotCompleted(t *testing.T) {
+	ctx := context.Background()
+	st := &stallingStore{Store: openStore(t)}
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	p := fastPolicy(3)
+	obs := make(attemptLog, 16)
+	w := redrive.NewWorker(c, redrive.WorkerOptions{Queues: map[string]int{redrive.DefaultQueue: 4}, Policy: &p, Logger: quietLogger(),
+		LeaseDuration: 300 * time.Millisecond, RescueInterval: time.Hour, PollInterval: 20 * time.Millisecond, Observer: obs})
+	started := make(chan context.Context, 4)
+	free1 := make(chan struct{})
+	w.HandleFunc("long", func(ctx context.Context, j *redrive.Job) error {
+		started <- ctx
+		if j.Attempt == 1 {
+			<-free1 // ignores its context: runs on after its lease is lost
+			return nil
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	e := &env{t: t, store: st, client: c, worker: w}
+	e.start()
+	job, err := c.Enqueue(ctx, "long", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1 := within(t, started, "attempt 1 to start")
+	st.stalled.Store(true)
+	var expired *store.Job
+	for deadline := time.Now().Add(20 * time.Second); expired == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease of attempt 1 never expired")
+		}
+		jobs, err := st.Expired(ctx, time.Now(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			if j.ID == job.ID {
+				expired = j
+			}
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store for the lease's end, which real time brings
+	}
+	now := time.Now()
+	applied, err := st.Finish(ctx, []store.Outcome{{JobID: expired.ID, Queue: expired.Queue, Attempt: expired.Attempt, Lease: expired.Lease,
+		Worker: expired.Worker, Kind: store.Retry, At: now, RunAt: now, ExpiredBy: now, Class: failure.Transient, Error: "lease expired",
+		Event: &store.Event{Kind: store.EventRetry, Attempt: expired.Attempt, At: now, Reason: "lease_expired"}}})
+	if err != nil || !applied[0] {
+		t.Fatalf("rescue by another process: %v, %v", applied, err)
+	}
+	st.stalled.Store(false)
+	within(t, started, "attempt 2 to start")
+	within(t, ctx1.Done(), "attempt 1's handler to be canceled for its lost lease")
+	close(free1)
+	info := within(t, obs, "attempt 1's report")
+	if info.Attempt != 1 {
+		t.Fatalf("first report of attempt %d, want 1", info.Attempt)
+	}
+	if info.Outcome == redrive.OutcomeCompleted {
+		t.Errorf("attempt 1, whose lease was lost, reported %s", info.Outcome)
+	}
+	if _, err := c.Cancel(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(job.ID, redrive.Canceled)
+}

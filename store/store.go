@@ -775,8 +775,10 @@ type Store interface {
 	// the store can. applied[i] reports whether outcome i took effect;
 	// false means it was stale (the job is no longer running that lease
 	// for that worker, or, for a rescue, the lease was renewed) and
-	// nothing changed. Of several outcomes of one lease in a call, at
-	// most one is applied. A call with an invalid
+	// nothing changed. Several outcomes of one lease in a call apply as
+	// if sent one by one in their order: the first that holds is applied
+	// (a rescue holds only while the lease is expired), the others are
+	// stale. A call with an invalid
 	// outcome (CheckOutcomes) fails whole: none is applied.
 	Finish(ctx context.Context, outcomes []Outcome) (applied []bool, err error)
 

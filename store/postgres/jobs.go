@@ -707,15 +707,21 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	)
 	for i := range outcomes {
 		o := &outcomes[i]
-		// Every outcome moves the job out of running: a second outcome
-		// with the same fence in one call is stale, so only the first is
-		// sent. Outcomes of one job with different fences can all be
-		// sent, since at most one of them matches the job.
+		// Every outcome moves the job out of running: after an outcome
+		// that is not a rescue, any other of the same fence in the call
+		// is stale, so it is not sent. A rescue may not apply (its lease
+		// was renewed) while a later outcome of its fence does: those are
+		// all sent, and the statement applies the first of a fence that
+		// holds, as applying them one by one in their order would.
+		// Outcomes of one job with different fences can all be sent,
+		// since at most one of them matches the job.
 		f := fence{o.JobID, o.Lease, cleanText(o.Worker)}
 		if sent[f] {
 			continue
 		}
-		sent[f] = true
+		if o.ExpiredBy.IsZero() {
+			sent[f] = true
+		}
 		order = append(order, i)
 	}
 	// Rows are locked in id order, as Heartbeat locks them, to keep

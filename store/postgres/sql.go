@@ -196,7 +196,9 @@ RETURNING {jcols}`),
 
 		// Finish: every outcome in one UPDATE, fenced on the running
 		// lease and worker, and for a rescue (expired_by not NULL) on
-		// the lease being still expired; the counters of the applied
+		// the lease being still expired; of several outcomes of one
+		// fence, the first that holds (the others are rescues before it,
+		// whose leases were renewed, or come after it); the counters of the applied
 		// outcomes only. A retry, snooze or release of a job whose
 		// cancellation was requested ({ends}, read of the row before the
 		// update) ends it canceled instead, with the outcome's event and
@@ -236,6 +238,8 @@ RETURNING {jcols}`),
 	FROM o
 	WHERE j.id = o.id AND j.state = 'running' AND j.lease = o.lease AND j.worker = o.worker
 		AND (o.expired_by IS NULL OR j.lease_until < o.expired_by)
+		AND NOT EXISTS (SELECT 1 FROM o p WHERE p.id = o.id AND p.lease = o.lease AND p.worker = o.worker AND p.ord < o.ord
+			AND (p.expired_by IS NULL OR j.lease_until < p.expired_by))
 	RETURNING CASE WHEN j.state = 'canceled' AND o.kind IN ({retry}, {snooze}, {release}) THEN -1 - o.ord ELSE o.ord END AS ord,
 		CASE WHEN j.state IN ('pending', 'scheduled') THEN {notify}j.queue) END AS notified
 ), ` + appliedCounters(14) + `

@@ -43,6 +43,7 @@ type leaseModel struct {
 	held  map[string][]store.Lease
 	sent  []store.Outcome
 	steps []string // the operations so far, for a failure's report
+	mixed bool     // finish also sends mixed batches (testLeaseModelMixed)
 }
 
 var modelWorkers = []string{"w1", "w2"}
@@ -87,6 +88,8 @@ func (m *leaseModel) step() {
 		m.rescue()
 	case n < 72:
 		m.finish()
+	case n < 82 && m.mixed && n%2 == 0:
+		m.mixedFinish()
 	case n < 82:
 		m.replay()
 	case n < 88:
@@ -482,4 +485,86 @@ func (m *leaseModel) check() {
 			m.x.t.Errorf("Stats: %d %s jobs, want %d", st[s], s, counts[s])
 		}
 	}
+}
+
+// testLeaseModelMixed is testLeaseModel with Finish calls that mix, in
+// random order, outcomes of several leases of the same jobs: fresh ones,
+// replays of stale ones, rescues of expired and of renewed leases, a
+// rescue and a worker's outcome of the same lease, the same outcome
+// twice. The outcomes of a call apply as if sent one by one in their
+// order: each applies if its lease is still held (and, for a rescue,
+// still expired) once the earlier ones of the call took effect, so a
+// stale outcome never hides a fresh one of the same lease.
+func testLeaseModelMixed(x *h) {
+	for _, seed := range []uint64{11, 12, 13} {
+		m := &leaseModel{x: x, queue: fmt.Sprintf("mx%d", seed), seed: seed, r: rand.New(rand.NewPCG(seed, 0x1ea5e)), now: at(time.Duration(seed) * time.Hour),
+			jobs: map[int64]*modelJob{}, held: map[string][]store.Lease{}, mixed: true}
+		for range 300 {
+			m.step()
+			if x.t.Failed() {
+				x.t.Fatalf("seed %d: failed after steps:\n%s", seed, strings.Join(m.steps, "\n"))
+			}
+		}
+	}
+}
+
+// mixedFinish sends one Finish call of 2 to 6 outcomes drawn from the
+// leases the workers hold, the outcomes sent before, and rescues of the
+// running jobs (expired or not), and checks it against the model applied
+// in order.
+func (m *leaseModel) mixedFinish() {
+	var outs []store.Outcome
+	for range 2 + m.r.IntN(5) {
+		switch k := m.r.IntN(4); {
+		case k == 0 && len(m.sent) > 0:
+			o := m.sent[len(m.sent)-1-m.r.IntN(min(8, len(m.sent)))]
+			o.At = m.now
+			if o.Kind == store.Retry || o.Kind == store.Snooze {
+				o.RunAt = m.now
+			}
+			outs = append(outs, o)
+		case k == 1:
+			var running []int64
+			for _, id := range m.order {
+				if m.jobs[id].state == store.Running {
+					running = append(running, id)
+				}
+			}
+			if len(running) == 0 {
+				continue
+			}
+			j := m.x.get(running[m.r.IntN(len(running))])
+			o := rescueOf(j, m.now)
+			o.Event = &store.Event{Kind: store.EventRetry, Attempt: j.Attempt, At: m.now, Reason: "lease_expired"}
+			outs = append(outs, o)
+		case k == 2 && len(outs) > 0:
+			outs = append(outs, outs[m.r.IntN(len(outs))])
+		default:
+			worker := modelWorkers[m.r.IntN(2)]
+			if held := m.held[worker]; len(held) > 0 {
+				outs = append(outs, m.outcomeOf(held[m.r.IntN(len(held))], worker))
+			}
+		}
+	}
+	if len(outs) == 0 {
+		return
+	}
+	want := make([]bool, len(outs))
+	for i := range outs {
+		if want[i] = m.applies(&outs[i]); want[i] {
+			m.effect(&outs[i])
+		}
+	}
+	got := m.x.finishApplied(outs...)
+	var desc []string
+	for i, o := range outs {
+		desc = append(desc, fmt.Sprintf("job %d lease %d %s kind %d expiredBy %s: %v", o.JobID, o.Lease, o.Worker, o.Kind,
+			fmtTime(o.ExpiredBy), got[i]))
+	}
+	m.logf("mixed finish %s", strings.Join(desc, "; "))
+	if !slices.Equal(got, want) {
+		m.x.t.Errorf("Finish applied %v, want %v", got, want)
+		return
+	}
+	m.sent = append(m.sent, outs...)
 }
