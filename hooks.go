@@ -33,7 +33,9 @@ var (
 
 // hooksKey returns the key of s's hooks for the client c.
 func hooksKey(c *Client, s store.Store) any {
-	if s != nil && reflect.TypeOf(s).Comparable() {
+	// The value, not its type: a comparable type (a struct with an
+	// interface field) may hold a value that is not, whose hash panics.
+	if s != nil && reflect.ValueOf(s).Comparable() {
 		return s
 	}
 	return c
