@@ -38,3 +38,27 @@ func TestClientOnWrappedStoreValue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHooksEntryRemovedAfterRun checks that the hooks registry does not
+// keep a store once every worker of it has returned from Run, so that
+// Clients and stores created and dropped are not kept alive by it.
+func TestHooksEntryRemovedAfterRun(t *testing.T) {
+	st := openStore(t)
+	for range 3 {
+		c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+		w := redrive.NewWorker(c, redrive.WorkerOptions{Logger: quietLogger()})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		if _, err := c.Enqueue(context.Background(), "k", nil); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if redrive.HooksRegistered(c) {
+			t.Fatal("the hooks registry still holds the store after its only worker returned")
+		}
+	}
+}
