@@ -86,10 +86,7 @@ type WorkerOptions struct {
 	// fetches at once, so due jobs are not delayed by it.
 	FetchCooldown time.Duration
 	// ShutdownTimeout is how long Run lets running handlers finish after
-	// its context ends before canceling them (default 30s). A fetch under
-	// way when the context ends is let finish first, for as long (its
-	// jobs are dispatched, not left leased): a store that hangs then
-	// holds up Run for up to ShutdownTimeout more.
+	// its context ends before canceling them (default 30s).
 	ShutdownTimeout time.Duration
 	// CompletedRetention is how long completed and canceled jobs are kept
 	// (default 24h).
@@ -168,10 +165,6 @@ type Worker struct {
 	// when the shutdown deadline passes.
 	hardCtx    context.Context
 	hardCancel context.CancelCauseFunc
-	// fetchCtx is the context of the fetches: it ends ShutdownTimeout
-	// after Run's, so that a fetch under way at the shutdown finishes
-	// (see loop) but a store that hangs holds up the shutdown no longer.
-	fetchCtx context.Context
 	// heartbeatC asks the heartbeat loop for a heartbeat now: a
 	// cancellation of a running job was requested, perhaps of one of
 	// this worker's.
@@ -368,10 +361,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Handler contexts are not children of hardCtx: its cancellation
 	// reaches them through the running list (see execute).
 	defer context.AfterFunc(w.hardCtx, w.cancelAllRunning)()
-	fetchCtx, fetchCancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer fetchCancel()
-	defer context.AfterFunc(ctx, func() { time.AfterFunc(w.opts.ShutdownTimeout, fetchCancel) })()
-	w.fetchCtx = fetchCtx
 
 	w.log.Info("worker starting", "worker", w.id, "queues", w.opts.Queues)
 	// Pauses and resumes through a Client of this process on the same
@@ -752,10 +741,9 @@ func (q *queueRunner) loop(ctx context.Context) {
 		// expired and were rescued as failed attempts. The jobs of a
 		// fetch that ends after the shutdown began are dispatched, and
 		// run or are released like the others. It is bounded by the
-		// lease, and after the shutdown began by ShutdownTimeout (see
-		// fetchCtx), so that a store that hangs does not hold up the
-		// shutdown longer.
-		fctx, fcancel := context.WithTimeout(w.fetchCtx, w.opts.LeaseDuration)
+		// lease, so that a store that hangs does not hold up the
+		// shutdown for ever.
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
 		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
 			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
 		fcancel()
