@@ -86,7 +86,11 @@ type WorkerOptions struct {
 	// fetches at once, so due jobs are not delayed by it.
 	FetchCooldown time.Duration
 	// ShutdownTimeout is how long Run lets running handlers finish after
-	// its context ends before canceling them (default 30s).
+	// its context ends before canceling them (default 30s). A fetch under
+	// way when the context ends is let finish first (a fetch that leased
+	// jobs must hand them over, not leave them leased until their leases
+	// expire), for up to LeaseDuration: a store that hangs holds up Run
+	// that long before this timeout starts.
 	ShutdownTimeout time.Duration
 	// CompletedRetention is how long completed and canceled jobs are kept
 	// (default 24h).
