@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -14,13 +15,20 @@ import (
 
 // TestHandlerGoexitRetries: a handler that calls runtime.Goexit (as
 // t.FailNow does) fails its attempt as a panic would: the record is
-// retried, and the records behind it on its partition still run.
+// retried, and the records behind it on its partition still run, in
+// both modes.
 func TestHandlerGoexitRetries(t *testing.T) {
+	for _, mode := range []kafka.Mode{kafka.AtLeastOnce, kafka.ExactlyOnce} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) { testHandlerGoexitRetries(t, mode) })
+	}
+}
+
+func testHandlerGoexitRetries(t *testing.T, mode kafka.Mode) {
 	t.Parallel()
 	c := newCluster(t)
 	topic := newTopic(t)
 	p := retry.Policy{MaxRetries: 3, Initial: 100 * time.Millisecond, Multiplier: 1, MaxDelay: 100 * time.Millisecond, Jitter: retry.JitterNone}
-	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g", Mode: mode,
 		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1}},
 		Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t)}})
 	if err != nil {
