@@ -31,7 +31,9 @@ const DefaultMaxPayload = 1 << 20
 // concurrent use. The workers running in the same process on the same
 // store (the same store.Store value), whichever Client they were created
 // from, are woken at once by its enqueues and see its pauses, resumes and
-// cancellations at once.
+// cancellations at once. (A store value that cannot be compared, such as
+// a middleware struct with a func field, is not matched with others: then
+// only the workers created from the same Client are.)
 type Client struct {
 	store      store.Store
 	log        *slog.Logger

@@ -314,7 +314,10 @@ func (r *runningJob) Value(key any) any {
 // does not return at all because it called runtime.Goexit (as
 // testing.T.FailNow does) fails its attempt the same way: the outcome is
 // decided and reported, but the goroutine that called Execute then exits
-// too, so its own deferred calls are what can still use it.
+// too, and Execute does not return it. A caller that settles the job
+// itself (a broker consumer) must notice that in a deferred call and
+// settle it as a failed attempt (see Fail), or call Execute on a
+// goroutine of its own; otherwise the job is never settled.
 func (e *Executor) Execute(ctx context.Context, j *Job) Outcome {
 	var o Outcome
 	e.execute(ctx, j, nil, &o)

@@ -17,8 +17,8 @@ type hooks struct {
 	refs int // registrations, under hubsMu
 
 	mu        sync.RWMutex
-	wakers    map[string][]func(time.Time) // queue -> wake-ups
-	pausers   map[string][]func(bool)      // queue -> pause hooks
+	wakers    map[string][]*func(time.Time) // queue -> wake-ups
+	pausers   map[string][]*func(bool)      // queue -> pause hooks
 	cancelers map[*func()]struct{}
 }
 
@@ -33,7 +33,9 @@ var (
 
 // hooksKey returns the key of s's hooks for the client c.
 func hooksKey(c *Client, s store.Store) any {
-	if s != nil && reflect.TypeOf(s).Comparable() {
+	// The value, not its type: a comparable type (a struct with an
+	// interface field) may hold a value that is not, whose hash panics.
+	if s != nil && reflect.ValueOf(s).Comparable() {
 		return s
 	}
 	return c
@@ -56,7 +58,7 @@ func (c *Client) acquireHooks() *hooks {
 	if v, ok := hubs.Load(c.hooksKey); ok {
 		h = v.(*hooks)
 	} else {
-		h = &hooks{wakers: map[string][]func(time.Time){}, pausers: map[string][]func(bool){}, cancelers: map[*func()]struct{}{}}
+		h = &hooks{wakers: map[string][]*func(time.Time){}, pausers: map[string][]*func(bool){}, cancelers: map[*func()]struct{}{}}
 		hubs.Store(c.hooksKey, h)
 	}
 	h.refs++
@@ -76,23 +78,33 @@ func (c *Client) releaseHooks(h *hooks) {
 // that removes it.
 func (c *Client) register(queue string, wake func(time.Time)) func() {
 	h := c.acquireHooks()
+	key := &wake
 	h.mu.Lock()
-	h.wakers[queue] = append(slices.Clip(h.wakers[queue]), wake)
-	idx := len(h.wakers[queue]) - 1
+	h.wakers[queue] = append(slices.Clip(h.wakers[queue]), key)
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()
 		// Copy on write: wake ranges over the slice it read without the
-		// lock, so the slice it may hold must not change.
-		ws := h.wakers[queue]
-		if idx < len(ws) {
-			nws := slices.Clone(ws)
-			nws[idx] = func(time.Time) {}
-			h.wakers[queue] = nws
+		// lock, so the slice it may hold must not change. The hook is
+		// removed, not left as a no-op, so that workers that come and go
+		// beside one that stays do not grow the list.
+		if ws := removeHook(h.wakers, queue, key); ws != nil {
+			h.wakers[queue] = ws
 		}
 		h.mu.Unlock()
 		c.releaseHooks(h)
 	}
+}
+
+// removeHook returns a copy of m[queue] without key, and deletes queue
+// from m when none is left (it then returns nil).
+func removeHook[F any](m map[string][]*F, queue string, key *F) []*F {
+	hs := slices.DeleteFunc(slices.Clone(m[queue]), func(f *F) bool { return f == key })
+	if len(hs) == 0 {
+		delete(m, queue)
+		return nil
+	}
+	return hs
 }
 
 // wake tells the in-process workers of queue, on any Client of the
@@ -106,7 +118,7 @@ func (c *Client) wake(queue string, at time.Time) {
 	ws := h.wakers[queue]
 	h.mu.RUnlock()
 	for _, w := range ws {
-		w(at)
+		(*w)(at)
 	}
 }
 
@@ -130,14 +142,14 @@ func (c *Client) wokenQueues() []string {
 // queue; it returns the function that removes it.
 func (c *Client) registerPause(queue string, hook func(paused bool)) func() {
 	h := c.acquireHooks()
+	key := &hook
 	h.mu.Lock()
-	h.pausers[queue] = append(h.pausers[queue], hook)
-	idx := len(h.pausers[queue]) - 1
+	h.pausers[queue] = append(slices.Clip(h.pausers[queue]), key)
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()
-		if hs := h.pausers[queue]; idx < len(hs) {
-			hs[idx] = func(bool) {}
+		if hs := removeHook(h.pausers, queue, key); hs != nil {
+			h.pausers[queue] = hs
 		}
 		h.mu.Unlock()
 		c.releaseHooks(h)
@@ -156,7 +168,7 @@ func (c *Client) notifyPaused(queue string, paused bool) {
 	hs := slices.Clone(h.pausers[queue])
 	h.mu.RUnlock()
 	for _, f := range hs {
-		f(paused)
+		(*f)(paused)
 	}
 }
 

@@ -26,7 +26,9 @@ import (
 // attempt ran in another process), and the attempts of handlers that
 // ignore cancellation at shutdown and are released without returning,
 // even when such a handler returns later: once Worker.Run has returned,
-// the Observer is not called again.
+// the Observer is not called again. A call under way when Run gives up on
+// those handlers is not waited for (it may be the one that does not end)
+// and may still be running after Run returns.
 type Observer interface {
 	ObserveAttempt(AttemptInfo)
 }

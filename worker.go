@@ -86,7 +86,11 @@ type WorkerOptions struct {
 	// fetches at once, so due jobs are not delayed by it.
 	FetchCooldown time.Duration
 	// ShutdownTimeout is how long Run lets running handlers finish after
-	// its context ends before canceling them (default 30s).
+	// its context ends before canceling them (default 30s). A fetch under
+	// way when the context ends is let finish first (a fetch that leased
+	// jobs must hand them over, not leave them leased until their leases
+	// expire), for up to LeaseDuration: a store that hangs holds up Run
+	// that long before this timeout starts.
 	ShutdownTimeout time.Duration
 	// CompletedRetention is how long completed and canceled jobs are kept
 	// (default 24h).
@@ -173,30 +177,26 @@ type Worker struct {
 
 // observerGate passes the worker's reports to its Observer until the
 // worker closes it, as Run gives up on handlers that ignore cancellation:
-// an attempt that ends after that is not reported.
+// a report that starts after that is not made. A report under way then is
+// not waited for: it may be stuck in the Observer, which is one way an
+// attempt does not end, and Run must return all the same.
 type observerGate struct {
-	mu     sync.RWMutex
-	closed bool
+	closed atomic.Bool
 	o      Observer
 }
 
 // ObserveAttempt reports a unless the gate is closed.
 func (g *observerGate) ObserveAttempt(a AttemptInfo) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if !g.closed {
+	if !g.closed.Load() {
 		g.o.ObserveAttempt(a)
 	}
 }
 
-// close stops the reports; it returns once none is under way.
+// close stops the reports not yet under way.
 func (g *observerGate) close() {
-	if g == nil {
-		return
+	if g != nil {
+		g.closed.Store(true)
 	}
-	g.mu.Lock()
-	g.closed = true
-	g.mu.Unlock()
 }
 
 // runningEntry is a job whose attempt runs in this worker: heartbeats

@@ -14,6 +14,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
@@ -354,7 +355,22 @@ func (q *queueConsumer) handle(ctx, hardCtx context.Context, d *amqp091.Delivery
 	}
 	j := jobOf(d, q.name, kindOf(d, q.opts.DefaultKind), st, time.Now())
 	actx, cancel := context.WithCancelCause(hardCtx)
+	defer cancel(nil)
+	start := time.Now()
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler called runtime.Goexit: Execute finished and
+			// reported its attempt but this goroutine exits without its
+			// outcome. Settle the message as that failed attempt, so that
+			// it is retried instead of held unsettled on the channel.
+			o := q.c.exec.Fail(j, failure.Verdict{Class: failure.Unknown, Reason: "goexit"},
+				"handler did not return: it called runtime.Goexit", start, time.Now())
+			q.settle(d, st, j, &o)
+		}
+	}()
 	o := q.c.exec.Execute(actx, j)
+	returned = true
 	cancel(nil)
 	q.settle(d, st, j, &o)
 }

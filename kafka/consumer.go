@@ -796,9 +796,35 @@ func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState
 	}
 	j := jobOf(r, m.name, m.opts.DefaultKind, st, time.Now())
 	actx, cancel := context.WithCancelCause(context.WithValue(hardCtx, recordKey{}, r))
-	o := c.exec.Execute(actx, j)
+	o := c.execute(actx, j)
 	cancel(nil)
 	return c.settle(m, r, st, j, &o)
+}
+
+// execute runs the attempt of j on a goroutine of its own, so that a
+// handler that calls runtime.Goexit (as t.FailNow does) ends that
+// goroutine only: its attempt, which Execute finished and reported but
+// could not return, is a failed one (Unknown class, retried), and the
+// partition or batch that called goes on. Without it, the partition's
+// goroutine exited with the record unsettled and the records behind it
+// held, and in exactly-once mode the rest of the batch was committed
+// without running.
+func (c *Consumer) execute(ctx context.Context, j *redrive.Job) redrive.Outcome {
+	start := time.Now()
+	var o redrive.Outcome
+	returned := false
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o = c.exec.Execute(ctx, j)
+		returned = true
+	}()
+	<-done
+	if !returned {
+		o = c.exec.Fail(j, failure.Verdict{Class: failure.Unknown, Reason: "goexit"},
+			"handler did not return: it called runtime.Goexit", start, time.Now())
+	}
+	return o
 }
 
 // wait waits d with the partition paused; false if stopped meanwhile.

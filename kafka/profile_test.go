@@ -239,6 +239,9 @@ func TestRetryPromptAfterWait(t *testing.T) {
 			t.Errorf("retry %d ran %v after the attempt before, want 1 s, at most 1 s late", i+1, gap)
 		}
 	}
+	// The third attempt is settled after its handler returns, so after
+	// the test saw it start: wait for it before reading the counts.
+	eventually(t, "the third attempt settled", 10*time.Second, func() bool { return cons.Stats()[topic].Completed == 2 })
 	if s := cons.Stats()[topic]; s.Retried != 2 || s.Completed != 2 || s.Hops != 0 {
 		t.Errorf("stats %+v: want 2 retries through the 1 s tier, 2 completed", s)
 	}
