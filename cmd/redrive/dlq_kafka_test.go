@@ -94,15 +94,7 @@ func kafkaDeadLetters(t *testing.T, brokers []string, topic string, keys ...stri
 	}
 	defer cl.Close()
 	// The consumer creates the topics; wait for them before producing.
-	waitFor(t, "the topics", func() bool {
-		d, err := kafka.NewDLT(brokers, topic, kafka.DLTOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		_, err = d.Count(context.Background())
-		return err == nil
-	})
+	waitKafkaTopics(t, brokers, topic)
 	for _, k := range keys {
 		r, err := kafka.NewRecord(topic, "scan", map[string]string{"doc": k}, []byte(k))
 		if err != nil {
@@ -114,6 +106,20 @@ func kafkaDeadLetters(t *testing.T, brokers []string, topic string, keys ...stri
 	}
 	return func() { mu.Lock(); ok = true; mu.Unlock() },
 		func(k string) int { mu.Lock(); defer mu.Unlock(); return ran[k] }
+}
+
+// waitKafkaTopics waits until topic's topology (its DLT last) exists.
+func waitKafkaTopics(t *testing.T, brokers []string, topic string) {
+	t.Helper()
+	waitFor(t, "the topics", func() bool {
+		d, err := kafka.NewDLT(brokers, topic, kafka.DLTOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		_, err = d.Count(context.Background())
+		return err == nil
+	})
 }
 
 // waitFor polls cond until it holds, failing after a generous bound (a

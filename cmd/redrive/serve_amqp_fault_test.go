@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -19,7 +18,6 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
 )
 
@@ -429,7 +427,7 @@ func TestServeManagedQueueSurvivesBrokerRestarts(t *testing.T) {
 	var dead map[string]int
 	outstanding := func() (unacked, notDead []string) {
 		ds := readDeliveries(t, logPath)
-		dead = deadByMessage(t, s, q)
+		dead = deadKeys(t, s, q, amqpMessageID)
 		for _, id := range ids {
 			if wantDead[id] && dead[id] == 0 {
 				notDead = append(notDead, id)
@@ -463,7 +461,7 @@ func TestServeManagedQueueSurvivesBrokerRestarts(t *testing.T) {
 		return len(unacked) == 0 && len(notDead) == 0
 	})
 	ds := readDeliveries(t, logPath)
-	dead = deadByMessage(t, s, q)
+	dead = deadKeys(t, s, q, amqpMessageID)
 	for id, times := range dead {
 		if !wantDead[id] {
 			t.Errorf("%s is dead in the store, but its consumer acks it", id)
@@ -496,32 +494,4 @@ func TestServeManagedQueueSurvivesBrokerRestarts(t *testing.T) {
 		deliveriesTotal += len(d)
 	}
 	t.Logf("%d messages: %d deliveries, %d dead in the store", n, deliveriesTotal, len(dead))
-}
-
-// deadByMessage counts the dead jobs of store queue q by message id,
-// page by page.
-func deadByMessage(t *testing.T, s *redriveProc, q string) map[string]int {
-	t.Helper()
-	out := map[string]int{}
-	cursor := ""
-	for {
-		code, body := s.api("GET", "/v1/dlq?limit=500&queue="+url.QueryEscape(q)+"&cursor="+url.QueryEscape(cursor), "")
-		if code != 200 {
-			t.Fatalf("GET /v1/dlq: %d %s", code, body)
-		}
-		var page struct {
-			Jobs []*redrive.Job `json:"jobs"`
-			Next string         `json:"next"`
-		}
-		if err := json.Unmarshal(body, &page); err != nil {
-			t.Fatal(err)
-		}
-		for _, j := range page.Jobs {
-			out[payloadMessage(t, j).MessageID]++
-		}
-		if page.Next == "" {
-			return out
-		}
-		cursor = page.Next
-	}
 }

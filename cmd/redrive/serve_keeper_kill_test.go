@@ -211,15 +211,7 @@ func TestServeKilledWhileKeeping(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cl.Close()
-		waitFor(t, "the topics", func() bool {
-			d, err := kafka.NewDLT(brokers, topic, kafka.DLTOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			_, err = d.Count(context.Background())
-			return err == nil
-		})
+		waitKafkaTopics(t, brokers, topic)
 		rs := make([]*kgo.Record, n)
 		for i := range rs {
 			if rs[i], err = kafka.NewRecord(topic, "doc", i, []byte("dl-"+strconv.Itoa(i))); err != nil {
