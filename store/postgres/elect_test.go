@@ -149,6 +149,26 @@ func TestElectNetworkCut(t *testing.T) {
 	}
 }
 
+// proxyListen listens on loopback for a test proxy and, when the test
+// ends, closes the listener and then every connection in *conns, taken
+// under mu (the proxy's lock for them).
+func proxyListen(t *testing.T, mu *sync.Mutex, conns *[]net.Conn) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range *conns {
+			c.Close()
+		}
+	})
+	return ln
+}
+
 // poolerProxy stands for a pooler in transaction mode, for one client
 // connection on loopback: it opens two server sessions with the client's
 // startup message, answers the client with the first, and once switched
@@ -165,20 +185,9 @@ type poolerProxy struct {
 
 func newPoolerProxy(t *testing.T, target string) *poolerProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &poolerProxy{ln: ln, target: target, errs: make(chan error, 100)}
+	p := &poolerProxy{target: target, errs: make(chan error, 100)}
+	p.ln = proxyListen(t, &p.mu, &p.conns)
 	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
 	return p
 }
 
@@ -449,20 +458,9 @@ type proxyPair struct {
 
 func newPartitionProxy(t *testing.T, target string) *partitionProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &partitionProxy{ln: ln, target: target}
+	p := &partitionProxy{target: target}
+	p.ln = proxyListen(t, &p.mu, &p.conns)
 	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
 	return p
 }
 

@@ -42,20 +42,9 @@ type startupProxy struct {
 
 func newStartupProxy(t *testing.T, target string) *startupProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &startupProxy{ln: ln, target: target}
+	p := &startupProxy{target: target}
+	p.ln = proxyListen(t, &p.mu, &p.conns)
 	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
 	return p
 }
 
@@ -190,20 +179,9 @@ type sharedSessionProxy struct {
 
 func newSharedSessionProxy(t *testing.T, target string) *sharedSessionProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &sharedSessionProxy{ln: ln, target: target, errs: make(chan error, 100)}
+	p := &sharedSessionProxy{target: target, errs: make(chan error, 100)}
+	p.ln = proxyListen(t, &p.cmu, &p.conns)
 	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.cmu.Lock()
-		defer p.cmu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
 	return p
 }
 
