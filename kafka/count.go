@@ -126,15 +126,6 @@ func (rc *recordCounter) count(p int32, from, to int64) int64 {
 	return n
 }
 
-// total returns how many records partition p holds, of those the
-// counter read.
-func (rc *recordCounter) total(p int32) int64 {
-	pr := rc.parts[p]
-	if pr == nil {
-		return 0
-	}
-	return rc.count(p, pr.from, pr.to)
-}
 
 // pending returns how many records of partition p, below end, cursor c
 // has not settled.
