@@ -126,7 +126,6 @@ func (rc *recordCounter) count(p int32, from, to int64) int64 {
 	return n
 }
 
-
 // pending returns how many records of partition p, below end, cursor c
 // has not settled.
 func (rc *recordCounter) pending(p int32, c cursor, end int64) int64 {
