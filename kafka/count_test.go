@@ -308,3 +308,90 @@ func BenchmarkDLTCount(b *testing.B) {
 		})
 	}
 }
+
+// TestKeeperStatusCountsRecords: a DLT written in transactions, some
+// aborted: the keeper's Status counts its dead letters (Records) and
+// the keeper's lag on it in records, as a read_committed reader sees
+// them; Offsets says what the offsets say. (Status gave the offsets as
+// records, and a lag of one marker per transaction the keeper had kept
+// everything before.)
+func TestKeeperStatusCountsRecords(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	c.cleanup(t, topic)
+	dlt := newDLT(t, c, topic)
+	ctx := context.Background()
+	topo := kafka.Topology{Topic: topic, Tiers: []time.Duration{time.Second}, Partitions: 1, Replication: -1}
+	txn := c.client(t, kgo.TransactionalID(topic+"-txn"))
+	adm := kadm.NewClient(c.client(t))
+	seq := 0
+	produce := func(commit bool, n int) {
+		t.Helper()
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			seq++
+			c.produce(t, txn, deadLetter(topic, fmt.Sprint(seq), "permanent"))
+		}
+		end := kgo.TryAbort
+		if commit {
+			end = kgo.TryCommit
+		}
+		if err := txn.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(true, 3)
+	produce(false, 2)
+	produce(true, 1)
+	produce(true, 2)
+	const kept = 6
+	client := openStore(t)
+	k, err := kafka.NewKeeper(kafka.KeeperOptions{Brokers: c.brokers, Group: topic + "-keeper", Topologies: []kafka.Topology{topo},
+		Add: client.AddDead, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runKeeper(t, k)
+	eventually(t, "the dead letters kept", 30*time.Second, func() bool { return k.Stats()[topic].Kept == kept })
+	status := func() kafka.TopicCount {
+		t.Helper()
+		s := k.Status(ctx, adm, "")
+		if len(s) != 1 || s[0].Error != "" {
+			t.Fatalf("status: %+v", s)
+		}
+		return s[0].DLT
+	}
+	value := func(p *int64) string {
+		if p == nil {
+			return "absent"
+		}
+		return fmt.Sprint(*p)
+	}
+	// The keeper commits its offsets every second, and after each batch.
+	eventually(t, "the keeper's lag in records is 0", 30*time.Second, func() bool {
+		d := status()
+		return d.Lag != nil && *d.Lag == 0
+	})
+	d := status()
+	if value(d.Records) != fmt.Sprint(kept) || d.Offsets < kept+2+4 {
+		t.Errorf("DLT: records %s, offsets %d; want %d records, at least %d offsets", value(d.Records), d.Offsets, kept, kept+2+4)
+	}
+	if n, err := dlt.Count(ctx); err != nil || n.Total != kept {
+		t.Errorf("DLT.Count: %+v %v, want %d", n, err, kept)
+	}
+
+	// Stopped, the keeper lags by the dead letters produced since.
+	stop()
+	produce(false, 3)
+	produce(true, 2)
+	eventually(t, "the new dead letters counted", 30*time.Second, func() bool {
+		d := status()
+		return value(d.Records) == fmt.Sprint(kept+2)
+	})
+	if d := status(); value(d.Lag) != "2" {
+		t.Errorf("the stopped keeper's lag: %s, want 2", value(d.Lag))
+	}
+}
