@@ -204,9 +204,31 @@ func newDLT(t *testing.T, c *testCluster, topic string) *kafka.DLT {
 	topo := kafka.Topology{Topic: topic, Tiers: []time.Duration{time.Second}, Partitions: 1, Replication: -1}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := topo.Ensure(ctx, kadm.NewClient(c.client(t)), true); err != nil {
+	adm := kadm.NewClient(c.client(t))
+	if err := topo.Ensure(ctx, adm, true); err != nil {
 		t.Fatal(err)
 	}
+	// A loaded broker may answer for a topic just created a moment after
+	// (a transactional produce to it fails meanwhile): wait for its
+	// partitions' leaders.
+	eventually(t, "the leaders of "+topo.DLT(), 20*time.Second, func() bool {
+		listed, err := adm.ListTopics(ctx, topo.Topics()...)
+		if err != nil {
+			return false
+		}
+		for _, name := range topo.Topics() {
+			d, ok := listed[name]
+			if !ok || d.Err != nil || len(d.Partitions) == 0 {
+				return false
+			}
+			for _, p := range d.Partitions {
+				if p.Err != nil || p.Leader < 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	dlt, err := kafka.NewDLT(c.brokers, topic, kafka.DLTOptions{})
 	if err != nil {
 		t.Fatal(err)
