@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -117,7 +119,8 @@ func eventually(t testing.TB, what string, within time.Duration, cond func() boo
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the poll's interval: it waits for cond, not for time
+
 	}
 }
 
@@ -146,4 +149,66 @@ func header(r *kgo.Record, k string) string {
 		}
 	}
 	return ""
+}
+
+// readToEnd reads topic from its start offsets to its end offsets with
+// read_committed isolation, once no transaction is open in it (its last
+// stable offsets reached its end offsets): every record a read_committed
+// reader sees, for a topic nothing produces to any more. It waits for
+// the end itself (a record or transaction marker at the last offset),
+// not for time to pass.
+func (c *testCluster) readToEnd(t testing.TB, topic string) []*kgo.Record {
+	t.Helper()
+	adm := kadm.NewClient(c.client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	from, to := map[int32]kgo.Offset{}, map[int32]int64{}
+	eventually(t, "no transaction open in "+topic, 30*time.Second, func() bool {
+		starts, err1 := adm.ListStartOffsets(ctx, topic)
+		ends, err2 := adm.ListEndOffsets(ctx, topic)
+		lso, err3 := adm.ListCommittedOffsets(ctx, topic)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return false
+		}
+		clear(from)
+		clear(to)
+		settled := true
+		ends.Each(func(e kadm.ListedOffset) {
+			s, ok1 := starts.Lookup(topic, e.Partition)
+			l, ok2 := lso.Lookup(topic, e.Partition)
+			if !ok1 || !ok2 || e.Err != nil || s.Err != nil || l.Err != nil || l.Offset != e.Offset {
+				settled = false
+				return
+			}
+			if s.Offset < e.Offset {
+				from[e.Partition], to[e.Partition] = kgo.NewOffset().At(s.Offset), e.Offset
+			}
+		})
+		return settled
+	})
+	if len(from) == 0 {
+		return nil
+	}
+	cl := c.client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	var out []*kgo.Record
+	done := map[int32]bool{}
+	for len(done) < len(to) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s to its end offsets %v: %d records, partitions %v read through", topic, to, len(out), done)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if done[r.Partition] {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+			if r.Offset+1 >= to[r.Partition] {
+				done[r.Partition] = true
+			}
+		})
+	}
+	return out
 }

@@ -85,18 +85,6 @@ func (c *cursor) settle(from, to int64) {
 	c.done = out
 }
 
-// pending returns how many offsets of [at, end) are not settled.
-func (c *cursor) pending(end int64) int64 {
-	n := max(end-c.at, 0)
-	for _, r := range c.done {
-		if r.from >= end {
-			break
-		}
-		n -= min(r.to, end) - r.from
-	}
-	return n
-}
-
 // metadata encodes done for the committed offset's metadata.
 func (c *cursor) metadata() string {
 	if len(c.done) == 0 {

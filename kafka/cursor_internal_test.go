@@ -41,7 +41,8 @@ func TestCursorModel(t *testing.T) {
 					pending++
 				}
 			}
-			if got := c.pending(span); got != pending {
+			every := &recordCounter{parts: map[int32]*partRecords{0: {to: span, runs: []offRange{{0, span}}}}}
+			if got := every.pending(0, c, span); got != pending {
 				t.Fatalf("seed %d step %d: pending %d, want %d (%+v)", seed, step, got, pending, c)
 			}
 			for i, r := range c.done {

@@ -41,6 +41,7 @@ type DLT struct {
 	adm    *kadm.Client
 	topo   Topology
 	cursor string
+	count  *recordCounter // where the DLT's records are, for Count
 }
 
 // NewDLT returns the operations on the dead letters of topic.
@@ -60,7 +61,8 @@ func NewDLT(brokers []string, topic string, opts DLTOptions) (*DLT, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
-	return &DLT{opts: base, cl: cl, adm: kadm.NewClient(cl), topo: t, cursor: opts.Cursor}, nil
+	return &DLT{opts: base, cl: cl, adm: kadm.NewClient(cl), topo: t, cursor: opts.Cursor,
+		count: newRecordCounter(t.DLT(), base)}, nil
 }
 
 // Name returns the dead-letter topic's name.
@@ -69,9 +71,12 @@ func (q *DLT) Name() string { return q.topo.DLT() }
 // Close releases the DLT's client.
 func (q *DLT) Close() { q.cl.Close() }
 
-// DLTCount says how many dead letters a DLT holds.
+// DLTCount says how many dead letters a DLT holds: records, as a
+// read_committed reader sees them, not offsets (in exactly-once mode the
+// DLT's offsets also hold transaction markers and aborted dead letters).
 type DLTCount struct {
-	// Total counts the records the topic holds (within its retention).
+	// Total counts the dead letters the topic holds (within its
+	// retention).
 	Total int64 `json:"total"`
 	// Pending counts those not redriven yet (nor discarded): after the
 	// redrive cursor, less those redriven past the dead letters a
@@ -142,18 +147,62 @@ func (q *DLT) spans(ctx context.Context) (map[int32]*span, error) {
 }
 
 // Count returns how many dead letters the DLT holds, and how many of
-// them were not redriven yet.
+// them were not redriven yet. It counts records, not offsets: the first
+// Count of a DLT reads it through (read_committed), the next ones only
+// what was added since; a DLT remembers where its dead letters are (one
+// offset range per transaction in exactly-once mode, per partition
+// otherwise).
 func (q *DLT) Count(ctx context.Context) (DLTCount, error) {
 	spans, err := q.spans(ctx)
 	if err != nil {
 		return DLTCount{}, err
 	}
+	rc := q.count
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	starts, ends := spanBounds(spans)
+	if err := rc.update(ctx, starts, ends); err != nil {
+		return DLTCount{}, fmt.Errorf("kafka: count the dead letters of %q: %w", q.topo.DLT(), err)
+	}
 	var c DLTCount
-	for _, s := range spans {
-		c.Total += max(s.end-s.start, 0)
-		c.Pending += s.cur.pending(s.end)
+	for p, s := range spans {
+		c.Total += rc.count(p, s.start, s.end)
+		c.Pending += rc.pending(p, s.cur, s.end)
 	}
 	return c, nil
+}
+
+// CountRange returns how many dead letters the DLT holds at the offsets
+// from (included) to (excluded) per partition, as a Redrive with From
+// and To would read them: only the partitions from names, to the end
+// where to does not bound them.
+func (q *DLT) CountRange(ctx context.Context, from, to map[int32]int64) (int64, error) {
+	spans, err := q.spans(ctx)
+	if err != nil {
+		return 0, err
+	}
+	rc := q.count
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	starts, ends := spanBounds(spans)
+	if err := rc.update(ctx, starts, ends); err != nil {
+		return 0, fmt.Errorf("kafka: count the dead letters of %q: %w", q.topo.DLT(), err)
+	}
+	start, end := q.bounds(spans, from, to)
+	var n int64
+	for p, f := range start {
+		n += rc.count(p, f, end[p])
+	}
+	return n, nil
+}
+
+// spanBounds returns the start and end offsets of spans.
+func spanBounds(spans map[int32]*span) (starts, ends map[int32]int64) {
+	starts, ends = map[int32]int64{}, map[int32]int64{}
+	for p, s := range spans {
+		starts[p], ends[p] = s.start, s.end
+	}
+	return starts, ends
 }
 
 // DeadLetter is a record of a DLT, as Peek reads it.
@@ -230,6 +279,13 @@ var readStall = 30 * time.Second
 // partition is read to its end once a record (or marker) at or past its
 // last offset shows; no record for readStall is an error, not an end.
 func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo.Record) (more bool, err error)) error {
+	return readCommitted(ctx, q.opts, q.topo.DLT(), from, to, fn)
+}
+
+// readCommitted is DLT.read on any topic, with the client options opts
+// (seed brokers included).
+func readCommitted(ctx context.Context, opts []kgo.Opt, topic string, from, to map[int32]int64,
+	fn func(r *kgo.Record) (more bool, err error)) error {
 	parts := map[int32]kgo.Offset{}
 	for p, f := range from {
 		if f < to[p] {
@@ -239,8 +295,8 @@ func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo
 	if len(parts) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{q.topo.DLT(): parts}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, q.opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()}, opts...)...)
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}
@@ -255,7 +311,7 @@ func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo
 			return err
 		}
 		if err := fs.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("kafka: read dead-letter topic %q: %w", q.topo.DLT(), err)
+			return fmt.Errorf("kafka: read topic %q: %w", topic, err)
 		}
 		if fs.NumRecords() == 0 {
 			if time.Since(last) > readStall {
@@ -266,8 +322,8 @@ func (q *DLT) read(ctx context.Context, from, to map[int32]int64, fn func(r *kgo
 					}
 				}
 				sort.Strings(behind)
-				return fmt.Errorf("kafka: read dead-letter topic %q: no record for %v while reading %s: the broker is slow, "+
-					"or a transaction is still open", q.topo.DLT(), readStall, strings.Join(behind, ", "))
+				return fmt.Errorf("kafka: read topic %q: no record for %v while reading %s: the broker is slow, "+
+					"or a transaction is still open", topic, readStall, strings.Join(behind, ", "))
 			}
 			continue
 		}

@@ -80,7 +80,7 @@ func TestExactlyOnce(t *testing.T) {
 			return resp, nil, true
 		})
 	}
-	running(t, cons)
+	stop := running(t, cons)
 	cl := c.client(t)
 	for i := range n {
 		k := fmt.Sprintf("ok-%d", i)
@@ -96,12 +96,14 @@ func TestExactlyOnce(t *testing.T) {
 		return len(completed) == n-n/10
 	})
 	topo, _ := cons.Topology(topic)
-	// read_committed: what a downstream reader sees.
+	// read_committed: what a downstream reader sees, once the dead
+	// letters are there and the consumer stopped (nothing produces any
+	// more).
 	tier := topo.TierTopic(10 * time.Millisecond)
-	retries := c.readCommitted(t, tier, n)
-	dead := c.readCommitted(t, topo.DLT(), n/10)
-	time.Sleep(500 * time.Millisecond)
-	retries = append(retries, c.readCommitted(t, tier, 0)[len(retries):]...)
+	c.readCommitted(t, topo.DLT(), n/10)
+	stop()
+	retries := c.readToEnd(t, tier)
+	dead := c.readToEnd(t, topo.DLT())
 	seen := map[string]int{}
 	for _, r := range retries {
 		seen[string(r.Key)]++
@@ -230,7 +232,7 @@ func (c *testCluster) waitCommitted(t *testing.T, group string, within time.Dura
 		if time.Now().After(deadline) {
 			t.Fatalf("group %s never committed the end offsets: %s", group, why)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the poll's interval: it waits for the commits, not for time
 	}
 }
 

@@ -108,7 +108,7 @@ func (r *runs) waitCompleted(t *testing.T, ids []string, within time.Duration) {
 			t.Fatalf("after %v, %d of %d records never completed (lost?), e.g. %v", within, len(missing), len(ids),
 				missing[:min(len(missing), 5)])
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // the poll's interval: it waits for the completions, not for time
 	}
 }
 
@@ -192,7 +192,7 @@ func (r *rig) consumer(t *testing.T, pause time.Duration, opts ...kgo.Opt) *kafk
 		id := string(j.Payload)
 		r.runs.ran(id, j.Attempt)
 		if pause > 0 {
-			time.Sleep(pause)
+			time.Sleep(pause) // real time passing: a handler that takes a while, so faults land mid-batch
 		}
 		if j.Attempt == 1 {
 			return errors.New("first attempt fails")
@@ -310,7 +310,7 @@ func (r *rig) waitSettled(t *testing.T, within time.Duration) {
 			t.Fatalf("the group's commits never reached the end offsets (nothing committed means every record "+
 				"runs again after a restart): %s", why)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the poll's interval: it waits for the commits, not for time
 	}
 }
 
@@ -489,11 +489,12 @@ func TestFailedCommit(t *testing.T) {
 	faults := refuseCommits(c, rg.group)
 	first := rg.produce(t, "first", n)
 
-	// Phase 1: commits refused for the first 3 s of the run.
+	// Phase 1: commits refused until the consumer tried twice (a commit
+	// refused is tried again at the next tick).
 	faults.on.Store(true)
 	cons := rg.consumer(t, 0)
 	stop := running(t, cons)
-	time.Sleep(3 * time.Second)
+	eventually(t, "two commits refused", 30*time.Second, func() bool { return faults.refused.Load() >= 2 })
 	faults.on.Store(false)
 	rg.runs.waitCompleted(t, first, 60*time.Second)
 	rg.waitSettled(t, 30*time.Second)
@@ -617,6 +618,8 @@ func TestBrokerRestart(t *testing.T) {
 	eventually(t, "a quarter of the runs", 60*time.Second, func() bool { return rg.runs.started.Load() >= n/2 })
 	c.fake.Close()
 	t.Logf("broker down after %d runs, %d completions", rg.runs.started.Load(), rg.runs.total.Load())
+	// Real time passing is what is tested: the broker stays down a
+	// while, the consumer's requests failing meanwhile.
 	time.Sleep(300 * time.Millisecond)
 	again, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(dir), kfake.Ports(port))
 	if err != nil {

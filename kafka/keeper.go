@@ -92,6 +92,7 @@ type Keeper struct {
 type keptTopic struct {
 	topo  Topology
 	stats keeperCounters
+	count *recordCounter // the DLT's records, for Status
 }
 
 // KeeperStats are the running totals of one main topic's dead-letter
@@ -147,7 +148,7 @@ func NewKeeper(opts KeeperOptions) (*Keeper, error) {
 		if _, dup := k.byDLT[t.DLT()]; dup {
 			return nil, fmt.Errorf("kafka: keeper: topic %q is given twice", t.Topic)
 		}
-		kt := &keptTopic{topo: t}
+		kt := &keptTopic{topo: t, count: newRecordCounter(t.DLT(), append([]kgo.Opt{kgo.SeedBrokers(opts.Brokers...)}, opts.ClientOptions...))}
 		k.byDLT[t.DLT()] = kt
 		k.topics = append(k.topics, kt)
 	}

@@ -47,7 +47,7 @@ func TestClassicRetryProfile(t *testing.T) {
 		}
 		return errors.New("card processor unavailable")
 	})
-	running(t, cons)
+	stop := running(t, cons)
 	cl := c.client(t)
 	r, err := kafka.NewRecord(topic, "charge", map[string]string{"order": "A-1"}, []byte("A-1"))
 	if err != nil {
@@ -56,9 +56,17 @@ func TestClassicRetryProfile(t *testing.T) {
 	c.produce(t, cl, r)
 
 	topo, _ := cons.Topology(topic)
-	dead := c.readAll(t, topo.DLT(), 1)
-	// A last look: a fifth run, or a second dead letter, would come now.
-	time.Sleep(500 * time.Millisecond)
+	c.readAll(t, topo.DLT(), 1)
+	// Once the group committed the end of the main topic and the tiers,
+	// nothing is left to run: a fifth run, or a second dead letter, would
+	// have come by then. Stopped, the consumer produces nothing more.
+	topics := []string{topic}
+	for _, d := range topo.Tiers {
+		topics = append(topics, topo.TierTopic(d))
+	}
+	c.waitCommitted(t, topic+"-g", 30*time.Second, topics...)
+	stop()
+	dead := c.readToEnd(t, topo.DLT())
 
 	mu.Lock()
 	at := append([]time.Time(nil), starts...)
@@ -222,6 +230,8 @@ func TestRetryPromptAfterWait(t *testing.T) {
 	r, _ := kafka.NewRecord(topic, "job", []byte("slow"), nil)
 	c.produce(t, cl, r)
 	eventually(t, "the first retry waiting", 20*time.Second, func() bool { return cons.Stats()[topic].Waits >= 1 })
+	// Real time passing is part of the scenario: the poke comes while
+	// the retry waits, after the fetch with the tier paused was built.
 	time.Sleep(100 * time.Millisecond)
 	poke, _ := kafka.NewRecord(topic, "job", []byte("poke"), nil)
 	c.produce(t, cl, poke)

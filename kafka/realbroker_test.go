@@ -418,7 +418,8 @@ func TestKafkaConsumerChild(t *testing.T) {
 	cons.HandleFunc("job", func(ctx context.Context, j *redrive.Job) error {
 		id := string(j.Payload)
 		i, _ := strconv.Atoi(strings.TrimPrefix(id, "rec-"))
-		// A little work per record, so that the kill lands mid-batch.
+		// A little work per record, so that the kill lands mid-batch (real
+		// time passing).
 		time.Sleep(200 * time.Microsecond)
 		outcome, err := "done", error(nil)
 		switch {

@@ -20,13 +20,24 @@ type TopicCount struct {
 	Topic string `json:"topic"`
 	// Partitions is its partition count.
 	Partitions int `json:"partitions"`
-	// Records counts the records it retains: its end offsets minus its
-	// start offsets, over its partitions. For a retry tier, the retries
-	// produced to it still retained; for a DLT, its dead letters.
-	Records int64 `json:"records"`
-	// Lag counts the records LagGroup has not consumed yet (committed
-	// offsets to end offsets); absent when no group was asked, or the
-	// group does not consume the topic.
+	// Offsets is its end offsets minus its start offsets, over its
+	// partitions: an upper bound on the records it retains, not a count
+	// of them. In a topic written in transactions (an exactly-once
+	// consumer's tiers and DLT, a transactional producer's topic), each
+	// transaction's marker takes an offset, and so do the records of
+	// aborted transactions, which no read_committed reader sees. For a
+	// retry tier, the retries produced to it still retained, at most.
+	Offsets int64 `json:"offsets"`
+	// Records counts the records a read_committed reader sees in the
+	// topic: set on the DLT of a Keeper's Status (its dead letters),
+	// which reads the DLT to count them; absent elsewhere, and while the
+	// DLT could not be read through.
+	Records *int64 `json:"records,omitempty"`
+	// Lag is how far LagGroup is behind: the offsets from its committed
+	// offsets to the end offsets (an upper bound on the records it has
+	// not consumed yet), except where Records is set: there, the
+	// records after its committed offsets. Absent when no group was
+	// asked, or the group does not consume the topic.
 	Lag      *int64 `json:"lag,omitempty"`
 	LagGroup string `json:"lag_group,omitempty"`
 	// Missing is set when the topic does not exist.
@@ -64,10 +75,15 @@ type StatsOptions struct {
 	// KeeperGroup is a Keeper's group: its lag on the DLT is the dead
 	// letters not stored yet. Empty: no lag on the DLT.
 	KeeperGroup string
+
+	// counters count the records of the DLTs they are keyed by (a
+	// Keeper's Status): their Records, and the keeper's lag on them.
+	counters map[string]*recordCounter
 }
 
 // ReadStats reads the statistics of topologies from the cluster: each
-// topic's retained records and partitions, and the lag of opts' groups.
+// topic's offsets and partitions, and the lag of opts' groups, in
+// offsets (Keeper.Status also counts the records of the DLTs).
 // The tiers are the topology's and any other <topic>-retry-<delay> topic
 // the cluster has (the consumers' policy may differ from the one the
 // topology was built from); a topology's topic the cluster lacks is
@@ -127,9 +143,18 @@ func ReadStats(ctx context.Context, adm *kadm.Client, topos []Topology, opts Sta
 						return
 					}
 					if s, ok := starts.Lookup(e.Topic, e.Partition); ok && s.Err == nil && e.Offset > s.Offset {
-						c.Records += e.Offset - s.Offset
+						c.Offsets += e.Offset - s.Offset
 					}
 				})
+			}
+		}
+	}
+	counted := map[string]*dltRecords{}
+	for i := range out {
+		dlt := &out[i].DLT
+		if rc := opts.counters[dlt.Topic]; rc != nil && !dlt.Missing {
+			if d, err := countRecords(ctx, adm, rc, dlt); err == nil {
+				counted[dlt.Topic] = d
 			}
 		}
 	}
@@ -158,10 +183,73 @@ func ReadStats(ctx context.Context, adm *kadm.Client, topos []Topology, opts Sta
 			}
 		}
 		if opts.KeeperGroup != "" {
-			s.DLT.setLag(lags, opts.KeeperGroup)
+			if d := counted[s.DLT.Topic]; d != nil {
+				d.setLag(&s.DLT, lags, opts.KeeperGroup)
+			} else {
+				s.DLT.setLag(lags, opts.KeeperGroup)
+			}
 		}
 	}
 	return out, nil
+}
+
+// dltRecords is a counted DLT: its counter, read up to ends (its last
+// stable offsets), from starts.
+type dltRecords struct {
+	rc           *recordCounter
+	starts, ends map[int32]int64
+}
+
+// countRecords reads what rc has not read yet of the DLT c (up to its
+// last stable offsets: what a read_committed reader sees), and sets c's
+// Records.
+func countRecords(ctx context.Context, adm *kadm.Client, rc *recordCounter, c *TopicCount) (*dltRecords, error) {
+	d := &dltRecords{rc: rc, starts: map[int32]int64{}, ends: map[int32]int64{}}
+	for _, l := range []struct {
+		list func(context.Context, ...string) (kadm.ListedOffsets, error)
+		into map[int32]int64
+	}{{adm.ListStartOffsets, d.starts}, {adm.ListCommittedOffsets, d.ends}} {
+		res, err := l.list(ctx, c.Topic)
+		if err == nil {
+			err = res.Error()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kafka: dead-letter topic %q: %w", c.Topic, err)
+		}
+		res.Each(func(o kadm.ListedOffset) { l.into[o.Partition] = o.Offset })
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if err := rc.update(ctx, d.starts, d.ends); err != nil {
+		return nil, err
+	}
+	var n int64
+	for p, end := range d.ends {
+		n += rc.count(p, d.starts[p], end)
+	}
+	c.Records = &n
+	return d, nil
+}
+
+// setLag sets the lag of group on the counted DLT c, in records: those
+// after the group's committed offsets (all of a partition it did not
+// commit in).
+func (d *dltRecords) setLag(c *TopicCount, lags kadm.DescribedGroupLags, group string) {
+	l, ok := lags[group]
+	if !ok || l.Error() != nil || len(l.Lag[c.Topic]) == 0 {
+		return
+	}
+	d.rc.mu.Lock()
+	defer d.rc.mu.Unlock()
+	var n int64
+	for p, end := range d.ends {
+		from := d.starts[p]
+		if m, ok := l.Lag[c.Topic][p]; ok && m.Commit.At > from {
+			from = m.Commit.At
+		}
+		n += d.rc.count(p, from, end)
+	}
+	c.Lag, c.LagGroup = &n, group
 }
 
 // counts returns the topology's counts: main, tiers, DLT.
@@ -228,7 +316,11 @@ type ManagedTopic struct {
 // keeps, in name order: its topology's statistics, read with adm (the
 // lag of group, the consumers', on the main topic and the tiers, and of
 // the keeper's group on the DLT; no group: no lag on them), and the
-// keeper's running totals. A cluster that could not be asked is reported
+// keeper's running totals. It counts the records of each DLT (Records,
+// and the keeper's lag on it in records): the first Status reads the
+// DLTs through, the next ones only what was added since; a DLT not read
+// through within ctx has no Records yet (the next Status goes on from
+// there). A cluster that could not be asked is reported
 // in each topic's Error, its counts zero.
 func (k *Keeper) Status(ctx context.Context, adm *kadm.Client, group string) []ManagedTopic {
 	topos := make([]Topology, len(k.topics))
@@ -236,7 +328,11 @@ func (k *Keeper) Status(ctx context.Context, adm *kadm.Client, group string) []M
 		topos[i] = t.topo
 	}
 	kept := k.Stats()
-	stats, err := ReadStats(ctx, adm, topos, StatsOptions{Group: group, KeeperGroup: k.opts.Group})
+	counters := map[string]*recordCounter{}
+	for _, t := range k.topics {
+		counters[t.topo.DLT()] = t.count
+	}
+	stats, err := ReadStats(ctx, adm, topos, StatsOptions{Group: group, KeeperGroup: k.opts.Group, counters: counters})
 	out := make([]ManagedTopic, len(topos))
 	for i, t := range topos {
 		s := kept[t.Topic]

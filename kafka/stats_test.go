@@ -77,10 +77,10 @@ func TestReadStats(t *testing.T) {
 		}
 		return fmt.Sprintf("%d by %s", *c.Lag, c.LagGroup)
 	}
-	if s.Topic != topic || s.Group != "g" || s.Main.Topic != topic || s.Main.Partitions != 2 || s.Main.Records != 5 || lag(s.Main) != "3 by g" {
+	if s.Topic != topic || s.Group != "g" || s.Main.Topic != topic || s.Main.Partitions != 2 || s.Main.Offsets != 5 || lag(s.Main) != "3 by g" {
 		t.Errorf("main: %+v lag %s", s.Main, lag(s.Main))
 	}
-	if s.DLT.Topic != made.DLT() || s.DLT.Records != 3 || lag(s.DLT) != "0 by keeper" {
+	if s.DLT.Topic != made.DLT() || s.DLT.Offsets != 3 || lag(s.DLT) != "0 by keeper" {
 		t.Errorf("dlt: %+v lag %s", s.DLT, lag(s.DLT))
 	}
 	want := []struct {
@@ -94,7 +94,7 @@ func TestReadStats(t *testing.T) {
 	}
 	for i, w := range want {
 		tc := s.Tiers[i]
-		if tc.Delay != store.Duration(w.delay) || tc.Topic != topo.TierTopic(w.delay) || tc.Records != w.records || tc.Missing != w.missing ||
+		if tc.Delay != store.Duration(w.delay) || tc.Topic != topo.TierTopic(w.delay) || tc.Offsets != w.records || tc.Missing != w.missing ||
 			lag(tc.TopicCount) != w.lag {
 			t.Errorf("tier %d: %+v lag %s, want %v: %d records, missing %v, lag %s", i, tc, lag(tc.TopicCount), w.delay, w.records, w.missing, w.lag)
 		}
@@ -107,7 +107,7 @@ func TestReadStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stats[0].Main.Lag != nil || stats[0].DLT.Lag != nil || stats[0].Main.Records != 5 {
+	if stats[0].Main.Lag != nil || stats[0].DLT.Lag != nil || stats[0].Main.Offsets != 5 {
 		t.Errorf("without groups: %+v", stats[0])
 	}
 	if n := stats[1]; !n.Main.Missing || !n.DLT.Missing || len(n.Tiers) != 1 || !n.Tiers[0].Missing {

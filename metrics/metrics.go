@@ -41,8 +41,8 @@
 // redrive_amqp_*_total and redrive_kafka_*_total counters) are this
 // process's own: sum those. The RabbitMQ depths
 // (redrive_amqp_queue_messages, _consumers) are the broker's, and the
-// Kafka records and lags (redrive_kafka_records, redrive_kafka_lag) the
-// cluster's, the same in every process: take the max.
+// Kafka offsets, records and lags (redrive_kafka_offsets, _records,
+// _lag) the cluster's, the same in every process: take the max.
 //
 // No label is ever empty: a counter without a failure class has
 // class="none", a job kind without a handler kind="other", and an empty

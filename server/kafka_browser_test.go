@@ -16,14 +16,15 @@ import (
 )
 
 // TestKafkaTopicInChromium follows a binary record of a Kafka topic
-// through the dashboard: a consumer on kfake fails it until it dies; the
+// through the dashboard: a consumer on kfake (exactly-once, so that the
+// topics hold transaction markers) fails it until it dies; the
 // keeper stores its dead letter as a dead job; the overview shows the
 // topic with its retry tiers and DLT; the dead job's page shows the
 // value as a hex dump, the key and the headers; redriven by the job
 // page's button, the record is produced back to the topic, where the
 // consumer completes it, and the timeline tells both lives.
 func TestKafkaTopicInChromium(t *testing.T) {
-	k := &testKafka{}
+	k := &testKafka{mode: kafka.ExactlyOnce}
 	e := newEnv(t, Options{Kafka: k})
 	p := retry.Policy{MaxRetries: 2, Initial: 10 * time.Millisecond, Multiplier: 2, MaxDelay: time.Second, Jitter: retry.JitterNone}
 	var fail atomic.Bool
@@ -86,11 +87,23 @@ func TestKafkaTopicInChromium(t *testing.T) {
 	if d := br.textNow(t, row(topo.TierTopic(10*time.Millisecond))+` td.delay`); d != "10ms" {
 		t.Errorf("delay of the first tier: %q, want 10ms", d)
 	}
-	if n := br.textNow(t, row(topo.TierTopic(10*time.Millisecond))+` td[data-records]`); n != "1" {
-		t.Errorf("records of the 10ms tier: %q, want 1 (the first retry)", n)
+	// Exactly-once: each retry and the dead letter came with their
+	// transaction's marker, an offset that is no record. The tiers show
+	// offsets, named so; the DLT, its dead letters counted too.
+	if n := br.textNow(t, row(topo.TierTopic(10*time.Millisecond))+` td[data-offsets]`); n != "2" {
+		t.Errorf("offsets of the 10ms tier: %q, want 2 (the first retry, its marker)", n)
+	}
+	if n := br.textNow(t, row(topo.TierTopic(10*time.Millisecond))+` td[data-records]`); n != "—" {
+		t.Errorf("records of the 10ms tier: %q, want — (not counted)", n)
+	}
+	if n := br.textNow(t, row(topo.DLT())+` td[data-offsets]`); n != "2" {
+		t.Errorf("offsets of the DLT: %q, want 2 (the dead letter, its marker)", n)
 	}
 	if n := br.textNow(t, row(topo.DLT())+` td[data-records]`); n != "1" {
-		t.Errorf("records of the DLT: %q, want 1", n)
+		t.Errorf("dead letters of the DLT: %q, want 1", n)
+	}
+	if h := strings.ToLower(br.textNow(t, kt+` thead`)); !strings.Contains(h, "offsets") || !strings.Contains(h, "records") {
+		t.Errorf("the table's heads: %q, want Offsets and Records", h)
 	}
 	if g := br.textNow(t, kt+` [data-stat="group"]`); g != k.group {
 		t.Errorf("consumer group %q, want %s", g, k.group)

@@ -27,6 +27,8 @@ type testKafka struct {
 	cl      *kgo.Client
 	keeper  *kafka.Keeper
 	group   string
+	// mode is the consumer's delivery mode.
+	mode kafka.Mode
 	// completed counts the records the consumer's handler completed.
 	completed atomic.Int64
 }
@@ -52,7 +54,7 @@ func startKafka(t *testing.T, k *testKafka, client *redrive.Client, p retry.Poli
 	brokers := cluster.ListenAddrs()
 	topic := fmt.Sprintf("redrive-test-%d-%s", kafkaSeq.Add(1), t.Name())
 	group := topic + "-consumers"
-	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: brokers, Group: group,
+	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: brokers, Group: group, Mode: k.mode,
 		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1}},
 		Executor: redrive.ExecutorOptions{Policy: &p, Logger: quiet, DisableRetryBudget: true}})
 	if err != nil {
@@ -148,15 +150,15 @@ func TestKafkaTopicsAPI(t *testing.T) {
 		kt.Keeper == nil || kt.Keeper.Kept != 1 || kt.Keeper.Duplicates != 0 {
 		t.Errorf("kafka topic %+v keeper %+v", kt, kt.Keeper)
 	}
-	if kt.Main.Topic != topo.Topic || kt.Main.Records != 1 || kt.Main.Partitions != 1 || kt.Main.Lag == nil || kt.Main.LagGroup != k.group {
+	if kt.Main.Topic != topo.Topic || kt.Main.Offsets != 1 || kt.Main.Records != nil || kt.Main.Partitions != 1 || kt.Main.Lag == nil || kt.Main.LagGroup != k.group {
 		t.Errorf("main %+v", kt.Main)
 	}
-	if kt.DLT.Topic != topo.DLT() || kt.DLT.Records != 1 || kt.DLT.LagGroup != kafka.DefaultKeeperGroup {
+	if kt.DLT.Topic != topo.DLT() || kt.DLT.Records == nil || *kt.DLT.Records != 1 || kt.DLT.Offsets != 1 || kt.DLT.LagGroup != kafka.DefaultKeeperGroup {
 		t.Errorf("dlt %+v", kt.DLT)
 	}
 	// The tiers of 10ms and 20ms took one retry each.
-	if len(kt.Tiers) != len(topo.Tiers) || kt.Tiers[0].Topic != topo.TierTopic(10*time.Millisecond) || kt.Tiers[0].Records != 1 ||
-		kt.Tiers[1].Topic != topo.TierTopic(20*time.Millisecond) || kt.Tiers[1].Records != 1 || kt.Tiers[2].Records != 0 {
+	if len(kt.Tiers) != len(topo.Tiers) || kt.Tiers[0].Topic != topo.TierTopic(10*time.Millisecond) || kt.Tiers[0].Offsets != 1 ||
+		kt.Tiers[1].Topic != topo.TierTopic(20*time.Millisecond) || kt.Tiers[1].Offsets != 1 || kt.Tiers[2].Offsets != 0 {
 		t.Errorf("tiers %+v, want %v", kt.Tiers, topo.Tiers)
 	}
 
@@ -182,7 +184,7 @@ func TestKafkaTopicsAPI(t *testing.T) {
 	if err := json.Unmarshal(raw.Topics[0]["tiers"], &tiers); err != nil || len(tiers) == 0 {
 		t.Fatalf("tiers %s: %v", raw.Topics[0]["tiers"], err)
 	}
-	if tier := tiers[0]; tier["topic"] != topo.TierTopic(10*time.Millisecond) || tier["partitions"] != 1.0 || tier["records"] != 1.0 ||
+	if tier := tiers[0]; tier["topic"] != topo.TierTopic(10*time.Millisecond) || tier["partitions"] != 1.0 || tier["offsets"] != 1.0 || tier["records"] != nil ||
 		tier["delay"] != 10.0 || tier["lag_group"] != k.group {
 		t.Errorf("the 10ms tier is not as documented: %v", tier)
 	}

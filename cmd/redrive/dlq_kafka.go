@@ -255,26 +255,6 @@ func openKafkaDLQ(ctx context.Context, brokers []string, topic string, log *slog
 	return k, nil
 }
 
-// offsets returns each partition's start and end offsets.
-func (k *kafkaDLQ) offsets(ctx context.Context) (starts, ends map[int32]int64, err error) {
-	name := k.dlt.Name()
-	starts, ends = map[int32]int64{}, map[int32]int64{}
-	for _, l := range []struct {
-		list func(context.Context, ...string) (kadm.ListedOffsets, error)
-		into map[int32]int64
-	}{{k.adm.ListStartOffsets, starts}, {k.adm.ListEndOffsets, ends}} {
-		res, err := l.list(ctx, name)
-		if err == nil {
-			err = res.Error()
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("kafka: dead-letter topic %s: %w", name, err)
-		}
-		res.Each(func(o kadm.ListedOffset) { l.into[o.Partition] = o.Offset })
-	}
-	return starts, ends, nil
-}
-
 // checkPartitions refuses offsets of partitions the DLT does not have.
 func (k *kafkaDLQ) checkPartitions(cmd *cobra.Command, flag string, offs map[int32]int64) error {
 	for _, p := range slices.Sorted(maps.Keys(offs)) {
@@ -535,7 +515,8 @@ func kafkaRedrive(g *globalOptions) func(*cobra.Command, []string) (kafkaAction,
 			if err := k.checkPartitions(cmd, "to", to); err != nil {
 				return err
 			}
-			// How many at most: the pending ones, or the range's records.
+			// How many at most: the pending ones, or the range's dead
+			// letters (records, not offsets).
 			var n int64
 			if from == nil {
 				c, err := k.dlt.Count(ctx)
@@ -544,16 +525,9 @@ func kafkaRedrive(g *globalOptions) func(*cobra.Command, []string) (kafkaAction,
 				}
 				n = c.Pending
 			} else {
-				starts, ends, err := k.offsets(ctx)
-				if err != nil {
+				var err error
+				if n, err = k.dlt.CountRange(ctx, from, to); err != nil {
 					return err
-				}
-				for p, off := range from {
-					end := ends[p]
-					if t, ok := to[p]; ok {
-						end = min(end, t)
-					}
-					n += max(0, end-max(off, starts[p]))
 				}
 			}
 			// Exact unless filters skip some, or --to bounds the pending

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -516,4 +517,52 @@ func FuzzKafkaOffsets(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestKafkaDLQCountTransactions: a DLT written in transactions (as an
+// exactly-once consumer writes it), one of them aborted: `dlq count`,
+// and the question `dlq redrive --from` asks, count dead letters, not
+// offsets (which also hold the transaction markers and the aborted
+// dead letters).
+func TestKafkaDLQCountTransactions(t *testing.T) {
+	t.Parallel()
+	brokers := kafkaCluster(t)
+	topic := kafkaTopicName("txn-scans")
+	ctx := context.Background()
+	topo := kafka.Topology{Topic: topic, Tiers: []time.Duration{time.Second}, Partitions: 1, Replication: -1}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(topic+"-txn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := topo.Ensure(ctx, adm, true); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("KAFKA_BROKERS") != "" {
+		t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), topic, topo.DLT(), topo.TierTopic(time.Second)) })
+	}
+	for i, commit := range []bool{true, false, true, true} {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		r := &kgo.Record{Topic: topo.DLT(), Key: []byte(fmt.Sprint("perm-", i)), Value: []byte("x"), Headers: []kgo.RecordHeader{
+			{Key: kafka.HeaderKind, Value: []byte("scan")}, {Key: kafka.HeaderReason, Value: []byte("permanent")}}}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, map[bool]kgo.TransactionEndTry{true: kgo.TryCommit, false: kgo.TryAbort}[commit]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A real broker writes the last marker after EndTransaction returns.
+	waitFor(t, "the last marker", func() bool { return dltCount(t, brokers, topic).Total == 3 })
+	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic}
+	if out := strings.TrimSpace(mustCLI(t, append([]string{"dlq", "count"}, flags...)...)); out != "3 dead letter(s) in "+topic+"-dlt, 3 pending (not redriven yet)" {
+		t.Errorf("dlq count = %q", out)
+	}
+	_, stderr, err := runCLIIn(t, "n\n", append([]string{"dlq", "redrive", "--from", "0:0"}, flags...)...)
+	if !errors.Is(err, errNotConfirmed) || !strings.Contains(stderr, "Redrive 3 dead letter(s) from "+topic+"-dlt (") {
+		t.Errorf("redrive --from 0:0 answered no: %v, stderr %q", err, stderr)
+	}
 }

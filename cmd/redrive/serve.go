@@ -72,8 +72,9 @@ dead job of kind kafka in the store queue of the same name, committing the
 record's offset only once the job is stored; redriving the job produces the
 record back to its topic, key, value and headers byte-exact. GET
 /v1/kafka/topics, the dashboard and /metrics (redrive_kafka_*) show each
-topic's records per retry tier and DLT, the lag of --kafka-group and the
-keeper's totals. Do not also redrive these DLTs with
+topic's offsets per retry tier and DLT (an upper bound on its records), the
+DLT's dead letters (counted), the lag of --kafka-group and the keeper's
+totals. Do not also redrive these DLTs with
 ` + "`dlq redrive --kafka-topic`" + `: a dead letter would run twice.
 
 Every setting is a flag, an environment variable (REDRIVE_ and the flag name

@@ -197,15 +197,15 @@ func checkKafkaViews(t *testing.T, s *redriveProc, topic, group string) {
 	if kt.Topic != topic || kt.Group != group || kt.Error != "" || kt.Keeper == nil || kt.Keeper.Kept != 2 || kt.Keeper.Duplicates != 0 {
 		t.Fatalf("kafka topic: %+v keeper %+v", kt, kt.Keeper)
 	}
-	if kt.Main.Records != 3 || kt.Main.Partitions != 2 || kt.Main.Lag == nil || kt.Main.LagGroup != group {
+	if kt.Main.Offsets != 3 || kt.Main.Records != nil || kt.Main.Partitions != 2 || kt.Main.Lag == nil || kt.Main.LagGroup != group {
 		t.Errorf("main topic: %+v", kt.Main)
 	}
-	if kt.DLT.Topic != topic+"-dlt" || kt.DLT.Records != 2 || kt.DLT.LagGroup != kafka.DefaultKeeperGroup {
+	if kt.DLT.Topic != topic+"-dlt" || kt.DLT.Records == nil || *kt.DLT.Records != 2 || kt.DLT.LagGroup != kafka.DefaultKeeperGroup {
 		t.Errorf("DLT: %+v", kt.DLT)
 	}
 	// Tiers 100ms (flaky's retry), then ten times longer up to 1h.
-	if len(kt.Tiers) < 2 || kt.Tiers[0].Topic != topic+"-retry-100ms" || kt.Tiers[0].Records != 1 || kt.Tiers[0].Missing ||
-		kt.Tiers[1].Topic != topic+"-retry-1s" || kt.Tiers[1].Records != 0 {
+	if len(kt.Tiers) < 2 || kt.Tiers[0].Topic != topic+"-retry-100ms" || kt.Tiers[0].Offsets != 1 || kt.Tiers[0].Missing ||
+		kt.Tiers[1].Topic != topic+"-retry-1s" || kt.Tiers[1].Offsets != 0 {
 		t.Errorf("tiers %+v", kt.Tiers)
 	}
 	code, body := s.api("GET", "/metrics", "")
@@ -214,7 +214,7 @@ func checkKafkaViews(t *testing.T, s *redriveProc, topic, group string) {
 	}
 	for _, want := range []string{`redrive_kafka_up{topic="` + topic + `"} 1`,
 		`redrive_kafka_records{kafka_topic="` + topic + `-dlt",role="dlt",topic="` + topic + `"} 2`,
-		`redrive_kafka_records{kafka_topic="` + topic + `-retry-100ms",role="tier",topic="` + topic + `"} 1`,
+		`redrive_kafka_offsets{kafka_topic="` + topic + `-retry-100ms",role="tier",topic="` + topic + `"} 1`,
 		`redrive_kafka_lag{group="` + kafka.DefaultKeeperGroup + `",kafka_topic="` + topic + `-dlt",role="dlt",topic="` + topic + `"} 0`,
 		`redrive_kafka_lag{group="` + group + `",kafka_topic="` + topic + `",role="main",topic="` + topic + `"}`,
 		`redrive_kafka_dead_letters_kept_total{topic="` + topic + `"} 2`} {
@@ -233,12 +233,13 @@ func TestRegisterKafka(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
 		t.Errorf("nil topics: %d series, %v; want none", n, err)
 	}
-	lag := int64(3)
+	lag, dead := int64(3), int64(1)
 	registerKafka(reg, fixedTopics{{TopologyStats: kafka.TopologyStats{Topic: "orders",
-		Main: kafka.TopicCount{Topic: "orders", Records: 9, Lag: &lag, LagGroup: "g"}, DLT: kafka.TopicCount{Topic: "orders-dlt", Records: 1}},
+		Main: kafka.TopicCount{Topic: "orders", Offsets: 9, Lag: &lag, LagGroup: "g"},
+		DLT:  kafka.TopicCount{Topic: "orders-dlt", Offsets: 2, Records: &dead}},
 		Keeper: &kafka.KeeperStats{Kept: 1}}})
 	for name, want := range map[string]int{
-		"redrive_kafka_records": 2, "redrive_kafka_lag": 1, "redrive_kafka_dead_letters_kept_total": 1, "redrive_kafka_up": 1,
+		"redrive_kafka_offsets": 2, "redrive_kafka_records": 1, "redrive_kafka_lag": 1, "redrive_kafka_dead_letters_kept_total": 1, "redrive_kafka_up": 1,
 	} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != want {
 			t.Errorf("%s: %d series, %v; want %d", name, n, err, want)

@@ -22,15 +22,21 @@ type Options struct {
 // dead letters `redrive serve --kafka-topics` keeps in the store (see
 // package kafka, Keeper and ReadStats), read at every scrape:
 //
-//	redrive_kafka_records{topic,kafka_topic,role}         records each topic of the topology retains
-//	redrive_kafka_lag{topic,kafka_topic,role,group}       records a consumer group has not consumed yet
+//	redrive_kafka_offsets{topic,kafka_topic,role}         end minus start offsets of each topic of the topology
+//	redrive_kafka_records{topic,kafka_topic,role}         records of the DLT (role dlt only): its dead letters
+//	redrive_kafka_lag{topic,kafka_topic,role,group}       how far a consumer group is behind (offsets; records on the DLT)
 //	redrive_kafka_dead_letters_kept_total{topic}          dead letters stored as dead jobs
 //	redrive_kafka_dead_letters_duplicate_total{topic}     dead letters already stored
 //	redrive_kafka_up{topic}                               1 when the cluster answered
 //
 // topic is the main topic; kafka_topic is one topic of its topology, and
-// role what it is to it: main, tier (a retry tier: its records are the
-// retries produced to it and still retained) or dlt. group is the
+// role what it is to it: main, tier (a retry tier: its offsets hold the
+// retries produced to it and still retained) or dlt. Offsets are an
+// upper bound on records, not a count: in a topic written in
+// transactions (an exactly-once consumer's tiers and DLT), transaction
+// markers and aborted records take offsets too. The DLT's records are
+// counted (the keeper reads it), so its dead letters and the keeper's
+// lag on it are records. group is the
 // consumers' group (an exactly-once consumer's tier group on a tier it
 // consumes in one), or the keeper's on the DLT: the dead letters not
 // stored yet. A topic that does not exist has no series; a topic a group
@@ -68,13 +74,19 @@ const (
 )
 
 var (
-	kafkaRecordsDesc = prometheus.NewDesc("redrive_kafka_records",
-		"Records a topic of a kept Kafka main topic's topology retains (end offsets minus start offsets); role is main, "+
+	kafkaOffsetsDesc = prometheus.NewDesc("redrive_kafka_offsets",
+		"End offsets minus start offsets of a topic of a kept Kafka main topic's topology, over its partitions: an upper bound "+
+			"on the records it retains, not a count (transaction markers and aborted records take offsets too); role is main, "+
 			"tier (a retry tier: the retries produced to it and still retained) or dlt."+perCluster,
 		[]string{"topic", "kafka_topic", "role"}, nil)
+	kafkaRecordsDesc = prometheus.NewDesc("redrive_kafka_records",
+		"Records of the dead-letter topic (role dlt) of a kept Kafka main topic that a read_committed reader sees: its dead "+
+			"letters, counted by reading it (absent until it was read through)."+perCluster,
+		[]string{"topic", "kafka_topic", "role"}, nil)
 	kafkaLagDesc = prometheus.NewDesc("redrive_kafka_lag",
-		"Records of a topic of a kept Kafka main topic's topology that group has not consumed yet (committed to end offsets): "+
-			"the consumers' group on the main topic and the tiers, the dead-letter keeper's on the DLT."+perCluster,
+		"How far group is behind on a topic of a kept Kafka main topic's topology: the consumers' group on the main topic and "+
+			"the tiers, in offsets (committed to end offsets: an upper bound on the records not consumed yet); the dead-letter "+
+			"keeper's on the DLT, in records (the dead letters not stored yet; offsets until the DLT was read through)."+perCluster,
 		[]string{"topic", "kafka_topic", "role", "group"}, nil)
 	kafkaKeptDesc = prometheus.NewDesc("redrive_kafka_dead_letters_kept_total",
 		"Dead letters of a kept Kafka main topic stored in the store as new dead jobs."+perProcess,
@@ -89,7 +101,7 @@ var (
 
 // Describe sends the collector's fixed descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{kafkaRecordsDesc, kafkaLagDesc, kafkaKeptDesc, kafkaDuplicateDesc, kafkaUpDesc} {
+	for _, d := range []*prometheus.Desc{kafkaOffsetsDesc, kafkaRecordsDesc, kafkaLagDesc, kafkaKeptDesc, kafkaDuplicateDesc, kafkaUpDesc} {
 		ch <- d
 	}
 }
@@ -121,7 +133,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				return
 			}
 			counted[kt] = true
-			gauge(kafkaRecordsDesc, float64(tc.Records), name, kt, role)
+			gauge(kafkaOffsetsDesc, float64(tc.Offsets), name, kt, role)
+			if tc.Records != nil {
+				gauge(kafkaRecordsDesc, float64(*tc.Records), name, kt, role)
+			}
 			if tc.Lag != nil {
 				gauge(kafkaLagDesc, float64(*tc.Lag), name, kt, role, label.NonEmpty(tc.LagGroup))
 			}

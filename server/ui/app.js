@@ -427,8 +427,10 @@ function amqpQueue(mq) {
 // ---- Kafka topics ------------------------------------------------------
 //
 // The Kafka topics whose dead letters `redrive serve --kafka-topics` keeps
-// in the store (GET /v1/kafka/topics): the records each topic of their
-// topology retains, the consumers' lag, and what the keeper stored.
+// in the store (GET /v1/kafka/topics): the offsets each topic of their
+// topology spans (an upper bound on its records: transaction markers and
+// aborted records take offsets too), the dead letters of the DLT
+// (records, counted), the consumers' lag, and what the keeper stored.
 
 const KAFKA_ROLES = {
   main: { order: 0, label: 'main topic' },
@@ -465,20 +467,25 @@ function kafkaTopic(kt) {
     h('div', { class: 'row' },
       h('dl', { class: 'kv' },
         kv('Consumer group', kt.group ? h('span', { class: 'mono' }, kt.group) : '—', { 'data-stat': 'group' }),
-        kv('Lag', fmtLag(kt.main), { 'data-stat': 'lag', title: 'Records of the main topic the consumer group has not consumed yet' }),
+        kv('Lag', fmtLag(kt.main), { 'data-stat': 'lag', title: 'Offsets of the main topic the consumer group is behind: an upper bound on the records it has not consumed yet' }),
         kv('Dead letters', h('span', { 'data-kept': 'store' }, 'in the store, as ',
           h('a', { href: '#/dlq' + qs({ queue: kt.topic }) }, `dead jobs of queue ${kt.topic}`),
           kt.keeper ? h('span', { class: 'muted' }, ` (${fmtN(kt.keeper.kept)} stored since serve started)`) : '')),
-        kv('Not stored yet', fmtLag(dlt), { 'data-stat': 'unkept', title: 'Dead letters of the DLT the keeper has not stored yet' })),
+        kv('Not stored yet', fmtLag(dlt), { 'data-stat': 'unkept', title: dlt.records === undefined ?
+          'Offsets of the DLT the keeper is behind (its dead letters are not counted yet): an upper bound on the dead letters not stored yet' :
+          'Dead letters of the DLT the keeper has not stored yet' })),
       h('table', { class: 'kafka-topics' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Kafka topic'), h('th', {}, 'Role'), h('th', {}, 'Delay'),
-          h('th', { class: 'num', title: 'Records the topic retains' }, 'Records'),
-          h('th', { class: 'num', title: 'Records the group has not consumed yet' }, 'Lag'))),
+          h('th', { class: 'num', title: 'End offsets minus start offsets: an upper bound on the records the topic retains, not a count (transaction markers and aborted records take offsets too)' }, 'Offsets'),
+          h('th', { class: 'num', title: 'Records a read_committed reader sees: counted on the dead-letter topic (its dead letters)' }, 'Records'),
+          h('th', { class: 'num', title: 'How far the group is behind: offsets on the main topic and the tiers, records on a dead-letter topic whose records are counted' }, 'Lag'))),
         h('tbody', {}, rows.map((c) => h('tr', { 'data-kafka-row': c.topic, 'data-role': c.role },
           h('td', { class: 'mono' }, c.topic, c.missing && [' ', h('span', { title: 'The topic does not exist on the cluster' }, badge('missing', 'dead'))]),
           h('td', {}, KAFKA_ROLES[c.role].label),
           h('td', { class: 'delay' }, c.role === 'tier' ? fmtDelay(c.delay) : ''),
-          h('td', { class: 'num', 'data-records': c.records || 0 }, c.missing ? '—' : fmtN(c.records)),
+          h('td', { class: 'num', 'data-offsets': c.offsets || 0 }, c.missing ? '—' : fmtN(c.offsets)),
+          h('td', { class: 'num', 'data-records': c.records === undefined ? '' : c.records },
+            c.missing || c.records === undefined ? '—' : fmtN(c.records)),
           h('td', { class: 'num', title: c.lag_group ? `group ${c.lag_group}` : '' }, c.missing ? '—' : fmtLag(c))))))));
 }
 

@@ -1,0 +1,140 @@
+package kafka
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// recordCounter counts the records of one topic that a read_committed
+// reader sees, between offsets. Offsets are not records: in a topic
+// written in transactions (an exactly-once consumer's DLT and tiers) each
+// transaction ends with a marker that takes an offset, and the records
+// of aborted transactions keep theirs, though no read_committed reader
+// sees either. So the counter reads the topic, and remembers where its
+// records are as runs of consecutive offsets: a count reads only the
+// offsets added since the last one, and forgets those the retention
+// removed. Its memory is one run per stretch of records between markers
+// (about one per transaction in exactly-once mode, one per partition
+// otherwise). It is safe for concurrent use; counts wait for each other.
+type recordCounter struct {
+	topic string
+	opts  []kgo.Opt // the seed brokers and client options, for readers
+
+	mu    sync.Mutex
+	parts map[int32]*partRecords
+}
+
+// partRecords is what a recordCounter knows of one partition: it read
+// the offsets [from, to), and the records among them are at runs
+// (sorted, disjoint, not adjacent).
+type partRecords struct {
+	from, to int64
+	runs     []offRange
+}
+
+// newRecordCounter returns a counter of topic's records, reading it with
+// the client options opts (seed brokers included).
+func newRecordCounter(topic string, opts []kgo.Opt) *recordCounter {
+	return &recordCounter{topic: topic, opts: opts, parts: map[int32]*partRecords{}}
+}
+
+// update reads what the counter has not read yet of each partition
+// between starts and ends (the start offsets and the last stable
+// offsets), and forgets what is below the starts.
+func (rc *recordCounter) update(ctx context.Context, starts, ends map[int32]int64) error {
+	from, to := map[int32]int64{}, map[int32]int64{}
+	for p, end := range ends {
+		start := starts[p]
+		pr := rc.parts[p]
+		if pr == nil || start < pr.from || end < pr.to {
+			// New, or the topic was recreated (offsets went back): read
+			// it afresh.
+			pr = &partRecords{from: start, to: start}
+			rc.parts[p] = pr
+		}
+		if start > pr.from {
+			pr.trim(start)
+		}
+		if pr.to < end {
+			from[p], to[p] = pr.to, end
+		}
+	}
+	for p := range rc.parts {
+		if _, ok := ends[p]; !ok {
+			delete(rc.parts, p)
+		}
+	}
+	if len(from) == 0 {
+		return nil
+	}
+	err := readCommitted(ctx, rc.opts, rc.topic, from, to, func(r *kgo.Record) (bool, error) {
+		pr := rc.parts[r.Partition]
+		if !r.Attrs.IsControl() {
+			pr.add(r.Offset)
+		}
+		pr.to = r.Offset + 1
+		return true, nil
+	})
+	// What was read is kept even when the read failed: the next update
+	// goes on from there.
+	for p, t := range to {
+		if err == nil {
+			rc.parts[p].to = t // aborted records before the end: no records
+		}
+	}
+	return err
+}
+
+// trim forgets the offsets below start.
+func (pr *partRecords) trim(start int64) {
+	i := sort.Search(len(pr.runs), func(i int) bool { return pr.runs[i].to > start })
+	pr.runs = pr.runs[i:]
+	if len(pr.runs) > 0 && pr.runs[0].from < start {
+		pr.runs[0].from = start
+	}
+	pr.from = start
+	pr.to = max(pr.to, start)
+}
+
+// add records a record at offset o, past every run.
+func (pr *partRecords) add(o int64) {
+	if n := len(pr.runs); n > 0 && pr.runs[n-1].to == o {
+		pr.runs[n-1].to = o + 1
+		return
+	}
+	pr.runs = append(pr.runs, offRange{o, o + 1})
+}
+
+// count returns how many records of partition p are at offsets [from,
+// to), of those the counter read.
+func (rc *recordCounter) count(p int32, from, to int64) int64 {
+	pr := rc.parts[p]
+	if pr == nil || to <= from {
+		return 0
+	}
+	var n int64
+	i := sort.Search(len(pr.runs), func(i int) bool { return pr.runs[i].to > from })
+	for _, r := range pr.runs[i:] {
+		if r.from >= to {
+			break
+		}
+		n += min(r.to, to) - max(r.from, from)
+	}
+	return n
+}
+
+// pending returns how many records of partition p, below end, cursor c
+// has not settled.
+func (rc *recordCounter) pending(p int32, c cursor, end int64) int64 {
+	n := rc.count(p, c.at, end)
+	for _, r := range c.done {
+		if r.from >= end {
+			break
+		}
+		n -= rc.count(p, r.from, min(r.to, end))
+	}
+	return n
+}
