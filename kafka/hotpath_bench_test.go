@@ -100,11 +100,61 @@ func BenchmarkPartitionRun(b *testing.B) {
 			}
 			time.Sleep(10 * time.Microsecond) // real time: the consumer's pace is what is measured
 		}
-		p.push(batch)
+		p.push(context.Background(), batch)
 		pushed += k
 	}
 	<-done
 	b.StopTimer()
 	p.stop()
 	<-p.done
+}
+
+// BenchmarkConsumeKfake is a Consumer's no-op consumption of b.N records
+// waiting in a 4-partition topic of an in-process kfake cluster, from its
+// start (the group join included).
+func BenchmarkConsumeKfake(b *testing.B) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fake.Close()
+	const topic = "bench"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	rs := make([]*kgo.Record, b.N)
+	for i := range rs {
+		rs[i], _ = NewRecord(topic, "bench.noop", []byte(`{"n":1}`), nil)
+	}
+	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		b.Fatal(err)
+	}
+	c, err := NewConsumer(ConsumerOptions{Brokers: fake.ListenAddrs(), Group: "bench-g",
+		Topics:   map[string]TopicOptions{topic: {Partitions: 4}},
+		Executor: redrive.ExecutorOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var handled atomic.Int64
+	done := make(chan struct{})
+	n := int64(b.N)
+	c.HandleFunc("bench.noop", func(context.Context, *redrive.Job) error {
+		if handled.Add(1) == n {
+			close(done)
+		}
+		return nil
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(ctx) }()
+	<-done
+	b.StopTimer()
+	cancel()
+	if err := <-runErr; err != nil {
+		b.Fatal(err)
+	}
 }
