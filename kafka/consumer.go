@@ -97,7 +97,9 @@ type ConsumerOptions struct {
 	// MaxReadAhead and MaxReadAheadBytes bound, per partition, the
 	// records polled but not yet handled in AtLeastOnce mode (defaults
 	// DefaultMaxReadAhead, DefaultMaxReadAheadBytes): past either, the
-	// partition's fetching pauses until half of them are handled. A
+	// poll loop waits a little (20ms) for the partition to drain to half
+	// of them, and if it did not, the partition's fetching pauses until
+	// it does. A
 	// fetch already returned is kept whole, so a partition may hold one
 	// fetch (kgo.FetchMaxPartitionBytes) more. ExactlyOnce handles each
 	// polled batch before it polls again.
@@ -161,6 +163,10 @@ type Consumer struct {
 	// endTimeout bounds an exactly-once transaction's produces, and then
 	// its end (a minute; tests shorten it).
 	endTimeout time.Duration
+	// readAheadGrace is how long the poll loop waits for a partition
+	// whose read-ahead reached its bound to drain before it pauses its
+	// fetching (defaultReadAheadGrace; tests change it).
+	readAheadGrace time.Duration
 }
 
 // topicState is what the consumer knows of one topic it consumes.
@@ -251,7 +257,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	exec := redrive.NewExecutor(opts.Executor)
 	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{},
-		endTimeout: time.Minute}
+		endTimeout: time.Minute, readAheadGrace: defaultReadAheadGrace}
 	names := make([]string, 0, len(opts.Topics))
 	for name := range opts.Topics {
 		names = append(names, name)
@@ -626,6 +632,7 @@ type partition struct {
 	full    bool // the read-ahead reached its bound: fetching paused
 	waiting bool // a tier record waits for its due time: fetching paused
 	paused  bool // fetching is paused (full or waiting)
+	pauses  int  // how many times fetching was paused
 	// roomWanted: push waits for the queue to drain to half its bound,
 	// signaled on room.
 	roomWanted bool
@@ -676,14 +683,14 @@ func newPartition(c *Consumer, cl *kgo.Client, ts *topicState, topic string, id 
 }
 
 // push queues polled records. Once the queue reaches its bound, it waits
-// up to readAheadGrace for the partition to drain to half of it, and
+// up to a grace (20ms) for the partition to drain to half of it, and
 // pauses the partition's fetching only if it did not: kgo drops the
 // records it holds for a paused partition, and fetches a resumed one
 // only once the fetch in flight returns (up to FetchMaxWait when the
 // other partitions are idle), so pausing a partition whose handlers keep
 // up cost it a fetch and a long-poll each time its queue filled (4.5x its
 // per-record time on kfake). A slow partition still holds the poll loop
-// at most readAheadGrace before it is paused.
+// at most that grace before it is paused.
 func (p *partition) push(ctx context.Context, rs []*kgo.Record) {
 	p.mu.Lock()
 	p.queue = append(p.queue, rs...)
@@ -702,7 +709,7 @@ func (p *partition) push(ctx context.Context, rs []*kgo.Record) {
 	if !over {
 		return
 	}
-	t := time.NewTimer(readAheadGrace)
+	t := time.NewTimer(p.c.readAheadGrace)
 	select {
 	case <-p.room:
 	case <-t.C:
@@ -723,9 +730,10 @@ func (p *partition) push(ctx context.Context, rs []*kgo.Record) {
 	p.mu.Unlock()
 }
 
-// readAheadGrace is how long the poll loop waits for a partition whose
-// read-ahead reached its bound to drain before it pauses its fetching.
-const readAheadGrace = 20 * time.Millisecond
+// defaultReadAheadGrace is how long the poll loop waits for a partition
+// whose read-ahead reached its bound to drain before it pauses its
+// fetching.
+const defaultReadAheadGrace = 20 * time.Millisecond
 
 // overLocked reports whether the queue is at its bound; p.mu is held.
 func (p *partition) overLocked() bool {
@@ -756,6 +764,7 @@ func (p *partition) pauseLocked() {
 	}
 	tp := map[string][]int32{p.topic: {p.id}}
 	if want {
+		p.pauses++
 		p.cl.PauseFetchPartitions(tp)
 	} else {
 		p.cl.ResumeFetchPartitions(tp)

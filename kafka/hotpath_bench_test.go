@@ -18,7 +18,7 @@ import (
 // "bench.noop" runs fn, on a kgo group client of an in-process kfake
 // cluster that never polls (so it never joins: marks cost what they cost
 // a member, without a commit), and records of that kind to feed it.
-func benchPartition(b *testing.B, fn redrive.Handler) (*partition, []*kgo.Record) {
+func benchPartition(b testing.TB, fn redrive.Handler) (*partition, []*kgo.Record) {
 	b.Helper()
 	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
