@@ -698,6 +698,12 @@ func (p *partition) push(ctx context.Context, rs []*kgo.Record) {
 		p.bytes += recordSize(r)
 	}
 	over := !p.full && p.overLocked()
+	if over && p.waiting {
+		// A tier record waits for its due time: nothing drains before
+		// it, and fetching is paused already.
+		p.full, over = true, false
+		p.pauseLocked()
+	}
 	if over {
 		p.roomWanted = true
 	}

@@ -58,3 +58,28 @@ func TestReadAheadWaitsBeforePausing(t *testing.T) {
 		})
 	}
 }
+
+// TestReadAheadWaitingTierNotAwaited: a partition whose head record waits
+// for its due time (fetching paused) cannot drain: a push over its bound
+// does not hold the poll loop for the grace.
+func TestReadAheadWaitingTierNotAwaited(t *testing.T) {
+	p, rs := benchPartition(t, func(context.Context, *redrive.Job) error { return nil })
+	p.c.opts.MaxReadAhead = 4
+	p.c.readAheadGrace = time.Hour
+	p.mu.Lock()
+	p.waiting = true // as wait sets it
+	p.pauseLocked()
+	p.mu.Unlock()
+	pushed := make(chan struct{})
+	go func() { p.push(context.Background(), rs[:8]); close(pushed) }()
+	select {
+	case <-pushed:
+	case <-time.After(time.Minute): // liveness bound only
+		t.Fatal("push waited for a partition that cannot drain")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.full || !p.paused {
+		t.Errorf("full %v, paused %v; want both", p.full, p.paused)
+	}
+}
