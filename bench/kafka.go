@@ -115,7 +115,8 @@ func (r *KafkaResult) Parameters() []Figure {
 		{"consumer", "kafka.Consumer, at-least-once (the default mode)"},
 		{"retry policy", "1 retry after 1ms (the 1ms tier), no jitter"}, {"consumer fetch max wait", fmw}}
 	fs = append(fs, Figure{"raw client", "franz-go kgo alone, on topics of its own with the same partitions: the same producer " +
-		"settings; group consumers committing marked offsets every second, the same fetch max wait, polls of up to 1000 records " +
+		"settings; group consumers committing marked offsets every second, the same fetch max wait and isolation (read_committed), " +
+		"polls of up to 1000 records " +
 		"run one goroutine per partition; retries produced with acks=all, awaited, before the offset is marked"})
 	if r.Params.LatenessRecords > 0 {
 		fs = append(fs, Figure{"lateness phase", fmt.Sprintf("%d records, the first attempt fails, 1 retry after %s (the %s tier), no jitter",

@@ -182,12 +182,14 @@ func rawRecords(topic string, n int) ([]*kgo.Record, error) {
 // kafka.Consumer sets up its client in its default mode: offsets
 // committed once marked, every second; rebalances held while a poll's
 // records are handled; what it produces acknowledged by every in-sync
-// replica, without linger; a fetch max wait of 100ms. opts come last
-// (the workload's fetch max wait, when given).
+// replica, without linger; a fetch max wait of 100ms; records of open or
+// aborted transactions skipped (read_committed, as kafka.Consumer reads).
+// opts come last (the workload's fetch max wait, when given).
 func rawKafkaGroup(brokers []string, group string, topics []string, logger *slog.Logger, opts []kgo.Opt) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topics...), kgo.AutoCommitMarks(), kgo.AutoCommitInterval(time.Second), kgo.BlockRebalanceOnPoll(),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.FetchMaxWait(kafkaFetchMaxWait),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.WithLogger(benchKgoLogger{logger})}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: kafka: raw consumer: %w", err)

@@ -97,7 +97,9 @@ type ConsumerOptions struct {
 	// MaxReadAhead and MaxReadAheadBytes bound, per partition, the
 	// records polled but not yet handled in AtLeastOnce mode (defaults
 	// DefaultMaxReadAhead, DefaultMaxReadAheadBytes): past either, the
-	// partition's fetching pauses until half of them are handled. A
+	// poll loop waits a little (20ms) for the partition to drain to half
+	// of them, and if it did not, the partition's fetching pauses until
+	// it does. A
 	// fetch already returned is kept whole, so a partition may hold one
 	// fetch (kgo.FetchMaxPartitionBytes) more. ExactlyOnce handles each
 	// polled batch before it polls again.
@@ -161,6 +163,10 @@ type Consumer struct {
 	// endTimeout bounds an exactly-once transaction's produces, and then
 	// its end (a minute; tests shorten it).
 	endTimeout time.Duration
+	// readAheadGrace is how long the poll loop waits for a partition
+	// whose read-ahead reached its bound to drain before it pauses its
+	// fetching (defaultReadAheadGrace; tests change it).
+	readAheadGrace time.Duration
 }
 
 // topicState is what the consumer knows of one topic it consumes.
@@ -251,7 +257,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	}
 	exec := redrive.NewExecutor(opts.Executor)
 	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{},
-		endTimeout: time.Minute}
+		endTimeout: time.Minute, readAheadGrace: defaultReadAheadGrace}
 	names := make([]string, 0, len(opts.Topics))
 	for name := range opts.Topics {
 		names = append(names, name)
@@ -437,7 +443,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if ts := c.topics[fp.Topic]; ts != nil {
 				ts.main.stats.consumed.Add(int64(len(fp.Records)))
 			}
-			pc.push(fp.Records)
+			pc.push(ctx, fp.Records)
 		})
 		cl.AllowRebalance()
 	}
@@ -626,38 +632,124 @@ type partition struct {
 	full    bool // the read-ahead reached its bound: fetching paused
 	waiting bool // a tier record waits for its due time: fetching paused
 	paused  bool // fetching is paused (full or waiting)
-	wake    chan struct{}
-	quit    chan struct{}
-	stopped sync.Once
-	done    chan struct{}
+	pauses  int  // how many times fetching was paused
+	// roomWanted: push waits for the queue to drain to half its bound,
+	// signaled on room.
+	roomWanted bool
+	room       chan struct{}
+	wake       chan struct{}
+	quit       chan struct{}
+	stopped    sync.Once
+	done       chan struct{}
 
 	hardCtx    context.Context
 	hardCancel context.CancelCauseFunc
+
+	// The fields below belong to the goroutine that runs the partition
+	// (one at a time: see goexited).
+
+	// waitFn is p.wait, bound once.
+	waitFn func(time.Duration) bool
+	// unmarked is the last record settled but not yet marked for commit
+	// (nil: none), and unmarkedN how many were settled since the last
+	// mark: settled records are marked in runs (see settled).
+	unmarked  *kgo.Record
+	unmarkedN int
+	// goexited is the attempt whose handler called runtime.Goexit,
+	// ending the partition's goroutine: run, as that goroutine unwinds,
+	// hands the partition on to a new one, which settles it first.
+	goexited *goexited
 }
+
+// goexited is an attempt whose handler called runtime.Goexit: its record,
+// state and job, and the failed outcome decided for it.
+type goexited struct {
+	r  *kgo.Record
+	st state
+	j  *redrive.Job
+	o  redrive.Outcome
+}
+
+// markEvery bounds the records a partition settles before it marks the
+// last of them for commit, when its queue does not run empty first.
+const markEvery = 64
 
 func newPartition(c *Consumer, cl *kgo.Client, ts *topicState, topic string, id int32) *partition {
 	hctx, hcancel := context.WithCancelCause(context.Background())
-	return &partition{c: c, cl: cl, ts: ts, topic: topic, id: id, wake: make(chan struct{}, 1), quit: make(chan struct{}),
-		done: make(chan struct{}), hardCtx: hctx, hardCancel: hcancel}
+	p := &partition{c: c, cl: cl, ts: ts, topic: topic, id: id, wake: make(chan struct{}, 1), room: make(chan struct{}, 1),
+		quit: make(chan struct{}), done: make(chan struct{}), hardCtx: hctx, hardCancel: hcancel}
+	p.waitFn = p.wait
+	return p
 }
 
-// push queues polled records; it never blocks the poll loop, but pauses
-// the partition's fetching once the queue reaches its bound.
-func (p *partition) push(rs []*kgo.Record) {
+// push queues polled records. Once the queue reaches its bound, it waits
+// up to a grace (20ms) for the partition to drain to half of it, and
+// pauses the partition's fetching only if it did not: kgo drops the
+// records it holds for a paused partition, and fetches a resumed one
+// only once the fetch in flight returns (up to FetchMaxWait when the
+// other partitions are idle), so pausing a partition whose handlers keep
+// up cost it a fetch and a long-poll each time its queue filled (4.5x its
+// per-record time on kfake). A slow partition still holds the poll loop
+// at most that grace before it is paused.
+func (p *partition) push(ctx context.Context, rs []*kgo.Record) {
 	p.mu.Lock()
 	p.queue = append(p.queue, rs...)
 	for _, r := range rs {
 		p.bytes += recordSize(r)
 	}
-	if !p.full && (len(p.queue) >= p.c.opts.MaxReadAhead || p.bytes >= p.c.opts.MaxReadAheadBytes) {
-		p.full = true
+	over := !p.full && p.overLocked()
+	if over && p.waiting {
+		// A tier record waits for its due time: nothing drains before
+		// it, and fetching is paused already.
+		p.full, over = true, false
 		p.pauseLocked()
+	}
+	if over {
+		p.roomWanted = true
 	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
+	if !over {
+		return
+	}
+	t := time.NewTimer(p.c.readAheadGrace)
+	select {
+	case <-p.room:
+	case <-t.C:
+	case <-p.quit:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	p.mu.Lock()
+	p.roomWanted = false
+	select {
+	case <-p.room: // sent after the wait ended
+	default:
+	}
+	if !p.full && p.overLocked() {
+		p.full = true
+		p.pauseLocked()
+	}
+	p.mu.Unlock()
+}
+
+// defaultReadAheadGrace is how long the poll loop waits for a partition
+// whose read-ahead reached its bound to drain before it pauses its
+// fetching.
+const defaultReadAheadGrace = 20 * time.Millisecond
+
+// overLocked reports whether the queue is at its bound; p.mu is held.
+func (p *partition) overLocked() bool {
+	return len(p.queue) >= p.c.opts.MaxReadAhead || p.bytes >= p.c.opts.MaxReadAheadBytes
+}
+
+// halfLocked reports whether the queue drained to half its bound; p.mu is
+// held.
+func (p *partition) halfLocked() bool {
+	return len(p.queue) <= p.c.opts.MaxReadAhead/2 && p.bytes <= p.c.opts.MaxReadAheadBytes/2
 }
 
 // recordSize is what a queued record holds in memory, about.
@@ -678,6 +770,7 @@ func (p *partition) pauseLocked() {
 	}
 	tp := map[string][]int32{p.topic: {p.id}}
 	if want {
+		p.pauses++
 		p.cl.PauseFetchPartitions(tp)
 	} else {
 		p.cl.ResumeFetchPartitions(tp)
@@ -698,16 +791,37 @@ func (p *partition) stopping() bool {
 
 // run handles the partition's records in order until stopped, or until
 // a record could not be settled (shutdown): nothing after it is marked.
-func (p *partition) run() {
-	defer close(p.done)
-	defer p.hardCancel(nil)
+func (p *partition) run() { p.loop(nil) }
+
+// loop is run, on the partition's goroutine: first settling g, the
+// attempt of a goroutine that ended in runtime.Goexit (nil: none).
+func (p *partition) loop(g *goexited) {
 	defer func() {
+		if g := p.goexited; g != nil {
+			// A handler called runtime.Goexit, which ends this
+			// goroutine: the partition goes on, on another one, which
+			// settles that attempt first (as a failed one).
+			p.goexited = nil
+			go p.loop(g)
+			return
+		}
+		// Marked before done closes: a revoke commits once the
+		// partition stopped.
+		p.mark()
 		// A partition assigned again must fetch.
 		p.mu.Lock()
 		p.full, p.waiting = false, false
 		p.pauseLocked()
 		p.mu.Unlock()
+		p.hardCancel(nil)
+		close(p.done)
 	}()
+	if g != nil {
+		out, ok := p.c.settle(p.ts.main, g.r, g.st, g.j, &g.o)
+		if !ok || !p.produced(g.r, out) {
+			return
+		}
+	}
 	for {
 		p.mu.Lock()
 		var r *kgo.Record
@@ -716,13 +830,22 @@ func (p *partition) run() {
 			p.queue[0] = nil
 			p.queue = p.queue[1:]
 			p.bytes -= recordSize(r)
-			if p.full && len(p.queue) <= p.c.opts.MaxReadAhead/2 && p.bytes <= p.c.opts.MaxReadAheadBytes/2 {
+			if p.full && p.halfLocked() {
 				p.full = false
 				p.pauseLocked()
+			}
+			if p.roomWanted && p.halfLocked() {
+				p.roomWanted = false
+				select {
+				case p.room <- struct{}{}:
+				default:
+				}
 			}
 		}
 		p.mu.Unlock()
 		if r == nil {
+			// Nothing left to run: what was settled is marked now.
+			p.mark()
 			select {
 			case <-p.quit:
 				return
@@ -737,29 +860,106 @@ func (p *partition) run() {
 }
 
 // handle runs one record and settles it; false means it was not settled
-// and the partition must stop.
+// and the partition must stop. The attempt runs on the partition's
+// goroutine (see attempt).
 func (p *partition) handle(r *kgo.Record) bool {
-	out, ok := p.c.decide(p.hardCtx, r, p.ts, p.wait)
+	st, j, out, ok := p.c.prepare(r, p.ts, p.waitFn)
 	if !ok {
 		return false
 	}
+	if j != nil {
+		o := p.attempt(r, st, j)
+		if out, ok = p.c.settle(p.ts.main, r, st, j, &o); !ok {
+			return false
+		}
+	}
+	return p.produced(r, out)
+}
+
+// produced settles r whose outcome produces out (nil: nothing): out
+// produced first, then r marked. False: r was not settled.
+func (p *partition) produced(r, out *kgo.Record) bool {
 	if out == nil {
-		p.cl.MarkCommitRecords(r)
+		p.settled(r)
 		return true
 	}
+	// Marked in order: what was settled before r, then r once out is
+	// produced.
+	p.mark()
 	return p.produceThenMark(r, out)
+}
+
+// settled notes r settled: it is marked for commit with the records
+// settled after it, when the queue runs empty, after markEvery records,
+// before a produce or a wait, and when the partition stops (marking r
+// marks every record before it: a partition is settled in order).
+func (p *partition) settled(r *kgo.Record) {
+	p.unmarked = r
+	if p.unmarkedN++; p.unmarkedN >= markEvery {
+		p.mark()
+	}
+}
+
+// mark marks the last record settled for commit.
+func (p *partition) mark() {
+	if p.unmarked != nil {
+		p.cl.MarkCommitRecords(p.unmarked)
+		p.unmarked, p.unmarkedN = nil, 0
+	}
+}
+
+// attempt runs the attempt of j, record r's job, on the partition's
+// goroutine: a goroutine per attempt (as execute) costs a goroutine
+// start, its stack's growth and two wake-ups across threads per record.
+// A handler that calls runtime.Goexit (as t.FailNow does) ends the
+// partition's goroutine: its attempt, which Execute finished and reported
+// but could not return, is a failed one (Unknown class, retried), left in
+// p.goexited for run to hand on with the partition.
+func (p *partition) attempt(r *kgo.Record, st state, j *redrive.Job) redrive.Outcome {
+	actx, cancel := context.WithCancelCause(context.WithValue(p.hardCtx, recordKey{}, r))
+	start := time.Now()
+	returned := false
+	defer func() {
+		if !returned {
+			cancel(nil)
+			o := p.c.exec.Fail(j, failure.Verdict{Class: failure.Unknown, Reason: "goexit"},
+				"handler did not return: it called runtime.Goexit", start, time.Now())
+			p.goexited = &goexited{r: r, st: st, j: j, o: o}
+		}
+	}()
+	o := p.c.exec.Execute(actx, j)
+	returned = true
+	cancel(nil)
+	return o
 }
 
 // decide runs one record and returns the record its outcome produces (a
 // retry, a hop to a longer tier, a dead letter; nil: nothing to produce),
 // or settled false when the attempt was interrupted (shutdown, revoke)
 // and the record must be consumed again. A tier's record not yet due is
-// waited for with wait, which returns false when interrupted.
+// waited for with wait, which returns false when interrupted. The attempt
+// runs on a goroutine of its own (see execute).
 func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState, wait func(time.Duration) bool) (*kgo.Record, bool) {
+	st, j, out, ok := c.prepare(r, ts, wait)
+	if j == nil {
+		return out, ok
+	}
+	actx, cancel := context.WithCancelCause(context.WithValue(hardCtx, recordKey{}, r))
+	o := c.execute(actx, j)
+	cancel(nil)
+	return c.settle(ts.main, r, st, j, &o)
+}
+
+// prepare is decide up to the attempt: it returns the job to run (with
+// the record's state), or, when no attempt is to run (j nil), what decide
+// returns: an undecodable record's dead letter, a tier record's hop, or
+// settled false when a wait was interrupted.
+func (c *Consumer) prepare(r *kgo.Record, ts *topicState, wait func(time.Duration) bool) (st state, j *redrive.Job,
+	out *kgo.Record, settled bool) {
 	m := ts.main
 	st, err := readState(r)
 	if err != nil {
-		return c.undecodable(m, r, err), true
+		return st, nil, c.undecodable(m, r, err), true
 	}
 	if ts.tier != 0 {
 		// A retry is never early: wait for its due time, the partition
@@ -773,32 +973,28 @@ func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState
 			longer := m.topo.tierFor(rem)
 			if rem > ts.tier+ts.tier/2 && longer > ts.tier {
 				m.stats.hops.Add(1)
-				return forwarded(r, m.topo.TierTopic(longer), nil), true
+				return st, nil, forwarded(r, m.topo.TierTopic(longer), nil), true
 			}
 			if rem > 2*ts.tier {
 				if hold := min(time.Until(r.Timestamp.Add(ts.tier)), ts.tier); hold > 0 {
 					m.stats.waits.Add(1)
 					if !wait(hold) {
-						return nil, false
+						return st, nil, nil, false
 					}
 				}
 				if time.Until(st.due) > 0 {
 					m.stats.hops.Add(1)
-					return forwarded(r, r.Topic, nil), true
+					return st, nil, forwarded(r, r.Topic, nil), true
 				}
 			} else {
 				m.stats.waits.Add(1)
 				if !wait(rem) {
-					return nil, false
+					return st, nil, nil, false
 				}
 			}
 		}
 	}
-	j := jobOf(r, m.name, m.opts.DefaultKind, st, time.Now())
-	actx, cancel := context.WithCancelCause(context.WithValue(hardCtx, recordKey{}, r))
-	o := c.execute(actx, j)
-	cancel(nil)
-	return c.settle(m, r, st, j, &o)
+	return st, jobOf(r, m.name, m.opts.DefaultKind, st, time.Now()), nil, true
 }
 
 // execute runs the attempt of j on a goroutine of its own, so that a
@@ -829,6 +1025,7 @@ func (c *Consumer) execute(ctx context.Context, j *redrive.Job) redrive.Outcome 
 
 // wait waits d with the partition paused; false if stopped meanwhile.
 func (p *partition) wait(d time.Duration) bool {
+	p.mark()
 	p.mu.Lock()
 	p.waiting = true
 	p.pauseLocked()

@@ -36,3 +36,17 @@ func FuzzReadState(f *testing.F) {
 		}
 	})
 }
+
+// TestStateKey: a job's idempotency key is topic/partition/offset of its
+// record's first consumption, its origin when the headers carry one.
+func TestStateKey(t *testing.T) {
+	r := &kgo.Record{Topic: "orders", Partition: 7, Offset: 1 << 40}
+	var st state
+	if k := st.key(r); k != "orders/7/1099511627776" {
+		t.Errorf("key %q", k)
+	}
+	st = state{hasOrigin: true, originTopic: "main.topic", originPart: 2147483647, originOffset: 0}
+	if k := st.key(r); k != "main.topic/2147483647/0" {
+		t.Errorf("origin key %q", k)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ type benchOptions struct {
 	dbDir        string
 	keep         bool
 	cpuProfile   string
+	memProfile   string
 	stallTimeout time.Duration
 	databaseURL  string
 	// insertBatch is set by the throughput command's --insert-batch.
@@ -90,6 +92,7 @@ Workloads:
 	pf.StringVar(&o.dbDir, "db-dir", "", "directory for the fresh database (default: a temporary directory)")
 	pf.BoolVar(&o.keep, "keep", false, "keep the database afterwards and print its path")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the workload to this file")
+	pf.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile of the workload to this file")
 	pf.DurationVar(&o.stallTimeout, "stall-timeout", bench.DefaultStallTimeout, "abort when no job progresses for this long")
 	_ = pf.MarkHidden("stall-timeout")
 	pf.StringVar(&o.databaseURL, "database-url", "", "run on this PostgreSQL database, in a fresh schema (default: SQLite)")
@@ -103,7 +106,7 @@ Workloads:
 		newBenchAllCmd(g, o),
 		newBenchWorkerCmd(o),
 		newBenchAMQPCmd(g),
-		newBenchKafkaCmd(g),
+		newBenchKafkaCmd(g, o),
 		newBenchDownloadCmd(g, o),
 		newBenchFileServerCmd(),
 	)
@@ -251,7 +254,7 @@ raw client's for publish and consume.`,
 }
 
 // newBenchKafkaCmd is `redrive bench kafka`: the Kafka transport.
-func newBenchKafkaCmd(g *globalOptions) *cobra.Command {
+func newBenchKafkaCmd(g *globalOptions, o *benchOptions) *cobra.Command {
 	p := bench.KafkaParams{N: 20000, Partitions: 4, LatenessRecords: bench.DefaultKafkaLatenessRecords,
 		LatenessDelay: bench.Duration(bench.DefaultKafkaLatenessDelay)}
 	var brokers string
@@ -315,7 +318,12 @@ its figures bound the consumer's own overhead, not a real cluster's.`,
 				}
 				p.Brokers = seeds
 			}
-			res, err := bench.Kafka(cmd.Context(), p, cmd.ErrOrStderr())
+			var res *bench.KafkaResult
+			err := o.profiled(func() error {
+				var err error
+				res, err = bench.Kafka(cmd.Context(), p, cmd.ErrOrStderr())
+				return err
+			})
 			if res != nil {
 				if g.JSON {
 					if werr := writeJSON(cmd.OutOrStdout(), res); werr != nil {
@@ -556,17 +564,57 @@ func (o *benchOptions) run(cmd *cobra.Command, g *globalOptions, workloads ...wo
 		return err
 	}
 	out := cmd.OutOrStdout()
+	return o.profiled(func() error { return runWorkloads(cmd, g, cfg, out, workloads) })
+}
+
+// profiled runs fn under a CPU profile (--cpuprofile) and then writes an
+// allocation profile (--memprofile), when asked. The workload's error
+// comes first; a profile that cannot be written is an error too.
+func (o *benchOptions) profiled(fn func() error) (err error) {
+	if o.memProfile != "" {
+		// One sample per 4 KiB allocated, not per 512 KiB: the
+		// per-record costs of a consumer are small allocations.
+		runtime.MemProfileRate = 4096
+	}
 	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+		f, cerr := os.Create(o.cpuProfile)
+		if cerr != nil {
+			return fmt.Errorf("--cpuprofile: %w", cerr)
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+		if cerr := pprof.StartCPUProfile(f); cerr != nil {
+			return fmt.Errorf("--cpuprofile: %w", cerr)
 		}
 		defer pprof.StopCPUProfile()
 	}
+	err = fn()
+	if o.memProfile != "" {
+		if merr := writeHeapProfile(o.memProfile); merr != nil {
+			err = errors.Join(err, merr)
+		}
+	}
+	return err
+}
+
+// writeHeapProfile writes the allocations made so far to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	runtime.GC() // the profile's figures are as of the last GC
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	return nil
+}
+
+// runWorkloads runs the workloads of run in turn, printing each result.
+func runWorkloads(cmd *cobra.Command, g *globalOptions, cfg bench.Config, out io.Writer, workloads []workload) error {
 	var failed []error
 	for i, w := range workloads {
 		res, err := w(cmd.Context(), cfg)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -433,10 +434,19 @@ func TestKafkaBench(t *testing.T) {
 		t.Errorf("lateness since failure %s < vs due %s, or phase %s shorter than the delay", l.SinceFailure.Min, l.VsDue.Min, l.Elapsed)
 	}
 
-	// No lateness phase with --lateness-records 0.
-	r = decode[bench.KafkaResult](t, mustCLI(t, "--json", "bench", "kafka", "-n", "20", "--lateness-records", "0"))
+	// No lateness phase with --lateness-records 0; the profiles asked for
+	// are written.
+	dir := t.TempDir()
+	cpu, mem := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "mem.prof")
+	r = decode[bench.KafkaResult](t, mustCLI(t, "--json", "bench", "kafka", "-n", "20", "--lateness-records", "0",
+		"--cpuprofile", cpu, "--memprofile", mem))
 	if r.Lateness != nil || r.Raw.Consumed != 20 {
 		t.Errorf("--lateness-records 0: lateness %+v, raw %+v", r.Lateness, r.Raw)
+	}
+	for _, f := range []string{cpu, mem} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s not written: %v", f, err)
+		}
 	}
 	for _, tc := range []struct{ args, want string }{
 		{"-n 0", "-n and --partitions must be at least 1"},
