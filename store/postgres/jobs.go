@@ -190,6 +190,23 @@ func storedFingerprint(fp string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// storedReason is a dead reason as stored: cleaned, and cut to its first
+// maxIndexed bytes (at a character's boundary), so that it fits in the
+// jobs_dead_reason index. A reason is a short machine-readable word; a
+// longer one is cut, not refused: the job still dies. Filters go through
+// it too, so they match what was stored.
+func storedReason(r string) string {
+	r = cleanText(r)
+	if len(r) <= maxIndexed {
+		return r
+	}
+	n := maxIndexed
+	for n > 0 && !utf8.RuneStart(r[n]) {
+		n--
+	}
+	return r[:n]
+}
+
 // eventJSON encodes an event for the history ("" for none). Its text is
 // cleaned first: jsonb refuses \u0000.
 func eventJSON(e *store.Event) (string, error) {
@@ -245,6 +262,9 @@ func validateNew(nj *store.NewJob) error {
 	}
 	if len(nj.Queue) > maxIndexed {
 		return fmt.Errorf("%w: queue name longer than %d bytes", store.ErrInvalid, maxIndexed)
+	}
+	if len(nj.Kind) > maxIndexed {
+		return fmt.Errorf("%w: kind longer than %d bytes", store.ErrInvalid, maxIndexed)
 	}
 	if len(nj.IdempotencyKey) > maxIndexed {
 		return fmt.Errorf("%w: idempotency key longer than %d bytes", store.ErrInvalid, maxIndexed)
@@ -770,7 +790,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		events = append(events, ev)
 		errs = append(errs, cleanText(o.Error))
 		classes = append(classes, o.ClassName())
-		reasons = append(reasons, cleanText(o.DeadReason))
+		reasons = append(reasons, storedReason(o.DeadReason))
 		fps = append(fps, storedFingerprint(o.Fingerprint))
 		ords = append(ords, int32(i))
 		durations = append(durations, int64(o.Duration))
@@ -1143,13 +1163,11 @@ func (s *Store) where(f store.Filter, a *args) (string, error) {
 		if err := checkText(c.col, c.v); err != nil {
 			return "", err
 		}
-		p := a.add(c.v)
-		if c.col != "queue" {
-			// Indexed by digest (migration 0014): the digest finds the
-			// range, the text decides.
-			conds = append(conds, "md5("+c.col+") = md5("+p+"::text)")
+		v := c.v
+		if c.col == "dead_reason" {
+			v = storedReason(v)
 		}
-		conds = append(conds, c.col+" = "+p)
+		conds = append(conds, c.col+" = "+a.add(v))
 	}
 	if f.Class != "" {
 		c, err := failure.ParseClass(f.Class)

@@ -495,3 +495,45 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestLongDeadReason: a dead reason longer than an index entry can hold
+// (jobs_dead_reason) is kept cut to its first 1,000 bytes, at a
+// character's boundary, instead of failing the bury or the AddDead; a
+// filter by the whole reason finds the job, in listings and counts. A
+// kind that long is refused.
+func TestLongDeadReason(t *testing.T) {
+	s := openFresh(t)
+	ctx := t.Context()
+	long := strings.Repeat("é", 3000) // 6,000 bytes
+	jobs, err := s.Enqueue(ctx, []store.NewJob{{Queue: "q", Kind: "k"}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Fetch(ctx, store.FetchParams{Queue: "q", Limit: 1, Now: t0, LeaseUntil: t0.Add(time.Minute), Worker: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	o := store.Outcome{JobID: jobs[0].ID, Queue: "q", Attempt: 1, Lease: 1, Worker: "w", Kind: store.Bury, At: t0, Error: "boom", DeadReason: long, Fingerprint: "f"}
+	if applied, err := s.Finish(ctx, []store.Outcome{o}); err != nil || !applied[0] {
+		t.Fatalf("Finish with a long reason: %v, %v", applied, err)
+	}
+	if _, err := s.AddDead(ctx, []store.DeadJob{{Queue: "q", Kind: "k", Payload: []byte(`{}`), MaxRetries: -1, DeadAt: t0, DeadReason: long}}, t0); err != nil {
+		t.Fatalf("AddDead with a long reason: %v", err)
+	}
+	f := store.Filter{States: []store.State{store.Dead}, Reason: long}
+	res, err := s.List(ctx, f, store.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Jobs) != 2 {
+		t.Fatalf("List by the long reason: %d jobs, want 2", len(res.Jobs))
+	}
+	if r := res.Jobs[0].DeadReason; len(r) != 1000 || !strings.HasPrefix(long, r) {
+		t.Errorf("reason kept: %d bytes, want the first 1,000 of the reason", len(r))
+	}
+	if n, err := s.Count(ctx, f); err != nil || n != 2 {
+		t.Errorf("Count by the long reason: %d, %v; want 2", n, err)
+	}
+	if _, err := s.Enqueue(ctx, []store.NewJob{{Queue: "q", Kind: strings.Repeat("k", 1001)}}, t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Enqueue of a 1,001-byte kind: %v, want ErrInvalid", err)
+	}
+}

@@ -4,21 +4,25 @@
 -- one filter, the jobs_dead index alone walks the DLQ past the jobs the
 -- filter leaves out; so each filter of the DLQ has its own partial index
 -- ending in the keyset order, and a page of any one filter is a range of
--- one index. They hold dead jobs only. Kinds and dead reasons are free
--- text of any length, and a b-tree entry holds about 2.7 kB: those two are
--- indexed by their md5, and the store's filters compare both the digest
--- (the index) and the text (exactness).
+-- one index. They hold dead jobs only. A b-tree entry holds about 2.7 kB:
+-- queues and kinds are at most 1,000 bytes (the store refuses longer
+-- ones; the engine's names are at most 200), fingerprints are digested
+-- past that, and dead reasons are now cut to their first 1,000 bytes
+-- (those of the jobs already kept, to 250 characters, below).
 
 -- Held for the backfill: no job dies or leaves the DLQ between the count
 -- and the triggers.
 LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE;
 
+UPDATE jobs SET dead_reason = left(dead_reason, 250)
+WHERE octet_length(dead_reason) > 1000;
+
 DROP INDEX jobs_dead_fingerprint;
 CREATE INDEX jobs_dead_fingerprint ON jobs (fingerprint, dead_at, id) WHERE state = 'dead';
 CREATE INDEX jobs_dead_queue ON jobs (queue, dead_at, id) WHERE state = 'dead';
-CREATE INDEX jobs_dead_kind ON jobs (md5(kind), dead_at, id) WHERE state = 'dead';
+CREATE INDEX jobs_dead_kind ON jobs (kind, dead_at, id) WHERE state = 'dead';
 CREATE INDEX jobs_dead_class ON jobs (last_error_class, dead_at, id) WHERE state = 'dead';
-CREATE INDEX jobs_dead_reason ON jobs (md5(dead_reason), dead_at, id) WHERE state = 'dead';
+CREATE INDEX jobs_dead_reason ON jobs (dead_reason, dead_at, id) WHERE state = 'dead';
 
 -- The number of dead jobs of each cause (fingerprint) and each of the
 -- fields a DLQ filter names: groups and counts of the DLQ read these rows
