@@ -14,16 +14,6 @@
 -- and the triggers.
 LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE;
 
-UPDATE jobs SET dead_reason = left(dead_reason, 250)
-WHERE octet_length(dead_reason) > 1000;
-
-DROP INDEX jobs_dead_fingerprint;
-CREATE INDEX jobs_dead_fingerprint ON jobs (fingerprint, dead_at, id) WHERE state = 'dead';
-CREATE INDEX jobs_dead_queue ON jobs (queue, dead_at, id) WHERE state = 'dead';
-CREATE INDEX jobs_dead_kind ON jobs (kind, dead_at, id) WHERE state = 'dead';
-CREATE INDEX jobs_dead_class ON jobs (last_error_class, dead_at, id) WHERE state = 'dead';
-CREATE INDEX jobs_dead_reason ON jobs (dead_reason, dead_at, id) WHERE state = 'dead';
-
 -- The number of dead jobs of each cause (fingerprint) and each of the
 -- fields a DLQ filter names: groups and counts of the DLQ read these rows
 -- instead of counting the jobs. The trigger functions that keep
@@ -48,6 +38,16 @@ CREATE TABLE dead_groups (
 CREATE FUNCTION dead_group_key(fingerprint text, queue text, kind text, class text, reason text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN md5(md5(fingerprint) || md5(queue) || md5(kind) || md5(class) || md5(reason));
+
+UPDATE jobs SET dead_reason = left(dead_reason, 250)
+WHERE octet_length(dead_reason) > 1000;
+
+DROP INDEX jobs_dead_fingerprint;
+CREATE INDEX jobs_dead_fingerprint ON jobs (fingerprint, dead_at, id) WHERE state = 'dead';
+CREATE INDEX jobs_dead_queue ON jobs (queue, dead_at, id) WHERE state = 'dead';
+CREATE INDEX jobs_dead_kind ON jobs (kind, dead_at, id) WHERE state = 'dead';
+CREATE INDEX jobs_dead_class ON jobs (last_error_class, dead_at, id) WHERE state = 'dead';
+CREATE INDEX jobs_dead_reason ON jobs (dead_reason, dead_at, id) WHERE state = 'dead';
 
 INSERT INTO dead_groups (k, shard, fingerprint, queue, kind, last_error_class, dead_reason, n)
 SELECT dead_group_key(fingerprint, queue, kind, last_error_class, dead_reason), 0,
