@@ -1269,8 +1269,7 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 		var state, queue string
 		var reproc int
 		var old []byte
-		err := tx.QueryRowContext(ctx, `SELECT state, queue, reprocessable, CASE WHEN ? THEN payload END FROM jobs WHERE id = ?`,
-			len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old)
+		err := s.stmt(tx, "redriveRead").QueryRowContext(ctx, len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && state != string(store.Dead)) {
 			res.Skipped = append(res.Skipped, id)
 			continue
@@ -1290,11 +1289,7 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 				return err
 			}
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = ?, attempt = 0, retry_count = 0,
-			redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL, last_delay = NULL,
-			payload = coalesce(?, payload),
-			history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`,
-			micros(p.Now), nullBytes(p.Payload), ev, id)
+		_, err = s.stmt(tx, "redrive").ExecContext(ctx, micros(p.Now), nullBytes(p.Payload), ev, id)
 		if err != nil {
 			return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
 		}
