@@ -80,6 +80,7 @@ Workloads:
   failure     N jobs fail twice, then succeed (1ms retries): engine overhead
   lateness    N jobs fail once and retry after 1s: how late the retry starts
   depth       burn-down of 50k due jobs behind a deep backlog of waiting ones
+  dlq         listings, groups, counts and a redrive of a deep DLQ
   download    16 generated 256 MiB files through the download kind, then curl
   all         throughput, failure and lateness with their defaults`,
 		Args: cobra.NoArgs,
@@ -103,6 +104,7 @@ Workloads:
 		newBenchFailureCmd(g, o),
 		newBenchLatenessCmd(g, o),
 		newBenchDepthCmd(g, o),
+		newBenchDLQCmd(g, o),
 		newBenchAllCmd(g, o),
 		newBenchWorkerCmd(o),
 		newBenchAMQPCmd(g),
@@ -500,6 +502,45 @@ on a fresh database with --compare waiting jobs and the rates are compared.`,
 	f.IntVar(&p.Waiting, "waiting", p.Waiting, "jobs waiting (due far in the future)")
 	f.IntVar(&p.Due, "due", p.Due, "no-op jobs due now, burnt down")
 	f.IntVar(&p.Compare, "compare", p.Compare, "waiting jobs of the baseline run (0: no baseline)")
+	return cmd
+}
+
+func newBenchDLQCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	p := bench.DLQParams{Jobs: bench.DefaultDLQJobs, Queues: bench.DefaultDLQQueues, Causes: bench.DefaultDLQCauses,
+		Pages: bench.DefaultDLQPages, Repeat: bench.DefaultDLQRepeat, Redrive: bench.DefaultDLQRedrive}
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Listings, groups, counts and a durable redrive of a deep DLQ",
+		Long: `Fill a fresh store with -n dead jobs through Client.AddDead (in --queues
+queues, --causes causes), then time, through the Client (what the REST
+API's handlers call): the dead-only listing's first page and --pages pages
+by cursor from the top and from the middle, unfiltered and filtered by
+queue, kind, class, reason and an error-text prefix; the groups (limit
+200, as the dashboard asks); the counts; and last a durable redrive
+operation of the --redrive newest dead jobs. Each call is timed --repeat
+times (listings: once per page); p50, p99 and max are printed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case p.Jobs < 1 || p.Queues < 1 || p.Causes < 1:
+				return flagErrorf(cmd, "-n, --queues and --causes must be at least 1")
+			case p.Pages < 1 || p.Repeat < 1:
+				return flagErrorf(cmd, "--pages and --repeat must be at least 1")
+			case p.Redrive < 0 || p.Redrive > p.Jobs:
+				return flagErrorf(cmd, "--redrive must be between 0 and -n, got %d", p.Redrive)
+			}
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.DLQ(ctx, cfg, p))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&p.Jobs, "jobs", "n", p.Jobs, "dead jobs")
+	f.IntVar(&p.Queues, "queues", p.Queues, "queues the dead jobs are spread over")
+	f.IntVar(&p.Causes, "causes", p.Causes, "causes of death (kind, class, reason, error)")
+	f.IntVar(&p.Pages, "pages", p.Pages, "pages each listing follows by cursor")
+	f.IntVar(&p.Repeat, "repeat", p.Repeat, "times each groups or count call is timed")
+	f.IntVar(&p.Redrive, "redrive", p.Redrive, "newest dead jobs a durable redrive moves back (0: none)")
 	return cmd
 }
 

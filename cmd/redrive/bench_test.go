@@ -225,6 +225,23 @@ func TestBenchDepth(t *testing.T) {
 	}
 }
 
+func TestBenchDLQ(t *testing.T) {
+	r := benchJSON[bench.DLQResult](t, "dlq", "-n", "300", "--redrive", "100", "--pages", "2", "--repeat", "2")
+	checkMeta(t, r.Meta, "dlq")
+	if r.Redriven != 100 || r.StoreDead != 200 || r.RedriveRate <= 0 || r.FillRate <= 0 {
+		t.Errorf("redriven %d, %d dead at the end, rates %v and %v", r.Redriven, r.StoreDead, r.RedriveRate, r.FillRate)
+	}
+	byName := map[string]bench.DLQTiming{}
+	for _, tm := range r.Timings {
+		byName[tm.Name] = tm
+	}
+	for name, rows := range map[string]int64{"list, first page": 50, "count": 300, "count by queue": 100, "groups (limit 200)": 60} {
+		if tm, ok := byName[name]; !ok || tm.Rows != rows || tm.Calls < 1 || tm.P50 <= 0 {
+			t.Errorf("%s: %+v, want %d rows", name, tm, rows)
+		}
+	}
+}
+
 func TestBenchBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -237,6 +254,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"continuous", "--duration", "1s", "--warmup", "1s"}, "--duration (1s) must be longer than --warmup (1s)"},
 		{[]string{"lateness", "--interval", "-1ms"}, "--interval must not be negative"},
 		{[]string{"depth", "--due", "0"}, "--due must be at least 1"},
+		{[]string{"dlq", "-n", "10", "--redrive", "11"}, "--redrive must be between 0 and -n, got 11"},
 		{[]string{"throughput", "--db-dir", "/nonexistent/redrive"}, `--db-dir "/nonexistent/redrive" is not a directory`},
 		{[]string{"lateness", "--processes", "2"}, "--processes needs --database-url"},
 		{[]string{"throughput", "--processes", "-1", "--database-url", "postgres:///x"}, "--processes must not be negative"},

@@ -190,6 +190,23 @@ func storedFingerprint(fp string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// storedReason is a dead reason as stored: cleaned, and cut to its first
+// maxIndexed bytes (at a character's boundary), so that it fits in the
+// jobs_dead_reason index. A reason is a short machine-readable word; a
+// longer one is cut, not refused: the job still dies. Filters go through
+// it too, so they match what was stored.
+func storedReason(r string) string {
+	r = cleanText(r)
+	if len(r) <= maxIndexed {
+		return r
+	}
+	n := maxIndexed
+	for n > 0 && !utf8.RuneStart(r[n]) {
+		n--
+	}
+	return r[:n]
+}
+
 // eventJSON encodes an event for the history ("" for none). Its text is
 // cleaned first: jsonb refuses \u0000.
 func eventJSON(e *store.Event) (string, error) {
@@ -245,6 +262,9 @@ func validateNew(nj *store.NewJob) error {
 	}
 	if len(nj.Queue) > maxIndexed {
 		return fmt.Errorf("%w: queue name longer than %d bytes", store.ErrInvalid, maxIndexed)
+	}
+	if len(nj.Kind) > maxIndexed {
+		return fmt.Errorf("%w: kind longer than %d bytes", store.ErrInvalid, maxIndexed)
 	}
 	if len(nj.IdempotencyKey) > maxIndexed {
 		return fmt.Errorf("%w: idempotency key longer than %d bytes", store.ErrInvalid, maxIndexed)
@@ -770,7 +790,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		events = append(events, ev)
 		errs = append(errs, cleanText(o.Error))
 		classes = append(classes, o.ClassName())
-		reasons = append(reasons, cleanText(o.DeadReason))
+		reasons = append(reasons, storedReason(o.DeadReason))
 		fps = append(fps, storedFingerprint(o.Fingerprint))
 		ords = append(ords, int32(i))
 		durations = append(durations, int64(o.Duration))
@@ -1120,10 +1140,17 @@ func (s *Store) where(f store.Filter, a *args) (string, error) {
 			}
 			states[i] = string(st)
 		}
+		// The states are written in the statement, not bound: a generic
+		// plan of a prepared statement then still uses the partial
+		// indexes of a state (jobs_dead...), whose condition a parameter
+		// would not prove.
+		for i := range states {
+			states[i] = "'" + states[i] + "'"
+		}
 		if len(states) == 1 {
-			conds = append(conds, "state = "+a.add(states[0]))
+			conds = append(conds, "state = "+states[0])
 		} else {
-			conds = append(conds, "state = ANY("+a.add(states)+"::text[])")
+			conds = append(conds, "state IN ("+strings.Join(states, ", ")+")")
 		}
 	}
 	if f.Fingerprint != "" {
@@ -1136,7 +1163,11 @@ func (s *Store) where(f store.Filter, a *args) (string, error) {
 		if err := checkText(c.col, c.v); err != nil {
 			return "", err
 		}
-		conds = append(conds, c.col+" = "+a.add(c.v))
+		v := c.v
+		if c.col == "dead_reason" {
+			v = storedReason(v)
+		}
+		conds = append(conds, c.col+" = "+a.add(v))
 	}
 	if f.Class != "" {
 		c, err := failure.ParseClass(f.Class)
@@ -1229,13 +1260,19 @@ func (s *Store) Count(ctx context.Context, f store.Filter) (int64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
+	q := `SELECT count(*) FROM ` + s.sql.jobs + ` WHERE `
+	if f.DeadOnly() && f.CauseOnly() {
+		// The dead jobs of the causes the filter selects, as counted.
+		f.States = nil
+		q = `SELECT coalesce(sum(n), 0)::bigint FROM ` + s.sql.deadGroups + ` WHERE `
+	}
 	var a args
 	w, err := s.where(f, &a)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: count: %w", err)
 	}
 	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.sql.jobs+` WHERE `+w, a...).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, q+w, a...).Scan(&n); err != nil {
 		return 0, s.fail("count", err)
 	}
 	return n, nil
@@ -1256,18 +1293,38 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 	if err != nil {
 		return nil, fmt.Errorf("postgres: groups: %w", err)
 	}
-	q := `WITH g AS (
-	SELECT fingerprint, count(*) AS n, min(dead_at) AS first, max(dead_at) AS last
-	FROM ` + s.sql.jobs + ` WHERE ` + w + `
-	GROUP BY fingerprint ORDER BY n DESC, last DESC, fingerprint LIMIT ` + a.add(store.Page{Limit: limit}.Size()) + `
+	// The counts by fingerprint: from dead_groups when the filter names
+	// only fields of the cause, else from the jobs. Only the groups that
+	// can rank among the first limit by count are probed (ties at the
+	// limit included): their first and last dead job, and the sample,
+	// are the ends of their range of jobs_dead_fingerprint.
+	counts := `SELECT fingerprint, count(*) AS n FROM ` + s.sql.jobs + ` WHERE ` + w + ` GROUP BY fingerprint`
+	if f.CauseOnly() {
+		gf := f
+		gf.States = nil
+		gw, err := s.where(gf, &a)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: groups: %w", err)
+		}
+		counts = `SELECT fingerprint, sum(n)::bigint AS n FROM ` + s.sql.deadGroups + ` WHERE ` + gw + `
+	GROUP BY fingerprint HAVING sum(n) > 0`
+	}
+	lim := a.add(store.Page{Limit: limit}.Size())
+	q := `WITH c AS (` + counts + `),
+g AS (
+	SELECT * FROM c WHERE n >= coalesce((SELECT n FROM c ORDER BY n DESC OFFSET ` + lim + `::int - 1 LIMIT 1), 0)
 )
-SELECT g.fingerprint, g.n, g.first, g.last, s.id, s.last_error, s.last_error_class, s.dead_reason, s.queue, s.kind
+SELECT g.fingerprint, g.n, f.dead_at, s.dead_at, s.id, s.last_error, s.last_error_class, s.dead_reason, s.queue, s.kind
 FROM g CROSS JOIN LATERAL (
-	SELECT id, last_error, last_error_class, dead_reason, queue, kind FROM ` + s.sql.jobs + `
+	SELECT id, dead_at, last_error, last_error_class, dead_reason, queue, kind FROM ` + s.sql.jobs + `
 	WHERE ` + w + ` AND fingerprint = g.fingerprint
 	ORDER BY dead_at DESC, id DESC LIMIT 1
-) s
-ORDER BY g.n DESC, g.last DESC, g.fingerprint`
+) s CROSS JOIN LATERAL (
+	SELECT dead_at FROM ` + s.sql.jobs + `
+	WHERE ` + w + ` AND fingerprint = g.fingerprint
+	ORDER BY dead_at, id LIMIT 1
+) f
+ORDER BY g.n DESC, s.dead_at DESC, g.fingerprint LIMIT ` + lim
 	rows, err := s.pool.Query(ctx, q, a...)
 	if err != nil {
 		return nil, s.fail("groups", err)
@@ -1437,6 +1494,13 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 	})
 	if err != nil {
 		return 0, s.fail("delete finished", err)
+	}
+	// Retention also deletes the shards of dead_groups whose count is
+	// zero (left by redrives, purges and retention): the counts are
+	// unchanged, and the table keeps about one row per live cause. A
+	// statement adding to a shard deleted meanwhile inserts it again.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM `+s.sql.deadGroups+` WHERE n = 0`); err != nil {
+		return n, s.fail("delete finished", err)
 	}
 	return n, nil
 }

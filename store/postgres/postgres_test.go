@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/storetest"
@@ -126,6 +128,83 @@ func checkJobCounts(t *testing.T, schema string) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	rows.Close()
+	checkDeadGroups(t, conn, s)
+}
+
+// checkDeadGroups fails t when the dead jobs per cause that dead_groups
+// keeps in schema s (sanitized) differ from the dead jobs counted.
+func checkDeadGroups(t *testing.T, conn *pgx.Conn, s string) {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT coalesce(j.fingerprint, c.fingerprint), coalesce(j.queue, c.queue), coalesce(j.n, 0), coalesce(c.n, 0)
+	FROM (SELECT fingerprint, queue, kind, last_error_class, dead_reason, count(*) AS n FROM `+s+`.jobs WHERE state = 'dead'
+		GROUP BY fingerprint, queue, kind, last_error_class, dead_reason) j
+	FULL JOIN (SELECT fingerprint, queue, kind, last_error_class, dead_reason, sum(n)::bigint AS n FROM `+s+`.dead_groups
+		GROUP BY fingerprint, queue, kind, last_error_class, dead_reason HAVING sum(n) <> 0) c
+		ON (c.fingerprint, c.queue, c.kind, c.last_error_class, c.dead_reason) = (j.fingerprint, j.queue, j.kind, j.last_error_class, j.dead_reason)
+	WHERE coalesce(j.n, 0) <> coalesce(c.n, 0)`)
+	if err != nil {
+		t.Fatalf("dead groups: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var fp, q string
+		var jobs, counted int64
+		if err := rows.Scan(&fp, &q, &jobs, &counted); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("cause %q of queue %q: %d dead jobs, dead_groups says %d", fp, q, jobs, counted)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigrateDLQWithData: migration 0014 (the DLQ's indexes and counted
+// causes) applies to a schema that already holds dead jobs, and counts
+// them: a schema is taken back to version 13 and migrated again.
+func TestMigrateDLQWithData(t *testing.T) {
+	ctx := t.Context()
+	schema := newSchema(t)
+	s := open(t, schema)
+	var ds []store.DeadJob
+	for i := range 40 {
+		ds = append(ds, store.DeadJob{Queue: fmt.Sprintf("q%d", i%2), Kind: "k", Payload: []byte(`{}`), MaxRetries: -1,
+			DeadAt: t0.Add(time.Duration(i) * time.Second), DeadReason: fmt.Sprintf("r%d", i%3), LastError: "boom",
+			LastErrorClass: failure.Transient, Fingerprint: fmt.Sprintf("fp%d", i%5)})
+	}
+	if _, err := s.AddDead(ctx, ds, t0); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	conn, err := pgx.Connect(ctx, dbURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	id := pgx.Identifier{schema}.Sanitize()
+	for _, q := range []string{
+		`DROP TABLE ` + id + `.dead_groups`, `DROP FUNCTION ` + id + `.dead_group_key`,
+		`DROP INDEX ` + id + `.jobs_dead_queue`, `DROP INDEX ` + id + `.jobs_dead_kind`, `DROP INDEX ` + id + `.jobs_dead_class`,
+		`DROP INDEX ` + id + `.jobs_dead_reason`, `DROP INDEX ` + id + `.jobs_dead_fingerprint`,
+		`CREATE INDEX jobs_dead_fingerprint ON ` + id + `.jobs (fingerprint, dead_at) WHERE state = 'dead'`,
+		`DELETE FROM ` + id + `.redrive_migrations WHERE version = 14`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s = open(t, schema)
+	defer s.Close()
+	checkDeadGroups(t, conn, id)
+	dead := []store.State{store.Dead}
+	if n, err := s.Count(ctx, store.Filter{States: dead, Queue: "q1", Reason: "r0"}); err != nil || n != 7 {
+		t.Errorf("Count after the migration: %d, %v; want 7", n, err)
+	}
+	if _, err := s.Redrive(ctx, store.RedriveParams{IDs: []int64{1, 2, 3}, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	checkDeadGroups(t, conn, id)
 }
 
 // BenchmarkStore runs the store-level benchmarks on PostgreSQL.
@@ -494,4 +573,46 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestLongDeadReason: a dead reason longer than an index entry can hold
+// (jobs_dead_reason) is kept cut to its first 1,000 bytes, at a
+// character's boundary, instead of failing the bury or the AddDead; a
+// filter by the whole reason finds the job, in listings and counts. A
+// kind that long is refused.
+func TestLongDeadReason(t *testing.T) {
+	s := openFresh(t)
+	ctx := t.Context()
+	long := strings.Repeat("é", 3000) // 6,000 bytes
+	jobs, err := s.Enqueue(ctx, []store.NewJob{{Queue: "q", Kind: "k"}}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Fetch(ctx, store.FetchParams{Queue: "q", Limit: 1, Now: t0, LeaseUntil: t0.Add(time.Minute), Worker: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	o := store.Outcome{JobID: jobs[0].ID, Queue: "q", Attempt: 1, Lease: 1, Worker: "w", Kind: store.Bury, At: t0, Error: "boom", DeadReason: long, Fingerprint: "f"}
+	if applied, err := s.Finish(ctx, []store.Outcome{o}); err != nil || !applied[0] {
+		t.Fatalf("Finish with a long reason: %v, %v", applied, err)
+	}
+	if _, err := s.AddDead(ctx, []store.DeadJob{{Queue: "q", Kind: "k", Payload: []byte(`{}`), MaxRetries: -1, DeadAt: t0, DeadReason: long}}, t0); err != nil {
+		t.Fatalf("AddDead with a long reason: %v", err)
+	}
+	f := store.Filter{States: []store.State{store.Dead}, Reason: long}
+	res, err := s.List(ctx, f, store.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Jobs) != 2 {
+		t.Fatalf("List by the long reason: %d jobs, want 2", len(res.Jobs))
+	}
+	if r := res.Jobs[0].DeadReason; len(r) != 1000 || !strings.HasPrefix(long, r) {
+		t.Errorf("reason kept: %d bytes, want the first 1,000 of the reason", len(r))
+	}
+	if n, err := s.Count(ctx, f); err != nil || n != 2 {
+		t.Errorf("Count by the long reason: %d, %v; want 2", n, err)
+	}
+	if _, err := s.Enqueue(ctx, []store.NewJob{{Queue: "q", Kind: strings.Repeat("k", 1001)}}, t0); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Enqueue of a 1,001-byte kind: %v, want ErrInvalid", err)
+	}
 }

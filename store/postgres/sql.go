@@ -33,6 +33,7 @@ func cols(prefix string, withHistory bool) string {
 type statements struct {
 	jobs, counters string // qualified table names
 	jobCounts      string
+	deadGroups     string
 	keys           string
 	enqueue        string
 	enqueuePlain   string
@@ -111,10 +112,11 @@ func render(schema, channel string) statements {
 		return r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))"))
 	}
 	return statements{
-		jobs:      schema + ".jobs",
-		counters:  schema + ".counters",
-		jobCounts: schema + ".job_counts",
-		keys:      schema + ".idem_keys",
+		jobs:       schema + ".jobs",
+		counters:   schema + ".counters",
+		jobCounts:  schema + ".job_counts",
+		deadGroups: schema + ".dead_groups",
+		keys:       schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered
 		// rows), then the rows are inserted in key order, so that two

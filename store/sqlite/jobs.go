@@ -930,13 +930,21 @@ func where(f store.Filter) (string, []any, error) {
 	var conds []string
 	var args []any
 	if len(f.States) > 0 {
-		for _, st := range f.States {
+		// The states are written in the statement, not bound: the
+		// planner then uses the partial indexes of a state (jobs_dead...)
+		// whose condition a parameter would not prove.
+		states := make([]string, len(f.States))
+		for i, st := range f.States {
 			if !st.Valid() {
 				return "", nil, fmt.Errorf("%w: unknown state %q", store.ErrInvalid, st)
 			}
-			args = append(args, string(st))
+			states[i] = "'" + string(st) + "'"
 		}
-		conds = append(conds, "state IN ("+placeholders(len(f.States))+")")
+		if len(states) == 1 {
+			conds = append(conds, "state = "+states[0])
+		} else {
+			conds = append(conds, "state IN ("+strings.Join(states, ", ")+")")
+		}
 	}
 	if f.Queue != "" {
 		conds = append(conds, "queue = ?")
@@ -1023,8 +1031,8 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 			return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
 		}
 		if dead {
-			w += " AND (dead_at < ? OR (dead_at = ? AND id < ?))"
-			args = append(args, t, t, id)
+			w += " AND (dead_at, id) < (?, ?)"
+			args = append(args, t, id)
 		} else {
 			w += " AND id < ?"
 			args = append(args, id)
@@ -1049,18 +1057,25 @@ func (s *Store) Count(ctx context.Context, f store.Filter) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	q := `SELECT count(*) FROM jobs WHERE `
+	if f.DeadOnly() && f.CauseOnly() {
+		// The dead jobs of the causes the filter selects, as counted.
+		f.States = nil
+		q = `SELECT coalesce(sum(n), 0) FROM dead_groups WHERE `
+	}
 	w, args, err := where(f)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: count: %w", err)
 	}
 	var n int64
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE `+w, args...).Scan(&n); err != nil {
+	if err := db.QueryRowContext(ctx, q+w, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlite: count: %w", err)
 	}
 	return n, nil
 }
 
-// Groups implements store.Store.
+// Groups implements store.Store. The sample of a group is its most
+// recent dead job (latest dead_at, then largest id).
 func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.Group, error) {
 	db, err := s.readDB()
 	if err != nil {
@@ -1075,29 +1090,103 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 		return nil, fmt.Errorf("sqlite: groups: %w", err)
 	}
 	limit = store.Page{Limit: limit}.Size()
-	args = append(args, limit)
-	// The sample is the most recent job of the group (SQLite returns the
-	// bare columns of the row holding max(dead_at)).
-	rows, err := db.QueryContext(ctx, `SELECT fingerprint, count(*), min(dead_at), max(dead_at), id, last_error, last_error_class, dead_reason, queue, kind
-		FROM jobs WHERE `+w+` GROUP BY fingerprint ORDER BY count(*) DESC, max(dead_at) DESC LIMIT ?`, args...)
+	// One read transaction: the counts and the jobs probed agree.
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: groups: %w", err)
 	}
-	defer rows.Close()
-	out := []store.Group{}
-	for rows.Next() {
-		var g store.Group
-		var first, last int64
-		if err := rows.Scan(&g.Fingerprint, &g.Count, &first, &last, &g.SampleID, &g.Sample, &g.Class, &g.Reason, &g.Queue, &g.Kind); err != nil {
-			return nil, fmt.Errorf("sqlite: groups: %w", err)
-		}
-		g.First, g.Last = fromMicros(first), fromMicros(last)
-		out = append(out, g)
+	defer tx.Rollback()
+	var gs []store.Group
+	if f.CauseOnly() {
+		gs, err = causeCounts(ctx, tx, f, limit)
+	} else {
+		gs, err = countGroups(ctx, tx, w, args, limit)
 	}
-	if err := rows.Err(); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: groups: %w", err)
 	}
-	return out, nil
+	// Each group's first and last dead job, and its sample, are the ends
+	// of its range of jobs_dead_fingerprint (fingerprint, dead_at, id).
+	last, err := tx.PrepareContext(ctx, `SELECT id, dead_at, last_error, last_error_class, dead_reason, queue, kind
+		FROM jobs INDEXED BY jobs_dead_fingerprint WHERE `+w+` AND fingerprint = ? ORDER BY dead_at DESC, id DESC LIMIT 1`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: groups: %w", err)
+	}
+	defer last.Close()
+	first, err := tx.PrepareContext(ctx, `SELECT dead_at FROM jobs INDEXED BY jobs_dead_fingerprint WHERE `+w+` AND fingerprint = ? ORDER BY dead_at, id LIMIT 1`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: groups: %w", err)
+	}
+	defer first.Close()
+	out := make([]store.Group, 0, len(gs))
+	for _, g := range gs {
+		var lastAt, firstAt int64
+		a := append(slices.Clip(args), g.Fingerprint)
+		err := last.QueryRowContext(ctx, a...).Scan(&g.SampleID, &lastAt, &g.Sample, &g.Class, &g.Reason, &g.Queue, &g.Kind)
+		if err == nil {
+			err = first.QueryRowContext(ctx, a...).Scan(&firstAt)
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // counted but gone: cannot be, within one transaction
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: groups: %w", err)
+		}
+		g.First, g.Last = fromMicros(firstAt), fromMicros(lastAt)
+		out = append(out, g)
+	}
+	return store.RankGroups(out, limit), nil
+}
+
+// causeCounts returns the fingerprints with dead jobs matching f (a
+// CauseOnly filter) and their counts, from dead_groups: the groups that
+// can rank among the first limit by count (store.GroupCandidates).
+func causeCounts(ctx context.Context, tx *sql.Tx, f store.Filter, limit int) ([]store.Group, error) {
+	f.States = nil
+	w, args, err := where(f)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT fingerprint, sum(n) FROM dead_groups WHERE `+w+`
+		GROUP BY fingerprint HAVING sum(n) > 0`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var gs []store.Group
+	for rows.Next() {
+		var g store.Group
+		if err := rows.Scan(&g.Fingerprint, &g.Count); err != nil {
+			return nil, err
+		}
+		gs = append(gs, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return store.GroupCandidates(gs, limit), nil
+}
+
+// countGroups counts the dead jobs matching w by fingerprint, reading
+// them: filters that dead_groups cannot answer.
+func countGroups(ctx context.Context, tx *sql.Tx, w string, args []any, limit int) ([]store.Group, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT fingerprint, count(*) FROM jobs WHERE `+w+` GROUP BY fingerprint`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var gs []store.Group
+	for rows.Next() {
+		var g store.Group
+		if err := rows.Scan(&g.Fingerprint, &g.Count); err != nil {
+			return nil, err
+		}
+		gs = append(gs, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return store.GroupCandidates(gs, limit), nil
 }
 
 // Cancel implements store.Store.
@@ -1180,8 +1269,7 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 		var state, queue string
 		var reproc int
 		var old []byte
-		err := tx.QueryRowContext(ctx, `SELECT state, queue, reprocessable, CASE WHEN ? THEN payload END FROM jobs WHERE id = ?`,
-			len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old)
+		err := s.stmt(tx, "redriveRead").QueryRowContext(ctx, len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && state != string(store.Dead)) {
 			res.Skipped = append(res.Skipped, id)
 			continue
@@ -1201,11 +1289,7 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 				return err
 			}
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = ?, attempt = 0, retry_count = 0,
-			redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL, last_delay = NULL,
-			payload = coalesce(?, payload),
-			history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`,
-			micros(p.Now), nullBytes(p.Payload), ev, id)
+		_, err = s.stmt(tx, "redrive").ExecContext(ctx, micros(p.Now), nullBytes(p.Payload), ev, id)
 		if err != nil {
 			return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
 		}

@@ -297,7 +297,10 @@ func (s *Store) applyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 		if err != nil {
 			return 0, 0, err
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM jobs WHERE `+w+` AND id > ? AND id <= ? ORDER BY id LIMIT ?`,
+		// The batch is the next ids in order: a walk of the primary key
+		// from the cursor. A DLQ filter's index (jobs_dead_queue...)
+		// would be read whole and sorted at every batch.
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM jobs NOT INDEXED WHERE `+w+` AND id > ? AND id <= ? ORDER BY id LIMIT ?`,
 			append(args, op.Cursor, op.MaxID, st.Limit)...)
 		if err != nil {
 			return 0, 0, err
@@ -449,7 +452,7 @@ func (s *Store) OperationJobs(ctx context.Context, id string, after int64, limit
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: operation jobs: %w", err)
 	}
-	rows, err := db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+w+` AND id > ? AND id <= ? ORDER BY id LIMIT ?`,
+	rows, err := db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs NOT INDEXED WHERE `+w+` AND id > ? AND id <= ? ORDER BY id LIMIT ?`,
 		append(args, after, op.MaxID, store.Page{Limit: limit}.Size())...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: operation jobs: %w", err)

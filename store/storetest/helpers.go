@@ -665,6 +665,8 @@ func wantGroups(recs []deadRec, keep func(deadRec) bool, limit int) []store.Grou
 			g.Last = r.deadAt
 			g.Sample = r.err
 			g.SampleID = r.id
+			// The group shows its sample's cause.
+			g.Class, g.Reason, g.Queue, g.Kind = r.class.String(), r.reason, r.queue, r.kind
 		}
 	}
 	out := make([]store.Group, 0, len(order))

@@ -99,6 +99,8 @@ var subtests = []subtest{
 	{"ListCursorInvalid", testListCursorInvalid},
 	{"ListErrorContainsUnicode", testListErrorContainsUnicode},
 	{"Groups", testGroups},
+	{"DeadCountsModel", testDeadCountsModel},
+	{"DeadCountsConcurrent", testDeadCountsConcurrent},
 	{"Cancel", testCancel},
 	{"Redrive", testRedrive},
 	{"RedrivePreviousPayload", testRedrivePreviousPayload},
