@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/lifecycle"
 )
 
 // runExactlyOnce consumes in ExactlyOnce mode: one transactional session
@@ -48,20 +49,14 @@ func (c *Consumer) runExactlyOnce(ctx context.Context) error {
 			}
 		})
 	}
-	allDone := make(chan struct{})
-	go func() { wg.Wait(); close(allDone) }()
+	allDone := lifecycle.WaitGroupDone(&wg)
 	select {
 	case <-allDone:
 	case <-laneCtx.Done():
-		t := time.NewTimer(c.opts.ShutdownTimeout)
-		select {
-		case <-allDone:
-			t.Stop()
-		case <-t.C:
+		lifecycle.Drain(allDone, c.opts.ShutdownTimeout, func() {
 			c.log.Warn("kafka: shutdown timeout: canceling running handlers")
 			hardCancel(redrive.ErrShutdown)
-			<-allDone
-		}
+		}, 0)
 	}
 	close(errs)
 	var err error
