@@ -14,6 +14,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/lifecycle"
+	"github.com/redrivehq/redrive/internal/transport"
 )
 
 // runExactlyOnce consumes in ExactlyOnce mode: one transactional session
@@ -184,14 +185,7 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 					tp := map[string][]int32{fp.Topic: {fp.Partition}}
 					cl.PauseFetchPartitions(tp)
 					defer cl.ResumeFetchPartitions(tp)
-					t := time.NewTimer(d)
-					defer t.Stop()
-					select {
-					case <-t.C:
-						return true
-					case <-ctx.Done():
-						return false
-					}
+					return transport.Pause(ctx, d)
 				}
 				for _, r := range fp.Records {
 					if interrupted.Load() {

@@ -115,8 +115,14 @@ func (o *Once) Stop(ctx context.Context) error {
 	o.cancel(ErrStopped)
 	done := o.done
 	o.mu.Unlock()
+	return waitFor(ctx, done, "stop")
+}
+
+// waitFor waits for done or ctx's end; an ended run wins over an ended
+// ctx, so that the answer does not depend on which select case is taken.
+func waitFor(ctx context.Context, done <-chan struct{}, op string) error {
 	select {
-	case <-done: // an ended run wins over an ended ctx
+	case <-done:
 		return nil
 	default:
 	}
@@ -124,7 +130,7 @@ func (o *Once) Stop(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("lifecycle: stop: %w", ctx.Err())
+		return fmt.Errorf("lifecycle: %s: %w", op, ctx.Err())
 	}
 }
 
@@ -148,20 +154,7 @@ func (o *Once) Done() <-chan struct{} {
 
 // Wait waits for the run to end, or for ctx to end first (then it
 // returns ctx's error).
-func (o *Once) Wait(ctx context.Context) error {
-	done := o.Done()
-	select {
-	case <-done: // an ended run wins over an ended ctx
-		return nil
-	default:
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("lifecycle: wait: %w", ctx.Err())
-	}
-}
+func (o *Once) Wait(ctx context.Context) error { return waitFor(ctx, o.Done(), "wait") }
 
 // Drain waits at shutdown for done to close: first for up to grace; if
 // it has not closed by then, it calls expire (which tells the work still
