@@ -128,7 +128,7 @@ func TestDefaultBreakerVolumeThroughEngine(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("job %d never ran", id)
 				}
-				time.Sleep(5 * time.Millisecond)
+				e.waitEngine()
 			}
 		}
 		if n := calls.Load(); n != 5 {

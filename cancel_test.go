@@ -74,6 +74,7 @@ func TestCancelRunningJobPromptly(t *testing.T) {
 			p := fastPolicy(3)
 			w := redrive.NewWorker(client, redrive.WorkerOptions{LeaseDuration: time.Minute, Policy: &p, Logger: quietLogger(),
 				Queues: map[string]int{redrive.DefaultQueue: 2}})
+			rounds := redrive.EngineSignal(w)
 			started := make(chan struct{})
 			seen := make(chan error, 1)
 			w.HandleFunc("block", func(ctx context.Context, j *redrive.Job) error {
@@ -124,7 +125,12 @@ func TestCancelRunningJobPromptly(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("job %d is %s, want canceled", job.ID, j.State)
 				}
-				time.Sleep(5 * time.Millisecond)
+				// The canceled attempt's outcome is written in a round of
+				// the completer.
+				select {
+				case <-rounds:
+				case <-time.After(time.Until(deadline)):
+				}
 			}
 		})
 	}

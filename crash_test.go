@@ -83,10 +83,13 @@ func TestCrashChild(t *testing.T) {
 		DisableRetryBudget: true,
 	})
 	crashHandlers(w)
+	rounds := redrive.EngineSignal(w)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	for {
-		time.Sleep(50 * time.Millisecond)
+		// Look again after each round of the worker's work (outcomes
+		// written, a rescue...); the parent bounds the whole run.
+		<-rounds
 		n, err := c.Count(ctx, redrive.Filter{States: []redrive.State{redrive.Pending, redrive.Scheduled, redrive.Running}})
 		if err != nil {
 			t.Fatal(err)
@@ -158,7 +161,7 @@ func TestCrashRecovery(t *testing.T) {
 			}
 			return
 		}
-		time.Sleep(kill)
+		time.Sleep(kill) // real time: the kill lands at a random point of the run
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}

@@ -124,6 +124,8 @@ func TestDiskFullOutcomesKept(t *testing.T) {
 	filler := fill(t, dir)
 	defer os.Remove(filler) // before the worker stops, should the test fail
 	close(gate)             // the jobs finish while no write can succeed
+	// Real time: the worker keeps retrying its writes on the full disk
+	// meanwhile.
 	time.Sleep(2500 * time.Millisecond)
 	if err := st.WriteHealth(); err == nil {
 		t.Fatal("the store still writes with the disk full: the test proves nothing")

@@ -100,8 +100,14 @@ func TestDispatchRunsWaitingJobsOnFinishedGoroutines(t *testing.T) {
 	close(c.release)
 	close(d.release)
 	w.active.Wait()
+	// Each slot is freed (release) after its job's end: freeC tells of
+	// each, after the count went down.
 	for q.active.Load() != 0 {
-		time.Sleep(time.Millisecond)
+		select {
+		case <-q.freeC:
+		case <-time.After(loopLiveness):
+			t.Fatalf("%d slots still taken", q.active.Load())
+		}
 	}
 	q.hmu.Lock()
 	handlers := q.handlers

@@ -42,6 +42,24 @@ type env struct {
 	worker *redrive.Worker
 	cancel context.CancelFunc
 	done   chan error
+	// rounds is the worker's EngineSignal.
+	rounds <-chan struct{}
+}
+
+// stateFallback is how long waitEngine waits without a signal: the
+// states that real time brings (a due time passing, a lease expiring)
+// come with no round of the engine's work.
+const stateFallback = 20 * time.Millisecond
+
+// waitEngine waits for the worker's next round of work (see
+// redrive.EngineSignal), or stateFallback.
+func (e *env) waitEngine() {
+	t := time.NewTimer(stateFallback)
+	defer t.Stop()
+	select {
+	case <-e.rounds:
+	case <-t.C:
+	}
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -91,7 +109,8 @@ func newEnv(t *testing.T, opts redrive.WorkerOptions) *env {
 	if opts.Queues == nil {
 		opts.Queues = map[string]int{redrive.DefaultQueue: 4}
 	}
-	return &env{t: t, store: st, client: c, worker: redrive.NewWorker(c, opts)}
+	w := redrive.NewWorker(c, opts)
+	return &env{t: t, store: st, client: c, worker: w, rounds: redrive.EngineSignal(w)}
 }
 
 func (e *env) start() {
@@ -129,7 +148,7 @@ func (e *env) waitState(id int64, state redrive.State) *redrive.Job {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("job %d stuck in %s (attempt %d, last error %q), want %s", id, j.State, j.Attempt, j.LastError, state)
 		}
-		time.Sleep(2 * time.Millisecond)
+		e.waitEngine()
 	}
 }
 
@@ -538,6 +557,7 @@ func TestShutdownLetsHandlersFinish(t *testing.T) {
 	started := make(chan struct{})
 	e.worker.HandleFunc("short", func(ctx context.Context, j *redrive.Job) error {
 		close(started)
+		// Real time: the handler still runs when the shutdown begins.
 		time.Sleep(30 * time.Millisecond)
 		return ctx.Err() // nil: the context is not canceled within the deadline
 	})
@@ -588,7 +608,7 @@ func TestRescueExpiredLease(t *testing.T) {
 		calls.Add(1)
 		return nil
 	})
-	time.Sleep(15 * time.Millisecond)
+	time.Sleep(15 * time.Millisecond) // real time: the dead worker's lease expires
 	e.start()
 	j := e.waitState(job.ID, redrive.Completed)
 	if calls.Load() != 1 || j.Attempt != 2 || j.RetryCount != 1 {
@@ -713,7 +733,7 @@ func TestRetentionCleanup(t *testing.T) {
 	bad, _ := e.client.Enqueue(ctx, "bad", nil)
 	e.waitState(ok.ID, redrive.Completed)
 	e.waitState(bad.ID, redrive.Dead)
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // real time: the completed job outlives its 1ms retention
 	n, err := e.worker.Cleanup(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("cleanup deleted %d (%v), want 1 (the completed job; the dead one is younger than DLQMaxAge)", n, err)

@@ -265,7 +265,7 @@ func TestKeyOutlivesRetention(t *testing.T) {
 	}
 	e.start()
 	e.waitState(first.ID, redrive.Completed)
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // real time: the completed job outlives its 1ms retention
 	// Retention deletes the job, but keeps its key.
 	if n, err := e.store.DeleteFinished(ctx, redrive.Completed, time.Now(), 10); err != nil || n != 1 {
 		t.Fatalf("DeleteFinished = %d, %v", n, err)

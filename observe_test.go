@@ -62,7 +62,7 @@ func TestObserverSuccess(t *testing.T) {
 	rec := &attemptRecorder{}
 	e := newEnv(t, redrive.WorkerOptions{Observer: rec})
 	e.worker.HandleFunc("sleepy", func(ctx context.Context, j *redrive.Job) error {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // real time: the run time the Observer is told
 		return nil
 	})
 	e.start()

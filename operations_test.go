@@ -200,9 +200,9 @@ func TestOperationPauseResumeCancel(t *testing.T) {
 	}
 	// The runner notices at its next step or renewal and stops; the
 	// progress then stays put.
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // real time: the runner's next step or renewal
 	a, _ := e.client.Operation(ctx, op.ID)
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // real time: the progress stays put over a while
 	b, _ := e.client.Operation(ctx, op.ID)
 	if a.State != redrive.OperationPaused || b.Progress.Replayed != a.Progress.Replayed || a.Progress.Replayed >= 60 {
 		t.Fatalf("paused operation moved: %+v then %+v", a.Progress, b.Progress)

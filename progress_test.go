@@ -28,7 +28,7 @@ func (e *env) waitProgress(id int64, done, total int64, within time.Duration) *r
 		if time.Since(start) > within {
 			e.t.Fatalf("job %d: progress %+v after %s, want %d/%d", id, j.Progress, within, done, total)
 		}
-		time.Sleep(5 * time.Millisecond)
+		e.waitEngine()
 	}
 }
 

@@ -73,7 +73,7 @@ func enqueueN(t *testing.T, c *redrive.Client, n int) []int64 {
 // The worker gets a few of its poll intervals to misbehave first.
 func (e *env) checkWaiting(r *recorder, settle time.Duration, ids ...int64) {
 	e.t.Helper()
-	time.Sleep(settle)
+	time.Sleep(settle) // real time: the worker's poll intervals pass, and nothing may run
 	if ran := r.ranAny(ids...); len(ran) > 0 {
 		e.t.Fatalf("jobs %v of a paused queue ran", ran)
 	}

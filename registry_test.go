@@ -17,7 +17,7 @@ func TestWorkersOfOneProcessLeaveEachOther(t *testing.T) {
 	ctx := context.Background()
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
-	run := func(id string, handler bool) {
+	run := func(id string, handler bool) <-chan struct{} {
 		w := redrive.NewWorker(c, redrive.WorkerOptions{ID: id, Logger: quietLogger(), RescueInterval: 20 * time.Millisecond,
 			Queues: map[string]int{redrive.DefaultQueue: 1}})
 		if handler {
@@ -27,10 +27,12 @@ func TestWorkersOfOneProcessLeaveEachOther(t *testing.T) {
 				return nil
 			})
 		}
+		rescues := redrive.RescueSignal(w)
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- w.Run(runCtx) }()
 		t.Cleanup(func() { cancel(); <-done })
+		return rescues
 	}
 	defer close(release)
 	run("first", true)
@@ -39,8 +41,17 @@ func TestWorkersOfOneProcessLeaveEachOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	run("second", false) // registers, then looks for gone workers of this host
-	time.Sleep(300 * time.Millisecond)
+	// The second registers, then looks for gone workers of this host at
+	// its start and at each of its rescuer's rounds: two rounds past,
+	// it had its chances to take the first's job for a gone one's.
+	rescues := run("second", false)
+	for range 2 {
+		select {
+		case <-rescues:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the second worker's rescuer did not run")
+		}
+	}
 	got, err := c.Get(ctx, j.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func (e *env) waitFinal(id int64) *redrive.Job {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("job %d stuck in %s (attempt %d), want a final state", id, j.State, j.Attempt)
 		}
-		time.Sleep(2 * time.Millisecond)
+		e.waitEngine()
 	}
 }
 
@@ -184,7 +184,7 @@ func TestCancelDuringLookaheadWait(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("job %d still %s", job.ID, j.State)
 		}
-		time.Sleep(5 * time.Millisecond)
+		e.waitEngine()
 	}
 	if j := e.waitFinal(job.ID); j.State != redrive.Canceled {
 		t.Fatalf("job ended %s, want canceled", j.State)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/lifecycle"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -144,10 +145,22 @@ type Worker struct {
 	// its handlers (nil without an Observer).
 	gate *observerGate
 
-	mu      sync.Mutex
-	started bool
+	// run guards Run: a Worker runs once.
+	run lifecycle.Once
 
+	// queues are the fetchers, one per queue (fetcher.go).
 	queues []*queueRunner
+	// The background loops, each in its own file, started by Run.
+	pauser       pauser       // pauser.go
+	listener     listener     // listener.go
+	heartbeater  heartbeater  // heartbeater.go
+	cancelPoller cancelPoller // cancelpoller.go
+	rescuer      rescuer      // rescuer.go
+	cleaner      cleaner      // cleaner.go
+	// The other duties: the stats series (series.go), operations
+	// (operations.go), periodic jobs (periodic.go), and the breakers
+	// shared with the fleet (fleet.go).
+	seriesWriter, operator, scheduler, breakerSharer loop
 
 	runMu sync.Mutex
 	// running holds the attempts whose handlers run, by lease: after a
@@ -169,10 +182,6 @@ type Worker struct {
 	// when the shutdown deadline passes.
 	hardCtx    context.Context
 	hardCancel context.CancelCauseFunc
-	// heartbeatC asks the heartbeat loop for a heartbeat now: a
-	// cancellation of a running job was requested, perhaps of one of
-	// this worker's.
-	heartbeatC chan struct{}
 }
 
 // observerGate passes the worker's reports to its Observer until the
@@ -296,7 +305,9 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		w.queues = append(w.queues, qr)
 	}
 	w.completer = newCompleter(w)
-	w.heartbeatC = make(chan struct{}, 1)
+	w.pauser.w, w.listener.w, w.cancelPoller.w, w.rescuer.w = w, w, w, w
+	w.heartbeater = heartbeater{w: w, asked: make(chan struct{}, 1)}
+	w.cleaner = cleaner{w: w, first: cleanerFirst}
 	return w
 }
 
@@ -315,10 +326,7 @@ func (w *Worker) Executor() *Executor { return w.exec }
 // HandleFunc registers the handler of a job kind. Registering after Run
 // started, or twice for one kind, panics: both are programming errors.
 func (w *Worker) HandleFunc(kind string, fn Handler, opts ...HandlerOption) {
-	w.mu.Lock()
-	started := w.started
-	w.mu.Unlock()
-	if started {
+	if w.run.State() != lifecycle.Idle {
 		panic("redrive: HandleFunc called after Run")
 	}
 	w.exec.HandleFunc(kind, fn, opts...)
@@ -352,13 +360,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			"(a job leased ahead of its due time waits that long under its lease)", ErrInvalid,
 			w.opts.Lookahead, w.opts.LeaseDuration)
 	}
-	w.mu.Lock()
-	if w.started {
-		w.mu.Unlock()
+	ctx, finish, err := w.run.Start(ctx)
+	if err != nil {
 		return ErrWorkerRan
 	}
-	w.started = true
-	w.mu.Unlock()
+	defer finish()
 
 	w.hardCtx, w.hardCancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer w.hardCancel(nil)
@@ -384,39 +390,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	// of this host's workers whose process is gone (a restart).
 	w.register(ctx)
 	w.rescueGone(ctx)
-	var loops sync.WaitGroup
 	for _, q := range w.queues {
 		unregister := w.client.register(q.name, q.wake)
 		defer unregister()
-		loops.Go(func() { q.loop(ctx) })
+		q.start(ctx)
 	}
-	var bg sync.WaitGroup
-	bg.Go(func() { w.pauseLoop(ctx) })
-	bgCtx, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.pauser.start(ctx)
+	// The loops that outlive ctx, until every outcome is written, are
+	// stopped after the handlers.
+	bgCtx := context.WithoutCancel(ctx)
 	// A store shared by several processes tells this worker when another
 	// process made jobs due, and elects one process for maintenance.
 	if n, ok := w.store.(store.Notifier); ok {
-		bg.Go(func() {
-			err := n.Listen(ctx, func(queue string) {
-				if queue == store.CancelNotice || queue == "" {
-					// A cancellation requested by another process (or
-					// notices missed by a reconnect).
-					w.heartbeatNow()
-					if queue != "" {
-						return
-					}
-				}
-				now := time.Now()
-				for _, q := range w.queues {
-					if queue == "" || queue == q.name {
-						q.wake(now)
-					}
-				}
-			})
-			if err != nil && ctx.Err() == nil {
-				w.log.Error("listening for new jobs stopped; falling back to polling", "error", err, "poll_interval", w.opts.PollInterval)
-			}
-		})
+		w.listener.start(ctx, n)
 	}
 	w.leading = func() bool { return true }
 	if el, ok := w.store.(store.Elector); ok {
@@ -427,50 +413,54 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.leading = leading
 		}
 	}
-	bg.Go(func() { w.heartbeatLoop(bgCtx) })
+	w.heartbeater.start(bgCtx)
 	if cc, ok := w.store.(store.CancelChecker); ok {
 		if _, notifies := w.store.(store.Notifier); !notifies {
-			bg.Go(func() { w.cancelPollLoop(bgCtx, cc) })
+			w.cancelPoller.start(bgCtx, cc)
 		}
 	}
-	bg.Go(func() { w.rescueLoop(ctx) })
-	bg.Go(func() { w.cleanupLoop(ctx) })
-	bg.Go(func() { w.statsLoop(ctx) })
-	bg.Go(func() { w.operationsLoop(ctx) })
-	bg.Go(func() { w.periodicLoop(ctx, periodic) })
-	bg.Go(func() { w.completer.loop(bgCtx) })
-	bg.Go(func() { w.shareBreakers(ctx) })
+	w.rescuer.start(ctx)
+	w.cleaner.start(ctx)
+	w.seriesWriter.startWith(ctx, w.statsLoop)
+	w.operator.startWith(ctx, w.operationsLoop)
+	w.scheduler.startWith(ctx, func(ctx context.Context) { w.periodicLoop(ctx, periodic) })
+	w.completer.start(bgCtx)
+	w.breakerSharer.startWith(ctx, w.shareBreakers)
 
 	<-ctx.Done()
-	loops.Wait()
+	for _, q := range w.queues {
+		q.stop()
+	}
 	w.log.Info("worker stopping: waiting for running handlers", "worker", w.id, "running", w.runningCount(),
 		"timeout", w.opts.ShutdownTimeout)
-	done := make(chan struct{})
-	go func() { w.active.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(w.opts.ShutdownTimeout):
+	ended := lifecycle.Drain(lifecycle.WaitGroupDone(&w.active), w.opts.ShutdownTimeout, func() {
 		w.log.Warn("shutdown timeout: canceling running handlers", "worker", w.id, "running", w.runningCount())
 		w.hardCancel(ErrShutdown)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			w.log.Error("handlers ignore cancellation; releasing their jobs", "worker", w.id, "running", w.runningCount())
-			// Their attempts, released, are not reported when they end.
-			w.gate.close()
-			w.releaseAll()
-		}
+	}, 5*time.Second)
+	if !ended {
+		w.log.Error("handlers ignore cancellation; releasing their jobs", "worker", w.id, "running", w.runningCount())
+		// Their attempts, released, are not reported when they end.
+		w.gate.close()
+		w.releaseAll()
 	}
 	for _, q := range w.queues {
 		q.stopHandlers() // every leased job was handled: the handler goroutines exit
 	}
 	w.completer.stopping.Store(true)
 	w.completer.drain()
-	bgCancel()
-	bg.Wait()
+	for _, l := range w.loops() {
+		l.stop()
+	}
 	w.deregister()
 	w.log.Info("worker stopped", "worker", w.id)
 	return nil
+}
+
+// loops returns the worker's background loops but its fetchers, in the
+// order Run stops them.
+func (w *Worker) loops() []*loop {
+	return []*loop{&w.pauser.loop, &w.listener.loop, &w.heartbeater.loop, &w.cancelPoller.loop, &w.rescuer.loop,
+		&w.cleaner.loop, &w.seriesWriter, &w.operator, &w.scheduler, &w.completer.loop, &w.breakerSharer}
 }
 
 func (w *Worker) runningCount() int {
@@ -494,388 +484,6 @@ func attemptStart(j *Job, fallback time.Time) time.Time {
 		return *j.AttemptedAt
 	}
 	return fallback
-}
-
-// queueRunner fetches and dispatches the jobs of one queue.
-type queueRunner struct {
-	w           *Worker
-	name        string
-	concurrency int
-	batch       int
-
-	active atomic.Int64
-	// The handler goroutines and the jobs waiting for one (see dispatch),
-	// under hmu.
-	hmu sync.Mutex
-	// ready holds the jobs dispatched that no goroutine took yet, oldest
-	// first from readyHead.
-	ready     []*Job
-	readyHead int
-	// parked holds the idle goroutines, each by the channel that wakes
-	// it, the most recently idle last.
-	parked []chan struct{}
-	// searching counts the goroutines woken (or started) to take a job
-	// that have not looked yet; handlers counts the goroutines.
-	searching, handlers int
-	stopped             bool // the goroutines are told to exit
-	wakeC               chan struct{}
-	freeC               chan struct{}
-	hint                atomic.Int64 // earliest due time (unix nanos) announced by a wake-up, 0 = none
-
-	// paused is the queue's cached pause state. The loop holds fetchMu
-	// from its check of paused through its Fetch, so that a pause, once
-	// applied, knows no fetch is still under way.
-	paused  atomic.Bool
-	fetchMu sync.Mutex
-}
-
-// setPaused applies a pause or a resume to the loop. A pause returns once
-// no fetch is under way; a resume wakes the loop, so that due jobs start
-// at once. It reports whether the state changed.
-func (q *queueRunner) setPaused(paused bool) bool {
-	if paused {
-		was := q.paused.Swap(true)
-		q.fetchMu.Lock()
-		//lint:ignore SA2001 the empty critical section waits for a fetch under way
-		q.fetchMu.Unlock()
-		return !was
-	}
-	if !q.paused.Swap(false) {
-		return false
-	}
-	q.wake(time.Now())
-	return true
-}
-
-// wake tells the loop that work due at t was added.
-func (q *queueRunner) wake(t time.Time) {
-	n := t.UnixNano()
-	for {
-		old := q.hint.Load()
-		if old != 0 && old <= n {
-			break
-		}
-		if q.hint.CompareAndSwap(old, n) {
-			break
-		}
-	}
-	select {
-	case q.wakeC <- struct{}{}:
-	default:
-	}
-}
-
-// dispatch hands a leased job to the queue's handler goroutines. They
-// live as long as the worker, so their stacks, once grown, are reused
-// rather than grown again per job, and there are never more of them than
-// the queue's concurrency.
-//
-// The job waits in the ready list for the first goroutine that looks: one
-// that just finished a job takes the next waiting one at once. One idle
-// goroutine is woken (the one idle last) or started, unless one woken
-// before has not looked yet; a goroutine that takes a job and leaves
-// others waiting wakes the next. So every job waiting has a goroutine on
-// its way, and when jobs are short a few goroutines run them all, one
-// after the other, while the others stay parked. Before, each job was
-// handed to a goroutine of its own, every goroutine in turn: each waited
-// through garbage collections between two jobs, which shrink the stack
-// of a waiting goroutine, and grew its stack again on its next job (a
-// stack copy per job), and each job cost a switch to a parked goroutine.
-func (q *queueRunner) dispatch(j *Job) {
-	q.hmu.Lock()
-	q.ready = append(q.ready, j)
-	q.wakeLocked()
-	q.hmu.Unlock()
-}
-
-// wakeLocked makes sure a goroutine will look at the ready jobs: one
-// woken before and not yet looking, else the idle one parked last, else a
-// new one.
-func (q *queueRunner) wakeLocked() {
-	if q.searching > 0 || q.readyHead == len(q.ready) {
-		return
-	}
-	if n := len(q.parked); n > 0 {
-		c := q.parked[n-1]
-		q.parked = q.parked[:n-1]
-		q.searching++
-		c <- struct{}{} // buffered: a parked goroutine's channel is empty
-		return
-	}
-	if q.handlers < q.concurrency {
-		// Never more than the concurrency: jobs waiting are counted in
-		// q.active, so with every goroutine running a job none waits.
-		q.handlers++
-		q.searching++
-		go q.handlerLoop()
-	}
-}
-
-// takeLocked returns the oldest ready job, or nil.
-func (q *queueRunner) takeLocked() *Job {
-	if q.readyHead == len(q.ready) {
-		return nil
-	}
-	j := q.ready[q.readyHead]
-	q.ready[q.readyHead] = nil
-	q.readyHead++
-	if q.readyHead == len(q.ready) {
-		q.ready, q.readyHead = q.ready[:0], 0
-	}
-	return j
-}
-
-// handlerLoop is a handler goroutine: it runs ready jobs until none is
-// left, then parks until woken.
-func (q *queueRunner) handlerLoop() {
-	wake := make(chan struct{}, 1)
-	searching, finished := true, false
-	// running is true while a job runs: if the goroutine exits then, its
-	// handler called runtime.Goexit (the job's outcome was submitted by
-	// execute's deferred calls). Its slot is freed and another goroutine
-	// takes its place for the jobs waiting.
-	running := false
-	defer func() {
-		if running {
-			q.hmu.Lock()
-			q.handlers--
-			q.wakeLocked()
-			q.hmu.Unlock()
-			q.release()
-		}
-	}()
-	for {
-		q.hmu.Lock()
-		if searching {
-			q.searching--
-			searching = false
-		}
-		j := q.takeLocked()
-		if j != nil {
-			q.wakeLocked() // for the jobs still waiting, if any
-		} else if !q.stopped {
-			q.parked = append(q.parked, wake)
-		}
-		stopped := q.stopped
-		q.hmu.Unlock()
-		// The slot of the job finished is freed once this goroutine has
-		// taken another or counts as idle, so that the loop's next
-		// fetch finds it available.
-		if finished {
-			q.release()
-		}
-		if j == nil {
-			if stopped {
-				return
-			}
-			if _, ok := <-wake; !ok {
-				return
-			}
-			searching, finished = true, false
-			continue
-		}
-		running = true
-		q.w.execute(q, j)
-		running, finished = false, true
-	}
-}
-
-// stopHandlers ends the handler goroutines, once no job will be
-// dispatched any more.
-func (q *queueRunner) stopHandlers() {
-	q.hmu.Lock()
-	defer q.hmu.Unlock()
-	q.stopped = true
-	for _, c := range q.parked {
-		close(c)
-	}
-	q.parked = nil
-}
-
-func (q *queueRunner) release() {
-	q.active.Add(-1)
-	select {
-	case q.freeC <- struct{}{}:
-	default:
-	}
-}
-
-func (q *queueRunner) loop(ctx context.Context) {
-	w := q.w
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	failures := 0
-	for ctx.Err() == nil {
-		free := q.concurrency - int(q.active.Load())
-		if free <= 0 {
-			select {
-			case <-q.freeC:
-			case <-ctx.Done():
-			}
-			// Slots free up one by one as handlers finish; a fetch per slot
-			// would pay a commit per job. Let a few more finish first (an
-			// idle queue, with every slot free, fetches at once).
-			if free := q.concurrency - int(q.active.Load()); free < q.batch/2 && w.opts.FetchCooldown > 0 {
-				timer.Reset(w.opts.FetchCooldown)
-				select {
-				case <-timer.C:
-				case <-ctx.Done():
-					timer.Stop()
-				}
-			}
-			continue
-		}
-		q.fetchMu.Lock()
-		if q.paused.Load() {
-			// A paused queue fetches nothing: wait for its resume (which
-			// wakes the loop) or the end.
-			q.fetchMu.Unlock()
-			select {
-			case <-q.wakeC:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		q.hint.Store(0)
-		now := w.client.now()
-		limit := min(free, q.batch)
-		// The fetch is not interrupted by the shutdown: a fetch whose
-		// commit succeeded but whose call returned the context's error
-		// would leave its jobs leased and never run, until their leases
-		// expired and were rescued as failed attempts. The jobs of a
-		// fetch that ends after the shutdown began are dispatched, and
-		// run or are released like the others. It is bounded by the
-		// lease, so that a store that hangs does not hold up the
-		// shutdown for ever.
-		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
-		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
-			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
-		fcancel()
-		q.fetchMu.Unlock()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			d := storeBackoff(failures)
-			w.log.Error("fetch failed; retrying", "queue", q.name, "error", err, "attempt", failures, "delay", d)
-			q.sleep(ctx, timer, d)
-			continue
-		}
-		failures = 0
-		for _, j := range jobs {
-			q.active.Add(1)
-			w.active.Add(1)
-			q.dispatch(j)
-		}
-		if len(jobs) == limit {
-			continue // there may be more due right now
-		}
-		// Nothing more is due: sleep until the next due job, a wake-up, or
-		// the poll interval.
-		wait := w.opts.PollInterval
-		if next, ok, err := w.store.NextDue(ctx, q.name); err == nil && ok {
-			wait = min(wait, time.Until(next)-w.opts.Lookahead)
-		}
-		if h := q.hint.Load(); h != 0 {
-			wait = min(wait, time.Until(time.Unix(0, h))-w.opts.Lookahead)
-		}
-		if wait <= 0 {
-			continue
-		}
-		q.sleep(ctx, timer, wait)
-	}
-}
-
-// sleep waits for d, a wake-up or the end of ctx.
-func (q *queueRunner) sleep(ctx context.Context, timer *time.Timer, d time.Duration) {
-	timer.Reset(d)
-	select {
-	case <-timer.C:
-	case <-q.wakeC:
-		if h := q.hint.Load(); h != 0 {
-			if wait := time.Until(time.Unix(0, h)) - q.w.opts.Lookahead; wait > 0 {
-				// Work announced for later: keep sleeping until then (or the
-				// original deadline, whichever is first).
-				q.hint.Store(0)
-				if wait < d {
-					timer.Stop()
-					q.sleepUntilWake(ctx, timer, wait)
-					return
-				}
-				q.sleepUntilWake(ctx, timer, d)
-				return
-			}
-		}
-		timer.Stop()
-	case <-ctx.Done():
-		timer.Stop()
-	}
-}
-
-func (q *queueRunner) sleepUntilWake(ctx context.Context, timer *time.Timer, d time.Duration) {
-	timer.Reset(d)
-	select {
-	case <-timer.C:
-	case <-q.wakeC:
-		timer.Stop()
-	case <-ctx.Done():
-		timer.Stop()
-	}
-}
-
-// applyLocalPause applies a pause or resume made through the worker's own
-// Client, which the store has already recorded.
-func (w *Worker) applyLocalPause(q *queueRunner, paused bool) {
-	w.pauseMu.Lock()
-	defer w.pauseMu.Unlock()
-	w.pauseGen.Add(1)
-	if q.setPaused(paused) {
-		w.logPause(q, paused)
-	}
-}
-
-// refreshPaused reads the paused queues from the store and applies them.
-// On an error the last known states stay.
-func (w *Worker) refreshPaused(ctx context.Context) {
-	gen := w.pauseGen.Load()
-	states, err := w.store.Queues(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("reading the paused queues failed; keeping the last known", "worker", w.id, "error", err)
-		}
-		return
-	}
-	paused := map[string]bool{}
-	for _, st := range states {
-		if st.Paused {
-			paused[st.Name] = true
-		}
-	}
-	w.pauseMu.Lock()
-	defer w.pauseMu.Unlock()
-	if w.pauseGen.Load() != gen {
-		return // a local pause or resume came after this read: it is newer
-	}
-	for _, q := range w.queues {
-		if q.setPaused(paused[q.name]) {
-			w.logPause(q, paused[q.name])
-		}
-	}
-}
-
-func (w *Worker) logPause(q *queueRunner, paused bool) {
-	if paused {
-		w.log.Info("queue paused: fetching none of its jobs until it is resumed", "worker", w.id, "queue", q.name,
-			"running", q.active.Load())
-		return
-	}
-	w.log.Info("queue resumed", "worker", w.id, "queue", q.name)
-}
-
-// pauseLoop refreshes the paused queues every PollInterval.
-func (w *Worker) pauseLoop(ctx context.Context) {
-	every(ctx, w.opts.PollInterval, func() { w.refreshPaused(ctx) })
 }
 
 // every calls f each time d passes, until ctx ends.
@@ -954,426 +562,5 @@ func (w *Worker) cancelAllRunning() {
 	defer w.runMu.Unlock()
 	for _, e := range w.running {
 		e.cancel(cause)
-	}
-}
-
-func (w *Worker) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(w.opts.LeaseDuration / 3)
-	defer t.Stop()
-	// Progress that changed goes with each heartbeat, and in between
-	// about once a second.
-	p := time.NewTicker(progressInterval)
-	defer p.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.heartbeat(ctx)
-			w.flushProgress(ctx)
-			w.heartbeatRegistry(ctx)
-		case <-p.C:
-			w.flushProgress(ctx)
-		case <-w.heartbeatC:
-			w.heartbeat(ctx)
-		}
-	}
-}
-
-// heartbeatNow asks the heartbeat loop for a heartbeat at once (a
-// cancellation was requested); it does not block.
-func (w *Worker) heartbeatNow() {
-	select {
-	case w.heartbeatC <- struct{}{}:
-	default:
-	}
-}
-
-// cancelPollInterval is how often a worker on a store that cannot notify
-// (a store.CancelChecker) asks whether one of its running jobs was
-// canceled by another process.
-const cancelPollInterval = 250 * time.Millisecond
-
-// cancelPollLoop polls the store for the cancellation of running jobs,
-// while there are some, until ctx ends.
-func (w *Worker) cancelPollLoop(ctx context.Context, cc store.CancelChecker) {
-	every(ctx, cancelPollInterval, func() {
-		leases := w.runningLeases()
-		if len(leases) == 0 {
-			return
-		}
-		cancel, err := cc.CancelRequested(ctx, w.id, leases)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Debug("polling for canceled jobs failed", "worker", w.id, "error", err)
-			}
-			return
-		}
-		w.cancelRunning(cancel, ErrJobCanceled)
-	})
-}
-
-// runningLeases returns the leases of the jobs whose handlers run.
-func (w *Worker) runningLeases() []store.Lease {
-	w.runMu.Lock()
-	defer w.runMu.Unlock()
-	leases := make([]store.Lease, 0, len(w.running))
-	for l := range w.running {
-		leases = append(leases, l)
-	}
-	return leases
-}
-
-// cancelRunning cancels with cause the handlers of the given leases,
-// those that still run.
-func (w *Worker) cancelRunning(leases []store.Lease, cause error) {
-	if len(leases) == 0 {
-		return
-	}
-	w.runMu.Lock()
-	defer w.runMu.Unlock()
-	for _, l := range leases {
-		if r, ok := w.running[l]; ok {
-			if cause == ErrLeaseLost && r.ctx.Err() == nil {
-				w.log.Warn("lease lost: stopping the handler (the job may run elsewhere; its outcome will be discarded)",
-					"worker", w.id, "job_id", l.JobID, "lease", l.Token, "attempt", r.job.Attempt)
-			}
-			r.cancel(cause)
-		}
-	}
-}
-
-// heartbeat extends the leases of the running jobs, cancels those whose
-// cancellation was requested, and stops the handlers whose leases are
-// lost (their jobs may run elsewhere).
-func (w *Worker) heartbeat(ctx context.Context) {
-	leases := append(w.runningLeases(), w.completer.unsettled()...)
-	if len(leases) == 0 {
-		return
-	}
-	res, err := w.store.Heartbeat(ctx, w.id, leases, w.client.now().Add(w.opts.LeaseDuration))
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Error("heartbeat failed", "worker", w.id, "jobs", len(leases), "error", err)
-		}
-		return
-	}
-	w.cancelRunning(res.Canceled, ErrJobCanceled)
-	w.cancelRunning(res.Lost, ErrLeaseLost)
-}
-
-// rescueLoop turns expired leases into failed attempts (Transient,
-// lease_expired): a killed process loses no job.
-func (w *Worker) rescueLoop(ctx context.Context) {
-	w.rescue(ctx)
-	every(ctx, w.opts.RescueInterval, func() {
-		w.rescueGone(ctx)
-		w.rescue(ctx)
-	})
-}
-
-func (w *Worker) rescue(ctx context.Context) {
-	if !w.leading() {
-		return
-	}
-	for ctx.Err() == nil {
-		now := w.client.now()
-		jobs, err := w.store.Expired(ctx, now, 500)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Error("rescue: listing expired leases failed", "error", err)
-			}
-			return
-		}
-		if len(jobs) == 0 {
-			return
-		}
-		// Jobs this worker still holds (running, or finished with an
-		// outcome not written yet, as during a full disk) are not lost:
-		// their leases lapsed only because the store refused writes.
-		mine := w.holding()
-		outs := make([]store.Outcome, 0, len(jobs))
-		kept := jobs[:0]
-		for _, j := range jobs {
-			if j.Worker == w.id && mine[store.LeaseOf(j)] {
-				continue
-			}
-			kept = append(kept, j)
-		}
-		jobs = kept
-		if len(jobs) == 0 {
-			return
-		}
-		for _, j := range jobs {
-			// The rescue is decided as a failed attempt, by the job's
-			// policy and without the retry budget, fenced on the lease
-			// read and on its being still expired: a heartbeat that
-			// renewed it since wins.
-			msg := fmt.Sprintf("lease expired: worker %s stopped heartbeating", j.Worker)
-			v := failure.Verdict{Class: failure.Transient, Reason: "lease_expired"}
-			o := w.exec.Fail(j, v, msg, attemptStart(j, now), now)
-			o.Worker = j.Worker
-			o.ExpiredBy = now
-			o.Counters = append(o.Counters, store.Counter{Queue: j.Queue, Name: store.StatRescued, N: 1})
-			outs = append(outs, o)
-		}
-		applied, err := w.store.Finish(ctx, outs)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Error("rescue: recording expired leases failed", "error", err)
-			}
-			return
-		}
-		for i, o := range outs {
-			if applied[i] {
-				w.log.Warn("expired lease rescued", "job_id", o.JobID, "attempt", o.Attempt, "lease_worker", o.Worker)
-				if o.Kind == store.Retry {
-					w.client.wake(jobs[i].Queue, o.RunAt)
-				}
-			}
-		}
-		if len(jobs) < 500 {
-			return
-		}
-	}
-}
-
-// holding returns the leases this worker holds: running, or finished
-// with an outcome not yet written.
-func (w *Worker) holding() map[store.Lease]bool {
-	held := map[store.Lease]bool{}
-	w.runMu.Lock()
-	for l := range w.running {
-		held[l] = true
-	}
-	w.runMu.Unlock()
-	for _, l := range w.completer.unsettled() {
-		held[l] = true
-	}
-	return held
-}
-
-func (w *Worker) cleanupLoop(ctx context.Context) {
-	first := time.NewTimer(time.Minute)
-	defer first.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-first.C:
-	}
-	cleanup := func() {
-		if w.leading() {
-			w.Cleanup(ctx)
-		}
-	}
-	cleanup()
-	every(ctx, w.opts.CleanupInterval, cleanup)
-}
-
-// Cleanup applies retention once: completed and canceled jobs older than
-// CompletedRetention and dead jobs older than DLQMaxAge are deleted (their
-// idempotency keys stay taken), the kept keys of jobs enqueued more than
-// KeyRetention ago are released, workers stopped or silent for a day
-// leave the registry, and operations finished more than
-// OperationRetention ago are deleted. The worker runs it every CleanupInterval; it is
-// exported for tools and tests.
-func (w *Worker) Cleanup(ctx context.Context) (deleted int64, err error) {
-	now := w.client.now()
-	for _, r := range []struct {
-		state store.State
-		age   time.Duration
-	}{{store.Completed, w.opts.CompletedRetention}, {store.Canceled, w.opts.CompletedRetention}, {store.Dead, w.opts.DLQMaxAge}} {
-		for {
-			n, err := w.store.DeleteFinished(ctx, r.state, now.Add(-r.age), 1000)
-			deleted += n
-			if err != nil {
-				w.log.Error("retention cleanup failed", "state", r.state, "error", err)
-				return deleted, err
-			}
-			if n < 1000 {
-				break
-			}
-		}
-	}
-	keys, err := w.store.DeleteKeys(ctx, now.Add(-w.opts.KeyRetention))
-	if err != nil {
-		w.log.Error("retention cleanup of idempotency keys failed", "error", err)
-		return deleted, err
-	}
-	workers, err := w.store.DeleteWorkers(ctx, now.Add(-workerRetention))
-	if err != nil {
-		w.log.Error("retention cleanup of the worker registry failed", "error", err)
-		return deleted, err
-	}
-	if _, err := w.store.DeleteOperations(ctx, now.Add(-OperationRetention)); err != nil {
-		w.log.Error("retention cleanup of finished operations failed", "error", err)
-		return deleted, err
-	}
-	if deleted > 0 || keys > 0 || workers > 0 {
-		w.log.Info("retention cleanup", "deleted", deleted, "keys_released", keys, "workers_pruned", workers)
-	}
-	return deleted, nil
-}
-
-// DefaultKeyRetention is how long an idempotency key stays taken by
-// default (see WorkerOptions.KeyRetention).
-const DefaultKeyRetention = 7 * 24 * time.Hour
-
-// workerRetention is how long stopped and silent workers stay in the
-// registry.
-const workerRetention = 24 * time.Hour
-
-// completer records outcomes in batches: every outcome submitted while a
-// batch is being written joins the next one.
-type completer struct {
-	w  *Worker
-	mu sync.Mutex
-	// pending are the outcomes submitted, pendingQ their queues.
-	pending  []store.Outcome
-	pendingQ []*queueRunner
-	// writing is the batch being written (its jobs' leases are still
-	// extended by heartbeats until it is).
-	writing []store.Outcome
-	// spare and spareQ are the buffers of the batch written before, kept
-	// for the next pending ones: a batch's buffers are allocated once,
-	// not grown again outcome by outcome for every batch.
-	spare    []store.Outcome
-	spareQ   []*queueRunner
-	signal   chan struct{}
-	idle     sync.Cond
-	busy     bool
-	stopping atomic.Bool // set once the worker is shutting down
-}
-
-// unsettled returns the leases of the jobs whose outcomes are not
-// written yet: they must not expire meanwhile.
-func (c *completer) unsettled() []store.Lease {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	leases := make([]store.Lease, 0, len(c.pending)+len(c.writing))
-	for _, b := range [][]store.Outcome{c.pending, c.writing} {
-		for i := range b {
-			if b[i].Worker == c.w.id {
-				leases = append(leases, store.Lease{JobID: b[i].JobID, Token: b[i].Lease})
-			}
-		}
-	}
-	return leases
-}
-
-// maxSpareOutcomes bounds the outcomes the completer's spare buffer holds.
-const maxSpareOutcomes = 4096
-
-func newCompleter(w *Worker) *completer {
-	c := &completer{w: w, signal: make(chan struct{}, 1)}
-	c.idle.L = &c.mu
-	return c
-}
-
-func (c *completer) submit(q *queueRunner, o store.Outcome) {
-	c.mu.Lock()
-	c.pending = append(c.pending, o)
-	c.pendingQ = append(c.pendingQ, q)
-	c.mu.Unlock()
-	select {
-	case c.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (c *completer) loop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			c.flush(context.Background())
-			return
-		case <-c.signal:
-		}
-		c.flush(ctx)
-	}
-}
-
-// drain waits until every submitted outcome is written.
-func (c *completer) drain() {
-	c.mu.Lock()
-	for len(c.pending) > 0 || c.busy {
-		c.mu.Unlock()
-		select {
-		case c.signal <- struct{}{}:
-		default:
-		}
-		time.Sleep(time.Millisecond)
-		c.mu.Lock()
-	}
-	c.mu.Unlock()
-}
-
-func (c *completer) flush(ctx context.Context) {
-	for {
-		c.mu.Lock()
-		if len(c.pending) == 0 {
-			c.mu.Unlock()
-			return
-		}
-		outs, queues := c.pending, c.pendingQ
-		c.pending, c.pendingQ = c.spare[:0], c.spareQ[:0]
-		c.spare, c.spareQ = nil, nil
-		c.writing = outs
-		c.busy = true
-		c.mu.Unlock()
-		var applied []bool
-		for attempt := 1; ; attempt++ {
-			var err error
-			applied, err = c.w.store.Finish(ctx, outs)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				ctx = context.Background() // shutting down: the outcomes must still be written
-			}
-			d := storeBackoff(attempt)
-			if attempt <= 3 || attempt%30 == 0 {
-				c.w.log.Error("recording job outcomes failed; retrying (their leases are kept meanwhile)", "jobs", len(outs),
-					"attempt", attempt, "delay", d, "error", err)
-			}
-			// While the worker runs, outcomes are retried until the store
-			// takes them (a full disk, an outage), their jobs' leases
-			// extended by the heartbeats: a rescue would run them again.
-			// Only a shutdown gives up, after two minutes.
-			if attempt >= 120 && c.stopping.Load() {
-				c.w.log.Error("giving up recording job outcomes at shutdown; their leases will expire and be rescued", "jobs", len(outs))
-				applied = make([]bool, len(outs))
-				break
-			}
-			time.Sleep(d)
-		}
-		for i := range outs {
-			o := &outs[i]
-			if !applied[i] {
-				c.w.log.Warn("outcome discarded: the job is no longer leased by this worker", "job_id", o.JobID,
-					"attempt", o.Attempt, "worker", o.Worker)
-				continue
-			}
-			switch o.Kind {
-			case store.Retry, store.Snooze, store.Release:
-				at := o.RunAt
-				if o.Kind == store.Release {
-					at = o.At
-				}
-				c.w.client.wake(queues[i].name, at)
-			}
-		}
-		c.mu.Lock()
-		c.busy = false
-		c.writing = nil
-		// The buffers are kept for the next batch (unless a backlog made
-		// them large), cleared so as not to hold the outcomes' events and
-		// counters.
-		if cap(outs) <= maxSpareOutcomes {
-			clear(outs)
-			clear(queues)
-			c.spare, c.spareQ = outs[:0], queues[:0]
-		}
-		c.mu.Unlock()
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
+	"github.com/redrivehq/redrive/internal/lifecycle"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -130,8 +131,8 @@ type Consumer struct {
 
 	queues []*queueConsumer
 
-	mu      sync.Mutex
-	started bool
+	// run guards Run: a consumer runs once.
+	run lifecycle.Once
 
 	stats consumerCounters
 }
@@ -176,10 +177,7 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) (*Consumer, error) {
 // HandleFunc registers the handler of a job kind. Registering after Run
 // started, or twice for one kind, panics: both are programming errors.
 func (c *Consumer) HandleFunc(kind string, fn redrive.Handler, opts ...redrive.HandlerOption) {
-	c.mu.Lock()
-	started := c.started
-	c.mu.Unlock()
-	if started {
+	if c.run.State() != lifecycle.Idle {
 		panic("amqp: HandleFunc called after Run")
 	}
 	c.exec.HandleFunc(kind, fn, opts...)
@@ -244,13 +242,11 @@ func (c *Consumer) Stats() ConsumerStats {
 // after a clean shutdown, or the error that stopped it: a topology that
 // conflicts with existing queues, or a connection that gave up.
 func (c *Consumer) Run(ctx context.Context) error {
-	c.mu.Lock()
-	if c.started {
-		c.mu.Unlock()
-		return errors.New("amqp: consumer already running")
+	ctx, finish, err := c.run.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("amqp: consumer %w", err)
 	}
-	c.started = true
-	c.mu.Unlock()
+	defer finish()
 	defer c.pub.Close()
 
 	if v := c.conn.ServerVersion(); v != "" {
@@ -277,23 +273,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		})
 	}
-	allDone := make(chan struct{})
-	go func() { loops.Wait(); close(allDone) }()
+	allDone := lifecycle.WaitGroupDone(&loops)
 	select {
 	case <-allDone:
 	case <-runCtx.Done():
-		t := time.NewTimer(c.opts.ShutdownTimeout)
-		select {
-		case <-allDone:
-			t.Stop()
-		case <-t.C:
+		lifecycle.Drain(allDone, c.opts.ShutdownTimeout, func() {
 			c.log.Warn("amqp: shutdown timeout: canceling running handlers")
 			hardCancel(redrive.ErrShutdown)
-			<-allDone
-		}
+		}, 0)
 	}
 	close(errs)
-	var err error
 	for e := range errs {
 		err = errors.Join(err, e)
 	}

@@ -9,6 +9,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/transport"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -195,17 +196,11 @@ type RedriveResult struct {
 // loses one. It stops at ctx's end with what it did so far.
 func (q *DLQ) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, error) {
 	var res RedriveResult
-	if o.Max < 0 {
-		return res, fmt.Errorf("amqp: redrive: negative maximum %d", o.Max)
+	if err := transport.CheckMax("amqp", o.Max); err != nil {
+		return res, err
 	}
-	if o.Rate == 0 {
-		o.Rate = 100
-	}
-	var tick *time.Ticker
-	if o.Rate > 0 {
-		tick = time.NewTicker(time.Duration(float64(time.Second) / o.Rate))
-		defer tick.Stop()
-	}
+	pace := transport.NewPacer(o.Rate)
+	defer pace.Stop()
 	ch, err := q.conn.Channel(ctx)
 	if err != nil {
 		return res, err
@@ -235,12 +230,8 @@ func (q *DLQ) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 			res.Refused++
 			continue
 		}
-		if tick != nil {
-			select {
-			case <-ctx.Done():
-				return res, ctx.Err()
-			case <-tick.C:
-			}
+		if err := pace.Wait(ctx); err != nil {
+			return res, err
 		}
 		if err := q.redriveOne(ctx, &d, o.Note); err != nil {
 			return res, err

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -19,6 +18,8 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/fingerprint"
+	"github.com/redrivehq/redrive/internal/lifecycle"
+	"github.com/redrivehq/redrive/internal/transport"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -59,15 +60,15 @@ type Keeper struct {
 	log    *slog.Logger
 	queues []*keptQueue
 
-	mu      sync.Mutex
-	started bool
+	// run guards Run: a keeper runs once.
+	run lifecycle.Once
 }
 
 // keptQueue is one DLQ a Keeper consumes.
 type keptQueue struct {
 	k     *Keeper
 	topo  Topology
-	stats keeperCounters
+	stats transport.KeeperCounters
 }
 
 // KeeperStats are the running totals of one work queue's DLQ since its
@@ -81,8 +82,6 @@ type KeeperStats struct {
 	// it went back to the DLQ, to be stored later.
 	StoreFailures int64 `json:"store_failures"`
 }
-
-type keeperCounters struct{ kept, duplicates, storeFailures atomic.Int64 }
 
 // NewKeeper returns a keeper of the DLQs of opts.Topologies on conn.
 func NewKeeper(conn *Conn, opts KeeperOptions) (*Keeper, error) {
@@ -116,8 +115,7 @@ func NewKeeper(conn *Conn, opts KeeperOptions) (*Keeper, error) {
 func (k *Keeper) Stats() map[string]KeeperStats {
 	out := make(map[string]KeeperStats, len(k.queues))
 	for _, q := range k.queues {
-		out[q.topo.Queue] = KeeperStats{Kept: q.stats.kept.Load(), Duplicates: q.stats.duplicates.Load(),
-			StoreFailures: q.stats.storeFailures.Load()}
+		out[q.topo.Queue] = KeeperStats(q.stats.Totals())
 	}
 	return out
 }
@@ -128,13 +126,11 @@ func (k *Keeper) Stats() map[string]KeeperStats {
 // clean shutdown, or the error that stopped it (a topology that conflicts
 // with existing queues, a connection that gave up).
 func (k *Keeper) Run(ctx context.Context) error {
-	k.mu.Lock()
-	if k.started {
-		k.mu.Unlock()
-		return errors.New("amqp: keeper already running")
+	ctx, finish, err := k.run.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("amqp: keeper %w", err)
 	}
-	k.started = true
-	k.mu.Unlock()
+	defer finish()
 	k.log.Info("amqp: dead-letter keeper starting", "broker", k.conn.target, "queues", len(k.queues))
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -152,7 +148,6 @@ func (k *Keeper) Run(ctx context.Context) error {
 	}
 	loops.Wait()
 	close(errs)
-	var err error
 	for e := range errs {
 		err = errors.Join(err, e)
 	}
@@ -167,28 +162,22 @@ func (q *keptQueue) keep(ctx, _ context.Context, d *amqp091.Delivery) {
 		// Unreachable for a delivery; kept in the DLQ for whoever looks.
 		q.k.log.Error("amqp: dead letter cannot be stored; left in the DLQ", "dlq", q.topo.DLQ(), "message_id", d.MessageId,
 			"error", err)
-		q.stats.storeFailures.Add(1)
+		q.stats.StoreFailed()
 		requeueLater(ctx, q.k.log, q.topo.DLQ(), d)
 		return
 	}
-	// The store call is not canceled by shutdown: the message is acked
-	// only after it commits, and a canceled call would only repeat it.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	jobs, err := q.k.opts.Add(sctx, []store.DeadJob{dj})
+	// The message is acked only after the store committed its job.
+	jobs, err := q.stats.Store(ctx, q.k.opts.Add, []store.DeadJob{dj})
 	if err != nil {
-		q.stats.storeFailures.Add(1)
 		q.k.log.Warn("amqp: could not store a dead letter; it stays in the DLQ and is tried again", "dlq", q.topo.DLQ(),
 			"message_id", d.MessageId, "error", err)
 		requeueLater(ctx, q.k.log, q.topo.DLQ(), d)
 		return
 	}
 	if len(jobs) == 1 && jobs[0].Existing {
-		q.stats.duplicates.Add(1)
 		q.k.log.Info("amqp: dead letter already stored; dropped from the DLQ", "dlq", q.topo.DLQ(), "message_id", d.MessageId,
 			"job_id", jobs[0].ID)
 	} else {
-		q.stats.kept.Add(1)
 		if len(jobs) == 1 {
 			q.k.log.Info("amqp: dead letter stored as a dead job", "dlq", q.topo.DLQ(), "message_id", d.MessageId,
 				"job_id", jobs[0].ID, "reason", dj.DeadReason)
@@ -200,12 +189,7 @@ func (q *keptQueue) keep(ctx, _ context.Context, d *amqp091.Delivery) {
 // requeueLater puts a delivery back after a pause, so that a store that
 // is down is not asked again in a tight loop.
 func requeueLater(ctx context.Context, log *slog.Logger, queue string, d *amqp091.Delivery) {
-	t := time.NewTimer(time.Second)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
-	}
+	transport.Pause(ctx, time.Second)
 	requeue(log, queue, d)
 }
 

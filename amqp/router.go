@@ -18,6 +18,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/lifecycle"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -76,8 +77,8 @@ type Router struct {
 
 	queues []*routedQueue
 
-	mu      sync.Mutex
-	started bool
+	// run guards Run: a router runs once.
+	run lifecycle.Once
 }
 
 // routedQueue is one managed queue of a Router.
@@ -202,13 +203,11 @@ func (r *Router) Declare(ctx context.Context) error {
 // or the error that stopped it: a topology that conflicts with existing
 // queues, or a connection that gave up.
 func (r *Router) Run(ctx context.Context) error {
-	r.mu.Lock()
-	if r.started {
-		r.mu.Unlock()
-		return errors.New("amqp: router already running")
+	ctx, finish, err := r.run.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("amqp: router %w", err)
 	}
-	r.started = true
-	r.mu.Unlock()
+	defer finish()
 	defer r.pub.Close()
 	for _, q := range r.queues {
 		if err := q.topo.supported(r.conn.ServerVersion()); err != nil {
@@ -234,7 +233,6 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	loops.Wait()
 	close(errs)
-	var err error
 	for e := range errs {
 		err = errors.Join(err, e)
 	}

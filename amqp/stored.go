@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -18,6 +17,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/payload"
+	"github.com/redrivehq/redrive/internal/transport"
 )
 
 // Kind is the job kind of a RabbitMQ message kept in a store, such as a
@@ -246,15 +246,8 @@ type KindOptions struct {
 // validate checks a payload of Kind: a Message bound for an allowed
 // queue.
 func (o *KindOptions) validate(payload json.RawMessage) error {
-	var m Message
-	if err := json.Unmarshal(payload, &m); err != nil {
-		return &redrive.FieldError{Field: "payload", Err: err}
-	}
-	if len(o.Queues) > 0 && !slices.Contains(o.Queues, m.Queue) {
-		return &redrive.FieldError{Field: "payload.queue", Err: fmt.Errorf("%q is not a queue this server publishes to (%s)",
-			m.Queue, strings.Join(o.Queues, ", "))}
-	}
-	return nil
+	return transport.Validate(payload, func(m *Message) string { return m.Queue },
+		transport.Destinations{Allowed: o.Queues, Field: "payload.queue", Noun: "queue", Verb: "publishes to"})
 }
 
 // RegisterKind registers with r (a redrive.Worker or Executor) the
@@ -269,19 +262,8 @@ func (o *KindOptions) validate(payload json.RawMessage) error {
 // r is a redrive.Worker, its client also refuses such payloads at
 // enqueue (Client.SetValidator).
 func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = 30 * time.Second
-	}
-	if opts.MaxHistory <= 0 {
-		opts.MaxHistory = DefaultMaxHistory
-	}
-	if opts.MaxHistoryBytes <= 0 {
-		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
-	}
-	if w, ok := r.(*redrive.Worker); ok {
-		w.Client().SetValidator(Kind, opts.validate)
-	}
-	r.HandleFunc(Kind, func(ctx context.Context, j *redrive.Job) error {
+	transport.Defaults(&opts.Timeout, &opts.MaxHistory, &opts.MaxHistoryBytes, DefaultMaxHistory, DefaultMaxHistoryBytes)
+	transport.RegisterKind(r, Kind, opts.validate, func(ctx context.Context, j *redrive.Job) error {
 		var m Message
 		if err := json.Unmarshal(j.Payload, &m); err != nil {
 			return &failure.Error{Class: failure.Permanent, Reason: failure.ReasonUndecodablePayload,

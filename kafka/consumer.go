@@ -18,6 +18,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
+	"github.com/redrivehq/redrive/internal/lifecycle"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -135,10 +136,12 @@ type Consumer struct {
 	log    *slog.Logger
 	topics map[string]*topicState // by main, tier and DLT topic name
 
-	mu      sync.Mutex
-	started bool
-	cl      *kgo.Client
-	parts   map[tpKey]*partition
+	// run guards Run: a consumer runs once.
+	run lifecycle.Once
+
+	mu    sync.Mutex
+	cl    *kgo.Client
+	parts map[tpKey]*partition
 
 	stats counters
 
@@ -298,10 +301,7 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 // HandleFunc registers the handler of a job kind. Registering after Run
 // started, or twice for one kind, panics: both are programming errors.
 func (c *Consumer) HandleFunc(kind string, fn redrive.Handler, opts ...redrive.HandlerOption) {
-	c.mu.Lock()
-	started := c.started
-	c.mu.Unlock()
-	if started {
+	if c.run.State() != lifecycle.Idle {
 		panic("kafka: HandleFunc called after Run")
 	}
 	c.exec.HandleFunc(kind, fn, opts...)
@@ -353,13 +353,11 @@ func RecordOf(ctx context.Context) (*kgo.Record, bool) {
 // stopped it (an outcome that cannot be produced at all; an exactly-once
 // lane fenced again and again).
 func (c *Consumer) Run(ctx context.Context) error {
-	c.mu.Lock()
-	if c.started {
-		c.mu.Unlock()
-		return errors.New("kafka: consumer already running")
+	ctx, finish, err := c.run.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("kafka: consumer %w", err)
 	}
-	c.started = true
-	c.mu.Unlock()
+	defer finish()
 
 	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.opts.Brokers...)}, c.opts.ClientOptions...)...)
 	if err != nil {
@@ -600,22 +598,16 @@ func (c *Consumer) stopPartitions(tps map[string][]int32) {
 	if len(stopped) == 0 {
 		return
 	}
-	timer := time.NewTimer(c.opts.ShutdownTimeout)
-	defer timer.Stop()
+	var all sync.WaitGroup
 	for _, pc := range stopped {
-		select {
-		case <-pc.done:
-		case <-timer.C:
-			c.log.Warn("kafka: shutdown timeout: canceling running handlers")
-			for _, q := range stopped {
-				q.hardCancel(redrive.ErrShutdown)
-			}
-			<-pc.done
+		all.Go(func() { <-pc.done })
+	}
+	lifecycle.Drain(lifecycle.WaitGroupDone(&all), c.opts.ShutdownTimeout, func() {
+		c.log.Warn("kafka: shutdown timeout: canceling running handlers")
+		for _, pc := range stopped {
+			pc.hardCancel(redrive.ErrShutdown)
 		}
-	}
-	for _, pc := range stopped {
-		<-pc.done
-	}
+	}, 0)
 }
 
 // partition consumes one partition, in order.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/carry"
+	"github.com/redrivehq/redrive/internal/transport"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -489,19 +490,16 @@ type RedriveResult struct {
 // did so far.
 func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, error) {
 	var res RedriveResult
-	if o.Max < 0 {
-		return res, fmt.Errorf("kafka: redrive: negative maximum %d", o.Max)
+	if err := transport.CheckMax("kafka", o.Max); err != nil {
+		return res, err
 	}
 	if o.Discard && o.From != nil {
 		return res, errors.New("kafka: redrive: discard moves the redrive cursor, which a redrive from given offsets does not")
 	}
-	if o.Rate == 0 {
-		o.Rate = 100
-	}
-	var tick *time.Ticker
-	if o.Rate > 0 && !o.Discard {
-		tick = time.NewTicker(time.Duration(float64(time.Second) / o.Rate))
-		defer tick.Stop()
+	var pace *transport.Pacer // a discard is not paced
+	if !o.Discard {
+		pace = transport.NewPacer(o.Rate)
+		defer pace.Stop()
 	}
 	spans, err := q.spans(ctx)
 	if err != nil {
@@ -581,12 +579,8 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 		if o.Discard {
 			res.Discarded++
 		} else {
-			if tick != nil {
-				select {
-				case <-ctx.Done():
-					return false, ctx.Err()
-				case <-tick.C:
-				}
+			if err := pace.Wait(ctx); err != nil {
+				return false, err
 			}
 			rec := redriven(r, q.topo.Topic, dl, o.Note)
 			if err := q.restoreValue(ctx, rec); err != nil {

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/lifecycle"
+	"github.com/redrivehq/redrive/internal/transport"
 )
 
 // runExactlyOnce consumes in ExactlyOnce mode: one transactional session
@@ -48,20 +50,14 @@ func (c *Consumer) runExactlyOnce(ctx context.Context) error {
 			}
 		})
 	}
-	allDone := make(chan struct{})
-	go func() { wg.Wait(); close(allDone) }()
+	allDone := lifecycle.WaitGroupDone(&wg)
 	select {
 	case <-allDone:
 	case <-laneCtx.Done():
-		t := time.NewTimer(c.opts.ShutdownTimeout)
-		select {
-		case <-allDone:
-			t.Stop()
-		case <-t.C:
+		lifecycle.Drain(allDone, c.opts.ShutdownTimeout, func() {
 			c.log.Warn("kafka: shutdown timeout: canceling running handlers")
 			hardCancel(redrive.ErrShutdown)
-			<-allDone
-		}
+		}, 0)
 	}
 	close(errs)
 	var err error
@@ -189,14 +185,7 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 					tp := map[string][]int32{fp.Topic: {fp.Partition}}
 					cl.PauseFetchPartitions(tp)
 					defer cl.ResumeFetchPartitions(tp)
-					t := time.NewTimer(d)
-					defer t.Stop()
-					select {
-					case <-t.C:
-						return true
-					case <-ctx.Done():
-						return false
-					}
+					return transport.Pause(ctx, d)
 				}
 				for _, r := range fp.Records {
 					if interrupted.Load() {

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -19,6 +17,8 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/fingerprint"
+	"github.com/redrivehq/redrive/internal/lifecycle"
+	"github.com/redrivehq/redrive/internal/transport"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -84,14 +84,14 @@ type Keeper struct {
 	topics []*keptTopic
 	byDLT  map[string]*keptTopic
 
-	mu      sync.Mutex
-	started bool
+	// run guards Run: a keeper runs once.
+	run lifecycle.Once
 }
 
 // keptTopic is one dead-letter topic a Keeper consumes.
 type keptTopic struct {
 	topo  Topology
-	stats keeperCounters
+	stats transport.KeeperCounters
 	count *recordCounter // the DLT's records, for Status
 }
 
@@ -106,8 +106,6 @@ type KeeperStats struct {
 	// their offsets stayed uncommitted, and they were stored later.
 	StoreFailures int64 `json:"store_failures"`
 }
-
-type keeperCounters struct{ kept, duplicates, storeFailures atomic.Int64 }
 
 // NewKeeper returns a keeper of the dead-letter topics of
 // opts.Topologies.
@@ -163,8 +161,7 @@ func (k *Keeper) Group() string { return k.opts.Group }
 func (k *Keeper) Stats() map[string]KeeperStats {
 	out := make(map[string]KeeperStats, len(k.topics))
 	for _, t := range k.topics {
-		out[t.topo.Topic] = KeeperStats{Kept: t.stats.kept.Load(), Duplicates: t.stats.duplicates.Load(),
-			StoreFailures: t.stats.storeFailures.Load()}
+		out[t.topo.Topic] = KeeperStats(t.stats.Totals())
 	}
 	return out
 }
@@ -176,13 +173,11 @@ func (k *Keeper) Stats() map[string]KeeperStats {
 // reached. It returns nil after a clean shutdown, or the error that kept
 // it from starting.
 func (k *Keeper) Run(ctx context.Context) error {
-	k.mu.Lock()
-	if k.started {
-		k.mu.Unlock()
-		return errors.New("kafka: keeper already running")
+	ctx, finish, err := k.run.Start(ctx)
+	if err != nil {
+		return fmt.Errorf("kafka: keeper %w", err)
 	}
-	k.started = true
-	k.mu.Unlock()
+	defer finish()
 	base := append([]kgo.Opt{kgo.SeedBrokers(k.opts.Brokers...), kgo.WithLogger(kgoLogger{k.log})}, k.opts.ClientOptions...)
 	dlts := make([]string, 0, len(k.topics))
 	for _, t := range k.topics {
@@ -364,29 +359,23 @@ func (t *keptTopic) keep(ctx context.Context, k *Keeper, cl *kgo.Client, rs []*k
 			// Unreachable: a record always makes a dead job.
 			k.log.Error("kafka: keeper: dead letter cannot be stored", "topic", r.Topic, "partition", r.Partition,
 				"offset", r.Offset, "error", err)
-			t.stats.storeFailures.Add(1)
+			t.stats.StoreFailed()
 			return false
 		}
 		jobs = append(jobs, dj)
 	}
 	for {
-		// The store call is not canceled by shutdown: the offsets are
-		// committed only after it commits, and a canceled call would
-		// only be made again.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		stored, err := k.opts.Add(sctx, jobs)
-		cancel()
+		// The offsets are committed only after the store committed.
+		stored, err := t.stats.Store(ctx, k.opts.Add, jobs)
 		if err == nil {
 			for i, j := range stored {
 				if i >= len(rs) {
 					break
 				}
 				if j.Existing {
-					t.stats.duplicates.Add(1)
 					k.log.Info("kafka: keeper: dead letter already stored", "topic", rs[i].Topic, "partition", rs[i].Partition,
 						"offset", rs[i].Offset, "job_id", j.ID)
 				} else {
-					t.stats.kept.Add(1)
 					k.log.Info("kafka: keeper: dead letter stored as a dead job", "topic", rs[i].Topic, "partition", rs[i].Partition,
 						"offset", rs[i].Offset, "job_id", j.ID, "reason", jobs[i].DeadReason)
 				}
@@ -394,15 +383,10 @@ func (t *keptTopic) keep(ctx context.Context, k *Keeper, cl *kgo.Client, rs []*k
 			cl.MarkCommitRecords(rs...)
 			return true
 		}
-		t.stats.storeFailures.Add(1)
 		k.log.Warn("kafka: keeper: could not store dead letters; they stay uncommitted and are tried again", "topic", rs[0].Topic,
 			"partition", rs[0].Partition, "from_offset", rs[0].Offset, "records", len(rs), "error", err)
-		p := time.NewTimer(time.Second)
-		select {
-		case <-ctx.Done():
-			p.Stop()
+		if !transport.Pause(ctx, time.Second) {
 			return false
-		case <-p.C:
 		}
 	}
 }

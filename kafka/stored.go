@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/payload"
+	"github.com/redrivehq/redrive/internal/transport"
 )
 
 // Kind is the job kind of a Kafka record kept in a store, such as a dead
@@ -329,15 +329,8 @@ type KindOptions struct {
 // validate checks a payload of Kind: a Record bound for an allowed
 // topic.
 func (o *KindOptions) validate(raw json.RawMessage) error {
-	var r Record
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return &redrive.FieldError{Field: "payload", Err: err}
-	}
-	if len(o.Topics) > 0 && !slices.Contains(o.Topics, r.Topic) {
-		return &redrive.FieldError{Field: "payload.topic", Err: fmt.Errorf("%q is not a topic this server produces to (%s)",
-			r.Topic, strings.Join(o.Topics, ", "))}
-	}
-	return nil
+	return transport.Validate(raw, func(r *Record) string { return r.Topic },
+		transport.Destinations{Allowed: o.Topics, Field: "payload.topic", Noun: "topic", Verb: "produces to"})
 }
 
 // RegisterKind registers with r (a redrive.Worker or Executor) the
@@ -370,19 +363,8 @@ func RegisterKind[P Producer](r redrive.Registrar, produce P, opts KindOptions) 
 		}
 		send = p
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 30 * time.Second
-	}
-	if opts.MaxHistory <= 0 {
-		opts.MaxHistory = DefaultMaxHistory
-	}
-	if opts.MaxHistoryBytes <= 0 {
-		opts.MaxHistoryBytes = DefaultMaxHistoryBytes
-	}
-	if w, ok := r.(*redrive.Worker); ok {
-		w.Client().SetValidator(Kind, opts.validate)
-	}
-	r.HandleFunc(Kind, func(ctx context.Context, j *redrive.Job) error {
+	transport.Defaults(&opts.Timeout, &opts.MaxHistory, &opts.MaxHistoryBytes, DefaultMaxHistory, DefaultMaxHistoryBytes)
+	transport.RegisterKind(r, Kind, opts.validate, func(ctx context.Context, j *redrive.Job) error {
 		var rec Record
 		if err := json.Unmarshal(j.Payload, &rec); err != nil {
 			return &failure.Error{Class: failure.Permanent, Reason: failure.ReasonUndecodablePayload,
