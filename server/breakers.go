@@ -6,65 +6,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redrivehq/redrive/apiclient"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/store"
 )
 
-// BreakerView is one circuit breaker in GET /v1/breakers: the fleet's
-// breaker as the store shares it between the processes, merged with this
-// process's own breaker of the same name when it has one.
-type BreakerView struct {
-	// Name is the dependency's name.
-	Name string `json:"name"`
-	// State is the fleet's state (this process's, for a breaker the store
-	// does not know yet). An open breaker whose break has elapsed shows
-	// half_open: the next call is the probe.
-	State breaker.State `json:"state"`
-	// Failures and Requests are the fleet's counts within the window
-	// (requests are counted unless the breaker is count-only, and only
-	// from processes that reported a failure).
-	Failures int `json:"failures"`
-	Requests int `json:"requests"`
-	// Since is when the fleet's breaker entered its state.
-	Since time.Time `json:"since,omitzero"`
-	// OpenedAt and OpenedBy tell when the breaker last opened and who
-	// opened it: the process (worker id) whose failures tripped it, or
-	// the operator who forced it.
-	OpenedAt time.Time `json:"opened_at,omitzero"`
-	OpenedBy string    `json:"opened_by,omitempty"`
-	// ReadyAt is, while open, when a probe may go through; absent for a
-	// breaker forced open until it is closed.
-	ReadyAt time.Time `json:"ready_at,omitzero"`
-	// Forced is true while an operator holds the breaker open.
-	Forced bool `json:"forced,omitempty"`
-	// ProbeBy and ProbeUntil name, while half-open, the process holding
-	// the fleet's single probe and when its lease ends.
-	ProbeBy    string    `json:"probe_by,omitempty"`
-	ProbeUntil time.Time `json:"probe_until,omitzero"`
-	// Trips counts the fleet's trips (this process's for a breaker the
-	// store does not know).
-	Trips uint64 `json:"trips"`
-	// Shared is true when the store holds the breaker, false for a
-	// breaker only this process has used (no failure reported yet).
-	Shared bool `json:"shared"`
-	// Fallback is true when this process lost the store and its breakers
-	// decide alone: Local then shows what this process does.
-	Fallback bool `json:"fallback,omitempty"`
-	// Local is this process's own breaker of that name, when it has one.
-	Local *breaker.Status `json:"local,omitempty"`
-}
+// BreakerView is one circuit breaker in GET /v1/breakers.
+// It is the type of package apiclient, the API's Go client.
+type BreakerView = apiclient.BreakerView
 
 // BreakerBody is the body answering a force-open or a reset.
-type BreakerBody struct {
-	Breaker BreakerView `json:"breaker"`
-}
+// It is the type of package apiclient, the API's Go client.
+type BreakerBody = apiclient.BreakerBody
 
 // breakerOpenRequest is the optional body of POST /v1/breakers/{name}/open.
-type breakerOpenRequest struct {
-	// Duration is how long the breaker stays forced open, as a Go
-	// duration ("10m"); empty: until it is closed.
-	Duration string `json:"duration"`
-}
+type breakerOpenRequest = apiclient.BreakerOpenRequest
 
 // maxForcedOpen bounds the duration of a forced open.
 const maxForcedOpen = 366 * 24 * time.Hour

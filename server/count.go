@@ -4,14 +4,13 @@ import (
 	"net/http"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 )
 
 // CountResponse is the answer of GET /v1/jobs/count and GET
-// /v1/dlq/count: how many jobs the filter selects, across every page of
-// the matching listing.
-type CountResponse struct {
-	Count int64 `json:"count"`
-}
+// /v1/dlq/count.
+// It is the type of package apiclient, the API's Go client.
+type CountResponse = apiclient.CountResponse
 
 // countJobs answers how many jobs GET /v1/jobs would list with the same
 // filter (GET /v1/jobs/count).

@@ -7,25 +7,12 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 )
 
-// RedriveBody is the body of POST /v1/dlq/redrive. Exactly one of IDs
-// and Filter selects the dead jobs; an empty filter needs All.
-type RedriveBody struct {
-	IDs    []int64     `json:"ids"`
-	Filter *FilterBody `json:"filter"`
-	// All confirms a redrive of every dead job (an empty filter).
-	All bool `json:"all"`
-	// Rate bounds the redrive in jobs per second (0: no bound).
-	Rate float64 `json:"rate"`
-	// Payload, when present and not null, replaces each job's payload.
-	Payload json.RawMessage `json:"payload"`
-	// Note is recorded in each job's history.
-	Note string `json:"note"`
-	// Batch is how many jobs one batch redrives, in one transaction
-	// (default 100).
-	Batch int `json:"batch"`
-}
+// RedriveBody is the body of POST /v1/dlq/redrive.
+// It is the type of package apiclient, the API's Go client.
+type RedriveBody = apiclient.RedriveBody
 
 func (a *api) listDead(w http.ResponseWriter, r *http.Request) error {
 	q, err := newQuery(r, append([]string{"cursor", "limit"}, filterParams...)...)
@@ -84,7 +71,7 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 		}
 		req.IDs = in.IDs
 	case in.Filter != nil:
-		f, err := in.Filter.toFilter("filter.")
+		f, err := toFilter(*in.Filter, "filter.")
 		if err != nil {
 			return err
 		}
@@ -147,14 +134,9 @@ func (a *api) purge(w http.ResponseWriter, r *http.Request) error {
 	return a.answerStarted(w, r, op, waitEnd)
 }
 
-// ExportLine is one line of GET /v1/dlq/export: a dead job with its
-// history, and what the folder export writes to its error.json and
-// metadata.json.
-type ExportLine struct {
-	Job      *redrive.Job             `json:"job"`
-	Error    redrive.ExportedError    `json:"error"`
-	Metadata redrive.ExportedMetadata `json:"metadata"`
-}
+// ExportLine is one line of GET /v1/dlq/export.
+// It is the type of package apiclient, the API's Go client.
+type ExportLine = apiclient.ExportLine
 
 // exportPage is how many dead jobs the export reads at a time.
 const exportPage = 200

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
 )
@@ -223,7 +224,7 @@ func (q *query) filter() (redrive.Filter, error) {
 		Queue: q.get("queue"), Kind: q.get("kind"), Class: q.get("class"), Reason: q.get("reason"),
 		Fingerprint: q.get("fingerprint"), Since: q.get("since"), Until: q.get("until"), Q: q.get("q"),
 	}
-	f, err := fq.toFilter("")
+	f, err := toFilter(fq, "")
 	if err != nil {
 		return f, err
 	}
@@ -241,20 +242,11 @@ func (q *query) filter() (redrive.Filter, error) {
 
 // FilterBody is a DLQ filter, as the filter of a redrive body or as
 // query parameters. Times are RFC 3339.
-type FilterBody struct {
-	Queue       string `json:"queue"`
-	Kind        string `json:"kind"`
-	Class       string `json:"class"`
-	Reason      string `json:"reason"`
-	Fingerprint string `json:"fingerprint"`
-	Since       string `json:"since"`
-	Until       string `json:"until"`
-	// Q matches the last error's text, case-insensitively.
-	Q string `json:"q"`
-}
+// It is the type of package apiclient, the API's Go client.
+type FilterBody = apiclient.FilterBody
 
 // toFilter validates the input; prefix qualifies field names ("filter.").
-func (in FilterBody) toFilter(prefix string) (redrive.Filter, error) {
+func toFilter(in FilterBody, prefix string) (redrive.Filter, error) {
 	var f redrive.Filter
 	for _, c := range []struct {
 		name, v string

@@ -11,38 +11,22 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 )
 
 // EnqueueRequest is the body of POST /v1/jobs and one element of a batch.
-type EnqueueRequest struct {
-	Kind string `json:"kind"`
-	// Payload is any JSON value (null when absent).
-	Payload json.RawMessage `json:"payload"`
-	Queue   string          `json:"queue"`
-	// RunAt (RFC 3339) schedules the job; Delay ("10s") schedules it
-	// after a delay. At most one of them may be set.
-	RunAt string `json:"run_at"`
-	Delay string `json:"delay"`
-	// MaxRetries overrides the policy's retry count when set.
-	MaxRetries       *int   `json:"max_retries"`
-	IdempotencyKey   string `json:"idempotency_key"`
-	Dependency       string `json:"dependency"`
-	NotReprocessable bool   `json:"not_reprocessable"`
-	// ReturnExisting answers a key held by a different job (another
-	// kind, queue or payload) with that job instead of 409.
-	ReturnExisting bool `json:"return_existing"`
-}
+// It is the type of package apiclient, the API's Go client.
+type EnqueueRequest = apiclient.EnqueueRequest
 
 // BatchRequest is the body of POST /v1/jobs/batch.
-type BatchRequest struct {
-	Jobs []EnqueueRequest `json:"jobs"`
-}
+// It is the type of package apiclient, the API's Go client.
+type BatchRequest = apiclient.BatchRequest
 
 // maxDelay bounds a delay or how far in the future run_at may be.
 const maxDelay = 10 * 365 * 24 * time.Hour
 
 // toRequest validates an enqueue request; prefix qualifies field names.
-func (in *EnqueueRequest) toRequest(prefix string, now time.Time) (redrive.Request, error) {
+func toRequest(in *EnqueueRequest, prefix string, now time.Time) (redrive.Request, error) {
 	var r redrive.Request
 	if in.Kind == "" {
 		return r, badRequest(prefix+"kind", "kind is required")
@@ -125,7 +109,7 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 		}
 		in.IdempotencyKey = hk
 	}
-	req, err := in.toRequest("", time.Now())
+	req, err := toRequest(&in, "", time.Now())
 	if err != nil {
 		return err
 	}
@@ -157,7 +141,7 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	reqs := make([]redrive.Request, len(in.Jobs))
 	for i := range in.Jobs {
-		req, err := in.Jobs[i].toRequest(fmt.Sprintf("jobs[%d].", i), now)
+		req, err := toRequest(&in.Jobs[i], fmt.Sprintf("jobs[%d].", i), now)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -49,62 +50,13 @@ const (
 	OperationCanceled OperationState = redrive.OperationCanceled
 )
 
-// Operation is a durable bulk operation (a redrive, a purge, a replay or
-// an export), as GET /v1/operations/{id} answers it. Every field is
-// always present, so a dashboard can poll it and draw a progress bar:
-// Processed of Matched.
-type Operation struct {
-	// ID is "op_" and 24 hexadecimal digits.
-	ID    string         `json:"id"`
-	Kind  OperationKind  `json:"kind"`
-	State OperationState `json:"state"`
-	// Matched is how many jobs the selection held when the runner first
-	// counted it (0 until then).
-	Matched int64 `json:"matched"`
-	// Processed is how many jobs the operation has handled so far: the
-	// sum of the outcomes below.
-	Processed int64 `json:"processed"`
-	// Replayed counts the new jobs a replay enqueued.
-	Replayed int64 `json:"replayed"`
-	Redriven int64 `json:"redriven"`
-	// Refused counts jobs marked not reprocessable (a redrive).
-	Refused int64 `json:"refused"`
-	// Skipped counts jobs that were gone or no longer dead (a redrive
-	// by ids).
-	Skipped  int64 `json:"skipped"`
-	Purged   int64 `json:"purged"`
-	Exported int64 `json:"exported"`
-	Failed   int64 `json:"failed"`
-	// RefusedIDs are the ids of the refused jobs (the first 1000).
-	RefusedIDs []int64 `json:"refused_ids"`
-	// Error says why the operation failed ("" otherwise).
-	Error string `json:"error"`
-	// Rate is its bound in jobs per second (0: none); Batch how many
-	// jobs one batch handles.
-	Rate  float64 `json:"rate"`
-	Batch int     `json:"batch"`
-	Note  string  `json:"note"`
-	// Filter is the selection, with its empty fields left out.
-	Filter json.RawMessage `json:"filter"`
-	// Dir is, for an export, the folder written on the worker's machine.
-	Dir string `json:"dir"`
-	// Cursor is the id of the last job handled: a runner that takes the
-	// operation over continues after it.
-	Cursor int64 `json:"cursor"`
-	// Worker is the runner holding a running operation.
-	Worker string `json:"worker"`
-	// StartedAt is when the request started it; RunAt when a runner
-	// first claimed it (null while pending).
-	StartedAt  time.Time  `json:"started_at"`
-	RunAt      *time.Time `json:"run_at"`
-	UpdatedAt  time.Time  `json:"updated_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-}
+// Operation is a durable bulk operation, as GET /v1/operations/{id}
+// answers it.
+// It is the type of package apiclient, the API's Go client.
+type Operation = apiclient.Operation
 
 // operationBody is the body of every answer about one operation.
-type operationBody struct {
-	Operation Operation `json:"operation"`
-}
+type operationBody = apiclient.OperationBody
 
 // Limits of the operations.
 const (
@@ -369,37 +321,19 @@ func (a *api) onOperation(act func(context.Context, string) (*redrive.Operation,
 	}
 }
 
-// ReplayFilterBody selects the jobs of a replay: the DLQ filter's fields,
-// states (any, completed included; none: every state) and a payload
-// field's value.
-type ReplayFilterBody struct {
-	FilterBody
-	States []string `json:"states"`
-	// PayloadField is a dotted path of object keys in the payload
-	// ("customer_id", "order.customer.id"); PayloadValue the JSON scalar
-	// it must equal (numbers compare by value).
-	PayloadField string          `json:"payload_field"`
-	PayloadValue json.RawMessage `json:"payload_value"`
-}
+// ReplayFilterBody selects the jobs of a replay.
+// It is the type of package apiclient, the API's Go client.
+type ReplayFilterBody = apiclient.ReplayFilterBody
 
 // ReplayBody is the body of POST /v1/replay.
-type ReplayBody struct {
-	Filter *ReplayFilterBody `json:"filter"`
-	// All confirms a replay of every job (an empty filter).
-	All bool `json:"all"`
-	// Batch is how many jobs one batch handles (default 100).
-	Batch int `json:"batch"`
-	// Rate bounds the replay in jobs per second (0: no bound).
-	Rate float64 `json:"rate"`
-	// Note is recorded in each new job's replayed event.
-	Note string `json:"note"`
-}
+// It is the type of package apiclient, the API's Go client.
+type ReplayBody = apiclient.ReplayBody
 
 // toReplayRequest validates a replay body.
-func (in ReplayBody) toReplayRequest() (redrive.OperationRequest, error) {
+func toReplayRequest(in ReplayBody) (redrive.OperationRequest, error) {
 	req := redrive.OperationRequest{Kind: OperationReplay, Batch: in.Batch, Rate: in.Rate, Note: in.Note}
 	if in.Filter != nil {
-		f, err := in.Filter.toFilter("filter.")
+		f, err := toFilter(in.Filter.FilterBody, "filter.")
 		if err != nil {
 			return req, err
 		}
@@ -463,7 +397,7 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := in.toReplayRequest()
+	req, err := toReplayRequest(in)
 	if err != nil {
 		return err
 	}
@@ -474,18 +408,9 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request) error {
 	return a.answerStarted(w, r, op, waitEnd)
 }
 
-// ExportBody is the body of POST /v1/dlq/export: a folder export of dead
-// jobs run as an operation by a worker, into a folder under the server's
-// export folder (serve --export-dir).
-type ExportBody struct {
-	Filter *FilterBody `json:"filter"`
-	// All confirms an export of every dead job (an empty filter).
-	All bool `json:"all"`
-	// Dir is the folder to write, relative to the server's export
-	// folder: a local path (no "..", not absolute).
-	Dir   string `json:"dir"`
-	Batch int    `json:"batch"`
-}
+// ExportBody is the body of POST /v1/dlq/export.
+// It is the type of package apiclient, the API's Go client.
+type ExportBody = apiclient.ExportBody
 
 // exportDead starts a folder export (POST /v1/dlq/export[?wait=true]).
 func (a *api) exportDead(w http.ResponseWriter, r *http.Request) error {
@@ -507,7 +432,7 @@ func (a *api) exportDead(w http.ResponseWriter, r *http.Request) error {
 	req := redrive.OperationRequest{Kind: OperationExport, Batch: in.Batch, Dir: filepath.Join(a.ops.exportDir, in.Dir),
 		Root: a.ops.exportDir}
 	if in.Filter != nil {
-		f, err := in.Filter.toFilter("filter.")
+		f, err := toFilter(*in.Filter, "filter.")
 		if err != nil {
 			return err
 		}

@@ -6,17 +6,16 @@ import (
 	"strings"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 )
 
-// QueueList is the body of GET /v1/queues: every queue, sorted by name.
-type QueueList struct {
-	Queues []redrive.Queue `json:"queues"`
-}
+// QueueList is the body of GET /v1/queues.
+// It is the type of package apiclient, the API's Go client.
+type QueueList = apiclient.QueueList
 
-// QueueBody is the body answering a pause or a resume.
-type QueueBody struct {
-	Queue redrive.Queue `json:"queue"`
-}
+// QueueBody is the body answering a pause or a resume of a queue.
+// It is the type of package apiclient, the API's Go client.
+type QueueBody = apiclient.QueueBody
 
 func (a *api) listQueues(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {
@@ -75,11 +74,9 @@ func (a *api) setPaused(w http.ResponseWriter, r *http.Request, paused bool) err
 	return nil
 }
 
-// WorkerList is the body of GET /v1/workers: the worker processes
-// registered in the store, the most recently started first.
-type WorkerList struct {
-	Workers []redrive.WorkerStatus `json:"workers"`
-}
+// WorkerList is the body of GET /v1/workers.
+// It is the type of package apiclient, the API's Go client.
+type WorkerList = apiclient.WorkerList
 
 func (a *api) listWorkers(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {

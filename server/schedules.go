@@ -6,19 +6,17 @@ import (
 	"strings"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 )
 
-// ScheduleList is the body of GET /v1/schedules: every periodic schedule
-// declared in the store, sorted by name.
-type ScheduleList struct {
-	Schedules []redrive.ScheduleInfo `json:"schedules"`
-}
+// ScheduleList is the body of GET /v1/schedules.
+// It is the type of package apiclient, the API's Go client.
+type ScheduleList = apiclient.ScheduleList
 
 // ScheduleBody is the body answering GET /v1/schedules/{name}, a pause
 // and a resume.
-type ScheduleBody struct {
-	Schedule redrive.ScheduleInfo `json:"schedule"`
-}
+// It is the type of package apiclient, the API's Go client.
+type ScheduleBody = apiclient.ScheduleBody
 
 func (a *api) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {

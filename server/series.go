@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 )
 
 // Bounds of GET /v1/stats/series.
@@ -20,15 +21,8 @@ const (
 )
 
 // SeriesResponse is the answer of GET /v1/stats/series.
-type SeriesResponse struct {
-	// Step is the width of a point: always "1m".
-	Step string `json:"step"`
-	// Since is the first minute covered, in UTC.
-	Since time.Time `json:"since"`
-	// Points are the minutes with data, oldest first; minutes without a
-	// snapshot are absent. The last point may be partial.
-	Points []redrive.SeriesPoint `json:"points"`
-}
+// It is the type of package apiclient, the API's Go client.
+type SeriesResponse = apiclient.SeriesResponse
 
 // parseSince parses the since parameter: a Go duration, or a whole
 // number of days written "7d".

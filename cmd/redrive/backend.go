@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
 	"github.com/redrivehq/redrive/failure"
-	"github.com/redrivehq/redrive/httpjob"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
@@ -55,7 +51,7 @@ func addConnFlags(cmd *cobra.Command, c *connOptions) {
 
 // filterOptions are the DLQ filter flags.
 type filterOptions struct {
-	server.FilterBody
+	apiclient.FilterBody
 }
 
 func addFilterFlags(cmd *cobra.Command, fo *filterOptions) {
@@ -70,7 +66,7 @@ func addFilterFlags(cmd *cobra.Command, fo *filterOptions) {
 	f.StringVar(&fo.Q, "error-contains", "", "only jobs whose last error contains this text (case-insensitive)")
 }
 
-func (fo *filterOptions) empty() bool { return fo.FilterBody == server.FilterBody{} }
+func (fo *filterOptions) empty() bool { return fo.FilterBody == apiclient.FilterBody{} }
 
 // describe words the filter's conditions as flag=value pairs, the value
 // quoted when it needs to be: queue=mail error-contains="bad address".
@@ -116,24 +112,11 @@ func (fo *filterOptions) toFilter() (redrive.Filter, error) {
 	return f, nil
 }
 
-// values adds the filter to query parameters.
-func (fo *filterOptions) values(v url.Values) {
-	wire := fo.wire()
-	for _, p := range []struct{ k, v string }{
-		{"queue", wire.Queue}, {"kind", wire.Kind}, {"class", wire.Class}, {"reason", wire.Reason},
-		{"fingerprint", wire.Fingerprint}, {"since", wire.Since}, {"until", wire.Until}, {"q", wire.Q},
-	} {
-		if p.v != "" {
-			v.Set(p.k, p.v)
-		}
-	}
-}
-
 // wire is the filter as sent to a server: a relative since or until
 // ("1h") becomes the RFC 3339 time it means now, so that a server older
 // than this CLI understands it; anything else goes as typed, for the
 // server to judge.
-func (fo *filterOptions) wire() server.FilterBody {
+func (fo *filterOptions) wire() apiclient.FilterBody {
 	b := fo.FilterBody
 	now := time.Now()
 	for _, p := range []*string{&b.Since, &b.Until} {
@@ -179,10 +162,11 @@ type purgeProgress struct {
 	Purged  int64
 }
 
-// backend is what the operator commands work on: the REST API or the
-// store itself.
+// backend is what the operator commands work on: a server's REST API
+// (remoteBackend, on package apiclient) or the store itself
+// (directBackend).
 type backend interface {
-	Enqueue(ctx context.Context, in server.EnqueueRequest) (*redrive.Job, error)
+	Enqueue(ctx context.Context, in apiclient.EnqueueRequest) (*redrive.Job, error)
 	Get(ctx context.Context, id int64) (*redrive.Job, error)
 	List(ctx context.Context, q listQuery) (redrive.ListResult, error)
 	Cancel(ctx context.Context, id int64) (*redrive.Job, error)
@@ -208,7 +192,48 @@ type backend interface {
 	// Workers lists the worker processes registered in the store
 	// (workers.go).
 	Workers(ctx context.Context) ([]redrive.WorkerStatus, error)
+	// EnqueueBatch enqueues a batch of jobs at once (download.go).
+	EnqueueBatch(ctx context.Context, reqs []apiclient.EnqueueRequest) ([]*redrive.Job, error)
+	// Breakers lists the fleet's circuit breakers; ForceBreaker forces
+	// one open for d (0: until closed), or closes it when open is false
+	// (breakers.go).
+	Breakers(ctx context.Context) ([]apiclient.BreakerView, error)
+	ForceBreaker(ctx context.Context, name string, open bool, d time.Duration) (apiclient.BreakerView, error)
+	// Schedules lists the periodic schedules; the others act on one
+	// (periodic.go).
+	Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error)
+	SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error)
+	TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error)
+	DeleteSchedule(ctx context.Context, name string) error
+	// Operations lists the durable operations, the newest first, from
+	// before on; Operation reads one; SetOperation pauses, resumes or
+	// cancels one (action "pause", "resume" or "cancel") (operations.go).
+	Operations(ctx context.Context, before string, limit int) ([]apiclient.Operation, string, error)
+	Operation(ctx context.Context, id string) (apiclient.Operation, error)
+	SetOperation(ctx context.Context, id, action string) (apiclient.Operation, error)
+	// Follow follows op until it ends (or, directly on the store, is
+	// paused), calling report with each reading; directly on the store it
+	// runs the operation itself when no worker holds it. cancelOnStop
+	// cancels it when ctx ends first (Ctrl-C).
+	Follow(ctx context.Context, op apiclient.Operation, cancelOnStop bool, report func(apiclient.Operation)) (apiclient.Operation, error)
+	// CountReplay counts the jobs a replay by q would copy (-1: the
+	// server counts as it runs); StartReplay starts the replay.
+	CountReplay(ctx context.Context, q replayQuery) (int64, error)
+	StartReplay(ctx context.Context, q replayQuery) (apiclient.Operation, error)
 	Close() error
+}
+
+// replayQuery is a replay request: the flags, and the filter they make
+// (Filter, with States and the payload match).
+type replayQuery struct {
+	Flags  filterOptions
+	States []string
+	Match  payloadMatch
+	Filter redrive.Filter
+	All    bool
+	Batch  int
+	Rate   float64
+	Note   string
 }
 
 // openBackend returns the backend the flags select.
@@ -231,7 +256,11 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, flagErrorf(cmd, "--server must be an http or https URL such as http://127.0.0.1:8080, got %q", c.Server)
 		}
-		return &httpBackend{base: u, token: c.Token, hc: &http.Client{}}, nil
+		api, err := apiclient.New(c.Server, apiclient.WithToken(c.Token))
+		if err != nil {
+			return nil, flagErrorf(cmd, "%v", err)
+		}
+		return &remoteBackend{api: api}, nil
 	}
 	log := slog.New(slog.DiscardHandler)
 	if c.DatabaseURL != "" {
@@ -275,434 +304,14 @@ func unmigratedError(ctx context.Context, dbURL, schema string, err error) error
 	return err
 }
 
-// directClient is the client of the direct mode: it checks the payloads
-// of http jobs as serve does (with the http kind's default guard).
-func directClient(st store.Store, log *slog.Logger) *redrive.Client {
-	c := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
-	c.SetValidator(httpjob.Kind, httpValidator)
-	return c
-}
-
-// directBackend works on the store with a redrive.Client.
-type directBackend struct {
-	c     *redrive.Client
-	close func() error
-}
-
-func (d *directBackend) Close() error { return d.close() }
-
-func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (*redrive.Job, error) {
-	var opts []redrive.Option
-	if in.Queue != "" {
-		opts = append(opts, redrive.InQueue(in.Queue))
-	}
-	if in.Delay != "" {
-		dl, err := time.ParseDuration(in.Delay)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, redrive.After(dl))
-	}
-	if in.MaxRetries != nil {
-		opts = append(opts, redrive.MaxRetries(*in.MaxRetries))
-	}
-	if in.IdempotencyKey != "" {
-		opts = append(opts, redrive.IdempotencyKey(in.IdempotencyKey))
-	}
-	if in.ReturnExisting {
-		opts = append(opts, redrive.ReturnExisting())
-	}
-	var payload any
-	if len(in.Payload) > 0 {
-		payload = in.Payload
-	}
-	return d.c.Enqueue(ctx, in.Kind, payload, opts...)
-}
-
-func (d *directBackend) Get(ctx context.Context, id int64) (*redrive.Job, error) {
-	j, err := d.c.Get(ctx, id)
-	return j, jobError(id, err)
-}
-
-// jobError words a store's error about job id as the API does, without
-// the store's name ("sqlite: job 7: job not found" is "job 7 not found");
-// errors.Is still finds the store's error.
-func jobError(id int64, err error) error {
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return &jobErr{msg: fmt.Sprintf("job %d not found", id), err: err}
-	case errors.Is(err, store.ErrConflict):
-		return &jobErr{msg: fmt.Sprintf("job %d: its state does not allow this", id), err: err}
-	}
-	return err
-}
-
-// jobErr is an error about one job, worded for the operator.
-type jobErr struct {
-	msg string
-	err error
-}
-
-func (e *jobErr) Error() string { return e.msg }
-func (e *jobErr) Unwrap() error { return e.err }
-
 // isNotFound reports whether err says that a job does not exist, from
 // the store or from the API (404).
 func isNotFound(err error) bool {
-	if ae, ok := errors.AsType[*apiError](err); ok {
-		return ae.Status == http.StatusNotFound
-	}
-	return errors.Is(err, store.ErrNotFound)
-}
-
-// filter validates a listing's flags for direct mode.
-func (q *listQuery) filter() (redrive.Filter, error) {
-	f, err := q.toFilter()
-	if err != nil {
-		return f, err
-	}
-	if q.Dead {
-		f.States = []redrive.State{redrive.Dead}
-		return f, nil
-	}
-	for _, s := range q.States {
-		st, err := store.ParseState(strings.TrimSpace(s))
-		if err != nil {
-			return f, fmt.Errorf("--state: unknown state %q (want pending, scheduled, running, completed, dead or canceled)", s)
-		}
-		f.States = append(f.States, st)
-	}
-	return f, nil
-}
-
-func (d *directBackend) List(ctx context.Context, q listQuery) (redrive.ListResult, error) {
-	f, err := q.filter()
-	if err != nil {
-		return redrive.ListResult{}, err
-	}
-	return d.c.List(ctx, f, redrive.Page{Cursor: q.Cursor, Limit: q.Limit})
-}
-
-// Count counts what List selects, over all its pages.
-func (d *directBackend) Count(ctx context.Context, q listQuery) (int64, error) {
-	f, err := q.filter()
-	if err != nil {
-		return 0, err
-	}
-	return d.c.Count(ctx, f)
-}
-
-func (d *directBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
-	j, err := d.c.Cancel(ctx, id)
-	if errors.Is(err, store.ErrConflict) {
-		if cur, gerr := d.c.Get(ctx, id); gerr == nil {
-			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: it cannot be canceled", id, cur.State), err: err}
-		}
-	}
-	return j, jobError(id, err)
-}
-
-func (d *directBackend) Stats(ctx context.Context) (redrive.Stats, error) { return d.c.Stats(ctx) }
-
-func (d *directBackend) Groups(ctx context.Context, fo filterOptions, limit int) ([]redrive.Group, error) {
-	f, err := fo.toFilter()
-	if err != nil {
-		return nil, err
-	}
-	return d.c.DeadGroups(ctx, f, limit)
-}
-
-// Redrive runs a redrive operation on the store (see runDirect).
-func (d *directBackend) Redrive(ctx context.Context, q redriveQuery, progress func(redrive.RedriveProgress)) (redrive.RedriveProgress, error) {
-	req := redrive.OperationRequest{Kind: redrive.OperationRedrive, IDs: q.IDs, Rate: q.Rate, Note: q.Note}
-	if len(q.Payload) > 0 {
-		req.Payload = q.Payload
-	}
-	if len(q.IDs) == 0 {
-		f, err := q.Filter.toFilter()
-		if err != nil {
-			return redrive.RedriveProgress{}, err
-		}
-		req.Filter = f
-	}
-	op, err := runDirect(ctx, d, req, func(op server.Operation) {
-		if progress != nil {
-			progress(redriveProgress(op))
-		}
-	})
-	return redriveProgress(op), err
-}
-
-// Purge runs a purge operation on the store (see runDirect).
-func (d *directBackend) Purge(ctx context.Context, fo filterOptions, _ bool, progress func(purgeProgress)) (int64, error) {
-	f, err := fo.toFilter()
-	if err != nil {
-		return 0, err
-	}
-	op, err := runDirect(ctx, d, redrive.OperationRequest{Kind: redrive.OperationPurge, Filter: f}, func(op server.Operation) {
-		if progress != nil {
-			progress(purgeProgress{Matched: op.Matched, Purged: op.Purged})
-		}
-	})
-	return op.Purged, err
-}
-
-func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
-	f, err := fo.toFilter()
-	if err != nil {
-		return 0, err
-	}
-	var report func(int)
-	if progress != nil {
-		total, err := d.Count(ctx, deadQuery(fo))
-		if err != nil {
-			return 0, err
-		}
-		progress(0, total)
-		report = func(n int) { progress(n, total) }
-	}
-	return d.c.Export(ctx, dir, f, report)
-}
-
-// apiError is an error answered by the REST API.
-type apiError struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-}
-
-func (e *apiError) Error() string {
-	s := fmt.Sprintf("server: %s (HTTP %d %s", e.Message, e.Status, e.Code)
-	if e.Field != "" {
-		s += ", field " + e.Field
-	}
-	return s + ")"
-}
-
-// httpBackend works on a server's REST API.
-type httpBackend struct {
-	base  *url.URL
-	token string
-	hc    *http.Client
-}
-
-func (h *httpBackend) Close() error { return nil }
-
-// send sends a request and returns a 2xx answer, whose body the caller
-// closes; any other status is returned as an *apiError.
-func (h *httpBackend) send(ctx context.Context, method, path string, q url.Values, body any, accept string) (*http.Response, error) {
-	u := h.base.JoinPath(path)
-	if len(q) > 0 {
-		u.RawQuery = q.Encode()
-	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", accept)
-	if h.token != "" {
-		req.Header.Set("Authorization", "Bearer "+h.token)
-	}
-	resp, err := h.hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	if resp.StatusCode < 300 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, fmt.Errorf("server: read the answer to %s %s: %w", method, u.Path, err)
-	}
-	var eb struct {
-		Error *apiError `json:"error"`
-	}
-	if json.Unmarshal(data, &eb) == nil && eb.Error != nil && eb.Error.Message != "" {
-		eb.Error.Status = resp.StatusCode
-		return nil, eb.Error
-	}
-	snippet := strings.TrimSpace(string(data))
-	if len(snippet) > 200 {
-		snippet = snippet[:200] + "..."
-	}
-	return nil, &apiError{Status: resp.StatusCode, Code: strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_")),
-		Message: fmt.Sprintf("%s %s answered %q", method, u.Path, snippet)}
-}
-
-// do sends a request and decodes a 2xx answer into out.
-func (h *httpBackend) do(ctx context.Context, method, path string, q url.Values, body, out any) error {
-	resp, err := h.send(ctx, method, path, q, body, "application/json")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return fmt.Errorf("server: read the answer to %s %s: %w", method, path, err)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("server: malformed answer to %s %s: %w", method, path, err)
-	}
-	return nil
-}
-
-func (h *httpBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (*redrive.Job, error) {
-	var j redrive.Job
-	return &j, h.do(ctx, http.MethodPost, "/v1/jobs", nil, in, &j)
-}
-
-func (h *httpBackend) Get(ctx context.Context, id int64) (*redrive.Job, error) {
-	var j redrive.Job
-	return &j, h.do(ctx, http.MethodGet, "/v1/jobs/"+strconv.FormatInt(id, 10), nil, nil, &j)
-}
-
-// listing returns the path and the filter parameters of a listing.
-func (q *listQuery) listing() (string, url.Values) {
-	v := url.Values{}
-	q.values(v)
-	if q.Dead {
-		return "/v1/dlq", v
-	}
-	if len(q.States) > 0 {
-		v.Set("state", strings.Join(q.States, ","))
-	}
-	return "/v1/jobs", v
-}
-
-func (h *httpBackend) List(ctx context.Context, q listQuery) (redrive.ListResult, error) {
-	path, v := q.listing()
-	if q.Limit > 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	if q.Cursor != "" {
-		v.Set("cursor", q.Cursor)
-	}
-	var res redrive.ListResult
-	return res, h.do(ctx, http.MethodGet, path, v, nil, &res)
-}
-
-func (h *httpBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
-	var j redrive.Job
-	return &j, h.do(ctx, http.MethodPost, "/v1/jobs/"+strconv.FormatInt(id, 10)+"/cancel", nil, nil, &j)
-}
-
-func (h *httpBackend) Stats(ctx context.Context) (redrive.Stats, error) {
-	var s redrive.Stats
-	return s, h.do(ctx, http.MethodGet, "/v1/stats", nil, nil, &s)
-}
-
-func (h *httpBackend) Groups(ctx context.Context, fo filterOptions, limit int) ([]redrive.Group, error) {
-	v := url.Values{}
-	fo.values(v)
-	if limit > 0 {
-		v.Set("limit", strconv.Itoa(limit))
-	}
-	var res struct {
-		Groups []redrive.Group `json:"groups"`
-	}
-	return res.Groups, h.do(ctx, http.MethodGet, "/v1/dlq/groups", v, nil, &res)
-}
-
-// Count asks GET /v1/jobs/count or GET /v1/dlq/count. A server older
-// than the count routes answers GET /v1/dlq/count with 404 and GET
-// /v1/jobs/count as the job "count" (400, field id): the count is then
-// unknown (-1), not an error.
-func (h *httpBackend) Count(ctx context.Context, q listQuery) (int64, error) {
-	path, v := q.listing()
-	var res server.CountResponse
-	err := h.do(ctx, http.MethodGet, path+"/count", v, nil, &res)
-	if ae, ok := errors.AsType[*apiError](err); ok &&
-		(ae.Status == http.StatusNotFound || (ae.Status == http.StatusBadRequest && ae.Field == "id")) {
-		return -1, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return res.Count, nil
-}
-
-// operationBody is the server's answer about one operation.
-type operationBody struct {
-	Operation server.Operation `json:"operation"`
-}
-
-// pollEvery is how often the CLI reads a server operation's progress.
-var pollEvery = 200 * time.Millisecond
-
-// follow polls the operation the server started until it ends, calling
-// report with each state read. When ctx ends first (Ctrl-C), it cancels
-// the operation on the server (what was done stays done) and returns its
-// final state with ctx's error. An operation that failed or was canceled
-// by someone else is an error too.
-func (h *httpBackend) follow(ctx context.Context, op server.Operation, report func(server.Operation)) (server.Operation, error) {
-	path := "/v1/operations/" + url.PathEscape(op.ID)
-	report(op)
-	t := time.NewTicker(pollEvery)
-	defer t.Stop()
-	for !op.State.Final() {
-		select {
-		case <-ctx.Done():
-			final, err := h.cancelOperation(ctx, path)
-			if err != nil {
-				return op, fmt.Errorf("%w; canceling operation %s on the server failed: %w", ctx.Err(), op.ID, err)
-			}
-			report(final)
-			return final, fmt.Errorf("%w: operation %s %s on the server", ctx.Err(), op.ID, final.State)
-		case <-t.C:
-		}
-		var ob operationBody
-		if err := h.do(ctx, http.MethodGet, path, nil, nil, &ob); err != nil {
-			if ctx.Err() != nil {
-				continue // canceled meanwhile: the next turn cancels the operation
-			}
-			return op, fmt.Errorf("follow operation %s: %w", op.ID, err)
-		}
-		op = ob.Operation
-		report(op)
-	}
-	switch op.State {
-	case server.OperationDone:
-		return op, nil
-	case server.OperationFailed:
-		return op, fmt.Errorf("server: operation %s failed: %s", op.ID, op.Error)
-	default:
-		return op, fmt.Errorf("server: operation %s %s: %s", op.ID, op.State, op.Error)
-	}
-}
-
-// cancelOperation cancels the operation at path after ctx has ended, and
-// returns its final state.
-func (h *httpBackend) cancelOperation(ctx context.Context, path string) (server.Operation, error) {
-	// A context of its own: ctx is over, and the cancel must still go.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	var ob operationBody
-	err := h.do(cctx, http.MethodDelete, path, nil, nil, &ob)
-	if ae, ok := errors.AsType[*apiError](err); ok && ae.Status == http.StatusConflict {
-		// It ended meanwhile.
-		err = h.do(cctx, http.MethodGet, path, nil, nil, &ob)
-	}
-	return ob.Operation, err
+	return apiclient.IsNotFound(err) || errors.Is(err, store.ErrNotFound)
 }
 
 // redriveProgress converts a redrive operation to the Client's progress.
-func redriveProgress(op server.Operation) redrive.RedriveProgress {
+func redriveProgress(op apiclient.Operation) redrive.RedriveProgress {
 	p := redrive.RedriveProgress{Matched: op.Matched, Redriven: op.Redriven, Refused: op.Refused, Skipped: op.Skipped,
 		Done: op.State == server.OperationDone}
 	if len(op.RefusedIDs) > 0 {
@@ -710,99 +319,3 @@ func redriveProgress(op server.Operation) redrive.RedriveProgress {
 	}
 	return p
 }
-
-// Redrive starts a redrive operation on the server and follows it.
-func (h *httpBackend) Redrive(ctx context.Context, q redriveQuery, progress func(redrive.RedriveProgress)) (redrive.RedriveProgress, error) {
-	body := server.RedriveBody{IDs: q.IDs, Rate: q.Rate, Payload: q.Payload, Note: q.Note}
-	if len(q.IDs) == 0 {
-		if q.Filter.empty() {
-			body.All = true
-		} else {
-			fb := q.Filter.wire()
-			body.Filter = &fb
-		}
-	}
-	var ob operationBody
-	if err := h.do(ctx, http.MethodPost, "/v1/dlq/redrive", nil, body, &ob); err != nil {
-		return redrive.RedriveProgress{}, err
-	}
-	op, err := h.follow(ctx, ob.Operation, func(op server.Operation) {
-		if progress != nil {
-			progress(redriveProgress(op))
-		}
-	})
-	return redriveProgress(op), err
-}
-
-// Purge starts a purge operation on the server and follows it.
-func (h *httpBackend) Purge(ctx context.Context, fo filterOptions, all bool, progress func(purgeProgress)) (int64, error) {
-	v := url.Values{}
-	fo.values(v)
-	if all {
-		v.Set("all", "true")
-	}
-	var ob operationBody
-	if err := h.do(ctx, http.MethodDelete, "/v1/dlq", v, nil, &ob); err != nil {
-		return 0, err
-	}
-	op, err := h.follow(ctx, ob.Operation, func(op server.Operation) {
-		if progress != nil {
-			progress(purgeProgress{Matched: op.Matched, Purged: op.Purged})
-		}
-	})
-	return op.Purged, err
-}
-
-// Export reads GET /v1/dlq/export (NDJSON, one job a line) and writes
-// each job's folder as redrive.Client.Export does.
-func (h *httpBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
-	if dir == "" {
-		return 0, errors.New("export: empty directory")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, err
-	}
-	v := url.Values{}
-	fo.values(v)
-	resp, err := h.send(ctx, http.MethodGet, "/v1/dlq/export", v, nil, "application/x-ndjson")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/x-ndjson") {
-		return 0, fmt.Errorf("server: GET /v1/dlq/export answered %q, not application/x-ndjson (is the server older than this CLI?)", ct)
-	}
-	total := int64(-1)
-	if n, err := strconv.ParseInt(resp.Header.Get("X-Total-Count"), 10, 64); err == nil && n >= 0 {
-		total = n
-	}
-	if progress != nil {
-		progress(0, total)
-	}
-	dec := json.NewDecoder(resp.Body)
-	n := 0
-	for {
-		var line server.ExportLine
-		err := dec.Decode(&line)
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, fmt.Errorf("server: export stream cut after %d job(s): %w", n, err)
-		}
-		if line.Job == nil || line.Job.ID <= 0 {
-			return n, fmt.Errorf("server: export line %d holds no job", n+1)
-		}
-		if err := redrive.ExportJob(dir, line.Job); err != nil {
-			return n, fmt.Errorf("export job %d: %w", line.Job.ID, err)
-		}
-		n++
-		if progress != nil {
-			progress(n, total)
-		}
-	}
-}
-
-// httpValidator is the http kind's payload check with its default guard.
-var httpValidator = httpjob.New(httpjob.Options{AllowLinkLocalSetting: "serve --http-allow-link-local",
-	AllowPrivateSetting: "serve --http-allow-private"}).Validate

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"time"
 
@@ -13,20 +11,6 @@ import (
 
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
-)
-
-// breakerBackend is what `redrive breakers` needs of a backend: both the
-// store (directBackend) and the API (httpBackend) provide it.
-type breakerBackend interface {
-	Breakers(ctx context.Context) ([]server.BreakerView, error)
-	// ForceBreaker forces the breaker open for d (0: until closed), or
-	// closes it when open is false.
-	ForceBreaker(ctx context.Context, name string, open bool, d time.Duration) (server.BreakerView, error)
-}
-
-var (
-	_ breakerBackend = (*directBackend)(nil)
-	_ breakerBackend = (*httpBackend)(nil)
 )
 
 // newBreakersCmd is `redrive breakers`.
@@ -48,15 +32,9 @@ for the whole fleet.`,
 	return cmd
 }
 
-// withBreakers runs f on the backend the flags select, as a breakerBackend.
-func withBreakers(g *globalOptions, c *connOptions, f func(ctx context.Context, b breakerBackend) error) func(*cobra.Command, []string) error {
-	return withBackend(g, c, func(ctx context.Context, b backend) error {
-		bb, ok := b.(breakerBackend)
-		if !ok {
-			return errors.New("this backend cannot show circuit breakers")
-		}
-		return f(ctx, bb)
-	})
+// withBreakers runs f on the backend the flags select.
+func withBreakers(g *globalOptions, c *connOptions, f func(ctx context.Context, b backend) error) func(*cobra.Command, []string) error {
+	return withBackend(g, c, f)
 }
 
 func newBreakersListCmd(g *globalOptions) *cobra.Command {
@@ -68,7 +46,7 @@ lets a probe through (open) or which process holds the probe (half-open).
 Over --server, breakers only the server's process has used are listed too,
 and FALLBACK says whether that process lost the store and decides alone.
 ` + connHelp, Args: cobra.NoArgs}
-	cmd.RunE = withBreakers(g, &c, func(ctx context.Context, b breakerBackend) error {
+	cmd.RunE = withBreakers(g, &c, func(ctx context.Context, b backend) error {
 		bs, err := b.Breakers(ctx)
 		if err != nil {
 			return err
@@ -101,7 +79,7 @@ has elapsed (then one probe goes through, as after a trip) or, without
 		if dur < 0 {
 			return flagErrorf(cmd, "--for is %v; it must be positive (or 0: until closed)", dur)
 		}
-		return withBreakers(g, &c, func(ctx context.Context, b breakerBackend) error {
+		return withBreakers(g, &c, func(ctx context.Context, b backend) error {
 			v, err := b.ForceBreaker(ctx, args[0], true, dur)
 			if err != nil {
 				return err
@@ -134,7 +112,7 @@ deferred run when their deferral ends, at most one break duration later.
 		if err := store.CheckBreakerName(args[0]); err != nil {
 			return flagErrorf(cmd, "breaker name: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 		}
-		return withBreakers(g, &c, func(ctx context.Context, b breakerBackend) error {
+		return withBreakers(g, &c, func(ctx context.Context, b backend) error {
 			v, err := b.ForceBreaker(ctx, args[0], false, 0)
 			if err != nil {
 				return err
@@ -204,45 +182,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func (d *directBackend) Breakers(ctx context.Context) ([]server.BreakerView, error) {
-	states, err := d.c.Store().ListBreakers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return server.FleetBreakers(states, time.Now()), nil
-}
-
-func (d *directBackend) ForceBreaker(ctx context.Context, name string, open bool, dur time.Duration) (server.BreakerView, error) {
-	now := time.Now()
-	set := store.BreakerSet{Name: name, State: store.BreakerClosed, By: "operator (cli)", Now: now}
-	if open {
-		set.State = store.BreakerOpen
-		if dur > 0 {
-			set.Until = now.Add(dur)
-		}
-	}
-	st, err := d.c.Store().SetBreaker(ctx, set)
-	if err != nil {
-		return server.BreakerView{}, err
-	}
-	return server.FleetBreaker(st, time.Now()), nil
-}
-
-func (h *httpBackend) Breakers(ctx context.Context) ([]server.BreakerView, error) {
-	var bs []server.BreakerView
-	return bs, h.do(ctx, http.MethodGet, "/v1/breakers", nil, nil, &bs)
-}
-
-func (h *httpBackend) ForceBreaker(ctx context.Context, name string, open bool, dur time.Duration) (server.BreakerView, error) {
-	var res server.BreakerBody
-	if !open {
-		return res.Breaker, h.do(ctx, http.MethodPost, "/v1/breakers/"+pathSegment(name)+"/reset", nil, nil, &res)
-	}
-	var body any
-	if dur > 0 {
-		body = map[string]string{"duration": dur.String()}
-	}
-	return res.Breaker, h.do(ctx, http.MethodPost, "/v1/breakers/"+pathSegment(name)+"/open", nil, body, &res)
 }

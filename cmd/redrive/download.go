@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -247,45 +246,11 @@ func enqueueDownloads(ctx context.Context, b backend, reqs []server.EnqueueReque
 	var jobs []*redrive.Job
 	for start := 0; start < len(reqs); start += server.MaxBatch {
 		batch := reqs[start:min(start+server.MaxBatch, len(reqs))]
-		got, err := enqueueBatch(ctx, b, batch)
+		got, err := b.EnqueueBatch(ctx, batch)
 		if err != nil {
 			return jobs, err
 		}
 		jobs = append(jobs, got...)
-	}
-	return jobs, nil
-}
-
-// enqueueBatch enqueues one batch: POST /v1/jobs/batch on a server,
-// EnqueueMany on the store.
-func enqueueBatch(ctx context.Context, b backend, reqs []server.EnqueueRequest) ([]*redrive.Job, error) {
-	switch b := b.(type) {
-	case *httpBackend:
-		var res struct {
-			Jobs []*redrive.Job `json:"jobs"`
-		}
-		if err := b.do(ctx, http.MethodPost, "/v1/jobs/batch", nil, server.BatchRequest{Jobs: reqs}, &res); err != nil {
-			return nil, err
-		}
-		if len(res.Jobs) != len(reqs) {
-			return nil, fmt.Errorf("server: POST /v1/jobs/batch answered %d jobs for %d", len(res.Jobs), len(reqs))
-		}
-		return res.Jobs, nil
-	case *directBackend:
-		rs := make([]redrive.Request, len(reqs))
-		for i, in := range reqs {
-			rs[i] = redrive.Request{Kind: in.Kind, Queue: in.Queue, Payload: in.Payload, MaxRetries: in.MaxRetries}
-		}
-		return b.c.EnqueueMany(ctx, rs)
-	}
-	// Another backend: one job at a time.
-	jobs := make([]*redrive.Job, 0, len(reqs))
-	for _, in := range reqs {
-		j, err := b.Enqueue(ctx, in)
-		if err != nil {
-			return jobs, err
-		}
-		jobs = append(jobs, j)
 	}
 	return jobs, nil
 }

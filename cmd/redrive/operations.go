@@ -3,15 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -60,7 +56,7 @@ func newOperationsListCmd(g *globalOptions) *cobra.Command {
 		if before != "" && !store.ValidOperationID(before) {
 			return flagErrorf(cmd, "--before must be an operation id (op_ and 24 hexadecimal digits), got %q", clipArg(before))
 		}
-		ops, next, err := listOperations(ctx, b, before, limit)
+		ops, next, err := b.Operations(ctx, before, limit)
 		if err != nil {
 			return err
 		}
@@ -152,7 +148,7 @@ func newOperationShowCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "show ID", Short: "Show an operation", Long: "Show an operation: its state, selection and progress.\n" + connHelp,
 		Args: cobra.ExactArgs(1)}
 	return onOperationID(g, cmd, func(ctx context.Context, b backend, id string) error {
-		op, err := getOperation(ctx, b, id)
+		op, err := b.Operation(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -206,7 +202,7 @@ func writeOperation(w io.Writer, op server.Operation) error {
 func newOperationSetCmd(g *globalOptions, action, short string) *cobra.Command {
 	cmd := &cobra.Command{Use: action + " ID", Short: short, Long: short + ".\n" + connHelp, Args: cobra.ExactArgs(1)}
 	return onOperationID(g, cmd, func(ctx context.Context, b backend, id string) error {
-		op, err := setOperation(ctx, b, id, action)
+		op, err := b.SetOperation(ctx, id, action)
 		if err != nil {
 			return err
 		}
@@ -225,7 +221,7 @@ exit with an error unless it is done. Ctrl-C stops following; the operation
 goes on.
 ` + operationsHelp + connHelp, Args: cobra.ExactArgs(1)}
 	return onOperationID(g, cmd, func(ctx context.Context, b backend, id string) error {
-		op, err := getOperation(ctx, b, id)
+		op, err := b.Operation(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -237,7 +233,7 @@ goes on.
 // state. cancelOnStop cancels it when ctx ends (Ctrl-C) first.
 func followAndReport(ctx context.Context, cmd *cobra.Command, g *globalOptions, b backend, op server.Operation, cancelOnStop bool) error {
 	bar := newProgressBar(cmd, g, string(op.Kind))
-	final, err := followOperation(ctx, b, op, cancelOnStop, func(o server.Operation) {
+	final, err := b.Follow(ctx, op, cancelOnStop, func(o server.Operation) {
 		total := o.Matched
 		if o.State == server.OperationPending && o.Matched == 0 {
 			total = -1
@@ -267,174 +263,6 @@ func followAndReport(ctx context.Context, cmd *cobra.Command, g *globalOptions, 
 		return fmt.Errorf("operation %s failed: %s", final.ID, final.Error)
 	}
 	return fmt.Errorf("operation %s is %s", final.ID, final.State)
-}
-
-// followOperation follows op until it ends (or, directly on the store,
-// is paused), calling report with each reading. Directly on the store
-// it runs the operation itself when no worker holds it.
-func followOperation(ctx context.Context, b backend, op server.Operation, cancelOnStop bool, report func(server.Operation)) (server.Operation, error) {
-	switch b := b.(type) {
-	case *directBackend:
-		last := op
-		final, err := b.c.RunOperation(ctx, op.ID, func(o *redrive.Operation) {
-			last = server.OperationOf(o)
-			report(last)
-		})
-		if final != nil {
-			last = server.OperationOf(final)
-		}
-		if err != nil && ctx.Err() != nil && cancelOnStop {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if c, cerr := b.c.CancelOperation(cctx, op.ID); cerr == nil {
-				last = server.OperationOf(c)
-				report(last)
-			}
-			return last, fmt.Errorf("%w: operation %s %s", ctx.Err(), op.ID, last.State)
-		}
-		return last, err
-	case *httpBackend:
-		if cancelOnStop {
-			return b.follow(ctx, op, report)
-		}
-		return b.watch(ctx, op, report)
-	}
-	return op, fmt.Errorf("operations: unsupported backend %T", b)
-}
-
-// watch polls an operation until it ends or ctx does (it cancels
-// nothing).
-func (h *httpBackend) watch(ctx context.Context, op server.Operation, report func(server.Operation)) (server.Operation, error) {
-	path := "/v1/operations/" + url.PathEscape(op.ID)
-	report(op)
-	for !op.State.Final() {
-		select {
-		case <-ctx.Done():
-			return op, ctx.Err()
-		case <-time.After(pollEvery):
-		}
-		var ob operationBody
-		if err := h.do(ctx, http.MethodGet, path, nil, nil, &ob); err != nil {
-			return op, fmt.Errorf("follow operation %s: %w", op.ID, err)
-		}
-		op = ob.Operation
-		report(op)
-	}
-	return op, nil
-}
-
-// listOperations lists operations on either backend.
-func listOperations(ctx context.Context, b backend, before string, limit int) ([]server.Operation, string, error) {
-	switch b := b.(type) {
-	case *directBackend:
-		ops, next, err := b.c.Operations(ctx, before, limit)
-		if err != nil {
-			return nil, "", err
-		}
-		out := make([]server.Operation, len(ops))
-		for i, op := range ops {
-			out[i] = server.OperationOf(op)
-		}
-		return out, next, nil
-	case *httpBackend:
-		v := url.Values{}
-		if limit > 0 {
-			v.Set("limit", strconv.Itoa(limit))
-		}
-		if before != "" {
-			v.Set("before", before)
-		}
-		var l struct {
-			Operations []server.Operation `json:"operations"`
-			Next       string             `json:"next"`
-		}
-		if err := b.do(ctx, http.MethodGet, "/v1/operations", v, nil, &l); err != nil {
-			return nil, "", err
-		}
-		return l.Operations, l.Next, nil
-	}
-	return nil, "", fmt.Errorf("operations: unsupported backend %T", b)
-}
-
-// operationError words a store error about operation id.
-func operationError(id string, err error) error {
-	if errors.Is(err, redrive.ErrNotFound) {
-		return fmt.Errorf("operation %s not found", id)
-	}
-	return err
-}
-
-func getOperation(ctx context.Context, b backend, id string) (server.Operation, error) {
-	switch b := b.(type) {
-	case *directBackend:
-		op, err := b.c.Operation(ctx, id)
-		if err != nil {
-			return server.Operation{}, operationError(id, err)
-		}
-		return server.OperationOf(op), nil
-	case *httpBackend:
-		var ob operationBody
-		err := b.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), nil, nil, &ob)
-		return ob.Operation, err
-	}
-	return server.Operation{}, fmt.Errorf("operations: unsupported backend %T", b)
-}
-
-// setOperation pauses, resumes or cancels an operation.
-func setOperation(ctx context.Context, b backend, id, action string) (server.Operation, error) {
-	switch b := b.(type) {
-	case *directBackend:
-		set := map[string]func(context.Context, string) (*redrive.Operation, error){
-			"pause": b.c.PauseOperation, "resume": b.c.ResumeOperation, "cancel": b.c.CancelOperation}[action]
-		op, err := set(ctx, id)
-		if errors.Is(err, redrive.ErrConflict) {
-			if cur, gerr := b.c.Operation(ctx, id); gerr == nil {
-				return server.Operation{}, fmt.Errorf("cannot %s operation %s: it is %s", action, id, cur.State)
-			}
-		}
-		if err != nil {
-			return server.Operation{}, operationError(id, err)
-		}
-		return server.OperationOf(op), nil
-	case *httpBackend:
-		var ob operationBody
-		err := b.do(ctx, http.MethodPost, "/v1/operations/"+url.PathEscape(id)+"/"+action, nil, nil, &ob)
-		return ob.Operation, err
-	}
-	return server.Operation{}, fmt.Errorf("operations: unsupported backend %T", b)
-}
-
-// startDirect starts an operation on the store.
-func startDirect(ctx context.Context, d *directBackend, req redrive.OperationRequest) (server.Operation, error) {
-	op, err := d.c.StartOperation(ctx, req)
-	if err != nil {
-		return server.Operation{}, err
-	}
-	return server.OperationOf(op), nil
-}
-
-// runDirect starts an operation on the store and runs it here (or
-// follows the worker that claims it first), calling report with each
-// reading. Ctrl-C cancels it: what was done stays done.
-func runDirect(ctx context.Context, d *directBackend, req redrive.OperationRequest, report func(server.Operation)) (server.Operation, error) {
-	op, err := startDirect(ctx, d, req)
-	if err != nil {
-		return op, err
-	}
-	if report == nil {
-		report = func(server.Operation) {}
-	}
-	final, err := followOperation(ctx, d, op, true, report)
-	if err != nil {
-		return final, err
-	}
-	switch final.State {
-	case server.OperationDone:
-		return final, nil
-	case server.OperationFailed:
-		return final, fmt.Errorf("operation %s failed: %s", final.ID, final.Error)
-	}
-	return final, fmt.Errorf("operation %s is %s", final.ID, final.State)
 }
 
 // payloadMatch is the --match flag: payload.FIELD=VALUE.
@@ -531,14 +359,10 @@ jobs match. --since and --until bound the time each job finished
 				return flagErrorf(cmd, "%v", err)
 			}
 			f.States, f.PayloadField, f.PayloadValue = sts, matchParse.Field, matchParse.Value
-			var n int64
-			switch bb := b.(type) {
-			case *directBackend:
-				if n, err = bb.c.Count(ctx, f); err != nil {
-					return err
-				}
-			default:
-				n = -1 // the server counts as it runs
+			q := replayQuery{Flags: fo, States: states, Match: matchParse, Filter: f, All: all, Batch: batch, Rate: rate, Note: note}
+			n, err := b.CountReplay(ctx, q)
+			if err != nil {
+				return err
 			}
 			if n == 0 {
 				if g.JSON {
@@ -554,26 +378,9 @@ jobs match. --since and --until bound the time each job finished
 			if err := confirm(cmd, yes, question); err != nil {
 				return err
 			}
-			req := redrive.OperationRequest{Kind: redrive.OperationReplay, Filter: f, Batch: batch, Rate: rate, Note: note}
-			var op server.Operation
-			switch bb := b.(type) {
-			case *directBackend:
-				if op, err = startDirect(ctx, bb, req); err != nil {
-					return err
-				}
-			case *httpBackend:
-				body := server.ReplayBody{All: all, Batch: batch, Rate: rate, Note: note}
-				if !fo.empty() || len(states) > 0 || match != "" {
-					rf := server.ReplayFilterBody{FilterBody: fo.wire(), States: states, PayloadField: matchParse.Field, PayloadValue: matchParse.Value}
-					body.Filter = &rf
-				} else {
-					body.All = true
-				}
-				var ob operationBody
-				if err := bb.do(ctx, http.MethodPost, "/v1/replay", nil, body, &ob); err != nil {
-					return err
-				}
-				op = ob.Operation
+			op, err := b.StartReplay(ctx, q)
+			if err != nil {
+				return err
 			}
 			if detach {
 				if g.JSON {

@@ -4,31 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 
 	"github.com/spf13/cobra"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/server"
 )
-
-// scheduleBackend is what `redrive periodic` needs of a backend: both the
-// direct and the HTTP backend have it.
-type scheduleBackend interface {
-	Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error)
-	SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error)
-	TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error)
-	DeleteSchedule(ctx context.Context, name string) error
-}
-
-// schedules returns b's schedule operations.
-func schedules(b backend) (scheduleBackend, error) {
-	sb, ok := b.(scheduleBackend)
-	if !ok {
-		return nil, fmt.Errorf("this backend cannot manage periodic schedules")
-	}
-	return sb, nil
-}
 
 // newPeriodicCmd is `redrive periodic`.
 func newPeriodicCmd(g *globalOptions) *cobra.Command {
@@ -55,11 +36,7 @@ func newPeriodicListCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List the schedules with their next and last runs",
 		Long: "List every periodic schedule declared in the store, sorted by name.\n" + connHelp, Args: cobra.NoArgs}
 	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
-		sb, err := schedules(b)
-		if err != nil {
-			return err
-		}
-		list, err := sb.Schedules(ctx)
+		list, err := b.Schedules(ctx)
 		if err != nil {
 			return err
 		}
@@ -93,7 +70,7 @@ touched. Pausing a paused schedule changes nothing.
 enqueued. Resuming a schedule that is not paused changes nothing.
 ` + connHelp
 	}
-	return onSchedule(g, cmd, func(ctx context.Context, sb scheduleBackend, name string, out io.Writer) error {
+	return onSchedule(g, cmd, func(ctx context.Context, sb backend, name string, out io.Writer) error {
 		s, err := sb.SetSchedulePaused(ctx, name, pause)
 		if err != nil {
 			return err
@@ -120,7 +97,7 @@ not it is paused. The schedule's next run does not change.
 ` + connHelp,
 		Args: cobra.ExactArgs(1),
 	}
-	return onSchedule(g, cmd, func(ctx context.Context, sb scheduleBackend, name string, out io.Writer) error {
+	return onSchedule(g, cmd, func(ctx context.Context, sb backend, name string, out io.Writer) error {
 		j, err := sb.TriggerSchedule(ctx, name)
 		if err != nil {
 			return err
@@ -145,7 +122,7 @@ on. Jobs it enqueued are not touched.
 ` + connHelp,
 		Args: cobra.ExactArgs(1),
 	}
-	return onSchedule(g, cmd, func(ctx context.Context, sb scheduleBackend, name string, out io.Writer) error {
+	return onSchedule(g, cmd, func(ctx context.Context, sb backend, name string, out io.Writer) error {
 		if err := sb.DeleteSchedule(ctx, name); err != nil {
 			return err
 		}
@@ -161,7 +138,7 @@ on. Jobs it enqueued are not touched.
 // by its one argument: it checks the name, opens the backend (with the
 // connection flags it adds) and calls run with the schedules and the
 // command's output.
-func onSchedule(g *globalOptions, cmd *cobra.Command, run func(ctx context.Context, sb scheduleBackend, name string, out io.Writer) error) *cobra.Command {
+func onSchedule(g *globalOptions, cmd *cobra.Command, run func(ctx context.Context, sb backend, name string, out io.Writer) error) *cobra.Command {
 	var c connOptions
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		name := args[0]
@@ -169,11 +146,7 @@ func onSchedule(g *globalOptions, cmd *cobra.Command, run func(ctx context.Conte
 			return flagErrorf(cmd, "the schedule name is empty")
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			sb, err := schedules(b)
-			if err != nil {
-				return err
-			}
-			return run(ctx, sb, name, cmd.OutOrStdout())
+			return run(ctx, b, name, cmd.OutOrStdout())
 		})(cmd, args)
 	}
 	addConnFlags(cmd, &c)
@@ -209,49 +182,4 @@ func writeSchedules(out io.Writer, list []redrive.ScheduleInfo) error {
 			row(s.Name, spec, s.Kind, s.Queue, state, fmtTime(s.NextRun), fmtTime(s.LastRun), last, s.Missed)
 		}
 	})
-}
-
-func (d *directBackend) Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error) {
-	return d.c.Schedules(ctx)
-}
-
-func (d *directBackend) SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error) {
-	if paused {
-		return d.c.PauseSchedule(ctx, name)
-	}
-	return d.c.ResumeSchedule(ctx, name)
-}
-
-func (d *directBackend) TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error) {
-	return d.c.TriggerSchedule(ctx, name)
-}
-
-func (h *httpBackend) Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error) {
-	var res server.ScheduleList
-	return res.Schedules, h.do(ctx, http.MethodGet, "/v1/schedules", nil, nil, &res)
-}
-
-func (h *httpBackend) SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error) {
-	action := "resume"
-	if paused {
-		action = "pause"
-	}
-	var res server.ScheduleBody
-	return res.Schedule, h.do(ctx, http.MethodPost, "/v1/schedules/"+pathSegment(name)+"/"+action, nil, nil, &res)
-}
-
-func (h *httpBackend) TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error) {
-	var j redrive.Job
-	if err := h.do(ctx, http.MethodPost, "/v1/schedules/"+pathSegment(name)+"/trigger", nil, nil, &j); err != nil {
-		return nil, err
-	}
-	return &j, nil
-}
-
-func (d *directBackend) DeleteSchedule(ctx context.Context, name string) error {
-	return d.c.DeleteSchedule(ctx, name)
-}
-
-func (h *httpBackend) DeleteSchedule(ctx context.Context, name string) error {
-	return h.do(ctx, http.MethodDelete, "/v1/schedules/"+pathSegment(name), nil, nil, nil)
 }

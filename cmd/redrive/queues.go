@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -177,39 +175,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func (d *directBackend) Queues(ctx context.Context) ([]redrive.Queue, error) {
-	return d.c.Queues(ctx)
-}
-
-func (d *directBackend) SetPaused(ctx context.Context, name string, paused bool) (redrive.Queue, error) {
-	if paused {
-		return d.c.PauseQueue(ctx, name)
-	}
-	return d.c.ResumeQueue(ctx, name)
-}
-
-func (h *httpBackend) Queues(ctx context.Context) ([]redrive.Queue, error) {
-	var res server.QueueList
-	return res.Queues, h.do(ctx, http.MethodGet, "/v1/queues", nil, nil, &res)
-}
-
-func (h *httpBackend) SetPaused(ctx context.Context, name string, paused bool) (redrive.Queue, error) {
-	action := "resume"
-	if paused {
-		action = "pause"
-	}
-	var res server.QueueBody
-	return res.Queue, h.do(ctx, http.MethodPost, "/v1/queues/"+pathSegment(name)+"/"+action, nil, nil, &res)
-}
-
-// pathSegment escapes s as one segment of a URL path, dots included, so
-// that a queue named "." or ".." stays a name rather than a step.
-func pathSegment(s string) string {
-	e := url.PathEscape(s)
-	if strings.Trim(e, ".") == "" {
-		e = strings.Repeat("%2E", len(e))
-	}
-	return e
 }

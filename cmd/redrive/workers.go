@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"sort"
 	"strings"
 
@@ -63,13 +62,4 @@ func writeWorkers(out io.Writer, ws []redrive.WorkerStatus) error {
 			row(w.ID, w.Host, w.PID, w.State, strings.Join(names, ","), w.Running, fmtTime(w.HeartbeatAt), fmtTime(w.StartedAt), w.Version)
 		}
 	})
-}
-
-func (d *directBackend) Workers(ctx context.Context) ([]redrive.WorkerStatus, error) {
-	return d.c.Workers(ctx)
-}
-
-func (h *httpBackend) Workers(ctx context.Context) ([]redrive.WorkerStatus, error) {
-	var res server.WorkerList
-	return res.Workers, h.do(ctx, http.MethodGet, "/v1/workers", nil, nil, &res)
 }

@@ -1,0 +1,139 @@
+package apiclient
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/redrivehq/redrive"
+)
+
+// Queues lists every queue, sorted by name (GET /v1/queues).
+func (c *Client) Queues(ctx context.Context) ([]redrive.Queue, error) {
+	var res QueueList
+	return res.Queues, c.get(ctx, "/v1/queues", nil, &res)
+}
+
+// PauseQueue pauses a queue for the whole fleet: its jobs wait (POST
+// /v1/queues/{name}/pause).
+func (c *Client) PauseQueue(ctx context.Context, name string) (redrive.Queue, error) {
+	var res QueueBody
+	return res.Queue, c.post(ctx, "/v1/queues/"+segment(name)+"/pause", nil, &res)
+}
+
+// ResumeQueue resumes a paused queue (POST /v1/queues/{name}/resume).
+func (c *Client) ResumeQueue(ctx context.Context, name string) (redrive.Queue, error) {
+	var res QueueBody
+	return res.Queue, c.post(ctx, "/v1/queues/"+segment(name)+"/resume", nil, &res)
+}
+
+// Workers lists the worker processes registered in the store, the most
+// recently started first (GET /v1/workers).
+func (c *Client) Workers(ctx context.Context) ([]redrive.WorkerStatus, error) {
+	var res WorkerList
+	return res.Workers, c.get(ctx, "/v1/workers", nil, &res)
+}
+
+// Schedules lists the periodic schedules, sorted by name (GET
+// /v1/schedules).
+func (c *Client) Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error) {
+	var res ScheduleList
+	return res.Schedules, c.get(ctx, "/v1/schedules", nil, &res)
+}
+
+// Schedule returns one periodic schedule (GET /v1/schedules/{name}).
+func (c *Client) Schedule(ctx context.Context, name string) (redrive.ScheduleInfo, error) {
+	var res ScheduleBody
+	return res.Schedule, c.get(ctx, "/v1/schedules/"+segment(name), nil, &res)
+}
+
+// PauseSchedule pauses a schedule: it enqueues nothing until resumed
+// (POST /v1/schedules/{name}/pause).
+func (c *Client) PauseSchedule(ctx context.Context, name string) (redrive.ScheduleInfo, error) {
+	var res ScheduleBody
+	return res.Schedule, c.post(ctx, "/v1/schedules/"+segment(name)+"/pause", nil, &res)
+}
+
+// ResumeSchedule resumes a paused schedule (POST
+// /v1/schedules/{name}/resume).
+func (c *Client) ResumeSchedule(ctx context.Context, name string) (redrive.ScheduleInfo, error) {
+	var res ScheduleBody
+	return res.Schedule, c.post(ctx, "/v1/schedules/"+segment(name)+"/resume", nil, &res)
+}
+
+// TriggerSchedule enqueues one job of the schedule now, and returns it
+// (POST /v1/schedules/{name}/trigger).
+func (c *Client) TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error) {
+	var j redrive.Job
+	if err := c.post(ctx, "/v1/schedules/"+segment(name)+"/trigger", nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// DeleteSchedule deletes a schedule from the store (DELETE
+// /v1/schedules/{name}); a process that still declares it declares it
+// again when it starts.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/schedules/" + segment(name)}, nil)
+}
+
+// Breakers lists the fleet's circuit breakers (GET /v1/breakers).
+func (c *Client) Breakers(ctx context.Context) ([]BreakerView, error) {
+	var bs []BreakerView
+	return bs, c.get(ctx, "/v1/breakers", nil, &bs)
+}
+
+// OpenBreaker forces a breaker open for the whole fleet, for d (0: until
+// ResetBreaker) (POST /v1/breakers/{name}/open).
+func (c *Client) OpenBreaker(ctx context.Context, name string, d time.Duration) (BreakerView, error) {
+	var body any
+	if d > 0 {
+		body = BreakerOpenRequest{Duration: d.String()}
+	}
+	var res BreakerBody
+	return res.Breaker, c.post(ctx, "/v1/breakers/"+segment(name)+"/open", body, &res)
+}
+
+// ResetBreaker closes a breaker for the whole fleet (POST
+// /v1/breakers/{name}/reset).
+func (c *Client) ResetBreaker(ctx context.Context, name string) (BreakerView, error) {
+	var res BreakerBody
+	return res.Breaker, c.post(ctx, "/v1/breakers/"+segment(name)+"/reset", nil, &res)
+}
+
+// AMQPQueues lists the RabbitMQ queues `redrive serve --amqp-url`
+// manages, with their depths (GET /v1/amqp/queues).
+func (c *Client) AMQPQueues(ctx context.Context) ([]AMQPQueue, error) {
+	var res AMQPQueueList
+	return res.Queues, c.get(ctx, "/v1/amqp/queues", nil, &res)
+}
+
+// KafkaTopics lists the Kafka topics whose dead letters `redrive serve
+// --kafka-topics` keeps, with their counts (GET /v1/kafka/topics).
+func (c *Client) KafkaTopics(ctx context.Context) ([]KafkaTopic, error) {
+	var res KafkaTopicList
+	return res.Topics, c.get(ctx, "/v1/kafka/topics", nil, &res)
+}
+
+// OpenAPI returns the OpenAPI document describing the API (GET
+// /v1/openapi.json).
+func (c *Client) OpenAPI(ctx context.Context) (json.RawMessage, error) {
+	var doc json.RawMessage
+	return doc, c.get(ctx, "/v1/openapi.json", nil, &doc)
+}
+
+// Health reports whether the server answers at all (GET /healthz): nil
+// when it does.
+func (c *Client) Health(ctx context.Context) error {
+	return c.get(ctx, "/healthz", nil, nil)
+}
+
+// Ready reports whether the server is ready (GET /readyz): its store is
+// reachable and writable. Not ready is an *Error 503 (code unavailable
+// or not_writable).
+func (c *Client) Ready(ctx context.Context) (Readiness, error) {
+	var r Readiness
+	return r, c.get(ctx, "/readyz", nil, &r)
+}

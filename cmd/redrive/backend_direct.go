@@ -1,0 +1,384 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/httpjob"
+	"github.com/redrivehq/redrive/server"
+	"github.com/redrivehq/redrive/store"
+)
+
+// The direct backend: the operator commands on the store itself, with a
+// redrive.Client (--db, --database-url).
+
+var _ backend = (*directBackend)(nil)
+
+// directClient is the client of the direct mode: it checks the payloads
+// of http jobs as serve does (with the http kind's default guard).
+func directClient(st store.Store, log *slog.Logger) *redrive.Client {
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	c.SetValidator(httpjob.Kind, httpValidator)
+	return c
+}
+
+// directBackend works on the store with a redrive.Client.
+type directBackend struct {
+	c     *redrive.Client
+	close func() error
+}
+
+func (d *directBackend) Close() error { return d.close() }
+
+func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (*redrive.Job, error) {
+	var opts []redrive.Option
+	if in.Queue != "" {
+		opts = append(opts, redrive.InQueue(in.Queue))
+	}
+	if in.Delay != "" {
+		dl, err := time.ParseDuration(in.Delay)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, redrive.After(dl))
+	}
+	if in.MaxRetries != nil {
+		opts = append(opts, redrive.MaxRetries(*in.MaxRetries))
+	}
+	if in.IdempotencyKey != "" {
+		opts = append(opts, redrive.IdempotencyKey(in.IdempotencyKey))
+	}
+	if in.ReturnExisting {
+		opts = append(opts, redrive.ReturnExisting())
+	}
+	var payload any
+	if len(in.Payload) > 0 {
+		payload = in.Payload
+	}
+	return d.c.Enqueue(ctx, in.Kind, payload, opts...)
+}
+
+func (d *directBackend) Get(ctx context.Context, id int64) (*redrive.Job, error) {
+	j, err := d.c.Get(ctx, id)
+	return j, jobError(id, err)
+}
+
+// jobError words a store's error about job id as the API does, without
+// the store's name ("sqlite: job 7: job not found" is "job 7 not found");
+// errors.Is still finds the store's error.
+func jobError(id int64, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return &jobErr{msg: fmt.Sprintf("job %d not found", id), err: err}
+	case errors.Is(err, store.ErrConflict):
+		return &jobErr{msg: fmt.Sprintf("job %d: its state does not allow this", id), err: err}
+	}
+	return err
+}
+
+// jobErr is an error about one job, worded for the operator.
+type jobErr struct {
+	msg string
+	err error
+}
+
+func (e *jobErr) Error() string { return e.msg }
+func (e *jobErr) Unwrap() error { return e.err }
+
+// filter validates a listing's flags for direct mode.
+func (q *listQuery) filter() (redrive.Filter, error) {
+	f, err := q.toFilter()
+	if err != nil {
+		return f, err
+	}
+	if q.Dead {
+		f.States = []redrive.State{redrive.Dead}
+		return f, nil
+	}
+	for _, s := range q.States {
+		st, err := store.ParseState(strings.TrimSpace(s))
+		if err != nil {
+			return f, fmt.Errorf("--state: unknown state %q (want pending, scheduled, running, completed, dead or canceled)", s)
+		}
+		f.States = append(f.States, st)
+	}
+	return f, nil
+}
+
+func (d *directBackend) List(ctx context.Context, q listQuery) (redrive.ListResult, error) {
+	f, err := q.filter()
+	if err != nil {
+		return redrive.ListResult{}, err
+	}
+	return d.c.List(ctx, f, redrive.Page{Cursor: q.Cursor, Limit: q.Limit})
+}
+
+// Count counts what List selects, over all its pages.
+func (d *directBackend) Count(ctx context.Context, q listQuery) (int64, error) {
+	f, err := q.filter()
+	if err != nil {
+		return 0, err
+	}
+	return d.c.Count(ctx, f)
+}
+
+func (d *directBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
+	j, err := d.c.Cancel(ctx, id)
+	if errors.Is(err, store.ErrConflict) {
+		if cur, gerr := d.c.Get(ctx, id); gerr == nil {
+			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: it cannot be canceled", id, cur.State), err: err}
+		}
+	}
+	return j, jobError(id, err)
+}
+
+func (d *directBackend) Stats(ctx context.Context) (redrive.Stats, error) { return d.c.Stats(ctx) }
+
+func (d *directBackend) Groups(ctx context.Context, fo filterOptions, limit int) ([]redrive.Group, error) {
+	f, err := fo.toFilter()
+	if err != nil {
+		return nil, err
+	}
+	return d.c.DeadGroups(ctx, f, limit)
+}
+
+// Redrive runs a redrive operation on the store (see runDirect).
+func (d *directBackend) Redrive(ctx context.Context, q redriveQuery, progress func(redrive.RedriveProgress)) (redrive.RedriveProgress, error) {
+	req := redrive.OperationRequest{Kind: redrive.OperationRedrive, IDs: q.IDs, Rate: q.Rate, Note: q.Note}
+	if len(q.Payload) > 0 {
+		req.Payload = q.Payload
+	}
+	if len(q.IDs) == 0 {
+		f, err := q.Filter.toFilter()
+		if err != nil {
+			return redrive.RedriveProgress{}, err
+		}
+		req.Filter = f
+	}
+	op, err := runDirect(ctx, d, req, func(op server.Operation) {
+		if progress != nil {
+			progress(redriveProgress(op))
+		}
+	})
+	return redriveProgress(op), err
+}
+
+// Purge runs a purge operation on the store (see runDirect).
+func (d *directBackend) Purge(ctx context.Context, fo filterOptions, _ bool, progress func(purgeProgress)) (int64, error) {
+	f, err := fo.toFilter()
+	if err != nil {
+		return 0, err
+	}
+	op, err := runDirect(ctx, d, redrive.OperationRequest{Kind: redrive.OperationPurge, Filter: f}, func(op server.Operation) {
+		if progress != nil {
+			progress(purgeProgress{Matched: op.Matched, Purged: op.Purged})
+		}
+	})
+	return op.Purged, err
+}
+
+func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
+	f, err := fo.toFilter()
+	if err != nil {
+		return 0, err
+	}
+	var report func(int)
+	if progress != nil {
+		total, err := d.Count(ctx, deadQuery(fo))
+		if err != nil {
+			return 0, err
+		}
+		progress(0, total)
+		report = func(n int) { progress(n, total) }
+	}
+	return d.c.Export(ctx, dir, f, report)
+}
+
+// httpValidator is the http kind's payload check with its default guard.
+var httpValidator = httpjob.New(httpjob.Options{AllowLinkLocalSetting: "serve --http-allow-link-local",
+	AllowPrivateSetting: "serve --http-allow-private"}).Validate
+
+// EnqueueBatch enqueues the batch with EnqueueMany.
+func (d *directBackend) EnqueueBatch(ctx context.Context, reqs []apiclient.EnqueueRequest) ([]*redrive.Job, error) {
+	rs := make([]redrive.Request, len(reqs))
+	for i, in := range reqs {
+		rs[i] = redrive.Request{Kind: in.Kind, Queue: in.Queue, Payload: in.Payload, MaxRetries: in.MaxRetries}
+	}
+	return d.c.EnqueueMany(ctx, rs)
+}
+
+func (d *directBackend) Queues(ctx context.Context) ([]redrive.Queue, error) {
+	return d.c.Queues(ctx)
+}
+
+func (d *directBackend) SetPaused(ctx context.Context, name string, paused bool) (redrive.Queue, error) {
+	if paused {
+		return d.c.PauseQueue(ctx, name)
+	}
+	return d.c.ResumeQueue(ctx, name)
+}
+
+func (d *directBackend) Workers(ctx context.Context) ([]redrive.WorkerStatus, error) {
+	return d.c.Workers(ctx)
+}
+
+func (d *directBackend) Breakers(ctx context.Context) ([]apiclient.BreakerView, error) {
+	states, err := d.c.Store().ListBreakers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return server.FleetBreakers(states, time.Now()), nil
+}
+
+func (d *directBackend) ForceBreaker(ctx context.Context, name string, open bool, dur time.Duration) (apiclient.BreakerView, error) {
+	now := time.Now()
+	set := store.BreakerSet{Name: name, State: store.BreakerClosed, By: "operator (cli)", Now: now}
+	if open {
+		set.State = store.BreakerOpen
+		if dur > 0 {
+			set.Until = now.Add(dur)
+		}
+	}
+	st, err := d.c.Store().SetBreaker(ctx, set)
+	if err != nil {
+		return apiclient.BreakerView{}, err
+	}
+	return server.FleetBreaker(st, time.Now()), nil
+}
+
+func (d *directBackend) Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error) {
+	return d.c.Schedules(ctx)
+}
+
+func (d *directBackend) SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error) {
+	if paused {
+		return d.c.PauseSchedule(ctx, name)
+	}
+	return d.c.ResumeSchedule(ctx, name)
+}
+
+func (d *directBackend) TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error) {
+	return d.c.TriggerSchedule(ctx, name)
+}
+
+func (d *directBackend) DeleteSchedule(ctx context.Context, name string) error {
+	return d.c.DeleteSchedule(ctx, name)
+}
+
+// operationError words a store error about operation id.
+func operationError(id string, err error) error {
+	if errors.Is(err, redrive.ErrNotFound) {
+		return fmt.Errorf("operation %s not found", id)
+	}
+	return err
+}
+
+func (d *directBackend) Operations(ctx context.Context, before string, limit int) ([]apiclient.Operation, string, error) {
+	ops, next, err := d.c.Operations(ctx, before, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]apiclient.Operation, len(ops))
+	for i, op := range ops {
+		out[i] = server.OperationOf(op)
+	}
+	return out, next, nil
+}
+
+func (d *directBackend) Operation(ctx context.Context, id string) (apiclient.Operation, error) {
+	op, err := d.c.Operation(ctx, id)
+	if err != nil {
+		return apiclient.Operation{}, operationError(id, err)
+	}
+	return server.OperationOf(op), nil
+}
+
+func (d *directBackend) SetOperation(ctx context.Context, id, action string) (apiclient.Operation, error) {
+	set := map[string]func(context.Context, string) (*redrive.Operation, error){
+		"pause": d.c.PauseOperation, "resume": d.c.ResumeOperation, "cancel": d.c.CancelOperation}[action]
+	if set == nil {
+		return apiclient.Operation{}, fmt.Errorf("operations: unknown action %q", action)
+	}
+	op, err := set(ctx, id)
+	if errors.Is(err, redrive.ErrConflict) {
+		if cur, gerr := d.c.Operation(ctx, id); gerr == nil {
+			return apiclient.Operation{}, fmt.Errorf("cannot %s operation %s: it is %s", action, id, cur.State)
+		}
+	}
+	if err != nil {
+		return apiclient.Operation{}, operationError(id, err)
+	}
+	return server.OperationOf(op), nil
+}
+
+// Follow runs the operation here (RunOperation), or follows the runner
+// that holds it.
+func (d *directBackend) Follow(ctx context.Context, op apiclient.Operation, cancelOnStop bool, report func(apiclient.Operation)) (apiclient.Operation, error) {
+	last := op
+	final, err := d.c.RunOperation(ctx, op.ID, func(o *redrive.Operation) {
+		last = server.OperationOf(o)
+		report(last)
+	})
+	if final != nil {
+		last = server.OperationOf(final)
+	}
+	if err != nil && ctx.Err() != nil && cancelOnStop {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if c, cerr := d.c.CancelOperation(cctx, op.ID); cerr == nil {
+			last = server.OperationOf(c)
+			report(last)
+		}
+		return last, fmt.Errorf("%w: operation %s %s", ctx.Err(), op.ID, last.State)
+	}
+	return last, err
+}
+
+// CountReplay counts the jobs q selects.
+func (d *directBackend) CountReplay(ctx context.Context, q replayQuery) (int64, error) {
+	return d.c.Count(ctx, q.Filter)
+}
+
+// StartReplay starts a replay operation on the store.
+func (d *directBackend) StartReplay(ctx context.Context, q replayQuery) (apiclient.Operation, error) {
+	return startDirect(ctx, d, redrive.OperationRequest{Kind: redrive.OperationReplay, Filter: q.Filter, Batch: q.Batch, Rate: q.Rate, Note: q.Note})
+}
+
+// startDirect starts an operation on the store.
+func startDirect(ctx context.Context, d *directBackend, req redrive.OperationRequest) (apiclient.Operation, error) {
+	op, err := d.c.StartOperation(ctx, req)
+	if err != nil {
+		return apiclient.Operation{}, err
+	}
+	return server.OperationOf(op), nil
+}
+
+// runDirect starts an operation on the store and runs it here (or
+// follows the worker that claims it first), calling report with each
+// reading. Ctrl-C cancels it: what was done stays done.
+func runDirect(ctx context.Context, d *directBackend, req redrive.OperationRequest, report func(apiclient.Operation)) (apiclient.Operation, error) {
+	op, err := startDirect(ctx, d, req)
+	if err != nil {
+		return op, err
+	}
+	if report == nil {
+		report = func(apiclient.Operation) {}
+	}
+	final, err := d.Follow(ctx, op, true, report)
+	if err != nil {
+		return final, err
+	}
+	switch final.State {
+	case redrive.OperationDone:
+		return final, nil
+	case redrive.OperationFailed:
+		return final, fmt.Errorf("operation %s failed: %s", final.ID, final.Error)
+	}
+	return final, fmt.Errorf("operation %s is %s", final.ID, final.State)
+}
