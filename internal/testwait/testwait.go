@@ -19,27 +19,7 @@ const Interval = 5 * time.Millisecond
 // failure message. cond runs on the caller's goroutine.
 func Until(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	if cond() {
-		return
-	}
-	tick := time.NewTicker(Interval)
-	defer tick.Stop()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	for {
-		select {
-		case <-tick.C:
-			if cond() {
-				return
-			}
-		case <-deadline.C:
-			if cond() {
-				return
-			}
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-			return
-		}
-	}
+	Watch(t, what, within, func() (bool, string) { return cond(), "" })
 }
 
 // Recv waits for a value on ch and returns it, failing t if none comes
@@ -60,4 +40,42 @@ func Recv[T any](t testing.TB, what string, within time.Duration, ch <-chan T) T
 	}
 	var zero T
 	return zero
+}
+
+// Watch is Until for a condition that can say where it stands: cond
+// returns whether it holds and a description of the state it saw, which
+// a failure reports ("timed out after 20s waiting for X; last seen: Y").
+func Watch(t testing.TB, what string, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	check := func() bool {
+		var ok bool
+		ok, last = cond()
+		return ok
+	}
+	if check() {
+		return
+	}
+	tick := time.NewTicker(Interval)
+	defer tick.Stop()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if check() {
+				return
+			}
+		case <-deadline.C:
+			if check() {
+				return
+			}
+			if last == "" {
+				t.Fatalf("timed out after %v waiting for %s", within, what)
+			} else {
+				t.Fatalf("timed out after %v waiting for %s; last seen: %s", within, what, last)
+			}
+			return
+		}
+	}
 }

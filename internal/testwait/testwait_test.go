@@ -71,3 +71,13 @@ func TestRecv(t *testing.T) {
 		t.Fatalf("message %q", msg)
 	}
 }
+
+func TestWatchReportsLastState(t *testing.T) {
+	n := 0
+	msg := run(t, func(tb testing.TB) {
+		Watch(tb, "the count", time.Millisecond, func() (bool, string) { n++; return false, fmt.Sprintf("count %d", n) })
+	})
+	if !strings.Contains(msg, "waiting for the count; last seen: count ") {
+		t.Fatalf("message %q does not give the last state", msg)
+	}
+}

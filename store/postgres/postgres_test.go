@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"io"
 	"log/slog"
 	"os"
@@ -358,9 +359,20 @@ func TestListen(t *testing.T) {
 		t.Fatal("Listen did not return after its context was canceled")
 	}
 
-	// Closing the store stops a listener too.
-	go func() { done <- a.Listen(context.Background(), func(string) {}) }()
-	time.Sleep(100 * time.Millisecond)
+	// Closing the store stops a listener too, once it listens (it calls
+	// its function with "").
+	listening := make(chan struct{}, 1)
+	go func() {
+		done <- a.Listen(context.Background(), func(q string) {
+			if q == "" {
+				select {
+				case listening <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}()
+	testwait.Recv(t, "the listener to connect", 10*time.Second, listening)
 	a.Close()
 	select {
 	case err := <-done:
@@ -464,7 +476,9 @@ func TestListenIdle(t *testing.T) {
 	if q := <-got; q != "" {
 		t.Fatalf("first call %q, want the empty string", q)
 	}
-	time.Sleep(500 * time.Millisecond) // several idle pings
+	// Real time: a listener idle for ten idle periods (several pings) is
+	// what is tested.
+	time.Sleep(500 * time.Millisecond)
 	if _, err := b.Enqueue(ctx, []store.NewJob{{Queue: "late", Kind: "k"}}, t0); err != nil {
 		t.Fatal(err)
 	}
