@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"io"
 	"log/slog"
 	"os"
@@ -133,13 +134,7 @@ func depth(t testing.TB, c *amqp.Conn, name string) int {
 // bound (a liveness guard, not a timing assertion).
 func eventually(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, what, within, cond)
 }
 
 // running runs a consumer until the end of the test, failing the test if
