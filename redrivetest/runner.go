@@ -46,6 +46,33 @@ type Runner struct {
 	clock  *Clock
 	client *redrive.Client
 	nextID int64
+	seen   *observer
+}
+
+// observer keeps the report of the attempt the runner ran last, and
+// passes it on to the user's Observer, if any.
+type observer struct {
+	mu   sync.Mutex
+	last *redrive.AttemptInfo
+	next redrive.Observer
+}
+
+func (o *observer) ObserveAttempt(info redrive.AttemptInfo) {
+	o.mu.Lock()
+	o.last = &info
+	o.mu.Unlock()
+	if o.next != nil {
+		o.next.ObserveAttempt(info)
+	}
+}
+
+// take returns the last report and forgets it.
+func (o *observer) take() *redrive.AttemptInfo {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	info := o.last
+	o.last = nil
+	return info
 }
 
 // NewRunner returns a Runner configured by opts.
@@ -72,7 +99,9 @@ func NewRunner(opts Options) *Runner {
 	if eo.ID == "" {
 		eo.ID = "redrivetest"
 	}
-	return &Runner{exec: redrive.NewExecutor(eo), clock: opts.Clock, client: opts.Client}
+	seen := &observer{next: eo.Observer}
+	eo.Observer = seen
+	return &Runner{exec: redrive.NewExecutor(eo), clock: opts.Clock, client: opts.Client, seen: seen}
 }
 
 // HandleFunc registers the handler of a job kind (see
@@ -120,6 +149,11 @@ type Result struct {
 	Attempt int
 	// At is when the attempt started, on the runner's clock.
 	At time.Time
+	// Err is the handler's error, as it returned it (for errors.Is and
+	// errors.As): nil when it succeeded; a panic's or a timeout's error
+	// as the engine saw it; for a job an open breaker deferred before
+	// its handler ran, the breaker's refusal.
+	Err error
 	// Outcome is the engine's decision about the attempt.
 	Outcome redrive.Outcome
 	// Job is a copy of the job after the outcome was applied: its state,
@@ -141,9 +175,9 @@ func (res *Result) Delay() time.Duration {
 	return 0
 }
 
-// Err returns the error message the engine recorded for a failed
-// attempt, "" for any other.
-func (res *Result) Err() string { return res.Outcome.Error }
+// Error returns the error message the engine recorded for a failed
+// attempt (cut to the executor's MaxErrorLength), "" for any other.
+func (res *Result) Error() string { return res.Outcome.Error }
 
 // Work builds a job (see Job) and runs its first attempt.
 func (r *Runner) Work(t testing.TB, kind string, payload any, opts ...redrive.Option) *Result {
@@ -183,10 +217,14 @@ func (r *Runner) Attempt(t testing.TB, j *redrive.Job) *Result {
 	j.State = redrive.Running
 	j.Progress = nil
 	o := r.exec.Execute(contextOf(t), j)
+	var err error
+	if info := r.seen.take(); info != nil {
+		err = info.Err
+	}
 	apply(j, &o)
 	c := *j
 	c.History = append([]redrive.Event(nil), j.History...)
-	return &Result{Attempt: o.Attempt, At: start, Outcome: o, Job: &c}
+	return &Result{Attempt: o.Attempt, At: start, Err: err, Outcome: o, Job: &c}
 }
 
 // contextOf returns t's context, or the background context for a t

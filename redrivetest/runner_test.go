@@ -104,7 +104,7 @@ func TestWorkCompletes(t *testing.T) {
 		return nil
 	})
 	res := r.Work(t, "email", email{To: "a@example.com"})
-	if res.State() != redrive.Completed || res.Outcome.Kind != store.Complete || res.Attempt != 1 {
+	if res.State() != redrive.Completed || res.Outcome.Kind != store.Complete || res.Attempt != 1 || res.Err != nil {
 		t.Fatalf("state %s outcome %d attempt %d, want completed on attempt 1", res.State(), res.Outcome.Kind, res.Attempt)
 	}
 	if got.To != "a@example.com" {
@@ -132,8 +132,8 @@ func TestRetryDelayIsThePolicys(t *testing.T) {
 		if !res.Job.RunAt.Equal(DefaultStart.Add(want.Delay)) {
 			t.Errorf("run_at %v, want %v", res.Job.RunAt, DefaultStart.Add(want.Delay))
 		}
-		if res.Job.LastErrorClass != failure.Unknown || res.Err() != "connection reset" {
-			t.Errorf("class %v error %q", res.Job.LastErrorClass, res.Err())
+		if res.Job.LastErrorClass != failure.Unknown || res.Error() != "connection reset" {
+			t.Errorf("class %v error %q", res.Job.LastErrorClass, res.Error())
 		}
 	}
 }
@@ -153,12 +153,17 @@ func TestRetryAfterIsObeyed(t *testing.T) {
 	}
 }
 
+var errDeclined = errors.New("card declined")
+
 func TestPermanentDies(t *testing.T) {
 	r := NewRunner(Options{})
 	r.HandleFunc("charge", func(ctx context.Context, job *redrive.Job) error {
-		return redrive.Permanent(errors.New("card declined"))
+		return redrive.Permanent(errDeclined)
 	})
 	res := r.Work(t, "charge", nil)
+	if !errors.Is(res.Err, errDeclined) {
+		t.Errorf("Err %v, want the handler's error", res.Err)
+	}
 	if res.State() != redrive.Dead || res.Job.DeadReason != retry.ReasonPermanent || res.Attempt != 1 {
 		t.Fatalf("state %s reason %q attempt %d, want dead (permanent) on attempt 1", res.State(), res.Job.DeadReason, res.Attempt)
 	}
@@ -335,3 +340,20 @@ func TestClock(t *testing.T) {
 }
 
 func fmtf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// A user's Observer still hears of the attempts.
+func TestObserverPassedOn(t *testing.T) {
+	var got []redrive.AttemptOutcome
+	r := NewRunner(Options{Executor: redrive.ExecutorOptions{Observer: observerFunc(func(i redrive.AttemptInfo) {
+		got = append(got, i.Outcome)
+	})}})
+	r.HandleFunc("k", func(ctx context.Context, job *redrive.Job) error { return nil })
+	r.Work(t, "k", nil)
+	if !slices.Equal(got, []redrive.AttemptOutcome{redrive.OutcomeCompleted}) {
+		t.Fatalf("observer heard %v", got)
+	}
+}
+
+type observerFunc func(redrive.AttemptInfo)
+
+func (f observerFunc) ObserveAttempt(i redrive.AttemptInfo) { f(i) }
