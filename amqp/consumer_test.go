@@ -49,7 +49,7 @@ func TestClassicRetryProfile(t *testing.T) {
 		}
 		return errors.New("scanner unavailable")
 	})
-	running(t, cons)
+	stop := running(t, cons)
 	pub, err := amqp.NewPublisher(c, amqp.PublisherOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -59,9 +59,7 @@ func TestClassicRetryProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the message is in the DLQ", 20*time.Second, func() bool { return depth(t, c, topo.DLQ()) == 1 })
-	// Real time: that no fifth attempt comes over a while is what is
-	// checked.
-	time.Sleep(300 * time.Millisecond)
+	requireSettled(t, c, topo, stop) // no fifth attempt can come
 	at := seen.of(id)
 	if len(at) != 4 {
 		t.Fatalf("%d attempts, want 4", len(at))
@@ -163,7 +161,7 @@ func TestEndToEnd(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	running(t, cons)
+	stop := running(t, cons)
 	pub, err := amqp.NewPublisher(c, amqp.PublisherOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -202,9 +200,8 @@ func TestEndToEnd(t *testing.T) {
 		mu.Unlock()
 		return n == total-len(wantDead) && depth(t, c, dlqName) == len(wantDead)
 	})
-	// Real time: that no job completes a second time over a while is
-	// what is checked.
-	time.Sleep(200 * time.Millisecond)
+	topo, _ := cons.Topology(q)
+	requireSettled(t, c, topo, stop) // no job can complete a second time
 	mu.Lock()
 	for i := range total {
 		_, dead := wantDead[i]
