@@ -251,6 +251,18 @@ func (c *Client) Enqueue(ctx context.Context, kind string, payload any, opts ...
 	return nil, err
 }
 
+// Prepare checks the request r as Enqueue does (its names, payload,
+// validator, size and options) and returns what Enqueue would hand the
+// store at now, without storing anything. Package redrivetest builds the
+// jobs it runs inline with it. Errors wrap ErrInvalid.
+func (c *Client) Prepare(r Request, now time.Time) (store.NewJob, error) {
+	nj, err := c.newJob(&r, now, &validNames{})
+	if err != nil {
+		return store.NewJob{}, fmt.Errorf("redrive: prepare: %w", err)
+	}
+	return nj, nil
+}
+
 // MaxBatch bounds how many jobs one EnqueueMany call may create.
 const MaxBatch = 10000
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"io"
 	"log/slog"
 	"os"
@@ -133,28 +134,45 @@ func depth(t testing.TB, c *amqp.Conn, name string) int {
 // bound (a liveness guard, not a timing assertion).
 func eventually(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, what, within, cond)
 }
 
-// running runs a consumer until the end of the test, failing the test if
-// Run returns an error.
-func running(t testing.TB, c *amqp.Consumer) {
+// running runs a consumer until the end of the test, or until the stop
+// function it returns is called, failing the test if Run returns an
+// error.
+func running(t testing.TB, c *amqp.Consumer) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("consumer.Run: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("consumer.Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// requireSettled stops a consumer (what it held goes back to the broker)
+// and fails t unless every queue of topo but the DLQ is then empty: no
+// message is left that could run another attempt.
+func requireSettled(t testing.TB, c *amqp.Conn, topo amqp.Topology, stop func()) {
+	t.Helper()
+	stop()
+	depths, err := topo.Depths(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range depths {
+		if d.Role != "dlq" && d.Messages != 0 {
+			t.Fatalf("once the consumer stopped, queue %s (%s) holds %d message(s): another attempt could run", d.Name, d.Role, d.Messages)
 		}
-	})
+	}
 }
 
 // attempts records when each message's attempts started, by message id.

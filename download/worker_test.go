@@ -3,6 +3,8 @@ package download_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -57,19 +59,15 @@ func startWorker(t *testing.T, opts download.Options) (*redrive.Client, *redrive
 
 func waitDone(t *testing.T, client *redrive.Client, id int64) *redrive.Job {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		j, err := client.Get(context.Background(), id)
-		if err != nil {
+	var j *redrive.Job
+	testwait.Until(t, fmt.Sprintf("job %d completed or dead", id), 15*time.Second, func() bool {
+		var err error
+		if j, err = client.Get(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
-		if j.State == redrive.Completed || j.State == redrive.Dead {
-			return j
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("job %d not done after 15s", id)
-	return nil
+		return j.State == redrive.Completed || j.State == redrive.Dead
+	})
+	return j
 }
 
 // TestWorkerRetriesThenCompletes: through a real worker, a server that

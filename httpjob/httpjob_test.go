@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"io"
 	"log/slog"
 	"net/http"
@@ -69,19 +71,14 @@ func run(t *testing.T, client *redrive.Client, payload any) *redrive.Job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		j, err = client.Get(ctx, j.ID)
-		if err != nil {
+	id := j.ID
+	testwait.Until(t, fmt.Sprintf("job %d completed or dead", id), 15*time.Second, func() bool {
+		if j, err = client.Get(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if j.State == redrive.Completed || j.State == redrive.Dead {
-			return j
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("job %d still %s after 15s: %+v", j.ID, j.State, j.History)
-	return nil
+		return j.State == redrive.Completed || j.State == redrive.Dead
+	})
+	return j
 }
 
 // statusServer answers with the statuses in turn, then repeats the last.

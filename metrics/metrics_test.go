@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/metrics/internal/metricstest"
 	"log/slog"
 	"path/filepath"
@@ -271,21 +272,16 @@ func TestCollectorNoEmptyLabel(t *testing.T) {
 	}
 	<-done
 	c := metrics.NewCollector(client, metrics.CollectorOptions{Breakers: w.Breakers(), Logger: slog.New(slog.DiscardHandler)})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		text := metricstest.Exposition(t, c)
-		if strings.Contains(text, `=""`) {
-			t.Fatalf("an empty label:\n%s", metricstest.GrepLines(text, `=""`))
-		}
-		if n, ok := metricstest.Sample(text, `redrive_succeeded_total{class="none",queue="default"}`); ok && n == 1 {
-			if n, ok := metricstest.Sample(text, `redrive_enqueued_total{class="none",queue="default"}`); !ok || n != 1 {
-				t.Errorf("redrive_enqueued_total = %v (found %v), want 1", n, ok)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no completion counted:\n%s", metricstest.GrepLines(text, "redrive_"))
-		}
-		time.Sleep(10 * time.Millisecond)
+	var text string
+	testwait.Until(t, "redrive_succeeded_total of queue default to count the completion", 10*time.Second, func() bool {
+		text = metricstest.Exposition(t, c)
+		n, ok := metricstest.Sample(text, `redrive_succeeded_total{class="none",queue="default"}`)
+		return ok && n == 1
+	})
+	if strings.Contains(text, `=""`) {
+		t.Fatalf("an empty label:\n%s", metricstest.GrepLines(text, `=""`))
+	}
+	if n, ok := metricstest.Sample(text, `redrive_enqueued_total{class="none",queue="default"}`); !ok || n != 1 {
+		t.Errorf("redrive_enqueued_total = %v (found %v), want 1", n, ok)
 	}
 }

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -31,14 +32,10 @@ func TestScheduleMetrics(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if list, _ := c.Schedules(t.Context()); len(list) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("schedules not declared")
-		}
-	}
+	testwait.Until(t, "the worker to declare its 2 schedules", 10*time.Second, func() bool {
+		list, _ := c.Schedules(t.Context())
+		return len(list) == 2
+	})
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)

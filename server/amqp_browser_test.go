@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,11 +137,9 @@ func TestManagedQueueInChromium(t *testing.T) {
 	}
 	// The overview polls every 5s: the second poll gives rates (nothing
 	// moved in between).
-	for deadline := time.Now().Add(10 * time.Second); br.textNow(t, mq+` [data-rate="dead"]`) == "—"; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no rate after 10s: the overview did not poll again")
-		}
-	}
+	testwait.Until(t, "the overview's second poll to show a dead rate", 10*time.Second, func() bool {
+		return br.textNow(t, mq+` [data-rate="dead"]`) != "—"
+	})
 	for _, r := range []string{"retried", "dead"} {
 		if v := br.textNow(t, fmt.Sprintf(`%s [data-rate=%q]`, mq, r)); v != "0/min" {
 			t.Errorf("%s rate after two polls: %q, want 0/min", r, v)
@@ -200,17 +199,12 @@ func TestManagedQueueInChromium(t *testing.T) {
 		t.Fatal("the redriven message never reached the consumer")
 	}
 	var j *redrive.Job
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Watch(t, "the redriven job to complete", 10*time.Second, func() (bool, string) {
 		if j, err = e.client.Get(context.Background(), dead.ID); err != nil {
 			t.Fatal(err)
 		}
-		if j.State == redrive.Completed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the redriven job is %s, want completed", j.State)
-		}
-	}
+		return j.State == redrive.Completed, string(j.State)
+	})
 
 	// The timeline tells both lives: two retries and the death on the
 	// broker, the redrive, and the publish that completed it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -179,20 +180,18 @@ func publish(t *testing.T, conn *amqp.Conn, queue string, msg amqp091.Publishing
 // it.
 func waitDead(t *testing.T, client *redrive.Client, queue string) *redrive.Job {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var dead *redrive.Job
+	testwait.Until(t, "the keeper to store a dead letter of queue "+queue, 30*time.Second, func() bool {
 		res, err := client.List(context.Background(), redrive.Filter{States: []redrive.State{redrive.Dead}, Queue: queue}, redrive.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(res.Jobs) > 0 {
-			return res.Jobs[0]
+			dead = res.Jobs[0]
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead job in queue %s: the keeper stored no dead letter", queue)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return dead != nil
+	})
+	return dead
 }
 
 // managedQueues asks GET /v1/amqp/queues.
@@ -231,15 +230,11 @@ func TestManagedQueuesAPI(t *testing.T) {
 		return out
 	}
 	var l ManagedQueueList
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Watch(t, "a consumer on the work, failed and dlq queues", 10*time.Second, func() (bool, string) {
 		l = e.managedQueues()
-		if c := consumers(l); c["work"] == 1 && c["failed"] == 1 && c["dlq"] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumers never showed: %+v", l)
-		}
-	}
+		c := consumers(l)
+		return c["work"] == 1 && c["failed"] == 1 && c["dlq"] == 1, fmt.Sprintf("%+v", l)
+	})
 	mq := l.Queues[0]
 	if mq.Queue != topo.Queue || mq.FailureExchange != topo.FailureExchange || mq.DeadLetters != "store" || mq.Error != "" ||
 		mq.Broker != amqp.Redact(brokerURL(t)) || mq.Keeper == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -307,18 +308,13 @@ func startDemo(t *testing.T, token string) *demo {
 
 	// The statistics history starts with the worker's first snapshot;
 	// the workload comes after it, so the charts count all of it.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testwait.Until(t, "the worker's first statistics snapshot", 10*time.Second, func() bool {
 		snaps, err := d.client.Store().Snapshots(context.Background(), time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(snaps) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker took no statistics snapshot")
-		}
-	}
+		return len(snaps) > 0
+	})
 	var reqs []redrive.Request
 	for i := range 12 {
 		reqs = append(reqs, redrive.Request{Kind: "email.send", Payload: map[string]any{"to": fmt.Sprintf("user%d@example.com", i), "template": "welcome"}})
@@ -339,8 +335,7 @@ func startDemo(t *testing.T, token string) *demo {
 	d.later, d.limited = jobs[len(jobs)-2].ID, jobs[len(jobs)-1].ID
 	// Wait for the workload to settle: 8 dead, 12 completed, 2 scheduled
 	// (the one for later, the rate-limited one).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Watch(t, "the demo workload to settle (8 dead, 12 completed, 2 scheduled)", 30*time.Second, func() (bool, string) {
 		st, err := d.client.Stats(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -351,14 +346,9 @@ func startDemo(t *testing.T, token string) *demo {
 			completed += byState[redrive.Completed]
 			scheduled += byState[redrive.Scheduled]
 		}
-		if dead == 8 && completed == 12 && scheduled == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("demo workload did not settle: %d dead, %d completed, %d scheduled; want 8, 12 and 2", dead, completed, scheduled)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return dead == 8 && completed == 12 && scheduled == 2,
+			fmt.Sprintf("%d dead, %d completed, %d scheduled", dead, completed, scheduled)
+	})
 	res, err := d.client.List(context.Background(), redrive.Filter{States: []redrive.State{redrive.Dead}}, redrive.Page{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
@@ -381,17 +371,12 @@ func (d *demo) job(t *testing.T, id int64) *redrive.Job {
 // waitState waits until job id is in state want.
 func (d *demo) waitState(t *testing.T, id int64, want redrive.State) *redrive.Job {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		j := d.job(t, id)
-		if j.State == want {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d is %s, want %s", id, j.State, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var j *redrive.Job
+	testwait.Watch(t, fmt.Sprintf("job %d to be %s", id, want), 20*time.Second, func() (bool, string) {
+		j = d.job(t, id)
+		return j.State == want, string(j.State)
+	})
+	return j
 }
 
 func queuePaused(qs []redrive.Queue, name string) bool {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -108,11 +109,10 @@ func TestKafkaTopicInChromium(t *testing.T) {
 	if g := br.textNow(t, kt+` [data-stat="group"]`); g != k.group {
 		t.Errorf("consumer group %q, want %s", g, k.group)
 	}
-	for deadline := time.Now().Add(10 * time.Second); br.textNow(t, kt+` [data-stat="unkept"]`) != "0"; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("dead letters not stored yet: %q, want 0 once the keeper committed", br.textNow(t, kt+` [data-stat="unkept"]`))
-		}
-	}
+	testwait.Watch(t, "the keeper to store every dead letter (unkept 0)", 10*time.Second, func() (bool, string) {
+		u := br.textNow(t, kt+` [data-stat="unkept"]`)
+		return u == "0", "unkept " + u
+	})
 	if kept := br.textNow(t, kt+` [data-kept="store"]`); !strings.Contains(kept, "in the store") || !strings.Contains(kept, "1 stored") {
 		t.Errorf("where dead letters are kept: %q", kept)
 	}
@@ -163,23 +163,14 @@ func TestKafkaTopicInChromium(t *testing.T) {
 		t.Errorf("redrive progress says %q", p)
 	}
 	br.run(t, "close", chromedp.Click(css(`#close`)))
-	for deadline := time.Now().Add(20 * time.Second); k.completed.Load() == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the redriven record never reached the consumer")
-		}
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Until(t, "the redriven record to reach the consumer", 20*time.Second, func() bool { return k.completed.Load() > 0 })
+	testwait.Watch(t, "the redriven job to complete", 10*time.Second, func() (bool, string) {
 		j, err := e.client.Get(context.Background(), dead.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.State == redrive.Completed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the redriven job is %s, want completed", j.State)
-		}
-	}
+		return j.State == redrive.Completed, string(j.State)
+	})
 
 	// The timeline tells both lives: two retries and the death on Kafka,
 	// the redrive, and the produce that completed it.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -136,15 +137,10 @@ func TestKafkaTopicsAPI(t *testing.T) {
 		t.Errorf("dead job: kind %q attempt %d reason %q, want kafka, 3, retries_exhausted", j.Kind, j.Attempt, j.DeadReason)
 	}
 	var l KafkaTopicList
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Watch(t, "the keeper's lag on the DLT to reach 0", 20*time.Second, func() (bool, string) {
 		l = e.kafkaTopics()
-		if len(l.Topics) == 1 && l.Topics[0].DLT.Lag != nil && *l.Topics[0].DLT.Lag == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the keeper's lag never reached 0: %+v", l)
-		}
-	}
+		return len(l.Topics) == 1 && l.Topics[0].DLT.Lag != nil && *l.Topics[0].DLT.Lag == 0, fmt.Sprintf("%+v", l)
+	})
 	kt := l.Topics[0]
 	if kt.Topic != topo.Topic || kt.Group != k.group || kt.Error != "" || strings.Join(kt.Brokers, ",") != strings.Join(k.brokers, ",") ||
 		kt.Keeper == nil || kt.Keeper.Kept != 1 || kt.Keeper.Duplicates != 0 {

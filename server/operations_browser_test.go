@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"strings"
 	"testing"
 	"time"
@@ -66,20 +67,13 @@ func TestOperationsPageInChromium(t *testing.T) {
 	b.run(t, "resume", chromedp.Click(css(row(slow.ID)+` button[data-action="resume"]`)))
 	// The remaining jobs (at most 30, 10 a second) finish within a few
 	// seconds; the page refreshes every 2.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Watch(t, "the resumed redrive to end done", 20*time.Second, func() (bool, string) {
 		op, err := e.client.Operation(ctx, slow.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if op.State == redrive.OperationDone {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redrive did not end: %+v", op)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return op.State == redrive.OperationDone, fmt.Sprintf("%+v", op)
+	})
 	b.waitText(t, row(slow.ID)+" .badge", "done")
 	b.waitText(t, row(slow.ID)+` [data-outcome="redriven"]`, "30 redriven")
 	if n := b.count(t, row(slow.ID)+" button"); n != 0 {

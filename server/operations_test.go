@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -66,39 +67,32 @@ func (e *env) getOp(id string) Operation {
 // timing assertion).
 func (e *env) await(op Operation) Operation {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		op = e.getOp(op.ID)
-		if op.State.Final() {
-			if op.FinishedAt == nil || op.FinishedAt.Before(op.StartedAt) {
-				e.t.Fatalf("ended operation without a sound finished_at: %+v", op)
-			}
-			return op
-		}
-		if op.FinishedAt != nil {
+	id := op.ID
+	testwait.Until(e.t, "operation "+id+" to end", 20*time.Second, func() bool {
+		op = e.getOp(id)
+		if !op.State.Final() && op.FinishedAt != nil {
 			e.t.Fatalf("unfinished operation with finished_at: %+v", op)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("operation still %s: %+v", op.State, op)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return op.State.Final()
+	})
+	if op.FinishedAt == nil || op.FinishedAt.Before(op.StartedAt) {
+		e.t.Fatalf("ended operation without a sound finished_at: %+v", op)
 	}
+	return op
 }
 
 // awaitProcessed polls an operation until it has processed n jobs.
 func (e *env) awaitProcessed(id string, n int64) Operation {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		op := e.getOp(id)
-		if op.Processed >= n {
-			return op
+	var op Operation
+	testwait.Until(e.t, fmt.Sprintf("operation %s to process %d jobs", id, n), 20*time.Second, func() bool {
+		op = e.getOp(id)
+		if op.Processed < n && op.State.Final() {
+			e.t.Fatalf("operation ended before it processed %d jobs: %+v", n, op)
 		}
-		if op.State.Final() || time.Now().After(deadline) {
-			e.t.Fatalf("operation did not reach %d processed jobs: %+v", n, op)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return op.Processed >= n
+	})
+	return op
 }
 
 // buryMany makes n dead jobs in queue with the store, in bulk.
@@ -185,7 +179,6 @@ func TestOperationShape(t *testing.T) {
 	}
 	id := ""
 	_ = json.Unmarshal(raw["id"], &id)
-	time.Sleep(100 * time.Millisecond)
 	if op := e.getOp(id); op.State != OperationPending || op.Processed != 0 {
 		t.Fatalf("without a worker: %+v", op)
 	}
@@ -338,9 +331,11 @@ func TestOperationPauseResume(t *testing.T) {
 		t.Fatalf("paused: %+v", ob.Operation)
 	}
 	// The runner stops after its batch: the count then holds still.
+	// Real time: that nothing moves for a while, at 20 jobs a second, is
+	// what is tested.
 	time.Sleep(300 * time.Millisecond)
 	first := e.getOp(op.ID)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // real time, as above
 	second := e.getOp(op.ID)
 	if first.State != OperationPaused || second.Processed != first.Processed || first.Processed >= 40 {
 		t.Fatalf("paused operation moved: %+v then %+v", first, second)
@@ -436,16 +431,10 @@ func TestServerClose(t *testing.T) {
 	var l struct {
 		Operations []Operation `json:"operations"`
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	testwait.Until(t, "the waiting redrive to process its first job", 20*time.Second, func() bool {
 		e.want(e.do("GET", "/v1/operations", ""), 200, &l)
-		if len(l.Operations) == 1 && l.Operations[0].Processed == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiting redrive did not start: %+v", l.Operations)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(l.Operations) == 1 && l.Operations[0].Processed == 1
+	})
 	if err := e.api.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -648,8 +637,11 @@ func TestOperationsConcurrent(t *testing.T) {
 				t.Errorf("status %d", res.StatusCode)
 				return
 			}
-			// Poll it to its end, listing meanwhile.
-			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+			// Poll it to its end, listing meanwhile (not testwait.Until:
+			// this goroutine may not call t.Fatal).
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); <-tick.C {
 				res, err := e.srv.Client().Get(e.srv.URL + "/v1/operations/" + ob.Operation.ID)
 				if err != nil {
 					t.Error(err)
@@ -663,10 +655,9 @@ func TestOperationsConcurrent(t *testing.T) {
 				if ob.Operation.State.Final() {
 					break
 				}
-				time.Sleep(time.Millisecond)
 			}
 			if ob.Operation.State != OperationDone {
-				t.Errorf("operation %+v", ob.Operation)
+				t.Errorf("operation did not end done within 20s: %+v", ob.Operation)
 			}
 			mu.Lock()
 			accepted++

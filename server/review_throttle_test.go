@@ -109,7 +109,7 @@ func TestSlowSteadyReaderGetsWholeList(t *testing.T) {
 		if err != nil {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // real time: a slow reader is what the write timeout is tested against
 	}
 	got := all.Len()
 	res, err := http.ReadResponse(bufio.NewReader(&all), nil)
@@ -132,7 +132,7 @@ type slowListStore struct {
 }
 
 func (s slowListStore) List(ctx context.Context, f store.Filter, p store.Page) (store.ListResult, error) {
-	time.Sleep(s.delay)
+	time.Sleep(s.delay) // real time: an answer slower than WriteTimeout is what is tested
 	return s.Store.List(ctx, f, p)
 }
 
@@ -216,7 +216,7 @@ type slowDeleteStore struct {
 }
 
 func (s slowDeleteStore) DeleteSchedule(context.Context, string) (bool, error) {
-	time.Sleep(s.delay)
+	time.Sleep(s.delay) // real time: an answer slower than the write timeouts is what is tested
 	return true, nil
 }
 

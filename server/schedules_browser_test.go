@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/redrivehq/redrive/internal/testwait"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ func TestSchedulesInChromium(t *testing.T) {
 	}
 	b.run(t, "confirm run now", chromedp.Click(css(`#confirm`)))
 	var triggered *redrive.Job
-	for deadline := time.Now().Add(10 * time.Second); triggered == nil; time.Sleep(20 * time.Millisecond) {
+	testwait.Until(t, "run now to enqueue a reindex job", 10*time.Second, func() bool {
 		res, err := e.client.List(t.Context(), redrive.Filter{Kind: "reindex"}, redrive.Page{})
 		if err != nil {
 			t.Fatal(err)
@@ -84,10 +85,8 @@ func TestSchedulesInChromium(t *testing.T) {
 		if len(res.Jobs) > 0 {
 			triggered = res.Jobs[0]
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("run now enqueued no job")
-		}
-	}
+		return triggered != nil
+	})
 	if !strings.HasPrefix(triggered.IdempotencyKey, "periodic:nightly-reindex:trigger:") || string(triggered.Payload) != `{"batch":100}` {
 		t.Errorf("triggered job: %+v", triggered)
 	}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -32,18 +34,14 @@ func runPeriodicWorker(t *testing.T, c *redrive.Client, ps ...redrive.Periodic) 
 		})
 	}
 	t.Cleanup(stop)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testwait.Watch(t, fmt.Sprintf("the worker to declare its %d schedules", len(ps)), 10*time.Second, func() (bool, string) {
 		list, err := c.Schedules(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list) == len(ps) {
-			return stop
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the worker declared %d of %d schedules", len(list), len(ps))
-		}
-	}
+		return len(list) == len(ps), fmt.Sprintf("%d declared", len(list))
+	})
+	return stop
 }
 
 func TestSchedules(t *testing.T) {

@@ -19,6 +19,8 @@ import (
 func awayFromMinuteEnd() time.Time {
 	now := time.Now()
 	if next := now.Truncate(time.Minute).Add(time.Minute); next.Sub(now) < 10*time.Second {
+		// Real time: the wall clock's minute must turn, as the store's
+		// snapshots are stamped with it.
 		time.Sleep(next.Sub(now) + 10*time.Millisecond)
 	}
 	return time.Now().Truncate(time.Minute).UTC()

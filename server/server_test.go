@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"io"
 	"log/slog"
 	"net/http"
@@ -618,18 +619,11 @@ func TestRedriveWorkerDead(t *testing.T) {
 
 func waitState(t *testing.T, e *env, id int64, want redrive.State) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Watch(t, fmt.Sprintf("job %d to be %s", id, want), 10*time.Second, func() (bool, string) {
 		var j redrive.Job
 		e.want(e.do("GET", fmt.Sprintf("/v1/jobs/%d", id), ""), 200, &j)
-		if j.State == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %d is %s, want %s", id, j.State, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return j.State == want, string(j.State)
+	})
 }
 
 func TestStatsAndBreakers(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"sync"
 	"testing"
 	"time"
@@ -36,19 +37,12 @@ func TestEnqueueCopy(t *testing.T) {
 		stopListen()
 		<-listening
 	}()
-	// Listen has no ready signal: enqueue one job until it is heard.
-	for {
-		if _, err := s.Enqueue(ctx, []store.NewJob{{Queue: "probe", Kind: "k"}}, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Listen calls its function with "" once it listens.
+	testwait.Until(t, "Listen to connect", 10*time.Second, func() bool {
 		mu.Lock()
-		heard := notified["probe"] > 0
-		mu.Unlock()
-		if heard {
-			break
-		}
-	}
+		defer mu.Unlock()
+		return notified[""] > 0
+	})
 
 	const n = 1000
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -110,19 +104,15 @@ func TestEnqueueCopy(t *testing.T) {
 	if a, b := st.Jobs["bulk-a"][store.Pending], st.Jobs["bulk-b"][store.Scheduled]; a != 3*n/4 || b != n/4 {
 		t.Errorf("jobs: bulk-a pending %d, bulk-b scheduled %d, want %d and %d", a, b, 3*n/4, n/4)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Watch(t, "one notification each for bulk-a and bulk-b", 10*time.Second, func() (bool, string) {
 		mu.Lock()
 		a, b := notified["bulk-a"], notified["bulk-b"]
 		mu.Unlock()
-		if a == 1 && b == 1 {
-			break
-		}
-		if a > 1 || b > 1 || time.Now().After(deadline) {
+		if a > 1 || b > 1 {
 			t.Fatalf("notifications: bulk-a %d, bulk-b %d, want 1 each", a, b)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return a == 1 && b == 1, fmt.Sprintf("bulk-a %d, bulk-b %d", a, b)
+	})
 }
 
 func jsonEqual(a, b []byte) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -28,6 +29,7 @@ import (
 func TestElectHandsOver(t *testing.T) {
 	schema := newSchema(t)
 	a, b := open(t, schema), open(t, schema)
+	t.Cleanup(func() { a.Close(); b.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	leadA, err := a.Elect(ctx, "maintenance")
@@ -41,19 +43,15 @@ func TestElectHandsOver(t *testing.T) {
 	// Liveness bounds, not timing claims: an election round is ~2s.
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 15s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Until(t, what, 15*time.Second, cond)
 	}
 	waitFor("one leader", func() bool { return leadA() || leadB() })
 	for range 50 { // never two at once
 		if leadA() && leadB() {
 			t.Fatal("both stores lead at once")
 		}
+		// Real time: that no second leader appears over half a second is
+		// what is checked.
 		time.Sleep(10 * time.Millisecond)
 	}
 	leader, survivor, leading, other := a, b, leadA, leadB
@@ -118,13 +116,7 @@ func TestElectNetworkCut(t *testing.T) {
 	// Liveness bounds, not timing claims: an election round is ~2s.
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 20s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Until(t, what, 20*time.Second, cond)
 	}
 	leadA, err := a.Elect(ctx, "maintenance")
 	if err != nil {
@@ -142,6 +134,8 @@ func TestElectNetworkCut(t *testing.T) {
 		if leadA() {
 			t.Fatal("the cut-off store leads again")
 		}
+		// Real time: that the cut-off store stays down for half a second
+		// is what is checked.
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !leadB() {
@@ -327,18 +321,14 @@ func TestElectPoolerDetected(t *testing.T) {
 	// Liveness bounds, not timing claims: an election round is ~2s.
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
+		testwait.Until(t, what, 20*time.Second, func() bool {
 			select {
 			case err := <-proxy.errs:
 				t.Fatalf("proxy: %v", err)
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 20s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return cond()
+		})
 	}
 	waitFor("the store behind the pooler leads", lead)
 	proxy.switched.Store(true)
@@ -418,18 +408,13 @@ func TestElectRandomCuts(t *testing.T) {
 		// a few seconds, the server ends a frozen one's session within
 		// ~10 s, a healed one may first wait out a connection attempt
 		// (10 s).
-		deadline := time.Now().Add(40 * time.Second)
-		for {
-			ok, state := settled()
-			if ok {
-				t.Logf("step %d: %s", step, state)
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("step %d: not settled within 40s: %s", step, state)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		var last string
+		testwait.Watch(t, fmt.Sprintf("step %d to settle", step), 40*time.Second, func() (bool, string) {
+			var ok bool
+			ok, last = settled()
+			return ok, last
+		})
+		t.Logf("step %d: %s", step, last)
 	}
 }
 
@@ -565,13 +550,7 @@ func TestElectFrozenNetwork(t *testing.T) {
 	defer cancel()
 	waitFor := func(what string, within time.Duration, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %v", what, within)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Until(t, what, within, cond)
 	}
 	leadA, err := a.Elect(ctx, "maintenance")
 	if err != nil {

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"io/fs"
+	"testing"
 	"testing/fstest"
 	"time"
 )
@@ -18,21 +20,19 @@ func SetListenIdle(d time.Duration) (restore func()) {
 // were busy, until release: the calls then waiting are written together,
 // merged into one batch. waiting tells how many calls wait. It first
 // waits for the writers of earlier calls to end.
-func HoldEnqueues(s *Store) (waiting func() int, release func()) {
+func HoldEnqueues(t testing.TB, s *Store) (waiting func() int, release func()) {
+	t.Helper()
 	g := &s.group
-	for {
-		// A writer of earlier calls may still be winding down.
+	// A writer of earlier calls may still be winding down.
+	testwait.Until(t, "the writers of earlier Enqueue calls to end", 20*time.Second, func() bool {
 		g.mu.Lock()
+		defer g.mu.Unlock()
 		idle := g.writers == 0
 		if idle {
 			g.writers += maxGroupWrites
 		}
-		g.mu.Unlock()
-		if idle {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return idle
+	})
 	waiting = func() int {
 		g.mu.Lock()
 		defer g.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ type groupResult struct {
 // release.
 func enqueueMerged(t *testing.T, s *postgres.Store, calls [][]store.NewJob, nows []time.Time, cancel map[int]bool) []groupResult {
 	t.Helper()
-	waiting, release := postgres.HoldEnqueues(s)
+	waiting, release := postgres.HoldEnqueues(t, s)
 	res := make([]groupResult, len(calls))
 	var wg sync.WaitGroup
 	var cancels []context.CancelFunc
@@ -39,16 +40,13 @@ func enqueueMerged(t *testing.T, s *postgres.Store, calls [][]store.NewJob, nows
 		wg.Go(func() {
 			res[i].jobs, res[i].err = s.Enqueue(ctx, jobs, nows[i])
 		})
-		for waiting() != i+1 {
-			time.Sleep(time.Millisecond)
-		}
+		testwait.Until(t, fmt.Sprintf("Enqueue call %d to queue", i+1), 20*time.Second, func() bool { return waiting() == i+1 })
 	}
 	for _, stop := range cancels {
 		stop()
 	}
-	for waiting() != len(calls)-len(cancels) {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, fmt.Sprintf("%d Enqueue calls queued, the canceled ones gone", len(calls)-len(cancels)), 20*time.Second,
+		func() bool { return waiting() == len(calls)-len(cancels) })
 	release()
 	wg.Wait()
 	return res

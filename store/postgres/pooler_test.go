@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"io"
 	"log/slog"
 	"net"
@@ -149,13 +151,9 @@ func TestOpenThroughPooler(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A liveness bound, not a timing claim: an election round is ~2s.
-	deadline := time.Now().Add(20 * time.Second)
-	for !lead() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the store behind the pooler does not lead within 20s (refused %v)", proxy.refusedParams())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Watch(t, "the store behind the pooler to lead", 20*time.Second, func() (bool, string) {
+		return lead(), fmt.Sprintf("startup parameters refused: %v", proxy.refusedParams())
+	})
 	if r := proxy.refusedParams(); len(r) > 0 {
 		t.Errorf("startup parameters refused: %v", r)
 	}
@@ -319,18 +317,12 @@ func TestElectSharedSession(t *testing.T) {
 		}
 	}
 	// Liveness bounds, not timing claims: an election round is ~2s.
-	deadline := time.Now().Add(20 * time.Second)
-	for !leads[0]() && !leads[1]() {
-		if time.Now().After(deadline) {
-			t.Fatal("no store leads within 20s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, "a store to lead", 20*time.Second, func() bool { return leads[0]() || leads[1]() })
 	// Until the other has tried for the role: it leads too, or says why
 	// it does not.
-	for time.Now().Before(deadline) && !strings.Contains(logs.String(), "session pooling") && !(leads[0]() && leads[1]()) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, "the other store to lead too or log that it needs session pooling", 20*time.Second, func() bool {
+		return strings.Contains(logs.String(), "session pooling") || leads[0]() && leads[1]()
+	})
 	for range 200 {
 		select {
 		case err := <-proxy.errs:
@@ -340,6 +332,8 @@ func TestElectSharedSession(t *testing.T) {
 		if leads[0]() && leads[1]() {
 			t.Fatal("two stores lead on one server session")
 		}
+		// Real time: that no second leader appears over two seconds is
+		// what is checked.
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !strings.Contains(logs.String(), "session pooling") {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/storetest"
@@ -437,9 +438,20 @@ func TestListen(t *testing.T) {
 		t.Fatal("Listen did not return after its context was canceled")
 	}
 
-	// Closing the store stops a listener too.
-	go func() { done <- a.Listen(context.Background(), func(string) {}) }()
-	time.Sleep(100 * time.Millisecond)
+	// Closing the store stops a listener too, once it listens (it calls
+	// its function with "").
+	listening := make(chan struct{}, 1)
+	go func() {
+		done <- a.Listen(context.Background(), func(q string) {
+			if q == "" {
+				select {
+				case listening <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}()
+	testwait.Recv(t, "the listener to connect", 10*time.Second, listening)
 	a.Close()
 	select {
 	case err := <-done:
@@ -543,7 +555,9 @@ func TestListenIdle(t *testing.T) {
 	if q := <-got; q != "" {
 		t.Fatalf("first call %q, want the empty string", q)
 	}
-	time.Sleep(500 * time.Millisecond) // several idle pings
+	// Real time: a listener idle for ten idle periods (several pings) is
+	// what is tested.
+	time.Sleep(500 * time.Millisecond)
 	if _, err := b.Enqueue(ctx, []store.NewJob{{Queue: "late", Kind: "k"}}, t0); err != nil {
 		t.Fatal(err)
 	}

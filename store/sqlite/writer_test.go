@@ -3,9 +3,11 @@ package sqlite
 import (
 	"errors"
 	"fmt"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,10 +88,11 @@ func TestCloseWhileBothLanesWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
+		var done atomic.Int64 // calls that went through
 		errs := make(chan error, 8)
 		for g := range 4 {
 			wg.Go(func() {
-				for {
+				for ; ; done.Add(1) {
 					var err error
 					if g%2 == 0 {
 						_, err = s.Enqueue(t.Context(), []store.NewJob{{Queue: "q", Kind: "k"}}, time.Now())
@@ -107,7 +110,10 @@ func TestCloseWhileBothLanesWrite(t *testing.T) {
 				}
 			})
 		}
-		time.Sleep(time.Duration(i%5) * time.Millisecond)
+		// Close at a different point each time: after 0, 4, 8, 12 or 16
+		// calls went through.
+		after := int64(i%5) * 4
+		testwait.Until(t, fmt.Sprintf("%d calls to go through", after), 30*time.Second, func() bool { return done.Load() >= after })
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
