@@ -33,7 +33,7 @@ func within[T any](t *testing.T, c <-chan T, what string) T {
 	select {
 	case v := <-c:
 		return v
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatalf("timed out waiting for %s", what)
 		panic("unreachable")
 	}

@@ -12,10 +12,12 @@ import (
 	"github.com/redrivehq/redrive"
 )
 
-// waitProgress polls the job until its progress is done/total, and fails
-// the test if that takes longer than within.
-func (e *env) waitProgress(id int64, done, total int64, within time.Duration) *redrive.Job {
+// waitProgress waits until job id shows done/total, failing after a
+// liveness bound (not a measure: how soon progress shows is the
+// heartbeat's business, and a loaded machine delays it).
+func (e *env) waitProgress(id int64, done, total int64) *redrive.Job {
 	e.t.Helper()
+	const within = time.Minute
 	start := time.Now()
 	for {
 		j, err := e.client.Get(context.Background(), id)
@@ -58,7 +60,7 @@ func TestProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := time.Now()
-	j := e.waitProgress(job.ID, 40<<16, 100<<16, 3*time.Second)
+	j := e.waitProgress(job.ID, 40<<16, 100<<16)
 	if j.State != redrive.Running {
 		t.Fatalf("state %s with progress, want running", j.State)
 	}
@@ -67,7 +69,7 @@ func TestProgress(t *testing.T) {
 	}
 	t.Logf("first progress seen after %s", time.Since(before))
 	step <- struct{}{}
-	e.waitProgress(job.ID, 70<<16, 100<<16, 1500*time.Millisecond)
+	e.waitProgress(job.ID, 70<<16, 100<<16)
 	step <- struct{}{}
 	j = e.waitState(job.ID, redrive.Completed)
 	if p := j.Progress; p == nil || p.Done != 100<<16 || p.Total != 100<<16 {
@@ -80,10 +82,14 @@ func TestProgress(t *testing.T) {
 func TestProgressClearedOnRetry(t *testing.T) {
 	e := newEnv(t, redrive.WorkerOptions{LeaseDuration: 300 * time.Millisecond})
 	started, release := make(chan struct{}), make(chan struct{})
+	seen := make(chan struct{}) // the test saw the first attempt's progress
 	e.worker.HandleFunc("flaky", func(ctx context.Context, job *redrive.Job) error {
 		if job.Attempt == 1 {
 			redrive.Progress(ctx, 3, -1) // unknown total
-			time.Sleep(1200 * time.Millisecond)
+			select {
+			case <-seen:
+			case <-ctx.Done():
+			}
 			return errors.New("connection reset")
 		}
 		close(started)
@@ -99,7 +105,8 @@ func TestProgressClearedOnRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.waitProgress(job.ID, 3, 0, 3*time.Second) // total stored as 0: unknown
+	e.waitProgress(job.ID, 3, 0) // total stored as 0: unknown
+	close(seen)
 	<-started
 	j, err := e.client.Get(context.Background(), job.ID)
 	if err != nil {

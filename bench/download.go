@@ -45,6 +45,7 @@ type FileServer struct {
 	per   []atomic.Int64
 	reqs  atomic.Int64
 	rangs atomic.Int64
+	busy  atomic.Int64 // responses being written
 	ln    net.Listener
 	srv   *http.Server
 }
@@ -95,6 +96,10 @@ func (fs *FileServer) Requests() int64 { return fs.reqs.Load() }
 // RangeRequests is the number of file requests that asked for a Range.
 func (fs *FileServer) RangeRequests() int64 { return fs.rangs.Load() }
 
+// Serving returns how many responses are being written: after the client
+// went away, 0 once every handler saw its connection close.
+func (fs *FileServer) Serving() int64 { return fs.busy.Load() }
+
 // Close stops the server.
 func (fs *FileServer) Close() error { return fs.srv.Close() }
 
@@ -108,6 +113,8 @@ func (fs *FileServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fs.reqs.Add(1)
+	fs.busy.Add(1)
+	defer fs.busy.Add(-1)
 	if r.Header.Get("Range") != "" {
 		fs.rangs.Add(1)
 	}

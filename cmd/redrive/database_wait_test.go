@@ -295,9 +295,9 @@ func TestDBErrorHeals(t *testing.T) {
 // message msg appears, and returns it decoded.
 func waitLine(t *testing.T, p *redriveProc, msg string, n int) []map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(e2eWait)
-	for {
-		var found []map[string]any
+	var found []map[string]any
+	waitUntil(t, e2eWait, fmt.Sprintf("redrive logged %d %q", n, msg), func() error {
+		found = found[:0]
 		for line := range strings.SplitSeq(p.out.String(), "\n") {
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
@@ -305,18 +305,16 @@ func waitLine(t *testing.T, p *redriveProc, msg string, n int) []map[string]any 
 			}
 		}
 		if len(found) >= n {
-			return found
+			return nil
 		}
 		select {
 		case <-p.done:
 			t.Fatalf("redrive exited (%v) before logging %d %q:\n%s", p.err, n, msg, p.out)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redrive did not log %d %q within %s:\n%s", n, msg, e2eWait, p.out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%d so far; output:\n%s", len(found), p.out)
+	})
+	return found
 }
 
 // startWaiting starts `redrive serve` and returns once it listens, which
@@ -472,17 +470,12 @@ func TestServeDatabaseWait(t *testing.T) {
 
 		// PostgreSQL "comes up" on the port.
 		forward(t, port, target)
-		deadline := time.Now().Add(e2eWait)
-		for {
-			code, _, body := get(t, "GET", p.base+"/readyz", "", "")
-			if code == http.StatusOK {
-				break
+		waitUntil(t, e2eWait, "/readyz answers 200 after PostgreSQL came up", func() error {
+			if code, _, body := get(t, "GET", p.base+"/readyz", "", ""); code != http.StatusOK {
+				return fmt.Errorf("%d %s", code, body)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz still %d %s %s after PostgreSQL came up", code, body, e2eWait)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 		if rec := waitLine(t, p, "database reachable", 1)[0]; rec["attempts"].(float64) < 3 {
 			t.Errorf("reachable after %v attempts, want at least 3", rec["attempts"])
 		}

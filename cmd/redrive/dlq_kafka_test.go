@@ -113,7 +113,7 @@ func kafkaDeadLetters(t *testing.T, brokers []string, topic string, keys ...stri
 // waitKafkaTopics waits until topic's topology (its DLT last) exists.
 func waitKafkaTopics(t *testing.T, brokers []string, topic string) {
 	t.Helper()
-	waitFor(t, "the topics", func() bool {
+	eventually(t, "the topics", func() bool {
 		d, err := kafka.NewDLT(brokers, topic, kafka.DLTOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -122,19 +122,6 @@ func waitKafkaTopics(t *testing.T, brokers []string, topic string) {
 		_, err = d.Count(context.Background())
 		return err == nil
 	})
-}
-
-// waitFor polls cond until it holds, failing after a generous bound (a
-// liveness guard, not a timing assertion).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // dltCount reads topic's DLT count.
@@ -159,7 +146,7 @@ func TestKafkaDLQCommands(t *testing.T) {
 	brokers := kafkaCluster(t)
 	topic := kafkaTopicName("scans")
 	fix, runs := kafkaDeadLetters(t, brokers, topic, "flaky-1", "flaky-2", "perm-1", "ok-1")
-	waitFor(t, "three dead letters", func() bool { return dltCount(t, brokers, topic).Total == 3 })
+	eventually(t, "three dead letters", func() bool { return dltCount(t, brokers, topic).Total == 3 })
 
 	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic}
 	cli := func(args ...string) string { return mustCLI(t, append(args, flags...)...) }
@@ -271,7 +258,7 @@ func TestKafkaDLQCommands(t *testing.T) {
 		!strings.Contains(stdout, "the skipped ones stay pending") {
 		t.Errorf("redrive --reason: stdout %q stderr %q", stdout, stderr)
 	}
-	waitFor(t, "the redriven records to run again", func() bool { return runs("flaky-1") == 3 && runs("flaky-2") == 3 })
+	eventually(t, "the redriven records to run again", func() bool { return runs("flaky-1") == 3 && runs("flaky-2") == 3 })
 	// They came back to the main topic, redriven once, with a history of
 	// both lives.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -326,7 +313,7 @@ func TestKafkaDLQCommands(t *testing.T) {
 	if res.Redriven != 1 || res.Skipped != 0 {
 		t.Errorf("redrive by offset: %+v", res)
 	}
-	waitFor(t, "perm-1 to die again", func() bool { return runs("perm-1") == 2 && dltCount(t, brokers, topic).Total == 4 })
+	eventually(t, "perm-1 to die again", func() bool { return runs("perm-1") == 2 && dltCount(t, brokers, topic).Total == 4 })
 	again := decode[[]kafka.DeadLetter](t, cli("--json", "dlq", "ls"))
 	if len(again) != 1 || string(again[0].Key) != "perm-1" || again[0].Redriven != 1 || len(again[0].History) != 3 {
 		t.Errorf("perm-1 dead again: %+v", again)
@@ -371,7 +358,7 @@ func TestKafkaDLQBrokers(t *testing.T) {
 	}
 	env := kafkaTopicName("env")
 	kafkaDeadLetters(t, brokers, env, "perm-1")
-	waitFor(t, "a dead letter", func() bool { return dltCount(t, brokers, env).Total == 1 })
+	eventually(t, "a dead letter", func() bool { return dltCount(t, brokers, env).Total == 1 })
 	if out := mustCLI(t, "dlq", "count", "--kafka-topic", env); !strings.Contains(out, "1 dead letter(s) in "+env+"-dlt, 1 pending") {
 		t.Errorf("count with $%s: %q", kafkaBrokersEnv, out)
 	}

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
@@ -270,20 +269,25 @@ func TestDownloadSIGKILL(t *testing.T) {
 		}
 		return false
 	}
-	deadline := time.Now().Add(2 * e2eWait)
-	for files.Sent() < n*size/4 || !midTransfer() {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d bytes sent after %s", files.Sent(), 2*e2eWait)
+	waitUntil(t, 2*e2eWait, "a quarter of the bytes sent, a file mid-transfer", func() error {
+		if files.Sent() >= n*size/4 && midTransfer() {
+			return nil
 		}
 		watch()
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%d bytes sent", files.Sent())
+	})
 	// The jobs completed before the kill: their files are never fetched
 	// again. The others may all be, from their last checkpoint.
 	completed := completedURLs(t, s)
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	<-s.done
-	time.Sleep(200 * time.Millisecond) // the kernel has reset the connections
+	// The kernel resets the connections: the file server's handlers end.
+	waitUntil(t, e2eWait, "the file server's handlers saw the connections go", func() error {
+		if n := files.Serving(); n > 0 {
+			return fmt.Errorf("%d responses still being written", n)
+		}
+		return nil
+	})
 	sentAtKill := make([]int64, n)
 	var inFlight, bound int64
 	bound = n * size
@@ -306,14 +310,13 @@ func TestDownloadSIGKILL(t *testing.T) {
 	watch()
 
 	s2 := startRedrive(t, bin, nil, args...)
-	deadline = time.Now().Add(4 * e2eWait)
-	for len(completedURLs(t, s2)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d downloads completed after the restart", len(completedURLs(t, s2)), n)
+	waitUntil(t, 4*e2eWait, "every download completed after the restart", func() error {
+		if c := len(completedURLs(t, s2)); c < n {
+			watch()
+			return fmt.Errorf("%d of %d", c, n)
 		}
-		watch()
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	watch()
 	if len(partial) > 0 {
 		t.Errorf("files under their final names were partial or wrong when seen: %v", partial)

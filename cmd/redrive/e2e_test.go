@@ -385,20 +385,18 @@ func (p *redriveProc) job(id int64) *store.Job {
 // it reaches another final state or the wait bound passes.
 func (p *redriveProc) waitState(id int64, want redrive.State) *store.Job {
 	p.t.Helper()
-	deadline := time.Now().Add(e2eWait)
-	for {
-		j := p.job(id)
+	var j *store.Job
+	waitUntil(p.t, e2eWait, fmt.Sprintf("job %d is %s", id, want), func() error {
+		j = p.job(id)
 		if j.State == want {
-			return j
+			return nil
 		}
 		if j.State == redrive.Completed || j.State == redrive.Dead || j.State == redrive.Canceled {
 			p.t.Fatalf("job %d ended %s, want %s: %s", id, j.State, want, dump(j))
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("job %d is still %s after %s, want %s: %s", id, j.State, e2eWait, want, dump(j))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("still %s: %s", j.State, dump(j))
+	})
+	return j
 }
 
 func dump(v any) string {
@@ -808,16 +806,15 @@ func testSIGTERM(t *testing.T, bin string, storeArgs ...string) {
 // waitLog polls the process's output until it holds substr.
 func waitLog(t *testing.T, p *redriveProc, substr string) {
 	t.Helper()
-	deadline := time.Now().Add(e2eWait)
-	for !strings.Contains(p.out.String(), substr) {
+	waitUntil(t, e2eWait, "redrive logged "+substr, func() error {
+		if strings.Contains(p.out.String(), substr) {
+			return nil
+		}
 		select {
 		case <-p.done:
 			t.Fatalf("redrive exited (%v) before logging %s:\n%s", p.err, substr, p.out)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redrive did not log %s within %s:\n%s", substr, e2eWait, p.out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("output:\n%s", p.out)
+	})
 }

@@ -83,23 +83,23 @@ func killMidway(t *testing.T, bin string, args []string, c *redrive.Client, id s
 	t.Helper()
 	ctx := context.Background()
 	p := startRedrive(t, bin, nil, args...)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	waitUntil(t, 2*time.Minute, "the operation got half-way", func() error {
 		op, err := c.Operation(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if op.Progress.Processed >= killJobs/2 {
-			break
+			return nil
 		}
-		if op.State.Final() || time.Now().After(deadline) {
-			t.Fatalf("operation did not get half-way: %+v", op)
+		if op.State.Final() {
+			t.Fatalf("operation ended before it got half-way: %+v", op)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("%+v", op)
+	})
 	// A random moment within the next batches (one every 40 ms at 2,500
 	// jobs a second), so that the kill may land while a batch's
-	// transaction is in flight, not only between batches.
+	// transaction is in flight, not only between batches. A real wait:
+	// the moment of the kill is what the test varies.
 	time.Sleep(time.Duration(rand.IntN(60)) * time.Millisecond)
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

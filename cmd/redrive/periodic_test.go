@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -29,14 +30,12 @@ func declareSchedules(t *testing.T, db string, ps ...redrive.Periodic) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { stop(); <-done }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if list, _ := c.Schedules(ctx); len(list) == len(ps) {
-			return
+	waitUntil(t, e2eWait, "the worker declared its schedules", func() error {
+		if list, err := c.Schedules(ctx); err != nil || len(list) != len(ps) {
+			return fmt.Errorf("%d of %d schedules (%v)", len(list), len(ps), err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the schedules were not declared")
-		}
-	}
+		return nil
+	})
 }
 
 // checkPeriodicCLI runs the periodic commands through pre (the

@@ -335,20 +335,17 @@ func TestCtrlCCancelsServerOperation(t *testing.T) {
 	// Wait until the server's operation has redriven its first job (the
 	// next is 10 s away), then press Ctrl-C.
 	var op server.Operation
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	waitUntil(t, e2eWait, "one operation under way, one job processed", func() error {
 		var l struct {
 			Operations []server.Operation `json:"operations"`
 		}
 		getJSON(t, ts.URL+"/v1/operations", "tok", &l)
 		if len(l.Operations) == 1 && l.Operations[0].Processed == 1 {
 			op = l.Operations[0]
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no operation under way: %+v", l.Operations)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("operations %+v", l.Operations)
+	})
 	cancel()
 	var r result
 	select {
@@ -390,12 +387,12 @@ func TestCtrlCDirect(t *testing.T) {
 		_, stderr, err = runCLICtx(ctx, "--db", db, "dlq", "redrive", "--all", "--queue", "slow", "--rate", "0.1", "--yes")
 		done <- err
 	}()
-	for deadline := time.Now().Add(20 * time.Second); len(deadIDs(t, db, "slow")) != 2; {
-		if time.Now().After(deadline) {
-			t.Fatal("the first job was not redriven")
+	waitUntil(t, e2eWait, "the first job was redriven (2 left in the DLQ)", func() error {
+		if ids := deadIDs(t, db, "slow"); len(ids) != 2 {
+			return fmt.Errorf("%d in the DLQ", len(ids))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	select {
 	case err := <-done:

@@ -89,9 +89,8 @@ rm -rf "$2"`, "rabbit-node-watchdog", strconv.Itoa(os.Getpid()), dir)
 		n.ctlErr("stop", filepath.Join(dir, "pid"))
 		if pid, err := n.filePID(); err == nil {
 			syscall.Kill(pid, syscall.SIGKILL)
-			for i := 0; i < 600 && syscall.Kill(pid, 0) == nil; i++ {
-				time.Sleep(50 * time.Millisecond) // waits for the VM to go (at most 30 s)
-			}
+			// Waits for the VM to go, at most 30 s.
+			settles(30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
 		}
 		wd.Process.Kill()
 		wd.Wait()
@@ -229,29 +228,23 @@ func (n *rabbitNode) kill() {
 	}
 	n.waitPort(false)
 	// The VM is gone once its pid is; its epmd entry goes with it.
-	for syscall.Kill(pid, 0) == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(n.t, 3*time.Minute, "the RabbitMQ VM went", holds(func() bool { return syscall.Kill(pid, 0) != nil }))
 }
 
 // waitPort waits until the AMQP port accepts connections (open) or
 // refuses them (!open).
 func (n *rabbitNode) waitPort(open bool) {
 	n.t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	waitUntil(n.t, 3*time.Minute, fmt.Sprintf("port %s is open=%v", n.port, open), func() error {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+n.port, time.Second)
 		if c != nil {
 			c.Close()
 		}
 		if (err == nil) == open {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("port %s still open=%v after 3 minutes", n.port, !open)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("dial: %v", err)
+	})
 }
 
 // readyState is serve's /readyz.
@@ -272,20 +265,6 @@ func readyz(t *testing.T, s *redriveProc) readyState {
 		t.Fatalf("GET /readyz: %d %s (%v)", code, body, err)
 	}
 	return r
-}
-
-// within polls cond until it holds, failing after bound (a liveness
-// guard for a test that restarts a broker, which is slow on a busy
-// machine; not a timing assertion).
-func within(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", bound, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestServeManagedQueueSurvivesBrokerRestarts: while the Python consumer

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // TestServeBreakerAndClassifyWiring runs serve with a dependency mapped to
@@ -57,18 +56,16 @@ func TestServeBreakerAndClassifyWiring(t *testing.T) {
 	}
 	waitFor := func(id int64, done func(jobView) bool) jobView {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		var j jobView
+		waitUntil(t, e2eWait, fmt.Sprintf("job %d got where the test expects", id), func() error {
 			code, b := call(t, "GET", fmt.Sprintf("%s/v1/jobs/%d", base, id), "", "")
-			var j jobView
+			j = jobView{}
 			if code == http.StatusOK && json.Unmarshal(b, &j) == nil && done(j) {
-				return j
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %d: %s\nlogs:\n%s", id, b, logs)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("%s\nlogs:\n%s", b, logs)
+		})
+		return j
 	}
 
 	// A 404 on the lookups queue is transient (retried, here exhausted at

@@ -62,19 +62,16 @@ func TestServeShutdownKeepsOperations(t *testing.T) {
 		code, b := callNoFatal("POST", base+"/v1/dlq/redrive?wait=true", fmt.Sprintf(`{"ids":[%d,%d,%d],"rate":1}`, ids[0], ids[1], ids[2]))
 		waited <- answer{code, b}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	waitUntil(t, e2eWait, "one operation under way, one job processed", func() error {
 		var l struct {
 			Operations []server.Operation `json:"operations"`
 		}
 		getJSON(t, base+"/v1/operations", "", &l)
 		if len(l.Operations) == 1 && l.Operations[0].Processed == 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no operation under way: %+v", l.Operations)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("operations %+v", l.Operations)
+	})
 
 	cancel() // what SIGTERM does
 	select {
@@ -111,16 +108,13 @@ func TestServeShutdownKeepsOperations(t *testing.T) {
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	waitUntil(t, e2eWait, "the operation ended after the restart", func() error {
 		getJSON(t, base+"/v1/operations/"+op.ID, "", &ob)
 		if ob.Operation.State == server.OperationDone {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the operation did not end after the restart: %+v\n%s", ob.Operation, logs2)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%+v\n%s", ob.Operation, logs2)
+	})
 	if got := ob.Operation; got.Redriven != 3 || got.Processed != 3 {
 		t.Fatalf("after the restart: %+v", got)
 	}

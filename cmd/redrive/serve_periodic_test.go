@@ -41,11 +41,12 @@ func TestServePeriodic(t *testing.T) {
 	}
 	s := startRedrive(t, bin, nil, "--db", filepath.Join(dir, "redrive.db"), "--addr", "127.0.0.1:0", "--config", config)
 
-	for deadline := time.Now().Add(e2eWait); hits.Load() < 3; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d ticks within %s, want one a second", hits.Load(), e2eWait)
+	waitUntil(t, e2eWait, "three ticks", func() error {
+		if n := hits.Load(); n < 3 {
+			return fmt.Errorf("%d ticks", n)
 		}
-	}
+		return nil
+	})
 	var list server.ScheduleList
 	if err := json.Unmarshal(s.cli("periodic", "ls"), &list); err != nil {
 		t.Fatal(err)
@@ -58,19 +59,23 @@ func TestServePeriodic(t *testing.T) {
 	// Paused, it enqueues nothing more (a job enqueued just before may
 	// still run).
 	s.cli("periodic", "pause", "tick")
-	time.Sleep(500 * time.Millisecond)
+	waitUntil(t, e2eWait, "no tick job left to run after the pause", func() error {
+		code, b := s.api("GET", "/v1/jobs?kind=http&state=pending,scheduled,running", "")
+		if code != http.StatusOK || strings.Contains(string(b), `"id"`) {
+			return fmt.Errorf("%d %s", code, b)
+		}
+		return nil
+	})
 	paused := hits.Load()
+	// A real wait: that a paused schedule enqueues nothing over two and a
+	// half of its periods is what is tested.
 	time.Sleep(2500 * time.Millisecond)
 	if n := hits.Load(); n != paused {
 		t.Errorf("%d ticks while paused", n-paused)
 	}
 	// Triggered: one job now, though paused.
 	s.cli("periodic", "trigger", "tick")
-	for deadline := time.Now().Add(e2eWait); hits.Load() == paused; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the triggered job did not run")
-		}
-	}
+	waitUntil(t, e2eWait, "the triggered job ran", holds(func() bool { return hits.Load() != paused }))
 
 	// A bad schedule: serve refuses to start and says which and why.
 	bad := filepath.Join(dir, "bad.json")

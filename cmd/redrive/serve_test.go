@@ -410,12 +410,10 @@ func TestServeEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(b, &job); err != nil || job.ID == 0 {
 		t.Fatalf("POST /v1/jobs: %v %s", err, b)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for job.State != "completed" {
-		if time.Now().After(deadline) {
-			t.Fatalf("job still %s after 20s: %s\nlogs:\n%s", job.State, b, logs)
+	waitUntil(t, e2eWait, "the job completed", func() error {
+		if job.State == "completed" {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
 		code, b = call(t, "GET", fmt.Sprintf("%s/v1/jobs/%d", base, job.ID), token, "")
 		if code != http.StatusOK {
 			t.Fatalf("GET job: %d %s", code, b)
@@ -426,7 +424,8 @@ func TestServeEndToEnd(t *testing.T) {
 		if job.State == "dead" {
 			t.Fatalf("job dead: %s", b)
 		}
-	}
+		return fmt.Errorf("still %s: %s\nlogs:\n%s", job.State, b, logs)
+	})
 	if job.Attempt != 2 || hits.Load() != 2 || gotBody.Load() != "hello" {
 		t.Fatalf("attempts %d, hits %d, body %q", job.Attempt, hits.Load(), gotBody.Load())
 	}

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/server"
@@ -31,15 +31,12 @@ func TestWorkersList(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		ws, _ := c.Workers(context.Background())
-		if len(ws) == 1 {
-			break
+	waitUntil(t, e2eWait, "the worker registered", func() error {
+		if ws, err := c.Workers(context.Background()); err != nil || len(ws) != 1 {
+			return fmt.Errorf("%d workers (%v)", len(ws), err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker did not register")
-		}
-	}
+		return nil
+	})
 	out := mustCLI(t, "--db", db, "workers", "ls")
 	if !strings.Contains(out, w.ID()) || !strings.Contains(out, "live") || !strings.Contains(out, "default=3,mail=5") {
 		t.Errorf("workers ls:\n%s", out)

@@ -114,14 +114,22 @@ type Store struct {
 	// onBegin, when set (by tests), is called by the writer before each
 	// BEGIN.
 	onBegin func()
-	stmts   map[string]*sql.Stmt
+	// onLocked, when set (by tests), is called by the writer once BEGIN
+	// IMMEDIATE took the write lock.
+	onLocked func()
+	stmts    map[string]*sql.Stmt
 	// readByIDs reads the jobs Fetch leased by a JSON array of their ids
 	// on the read pool.
 	readByIDs *sql.Stmt
 	multi     map[int]*sql.Stmt // multi-row inserts by row count; writer goroutine only
-	mu        sync.RWMutex      // guards closed against sends on ops
-	closed    bool
-	done      chan struct{}
+	// turns are the locks the stores of the file take turns at the
+	// write lock with (nil: no turns, see turn.go); writer goroutine
+	// only, until Close.
+	turns       *turns
+	busyTimeout time.Duration
+	mu          sync.RWMutex // guards closed against sends on ops
+	closed      bool
+	done        chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -209,14 +217,21 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		stmts:    map[string]*sql.Stmt{},
 		multi:    map[int]*sql.Stmt{},
 		done:     make(chan struct{}),
+
+		busyTimeout: opts.BusyTimeout,
+	}
+	if s.turns, err = openTurns(path); err != nil {
+		s.log.Warn("sqlite: writing without taking turns with other processes at the write lock", "path", path, "error", err)
 	}
 	if err := s.migrate(ctx); err != nil {
+		s.turns.close()
 		wconn.Close()
 		w.Close()
 		return nil, err
 	}
 	r, err := sql.Open("sqlite", dsn("query_only(1)"))
 	if err != nil {
+		s.turns.close()
 		wconn.Close()
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -450,10 +465,18 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 	if s.onBegin != nil {
 		s.onBegin()
 	}
+	endTurn, err := s.takeTurn()
+	if err != nil {
+		return s.noteWrite(err)
+	}
+	defer endTurn()
 	if _, err := s.wconn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		// Busy (another process holds the write lock past the busy
 		// timeout), I/O, a read-only file: the store cannot write.
 		return s.noteWrite(classify(fmt.Errorf("sqlite: begin: %w", err)))
+	}
+	if s.onLocked != nil {
+		s.onLocked()
 	}
 	rollback := func() {
 		// After some errors (a full disk, I/O) SQLite has rolled back
@@ -523,6 +546,9 @@ func classify(err error) error {
 // isLockError reports whether err is SQLite's SQLITE_BUSY or SQLITE_LOCKED:
 // another connection held a lock for longer than the busy timeout.
 func isLockError(err error) bool {
+	if errors.Is(err, errTurn) {
+		return true
+	}
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
 		return false
@@ -602,6 +628,7 @@ func (s *Store) closeDBs() error {
 		errs = append(errs, s.wconn.Close())
 	}
 	errs = append(errs, s.w.Close())
+	s.turns.close()
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
