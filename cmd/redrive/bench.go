@@ -309,7 +309,7 @@ its figures bound the consumer's own overhead, not a real cluster's.`,
 				brokers, src = os.Getenv(kafkaBrokersEnv), "$"+kafkaBrokersEnv
 			}
 			if strings.TrimSpace(brokers) != "" {
-				seeds, err := parseKafkaBrokers(brokers)
+				seeds, err := ParseKafkaBrokers(brokers)
 				if err != nil {
 					return flagErrorf(cmd, "%s: %v", src, err)
 				}

@@ -51,10 +51,10 @@ func TestDatabaseWaitSetting(t *testing.T) {
 		args []string
 		want time.Duration
 	}{
-		{env: map[string]string{configEnv: file}, want: 2 * time.Minute},
-		{env: map[string]string{configEnv: writeFile(t, "wait2.json", `{"database_wait": "0"}`)}, want: 0},
-		{env: map[string]string{configEnv: file, "REDRIVE_DATABASE_WAIT": "90s"}, want: 90 * time.Second},
-		{env: map[string]string{configEnv: file, "REDRIVE_DATABASE_WAIT": "90s"}, args: []string{"--database-wait", "0s"}, want: 0},
+		{env: map[string]string{FileEnv: file}, want: 2 * time.Minute},
+		{env: map[string]string{FileEnv: writeFile(t, "wait2.json", `{"database_wait": "0"}`)}, want: 0},
+		{env: map[string]string{FileEnv: file, "REDRIVE_DATABASE_WAIT": "90s"}, want: 90 * time.Second},
+		{env: map[string]string{FileEnv: file, "REDRIVE_DATABASE_WAIT": "90s"}, args: []string{"--database-wait", "0s"}, want: 0},
 		{args: []string{"--database-wait", "24h"}, want: 24 * time.Hour},
 	} {
 		c, err := loadConfig(t, tc.env, tc.args...)
@@ -73,7 +73,7 @@ func TestDatabaseWaitSetting(t *testing.T) {
 		{args: []string{"--database-wait", "-1s"}, prefix: "--database-wait: "},
 		{args: []string{"--database-wait", "25h"}, prefix: "--database-wait: "},
 		{env: map[string]string{"REDRIVE_DATABASE_WAIT": "soon"}, prefix: "REDRIVE_DATABASE_WAIT: "},
-		{env: map[string]string{configEnv: writeFile(t, "bad.json", `{"database-wait": true}`)}, prefix: "database-wait: "},
+		{env: map[string]string{FileEnv: writeFile(t, "bad.json", `{"database-wait": true}`)}, prefix: "database-wait: "},
 	} {
 		_, err := loadConfig(t, tc.env, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.prefix) {
@@ -108,9 +108,9 @@ func FuzzDatabaseWait(f *testing.F) {
 		}{
 			{flags: map[string]string{"database-wait": v}, prefix: "--database-wait: "},
 			{env: map[string]string{"REDRIVE_DATABASE_WAIT": v}, prefix: "REDRIVE_DATABASE_WAIT: "},
-			{env: map[string]string{configEnv: path}, prefix: path + ": database-wait: "},
+			{env: map[string]string{FileEnv: path}, prefix: path + ": database-wait: "},
 		} {
-			if src.env[configEnv] != "" && !utf8.ValidString(v) {
+			if src.env[FileEnv] != "" && !utf8.ValidString(v) {
 				continue // JSON would replace the invalid bytes: another value
 			}
 			c, err := fuzzLoad(t, src.flags, src.env)
@@ -123,7 +123,7 @@ func FuzzDatabaseWait(f *testing.F) {
 			}
 			checkValidConfig(t, c)
 			d, perr := time.ParseDuration(strings.TrimSpace(v))
-			if perr != nil || d != c.DatabaseWait || d < 0 || d > maxDatabaseWait {
+			if perr != nil || d != c.DatabaseWait || d < 0 || d > MaxDatabaseWait {
 				t.Fatalf("%q: accepted as %s", v, c.DatabaseWait)
 			}
 		}

@@ -72,7 +72,7 @@ func withAMQP(cmd *cobra.Command, allowed []string,
 		if !cmd.Flags().Changed("log-format") {
 			lf = os.Getenv(logFormatEnv)
 		}
-		format, err := parseLogFormat(lf)
+		format, err := ParseLogFormat(lf)
 		if err != nil {
 			return flagErrorf(cmd, "--log-format %w", err)
 		}

@@ -161,15 +161,15 @@ func kafkaBrokers(v string, flag bool) ([]string, error) {
 			return nil, fmt.Errorf("--kafka-topic needs the brokers: set --kafka-brokers or $%s (host:port,...)", kafkaBrokersEnv)
 		}
 	}
-	seeds, err := parseKafkaBrokers(v)
+	seeds, err := ParseKafkaBrokers(v)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 	return seeds, nil
 }
 
-// parseKafkaBrokers parses a comma-separated list of host:port.
-func parseKafkaBrokers(v string) ([]string, error) {
+// ParseKafkaBrokers parses a comma-separated list of host:port.
+func ParseKafkaBrokers(v string) ([]string, error) {
 	var out []string
 	for b := range strings.SplitSeq(v, ",") {
 		b = strings.TrimSpace(b)
@@ -196,7 +196,7 @@ func kafkaLogger(cmd *cobra.Command) (*slog.Logger, error) {
 	if fl := cmd.Flags().Lookup("log-format"); fl != nil && fl.Changed {
 		lf = fl.Value.String()
 	}
-	format, err := parseLogFormat(lf)
+	format, err := ParseLogFormat(lf)
 	if err != nil {
 		return nil, flagErrorf(cmd, "--log-format %w", err)
 	}

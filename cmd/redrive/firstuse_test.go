@@ -215,18 +215,18 @@ func TestRelativeSinceUntil(t *testing.T) {
 // log-format choose text or JSON logs; auto (the default) is text on a
 // terminal, JSON otherwise.
 func TestLogFormat(t *testing.T) {
-	t.Setenv(configEnv, "")
+	t.Setenv(FileEnv, "")
 	for _, c := range []struct {
 		env  map[string]string
 		args []string
 		want string
 	}{
-		{nil, nil, logFormatAuto},
-		{nil, []string{"--log-format", "json"}, logFormatJSON},
-		{map[string]string{"REDRIVE_LOG_FORMAT": "text"}, nil, logFormatText},
-		{map[string]string{"REDRIVE_LOG_FORMAT": "text"}, []string{"--log-format", "JSON"}, logFormatJSON},
-		{nil, []string{"--config", writeFile(t, "redrive.json", `{"log-format": "text"}`)}, logFormatText},
-		{nil, []string{"--config", writeFile(t, "redrive.json", `{"log_format": "auto"}`)}, logFormatAuto},
+		{nil, nil, LogFormatAuto},
+		{nil, []string{"--log-format", "json"}, LogFormatJSON},
+		{map[string]string{"REDRIVE_LOG_FORMAT": "text"}, nil, LogFormatText},
+		{map[string]string{"REDRIVE_LOG_FORMAT": "text"}, []string{"--log-format", "JSON"}, LogFormatJSON},
+		{nil, []string{"--config", writeFile(t, "redrive.json", `{"log-format": "text"}`)}, LogFormatText},
+		{nil, []string{"--config", writeFile(t, "redrive.json", `{"log_format": "auto"}`)}, LogFormatAuto},
 	} {
 		cfg, err := loadConfig(t, c.env, c.args...)
 		if err != nil || cfg.LogFormat != c.want {
@@ -253,8 +253,8 @@ func TestLogFormat(t *testing.T) {
 		terminal bool
 		json     bool
 	}{
-		{logFormatAuto, true, false}, {logFormatAuto, false, true},
-		{logFormatText, false, false}, {logFormatJSON, true, true},
+		{LogFormatAuto, true, false}, {LogFormatAuto, false, true},
+		{LogFormatText, false, false}, {LogFormatJSON, true, true},
 	} {
 		line := logLine(c.format, c.terminal)
 		if isJSON := json.Valid([]byte(line)); isJSON != c.json || !strings.Contains(line, "serving") {

@@ -9,22 +9,22 @@ import (
 
 // Log formats of --log-format.
 const (
-	logFormatAuto = "auto"
-	logFormatText = "text"
-	logFormatJSON = "json"
+	LogFormatAuto = "auto"
+	LogFormatText = "text"
+	LogFormatJSON = "json"
 )
 
 // logFormatEnv is the environment variable of --log-format, for the
 // commands that log besides serve (serve reads it as a setting).
 const logFormatEnv = "REDRIVE_LOG_FORMAT"
 
-// parseLogFormat parses a --log-format value: text, json or auto ("" is
+// ParseLogFormat parses a --log-format value: text, json or auto ("" is
 // auto).
-func parseLogFormat(v string) (string, error) {
+func ParseLogFormat(v string) (string, error) {
 	switch f := strings.ToLower(strings.TrimSpace(v)); f {
-	case "", logFormatAuto:
-		return logFormatAuto, nil
-	case logFormatText, logFormatJSON:
+	case "", LogFormatAuto:
+		return LogFormatAuto, nil
+	case LogFormatText, LogFormatJSON:
 		return f, nil
 	}
 	return "", fmt.Errorf("%q: want text, json or auto", v)
@@ -35,7 +35,7 @@ func parseLogFormat(v string) (string, error) {
 // collector).
 func newLogHandler(w io.Writer, format string, level slog.Leveler) slog.Handler {
 	opts := &slog.HandlerOptions{Level: level}
-	if format == logFormatText || format == logFormatAuto && stderrIsTerminal(w) {
+	if format == LogFormatText || format == LogFormatAuto && stderrIsTerminal(w) {
 		return slog.NewTextHandler(w, opts)
 	}
 	return slog.NewJSONHandler(w, opts)

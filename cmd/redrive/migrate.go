@@ -150,7 +150,7 @@ func migratePostgres(ctx context.Context, dbURL, schema string, lockTimeout time
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list the migrations: %w", err)
 	}
-	rep := &migrateReport{Store: "postgres", Target: redactURL(dbURL), Schema: st.Schema(), Applied: ms}
+	rep := &migrateReport{Store: "postgres", Target: RedactURL(dbURL), Schema: st.Schema(), Applied: ms}
 	for i := range rep.Applied {
 		if !before[rep.Applied[i].Version] {
 			rep.Applied[i].Now = true
@@ -191,9 +191,9 @@ func appliedBefore(ctx context.Context, dbURL, schema string) (map[int]bool, err
 	return done, nil
 }
 
-// redactURL hides the password of a URL; a key=value connection string
+// RedactURL hides the password of a URL; a key=value connection string
 // is reduced to its host and database.
-func redactURL(s string) string {
+func RedactURL(s string) string {
 	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
 		return u.Redacted()
 	}

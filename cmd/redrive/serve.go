@@ -117,14 +117,14 @@ It stops gracefully on SIGINT or SIGTERM: no new requests or jobs, running
 ones get --shutdown-timeout to finish.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadServeConfig(cmd.Flags(), os.Getenv)
+			cfg, err := Load(cmd.Flags(), os.Getenv)
 			if err != nil {
 				return &usageError{cmd: cmd, err: err}
 			}
 			return runServe(cmd.Context(), cfg, cmd.ErrOrStderr(), nil)
 		},
 	}
-	addServeFlags(cmd.Flags())
+	AddFlags(cmd.Flags())
 	return cmd
 }
 
@@ -136,15 +136,15 @@ var errNoToken = errors.New("refusing to listen on a non-loopback address withou
 // logOut in cfg.LogFormat (JSON unless logOut is a terminal or text is
 // asked for). ready, when not nil, is called with the address listened
 // on once the server accepts connections.
-func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready func(net.Addr)) error {
-	host, err := listenHostPort(cfg.Addr)
+func runServe(ctx context.Context, cfg *Serve, logOut io.Writer, ready func(net.Addr)) error {
+	host, err := ListenHostPort(cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("addr: %w", err)
 	}
-	if cfg.Token == "" && !isLoopback(host) {
+	if cfg.Token == "" && !IsLoopback(host) {
 		return fmt.Errorf("--addr %s: %w", cfg.Addr, errNoToken)
 	}
-	if !isLoopback(host) && len(cfg.Token) < minRemoteToken {
+	if !IsLoopback(host) && len(cfg.Token) < minRemoteToken {
 		return fmt.Errorf("--token: %d characters is too short to guard a server that listens beyond loopback (--addr %s): "+
 			"use at least %d, e.g. the output of `openssl rand -hex 24`", len(cfg.Token), cfg.Addr, minRemoteToken)
 	}
@@ -205,13 +205,13 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	attempts := metrics.NewObserver(serveKinds(cfg)...)
 	// The breakers: the configured dependencies' and, on first use, one
 	// per other dependency or http host with the default configuration.
-	breakers := cfg.Breakers.registry()
+	breakers := cfg.Breakers.Registry()
 	worker := redrive.NewWorker(client, redrive.WorkerOptions{
 		Queues:             cfg.Queues,
 		Policy:             &retryPolicy,
 		QueuePolicies:      cfg.QueueRetry,
-		Classifier:         cfg.Classify.classifier,
-		QueueClassifiers:   cfg.Classify.queueClassifiers,
+		Classifier:         cfg.Classify.Classifier,
+		QueueClassifiers:   cfg.Classify.QueueClassifiers,
 		Breakers:           breakers,
 		ShutdownTimeout:    cfg.ShutdownTimeout,
 		Logger:             log,
@@ -230,7 +230,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	httpOpts := httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal,
 		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"}
 	if cfg.Breakers.HTTP {
-		httpOpts.Breakers, httpOpts.Dependency = breakers, cfg.Breakers.httpDependency
+		httpOpts.Breakers, httpOpts.Dependency = breakers, cfg.Breakers.HTTPDependency
 	}
 	httpjob.Register(worker, httpOpts)
 	// The download kind, with the http kind's guard, when --download-dir
@@ -242,7 +242,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	// The RabbitMQ queues managed for consumers in any language, decided
 	// by the same policies as the store's queues.
 	brokers, err := newBrokerSide(cfg, client, worker, redrive.ExecutorOptions{Policy: &retryPolicy,
-		QueuePolicies: cfg.QueueRetry, Classifier: cfg.Classify.classifier, QueueClassifiers: cfg.Classify.queueClassifiers,
+		QueuePolicies: cfg.QueueRetry, Classifier: cfg.Classify.Classifier, QueueClassifiers: cfg.Classify.QueueClassifiers,
 		Logger: log, Observer: attempts, RetryBudget: cfg.Budget,
 		DisableRetryBudget: cfg.NoBudget}, log)
 	if err != nil {
@@ -281,18 +281,18 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	go func() { workerDone <- worker.Run(workerCtx) }()
 	if brokers != nil {
 		brokers.start(workerCtx)
-		log.Info("managing RabbitMQ queues", "broker", amqp.Redact(cfg.AMQP.URL), "queues", cfg.AMQP.managedNames(),
+		log.Info("managing RabbitMQ queues", "broker", amqp.Redact(cfg.AMQP.URL), "queues", cfg.AMQP.ManagedNames(),
 			"failure_exchange", cfg.AMQP.FailureExchange, "dead_letters", cfg.AMQP.DeadLetters, "quorum", cfg.AMQP.Quorum)
 	}
 	if keptTopics != nil {
 		keptTopics.start(workerCtx)
-		log.Info("keeping Kafka dead-letter topics in the store", "brokers", cfg.Kafka.Brokers, "topics", cfg.Kafka.topicNames(),
+		log.Info("keeping Kafka dead-letter topics in the store", "brokers", cfg.Kafka.Brokers, "topics", cfg.Kafka.TopicNames(),
 			"group", cfg.Kafka.Group, "keeper_group", keptTopics.keeper.Group())
 	}
 
 	queueRetry := map[string]string{}
 	for q, p := range cfg.QueueRetry {
-		queueRetry[q] = describePolicy(p)
+		queueRetry[q] = DescribePolicy(p)
 	}
 	hosts := "any (the token guards the server)"
 	if len(allowed) > 0 {
@@ -300,7 +300,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 	}
 	log.Info("redrive serving", "addr", ln.Addr().String(), "store", target, "queues", cfg.Queues,
 		"auth", cfg.Token != "", "allowed_hosts", hosts, "http_allow_private", cfg.HTTPAllowPrivate,
-		"http_allow_link_local", cfg.HTTPAllowLinkLocal, "download_dir", describeDownloadDir(cfg), "retry", describePolicy(cfg.Retry), "queue_retry", queueRetry,
+		"http_allow_link_local", cfg.HTTPAllowLinkLocal, "download_dir", describeDownloadDir(cfg), "retry", DescribePolicy(cfg.Retry), "queue_retry", queueRetry,
 		"lease", cfg.Lease.String(), "completed_retention", cfg.CompletedRetention.String(), "dlq_max_age", cfg.DLQMaxAge.String(),
 		"key_retention", cfg.KeyRetention.String(), "retry_budget", describeBudget(cfg))
 	dashboard := dashboardURL(ln.Addr())
@@ -365,7 +365,7 @@ func runServe(ctx context.Context, cfg *serveConfig, logOut io.Writer, ready fun
 // it returns the store and a description fit for logs (no password).
 // PostgreSQL is waited for as --database-wait says (see openPostgres);
 // when ctx ends meanwhile, the error is errStoppedWaiting.
-func openServeStore(ctx context.Context, cfg *serveConfig, log *slog.Logger) (store.Store, string, error) {
+func openServeStore(ctx context.Context, cfg *Serve, log *slog.Logger) (store.Store, string, error) {
 	if cfg.DatabaseURL != "" {
 		st, err := openPostgres(ctx, cfg, log, dbWaitPolicy)
 		if err != nil {
@@ -384,15 +384,15 @@ func openServeStore(ctx context.Context, cfg *serveConfig, log *slog.Logger) (st
 }
 
 // storeDescription names the store for logs (no password).
-func storeDescription(cfg *serveConfig) string {
+func storeDescription(cfg *Serve) string {
 	if cfg.DatabaseURL != "" {
-		return "postgres " + redactURL(cfg.DatabaseURL)
+		return "postgres " + RedactURL(cfg.DatabaseURL)
 	}
 	return "sqlite " + cfg.DB
 }
 
 // openingReason is what /readyz says while the store opens.
-func openingReason(cfg *serveConfig) string {
+func openingReason(cfg *Serve) string {
 	if cfg.DatabaseURL != "" {
 		return "not ready: waiting for the database"
 	}
@@ -417,8 +417,8 @@ const dbConnectTimeout = 10 * time.Second
 // again, spaced by policy, for up to cfg.DatabaseWait, logging each
 // failed attempt; other errors (authentication, a missing database, TLS)
 // end it at once. It returns errStoppedWaiting when ctx ends first.
-func openPostgres(ctx context.Context, cfg *serveConfig, log *slog.Logger, policy retry.Policy) (store.Store, error) {
-	url := redactURL(cfg.DatabaseURL)
+func openPostgres(ctx context.Context, cfg *Serve, log *slog.Logger, policy retry.Policy) (store.Store, error) {
+	url := RedactURL(cfg.DatabaseURL)
 	start := time.Now()
 	deadline := start.Add(cfg.DatabaseWait)
 	var prev time.Duration
@@ -467,7 +467,7 @@ func openPostgres(ctx context.Context, cfg *serveConfig, log *slog.Logger, polic
 // openPostgresOnce makes one attempt to open the store: a connection
 // first, within dbConnectTimeout (or what is left of the wait, if more
 // than a second), then postgres.Open, which migrates, bounded by ctx only.
-func openPostgresOnce(ctx context.Context, cfg *serveConfig, log *slog.Logger, deadline time.Time) (store.Store, error) {
+func openPostgresOnce(ctx context.Context, cfg *Serve, log *slog.Logger, deadline time.Time) (store.Store, error) {
 	pc, err := pgx.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -590,7 +590,7 @@ func serveMux(api *server.Server, client *redrive.Client, breakers *breaker.Regi
 }
 
 // describeBudget words the retry budget for the start-up log.
-func describeBudget(cfg *serveConfig) string {
+func describeBudget(cfg *Serve) string {
 	if cfg.NoBudget {
 		return "off"
 	}
@@ -629,7 +629,7 @@ func weakToken(token string) bool { return tokenBits(token) < 48 }
 func allowedHosts(listenHost string, extra []string) []string {
 	var hosts []string
 	switch {
-	case isLoopback(listenHost):
+	case IsLoopback(listenHost):
 		hosts = append(hosts, server.LoopbackHosts...)
 	case len(extra) == 0:
 		return nil

@@ -15,7 +15,7 @@ import (
 // (unless they stay in the broker), and the publisher through which the
 // store's worker sends redriven dead letters back to their queue.
 type brokerSide struct {
-	cfg    amqpConfig
+	cfg    AMQP
 	conn   *amqp.Conn
 	pub    *amqp.Publisher
 	router *amqp.Router
@@ -31,7 +31,7 @@ type brokerSide struct {
 // the same policies, retry budget and observer as the store's worker; it
 // registers the kind that publishes dead letters back on worker. It
 // returns nil when no queue is managed.
-func newBrokerSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Worker, exec redrive.ExecutorOptions,
+func newBrokerSide(cfg *Serve, client *redrive.Client, worker *redrive.Worker, exec redrive.ExecutorOptions,
 	log *slog.Logger) (*brokerSide, error) {
 	if len(cfg.AMQP.Queues) == 0 {
 		return nil, nil
@@ -42,7 +42,7 @@ func newBrokerSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Wor
 	}
 	b := &brokerSide{cfg: cfg.AMQP, conn: conn, log: log, errs: make(chan error, 2)}
 	queues := map[string]amqp.QueueOptions{}
-	for _, q := range cfg.AMQP.managedNames() {
+	for _, q := range cfg.AMQP.ManagedNames() {
 		queues[q] = amqp.QueueOptions{Quorum: cfg.AMQP.Quorum}
 	}
 	exec.ID = worker.ID()
@@ -62,7 +62,7 @@ func newBrokerSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Wor
 		conn.Close()
 		return nil, err
 	}
-	amqp.RegisterKind(worker, b.pub, amqp.KindOptions{Get: client.Get, Queues: cfg.AMQP.managedNames()})
+	amqp.RegisterKind(worker, b.pub, amqp.KindOptions{Get: client.Get, Queues: cfg.AMQP.ManagedNames()})
 	return b, nil
 }
 

@@ -20,7 +20,7 @@ import (
 
 // loadConfig parses args as `redrive serve`'s flags and loads the
 // configuration with env as the environment.
-func loadConfig(t *testing.T, env map[string]string, args ...string) (*serveConfig, error) {
+func loadConfig(t *testing.T, env map[string]string, args ...string) (*Serve, error) {
 	t.Helper()
 	root := newRootCmd()
 	cmd, _, err := root.Find([]string{"serve"})
@@ -30,7 +30,7 @@ func loadConfig(t *testing.T, env map[string]string, args ...string) (*serveConf
 	if err := cmd.ParseFlags(args); err != nil {
 		return nil, err
 	}
-	return loadServeConfig(cmd.Flags(), func(k string) string { return env[k] })
+	return Load(cmd.Flags(), func(k string) string { return env[k] })
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -279,7 +279,7 @@ func TestServeHostCheck(t *testing.T) {
 func TestIsLoopback(t *testing.T) {
 	for host, want := range map[string]bool{"127.0.0.1": true, "::1": true, "localhost": true, "127.1.2.3": true,
 		"": false, "0.0.0.0": false, "::": false, "10.0.0.1": false, "example.com": false} {
-		if got := isLoopback(host); got != want {
+		if got := IsLoopback(host); got != want {
 			t.Errorf("isLoopback(%q) = %v, want %v", host, got, want)
 		}
 	}
