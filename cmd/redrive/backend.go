@@ -239,7 +239,7 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 		// given a mistyped --schema must not create it.
 		st, err := postgres.Open(ctx, c.DatabaseURL, postgres.Options{Schema: c.Schema, Logger: log, SkipMigrate: true})
 		if err != nil {
-			return nil, fmt.Errorf("database-url %s: %w", RedactURL(c.DatabaseURL), unmigratedError(ctx, c.DatabaseURL, c.Schema, err))
+			return nil, fmt.Errorf("database-url %s: %w", redactURL(c.DatabaseURL), unmigratedError(ctx, c.DatabaseURL, c.Schema, err))
 		}
 		return &directBackend{c: directClient(st, log), close: st.Close}, nil
 	}

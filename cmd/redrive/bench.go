@@ -15,6 +15,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
+	"github.com/redrivehq/redrive/internal/config"
 )
 
 // benchOptions are the flags shared by every `redrive bench` workload.
@@ -309,7 +310,7 @@ its figures bound the consumer's own overhead, not a real cluster's.`,
 				brokers, src = os.Getenv(kafkaBrokersEnv), "$"+kafkaBrokersEnv
 			}
 			if strings.TrimSpace(brokers) != "" {
-				seeds, err := ParseKafkaBrokers(brokers)
+				seeds, err := config.ParseKafkaBrokers(brokers)
 				if err != nil {
 					return flagErrorf(cmd, "%s: %v", src, err)
 				}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/kafka"
 )
 
@@ -161,31 +161,11 @@ func kafkaBrokers(v string, flag bool) ([]string, error) {
 			return nil, fmt.Errorf("--kafka-topic needs the brokers: set --kafka-brokers or $%s (host:port,...)", kafkaBrokersEnv)
 		}
 	}
-	seeds, err := ParseKafkaBrokers(v)
+	seeds, err := config.ParseKafkaBrokers(v)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 	return seeds, nil
-}
-
-// ParseKafkaBrokers parses a comma-separated list of host:port.
-func ParseKafkaBrokers(v string) ([]string, error) {
-	var out []string
-	for b := range strings.SplitSeq(v, ",") {
-		b = strings.TrimSpace(b)
-		if b == "" {
-			continue
-		}
-		host, port, err := net.SplitHostPort(b)
-		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("%q: want host:port (e.g. localhost:9092)", clipArg(b))
-		}
-		out = append(out, b)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no broker: want host:port,... (e.g. localhost:9092)")
-	}
-	return out, nil
 }
 
 // kafkaLogger returns the logger of the brokers' client: warnings and
@@ -196,7 +176,7 @@ func kafkaLogger(cmd *cobra.Command) (*slog.Logger, error) {
 	if fl := cmd.Flags().Lookup("log-format"); fl != nil && fl.Changed {
 		lf = fl.Value.String()
 	}
-	format, err := ParseLogFormat(lf)
+	format, err := config.ParseLogFormat(lf)
 	if err != nil {
 		return nil, flagErrorf(cmd, "--log-format %w", err)
 	}

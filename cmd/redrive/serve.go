@@ -30,6 +30,7 @@ import (
 	"github.com/redrivehq/redrive/amqp"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/httpjob"
+	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/metrics"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/server"
@@ -117,14 +118,14 @@ It stops gracefully on SIGINT or SIGTERM: no new requests or jobs, running
 ones get --shutdown-timeout to finish.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := Load(cmd.Flags(), os.Getenv)
+			cfg, err := config.Load(cmd.Flags(), os.Getenv)
 			if err != nil {
 				return &usageError{cmd: cmd, err: err}
 			}
 			return runServe(cmd.Context(), cfg, cmd.ErrOrStderr(), nil)
 		},
 	}
-	AddFlags(cmd.Flags())
+	config.AddFlags(cmd.Flags())
 	return cmd
 }
 
@@ -136,15 +137,15 @@ var errNoToken = errors.New("refusing to listen on a non-loopback address withou
 // logOut in cfg.LogFormat (JSON unless logOut is a terminal or text is
 // asked for). ready, when not nil, is called with the address listened
 // on once the server accepts connections.
-func runServe(ctx context.Context, cfg *Serve, logOut io.Writer, ready func(net.Addr)) error {
-	host, err := ListenHostPort(cfg.Addr)
+func runServe(ctx context.Context, cfg *config.Serve, logOut io.Writer, ready func(net.Addr)) error {
+	host, err := config.ListenHostPort(cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("addr: %w", err)
 	}
-	if cfg.Token == "" && !IsLoopback(host) {
+	if cfg.Token == "" && !config.IsLoopback(host) {
 		return fmt.Errorf("--addr %s: %w", cfg.Addr, errNoToken)
 	}
-	if !IsLoopback(host) && len(cfg.Token) < minRemoteToken {
+	if !config.IsLoopback(host) && len(cfg.Token) < minRemoteToken {
 		return fmt.Errorf("--token: %d characters is too short to guard a server that listens beyond loopback (--addr %s): "+
 			"use at least %d, e.g. the output of `openssl rand -hex 24`", len(cfg.Token), cfg.Addr, minRemoteToken)
 	}
@@ -202,7 +203,7 @@ func runServe(ctx context.Context, cfg *Serve, logOut io.Writer, ready func(net.
 	client := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
 	retryPolicy := cfg.Retry
 	// The histograms of attempt durations and lateness, fed by the worker.
-	attempts := metrics.NewObserver(serveKinds(cfg)...)
+	attempts := metrics.NewObserver(cfg.Kinds()...)
 	// The breakers: the configured dependencies' and, on first use, one
 	// per other dependency or http host with the default configuration.
 	breakers := cfg.Breakers.Registry()
@@ -292,7 +293,7 @@ func runServe(ctx context.Context, cfg *Serve, logOut io.Writer, ready func(net.
 
 	queueRetry := map[string]string{}
 	for q, p := range cfg.QueueRetry {
-		queueRetry[q] = DescribePolicy(p)
+		queueRetry[q] = config.DescribePolicy(p)
 	}
 	hosts := "any (the token guards the server)"
 	if len(allowed) > 0 {
@@ -300,7 +301,7 @@ func runServe(ctx context.Context, cfg *Serve, logOut io.Writer, ready func(net.
 	}
 	log.Info("redrive serving", "addr", ln.Addr().String(), "store", target, "queues", cfg.Queues,
 		"auth", cfg.Token != "", "allowed_hosts", hosts, "http_allow_private", cfg.HTTPAllowPrivate,
-		"http_allow_link_local", cfg.HTTPAllowLinkLocal, "download_dir", describeDownloadDir(cfg), "retry", DescribePolicy(cfg.Retry), "queue_retry", queueRetry,
+		"http_allow_link_local", cfg.HTTPAllowLinkLocal, "download_dir", describeDownloadDir(cfg), "retry", config.DescribePolicy(cfg.Retry), "queue_retry", queueRetry,
 		"lease", cfg.Lease.String(), "completed_retention", cfg.CompletedRetention.String(), "dlq_max_age", cfg.DLQMaxAge.String(),
 		"key_retention", cfg.KeyRetention.String(), "retry_budget", describeBudget(cfg))
 	dashboard := dashboardURL(ln.Addr())
@@ -365,7 +366,7 @@ func runServe(ctx context.Context, cfg *Serve, logOut io.Writer, ready func(net.
 // it returns the store and a description fit for logs (no password).
 // PostgreSQL is waited for as --database-wait says (see openPostgres);
 // when ctx ends meanwhile, the error is errStoppedWaiting.
-func openServeStore(ctx context.Context, cfg *Serve, log *slog.Logger) (store.Store, string, error) {
+func openServeStore(ctx context.Context, cfg *config.Serve, log *slog.Logger) (store.Store, string, error) {
 	if cfg.DatabaseURL != "" {
 		st, err := openPostgres(ctx, cfg, log, dbWaitPolicy)
 		if err != nil {
@@ -384,15 +385,15 @@ func openServeStore(ctx context.Context, cfg *Serve, log *slog.Logger) (store.St
 }
 
 // storeDescription names the store for logs (no password).
-func storeDescription(cfg *Serve) string {
+func storeDescription(cfg *config.Serve) string {
 	if cfg.DatabaseURL != "" {
-		return "postgres " + RedactURL(cfg.DatabaseURL)
+		return "postgres " + config.RedactURL(cfg.DatabaseURL)
 	}
 	return "sqlite " + cfg.DB
 }
 
 // openingReason is what /readyz says while the store opens.
-func openingReason(cfg *Serve) string {
+func openingReason(cfg *config.Serve) string {
 	if cfg.DatabaseURL != "" {
 		return "not ready: waiting for the database"
 	}
@@ -417,8 +418,8 @@ const dbConnectTimeout = 10 * time.Second
 // again, spaced by policy, for up to cfg.DatabaseWait, logging each
 // failed attempt; other errors (authentication, a missing database, TLS)
 // end it at once. It returns errStoppedWaiting when ctx ends first.
-func openPostgres(ctx context.Context, cfg *Serve, log *slog.Logger, policy retry.Policy) (store.Store, error) {
-	url := RedactURL(cfg.DatabaseURL)
+func openPostgres(ctx context.Context, cfg *config.Serve, log *slog.Logger, policy retry.Policy) (store.Store, error) {
+	url := config.RedactURL(cfg.DatabaseURL)
 	start := time.Now()
 	deadline := start.Add(cfg.DatabaseWait)
 	var prev time.Duration
@@ -467,7 +468,7 @@ func openPostgres(ctx context.Context, cfg *Serve, log *slog.Logger, policy retr
 // openPostgresOnce makes one attempt to open the store: a connection
 // first, within dbConnectTimeout (or what is left of the wait, if more
 // than a second), then postgres.Open, which migrates, bounded by ctx only.
-func openPostgresOnce(ctx context.Context, cfg *Serve, log *slog.Logger, deadline time.Time) (store.Store, error) {
+func openPostgresOnce(ctx context.Context, cfg *config.Serve, log *slog.Logger, deadline time.Time) (store.Store, error) {
 	pc, err := pgx.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -590,7 +591,7 @@ func serveMux(api *server.Server, client *redrive.Client, breakers *breaker.Regi
 }
 
 // describeBudget words the retry budget for the start-up log.
-func describeBudget(cfg *Serve) string {
+func describeBudget(cfg *config.Serve) string {
 	if cfg.NoBudget {
 		return "off"
 	}
@@ -629,7 +630,7 @@ func weakToken(token string) bool { return tokenBits(token) < 48 }
 func allowedHosts(listenHost string, extra []string) []string {
 	var hosts []string
 	switch {
-	case IsLoopback(listenHost):
+	case config.IsLoopback(listenHost):
 		hosts = append(hosts, server.LoopbackHosts...)
 	case len(extra) == 0:
 		return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
+	"github.com/redrivehq/redrive/internal/config"
 )
 
 // brokerSide is what `serve --amqp-url` runs beside the store's worker:
@@ -15,7 +16,7 @@ import (
 // (unless they stay in the broker), and the publisher through which the
 // store's worker sends redriven dead letters back to their queue.
 type brokerSide struct {
-	cfg    AMQP
+	cfg    config.AMQP
 	conn   *amqp.Conn
 	pub    *amqp.Publisher
 	router *amqp.Router
@@ -31,7 +32,7 @@ type brokerSide struct {
 // the same policies, retry budget and observer as the store's worker; it
 // registers the kind that publishes dead letters back on worker. It
 // returns nil when no queue is managed.
-func newBrokerSide(cfg *Serve, client *redrive.Client, worker *redrive.Worker, exec redrive.ExecutorOptions,
+func newBrokerSide(cfg *config.Serve, client *redrive.Client, worker *redrive.Worker, exec redrive.ExecutorOptions,
 	log *slog.Logger) (*brokerSide, error) {
 	if len(cfg.AMQP.Queues) == 0 {
 		return nil, nil

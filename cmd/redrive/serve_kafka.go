@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/kafka"
 )
 
@@ -18,7 +19,7 @@ import (
 // redriven dead letters back to their topic (and asks the cluster for
 // the topics' statistics).
 type kafkaSide struct {
-	cfg    Kafka
+	cfg    config.Kafka
 	keeper *kafka.Keeper
 	cl     *kgo.Client
 	adm    *kadm.Client
@@ -33,7 +34,7 @@ type kafkaSide struct {
 // topic's topology built from the policy of the store queue of its name,
 // and registers on worker the kind that produces dead letters back. It
 // returns nil when no topic is kept.
-func newKafkaSide(cfg *Serve, client *redrive.Client, worker *redrive.Worker, log *slog.Logger) (*kafkaSide, error) {
+func newKafkaSide(cfg *config.Serve, client *redrive.Client, worker *redrive.Worker, log *slog.Logger) (*kafkaSide, error) {
 	if len(cfg.Kafka.Topics) == 0 {
 		return nil, nil
 	}

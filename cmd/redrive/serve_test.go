@@ -16,11 +16,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redrivehq/redrive/internal/config"
 )
 
 // loadConfig parses args as `redrive serve`'s flags and loads the
 // configuration with env as the environment.
-func loadConfig(t *testing.T, env map[string]string, args ...string) (*Serve, error) {
+func loadConfig(t *testing.T, env map[string]string, args ...string) (*config.Serve, error) {
 	t.Helper()
 	root := newRootCmd()
 	cmd, _, err := root.Find([]string{"serve"})
@@ -30,7 +32,7 @@ func loadConfig(t *testing.T, env map[string]string, args ...string) (*Serve, er
 	if err := cmd.ParseFlags(args); err != nil {
 		return nil, err
 	}
-	return Load(cmd.Flags(), func(k string) string { return env[k] })
+	return config.Load(cmd.Flags(), func(k string) string { return env[k] })
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -279,7 +281,7 @@ func TestServeHostCheck(t *testing.T) {
 func TestIsLoopback(t *testing.T) {
 	for host, want := range map[string]bool{"127.0.0.1": true, "::1": true, "localhost": true, "127.1.2.3": true,
 		"": false, "0.0.0.0": false, "::": false, "10.0.0.1": false, "example.com": false} {
-		if got := IsLoopback(host); got != want {
+		if got := config.IsLoopback(host); got != want {
 			t.Errorf("isLoopback(%q) = %v, want %v", host, got, want)
 		}
 	}
@@ -504,6 +506,19 @@ func TestWeakToken(t *testing.T) {
 	for _, tok := range []string{"3f9c2a7be1d04c58a6e2f9b1", "0123456789abcdef-token", "c0rrect-H0rse-battery-Staple", "Zk8v_Qw2-Lp9xR4tYb7nM3sD"} {
 		if weakToken(tok) {
 			t.Errorf("%q (%.0f bits) flagged", tok, tokenBits(tok))
+		}
+	}
+}
+
+func TestServeRetryHelp(t *testing.T) {
+	stdout, _, err := runCLI(t, "serve", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--retry-max-retries", "--retry-base", "--retry-max ", "--retry-jitter ", "$REDRIVE_RETRY_BASE",
+		`"retry": {"max_retries": 5`} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("serve --help lacks %q", want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"github.com/redrivehq/redrive/retry"
 )
 
-// fuzzLoad runs loadServeConfig with the given command-line settings and
+// fuzzLoad runs Load with the given command-line settings and
 // environment, as `redrive serve` would.
 func fuzzLoad(t *testing.T, flags map[string]string, env map[string]string) (*Serve, error) {
 	t.Helper()

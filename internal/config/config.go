@@ -1,4 +1,17 @@
-package main
+// Package config is the configuration of `redrive serve`: every setting
+// with its flag, environment variable (REDRIVE_*), config file key and
+// default; the merging of the defaults, the JSON config file (--config or
+// $REDRIVE_CONFIG), the environment and the flags, in that increasing
+// precedence; and the validation of each value, whose errors name the
+// setting as its source spells it ("--addr: ...", "REDRIVE_WORKERS: ...",
+// "redrive.json: queues: ...").
+//
+// The command adds the flags to its pflag.FlagSet with AddFlags and calls
+// Load once they are parsed; the package knows nothing of cobra. The
+// settings live in one file per concern: config.go (the server, the store,
+// the engine, logs), retry.go, classify.go, breaker.go, amqp.go,
+// kafka.go, download.go, schedules.go and export.go.
+package config
 
 import (
 	"bytes"
@@ -11,6 +24,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,10 +90,10 @@ type Serve struct {
 	// file gives one (its "retry" object on top of Retry).
 	QueueRetry map[string]retry.Policy
 	// Classify is how failures are classified, by default and per queue
-	// (classify_config.go).
+	// (classify.go).
 	Classify Classify
 	// Breakers are the circuit breakers of dependencies and of the http
-	// kind's hosts (breaker_config.go).
+	// kind's hosts (breaker.go).
 	Breakers Breakers
 	// AMQP are the RabbitMQ queues serve manages (--amqp-url).
 	AMQP AMQP
@@ -91,7 +105,7 @@ type Serve struct {
 	// ExportDir is the folder API folder exports write under
 	// (--export-dir); empty refuses them.
 	ExportDir string
-	// Schedules are the periodic jobs serve declares (schedules_config.go).
+	// Schedules are the periodic jobs serve declares (schedules.go).
 	Schedules []redrive.Periodic
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
@@ -127,7 +141,7 @@ const (
 )
 
 // settings are every setting of `redrive serve`. The global --db flag is
-// one of them; the retry settings are in retry_config.go.
+// one of them; the retry settings are in retry.go.
 var settings = append([]setting{
 	{name: "addr", def: "127.0.0.1:8080", help: "host:port to listen on (a non-loopback address needs a token)", apply: func(c *Serve, v string) error {
 		if _, err := ListenHostPort(v); err != nil {
@@ -283,7 +297,7 @@ func AddFlags(f *pflag.FlagSet) {
 }
 
 // addSettingFlags adds the flags of the settings ss (but the global --db)
-// and --config; loadServeConfig reads them (policy explain takes the
+// and --config; Load reads them (policy explain takes the
 // retry settings only).
 func addSettingFlags(f *pflag.FlagSet, ss []setting) {
 	for _, s := range ss {
@@ -296,7 +310,7 @@ func addSettingFlags(f *pflag.FlagSet, ss []setting) {
 			f.Bool(s.name, b, help)
 			continue
 		}
-		// The flag's default is for --help only: loadServeConfig reads a
+		// The flag's default is for --help only: Load reads a
 		// flag only when it is given, so the environment and the file can
 		// set what the flag does not (and --help never prints a secret).
 		f.String(s.name, s.def, help)
@@ -841,4 +855,11 @@ func durationSetting(name, def string, lo, hi time.Duration, help string, set fu
 		set(c, d)
 		return nil
 	}}
+}
+
+// AddPolicyFlags adds the flags of the retry, classify and breaker
+// settings and --config, which `redrive policy explain` takes to show a
+// policy as serve's settings make it (Load reads them).
+func AddPolicyFlags(f *pflag.FlagSet) {
+	addSettingFlags(f, slices.Concat(retrySettings, classifySettings, breakerSettings))
 }

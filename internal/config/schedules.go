@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/download"
 )
 
 // maxSchedules bounds the schedules of serve's configuration.
@@ -135,11 +136,11 @@ func parseSchedule(name string, raw json.RawMessage) (redrive.Periodic, error) {
 // resolveSchedules checks what the schedules need of the rest of the
 // configuration: a kind serve runs, a queue serve's worker serves.
 func resolveSchedules(c *Serve) error {
-	kinds := serveKinds(c)
+	kinds := c.Kinds()
 	for _, p := range c.Schedules {
 		if !slices.Contains(kinds, p.Kind) {
 			hint := ""
-			if p.Kind == downloadKind {
+			if p.Kind == download.Kind {
 				hint = "; the download kind needs " + DownloadDirSetting
 			}
 			return fmt.Errorf("schedules: schedule %q: kind: %q is not a kind serve runs (%s)%s", p.Name, p.Kind, strings.Join(kinds, ", "), hint)
