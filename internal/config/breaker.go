@@ -370,6 +370,7 @@ type hostPattern struct {
 	port     string // "" for any port
 }
 
+// String is the pattern as the settings spell it.
 func (p hostPattern) String() string {
 	h := p.host
 	if p.wildcard {
@@ -594,6 +595,8 @@ type BreakerJSON struct {
 	CountRateLimited bool    `json:"count_rate_limited"`
 }
 
+// BreakerToJSON is the breaker d (configured: by the settings, not the
+// default) as `policy explain --json` writes it.
 func BreakerToJSON(d DependencyBreaker, configured bool) BreakerJSON {
 	def := breaker.DefaultConfig()
 	c := d.Config

@@ -421,6 +421,8 @@ type ClassifyJSON struct {
 	CommonRules bool              `json:"common_rules"`
 }
 
+// ClassifyToJSON is the classification q of queue (own: the queue has
+// one of its own) as `policy explain --json` writes it.
 func ClassifyToJSON(queue string, own bool, q QueueClassify) ClassifyJSON {
 	out := ClassifyJSON{Queue: queue, OwnConfig: own, Status: map[string]string{}, Rules: []ruleJSON{}, CommonRules: q.Common}
 	for code, class := range q.Status {
