@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/redrivehq/redrive/amqp"
+	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -72,7 +73,7 @@ func withAMQP(cmd *cobra.Command, allowed []string,
 		if !cmd.Flags().Changed("log-format") {
 			lf = os.Getenv(logFormatEnv)
 		}
-		format, err := parseLogFormat(lf)
+		format, err := config.ParseLogFormat(lf)
 		if err != nil {
 			return flagErrorf(cmd, "--log-format %w", err)
 		}

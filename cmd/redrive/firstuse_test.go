@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/config"
 )
 
 // TestGroupCommandUnknownSubcommand: a group command (jobs, dlq, queues,
@@ -215,18 +216,18 @@ func TestRelativeSinceUntil(t *testing.T) {
 // log-format choose text or JSON logs; auto (the default) is text on a
 // terminal, JSON otherwise.
 func TestLogFormat(t *testing.T) {
-	t.Setenv(configEnv, "")
+	t.Setenv(config.FileEnv, "")
 	for _, c := range []struct {
 		env  map[string]string
 		args []string
 		want string
 	}{
-		{nil, nil, logFormatAuto},
-		{nil, []string{"--log-format", "json"}, logFormatJSON},
-		{map[string]string{"REDRIVE_LOG_FORMAT": "text"}, nil, logFormatText},
-		{map[string]string{"REDRIVE_LOG_FORMAT": "text"}, []string{"--log-format", "JSON"}, logFormatJSON},
-		{nil, []string{"--config", writeFile(t, "redrive.json", `{"log-format": "text"}`)}, logFormatText},
-		{nil, []string{"--config", writeFile(t, "redrive.json", `{"log_format": "auto"}`)}, logFormatAuto},
+		{nil, nil, config.LogFormatAuto},
+		{nil, []string{"--log-format", "json"}, config.LogFormatJSON},
+		{map[string]string{"REDRIVE_LOG_FORMAT": "text"}, nil, config.LogFormatText},
+		{map[string]string{"REDRIVE_LOG_FORMAT": "text"}, []string{"--log-format", "JSON"}, config.LogFormatJSON},
+		{nil, []string{"--config", writeFile(t, "redrive.json", `{"log-format": "text"}`)}, config.LogFormatText},
+		{nil, []string{"--config", writeFile(t, "redrive.json", `{"log_format": "auto"}`)}, config.LogFormatAuto},
 	} {
 		cfg, err := loadConfig(t, c.env, c.args...)
 		if err != nil || cfg.LogFormat != c.want {
@@ -253,8 +254,8 @@ func TestLogFormat(t *testing.T) {
 		terminal bool
 		json     bool
 	}{
-		{logFormatAuto, true, false}, {logFormatAuto, false, true},
-		{logFormatText, false, false}, {logFormatJSON, true, true},
+		{config.LogFormatAuto, true, false}, {config.LogFormatAuto, false, true},
+		{config.LogFormatText, false, false}, {config.LogFormatJSON, true, true},
 	} {
 		line := logLine(c.format, c.terminal)
 		if isJSON := json.Valid([]byte(line)); isJSON != c.json || !strings.Contains(line, "serving") {

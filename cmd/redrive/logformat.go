@@ -1,41 +1,22 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
-	"strings"
-)
 
-// Log formats of --log-format.
-const (
-	logFormatAuto = "auto"
-	logFormatText = "text"
-	logFormatJSON = "json"
+	"github.com/redrivehq/redrive/internal/config"
 )
 
 // logFormatEnv is the environment variable of --log-format, for the
 // commands that log besides serve (serve reads it as a setting).
 const logFormatEnv = "REDRIVE_LOG_FORMAT"
 
-// parseLogFormat parses a --log-format value: text, json or auto ("" is
-// auto).
-func parseLogFormat(v string) (string, error) {
-	switch f := strings.ToLower(strings.TrimSpace(v)); f {
-	case "", logFormatAuto:
-		return logFormatAuto, nil
-	case logFormatText, logFormatJSON:
-		return f, nil
-	}
-	return "", fmt.Errorf("%q: want text, json or auto", v)
-}
-
 // newLogHandler returns the handler of logs written to w in format; auto
 // is text when w is a terminal, json otherwise (a file, a pipe, a log
 // collector).
 func newLogHandler(w io.Writer, format string, level slog.Leveler) slog.Handler {
 	opts := &slog.HandlerOptions{Level: level}
-	if format == logFormatText || format == logFormatAuto && stderrIsTerminal(w) {
+	if format == config.LogFormatText || format == config.LogFormatAuto && stderrIsTerminal(w) {
 		return slog.NewTextHandler(w, opts)
 	}
 	return slog.NewJSONHandler(w, opts)

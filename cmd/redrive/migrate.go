@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -150,7 +150,7 @@ func migratePostgres(ctx context.Context, dbURL, schema string, lockTimeout time
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list the migrations: %w", err)
 	}
-	rep := &migrateReport{Store: "postgres", Target: redactURL(dbURL), Schema: st.Schema(), Applied: ms}
+	rep := &migrateReport{Store: "postgres", Target: config.RedactURL(dbURL), Schema: st.Schema(), Applied: ms}
 	for i := range rep.Applied {
 		if !before[rep.Applied[i].Version] {
 			rep.Applied[i].Now = true
@@ -191,15 +191,5 @@ func appliedBefore(ctx context.Context, dbURL, schema string) (map[int]bool, err
 	return done, nil
 }
 
-// redactURL hides the password of a URL; a key=value connection string
-// is reduced to its host and database.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
-		return u.Redacted()
-	}
-	cfg, err := pgx.ParseConfig(s)
-	if err != nil {
-		return "(connection string)"
-	}
-	return fmt.Sprintf("host=%s dbname=%s", cfg.Host, cfg.Database)
-}
+// redactURL hides the password of a URL (see config.RedactURL).
+func redactURL(s string) string { return config.RedactURL(s) }

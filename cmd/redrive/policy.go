@@ -5,12 +5,12 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/rhttp"
 )
@@ -80,7 +80,7 @@ the classification and the breaker.`,
   redrive policy explain --classify-status 404=transient --breaker-failures 10 --dependency payments`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadServeConfig(cmd.Flags(), os.Getenv)
+			cfg, err := config.Load(cmd.Flags(), os.Getenv)
 			if err != nil {
 				return &usageError{cmd: cmd, err: err}
 			}
@@ -116,7 +116,7 @@ the classification and the breaker.`,
 			if dependency != "" && target != "" {
 				return flagErrorf(cmd, "give --dependency or --url, not both")
 			}
-			cls, ownCls := cfg.Classify.forQueue(queue)
+			cls, ownCls := cfg.Classify.ForQueue(queue)
 			dep, configured, hostNote, err := explainBreaker(cfg, dependency, target)
 			if err != nil {
 				return &usageError{cmd: cmd, err: err}
@@ -124,8 +124,8 @@ the classification and the breaker.`,
 			out := cmd.OutOrStdout()
 			if g.JSON {
 				o := explainJSON(p)
-				cj := classifyToJSON(queue, ownCls, cls)
-				bj := breakerToJSON(dep, configured)
+				cj := config.ClassifyToJSON(queue, ownCls, cls)
+				bj := config.BreakerToJSON(dep, configured)
 				o.Classification, o.Breaker = &cj, &bj
 				return writeJSON(out, o)
 			}
@@ -139,11 +139,11 @@ the classification and the breaker.`,
 				}
 			}
 			fmt.Fprintf(&b, "classification (%s):\n", what)
-			for _, line := range describeClassify(cls) {
+			for _, line := range config.DescribeClassify(cls) {
 				fmt.Fprintf(&b, "  %s\n", line)
 			}
 			fmt.Fprintf(&b, "breaker %s%s:\n", shellQuote(dep.Name), hostNote)
-			for _, line := range describeBreaker(dep.Config) {
+			for _, line := range config.DescribeBreaker(dep.Config) {
 				fmt.Fprintf(&b, "  %s\n", line)
 			}
 			_, err = fmt.Fprint(out, b.String())
@@ -162,7 +162,7 @@ the classification and the breaker.`,
 	f.StringVar(&queue, "queue", "", "the policy and classification of this queue (its \"retry\" and \"classify\" objects in the config file's \"queues\")")
 	f.StringVar(&dependency, "dependency", "", "show the breaker of this dependency (default: the default breaker)")
 	f.StringVar(&target, "url", "", "show the breaker an http job to this URL goes through")
-	addSettingFlags(f, slices.Concat(retrySettings, classifySettings, breakerSettings))
+	config.AddPolicyFlags(f)
 	return cmd
 }
 
@@ -215,9 +215,9 @@ type explainOutput struct {
 	// shows (retry.MaxScheduleSteps).
 	Truncated bool `json:"truncated"`
 	// Classification is the classification of failures on the queue.
-	Classification *classifyJSON `json:"classification,omitempty"`
+	Classification *config.ClassifyJSON `json:"classification,omitempty"`
 	// Breaker is the breaker shown (--dependency, --url or the default).
-	Breaker *breakerJSON `json:"breaker,omitempty"`
+	Breaker *config.BreakerJSON `json:"breaker,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -240,25 +240,25 @@ func explainJSON(p retry.Policy) explainOutput {
 // named (a configured one, or one with the default settings), the breaker
 // an http job to target goes through, or the default. It also returns a
 // note on which http jobs use it, and whether it is configured by name.
-func explainBreaker(cfg *serveConfig, dependency, target string) (dependencyBreaker, bool, string, error) {
+func explainBreaker(cfg *config.Serve, dependency, target string) (config.DependencyBreaker, bool, string, error) {
 	switch {
 	case target != "":
 		u, err := url.Parse(target)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return dependencyBreaker{}, false, "", fmt.Errorf("--url %q: want an http or https URL", target)
+			return config.DependencyBreaker{}, false, "", fmt.Errorf("--url %q: want an http or https URL", target)
 		}
 		if !cfg.Breakers.HTTP {
-			d := dependencyBreaker{Name: "none", Config: cfg.Breakers.Default}
+			d := config.DependencyBreaker{Name: "none", Config: cfg.Breakers.Default}
 			return d, false, " (http jobs go through no breaker: --breaker-http is off; the default settings)", nil
 		}
-		if name := cfg.Breakers.httpDependency(u); name != "" {
-			d, _ := cfg.Breakers.dependency(name)
+		if name := cfg.Breakers.HTTPDependency(u); name != "" {
+			d, _ := cfg.Breakers.Dependency(name)
 			return d, true, fmt.Sprintf(" (dependency of http jobs to %s)", strings.Join(d.Hosts, ", ")), nil
 		}
-		d := dependencyBreaker{Name: rhttp.HostKey(u), Config: cfg.Breakers.Default}
+		d := config.DependencyBreaker{Name: rhttp.HostKey(u), Config: cfg.Breakers.Default}
 		return d, false, " (the host's own breaker, default settings)", nil
 	case dependency != "":
-		d, ok := cfg.Breakers.dependency(dependency)
+		d, ok := cfg.Breakers.Dependency(dependency)
 		if !ok {
 			return d, false, " (not configured: the default settings)", nil
 		}
@@ -267,7 +267,7 @@ func explainBreaker(cfg *serveConfig, dependency, target string) (dependencyBrea
 		}
 		return d, true, "", nil
 	}
-	d := dependencyBreaker{Name: "default", Config: cfg.Breakers.Default}
+	d := config.DependencyBreaker{Name: "default", Config: cfg.Breakers.Default}
 	note := " (every dependency not configured by name"
 	if cfg.Breakers.HTTP {
 		note += ", and one per http host"

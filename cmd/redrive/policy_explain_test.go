@@ -10,7 +10,7 @@ import (
 // classification and the breaker of a dependency or of an http job's URL,
 // as serve's settings make them.
 func TestPolicyExplainClassifyAndBreaker(t *testing.T) {
-	path := writeConfig(t, `{
+	path := writeFile(t, "redrive.json", `{
 		"classify": {"status": {"404": "transient"}},
 		"breaker": {"failures": 10, "dependencies": {"payments": {"hosts": ["api.pay.example"], "failures": 3, "ratio": 0, "open_for": "30s", "probes": 2}}},
 		"queues": {"webhooks": {"classify": {"status": {"409": "permanent"}, "rules": [{"contains": "quota", "class": "rate_limited"}]}}}

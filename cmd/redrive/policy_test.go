@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/redrivehq/redrive/internal/config"
 )
 
 func TestPolicyExplainDefaults(t *testing.T) {
@@ -121,7 +123,7 @@ func TestPolicyExplainBadFlags(t *testing.T) {
 // settings: the config file (with a queue's own policy), the --retry-*
 // flags and REDRIVE_RETRY_* variables; the short flags win.
 func TestPolicyExplainServeSettings(t *testing.T) {
-	t.Setenv(configEnv, "")
+	t.Setenv(config.FileEnv, "")
 	cfg := filepath.Join(t.TempDir(), "serve.json")
 	if err := os.WriteFile(cfg, []byte(`{"retry": {"max_retries": 5, "base": "1s", "max": "5m", "jitter": "full"},
  "queues": {"default": 10, "webhooks": {"workers": 50, "retry": {"max_retries": 10, "jitter": "none"}}}}`), 0o600); err != nil {
@@ -138,13 +140,13 @@ func TestPolicyExplainServeSettings(t *testing.T) {
 		{[]string{"--retry-max-retries", "7", "--retry-jitter", "none"}, "", "policy: 7 retries (8 attempts), backoff min(1s * 2^n, 30s), no jitter"},
 		{nil, cfg, "policy: 5 retries (6 attempts)"},
 	} {
-		t.Setenv(configEnv, c.env)
+		t.Setenv(config.FileEnv, c.env)
 		stdout, stderr, err := runCLI(t, append([]string{"policy", "explain"}, c.args...)...)
 		if err != nil || !strings.HasPrefix(stdout, c.want) {
 			t.Errorf("policy explain %v: %v %q\n%s\nwant %q", c.args, err, stderr, stdout, c.want)
 		}
 	}
-	t.Setenv(configEnv, "")
+	t.Setenv(config.FileEnv, "")
 	_, stderr, err := runCLI(t, "policy", "explain", "--config", cfg, "--queue", "nope")
 	if err != nil || !strings.Contains(stderr, "queue nope has no retry policy of its own") {
 		t.Errorf("--queue nope: %v %q", err, stderr)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
+	"github.com/redrivehq/redrive/internal/config"
 )
 
 // brokerSide is what `serve --amqp-url` runs beside the store's worker:
@@ -15,7 +16,7 @@ import (
 // (unless they stay in the broker), and the publisher through which the
 // store's worker sends redriven dead letters back to their queue.
 type brokerSide struct {
-	cfg    amqpConfig
+	cfg    config.AMQP
 	conn   *amqp.Conn
 	pub    *amqp.Publisher
 	router *amqp.Router
@@ -31,7 +32,7 @@ type brokerSide struct {
 // the same policies, retry budget and observer as the store's worker; it
 // registers the kind that publishes dead letters back on worker. It
 // returns nil when no queue is managed.
-func newBrokerSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Worker, exec redrive.ExecutorOptions,
+func newBrokerSide(cfg *config.Serve, client *redrive.Client, worker *redrive.Worker, exec redrive.ExecutorOptions,
 	log *slog.Logger) (*brokerSide, error) {
 	if len(cfg.AMQP.Queues) == 0 {
 		return nil, nil
@@ -42,7 +43,7 @@ func newBrokerSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Wor
 	}
 	b := &brokerSide{cfg: cfg.AMQP, conn: conn, log: log, errs: make(chan error, 2)}
 	queues := map[string]amqp.QueueOptions{}
-	for _, q := range cfg.AMQP.managedNames() {
+	for _, q := range cfg.AMQP.ManagedNames() {
 		queues[q] = amqp.QueueOptions{Quorum: cfg.AMQP.Quorum}
 	}
 	exec.ID = worker.ID()
@@ -62,7 +63,7 @@ func newBrokerSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Wor
 		conn.Close()
 		return nil, err
 	}
-	amqp.RegisterKind(worker, b.pub, amqp.KindOptions{Get: client.Get, Queues: cfg.AMQP.managedNames()})
+	amqp.RegisterKind(worker, b.pub, amqp.KindOptions{Get: client.Get, Queues: cfg.AMQP.ManagedNames()})
 	return b, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/kafka"
 )
 
@@ -18,7 +19,7 @@ import (
 // redriven dead letters back to their topic (and asks the cluster for
 // the topics' statistics).
 type kafkaSide struct {
-	cfg    kafkaConfig
+	cfg    config.Kafka
 	keeper *kafka.Keeper
 	cl     *kgo.Client
 	adm    *kadm.Client
@@ -33,13 +34,13 @@ type kafkaSide struct {
 // topic's topology built from the policy of the store queue of its name,
 // and registers on worker the kind that produces dead letters back. It
 // returns nil when no topic is kept.
-func newKafkaSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Worker, log *slog.Logger) (*kafkaSide, error) {
+func newKafkaSide(cfg *config.Serve, client *redrive.Client, worker *redrive.Worker, log *slog.Logger) (*kafkaSide, error) {
 	if len(cfg.Kafka.Topics) == 0 {
 		return nil, nil
 	}
 	s := &kafkaSide{cfg: cfg.Kafka, log: log, errs: make(chan error, 1)}
 	var topos []kafka.Topology
-	for _, t := range cfg.Kafka.topicNames() {
+	for _, t := range cfg.Kafka.TopicNames() {
 		p := cfg.Retry
 		if qp, ok := cfg.QueueRetry[t]; ok {
 			p = qp
@@ -58,7 +59,7 @@ func newKafkaSide(cfg *serveConfig, client *redrive.Client, worker *redrive.Work
 		s.cl.Close()
 		return nil, err
 	}
-	kafka.RegisterKind(worker, s.cl, kafka.KindOptions{Get: client.Get, Topics: cfg.Kafka.topicNames()})
+	kafka.RegisterKind(worker, s.cl, kafka.KindOptions{Get: client.Get, Topics: cfg.Kafka.TopicNames()})
 	return s, nil
 }
 

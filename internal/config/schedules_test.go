@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"os"
@@ -11,7 +11,7 @@ import (
 )
 
 // loadScheduleConfig loads a config file holding body.
-func loadScheduleConfig(t *testing.T, body string, env map[string]string) (*serveConfig, error) {
+func loadScheduleConfig(t *testing.T, body string, env map[string]string) (*Serve, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "redrive.json")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
@@ -20,7 +20,7 @@ func loadScheduleConfig(t *testing.T, body string, env map[string]string) (*serv
 	if env == nil {
 		env = map[string]string{}
 	}
-	env[configEnv] = path
+	env[FileEnv] = path
 	return fuzzLoad(t, nil, env)
 }
 

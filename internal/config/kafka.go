@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -12,9 +12,9 @@ import (
 	"github.com/redrivehq/redrive/kafka"
 )
 
-// kafkaConfig is what `serve --kafka-brokers` does on Kafka: keep the
+// Kafka is what `serve --kafka-brokers` does on Kafka: keep the
 // dead-letter topics of main topics in the store.
-type kafkaConfig struct {
+type Kafka struct {
 	// Brokers are the seed brokers; none: no Kafka.
 	Brokers []string
 	// Topics are the main topics whose dead-letter topics serve keeps in
@@ -32,19 +32,19 @@ const maxKafkaGroup = 249
 
 // kafkaSettings are the settings of the Kafka topics serve keeps.
 var kafkaSettings = []setting{
-	{name: "kafka-brokers", help: "Kafka seed brokers, host:port,..., of the topics --kafka-topics names", apply: func(c *serveConfig, v string) error {
+	{name: "kafka-brokers", help: "Kafka seed brokers, host:port,..., of the topics --kafka-topics names", apply: func(c *Serve, v string) error {
 		c.Kafka.Brokers = nil
 		if strings.TrimSpace(v) == "" {
 			return nil
 		}
-		seeds, err := parseKafkaBrokers(v)
+		seeds, err := ParseKafkaBrokers(v)
 		if err != nil {
 			return err
 		}
 		c.Kafka.Brokers = seeds
 		return nil
 	}},
-	{name: "kafka-topics", help: `Kafka main topics whose dead-letter topics <topic>-dlt serve keeps in the store as dead jobs of the store queue of the same name, e.g. "orders,scans" (a redriven one is produced back to its topic; each topic's retry policy, which names its retry tiers, is the store queue's; =N sets the concurrency of producing its redriven dead letters back). Do not also redrive these DLTs with ` + "`dlq redrive --kafka-topic`", apply: func(c *serveConfig, v string) error {
+	{name: "kafka-topics", help: `Kafka main topics whose dead-letter topics <topic>-dlt serve keeps in the store as dead jobs of the store queue of the same name, e.g. "orders,scans" (a redriven one is produced back to its topic; each topic's retry policy, which names its retry tiers, is the store queue's; =N sets the concurrency of producing its redriven dead letters back). Do not also redrive these DLTs with ` + "`dlq redrive --kafka-topic`", apply: func(c *Serve, v string) error {
 		if strings.TrimSpace(v) == "" {
 			c.Kafka.spec = ""
 			return nil
@@ -61,7 +61,7 @@ var kafkaSettings = []setting{
 		c.Kafka.spec = v
 		return nil
 	}},
-	{name: "kafka-group", help: "the consumer group of the --kafka-topics consumers, whose lag on each topic and retry tier serve shows (optional)", apply: func(c *serveConfig, v string) error {
+	{name: "kafka-group", help: "the consumer group of the --kafka-topics consumers, whose lag on each topic and retry tier serve shows (optional)", apply: func(c *Serve, v string) error {
 		v = strings.TrimSpace(v)
 		switch {
 		case len(v) > maxKafkaGroup:
@@ -90,7 +90,7 @@ func checkKafkaTopic(t string) error {
 // resolveKafka checks the Kafka settings together and adds each topic
 // to the store queues served (its dead letters live there, and its
 // policy is theirs), keeping a concurrency given by --queues.
-func resolveKafka(c *serveConfig) error {
+func resolveKafka(c *Serve) error {
 	if c.Kafka.spec == "" {
 		c.Kafka.Topics = nil
 		return nil
@@ -111,8 +111,8 @@ func resolveKafka(c *serveConfig) error {
 	return nil
 }
 
-// topicNames returns the topics' names, sorted.
-func (k *kafkaConfig) topicNames() []string {
+// TopicNames returns the topics' names, sorted.
+func (k *Kafka) TopicNames() []string {
 	names := make([]string, 0, len(k.Topics))
 	for t := range k.Topics {
 		names = append(names, t)

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -16,25 +16,25 @@ import (
 	"github.com/redrivehq/redrive/retry"
 )
 
-// fuzzLoad runs loadServeConfig with the given command-line settings and
+// fuzzLoad runs Load with the given command-line settings and
 // environment, as `redrive serve` would.
-func fuzzLoad(t *testing.T, flags map[string]string, env map[string]string) (*serveConfig, error) {
+func fuzzLoad(t *testing.T, flags map[string]string, env map[string]string) (*Serve, error) {
 	t.Helper()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	addServeFlags(fs)
+	AddFlags(fs)
 	for k, v := range flags {
 		if err := fs.Set(k, v); err != nil {
 			t.Fatalf("setting --%s: %v", k, err)
 		}
 	}
-	return loadServeConfig(fs, func(k string) string { return env[k] })
+	return Load(fs, func(k string) string { return env[k] })
 }
 
 // checkValidConfig checks the invariants of a config that loaded without
 // error: every value is within the bounds the settings promise.
-func checkValidConfig(t *testing.T, c *serveConfig) {
+func checkValidConfig(t *testing.T, c *Serve) {
 	t.Helper()
-	if _, err := listenHostPort(c.Addr); err != nil {
+	if _, err := ListenHostPort(c.Addr); err != nil {
 		t.Fatalf("accepted addr %q: %v", c.Addr, err)
 	}
 	if strings.TrimSpace(c.DB) == "" {
@@ -151,7 +151,7 @@ func FuzzConfigFile(f *testing.F) {
 		if err := os.WriteFile(path, content, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, err := fuzzLoad(t, nil, map[string]string{configEnv: path})
+		c, err := fuzzLoad(t, nil, map[string]string{FileEnv: path})
 		if err != nil {
 			msg := err.Error()
 			// Every error about the file's content names the file.
@@ -263,7 +263,7 @@ func FuzzRetrySettings(f *testing.F) {
 			t.Fatal(err)
 		}
 		type result struct {
-			c   *serveConfig
+			c   *Serve
 			err error
 		}
 		results := map[string]result{}
@@ -271,7 +271,7 @@ func FuzzRetrySettings(f *testing.F) {
 			if src == "file" && !withFile {
 				continue
 			}
-			var c *serveConfig
+			var c *Serve
 			var err error
 			switch src {
 			case "flags":
@@ -279,7 +279,7 @@ func FuzzRetrySettings(f *testing.F) {
 			case "env":
 				c, err = fuzzLoad(t, nil, env)
 			case "file":
-				c, err = fuzzLoad(t, nil, map[string]string{configEnv: path})
+				c, err = fuzzLoad(t, nil, map[string]string{FileEnv: path})
 			}
 			results[src] = result{c, err}
 			if err != nil {
@@ -427,7 +427,7 @@ func TestConfigCorpusVerdicts(t *testing.T) {
 				if werr := os.WriteFile(file, []byte(args[0]), 0o600); werr != nil {
 					t.Fatal(werr)
 				}
-				_, err = fuzzLoad(t, nil, map[string]string{configEnv: file})
+				_, err = fuzzLoad(t, nil, map[string]string{FileEnv: file})
 			case "FuzzRetrySettings":
 				flags := map[string]string{}
 				for i, v := range args {

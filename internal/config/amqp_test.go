@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"strings"
@@ -17,7 +17,7 @@ func TestServeAMQPConfig(t *testing.T) {
 	if c.AMQP.URL == "" || c.AMQP.DeadLetters != "store" || c.AMQP.FailureExchange != "redrive.failures" || c.AMQP.Quorum {
 		t.Errorf("defaults: %+v", c.AMQP)
 	}
-	if got := strings.Join(c.AMQP.managedNames(), ","); got != "orders,scans" {
+	if got := strings.Join(c.AMQP.ManagedNames(), ","); got != "orders,scans" {
 		t.Errorf("managed %s", got)
 	}
 	// Managed queues are served by the store's worker too (their dead

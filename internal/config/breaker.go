@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -34,10 +34,10 @@ const (
 // is "failures" in a "breaker" object of the config file.
 const breakerPrefix = "breaker-"
 
-// breakerConfig is serve's circuit breakers: the configuration of every
+// Breakers is serve's circuit breakers: the configuration of every
 // dependency without its own, the dependencies configured by name, and
 // which http jobs go through which breaker.
-type breakerConfig struct {
+type Breakers struct {
 	// Default is the configuration of every breaker without its own (the
 	// breaker-* settings); its zero fields are the package defaults.
 	Default breaker.Config
@@ -47,7 +47,7 @@ type breakerConfig struct {
 	// Dependencies are the dependencies configured by name
 	// (--breaker-dependencies), sorted by name, each with its settings on
 	// top of Default.
-	Dependencies []dependencyBreaker
+	Dependencies []DependencyBreaker
 
 	// specs are the dependencies as given, resolved against Default once
 	// every source is read.
@@ -55,8 +55,8 @@ type breakerConfig struct {
 	hosts hostMap
 }
 
-// dependencyBreaker is a dependency's breaker, resolved.
-type dependencyBreaker struct {
+// DependencyBreaker is a dependency's breaker, resolved.
+type DependencyBreaker struct {
 	Name   string
 	Hosts  []string // the host patterns of the http jobs that use it, as given
 	Config breaker.Config
@@ -79,52 +79,52 @@ type dependencySpec struct {
 // breakerSettings are the settings of serve's breakers: flags --breaker-*,
 // variables REDRIVE_BREAKER_*, and the "breaker" object of the config file.
 var breakerSettings = []setting{
-	{name: "breaker-failures", def: "5", help: "failures within --breaker-window that trip a dependency's breaker (together with --breaker-ratio)", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-failures", def: "5", help: "failures within --breaker-window that trip a dependency's breaker (together with --breaker-ratio)", apply: func(c *Serve, v string) error {
 		n, err := parseBreakerCount(v, 1, maxBreakerFailures)
 		c.Breakers.Default.Failures = n
 		return err
 	}},
-	{name: "breaker-ratio", def: "0.5", help: "share of failures among the calls within --breaker-window that trips a breaker (with at least --breaker-failures failures), above 0 and at most 1; 0 or off: the failures alone trip it", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-ratio", def: "0.5", help: "share of failures among the calls within --breaker-window that trips a breaker (with at least --breaker-failures failures), above 0 and at most 1; 0 or off: the failures alone trip it", apply: func(c *Serve, v string) error {
 		r, countOnly, err := parseBreakerRatio(v)
 		c.Breakers.Default.FailureRatio, c.Breakers.Default.CountOnly = r, countOnly
 		return err
 	}},
-	{name: "breaker-consecutive", def: "failures", help: "failures in a row (no success between them) that trip a breaker whatever the ratio, so that an outage after a busy spell trips it at once: a number, failures (the value of --breaker-failures) or off", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-consecutive", def: "failures", help: "failures in a row (no success between them) that trip a breaker whatever the ratio, so that an outage after a busy spell trips it at once: a number, failures (the value of --breaker-failures) or off", apply: func(c *Serve, v string) error {
 		n, err := parseBreakerConsecutive(v)
 		c.Breakers.Default.Consecutive = n
 		return err
 	}},
-	{name: "breaker-min-requests", def: "0", help: "calls that must have completed within --breaker-window before the ratio may trip a breaker (0: no minimum beyond --breaker-failures)", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-min-requests", def: "0", help: "calls that must have completed within --breaker-window before the ratio may trip a breaker (0: no minimum beyond --breaker-failures)", apply: func(c *Serve, v string) error {
 		n, err := parseBreakerCount(v, 0, maxBreakerFailures)
 		c.Breakers.Default.MinRequests = n
 		return err
 	}},
-	{name: "breaker-window", def: "30s", help: "the sliding window a breaker counts failures and calls in", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-window", def: "30s", help: "the sliding window a breaker counts failures and calls in", apply: func(c *Serve, v string) error {
 		d, err := parseBreakerDuration(v)
 		c.Breakers.Default.Window = d
 		return err
 	}},
-	{name: "breaker-open-for", def: "60s", help: "how long a tripped breaker stays open before it lets probes through", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-open-for", def: "60s", help: "how long a tripped breaker stays open before it lets probes through", apply: func(c *Serve, v string) error {
 		d, err := parseBreakerDuration(v)
 		c.Breakers.Default.BreakDuration = d
 		return err
 	}},
-	{name: "breaker-probes", def: "1", help: "probe calls a half-open breaker lets through; all must succeed to close it", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-probes", def: "1", help: "probe calls a half-open breaker lets through; all must succeed to close it", apply: func(c *Serve, v string) error {
 		n, err := parseBreakerCount(v, 1, maxBreakerProbes)
 		c.Breakers.Default.HalfOpenProbes = n
 		return err
 	}},
-	{name: "breaker-count-rate-limited", def: "false", bool: true, help: "count rate-limited answers (429, 503 with Retry-After) against breakers; by default they do not count, Retry-After handles them", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-count-rate-limited", def: "false", bool: true, help: "count rate-limited answers (429, 503 with Retry-After) against breakers; by default they do not count, Retry-After handles them", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.Breakers.Default.CountRateLimited = b
 		return err
 	}},
-	{name: "breaker-http", def: "true", bool: true, help: "put each http job's request through a breaker: its host's, or that of the dependency --breaker-dependencies maps its host to", apply: func(c *serveConfig, v string) error {
+	{name: "breaker-http", def: "true", bool: true, help: "put each http job's request through a breaker: its host's, or that of the dependency --breaker-dependencies maps its host to", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.Breakers.HTTP = b
 		return err
 	}},
-	{name: "breaker-dependencies", help: `breakers configured per dependency, as a JSON object of names to settings on top of the --breaker-* ones, with the hosts whose http jobs use it, e.g. {"payments":{"hosts":["api.pay.example","*.pay.example:8443"],"failures":3,"window":"10s","open_for":"30s"}}`, apply: func(c *serveConfig, v string) error {
+	{name: "breaker-dependencies", help: `breakers configured per dependency, as a JSON object of names to settings on top of the --breaker-* ones, with the hosts whose http jobs use it, e.g. {"payments":{"hosts":["api.pay.example","*.pay.example:8443"],"failures":3,"window":"10s","open_for":"30s"}}`, apply: func(c *Serve, v string) error {
 		specs, hosts, err := parseDependencies(v)
 		c.Breakers.specs, c.Breakers.hosts = specs, hosts
 		return err
@@ -319,7 +319,7 @@ func (s dependencySpec) config(base breaker.Config) (breaker.Config, error) {
 
 // resolveBreakers builds each configured dependency's breaker
 // configuration on top of the defaults, once every source is read.
-func resolveBreakers(c *serveConfig) error {
+func resolveBreakers(c *Serve) error {
 	if err := c.Breakers.Default.Validate(); err != nil {
 		return fmt.Errorf("breaker: %w", err) // the settings' bounds should prevent it
 	}
@@ -330,14 +330,14 @@ func resolveBreakers(c *serveConfig) error {
 		if err != nil {
 			return fmt.Errorf("breaker-dependencies: dependency %q: %w", name, err)
 		}
-		c.Breakers.Dependencies = append(c.Breakers.Dependencies, dependencyBreaker{Name: name, Hosts: spec.Hosts, Config: cfg})
+		c.Breakers.Dependencies = append(c.Breakers.Dependencies, DependencyBreaker{Name: name, Hosts: spec.Hosts, Config: cfg})
 	}
 	return nil
 }
 
-// registry returns the breaker registry of a serve process: the default
+// Registry returns the breaker Registry of a serve process: the default
 // configuration, and each configured dependency's own.
-func (b *breakerConfig) registry() *breaker.Registry {
+func (b *Breakers) Registry() *breaker.Registry {
 	reg := breaker.NewRegistry(b.Default)
 	for _, d := range b.Dependencies {
 		reg.Configure(d.Name, d.Config)
@@ -345,20 +345,20 @@ func (b *breakerConfig) registry() *breaker.Registry {
 	return reg
 }
 
-// dependency returns the breaker configuration named name: a configured
-// dependency's, or the default.
-func (b *breakerConfig) dependency(name string) (dependencyBreaker, bool) {
+// Dependency returns the breaker configuration named name: a configured
+// Dependency's, or the default.
+func (b *Breakers) Dependency(name string) (DependencyBreaker, bool) {
 	for _, d := range b.Dependencies {
 		if d.Name == name {
 			return d, true
 		}
 	}
-	return dependencyBreaker{Name: name, Config: b.Default}, false
+	return DependencyBreaker{Name: name, Config: b.Default}, false
 }
 
-// httpDependency names the breaker of an http job's request to u: the
+// HTTPDependency names the breaker of an http job's request to u: the
 // dependency its host maps to, or "" for the host's own (rhttp.HostKey).
-func (b *breakerConfig) httpDependency(u *url.URL) string {
+func (b *Breakers) HTTPDependency(u *url.URL) string {
 	return b.hosts.lookup(u)
 }
 
@@ -370,6 +370,7 @@ type hostPattern struct {
 	port     string // "" for any port
 }
 
+// String is the pattern as the settings spell it.
 func (p hostPattern) String() string {
 	h := p.host
 	if p.wildcard {
@@ -529,8 +530,8 @@ func breakerObject(v json.RawMessage) (map[string]string, error) {
 	return out, nil
 }
 
-// describeBreaker explains a breaker configuration for `policy explain`.
-func describeBreaker(c breaker.Config) []string {
+// DescribeBreaker explains a breaker configuration for `policy explain`.
+func DescribeBreaker(c breaker.Config) []string {
 	d := breaker.DefaultConfig()
 	failures, window, ratio := cmpOr(c.Failures, d.Failures), cmpOr(c.Window, d.Window), c.FailureRatio
 	if ratio == 0 {
@@ -576,9 +577,9 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-// breakerJSON is a breaker configuration as `policy explain --json` writes
+// BreakerJSON is a breaker configuration as `policy explain --json` writes
 // it.
-type breakerJSON struct {
+type BreakerJSON struct {
 	Dependency  string   `json:"dependency"`
 	Configured  bool     `json:"configured"`
 	Hosts       []string `json:"hosts"`
@@ -594,10 +595,12 @@ type breakerJSON struct {
 	CountRateLimited bool    `json:"count_rate_limited"`
 }
 
-func breakerToJSON(d dependencyBreaker, configured bool) breakerJSON {
+// BreakerToJSON is the breaker d (configured: by the settings, not the
+// default) as `policy explain --json` writes it.
+func BreakerToJSON(d DependencyBreaker, configured bool) BreakerJSON {
 	def := breaker.DefaultConfig()
 	c := d.Config
-	out := breakerJSON{Dependency: d.Name, Configured: configured, Hosts: d.Hosts,
+	out := BreakerJSON{Dependency: d.Name, Configured: configured, Hosts: d.Hosts,
 		Failures: cmpOr(c.Failures, def.Failures), CountOnly: c.CountOnly, MinRequests: c.MinRequests,
 		Consecutive: breakerConsecutive(c),
 		WindowMS:    ms(cmpOr(c.Window, def.Window)), OpenForMS: ms(cmpOr(c.BreakDuration, def.BreakDuration)),

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -9,9 +9,9 @@ import (
 	"strings"
 )
 
-// downloadConfig is what `serve --download-dir` sets up: the built-in
+// Download is what `serve --download-dir` sets up: the built-in
 // download kind, which writes the files its jobs fetch under Dir.
-type downloadConfig struct {
+type Download struct {
 	// Dir is the absolute directory downloads are written under; empty:
 	// the kind is off, and serve refuses download jobs at enqueue.
 	Dir string
@@ -20,13 +20,13 @@ type downloadConfig struct {
 	MaxBytes int64
 }
 
-// downloadDirSetting names the setting that turns the download kind on,
+// DownloadDirSetting names the setting that turns the download kind on,
 // in the refusal of download jobs while it is off.
-const downloadDirSetting = "--download-dir (or $REDRIVE_DOWNLOAD_DIR)"
+const DownloadDirSetting = "--download-dir (or $REDRIVE_DOWNLOAD_DIR)"
 
 // downloadSettings are the settings of the built-in download kind.
 var downloadSettings = []setting{
-	{name: "download-dir", help: "directory the built-in download kind writes its files under (created if missing; empty: the kind is off and download jobs are refused at enqueue); http jobs' --http-allow-private and --http-allow-link-local apply to downloads too", apply: func(c *serveConfig, v string) error {
+	{name: "download-dir", help: "directory the built-in download kind writes its files under (created if missing; empty: the kind is off and download jobs are refused at enqueue); http jobs' --http-allow-private and --http-allow-link-local apply to downloads too", apply: func(c *Serve, v string) error {
 		if v != "" && strings.TrimSpace(v) == "" {
 			return errors.New("a path of white space only")
 		}
@@ -36,7 +36,7 @@ var downloadSettings = []setting{
 		c.Download.Dir = v
 		return nil
 	}},
-	{name: "download-max-bytes", def: "0", help: "largest file one download job may write, in bytes (0: the kind's default); a job's max_bytes may only lower it", apply: func(c *serveConfig, v string) error {
+	{name: "download-max-bytes", def: "0", help: "largest file one download job may write, in bytes (0: the kind's default); a job's max_bytes may only lower it", apply: func(c *Serve, v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil || n < 0 {
 			return fmt.Errorf("%q: want a whole number of bytes, 0 or more", v)
@@ -50,7 +50,7 @@ var downloadSettings = []setting{
 // merged: it must be a directory this process can write to, created
 // (with its parents) when missing. src names where the setting came from
 // ("--download-dir", "REDRIVE_DOWNLOAD_DIR", "redrive.json: download-dir").
-func resolveDownload(c *serveConfig, src string) error {
+func resolveDownload(c *Serve, src string) error {
 	if c.Download.Dir == "" {
 		return nil
 	}

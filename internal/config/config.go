@@ -1,4 +1,17 @@
-package main
+// Package config is the configuration of `redrive serve`: every setting
+// with its flag, environment variable (REDRIVE_*), config file key and
+// default; the merging of the defaults, the JSON config file (--config or
+// $REDRIVE_CONFIG), the environment and the flags, in that increasing
+// precedence; and the validation of each value, whose errors name the
+// setting as its source spells it ("--addr: ...", "REDRIVE_WORKERS: ...",
+// "redrive.json: queues: ...").
+//
+// The command adds the flags to its pflag.FlagSet with AddFlags and calls
+// Load once they are parsed; the package knows nothing of cobra. The
+// settings live in one file per concern: config.go (the server, the store,
+// the engine, logs), retry.go, classify.go, breaker.go, amqp.go,
+// kafka.go, download.go, schedules.go and export.go.
+package config
 
 import (
 	"bytes"
@@ -11,6 +24,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,9 +38,9 @@ import (
 	"github.com/redrivehq/redrive/retry"
 )
 
-// serveConfig is the configuration of `redrive serve`, once every source
+// Serve is the configuration of `redrive serve`, once every source
 // (defaults, config file, environment, flags) is merged and validated.
-type serveConfig struct {
+type Serve struct {
 	// Addr is the host:port the HTTP server listens on.
 	Addr string
 	// DB is the SQLite database file, used when DatabaseURL is empty.
@@ -76,22 +90,22 @@ type serveConfig struct {
 	// file gives one (its "retry" object on top of Retry).
 	QueueRetry map[string]retry.Policy
 	// Classify is how failures are classified, by default and per queue
-	// (classify_config.go).
-	Classify classifyConfig
+	// (classify.go).
+	Classify Classify
 	// Breakers are the circuit breakers of dependencies and of the http
-	// kind's hosts (breaker_config.go).
-	Breakers breakerConfig
+	// kind's hosts (breaker.go).
+	Breakers Breakers
 	// AMQP are the RabbitMQ queues serve manages (--amqp-url).
-	AMQP amqpConfig
+	AMQP AMQP
 	// Kafka are the Kafka topics whose dead letters serve keeps
 	// (--kafka-brokers).
-	Kafka kafkaConfig
+	Kafka Kafka
 	// Download is the built-in download kind (--download-dir).
-	Download downloadConfig
+	Download Download
 	// ExportDir is the folder API folder exports write under
 	// (--export-dir); empty refuses them.
 	ExportDir string
-	// Schedules are the periodic jobs serve declares (schedules_config.go).
+	// Schedules are the periodic jobs serve declares (schedules.go).
 	Schedules []redrive.Periodic
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
@@ -106,7 +120,7 @@ type setting struct {
 	def   string
 	help  string
 	bool  bool // a boolean flag (--name alone means true)
-	apply func(c *serveConfig, v string) error
+	apply func(c *Serve, v string) error
 }
 
 // env is the environment variable of the setting: REDRIVE_ and the name
@@ -115,53 +129,53 @@ func (s setting) env() string {
 	return "REDRIVE_" + strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(s.name))
 }
 
-// configEnv names the config file when --config is not given.
-const configEnv = "REDRIVE_CONFIG"
+// FileEnv names the config file when --config is not given.
+const FileEnv = "REDRIVE_CONFIG"
 
 // Bounds of the settings.
 const (
 	maxConcurrency     = 10000
 	maxShutdownTimeout = time.Hour
 	maxQueueName       = 200
-	maxDatabaseWait    = 24 * time.Hour
+	MaxDatabaseWait    = 24 * time.Hour
 )
 
 // settings are every setting of `redrive serve`. The global --db flag is
-// one of them; the retry settings are in retry_config.go.
+// one of them; the retry settings are in retry.go.
 var settings = append([]setting{
-	{name: "addr", def: "127.0.0.1:8080", help: "host:port to listen on (a non-loopback address needs a token)", apply: func(c *serveConfig, v string) error {
-		if _, err := listenHostPort(v); err != nil {
+	{name: "addr", def: "127.0.0.1:8080", help: "host:port to listen on (a non-loopback address needs a token)", apply: func(c *Serve, v string) error {
+		if _, err := ListenHostPort(v); err != nil {
 			return err
 		}
 		c.Addr = v
 		return nil
 	}},
-	{name: "db", def: "redrive.db", help: "SQLite database file", apply: func(c *serveConfig, v string) error {
+	{name: "db", def: "redrive.db", help: "SQLite database file", apply: func(c *Serve, v string) error {
 		if strings.TrimSpace(v) == "" {
 			return errors.New("empty path")
 		}
 		c.DB = v
 		return nil
 	}},
-	{name: "database-url", help: "PostgreSQL URL (empty: the SQLite --db)", apply: func(c *serveConfig, v string) error {
+	{name: "database-url", help: "PostgreSQL URL (empty: the SQLite --db)", apply: func(c *Serve, v string) error {
 		if v != "" {
 			if _, err := pgx.ParseConfig(v); err != nil {
-				return fmt.Errorf("not a PostgreSQL URL or connection string (%s)", redactURL(v))
+				return fmt.Errorf("not a PostgreSQL URL or connection string (%s)", RedactURL(v))
 			}
 		}
 		c.DatabaseURL = v
 		return nil
 	}},
-	{name: "schema", def: "redrive", help: "PostgreSQL schema of the store", apply: func(c *serveConfig, v string) error {
+	{name: "schema", def: "redrive", help: "PostgreSQL schema of the store", apply: func(c *Serve, v string) error {
 		if !schemaRE.MatchString(v) {
 			return fmt.Errorf("%q: want a lower-case identifier (a-z, 0-9, _; not starting with a digit) of at most 55 bytes", v)
 		}
 		c.Schema = v
 		return nil
 	}},
-	durationSetting("database-wait", "15m", 0, maxDatabaseWait, "how long serve retries opening PostgreSQL while it cannot be reached (refused, timed out, unknown host, starting up), answering /readyz with 503 meanwhile; 0 fails at once",
-		func(c *serveConfig, d time.Duration) { c.DatabaseWait = d }),
-	{name: "token", help: "bearer token required by the API and /metrics (prefer $REDRIVE_TOKEN: flags show in ps)", apply: func(c *serveConfig, v string) error {
+	durationSetting("database-wait", "15m", 0, MaxDatabaseWait, "how long serve retries opening PostgreSQL while it cannot be reached (refused, timed out, unknown host, starting up), answering /readyz with 503 meanwhile; 0 fails at once",
+		func(c *Serve, d time.Duration) { c.DatabaseWait = d }),
+	{name: "token", help: "bearer token required by the API and /metrics (prefer $REDRIVE_TOKEN: flags show in ps)", apply: func(c *Serve, v string) error {
 		if v != "" && (strings.TrimSpace(v) != v || strings.ContainsAny(v, " \t\r\n")) {
 			return errors.New("must not contain white space")
 		}
@@ -171,14 +185,14 @@ var settings = append([]setting{
 		c.Token = v
 		return nil
 	}},
-	{name: "queues", def: "default", help: `queues to work and their concurrency, e.g. "default=10,webhooks=50" (a queue without =N gets --workers)`, apply: func(c *serveConfig, v string) error {
+	{name: "queues", def: "default", help: `queues to work and their concurrency, e.g. "default=10,webhooks=50" (a queue without =N gets --workers)`, apply: func(c *Serve, v string) error {
 		if _, err := parseQueues(v, 1); err != nil {
 			return err
 		}
 		c.queuesSpec = v
 		return nil
 	}},
-	{name: "workers", def: "10", help: "concurrency of each queue listed without one", apply: func(c *serveConfig, v string) error {
+	{name: "workers", def: "10", help: "concurrency of each queue listed without one", apply: func(c *Serve, v string) error {
 		n, err := parseConcurrency(v)
 		if err != nil {
 			return err
@@ -186,27 +200,27 @@ var settings = append([]setting{
 		c.Workers = n
 		return nil
 	}},
-	{name: "allowed-host", help: "host names the server also answers to, comma-separated (beside localhost, 127.0.0.1, ::1 and the --addr host); a request naming another host is refused (421)", apply: func(c *serveConfig, v string) error {
+	{name: "allowed-host", help: "host names the server also answers to, comma-separated (beside localhost, 127.0.0.1, ::1 and the --addr host); a request naming another host is refused (421)", apply: func(c *Serve, v string) error {
 		hosts, err := parseHostList(v)
 		c.AllowedHosts = hosts
 		return err
 	}},
-	{name: "trusted-proxy", help: "addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed (a Secure session cookie; the client the token-guess throttle counts), comma-separated", apply: func(c *serveConfig, v string) error {
+	{name: "trusted-proxy", help: "addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed (a Secure session cookie; the client the token-guess throttle counts), comma-separated", apply: func(c *Serve, v string) error {
 		ps, err := parsePrefixList(v)
 		c.TrustedProxies = ps
 		return err
 	}},
-	{name: "http-allow-private", def: "true", bool: true, help: "let http jobs reach loopback and private addresses (default: on when --addr is a loopback address, off otherwise)", apply: func(c *serveConfig, v string) error {
+	{name: "http-allow-private", def: "true", bool: true, help: "let http jobs reach loopback and private addresses (default: on when --addr is a loopback address, off otherwise)", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.HTTPAllowPrivate = b
 		return err
 	}},
-	{name: "http-allow-link-local", def: "false", bool: true, help: "let http jobs reach link-local and cloud metadata addresses (169.254.169.254...)", apply: func(c *serveConfig, v string) error {
+	{name: "http-allow-link-local", def: "false", bool: true, help: "let http jobs reach link-local and cloud metadata addresses (169.254.169.254...)", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.HTTPAllowLinkLocal = b
 		return err
 	}},
-	{name: "shutdown-timeout", def: "30s", help: "how long running jobs and requests may finish on shutdown", apply: func(c *serveConfig, v string) error {
+	{name: "shutdown-timeout", def: "30s", help: "how long running jobs and requests may finish on shutdown", apply: func(c *Serve, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			return fmt.Errorf("%q: not a duration (e.g. 30s, 2m)", v)
@@ -218,21 +232,21 @@ var settings = append([]setting{
 		return nil
 	}},
 	durationSetting("lease", "30s", time.Second, 24*time.Hour, "how long a worker leases a job; a killed worker's jobs are rescued when it ends (at once when a worker on the same host finds its process gone)",
-		func(c *serveConfig, d time.Duration) { c.Lease = d }),
+		func(c *Serve, d time.Duration) { c.Lease = d }),
 	durationSetting("completed-retention", "24h", time.Minute, 10*365*24*time.Hour, "how long completed and canceled jobs are kept",
-		func(c *serveConfig, d time.Duration) { c.CompletedRetention = d }),
+		func(c *Serve, d time.Duration) { c.CompletedRetention = d }),
 	durationSetting("dlq-max-age", "168h", time.Minute, 10*365*24*time.Hour, "how long dead jobs are kept",
-		func(c *serveConfig, d time.Duration) { c.DLQMaxAge = d }),
+		func(c *Serve, d time.Duration) { c.DLQMaxAge = d }),
 	durationSetting("cleanup-interval", "24h", time.Minute, 30*24*time.Hour, "how often retention runs",
-		func(c *serveConfig, d time.Duration) { c.CleanupInterval = d }),
+		func(c *Serve, d time.Duration) { c.CleanupInterval = d }),
 	durationSetting("key-retention", "168h", time.Minute, 10*365*24*time.Hour, "how long an idempotency key stays taken after its job's enqueue, even once the job is deleted",
-		func(c *serveConfig, d time.Duration) { c.KeyRetention = d }),
-	{name: "retry-budget", def: "true", bool: true, help: "keep each queue's retries within a budget (spread out, never dropped, beyond it)", apply: func(c *serveConfig, v string) error {
+		func(c *Serve, d time.Duration) { c.KeyRetention = d }),
+	{name: "retry-budget", def: "true", bool: true, help: "keep each queue's retries within a budget (spread out, never dropped, beyond it)", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.NoBudget = !b
 		return err
 	}},
-	{name: "retry-budget-ratio", def: "0.2", help: "share of a queue's recent attempts that may be retries before the budget spreads them", apply: func(c *serveConfig, v string) error {
+	{name: "retry-budget-ratio", def: "0.2", help: "share of a queue's recent attempts that may be retries before the budget spreads them", apply: func(c *Serve, v string) error {
 		r, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || !(r > 0 && r <= 100) {
 			return fmt.Errorf("%q: want a number above 0 and at most 100", v)
@@ -240,7 +254,7 @@ var settings = append([]setting{
 		c.Budget.Ratio = r
 		return nil
 	}},
-	{name: "retry-budget-min", def: "100", help: "retries per window a queue may always make, whatever the ratio", apply: func(c *serveConfig, v string) error {
+	{name: "retry-budget-min", def: "100", help: "retries per window a queue may always make, whatever the ratio", apply: func(c *Serve, v string) error {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < 1 || n > 1000000 {
 			return fmt.Errorf("%q: want a whole number from 1 to 1000000", v)
@@ -249,8 +263,8 @@ var settings = append([]setting{
 		return nil
 	}},
 	durationSetting("retry-budget-window", "10s", time.Second, time.Hour, "the sliding window the retry budget counts in",
-		func(c *serveConfig, d time.Duration) { c.Budget.Window = d }),
-	{name: "log-level", def: "info", help: "debug, info, warn or error", apply: func(c *serveConfig, v string) error {
+		func(c *Serve, d time.Duration) { c.Budget.Window = d }),
+	{name: "log-level", def: "info", help: "debug, info, warn or error", apply: func(c *Serve, v string) error {
 		var l slog.Level
 		switch strings.ToLower(v) {
 		case "debug":
@@ -267,8 +281,8 @@ var settings = append([]setting{
 		c.LogLevel = l
 		return nil
 	}},
-	{name: "log-format", def: "auto", help: "text, json, or auto: text when standard error is a terminal, json otherwise", apply: func(c *serveConfig, v string) error {
-		f, err := parseLogFormat(v)
+	{name: "log-format", def: "auto", help: "text, json, or auto: text when standard error is a terminal, json otherwise", apply: func(c *Serve, v string) error {
+		f, err := ParseLogFormat(v)
 		c.LogFormat = f
 		return err
 	}},
@@ -277,13 +291,13 @@ var settings = append([]setting{
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
 
-// addServeFlags adds the flag of every setting but the global --db.
-func addServeFlags(f *pflag.FlagSet) {
+// AddFlags adds the flag of every setting but the global --db.
+func AddFlags(f *pflag.FlagSet) {
 	addSettingFlags(f, settings)
 }
 
 // addSettingFlags adds the flags of the settings ss (but the global --db)
-// and --config; loadServeConfig reads them (policy explain takes the
+// and --config; Load reads them (policy explain takes the
 // retry settings only).
 func addSettingFlags(f *pflag.FlagSet, ss []setting) {
 	for _, s := range ss {
@@ -296,21 +310,21 @@ func addSettingFlags(f *pflag.FlagSet, ss []setting) {
 			f.Bool(s.name, b, help)
 			continue
 		}
-		// The flag's default is for --help only: loadServeConfig reads a
+		// The flag's default is for --help only: Load reads a
 		// flag only when it is given, so the environment and the file can
 		// set what the flag does not (and --help never prints a secret).
 		f.String(s.name, s.def, help)
 	}
-	f.String("config", "", "JSON config file of settings, keyed by flag name ($"+configEnv+")")
+	f.String("config", "", "JSON config file of settings, keyed by flag name ($"+FileEnv+")")
 }
 
-// loadServeConfig merges, in increasing precedence, the defaults, the
+// Load merges, in increasing precedence, the defaults, the
 // config file (--config or $REDRIVE_CONFIG), the environment (REDRIVE_*)
 // and the flags set on the command line, and validates each value. An
 // error names the bad setting as its source spells it: "--addr: ...",
 // "REDRIVE_WORKERS: ...", "redrive.json: workers: ...".
-func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveConfig, error) {
-	c := &serveConfig{}
+func Load(flags *pflag.FlagSet, getenv func(string) string) (*Serve, error) {
+	c := &Serve{}
 	byName := map[string]setting{}
 	for _, s := range settings {
 		byName[s.name] = s
@@ -322,7 +336,7 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 	// name it; the settings left at their defaults are absent.
 	srcs := map[string]string{}
 	// The config file.
-	path := getenv(configEnv)
+	path := getenv(FileEnv)
 	if f := flags.Lookup("config"); f != nil && f.Changed {
 		path = f.Value.String()
 	}
@@ -376,8 +390,8 @@ func loadServeConfig(flags *pflag.FlagSet, getenv func(string) string) (*serveCo
 	// Private addresses are reachable by default only from a server that
 	// only loopback clients can drive.
 	if _, set := srcs["http-allow-private"]; !set {
-		host, _ := listenHostPort(c.Addr)
-		c.HTTPAllowPrivate = isLoopback(host)
+		host, _ := ListenHostPort(c.Addr)
+		c.HTTPAllowPrivate = IsLoopback(host)
 	}
 	qs, err := parseQueues(c.queuesSpec, c.Workers)
 	if err != nil {
@@ -755,8 +769,8 @@ func parseBool(v string) (bool, error) {
 	return b, nil
 }
 
-// listenHostPort checks a listen address and returns its host.
-func listenHostPort(addr string) (string, error) {
+// ListenHostPort checks a listen address and returns its host.
+func ListenHostPort(addr string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", fmt.Errorf("%q: want host:port, e.g. 127.0.0.1:8080 (%v)", addr, err)
@@ -771,9 +785,9 @@ func listenHostPort(addr string) (string, error) {
 	return host, nil
 }
 
-// isLoopback reports whether every address the host stands for is a
+// IsLoopback reports whether every address the host stands for is a
 // loopback address. An empty host (all interfaces) is not.
-func isLoopback(host string) bool {
+func IsLoopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}
@@ -829,8 +843,8 @@ func parsePrefixList(v string) ([]netip.Prefix, error) {
 }
 
 // durationSetting is a setting holding a duration from lo to hi.
-func durationSetting(name, def string, lo, hi time.Duration, help string, set func(*serveConfig, time.Duration)) setting {
-	return setting{name: name, def: def, help: help, apply: func(c *serveConfig, v string) error {
+func durationSetting(name, def string, lo, hi time.Duration, help string, set func(*Serve, time.Duration)) setting {
+	return setting{name: name, def: def, help: help, apply: func(c *Serve, v string) error {
 		d, err := time.ParseDuration(strings.TrimSpace(v))
 		if err != nil {
 			return fmt.Errorf("%q: not a duration (e.g. 30s, 2m, 24h)", v)
@@ -841,4 +855,11 @@ func durationSetting(name, def string, lo, hi time.Duration, help string, set fu
 		set(c, d)
 		return nil
 	}}
+}
+
+// AddPolicyFlags adds the flags of the retry, classify and breaker
+// settings and --config, which `redrive policy explain` takes to show a
+// policy as serve's settings make it (Load reads them).
+func AddPolicyFlags(f *pflag.FlagSet) {
+	addSettingFlags(f, slices.Concat(retrySettings, classifySettings, breakerSettings))
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"encoding/json"
@@ -45,7 +45,7 @@ func TestRetryAfterJitterSettings(t *testing.T) {
 	}
 	// A queue's own.
 	path := writeConfig(t, `{"queues":{"q":{"retry":{"after_jitter":"off"}}}}`)
-	c, err = fuzzLoad(t, nil, map[string]string{configEnv: path})
+	c, err = fuzzLoad(t, nil, map[string]string{FileEnv: path})
 	if err != nil || c.QueueRetry["q"].RetryAfterJitter >= 0 {
 		t.Fatalf("queue q: %+v, %v; want the jitter off", c.QueueRetry["q"], err)
 	}
@@ -94,7 +94,7 @@ func FuzzRetryAfterJitterSettings(f *testing.F) {
 		}
 		content, _ := json.Marshal(map[string]any{"retry": obj})
 		path := writeConfig(t, string(content))
-		c, err := fuzzLoad(t, nil, map[string]string{configEnv: path})
+		c, err := fuzzLoad(t, nil, map[string]string{FileEnv: path})
 		if (err == nil) != (ferr == nil) {
 			t.Fatalf("%q %q: the flags say %v, the file %v", jitter, factor, ferr, err)
 		}

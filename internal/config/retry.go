@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ const retryPrefix = "retry-"
 // config file (also allowed in each queue of its "queues" object). Their
 // defaults are retry.DefaultPolicy's.
 var retrySettings = []setting{
-	{name: "retry-max-retries", def: "3", help: "retries after the first attempt, 0 to 1000 (3: at most 4 attempts)", apply: func(c *serveConfig, v string) error {
+	{name: "retry-max-retries", def: "3", help: "retries after the first attempt, 0 to 1000 (3: at most 4 attempts)", apply: func(c *Serve, v string) error {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil {
 			return fmt.Errorf("%q: not a whole number", v)
@@ -43,17 +43,17 @@ var retrySettings = []setting{
 		c.Retry.MaxRetries = n
 		return nil
 	}},
-	{name: "retry-base", def: "1s", help: "delay before the first retry, more than 0 (each later delay is multiplied by --retry-multiplier)", apply: func(c *serveConfig, v string) error {
+	{name: "retry-base", def: "1s", help: "delay before the first retry, more than 0 (each later delay is multiplied by --retry-multiplier)", apply: func(c *Serve, v string) error {
 		d, err := parseRetryDuration(v, false)
 		c.Retry.Initial = d
 		return err
 	}},
-	{name: "retry-max", def: "30s", help: "cap of the delay between attempts before jitter, at least --retry-base", apply: func(c *serveConfig, v string) error {
+	{name: "retry-max", def: "30s", help: "cap of the delay between attempts before jitter, at least --retry-base", apply: func(c *Serve, v string) error {
 		d, err := parseRetryDuration(v, false)
 		c.Retry.MaxDelay = d
 		return err
 	}},
-	{name: "retry-multiplier", def: "2", help: "growth of the delay from one retry to the next, 1 to 100 (1: constant)", apply: func(c *serveConfig, v string) error {
+	{name: "retry-multiplier", def: "2", help: "growth of the delay from one retry to the next, 1 to 100 (1: constant)", apply: func(c *Serve, v string) error {
 		m, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || math.IsNaN(m) || math.IsInf(m, 0) {
 			return fmt.Errorf("%q: not a number", v)
@@ -64,7 +64,7 @@ var retrySettings = []setting{
 		c.Retry.Multiplier = m
 		return nil
 	}},
-	{name: "retry-jitter", def: "proportional", help: "how delays are randomised: none, proportional (+-factor), full, equal, decorrelated or additive", apply: func(c *serveConfig, v string) error {
+	{name: "retry-jitter", def: "proportional", help: "how delays are randomised: none, proportional (+-factor), full, equal, decorrelated or additive", apply: func(c *Serve, v string) error {
 		j, err := retry.ParseJitter(v)
 		if err != nil {
 			return fmt.Errorf("%q: want none, proportional, full, equal, decorrelated or additive", v)
@@ -72,7 +72,7 @@ var retrySettings = []setting{
 		c.Retry.Jitter = j
 		return nil
 	}},
-	{name: "retry-jitter-factor", def: "0.1", help: "spread of proportional jitter, 0 to 1 (0.1: +-10%)", apply: func(c *serveConfig, v string) error {
+	{name: "retry-jitter-factor", def: "0.1", help: "spread of proportional jitter, 0 to 1 (0.1: +-10%)", apply: func(c *Serve, v string) error {
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || math.IsNaN(f) {
 			return fmt.Errorf("%q: not a number", v)
@@ -83,17 +83,17 @@ var retrySettings = []setting{
 		c.Retry.JitterFactor = f
 		return nil
 	}},
-	{name: "retry-jitter-max", def: "500ms", help: "most that additive jitter adds to a delay", apply: func(c *serveConfig, v string) error {
+	{name: "retry-jitter-max", def: "500ms", help: "most that additive jitter adds to a delay", apply: func(c *Serve, v string) error {
 		d, err := parseRetryDuration(v, true)
 		c.Retry.JitterMax = d
 		return err
 	}},
-	{name: "retry-max-retry-after", def: "1h", help: "cap on the delay a server's Retry-After asks for", apply: func(c *serveConfig, v string) error {
+	{name: "retry-max-retry-after", def: "1h", help: "cap on the delay a server's Retry-After asks for", apply: func(c *Serve, v string) error {
 		d, err := parseRetryDuration(v, false)
 		c.Retry.MaxRetryAfter = d
 		return err
 	}},
-	{name: "retry-after-jitter", def: "1s", help: "most a server's Retry-After is lengthened by, at random, so that jobs rate-limited together do not come back together (never shortened; 0 or off: exactly the Retry-After)", apply: func(c *serveConfig, v string) error {
+	{name: "retry-after-jitter", def: "1s", help: "most a server's Retry-After is lengthened by, at random, so that jobs rate-limited together do not come back together (never shortened; 0 or off: exactly the Retry-After)", apply: func(c *Serve, v string) error {
 		if strings.EqualFold(strings.TrimSpace(v), "off") {
 			c.Retry.RetryAfterJitter = retry.NoRetryAfterJitter
 			return nil
@@ -108,7 +108,7 @@ var retrySettings = []setting{
 		c.Retry.RetryAfterJitter = d
 		return err
 	}},
-	{name: "retry-after-jitter-factor", def: "0.1", help: "largest share of a server's Retry-After added to it at random, above 0 and at most 1 (0.1: up to 10%, within --retry-after-jitter)", apply: func(c *serveConfig, v string) error {
+	{name: "retry-after-jitter-factor", def: "0.1", help: "largest share of a server's Retry-After added to it at random, above 0 and at most 1 (0.1: up to 10%, within --retry-after-jitter)", apply: func(c *Serve, v string) error {
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || math.IsNaN(f) {
 			return fmt.Errorf("%q: not a number", v)
@@ -189,7 +189,7 @@ func checkRetryDelays(p retry.Policy, baseSrc, maxSrc string) error {
 // a "retry" object: the default policy c.Retry with the queue's own
 // settings on top. baseSrc and maxSrc say where c.Retry's delays came
 // from. Every queue's policy is checked, also for a queue not served.
-func resolveQueueRetry(c *serveConfig, path string, queues map[string]map[string]string, baseSrc, maxSrc string) (map[string]retry.Policy, error) {
+func resolveQueueRetry(c *Serve, path string, queues map[string]map[string]string, baseSrc, maxSrc string) (map[string]retry.Policy, error) {
 	byName := map[string]setting{}
 	for _, s := range retrySettings {
 		byName[s.name] = s
@@ -207,7 +207,7 @@ func resolveQueueRetry(c *serveConfig, path string, queues map[string]map[string
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		scratch := &serveConfig{Retry: c.Retry}
+		scratch := &Serve{Retry: c.Retry}
 		qBase, qMax := baseSrc, maxSrc
 		where := fmt.Sprintf("%s: queues: queue %q: retry.", path, q)
 		for _, k := range keys {
@@ -236,8 +236,8 @@ func resolveQueueRetry(c *serveConfig, path string, queues map[string]map[string
 	return out, nil
 }
 
-// describePolicy is a policy in one line, for the start-up log.
-func describePolicy(p retry.Policy) string {
+// DescribePolicy is a policy in one line, for the start-up log.
+func DescribePolicy(p retry.Policy) string {
 	s := fmt.Sprintf("max_retries=%d base=%s max=%s multiplier=%v jitter=%s", p.MaxRetries, p.Initial, p.MaxDelay, p.Multiplier, p.Jitter)
 	switch p.Jitter {
 	case retry.JitterProportional:

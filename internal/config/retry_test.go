@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"strings"
@@ -162,19 +162,6 @@ func TestServeRetryErrors(t *testing.T) {
 		_, err := loadConfig(t, tc.env, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %v:\n err = %v\nwant %q", tc.env, tc.args, err, tc.want)
-		}
-	}
-}
-
-func TestServeRetryHelp(t *testing.T) {
-	stdout, _, err := runCLI(t, "serve", "--help")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"--retry-max-retries", "--retry-base", "--retry-max ", "--retry-jitter ", "$REDRIVE_RETRY_BASE",
-		`"retry": {"max_retries": 5`} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("serve --help lacks %q", want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -11,8 +11,8 @@ import (
 	"github.com/redrivehq/redrive/amqp"
 )
 
-// amqpConfig is what `serve --amqp-url` manages on RabbitMQ.
-type amqpConfig struct {
+// AMQP is what `serve --amqp-url` manages on RabbitMQ.
+type AMQP struct {
 	// URL is the broker's URL; empty: no broker.
 	URL string
 	// Queues are the managed work queues, each with the concurrency of
@@ -31,7 +31,7 @@ type amqpConfig struct {
 
 // amqpSettings are the settings of the managed RabbitMQ queues.
 var amqpSettings = []setting{
-	{name: "amqp-url", help: "RabbitMQ URL (amqp:// or amqps://) of the queues --amqp-queues manages (prefer $REDRIVE_AMQP_URL: flags show in ps)", apply: func(c *serveConfig, v string) error {
+	{name: "amqp-url", help: "RabbitMQ URL (amqp:// or amqps://) of the queues --amqp-queues manages (prefer $REDRIVE_AMQP_URL: flags show in ps)", apply: func(c *Serve, v string) error {
 		if v != "" {
 			if _, err := amqp091.ParseURI(v); err != nil {
 				// The parser's error quotes the URL, password included.
@@ -41,7 +41,7 @@ var amqpSettings = []setting{
 		c.AMQP.URL = v
 		return nil
 	}},
-	{name: "amqp-queues", help: `RabbitMQ work queues to manage for consumers in any language, e.g. "orders,scans" (each queue's retry policy is the one of the store queue of the same name; =N sets the concurrency of publishing its redriven dead letters back)`, apply: func(c *serveConfig, v string) error {
+	{name: "amqp-queues", help: `RabbitMQ work queues to manage for consumers in any language, e.g. "orders,scans" (each queue's retry policy is the one of the store queue of the same name; =N sets the concurrency of publishing its redriven dead letters back)`, apply: func(c *Serve, v string) error {
 		if strings.TrimSpace(v) == "" {
 			c.AMQP.spec = ""
 			return nil
@@ -58,7 +58,7 @@ var amqpSettings = []setting{
 		c.AMQP.spec = v
 		return nil
 	}},
-	{name: "amqp-dead-letters", def: "store", help: `where dead letters of managed queues are kept: "store" (as dead jobs, so the DLQ tools and the dashboard manage them) or "broker" (left in <queue>-dlq)`, apply: func(c *serveConfig, v string) error {
+	{name: "amqp-dead-letters", def: "store", help: `where dead letters of managed queues are kept: "store" (as dead jobs, so the DLQ tools and the dashboard manage them) or "broker" (left in <queue>-dlq)`, apply: func(c *Serve, v string) error {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "store":
 			c.AMQP.DeadLetters = "store"
@@ -69,7 +69,7 @@ var amqpSettings = []setting{
 		}
 		return nil
 	}},
-	{name: "amqp-failure-exchange", def: amqp.DefaultFailureExchange, help: "the exchange consumers publish failure reports to (declared by serve)", apply: func(c *serveConfig, v string) error {
+	{name: "amqp-failure-exchange", def: amqp.DefaultFailureExchange, help: "the exchange consumers publish failure reports to (declared by serve)", apply: func(c *Serve, v string) error {
 		if strings.TrimSpace(v) == "" {
 			return errors.New("empty exchange name")
 		}
@@ -79,7 +79,7 @@ var amqpSettings = []setting{
 		c.AMQP.FailureExchange = v
 		return nil
 	}},
-	{name: "amqp-quorum", def: "false", bool: true, help: "declare the managed queues as quorum queues (RabbitMQ 3.10 or later)", apply: func(c *serveConfig, v string) error {
+	{name: "amqp-quorum", def: "false", bool: true, help: "declare the managed queues as quorum queues (RabbitMQ 3.10 or later)", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.AMQP.Quorum = b
 		return err
@@ -89,7 +89,7 @@ var amqpSettings = []setting{
 // resolveAMQP checks the managed queues' settings together and adds each
 // managed queue to the store queues served (its dead letters live there,
 // and its policy is theirs), keeping a concurrency given by --queues.
-func resolveAMQP(c *serveConfig) error {
+func resolveAMQP(c *Serve) error {
 	if c.AMQP.spec == "" {
 		return nil
 	}
@@ -109,8 +109,8 @@ func resolveAMQP(c *serveConfig) error {
 	return nil
 }
 
-// managedNames returns the managed queues' names, sorted.
-func (a *amqpConfig) managedNames() []string {
+// ManagedNames returns the managed queues' names, sorted.
+func (a *AMQP) ManagedNames() []string {
 	names := make([]string, 0, len(a.Queues))
 	for q := range a.Queues {
 		names = append(names, q)

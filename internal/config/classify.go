@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -26,9 +26,9 @@ const (
 // --classify-status is "status" in a "classify" object of the config file.
 const classifyPrefix = "classify-"
 
-// classifyConfig is how serve classifies failures: the default
+// Classify is how serve classifies failures: the default
 // classification of every queue, and each queue's own on top of it.
-type classifyConfig struct {
+type Classify struct {
 	// Status overrides the HTTP status table for every queue
 	// (--classify-status).
 	Status map[int]failure.Class
@@ -42,23 +42,23 @@ type classifyConfig struct {
 	// Queues holds the classification of each served queue that the
 	// config file gives a "classify" object: the default's with the
 	// queue's own on top.
-	Queues map[string]queueClassify
-	// classifier and queueClassifiers are the compiled classifiers;
-	// classifier is nil when nothing is configured (the built-in
+	Queues map[string]QueueClassify
+	// Classifier and queueClassifiers are the compiled classifiers;
+	// Classifier is nil when nothing is configured (the built-in
 	// classification).
-	classifier       *failure.Classifier
-	queueClassifiers map[string]*failure.Classifier
+	Classifier       *failure.Classifier
+	QueueClassifiers map[string]*failure.Classifier
 }
 
-// queueClassify is the classification of one queue, resolved.
-type queueClassify struct {
+// QueueClassify is the classification of one queue, resolved.
+type QueueClassify struct {
 	Status map[int]failure.Class
 	Rules  []failure.Rule
 	Common bool
 }
 
 // config returns the failure.Config of a resolved classification.
-func (q queueClassify) config() failure.Config {
+func (q QueueClassify) config() failure.Config {
 	cfg := failure.Config{Status: q.Status, Rules: slices.Clone(q.Rules)}
 	if q.Common {
 		cfg.Rules = append(cfg.Rules, failure.CommonMessageRules()...)
@@ -67,12 +67,12 @@ func (q queueClassify) config() failure.Config {
 }
 
 // defaults returns the default classification as a queue's.
-func (c *classifyConfig) defaults() queueClassify {
-	return queueClassify{Status: c.Status, Rules: c.Rules, Common: c.Common}
+func (c *Classify) defaults() QueueClassify {
+	return QueueClassify{Status: c.Status, Rules: c.Rules, Common: c.Common}
 }
 
-// forQueue returns the classification in force on queue.
-func (c *classifyConfig) forQueue(queue string) (queueClassify, bool) {
+// ForQueue returns the classification in force on queue.
+func (c *Classify) ForQueue(queue string) (QueueClassify, bool) {
 	if q, ok := c.Queues[queue]; ok {
 		return q, true
 	}
@@ -83,17 +83,17 @@ func (c *classifyConfig) forQueue(queue string) (queueClassify, bool) {
 // --classify-*, variables REDRIVE_CLASSIFY_*, and the "classify" object of
 // the config file (also allowed in each queue of its "queues" object).
 var classifySettings = []setting{
-	{name: "classify-status", help: `HTTP statuses classified otherwise than by the built-in table, e.g. "404=transient,409=permanent" (classes: transient, rate_limited, permanent, needs_auth, unknown)`, apply: func(c *serveConfig, v string) error {
+	{name: "classify-status", help: `HTTP statuses classified otherwise than by the built-in table, e.g. "404=transient,409=permanent" (classes: transient, rate_limited, permanent, needs_auth, unknown)`, apply: func(c *Serve, v string) error {
 		m, err := parseStatusOverrides(v)
 		c.Classify.Status = m
 		return err
 	}},
-	{name: "classify-rules", help: `rules classifying errors by their message, first match wins, as a JSON array, e.g. [{"contains":"quota exceeded","class":"rate_limited"},{"regexp":"^E[0-9]+:","class":"permanent"}]`, apply: func(c *serveConfig, v string) error {
+	{name: "classify-rules", help: `rules classifying errors by their message, first match wins, as a JSON array, e.g. [{"contains":"quota exceeded","class":"rate_limited"},{"regexp":"^E[0-9]+:","class":"permanent"}]`, apply: func(c *Serve, v string) error {
 		rules, err := parseMessageRules(v)
 		c.Classify.Rules = rules
 		return err
 	}},
-	{name: "classify-common-rules", def: "false", bool: true, help: `after the configured rules, also try the common message rules ("timeout", "connection refused": transient; "not found", "invalid argument": permanent; ...)`, apply: func(c *serveConfig, v string) error {
+	{name: "classify-common-rules", def: "false", bool: true, help: `after the configured rules, also try the common message rules ("timeout", "connection refused": transient; "not found", "invalid argument": permanent; ...)`, apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.Classify.Common = b
 		return err
@@ -309,7 +309,7 @@ func isSetting(ss []setting, name string) bool {
 // default's for the same codes, its rules come before the default's, and
 // its common_rules, when given, replace the default's. Every queue's
 // classification is checked, also for a queue not served.
-func resolveClassify(c *serveConfig, path string, queues map[string]map[string]string) error {
+func resolveClassify(c *Serve, path string, queues map[string]map[string]string) error {
 	def := c.Classify.defaults()
 	if len(def.Rules) > maxClassifyRules {
 		return fmt.Errorf("classify-rules: %d rules, the limit is %d", len(def.Rules), maxClassifyRules)
@@ -318,7 +318,7 @@ func resolveClassify(c *serveConfig, path string, queues map[string]map[string]s
 	if err != nil {
 		return fmt.Errorf("classify: %w", err) // the settings' checks should prevent it
 	}
-	c.Classify.classifier = cl
+	c.Classify.Classifier = cl
 	byName := map[string]setting{}
 	for _, s := range classifySettings {
 		byName[s.name] = s
@@ -326,7 +326,7 @@ func resolveClassify(c *serveConfig, path string, queues map[string]map[string]s
 	for _, q := range slices.Sorted(maps.Keys(queues)) {
 		vals := queues[q]
 		where := fmt.Sprintf("%s: queues: queue %q: classify.", path, q)
-		scratch := &serveConfig{}
+		scratch := &Serve{}
 		keys := slices.Sorted(maps.Keys(vals))
 		common := def.Common
 		for _, k := range keys {
@@ -342,7 +342,7 @@ func resolveClassify(c *serveConfig, path string, queues map[string]map[string]s
 			}
 		}
 		own := scratch.Classify
-		merged := queueClassify{Common: common, Rules: append(slices.Clone(own.Rules), def.Rules...)}
+		merged := QueueClassify{Common: common, Rules: append(slices.Clone(own.Rules), def.Rules...)}
 		if len(def.Status)+len(own.Status) > 0 {
 			merged.Status = maps.Clone(def.Status)
 			if merged.Status == nil {
@@ -361,27 +361,27 @@ func resolveClassify(c *serveConfig, path string, queues map[string]map[string]s
 			continue
 		}
 		if c.Classify.Queues == nil {
-			c.Classify.Queues = map[string]queueClassify{}
-			c.Classify.queueClassifiers = map[string]*failure.Classifier{}
+			c.Classify.Queues = map[string]QueueClassify{}
+			c.Classify.QueueClassifiers = map[string]*failure.Classifier{}
 		}
 		c.Classify.Queues[q] = merged
-		c.Classify.queueClassifiers[q] = qc
+		c.Classify.QueueClassifiers[q] = qc
 	}
 	return nil
 }
 
 // compileClassify builds the classifier of a classification; nil when it
 // configures nothing, which classifies as the failure package does.
-func compileClassify(q queueClassify) (*failure.Classifier, error) {
+func compileClassify(q QueueClassify) (*failure.Classifier, error) {
 	if len(q.Status) == 0 && len(q.Rules) == 0 && !q.Common {
 		return nil, nil
 	}
 	return failure.NewClassifier(q.config())
 }
 
-// describeClassify explains a classification for `policy explain`, one line
+// DescribeClassify explains a classification for `policy explain`, one line
 // per override and rule, in the order they apply.
-func describeClassify(q queueClassify) []string {
+func DescribeClassify(q QueueClassify) []string {
 	var lines []string
 	for _, code := range slices.Sorted(maps.Keys(q.Status)) {
 		lines = append(lines, fmt.Sprintf("HTTP %d: %s (built-in: %s)", code, q.Status[code], failure.StatusClass(code)))
@@ -412,8 +412,8 @@ func describeMessageRule(r failure.Rule) string {
 	return "matches /" + r.Regexp + "/"
 }
 
-// classifyJSON is a classification as `policy explain --json` writes it.
-type classifyJSON struct {
+// ClassifyJSON is a classification as `policy explain --json` writes it.
+type ClassifyJSON struct {
 	Queue       string            `json:"queue,omitempty"`
 	OwnConfig   bool              `json:"own_config"`
 	Status      map[string]string `json:"status"`
@@ -421,8 +421,10 @@ type classifyJSON struct {
 	CommonRules bool              `json:"common_rules"`
 }
 
-func classifyToJSON(queue string, own bool, q queueClassify) classifyJSON {
-	out := classifyJSON{Queue: queue, OwnConfig: own, Status: map[string]string{}, Rules: []ruleJSON{}, CommonRules: q.Common}
+// ClassifyToJSON is the classification q of queue (own: the queue has
+// one of its own) as `policy explain --json` writes it.
+func ClassifyToJSON(queue string, own bool, q QueueClassify) ClassifyJSON {
+	out := ClassifyJSON{Queue: queue, OwnConfig: own, Status: map[string]string{}, Rules: []ruleJSON{}, CommonRules: q.Common}
 	for code, class := range q.Status {
 		out.Status[strconv.Itoa(code)] = class.String()
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 // exportSettings are the settings of folder exports through the API.
 var exportSettings = []setting{
-	{name: "export-dir", help: "directory under which POST /v1/dlq/export may write dead jobs' folders (on this machine: serve's worker runs the exports); empty: the API refuses folder exports (403 export_disabled)", apply: func(c *serveConfig, v string) error {
+	{name: "export-dir", help: "directory under which POST /v1/dlq/export may write dead jobs' folders (on this machine: serve's worker runs the exports); empty: the API refuses folder exports (403 export_disabled)", apply: func(c *Serve, v string) error {
 		if v != "" && strings.TrimSpace(v) == "" {
 			return errors.New("a path of white space only")
 		}

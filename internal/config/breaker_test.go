@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"encoding/json"
@@ -51,10 +51,10 @@ func TestBreakerConfigSources(t *testing.T) {
 	}
 	content, _ := json.Marshal(map[string]any{"breaker": obj})
 	path := writeConfig(t, string(content))
-	for src, load := range map[string]func() (*serveConfig, error){
-		"flags": func() (*serveConfig, error) { return fuzzLoad(t, flags, nil) },
-		"env":   func() (*serveConfig, error) { return fuzzLoad(t, nil, env) },
-		"file":  func() (*serveConfig, error) { return fuzzLoad(t, nil, map[string]string{configEnv: path}) },
+	for src, load := range map[string]func() (*Serve, error){
+		"flags": func() (*Serve, error) { return fuzzLoad(t, flags, nil) },
+		"env":   func() (*Serve, error) { return fuzzLoad(t, nil, env) },
+		"file":  func() (*Serve, error) { return fuzzLoad(t, nil, map[string]string{FileEnv: path}) },
 	} {
 		c, err := load()
 		if err != nil {
@@ -68,15 +68,15 @@ func TestBreakerConfigSources(t *testing.T) {
 		if len(b.Dependencies) != 3 || b.Dependencies[0].Name != "ledger" || b.Dependencies[1].Name != "payments" || b.Dependencies[2].Name != "search" {
 			t.Fatalf("%s: dependencies = %+v", src, b.Dependencies)
 		}
-		pay, _ := b.dependency("payments")
+		pay, _ := b.Dependency("payments")
 		// The dependency's fields on top of the defaults.
 		if pc := pay.Config; pc.Failures != 3 || pc.FailureRatio != 0.6 || pc.Window != 10*time.Second || pc.BreakDuration != 20*time.Second || pc.HalfOpenProbes != 2 {
 			t.Fatalf("%s: payments = %+v", src, pc)
 		}
-		if sc, _ := b.dependency("search"); !sc.Config.CountOnly || sc.Config.FailureRatio != 0 || !sc.Config.CountRateLimited || sc.Config.Failures != 8 {
+		if sc, _ := b.Dependency("search"); !sc.Config.CountOnly || sc.Config.FailureRatio != 0 || !sc.Config.CountRateLimited || sc.Config.Failures != 8 {
 			t.Fatalf("%s: search = %+v", src, sc.Config)
 		}
-		if lc, _ := b.dependency("ledger"); lc.Config.FailureRatio != 0.8 || lc.Config.MinRequests != 20 || lc.Config.Consecutive != breaker.NoConsecutive {
+		if lc, _ := b.Dependency("ledger"); lc.Config.FailureRatio != 0.8 || lc.Config.MinRequests != 20 || lc.Config.Consecutive != breaker.NoConsecutive {
 			t.Fatalf("%s: ledger = %+v", src, lc.Config)
 		}
 		for raw, want := range map[string]string{
@@ -97,11 +97,11 @@ func TestBreakerConfigSources(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := b.httpDependency(u); got != want {
+			if got := b.HTTPDependency(u); got != want {
 				t.Errorf("%s: %s maps to %q, want %q", src, raw, got, want)
 			}
 		}
-		reg := b.registry()
+		reg := b.Registry()
 		if st := reg.Get("payments").Status(); st.Name != "payments" {
 			t.Fatalf("%s: registry lacks payments: %+v", src, st)
 		}
@@ -141,7 +141,7 @@ func TestBreakerConfigErrors(t *testing.T) {
 	} {
 		env := map[string]string{}
 		if tc.file != "" {
-			env[configEnv] = writeConfig(t, tc.file)
+			env[FileEnv] = writeConfig(t, tc.file)
 		}
 		_, err := fuzzLoad(t, tc.flags, env)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -199,12 +199,12 @@ func FuzzBreakerSettings(f *testing.F) {
 		}
 		path := writeConfig(t, string(content))
 		type result struct {
-			c   *serveConfig
+			c   *Serve
 			err error
 		}
 		results := map[string]result{}
 		for _, src := range []string{"flags", "env", "file"} {
-			var c *serveConfig
+			var c *Serve
 			var err error
 			var prefix string
 			switch src {
@@ -219,7 +219,7 @@ func FuzzBreakerSettings(f *testing.F) {
 					continue
 				}
 				prefix = path + ": breaker."
-				c, err = fuzzLoad(t, nil, map[string]string{configEnv: path})
+				c, err = fuzzLoad(t, nil, map[string]string{FileEnv: path})
 			}
 			results[src] = result{c, err}
 			if err != nil {

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"encoding/json"
@@ -22,7 +22,7 @@ func TestServeKafkaConfig(t *testing.T) {
 	if strings.Join(c.Kafka.Brokers, ",") != "k1:9092,k2:9093" || c.Kafka.Group != "workers" {
 		t.Errorf("brokers %v group %q", c.Kafka.Brokers, c.Kafka.Group)
 	}
-	if got := strings.Join(c.Kafka.topicNames(), ","); got != "orders,scans" {
+	if got := strings.Join(c.Kafka.TopicNames(), ","); got != "orders,scans" {
 		t.Errorf("topics %s", got)
 	}
 	// The topics are served by the store's worker too (their dead
@@ -119,7 +119,7 @@ func FuzzKafkaSettings(f *testing.F) {
 			t.Fatal(err)
 		}
 		type result struct {
-			c   *serveConfig
+			c   *Serve
 			err error
 		}
 		results := map[string]result{}
@@ -127,7 +127,7 @@ func FuzzKafkaSettings(f *testing.F) {
 			if src == "file" && !withFile {
 				continue
 			}
-			var c *serveConfig
+			var c *Serve
 			var err error
 			switch src {
 			case "flags":
@@ -135,7 +135,7 @@ func FuzzKafkaSettings(f *testing.F) {
 			case "env":
 				c, err = fuzzLoad(t, nil, env)
 			case "file":
-				c, err = fuzzLoad(t, nil, map[string]string{configEnv: path})
+				c, err = fuzzLoad(t, nil, map[string]string{FileEnv: path})
 			}
 			results[src] = result{c, err}
 			if err != nil {
@@ -152,7 +152,7 @@ func FuzzKafkaSettings(f *testing.F) {
 			}
 			checkValidConfig(t, c)
 			for _, b := range c.Kafka.Brokers {
-				if _, err := parseKafkaBrokers(b); err != nil {
+				if _, err := ParseKafkaBrokers(b); err != nil {
 					t.Fatalf("%s %q: accepted broker %q: %v", src, vals, b, err)
 				}
 			}
@@ -182,7 +182,7 @@ func FuzzKafkaSettings(f *testing.F) {
 				t.Fatalf("%q: the flags say %v, %s says %v", vals, fl.err, src, o.err)
 			}
 			if fl.err == nil && (strings.Join(fl.c.Kafka.Brokers, ",") != strings.Join(o.c.Kafka.Brokers, ",") ||
-				strings.Join(fl.c.Kafka.topicNames(), ",") != strings.Join(o.c.Kafka.topicNames(), ",") || fl.c.Kafka.Group != o.c.Kafka.Group) {
+				strings.Join(fl.c.Kafka.TopicNames(), ",") != strings.Join(o.c.Kafka.TopicNames(), ",") || fl.c.Kafka.Group != o.c.Kafka.Group) {
 				t.Fatalf("%q: the flags give %+v, %s %+v", vals, fl.c.Kafka, src, o.c.Kafka)
 			}
 		}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"os"
@@ -18,7 +18,7 @@ func TestServeDownloadConfig(t *testing.T) {
 	if c.Download.Dir != "" || c.Download.MaxBytes != 0 {
 		t.Errorf("default: %+v, want off", c.Download)
 	}
-	if got := serveKinds(c); len(got) != 1 || got[0] != "http" {
+	if got := c.Kinds(); len(got) != 1 || got[0] != "http" {
 		t.Errorf("kinds without --download-dir: %v", got)
 	}
 
@@ -37,7 +37,7 @@ func TestServeDownloadConfig(t *testing.T) {
 	if ents, _ := os.ReadDir(missing); len(ents) != 0 {
 		t.Errorf("the writability check left %v behind", ents)
 	}
-	if got := serveKinds(c); len(got) != 2 || got[1] != "download" {
+	if got := c.Kinds(); len(got) != 2 || got[1] != "download" {
 		t.Errorf("kinds with --download-dir: %v", got)
 	}
 

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/download"
 )
 
 // maxSchedules bounds the schedules of serve's configuration.
@@ -20,7 +21,7 @@ const maxSchedules = 1000
 // object of the config file (or --schedules, $REDRIVE_SCHEDULES, as JSON
 // text).
 var scheduleSettings = []setting{
-	{name: "schedules", help: `periodic jobs, as a JSON object of schedule names to {"cron" (five fields or @daily...) or "every" (a duration), "time_zone", "kind", "queue", "payload", "missed" (skip or run_once), "grace", "max_retries", "dependency"}, e.g. {"nightly-sync":{"cron":"0 2 * * *","time_zone":"America/New_York","kind":"http","payload":{"url":"https://example.com/sync","method":"POST"},"missed":"run_once"}}`, apply: func(c *serveConfig, v string) error {
+	{name: "schedules", help: `periodic jobs, as a JSON object of schedule names to {"cron" (five fields or @daily...) or "every" (a duration), "time_zone", "kind", "queue", "payload", "missed" (skip or run_once), "grace", "max_retries", "dependency"}, e.g. {"nightly-sync":{"cron":"0 2 * * *","time_zone":"America/New_York","kind":"http","payload":{"url":"https://example.com/sync","method":"POST"},"missed":"run_once"}}`, apply: func(c *Serve, v string) error {
 		ps, err := parseSchedules(v)
 		c.Schedules = ps
 		return err
@@ -134,13 +135,13 @@ func parseSchedule(name string, raw json.RawMessage) (redrive.Periodic, error) {
 
 // resolveSchedules checks what the schedules need of the rest of the
 // configuration: a kind serve runs, a queue serve's worker serves.
-func resolveSchedules(c *serveConfig) error {
-	kinds := serveKinds(c)
+func resolveSchedules(c *Serve) error {
+	kinds := c.Kinds()
 	for _, p := range c.Schedules {
 		if !slices.Contains(kinds, p.Kind) {
 			hint := ""
-			if p.Kind == downloadKind {
-				hint = "; the download kind needs " + downloadDirSetting
+			if p.Kind == download.Kind {
+				hint = "; the download kind needs " + DownloadDirSetting
 			}
 			return fmt.Errorf("schedules: schedule %q: kind: %q is not a kind serve runs (%s)%s", p.Name, p.Kind, strings.Join(kinds, ", "), hint)
 		}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"encoding/json"
@@ -35,11 +35,11 @@ func TestClassifyConfigSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := writeConfig(t, `{"classify":{"status":{"404":"transient","409":"permanent"},"rules":`+rules+`,"common_rules":true}}`)
-	fromFile, err := fuzzLoad(t, nil, map[string]string{configEnv: path})
+	fromFile, err := fuzzLoad(t, nil, map[string]string{FileEnv: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for src, c := range map[string]*serveConfig{"flags": fromFlags, "env": fromEnv, "file": fromFile} {
+	for src, c := range map[string]*Serve{"flags": fromFlags, "env": fromEnv, "file": fromFile} {
 		cc := c.Classify
 		if len(cc.Status) != 2 || cc.Status[404] != failure.Transient || cc.Status[409] != failure.Permanent {
 			t.Errorf("%s: status = %v", src, cc.Status)
@@ -47,7 +47,7 @@ func TestClassifyConfigSources(t *testing.T) {
 		if len(cc.Rules) != 2 || cc.Rules[0].Contains != "quota exceeded" || cc.Rules[1].Class != failure.Permanent || !cc.Common {
 			t.Errorf("%s: rules = %+v, common %v", src, cc.Rules, cc.Common)
 		}
-		cl := cc.classifier
+		cl := cc.Classifier
 		for _, tc := range []struct {
 			err  error
 			want failure.Class
@@ -67,13 +67,13 @@ func TestClassifyConfigSources(t *testing.T) {
 	}
 	// The string form of status in the file works too.
 	path = writeConfig(t, `{"classify":{"status":"404=transient"}}`)
-	c, err := fuzzLoad(t, nil, map[string]string{configEnv: path})
+	c, err := fuzzLoad(t, nil, map[string]string{FileEnv: path})
 	if err != nil || c.Classify.Status[404] != failure.Transient {
 		t.Fatalf("string status in the file: %v, %v", err, c)
 	}
 	// Nothing configured: the built-in classification.
 	c, err = fuzzLoad(t, nil, nil)
-	if err != nil || c.Classify.classifier != nil || c.Classify.queueClassifiers != nil {
+	if err != nil || c.Classify.Classifier != nil || c.Classify.QueueClassifiers != nil {
 		t.Fatalf("defaults: %v, %+v", err, c.Classify)
 	}
 }
@@ -87,7 +87,7 @@ func TestClassifyPerQueue(t *testing.T) {
 			"other": {"classify": {"common_rules": true}}
 		}
 	}`)
-	c, err := fuzzLoad(t, nil, map[string]string{configEnv: path})
+	c, err := fuzzLoad(t, nil, map[string]string{FileEnv: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,17 +103,17 @@ func TestClassifyPerQueue(t *testing.T) {
 	if !maps.Equal(wh.Status, want) {
 		t.Fatalf("webhooks status = %v, want %v", wh.Status, want)
 	}
-	cl := c.Classify.queueClassifiers["webhooks"]
+	cl := c.Classify.QueueClassifiers["webhooks"]
 	if got := cl.Classify(errors.New("nope")).Class; got != failure.Transient {
 		t.Fatalf("webhooks: the queue's rule must come first: got %v", got)
 	}
-	if got := c.Classify.classifier.Classify(errors.New("nope")).Class; got != failure.Permanent {
+	if got := c.Classify.Classifier.Classify(errors.New("nope")).Class; got != failure.Permanent {
 		t.Fatalf("default: got %v", got)
 	}
-	if got := c.Classify.queueClassifiers["other"].Classify(errors.New("connection refused by peer")).Class; got != failure.Transient {
+	if got := c.Classify.QueueClassifiers["other"].Classify(errors.New("connection refused by peer")).Class; got != failure.Transient {
 		t.Fatalf("other: common rules not applied: %v", got)
 	}
-	if got := c.Classify.queueClassifiers["other"].Classify(&failure.StatusError{Code: 404}).Class; got != failure.Transient {
+	if got := c.Classify.QueueClassifiers["other"].Classify(&failure.StatusError{Code: 404}).Class; got != failure.Transient {
 		t.Fatalf("other: the default's status overrides not inherited: %v", got)
 	}
 }
@@ -143,7 +143,7 @@ func TestClassifyConfigErrors(t *testing.T) {
 	} {
 		env := map[string]string{}
 		if tc.file != "" {
-			env[configEnv] = writeConfig(t, tc.file)
+			env[FileEnv] = writeConfig(t, tc.file)
 		}
 		_, err := fuzzLoad(t, tc.flags, env)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -187,7 +187,7 @@ func FuzzClassifySettings(f *testing.F) {
 		path := writeConfig(t, string(content))
 		withFile := utf8.ValidString(status) && utf8.ValidString(rules)
 		type result struct {
-			c   *serveConfig
+			c   *Serve
 			err error
 		}
 		results := map[string]result{}
@@ -196,7 +196,7 @@ func FuzzClassifySettings(f *testing.F) {
 			"env":   {"REDRIVE_CLASSIFY_STATUS: ", "REDRIVE_CLASSIFY_RULES: "},
 			"file":  {path + ": classify.status: ", path + ": classify.rules: "},
 		} {
-			var c *serveConfig
+			var c *Serve
 			var err error
 			switch src {
 			case "flags":
@@ -207,7 +207,7 @@ func FuzzClassifySettings(f *testing.F) {
 				if !withFile {
 					continue
 				}
-				c, err = fuzzLoad(t, nil, map[string]string{configEnv: path})
+				c, err = fuzzLoad(t, nil, map[string]string{FileEnv: path})
 			}
 			results[src] = result{c, err}
 			if err != nil {
@@ -226,8 +226,8 @@ func FuzzClassifySettings(f *testing.F) {
 			if len(cc.Rules) > maxClassifyRules {
 				t.Fatalf("%s: accepted %d rules", src, len(cc.Rules))
 			}
-			if (len(cc.Status) > 0 || len(cc.Rules) > 0) != (cc.classifier != nil) {
-				t.Fatalf("%s: classifier %v for %+v", src, cc.classifier, cc)
+			if (len(cc.Status) > 0 || len(cc.Rules) > 0) != (cc.Classifier != nil) {
+				t.Fatalf("%s: classifier %v for %+v", src, cc.Classifier, cc)
 			}
 			// The textual forms read back to the same classification.
 			back, err := parseStatusOverrides(formatStatusOverrides(cc.Status))
