@@ -553,7 +553,12 @@ func TestKafkaDLQCountTransactions(t *testing.T) {
 		}
 	}
 	// A real broker writes the last marker after EndTransaction returns.
-	waitFor(t, "the last marker", func() bool { return dltCount(t, brokers, topic).Total == 3 })
+	waitUntil(t, time.Minute, "the DLT counts its 3 committed dead letters", func() error {
+		if c := dltCount(t, brokers, topic); c.Total != 3 {
+			return fmt.Errorf("counted %d", c.Total)
+		}
+		return nil
+	})
 	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic}
 	if out := strings.TrimSpace(mustCLI(t, append([]string{"dlq", "count"}, flags...)...)); out != "3 dead letter(s) in "+topic+"-dlt, 3 pending (not redriven yet)" {
 		t.Errorf("dlq count = %q", out)
