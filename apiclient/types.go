@@ -407,15 +407,21 @@ type KafkaTopic struct {
 	Error string `json:"error,omitempty"`
 }
 
-// KafkaTopicCount is one topic's partitions, records and lag
+// KafkaTopicCount is one topic's partitions, offsets, records and lag
 // (kafka.TopicCount).
 type KafkaTopicCount struct {
 	Topic      string `json:"topic"`
 	Partitions int    `json:"partitions"`
-	// Records counts the records the topic retains.
-	Records int64 `json:"records"`
-	// Lag counts the records LagGroup has not consumed yet; nil when no
-	// group was asked, or the group does not consume the topic.
+	// Offsets is the topic's end offsets minus its start offsets: an
+	// upper bound on the records it retains (transaction markers and
+	// aborted records take offsets too).
+	Offsets int64 `json:"offsets"`
+	// Records counts the records a read_committed reader sees: set on a
+	// keeper's dead-letter topic only (its dead letters).
+	Records *int64 `json:"records,omitempty"`
+	// Lag is how far LagGroup is behind: offsets, or records where
+	// Records is set; nil when no group was asked, or the group does not
+	// consume the topic.
 	Lag      *int64 `json:"lag,omitempty"`
 	LagGroup string `json:"lag_group,omitempty"`
 	// Missing is set when the topic does not exist.
