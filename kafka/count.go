@@ -2,8 +2,8 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"sort"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -18,12 +18,13 @@ import (
 // offsets added since the last one, and forgets those the retention
 // removed. Its memory is one run per stretch of records between markers
 // (about one per transaction in exactly-once mode, one per partition
-// otherwise). It is safe for concurrent use; counts wait for each other.
+// otherwise). It is safe for concurrent use: counts wait for each other
+// (lock), each within its context.
 type recordCounter struct {
 	topic string
 	opts  []kgo.Opt // the seed brokers and client options, for readers
 
-	mu    sync.Mutex
+	sem   chan struct{} // holds a token while a count uses parts
 	parts map[int32]*partRecords
 }
 
@@ -38,8 +39,28 @@ type partRecords struct {
 // newRecordCounter returns a counter of topic's records, reading it with
 // the client options opts (seed brokers included).
 func newRecordCounter(topic string, opts []kgo.Opt) *recordCounter {
-	return &recordCounter{topic: topic, opts: opts, parts: map[int32]*partRecords{}}
+	return &recordCounter{topic: topic, opts: opts, sem: make(chan struct{}, 1), parts: map[int32]*partRecords{}}
 }
+
+// lock waits for the counter, or ctx's end: a count reading a large
+// topic through holds it for long, and one that waits gives up with its
+// context.
+func (rc *recordCounter) lock(ctx context.Context) error {
+	select {
+	case rc.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case rc.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("kafka: count the records of %q: waiting for another count: %w", rc.topic, ctx.Err())
+	}
+}
+
+// unlock releases the counter lock took.
+func (rc *recordCounter) unlock() { <-rc.sem }
 
 // update reads what the counter has not read yet of each partition
 // between starts and ends (the start offsets and the last stable

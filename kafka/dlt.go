@@ -158,8 +158,10 @@ func (q *DLT) Count(ctx context.Context) (DLTCount, error) {
 		return DLTCount{}, err
 	}
 	rc := q.count
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
+	if err := rc.lock(ctx); err != nil {
+		return DLTCount{}, err
+	}
+	defer rc.unlock()
 	starts, ends := spanBounds(spans)
 	if err := rc.update(ctx, starts, ends); err != nil {
 		return DLTCount{}, fmt.Errorf("kafka: count the dead letters of %q: %w", q.topo.DLT(), err)
@@ -182,8 +184,10 @@ func (q *DLT) CountRange(ctx context.Context, from, to map[int32]int64) (int64, 
 		return 0, err
 	}
 	rc := q.count
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
+	if err := rc.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer rc.unlock()
 	starts, ends := spanBounds(spans)
 	if err := rc.update(ctx, starts, ends); err != nil {
 		return 0, fmt.Errorf("kafka: count the dead letters of %q: %w", q.topo.DLT(), err)
