@@ -3,8 +3,12 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive/kafka"
 )
@@ -51,5 +55,52 @@ func TestDLTCountHonoursContextWhileWaiting(t *testing.T) {
 			<-done
 		}
 		cancel()
+	}
+}
+
+// TestDLTCountRecreatedTopic: a DLT deleted and created again (an
+// operator purging it) is counted afresh by a DLT that counted it
+// before, though its new offsets reach past the old ones: the counter
+// does not keep where the old topic's records and markers were. (It
+// counted the old positions of the records: 3 transactions of 1 dead
+// letter, then 10 plain ones, counted 7.)
+func TestDLTCountRecreatedTopic(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	c.cleanup(t, topic)
+	dlt := newDLT(t, c, topic)
+	ctx := context.Background()
+	txn := c.client(t, kgo.TransactionalID(topic+"-txn"))
+	for i := range 3 {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		c.produce(t, txn, deadLetter(topic, fmt.Sprint("old", i), "permanent"))
+		if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := dlt.Count(ctx); err != nil || n.Total != 3 {
+		t.Fatalf("count: %+v %v, want 3", n, err)
+	}
+	adm := kadm.NewClient(c.client(t))
+	if _, err := adm.DeleteTopics(ctx, dlt.Name()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the DLT deleted", 30*time.Second, func() bool {
+		listed, err := adm.ListTopics(ctx)
+		return err == nil && !listed.Has(dlt.Name())
+	})
+	eventually(t, "the DLT created again", 30*time.Second, func() bool {
+		resp, err := adm.CreateTopic(ctx, 1, -1, nil, dlt.Name())
+		return err == nil && resp.Err == nil
+	})
+	plain := c.client(t)
+	for i := range 10 {
+		c.produce(t, plain, deadLetter(topic, fmt.Sprint("new", i), "permanent"))
+	}
+	if n, err := dlt.Count(ctx); err != nil || n.Total != 10 || n.Pending != 10 {
+		t.Errorf("count of the new DLT: %+v %v, want 10/10", n, err)
 	}
 }
