@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -25,6 +26,7 @@ type recordCounter struct {
 	opts  []kgo.Opt // the seed brokers and client options, for readers
 
 	sem   chan struct{} // holds a token while a count uses parts
+	id    kadm.TopicID  // the topic's ID when parts were read (zero: unknown)
 	parts map[int32]*partRecords
 }
 
@@ -64,15 +66,24 @@ func (rc *recordCounter) unlock() { <-rc.sem }
 
 // update reads what the counter has not read yet of each partition
 // between starts and ends (the start offsets and the last stable
-// offsets), and forgets what is below the starts.
-func (rc *recordCounter) update(ctx context.Context, starts, ends map[int32]int64) error {
+// offsets), and forgets what is below the starts. id is the topic's ID
+// (kadm.TopicDetail.ID): a topic deleted and created again has a new
+// one, and is read afresh. Offsets below what the counter read are an
+// older listing (two counts listed them, then waited for each other):
+// the counter keeps what it read. Only when the broker gives no ID
+// (zero) are offsets going back taken for a new topic.
+func (rc *recordCounter) update(ctx context.Context, id kadm.TopicID, starts, ends map[int32]int64) error {
+	if id != rc.id {
+		clear(rc.parts)
+		rc.id = id
+	}
 	from, to := map[int32]int64{}, map[int32]int64{}
 	for p, end := range ends {
 		start := starts[p]
 		pr := rc.parts[p]
-		if pr == nil || start < pr.from || end < pr.to {
-			// New, or the topic was recreated (offsets went back): read
-			// it afresh.
+		if pr == nil || (id == kadm.TopicID{} && (start < pr.from || end < pr.to)) {
+			// New, or (no ID to tell) the topic was recreated: read it
+			// afresh.
 			pr = &partRecords{from: start, to: start}
 			rc.parts[p] = pr
 		}
@@ -158,4 +169,23 @@ func (rc *recordCounter) pending(p int32, c cursor, end int64) int64 {
 		n -= rc.count(p, r.from, min(r.to, end))
 	}
 	return n
+}
+
+// topicID returns topic's ID, for recordCounter.update. kadm caches
+// metadata (kgo's MetadataMinAge, 5s by default): a topic created again
+// is told from the old one within that, the counter's records of the
+// new one read meanwhile are forgotten then.
+func topicID(ctx context.Context, adm *kadm.Client, topic string) (kadm.TopicID, error) {
+	listed, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return kadm.TopicID{}, fmt.Errorf("kafka: topic %q: %w", topic, err)
+	}
+	d, ok := listed[topic]
+	if !ok {
+		return kadm.TopicID{}, fmt.Errorf("kafka: topic %q: not in the cluster's metadata", topic)
+	}
+	if d.Err != nil {
+		return kadm.TopicID{}, fmt.Errorf("kafka: topic %q: %w", topic, d.Err)
+	}
+	return d.ID, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // TestRecordCounterModel: random partitions of records, transaction
@@ -82,13 +84,14 @@ func TestRecordCounterModel(t *testing.T) {
 // forgot all and read the partition again from its start: a full read of
 // a large DLT whenever a dashboard and a scrape count at once.)
 func TestRecordCounterStaleOffsets(t *testing.T) {
-	rc := &recordCounter{topic: "t", parts: map[int32]*partRecords{
+	id := kadm.TopicID{1}
+	rc := &recordCounter{topic: "t", id: id, parts: map[int32]*partRecords{
 		0: {from: 10, to: 100, runs: []offRange{{10, 40}, {41, 99}}},
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // no read may happen: there is no broker
 	for _, s := range []struct{ start, end int64 }{{10, 50}, {5, 100}, {0, 0}} {
-		if err := rc.update(ctx, map[int32]int64{0: s.start}, map[int32]int64{0: s.end}); err != nil {
+		if err := rc.update(ctx, id, map[int32]int64{0: s.start}, map[int32]int64{0: s.end}); err != nil {
 			t.Errorf("update with the older offsets [%d, %d): %v", s.start, s.end, err)
 		}
 		if got := rc.count(0, s.start, s.end); got != min(max(s.end, 10), 40)-10+max(min(s.end, 99)-41, 0) {

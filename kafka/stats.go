@@ -205,6 +205,10 @@ type dltRecords struct {
 // Records.
 func countRecords(ctx context.Context, adm *kadm.Client, rc *recordCounter, c *TopicCount) (*dltRecords, error) {
 	d := &dltRecords{rc: rc, starts: map[int32]int64{}, ends: map[int32]int64{}}
+	id, err := topicID(ctx, adm, c.Topic)
+	if err != nil {
+		return nil, err
+	}
 	for _, l := range []struct {
 		list func(context.Context, ...string) (kadm.ListedOffsets, error)
 		into map[int32]int64
@@ -222,7 +226,7 @@ func countRecords(ctx context.Context, adm *kadm.Client, rc *recordCounter, c *T
 		return nil, err
 	}
 	defer rc.unlock()
-	if err := rc.update(ctx, d.starts, d.ends); err != nil {
+	if err := rc.update(ctx, id, d.starts, d.ends); err != nil {
 		return nil, err
 	}
 	var n int64
