@@ -2,7 +2,9 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -102,22 +104,93 @@ func (rc *recordCounter) update(ctx context.Context, id kadm.TopicID, starts, en
 	if len(from) == 0 {
 		return nil
 	}
-	err := readCommitted(ctx, rc.opts, rc.topic, from, to, func(r *kgo.Record) (bool, error) {
-		pr := rc.parts[r.Partition]
-		if !r.Attrs.IsControl() {
-			pr.add(r.Offset)
-		}
-		pr.to = r.Offset + 1
-		return true, nil
-	})
-	// What was read is kept even when the read failed: the next update
-	// goes on from there.
-	for p, t := range to {
-		if err == nil {
-			rc.parts[p].to = t // aborted records before the end: no records
+	return rc.read(ctx, from, to)
+}
+
+// read reads each partition p from from[p] on, and adds the records a
+// read_committed reader sees below to[p] (a last stable offset). It
+// reads read_uncommitted, up to the high watermarks, and decides each
+// transaction's records at its marker: a read_committed read stops at
+// the last stable offset, and when the records just below it belong to
+// a transaction aborted after another producer's transaction began (its
+// marker past the last stable offset), no record nor marker shows at
+// the end of the range, and the read cannot tell it is through. Below
+// the last stable offset every transaction is decided, its marker below
+// the high watermark. What was read is kept even when the read failed,
+// up to the first record of a transaction not decided yet: the next
+// update goes on from there.
+func (rc *recordCounter) read(ctx context.Context, from, to map[int32]int64) error {
+	cl, err := kgo.NewClient(rc.opts...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	hws, err := kadm.NewClient(cl).ListEndOffsets(ctx, rc.topic)
+	cl.Close()
+	if err == nil {
+		err = hws.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: topic %q: %w", rc.topic, err)
+	}
+	type readState struct {
+		visible []int64           // records decided visible
+		pending map[int64][]int64 // per producer ID, its open transaction's records
+		next    int64             // the next offset to read
+	}
+	states, upto := map[int32]*readState{}, map[int32]int64{}
+	for p, f := range from {
+		states[p] = &readState{pending: map[int64][]int64{}, next: f}
+		upto[p] = to[p]
+		if hw, ok := hws.Lookup(rc.topic, p); ok {
+			upto[p] = max(hw.Offset, to[p])
 		}
 	}
+	opts := append(append([]kgo.Opt(nil), rc.opts...), kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	err = readCommitted(ctx, opts, rc.topic, from, upto, func(r *kgo.Record) (bool, error) {
+		s := states[r.Partition]
+		switch {
+		case r.Attrs.IsControl():
+			if isCommitMarker(r) {
+				s.visible = append(s.visible, s.pending[r.ProducerID]...)
+			}
+			delete(s.pending, r.ProducerID)
+		case r.Attrs.IsTransactional():
+			s.pending[r.ProducerID] = append(s.pending[r.ProducerID], r.Offset)
+		default:
+			s.visible = append(s.visible, r.Offset)
+		}
+		s.next = r.Offset + 1
+		return true, nil
+	})
+	for p, s := range states {
+		if err == nil {
+			s.next = upto[p] // read through (a compacted offset shows no record)
+		}
+		// Decided: below the next offset to read, the end, and the
+		// first record of each transaction still open.
+		decided := min(s.next, to[p])
+		for _, offs := range s.pending {
+			decided = min(decided, offs[0])
+		}
+		pr := rc.parts[p]
+		slices.Sort(s.visible)
+		for _, o := range s.visible {
+			if o >= decided {
+				break
+			}
+			if o >= pr.to {
+				pr.add(o)
+			}
+		}
+		pr.to = max(pr.to, decided)
+	}
 	return err
+}
+
+// isCommitMarker reports whether the control record r is a transaction's
+// commit marker (its key: version, then type 1), not an abort.
+func isCommitMarker(r *kgo.Record) bool {
+	return len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1
 }
 
 // trim forgets the offsets below start.
