@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -145,5 +146,120 @@ func TestDLTCountAbortedBeforeOpen(t *testing.T) {
 	defer cancel()
 	if n, err := dlt.Count(cctx); err != nil || n != (kafka.DLTCount{Total: 1, Pending: 1}) {
 		t.Errorf("count: %+v %v, want 1/1", n, err)
+	}
+}
+
+// TestDLTCountInterleavedTransactions: random interleavings of plain
+// dead letters and transactions of three producers on one DLT
+// partition, committed, aborted or left open, with a Count after random
+// steps, against a model: the dead letters below the last stable offset
+// (the first offset of the oldest open transaction) that are plain or
+// committed.
+func TestDLTCountInterleavedTransactions(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			topic := newTopic(t)
+			c.cleanup(t, topic)
+			dlt := newDLT(t, c, topic)
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(seed, 36))
+			type txn struct {
+				cl    *kgo.Client
+				open  bool
+				first int64   // its first record's offset
+				offs  []int64 // its records
+			}
+			txns := make([]*txn, 3)
+			for i := range txns {
+				txns[i] = &txn{cl: c.client(t, kgo.TransactionalID(fmt.Sprintf("%s-txn%d", topic, i)))}
+			}
+			plain := c.client(t)
+			visible := map[int64]bool{} // plain and committed dead letters
+			produce := func(cl *kgo.Client) int64 {
+				r := deadLetter(topic, fmt.Sprint(rng.Int()), "permanent")
+				if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				return r.Offset
+			}
+			want := func() int64 {
+				lso := int64(1 << 62)
+				for _, x := range txns {
+					if x.open {
+						lso = min(lso, x.first)
+					}
+				}
+				var n int64
+				for o, v := range visible {
+					if v && o < lso {
+						n++
+					}
+				}
+				return n
+			}
+			// A real broker writes a transaction's markers after its end
+			// returns: the last stable offset moves a moment later.
+			check := func(what string) {
+				t.Helper()
+				var last string
+				w := want()
+				defer func() {
+					if t.Failed() {
+						t.Logf("the last %s: %s", what, last)
+					}
+				}()
+				eventually(t, fmt.Sprintf("%s %d", what, w), 30*time.Second, func() bool {
+					cctx, cancel := context.WithTimeout(ctx, 20*time.Second) // within readStall (30s)
+					defer cancel()
+					n, err := dlt.Count(cctx)
+					last = fmt.Sprintf("%+v %v", n, err)
+					return err == nil && n == kafka.DLTCount{Total: w, Pending: w}
+				})
+			}
+			for range 60 {
+				switch x := txns[rng.IntN(len(txns))]; {
+				case rng.IntN(4) == 0:
+					visible[produce(plain)] = true
+				case !x.open:
+					if err := x.cl.BeginTransaction(); err != nil {
+						t.Fatal(err)
+					}
+					x.open, x.offs = true, nil
+					x.first = produce(x.cl)
+					x.offs = append(x.offs, x.first)
+				case rng.IntN(3) > 0:
+					x.offs = append(x.offs, produce(x.cl))
+				default:
+					commit := rng.IntN(2) == 0
+					if err := x.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+						t.Fatal(err)
+					}
+					for _, o := range x.offs {
+						visible[o] = commit
+					}
+					x.open = false
+				}
+				if rng.IntN(6) == 0 {
+					check("count")
+				}
+			}
+			for _, x := range txns {
+				if x.open {
+					if err := x.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+						t.Fatal(err)
+					}
+					for _, o := range x.offs {
+						visible[o] = true
+					}
+					x.open = false
+				}
+			}
+			check("count at the end")
+			if all, err := dlt.Peek(ctx, kafka.MaxPeek, map[int32]int64{0: 0}); err != nil || int64(len(all)) != want() {
+				t.Errorf("peek from the start: %d %v, want %d", len(all), err, want())
+			}
+		})
 	}
 }
