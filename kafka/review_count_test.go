@@ -263,3 +263,63 @@ func TestDLTCountInterleavedTransactions(t *testing.T) {
 		})
 	}
 }
+
+// TestDLTCountAfterDeleteRecords: retention (here DeleteRecords) moving
+// the DLT's start into a transaction: a DLT that counted it before
+// forgets the dead letters below the new start, and counts as a new DLT
+// and a read_committed reader do.
+func TestDLTCountAfterDeleteRecords(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	c.cleanup(t, topic)
+	dlt := newDLT(t, c, topic)
+	ctx := context.Background()
+	txn := c.client(t, kgo.TransactionalID(topic+"-txn"))
+	var offs []int64 // the committed dead letters' offsets
+	for i := range 4 {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for j := range 3 {
+			r := deadLetter(topic, fmt.Sprint(i, j), "permanent")
+			c.produce(t, txn, r)
+			if i != 1 {
+				offs = append(offs, r.Offset)
+			}
+		}
+		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(i != 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the count of 9", 30*time.Second, func() bool {
+		n, err := dlt.Count(ctx)
+		return err == nil && n == kafka.DLTCount{Total: 9, Pending: 9}
+	})
+	// The new start: the second record of the third transaction.
+	start := offs[4]
+	adm := kadm.NewClient(c.client(t))
+	res, err := adm.DeleteRecords(ctx, kadm.Offsets{dlt.Name(): {0: {Topic: dlt.Name(), Partition: 0, At: start, LeaderEpoch: -1}}})
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	for _, o := range offs {
+		if o >= start {
+			want++
+		}
+	}
+	if n, err := dlt.Count(ctx); err != nil || n != (kafka.DLTCount{Total: want, Pending: want}) {
+		t.Errorf("count after DeleteRecords: %+v %v, want %d", n, err, want)
+	}
+	fresh := newDLT(t, c, topic)
+	if n, err := fresh.Count(ctx); err != nil || n.Total != want {
+		t.Errorf("a new DLT's count: %+v %v, want %d", n, err, want)
+	}
+	if n, err := dlt.CountRange(ctx, map[int32]int64{0: 0}, nil); err != nil || n != want {
+		t.Errorf("count from offset 0: %d %v, want %d", n, err, want)
+	}
+}
