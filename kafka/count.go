@@ -2,9 +2,12 @@ package kafka
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
 	"sort"
-	"sync"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -18,12 +21,14 @@ import (
 // offsets added since the last one, and forgets those the retention
 // removed. Its memory is one run per stretch of records between markers
 // (about one per transaction in exactly-once mode, one per partition
-// otherwise). It is safe for concurrent use; counts wait for each other.
+// otherwise). It is safe for concurrent use: counts wait for each other
+// (lock), each within its context.
 type recordCounter struct {
 	topic string
 	opts  []kgo.Opt // the seed brokers and client options, for readers
 
-	mu    sync.Mutex
+	sem   chan struct{} // holds a token while a count uses parts
+	id    kadm.TopicID  // the topic's ID when parts were read (zero: unknown)
 	parts map[int32]*partRecords
 }
 
@@ -38,20 +43,49 @@ type partRecords struct {
 // newRecordCounter returns a counter of topic's records, reading it with
 // the client options opts (seed brokers included).
 func newRecordCounter(topic string, opts []kgo.Opt) *recordCounter {
-	return &recordCounter{topic: topic, opts: opts, parts: map[int32]*partRecords{}}
+	return &recordCounter{topic: topic, opts: opts, sem: make(chan struct{}, 1), parts: map[int32]*partRecords{}}
 }
+
+// lock waits for the counter, or ctx's end: a count reading a large
+// topic through holds it for long, and one that waits gives up with its
+// context.
+func (rc *recordCounter) lock(ctx context.Context) error {
+	select {
+	case rc.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case rc.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("kafka: count the records of %q: waiting for another count: %w", rc.topic, ctx.Err())
+	}
+}
+
+// unlock releases the counter lock took.
+func (rc *recordCounter) unlock() { <-rc.sem }
 
 // update reads what the counter has not read yet of each partition
 // between starts and ends (the start offsets and the last stable
-// offsets), and forgets what is below the starts.
-func (rc *recordCounter) update(ctx context.Context, starts, ends map[int32]int64) error {
+// offsets), and forgets what is below the starts. id is the topic's ID
+// (kadm.TopicDetail.ID): a topic deleted and created again has a new
+// one, and is read afresh. Offsets below what the counter read are an
+// older listing (two counts listed them, then waited for each other):
+// the counter keeps what it read. Only when the broker gives no ID
+// (zero) are offsets going back taken for a new topic.
+func (rc *recordCounter) update(ctx context.Context, id kadm.TopicID, starts, ends map[int32]int64) error {
+	if id != rc.id {
+		clear(rc.parts)
+		rc.id = id
+	}
 	from, to := map[int32]int64{}, map[int32]int64{}
 	for p, end := range ends {
 		start := starts[p]
 		pr := rc.parts[p]
-		if pr == nil || start < pr.from || end < pr.to {
-			// New, or the topic was recreated (offsets went back): read
-			// it afresh.
+		if pr == nil || (id == kadm.TopicID{} && (start < pr.from || end < pr.to)) {
+			// New, or (no ID to tell) the topic was recreated: read it
+			// afresh.
 			pr = &partRecords{from: start, to: start}
 			rc.parts[p] = pr
 		}
@@ -70,22 +104,93 @@ func (rc *recordCounter) update(ctx context.Context, starts, ends map[int32]int6
 	if len(from) == 0 {
 		return nil
 	}
-	err := readCommitted(ctx, rc.opts, rc.topic, from, to, func(r *kgo.Record) (bool, error) {
-		pr := rc.parts[r.Partition]
-		if !r.Attrs.IsControl() {
-			pr.add(r.Offset)
-		}
-		pr.to = r.Offset + 1
-		return true, nil
-	})
-	// What was read is kept even when the read failed: the next update
-	// goes on from there.
-	for p, t := range to {
-		if err == nil {
-			rc.parts[p].to = t // aborted records before the end: no records
+	return rc.read(ctx, from, to)
+}
+
+// read reads each partition p from from[p] on, and adds the records a
+// read_committed reader sees below to[p] (a last stable offset). It
+// reads read_uncommitted, up to the high watermarks, and decides each
+// transaction's records at its marker: a read_committed read stops at
+// the last stable offset, and when the records just below it belong to
+// a transaction aborted after another producer's transaction began (its
+// marker past the last stable offset), no record nor marker shows at
+// the end of the range, and the read cannot tell it is through. Below
+// the last stable offset every transaction is decided, its marker below
+// the high watermark. What was read is kept even when the read failed,
+// up to the first record of a transaction not decided yet: the next
+// update goes on from there.
+func (rc *recordCounter) read(ctx context.Context, from, to map[int32]int64) error {
+	cl, err := kgo.NewClient(rc.opts...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	hws, err := kadm.NewClient(cl).ListEndOffsets(ctx, rc.topic)
+	cl.Close()
+	if err == nil {
+		err = hws.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: topic %q: %w", rc.topic, err)
+	}
+	type readState struct {
+		visible []int64           // records decided visible
+		pending map[int64][]int64 // per producer ID, its open transaction's records
+		next    int64             // the next offset to read
+	}
+	states, upto := map[int32]*readState{}, map[int32]int64{}
+	for p, f := range from {
+		states[p] = &readState{pending: map[int64][]int64{}, next: f}
+		upto[p] = to[p]
+		if hw, ok := hws.Lookup(rc.topic, p); ok {
+			upto[p] = max(hw.Offset, to[p])
 		}
 	}
+	opts := append(append([]kgo.Opt(nil), rc.opts...), kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	err = readCommitted(ctx, opts, rc.topic, from, upto, func(r *kgo.Record) (bool, error) {
+		s := states[r.Partition]
+		switch {
+		case r.Attrs.IsControl():
+			if isCommitMarker(r) {
+				s.visible = append(s.visible, s.pending[r.ProducerID]...)
+			}
+			delete(s.pending, r.ProducerID)
+		case r.Attrs.IsTransactional():
+			s.pending[r.ProducerID] = append(s.pending[r.ProducerID], r.Offset)
+		default:
+			s.visible = append(s.visible, r.Offset)
+		}
+		s.next = r.Offset + 1
+		return true, nil
+	})
+	for p, s := range states {
+		if err == nil {
+			s.next = upto[p] // read through (a compacted offset shows no record)
+		}
+		// Decided: below the next offset to read, the end, and the
+		// first record of each transaction still open.
+		decided := min(s.next, to[p])
+		for _, offs := range s.pending {
+			decided = min(decided, offs[0])
+		}
+		pr := rc.parts[p]
+		slices.Sort(s.visible)
+		for _, o := range s.visible {
+			if o >= decided {
+				break
+			}
+			if o >= pr.to {
+				pr.add(o)
+			}
+		}
+		pr.to = max(pr.to, decided)
+	}
 	return err
+}
+
+// isCommitMarker reports whether the control record r is a transaction's
+// commit marker (its key: version, then type 1), not an abort.
+func isCommitMarker(r *kgo.Record) bool {
+	return len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:4]) == 1
 }
 
 // trim forgets the offsets below start.
@@ -137,4 +242,23 @@ func (rc *recordCounter) pending(p int32, c cursor, end int64) int64 {
 		n -= rc.count(p, r.from, min(r.to, end))
 	}
 	return n
+}
+
+// topicID returns topic's ID, for recordCounter.update. kadm caches
+// metadata (kgo's MetadataMinAge, 5s by default): a topic created again
+// is told from the old one within that, the counter's records of the
+// new one read meanwhile are forgotten then.
+func topicID(ctx context.Context, adm *kadm.Client, topic string) (kadm.TopicID, error) {
+	listed, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return kadm.TopicID{}, fmt.Errorf("kafka: topic %q: %w", topic, err)
+	}
+	d, ok := listed[topic]
+	if !ok {
+		return kadm.TopicID{}, fmt.Errorf("kafka: topic %q: not in the cluster's metadata", topic)
+	}
+	if d.Err != nil {
+		return kadm.TopicID{}, fmt.Errorf("kafka: topic %q: %w", topic, d.Err)
+	}
+	return d.ID, nil
 }

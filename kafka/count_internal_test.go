@@ -1,8 +1,11 @@
 package kafka
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // TestRecordCounterModel: random partitions of records, transaction
@@ -69,6 +72,33 @@ func TestRecordCounterModel(t *testing.T) {
 			if got := rc.pending(0, c, pr.to); got != want {
 				t.Fatalf("seed %d: pending after %+v = %d, want %d", seed, c, got, want)
 			}
+		}
+	}
+}
+
+// TestRecordCounterStaleOffsets: an update given offsets older than
+// what the counter read (two counts race: each lists the offsets, then
+// waits for the counter; the one that listed first updates last) keeps
+// what the counter knows, and reads nothing: the offsets went back
+// because the snapshot is older, not because the topic is new. (It
+// forgot all and read the partition again from its start: a full read of
+// a large DLT whenever a dashboard and a scrape count at once.)
+func TestRecordCounterStaleOffsets(t *testing.T) {
+	id := kadm.TopicID{1}
+	rc := &recordCounter{topic: "t", id: id, parts: map[int32]*partRecords{
+		0: {from: 10, to: 100, runs: []offRange{{10, 40}, {41, 99}}},
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no read may happen: there is no broker
+	for _, s := range []struct{ start, end int64 }{{10, 50}, {5, 100}, {0, 0}} {
+		if err := rc.update(ctx, id, map[int32]int64{0: s.start}, map[int32]int64{0: s.end}); err != nil {
+			t.Errorf("update with the older offsets [%d, %d): %v", s.start, s.end, err)
+		}
+		if got := rc.count(0, s.start, s.end); got != min(max(s.end, 10), 40)-10+max(min(s.end, 99)-41, 0) {
+			t.Errorf("count [%d, %d) after an update with them: %d", s.start, s.end, got)
+		}
+		if pr := rc.parts[0]; pr.from != 10 || pr.to != 100 || len(pr.runs) != 2 {
+			t.Errorf("after an update with the older offsets [%d, %d): %+v, want what was read kept", s.start, s.end, pr)
 		}
 	}
 }

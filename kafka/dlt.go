@@ -154,15 +154,21 @@ func (q *DLT) spans(ctx context.Context) (map[int32]*span, error) {
 // offset range per transaction in exactly-once mode, per partition
 // otherwise).
 func (q *DLT) Count(ctx context.Context) (DLTCount, error) {
+	id, err := topicID(ctx, q.adm, q.topo.DLT())
+	if err != nil {
+		return DLTCount{}, err
+	}
 	spans, err := q.spans(ctx)
 	if err != nil {
 		return DLTCount{}, err
 	}
 	rc := q.count
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
+	if err := rc.lock(ctx); err != nil {
+		return DLTCount{}, err
+	}
+	defer rc.unlock()
 	starts, ends := spanBounds(spans)
-	if err := rc.update(ctx, starts, ends); err != nil {
+	if err := rc.update(ctx, id, starts, ends); err != nil {
 		return DLTCount{}, fmt.Errorf("kafka: count the dead letters of %q: %w", q.topo.DLT(), err)
 	}
 	var c DLTCount
@@ -178,15 +184,21 @@ func (q *DLT) Count(ctx context.Context) (DLTCount, error) {
 // and To would read them: only the partitions from names, to the end
 // where to does not bound them.
 func (q *DLT) CountRange(ctx context.Context, from, to map[int32]int64) (int64, error) {
+	id, err := topicID(ctx, q.adm, q.topo.DLT())
+	if err != nil {
+		return 0, err
+	}
 	spans, err := q.spans(ctx)
 	if err != nil {
 		return 0, err
 	}
 	rc := q.count
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
+	if err := rc.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer rc.unlock()
 	starts, ends := spanBounds(spans)
-	if err := rc.update(ctx, starts, ends); err != nil {
+	if err := rc.update(ctx, id, starts, ends); err != nil {
 		return 0, fmt.Errorf("kafka: count the dead letters of %q: %w", q.topo.DLT(), err)
 	}
 	start, end := q.bounds(spans, from, to)

@@ -1,7 +1,19 @@
 package kafka
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetEndTimeout shortens how long an exactly-once transaction's produces,
 // and then its end, may take.
 func SetEndTimeout(c *Consumer, d time.Duration) { c.endTimeout = d }
+
+// HoldCounter takes the lock of q's record counter, as a Count reading
+// the DLT through holds it, until release is called.
+func HoldCounter(q *DLT) (release func()) {
+	if err := q.count.lock(context.Background()); err != nil {
+		panic(err)
+	}
+	return q.count.unlock
+}

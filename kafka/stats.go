@@ -184,7 +184,7 @@ func ReadStats(ctx context.Context, adm *kadm.Client, topos []Topology, opts Sta
 		}
 		if opts.KeeperGroup != "" {
 			if d := counted[s.DLT.Topic]; d != nil {
-				d.setLag(&s.DLT, lags, opts.KeeperGroup)
+				d.setLag(ctx, &s.DLT, lags, opts.KeeperGroup)
 			} else {
 				s.DLT.setLag(lags, opts.KeeperGroup)
 			}
@@ -205,6 +205,10 @@ type dltRecords struct {
 // Records.
 func countRecords(ctx context.Context, adm *kadm.Client, rc *recordCounter, c *TopicCount) (*dltRecords, error) {
 	d := &dltRecords{rc: rc, starts: map[int32]int64{}, ends: map[int32]int64{}}
+	id, err := topicID(ctx, adm, c.Topic)
+	if err != nil {
+		return nil, err
+	}
 	for _, l := range []struct {
 		list func(context.Context, ...string) (kadm.ListedOffsets, error)
 		into map[int32]int64
@@ -218,9 +222,11 @@ func countRecords(ctx context.Context, adm *kadm.Client, rc *recordCounter, c *T
 		}
 		res.Each(func(o kadm.ListedOffset) { l.into[o.Partition] = o.Offset })
 	}
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if err := rc.update(ctx, d.starts, d.ends); err != nil {
+	if err := rc.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer rc.unlock()
+	if err := rc.update(ctx, id, d.starts, d.ends); err != nil {
 		return nil, err
 	}
 	var n int64
@@ -233,14 +239,16 @@ func countRecords(ctx context.Context, adm *kadm.Client, rc *recordCounter, c *T
 
 // setLag sets the lag of group on the counted DLT c, in records: those
 // after the group's committed offsets (all of a partition it did not
-// commit in).
-func (d *dltRecords) setLag(c *TopicCount, lags kadm.DescribedGroupLags, group string) {
+// commit in). None when ctx ends while it waits for another count.
+func (d *dltRecords) setLag(ctx context.Context, c *TopicCount, lags kadm.DescribedGroupLags, group string) {
 	l, ok := lags[group]
 	if !ok || l.Error() != nil || len(l.Lag[c.Topic]) == 0 {
 		return
 	}
-	d.rc.mu.Lock()
-	defer d.rc.mu.Unlock()
+	if d.rc.lock(ctx) != nil {
+		return
+	}
+	defer d.rc.unlock()
 	var n int64
 	for p, end := range d.ends {
 		from := d.starts[p]
