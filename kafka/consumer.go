@@ -420,6 +420,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	c.log.Info("kafka: consumer starting", "group", c.opts.Group, "topics", consume, "kinds", c.exec.Kinds())
 
+	stopFlush, flushed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(flushed)
+		c.flushMarks(stopFlush)
+	}()
 	for {
 		fetches := cl.PollRecords(ctx, 1000)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
@@ -454,6 +459,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	c.stopPartitions(all)
+	close(stopFlush)
+	<-flushed
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := cl.CommitMarkedOffsets(cctx); err != nil {
 		c.log.Warn("kafka: final commit failed; the records settled since the last commit will be consumed again", "error", err)
@@ -642,11 +649,16 @@ type partition struct {
 
 	// waitFn is p.wait, bound once.
 	waitFn func(time.Duration) bool
-	// unmarked is the last record settled but not yet marked for commit
-	// (nil: none), and unmarkedN how many were settled since the last
-	// mark: settled records are marked in runs (see settled).
-	unmarked  *kgo.Record
+	// unmarkedN is how many records were settled since the last mark:
+	// settled records are marked in runs (see settled).
 	unmarkedN int
+
+	// markMu guards unmarked, the last record settled but not yet marked
+	// for commit (nil: none), which flushMarks also marks, and is held
+	// while it is marked: a mark is never made after the partition's
+	// goroutine ended (and a revoke committed).
+	markMu   sync.Mutex
+	unmarked *kgo.Record
 	// goexited is the attempt whose handler called runtime.Goexit,
 	// ending the partition's goroutine: run, as that goroutine unwinds,
 	// hands the partition on to a new one, which settles it first.
@@ -885,18 +897,64 @@ func (p *partition) produced(r, out *kgo.Record) bool {
 // settled after it, when the queue runs empty, after markEvery records,
 // before a produce or a wait, and when the partition stops (marking r
 // marks every record before it: a partition is settled in order).
+//
+// The consumer's flushMarks also marks it, every markFlushInterval, so
+// that a record settled before a long attempt is committed while that
+// attempt runs, as it was when each record was marked at once.
 func (p *partition) settled(r *kgo.Record) {
+	p.markMu.Lock()
 	p.unmarked = r
+	p.markMu.Unlock()
 	if p.unmarkedN++; p.unmarkedN >= markEvery {
 		p.mark()
 	}
 }
 
-// mark marks the last record settled for commit.
+// mark marks the last record settled for commit; on the partition's
+// goroutine.
 func (p *partition) mark() {
+	p.flushMark()
+	p.unmarkedN = 0
+}
+
+// flushMark marks the last record settled for commit, if not yet; on any
+// goroutine.
+func (p *partition) flushMark() {
+	p.markMu.Lock()
 	if p.unmarked != nil {
 		p.cl.MarkCommitRecords(p.unmarked)
-		p.unmarked, p.unmarkedN = nil, 0
+		p.unmarked = nil
+	}
+	p.markMu.Unlock()
+}
+
+// markFlushInterval is how often flushMarks marks the records the
+// partitions settled but did not mark yet.
+const markFlushInterval = 250 * time.Millisecond
+
+// flushMarks marks, every markFlushInterval until stop closes, the
+// records the partitions settled but did not mark yet (a partition marks
+// its settled records in runs, and a run waits while an attempt runs).
+func (c *Consumer) flushMarks(stop <-chan struct{}) {
+	t := time.NewTicker(markFlushInterval)
+	defer t.Stop()
+	var ps []*partition
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		for _, p := range c.parts {
+			ps = append(ps, p)
+		}
+		c.mu.Unlock()
+		for i, p := range ps {
+			p.flushMark()
+			ps[i] = nil
+		}
+		ps = ps[:0]
 	}
 }
 
