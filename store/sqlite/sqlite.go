@@ -220,7 +220,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 
 		busyTimeout: opts.BusyTimeout,
 	}
-	if s.turns, err = openTurns(path); err != nil {
+	file, err := dbFile(ctx, wconn)
+	if err == nil {
+		s.turns, err = openTurns(file)
+	}
+	if err != nil {
 		s.log.Warn("sqlite: writing without taking turns with other processes at the write lock", "path", path, "error", err)
 	}
 	if err := s.migrate(ctx); err != nil {
