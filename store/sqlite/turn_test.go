@@ -208,3 +208,46 @@ func TestWriteTurnOfTheFileSQLiteOpens(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrationTakesTheTurn: Open applies the migrations in write
+// transactions of its own, before the writer starts; they too take their
+// turn, or a process opening a database that other processes write back
+// to back is starved at Open as their writers were. With the turn held
+// elsewhere, opening a new database fails with store.ErrUnavailable after
+// the busy timeout and succeeds once it is let go; opening one whose
+// migrations are all applied writes nothing and does not wait.
+func TestMigrationTakesTheTurn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "redrive.db")
+	opts := Options{Synchronous: "normal", BusyTimeout: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	_, turn, _ := turnPaths(path)
+	held, err := openLockFile(turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.close()
+	if err := held.lock(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(t.Context(), path, opts); !errors.Is(err, store.ErrUnavailable) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("open a new database with the turn held elsewhere: %v, want store.ErrUnavailable", err)
+	}
+	if err := held.unlock(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), path, opts)
+	if err != nil {
+		t.Fatalf("open once the turn was let go: %v", err)
+	}
+	s.Close()
+	if err := held.lock(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(t.Context(), path, opts)
+	if err != nil {
+		t.Fatalf("open a migrated database with the turn held elsewhere: %v", err)
+	}
+	s.Close()
+}
