@@ -220,7 +220,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 
 		busyTimeout: opts.BusyTimeout,
 	}
-	if s.turns, err = openTurns(path); err != nil {
+	file, err := dbFile(ctx, wconn)
+	if err == nil {
+		s.turns, err = openTurns(file)
+	}
+	if err != nil {
 		s.log.Warn("sqlite: writing without taking turns with other processes at the write lock", "path", path, "error", err)
 	}
 	if err := s.migrate(ctx); err != nil {
@@ -281,23 +285,38 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("sqlite: migrate: %w", err)
 		}
-		tx, err := s.wconn.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("sqlite: migrate: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("sqlite: migration %s: %w", name, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO redrive_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			v, name, time.Now().UnixMicro()); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("sqlite: migration %s: %w", name, err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("sqlite: migration %s: %w", name, err)
+		if err := s.applyMigration(ctx, v, name, string(body)); err != nil {
+			return err
 		}
 		s.log.Info("sqlite: applied migration", "migration", name, "path", s.path)
+	}
+	return nil
+}
+
+// applyMigration applies one migration in a write transaction of its
+// own, which takes its turn at the write lock as the writer's do (see
+// turn.go).
+func (s *Store) applyMigration(ctx context.Context, v int, name, body string) error {
+	endTurn, err := s.takeTurn()
+	if err != nil {
+		return fmt.Errorf("sqlite: migration %s: %w", name, err)
+	}
+	defer endTurn()
+	tx, err := s.wconn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate: %w", classify(err))
+	}
+	if _, err := tx.ExecContext(ctx, body); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("sqlite: migration %s: %w", name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO redrive_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+		v, name, time.Now().UnixMicro()); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("sqlite: migration %s: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: migration %s: %w", name, err)
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
 package sqlite
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redrivehq/redrive/store"
@@ -43,13 +44,28 @@ import (
 // errTurn is the failure to get the turn within the busy timeout.
 var errTurn = errors.New("sqlite: another process held the write lock for longer than the busy timeout")
 
-// turnPaths returns the lock files of the database at path, or false for
-// an in-memory database.
-func turnPaths(path string) (gate, turn string, ok bool) {
-	if strings.HasPrefix(path, ":memory:") || strings.Contains(path, "mode=memory") {
+// turnPaths returns the lock files of the database file SQLite opened
+// (see dbFile), or false for an in-memory or temporary database, which
+// has none.
+func turnPaths(file string) (gate, turn string, ok bool) {
+	if file == "" {
 		return "", "", false
 	}
-	return path + "-gate", path + "-turn", true
+	return file + "-gate", file + "-turn", true
+}
+
+// dbFile returns the name of the file SQLite opened for the connection's
+// main database: the path as given, made absolute, with its %XX escapes
+// decoded and symbolic links followed, as SQLite names the -wal and -shm
+// files beside it; "" for an in-memory or temporary database. The lock
+// files are named after it, so that every store writing to one database
+// takes turns with the others however its path was spelt.
+func dbFile(ctx context.Context, conn *sql.Conn) (string, error) {
+	var file string
+	if err := conn.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
+		return "", fmt.Errorf("sqlite: the database's file name: %w", err)
+	}
+	return file, nil
 }
 
 // takeTurn waits for the writer's turn at the write lock and returns the

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -161,4 +162,92 @@ func TestWriteTurnTimesOut(t *testing.T) {
 	if n, err := s.Count(ctx, store.Filter{}); err != nil || n != 1 {
 		t.Fatalf("%d jobs (%v), want 1", n, err)
 	}
+}
+
+// TestWriteTurnOfTheFileSQLiteOpens: the stores of one database take
+// turns through the same lock files however its path is spelt. SQLite
+// follows a symbolic link and decodes %XX escapes in the path (it opens
+// it as a file: URI), so a store opened through a link, or through an
+// escaped name, writes the same database as one opened by its plain name
+// and must wait for the same turn: here it is held on the plain name's
+// lock file, and the write waits for it until the busy timeout.
+func TestWriteTurnOfTheFileSQLiteOpens(t *testing.T) {
+	for _, tc := range []struct{ name, spelt, plain string }{
+		{"symlink", "link.db", "redrive.db"},
+		{"escaped", "re%64rive.db", "redrive.db"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			plain := filepath.Join(dir, tc.plain)
+			spelt := filepath.Join(dir, tc.spelt)
+			if tc.name == "symlink" {
+				if err := os.Symlink(plain, spelt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := Open(t.Context(), spelt, Options{Synchronous: "normal", BusyTimeout: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := os.Stat(plain); err != nil {
+				t.Fatalf("SQLite did not open %s: %v", plain, err)
+			}
+			held, err := openLockFile(plain + "-turn")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.close()
+			if err := held.lock(time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.Enqueue(t.Context(), []store.NewJob{{Queue: "q", Kind: "k", Payload: []byte(`1`)}}, time.Now())
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("enqueue through %s with the turn of %s held elsewhere: %v, want store.ErrUnavailable", tc.spelt, tc.plain, err)
+			}
+		})
+	}
+}
+
+// TestMigrationTakesTheTurn: Open applies the migrations in write
+// transactions of its own, before the writer starts; they too take their
+// turn, or a process opening a database that other processes write back
+// to back is starved at Open as their writers were. With the turn held
+// elsewhere, opening a new database fails with store.ErrUnavailable after
+// the busy timeout and succeeds once it is let go; opening one whose
+// migrations are all applied writes nothing and does not wait.
+func TestMigrationTakesTheTurn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "redrive.db")
+	opts := Options{Synchronous: "normal", BusyTimeout: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	_, turn, _ := turnPaths(path)
+	held, err := openLockFile(turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.close()
+	if err := held.lock(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(t.Context(), path, opts); !errors.Is(err, store.ErrUnavailable) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("open a new database with the turn held elsewhere: %v, want store.ErrUnavailable", err)
+	}
+	if err := held.unlock(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), path, opts)
+	if err != nil {
+		t.Fatalf("open once the turn was let go: %v", err)
+	}
+	s.Close()
+	if err := held.lock(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(t.Context(), path, opts)
+	if err != nil {
+		t.Fatalf("open a migrated database with the turn held elsewhere: %v", err)
+	}
+	s.Close()
 }

@@ -16,10 +16,11 @@ type turns struct {
 	gate, turn *lockFile
 }
 
-// openTurns opens the lock files of the database at path, or returns nil
-// when it cannot (an in-memory database, a read-only directory).
-func openTurns(path string) (*turns, error) {
-	gate, turn, ok := turnPaths(path)
+// openTurns opens the lock files of the database file SQLite opened (see
+// dbFile), or returns nil when it cannot (an in-memory database, a
+// read-only directory).
+func openTurns(file string) (*turns, error) {
+	gate, turn, ok := turnPaths(file)
 	if !ok {
 		return nil, nil
 	}
