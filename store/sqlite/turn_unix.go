@@ -47,6 +47,9 @@ func (t *turns) close() {
 type lockFile struct {
 	path string
 	f    *os.File
+	// onRequest, when set (by tests), is called as a blocking flock
+	// request starts.
+	onRequest func()
 }
 
 func openLockFile(path string) (*lockFile, error) {
@@ -76,6 +79,9 @@ func (l *lockFile) lock(deadline time.Time) error {
 	}
 	got := make(chan error, 1)
 	f := l.f
+	if l.onRequest != nil {
+		l.onRequest()
+	}
 	go func() { got <- flock(f, syscall.LOCK_EX) }()
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
