@@ -169,7 +169,8 @@ type RedriveOptions struct {
 	// redrive starts (those dead-lettered meanwhile stay).
 	Max int
 	// Rate bounds the redrive, in messages per second (default 100;
-	// negative: no bound).
+	// negative, or faster than one a nanosecond: no bound; NaN is
+	// refused).
 	Rate float64
 	// Note is recorded in the redriven event of each message's history
 	// (who, why).
@@ -197,6 +198,9 @@ type RedriveResult struct {
 func (q *DLQ) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, error) {
 	var res RedriveResult
 	if err := transport.CheckMax("amqp", o.Max); err != nil {
+		return res, err
+	}
+	if err := transport.CheckRate("amqp", o.Rate); err != nil {
 		return res, err
 	}
 	pace := transport.NewPacer(o.Rate)

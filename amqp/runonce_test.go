@@ -2,6 +2,7 @@ package amqp_test
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/redrivehq/redrive/amqp"
@@ -39,5 +40,15 @@ func TestRunOnce(t *testing.T) {
 		if err := x.run(ended); err == nil || err.Error() != x.want {
 			t.Errorf("second Run: %v, want %q", err, x.want)
 		}
+	}
+}
+
+// TestRedriveRefusesNaNRate: a rate of NaN (--rate NaN) is refused with
+// an error, before any message is touched; it used to panic in
+// time.NewTicker.
+func TestRedriveRefusesNaNRate(t *testing.T) {
+	_, err := new(amqp.DLQ).Redrive(context.Background(), amqp.RedriveOptions{Rate: math.NaN()})
+	if err == nil || err.Error() != "amqp: redrive: rate NaN is not a number" {
+		t.Fatalf("got %v, want the rate refused", err)
 	}
 }

@@ -468,7 +468,8 @@ type RedriveOptions struct {
 	// Max bounds the records redriven (or discarded; 0: no bound).
 	Max int
 	// Rate bounds the redrive in records per second (default 100;
-	// negative: no bound; a discard is not paced).
+	// negative, or faster than one a nanosecond: no bound; NaN is
+	// refused; a discard is not paced).
 	Rate float64
 	// Note is recorded in the redriven event of each record's history.
 	Note string
@@ -503,6 +504,9 @@ type RedriveResult struct {
 func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, error) {
 	var res RedriveResult
 	if err := transport.CheckMax("kafka", o.Max); err != nil {
+		return res, err
+	}
+	if err := transport.CheckRate("kafka", o.Rate); err != nil {
 		return res, err
 	}
 	if o.Discard && o.From != nil {

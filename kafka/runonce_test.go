@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/redrivehq/redrive/kafka"
@@ -34,5 +35,15 @@ func TestRunOnce(t *testing.T) {
 		if err := x.run(ended); err == nil || err.Error() != x.want {
 			t.Errorf("second Run: %v, want %q", err, x.want)
 		}
+	}
+}
+
+// TestRedriveRefusesNaNRate: a rate of NaN (--rate NaN) is refused with
+// an error, before any record is touched; it used to panic in
+// time.NewTicker.
+func TestRedriveRefusesNaNRate(t *testing.T) {
+	_, err := new(kafka.DLT).Redrive(context.Background(), kafka.RedriveOptions{Rate: math.NaN()})
+	if err == nil || err.Error() != "kafka: redrive: rate NaN is not a number" {
+		t.Fatalf("got %v, want the rate refused", err)
 	}
 }

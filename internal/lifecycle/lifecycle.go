@@ -162,12 +162,19 @@ func (o *Once) Wait(ctx context.Context) error { return waitFor(ctx, o.Done(), "
 // is positive, else for as long as it takes. It reports whether done
 // closed.
 func Drain(done <-chan struct{}, grace time.Duration, expire func(), after time.Duration) bool {
+	// An ended run wins over a passed grace, as in waitFor.
+	if ended(done) {
+		return true
+	}
 	t := time.NewTimer(grace)
 	select {
 	case <-done:
 		t.Stop()
 		return true
 	case <-t.C:
+	}
+	if ended(done) {
+		return true
 	}
 	expire()
 	if after <= 0 {
@@ -180,6 +187,16 @@ func Drain(done <-chan struct{}, grace time.Duration, expire func(), after time.
 	case <-done:
 		return true
 	case <-t.C:
+		return ended(done)
+	}
+}
+
+// ended reports whether done is closed, without waiting.
+func ended(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
 		return false
 	}
 }

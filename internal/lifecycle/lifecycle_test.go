@@ -245,3 +245,17 @@ func TestWaitGroupDone(t *testing.T) {
 		t.Fatal("not closed")
 	}
 }
+
+// TestDrainEndedRunWins: a run that has already ended is never told to
+// stop, even with no grace (a ShutdownTimeout of zero): which of two
+// ready select cases is taken is random, and expire canceled the
+// handlers of a run that had ended about half the time.
+func TestDrainEndedRunWins(t *testing.T) {
+	done := make(chan struct{})
+	close(done)
+	for range 200 {
+		if !Drain(done, 0, func() { t.Fatal("expired a run that had ended") }, 0) {
+			t.Fatal("an ended run not reported as drained")
+		}
+	}
+}

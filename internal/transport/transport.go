@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -88,15 +89,28 @@ const DefaultRedriveRate = 100
 type Pacer struct{ tick *time.Ticker }
 
 // NewPacer returns a pacer of rate sends a second: DefaultRedriveRate
-// when rate is 0, no bound when it is negative. Stop it when done.
+// when rate is 0, no bound when it is negative, NaN (see CheckRate), or
+// faster than a send a nanosecond (the ticker's resolution). A rate so
+// slow that its interval does not fit a time.Duration waits the longest
+// one. Stop it when done.
 func NewPacer(rate float64) *Pacer {
 	if rate == 0 {
 		rate = DefaultRedriveRate
 	}
-	if rate < 0 {
+	// !(rate > 0) also holds for NaN, as in the transports' code before.
+	if !(rate > 0) {
 		return &Pacer{}
 	}
-	return &Pacer{tick: time.NewTicker(time.Duration(float64(time.Second) / rate))}
+	interval := float64(time.Second) / rate
+	if interval < 1 {
+		return &Pacer{}
+	}
+	// float64(math.MaxInt64) rounds up to 2^63, which does not convert.
+	d := time.Duration(math.MaxInt64)
+	if interval < float64(math.MaxInt64) {
+		d = time.Duration(interval)
+	}
+	return &Pacer{tick: time.NewTicker(d)}
 }
 
 // Wait waits for the next send's turn, or returns ctx's error first.
@@ -181,4 +195,13 @@ func RegisterKind(r redrive.Registrar, kind string, validate redrive.Validator, 
 		w.Client().SetValidator(kind, validate)
 	}
 	r.HandleFunc(kind, h)
+}
+
+// CheckRate refuses a rate of redrive that is not a number (a
+// --rate NaN), which no bound can be read from; pkg prefixes the error.
+func CheckRate(pkg string, rate float64) error {
+	if math.IsNaN(rate) {
+		return fmt.Errorf("%s: redrive: rate %v is not a number", pkg, rate)
+	}
+	return nil
 }

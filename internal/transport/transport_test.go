@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -124,5 +125,48 @@ func TestValidate(t *testing.T) {
 	}
 	if err := Validate(json.RawMessage(`{"queue":"z"}`), q, Destinations{}); err != nil {
 		t.Fatalf("no allowed list: %v", err)
+	}
+}
+
+// TestPacerExtremeRates gives NewPacer the rates a CLI flag lets through
+// (--rate 2e9, --rate Inf, --rate 1e-10): time.NewTicker panics on the
+// non-positive interval that float64(time.Second)/rate rounds or
+// overflows to. A rate past the ticker's resolution (one send a
+// nanosecond) is no bound; a rate so slow that its interval overflows
+// waits for ever, until ctx ends. CheckRate refuses NaN.
+func TestPacerExtremeRates(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	newPacer := func(rate float64) (p *Pacer, panicked any) {
+		defer func() { panicked = recover() }()
+		return NewPacer(rate), nil
+	}
+	for _, rate := range []float64{2e9, 1e300, math.Inf(1)} {
+		p, panicked := newPacer(rate)
+		if panicked != nil {
+			t.Fatalf("NewPacer(%g) panicked: %v", rate, panicked)
+		}
+		if err := p.Wait(ended); err != nil {
+			t.Errorf("NewPacer(%g) waits: %v, want no bound", rate, err)
+		}
+		p.Stop()
+	}
+	for _, rate := range []float64{1e-10, math.SmallestNonzeroFloat64} {
+		p, panicked := newPacer(rate)
+		if panicked != nil {
+			t.Fatalf("NewPacer(%g) panicked: %v", rate, panicked)
+		}
+		if err := p.Wait(ended); !errors.Is(err, context.Canceled) {
+			t.Errorf("NewPacer(%g): got %v, want a wait that ctx's end ends", rate, err)
+		}
+		p.Stop()
+	}
+	for _, rate := range []float64{0, -1, 1, 2e9, math.Inf(1), math.Inf(-1)} {
+		if err := CheckRate("amqp", rate); err != nil {
+			t.Errorf("CheckRate(%g): %v", rate, err)
+		}
+	}
+	if err := CheckRate("kafka", math.NaN()); err == nil || err.Error() != "kafka: redrive: rate NaN is not a number" {
+		t.Fatalf("CheckRate(NaN): got %v", err)
 	}
 }
