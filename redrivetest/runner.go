@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -25,8 +26,11 @@ type Options struct {
 	// Executor configures the engine that decides the outcomes, as
 	// WorkerOptions configure a Worker's (policies, classifiers,
 	// breakers, retry budget). Its Now, Rand and RetryBudget.Now are set
-	// to the runner's clock and seeded source when nil; its Logger, when
-	// nil, discards the engine's logs.
+	// to the runner's clock and seeded source when nil; its Breakers,
+	// when nil, to a registry of breaker.DefaultConfig reading that clock
+	// (a registry of your own should set Config.Now to Clock.Now too, or
+	// a deferred job waits on the real clock); its Logger, when nil,
+	// discards the engine's logs.
 	Executor redrive.ExecutorOptions
 	// Client builds the jobs, with its validators and payload limit (see
 	// Client.SetValidator); nil means a client with no store and none.
@@ -89,6 +93,11 @@ func NewRunner(opts Options) *Runner {
 	}
 	if eo.RetryBudget.Now == nil {
 		eo.RetryBudget.Now = eo.Now
+	}
+	if eo.Breakers == nil {
+		cfg := breaker.DefaultConfig()
+		cfg.Now = eo.Now
+		eo.Breakers = breaker.NewRegistry(cfg)
 	}
 	if eo.Rand == nil {
 		eo.Rand = NewSource(opts.Seed)
