@@ -30,3 +30,30 @@ func TestContainsComparesNumbersExactly(t *testing.T) {
 		}
 	}
 }
+
+// Through a store: what a job's payload holds is what its match is
+// compared with, big integers and nested values included.
+func TestRequireEnqueuedNumbersThroughTheStore(t *testing.T) {
+	c := newClient(t)
+	payload := []byte(`{"n":18446744073709551617,"f":1.0,"o":{"a":[1,{"b":null}]},"z":null}`)
+	if _, err := c.Enqueue(t.Context(), "big", payload); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		match string
+		ok    bool
+	}{
+		{`{"n":18446744073709551617}`, true},
+		{`{"n":18446744073709551616}`, false},
+		{`{"f":1}`, true},
+		{`{"o":{"a":[1,{"b":null}]}}`, true},
+		{`{"o":{"a":[1,{}]}}`, false},
+		{`{"z":null}`, true},
+		{`{"y":null}`, false},
+	} {
+		n := len(Enqueued(t, c, "big", &Match{Payload: []byte(tc.match)}))
+		if (n == 1) != tc.ok {
+			t.Errorf("match %s: %d jobs, want a match %v", tc.match, n, tc.ok)
+		}
+	}
+}

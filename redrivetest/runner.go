@@ -30,7 +30,11 @@ type Options struct {
 	// when nil, to a registry of breaker.DefaultConfig reading that clock
 	// (a registry of your own should set Config.Now to Clock.Now too, or
 	// a deferred job waits on the real clock); its Logger, when nil,
-	// discards the engine's logs.
+	// discards the engine's logs. The retry budget stays on, as on a
+	// Worker, and counts every attempt of the runner at the clock's
+	// time: beyond 100 failed attempts without the clock moving 10s it
+	// pushes retries out, as it would a Worker's; set
+	// DisableRetryBudget to see the policy's delays alone.
 	Executor redrive.ExecutorOptions
 	// Client builds the jobs, with its validators and payload limit (see
 	// Client.SetValidator); nil means a client with no store and none.
