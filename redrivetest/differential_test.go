@@ -29,6 +29,7 @@ type diffCase struct {
 	opts    []redrive.Option
 	hopts   []redrive.HandlerOption
 	typed   bool // registered with redrive.Handle on struct{ N int }
+	none    bool // no handler registered for the kind
 	fail    func(ctx context.Context, call int) error
 }
 
@@ -80,12 +81,16 @@ func diffCases() []diffCase {
 				return nil
 			}},
 		{name: "undecodable payload", kind: "typed", typed: true, payload: map[string]any{"N": "x"}, fail: failN(0, nil)},
+		{name: "no handler", kind: "orphan", none: true},
 		{name: "typed ok", kind: "typed2", typed: true, payload: map[string]any{"N": 1}, fail: failN(0, nil)},
 	}
 }
 
 // register registers c's handler with r, counting calls in calls.
 func (c *diffCase) register(r redrive.Registrar, calls *atomic.Int32) {
+	if c.none {
+		return
+	}
 	if c.typed {
 		redrive.Handle(r, c.kind, func(ctx context.Context, job *redrive.Job, args struct{ N int }) error {
 			return c.fail(ctx, int(calls.Add(1)))
@@ -132,7 +137,7 @@ func TestRunnerAgreesWithWorker(t *testing.T) {
 	defer st.Close()
 	client := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})
 	qp := map[string]retry.Policy{"q2": diffQueue}
-	w := redrive.NewWorker(client, redrive.WorkerOptions{Queues: map[string]int{"default": 1, "q2": 1}, Policy: &diffDefault,
+	w := redrive.NewWorker(client, redrive.WorkerOptions{ID: "redrivetest", Queues: map[string]int{"default": 1, "q2": 1}, Policy: &diffDefault,
 		QueuePolicies: qp, DisableRetryBudget: true, Rand: NewSource(seed), Logger: quiet, PollInterval: 5 * time.Millisecond})
 	r := NewRunner(Options{Seed: seed, Executor: redrive.ExecutorOptions{Policy: &diffDefault, QueuePolicies: qp, DisableRetryBudget: true}})
 	cases := diffCases()
