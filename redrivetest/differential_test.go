@@ -82,6 +82,13 @@ func diffCases() []diffCase {
 			}},
 		{name: "undecodable payload", kind: "typed", typed: true, payload: map[string]any{"N": "x"}, fail: failN(0, nil)},
 		{name: "no handler", kind: "orphan", none: true},
+		{name: "progress", kind: "progress", fail: func(ctx context.Context, call int) error {
+			redrive.Progress(ctx, int64(call*3), 10)
+			if call == 1 {
+				return errDown // a retry clears the progress
+			}
+			return nil
+		}},
 		{name: "typed ok", kind: "typed2", typed: true, payload: map[string]any{"N": 1}, fail: failN(0, nil)},
 	}
 }
@@ -118,8 +125,12 @@ func summarize(j *redrive.Job) (string, []attemptSummary) {
 		s = append(s, attemptSummary{Kind: string(e.Kind), Attempt: e.Attempt, Class: e.Class, Reason: e.Reason, Delay: d})
 	}
 	msg, _, _ := strings.Cut(j.LastError, "\n") // a panic's stack differs
-	head := fmt.Sprintf("state %s attempt %d retries %d class %q dead %q last_delay %v error %q",
-		j.State, j.Attempt, j.RetryCount, j.LastErrorClass, j.DeadReason, time.Duration(j.LastDelay), msg)
+	progress := "none"
+	if p := j.Progress; p != nil {
+		progress = fmt.Sprintf("%d/%d", p.Done, p.Total)
+	}
+	head := fmt.Sprintf("state %s attempt %d retries %d class %q dead %q last_delay %v error %q progress %s",
+		j.State, j.Attempt, j.RetryCount, j.LastErrorClass, j.DeadReason, time.Duration(j.LastDelay), msg, progress)
 	return head, s
 }
 
