@@ -30,7 +30,8 @@ type Options struct {
 	// when nil, to a registry of breaker.DefaultConfig reading that clock
 	// (a registry of your own should set Config.Now to Clock.Now too, or
 	// a deferred job waits on the real clock); its Logger, when nil,
-	// discards the engine's logs. The retry budget stays on, as on a
+	// discards the engine's logs. KeepProgress is always set, so that a
+	// completed job keeps its progress as on a Worker. The retry budget stays on, as on a
 	// Worker, and counts every attempt of the runner at the clock's
 	// time: beyond 100 failed attempts without the clock moving 10s it
 	// pushes retries out, as it would a Worker's; set
@@ -112,6 +113,7 @@ func NewRunner(opts Options) *Runner {
 	if eo.ID == "" {
 		eo.ID = "redrivetest"
 	}
+	eo.KeepProgress = true // a completed job keeps its progress, as a Worker's does
 	seen := &observer{next: eo.Observer}
 	eo.Observer = seen
 	return &Runner{exec: redrive.NewExecutor(eo), clock: opts.Clock, client: opts.Client, seen: seen}
