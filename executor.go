@@ -71,6 +71,12 @@ type ExecutorOptions struct {
 	Observer Observer
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// KeepProgress makes Execute keep what the handler reports with
+	// Progress, as a Worker does: a successful attempt's outcome carries
+	// the last progress reported (Outcome.Progress). Off, Progress does
+	// nothing on an Executor used alone (a broker transport, which has
+	// nowhere to keep it).
+	KeepProgress bool
 }
 
 // Executor runs attempts of jobs with their registered handlers and
@@ -320,7 +326,11 @@ func (r *runningJob) Value(key any) any {
 // goroutine of its own; otherwise the job is never settled.
 func (e *Executor) Execute(ctx context.Context, j *Job) Outcome {
 	var o Outcome
-	e.execute(ctx, j, nil, &o)
+	var progress *progressCell
+	if e.opts.KeepProgress {
+		progress = &progressCell{}
+	}
+	e.execute(ctx, j, progress, &o)
 	return o
 }
 

@@ -23,7 +23,7 @@ import (
 //
 // Progress does nothing when ctx is not a handler's context (or one
 // derived from it), or when the attempt is not run by a Worker (an
-// Executor used alone). It is safe to call from any goroutine of the
+// Executor used alone, unless ExecutorOptions.KeepProgress is set). It is safe to call from any goroutine of the
 // handler.
 func Progress(ctx context.Context, done, total int64) {
 	if r, ok := ctx.Value(attemptKey{}).(*runningJob); ok && r.progress != nil {

@@ -223,9 +223,15 @@ func equal(a, b any) bool {
 		if !ok {
 			return false
 		}
-		fx, okx := new(big.Float).SetString(x.String())
-		fy, oky := new(big.Float).SetString(y.String())
-		return okx && oky && fx.Cmp(fy) == 0
+		// Exactly, as rationals: a float of any fixed precision rounds
+		// long numbers (2^64+1 to 2^64). Numbers too large to parse so
+		// (exponents beyond a million) compare as written.
+		rx, okx := new(big.Rat).SetString(x.String())
+		ry, oky := new(big.Rat).SetString(y.String())
+		if !okx || !oky {
+			return x == y
+		}
+		return rx.Cmp(ry) == 0
 	case map[string]any:
 		y, ok := b.(map[string]any)
 		if !ok || len(x) != len(y) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -25,8 +26,16 @@ type Options struct {
 	// Executor configures the engine that decides the outcomes, as
 	// WorkerOptions configure a Worker's (policies, classifiers,
 	// breakers, retry budget). Its Now, Rand and RetryBudget.Now are set
-	// to the runner's clock and seeded source when nil; its Logger, when
-	// nil, discards the engine's logs.
+	// to the runner's clock and seeded source when nil; its Breakers,
+	// when nil, to a registry of breaker.DefaultConfig reading that clock
+	// (a registry of your own should set Config.Now to Clock.Now too, or
+	// a deferred job waits on the real clock); its Logger, when nil,
+	// discards the engine's logs. KeepProgress is always set, so that a
+	// completed job keeps its progress as on a Worker. The retry budget stays on, as on a
+	// Worker, and counts every attempt of the runner at the clock's
+	// time: beyond 100 failed attempts without the clock moving 10s it
+	// pushes retries out, as it would a Worker's; set
+	// DisableRetryBudget to see the policy's delays alone.
 	Executor redrive.ExecutorOptions
 	// Client builds the jobs, with its validators and payload limit (see
 	// Client.SetValidator); nil means a client with no store and none.
@@ -90,6 +99,11 @@ func NewRunner(opts Options) *Runner {
 	if eo.RetryBudget.Now == nil {
 		eo.RetryBudget.Now = eo.Now
 	}
+	if eo.Breakers == nil {
+		cfg := breaker.DefaultConfig()
+		cfg.Now = eo.Now
+		eo.Breakers = breaker.NewRegistry(cfg)
+	}
 	if eo.Rand == nil {
 		eo.Rand = NewSource(opts.Seed)
 	}
@@ -99,6 +113,7 @@ func NewRunner(opts Options) *Runner {
 	if eo.ID == "" {
 		eo.ID = "redrivetest"
 	}
+	eo.KeepProgress = true // a completed job keeps its progress, as a Worker's does
 	seen := &observer{next: eo.Observer}
 	eo.Observer = seen
 	return &Runner{exec: redrive.NewExecutor(eo), clock: opts.Clock, client: opts.Client, seen: seen}
