@@ -630,3 +630,102 @@ func TestLongDeadReason(t *testing.T) {
 		t.Errorf("Enqueue of a 1,001-byte kind: %v, want ErrInvalid", err)
 	}
 }
+
+// TestMigrateDLQLongReason: a dead reason longer than 1,000 bytes kept
+// before migration 0014 is cut as the store cuts the reason of a job
+// dying after it (its first 1,000 bytes), so that the jobs of one reason,
+// dead before and after the upgrade, keep one reason: a filter by the
+// reason (as written in the job's history) finds both.
+func TestMigrateDLQLongReason(t *testing.T) {
+	ctx := t.Context()
+	schema := newSchema(t)
+	s := open(t, schema)
+	reasons := []string{strings.Repeat("x", 1200), strings.Repeat("é", 600)}
+	var ds []store.DeadJob
+	for i, r := range reasons {
+		ds = append(ds, store.DeadJob{Queue: "q", Kind: "k", Payload: []byte(`{}`), MaxRetries: -1,
+			DeadAt: t0.Add(time.Duration(i) * time.Second), DeadReason: r, LastError: "boom",
+			LastErrorClass: failure.Transient, Fingerprint: fmt.Sprintf("fp%d", i)})
+	}
+	jobs, err := s.AddDead(ctx, ds, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	conn, err := pgx.Connect(ctx, dbURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	id := pgx.Identifier{schema}.Sanitize()
+	// As kept before 0014: the whole reason.
+	for i, j := range jobs {
+		if _, err := conn.Exec(ctx, `UPDATE `+id+`.jobs SET dead_reason = $1 WHERE id = $2`, reasons[i], j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []string{
+		`DROP TABLE ` + id + `.dead_groups`, `DROP FUNCTION ` + id + `.dead_group_key`,
+		`DROP INDEX ` + id + `.jobs_dead_queue`, `DROP INDEX ` + id + `.jobs_dead_kind`, `DROP INDEX ` + id + `.jobs_dead_class`,
+		`DROP INDEX ` + id + `.jobs_dead_reason`, `DROP INDEX ` + id + `.jobs_dead_fingerprint`,
+		`CREATE INDEX jobs_dead_fingerprint ON ` + id + `.jobs (fingerprint, dead_at) WHERE state = 'dead'`,
+		`DELETE FROM ` + id + `.redrive_migrations WHERE version = 14`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	restoreCountFunctions(t, conn, schema)
+	s = open(t, schema)
+	defer s.Close()
+	checkDeadGroups(t, conn, id)
+	// The same reasons die again after the upgrade.
+	for i := range ds {
+		ds[i].DeadAt = ds[i].DeadAt.Add(time.Hour)
+	}
+	if _, err := s.AddDead(ctx, ds, t0); err != nil {
+		t.Fatal(err)
+	}
+	dead := []store.State{store.Dead}
+	for _, r := range reasons {
+		if n, err := s.Count(ctx, store.Filter{States: dead, Reason: r}); err != nil || n != 2 {
+			t.Errorf("Count(reason of %d bytes) = %d, %v; want 2 (one dead before the migration, one after)", len(r), n, err)
+		}
+		res, err := s.List(ctx, store.Filter{States: dead, Reason: r}, store.Page{})
+		if err != nil || len(res.Jobs) != 2 {
+			t.Errorf("List(reason of %d bytes) = %d jobs, %v; want 2", len(r), len(res.Jobs), err)
+		}
+	}
+}
+
+// restoreCountFunctions puts back, in schema, the job-count trigger
+// functions as migration 0011 wrote them (counting jobs only), as in a
+// schema at version 13.
+func restoreCountFunctions(t *testing.T, conn *pgx.Conn, schema string) {
+	t.Helper()
+	b, err := os.ReadFile("migrations/0011_job_counts.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL search_path TO `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range strings.Split(string(b), "CREATE FUNCTION")[1:] {
+		end := strings.Index(part, "END $$;")
+		if end < 0 {
+			t.Fatalf("0011: no end of function in %q", part)
+		}
+		if _, err := tx.Exec(ctx, "CREATE OR REPLACE FUNCTION"+part[:end+len("END $$;")]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -21,6 +22,11 @@ import (
 //     the raw-SQL limits measure a bare queue: 1,000 due jobs per
 //     iteration, enqueued untimed in batches of 1,000, then fetched 1,000 at
 //     a time and completed by 4 concurrent loops until none is left.
+//   - AddDead1000: one AddDead call of 1,000 dead jobs per iteration (3
+//     queues, 20 causes), into a DLQ growing by as many: dead letters
+//     arriving from a broker, or a DLQ filled for a test.
+//   - FetchBury100: one Fetch of 100 due jobs and one Finish burying them
+//     (7 causes) per iteration: the cost of a death on the hot path.
 func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 	const batch = 100
 	jobs := make([]store.NewJob, batch)
@@ -72,6 +78,53 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 			b.Fatalf("completed %d jobs, want %d", n, b.N*per)
 		}
 		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "jobs/s")
+	})
+
+	b.Run("AddDead1000", func(b *testing.B) {
+		s := open(b)
+		b.Cleanup(func() { s.Close() })
+		ctx := b.Context()
+		ds := make([]store.DeadJob, 1000)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			for k := range ds {
+				c := (i / 3) % 20
+				ds[k] = store.DeadJob{Queue: fmt.Sprintf("dlq-%d", i%3), Kind: fmt.Sprintf("kind%d", c%5), Payload: raw(`{"n":1}`),
+					MaxRetries: -1, DeadAt: at(time.Duration(i) * time.Millisecond), Attempt: 3, DeadReason: "retries_exhausted",
+					LastError: fmt.Sprintf("cause %d (job %d)", c, i), LastErrorClass: failure.Transient, Fingerprint: fmt.Sprintf("fp%d", c)}
+				i++
+			}
+			if _, err := s.AddDead(ctx, ds, at(0)); err != nil {
+				b.Fatalf("AddDead: %v", err)
+			}
+		}
+		b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "jobs/s")
+	})
+
+	b.Run("FetchBury100", func(b *testing.B) {
+		s := open(b)
+		b.Cleanup(func() { s.Close() })
+		ctx := b.Context()
+		enqueueUntimed(b, s, jobs)
+		outs := make([]store.Outcome, 0, batch)
+		for i := range b.N {
+			now := at(time.Duration(i+1) * time.Millisecond)
+			got, err := s.Fetch(ctx, store.FetchParams{Queue: "bench", Limit: batch, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "bench"})
+			if err != nil || len(got) != batch {
+				b.Fatalf("Fetch: %d jobs, %v", len(got), err)
+			}
+			outs = outs[:0]
+			for _, j := range got {
+				outs = append(outs, buryOf(j, now, failure.Permanent, "permanent", fmt.Sprintf("fp%d", j.ID%7), fmt.Sprintf("boom %d", j.ID)))
+			}
+			applied, err := s.Finish(ctx, outs)
+			if err != nil || len(applied) != batch {
+				b.Fatalf("Finish: %d results, %v", len(applied), err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
 	})
 
 	b.Run("FetchFinish100", func(b *testing.B) {

@@ -332,3 +332,51 @@ func testDeadCountsConcurrent(x *h) {
 		x.checkGroups(fmt.Sprintf("Groups(%+v) against the jobs", f), g, rg)
 	}
 }
+
+// testDeadPagesFilters: a dead-only listing with one or two cause filters
+// and an error text (each with its own index, or none) pages through ties
+// of dead_at without skipping or repeating a job, in the order of an
+// unfiltered listing, and its count is the number of jobs it lists.
+func testDeadPagesFilters(x *h) {
+	m := &dlqModel{x: x, r: rand.New(rand.NewPCG(3, 0xd1a)), now: at(0), dead: map[int64]deadRec{}, ended: map[int64]time.Time{}}
+	errs := []string{"Connection REFUSED", "connection refused by peer", "Échec de connexion", "timeout"}
+	var ds []store.DeadJob
+	for range 90 {
+		kind, class, reason, fp, _ := m.cause()
+		ds = append(ds, store.DeadJob{Queue: m.pick(dlqQueues), Kind: kind, Payload: []byte(`{}`), MaxRetries: -1,
+			DeadAt: at(time.Duration(m.r.IntN(4)) * time.Minute), Attempt: 1, DeadReason: reason,
+			LastError: m.pick(errs), LastErrorClass: class, Fingerprint: fp})
+	}
+	jobs, err := x.s.AddDead(x.ctx, ds, at(time.Hour))
+	if err != nil {
+		x.t.Fatalf("AddDead: %v", err)
+	}
+	var recs []deadRec
+	for i, j := range jobs {
+		d := ds[i]
+		class := d.LastErrorClass
+		if class == failure.None {
+			class = failure.Unknown
+		}
+		recs = append(recs, deadRec{id: j.ID, queue: d.Queue, kind: d.Kind, class: class, reason: d.DeadReason, fp: d.Fingerprint, err: d.LastError, deadAt: d.DeadAt})
+	}
+	for range 40 {
+		f, keep := m.filter()
+		var text string
+		if m.r.IntN(3) == 0 {
+			text = []string{"refused", "CONNECTION", "échec", "ÉCHEC DE"}[m.r.IntN(4)]
+			f.ErrorContains = text
+		}
+		var match []deadRec
+		for _, r := range recs {
+			if keep(r) && (text == "" || strings.Contains(strings.ToLower(r.err), strings.ToLower(text))) {
+				match = append(match, r)
+			}
+		}
+		size := 1 + m.r.IntN(6)
+		x.checkIDs(fmt.Sprintf("List(%+v), pages of %d", f, size), x.listIDs(f, size), deadOrder(match))
+		if n, err := x.s.Count(x.ctx, f); err != nil || n != int64(len(match)) {
+			x.t.Errorf("Count(%+v) = %d, %v; want %d", f, n, err, len(match))
+		}
+	}
+}

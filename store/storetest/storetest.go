@@ -101,6 +101,7 @@ var subtests = []subtest{
 	{"Groups", testGroups},
 	{"DeadCountsModel", testDeadCountsModel},
 	{"DeadCountsConcurrent", testDeadCountsConcurrent},
+	{"DeadPagesFilters", testDeadPagesFilters},
 	{"Cancel", testCancel},
 	{"Redrive", testRedrive},
 	{"RedrivePreviousPayload", testRedrivePreviousPayload},

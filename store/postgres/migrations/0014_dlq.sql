@@ -8,7 +8,7 @@
 -- queues and kinds are at most 1,000 bytes (the store refuses longer
 -- ones; the engine's names are at most 200), fingerprints are digested
 -- past that, and dead reasons are now cut to their first 1,000 bytes
--- (those of the jobs already kept, to 250 characters, below).
+-- (those of the jobs already kept too, below).
 
 -- Held for the backfill: no job dies or leaves the DLQ between the count
 -- and the triggers.
@@ -39,7 +39,12 @@ CREATE FUNCTION dead_group_key(fingerprint text, queue text, kind text, class te
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN md5(md5(fingerprint) || md5(queue) || md5(kind) || md5(class) || md5(reason));
 
-UPDATE jobs SET dead_reason = left(dead_reason, 250)
+-- A reason kept longer is cut as the store cuts a new one (storedReason):
+-- to the most characters that fit in 1,000 bytes, so that the jobs of
+-- one reason dead before and after this migration keep one reason.
+UPDATE jobs SET dead_reason = (
+    SELECT left(dead_reason, n) FROM generate_series(1000, 250, -1) n
+    WHERE octet_length(left(dead_reason, n)) <= 1000 ORDER BY n DESC LIMIT 1)
 WHERE octet_length(dead_reason) > 1000;
 
 DROP INDEX jobs_dead_fingerprint;
