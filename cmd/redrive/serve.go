@@ -130,12 +130,14 @@ func runServe(ctx context.Context, cfg *config.Serve, logOut io.Writer, ready fu
 	}
 	defer st.Close()
 
+	// A failure from here on stops the server too (front.abort), before
+	// the deferred st.Close.
 	eng, err := newEngine(cfg, st, log)
 	if err != nil {
-		return err
+		return front.abort(ctx, cfg, log, err)
 	}
 	if err := eng.openTransports(cfg, log); err != nil {
-		return err
+		return front.abort(ctx, cfg, log, err)
 	}
 	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
 	// SIGTERM cancels them, and api.Close in shutdown waits for them to

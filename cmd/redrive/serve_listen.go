@@ -180,9 +180,10 @@ func (f *frontDoor) start() { go func() { f.done <- f.srv.Serve(f.ln) }() }
 // addr is the address listened on.
 func (f *frontDoor) addr() net.Addr { return f.ln.Addr() }
 
-// abort stops the server when the store could not be opened. Told to stop
-// (SIGINT or SIGTERM) while waiting for the database, serve shuts down
-// like any other time, without error.
+// abort stops the server when serve cannot start after listening (the
+// store, the worker or a transport could not be opened) and returns err.
+// Told to stop (SIGINT or SIGTERM) while waiting for the database, serve
+// shuts down like any other time, without error.
 func (f *frontDoor) abort(ctx context.Context, cfg *config.Serve, log *slog.Logger, err error) error {
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
