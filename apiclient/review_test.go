@@ -1,0 +1,37 @@
+package apiclient_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive/apiclient"
+)
+
+// TestRetryAfterHTTPDate: a Retry-After given as an HTTP date (RFC 9110
+// allows it; proxies and load balancers send it) is a wait too, not 0.
+func TestRetryAfterHTTPDate(t *testing.T) {
+	at := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", at)
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Stats(context.Background())
+	e, ok := errors.AsType[*apiclient.Error](err)
+	if !ok {
+		t.Fatalf("err = %v, want an *apiclient.Error", err)
+	}
+	// An hour ahead, give or take the seconds the date drops and a slow
+	// machine: the bounds are wide on purpose.
+	if e.RetryAfter < 50*time.Minute || e.RetryAfter > 61*time.Minute {
+		t.Fatalf("RetryAfter = %v for Retry-After: %s, want about an hour", e.RetryAfter, at)
+	}
+}
