@@ -119,8 +119,8 @@ type Error struct {
 	Code    string
 	Message string
 	Field   string
-	// RetryAfter is the wait the server asked for (Retry-After), 0 when
-	// it asked none.
+	// RetryAfter is the wait the server asked for (Retry-After, in
+	// seconds or as an HTTP date), 0 when it asked none.
 	RetryAfter time.Duration
 	// Method and Path are the request's.
 	Method string
@@ -142,9 +142,7 @@ func (e *Error) Error() string {
 // status text and a message quoting the start of the body.
 func parseError(method, path string, status int, h http.Header, body []byte) *Error {
 	e := &Error{StatusCode: status, Method: method, Path: path}
-	if ra, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After"))); err == nil && ra > 0 && ra < 1<<20 {
-		e.RetryAfter = time.Duration(ra) * time.Second
-	}
+	e.RetryAfter = retryAfter(h.Get("Retry-After"), time.Now())
 	var eb struct {
 		Error *struct {
 			Code    string `json:"code"`
@@ -170,6 +168,31 @@ func parseError(method, path string, status int, h http.Header, body []byte) *Er
 	e.Code = code
 	e.Message = fmt.Sprintf("%s %s answered %q", method, path, snippet)
 	return e
+}
+
+// maxRetryAfter bounds a Retry-After taken in.
+const maxRetryAfter = 1 << 20 * time.Second
+
+// retryAfter reads a Retry-After header (RFC 9110): delay-seconds, or an
+// HTTP date, the wait until it from now. It is 0 when v is absent,
+// malformed, not in the future, or past maxRetryAfter.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil {
+		if d := time.Duration(s) * time.Second; s > 0 && d < maxRetryAfter {
+			return d
+		}
+		return 0
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 && d < maxRetryAfter {
+			return d
+		}
+	}
+	return 0
 }
 
 // request is one call of the API.
