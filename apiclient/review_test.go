@@ -35,3 +35,35 @@ func TestRetryAfterHTTPDate(t *testing.T) {
 		t.Fatalf("RetryAfter = %v for Retry-After: %s, want about an hour", e.RetryAfter, at)
 	}
 }
+
+// TestPagesCursorCycle: a server whose cursors go round (a, b, a, b, ...)
+// ends the iteration with an error instead of looping for ever.
+func TestPagesCursorCycle(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next := "a"
+		if r.URL.Query().Get("cursor") == "a" {
+			next = "b"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"jobs":[{"id":1}],"next":"` + next + `"}`))
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := 0
+	var last error
+	for _, err := range c.JobPages(context.Background(), apiclient.JobQuery{}) {
+		if err != nil {
+			last = err
+			break
+		}
+		if pages++; pages > 20 {
+			t.Fatal("JobPages went on past 20 pages of a server whose cursors go round")
+		}
+	}
+	if last == nil {
+		t.Fatal("no error for cursors going round")
+	}
+}
