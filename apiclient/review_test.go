@@ -67,3 +67,36 @@ func TestPagesCursorCycle(t *testing.T) {
 		t.Fatal("no error for cursors going round")
 	}
 }
+
+// TestOperationPagesCursorCycle is TestPagesCursorCycle for the
+// operations listing.
+func TestOperationPagesCursorCycle(t *testing.T) {
+	const a, b = "op_aaaaaaaaaaaaaaaaaaaaaaaa", "op_bbbbbbbbbbbbbbbbbbbbbbbb"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next := a
+		if r.URL.Query().Get("before") == a {
+			next = b
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"operations":[],"next":"` + next + `"}`))
+	}))
+	defer srv.Close()
+	c, err := apiclient.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := 0
+	var last error
+	for _, err := range c.OperationPages(context.Background(), 10) {
+		if err != nil {
+			last = err
+			break
+		}
+		if pages++; pages > 20 {
+			t.Fatal("OperationPages went on past 20 pages of a server whose cursors go round")
+		}
+	}
+	if last == nil {
+		t.Fatal("no error for cursors going round")
+	}
+}
