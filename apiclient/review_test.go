@@ -100,3 +100,19 @@ func TestOperationPagesCursorCycle(t *testing.T) {
 		t.Fatal("no error for cursors going round")
 	}
 }
+
+// TestOperationDotID: an operation id of dots is a name, not a step up
+// the path: "." must not read GET /v1/operations (the listing) and
+// answer an empty operation without an error.
+func TestOperationDotID(t *testing.T) {
+	e := newEnv(t, "")
+	for _, id := range []string{".", ".."} {
+		op, err := e.c.Operation(context.Background(), id)
+		if !apiclient.IsNotFound(err) {
+			t.Errorf("Operation(%q) = %+v, %v; want a 404", id, op, err)
+		}
+		if _, err := e.c.CancelOperation(context.Background(), id); !apiclient.IsNotFound(err) {
+			t.Errorf("CancelOperation(%q): %v; want a 404", id, err)
+		}
+	}
+}
