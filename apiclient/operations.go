@@ -64,7 +64,7 @@ func (c *Client) OperationPages(ctx context.Context, limit int) iter.Seq2[[]Oper
 // operationPath is the path of operation id, and of its action when not
 // "".
 func operationPath(id, action string) string {
-	p := "/v1/operations/" + url.PathEscape(id)
+	p := "/v1/operations/" + segment(id)
 	if action != "" {
 		p += "/" + action
 	}
