@@ -116,3 +116,37 @@ func TestOperationDotID(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenNotSentToAnotherOrigin: a redirect to another origin (here
+// the same host on another port: another service) does not carry the
+// bearer token; Go's client keeps Authorization for any port of the same
+// host, and across http and https.
+func TestTokenNotSentToAnotherOrigin(t *testing.T) {
+	got := make(chan string, 1)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- r.Header.Get("Authorization"):
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer other.Close()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer api.Close()
+	c, err := apiclient.New(api.URL, apiclient.WithToken("s3cret-token-of-the-api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Stats(context.Background())
+	select {
+	case h := <-got:
+		if h != "" {
+			t.Fatalf("the other origin got Authorization: %q", h)
+		}
+	default:
+		// Not followed at all: no leak either.
+	}
+}
