@@ -59,13 +59,16 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithToken sends token as the bearer token of every request (serve
-// --token, REDRIVE_TOKEN).
+// WithToken sends token as the bearer token of every request to the
+// server's origin (serve --token, REDRIVE_TOKEN); a redirect elsewhere
+// (another host or port, or https to http) goes without it.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithHTTPClient sends the requests with hc instead of a client of
 // http.DefaultTransport (for TLS settings, a proxy or tracing). Its own
-// Timeout, if any, applies as well as WithTimeout's.
+// Timeout, if any, applies as well as WithTimeout's. With WithToken, the
+// client uses a copy of hc whose Transport adds the token in front of
+// hc's.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) {
 		if hc != nil {
@@ -103,7 +106,37 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	if c.token != "" {
+		// The token goes in the transport, to the server's origin only:
+		// as a header of the request, http.Client would keep it on a
+		// redirect to another port of the same host, or to plain http.
+		hc := *c.hc
+		next := hc.Transport
+		if next == nil {
+			next = http.DefaultTransport
+		}
+		hc.Transport = &tokenTransport{next: next, token: c.token, scheme: u.Scheme, host: u.Host}
+		c.hc = &hc
+	}
 	return c, nil
+}
+
+// tokenTransport adds the bearer token to the requests to one origin
+// (scheme and host:port), and to no other.
+type tokenTransport struct {
+	next         http.RoundTripper
+	token        string
+	scheme, host string
+}
+
+// RoundTrip sends req, with the token when it goes to the origin.
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.EqualFold(req.URL.Scheme, t.scheme) || !strings.EqualFold(req.URL.Host, t.host) {
+		return t.next.RoundTrip(req)
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.next.RoundTrip(r)
 }
 
 // BaseURL returns the server's URL the client was made with.
@@ -231,9 +264,6 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		accept = "application/json"
 	}
 	req.Header.Set("Accept", accept)
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
