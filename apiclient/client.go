@@ -59,13 +59,16 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithToken sends token as the bearer token of every request (serve
-// --token, REDRIVE_TOKEN).
+// WithToken sends token as the bearer token of every request to the
+// server's origin (serve --token, REDRIVE_TOKEN); a redirect elsewhere
+// (another host or port, or https to http) goes without it.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithHTTPClient sends the requests with hc instead of a client of
 // http.DefaultTransport (for TLS settings, a proxy or tracing). Its own
-// Timeout, if any, applies as well as WithTimeout's.
+// Timeout, if any, applies as well as WithTimeout's. With WithToken, the
+// client uses a copy of hc whose Transport adds the token in front of
+// hc's.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) {
 		if hc != nil {
@@ -103,7 +106,37 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	if c.token != "" {
+		// The token goes in the transport, to the server's origin only:
+		// as a header of the request, http.Client would keep it on a
+		// redirect to another port of the same host, or to plain http.
+		hc := *c.hc
+		next := hc.Transport
+		if next == nil {
+			next = http.DefaultTransport
+		}
+		hc.Transport = &tokenTransport{next: next, token: c.token, scheme: u.Scheme, host: u.Host}
+		c.hc = &hc
+	}
 	return c, nil
+}
+
+// tokenTransport adds the bearer token to the requests to one origin
+// (scheme and host:port), and to no other.
+type tokenTransport struct {
+	next         http.RoundTripper
+	token        string
+	scheme, host string
+}
+
+// RoundTrip sends req, with the token when it goes to the origin.
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.EqualFold(req.URL.Scheme, t.scheme) || !strings.EqualFold(req.URL.Host, t.host) {
+		return t.next.RoundTrip(req)
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.next.RoundTrip(r)
 }
 
 // BaseURL returns the server's URL the client was made with.
@@ -119,8 +152,8 @@ type Error struct {
 	Code    string
 	Message string
 	Field   string
-	// RetryAfter is the wait the server asked for (Retry-After), 0 when
-	// it asked none.
+	// RetryAfter is the wait the server asked for (Retry-After, in
+	// seconds or as an HTTP date), 0 when it asked none.
 	RetryAfter time.Duration
 	// Method and Path are the request's.
 	Method string
@@ -142,9 +175,7 @@ func (e *Error) Error() string {
 // status text and a message quoting the start of the body.
 func parseError(method, path string, status int, h http.Header, body []byte) *Error {
 	e := &Error{StatusCode: status, Method: method, Path: path}
-	if ra, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After"))); err == nil && ra > 0 && ra < 1<<20 {
-		e.RetryAfter = time.Duration(ra) * time.Second
-	}
+	e.RetryAfter = retryAfter(h.Get("Retry-After"), time.Now())
 	var eb struct {
 		Error *struct {
 			Code    string `json:"code"`
@@ -170,6 +201,31 @@ func parseError(method, path string, status int, h http.Header, body []byte) *Er
 	e.Code = code
 	e.Message = fmt.Sprintf("%s %s answered %q", method, path, snippet)
 	return e
+}
+
+// maxRetryAfter bounds a Retry-After taken in.
+const maxRetryAfter = 1 << 20 * time.Second
+
+// retryAfter reads a Retry-After header (RFC 9110): delay-seconds, or an
+// HTTP date, the wait until it from now. It is 0 when v is absent,
+// malformed, not in the future, or past maxRetryAfter.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil {
+		if d := time.Duration(s) * time.Second; s > 0 && d < maxRetryAfter {
+			return d
+		}
+		return 0
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 && d < maxRetryAfter {
+			return d
+		}
+	}
+	return 0
 }
 
 // request is one call of the API.
@@ -208,9 +264,6 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		accept = "application/json"
 	}
 	req.Header.Set("Accept", accept)
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)

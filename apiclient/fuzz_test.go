@@ -19,6 +19,7 @@ func FuzzParseError(f *testing.F) {
 	f.Add(502, "x", []byte("<html>bad gateway</html>"))
 	f.Add(599, "-1", []byte("\xff\xfe"+strings.Repeat("é", 150)))
 	f.Add(503, "99999999999", []byte(`[1,2]`))
+	f.Add(503, "Wed, 21 Oct 2015 07:28:00 GMT", []byte(""))
 	f.Fuzz(func(t *testing.T, status int, retryAfter string, body []byte) {
 		if status < 100 || status > 999 {
 			return

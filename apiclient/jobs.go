@@ -128,7 +128,8 @@ func (c *Client) CountJobs(ctx context.Context, q JobQuery) (int64, error) {
 
 // JobPages iterates over the pages of the jobs q selects, from q.Cursor
 // on, until the last page or the first error (yielded with an empty
-// page).
+// page). A server answering a cursor it gave before, which would loop
+// for ever, is an error.
 func (c *Client) JobPages(ctx context.Context, q JobQuery) iter.Seq2[redrive.ListResult, error] {
 	return pages(ctx, q, c.ListJobs)
 }
@@ -141,6 +142,7 @@ func (c *Client) Jobs(ctx context.Context, q JobQuery) iter.Seq2[*redrive.Job, e
 // pages walks the pages of a listing.
 func pages(ctx context.Context, q JobQuery, list func(context.Context, JobQuery) (redrive.ListResult, error)) iter.Seq2[redrive.ListResult, error] {
 	return func(yield func(redrive.ListResult, error) bool) {
+		seen := map[string]bool{q.Cursor: true}
 		for {
 			res, err := list(ctx, q)
 			if err != nil {
@@ -150,10 +152,11 @@ func pages(ctx context.Context, q JobQuery, list func(context.Context, JobQuery)
 			if !yield(res, nil) || res.Next == "" {
 				return
 			}
-			if res.Next == q.Cursor {
-				yield(redrive.ListResult{}, fmt.Errorf("server: the listing answered its own cursor %q as the next: stopped", res.Next))
+			if seen[res.Next] {
+				yield(redrive.ListResult{}, fmt.Errorf("server: the listing answered a cursor it gave before (%q) as the next: stopped", res.Next))
 				return
 			}
+			seen[res.Next] = true
 			q.Cursor = res.Next
 		}
 	}

@@ -41,6 +41,7 @@ func (c *Client) Operations(ctx context.Context, before string, limit int) (ops 
 func (c *Client) OperationPages(ctx context.Context, limit int) iter.Seq2[[]Operation, error] {
 	return func(yield func([]Operation, error) bool) {
 		before := ""
+		seen := map[string]bool{}
 		for {
 			ops, next, err := c.Operations(ctx, before, limit)
 			if err != nil {
@@ -50,10 +51,11 @@ func (c *Client) OperationPages(ctx context.Context, limit int) iter.Seq2[[]Oper
 			if !yield(ops, nil) || next == "" {
 				return
 			}
-			if next == before {
-				yield(nil, fmt.Errorf("server: the operations listing answered its own cursor %q as the next: stopped", next))
+			if seen[next] || next == before {
+				yield(nil, fmt.Errorf("server: the operations listing answered a cursor it gave before (%q) as the next: stopped", next))
 				return
 			}
+			seen[next] = true
 			before = next
 		}
 	}
@@ -62,7 +64,7 @@ func (c *Client) OperationPages(ctx context.Context, limit int) iter.Seq2[[]Oper
 // operationPath is the path of operation id, and of its action when not
 // "".
 func operationPath(id, action string) string {
-	p := "/v1/operations/" + url.PathEscape(id)
+	p := "/v1/operations/" + segment(id)
 	if action != "" {
 		p += "/" + action
 	}

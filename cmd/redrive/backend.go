@@ -256,7 +256,10 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, flagErrorf(cmd, "--server must be an http or https URL such as http://127.0.0.1:8080, got %q", c.Server)
 		}
-		api, err := apiclient.New(c.Server, apiclient.WithToken(c.Token))
+		// No per-request timeout: as on the store, the command's context
+		// (Ctrl-C) bounds a request, and a count or a grouping on a large
+		// store may take the server over apiclient's default minute.
+		api, err := apiclient.New(c.Server, apiclient.WithToken(c.Token), apiclient.WithTimeout(0))
 		if err != nil {
 			return nil, flagErrorf(cmd, "%v", err)
 		}
