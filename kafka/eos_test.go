@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
 )
@@ -197,12 +198,22 @@ func (c *testCluster) ensure(t *testing.T, cons *kafka.Consumer, topic string) {
 }
 
 // waitCommitted waits until group committed the end offset of every
-// partition of topics: what was produced to them was settled in a
-// committed transaction.
+// partition of topics, or an offset short of it by transaction markers
+// only: what was produced to them was settled in a committed
+// transaction. (A consumer commits the offset after the last record it
+// was given; a marker the broker writes after that record, as it does
+// for a transaction whose commit returned before the marker was written,
+// is never given to it. On a loaded broker a producer's records can land
+// before another producer's marker.)
 func (c *testCluster) waitCommitted(t *testing.T, group string, within time.Duration, topics ...string) {
 	t.Helper()
 	adm := kadm.NewClient(c.client(t))
 	var why string
+	type gap struct {
+		topic     string
+		partition int32
+		from, to  int64
+	}
 	deadline := time.Now().Add(within)
 	for !func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -218,21 +229,77 @@ func (c *testCluster) waitCommitted(t *testing.T, group string, within time.Dura
 			return false
 		}
 		ok := true
+		var gaps []gap
 		ends.Each(func(o kadm.ListedOffset) {
 			at := int64(-1)
 			if c, found := committed.Lookup(o.Topic, o.Partition); found && c.Err == nil {
 				at = c.At
 			}
-			if o.Offset > 0 && at < o.Offset {
-				ok, why = false, fmt.Sprintf("%s/%d committed %d of %d", o.Topic, o.Partition, at, o.Offset)
+			switch {
+			case o.Offset == 0 || at >= o.Offset:
+			case at < 0:
+				ok, why = false, fmt.Sprintf("%s/%d committed nothing of %d", o.Topic, o.Partition, o.Offset)
+			default:
+				gaps = append(gaps, gap{o.Topic, o.Partition, at, o.Offset})
 			}
 		})
+		for _, g := range gaps {
+			if !ok {
+				break
+			}
+			if !c.onlyMarkers(ctx, t, g.topic, g.partition, g.from, g.to) {
+				ok, why = false, fmt.Sprintf("%s/%d committed %d of %d, records between", g.topic, g.partition, g.from, g.to)
+			}
+		}
 		return ok
 	}() {
 		if time.Now().After(deadline) {
 			t.Fatalf("group %s never committed the end offsets: %s", group, why)
 		}
 		time.Sleep(20 * time.Millisecond) // the poll's interval: it waits for the commits, not for time
+	}
+}
+
+// onlyMarkers reports whether the offsets [from, to) of topic's partition
+// hold transaction markers only, as a read_committed reader sees them
+// (records of aborted transactions, which it skips, count as markers).
+// It reports false when they cannot be read through before ctx ends (an
+// open transaction holds a read_committed reader before to).
+func (c *testCluster) onlyMarkers(ctx context.Context, t *testing.T, topic string, partition int32, from, to int64) bool {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return false
+		}
+		only, through := true, false
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= to {
+				through = true
+				return
+			}
+			if !r.Attrs.IsControl() {
+				only = false
+			}
+			if r.Offset+1 >= to {
+				through = true
+			}
+		})
+		if !only {
+			return false
+		}
+		if through {
+			return true
+		}
 	}
 }
 
@@ -429,5 +496,46 @@ func TestSwitchModeKeepsTierOffsets(t *testing.T) {
 		if n := rs.count(k, 2); n != 1 {
 			t.Errorf("%s: its retry ran %d times, want once", k, n)
 		}
+	}
+}
+
+// TestOnlyMarkers checks waitCommitted's view of a committed offset short
+// of the end: a transaction's marker after the last record is nothing
+// left to consume; the record itself is.
+func TestOnlyMarkers(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	adm := kadm.NewClient(c.client(t))
+	if _, err := adm.CreateTopic(context.Background(), 1, -1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	tx := c.client(t, kgo.TransactionalID(topic+"-tx"), kgo.DefaultProduceTopic(topic))
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	r := &kgo.Record{Value: []byte("v")}
+	if err := tx.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var end int64
+	testwait.Until(t, "the commit marker is written", 20*time.Second, func() bool {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return false
+		}
+		o, _ := ends.Lookup(topic, 0)
+		end = o.Offset
+		return end > r.Offset+1
+	})
+	if !c.onlyMarkers(ctx, t, topic, 0, r.Offset+1, end) {
+		t.Errorf("[%d, %d) after the record: want markers only", r.Offset+1, end)
+	}
+	if c.onlyMarkers(ctx, t, topic, 0, r.Offset, end) {
+		t.Errorf("[%d, %d) from the record: want a record seen", r.Offset, end)
 	}
 }
