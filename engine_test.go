@@ -18,6 +18,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
@@ -488,9 +489,12 @@ func TestDelayedJobWaits(t *testing.T) {
 }
 
 func TestBreakerDefersWithoutUsingAttempts(t *testing.T) {
-	// The breaker stays open long enough for the worker to start and
-	// fetch the job on a loaded machine (150 ms was not, in CI once).
-	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: time.Second, HalfOpenProbes: 1})
+	// The breaker stays open until the job was deferred, however long a
+	// loaded machine takes to start and fetch it (a real break of 150 ms,
+	// then of 1 s, was over before that in CI).
+	clock := newHeldClock(2 * time.Second)
+	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: time.Second, HalfOpenProbes: 1,
+		Now: clock.Now})
 	e := newEnv(t, redrive.WorkerOptions{Breakers: reg, Queues: map[string]int{redrive.DefaultQueue: 1}})
 	var healthy atomic.Bool
 	var calls atomic.Int32
@@ -516,6 +520,11 @@ func TestBreakerDefersWithoutUsingAttempts(t *testing.T) {
 	healthy.Store(true)
 	e.start()
 	job, _ := e.client.Enqueue(context.Background(), "call", nil, redrive.MaxRetries(0))
+	testwait.Until(t, "the job deferred by the open breaker", 30*time.Second, func() bool {
+		j, err := e.client.Get(context.Background(), job.ID)
+		return err == nil && len(j.History) > 0 && j.History[0].Kind == store.EventDeferred
+	})
+	clock.release()
 	j := e.waitState(job.ID, redrive.Completed)
 	if calls.Load() != 1 || j.Attempt != 1 {
 		t.Fatalf("handler calls %d, attempt %d: deferral must not use attempts", calls.Load(), j.Attempt)

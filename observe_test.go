@@ -12,6 +12,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -170,7 +171,9 @@ func TestObserverSnooze(t *testing.T) {
 
 func TestObserverBreakerDeferral(t *testing.T) {
 	rec := &attemptRecorder{}
-	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: time.Second, HalfOpenProbes: 1})
+	clock := newHeldClock(2 * time.Second)
+	reg := breaker.NewRegistry(breaker.Config{Failures: 2, Window: time.Minute, BreakDuration: time.Second, HalfOpenProbes: 1,
+		Now: clock.Now})
 	e := newEnv(t, redrive.WorkerOptions{Observer: rec, Breakers: reg, Queues: map[string]int{redrive.DefaultQueue: 1}})
 	var calls atomic.Int32
 	e.worker.HandleFunc("call", func(ctx context.Context, j *redrive.Job) error {
@@ -187,6 +190,11 @@ func TestObserverBreakerDeferral(t *testing.T) {
 	}
 	e.start()
 	job, _ := e.client.Enqueue(context.Background(), "call", nil, redrive.MaxRetries(0))
+	testwait.Until(t, "the job deferred by the open breaker", 30*time.Second, func() bool {
+		got := rec.of(job.ID)
+		return len(got) > 0 && got[0].Outcome == redrive.OutcomeDeferred
+	})
+	clock.release() // the break is over: the next fetch probes
 	e.waitState(job.ID, redrive.Completed)
 	got := rec.of(job.ID)
 	if len(got) < 2 || got[len(got)-1].Outcome != redrive.OutcomeCompleted || calls.Load() != 1 {
