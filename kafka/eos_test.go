@@ -510,6 +510,16 @@ func TestOnlyMarkers(t *testing.T) {
 	if _, err := adm.CreateTopic(context.Background(), 1, -1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
+	// A loaded broker answers for a topic a moment after creating it (a
+	// transactional produce to it fails meanwhile): wait for its leader.
+	testwait.Until(t, "the leader of "+topic, 60*time.Second, func() bool {
+		listed, err := adm.ListTopics(context.Background(), topic)
+		if err != nil {
+			return false
+		}
+		d, ok := listed[topic]
+		return ok && d.Err == nil && len(d.Partitions) == 1 && d.Partitions[0].Err == nil && d.Partitions[0].Leader >= 0
+	})
 	tx := c.client(t, kgo.TransactionalID(topic+"-tx"), kgo.DefaultProduceTopic(topic))
 	if err := tx.BeginTransaction(); err != nil {
 		t.Fatal(err)
