@@ -622,7 +622,7 @@ func TestShutdownLetsHandlersFinish(t *testing.T) {
 	started, finish := make(chan struct{}), make(chan struct{})
 	e.worker.HandleFunc("short", func(ctx context.Context, j *redrive.Job) error {
 		close(started)
-		<-finish // runs on until the shutdown has begun
+		<-finish         // runs on until the shutdown has begun
 		return ctx.Err() // nil: the context is not canceled within the deadline
 	})
 	e.start()
