@@ -31,11 +31,15 @@ func TestSchedulerEnqueuesDue(t *testing.T) {
 	if !sig.wait(loopLiveness) {
 		t.Fatal("no round of the scheduler")
 	}
-	w.scheduler.stop()
 	if _, err := st.GetSchedule(t.Context(), "tick"); err != nil {
 		t.Fatalf("the schedule was not declared: %v", err)
 	}
 	clk.add(2 * time.Minute) // 12:02:30: the occurrences of 12:01 and 12:02 are due
+	sig.drain()
+	if !sig.wait(loopLiveness) {
+		t.Fatal("no round of the scheduler")
+	}
+	w.scheduler.stop()
 	if got := jobs(); got != "" {
 		t.Fatalf("a worker that does not lead enqueued %s", got)
 	}
