@@ -45,6 +45,8 @@ type env struct {
 	done   chan error
 	// rounds is the worker's EngineSignal.
 	rounds <-chan struct{}
+	// ops is the worker's OperationsSignal.
+	ops <-chan struct{}
 }
 
 // stateFallback is how long waitEngine waits without a signal: the
@@ -98,8 +100,24 @@ var schemaSeq atomic.Int64
 
 func newEnv(t *testing.T, opts redrive.WorkerOptions) *env {
 	t.Helper()
+	return newEnvAt(t, opts, nil)
+}
+
+// newEnvAt is newEnv with now, when not nil, as the clock of the client
+// and its worker (see redrive.SetClock).
+func newEnvAt(t *testing.T, opts redrive.WorkerOptions, now func() time.Time) *env {
+	t.Helper()
 	st := openStore(t)
-	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	// The client logs where the worker does (an operation's run logs
+	// through the client).
+	log := opts.Logger
+	if log == nil {
+		log = quietLogger()
+	}
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	if now != nil {
+		redrive.SetClock(c, now)
+	}
 	if opts.Policy == nil {
 		p := fastPolicy(3)
 		opts.Policy = &p
@@ -111,7 +129,49 @@ func newEnv(t *testing.T, opts redrive.WorkerOptions) *env {
 		opts.Queues = map[string]int{redrive.DefaultQueue: 4}
 	}
 	w := redrive.NewWorker(c, opts)
-	return &env{t: t, store: st, client: c, worker: w, rounds: redrive.EngineSignal(w)}
+	return &env{t: t, store: st, client: c, worker: w, rounds: redrive.EngineSignal(w), ops: redrive.OperationsSignal(w)}
+}
+
+// mergeSignals returns a signal sent on whenever one of sigs is, until
+// the test ends.
+func mergeSignals(t *testing.T, sigs ...<-chan struct{}) <-chan struct{} {
+	out := make(chan struct{}, 64)
+	ctx := t.Context()
+	for _, s := range sigs {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-s:
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	return out
+}
+
+// untilSignal waits, signal after signal of sig (a test signal of the
+// worker, see export_test.go), until cond holds, and fails t, saying what
+// it waited for, if cond does not hold within a generous bound.
+func untilSignal(t *testing.T, sig <-chan struct{}, what string, cond func() bool) {
+	t.Helper()
+	bound := time.NewTimer(30 * time.Second)
+	defer bound.Stop()
+	for !cond() {
+		select {
+		case <-sig:
+		case <-bound.C:
+			if cond() {
+				return
+			}
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }
 
 func (e *env) start() {
@@ -561,19 +621,28 @@ func TestShutdownReleasesWithoutUsingAnAttempt(t *testing.T) {
 	}
 }
 
+// TestShutdownLetsHandlersFinish: a handler still running when the
+// shutdown begins finishes, its context not canceled within the
+// ShutdownTimeout, and its job completes.
 func TestShutdownLetsHandlersFinish(t *testing.T) {
-	e := newEnv(t, redrive.WorkerOptions{ShutdownTimeout: 5 * time.Second})
-	started := make(chan struct{})
+	var buf syncBuffer
+	e := newEnv(t, redrive.WorkerOptions{ShutdownTimeout: time.Minute, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	started, finish := make(chan struct{}), make(chan struct{})
 	e.worker.HandleFunc("short", func(ctx context.Context, j *redrive.Job) error {
 		close(started)
-		// Real time: the handler still runs when the shutdown begins.
-		time.Sleep(30 * time.Millisecond)
+		<-finish         // runs on until the shutdown has begun
 		return ctx.Err() // nil: the context is not canceled within the deadline
 	})
 	e.start()
 	job, _ := e.client.Enqueue(context.Background(), "short", nil)
 	<-started
-	e.stop()
+	stopped := make(chan struct{}, 1)
+	go func() { e.stop(); stopped <- struct{}{} }()
+	waitLogged(t, &buf, "the shutdown to begin", func(l map[string]any) bool {
+		return l["msg"] == "worker stopping: waiting for running handlers"
+	})
+	close(finish)
+	testwait.Recv(t, "the worker to stop", 20*time.Second, stopped)
 	j, _ := e.client.Get(context.Background(), job.ID)
 	if j.State != redrive.Completed {
 		t.Fatalf("state %s, want completed", j.State)
@@ -604,11 +673,12 @@ func TestCancelRunningJob(t *testing.T) {
 func TestRescueExpiredLease(t *testing.T) {
 	e := newEnv(t, redrive.WorkerOptions{RescueInterval: 20 * time.Millisecond})
 	ctx := context.Background()
-	job, _ := e.client.Enqueue(ctx, "work", nil)
-	// A worker that leased the job and died: its lease is already over.
-	now := time.Now()
-	got, err := e.store.Fetch(ctx, store.FetchParams{Queue: redrive.DefaultQueue, Limit: 1, Now: now,
-		LeaseUntil: now.Add(10 * time.Millisecond), Worker: "dead-worker"})
+	// A worker that leased the job a minute ago and died: its lease is
+	// already over.
+	then := time.Now().Add(-time.Minute)
+	job, _ := e.client.Enqueue(ctx, "work", nil, redrive.At(then))
+	got, err := e.store.Fetch(ctx, store.FetchParams{Queue: redrive.DefaultQueue, Limit: 1, Now: then,
+		LeaseUntil: then.Add(10 * time.Millisecond), Worker: "dead-worker"})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("fetch: %v %d", err, len(got))
 	}
@@ -617,7 +687,6 @@ func TestRescueExpiredLease(t *testing.T) {
 		calls.Add(1)
 		return nil
 	})
-	time.Sleep(15 * time.Millisecond) // real time: the dead worker's lease expires
 	e.start()
 	j := e.waitState(job.ID, redrive.Completed)
 	if calls.Load() != 1 || j.Attempt != 2 || j.RetryCount != 1 {
@@ -732,8 +801,16 @@ func TestDLQRedriveEditPurgeExport(t *testing.T) {
 	}
 }
 
+// skewClock is the real clock moved ahead by a skew the test sets.
+type skewClock struct{ skew atomic.Int64 }
+
+func (c *skewClock) now() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+
+// TestRetentionCleanup: a completed job older than CompletedRetention is
+// deleted; a dead job younger than DLQMaxAge is kept.
 func TestRetentionCleanup(t *testing.T) {
-	e := newEnv(t, redrive.WorkerOptions{CompletedRetention: time.Millisecond, DLQMaxAge: time.Hour})
+	clock := &skewClock{}
+	e := newEnvAt(t, redrive.WorkerOptions{CompletedRetention: time.Minute, DLQMaxAge: time.Hour}, clock.now)
 	e.worker.HandleFunc("ok", func(ctx context.Context, j *redrive.Job) error { return nil })
 	e.worker.HandleFunc("bad", func(ctx context.Context, j *redrive.Job) error { return redrive.Permanent(errors.New("no")) })
 	e.start()
@@ -742,7 +819,7 @@ func TestRetentionCleanup(t *testing.T) {
 	bad, _ := e.client.Enqueue(ctx, "bad", nil)
 	e.waitState(ok.ID, redrive.Completed)
 	e.waitState(bad.ID, redrive.Dead)
-	time.Sleep(5 * time.Millisecond) // real time: the completed job outlives its 1ms retention
+	clock.skew.Store(int64(2 * time.Minute)) // the completed job outlives its retention
 	n, err := e.worker.Cleanup(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("cleanup deleted %d (%v), want 1 (the completed job; the dead one is younger than DLQMaxAge)", n, err)
@@ -820,13 +897,54 @@ func TestHandlerSeesOpenBreakerIsDeferred(t *testing.T) {
 type syncBuffer struct {
 	mu sync.Mutex
 	b  []byte
+	// wrote is sent on after each write (made at the first use).
+	wrote chan struct{}
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b = append(s.b, p...)
+	if s.wrote == nil {
+		s.wrote = make(chan struct{}, 1)
+	}
+	select {
+	case s.wrote <- struct{}{}:
+	default:
+	}
 	return len(p), nil
+}
+
+// written returns the channel sent on after each write.
+func (s *syncBuffer) written() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wrote == nil {
+		s.wrote = make(chan struct{}, 1)
+	}
+	return s.wrote
+}
+
+// waitLogged waits, log line after log line, until one written to buf
+// matches, and fails t, saying what it waited for, if none does within a
+// generous bound.
+func waitLogged(t *testing.T, buf *syncBuffer, what string, match func(line map[string]any) bool) {
+	t.Helper()
+	bound := time.NewTimer(20 * time.Second)
+	defer bound.Stop()
+	for {
+		wrote := buf.written()
+		for _, l := range buf.lines() {
+			if match(l) {
+				return
+			}
+		}
+		select {
+		case <-wrote:
+		case <-bound.C:
+			t.Fatalf("timed out waiting for %s: no such log line", what)
+		}
+	}
 }
 
 func (s *syncBuffer) lines() []map[string]any {

@@ -71,13 +71,24 @@ func Example() {
 	// completed after redrive, history of 5 events
 }
 
+// waitFor reads the job again every millisecond, as a program using the
+// Client would (the API tells no one of a job's new state), until it is
+// in state; it panics, saying so, if it is not within a generous bound.
 func waitFor(c *redrive.Client, id int64, state redrive.State) *redrive.Job {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	bound := time.NewTimer(30 * time.Second)
+	defer bound.Stop()
 	for {
 		j, err := c.Get(context.Background(), id)
 		if err == nil && j.State == state {
 			return j
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case <-tick.C:
+		case <-bound.C:
+			panic(fmt.Sprintf("job %d is not %s after 30s (%+v, %v)", id, state, j, err))
+		}
 	}
 }
 

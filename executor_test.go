@@ -255,7 +255,8 @@ func TestIdempotencyConflict(t *testing.T) {
 // TestKeyOutlivesRetention: a key stays taken after retention deleted its
 // job, for the key retention, then is free again.
 func TestKeyOutlivesRetention(t *testing.T) {
-	e := newEnv(t, redrive.WorkerOptions{CompletedRetention: time.Millisecond, KeyRetention: time.Millisecond})
+	clock := &skewClock{}
+	e := newEnvAt(t, redrive.WorkerOptions{CompletedRetention: time.Minute, KeyRetention: time.Minute}, clock.now)
 	e.worker.HandleFunc("blob", func(ctx context.Context, j *redrive.Job) error { return nil })
 	ctx := context.Background()
 	key := redrive.KeyOf("container", "a/b.pdf", "0x8DC")
@@ -265,15 +266,15 @@ func TestKeyOutlivesRetention(t *testing.T) {
 	}
 	e.start()
 	e.waitState(first.ID, redrive.Completed)
-	time.Sleep(5 * time.Millisecond) // real time: the completed job outlives its 1ms retention
 	// Retention deletes the job, but keeps its key.
-	if n, err := e.store.DeleteFinished(ctx, redrive.Completed, time.Now(), 10); err != nil || n != 1 {
+	if n, err := e.store.DeleteFinished(ctx, redrive.Completed, time.Now().Add(time.Minute), 10); err != nil || n != 1 {
 		t.Fatalf("DeleteFinished = %d, %v", n, err)
 	}
 	again, err := e.client.Enqueue(ctx, "blob", nil, redrive.IdempotencyKey(key))
 	if err != nil || !again.Existing || !again.Gone || again.ID != first.ID || again.State != redrive.Completed {
 		t.Fatalf("the key of a deleted job: %+v, %v; want the completed job, gone", again, err)
 	}
+	clock.skew.Store(int64(2 * time.Minute)) // the key outlives its retention
 	if _, err := e.worker.Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -30,3 +30,44 @@ func RescueSignal(w *Worker) <-chan struct{} {
 	w.rescuer.signal = s
 	return s
 }
+
+// SeriesSignal returns a test signal the worker's series writer sends on
+// after each round: a look at the statistics clock, and the snapshot of
+// its minute when this worker leads and had not recorded it. Call it
+// before Run.
+func SeriesSignal(w *Worker) <-chan struct{} {
+	s := newTestSignal()
+	w.seriesWriter.signal = s
+	return s
+}
+
+// OperationsSignal returns a test signal the worker's operator sends on
+// after each batch of the operation it runs and after each round (every
+// runnable operation claimed and run, or none while it does not lead).
+// Call it before Run.
+func OperationsSignal(w *Worker) <-chan struct{} {
+	s := newTestSignal()
+	w.operator.signal = s
+	return s
+}
+
+// PeriodicSignal returns a test signal the worker's scheduler sends on
+// after each round: its schedules declared, and what was due enqueued
+// when this worker leads. Call it before Run.
+func PeriodicSignal(w *Worker) <-chan struct{} {
+	s := newTestSignal()
+	w.scheduler.signal = s
+	return s
+}
+
+// BreakerSignal returns a test signal the worker's breaker sharer sends
+// on after each sync of its breakers with the store. Call it before Run.
+func BreakerSignal(w *Worker) <-chan struct{} {
+	s := newTestSignal()
+	w.breakerSharer.signal = s
+	return s
+}
+
+// SetClock sets the clock of c (and of the workers created from it) to
+// now. Call it before creating a worker from c.
+func SetClock(c *Client, now func() time.Time) { c.nowFunc = now }

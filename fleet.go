@@ -55,6 +55,8 @@ type fleetBreakers struct {
 	mu        sync.Mutex  // serializes sync
 	joined    bool        // under mu: the first sync handed local trips over
 	wake      chan struct{}
+	// signal, when a test set it, is sent on after each sync of run.
+	signal testSignal
 }
 
 var _ breaker.Shared = (*fleetBreakers)(nil)
@@ -63,22 +65,13 @@ func newFleetBreakers(ctx context.Context, st store.Store, reg *breaker.Registry
 	return &fleetBreakers{st: st, reg: reg, process: process, log: log, ctx: ctx, wake: make(chan struct{}, 1)}
 }
 
-// shareBreakers shares the worker's breakers through its store until ctx
-// ends (Run starts it).
-func (w *Worker) shareBreakers(ctx context.Context) {
-	if w.opts.LocalBreakers {
-		return
-	}
-	f := newFleetBreakers(ctx, w.store, w.exec.Breakers(), w.id, w.log)
-	f.run(ctx)
-}
-
 // run connects the registry, keeps it in step with the store until ctx
 // ends, then disconnects it.
 func (f *fleetBreakers) run(ctx context.Context) {
 	f.reg.Share(f)
 	defer f.reg.Share(nil)
 	f.sync(ctx)
+	f.signal.send()
 	var listener sync.WaitGroup
 	defer listener.Wait()
 	if n, ok := f.st.(store.BreakerNotifier); ok {
@@ -102,6 +95,7 @@ func (f *fleetBreakers) run(ctx context.Context) {
 		case <-t.C:
 		}
 		f.sync(ctx)
+		f.signal.send()
 		next := fleetPoll
 		if f.listening.Load() {
 			next = fleetSafetyPoll

@@ -87,3 +87,16 @@ func TestLoopStopsOnce(t *testing.T) {
 	var never loop
 	never.stop() // not started: returns at once
 }
+
+// waitRounds waits, round after round of a loop (its test signal s),
+// until cond holds, and fails the test, saying what it waited for, if
+// no round comes or cond does not hold within loopLiveness.
+func waitRounds(t *testing.T, s testSignal, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(loopLiveness)
+	for !cond() {
+		if time.Now().After(deadline) || !s.wait(time.Until(deadline)) {
+			t.Fatalf("timed out after %v waiting for %s", loopLiveness, what)
+		}
+	}
+}

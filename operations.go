@@ -620,36 +620,3 @@ func (r *opRunner) step(ctx context.Context, batch int) (store.StepResult, error
 	}
 	return r.c.store.StepOperation(ctx, s)
 }
-
-// operationsLoop runs the durable operations while this worker leads:
-// it claims a runnable operation every PollInterval and runs it to its
-// end (one at a time), holding it with a lease of LeaseDuration.
-func (w *Worker) operationsLoop(ctx context.Context) {
-	t := time.NewTicker(w.opts.PollInterval)
-	defer t.Stop()
-	for {
-		if w.leading() {
-			for ctx.Err() == nil {
-				op, err := w.store.ClaimOperation(ctx, "", w.id, w.client.now(), w.client.now().Add(w.opts.LeaseDuration))
-				if err != nil {
-					if ctx.Err() == nil {
-						w.log.Error("operations: claiming failed", "error", err)
-					}
-					break
-				}
-				if op == nil {
-					break
-				}
-				if _, err := w.client.runClaimed(ctx, op, w.id, w.opts.LeaseDuration, nil); err != nil && ctx.Err() == nil {
-					w.log.Error("operation failed", "operation", op.ID, "error", err)
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-w.client.opsWake: // started or resumed in this process
-		}
-	}
-}

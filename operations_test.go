@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
@@ -72,23 +73,20 @@ func ExampleClient_StartOperation() {
 	// job 5 replays job 1 - replayed schema v2
 }
 
-// waitOp polls an operation until it is in state (a liveness guard).
-func waitOp(t *testing.T, c *redrive.Client, id string, state redrive.OperationState) *redrive.Operation {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		op, err := c.Operation(context.Background(), id)
+// waitOp waits, round after round of the worker's operator, until the
+// operation is in state (a liveness guard).
+func (e *env) waitOp(id string, state redrive.OperationState) *redrive.Operation {
+	e.t.Helper()
+	var op *redrive.Operation
+	untilSignal(e.t, e.ops, fmt.Sprintf("operation %s %s", id, state), func() bool {
+		var err error
+		op, err = e.client.Operation(context.Background(), id)
 		if err != nil {
-			t.Fatal(err)
+			e.t.Fatal(err)
 		}
-		if op.State == state {
-			return op
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("operation %s stuck in %s (%+v), want %s", id, op.State, op.Progress, state)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return op.State == state
+	})
+	return op
 }
 
 // makeDeadJobs enqueues n jobs of kind "fail" that die at once.
@@ -133,7 +131,7 @@ func TestOperationRedriveByWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op = waitOp(t, e.client, op.ID, redrive.OperationDone)
+	op = e.waitOp(op.ID, redrive.OperationDone)
 	if p := op.Progress; p.Matched != 25 || p.Redriven != 25 || p.Processed != 25 || p.Refused != 0 {
 		t.Fatalf("progress %+v", p)
 	}
@@ -159,7 +157,7 @@ func TestOperationStartWakesWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op = waitOp(t, e.client, op.ID, redrive.OperationDone)
+	op = e.waitOp(op.ID, redrive.OperationDone)
 	if op.Progress.Purged != 3 {
 		t.Fatalf("progress %+v, want 3 purged", op.Progress)
 	}
@@ -168,7 +166,8 @@ func TestOperationStartWakesWorker(t *testing.T) {
 // Pause stops the runner after its batch; resume continues at the
 // cursor; cancel ends it for good. Nothing is replayed twice.
 func TestOperationPauseResumeCancel(t *testing.T) {
-	e := newEnv(t, redrive.WorkerOptions{PollInterval: 20 * time.Millisecond})
+	var buf syncBuffer
+	e := newEnv(t, redrive.WorkerOptions{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 	e.worker.HandleFunc("doc", func(ctx context.Context, j *redrive.Job) error { return nil })
 	ctx := context.Background()
 	reqs := make([]redrive.Request, 60)
@@ -184,33 +183,36 @@ func TestOperationPauseResumeCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.start()
-	for {
+	operation := func() *redrive.Operation {
 		cur, err := e.client.Operation(ctx, op.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cur.Progress.Replayed >= 5 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+		return cur
 	}
+	untilSignal(t, e.ops, "5 jobs replayed", func() bool { return operation().Progress.Replayed >= 5 })
 	paused, err := e.client.PauseOperation(ctx, op.ID)
 	if err != nil || paused.State != redrive.OperationPaused {
 		t.Fatalf("pause: %+v, %v", paused, err)
 	}
 	// The runner notices at its next step or renewal and stops; the
-	// progress then stays put.
-	time.Sleep(600 * time.Millisecond) // real time: the runner's next step or renewal
-	a, _ := e.client.Operation(ctx, op.ID)
-	time.Sleep(600 * time.Millisecond) // real time: the progress stays put over a while
-	b, _ := e.client.Operation(ctx, op.ID)
+	// progress then stays put over the operator's next rounds (every
+	// PollInterval), which claim nothing.
+	waitLogged(t, &buf, "the runner to stop", func(l map[string]any) bool {
+		return l["msg"] == "operation stopped" && l["operation"] == op.ID
+	})
+	a := operation()
+	for range 3 {
+		testwait.Recv(t, "a round of the operator", 30*time.Second, e.ops)
+	}
+	b := operation()
 	if a.State != redrive.OperationPaused || b.Progress.Replayed != a.Progress.Replayed || a.Progress.Replayed >= 60 {
 		t.Fatalf("paused operation moved: %+v then %+v", a.Progress, b.Progress)
 	}
 	if _, err := e.client.ResumeOperation(ctx, op.ID); err != nil {
 		t.Fatal(err)
 	}
-	done := waitOp(t, e.client, op.ID, redrive.OperationDone)
+	done := e.waitOp(op.ID, redrive.OperationDone)
 	if done.Progress.Replayed != 60 {
 		t.Fatalf("replayed %d, want 60", done.Progress.Replayed)
 	}

@@ -434,40 +434,6 @@ func compilePeriodic(ps []Periodic) ([]*periodic, error) {
 	return out, nil
 }
 
-// periodicLoop declares the worker's schedules in the store, then, while
-// this worker leads (the store's election; every worker on a store
-// without one), enqueues their due occurrences. Every occurrence is
-// enqueued under its own idempotency key before the schedule's cursor
-// moves past it with a compare-and-set: two leaders, or a leader that
-// restarts between the two writes, enqueue it once.
-func (w *Worker) periodicLoop(ctx context.Context, ps []*periodic) {
-	if len(ps) == 0 {
-		return
-	}
-	declared := false
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		wait := time.Second
-		if !declared {
-			declared = w.declarePeriodic(ctx, ps)
-		}
-		if declared && w.leading() {
-			var redeclare bool
-			wait, redeclare = w.enqueuePeriodic(ctx, ps)
-			if redeclare {
-				declared = false
-			}
-		}
-		timer.Reset(wait)
-	}
-}
-
 // declarePeriodic records the worker's schedules in the store and
 // reports whether all were recorded.
 func (w *Worker) declarePeriodic(ctx context.Context, ps []*periodic) bool {

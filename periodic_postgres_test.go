@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
 )
@@ -34,6 +35,9 @@ const (
 	periodicChildEnv = "REDRIVE_PERIODIC_CHILD" // the schema
 	periodicIDEnv    = "REDRIVE_PERIODIC_ID"
 	periodicRun      = 30 * time.Second
+	// periodicRoundMsg is what a child logs after each round of its
+	// scheduler.
+	periodicRoundMsg = "periodic round"
 )
 
 // TestPeriodicClusterChild is a worker process of TestPeriodicThreeProcesses;
@@ -65,11 +69,23 @@ func TestPeriodicClusterChild(t *testing.T) {
 	})
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The parent waits for the rounds of this child's scheduler, which
+	// it reads in the log.
+	rounds := redrive.PeriodicSignal(w)
 	go func() {
-		for runCtx.Err() == nil {
-			time.Sleep(200 * time.Millisecond)
-			if os.Getppid() != parent {
-				cancel()
+		// No event tells a process its parent is gone: look every 200ms.
+		watch := time.NewTicker(200 * time.Millisecond)
+		defer watch.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-rounds:
+				log.Info(periodicRoundMsg)
+			case <-watch.C:
+				if os.Getppid() != parent {
+					cancel()
+				}
 			}
 		}
 	}()
@@ -112,6 +128,22 @@ func startPeriodicChild(t *testing.T, schema, id string) *periodicChild {
 // elections returns the times this child's log says it was elected for
 // maintenance.
 func (ch *periodicChild) elections() []time.Time {
+	return ch.logged(func(msg, role string) bool { return msg == "postgres: elected" && role == "maintenance" })
+}
+
+// rounds counts the rounds of this child's scheduler that ended after t.
+func (ch *periodicChild) rounds(t time.Time) int {
+	n := 0
+	for _, at := range ch.logged(func(msg, _ string) bool { return msg == periodicRoundMsg }) {
+		if at.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// logged returns the times of the lines of this child's log that match.
+func (ch *periodicChild) logged(match func(msg, role string) bool) []time.Time {
 	f, err := os.Open(ch.log)
 	if err != nil {
 		return nil
@@ -126,7 +158,7 @@ func (ch *periodicChild) elections() []time.Time {
 			Msg  string    `json:"msg"`
 			Role string    `json:"role"`
 		}
-		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "postgres: elected" && l.Role == "maintenance" {
+		if json.Unmarshal(sc.Bytes(), &l) == nil && match(l.Msg, l.Role) {
 			out = append(out, l.Time)
 		}
 	}
@@ -197,27 +229,21 @@ func TestPeriodicThreeProcesses(t *testing.T) {
 	// Half-way, kill the leader at a quiet moment: every job enqueued so
 	// far completed, mid-way between two occurrences, so that the kill
 	// interrupts the schedule and nothing else.
-	time.Sleep(periodicRun/2 - time.Since(start))
-	var leader int = -1
-	for deadline := time.Now().Add(10 * time.Second); leader < 0; time.Sleep(100 * time.Millisecond) {
+	time.Sleep(periodicRun/2 - time.Since(start)) // real time: the first half of the run
+	leader := -1
+	testwait.Until(t, "a child to say it was elected", 10*time.Second, func() bool {
 		for i, ch := range children {
 			if len(ch.elections()) > 0 {
 				leader = i
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no child says it was elected")
-		}
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		return leader >= 0
+	})
+	testwait.Watch(t, "a moment mid-way between two occurrences with every tick job completed", 10*time.Second, func() (bool, string) {
 		frac := time.Duration(time.Now().UnixNano() % int64(time.Second))
-		if frac > 300*time.Millisecond && frac < 600*time.Millisecond && unfinishedTicks(t, c) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the tick jobs never all completed: %d unfinished", unfinishedTicks(t, c))
-		}
-	}
+		n := unfinishedTicks(t, c)
+		return frac > 300*time.Millisecond && frac < 600*time.Millisecond && n == 0, fmt.Sprintf("%d unfinished", n)
+	})
 	killed := children[leader]
 	if err := killed.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -225,22 +251,29 @@ func TestPeriodicThreeProcesses(t *testing.T) {
 	killedAt := time.Now()
 	<-killed.exited
 	t.Logf("killed the leader %s (pid %d) at %s", killed.id, killed.cmd.Process.Pid, killedAt.Format("15:04:05.000"))
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // real time: occurrences come while the killed leader is down
 	children[leader] = startPeriodicChild(t, schema, killed.id+"-restarted")
 
-	time.Sleep(periodicRun - time.Since(start))
+	time.Sleep(periodicRun - time.Since(start)) // real time: the second half of the run
 	if _, err := c.PauseSchedule(ctx, "tick"); err != nil {
 		t.Fatal(err)
 	}
 	pausedAt := time.Now()
-	// Let a pass that read the schedule before the pause finish, and
-	// every job complete.
-	time.Sleep(1500 * time.Millisecond)
-	for deadline := time.Now().Add(30 * time.Second); unfinishedTicks(t, c) > 0; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d tick jobs unfinished 30 s after the pause", unfinishedTicks(t, c))
+	// Let a pass that read the schedule before the pause finish: two
+	// rounds of every child's scheduler end after the pause (the second
+	// began after it, and saw the pause). Then every job completes.
+	testwait.Until(t, "two rounds of every child's scheduler after the pause", 30*time.Second, func() bool {
+		for _, ch := range children {
+			if ch.rounds(pausedAt) < 2 {
+				return false
+			}
 		}
-	}
+		return true
+	})
+	testwait.Watch(t, "every tick job to complete after the pause", 30*time.Second, func() (bool, string) {
+		n := unfinishedTicks(t, c)
+		return n == 0, fmt.Sprintf("%d unfinished", n)
+	})
 	var newLeader time.Time
 	for _, ch := range children {
 		for _, e := range ch.elections() {

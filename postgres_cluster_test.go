@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
@@ -842,17 +843,15 @@ func TestPostgresRestart(t *testing.T) {
 func pgWaitFinished(t *testing.T, c *redrive.Client, start time.Time, n int) int {
 	t.Helper()
 	finished := redrive.Filter{States: []redrive.State{redrive.Completed, redrive.Dead}}
-	for {
-		got, err := c.Count(context.Background(), finished)
-		if err == nil && got >= int64(n) {
-			t.Logf("%d jobs finished after %v", got, time.Since(start).Round(time.Millisecond))
-			return int(got)
-		}
-		if time.Since(start) > 90*time.Second {
-			t.Fatalf("only %d jobs finished in 90s (last error %v)", got, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var got int64
+	// The workers are other processes: the store is where their work shows.
+	testwait.Watch(t, fmt.Sprintf("%d jobs finished", n), 90*time.Second-time.Since(start), func() (bool, string) {
+		var err error
+		got, err = c.Count(context.Background(), finished)
+		return err == nil && got >= int64(n), fmt.Sprintf("%d finished (error %v)", got, err)
+	})
+	t.Logf("%d jobs finished after %v", got, time.Since(start).Round(time.Millisecond))
+	return int(got)
 }
 
 // pgOutage runs script (bash) to take the server down and up again, waits
@@ -864,6 +863,7 @@ func pgOutage(t *testing.T, url, name, script string) (up time.Time) {
 	probeCtx, stopProbe := context.WithCancel(context.Background())
 	type window struct{ down, up time.Time }
 	probed := make(chan window, 1)
+	connected := make(chan struct{}, 1) // sent on after each probe that connected
 	go func() {
 		var w window
 		for probeCtx.Err() == nil {
@@ -881,7 +881,13 @@ func pgOutage(t *testing.T, url, name, script string) (up time.Time) {
 			if err == nil && !w.down.IsZero() && w.up.IsZero() {
 				w.up = now
 			}
-			time.Sleep(20 * time.Millisecond)
+			if err == nil {
+				select {
+				case connected <- struct{}{}:
+				default:
+				}
+			}
+			time.Sleep(20 * time.Millisecond) // real time: the probe's period, the resolution of the outage measured
 		}
 		probed <- w
 	}()
@@ -892,18 +898,26 @@ func pgOutage(t *testing.T, url, name, script string) (up time.Time) {
 		stopProbe()
 		t.Fatalf("%s failed after %v: %v\n%s", name, took, err, out)
 	}
-	for i := 0; ; i++ {
-		if exec.Command("pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q").Run() == nil {
-			break
-		}
+	isReady := time.NewTicker(100 * time.Millisecond)
+	defer isReady.Stop()
+	for i := 0; exec.Command("pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q").Run() != nil; i++ {
 		if i > 600 {
 			stopProbe()
 			t.Fatalf("PostgreSQL does not accept connections 60s after %s", name)
 		}
-		time.Sleep(100 * time.Millisecond)
+		<-isReady.C
 	}
 	ready := time.Since(began)
-	time.Sleep(300 * time.Millisecond)
+	// The probe's next connection after pg_isready: it saw the server up.
+	select {
+	case <-connected:
+	default:
+	}
+	select {
+	case <-connected:
+	case <-time.After(30 * time.Second):
+		t.Errorf("the probe did not connect within 30s of pg_isready after %s", name)
+	}
 	stopProbe()
 	w := <-probed
 	outage := "not observed by the 20ms probe"

@@ -3,6 +3,7 @@ package redrive_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -91,18 +92,9 @@ func (e *env) checkWaiting(r *recorder, settle time.Duration, ids ...int64) {
 // waitLog waits until the worker logged msg for queue (a liveness guard).
 func waitLog(t *testing.T, buf *syncBuffer, msg, queue string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, l := range buf.lines() {
-			if l["msg"] == msg && l["queue"] == queue {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the worker never logged %q for queue %q", msg, queue)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitLogged(t, buf, fmt.Sprintf("the worker to log %q for queue %q", msg, queue), func(l map[string]any) bool {
+		return l["msg"] == msg && l["queue"] == queue
+	})
 }
 
 // TestPauseQueueLocal: a pause through the worker's own Client applies at

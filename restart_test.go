@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -82,8 +83,9 @@ func TestRestartRescuesAtOnce(t *testing.T) {
 			child.Wait()
 		}
 	})
+	// The child is another process: the store is where its leases show.
 	var leases []time.Time
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Watch(t, fmt.Sprintf("the child to lease the %d jobs", n), 30*time.Second, func() (bool, string) {
 		leases = leases[:0]
 		for _, j := range jobs {
 			got, err := c.Get(ctx, j.ID)
@@ -94,13 +96,8 @@ func TestRestartRescuesAtOnce(t *testing.T) {
 				leases = append(leases, *got.LeaseUntil)
 			}
 		}
-		if len(leases) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the child leased %d of %d jobs", len(leases), n)
-		}
-	}
+		return len(leases) == n, fmt.Sprintf("%d leased", len(leases))
+	})
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package redrive
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"reflect"
@@ -156,6 +157,8 @@ func TestWorkerSnapshots(t *testing.T) {
 	if d := NewWorker(c, WorkerOptions{}).opts.StatsRetention; d != 7*24*time.Hour {
 		t.Errorf("default StatsRetention = %s, want 168h", d)
 	}
+	sig := newTestSignal()
+	w.seriesWriter.signal = sig
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -179,17 +182,7 @@ func TestWorkerSnapshots(t *testing.T) {
 	}
 	waitMinutes := func(want ...time.Time) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			got := minutes()
-			if reflect.DeepEqual(got, want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("snapshots of %v, want %v", got, want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitRounds(t, sig, fmt.Sprintf("snapshots of %v", want), func() bool { return reflect.DeepEqual(minutes(), want) })
 	}
 	waitMinutes(mins(0))
 	clock.set(mins(1))

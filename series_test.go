@@ -34,6 +34,10 @@ func TestSeriesAcrossMinutes(t *testing.T) {
 
 	pol := fastPolicy(3)
 	var clients []*redrive.Client
+	// The first worker's rounds of snapshots, and the rounds of both
+	// workers' engines.
+	var series <-chan struct{}
+	var engines []<-chan struct{}
 	for i := range 2 {
 		c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
 		redrive.SetStatsClock(c, clock.now)
@@ -52,6 +56,10 @@ func TestSeriesAcrossMinutes(t *testing.T) {
 		w.HandleFunc("fail", func(ctx context.Context, job *redrive.Job) error {
 			return redrive.Transient(errors.New("still down"))
 		})
+		if i == 0 {
+			series = redrive.SeriesSignal(w)
+		}
+		engines = append(engines, redrive.EngineSignal(w))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
@@ -66,39 +74,29 @@ func TestSeriesAcrossMinutes(t *testing.T) {
 	c := clients[0]
 	ctx := context.Background()
 
+	rounds := mergeSignals(t, engines...)
+	// A round of the first worker's snapshots at minute m records it (or
+	// finds it recorded by the other worker).
 	waitSnapshot := func(m time.Time) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		untilSignal(t, series, fmt.Sprintf("the snapshot of %s", m), func() bool {
 			snaps, err := st.Snapshots(ctx, m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(snaps) > 0 && snaps[0].At.Equal(m) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no snapshot of %s recorded", m)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return len(snaps) > 0 && snaps[0].At.Equal(m)
+		})
 	}
 	waitState := func(id int64, state redrive.State) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			j, err := c.Get(ctx, id)
-			if err != nil {
+		var j *redrive.Job
+		untilSignal(t, rounds, fmt.Sprintf("job %d %s", id, state), func() bool {
+			var err error
+			if j, err = c.Get(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			if j.State == state {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %d (%s) stuck in %s, want %s", id, j.Kind, j.State, state)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+			return j.State == state
+		})
 	}
 	enqueue := func(kind string, want redrive.State, opts ...redrive.Option) func() int64 {
 		t.Helper()

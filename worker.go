@@ -157,10 +157,12 @@ type Worker struct {
 	cancelPoller cancelPoller // cancelpoller.go
 	rescuer      rescuer      // rescuer.go
 	cleaner      cleaner      // cleaner.go
-	// The other duties: the stats series (series.go), operations
-	// (operations.go), periodic jobs (periodic.go), and the breakers
-	// shared with the fleet (fleet.go).
-	seriesWriter, operator, scheduler, breakerSharer loop
+	// The duties of the worker that leads maintenance (the breakers are
+	// shared by every worker), each in its own file too.
+	seriesWriter  seriesWriter  // serieswriter.go
+	operator      operator      // operator.go
+	scheduler     scheduler     // scheduler.go
+	breakerSharer breakerSharer // breakersharer.go
 
 	runMu sync.Mutex
 	// running holds the attempts whose handlers run, by lease: after a
@@ -306,6 +308,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 	}
 	w.completer = newCompleter(w)
 	w.pauser.w, w.listener.w, w.cancelPoller.w, w.rescuer.w = w, w, w, w
+	w.seriesWriter.w, w.operator.w, w.scheduler.w, w.breakerSharer.w = w, w, w, w
 	w.heartbeater = heartbeater{w: w, asked: make(chan struct{}, 1)}
 	w.cleaner = cleaner{w: w, first: cleanerFirst}
 	return w
@@ -421,11 +424,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.rescuer.start(ctx)
 	w.cleaner.start(ctx)
-	w.seriesWriter.startWith(ctx, w.statsLoop)
-	w.operator.startWith(ctx, w.operationsLoop)
-	w.scheduler.startWith(ctx, func(ctx context.Context) { w.periodicLoop(ctx, periodic) })
+	w.seriesWriter.start(ctx)
+	w.operator.start(ctx)
+	w.scheduler.start(ctx, periodic)
 	w.completer.start(bgCtx)
-	w.breakerSharer.startWith(ctx, w.shareBreakers)
+	w.breakerSharer.start(ctx)
 
 	<-ctx.Done()
 	for _, q := range w.queues {
@@ -460,7 +463,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // order Run stops them.
 func (w *Worker) loops() []*loop {
 	return []*loop{&w.pauser.loop, &w.listener.loop, &w.heartbeater.loop, &w.cancelPoller.loop, &w.rescuer.loop,
-		&w.cleaner.loop, &w.seriesWriter, &w.operator, &w.scheduler, &w.completer.loop, &w.breakerSharer}
+		&w.cleaner.loop, &w.seriesWriter.loop, &w.operator.loop, &w.scheduler.loop, &w.completer.loop, &w.breakerSharer.loop}
 }
 
 func (w *Worker) runningCount() int {
