@@ -1,0 +1,60 @@
+package server
+
+import (
+	"bytes"
+	"compress/gzip"
+	"testing"
+)
+
+// TestStrictBody: a body means one thing only. Duplicate keys (at any
+// depth, a payload's included), keys in another case and lone surrogates
+// are refused with a 400 naming the key, and nothing is stored.
+func TestStrictBody(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, c := range []struct {
+		name, path, body, code, field string
+	}{
+		{"duplicate kind", "/v1/jobs", `{"kind":"http","kind":"evil.kind"}`, "duplicate_key", "kind"},
+		{"upper-case key", "/v1/jobs", `{"KIND":"http"}`, "unknown_field", "KIND"},
+		{"case variant after the key", "/v1/jobs", `{"kind":"http","Kind":"x"}`, "unknown_field", "Kind"},
+		{"duplicate in payload", "/v1/jobs", `{"kind":"k","payload":{"a":{"to":"x","to":"y"}}}`, "duplicate_key", "payload.a.to"},
+		{"duplicate in a batch", "/v1/jobs/batch", `{"jobs":[{"kind":"k"},{"kind":"k","queue":"a","queue":"b"}]}`, "duplicate_key", "jobs[1].queue"},
+		{"case in a batch", "/v1/jobs/batch", `{"jobs":[{"Kind":"k"}]}`, "unknown_field", "jobs[0].Kind"},
+		{"lone surrogate", "/v1/jobs", `{"kind":"http\ud800"}`, "malformed_json", "kind"},
+		{"lone surrogate in payload", "/v1/jobs", `{"kind":"k","payload":{"s":"a\udc00"}}`, "malformed_json", "payload.s"},
+		{"duplicate in a filter", "/v1/dlq/redrive", `{"filter":{"queue":"a","queue":"b"}}`, "duplicate_key", "filter.queue"},
+		{"case in a filter", "/v1/dlq/redrive", `{"filter":{"Queue":"a"}}`, "unknown_field", "filter.Queue"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			wantErr(t, e.do("POST", c.path, c.body), 400, c.code, c.field)
+		})
+	}
+	if n := jobsOf(t, e.client, ""); n != 0 {
+		t.Errorf("%d jobs stored", n)
+	}
+	// A pair of surrogates is a character, and keys differing in case
+	// are distinct in a payload.
+	r := e.do("POST", "/v1/jobs", `{"kind":"k","payload":{"s":"\ud83d\ude00","a":1,"A":2}}`)
+	if r.status != 201 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+}
+
+// TestContentEncoding: a compressed body is refused with 415, whether
+// or not it really is compressed, and nothing is stored.
+func TestContentEncoding(t *testing.T) {
+	e := newEnv(t, Options{})
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	_, _ = w.Write([]byte(`{"kind":"k"}`))
+	_ = w.Close()
+	wantErr(t, e.do("POST", "/v1/jobs", gz.String(), "Content-Encoding", "gzip"), 415, "unsupported_media_type", "")
+	wantErr(t, e.do("POST", "/v1/jobs", `{"kind":"k"}`, "Content-Encoding", "gzip"), 415, "unsupported_media_type", "")
+	wantErr(t, e.do("POST", "/v1/jobs", `{"kind":"k"}`, "Content-Encoding", "identity, br"), 415, "unsupported_media_type", "")
+	if n := jobsOf(t, e.client, ""); n != 0 {
+		t.Errorf("%d jobs stored", n)
+	}
+	if r := e.do("POST", "/v1/jobs", `{"kind":"k"}`, "Content-Encoding", "identity"); r.status != 201 {
+		t.Fatalf("identity: status %d: %s", r.status, r.body)
+	}
+}
