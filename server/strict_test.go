@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/base64"
 	"testing"
 )
 
@@ -56,5 +57,16 @@ func TestContentEncoding(t *testing.T) {
 	}
 	if r := e.do("POST", "/v1/jobs", `{"kind":"k"}`, "Content-Encoding", "identity"); r.status != 201 {
 		t.Fatalf("identity: status %d: %s", r.status, r.body)
+	}
+}
+
+// TestNegativeCursor: a cursor that EncodeCursor never writes, such as
+// -1 (LTE), is a 400, not an empty page.
+func TestNegativeCursor(t *testing.T) {
+	e := newEnv(t, Options{})
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, path := range []string{"/v1/jobs?cursor=" + enc("-1"), "/v1/jobs?cursor=LTE", "/v1/dlq?cursor=" + enc("-1.-1"),
+		"/v1/dlq?cursor=" + enc("5.-1"), "/v1/jobs?cursor=" + enc("+3")} {
+		wantErr(t, e.do("GET", path, ""), 400, "invalid", "cursor")
 	}
 }
