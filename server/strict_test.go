@@ -70,3 +70,40 @@ func TestNegativeCursor(t *testing.T) {
 		wantErr(t, e.do("GET", path, ""), 400, "invalid", "cursor")
 	}
 }
+
+// TestNameRule: one name rule on every route that names something new,
+// path parameters included (after unescaping): nothing invisible, nothing
+// path-like.
+func TestNameRule(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, c := range []struct{ method, path, body, field string }{
+		{"POST", "/v1/jobs", `{"kind":"\u200d"}`, "kind"},
+		{"POST", "/v1/jobs", `{"kind":"k","queue":".."}`, "queue"},
+		{"POST", "/v1/jobs", `{"kind":"k","dependency":"a\u200bb"}`, "dependency"},
+		{"POST", "/v1/jobs/batch", `{"jobs":[{"kind":"k","queue":"\ufeffq"}]}`, "jobs[0].queue"},
+		{"POST", "/v1/queues/%2E%2E/pause", "", "name"},
+		{"POST", "/v1/queues/%E2%80%8D/pause", "", "name"},
+		{"POST", "/v1/breakers/a%2F..%2Fb/open", "", "name"},
+		{"POST", "/v1/breakers/%2E%2E/open", "", "name"},
+		{"POST", "/v1/breakers/x%E2%80%8D/open", "", "name"},
+		{"POST", "/v1/schedules/%2E%2E/pause", "", "name"},
+		{"GET", "/v1/schedules/%E2%80%8D", "", "name"},
+	} {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			wantErr(t, e.do(c.method, c.path, c.body), 400, "invalid", c.field)
+		})
+	}
+	if n := jobsOf(t, e.client, ""); n != 0 {
+		t.Errorf("%d jobs stored", n)
+	}
+	qs, err := e.client.Queues(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Name == ".." || q.Name == "\u200d" {
+			t.Errorf("queue %q created", q.Name)
+		}
+	}
+	wantErr(t, e.do("POST", "/v1/queues/%2E%2E/resume", ""), 400, "invalid", "name")
+}
