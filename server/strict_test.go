@@ -4,7 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
 )
 
 // TestStrictBody: a body means one thing only. Duplicate keys (at any
@@ -106,4 +112,50 @@ func TestNameRule(t *testing.T) {
 		}
 	}
 	wantErr(t, e.do("POST", "/v1/queues/%2E%2E/resume", ""), 400, "invalid", "name")
+}
+
+// TestRedrivePayloadValidated: a redrive's edited payload goes through
+// the validator of the selected jobs' kind first, by ids or by filter:
+// a 400 naming the field, and nothing changes.
+func TestRedrivePayloadValidated(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.client.SetValidator("dead-kind", func(p json.RawMessage) error {
+		var v map[string]any
+		if err := json.Unmarshal(p, &v); err != nil {
+			return err
+		}
+		for k := range v {
+			if k != "msg" {
+				return &redrive.FieldError{Field: "payload." + k, Err: errors.New("unknown field")}
+			}
+		}
+		return nil
+	})
+	id := e.makeDead("mail", "boom", failure.Permanent)
+	for _, body := range []string{
+		fmt.Sprintf(`{"ids":[%d],"payload":{"nope":1}}`, id),
+		`{"filter":{"queue":"mail"},"payload":{"nope":1}}`,
+		`{"all":true,"payload":{"nope":1}}`,
+		`{"filter":{"kind":"dead-kind"},"payload":{"nope":1}}`,
+	} {
+		wantErr(t, e.do("POST", "/v1/dlq/redrive", body), 400, "invalid", "payload.nope")
+	}
+	j, err := e.client.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != redrive.Dead || string(j.Payload) != `{"msg":"boom"}` {
+		t.Errorf("job changed: %s %s", j.State, j.Payload)
+	}
+	if ops, _, err := e.client.Operations(t.Context(), "", 10); err != nil || len(ops) != 0 {
+		t.Errorf("operations started: %v %v", ops, err)
+	}
+	// A filter that selects no job of the kind does not check it; a
+	// payload the kind accepts is redriven.
+	if r := e.do("POST", "/v1/dlq/redrive", `{"filter":{"queue":"other"},"payload":{"nope":1}}`); r.status != 202 {
+		t.Errorf("no job of the kind: status %d: %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d],"payload":{"msg":"fixed"}}`, id)); r.status != 202 {
+		t.Errorf("valid payload: status %d: %s", r.status, r.body)
+	}
 }
