@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/spf13/cobra"
 )
 
@@ -59,6 +60,9 @@ says so and does nothing.
 		if payload != "" {
 			if !json.Valid([]byte(payload)) {
 				return flagErrorf(cmd, "--payload is not valid JSON: %q", clipArg(payload))
+			}
+			if err := strictjson.Check([]byte(payload), nil); err != nil {
+				return flagErrorf(cmd, "--payload: %v", err)
 			}
 			q.Payload = json.RawMessage(payload)
 		}
