@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -64,6 +66,9 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress
 	var prog RedriveProgress
 	payload, err := c.checkRedrive(r)
 	if err != nil {
+		return prog, fmt.Errorf("redrive: redrive: %w", err)
+	}
+	if err := c.validateRedrivePayload(ctx, r.IDs, r.Filter, payload); err != nil {
 		return prog, fmt.Errorf("redrive: redrive: %w", err)
 	}
 	f := r.Filter
@@ -195,6 +200,40 @@ func (c *Client) checkRedrive(r RedriveRequest) (json.RawMessage, error) {
 		return nil, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrInvalid, len(p), c.maxPayload)
 	}
 	return p, nil
+}
+
+// validateRedrivePayload runs on payload, the replacement payload of a
+// redrive (nil: none), the validator of every kind (SetValidator) that has
+// dead jobs among those the redrive selects (ids, else f), as an enqueue
+// of that kind would: a payload the kind refuses is refused before any job
+// is touched, rather than redriven to die at once.
+func (c *Client) validateRedrivePayload(ctx context.Context, ids []int64, f Filter, payload json.RawMessage) error {
+	vs := c.validators.Load()
+	if payload == nil || vs == nil {
+		return nil
+	}
+	if len(ids) > 0 {
+		f = Filter{IDs: ids}
+	}
+	f.States = []State{Dead}
+	for _, kind := range slices.Sorted(maps.Keys(*vs)) {
+		if f.Kind != "" && f.Kind != kind {
+			continue
+		}
+		fk := f
+		fk.Kind = kind
+		n, err := c.store.Count(ctx, fk)
+		if err != nil {
+			return fmt.Errorf("checking the payload against the selected jobs' kinds: %w", err)
+		}
+		if n == 0 {
+			continue
+		}
+		if err := (*vs)[kind](payload); err != nil {
+			return fmt.Errorf("%w: payload of kind %q (%d of the selected jobs): %w", ErrInvalid, kind, n, err)
+		}
+	}
+	return nil
 }
 
 // Count returns how many jobs match f.

@@ -197,6 +197,11 @@ func (c *Client) StartOperation(ctx context.Context, r OperationRequest) (*Opera
 	if err != nil {
 		return nil, err
 	}
+	if r.Kind == OperationRedrive {
+		if err := c.validateRedrivePayload(ctx, r.IDs, r.Filter, n.Params.Payload); err != nil {
+			return nil, fmt.Errorf("redrive: operation: %w", err)
+		}
+	}
 	op, err := c.store.CreateOperation(ctx, n, c.now())
 	if err != nil {
 		return nil, fmt.Errorf("redrive: start operation: %w", err)

@@ -227,13 +227,14 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("return existing: %+v, %v", j, err)
 	}
 
-	// Names that escape their path segment stay names.
-	for _, name := range []string{"..", ".", "a b?c%"} {
-		_, err := e.c.Schedule(ctx, name)
-		wantAPIError(t, err, http.StatusNotFound, "not_found", "name")
+	// Names that escape their path segment stay names: the server sees
+	// them whole (and refuses the path-like ones by the name rule).
+	_, err = e.c.Schedule(ctx, "a b?c%")
+	wantAPIError(t, err, http.StatusNotFound, "not_found", "name")
+	for _, name := range []string{"..", ".", "a/b"} {
+		_, err = e.c.Schedule(ctx, name)
+		wantAPIError(t, err, http.StatusBadRequest, "invalid", "name")
 	}
-	_, err = e.c.Schedule(ctx, "a/b")
-	wantAPIError(t, err, http.StatusBadRequest, "invalid", "name")
 	_, err = e.c.Operation(ctx, "op_000000000000000000000000")
 	wantAPIError(t, err, http.StatusNotFound, "not_found", "id")
 

@@ -117,6 +117,11 @@ func (a *api) openBreaker(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// Opening creates the breaker's record: its name follows the name
+	// rule. Closing (and deleting) takes any name stored before the rule.
+	if err := store.CheckName("breaker name", name); err != nil {
+		return badRequest("name", "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+	}
 	var req breakerOpenRequest
 	if r.ContentLength != 0 {
 		if err := a.decodeBody(w, r, &req); err != nil {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -18,15 +19,22 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/apiclient"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/store"
 )
 
 // decodeBody decodes the request body, bounded by maxBody, into v: one
-// JSON value, with no unknown fields and nothing after it, sent with
-// Content-Type: application/json (415 otherwise).
+// JSON value, sent with Content-Type: application/json and no
+// Content-Encoding (415 otherwise), that means one thing only (package
+// strictjson): keys match field names exactly, no key is unknown or given
+// twice in any object (a job's payload included), no string holds a lone
+// surrogate. Every handler that reads a body decodes it here.
 func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.ContentLength != 0 { // an empty body is reported as such below
 		if e := jsonContentType(r); e != nil {
+			return e
+		}
+		if e := identityEncoding(r); e != nil {
 			return e
 		}
 	}
@@ -51,6 +59,40 @@ func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 			return a.decodeError(err)
 		}
 		return &apiError{status: http.StatusBadRequest, code: "malformed_json", msg: "the body holds data after its JSON value"}
+	}
+	if err := strictjson.Check(raw, reflect.TypeOf(v)); err != nil {
+		return strictError(err)
+	}
+	return nil
+}
+
+// strictError explains an ambiguity strictjson found.
+func strictError(err error) *apiError {
+	var se *strictjson.Error
+	if !errors.As(err, &se) {
+		return &apiError{status: http.StatusBadRequest, code: "malformed_json", msg: "malformed JSON: " + err.Error()}
+	}
+	switch se.Problem {
+	case strictjson.DuplicateKey:
+		return &apiError{status: http.StatusBadRequest, code: "duplicate_key", field: se.Path, msg: se.Error()}
+	case strictjson.UnknownKey:
+		return &apiError{status: http.StatusBadRequest, code: "unknown_field", field: se.Path, msg: se.Error()}
+	}
+	return &apiError{status: http.StatusBadRequest, code: "malformed_json", field: se.Path, msg: se.Error()}
+}
+
+// identityEncoding refuses a body sent with a Content-Encoding (gzip,
+// deflate...): the API reads bodies as they are, and a compressed body
+// read as JSON would be refused as malformed or, worse, its size bound
+// would not bound what it expands to.
+func identityEncoding(r *http.Request) *apiError {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for e := range strings.SplitSeq(v, ",") {
+			if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "identity") {
+				return &apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+					msg: "send the body uncompressed, without Content-Encoding (got " + quoteClip(v) + ")"}
+			}
+		}
 	}
 	return nil
 }

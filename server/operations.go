@@ -143,7 +143,11 @@ func (o *operations) start(ctx context.Context, r redrive.OperationRequest) (*re
 		return nil, &apiError{status: http.StatusTooManyRequests, code: "too_many_operations",
 			msg: fmt.Sprintf("%d operations are unfinished (pending, running or paused), the limit is %d: wait for one to end (GET /v1/operations) or cancel one", active, o.maxActive)}
 	}
-	return o.client.StartOperation(ctx, r)
+	op, err := o.client.StartOperation(ctx, r)
+	if err != nil {
+		return nil, payloadError(err, "payload")
+	}
+	return op, nil
 }
 
 // active counts the unfinished operations among the newest thousand.

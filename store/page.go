@@ -65,7 +65,7 @@ func EncodeCursor(j *Job, deadOnly bool) string {
 // cursor gives an error wrapping ErrInvalid.
 func DecodeCursor(c string, deadOnly bool) (deadAt, id int64, err error) {
 	bad := fmt.Errorf("%w: malformed cursor %q", ErrInvalid, c)
-	b, err := base64.RawURLEncoding.DecodeString(c)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
 	if err != nil {
 		return 0, 0, bad
 	}
@@ -73,11 +73,19 @@ func DecodeCursor(c string, deadOnly bool) (deadAt, id int64, err error) {
 	if len(parts) > 2 || deadOnly != (len(parts) == 2) {
 		return 0, 0, bad
 	}
-	if id, err = strconv.ParseInt(parts[len(parts)-1], 10, 64); err != nil {
+	// Only what EncodeCursor writes: non-negative numbers, written the
+	// one way FormatInt writes them (no sign, no leading zero): "-1" is
+	// refused, not read as a position before every job.
+	num := func(s string) (int64, bool) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, err == nil && n >= 0 && strconv.FormatInt(n, 10) == s
+	}
+	var ok bool
+	if id, ok = num(parts[len(parts)-1]); !ok {
 		return 0, 0, bad
 	}
 	if deadOnly {
-		if deadAt, err = strconv.ParseInt(parts[0], 10, 64); err != nil {
+		if deadAt, ok = num(parts[0]); !ok {
 			return 0, 0, bad
 		}
 	}

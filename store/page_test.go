@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/base64"
 	"errors"
 	"testing"
 	"time"
@@ -47,9 +48,15 @@ func TestCursorRoundTrip(t *testing.T) {
 	if _, _, err := DecodeCursor(EncodeCursor(j, true), false); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("dead cursor in an id listing: %v", err)
 	}
-	for _, c := range []string{"", "!!!", "MTIz.YQ", "YQ"} {
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, c := range []string{"", "!!!", "MTIz.YQ", "YQ", enc("-1"), enc("+5"), enc("007")} {
 		if _, _, err := DecodeCursor(c, false); !errors.Is(err, ErrInvalid) {
 			t.Errorf("DecodeCursor(%q): %v, want ErrInvalid", c, err)
+		}
+	}
+	for _, c := range []string{enc("-1.5"), enc("5.-1"), enc("01.5")} {
+		if _, _, err := DecodeCursor(c, true); !errors.Is(err, ErrInvalid) {
+			t.Errorf("DecodeCursor(%q) of a dead listing: %v, want ErrInvalid", c, err)
 		}
 	}
 }
@@ -69,7 +76,15 @@ func FuzzDecodeCursor(f *testing.F) {
 		if !dead && at != 0 {
 			t.Fatalf("id cursor %q decoded a dead_at %d", c, at)
 		}
-		_ = id
+		// What is accepted is exactly what EncodeCursor writes.
+		j := &Job{ID: id}
+		if dead {
+			d := time.UnixMicro(at)
+			j.DeadAt = &d
+		}
+		if got := EncodeCursor(j, dead); got != c {
+			t.Fatalf("cursor %q decoded to %d %d, which encode as %q", c, at, id, got)
+		}
 	})
 }
 

@@ -73,8 +73,8 @@ has elapsed (then one probe goes through, as after a trip) or, without
 --for, until ` + "`redrive breakers close NAME`" + `.
 ` + connHelp, Args: cobra.ExactArgs(1)}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if err := store.CheckBreakerName(args[0]); err != nil {
-			return flagErrorf(cmd, "breaker name: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+		if err := store.CheckName("breaker name", args[0]); err != nil {
+			return flagErrorf(cmd, "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 		}
 		if dur < 0 {
 			return flagErrorf(cmd, "--for is %v; it must be positive (or 0: until closed)", dur)

@@ -50,6 +50,10 @@ func checkBreakersCLI(t *testing.T, pre []string) {
 		{"breakers", "open", ""},
 		{"breakers", "open", "x", "--for", "-1m"},
 		{"breakers", "close", strings.Repeat("n", 201)},
+		// The name rule: nothing invisible or path-like.
+		{"breakers", "open", ".."},
+		{"breakers", "open", "a/../b"},
+		{"breakers", "open", "x\u200d"},
 	} {
 		if _, stderr, err := runCLI(t, append(append([]string{}, pre...), args...)...); err == nil {
 			t.Errorf("%q succeeded: %s", args, stderr)

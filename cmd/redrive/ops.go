@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 )
@@ -71,6 +72,9 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 		if payload != "" {
 			if !json.Valid([]byte(payload)) {
 				return flagErrorf(cmd, "--payload is not valid JSON: %q", clipArg(payload))
+			}
+			if err := strictjson.Check([]byte(payload), nil); err != nil {
+				return flagErrorf(cmd, "--payload: %v", err)
 			}
 			in.Payload = json.RawMessage(payload)
 		}

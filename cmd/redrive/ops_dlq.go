@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/spf13/cobra"
 )
 
@@ -59,6 +60,9 @@ says so and does nothing.
 		if payload != "" {
 			if !json.Valid([]byte(payload)) {
 				return flagErrorf(cmd, "--payload is not valid JSON: %q", clipArg(payload))
+			}
+			if err := strictjson.Check([]byte(payload), nil); err != nil {
+				return flagErrorf(cmd, "--payload: %v", err)
 			}
 			q.Payload = json.RawMessage(payload)
 		}
@@ -147,9 +151,10 @@ func newPurgeCmd(g *globalOptions) *cobra.Command {
 		all, yes bool
 	)
 	cmd := &cobra.Command{
-		Use:   "purge (filters | --all)",
+		Use:   "purge (filters | --all [filters])",
 		Short: "Delete dead jobs",
-		Long: `Delete the dead jobs matching the filters, or every dead job with --all.
+		Long: `Delete the dead jobs matching the filters, or with --all every dead job
+(matching the filters, if any: --all selects as dlq redrive --all does).
 It asks for confirmation on standard input unless --yes, saying how many dead
 jobs match ("Purge 1,234 dead jobs matching queue=mail? [y/N]"); when none
 match, it says so and does nothing.
@@ -159,9 +164,6 @@ match, it says so and does nothing.
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if fo.empty() && !all {
 			return flagErrorf(cmd, "no filter given: narrow the purge with filters, or pass --all to purge every dead job")
-		}
-		if all && !fo.empty() {
-			return flagErrorf(cmd, "give filters or --all, not both")
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
 			matched, err := confirmDLQ(ctx, cmd, b, yes, "Purge", fo)
@@ -192,7 +194,7 @@ match, it says so and does nothing.
 		})(cmd, args)
 	}
 	addFilterFlags(cmd, &fo)
-	cmd.Flags().BoolVar(&all, "all", false, "purge every dead job")
+	cmd.Flags().BoolVar(&all, "all", false, "purge every dead job matching the filters (with none: every dead job)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	addConnFlags(cmd, &c)
 	return cmd

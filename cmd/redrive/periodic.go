@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/server"
+	"github.com/redrivehq/redrive/store"
 )
 
 // newPeriodicCmd is `redrive periodic`.
@@ -144,6 +146,9 @@ func onSchedule(g *globalOptions, cmd *cobra.Command, run func(ctx context.Conte
 		name := args[0]
 		if name == "" {
 			return flagErrorf(cmd, "the schedule name is empty")
+		}
+		if err := store.CheckName("schedule name", name); err != nil {
+			return flagErrorf(cmd, "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
 			return run(ctx, b, name, cmd.OutOrStdout())

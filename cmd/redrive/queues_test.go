@@ -68,14 +68,19 @@ func checkQueuesCLI(t *testing.T, pre []string) {
 		t.Errorf("queues after the refused pauses: %+v", list.Queues)
 	}
 	// With --create: a queue with no job yet, whose name needs escaping
-	// in a URL.
-	for _, name := range []string{"later?v2 ü#x", ".."} {
+	// in a URL (and would read ".." if unescaped twice).
+	for _, name := range []string{"later?v2 ü#x", "%2E%2E"} {
 		q := decode[server.QueueBody](t, cli("--json", "queues", "pause", "--create", name)).Queue
 		if q.Name != name || !q.Paused {
 			t.Errorf("queues pause %q: %+v", name, q)
 		}
 	}
-	cli("queues", "resume", "..")
+	cli("queues", "resume", "%2E%2E")
+	// A path-like name is refused by the name rule, not created.
+	if _, _, err := runCLI(t, append(append([]string{}, pre...), "queues", "pause", "--create", "..")...); err == nil ||
+		!strings.Contains(err.Error(), "looks like a path") {
+		t.Errorf("queues pause --create ..: %v", err)
+	}
 
 	out = cli("queues", "ls")
 	for _, want := range []string{"QUEUE", "STATE", "PAUSED SINCE", "PENDING", "CANCELED", "later?v2 ü#x", "mail", "paused", "active"} {
@@ -84,13 +89,13 @@ func checkQueuesCLI(t *testing.T, pre []string) {
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || strings.Join(strings.Fields(lines[1]), " ") != ".. active - 0 0 0 0 0 0" ||
+	if len(lines) != 4 || strings.Join(strings.Fields(lines[1]), " ") != "%2E%2E active - 0 0 0 0 0 0" ||
 		!strings.HasPrefix(lines[3], "mail ") || !strings.HasSuffix(strings.Join(strings.Fields(lines[3]), " "), " 2 0 0 0 0 0") ||
 		strings.Fields(lines[3])[1] != "paused" {
 		t.Errorf("queues ls:\n%s", out)
 	}
 	list := decode[server.QueueList](t, cli("--json", "queues", "ls"))
-	if len(list.Queues) != 3 || list.Queues[0].Name != ".." || list.Queues[0].Paused || !list.Queues[2].Paused {
+	if len(list.Queues) != 3 || list.Queues[0].Name != "%2E%2E" || list.Queues[0].Paused || !list.Queues[2].Paused {
 		t.Errorf("queues ls --json: %+v", list)
 	}
 

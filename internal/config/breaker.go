@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/rhttp"
 )
 
@@ -203,6 +204,9 @@ func parseDependencies(v string) (map[string]dependencySpec, hostMap, error) {
 	if err := json.Unmarshal([]byte(v), &raw); err != nil || raw == nil {
 		return nil, hostMap{}, fmt.Errorf(`want a JSON object of dependency names to settings, e.g. {"payments":{"hosts":["api.pay.example"],"failures":3}}, got %s`, clipJSON([]byte(v)))
 	}
+	if err := strictjson.Check([]byte(v), nil); err != nil {
+		return nil, hostMap{}, err
+	}
 	if len(raw) > maxDependencies {
 		return nil, hostMap{}, fmt.Errorf("%d dependencies, the limit is %d", len(raw), maxDependencies)
 	}
@@ -213,9 +217,7 @@ func parseDependencies(v string) (map[string]dependencySpec, hostMap, error) {
 			return nil, hostMap{}, err
 		}
 		var spec dependencySpec
-		dec := json.NewDecoder(bytes.NewReader(raw[name]))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&spec); err != nil {
+		if err := strictjson.Decode(raw[name], &spec); err != nil {
 			return nil, hostMap{}, fmt.Errorf("dependency %q: want an object of hosts, failures, ratio, consecutive, min_requests, window, open_for, probes, count_rate_limited: %v", name, err)
 		}
 		if _, err := spec.config(breaker.Config{}); err != nil {

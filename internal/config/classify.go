@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/strictjson"
 )
 
 // Bounds of the classification settings.
@@ -161,6 +162,9 @@ func parseMessageRules(v string) ([]failure.Rule, error) {
 	if err := json.Unmarshal([]byte(v), &raw); err != nil {
 		return nil, fmt.Errorf(`want a JSON array of rules such as [{"contains":"quota exceeded","class":"rate_limited"}]: %v`, err)
 	}
+	if err := strictjson.Check([]byte(v), nil); err != nil {
+		return nil, err
+	}
 	if len(raw) > maxClassifyRules {
 		return nil, fmt.Errorf("%d rules, the limit is %d", len(raw), maxClassifyRules)
 	}
@@ -177,9 +181,7 @@ func parseMessageRules(v string) ([]failure.Rule, error) {
 
 func parseMessageRule(raw json.RawMessage) (failure.Rule, error) {
 	var r ruleJSON
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	if err := strictjson.Decode(raw, &r); err != nil {
 		return failure.Rule{}, fmt.Errorf(`want an object {"contains" or "regexp": pattern, "class": class}, got %s: %v`, clipJSON(raw), err)
 	}
 	switch {

@@ -35,6 +35,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -506,6 +507,9 @@ func readConfigFile(path string) (*configFile, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%s: unexpected data after the JSON object of settings", path)
+	}
+	if err := strictjson.Check(b, nil); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	out := &configFile{vals: map[string]string{}}
 	for k, v := range raw {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/download"
+	"github.com/redrivehq/redrive/internal/strictjson"
 )
 
 // maxSchedules bounds the schedules of serve's configuration.
@@ -56,6 +56,9 @@ func parseSchedules(v string) ([]redrive.Periodic, error) {
 	if err := json.Unmarshal([]byte(v), &raw); err != nil || raw == nil {
 		return nil, fmt.Errorf(`want a JSON object of schedule names to schedules, e.g. {"nightly":{"cron":"0 2 * * *","kind":"http","payload":{"url":"https://example.com/sync"}}}, got %s`, clipJSON([]byte(v)))
 	}
+	if err := strictjson.Check([]byte(v), nil); err != nil {
+		return nil, err
+	}
 	if len(raw) > maxSchedules {
 		return nil, fmt.Errorf("%d schedules, the limit is %d", len(raw), maxSchedules)
 	}
@@ -79,9 +82,7 @@ func parseSchedule(name string, raw json.RawMessage) (redrive.Periodic, error) {
 		return fmt.Errorf("schedule %q: %s: %s", name, field, fmt.Sprintf(format, args...))
 	}
 	var s scheduleSpec
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	if err := strictjson.Decode(raw, &s); err != nil {
 		var ute *json.UnmarshalTypeError
 		if errors.As(err, &ute) && ute.Field != "" {
 			return redrive.Periodic{}, bad(ute.Field, "want a %s, got a JSON %s", ute.Type, ute.Value)
