@@ -328,18 +328,24 @@ const fenced = `WHERE id = ? AND state = 'running' AND lease = ? AND worker = ? 
 
 // Statements prepared once on the writer connection.
 var writeSQL = map[string]string{
-	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING RETURNING id`,
 	"byKey": `SELECT ` + jobColumns + ` FROM jobs WHERE idem_key = ?`,
 	// AddDead inserts a job that died elsewhere.
 	"insertDead": insertDeadSQL,
-	// Fetch selects the due jobs through the due index, then leases them
-	// by id: the selection returns one row, their ids as one JSON array
-	// (which the lease and the read back take as it is), how many there
-	// are and, for the counts, how many of them were scheduled.
-	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM (
-		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ? ORDER BY run_at, id LIMIT ?)`,
+	// Fetch selects the due jobs of one priority through the jobs_ready
+	// index, then leases them by id: the selection takes the highest
+	// priority of the queue's waiting jobs below ?2 (one probe of the
+	// index) and returns one row: the ids of its due jobs, oldest due
+	// first, as one JSON array (which the lease and the read back take as
+	// it is), how many there are, how many of them were scheduled (for
+	// the counts), and the priority (NULL: no waiting job below ?2).
+	"fetchSelect": `WITH top(p) AS (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < ?2
+		ORDER BY priority DESC LIMIT 1)
+	SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), (SELECT p FROM top) FROM (
+		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = (SELECT p FROM top) AND run_at <= ?3
+		ORDER BY run_at, id LIMIT ?4)`,
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,
