@@ -308,7 +308,11 @@ SELECT k FROM upd`),
 
 		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
 
-		nextDue: q(`SELECT min(run_at) FROM {jobs} WHERE state IN ('pending', 'scheduled') AND queue = $1`),
+		// NextDue: the earliest run_at of each distinct priority of the
+		// queue's waiting jobs (job_priorities), one probe of jobs_ready
+		// each.
+		nextDue: q(`SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND priority = p.p
+	ORDER BY run_at LIMIT 1)) FROM {schema}.job_priorities($1::text) AS p(p)`),
 
 		cancelLock: q(`SELECT state, queue FROM {jobs} WHERE id = $1 FOR UPDATE`),
 		cancelNow: q(`UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -583,7 +584,7 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 		return time.Time{}, false, err
 	}
 	var v sql.NullInt64
-	err = db.QueryRowContext(ctx, `SELECT min(run_at) FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?`, queue).Scan(&v)
+	err = db.QueryRowContext(ctx, firstDueSQL, queue, int64(math.MaxInt64)).Scan(&v)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("sqlite: next due: %w", err)
 	}

@@ -327,3 +327,42 @@ func testPriorityModel(x *h) {
 		}
 	}
 }
+
+// testPriorityDueTimes: NextDue and OldestDue see the waiting jobs of
+// every priority: the earliest is found whatever its priority, and a job
+// due later is not due, whatever its priority.
+func testPriorityDueTimes(x *h) {
+	now := at(0)
+	x.enqueue(now,
+		store.NewJob{Queue: "dq", Kind: "k", RunAt: at(-time.Minute), Priority: 50},
+		store.NewJob{Queue: "dq", Kind: "k", RunAt: at(-time.Hour), Priority: store.MinPriority},
+		store.NewJob{Queue: "dq", Kind: "k", RunAt: at(-2 * time.Minute)},
+		store.NewJob{Queue: "dq2", Kind: "k", RunAt: at(time.Hour), Priority: store.MaxPriority},
+		store.NewJob{Queue: "dq2", Kind: "k", RunAt: at(2 * time.Hour), Priority: -5},
+		store.NewJob{Queue: "dq2", Kind: "k", RunAt: at(-time.Second), Priority: -7},
+	)
+	for _, c := range []struct {
+		queue string
+		want  time.Time
+	}{{"dq", at(-time.Hour)}, {"dq2", at(-time.Second)}} {
+		got, ok, err := x.s.NextDue(x.ctx, c.queue)
+		if err != nil || !ok || !sameTime(got, c.want) {
+			x.t.Errorf("NextDue(%q) = %s, %v, %v; want %s", c.queue, fmtTime(got), ok, err, fmtTime(c.want))
+		}
+	}
+	got, err := x.s.OldestDue(x.ctx, []string{"dq", "dq2", "none"}, now)
+	if err != nil {
+		x.t.Fatalf("OldestDue: %v", err)
+	}
+	if len(got) != 2 || !sameTime(got["dq"], at(-time.Hour)) || !sameTime(got["dq2"], at(-time.Second)) {
+		x.t.Errorf("OldestDue = %v; want dq %s, dq2 %s", got, fmtTime(at(-time.Hour)), fmtTime(at(-time.Second)))
+	}
+	// The only job of dq2 due now leaves: dq2's next is the top priority's, an hour ahead.
+	x.fetch(store.FetchParams{Queue: "dq2", Limit: 1, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+	if got, ok, err := x.s.NextDue(x.ctx, "dq2"); err != nil || !ok || !sameTime(got, at(time.Hour)) {
+		x.t.Errorf("NextDue(dq2) after its due job left = %s, %v, %v; want %s", fmtTime(got), ok, err, fmtTime(at(time.Hour)))
+	}
+	if got, err := x.s.OldestDue(x.ctx, []string{"dq2"}, now); err != nil || len(got) != 0 {
+		x.t.Errorf("OldestDue(dq2) with nothing due = %v, %v; want none", got, err)
+	}
+}

@@ -68,6 +68,7 @@ var subtests = []subtest{
 	{"PriorityBehindBacklog", testPriorityBehindBacklog},
 	{"SetPriority", testSetPriority},
 	{"PriorityKept", testPriorityKept},
+	{"PriorityDueTimes", testPriorityDueTimes},
 	{"TimeZones", testTimeZones},
 	{"NextDue", testNextDue},
 	{"FinishComplete", testFinishComplete},

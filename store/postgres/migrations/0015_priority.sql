@@ -13,9 +13,11 @@ ALTER TABLE jobs ADD COLUMN priority smallint NOT NULL DEFAULT 0
 -- walks the distinct priorities of the queue's waiting jobs, highest
 -- first (one probe of this index each), and reads each as a range of due
 -- jobs, so that jobs of a higher priority due later are never walked
--- past. jobs_due (queue, run_at, id) stays for NextDue and the queues'
--- latency.
+-- past. It replaces jobs_due (queue, run_at, id): NextDue and the
+-- queues' latency take the earliest due job of each priority from it,
+-- and every enqueue and retry writes one index of waiting jobs, not two.
 CREATE INDEX jobs_ready ON jobs (queue, priority, run_at, id) WHERE state IN ('pending', 'scheduled');
+DROP INDEX jobs_due;
 
 -- The distinct priorities of a queue's waiting jobs, highest first: a
 -- loose scan of jobs_ready, one probe a priority. Fetch walks them and

@@ -10,6 +10,9 @@ ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0 CHECK (priority 
 -- Fetch: the waiting jobs of a queue by priority, then due time. Fetch
 -- reads one priority at a time (the highest first, found by one probe of
 -- this index), each a range of due jobs, so that jobs of a higher
--- priority due later are never walked past. jobs_due (queue, run_at, id)
--- stays for NextDue and the queues' latency.
+-- priority due later are never walked past. It replaces jobs_due (queue,
+-- run_at, id): NextDue and the queues' latency take the earliest due job
+-- of each priority from it, and every lease and enqueue keeps one index
+-- of waiting jobs up to date, not two.
 CREATE INDEX jobs_ready ON jobs (queue, priority, run_at, id) WHERE state IN ('pending', 'scheduled');
+DROP INDEX jobs_due;
