@@ -326,6 +326,13 @@ func (s *Store) applyMigration(ctx context.Context, v int, name, body string) er
 // parameter 4 is not NULL (a rescue), that lease ended before it.
 const fenced = `WHERE id = ? AND state = 'running' AND lease = ? AND worker = ? AND coalesce(lease_until < ?, 1)`
 
+// fetchTop is the highest priority below ?2 of the waiting jobs of queue
+// ?1 (NULL: none), one probe of the jobs_ready index. Fetch's selection
+// names it twice; SQLite runs a scalar subquery that refers to nothing
+// outside it once per statement.
+const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < ?2
+		ORDER BY priority DESC LIMIT 1)`
+
 // Statements prepared once on the writer connection.
 var writeSQL = map[string]string{
 	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority)
@@ -341,10 +348,8 @@ var writeSQL = map[string]string{
 	// first, as one JSON array (which the lease and the read back take as
 	// it is), how many there are, how many of them were scheduled (for
 	// the counts), and the priority (NULL: no waiting job below ?2).
-	"fetchSelect": `WITH top(p) AS (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < ?2
-		ORDER BY priority DESC LIMIT 1)
-	SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), (SELECT p FROM top) FROM (
-		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = (SELECT p FROM top) AND run_at <= ?3
+	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), ` + fetchTop + ` FROM (
+		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
 		ORDER BY run_at, id LIMIT ?4)`,
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
