@@ -380,8 +380,10 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		// One priority at a time, the highest first: each selection is a
 		// range of the jobs_ready index holding only due jobs, so jobs of
 		// a higher priority due later are skipped by a probe, not walked.
-		// With every job at one priority, it is one statement (and one
-		// more probe when fewer than the limit are due).
+		// With every job at one priority and enough due, it is one
+		// statement and one probe, as many as before priorities but the
+		// probe; when fewer than the limit are due, two more statements
+		// find that no lower priority waits.
 		var parts []string
 		for below := int64(store.MaxPriority + 1); n < int64(p.Limit); {
 			var part string
@@ -390,13 +392,20 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 			if err := s.stmt(tx, "fetchSelect").QueryRowContext(ctx, p.Queue, below, micros(dueBy), int64(p.Limit)-n).Scan(&part, &k, &sch, &prio); err != nil {
 				return fmt.Errorf("sqlite: fetch: %w", err)
 			}
-			if !prio.Valid {
-				break
-			}
-			below = prio.Int64
 			if k == 0 {
+				// None due at the top priority: is there a lower one?
+				if err := s.stmt(tx, "fetchTop").QueryRowContext(ctx, p.Queue, below).Scan(&prio); err != nil {
+					return fmt.Errorf("sqlite: fetch: %w", err)
+				}
+				if !prio.Valid {
+					break
+				}
+				// The top priority below the last one has no due job:
+				// go on below it.
+				below = prio.Int64
 				continue
 			}
+			below = prio.Int64
 			if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, part); err != nil {
 				return fmt.Errorf("sqlite: fetch: %w", err)
 			}

@@ -327,9 +327,8 @@ func (s *Store) applyMigration(ctx context.Context, v int, name, body string) er
 const fenced = `WHERE id = ? AND state = 'running' AND lease = ? AND worker = ? AND coalesce(lease_until < ?, 1)`
 
 // fetchTop is the highest priority below ?2 of the waiting jobs of queue
-// ?1 (NULL: none), one probe of the jobs_ready index. Fetch's selection
-// names it twice; SQLite runs a scalar subquery that refers to nothing
-// outside it once per statement.
+// ?1 (NULL: none), one probe of the jobs_ready index. SQLite runs a
+// scalar subquery that refers to nothing outside it once per statement.
 const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < ?2
 		ORDER BY priority DESC LIMIT 1)`
 
@@ -347,10 +346,13 @@ var writeSQL = map[string]string{
 	// index) and returns one row: the ids of its due jobs, oldest due
 	// first, as one JSON array (which the lease and the read back take as
 	// it is), how many there are, how many of them were scheduled (for
-	// the counts), and the priority (NULL: no waiting job below ?2).
-	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), ` + fetchTop + ` FROM (
-		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
+	// the counts), and their priority (NULL when none is due).
+	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), max(priority) FROM (
+		SELECT id, state, priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
 		ORDER BY run_at, id LIMIT ?4)`,
+	// fetchTop is the highest priority below ?2 of the queue's waiting
+	// jobs, for a fetch whose selection found none due at the top.
+	"fetchTop": `SELECT ` + fetchTop,
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,
