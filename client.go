@@ -155,6 +155,12 @@ type Request struct {
 	Dependency string
 	// NotReprocessable marks the job as never redrivable from the DLQ.
 	NotReprocessable bool
+	// Priority orders the job among the waiting jobs of its queue: the
+	// due jobs of the highest priority start first, by due time within a
+	// priority. From MinPriority (-100) to MaxPriority (100); the zero
+	// value is DefaultPriority. Client.SetPriority changes it while the
+	// job waits.
+	Priority int
 	// ReturnExisting answers a key held by a job of another kind, queue
 	// or payload with that job (Existing and Conflict set) instead of a
 	// *KeyConflictError.
@@ -188,6 +194,10 @@ func Dependency(name string) Option { return func(r *Request) { r.Dependency = n
 
 // NotReprocessable marks the job as never redrivable from the DLQ.
 func NotReprocessable() Option { return func(r *Request) { r.NotReprocessable = true } }
+
+// Priority gives the job priority p (see Request.Priority): from
+// MinPriority to MaxPriority, higher first, 0 by default.
+func Priority(p int) Option { return func(r *Request) { r.Priority = p } }
 
 // ReturnExisting answers an idempotency key held by a different job (of
 // another kind, queue or payload) with that job instead of an error.
@@ -381,8 +391,11 @@ func (c *Client) newJob(r *Request, now time.Time, valid *validNames) (store.New
 	if len(payload) > c.maxPayload {
 		return store.NewJob{}, fmt.Errorf("%w: payload is %d bytes, the limit is %d", ErrInvalid, len(payload), c.maxPayload)
 	}
+	if err := checkPriority(r.Priority); err != nil {
+		return store.NewJob{}, err
+	}
 	nj := store.NewJob{Queue: q, Kind: r.Kind, Payload: payload, RunAt: r.RunAt, MaxRetries: -1,
-		IdempotencyKey: r.IdempotencyKey, Dependency: r.Dependency, NotReprocessable: r.NotReprocessable}
+		IdempotencyKey: r.IdempotencyKey, Dependency: r.Dependency, NotReprocessable: r.NotReprocessable, Priority: r.Priority}
 	if nj.RunAt.IsZero() && r.Delay > 0 {
 		nj.RunAt = now.Add(r.Delay)
 	}

@@ -43,7 +43,7 @@ type Periodic struct {
 	// Payload is each job's payload, encoded as Enqueue encodes it.
 	Payload any
 	// Options apply to each job enqueued: InQueue, MaxRetries,
-	// WithPolicy, Dependency, NotReprocessable. IdempotencyKey, At,
+	// WithPolicy, Dependency, NotReprocessable, Priority. IdempotencyKey, At,
 	// After and ReturnExisting are the schedule's to set and are
 	// refused.
 	Options []Option
@@ -95,6 +95,7 @@ type periodicSpec struct {
 	Policy           *retry.Policy   `json:"policy,omitempty"`
 	Dependency       string          `json:"dependency,omitempty"`
 	NotReprocessable bool            `json:"not_reprocessable,omitempty"`
+	Priority         int             `json:"priority,omitempty"`
 	Missed           Missed          `json:"missed"`
 	Grace            string          `json:"grace"`
 }
@@ -171,6 +172,9 @@ func (p Periodic) compile() (*periodic, error) {
 			return nil, bad("dependency", err)
 		}
 	}
+	if r.Priority < MinPriority || r.Priority > MaxPriority {
+		return nil, bad("priority", fmt.Errorf("%d is out of range: want an integer from %d to %d", r.Priority, MinPriority, MaxPriority))
+	}
 	missed := p.Missed
 	switch missed {
 	case "":
@@ -188,7 +192,7 @@ func (p Periodic) compile() (*periodic, error) {
 	}
 	spec := periodicSpec{Cron: p.Cron, TimeZone: p.TimeZone, Kind: r.Kind, Queue: r.Queue, Payload: payload,
 		MaxRetries: r.MaxRetries, Policy: r.Policy, Dependency: r.Dependency, NotReprocessable: r.NotReprocessable,
-		Missed: missed, Grace: grace.String()}
+		Priority: r.Priority, Missed: missed, Grace: grace.String()}
 	if p.Every != 0 {
 		spec.Every = p.Every.String()
 	}
@@ -229,6 +233,9 @@ func decodeSpec(name string, raw json.RawMessage) (*periodic, error) {
 	}
 	if s.NotReprocessable {
 		p.Options = append(p.Options, NotReprocessable())
+	}
+	if s.Priority != 0 {
+		p.Options = append(p.Options, Priority(s.Priority))
 	}
 	return p.compile()
 }

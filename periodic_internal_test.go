@@ -262,6 +262,8 @@ func TestPeriodicValidate(t *testing.T) {
 		{Periodic{Name: "n", Every: time.Second, Kind: "k", Missed: "sometimes"}, `missed: "sometimes"`},
 		{Periodic{Name: "n", Every: time.Second, Kind: "k", Grace: -time.Second}, "grace: -1s"},
 		{Periodic{Name: "n", Every: time.Second, Kind: "k", Payload: make(chan int)}, "payload:"},
+		{Periodic{Name: "n", Every: time.Second, Kind: "k", Options: []Option{Priority(MaxPriority + 1)}}, "priority: 101 is out of range"},
+		{Periodic{Name: "n", Every: time.Second, Kind: "k", Options: []Option{Priority(-1000)}}, "priority: -1000 is out of range"},
 	} {
 		err := c.p.Validate()
 		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
@@ -299,5 +301,24 @@ func TestPeriodicRunRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c2.want) {
 			t.Errorf("Run with %+v: %v, want %q", c2.p, err, c2.want)
 		}
+	}
+}
+
+// TestPeriodicPriorityKept: a schedule's priority is in its stored spec,
+// and the spec read back gives its jobs that priority.
+func TestPeriodicPriorityKept(t *testing.T) {
+	p, err := Periodic{Name: "n", Every: time.Second, Kind: "k", Options: []Option{Priority(-7)}}.compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(p.raw), `"priority":-7`) {
+		t.Errorf("stored spec %s has no priority -7", p.raw)
+	}
+	back, err := decodeSpec("n", p.raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.req.Priority != -7 {
+		t.Errorf("spec read back: priority %d, want -7", back.req.Priority)
 	}
 }

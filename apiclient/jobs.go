@@ -111,6 +111,17 @@ func (c *Client) CancelJob(ctx context.Context, id int64) (*redrive.Job, error) 
 	return &j, nil
 }
 
+// SetPriority changes the priority of a waiting job (POST
+// /v1/jobs/{id}/priority) and returns the job. A job that no longer waits
+// is a 409 (*Error, code "conflict"), a priority out of range a 400.
+func (c *Client) SetPriority(ctx context.Context, id int64, priority int) (*redrive.Job, error) {
+	var j redrive.Job
+	if err := c.post(ctx, jobPath(id, "priority"), PriorityRequest{Priority: &priority}, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
 // ListJobs returns one page of the jobs q selects, the newest first (GET
 // /v1/jobs). Its Next is the Cursor of the following page ("" on the
 // last); JobPages walks them all.

@@ -31,6 +31,16 @@ type EnqueueRequest struct {
 	// ReturnExisting answers a key held by a different job (another
 	// kind, queue or payload) with that job instead of 409.
 	ReturnExisting bool `json:"return_existing"`
+	// Priority orders the job among the waiting jobs of its queue,
+	// higher first: an integer from -100 to 100, 0 (the default) when
+	// absent.
+	Priority int `json:"priority,omitempty"`
+}
+
+// PriorityRequest is the body of POST /v1/jobs/{id}/priority.
+type PriorityRequest struct {
+	// Priority is the job's new priority, from -100 to 100 (required).
+	Priority *int `json:"priority"`
 }
 
 // BatchRequest is the body of POST /v1/jobs/batch.

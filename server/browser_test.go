@@ -326,7 +326,7 @@ func startDemo(t *testing.T, token string) *demo {
 		reqs = append(reqs, redrive.Request{Kind: "webhook.deliver", Payload: map[string]any{"url": "https://hooks.example.com/orders", "order": 1000 + i}, Queue: "webhooks"})
 	}
 	reqs = append(reqs, redrive.Request{Kind: "report.build", Payload: map[string]any{"month": "2026-10"}})
-	reqs = append(reqs, redrive.Request{Kind: "email.send", Payload: map[string]any{"to": "later@example.com"}, Delay: time.Hour})
+	reqs = append(reqs, redrive.Request{Kind: "email.send", Payload: map[string]any{"to": "later@example.com"}, Delay: time.Hour, Priority: 5})
 	reqs = append(reqs, redrive.Request{Kind: "crm.sync", Payload: map[string]any{"contact": 77}})
 	jobs, err := d.client.EnqueueMany(context.Background(), reqs)
 	if err != nil {
@@ -496,6 +496,9 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.WaitVisible(css(fmt.Sprintf(`[data-job-page="%d"] #next-run`, d.later))))
 	if why := b.textNow(t, `#why-then`); !strings.Contains(why, "scheduled when enqueued") {
 		t.Errorf("why the job for later runs then: %q", why)
+	}
+	if p := b.textNow(t, `#priority`); !strings.HasPrefix(p, "5 ") {
+		t.Errorf("priority of the job for later (5): %q", p)
 	}
 	if next := b.textNow(t, `#next-run`); !strings.Contains(next, "(in 1h)") {
 		t.Errorf("next run of the job for later: %q, want it in 1h", next)

@@ -136,7 +136,9 @@ func jsonTypeName(t string) string {
 		return "a string"
 	case t == "bool":
 		return "a boolean"
-	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"), strings.HasPrefix(t, "float"), strings.HasPrefix(t, "*int"):
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"), strings.HasPrefix(t, "*int"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
 		return "a number"
 	case strings.HasPrefix(t, "[]"):
 		return "an array"

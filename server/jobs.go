@@ -75,7 +75,53 @@ func toRequest(in *EnqueueRequest, prefix string, now time.Time) (redrive.Reques
 		n := *in.MaxRetries
 		r.MaxRetries = &n
 	}
+	if err := checkPriority(prefix, in.Priority); err != nil {
+		return r, err
+	}
+	r.Priority = in.Priority
 	return r, nil
+}
+
+// checkPriority refuses a priority out of range with 400 on the field
+// priority (prefix qualifies it).
+func checkPriority(prefix string, p int) error {
+	if p < redrive.MinPriority || p > redrive.MaxPriority {
+		return badRequest(prefix+"priority", "priority must be an integer from %d to %d, got %d", redrive.MinPriority, redrive.MaxPriority, p)
+	}
+	return nil
+}
+
+// setPriority changes a waiting job's priority: 409 for a job that
+// no longer waits (running or finished), 404 for an unknown one.
+func (a *api) setPriority(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var in apiclient.PriorityRequest
+	if err := a.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if in.Priority == nil {
+		return badRequest("priority", "priority is required: an integer from %d to %d", redrive.MinPriority, redrive.MaxPriority)
+	}
+	if err := checkPriority("", *in.Priority); err != nil {
+		return err
+	}
+	j, err := a.client.SetPriority(r.Context(), id, *in.Priority)
+	if err != nil {
+		if errors.Is(err, redrive.ErrConflict) {
+			state := ""
+			if cur, gerr := a.client.Get(r.Context(), id); gerr == nil {
+				state = " (it is " + string(cur.State) + ")"
+			}
+			return &apiError{status: http.StatusConflict, code: "conflict",
+				msg: fmt.Sprintf("job %d is not waiting%s: only a pending or scheduled job's priority can change", id, state)}
+		}
+		return notFound(err, id)
+	}
+	writeJSON(w, http.StatusOK, j)
+	return nil
 }
 
 // payloadError names the field of an invalid payload the client refused:

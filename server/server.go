@@ -184,6 +184,7 @@ var routes = []string{
 	"GET /v1/jobs",
 	"GET /v1/jobs/{id}",
 	"POST /v1/jobs/{id}/cancel",
+	"POST /v1/jobs/{id}/priority",
 	"GET /v1/dlq",
 	"DELETE /v1/dlq",
 	"GET /v1/dlq/groups",
@@ -288,6 +289,7 @@ func New(opts Options) *Server {
 	handlers["POST /v1/dlq/export"] = a.exportDead
 	a.ops.client, a.ops.exportDir = opts.Client, opts.ExportDir
 	// How many jobs a listing, a purge or a redrive selects (count.go).
+	handlers["POST /v1/jobs/{id}/priority"] = a.setPriority
 	handlers["GET /v1/jobs/count"] = a.countJobs
 	handlers["GET /v1/dlq/count"] = a.countDead
 	// The managed RabbitMQ queues (amqpqueues.go).

@@ -118,6 +118,11 @@ type Job struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Dependency names the circuit breaker guarding the job's dependency.
 	Dependency string `json:"dependency,omitempty"`
+	// Priority orders the waiting jobs of a queue: Fetch leases the due
+	// jobs of the highest priority first, by due time within a priority.
+	// It is between MinPriority and MaxPriority, DefaultPriority (0)
+	// unless the enqueue or SetPriority chose another.
+	Priority int `json:"priority"`
 	// Reprocessable is false for a job that must never be redriven.
 	Reprocessable bool `json:"reprocessable"`
 
@@ -377,6 +382,28 @@ type NewJob struct {
 	Dependency     string
 	// NotReprocessable marks the job as never redrivable from the DLQ.
 	NotReprocessable bool
+	// Priority is the job's priority (Job.Priority), between MinPriority
+	// and MaxPriority; 0 is DefaultPriority.
+	Priority int
+}
+
+// The range of job priorities (Job.Priority). Higher runs first.
+const (
+	// MinPriority is the lowest priority: such jobs wait for every other.
+	MinPriority = -100
+	// MaxPriority is the highest priority.
+	MaxPriority = 100
+	// DefaultPriority is the priority of a job enqueued without one.
+	DefaultPriority = 0
+)
+
+// CheckPriority returns an ErrInvalid error naming the field "priority"
+// when p is outside MinPriority..MaxPriority.
+func CheckPriority(p int) error {
+	if p < MinPriority || p > MaxPriority {
+		return fmt.Errorf("%w: priority %d is out of range (want an integer from %d to %d)", ErrInvalid, p, MinPriority, MaxPriority)
+	}
+	return nil
 }
 
 // FetchParams selects and leases due jobs.
@@ -753,7 +780,9 @@ type Store interface {
 	// queue's StatDead counter of its class, as a death in the store does.
 	AddDead(ctx context.Context, jobs []DeadJob, now time.Time) ([]*Job, error)
 
-	// Fetch leases up to p.Limit due jobs of p.Queue, oldest due first:
+	// Fetch leases up to p.Limit due jobs of p.Queue, highest priority
+	// first and, within a priority, oldest due first (ties by id), and
+	// returns them in that order:
 	// each becomes running with Attempt and Lease (its lease token)
 	// incremented, AttemptedAt = p.Now, the lease and the worker set. A
 	// job is never leased twice at once.
@@ -819,6 +848,12 @@ type Store interface {
 	// heartbeat; a Notifier also announces it with CancelNotice).
 	// Completed and canceled jobs give ErrConflict.
 	Cancel(ctx context.Context, id int64, now time.Time) (*Job, error)
+
+	// SetPriority changes the priority of a waiting (pending or
+	// scheduled) job and returns it. A running or finished job gives
+	// ErrConflict, an unknown id ErrNotFound, a priority out of range
+	// ErrInvalid (CheckPriority); nothing is changed then.
+	SetPriority(ctx context.Context, id int64, priority int) (*Job, error)
 
 	// Redrive moves dead jobs back to pending: attempt and retry count
 	// reset, history kept with a redriven event, payload optionally

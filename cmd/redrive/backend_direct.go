@@ -57,6 +57,9 @@ func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (
 	if in.ReturnExisting {
 		opts = append(opts, redrive.ReturnExisting())
 	}
+	if in.Priority != 0 {
+		opts = append(opts, redrive.Priority(in.Priority))
+	}
 	var payload any
 	if len(in.Payload) > 0 {
 		payload = in.Payload
@@ -126,6 +129,16 @@ func (d *directBackend) Count(ctx context.Context, q listQuery) (int64, error) {
 		return 0, err
 	}
 	return d.c.Count(ctx, f)
+}
+
+func (d *directBackend) SetPriority(ctx context.Context, id int64, priority int) (*redrive.Job, error) {
+	j, err := d.c.SetPriority(ctx, id, priority)
+	if errors.Is(err, store.ErrConflict) {
+		if cur, gerr := d.c.Get(ctx, id); gerr == nil {
+			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: only a pending or scheduled job's priority can change", id, cur.State), err: err}
+		}
+	}
+	return j, jobError(id, err)
 }
 
 func (d *directBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
@@ -208,7 +221,7 @@ var httpValidator = httpjob.New(httpjob.Options{AllowLinkLocalSetting: "serve --
 func (d *directBackend) EnqueueBatch(ctx context.Context, reqs []apiclient.EnqueueRequest) ([]*redrive.Job, error) {
 	rs := make([]redrive.Request, len(reqs))
 	for i, in := range reqs {
-		rs[i] = redrive.Request{Kind: in.Kind, Queue: in.Queue, Payload: in.Payload, MaxRetries: in.MaxRetries}
+		rs[i] = redrive.Request{Kind: in.Kind, Queue: in.Queue, Payload: in.Payload, MaxRetries: in.MaxRetries, Priority: in.Priority}
 	}
 	return d.c.EnqueueMany(ctx, rs)
 }

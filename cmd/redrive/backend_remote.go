@@ -38,6 +38,10 @@ func (r *remoteBackend) Get(ctx context.Context, id int64) (*redrive.Job, error)
 	return r.api.Job(ctx, id)
 }
 
+func (r *remoteBackend) SetPriority(ctx context.Context, id int64, priority int) (*redrive.Job, error) {
+	return r.api.SetPriority(ctx, id, priority)
+}
+
 func (r *remoteBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
 	return r.api.CancelJob(ctx, id)
 }

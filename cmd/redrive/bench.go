@@ -97,6 +97,7 @@ Workloads:
 		newBenchFailureCmd(g, o),
 		newBenchLatenessCmd(g, o),
 		newBenchDepthCmd(g, o),
+		newBenchPriorityCmd(g, o),
 		newBenchDLQCmd(g, o),
 		newBenchAllCmd(g, o),
 		newBenchWorkerCmd(o),
@@ -340,6 +341,42 @@ on a fresh database with --compare waiting jobs and the rates are compared.`,
 	f.IntVar(&p.Waiting, "waiting", p.Waiting, "jobs waiting (due far in the future)")
 	f.IntVar(&p.Due, "due", p.Due, "no-op jobs due now, burnt down")
 	f.IntVar(&p.Compare, "compare", p.Compare, "waiting jobs of the baseline run (0: no baseline)")
+	return cmd
+}
+
+func newBenchPriorityCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	p := bench.PriorityParams{Backlog: bench.DefaultPriorityBacklog, Probes: bench.DefaultPriorityProbes,
+		Interval: bench.Duration(bench.DefaultPriorityInterval)}
+	var interval = bench.DefaultPriorityInterval
+	cmd := &cobra.Command{
+		Use:   "priority",
+		Short: "Start latency of high-priority jobs behind a backlog of due ones",
+		Long: `Pre-insert --backlog no-op jobs of the default priority (0), all due, start the
+worker, and while it burns them down enqueue --probes jobs of priority 10, one
+every --interval. Each probe's latency is from the start of its Enqueue call
+to the start of its handler; the p50, p90, p99 and the largest are printed,
+with how many backlog jobs had not started when the last probe did (the run
+fails its check when the backlog ran out first).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case p.Backlog < 1:
+				return flagErrorf(cmd, "--backlog must be at least 1, got %d", p.Backlog)
+			case p.Probes < 1:
+				return flagErrorf(cmd, "--probes must be at least 1, got %d", p.Probes)
+			case interval < 0:
+				return flagErrorf(cmd, "--interval must not be negative, got %s", interval)
+			}
+			p.Interval = bench.Duration(interval)
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.Priority(ctx, cfg, p))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&p.Backlog, "backlog", p.Backlog, "due jobs of the default priority ahead of the probes")
+	f.IntVar(&p.Probes, "probes", p.Probes, "high-priority jobs enqueued during the burn-down")
+	f.DurationVar(&interval, "interval", interval, "time between two probes")
 	return cmd
 }
 

@@ -59,6 +59,7 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 		queue, key string
 		delay      time.Duration
 		maxRetries int
+		priority   int
 		existing   bool
 	)
 	cmd := &cobra.Command{
@@ -90,6 +91,10 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 			}
 			in.MaxRetries = &maxRetries
 		}
+		if err := checkPriorityFlag(cmd, "--priority", priority); err != nil {
+			return err
+		}
+		in.Priority = priority
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
 			j, err := b.Enqueue(ctx, in)
 			if err != nil {
@@ -119,6 +124,7 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 	f.StringVar(&queue, "queue", "", "queue (default \"default\")")
 	f.DurationVar(&delay, "delay", 0, "run the job after this delay (e.g. 30s, 1h)")
 	f.IntVar(&maxRetries, "max-retries", 0, "retries after the first attempt (default: the policy's)")
+	f.IntVar(&priority, "priority", redrive.DefaultPriority, fmt.Sprintf("priority from %d to %d: the due jobs of a queue start highest first", redrive.MinPriority, redrive.MaxPriority))
 	f.StringVar(&key, "key", "", "idempotency key: enqueue nothing while a job holds it (a different job holding it is an error)")
 	f.BoolVar(&existing, "return-existing", false, "with --key: when a different job holds the key, show it instead of failing")
 	addConnFlags(cmd, &c)
@@ -127,8 +133,55 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 
 // newJobsCmd is `redrive jobs`.
 func newJobsCmd(g *globalOptions) *cobra.Command {
-	cmd := &cobra.Command{Use: "jobs", Short: "List, show and cancel jobs", Args: cobra.NoArgs}
-	cmd.AddCommand(newListCmd(g, false), newShowCmd(g, false), newCancelCmd(g))
+	cmd := &cobra.Command{Use: "jobs", Short: "List, show, cancel and reprioritize jobs", Args: cobra.NoArgs}
+	cmd.AddCommand(newListCmd(g, false), newShowCmd(g, false), newCancelCmd(g), newPriorityCmd(g))
+	return cmd
+}
+
+// checkPriorityFlag refuses a priority out of range, given as name.
+func checkPriorityFlag(cmd *cobra.Command, name string, p int) error {
+	if p < redrive.MinPriority || p > redrive.MaxPriority {
+		return flagErrorf(cmd, "%s must be an integer from %d to %d, got %d", name, redrive.MinPriority, redrive.MaxPriority, p)
+	}
+	return nil
+}
+
+// newPriorityCmd is `redrive jobs priority ID --priority N`.
+func newPriorityCmd(g *globalOptions) *cobra.Command {
+	var (
+		c connOptions
+		p int
+	)
+	cmd := &cobra.Command{Use: "priority ID --priority N", Short: "Change a waiting job's priority",
+		Long: fmt.Sprintf(`Change the priority of a pending or scheduled job to N, from %d to %d
+(higher starts first; 0 is the default). A running or finished job's
+priority cannot change.
+`, redrive.MinPriority, redrive.MaxPriority) + connHelp, Args: cobra.ExactArgs(1)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := parseID(cmd, args[0])
+		if err != nil {
+			return err
+		}
+		if !cmd.Flags().Changed("priority") {
+			return flagErrorf(cmd, "--priority is required: an integer from %d to %d", redrive.MinPriority, redrive.MaxPriority)
+		}
+		if err := checkPriorityFlag(cmd, "--priority", p); err != nil {
+			return err
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			j, err := b.SetPriority(ctx, id, p)
+			if err != nil {
+				return err
+			}
+			if g.JSON {
+				return writeJSON(cmd.OutOrStdout(), j)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "job %d: %s, priority %d\n", j.ID, j.State, j.Priority)
+			return err
+		})(cmd, args)
+	}
+	cmd.Flags().IntVar(&p, "priority", 0, fmt.Sprintf("the new priority, from %d to %d", redrive.MinPriority, redrive.MaxPriority))
+	addConnFlags(cmd, &c)
 	return cmd
 }
 

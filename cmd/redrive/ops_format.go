@@ -80,6 +80,9 @@ func writeJob(out io.Writer, j *redrive.Job) error {
 	}
 	add("idempotency key", j.IdempotencyKey)
 	add("dependency", j.Dependency)
+	if j.Priority != redrive.DefaultPriority {
+		add("priority", strconv.Itoa(j.Priority))
+	}
 	if !j.Reprocessable {
 		add("reprocessable", "no")
 	}

@@ -21,7 +21,7 @@ const maxSchedules = 1000
 // object of the config file (or --schedules, $REDRIVE_SCHEDULES, as JSON
 // text).
 var scheduleSettings = []setting{
-	{name: "schedules", help: `periodic jobs, as a JSON object of schedule names to {"cron" (five fields or @daily...) or "every" (a duration), "time_zone", "kind", "queue", "payload", "missed" (skip or run_once), "grace", "max_retries", "dependency"}, e.g. {"nightly-sync":{"cron":"0 2 * * *","time_zone":"America/New_York","kind":"http","payload":{"url":"https://example.com/sync","method":"POST"},"missed":"run_once"}}`, apply: func(c *Serve, v string) error {
+	{name: "schedules", help: `periodic jobs, as a JSON object of schedule names to {"cron" (five fields or @daily...) or "every" (a duration), "time_zone", "kind", "queue", "payload", "missed" (skip or run_once), "grace", "max_retries", "dependency", "priority" (-100 to 100, higher first)}, e.g. {"nightly-sync":{"cron":"0 2 * * *","time_zone":"America/New_York","kind":"http","payload":{"url":"https://example.com/sync","method":"POST"},"missed":"run_once"}}`, apply: func(c *Serve, v string) error {
 		ps, err := parseSchedules(v)
 		c.Schedules = ps
 		return err
@@ -40,10 +40,11 @@ type scheduleSpec struct {
 	Grace      string          `json:"grace"`
 	MaxRetries *int            `json:"max_retries"`
 	Dependency string          `json:"dependency"`
+	Priority   *int            `json:"priority"`
 }
 
 // scheduleFields lists the fields of a schedule, for errors.
-const scheduleFields = "cron, every, time_zone, kind, queue, payload, missed, grace, max_retries, dependency"
+const scheduleFields = "cron, every, time_zone, kind, queue, payload, missed, grace, max_retries, dependency, priority"
 
 // parseSchedules parses the "schedules" setting: a JSON object of
 // schedule names to their specs, each checked as redrive.Periodic
@@ -124,6 +125,12 @@ func parseSchedule(name string, raw json.RawMessage) (redrive.Periodic, error) {
 	}
 	if s.Dependency != "" {
 		p.Options = append(p.Options, redrive.Dependency(s.Dependency))
+	}
+	if s.Priority != nil {
+		if *s.Priority < redrive.MinPriority || *s.Priority > redrive.MaxPriority {
+			return redrive.Periodic{}, bad("priority", "%d: want an integer from %d to %d", *s.Priority, redrive.MinPriority, redrive.MaxPriority)
+		}
+		p.Options = append(p.Options, redrive.Priority(*s.Priority))
 	}
 	if err := p.Validate(); err != nil {
 		// "periodic "x": invalid request: cron: ..." -> "schedule "x": cron: ..."

@@ -28,7 +28,7 @@ func TestScheduleConfig(t *testing.T) {
 	c, err := loadScheduleConfig(t, `{"queues": {"default": 4, "sync": 2}, "schedules": {
 		"nightly-sync": {"cron": "0 2 * * *", "time_zone": "America/New_York", "kind": "http", "queue": "sync",
 			"payload": {"url": "https://example.com/sync", "method": "POST"}, "missed": "run_once", "grace": "5m", "max_retries": 5,
-			"dependency": "http:example.com"},
+			"dependency": "http:example.com", "priority": -40},
 		"ping": {"every": "30s", "kind": "http", "payload": {"url": "https://example.com/ping"}}}}`, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -38,14 +38,14 @@ func TestScheduleConfig(t *testing.T) {
 	}
 	n, p := c.Schedules[0], c.Schedules[1] // sorted by name
 	if n.Name != "nightly-sync" || n.Cron != "0 2 * * *" || n.TimeZone != "America/New_York" || n.Missed != redrive.MissedRunOnce ||
-		n.Grace != 5*time.Minute || len(n.Options) != 3 {
+		n.Grace != 5*time.Minute || len(n.Options) != 4 {
 		t.Errorf("nightly-sync: %+v", n)
 	}
 	r := redrive.Request{}
 	for _, o := range n.Options {
 		o(&r)
 	}
-	if r.Queue != "sync" || r.MaxRetries == nil || *r.MaxRetries != 5 || r.Dependency != "http:example.com" {
+	if r.Queue != "sync" || r.MaxRetries == nil || *r.MaxRetries != 5 || r.Dependency != "http:example.com" || r.Priority != -40 {
 		t.Errorf("nightly-sync options: %+v", r)
 	}
 	if p.Name != "ping" || p.Every != 30*time.Second || p.Kind != "http" {
@@ -75,6 +75,10 @@ func TestScheduleConfigErrors(t *testing.T) {
 		{`{"s": {"every": "1m", "kind": "http", "grace": "0s"}}`, `schedule "s": grace: "0s": want more than 0`},
 		{`{"s": {"every": "1m", "kind": "http", "max_retries": -1}}`, `schedule "s": max_retries: -1: want 0 to 1000`},
 		{`{"s": {"every": "1m", "kind": "http", "max_retries": "3"}}`, `schedule "s": max_retries: want a int, got a JSON string`},
+		{`{"s": {"every": "1m", "kind": "http", "priority": 101}}`, `schedule "s": priority: 101: want an integer from -100 to 100`},
+		{`{"s": {"every": "1m", "kind": "http", "priority": -1000}}`, `schedule "s": priority: -1000: want an integer from -100 to 100`},
+		{`{"s": {"every": "1m", "kind": "http", "priority": 1.5}}`, `schedule "s": priority: want a int, got a JSON number`},
+		{`{"s": {"every": "1m", "kind": "http", "priority": "high"}}`, `schedule "s": priority: want a int, got a JSON string`},
 		{`{"s": {"every": "1m", "kind": "http", "colour": "red"}}`, `schedule "s": want an object of cron, every,`},
 		{`{"a/b": {"every": "1m", "kind": "http"}}`, `schedules: schedule name "a/b" holds a path separator`},
 		{`{"s": {"every": "1m", "kind": "http", "dependency": " x"}}`, `schedule "s": dependency: `},
@@ -100,6 +104,9 @@ func FuzzScheduleConfig(f *testing.F) {
 		`{"x": {"cron": "TZ=UTC 0 0 * * *", "kind": "http"}}`,
 		`{"x": {"cron": "0 0 30 2 *", "kind": "http"}}`,
 		`{"x": {"every": "1m", "kind": "http", "queue": "q"}}`,
+		`{"x": {"every": "1m", "kind": "http", "priority": 100}}`,
+		`{"x": {"every": "1m", "kind": "http", "priority": -101}}`,
+		`{"x": {"every": "1m", "kind": "http", "priority": 2.5}}`,
 		`{"x": null}`, `{}`, `null`, `[]`, `"text"`, `{"x": {"every": 60}}`,
 	} {
 		f.Add(s)
@@ -113,6 +120,13 @@ func FuzzScheduleConfig(f *testing.F) {
 			return
 		}
 		for _, p := range c.Schedules {
+			r := redrive.Request{}
+			for _, o := range p.Options {
+				o(&r)
+			}
+			if r.Priority < redrive.MinPriority || r.Priority > redrive.MaxPriority {
+				t.Fatalf("accepted schedule %q with priority %d", p.Name, r.Priority)
+			}
 			if err := p.Validate(); err != nil {
 				t.Fatalf("accepted schedule %q that Validate refuses: %v", p.Name, err)
 			}

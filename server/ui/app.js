@@ -690,6 +690,7 @@ async function jobPage(id) {
           kv('Queue', h('a', { href: `#/jobs?queue=${encodeURIComponent(j.queue)}` }, j.queue)), kv('Kind', j.kind),
           kv('State', h('span', { 'data-live': j.state === 'running' }, j.state)),
           j.progress && kv(j.state === 'running' ? 'Progress' : 'Final progress', progressBar(j.progress), 'progress'),
+          kv('Priority', `${j.priority || 0}${j.priority > 0 ? ' (starts before lower priorities)' : j.priority < 0 ? ' (waits for higher priorities)' : ' (default)'}`, 'priority'),
           kv('Attempt', `${j.attempt}${j.max_retries >= 0 ? ` of ${j.max_retries + 1}` : ''}`),
           kv('Created', fmtTime(j.created_at)),
           waiting ? kv('Next run', [fmtTime(j.run_at), ' ', h('span', { class: 'muted' }, `(${fmtAgo(j.run_at)})`)], 'next-run')

@@ -23,6 +23,7 @@ var jobOIDs = []uint32{
 	pgtype.TimestamptzOID, pgtype.TimestamptzOID, pgtype.TextOID, pgtype.TextOID, pgtype.Int4OID, // last_failed_at .. redriven
 	pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TimestamptzOID, pgtype.Int8OID, // last_duration .. replay_of
 	pgtype.Int8OID, // lease
+	pgtype.Int2OID, // priority
 }
 
 // jobNullable marks the columns of jobColumns that may be NULL; every
@@ -118,6 +119,14 @@ func (r *rawReader) int4(i int) int {
 	return int(int32(binary.BigEndian.Uint32(r.vals[i])))
 }
 
+func (r *rawReader) int2(i int) int {
+	if len(r.vals[i]) != 2 {
+		r.fail(i)
+		return 0
+	}
+	return int(int16(binary.BigEndian.Uint16(r.vals[i])))
+}
+
 func (r *rawReader) bool(i int) bool {
 	if len(r.vals[i]) != 1 {
 		r.fail(i)
@@ -192,6 +201,7 @@ func (sc *jobScan) decodeRaw(vals [][]byte, binaryHistory bool) (*store.Job, err
 		Fingerprint:     r.text(24),
 		Redriven:        r.int4(25),
 		Lease:           r.int8(32),
+		Priority:        r.int2(33),
 	}
 	if p := r.bytes(7); len(p) > 0 {
 		j.Policy = json.RawMessage(p)

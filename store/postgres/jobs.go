@@ -44,6 +44,7 @@ type jobScan struct {
 	pDone, pTotal            *int64
 	pAt                      *time.Time
 	replayOf                 *int64
+	priority                 int16
 	dest                     []any
 }
 
@@ -53,7 +54,7 @@ func newJobScan(withHistory bool) *jobScan {
 	sc.dest = []any{&j.ID, &j.Queue, &j.Kind, &sc.payload, &sc.state, &j.Attempt, &j.MaxRetries, &sc.policy, &sc.idem, &j.Dependency,
 		&j.Reprocessable, &j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &sc.worker, &j.CancelRequested,
 		&j.RetryCount, &j.LastError, &sc.class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven,
-		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf, &j.Lease}
+		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf, &j.Lease, &sc.priority}
 	if withHistory {
 		sc.dest = append(sc.dest, &sc.history)
 	}
@@ -99,6 +100,7 @@ func (sc *jobScan) scan(row pgx.Row) (*store.Job, error) {
 	if sc.replayOf != nil {
 		j.ReplayOf = *sc.replayOf
 	}
+	j.Priority = int(sc.priority)
 	if sc.pDone != nil {
 		j.Progress = &store.JobProgress{Done: *sc.pDone}
 		if sc.pTotal != nil {
@@ -244,8 +246,10 @@ type enqueueBatch struct {
 	runAts                            []time.Time
 	// nows are the enqueue times (created_at), one per job: a batch
 	// merged from several calls (see group.go) holds each call's own.
-	nows    []time.Time
-	hasKeys bool
+	nows []time.Time
+	// priorities are the jobs' priorities (store.Job.Priority).
+	priorities []int16
+	hasKeys    bool
 }
 
 func validateNew(nj *store.NewJob) error {
@@ -278,7 +282,7 @@ func validateNew(nj *store.NewJob) error {
 	if nj.MaxRetries > 1<<31-1 || nj.MaxRetries < -1<<31 {
 		return fmt.Errorf("%w: max retries %d out of range", store.ErrInvalid, nj.MaxRetries)
 	}
-	return nil
+	return store.CheckPriority(nj.Priority)
 }
 
 func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
@@ -287,6 +291,7 @@ func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
 		queues: make([]string, n), kinds: make([]string, n), states: make([]string, n), keys: make([]string, n), deps: make([]string, n),
 		payloads: make([][]byte, n), policies: make([][]byte, n), maxRetries: make([]int32, n),
 		reproc: make([]bool, n), isNew: make([]bool, n), runAts: make([]time.Time, n), nows: make([]time.Time, n),
+		priorities: make([]int16, n),
 	}
 	now = ts(now)
 	seen := map[string]bool{}
@@ -311,6 +316,7 @@ func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
 		b.reproc[i] = !nj.NotReprocessable
 		b.runAts[i] = ts(runAt)
 		b.nows[i] = now
+		b.priorities[i] = int16(nj.Priority)
 		b.states[i] = string(dueState(b.runAts[i], now))
 		// A key repeated within the call: only its first job is inserted,
 		// the others get that job back.
@@ -328,7 +334,7 @@ func (b *enqueueBatch) job(i int, id int64, nj *store.NewJob) *store.Job {
 	return &store.Job{
 		ID: id, Queue: b.queues[i], Kind: b.kinds[i], Payload: json.RawMessage(b.payloads[i]), State: store.State(b.states[i]),
 		MaxRetries: int(b.maxRetries[i]), Policy: nj.Policy, IdempotencyKey: b.keys[i], Dependency: b.deps[i],
-		Reprocessable: b.reproc[i], CreatedAt: b.nows[i], RunAt: b.runAts[i], History: []store.Event{},
+		Reprocessable: b.reproc[i], CreatedAt: b.nows[i], RunAt: b.runAts[i], Priority: int(b.priorities[i]), History: []store.Event{},
 	}
 }
 
@@ -562,7 +568,7 @@ func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b
 		return s.enqueuePlain(ctx, q, jobs, b)
 	}
 	rows, err := q.Query(ctx, s.sql.enqueue, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.keys, b.deps,
-		b.reproc, b.runAts, b.isNew, b.nows, shard())
+		b.reproc, b.runAts, b.isNew, b.nows, shard(), b.priorities)
 	if err != nil {
 		return nil, err
 	}
@@ -639,8 +645,8 @@ func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b
 }
 
 // Fetch implements store.Store with one statement: the due jobs are
-// locked with FOR UPDATE SKIP LOCKED, leased and returned in (run_at,
-// id) order, without their history.
+// locked with FOR UPDATE SKIP LOCKED, leased and returned in (priority
+// descending, run_at, id) order, without their history.
 func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -666,8 +672,11 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	if err != nil {
 		return nil, s.fail("fetch", err)
 	}
-	// In (run_at, id) order, as they were picked.
+	// In (priority descending, run_at, id) order, as they were picked.
 	slices.SortFunc(jobs, func(a, b *store.Job) int {
+		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+			return c
+		}
 		if c := a.RunAt.Compare(b.RunAt); c != 0 {
 			return c
 		}
@@ -1545,7 +1554,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 // statement (see statements.enqueuePlain).
 func (s *Store) enqueuePlain(ctx context.Context, q querier, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 	rows, err := q.Query(ctx, s.sql.enqueuePlain, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.deps,
-		b.reproc, b.runAts, b.nows, shard())
+		b.reproc, b.runAts, b.nows, shard(), b.priorities)
 	if err != nil {
 		return nil, err
 	}

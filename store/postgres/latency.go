@@ -3,11 +3,14 @@ package postgres
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // OldestDue implements store.Store with one statement, in which each
-// queue is one probe of the jobs_due index (queue, run_at, id), the
-// partial index of the pending and scheduled jobs.
+// queue is one probe of the jobs_ready index (queue, priority, run_at,
+// id) per distinct priority of its waiting jobs (job_priorities), and one
+// more for each to find the priorities.
 func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (map[string]time.Time, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -16,9 +19,9 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 	if len(queues) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT q, (SELECT run_at FROM `+s.sql.jobs+`
-	WHERE state IN ('pending', 'scheduled') AND queue = q AND run_at <= $2
-	ORDER BY run_at LIMIT 1)
+	rows, err := s.pool.Query(ctx, `SELECT q, (SELECT min((SELECT run_at FROM `+s.sql.jobs+`
+	WHERE state IN ('pending', 'scheduled') AND queue = q AND priority = p.p AND run_at <= $2
+	ORDER BY run_at LIMIT 1)) FROM `+pgx.Identifier{s.schema}.Sanitize()+`.job_priorities(q) AS p(p))
 FROM unnest($1::text[]) AS q`, queues, now)
 	if err != nil {
 		return nil, s.fail("oldest due", err)

@@ -13,7 +13,7 @@ import (
 var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
 	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
 	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration", "last_delay",
-	"progress_done", "progress_total", "progress_at", "replay_of", "lease"}
+	"progress_done", "progress_total", "progress_at", "replay_of", "lease", "priority"}
 
 // cols returns the job columns, each prefixed with prefix, plus the
 // history when withHistory.
@@ -90,6 +90,7 @@ func appliedCounters(first int) string {
 func render(schema, channel string) statements {
 	r := strings.NewReplacer(
 		"{jobs}", schema+".jobs",
+		"{schema}", schema,
 		"{counters}", schema+".counters",
 		"{jobcounts}", schema+".job_counts",
 		"{keys}", schema+".idem_keys",
@@ -125,13 +126,13 @@ func render(schema, channel string) statements {
 		// caller reads the job holding it. The counters count the rows
 		// inserted and the rows answered by an existing job.
 		enqueue: q(`WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[], $12::timestamptz[])
-		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, created_at, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[], $12::timestamptz[], $14::smallint[])
+		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, created_at, priority, ord)
 ), fresh AS MATERIALIZED (
 	SELECT nextval({seq}::regclass) AS id, f.* FROM (SELECT * FROM input WHERE is_new ORDER BY ord) f
 ), ins AS (
-	INSERT INTO {jobs} (id, queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at)
-	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, created_at, run_at
+	INSERT INTO {jobs} (id, queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority)
+	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, created_at, run_at, priority
 	FROM fresh ORDER BY idem_key NULLS FIRST, id
 	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 	RETURNING id, queue, {notify}queue) AS notified
@@ -154,10 +155,10 @@ SELECT ord, id FROM done`),
 		// notification per queue, and the counters. The caller sorts the
 		// returned ids: the n-th smallest is the n-th job.
 		enqueuePlain: q(`WITH ins AS (
-	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at)
-	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at
-	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[])
-		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at)
+	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority)
+	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $12::smallint[])
+		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at, priority)
 	RETURNING id, queue
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
@@ -181,11 +182,22 @@ SELECT id FROM ins CROSS JOIN ntf`),
 		// statement's generic plan, made while the table was small, kept a
 		// sequential scan as it grew (fetches of 20-57 ms under an enqueue
 		// flood).
+		//
+		// Highest priority first: job_priorities (migration 0015) walks
+		// the distinct priorities of the queue's waiting jobs, highest
+		// first, one probe of the jobs_ready index each; picked reads each
+		// priority's due jobs as one range of the index, oldest due first,
+		// until it has the limit. Jobs of a higher priority due later are
+		// skipped by a probe, never walked. With every job at one
+		// priority, that is two probes more than a plain (run_at, id)
+		// fetch.
 		fetch: q(`WITH picked AS (
-	SELECT id FROM {jobs}
-	WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND run_at <= $2
-	ORDER BY run_at, id LIMIT $3
-	FOR UPDATE SKIP LOCKED
+	SELECT d.id FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+		SELECT id FROM {jobs}
+		WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND priority = prio.p AND run_at <= $2
+		ORDER BY run_at, id LIMIT $3
+		FOR UPDATE SKIP LOCKED) d
+	LIMIT $3
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
 	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM picked HAVING count(*) > 0
@@ -296,7 +308,11 @@ SELECT k FROM upd`),
 
 		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
 
-		nextDue: q(`SELECT min(run_at) FROM {jobs} WHERE state IN ('pending', 'scheduled') AND queue = $1`),
+		// NextDue: the earliest run_at of each distinct priority of the
+		// queue's waiting jobs (job_priorities), one probe of jobs_ready
+		// each.
+		nextDue: q(`SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND priority = p.p
+	ORDER BY run_at LIMIT 1)) FROM {schema}.job_priorities($1::text) AS p(p)`),
 
 		cancelLock: q(`SELECT state, queue FROM {jobs} WHERE id = $1 FOR UPDATE`),
 		cancelNow: q(`UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)

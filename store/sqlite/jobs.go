@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -19,7 +20,7 @@ import (
 const jobColumnsNoHistory = `id, queue, kind, payload, state, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, attempted_at, finished_at, lease_until, worker, cancel_requested, retry_count,
 	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration, last_delay,
-	progress_done, progress_total, progress_at, replay_of, lease`
+	progress_done, progress_total, progress_at, replay_of, lease, priority`
 
 const jobColumns = jobColumnsNoHistory + `, history`
 
@@ -53,7 +54,7 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
 		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
 		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay,
-		&pDone, &pTotal, &pAt, &replayOf, &j.Lease}
+		&pDone, &pTotal, &pAt, &replayOf, &j.Lease, &j.Priority}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -193,7 +194,7 @@ func (s *Store) insertKeyed(ctx context.Context, tx *sql.Conn, key string, inser
 	return j, nil
 }
 
-// multiInsertRows bounds the rows of one multi-row INSERT (11 parameters
+// multiInsertRows bounds the rows of one multi-row INSERT (12 parameters
 // each, well under SQLite's limit).
 const multiInsertRows = 100
 
@@ -203,6 +204,7 @@ type row struct {
 	payload, policy         []byte
 	state                   store.State
 	maxRetries, reproc      int
+	priority                int
 	idem                    any
 	created, runAt          int64
 }
@@ -214,7 +216,7 @@ func newRow(nj *store.NewJob, now time.Time) row {
 	}
 	r := row{queue: nj.Queue, kind: nj.Kind, dependency: nj.Dependency, payload: nj.Payload, policy: nj.Policy,
 		state: dueState(runAt, now), maxRetries: nj.MaxRetries, reproc: 1, idem: nullString(nj.IdempotencyKey),
-		created: micros(now), runAt: micros(runAt)}
+		created: micros(now), runAt: micros(runAt), priority: nj.Priority}
 	if len(r.payload) == 0 {
 		r.payload = []byte("null")
 	}
@@ -225,14 +227,14 @@ func newRow(nj *store.NewJob, now time.Time) row {
 }
 
 func (r *row) args() []any {
-	return []any{r.queue, r.kind, r.payload, string(r.state), r.maxRetries, nullBytes(r.policy), r.idem, r.dependency, r.reproc, r.created, r.runAt}
+	return []any{r.queue, r.kind, r.payload, string(r.state), r.maxRetries, nullBytes(r.policy), r.idem, r.dependency, r.reproc, r.created, r.runAt, r.priority}
 }
 
 func (r *row) job(id int64, nj *store.NewJob) *store.Job {
 	return &store.Job{
 		ID: id, Queue: r.queue, Kind: r.kind, Payload: json.RawMessage(r.payload), State: r.state,
 		MaxRetries: r.maxRetries, Policy: nj.Policy, IdempotencyKey: nj.IdempotencyKey,
-		Dependency: r.dependency, Reprocessable: r.reproc == 1,
+		Dependency: r.dependency, Reprocessable: r.reproc == 1, Priority: r.priority,
 		CreatedAt: fromMicros(r.created), RunAt: fromMicros(r.runAt), History: []store.Event{},
 	}
 }
@@ -241,10 +243,10 @@ func (r *row) job(id int64, nj *store.NewJob) *store.Job {
 // statement. AUTOINCREMENT hands out increasing ids in VALUES order, so
 // the returned ids, sorted, are the jobs' ids in order.
 func (s *Store) insertMany(ctx context.Context, tx *sql.Conn, jobs []store.NewJob, idx []int, now time.Time, out []*store.Job, counts map[[2]string]int64, mv moves) error {
-	q := `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at) VALUES ` +
-		strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(idx)-1) + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+	q := `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority) VALUES ` +
+		strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(idx)-1) + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 	rowsv := make([]row, len(idx))
-	args := make([]any, 0, 11*len(idx))
+	args := make([]any, 0, 12*len(idx))
 	for k, i := range idx {
 		rowsv[k] = newRow(&jobs[i], now)
 		args = append(args, rowsv[k].args()...)
@@ -310,7 +312,7 @@ func validateNew(nj *store.NewJob) error {
 	if len(nj.Policy) > 0 && !json.Valid(nj.Policy) {
 		return fmt.Errorf("%w: policy is not valid JSON", store.ErrInvalid)
 	}
-	return nil
+	return store.CheckPriority(nj.Priority)
 }
 
 // addCounter adds c to counts, under its name and class ("dead.permanent").
@@ -374,16 +376,47 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	var ids string
 	var n, scheduled int64
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		n = 0
-		if err := s.stmt(tx, "fetchSelect").QueryRowContext(ctx, p.Queue, micros(dueBy), p.Limit).Scan(&ids, &n, &scheduled); err != nil {
-			return fmt.Errorf("sqlite: fetch: %w", err)
+		ids, n, scheduled = "", 0, 0
+		// One priority at a time, the highest first: each selection is a
+		// range of the jobs_ready index holding only due jobs, so jobs of
+		// a higher priority due later are skipped by a probe, not walked.
+		// With every job at one priority and enough due, it is one
+		// statement and one probe, as many as before priorities but the
+		// probe; when fewer than the limit are due, two more statements
+		// find that no lower priority waits.
+		var parts []string
+		for below := int64(store.MaxPriority + 1); n < int64(p.Limit); {
+			var part string
+			var k, sch int64
+			var prio sql.NullInt64
+			if err := s.stmt(tx, "fetchSelect").QueryRowContext(ctx, p.Queue, below, micros(dueBy), int64(p.Limit)-n).Scan(&part, &k, &sch, &prio); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+			if k == 0 {
+				// None due at the top priority: is there a lower one?
+				if err := s.stmt(tx, "fetchTop").QueryRowContext(ctx, p.Queue, below).Scan(&prio); err != nil {
+					return fmt.Errorf("sqlite: fetch: %w", err)
+				}
+				if !prio.Valid {
+					break
+				}
+				// The top priority below the last one has no due job:
+				// go on below it.
+				below = prio.Int64
+				continue
+			}
+			below = prio.Int64
+			if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, part); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+			parts = append(parts, strings.TrimSuffix(strings.TrimPrefix(part, "["), "]"))
+			n += k
+			scheduled += sch
 		}
 		if n == 0 {
 			return nil
 		}
-		if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, ids); err != nil {
-			return fmt.Errorf("sqlite: fetch: %w", err)
-		}
+		ids = "[" + strings.Join(parts, ",") + "]"
 		mv := moves{}
 		mv[[2]string{p.Queue, string(store.Running)}] = n
 		mv[[2]string{p.Queue, string(store.Pending)}] = -(n - scheduled)
@@ -401,6 +434,9 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		return nil, fmt.Errorf("sqlite: fetch: jobs %d leased but not read back (their leases will expire and be rescued): %w", n, err)
 	}
 	sort.Slice(jobs, func(a, b int) bool {
+		if jobs[a].Priority != jobs[b].Priority {
+			return jobs[a].Priority > jobs[b].Priority
+		}
 		if !jobs[a].RunAt.Equal(jobs[b].RunAt) {
 			return jobs[a].RunAt.Before(jobs[b].RunAt)
 		}
@@ -417,7 +453,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 // the queue.
 const leasedColumns = `id, kind, payload, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, cancel_requested, retry_count, last_error, last_error_class, last_failed_at, fingerprint, redriven,
-	last_duration, last_delay, replay_of, lease`
+	last_duration, last_delay, replay_of, lease, priority`
 
 // decoder decodes the values the driver gives for columns, keeping the
 // first that has an unexpected type.
@@ -501,7 +537,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 	// The columns are scanned as the driver gives them (into *any, which
 	// database/sql assigns without converting) and decoded here: a scan
 	// into an int went through a string.
-	var v [22]any
+	var v [23]any
 	dest := make([]any, len(v))
 	for i := range v {
 		dest[i] = &v[i]
@@ -526,7 +562,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 			CreatedAt: fromMicros(d.int(v[9])), RunAt: fromMicros(runAt), Worker: p.Worker, CancelRequested: d.int(v[11]) != 0,
 			RetryCount: int(d.int(v[12])), LastError: d.str(v[13]), Fingerprint: d.str(v[16]), Redriven: int(d.int(v[17])),
 			LastDuration: store.Duration(lastDuration), LastDelay: store.Duration(lastDelay), ReplayOf: replayOf,
-			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21])}
+			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21]), Priority: int(d.int(v[22]))}
 		j := &lj.job
 		if len(j.Policy) == 0 {
 			j.Policy = nil
@@ -557,7 +593,7 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 		return time.Time{}, false, err
 	}
 	var v sql.NullInt64
-	err = db.QueryRowContext(ctx, `SELECT min(run_at) FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?`, queue).Scan(&v)
+	err = db.QueryRowContext(ctx, firstDueSQL, queue, int64(math.MaxInt64)).Scan(&v)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("sqlite: next due: %w", err)
 	}

@@ -384,8 +384,9 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 		queue, kind, dep  string
 		payload, policy   []byte
 		maxRetries, reprc int
+		priority          int
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable FROM jobs
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority FROM jobs
 		WHERE `+w+` AND id > ? AND id <= ? ORDER BY id LIMIT ?`, append(args, op.Cursor, op.MaxID, st.Limit)...)
 	if err != nil {
 		return 0, 0, err
@@ -393,7 +394,7 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 	var batch []source
 	for rows.Next() {
 		var src source
-		if err := rows.Scan(&src.id, &src.queue, &src.kind, &src.payload, &src.policy, &src.dep, &src.maxRetries, &src.reprc); err != nil {
+		if err := rows.Scan(&src.id, &src.queue, &src.kind, &src.payload, &src.policy, &src.dep, &src.maxRetries, &src.reprc, &src.priority); err != nil {
 			rows.Close()
 			return 0, 0, err
 		}
@@ -415,9 +416,9 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 		if err != nil {
 			return 0, 0, err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, dependency, reprocessable,
-			created_at, run_at, replay_of, history) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, json_array(json(?)))`,
-			src.queue, src.kind, src.payload, src.maxRetries, nullBytes(src.policy), src.dep, src.reprc,
+		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, priority,
+			created_at, run_at, replay_of, history) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)))`,
+			src.queue, src.kind, src.payload, src.maxRetries, nullBytes(src.policy), src.dep, src.reprc, src.priority,
 			micros(st.Now), micros(st.Now), src.id, ev); err != nil {
 			return 0, 0, fmt.Errorf("replay job %d: %w", src.id, err)
 		}

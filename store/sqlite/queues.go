@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -79,9 +78,9 @@ func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, now ti
 	return st, nil
 }
 
-// OldestDue implements store.Store: one query, in which each queue is one
-// probe of the jobs_due index (queue, run_at, id), the partial index of
-// the pending and scheduled jobs.
+// OldestDue implements store.Store: one query a queue, each a probe of
+// the jobs_ready index (queue, priority, run_at, id) per distinct
+// priority of the queue's waiting jobs (firstDueSQL).
 func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	if len(queues) == 0 {
@@ -91,35 +90,27 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 	if err != nil {
 		return nil, err
 	}
-	names, err := json.Marshal(queues)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: oldest due: %w", err)
-	}
-	rows, err := db.QueryContext(ctx, oldestDueSQL, micros(now), string(names))
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: oldest due: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var name string
+	for _, q := range queues {
 		var runAt sql.NullInt64
-		if err := rows.Scan(&name, &runAt); err != nil {
+		if err := db.QueryRowContext(ctx, firstDueSQL, q, micros(now)).Scan(&runAt); err != nil {
 			return nil, fmt.Errorf("sqlite: oldest due: %w", err)
 		}
 		if runAt.Valid {
-			out[name] = fromMicros(runAt.Int64)
+			out[q] = fromMicros(runAt.Int64)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: oldest due: %w", err)
 	}
 	return out, nil
 }
 
-// oldestDueSQL reads the oldest due run_at of each queue of a JSON array
-// ($2) at $1; its state condition is the jobs_due index's, so that the
-// index serves it.
-const oldestDueSQL = `SELECT q.value, (SELECT run_at FROM jobs
-	WHERE state IN ('pending', 'scheduled') AND queue = q.value AND run_at <= ?1
-	ORDER BY run_at LIMIT 1)
-FROM json_each(?2) q`
+// firstDueSQL reads the earliest run_at at or before ?2 among the waiting
+// jobs of queue ?1 (NULL: none) through the jobs_ready index (queue,
+// priority, run_at, id): pr walks the distinct priorities of the queue's
+// waiting jobs, one probe each, and each priority's earliest due job is
+// one more. With every job at one priority, three probes.
+const firstDueSQL = `WITH RECURSIVE pr(p) AS (
+	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 ORDER BY priority DESC LIMIT 1)
+	UNION ALL
+	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < pr.p ORDER BY priority DESC LIMIT 1)
+	FROM pr WHERE pr.p IS NOT NULL)
+SELECT min((SELECT run_at FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = pr.p AND run_at <= ?2
+	ORDER BY run_at LIMIT 1)) FROM pr WHERE pr.p IS NOT NULL`

@@ -326,20 +326,33 @@ func (s *Store) applyMigration(ctx context.Context, v int, name, body string) er
 // parameter 4 is not NULL (a rescue), that lease ended before it.
 const fenced = `WHERE id = ? AND state = 'running' AND lease = ? AND worker = ? AND coalesce(lease_until < ?, 1)`
 
+// fetchTop is the highest priority below ?2 of the waiting jobs of queue
+// ?1 (NULL: none), one probe of the jobs_ready index. SQLite runs a
+// scalar subquery that refers to nothing outside it once per statement.
+const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < ?2
+		ORDER BY priority DESC LIMIT 1)`
+
 // Statements prepared once on the writer connection.
 var writeSQL = map[string]string{
-	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING RETURNING id`,
 	"byKey": `SELECT ` + jobColumns + ` FROM jobs WHERE idem_key = ?`,
 	// AddDead inserts a job that died elsewhere.
 	"insertDead": insertDeadSQL,
-	// Fetch selects the due jobs through the due index, then leases them
-	// by id: the selection returns one row, their ids as one JSON array
-	// (which the lease and the read back take as it is), how many there
-	// are and, for the counts, how many of them were scheduled.
-	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM (
-		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ? ORDER BY run_at, id LIMIT ?)`,
+	// Fetch selects the due jobs of one priority through the jobs_ready
+	// index, then leases them by id: the selection takes the highest
+	// priority of the queue's waiting jobs below ?2 (one probe of the
+	// index) and returns one row: the ids of its due jobs, oldest due
+	// first, as one JSON array (which the lease and the read back take as
+	// it is), how many there are, how many of them were scheduled (for
+	// the counts), and their priority (NULL when none is due).
+	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), max(priority) FROM (
+		SELECT id, state, priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
+		ORDER BY run_at, id LIMIT ?4)`,
+	// fetchTop is the highest priority below ?2 of the queue's waiting
+	// jobs, for a fetch whose selection found none due at the top.
+	"fetchTop": `SELECT ` + fetchTop,
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,

@@ -89,6 +89,9 @@ func testEnqueueInvalid(x *h) {
 		{"truncated JSON payload", store.NewJob{Queue: "q", Kind: "k", Payload: raw(`{"a":`)}},
 		{"non-JSON payload", store.NewJob{Queue: "q", Kind: "k", Payload: raw(`hello`)}},
 		{"payload with trailing garbage", store.NewJob{Queue: "q", Kind: "k", Payload: raw(`{"a":1} x`)}},
+		{"priority above the range", store.NewJob{Queue: "q", Kind: "k", Priority: store.MaxPriority + 1}},
+		{"priority below the range", store.NewJob{Queue: "q", Kind: "k", Priority: store.MinPriority - 1}},
+		{"priority far out of range", store.NewJob{Queue: "q", Kind: "k", Priority: 1 << 20}},
 	}
 	for _, c := range cases {
 		for _, order := range []string{"after", "before"} {

@@ -524,6 +524,7 @@ func jobFields(j *store.Job) [][2]string {
 		{"Policy", canonPolicy(j.Policy)},
 		{"IdempotencyKey", j.IdempotencyKey},
 		{"Dependency", j.Dependency},
+		{"Priority", fmt.Sprint(j.Priority)},
 		{"Reprocessable", fmt.Sprint(j.Reprocessable)},
 		{"CreatedAt", fmtTime(j.CreatedAt)},
 		{"RunAt", fmtTime(j.RunAt)},

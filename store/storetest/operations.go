@@ -197,7 +197,7 @@ func testOperationsReplay(x *h) {
 	var want []int64
 	for i := range 5 {
 		j := x.leaseNew(at(0), "w", store.NewJob{Queue: "rq", Kind: "index", Payload: raw(fmt.Sprintf(`{"customer":{"id":%d},"n":%d}`, 42, i)),
-			MaxRetries: 3, Dependency: "search"})[0]
+			MaxRetries: 3, Dependency: "search", Priority: i - 2})[0]
 		x.finish(completeOf(j, at(time.Second)))
 		want = append(want, j.ID)
 	}
@@ -251,7 +251,7 @@ func testOperationsReplay(x *h) {
 		src := x.get(id)
 		c = x.get(c.ID)
 		if c.Queue != src.Queue || c.Kind != src.Kind || !jsonEqual(c.Payload, src.Payload) || c.MaxRetries != src.MaxRetries ||
-			c.Dependency != src.Dependency || c.State != store.Pending || c.Attempt != 0 || c.IdempotencyKey != "" ||
+			c.Dependency != src.Dependency || c.Priority != src.Priority || c.State != store.Pending || c.Attempt != 0 || c.IdempotencyKey != "" ||
 			len(c.History) != 1 || c.History[0].Kind != store.EventReplayed || c.History[0].ReplayOf != id || c.History[0].Note != "reindex" ||
 			!sameTime(c.CreatedAt, c.History[0].At) {
 			x.t.Errorf("copy of %d: %+v, history %s", id, c, fmtHistory(c.History))
