@@ -179,6 +179,30 @@ func requireSettled(t testing.TB, c *amqp.Conn, topo amqp.Topology, stop func())
 type attempts struct {
 	mu sync.Mutex
 	at map[string][]time.Time
+	// acks and failures count the deliveries decided, by how: acked, or
+	// rejected or reported (each one a failure sent to the router).
+	acks, failures int
+}
+
+// decided records that a delivery was acked (ack) or failed.
+func (a *attempts) decided(ack bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ack {
+		a.acks++
+	} else {
+		a.failures++
+	}
+}
+
+// counts returns the deliveries seen, and those acked and failed.
+func (a *attempts) counts() (delivered, acks, failures int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, at := range a.at {
+		delivered += len(at)
+	}
+	return delivered, a.acks, a.failures
 }
 
 func newAttempts() *attempts { return &attempts{at: map[string][]time.Time{}} }

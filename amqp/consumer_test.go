@@ -276,12 +276,33 @@ func TestBrokerClosesConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Faults come at the 150th, 300th and 450th handler runs, while that
+	// handler works: it waits until every connection was closed. The
+	// enqueues keep at most 64 ahead of the runs, so that they spread
+	// over the faults.
+	const total = 600
+	faultAt := map[int64]bool{150: true, 300: true, 450: true}
+	faultWanted, faulted := make(chan struct{}), make(chan struct{})
+	stopFaults := make(chan struct{})
+	credit := make(chan struct{}, 64)
+	for range cap(credit) {
+		credit <- struct{}{}
+	}
 	var mu sync.Mutex
 	done := map[int]int{}
 	var runs atomic.Int64
 	redrive.Handle(cons, "job", func(ctx context.Context, j *redrive.Job, n int) error {
-		runs.Add(1)
-		time.Sleep(time.Millisecond) // real time: work, during which connections are closed
+		if faultAt[runs.Add(1)] {
+			select {
+			case faultWanted <- struct{}{}:
+				<-faulted
+			case <-stopFaults:
+			}
+		}
+		select {
+		case credit <- struct{}{}:
+		default:
+		}
 		if j.Attempt == 1 && n%3 == 0 {
 			return errors.New("fails once")
 		}
@@ -296,43 +317,47 @@ func TestBrokerClosesConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const total = 600
-	stopFaults := make(chan struct{})
 	faults := make(chan int, 1)
 	go func() {
 		n := 0
-		for range 3 {
+		defer func() { faults <- n }()
+		for range len(faultAt) {
 			select {
 			case <-stopFaults:
-			case <-time.After(400 * time.Millisecond):
+				return
+			case <-faultWanted:
 				rabbitmqctl(t, "close_all_connections", "--vhost", vhost, "redrive fault test")
 				n++
+				faulted <- struct{}{}
 			}
 		}
-		faults <- n
 	}()
+	defer close(stopFaults)
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
 			for i := w; i < total; i += 4 {
+				select {
+				case <-credit:
+				case <-time.After(60 * time.Second): // a liveness bound
+					t.Errorf("enqueue %d: no handler ran for 60s", i)
+					return
+				}
 				if _, err := pub.Enqueue(context.Background(), "job", i, redrive.InQueue(q)); err != nil {
 					t.Errorf("enqueue %d: %v", i, err)
 				}
-				time.Sleep(2 * time.Millisecond) // real time: enqueues spread over the faults
 			}
 		})
 	}
 	wg.Wait()
-	n := <-faults
-	close(stopFaults)
 	eventually(t, "every job completed", 60*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(done) == total
 	})
-	// Real time: duplicates redelivered after the faults arrive within
-	// a while; they are counted, not waited for.
-	time.Sleep(300 * time.Millisecond)
+	n := testwait.Recv(t, "the three faults", 60*time.Second, faults)
+	// The duplicates redelivered after the faults that came by now are
+	// counted; they are not waited for.
 	mu.Lock()
 	dups := 0
 	for i := range total {

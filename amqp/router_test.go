@@ -2,6 +2,7 @@ package amqp_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -40,8 +42,10 @@ func foreignConsumer(t *testing.T, c *amqp.Conn, queue, exchange string, decide 
 			switch what {
 			case "ack":
 				d.Ack(false)
+				seen.decided(true)
 			case "reject":
 				d.Reject(false)
+				seen.decided(false)
 			default: // report: copy the headers, add the report, publish, ack
 				h := amqp091.Table{}
 				for k, v := range d.Headers {
@@ -60,10 +64,43 @@ func foreignConsumer(t *testing.T, c *amqp.Conn, queue, exchange string, decide 
 					t.Errorf("report not confirmed")
 				}
 				d.Ack(false)
+				seen.decided(false)
 			}
 		}
 	}()
 	return seen
+}
+
+// waitRouted waits until nothing more can come to a foreign consumer
+// (seen) of r's one queue, after published messages: it decided every
+// delivery; each failure reached the router, which decided it (retry or
+// dead); each retry came back to the work queue and was delivered; and
+// no queue of the topology but the DLQ holds a message.
+func waitRouted(t *testing.T, c *amqp.Conn, r *amqp.Router, seen *attempts, published int) {
+	t.Helper()
+	topo := r.Topologies()[0]
+	testwait.Watch(t, "every delivery decided, every failure routed, every retry delivered", 60*time.Second, func() (bool, string) {
+		var st amqp.RouterStats
+		for _, s := range r.Stats() {
+			st = s
+		}
+		delivered, acks, failures := seen.counts()
+		if delivered != acks+failures || st.Failures != int64(failures) || st.Retried+st.Dead != st.Failures ||
+			st.Returned != st.Retried || int64(delivered) != int64(published)+st.Returned {
+			return false, fmt.Sprintf("%d delivered, %d acked, %d failed; router %+v", delivered, acks, failures, st)
+		}
+		// And no message waits in a queue but the DLQ.
+		depths, err := topo.Depths(context.Background(), c)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range depths {
+			if d.Role != "dlq" && d.Messages > 0 {
+				return false, fmt.Sprintf("%d messages in %s", d.Messages, d.Name)
+			}
+		}
+		return true, ""
+	})
 }
 
 // TestRouter runs a managed queue with a consumer that is not redrive's:
@@ -130,7 +167,7 @@ func TestRouter(t *testing.T) {
 	eventually(t, "the others acked", 20*time.Second, func() bool {
 		return len(seen.of("once")) == 2 && len(seen.of("limited")) == 2 && len(seen.of("fine")) == 1
 	})
-	time.Sleep(200 * time.Millisecond) // real time: that nothing more comes over a while is checked
+	waitRouted(t, c, r, seen, 6)
 	if n := len(seen.of("always")); n != 4 {
 		t.Errorf("always rejected: %d deliveries, want 4 (3 retries)", n)
 	}
@@ -215,7 +252,7 @@ func TestRouterClassicProfile(t *testing.T) {
 	publishRaw(t, c, q, amqp091.Publishing{MessageId: "scan-1", Body: []byte(`{"file":"a.pdf"}`)})
 	topo := r.Topologies()[0]
 	eventually(t, "the message in the DLQ", 20*time.Second, func() bool { return depth(t, c, topo.DLQ()) == 1 })
-	time.Sleep(300 * time.Millisecond) // real time: that no fifth delivery comes over a while is checked
+	waitRouted(t, c, r, seen, 1)
 	at := seen.of("scan-1")
 	if len(at) != 4 {
 		t.Fatalf("%d deliveries, want 4", len(at))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -16,7 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/kafka"
 )
 
@@ -114,14 +117,7 @@ func running(t testing.TB, c *kafka.Consumer) (stop func()) {
 // (a liveness guard, not a timing assertion).
 func eventually(t testing.TB, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // the poll's interval: it waits for cond, not for time
-
-	}
+	testwait.Until(t, what, within, cond)
 }
 
 // readAll reads every record of topic from the start, until it has n or
@@ -211,4 +207,26 @@ func (c *testCluster) readToEnd(t testing.TB, topic string) []*kgo.Record {
 		})
 	}
 	return out
+}
+
+// requestHook is a kgo hook that counts what a client did: the fetch
+// requests it wrote, and the connections it failed to open. A test waits
+// on these instead of on time passing.
+type requestHook struct {
+	fetches      atomic.Int64
+	dialFailures atomic.Int64
+}
+
+// OnBrokerWrite counts the fetch requests written.
+func (h *requestHook) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err == nil && key == int16(kmsg.Fetch) {
+		h.fetches.Add(1)
+	}
+}
+
+// OnBrokerConnect counts the connections that failed to open.
+func (h *requestHook) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		h.dialFailures.Add(1)
+	}
 }

@@ -170,6 +170,10 @@ type Consumer struct {
 	// whose read-ahead reached its bound to drain before it pauses its
 	// fetching (defaultReadAheadGrace; tests change it).
 	readAheadGrace time.Duration
+	// sessionFailed, when set (tests), is called with the error that
+	// made an exactly-once session unusable (its transaction could not
+	// begin or end), as it happens: the session is then replaced.
+	sessionFailed func(error)
 }
 
 // topicState is what the consumer knows of one topic it consumes.

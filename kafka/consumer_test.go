@@ -221,12 +221,13 @@ func TestReadAheadBounded(t *testing.T) {
 	c := newCluster(t)
 	topic := newTopic(t)
 	const n, limit = 400, 20
+	hook := &requestHook{}
 	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
 		Topics:       map[string]kafka.TopicOptions{topic: {Partitions: 1}},
 		MaxReadAhead: limit,
 		Executor:     redrive.ExecutorOptions{Logger: testLogger(t)},
 		// Small fetches: the bound is checked between them.
-		ClientOptions: []kgo.Opt{kgo.FetchMaxPartitionBytes(64 << 10)}})
+		ClientOptions: []kgo.Opt{kgo.FetchMaxPartitionBytes(64 << 10), kgo.WithHooks(hook)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,9 +250,11 @@ func TestReadAheadBounded(t *testing.T) {
 	}
 	running(t, cons)
 	eventually(t, "the first records polled", 30*time.Second, func() bool { return cons.Stats()[topic].Consumed > 0 })
-	// Real time passing is what is tested: the fetches the consumer would
-	// make meanwhile, were it not paused.
-	time.Sleep(2 * time.Second)
+	// The consumer goes on fetching (its tiers, long-polling): 30 fetches
+	// that would have brought the partition's records (8 each), were it
+	// not paused.
+	from := hook.fetches.Load()
+	eventually(t, "30 more fetches", 60*time.Second, func() bool { return hook.fetches.Load() >= from+30 })
 	// The bound is checked between polls: one poll's records (here about
 	// 1 MiB) come whole.
 	if got := cons.Stats()[topic].Consumed; got >= n/2 {

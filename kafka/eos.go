@@ -245,7 +245,7 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 // transaction could not be ended, and the session must be replaced.
 func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSession, outs []produced) (bool, error) {
 	if err := sess.Begin(); err != nil {
-		return false, fmt.Errorf("kafka: %w: begin: %w", errSession, err)
+		return false, c.unusable(fmt.Errorf("kafka: %w: begin: %w", errSession, err))
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.endTimeout)
 	defer cancel()
@@ -289,7 +289,7 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 	committed, err := sess.End(ectx, try)
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("kafka: %w: end: %w", errSession, err)
+		return false, c.unusable(fmt.Errorf("kafka: %w: end: %w", errSession, err))
 	case failed.Load() != nil:
 		c.log.Warn("kafka: transaction aborted; its batch is consumed again", "error", failed.Load())
 	case try == kgo.TryAbort:
@@ -308,6 +308,15 @@ func (c *Consumer) commitBatch(ctx context.Context, sess *kgo.GroupTransactSessi
 		c.settledTooLarge(srcs)
 	}
 	return committed, nil
+}
+
+// unusable returns err, an error that makes a session unusable, calling
+// the test hook sessionFailed with it first.
+func (c *Consumer) unusable(err error) error {
+	if c.sessionFailed != nil {
+		c.sessionFailed(err)
+	}
+	return err
 }
 
 // produced is a record an outcome produces, and the polled record whose

@@ -214,19 +214,18 @@ func (c *testCluster) waitCommitted(t *testing.T, group string, within time.Dura
 		partition int32
 		from, to  int64
 	}
-	deadline := time.Now().Add(within)
-	for !func() bool {
+	testwait.Watch(t, "group "+group+" to commit the end offsets", within, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		ends, err := adm.ListEndOffsets(ctx, topics...)
 		if err != nil {
 			why = err.Error()
-			return false
+			return false, why
 		}
 		committed, err := adm.FetchOffsets(ctx, group)
 		if err != nil {
 			why = err.Error()
-			return false
+			return false, why
 		}
 		ok := true
 		var gaps []gap
@@ -251,13 +250,8 @@ func (c *testCluster) waitCommitted(t *testing.T, group string, within time.Dura
 				ok, why = false, fmt.Sprintf("%s/%d committed %d of %d, records between", g.topic, g.partition, g.from, g.to)
 			}
 		}
-		return ok
-	}() {
-		if time.Now().After(deadline) {
-			t.Fatalf("group %s never committed the end offsets: %s", group, why)
-		}
-		time.Sleep(20 * time.Millisecond) // the poll's interval: it waits for the commits, not for time
-	}
+		return ok, why
+	})
 }
 
 // onlyMarkers reports whether the offsets [from, to) of topic's partition
@@ -360,6 +354,8 @@ func TestExactlyOnceProduceOutage(t *testing.T) {
 	topic := newTopic(t)
 	cons, rs := eosConsumer(t, c, topic, "outage", func(string) bool { return true })
 	kafka.SetEndTimeout(cons, 500*time.Millisecond)
+	var sessionsFailed atomic.Int64
+	kafka.OnSessionFailed(cons, func(error) { sessionsFailed.Add(1) })
 	var outage atomic.Bool
 	var refused atomic.Int64
 	outage.Store(true)
@@ -394,9 +390,13 @@ func TestExactlyOnceProduceOutage(t *testing.T) {
 		c.produce(t, cl, r)
 	}
 	eventually(t, "the outage refused produces", 30*time.Second, func() bool { return refused.Load() > 0 })
-	// Real time passing is what is tested: the outage outlasts the
-	// transaction's end timeout several times over.
-	time.Sleep(3 * time.Second)
+	// The outage outlasts the transaction's end timeout several times
+	// over: three sessions could not end their transaction and were
+	// replaced.
+	testwait.Watch(t, "three sessions replaced during the outage", 60*time.Second, func() (bool, string) {
+		n := sessionsFailed.Load()
+		return n >= 3, fmt.Sprintf("%d sessions replaced, %d produces refused", n, refused.Load())
+	})
 	outage.Store(false)
 	rs.waitCompleted(t, ids, 60*time.Second)
 	c.waitCommitted(t, topic+"-g", 60*time.Second, topic)

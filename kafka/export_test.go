@@ -17,3 +17,8 @@ func HoldCounter(q *DLT) (release func()) {
 	}
 	return q.count.unlock
 }
+
+// OnSessionFailed has f called with the error that made an exactly-once
+// session of c unusable (its transaction could not begin or end), as it
+// happens: the session is then replaced. Set before Run.
+func OnSessionFailed(c *Consumer, f func(error)) { c.sessionFailed = f }

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
 )
@@ -101,15 +102,13 @@ func (r *runs) missing(ids []string) []string {
 // a liveness guard, failing with the records still missing.
 func (r *runs) waitCompleted(t *testing.T, ids []string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !r.allCompleted(ids) {
-		if time.Now().After(deadline) {
-			missing := r.missing(ids)
-			t.Fatalf("after %v, %d of %d records never completed (lost?), e.g. %v", within, len(missing), len(ids),
-				missing[:min(len(missing), 5)])
+	testwait.Watch(t, "every record completed (none lost)", within, func() (bool, string) {
+		if r.allCompleted(ids) {
+			return true, ""
 		}
-		time.Sleep(5 * time.Millisecond) // the poll's interval: it waits for the completions, not for time
-	}
+		missing := r.missing(ids)
+		return false, fmt.Sprintf("%d of %d records not completed, e.g. %v", len(missing), len(ids), missing[:min(len(missing), 5)])
+	})
 }
 
 // duplicates returns, over ids, the completions beyond one per record and
@@ -300,18 +299,8 @@ func (r *rig) settled(t *testing.T) (bool, string) {
 // waitSettled waits until settled.
 func (r *rig) waitSettled(t *testing.T, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, why := r.settled(t)
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the group's commits never reached the end offsets (nothing committed means every record "+
-				"runs again after a restart): %s", why)
-		}
-		time.Sleep(50 * time.Millisecond) // the poll's interval: it waits for the commits, not for time
-	}
+	testwait.Watch(t, "the group's commits to reach the end offsets (nothing committed means every record "+
+		"runs again after a restart)", within, func() (bool, string) { return r.settled(t) })
 }
 
 // exactlyOnce fails the test for every record of ids that did not run
@@ -611,16 +600,20 @@ func TestBrokerRestart(t *testing.T) {
 	rg := newRig(t, c, 3)
 	ids := rg.produce(t, "before", n)
 
-	cons := rg.consumer(t, 5*time.Millisecond)
+	hook := &requestHook{}
+	cons := rg.consumer(t, 5*time.Millisecond, kgo.WithHooks(hook))
 	stop := running(t, cons)
 	// A quarter of the runs in: first attempts still failing, their
 	// retries to produce, the tiers to consume.
 	eventually(t, "a quarter of the runs", 60*time.Second, func() bool { return rg.runs.started.Load() >= n/2 })
 	c.fake.Close()
 	t.Logf("broker down after %d runs, %d completions", rg.runs.started.Load(), rg.runs.total.Load())
-	// Real time passing is what is tested: the broker stays down a
-	// while, the consumer's requests failing meanwhile.
-	time.Sleep(300 * time.Millisecond)
+	// The broker stays down while the consumer's requests fail: until
+	// it failed to connect three times.
+	failed := hook.dialFailures.Load()
+	eventually(t, "the consumer failing to reach the stopped broker", 30*time.Second, func() bool {
+		return hook.dialFailures.Load() >= failed+3
+	})
 	again, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(dir), kfake.Ports(port))
 	if err != nil {
 		t.Fatalf("restart the broker on port %d: %v", port, err)

@@ -90,15 +90,14 @@ func BenchmarkPartitionRun(b *testing.B) {
 			batch[i] = rs[(pushed+i)%len(rs)]
 		}
 		// As the poll loop, which polls again once the partition has
-		// room: wait for the queue to drain below half.
-		for {
-			p.mu.Lock()
-			room := len(p.queue) <= p.c.opts.MaxReadAhead/2
-			p.mu.Unlock()
-			if room {
-				break
-			}
-			time.Sleep(10 * time.Microsecond) // real time: the consumer's pace is what is measured
+		// room: wait for the queue to drain to half, as push does
+		// (the partition's goroutine signals room).
+		p.mu.Lock()
+		full := !p.halfLocked()
+		p.roomWanted = full
+		p.mu.Unlock()
+		if full {
+			<-p.room
 		}
 		p.push(context.Background(), batch)
 		pushed += k

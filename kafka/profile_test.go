@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/kafka"
@@ -203,9 +204,11 @@ func TestRetryPromptAfterWait(t *testing.T) {
 	c := newCluster(t)
 	topic := newTopic(t)
 	p := retry.Policy{MaxRetries: 2, Initial: time.Second, Multiplier: 1, MaxDelay: time.Second, Jitter: retry.JitterNone}
+	hook := &requestHook{}
 	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
-		Topics:   map[string]kafka.TopicOptions{topic: {Partitions: 1}},
-		Executor: redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t)}})
+		Topics:        map[string]kafka.TopicOptions{topic: {Partitions: 1}},
+		Executor:      redrive.ExecutorOptions{Policy: &p, Logger: testLogger(t)},
+		ClientOptions: []kgo.Opt{kgo.WithHooks(hook)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,9 +233,11 @@ func TestRetryPromptAfterWait(t *testing.T) {
 	r, _ := kafka.NewRecord(topic, "job", []byte("slow"), nil)
 	c.produce(t, cl, r)
 	eventually(t, "the first retry waiting", 20*time.Second, func() bool { return cons.Stats()[topic].Waits >= 1 })
-	// Real time passing is part of the scenario: the poke comes while
-	// the retry waits, after the fetch with the tier paused was built.
-	time.Sleep(100 * time.Millisecond)
+	// The poke comes while the retry waits, after a fetch with the tier
+	// paused was built: two fetches written since the wait began (the
+	// first may have been built before).
+	fetched := hook.fetches.Load()
+	eventually(t, "two fetches while the retry waits", 20*time.Second, func() bool { return hook.fetches.Load() >= fetched+2 })
 	poke, _ := kafka.NewRecord(topic, "job", []byte("poke"), nil)
 	c.produce(t, cl, poke)
 	eventually(t, "the third attempt", 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(starts) == 3 })

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
 )
@@ -118,17 +119,13 @@ func TestPrivateBrokerEndsWithItsTest(t *testing.T) {
 		os.RemoveAll(filepath.Dir(state))
 	})
 	// status exits 3 once the broker is stopped.
-	deadline := time.Now().Add(2 * time.Minute) // a liveness bound
-	for {
+	testwait.Watch(t, "the broker of a test binary that ended to stop", 2*time.Minute, func() (bool, string) {
 		_, err := b.command("status")
 		if errors.As(err, &ee) && ee.ExitCode() == 3 {
-			return
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the broker of a test binary that ended still runs 2 minutes later (kafka-local status: %v)", err)
-		}
-		time.Sleep(200 * time.Millisecond) // polls a script: not in a tight loop
-	}
+		return false, fmt.Sprintf("kafka-local status: %v", err)
+	})
 }
 
 func (b *privateBroker) command(args ...string) (string, error) {

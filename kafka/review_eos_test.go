@@ -34,6 +34,13 @@ func TestExactlyOnceEndTimesOutAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	kafka.SetEndTimeout(cons, 300*time.Millisecond)
+	sessionFailed := make(chan struct{}, 16)
+	kafka.OnSessionFailed(cons, func(error) {
+		select {
+		case sessionFailed <- struct{}{}:
+		default:
+		}
+	})
 	c.ensure(t, cons, topic)
 	const n = 30
 	var mu sync.Mutex
@@ -56,9 +63,15 @@ func TestExactlyOnceEndTimesOutAfterCommit(t *testing.T) {
 		}
 		c.fake.KeepControl()
 		slowed.Add(1)
-		// Real time passing is what is tested: the answer comes after
-		// the client's end timeout.
-		c.fake.SleepControl(func() { time.Sleep(1500 * time.Millisecond) })
+		// The answer comes after the client's end timeout: once the
+		// session whose End timed out was given up.
+		c.fake.SleepControl(func() {
+			select {
+			case <-sessionFailed:
+			case <-time.After(30 * time.Second): // a liveness bound
+				t.Errorf("the lane kept its session 30s past the end timeout of a transaction not ended")
+			}
+		})
 		return nil, nil, false
 	})
 	stop := running(t, cons)

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/kafka"
 )
 
@@ -73,6 +74,7 @@ func TestOffsetContractRandomized(t *testing.T) {
 		behaviour[i] = rnd.IntN(100)
 	}
 	var goexits, panics atomic.Int64
+	var runs atomic.Int64 // handler runs, by every member
 	// On kfake, one in three produces to the tiers fails (retriable):
 	// the produces of retries take a while, and a record marked before
 	// its retry was produced is committed meanwhile.
@@ -123,8 +125,13 @@ func TestOffsetContractRandomized(t *testing.T) {
 			r, _ := kafka.RecordOf(ctx)
 			i, _ := strconv.Atoi(string(j.Payload))
 			b := behaviour[i]
+			runs.Add(1)
 			if b%7 == 0 {
-				time.Sleep(time.Duration(b%3) * time.Millisecond) // a slow handler: real time passing
+				// A handler that yields: other goroutines (the poll loop,
+				// a rebalance) run while it works.
+				for range b%3 + 1 {
+					runtime.Gosched()
+				}
 			}
 			if j.Attempt == 1 {
 				switch {
@@ -256,10 +263,20 @@ func TestOffsetContractRandomized(t *testing.T) {
 	}()
 	c.produce(t, cl, rs[:n/2]...)
 	produced := false
+	var target int64
 	for step := 0; step < 12; step++ {
-		// Real time passes between the changes of membership: records
-		// are handled meanwhile.
-		time.Sleep(time.Duration(50+rnd.IntN(300)) * time.Millisecond)
+		// Records are handled between the changes of membership: the
+		// change comes once 5 to 25 more handler runs than the last one
+		// waited for happened (none waited if the handlers are ahead).
+		// Counted from the start, so that they never wait for more runs
+		// than the records give: 5 changes of at most 25 before the
+		// second half is produced (150 records), 12 in all (300).
+		target += int64(5 + rnd.IntN(21))
+		testwait.Watch(t, fmt.Sprintf("%d handler runs before membership change %d", target, step), 60*time.Second,
+			func() (bool, string) {
+				got := runs.Load()
+				return got >= target, fmt.Sprintf("%d runs", got)
+			})
 		check()
 		switch a := rnd.IntN(4); {
 		case a == 0 && len(members) < 3:
@@ -280,8 +297,7 @@ func TestOffsetContractRandomized(t *testing.T) {
 	if !produced {
 		c.produce(t, cl, rs[n/2:]...)
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	testwait.Watch(t, "every record completed or dead (none lost) and the group settled", 90*time.Second, func() (bool, string) {
 		check()
 		m.mu.Lock()
 		left := 0
@@ -294,16 +310,12 @@ func TestOffsetContractRandomized(t *testing.T) {
 			}
 		}
 		m.mu.Unlock()
-		if left == 0 {
-			if ok, _ := rg.settled(t); ok {
-				break
-			}
+		if left > 0 {
+			return false, fmt.Sprintf("%d records neither completed nor dead (lost?), goexits %d panics %d", left, goexits.Load(), panics.Load())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d records neither completed nor dead (lost?), goexits %d panics %d", left, goexits.Load(), panics.Load())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		ok, why := rg.settled(t)
+		return ok, why
+	})
 	if len(violations) > 0 {
 		t.Errorf("%d contract violations, e.g. %v", len(violations), violations[:min(5, len(violations))])
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,9 +177,9 @@ func TestServeManagesRabbitMQQueue(t *testing.T) {
 		deadIDs = deadJobs(t, s, q)
 		return len(deadIDs) >= 4
 	})
-	// A real wait: that no job dies twice is what is tested, over half a
-	// second in which a duplicate would have come.
-	time.Sleep(500 * time.Millisecond)
+	// No job dies twice: once no queue of q but its DLQ holds a message
+	// (ready or unacknowledged), nothing more can die.
+	waitUntil(t, 2*e2eWait, "every queue of "+q+" but the DLQ empty", func() error { return queuesHeld(url, q) })
 	deadIDs = deadJobs(t, s, q)
 	if fmt.Sprint(sortedKeys(deadIDs)) != "[bad-1 dead-1 dead-2 revive-1]" {
 		t.Fatalf("dead jobs %v, want bad-1 dead-1 dead-2 revive-1, once each", sortedKeys(deadIDs))
@@ -358,6 +359,32 @@ func tierNames(t amqp.Topology) []string {
 		out = append(out, t.TierQueue(d))
 	}
 	return out
+}
+
+// queuesHeld returns an error naming the queues of the managed queue q
+// (those whose name starts with q), its DLQ aside, that hold a message,
+// ready or unacknowledged, on the broker at url, as rabbitmqctl counts
+// them; nil when none does.
+func queuesHeld(url, q string) error {
+	vhost := "/"
+	if u, err := neturl.Parse(url); err == nil && len(u.Path) > 1 {
+		vhost = u.Path[1:]
+	}
+	out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost, "--no-table-headers", "name", "messages").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("rabbitmqctl list_queues: %v\n%s", err, out)
+	}
+	var held []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && strings.HasPrefix(f[0], q) && f[0] != q+"-dlq" && f[1] != "0" {
+			held = append(held, f[0]+": "+f[1])
+		}
+	}
+	if len(held) > 0 {
+		return fmt.Errorf("messages held: %s", strings.Join(held, ", "))
+	}
+	return nil
 }
 
 // queueExists reports whether the broker has the queue.

@@ -318,6 +318,9 @@ func (s *Store) receiveOn(ctx context.Context, conn *pgx.Conn, channel string, f
 			if err != nil {
 				return err
 			}
+			if s.listenPinged != nil {
+				s.listenPinged()
+			}
 			continue
 		}
 		if n.Channel == channel {

@@ -27,8 +27,11 @@ const electInterval = 2 * time.Second
 // of when TCP gives up (~15 minutes on Linux).
 const electTimeout = electInterval / 2
 
-// electConnectTimeout bounds a candidate's connection attempt.
-const electConnectTimeout = 10 * time.Second
+// electConnectTimeout bounds a candidate's connection attempt, in
+// nanoseconds (atomic: tests shorten it).
+var electConnectTimeout atomic.Int64
+
+func init() { electConnectTimeout.Store(int64(10 * time.Second)) }
 
 // electIdleTimeout is how long the server keeps an election session that
 // sends nothing (idle_session_timeout, PostgreSQL 14 and later). A holder
@@ -101,7 +104,7 @@ func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 		}()
 		for ctx.Err() == nil {
 			if conn == nil {
-				cctx, cancel := context.WithTimeout(ctx, electConnectTimeout)
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(electConnectTimeout.Load()))
 				c, err := pgx.ConnectConfig(cctx, s.electConfig())
 				cancel()
 				if err != nil {
@@ -169,6 +172,9 @@ func (s *Store) Elect(ctx context.Context, role string) (func() bool, error) {
 					}
 				}
 				cancel()
+			}
+			if s.electRound != nil {
+				s.electRound(role, leading.Load())
 			}
 			wait := electInterval/2 + rand.N(electInterval/2)
 			t := time.NewTimer(wait)

@@ -30,6 +30,7 @@ func TestElectHandsOver(t *testing.T) {
 	schema := newSchema(t)
 	a, b := open(t, schema), open(t, schema)
 	t.Cleanup(func() { a.Close(); b.Close() })
+	roundsA, roundsB := electRounds(a), electRounds(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	leadA, err := a.Elect(ctx, "maintenance")
@@ -46,14 +47,9 @@ func TestElectHandsOver(t *testing.T) {
 		testwait.Until(t, what, 15*time.Second, cond)
 	}
 	waitFor("one leader", func() bool { return leadA() || leadB() })
-	for range 50 { // never two at once
-		if leadA() && leadB() {
-			t.Fatal("both stores lead at once")
-		}
-		// Real time: that no second leader appears over half a second is
-		// what is checked.
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Never two at once, while each store tries for the role again (or
+	// confirms it).
+	roundsWhile(t, "one store at most leads", 15*time.Second, func() bool { return !(leadA() && leadB()) }, roundsA, roundsB)
 	leader, survivor, leading, other := a, b, leadA, leadB
 	if leadB() {
 		leader, survivor, leading, other = b, a, leadB, leadA
@@ -69,6 +65,41 @@ func TestElectHandsOver(t *testing.T) {
 	waitFor("a second role is elected independently", leadOther)
 	if !other() {
 		t.Fatal("electing a second role cost the first")
+	}
+}
+
+// electRounds counts the election rounds of s; call it before Elect.
+func electRounds(s *postgres.Store) *atomic.Int64 {
+	n := new(atomic.Int64)
+	postgres.OnElectRound(s, func(string, bool) { n.Add(1) })
+	return n
+}
+
+// roundsWhile waits until each store whose rounds are counted in rounds
+// ended two more election rounds (so one whole round, each trying for
+// the role or confirming it), checking ok all along: it fails the test,
+// saying what, as soon as ok does not hold.
+func roundsWhile(t *testing.T, what string, within time.Duration, ok func() bool, rounds ...*atomic.Int64) {
+	t.Helper()
+	from := make([]int64, len(rounds))
+	for i, r := range rounds {
+		from[i] = r.Load()
+	}
+	testwait.Watch(t, "two election rounds of each store while "+what, within, func() (bool, string) {
+		if !ok() {
+			t.Fatalf("not so: %s", what)
+		}
+		var seen []string
+		done := true
+		for i, r := range rounds {
+			n := r.Load() - from[i]
+			done = done && n >= 2
+			seen = append(seen, fmt.Sprintf("store %d: %d rounds", i+1, n))
+		}
+		return done, strings.Join(seen, ", ")
+	})
+	if !ok() {
+		t.Fatalf("not so: %s", what)
 	}
 }
 
@@ -106,6 +137,10 @@ func TestElectNetworkCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	roundsA := electRounds(a)
+	// The cut-off store's attempts to connect again (to the silent
+	// proxy) end within a second, not ten: its rounds are waited for.
+	defer postgres.SetElectConnectTimeout(time.Second)()
 	// Closed before the proxy (cleanups run last registered first): closing
 	// writes to the silent connections and waits for no answer.
 	t.Cleanup(func() { a.Close() })
@@ -130,14 +165,8 @@ func TestElectNetworkCut(t *testing.T) {
 	proxy.partition(true)
 	waitFor("the other store takes the role after the cut", leadB)
 	waitFor("the cut-off leader steps down while the other leads", func() bool { return !leadA() })
-	for range 50 { // and does not come back while cut off
-		if leadA() {
-			t.Fatal("the cut-off store leads again")
-		}
-		// Real time: that the cut-off store stays down for half a second
-		// is what is checked.
-		time.Sleep(10 * time.Millisecond)
-	}
+	// And it does not come back while cut off, while it tries again.
+	roundsWhile(t, "the cut-off store does not lead again", 20*time.Second, func() bool { return !leadA() }, roundsA)
 	if !leadB() {
 		t.Fatal("the other store stopped leading")
 	}

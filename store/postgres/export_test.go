@@ -106,3 +106,18 @@ func AddMigration(name, body string) (restore func()) {
 	migrationFS = m
 	return func() { migrationFS = old }
 }
+
+// OnListenPing has f called after each ping of an idle listening
+// connection of s. Set before Listen.
+func OnListenPing(s *Store, f func()) { s.listenPinged = f }
+
+// OnElectRound has f called at the end of each round of an election of
+// s, with the role and whether s then leads. Set before Elect.
+func OnElectRound(s *Store, f func(role string, leading bool)) { s.electRound = f }
+
+// SetElectConnectTimeout sets how long an election's connection attempt
+// may take, and returns a function restoring the previous value.
+func SetElectConnectTimeout(d time.Duration) (restore func()) {
+	old := electConnectTimeout.Swap(int64(d))
+	return func() { electConnectTimeout.Store(old) }
+}

@@ -141,6 +141,13 @@ type Store struct {
 	// group merges concurrent Enqueue calls (group.go).
 	group enqueueGroup
 
+	// Test hooks, set before the calls they watch: listenPinged is
+	// called after each ping of an idle listening connection;
+	// electRound, at the end of each round of an election (Elect) with
+	// whether the store then leads.
+	listenPinged func()
+	electRound   func(role string, leading bool)
+
 	closed atomic.Bool
 	// done is canceled by Close; it stops Listen.
 	done       context.Context

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -548,6 +549,8 @@ func TestListenIdle(t *testing.T) {
 	schema := newSchema(t)
 	a, b := open(t, schema), open(t, schema)
 	t.Cleanup(func() { a.Close(); b.Close() })
+	var pings atomic.Int64
+	postgres.OnListenPing(a, func() { pings.Add(1) })
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	got := make(chan string, 100)
@@ -555,9 +558,8 @@ func TestListenIdle(t *testing.T) {
 	if q := <-got; q != "" {
 		t.Fatalf("first call %q, want the empty string", q)
 	}
-	// Real time: a listener idle for ten idle periods (several pings) is
-	// what is tested.
-	time.Sleep(500 * time.Millisecond)
+	// A listener idle long enough to ping its connection several times.
+	testwait.Until(t, "five pings of the idle listener", 20*time.Second, func() bool { return pings.Load() >= 5 })
 	if _, err := b.Enqueue(ctx, []store.NewJob{{Queue: "late", Kind: "k"}}, t0); err != nil {
 		t.Fatal(err)
 	}
