@@ -202,6 +202,9 @@ func TestOperationPauseResumeCancel(t *testing.T) {
 		return l["msg"] == "operation stopped" && l["operation"] == op.ID
 	})
 	a := operation()
+	if n := len(e.ops); n > 0 {
+		t.Fatalf("%d signals of the operator from before the runner stopped are buffered: the rounds waited for below may all be stale", n)
+	}
 	for range 3 {
 		testwait.Recv(t, "a round of the operator", 30*time.Second, e.ops)
 	}
