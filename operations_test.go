@@ -201,6 +201,11 @@ func TestOperationPauseResumeCancel(t *testing.T) {
 	waitLogged(t, &buf, "the runner to stop", func(l map[string]any) bool {
 		return l["msg"] == "operation stopped" && l["operation"] == op.ID
 	})
+	// Forget the signals of the runner's batches: the rounds waited for
+	// below all begin after the runner stopped.
+	for len(e.ops) > 0 {
+		<-e.ops
+	}
 	a := operation()
 	for range 3 {
 		testwait.Recv(t, "a round of the operator", 30*time.Second, e.ops)

@@ -58,7 +58,11 @@ func TestSchedulerEnqueuesDue(t *testing.T) {
 
 	none := scheduler{w: w}
 	none.start(t.Context(), nil)
-	none.stop() // returns: the loop ended at once
+	select { // not stopped: the loop ends on its own
+	case <-none.loop.run.Done():
+	case <-time.After(loopLiveness):
+		t.Fatalf("the scheduler of a worker without schedules still runs after %v", loopLiveness)
+	}
 	if _, err := st.GetSchedule(t.Context(), "other"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("GetSchedule of an undeclared schedule: %v", err)
 	}
