@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/redrivehq/redrive/internal/testwait"
 	"strings"
@@ -11,13 +12,16 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
 )
 
 // TestOperationsPageInChromium lists every operation on the Operations
 // page with its progress, counts and state, and pauses, resumes and
-// cancels them with its buttons.
+// cancels them with its buttons. The store holds the slow redrive's
+// second batch until the page has paused it: on the wall clock, a loaded
+// machine let the redrive end before the browser clicked pause.
 func TestOperationsPageInChromium(t *testing.T) {
-	e := newEnv(t, Options{})
+	e, gate := newGatedEnv(t, Options{}, 1)
 	b := newBrowser(t) // before anything runs: a missing browser skips or fails at once
 	ctx := context.Background()
 	url := e.srv.URL
@@ -25,7 +29,7 @@ func TestOperationsPageInChromium(t *testing.T) {
 	row := func(id string) string { return fmt.Sprintf(`tr[data-operation="%s"]`, id) }
 
 	// The empty page says so.
-	b.runWithin(t, 10*time.Second, "empty operations page",
+	b.runWithin(t, time.Minute, "empty operations page",
 		chromedp.Navigate(url+"/#/operations"),
 		chromedp.WaitVisible(css(`[data-nav="operations"].active`)))
 	b.waitText(t, `#app`, "No operation yet")
@@ -53,6 +57,7 @@ func TestOperationsPageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testwait.Recv(t, "the slow redrive's second batch", time.Minute, gate.held)
 	b.waitText(t, row(slow.ID), "redriven")
 	b.waitText(t, row(slow.ID)+" .badge", "running")
 	if txt := b.textNow(t, row(slow.ID)); !strings.Contains(txt, "of 30") || !strings.Contains(txt, "30 ids") || !strings.Contains(txt, "after the fix") {
@@ -63,6 +68,10 @@ func TestOperationsPageInChromium(t *testing.T) {
 	paused, err := e.client.Operation(ctx, slow.ID)
 	if err != nil || paused.State != redrive.OperationPaused {
 		t.Fatalf("after the pause button: %+v, %v", paused, err)
+	}
+	gate.release()
+	if err := testwait.Recv(t, "the batch after the pause", time.Minute, gate.after); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("the batch after the pause: %v, want a conflict", err)
 	}
 	b.run(t, "resume", chromedp.Click(css(row(slow.ID)+` button[data-action="resume"]`)))
 	// The remaining jobs (at most 30, 10 a second) finish within a few
@@ -104,7 +113,7 @@ func TestOperationsPageInChromium(t *testing.T) {
 	if err != nil || len(res.Jobs) != 2 || res.Jobs[0].ReplayOf != src.ID {
 		t.Fatalf("replay: %+v, %v", res.Jobs, err)
 	}
-	b.runWithin(t, 10*time.Second, "replayed job page",
+	b.runWithin(t, time.Minute, "replayed job page",
 		chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", url, res.Jobs[0].ID)),
 		chromedp.WaitVisible(css(`#replay-of a`)))
 	if got, href := b.textNow(t, `#replay-of`), b.attr(t, `#replay-of a`, "href"); got != fmt.Sprintf("job %d", src.ID) || href != fmt.Sprintf("#/jobs/%d", src.ID) {
