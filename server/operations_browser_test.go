@@ -63,7 +63,11 @@ func TestOperationsPageInChromium(t *testing.T) {
 	if txt := b.textNow(t, row(slow.ID)); !strings.Contains(txt, "of 30") || !strings.Contains(txt, "30 ids") || !strings.Contains(txt, "after the fix") {
 		t.Errorf("running row: %q", txt)
 	}
-	b.run(t, "pause", chromedp.Click(css(row(slow.ID)+` button[data-action="pause"]`)))
+	b.clickNow(t, row(slow.ID)+` button[data-action="pause"]`)
+	testwait.Until(t, "the pause button to pause the operation", time.Minute, func() bool {
+		op, err := e.client.Operation(ctx, slow.ID)
+		return err == nil && op.State == redrive.OperationPaused
+	})
 	b.waitText(t, row(slow.ID)+" .badge", "paused")
 	paused, err := e.client.Operation(ctx, slow.ID)
 	if err != nil || paused.State != redrive.OperationPaused {
@@ -73,7 +77,7 @@ func TestOperationsPageInChromium(t *testing.T) {
 	if err := testwait.Recv(t, "the batch after the pause", time.Minute, gate.after); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("the batch after the pause: %v, want a conflict", err)
 	}
-	b.run(t, "resume", chromedp.Click(css(row(slow.ID)+` button[data-action="resume"]`)))
+	b.clickNow(t, row(slow.ID)+` button[data-action="resume"]`)
 	// The remaining jobs (at most 30, 10 a second) finish within a few
 	// seconds; the page refreshes every 2.
 	testwait.Watch(t, "the resumed redrive to end done", 20*time.Second, func() (bool, string) {
@@ -122,4 +126,17 @@ func TestOperationsPageInChromium(t *testing.T) {
 	b.waitText(t, `[data-event="replayed"]`, "reindex")
 	b.noJunk(t, "replayed job page")
 	b.checkClean(t, url)
+}
+
+// clickNow clicks the element matching sel in one step of the page's own
+// script, once it is there: the page renders its table again every 2 s,
+// and on a loaded machine a click that found the node first could come
+// after the node was replaced ("Could not find node with given id").
+func (b *browser) clickNow(t *testing.T, sel string) {
+	t.Helper()
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%q); if (!el) return false; el.click(); return true; })()`, sel)
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](js,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(time.Minute))); err != nil {
+		t.Fatalf("click %s: %v\nbrowser problems: %v", sel, err, b.problemList())
+	}
 }
