@@ -28,6 +28,11 @@ import (
 
 const crashChildEnv = "REDRIVE_CRASH_CHILD_DB"
 
+// crashStall is how long the crash test lets a child run without a job
+// finishing before it fails: a liveness bound, generous for a loaded
+// machine.
+const crashStall = 2 * time.Minute
+
 // crashHandlers: "ok" completes, "permanent" fails permanently, "flaky"
 // fails transiently on its first two attempts and then completes.
 func crashHandlers(w *redrive.Worker) {
@@ -138,7 +143,23 @@ func TestCrashRecovery(t *testing.T) {
 		want[j.ID] = j.Kind
 	}
 
-	run := func(kill time.Duration) {
+	finished := func() int64 {
+		n, err := c.Count(ctx, redrive.Filter{States: []redrive.State{redrive.Completed, redrive.Dead}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// run starts a child and, with kill > 0, kills it with SIGKILL once it
+	// has finished kill more jobs (or fewer, if fewer are left): the kill
+	// lands at a point of the work, not of the wall clock, so that each
+	// run makes progress however slow the machine is (a kill after
+	// 100-450 ms of real time landed before a loaded machine's child had
+	// finished anything, and the final run was left with all the work).
+	// With kill == 0 it waits for the child to finish every job and exit.
+	// Either way it fails the test when no job finishes for
+	// crashStall: a liveness bound on progress, not on the run.
+	run := func(kill int64) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+path)
 		out, _ := os.CreateTemp(t.TempDir(), "child")
@@ -146,33 +167,47 @@ func TestCrashRecovery(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if kill == 0 {
-			waitErr := make(chan error, 1)
-			go func() { waitErr <- cmd.Wait() }()
+		waitErr := make(chan error, 1)
+		go func() { waitErr <- cmd.Wait() }()
+		last, moved := finished(), time.Now()
+		target := min(last+kill, n)
+		for {
 			select {
 			case err := <-waitErr:
-				if err != nil {
+				if err != nil || kill > 0 {
 					b, _ := os.ReadFile(out.Name())
-					t.Fatalf("final child run failed: %v\n%s", err, b)
+					t.Fatalf("child run (kill after %d jobs) ended by itself: %v\n%s", kill, err, b)
 				}
-			case <-time.After(2 * time.Minute):
-				cmd.Process.Kill()
-				t.Fatal("final child run did not finish in 2 minutes")
+				return
+			case <-time.After(20 * time.Millisecond): // the poll's interval: it waits for the count, not for time
 			}
-			return
+			now := finished()
+			if kill > 0 && now >= target {
+				if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				<-waitErr
+				return
+			}
+			if now != last {
+				last, moved = now, time.Now()
+			} else if time.Since(moved) > crashStall {
+				cmd.Process.Kill()
+				<-waitErr
+				b, _ := os.ReadFile(out.Name())
+				t.Fatalf("child run (kill after %d jobs): no job finished for %v, %d of %d finished\n%s", kill, crashStall, now, n, b)
+			}
 		}
-		time.Sleep(kill) // real time: the kill lands at a random point of the run
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		cmd.Wait()
 	}
-	kills := 6
-	for i := range kills {
-		d := time.Duration(100+rnd.IntN(350)) * time.Millisecond
-		run(d)
-		done, _ := c.Count(ctx, redrive.Filter{States: []redrive.State{redrive.Completed, redrive.Dead}})
-		t.Logf("kill %d after %v: %d of %d jobs finished", i+1, d, done, n)
+	kills := 0
+	for range 6 {
+		k := int64(20 + rnd.IntN(300))
+		if finished()+k >= n {
+			break // leave the last jobs to the final run
+		}
+		run(k)
+		kills++
+		t.Logf("kill %d after %d more jobs: %d of %d jobs finished", kills, k, finished(), n)
 	}
 	run(0)
 

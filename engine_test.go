@@ -872,9 +872,13 @@ func TestEnqueueValidation(t *testing.T) {
 
 func TestHandlerSeesOpenBreakerIsDeferred(t *testing.T) {
 	e := newEnv(t, redrive.WorkerOptions{})
-	// Open long enough for the first attempt to find it open on a loaded
-	// machine (80 ms was not, in CI once).
-	b := breaker.New("payments", breaker.Config{Failures: 1, Window: time.Minute, BreakDuration: 600 * time.Millisecond})
+	// The breaker's clock stands still, an hour behind the wall clock,
+	// until the test has seen the deferral: on the wall clock a loaded
+	// machine's first attempt came after the break (80 ms, then 600 ms).
+	var moved atomic.Int64
+	start := time.Now().Add(-time.Hour)
+	clock := func() time.Time { return start.Add(time.Duration(moved.Load())) }
+	b := breaker.New("payments", breaker.Config{Failures: 1, Window: time.Minute, BreakDuration: 600 * time.Millisecond, Now: clock})
 	tok, _ := b.Allow()
 	b.Record(tok, errors.New("down"))
 	var calls atomic.Int32
@@ -884,6 +888,22 @@ func TestHandlerSeesOpenBreakerIsDeferred(t *testing.T) {
 	})
 	e.start()
 	job, _ := e.client.Enqueue(context.Background(), "pay", nil, redrive.MaxRetries(0))
+	for deadline := time.Now().Add(time.Minute); ; e.waitEngine() {
+		j, err := e.client.Get(context.Background(), job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == redrive.Completed || j.State == redrive.Dead {
+			t.Fatalf("job ended %s while the breaker was open: %+v", j.State, j.History)
+		}
+		if len(j.History) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d not deferred within a minute: %s, attempt %d", job.ID, j.State, j.Attempt)
+		}
+	}
+	moved.Store(int64(time.Second)) // the break is over
 	j := e.waitState(job.ID, redrive.Completed)
 	if j.Attempt != 1 || calls.Load() < 2 {
 		t.Fatalf("attempt %d after %d calls: an open breaker inside the handler must defer without using attempts", j.Attempt, calls.Load())

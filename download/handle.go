@@ -165,12 +165,11 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	redrive.LogWith(ctx, "url", httpreq.Redact(pl.u), "dest", pl.p.Dest)
 	h.maybeSweep()
 	br := h.opts.Breakers.Get(DiskBreaker)
-	if br.State() == breaker.Open {
-		// Not even a request while the disk is known to be full: the
-		// engine defers the job without using an attempt.
-		if ready := br.ReadyAt(); time.Now().Before(ready) {
-			return &breaker.OpenError{Name: br.Name(), ReadyAt: ready}
-		}
+	// Not even a request while the disk is known to be full: the engine
+	// defers the job without using an attempt. The breaker says whether
+	// its break is over, by its own clock.
+	if ready := br.ReadyAt(); !ready.IsZero() {
+		return &breaker.OpenError{Name: br.Name(), ReadyAt: ready}
 	}
 	jobCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, pl.timeout)

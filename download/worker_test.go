@@ -161,12 +161,23 @@ func TestWorkerDiskBreakerIsTheWorkers(t *testing.T) {
 
 // TestOpenDiskBreakerDefers: through a real worker, a download job met by
 // an open disk breaker is deferred without using an attempt or sending a
-// request, and runs once the breaker lets it.
+// request, and runs once the breaker lets it. The breaker runs on a fake
+// clock that the test moves past the break only once it has seen the
+// deferral: on the wall clock, a 2 s break could be over before a loaded
+// machine's first fetch. The handler compared the breaker's ready time
+// with the wall clock instead of asking the breaker, which let a request
+// through while the breaker was still open by its own clock.
 func TestOpenDiskBreakerDefers(t *testing.T) {
 	srv, n := statuses(t, nil, []byte("payload"))
 	dir := t.TempDir()
+	// The breaker's clock stands still an hour behind the wall clock, as
+	// if the worker took that long to fetch the job, until the test moves
+	// it on.
+	var moved atomic.Int64
+	start := time.Now().Add(-time.Hour)
+	clock := func() time.Time { return start.Add(time.Duration(moved.Load())) }
 	reg := breaker.NewRegistry(breaker.Config{})
-	br := reg.Configure(download.DiskBreaker, breaker.Config{Failures: 1, BreakDuration: 2 * time.Second})
+	br := reg.Configure(download.DiskBreaker, breaker.Config{Failures: 1, BreakDuration: 2 * time.Second, Now: clock})
 	tok, _ := br.Allow()
 	br.Record(tok, syscall.ENOSPC)
 	if br.State() != breaker.Open {
@@ -177,6 +188,20 @@ func TestOpenDiskBreakerDefers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testwait.Until(t, fmt.Sprintf("job %d deferred", j.ID), time.Minute, func() bool {
+		got, err := client.Get(context.Background(), j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == redrive.Completed || got.State == redrive.Dead {
+			t.Fatalf("job %d ended %s while the breaker was open: %+v", j.ID, got.State, got.History)
+		}
+		return len(got.History) > 0
+	})
+	if n.Load() != 0 {
+		t.Fatalf("%d requests sent while the breaker was open", n.Load())
+	}
+	moved.Store(int64(3 * time.Second)) // the break is over
 	j = waitDone(t, client, j.ID)
 	if j.State != redrive.Completed || j.Attempt != 1 || n.Load() != 1 {
 		t.Fatalf("state %s after %d attempts, %d requests: %+v", j.State, j.Attempt, n.Load(), j.History)

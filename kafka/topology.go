@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -113,12 +114,56 @@ func (t Topology) tierFor(d time.Duration) time.Duration {
 // creates the missing ones (the tiers and the DLT with the main topic's
 // partition count when it exists, else Partitions); without, a missing
 // topic is an error naming it and what to create.
+//
+// A broker that answers with a retriable error (a loaded one answers
+// REQUEST_TIMED_OUT when the creation outlasts the request's timeout,
+// and goes on creating; a new topic lists as LEADER_NOT_AVAILABLE until
+// its leader is elected) is asked again, after a backoff, until the
+// topics exist or ctx ends.
 func (t Topology) Ensure(ctx context.Context, adm *kadm.Client, create bool) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
+	for n := 1; ; n++ {
+		err := t.ensureOnce(ctx, adm, create)
+		if !errors.Is(err, errEnsureAgain) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafka: topics of %q: %w (%w)", t.Topic, ctx.Err(), err)
+		case <-time.After(ensureBackoff(n)):
+		}
+	}
+}
+
+// errEnsureAgain marks a retriable answer of the broker's.
+var errEnsureAgain = errors.New("the broker is not done yet")
+
+// ensureBackoff is the wait before Ensure's attempt n+1: 100 ms, doubling
+// up to 2 s.
+func ensureBackoff(n int) time.Duration {
+	return min(100*time.Millisecond<<min(n-1, 5), 2*time.Second)
+}
+
+// retriable reports whether err is one a broker may answer otherwise
+// when asked again: a retriable Kafka error, or a request that timed out
+// (the caller's ctx, checked apart, has not ended).
+func retriable(err error) bool {
+	var ke *kerr.Error
+	var ne net.Error
+	return (errors.As(err, &ke) && ke.Retriable) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// ensureOnce is one attempt of Ensure; it returns an error wrapping
+// errEnsureAgain when the broker's answer is worth asking again.
+func (t Topology) ensureOnce(ctx context.Context, adm *kadm.Client, create bool) error {
 	listed, err := adm.ListTopics(ctx, t.Topics()...)
 	if err != nil {
+		if retriable(err) && ctx.Err() == nil {
+			return fmt.Errorf("kafka: list topics: %w: %w", errEnsureAgain, err)
+		}
 		return fmt.Errorf("kafka: list topics: %w", err)
 	}
 	partitions := t.Partitions
@@ -129,6 +174,8 @@ func (t Topology) Ensure(ctx context.Context, adm *kadm.Client, create bool) err
 	for _, name := range t.Topics() {
 		if d, ok := listed[name]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
 			missing = append(missing, name)
+		} else if retriable(d.Err) {
+			return fmt.Errorf("kafka: topic %q: %w: %w", name, errEnsureAgain, d.Err)
 		} else if d.Err != nil {
 			return fmt.Errorf("kafka: topic %q: %w", name, d.Err)
 		}
@@ -142,12 +189,21 @@ func (t Topology) Ensure(ctx context.Context, adm *kadm.Client, create bool) err
 	}
 	res, err := adm.CreateTopics(ctx, partitions, t.Replication, nil, missing...)
 	if err != nil {
+		if retriable(err) && ctx.Err() == nil {
+			return fmt.Errorf("kafka: create topics %s: %w: %w", strings.Join(missing, ", "), errEnsureAgain, err)
+		}
 		return fmt.Errorf("kafka: create topics %s: %w", strings.Join(missing, ", "), err)
 	}
+	var again error
 	for _, name := range missing {
-		if r, ok := res[name]; ok && r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+		r, ok := res[name]
+		switch {
+		case !ok || r.Err == nil || errors.Is(r.Err, kerr.TopicAlreadyExists):
+		case retriable(r.Err):
+			again = fmt.Errorf("kafka: create topic %q: %w: %w", name, errEnsureAgain, r.Err)
+		default:
 			return fmt.Errorf("kafka: create topic %q: %w", name, r.Err)
 		}
 	}
-	return nil
+	return again
 }

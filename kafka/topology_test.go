@@ -3,11 +3,14 @@ package kafka_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/kafka"
@@ -72,4 +75,50 @@ func TestTopology(t *testing.T) {
 		return true
 	})
 	stop()
+}
+
+// TestTopologyCreateTimedOut: a broker that answers the creation of the
+// topics with REQUEST_TIMED_OUT (a loaded one does when the creation
+// outlasts the request's timeout, and goes on creating) is asked again:
+// Ensure returns once the topics exist, instead of failing the
+// consumer's start (topic creation took a minute on a loaded broker).
+func TestTopologyCreateTimedOut(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.needFake(t)
+	topic := newTopic(t)
+	adm := kadm.NewClient(c.client(t, kgo.MetadataMinAge(50*time.Millisecond)))
+	if _, err := adm.CreateTopic(context.Background(), 3, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	c.fake.ControlKey(int16(kmsg.CreateTopics), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		req := kr.(*kmsg.CreateTopicsRequest)
+		resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic = rt.Topic
+			st.ErrorCode = kerr.RequestTimedOut.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		refused.Add(1) // once: the control ends after this answer
+		return resp, nil, true
+	})
+	topo := kafka.NewTopology(topic, retry.DefaultPolicy())
+	if err := topo.Ensure(context.Background(), adm, true); err != nil {
+		t.Fatalf("Ensure after a timed-out creation: %v", err)
+	}
+	if n := refused.Load(); n != 1 {
+		t.Fatalf("%d creations refused, want 1", n)
+	}
+	// A client of its own: adm's metadata still knows them missing.
+	d, err := kadm.NewClient(c.client(t)).ListTopics(context.Background(), topo.Topics()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range topo.Topics() {
+		if td, ok := d[name]; !ok || td.Err != nil || len(td.Partitions) != 3 {
+			t.Errorf("topic %s after Ensure: %+v", name, td)
+		}
+	}
 }

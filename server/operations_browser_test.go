@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/redrivehq/redrive/internal/testwait"
 	"strings"
@@ -11,13 +12,16 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
 )
 
 // TestOperationsPageInChromium lists every operation on the Operations
 // page with its progress, counts and state, and pauses, resumes and
-// cancels them with its buttons.
+// cancels them with its buttons. The store holds the slow redrive's
+// second batch until the page has paused it: on the wall clock, a loaded
+// machine let the redrive end before the browser clicked pause.
 func TestOperationsPageInChromium(t *testing.T) {
-	e := newEnv(t, Options{})
+	e, gate := newGatedEnv(t, Options{}, 1)
 	b := newBrowser(t) // before anything runs: a missing browser skips or fails at once
 	ctx := context.Background()
 	url := e.srv.URL
@@ -25,7 +29,7 @@ func TestOperationsPageInChromium(t *testing.T) {
 	row := func(id string) string { return fmt.Sprintf(`tr[data-operation="%s"]`, id) }
 
 	// The empty page says so.
-	b.runWithin(t, 10*time.Second, "empty operations page",
+	b.runWithin(t, time.Minute, "empty operations page",
 		chromedp.Navigate(url+"/#/operations"),
 		chromedp.WaitVisible(css(`[data-nav="operations"].active`)))
 	b.waitText(t, `#app`, "No operation yet")
@@ -53,18 +57,27 @@ func TestOperationsPageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testwait.Recv(t, "the slow redrive's second batch", time.Minute, gate.held)
 	b.waitText(t, row(slow.ID), "redriven")
 	b.waitText(t, row(slow.ID)+" .badge", "running")
 	if txt := b.textNow(t, row(slow.ID)); !strings.Contains(txt, "of 30") || !strings.Contains(txt, "30 ids") || !strings.Contains(txt, "after the fix") {
 		t.Errorf("running row: %q", txt)
 	}
-	b.run(t, "pause", chromedp.Click(css(row(slow.ID)+` button[data-action="pause"]`)))
+	b.clickNow(t, row(slow.ID)+` button[data-action="pause"]`)
+	testwait.Until(t, "the pause button to pause the operation", time.Minute, func() bool {
+		op, err := e.client.Operation(ctx, slow.ID)
+		return err == nil && op.State == redrive.OperationPaused
+	})
 	b.waitText(t, row(slow.ID)+" .badge", "paused")
 	paused, err := e.client.Operation(ctx, slow.ID)
 	if err != nil || paused.State != redrive.OperationPaused {
 		t.Fatalf("after the pause button: %+v, %v", paused, err)
 	}
-	b.run(t, "resume", chromedp.Click(css(row(slow.ID)+` button[data-action="resume"]`)))
+	gate.release()
+	if err := testwait.Recv(t, "the batch after the pause", time.Minute, gate.after); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("the batch after the pause: %v, want a conflict", err)
+	}
+	b.clickNow(t, row(slow.ID)+` button[data-action="resume"]`)
 	// The remaining jobs (at most 30, 10 a second) finish within a few
 	// seconds; the page refreshes every 2.
 	testwait.Watch(t, "the resumed redrive to end done", 20*time.Second, func() (bool, string) {
@@ -104,7 +117,7 @@ func TestOperationsPageInChromium(t *testing.T) {
 	if err != nil || len(res.Jobs) != 2 || res.Jobs[0].ReplayOf != src.ID {
 		t.Fatalf("replay: %+v, %v", res.Jobs, err)
 	}
-	b.runWithin(t, 10*time.Second, "replayed job page",
+	b.runWithin(t, time.Minute, "replayed job page",
 		chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", url, res.Jobs[0].ID)),
 		chromedp.WaitVisible(css(`#replay-of a`)))
 	if got, href := b.textNow(t, `#replay-of`), b.attr(t, `#replay-of a`, "href"); got != fmt.Sprintf("job %d", src.ID) || href != fmt.Sprintf("#/jobs/%d", src.ID) {
@@ -113,4 +126,17 @@ func TestOperationsPageInChromium(t *testing.T) {
 	b.waitText(t, `[data-event="replayed"]`, "reindex")
 	b.noJunk(t, "replayed job page")
 	b.checkClean(t, url)
+}
+
+// clickNow clicks the element matching sel in one step of the page's own
+// script, once it is there: the page renders its table again every 2 s,
+// and on a loaded machine a click that found the node first could come
+// after the node was replaced ("Could not find node with given id").
+func (b *browser) clickNow(t *testing.T, sel string) {
+	t.Helper()
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%q); if (!el) return false; el.click(); return true; })()`, sel)
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](js,
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(time.Minute))); err != nil {
+		t.Fatalf("click %s: %v\nbrowser problems: %v", sel, err, b.problemList())
+	}
 }

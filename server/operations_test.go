@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/redrivehq/redrive/internal/testwait"
 	"net/http"
@@ -317,27 +318,33 @@ func TestOperationCancel(t *testing.T) {
 }
 
 // TestOperationPauseResume pauses a redrive midway and resumes it: it
-// continues where it stopped.
+// continues where it stopped. The store holds the runner's second batch
+// until the pause is recorded: on the wall clock, a loaded machine let
+// the redrive (40 jobs, 20 a second) end before the pause came, or the
+// runner's batch was still under way when the test looked.
 func TestOperationPauseResume(t *testing.T) {
-	e := newEnv(t, Options{})
+	e, gate := newGatedEnv(t, Options{}, 1)
 	e.runWorker()
 	ids := e.buryMany("p", "boom", 40)
 	b, _ := json.Marshal(map[string]any{"filter": map[string]string{"queue": "p"}, "rate": 20})
 	op := e.start("POST", "/v1/dlq/redrive", string(b))
-	e.awaitProcessed(op.ID, 1)
+	testwait.Recv(t, "the runner's second batch", time.Minute, gate.held)
 	var ob operationBody
 	e.want(e.do("POST", "/v1/operations/"+op.ID+"/pause", ""), 200, &ob)
-	if ob.Operation.State != OperationPaused {
+	if ob.Operation.State != OperationPaused || ob.Operation.Processed != 20 {
 		t.Fatalf("paused: %+v", ob.Operation)
 	}
-	// The runner stops after its batch: the count then holds still.
+	// The batch after the pause is refused: the runner stops there.
+	gate.release()
+	if err := testwait.Recv(t, "the batch after the pause", time.Minute, gate.after); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("the batch after the pause: %v, want a conflict", err)
+	}
+	first := e.getOp(op.ID)
 	// Real time: that nothing moves for a while, at 20 jobs a second, is
 	// what is tested.
 	time.Sleep(300 * time.Millisecond)
-	first := e.getOp(op.ID)
-	time.Sleep(300 * time.Millisecond) // real time, as above
 	second := e.getOp(op.ID)
-	if first.State != OperationPaused || second.Processed != first.Processed || first.Processed >= 40 {
+	if first.State != OperationPaused || second.State != OperationPaused || first.Processed != 20 || second.Processed != 20 {
 		t.Fatalf("paused operation moved: %+v then %+v", first, second)
 	}
 	e.want(e.do("POST", "/v1/operations/"+op.ID+"/resume", ""), 200, &ob)

@@ -18,7 +18,7 @@ func (b *browser) waitText(t *testing.T, sel, want string) string {
 	t.Helper()
 	js := fmt.Sprintf(`(() => { const el = document.querySelector(%q); return el && el.innerText.includes(%q) ? el.innerText : ''; })()`, sel, want)
 	v, err := chromedp.Run(b.ctx, chromedp.Poll[string](js,
-		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(10*time.Second)))
+		chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(time.Minute)))
 	if err != nil {
 		t.Fatalf("waiting for %s to show %q (it shows %q): %v\nbrowser problems: %v", sel, want, b.textNow(t, sel), err, b.problemList())
 	}

@@ -1,11 +1,10 @@
 package server
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,63 +64,85 @@ func TestThrottleFullTableSparesKnownClients(t *testing.T) {
 	}
 }
 
-// smallBuffers is a listener whose connections have small socket
-// buffers, so that a blocked write wakes as soon as the reader takes in a
-// little, as on a slow link (with the megabytes of loopback's buffers, a
-// writer waits until half of them drained).
-type smallBuffers struct{ net.Listener }
+// slowLink is a listener whose connections model a slow, steady link on
+// a clock of their own: each write takes linkTime of it for every 64 KB,
+// and a write deadline, set on the wall clock, is kept on the link's
+// clock (as far ahead of the link's now as it was of the wall clock's).
+// A write that would end past the deadline fails as a real one would.
+type slowLink struct{ net.Listener }
 
-func (l smallBuffers) Accept() (net.Conn, error) {
+// linkTime is how long the link takes to carry 64 KB.
+const linkTime = 100 * time.Millisecond
+
+func (l slowLink) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(32 << 10)
+	if err != nil {
+		return nil, err
 	}
-	return c, err
+	return &linkConn{Conn: c}, nil
+}
+
+type linkConn struct {
+	net.Conn
+	mu       sync.Mutex
+	now      time.Duration // the link's clock
+	deadline time.Duration // on the link's clock; 0 for none
+}
+
+func (c *linkConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = 0
+	if !t.IsZero() {
+		c.deadline = c.now + max(time.Until(t), 1)
+	}
+	return nil
+}
+
+func (c *linkConn) SetDeadline(t time.Time) error {
+	_ = c.SetWriteDeadline(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *linkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	end := c.now + time.Duration(len(p))*linkTime/(64<<10)
+	if c.deadline != 0 && end > c.deadline {
+		c.mu.Unlock()
+		return 0, os.ErrDeadlineExceeded
+	}
+	c.now = end
+	c.mu.Unlock()
+	return c.Conn.Write(p)
 }
 
 // TestSlowSteadyReaderGetsWholeList: a client that keeps reading a large
 // answer (a page of dead jobs with long errors) at a steady, slow pace is
 // never WriteTimeout without progress, so it is not cut off (docs/api.md),
-// however long the whole answer takes. Real time passing is what is
-// tested: WriteTimeout is 300 ms, the reader takes at most 64 KB every
-// 10 ms of some 5 MB, which takes seconds.
+// however long the whole answer takes. The pace is the link's, on a clock
+// of its own (slowLink): 64 KB every 100 ms, under the WriteTimeout of
+// 300 ms, for some 5 MB, which takes 8 s of the link's time. A reader
+// pacing itself on the wall clock was not steady on a loaded machine
+// under -race (a 10 ms sleep that lasted past the 300 ms) and was cut
+// off as the contract says it should be.
 func TestSlowSteadyReaderGetsWholeList(t *testing.T) {
 	e := newEnv(t, Options{WriteTimeout: 300 * time.Millisecond})
 	e.buryMany("big", strings.Repeat("x", 50_000), 100)
 	srv := httptest.NewUnstartedServer(e.api)
-	srv.Listener = smallBuffers{srv.Listener}
+	srv.Listener = slowLink{srv.Listener}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	res, err := srv.Client().Get(srv.URL + "/v1/dlq?queue=big&limit=100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	_ = conn.(*net.TCPConn).SetReadBuffer(64 << 10)
-	if _, err := fmt.Fprintf(conn, "GET /v1/dlq?queue=big&limit=100 HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", srv.Listener.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	var all bytes.Buffer
-	buf := make([]byte, 64<<10)
-	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
-	for {
-		n, err := conn.Read(buf)
-		all.Write(buf[:n])
-		if err != nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // real time: a slow reader is what the write timeout is tested against
-	}
-	got := all.Len()
-	res, err := http.ReadResponse(bufio.NewReader(&all), nil)
-	if err != nil {
-		t.Fatalf("after %d bytes: %v", got, err)
-	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
 	var page struct {
 		Jobs []json.RawMessage `json:"jobs"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&page); err != nil || len(page.Jobs) != 100 {
-		t.Fatalf("a steady reader got %d bytes, %d jobs: %v", got, len(page.Jobs), err)
+	if err != nil || json.Unmarshal(body, &page) != nil || len(page.Jobs) != 100 {
+		t.Fatalf("a steady reader got %d bytes, %d jobs: %v", len(body), len(page.Jobs), err)
 	}
 }
 

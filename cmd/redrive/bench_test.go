@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,11 +16,18 @@ import (
 )
 
 // benchJSON runs a bench workload with --json and decodes its result.
+// The tests check that the bench reports correct figures, not that it is
+// fast: the run has no deadline of its own (runCLI's 30 s failed them on
+// a loaded machine). A bench whose jobs stop moving ends itself after its
+// stall timeout (bench.DefaultStallTimeout, measured from the last job
+// that progressed), and go test's -timeout bounds the rest.
 func benchJSON[T any](t *testing.T, args ...string) *T {
 	t.Helper()
 	args = append([]string{"--json", "bench"}, args...)
 	args = append(args, "--db-dir", t.TempDir())
-	stdout, stderr, err := runCLI(t, args...)
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), args, &out, &errOut)
+	stdout, stderr := out.String(), errOut.String()
 	if err != nil {
 		t.Fatalf("redrive %s: %v\nstderr: %s\nstdout: %s", strings.Join(args, " "), err, stderr, stdout)
 	}

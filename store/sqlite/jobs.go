@@ -429,7 +429,17 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	if err != nil || n == 0 {
 		return nil, err
 	}
-	jobs, err := s.readLeased(ctx, ids, int(n), p)
+	if fetchLeasedHook != nil {
+		fetchLeasedHook()
+	}
+	// The jobs are this worker's now: they are read back even when ctx
+	// ended meanwhile (a worker bounds its fetch by the lease, which a
+	// loaded machine's fetch could outlast), for otherwise they would wait
+	// for their leases to expire and be rescued as failed attempts. The
+	// read has a bound of its own, for a store that hangs.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	defer cancel()
+	jobs, err := s.readLeased(rctx, ids, int(n), p)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: fetch: jobs %d leased but not read back (their leases will expire and be rescued): %w", n, err)
 	}
@@ -444,6 +454,13 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	})
 	return jobs, nil
 }
+
+// readBackTimeout bounds the read of the jobs a fetch has just leased.
+const readBackTimeout = 30 * time.Second
+
+// fetchLeasedHook, when set (tests), runs between a fetch's lease and the
+// read of the leased jobs.
+var fetchLeasedHook func()
 
 // leasedColumns are the columns read back of a job Fetch has just leased:
 // those the lease did not set itself. What it set (state, worker,
