@@ -68,6 +68,8 @@ func BreakerSignal(w *Worker) <-chan struct{} {
 	return s
 }
 
-// SetClock sets the clock of c (and of the workers created from it) to
-// now. Call it before creating a worker from c.
+// SetClock sets the clock of c and of the workers created from it: the
+// times they write (run_at, lease_until, outcomes) and compare with
+// (leases expired, jobs due). The loops still wait on real timers. Call
+// it before creating a worker from c.
 func SetClock(c *Client, now func() time.Time) { c.nowFunc = now }
