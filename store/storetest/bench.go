@@ -127,6 +127,8 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
 	})
 
+	b.Run("PriorityLevels", func(b *testing.B) { benchPriorityLevels(b, open) })
+
 	b.Run("FetchFinish100", func(b *testing.B) {
 		s := open(b)
 		b.Cleanup(func() { s.Close() })
