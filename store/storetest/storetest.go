@@ -67,6 +67,7 @@ var subtests = []subtest{
 	{"PriorityModel", testPriorityModel},
 	{"PriorityBehindBacklog", testPriorityBehindBacklog},
 	{"SetPriority", testSetPriority},
+	{"SetPriorityConcurrent", testSetPriorityConcurrent},
 	{"PriorityKept", testPriorityKept},
 	{"PriorityDueTimes", testPriorityDueTimes},
 	{"TimeZones", testTimeZones},
