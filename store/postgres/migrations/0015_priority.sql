@@ -27,20 +27,18 @@ DROP INDEX jobs_due;
 -- small table then joins its leased rows by a sequential scan; ROWS 1
 -- keeps the join by primary key. (The whole walk runs before the first
 -- row is used: as many probes as the queue has distinct priorities, two
--- when every job has one.) Inside, the walk is one statement, planned
--- once a call: a loop of SELECT INTO was planned afresh for each probe
--- (PL/pgSQL keeps custom plans when the generic one costs a little
--- more), 60 us a probe, an idle poll of a queue with 201 levels 22 ms.
+-- when every job has one.)
 CREATE FUNCTION job_priorities(q text) RETURNS SETOF smallint
 LANGUAGE plpgsql STABLE ROWS 1
 SET search_path FROM CURRENT AS $$
+DECLARE
+    p smallint;
 BEGIN
-    RETURN QUERY WITH RECURSIVE pr(p) AS (
-        SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = q
-            ORDER BY priority DESC LIMIT 1)
-        UNION ALL
-        SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = q AND priority < pr.p
-            ORDER BY priority DESC LIMIT 1)
-        FROM pr WHERE pr.p IS NOT NULL)
-    SELECT pr.p FROM pr WHERE pr.p IS NOT NULL;
+    SELECT priority INTO p FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = q
+    ORDER BY priority DESC LIMIT 1;
+    WHILE p IS NOT NULL LOOP
+        RETURN NEXT p;
+        SELECT priority INTO p FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = q AND priority < p
+        ORDER BY priority DESC LIMIT 1;
+    END LOOP;
 END $$;
