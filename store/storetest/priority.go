@@ -477,3 +477,66 @@ func testSetPriorityConcurrent(x *h) {
 		}
 	}
 }
+
+// testPriorityModelLevels: random enqueues over many priority levels
+// (most of whose jobs are due later), fetches with a random look-ahead
+// (DueBy past Now) and random limits, checked against the model: each
+// fetch leases exactly the due-by jobs the model says, in its order, so
+// no level is skipped and none taken out of turn however the due and
+// not-yet-due levels interleave. Fixed seeds keep it reproducible.
+func testPriorityModelLevels(x *h) {
+	for _, seed := range []uint64{4, 5} {
+		r := rand.New(rand.NewPCG(seed, 0x1e7e1))
+		queue := fmt.Sprintf("pl%d", seed)
+		now := at(time.Duration(seed) * time.Hour)
+		type mj struct {
+			id       int64
+			priority int
+			runAt    time.Time
+			waiting  bool
+		}
+		var jobs []*mj
+		for range 200 {
+			if op := r.IntN(3); op == 0 {
+				var nj []store.NewJob
+				for range 1 + r.IntN(20) {
+					nj = append(nj, store.NewJob{Queue: queue, Kind: "k", Priority: r.IntN(201) - 100,
+						RunAt: now.Add(time.Duration(r.IntN(120)-20) * time.Second)})
+				}
+				for i, j := range x.enqueue(now, nj...) {
+					jobs = append(jobs, &mj{id: j.ID, priority: nj[i].Priority, runAt: nj[i].RunAt, waiting: true})
+				}
+				continue
+			} else if op == 1 {
+				now = now.Add(time.Duration(1+r.IntN(10)) * time.Second)
+				continue
+			}
+			dueBy := now.Add(time.Duration(r.IntN(3)) * time.Second)
+			limit := 1 + r.IntN(10)
+			var due []*mj
+			for _, j := range jobs {
+				if j.waiting && !j.runAt.After(dueBy) {
+					due = append(due, j)
+				}
+			}
+			slices.SortFunc(due, func(a, b *mj) int {
+				if c := cmp.Compare(b.priority, a.priority); c != 0 {
+					return c
+				}
+				if c := a.runAt.Compare(b.runAt); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.id, b.id)
+			})
+			var want []int64
+			for _, j := range due[:min(limit, len(due))] {
+				want = append(want, j.id)
+				j.waiting = false
+			}
+			got := x.fetch(store.FetchParams{Queue: queue, Limit: limit, Now: now, DueBy: dueBy, LeaseUntil: now.Add(time.Hour), Worker: "w"})
+			if !slices.Equal(jobIDs(got), want) {
+				x.t.Fatalf("seed %d: Fetch(limit %d, due by now+%s) leased %v, want %v", seed, limit, dueBy.Sub(now), jobIDs(got), want)
+			}
+		}
+	}
+}

@@ -68,6 +68,7 @@ var subtests = []subtest{
 	{"PriorityBehindBacklog", testPriorityBehindBacklog},
 	{"SetPriority", testSetPriority},
 	{"SetPriorityConcurrent", testSetPriorityConcurrent},
+	{"PriorityModelLevels", testPriorityModelLevels},
 	{"PriorityKept", testPriorityKept},
 	{"PriorityDueTimes", testPriorityDueTimes},
 	{"TimeZones", testTimeZones},
