@@ -332,6 +332,10 @@ const fenced = `WHERE id = ? AND state = 'running' AND lease = ? AND worker = ? 
 const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < ?2
 		ORDER BY priority DESC LIMIT 1)`
 
+// dueAt tells whether queue ?1 has a waiting job of priority p due by
+// ?3, one probe of the jobs_ready index.
+const dueAt = `EXISTS (SELECT 1 FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = pr.p AND run_at <= ?3)`
+
 // Statements prepared once on the writer connection.
 var writeSQL = map[string]string{
 	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority)
@@ -350,9 +354,18 @@ var writeSQL = map[string]string{
 	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), max(priority) FROM (
 		SELECT id, state, priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
 		ORDER BY run_at, id LIMIT ?4)`,
-	// fetchTop is the highest priority below ?2 of the queue's waiting
-	// jobs, for a fetch whose selection found none due at the top.
-	"fetchTop": `SELECT ` + fetchTop,
+	// fetchNext is the highest priority below ?2 at which queue ?1 has a
+	// job due by ?3 (NULL: none), for a fetch whose selection found none
+	// due at the top: pr walks the distinct priorities of the queue's
+	// waiting jobs down from ?2, one probe of jobs_ready each, and stops
+	// at the first with a due job (two more probes each), all in one
+	// statement however many levels wait with nothing due.
+	"fetchNext": `WITH RECURSIVE pr(p) AS (
+		SELECT ` + fetchTop + `
+		UNION ALL
+		SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < pr.p
+			ORDER BY priority DESC LIMIT 1) FROM pr WHERE pr.p IS NOT NULL AND NOT ` + dueAt + `)
+		SELECT p FROM pr WHERE p IS NULL OR ` + dueAt + ` LIMIT 1`,
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,

@@ -27,6 +27,8 @@ import (
 //     arriving from a broker, or a DLQ filled for a test.
 //   - FetchBury100: one Fetch of 100 due jobs and one Finish burying them
 //     (7 causes) per iteration: the cost of a death on the hot path.
+//   - PriorityLevels: a fetch's cost with the queue's waiting jobs at 1
+//     or 201 priority levels (see benchPriorityLevels).
 func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 	const batch = 100
 	jobs := make([]store.NewJob, batch)
@@ -126,6 +128,8 @@ func Bench(b *testing.B, open func(b *testing.B) store.Store) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
 	})
+
+	b.Run("PriorityLevels", func(b *testing.B) { benchPriorityLevels(b, open) })
 
 	b.Run("FetchFinish100", func(b *testing.B) {
 		s := open(b)

@@ -67,6 +67,8 @@ var subtests = []subtest{
 	{"PriorityModel", testPriorityModel},
 	{"PriorityBehindBacklog", testPriorityBehindBacklog},
 	{"SetPriority", testSetPriority},
+	{"SetPriorityConcurrent", testSetPriorityConcurrent},
+	{"PriorityModelLevels", testPriorityModelLevels},
 	{"PriorityKept", testPriorityKept},
 	{"PriorityDueTimes", testPriorityDueTimes},
 	{"TimeZones", testTimeZones},
