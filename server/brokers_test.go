@@ -257,7 +257,20 @@ func TestManagedQueuesAPI(t *testing.T) {
 	if j.Kind != amqp.Kind || j.Attempt != 3 || j.DeadReason != "retries_exhausted" {
 		t.Errorf("dead job: kind %q attempt %d reason %q, want amqp, 3, retries_exhausted", j.Kind, j.Attempt, j.DeadReason)
 	}
-	mq = e.managedQueues().Queues[0]
+	// The keeper counts a dead letter, and acknowledges its message, once
+	// the store has it: the dead job can be seen a moment before.
+	testwait.Watch(t, "the keeper's count and every queue settled", 10*time.Second, func() (bool, string) {
+		mq = e.managedQueues().Queues[0]
+		if mq.Keeper == nil || mq.Keeper.Kept == 0 {
+			return false, fmt.Sprintf("keeper %+v", mq.Keeper)
+		}
+		for _, d := range mq.Queues {
+			if d.Messages != 0 {
+				return false, fmt.Sprintf("queue %s: %d messages", d.Name, d.Messages)
+			}
+		}
+		return true, ""
+	})
 	if r := mq.Router; r.Failures != 3 || r.Retried != 2 || r.Dead != 1 || r.Returned != 2 {
 		t.Errorf("router stats %+v, want 3 failures, 2 retried, 2 returned, 1 dead", r)
 	}
