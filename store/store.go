@@ -377,6 +377,16 @@ type NewJob struct {
 	Dependency     string
 	// NotReprocessable marks the job as never redrivable from the DLQ.
 	NotReprocessable bool
+	// Limit, when set, puts the job under the concurrency limit of that
+	// name (see Limits), in the group LimitKey ("" for a limit of the
+	// whole queue or kind): the job runs only while fewer than the
+	// limit's max jobs of its group run. LimitMax is the max the store
+	// gives the limit if it has none yet (a limit set before, by
+	// SetLimit or an earlier job, keeps its max). A job whose
+	// idempotency key is taken changes nothing.
+	Limit    string
+	LimitKey string
+	LimitMax int
 }
 
 // FetchParams selects and leases due jobs.
@@ -756,7 +766,10 @@ type Store interface {
 	// Fetch leases up to p.Limit due jobs of p.Queue, oldest due first:
 	// each becomes running with Attempt and Lease (its lease token)
 	// incremented, AttemptedAt = p.Now, the lease and the worker set. A
-	// job is never leased twice at once.
+	// job is never leased twice at once. A job under a concurrency limit
+	// (NewJob.Limit) is leased only while its group has a free slot (see
+	// Limits), so a fetch may return fewer jobs than are due; the jobs of
+	// limited groups it leases are their oldest due.
 	Fetch(ctx context.Context, p FetchParams) ([]*Job, error)
 
 	// NextDue returns the earliest run_at among pending and scheduled jobs
@@ -906,6 +919,9 @@ type Store interface {
 	// Secrets keeps random secrets shared by the processes using the
 	// store, such as the dashboard's session key (secrets.go).
 	Secrets
+
+	// Limits keeps fleet-wide concurrency limits (limits.go).
+	Limits
 
 	// Close releases the store's resources. Calls after Close return
 	// ErrClosed.

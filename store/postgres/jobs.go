@@ -278,7 +278,7 @@ func validateNew(nj *store.NewJob) error {
 	if nj.MaxRetries > 1<<31-1 || nj.MaxRetries < -1<<31 {
 		return fmt.Errorf("%w: max retries %d out of range", store.ErrInvalid, nj.MaxRetries)
 	}
-	return nil
+	return store.CheckNewLimit(nj)
 }
 
 func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
@@ -345,6 +345,9 @@ var errHolderGone = errors.New("job holding the idempotency key vanished")
 // statement and the read of the jobs already holding keys share a
 // transaction.
 func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
+	if hasLimits(jobs) {
+		return s.enqueueLimited(ctx, jobs, now) // limits.go
+	}
 	out, err := s.withKeptKeys(ctx, jobs, now, func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 		return s.group.enqueue(ctx, s, sub, b)
 	})
@@ -501,7 +504,11 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, n
 	checked := false
 	out, err := s.withKeptKeys(ctx, jobs, now, func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 		if !b.hasKeys {
-			return s.enqueueOn(ctx, tx, sub, b)
+			out, err := s.enqueueOn(ctx, tx, sub, b)
+			if err != nil {
+				return nil, err
+			}
+			return out, s.setLimits(ctx, tx, sub, out, now)
 		}
 		if !checked {
 			if err := readCommittedTx(ctx, tx); err != nil {
@@ -515,6 +522,9 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, n
 				return nil, err
 			}
 			out, err := s.enqueueOn(ctx, sp, sub, b)
+			if err == nil {
+				err = s.setLimits(ctx, sp, sub, out, now)
+			}
 			if err != nil {
 				sp.Rollback(ctx)
 				if errors.Is(err, errHolderGone) && try < 10 {
@@ -655,8 +665,20 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	var jobs []*store.Job
 	s.group.work.begin()
 	defer s.group.work.end()
+	var limited []*store.Job
 	err := s.retry(ctx, func() error {
-		rows, err := s.pool.Query(ctx, s.sql.fetch, p.Queue, ts(dueBy), p.Limit, ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
+		var err error
+		limited, err = s.fetchLimited(ctx, p, dueBy) // limits.go
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("fetch", err)
+	}
+	if len(limited) == p.Limit {
+		return sortByDue(limited), nil
+	}
+	err = s.retry(ctx, func() error {
+		rows, err := s.pool.Query(ctx, s.sql.fetch, p.Queue, ts(dueBy), p.Limit-len(limited), ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
 		if err != nil {
 			return err
 		}
@@ -664,16 +686,27 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		return err
 	})
 	if err != nil {
+		if len(limited) > 0 {
+			// The limited jobs are leased: hand them over rather than
+			// leave them to the rescue.
+			s.log.Warn("fetch of unlimited jobs failed after limited jobs were leased", "queue", p.Queue, "error", err)
+			return sortByDue(limited), nil
+		}
 		return nil, s.fail("fetch", err)
 	}
-	// In (run_at, id) order, as they were picked.
+	jobs = append(jobs, limited...)
+	return sortByDue(jobs), nil
+}
+
+// sortByDue sorts jobs in (run_at, id) order, as they were picked.
+func sortByDue(jobs []*store.Job) []*store.Job {
 	slices.SortFunc(jobs, func(a, b *store.Job) int {
 		if c := a.RunAt.Compare(b.RunAt); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	return jobs, nil
+	return jobs
 }
 
 // NextDue implements store.Store.

@@ -56,6 +56,10 @@ type statements struct {
 	stats          string
 	keptKeys       string
 	insertDead     string
+	// Concurrency limits (limits.go).
+	limitedFetch, limitedDue         string
+	limitEnsure, limitJobs, limitSet string
+	limitList                        string
 }
 
 // keepKeysSQL keeps the keys of the jobs a DELETE ... RETURNING (named
@@ -90,6 +94,7 @@ func appliedCounters(first int) string {
 func render(schema, channel string) statements {
 	r := strings.NewReplacer(
 		"{jobs}", schema+".jobs",
+		"{limits}", schema+".conc_limits",
 		"{counters}", schema+".counters",
 		"{jobcounts}", schema+".job_counts",
 		"{keys}", schema+".idem_keys",
@@ -112,11 +117,17 @@ func render(schema, channel string) statements {
 		return r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))"))
 	}
 	return statements{
-		jobs:       schema + ".jobs",
-		counters:   schema + ".counters",
-		jobCounts:  schema + ".job_counts",
-		deadGroups: schema + ".dead_groups",
-		keys:       schema + ".idem_keys",
+		limitedFetch: q(limitedFetchSQL),
+		limitedDue:   q(limitedDueSQL),
+		limitEnsure:  q(limitEnsureSQL),
+		limitJobs:    q(limitJobsSQL),
+		limitSet:     q(limitSetSQL),
+		limitList:    q(limitListSQL),
+		jobs:         schema + ".jobs",
+		counters:     schema + ".counters",
+		jobCounts:    schema + ".job_counts",
+		deadGroups:   schema + ".dead_groups",
+		keys:         schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered
 		// rows), then the rows are inserted in key order, so that two
@@ -183,7 +194,7 @@ SELECT id FROM ins CROSS JOIN ntf`),
 		// flood).
 		fetch: q(`WITH picked AS (
 	SELECT id FROM {jobs}
-	WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND run_at <= $2
+	WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND run_at <= $2 AND climit IS NULL
 	ORDER BY run_at, id LIMIT $3
 	FOR UPDATE SKIP LOCKED
 ), cnt AS (

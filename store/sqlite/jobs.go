@@ -160,6 +160,9 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 			mv.move(nj.Queue, "", v.state)
 			out[i-1] = v.job(id, nj)
 		}
+		if err := s.setLimits(ctx, tx, jobs, out, now); err != nil {
+			return err
+		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {
 			return err
 		}
@@ -310,7 +313,7 @@ func validateNew(nj *store.NewJob) error {
 	if len(nj.Policy) > 0 && !json.Valid(nj.Policy) {
 		return fmt.Errorf("%w: policy is not valid JSON", store.ErrInvalid)
 	}
-	return nil
+	return store.CheckNewLimit(nj)
 }
 
 // addCounter adds c to counts, under its name and class ("dead.permanent").
@@ -371,19 +374,37 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	if dueBy.IsZero() {
 		dueBy = p.Now
 	}
-	var ids string
-	var n, scheduled int64
+	var ids, limitedIDs string
+	var n, scheduled, limited int64
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		n = 0
-		if err := s.stmt(tx, "fetchSelect").QueryRowContext(ctx, p.Queue, micros(dueBy), p.Limit).Scan(&ids, &n, &scheduled); err != nil {
+		n, limited, scheduled, ids = 0, 0, 0, ""
+		// The jobs under a concurrency limit first (limits.go), then the
+		// others, each selection leased at once.
+		var ls int64
+		if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, p.Queue, micros(dueBy), p.Limit).Scan(&limitedIDs, &limited, &ls); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
+		if limited > 0 {
+			if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, limitedIDs); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+		}
+		if limited < int64(p.Limit) {
+			if err := s.stmt(tx, "fetchSelect").QueryRowContext(ctx, p.Queue, micros(dueBy), int64(p.Limit)-limited).Scan(&ids, &n, &scheduled); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+		}
+		if n > 0 {
+			if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, ids); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+		}
+		n += limited
+		scheduled += ls
 		if n == 0 {
 			return nil
 		}
-		if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, ids); err != nil {
-			return fmt.Errorf("sqlite: fetch: %w", err)
-		}
+		ids = joinIDs(limitedIDs, ids)
 		mv := moves{}
 		mv[[2]string{p.Queue, string(store.Running)}] = n
 		mv[[2]string{p.Queue, string(store.Pending)}] = -(n - scheduled)

@@ -339,7 +339,12 @@ var writeSQL = map[string]string{
 	// (which the lease and the read back take as it is), how many there
 	// are and, for the counts, how many of them were scheduled.
 	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM (
-		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ? ORDER BY run_at, id LIMIT ?)`,
+		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ? AND run_at <= ? AND climit IS NULL ORDER BY run_at, id LIMIT ?)`,
+	// fetchLimited is the selection of the due jobs under a concurrency
+	// limit (limits.go), in the same shape as fetchSelect.
+	"fetchLimited": fetchLimitedSQL,
+	"limitUpsert":  `INSERT INTO conc_limits (name, max_running, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+	"limitJob":     `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,

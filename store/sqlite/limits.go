@@ -1,0 +1,137 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// fetchLimitedSQL selects, in the writer's transaction, the due jobs of a
+// queue (parameters 1 and 2) under a concurrency limit whose group has a
+// free slot, oldest first, up to parameter 3 of them; of those, each
+// group keeps as many as it has free slots, its oldest. A group's free
+// slots are its limit's max less its running jobs, counted through
+// jobs_limit_running: a few index entries, at most max of them. Jobs
+// without a limit are not in jobs_limit_due, so the walk meets only
+// limited jobs, and the blocked ones cost a probe each.
+const fetchLimitedSQL = `WITH c AS (
+	SELECT j.id, j.state, j.run_at, j.climit, j.ckey,
+		(SELECT l.max_running FROM conc_limits l WHERE l.name = j.climit)
+		- (SELECT count(*) FROM jobs r INDEXED BY jobs_limit_running
+			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = j.climit AND r.ckey = j.ckey) AS free
+	FROM jobs j INDEXED BY jobs_limit_due
+	WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ? AND j.run_at <= ? AND free > 0
+	ORDER BY j.run_at, j.id LIMIT ?
+), r AS (
+	SELECT id, state, free, row_number() OVER (PARTITION BY climit, ckey ORDER BY run_at, id) AS rn FROM c
+)
+SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM r WHERE rn <= free`
+
+// setLimits puts the jobs Enqueue just inserted (out[i] not Existing)
+// under the limits their NewJob names, in the enqueue's transaction, and
+// gives each limit named its max if it has none yet. No fetch sees the
+// jobs before: the writer runs one transaction at a time.
+func (s *Store) setLimits(ctx context.Context, tx *sql.Conn, jobs []store.NewJob, out []*store.Job, now time.Time) error {
+	seen := map[string]bool{}
+	for i := range jobs {
+		nj := &jobs[i]
+		if nj.Limit == "" || out[i] == nil || out[i].Existing {
+			continue
+		}
+		if !seen[nj.Limit] {
+			seen[nj.Limit] = true
+			if _, err := s.stmt(tx, "limitUpsert").ExecContext(ctx, nj.Limit, nj.LimitMax, micros(now)); err != nil {
+				return fmt.Errorf("sqlite: enqueue: limit %q: %w", nj.Limit, err)
+			}
+		}
+		if _, err := s.stmt(tx, "limitJob").ExecContext(ctx, nj.Limit, nj.LimitKey, out[i].ID); err != nil {
+			return fmt.Errorf("sqlite: enqueue: limit %q: %w", nj.Limit, err)
+		}
+	}
+	return nil
+}
+
+// SetLimit implements store.Limits.
+func (s *Store) SetLimit(ctx context.Context, name string, max int, now time.Time) (store.LimitState, error) {
+	if err := store.CheckLimitName("name", name); err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
+	}
+	if err := store.CheckLimitMax(max); err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, updated_at) VALUES (?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at`, name, max, micros(now))
+		return err
+	})
+	if err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
+	}
+	ls, err := s.limits(ctx, now, name)
+	if err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
+	}
+	if len(ls) != 1 {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %q not read back", name)
+	}
+	return ls[0], nil
+}
+
+// ListLimits implements store.Limits.
+func (s *Store) ListLimits(ctx context.Context, now time.Time) ([]store.LimitState, error) {
+	ls, err := s.limits(ctx, now, "")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list limits: %w", err)
+	}
+	return ls, nil
+}
+
+// limits reads the limits (only the one named name, if not empty) and
+// their use, on the read pool.
+func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store.LimitState, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT l.name, l.max_running, l.updated_at,
+		coalesce(g.in_use, 0), coalesce(g.busiest, 0), coalesce(g.groups, 0), coalesce(w.n, 0)
+		FROM conc_limits l
+		LEFT JOIN (SELECT climit, sum(n) AS in_use, max(n) AS busiest, count(*) AS groups FROM (
+			SELECT climit, ckey, count(*) AS n FROM jobs WHERE state = 'running' AND climit IS NOT NULL GROUP BY climit, ckey)
+			GROUP BY climit) g ON g.climit = l.name
+		LEFT JOIN (SELECT climit, count(*) AS n FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND run_at <= ?
+			GROUP BY climit) w ON w.climit = l.name
+		WHERE ? = '' OR l.name = ?
+		ORDER BY l.name`, micros(now), name, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.LimitState
+	for rows.Next() {
+		var l store.LimitState
+		var updated int64
+		if err := rows.Scan(&l.Name, &l.Max, &updated, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting); err != nil {
+			return nil, err
+		}
+		l.UpdatedAt = fromMicros(updated)
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// joinIDs joins two JSON arrays of ids, either of which may be empty ("",
+// or "[]").
+func joinIDs(a, b string) string {
+	empty := func(s string) bool { return len(s) <= 2 }
+	switch {
+	case empty(a):
+		return b
+	case empty(b):
+		return a
+	}
+	return a[:len(a)-1] + "," + b[1:]
+}
