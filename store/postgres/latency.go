@@ -16,9 +16,11 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 	if len(queues) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT q, (SELECT run_at FROM `+s.sql.jobs+`
-	WHERE state IN ('pending', 'scheduled') AND queue = q AND run_at <= $2
-	ORDER BY run_at LIMIT 1)
+	rows, err := s.pool.Query(ctx, `SELECT q, least((SELECT run_at FROM `+s.sql.jobs+`
+	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = q AND run_at <= $2
+	ORDER BY run_at LIMIT 1), (SELECT run_at FROM `+s.sql.jobs+`
+	WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = q AND run_at <= $2
+	ORDER BY run_at LIMIT 1))
 FROM unnest($1::text[]) AS q`, queues, now)
 	if err != nil {
 		return nil, s.fail("oldest due", err)

@@ -26,25 +26,27 @@ import (
 // The fetch of unlimited jobs is the store's usual statement, with
 // climit IS NULL: it neither takes the lock nor reads any limit.
 
-// limitedFetchSQL leases, of the due jobs of queue $1 (run_at <= $2)
-// under a limit whose group has a free slot, the oldest $3 at most; of
-// those, each group keeps as many as it has free slots, its oldest. $4 to
-// $7 are as in the fetch statement.
-const limitedFetchSQL = `WITH c AS (
-	SELECT j.id, j.run_at, j.climit, j.ckey,
-		(SELECT l.max_running FROM {limits} l WHERE l.name = j.climit)
-		- (SELECT count(*) FROM {jobs} r WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = j.climit AND r.ckey = j.ckey) AS free
-	FROM {jobs} j
+// limitedFetchSQL leases, among the oldest limitWindow due jobs of queue
+// $1 (run_at <= $2) under a limit, those that fit their group's free
+// slots (each group's oldest; the slots counted once per group), and of
+// them the oldest, $3 at most. $4 to $7 are as in the fetch statement.
+const limitedFetchSQL = `WITH w AS MATERIALIZED (
+	SELECT j.id, j.run_at, j.climit, j.ckey FROM {jobs} j
 	WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.run_at <= $2
-	ORDER BY j.run_at, j.id
-), f AS (
-	SELECT * FROM c WHERE free > 0 LIMIT $3
+	ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `
+), g AS (
+	SELECT d.climit, d.ckey, (SELECT l.max_running FROM {limits} l WHERE l.name = d.climit)
+		- (SELECT count(*) FROM {jobs} r WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = d.climit AND r.ckey = d.ckey) AS free
+	FROM (SELECT DISTINCT climit, ckey FROM w) d
 ), r AS (
-	SELECT id, free, row_number() OVER (PARTITION BY climit, ckey ORDER BY run_at, id) AS rn FROM f
+	SELECT id, free, rn FROM (
+		SELECT w.id, w.run_at, g.free, row_number() OVER (PARTITION BY w.climit, w.ckey ORDER BY w.run_at, w.id) AS rn
+		FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0) x
+	WHERE rn <= free ORDER BY run_at, id LIMIT $3
 ), upd AS (
 	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
-	FROM r WHERE j.id = r.id AND r.rn <= r.free AND j.state IN ('pending', 'scheduled')
+	FROM r WHERE j.id = r.id AND j.state IN ('pending', 'scheduled')
 	RETURNING {jcols}
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
@@ -53,9 +55,21 @@ const limitedFetchSQL = `WITH c AS (
 )
 SELECT * FROM upd`
 
+// limitWindow is how many of a queue's oldest due limited jobs a fetch
+// looks at: it bounds the cost of a fetch when many wait on full groups
+// (see docs/design.md).
+const limitWindow = "1000"
+
 // limitedDueSQL says whether queue $1 has due jobs under a limit: one
 // probe of jobs_limit_due.
 const limitedDueSQL = `SELECT EXISTS (SELECT 1 FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = $1::text AND run_at <= $2)`
+
+// limitGenSQL reads the limit_gen count; limitNextDueSQL the due time of
+// queue $1's next limited job due after $2.
+const (
+	limitGenSQL     = `SELECT n FROM {limitgen} WHERE id = 1`
+	limitNextDueSQL = `SELECT min(run_at) FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = $1::text AND run_at > $2`
+)
 
 // limitEnsureSQL creates the limits named ($1) with their max ($2) if
 // they do not exist; limitJobsSQL sets the limit ($2) and group ($3) of
@@ -98,6 +112,15 @@ type limitHints struct {
 type limitHint struct {
 	due    atomic.Bool
 	probed atomic.Int64 // UnixNano of the last probe
+	// idle, when set, says the last selection leased none: at limit_gen
+	// count gen, with the next limited job not yet due at nextDue.
+	mu   sync.Mutex
+	idle *idleMark
+}
+
+type idleMark struct {
+	gen     int64
+	nextDue time.Time
 }
 
 func (h *limitHints) get(queue string) *limitHint {
@@ -134,9 +157,27 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		}
 		h.due.Store(true)
 	}
+	h.mu.Lock()
+	idle := h.idle
+	h.mu.Unlock()
+	if idle != nil {
+		var gen int64
+		if err := s.pool.QueryRow(ctx, s.sql.limitGen).Scan(&gen); err != nil {
+			return nil, err
+		}
+		if gen == idle.gen && dueBy.Before(idle.nextDue) {
+			return nil, nil // nothing can start since the last selection
+		}
+	}
 	var jobs []*store.Job
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
+			return err
+		}
+		// The count before the selection: a change after it is seen by
+		// the next fetch.
+		var gen int64
+		if err := tx.QueryRow(ctx, s.sql.limitGen).Scan(&gen); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, s.sql.limitedFetch, p.Queue, ts(dueBy), p.Limit, ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
@@ -144,9 +185,26 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 			return err
 		}
 		jobs, err = collect(rows, false)
-		if err != nil || len(jobs) > 0 {
+		if err != nil {
 			return err
 		}
+		if len(jobs) > 0 {
+			h.mu.Lock()
+			h.idle = nil
+			h.mu.Unlock()
+			return nil
+		}
+		var next *time.Time
+		if err := tx.QueryRow(ctx, s.sql.limitNextDue, p.Queue, ts(dueBy)).Scan(&next); err != nil {
+			return err
+		}
+		m := &idleMark{gen: gen, nextDue: time.Unix(1<<62, 0)}
+		if next != nil {
+			m.nextDue = *next
+		}
+		h.mu.Lock()
+		h.idle = m
+		h.mu.Unlock()
 		// Nothing leased: are there still due limited jobs (waiting on
 		// a slot), or none, so that the next fetches skip this path?
 		var due bool

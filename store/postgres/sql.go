@@ -57,9 +57,9 @@ type statements struct {
 	keptKeys       string
 	insertDead     string
 	// Concurrency limits (limits.go).
-	limitedFetch, limitedDue         string
-	limitEnsure, limitJobs, limitSet string
-	limitList                        string
+	limitedFetch, limitedDue          string
+	limitEnsure, limitJobs, limitSet  string
+	limitList, limitGen, limitNextDue string
 }
 
 // keepKeysSQL keeps the keys of the jobs a DELETE ... RETURNING (named
@@ -95,6 +95,7 @@ func render(schema, channel string) statements {
 	r := strings.NewReplacer(
 		"{jobs}", schema+".jobs",
 		"{limits}", schema+".conc_limits",
+		"{limitgen}", schema+".limit_gen",
 		"{counters}", schema+".counters",
 		"{jobcounts}", schema+".job_counts",
 		"{keys}", schema+".idem_keys",
@@ -123,6 +124,8 @@ func render(schema, channel string) statements {
 		limitJobs:    q(limitJobsSQL),
 		limitSet:     q(limitSetSQL),
 		limitList:    q(limitListSQL),
+		limitGen:     q(limitGenSQL),
+		limitNextDue: q(limitNextDueSQL),
 		jobs:         schema + ".jobs",
 		counters:     schema + ".counters",
 		jobCounts:    schema + ".job_counts",
@@ -307,7 +310,9 @@ SELECT k FROM upd`),
 
 		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
 
-		nextDue: q(`SELECT min(run_at) FROM {jobs} WHERE state IN ('pending', 'scheduled') AND queue = $1`),
+		// The due jobs are in two indexes: without a limit, and under one.
+		nextDue: q(`SELECT least((SELECT min(run_at) FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = $1),
+	(SELECT min(run_at) FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = $1))`),
 
 		cancelLock: q(`SELECT state, queue FROM {jobs} WHERE id = $1 FOR UPDATE`),
 		cancelNow: q(`UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)

@@ -381,7 +381,8 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		// The jobs under a concurrency limit first (limits.go), then the
 		// others, each selection leased at once.
 		var ls int64
-		if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, p.Queue, micros(dueBy), p.Limit).Scan(&limitedIDs, &limited, &ls); err != nil {
+		var err error
+		if limitedIDs, limited, ls, err = s.fetchLimited(ctx, tx, p.Queue, dueBy, p.Limit); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
 		if limited > 0 {
@@ -578,7 +579,10 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 		return time.Time{}, false, err
 	}
 	var v sql.NullInt64
-	err = db.QueryRowContext(ctx, `SELECT min(run_at) FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?`, queue).Scan(&v)
+	// The due jobs are in two indexes: without a limit, and under one.
+	err = db.QueryRowContext(ctx, `SELECT min(m) FROM (
+		SELECT min(run_at) AS m FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1
+		UNION ALL SELECT min(run_at) FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = ?1)`, queue).Scan(&v)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("sqlite: next due: %w", err)
 	}

@@ -4,31 +4,52 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redrivehq/redrive/store"
 )
 
-// fetchLimitedSQL selects, in the writer's transaction, the due jobs of a
-// queue (parameters 1 and 2) under a concurrency limit whose group has a
-// free slot, oldest first, up to parameter 3 of them; of those, each
-// group keeps as many as it has free slots, its oldest. A group's free
-// slots are its limit's max less its running jobs, counted through
-// jobs_limit_running: a few index entries, at most max of them. Jobs
-// without a limit are not in jobs_limit_due, so the walk meets only
-// limited jobs, and the blocked ones cost a probe each.
-const fetchLimitedSQL = `WITH c AS (
-	SELECT j.id, j.state, j.run_at, j.climit, j.ckey,
-		(SELECT l.max_running FROM conc_limits l WHERE l.name = j.climit)
+// fetchLimitedSQL selects, in the writer's transaction, among the oldest
+// limitWindow due jobs of a queue (parameters 1 and 2) under a
+// concurrency limit, those that fit their group's free slots (each
+// group's oldest), and of them the oldest, up to parameter 3. A group's
+// free slots are its limit's max less its running jobs, counted through
+// jobs_limit_running (a few index entries, at most max of them), once per
+// group in the window. Jobs without a limit are not in jobs_limit_due,
+// which holds the columns read (a covering index): the walk meets only
+// limited jobs, and the window bounds what a fetch costs when many wait
+// on full groups (see docs/design.md: a group's jobs behind that many
+// older waiting jobs of full groups start once those move).
+const fetchLimitedSQL = `WITH w AS (
+	SELECT id, state, run_at, climit, ckey FROM jobs INDEXED BY jobs_limit_due
+	WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = ? AND run_at <= ?
+	ORDER BY run_at, id LIMIT ` + limitWindow + `
+), g AS (
+	SELECT climit, ckey, (SELECT l.max_running FROM conc_limits l WHERE l.name = d.climit)
 		- (SELECT count(*) FROM jobs r INDEXED BY jobs_limit_running
-			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = j.climit AND r.ckey = j.ckey) AS free
-	FROM jobs j INDEXED BY jobs_limit_due
-	WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ? AND j.run_at <= ? AND free > 0
-	ORDER BY j.run_at, j.id LIMIT ?
+			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = d.climit AND r.ckey = d.ckey) AS free
+	FROM (SELECT DISTINCT climit, ckey FROM w) d
 ), r AS (
-	SELECT id, state, free, row_number() OVER (PARTITION BY climit, ckey ORDER BY run_at, id) AS rn FROM c
+	SELECT w.id, w.state, w.run_at, g.free, row_number() OVER (PARTITION BY w.climit, w.ckey ORDER BY w.run_at, w.id) AS rn
+	FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0
+), t AS (
+	SELECT id, state FROM r WHERE rn <= free ORDER BY run_at, id LIMIT ?
 )
-SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM r WHERE rn <= free`
+SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM t`
+
+// limitIdle remembers, per queue, that its last selection of limited
+// jobs leased none: the limit_gen count then, and the due time of its
+// next limited job not yet due. Until either moves, the selection would
+// lease none again, and the fetch skips it. Only the writer goroutine
+// reads and writes it.
+type limitIdle map[string]idleMark
+
+type idleMark struct{ gen, nextDue int64 }
+
+// limitWindow is how many of a queue's oldest due limited jobs a fetch
+// looks at (the same in both stores).
+const limitWindow = "1000"
 
 // setLimits puts the jobs Enqueue just inserted (out[i] not Existing)
 // under the limits their NewJob names, in the enqueue's transaction, and
@@ -121,6 +142,37 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 		out = append(out, l)
 	}
 	return out, rows.Err()
+}
+
+// fetchLimited runs the selection of limited jobs of a fetch, unless the
+// queue's idle mark says it would lease none, and returns the ids
+// selected, how many, and how many of them were scheduled.
+func (s *Store) fetchLimited(ctx context.Context, tx *sql.Conn, queue string, dueBy time.Time, limit int) (ids string, n, scheduled int64, err error) {
+	var gen int64
+	if err := s.stmt(tx, "limitGen").QueryRowContext(ctx).Scan(&gen); err != nil {
+		return "", 0, 0, err
+	}
+	due := micros(dueBy)
+	if m, ok := s.limitIdle[queue]; ok && m.gen == gen && due < m.nextDue {
+		return "", 0, 0, nil
+	}
+	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit).Scan(&ids, &n, &scheduled); err != nil {
+		return "", 0, 0, err
+	}
+	if n > 0 {
+		delete(s.limitIdle, queue)
+		return ids, n, scheduled, nil
+	}
+	var next sql.NullInt64
+	if err := s.stmt(tx, "limitNextDue").QueryRowContext(ctx, queue, due).Scan(&next); err != nil {
+		return "", 0, 0, err
+	}
+	m := idleMark{gen: gen, nextDue: math.MaxInt64}
+	if next.Valid {
+		m.nextDue = next.Int64
+	}
+	s.limitIdle[queue] = m
+	return ids, 0, 0, nil
 }
 
 // joinIDs joins two JSON arrays of ids, either of which may be empty ("",

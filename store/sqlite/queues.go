@@ -117,9 +117,11 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 }
 
 // oldestDueSQL reads the oldest due run_at of each queue of a JSON array
-// ($2) at $1; its state condition is the jobs_due index's, so that the
-// index serves it.
-const oldestDueSQL = `SELECT q.value, (SELECT run_at FROM jobs
-	WHERE state IN ('pending', 'scheduled') AND queue = q.value AND run_at <= ?1
-	ORDER BY run_at LIMIT 1)
-FROM json_each(?2) q`
+// ($2) at $1; its conditions are the jobs_due and jobs_limit_due
+// indexes', so that one probe of each serves it.
+const oldestDueSQL = `SELECT value, min(coalesce(a, b), coalesce(b, a)) FROM (SELECT q.value, (SELECT run_at FROM jobs
+	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = q.value AND run_at <= ?1
+	ORDER BY run_at LIMIT 1) AS a, (SELECT run_at FROM jobs
+	WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = q.value AND run_at <= ?1
+	ORDER BY run_at LIMIT 1) AS b
+FROM json_each(?2) q)`

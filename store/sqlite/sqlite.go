@@ -97,6 +97,9 @@ type Options struct {
 // Store is a store.Store on a SQLite file.
 type Store struct {
 	path string
+	// limitIdle says which queues' fetches skip the selection of
+	// limited jobs (limits.go); the writer goroutine's.
+	limitIdle limitIdle
 	// lastWrite is the error of the last write transaction, nil after a
 	// success (see WriteHealth).
 	lastWrite atomic.Pointer[error]
@@ -205,7 +208,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	s := &Store{
+	s := &Store{limitIdle: limitIdle{},
 		path:     path,
 		w:        w,
 		wconn:    wconn,
@@ -345,6 +348,9 @@ var writeSQL = map[string]string{
 	"fetchLimited": fetchLimitedSQL,
 	"limitUpsert":  `INSERT INTO conc_limits (name, max_running, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
 	"limitJob":     `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
+	"limitGen":     `SELECT n FROM limit_gen WHERE id = 1`,
+	"limitNextDue": `SELECT min(run_at) FROM jobs INDEXED BY jobs_limit_due
+		WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = ? AND run_at > ?`,
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,
