@@ -22,7 +22,7 @@ CREATE TABLE conc_limits (
 -- over jobs waiting on a slot), and jobs_limit_due, those under one.
 -- Rebuilding jobs_due holds writes to jobs for the time of the build
 -- (one pass over the table).
-DROP INDEX jobs_due;
+DROP INDEX IF EXISTS jobs_due;
 CREATE INDEX jobs_due ON jobs (queue, run_at, id) WHERE state IN ('pending', 'scheduled') AND climit IS NULL;
 CREATE INDEX jobs_limit_due ON jobs (queue, run_at, id) INCLUDE (climit, ckey) WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL;
 CREATE INDEX jobs_limit_running ON jobs (climit, ckey) WHERE state = 'running' AND climit IS NOT NULL;

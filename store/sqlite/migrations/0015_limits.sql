@@ -17,7 +17,7 @@ CREATE TABLE conc_limits (
 -- The due jobs are split in two disjoint indexes: jobs_due, the jobs
 -- without a limit (the usual fetch's walk, which therefore never steps
 -- over jobs waiting on a slot), and jobs_limit_due, those under one.
-DROP INDEX jobs_due;
+DROP INDEX IF EXISTS jobs_due;
 CREATE INDEX jobs_due ON jobs (queue, run_at, id) WHERE state IN ('pending', 'scheduled') AND climit IS NULL;
 -- The due jobs under a limit, oldest first: the fetch's limited path,
 -- covering the columns it reads.
