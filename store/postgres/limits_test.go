@@ -69,3 +69,40 @@ func TestLimitedFetchLocks(t *testing.T) {
 		t.Fatalf("the limited fetch leased %d jobs once the lock was free, want 1", len(got))
 	}
 }
+
+// TestEnqueueTxLimited: jobs enqueued under a limit in the caller's
+// transaction, with and without idempotency keys, are under it once
+// committed.
+func TestEnqueueTxLimited(t *testing.T) {
+	s := openFresh(t)
+	ctx := t.Context()
+	now := time.Now()
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	jobs := []store.NewJob{
+		{Queue: "q", Kind: "k", Limit: "one", LimitKey: "a", LimitMax: 1},
+		{Queue: "q", Kind: "k", Limit: "one", LimitKey: "a", LimitMax: 1, IdempotencyKey: "key"},
+		{Queue: "q", Kind: "k", Limit: "one", LimitKey: "a", LimitMax: 1},
+	}
+	if _, err := s.EnqueueTx(ctx, tx, jobs[:1], now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EnqueueTx(ctx, tx, jobs[1:], now); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := store.FetchParams{Queue: "q", Limit: 10, Now: now.Add(time.Second), LeaseUntil: now.Add(time.Minute), Worker: "w"}
+	got, err := s.Fetch(ctx, p)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Fetch = %d jobs, %v; want 1 (the group's one slot)", len(got), err)
+	}
+	ls, err := s.ListLimits(ctx, now.Add(time.Second))
+	if err != nil || len(ls) != 1 || ls[0].InUse != 1 || ls[0].Waiting != 2 {
+		t.Fatalf("ListLimits = %+v, %v; want one in use, two waiting", ls, err)
+	}
+}
