@@ -106,3 +106,6 @@ func AddMigration(name, body string) (restore func()) {
 	migrationFS = m
 	return func() { migrationFS = old }
 }
+
+// LimitLockKey is the advisory lock key of s's fetches of limited jobs.
+func LimitLockKey(s *Store) int64 { return s.limitLockKey() }

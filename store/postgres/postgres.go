@@ -140,6 +140,8 @@ type Store struct {
 
 	// group merges concurrent Enqueue calls (group.go).
 	group enqueueGroup
+	// limitHints says which queues may have due limited jobs (limits.go).
+	limitHints limitHints
 
 	closed atomic.Bool
 	// done is canceled by Close; it stops Listen.
