@@ -418,3 +418,29 @@ func testLimitsPriority(x *h) {
 		x.t.Errorf("Fetch leased %v, want %v in that order (group a's priority 0 job waiting)", jobIDs(got), want)
 	}
 }
+
+// testLimitsPriorityWindow: a limited job outside the fetch's window (the
+// first 1,000 due limited jobs by priority, here all of a full group)
+// waits; raised above them while nothing else changes, it starts at the
+// next fetch: a change of priority is one of the changes after which a
+// fetch that leased no limited job looks again.
+func testLimitsPriorityWindow(x *h) {
+	first := x.enqueue(at(0), limited("q", "one", "a", 1))
+	p := store.FetchParams{Queue: "q", Limit: 5, Now: at(time.Second), LeaseUntil: at(time.Hour), Worker: "w1"}
+	x.fetchWant(p, first[0].ID)
+	nj := make([]store.NewJob, 0, 1001)
+	for range 1000 {
+		nj = append(nj, limited("q", "one", "a", 1))
+	}
+	low := limited("q", "one", "b", 1)
+	low.Priority = -1
+	jobs := x.enqueue(at(time.Second), append(nj, low)...)
+	outside := jobs[len(jobs)-1].ID
+	p.Now = at(2 * time.Second)
+	x.fetchWant(p)
+	x.fetchWant(p)
+	if _, err := x.s.SetPriority(x.ctx, outside, 1); err != nil {
+		x.t.Fatalf("SetPriority(%d, 1): %v", outside, err)
+	}
+	x.fetchWant(p, outside)
+}

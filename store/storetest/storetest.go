@@ -166,6 +166,7 @@ var subtests = []subtest{
 	{"LimitsRace", testLimitsRace},
 	{"LimitsModel", testLimitsModel},
 	{"LimitsPriority", testLimitsPriority},
+	{"LimitsPriorityWindow", testLimitsPriorityWindow},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }

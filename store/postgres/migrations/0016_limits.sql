@@ -65,7 +65,8 @@ CREATE INDEX jobs_limit_running ON jobs (climit, ckey) WHERE state = 'running' A
 
 -- limit_gen counts the changes that can let a waiting limited job start:
 -- a limited job leaving running (a slot freed), becoming due or changing
--- its due time, being put under a limit, and a limit set. A fetch whose
+-- its due time or its priority (which can bring it into the fetch's
+-- window), being put under a limit, and a limit set. A fetch whose
 -- selection of limited jobs leased none remembers the count, and skips
 -- the selection (its transaction and lock) until the count changes or a
 -- later job comes due: while jobs wait on full groups, the fetches of the
@@ -82,9 +83,10 @@ BEGIN
     UPDATE limit_gen SET n = n + 1 WHERE id = 1;
     RETURN NULL;
 END $$;
-CREATE TRIGGER jobs_limit_gen AFTER UPDATE OF state, climit, run_at ON jobs
+CREATE TRIGGER jobs_limit_gen AFTER UPDATE OF state, climit, run_at, priority ON jobs
     FOR EACH ROW WHEN (NEW.climit IS NOT NULL AND NEW.state <> 'running'
-        AND (OLD.state IS DISTINCT FROM NEW.state OR OLD.climit IS DISTINCT FROM NEW.climit OR OLD.run_at IS DISTINCT FROM NEW.run_at))
+        AND (OLD.state IS DISTINCT FROM NEW.state OR OLD.climit IS DISTINCT FROM NEW.climit OR OLD.run_at IS DISTINCT FROM NEW.run_at
+            OR OLD.priority IS DISTINCT FROM NEW.priority))
     EXECUTE FUNCTION limit_gen_bump();
 CREATE TRIGGER conc_limits_gen AFTER INSERT OR UPDATE ON conc_limits
     FOR EACH STATEMENT EXECUTE FUNCTION limit_gen_bump();

@@ -29,7 +29,8 @@ CREATE INDEX jobs_limit_running ON jobs (climit, ckey) WHERE state = 'running' A
 
 -- limit_gen counts the changes that can let a waiting limited job start:
 -- a limited job leaving running (a slot freed), becoming due or changing
--- its due time, being put under a limit, and a limit set. A fetch whose
+-- its due time or its priority (which can bring it into the fetch's
+-- window), being put under a limit, and a limit set. A fetch whose
 -- selection of limited jobs leased none remembers the count, and skips
 -- the selection until it changes (or a later job comes due): while jobs
 -- wait on full groups, the fetches of the others pay one read of it.
@@ -38,9 +39,9 @@ CREATE TABLE limit_gen (
     n  INTEGER NOT NULL
 );
 INSERT INTO limit_gen (id, n) VALUES (1, 0);
-CREATE TRIGGER jobs_limit_gen AFTER UPDATE OF state, climit, run_at ON jobs
+CREATE TRIGGER jobs_limit_gen AFTER UPDATE OF state, climit, run_at, priority ON jobs
     WHEN new.climit IS NOT NULL AND new.state <> 'running'
-        AND (old.state <> new.state OR old.climit IS NOT new.climit OR old.run_at <> new.run_at)
+        AND (old.state <> new.state OR old.climit IS NOT new.climit OR old.run_at <> new.run_at OR old.priority <> new.priority)
 BEGIN
     UPDATE limit_gen SET n = n + 1 WHERE id = 1;
 END;
