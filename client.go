@@ -50,6 +50,9 @@ type Client struct {
 	// validators check the payloads of kinds before they are enqueued.
 	validators atomic.Pointer[map[string]Validator]
 	validMu    sync.Mutex
+	// limits are the concurrency limits of the jobs it enqueues
+	// (limits.go).
+	limits atomic.Pointer[[]compiledLimit]
 
 	// opsWake tells this process's workers that an operation was started
 	// or resumed through this client, so that the leader claims it at
@@ -396,6 +399,9 @@ func (c *Client) newJob(r *Request, now time.Time, valid *validNames) (store.New
 	}
 	nj := store.NewJob{Queue: q, Kind: r.Kind, Payload: payload, RunAt: r.RunAt, MaxRetries: -1,
 		IdempotencyKey: r.IdempotencyKey, Dependency: r.Dependency, NotReprocessable: r.NotReprocessable, Priority: r.Priority}
+	if err := c.applyLimit(&nj); err != nil {
+		return store.NewJob{}, err
+	}
 	if nj.RunAt.IsZero() && r.Delay > 0 {
 		nj.RunAt = now.Add(r.Delay)
 	}

@@ -302,11 +302,23 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 			wait = min(wait, time.Until(time.Unix(0, h))-w.opts.Lookahead)
 		}
 		if wait <= 0 {
+			if len(jobs) == 0 {
+				// Jobs are due but none could be leased: they wait on a
+				// concurrency limit's slot (or another process's fetch
+				// holds them). Look again shortly rather than spin.
+				q.sleep(ctx, timer, min(w.opts.PollInterval, limitRecheck))
+			}
 			continue
 		}
 		q.sleep(ctx, timer, wait)
 	}
 }
+
+// limitRecheck is how soon a queue whose due jobs all wait on a
+// concurrency limit looks again for a free slot: a slot freed by another
+// process is taken within about this long (one freed here, too: the
+// outcome that frees it is written by the completer, not the fetch loop).
+const limitRecheck = 20 * time.Millisecond
 
 // sleep waits for d, a wake-up or the end of ctx.
 func (q *queueRunner) sleep(ctx context.Context, timer *time.Timer, d time.Duration) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
 )
 
 // Queues lists every queue, sorted by name (GET /v1/queues).
@@ -136,4 +137,18 @@ func (c *Client) Health(ctx context.Context) error {
 func (c *Client) Ready(ctx context.Context) (Readiness, error) {
 	var r Readiness
 	return r, c.get(ctx, "/readyz", nil, &r)
+}
+
+// Limits lists the fleet's concurrency limits with their use now (GET
+// /v1/limits).
+func (c *Client) Limits(ctx context.Context) ([]store.LimitState, error) {
+	var res LimitList
+	return res.Limits, c.get(ctx, "/v1/limits", nil, &res)
+}
+
+// SetLimit changes a concurrency limit's max for the whole fleet (PUT
+// /v1/limits/{name}).
+func (c *Client) SetLimit(ctx context.Context, name string, max int) (store.LimitState, error) {
+	var res LimitBody
+	return res.Limit, c.do(ctx, request{method: http.MethodPut, path: "/v1/limits/" + segment(name), body: LimitSet{Max: &max}}, &res)
 }

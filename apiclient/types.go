@@ -445,3 +445,19 @@ type KafkaTierCount struct {
 	// Delay is the tier's delay (milliseconds in JSON).
 	Delay store.Duration `json:"delay"`
 }
+
+// LimitList is the body of GET /v1/limits: every concurrency limit, by
+// name, with its use now.
+type LimitList struct {
+	Limits []store.LimitState `json:"limits"`
+}
+
+// LimitBody is the body answering PUT /v1/limits/{name}.
+type LimitBody struct {
+	Limit store.LimitState `json:"limit"`
+}
+
+// LimitSet is the body of PUT /v1/limits/{name}: the limit's new max.
+type LimitSet struct {
+	Max *int `json:"max"`
+}

@@ -115,6 +115,16 @@ type Config struct {
 	// Spawn (each with Workers handler goroutines), this process only
 	// enqueueing and collecting what they measured. It needs DatabaseURL.
 	Processes int
+	// Limited, when above 0, adds to the throughput workload that many
+	// jobs under a concurrency limit (Max 5 per key, LimitKeys keys from a
+	// payload field) in the same queue, inserted before the no-op jobs
+	// (so older: due first). Their handlers hold their slots until the
+	// worker shuts down, so all but LimitKeys*5 of them wait on a slot
+	// through the whole burn-down, which times the no-op jobs only.
+	// Workers should then be raised by LimitKeys*5 (the held handlers).
+	// In-process only.
+	Limited   int
+	LimitKeys int
 	// Record makes the throughput workload's handler call redrive.Record
 	// before it succeeds, as the http kind does, so that every success
 	// writes a "completed" event to its job's history. In-process only.

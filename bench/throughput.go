@@ -19,6 +19,10 @@ type ThroughputParams struct {
 	InsertBatch int `json:"insert_batch"`
 	// Record: every handler call recorded a result (Config.Record).
 	Record bool `json:"record,omitempty"`
+	// Limited and LimitKeys are Config's: jobs waiting on a concurrency
+	// limit beside the no-op jobs.
+	Limited   int `json:"limited,omitempty"`
+	LimitKeys int `json:"limit_keys,omitempty"`
 }
 
 // ThroughputResult is what the throughput (burn-down) workload measured.
@@ -50,8 +54,11 @@ func (r *ThroughputResult) Info() *Meta { return &r.Meta }
 
 // Parameters implements Result.
 func (r *ThroughputResult) Parameters() []Figure {
-	return append([]Figure{{"jobs", strconv.Itoa(r.Params.N)}, {"insert batch", strconv.Itoa(r.Params.InsertBatch)}},
-		r.Params.figures()...)
+	f := []Figure{{"jobs", strconv.Itoa(r.Params.N)}, {"insert batch", strconv.Itoa(r.Params.InsertBatch)}}
+	if r.Params.Limited > 0 {
+		f = append(f, Figure{"limited jobs", fmt.Sprintf("%d, %d keys, 5 per key (inserted first; their handlers hold their slots)", r.Params.Limited, r.Params.LimitKeys)})
+	}
+	return append(f, r.Params.figures()...)
 }
 
 // Figures implements Result.
@@ -82,11 +89,15 @@ func Throughput(ctx context.Context, cfg Config, n int) (*ThroughputResult, erro
 	if cfg.Record && cfg.Processes > 0 {
 		return nil, fmt.Errorf("bench: throughput: Record runs in this process only, not with Processes")
 	}
+	if cfg.Limited > 0 && (cfg.Processes > 0 || cfg.LimitKeys < 1) {
+		return nil, fmt.Errorf("bench: throughput: Limited needs LimitKeys >= 1 and runs in this process only")
+	}
 	r, err := newRig(ctx, cfg, "throughput")
 	if err != nil {
 		return nil, err
 	}
-	res := &ThroughputResult{Params: ThroughputParams{Settings: cfg.settings(), N: n, InsertBatch: cfg.InsertBatch, Record: cfg.Record}}
+	res := &ThroughputResult{Params: ThroughputParams{Settings: cfg.settings(), N: n, InsertBatch: cfg.InsertBatch, Record: cfg.Record,
+		Limited: cfg.Limited, LimitKeys: cfg.LimitKeys}}
 	return finish(r, res, &res.Meta, runThroughput(ctx, r, res))
 }
 
@@ -95,6 +106,11 @@ func runThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
 		return runThroughputProcs(ctx, r, res)
 	}
 	n := res.Params.N
+	if res.Params.Limited > 0 {
+		if err := r.insertLimited(ctx, res.Params.Limited, res.Params.LimitKeys, res.Params.InsertBatch); err != nil {
+			return err
+		}
+	}
 	ins, err := r.insert(ctx, noopKind, n, res.Params.InsertBatch, 0, time.Time{})
 	if err != nil {
 		return err
@@ -103,6 +119,17 @@ func runThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
 
 	done := newCounter(n)
 	w := r.newWorker(nil)
+	held := make(chan struct{})
+	if res.Params.Limited > 0 {
+		redrive.Handle(w, limitedKind, func(ctx context.Context, _ *redrive.Job, _ struct{}) error {
+			// Holds its slot through the burn-down, then snoozes.
+			select {
+			case <-held:
+			case <-ctx.Done():
+			}
+			return redrive.Snooze(time.Hour)
+		})
+	}
 	record := r.cfg.Record
 	redrive.Handle(w, noopKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
 		if record {
@@ -120,6 +147,7 @@ func runThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
 		return err
 	}
 	work := time.Since(t0)
+	close(held)
 	if r.cfg.WorkDone != nil {
 		r.cfg.WorkDone()
 	}
@@ -205,4 +233,26 @@ func checkThroughput(ctx context.Context, r *rig, res *ThroughputResult) error {
 	c.expect("store completed", res.StoreCompleted, int64(n))
 	c.expect("succeeded counter", res.StoreSucceeded, int64(n))
 	return c.err("throughput")
+}
+
+// limitedKind is the kind of the jobs under a concurrency limit that the
+// throughput workload adds with Config.Limited.
+const limitedKind = "bench-limited"
+
+// insertLimited enqueues n jobs under a limit of 5 per key, keys keys.
+func (r *rig) insertLimited(ctx context.Context, n, keys, batch int) error {
+	if err := r.client.SetLimits([]redrive.ConcurrencyLimit{{Name: "bench", Kind: limitedKind, Key: "payload.k", Max: 5}}); err != nil {
+		return fmt.Errorf("bench: limits: %w", err)
+	}
+	reqs := make([]redrive.Request, 0, min(batch, n))
+	for i := 0; i < n; {
+		reqs = reqs[:0]
+		for ; i < n && len(reqs) < batch; i++ {
+			reqs = append(reqs, redrive.Request{Kind: limitedKind, Payload: map[string]string{"k": "k" + strconv.Itoa(i%keys)}})
+		}
+		if _, err := r.client.EnqueueMany(ctx, reqs); err != nil {
+			return fmt.Errorf("bench: insert limited: %w", err)
+		}
+	}
+	return nil
 }

@@ -152,6 +152,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- breakerTripsDesc
 	describeFleet(ch)
 	describeSchedules(ch)
+	describeLimits(ch)
 	ch <- statsUpDesc
 	ch <- queuePausedDesc
 	ch <- queueLatencyDesc
@@ -208,6 +209,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.collectFleet(ctx, ch)
 	c.collectSchedules(ctx, ch)
+	c.collectLimits(ctx, ch)
 	if c.breakers == nil {
 		return
 	}

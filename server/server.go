@@ -211,6 +211,8 @@ var routes = []string{
 	"POST /v1/schedules/{name}/resume",
 	"POST /v1/schedules/{name}/trigger",
 	"GET /v1/breakers",
+	"GET /v1/limits",
+	"PUT /v1/limits/{name}",
 	"POST /v1/breakers/{name}/open",
 	"POST /v1/breakers/{name}/reset",
 	"GET /v1/amqp/queues",
@@ -299,6 +301,9 @@ func New(opts Options) *Server {
 	// The fleet's circuit breakers (breakers.go).
 	handlers["POST /v1/breakers/{name}/open"] = a.openBreaker
 	handlers["POST /v1/breakers/{name}/reset"] = a.resetBreaker
+	// The fleet's concurrency limits (limits.go).
+	handlers["GET /v1/limits"] = a.listLimits
+	handlers["PUT /v1/limits/{name}"] = a.setLimit
 	mux := http.NewServeMux()
 	for _, p := range routes {
 		mux.Handle(p, a.wrap(handlers[p]))

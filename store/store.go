@@ -385,6 +385,16 @@ type NewJob struct {
 	// Priority is the job's priority (Job.Priority), between MinPriority
 	// and MaxPriority; 0 is DefaultPriority.
 	Priority int
+	// Limit, when set, puts the job under the concurrency limit of that
+	// name (see Limits), in the group LimitKey ("" for a limit of the
+	// whole queue or kind): the job runs only while fewer than the
+	// limit's max jobs of its group run. LimitMax is the max the store
+	// gives the limit if it has none yet (a limit set before, by
+	// SetLimit or an earlier job, keeps its max). A job whose
+	// idempotency key is taken changes nothing.
+	Limit    string
+	LimitKey string
+	LimitMax int
 }
 
 // The range of job priorities (Job.Priority). Higher runs first.
@@ -785,7 +795,11 @@ type Store interface {
 	// returns them in that order:
 	// each becomes running with Attempt and Lease (its lease token)
 	// incremented, AttemptedAt = p.Now, the lease and the worker set. A
-	// job is never leased twice at once.
+	// job is never leased twice at once. A job under a concurrency limit
+	// (NewJob.Limit) is leased only while its group has a free slot (see
+	// Limits), so a fetch may return fewer jobs than are due; the jobs of
+	// a limited group it leases are its first waiting, by priority then
+	// due time. The jobs under a limit are picked before the others.
 	Fetch(ctx context.Context, p FetchParams) ([]*Job, error)
 
 	// NextDue returns the earliest run_at among pending and scheduled jobs
@@ -941,6 +955,9 @@ type Store interface {
 	// Secrets keeps random secrets shared by the processes using the
 	// store, such as the dashboard's session key (secrets.go).
 	Secrets
+
+	// Limits keeps fleet-wide concurrency limits (limits.go).
+	Limits
 
 	// Close releases the store's resources. Calls after Close return
 	// ErrClosed.

@@ -200,6 +200,10 @@ type backend interface {
 	// one open for d (0: until closed), or closes it when open is false
 	// (breakers.go).
 	Breakers(ctx context.Context) ([]apiclient.BreakerView, error)
+	// Limits lists the fleet's concurrency limits; SetLimit changes one's
+	// max (limits.go).
+	Limits(ctx context.Context) ([]store.LimitState, error)
+	SetLimit(ctx context.Context, name string, max int) (store.LimitState, error)
 	ForceBreaker(ctx context.Context, name string, open bool, d time.Duration) (apiclient.BreakerView, error)
 	// Schedules lists the periodic schedules; the others act on one
 	// (periodic.go).

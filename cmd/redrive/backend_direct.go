@@ -395,3 +395,11 @@ func runDirect(ctx context.Context, d *directBackend, req redrive.OperationReque
 	}
 	return final, fmt.Errorf("operation %s is %s", final.ID, final.State)
 }
+
+func (d *directBackend) Limits(ctx context.Context) ([]store.LimitState, error) {
+	return d.c.LimitStates(ctx)
+}
+
+func (d *directBackend) SetLimit(ctx context.Context, name string, max int) (store.LimitState, error) {
+	return d.c.SetLimitMax(ctx, name, max)
+}

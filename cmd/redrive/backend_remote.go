@@ -11,6 +11,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/store"
 )
 
 // The remote backend: the operator commands on a server's REST API
@@ -265,4 +266,12 @@ func (r *remoteBackend) StartReplay(ctx context.Context, q replayQuery) (apiclie
 		body.All = true
 	}
 	return r.api.StartReplay(ctx, body)
+}
+
+func (r *remoteBackend) Limits(ctx context.Context) ([]store.LimitState, error) {
+	return r.api.Limits(ctx)
+}
+
+func (r *remoteBackend) SetLimit(ctx context.Context, name string, max int) (store.LimitState, error) {
+	return r.api.SetLimit(ctx, name, max)
 }

@@ -27,6 +27,9 @@ type benchOptions struct {
 	insertBatch int
 	// record is set by the throughput command's --record.
 	record bool
+	// limited and limitKeys are set by the throughput command's
+	// --limited and --limit-keys.
+	limited, limitKeys int
 	// processes is set by the throughput and lateness commands' own
 	// --processes flag.
 	processes int
@@ -184,6 +187,9 @@ completed jobs at the end.`,
 	cmd.Flags().IntVar(&o.insertBatch, "insert-batch", 1000, "jobs per EnqueueMany call of the pre-insert")
 	cmd.Flags().BoolVar(&o.record, "record", false,
 		"each handler records a result (redrive.Record, as the http kind does): a history event per success")
+	cmd.Flags().IntVar(&o.limited, "limited", 0,
+		"also insert this many jobs under a concurrency limit of 5 per key, first, whose handlers hold their slots: all but 5 per key wait through the burn-down (raise --workers by 5 per key)")
+	cmd.Flags().IntVar(&o.limitKeys, "limit-keys", 10, "keys of the --limited jobs")
 	addProcessesFlag(cmd, o)
 	return cmd
 }

@@ -42,7 +42,8 @@ func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
 	}
 	return bench.Config{Workers: o.workers, FetchBatch: o.fetchBatch, Synchronous: sync, RetryBudget: o.retryBudget,
 		DBDir: o.dbDir, Keep: o.keep, ErrorLog: cmd.ErrOrStderr(), StallTimeout: o.stallTimeout,
-		InsertBatch: o.insertBatch, DatabaseURL: o.databaseURL, Processes: o.processes, Record: o.record, Spawn: spawnWorker}, nil
+		InsertBatch: o.insertBatch, DatabaseURL: o.databaseURL, Processes: o.processes, Record: o.record, Spawn: spawnWorker,
+		Limited: o.limited, LimitKeys: o.limitKeys}, nil
 }
 
 // run runs the workloads one after the other, printing each result as it

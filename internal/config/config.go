@@ -108,6 +108,9 @@ type Serve struct {
 	ExportDir string
 	// Schedules are the periodic jobs serve declares (schedules.go).
 	Schedules []redrive.Periodic
+	// Limits are the fleet-wide concurrency limits of the jobs serve's
+	// client enqueues (limits.go).
+	Limits []redrive.ConcurrencyLimit
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
 	queuesSpec string
@@ -287,7 +290,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...)...)
+}, append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -533,7 +536,7 @@ func readConfigFile(path string) (*configFile, error) {
 			for sk, sv := range vals {
 				out.vals[k+"."+sk] = sv
 			}
-		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject:
+		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject, name == "concurrency-limits" && len(v) > 0 && v[0] == '[':
 			out.vals[k] = string(v) // read as JSON by the setting
 		case name == "retry":
 			vals, err := retryObject(v)

@@ -121,3 +121,6 @@ func SetElectConnectTimeout(d time.Duration) (restore func()) {
 	old := electConnectTimeout.Swap(int64(d))
 	return func() { electConnectTimeout.Store(old) }
 }
+
+// LimitLockKey is the advisory lock key of s's fetches of limited jobs.
+func LimitLockKey(s *Store) int64 { return s.limitLockKey() }

@@ -282,7 +282,10 @@ func validateNew(nj *store.NewJob) error {
 	if nj.MaxRetries > 1<<31-1 || nj.MaxRetries < -1<<31 {
 		return fmt.Errorf("%w: max retries %d out of range", store.ErrInvalid, nj.MaxRetries)
 	}
-	return store.CheckPriority(nj.Priority)
+	if err := store.CheckPriority(nj.Priority); err != nil {
+		return err
+	}
+	return store.CheckNewLimit(nj)
 }
 
 func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
@@ -351,6 +354,9 @@ var errHolderGone = errors.New("job holding the idempotency key vanished")
 // statement and the read of the jobs already holding keys share a
 // transaction.
 func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time) ([]*store.Job, error) {
+	if hasLimits(jobs) {
+		return s.enqueueLimited(ctx, jobs, now) // limits.go
+	}
 	out, err := s.withKeptKeys(ctx, jobs, now, func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 		return s.group.enqueue(ctx, s, sub, b)
 	})
@@ -507,7 +513,11 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, n
 	checked := false
 	out, err := s.withKeptKeys(ctx, jobs, now, func(sub []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 		if !b.hasKeys {
-			return s.enqueueOn(ctx, tx, sub, b)
+			out, err := s.enqueueOn(ctx, tx, sub, b)
+			if err != nil {
+				return nil, err
+			}
+			return out, s.setLimits(ctx, tx, sub, out, now)
 		}
 		if !checked {
 			if err := readCommittedTx(ctx, tx); err != nil {
@@ -521,6 +531,9 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, n
 				return nil, err
 			}
 			out, err := s.enqueueOn(ctx, sp, sub, b)
+			if err == nil {
+				err = s.setLimits(ctx, sp, sub, out, now)
+			}
 			if err != nil {
 				sp.Rollback(ctx)
 				if errors.Is(err, errHolderGone) && try < 10 {
@@ -644,7 +657,8 @@ func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b
 	return out, nil
 }
 
-// Fetch implements store.Store with one statement: the due jobs are
+// Fetch implements store.Store: the due jobs under a limit first
+// (limits.go), then the others with one statement: the due jobs are
 // locked with FOR UPDATE SKIP LOCKED, leased and returned in (priority
 // descending, run_at, id) order, without their history.
 func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, error) {
@@ -661,8 +675,20 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	var jobs []*store.Job
 	s.group.work.begin()
 	defer s.group.work.end()
+	var limited []*store.Job
 	err := s.retry(ctx, func() error {
-		rows, err := s.pool.Query(ctx, s.sql.fetch, p.Queue, ts(dueBy), p.Limit, ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
+		var err error
+		limited, err = s.fetchLimited(ctx, p, dueBy) // limits.go
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("fetch", err)
+	}
+	if len(limited) == p.Limit {
+		return sortByDue(limited), nil
+	}
+	err = s.retry(ctx, func() error {
+		rows, err := s.pool.Query(ctx, s.sql.fetch, p.Queue, ts(dueBy), p.Limit-len(limited), ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
 		if err != nil {
 			return err
 		}
@@ -670,9 +696,21 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		return err
 	})
 	if err != nil {
+		if len(limited) > 0 {
+			// The limited jobs are leased: hand them over rather than
+			// leave them to the rescue.
+			s.log.Warn("fetch of unlimited jobs failed after limited jobs were leased", "queue", p.Queue, "error", err)
+			return sortByDue(limited), nil
+		}
 		return nil, s.fail("fetch", err)
 	}
-	// In (priority descending, run_at, id) order, as they were picked.
+	jobs = append(jobs, limited...)
+	return sortByDue(jobs), nil
+}
+
+// sortByDue sorts jobs in (priority descending, run_at, id) order, as
+// they were picked.
+func sortByDue(jobs []*store.Job) []*store.Job {
 	slices.SortFunc(jobs, func(a, b *store.Job) int {
 		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
 			return c
@@ -682,7 +720,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	return jobs, nil
+	return jobs
 }
 
 // NextDue implements store.Store.

@@ -9,8 +9,10 @@ import (
 
 // OldestDue implements store.Store with one statement, in which each
 // queue is one probe of the jobs_ready index (queue, priority, run_at,
-// id) per distinct priority of its waiting jobs (job_priorities), and one
-// more for each to find the priorities.
+// id) per distinct priority of its waiting jobs without a limit
+// (job_priorities), and one more for each to find the priorities; and
+// the same of jobs_limit_due for its jobs under a limit
+// (job_limit_priorities).
 func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (map[string]time.Time, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -19,9 +21,12 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 	if len(queues) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT q, (SELECT min((SELECT run_at FROM `+s.sql.jobs+`
-	WHERE state IN ('pending', 'scheduled') AND queue = q AND priority = p.p AND run_at <= $2
-	ORDER BY run_at LIMIT 1)) FROM `+pgx.Identifier{s.schema}.Sanitize()+`.job_priorities(q) AS p(p))
+	fn := pgx.Identifier{s.schema}.Sanitize()
+	rows, err := s.pool.Query(ctx, `SELECT q, least((SELECT min((SELECT run_at FROM `+s.sql.jobs+`
+	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = q AND priority = p.p AND run_at <= $2
+	ORDER BY run_at LIMIT 1)) FROM `+fn+`.job_priorities(q) AS p(p)), (SELECT min((SELECT run_at FROM `+s.sql.jobs+`
+	WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = q AND priority = p.p AND run_at <= $2
+	ORDER BY run_at LIMIT 1)) FROM `+fn+`.job_limit_priorities(q) AS p(p)))
 FROM unnest($1::text[]) AS q`, queues, now)
 	if err != nil {
 		return nil, s.fail("oldest due", err)

@@ -140,6 +140,8 @@ type Store struct {
 
 	// group merges concurrent Enqueue calls (group.go).
 	group enqueueGroup
+	// limitHints says which queues may have due limited jobs (limits.go).
+	limitHints limitHints
 
 	// Test hooks, set before the calls they watch: listenPinged is
 	// called after each ping of an idle listening connection;

@@ -56,6 +56,10 @@ type statements struct {
 	stats          string
 	keptKeys       string
 	insertDead     string
+	// Concurrency limits (limits.go).
+	limitedFetch, limitedDue          string
+	limitEnsure, limitJobs, limitSet  string
+	limitList, limitGen, limitNextDue string
 }
 
 // keepKeysSQL keeps the keys of the jobs a DELETE ... RETURNING (named
@@ -91,6 +95,8 @@ func render(schema, channel string) statements {
 	r := strings.NewReplacer(
 		"{jobs}", schema+".jobs",
 		"{schema}", schema,
+		"{limits}", schema+".conc_limits",
+		"{limitgen}", schema+".limit_gen",
 		"{counters}", schema+".counters",
 		"{jobcounts}", schema+".job_counts",
 		"{keys}", schema+".idem_keys",
@@ -113,11 +119,19 @@ func render(schema, channel string) statements {
 		return r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))"))
 	}
 	return statements{
-		jobs:       schema + ".jobs",
-		counters:   schema + ".counters",
-		jobCounts:  schema + ".job_counts",
-		deadGroups: schema + ".dead_groups",
-		keys:       schema + ".idem_keys",
+		limitedFetch: q(limitedFetchSQL),
+		limitedDue:   q(limitedDueSQL),
+		limitEnsure:  q(limitEnsureSQL),
+		limitJobs:    q(limitJobsSQL),
+		limitSet:     q(limitSetSQL),
+		limitList:    q(limitListSQL),
+		limitGen:     q(limitGenSQL),
+		limitNextDue: q(limitNextDueSQL),
+		jobs:         schema + ".jobs",
+		counters:     schema + ".counters",
+		jobCounts:    schema + ".job_counts",
+		deadGroups:   schema + ".dead_groups",
+		keys:         schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered
 		// rows), then the rows are inserted in key order, so that two
@@ -194,7 +208,7 @@ SELECT id FROM ins CROSS JOIN ntf`),
 		fetch: q(`WITH picked AS (
 	SELECT d.id FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 		SELECT id FROM {jobs}
-		WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND priority = prio.p AND run_at <= $2
+		WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = $1::text AND priority = prio.p AND run_at <= $2
 		ORDER BY run_at, id LIMIT $3
 		FOR UPDATE SKIP LOCKED) d
 	LIMIT $3
@@ -309,10 +323,13 @@ SELECT k FROM upd`),
 		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
 
 		// NextDue: the earliest run_at of each distinct priority of the
-		// queue's waiting jobs (job_priorities), one probe of jobs_ready
-		// each.
-		nextDue: q(`SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND queue = $1::text AND priority = p.p
-	ORDER BY run_at LIMIT 1)) FROM {schema}.job_priorities($1::text) AS p(p)`),
+		// queue's waiting jobs, in two indexes: without a limit
+		// (job_priorities, one probe of jobs_ready each) and under one
+		// (job_limit_priorities, one probe of jobs_limit_due each).
+		nextDue: q(`SELECT least((SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = $1::text AND priority = p.p
+	ORDER BY run_at LIMIT 1)) FROM {schema}.job_priorities($1::text) AS p(p)),
+	(SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = $1::text AND priority = p.p
+	ORDER BY run_at LIMIT 1)) FROM {schema}.job_limit_priorities($1::text) AS p(p)))`),
 
 		cancelLock: q(`SELECT state, queue FROM {jobs} WHERE id = $1 FOR UPDATE`),
 		cancelNow: q(`UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)

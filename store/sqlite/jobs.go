@@ -161,6 +161,9 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 			mv.move(nj.Queue, "", v.state)
 			out[i-1] = v.job(id, nj)
 		}
+		if err := s.setLimits(ctx, tx, jobs, out, now); err != nil {
+			return err
+		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {
 			return err
 		}
@@ -312,7 +315,10 @@ func validateNew(nj *store.NewJob) error {
 	if len(nj.Policy) > 0 && !json.Valid(nj.Policy) {
 		return fmt.Errorf("%w: policy is not valid JSON", store.ErrInvalid)
 	}
-	return store.CheckPriority(nj.Priority)
+	if err := store.CheckPriority(nj.Priority); err != nil {
+		return err
+	}
+	return store.CheckNewLimit(nj)
 }
 
 // addCounter adds c to counts, under its name and class ("dead.permanent").
@@ -373,21 +379,38 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	if dueBy.IsZero() {
 		dueBy = p.Now
 	}
-	var ids string
-	var n, scheduled int64
+	var ids, limitedIDs string
+	var n, scheduled, limited int64
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		ids, n, scheduled = "", 0, 0
-		// One priority at a time, the highest first: each selection is a
-		// range of the jobs_ready index holding only due jobs, so jobs of
-		// a higher priority due later are skipped by a probe, not walked.
-		// With every job at one priority and enough due, it is one
-		// statement and one probe, as many as before priorities but the
-		// probe; when fewer than the limit are due, one more statement
-		// finds that no lower priority has a due job. Levels with none
-		// due cost a probe or two each inside that statement, not a
-		// statement each (201 levels of future jobs made an idle poll
-		// 57 times dearer).
+		ids, n, scheduled, limitedIDs, limited = "", 0, 0, "", 0
+		// The jobs under a concurrency limit first (limits.go), by
+		// priority then due time within what their groups' free slots
+		// allow, leased at once; then the others.
+		var ls int64
+		var err error
+		if limitedIDs, limited, ls, err = s.fetchLimited(ctx, tx, p.Queue, dueBy, p.Limit); err != nil {
+			return fmt.Errorf("sqlite: fetch: %w", err)
+		}
+		if limited > 0 {
+			if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, limitedIDs); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+		}
+		n, scheduled = limited, ls
+		// The jobs without a limit, one priority at a time, the highest
+		// first: each selection is a range of the jobs_ready index (which
+		// holds only the waiting jobs without a limit) holding only due
+		// jobs, so jobs of a higher priority due later are skipped by a
+		// probe, not walked. With every job at one priority and enough
+		// due, it is one statement and one probe; when fewer than the
+		// limit are due, one more statement finds that no lower priority
+		// has a due job. Levels with none due cost a probe or two each
+		// inside that statement, not a statement each (201 levels of
+		// future jobs made an idle poll 57 times dearer).
 		var parts []string
+		if limited > 0 {
+			parts = append(parts, strings.TrimSuffix(strings.TrimPrefix(limitedIDs, "["), "]"))
+		}
 		for below := int64(store.MaxPriority + 1); n < int64(p.Limit); {
 			var part string
 			var k, sch int64
@@ -613,6 +636,7 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 		return time.Time{}, false, err
 	}
 	var v sql.NullInt64
+	// The waiting jobs are in two indexes: without a limit, and under one.
 	err = db.QueryRowContext(ctx, firstDueSQL, queue, int64(math.MaxInt64)).Scan(&v)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("sqlite: next due: %w", err)

@@ -47,7 +47,18 @@ func TestMigratePriorityWithData(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
+		// Back to version 13: 0015 (concurrency limits) first, then 0014.
+		`DROP TRIGGER conc_limits_gen_update`,
+		`DROP TRIGGER conc_limits_gen_insert`,
+		`DROP TRIGGER jobs_limit_gen`,
+		`DROP TABLE limit_gen`,
+		`DROP INDEX jobs_limit_running`,
+		`DROP INDEX jobs_limit_due`,
+		`DROP TABLE conc_limits`,
 		`DROP INDEX jobs_ready`,
+		`ALTER TABLE jobs DROP COLUMN ckey`,
+		`ALTER TABLE jobs DROP COLUMN climit`,
+		`DELETE FROM redrive_migrations WHERE version = 15`,
 		`ALTER TABLE jobs DROP COLUMN priority`,
 		`CREATE INDEX jobs_due ON jobs (queue, run_at, id) WHERE state IN ('pending', 'scheduled')`,
 		`DELETE FROM redrive_migrations WHERE version = 14`,

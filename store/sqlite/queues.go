@@ -80,7 +80,8 @@ func (s *Store) SetPaused(ctx context.Context, queue string, paused bool, now ti
 
 // OldestDue implements store.Store: one query a queue, each a probe of
 // the jobs_ready index (queue, priority, run_at, id) per distinct
-// priority of the queue's waiting jobs (firstDueSQL).
+// priority of the queue's waiting jobs without a limit, and the same of
+// jobs_limit_due for those under one (firstDueSQL).
 func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	if len(queues) == 0 {
@@ -102,15 +103,31 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 	return out, nil
 }
 
-// firstDueSQL reads the earliest run_at at or before ?2 among the waiting
-// jobs of queue ?1 (NULL: none) through the jobs_ready index (queue,
-// priority, run_at, id): pr walks the distinct priorities of the queue's
-// waiting jobs, one probe each, and each priority's earliest due job is
-// one more. With every job at one priority, three probes.
-const firstDueSQL = `WITH RECURSIVE pr(p) AS (
-	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 ORDER BY priority DESC LIMIT 1)
+// The conditions of the two disjoint indexes of waiting jobs: jobs_ready
+// holds those without a limit, jobs_limit_due those under one.
+const (
+	unlimitedCond = "climit IS NULL"
+	limitedCond   = "climit IS NOT NULL"
+)
+
+// firstSQL returns a statement reading the earliest run_at matching cond
+// (a condition on run_at, which may use ?2) among the waiting jobs of
+// queue ?1 in the index of lim (unlimitedCond or limitedCond), NULL if
+// none: pr walks the distinct priorities of those jobs, one probe each,
+// and each priority's earliest matching job is one more. With every job
+// at one priority, three probes.
+func firstSQL(lim, cond string) string {
+	w := `FROM jobs WHERE state IN ('pending', 'scheduled') AND ` + lim + ` AND queue = ?1`
+	return `WITH RECURSIVE pr(p) AS (
+	SELECT (SELECT priority ` + w + ` ORDER BY priority DESC LIMIT 1)
 	UNION ALL
-	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < pr.p ORDER BY priority DESC LIMIT 1)
+	SELECT (SELECT priority ` + w + ` AND priority < pr.p ORDER BY priority DESC LIMIT 1)
 	FROM pr WHERE pr.p IS NOT NULL)
-SELECT min((SELECT run_at FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = pr.p AND run_at <= ?2
+SELECT min((SELECT run_at ` + w + ` AND priority = pr.p AND ` + cond + `
 	ORDER BY run_at LIMIT 1)) FROM pr WHERE pr.p IS NOT NULL`
+}
+
+// firstDueSQL reads the earliest run_at at or before ?2 among the waiting
+// jobs of queue ?1 (NULL: none), from both indexes (firstSQL).
+var firstDueSQL = `SELECT min(m) FROM (SELECT (` + firstSQL(unlimitedCond, "run_at <= ?2") + `) AS m
+	UNION ALL SELECT (` + firstSQL(limitedCond, "run_at <= ?2") + `))`

@@ -97,6 +97,9 @@ type Options struct {
 // Store is a store.Store on a SQLite file.
 type Store struct {
 	path string
+	// limitIdle says which queues' fetches skip the selection of
+	// limited jobs (limits.go); the writer goroutine's.
+	limitIdle limitIdle
 	// lastWrite is the error of the last write transaction, nil after a
 	// success (see WriteHealth).
 	lastWrite atomic.Pointer[error]
@@ -205,7 +208,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	s := &Store{
+	s := &Store{limitIdle: limitIdle{},
 		path:     path,
 		w:        w,
 		wconn:    wconn,
@@ -326,15 +329,15 @@ func (s *Store) applyMigration(ctx context.Context, v int, name, body string) er
 // parameter 4 is not NULL (a rescue), that lease ended before it.
 const fenced = `WHERE id = ? AND state = 'running' AND lease = ? AND worker = ? AND coalesce(lease_until < ?, 1)`
 
-// fetchTop is the highest priority below ?2 of the waiting jobs of queue
-// ?1 (NULL: none), one probe of the jobs_ready index. SQLite runs a
+// fetchTop is the highest priority below ?2 of the waiting jobs without a
+// limit of queue ?1 (NULL: none), one probe of the jobs_ready index. SQLite runs a
 // scalar subquery that refers to nothing outside it once per statement.
-const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < ?2
+const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority < ?2
 		ORDER BY priority DESC LIMIT 1)`
 
-// dueAt tells whether queue ?1 has a waiting job of priority p due by
-// ?3, one probe of the jobs_ready index.
-const dueAt = `EXISTS (SELECT 1 FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = pr.p AND run_at <= ?3)`
+// dueAt tells whether queue ?1 has a waiting job without a limit of
+// priority p due by ?3, one probe of the jobs_ready index.
+const dueAt = `EXISTS (SELECT 1 FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority = pr.p AND run_at <= ?3)`
 
 // Statements prepared once on the writer connection.
 var writeSQL = map[string]string{
@@ -344,15 +347,15 @@ var writeSQL = map[string]string{
 	"byKey": `SELECT ` + jobColumns + ` FROM jobs WHERE idem_key = ?`,
 	// AddDead inserts a job that died elsewhere.
 	"insertDead": insertDeadSQL,
-	// Fetch selects the due jobs of one priority through the jobs_ready
-	// index, then leases them by id: the selection takes the highest
+	// Fetch selects the due jobs without a limit of one priority
+	// through the jobs_ready index, then leases them by id: the selection takes the highest
 	// priority of the queue's waiting jobs below ?2 (one probe of the
 	// index) and returns one row: the ids of its due jobs, oldest due
 	// first, as one JSON array (which the lease and the read back take as
 	// it is), how many there are, how many of them were scheduled (for
 	// the counts), and their priority (NULL when none is due).
 	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), max(priority) FROM (
-		SELECT id, state, priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
+		SELECT id, state, priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
 		ORDER BY run_at, id LIMIT ?4)`,
 	// fetchNext is the highest priority below ?2 at which queue ?1 has a
 	// job due by ?3 (NULL: none), for a fetch whose selection found none
@@ -363,9 +366,18 @@ var writeSQL = map[string]string{
 	"fetchNext": `WITH RECURSIVE pr(p) AS (
 		SELECT ` + fetchTop + `
 		UNION ALL
-		SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND queue = ?1 AND priority < pr.p
+		SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority < pr.p
 			ORDER BY priority DESC LIMIT 1) FROM pr WHERE pr.p IS NOT NULL AND NOT ` + dueAt + `)
 		SELECT p FROM pr WHERE p IS NULL OR ` + dueAt + ` LIMIT 1`,
+	// fetchLimited is the selection of the due jobs under a concurrency
+	// limit (limits.go), in the same shape as fetchSelect.
+	"fetchLimited": fetchLimitedSQL,
+	"limitUpsert":  `INSERT INTO conc_limits (name, max_running, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+	"limitJob":     `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
+	"limitGen":     `SELECT n FROM limit_gen WHERE id = 1`,
+	// limitNextDue: the earliest run_at after ?2 of queue ?1's limited
+	// jobs, one probe of jobs_limit_due per distinct priority.
+	"limitNextDue": firstSQL(limitedCond, "run_at > ?2"),
 	"fetchLease": `UPDATE jobs SET state = 'running', attempt = attempt + 1, lease = lease + 1, attempted_at = max(?, run_at), lease_until = ?, worker = ?,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 		WHERE id IN (SELECT value FROM json_each(?))`,

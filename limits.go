@@ -1,0 +1,253 @@
+package redrive
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// ConcurrencyLimit caps how many jobs run at once, fleet-wide: every
+// process on the store shares it. It applies to the jobs of Queue and
+// Kind (empty: any) enqueued through a Client that has it (SetLimits);
+// each such job belongs to a group, the value of Key in the job, and at
+// most Max jobs of one group run at once. A job whose group is full waits
+// without using an attempt and starts, oldest due first, as soon as a job
+// of its group ends; a killed worker's jobs free their slots when their
+// leases expire and are rescued.
+type ConcurrencyLimit struct {
+	// Name names the limit in the store, where its max can be changed at
+	// run time (redrive limits set): a max set there wins over Max.
+	Name string `json:"name"`
+	// Queue and Kind select the jobs under the limit; empty matches any.
+	Queue string `json:"queue,omitempty"`
+	Kind  string `json:"kind,omitempty"`
+	// Key says what of a job makes its group (see ParseLimitKey): empty
+	// for one group of all the jobs selected (a limit per queue or per
+	// kind), "payload.<field>" for a field of the payload (a top-level
+	// field, or a dotted path into objects: payload.account.id), "dependency"
+	// for the job's dependency, "host" for the host of the payload's url
+	// field (the http and download kinds).
+	Key string `json:"key,omitempty"`
+	// Max is how many jobs of one group run at once, from 1 to
+	// store.MaxLimit.
+	Max int `json:"max"`
+}
+
+// LimitKey is a parsed ConcurrencyLimit.Key.
+type LimitKey struct {
+	// Source is "", "payload", "dependency" or "host".
+	Source string
+	// Path is, for a payload key, the field's path.
+	Path []string
+}
+
+// ParseLimitKey parses a limit's key: "", "dependency", "host" or
+// "payload.<field>[.<field>...]", each field non-empty and without white
+// space or control characters.
+func ParseLimitKey(s string) (LimitKey, error) {
+	switch s {
+	case "":
+		return LimitKey{}, nil
+	case "dependency", "host":
+		return LimitKey{Source: s}, nil
+	}
+	rest, ok := strings.CutPrefix(s, "payload.")
+	if !ok {
+		return LimitKey{}, fmt.Errorf("%w: key %q: want dependency, host or payload.<field>", ErrInvalid, clipName(s))
+	}
+	path := strings.Split(rest, ".")
+	if len(path) > 8 {
+		return LimitKey{}, fmt.Errorf("%w: key %q: more than 8 fields deep", ErrInvalid, clipName(s))
+	}
+	for _, f := range path {
+		if f == "" || strings.ContainsFunc(f, func(r rune) bool { return r <= ' ' || r == 0x7f }) || len(f) > MaxNameLength {
+			return LimitKey{}, fmt.Errorf("%w: key %q: bad field %q", ErrInvalid, clipName(s), clipName(f))
+		}
+	}
+	return LimitKey{Source: "payload", Path: path}, nil
+}
+
+// String returns the key as ParseLimitKey reads it.
+func (k LimitKey) String() string {
+	if k.Source == "payload" {
+		return "payload." + strings.Join(k.Path, ".")
+	}
+	return k.Source
+}
+
+// Check reports, as an error wrapping ErrInvalid that names the field at
+// fault, a limit no store keeps.
+func (l *ConcurrencyLimit) Check() error {
+	if err := CheckName("limit name", l.Name); err != nil {
+		return &FieldError{Field: "name", Err: err}
+	}
+	if l.Queue != "" {
+		if err := CheckName("queue", l.Queue); err != nil {
+			return &FieldError{Field: "queue", Err: err}
+		}
+	}
+	if l.Kind != "" {
+		if err := CheckName("kind", l.Kind); err != nil {
+			return &FieldError{Field: "kind", Err: err}
+		}
+	}
+	if _, err := ParseLimitKey(l.Key); err != nil {
+		return &FieldError{Field: "key", Err: err}
+	}
+	if err := store.CheckLimitMax(l.Max); err != nil {
+		return &FieldError{Field: "max", Err: fmt.Errorf("%w: max %d is out of range [1, %d]", ErrInvalid, l.Max, store.MaxLimit)}
+	}
+	return nil
+}
+
+// compiledLimit is a checked limit with its key parsed.
+type compiledLimit struct {
+	ConcurrencyLimit
+	key LimitKey
+}
+
+// SetLimits puts the jobs the client enqueues from now on under limits:
+// each job under the first limit whose Queue and Kind match it (a job is
+// under one limit at most). A limit that does not Check, or two limits of
+// one name, refuse the whole list with an error naming the limit and
+// field; the client's limits are then unchanged. nil removes them all
+// (the jobs enqueued before keep theirs).
+func (c *Client) SetLimits(limits []ConcurrencyLimit) error {
+	var out []compiledLimit
+	seen := map[string]bool{}
+	for i := range limits {
+		l := limits[i]
+		if err := l.Check(); err != nil {
+			return fmt.Errorf("redrive: limit %d (%q): %w", i+1, clipName(l.Name), err)
+		}
+		if seen[l.Name] {
+			return fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice", ErrInvalid, l.Name)})
+		}
+		seen[l.Name] = true
+		k, _ := ParseLimitKey(l.Key)
+		out = append(out, compiledLimit{ConcurrencyLimit: l, key: k})
+	}
+	c.limits.Store(&out)
+	return nil
+}
+
+// Limits returns the client's limits, as SetLimits set them.
+func (c *Client) Limits() []ConcurrencyLimit {
+	p := c.limits.Load()
+	if p == nil {
+		return nil
+	}
+	out := make([]ConcurrencyLimit, len(*p))
+	for i, l := range *p {
+		out[i] = l.ConcurrencyLimit
+	}
+	return out
+}
+
+// applyLimit puts nj under the first of the client's limits that selects
+// it, its group read from the job; a job whose group cannot be read (the
+// payload lacks the field, or holds an object there) is refused with an
+// error naming the field.
+func (c *Client) applyLimit(nj *store.NewJob) error {
+	p := c.limits.Load()
+	if p == nil {
+		return nil
+	}
+	for i := range *p {
+		l := &(*p)[i]
+		if (l.Queue != "" && l.Queue != nj.Queue) || (l.Kind != "" && l.Kind != nj.Kind) {
+			continue
+		}
+		key, err := l.key.of(nj)
+		if err != nil {
+			return fmt.Errorf("%w: concurrency limit %q: %w", ErrInvalid, l.Name, err)
+		}
+		if len(key) > store.MaxLimitName {
+			return fmt.Errorf("%w: concurrency limit %q: %s is longer than %d bytes", ErrInvalid, l.Name, l.key, store.MaxLimitName)
+		}
+		nj.Limit, nj.LimitKey, nj.LimitMax = l.Name, key, l.Max
+		return nil
+	}
+	return nil
+}
+
+// of reads the group of a job.
+func (k LimitKey) of(nj *store.NewJob) (string, error) {
+	switch k.Source {
+	case "":
+		return "", nil
+	case "dependency":
+		return nj.Dependency, nil
+	case "host":
+		var v struct {
+			URL string `json:"url"`
+		}
+		if err := json.Unmarshal(nj.Payload, &v); err != nil || v.URL == "" {
+			return "", &FieldError{Field: "payload.url", Err: fmt.Errorf("missing: the limit keys on its host")}
+		}
+		u, err := url.Parse(v.URL)
+		if err != nil || u.Hostname() == "" {
+			return "", &FieldError{Field: "payload.url", Err: fmt.Errorf("has no host")}
+		}
+		return strings.ToLower(u.Hostname()), nil
+	}
+	field := "payload." + strings.Join(k.Path, ".")
+	var cur json.RawMessage = nj.Payload
+	for _, f := range k.Path {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(cur, &obj); err != nil || obj == nil {
+			return "", &FieldError{Field: field, Err: fmt.Errorf("missing: the payload is not an object there")}
+		}
+		v, ok := obj[f]
+		if !ok {
+			return "", &FieldError{Field: field, Err: fmt.Errorf("missing")}
+		}
+		cur = v
+	}
+	cur = bytes.TrimSpace(cur)
+	if len(cur) == 0 {
+		return "", &FieldError{Field: field, Err: fmt.Errorf("missing")}
+	}
+	switch cur[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(cur, &s); err != nil {
+			return "", &FieldError{Field: field, Err: err}
+		}
+		return s, nil
+	case '{', '[', 'n':
+		return "", &FieldError{Field: field, Err: fmt.Errorf("is an object, an array or null: want a string, number or boolean")}
+	}
+	return string(cur), nil // a number or a boolean, as written
+}
+
+// LimitStates returns every concurrency limit in the store with its use
+// now.
+func (c *Client) LimitStates(ctx context.Context) ([]store.LimitState, error) {
+	ls, err := c.store.ListLimits(ctx, c.now())
+	if err != nil {
+		return nil, fmt.Errorf("redrive: list limits: %w", err)
+	}
+	return ls, nil
+}
+
+// SetLimitMax changes, fleet-wide, the max of the limit named name (and
+// creates the limit if the store has none of that name).
+func (c *Client) SetLimitMax(ctx context.Context, name string, max int) (store.LimitState, error) {
+	if err := CheckName("limit name", name); err != nil {
+		return store.LimitState{}, &FieldError{Field: "name", Err: err}
+	}
+	if err := store.CheckLimitMax(max); err != nil {
+		return store.LimitState{}, &FieldError{Field: "max", Err: fmt.Errorf("%w: max %d is out of range [1, %d]", ErrInvalid, max, store.MaxLimit)}
+	}
+	st, err := c.store.SetLimit(ctx, name, max, c.now())
+	if err != nil {
+		return store.LimitState{}, fmt.Errorf("redrive: set limit: %w", err)
+	}
+	return st, nil
+}

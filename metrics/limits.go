@@ -1,0 +1,50 @@
+package metrics
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The fleet-wide concurrency limits kept in the store (store-wide), which
+// the Collector reads at every scrape:
+//
+//	redrive_limit_max{limit}      how many jobs of one group may run at once
+//	redrive_limit_in_use{limit}   the limit's running jobs, all groups together
+//	redrive_limit_busiest{limit}  the most running in one group
+//	redrive_limit_waiting{limit}  the limit's due jobs not running (waiting on a slot, or not fetched yet)
+var (
+	limitMaxDesc = prometheus.NewDesc("redrive_limit_max",
+		"How many jobs of one group of the concurrency limit may run at once, fleet-wide."+storeWide, []string{"limit"}, nil)
+	limitInUseDesc = prometheus.NewDesc("redrive_limit_in_use",
+		"How many jobs under the concurrency limit run now, all its groups together."+storeWide, []string{"limit"}, nil)
+	limitBusiestDesc = prometheus.NewDesc("redrive_limit_busiest",
+		"The most jobs running now in one group of the concurrency limit (at most its max, unless the max was lowered while they ran)."+storeWide,
+		[]string{"limit"}, nil)
+	limitWaitingDesc = prometheus.NewDesc("redrive_limit_waiting",
+		"How many jobs under the concurrency limit are due and not running: waiting on a slot, or not fetched yet."+storeWide,
+		[]string{"limit"}, nil)
+)
+
+func describeLimits(ch chan<- *prometheus.Desc) {
+	ch <- limitMaxDesc
+	ch <- limitInUseDesc
+	ch <- limitBusiestDesc
+	ch <- limitWaitingDesc
+}
+
+// collectLimits reads the concurrency limits from the store.
+func (c *Collector) collectLimits(ctx context.Context, ch chan<- prometheus.Metric) {
+	list, err := c.client.LimitStates(ctx)
+	if err != nil {
+		c.log.Warn("metrics: reading the concurrency limits failed", "error", err)
+		return
+	}
+	for _, l := range list {
+		name := nonEmpty(l.Name)
+		ch <- prometheus.MustNewConstMetric(limitMaxDesc, prometheus.GaugeValue, float64(l.Max), name)
+		ch <- prometheus.MustNewConstMetric(limitInUseDesc, prometheus.GaugeValue, float64(l.InUse), name)
+		ch <- prometheus.MustNewConstMetric(limitBusiestDesc, prometheus.GaugeValue, float64(l.Busiest), name)
+		ch <- prometheus.MustNewConstMetric(limitWaitingDesc, prometheus.GaugeValue, float64(l.Waiting), name)
+	}
+}

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/store"
+)
+
+// LimitList is the body of GET /v1/limits.
+// It is the type of package apiclient, the API's Go client.
+type LimitList = apiclient.LimitList
+
+// LimitBody is the body answering PUT /v1/limits/{name}.
+// It is the type of package apiclient, the API's Go client.
+type LimitBody = apiclient.LimitBody
+
+func (a *api) listLimits(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
+	ls, err := a.client.LimitStates(r.Context())
+	if err != nil {
+		return err
+	}
+	if ls == nil {
+		ls = []store.LimitState{}
+	}
+	writeJSON(w, http.StatusOK, LimitList{Limits: ls})
+	return nil
+}
+
+// setLimit changes, fleet-wide, the max of the limit the {name} path
+// value names (creating it if there is none).
+func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	if err := redrive.CheckName("limit name", name); err != nil {
+		return &apiError{status: http.StatusBadRequest, code: "invalid", field: "name",
+			msg: strings.TrimPrefix(err.Error(), redrive.ErrInvalid.Error()+": ")}
+	}
+	var body apiclient.LimitSet
+	if err := a.decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	if body.Max == nil {
+		return badRequest("max", "max is required: how many jobs of one group may run at once, 1 to %d", store.MaxLimit)
+	}
+	st, err := a.client.SetLimitMax(r.Context(), name, *body.Max)
+	var fe *redrive.FieldError
+	if errors.As(err, &fe) {
+		return &apiError{status: http.StatusBadRequest, code: "invalid", field: fe.Field,
+			msg: strings.TrimPrefix(fe.Err.Error(), redrive.ErrInvalid.Error()+": ")}
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, LimitBody{Limit: st})
+	return nil
+}
