@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
@@ -157,5 +159,35 @@ func TestRedrivePayloadValidated(t *testing.T) {
 	}
 	if r := e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d],"payload":{"msg":"fixed"}}`, id)); r.status != 202 {
 		t.Errorf("valid payload: status %d: %s", r.status, r.body)
+	}
+}
+
+// TestResumeOldName: a queue paused before the name rule, under a name
+// the rule now refuses (".." was created by POST /v1/queues/%2E%2E/pause,
+// "\u200d" by a body), can still be resumed: resuming creates nothing.
+// Pausing such a name is refused.
+func TestResumeOldName(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, name := range []string{"..", "\u200d"} {
+		if _, err := e.st.SetPaused(t.Context(), name, true, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		p := "/v1/queues/" + url.PathEscape(name)
+		if name == ".." {
+			p = "/v1/queues/%2E%2E"
+		}
+		wantErr(t, e.do("POST", p+"/pause", ""), 400, "invalid", "name")
+		if r := e.do("POST", p+"/resume", ""); r.status != 200 {
+			t.Fatalf("resume %q: status %d: %s", name, r.status, r.body)
+		}
+		qs, err := e.st.Queues(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Name == name && q.Paused {
+				t.Errorf("%q still paused", name)
+			}
+		}
 	}
 }
