@@ -113,6 +113,7 @@ func TestNameRule(t *testing.T) {
 			t.Errorf("queue %q created", q.Name)
 		}
 	}
+	// No queue ".." is known: resuming it would record one.
 	wantErr(t, e.do("POST", "/v1/queues/%2E%2E/resume", ""), 400, "invalid", "name")
 }
 
