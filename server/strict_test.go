@@ -13,6 +13,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/store"
 )
 
 // TestStrictBody: a body means one thing only. Duplicate keys (at any
@@ -191,4 +192,27 @@ func TestResumeOldName(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestScheduleOldName: a schedule stored before the name rule, under a
+// name the rule now refuses, can still be read, paused and deleted:
+// nothing but serve's declaration creates a schedule, and serve no longer
+// declares such a name, so without this it could never be removed.
+func TestScheduleOldName(t *testing.T) {
+	e := newEnv(t, Options{})
+	name := "\u200d"
+	now := time.Now()
+	if _, err := e.st.DeclareSchedule(t.Context(), store.ScheduleDecl{Name: name,
+		Spec: json.RawMessage(`{"every":"1h","kind":"k"}`), Cursor: now}, now); err != nil {
+		t.Fatal(err)
+	}
+	p := "/v1/schedules/" + url.PathEscape(name)
+	if r := e.do("POST", p+"/pause", ""); r.status != 200 {
+		t.Fatalf("pause: status %d: %s", r.status, r.body)
+	}
+	if r := e.do("DELETE", p, ""); r.status != 204 {
+		t.Fatalf("delete: status %d: %s", r.status, r.body)
+	}
+	// Gone, the name is held to the rule again.
+	wantErr(t, e.do("DELETE", p, ""), 400, "invalid", "name")
 }
