@@ -22,3 +22,22 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckNameInvisible: names that display as nothing, or as another
+// name, are refused: default-ignorable characters (the Hangul fillers,
+// the combining grapheme joiner), a variation selector on a letter, and
+// names with no visible character at all (only combining marks or the
+// blank braille pattern). An emoji's presentation selector is kept.
+func TestCheckNameInvisible(t *testing.T) {
+	for _, ok := range []string{"❤️ queue", "café", "café"} {
+		if err := redrive.CheckName("queue", ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"ㅤ", "queueㅤ", "ᅟ", "ﾠ", "a͏b", "⠀", "́",
+		"⃝", "default️", "default󠄀", "឴"} {
+		if err := redrive.CheckName("queue", bad); !errors.Is(err, redrive.ErrInvalid) {
+			t.Errorf("%q: %v, want ErrInvalid", bad, err)
+		}
+	}
+}

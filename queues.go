@@ -42,9 +42,27 @@ type Queue struct {
 // Latency is the queue's latency (LatencyMS) as a duration.
 func (q Queue) Latency() time.Duration { return time.Duration(q.LatencyMS) * time.Millisecond }
 
-// checkQueueName validates the name of a queue to pause or resume: not
-// empty, and no longer than Enqueue accepts.
-func checkQueueName(name string) error { return CheckName("queue", name) }
+// checkQueueName validates the name of a queue to pause or resume. A
+// pause records the queue: its name follows the name rule (CheckName).
+// A resume takes too a name the rule refuses if the store knows a queue
+// of that name (paused before the rule), so that such a queue is not
+// paused for good; it records no new queue under such a name.
+func (c *Client) checkQueueName(ctx context.Context, name string, paused bool) error {
+	err := CheckName("queue", name)
+	if err == nil || paused {
+		return err
+	}
+	qs, qerr := c.store.Queues(ctx)
+	if qerr != nil {
+		return fmt.Errorf("looking for queue %q: %w", name, qerr)
+	}
+	for _, q := range qs {
+		if q.Name == name {
+			return nil
+		}
+	}
+	return err
+}
 
 // newQueue combines a queue's pause state with its job counts.
 func newQueue(st QueueState, jobs map[State]int64) Queue {
@@ -165,7 +183,7 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) (Queue
 	if paused {
 		op = "pause queue"
 	}
-	if err := checkQueueName(name); err != nil {
+	if err := c.checkQueueName(ctx, name, paused); err != nil {
 		return Queue{}, fmt.Errorf("redrive: %s: %w", op, err)
 	}
 	st, err := c.store.SetPaused(ctx, name, paused, c.now())

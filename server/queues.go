@@ -46,7 +46,10 @@ func (a *api) setPaused(w http.ResponseWriter, r *http.Request, paused bool) err
 	if name == "" {
 		return badRequest("name", "the queue name is required")
 	}
-	if err := redrive.CheckName("queue", name); err != nil {
+	// Pausing records the queue: its name follows the name rule.
+	// Resuming takes any name stored before the rule (checked by the
+	// client below), so that such a queue is not paused for good.
+	if err := redrive.CheckName("queue", name); err != nil && paused {
 		return &apiError{status: http.StatusBadRequest, code: "invalid", field: "name",
 			msg: strings.TrimPrefix(err.Error(), redrive.ErrInvalid.Error()+": ")}
 	}

@@ -33,13 +33,19 @@ func (a *api) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// scheduleName returns the {name} path value, checked.
-func scheduleName(r *http.Request) (string, error) {
+// scheduleName returns the {name} path value, checked by the name rule,
+// or a name the rule refuses under which a schedule is stored (from
+// before the rule): no route creates a schedule, and such a schedule
+// must stay reachable to be paused or deleted.
+func (a *api) scheduleName(r *http.Request) (string, error) {
 	name := r.PathValue("name")
 	if name == "" {
 		return "", badRequest("name", "the schedule name is required")
 	}
 	if err := redrive.CheckName("schedule name", name); err != nil {
+		if _, gerr := a.client.Schedule(r.Context(), name); gerr == nil {
+			return name, nil
+		}
 		return "", &apiError{status: http.StatusBadRequest, code: "invalid", field: "name",
 			msg: strings.TrimPrefix(err.Error(), redrive.ErrInvalid.Error()+": ")}
 	}
@@ -63,7 +69,7 @@ func quoteName(name string) string {
 }
 
 func (a *api) getSchedule(w http.ResponseWriter, r *http.Request) error {
-	name, err := scheduleName(r)
+	name, err := a.scheduleName(r)
 	if err != nil {
 		return err
 	}
@@ -98,7 +104,7 @@ func (a *api) resumeSchedule(w http.ResponseWriter, r *http.Request) error {
 
 // setSchedulePaused pauses or resumes the schedule named by {name}.
 func (a *api) setSchedulePaused(w http.ResponseWriter, r *http.Request, paused bool) error {
-	name, err := scheduleName(r)
+	name, err := a.scheduleName(r)
 	if err != nil {
 		return err
 	}
@@ -126,7 +132,7 @@ func (a *api) setSchedulePaused(w http.ResponseWriter, r *http.Request, paused b
 // triggerSchedule enqueues one job of the schedule now and answers it
 // (201).
 func (a *api) triggerSchedule(w http.ResponseWriter, r *http.Request) error {
-	name, err := scheduleName(r)
+	name, err := a.scheduleName(r)
 	if err != nil {
 		return err
 	}
@@ -143,7 +149,7 @@ func (a *api) triggerSchedule(w http.ResponseWriter, r *http.Request) error {
 
 // deleteSchedule deletes the schedule named by {name} (204).
 func (a *api) deleteSchedule(w http.ResponseWriter, r *http.Request) error {
-	name, err := scheduleName(r)
+	name, err := a.scheduleName(r)
 	if err != nil {
 		return err
 	}

@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/store"
 )
 
 // TestStrictBody: a body means one thing only. Duplicate keys (at any
@@ -111,6 +114,7 @@ func TestNameRule(t *testing.T) {
 			t.Errorf("queue %q created", q.Name)
 		}
 	}
+	// No queue ".." is known: resuming it would record one.
 	wantErr(t, e.do("POST", "/v1/queues/%2E%2E/resume", ""), 400, "invalid", "name")
 }
 
@@ -158,4 +162,57 @@ func TestRedrivePayloadValidated(t *testing.T) {
 	if r := e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d],"payload":{"msg":"fixed"}}`, id)); r.status != 202 {
 		t.Errorf("valid payload: status %d: %s", r.status, r.body)
 	}
+}
+
+// TestResumeOldName: a queue paused before the name rule, under a name
+// the rule now refuses (".." was created by POST /v1/queues/%2E%2E/pause,
+// "\u200d" by a body), can still be resumed: resuming creates nothing.
+// Pausing such a name is refused.
+func TestResumeOldName(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, name := range []string{"..", "\u200d"} {
+		if _, err := e.st.SetPaused(t.Context(), name, true, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		p := "/v1/queues/" + url.PathEscape(name)
+		if name == ".." {
+			p = "/v1/queues/%2E%2E"
+		}
+		wantErr(t, e.do("POST", p+"/pause", ""), 400, "invalid", "name")
+		if r := e.do("POST", p+"/resume", ""); r.status != 200 {
+			t.Fatalf("resume %q: status %d: %s", name, r.status, r.body)
+		}
+		qs, err := e.st.Queues(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Name == name && q.Paused {
+				t.Errorf("%q still paused", name)
+			}
+		}
+	}
+}
+
+// TestScheduleOldName: a schedule stored before the name rule, under a
+// name the rule now refuses, can still be read, paused and deleted:
+// nothing but serve's declaration creates a schedule, and serve no longer
+// declares such a name, so without this it could never be removed.
+func TestScheduleOldName(t *testing.T) {
+	e := newEnv(t, Options{})
+	name := "\u200d"
+	now := time.Now()
+	if _, err := e.st.DeclareSchedule(t.Context(), store.ScheduleDecl{Name: name,
+		Spec: json.RawMessage(`{"every":"1h","kind":"k"}`), Cursor: now}, now); err != nil {
+		t.Fatal(err)
+	}
+	p := "/v1/schedules/" + url.PathEscape(name)
+	if r := e.do("POST", p+"/pause", ""); r.status != 200 {
+		t.Fatalf("pause: status %d: %s", r.status, r.body)
+	}
+	if r := e.do("DELETE", p, ""); r.status != 204 {
+		t.Fatalf("delete: status %d: %s", r.status, r.body)
+	}
+	// Gone, the name is held to the rule again.
+	wantErr(t, e.do("DELETE", p, ""), 400, "invalid", "name")
 }

@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/sqlite"
 )
 
 // TestCLINameRule: the CLI holds the names it is given to the name rule
@@ -27,5 +34,28 @@ func TestCLINameRule(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestCLIScheduleOldName: a schedule stored before the name rule under a
+// name it now refuses can still be paused and removed with the CLI.
+func TestCLIScheduleOldName(t *testing.T) {
+	clearConnEnv(t)
+	db := filepath.Join(t.TempDir(), "redrive.db")
+	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := st.DeclareSchedule(context.Background(), store.ScheduleDecl{Name: "s\u200b",
+		Spec: json.RawMessage(`{"every":"1h","kind":"k"}`), Cursor: now}, now); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	mustCLI(t, "--db", db, "periodic", "pause", "s\u200b")
+	mustCLI(t, "--db", db, "periodic", "rm", "s\u200b")
+	// Gone, the name is held to the rule again.
+	if _, _, err := runCLI(t, "--db", db, "periodic", "rm", "s\u200b"); err == nil || !strings.Contains(err.Error(), "cannot be seen") {
+		t.Errorf("rm again: %v", err)
 	}
 }

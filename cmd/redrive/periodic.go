@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -147,10 +150,23 @@ func onSchedule(g *globalOptions, cmd *cobra.Command, run func(ctx context.Conte
 		if name == "" {
 			return flagErrorf(cmd, "the schedule name is empty")
 		}
-		if err := store.CheckName("schedule name", name); err != nil {
-			return flagErrorf(cmd, "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+		nameErr := store.CheckName("schedule name", name)
+		if nameErr != nil && (len(name) > store.MaxNameLength || !utf8.ValidString(name)) {
+			return flagErrorf(cmd, "%s", strings.TrimPrefix(nameErr.Error(), store.ErrInvalid.Error()+": "))
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			// A name the rule refuses is taken only when a schedule of
+			// that name is stored (from before the rule), so that it
+			// can still be paused or removed.
+			if nameErr != nil {
+				list, err := b.Schedules(ctx)
+				if err != nil {
+					return err
+				}
+				if !slices.ContainsFunc(list, func(s redrive.ScheduleInfo) bool { return s.Name == name }) {
+					return errors.New(strings.TrimPrefix(nameErr.Error(), store.ErrInvalid.Error()+": "))
+				}
+			}
 			return run(ctx, b, name, cmd.OutOrStdout())
 		})(cmd, args)
 	}

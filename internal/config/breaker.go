@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -13,11 +14,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/rhttp"
+	"github.com/redrivehq/redrive/store"
 )
 
 // Bounds of the breaker settings.
@@ -27,7 +28,6 @@ const (
 	minBreakerDuration = 100 * time.Millisecond
 	maxBreakerDuration = 24 * time.Hour
 	maxDependencies    = 1000
-	maxDependencyName  = 200
 	maxDependencyHosts = 100
 )
 
@@ -243,15 +243,8 @@ func parseDependencies(v string) (map[string]dependencySpec, hostMap, error) {
 // checkDependencyName checks the name of a dependency: its breaker's name,
 // as shown by the API and the metrics.
 func checkDependencyName(name string) error {
-	switch {
-	case strings.TrimSpace(name) == "":
-		return fmt.Errorf("dependency %q: the name is empty", name)
-	case strings.TrimSpace(name) != name:
-		return fmt.Errorf("dependency %q: the name starts or ends with white space", name)
-	case len(name) > maxDependencyName:
-		return fmt.Errorf("dependency name of %d bytes, the limit is %d", len(name), maxDependencyName)
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("dependency %q: the name contains a control character", name)
+	if err := store.CheckName("dependency", name); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 	}
 	return nil
 }
