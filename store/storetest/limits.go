@@ -363,3 +363,25 @@ func testLimitsRace(x *h) {
 		}
 	}
 }
+
+// testLimitsWindowStarve: a group with a free slot starts even when its
+// job is behind more than the fetch's window (1,000) of older jobs that
+// wait on another, full group: one customer's flood must not hold back
+// the others (the isolation a per-key limit is for).
+func testLimitsWindowStarve(x *h) {
+	const flood = 1100
+	nj := make([]store.NewJob, flood)
+	for i := range nj {
+		nj[i] = limited("q", "cust", "big", 1)
+	}
+	x.enqueueMany(at(0), nj)
+	late := x.enqueue(at(time.Second), limited("q", "cust", "small", 1))[0]
+	p := store.FetchParams{Queue: "q", Limit: 10, Now: at(2 * time.Second), LeaseUntil: at(time.Hour), Worker: "w"}
+	// The first fetch sees big's oldest jobs only and starts one; the
+	// next, with big full, must start small's.
+	ids := jobIDs(x.fetch(p))
+	ids = append(ids, jobIDs(x.fetch(p))...)
+	if len(ids) != 2 || !slices.Contains(ids, late.ID) {
+		x.t.Fatalf("two fetches with group big full behind its %d waiting jobs leased %v, want one of big and group small's job %d", flood, ids, late.ID)
+	}
+}

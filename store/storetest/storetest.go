@@ -158,6 +158,7 @@ var subtests = []subtest{
 	{"LimitsConcurrent", testLimitsConcurrent},
 	{"LimitsRace", testLimitsRace},
 	{"LimitsModel", testLimitsModel},
+	{"LimitsWindowStarve", testLimitsWindowStarve},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
