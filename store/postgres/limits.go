@@ -27,12 +27,20 @@ import (
 // climit IS NULL: it neither takes the lock nor reads any limit.
 
 // limitedFetchSQL leases, among the oldest limitWindow due jobs of queue
-// $1 (run_at <= $2) under a limit, those that fit their group's free
+// $1 (run_at <= $2) under a limit whose group is not full (f: the full
+// groups, from the running limited jobs; the walk steps over the waiting
+// jobs of those, so one group's flood holds back no other), those that fit their group's free
 // slots (each group's oldest; the slots counted once per group), and of
 // them the oldest, $3 at most. $4 to $7 are as in the fetch statement.
-const limitedFetchSQL = `WITH w AS MATERIALIZED (
+const limitedFetchSQL = `WITH f AS MATERIALIZED (
+	SELECT r.climit, r.ckey FROM {jobs} r
+	WHERE r.state = 'running' AND r.climit IS NOT NULL
+	GROUP BY r.climit, r.ckey
+	HAVING count(*) >= coalesce((SELECT l.max_running FROM {limits} l WHERE l.name = r.climit), 0)
+), w AS MATERIALIZED (
 	SELECT j.id, j.run_at, j.climit, j.ckey FROM {jobs} j
 	WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.run_at <= $2
+		AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
 	ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `
 ), g AS (
 	SELECT d.climit, d.ckey, (SELECT l.max_running FROM {limits} l WHERE l.name = d.climit)

@@ -12,8 +12,13 @@ import (
 
 // fetchLimitedSQL selects, in the writer's transaction, among the oldest
 // limitWindow due jobs of a queue (parameters 1 and 2) under a
-// concurrency limit, those that fit their group's free slots (each
-// group's oldest), and of them the oldest, up to parameter 3. A group's
+// concurrency limit whose group is not full (f: the full groups, read
+// from the running jobs, as many as run under limits), those that fit
+// their group's free slots (each group's oldest), and of them the oldest,
+// up to parameter 3. The walk steps over the jobs of full groups, so a
+// group with a free slot is never held back by another's waiting flood;
+// it costs one index entry per such job, and runs only when limit_gen
+// says a slot may have been freed. A group's
 // free slots are its limit's max less its running jobs, counted through
 // jobs_limit_running (a few index entries, at most max of them), once per
 // group in the window. Jobs without a limit are not in jobs_limit_due,
@@ -21,9 +26,15 @@ import (
 // limited jobs, and the window bounds what a fetch costs when many wait
 // on full groups (see docs/design.md: a group's jobs behind that many
 // older waiting jobs of full groups start once those move).
-const fetchLimitedSQL = `WITH w AS (
+const fetchLimitedSQL = `WITH f AS MATERIALIZED (
+	SELECT r.climit, r.ckey FROM jobs r INDEXED BY jobs_limit_running
+	WHERE r.state = 'running' AND r.climit IS NOT NULL
+	GROUP BY r.climit, r.ckey
+	HAVING count(*) >= coalesce((SELECT l.max_running FROM conc_limits l WHERE l.name = r.climit), 0)
+), w AS (
 	SELECT id, state, run_at, climit, ckey FROM jobs INDEXED BY jobs_limit_due
 	WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = ? AND run_at <= ?
+		AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	ORDER BY run_at, id LIMIT ` + limitWindow + `
 ), g AS (
 	SELECT climit, ckey, (SELECT l.max_running FROM conc_limits l WHERE l.name = d.climit)
