@@ -97,13 +97,45 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	if len(leases) == 0 {
 		return
 	}
-	res, err := w.store.Heartbeat(ctx, w.id, leases, w.client.now().Add(w.opts.LeaseDuration))
+	until := w.client.now().Add(w.opts.LeaseDuration)
+	res, err := w.store.Heartbeat(ctx, w.id, leases, until)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Error("heartbeat failed", "worker", w.id, "jobs", len(leases), "error", err)
+			w.stopEnding(w.client.now().Add(w.opts.LeaseDuration / 3))
 		}
 		return
 	}
+	w.extended(leases, until)
 	w.cancelRunning(res.Canceled, ErrJobCanceled)
 	w.cancelRunning(res.Lost, ErrLeaseLost)
+}
+
+// extended records that the leases now end at until.
+func (w *Worker) extended(leases []store.Lease, until time.Time) {
+	w.runMu.Lock()
+	defer w.runMu.Unlock()
+	for _, l := range leases {
+		if r, ok := w.running[l]; ok {
+			r.leaseEnd = until
+			w.running[l] = r
+		}
+	}
+}
+
+// stopEnding stops, as lost, the handlers whose leases end before by (the
+// next heartbeat) after a heartbeat failed: other processes rescue such
+// a job once its lease ends and may run it, or another job of its
+// concurrency-limit group, elsewhere; a handler left running while the
+// store is unreachable would overlap that run for as long as it lasts.
+func (w *Worker) stopEnding(by time.Time) {
+	var lost []store.Lease
+	w.runMu.Lock()
+	for l, r := range w.running {
+		if !r.leaseEnd.IsZero() && r.leaseEnd.Before(by) {
+			lost = append(lost, l)
+		}
+	}
+	w.runMu.Unlock()
+	w.cancelRunning(lost, ErrLeaseLost)
 }

@@ -220,6 +220,9 @@ type runningEntry struct {
 	queue  *queueRunner
 	// progress is what the handler reported with Progress.
 	progress *progressCell
+	// leaseEnd is when the lease ends as last written (the fetch, the
+	// last heartbeat that succeeded); zero if unknown.
+	leaseEnd time.Time
 }
 
 // NewWorker returns a worker that takes jobs through client's store.
@@ -525,7 +528,11 @@ func (w *Worker) execute(q *queueRunner, j *Job) {
 	lease := store.LeaseOf(j)
 	w.runMu.Lock()
 	progress := &progressCell{}
-	w.running[lease] = runningEntry{job: j, ctx: ctx, cancel: cancel, queue: q, progress: progress}
+	re := runningEntry{job: j, ctx: ctx, cancel: cancel, queue: q, progress: progress}
+	if j.LeaseUntil != nil {
+		re.leaseEnd = *j.LeaseUntil
+	}
+	w.running[lease] = re
 	if w.hardCtx.Err() != nil {
 		cancel(context.Cause(w.hardCtx))
 	}

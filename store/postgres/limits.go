@@ -27,19 +27,28 @@ import (
 // climit IS NULL: it neither takes the lock nor reads any limit.
 
 // limitedFetchSQL leases, among the first limitWindow due jobs of queue
-// $1 (run_at <= $2) under a limit in (priority descending, run_at, id)
-// order, those that fit their group's free slots (each group's first in
-// that order; the slots counted once per group), and of them the first,
-// $3 at most. $4 to $7 are as in the fetch statement. The window reads
-// one priority at a time, highest first, as the fetch statement does:
-// job_limit_priorities walks the distinct priorities of the queue's
-// waiting limited jobs (one probe of jobs_limit_due each), and each
-// priority's due jobs are one range of the index, so limited jobs of a
-// higher priority due later are skipped by a probe, never walked.
-const limitedFetchSQL = `WITH w AS MATERIALIZED (
+// $1 (run_at <= $2) under a limit whose group is not full, in (priority
+// descending, run_at, id) order, those that fit their group's free slots
+// (each group's first in that order; the slots counted once per group),
+// and of them the first, $3 at most. $4 to $7 are as in the fetch
+// statement. f is the full groups, read from the running limited jobs:
+// the window steps over the waiting jobs of those, so one group's flood
+// holds back no other. The window reads one priority at a time, highest
+// first, as the fetch statement does: job_limit_priorities walks the
+// distinct priorities of the queue's waiting limited jobs (one probe of
+// jobs_limit_due each), and each priority's due jobs are one range of the
+// index, so limited jobs of a higher priority due later are skipped by a
+// probe, never walked.
+const limitedFetchSQL = `WITH f AS MATERIALIZED (
+	SELECT r.climit, r.ckey FROM {jobs} r
+	WHERE r.state = 'running' AND r.climit IS NOT NULL
+	GROUP BY r.climit, r.ckey
+	HAVING count(*) >= coalesce((SELECT l.max_running FROM {limits} l WHERE l.name = r.climit), 0)
+), w AS MATERIALIZED (
 	SELECT d.id, d.priority, d.run_at, d.climit, d.ckey FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 		SELECT j.id, j.priority, j.run_at, j.climit, j.ckey FROM {jobs} j
 		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
+			AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
 		ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
 	LIMIT ` + limitWindow + `
 ), g AS (

@@ -12,21 +12,22 @@ import (
 
 // fetchLimitedSQL selects, in the writer's transaction, among the first
 // limitWindow due jobs of a queue (parameters 1 and 2) under a
-// concurrency limit in (priority descending, run_at, id) order, those
-// that fit their group's free slots (each group's first in that order),
-// and of them the first, up to parameter 3. The window reads one priority
+// concurrency limit whose group is not full, in (priority descending,
+// run_at, id) order, those that fit their group's free slots (each
+// group's first in that order), and of them the first, up to parameter
+// 3. The window reads one priority
 // at a time, highest first, as the fetch of the others does: pr walks the
 // distinct priorities of the queue's waiting limited jobs (one probe of
 // jobs_limit_due each, in that order), and w reads each one's due jobs as
 // one range of the index, oldest due first, until it has the window: the
 // limited jobs of a higher priority due later are skipped by a probe,
-// never walked. A group's free slots are its limit's max less its running
-// jobs, counted through jobs_limit_running (a few index entries, at most
+// never walked. f is the full groups, read from the running limited
+// jobs: the window steps over the waiting jobs of those (one index entry
+// each), so one group's flood holds back no other. A group's free slots
+// are its limit's max less its running jobs, counted through jobs_limit_running (a few index entries, at most
 // max of them), once per group in the window. Jobs without a limit are
 // not in jobs_limit_due, which holds the columns read (a covering index),
-// and the window bounds what a fetch costs when many wait on full groups
-// (see docs/design.md: a group's jobs behind that many waiting jobs of
-// full groups start once those move).
+// and the window bounds what a fetch costs.
 const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	SELECT (SELECT priority FROM jobs INDEXED BY jobs_limit_due WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = ?1
 		ORDER BY priority DESC LIMIT 1)
@@ -34,9 +35,15 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	SELECT (SELECT priority FROM jobs INDEXED BY jobs_limit_due WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = ?1 AND priority < pr.p
 		ORDER BY priority DESC LIMIT 1)
 	FROM pr WHERE pr.p IS NOT NULL
+), f AS MATERIALIZED (
+	SELECT r.climit, r.ckey FROM jobs r INDEXED BY jobs_limit_running
+	WHERE r.state = 'running' AND r.climit IS NOT NULL
+	GROUP BY r.climit, r.ckey
+	HAVING count(*) >= coalesce((SELECT l.max_running FROM conc_limits l WHERE l.name = r.climit), 0)
 ), w AS MATERIALIZED (
 	SELECT j.id, j.state, j.priority, j.run_at, j.climit, j.ckey FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
 	WHERE pr.p IS NOT NULL AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
+		AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
 	LIMIT ` + limitWindow + `
 ), g AS (
 	SELECT climit, ckey, (SELECT l.max_running FROM conc_limits l WHERE l.name = d.climit)

@@ -419,28 +419,52 @@ func testLimitsPriority(x *h) {
 	}
 }
 
-// testLimitsPriorityWindow: a limited job outside the fetch's window (the
-// first 1,000 due limited jobs by priority, here all of a full group)
-// waits; raised above them while nothing else changes, it starts at the
-// next fetch: a change of priority is one of the changes after which a
-// fetch that leased no limited job looks again.
+// testLimitsPriorityWindow: a limited job of a lower priority, behind
+// 1,000 waiting jobs of a higher priority whose group is full, starts at
+// the next fetch (the window leaves out the full group's jobs); once
+// every group is full a fetch leases none, and a job of a new group
+// enqueued then starts at the next fetch all the same.
 func testLimitsPriorityWindow(x *h) {
 	first := x.enqueue(at(0), limited("q", "one", "a", 1))
 	p := store.FetchParams{Queue: "q", Limit: 5, Now: at(time.Second), LeaseUntil: at(time.Hour), Worker: "w1"}
 	x.fetchWant(p, first[0].ID)
-	nj := make([]store.NewJob, 0, 1001)
+	nj := make([]store.NewJob, 0, 1002)
 	for range 1000 {
 		nj = append(nj, limited("q", "one", "a", 1))
 	}
 	low := limited("q", "one", "b", 1)
 	low.Priority = -1
-	jobs := x.enqueue(at(time.Second), append(nj, low)...)
-	outside := jobs[len(jobs)-1].ID
+	lower := limited("q", "one", "c", 1)
+	lower.Priority = -2
+	jobs := x.enqueue(at(time.Second), append(nj, low, lower)...)
+	b, c := jobs[len(jobs)-2].ID, jobs[len(jobs)-1].ID
 	p.Now = at(2 * time.Second)
+	x.fetchWant(p, b, c)
 	x.fetchWant(p)
-	x.fetchWant(p)
-	if _, err := x.s.SetPriority(x.ctx, outside, 1); err != nil {
-		x.t.Fatalf("SetPriority(%d, 1): %v", outside, err)
+	// Every group full: that fetch leased none, and the ones after skip
+	// the selection until a change; an enqueue is one.
+	more := x.enqueue(at(time.Second), limited("q", "one", "d", 1))[0].ID
+	x.fetchWant(p, more)
+}
+
+// testLimitsWindowStarve: a group with a free slot starts even when its
+// job is behind more than the fetch's window (1,000) of older jobs that
+// wait on another, full group: one customer's flood must not hold back
+// the others (the isolation a per-key limit is for).
+func testLimitsWindowStarve(x *h) {
+	const flood = 1100
+	nj := make([]store.NewJob, flood)
+	for i := range nj {
+		nj[i] = limited("q", "cust", "big", 1)
 	}
-	x.fetchWant(p, outside)
+	x.enqueueMany(at(0), nj)
+	late := x.enqueue(at(time.Second), limited("q", "cust", "small", 1))[0]
+	p := store.FetchParams{Queue: "q", Limit: 10, Now: at(2 * time.Second), LeaseUntil: at(time.Hour), Worker: "w"}
+	// The first fetch sees big's oldest jobs only and starts one; the
+	// next, with big full, must start small's.
+	ids := jobIDs(x.fetch(p))
+	ids = append(ids, jobIDs(x.fetch(p))...)
+	if len(ids) != 2 || !slices.Contains(ids, late.ID) {
+		x.t.Fatalf("two fetches with group big full behind its %d waiting jobs leased %v, want one of big and group small's job %d", flood, ids, late.ID)
+	}
 }

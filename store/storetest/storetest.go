@@ -169,6 +169,7 @@ var subtests = []subtest{
 	{"LimitsModel", testLimitsModel},
 	{"LimitsPriority", testLimitsPriority},
 	{"LimitsPriorityWindow", testLimitsPriorityWindow},
+	{"LimitsWindowStarve", testLimitsWindowStarve},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
