@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redrivehq/redrive/internal/closedport"
 )
 
 // realError is an error produced by the real standard library, with the
@@ -38,18 +40,6 @@ func quietTLSServer(t *testing.T, cfg *tls.Config, h http.Handler) *httptest.Ser
 	ts.StartTLS()
 	t.Cleanup(ts.Close)
 	return ts
-}
-
-// closedAddr returns a loopback address nobody listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // resettingListener accepts connections and closes each at once with
@@ -90,7 +80,7 @@ func realErrors(t *testing.T) []realError {
 	}
 
 	// Connection refused: dial a port nobody listens on.
-	refusedAddr := closedAddr(t)
+	refusedAddr := closedport.New(t).Addr()
 	_, err := net.Dial("tcp", refusedAddr)
 	add("dial refused", err, Transient, ReasonConnectionRefused)
 	_, err = http.Get("http://" + refusedAddr + "/")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/closedport"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/rhttp"
 )
@@ -476,21 +477,8 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// closedAddr returns the address of a listener that was closed: dialing it
-// is refused.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 func TestConnectionRefusedRetriedThenError(t *testing.T) {
-	u := "http://" + closedAddr(t) + "/x"
+	u := "http://" + closedport.New(t).Addr() + "/x"
 	p := fastPolicy(3)
 	var infos []rhttp.RetryInfo
 	tr := transport(nil, p, &infos)
@@ -762,7 +750,7 @@ func TestRetryLogLineForTransportError(t *testing.T) {
 	tr := transport(nil, fastPolicy(1), nil)
 	tr.Base = &http.Transport{}
 	tr.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	resp, err := rhttp.NewClient(tr).Get("http://" + closedAddr(t) + "/")
+	resp, err := rhttp.NewClient(tr).Get("http://" + closedport.New(t).Addr() + "/")
 	if resp != nil || err == nil {
 		t.Fatalf("got %v, %v", resp, err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/closedport"
 )
 
 // The tests of --database-wait: serve waits for PostgreSQL, answering
@@ -155,7 +156,7 @@ func TestDBErrorHeals(t *testing.T) {
 		url   string
 		heals bool
 	}{
-		{"refused", "postgres://postgres@127.0.0.1:" + freePort(t) + "/test?sslmode=disable", true},
+		{"refused", "postgres://postgres@127.0.0.1:" + closedport.New(t).Number() + "/test?sslmode=disable", true},
 		{"closed at once", "postgres://postgres@127.0.0.1:" + closer + "/test?sslmode=disable", true},
 		{"unknown host", "postgres://postgres@redrive-no-such-host.invalid:5432/test?sslmode=disable", true},
 		{"starting up", "postgres://postgres@127.0.0.1:" + fakePostgresError(t, "57P03", "the database system is starting up") + "/test?sslmode=disable", true},
@@ -289,14 +290,11 @@ func checkAttemptLogs(t *testing.T, recs []map[string]any) {
 	}
 }
 
-// forward forwards every connection to 127.0.0.1:port to target until the
+// forward forwards every connection to the held port to target until the
 // test ends.
-func forward(t *testing.T, port, target string) {
+func forward(t *testing.T, held *closedport.Port, target string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
-	if err != nil {
-		t.Fatalf("listening on the port serve waits on: %v", err)
-	}
+	ln := held.Listen(t)
 	var mu sync.Mutex
 	var conns []net.Conn
 	var wg sync.WaitGroup
@@ -350,9 +348,9 @@ func TestServeDatabaseWait(t *testing.T) {
 		if pu.Port() == "" {
 			target = net.JoinHostPort(pu.Hostname(), "5432")
 		}
-		port := freePort(t)
+		held := closedport.New(t)
 		waitURL := *pu
-		waitURL.Host = "127.0.0.1:" + port
+		waitURL.Host = "127.0.0.1:" + held.Number()
 		schema := "dbwait_" + randomHex(t, 6)
 		t.Cleanup(func() { dropSchema(t, pu.String(), schema) })
 
@@ -368,7 +366,7 @@ func TestServeDatabaseWait(t *testing.T) {
 		}
 
 		// PostgreSQL "comes up" on the port.
-		forward(t, port, target)
+		forward(t, held, target)
 		waitUntil(t, e2eWait, "/readyz answers 200 after PostgreSQL came up", func() error {
 			if code, _, body := get(t, "GET", p.base+"/readyz", "", ""); code != http.StatusOK {
 				return fmt.Errorf("%d %s", code, body)
@@ -402,7 +400,7 @@ func TestServeDatabaseWait(t *testing.T) {
 	// naming the setting, and exits 1.
 	t.Run("gives-up", func(t *testing.T) {
 		t.Parallel()
-		port := freePort(t)
+		port := closedport.New(t).Number()
 		start := time.Now()
 		p := startWaiting(t, bin, "--database-url", "postgres://postgres@127.0.0.1:"+port+"/test?sslmode=disable",
 			"--database-wait", "2500ms")
@@ -433,7 +431,7 @@ func TestServeDatabaseWait(t *testing.T) {
 	// SIGTERM while waiting: serve stops at once, exit 0.
 	t.Run("sigterm", func(t *testing.T) {
 		t.Parallel()
-		p := startWaiting(t, bin, "--database-url", "postgres://postgres@127.0.0.1:"+freePort(t)+"/test?sslmode=disable")
+		p := startWaiting(t, bin, "--database-url", "postgres://postgres@127.0.0.1:"+closedport.New(t).Number()+"/test?sslmode=disable")
 		waitLine(t, p, "database not reachable yet, retrying", 1)
 		start := time.Now()
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -457,7 +455,7 @@ func TestServeDatabaseWait(t *testing.T) {
 	t.Run("no-wait", func(t *testing.T) {
 		t.Parallel()
 		stdout, stderr, err := runRedrive(t, bin, "serve", "--addr", "127.0.0.1:0", "--database-wait", "0",
-			"--database-url", "postgres://postgres@127.0.0.1:"+freePort(t)+"/test?sslmode=disable")
+			"--database-url", "postgres://postgres@127.0.0.1:"+closedport.New(t).Number()+"/test?sslmode=disable")
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 			t.Fatalf("exit: %v, want status 1\n%s%s", err, stdout, stderr)
 		}
