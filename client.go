@@ -58,6 +58,9 @@ type Client struct {
 	// or resumed through this client, so that the leader claims it at
 	// once instead of at its next poll.
 	opsWake chan struct{}
+
+	// fleet caches the registry read by CheckKinds (kinds.go).
+	fleet fleetCache
 }
 
 // RequestError is the refusal of one request of a batch: Index is its
