@@ -159,9 +159,16 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	warnings, err := a.client.CheckKinds(r.Context(), []redrive.Request{req})
+	if err != nil {
+		return kindError(err, "")
+	}
 	jobs, err := a.client.EnqueueMany(r.Context(), []redrive.Request{req})
 	if err != nil {
 		return enqueueError(err, "", "payload")
+	}
+	if !jobs[0].Existing {
+		jobs[0].Warning = warnings[0]
 	}
 	status := http.StatusCreated
 	if jobs[0].Existing {
@@ -193,7 +200,16 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 		}
 		reqs[i] = req
 	}
+	warnings, err := a.client.CheckKinds(r.Context(), reqs)
+	if err != nil {
+		return kindError(err, "jobs[0].")
+	}
 	jobs, err := a.client.EnqueueMany(r.Context(), reqs)
+	for i, j := range jobs {
+		if j != nil && !j.Existing {
+			j.Warning = warnings[i]
+		}
+	}
 	if err != nil {
 		var kc *redrive.KeyConflictError
 		if errors.As(err, &kc) {
@@ -206,6 +222,22 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs})
 	return nil
+}
+
+// kindError answers CheckKinds's refusal of a kind no live worker of
+// the job's queue runs: 400 unknown_kind on the field kind (prefix
+// qualifies it; in a batch, the refused request's). Its other errors
+// (reading the registry) are the server's.
+func kindError(err error, prefix string) error {
+	var ke *redrive.KindError
+	if !errors.As(err, &ke) {
+		return err
+	}
+	var re *redrive.RequestError
+	if errors.As(err, &re) {
+		prefix = fmt.Sprintf("jobs[%d].", re.Index)
+	}
+	return &apiError{status: http.StatusBadRequest, code: "unknown_kind", field: prefix + "kind", msg: ke.Error()}
 }
 
 // enqueueError answers an enqueue's error: a key held by a different job
