@@ -59,9 +59,9 @@ type fleetCache struct {
 //   - A live worker that did not record its kinds (a version before
 //     they were recorded) counts as running every kind.
 //
-// Enqueue and EnqueueMany do not call it: the API's and the CLI's
-// enqueues do. The check and the enqueue are not atomic: a worker may
-// stop in between.
+// Enqueue and EnqueueMany do not call it; EnqueueChecked, which the
+// API's and the CLI's enqueues use, does. The check and the enqueue are
+// not atomic: a worker may stop in between.
 func (c *Client) CheckKinds(ctx context.Context, reqs []Request) (warnings []string, err error) {
 	ws, err := c.fleet.get(ctx, c, false)
 	if err != nil {

@@ -2,6 +2,7 @@ package redrive_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -156,5 +157,45 @@ func TestCheckKindsSeesNewWorkersAtOnce(t *testing.T) {
 	}
 	if warns, err := c.CheckKinds(ctx, []redrive.Request{{Kind: "email"}}); err != nil || warns[0] != "" {
 		t.Errorf("email after its worker started: %q, %v; want accepted", warns, err)
+	}
+}
+
+// TestEnqueueChecked: EnqueueChecked refuses a kind the live workers of
+// the queue do not run and stores nothing, after the requests' own
+// checks (a kind's validator speaks first: it says more), and sets the
+// warning of a job no live worker's queue takes; EnqueueMany checks
+// nothing.
+func TestEnqueueChecked(t *testing.T) {
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	ctx := context.Background()
+	now := time.Now()
+	if err := st.RegisterWorker(ctx, store.WorkerInfo{ID: "a", Queues: map[string]int{"default": 1}, Kinds: []string{"http"},
+		StartedAt: now, HeartbeatAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	off := errors.New("the download kind is off")
+	c.SetValidator("download", func(json.RawMessage) error { return off })
+	if _, err := c.EnqueueChecked(ctx, []redrive.Request{{Kind: "download"}}); !errors.Is(err, off) {
+		t.Errorf("download: %v, want the validator's refusal", err)
+	}
+	_, err := c.EnqueueChecked(ctx, []redrive.Request{{Kind: "http"}, {Kind: "email"}})
+	var ke *redrive.KindError
+	var re *redrive.RequestError
+	if !errors.As(err, &ke) || !errors.As(err, &re) || re.Index != 1 {
+		t.Errorf("batch with email: %v, want a KindError on request 1", err)
+	}
+	if n, _ := st.Count(ctx, store.Filter{}); n != 0 {
+		t.Fatalf("%d jobs stored by refused enqueues", n)
+	}
+	jobs, err := c.EnqueueChecked(ctx, []redrive.Request{{Kind: "http"}, {Kind: "email", Queue: "later"}})
+	if err != nil || jobs[0].Warning != "" || !strings.Contains(jobs[1].Warning, `no live worker serves queue "later"`) {
+		t.Fatalf("EnqueueChecked = %+v, %v; want a warning on the second job only", jobs, err)
+	}
+	if got, _ := c.Get(ctx, jobs[1].ID); got.Warning != "" {
+		t.Errorf("the warning was stored: %q", got.Warning)
+	}
+	if _, err := c.EnqueueMany(ctx, []redrive.Request{{Kind: "email"}}); err != nil {
+		t.Errorf("EnqueueMany(email) = %v: the Go client checks no kind", err)
 	}
 }
