@@ -133,10 +133,10 @@ func testServeAttemptHistograms(t *testing.T, open func() (store.Store, error), 
 		return fmt.Sprintf(`{"kind":"http","queue":%q,"payload":{"method":"GET","url":%q}}`, queue, target.URL+path)
 	}
 	want := map[int64]string{
-		enqueue(httpJob("default", "/slow")):                         "completed",
-		enqueue(httpJob("default", "/flaky")):                        "completed",
-		enqueue(httpJob("default", "/gone")):                         "dead",
-		enqueue(httpJob("mail", "/ok")):                              "completed",
+		enqueue(httpJob("default", "/slow")):  "completed",
+		enqueue(httpJob("default", "/flaky")): "completed",
+		enqueue(httpJob("default", "/gone")):  "dead",
+		enqueue(httpJob("mail", "/ok")):       "completed",
 	}
 	// A kind serve does not run: the API refuses it, a Go program's
 	// Client.Enqueue on the store does not check.
