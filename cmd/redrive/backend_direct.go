@@ -64,7 +64,15 @@ func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (
 	if len(in.Payload) > 0 {
 		payload = in.Payload
 	}
-	return d.c.Enqueue(ctx, in.Kind, payload, opts...)
+	r := redrive.Request{Kind: in.Kind, Payload: payload}
+	for _, o := range opts {
+		o(&r)
+	}
+	jobs, err := d.c.EnqueueChecked(ctx, []redrive.Request{r})
+	if len(jobs) == 1 {
+		return jobs[0], err // with a *KeyConflictError, the job holding the key
+	}
+	return nil, err
 }
 
 func (d *directBackend) Get(ctx context.Context, id int64) (*redrive.Job, error) {
@@ -223,7 +231,7 @@ func (d *directBackend) EnqueueBatch(ctx context.Context, reqs []apiclient.Enque
 	for i, in := range reqs {
 		rs[i] = redrive.Request{Kind: in.Kind, Queue: in.Queue, Payload: in.Payload, MaxRetries: in.MaxRetries, Priority: in.Priority}
 	}
-	return d.c.EnqueueMany(ctx, rs)
+	return d.c.EnqueueChecked(ctx, rs)
 }
 
 func (d *directBackend) Queues(ctx context.Context) ([]redrive.Queue, error) {
