@@ -131,14 +131,9 @@ func TestWriteTurnAgainstAHammeringProcess(t *testing.T) {
 func TestWriteTurnTimesOut(t *testing.T) {
 	s, path := openBusy(t)
 	ctx := t.Context()
-	// The given-up wait's request is granted the turn once it is let go,
-	// and lets it go again: the test waits for that before writing, since
-	// the store's 5 ms busy timeout is shorter than a loaded machine may
-	// take to run the request's goroutine.
-	requestEnded := make(chan struct{})
-	s.turns.turn.onEnd = func() { close(requestEnded) }
 	now := time.Now()
 	_, turn, _ := turnPaths(path)
+	requestEnded := watchRequests(t, turn)
 	held, err := openLockFile(turn)
 	if err != nil {
 		t.Fatal(err)
@@ -159,11 +154,7 @@ func TestWriteTurnTimesOut(t *testing.T) {
 	if err := held.unlock(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-requestEnded:
-	case <-time.After(time.Minute): // liveness bound only
-		t.Fatal("the given-up wait's request did not end within a minute of the turn being let go")
-	}
+	waitRequestEnded(t, requestEnded)
 	if _, err := s.Enqueue(ctx, []store.NewJob{{Queue: "q", Kind: "k", Payload: []byte(`2`)}}, now); err != nil {
 		t.Fatalf("enqueue once the turn was let go: %v", err)
 	}
@@ -231,6 +222,7 @@ func TestMigrationTakesTheTurn(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "redrive.db")
 	opts := Options{Synchronous: "normal", BusyTimeout: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 	_, turn, _ := turnPaths(path)
+	requestEnded := watchRequests(t, turn)
 	held, err := openLockFile(turn)
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +240,7 @@ func TestMigrationTakesTheTurn(t *testing.T) {
 	if err := held.unlock(); err != nil {
 		t.Fatal(err)
 	}
+	waitRequestEnded(t, requestEnded)
 	s, err := Open(t.Context(), path, opts)
 	if err != nil {
 		t.Fatalf("open once the turn was let go: %v", err)
@@ -261,4 +254,54 @@ func TestMigrationTakesTheTurn(t *testing.T) {
 		t.Fatalf("open a migrated database with the turn held elsewhere: %v", err)
 	}
 	s.Close()
+}
+
+var (
+	watchMu      sync.Mutex
+	watchedPaths = map[string]chan struct{}{}
+	watchOnce    sync.Once
+)
+
+// watchRequests returns a channel that receives each time a blocking
+// request on the lock file at path ends (see requestEnded), until the
+// test ends. A given-up wait leaves its request blocked; once the holder
+// lets the lock go, the request takes it and, with no wait on, lets it go
+// again. Under load that takes longer than the 5 ms busy timeout of the
+// tests' stores, so a test that lets a lock go waits for the request
+// before it writes.
+func watchRequests(t *testing.T, path string) <-chan struct{} {
+	watchOnce.Do(func() {
+		h := func(p string) {
+			watchMu.Lock()
+			ch := watchedPaths[p]
+			watchMu.Unlock()
+			if ch != nil {
+				select {
+				case ch <- struct{}{}:
+				default: // one waiting is enough to wake a test
+				}
+			}
+		}
+		requestEnded.Store(&h)
+	})
+	ch := make(chan struct{}, 16)
+	watchMu.Lock()
+	watchedPaths[path] = ch
+	watchMu.Unlock()
+	t.Cleanup(func() {
+		watchMu.Lock()
+		delete(watchedPaths, path)
+		watchMu.Unlock()
+	})
+	return ch
+}
+
+// waitRequestEnded waits for a request watchRequests reports.
+func waitRequestEnded(t *testing.T, ended <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ended:
+	case <-time.After(time.Minute): // liveness bound only
+		t.Fatal("the given-up wait's request did not end within a minute of the lock being let go")
+	}
 }

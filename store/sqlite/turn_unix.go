@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -56,10 +57,16 @@ type lockFile struct {
 	// (a goroutine and its OS thread), not one per wait.
 	pending *lockRequest
 	// onRequest, when set (by tests), is called as a blocking flock
-	// request starts; onEnd, when set before the request starts, as it
-	// ends (from the request's goroutine).
-	onRequest, onEnd func()
+	// request starts.
+	onRequest func()
 }
+
+// requestEnded, when set (by tests), is called with the lock file's path
+// as a blocking flock request ends, its handle closed if no wait took
+// it: a test that lets a held lock go can wait for a request its store
+// gave up on (even a store closed since) to have taken and let go the
+// lock, rather than race it.
+var requestEnded atomic.Pointer[func(path string)]
 
 // lockRequest is a blocking flock on its own handle, f. When it ends, it
 // hands the result to the wait registered in waiter, or, when none is,
@@ -69,15 +76,15 @@ type lockRequest struct {
 	mu     sync.Mutex
 	waiter chan error // buffered; nil while no wait is on
 	ended  bool       // ended with no wait on: f is closed
-	onEnd  func()     // see lockFile.onEnd
+	path   string     // the lock file's, for requestEnded
 }
 
 func (r *lockRequest) run() {
 	err := flock(r.f, syscall.LOCK_EX)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.onEnd != nil {
-		defer r.onEnd()
+	if h := requestEnded.Load(); h != nil {
+		defer (*h)(r.path)
 	}
 	if r.waiter != nil {
 		r.waiter <- err
@@ -129,7 +136,7 @@ func (l *lockFile) lock(deadline time.Time) error {
 		if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) {
 			return err
 		}
-		r = &lockRequest{f: l.f, waiter: got, onEnd: l.onEnd}
+		r = &lockRequest{f: l.f, waiter: got, path: l.path}
 		l.f, l.pending = nil, r
 		if l.onRequest != nil {
 			l.onRequest()
