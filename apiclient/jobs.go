@@ -21,6 +21,12 @@ type JobQuery struct {
 	States []string
 	Limit  int
 	Cursor string
+	// Match, for listings only, selects the jobs whose payload holds a
+	// value: payload.FIELD=VALUE, as the CLI's --match takes it.
+	Match string
+	// History, for listings only, asks for each job's history, which a
+	// listing leaves out unless asked (Job has it).
+	History bool
 }
 
 // values adds the filter to query parameters.
@@ -48,6 +54,12 @@ func (q JobQuery) values(page bool) url.Values {
 		}
 		if q.Cursor != "" {
 			v.Set("cursor", q.Cursor)
+		}
+		if q.Match != "" {
+			v.Set("match", q.Match)
+		}
+		if q.History {
+			v.Set("history", "true")
 		}
 	}
 	return v
@@ -123,7 +135,8 @@ func (c *Client) SetPriority(ctx context.Context, id int64, priority int) (*redr
 }
 
 // ListJobs returns one page of the jobs q selects, the newest first (GET
-// /v1/jobs). Its Next is the Cursor of the following page ("" on the
+// /v1/jobs), each with its Summary and without its History unless
+// q.History. Its Next is the Cursor of the following page ("" on the
 // last); JobPages walks them all.
 func (c *Client) ListJobs(ctx context.Context, q JobQuery) (redrive.ListResult, error) {
 	var res redrive.ListResult

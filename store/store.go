@@ -199,8 +199,14 @@ type Job struct {
 	Progress *JobProgress `json:"progress,omitempty"`
 
 	// History is every attempt and event of the job, oldest first. It is
-	// kept across redrives.
+	// kept across redrives. The API's listings leave it out (GET
+	// /v1/jobs/{id} has it).
 	History []Event `json:"history"`
+
+	// Summary describes the job in one line (an HTTP request's method
+	// and URL, or a payload excerpt without what looks secret), as the
+	// API's listings and job pages give it. It is not stored.
+	Summary string `json:"summary,omitempty"`
 
 	// Existing is set by Enqueue when the idempotency key was already
 	// taken and this is the job that holds it. It is not stored.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/strictjson"
+	jobsummary "github.com/redrivehq/redrive/internal/summary"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 )
@@ -194,6 +195,19 @@ func newDLQCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
+// listedPage is a page of jobs as GET /v1/jobs gives it.
+type listedPage struct {
+	Jobs []listedJob `json:"jobs"`
+	Next string      `json:"next"`
+}
+
+// listedJob is a job of a listing: its history left out.
+type listedJob struct {
+	*redrive.Job
+	// History hides the job's.
+	History []redrive.Event `json:"history,omitempty"`
+}
+
 func newListCmd(g *globalOptions, dead bool) *cobra.Command {
 	var (
 		c connOptions
@@ -207,7 +221,10 @@ func newListCmd(g *globalOptions, dead bool) *cobra.Command {
 
 When the jobs fill more than one page, a line under the table says how many
 the page shows of how many match ("showing 50 of 1,234 jobs"), then the
-cursor of the next page. --json prints the page only.
+cursor of the next page. Each job shows a one-line summary: an http job's
+method and URL (without its query), an excerpt of any other payload
+(without what looks secret). --json prints the page only, without the
+jobs' histories (redrive jobs show ID has it).
 ` + connHelp
 	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: short, Long: long, Args: cobra.NoArgs}
 	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
@@ -221,9 +238,19 @@ cursor of the next page. --json prints the page only.
 		if res.Jobs == nil {
 			res.Jobs = []*redrive.Job{}
 		}
+		for _, j := range res.Jobs {
+			if j.Summary == "" {
+				j.Summary = jobsummary.Of(j.Kind, j.Payload)
+			}
+		}
 		out := cmd.OutOrStdout()
 		if g.JSON {
-			return writeJSON(out, res)
+			// The API's listing: summaries, no history.
+			page := listedPage{Jobs: make([]listedJob, len(res.Jobs)), Next: res.Next}
+			for i, j := range res.Jobs {
+				page.Jobs[i] = listedJob{Job: j}
+			}
+			return writeJSON(out, page)
 		}
 		summary := ""
 		if res.Next != "" || q.Cursor != "" {

@@ -38,15 +38,15 @@ func writeJobList(out io.Writer, res redrive.ListResult, dead bool, summary stri
 	}
 	var err error
 	if dead {
-		err = writeTable(out, []string{"ID", "QUEUE", "KIND", "CLASS", "REASON", "DEAD AT", "ERROR"}, func(row func(...any)) {
+		err = writeTable(out, []string{"ID", "QUEUE", "KIND", "SUMMARY", "CLASS", "REASON", "DEAD AT", "ERROR"}, func(row func(...any)) {
 			for _, j := range res.Jobs {
-				row(j.ID, j.Queue, j.Kind, j.LastErrorClass, j.DeadReason, fmtTimePtr(j.DeadAt), oneLine(j.LastError, 60))
+				row(j.ID, j.Queue, j.Kind, oneLine(j.Summary, 48), j.LastErrorClass, j.DeadReason, fmtTimePtr(j.DeadAt), oneLine(j.LastError, 60))
 			}
 		})
 	} else {
-		err = writeTable(out, []string{"ID", "STATE", "QUEUE", "KIND", "ATTEMPT", "RUN AT", "LAST ERROR"}, func(row func(...any)) {
+		err = writeTable(out, []string{"ID", "STATE", "QUEUE", "KIND", "SUMMARY", "ATTEMPT", "RUN AT", "LAST ERROR"}, func(row func(...any)) {
 			for _, j := range res.Jobs {
-				row(j.ID, j.State, j.Queue, j.Kind, j.Attempt, fmtTime(j.RunAt), oneLine(j.LastError, 60))
+				row(j.ID, j.State, j.Queue, j.Kind, oneLine(j.Summary, 48), j.Attempt, fmtTime(j.RunAt), oneLine(j.LastError, 60))
 			}
 		})
 	}

@@ -570,7 +570,7 @@ function niceMax(v) {
 async function jobsPage(params) {
   const f = {
     state: params.get('state') || '', queue: params.get('queue') || '', kind: params.get('kind') || '',
-    class: params.get('class') || '', q: params.get('q') || '',
+    class: params.get('class') || '', q: params.get('q') || '', match: params.get('match') || '',
   };
   const cursor = params.get('cursor') || '';
   const res = await api.get('/v1/jobs' + qs({ ...f, cursor, limit: 50 }));
@@ -600,6 +600,9 @@ function filterForm(f, withState, submit) {
   if (withState) {
     inputs.state = h('select', { name: 'state' }, h('option', { value: '' }, 'any'),
       STATES.map((st) => h('option', { value: st, selected: f.state === st }, st)));
+    // The payload search of the API's match (the CLI's --match).
+    inputs.match = h('input', { name: 'match', value: f.match || '', placeholder: 'payload.customer_id=42', size: 22,
+      title: 'jobs whose payload holds this value: payload.FIELD=VALUE' });
   }
   return h('form', {
     class: 'filters', onsubmit: (ev) => {
@@ -612,17 +615,20 @@ function filterForm(f, withState, submit) {
   withState && field('state', 'State', inputs.state),
   field('queue', 'Queue', inputs.queue), field('kind', 'Kind', inputs.kind),
   field('class', 'Last error class', inputs.class), field('q', 'Error text', inputs.q),
+  withState && field('match', 'Payload', inputs.match),
   h('button', { type: 'submit', class: 'primary' }, 'Filter'));
 }
 
 function jobTable(jobs, select) {
   return h('table', { class: 'jobs' },
     h('thead', {}, h('tr', {}, select && h('th', {}, select.all), h('th', { class: 'num' }, 'ID'), h('th', {}, 'Queue'), h('th', {}, 'Kind'),
-      h('th', {}, 'State'), h('th', { class: 'num' }, 'Attempt'), h('th', {}, 'Last error'), h('th', {}, 'When'))),
+      h('th', {}, 'Summary'), h('th', {}, 'State'), h('th', { class: 'num' }, 'Attempt'), h('th', {}, 'Last error'), h('th', {}, 'When'))),
     h('tbody', {}, jobs.map((j) => h('tr', { class: 'click', 'data-job': j.id, onclick: (ev) => { if (ev.target.tagName !== 'INPUT') go(`#/jobs/${j.id}`); } },
       select && h('td', {}, select.box(j)),
       h('td', { class: 'num' }, h('a', { href: `#/jobs/${j.id}` }, j.id)),
-      h('td', {}, j.queue), h('td', {}, j.kind), h('td', {}, badge(j.state), j.state === 'running' && j.progress && progressBar(j.progress, true)),
+      h('td', {}, j.queue), h('td', {}, j.kind),
+      h('td', { class: 'clip mono summary', title: j.summary || '' }, j.summary || ''),
+      h('td', {}, badge(j.state), j.state === 'running' && j.progress && progressBar(j.progress, true)),
       h('td', { class: 'num' }, j.attempt),
       lastErrorCell(j),
       whenCell(j)))));
