@@ -1,10 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/sqlite"
 )
 
 // TestJobsListSummary: jobs ls shows what each job is (an http job's
@@ -38,6 +46,51 @@ func TestJobsListSummary(t *testing.T) {
 			if j["history"] != nil || j["summary"] == nil {
 				t.Errorf("%v --json jobs ls: a job with history %s, summary %s", conn, j["history"], j["summary"])
 			}
+		}
+	}
+}
+
+// TestDeferralWording: jobs show words a deferral as what it is (an open
+// breaker, no attempt used) instead of as attempt N, and breakers ls does
+// not show an open breaker's failures as 0 (its count restarts when it
+// trips).
+func TestDeferralWording(t *testing.T) {
+	clearConnEnv(t)
+	db := filepath.Join(t.TempDir(), "r.db")
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, db, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rule := store.BreakerRule{Failures: 3, Window: time.Minute, BreakDuration: time.Hour}
+	if _, err := st.ReportBreaker(ctx, store.BreakerReport{Name: "payments", Process: "worker-b", Now: now, Failures: 3, Rule: rule}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := st.AddDead(ctx, []store.DeadJob{{Queue: "default", Kind: "charge", Payload: json.RawMessage(`{"n":1}`),
+		MaxRetries: -1, DeadAt: now, Attempt: 2, DeadReason: "retries_exhausted", LastError: "boom", LastErrorClass: failure.Transient,
+		History: []store.Event{
+			{Kind: store.EventDeferred, Attempt: 2, At: now.Add(-time.Minute), Reason: "breaker_open:payments", Delay: store.Duration(30 * time.Second)},
+			{Kind: store.EventDead, Attempt: 2, At: now, Class: "transient", Error: "boom"},
+		}}}, now)
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := mustCLI(t, "--db", db, "jobs", "show", fmt.Sprint(jobs[0].ID))
+	var row string
+	for l := range strings.Lines(out) {
+		if strings.Contains(l, "deferred") {
+			row = l
+		}
+	}
+	if f := strings.Fields(row); len(f) < 3 || f[2] != "-" || !strings.Contains(row, "no attempt used") || !strings.Contains(row, "payments") {
+		t.Errorf("the deferral reads %q: want no attempt number, the open breaker and \"no attempt used\"\n%s", row, out)
+	}
+	out = mustCLI(t, "--db", db, "breakers", "ls")
+	for l := range strings.Lines(out) {
+		if strings.HasPrefix(l, "payments") && !strings.Contains(l, "not counted while open") {
+			t.Errorf("an open breaker's row %q: want its failures \"not counted while open\"", l)
 		}
 	}
 }

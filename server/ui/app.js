@@ -889,7 +889,7 @@ function whyThen(j) {
     case 'snoozed':
       return h('span', {}, `the handler snoozed attempt ${e.attempt} for ${fmtMs(e.delay)}`, reason);
     case 'deferred':
-      return h('span', {}, `its circuit breaker was open: deferred for ${fmtMs(e.delay)}`, reason);
+      return h('span', {}, `its circuit breaker was open: deferred for ${fmtMs(e.delay)}, no attempt used`, reason);
     case 'released':
       return h('span', {}, `a worker's shutdown interrupted attempt ${e.attempt}; it runs again at once`, reason);
     case 'redriven':
@@ -927,12 +927,37 @@ function withCurrent(j) {
   return events;
 }
 
+// eventTitle names what an event of the timeline is: an attempt, a
+// deferral (which uses none) or an operator's action.
+function eventTitle(e) {
+  if (e.kind === 'deferred') return 'Deferred';
+  return e.attempt ? `Attempt ${e.attempt}` : 'Operator';
+}
+
+// eventGloss says in words what uses no attempt: a deferral by an open
+// breaker, an attempt a snooze or a shutdown gave back.
+function eventGloss(e) {
+  switch (e.kind) {
+    case 'deferred': {
+      const name = (e.reason || '').startsWith('breaker_open:') ? e.reason.slice('breaker_open:'.length) : '';
+      return `circuit breaker ${name || 'of its dependency'} was open: the job did not run, no attempt used`;
+    }
+    case 'snoozed':
+      return `the handler snoozed: attempt ${e.attempt} given back, no attempt used`;
+    case 'released':
+      return `a shutdown interrupted it: attempt ${e.attempt} given back, no attempt used`;
+    default:
+      return '';
+  }
+}
+
 function timeline(events) {
   if (events.length === 0) return h('p', { class: 'muted' }, 'No attempt yet.');
   return h('ol', { class: 'timeline' }, events.map((e) => h('li', { style: { '--c': EVENT_COLORS[e.kind] || 'var(--grey)' }, 'data-event': e.kind },
     h('div', {},
-      h('strong', {}, e.attempt ? `Attempt ${e.attempt}` : 'Operator'), ' ', badge(e.kind),
+      h('strong', {}, eventTitle(e)), ' ', badge(e.kind),
       e.class && [' ', badge(e.class)], e.reason && [' ', h('span', { class: 'mono muted' }, e.reason)]),
+    eventGloss(e) && h('div', { class: 'gap' }, eventGloss(e)),
     h('div', { class: 'when' }, fmtTime(e.at),
       e.duration ? ` · ran ${fmtMs(e.duration)}` : '', e.worker ? ` · ${e.worker}` : ''),
     e.error && h('div', { class: 'err' }, e.error),
