@@ -875,6 +875,13 @@ type Store interface {
 	// ErrInvalid (CheckPriority); nothing is changed then.
 	SetPriority(ctx context.Context, id int64, priority int) (*Job, error)
 
+	// RunNow makes a scheduled job (delayed, or waiting for a retry)
+	// pending and due at now, without using an attempt, and returns it;
+	// its attempt, retry count and history are kept. A pending job is
+	// returned unchanged. A running or finished job gives ErrConflict, an
+	// unknown id ErrNotFound; nothing is changed then.
+	RunNow(ctx context.Context, id int64, now time.Time) (*Job, error)
+
 	// Redrive moves dead jobs back to pending: attempt and retry count
 	// reset, history kept with a redriven event, payload optionally
 	// replaced. Jobs marked not reprocessable are refused.
