@@ -123,6 +123,18 @@ func (c *Client) CancelJob(ctx context.Context, id int64) (*redrive.Job, error) 
 	return &j, nil
 }
 
+// RunJob makes a scheduled job (delayed, or waiting for a retry) due at
+// once, without using an attempt (POST /v1/jobs/{id}/run), and returns
+// it; a pending job comes back as it is, a running or finished one is an
+// *Error 409.
+func (c *Client) RunJob(ctx context.Context, id int64) (*redrive.Job, error) {
+	var j redrive.Job
+	if err := c.post(ctx, jobPath(id, "run"), nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
 // SetPriority changes the priority of a waiting job (POST
 // /v1/jobs/{id}/priority) and returns the job. A job that no longer waits
 // is a 409 (*Error, code "conflict"), a priority out of range a 400.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
 )
@@ -92,6 +93,56 @@ func TestDeferralWordingInChromium(t *testing.T) {
 		chromedp.WaitVisible(css(`tr[data-breaker="payments"][data-state="open"]`)))
 	if f := b.textNow(t, `tr[data-breaker="payments"] td.failures`); !strings.Contains(f, "not counted while open") {
 		t.Errorf("an open breaker's failures read %q, want \"not counted while open\"", f)
+	}
+	b.checkClean(t, e.srv.URL)
+}
+
+// TestRunNowInChromium: a job waiting for its next retry has a "Retry
+// now" button, a delayed job a "Run now" one; after the confirmation the
+// job is pending and due now, its attempt count kept.
+func TestRunNowInChromium(t *testing.T) {
+	e := newEnv(t, Options{})
+	b := newBrowser(t)
+	ctx := context.Background()
+	delayed, err := e.client.Enqueue(ctx, "email", map[string]any{"to": "ann@example.com"}, redrive.After(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	retrying, err := e.client.Enqueue(ctx, "charge", map[string]any{"n": 1}, redrive.InQueue("pay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	got, err := e.st.Fetch(ctx, store.FetchParams{Queue: "pay", Limit: 1, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("fetch: %v %v", got, err)
+	}
+	if _, err := e.st.Finish(ctx, []store.Outcome{{JobID: retrying.ID, Queue: "pay", Attempt: 1, Lease: got[0].Lease, Worker: "w",
+		Kind: store.Retry, At: now, RunAt: now.Add(time.Hour), Class: failure.Transient, Error: "503",
+		Event: &store.Event{Kind: store.EventRetry, Attempt: 1, At: now, Class: "transient", Error: "503", Delay: store.Duration(time.Hour)}}}); err != nil {
+		t.Fatal(err)
+	}
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	for _, c := range []struct {
+		id      int64
+		label   string
+		attempt int
+	}{{delayed.ID, "Run now", 0}, {retrying.ID, "Retry now", 1}} {
+		b.run(t, "job page", chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", e.srv.URL, c.id)), chromedp.WaitVisible(css(`#run-now`)))
+		if l := b.textNow(t, `#run-now`); l != c.label {
+			t.Errorf("job %d's button reads %q, want %q", c.id, l, c.label)
+		}
+		b.run(t, "run now", chromedp.Click(css(`#run-now`)), chromedp.WaitVisible(css(`#confirm`)))
+		if d := b.text(t, "#dialog"); !strings.Contains(d, "uses no attempt") {
+			t.Errorf("dialog: %q", d)
+		}
+		b.noJunk(t, "run now dialog")
+		b.run(t, "confirm", chromedp.Click(css(`#confirm`)), chromedp.WaitVisible(css(`h1 .badge`)))
+		b.waitText(t, "h1", "pending")
+		j, err := e.client.Get(ctx, c.id)
+		if err != nil || j.State != redrive.Pending || j.RunAt.After(time.Now()) || j.Attempt != c.attempt {
+			t.Errorf("job %d after run now: %+v, %v; want pending, due, attempt %d", c.id, j, err, c.attempt)
+		}
 	}
 	b.checkClean(t, e.srv.URL)
 }

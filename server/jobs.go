@@ -282,6 +282,38 @@ func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// runNow makes a scheduled job (delayed, or waiting for a retry) due at
+// once: 200 with the job (a pending job as it is), 409 for a job that
+// does not wait, 404 for an unknown one.
+func (a *api) runNow(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if r.ContentLength > 0 {
+		// No body is expected; refuse one rather than ignore it.
+		var empty struct{}
+		if err := a.decodeBody(w, r, &empty); err != nil {
+			return err
+		}
+	}
+	j, err := a.client.RunNow(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, redrive.ErrConflict) {
+			state := ""
+			if cur, gerr := a.client.Get(r.Context(), id); gerr == nil {
+				state = " (it is " + string(cur.State) + ")"
+			}
+			return &apiError{status: http.StatusConflict, code: "conflict",
+				msg: fmt.Sprintf("job %d is not waiting%s: only a scheduled job (delayed, or waiting for a retry) can run now", id, state)}
+		}
+		return notFound(err, id)
+	}
+	j.Summary = summary.Of(j.Kind, j.Payload)
+	writeJSON(w, http.StatusOK, j)
+	return nil
+}
+
 // listResponse is a page of jobs; Next is "" on the last page.
 type listResponse struct {
 	Jobs []listedJob `json:"jobs"`

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
@@ -100,4 +101,26 @@ func TestListSummaries(t *testing.T) {
 		t.Errorf("match=payload.to=bob@example.com: %+v", matched.Jobs)
 	}
 	wantErr(t, e.do("GET", "/v1/jobs?match=customer_id%3D42", ""), http.StatusBadRequest, "invalid", "match")
+}
+
+// TestRunNowAPI: POST /v1/jobs/{id}/run makes a scheduled job due at
+// once (pending, its attempt unused); a pending job is answered as it
+// is; a finished job is 409, an unknown one 404, a body 400.
+func TestRunNowAPI(t *testing.T) {
+	e := newEnv(t, Options{})
+	ctx := context.Background()
+	later, err := e.client.Enqueue(ctx, "email", map[string]any{"to": "ann@example.com"}, redrive.After(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j redrive.Job
+	e.want(e.do("POST", fmt.Sprintf("/v1/jobs/%d/run", later.ID), ""), http.StatusOK, &j)
+	if j.State != redrive.Pending || j.RunAt.After(time.Now()) || j.Attempt != 0 {
+		t.Errorf("after run: %s due %s, attempt %d; want pending, due now, attempt 0", j.State, j.RunAt, j.Attempt)
+	}
+	e.want(e.do("POST", fmt.Sprintf("/v1/jobs/%d/run", later.ID), ""), http.StatusOK, &j)
+	dead := e.makeDead("graveyard", "boom", failure.Permanent)
+	wantErr(t, e.do("POST", fmt.Sprintf("/v1/jobs/%d/run", dead), ""), http.StatusConflict, "conflict", "")
+	wantErr(t, e.do("POST", "/v1/jobs/999999/run", ""), http.StatusNotFound, "not_found", "id")
+	wantErr(t, e.do("POST", fmt.Sprintf("/v1/jobs/%d/run", later.ID), `{"at":"now"}`), http.StatusBadRequest, "", "at")
 }

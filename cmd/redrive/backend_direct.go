@@ -141,6 +141,16 @@ func (d *directBackend) SetPriority(ctx context.Context, id int64, priority int)
 	return j, jobError(id, err)
 }
 
+func (d *directBackend) RunNow(ctx context.Context, id int64) (*redrive.Job, error) {
+	j, err := d.c.RunNow(ctx, id)
+	if errors.Is(err, store.ErrConflict) {
+		if cur, gerr := d.c.Get(ctx, id); gerr == nil {
+			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: only a scheduled job (delayed, or waiting for a retry) can run now", id, cur.State), err: err}
+		}
+	}
+	return j, jobError(id, err)
+}
+
 func (d *directBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
 	j, err := d.c.Cancel(ctx, id)
 	if errors.Is(err, store.ErrConflict) {

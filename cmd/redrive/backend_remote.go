@@ -43,6 +43,10 @@ func (r *remoteBackend) SetPriority(ctx context.Context, id int64, priority int)
 	return r.api.SetPriority(ctx, id, priority)
 }
 
+func (r *remoteBackend) RunNow(ctx context.Context, id int64) (*redrive.Job, error) {
+	return r.api.RunJob(ctx, id)
+}
+
 func (r *remoteBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
 	return r.api.CancelJob(ctx, id)
 }

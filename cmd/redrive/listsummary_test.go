@@ -94,3 +94,22 @@ func TestDeferralWording(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsRun: jobs run makes a delayed job due now, directly on the
+// store and through a server, and refuses a finished one with its state.
+func TestJobsRun(t *testing.T) {
+	clearConnEnv(t)
+	ts, _ := newTestServer(t, "")
+	db := filepath.Join(t.TempDir(), "r.db")
+	for _, conn := range [][]string{{"--db", db}, {"--server", ts.URL}} {
+		mustCLI(t, append(conn, "enqueue", "email", "--queue", "idle", "--payload", `{"to":"a@example.com"}`, "--delay", "1h")...)
+		out := mustCLI(t, append(conn, "jobs", "run", "1")...)
+		if !strings.Contains(out, "job 1: pending, due now") {
+			t.Errorf("%v jobs run: %q", conn, out)
+		}
+		mustCLI(t, append(conn, "jobs", "cancel", "1")...)
+		if _, stderr, err := runCLI(t, append(conn, "jobs", "run", "1")...); err == nil || !strings.Contains(err.Error()+stderr, "canceled") {
+			t.Errorf("%v jobs run of a canceled job: %v %s", conn, err, stderr)
+		}
+	}
+}

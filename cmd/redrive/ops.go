@@ -135,7 +135,7 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 // newJobsCmd is `redrive jobs`.
 func newJobsCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Short: "List, show, cancel and reprioritize jobs", Args: cobra.NoArgs}
-	cmd.AddCommand(newListCmd(g, false), newShowCmd(g, false), newCancelCmd(g), newPriorityCmd(g))
+	cmd.AddCommand(newListCmd(g, false), newShowCmd(g, false), newCancelCmd(g), newPriorityCmd(g), newRunNowCmd(g))
 	return cmd
 }
 

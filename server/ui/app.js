@@ -678,6 +678,11 @@ async function jobPage(id) {
   if (!/^\d+$/.test(id)) throw new Error(`"${id}" is not a job id`);
   const j = await api.get(`/v1/jobs/${id}`);
   const actions = h('div', { class: 'actions' });
+  if (j.state === 'scheduled') {
+    // A delayed job, or one waiting for its next retry: run it now.
+    const retry = (j.history || []).length > 0 && j.history[j.history.length - 1].kind === 'retry';
+    actions.append(h('button', { class: 'primary', id: 'run-now', onclick: () => runNow(j, retry) }, retry ? 'Retry now' : 'Run now'));
+  }
   if (['pending', 'scheduled', 'running', 'dead'].includes(j.state)) {
     actions.append(h('button', { onclick: () => cancelJob(j) }, 'Cancel'));
   }
@@ -964,6 +969,15 @@ function timeline(events) {
     e.replay_of && h('div', { class: 'gap' }, 'replays ', h('a', { href: `#/jobs/${e.replay_of}` }, `job ${e.replay_of}`)),
     e.note && h('div', { class: 'gap' }, e.note),
     e.delay ? h('div', { class: 'gap' }, `next run after ${fmtMs(e.delay)}`) : null)));
+}
+
+async function runNow(j, retry) {
+  const ok = await confirmDialog(`${retry ? 'Retry' : 'Run'} job ${j.id} now?`,
+    `It is due ${fmtAgo(j.run_at)}; it becomes due at once. This uses no attempt: its attempt count and history are kept.`,
+    retry ? 'Retry now' : 'Run now', 'primary');
+  if (!ok) return;
+  try { await api.post(`/v1/jobs/${j.id}/run`); } catch (e) { await messageDialog('Failed', e.message); }
+  render();
 }
 
 async function cancelJob(j) {
