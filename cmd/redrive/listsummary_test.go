@@ -113,3 +113,24 @@ func TestJobsRun(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuesLsUnconsumed: queues ls says in its text, not only in
+// --json, that a queue's due jobs wait with no worker to take them, and
+// how long the oldest has waited.
+func TestQueuesLsUnconsumed(t *testing.T) {
+	clearConnEnv(t)
+	db := filepath.Join(t.TempDir(), "r.db")
+	mustCLI(t, "--db", db, "enqueue", "email", "--queue", "orphan", "--payload", `{"to":"a@example.com"}`)
+	out := mustCLI(t, "--db", db, "queues", "ls")
+	var row string
+	for l := range strings.Lines(out) {
+		if strings.HasPrefix(l, "orphan ") {
+			row = l
+		}
+	}
+	f := strings.Fields(row)
+	if len(f) < 2 || f[1] != "unconsumed" || !strings.Contains(out, "LATENCY") || f[len(f)-1] == "-" ||
+		!strings.Contains(out, "no live worker serves the queue") {
+		t.Errorf("queues ls does not say the queue is unconsumed, with its latency:\n%s", out)
+	}
+}
