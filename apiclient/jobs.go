@@ -21,8 +21,8 @@ type JobQuery struct {
 	States []string
 	Limit  int
 	Cursor string
-	// Match, for listings only, selects the jobs whose payload holds a
-	// value: payload.FIELD=VALUE, as the CLI's --match takes it.
+	// Match selects the jobs whose payload holds a value:
+	// payload.FIELD=VALUE, as the CLI's --match takes it.
 	Match string
 	// History, for listings only, asks for each job's history, which a
 	// listing leaves out unless asked (Job has it).
@@ -48,15 +48,15 @@ func (q JobQuery) values(page bool) url.Values {
 	if len(q.States) > 0 {
 		v.Set("state", strings.Join(q.States, ","))
 	}
+	if q.Match != "" {
+		v.Set("match", q.Match)
+	}
 	if page {
 		if q.Limit > 0 {
 			v.Set("limit", strconv.Itoa(q.Limit))
 		}
 		if q.Cursor != "" {
 			v.Set("cursor", q.Cursor)
-		}
-		if q.Match != "" {
-			v.Set("match", q.Match)
 		}
 		if q.History {
 			v.Set("history", "true")

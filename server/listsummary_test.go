@@ -101,6 +101,17 @@ func TestListSummaries(t *testing.T) {
 		t.Errorf("match=payload.to=bob@example.com: %+v", matched.Jobs)
 	}
 	wantErr(t, e.do("GET", "/v1/jobs?match=customer_id%3D42", ""), http.StatusBadRequest, "invalid", "match")
+	var n struct {
+		Count int64 `json:"count"`
+	}
+	e.want(e.do("GET", "/v1/jobs/count?match=payload.customer_id%3D42", ""), http.StatusOK, &n)
+	if n.Count != 1 {
+		t.Errorf("GET /v1/jobs/count?match=payload.customer_id=42: %d, want 1", n.Count)
+	}
+	e.want(e.do("GET", "/v1/dlq/count?match=payload.msg%3Dboom", ""), http.StatusOK, &n)
+	if n.Count != 1 {
+		t.Errorf("GET /v1/dlq/count?match=payload.msg=boom: %d, want 1", n.Count)
+	}
 }
 
 // TestRunNowAPI: POST /v1/jobs/{id}/run makes a scheduled job due at

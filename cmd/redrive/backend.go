@@ -137,6 +137,8 @@ type listQuery struct {
 	Limit  int
 	Cursor string
 	Dead   bool // the DLQ only
+	// Match is --match, payload.FIELD=VALUE ("": none).
+	Match string
 }
 
 // deadQuery is the listing of the dead jobs matching fo.

@@ -100,6 +100,13 @@ func (q *listQuery) filter() (redrive.Filter, error) {
 	if err != nil {
 		return f, err
 	}
+	if q.Match != "" {
+		m, err := parsePayloadMatch(q.Match)
+		if err != nil {
+			return f, err
+		}
+		f.PayloadField, f.PayloadValue = m.Field, m.Value
+	}
 	if q.Dead {
 		f.States = []redrive.State{redrive.Dead}
 		return f, nil

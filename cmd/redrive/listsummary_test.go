@@ -134,3 +134,24 @@ func TestQueuesLsUnconsumed(t *testing.T) {
 		t.Errorf("queues ls does not say the queue is unconsumed, with its latency:\n%s", out)
 	}
 }
+
+// TestJobsListMatch: jobs ls --match selects by a payload value, as
+// replay --match does, directly and through a server, and the count
+// under the page counts the same jobs.
+func TestJobsListMatch(t *testing.T) {
+	clearConnEnv(t)
+	ts, _ := newTestServer(t, "")
+	db := filepath.Join(t.TempDir(), "r.db")
+	for _, conn := range [][]string{{"--db", db}, {"--server", ts.URL}} {
+		for _, p := range []string{`{"customer_id":42,"n":1}`, `{"customer_id":7,"n":2}`, `{"customer_id":42,"n":3}`} {
+			mustCLI(t, append(conn, "enqueue", "sync", "--queue", "idle", "--payload", p)...)
+		}
+		out := mustCLI(t, append(conn, "jobs", "ls", "--match", "payload.customer_id=42", "--limit", "1")...)
+		if !strings.Contains(out, `"n":3`) || strings.Contains(out, `"n":2`) || !strings.Contains(out, "showing 1 of 2") {
+			t.Errorf("%v jobs ls --match payload.customer_id=42 --limit 1:\n%s", conn, out)
+		}
+		if _, _, err := runCLI(t, append(conn, "jobs", "ls", "--match", "customer_id=42")...); err == nil || !strings.Contains(err.Error(), "--match") {
+			t.Errorf("%v jobs ls --match without payload.: %v", conn, err)
+		}
+	}
+}

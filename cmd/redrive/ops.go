@@ -231,6 +231,11 @@ jobs' histories (redrive jobs show ID has it).
 		if q.Limit < 0 || q.Limit > store.MaxPageSize {
 			return flagErrorf(cmd, "--limit must be from 1 to %d", store.MaxPageSize)
 		}
+		if q.Match != "" {
+			if _, err := parsePayloadMatch(q.Match); err != nil {
+				return flagErrorf(cmd, "%s", err)
+			}
+		}
 		res, err := b.List(ctx, q)
 		if err != nil {
 			return err
@@ -268,6 +273,7 @@ jobs' histories (redrive jobs show ID has it).
 	if !dead {
 		f.StringSliceVar(&q.States, "state", nil, "only jobs in these states (pending, scheduled, running, completed, dead, canceled)")
 	}
+	f.StringVar(&q.Match, "match", "", "only jobs whose payload holds this value: payload.FIELD=VALUE (e.g. payload.customer_id=42)")
 	f.IntVar(&q.Limit, "limit", 0, fmt.Sprintf("jobs per page (default %d, at most %d)", store.DefaultPageSize, store.MaxPageSize))
 	f.StringVar(&q.Cursor, "cursor", "", "the next page: the cursor the previous page printed")
 	addConnFlags(cmd, &c)
