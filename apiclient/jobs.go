@@ -21,6 +21,12 @@ type JobQuery struct {
 	States []string
 	Limit  int
 	Cursor string
+	// Match selects the jobs whose payload holds a value:
+	// payload.FIELD=VALUE, as the CLI's --match takes it.
+	Match string
+	// History, for listings only, asks for each job's history, which a
+	// listing leaves out unless asked (Job has it).
+	History bool
 }
 
 // values adds the filter to query parameters.
@@ -42,12 +48,18 @@ func (q JobQuery) values(page bool) url.Values {
 	if len(q.States) > 0 {
 		v.Set("state", strings.Join(q.States, ","))
 	}
+	if q.Match != "" {
+		v.Set("match", q.Match)
+	}
 	if page {
 		if q.Limit > 0 {
 			v.Set("limit", strconv.Itoa(q.Limit))
 		}
 		if q.Cursor != "" {
 			v.Set("cursor", q.Cursor)
+		}
+		if q.History {
+			v.Set("history", "true")
 		}
 	}
 	return v
@@ -111,6 +123,18 @@ func (c *Client) CancelJob(ctx context.Context, id int64) (*redrive.Job, error) 
 	return &j, nil
 }
 
+// RunJob makes a scheduled job (delayed, or waiting for a retry) due at
+// once, without using an attempt (POST /v1/jobs/{id}/run), and returns
+// it; a pending job comes back as it is, a running or finished one is an
+// *Error 409.
+func (c *Client) RunJob(ctx context.Context, id int64) (*redrive.Job, error) {
+	var j redrive.Job
+	if err := c.post(ctx, jobPath(id, "run"), nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
 // SetPriority changes the priority of a waiting job (POST
 // /v1/jobs/{id}/priority) and returns the job. A job that no longer waits
 // is a 409 (*Error, code "conflict"), a priority out of range a 400.
@@ -123,7 +147,8 @@ func (c *Client) SetPriority(ctx context.Context, id int64, priority int) (*redr
 }
 
 // ListJobs returns one page of the jobs q selects, the newest first (GET
-// /v1/jobs). Its Next is the Cursor of the following page ("" on the
+// /v1/jobs), each with its Summary and without its History unless
+// q.History. Its Next is the Cursor of the following page ("" on the
 // last); JobPages walks them all.
 func (c *Client) ListJobs(ctx context.Context, q JobQuery) (redrive.ListResult, error) {
 	var res redrive.ListResult

@@ -15,7 +15,7 @@ type CountResponse = apiclient.CountResponse
 // countJobs answers how many jobs GET /v1/jobs would list with the same
 // filter (GET /v1/jobs/count).
 func (a *api) countJobs(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"state"}, filterParams...)...)
+	q, err := newQuery(r, append([]string{"state", "match"}, filterParams...)...)
 	if err != nil {
 		return err
 	}
@@ -26,7 +26,7 @@ func (a *api) countJobs(w http.ResponseWriter, r *http.Request) error {
 // same filter, which is what DELETE /v1/dlq would purge and POST
 // /v1/dlq/redrive with that filter would redrive (GET /v1/dlq/count).
 func (a *api) countDead(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, filterParams...)
+	q, err := newQuery(r, append([]string{"match"}, filterParams...)...)
 	if err != nil {
 		return err
 	}
@@ -41,6 +41,9 @@ func (a *api) count(w http.ResponseWriter, r *http.Request, q *query, dead bool)
 	}
 	if dead {
 		f.States = []redrive.State{redrive.Dead}
+	}
+	if err := q.match(&f); err != nil {
+		return err
 	}
 	n, err := a.client.Count(r.Context(), f)
 	if err != nil {

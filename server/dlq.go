@@ -15,7 +15,7 @@ import (
 type RedriveBody = apiclient.RedriveBody
 
 func (a *api) listDead(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"cursor", "limit"}, filterParams...)...)
+	q, err := newQuery(r, append(listParams, filterParams...)...)
 	if err != nil {
 		return err
 	}

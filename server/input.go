@@ -262,6 +262,21 @@ func (q *query) limit() (int, error) {
 // filterParams are the query parameters of a DLQ filter.
 var filterParams = []string{"queue", "kind", "class", "reason", "fingerprint", "since", "until", "q"}
 
+// match adds the match parameter, payload.FIELD=VALUE (the CLI's --match,
+// see store.ParsePayloadMatch), to f.
+func (q *query) match(f *redrive.Filter) error {
+	v := q.get("match")
+	if v == "" {
+		return nil
+	}
+	field, value, err := store.ParsePayloadMatch(v)
+	if err != nil {
+		return badRequest("match", "match %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+	}
+	f.PayloadField, f.PayloadValue = field, value
+	return nil
+}
+
 // filter parses the filter parameters present in q.
 func (q *query) filter() (redrive.Filter, error) {
 	fq := FilterBody{

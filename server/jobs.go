@@ -12,6 +12,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/internal/summary"
 )
 
 // EnqueueRequest is the body of POST /v1/jobs and one element of a batch.
@@ -251,6 +252,7 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return notFound(err, id)
 	}
+	j.Summary = summary.Of(j.Kind, j.Payload)
 	writeJSON(w, http.StatusOK, j)
 	return nil
 }
@@ -290,14 +292,57 @@ func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// listResponse is a page of jobs; Next is "" on the last page.
-type listResponse struct {
-	Jobs []*redrive.Job `json:"jobs"`
-	Next string         `json:"next"`
+// runNow makes a scheduled job (delayed, or waiting for a retry) due at
+// once: 200 with the job (a pending job as it is), 409 for a job that
+// does not wait, 404 for an unknown one.
+func (a *api) runNow(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if r.ContentLength > 0 {
+		// No body is expected; refuse one rather than ignore it.
+		var empty struct{}
+		if err := a.decodeBody(w, r, &empty); err != nil {
+			return err
+		}
+	}
+	j, err := a.client.RunNow(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, redrive.ErrConflict) {
+			state := ""
+			if cur, gerr := a.client.Get(r.Context(), id); gerr == nil {
+				state = " (it is " + string(cur.State) + ")"
+			}
+			return &apiError{status: http.StatusConflict, code: "conflict",
+				msg: fmt.Sprintf("job %d is not waiting%s: only a scheduled job (delayed, or waiting for a retry) can run now", id, state)}
+		}
+		return notFound(err, id)
+	}
+	j.Summary = summary.Of(j.Kind, j.Payload)
+	writeJSON(w, http.StatusOK, j)
+	return nil
 }
 
+// listResponse is a page of jobs; Next is "" on the last page.
+type listResponse struct {
+	Jobs []listedJob `json:"jobs"`
+	Next string      `json:"next"`
+}
+
+// listedJob is a job as a listing shows it: with its summary and, unless
+// the client asked for it (history=true), without its history.
+type listedJob struct {
+	*redrive.Job
+	// History hides the job's: nil leaves it out.
+	History []redrive.Event `json:"history,omitempty"`
+}
+
+// listParams are the query parameters of a listing besides its filter.
+var listParams = []string{"cursor", "limit", "match", "history"}
+
 func (a *api) listJobs(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"state", "cursor", "limit"}, filterParams...)...)
+	q, err := newQuery(r, append([]string{"state"}, append(listParams, filterParams...)...)...)
 	if err != nil {
 		return err
 	}
@@ -313,6 +358,13 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, dead bool) 
 	if dead {
 		f.States = []redrive.State{redrive.Dead}
 	}
+	if err := q.match(&f); err != nil {
+		return err
+	}
+	history, err := q.parseBool("history")
+	if err != nil {
+		return err
+	}
 	p, err := q.page(f)
 	if err != nil {
 		return err
@@ -321,10 +373,18 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, dead bool) 
 	if err != nil {
 		return err
 	}
-	if res.Jobs == nil {
-		res.Jobs = []*redrive.Job{}
+	out := listResponse{Jobs: make([]listedJob, len(res.Jobs)), Next: res.Next}
+	for i, j := range res.Jobs {
+		j.Summary = summary.Of(j.Kind, j.Payload)
+		out.Jobs[i] = listedJob{Job: j}
+		if history {
+			out.Jobs[i].History = j.History
+			if out.Jobs[i].History == nil {
+				out.Jobs[i].History = []redrive.Event{}
+			}
+		}
 	}
-	writeJSON(w, http.StatusOK, listResponse{Jobs: res.Jobs, Next: res.Next})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -185,6 +185,7 @@ var routes = []string{
 	"GET /v1/jobs/{id}",
 	"POST /v1/jobs/{id}/cancel",
 	"POST /v1/jobs/{id}/priority",
+	"POST /v1/jobs/{id}/run",
 	"GET /v1/dlq",
 	"DELETE /v1/dlq",
 	"GET /v1/dlq/groups",
@@ -292,6 +293,7 @@ func New(opts Options) *Server {
 	a.ops.client, a.ops.exportDir = opts.Client, opts.ExportDir
 	// How many jobs a listing, a purge or a redrive selects (count.go).
 	handlers["POST /v1/jobs/{id}/priority"] = a.setPriority
+	handlers["POST /v1/jobs/{id}/run"] = a.runNow
 	handlers["GET /v1/jobs/count"] = a.countJobs
 	handlers["GET /v1/dlq/count"] = a.countDead
 	// The managed RabbitMQ queues (amqpqueues.go).

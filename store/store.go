@@ -199,8 +199,14 @@ type Job struct {
 	Progress *JobProgress `json:"progress,omitempty"`
 
 	// History is every attempt and event of the job, oldest first. It is
-	// kept across redrives.
+	// kept across redrives. The API's listings leave it out (GET
+	// /v1/jobs/{id} has it).
 	History []Event `json:"history"`
+
+	// Summary describes the job in one line (an HTTP request's method
+	// and URL, or a payload excerpt without what looks secret), as the
+	// API's listings and job pages give it. It is not stored.
+	Summary string `json:"summary,omitempty"`
 
 	// Existing is set by Enqueue when the idempotency key was already
 	// taken and this is the job that holds it. It is not stored.
@@ -873,6 +879,13 @@ type Store interface {
 	// ErrConflict, an unknown id ErrNotFound, a priority out of range
 	// ErrInvalid (CheckPriority); nothing is changed then.
 	SetPriority(ctx context.Context, id int64, priority int) (*Job, error)
+
+	// RunNow makes a scheduled job (delayed, or waiting for a retry)
+	// pending and due at now, without using an attempt, and returns it;
+	// its attempt, retry count and history are kept. A pending job is
+	// returned unchanged. A running or finished job gives ErrConflict, an
+	// unknown id ErrNotFound; nothing is changed then.
+	RunNow(ctx context.Context, id int64, now time.Time) (*Job, error)
 
 	// Redrive moves dead jobs back to pending: attempt and retry count
 	// reset, history kept with a redriven event, payload optionally

@@ -137,6 +137,8 @@ type listQuery struct {
 	Limit  int
 	Cursor string
 	Dead   bool // the DLQ only
+	// Match is --match, payload.FIELD=VALUE ("": none).
+	Match string
 }
 
 // deadQuery is the listing of the dead jobs matching fo.
@@ -170,6 +172,8 @@ type backend interface {
 	Get(ctx context.Context, id int64) (*redrive.Job, error)
 	List(ctx context.Context, q listQuery) (redrive.ListResult, error)
 	Cancel(ctx context.Context, id int64) (*redrive.Job, error)
+	// RunNow makes a scheduled job due at once (runnow.go).
+	RunNow(ctx context.Context, id int64) (*redrive.Job, error)
 	// SetPriority changes a waiting job's priority.
 	SetPriority(ctx context.Context, id int64, priority int) (*redrive.Job, error)
 	Stats(ctx context.Context) (redrive.Stats, error)

@@ -108,6 +108,13 @@ func (q *listQuery) filter() (redrive.Filter, error) {
 	if err != nil {
 		return f, err
 	}
+	if q.Match != "" {
+		m, err := parsePayloadMatch(q.Match)
+		if err != nil {
+			return f, err
+		}
+		f.PayloadField, f.PayloadValue = m.Field, m.Value
+	}
 	if q.Dead {
 		f.States = []redrive.State{redrive.Dead}
 		return f, nil
@@ -144,6 +151,16 @@ func (d *directBackend) SetPriority(ctx context.Context, id int64, priority int)
 	if errors.Is(err, store.ErrConflict) {
 		if cur, gerr := d.c.Get(ctx, id); gerr == nil {
 			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: only a pending or scheduled job's priority can change", id, cur.State), err: err}
+		}
+	}
+	return j, jobError(id, err)
+}
+
+func (d *directBackend) RunNow(ctx context.Context, id int64) (*redrive.Job, error) {
+	j, err := d.c.RunNow(ctx, id)
+	if errors.Is(err, store.ErrConflict) {
+		if cur, gerr := d.c.Get(ctx, id); gerr == nil {
+			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: only a scheduled job (delayed, or waiting for a retry) can run now", id, cur.State), err: err}
 		}
 	}
 	return j, jobError(id, err)

@@ -43,13 +43,17 @@ func (r *remoteBackend) SetPriority(ctx context.Context, id int64, priority int)
 	return r.api.SetPriority(ctx, id, priority)
 }
 
+func (r *remoteBackend) RunNow(ctx context.Context, id int64) (*redrive.Job, error) {
+	return r.api.RunJob(ctx, id)
+}
+
 func (r *remoteBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, error) {
 	return r.api.CancelJob(ctx, id)
 }
 
 // jobQuery is q as the API takes it.
 func (q *listQuery) jobQuery() apiclient.JobQuery {
-	jq := apiclient.JobQuery{FilterBody: q.wire(), Limit: q.Limit, Cursor: q.Cursor}
+	jq := apiclient.JobQuery{FilterBody: q.wire(), Limit: q.Limit, Cursor: q.Cursor, Match: q.Match}
 	if !q.Dead {
 		jq.States = q.States
 	}
@@ -70,9 +74,16 @@ func (r *remoteBackend) List(ctx context.Context, q listQuery) (redrive.ListResu
 func (r *remoteBackend) Count(ctx context.Context, q listQuery) (int64, error) {
 	var n int64
 	var err error
-	if q.Dead {
+	switch {
+	case q.Dead && q.Match != "":
+		// CountDead takes no payload match: count the dead jobs as
+		// GET /v1/jobs/count does.
+		jq := q.jobQuery()
+		jq.States = []string{string(redrive.Dead)}
+		n, err = r.api.CountJobs(ctx, jq)
+	case q.Dead:
 		n, err = r.api.CountDead(ctx, q.wire())
-	} else {
+	default:
 		n, err = r.api.CountJobs(ctx, q.jobQuery())
 	}
 	if ae, ok := errors.AsType[*apiclient.Error](err); ok &&

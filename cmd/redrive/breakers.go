@@ -41,7 +41,9 @@ func newBreakersListCmd(g *globalOptions) *cobra.Command {
 	var c connOptions
 	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: "List the fleet's circuit breakers",
 		Long: `List every dependency's circuit breaker as the fleet shares it: its state,
-failures within the window, trips, who opened it last and when, when it
+failures within the window (an open breaker counts none: its count restarts
+when it trips, so it reads "not counted while open"), trips, who opened it
+last and when, when it
 lets a probe through (open) or which process holds the probe (half-open).
 Over --server, breakers only the server's process has used are listed too,
 and FALLBACK says whether that process lost the store and decides alone.
@@ -161,7 +163,12 @@ func writeBreakers(out io.Writer, bs []server.BreakerView) error {
 			if !b.Shared {
 				shared = "no (this process only)"
 			}
-			row(b.Name, state, b.Failures, b.Trips, dash(b.OpenedBy), opened, probeAt, dash(b.ProbeBy), shared)
+			var failures any = b.Failures
+			if s := b.State.String(); s == store.BreakerOpen || s == store.BreakerHalfOpen {
+				// Its count restarts when it trips: 0 would misstate it.
+				failures = "not counted while open"
+			}
+			row(b.Name, state, failures, b.Trips, dash(b.OpenedBy), opened, probeAt, dash(b.ProbeBy), shared)
 		}
 	})
 	if err == nil && fallback {

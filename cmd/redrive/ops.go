@@ -12,6 +12,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/strictjson"
+	jobsummary "github.com/redrivehq/redrive/internal/summary"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 )
@@ -137,7 +138,7 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 // newJobsCmd is `redrive jobs`.
 func newJobsCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Short: "List, show, cancel and reprioritize jobs", Args: cobra.NoArgs}
-	cmd.AddCommand(newListCmd(g, false), newShowCmd(g, false), newCancelCmd(g), newPriorityCmd(g))
+	cmd.AddCommand(newListCmd(g, false), newShowCmd(g, false), newCancelCmd(g), newPriorityCmd(g), newRunNowCmd(g))
 	return cmd
 }
 
@@ -197,6 +198,19 @@ func newDLQCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
+// listedPage is a page of jobs as GET /v1/jobs gives it.
+type listedPage struct {
+	Jobs []listedJob `json:"jobs"`
+	Next string      `json:"next"`
+}
+
+// listedJob is a job of a listing: its history left out.
+type listedJob struct {
+	*redrive.Job
+	// History hides the job's.
+	History []redrive.Event `json:"history,omitempty"`
+}
+
 func newListCmd(g *globalOptions, dead bool) *cobra.Command {
 	var (
 		c connOptions
@@ -210,12 +224,20 @@ func newListCmd(g *globalOptions, dead bool) *cobra.Command {
 
 When the jobs fill more than one page, a line under the table says how many
 the page shows of how many match ("showing 50 of 1,234 jobs"), then the
-cursor of the next page. --json prints the page only.
+cursor of the next page. Each job shows a one-line summary: an http job's
+method and URL (without its query), an excerpt of any other payload
+(without what looks secret). --json prints the page only, without the
+jobs' histories (redrive jobs show ID has it).
 ` + connHelp
 	cmd := &cobra.Command{Use: "ls", Aliases: []string{"list"}, Short: short, Long: long, Args: cobra.NoArgs}
 	cmd.RunE = withBackend(g, &c, func(ctx context.Context, b backend) error {
 		if q.Limit < 0 || q.Limit > store.MaxPageSize {
 			return flagErrorf(cmd, "--limit must be from 1 to %d", store.MaxPageSize)
+		}
+		if q.Match != "" {
+			if _, err := parsePayloadMatch(q.Match); err != nil {
+				return flagErrorf(cmd, "%s", err)
+			}
 		}
 		res, err := b.List(ctx, q)
 		if err != nil {
@@ -224,9 +246,19 @@ cursor of the next page. --json prints the page only.
 		if res.Jobs == nil {
 			res.Jobs = []*redrive.Job{}
 		}
+		for _, j := range res.Jobs {
+			if j.Summary == "" {
+				j.Summary = jobsummary.Of(j.Kind, j.Payload)
+			}
+		}
 		out := cmd.OutOrStdout()
 		if g.JSON {
-			return writeJSON(out, res)
+			// The API's listing: summaries, no history.
+			page := listedPage{Jobs: make([]listedJob, len(res.Jobs)), Next: res.Next}
+			for i, j := range res.Jobs {
+				page.Jobs[i] = listedJob{Job: j}
+			}
+			return writeJSON(out, page)
 		}
 		summary := ""
 		if res.Next != "" || q.Cursor != "" {
@@ -244,6 +276,7 @@ cursor of the next page. --json prints the page only.
 	if !dead {
 		f.StringSliceVar(&q.States, "state", nil, "only jobs in these states (pending, scheduled, running, completed, dead, canceled)")
 	}
+	f.StringVar(&q.Match, "match", "", "only jobs whose payload holds this value: payload.FIELD=VALUE (e.g. payload.customer_id=42)")
 	f.IntVar(&q.Limit, "limit", 0, fmt.Sprintf("jobs per page (default %d, at most %d)", store.DefaultPageSize, store.MaxPageSize))
 	f.StringVar(&q.Cursor, "cursor", "", "the next page: the cursor the previous page printed")
 	addConnFlags(cmd, &c)

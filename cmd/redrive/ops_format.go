@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
 )
 
 // writeTable writes a header and rows as aligned columns.
@@ -38,15 +39,15 @@ func writeJobList(out io.Writer, res redrive.ListResult, dead bool, summary stri
 	}
 	var err error
 	if dead {
-		err = writeTable(out, []string{"ID", "QUEUE", "KIND", "CLASS", "REASON", "DEAD AT", "ERROR"}, func(row func(...any)) {
+		err = writeTable(out, []string{"ID", "QUEUE", "KIND", "SUMMARY", "CLASS", "REASON", "DEAD AT", "ERROR"}, func(row func(...any)) {
 			for _, j := range res.Jobs {
-				row(j.ID, j.Queue, j.Kind, j.LastErrorClass, j.DeadReason, fmtTimePtr(j.DeadAt), oneLine(j.LastError, 60))
+				row(j.ID, j.Queue, j.Kind, oneLine(j.Summary, 48), j.LastErrorClass, j.DeadReason, fmtTimePtr(j.DeadAt), oneLine(j.LastError, 60))
 			}
 		})
 	} else {
-		err = writeTable(out, []string{"ID", "STATE", "QUEUE", "KIND", "ATTEMPT", "RUN AT", "LAST ERROR"}, func(row func(...any)) {
+		err = writeTable(out, []string{"ID", "STATE", "QUEUE", "KIND", "SUMMARY", "ATTEMPT", "RUN AT", "LAST ERROR"}, func(row func(...any)) {
 			for _, j := range res.Jobs {
-				row(j.ID, j.State, j.Queue, j.Kind, j.Attempt, fmtTime(j.RunAt), oneLine(j.LastError, 60))
+				row(j.ID, j.State, j.Queue, j.Kind, oneLine(j.Summary, 48), j.Attempt, fmtTime(j.RunAt), oneLine(j.LastError, 60))
 			}
 		})
 	}
@@ -114,15 +115,47 @@ func writeJob(out io.Writer, j *redrive.Job) error {
 	return writeTable(out, []string{"  AT", "EVENT", "ATTEMPT", "CLASS", "REASON", "DETAIL"}, func(row func(...any)) {
 		for _, e := range j.History {
 			detail := e.Error
+			var attempt any = e.Attempt
+			if e.Kind == store.EventDeferred {
+				// A deferral uses no attempt: the job did not run.
+				attempt = "-"
+			}
+			if gloss := eventGloss(e); gloss != "" {
+				detail = strings.TrimSpace(gloss + "; " + detail)
+				detail = strings.TrimSuffix(detail, ";")
+			}
 			if e.Note != "" {
 				detail = strings.TrimSpace(detail + " note: " + e.Note)
 			}
 			if e.PreviousPayload != "" {
 				detail = strings.TrimSpace(detail + " previous payload: " + e.PreviousPayload)
 			}
-			row("  "+fmtTime(e.At), e.Kind, e.Attempt, e.Class, e.Reason, oneLine(detail, 80))
+			row("  "+fmtTime(e.At), e.Kind, attempt, e.Class, e.Reason, oneLine(detail, 80))
 		}
 	})
+}
+
+// eventGloss says in words what in a job's history uses no attempt: a
+// deferral by an open breaker, an attempt a snooze or a shutdown gave
+// back; "" for the other events.
+func eventGloss(e store.Event) string {
+	switch e.Kind {
+	case store.EventDeferred:
+		name, ok := strings.CutPrefix(e.Reason, "breaker_open:")
+		if !ok || name == "" {
+			name = "of its dependency"
+		}
+		s := "breaker " + name + " open: did not run, no attempt used"
+		if e.Delay > 0 {
+			s += ", deferred " + time.Duration(e.Delay).String()
+		}
+		return s
+	case store.EventSnoozed:
+		return fmt.Sprintf("snoozed: attempt %d given back, no attempt used", e.Attempt)
+	case store.EventReleased:
+		return fmt.Sprintf("shutdown interrupted it: attempt %d given back, no attempt used", e.Attempt)
+	}
+	return ""
 }
 
 func writeStats(out io.Writer, s redrive.Stats) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -148,19 +149,33 @@ func writeQueues(out io.Writer, qs []redrive.Queue) error {
 	for _, st := range queueStates {
 		header = append(header, strings.ToUpper(string(st)))
 	}
-	return writeTable(out, header, func(row func(...any)) {
+	header = append(header, "LATENCY")
+	unconsumed := false
+	err := writeTable(out, header, func(row func(...any)) {
 		for _, q := range qs {
 			state := "active"
-			if q.Paused {
+			switch {
+			case q.Paused:
 				state = "paused"
+			case q.Unconsumed:
+				state = "unconsumed"
+				unconsumed = true
 			}
 			cells := []any{q.Name, state, fmtTimePtr(q.PausedAt)}
 			for _, st := range queueStates {
 				cells = append(cells, q.Jobs[st])
 			}
-			row(cells...)
+			latency := "-"
+			if q.OldestDueAt != nil {
+				latency = q.Latency().Round(time.Millisecond).String()
+			}
+			row(append(cells, latency)...)
 		}
 	})
+	if err == nil && unconsumed {
+		_, err = fmt.Fprintln(out, "unconsumed: due jobs wait and no live worker serves the queue (start serve with --queues NAME=N)")
+	}
+	return err
 }
 
 // queueStates are the job states in lifecycle order, the columns of

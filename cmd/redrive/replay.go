@@ -17,31 +17,14 @@ type payloadMatch struct {
 	Value json.RawMessage
 }
 
-// parsePayloadMatch parses payload.FIELD=VALUE: FIELD a dotted path of
-// object keys, VALUE a JSON string, number, boolean or null, or else
-// taken as a string (payload.status=failed).
+// parsePayloadMatch parses payload.FIELD=VALUE as store.ParsePayloadMatch
+// does (the API's match parameter reads it the same way).
 func parsePayloadMatch(s string) (payloadMatch, error) {
-	rest, ok := strings.CutPrefix(s, "payload.")
-	if !ok {
-		return payloadMatch{}, fmt.Errorf("--match must be payload.FIELD=VALUE (e.g. payload.customer_id=42), got %q", clipArg(s))
+	field, value, err := store.ParsePayloadMatch(s)
+	if err != nil {
+		return payloadMatch{}, fmt.Errorf("--match: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 	}
-	field, value, ok := strings.Cut(rest, "=")
-	if !ok {
-		return payloadMatch{}, fmt.Errorf("--match %q has no =VALUE (e.g. payload.customer_id=42)", clipArg(s))
-	}
-	if _, err := store.PayloadPath(field); err != nil {
-		return payloadMatch{}, fmt.Errorf("--match: field %q: each key is a letter or _ then letters, digits, _ or - (at most 8 keys)", clipArg(field))
-	}
-	raw := json.RawMessage(value)
-	if store.CheckPayloadMatch(redrive.Filter{PayloadField: field, PayloadValue: raw}) != nil {
-		// Not a JSON scalar: the text itself, as a JSON string.
-		b, err := json.Marshal(value)
-		if err != nil {
-			return payloadMatch{}, fmt.Errorf("--match: value %q: %w", clipArg(value), err)
-		}
-		raw = b
-	}
-	return payloadMatch{Field: field, Value: raw}, nil
+	return payloadMatch{Field: field, Value: value}, nil
 }
 
 // newReplayCmd is `redrive replay`.

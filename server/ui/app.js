@@ -570,7 +570,7 @@ function niceMax(v) {
 async function jobsPage(params) {
   const f = {
     state: params.get('state') || '', queue: params.get('queue') || '', kind: params.get('kind') || '',
-    class: params.get('class') || '', q: params.get('q') || '',
+    class: params.get('class') || '', q: params.get('q') || '', match: params.get('match') || '',
   };
   const cursor = params.get('cursor') || '';
   const res = await api.get('/v1/jobs' + qs({ ...f, cursor, limit: 50 }));
@@ -600,6 +600,9 @@ function filterForm(f, withState, submit) {
   if (withState) {
     inputs.state = h('select', { name: 'state' }, h('option', { value: '' }, 'any'),
       STATES.map((st) => h('option', { value: st, selected: f.state === st }, st)));
+    // The payload search of the API's match (the CLI's --match).
+    inputs.match = h('input', { name: 'match', value: f.match || '', placeholder: 'payload.customer_id=42', size: 22,
+      title: 'jobs whose payload holds this value: payload.FIELD=VALUE' });
   }
   return h('form', {
     class: 'filters', onsubmit: (ev) => {
@@ -612,17 +615,20 @@ function filterForm(f, withState, submit) {
   withState && field('state', 'State', inputs.state),
   field('queue', 'Queue', inputs.queue), field('kind', 'Kind', inputs.kind),
   field('class', 'Last error class', inputs.class), field('q', 'Error text', inputs.q),
+  withState && field('match', 'Payload', inputs.match),
   h('button', { type: 'submit', class: 'primary' }, 'Filter'));
 }
 
 function jobTable(jobs, select) {
   return h('table', { class: 'jobs' },
     h('thead', {}, h('tr', {}, select && h('th', {}, select.all), h('th', { class: 'num' }, 'ID'), h('th', {}, 'Queue'), h('th', {}, 'Kind'),
-      h('th', {}, 'State'), h('th', { class: 'num' }, 'Attempt'), h('th', {}, 'Last error'), h('th', {}, 'When'))),
+      h('th', {}, 'Summary'), h('th', {}, 'State'), h('th', { class: 'num' }, 'Attempt'), h('th', {}, 'Last error'), h('th', {}, 'When'))),
     h('tbody', {}, jobs.map((j) => h('tr', { class: 'click', 'data-job': j.id, onclick: (ev) => { if (ev.target.tagName !== 'INPUT') go(`#/jobs/${j.id}`); } },
       select && h('td', {}, select.box(j)),
       h('td', { class: 'num' }, h('a', { href: `#/jobs/${j.id}` }, j.id)),
-      h('td', {}, j.queue), h('td', {}, j.kind), h('td', {}, badge(j.state), j.state === 'running' && j.progress && progressBar(j.progress, true)),
+      h('td', {}, j.queue), h('td', {}, j.kind),
+      h('td', { class: 'clip mono summary', title: j.summary || '' }, j.summary || ''),
+      h('td', {}, badge(j.state), j.state === 'running' && j.progress && progressBar(j.progress, true)),
       h('td', { class: 'num' }, j.attempt),
       lastErrorCell(j),
       whenCell(j)))));
@@ -672,6 +678,11 @@ async function jobPage(id) {
   if (!/^\d+$/.test(id)) throw new Error(`"${id}" is not a job id`);
   const j = await api.get(`/v1/jobs/${id}`);
   const actions = h('div', { class: 'actions' });
+  if (j.state === 'scheduled') {
+    // A delayed job, or one waiting for its next retry: run it now.
+    const retry = (j.history || []).length > 0 && j.history[j.history.length - 1].kind === 'retry';
+    actions.append(h('button', { class: 'primary', id: 'run-now', onclick: () => runNow(j, retry) }, retry ? 'Retry now' : 'Run now'));
+  }
   if (['pending', 'scheduled', 'running', 'dead'].includes(j.state)) {
     actions.append(h('button', { onclick: () => cancelJob(j) }, 'Cancel'));
   }
@@ -883,7 +894,7 @@ function whyThen(j) {
     case 'snoozed':
       return h('span', {}, `the handler snoozed attempt ${e.attempt} for ${fmtMs(e.delay)}`, reason);
     case 'deferred':
-      return h('span', {}, `its circuit breaker was open: deferred for ${fmtMs(e.delay)}`, reason);
+      return h('span', {}, `its circuit breaker was open: deferred for ${fmtMs(e.delay)}, no attempt used`, reason);
     case 'released':
       return h('span', {}, `a worker's shutdown interrupted attempt ${e.attempt}; it runs again at once`, reason);
     case 'redriven':
@@ -921,18 +932,52 @@ function withCurrent(j) {
   return events;
 }
 
+// eventTitle names what an event of the timeline is: an attempt, a
+// deferral (which uses none) or an operator's action.
+function eventTitle(e) {
+  if (e.kind === 'deferred') return 'Deferred';
+  return e.attempt ? `Attempt ${e.attempt}` : 'Operator';
+}
+
+// eventGloss says in words what uses no attempt: a deferral by an open
+// breaker, an attempt a snooze or a shutdown gave back.
+function eventGloss(e) {
+  switch (e.kind) {
+    case 'deferred': {
+      const name = (e.reason || '').startsWith('breaker_open:') ? e.reason.slice('breaker_open:'.length) : '';
+      return `circuit breaker ${name || 'of its dependency'} was open: the job did not run, no attempt used`;
+    }
+    case 'snoozed':
+      return `the handler snoozed: attempt ${e.attempt} given back, no attempt used`;
+    case 'released':
+      return `a shutdown interrupted it: attempt ${e.attempt} given back, no attempt used`;
+    default:
+      return '';
+  }
+}
+
 function timeline(events) {
   if (events.length === 0) return h('p', { class: 'muted' }, 'No attempt yet.');
   return h('ol', { class: 'timeline' }, events.map((e) => h('li', { style: { '--c': EVENT_COLORS[e.kind] || 'var(--grey)' }, 'data-event': e.kind },
     h('div', {},
-      h('strong', {}, e.attempt ? `Attempt ${e.attempt}` : 'Operator'), ' ', badge(e.kind),
+      h('strong', {}, eventTitle(e)), ' ', badge(e.kind),
       e.class && [' ', badge(e.class)], e.reason && [' ', h('span', { class: 'mono muted' }, e.reason)]),
+    eventGloss(e) && h('div', { class: 'gap' }, eventGloss(e)),
     h('div', { class: 'when' }, fmtTime(e.at),
       e.duration ? ` · ran ${fmtMs(e.duration)}` : '', e.worker ? ` · ${e.worker}` : ''),
     e.error && h('div', { class: 'err' }, e.error),
     e.replay_of && h('div', { class: 'gap' }, 'replays ', h('a', { href: `#/jobs/${e.replay_of}` }, `job ${e.replay_of}`)),
     e.note && h('div', { class: 'gap' }, e.note),
     e.delay ? h('div', { class: 'gap' }, `next run after ${fmtMs(e.delay)}`) : null)));
+}
+
+async function runNow(j, retry) {
+  const ok = await confirmDialog(`${retry ? 'Retry' : 'Run'} job ${j.id} now?`,
+    `It is due ${fmtAgo(j.run_at)}; it becomes due at once. This uses no attempt: its attempt count and history are kept.`,
+    retry ? 'Retry now' : 'Run now', 'primary');
+  if (!ok) return;
+  try { await api.post(`/v1/jobs/${j.id}/run`); } catch (e) { await messageDialog('Failed', e.message); }
+  render();
 }
 
 async function cancelJob(j) {

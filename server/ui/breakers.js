@@ -48,6 +48,17 @@ async function breakerAction(b, verb, duration) {
   render();
 }
 
+// breakerFailures is the failures cell: the count within the window of
+// a closed breaker; an open one counts none (its count restarts when it
+// trips), which 0 would misstate.
+function breakerFailures(b) {
+  if (b.state === 'open' || b.state === 'half_open') {
+    return h('td', { class: 'num failures muted', title: 'the count restarts when the breaker trips; it counts again once closed' },
+      'not counted while open');
+  }
+  return h('td', { class: 'num failures' }, fmtN(b.failures));
+}
+
 async function breakersPage() {
   const list = (await api.get('/v1/breakers')) || [];
   const fallback = list.some((b) => b.fallback);
@@ -57,7 +68,7 @@ async function breakersPage() {
     return h('tr', { 'data-breaker': b.name, 'data-state': b.state },
       h('td', {}, b.name, b.shared ? '' : h('span', { class: 'muted', title: 'only this process has used it: no failure reported to the store yet' }, ' (this process)')),
       h('td', { class: 'state' }, breakerState(b)),
-      h('td', { class: 'num' }, fmtN(b.failures)),
+      breakerFailures(b),
       h('td', { class: 'num' }, fmtN(b.trips)),
       h('td', { class: 'opened-by' }, b.opened_by || '—'),
       h('td', { class: 'opened-at', title: b.opened_at ? fmtTime(b.opened_at) : '' }, b.opened_at ? fmtAgo(b.opened_at) : '—'),

@@ -68,6 +68,8 @@ var subtests = []subtest{
 	{"PriorityBehindBacklog", testPriorityBehindBacklog},
 	{"SetPriority", testSetPriority},
 	{"SetPriorityConcurrent", testSetPriorityConcurrent},
+	{"RunNow", testRunNow},
+	{"RunNowConcurrent", testRunNowConcurrent},
 	{"PriorityModelLevels", testPriorityModelLevels},
 	{"PriorityKept", testPriorityKept},
 	{"PriorityDueTimes", testPriorityDueTimes},

@@ -1,0 +1,251 @@
+// Package summary describes a job in one line for listings: an HTTP
+// request's method and URL, or an excerpt of any other payload, bounded
+// in length and with what looks secret left out.
+package summary
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/redrivehq/redrive/internal/httpreq"
+)
+
+// Max is the most runes a summary has, its final "…" included.
+const Max = 120
+
+// maxString is the most runes of one string value shown in an excerpt.
+const maxString = 48
+
+// Hidden replaces a value that looks secret, and the query of a URL.
+const Hidden = "***"
+
+// Of describes a job of kind with payload in one line of at most Max
+// runes. A job of the built-in kinds that make a request ("http",
+// "download") is its method and URL, the URL without user information,
+// query or fragment ("POST https://example.com/hook"); any other payload
+// is its compact JSON, with each string clipped, each URL redacted the
+// same way and the value of each key that names a secret (password,
+// token, authorization, headers, ...) replaced by "***". "" for an
+// empty or null payload.
+func Of(kind string, payload json.RawMessage) string {
+	if kind == "http" || kind == "download" {
+		if s, ok := request(kind, payload); ok {
+			return clip(s, Max)
+		}
+	}
+	return excerpt(payload)
+}
+
+// request words a payload {"method": ..., "url": ...}: ok is false when it
+// has no absolute URL.
+func request(kind string, payload json.RawMessage) (string, bool) {
+	var p struct {
+		Method string `json:"method"`
+		URL    string `json:"url"`
+	}
+	if json.Unmarshal(payload, &p) != nil || p.URL == "" {
+		return "", false
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return "", false
+	}
+	verb := strings.ToUpper(strings.TrimSpace(p.Method))
+	switch {
+	case kind == "download":
+		verb = "download"
+	case verb == "":
+		verb = "GET"
+	case len(verb) > 16 || strings.ContainsFunc(verb, func(r rune) bool { return r < 'A' || r > 'Z' }):
+		verb = "?"
+	}
+	return verb + " " + redactURL(u), true
+}
+
+// redactURL is u as httpreq.Redact shows it, with Hidden for a query.
+func redactURL(u *url.URL) string {
+	s := httpreq.Redact(u)
+	if u.RawQuery != "" {
+		s += "?" + Hidden
+	}
+	return s
+}
+
+// sensitive reports whether an object key names a secret.
+func sensitive(key string) bool {
+	k := strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' || r == ' ' || r == '.' {
+			return -1
+		}
+		return r
+	}, strings.ToLower(key))
+	for _, w := range []string{"password", "passwd", "secret", "token", "authorization", "apikey",
+		"cookie", "credential", "privatekey", "signature", "session", "headers", "bearer"} {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	switch k {
+	case "auth", "key", "pin", "otp", "ssn", "cvv", "pwd":
+		return true
+	}
+	return false
+}
+
+// frame is one open object or array of the excerpt.
+type frame struct {
+	object bool
+	n      int  // values written so far
+	key    bool // an object's next token is a key
+}
+
+// excerpt writes payload as compact JSON, stopping past Max runes.
+func excerpt(payload json.RawMessage) string {
+	if t := bytes.TrimSpace(payload); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var (
+		b     strings.Builder
+		stack []*frame
+	)
+	// sep writes what comes before a value or key in the open frame.
+	sep := func() {
+		if len(stack) == 0 {
+			return
+		}
+		f := stack[len(stack)-1]
+		switch {
+		case f.object && f.key:
+			if f.n > 0 {
+				b.WriteByte(',')
+			}
+		case f.object:
+			b.WriteByte(':')
+		case f.n > 0:
+			b.WriteByte(',')
+		}
+	}
+	// wrote records a value (or key) written in the open frame.
+	wrote := func(isKey bool) {
+		if len(stack) == 0 {
+			return
+		}
+		f := stack[len(stack)-1]
+		if !f.object {
+			f.n++
+			return
+		}
+		if isKey {
+			f.key = false
+			return
+		}
+		f.key = true
+		f.n++
+	}
+	hide := false // the next value belongs to a key naming a secret
+	for utf8.RuneCountInString(b.String()) <= Max {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// Not JSON (a store keeps JSON payloads; be safe anyway).
+			return clip(strings.Join(strings.Fields(string(payload)), " "), Max)
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			b.WriteRune(rune(d))
+			stack = stack[:len(stack)-1]
+			wrote(false)
+			continue
+		}
+		inKey := len(stack) > 0 && stack[len(stack)-1].object && stack[len(stack)-1].key
+		sep()
+		if inKey {
+			k, _ := tok.(string)
+			b.WriteString(quote(clip(k, maxString)))
+			hide = sensitive(k)
+			wrote(true)
+			continue
+		}
+		if hide {
+			hide = false
+			if d, ok := tok.(json.Delim); ok {
+				if err := skip(dec, d); err != nil {
+					return clip(strings.Join(strings.Fields(string(payload)), " "), Max)
+				}
+			}
+			b.WriteString(quote(Hidden))
+			wrote(false)
+			continue
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			b.WriteRune(rune(v))
+			stack = append(stack, &frame{object: v == '{', key: v == '{'})
+		case string:
+			if u, err := url.Parse(v); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+				v = redactURL(u)
+			}
+			b.WriteString(quote(clip(v, maxString)))
+			wrote(false)
+		case json.Number:
+			b.WriteString(clip(v.String(), maxString))
+			wrote(false)
+		case bool:
+			if v {
+				b.WriteString("true")
+			} else {
+				b.WriteString("false")
+			}
+			wrote(false)
+		case nil:
+			b.WriteString("null")
+			wrote(false)
+		}
+	}
+	return clip(b.String(), Max)
+}
+
+// skip consumes the rest of the object or array opened by d.
+func skip(dec *json.Decoder, d json.Delim) error {
+	depth := 1
+	for depth > 0 {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if d, ok := tok.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+	}
+	return nil
+}
+
+// quote is s as a JSON string, without HTML escapes.
+func quote(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// clip shortens s to at most n runes, the last one "…" when it was cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
