@@ -700,6 +700,9 @@ type Snapshot struct {
 	// Counters[queue][name] is as in Stats.Counters. Counters that were
 	// zero may be absent.
 	Counters map[string]map[string]int64 `json:"counters"`
+	// Limits is the use of each concurrency limit that had a running job
+	// at the minute, by name (nil when none had).
+	Limits map[string]LimitSample `json:"limits,omitempty"`
 }
 
 // QueueState says whether a queue is paused. Workers do not fetch the jobs
@@ -958,6 +961,9 @@ type Store interface {
 
 	// Limits keeps fleet-wide concurrency limits (limits.go).
 	Limits
+
+	// LimitUse reads the use of the limits group by group (limituse.go).
+	LimitUse
 
 	// Close releases the store's resources. Calls after Close return
 	// ErrClosed.
