@@ -35,12 +35,17 @@ type LimitGroup struct {
 // group now.
 type JobLimit struct {
 	// Name is the limit's name, Key the job's group.
-	Name string
-	Key  string
+	Name string `json:"name"`
+	Key  string `json:"key"`
 	// Max is the limit's max now; Running how many jobs of the group run
 	// now (the job included, if it runs).
-	Max     int
-	Running int64
+	Max     int   `json:"max"`
+	Running int64 `json:"running"`
+	// Waiting is true when the job is due, not running, and its group is
+	// full: it waits on the limit, without using an attempt, and starts
+	// when a job of its group ends. Stores leave it false (the Client
+	// sets it).
+	Waiting bool `json:"waiting"`
 }
 
 // LimitSample is the use of a concurrency limit at the minute of a

@@ -123,6 +123,11 @@ type Job struct {
 	// It is between MinPriority and MaxPriority, DefaultPriority (0)
 	// unless the enqueue or SetPriority chose another.
 	Priority int `json:"priority"`
+	// Limit is the concurrency limit the job is under and its group's use
+	// now, for a job under one that has not ended. Stores leave it nil:
+	// the redrive Client's Get fills it (a read of the group's running
+	// jobs).
+	Limit *JobLimit `json:"limit,omitempty"`
 	// Reprocessable is false for a job that must never be redriven.
 	Reprocessable bool `json:"reprocessable"`
 
