@@ -62,3 +62,14 @@ func (c *Client) withConfigured(ls []store.LimitState) []store.LimitState {
 func sortLimits(ls []store.LimitState) {
 	slices.SortFunc(ls, func(a, b store.LimitState) int { return strings.Compare(a.Name, b.Name) })
 }
+
+// LimitGroups returns the groups of the limit named name that have a
+// running job, the busiest first, n of them at most (1 to
+// store.MaxLimitGroups).
+func (c *Client) LimitGroups(ctx context.Context, name string, n int) ([]store.LimitGroup, error) {
+	g, err := c.store.LimitGroups(ctx, name, n)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: limit %q: groups: %w", clipName(name), err)
+	}
+	return g, nil
+}
