@@ -86,6 +86,7 @@ func TestLimitsInChromium(t *testing.T) {
 	b.runWithin(t, 20*time.Second, "waiting job page",
 		chromedp.Navigate(url+waitingJob),
 		chromedp.WaitVisible(css(fmt.Sprintf(`[data-job-page="%d"] #job-limit [data-limit-waiting="true"]`, ids[3]))))
+	screenshot(t, b, "dashboard-job-limit", "#job-limit")
 	if s := b.textNow(t, "#job-limit"); !strings.Contains(s, "waiting on limit per-host (group example.com: 2 of 2 running)") || !strings.Contains(s, "uses no attempt") {
 		t.Errorf("job page limit line: %q", s)
 	}
