@@ -517,9 +517,14 @@ func (c *Client) AddDead(ctx context.Context, jobs []store.DeadJob) ([]*Job, err
 	return c.store.AddDead(ctx, jobs, c.now())
 }
 
-// Get returns the job with its whole history.
+// Get returns the job with its whole history and, for a job under a
+// concurrency limit that has not ended, the limit's use (Job.Limit).
 func (c *Client) Get(ctx context.Context, id int64) (*Job, error) {
-	return c.store.Get(ctx, id)
+	j, err := c.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.withLimit(ctx, j)
 }
 
 // List returns one page of the jobs matching f, newest first.

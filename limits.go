@@ -223,17 +223,25 @@ func (k LimitKey) of(nj *store.NewJob) (string, error) {
 	case '{', '[', 'n':
 		return "", &FieldError{Field: field, Err: fmt.Errorf("is an object, an array or null: want a string, number or boolean")}
 	}
-	return string(cur), nil // a number or a boolean, as written
+	if cur[0] == 't' || cur[0] == 'f' {
+		return string(cur), nil // a boolean, as written
+	}
+	n, err := keyNumber(string(cur))
+	if err != nil {
+		return "", &FieldError{Field: field, Err: err}
+	}
+	return n, nil // a number, in its shortest form
 }
 
 // LimitStates returns every concurrency limit in the store with its use
-// now.
+// now, and the limits the client is configured with (SetLimits) that no
+// job has used yet, with nothing in use.
 func (c *Client) LimitStates(ctx context.Context) ([]store.LimitState, error) {
 	ls, err := c.store.ListLimits(ctx, c.now())
 	if err != nil {
 		return nil, fmt.Errorf("redrive: list limits: %w", err)
 	}
-	return ls, nil
+	return c.withConfigured(ls), nil
 }
 
 // SetLimitMax changes, fleet-wide, the max of the limit named name (and

@@ -58,6 +58,11 @@ type SeriesPoint struct {
 	// DeadByClass counts the jobs moved to the DLQ by the class of their
 	// last failure; classes with none are absent.
 	DeadByClass map[string]int64 `json:"dead_by_class"`
+	// Limits is, in the series of every queue only, the use of each
+	// concurrency limit that had a running job at the start of the minute,
+	// by limit name; a limit absent had none running. It is sampled once
+	// a minute, with the snapshot: a point's use is the use at its At.
+	Limits map[string]store.LimitSample `json:"limits,omitempty"`
 }
 
 // SeriesCounts are the totals of one minute.
@@ -120,12 +125,20 @@ func seriesPoints(snaps []store.Snapshot, live map[string]map[string]int64, now 
 		if !b.At.Equal(a.At.Add(time.Minute)) {
 			continue // the minutes from a to b are missing
 		}
-		points = append(points, delta(a.At, a.Counters, b.Counters, queue, false))
+		p := delta(a.At, a.Counters, b.Counters, queue, false)
+		if queue == "" {
+			p.Limits = a.Limits
+		}
+		points = append(points, p)
 	}
 	if live != nil && len(snaps) > 0 {
 		last := snaps[len(snaps)-1]
 		if !last.At.Before(now.Truncate(time.Minute).Add(-time.Minute)) {
-			points = append(points, delta(last.At, last.Counters, live, queue, true))
+			p := delta(last.At, last.Counters, live, queue, true)
+			if queue == "" {
+				p.Limits = last.Limits
+			}
+			points = append(points, p)
 		}
 	}
 	return points

@@ -12,7 +12,11 @@ import (
 //	redrive_limit_max{limit}      how many jobs of one group may run at once
 //	redrive_limit_in_use{limit}   the limit's running jobs, all groups together
 //	redrive_limit_busiest{limit}  the most running in one group
+//	redrive_limit_groups{limit}   how many of its groups have a running job
 //	redrive_limit_waiting{limit}  the limit's due jobs not running (waiting on a slot, or not fetched yet)
+//
+// The limits the process is configured with (serve's concurrency limits)
+// are reported from the start, at 0, before any job used them.
 var (
 	limitMaxDesc = prometheus.NewDesc("redrive_limit_max",
 		"How many jobs of one group of the concurrency limit may run at once, fleet-wide."+storeWide, []string{"limit"}, nil)
@@ -21,6 +25,8 @@ var (
 	limitBusiestDesc = prometheus.NewDesc("redrive_limit_busiest",
 		"The most jobs running now in one group of the concurrency limit (at most its max, unless the max was lowered while they ran)."+storeWide,
 		[]string{"limit"}, nil)
+	limitGroupsDesc = prometheus.NewDesc("redrive_limit_groups",
+		"How many groups of the concurrency limit have a running job."+storeWide, []string{"limit"}, nil)
 	limitWaitingDesc = prometheus.NewDesc("redrive_limit_waiting",
 		"How many jobs under the concurrency limit are due and not running: waiting on a slot, or not fetched yet."+storeWide,
 		[]string{"limit"}, nil)
@@ -30,6 +36,7 @@ func describeLimits(ch chan<- *prometheus.Desc) {
 	ch <- limitMaxDesc
 	ch <- limitInUseDesc
 	ch <- limitBusiestDesc
+	ch <- limitGroupsDesc
 	ch <- limitWaitingDesc
 }
 
@@ -45,6 +52,7 @@ func (c *Collector) collectLimits(ctx context.Context, ch chan<- prometheus.Metr
 		ch <- prometheus.MustNewConstMetric(limitMaxDesc, prometheus.GaugeValue, float64(l.Max), name)
 		ch <- prometheus.MustNewConstMetric(limitInUseDesc, prometheus.GaugeValue, float64(l.InUse), name)
 		ch <- prometheus.MustNewConstMetric(limitBusiestDesc, prometheus.GaugeValue, float64(l.Busiest), name)
+		ch <- prometheus.MustNewConstMetric(limitGroupsDesc, prometheus.GaugeValue, float64(l.Groups), name)
 		ch <- prometheus.MustNewConstMetric(limitWaitingDesc, prometheus.GaugeValue, float64(l.Waiting), name)
 	}
 }

@@ -24,6 +24,14 @@ func TestLimitMetrics(t *testing.T) {
 	if err := c.SetLimits([]redrive.ConcurrencyLimit{{Name: "per-customer", Kind: "crm", Key: "payload.c", Max: 2}}); err != nil {
 		t.Fatal(err)
 	}
+	// A configured limit is reported before any job used it.
+	text := metricstest.Exposition(t, metrics.NewCollector(c, metrics.CollectorOptions{Logger: log}))
+	metricstest.WantSamples(t, text, map[string]float64{
+		`redrive_limit_max{limit="per-customer"}`:     2,
+		`redrive_limit_in_use{limit="per-customer"}`:  0,
+		`redrive_limit_groups{limit="per-customer"}`:  0,
+		`redrive_limit_waiting{limit="per-customer"}`: 0,
+	})
 	for _, cust := range []string{"a", "a", "a", "b"} {
 		if _, err := c.Enqueue(t.Context(), "crm", map[string]string{"c": cust}); err != nil {
 			t.Fatal(err)
@@ -35,9 +43,10 @@ func TestLimitMetrics(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("Fetch = %d jobs, %v; want 3", len(got), err)
 	}
-	text := metricstest.Exposition(t, metrics.NewCollector(c, metrics.CollectorOptions{Logger: log}))
+	text = metricstest.Exposition(t, metrics.NewCollector(c, metrics.CollectorOptions{Logger: log}))
 	metricstest.WantSamples(t, text, map[string]float64{
 		`redrive_limit_max{limit="per-customer"}`:     2,
+		`redrive_limit_groups{limit="per-customer"}`:  2,
 		`redrive_limit_in_use{limit="per-customer"}`:  3,
 		`redrive_limit_busiest{limit="per-customer"}`: 2,
 		`redrive_limit_waiting{limit="per-customer"}`: 1,

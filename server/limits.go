@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/redrivehq/redrive"
@@ -18,9 +19,22 @@ type LimitList = apiclient.LimitList
 // It is the type of package apiclient, the API's Go client.
 type LimitBody = apiclient.LimitBody
 
+// MaxLimitGroups bounds the groups parameter of GET /v1/limits.
+const MaxLimitGroups = 100
+
+// listLimits lists the limits with their use; with groups=N, each limit
+// with running jobs also lists its N busiest groups (busiest_groups).
 func (a *api) listLimits(w http.ResponseWriter, r *http.Request) error {
-	if _, err := newQuery(r); err != nil {
+	q, err := newQuery(r, "groups")
+	if err != nil {
 		return err
+	}
+	groups := 0
+	if s := q.get("groups"); s != "" {
+		groups, err = strconv.Atoi(s)
+		if err != nil || groups < 1 || groups > MaxLimitGroups {
+			return badRequest("groups", "groups must be an integer from 1 to %d, got %q", MaxLimitGroups, clip(s))
+		}
 	}
 	ls, err := a.client.LimitStates(r.Context())
 	if err != nil {
@@ -28,6 +42,14 @@ func (a *api) listLimits(w http.ResponseWriter, r *http.Request) error {
 	}
 	if ls == nil {
 		ls = []store.LimitState{}
+	}
+	for i := range ls {
+		if groups == 0 || ls[i].InUse == 0 {
+			continue
+		}
+		if ls[i].BusiestGroups, err = a.client.LimitGroups(r.Context(), ls[i].Name, groups); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, LimitList{Limits: ls})
 	return nil

@@ -2,9 +2,12 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
 )
 
 // TestLimits: GET /v1/limits lists the limits with their use; PUT
@@ -48,5 +51,71 @@ func TestLimits(t *testing.T) {
 	e.want(e.do("GET", "/v1/limits", ""), 200, &list)
 	if len(list.Limits) != 1 || list.Limits[0].Max != 2 {
 		t.Errorf("after refused PUTs: %+v, want one limit, max 2", list)
+	}
+}
+
+// TestLimitsUseAPI: a configured limit is listed before any job used it;
+// with groups=N a limit lists its busiest groups; a job's JSON says which
+// limit it waits on; the series of every queue carries the limits' use.
+func TestLimitsUseAPI(t *testing.T) {
+	e := newEnv(t, Options{})
+	if err := e.client.SetLimits([]redrive.ConcurrencyLimit{{Name: "per-customer", Queue: "crm", Key: "payload.customer", Max: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var list LimitList
+	e.want(e.do("GET", "/v1/limits", ""), 200, &list)
+	if len(list.Limits) != 1 || !list.Limits[0].Configured || list.Limits[0].Max != 1 || list.Limits[0].InUse != 0 ||
+		list.Limits[0].Queue != "crm" || list.Limits[0].Key != "payload.customer" {
+		t.Fatalf("GET /v1/limits before any job = %+v, want per-customer configured, max 1, none in use", list)
+	}
+	var ids []int64
+	for _, c := range []string{"c1", "c1", "c2"} {
+		js, err := e.client.EnqueueMany(t.Context(), []redrive.Request{{Queue: "crm", Kind: "call", Payload: map[string]string{"customer": c}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, js[0].ID)
+	}
+	now := time.Now()
+	if got, err := e.client.Store().Fetch(t.Context(), store.FetchParams{Queue: "crm", Limit: 10, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"}); err != nil || len(got) != 2 {
+		t.Fatalf("Fetch = %d jobs, %v; want 2", len(got), err)
+	}
+	e.want(e.do("GET", "/v1/limits?groups=5", ""), 200, &list)
+	if len(list.Limits) != 1 || list.Limits[0].InUse != 2 || len(list.Limits[0].BusiestGroups) != 2 {
+		t.Fatalf("GET /v1/limits?groups=5 = %+v, want 2 in use in 2 groups", list)
+	}
+	e.want(e.do("GET", "/v1/limits?groups=1", ""), 200, &list)
+	if g := list.Limits[0].BusiestGroups; len(g) != 1 || g[0].Running != 1 {
+		t.Errorf("GET /v1/limits?groups=1: groups %+v, want one with 1 running", g)
+	}
+	for _, bad := range []string{"0", "101", "x", "-1"} {
+		wantErr(t, e.do("GET", "/v1/limits?groups="+bad, ""), 400, "invalid", "groups")
+	}
+	var body struct {
+		Attempt int             `json:"attempt"`
+		Limit   *store.JobLimit `json:"limit"`
+	}
+	e.want(e.do("GET", fmt.Sprintf("/v1/jobs/%d", ids[1]), ""), 200, &body)
+	if body.Limit == nil || *body.Limit != (store.JobLimit{Name: "per-customer", Key: "c1", Max: 1, Running: 1, Waiting: true}) || body.Attempt != 0 {
+		t.Errorf("GET /v1/jobs/%d = attempt %d, limit %+v; want attempt 0, waiting on per-customer (c1: 1 of 1)", ids[1], body.Attempt, body.Limit)
+	}
+	body.Limit = nil
+	e.want(e.do("GET", fmt.Sprintf("/v1/jobs/%d", ids[2]), ""), 200, &body)
+	if body.Limit == nil || body.Limit.Waiting || body.Limit.Running != 1 {
+		t.Errorf("GET /v1/jobs/%d (running) limit = %+v, want 1 running, not waiting", ids[2], body.Limit)
+	}
+	// A snapshot records the use; the live point of the series shows it.
+	if err := e.client.Store().Snapshot(t.Context(), time.Now().Truncate(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	var series struct {
+		Points []struct {
+			Partial bool                         `json:"partial"`
+			Limits  map[string]store.LimitSample `json:"limits"`
+		} `json:"points"`
+	}
+	e.want(e.do("GET", "/v1/stats/series?since=10m", ""), 200, &series)
+	if n := len(series.Points); n == 0 || series.Points[n-1].Limits["per-customer"] != (store.LimitSample{InUse: 2, Busiest: 1}) {
+		t.Errorf("series points = %+v, want the last with per-customer: 2 in use, busiest 1", series.Points)
 	}
 }

@@ -57,8 +57,23 @@ type LimitState struct {
 	// scheduled with run_at at or before now) and not running: those
 	// waiting on a slot, and those no worker has fetched yet.
 	Waiting int64 `json:"waiting"`
-	// UpdatedAt is when the limit was created or last set.
+	// UpdatedAt is when the limit was created or last set (zero for a
+	// configured limit the store does not keep yet).
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// The store does not keep what follows: the redrive Client fills it.
+	//
+	// Configured is true when the process answering is configured with
+	// the limit (redrive's Client.SetLimits, serve's concurrency limits);
+	// Queue, Kind and Key are then its selector there (empty: any, and
+	// one group).
+	Configured bool   `json:"configured,omitempty"`
+	Queue      string `json:"queue,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	Key        string `json:"key,omitempty"`
+	// BusiestGroups are, when asked for, its groups with running jobs,
+	// the busiest first (see LimitUse.LimitGroups).
+	BusiestGroups []LimitGroup `json:"busiest_groups,omitempty"`
 }
 
 // CheckLimitName reports, as an ErrInvalid error naming field, a limit

@@ -123,6 +123,11 @@ type Job struct {
 	// It is between MinPriority and MaxPriority, DefaultPriority (0)
 	// unless the enqueue or SetPriority chose another.
 	Priority int `json:"priority"`
+	// Limit is the concurrency limit the job is under and its group's use
+	// now, for a job under one that has not ended. Stores leave it nil:
+	// the redrive Client's Get fills it (a read of the group's running
+	// jobs).
+	Limit *JobLimit `json:"limit,omitempty"`
 	// Reprocessable is false for a job that must never be redriven.
 	Reprocessable bool `json:"reprocessable"`
 
@@ -711,6 +716,9 @@ type Snapshot struct {
 	// Counters[queue][name] is as in Stats.Counters. Counters that were
 	// zero may be absent.
 	Counters map[string]map[string]int64 `json:"counters"`
+	// Limits is the use of each concurrency limit that had a running job
+	// at the minute, by name (nil when none had).
+	Limits map[string]LimitSample `json:"limits,omitempty"`
 }
 
 // QueueState says whether a queue is paused. Workers do not fetch the jobs
@@ -976,6 +984,9 @@ type Store interface {
 
 	// Limits keeps fleet-wide concurrency limits (limits.go).
 	Limits
+
+	// LimitUse reads the use of the limits group by group (limituse.go).
+	LimitUse
 
 	// Close releases the store's resources. Calls after Close return
 	// ErrClosed.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -85,9 +86,27 @@ func writeLimits(out io.Writer, ls []store.LimitState) error {
 		_, err := fmt.Fprintln(out, "no concurrency limits")
 		return err
 	}
-	return writeTable(out, []string{"LIMIT", "MAX", "IN USE", "BUSIEST GROUP", "GROUPS", "WAITING"}, func(row func(...any)) {
+	return writeTable(out, []string{"LIMIT", "MAX", "IN USE", "BUSIEST GROUP", "GROUPS", "WAITING", "APPLIES TO"}, func(row func(...any)) {
 		for _, l := range ls {
-			row(l.Name, l.Max, l.InUse, l.Busiest, l.Groups, l.Waiting)
+			row(l.Name, l.Max, l.InUse, l.Busiest, l.Groups, l.Waiting, limitSelector(l))
 		}
 	})
+}
+
+// limitSelector says which jobs a limit applies to and what makes their
+// group, as the process answering is configured ("-" when it is not).
+func limitSelector(l store.LimitState) string {
+	if !l.Configured {
+		return "-"
+	}
+	var parts []string
+	for _, p := range []struct{ k, v string }{{"queue", l.Queue}, {"kind", l.Kind}, {"key", l.Key}} {
+		if p.v != "" {
+			parts = append(parts, p.k+"="+p.v)
+		}
+	}
+	if len(parts) == 0 {
+		return "every job"
+	}
+	return strings.Join(parts, " ")
 }

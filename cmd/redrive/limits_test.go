@@ -4,10 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/server"
+	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
@@ -60,4 +63,49 @@ func TestLimitsServerMode(t *testing.T) {
 	clearConnEnv(t)
 	ts, _ := newTestServer(t, "s3cret")
 	checkLimitsCLI(t, []string{"--server", ts.URL, "--token", "s3cret"})
+}
+
+// TestServeLimitsConfigured: a serve started with concurrency limits
+// lists them from the start, with nothing in use, before any job used
+// them; `jobs show` of a job waiting on one says so.
+func TestServeLimitsConfigured(t *testing.T) {
+	clearConnEnv(t)
+	const token = "s3cret"
+	base, _ := startServe(t, "--token", token, "--queues", "idle",
+		"--concurrency-limits", `[{"name":"per-customer","queue":"crm","key":"payload.customer","max":1}]`)
+	code, body := call(t, "GET", base+"/v1/limits", token, "")
+	list := decode[server.LimitList](t, string(body))
+	if code != 200 || len(list.Limits) != 1 || list.Limits[0].Name != "per-customer" || list.Limits[0].Max != 1 ||
+		list.Limits[0].InUse != 0 || !list.Limits[0].Configured || list.Limits[0].Key != "payload.customer" {
+		t.Fatalf("GET /v1/limits of a fresh serve = %d %s, want per-customer, max 1, configured", code, body)
+	}
+	pre := []string{"--server", base, "--token", token}
+	if out := mustCLI(t, append(pre, "limits", "ls")...); !strings.Contains(out, "per-customer") || !strings.Contains(out, "queue=crm key=payload.customer") {
+		t.Errorf("limits ls of a fresh serve: %q", out)
+	}
+	// No worker serves queue crm: a job due there is under the limit, not
+	// waiting on it (its group has a free slot).
+	code, body = call(t, "POST", base+"/v1/jobs", token, `{"queue":"crm","kind":"call","payload":{"customer":"c1"}}`)
+	if code != 201 {
+		t.Fatalf("enqueue: %d %s", code, body)
+	}
+	j := decode[struct{ ID int64 }](t, string(body))
+	if out := mustCLI(t, append(pre, "jobs", "show", strconv.FormatInt(j.ID, 10))...); !strings.Contains(out, "under limit per-customer (group c1: 0 of 1 running)") {
+		t.Errorf("jobs show: %q, want its limit", out)
+	}
+}
+
+// TestLimitLine: the words of `jobs show` for a job under a limit.
+func TestLimitLine(t *testing.T) {
+	for _, c := range []struct {
+		l    store.JobLimit
+		want string
+	}{
+		{store.JobLimit{Name: "per-host", Key: "example.com", Max: 5, Running: 5, Waiting: true}, "waiting on limit per-host (group example.com: 5 of 5 running)"},
+		{store.JobLimit{Name: "mail", Max: 2, Running: 1}, "under limit mail (1 of 2 running)"},
+	} {
+		if got := limitLine(&redrive.Job{Limit: &c.l}); got != c.want {
+			t.Errorf("limitLine(%+v) = %q, want %q", c.l, got, c.want)
+		}
+	}
 }

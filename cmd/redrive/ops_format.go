@@ -84,6 +84,9 @@ func writeJob(out io.Writer, j *redrive.Job) error {
 	if j.Priority != redrive.DefaultPriority {
 		add("priority", strconv.Itoa(j.Priority))
 	}
+	if j.Limit != nil {
+		add("limit", limitLine(j))
+	}
 	if !j.Reprocessable {
 		add("reprocessable", "no")
 	}
@@ -231,3 +234,18 @@ func oneLine(s string, n int) string {
 
 // clipArg shortens an argument quoted in an error.
 func clipArg(s string) string { return oneLine(s, 64) }
+
+// limitLine says which concurrency limit a job is under and the use of
+// its group: "waiting on limit per-host (group example.com: 5 of 5
+// running)" when the job waits on it.
+func limitLine(j *redrive.Job) string {
+	l := j.Limit
+	group := fmt.Sprintf("%d of %d running", l.Running, l.Max)
+	if l.Key != "" {
+		group = fmt.Sprintf("group %s: %s", l.Key, group)
+	}
+	if l.Waiting {
+		return fmt.Sprintf("waiting on limit %s (%s)", l.Name, group)
+	}
+	return fmt.Sprintf("under limit %s (%s)", l.Name, group)
+}

@@ -148,6 +148,7 @@ async function request(method, path, body) {
 const api = {
   get: (p) => request('GET', p),
   post: (p, b) => request('POST', p, b === undefined ? {} : b),
+  put: (p, b) => request('PUT', p, b),
   del: (p) => request('DELETE', p),
 };
 
@@ -706,6 +707,7 @@ async function jobPage(id) {
           kv('Created', fmtTime(j.created_at)),
           waiting ? kv('Next run', [fmtTime(j.run_at), ' ', h('span', { class: 'muted' }, `(${fmtAgo(j.run_at)})`)], 'next-run')
             : kv('Last due', fmtTime(j.run_at)),
+          j.limit && kv('Limit', limitLine(j), 'job-limit'),
           waiting && kv('Why then', whyThen(j), 'why-then'),
           kv('Finished', fmtTime(j.finished_at)), kv('Dependency', j.dependency),
           kv('Idempotency key', j.idempotency_key), kv('Redriven', j.redriven ? `${j.redriven} times` : 'never'),
@@ -868,6 +870,23 @@ function hexDump(bytes, limit) {
   }
   if (bytes.length > n) lines.push(`… ${fmtN(bytes.length - n)} more bytes not shown`);
   return lines.join('\n');
+}
+
+// limitLine says which concurrency limit a job is under and its group's
+// use now: "waiting on limit per-host (group example.com: 5 of 5
+// running)" when the job is due and its group full. Such a job starts as
+// soon as a job of its group ends, so the page refreshes while it waits
+// (data-live).
+function limitLine(j) {
+  const l = j.limit;
+  const use = `${fmtN(l.running)} of ${fmtN(l.max)} running`;
+  const group = l.key ? `group ${l.key}: ${use}` : use;
+  const name = h('a', { href: '#/limits', class: 'mono' }, l.name);
+  if (l.waiting) {
+    return h('span', { 'data-limit-waiting': 'true', 'data-live': 'true' }, 'waiting on limit ', name, ` (${group})`,
+      h('span', { class: 'muted' }, ' — it uses no attempt, and starts when a job of its group ends'));
+  }
+  return h('span', { 'data-limit-waiting': 'false' }, 'under limit ', name, ` (${group})`);
 }
 
 // whyThen says why a waiting job runs when it does: what its last event

@@ -19,17 +19,25 @@ func checkMinute(op string, at time.Time) error {
 }
 
 // snapshotSQL records a minute and, only if it was not recorded yet, the
-// counters summed over their shards, in one statement: the counters are
+// counters summed over their shards and the use of the concurrency limits
+// (see store.LimitSample), in one statement: the counters are
 // read from the statement's MVCC snapshot, without taking any lock the
 // hot path would wait for.
 func (s *Store) snapshotSQL() string {
 	schema := pgx.Identifier{s.schema}.Sanitize()
 	return `WITH m AS (
 	INSERT INTO ` + schema + `.stat_minutes (minute) VALUES ($1) ON CONFLICT (minute) DO NOTHING RETURNING minute
+), c AS (
+	INSERT INTO ` + schema + `.stat_snapshots (minute, queue, name, n)
+	SELECT m.minute, c.queue, c.name, sum(c.n)::bigint FROM m CROSS JOIN ` + s.sql.counters + ` c
+	GROUP BY m.minute, c.queue, c.name HAVING sum(c.n) <> 0
+), g AS (
+	SELECT climit, ckey, count(*) AS n FROM ` + s.sql.jobs + ` WHERE state = 'running' AND climit IS NOT NULL GROUP BY climit, ckey
 )
 INSERT INTO ` + schema + `.stat_snapshots (minute, queue, name, n)
-SELECT m.minute, c.queue, c.name, sum(c.n)::bigint FROM m CROSS JOIN ` + s.sql.counters + ` c
-GROUP BY m.minute, c.queue, c.name HAVING sum(c.n) <> 0`
+SELECT m.minute, '', '` + store.SnapLimitInUse + `' || g.climit, sum(g.n)::bigint FROM m CROSS JOIN g GROUP BY m.minute, g.climit
+UNION ALL
+SELECT m.minute, '', '` + store.SnapLimitBusiest + `' || g.climit, max(g.n)::bigint FROM m CROSS JOIN g GROUP BY m.minute, g.climit`
 }
 
 // Snapshot implements store.Store.
@@ -81,11 +89,7 @@ func (s *Store) Snapshots(ctx context.Context, since time.Time) ([]store.Snapsho
 		if queue == nil {
 			continue // a minute whose counters were all zero
 		}
-		c := out[len(out)-1].Counters
-		if c[*queue] == nil {
-			c[*queue] = map[string]int64{}
-		}
-		c[*queue][*name] = *n
+		store.AddSnapshotRow(&out[len(out)-1], *queue, *name, *n)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.fail("snapshots", err)

@@ -17,6 +17,18 @@ func checkMinute(op string, at time.Time) error {
 	return nil
 }
 
+// snapshotLimitsSQL records, in a snapshot (parameter 1), the use of each
+// concurrency limit with a running job (see store.LimitSample): a read
+// of jobs_limit_running, one entry per running limited job.
+const snapshotLimitsSQL = `WITH g AS (
+	SELECT climit, ckey, count(*) AS n FROM jobs INDEXED BY jobs_limit_running
+	WHERE state = 'running' AND climit IS NOT NULL GROUP BY climit, ckey
+)
+INSERT INTO stat_snapshots (minute, queue, name, n)
+SELECT ?1, '', '` + store.SnapLimitInUse + `' || climit, sum(n) FROM g GROUP BY climit
+UNION ALL
+SELECT ?1, '', '` + store.SnapLimitBusiest + `' || climit, max(n) FROM g GROUP BY climit`
+
 // Snapshot implements store.Store. It runs in the writer's shared
 // transaction: one insert of the minute and one copy of the counters
 // table, so the snapshot is consistent with the writes committed before
@@ -34,8 +46,11 @@ func (s *Store) Snapshot(ctx context.Context, at time.Time) error {
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return err // the minute was recorded already: the first snapshot wins
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO stat_snapshots (minute, queue, name, n)
-			SELECT ?, queue, name, n FROM counters WHERE n <> 0`, m)
+		if _, err = tx.ExecContext(ctx, `INSERT INTO stat_snapshots (minute, queue, name, n)
+			SELECT ?, queue, name, n FROM counters WHERE n <> 0`, m); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, snapshotLimitsSQL, m)
 		return err
 	})
 	if err != nil {
@@ -74,11 +89,7 @@ func (s *Store) Snapshots(ctx context.Context, since time.Time) ([]store.Snapsho
 		if !queue.Valid {
 			continue // a minute whose counters were all zero
 		}
-		c := out[len(out)-1].Counters
-		if c[queue.String] == nil {
-			c[queue.String] = map[string]int64{}
-		}
-		c[queue.String][name.String] = n.Int64
+		store.AddSnapshotRow(&out[len(out)-1], queue.String, name.String, n.Int64)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: snapshots: %w", err)

@@ -163,6 +163,7 @@ var subtests = []subtest{
 	{"BreakersConcurrent", testBreakersConcurrent},
 	{"BreakersClosed", testBreakersClosed},
 	{"LimitsFetch", testLimitsFetch},
+	{"LimitUse", testLimitUse},
 	{"LimitsRescue", testLimitsRescue},
 	{"LimitsSet", testLimitsSet},
 	{"LimitsInvalid", testLimitsInvalid},

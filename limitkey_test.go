@@ -1,0 +1,42 @@
+package redrive_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive"
+)
+
+// TestLimitKeyNumbers: a number read as a limit's key is its exact value
+// in its shortest form: 5, 5.0, 5e0 and the string "5" are one group; a
+// string is taken as written; large integers keep every digit.
+func TestLimitKeyNumbers(t *testing.T) {
+	c := redrive.NewClient(openStore(t), redrive.ClientOptions{Logger: quietLogger()})
+	if err := c.SetLimits([]redrive.ConcurrencyLimit{{Name: "per-customer", Kind: "crm", Key: "payload.customer", Max: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ raw, key string }{
+		{`5`, "5"}, {`5.0`, "5"}, {`5.000`, "5"}, {`5e0`, "5"}, {`50e-1`, "5"}, {`0.5E1`, "5"}, {`"5"`, "5"},
+		{`"5.0"`, "5.0"}, {`" 5"`, " 5"},
+		{`-0`, "0"}, {`0.0`, "0"}, {`-0.0e5`, "0"}, {`-5`, "-5"}, {`-5.50`, "-5.5"},
+		{`1.25e2`, "125"}, {`1e3`, "1000"}, {`12.5e-3`, "0.0125"}, {`0.001`, "0.001"},
+		{`12345678901234567890`, "12345678901234567890"}, {`12345678901234567891`, "12345678901234567891"},
+		{`1e300`, "1e300"}, {`-1.5e-300`, "-15e-301"},
+		{`true`, "true"}, {`false`, "false"},
+	} {
+		nj, err := c.Prepare(redrive.Request{Kind: "crm", Payload: json.RawMessage(`{"customer":` + tc.raw + `}`)}, time.Now())
+		if err != nil || nj.LimitKey != tc.key {
+			t.Errorf("customer %s: key %q, %v; want %q", tc.raw, nj.LimitKey, err, tc.key)
+		}
+	}
+	// An exponent no key could hold is refused, naming the field.
+	_, err := c.Prepare(redrive.Request{Kind: "crm", Payload: json.RawMessage(`{"customer":1e999999999999}`)}, time.Now())
+	var fe *redrive.FieldError
+	if !asFieldError(err, &fe) || fe.Field != "payload.customer" {
+		t.Errorf("customer 1e999999999999: %v, want an error naming payload.customer", err)
+	}
+}
+
+func asFieldError(err error, fe **redrive.FieldError) bool { return errors.As(err, fe) }
