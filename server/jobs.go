@@ -94,6 +94,9 @@ func checkPriority(prefix string, p int) error {
 // setPriority changes a waiting job's priority: 409 for a job that
 // no longer waits (running or finished), 404 for an unknown one.
 func (a *api) setPriority(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -145,6 +148,9 @@ func payloadError(err error, field string) error {
 }
 
 func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	var in EnqueueRequest
 	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
@@ -174,6 +180,9 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	var in BatchRequest
 	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
@@ -233,6 +242,9 @@ func pathID(r *http.Request) (int64, error) {
 }
 
 func (a *api) getJob(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -254,6 +266,9 @@ func notFound(err error, id int64) error {
 }
 
 func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	id, err := pathID(r)
 	if err != nil {
 		return err
