@@ -205,8 +205,6 @@ type conformance struct {
 	// exercised counts the validated exchanges of each operation, and
 	// succeeded its 2xx and 3xx answers.
 	exercised, succeeded map[string]int
-	// statuses are the statuses seen for each operation.
-	statuses map[string]map[int]bool
 	// mu guards the maps, shared by the parallel subtests.
 	mu *sync.Mutex
 }
@@ -324,6 +322,7 @@ func (c *conformance) validate(x *exchange, wantValid bool) {
 	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
 		c.t.Errorf("%s (%s): the answer %d %s breaks the document: %v\nbody: %.600s", what, x.op, x.status, x.header.Get("Content-Type"), err, x.body)
 	}
+	c.checkFields(x)
 	key := x.op.String()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -331,10 +330,29 @@ func (c *conformance) validate(x *exchange, wantValid bool) {
 	if x.status < 400 {
 		c.succeeded[key]++
 	}
-	if c.statuses[key] == nil {
-		c.statuses[key] = map[int]bool{}
+}
+
+// checkFields reports the fields of a JSON answer that its schema does
+// not describe.
+func (c *conformance) checkFields(x *exchange) {
+	c.t.Helper()
+	r := x.op.op.Responses.Status(x.status)
+	if r == nil || r.Value == nil {
+		return
 	}
-	c.statuses[key][x.status] = true
+	mt := r.Value.Content.Get(x.header.Get("Content-Type"))
+	if mt == nil || mt.Schema == nil || !strings.HasPrefix(x.header.Get("Content-Type"), "application/json") {
+		return
+	}
+	var v any
+	if json.Unmarshal(x.body, &v) != nil {
+		return // the validation says so
+	}
+	if u := undocumented(mt.Schema, v, ""); len(u) > 0 {
+		slices.Sort(u)
+		u = slices.Compact(u)
+		c.t.Errorf("%s %s (%s): the answer %d has fields the document does not describe: %v", x.req.Method, x.req.URL.RequestURI(), x.op, x.status, u)
+	}
 }
 
 // exampleOf returns a parameter's example: its own, or its schema's.
@@ -575,7 +593,7 @@ func TestOpenAPIConformance(t *testing.T) {
 		t.Skip("runs every operation on a server of its own")
 	}
 	doc := loadOpenAPI(t)
-	c := &conformance{t: t, doc: doc, exercised: map[string]int{}, succeeded: map[string]int{}, statuses: map[string]map[int]bool{}, mu: &sync.Mutex{}}
+	c := &conformance{t: t, doc: doc, exercised: map[string]int{}, succeeded: map[string]int{}, mu: &sync.Mutex{}}
 	ran := map[string]bool{}
 	t.Run("operations", func(t *testing.T) {
 		for _, o := range docOperations(doc) {
@@ -825,7 +843,7 @@ func TestOpenAPIScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &conformance{t: t, doc: doc, exercised: map[string]int{}, succeeded: map[string]int{}, statuses: map[string]map[int]bool{}, mu: &sync.Mutex{}}
+	c := &conformance{t: t, doc: doc, exercised: map[string]int{}, succeeded: map[string]int{}, mu: &sync.Mutex{}}
 	e, _ := newConformanceEnv(t, conformanceToken, docOperation{path: "/v1/jobs"})
 	send := func(method, path, body string, status int, headers ...string) *exchange {
 		t.Helper()
@@ -847,6 +865,10 @@ func TestOpenAPIScenarios(t *testing.T) {
 			req.Header.Set("Content-Type", "application/json")
 		}
 		for i := 0; i+1 < len(headers); i += 2 {
+			if headers[i] == "Host" {
+				req.Host = headers[i+1]
+				continue
+			}
 			req.Header.Set(headers[i], headers[i+1])
 		}
 		o := docOperation{method: route.Method, path: route.Path, item: route.PathItem, op: route.Operation}
@@ -883,6 +905,12 @@ func TestOpenAPIScenarios(t *testing.T) {
 	send("GET", "/v1/jobs?since=2026-01-02T15:04:05Z&until=30m", "", http.StatusOK)
 	send("GET", "/v1/jobs?since=yesterday", "", http.StatusBadRequest)
 	send("POST", "/v1/jobs", `{"kind":"email"}`, http.StatusForbidden, "Sec-Fetch-Site", "cross-site")
+	// A server that answers to given host names only.
+	saved := e
+	e = newEnv(t, Options{Token: conformanceToken, AllowedHosts: []string{"redrive.internal"}})
+	send("GET", "/v1/stats", "", http.StatusMisdirectedRequest, "Host", "evil.example")
+	send("POST", "/v1/jobs", `{"kind":"email"}`, http.StatusMisdirectedRequest, "Host", "evil.example")
+	e = saved
 	// Wrong tokens from one client: 401 five times, then 429.
 	for i := range 6 {
 		want := http.StatusUnauthorized
@@ -891,4 +919,62 @@ func TestOpenAPIScenarios(t *testing.T) {
 		}
 		send("GET", "/v1/stats", "", want, "Authorization", "Bearer wrong")
 	}
+}
+
+// undocumented lists the fields of v that its schema does not describe:
+// the keys of an object whose schema lists properties (and says nothing
+// of others) that are not among them, at any depth, as dotted paths. A
+// field added to an answer without its documentation is found so.
+func undocumented(s *openapi3.SchemaRef, v any, at string) []string {
+	if s == nil || s.Value == nil {
+		return nil
+	}
+	sc := s.Value
+	var out []string
+	for _, alt := range [][]*openapi3.SchemaRef{sc.OneOf, sc.AnyOf} {
+		if len(alt) == 0 {
+			continue
+		}
+		// The alternative that documents the most (fewest undocumented).
+		var best []string
+		for i, a := range alt {
+			if a.Value.VisitJSON(v) != nil {
+				continue
+			}
+			u := undocumented(a, v, at)
+			if i == 0 || best == nil || len(u) < len(best) {
+				best = u
+			}
+		}
+		out = append(out, best...)
+	}
+	switch v := v.(type) {
+	case []any:
+		for i, item := range v {
+			out = append(out, undocumented(sc.Items, item, fmt.Sprintf("%s[%d]", at, i))...)
+		}
+	case map[string]any:
+		props := map[string]*openapi3.SchemaRef{}
+		for name, p := range sc.Properties {
+			props[name] = p
+		}
+		for _, a := range sc.AllOf {
+			if a.Value != nil {
+				for name, p := range a.Value.Properties {
+					props[name] = p
+				}
+			}
+		}
+		for k, fv := range v {
+			field := strings.TrimPrefix(at+"."+k, ".")
+			if p, ok := props[k]; ok {
+				out = append(out, undocumented(p, fv, field)...)
+			} else if ap := sc.AdditionalProperties.Schema; ap != nil {
+				out = append(out, undocumented(ap, fv, field)...)
+			} else if len(props) > 0 && sc.AdditionalProperties.Has == nil {
+				out = append(out, field)
+			}
+		}
+	}
+	return out
 }
