@@ -521,7 +521,7 @@ func seed(t *testing.T, e *env, o docOperation) fixtures {
 	}
 	// An operation that stays running: a redrive of dead jobs at the
 	// smallest rate.
-	more := buryExamples(t, e, "slow", 5)
+	more := buryExamples(t, e, "slow", 10)
 	b, _ := json.Marshal(map[string]any{"ids": more, "rate": MinRate})
 	r := e.do("POST", "/v1/dlq/redrive", string(b))
 	var ob operationBody
@@ -587,7 +587,9 @@ func prepare(t *testing.T, e *env, fx fixtures, o docOperation) {
 func newConformanceEnv(t *testing.T, token string, o docOperation) (*env, fixtures) {
 	reg := breaker.NewRegistry(breaker.Config{})
 	reg.Get("api.example.com")
-	e := newEnv(t, Options{Token: token, Breakers: reg, ExportDir: t.TempDir(), MaxBody: conformanceMaxBody,
+	// Room for every operation the calls start, however slowly the
+	// worker runs them (a 429 too_many_operations is not what is tested).
+	e := newEnv(t, Options{Token: token, Breakers: reg, ExportDir: t.TempDir(), MaxBody: conformanceMaxBody, MaxOperations: 100,
 		Brokers: fixedBrokers{{Queue: "orders", DeadLetters: "broker"}},
 		Kafka:   fixedTopics{{TopologyStats: kafka.TopologyStats{Topic: "orders"}, Brokers: []string{"127.0.0.1:9092"}}}})
 	return e, seed(t, e, o)
