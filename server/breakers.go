@@ -26,6 +26,9 @@ type breakerOpenRequest = apiclient.BreakerOpenRequest
 const maxForcedOpen = 366 * 24 * time.Hour
 
 func (a *api) listBreakers(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	var fleet []store.BreakerState
 	if a.client != nil {
 		var err error
@@ -113,6 +116,9 @@ func breakerName(r *http.Request) (string, error) {
 // openBreaker forces a breaker open for the fleet, for the optional
 // duration of the body.
 func (a *api) openBreaker(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	name, err := breakerName(r)
 	if err != nil {
 		return err
@@ -145,6 +151,9 @@ func (a *api) openBreaker(w http.ResponseWriter, r *http.Request) error {
 
 // resetBreaker closes a breaker for the fleet.
 func (a *api) resetBreaker(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	name, err := breakerName(r)
 	if err != nil {
 		return err

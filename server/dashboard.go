@@ -83,7 +83,10 @@ func (a *api) dashboardHandlers() map[string]http.Handler {
 		"GET /{$}": http.HandlerFunc(a.index),
 		"GET /ui/": uiHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// The HTML pages are served by index and login only.
-			if strings.HasSuffix(r.URL.Path, ".html") || strings.HasSuffix(r.URL.Path, "/") {
+			// A file that is not there gets the same JSON 404 (not the
+			// file server's plain text).
+			name := strings.TrimPrefix(r.URL.Path, "/ui/")
+			if _, err := fs.Stat(assets, name); err != nil || strings.HasSuffix(r.URL.Path, ".html") || strings.HasSuffix(r.URL.Path, "/") {
 				writeError(w, &apiError{status: http.StatusNotFound, code: "not_found", msg: "no such dashboard asset"})
 				return
 			}

@@ -95,6 +95,9 @@ func checkPriority(prefix string, p int) error {
 // setPriority changes a waiting job's priority: 409 for a job that
 // no longer waits (running or finished), 404 for an unknown one.
 func (a *api) setPriority(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -146,6 +149,9 @@ func payloadError(err error, field string) error {
 }
 
 func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	var in EnqueueRequest
 	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
@@ -175,6 +181,9 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	var in BatchRequest
 	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
@@ -244,6 +253,9 @@ func pathID(r *http.Request) (int64, error) {
 }
 
 func (a *api) getJob(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -266,6 +278,9 @@ func notFound(err error, id int64) error {
 }
 
 func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -296,6 +311,9 @@ func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) error {
 // once: 200 with the job (a pending job as it is), 409 for a job that
 // does not wait, 404 for an unknown one.
 func (a *api) runNow(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	id, err := pathID(r)
 	if err != nil {
 		return err

@@ -58,6 +58,9 @@ func (a *api) listLimits(w http.ResponseWriter, r *http.Request) error {
 // setLimit changes, fleet-wide, the max of the limit the {name} path
 // value names (creating it if there is none).
 func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	name := r.PathValue("name")
 	if err := redrive.CheckName("limit name", name); err != nil {
 		return &apiError{status: http.StatusBadRequest, code: "invalid", field: "name",

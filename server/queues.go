@@ -33,10 +33,16 @@ func (a *api) listQueues(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) pauseQueue(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	return a.setPaused(w, r, true)
 }
 
 func (a *api) resumeQueue(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	return a.setPaused(w, r, false)
 }
 

@@ -95,10 +95,16 @@ func (a *api) noBody(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) pauseSchedule(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	return a.setSchedulePaused(w, r, true)
 }
 
 func (a *api) resumeSchedule(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	return a.setSchedulePaused(w, r, false)
 }
 
@@ -132,6 +138,9 @@ func (a *api) setSchedulePaused(w http.ResponseWriter, r *http.Request, paused b
 // triggerSchedule enqueues one job of the schedule now and answers it
 // (201).
 func (a *api) triggerSchedule(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	name, err := a.scheduleName(r)
 	if err != nil {
 		return err

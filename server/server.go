@@ -759,12 +759,18 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) openapi(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openapiSpec)
 	return nil
 }
 
 func (a *api) stats(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
 	s, err := a.client.Stats(r.Context())
 	if err != nil {
 		return err

@@ -666,37 +666,6 @@ func TestPanicIsRecovered(t *testing.T) {
 	checkErrorShape(t, res.Header.Get("Content-Type"), b)
 }
 
-func TestOpenAPI(t *testing.T) {
-	e := newEnv(t, Options{Token: "t"})
-	r := e.do("GET", "/v1/openapi.json", "")
-	var doc struct {
-		OpenAPI string                            `json:"openapi"`
-		Paths   map[string]map[string]interface{} `json:"paths"`
-	}
-	e.want(r, 200, &doc)
-	if !strings.HasPrefix(doc.OpenAPI, "3.0") {
-		t.Errorf("openapi version %q", doc.OpenAPI)
-	}
-	documented := 0
-	for _, p := range routes {
-		method, path, _ := strings.Cut(p, " ")
-		ops, ok := doc.Paths[path]
-		if !ok {
-			t.Errorf("openapi.json lacks path %s", path)
-			continue
-		}
-		if _, ok := ops[strings.ToLower(method)]; !ok {
-			t.Errorf("openapi.json lacks %s %s", method, path)
-		}
-	}
-	for _, ops := range doc.Paths {
-		documented += len(ops)
-	}
-	if documented != len(routes) {
-		t.Errorf("openapi.json documents %d operations, the server registers %d", documented, len(routes))
-	}
-}
-
 func TestPayloadBound(t *testing.T) {
 	st := openStore(t)
 	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet, MaxPayload: 16})

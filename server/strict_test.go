@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,4 +216,29 @@ func TestScheduleOldName(t *testing.T) {
 	}
 	// Gone, the name is held to the rule again.
 	wantErr(t, e.do("DELETE", p, ""), 400, "invalid", "name")
+}
+
+// TestUnknownQueryEverywhere: every route under /v1 refuses a query
+// parameter it does not take with a 400 naming it, so that a typo cannot
+// go unnoticed (GET /v1/stats, /v1/breakers and /v1/openapi.json took
+// any).
+func TestUnknownQueryEverywhere(t *testing.T) {
+	e := newEnv(t, Options{})
+	if _, err := e.client.Enqueue(t.Context(), "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range routes {
+		method, path, _ := strings.Cut(p, " ")
+		if !isV1(path) {
+			continue
+		}
+		path = strings.NewReplacer("{id}", "1", "{name}", "default").Replace(path)
+		body := ""
+		if method == "POST" || method == "PUT" {
+			body = "{}"
+		}
+		t.Run(p, func(t *testing.T) {
+			wantErr(t, e.do(method, path+"?nope=1", body), 400, "invalid", "nope")
+		})
+	}
 }
