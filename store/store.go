@@ -392,9 +392,13 @@ type NewJob struct {
 	// gives the limit if it has none yet (a limit set before, by
 	// SetLimit or an earlier job, keeps its max). A job whose
 	// idempotency key is taken changes nothing.
-	Limit    string
-	LimitKey string
-	LimitMax int
+	// LimitMax 0 with a LimitRate gives a new limit no cap on running
+	// jobs. LimitRate is the rate the store gives the limit when it
+	// creates it (see LimitRate), as LimitMax is its max.
+	Limit     string
+	LimitKey  string
+	LimitMax  int
+	LimitRate LimitRate
 }
 
 // The range of job priorities (Job.Priority). Higher runs first.
@@ -428,6 +432,11 @@ type FetchParams struct {
 	DueBy      time.Time
 	LeaseUntil time.Time
 	Worker     string
+	// NextStart, when not nil, is set by the fetch to the earliest time
+	// after Now at which a due job of the queue that a rate limit holds
+	// can start (zero: none held), so that a worker sleeps until then
+	// rather than poll. It is a hint: another process may take that start.
+	NextStart *time.Time
 }
 
 // OutcomeKind is what happened to a leased attempt.

@@ -57,8 +57,10 @@ type statements struct {
 	keptKeys       string
 	insertDead     string
 	// Concurrency limits (limits.go).
-	limitedFetch, limitedDue          string
-	limitEnsure, limitJobs, limitSet  string
+	limitedSelect, limitedLease, ratePrune string
+	limitedDue                             string
+	limitEnsure, limitJobs, limitSet       string
+	limitSetRate                           string
 	limitList, limitGen, limitNextDue string
 }
 
@@ -96,6 +98,8 @@ func render(schema, channel string) statements {
 		"{jobs}", schema+".jobs",
 		"{schema}", schema,
 		"{limits}", schema+".conc_limits",
+		"{rates}", schema+".limit_rates",
+		"{now}", "$5::timestamptz",
 		"{limitgen}", schema+".limit_gen",
 		"{counters}", schema+".counters",
 		"{jobcounts}", schema+".job_counts",
@@ -119,7 +123,10 @@ func render(schema, channel string) statements {
 		return r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))"))
 	}
 	return statements{
-		limitedFetch: q(limitedFetchSQL),
+		limitedSelect: q(limitedSelectSQL),
+		limitedLease:  q(limitedLeaseSQL),
+		ratePrune:     q(ratePruneSQL),
+		limitSetRate:  q(limitSetRateSQL),
 		limitedDue:   q(limitedDueSQL),
 		limitEnsure:  q(limitEnsureSQL),
 		limitJobs:    q(limitJobsSQL),

@@ -388,10 +388,20 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		// allow, leased at once; then the others.
 		var ls int64
 		var err error
-		if limitedIDs, limited, ls, err = s.fetchLimited(ctx, tx, p.Queue, dueBy, p.Limit); err != nil {
+		var nextStart int64
+		if limitedIDs, limited, ls, nextStart, err = s.fetchLimited(ctx, tx, p.Queue, p.Now, dueBy, p.Limit); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
+		if p.NextStart != nil {
+			*p.NextStart = time.Time{}
+			if nextStart != 0 {
+				*p.NextStart = fromMicros(nextStart)
+			}
+		}
 		if limited > 0 {
+			if err := s.rateLeased(ctx, tx, limitedIDs, p.Now); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
 			if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, limitedIDs); err != nil {
 				return fmt.Errorf("sqlite: fetch: %w", err)
 			}
