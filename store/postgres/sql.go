@@ -61,7 +61,7 @@ type statements struct {
 	limitedDue                             string
 	limitEnsure, limitJobs, limitSet       string
 	limitSetRate                           string
-	limitList, limitGen, limitNextDue string
+	limitList, limitGen, limitNextDue      string
 }
 
 // keepKeysSQL keeps the keys of the jobs a DELETE ... RETURNING (named
@@ -127,18 +127,18 @@ func render(schema, channel string) statements {
 		limitedLease:  q(limitedLeaseSQL),
 		ratePrune:     q(ratePruneSQL),
 		limitSetRate:  q(limitSetRateSQL),
-		limitedDue:   q(limitedDueSQL),
-		limitEnsure:  q(limitEnsureSQL),
-		limitJobs:    q(limitJobsSQL),
-		limitSet:     q(limitSetSQL),
-		limitList:    q(limitListSQL),
-		limitGen:     q(limitGenSQL),
-		limitNextDue: q(limitNextDueSQL),
-		jobs:         schema + ".jobs",
-		counters:     schema + ".counters",
-		jobCounts:    schema + ".job_counts",
-		deadGroups:   schema + ".dead_groups",
-		keys:         schema + ".idem_keys",
+		limitedDue:    q(limitedDueSQL),
+		limitEnsure:   q(limitEnsureSQL),
+		limitJobs:     q(limitJobsSQL),
+		limitSet:      q(limitSetSQL),
+		limitList:     q(limitListSQL),
+		limitGen:      q(limitGenSQL),
+		limitNextDue:  q(limitNextDueSQL),
+		jobs:          schema + ".jobs",
+		counters:      schema + ".counters",
+		jobCounts:     schema + ".job_counts",
+		deadGroups:    schema + ".dead_groups",
+		keys:          schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered
 		// rows), then the rows are inserted in key order, so that two

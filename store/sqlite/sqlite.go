@@ -377,9 +377,9 @@ var writeSQL = map[string]string{
 	"fetchLimited":  fetchLimitedSQL,
 	"rateThrottled": rateThrottledSQL,
 	"rateMove":      rateMoveSQL,
-	"limitUpsert":  `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-	"limitJob":     `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
-	"limitGen":     `SELECT n FROM limit_gen WHERE id = 1`,
+	"limitUpsert":   `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+	"limitJob":      `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
+	"limitGen":      `SELECT n FROM limit_gen WHERE id = 1`,
 	// limitNextDue: the earliest run_at after ?2 of queue ?1's limited
 	// jobs, one probe of jobs_limit_due per distinct priority.
 	"limitNextDue": firstSQL(limitedCond, "run_at > ?2"),
