@@ -318,7 +318,12 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		h.mu.Unlock()
 		// Nothing leased: are there still due limited jobs (waiting on
 		// a slot or a rate), or none, so that the next fetches skip this
-		// path?
+		// path? A queue with limited jobs due later keeps the path: the
+		// idle mark skips its selection until the next comes due, which
+		// then starts at its due time, not at the next probe.
+		if next != nil {
+			return nil
+		}
 		var due bool
 		if err := tx.QueryRow(ctx, s.sql.limitedDue, p.Queue, ts(dueBy)).Scan(&due); err != nil {
 			return err
