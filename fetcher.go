@@ -269,8 +269,9 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		// lease, so that a store that hangs does not hold up the
 		// shutdown for ever.
 		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
+		var nextStart time.Time
 		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
-			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
+			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id, NextStart: &nextStart})
 		fcancel()
 		q.fetchMu.Unlock()
 		if err != nil {
@@ -302,6 +303,16 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 			wait = min(wait, time.Until(time.Unix(0, h))-w.opts.Lookahead)
 		}
 		if wait <= 0 {
+			if !nextStart.IsZero() {
+				// Due jobs wait on a rate limit: the next may start at
+				// nextStart. Sleep until then (it starts within a timer's
+				// precision of it), or limitRecheck for the slots of
+				// others; a rate's start is never polled for.
+				if d := nextStart.Sub(w.client.now()); d > 0 {
+					q.sleep(ctx, timer, min(d, limitRecheck, w.opts.PollInterval))
+				}
+				continue
+			}
 			if len(jobs) == 0 {
 				// Jobs are due but none could be leased: they wait on a
 				// concurrency limit's slot (or another process's fetch
