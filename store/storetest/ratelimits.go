@@ -161,7 +161,6 @@ type rmJob struct {
 	runAt    time.Time
 	running  bool
 	done     bool
-	attempts int
 	job      *store.Job
 }
 
