@@ -122,6 +122,18 @@ func (l *ConcurrencyLimit) Check() error {
 	return nil
 }
 
+// SameLimit reports whether l and o are one limit: the same name, key,
+// max, rate and burst (their queue and kind may differ: such entries of
+// a list put the jobs of each selection under the one limit).
+func (l ConcurrencyLimit) SameLimit(o ConcurrencyLimit) bool {
+	if l.Name != o.Name || l.Key != o.Key || l.Max != o.Max {
+		return false
+	}
+	a, errA := rateOf(l.Rate, l.Burst)
+	b, errB := rateOf(o.Rate, o.Burst)
+	return errA == nil && errB == nil && a == b
+}
+
 // compiledLimit is a checked limit with its key parsed.
 type compiledLimit struct {
 	ConcurrencyLimit
@@ -137,16 +149,16 @@ type compiledLimit struct {
 // (the jobs enqueued before keep theirs).
 func (c *Client) SetLimits(limits []ConcurrencyLimit) error {
 	var out []compiledLimit
-	seen := map[string]bool{}
+	seen := map[string]ConcurrencyLimit{}
 	for i := range limits {
 		l := limits[i]
 		if err := l.Check(); err != nil {
 			return fmt.Errorf("redrive: limit %d (%q): %w", i+1, clipName(l.Name), err)
 		}
-		if seen[l.Name] {
-			return fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice", ErrInvalid, l.Name)})
+		if prev, ok := seen[l.Name]; ok && !prev.SameLimit(l) {
+			return fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice, with another key, max, rate or burst", ErrInvalid, l.Name)})
 		}
-		seen[l.Name] = true
+		seen[l.Name] = l
 		k, _ := ParseLimitKey(l.Key)
 		r, _ := rateOf(l.Rate, l.Burst)
 		out = append(out, compiledLimit{ConcurrencyLimit: l, key: k, rate: r})
