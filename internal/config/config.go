@@ -35,9 +35,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/redrivehq/redrive"
-	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
 )
 
 // Serve is the configuration of `redrive serve`, once every source

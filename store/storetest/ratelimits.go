@@ -155,13 +155,13 @@ func testLimitsRateSet(x *h) {
 // which jobs each fetch leases and when the next held one can start.
 
 type rmJob struct {
-	id       int64
-	group    string
-	prio     int
-	runAt    time.Time
-	running  bool
-	done     bool
-	job      *store.Job
+	id      int64
+	group   string
+	prio    int
+	runAt   time.Time
+	running bool
+	done    bool
+	job     *store.Job
 }
 
 type rmGroup struct {
