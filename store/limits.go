@@ -36,8 +36,9 @@ import (
 // rate. A job its rate holds waits, due, without using an attempt, and
 // is leased by the first fetch at or after the rate allows it, in its
 // group's priority then due-time order. Its start time is the fetch's
-// Now (FetchParams.Now), never earlier: a rate-limited job is not leased
-// ahead of its due time (FetchParams.DueBy does not apply to it).
+// clock read once the fetch holds its lock (FetchParams.Clock, else
+// Now), never earlier: a rate-limited job is not leased ahead of its due
+// time (FetchParams.DueBy does not apply to it).
 
 // The bounds of a LimitRate.
 const (
@@ -240,4 +241,17 @@ func CheckNewLimit(nj *NewJob) error {
 		return nil
 	}
 	return CheckLimitMax(nj.LimitMax)
+}
+
+// LeaseNow returns the start time of the limited jobs a fetch leases:
+// p.Clock() read now, once the store holds its lock, but never before
+// p.Now.
+func LeaseNow(p *FetchParams) time.Time {
+	if p.Clock == nil {
+		return p.Now
+	}
+	if t := p.Clock(); t.After(p.Now) {
+		return t
+	}
+	return p.Now
 }

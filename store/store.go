@@ -421,6 +421,9 @@ func CheckPriority(p int) error {
 }
 
 // FetchParams selects and leases due jobs.
+//
+// A rate-limited job is leased only at or after its due time, by Now
+// (or Clock): DueBy's lookahead does not apply to it.
 type FetchParams struct {
 	Queue string
 	Limit int
@@ -432,6 +435,13 @@ type FetchParams struct {
 	DueBy      time.Time
 	LeaseUntil time.Time
 	Worker     string
+	// Clock, when set, is read by the store once it holds the lock of
+	// the limited fetch (the writer's turn, the advisory lock), for the
+	// start time of the limited jobs it leases: their AttemptedAt and
+	// their rates' clock, so that a fetch that waited for its turn counts
+	// its starts at the time they happen, not when it asked. It is never
+	// earlier than Now. nil: Now.
+	Clock func() time.Time
 	// NextStart, when not nil, is set by the fetch to the earliest time
 	// after Now at which a due job of the queue that a rate limit holds
 	// can start (zero: none held), so that a worker sleeps until then

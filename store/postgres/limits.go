@@ -276,17 +276,18 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		if err := tx.QueryRow(ctx, s.sql.limitGen).Scan(&gen); err != nil {
 			return err
 		}
-		now := p.Now.UnixMicro()
+		leaseNow := store.LeaseNow(&p)
+		now := leaseNow.UnixMicro()
 		var ids []int64
 		var hint *int64
-		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(p.Now)).Scan(&ids, &hint); err != nil {
+		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint); err != nil {
 			return err
 		}
 		if hint != nil {
 			nextStart = time.UnixMicro(*hint).UTC()
 		}
 		if len(ids) > 0 {
-			rows, err := tx.Query(ctx, s.sql.limitedLease, ids, ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard(), now, p.Queue)
+			rows, err := tx.Query(ctx, s.sql.limitedLease, ids, ts(leaseNow), ts(p.LeaseUntil), cleanText(p.Worker), shard(), now, p.Queue)
 			if err != nil {
 				return err
 			}

@@ -73,6 +73,21 @@ func testLimitsRate(x *h) {
 		x.t.Errorf("NextStart with nothing held = %s, want zero", fmtTime(next))
 	}
 
+	// A fetch that waited for its turn counts its starts at its Clock's
+	// time once it holds the lock, not at the Now it asked at.
+	late := at(2 * time.Minute)
+	c := x.enqueue(at(0), rated("rq", "rate", "c", 0, r), rated("rq", "rate", "c", 0, r), rated("rq", "rate", "c", 0, r))
+	p = store.FetchParams{Queue: "rq", Limit: 10, Now: at(time.Minute + 600*time.Millisecond), LeaseUntil: at(time.Hour), Worker: "w1",
+		NextStart: &next, Clock: func() time.Time { return late }}
+	for _, j := range x.fetchWant(p, c[0].ID, c[1].ID) {
+		if j.AttemptedAt == nil || !sameTime(*j.AttemptedAt, late) {
+			x.t.Errorf("job leased with a Clock: attempted at %v, want %s", j.AttemptedAt, fmtTime(late))
+		}
+	}
+	if !sameTime(next, late.Add(500*time.Millisecond)) {
+		x.t.Errorf("NextStart after a Clock's fetch = %s, want %s", fmtTime(next), fmtTime(late.Add(500*time.Millisecond)))
+	}
+
 	// A rate with a max: both hold.
 	both := store.LimitRate{N: 10, Per: time.Second, Burst: 5}
 	var bj []store.NewJob
