@@ -293,6 +293,16 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		if len(jobs) == limit {
 			continue // there may be more due right now
 		}
+		if !nextStart.IsZero() {
+			// Due jobs wait on a rate limit: the next may start at
+			// nextStart. Sleep until then (it starts within a timer's
+			// precision of it), or limitRecheck for the slots of others;
+			// a rate's start is never polled for.
+			if d := nextStart.Sub(w.client.now()); d > 0 {
+				q.sleep(ctx, timer, min(d, limitRecheck, w.opts.PollInterval))
+			}
+			continue
+		}
 		// Nothing more is due: sleep until the next due job, a wake-up, or
 		// the poll interval.
 		wait := w.opts.PollInterval
@@ -303,16 +313,6 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 			wait = min(wait, time.Until(time.Unix(0, h))-w.opts.Lookahead)
 		}
 		if wait <= 0 {
-			if !nextStart.IsZero() {
-				// Due jobs wait on a rate limit: the next may start at
-				// nextStart. Sleep until then (it starts within a timer's
-				// precision of it), or limitRecheck for the slots of
-				// others; a rate's start is never polled for.
-				if d := nextStart.Sub(w.client.now()); d > 0 {
-					q.sleep(ctx, timer, min(d, limitRecheck, w.opts.PollInterval))
-				}
-				continue
-			}
 			if len(jobs) == 0 {
 				// Jobs are due but none could be leased: they wait on a
 				// concurrency limit's slot (or another process's fetch
