@@ -52,7 +52,7 @@ type WorkerProcess struct {
 // Args returns the command-line flags that describe the process, in the
 // form `redrive bench worker` parses them.
 func (p WorkerProcess) Args() []string {
-	return []string{
+	args := []string{
 		"--database-url", p.DatabaseURL,
 		"--schema", p.Schema,
 		"--mode", p.Mode,
@@ -60,8 +60,11 @@ func (p WorkerProcess) Args() []string {
 		"--fetch-batch", strconv.Itoa(p.FetchBatch),
 		"--retry-budget=" + strconv.FormatBool(p.RetryBudget),
 		"--retry-delay", p.RetryDelay.String(),
-		"--sqlite-path", p.SQLitePath,
 	}
+	if p.SQLitePath != "" {
+		args = append(args, "--sqlite-path", p.SQLitePath)
+	}
+	return args
 }
 
 // ServeWorker is the body of one worker process. It opens the store
