@@ -155,8 +155,8 @@ func (c *Client) SetLimits(limits []ConcurrencyLimit) error {
 		if err := l.Check(); err != nil {
 			return fmt.Errorf("redrive: limit %d (%q): %w", i+1, clipName(l.Name), err)
 		}
-		if prev, ok := seen[l.Name]; ok && !prev.SameLimit(l) {
-			return fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice, with another key, max, rate or burst", ErrInvalid, l.Name)})
+		if prev, ok := seen[l.Name]; ok && (!prev.SameLimit(l) || prev.Queue == l.Queue && prev.Kind == l.Kind) {
+			return fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice (entries of one name must be one limit, with one key, max, rate and burst, selecting other queues or kinds)", ErrInvalid, l.Name)})
 		}
 		seen[l.Name] = l
 		k, _ := ParseLimitKey(l.Key)

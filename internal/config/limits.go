@@ -87,8 +87,8 @@ func parseLimits(v string) ([]redrive.ConcurrencyLimit, error) {
 		if err := l.Check(); err != nil {
 			return nil, fmt.Errorf("limit %d (%q): %w", i+1, l.Name, err)
 		}
-		if prev, ok := seen[l.Name]; ok && !prev.SameLimit(l) {
-			return nil, fmt.Errorf("limit %d: name %q is used twice, with another key, max, rate or burst", i+1, l.Name)
+		if prev, ok := seen[l.Name]; ok && (!prev.SameLimit(l) || prev.Queue == l.Queue && prev.Kind == l.Kind) {
+			return nil, fmt.Errorf("limit %d: name %q is used twice (entries of one name must be one limit, with one key, max, rate and burst, selecting other queues or kinds)", i+1, l.Name)
 		}
 		seen[l.Name] = l
 		out = append(out, l)
