@@ -269,8 +269,9 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		// lease, so that a store that hangs does not hold up the
 		// shutdown for ever.
 		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
+		var nextStart time.Time
 		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
-			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id})
+			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id, NextStart: &nextStart, Clock: w.client.now})
 		fcancel()
 		q.fetchMu.Unlock()
 		if err != nil {
@@ -291,6 +292,16 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		}
 		if len(jobs) == limit {
 			continue // there may be more due right now
+		}
+		if !nextStart.IsZero() {
+			// Due jobs wait on a rate limit: the next may start at
+			// nextStart. Sleep until then (it starts within a timer's
+			// precision of it), or limitRecheck for the slots of others;
+			// a rate's start is never polled for.
+			if d := nextStart.Sub(w.client.now()); d > 0 {
+				q.sleep(ctx, timer, min(d, limitRecheck, w.opts.PollInterval))
+			}
+			continue
 		}
 		// Nothing more is due: sleep until the next due job, a wake-up, or
 		// the poll interval.

@@ -11,8 +11,8 @@ import (
 	"github.com/redrivehq/redrive/store"
 )
 
-// ConcurrencyLimit caps how many jobs run at once, fleet-wide: every
-// process on the store shares it. It applies to the jobs of Queue and
+// ConcurrencyLimit caps how many jobs run at once, and how many start in
+// an interval (Rate), fleet-wide: every process on the store shares it. It applies to the jobs of Queue and
 // Kind (empty: any) enqueued through a Client that has it (SetLimits);
 // each such job belongs to a group, the value of Key in the job, and at
 // most Max jobs of one group run at once. A job whose group is full waits
@@ -34,8 +34,18 @@ type ConcurrencyLimit struct {
 	// field (the http and download kinds).
 	Key string `json:"key,omitempty"`
 	// Max is how many jobs of one group run at once, from 1 to
-	// store.MaxLimit.
-	Max int `json:"max"`
+	// store.MaxLimit; 0 (only with a Rate) for no cap.
+	Max int `json:"max,omitempty"`
+	// Rate, when set, is how many jobs of one group start per interval,
+	// as ParseRate reads it ("50/s", "3/1m"), fleet-wide: a job its rate
+	// holds waits, due, without using an attempt, and starts as soon as
+	// the rate allows (a GCRA, see store.LimitRate). A rate set at run
+	// time (Client.SetLimitRate, redrive limits set) wins over it.
+	Rate string `json:"rate,omitempty"`
+	// Burst is how many jobs of one group may start at once after a
+	// quiet spell, from 1 to store.MaxBurst; 0 is 1 (starts evenly
+	// spaced). Only with a Rate.
+	Burst int `json:"burst,omitempty"`
 }
 
 // LimitKey is a parsed ConcurrencyLimit.Key.
@@ -99,16 +109,36 @@ func (l *ConcurrencyLimit) Check() error {
 	if _, err := ParseLimitKey(l.Key); err != nil {
 		return &FieldError{Field: "key", Err: err}
 	}
+	r, err := rateOf(l.Rate, l.Burst)
+	if err != nil {
+		return err
+	}
+	if l.Max == 0 && r.N > 0 {
+		return nil
+	}
 	if err := store.CheckLimitMax(l.Max); err != nil {
-		return &FieldError{Field: "max", Err: fmt.Errorf("%w: max %d is out of range [1, %d]", ErrInvalid, l.Max, store.MaxLimit)}
+		return &FieldError{Field: "max", Err: fmt.Errorf("%w: max %d is out of range [1, %d] (or 0 with a rate)", ErrInvalid, l.Max, store.MaxLimit)}
 	}
 	return nil
+}
+
+// SameLimit reports whether l and o are one limit: the same name, key,
+// max, rate and burst (their queue and kind may differ: such entries of
+// a list put the jobs of each selection under the one limit).
+func (l ConcurrencyLimit) SameLimit(o ConcurrencyLimit) bool {
+	if l.Name != o.Name || l.Key != o.Key || l.Max != o.Max {
+		return false
+	}
+	a, errA := rateOf(l.Rate, l.Burst)
+	b, errB := rateOf(o.Rate, o.Burst)
+	return errA == nil && errB == nil && a == b
 }
 
 // compiledLimit is a checked limit with its key parsed.
 type compiledLimit struct {
 	ConcurrencyLimit
-	key LimitKey
+	key  LimitKey
+	rate store.LimitRate
 }
 
 // SetLimits puts the jobs the client enqueues from now on under limits:
@@ -119,18 +149,19 @@ type compiledLimit struct {
 // (the jobs enqueued before keep theirs).
 func (c *Client) SetLimits(limits []ConcurrencyLimit) error {
 	var out []compiledLimit
-	seen := map[string]bool{}
+	seen := map[string]ConcurrencyLimit{}
 	for i := range limits {
 		l := limits[i]
 		if err := l.Check(); err != nil {
 			return fmt.Errorf("redrive: limit %d (%q): %w", i+1, clipName(l.Name), err)
 		}
-		if seen[l.Name] {
-			return fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice", ErrInvalid, l.Name)})
+		if prev, ok := seen[l.Name]; ok && (!prev.SameLimit(l) || prev.Queue == l.Queue && prev.Kind == l.Kind) {
+			return fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice (entries of one name must be one limit, with one key, max, rate and burst, selecting other queues or kinds)", ErrInvalid, l.Name)})
 		}
-		seen[l.Name] = true
+		seen[l.Name] = l
 		k, _ := ParseLimitKey(l.Key)
-		out = append(out, compiledLimit{ConcurrencyLimit: l, key: k})
+		r, _ := rateOf(l.Rate, l.Burst)
+		out = append(out, compiledLimit{ConcurrencyLimit: l, key: k, rate: r})
 	}
 	c.limits.Store(&out)
 	return nil
@@ -170,7 +201,7 @@ func (c *Client) applyLimit(nj *store.NewJob) error {
 		if len(key) > store.MaxLimitName {
 			return fmt.Errorf("%w: concurrency limit %q: %s is longer than %d bytes", ErrInvalid, l.Name, l.key, store.MaxLimitName)
 		}
-		nj.Limit, nj.LimitKey, nj.LimitMax = l.Name, key, l.Max
+		nj.Limit, nj.LimitKey, nj.LimitMax, nj.LimitRate = l.Name, key, l.Max, l.rate
 		return nil
 	}
 	return nil

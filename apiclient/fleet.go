@@ -152,3 +152,15 @@ func (c *Client) SetLimit(ctx context.Context, name string, max int) (store.Limi
 	var res LimitBody
 	return res.Limit, c.do(ctx, request{method: http.MethodPut, path: "/v1/limits/" + segment(name), body: LimitSet{Max: &max}}, &res)
 }
+
+// SetLimitRate changes a limit's rate for the whole fleet (PUT
+// /v1/limits/{name}): rate is "N/interval" ("50/s") or "none", burst 0
+// the server's default (1).
+func (c *Client) SetLimitRate(ctx context.Context, name, rate string, burst int) (store.LimitState, error) {
+	var res LimitBody
+	body := LimitSet{Rate: &rate}
+	if burst != 0 {
+		body.Burst = &burst
+	}
+	return res.Limit, c.do(ctx, request{method: http.MethodPut, path: "/v1/limits/" + segment(name), body: body}, &res)
+}

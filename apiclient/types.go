@@ -457,7 +457,12 @@ type LimitBody struct {
 	Limit store.LimitState `json:"limit"`
 }
 
-// LimitSet is the body of PUT /v1/limits/{name}: the limit's new max.
+// LimitSet is the body of PUT /v1/limits/{name}: the limit's new max,
+// its new rate, or both. Rate is "N/interval" ("50/s", "3/1m"; see
+// redrive.ParseRate) or "none" to remove the rate; Burst (default 1)
+// goes with a Rate.
 type LimitSet struct {
-	Max *int `json:"max"`
+	Max   *int    `json:"max,omitempty"`
+	Rate  *string `json:"rate,omitempty"`
+	Burst *int    `json:"burst,omitempty"`
 }

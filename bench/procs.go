@@ -16,7 +16,9 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
+	"github.com/redrivehq/redrive/store/sqlite"
 )
 
 // Worker process modes: the handlers a worker process registers.
@@ -35,6 +37,9 @@ const doneReportInterval = 2 * time.Millisecond
 type WorkerProcess struct {
 	DatabaseURL string
 	Schema      string
+	// SQLitePath, when set, is the SQLite database the process works on
+	// instead of PostgreSQL (the rate workload's processes on one file).
+	SQLitePath string
 	// Mode is ModeThroughput (no-op handlers) or ModeLateness (fail once,
 	// then succeed; RetryDelay is the one retry's delay).
 	Mode        string
@@ -47,7 +52,7 @@ type WorkerProcess struct {
 // Args returns the command-line flags that describe the process, in the
 // form `redrive bench worker` parses them.
 func (p WorkerProcess) Args() []string {
-	return []string{
+	args := []string{
 		"--database-url", p.DatabaseURL,
 		"--schema", p.Schema,
 		"--mode", p.Mode,
@@ -56,6 +61,10 @@ func (p WorkerProcess) Args() []string {
 		"--retry-budget=" + strconv.FormatBool(p.RetryBudget),
 		"--retry-delay", p.RetryDelay.String(),
 	}
+	if p.SQLitePath != "" {
+		args = append(args, "--sqlite-path", p.SQLitePath)
+	}
+	return args
 }
 
 // ServeWorker is the body of one worker process. It opens the store
@@ -71,11 +80,17 @@ func (p WorkerProcess) Args() []string {
 // <unix ns>" when a first attempt returns its error and "retry <job id>
 // <unix ns of the start> <ns late vs due time>" on the retry.
 func ServeWorker(ctx context.Context, p WorkerProcess, in io.Reader, out io.Writer, errLog io.Writer) error {
-	if p.Mode != ModeThroughput && p.Mode != ModeLateness {
-		return fmt.Errorf("bench: worker: mode %q: want %s or %s", p.Mode, ModeThroughput, ModeLateness)
+	if p.Mode != ModeThroughput && p.Mode != ModeLateness && p.Mode != ModeRate {
+		return fmt.Errorf("bench: worker: mode %q: want %s, %s or %s", p.Mode, ModeThroughput, ModeLateness, ModeRate)
 	}
 	log := slog.New(slog.NewTextHandler(errLog, &slog.HandlerOptions{Level: slog.LevelError}))
-	st, err := postgres.Open(ctx, p.DatabaseURL, postgres.Options{Schema: p.Schema, Logger: log, SkipMigrate: true})
+	var st store.Store
+	var err error
+	if p.SQLitePath != "" {
+		st, err = sqlite.Open(ctx, p.SQLitePath, sqlite.Options{Logger: log})
+	} else {
+		st, err = postgres.Open(ctx, p.DatabaseURL, postgres.Options{Schema: p.Schema, Logger: log, SkipMigrate: true})
+	}
 	if err != nil {
 		return err
 	}
@@ -101,6 +116,17 @@ func ServeWorker(ctx context.Context, p WorkerProcess, in io.Reader, out io.Writ
 		redrive.Handle(w, noopKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
 			last.Store(time.Now().UnixNano())
 			count.Add(1)
+			return nil
+		})
+	case ModeRate:
+		w = redrive.NewWorker(client, opts)
+		redrive.Handle(w, rateKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
+			now := time.Now().UnixNano()
+			at := now
+			if job.AttemptedAt != nil {
+				at = job.AttemptedAt.UnixNano()
+			}
+			emit("start %d %d", now, at)
 			return nil
 		})
 	case ModeLateness:

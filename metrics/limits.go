@@ -14,12 +14,15 @@ import (
 //	redrive_limit_busiest{limit}  the most running in one group
 //	redrive_limit_groups{limit}   how many of its groups have a running job
 //	redrive_limit_waiting{limit}  the limit's due jobs not running (waiting on a slot, or not fetched yet)
+//	redrive_limit_rate{limit}     the limit's rate, in job starts per second per group (absent: no rate)
+//	redrive_limit_burst{limit}    how many jobs of one group may start at once under the rate
+//	redrive_limit_throttled_total{limit,reason="rate"}  starts the rate delayed (a counter)
 //
 // The limits the process is configured with (serve's concurrency limits)
 // are reported from the start, at 0, before any job used them.
 var (
 	limitMaxDesc = prometheus.NewDesc("redrive_limit_max",
-		"How many jobs of one group of the concurrency limit may run at once, fleet-wide."+storeWide, []string{"limit"}, nil)
+		"How many jobs of one group of the concurrency limit may run at once, fleet-wide (0: no cap, a limit with only a rate)."+storeWide, []string{"limit"}, nil)
 	limitInUseDesc = prometheus.NewDesc("redrive_limit_in_use",
 		"How many jobs under the concurrency limit run now, all its groups together."+storeWide, []string{"limit"}, nil)
 	limitBusiestDesc = prometheus.NewDesc("redrive_limit_busiest",
@@ -30,9 +33,19 @@ var (
 	limitWaitingDesc = prometheus.NewDesc("redrive_limit_waiting",
 		"How many jobs under the concurrency limit are due and not running: waiting on a slot, or not fetched yet."+storeWide,
 		[]string{"limit"}, nil)
+	limitRateDesc = prometheus.NewDesc("redrive_limit_rate",
+		"The limit's rate: how many jobs of one group may start per second, fleet-wide (absent when the limit has none)."+storeWide, []string{"limit"}, nil)
+	limitBurstDesc = prometheus.NewDesc("redrive_limit_burst",
+		"How many jobs of one group of the limit may start at once under its rate."+storeWide, []string{"limit"}, nil)
+	limitThrottledDesc = prometheus.NewDesc("redrive_limit_throttled_total",
+		"Job starts the limit delayed: jobs leased after their due time because reason (the limit's rate) held their group then."+storeWide,
+		[]string{"limit", "reason"}, nil)
 )
 
 func describeLimits(ch chan<- *prometheus.Desc) {
+	ch <- limitRateDesc
+	ch <- limitBurstDesc
+	ch <- limitThrottledDesc
 	ch <- limitMaxDesc
 	ch <- limitInUseDesc
 	ch <- limitBusiestDesc
@@ -54,5 +67,10 @@ func (c *Collector) collectLimits(ctx context.Context, ch chan<- prometheus.Metr
 		ch <- prometheus.MustNewConstMetric(limitBusiestDesc, prometheus.GaugeValue, float64(l.Busiest), name)
 		ch <- prometheus.MustNewConstMetric(limitGroupsDesc, prometheus.GaugeValue, float64(l.Groups), name)
 		ch <- prometheus.MustNewConstMetric(limitWaitingDesc, prometheus.GaugeValue, float64(l.Waiting), name)
+		if l.Rate != nil && l.Rate.N > 0 {
+			ch <- prometheus.MustNewConstMetric(limitRateDesc, prometheus.GaugeValue, float64(l.Rate.N)/l.Rate.Per.Seconds(), name)
+			ch <- prometheus.MustNewConstMetric(limitBurstDesc, prometheus.GaugeValue, float64(l.Rate.Burst), name)
+		}
+		ch <- prometheus.MustNewConstMetric(limitThrottledDesc, prometheus.CounterValue, float64(l.Throttled), name, "rate")
 	}
 }

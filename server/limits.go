@@ -55,8 +55,9 @@ func (a *api) listLimits(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// setLimit changes, fleet-wide, the max of the limit the {name} path
-// value names (creating it if there is none).
+// setLimit changes, fleet-wide, the max, the rate or both of the limit
+// the {name} path value names (creating it if there is none). Every field
+// is checked before anything is stored: a bad one is a 400 naming it.
 func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {
 		return err
@@ -70,18 +71,57 @@ func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decodeBody(w, r, &body); err != nil {
 		return err
 	}
-	if body.Max == nil {
-		return badRequest("max", "max is required: how many jobs of one group may run at once, 1 to %d", store.MaxLimit)
+	if body.Max == nil && body.Rate == nil {
+		if body.Burst != nil {
+			return badRequest("burst", "burst goes with a rate: give rate too (e.g. \"rate\": \"50/s\", \"burst\": 10)")
+		}
+		return badRequest("max", "max or rate is required: max is how many jobs of one group may run at once, 1 to %d; rate how many start per interval, e.g. 50/s", store.MaxLimit)
 	}
-	st, err := a.client.SetLimitMax(r.Context(), name, *body.Max)
+	if body.Max != nil {
+		if err := store.CheckLimitMax(*body.Max); err != nil {
+			return badRequest("max", "max %d is out of range [1, %d]", *body.Max, store.MaxLimit)
+		}
+	}
+	var rate store.LimitRate
+	if body.Rate != nil {
+		var err error
+		if rate, err = redrive.ParseRate(*body.Rate); err != nil {
+			return fieldError(err)
+		}
+		if body.Burst != nil {
+			if rate.N == 0 {
+				return badRequest("burst", "burst goes with a rate, not with none")
+			}
+			rate.Burst = *body.Burst
+			if err := store.CheckLimitRate(rate); err != nil {
+				return badRequest("burst", "burst %d is out of range [1, %d]", *body.Burst, store.MaxBurst)
+			}
+		}
+	} else if body.Burst != nil {
+		return badRequest("burst", "burst goes with a rate: give rate too (e.g. \"rate\": \"50/s\", \"burst\": 10)")
+	}
+	var st store.LimitState
+	var err error
+	if body.Max != nil {
+		st, err = a.client.SetLimitMax(r.Context(), name, *body.Max)
+	}
+	if err == nil && body.Rate != nil {
+		st, err = a.client.SetLimitRate(r.Context(), name, rate)
+	}
+	if err := fieldError(err); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, LimitBody{Limit: st})
+	return nil
+}
+
+// fieldError makes a *redrive.FieldError a 400 naming its field; other
+// errors are returned as they are.
+func fieldError(err error) error {
 	var fe *redrive.FieldError
 	if errors.As(err, &fe) {
 		return &apiError{status: http.StatusBadRequest, code: "invalid", field: fe.Field,
 			msg: strings.TrimPrefix(fe.Err.Error(), redrive.ErrInvalid.Error()+": ")}
 	}
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, LimitBody{Limit: st})
-	return nil
+	return err
 }

@@ -119,3 +119,52 @@ func TestLimitsUseAPI(t *testing.T) {
 		t.Errorf("series points = %+v, want the last with per-customer: 2 in use, busiest 1", series.Points)
 	}
 }
+
+// TestLimitsRate: PUT /v1/limits/{name} sets a rate (with a burst),
+// alone or with a max, and removes it; GET lists it; a bad rate,
+// interval or burst is a 400 naming the field, and nothing is stored.
+func TestLimitsRate(t *testing.T) {
+	e := newEnv(t, Options{})
+	var set LimitBody
+	e.want(e.do("PUT", "/v1/limits/pay", `{"rate":"50/s","burst":10}`), 200, &set)
+	if l := set.Limit; l.Name != "pay" || l.Max != 0 || l.Rate == nil || l.Rate.N != 50 || l.Rate.Per != time.Second || l.Rate.Burst != 10 {
+		t.Fatalf("PUT rate 50/s burst 10 = %+v (rate %+v)", l, l.Rate)
+	}
+	var list struct {
+		Limits []map[string]json.RawMessage `json:"limits"`
+	}
+	e.want(e.do("GET", "/v1/limits", ""), 200, &list)
+	if len(list.Limits) != 1 || string(list.Limits[0]["rate"]) != `{"n":50,"per":"1s","per_ms":1000,"burst":10,"text":"50/1s burst 10"}` ||
+		string(list.Limits[0]["throttled"]) != "0" {
+		t.Errorf("GET /v1/limits = %s, want the rate and throttled", list.Limits)
+	}
+	e.want(e.do("PUT", "/v1/limits/pay", `{"max":4,"rate":"3/1m"}`), 200, &set)
+	if l := set.Limit; l.Max != 4 || l.Rate == nil || l.Rate.N != 3 || l.Rate.Per != time.Minute || l.Rate.Burst != 1 {
+		t.Errorf("PUT max 4, rate 3/1m = %+v (rate %+v)", l, l.Rate)
+	}
+	for _, c := range []struct{ body, field string }{
+		{`{"rate":"0/s"}`, "rate"},
+		{`{"rate":"-1/s"}`, "rate"},
+		{`{"rate":"fast"}`, "rate"},
+		{`{"rate":"5/0s"}`, "interval"},
+		{`{"rate":"5/25h"}`, "interval"},
+		{`{"rate":"5/week"}`, "interval"},
+		{`{"rate":"5/s","burst":0}`, "burst"},
+		{`{"rate":"5/s","burst":-2}`, "burst"},
+		{`{"burst":3}`, "burst"},
+		{`{"rate":"none","burst":3}`, "burst"},
+		{`{"max":2,"rate":"0/s"}`, "rate"},
+		{`{"max":0,"rate":"5/s"}`, "max"},
+	} {
+		wantErr(t, e.do("PUT", "/v1/limits/pay", c.body), 400, "invalid", c.field)
+	}
+	e.want(e.do("PUT", "/v1/limits/pay", `{"max":4}`), 200, &set)
+	if l := set.Limit; l.Max != 4 || l.Rate == nil || l.Rate.N != 3 || l.Rate.Per != time.Minute {
+		t.Errorf("after refused PUTs: %+v (rate %+v), want max 4, rate 3/1m", l, l.Rate)
+	}
+	var unset LimitBody
+	e.want(e.do("PUT", "/v1/limits/pay", `{"rate":"none"}`), 200, &unset)
+	if l := unset.Limit; l.Max != 4 || l.Rate != nil {
+		t.Errorf("PUT rate none = %+v, want max 4 and no rate", l)
+	}
+}

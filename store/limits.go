@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -22,6 +23,118 @@ import (
 // using an attempt, and is leased, in due-time order within its group, by
 // a later fetch once a slot is free.
 
+// Rate limits: a limit may also have a rate (LimitRate), alone or with
+// its Max: at most N starts per Per in each group, in bursts of up to
+// Burst. The rate is a GCRA (generic cell rate algorithm): each group
+// keeps one timestamp, its theoretical arrival time (TAT), in the store.
+// A start at t is allowed when t >= TAT - (Burst-1)*T, where T = Per/N
+// (the emission interval, rounded up to the microsecond, so a limit never
+// exceeds its rate); it moves TAT to max(TAT, t) + T. Over any window of
+// length d a group therefore starts at most Burst + d/T jobs. The fetch
+// that leases a group's jobs reads and moves its TAT in its own
+// transaction (fenced as the slots are), so every process shares one
+// rate. A job its rate holds waits, due, without using an attempt, and
+// is leased by the first fetch at or after the rate allows it, in its
+// group's priority then due-time order. Its start time is the fetch's
+// clock read once the fetch holds its lock (FetchParams.Clock, else
+// Now), never earlier: a rate-limited job is not leased ahead of its due
+// time (FetchParams.DueBy does not apply to it).
+
+// The bounds of a LimitRate.
+const (
+	// MaxRateN bounds LimitRate.N.
+	MaxRateN = 1_000_000
+	// MinRatePer and MaxRatePer bound LimitRate.Per.
+	MinRatePer = time.Millisecond
+	MaxRatePer = 24 * time.Hour
+	// MaxBurst bounds LimitRate.Burst.
+	MaxBurst = 1_000_000
+)
+
+// LimitRate is the rate of a limit: at most N job starts per Per in each
+// group, in bursts of up to Burst. The zero LimitRate is no rate.
+type LimitRate struct {
+	N     int
+	Per   time.Duration
+	Burst int
+}
+
+// IsZero reports whether r is no rate.
+func (r LimitRate) IsZero() bool { return r == LimitRate{} }
+
+// Interval returns the emission interval: Per/N rounded up to the
+// microsecond, the time between two starts of a group at the full rate.
+func (r LimitRate) Interval() time.Duration {
+	per := r.Per.Microseconds()
+	return time.Duration((per+int64(r.N)-1)/int64(r.N)) * time.Microsecond
+}
+
+// String returns the rate as "N/Per" ("50/1s"), with the burst when it
+// is not 1 ("50/1s burst 10"); "" for no rate.
+func (r LimitRate) String() string {
+	if r.IsZero() {
+		return ""
+	}
+	s := fmt.Sprintf("%d/%s", r.N, r.Per)
+	if r.Burst != 1 {
+		s += fmt.Sprintf(" burst %d", r.Burst)
+	}
+	return s
+}
+
+// CheckLimitRate reports, as an ErrInvalid error naming the field at
+// fault (rate, interval or burst), a rate no store keeps: N out of [1,
+// MaxRateN], Per out of [MinRatePer, MaxRatePer] or not whole
+// microseconds, more than one start per microsecond, Burst out of [1,
+// MaxBurst]. The zero LimitRate (no rate) is fine.
+func CheckLimitRate(r LimitRate) error {
+	if r.IsZero() {
+		return nil
+	}
+	switch {
+	case r.N < 1 || r.N > MaxRateN:
+		return fmt.Errorf("%w: rate: %d jobs per interval is out of range [1, %d]", ErrInvalid, r.N, MaxRateN)
+	case r.Per < MinRatePer || r.Per > MaxRatePer:
+		return fmt.Errorf("%w: interval: %s is out of range [%s, %s]", ErrInvalid, r.Per, MinRatePer, MaxRatePer)
+	case r.Per%time.Microsecond != 0:
+		return fmt.Errorf("%w: interval: %s is not a whole number of microseconds", ErrInvalid, r.Per)
+	case int64(r.N) > r.Per.Microseconds():
+		return fmt.Errorf("%w: rate: %d per %s is more than one start a microsecond", ErrInvalid, r.N, r.Per)
+	case r.Burst < 1 || r.Burst > MaxBurst:
+		return fmt.Errorf("%w: burst: %d is out of range [1, %d]", ErrInvalid, r.Burst, MaxBurst)
+	}
+	return nil
+}
+
+// MarshalJSON writes the rate as {"n", "per" (a Go duration), "per_ms",
+// "burst", "text"}.
+func (r LimitRate) MarshalJSON() ([]byte, error) {
+	return json.Marshal(limitRateJSON{N: r.N, Per: r.Per.String(), PerMS: float64(r.Per) / float64(time.Millisecond), Burst: r.Burst, Text: r.String()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (n, per and burst; the
+// others are ignored).
+func (r *LimitRate) UnmarshalJSON(b []byte) error {
+	var v limitRateJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	per, err := time.ParseDuration(v.Per)
+	if err != nil && v.Per != "" {
+		return fmt.Errorf("rate: per: %w", err)
+	}
+	*r = LimitRate{N: v.N, Per: per, Burst: v.Burst}
+	return nil
+}
+
+type limitRateJSON struct {
+	N     int     `json:"n"`
+	Per   string  `json:"per"`
+	PerMS float64 `json:"per_ms"`
+	Burst int     `json:"burst"`
+	Text  string  `json:"text,omitempty"`
+}
+
 // MaxLimit bounds a limit's Max.
 const MaxLimit = 1_000_000
 
@@ -31,7 +144,8 @@ const MaxLimitName = 200
 // Limits is the part of a Store that keeps concurrency limits.
 type Limits interface {
 	// SetLimit sets the limit named name to max running jobs per group,
-	// creating it if there is none, and returns its state. It takes
+	// creating it if there is none (without a rate), and returns its
+	// state. It keeps the limit's rate. It takes
 	// effect at the next fetch: lowering it below the running count
 	// stops new starts until enough jobs end; no running job is stopped.
 	// A bad name or a max out of [1, MaxLimit] is ErrInvalid.
@@ -39,13 +153,29 @@ type Limits interface {
 
 	// ListLimits returns every limit, sorted by name, with its use now.
 	ListLimits(ctx context.Context, now time.Time) ([]LimitState, error)
+
+	// SetLimitRate sets the rate of the limit named name (the zero
+	// LimitRate removes it), creating the limit if there is none (with no
+	// cap on running jobs: Max 0), and returns its state. It keeps the
+	// limit's max and takes effect at the next fetch; a group's rate state
+	// is kept, so lowering a rate delays the group's next start by at
+	// most the new emission interval times the burst. A bad name or rate
+	// (CheckLimitRate) is ErrInvalid, and nothing is stored.
+	SetLimitRate(ctx context.Context, name string, r LimitRate, now time.Time) (LimitState, error)
 }
 
 // LimitState is a concurrency limit and its use now.
 type LimitState struct {
 	Name string `json:"name"`
-	// Max is how many jobs of one group may run at once.
+	// Max is how many jobs of one group may run at once; 0 for no cap (a
+	// limit with only a rate).
 	Max int `json:"max"`
+	// Rate is the limit's rate; absent (zero) when it has none.
+	Rate *LimitRate `json:"rate,omitempty"`
+	// Throttled counts the starts the rate delayed: jobs leased after
+	// their due time because the rate held their group then, since the
+	// limit was created (store-wide).
+	Throttled int64 `json:"throttled"`
 	// InUse is how many of the limit's jobs run now, all groups together;
 	// Busiest is the most running in one group (never above Max unless
 	// Max was lowered while they ran); Groups is how many groups have a
@@ -103,11 +233,12 @@ func CheckLimitMax(max int) error {
 }
 
 // CheckNewLimit reports, as an ErrInvalid error, the limit fields of a
-// new job that no store keeps: a key or max without a limit, a bad limit
-// name or key, a max out of range. Stores call it from Enqueue.
+// new job that no store keeps: a key, max or rate without a limit, a bad
+// limit name or key, a max out of range (0 is allowed only with a rate),
+// a bad rate. Stores call it from Enqueue.
 func CheckNewLimit(nj *NewJob) error {
 	if nj.Limit == "" {
-		if nj.LimitKey != "" || nj.LimitMax != 0 {
+		if nj.LimitKey != "" || nj.LimitMax != 0 || !nj.LimitRate.IsZero() {
 			return fmt.Errorf("%w: limit key or max without a limit", ErrInvalid)
 		}
 		return nil
@@ -118,5 +249,24 @@ func CheckNewLimit(nj *NewJob) error {
 	if len(nj.LimitKey) > MaxLimitName || !utf8.ValidString(nj.LimitKey) || strings.ContainsRune(nj.LimitKey, 0) {
 		return fmt.Errorf("%w: limit key is longer than %d bytes, not UTF-8 or holds a NUL", ErrInvalid, MaxLimitName)
 	}
+	if err := CheckLimitRate(nj.LimitRate); err != nil {
+		return err
+	}
+	if nj.LimitMax == 0 && !nj.LimitRate.IsZero() {
+		return nil
+	}
 	return CheckLimitMax(nj.LimitMax)
+}
+
+// LeaseNow returns the start time of the limited jobs a fetch leases:
+// p.Clock() read now, once the store holds its lock, but never before
+// p.Now.
+func LeaseNow(p *FetchParams) time.Time {
+	if p.Clock == nil {
+		return p.Now
+	}
+	if t := p.Clock(); t.After(p.Now) {
+		return t
+	}
+	return p.Now
 }

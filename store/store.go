@@ -408,9 +408,13 @@ type NewJob struct {
 	// gives the limit if it has none yet (a limit set before, by
 	// SetLimit or an earlier job, keeps its max). A job whose
 	// idempotency key is taken changes nothing.
-	Limit    string
-	LimitKey string
-	LimitMax int
+	// LimitMax 0 with a LimitRate gives a new limit no cap on running
+	// jobs. LimitRate is the rate the store gives the limit when it
+	// creates it (see LimitRate), as LimitMax is its max.
+	Limit     string
+	LimitKey  string
+	LimitMax  int
+	LimitRate LimitRate
 }
 
 // The range of job priorities (Job.Priority). Higher runs first.
@@ -433,6 +437,9 @@ func CheckPriority(p int) error {
 }
 
 // FetchParams selects and leases due jobs.
+//
+// A rate-limited job is leased only at or after its due time, by Now
+// (or Clock): DueBy's lookahead does not apply to it.
 type FetchParams struct {
 	Queue string
 	Limit int
@@ -444,6 +451,18 @@ type FetchParams struct {
 	DueBy      time.Time
 	LeaseUntil time.Time
 	Worker     string
+	// Clock, when set, is read by the store once it holds the lock of
+	// the limited fetch (the writer's turn, the advisory lock), for the
+	// start time of the limited jobs it leases: their AttemptedAt and
+	// their rates' clock, so that a fetch that waited for its turn counts
+	// its starts at the time they happen, not when it asked. It is never
+	// earlier than Now. nil: Now.
+	Clock func() time.Time
+	// NextStart, when not nil, is set by the fetch to the earliest time
+	// after Now at which a due job of the queue that a rate limit holds
+	// can start (zero: none held), so that a worker sleeps until then
+	// rather than poll. It is a hint: another process may take that start.
+	NextStart *time.Time
 }
 
 // OutcomeKind is what happened to a leased attempt.

@@ -428,3 +428,7 @@ func (d *directBackend) Limits(ctx context.Context) ([]store.LimitState, error) 
 func (d *directBackend) SetLimit(ctx context.Context, name string, max int) (store.LimitState, error) {
 	return d.c.SetLimitMax(ctx, name, max)
 }
+
+func (d *directBackend) SetLimitRate(ctx context.Context, name string, r store.LimitRate) (store.LimitState, error) {
+	return d.c.SetLimitRate(ctx, name, r)
+}

@@ -286,3 +286,10 @@ func (r *remoteBackend) Limits(ctx context.Context) ([]store.LimitState, error) 
 func (r *remoteBackend) SetLimit(ctx context.Context, name string, max int) (store.LimitState, error) {
 	return r.api.SetLimit(ctx, name, max)
 }
+
+func (r *remoteBackend) SetLimitRate(ctx context.Context, name string, rate store.LimitRate) (store.LimitState, error) {
+	if rate.N == 0 {
+		return r.api.SetLimitRate(ctx, name, "none", 0)
+	}
+	return r.api.SetLimitRate(ctx, name, redrive.FormatRate(rate), rate.Burst)
+}

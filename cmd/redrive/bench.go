@@ -77,6 +77,7 @@ Workloads:
   lateness    N jobs fail once and retry after 1s: how late the retry starts
   depth       burn-down of 50k due jobs behind a deep backlog of waiting ones
   dlq         listings, groups, counts and a redrive of a deep DLQ
+  rate        a fleet-wide rate limit shared by worker processes: rate held, worst window
   download    16 generated 256 MiB files through the download kind, then curl
   all         throughput, failure and lateness with their defaults`,
 		Args: cobra.NoArgs,
@@ -102,6 +103,7 @@ Workloads:
 		newBenchDepthCmd(g, o),
 		newBenchPriorityCmd(g, o),
 		newBenchDLQCmd(g, o),
+		newBenchRateCmd(g, o),
 		newBenchAllCmd(g, o),
 		newBenchWorkerCmd(o),
 		newBenchAMQPCmd(g),
@@ -133,8 +135,8 @@ func newBenchWorkerCmd(o *benchOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p.DatabaseURL, p.Workers, p.FetchBatch, p.RetryBudget = o.databaseURL, o.workers, o.fetchBatch, o.retryBudget
 			switch {
-			case p.DatabaseURL == "" || p.Schema == "":
-				return flagErrorf(cmd, "--database-url and --schema are required")
+			case p.SQLitePath == "" && (p.DatabaseURL == "" || p.Schema == ""):
+				return flagErrorf(cmd, "--database-url and --schema, or --sqlite-path, are required")
 			case p.Workers < 1:
 				return flagErrorf(cmd, "--workers must be at least 1, got %d", p.Workers)
 			}
@@ -143,7 +145,8 @@ func newBenchWorkerCmd(o *benchOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&p.Schema, "schema", "", "the benchmark's schema")
-	f.StringVar(&p.Mode, "mode", bench.ModeThroughput, "throughput or lateness")
+	f.StringVar(&p.Mode, "mode", bench.ModeThroughput, "throughput, lateness or rate")
+	f.StringVar(&p.SQLitePath, "sqlite-path", "", "the benchmark's SQLite database (instead of --database-url and --schema)")
 	f.DurationVar(&p.RetryDelay, "retry-delay", bench.DefaultRetryDelay, "the lateness workload's retry delay")
 	return cmd
 }

@@ -250,6 +250,21 @@ func TestBenchDLQ(t *testing.T) {
 	}
 }
 
+// TestBenchRate: two worker processes on one SQLite file share a rate
+// limit; the starts the store recorded keep to burst + rate·t in every
+// window (the figure from the handlers' clocks is reported, not checked:
+// it includes the machine's dispatch jitter).
+func TestBenchRate(t *testing.T) {
+	r := benchJSON[bench.RateResult](t, "rate", "--rate", "100/s", "--burst", "5", "--duration", "1s", "--processes", "2", "--workers", "4")
+	checkMeta(t, r.Meta, "rate")
+	if r.Starts < 1 || len(r.PerProcess) != 2 || r.Target != 100 || r.Params.Jobs < 100 {
+		t.Errorf("rate result: %+v", r)
+	}
+	if r.StoreExcess > 1e-6 {
+		t.Errorf("the store's starts went %v jobs over burst + rate·t in a window", r.StoreExcess)
+	}
+}
+
 func TestBenchBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -268,7 +283,11 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"throughput", "--processes", "-1", "--database-url", "postgres:///x"}, "--processes must not be negative"},
 		{[]string{"failure", "--processes", "2"}, "unknown flag: --processes"},
 		{[]string{"throughput", "--record", "--processes", "2", "--database-url", "postgres:///x"}, "--record runs the workers in this process"},
-		{[]string{"worker", "--mode", "lateness"}, "--database-url and --schema are required"},
+		{[]string{"worker", "--mode", "lateness"}, "--database-url and --schema"},
+		{[]string{"rate", "--processes", "0"}, "--processes must be at least 1"},
+		{[]string{"rate", "--rate", "0/s"}, "--rate"},
+		{[]string{"rate", "--burst", "0"}, "--burst must be at least 1"},
+		{[]string{"rate", "--duration", "0s"}, "--duration must be positive"},
 	} {
 		_, stderr, err := runCLI(t, append([]string{"bench"}, tc.args...)...)
 		if err == nil {

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
 	"github.com/spf13/cobra"
 )
@@ -268,5 +269,46 @@ times (listings: once per page); p50, p99 and max are printed.`,
 	f.IntVar(&p.Pages, "pages", p.Pages, "pages each listing follows by cursor")
 	f.IntVar(&p.Repeat, "repeat", p.Repeat, "times each groups or count call is timed")
 	f.IntVar(&p.Redrive, "redrive", p.Redrive, "newest dead jobs a durable redrive moves back (0: none)")
+	return cmd
+}
+
+func newBenchRateCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	p := bench.RateParams{Rate: bench.DefaultRateLimit, Burst: bench.DefaultRateBurst, Processes: bench.DefaultRateProcesses}
+	duration := bench.DefaultRateDuration
+	cmd := &cobra.Command{
+		Use:   "rate",
+		Short: "A fleet-wide rate limit shared by worker processes: rate held, worst window",
+		Long: `Enqueue more no-op jobs under one rate limit (--rate, --burst) than it lets
+start in --duration, run --processes worker processes on the database (on
+SQLite, processes on the one file; with --database-url, on PostgreSQL) for
+--duration, and compare the starts their handlers saw with the limit: the
+rate achieved over --duration (and its deviation from the limit's), and the
+worst window: the most that the starts in any window [t1, t2] went above
+burst + rate*(t2 - t1), from the handlers' clocks and from the start times
+the store recorded when it leased each job.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case p.Processes < 1:
+				return flagErrorf(cmd, "--processes must be at least 1, got %d", p.Processes)
+			case duration <= 0:
+				return flagErrorf(cmd, "--duration must be positive, got %s", duration)
+			case p.Burst < 1:
+				return flagErrorf(cmd, "--burst must be at least 1, got %d", p.Burst)
+			}
+			if _, err := redrive.ParseRate(p.Rate); err != nil {
+				return flagErrorf(cmd, "--rate: %v", err)
+			}
+			p.Duration = bench.Duration(duration)
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.Rate(ctx, cfg, p))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.Rate, "rate", p.Rate, "the limit's rate, N/interval")
+	f.IntVar(&p.Burst, "burst", p.Burst, "the limit's burst")
+	f.DurationVar(&duration, "duration", duration, "how long the workers run")
+	f.IntVar(&p.Processes, "processes", p.Processes, "worker processes sharing the limit")
 	return cmd
 }

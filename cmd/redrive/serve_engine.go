@@ -44,7 +44,11 @@ type engine struct {
 // and, when --download-dir is set, the download kind.
 func newEngine(cfg *config.Serve, st store.Store, log *slog.Logger) (*engine, error) {
 	e := &engine{client: redrive.NewClient(st, redrive.ClientOptions{Logger: log})}
-	if err := e.client.SetLimits(cfg.Limits); err != nil {
+	limits, err := cfg.EngineLimits()
+	if err != nil {
+		return nil, err
+	}
+	if err := e.client.SetLimits(limits); err != nil {
 		return nil, fmt.Errorf("concurrency-limits: %w", err)
 	}
 	retryPolicy := cfg.Retry

@@ -37,6 +37,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
 )
 
 // Serve is the configuration of `redrive serve`, once every source
@@ -111,6 +112,12 @@ type Serve struct {
 	// Limits are the fleet-wide concurrency limits of the jobs serve's
 	// client enqueues (limits.go).
 	Limits []redrive.ConcurrencyLimit
+	// HostRate and HostBurst are the rate limit per host of the http and
+	// download kinds (--host-rate-limit, --host-rate-burst): one limit,
+	// named host-rate, keyed on the host of the job's url, shared by the
+	// two kinds (limits.go). A zero HostRate is none.
+	HostRate  store.LimitRate
+	HostBurst int
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
 	queuesSpec string

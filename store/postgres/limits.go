@@ -39,11 +39,19 @@ import (
 // jobs_limit_due each), and each priority's due jobs are one range of the
 // index, so limited jobs of a higher priority due later are skipped by a
 // probe, never walked.
-const limitedFetchSQL = `WITH f AS MATERIALIZED (
+//
+// The selection and the lease are two statements of one transaction,
+// under the lock: limitedSelectSQL picks the jobs ($4: now, as unix
+// microseconds, for the rates) and says when a job a rate holds can start
+// next; limitedLeaseSQL leases them and moves their groups' rate state.
+// A group with a rate (rate_n > 0) gets, besides its free slots, at most
+// the starts its GCRA allows at $4 (see store.LimitRate), and only jobs
+// due by $4: a rate-limited job is never leased ahead of its due time.
+const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	SELECT r.climit, r.ckey FROM {jobs} r
 	WHERE r.state = 'running' AND r.climit IS NOT NULL
 	GROUP BY r.climit, r.ckey
-	HAVING count(*) >= coalesce((SELECT l.max_running FROM {limits} l WHERE l.name = r.climit), 0)
+	HAVING count(*) >= coalesce((SELECT CASE WHEN l.max_running > 0 THEN l.max_running ELSE ` + noCap + ` END FROM {limits} l WHERE l.name = r.climit), 0)
 ), w AS MATERIALIZED (
 	SELECT d.id, d.priority, d.run_at, d.climit, d.ckey FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 		SELECT j.id, j.priority, j.run_at, j.climit, j.ckey FROM {jobs} j
@@ -51,26 +59,78 @@ const limitedFetchSQL = `WITH f AS MATERIALIZED (
 			AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
 		ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
 	LIMIT ` + limitWindow + `
-), g AS (
-	SELECT d.climit, d.ckey, (SELECT l.max_running FROM {limits} l WHERE l.name = d.climit)
-		- (SELECT count(*) FROM {jobs} r WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = d.climit AND r.ckey = d.ckey) AS free
-	FROM (SELECT DISTINCT climit, ckey FROM w) d
+), d AS (
+	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= {now}) AS waiting_now,
+		(extract(epoch FROM min(run_at) FILTER (WHERE run_at > {now})) * 1000000)::bigint AS later
+	FROM w GROUP BY climit, ckey
+), g0 AS (
+	SELECT d.climit, d.ckey, d.waiting, d.waiting_now, d.later, l.rate_n > 0 AS rated,
+		CASE WHEN l.max_running > 0 THEN l.max_running - (SELECT count(*) FROM {jobs} r
+			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = d.climit AND r.ckey = d.ckey) ELSE ` + noCap + ` END AS cfree,
+		CASE WHEN l.rate_n > 0 THEN (l.rate_per + l.rate_n - 1) / l.rate_n ELSE 1 END AS ti,
+		CASE WHEN l.rate_n > 0 THEN (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) ELSE 0 END AS tau,
+		GREATEST(coalesce(rt.tat, $4), $4) AS base
+	FROM d JOIN {limits} l ON l.name = d.climit LEFT JOIN {rates} rt ON rt.name = d.climit AND rt.key = d.ckey
+), g AS MATERIALIZED (
+	SELECT g0.*, CASE WHEN NOT rated THEN cfree WHEN $4 + tau < base THEN 0 ELSE LEAST(cfree, ($4 + tau - base) / ti + 1) END AS free
+	FROM g0
 ), r AS (
-	SELECT id, free, rn FROM (
+	SELECT id FROM (
 		SELECT w.id, w.priority, w.run_at, g.free, row_number() OVER (PARTITION BY w.climit, w.ckey ORDER BY w.priority DESC, w.run_at, w.id) AS rn
-		FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0) x
+		FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0 AND (NOT g.rated OR w.run_at <= {now})) x
 	WHERE rn <= free ORDER BY priority DESC, run_at, id LIMIT $3
-), upd AS (
-	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
+), h AS (
+	SELECT CASE WHEN waiting_now > GREATEST(free, 0) THEN base + GREATEST(free, 0) * ti - tau
+		WHEN waiting > waiting_now THEN GREATEST(base + GREATEST(free, 0) * ti - tau, later) END AS at
+	FROM g WHERE rated
+)
+SELECT coalesce((SELECT array_agg(id) FROM r), '{}'::bigint[]), (SELECT min(at) FROM h WHERE at > $4)`
+
+// limitedLeaseSQL leases the jobs $1 that are still waiting ($2 to $5
+// as in the fetch statement: now, lease end, worker, counter shard), and,
+// $6 being now in unix microseconds, moves the rate state of their
+// groups: TAT to max(TAT, now) + starts * T, and counts in throttled the
+// starts the rate delayed (a job due before its group's rate allowed a
+// start). The CTEs read the rows as they were before the statement.
+const limitedLeaseSQL = `WITH upd AS (
+	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($2, j.run_at), lease_until = $3, worker = $4,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
-	FROM r WHERE j.id = r.id AND j.state IN ('pending', 'scheduled')
+	FROM unnest($1::bigint[]) AS r(id) WHERE j.id = r.id AND j.state IN ('pending', 'scheduled')
 	RETURNING {jcols}
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
-	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM upd HAVING count(*) > 0
+	SELECT $7::text, 'attempts', $5::smallint, count(*) FROM upd HAVING count(*) > 0
 	{upsert}
+), started AS (
+	SELECT j.climit, j.ckey, j.run_at, l.rate_per, l.rate_n, l.rate_burst, rt.tat
+	FROM upd u JOIN {jobs} j ON j.id = u.id JOIN {limits} l ON l.name = j.climit AND l.rate_n > 0
+	LEFT JOIN {rates} rt ON rt.name = j.climit AND rt.key = j.ckey
+), thr AS (
+	UPDATE {limits} l SET throttled = l.throttled + x.n FROM (
+		SELECT climit, count(*) AS n FROM started
+		WHERE (extract(epoch FROM run_at) * 1000000)::bigint < tat - (rate_burst - 1) * ((rate_per + rate_n - 1) / rate_n)
+		GROUP BY climit) x
+	WHERE l.name = x.climit
+), mv AS (
+	INSERT INTO {rates} AS x (name, key, tat)
+	SELECT climit, ckey, $6 + count(*) * ((rate_per + rate_n - 1) / rate_n) FROM started
+	GROUP BY climit, ckey, rate_per, rate_n ORDER BY climit, ckey
+	ON CONFLICT (name, key) DO UPDATE SET tat = GREATEST(x.tat, $6) + (excluded.tat - $6)
 )
 SELECT * FROM upd`
+
+// ratePruneSQL deletes the rate rows whose TAT is past ($1): such a row
+// says no more than no row.
+const ratePruneSQL = `DELETE FROM {rates} WHERE tat <= $1`
+
+// ratePruneEvery is how many limited leases of a process pass between
+// two prunings of limit_rates (a scan of the groups that started jobs
+// lately).
+const ratePruneEvery = 1000
+
+// noCap is the free slots of a limit with max_running 0 (a rate only):
+// more than any fetch leases.
+const noCap = "1000000000"
 
 // limitWindow is how many of a queue's oldest due limited jobs a fetch
 // looks at: it bounds the cost of a fetch when many wait on full groups
@@ -96,17 +156,20 @@ const (
 // they do not exist; limitJobsSQL sets the limit ($2) and group ($3) of
 // the jobs $1; limitSetSQL sets one limit.
 const (
-	limitEnsureSQL = `INSERT INTO {limits} (name, max_running, updated_at)
-	SELECT name, max, $3 FROM unnest($1::text[], $2::int[]) AS t(name, max) ORDER BY name
+	limitEnsureSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, updated_at)
+	SELECT name, max, rn, rp, rb, $3 FROM unnest($1::text[], $2::int[], $4::int[], $5::bigint[], $6::int[]) AS t(name, max, rn, rp, rb) ORDER BY name
 	ON CONFLICT (name) DO NOTHING`
 	limitJobsSQL = `UPDATE {jobs} j SET climit = t.name, ckey = t.key FROM unnest($1::bigint[], $2::text[], $3::text[]) AS t(id, name, key) WHERE j.id = t.id`
 	limitSetSQL  = `INSERT INTO {limits} (name, max_running, updated_at) VALUES ($1, $2, $3)
 	ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at`
+	limitSetRateSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES ($1, 0, $2, $3, $4, $5)
+	ON CONFLICT (name) DO UPDATE SET rate_n = excluded.rate_n, rate_per = excluded.rate_per, rate_burst = excluded.rate_burst,
+		updated_at = excluded.updated_at`
 )
 
 // limitListSQL reads the limits ($2: only that one, unless empty) and
 // their use at $1.
-const limitListSQL = `SELECT l.name, l.max_running, l.updated_at,
+const limitListSQL = `SELECT l.name, l.max_running, l.rate_n, l.rate_per, l.rate_burst, l.throttled, l.updated_at,
 	coalesce(g.in_use, 0), coalesce(g.busiest, 0), coalesce(g.groups, 0), coalesce(w.n, 0)
 FROM {limits} l
 LEFT JOIN (SELECT climit, sum(n)::bigint AS in_use, max(n) AS busiest, count(*) AS groups FROM (
@@ -142,6 +205,9 @@ type limitHint struct {
 type idleMark struct {
 	gen     int64
 	nextDue time.Time
+	// rateAt, when not zero, is when a job a rate held can start next:
+	// the selection runs again from then.
+	rateAt time.Time
 }
 
 func (h *limitHints) get(queue string) *limitHint {
@@ -160,8 +226,12 @@ func (s *Store) limitLockKey() int64 {
 }
 
 // fetchLimited leases the due limited jobs of p.Queue that have a free
-// slot, up to p.Limit, when the queue may have some (see limitHints).
+// slot (and their rate allows), up to p.Limit, when the queue may have
+// some (see limitHints), and sets *p.NextStart.
 func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy time.Time) ([]*store.Job, error) {
+	if p.NextStart != nil {
+		*p.NextStart = time.Time{}
+	}
 	h := s.limitHints.get(p.Queue)
 	if !h.due.Load() {
 		now := time.Now().UnixNano()
@@ -186,12 +256,17 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		if err := s.pool.QueryRow(ctx, s.sql.limitGen).Scan(&gen); err != nil {
 			return nil, err
 		}
-		if gen == idle.gen && dueBy.Before(idle.nextDue) {
+		if gen == idle.gen && dueBy.Before(idle.nextDue) && (idle.rateAt.IsZero() || p.Now.Before(idle.rateAt)) {
+			if p.NextStart != nil {
+				*p.NextStart = idle.rateAt
+			}
 			return nil, nil // nothing can start since the last selection
 		}
 	}
 	var jobs []*store.Job
+	var nextStart time.Time
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		jobs, nextStart = nil, time.Time{}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
 			return err
 		}
@@ -201,13 +276,29 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		if err := tx.QueryRow(ctx, s.sql.limitGen).Scan(&gen); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, s.sql.limitedFetch, p.Queue, ts(dueBy), p.Limit, ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
-		if err != nil {
+		leaseNow := store.LeaseNow(&p)
+		now := leaseNow.UnixMicro()
+		var ids []int64
+		var hint *int64
+		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint); err != nil {
 			return err
 		}
-		jobs, err = collect(rows, false)
-		if err != nil {
-			return err
+		if hint != nil {
+			nextStart = time.UnixMicro(*hint).UTC()
+		}
+		if len(ids) > 0 {
+			rows, err := tx.Query(ctx, s.sql.limitedLease, ids, ts(leaseNow), ts(p.LeaseUntil), cleanText(p.Worker), shard(), now, p.Queue)
+			if err != nil {
+				return err
+			}
+			if jobs, err = collect(rows, false); err != nil {
+				return err
+			}
+			if s.ratePrunes.Add(1)%ratePruneEvery == 0 {
+				if _, err := tx.Exec(ctx, s.sql.ratePrune, now); err != nil {
+					return err
+				}
+			}
 		}
 		if len(jobs) > 0 {
 			h.mu.Lock()
@@ -219,7 +310,7 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		if err := tx.QueryRow(ctx, s.sql.limitNextDue, p.Queue, ts(dueBy)).Scan(&next); err != nil {
 			return err
 		}
-		m := &idleMark{gen: gen, nextDue: time.Unix(1<<62, 0)}
+		m := &idleMark{gen: gen, nextDue: time.Unix(1<<62, 0), rateAt: nextStart}
 		if next != nil {
 			m.nextDue = *next
 		}
@@ -227,7 +318,13 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		h.idle = m
 		h.mu.Unlock()
 		// Nothing leased: are there still due limited jobs (waiting on
-		// a slot), or none, so that the next fetches skip this path?
+		// a slot or a rate), or none, so that the next fetches skip this
+		// path? A queue with limited jobs due later keeps the path: the
+		// idle mark skips its selection until the next comes due, which
+		// then starts at its due time, not at the next probe.
+		if next != nil {
+			return nil
+		}
 		var due bool
 		if err := tx.QueryRow(ctx, s.sql.limitedDue, p.Queue, ts(dueBy)).Scan(&due); err != nil {
 			return err
@@ -238,6 +335,9 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		}
 		return nil
 	})
+	if err == nil && p.NextStart != nil {
+		*p.NextStart = nextStart
+	}
 	return jobs, err
 }
 
@@ -292,7 +392,8 @@ func (s *Store) setLimits(ctx context.Context, q querier, jobs []store.NewJob, o
 	var ids []int64
 	var names, keys []string
 	var limNames []string
-	var limMax []int32
+	var limMax, limRateN, limBurst []int32
+	var limPer []int64
 	seen := map[string]bool{}
 	for i := range jobs {
 		nj := &jobs[i]
@@ -303,12 +404,13 @@ func (s *Store) setLimits(ctx context.Context, q querier, jobs []store.NewJob, o
 		if !seen[nj.Limit] {
 			seen[nj.Limit] = true
 			limNames, limMax = append(limNames, nj.Limit), append(limMax, int32(nj.LimitMax))
+			limRateN, limPer, limBurst = append(limRateN, int32(nj.LimitRate.N)), append(limPer, nj.LimitRate.Per.Microseconds()), append(limBurst, int32(nj.LimitRate.Burst))
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := q.Exec(ctx, s.sql.limitEnsure, limNames, limMax, ts(now)); err != nil {
+	if _, err := q.Exec(ctx, s.sql.limitEnsure, limNames, limMax, ts(now), limRateN, limPer, limBurst); err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}
 	if _, err := q.Exec(ctx, s.sql.limitJobs, ids, names, keys); err != nil {
@@ -341,6 +443,30 @@ func (s *Store) SetLimit(ctx context.Context, name string, max int, now time.Tim
 	return ls[0], nil
 }
 
+// SetLimitRate implements store.Limits.
+func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate, now time.Time) (store.LimitState, error) {
+	if err := s.check(); err != nil {
+		return store.LimitState{}, err
+	}
+	if err := store.CheckLimitName("name", name); err != nil {
+		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
+	}
+	if err := store.CheckLimitRate(r); err != nil {
+		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.limitSetRate, name, r.N, r.Per.Microseconds(), r.Burst, ts(now)); err != nil {
+		return store.LimitState{}, s.fail("set limit rate", err)
+	}
+	ls, err := s.limits(ctx, now, name)
+	if err != nil {
+		return store.LimitState{}, s.fail("set limit rate", err)
+	}
+	if len(ls) != 1 {
+		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %q not read back", name)
+	}
+	return ls[0], nil
+}
+
 // ListLimits implements store.Limits.
 func (s *Store) ListLimits(ctx context.Context, now time.Time) ([]store.LimitState, error) {
 	if err := s.check(); err != nil {
@@ -362,8 +488,14 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 	var out []store.LimitState
 	for rows.Next() {
 		var l store.LimitState
-		if err := rows.Scan(&l.Name, &l.Max, &l.UpdatedAt, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting); err != nil {
+		var r store.LimitRate
+		var per int64
+		if err := rows.Scan(&l.Name, &l.Max, &r.N, &per, &r.Burst, &l.Throttled, &l.UpdatedAt, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting); err != nil {
 			return nil, err
+		}
+		if r.N > 0 {
+			r.Per = time.Duration(per) * time.Microsecond
+			l.Rate = &r
 		}
 		l.UpdatedAt = l.UpdatedAt.UTC()
 		out = append(out, l)

@@ -142,6 +142,9 @@ type Store struct {
 	group enqueueGroup
 	// limitHints says which queues may have due limited jobs (limits.go).
 	limitHints limitHints
+	// ratePrunes counts the limited leases, to prune limit_rates now and
+	// then (limits.go).
+	ratePrunes atomic.Int64
 
 	// Test hooks, set before the calls they watch: listenPinged is
 	// called after each ping of an idle listening connection;

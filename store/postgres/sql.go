@@ -57,9 +57,11 @@ type statements struct {
 	keptKeys       string
 	insertDead     string
 	// Concurrency limits (limits.go).
-	limitedFetch, limitedDue          string
-	limitEnsure, limitJobs, limitSet  string
-	limitList, limitGen, limitNextDue string
+	limitedSelect, limitedLease, ratePrune string
+	limitedDue                             string
+	limitEnsure, limitJobs, limitSet       string
+	limitSetRate                           string
+	limitList, limitGen, limitNextDue      string
 }
 
 // keepKeysSQL keeps the keys of the jobs a DELETE ... RETURNING (named
@@ -96,6 +98,8 @@ func render(schema, channel string) statements {
 		"{jobs}", schema+".jobs",
 		"{schema}", schema,
 		"{limits}", schema+".conc_limits",
+		"{rates}", schema+".limit_rates",
+		"{now}", "$5::timestamptz",
 		"{limitgen}", schema+".limit_gen",
 		"{counters}", schema+".counters",
 		"{jobcounts}", schema+".job_counts",
@@ -119,19 +123,22 @@ func render(schema, channel string) statements {
 		return r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))"))
 	}
 	return statements{
-		limitedFetch: q(limitedFetchSQL),
-		limitedDue:   q(limitedDueSQL),
-		limitEnsure:  q(limitEnsureSQL),
-		limitJobs:    q(limitJobsSQL),
-		limitSet:     q(limitSetSQL),
-		limitList:    q(limitListSQL),
-		limitGen:     q(limitGenSQL),
-		limitNextDue: q(limitNextDueSQL),
-		jobs:         schema + ".jobs",
-		counters:     schema + ".counters",
-		jobCounts:    schema + ".job_counts",
-		deadGroups:   schema + ".dead_groups",
-		keys:         schema + ".idem_keys",
+		limitedSelect: q(limitedSelectSQL),
+		limitedLease:  q(limitedLeaseSQL),
+		ratePrune:     q(ratePruneSQL),
+		limitSetRate:  q(limitSetRateSQL),
+		limitedDue:    q(limitedDueSQL),
+		limitEnsure:   q(limitEnsureSQL),
+		limitJobs:     q(limitJobsSQL),
+		limitSet:      q(limitSetSQL),
+		limitList:     q(limitListSQL),
+		limitGen:      q(limitGenSQL),
+		limitNextDue:  q(limitNextDueSQL),
+		jobs:          schema + ".jobs",
+		counters:      schema + ".counters",
+		jobCounts:     schema + ".job_counts",
+		deadGroups:    schema + ".dead_groups",
+		keys:          schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered
 		// rows), then the rows are inserted in key order, so that two

@@ -381,6 +381,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	}
 	var ids, limitedIDs string
 	var n, scheduled, limited int64
+	var leaseNow time.Time // the limited jobs' start (store.LeaseNow)
 	err := s.write(ctx, func(tx *sql.Conn) error {
 		ids, n, scheduled, limitedIDs, limited = "", 0, 0, "", 0
 		// The jobs under a concurrency limit first (limits.go), by
@@ -388,11 +389,22 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		// allow, leased at once; then the others.
 		var ls int64
 		var err error
-		if limitedIDs, limited, ls, err = s.fetchLimited(ctx, tx, p.Queue, dueBy, p.Limit); err != nil {
+		var nextStart int64
+		leaseNow = store.LeaseNow(&p)
+		if limitedIDs, limited, ls, nextStart, err = s.fetchLimited(ctx, tx, p.Queue, leaseNow, dueBy, p.Limit); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
+		if p.NextStart != nil {
+			*p.NextStart = time.Time{}
+			if nextStart != 0 {
+				*p.NextStart = fromMicros(nextStart)
+			}
+		}
 		if limited > 0 {
-			if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(p.Now), micros(p.LeaseUntil), p.Worker, limitedIDs); err != nil {
+			if err := s.rateLeased(ctx, tx, limitedIDs, leaseNow); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+			if _, err := s.stmt(tx, "fetchLease").ExecContext(ctx, micros(leaseNow), micros(p.LeaseUntil), p.Worker, limitedIDs); err != nil {
 				return fmt.Errorf("sqlite: fetch: %w", err)
 			}
 		}
@@ -465,7 +477,19 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	// read has a bound of its own, for a store that hangs.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
 	defer cancel()
-	jobs, err := s.readLeased(rctx, ids, int(n), p)
+	var limitedAt map[int64]bool
+	if limited > 0 && micros(leaseNow) != micros(p.Now) {
+		// The limited jobs started at leaseNow, the others at p.Now.
+		var lids []int64
+		if err := json.Unmarshal([]byte(limitedIDs), &lids); err != nil {
+			return nil, fmt.Errorf("sqlite: fetch: %w", err)
+		}
+		limitedAt = make(map[int64]bool, len(lids))
+		for _, id := range lids {
+			limitedAt[id] = true
+		}
+	}
+	jobs, err := s.readLeased(rctx, ids, int(n), p, limitedAt, micros(leaseNow))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: fetch: jobs %d leased but not read back (their leases will expire and be rescued): %w", n, err)
 	}
@@ -565,7 +589,7 @@ type leasedJob struct {
 // readLeased reads the n jobs Fetch leased with p, their ids a JSON array,
 // on the read pool, with one statement whose SQL never changes, so it is
 // parsed once per connection rather than once per call.
-func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.FetchParams) ([]*store.Job, error) {
+func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.FetchParams, limitedAt map[int64]bool, leaseNow int64) ([]*store.Job, error) {
 	if _, err := s.readDB(); err != nil {
 		return nil, err
 	}
@@ -598,7 +622,11 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 		replayOf, _ := d.optInt(v[20])
 		lastDuration, _ := d.optInt(v[18])
 		lastDelay, _ := d.optInt(v[19])
-		lj := &leasedJob{attempted: fromMicros(max(now, runAt)), leaseTo: lease}
+		start := now
+		if limitedAt[d.int(v[0])] {
+			start = leaseNow
+		}
+		lj := &leasedJob{attempted: fromMicros(max(start, runAt)), leaseTo: lease}
 		lj.job = store.Job{ID: d.int(v[0]), Queue: p.Queue, Kind: d.str(v[1]), Payload: json.RawMessage(d.bytes(v[2])),
 			State: store.Running, Attempt: int(d.int(v[3])), MaxRetries: int(d.int(v[4])), Policy: json.RawMessage(d.bytes(v[5])),
 			IdempotencyKey: d.str(v[6]), Dependency: d.str(v[7]), Reprocessable: d.int(v[8]) != 0,

@@ -39,24 +39,63 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	SELECT r.climit, r.ckey FROM jobs r INDEXED BY jobs_limit_running
 	WHERE r.state = 'running' AND r.climit IS NOT NULL
 	GROUP BY r.climit, r.ckey
-	HAVING count(*) >= coalesce((SELECT l.max_running FROM conc_limits l WHERE l.name = r.climit), 0)
+	HAVING count(*) >= coalesce((SELECT CASE WHEN l.max_running > 0 THEN l.max_running ELSE ` + noCap + ` END FROM conc_limits l WHERE l.name = r.climit), 0)
 ), w AS MATERIALIZED (
 	SELECT j.id, j.state, j.priority, j.run_at, j.climit, j.ckey FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
 	WHERE pr.p IS NOT NULL AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
 		AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
 	LIMIT ` + limitWindow + `
-), g AS (
-	SELECT climit, ckey, (SELECT l.max_running FROM conc_limits l WHERE l.name = d.climit)
-		- (SELECT count(*) FROM jobs r INDEXED BY jobs_limit_running
-			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = d.climit AND r.ckey = d.ckey) AS free
-	FROM (SELECT DISTINCT climit, ckey FROM w) d
+), d AS (
+	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?4) AS waiting_now, min(run_at) FILTER (WHERE run_at > ?4) AS later
+	FROM w GROUP BY climit, ckey
+), g0 AS (
+	SELECT d.climit, d.ckey, d.waiting, d.waiting_now, d.later, l.rate_n > 0 AS rated,
+		CASE WHEN l.max_running > 0 THEN l.max_running - (SELECT count(*) FROM jobs r INDEXED BY jobs_limit_running
+			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = d.climit AND r.ckey = d.ckey) ELSE ` + noCap + ` END AS cfree,
+		CASE WHEN l.rate_n > 0 THEN (l.rate_per + l.rate_n - 1) / l.rate_n ELSE 1 END AS ti,
+		CASE WHEN l.rate_n > 0 THEN (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) ELSE 0 END AS tau,
+		max(coalesce(rt.tat, ?4), ?4) AS base
+	FROM d JOIN conc_limits l ON l.name = d.climit LEFT JOIN limit_rates rt ON rt.name = d.climit AND rt.key = d.ckey
+), g AS MATERIALIZED (
+	SELECT climit, ckey, waiting, waiting_now, later, rated, ti, tau, base,
+		CASE WHEN NOT rated THEN cfree WHEN ?4 + tau < base THEN 0 ELSE min(cfree, (?4 + tau - base) / ti + 1) END AS free
+	FROM g0
 ), r AS (
 	SELECT w.id, w.state, w.priority, w.run_at, g.free, row_number() OVER (PARTITION BY w.climit, w.ckey ORDER BY w.priority DESC, w.run_at, w.id) AS rn
-	FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0
+	FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0 AND (NOT g.rated OR w.run_at <= ?4)
 ), t AS (
 	SELECT id, state FROM r WHERE rn <= free ORDER BY priority DESC, run_at, id LIMIT ?3
+), h AS (
+	SELECT CASE WHEN waiting_now > max(free, 0) THEN base + max(free, 0) * ti - tau
+		WHEN waiting > waiting_now THEN max(base + max(free, 0) * ti - tau, later) END AS at
+	FROM g WHERE rated
 )
-SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM t`
+SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), (SELECT min(at) FROM h WHERE at > ?4) FROM t`
+
+// noCap is the free slots of a limit with max_running 0 (a rate only):
+// more than any fetch leases.
+const noCap = "1000000000"
+
+// rateLeaseSQL counts, then records, the starts of the jobs just leased
+// (?1, a JSON array of ids) at ?2 (unix microseconds) in the rate state
+// of their groups: a start the rate delayed (its job due before its
+// group's rate allowed a start) is counted in throttled; each group's
+// TAT moves to max(TAT, now) + starts * T. Rows of groups whose TAT is
+// past (no more than no row) are deleted.
+const (
+	rateThrottledSQL = `UPDATE conc_limits SET throttled = throttled + (
+		SELECT count(*) FROM jobs j JOIN limit_rates rt ON rt.name = j.climit AND rt.key = j.ckey
+		WHERE j.id IN (SELECT value FROM json_each(?1)) AND j.climit = conc_limits.name
+			AND j.run_at < rt.tat - (conc_limits.rate_burst - 1) * ((conc_limits.rate_per + conc_limits.rate_n - 1) / conc_limits.rate_n))
+	WHERE rate_n > 0 AND name IN (SELECT climit FROM jobs WHERE id IN (SELECT value FROM json_each(?1)))`
+	rateMoveSQL = `INSERT INTO limit_rates (name, key, tat)
+		SELECT j.climit, j.ckey, ?2 + count(*) * ((l.rate_per + l.rate_n - 1) / l.rate_n)
+		FROM jobs j JOIN conc_limits l ON l.name = j.climit AND l.rate_n > 0
+		WHERE j.id IN (SELECT value FROM json_each(?1))
+		GROUP BY j.climit, j.ckey
+	ON CONFLICT (name, key) DO UPDATE SET tat = max(tat, ?2) + (excluded.tat - ?2)`
+	ratePruneSQL = `DELETE FROM limit_rates WHERE tat <= ?`
+)
 
 // limitIdle remembers, per queue, that its last selection of limited
 // jobs leased none: the limit_gen count then, and the due time of its
@@ -65,7 +104,9 @@ SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled
 // reads and writes it.
 type limitIdle map[string]idleMark
 
-type idleMark struct{ gen, nextDue int64 }
+// rateAt, when not 0, is when a job a rate held can start next: the
+// selection runs again from then.
+type idleMark struct{ gen, nextDue, rateAt int64 }
 
 // limitWindow is how many of a queue's oldest due limited jobs a fetch
 // looks at (the same in both stores).
@@ -84,7 +125,8 @@ func (s *Store) setLimits(ctx context.Context, tx *sql.Conn, jobs []store.NewJob
 		}
 		if !seen[nj.Limit] {
 			seen[nj.Limit] = true
-			if _, err := s.stmt(tx, "limitUpsert").ExecContext(ctx, nj.Limit, nj.LimitMax, micros(now)); err != nil {
+			if _, err := s.stmt(tx, "limitUpsert").ExecContext(ctx, nj.Limit, nj.LimitMax,
+				nj.LimitRate.N, nj.LimitRate.Per.Microseconds(), nj.LimitRate.Burst, micros(now)); err != nil {
 				return fmt.Errorf("sqlite: enqueue: limit %q: %w", nj.Limit, err)
 			}
 		}
@@ -121,6 +163,33 @@ func (s *Store) SetLimit(ctx context.Context, name string, max int, now time.Tim
 	return ls[0], nil
 }
 
+// SetLimitRate implements store.Limits.
+func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate, now time.Time) (store.LimitState, error) {
+	if err := store.CheckLimitName("name", name); err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
+	}
+	if err := store.CheckLimitRate(r); err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, 0, ?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET rate_n = excluded.rate_n, rate_per = excluded.rate_per, rate_burst = excluded.rate_burst,
+				updated_at = excluded.updated_at`, name, r.N, r.Per.Microseconds(), r.Burst, micros(now))
+		return err
+	})
+	if err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
+	}
+	ls, err := s.limits(ctx, now, name)
+	if err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
+	}
+	if len(ls) != 1 {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %q not read back", name)
+	}
+	return ls[0], nil
+}
+
 // ListLimits implements store.Limits.
 func (s *Store) ListLimits(ctx context.Context, now time.Time) ([]store.LimitState, error) {
 	ls, err := s.limits(ctx, now, "")
@@ -137,7 +206,7 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.QueryContext(ctx, `SELECT l.name, l.max_running, l.updated_at,
+	rows, err := db.QueryContext(ctx, `SELECT l.name, l.max_running, l.rate_n, l.rate_per, l.rate_burst, l.throttled, l.updated_at,
 		coalesce(g.in_use, 0), coalesce(g.busiest, 0), coalesce(g.groups, 0), coalesce(w.n, 0)
 		FROM conc_limits l
 		LEFT JOIN (SELECT climit, sum(n) AS in_use, max(n) AS busiest, count(*) AS groups FROM (
@@ -154,9 +223,14 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 	var out []store.LimitState
 	for rows.Next() {
 		var l store.LimitState
-		var updated int64
-		if err := rows.Scan(&l.Name, &l.Max, &updated, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting); err != nil {
+		var updated, per int64
+		var r store.LimitRate
+		if err := rows.Scan(&l.Name, &l.Max, &r.N, &per, &r.Burst, &l.Throttled, &updated, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting); err != nil {
 			return nil, err
+		}
+		if r.N > 0 {
+			r.Per = time.Duration(per) * time.Microsecond
+			l.Rate = &r
 		}
 		l.UpdatedAt = fromMicros(updated)
 		out = append(out, l)
@@ -166,31 +240,57 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 
 // fetchLimited runs the selection of limited jobs of a fetch, unless the
 // queue's idle mark says it would lease none, and returns the ids
-// selected, how many, and how many of them were scheduled.
-func (s *Store) fetchLimited(ctx context.Context, tx *sql.Conn, queue string, dueBy time.Time, limit int) (ids string, n, scheduled int64, err error) {
+// selected, how many, how many of them were scheduled, and when a job a
+// rate holds can start next (0: none held). It leases nothing: the
+// caller leases the ids, then calls rateLeased.
+func (s *Store) fetchLimited(ctx context.Context, tx *sql.Conn, queue string, now, dueBy time.Time, limit int) (ids string, n, scheduled, nextStart int64, err error) {
 	var gen int64
 	if err := s.stmt(tx, "limitGen").QueryRowContext(ctx).Scan(&gen); err != nil {
-		return "", 0, 0, err
+		return "", 0, 0, 0, err
 	}
-	due := micros(dueBy)
-	if m, ok := s.limitIdle[queue]; ok && m.gen == gen && due < m.nextDue {
-		return "", 0, 0, nil
+	due, at := micros(dueBy), micros(now)
+	if m, ok := s.limitIdle[queue]; ok && m.gen == gen && due < m.nextDue && (m.rateAt == 0 || at < m.rateAt) {
+		return "", 0, 0, m.rateAt, nil
 	}
-	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit).Scan(&ids, &n, &scheduled); err != nil {
-		return "", 0, 0, err
+	var hint sql.NullInt64
+	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit, at).Scan(&ids, &n, &scheduled, &hint); err != nil {
+		return "", 0, 0, 0, err
 	}
 	if n > 0 {
 		delete(s.limitIdle, queue)
-		return ids, n, scheduled, nil
+		return ids, n, scheduled, hint.Int64, nil
 	}
 	var next sql.NullInt64
 	if err := s.stmt(tx, "limitNextDue").QueryRowContext(ctx, queue, due).Scan(&next); err != nil {
-		return "", 0, 0, err
+		return "", 0, 0, 0, err
 	}
-	m := idleMark{gen: gen, nextDue: math.MaxInt64}
+	m := idleMark{gen: gen, nextDue: math.MaxInt64, rateAt: hint.Int64}
 	if next.Valid {
 		m.nextDue = next.Int64
 	}
 	s.limitIdle[queue] = m
-	return ids, 0, 0, nil
+	return ids, 0, 0, hint.Int64, nil
 }
+
+// rateLeased records, in the fetch's transaction, the starts at now of
+// the limited jobs ids just leased in their groups' rate state (and
+// counts those the rate delayed). Every ratePruneEvery calls it also
+// deletes the rate rows that say no more than no row.
+func (s *Store) rateLeased(ctx context.Context, tx *sql.Conn, ids string, now time.Time) error {
+	if _, err := s.stmt(tx, "rateThrottled").ExecContext(ctx, ids); err != nil {
+		return err
+	}
+	if _, err := s.stmt(tx, "rateMove").ExecContext(ctx, ids, micros(now)); err != nil {
+		return err
+	}
+	if s.ratePrune++; s.ratePrune%ratePruneEvery == 0 {
+		if _, err := tx.ExecContext(ctx, ratePruneSQL, micros(now)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ratePruneEvery is how many limited leases pass between two prunings of
+// limit_rates (a scan of the groups that started jobs lately).
+const ratePruneEvery = 1000

@@ -174,6 +174,9 @@ var subtests = []subtest{
 	{"LimitsPriority", testLimitsPriority},
 	{"LimitsPriorityWindow", testLimitsPriorityWindow},
 	{"LimitsWindowStarve", testLimitsWindowStarve},
+	{"LimitsRate", testLimitsRate},
+	{"LimitsRateSet", testLimitsRateSet},
+	{"LimitsRateModel", testLimitsRateModel},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
