@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -421,6 +422,31 @@ func (w *Worker) compilePeriodic() ([]*periodic, error) {
 		}
 	}
 	return ps, nil
+}
+
+// warnPeriodic logs a warning for each schedule whose jobs this worker
+// will not run: one enqueueing to a queue it does not work, or of a kind
+// it has no handler for. Neither is refused (another process on the
+// store may run them, as when one process declares the schedules of a
+// fleet), but nothing runs such jobs until a worker that does starts.
+func (w *Worker) warnPeriodic(ps []*periodic) {
+	worked := make(map[string]bool, len(w.queues))
+	names := make([]string, 0, len(w.queues))
+	for _, q := range w.queues {
+		worked[q.name] = true
+		names = append(names, q.name)
+	}
+	kinds := w.exec.Kinds()
+	for _, p := range ps {
+		if !worked[p.req.Queue] {
+			w.log.Warn("periodic: the schedule enqueues to a queue this worker does not work; its jobs wait for a worker of that queue",
+				"schedule", p.name, "queue", p.req.Queue, "worker_queues", names)
+		}
+		if !slices.Contains(kinds, p.req.Kind) {
+			w.log.Warn("periodic: the schedule enqueues a kind this worker has no handler for; its jobs wait for a worker that has one",
+				"schedule", p.name, "kind", p.req.Kind, "worker_kinds", kinds)
+		}
+	}
 }
 
 // compilePeriodic validates schedules.
