@@ -36,35 +36,18 @@ type directBackend struct {
 
 func (d *directBackend) Close() error { return d.close() }
 
+// Enqueue enqueues one job; the request is read as POST /v1/jobs reads it
+// (server.RequestOf), every field kept.
 func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (*redrive.Job, error) {
-	var opts []redrive.Option
-	if in.Queue != "" {
-		opts = append(opts, redrive.InQueue(in.Queue))
+	r, err := server.RequestOf(&in, time.Now())
+	if err != nil {
+		return nil, err
 	}
-	if in.Delay != "" {
-		dl, err := time.ParseDuration(in.Delay)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, redrive.After(dl))
+	jobs, err := d.c.EnqueueMany(ctx, []redrive.Request{r})
+	if len(jobs) == 1 {
+		return jobs[0], err // with a *KeyConflictError, the job holding the key
 	}
-	if in.MaxRetries != nil {
-		opts = append(opts, redrive.MaxRetries(*in.MaxRetries))
-	}
-	if in.IdempotencyKey != "" {
-		opts = append(opts, redrive.IdempotencyKey(in.IdempotencyKey))
-	}
-	if in.ReturnExisting {
-		opts = append(opts, redrive.ReturnExisting())
-	}
-	if in.Priority != 0 {
-		opts = append(opts, redrive.Priority(in.Priority))
-	}
-	var payload any
-	if len(in.Payload) > 0 {
-		payload = in.Payload
-	}
-	return d.c.Enqueue(ctx, in.Kind, payload, opts...)
+	return nil, err
 }
 
 func (d *directBackend) Get(ctx context.Context, id int64) (*redrive.Job, error) {
@@ -220,8 +203,13 @@ var httpValidator = httpjob.New(httpjob.Options{AllowLinkLocalSetting: "serve --
 // EnqueueBatch enqueues the batch with EnqueueMany.
 func (d *directBackend) EnqueueBatch(ctx context.Context, reqs []apiclient.EnqueueRequest) ([]*redrive.Job, error) {
 	rs := make([]redrive.Request, len(reqs))
-	for i, in := range reqs {
-		rs[i] = redrive.Request{Kind: in.Kind, Queue: in.Queue, Payload: in.Payload, MaxRetries: in.MaxRetries, Priority: in.Priority}
+	now := time.Now()
+	for i := range reqs {
+		r, err := server.RequestOf(&reqs[i], now)
+		if err != nil {
+			return nil, fmt.Errorf("job %d of the batch: %w", i, err)
+		}
+		rs[i] = r
 	}
 	return d.c.EnqueueMany(ctx, rs)
 }
