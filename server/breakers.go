@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -155,7 +157,34 @@ func (a *api) resetBreaker(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if err := a.breakerKnown(r, name); err != nil {
+		return err
+	}
 	return a.setBreaker(w, r, store.BreakerSet{Name: name, State: store.BreakerClosed, By: "operator (api)", Now: time.Now()})
+}
+
+// breakerKnown returns nil when a breaker named name exists: in the store
+// (shared by a process, or forced by an operator) or in this process.
+// Otherwise closing it would create a record for a breaker nobody has:
+// 404 not_found on the field name.
+func (a *api) breakerKnown(r *http.Request, name string) error {
+	if a.breakers != nil {
+		if _, ok := a.breakers.Lookup(name); ok {
+			return nil
+		}
+	}
+	_, err := a.client.Store().Breaker(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "not_found", field: "name", msg: NoBreakerMessage(name)}
+	}
+	return err
+}
+
+// NoBreakerMessage words the refusal to close a breaker named name that
+// no process has: none shared it through the store, no operator forced
+// it.
+func NoBreakerMessage(name string) string {
+	return fmt.Sprintf("no breaker named %q: no process on the store has used it, and none was forced open", name)
 }
 
 func (a *api) setBreaker(w http.ResponseWriter, r *http.Request, set store.BreakerSet) error {

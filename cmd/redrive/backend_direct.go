@@ -246,6 +246,15 @@ func (d *directBackend) ForceBreaker(ctx context.Context, name string, open bool
 			set.Until = now.Add(dur)
 		}
 	}
+	if !open {
+		// Closing a breaker nobody has would create its record: refused,
+		// as the API refuses it.
+		if _, err := d.c.Store().Breaker(ctx, name); errors.Is(err, store.ErrNotFound) {
+			return apiclient.BreakerView{}, errors.New(server.NoBreakerMessage(name))
+		} else if err != nil {
+			return apiclient.BreakerView{}, err
+		}
+	}
 	st, err := d.c.Store().SetBreaker(ctx, set)
 	if err != nil {
 		return apiclient.BreakerView{}, err
