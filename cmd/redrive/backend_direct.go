@@ -179,6 +179,13 @@ func (d *directBackend) Purge(ctx context.Context, fo filterOptions, _ bool, pro
 	return op.Purged, err
 }
 
+// PurgeIDs runs a purge operation of the dead jobs among ids on the
+// store.
+func (d *directBackend) PurgeIDs(ctx context.Context, ids []int64) (int64, error) {
+	op, err := runDirect(ctx, d, redrive.OperationRequest{Kind: redrive.OperationPurge, Filter: redrive.Filter{IDs: ids}}, nil)
+	return op.Purged, err
+}
+
 func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
 	f, err := fo.toFilter()
 	if err != nil {
