@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,8 +25,8 @@ type BreakerBody = apiclient.BreakerBody
 // breakerOpenRequest is the optional body of POST /v1/breakers/{name}/open.
 type breakerOpenRequest = apiclient.BreakerOpenRequest
 
-// maxForcedOpen bounds the duration of a forced open.
-const maxForcedOpen = 366 * 24 * time.Hour
+// MaxForcedOpen bounds the duration of a forced open.
+const MaxForcedOpen = 366 * 24 * time.Hour
 
 func (a *api) listBreakers(w http.ResponseWriter, r *http.Request) error {
 	var fleet []store.BreakerState
@@ -103,6 +104,16 @@ func fleetView(f store.BreakerState, now time.Time) BreakerView {
 	return v
 }
 
+// FormatDuration words d as ParseDuration reads it: whole days as "7d",
+// anything else as a Go duration ("1h30m0s").
+func FormatDuration(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d > 0 && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	return d.String()
+}
+
 // breakerName reads and checks the {name} path value.
 func breakerName(r *http.Request) (string, error) {
 	name := r.PathValue("name")
@@ -133,12 +144,12 @@ func (a *api) openBreaker(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	set := store.BreakerSet{Name: name, State: store.BreakerOpen, By: "operator (api)", Now: now}
 	if req.Duration != "" {
-		d, err := time.ParseDuration(req.Duration)
+		d, ok := ParseDuration(req.Duration)
 		switch {
-		case err != nil:
-			return badRequest("duration", "duration %q is not a duration such as 10m or 1h30m", req.Duration)
-		case d <= 0 || d > maxForcedOpen:
-			return badRequest("duration", "duration %v must be positive and at most %v", d, maxForcedOpen)
+		case !ok:
+			return badRequest("duration", "duration %q is not a duration such as 10m, 1h30m or 7d", clip(req.Duration))
+		case d <= 0 || d > MaxForcedOpen:
+			return badRequest("duration", "duration %s must be positive and at most %s", FormatDuration(d), FormatDuration(MaxForcedOpen))
 		}
 		set.Until = now.Add(d)
 	}

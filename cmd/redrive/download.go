@@ -231,7 +231,7 @@ func runDownload(ctx context.Context, cmd *cobra.Command, g *globalOptions, b ba
 			return err
 		}
 	} else {
-		fmt.Fprintf(out, "%d downloads completed\n", len(final))
+		fmt.Fprintf(out, "%s completed\n", downloads(len(final)))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d of %d downloads failed", len(failed), len(final))

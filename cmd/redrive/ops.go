@@ -125,7 +125,7 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&payload, "payload", "", "the job's payload, as JSON")
 	f.StringVar(&queue, "queue", "", "queue (default \"default\")")
-	f.DurationVar(&delay, "delay", 0, "run the job after this delay (e.g. 30s, 1h)")
+	durationFlag(f, &delay, "delay", 0, "run the job after this delay (e.g. 30s, 1h, 7d)")
 	f.IntVar(&maxRetries, "max-retries", 0, "retries after the first attempt (default: the policy's)")
 	f.IntVar(&priority, "priority", redrive.DefaultPriority, fmt.Sprintf("priority from %d to %d: the due jobs of a queue start highest first", redrive.MinPriority, redrive.MaxPriority))
 	f.StringVar(&key, "key", "", "idempotency key: enqueue nothing while a job holds it (a different job holding it is an error)")
