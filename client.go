@@ -58,6 +58,9 @@ type Client struct {
 	// or resumed through this client, so that the leader claims it at
 	// once instead of at its next poll.
 	opsWake chan struct{}
+
+	// fleet caches the registry read by CheckKinds (kinds.go).
+	fleet fleetCache
 }
 
 // RequestError is the refusal of one request of a batch: Index is its
@@ -286,6 +289,20 @@ const MaxBatch = 10000
 // returns every job (those holders with Conflict set) and a
 // *KeyConflictError naming them.
 func (c *Client) EnqueueMany(ctx context.Context, reqs []Request) ([]*Job, error) {
+	return c.enqueueMany(ctx, reqs, false)
+}
+
+// EnqueueChecked is EnqueueMany with CheckKinds: once every request is
+// valid (names, payloads, validators), a request whose kind the live
+// workers of its queue do not run refuses the batch (a *KindError), and
+// each job accepted although no live worker serves its queue carries a
+// Warning. The API's and the CLI's enqueues use it.
+func (c *Client) EnqueueChecked(ctx context.Context, reqs []Request) ([]*Job, error) {
+	return c.enqueueMany(ctx, reqs, true)
+}
+
+// enqueueMany is EnqueueMany, with CheckKinds when check is set.
+func (c *Client) enqueueMany(ctx context.Context, reqs []Request, check bool) ([]*Job, error) {
 	if len(reqs) == 0 {
 		return []*Job{}, nil
 	}
@@ -305,11 +322,26 @@ func (c *Client) EnqueueMany(ctx context.Context, reqs []Request) ([]*Job, error
 		}
 		news[i] = nj
 	}
+	var warnings []string
+	if check {
+		var err error
+		if warnings, err = c.CheckKinds(ctx, reqs); err != nil {
+			if len(reqs) == 1 {
+				err = fmt.Errorf("redrive: enqueue: %w", err)
+			}
+			return nil, err
+		}
+	}
 	jobs, err := c.store.Enqueue(ctx, news, now)
 	if err != nil {
 		return nil, fmt.Errorf("redrive: enqueue: %w", err)
 	}
 	c.wakeFor(jobs)
+	for i, j := range jobs {
+		if warnings != nil && !j.Existing {
+			j.Warning = warnings[i]
+		}
+	}
 	var conflicts []KeyConflict
 	for i, j := range jobs {
 		if !j.Existing {

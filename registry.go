@@ -54,18 +54,23 @@ func (c *Client) Workers(ctx context.Context) ([]WorkerStatus, error) {
 	now := c.now()
 	out := make([]WorkerStatus, len(ws))
 	for i, w := range ws {
-		st := WorkerLive
-		switch {
-		case w.StoppedAt != nil && strings.HasPrefix(w.StopReason, "gone"):
-			st = WorkerGone
-		case w.StoppedAt != nil:
-			st = WorkerStopped
-		case now.Sub(w.HeartbeatAt) > WorkerSilentAfter:
-			st = WorkerSilent
-		}
-		out[i] = WorkerStatus{WorkerInfo: w, State: st}
+		out[i] = WorkerStatus{WorkerInfo: w, State: workerState(w, now)}
 	}
 	return out, nil
+}
+
+// workerState is w's state at now: WorkerLive, WorkerSilent,
+// WorkerStopped or WorkerGone.
+func workerState(w WorkerInfo, now time.Time) string {
+	switch {
+	case w.StoppedAt != nil && strings.HasPrefix(w.StopReason, "gone"):
+		return WorkerGone
+	case w.StoppedAt != nil:
+		return WorkerStopped
+	case now.Sub(w.HeartbeatAt) > WorkerSilentAfter:
+		return WorkerSilent
+	}
+	return WorkerLive
 }
 
 // ReasonWorkerGone is the reason of the failed attempt recorded for a job
@@ -130,7 +135,7 @@ func (w *Worker) register(ctx context.Context) {
 	p := thisProcess()
 	now := w.client.now()
 	err := w.store.RegisterWorker(ctx, WorkerInfo{ID: w.id, Host: p.host, PID: p.pid, Instance: p.instance,
-		Version: moduleVersion(), Queues: w.opts.Queues, StartedAt: now, HeartbeatAt: now})
+		Version: moduleVersion(), Queues: w.opts.Queues, Kinds: w.exec.Kinds(), StartedAt: now, HeartbeatAt: now})
 	if err != nil {
 		w.log.Warn("registering the worker failed; its jobs are rescued by lease expiry only", "worker", w.id, "error", err)
 	}

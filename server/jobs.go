@@ -168,7 +168,7 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	jobs, err := a.client.EnqueueMany(r.Context(), []redrive.Request{req})
+	jobs, err := a.client.EnqueueChecked(r.Context(), []redrive.Request{req})
 	if err != nil {
 		return enqueueError(err, "", "payload")
 	}
@@ -202,7 +202,7 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 		}
 		reqs[i] = req
 	}
-	jobs, err := a.client.EnqueueMany(r.Context(), reqs)
+	jobs, err := a.client.EnqueueChecked(r.Context(), reqs)
 	if err != nil {
 		var kc *redrive.KeyConflictError
 		if errors.As(err, &kc) {
@@ -211,16 +211,26 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 			writeJSON(w, e.status, map[string]any{"error": errorDetail{Code: e.code, Message: e.msg, Field: e.field}, "jobs": jobs})
 			return nil
 		}
-		return enqueueError(err, "", "jobs")
+		return enqueueError(err, "jobs[0].", "jobs")
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs})
 	return nil
 }
 
 // enqueueError answers an enqueue's error: a key held by a different job
-// is 409 idempotency_conflict on the key (prefix qualifies it), a payload
-// too large 400 on field.
+// is 409 idempotency_conflict on the key (prefix qualifies it), a kind no
+// live worker of the job's queue runs 400 unknown_kind on the kind (the
+// refused request's in a batch: prefix is jobs[0]. for a batch of one),
+// a payload too large 400 on field.
 func enqueueError(err error, prefix, field string) error {
+	var ke *redrive.KindError
+	if errors.As(err, &ke) {
+		var re *redrive.RequestError
+		if errors.As(err, &re) {
+			prefix = fmt.Sprintf("jobs[%d].", re.Index)
+		}
+		return &apiError{status: http.StatusBadRequest, code: "unknown_kind", field: prefix + "kind", msg: ke.Error()}
+	}
 	var kc *redrive.KeyConflictError
 	if errors.As(err, &kc) {
 		c := kc.Conflicts[0]

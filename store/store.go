@@ -214,6 +214,11 @@ type Job struct {
 	// the one the enqueue asked for: another kind, queue or payload. It
 	// is not stored.
 	Conflict bool `json:"conflict,omitempty"`
+	// Warning is set by the API's and the CLI's enqueues on a job they
+	// accepted without checking that a worker runs its kind, because no
+	// live worker serves its queue (redrive.Client.CheckKinds). It is not
+	// stored.
+	Warning string `json:"warning,omitempty"`
 }
 
 // JobProgress is how far a running attempt is: Done units of Total
@@ -979,6 +984,11 @@ type WorkerInfo struct {
 	Version string `json:"version"`
 	// Queues maps each queue the worker serves to its concurrency.
 	Queues map[string]int `json:"queues"`
+	// Kinds are the job kinds the worker has handlers for, sorted; its
+	// handlers serve every queue in Queues. Nil when unknown: a worker of
+	// a version that did not record them, which may run any kind. An
+	// empty (non-nil) list is a worker without handlers.
+	Kinds []string `json:"kinds"`
 	// StartedAt is when it registered; HeartbeatAt when it last said it
 	// was alive.
 	StartedAt   time.Time `json:"started_at"`
@@ -1032,4 +1042,40 @@ type Elector interface {
 	// process holds the role now; a process that loses its connection loses
 	// the role, and another takes it over.
 	Elect(ctx context.Context, role string) (leading func() bool, err error)
+}
+
+// EncodeKinds is how stores keep WorkerInfo.Kinds: a JSON array of the
+// kinds, sorted and without duplicates, or nil (SQL NULL) for unknown
+// kinds. Kinds holding a NUL character (no job can have one: names are
+// checked at enqueue) are left out.
+func EncodeKinds(kinds []string) (*string, error) {
+	if kinds == nil {
+		return nil, nil
+	}
+	out := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		if !strings.ContainsRune(k, 0) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("kinds: %w", err)
+	}
+	s := string(b)
+	return &s, nil
+}
+
+// DecodeKinds reads what EncodeKinds wrote: never nil.
+func DecodeKinds(b []byte) ([]string, error) {
+	kinds := []string{}
+	if err := json.Unmarshal(b, &kinds); err != nil {
+		return nil, err
+	}
+	if kinds == nil {
+		kinds = []string{}
+	}
+	return kinds, nil
 }

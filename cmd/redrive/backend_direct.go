@@ -43,7 +43,9 @@ func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := d.c.EnqueueMany(ctx, []redrive.Request{r})
+	// Checked as the API checks it: a kind the live workers of the
+	// queue do not run is refused.
+	jobs, err := d.c.EnqueueChecked(ctx, []redrive.Request{r})
 	if len(jobs) == 1 {
 		return jobs[0], err // with a *KeyConflictError, the job holding the key
 	}
@@ -207,7 +209,8 @@ func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions
 var httpValidator = httpjob.New(httpjob.Options{AllowLinkLocalSetting: "serve --http-allow-link-local",
 	AllowPrivateSetting: "serve --http-allow-private"}).Validate
 
-// EnqueueBatch enqueues the batch with EnqueueMany.
+// EnqueueBatch enqueues the batch with EnqueueChecked, each request read
+// as the API reads it.
 func (d *directBackend) EnqueueBatch(ctx context.Context, reqs []apiclient.EnqueueRequest) ([]*redrive.Job, error) {
 	rs := make([]redrive.Request, len(reqs))
 	now := time.Now()
@@ -218,7 +221,7 @@ func (d *directBackend) EnqueueBatch(ctx context.Context, reqs []apiclient.Enque
 		}
 		rs[i] = r
 	}
-	return d.c.EnqueueMany(ctx, rs)
+	return d.c.EnqueueChecked(ctx, rs)
 }
 
 func (d *directBackend) Queues(ctx context.Context) ([]redrive.Queue, error) {

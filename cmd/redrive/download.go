@@ -231,6 +231,9 @@ func runDownload(ctx context.Context, cmd *cobra.Command, g *globalOptions, b ba
 		}
 		return err
 	}
+	if len(jobs) > 0 && jobs[0].Warning != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", jobs[0].Warning)
+	}
 	if !wait {
 		return printDownloadJobs(out, g, jobs)
 	}

@@ -104,6 +104,9 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if j.Warning != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", j.Warning)
+			}
 			if g.JSON {
 				return writeJSON(out, j)
 			}

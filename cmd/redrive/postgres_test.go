@@ -200,8 +200,12 @@ func TestMigratePostgresLockTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := long.Exec(ctx, `SELECT count(*) FROM jobs`); err != nil {
-		t.Fatal(err)
+	// It reads the tables the latest migrations alter (jobs, workers):
+	// each waits for the transaction's lock.
+	for _, q := range []string{`SELECT count(*) FROM jobs`, `SELECT count(*) FROM workers`} {
+		if _, err := long.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	last := entries[len(entries)-1].Name()
 	_, stderr, err := runCLI(t, "migrate", "--database-url", u, "--schema", schema, "--lock-timeout", "300ms")

@@ -49,7 +49,7 @@ func writeWorkers(out io.Writer, ws []redrive.WorkerStatus) error {
 		_, err := fmt.Fprintln(out, "No workers registered.")
 		return err
 	}
-	return writeTable(out, []string{"ID", "HOST", "PID", "STATE", "QUEUES", "RUNNING", "HEARTBEAT", "STARTED", "VERSION"}, func(row func(...any)) {
+	return writeTable(out, []string{"ID", "HOST", "PID", "STATE", "QUEUES", "KINDS", "RUNNING", "HEARTBEAT", "STARTED", "VERSION"}, func(row func(...any)) {
 		for _, w := range ws {
 			names := make([]string, 0, len(w.Queues))
 			for q := range w.Queues {
@@ -59,7 +59,14 @@ func writeWorkers(out io.Writer, ws []redrive.WorkerStatus) error {
 			for i, q := range names {
 				names[i] = fmt.Sprintf("%s=%d", q, w.Queues[q])
 			}
-			row(w.ID, w.Host, w.PID, w.State, strings.Join(names, ","), w.Running, fmtTime(w.HeartbeatAt), fmtTime(w.StartedAt), w.Version)
+			kinds := strings.Join(w.Kinds, ",")
+			switch {
+			case w.Kinds == nil:
+				kinds = "?" // a worker of a version that did not record them
+			case len(w.Kinds) == 0:
+				kinds = "-"
+			}
+			row(w.ID, w.Host, w.PID, w.State, strings.Join(names, ","), kinds, w.Running, fmtTime(w.HeartbeatAt), fmtTime(w.StartedAt), w.Version)
 		}
 	})
 }

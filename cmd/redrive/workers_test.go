@@ -28,6 +28,7 @@ func TestWorkersList(t *testing.T) {
 	defer st.Close()
 	c := redrive.NewClient(st, redrive.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
 	w := redrive.NewWorker(c, redrive.WorkerOptions{Queues: map[string]int{"default": 3, "mail": 5}, Logger: slog.New(slog.DiscardHandler)})
+	w.HandleFunc("send.email", func(context.Context, *redrive.Job) error { return nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -38,7 +39,8 @@ func TestWorkersList(t *testing.T) {
 		return nil
 	})
 	out := mustCLI(t, "--db", db, "workers", "ls")
-	if !strings.Contains(out, w.ID()) || !strings.Contains(out, "live") || !strings.Contains(out, "default=3,mail=5") {
+	if !strings.Contains(out, w.ID()) || !strings.Contains(out, "live") || !strings.Contains(out, "default=3,mail=5") ||
+		!strings.Contains(out, "KINDS") || !strings.Contains(out, "send.email") {
 		t.Errorf("workers ls:\n%s", out)
 	}
 	cancel()

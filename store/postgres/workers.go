@@ -43,14 +43,18 @@ func (s *Store) RegisterWorker(ctx context.Context, w store.WorkerInfo) error {
 	if err != nil {
 		return fmt.Errorf("postgres: register worker: %w", err)
 	}
+	kinds, err := store.EncodeKinds(w.Kinds)
+	if err != nil {
+		return fmt.Errorf("postgres: register worker: %w", err)
+	}
 	err = s.retry(ctx, func() error {
-		_, err := s.pool.Exec(ctx, `INSERT INTO `+s.workersTable()+` (id, host, pid, instance, version, queues, started_at, heartbeat_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		_, err := s.pool.Exec(ctx, `INSERT INTO `+s.workersTable()+` (id, host, pid, instance, version, queues, kinds, started_at, heartbeat_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, instance = excluded.instance,
-				version = excluded.version, queues = excluded.queues, started_at = excluded.started_at,
+				version = excluded.version, queues = excluded.queues, kinds = excluded.kinds, started_at = excluded.started_at,
 				heartbeat_at = excluded.heartbeat_at, stopped_at = NULL, stop_reason = ''`,
 			cleanText(w.ID), cleanText(w.Host), w.PID, cleanText(w.Instance), cleanText(w.Version), string(queues),
-			ts(w.StartedAt), ts(w.HeartbeatAt))
+			kinds, ts(w.StartedAt), ts(w.HeartbeatAt))
 		return err
 	})
 	if err != nil {
@@ -103,7 +107,7 @@ func (s *Store) Workers(ctx context.Context) ([]store.WorkerInfo, error) {
 	}
 	// A running job has a lease: the condition on it reads the jobs_lease
 	// index.
-	rows, err := s.pool.Query(ctx, `SELECT w.id, w.host, w.pid, w.instance, w.version, w.queues, w.started_at, w.heartbeat_at,
+	rows, err := s.pool.Query(ctx, `SELECT w.id, w.host, w.pid, w.instance, w.version, w.queues, w.kinds, w.started_at, w.heartbeat_at,
 			w.stopped_at, w.stop_reason, coalesce(r.n, 0)
 		FROM `+s.workersTable()+` w
 		LEFT JOIN (SELECT worker, count(*) AS n FROM `+s.sql.jobs+` WHERE state = 'running' AND lease_until IS NOT NULL GROUP BY worker) r ON r.worker = w.id
@@ -115,13 +119,18 @@ func (s *Store) Workers(ctx context.Context) ([]store.WorkerInfo, error) {
 	out := []store.WorkerInfo{}
 	for rows.Next() {
 		var w store.WorkerInfo
-		var queues []byte
-		if err := rows.Scan(&w.ID, &w.Host, &w.PID, &w.Instance, &w.Version, &queues, &w.StartedAt, &w.HeartbeatAt,
+		var queues, kinds []byte
+		if err := rows.Scan(&w.ID, &w.Host, &w.PID, &w.Instance, &w.Version, &queues, &kinds, &w.StartedAt, &w.HeartbeatAt,
 			&w.StoppedAt, &w.StopReason, &w.Running); err != nil {
 			return nil, s.fail("workers", err)
 		}
 		if err := json.Unmarshal(queues, &w.Queues); err != nil {
 			return nil, fmt.Errorf("postgres: workers: queues of %q: %w", w.ID, err)
+		}
+		if kinds != nil {
+			if w.Kinds, err = store.DecodeKinds(kinds); err != nil {
+				return nil, fmt.Errorf("postgres: workers: kinds of %q: %w", w.ID, err)
+			}
 		}
 		w.StartedAt, w.HeartbeatAt, w.StoppedAt = w.StartedAt.UTC(), w.HeartbeatAt.UTC(), utcPtr(w.StoppedAt)
 		out = append(out, w)

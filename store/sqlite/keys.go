@@ -84,13 +84,17 @@ func (s *Store) RegisterWorker(ctx context.Context, w store.WorkerInfo) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: register worker: %w", err)
 	}
+	kinds, err := store.EncodeKinds(w.Kinds)
+	if err != nil {
+		return fmt.Errorf("sqlite: register worker: %w", err)
+	}
 	return s.write(ctx, func(tx *sql.Conn) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO workers (id, host, pid, instance, version, queues, started_at, heartbeat_at, stopped_at, stop_reason)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, '')
+		_, err := tx.ExecContext(ctx, `INSERT INTO workers (id, host, pid, instance, version, queues, kinds, started_at, heartbeat_at, stopped_at, stop_reason)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, '')
 			ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, instance = excluded.instance,
-				version = excluded.version, queues = excluded.queues, started_at = excluded.started_at,
+				version = excluded.version, queues = excluded.queues, kinds = excluded.kinds, started_at = excluded.started_at,
 				heartbeat_at = excluded.heartbeat_at, stopped_at = NULL, stop_reason = ''`,
-			w.ID, w.Host, w.PID, w.Instance, w.Version, string(queues), micros(w.StartedAt), micros(w.HeartbeatAt))
+			w.ID, w.Host, w.PID, w.Instance, w.Version, string(queues), kinds, micros(w.StartedAt), micros(w.HeartbeatAt))
 		if err != nil {
 			return fmt.Errorf("sqlite: register worker: %w", err)
 		}
@@ -129,7 +133,7 @@ func (s *Store) Workers(ctx context.Context) ([]store.WorkerInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.QueryContext(ctx, `SELECT w.id, w.host, w.pid, w.instance, w.version, w.queues, w.started_at, w.heartbeat_at,
+	rows, err := db.QueryContext(ctx, `SELECT w.id, w.host, w.pid, w.instance, w.version, w.queues, w.kinds, w.started_at, w.heartbeat_at,
 			w.stopped_at, w.stop_reason, coalesce(r.n, 0)
 		FROM workers w LEFT JOIN (SELECT worker, count(*) AS n FROM jobs WHERE state = 'running' GROUP BY worker) r ON r.worker = w.id
 		ORDER BY w.started_at DESC, w.id`)
@@ -142,15 +146,21 @@ func (s *Store) Workers(ctx context.Context) ([]store.WorkerInfo, error) {
 		var (
 			w                  store.WorkerInfo
 			queues             string
+			kinds              sql.NullString
 			started, heartbeat int64
 			stopped            sql.NullInt64
 		)
-		if err := rows.Scan(&w.ID, &w.Host, &w.PID, &w.Instance, &w.Version, &queues, &started, &heartbeat, &stopped,
+		if err := rows.Scan(&w.ID, &w.Host, &w.PID, &w.Instance, &w.Version, &queues, &kinds, &started, &heartbeat, &stopped,
 			&w.StopReason, &w.Running); err != nil {
 			return nil, fmt.Errorf("sqlite: workers: %w", err)
 		}
 		if err := json.Unmarshal([]byte(queues), &w.Queues); err != nil {
 			return nil, fmt.Errorf("sqlite: workers: queues of %q: %w", w.ID, err)
+		}
+		if kinds.Valid {
+			if w.Kinds, err = store.DecodeKinds([]byte(kinds.String)); err != nil {
+				return nil, fmt.Errorf("sqlite: workers: kinds of %q: %w", w.ID, err)
+			}
 		}
 		w.StartedAt, w.HeartbeatAt, w.StoppedAt = fromMicros(started), fromMicros(heartbeat), optTime(stopped)
 		out = append(out, w)

@@ -131,6 +131,12 @@ func TestWriteTurnAgainstAHammeringProcess(t *testing.T) {
 func TestWriteTurnTimesOut(t *testing.T) {
 	s, path := openBusy(t)
 	ctx := t.Context()
+	// The given-up wait's request is granted the turn once it is let go,
+	// and lets it go again: the test waits for that before writing, since
+	// the store's 5 ms busy timeout is shorter than a loaded machine may
+	// take to run the request's goroutine.
+	requestEnded := make(chan struct{})
+	s.turns.turn.onEnd = func() { close(requestEnded) }
 	now := time.Now()
 	_, turn, _ := turnPaths(path)
 	held, err := openLockFile(turn)
@@ -152,6 +158,11 @@ func TestWriteTurnTimesOut(t *testing.T) {
 	}
 	if err := held.unlock(); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-requestEnded:
+	case <-time.After(time.Minute): // liveness bound only
+		t.Fatal("the given-up wait's request did not end within a minute of the turn being let go")
 	}
 	if _, err := s.Enqueue(ctx, []store.NewJob{{Queue: "q", Kind: "k", Payload: []byte(`2`)}}, now); err != nil {
 		t.Fatalf("enqueue once the turn was let go: %v", err)

@@ -56,8 +56,9 @@ type lockFile struct {
 	// (a goroutine and its OS thread), not one per wait.
 	pending *lockRequest
 	// onRequest, when set (by tests), is called as a blocking flock
-	// request starts.
-	onRequest func()
+	// request starts; onEnd, when set before the request starts, as it
+	// ends (from the request's goroutine).
+	onRequest, onEnd func()
 }
 
 // lockRequest is a blocking flock on its own handle, f. When it ends, it
@@ -68,12 +69,16 @@ type lockRequest struct {
 	mu     sync.Mutex
 	waiter chan error // buffered; nil while no wait is on
 	ended  bool       // ended with no wait on: f is closed
+	onEnd  func()     // see lockFile.onEnd
 }
 
 func (r *lockRequest) run() {
 	err := flock(r.f, syscall.LOCK_EX)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.onEnd != nil {
+		defer r.onEnd()
+	}
 	if r.waiter != nil {
 		r.waiter <- err
 		r.waiter = nil
@@ -124,7 +129,7 @@ func (l *lockFile) lock(deadline time.Time) error {
 		if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) {
 			return err
 		}
-		r = &lockRequest{f: l.f, waiter: got}
+		r = &lockRequest{f: l.f, waiter: got, onEnd: l.onEnd}
 		l.f, l.pending = nil, r
 		if l.onRequest != nil {
 			l.onRequest()

@@ -129,6 +129,7 @@ var subtests = []subtest{
 	{"QueuesConcurrent", testQueuesConcurrent},
 	{"OldestDue", testOldestDue},
 	{"Workers", testWorkers},
+	{"WorkerKinds", testWorkerKinds},
 	{"AddDeadFields", testAddDeadFields},
 	{"AddDeadInvalid", testAddDeadInvalid},
 	{"AddDeadIdempotency", testAddDeadIdempotency},

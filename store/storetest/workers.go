@@ -142,3 +142,63 @@ func testWorkers(x *h) {
 		x.t.Errorf("after DeleteWorkers: %+v", ws)
 	}
 }
+
+// testWorkerKinds: a worker records the kinds it runs when it registers;
+// registering again replaces them; a worker that records none (nil, a
+// worker of an older version) reads back as unknown (nil), one without
+// handlers as an empty list.
+func testWorkerKinds(x *h) {
+	reg := func(id string, kinds []string) {
+		x.t.Helper()
+		w := store.WorkerInfo{ID: id, Host: "h", PID: 1, Queues: map[string]int{"q": 1}, Kinds: kinds, StartedAt: at(0), HeartbeatAt: at(0)}
+		if err := x.s.RegisterWorker(x.ctx, w); err != nil {
+			x.t.Fatal(err)
+		}
+	}
+	byID := func() map[string]store.WorkerInfo {
+		x.t.Helper()
+		ws, err := x.s.Workers(x.ctx)
+		if err != nil {
+			x.t.Fatal(err)
+		}
+		m := map[string]store.WorkerInfo{}
+		for _, w := range ws {
+			m[w.ID] = w
+		}
+		return m
+	}
+	reg("known", []string{"send.email", "http", "http", "ünïcode.kind"})
+	reg("unknown", nil)
+	reg("none", []string{})
+	got := byID()
+	if k := got["known"].Kinds; fmt.Sprint(k) != "[http send.email ünïcode.kind]" {
+		x.t.Errorf("known.Kinds = %q, want sorted without duplicates [http send.email ünïcode.kind]", k)
+	}
+	if k := got["unknown"].Kinds; k != nil {
+		x.t.Errorf("unknown.Kinds = %#v, want nil (not recorded)", k)
+	}
+	if k := got["none"].Kinds; k == nil || len(k) != 0 {
+		x.t.Errorf("none.Kinds = %#v, want an empty list", k)
+	}
+	// Registering again replaces the kinds, and forgets them when the
+	// new registration records none.
+	reg("known", []string{"download"})
+	reg("none", nil)
+	got = byID()
+	if k := got["known"].Kinds; fmt.Sprint(k) != "[download]" {
+		x.t.Errorf("known.Kinds after registering again = %q, want [download]", k)
+	}
+	if k := got["none"].Kinds; k != nil {
+		x.t.Errorf("none.Kinds after registering again without kinds = %#v, want nil", k)
+	}
+	// Heartbeats and stops keep them.
+	if err := x.s.HeartbeatWorker(x.ctx, "known", at(time.Second)); err != nil {
+		x.t.Fatal(err)
+	}
+	if err := x.s.StopWorker(x.ctx, "known", at(2*time.Second), "stopped"); err != nil {
+		x.t.Fatal(err)
+	}
+	if k := byID()["known"].Kinds; fmt.Sprint(k) != "[download]" {
+		x.t.Errorf("known.Kinds after a heartbeat and a stop = %q, want [download]", k)
+	}
+}

@@ -1,0 +1,141 @@
+package redrive
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// KindError is CheckKinds's refusal of a job whose queue has live
+// workers none of which runs its kind: enqueued, it would only fail with
+// "no handler registered" until it died. It wraps ErrInvalid.
+type KindError struct {
+	// Kind and Queue are the job's.
+	Kind, Queue string
+	// Runs are the kinds the live workers of Queue run, sorted.
+	Runs []string
+}
+
+func (e *KindError) Error() string {
+	runs := "no kind"
+	if len(e.Runs) > 0 {
+		runs = strings.Join(e.Runs, ", ")
+	}
+	return fmt.Sprintf("no live worker runs kind %q in queue %q: its workers run %s", e.Kind, e.Queue, runs)
+}
+
+// Unwrap returns ErrInvalid.
+func (e *KindError) Unwrap() error { return ErrInvalid }
+
+// fleetCacheFor is how long CheckKinds trusts a registry read that
+// accepts a job: a read that would refuse it or warn is made again at
+// once, so a worker that just registered is seen at once, and one that
+// just stopped within this time.
+const fleetCacheFor = time.Second
+
+// fleetCache is the last registry read of CheckKinds.
+type fleetCache struct {
+	mu   sync.Mutex
+	read time.Time // when (monotonic clock)
+	ws   []WorkerStatus
+}
+
+// CheckKinds checks, before an enqueue, that each request's kind runs in
+// its queue: that a live worker of the store (one Workers reports
+// WorkerLive) serving the request's queue has a handler for its kind.
+//
+//   - When live workers serve the queue and none of them runs the kind,
+//     the request is refused: the error is a *KindError (in a
+//     *RequestError naming the request when there are several), wrapping
+//     ErrInvalid.
+//   - When no live worker serves the queue (none is registered yet, as
+//     in a deployment whose workers start later, or the queue's workers
+//     are stopped or silent), the request is accepted with a warning
+//     saying so: warnings[i] is request i's, "" when there is none.
+//   - A live worker that did not record its kinds (a version before
+//     they were recorded) counts as running every kind.
+//
+// Enqueue and EnqueueMany do not call it; EnqueueChecked, which the
+// API's and the CLI's enqueues use, does. The check and the enqueue are
+// not atomic: a worker may stop in between.
+func (c *Client) CheckKinds(ctx context.Context, reqs []Request) (warnings []string, err error) {
+	ws, err := c.fleet.get(ctx, c, false)
+	if err != nil {
+		return nil, err
+	}
+	warnings, err = checkKinds(ws, reqs)
+	if err == nil && !slices.ContainsFunc(warnings, func(w string) bool { return w != "" }) {
+		return warnings, nil
+	}
+	// Refusals and warnings are made on a fresh read of the registry.
+	if ws, err = c.fleet.get(ctx, c, true); err != nil {
+		return nil, err
+	}
+	return checkKinds(ws, reqs)
+}
+
+// get returns the live workers, read again when fresh or when the last
+// read is older than fleetCacheFor.
+func (f *fleetCache) get(ctx context.Context, c *Client, fresh bool) ([]WorkerStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !fresh && f.ws != nil && time.Since(f.read) < fleetCacheFor {
+		return f.ws, nil
+	}
+	all, err := c.Workers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: check kinds: %w", err)
+	}
+	live := []WorkerStatus{}
+	for _, w := range all {
+		if w.State == WorkerLive {
+			live = append(live, w)
+		}
+	}
+	f.ws, f.read = live, time.Now()
+	return live, nil
+}
+
+// checkKinds is CheckKinds on the live workers ws.
+func checkKinds(ws []WorkerStatus, reqs []Request) ([]string, error) {
+	warnings := make([]string, len(reqs))
+	for i, r := range reqs {
+		q := r.Queue
+		if q == "" {
+			q = DefaultQueue
+		}
+		served, runsIt := false, false
+		runs := map[string]bool{}
+		for _, w := range ws {
+			if _, ok := w.Queues[q]; !ok {
+				continue
+			}
+			served = true
+			if w.Kinds == nil || slices.Contains(w.Kinds, r.Kind) {
+				runsIt = true
+				break
+			}
+			for _, k := range w.Kinds {
+				runs[k] = true
+			}
+		}
+		switch {
+		case runsIt:
+		case !served && len(ws) == 0:
+			warnings[i] = fmt.Sprintf("no live worker is registered on the store: kind %q is not checked, and the job waits until a worker of queue %q runs it", r.Kind, q)
+		case !served:
+			warnings[i] = fmt.Sprintf("no live worker serves queue %q: kind %q is not checked, and the job waits until a worker of the queue runs it", q, r.Kind)
+		default:
+			var err error = &KindError{Kind: r.Kind, Queue: q, Runs: slices.Sorted(maps.Keys(runs))}
+			if len(reqs) > 1 {
+				err = &RequestError{Index: i, Of: len(reqs), Err: err}
+			}
+			return nil, err
+		}
+	}
+	return warnings, nil
+}
