@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -33,7 +34,6 @@ type downloadOptions struct {
 	sha256     string
 	fromFile   string
 	wait       bool
-	unchecked  bool
 }
 
 // downloadPollEvery is how often --wait reads the jobs' states.
@@ -60,11 +60,10 @@ file goes into --dest, a directory relative to the server's download folder
 (Content-Disposition) or else the URL's last path segment. --sha256 checks
 the file's hash (one URL only): a file that does not match is not kept.
 
-Through a server (--server), a server without --download-dir refuses the
-jobs before anything is enqueued. Directly on a store (--db, --database-url)
-the command cannot tell whether a serve with --download-dir runs them (the
-store does not record the kinds its workers run), so it refuses unless
---unchecked.
+A server without --download-dir refuses the jobs before anything is
+enqueued, and so does the command directly on a store (--db,
+--database-url) whose live workers of the queue do not run the download
+kind.
 
 The ids of the jobs enqueued are printed, one per line with its URL. A bad
 URL or --dest refuses the whole batch: nothing is enqueued.
@@ -86,9 +85,6 @@ error. Ctrl-C stops waiting, not the downloads.
 			return err
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			if _, direct := b.(*directBackend); direct && !o.unchecked {
-				return flagErrorf(cmd, "%s", downloadUncheckedRefusal(o.queue))
-			}
 			return runDownload(ctx, cmd, g, b, jobs, o.wait)
 		})(cmd, args)
 	}
@@ -99,25 +95,8 @@ error. Ctrl-C stops waiting, not the downloads.
 	f.StringVar(&o.sha256, "sha256", "", "expected SHA-256 of the file, in hex (one URL only)")
 	f.StringVar(&o.fromFile, "from-file", "", "read URLs from this file, one per line (- for standard input)")
 	f.BoolVar(&o.wait, "wait", false, "wait until every job has ended, with a progress bar; exit non-zero if any failed")
-	f.BoolVar(&o.unchecked, "unchecked", false, "directly on a store: enqueue without knowing whether a serve with --download-dir runs the jobs")
 	addConnFlags(cmd, &c)
 	return cmd
-}
-
-// downloadUncheckedRefusal is why `redrive download` directly on a store
-// refuses without --unchecked: through a server, a server without
-// --download-dir refuses the jobs (400, errDownloadOff), but the store
-// does not record the kinds its workers run, so directly on it nothing
-// can tell whether a serve with --download-dir will run them; without
-// one they would die with "no handler registered".
-func downloadUncheckedRefusal(queue string) string {
-	if queue == "" {
-		queue = redrive.DefaultQueue
-	}
-	return "directly on a store, redrive download cannot tell whether a serve with --download-dir runs download jobs " +
-		"(the store does not record the kinds its workers run); give --server URL (or $" + serverEnv + "), " +
-		"so that a server without --download-dir refuses them before anything is enqueued, or --unchecked to enqueue " +
-		"them on the store anyway (unless a serve with --download-dir works queue " + queue + ", they die with \"no handler registered\")"
 }
 
 // maxDownloadURLs bounds the URLs of one command.
@@ -223,6 +202,11 @@ func downloadRequests(cmd *cobra.Command, urls []string, o downloadOptions) ([]s
 func runDownload(ctx context.Context, cmd *cobra.Command, g *globalOptions, b backend, reqs []server.EnqueueRequest, wait bool) error {
 	out := cmd.OutOrStdout()
 	jobs, err := enqueueDownloads(ctx, b, reqs)
+	if ke, ok := errors.AsType[*redrive.KindError](err); ok && ke.Kind == downloadKind {
+		// Directly on a store, the refusal of the kind check: say what a
+		// server without --download-dir says.
+		err = fmt.Errorf("%w: %w", err, errDownloadOff)
+	}
 	if err != nil {
 		if len(jobs) > 0 {
 			// Earlier batches went in: say which, then the error.

@@ -16,11 +16,11 @@ import (
 )
 
 // TestDownloadCheckedBothWays: `redrive download` on a store whose serve
-// has no --download-dir is refused before anything is enqueued, through
-// the server (its 400) and directly on the store, which cannot tell
-// whether a serve runs downloads and says so (it once enqueued a job that
-// died with "no handler registered"); --unchecked enqueues directly
-// anyway.
+// has no --download-dir is refused before anything is enqueued, with the
+// same words through the server (its 400) and directly on the store (the
+// kind check: the live workers of the queue do not run the download
+// kind); it once enqueued, directly, a job that died with "no handler
+// registered".
 func TestDownloadCheckedBothWays(t *testing.T) {
 	clearConnEnv(t)
 	ctx := context.Background()
@@ -53,18 +53,12 @@ func TestDownloadCheckedBothWays(t *testing.T) {
 	if err == nil || !strings.Contains(stderr, errDownloadOff.Error()) {
 		t.Errorf("through the server: %v %q", err, stderr)
 	}
+	registerKinds(t, db, map[string]int{"default": 10}, "http") // the serve's live worker
 	_, stderr, err = runCLI(t, "download", "https://example.com/a.csv", "--db", db)
-	if err == nil || !strings.Contains(stderr, "cannot tell whether a serve with --download-dir runs download jobs") ||
-		!strings.Contains(stderr, "--server URL") || !strings.Contains(stderr, "--unchecked") {
+	if err == nil || !strings.Contains(stderr, errDownloadOff.Error()) || !strings.Contains(stderr, `kind "download"`) {
 		t.Errorf("directly: %v %q", err, stderr)
 	}
 	if n := count(); n != 0 {
 		t.Fatalf("%d download jobs enqueued by refused commands", n)
-	}
-	if out, stderr, err := runCLI(t, "download", "https://example.com/a.csv", "--db", db, "--unchecked"); err != nil || !strings.Contains(out, "https://example.com/a.csv") {
-		t.Fatalf("--unchecked: %v %q %q", err, out, stderr)
-	}
-	if n := count(); n != 1 {
-		t.Fatalf("%d download jobs after --unchecked, want 1", n)
 	}
 }
