@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -98,6 +99,10 @@ type periodicSpec struct {
 	Priority         int             `json:"priority,omitempty"`
 	Missed           Missed          `json:"missed"`
 	Grace            string          `json:"grace"`
+	// DeclaredBy is the id of the worker that last declared the
+	// schedule (empty in a compiled declaration, and in a spec stored
+	// by an older redrive).
+	DeclaredBy string `json:"declared_by,omitempty"`
 }
 
 // periodic is a validated Periodic.
@@ -276,8 +281,11 @@ type ScheduleInfo struct {
 	LastRun   time.Time `json:"last_run,omitzero"`
 	LastJobID int64     `json:"last_job_id,omitempty"`
 	// DeclaredAt is when a worker last declared the schedule (at its
-	// start).
+	// start, then every PeriodicRedeclareEvery while it runs), and
+	// DeclaredBy that worker's id (GET /v1/workers lists it; empty for
+	// a schedule declared by an older redrive).
 	DeclaredAt time.Time `json:"declared_at"`
+	DeclaredBy string    `json:"declared_by,omitempty"`
 	// Error says why the stored declaration cannot be read (declared by
 	// another version of redrive); the other fields may then be empty.
 	Error string `json:"error,omitempty"`
@@ -293,6 +301,7 @@ func scheduleInfo(sc store.Schedule) ScheduleInfo {
 		return in
 	}
 	s := p.spec
+	in.DeclaredBy = specDeclarer(sc.Spec)
 	in.Cron, in.Every, in.TimeZone, in.Kind, in.Queue, in.Payload, in.Missed, in.Grace =
 		s.Cron, s.Every, s.TimeZone, s.Kind, s.Queue, s.Payload, s.Missed, s.Grace
 	if !sc.Paused {
@@ -358,10 +367,26 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) (ScheduleInfo,
 }
 
 // DeleteSchedule deletes a periodic schedule that no worker declares any
-// more, with its state. A running worker that still declares it records
-// it again within about a second, as new: from that moment on. An unknown
-// name is an error wrapping ErrNotFound.
+// more, with its state. A schedule whose last declarer is a live worker
+// (WorkerLive in Workers: it runs and declares it) is refused with a
+// *ScheduleDeclaredError, which wraps ErrConflict: deleted, it would be
+// declared again within seconds, as new and not paused. An unknown name
+// is an error wrapping ErrNotFound.
+//
+// Only the last declarer is known: when two workers declare a schedule
+// and the last one stops, the other declares it again within
+// PeriodicRedeclareEvery, and until then the schedule may be deleted (it
+// comes back, as new).
 func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	sc, err := c.store.GetSchedule(ctx, name)
+	if err != nil {
+		return fmt.Errorf("redrive: delete schedule: %w", err)
+	}
+	if w, ok, err := c.scheduleDeclarer(ctx, sc); err != nil {
+		return fmt.Errorf("redrive: delete schedule: %w", err)
+	} else if ok {
+		return &ScheduleDeclaredError{Schedule: name, Worker: w}
+	}
 	ok, err := c.store.DeleteSchedule(ctx, name)
 	if err != nil {
 		return fmt.Errorf("redrive: delete schedule: %w", err)
@@ -372,6 +397,56 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	c.log.Info("schedule deleted", "schedule", name)
 	return nil
 }
+
+// scheduleDeclarer returns the live worker that last declared sc, if
+// any.
+func (c *Client) scheduleDeclarer(ctx context.Context, sc store.Schedule) (WorkerStatus, bool, error) {
+	by := specDeclarer(sc.Spec)
+	if by == "" {
+		return WorkerStatus{}, false, nil
+	}
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		return WorkerStatus{}, false, err
+	}
+	for _, w := range ws {
+		if w.ID == by && w.State == WorkerLive {
+			return w, true, nil
+		}
+	}
+	return WorkerStatus{}, false, nil
+}
+
+// specDeclarer returns the worker id a stored spec names as its last
+// declarer ("" for none, or a spec that cannot be read).
+func specDeclarer(raw json.RawMessage) string {
+	var spec struct {
+		DeclaredBy string `json:"declared_by"`
+	}
+	if json.Unmarshal(raw, &spec) != nil {
+		return ""
+	}
+	return spec.DeclaredBy
+}
+
+// ScheduleDeclaredError is DeleteSchedule's refusal of a schedule that a
+// live worker declares. It wraps ErrConflict.
+type ScheduleDeclaredError struct {
+	// Schedule is the schedule's name; Worker the live worker that last
+	// declared it.
+	Schedule string
+	Worker   WorkerStatus
+}
+
+func (e *ScheduleDeclaredError) Error() string {
+	return fmt.Sprintf("schedule %q is declared by the running worker %s (host %s, pid %d, started %s): "+
+		"remove it from that process's schedules (serve's schedules setting, or WorkerOptions.Periodic) and restart it, "+
+		"then delete it; deleted now, it would be declared again within seconds",
+		e.Schedule, e.Worker.ID, e.Worker.Host, e.Worker.PID, e.Worker.StartedAt.UTC().Format(time.RFC3339))
+}
+
+// Unwrap returns ErrConflict.
+func (e *ScheduleDeclaredError) Unwrap() error { return ErrConflict }
 
 // TriggerSchedule enqueues one job of a periodic schedule now, outside its
 // schedule, whether or not it is paused, and returns it. The job's
@@ -423,6 +498,31 @@ func (w *Worker) compilePeriodic() ([]*periodic, error) {
 	return ps, nil
 }
 
+// warnPeriodic logs a warning for each schedule whose jobs this worker
+// will not run: one enqueueing to a queue it does not work, or of a kind
+// it has no handler for. Neither is refused (another process on the
+// store may run them, as when one process declares the schedules of a
+// fleet), but nothing runs such jobs until a worker that does starts.
+func (w *Worker) warnPeriodic(ps []*periodic) {
+	worked := make(map[string]bool, len(w.queues))
+	names := make([]string, 0, len(w.queues))
+	for _, q := range w.queues {
+		worked[q.name] = true
+		names = append(names, q.name)
+	}
+	kinds := w.exec.Kinds()
+	for _, p := range ps {
+		if !worked[p.req.Queue] {
+			w.log.Warn("periodic: the schedule enqueues to a queue this worker does not work; its jobs wait for a worker of that queue",
+				"schedule", p.name, "queue", p.req.Queue, "worker_queues", names)
+		}
+		if !slices.Contains(kinds, p.req.Kind) {
+			w.log.Warn("periodic: the schedule enqueues a kind this worker has no handler for; its jobs wait for a worker that has one",
+				"schedule", p.name, "kind", p.req.Kind, "worker_kinds", kinds)
+		}
+	}
+}
+
 // compilePeriodic validates schedules.
 func compilePeriodic(ps []Periodic) ([]*periodic, error) {
 	out := make([]*periodic, 0, len(ps))
@@ -446,7 +546,14 @@ func compilePeriodic(ps []Periodic) ([]*periodic, error) {
 func (w *Worker) declarePeriodic(ctx context.Context, ps []*periodic) bool {
 	now := w.client.now().Truncate(time.Millisecond)
 	for _, p := range ps {
-		d := store.ScheduleDecl{Name: p.name, Spec: p.raw, Cursor: now, NextRun: p.sched.Next(now)}
+		spec := p.spec
+		spec.DeclaredBy = w.id
+		raw, err := json.Marshal(spec)
+		if err != nil {
+			w.log.Error("periodic: encoding a schedule failed", "schedule", p.name, "error", err)
+			return false
+		}
+		d := store.ScheduleDecl{Name: p.name, Spec: raw, Cursor: now, NextRun: p.sched.Next(now)}
 		sc, err := w.store.DeclareSchedule(ctx, d, now)
 		if err != nil {
 			if ctx.Err() == nil {

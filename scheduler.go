@@ -19,6 +19,11 @@ type scheduler struct {
 	periodic []*periodic
 }
 
+// PeriodicRedeclareEvery is how often a running worker declares its
+// schedules again, besides at its start: the store's DeclaredAt and
+// DeclaredBy of a schedule then name a worker that still declares it.
+const PeriodicRedeclareEvery = 10 * time.Second
+
 // start runs the schedules until ctx ends or stop; with none, the loop
 // ends at once.
 func (s *scheduler) start(ctx context.Context, ps []*periodic) {
@@ -35,6 +40,7 @@ func (s *scheduler) run(ctx context.Context) {
 		return
 	}
 	declared := false
+	var declaredAt time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -44,8 +50,12 @@ func (s *scheduler) run(ctx context.Context) {
 		case <-timer.C:
 		}
 		wait := time.Second
-		if !declared {
-			declared = w.declarePeriodic(ctx, ps)
+		if !declared || time.Since(declaredAt) >= PeriodicRedeclareEvery {
+			// Declared again now and then: DeclaredAt and DeclaredBy say
+			// that a running worker declares them (DeleteSchedule).
+			if declared = w.declarePeriodic(ctx, ps); declared {
+				declaredAt = time.Now()
+			}
 		}
 		if declared && w.leading() {
 			var redeclare bool

@@ -371,6 +371,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return ErrWorkerRan
 	}
 	defer finish()
+	w.warnPeriodic(periodic)
 
 	w.hardCtx, w.hardCancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer w.hardCancel(nil)

@@ -73,6 +73,18 @@ func (c *Client) StartPurge(ctx context.Context, f FilterBody, all bool) (Operat
 	return ob.Operation, c.do(ctx, request{method: http.MethodDelete, path: "/v1/dlq", query: v}, &ob)
 }
 
+// StartPurgeIDs starts the deletion of the dead jobs with these ids
+// (DELETE /v1/dlq?id=11,12); ids that are not dead jobs are skipped.
+func (c *Client) StartPurgeIDs(ctx context.Context, ids []int64) (Operation, error) {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatInt(id, 10)
+	}
+	v := url.Values{"id": {strings.Join(parts, ",")}}
+	var ob OperationBody
+	return ob.Operation, c.do(ctx, request{method: http.MethodDelete, path: "/v1/dlq", query: v}, &ob)
+}
+
 // StartExport starts a folder export of dead jobs on the server's
 // machine, under its export folder (POST /v1/dlq/export).
 func (c *Client) StartExport(ctx context.Context, in ExportBody) (Operation, error) {

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,8 +25,8 @@ type BreakerBody = apiclient.BreakerBody
 // breakerOpenRequest is the optional body of POST /v1/breakers/{name}/open.
 type breakerOpenRequest = apiclient.BreakerOpenRequest
 
-// maxForcedOpen bounds the duration of a forced open.
-const maxForcedOpen = 366 * 24 * time.Hour
+// MaxForcedOpen bounds the duration of a forced open.
+const MaxForcedOpen = 366 * 24 * time.Hour
 
 func (a *api) listBreakers(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {
@@ -104,6 +107,16 @@ func fleetView(f store.BreakerState, now time.Time) BreakerView {
 	return v
 }
 
+// FormatDuration words d as ParseDuration reads it: whole days as "7d",
+// anything else as a Go duration ("1h30m0s").
+func FormatDuration(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d > 0 && d%day == 0 {
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	}
+	return d.String()
+}
+
 // breakerName reads and checks the {name} path value.
 func breakerName(r *http.Request) (string, error) {
 	name := r.PathValue("name")
@@ -137,12 +150,12 @@ func (a *api) openBreaker(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	set := store.BreakerSet{Name: name, State: store.BreakerOpen, By: "operator (api)", Now: now}
 	if req.Duration != "" {
-		d, err := time.ParseDuration(req.Duration)
+		d, ok := ParseDuration(req.Duration)
 		switch {
-		case err != nil:
-			return badRequest("duration", "duration %q is not a duration such as 10m or 1h30m", req.Duration)
-		case d <= 0 || d > maxForcedOpen:
-			return badRequest("duration", "duration %v must be positive and at most %v", d, maxForcedOpen)
+		case !ok:
+			return badRequest("duration", "duration %q is not a duration such as 10m, 1h30m or 7d", clip(req.Duration))
+		case d <= 0 || d > MaxForcedOpen:
+			return badRequest("duration", "duration %s must be positive and at most %s", FormatDuration(d), FormatDuration(MaxForcedOpen))
 		}
 		set.Until = now.Add(d)
 	}
@@ -164,7 +177,34 @@ func (a *api) resetBreaker(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	if err := a.breakerKnown(r, name); err != nil {
+		return err
+	}
 	return a.setBreaker(w, r, store.BreakerSet{Name: name, State: store.BreakerClosed, By: "operator (api)", Now: time.Now()})
+}
+
+// breakerKnown returns nil when a breaker named name exists: in the store
+// (shared by a process, or forced by an operator) or in this process.
+// Otherwise closing it would create a record for a breaker nobody has:
+// 404 not_found on the field name.
+func (a *api) breakerKnown(r *http.Request, name string) error {
+	if a.breakers != nil {
+		if _, ok := a.breakers.Lookup(name); ok {
+			return nil
+		}
+	}
+	_, err := a.client.Store().Breaker(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "not_found", field: "name", msg: NoBreakerMessage(name)}
+	}
+	return err
+}
+
+// NoBreakerMessage words the refusal to close a breaker named name that
+// no process has: none shared it through the store, no operator forced
+// it.
+func NoBreakerMessage(name string) string {
+	return fmt.Sprintf("no breaker named %q: no process on the store has used it, and none was forced open", name)
 }
 
 func (a *api) setBreaker(w http.ResponseWriter, r *http.Request, set store.BreakerSet) error {

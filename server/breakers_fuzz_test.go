@@ -60,8 +60,8 @@ func FuzzBreakerOpen(f *testing.F) {
 		if !open || !utf8.ValidString(name) || json.Unmarshal(body, &req) != nil || req.Duration == "" {
 			return
 		}
-		d, err := time.ParseDuration(req.Duration)
-		if err != nil || d <= 0 || d > maxForcedOpen {
+		d, ok := ParseDuration(req.Duration)
+		if !ok || d <= 0 || d > MaxForcedOpen {
 			return
 		}
 		for _, v := range views {

@@ -83,3 +83,22 @@ func TestBreakersAPI(t *testing.T) {
 		t.Fatalf("records after bad requests: %+v, %v", all, err)
 	}
 }
+
+// TestResetUnknownBreaker: closing a breaker that neither the store nor
+// this process has is 404 on the field name, and creates no record (it
+// once created one for any name); a breaker only this process has is
+// closed, its record created.
+func TestResetUnknownBreaker(t *testing.T) {
+	reg := breaker.NewRegistry(breaker.Config{Failures: 3, CountOnly: true})
+	reg.Get("local-only")
+	e := newEnv(t, Options{Breakers: reg})
+	wantErr(t, e.do("POST", "/v1/breakers/nobody/reset", ""), 404, "not_found", "name")
+	if _, err := e.st.Breaker(t.Context(), "nobody"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("record of an unknown breaker after a reset: %v", err)
+	}
+	var body BreakerBody
+	e.want(e.do("POST", "/v1/breakers/local-only/reset", ""), 200, &body)
+	if body.Breaker.State != breaker.Closed {
+		t.Fatalf("reset of this process's breaker: %+v", body.Breaker)
+	}
+}

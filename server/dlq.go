@@ -107,7 +107,7 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 
 // purge starts a purge (DELETE /v1/dlq?filters[&all=true][&wait=true]).
 func (a *api) purge(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"all", "wait"}, filterParams...)...)
+	q, err := newQuery(r, append([]string{"all", "wait", "id"}, filterParams...)...)
 	if err != nil {
 		return err
 	}
@@ -122,6 +122,19 @@ func (a *api) purge(w http.ResponseWriter, r *http.Request) error {
 	f, err := q.filter()
 	if err != nil {
 		return err
+	}
+	ids, err := q.ids("id")
+	if err != nil {
+		return err
+	}
+	if len(ids) > 0 {
+		switch {
+		case all:
+			return badRequest("all", "all applies to a filter, not to ids")
+		case !emptyFilter(f):
+			return badRequest("id", "give ids or a filter, not both")
+		}
+		f.IDs = ids
 	}
 	if emptyFilter(f) && !all {
 		return &apiError{status: http.StatusBadRequest, code: "filter_required", field: "all",

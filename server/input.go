@@ -259,6 +259,30 @@ func (q *query) limit() (int, error) {
 	return n, nil
 }
 
+// ids parses the comma-separated job ids of parameter k (id=11,12):
+// positive, at most MaxRedriveIDs, duplicates
+// dropped, in the order given.
+func (q *query) ids(k string) ([]int64, error) {
+	var ids []int64
+	seen := map[int64]bool{}
+	for _, v := range q.v[k] {
+		for s := range strings.SplitSeq(v, ",") {
+			id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil || id <= 0 {
+				return nil, badRequest(k, "job ids must be positive integers, got %q", clip(s))
+			}
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+			if len(ids) > MaxRedriveIDs {
+				return nil, badRequest(k, "more than %d ids; purge by filter instead", MaxRedriveIDs)
+			}
+		}
+	}
+	return ids, nil
+}
+
 // filterParams are the query parameters of a DLQ filter.
 var filterParams = []string{"queue", "kind", "class", "reason", "fingerprint", "since", "until", "q"}
 

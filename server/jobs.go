@@ -26,6 +26,15 @@ type BatchRequest = apiclient.BatchRequest
 // maxDelay bounds a delay or how far in the future run_at may be.
 const maxDelay = 10 * 365 * 24 * time.Hour
 
+// RequestOf validates an enqueue request as POST /v1/jobs does and returns
+// the engine's request, every field kept, run_at and delay read at now.
+// The CLI working directly on a store enqueues with it, so that both paths
+// mean the same by one request. An error names the field, as the API's 400
+// does.
+func RequestOf(in *EnqueueRequest, now time.Time) (redrive.Request, error) {
+	return toRequest(in, "", now)
+}
+
 // toRequest validates an enqueue request; prefix qualifies field names.
 func toRequest(in *EnqueueRequest, prefix string, now time.Time) (redrive.Request, error) {
 	var r redrive.Request

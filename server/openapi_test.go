@@ -185,6 +185,9 @@ type fixtures struct {
 	// query are query parameters every call of an operation carries, by
 	// "METHOD path" (a purge needs a filter).
 	query map[string]url.Values
+	// alone are, by "METHOD path", the query parameters that replace the
+	// query above rather than join it (a purge's id takes no filter).
+	alone map[string][]string
 }
 
 // exchange is one request to the server and its answer.
@@ -395,8 +398,16 @@ func (c *conformance) request(e *env, fx fixtures, o docOperation, query url.Val
 	path := o.path
 	params := map[string]string{}
 	q := url.Values{}
-	for k, vs := range fx.query[o.String()] {
-		q[k] = vs
+	joined := true
+	for _, name := range fx.alone[o.String()] {
+		if query.Has(name) {
+			joined = false
+		}
+	}
+	if joined {
+		for k, vs := range fx.query[o.String()] {
+			q[k] = vs
+		}
 	}
 	header := http.Header{}
 	for _, pr := range o.params() {
@@ -509,6 +520,7 @@ func seed(t *testing.T, e *env, o docOperation) fixtures {
 		values: map[string]map[string]string{},
 		body:   map[string]string{"POST /ui/login": url.Values{"token": {e.token}}.Encode()},
 		query:  map[string]url.Values{"DELETE /v1/dlq": {"queue": {"default"}}},
+		alone:  map[string][]string{"DELETE /v1/dlq": {"id"}},
 	}
 	// Cursors: the next page of a listing of one job.
 	for _, path := range []string{"/v1/jobs", "/v1/dlq"} {

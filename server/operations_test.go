@@ -706,3 +706,22 @@ func TestOperationWithoutClient(t *testing.T) {
 	wantErr(t, e.do("DELETE", "/v1/dlq?all=true&wait=true", ""), 500, "internal", "")
 	e.want(e.do("GET", "/healthz", ""), 200, nil)
 }
+
+// TestPurgeByIDs: DELETE /v1/dlq?id=... purges the dead jobs among the
+// ids and leaves the others; ids do not mix with a filter or all.
+func TestPurgeByIDs(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.runWorker()
+	ids := e.buryMany("p", "boom", 3)
+	pg := e.await(e.start("DELETE", fmt.Sprintf("/v1/dlq?id=%d,%d,99999", ids[0], ids[2]), ""))
+	if pg.State != OperationDone || pg.Purged != 2 {
+		t.Fatalf("purge by ids: %+v", pg)
+	}
+	if n := e.deadCount("p"); n != 1 {
+		t.Fatalf("%d dead jobs left, want 1", n)
+	}
+	wantErr(t, e.do("DELETE", "/v1/dlq?id=0", ""), 400, "invalid", "id")
+	wantErr(t, e.do("DELETE", "/v1/dlq?id=x", ""), 400, "invalid", "id")
+	wantErr(t, e.do("DELETE", fmt.Sprintf("/v1/dlq?id=%d&queue=p", ids[1]), ""), 400, "invalid", "id")
+	wantErr(t, e.do("DELETE", fmt.Sprintf("/v1/dlq?id=%d&all=true", ids[1]), ""), 400, "invalid", "all")
+}

@@ -248,7 +248,14 @@ func (s slowDeleteStore) DeleteSchedule(context.Context, string) (bool, error) {
 // http.Server's (serve sets both). Real time passing is what is tested:
 // the delete takes 500 ms, both write timeouts are 200 ms.
 func TestSlowBareAnswerNotLost(t *testing.T) {
-	c := redrive.NewClient(slowDeleteStore{openStore(t), 500 * time.Millisecond}, redrive.ClientOptions{Logger: quiet})
+	st := openStore(t)
+	// The schedule exists (DeleteSchedule reads it first, to refuse one a
+	// running worker declares).
+	now := time.Now()
+	if _, err := st.DeclareSchedule(t.Context(), store.ScheduleDecl{Name: "nightly", Spec: []byte(`{}`), Cursor: now}, now); err != nil {
+		t.Fatal(err)
+	}
+	c := redrive.NewClient(slowDeleteStore{st, 500 * time.Millisecond}, redrive.ClientOptions{Logger: quiet})
 	api := New(Options{Client: c, Logger: quiet, WriteTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = api.Close() })
 	srv := httptest.NewUnstartedServer(api)

@@ -166,6 +166,9 @@ func (a *api) deleteSchedule(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := a.client.DeleteSchedule(r.Context(), name); err != nil {
+		if de, ok := errors.AsType[*redrive.ScheduleDeclaredError](err); ok {
+			return &apiError{status: http.StatusConflict, code: "conflict", field: "name", msg: de.Error()}
+		}
 		return scheduleNotFound(err, name)
 	}
 	w.WriteHeader(http.StatusNoContent)

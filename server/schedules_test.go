@@ -95,7 +95,17 @@ func TestSchedules(t *testing.T) {
 		t.Errorf("triggered: %+v", job)
 	}
 
-	stop() // a running worker declaring it would record it again
+	// A running worker declares it: deleting it is refused, naming the
+	// worker (deleted, it would be declared again within seconds).
+	r := e.do("DELETE", "/v1/schedules/hourly", "")
+	wantErr(t, r, 409, "conflict", "name")
+	if !strings.Contains(string(r.body), `is declared by the running worker`) {
+		t.Errorf("delete of a declared schedule: %s", r.body)
+	}
+	if _, err := e.client.Schedule(t.Context(), "hourly"); err != nil {
+		t.Fatalf("the refused delete deleted it: %v", err)
+	}
+	stop()
 	if r := e.do("DELETE", "/v1/schedules/hourly", ""); r.status != 204 || len(r.body) != 0 {
 		t.Errorf("delete: %d %s", r.status, r.body)
 	}

@@ -26,10 +26,15 @@ type SeriesResponse = apiclient.SeriesResponse
 
 // parseSince parses the since parameter: a Go duration, or a whole
 // number of days written "7d".
-func parseSince(s string) (time.Duration, bool) {
+func parseSince(s string) (time.Duration, bool) { return ParseDuration(s) }
+
+// ParseDuration parses a Go duration ("90m", "1h30m") or a whole number
+// of days ("7d", from 0 to 1000): the durations of the API's since and
+// until, of a breaker forced open, and of the CLI's duration flags.
+func ParseDuration(s string) (time.Duration, bool) {
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.Atoi(days)
-		if err != nil || n < 0 || n > 1000 {
+		if err != nil || n < 0 || n > 1000 || strings.HasPrefix(days, "+") {
 			return 0, false
 		}
 		return time.Duration(n) * 24 * time.Hour, true

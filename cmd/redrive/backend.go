@@ -184,6 +184,9 @@ type backend interface {
 	Redrive(ctx context.Context, q redriveQuery, progress func(redrive.RedriveProgress)) (redrive.RedriveProgress, error)
 	// Purge deletes dead jobs, reporting progress as Redrive does.
 	Purge(ctx context.Context, fo filterOptions, all bool, progress func(purgeProgress)) (int64, error)
+	// PurgeIDs deletes the dead jobs among ids (the others are left as
+	// they are) and returns how many it deleted.
+	PurgeIDs(ctx context.Context, ids []int64) (int64, error)
 	// Export writes dead jobs to dir; progress gets how many are written
 	// and how many matched at the start (-1: unknown).
 	Export(ctx context.Context, dir string, fo filterOptions, progress func(n int, total int64)) (int, error)

@@ -36,38 +36,15 @@ type directBackend struct {
 
 func (d *directBackend) Close() error { return d.close() }
 
+// Enqueue enqueues one job; the request is read as POST /v1/jobs reads it
+// (server.RequestOf), every field kept.
 func (d *directBackend) Enqueue(ctx context.Context, in server.EnqueueRequest) (*redrive.Job, error) {
-	var opts []redrive.Option
-	if in.Queue != "" {
-		opts = append(opts, redrive.InQueue(in.Queue))
+	r, err := server.RequestOf(&in, time.Now())
+	if err != nil {
+		return nil, err
 	}
-	if in.Delay != "" {
-		dl, err := time.ParseDuration(in.Delay)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, redrive.After(dl))
-	}
-	if in.MaxRetries != nil {
-		opts = append(opts, redrive.MaxRetries(*in.MaxRetries))
-	}
-	if in.IdempotencyKey != "" {
-		opts = append(opts, redrive.IdempotencyKey(in.IdempotencyKey))
-	}
-	if in.ReturnExisting {
-		opts = append(opts, redrive.ReturnExisting())
-	}
-	if in.Priority != 0 {
-		opts = append(opts, redrive.Priority(in.Priority))
-	}
-	var payload any
-	if len(in.Payload) > 0 {
-		payload = in.Payload
-	}
-	r := redrive.Request{Kind: in.Kind, Payload: payload}
-	for _, o := range opts {
-		o(&r)
-	}
+	// Checked as the API checks it: a kind the live workers of the
+	// queue do not run is refused.
 	jobs, err := d.c.EnqueueChecked(ctx, []redrive.Request{r})
 	if len(jobs) == 1 {
 		return jobs[0], err // with a *KeyConflictError, the job holding the key
@@ -221,6 +198,13 @@ func (d *directBackend) Purge(ctx context.Context, fo filterOptions, _ bool, pro
 	return op.Purged, err
 }
 
+// PurgeIDs runs a purge operation of the dead jobs among ids on the
+// store.
+func (d *directBackend) PurgeIDs(ctx context.Context, ids []int64) (int64, error) {
+	op, err := runDirect(ctx, d, redrive.OperationRequest{Kind: redrive.OperationPurge, Filter: redrive.Filter{IDs: ids}}, nil)
+	return op.Purged, err
+}
+
 func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
 	f, err := fo.toFilter()
 	if err != nil {
@@ -242,11 +226,17 @@ func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions
 var httpValidator = httpjob.New(httpjob.Options{AllowLinkLocalSetting: "serve --http-allow-link-local",
 	AllowPrivateSetting: "serve --http-allow-private"}).Validate
 
-// EnqueueBatch enqueues the batch with EnqueueMany.
+// EnqueueBatch enqueues the batch with EnqueueChecked, each request read
+// as the API reads it.
 func (d *directBackend) EnqueueBatch(ctx context.Context, reqs []apiclient.EnqueueRequest) ([]*redrive.Job, error) {
 	rs := make([]redrive.Request, len(reqs))
-	for i, in := range reqs {
-		rs[i] = redrive.Request{Kind: in.Kind, Queue: in.Queue, Payload: in.Payload, MaxRetries: in.MaxRetries, Priority: in.Priority}
+	now := time.Now()
+	for i := range reqs {
+		r, err := server.RequestOf(&reqs[i], now)
+		if err != nil {
+			return nil, fmt.Errorf("job %d of the batch: %w", i, err)
+		}
+		rs[i] = r
 	}
 	return d.c.EnqueueChecked(ctx, rs)
 }
@@ -281,6 +271,15 @@ func (d *directBackend) ForceBreaker(ctx context.Context, name string, open bool
 		set.State = store.BreakerOpen
 		if dur > 0 {
 			set.Until = now.Add(dur)
+		}
+	}
+	if !open {
+		// Closing a breaker nobody has would create its record: refused,
+		// as the API refuses it.
+		if _, err := d.c.Store().Breaker(ctx, name); errors.Is(err, store.ErrNotFound) {
+			return apiclient.BreakerView{}, errors.New(server.NoBreakerMessage(name))
+		} else if err != nil {
+			return apiclient.BreakerView{}, err
 		}
 	}
 	st, err := d.c.Store().SetBreaker(ctx, set)

@@ -154,6 +154,28 @@ func (r *remoteBackend) Purge(ctx context.Context, fo filterOptions, all bool, p
 	return op.Purged, err
 }
 
+// purgeIDsPerRequest bounds the ids of one DELETE /v1/dlq, which go in
+// its URL.
+const purgeIDsPerRequest = 500
+
+// PurgeIDs purges the dead jobs among ids on the server, in requests of
+// at most purgeIDsPerRequest ids, following each operation.
+func (r *remoteBackend) PurgeIDs(ctx context.Context, ids []int64) (int64, error) {
+	var n int64
+	for start := 0; start < len(ids); start += purgeIDsPerRequest {
+		op, err := r.api.StartPurgeIDs(ctx, ids[start:min(start+purgeIDsPerRequest, len(ids))])
+		if err != nil {
+			return n, err
+		}
+		op, err = r.follow(ctx, op, nil)
+		n += op.Purged
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 // Export reads GET /v1/dlq/export (NDJSON, one job a line) and writes
 // each job's folder as redrive.Client.Export does.
 func (r *remoteBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {

@@ -78,8 +78,9 @@ has elapsed (then one probe goes through, as after a trip) or, without
 		if err := store.CheckName("breaker name", args[0]); err != nil {
 			return flagErrorf(cmd, "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
 		}
-		if dur < 0 {
-			return flagErrorf(cmd, "--for is %v; it must be positive (or 0: until closed)", dur)
+		if dur < 0 || dur > server.MaxForcedOpen {
+			return flagErrorf(cmd, "--for is %s; it must be positive and at most %s (or 0: until closed)",
+				server.FormatDuration(dur), server.FormatDuration(server.MaxForcedOpen))
 		}
 		return withBreakers(g, &c, func(ctx context.Context, b backend) error {
 			v, err := b.ForceBreaker(ctx, args[0], true, dur)
@@ -98,7 +99,7 @@ has elapsed (then one probe goes through, as after a trip) or, without
 			return err
 		})(cmd, args)
 	}
-	cmd.Flags().DurationVar(&dur, "for", 0, "how long the breaker stays forced open (e.g. 15m); 0: until closed")
+	durationFlag(cmd.Flags(), &dur, "for", 0, "how long the breaker stays forced open (e.g. 15m, 7d); 0: until closed")
 	addConnFlags(cmd, &c)
 	return cmd
 }

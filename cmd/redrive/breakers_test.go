@@ -59,6 +59,14 @@ func checkBreakersCLI(t *testing.T, pre []string) {
 			t.Errorf("%q succeeded: %s", args, stderr)
 		}
 	}
+	// Closing a breaker nobody has is refused, and creates nothing.
+	_, _, err := runCLI(t, append(append([]string{}, pre...), "breakers", "close", "nobody")...)
+	if err == nil || !strings.Contains(err.Error(), `no breaker named "nobody"`) {
+		t.Errorf("breakers close nobody: %v", err)
+	}
+	if list := decode[[]server.BreakerView](t, cli("--json", "breakers", "ls")); len(list) != 2 {
+		t.Errorf("breakers ls --json after closing an unknown breaker: %+v", list)
+	}
 }
 
 func TestBreakersDirectMode(t *testing.T) {

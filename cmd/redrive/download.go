@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -58,6 +59,11 @@ file goes into --dest, a directory relative to the server's download folder
 (default: the folder itself), under the name the server's answer gives
 (Content-Disposition) or else the URL's last path segment. --sha256 checks
 the file's hash (one URL only): a file that does not match is not kept.
+
+A server without --download-dir refuses the jobs before anything is
+enqueued, and so does the command directly on a store (--db,
+--database-url) whose live workers of the queue do not run the download
+kind.
 
 The ids of the jobs enqueued are printed, one per line with its URL. A bad
 URL or --dest refuses the whole batch: nothing is enqueued.
@@ -196,6 +202,11 @@ func downloadRequests(cmd *cobra.Command, urls []string, o downloadOptions) ([]s
 func runDownload(ctx context.Context, cmd *cobra.Command, g *globalOptions, b backend, reqs []server.EnqueueRequest, wait bool) error {
 	out := cmd.OutOrStdout()
 	jobs, err := enqueueDownloads(ctx, b, reqs)
+	if ke, ok := errors.AsType[*redrive.KindError](err); ok && ke.Kind == downloadKind {
+		// Directly on a store, the refusal of the kind check: say what a
+		// server without --download-dir says.
+		err = fmt.Errorf("%w: %w", err, errDownloadOff)
+	}
 	if err != nil {
 		if len(jobs) > 0 {
 			// Earlier batches went in: say which, then the error.
@@ -234,7 +245,7 @@ func runDownload(ctx context.Context, cmd *cobra.Command, g *globalOptions, b ba
 			return err
 		}
 	} else {
-		fmt.Fprintf(out, "%d downloads completed\n", len(final))
+		fmt.Fprintf(out, "%s completed\n", downloads(len(final)))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d of %d downloads failed", len(failed), len(final))

@@ -33,9 +33,17 @@ func printDownloadJobs(out io.Writer, g *globalOptions, jobs []*redrive.Job) err
 	return tw.Flush()
 }
 
+// downloads words a number of downloads: "1 download", "3 downloads".
+func downloads(n int) string {
+	if n == 1 {
+		return "1 download"
+	}
+	return fmt.Sprintf("%d downloads", n)
+}
+
 // printDownloadFailures lists the jobs that did not complete.
 func printDownloadFailures(out io.Writer, failed []*redrive.Job) error {
-	fmt.Fprintf(out, "%d downloads failed:\n", len(failed))
+	fmt.Fprintf(out, "%s failed:\n", downloads(len(failed)))
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tURL\tSTATE\tREASON\tERROR")
 	for _, j := range failed {

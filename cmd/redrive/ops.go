@@ -62,6 +62,8 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 		maxRetries int
 		priority   int
 		existing   bool
+		dependency string
+		notReproc  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "enqueue KIND",
@@ -70,7 +72,8 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		in := server.EnqueueRequest{Kind: args[0], Queue: queue, IdempotencyKey: key, ReturnExisting: existing}
+		in := server.EnqueueRequest{Kind: args[0], Queue: queue, IdempotencyKey: key, ReturnExisting: existing,
+			Dependency: dependency, NotReprocessable: notReproc}
 		if payload != "" {
 			if !json.Valid([]byte(payload)) {
 				return flagErrorf(cmd, "--payload is not valid JSON: %q", clipArg(payload))
@@ -126,11 +129,13 @@ func newEnqueueCmd(g *globalOptions) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&payload, "payload", "", "the job's payload, as JSON")
 	f.StringVar(&queue, "queue", "", "queue (default \"default\")")
-	f.DurationVar(&delay, "delay", 0, "run the job after this delay (e.g. 30s, 1h)")
+	durationFlag(f, &delay, "delay", 0, "run the job after this delay (e.g. 30s, 1h, 7d)")
 	f.IntVar(&maxRetries, "max-retries", 0, "retries after the first attempt (default: the policy's)")
 	f.IntVar(&priority, "priority", redrive.DefaultPriority, fmt.Sprintf("priority from %d to %d: the due jobs of a queue start highest first", redrive.MinPriority, redrive.MaxPriority))
 	f.StringVar(&key, "key", "", "idempotency key: enqueue nothing while a job holds it (a different job holding it is an error)")
 	f.BoolVar(&existing, "return-existing", false, "with --key: when a different job holds the key, show it instead of failing")
+	f.StringVar(&dependency, "dependency", "", "the circuit breaker guarding the job (jobs naming the same one share it)")
+	f.BoolVar(&notReproc, "not-reprocessable", false, "the job must never be redriven from the DLQ")
 	addConnFlags(cmd, &c)
 	return cmd
 }

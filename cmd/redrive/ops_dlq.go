@@ -151,19 +151,39 @@ func newPurgeCmd(g *globalOptions) *cobra.Command {
 		all, yes bool
 	)
 	cmd := &cobra.Command{
-		Use:   "purge (filters | --all [filters])",
+		Use:   "purge (ID... | filters | --all [filters])",
 		Short: "Delete dead jobs",
-		Long: `Delete the dead jobs matching the filters, or with --all every dead job
-(matching the filters, if any: --all selects as dlq redrive --all does).
-It asks for confirmation on standard input unless --yes, saying how many dead
-jobs match ("Purge 1,234 dead jobs matching queue=mail? [y/N]"); when none
-match, it says so and does nothing.
+		Long: `Delete dead jobs: by id, or those matching the filters, or with --all every
+dead job (matching the filters, if any: --all selects as dlq redrive --all
+does). A purge by filter asks for confirmation on standard input unless
+--yes, saying how many dead jobs match ("Purge 1,234 dead jobs matching
+queue=mail? [y/N]"); when none match, it says so and does nothing. A purge by
+id asks nothing (as dlq redrive ID... does): it deletes the dead jobs named,
+then, if any id is not a dead job, says which and exits with an error.
 ` + bulkHelp + connHelp,
-		Args: cobra.NoArgs,
+		Args: cobra.ArbitraryArgs,
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			if all || !fo.empty() {
+				return flagErrorf(cmd, "give job ids, or filters (and --all), not both")
+			}
+			var ids []int64
+			for _, a := range args {
+				id, err := parseID(cmd, a)
+				if err != nil {
+					return err
+				}
+				if !slices.Contains(ids, id) {
+					ids = append(ids, id)
+				}
+			}
+			return withBackend(g, &c, func(ctx context.Context, b backend) error {
+				return purgeIDs(ctx, cmd, g, b, ids)
+			})(cmd, args)
+		}
 		if fo.empty() && !all {
-			return flagErrorf(cmd, "no filter given: narrow the purge with filters, or pass --all to purge every dead job")
+			return flagErrorf(cmd, "no filter given: name job ids, narrow the purge with filters, or pass --all to purge every dead job")
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
 			matched, err := confirmDLQ(ctx, cmd, b, yes, "Purge", fo)
@@ -198,6 +218,41 @@ match, it says so and does nothing.
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	addConnFlags(cmd, &c)
 	return cmd
+}
+
+// purgeIDs purges the dead jobs among ids and prints how many; ids that
+// are not dead jobs are named after, as an error.
+func purgeIDs(ctx context.Context, cmd *cobra.Command, g *globalOptions, b backend, ids []int64) error {
+	var missing []string
+	if len(ids) <= maxCheckedIDs {
+		var err error
+		if missing, err = checkDeadIDs(ctx, b, ids); err != nil {
+			return err
+		}
+	}
+	n, err := b.PurgeIDs(ctx, ids)
+	if err != nil {
+		if n > 0 {
+			return fmt.Errorf("purge stopped after deleting %d dead job(s): %w", n, err)
+		}
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if g.JSON {
+		if err := writeJSON(out, map[string]int64{"purged": n}); err != nil {
+			return err
+		}
+	} else if _, err := fmt.Fprintf(out, "purged %d dead job(s)\n", n); err != nil {
+		return err
+	}
+	switch {
+	case n == int64(len(ids)):
+		return nil
+	case len(missing) > 0:
+		return fmt.Errorf("not purged: %s", strings.Join(missing, "; "))
+	default:
+		return fmt.Errorf("%d of the %d job(s) given were not purged: they do not exist or are not dead", int64(len(ids))-n, len(ids))
+	}
 }
 
 func newExportCmd(g *globalOptions) *cobra.Command {

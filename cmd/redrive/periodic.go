@@ -121,9 +121,10 @@ func newPeriodicDeleteCmd(g *globalOptions) *cobra.Command {
 		Aliases: []string{"delete"},
 		Short:   "Delete a schedule no worker declares any more",
 		Long: `Delete the schedule NAME and its state (paused, last run), say once the
-code or the config file that declared it no longer does. A running worker
-that still declares it records it again within about a second, from then
-on. Jobs it enqueued are not touched.
+code or the config file that declared it no longer does. A schedule that a
+running worker still declares is refused, naming the worker (its host and
+pid): deleted, it would be declared again within seconds, as new. Jobs it
+enqueued are not touched.
 ` + connHelp,
 		Args: cobra.ExactArgs(1),
 	}

@@ -126,3 +126,62 @@ func TestPeriodicServerMode(t *testing.T) {
 	ts, db := newTestServer(t, "s3cret")
 	checkPeriodicCLI(t, db, []string{"--server", ts.URL, "--token", "s3cret"})
 }
+
+// TestPeriodicRmDeclared: `periodic rm` of a schedule a running worker
+// declares is refused, naming the worker (it once deleted it, and the
+// worker declared it again seconds later, as new and not paused),
+// directly and through a server (409); once the worker stopped, it is
+// deleted.
+func TestPeriodicRmDeclared(t *testing.T) {
+	clearConnEnv(t)
+	for mode, setup := range countModes(t) {
+		t.Run(mode, func(t *testing.T) {
+			target, db := setup(t)
+			log := slog.New(slog.DiscardHandler)
+			st, err := sqlite.Open(context.Background(), db, sqlite.Options{Logger: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			c := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+			w := redrive.NewWorker(c, redrive.WorkerOptions{Logger: log, Queues: map[string]int{"idle": 1},
+				Periodic: []redrive.Periodic{{Name: "ping", Every: time.Hour, Kind: "http", Payload: map[string]string{"url": "https://example.com/ping"}}}})
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			stopped := false
+			stopWorker := func() {
+				if !stopped {
+					stopped = true
+					stop()
+					<-done
+				}
+			}
+			defer stopWorker()
+			waitUntil(t, e2eWait, "the worker declared its schedule", func() error {
+				if s, err := c.Schedule(ctx, "ping"); err != nil || s.DeclaredBy == "" {
+					return fmt.Errorf("%+v, %v", s, err)
+				}
+				return nil
+			})
+			s, err := c.Schedule(ctx, "ping")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cli := func(args ...string) (string, string, error) {
+				return runCLI(t, append(append([]string{}, target...), args...)...)
+			}
+			_, stderr, err := cli("periodic", "rm", "ping")
+			if err == nil || !strings.Contains(stderr, `schedule "ping" is declared by the running worker `+s.DeclaredBy) {
+				t.Fatalf("periodic rm of a declared schedule: %v %q", err, stderr)
+			}
+			if _, err := c.Schedule(context.Background(), "ping"); err != nil {
+				t.Fatalf("the refused rm deleted the schedule: %v", err)
+			}
+			stopWorker()
+			if out, stderr, err := cli("periodic", "rm", "ping"); err != nil || out != "schedule ping deleted\n" {
+				t.Fatalf("periodic rm once the worker stopped: %v %q %q", err, out, stderr)
+			}
+		})
+	}
+}

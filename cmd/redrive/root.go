@@ -115,7 +115,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root.SetErr(stderr)
 	_, err := root.ExecuteContextC(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "redrive: %v\n", err)
+		// The engine's errors say "redrive: " themselves: once is enough.
+		msg := err.Error()
+		for strings.HasPrefix(msg, "redrive: ") {
+			msg = strings.TrimPrefix(msg, "redrive: ")
+		}
+		fmt.Fprintf(stderr, "redrive: %s\n", msg)
 		if ue, ok := errors.AsType[*usageError](err); ok {
 			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", ue.cmd.CommandPath())
 		}

@@ -44,7 +44,7 @@ var kafkaSettings = []setting{
 		c.Kafka.Brokers = seeds
 		return nil
 	}},
-	{name: "kafka-topics", help: `Kafka main topics whose dead-letter topics <topic>-dlt serve keeps in the store as dead jobs of the store queue of the same name, e.g. "orders,scans" (a redriven one is produced back to its topic; each topic's retry policy, which names its retry tiers, is the store queue's; =N sets the concurrency of producing its redriven dead letters back). Do not also redrive these DLTs with ` + "`dlq redrive --kafka-topic`", apply: func(c *Serve, v string) error {
+	{name: "kafka-topics", help: `Kafka main topics whose dead-letter topics <topic>-dlt serve keeps in the store as dead jobs of the store queue of the same name, e.g. "orders,scans" (a redriven one is produced back to its topic; each topic's retry policy, which names its retry tiers, is the store queue's; =N sets the concurrency of producing its redriven dead letters back). Do not also redrive these DLTs with "redrive dlq redrive --kafka-topic"`, apply: func(c *Serve, v string) error {
 		if strings.TrimSpace(v) == "" {
 			c.Kafka.spec = ""
 			return nil

@@ -710,7 +710,7 @@ async function jobPage(id) {
           j.limit && kv('Limit', limitLine(j), 'job-limit'),
           waiting && kv('Why then', whyThen(j), 'why-then'),
           kv('Finished', fmtTime(j.finished_at)), kv('Dependency', j.dependency),
-          kv('Idempotency key', j.idempotency_key), kv('Redriven', j.redriven ? `${j.redriven} times` : 'never'),
+          kv('Idempotency key', j.idempotency_key), kv('Redriven', j.redriven === 1 ? 'once' : j.redriven ? `${j.redriven} times` : 'never'),
           j.replay_of && kv('Replays', h('a', { href: `#/jobs/${j.replay_of}` }, `job ${j.replay_of}`), 'replay-of'),
           j.state === 'dead' && kv('Dead reason', j.dead_reason),
           j.fingerprint && kv('Cause', h('a', { href: `#/dlq/${j.fingerprint}` }, shortFP(j.fingerprint))),

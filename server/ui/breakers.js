@@ -73,10 +73,10 @@ async function breakersPage() {
       h('td', { class: 'opened-by' }, b.opened_by || '—'),
       h('td', { class: 'opened-at', title: b.opened_at ? fmtTime(b.opened_at) : '' }, b.opened_at ? fmtAgo(b.opened_at) : '—'),
       h('td', { class: 'probe' }, breakerProbe(b)),
-      h('td', { class: 'actions' },
+      h('td', { class: 'row-actions' }, h('div', { class: 'actions' },
         b.state === 'closed'
-          ? [dur, ' ', h('button', { class: 'small', 'data-action': 'open', onclick: () => breakerAction(b, 'open', dur.value) }, 'Force open')]
-          : h('button', { class: 'small', 'data-action': 'close', onclick: () => breakerAction(b, 'close') }, 'Close')));
+          ? [dur, h('button', { class: 'small', 'data-action': 'open', onclick: () => breakerAction(b, 'open', dur.value) }, 'Force open')]
+          : h('button', { class: 'small', 'data-action': 'close', onclick: () => breakerAction(b, 'close') }, 'Close'))));
   });
   return h('div', {},
     h('h1', {}, 'Circuit breakers'),

@@ -63,13 +63,13 @@ async function operationsPage(params) {
     h('td', {}, opProgress(op)),
     h('td', { class: 'muted' }, opFilterText(op), op.rate ? ` · ${op.rate}/s` : '', ` · batch ${op.batch}`, op.note ? ` · ${op.note}` : ''),
     h('td', { title: fmtTime(op.started_at) }, fmtAgo(op.started_at)),
-    h('td', { class: 'actions' },
+    h('td', { class: 'row-actions' }, h('div', { class: 'actions' },
       op.state === 'pending' || op.state === 'running'
         ? h('button', { class: 'small', 'data-action': 'pause', onclick: () => opAction(op, 'pause') }, 'Pause') : '',
       op.state === 'paused'
-        ? h('button', { class: 'small', 'data-action': 'resume', onclick: () => opAction(op, 'resume') }, 'Resume') : '', ' ',
+        ? h('button', { class: 'small', 'data-action': 'resume', onclick: () => opAction(op, 'resume') }, 'Resume') : '',
       op.state === 'pending' || op.state === 'running' || op.state === 'paused'
-        ? h('button', { class: 'small danger', 'data-action': 'cancel', onclick: () => opAction(op, 'cancel') }, 'Cancel') : '')));
+        ? h('button', { class: 'small danger', 'data-action': 'cancel', onclick: () => opAction(op, 'cancel') }, 'Cancel') : ''))));
   return h('div', {},
     h('h1', {}, 'Operations'),
     h('div', { class: 'card' },

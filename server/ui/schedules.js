@@ -45,10 +45,10 @@ async function schedulesPage() {
     h('td', { class: 'last-run', title: fmtTime(s.last_run) }, s.last_run ? fmtAgo(s.last_run) : 'never',
       s.last_job_id ? [' ', h('a', { href: `#/jobs/${s.last_job_id}` }, `job ${s.last_job_id}`)] : ''),
     h('td', { title: `occurrences missed for longer than ${s.grace}: ${s.missed === 'run_once' ? 'the latest runs once' : 'skipped'}` }, s.missed === 'run_once' ? 'run once' : 'skip'),
-    h('td', { class: 'actions' },
+    h('td', { class: 'row-actions' }, h('div', { class: 'actions' },
       h('button', { class: 'small', 'data-action': s.paused ? 'resume' : 'pause', onclick: () => scheduleAction(s, s.paused ? 'resume' : 'pause') },
-        s.paused ? 'Resume' : 'Pause'), ' ',
-      h('button', { class: 'small', 'data-action': 'trigger', disabled: !!s.error, onclick: () => scheduleAction(s, 'trigger') }, 'Run now'))));
+        s.paused ? 'Resume' : 'Pause'),
+      h('button', { class: 'small', 'data-action': 'trigger', disabled: !!s.error, onclick: () => scheduleAction(s, 'trigger') }, 'Run now')))));
   return h('div', {},
     h('h1', {}, 'Schedules'),
     h('div', { class: 'card' },
