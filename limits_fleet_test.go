@@ -80,9 +80,15 @@ func TestLimitFleetChild(t *testing.T) {
 	if err := c.SetLimits(limitFleetLimits()); err != nil {
 		t.Fatal(err)
 	}
+	// A lease of 5 s: a worker bounds each fetch by its lease, and with
+	// 1 s leases a loaded machine (-race beside other test binaries) made
+	// every SQLite fetch of a process time out, and heartbeats late, for
+	// minutes: leases expired, jobs were rescued and run again, and the
+	// run never ended. A killed process's jobs are rescued at once anyway:
+	// its process is seen gone on this host.
 	w := redrive.NewWorker(c, redrive.WorkerOptions{
 		ID: id, Queues: map[string]int{redrive.DefaultQueue: 16}, Logger: log,
-		LeaseDuration: time.Second, RescueInterval: 200 * time.Millisecond, PollInterval: 100 * time.Millisecond,
+		LeaseDuration: 5 * time.Second, RescueInterval: 200 * time.Millisecond, PollInterval: 100 * time.Millisecond,
 	})
 	client := &http.Client{Timeout: 10 * time.Second}
 	report := func(r limitRec) error {
