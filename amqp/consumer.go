@@ -302,7 +302,7 @@ type queueConsumer struct {
 // run consumes the queue until ctx ends (see consumeLoop).
 func (q *queueConsumer) run(ctx, hardCtx context.Context) error {
 	return consumeLoop(ctx, hardCtx, loopSpec{conn: q.c.conn, log: q.c.log, queue: q.name,
-		tag: "redrive-" + q.c.exec.ID() + "-" + q.name, prefetch: q.opts.Prefetch, declare: q.topo.Declare,
+		tag: "redrive-" + q.c.exec.ID() + "-" + q.name, prefetch: q.opts.Prefetch, declare: q.topo.DeclareConn,
 		delivered: func() { q.c.stats.delivered.Add(1) }, handle: q.handle, release: q.requeue})
 }
 

@@ -139,7 +139,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 	for _, q := range k.queues {
 		loops.Go(func() {
 			err := consumeLoop(runCtx, runCtx, loopSpec{conn: k.conn, log: k.log, queue: q.topo.DLQ(),
-				tag: "redrive-keeper-" + q.topo.Queue, prefetch: k.opts.Prefetch, declare: q.topo.Declare, handle: q.keep})
+				tag: "redrive-keeper-" + q.topo.Queue, prefetch: k.opts.Prefetch, declare: q.topo.DeclareConn, handle: q.keep})
 			if err != nil {
 				errs <- fmt.Errorf("amqp: dead-letter queue %q: %w", q.topo.DLQ(), err)
 				stop()

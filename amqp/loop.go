@@ -22,8 +22,8 @@ type loopSpec struct {
 	queue    string
 	tag      string
 	prefetch int
-	// declare declares the queue's topology on every new channel.
-	declare func(ch *amqp091.Channel) error
+	// declare declares the queue's topology before every new channel.
+	declare func(ctx context.Context, conn *Conn) error
 	// delivered, when set, counts each delivery.
 	delivered func()
 	// handle settles one delivery; it runs on its own goroutine and
@@ -68,12 +68,11 @@ func consumeLoop(ctx, hardCtx context.Context, s loopSpec) error {
 // channel closes (nil: resubscribe) or ctx ends, and leaves the channel
 // to the deliveries still being settled.
 func subscribe(ctx, hardCtx context.Context, s loopSpec, inflight *sync.WaitGroup) error {
-	ch, err := s.conn.Channel(ctx)
-	if err != nil {
+	if err := s.declare(ctx, s.conn); err != nil {
 		return err
 	}
-	if err := s.declare(ch); err != nil {
-		ch.Close()
+	ch, err := s.conn.Channel(ctx)
+	if err != nil {
 		return err
 	}
 	if err := ch.Qos(s.prefetch, 0, false); err != nil {

@@ -180,16 +180,11 @@ func (r *Router) Stats() map[string]RouterStats {
 // it starts, so that consumers and publishers may use the queues before
 // the router runs.
 func (r *Router) Declare(ctx context.Context) error {
-	ch, err := r.conn.Channel(ctx)
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
 	for _, q := range r.queues {
 		if err := q.topo.supported(r.conn.ServerVersion()); err != nil {
 			return err
 		}
-		if err := q.topo.Declare(ch); err != nil {
+		if err := q.topo.DeclareConn(ctx, r.conn); err != nil {
 			return err
 		}
 	}
@@ -223,7 +218,7 @@ func (r *Router) Run(ctx context.Context) error {
 	for _, q := range r.queues {
 		loops.Go(func() {
 			err := consumeLoop(runCtx, runCtx, loopSpec{conn: r.conn, log: r.log, queue: q.topo.FailedQueue(),
-				tag: "redrive-router-" + r.exec.ID() + "-" + q.name, prefetch: q.opts.Prefetch, declare: q.topo.Declare,
+				tag: "redrive-router-" + r.exec.ID() + "-" + q.name, prefetch: q.opts.Prefetch, declare: q.topo.DeclareConn,
 				handle: q.handle})
 			if err != nil {
 				errs <- fmt.Errorf("amqp: managed queue %q: %w", q.name, err)

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -182,29 +186,145 @@ func (t Topology) queues() []queueSpec {
 
 // Declare declares every queue of the topology on ch, durable, with the
 // arguments the topology sets; the work queue last, once every queue its
-// rejections reach exists and is bound. Declaring again is harmless. A queue that
-// already exists with other arguments is an error naming it and the
-// broker's complaint, after which ch is closed (the broker closes a
-// channel on such an error).
+// rejections reach exists and is bound. Declaring again is harmless. A
+// queue that already exists with other arguments is an error naming it,
+// the broker's complaint and how to migrate, after which ch is closed
+// (the broker closes a channel on such an error). DeclareConn adopts
+// such a queue when the difference is compatible.
 func (t Topology) Declare(ch *amqp091.Channel) error {
+	return t.declare(func() (*amqp091.Channel, error) { return ch, nil }, func() {}, nil)
+}
+
+// DeclareConn is Declare on channels of conn, with one difference: an
+// existing queue whose extra arguments are ones redrive does not set and
+// that lose no message (CompatibleArguments) is adopted as it is, and
+// logged, instead of being an error. Any other difference (an argument
+// redrive sets, given another value; or an argument that drops, expires
+// or rejects messages) is the error Declare returns.
+func (t Topology) DeclareConn(ctx context.Context, conn *Conn) error {
+	var ch *amqp091.Channel
+	defer func() {
+		if ch != nil {
+			ch.Close()
+		}
+	}()
+	open := func() (*amqp091.Channel, error) {
+		if ch == nil {
+			c, err := conn.Channel(ctx)
+			if err != nil {
+				return nil, err
+			}
+			ch = c
+		}
+		return ch, nil
+	}
+	closed := func() { ch = nil } // the broker closed it
+	return t.declare(open, closed, conn.log)
+}
+
+// CompatibleArguments are the queue arguments redrive adopts on an
+// existing queue (DeclareConn) though it does not set them: they change
+// how the broker stores, orders or hands out messages, never whether a
+// message is kept. x-max-length, x-max-length-bytes, x-message-ttl,
+// x-expires and x-overflow are not among them (they drop, expire or
+// refuse messages), nor are the arguments redrive sets itself.
+var CompatibleArguments = []string{
+	"x-max-priority", "x-queue-mode", "x-queue-version", "x-single-active-consumer",
+	"x-queue-leader-locator", "x-queue-master-locator", "x-initial-cluster-size",
+	"x-quorum-initial-group-size", "x-max-in-memory-length", "x-max-in-memory-bytes",
+}
+
+// maxAdopted bounds the arguments adopted on one queue.
+const maxAdopted = 16
+
+// extraArgRE matches the broker's complaint about an argument the
+// existing queue has and the declaration lacks.
+var extraArgRE = regexp.MustCompile(`inequivalent arg '([^']+)' for queue '.*' in vhost '.*': received none but current is the value '(.*)' of type '([a-z]+)'$`)
+
+// compatibleExtra reads the broker's complaint reason: when it is about
+// an argument of CompatibleArguments that the existing queue has and
+// args lack, it returns the argument and its value.
+func compatibleExtra(reason string, args amqp091.Table) (string, any, bool) {
+	m := extraArgRE.FindStringSubmatch(reason)
+	if m == nil || !slices.Contains(CompatibleArguments, m[1]) {
+		return "", nil, false
+	}
+	if _, set := args[m[1]]; set {
+		return "", nil, false
+	}
+	switch m[3] {
+	case "long", "signedint", "short", "byte":
+		n, err := strconv.ParseInt(m[2], 10, 64)
+		if err != nil {
+			return "", nil, false
+		}
+		return m[1], n, true
+	case "longstr":
+		return m[1], m[2], true
+	case "bool":
+		b, err := strconv.ParseBool(m[2])
+		if err != nil {
+			return "", nil, false
+		}
+		return m[1], b, true
+	}
+	return "", nil, false
+}
+
+// conflict is the error of a queue that exists with arguments redrive
+// cannot adopt: it says how to move to redrive's topology without losing
+// the queue's messages (docs/rabbitmq.md has the steps).
+func (t Topology) conflict(name, reason string, err error) error {
+	return fmt.Errorf("amqp: queue %q exists with other arguments than redrive declares (%s), and redrive does not adopt that difference; "+
+		"deleting the queue would lose its messages: instead give redrive a new queue name and move the messages over with a shovel "+
+		"(or let the old queue drain), or set such settings with a RabbitMQ policy instead of queue arguments "+
+		"(redrive declares quorum %v, tiers %v; see docs/rabbitmq.md, \"An existing queue\"): %w", name, reason, t.Quorum, t.Tiers, err)
+}
+
+// declare declares the topology on the channel open returns; closed says
+// the broker closed it (after a refused declaration). With a logger,
+// compatible extra arguments of an existing queue are adopted.
+func (t Topology) declare(open func() (*amqp091.Channel, error), closed func(), log *slog.Logger) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
 	if t.FailureExchange != "" {
+		ch, err := open()
+		if err != nil {
+			return err
+		}
 		if err := ch.ExchangeDeclare(t.FailureExchange, "direct", true, false, false, false, nil); err != nil {
 			return fmt.Errorf("amqp: declare exchange %q: %w", t.FailureExchange, err)
 		}
 	}
 	declare := func(q queueSpec) error {
-		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
-			var ae *amqp091.Error
-			if errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed {
-				return fmt.Errorf("amqp: queue %q exists with other arguments than redrive declares (%s): "+
-					"delete it, or declare it with the same options (quorum %v, tiers %v): %w", q.name, ae.Reason, t.Quorum, t.Tiers, err)
+		args := maps.Clone(q.args)
+		var adopted []string
+		for {
+			ch, err := open()
+			if err != nil {
+				return err
 			}
-			return fmt.Errorf("amqp: declare queue %q: %w", q.name, err)
+			_, err = ch.QueueDeclare(q.name, true, false, false, false, args)
+			if err == nil {
+				if len(adopted) > 0 {
+					log.Info("amqp: adopted an existing queue with arguments redrive does not set",
+						"queue", q.name, "arguments", strings.Join(adopted, ", "))
+				}
+				return nil
+			}
+			var ae *amqp091.Error
+			if !errors.As(err, &ae) || ae.Code != amqp091.PreconditionFailed {
+				return fmt.Errorf("amqp: declare queue %q: %w", q.name, err)
+			}
+			closed()
+			arg, v, ok := compatibleExtra(ae.Reason, args)
+			if log == nil || !ok || len(adopted) >= maxAdopted {
+				return t.conflict(q.name, ae.Reason, err)
+			}
+			args[arg] = v
+			adopted = append(adopted, fmt.Sprintf("%s=%v", arg, v))
 		}
-		return nil
 	}
 	// The work queue last: a consumer may reject a message as soon as it
 	// exists, and the broker drops a message dead-lettered to an exchange
@@ -217,6 +337,10 @@ func (t Topology) Declare(ch *amqp091.Channel) error {
 		}
 	}
 	if t.FailureExchange != "" {
+		ch, err := open()
+		if err != nil {
+			return err
+		}
 		if err := ch.QueueBind(t.FailedQueue(), t.Queue, t.FailureExchange, false, nil); err != nil {
 			return fmt.Errorf("amqp: bind queue %q to exchange %q: %w", t.FailedQueue(), t.FailureExchange, err)
 		}

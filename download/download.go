@@ -10,7 +10,8 @@
 //	  "headers":   {"Authorization": "Bearer ..."},
 //	  "sha256":    "9f86d0...",           // optional, 64 hex digits
 //	  "max_bytes": 1073741824,            // optional, default and limit Options.MaxBytes
-//	  "timeout":   "1h"                   // per attempt, default Options.DefaultTimeout
+//	  "timeout":   "1h",                  // per attempt, default Options.DefaultTimeout
+//	  "overwrite": false                  // optional, default true: replace a file already there
 //	}
 //
 // When dest names a directory, the file's name is the filename of the
@@ -32,7 +33,11 @@
 // A reader never sees a half-written file under the final name, and a
 // crash at any point leaves no file under it (but possibly the temporary
 // files, which the next attempt of the job uses or replaces). An existing
-// file at the final name is replaced.
+// file at the final name is replaced, unless the payload says
+// "overwrite": false: then the job fails, permanent (reason "exists"),
+// naming the file, which is left as it is (checked before the request
+// when dest names the file, and at the end by linking the partial file
+// to the final name, which never replaces a file).
 //
 // # Working files
 //
@@ -69,7 +74,10 @@
 // is already complete finishes it. A partial file is not resumed, but
 // started over, when its sidecar is missing or unreadable, was written for
 // another URL, or the server gave no strong ETag and no Last-Modified
-// (without a validator, appending could mix two versions of a file). A
+// (without a validator, appending could mix two versions of a file): the
+// handler logs why at Warn ("download: cannot resume"), and logs when a
+// response carries no validator, so that an interrupted attempt will
+// start over from byte 0. A
 // resume starts from the partial file's size while the machine has not
 // restarted since it was written (the sidecar records the kernel's boot:
 // a killed process loses nothing the kernel took); after a restart, the
@@ -196,6 +204,9 @@ const (
 	// ReasonInUse: another attempt of the job (its lease expired while
 	// it ran) holds the partial file; transient.
 	ReasonInUse = "in_use"
+	// ReasonExists: a file is at the final name and the payload says
+	// "overwrite": false; permanent.
+	ReasonExists = "exists"
 	// ReasonDownloaded is the reason of the "completed" event.
 	ReasonDownloaded = "downloaded"
 )
@@ -210,6 +221,10 @@ type Options struct {
 	// Dir is the download directory: every file is written inside it. It
 	// is created if missing.
 	Dir string
+	// Logger receives what the handler reports besides a job's result (a
+	// download that cannot resume, and why; sweeps). Default: Register
+	// uses the worker's, New slog.Default().
+	Logger *slog.Logger
 	// BlockPrivate refuses loopback, private, shared and unspecified
 	// addresses (as httpjob.Options.BlockPrivate).
 	BlockPrivate bool
@@ -281,6 +296,11 @@ type Payload struct {
 	// Timeout bounds one attempt: a Go duration such as "30m" or a number
 	// of seconds.
 	Timeout json.RawMessage `json:"timeout,omitempty"`
+	// Overwrite says what to do when a file already exists at the final
+	// name: true or absent (nil) replaces it, as the kind always did;
+	// false fails the job, permanent (reason "exists"), naming the file,
+	// and leaves it as it is.
+	Overwrite *bool `json:"overwrite,omitempty"`
 }
 
 // Handler performs download jobs. Create it with New; Register is the
@@ -359,7 +379,11 @@ func New(opts Options) (*Handler, error) {
 	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("download: Options.Dir %s is not a directory", opts.Dir)
 	}
-	h := &Handler{opts: opts, root: root, log: slog.Default()}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &Handler{opts: opts, root: root, log: log}
 	h.lastSweep.Store(time.Now().UnixNano())
 	h.guard = netguard.New(netguard.Options{Name: "download",
 		BlockPrivate: opts.BlockPrivate, AllowLinkLocal: opts.AllowLinkLocal,
@@ -387,12 +411,14 @@ func Register(w *redrive.Worker, opts Options) error {
 	if opts.Lookup == nil {
 		opts.Lookup = w.Client().Get
 	}
+	if opts.Logger == nil {
+		opts.Logger = w.Executor().Logger()
+	}
 	h, err := New(opts)
 	if err != nil {
 		return err
 	}
 	h.policyFor = w.Executor().PolicyFor
-	h.log = w.Executor().Logger()
 	w.HandleFunc(Kind, h.Handle, opts.HandlerOptions...)
 	w.Client().SetValidator(Kind, h.Validate)
 	go h.sweep()
@@ -456,7 +482,7 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return bad("payload", "want a JSON object {url, dest, headers, sha256, max_bytes, timeout}: %w", err)
+		return bad("payload", "want a JSON object {url, dest, headers, sha256, max_bytes, timeout, overwrite}: %w", err)
 	}
 	if dec.More() {
 		return bad("payload", "trailing data after the JSON object")

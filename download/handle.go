@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -309,6 +310,11 @@ func partName(name, key string) string {
 }
 
 func (a *attempt) run(ctx context.Context) error {
+	if a.pl.name != "" {
+		if err := a.refuseExisting(a.pl.name); err != nil {
+			return err
+		}
+	}
 	m, offset := a.resumable()
 	for range 2 {
 		resp, err := a.get(ctx, m, offset)
@@ -338,6 +344,10 @@ func (a *attempt) run(ctx context.Context) error {
 			}
 			if resp.Uncompressed {
 				m.Total = -1
+			}
+			if m.validator() == "" {
+				a.h.log.Info("download: the server sends no strong ETag and no Last-Modified: if this attempt is interrupted, the next one starts over from byte 0",
+					"partial_file", filepath.Base(a.part), "url", httpreq.Redact(a.pl.u))
 			}
 			if a.pl.name == "" {
 				m.Name = fileName(resp, a.pl.u)
@@ -381,6 +391,7 @@ func (a *attempt) resumable() (*meta, int64) {
 	}
 	m, err := a.readMeta()
 	if err != nil {
+		a.cannotResume(fi.Size(), "its sidecar is missing or unreadable", err)
 		a.discard()
 		return nil, 0
 	}
@@ -389,6 +400,12 @@ func (a *attempt) resumable() (*meta, int64) {
 		// The machine has not restarted since these bytes were written:
 		// the kernel has them all, synced or not.
 		have = fi.Size()
+	}
+	switch {
+	case m.URL != a.pl.p.URL:
+		a.cannotResume(fi.Size(), "it was downloaded from another URL", nil)
+	case m.validator() == "":
+		a.cannotResume(fi.Size(), "the server gave no strong ETag and no Last-Modified, without which appending could mix two versions of the file", nil)
 	}
 	if m.URL != a.pl.p.URL || m.validator() == "" || have <= 0 || fi.Size() < have ||
 		(m.Total >= 0 && have > m.Total) || !fi.Mode().IsRegular() ||
@@ -407,6 +424,40 @@ func (a *attempt) resumable() (*meta, int64) {
 		}
 	}
 	return m, have
+}
+
+// cannotResume logs that the partial file of size bytes is started over,
+// and why.
+func (a *attempt) cannotResume(size int64, why string, err error) {
+	args := []any{"partial_file", filepath.Base(a.part), "url", httpreq.Redact(a.pl.u), "partial_bytes", size, "reason", why}
+	if err != nil {
+		args = append(args, "error", err)
+	}
+	a.h.log.Warn("download: cannot resume: starting over from byte 0", args...)
+}
+
+// refuseExisting is the failure of a payload with "overwrite": false
+// whose final file name exists; nil otherwise.
+func (a *attempt) refuseExisting(name string) error {
+	if a.pl.p.Overwrite == nil || *a.pl.p.Overwrite {
+		return nil
+	}
+	final := filepath.Join(a.pl.dir, name)
+	if _, err := os.Lstat(final); err != nil {
+		return nil
+	}
+	return a.existsError(final)
+}
+
+// existsError is the permanent failure of a final file that exists.
+func (a *attempt) existsError(final string) error {
+	a.discard()
+	rel, err := filepath.Rel(a.h.root, final)
+	if err != nil {
+		rel = final
+	}
+	return classed(failure.Permanent, ReasonExists,
+		fmt.Errorf("download: %s already exists in the download directory and the payload says \"overwrite\": false (remove it, or give another dest)", filepath.ToSlash(rel)))
 }
 
 func (a *attempt) readMeta() (*meta, error) {
@@ -727,7 +778,21 @@ func (a *attempt) finish(ctx context.Context, m *meta, size int64, sum hash.Hash
 		return classed(failure.Transient, ReasonInUse,
 			fmt.Errorf("download: %s: the partial file changed under the attempt (%d bytes written)", a.pl.p.Dest, size))
 	}
-	if err := os.Rename(a.part, final); err != nil {
+	if a.pl.p.Overwrite != nil && !*a.pl.p.Overwrite {
+		// A link never replaces a file: whatever appeared at the final
+		// name since the attempt began is kept.
+		if err := os.Link(a.part, final); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return a.existsError(final)
+			}
+			err = fileError("link to "+name, err)
+			if failure.Classify(err).Class == failure.Permanent {
+				a.discard()
+			}
+			return err
+		}
+		os.Remove(a.part)
+	} else if err := os.Rename(a.part, final); err != nil {
 		err = fileError("rename to "+name, err)
 		if failure.Classify(err).Class == failure.Permanent {
 			a.discard()

@@ -34,6 +34,9 @@ type downloadOptions struct {
 	sha256     string
 	fromFile   string
 	wait       bool
+	// overwrite is nil unless --overwrite was given: the payload then
+	// leaves it out, and the kind's default (replace) applies.
+	overwrite *bool
 }
 
 // downloadPollEvery is how often --wait reads the jobs' states.
@@ -59,6 +62,9 @@ file goes into --dest, a directory relative to the server's download folder
 (default: the folder itself), under the name the server's answer gives
 (Content-Disposition) or else the URL's last path segment. --sha256 checks
 the file's hash (one URL only): a file that does not match is not kept.
+A file already at that name is replaced; with --overwrite=false the job
+fails instead (permanent, reason "exists", naming the file) and the file is
+left as it is.
 
 A server without --download-dir refuses the jobs before anything is
 enqueued, and so does the command directly on a store (--db,
@@ -75,7 +81,11 @@ error. Ctrl-C stops waiting, not the downloads.
 ` + connHelp,
 		Args: cobra.ArbitraryArgs,
 	}
+	overwrite := true
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if cmd.Flags().Changed("overwrite") {
+			o.overwrite = &overwrite
+		}
 		urls, err := downloadURLs(cmd, args, o.fromFile)
 		if err != nil {
 			return err
@@ -94,6 +104,7 @@ error. Ctrl-C stops waiting, not the downloads.
 	f.StringVar(&o.queue, "queue", "", "queue (default \"default\")")
 	f.StringVar(&o.sha256, "sha256", "", "expected SHA-256 of the file, in hex (one URL only)")
 	f.StringVar(&o.fromFile, "from-file", "", "read URLs from this file, one per line (- for standard input)")
+	f.BoolVar(&overwrite, "overwrite", true, "replace a file already at the final name (--overwrite=false: fail the job, keeping the file)")
 	f.BoolVar(&o.wait, "wait", false, "wait until every job has ended, with a progress bar; exit non-zero if any failed")
 	addConnFlags(cmd, &c)
 	return cmd
@@ -188,7 +199,7 @@ func downloadRequests(cmd *cobra.Command, urls []string, o downloadOptions) ([]s
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, flagErrorf(cmd, "%q is not an http or https URL", clipArg(raw))
 		}
-		payload, err := json.Marshal(downloadPayload{URL: raw, Dest: dest, SHA256: strings.ToLower(o.sha256)})
+		payload, err := json.Marshal(downloadPayload{URL: raw, Dest: dest, SHA256: strings.ToLower(o.sha256), Overwrite: o.overwrite})
 		if err != nil {
 			return nil, err
 		}

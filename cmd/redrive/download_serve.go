@@ -23,9 +23,7 @@ func registerDownload(w *redrive.Worker, cfg *config.Serve) error {
 		w.Client().SetValidator(downloadKind, func(json.RawMessage) error { return errDownloadOff })
 		return nil
 	}
-	return download.Register(w, download.Options{Dir: cfg.Download.Dir, MaxBytes: cfg.Download.MaxBytes,
-		BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal,
-		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"})
+	return download.Register(w, cfg.DownloadOptions())
 }
 
 // describeDownloadDir words the download kind's state for the start-up

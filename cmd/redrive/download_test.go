@@ -122,6 +122,32 @@ func TestDownloadCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("no-overwrite", func(t *testing.T) {
+		// sub/<file 1> exists since "batch": --overwrite=false keeps it
+		// and the job dies naming it.
+		final := filepath.Join(dir, "sub", bench.FileName(1))
+		if err := os.WriteFile(final, []byte("mine"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, err := runDownloadCLI(t, s, "", files.URL(1), "--dest", "sub", "--overwrite=false", "--wait")
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Fatalf("exit %v, want 1\nstdout: %s\nstderr: %s", err, stdout, stderr)
+		}
+		if !strings.Contains(stdout, "exists") || !strings.Contains(stdout, "sub/"+bench.FileName(1)) {
+			t.Errorf("the refusal does not name the file:\n%s", stdout)
+		}
+		if b, err := os.ReadFile(final); err != nil || string(b) != "mine" {
+			t.Errorf("the existing file was replaced: %q %v", b, err)
+		}
+		// The default replaces it, as it always did.
+		if stdout, stderr, err := runDownloadCLI(t, s, "", files.URL(1), "--dest", "sub", "--wait"); err != nil {
+			t.Fatalf("redrive download: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
+		}
+		if got := fileSHA256(final); got != files.SHA256(1) {
+			t.Errorf("file 1 not replaced: sha256 %q", got)
+		}
+	})
+
 	t.Run("bad-dest", func(t *testing.T) {
 		before := countDownloadJobs(t, s)
 		stdout, stderr, err := runDownloadCLI(t, s, "", files.URL(0), files.URL(1), "--dest", "../x")

@@ -78,8 +78,7 @@ func newEngine(cfg *config.Serve, st store.Store, log *slog.Logger) (*engine, er
 	})
 	// No policy of its own for the http kind: a kind's policy would beat
 	// the queue's, and the configured policies are per queue.
-	httpOpts := httpjob.Options{BlockPrivate: !cfg.HTTPAllowPrivate, AllowLinkLocal: cfg.HTTPAllowLinkLocal,
-		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"}
+	httpOpts := cfg.HTTPOptions()
 	if cfg.Breakers.HTTP {
 		httpOpts.Breakers, httpOpts.Dependency = breakers, cfg.Breakers.HTTPDependency
 	}

@@ -505,7 +505,7 @@ func breakerObject(v json.RawMessage) (map[string]string, error) {
 	for k, rv := range obj {
 		name := breakerPrefix + normalizeKey(k)
 		if !isSetting(breakerSettings, name) {
-			return nil, fmt.Errorf("unknown breaker setting %q (known: %s)", k, breakerKeys())
+			return nil, fmt.Errorf("unknown breaker setting %q%s (known: %s)", k, didYouMean(k, splitKeys(breakerKeys())), breakerKeys())
 		}
 		if prev, dup := seen[name]; dup {
 			return nil, fmt.Errorf("%s: given twice (also as %s)", k, prev)

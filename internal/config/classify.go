@@ -250,7 +250,7 @@ func classifyObject(v json.RawMessage) (map[string]string, error) {
 	for k, rv := range obj {
 		name := classifyPrefix + normalizeKey(k)
 		if !isSetting(classifySettings, name) {
-			return nil, fmt.Errorf("unknown classification setting %q (known: %s)", k, classifyKeys())
+			return nil, fmt.Errorf("unknown classification setting %q%s (known: %s)", k, didYouMean(k, splitKeys(classifyKeys())), classifyKeys())
 		}
 		if prev, dup := seen[name]; dup {
 			return nil, fmt.Errorf("%s: given twice (also as %s)", k, prev)
@@ -334,7 +334,7 @@ func resolveClassify(c *Serve, path string, queues map[string]map[string]string)
 		for _, k := range keys {
 			s, ok := byName[classifyPrefix+normalizeKey(k)]
 			if !ok {
-				return fmt.Errorf("%s: queues: queue %q: classify: unknown setting %q (known: %s)", path, q, k, classifyKeys())
+				return fmt.Errorf("%s: queues: queue %q: classify: unknown setting %q%s (known: %s)", path, q, k, didYouMean(k, splitKeys(classifyKeys())), classifyKeys())
 			}
 			if err := s.apply(scratch, vals[k]); err != nil {
 				return fmt.Errorf("%s%s: %w", where, k, err)

@@ -366,8 +366,7 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (*Serve, error) {
 			name := normalizeKey(k)
 			s, ok := byName[name]
 			if !ok {
-				return nil, fmt.Errorf("%s: unknown setting %q (known: %s; in a \"retry\" object: %s; in a \"classify\" object: %s; in a \"breaker\" object: %s)",
-					path, k, settingNames(), retryKeys(), classifyKeys(), breakerKeys())
+				return nil, unknownSetting(path, k)
 			}
 			if prev, dup := srcs[name]; dup {
 				return nil, fmt.Errorf("%s: %s: the setting %s is given twice (also as %s)", path, k, name, strings.TrimPrefix(prev, path+": "))
@@ -465,6 +464,14 @@ func lookupEnv(getenv func(string) string, name string) (string, bool) {
 	return v, v != ""
 }
 
+// unknownSetting is the error of a config file's key k that names no
+// setting: it names the setting k is close to, if any, and lists them
+// all.
+func unknownSetting(path, k string) error {
+	return fmt.Errorf("%s: unknown setting %q%s (known: %s; in a \"retry\" object: %s; in a \"classify\" object: %s; in a \"breaker\" object: %s)",
+		path, k, didYouMean(k, fileKeys()), settingNames(), retryKeys(), classifyKeys(), breakerKeys())
+}
+
 func settingNames() string {
 	names := make([]string, len(settings))
 	for i, s := range settings {
@@ -522,6 +529,18 @@ func readConfigFile(path string) (*configFile, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	out := &configFile{vals: map[string]string{}}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		// A misspelt key is unknown whatever its value: its value's
+		// shape says nothing of what was meant.
+		if !isFileKey(k) {
+			return nil, unknownSetting(path, k)
+		}
+	}
 	for k, v := range raw {
 		v = bytes.TrimSpace(v)
 		name := normalizeKey(k)
@@ -608,7 +627,7 @@ func retryObject(v json.RawMessage) (map[string]string, error) {
 	for k, rv := range obj {
 		name := normalizeKey(k)
 		if !isRetrySetting(name) {
-			return nil, fmt.Errorf("unknown retry setting %q (known: %s)", k, retryKeys())
+			return nil, fmt.Errorf("unknown retry setting %q%s (known: %s)", k, didYouMean(k, splitKeys(retryKeys())), retryKeys())
 		}
 		if prev, dup := seen[name]; dup {
 			return nil, fmt.Errorf("%s: given twice (also as %s)", k, prev)
@@ -699,7 +718,7 @@ func queuesObject(v json.RawMessage) (string, map[string]map[string]string, map[
 				}
 				qc[strings.TrimSpace(name)] = vals
 			default:
-				return "", nil, nil, fmt.Errorf("queue %q: unknown key %q (want workers, retry or classify)", name, k)
+				return "", nil, nil, fmt.Errorf("queue %q: unknown key %q%s (want workers, retry or classify)", name, k, didYouMean(k, []string{"workers", "retry", "classify"}))
 			}
 		}
 		parts = append(parts, part)

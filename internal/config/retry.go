@@ -213,7 +213,7 @@ func resolveQueueRetry(c *Serve, path string, queues map[string]map[string]strin
 		for _, k := range keys {
 			s, ok := byName[retryPrefix+normalizeKey(k)]
 			if !ok {
-				return nil, fmt.Errorf("%s: queues: queue %q: retry: unknown setting %q (known: %s)", path, q, k, retryKeys())
+				return nil, fmt.Errorf("%s: queues: queue %q: retry: unknown setting %q%s (known: %s)", path, q, k, didYouMean(k, splitKeys(retryKeys())), retryKeys())
 			}
 			if err := s.apply(scratch, vals[k]); err != nil {
 				return nil, fmt.Errorf("%s%s: %w", where, k, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/download"
+	"github.com/redrivehq/redrive/httpjob"
 	"github.com/redrivehq/redrive/internal/strictjson"
 )
 
@@ -142,9 +143,19 @@ func parseSchedule(name string, raw json.RawMessage) (redrive.Periodic, error) {
 }
 
 // resolveSchedules checks what the schedules need of the rest of the
-// configuration: a kind serve runs, a queue serve's worker serves.
+// configuration: a kind serve runs, a queue serve's worker serves, and a
+// payload that kind accepts, checked as serve's worker checks it at start
+// (with the same kind options), so that a payload serve would stop on is
+// refused here, naming the schedule.
 func resolveSchedules(c *Serve) error {
 	kinds := c.Kinds()
+	if len(c.Schedules) == 0 {
+		return nil
+	}
+	checks, err := c.payloadChecks()
+	if err != nil {
+		return err
+	}
 	for _, p := range c.Schedules {
 		if !slices.Contains(kinds, p.Kind) {
 			hint := ""
@@ -161,6 +172,49 @@ func resolveSchedules(c *Serve) error {
 			served := slices.Sorted(maps.Keys(c.Queues))
 			return fmt.Errorf("schedules: schedule %q: queue: %q is not a queue serve works (%s): add it to queues", p.Name, r.Queue, strings.Join(served, ", "))
 		}
+		// The payload as the worker encodes it (parseSchedule keeps
+		// the file's JSON; none is null).
+		payload := json.RawMessage("null")
+		if raw, ok := p.Payload.(json.RawMessage); ok {
+			payload = raw
+		}
+		if len(payload) > redrive.DefaultMaxPayload {
+			return fmt.Errorf("schedules: schedule %q: payload: %d bytes, the limit is %d", p.Name, len(payload), redrive.DefaultMaxPayload)
+		}
+		if check := checks[p.Kind]; check != nil {
+			if err := check(payload); err != nil {
+				return fmt.Errorf("schedules: schedule %q: %w", p.Name, err)
+			}
+		}
 	}
 	return nil
+}
+
+// HTTPOptions are the options of serve's http kind, without its
+// breakers.
+func (c *Serve) HTTPOptions() httpjob.Options {
+	return httpjob.Options{BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal,
+		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"}
+}
+
+// DownloadOptions are the options of serve's download kind, without its
+// breakers and lookup; meaningful only when Download.Dir is set.
+func (c *Serve) DownloadOptions() download.Options {
+	return download.Options{Dir: c.Download.Dir, MaxBytes: c.Download.MaxBytes,
+		BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal,
+		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"}
+}
+
+// payloadChecks are the payload checks of the kinds serve runs, made as
+// serve makes them.
+func (c *Serve) payloadChecks() (map[string]func(json.RawMessage) error, error) {
+	checks := map[string]func(json.RawMessage) error{httpjob.Kind: httpjob.New(c.HTTPOptions()).Validate}
+	if c.Download.Dir != "" {
+		h, err := download.New(c.DownloadOptions())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", DownloadDirSetting, err)
+		}
+		checks[download.Kind] = h.Validate
+	}
+	return checks, nil
 }
