@@ -246,12 +246,12 @@ func testLimitFleet(t *testing.T, st store.Store, spec string) {
 	killedAt[victim.id] = time.Now().UnixNano()
 	t.Logf("killed %s after %d ends", victim.id, rec.endCount())
 
-	testwait.Until(t, "every job to complete", 3*time.Minute, func() bool {
+	testwait.Progress(t, "every job to complete", 3*time.Minute, func() (int64, bool) {
 		n, err := c.Count(ctx, redrive.Filter{States: []redrive.State{redrive.Completed}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n == limitFleetJobs
+		return int64(n), n == limitFleetJobs
 	})
 	rec.mu.Lock()
 	recs := slices.Clone(rec.recs)

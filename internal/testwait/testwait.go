@@ -79,3 +79,33 @@ func Watch(t testing.TB, what string, within time.Duration, cond func() (bool, s
 		}
 	}
 }
+
+// Progress waits until measure reports done, for as long as the work it
+// measures moves: it fails t only when the value measure returns has not
+// risen for the bound stall (a stall, not slowness: a loaded machine may
+// take any time in all, but not a stall that long). measure returns a
+// count that rises as the work goes (jobs processed, records seen), and
+// whether the wait is over; what says what was waited for.
+func Progress(t testing.TB, what string, stall time.Duration, measure func() (value int64, done bool)) {
+	t.Helper()
+	last, done := measure()
+	if done {
+		return
+	}
+	moved := time.Now()
+	tick := time.NewTicker(Interval)
+	defer tick.Stop()
+	for range tick.C {
+		v, done := measure()
+		if done {
+			return
+		}
+		if v > last {
+			last, moved = v, time.Now()
+			continue
+		}
+		if time.Since(moved) > stall {
+			t.Fatalf("waiting for %s: no progress for %v (stuck at %d)", what, stall, v)
+		}
+	}
+}

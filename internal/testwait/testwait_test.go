@@ -81,3 +81,24 @@ func TestWatchReportsLastState(t *testing.T) {
 		t.Fatalf("message %q does not give the last state", msg)
 	}
 }
+
+func TestProgressWaitsWhileMoving(t *testing.T) {
+	n := int64(0)
+	msg := run(t, func(tb testing.TB) {
+		// Rises by one a check: never stalls, done at 50, however long
+		// 50 checks take.
+		Progress(tb, "fifty", 20*Interval, func() (int64, bool) { n++; return n, n >= 50 })
+	})
+	if msg != "" || n != 50 {
+		t.Fatalf("failed %q after %d checks, want done at 50", msg, n)
+	}
+}
+
+func TestProgressFailsOnStall(t *testing.T) {
+	msg := run(t, func(tb testing.TB) {
+		Progress(tb, "the queue to drain", 4*Interval, func() (int64, bool) { return 7, false })
+	})
+	if !strings.Contains(msg, "the queue to drain") || !strings.Contains(msg, "no progress") || !strings.Contains(msg, "stuck at 7") {
+		t.Fatalf("message %q", msg)
+	}
+}
