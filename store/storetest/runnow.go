@@ -223,3 +223,29 @@ func testRunNowConcurrent(x *h) {
 	}
 	x.checkCounts("after the race")
 }
+
+// testRunNowOverdue: RunNow of a scheduled job already due (an overdue
+// retry in a busy queue) keeps its place: its run_at is not moved later
+// to now, behind the jobs that fell due after it, so run now never makes
+// a job wait longer.
+func testRunNowOverdue(x *h) {
+	overdue := x.enqueue(at(0), store.NewJob{Queue: "rno", Kind: "k", RunAt: at(10 * time.Second)})[0]
+	later := x.enqueue(at(20*time.Second), store.NewJob{Queue: "rno", Kind: "k"})[0]
+	if g := x.get(overdue.ID); g.State != store.Scheduled {
+		x.t.Fatalf("job %d is %s, want scheduled", overdue.ID, g.State)
+	}
+	now := at(30 * time.Second)
+	j, err := x.s.RunNow(x.ctx, overdue.ID, now)
+	if err != nil {
+		x.t.Fatalf("RunNow(%d): %v", overdue.ID, err)
+	}
+	if j.State != store.Pending || !j.RunAt.Equal(at(10*time.Second)) {
+		x.t.Errorf("RunNow of a job due at %s at %s: %s due %s; want pending, due at %s still",
+			at(10*time.Second), now, j.State, j.RunAt, at(10*time.Second))
+	}
+	got := x.fetch(store.FetchParams{Queue: "rno", Limit: 1, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+	if len(got) != 1 || got[0].ID != overdue.ID {
+		x.t.Errorf("first fetch after RunNow leased %v, want job %d (due before job %d)", jobIDs(got), overdue.ID, later.ID)
+	}
+	x.checkCounts("after the fetch")
+}

@@ -70,6 +70,7 @@ var subtests = []subtest{
 	{"SetPriorityConcurrent", testSetPriorityConcurrent},
 	{"RunNow", testRunNow},
 	{"RunNowConcurrent", testRunNowConcurrent},
+	{"RunNowOverdue", testRunNowOverdue},
 	{"PriorityModelLevels", testPriorityModelLevels},
 	{"PriorityKept", testPriorityKept},
 	{"PriorityDueTimes", testPriorityDueTimes},
