@@ -71,6 +71,7 @@ var subtests = []subtest{
 	{"RunNow", testRunNow},
 	{"RunNowConcurrent", testRunNowConcurrent},
 	{"RunNowOverdue", testRunNowOverdue},
+	{"PayloadMatchNUL", testPayloadMatchNUL},
 	{"PriorityModelLevels", testPriorityModelLevels},
 	{"PriorityKept", testPriorityKept},
 	{"PriorityDueTimes", testPriorityDueTimes},
