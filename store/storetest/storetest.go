@@ -71,6 +71,7 @@ var subtests = []subtest{
 	{"RunNow", testRunNow},
 	{"RunNowConcurrent", testRunNowConcurrent},
 	{"RunNowOverdue", testRunNowOverdue},
+	{"RunNowRaces", testRunNowRaces},
 	{"PayloadMatchNUL", testPayloadMatchNUL},
 	{"PriorityModelLevels", testPriorityModelLevels},
 	{"PriorityKept", testPriorityKept},
