@@ -7,11 +7,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"regexp"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/redrivehq/redrive/internal/httpreq"
@@ -39,7 +41,7 @@ const Hidden = "***"
 func Of(kind string, payload json.RawMessage) string {
 	if kind == "http" || kind == "download" {
 		if s, ok := request(kind, payload); ok {
-			return clip(s, Max)
+			return clip(printable(s), Max)
 		}
 	}
 	return excerpt(payload)
@@ -243,7 +245,7 @@ func excerpt(payload json.RawMessage) string {
 		}
 		if err != nil {
 			// Not JSON (a store keeps JSON payloads; be safe anyway).
-			return clip(strings.Join(strings.Fields(string(payload)), " "), Max)
+			return clip(printable(strings.Join(strings.Fields(string(payload)), " ")), Max)
 		}
 		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
 			b.WriteRune(rune(d))
@@ -264,7 +266,7 @@ func excerpt(payload json.RawMessage) string {
 			hide = false
 			if d, ok := tok.(json.Delim); ok {
 				if err := skip(dec, d); err != nil {
-					return clip(strings.Join(strings.Fields(string(payload)), " "), Max)
+					return clip(printable(strings.Join(strings.Fields(string(payload)), " ")), Max)
 				}
 			}
 			b.WriteString(quote(Hidden))
@@ -316,14 +318,39 @@ func skip(dec *json.Decoder, d json.Delim) error {
 	return nil
 }
 
-// quote is s as a JSON string, without HTML escapes.
+// quote is s as a JSON string, without HTML escapes, with its control
+// and format characters escaped (see printable).
 func quote(s string) string {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s) // a string always encodes
-	return strings.TrimSuffix(b.String(), "\n")
+	return printable(strings.TrimSuffix(b.String(), "\n"))
 }
+
+// printable is s with each control character (C0 and C1: a terminal
+// obeys U+009B as it does ESC [) and format character (U+202E reverses
+// what follows, U+200B hides) written as its JSON escape, \u009b: a
+// summary goes to terminals and pages as it is.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, hidden) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if !hidden(r) {
+			b.WriteRune(r)
+			continue
+		}
+		for _, u := range utf16.Encode([]rune{r}) {
+			fmt.Fprintf(&b, "\\u%04x", u)
+		}
+	}
+	return b.String()
+}
+
+// hidden reports whether r is a control or format character.
+func hidden(r rune) bool { return unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) }
 
 // clip shortens s to at most n runes, the last one "…" when it was cut.
 func clip(s string, n int) string {
