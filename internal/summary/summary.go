@@ -328,6 +328,11 @@ func quote(s string) string {
 	return printable(strings.TrimSuffix(b.String(), "\n"))
 }
 
+// Printable is s safe to show on one line of a terminal or page: each
+// control and format character written as its JSON escape (see
+// printable).
+func Printable(s string) string { return printable(s) }
+
 // printable is s with each control character (C0 and C1: a terminal
 // obeys U+009B as it does ESC [) and format character (U+202E reverses
 // what follows, U+200B hides) written as its JSON escape, \u009b: a
