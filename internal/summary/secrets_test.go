@@ -26,7 +26,9 @@ func TestOfHidesCredentials(t *testing.T) {
 		{"http", `{"url":"https://hooks.slack.com/services/T0AB12CD3/B0AB12CD3/S3CRETPWx1y2z3S3CRETPW"}`,
 			"GET https://hooks.slack.com/services/T0AB12CD3/B0AB12CD3/***"},
 		{"http", `{"url":"//app:S3CRETPW@host/x"}`, `{"url":"//host/x"}`},
-		// Kept: ordinary paths, ids and e-mail addresses.
+		// Kept: ordinary paths, ids, file names and e-mail addresses.
+		{"download", `{"url":"https://example.com/files/IMG_20261128_123456.jpg"}`, "download https://example.com/files/IMG_20261128_123456.jpg"},
+		{"download", `{"url":"https://example.com/redrive-v1.2.3-linux-amd64.tar.gz"}`, "download https://example.com/redrive-v1.2.3-linux-amd64.tar.gz"},
 		{"http", `{"url":"https://example.com/v1/orders/42/items"}`, "GET https://example.com/v1/orders/42/items"},
 		{"x", `{"to":"a@example.com","order":"550e8400-e29b-41d4-a716-446655440000"}`,
 			`{"to":"a@example.com","order":"550e8400-e29b-41d4-a716-446655440000"}`},

@@ -103,11 +103,16 @@ func redactURL(u *url.URL) string {
 // uuidRE is a UUID, an id rather than a secret.
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
+// fileRE is a file name's extension (".iso", ".tar.gz"): a segment that
+// ends with one names a file, not a secret.
+var fileRE = regexp.MustCompile(`\.[A-Za-z][A-Za-z0-9]{0,4}$`)
+
 // tokenLike reports whether a URL path segment looks like a token (a
 // webhook's secret, a bot's token): at least 16 runes of letters and
-// digits (and - _ : . ~ + =), both present, not a UUID.
+// digits (and - _ : . ~ + =), both present, not a UUID nor a file name
+// with its extension.
 func tokenLike(seg string) bool {
-	if utf8.RuneCountInString(seg) < 16 || uuidRE.MatchString(seg) {
+	if utf8.RuneCountInString(seg) < 16 || uuidRE.MatchString(seg) || fileRE.MatchString(seg) {
 		return false
 	}
 	letter, digit := false, false
