@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
@@ -462,7 +463,7 @@ func (c *Client) newJob(r *Request, now time.Time, valid *validNames) (store.New
 type validNames struct{ kind, queue string }
 
 // EncodePayload encodes a job's payload as Enqueue does: []byte and
-// json.RawMessage are taken as JSON (and must be valid), anything else is
+// json.RawMessage are taken as JSON (and must be valid JSON in UTF-8), anything else is
 // marshalled; nil is null. Errors wrap ErrInvalid.
 func EncodePayload(p any) (json.RawMessage, error) { return encodePayload(p) }
 
@@ -471,21 +472,28 @@ func encodePayload(p any) (json.RawMessage, error) {
 	case nil:
 		return json.RawMessage("null"), nil
 	case json.RawMessage:
-		if !json.Valid(v) {
-			return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
-		}
-		return v, nil
+		return rawPayload(v)
 	case []byte:
-		if !json.Valid(v) {
-			return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
-		}
-		return json.RawMessage(v), nil
+		return rawPayload(v)
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("%w: payload cannot be encoded as JSON: %v", ErrInvalid, err)
 	}
 	return b, nil
+}
+
+// rawPayload checks a payload given as JSON bytes: valid JSON, in UTF-8
+// (json.Valid does not check it; a store reads payloads as UTF-8 text,
+// PostgreSQL's payload match among others).
+func rawPayload(b []byte) (json.RawMessage, error) {
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
+	}
+	if !utf8.Valid(b) {
+		return nil, fmt.Errorf("%w: payload is not valid UTF-8 (JSON must be)", ErrInvalid)
+	}
+	return json.RawMessage(b), nil
 }
 
 func (c *Client) wakeFor(jobs []*Job) {

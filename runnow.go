@@ -3,7 +3,8 @@ package redrive
 import "context"
 
 // RunNow makes the job id, scheduled (delayed, or waiting for a retry),
-// due at once and returns it: it becomes pending, without using an
+// due at once and returns it (a job already overdue keeps its earlier
+// due time, and so its place in the queue): it becomes pending, without using an
 // attempt, keeping its attempt count, retry count and history, and the
 // local workers of its queue are woken. A pending job is returned
 // unchanged. A running, completed, dead or canceled job cannot: the

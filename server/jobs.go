@@ -361,8 +361,9 @@ type listResponse struct {
 // the client asked for it (history=true), without its history.
 type listedJob struct {
 	*redrive.Job
-	// History hides the job's: nil leaves it out.
-	History []redrive.Event `json:"history,omitempty"`
+	// History hides the job's: nil leaves it out (a pointer, as
+	// omitempty would drop an empty slice too).
+	History *[]redrive.Event `json:"history,omitempty"`
 }
 
 // listParams are the query parameters of a listing besides its filter.
@@ -405,10 +406,11 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, dead bool) 
 		j.Summary = summary.Of(j.Kind, j.Payload)
 		out.Jobs[i] = listedJob{Job: j}
 		if history {
-			out.Jobs[i].History = j.History
-			if out.Jobs[i].History == nil {
-				out.Jobs[i].History = []redrive.Event{}
+			h := j.History
+			if h == nil {
+				h = []redrive.Event{}
 			}
+			out.Jobs[i].History = &h
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

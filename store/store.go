@@ -908,8 +908,9 @@ type Store interface {
 	SetPriority(ctx context.Context, id int64, priority int) (*Job, error)
 
 	// RunNow makes a scheduled job (delayed, or waiting for a retry)
-	// pending and due at now, without using an attempt, and returns it;
-	// its attempt, retry count and history are kept. A pending job is
+	// pending and due at now (an overdue one keeps its earlier run_at,
+	// and so its place), without using an attempt, and returns it; its
+	// attempt, retry count and history are kept. A pending job is
 	// returned unchanged. A running or finished job gives ErrConflict, an
 	// unknown id ErrNotFound; nothing is changed then.
 	RunNow(ctx context.Context, id int64, now time.Time) (*Job, error)

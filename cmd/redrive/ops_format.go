@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	jobsummary "github.com/redrivehq/redrive/internal/summary"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -223,9 +224,10 @@ func fmtTimePtr(t *time.Time) string {
 	return fmtTime(*t)
 }
 
-// oneLine flattens s to one line of at most n runes.
+// oneLine flattens s to one line of at most n runes, its control and
+// format characters escaped (summary.Printable).
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = jobsummary.Printable(strings.Join(strings.Fields(s), " "))
 	if r := []rune(s); len(r) > n {
 		s = string(r[:n-1]) + "…"
 	}

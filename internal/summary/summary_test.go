@@ -43,8 +43,9 @@ func TestOfBounded(t *testing.T) {
 	}
 }
 
-// FuzzOf: any payload gives a bounded line that never holds a secret
-// value the payload put under a secret key.
+// FuzzOf: any payload gives a bounded line without control or format
+// characters that never holds a secret value the payload put under a
+// secret key.
 func FuzzOf(f *testing.F) {
 	f.Add("http", `{"method":"POST","url":"https://example.com/x?a=1"}`)
 	f.Add("x", `{"password":"SECRETVALUE","a":[1,{"token":"SECRETVALUE"}]}`)
@@ -53,6 +54,9 @@ func FuzzOf(f *testing.F) {
 		got := Of(kind, json.RawMessage(payload))
 		if utf8.RuneCountInString(got) > Max {
 			t.Fatalf("summary longer than %d runes: %q", Max, got)
+		}
+		if strings.ContainsFunc(got, hidden) {
+			t.Fatalf("summary %q holds a control or format character", got)
 		}
 		if json.Valid([]byte(payload)) && strings.Contains(payload, `"password":"SECRETVALUE"`) && strings.Contains(got, "SECRETVALUE") &&
 			!strings.Contains(strings.ReplaceAll(payload, `"password":"SECRETVALUE"`, ""), "SECRETVALUE") {

@@ -49,7 +49,10 @@ func scanOperation(row pgx.Row) (*store.Operation, error) {
 }
 
 // payloadMatch is the condition of a filter's payload match: jsonb
-// equality, under which numbers compare by value.
+// equality, under which numbers compare by value. jsonb refuses the
+// escape \u0000 (valid JSON, which a payload may hold): the payload and
+// the value are cast with each \u0000 read as \ufffd, so that one such
+// payload does not fail every match (and a value holding it matches it).
 func payloadMatch(f store.Filter, a *args) (string, error) {
 	if err := store.CheckPayloadMatch(f); err != nil {
 		return "", err
@@ -58,7 +61,8 @@ func payloadMatch(f store.Filter, a *args) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "convert_from(payload, 'UTF8')::jsonb #> " + a.add(keys) + "::text[] = " + a.add(string(f.PayloadValue)) + "::jsonb", nil
+	value := strings.ReplaceAll(string(f.PayloadValue), `\u0000`, `\ufffd`)
+	return `replace(convert_from(payload, 'UTF8'), '\u0000', '\ufffd')::jsonb #> ` + a.add(keys) + "::text[] = " + a.add(value) + "::jsonb", nil
 }
 
 // ops is the qualified name of the operations table.

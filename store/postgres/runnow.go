@@ -22,7 +22,7 @@ func (s *Store) RunNow(ctx context.Context, id int64, now time.Time) (*store.Job
 	var job *store.Job
 	err := s.retry(ctx, func() error {
 		var err error
-		job, err = scanJob(s.pool.QueryRow(ctx, `UPDATE `+s.sql.jobs+` SET state = 'pending', run_at = $2
+		job, err = scanJob(s.pool.QueryRow(ctx, `UPDATE `+s.sql.jobs+` SET state = 'pending', run_at = least(run_at, $2)
 	WHERE id = $1 AND state = 'scheduled' RETURNING `+cols("", true), id, ts(now)), true)
 		if err == nil {
 			// Wake the listening workers of its queue, as an enqueue does.

@@ -25,7 +25,7 @@ func (s *Store) RunNow(ctx context.Context, id int64, now time.Time) (*store.Job
 		switch store.State(state) {
 		case store.Pending:
 		case store.Scheduled:
-			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = ? WHERE id = ?`, micros(now), id); err != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'pending', run_at = min(run_at, ?) WHERE id = ?`, micros(now), id); err != nil {
 				return fmt.Errorf("sqlite: run job %d now: %w", id, err)
 			}
 			mv := moves{}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -222,4 +223,181 @@ func testRunNowConcurrent(x *h) {
 		}
 	}
 	x.checkCounts("after the race")
+}
+
+// testRunNowOverdue: RunNow of a scheduled job already due (an overdue
+// retry in a busy queue) keeps its place: its run_at is not moved later
+// to now, behind the jobs that fell due after it, so run now never makes
+// a job wait longer.
+func testRunNowOverdue(x *h) {
+	overdue := x.enqueue(at(0), store.NewJob{Queue: "rno", Kind: "k", RunAt: at(10 * time.Second)})[0]
+	later := x.enqueue(at(20*time.Second), store.NewJob{Queue: "rno", Kind: "k"})[0]
+	if g := x.get(overdue.ID); g.State != store.Scheduled {
+		x.t.Fatalf("job %d is %s, want scheduled", overdue.ID, g.State)
+	}
+	now := at(30 * time.Second)
+	j, err := x.s.RunNow(x.ctx, overdue.ID, now)
+	if err != nil {
+		x.t.Fatalf("RunNow(%d): %v", overdue.ID, err)
+	}
+	if j.State != store.Pending || !j.RunAt.Equal(at(10*time.Second)) {
+		x.t.Errorf("RunNow of a job due at %s at %s: %s due %s; want pending, due at %s still",
+			at(10*time.Second), now, j.State, j.RunAt, at(10*time.Second))
+	}
+	got := x.fetch(store.FetchParams{Queue: "rno", Limit: 1, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+	if len(got) != 1 || got[0].ID != overdue.ID {
+		x.t.Errorf("first fetch after RunNow leased %v, want job %d (due before job %d)", jobIDs(got), overdue.ID, later.ID)
+	}
+	x.checkCounts("after the fetch")
+}
+
+// testRunNowRaces: RunNow races cancels, fetches and the outcomes of the
+// leased jobs (a retry back an hour ahead, or a completion), on random
+// jobs from goroutines. What must hold whatever the interleaving: RunNow
+// succeeds only with a pending job and fails only with ErrConflict; no
+// job is leased again after a Cancel ended it (its lease token at the
+// cancel is the last one); no (job, lease token) is leased twice; every
+// outcome of a lease applies (no lease expires here); at the end each
+// job's attempt and lease token count its leases, nothing is running
+// and the job counts follow.
+func testRunNowRaces(x *h) {
+	const n, operators, workers = 60, 2, 2
+	var nj []store.NewJob
+	for range n {
+		nj = append(nj, store.NewJob{Queue: "rnr", Kind: "k", RunAt: at(time.Hour)})
+	}
+	jobs := x.enqueue(at(0), nj...)
+	index := map[int64]int{}
+	for i, j := range jobs {
+		index[j.ID] = i
+	}
+	var (
+		mu         sync.Mutex
+		errs       []string
+		leases     = make([]int, n)
+		seen       = map[[2]int64]bool{}
+		canceledAt = make([]int64, n) // lease token when a Cancel ended the job, -1 if none
+		stop       atomic.Bool
+		wg, ow     sync.WaitGroup
+	)
+	for i := range canceledAt {
+		canceledAt[i] = -1
+	}
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		errs = append(errs, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	now := at(time.Second)
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			worker := fmt.Sprintf("w%d", w)
+			for !stop.Load() {
+				got, err := x.s.Fetch(x.ctx, store.FetchParams{Queue: "rnr", Limit: 1 + r.IntN(3), Now: now, LeaseUntil: at(time.Hour), Worker: worker})
+				if err != nil {
+					fail("Fetch: %v", err)
+					return
+				}
+				var outs []store.Outcome
+				mu.Lock()
+				for _, j := range got {
+					i := index[j.ID]
+					k := [2]int64{j.ID, j.Lease}
+					if seen[k] {
+						errs = append(errs, fmt.Sprintf("job %d leased twice with token %d", j.ID, j.Lease))
+					}
+					seen[k] = true
+					leases[i]++
+					if c := canceledAt[i]; c >= 0 && j.Lease > c {
+						errs = append(errs, fmt.Sprintf("job %d leased (token %d) after a cancel ended it at token %d", j.ID, j.Lease, c))
+					}
+					if r.IntN(3) == 0 {
+						outs = append(outs, completeOf(j, now))
+					} else {
+						outs = append(outs, retryOf(j, now, at(time.Hour), failure.Transient, "again"))
+					}
+				}
+				mu.Unlock()
+				if len(outs) == 0 {
+					runtime.Gosched()
+					continue
+				}
+				applied, err := x.s.Finish(x.ctx, outs)
+				if err != nil {
+					fail("Finish: %v", err)
+					return
+				}
+				for k, ok := range applied {
+					if !ok {
+						fail("outcome of job %d (token %d) not applied", outs[k].JobID, outs[k].Lease)
+					}
+				}
+			}
+		})
+	}
+	for o := range operators {
+		ow.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(o), 11))
+			for range 3 * n {
+				i := r.IntN(n)
+				id := jobs[i].ID
+				if r.IntN(6) == 0 {
+					j, err := x.s.Cancel(x.ctx, id, now)
+					switch {
+					case err == nil && j.State == store.Canceled:
+						mu.Lock()
+						if canceledAt[i] < 0 {
+							canceledAt[i] = j.Lease
+						}
+						mu.Unlock()
+					case err == nil || errors.Is(err, store.ErrConflict):
+					default:
+						fail("Cancel(%d): %v", id, err)
+					}
+					continue
+				}
+				j, err := x.s.RunNow(x.ctx, id, now)
+				switch {
+				case err == nil:
+					if j.State != store.Pending || j.RunAt.After(now) {
+						fail("RunNow(%d) returned %s due %s", id, j.State, j.RunAt)
+					}
+				case errors.Is(err, store.ErrConflict):
+				default:
+					fail("RunNow(%d): %v", id, err)
+				}
+			}
+		})
+	}
+	ow.Wait()
+	// Drain: the workers lease every job made due (a liveness bound only).
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		st := x.stats()
+		if st.Jobs["rnr"][store.Pending] == 0 && st.Jobs["rnr"][store.Running] == 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	stop.Store(true)
+	wg.Wait()
+	for _, e := range errs {
+		x.t.Error(e)
+	}
+	for i, j := range jobs {
+		g := x.get(j.ID)
+		if g.Attempt != leases[i] || g.Lease != int64(leases[i]) {
+			x.t.Errorf("job %d: attempt %d, lease token %d after %d leases", j.ID, g.Attempt, g.Lease, leases[i])
+		}
+		switch g.State {
+		case store.Scheduled, store.Completed, store.Canceled:
+		default:
+			x.t.Errorf("job %d is %s at the end", j.ID, g.State)
+		}
+		if canceledAt[i] >= 0 && g.State != store.Canceled {
+			x.t.Errorf("job %d was canceled but is %s", j.ID, g.State)
+		}
+	}
+	x.checkCounts("after the races")
 }
