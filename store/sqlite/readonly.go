@@ -125,4 +125,3 @@ func missingMigrations(applied map[int]bool) []string {
 	}
 	return out
 }
-

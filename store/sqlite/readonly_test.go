@@ -240,4 +240,3 @@ func TestReadOnlyImmutableFolder(t *testing.T) {
 		t.Log(err)
 	})
 }
-
