@@ -305,7 +305,10 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 	if _, err := os.Stat(g.DB); err != nil && !c.create {
 		return nil, fmt.Errorf("db %s: %w (give --db, --database-url or --server)", g.DB, err)
 	}
-	st, err := sqlite.Open(ctx, g.DB, sqlite.Options{Logger: log})
+	// A command that only reads opens the database read-only: it then
+	// works on a read-only copy or mount, and migrates nothing.
+	readOnly := cmd.Annotations[readOnlyAnnotation] == "true"
+	st, err := sqlite.Open(ctx, g.DB, sqlite.Options{Logger: log, ReadOnly: readOnly})
 	if err != nil {
 		return nil, fmt.Errorf("db %s: %w", g.DB, err)
 	}
