@@ -16,7 +16,7 @@ import (
 )
 
 // Operation is a durable bulk operation: a replay, a bulk redrive, a
-// purge or a folder export, kept in the store with its progress and a
+// purge, a folder export or a bulk cancel, kept in the store with its progress and a
 // cursor. The worker that holds leadership runs it (Worker.Run), or the
 // process that calls Client.RunOperation; whichever runs it holds a lease
 // fenced by its worker id, and each batch commits with the advance of the
@@ -51,6 +51,14 @@ const (
 	// OperationExport writes the dead jobs matching a filter to a folder
 	// on the runner's machine, as Client.Export does.
 	OperationExport = store.OpExport
+	// OperationCancel cancels the pending and scheduled jobs matching a
+	// filter (or given by id), as Client.Cancel does one job. Running
+	// jobs are never touched: a filter selects pending and scheduled
+	// jobs only (its States may narrow that to one of them), and the ids
+	// given that are not pending or scheduled are counted as skipped.
+	// Cancel a running job by itself (Client.Cancel) to ask its handler
+	// to stop.
+	OperationCancel = store.OpCancel
 )
 
 // The states of an operation.
@@ -77,10 +85,12 @@ type OperationRequest struct {
 	Kind OperationKind
 	// Filter selects the jobs. A replay honors every field, its States
 	// included (completed jobs can be replayed; no States means every
-	// state); the other kinds select dead jobs only.
+	// state); a cancel selects pending and scheduled jobs (States may
+	// name one of them); the other kinds select dead jobs only.
 	Filter Filter
-	// IDs, for a redrive, selects these dead jobs instead of Filter; the
-	// ids that are not dead are counted as skipped.
+	// IDs, for a redrive or a cancel, selects these jobs instead of
+	// Filter; the ids that are not dead (for a cancel: not pending or
+	// scheduled) are counted as skipped.
 	IDs []int64
 	// Batch is how many jobs one batch handles, in one transaction with
 	// the advance of the cursor (default DefaultOperationBatch, at most
@@ -91,8 +101,8 @@ type OperationRequest struct {
 	// workers or a dependency that has just recovered. Under a rate, a
 	// batch holds at most a second's worth of jobs (Rate, at least 1).
 	Rate float64
-	// Note is recorded in the history of each job touched (redriven and
-	// replayed events): who, why.
+	// Note is recorded in the history of each job touched (redriven,
+	// replayed and canceled events): who, why.
 	Note string
 	// Payload, for a redrive, replaces the payload of every redriven job
 	// (edit and redrive); nil keeps them.
@@ -130,7 +140,7 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 		return store.NewOperation{}, fmt.Errorf("redrive: operation: %w: "+format, append([]any{ErrInvalid}, args...)...)
 	}
 	if !r.Kind.Valid() {
-		return fail("unknown kind %q (want replay, redrive, purge or export)", r.Kind)
+		return fail("unknown kind %q (want replay, redrive, purge, export or cancel)", r.Kind)
 	}
 	if r.Batch == 0 {
 		r.Batch = DefaultOperationBatch
@@ -142,8 +152,8 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 		return fail("rate must not be negative")
 	}
 	if len(r.IDs) > 0 {
-		if r.Kind != OperationRedrive {
-			return fail("ids select the jobs of a redrive only; use a filter")
+		if r.Kind != OperationRedrive && r.Kind != OperationCancel {
+			return fail("ids select the jobs of a redrive or a cancel only; use a filter")
 		}
 		for _, id := range r.IDs {
 			if id <= 0 {
@@ -174,7 +184,13 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 			return fail("%v", err)
 		}
 	}
-	if r.Kind != OperationReplay {
+	if r.Kind == OperationCancel {
+		for _, st := range p.Filter.States {
+			if st != Pending && st != Scheduled {
+				return fail("a cancel selects pending and scheduled jobs only, not %s ones (cancel a running job by itself)", st)
+			}
+		}
+	} else if r.Kind != OperationReplay {
 		p.Filter.States = nil
 	}
 	id, err := NewOperationID()
@@ -491,7 +507,7 @@ func (r *opRunner) count(ctx context.Context) error {
 	}
 	f := store.OperationFilter(r.op)
 	var n int64
-	if len(f.IDs) > 0 && r.op.Kind == OperationRedrive {
+	if store.ByIDs(r.op) {
 		n = int64(len(store.NextIDs(f.IDs, 0, math.MaxInt64, len(f.IDs)+1)))
 	} else {
 		var err error
@@ -544,7 +560,7 @@ func (r *opRunner) run(ctx context.Context) error {
 		for _, q := range res.Queues {
 			r.c.wake(q, now)
 		}
-		if res.Handled.Refused > 0 || res.Handled.Redriven > 0 || res.Handled.Replayed > 0 || res.Handled.Purged > 0 {
+		if res.Handled.Refused > 0 || res.Handled.Redriven > 0 || res.Handled.Replayed > 0 || res.Handled.Purged > 0 || res.Handled.Canceled > 0 {
 			r.log.Debug("operation batch", "cursor", r.op.Cursor, "processed", r.op.Progress.Processed)
 		}
 		r.report()

@@ -10,6 +10,13 @@ import (
 	"time"
 )
 
+// StartCancel starts a bulk cancel (POST /v1/jobs/cancel): the pending
+// and scheduled jobs in.Filter (or in.IDs) selects are canceled.
+func (c *Client) StartCancel(ctx context.Context, in CancelBody) (Operation, error) {
+	var ob OperationBody
+	return ob.Operation, c.post(ctx, "/v1/jobs/cancel", in, &ob)
+}
+
 // StartReplay starts a replay (POST /v1/replay): the jobs in.Filter
 // selects, whatever their state, enqueued again as new jobs.
 func (c *Client) StartReplay(ctx context.Context, in ReplayBody) (Operation, error) {

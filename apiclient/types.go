@@ -112,6 +112,27 @@ type ReplayBody struct {
 	Note string `json:"note"`
 }
 
+// CancelBody is the body of POST /v1/jobs/cancel: a bulk cancel of
+// pending and scheduled jobs, run as an operation. Exactly one of IDs
+// and Filter selects the jobs; an empty filter needs All. Running jobs
+// are never canceled by it: Filter.States may name pending and
+// scheduled only (none: both), and the ids that are not pending or
+// scheduled are counted as skipped.
+type CancelBody struct {
+	IDs    []int64           `json:"ids"`
+	Filter *ReplayFilterBody `json:"filter"`
+	// All confirms a cancel of every pending and scheduled job (an empty
+	// filter).
+	All bool `json:"all"`
+	// Batch is how many jobs one batch cancels, in one transaction
+	// (default 100).
+	Batch int `json:"batch"`
+	// Rate bounds the cancel in jobs per second (0: no bound).
+	Rate float64 `json:"rate"`
+	// Note is recorded in each canceled job's history.
+	Note string `json:"note"`
+}
+
 // ExportBody is the body of POST /v1/dlq/export: a folder export of dead
 // jobs run as an operation by a worker, into a folder under the server's
 // export folder (serve --export-dir).
@@ -155,10 +176,12 @@ type Operation struct {
 	// Refused counts jobs marked not reprocessable (a redrive).
 	Refused int64 `json:"refused"`
 	// Skipped counts jobs that were gone or no longer dead (a redrive
-	// by ids).
+	// by ids), or not pending or scheduled (a cancel by ids).
 	Skipped  int64 `json:"skipped"`
 	Purged   int64 `json:"purged"`
 	Exported int64 `json:"exported"`
+	// Canceled counts the jobs a cancel canceled.
+	Canceled int64 `json:"canceled"`
 	Failed   int64 `json:"failed"`
 	// RefusedIDs are the ids of the refused jobs (the first 1000).
 	RefusedIDs []int64 `json:"refused_ids"`

@@ -30,6 +30,9 @@ const (
 	OperationReplay OperationKind = redrive.OperationReplay
 	// OperationExport is a folder export (POST /v1/dlq/export).
 	OperationExport OperationKind = redrive.OperationExport
+	// OperationCancel is a bulk cancel of pending and scheduled jobs
+	// (POST /v1/jobs/cancel).
+	OperationCancel OperationKind = redrive.OperationCancel
 )
 
 // OperationState is where an operation stands.
@@ -110,7 +113,7 @@ func toOperation(op *redrive.Operation) Operation {
 	}
 	out := Operation{ID: op.ID, Kind: op.Kind, State: op.State, Matched: max(p.Matched, 0), Processed: p.Processed,
 		Replayed: p.Replayed, Redriven: p.Redriven, Refused: p.Refused, Skipped: p.Skipped, Purged: p.Purged,
-		Exported: p.Exported, Failed: p.Failed, RefusedIDs: slices.Clone(p.RefusedIDs), Error: op.Error,
+		Exported: p.Exported, Canceled: p.Canceled, Failed: p.Failed, RefusedIDs: slices.Clone(p.RefusedIDs), Error: op.Error,
 		Rate: op.Params.Rate, Batch: op.Params.Batch, Note: op.Params.Note, Filter: filter, Dir: op.Params.Dir,
 		Cursor: op.Cursor, Worker: op.Worker, StartedAt: op.CreatedAt, RunAt: op.StartedAt, UpdatedAt: op.UpdatedAt,
 		FinishedAt: op.FinishedAt}
@@ -333,37 +336,47 @@ type ReplayFilterBody = apiclient.ReplayFilterBody
 // It is the type of package apiclient, the API's Go client.
 type ReplayBody = apiclient.ReplayBody
 
+// toStateFilter validates the filter of a replay or a cancel body: the
+// DLQ filter's fields, states and a payload match.
+func toStateFilter(in *ReplayFilterBody) (redrive.Filter, error) {
+	f, err := toFilter(in.FilterBody, "filter.")
+	if err != nil {
+		return f, err
+	}
+	for _, s := range in.States {
+		st, err := parseState("filter.states", s)
+		if err != nil {
+			return f, err
+		}
+		f.States = append(f.States, st)
+	}
+	if err := checkName("filter.payload_field", in.PayloadField, maxName); err != nil {
+		return f, err
+	}
+	f.PayloadField = in.PayloadField
+	if !isNull(in.PayloadValue) || in.PayloadField != "" {
+		f.PayloadValue = in.PayloadValue
+		if len(f.PayloadValue) == 0 {
+			return f, badRequest("filter.payload_value", "payload_field needs a payload_value (a JSON string, number, boolean or null)")
+		}
+	}
+	if err := store.CheckPayloadMatch(f); err != nil {
+		field := "filter.payload_value"
+		if _, perr := store.PayloadPath(f.PayloadField); f.PayloadField == "" || perr != nil {
+			field = "filter.payload_field"
+		}
+		return f, badRequest(field, "%s", trimInvalid(err))
+	}
+	return f, nil
+}
+
 // toReplayRequest validates a replay body.
 func toReplayRequest(in ReplayBody) (redrive.OperationRequest, error) {
 	req := redrive.OperationRequest{Kind: OperationReplay, Batch: in.Batch, Rate: in.Rate, Note: in.Note}
 	if in.Filter != nil {
-		f, err := toFilter(in.Filter.FilterBody, "filter.")
+		f, err := toStateFilter(in.Filter)
 		if err != nil {
 			return req, err
-		}
-		for _, s := range in.Filter.States {
-			st, err := parseState("filter.states", s)
-			if err != nil {
-				return req, err
-			}
-			f.States = append(f.States, st)
-		}
-		if err := checkName("filter.payload_field", in.Filter.PayloadField, maxName); err != nil {
-			return req, err
-		}
-		f.PayloadField = in.Filter.PayloadField
-		if !isNull(in.Filter.PayloadValue) || in.Filter.PayloadField != "" {
-			f.PayloadValue = in.Filter.PayloadValue
-			if len(f.PayloadValue) == 0 {
-				return req, badRequest("filter.payload_value", "payload_field needs a payload_value (a JSON string, number, boolean or null)")
-			}
-		}
-		if err := store.CheckPayloadMatch(f); err != nil {
-			field := "filter.payload_value"
-			if _, perr := store.PayloadPath(f.PayloadField); f.PayloadField == "" || perr != nil {
-				field = "filter.payload_field"
-			}
-			return req, badRequest(field, "%s", trimInvalid(err))
 		}
 		req.Filter = f
 	}
@@ -402,6 +415,80 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	req, err := toReplayRequest(in)
+	if err != nil {
+		return err
+	}
+	op, err := a.ops.start(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	return a.answerStarted(w, r, op, waitEnd)
+}
+
+// CancelBody is the body of POST /v1/jobs/cancel.
+// It is the type of package apiclient, the API's Go client.
+type CancelBody = apiclient.CancelBody
+
+// toCancelRequest validates a cancel body.
+func toCancelRequest(in CancelBody) (redrive.OperationRequest, error) {
+	req := redrive.OperationRequest{Kind: OperationCancel, Batch: in.Batch, Rate: in.Rate, Note: in.Note}
+	switch {
+	case len(in.IDs) > 0 && in.Filter != nil:
+		return req, badRequest("filter", "give ids or filter, not both")
+	case len(in.IDs) > 0:
+		if in.All {
+			return req, badRequest("all", "all applies to a filter, not to ids")
+		}
+		if len(in.IDs) > MaxRedriveIDs {
+			return req, badRequest("ids", "ids holds %d ids, the limit is %d; cancel by filter instead", len(in.IDs), MaxRedriveIDs)
+		}
+		for _, id := range in.IDs {
+			if id <= 0 {
+				return req, badRequest("ids", "job ids must be positive, got %d", id)
+			}
+		}
+		req.IDs = in.IDs
+	case in.Filter != nil:
+		f, err := toStateFilter(in.Filter)
+		if err != nil {
+			return req, err
+		}
+		for _, st := range f.States {
+			if st != redrive.Pending && st != redrive.Scheduled {
+				return req, badRequest("filter.states", "a bulk cancel selects pending and scheduled jobs only, not %s ones (cancel a running job by itself: POST /v1/jobs/{id}/cancel)", st)
+			}
+		}
+		if emptyFilter(f) && f.PayloadField == "" && !in.All {
+			return req, &apiError{status: http.StatusBadRequest, code: "filter_required", field: "filter",
+				msg: "the filter is empty and would cancel every pending and scheduled job; narrow it or set \"all\": true"}
+		}
+		req.Filter = f
+	case in.All:
+		// Every pending and scheduled job.
+	default:
+		return req, &apiError{status: http.StatusBadRequest, code: "filter_required", field: "ids",
+			msg: "say which jobs to cancel: ids, a filter, or \"all\": true"}
+	}
+	if err := parseBatch(in.Batch); err != nil {
+		return req, err
+	}
+	if err := parseRate(in.Rate); err != nil {
+		return req, err
+	}
+	if err := checkName("note", in.Note, MaxNote); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// cancelJobs starts a bulk cancel (POST /v1/jobs/cancel[?wait=true]).
+func (a *api) cancelJobs(w http.ResponseWriter, r *http.Request) error {
+	var in CancelBody
+	waitEnd, err := a.startBody(w, r, &in)
+	if err != nil {
+		return err
+	}
+	req, err := toCancelRequest(in)
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,16 @@ func TestOperationsPageInChromium(t *testing.T) {
 	}
 	b.waitText(t, row(rp.ID)+" .badge", "done")
 	b.waitText(t, row(rp.ID)+` [data-outcome="replayed"]`, "1 replayed")
+	// A bulk cancel shows what it canceled.
+	if _, err := e.client.Enqueue(ctx, "index", map[string]int{"doc": 8}, redrive.InQueue("cancelq")); err != nil {
+		t.Fatal(err)
+	}
+	cn, err := e.client.StartOperation(ctx, redrive.OperationRequest{Kind: redrive.OperationCancel, Filter: redrive.Filter{Queue: "cancelq"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitText(t, row(cn.ID)+" .badge", "done")
+	b.waitText(t, row(cn.ID)+` [data-outcome="canceled"]`, "1 canceled")
 	screenshot(t, b, "dashboard-operations", row(rp.ID))
 	res, err := e.client.List(ctx, redrive.Filter{Queue: "replayq"}, redrive.Page{Limit: 10})
 	if err != nil || len(res.Jobs) != 2 || res.Jobs[0].ReplayOf != src.ID {

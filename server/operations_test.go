@@ -162,7 +162,7 @@ func TestOperationShape(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"batch", "cursor", "dir", "error", "exported", "failed", "filter", "finished_at", "id", "kind", "matched", "note",
+	want := []string{"batch", "canceled", "cursor", "dir", "error", "exported", "failed", "filter", "finished_at", "id", "kind", "matched", "note",
 		"processed", "purged", "rate", "redriven", "refused", "refused_ids", "replayed", "run_at", "skipped", "started_at", "state",
 		"updated_at", "worker"}
 	if !slices.Equal(keys, want) || len(top) != 1 {

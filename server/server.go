@@ -181,6 +181,7 @@ func (s *Server) Close() error {
 var routes = []string{
 	"POST /v1/jobs",
 	"POST /v1/jobs/batch",
+	"POST /v1/jobs/cancel",
 	"GET /v1/jobs",
 	"GET /v1/jobs/{id}",
 	"POST /v1/jobs/{id}/cancel",
@@ -289,6 +290,7 @@ func New(opts Options) *Server {
 	handlers["POST /v1/operations/{id}/resume"] = a.onOperation(a.client.ResumeOperation)
 	handlers["POST /v1/operations/{id}/cancel"] = a.onOperation(a.client.CancelOperation)
 	handlers["POST /v1/replay"] = a.replay
+	handlers["POST /v1/jobs/cancel"] = a.cancelJobs
 	handlers["POST /v1/dlq/export"] = a.exportDead
 	a.ops.client, a.ops.exportDir = opts.Client, opts.ExportDir
 	// How many jobs a listing, a purge or a redrive selects (count.go).

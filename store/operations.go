@@ -12,7 +12,7 @@ import (
 )
 
 // Operations is the part of a Store that keeps durable bulk operations:
-// replays, bulk redrives, purges and folder exports. An operation is a
+// replays, bulk redrives, purges, folder exports and cancellations. An operation is a
 // row that a runner claims with a lease fenced by its worker id, as a job
 // is; it works through its jobs in ascending id order, batch by batch,
 // and each batch's effect commits in the same transaction as the advance
@@ -108,12 +108,18 @@ const (
 	// OpExport writes the dead jobs matching a filter to a folder, one
 	// directory per job.
 	OpExport OperationKind = "export"
+	// OpCancel cancels the pending and scheduled jobs matching a filter
+	// (or given by id). Running jobs are never selected: a filter's
+	// States may name pending and scheduled only, and the ids of a
+	// cancel by ids that are not pending or scheduled are counted as
+	// skipped (a running job is canceled one by one, Store.Cancel).
+	OpCancel OperationKind = "cancel"
 )
 
 // Valid reports whether k is a known kind.
 func (k OperationKind) Valid() bool {
 	switch k {
-	case OpReplay, OpRedrive, OpPurge, OpExport:
+	case OpReplay, OpRedrive, OpPurge, OpExport, OpCancel:
 		return true
 	}
 	return false
@@ -156,7 +162,8 @@ func (s OperationState) Valid() bool {
 type OperationParams struct {
 	// Filter selects the jobs. Replay honors every field (its States may
 	// include completed); redrive, purge and export select dead jobs
-	// only, whatever States says.
+	// only, whatever States says; cancel selects pending and scheduled
+	// jobs, or those of States (a subset of them).
 	Filter Filter `json:"filter"`
 	// Batch is how many jobs one step handles (1..MaxPageSize).
 	Batch int `json:"batch"`
@@ -191,12 +198,14 @@ type OperationProgress struct {
 	// Refused counts dead jobs marked not reprocessable (a redrive).
 	Refused int64 `json:"refused"`
 	// Skipped counts jobs that were gone or no longer dead (a redrive by
-	// ids).
+	// ids), or gone or no longer pending or scheduled (a cancel by ids).
 	Skipped int64 `json:"skipped"`
 	// Purged counts the dead jobs a purge deleted.
 	Purged int64 `json:"purged"`
 	// Exported counts the dead jobs an export wrote.
 	Exported int64 `json:"exported"`
+	// Canceled counts the pending and scheduled jobs a cancel canceled.
+	Canceled int64 `json:"canceled"`
 	// Failed counts jobs an operation could not handle.
 	Failed int64 `json:"failed"`
 	// RefusedIDs are the ids of the refused jobs (the first
@@ -209,7 +218,7 @@ const MaxRefusedIDs = 1000
 
 // Tally sets Processed to the sum of the outcomes.
 func (p *OperationProgress) Tally() {
-	p.Processed = p.Replayed + p.Redriven + p.Refused + p.Skipped + p.Purged + p.Exported + p.Failed
+	p.Processed = p.Replayed + p.Redriven + p.Refused + p.Skipped + p.Purged + p.Exported + p.Canceled + p.Failed
 }
 
 // add adds the counts of d to p.
@@ -220,6 +229,7 @@ func (p *OperationProgress) add(d OperationProgress) {
 	p.Skipped += d.Skipped
 	p.Purged += d.Purged
 	p.Exported += d.Exported
+	p.Canceled += d.Canceled
 	p.Failed += d.Failed
 	p.Tally()
 	if room := MaxRefusedIDs - len(p.RefusedIDs); room > 0 && len(d.RefusedIDs) > 0 {
@@ -336,24 +346,42 @@ func CheckNewOperation(op *NewOperation) error {
 		if !st.Valid() {
 			return fmt.Errorf("%w: unknown state %q", ErrInvalid, st)
 		}
+		if op.Kind == OpCancel && st != Pending && st != Scheduled {
+			return fmt.Errorf("%w: a cancel selects pending and scheduled jobs only, not %s ones", ErrInvalid, st)
+		}
 	}
 	return CheckPayloadMatch(op.Params.Filter)
 }
 
 // OperationFilter is the filter a step of op applies: a replay's as
-// given, the others' restricted to dead jobs.
+// given, a cancel's restricted to pending and scheduled jobs (or those
+// of its States), the others' restricted to dead jobs.
 func OperationFilter(op *Operation) Filter {
 	f := op.Params.Filter
-	if op.Kind != OpReplay {
+	switch op.Kind {
+	case OpReplay:
+	case OpCancel:
+		if len(f.States) == 0 {
+			f.States = []State{Pending, Scheduled}
+		}
+	default:
 		f.States = []State{Dead}
 	}
 	return f
 }
 
+// ByIDs reports whether a step of op takes the ids of its filter one by
+// one (a redrive or a cancel by ids), the ids that are not in a state it
+// handles counted as skipped, rather than selecting matching jobs.
+func ByIDs(op *Operation) bool {
+	return len(op.Params.Filter.IDs) > 0 && (op.Kind == OpRedrive || op.Kind == OpCancel)
+}
+
 // NextIDs returns, for a filter selecting ids, the ids of the next step:
 // at most limit of them, after cursor, up to maxID, in ascending order
-// (duplicates removed). A redrive by ids takes every id given (maxID
-// math.MaxInt64): those that are not dead jobs are counted as skipped.
+// (duplicates removed). A redrive or cancel by ids takes every id given
+// (maxID math.MaxInt64): those that are not dead jobs (not pending or
+// scheduled jobs) are counted as skipped.
 func NextIDs(ids []int64, cursor, maxID int64, limit int) []int64 {
 	s := slices.Clone(ids)
 	slices.Sort(s)

@@ -235,12 +235,29 @@ type backend interface {
 	// server counts as it runs); StartReplay starts the replay.
 	CountReplay(ctx context.Context, q replayQuery) (int64, error)
 	StartReplay(ctx context.Context, q replayQuery) (apiclient.Operation, error)
+	// StartCancel starts a bulk cancel of pending and scheduled jobs
+	// (jobs cancel --all, filters or ids).
+	StartCancel(ctx context.Context, q cancelQuery) (apiclient.Operation, error)
 	Close() error
 }
 
 // replayQuery is a replay request: the flags, and the filter they make
 // (Filter, with States and the payload match).
 type replayQuery struct {
+	Flags  filterOptions
+	States []string
+	Match  payloadMatch
+	Filter redrive.Filter
+	All    bool
+	Batch  int
+	Rate   float64
+	Note   string
+}
+
+// cancelQuery is a bulk cancel request: IDs, or the flags and the
+// filter they make (Filter, with States and the payload match).
+type cancelQuery struct {
+	IDs    []int64
 	Flags  filterOptions
 	States []string
 	Match  payloadMatch
@@ -293,7 +310,10 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 	if _, err := os.Stat(g.DB); err != nil && !c.create {
 		return nil, fmt.Errorf("db %s: %w (give --db, --database-url or --server)", g.DB, err)
 	}
-	st, err := sqlite.Open(ctx, g.DB, sqlite.Options{Logger: log})
+	// A command that only reads opens the database read-only: it then
+	// works on a read-only copy or mount, and migrates nothing.
+	readOnly := cmd.Annotations[readOnlyAnnotation] == "true"
+	st, err := sqlite.Open(ctx, g.DB, sqlite.Options{Logger: log, ReadOnly: readOnly})
 	if err != nil {
 		return nil, fmt.Errorf("db %s: %w", g.DB, err)
 	}

@@ -387,6 +387,11 @@ func (d *directBackend) StartReplay(ctx context.Context, q replayQuery) (apiclie
 	return startDirect(ctx, d, redrive.OperationRequest{Kind: redrive.OperationReplay, Filter: q.Filter, Batch: q.Batch, Rate: q.Rate, Note: q.Note})
 }
 
+// StartCancel starts a cancel operation on the store.
+func (d *directBackend) StartCancel(ctx context.Context, q cancelQuery) (apiclient.Operation, error) {
+	return startDirect(ctx, d, redrive.OperationRequest{Kind: redrive.OperationCancel, IDs: q.IDs, Filter: q.Filter, Batch: q.Batch, Rate: q.Rate, Note: q.Note})
+}
+
 // startDirect starts an operation on the store.
 func startDirect(ctx context.Context, d *directBackend, req redrive.OperationRequest) (apiclient.Operation, error) {
 	op, err := d.c.StartOperation(ctx, req)

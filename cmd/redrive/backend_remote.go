@@ -301,6 +301,20 @@ func (r *remoteBackend) StartReplay(ctx context.Context, q replayQuery) (apiclie
 	return r.api.StartReplay(ctx, body)
 }
 
+// StartCancel starts a bulk cancel on the server (POST /v1/jobs/cancel).
+func (r *remoteBackend) StartCancel(ctx context.Context, q cancelQuery) (apiclient.Operation, error) {
+	body := apiclient.CancelBody{IDs: q.IDs, All: q.All, Batch: q.Batch, Rate: q.Rate, Note: q.Note}
+	if len(q.IDs) == 0 {
+		if !q.Flags.empty() || len(q.States) > 0 || q.Match.Field != "" {
+			rf := apiclient.ReplayFilterBody{FilterBody: q.Flags.wire(), States: q.States, PayloadField: q.Match.Field, PayloadValue: q.Match.Value}
+			body.Filter = &rf
+		} else {
+			body.All = true
+		}
+	}
+	return r.api.StartCancel(ctx, body)
+}
+
 func (r *remoteBackend) Limits(ctx context.Context) ([]store.LimitState, error) {
 	return r.api.Limits(ctx)
 }

@@ -138,7 +138,8 @@ func killMidway(t *testing.T, bin string, args []string, c *redrive.Client, id s
 
 // TestOperationsSurviveSIGKILL is the proof that durable operations
 // handle every job exactly once across a crash: a replay of 10,000
-// completed jobs and a bulk redrive of 10,000 dead jobs, each run by
+// completed jobs, a bulk redrive of 10,000 dead jobs and a bulk cancel
+// of 10,000 pending jobs, each run by
 // `redrive serve`, which is killed with SIGKILL half-way and started
 // again. At the kill, what the store holds matches the operation's
 // progress (each batch commits with its cursor); at the end each
@@ -253,6 +254,47 @@ func TestOperationsSurviveSIGKILL(t *testing.T) {
 					}
 					if j.State != store.Pending || j.Redriven != 1 || events != 1 {
 						t.Fatalf("job %d: %s, redriven %d times, %d redriven events; want pending, once", j.ID, j.State, j.Redriven, events)
+					}
+				}
+			})
+
+			t.Run("cancel", func(t *testing.T) {
+				// Pending jobs of a queue serve does not work.
+				for done := 0; done < killJobs; done += 1000 {
+					reqs := make([]redrive.Request, 1000)
+					for i := range reqs {
+						reqs[i] = redrive.Request{Kind: "doc", Queue: "waiting", Payload: map[string]int{"doc": done + i}}
+					}
+					if _, err := c.EnqueueMany(ctx, reqs); err != nil {
+						t.Fatal(err)
+					}
+				}
+				op, err := c.StartOperation(ctx, redrive.OperationRequest{Kind: redrive.OperationCancel,
+					Filter: redrive.Filter{Queue: "waiting"}, Rate: 2500, Note: "proof"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				final := killMidway(t, bin, args, c, op.ID, func(op *redrive.Operation) {
+					canceled, err := st.Count(ctx, store.Filter{Queue: "waiting", States: []store.State{store.Canceled}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if canceled != op.Progress.Canceled {
+						t.Fatalf("at the kill the store holds %d canceled jobs, the operation counts %d: a batch and its cursor did not commit together", canceled, op.Progress.Canceled)
+					}
+				})
+				if final.Progress.Canceled != killJobs || final.Progress.Matched != killJobs || final.Progress.Processed != killJobs {
+					t.Fatalf("cancel: %+v", final.Progress)
+				}
+				for _, j := range allJobs(t, st, store.Filter{Queue: "waiting"}) {
+					events := 0
+					for _, e := range j.History {
+						if e.Kind == store.EventCanceled {
+							events++
+						}
+					}
+					if j.State != store.Canceled || events != 1 {
+						t.Fatalf("job %d: %s with %d canceled events; want canceled, once", j.ID, j.State, events)
 					}
 				}
 			})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -320,46 +321,167 @@ func newShowCmd(g *globalOptions, dead bool) *cobra.Command {
 
 func newCancelCmd(g *globalOptions) *cobra.Command {
 	var (
-		c   connOptions
-		yes bool
+		c        connOptions
+		fo       filterOptions
+		states   []string
+		match    string
+		batch    int
+		rate     float64
+		note     string
+		all, yes bool
+		detach   bool
 	)
-	cmd := &cobra.Command{Use: "cancel ID", Short: "Cancel a waiting, running or dead job",
-		Long: `Cancel a job. Canceling a dead job takes it out of the DLQ, so it is
-refused unless --yes (dlq purge deletes dead jobs).
-` + connHelp, Args: cobra.ExactArgs(1)}
+	cmd := &cobra.Command{Use: "cancel ID | ID... | [filters] (--all for every waiting job)",
+		Short: "Cancel a job, or the pending and scheduled jobs matching filters",
+		Long: `Cancel a job: a pending, scheduled or dead job is canceled at once; a
+running job's worker is asked to stop it (at its next heartbeat).
+Canceling a dead job takes it out of the DLQ, so it is refused unless --yes
+(dlq purge deletes dead jobs).
+
+With several ids, filters (--queue, --kind, --since, --until, --state
+pending|scheduled, --match payload.FIELD=VALUE...) or --all, it cancels
+the pending and scheduled jobs selected, as a durable operation (see
+redrive operations): in batches (--batch, default 100) in id order, at
+most --rate jobs a second. Running jobs are never canceled in bulk: a
+filter selects pending and scheduled jobs only, and the ids given that are
+not pending or scheduled are counted as skipped; cancel a running job by
+its id alone. It asks for confirmation on standard input, saying how many
+jobs match, unless --yes.
+` + operationsHelp + connHelp, Args: cobra.ArbitraryArgs}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, err := parseID(cmd, args[0])
-		if err != nil {
-			return err
+		bulk := len(args) != 1 || !fo.empty() || len(states) > 0 || match != "" || all || batch != 0 || rate != 0 || note != "" || detach
+		if !bulk {
+			return cancelOne(cmd, g, &c, yes, args)
 		}
-		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			if !yes {
-				cur, err := b.Get(ctx, id)
-				if err != nil {
-					return err
-				}
-				if cur.State == redrive.Dead {
-					return flagErrorf(cmd, "job %d is dead (in the DLQ); canceling removes it from the DLQ: use dlq purge, or --yes to cancel it anyway", id)
-				}
-			}
-			j, err := b.Cancel(ctx, id)
+		var ids []int64
+		for _, a := range args {
+			id, err := parseID(cmd, a)
 			if err != nil {
 				return err
 			}
-			if g.JSON {
-				return writeJSON(cmd.OutOrStdout(), j)
+			ids = append(ids, id)
+		}
+		q := cancelQuery{IDs: ids, Flags: fo, States: states, All: all, Batch: batch, Rate: rate, Note: note}
+		hasFilter := !fo.empty() || len(states) > 0 || match != ""
+		switch {
+		case len(ids) > 0 && (hasFilter || all):
+			return flagErrorf(cmd, "give job ids or filters (or --all), not both")
+		case len(ids) == 0 && !hasFilter && !all:
+			return flagErrorf(cmd, "say which jobs to cancel: an id, filters, or --all for every pending and scheduled job")
+		case len(ids) > server.MaxRedriveIDs:
+			return flagErrorf(cmd, "%d ids, the limit is %d: cancel by filter instead", len(ids), server.MaxRedriveIDs)
+		case batch < 0 || batch > store.MaxPageSize:
+			return flagErrorf(cmd, "--batch must be from 1 to %d", store.MaxPageSize)
+		case rate < 0:
+			return flagErrorf(cmd, "--rate must not be negative")
+		}
+		if match != "" {
+			var err error
+			if q.Match, err = parsePayloadMatch(match); err != nil {
+				return flagErrorf(cmd, "%v", err)
 			}
-			msg := fmt.Sprintf("job %d: %s", j.ID, j.State)
-			if j.State == redrive.Running && j.CancelRequested {
-				msg += " (cancel requested: the worker stops it at its next heartbeat)"
+		}
+		var sts []redrive.State
+		for _, s := range states {
+			st, err := store.ParseState(s)
+			if err != nil || (st != redrive.Pending && st != redrive.Scheduled) {
+				return flagErrorf(cmd, "--state: a bulk cancel selects pending or scheduled jobs, got %q (cancel a running job by its id alone)", s)
 			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), msg)
-			return err
+			sts = append(sts, st)
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			n := int64(len(ids))
+			what := jobsWord(n, "")
+			if len(ids) == 0 {
+				f, err := fo.toFilter()
+				if err != nil {
+					return flagErrorf(cmd, "%v", err)
+				}
+				f.States, f.PayloadField, f.PayloadValue = sts, q.Match.Field, q.Match.Value
+				q.Filter = f
+				count := listQuery{filterOptions: fo, States: states, Match: match}
+				if len(count.States) == 0 {
+					count.States = []string{string(redrive.Pending), string(redrive.Scheduled)}
+				}
+				if n, err = b.Count(ctx, count); err != nil {
+					return err
+				}
+				if n == 0 {
+					if g.JSON {
+						return writeJSON(cmd.OutOrStdout(), map[string]any{"canceled": 0})
+					}
+					_, err := fmt.Fprintln(cmd.OutOrStdout(), "no pending or scheduled job matches: nothing to cancel")
+					return err
+				}
+				what = jobsWord(n, "pending and scheduled")
+				if cond := fo.describe(); cond != "" || match != "" {
+					what += " matching " + strings.TrimSpace(cond+" "+match)
+				}
+				if n < 0 {
+					what = "the pending and scheduled jobs matching the filters"
+				}
+			}
+			if err := confirm(cmd, yes, fmt.Sprintf("Cancel %s?", what)); err != nil {
+				return err
+			}
+			op, err := b.StartCancel(ctx, q)
+			if err != nil {
+				return err
+			}
+			if detach {
+				if g.JSON {
+					return writeJSON(cmd.OutOrStdout(), op)
+				}
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "operation %s started (follow it: redrive operations follow %s)\n", op.ID, op.ID)
+				return err
+			}
+			return followAndReport(ctx, cmd, g, b, op, true)
 		})(cmd, args)
 	}
-	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "cancel a dead job too (it leaves the DLQ)")
+	addFilterFlags(cmd, &fo)
+	f := cmd.Flags()
+	f.StringSliceVar(&states, "state", nil, "only jobs in these states: pending, scheduled (default both)")
+	f.StringVar(&match, "match", "", "only jobs whose payload holds this value: payload.FIELD=VALUE (e.g. payload.customer_id=42)")
+	f.IntVar(&batch, "batch", 0, fmt.Sprintf("jobs per batch, each in one transaction (default %d)", redrive.DefaultOperationBatch))
+	f.Float64Var(&rate, "rate", 0, "at most this many jobs per second (0: no bound)")
+	f.StringVar(&note, "note", "", "recorded in each canceled job's history (who, why)")
+	f.BoolVar(&all, "all", false, "cancel every pending and scheduled job when no filter is given")
+	f.BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation; with one id, cancel a dead job too (it leaves the DLQ)")
+	f.BoolVar(&detach, "detach", false, "start the cancel and return: a worker runs it (follow it with redrive operations follow ID)")
 	addConnFlags(cmd, &c)
 	return cmd
+}
+
+// cancelOne cancels the job of args[0] (jobs cancel ID).
+func cancelOne(cmd *cobra.Command, g *globalOptions, c *connOptions, yes bool, args []string) error {
+	id, err := parseID(cmd, args[0])
+	if err != nil {
+		return err
+	}
+	return withBackend(g, c, func(ctx context.Context, b backend) error {
+		if !yes {
+			cur, err := b.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if cur.State == redrive.Dead {
+				return flagErrorf(cmd, "job %d is dead (in the DLQ); canceling removes it from the DLQ: use dlq purge, or --yes to cancel it anyway", id)
+			}
+		}
+		j, err := b.Cancel(ctx, id)
+		if err != nil {
+			return err
+		}
+		if g.JSON {
+			return writeJSON(cmd.OutOrStdout(), j)
+		}
+		msg := fmt.Sprintf("job %d: %s", j.ID, j.State)
+		if j.State == redrive.Running && j.CancelRequested {
+			msg += " (cancel requested: the worker stops it at its next heartbeat)"
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), msg)
+		return err
+	})(cmd, args)
 }
 
 func newStatsCmd(g *globalOptions) *cobra.Command {

@@ -57,6 +57,7 @@ This binary is its command-line tool.`,
 		newReplayCmd(g),
 		newVersionCmd(),
 	)
+	markReadOnly(root)
 	root.Version = versionString()
 	root.SetVersionTemplate("redrive {{.Version}}\n")
 	strictGroups(root)
@@ -126,4 +127,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	return err
+}
+
+// readOnlyAnnotation marks a command that only reads the store: directly
+// on a SQLite database it opens it read-only (sqlite.Options.ReadOnly),
+// so that it works on a read-only copy or mount, migrates nothing and
+// takes no lock.
+const readOnlyAnnotation = "redrive.read-only"
+
+// readOnlyCommands are the commands that only read the store.
+var readOnlyCommands = []string{
+	"jobs ls", "jobs show", "dlq ls", "dlq show", "dlq groups", "dlq count", "stats", "queues ls",
+	"limits ls", "workers ls", "breakers ls", "periodic ls", "operations ls", "operations show",
+}
+
+// markReadOnly annotates root's read-only commands.
+func markReadOnly(root *cobra.Command) {
+	for _, path := range readOnlyCommands {
+		cmd, rest, err := root.Find(strings.Fields(path))
+		if err != nil || len(rest) > 0 || cmd == root {
+			panic("redrive: no command " + path)
+		}
+		if cmd.Annotations == nil {
+			cmd.Annotations = map[string]string{}
+		}
+		cmd.Annotations[readOnlyAnnotation] = "true"
+	}
 }

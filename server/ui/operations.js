@@ -1,11 +1,11 @@
 // operations.js: the dashboard's operations page (registerPage, app.js):
-// every durable operation (replay, bulk redrive, purge, export), newest
-// first, with its progress, counts per outcome and state, and buttons to
-// pause, resume and cancel it.
+// every durable operation (replay, bulk redrive, purge, export, bulk
+// cancel), newest first, with its progress, counts per outcome and
+// state, and buttons to pause, resume and cancel it.
 'use strict';
 
 // OP_OUTCOMES are the counts an operation keeps, in the order shown.
-const OP_OUTCOMES = ['replayed', 'redriven', 'refused', 'skipped', 'purged', 'exported', 'failed'];
+const OP_OUTCOMES = ['replayed', 'redriven', 'refused', 'skipped', 'purged', 'exported', 'canceled', 'failed'];
 
 // opBadge shows an operation's state.
 function opBadge(op) {

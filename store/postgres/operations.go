@@ -285,8 +285,9 @@ func (s *Store) applyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 		return s.replayStep(ctx, tx, op, f, st, res)
 	}
 	var ids []int64
-	if op.Kind == store.OpRedrive && len(f.IDs) > 0 {
-		// By ids: every id given, the ids not dead reported skipped.
+	if store.ByIDs(op) {
+		// By ids: every id given, the ids not in a state the operation
+		// handles reported skipped.
 		ids = store.NextIDs(f.IDs, op.Cursor, math.MaxInt64, st.Limit)
 	} else {
 		var a args
@@ -374,6 +375,26 @@ SELECT count(*) FROM del`
 		if err := tx.QueryRow(ctx, q, ids, shard()).Scan(&res.Handled.Purged); err != nil {
 			return 0, 0, err
 		}
+	case store.OpCancel:
+		ev, err := eventJSON(&store.Event{Kind: store.EventCanceled, At: st.Now, Note: op.Params.Note})
+		if err != nil {
+			return 0, 0, err
+		}
+		// The job counts follow through the triggers on jobs.
+		q := `WITH up AS (
+	UPDATE ` + s.sql.jobs + ` SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)
+	WHERE id = ANY($1::bigint[]) AND state IN ('pending', 'scheduled')
+	RETURNING queue
+), cnt AS (
+	INSERT INTO ` + s.sql.counters + ` AS c (queue, name, shard, n)
+	SELECT queue, 'canceled', $4::smallint, count(*) FROM up GROUP BY queue ORDER BY queue
+	` + upsertCounters + `
+)
+SELECT count(*) FROM up`
+		if err := tx.QueryRow(ctx, q, ids, ts(st.Now), ev, shard()).Scan(&res.Handled.Canceled); err != nil {
+			return 0, 0, err
+		}
+		res.Handled.Skipped = int64(len(ids)) - res.Handled.Canceled
 	}
 	return last, len(ids), nil
 }

@@ -289,8 +289,9 @@ func (s *Store) applyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 		return s.replayStep(ctx, tx, op, f, st, res)
 	}
 	var ids []int64
-	if op.Kind == store.OpRedrive && len(f.IDs) > 0 {
-		// By ids: every id given, the ids not dead reported skipped.
+	if store.ByIDs(op) {
+		// By ids: every id given, the ids not in a state the operation
+		// handles reported skipped.
 		ids = store.NextIDs(f.IDs, op.Cursor, math.MaxInt64, st.Limit)
 	} else {
 		w, args, err := where(f)
@@ -349,6 +350,13 @@ func (s *Store) applyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 			return 0, 0, err
 		}
 		res.Handled.Purged = n
+	case store.OpCancel:
+		n, err := s.cancelStep(ctx, tx, ids, st.Now, op.Params.Note)
+		if err != nil {
+			return 0, 0, err
+		}
+		res.Handled.Canceled = n
+		res.Handled.Skipped = int64(len(ids)) - n
 	}
 	return last, len(ids), nil
 }
@@ -527,4 +535,51 @@ func (s *Store) DeleteOperations(ctx context.Context, before time.Time) (int64, 
 		return err
 	})
 	return n, err
+}
+
+// cancelStep cancels, of the jobs ids, those that are pending or
+// scheduled (a canceled event in their history, the job counts and the
+// canceled counter kept), and returns how many.
+func (s *Store) cancelStep(ctx context.Context, tx *sql.Conn, ids []int64, now time.Time, note string) (int64, error) {
+	ev, err := eventJSON(&store.Event{Kind: store.EventCanceled, At: now, Note: note})
+	if err != nil {
+		return 0, err
+	}
+	b, _ := json.Marshal(ids)
+	rows, err := tx.QueryContext(ctx, `SELECT queue, state FROM jobs WHERE id IN (SELECT value FROM json_each(?)) AND state IN ('pending', 'scheduled')`, string(b))
+	if err != nil {
+		return 0, err
+	}
+	mv := moves{}
+	counters := map[[2]string]int64{}
+	var n int64
+	for rows.Next() {
+		var queue, state string
+		if err := rows.Scan(&queue, &state); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		mv.move(queue, store.State(state), store.Canceled)
+		counters[[2]string{queue, store.StatCanceled}]++
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'canceled', finished_at = ?,
+		history = json_insert(coalesce(history, '[]'), '$[#]', json(?))
+		WHERE id IN (SELECT value FROM json_each(?)) AND state IN ('pending', 'scheduled')`, micros(now), ev, string(b)); err != nil {
+		return 0, err
+	}
+	if err := s.addMoves(ctx, tx, mv); err != nil {
+		return 0, err
+	}
+	if err := s.addCounters(ctx, tx, counters); err != nil {
+		return 0, err
+	}
+	return n, nil
 }

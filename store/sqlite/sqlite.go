@@ -92,7 +92,34 @@ type Options struct {
 	BusyTimeout time.Duration
 	// Logger receives the store's logs (default slog.Default()).
 	Logger *slog.Logger
+	// ReadOnly opens an existing database for reading only, as the
+	// CLI's listings do: SQLite opens the file read-only (mode=ro), no
+	// migration runs (a database whose schema lacks one of this
+	// build's migrations is refused, ErrSchemaOutdated), no lock file is
+	// created, and every write fails with ErrReadOnly. A database whose
+	// folder cannot be written (a read-only mount, a copy whose folder
+	// is immutable) is read as well: when SQLite cannot create the
+	// shared-memory file (-shm) the write-ahead log needs and the
+	// database has no write-ahead log to read (its -wal file is absent
+	// or empty, as after a clean close), it is opened immutable, which
+	// is exact then since nothing can write to it; when it has one,
+	// whose content SQLite cannot read without that file, Open refuses
+	// with ErrUnreadableWAL rather than show stale data.
+	ReadOnly bool
 }
+
+// ErrReadOnly is the error of a write to a store opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("sqlite: the database is open read-only: this needs a read-write store")
+
+// ErrSchemaOutdated is the error of a read-only Open of a database whose
+// schema lacks migrations this build has.
+var ErrSchemaOutdated = errors.New("sqlite: the database's schema is older than this build")
+
+// ErrUnreadableWAL is the error of a read-only Open of a database whose
+// write-ahead log cannot be read: its folder does not let SQLite create
+// the shared-memory file the log needs.
+var ErrUnreadableWAL = errors.New("sqlite: the database's write-ahead log cannot be read read-only")
 
 // Store is a store.Store on a SQLite file.
 type Store struct {
@@ -136,6 +163,9 @@ type Store struct {
 	mu          sync.RWMutex // guards closed against sends on ops
 	closed      bool
 	done        chan struct{}
+	// readOnly is Options.ReadOnly: no writer goroutine runs, and every
+	// write fails with ErrReadOnly.
+	readOnly bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -181,6 +211,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 10 * time.Second
+	}
+	if opts.ReadOnly {
+		return openReadOnly(ctx, path, opts)
 	}
 	pragmas := []string{
 		"busy_timeout(" + strconv.FormatInt(max(opts.BusyTimeout.Milliseconds(), 1), 10) + ")",

@@ -50,6 +50,9 @@ func (s *Store) writeEnqueue(ctx context.Context, rows int, fn func(tx *sql.Conn
 }
 
 func (s *Store) send(ctx context.Context, lane chan *op, o *op) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()

@@ -349,6 +349,98 @@ func testOperationsPurge(x *h) {
 	}
 }
 
+// testOperationsCancel: a cancel cancels, batch by batch, the pending
+// and scheduled jobs matching its filter (payload match included), with
+// a canceled event, the job counts and the canceled counter; running,
+// dead and completed jobs are never selected; by ids, the ids that are
+// not pending or scheduled are skipped; a step fenced by a stale cursor
+// changes nothing, and a second runner resumes where the first stopped.
+func testOperationsCancel(x *h) {
+	running := x.leaseNew(at(0), "w1", store.NewJob{Queue: "cq", Kind: "k", Payload: raw(`{"t":"a"}`)})[0]
+	dead := x.makeDead(at(0), deadSpec{job: store.NewJob{Queue: "cq", Kind: "k", Payload: raw(`{"t":"a"}`)}, deadAt: at(time.Second), class: failure.Permanent})
+	var want []int64
+	for i := range 5 {
+		nj := store.NewJob{Queue: "cq", Kind: "k", Payload: raw(`{"t":"a"}`)}
+		if i%2 == 1 {
+			nj.RunAt = at(time.Hour) // scheduled
+		}
+		want = append(want, x.enqueue(at(0), nj)[0].ID)
+	}
+	other := x.enqueue(at(0),
+		store.NewJob{Queue: "cq", Kind: "k", Payload: raw(`{"t":"b"}`)},
+		store.NewJob{Queue: "other", Kind: "k", Payload: raw(`{"t":"a"}`)})
+	op := x.createOp(store.NewOperation{ID: opID(1), Kind: store.OpCancel, Params: store.OperationParams{
+		Filter: store.Filter{Queue: "cq", PayloadField: "t", PayloadValue: raw(`"a"`)}, Batch: 2, Note: "cleanup"}}, at(time.Minute))
+	later := x.enqueue(at(time.Minute), store.NewJob{Queue: "cq", Kind: "k", Payload: raw(`{"t":"a"}`)})[0]
+	op = x.claimOp(op.ID, "w", at(time.Minute))
+	// One batch, then the runner dies: a second runner takes over once
+	// the lease ended, and a stale step of the first changes nothing.
+	res := x.step(op, "w", 2, at(time.Minute))
+	if res.End || res.Handled.Canceled != 2 {
+		x.t.Fatalf("first step: %+v end %v, want 2 canceled", res.Handled, res.End)
+	}
+	stale := op
+	op = x.claimOp(op.ID, "w2", at(10*time.Minute))
+	if op == nil || op.Cursor != res.Operation.Cursor || op.Progress.Canceled != 2 {
+		x.t.Fatalf("takeover: %+v", op)
+	}
+	_, err := x.s.StepOperation(x.ctx, store.OperationStep{ID: stale.ID, Worker: "w", Cursor: stale.Cursor, Limit: 2, Now: at(10 * time.Minute), LeaseUntil: at(11 * time.Minute)})
+	x.checkErr("stale step of a cancel", err, store.ErrConflict)
+	op = x.runOp(op, "w2", 2, at(10*time.Minute))
+	if p := op.Progress; p.Canceled != 5 || p.Processed != 5 || p.Skipped != 0 {
+		x.t.Fatalf("cancel progress %+v, want 5 canceled", p)
+	}
+	for _, id := range want {
+		j := x.get(id)
+		last := j.History[len(j.History)-1]
+		if j.State != store.Canceled || j.FinishedAt == nil || last.Kind != store.EventCanceled || last.Note != "cleanup" {
+			x.t.Errorf("job %d: state %s history %s, want canceled with the note", id, j.State, fmtHistory(j.History))
+		}
+	}
+	if j := x.get(running.ID); j.State != store.Running || j.CancelRequested {
+		x.t.Errorf("running job: state %s cancel requested %v, want untouched", j.State, j.CancelRequested)
+	}
+	if j := x.get(dead[0]); j.State != store.Dead {
+		x.t.Errorf("dead job is %s", j.State)
+	}
+	for _, j := range append(other, later) {
+		if g := x.get(j.ID); g.State != store.Pending {
+			x.t.Errorf("job %d outside the selection is %s", j.ID, g.State)
+		}
+	}
+	st := x.stats()
+	if st.Jobs["cq"][store.Canceled] != 5 || st.Jobs["cq"][store.Pending] != 2 || st.Jobs["cq"][store.Scheduled] != 0 || st.Jobs["cq"][store.Running] != 1 {
+		x.t.Errorf("counts after the cancel: %v", st.Jobs["cq"])
+	}
+	if n := x.counter("cq", store.StatCanceled); n != 5 {
+		x.t.Errorf("canceled counter %d, want 5", n)
+	}
+	// Scheduled only.
+	sched := x.enqueue(at(0), store.NewJob{Queue: "cs", Kind: "k", RunAt: at(time.Hour)}, store.NewJob{Queue: "cs", Kind: "k"})
+	op = x.createOp(store.NewOperation{ID: opID(2), Kind: store.OpCancel, Params: store.OperationParams{
+		Filter: store.Filter{Queue: "cs", States: []store.State{store.Scheduled}}, Batch: 10}}, at(time.Minute))
+	op = x.runOp(x.claimOp(op.ID, "w", at(time.Minute)), "w", 10, at(time.Minute))
+	if op.Progress.Canceled != 1 || x.get(sched[0].ID).State != store.Canceled || x.get(sched[1].ID).State != store.Pending {
+		x.t.Errorf("scheduled-only cancel: %+v", op.Progress)
+	}
+	// By ids: the running, dead and missing ids are skipped.
+	op = x.createOp(store.NewOperation{ID: opID(3), Kind: store.OpCancel, Params: store.OperationParams{
+		Filter: store.Filter{IDs: []int64{other[0].ID, running.ID, dead[0], other[0].ID, later.ID + 1000}}, Batch: 10}}, at(2*time.Minute))
+	op = x.runOp(x.claimOp(op.ID, "w", at(2*time.Minute)), "w", 10, at(2*time.Minute))
+	if p := op.Progress; p.Canceled != 1 || p.Skipped != 3 || p.Processed != 4 {
+		x.t.Errorf("cancel by ids: %+v, want 1 canceled and 3 skipped", p)
+	}
+	if j := x.get(running.ID); j.State != store.Running || j.CancelRequested {
+		x.t.Errorf("running job after a cancel by ids: %s %v", j.State, j.CancelRequested)
+	}
+	// A cancel of running, dead or completed jobs is refused.
+	for _, s := range []store.State{store.Running, store.Dead, store.Completed} {
+		_, err := x.s.CreateOperation(x.ctx, store.NewOperation{ID: opID(4), Kind: store.OpCancel, Params: store.OperationParams{
+			Filter: store.Filter{States: []store.State{s}}, Batch: 1}}, at(time.Minute))
+		x.checkErr("cancel of "+string(s)+" jobs", err, store.ErrInvalid)
+	}
+}
+
 // testOperationsExport: an export reads its jobs in id order with their
 // history, and its steps record what the runner wrote.
 func testOperationsExport(x *h) {

@@ -145,6 +145,7 @@ var subtests = []subtest{
 	{"OperationsReplay", testOperationsReplay},
 	{"OperationsRedrive", testOperationsRedrive},
 	{"OperationsPurge", testOperationsPurge},
+	{"OperationsCancel", testOperationsCancel},
 	{"OperationsExport", testOperationsExport},
 	{"OperationsStates", testOperationsStates},
 	{"OperationsList", testOperationsList},
