@@ -79,7 +79,10 @@ func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	b := &browser{}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithListener(b.listen))
-	ctx, cancelTimeout := context.WithTimeout(ctx, time.Minute)
+	// A liveness bound on the whole browser session: a test on a loaded
+	// machine (-race beside other test binaries) took 91 s, past the
+	// minute this bound was.
+	ctx, cancelTimeout := context.WithTimeout(ctx, 5*time.Minute)
 	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
 	b.ctx = ctx
 	enable := chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
@@ -133,10 +136,11 @@ func (b *browser) run(t *testing.T, what string, steps ...chromedp.Action[chrome
 }
 
 // runWithin is run with a deadline: waiting for what the page should show
-// fails within d when the page never shows it.
+// fails within d when the page never shows it. d is a liveness bound, at
+// least a minute: a loaded machine took more than 10 s to navigate.
 func (b *browser) runWithin(t *testing.T, d time.Duration, what string, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, d)
+	ctx, cancel := context.WithTimeout(b.ctx, max(d, time.Minute))
 	defer cancel()
 	if err := chromedp.Do(ctx, steps...); err != nil {
 		t.Fatalf("%s: %v\nbrowser problems: %v", what, err, b.problemList())
