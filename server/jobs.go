@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -287,39 +288,26 @@ func notFound(err error, id int64) error {
 }
 
 func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) error {
-	if _, err := newQuery(r); err != nil {
-		return err
-	}
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	if r.ContentLength > 0 {
-		// No body is expected; refuse one rather than ignore it.
-		var empty struct{}
-		if err := a.decodeBody(w, r, &empty); err != nil {
-			return err
-		}
-	}
-	j, err := a.client.Cancel(r.Context(), id)
-	if err != nil {
-		if errors.Is(err, redrive.ErrConflict) {
-			state := ""
-			if cur, gerr := a.client.Get(r.Context(), id); gerr == nil {
-				state = " (it is " + string(cur.State) + ")"
-			}
-			return &apiError{status: http.StatusConflict, code: "conflict", msg: fmt.Sprintf("job %d cannot be canceled%s", id, state)}
-		}
-		return notFound(err, id)
-	}
-	writeJSON(w, http.StatusOK, j)
-	return nil
+	return a.jobAction(w, r, a.client.Cancel, func(id int64, state string) string {
+		return fmt.Sprintf("job %d cannot be canceled%s", id, state)
+	})
 }
 
 // runNow makes a scheduled job (delayed, or waiting for a retry) due at
 // once: 200 with the job (a pending job as it is), 409 for a job that
 // does not wait, 404 for an unknown one.
 func (a *api) runNow(w http.ResponseWriter, r *http.Request) error {
+	return a.jobAction(w, r, a.client.RunNow, func(id int64, state string) string {
+		return fmt.Sprintf("job %d is not waiting%s: only a scheduled job (delayed, or waiting for a retry) can run now", id, state)
+	})
+}
+
+// jobAction answers a POST that acts on the job of the path and takes no
+// body: 200 with the job act returns (with its summary), 409 with the
+// message conflict words (given the job's state as " (it is S)", or ""),
+// 404 for an unknown job. A body is refused rather than ignored.
+func (a *api) jobAction(w http.ResponseWriter, r *http.Request, act func(context.Context, int64) (*redrive.Job, error),
+	conflict func(id int64, state string) string) error {
 	if _, err := newQuery(r); err != nil {
 		return err
 	}
@@ -328,21 +316,19 @@ func (a *api) runNow(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if r.ContentLength > 0 {
-		// No body is expected; refuse one rather than ignore it.
 		var empty struct{}
 		if err := a.decodeBody(w, r, &empty); err != nil {
 			return err
 		}
 	}
-	j, err := a.client.RunNow(r.Context(), id)
+	j, err := act(r.Context(), id)
 	if err != nil {
 		if errors.Is(err, redrive.ErrConflict) {
 			state := ""
 			if cur, gerr := a.client.Get(r.Context(), id); gerr == nil {
 				state = " (it is " + string(cur.State) + ")"
 			}
-			return &apiError{status: http.StatusConflict, code: "conflict",
-				msg: fmt.Sprintf("job %d is not waiting%s: only a scheduled job (delayed, or waiting for a retry) can run now", id, state)}
+			return &apiError{status: http.StatusConflict, code: "conflict", msg: conflict(id, state)}
 		}
 		return notFound(err, id)
 	}
