@@ -409,12 +409,18 @@ func trimInvalid(err error) string {
 
 // replay starts a replay (POST /v1/replay[?wait=true]).
 func (a *api) replay(w http.ResponseWriter, r *http.Request) error {
-	var in ReplayBody
+	return startWith(a, w, r, toReplayRequest)
+}
+
+// startWith starts the operation of a route whose body B request turns
+// into an operation request, and answers as answerStarted does.
+func startWith[B any](a *api, w http.ResponseWriter, r *http.Request, request func(B) (redrive.OperationRequest, error)) error {
+	var in B
 	waitEnd, err := a.startBody(w, r, &in)
 	if err != nil {
 		return err
 	}
-	req, err := toReplayRequest(in)
+	req, err := request(in)
 	if err != nil {
 		return err
 	}
@@ -483,20 +489,7 @@ func toCancelRequest(in CancelBody) (redrive.OperationRequest, error) {
 
 // cancelJobs starts a bulk cancel (POST /v1/jobs/cancel[?wait=true]).
 func (a *api) cancelJobs(w http.ResponseWriter, r *http.Request) error {
-	var in CancelBody
-	waitEnd, err := a.startBody(w, r, &in)
-	if err != nil {
-		return err
-	}
-	req, err := toCancelRequest(in)
-	if err != nil {
-		return err
-	}
-	op, err := a.ops.start(r.Context(), req)
-	if err != nil {
-		return err
-	}
-	return a.answerStarted(w, r, op, waitEnd)
+	return startWith(a, w, r, toCancelRequest)
 }
 
 // ExportBody is the body of POST /v1/dlq/export.
