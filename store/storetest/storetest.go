@@ -177,6 +177,7 @@ var subtests = []subtest{
 	{"LimitsRate", testLimitsRate},
 	{"LimitsRateSet", testLimitsRateSet},
 	{"LimitsRateModel", testLimitsRateModel},
+	{"LimitsRateWindowStarve", testLimitsRateWindowStarve},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
