@@ -178,6 +178,7 @@ var subtests = []subtest{
 	{"LimitsRateSet", testLimitsRateSet},
 	{"LimitsRateModel", testLimitsRateModel},
 	{"LimitsRateWindowStarve", testLimitsRateWindowStarve},
+	{"LimitsReplayLimited", testLimitsReplayLimited},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
