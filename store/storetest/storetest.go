@@ -179,6 +179,7 @@ var subtests = []subtest{
 	{"LimitsRateModel", testLimitsRateModel},
 	{"LimitsRateWindowStarve", testLimitsRateWindowStarve},
 	{"LimitsReplayLimited", testLimitsReplayLimited},
+	{"LimitsRateRaise", testLimitsRateRaise},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
