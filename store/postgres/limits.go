@@ -31,9 +31,12 @@ import (
 // descending, run_at, id) order, those that fit their group's free slots
 // (each group's first in that order; the slots counted once per group),
 // and of them the first, $3 at most. $4 to $7 are as in the fetch
-// statement. f is the full groups, read from the running limited jobs:
-// the window steps over the waiting jobs of those, so one group's flood
-// holds back no other. The window reads one priority at a time, highest
+// statement. f is the full groups, read from the running limited jobs,
+// and held the groups whose rate allows no start at $4 (their
+// limit_rates row's tat - τ is later): the window steps over the waiting
+// jobs of those, so one group's flood, waiting on its slots or its rate,
+// holds back no other. hw reads the held groups among the queue's first
+// limitWindow waiting jobs of held groups, for when the first can start. The window reads one priority at a time, highest
 // first, as the fetch statement does: job_limit_priorities walks the
 // distinct priorities of the queue's waiting limited jobs (one probe of
 // jobs_limit_due each), and each priority's due jobs are one range of the
@@ -52,13 +55,26 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	WHERE r.state = 'running' AND r.climit IS NOT NULL
 	GROUP BY r.climit, r.ckey
 	HAVING count(*) >= coalesce((SELECT CASE WHEN l.max_running > 0 THEN l.max_running ELSE ` + noCap + ` END FROM {limits} l WHERE l.name = r.climit), 0)
+), held AS MATERIALIZED (
+	SELECT rt.name AS climit, rt.key AS ckey, rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) AS at
+	FROM {rates} rt JOIN {limits} l ON l.name = rt.name
+	WHERE l.rate_n > 0 AND rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) > $4
 ), w AS MATERIALIZED (
 	SELECT d.id, d.priority, d.run_at, d.climit, d.ckey FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 		SELECT j.id, j.priority, j.run_at, j.climit, j.ckey FROM {jobs} j
 		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
-			AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
+			AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f) AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM held)
 		ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
 	LIMIT ` + limitWindow + `
+), hw AS (
+	SELECT climit, ckey, min(run_at) AS first FROM (
+		SELECT d.climit, d.ckey, d.run_at FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+			SELECT j.climit, j.ckey, j.run_at FROM {jobs} j
+			WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
+				AND (j.climit, j.ckey) IN (SELECT climit, ckey FROM held) AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
+			ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
+		LIMIT ` + limitWindow + `) x
+	GROUP BY climit, ckey
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= {now}) AS waiting_now,
 		(extract(epoch FROM min(run_at) FILTER (WHERE run_at > {now})) * 1000000)::bigint AS later
@@ -83,6 +99,8 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	SELECT CASE WHEN waiting_now > GREATEST(free, 0) THEN base + GREATEST(free, 0) * ti - tau
 		WHEN waiting > waiting_now THEN GREATEST(base + GREATEST(free, 0) * ti - tau, later) END AS at
 	FROM g WHERE rated
+	UNION ALL
+	SELECT GREATEST(held.at, (extract(epoch FROM hw.first) * 1000000)::bigint) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
 SELECT coalesce((SELECT array_agg(id) FROM r), '{}'::bigint[]), (SELECT min(at) FROM h WHERE at > $4)`
 

@@ -22,8 +22,12 @@ import (
 // one range of the index, oldest due first, until it has the window: the
 // limited jobs of a higher priority due later are skipped by a probe,
 // never walked. f is the full groups, read from the running limited
-// jobs: the window steps over the waiting jobs of those (one index entry
-// each), so one group's flood holds back no other. A group's free slots
+// jobs, and held the groups whose rate allows no start at ?4 (their
+// limit_rates row's tat - τ is later): the window steps over the waiting
+// jobs of those (one index entry each), so one group's flood, waiting on
+// its slots or its rate, holds back no other. hw reads the held groups
+// among the queue's first limitWindow waiting jobs of held groups, for
+// when the first can start (the fetch's NextStart). A group's free slots
 // are its limit's max less its running jobs, counted through jobs_limit_running (a few index entries, at most
 // max of them), once per group in the window. Jobs without a limit are
 // not in jobs_limit_due, which holds the columns read (a covering index),
@@ -40,11 +44,22 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	WHERE r.state = 'running' AND r.climit IS NOT NULL
 	GROUP BY r.climit, r.ckey
 	HAVING count(*) >= coalesce((SELECT CASE WHEN l.max_running > 0 THEN l.max_running ELSE ` + noCap + ` END FROM conc_limits l WHERE l.name = r.climit), 0)
+), held AS MATERIALIZED (
+	SELECT rt.name AS climit, rt.key AS ckey, rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) AS at
+	FROM limit_rates rt JOIN conc_limits l ON l.name = rt.name
+	WHERE l.rate_n > 0 AND rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) > ?4
 ), w AS MATERIALIZED (
 	SELECT j.id, j.state, j.priority, j.run_at, j.climit, j.ckey FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
 	WHERE pr.p IS NOT NULL AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
-		AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
+		AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f) AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM held)
 	LIMIT ` + limitWindow + `
+), hw AS (
+	SELECT climit, ckey, min(run_at) AS first FROM (
+		SELECT j.climit, j.ckey, j.run_at FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
+		WHERE pr.p IS NOT NULL AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
+			AND (j.climit, j.ckey) IN (SELECT climit, ckey FROM held) AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
+		LIMIT ` + limitWindow + `)
+	GROUP BY climit, ckey
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?4) AS waiting_now, min(run_at) FILTER (WHERE run_at > ?4) AS later
 	FROM w GROUP BY climit, ckey
@@ -69,6 +84,8 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	SELECT CASE WHEN waiting_now > max(free, 0) THEN base + max(free, 0) * ti - tau
 		WHEN waiting > waiting_now THEN max(base + max(free, 0) * ti - tau, later) END AS at
 	FROM g WHERE rated
+	UNION ALL
+	SELECT max(held.at, hw.first) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
 SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), (SELECT min(at) FROM h WHERE at > ?4) FROM t`
 
