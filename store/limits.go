@@ -157,9 +157,12 @@ type Limits interface {
 	// SetLimitRate sets the rate of the limit named name (the zero
 	// LimitRate removes it), creating the limit if there is none (with no
 	// cap on running jobs: Max 0), and returns its state. It keeps the
-	// limit's max and takes effect at the next fetch; a group's rate state
-	// is kept, so lowering a rate delays the group's next start by at
-	// most the new emission interval times the burst. A bad name or rate
+	// limit's max and takes effect at the next fetch: each group's rate
+	// state is brought under the new rate as if the group had just used
+	// its whole burst at it (its TAT no later than now + Burst·T), so
+	// raising a rate frees a group held by the old one within one new
+	// interval, and lowering one holds a group that used its burst one
+	// new interval, not the old burst's. A bad name or rate
 	// (CheckLimitRate) is ErrInvalid, and nothing is stored.
 	SetLimitRate(ctx context.Context, name string, r LimitRate, now time.Time) (LimitState, error)
 }

@@ -472,7 +472,29 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 	if err := store.CheckLimitRate(r); err != nil {
 		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, s.sql.limitSetRate, name, r.N, r.Per.Microseconds(), r.Burst, ts(now)); err != nil {
+	// Under the limited fetches' lock: no fetch reads the old rate in
+	// its selection and the new one in its lease, and the groups' rate
+	// state moves only under it.
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.sql.limitSetRate, name, r.N, r.Per.Microseconds(), r.Burst, ts(now)); err != nil {
+			return err
+		}
+		// The groups' rate state under the new rate: no tat later than
+		// now + Burst·T, as if each group had just used its whole burst
+		// at the new rate (raising a rate takes effect at once, lowering
+		// one holds a group at most one new interval); no rate, no rows.
+		if r.IsZero() {
+			_, err := tx.Exec(ctx, `DELETE FROM `+s.schema+`.limit_rates WHERE name = $1`, name)
+			return err
+		}
+		bound := now.UnixMicro() + int64(r.Burst)*r.Interval().Microseconds()
+		_, err := tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = $1 WHERE tat > $1 AND name = $2`, bound, name)
+		return err
+	})
+	if err != nil {
 		return store.LimitState{}, s.fail("set limit rate", err)
 	}
 	ls, err := s.limits(ctx, now, name)

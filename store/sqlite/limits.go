@@ -192,6 +192,11 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 		_, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, 0, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET rate_n = excluded.rate_n, rate_per = excluded.rate_per, rate_burst = excluded.rate_burst,
 				updated_at = excluded.updated_at`, name, r.N, r.Per.Microseconds(), r.Burst, micros(now))
+		if err != nil {
+			return err
+		}
+		q, args := rateResetSQL(r, now)
+		_, err = tx.ExecContext(ctx, q, append(args, name)...)
 		return err
 	})
 	if err != nil {
@@ -205,6 +210,20 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %q not read back", name)
 	}
 	return ls[0], nil
+}
+
+// rateResetSQL is the statement, and its arguments but the limit's
+// name (last), that brings the rate state of a limit's groups under its
+// new rate r set at now: no tat later than now + Burst·T, as if each
+// group had just used its whole burst at the new rate (so raising a rate
+// takes effect at once, and lowering one holds a group at most one new
+// interval); no rate, no rows.
+func rateResetSQL(r store.LimitRate, now time.Time) (string, []any) {
+	if r.IsZero() {
+		return `DELETE FROM limit_rates WHERE name = ?`, nil
+	}
+	bound := micros(now) + int64(r.Burst)*r.Interval().Microseconds()
+	return `UPDATE limit_rates SET tat = ? WHERE tat > ? AND name = ?`, []any{bound, bound}
 }
 
 // ListLimits implements store.Limits.
