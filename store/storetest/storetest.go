@@ -180,6 +180,7 @@ var subtests = []subtest{
 	{"LimitsRateWindowStarve", testLimitsRateWindowStarve},
 	{"LimitsReplayLimited", testLimitsReplayLimited},
 	{"LimitsRateRaise", testLimitsRateRaise},
+	{"LimitsPriorityInversion", testLimitsPriorityInversion},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
