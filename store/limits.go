@@ -273,3 +273,26 @@ func LeaseNow(p *FetchParams) time.Time {
 	}
 	return p.Now
 }
+
+// LimitedFirst returns how many of a fetch's selected limited jobs, whose
+// priorities are limited (highest first), belong in its first limit of
+// the queue's due jobs by priority, given the priorities (highest first)
+// of the due unlimited jobs above the lowest of them: an unlimited job
+// of a higher priority goes before a limited one, a limited one wins a
+// tie. A store leases only those, and fills the rest with unlimited
+// jobs, so that no limited job is leased ahead of an unlimited one of a
+// higher priority.
+func LimitedFirst(limited, unlimited []int, limit int) int {
+	i, j := 0, 0
+	for i+j < limit {
+		switch {
+		case i < len(limited) && (j >= len(unlimited) || limited[i] >= unlimited[j]):
+			i++
+		case j < len(unlimited):
+			j++
+		default:
+			return i
+		}
+	}
+	return i
+}

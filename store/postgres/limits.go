@@ -91,7 +91,7 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	SELECT g0.*, CASE WHEN NOT rated THEN cfree WHEN $4 + tau < base THEN 0 ELSE LEAST(cfree, ($4 + tau - base) / ti + 1) END AS free
 	FROM g0
 ), r AS (
-	SELECT id FROM (
+	SELECT id, priority, run_at FROM (
 		SELECT w.id, w.priority, w.run_at, g.free, row_number() OVER (PARTITION BY w.climit, w.ckey ORDER BY w.priority DESC, w.run_at, w.id) AS rn
 		FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0 AND (NOT g.rated OR w.run_at <= {now})) x
 	WHERE rn <= free ORDER BY priority DESC, run_at, id LIMIT $3
@@ -102,7 +102,19 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	UNION ALL
 	SELECT GREATEST(held.at, (extract(epoch FROM hw.first) * 1000000)::bigint) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
-SELECT coalesce((SELECT array_agg(id) FROM r), '{}'::bigint[]), (SELECT min(at) FROM h WHERE at > $4)`
+SELECT coalesce((SELECT array_agg(id ORDER BY priority DESC, run_at, id) FROM r), '{}'::bigint[]), (SELECT min(at) FROM h WHERE at > $4),
+	coalesce((SELECT array_agg(priority::int ORDER BY priority DESC, run_at, id) FROM r), '{}'::int[])`
+
+// unlimitedAboveSQL reads the priorities, highest first, of up to $3 of
+// queue $1's jobs without a limit due by $2 whose priority is above $4
+// (the lowest of the limited jobs a fetch selected; store.LimitedFirst).
+const unlimitedAboveSQL = `SELECT coalesce(array_agg(priority::int ORDER BY priority DESC), '{}'::int[]) FROM (
+	SELECT d.priority FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+		SELECT j.priority FROM {jobs} j
+		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
+		ORDER BY j.run_at, j.id LIMIT $3) d
+	WHERE prio.p > $4
+	LIMIT $3) x`
 
 // limitedLeaseSQL leases the jobs $1 that are still waiting ($2 to $5
 // as in the fetch statement: now, lease end, worker, counter shard), and,
@@ -297,12 +309,30 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		leaseNow := store.LeaseNow(&p)
 		now := leaseNow.UnixMicro()
 		var ids []int64
+		var prios []int32
 		var hint *int64
-		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint); err != nil {
+		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint, &prios); err != nil {
 			return err
 		}
 		if hint != nil {
 			nextStart = time.UnixMicro(*hint).UTC()
+		}
+		selected := len(ids) > 0
+		if selected {
+			// No limited job goes before an unlimited one of a higher
+			// priority: lease only those in the fetch's first p.Limit.
+			var up []int32
+			if err := tx.QueryRow(ctx, s.sql.unlimitedAbove, p.Queue, ts(dueBy), p.Limit, prios[len(prios)-1]).Scan(&up); err != nil {
+				return err
+			}
+			lp, uq := make([]int, len(prios)), make([]int, len(up))
+			for i, v := range prios {
+				lp[i] = int(v)
+			}
+			for i, v := range up {
+				uq[i] = int(v)
+			}
+			ids = ids[:store.LimitedFirst(lp, uq, p.Limit)]
 		}
 		if len(ids) > 0 {
 			rows, err := tx.Query(ctx, s.sql.limitedLease, ids, ts(leaseNow), ts(p.LeaseUntil), cleanText(p.Worker), shard(), now, p.Queue)
@@ -318,7 +348,7 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 				}
 			}
 		}
-		if len(jobs) > 0 {
+		if len(jobs) > 0 || selected {
 			h.mu.Lock()
 			h.idle = nil
 			h.mu.Unlock()
