@@ -36,7 +36,8 @@ import (
 // limit_rates row's tat - τ is later): the window steps over the waiting
 // jobs of those, so one group's flood, waiting on its slots or its rate,
 // holds back no other. hw reads the held groups among the queue's first
-// limitWindow waiting jobs of held groups, for when the first can start. The window reads one priority at a time, highest
+// limitWindow due limited jobs (none read when no group is held), for
+// when the first can start: a held group further down gives no hint. The window reads one priority at a time, highest
 // first, as the fetch statement does: job_limit_priorities walks the
 // distinct priorities of the queue's waiting limited jobs (one probe of
 // jobs_limit_due each), and each priority's due jobs are one range of the
@@ -71,9 +72,10 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 		SELECT d.climit, d.ckey, d.run_at FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 			SELECT j.climit, j.ckey, j.run_at FROM {jobs} j
 			WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
-				AND (j.climit, j.ckey) IN (SELECT climit, ckey FROM held) AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
 			ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
+		WHERE EXISTS (SELECT 1 FROM held)
 		LIMIT ` + limitWindow + `) x
+	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	GROUP BY climit, ckey
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= {now}) AS waiting_now,

@@ -27,8 +27,9 @@ import (
 // limit_rates row's tat - τ is later): the window steps over the waiting
 // jobs of those (one index entry each), so one group's flood, waiting on
 // its slots or its rate, holds back no other. hw reads the held groups
-// among the queue's first limitWindow waiting jobs of held groups, for
-// when the first can start (the fetch's NextStart). A group's free slots
+// among the queue's first limitWindow due limited jobs (none read when
+// no group is held), for when the first can start (the fetch's
+// NextStart): a held group further down gives no hint. A group's free slots
 // are its limit's max less its running jobs, counted through jobs_limit_running (a few index entries, at most
 // max of them), once per group in the window. Jobs without a limit are
 // not in jobs_limit_due, which holds the columns read (a covering index),
@@ -57,9 +58,10 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 ), hw AS (
 	SELECT climit, ckey, min(run_at) AS first FROM (
 		SELECT j.climit, j.ckey, j.run_at FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
-		WHERE pr.p IS NOT NULL AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
-			AND (j.climit, j.ckey) IN (SELECT climit, ckey FROM held) AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
+		WHERE pr.p IS NOT NULL AND EXISTS (SELECT 1 FROM held) AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1
+			AND j.priority = pr.p AND j.run_at <= ?2
 		LIMIT ` + limitWindow + `)
+	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	GROUP BY climit, ckey
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?4) AS waiting_now, min(run_at) FILTER (WHERE run_at > ?4) AS later
