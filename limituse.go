@@ -32,7 +32,7 @@ func (c *Client) withLimit(ctx context.Context, j *Job) (*Job, error) {
 
 // withConfigured adds to ls, the limits the store keeps (sorted by name),
 // the limits this client is configured with (SetLimits) that it has not
-// kept yet, with their configured max and nothing in use (the store keeps
+// kept yet, with their configured max and rate and nothing in use (the store keeps
 // a limit from the first job put under it: before, none can be running
 // or waiting), and gives each limit the client configures its selector.
 // The result is sorted by name.
@@ -48,7 +48,12 @@ func (c *Client) withConfigured(ls []store.LimitState) []store.LimitState {
 	for _, l := range *p {
 		i, ok := byName[l.Name]
 		if !ok {
-			ls = append(ls, store.LimitState{Name: l.Name, Max: l.Max})
+			st := store.LimitState{Name: l.Name, Max: l.Max}
+			if !l.rate.IsZero() {
+				r := l.rate
+				st.Rate = &r
+			}
+			ls = append(ls, st)
 			i = len(ls) - 1
 		}
 		ls[i].Configured = true

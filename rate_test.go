@@ -124,6 +124,12 @@ func TestSetLimitsRateInvalid(t *testing.T) {
 	if ls, err := e.client.Store().ListLimits(t.Context(), time.Now()); err != nil || len(ls) != 0 {
 		t.Errorf("the store's limits = %+v, %v; want none stored", ls, err)
 	}
+	// Nothing stored: the one limit listed is the configured one, not
+	// kept yet, with its configured rate.
+	if ls, err := e.client.LimitStates(t.Context()); err != nil || len(ls) != 1 || ls[0].Name != "ok" || !ls[0].Configured || ls[0].Max != 0 ||
+		ls[0].Rate == nil || *ls[0].Rate != (store.LimitRate{N: 5, Per: time.Second, Burst: 2}) || !ls[0].UpdatedAt.IsZero() {
+		t.Errorf("LimitStates = %+v (rate %v), %v; want only the configured limit ok, with its rate 5/s burst 2", ls, ratePtr(ls), err)
+	}
 	st, err := e.client.SetLimitRate(t.Context(), "x", store.LimitRate{N: 7, Per: time.Minute})
 	if err != nil || st.Rate == nil || *st.Rate != (store.LimitRate{N: 7, Per: time.Minute, Burst: 1}) || st.Max != 0 {
 		t.Errorf("SetLimitRate(7/m) = %+v, %v; want a rate of 7/m, burst 1, no max", st, err)
@@ -222,4 +228,12 @@ func waitJobState(t *testing.T, c *redrive.Client, id int64, state redrive.State
 		return err == nil && j.State == state
 	})
 	return j
+}
+
+// ratePtr returns the rate of the first limit of ls, for messages.
+func ratePtr(ls []store.LimitState) *store.LimitRate {
+	if len(ls) == 0 {
+		return nil
+	}
+	return ls[0].Rate
 }

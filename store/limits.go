@@ -157,9 +157,12 @@ type Limits interface {
 	// SetLimitRate sets the rate of the limit named name (the zero
 	// LimitRate removes it), creating the limit if there is none (with no
 	// cap on running jobs: Max 0), and returns its state. It keeps the
-	// limit's max and takes effect at the next fetch; a group's rate state
-	// is kept, so lowering a rate delays the group's next start by at
-	// most the new emission interval times the burst. A bad name or rate
+	// limit's max and takes effect at the next fetch: each group's rate
+	// state is brought under the new rate as if the group had just used
+	// its whole burst at it (its TAT no later than now + Burst·T), so
+	// raising a rate frees a group held by the old one within one new
+	// interval, and lowering one holds a group that used its burst one
+	// new interval, not the old burst's. A bad name or rate
 	// (CheckLimitRate) is ErrInvalid, and nothing is stored.
 	SetLimitRate(ctx context.Context, name string, r LimitRate, now time.Time) (LimitState, error)
 }
@@ -269,4 +272,27 @@ func LeaseNow(p *FetchParams) time.Time {
 		return t
 	}
 	return p.Now
+}
+
+// LimitedFirst returns how many of a fetch's selected limited jobs, whose
+// priorities are limited (highest first), belong in its first limit of
+// the queue's due jobs by priority, given the priorities (highest first)
+// of the due unlimited jobs above the lowest of them: an unlimited job
+// of a higher priority goes before a limited one, a limited one wins a
+// tie. A store leases only those, and fills the rest with unlimited
+// jobs, so that no limited job is leased ahead of an unlimited one of a
+// higher priority.
+func LimitedFirst(limited, unlimited []int, limit int) int {
+	i, j := 0, 0
+	for i+j < limit {
+		switch {
+		case i < len(limited) && (j >= len(unlimited) || limited[i] >= unlimited[j]):
+			i++
+		case j < len(unlimited):
+			j++
+		default:
+			return i
+		}
+	}
+	return i
 }

@@ -31,9 +31,13 @@ import (
 // descending, run_at, id) order, those that fit their group's free slots
 // (each group's first in that order; the slots counted once per group),
 // and of them the first, $3 at most. $4 to $7 are as in the fetch
-// statement. f is the full groups, read from the running limited jobs:
-// the window steps over the waiting jobs of those, so one group's flood
-// holds back no other. The window reads one priority at a time, highest
+// statement. f is the full groups, read from the running limited jobs,
+// and held the groups whose rate allows no start at $4 (their
+// limit_rates row's tat - τ is later): the window steps over the waiting
+// jobs of those, so one group's flood, waiting on its slots or its rate,
+// holds back no other. hw reads the held groups among the queue's first
+// limitWindow due limited jobs (none read when no group is held), for
+// when the first can start: a held group further down gives no hint. The window reads one priority at a time, highest
 // first, as the fetch statement does: job_limit_priorities walks the
 // distinct priorities of the queue's waiting limited jobs (one probe of
 // jobs_limit_due each), and each priority's due jobs are one range of the
@@ -52,13 +56,27 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	WHERE r.state = 'running' AND r.climit IS NOT NULL
 	GROUP BY r.climit, r.ckey
 	HAVING count(*) >= coalesce((SELECT CASE WHEN l.max_running > 0 THEN l.max_running ELSE ` + noCap + ` END FROM {limits} l WHERE l.name = r.climit), 0)
+), held AS MATERIALIZED (
+	SELECT rt.name AS climit, rt.key AS ckey, rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) AS at
+	FROM {rates} rt JOIN {limits} l ON l.name = rt.name
+	WHERE l.rate_n > 0 AND rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) > $4
 ), w AS MATERIALIZED (
 	SELECT d.id, d.priority, d.run_at, d.climit, d.ckey FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 		SELECT j.id, j.priority, j.run_at, j.climit, j.ckey FROM {jobs} j
 		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
-			AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
+			AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f) AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM held)
 		ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
 	LIMIT ` + limitWindow + `
+), hw AS (
+	SELECT climit, ckey, min(run_at) AS first FROM (
+		SELECT d.climit, d.ckey, d.run_at FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+			SELECT j.climit, j.ckey, j.run_at FROM {jobs} j
+			WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
+			ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
+		WHERE EXISTS (SELECT 1 FROM held)
+		LIMIT ` + limitWindow + `) x
+	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
+	GROUP BY climit, ckey
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= {now}) AS waiting_now,
 		(extract(epoch FROM min(run_at) FILTER (WHERE run_at > {now})) * 1000000)::bigint AS later
@@ -75,7 +93,7 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	SELECT g0.*, CASE WHEN NOT rated THEN cfree WHEN $4 + tau < base THEN 0 ELSE LEAST(cfree, ($4 + tau - base) / ti + 1) END AS free
 	FROM g0
 ), r AS (
-	SELECT id FROM (
+	SELECT id, priority, run_at FROM (
 		SELECT w.id, w.priority, w.run_at, g.free, row_number() OVER (PARTITION BY w.climit, w.ckey ORDER BY w.priority DESC, w.run_at, w.id) AS rn
 		FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0 AND (NOT g.rated OR w.run_at <= {now})) x
 	WHERE rn <= free ORDER BY priority DESC, run_at, id LIMIT $3
@@ -83,8 +101,22 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	SELECT CASE WHEN waiting_now > GREATEST(free, 0) THEN base + GREATEST(free, 0) * ti - tau
 		WHEN waiting > waiting_now THEN GREATEST(base + GREATEST(free, 0) * ti - tau, later) END AS at
 	FROM g WHERE rated
+	UNION ALL
+	SELECT GREATEST(held.at, (extract(epoch FROM hw.first) * 1000000)::bigint) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
-SELECT coalesce((SELECT array_agg(id) FROM r), '{}'::bigint[]), (SELECT min(at) FROM h WHERE at > $4)`
+SELECT coalesce((SELECT array_agg(id ORDER BY priority DESC, run_at, id) FROM r), '{}'::bigint[]), (SELECT min(at) FROM h WHERE at > $4),
+	coalesce((SELECT array_agg(priority::int ORDER BY priority DESC, run_at, id) FROM r), '{}'::int[])`
+
+// unlimitedAboveSQL reads the priorities, highest first, of up to $3 of
+// queue $1's jobs without a limit due by $2 whose priority is above $4
+// (the lowest of the limited jobs a fetch selected; store.LimitedFirst).
+const unlimitedAboveSQL = `SELECT coalesce(array_agg(priority::int ORDER BY priority DESC), '{}'::int[]) FROM (
+	SELECT d.priority FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+		SELECT j.priority FROM {jobs} j
+		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
+		ORDER BY j.run_at, j.id LIMIT $3) d
+	WHERE prio.p > $4
+	LIMIT $3) x`
 
 // limitedLeaseSQL leases the jobs $1 that are still waiting ($2 to $5
 // as in the fetch statement: now, lease end, worker, counter shard), and,
@@ -279,12 +311,30 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		leaseNow := store.LeaseNow(&p)
 		now := leaseNow.UnixMicro()
 		var ids []int64
+		var prios []int32
 		var hint *int64
-		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint); err != nil {
+		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint, &prios); err != nil {
 			return err
 		}
 		if hint != nil {
 			nextStart = time.UnixMicro(*hint).UTC()
+		}
+		selected := len(ids) > 0
+		if selected {
+			// No limited job goes before an unlimited one of a higher
+			// priority: lease only those in the fetch's first p.Limit.
+			var up []int32
+			if err := tx.QueryRow(ctx, s.sql.unlimitedAbove, p.Queue, ts(dueBy), p.Limit, prios[len(prios)-1]).Scan(&up); err != nil {
+				return err
+			}
+			lp, uq := make([]int, len(prios)), make([]int, len(up))
+			for i, v := range prios {
+				lp[i] = int(v)
+			}
+			for i, v := range up {
+				uq[i] = int(v)
+			}
+			ids = ids[:store.LimitedFirst(lp, uq, p.Limit)]
 		}
 		if len(ids) > 0 {
 			rows, err := tx.Query(ctx, s.sql.limitedLease, ids, ts(leaseNow), ts(p.LeaseUntil), cleanText(p.Worker), shard(), now, p.Queue)
@@ -300,7 +350,7 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 				}
 			}
 		}
-		if len(jobs) > 0 {
+		if len(jobs) > 0 || selected {
 			h.mu.Lock()
 			h.idle = nil
 			h.mu.Unlock()
@@ -454,7 +504,29 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 	if err := store.CheckLimitRate(r); err != nil {
 		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, s.sql.limitSetRate, name, r.N, r.Per.Microseconds(), r.Burst, ts(now)); err != nil {
+	// Under the limited fetches' lock: no fetch reads the old rate in
+	// its selection and the new one in its lease, and the groups' rate
+	// state moves only under it.
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, s.sql.limitSetRate, name, r.N, r.Per.Microseconds(), r.Burst, ts(now)); err != nil {
+			return err
+		}
+		// The groups' rate state under the new rate: no tat later than
+		// now + Burst·T, as if each group had just used its whole burst
+		// at the new rate (raising a rate takes effect at once, lowering
+		// one holds a group at most one new interval); no rate, no rows.
+		if r.IsZero() {
+			_, err := tx.Exec(ctx, `DELETE FROM `+s.schema+`.limit_rates WHERE name = $1`, name)
+			return err
+		}
+		bound := now.UnixMicro() + int64(r.Burst)*r.Interval().Microseconds()
+		_, err := tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = $1 WHERE tat > $1 AND name = $2`, bound, name)
+		return err
+	})
+	if err != nil {
 		return store.LimitState{}, s.fail("set limit rate", err)
 	}
 	ls, err := s.limits(ctx, now, name)

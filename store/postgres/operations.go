@@ -413,14 +413,17 @@ func (s *Store) replayStep(ctx context.Context, tx pgx.Tx, op *store.Operation, 
 	}
 	now := a.add(ts(st.Now))
 	q := `WITH src AS (
-	SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority FROM ` + s.sql.jobs + `
+	SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority, climit, ckey FROM ` + s.sql.jobs + `
 	WHERE ` + w + ` AND id > ` + a.add(op.Cursor) + ` AND id <= ` + a.add(op.MaxID) + ` ORDER BY id LIMIT ` + a.add(st.Limit) + `
 ), ins AS (
-	INSERT INTO ` + s.sql.jobs + ` (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, priority, created_at, run_at, replay_of, history)
+	INSERT INTO ` + s.sql.jobs + ` (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, priority, created_at, run_at, replay_of, history,
+		climit, ckey)
 	SELECT queue, kind, payload, 'pending', max_retries, policy, dependency, reprocessable, priority, ` + now + `, ` + now + `, id,
-		jsonb_build_array(` + a.add(ev) + `::jsonb || jsonb_build_object('replay_of', id))
+		jsonb_build_array(` + a.add(ev) + `::jsonb || jsonb_build_object('replay_of', id)), climit, ckey
 	FROM src ORDER BY id
-	RETURNING replay_of, queue
+	RETURNING replay_of, queue, climit
+), gen AS (
+	UPDATE ` + s.schema + `.limit_gen SET n = n + 1 WHERE id = 1 AND EXISTS (SELECT 1 FROM ins WHERE climit IS NOT NULL)
 ), cnt AS (
 	INSERT INTO ` + s.sql.counters + ` AS c (queue, name, shard, n)
 	SELECT queue, 'enqueued', ` + a.add(shard()) + `::smallint, count(*) FROM ins GROUP BY queue ORDER BY queue
@@ -435,6 +438,10 @@ FROM ins CROSS JOIN ntf`
 		return 0, 0, err
 	}
 	res.Handled.Replayed = n
+	for _, q := range res.Queues {
+		// A copy may be under a limit: the queue's next fetch looks.
+		s.limitHints.get(q).due.Store(true)
+	}
 	if n == 0 {
 		return op.Cursor, 0, nil
 	}

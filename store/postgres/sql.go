@@ -58,6 +58,7 @@ type statements struct {
 	insertDead     string
 	// Concurrency limits (limits.go).
 	limitedSelect, limitedLease, ratePrune string
+	unlimitedAbove                         string
 	limitedDue                             string
 	limitEnsure, limitJobs, limitSet       string
 	limitSetRate                           string
@@ -123,22 +124,23 @@ func render(schema, channel string) statements {
 		return r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))"))
 	}
 	return statements{
-		limitedSelect: q(limitedSelectSQL),
-		limitedLease:  q(limitedLeaseSQL),
-		ratePrune:     q(ratePruneSQL),
-		limitSetRate:  q(limitSetRateSQL),
-		limitedDue:    q(limitedDueSQL),
-		limitEnsure:   q(limitEnsureSQL),
-		limitJobs:     q(limitJobsSQL),
-		limitSet:      q(limitSetSQL),
-		limitList:     q(limitListSQL),
-		limitGen:      q(limitGenSQL),
-		limitNextDue:  q(limitNextDueSQL),
-		jobs:          schema + ".jobs",
-		counters:      schema + ".counters",
-		jobCounts:     schema + ".job_counts",
-		deadGroups:    schema + ".dead_groups",
-		keys:          schema + ".idem_keys",
+		limitedSelect:  q(limitedSelectSQL),
+		limitedLease:   q(limitedLeaseSQL),
+		unlimitedAbove: q(unlimitedAboveSQL),
+		ratePrune:      q(ratePruneSQL),
+		limitSetRate:   q(limitSetRateSQL),
+		limitedDue:     q(limitedDueSQL),
+		limitEnsure:    q(limitEnsureSQL),
+		limitJobs:      q(limitJobsSQL),
+		limitSet:       q(limitSetSQL),
+		limitList:      q(limitListSQL),
+		limitGen:       q(limitGenSQL),
+		limitNextDue:   q(limitNextDueSQL),
+		jobs:           schema + ".jobs",
+		counters:       schema + ".counters",
+		jobCounts:      schema + ".job_counts",
+		deadGroups:     schema + ".dead_groups",
+		keys:           schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered
 		// rows), then the rows are inserted in key order, so that two

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -22,8 +23,13 @@ import (
 // one range of the index, oldest due first, until it has the window: the
 // limited jobs of a higher priority due later are skipped by a probe,
 // never walked. f is the full groups, read from the running limited
-// jobs: the window steps over the waiting jobs of those (one index entry
-// each), so one group's flood holds back no other. A group's free slots
+// jobs, and held the groups whose rate allows no start at ?4 (their
+// limit_rates row's tat - τ is later): the window steps over the waiting
+// jobs of those (one index entry each), so one group's flood, waiting on
+// its slots or its rate, holds back no other. hw reads the held groups
+// among the queue's first limitWindow due limited jobs (none read when
+// no group is held), for when the first can start (the fetch's
+// NextStart): a held group further down gives no hint. A group's free slots
 // are its limit's max less its running jobs, counted through jobs_limit_running (a few index entries, at most
 // max of them), once per group in the window. Jobs without a limit are
 // not in jobs_limit_due, which holds the columns read (a covering index),
@@ -40,11 +46,23 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	WHERE r.state = 'running' AND r.climit IS NOT NULL
 	GROUP BY r.climit, r.ckey
 	HAVING count(*) >= coalesce((SELECT CASE WHEN l.max_running > 0 THEN l.max_running ELSE ` + noCap + ` END FROM conc_limits l WHERE l.name = r.climit), 0)
+), held AS MATERIALIZED (
+	SELECT rt.name AS climit, rt.key AS ckey, rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) AS at
+	FROM limit_rates rt JOIN conc_limits l ON l.name = rt.name
+	WHERE l.rate_n > 0 AND rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) > ?4
 ), w AS MATERIALIZED (
 	SELECT j.id, j.state, j.priority, j.run_at, j.climit, j.ckey FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
 	WHERE pr.p IS NOT NULL AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
-		AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f)
+		AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM f) AND (j.climit, j.ckey) NOT IN (SELECT climit, ckey FROM held)
 	LIMIT ` + limitWindow + `
+), hw AS (
+	SELECT climit, ckey, min(run_at) AS first FROM (
+		SELECT j.climit, j.ckey, j.run_at FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
+		WHERE pr.p IS NOT NULL AND EXISTS (SELECT 1 FROM held) AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1
+			AND j.priority = pr.p AND j.run_at <= ?2
+		LIMIT ` + limitWindow + `)
+	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
+	GROUP BY climit, ckey
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?4) AS waiting_now, min(run_at) FILTER (WHERE run_at > ?4) AS later
 	FROM w GROUP BY climit, ckey
@@ -64,13 +82,32 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	SELECT w.id, w.state, w.priority, w.run_at, g.free, row_number() OVER (PARTITION BY w.climit, w.ckey ORDER BY w.priority DESC, w.run_at, w.id) AS rn
 	FROM w JOIN g ON g.climit = w.climit AND g.ckey = w.ckey WHERE g.free > 0 AND (NOT g.rated OR w.run_at <= ?4)
 ), t AS (
-	SELECT id, state FROM r WHERE rn <= free ORDER BY priority DESC, run_at, id LIMIT ?3
+	SELECT id, state, priority FROM r WHERE rn <= free ORDER BY priority DESC, run_at, id LIMIT ?3
 ), h AS (
 	SELECT CASE WHEN waiting_now > max(free, 0) THEN base + max(free, 0) * ti - tau
 		WHEN waiting > waiting_now THEN max(base + max(free, 0) * ti - tau, later) END AS at
 	FROM g WHERE rated
+	UNION ALL
+	SELECT max(held.at, hw.first) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
-SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), (SELECT min(at) FROM h WHERE at > ?4) FROM t`
+SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), (SELECT min(at) FROM h WHERE at > ?4),
+	json_group_array(priority), json_group_array(state = 'scheduled') FROM t`
+
+// unlimitedAboveSQL reads the priorities, highest first, of up to ?3 of
+// queue ?1's jobs without a limit due by ?2 whose priority is above ?4
+// (the lowest of the limited jobs a fetch selected): pr walks the
+// distinct priorities down to ?4, one probe of jobs_ready each, so with
+// every job at one priority it is one probe.
+const unlimitedAboveSQL = `WITH RECURSIVE pr(p) AS (
+	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 ORDER BY priority DESC LIMIT 1)
+	UNION ALL
+	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority < pr.p
+		ORDER BY priority DESC LIMIT 1)
+	FROM pr WHERE pr.p IS NOT NULL AND pr.p > ?4
+)
+SELECT json_group_array(priority) FROM (SELECT j.priority FROM pr CROSS JOIN jobs j
+	WHERE pr.p IS NOT NULL AND pr.p > ?4 AND j.state IN ('pending', 'scheduled') AND j.climit IS NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
+	LIMIT ?3)`
 
 // noCap is the free slots of a limit with max_running 0 (a rate only):
 // more than any fetch leases.
@@ -175,6 +212,11 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 		_, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, 0, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET rate_n = excluded.rate_n, rate_per = excluded.rate_per, rate_burst = excluded.rate_burst,
 				updated_at = excluded.updated_at`, name, r.N, r.Per.Microseconds(), r.Burst, micros(now))
+		if err != nil {
+			return err
+		}
+		q, args := rateResetSQL(r, now)
+		_, err = tx.ExecContext(ctx, q, append(args, name)...)
 		return err
 	})
 	if err != nil {
@@ -188,6 +230,20 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %q not read back", name)
 	}
 	return ls[0], nil
+}
+
+// rateResetSQL is the statement, and its arguments but the limit's
+// name (last), that brings the rate state of a limit's groups under its
+// new rate r set at now: no tat later than now + Burst·T, as if each
+// group had just used its whole burst at the new rate (so raising a rate
+// takes effect at once, and lowering one holds a group at most one new
+// interval); no rate, no rows.
+func rateResetSQL(r store.LimitRate, now time.Time) (string, []any) {
+	if r.IsZero() {
+		return `DELETE FROM limit_rates WHERE name = ?`, nil
+	}
+	bound := micros(now) + int64(r.Burst)*r.Interval().Microseconds()
+	return `UPDATE limit_rates SET tat = ? WHERE tat > ? AND name = ?`, []any{bound, bound}
 }
 
 // ListLimits implements store.Limits.
@@ -244,6 +300,62 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 // rate holds can start next (0: none held). It leases nothing: the
 // caller leases the ids, then calls rateLeased.
 func (s *Store) fetchLimited(ctx context.Context, tx *sql.Conn, queue string, now, dueBy time.Time, limit int) (ids string, n, scheduled, nextStart int64, err error) {
+	ids, n, scheduled, nextStart, err = s.selectLimited(ctx, tx, queue, now, dueBy, limit)
+	if err != nil || n == 0 {
+		return ids, n, scheduled, nextStart, err
+	}
+	k, err := s.limitedFirst(ctx, tx, queue, dueBy, limit)
+	if err != nil {
+		return "", 0, 0, 0, err
+	}
+	if k < int(n) {
+		ids, n, scheduled = s.sel.cut(k)
+	}
+	return ids, n, scheduled, nextStart, nil
+}
+
+// limitedSel is the last selection of limited jobs (writer goroutine
+// only): their ids, priorities and scheduled flags, in the order picked.
+type limitedSel struct {
+	ids   []int64
+	prios []int
+	sched []bool
+}
+
+// cut returns the first k jobs of the selection as a JSON array of ids,
+// with how many they are and how many of them were scheduled.
+func (l *limitedSel) cut(k int) (string, int64, int64) {
+	b, _ := json.Marshal(l.ids[:k])
+	var sch int64
+	for _, s := range l.sched[:k] {
+		if s {
+			sch++
+		}
+	}
+	return string(b), int64(k), sch
+}
+
+// limitedFirst returns how many of the selected limited jobs (s.sel)
+// belong in the fetch's first limit of the queue's due jobs by priority:
+// the unlimited jobs of a higher priority go before them (the limited
+// win ties), so that no limited job is leased ahead of an unlimited one
+// of a higher priority.
+func (s *Store) limitedFirst(ctx context.Context, tx *sql.Conn, queue string, dueBy time.Time, limit int) (int, error) {
+	l := &s.sel
+	var raw string
+	if err := s.stmt(tx, "unlimitedAbove").QueryRowContext(ctx, queue, micros(dueBy), limit, l.prios[len(l.prios)-1]).Scan(&raw); err != nil {
+		return 0, err
+	}
+	var up []int
+	if err := json.Unmarshal([]byte(raw), &up); err != nil {
+		return 0, err
+	}
+	return store.LimitedFirst(l.prios, up, limit), nil
+}
+
+// selectLimited runs the selection of fetchLimited and keeps what it
+// picked in s.sel.
+func (s *Store) selectLimited(ctx context.Context, tx *sql.Conn, queue string, now, dueBy time.Time, limit int) (ids string, n, scheduled, nextStart int64, err error) {
 	var gen int64
 	if err := s.stmt(tx, "limitGen").QueryRowContext(ctx).Scan(&gen); err != nil {
 		return "", 0, 0, 0, err
@@ -253,11 +365,29 @@ func (s *Store) fetchLimited(ctx context.Context, tx *sql.Conn, queue string, no
 		return "", 0, 0, m.rateAt, nil
 	}
 	var hint sql.NullInt64
-	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit, at).Scan(&ids, &n, &scheduled, &hint); err != nil {
+	var prios, sched string
+	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit, at).Scan(&ids, &n, &scheduled, &hint, &prios, &sched); err != nil {
 		return "", 0, 0, 0, err
 	}
 	if n > 0 {
 		delete(s.limitIdle, queue)
+		s.sel = limitedSel{}
+		if err := json.Unmarshal([]byte(ids), &s.sel.ids); err != nil {
+			return "", 0, 0, 0, err
+		}
+		if err := json.Unmarshal([]byte(prios), &s.sel.prios); err != nil {
+			return "", 0, 0, 0, err
+		}
+		var sch []int
+		if err := json.Unmarshal([]byte(sched), &sch); err != nil {
+			return "", 0, 0, 0, err
+		}
+		for _, v := range sch {
+			s.sel.sched = append(s.sel.sched, v != 0)
+		}
+		if len(s.sel.ids) != int(n) || len(s.sel.prios) != int(n) || len(s.sel.sched) != int(n) {
+			return "", 0, 0, 0, fmt.Errorf("limited selection: %d jobs, %d ids, %d priorities", n, len(s.sel.ids), len(s.sel.prios))
+		}
 		return ids, n, scheduled, hint.Int64, nil
 	}
 	var next sql.NullInt64

@@ -393,8 +393,10 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 		payload, policy   []byte
 		maxRetries, reprc int
 		priority          int
+		climit            sql.NullString
+		ckey              string
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority FROM jobs
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority, climit, ckey FROM jobs
 		WHERE `+w+` AND id > ? AND id <= ? ORDER BY id LIMIT ?`, append(args, op.Cursor, op.MaxID, st.Limit)...)
 	if err != nil {
 		return 0, 0, err
@@ -402,7 +404,7 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 	var batch []source
 	for rows.Next() {
 		var src source
-		if err := rows.Scan(&src.id, &src.queue, &src.kind, &src.payload, &src.policy, &src.dep, &src.maxRetries, &src.reprc, &src.priority); err != nil {
+		if err := rows.Scan(&src.id, &src.queue, &src.kind, &src.payload, &src.policy, &src.dep, &src.maxRetries, &src.reprc, &src.priority, &src.climit, &src.ckey); err != nil {
 			rows.Close()
 			return 0, 0, err
 		}
@@ -418,23 +420,35 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 	counts := map[[2]string]int64{}
 	mv := moves{}
 	seen := map[string]bool{}
+	limited := false
 	for _, src := range batch {
 		e := store.ReplayEvent(src.id, st.Now, op.Params.Note)
 		ev, err := eventJSON(&e)
 		if err != nil {
 			return 0, 0, err
 		}
+		// The copy is under its source's limit and group (climit,
+		// ckey): it waits on the group's slots and rate as its source
+		// did.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, priority,
-			created_at, run_at, replay_of, history) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)))`,
+			created_at, run_at, replay_of, history, climit, ckey) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?)`,
 			src.queue, src.kind, src.payload, src.maxRetries, nullBytes(src.policy), src.dep, src.reprc, src.priority,
-			micros(st.Now), micros(st.Now), src.id, ev); err != nil {
+			micros(st.Now), micros(st.Now), src.id, ev, src.climit, src.ckey); err != nil {
 			return 0, 0, fmt.Errorf("replay job %d: %w", src.id, err)
 		}
+		limited = limited || src.climit.Valid
 		counts[[2]string{src.queue, store.StatEnqueued}]++
 		mv.move(src.queue, "", store.Pending)
 		if !seen[src.queue] {
 			seen[src.queue] = true
 			res.Queues = append(res.Queues, src.queue)
+		}
+	}
+	if limited {
+		// A limited job came due: the fetches' idle marks must look
+		// again (the limit_gen trigger fires on updates, not inserts).
+		if _, err := tx.ExecContext(ctx, `UPDATE limit_gen SET n = n + 1 WHERE id = 1`); err != nil {
+			return 0, 0, err
 		}
 	}
 	if err := s.addMoves(ctx, tx, mv); err != nil {

@@ -130,6 +130,9 @@ type Store struct {
 	// ratePrune counts the limited leases, to prune limit_rates now and
 	// then (writer goroutine only).
 	ratePrune int
+	// sel is the last selection of limited jobs (limits.go; writer
+	// goroutine only).
+	sel limitedSel
 	// lastWrite is the error of the last write transaction, nil after a
 	// success (see WriteHealth).
 	lastWrite atomic.Pointer[error]
@@ -407,12 +410,13 @@ var writeSQL = map[string]string{
 		SELECT p FROM pr WHERE p IS NULL OR ` + dueAt + ` LIMIT 1`,
 	// fetchLimited is the selection of the due jobs under a concurrency
 	// limit (limits.go), in the same shape as fetchSelect.
-	"fetchLimited":  fetchLimitedSQL,
-	"rateThrottled": rateThrottledSQL,
-	"rateMove":      rateMoveSQL,
-	"limitUpsert":   `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-	"limitJob":      `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
-	"limitGen":      `SELECT n FROM limit_gen WHERE id = 1`,
+	"fetchLimited":   fetchLimitedSQL,
+	"rateThrottled":  rateThrottledSQL,
+	"unlimitedAbove": unlimitedAboveSQL,
+	"rateMove":       rateMoveSQL,
+	"limitUpsert":    `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+	"limitJob":       `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
+	"limitGen":       `SELECT n FROM limit_gen WHERE id = 1`,
 	// limitNextDue: the earliest run_at after ?2 of queue ?1's limited
 	// jobs, one probe of jobs_limit_due per distinct priority.
 	"limitNextDue": firstSQL(limitedCond, "run_at > ?2"),

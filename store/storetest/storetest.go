@@ -181,6 +181,10 @@ var subtests = []subtest{
 	{"LimitsRate", testLimitsRate},
 	{"LimitsRateSet", testLimitsRateSet},
 	{"LimitsRateModel", testLimitsRateModel},
+	{"LimitsRateWindowStarve", testLimitsRateWindowStarve},
+	{"LimitsReplayLimited", testLimitsReplayLimited},
+	{"LimitsRateRaise", testLimitsRateRaise},
+	{"LimitsPriorityInversion", testLimitsPriorityInversion},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
