@@ -25,6 +25,12 @@ type ContinuousParams struct {
 	// steady-state rates.
 	Duration Duration `json:"duration_ms"`
 	Warmup   Duration `json:"warmup_ms"`
+	// MinCompleted, when above 0, makes the measured window last past
+	// Duration until at least that many jobs completed in it and, with
+	// retry probes, until a retry due within it has run: a loaded machine
+	// then still measures a rate and a lateness instead of an empty
+	// window. 0: the window ends at Duration, whatever it saw.
+	MinCompleted int64 `json:"min_completed,omitempty"`
 	// RetryEvery makes one job in RetryEvery of the producers' a probe
 	// (0: none): it goes to the queue RetryQueue, fails its first attempt
 	// and is retried once after RetryDelay (exactly: no jitter); the
@@ -154,6 +160,8 @@ func Continuous(ctx context.Context, cfg Config, p ContinuousParams) (*Continuou
 		return nil, fmt.Errorf("bench: continuous: rate must not be negative, got %v", p.Rate)
 	case p.Warmup < 0:
 		return nil, fmt.Errorf("bench: continuous: warm-up must not be negative, got %s", p.Warmup)
+	case p.MinCompleted < 0:
+		return nil, fmt.Errorf("bench: continuous: min-completed must not be negative, got %d", p.MinCompleted)
 	case p.Duration <= p.Warmup:
 		return nil, fmt.Errorf("bench: continuous: duration (%s) must be longer than the warm-up (%s)", p.Duration, p.Warmup)
 	case p.RetryEvery < 0:
@@ -287,7 +295,38 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 	}
 	if sleep(t0.Add(time.Duration(p.Warmup))) {
 		tWarm, warmEnq, warmDone = time.Now(), enqueued.Load(), completed.Load()
-		if sleep(t0.Add(time.Duration(p.Duration))) {
+		enough := func() bool {
+			if completed.Load()-warmDone < p.MinCompleted {
+				return false
+			}
+			if p.RetryEvery == 0 {
+				return true
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i := len(samples) - 1; i >= 0; i-- {
+				if !samples[i].due.Before(tWarm) {
+					return true
+				}
+			}
+			return false
+		}
+		extend := func() bool {
+			if p.MinCompleted <= 0 {
+				return true
+			}
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for !enough() {
+				select {
+				case <-tick.C:
+				case <-pctx.Done():
+					return false
+				}
+			}
+			return true
+		}
+		if sleep(t0.Add(time.Duration(p.Duration))) && extend() {
 			var endEnq, endDone int64
 			tEnd, endEnq, endDone = time.Now(), enqueued.Load(), completed.Load()
 			steady := tEnd.Sub(tWarm)

@@ -95,6 +95,7 @@ completed rate is compared with, in the same run.`,
 	f.DurationVar(&duration, "duration", duration, "length of the run, warm-up included")
 	f.DurationVar(&warmup, "warmup", warmup, "start of the run left out of the steady-state rates")
 	f.IntVar(&p.RetryEvery, "retry-every", p.RetryEvery, "one job in this many is a retry probe (0: none)")
+	f.Int64Var(&p.MinCompleted, "min-completed", 0, "measure past --duration until this many jobs completed in the window (and, with probes, a retry due in it ran); 0: stop at --duration")
 	f.DurationVar(&retryDelay, "retry-delay", retryDelay, "the retry probes' retry delay")
 	f.IntVar(&p.RetryWorkers, "retry-workers", p.RetryWorkers, "handlers of the retry probes' queue")
 	f.IntVar(&p.BurnDown, "burn-down", p.BurnDown, "jobs of the burn-down measured first with the same settings (0: none)")
