@@ -187,6 +187,25 @@ func (t Topology) ensureOnce(ctx context.Context, adm *kadm.Client, create bool)
 		return fmt.Errorf("kafka: topics %s do not exist, and creating them is not allowed: create them (the tiers and the DLT "+
 			"with as many partitions as %q), or allow redrive to", strings.Join(missing, ", "), t.Topic)
 	}
+	if slices.Contains(missing, t.Topic) && len(missing) > 1 {
+		// The tiers and the DLT take the main topic's partition count,
+		// which is unknown while it is not listed: a topic created a
+		// moment ago may not be yet. Create (or find) the main topic
+		// alone, then ask again, so the others are created as many
+		// partitions as it has, not the broker's default.
+		missing = []string{t.Topic}
+		if err := t.create(ctx, adm, partitions, missing); err != nil {
+			return err
+		}
+		return fmt.Errorf("kafka: topic %q: %w: listed only once created", t.Topic, errEnsureAgain)
+	}
+	return t.create(ctx, adm, partitions, missing)
+}
+
+// create creates the topics missing, with partitions partitions; it
+// returns an error wrapping errEnsureAgain when the broker's answer is
+// worth asking again. A topic that already exists counts as created.
+func (t Topology) create(ctx context.Context, adm *kadm.Client, partitions int32, missing []string) error {
 	res, err := adm.CreateTopics(ctx, partitions, t.Replication, nil, missing...)
 	if err != nil {
 		if retriable(err) && ctx.Err() == nil {
