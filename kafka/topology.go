@@ -189,15 +189,31 @@ func (t Topology) ensureOnce(ctx context.Context, adm *kadm.Client, create bool)
 	}
 	if slices.Contains(missing, t.Topic) && len(missing) > 1 {
 		// The tiers and the DLT take the main topic's partition count,
-		// which is unknown while it is not listed: a topic created a
-		// moment ago may not be yet. Create (or find) the main topic
-		// alone, then ask again, so the others are created as many
-		// partitions as it has, not the broker's default.
-		missing = []string{t.Topic}
-		if err := t.create(ctx, adm, partitions, missing); err != nil {
-			return err
+		// unknown while it is not listed. Create the main topic alone
+		// first: created, its answer says how many partitions it got;
+		// found existing, it was created a moment ago and not listed
+		// yet, so ask again rather than give the others the broker's
+		// default.
+		res, err := adm.CreateTopics(ctx, partitions, t.Replication, nil, t.Topic)
+		if err != nil {
+			if retriable(err) && ctx.Err() == nil {
+				return fmt.Errorf("kafka: create topic %q: %w: %w", t.Topic, errEnsureAgain, err)
+			}
+			return fmt.Errorf("kafka: create topic %q: %w", t.Topic, err)
 		}
-		return fmt.Errorf("kafka: topic %q: %w: listed only once created", t.Topic, errEnsureAgain)
+		switch r := res[t.Topic]; {
+		case r.Err == nil && r.NumPartitions > 0:
+			partitions = r.NumPartitions
+		case r.Err == nil:
+			return fmt.Errorf("kafka: topic %q: %w: created, its partition count not answered", t.Topic, errEnsureAgain)
+		case errors.Is(r.Err, kerr.TopicAlreadyExists):
+			return fmt.Errorf("kafka: topic %q: %w: it exists but is not listed yet", t.Topic, errEnsureAgain)
+		case retriable(r.Err):
+			return fmt.Errorf("kafka: create topic %q: %w: %w", t.Topic, errEnsureAgain, r.Err)
+		default:
+			return fmt.Errorf("kafka: create topic %q: %w", t.Topic, r.Err)
+		}
+		missing = slices.DeleteFunc(missing, func(n string) bool { return n == t.Topic })
 	}
 	return t.create(ctx, adm, partitions, missing)
 }
