@@ -33,7 +33,11 @@ func TestProgressInChromium(t *testing.T) {
 	e := newEnv(t, Options{})
 	b := newBrowser(t) // before anything runs: a missing browser skips or fails at once
 	w := redrive.NewWorker(e.client, redrive.WorkerOptions{Logger: quiet, PollInterval: 20 * time.Millisecond,
-		LeaseDuration: 300 * time.Millisecond}) // heartbeats, with the progress, every 100ms
+		// Heartbeats, with the progress, every second. A 300 ms lease
+		// was lost under -race in a full suite: the handler was stopped,
+		// the job rescued and its progress cleared, and the page showed
+		// none for the minute the test waits.
+		LeaseDuration: 3 * time.Second})
 	step, stop := make(chan struct{}), make(chan struct{})
 	w.HandleFunc("download", func(ctx context.Context, j *redrive.Job) error {
 		for _, mib := range []int64{3, 7} {
