@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redrivehq/redrive/internal/testtopics"
 	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/kafka"
 )
@@ -59,7 +60,7 @@ func (c *testCluster) needFake(t testing.TB) {
 }
 
 func newTopic(t testing.TB) string {
-	return fmt.Sprintf("redrive-test-%d-%d-%s", os.Getpid(), topicSeq.Add(1),
+	return fmt.Sprintf("%s%d-%s", testtopics.Prefix(), topicSeq.Add(1),
 		strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
 }
 

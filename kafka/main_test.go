@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/redrivehq/redrive/internal/testtopics"
 	"go.uber.org/goleak"
 )
 
@@ -31,7 +30,10 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if b := os.Getenv(brokersEnv); b != "" {
-		if err := deleteTestTopics(strings.Split(b, ",")); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := testtopics.Delete(ctx, strings.Split(b, ","))
+		cancel()
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "kafka tests: deleting their topics: %v\n", err)
 		}
 	}
@@ -42,47 +44,4 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// deleteTestTopics deletes the topics this test process made (newTopic's
-// prefix) and the groups named after them.
-func deleteTestTopics(brokers []string) error {
-	prefix := fmt.Sprintf("redrive-test-%d-", os.Getpid())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	if groups, err := adm.ListGroups(ctx); err == nil {
-		var mine []string
-		for _, g := range groups.Groups() {
-			if strings.HasPrefix(g, prefix) {
-				mine = append(mine, g)
-			}
-		}
-		if len(mine) > 0 {
-			_, _ = adm.DeleteGroups(ctx, mine...)
-		}
-	}
-	topics, err := adm.ListTopics(ctx)
-	if err != nil {
-		return err
-	}
-	var mine []string
-	for _, name := range topics.Names() {
-		if strings.HasPrefix(name, prefix) {
-			mine = append(mine, name)
-		}
-	}
-	for len(mine) > 0 {
-		n := min(len(mine), 500)
-		if _, err := adm.DeleteTopics(ctx, mine[:n]...); err != nil {
-			return fmt.Errorf("delete %d topics: %w", n, err)
-		}
-		mine = mine[n:]
-	}
-	return nil
 }

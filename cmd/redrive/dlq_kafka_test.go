@@ -21,6 +21,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
+	"github.com/redrivehq/redrive/internal/testtopics"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
 )
@@ -47,7 +48,7 @@ func kafkaTopicName(base string) string {
 	if os.Getenv("KAFKA_BROKERS") == "" {
 		return base
 	}
-	return fmt.Sprintf("%s-%d", base, time.Now().UnixNano())
+	return fmt.Sprintf("%s%s-%d", testtopics.Prefix(), base, time.Now().UnixNano())
 }
 
 // kafkaDeadLetters runs a consumer of topic (2 partitions, 10ms retries,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -12,10 +13,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redrivehq/redrive/bench"
+	"github.com/redrivehq/redrive/internal/testtopics"
 )
 
 // TestMain lets the test binary stand in for redrive when a benchmark
-// re-executes it as a worker process (`redrive bench worker`).
+// re-executes it as a worker process (`redrive bench worker`), and
+// deletes the Kafka topics the tests made on a real broker.
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
 		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -23,7 +26,16 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if b := os.Getenv("KAFKA_BROKERS"); b != "" {
+		// The topics go at the end of the run: see internal/testtopics.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := testtopics.Delete(ctx, strings.Split(b, ",")); err != nil {
+			fmt.Fprintf(os.Stderr, "cmd/redrive tests: deleting their Kafka topics: %v\n", err)
+		}
+		cancel()
+	}
+	os.Exit(code)
 }
 
 // pgURL returns the test database's URL, or skips the test when none is

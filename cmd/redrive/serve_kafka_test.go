@@ -44,7 +44,7 @@ func TestServeKeepsKafkaDLT(t *testing.T) {
 	}
 	bin := buildRedrive(t)
 	brokers := kafkaCluster(t)
-	topic := fmt.Sprintf("scans-%d", time.Now().UnixNano())
+	topic := kafkaTopicName("scans")
 	group := topic + "-scanners"
 
 	// The consumer's policy is serve's (the --retry-* flags below), so
