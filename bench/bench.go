@@ -396,13 +396,15 @@ func (r *rig) newWorker(policy *retry.Policy) *redrive.Worker {
 
 // newWorkerQueues is newWorker on the given queues (name: concurrency).
 func (r *rig) newWorkerQueues(policy *retry.Policy, queues map[string]int) *redrive.Worker {
-	opts := redrive.WorkerOptions{
-		Queues:             queues,
-		FetchBatch:         r.cfg.FetchBatch,
-		DisableRetryBudget: !r.cfg.RetryBudget,
-		Logger:             r.log,
-		Policy:             policy,
-	}
+	return r.newWorkerOpts(redrive.WorkerOptions{Queues: queues, Policy: policy})
+}
+
+// newWorkerOpts returns a worker with opts and the configured fetch
+// batch and retry budget, logging to the rig's logger.
+func (r *rig) newWorkerOpts(opts redrive.WorkerOptions) *redrive.Worker {
+	opts.FetchBatch = r.cfg.FetchBatch
+	opts.DisableRetryBudget = !r.cfg.RetryBudget
+	opts.Logger = r.log
 	r.worker = redrive.NewWorker(r.client, opts)
 	return r.worker
 }
@@ -436,11 +438,7 @@ func (r *rig) close() error {
 	if cerr := r.store.Close(); err == nil {
 		err = cerr
 	}
-	for _, suffix := range []string{"", "-wal"} {
-		if fi, serr := os.Stat(r.path + suffix); serr == nil {
-			r.meta.DBBytes += fi.Size()
-		}
-	}
+	r.meta.DBBytes = r.sqliteBytes()
 	r.meta.Elapsed = Duration(time.Since(r.meta.Started))
 	if r.cfg.Keep {
 		r.meta.DBPath = r.path
@@ -458,10 +456,10 @@ func (r *rig) closePostgres(err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pool := r.pg.Pool()
-	if serr := pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relkind = 'r'`, r.pg.Schema()).Scan(&r.meta.DBBytes); serr != nil && err == nil {
-		err = fmt.Errorf("bench: measure the schema %s: %w", r.pg.Schema(), serr)
+	n, serr := r.postgresBytes(ctx)
+	r.meta.DBBytes = n
+	if serr != nil && err == nil {
+		err = serr
 	}
 	if r.cfg.Keep {
 		r.meta.SchemaKept = true
@@ -473,6 +471,38 @@ func (r *rig) closePostgres(err error) error {
 	}
 	r.meta.Elapsed = Duration(time.Since(r.meta.Started))
 	return err
+}
+
+// dbBytes measures the database: on SQLite its main file and WAL, on
+// PostgreSQL the schema's tables with their indexes and TOAST.
+func (r *rig) dbBytes(ctx context.Context) (int64, error) {
+	if r.pg != nil {
+		return r.postgresBytes(ctx)
+	}
+	return r.sqliteBytes(), nil
+}
+
+// sqliteBytes is the size of the SQLite database's main file and WAL.
+func (r *rig) sqliteBytes() int64 {
+	var n int64
+	for _, suffix := range []string{"", "-wal"} {
+		if fi, err := os.Stat(r.path + suffix); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// postgresBytes is the size of the schema's tables with their indexes and
+// TOAST.
+func (r *rig) postgresBytes(ctx context.Context) (int64, error) {
+	var n int64
+	if err := r.pg.Pool().QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind = 'r'`, r.pg.Schema()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("bench: measure the schema %s: %w", r.pg.Schema(), err)
+	}
+	return n, nil
 }
 
 // finish closes the rig, fills in the result's metadata and returns the

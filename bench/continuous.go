@@ -239,49 +239,23 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 
 	pctx, stopProducers := context.WithCancel(ctx)
 	defer stopProducers()
-	var producers sync.WaitGroup
-	errs := make(chan error, p.Producers)
-	var every time.Duration // per producer, between two batches
-	if p.Rate > 0 {
-		every = time.Duration(float64(time.Second) * float64(p.Batch) * float64(p.Producers) / p.Rate)
-	}
 	r.start()
 	t0 := time.Now()
-	for k := range p.Producers {
-		producers.Go(func() {
-			reqs := make([]redrive.Request, p.Batch)
-			next := time.Now()
-			for seq := 0; pctx.Err() == nil; {
-				nProbes := 0
-				for i := range reqs {
-					reqs[i] = redrive.Request{Kind: noopKind, Payload: noopArgs{N: k<<32 | seq}}
-					if p.RetryEvery > 0 && seq%p.RetryEvery == p.RetryEvery-1 {
-						reqs[i].Kind, reqs[i].Queue = failKind, RetryQueue
-						nProbes++
-					}
-					seq++
-				}
-				// The parent context, not pctx: stopping the producers must
-				// not cancel a batch midway, or the count would be off.
-				if _, err := r.client.EnqueueMany(ctx, reqs); err != nil {
-					if ctx.Err() == nil {
-						errs <- fmt.Errorf("bench: continuous: enqueue: %w", err)
-						stopProducers()
-					}
-					return
-				}
-				enqueued.Add(int64(p.Batch - nProbes))
-				probes.Add(int64(nProbes))
-				if every > 0 {
-					next = next.Add(every)
-					select {
-					case <-time.After(time.Until(next)):
-					case <-pctx.Done():
-					}
-				}
+	prod := startProducers(ctx, pctx, stopProducers, r, p.Producers, p.Batch, p.Rate, func(k, seq int, req *redrive.Request) {
+		*req = redrive.Request{Kind: noopKind, Payload: noopArgs{N: k<<32 | seq}}
+		if p.RetryEvery > 0 && seq%p.RetryEvery == p.RetryEvery-1 {
+			req.Kind, req.Queue = failKind, RetryQueue
+		}
+	}, func(reqs []redrive.Request) {
+		nProbes := 0
+		for i := range reqs {
+			if reqs[i].Kind == failKind {
+				nProbes++
 			}
-		})
-	}
+		}
+		enqueued.Add(int64(len(reqs) - nProbes))
+		probes.Add(int64(nProbes))
+	})
 
 	var warmEnq, warmDone int64
 	var tWarm, tEnd time.Time
@@ -336,7 +310,7 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 		}
 	}
 	stopProducers()
-	producers.Wait()
+	prodErr := prod.wait()
 	// The retries due within the window run before the worker stops,
 	// however late: a probe that failed before the window's end minus the
 	// delay is due within it.
@@ -351,10 +325,8 @@ func runContinuous(ctx context.Context, r *rig, res *ContinuousResult) error {
 	if err := r.stop(); err != nil {
 		return fmt.Errorf("bench: continuous: worker: %w", err)
 	}
-	select {
-	case err := <-errs:
-		return err
-	default:
+	if prodErr != nil {
+		return prodErr
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -428,5 +400,67 @@ func waitRetries(ctx context.Context, mu *sync.Mutex, failedAt map[int64]time.Ti
 			return fmt.Errorf("bench: continuous: %d retries due in the window had not run: %w", waiting, ctx.Err())
 		case <-tick.C:
 		}
+	}
+}
+
+// producers are the goroutines of startProducers.
+type producers struct {
+	wg   sync.WaitGroup
+	errs chan error
+}
+
+// startProducers starts n goroutines that enqueue EnqueueMany batches of
+// batch requests until pctx ends, at rate jobs/s in all (0: as fast as
+// they can). fill sets the seq-th request of producer k; enqueued is
+// called (concurrently) with each batch once it is enqueued. The batches
+// are enqueued with ctx, not pctx: stopping the producers must not cancel
+// a batch midway, or the counts would be off. A failed enqueue calls stop
+// and is returned by wait.
+func startProducers(ctx, pctx context.Context, stop context.CancelFunc, r *rig, n, batch int, rate float64,
+	fill func(k, seq int, req *redrive.Request), enqueued func([]redrive.Request)) *producers {
+	ps := &producers{errs: make(chan error, n)}
+	var every time.Duration // per producer, between two batches
+	if rate > 0 {
+		every = time.Duration(float64(time.Second) * float64(batch) * float64(n) / rate)
+	}
+	for k := range n {
+		ps.wg.Go(func() {
+			reqs := make([]redrive.Request, batch)
+			next := time.Now()
+			for seq := 0; pctx.Err() == nil; {
+				for i := range reqs {
+					fill(k, seq, &reqs[i])
+					seq++
+				}
+				if _, err := r.client.EnqueueMany(ctx, reqs); err != nil {
+					if ctx.Err() == nil {
+						ps.errs <- fmt.Errorf("bench: enqueue: %w", err)
+						stop()
+					}
+					return
+				}
+				enqueued(reqs)
+				if every > 0 {
+					next = next.Add(every)
+					select {
+					case <-time.After(time.Until(next)):
+					case <-pctx.Done():
+					}
+				}
+			}
+		})
+	}
+	return ps
+}
+
+// wait waits for the producers to return (their context must be ending)
+// and returns the first enqueue error.
+func (ps *producers) wait() error {
+	ps.wg.Wait()
+	select {
+	case err := <-ps.errs:
+		return err
+	default:
+		return nil
 	}
 }
