@@ -78,6 +78,7 @@ Workloads:
   depth       burn-down of 50k due jobs behind a deep backlog of waiting ones
   dlq         listings, groups, counts and a redrive of a deep DLQ
   rate        a fleet-wide rate limit shared by worker processes: rate held, worst window
+  soak        steady work with retries, deaths, retention and a periodic job, a row per minute
   download    16 generated 256 MiB files through the download kind, then curl
   all         throughput, failure and lateness with their defaults`,
 		Args: cobra.NoArgs,
@@ -104,6 +105,7 @@ Workloads:
 		newBenchPriorityCmd(g, o),
 		newBenchDLQCmd(g, o),
 		newBenchRateCmd(g, o),
+		newBenchSoakCmd(g, o),
 		newBenchAllCmd(g, o),
 		newBenchWorkerCmd(o),
 		newBenchAMQPCmd(g),

@@ -290,6 +290,10 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"rate", "--rate", "0/s"}, "--rate"},
 		{[]string{"rate", "--burst", "0"}, "--burst must be at least 1"},
 		{[]string{"rate", "--duration", "0s"}, "--duration must be positive"},
+		{[]string{"soak", "--duration", "1s", "--sample", "2s"}, "--sample (2s) must be positive and at most --duration (1s)"},
+		{[]string{"soak", "--rate-fraction", "1.5"}, "--rate-fraction must be above 0 and at most 1"},
+		{[]string{"soak", "--transient", "0.9", "--dead", "0.2"}, "--transient and --dead must be shares"},
+		{[]string{"soak", "--periodic-every", "500ms"}, "--periodic-every must be at least 1s"},
 	} {
 		_, stderr, err := runCLI(t, append([]string{"bench"}, tc.args...)...)
 		if err == nil {
