@@ -2,10 +2,8 @@ package bench
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
 	"strconv"
 	"strings"
@@ -196,8 +194,10 @@ type SoakSample struct {
 	Backlog         int64 `json:"backlog"`
 	StoredCompleted int64 `json:"stored_completed"`
 	StoredDead      int64 `json:"stored_dead"`
-	// PG is, on PostgreSQL, the jobs table's statistics.
-	PG *PGJobsSample `json:"pg,omitempty"`
+	// PG is, on PostgreSQL, the jobs table's statistics; Tables every
+	// table's of the schema (in the CSV, not in the JSON summary).
+	PG     *PGJobsSample   `json:"pg,omitempty"`
+	Tables []PGTableSample `json:"-"`
 }
 
 // PGJobsSample is what pg_stat_user_tables says of the jobs table (and
@@ -246,11 +246,9 @@ type SoakResult struct {
 	// BurnDownRate is the burn-down measured first (0 when Rate was
 	// given).
 	BurnDownRate float64 `json:"burn_down_jobs_per_s,omitempty"`
-	// Rows are the samples, in order; PGTables the PostgreSQL tables'
-	// statistics at each row (not in the JSON summary: see the CSV).
-	Rows     []SoakSample    `json:"rows"`
-	PGTables []PGTableSample `json:"-"`
-	Goals    []SoakGoal      `json:"goals"`
+	// Rows are the samples, in order.
+	Rows  []SoakSample `json:"rows"`
+	Goals []SoakGoal   `json:"goals"`
 	// The totals of the run, and the store's count of the default
 	// queue's jobs left (pending, scheduled, running) once the producers
 	// and the worker stopped.
@@ -502,8 +500,7 @@ func runSoak(ctx context.Context, r *rig, res *SoakResult, row func(SoakSample))
 			if err != nil {
 				return err
 			}
-			s.PG = pgJobsSample(tables)
-			res.PGTables = append(res.PGTables, tables...)
+			s.PG, s.Tables = pgJobsSample(tables), tables
 		}
 		res.Rows = append(res.Rows, s)
 		row(s)
@@ -773,23 +770,4 @@ func (t PGTableSample) CSV() []string {
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	return []string{strconv.FormatFloat(time.Duration(t.At).Seconds(), 'f', 1, 64), t.Table, i(t.Live), i(t.DeadTuples),
 		i(t.TableBytes), i(t.IndexBytes), i(t.Autovacuum), i(t.Autoanalyze)}
-}
-
-// WritePGTablesCSV writes the result's PostgreSQL table statistics as CSV
-// with a header (just the header on SQLite).
-func (r *SoakResult) WritePGTablesCSV(w io.Writer) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(PGTablesCSVHeader); err != nil {
-		return fmt.Errorf("bench: write CSV: %w", err)
-	}
-	for _, t := range r.PGTables {
-		if err := cw.Write(t.CSV()); err != nil {
-			return fmt.Errorf("bench: write CSV: %w", err)
-		}
-	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
-		return fmt.Errorf("bench: write CSV: %w", err)
-	}
-	return nil
 }

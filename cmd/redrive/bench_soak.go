@@ -122,18 +122,19 @@ func runSoak(cmd *cobra.Command, g *globalOptions, cfg bench.Config, p bench.Soa
 	if cfg.DatabaseURL != "" {
 		store = "postgres"
 	}
-	var rowsCSV *csv.Writer
+	var rowsCSV, tablesCSV *csvFile
 	if out != "" {
-		f, err := os.Create(filepath.Join(out, "soak-"+store+".csv"))
-		if err != nil {
-			return fmt.Errorf("--out: %w", err)
+		var err error
+		if rowsCSV, err = createCSV(filepath.Join(out, "soak-"+store+".csv"), bench.SoakCSVHeader); err != nil {
+			return err
 		}
-		defer f.Close()
-		rowsCSV = csv.NewWriter(f)
-		if err := rowsCSV.Write(bench.SoakCSVHeader); err != nil {
-			return fmt.Errorf("--out: %w", err)
+		defer rowsCSV.close()
+		if store == "postgres" {
+			if tablesCSV, err = createCSV(filepath.Join(out, "soak-"+store+"-pg-tables.csv"), bench.PGTablesCSVHeader); err != nil {
+				return err
+			}
+			defer tablesCSV.close()
 		}
-		rowsCSV.Flush()
 	}
 	table := cmd.OutOrStdout()
 	if g.JSON {
@@ -148,9 +149,12 @@ func runSoak(cmd *cobra.Command, g *globalOptions, cfg bench.Config, p bench.Soa
 		}
 		printSoakRow(table, s)
 		if rowsCSV != nil && csvErr == nil {
-			rowsCSV.Write(s.CSV())
-			rowsCSV.Flush()
-			csvErr = rowsCSV.Error()
+			csvErr = rowsCSV.write(s.CSV())
+		}
+		for _, t := range s.Tables {
+			if tablesCSV != nil && csvErr == nil {
+				csvErr = tablesCSV.write(t.CSV())
+			}
 		}
 	})
 	if csvErr != nil {
@@ -160,7 +164,7 @@ func runSoak(cmd *cobra.Command, g *globalOptions, cfg bench.Config, p bench.Soa
 		return err
 	}
 	if out != "" {
-		if werr := writeSoakFiles(out, store, res); werr != nil {
+		if werr := writeSoakSummary(filepath.Join(out, "soak-"+store+".json"), res); werr != nil {
 			err = errors.Join(err, werr)
 		}
 	}
@@ -178,22 +182,41 @@ func runSoak(cmd *cobra.Command, g *globalOptions, cfg bench.Config, p bench.Soa
 	return err
 }
 
-// writeSoakFiles writes the PostgreSQL tables' CSV and the JSON summary.
-func writeSoakFiles(dir, store string, res *bench.SoakResult) error {
-	if store == "postgres" {
-		f, err := os.Create(filepath.Join(dir, "soak-"+store+"-pg-tables.csv"))
-		if err != nil {
-			return fmt.Errorf("--out: %w", err)
-		}
-		werr := res.WritePGTablesCSV(f)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return fmt.Errorf("--out: %w", werr)
-		}
+// csvFile is a CSV file written a record at a time, each flushed at
+// once, so that a long run's rows are on disk however it ends.
+type csvFile struct {
+	f *os.File
+	w *csv.Writer
+}
+
+// createCSV creates the file at path and writes the header.
+func createCSV(path string, header []string) (*csvFile, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--out: %w", err)
 	}
-	f, err := os.Create(filepath.Join(dir, "soak-"+store+".json"))
+	c := &csvFile{f: f, w: csv.NewWriter(f)}
+	if err := c.write(header); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *csvFile) write(rec []string) error {
+	c.w.Write(rec)
+	c.w.Flush()
+	if err := c.w.Error(); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
+}
+
+func (c *csvFile) close() { c.f.Close() }
+
+// writeSoakSummary writes the result as JSON to path.
+func writeSoakSummary(path string, res *bench.SoakResult) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
