@@ -48,7 +48,7 @@ func (c *Client) withConfigured(ls []store.LimitState) []store.LimitState {
 	for _, l := range *p {
 		i, ok := byName[l.Name]
 		if !ok {
-			st := store.LimitState{Name: l.Name, Max: l.Max}
+			st := store.LimitState{Name: l.Name, Max: l.Max, HoldOnRetryAfter: l.HoldOnRetryAfter}
 			if !l.rate.IsZero() {
 				r := l.rate
 				st.Rate = &r

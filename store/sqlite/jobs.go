@@ -788,6 +788,12 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				continue // stale: the job is not running this lease for this worker
 			}
 			note(o, i, to, counters)
+			if !o.HoldUntil.IsZero() && to != store.Canceled && (o.Kind == store.Retry || o.Kind == store.Bury) {
+				// A Retry-After holds the job's group, if its limit says so.
+				if _, err := s.stmt(tx, "limitHold").ExecContext(ctx, o.JobID, micros(o.HoldUntil)); err != nil {
+					return fmt.Errorf("sqlite: finish job %d: hold its limit's group: %w", o.JobID, err)
+				}
+			}
 		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {
 			return err

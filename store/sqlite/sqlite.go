@@ -414,7 +414,8 @@ var writeSQL = map[string]string{
 	"rateThrottled":  rateThrottledSQL,
 	"unlimitedAbove": unlimitedAboveSQL,
 	"rateMove":       rateMoveSQL,
-	"limitUpsert":    `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+	"limitUpsert":    `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+	"limitHold":      limitHoldSQL,
 	"limitJob":       `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
 	"limitGen":       `SELECT n FROM limit_gen WHERE id = 1`,
 	// limitNextDue: the earliest run_at after ?2 of queue ?1's limited

@@ -185,6 +185,8 @@ var subtests = []subtest{
 	{"LimitsReplayLimited", testLimitsReplayLimited},
 	{"LimitsRateRaise", testLimitsRateRaise},
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
+	{"LimitsHold", testLimitsHold},
+	{"LimitsEdit", testLimitsEdit},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
