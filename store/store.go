@@ -466,6 +466,12 @@ type FetchParams struct {
 	// can start (zero: none held), so that a worker sleeps until then
 	// rather than poll. It is a hint: another process may take that start.
 	NextStart *time.Time
+	// SlotWait, when not nil, is set by the fetch to whether a due job
+	// of the queue under a limit waits on a full group's slot (among the
+	// first due limited jobs a fetch looks at), which a job ending in
+	// any process frees at any time: a worker polls for those, while the
+	// jobs only a rate or a Retry-After holds start at NextStart.
+	SlotWait *bool
 }
 
 // OutcomeKind is what happened to a leased attempt.

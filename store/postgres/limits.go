@@ -38,7 +38,9 @@ import (
 // jobs of those, so one group's flood, waiting on its slots or its rate,
 // holds back no other. hw reads the held groups among the queue's first
 // limitWindow due limited jobs (none read when no group is held), for
-// when the first can start: a held group further down gives no hint. The window reads one priority at a time, highest
+// when the first can start: a held group further down gives no hint; sw
+// says whether any of those waits on a full group (FetchParams.SlotWait;
+// none read when no group is full). The window reads one priority at a time, highest
 // first, as the fetch statement does: job_limit_priorities walks the
 // distinct priorities of the queue's waiting limited jobs (one probe of
 // jobs_limit_due each), and each priority's due jobs are one range of the
@@ -80,6 +82,15 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 		LIMIT ` + limitWindow + `) x
 	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	GROUP BY climit, ckey
+), sw AS (
+	SELECT EXISTS (SELECT 1 FROM (
+		SELECT d.climit, d.ckey FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+			SELECT j.climit, j.ckey FROM {jobs} j
+			WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
+			ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
+		WHERE EXISTS (SELECT 1 FROM f)
+		LIMIT ` + limitWindow + `) x
+	WHERE (x.climit, x.ckey) IN (SELECT climit, ckey FROM f)) AS v
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= {now}) AS waiting_now,
 		(extract(epoch FROM min(run_at) FILTER (WHERE run_at > {now})) * 1000000)::bigint AS later
@@ -108,7 +119,7 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	SELECT GREATEST(held.at, (extract(epoch FROM hw.first) * 1000000)::bigint) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
 SELECT coalesce((SELECT array_agg(id ORDER BY priority DESC, run_at, id) FROM r), '{}'::bigint[]), (SELECT min(at) FROM h WHERE at > $4),
-	coalesce((SELECT array_agg(priority::int ORDER BY priority DESC, run_at, id) FROM r), '{}'::int[])`
+	coalesce((SELECT array_agg(priority::int ORDER BY priority DESC, run_at, id) FROM r), '{}'::int[]), (SELECT v FROM sw)`
 
 // unlimitedAboveSQL reads the priorities, highest first, of up to $3 of
 // queue $1's jobs without a limit due by $2 whose priority is above $4
@@ -250,6 +261,8 @@ type idleMark struct {
 	// rateAt, when not zero, is when a job a rate held can start next:
 	// the selection runs again from then.
 	rateAt time.Time
+	// slotWait is whether a due job waited on a full group's slot then.
+	slotWait bool
 }
 
 func (h *limitHints) get(queue string) *limitHint {
@@ -273,6 +286,9 @@ func (s *Store) limitLockKey() int64 {
 func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy time.Time) ([]*store.Job, error) {
 	if p.NextStart != nil {
 		*p.NextStart = time.Time{}
+	}
+	if p.SlotWait != nil {
+		*p.SlotWait = false
 	}
 	h := s.limitHints.get(p.Queue)
 	if !h.due.Load() {
@@ -302,13 +318,17 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 			if p.NextStart != nil {
 				*p.NextStart = idle.rateAt
 			}
+			if p.SlotWait != nil {
+				*p.SlotWait = idle.slotWait
+			}
 			return nil, nil // nothing can start since the last selection
 		}
 	}
 	var jobs []*store.Job
 	var nextStart time.Time
+	var slotWait bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		jobs, nextStart = nil, time.Time{}
+		jobs, nextStart, slotWait = nil, time.Time{}, false
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
 			return err
 		}
@@ -323,9 +343,11 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		var ids []int64
 		var prios []int32
 		var hint *int64
-		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint, &prios); err != nil {
+		var sw *bool
+		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint, &prios, &sw); err != nil {
 			return err
 		}
+		slotWait = sw != nil && *sw
 		if hint != nil {
 			nextStart = time.UnixMicro(*hint).UTC()
 		}
@@ -370,7 +392,7 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		if err := tx.QueryRow(ctx, s.sql.limitNextDue, p.Queue, ts(dueBy)).Scan(&next); err != nil {
 			return err
 		}
-		m := &idleMark{gen: gen, nextDue: time.Unix(1<<62, 0), rateAt: nextStart}
+		m := &idleMark{gen: gen, nextDue: time.Unix(1<<62, 0), rateAt: nextStart, slotWait: slotWait}
 		if next != nil {
 			m.nextDue = *next
 		}
@@ -397,6 +419,9 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 	})
 	if err == nil && p.NextStart != nil {
 		*p.NextStart = nextStart
+	}
+	if err == nil && p.SlotWait != nil {
+		*p.SlotWait = slotWait
 	}
 	return jobs, err
 }

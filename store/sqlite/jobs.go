@@ -391,8 +391,12 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		var err error
 		var nextStart int64
 		leaseNow = store.LeaseNow(&p)
+		s.slotWait = false
 		if limitedIDs, limited, ls, nextStart, err = s.fetchLimited(ctx, tx, p.Queue, leaseNow, dueBy, p.Limit); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
+		}
+		if p.SlotWait != nil {
+			*p.SlotWait = s.slotWait
 		}
 		if p.NextStart != nil {
 			*p.NextStart = time.Time{}

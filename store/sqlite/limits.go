@@ -31,7 +31,9 @@ import (
 // its slots or its rate, holds back no other. hw reads the held groups
 // among the queue's first limitWindow due limited jobs (none read when
 // no group is held), for when the first can start (the fetch's
-// NextStart): a held group further down gives no hint. A group's free slots
+// NextStart): a held group further down gives no hint. sw says whether
+// any of those jobs waits on a full group (FetchParams.SlotWait; none
+// read when no group is full). A group's free slots
 // are its limit's max less its running jobs, counted through jobs_limit_running (a few index entries, at most
 // max of them), once per group in the window. Jobs without a limit are
 // not in jobs_limit_due, which holds the columns read (a covering index),
@@ -66,6 +68,13 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 		LIMIT ` + limitWindow + `)
 	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	GROUP BY climit, ckey
+), sw AS (
+	SELECT EXISTS (SELECT 1 FROM (
+		SELECT j.climit, j.ckey FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
+		WHERE pr.p IS NOT NULL AND EXISTS (SELECT 1 FROM f) AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1
+			AND j.priority = pr.p AND j.run_at <= ?2
+		LIMIT ` + limitWindow + `) x
+	WHERE (x.climit, x.ckey) IN (SELECT climit, ckey FROM f)) AS v
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?4) AS waiting_now, min(run_at) FILTER (WHERE run_at > ?4) AS later
 	FROM w GROUP BY climit, ckey
@@ -94,7 +103,7 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	SELECT max(held.at, hw.first) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
 SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), (SELECT min(at) FROM h WHERE at > ?4),
-	json_group_array(priority), json_group_array(state = 'scheduled') FROM t`
+	json_group_array(priority), json_group_array(state = 'scheduled'), (SELECT v FROM sw) FROM t`
 
 // unlimitedAboveSQL reads the priorities, highest first, of up to ?3 of
 // queue ?1's jobs without a limit due by ?2 whose priority is above ?4
@@ -151,8 +160,12 @@ const (
 type limitIdle map[string]idleMark
 
 // rateAt, when not 0, is when a job a rate held can start next: the
-// selection runs again from then.
-type idleMark struct{ gen, nextDue, rateAt int64 }
+// selection runs again from then. slotWait is whether a due job waited
+// on a full group's slot then.
+type idleMark struct {
+	gen, nextDue, rateAt int64
+	slotWait             bool
+}
 
 // limitWindow is how many of a queue's oldest due limited jobs a fetch
 // looks at (the same in both stores).
@@ -463,13 +476,16 @@ func (s *Store) selectLimited(ctx context.Context, tx *sql.Conn, queue string, n
 	}
 	due, at := micros(dueBy), micros(now)
 	if m, ok := s.limitIdle[queue]; ok && m.gen == gen && due < m.nextDue && (m.rateAt == 0 || at < m.rateAt) {
+		s.slotWait = m.slotWait
 		return "", 0, 0, m.rateAt, nil
 	}
 	var hint sql.NullInt64
 	var prios, sched string
-	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit, at).Scan(&ids, &n, &scheduled, &hint, &prios, &sched); err != nil {
+	var slotWait sql.NullBool
+	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit, at).Scan(&ids, &n, &scheduled, &hint, &prios, &sched, &slotWait); err != nil {
 		return "", 0, 0, 0, err
 	}
+	s.slotWait = slotWait.Bool
 	if n > 0 {
 		delete(s.limitIdle, queue)
 		s.sel = limitedSel{}
@@ -495,7 +511,7 @@ func (s *Store) selectLimited(ctx context.Context, tx *sql.Conn, queue string, n
 	if err := s.stmt(tx, "limitNextDue").QueryRowContext(ctx, queue, due).Scan(&next); err != nil {
 		return "", 0, 0, 0, err
 	}
-	m := idleMark{gen: gen, nextDue: math.MaxInt64, rateAt: hint.Int64}
+	m := idleMark{gen: gen, nextDue: math.MaxInt64, rateAt: hint.Int64, slotWait: slotWait.Bool}
 	if next.Valid {
 		m.nextDue = next.Int64
 	}

@@ -133,6 +133,10 @@ type Store struct {
 	// sel is the last selection of limited jobs (limits.go; writer
 	// goroutine only).
 	sel limitedSel
+	// slotWait is whether the last selection of limited jobs saw a due
+	// one waiting on a full group (FetchParams.SlotWait; writer
+	// goroutine only).
+	slotWait bool
 	// lastWrite is the error of the last write transaction, nil after a
 	// success (see WriteHealth).
 	lastWrite atomic.Pointer[error]

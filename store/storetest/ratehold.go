@@ -167,3 +167,40 @@ func testLimitsEdit(x *h) {
 		}
 	}
 }
+
+// testLimitsSlotWait: a fetch says whether due limited jobs of its queue
+// wait on a full group's slot (which a worker polls for), apart from
+// those only a rate holds (which start at NextStart), also when it skips
+// the selection because nothing changed.
+func testLimitsSlotWait(x *h) {
+	slots := x.enqueue(at(0), rated("sq", "slots", "a", 1, store.LimitRate{}), rated("sq", "slots", "a", 1, store.LimitRate{}))
+	slow := store.LimitRate{N: 1, Per: time.Hour, Burst: 1}
+	rates := x.enqueue(at(0), rated("rq", "slow", "a", 0, slow), rated("rq", "slow", "a", 0, slow))
+	x.enqueue(at(0), store.NewJob{Queue: "pq", Kind: "k"})
+	var next time.Time
+	slotWait := true
+	fetch := func(q string, now time.Duration, want ...int64) {
+		x.t.Helper()
+		x.fetchWant(store.FetchParams{Queue: q, Limit: 10, Now: at(now), LeaseUntil: at(time.Hour), Worker: "w1", NextStart: &next, SlotWait: &slotWait}, want...)
+	}
+	fetch("sq", time.Second, slots[0].ID)
+	for i := range 2 { // the selection, then the fetch that skips it
+		fetch("sq", time.Second+time.Duration(i)*time.Millisecond)
+		if !slotWait || !next.IsZero() {
+			x.t.Errorf("fetch %d of a queue waiting on a slot: SlotWait %v, NextStart %s; want true, zero", i, slotWait, fmtTime(next))
+		}
+	}
+	fetch("rq", time.Second, rates[0].ID)
+	for i := range 2 {
+		slotWait = true
+		fetch("rq", time.Second+time.Duration(i)*time.Millisecond)
+		if slotWait || !sameTime(next, at(time.Second+time.Hour)) {
+			x.t.Errorf("fetch %d of a queue held by a rate: SlotWait %v, NextStart %s; want false, %s", i, slotWait, fmtTime(next), fmtTime(at(time.Second+time.Hour)))
+		}
+	}
+	slotWait = true
+	fetch("pq", time.Second, x.listIDs(store.Filter{Queue: "pq"}, 10)...)
+	if slotWait {
+		x.t.Errorf("fetch of a queue without limits: SlotWait true")
+	}
+}

@@ -187,6 +187,7 @@ var subtests = []subtest{
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
 	{"LimitsHold", testLimitsHold},
 	{"LimitsEdit", testLimitsEdit},
+	{"LimitsSlotWait", testLimitsSlotWait},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
