@@ -141,6 +141,13 @@ func (c *completer) flush(ctx context.Context) {
 			}
 			time.Sleep(d)
 		}
+		// An outcome ends a running job: a slot of its limit may be free
+		// for a queue that waits on one.
+		for _, q := range c.w.queues {
+			if q.slotWait.Load() {
+				q.wake(time.Now())
+			}
+		}
 		for i := range outs {
 			o := &outs[i]
 			if !applied[i] {

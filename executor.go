@@ -636,6 +636,16 @@ func (e *Executor) failOutcome(ln *lane, j *Job, h *handler, o Outcome, v failur
 	msg = e.bound(msg)
 	class := v.Class.String()
 	o.Error, o.Class = msg, v.Class
+	if v.Class == failure.RateLimited && v.RetryAfter > 0 {
+		// The server asked to wait: a limit that holds on Retry-After
+		// holds the job's group that long (clamped as the retry's wait
+		// is), fleet-wide; the store ignores it for other jobs.
+		ra, most := v.RetryAfter, p.MaxRetryAfter
+		if most <= 0 {
+			most = retry.DefaultMaxRetryAfter
+		}
+		o.HoldUntil = o.At.Add(min(ra, most))
+	}
 	o.Counters = []store.Counter{{Queue: j.Queue, Name: store.StatFailed, Class: class, N: 1}}
 	ev := &store.Event{Attempt: j.Attempt, At: start, Duration: dur, Class: class, Error: msg, Reason: v.Reason, Worker: e.id}
 	o.Duration = dur

@@ -44,6 +44,11 @@ type queueRunner struct {
 	// applied, knows no fetch is still under way.
 	paused  atomic.Bool
 	fetchMu sync.Mutex
+
+	// slotWait is set while the queue's last fetch left due jobs waiting
+	// on a full group's slot: the completer then wakes the loop when it
+	// records outcomes, which may free such a slot.
+	slotWait atomic.Bool
 }
 
 // setPaused applies a pause or a resume to the loop. A pause returns once
@@ -226,6 +231,15 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	failures := 0
+	// recheck is how soon the loop looks again for a slot of a full
+	// group: limitRecheck after a fetch that leased jobs, doubling with
+	// every fetch that leased none, up to maxLimitRecheck.
+	recheck := limitRecheck
+	backoff := func() time.Duration {
+		d := recheck
+		recheck = min(2*recheck, maxLimitRecheck)
+		return d
+	}
 	for ctx.Err() == nil {
 		free := q.concurrency - int(q.active.Load())
 		if free <= 0 {
@@ -270,8 +284,10 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		// shutdown for ever.
 		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
 		var nextStart time.Time
+		var slotWait bool
 		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
-			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id, NextStart: &nextStart, Clock: w.client.now})
+			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id, NextStart: &nextStart, Clock: w.client.now,
+			SlotWait: &slotWait})
 		fcancel()
 		q.fetchMu.Unlock()
 		if err != nil {
@@ -285,6 +301,10 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 			continue
 		}
 		failures = 0
+		q.slotWait.Store(slotWait)
+		if len(jobs) > 0 {
+			recheck = limitRecheck
+		}
 		for _, j := range jobs {
 			q.active.Add(1)
 			w.active.Add(1)
@@ -294,12 +314,19 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 			continue // there may be more due right now
 		}
 		if !nextStart.IsZero() {
-			// Due jobs wait on a rate limit: the next may start at
-			// nextStart. Sleep until then (it starts within a timer's
-			// precision of it), or limitRecheck for the slots of others;
-			// a rate's start is never polled for.
+			// Due jobs wait on a rate limit (or a hold on Retry-After):
+			// the next may start at nextStart. Sleep until then (it starts
+			// within a timer's precision of it); a rate's start is never
+			// polled for. Only due jobs waiting on a full group's slot,
+			// which another process may free at any time, are looked for
+			// sooner (recheck). A wake-up (an enqueue, a retry, a local
+			// outcome while slots are awaited) ends the sleep early.
 			if d := nextStart.Sub(w.client.now()); d > 0 {
-				q.sleep(ctx, timer, min(d, limitRecheck, w.opts.PollInterval))
+				wait := min(d, w.opts.PollInterval)
+				if slotWait {
+					wait = min(wait, backoff())
+				}
+				q.sleep(ctx, timer, wait)
 			}
 			continue
 		}
@@ -316,8 +343,9 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 			if len(jobs) == 0 {
 				// Jobs are due but none could be leased: they wait on a
 				// concurrency limit's slot (or another process's fetch
-				// holds them). Look again shortly rather than spin.
-				q.sleep(ctx, timer, min(w.opts.PollInterval, limitRecheck))
+				// holds them). Look again shortly rather than spin, less
+				// often the longer nothing frees.
+				q.sleep(ctx, timer, min(w.opts.PollInterval, backoff()))
 			}
 			continue
 		}
@@ -325,11 +353,18 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 	}
 }
 
-// limitRecheck is how soon a queue whose due jobs all wait on a
-// concurrency limit looks again for a free slot: a slot freed by another
-// process is taken within about this long (one freed here, too: the
-// outcome that frees it is written by the completer, not the fetch loop).
-const limitRecheck = 20 * time.Millisecond
+// limitRecheck is how soon a queue whose due jobs wait on a full group
+// of a concurrency limit first looks again for a free slot; each look
+// that finds none doubles the wait, up to maxLimitRecheck. A slot freed
+// by another process is taken within about maxLimitRecheck once a group
+// has been full for a while; one freed here at once (the completer wakes
+// the loop when it records outcomes while the queue waits on slots).
+// Jobs held only by a rate or a hold on Retry-After are not polled for:
+// the loop sleeps until the fetch's NextStart.
+const (
+	limitRecheck    = 20 * time.Millisecond
+	maxLimitRecheck = 160 * time.Millisecond
+)
 
 // sleep waits for d, a wake-up or the end of ctx.
 func (q *queueRunner) sleep(ctx context.Context, timer *time.Timer, d time.Duration) {

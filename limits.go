@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -46,6 +47,19 @@ type ConcurrencyLimit struct {
 	// quiet spell, from 1 to store.MaxBurst; 0 is 1 (starts evenly
 	// spaced). Only with a Rate.
 	Burst int `json:"burst,omitempty"`
+	// HoldOnRetryAfter, when true, makes a failure of one of the limit's
+	// jobs classed rate_limited with a Retry-After (an HTTP 429 or 503
+	// saying how long to wait) hold the job's whole group, fleet-wide,
+	// until the Retry-After (clamped by the retry policy's
+	// MaxRetryAfter) has passed: no job of the group starts before,
+	// whatever the limit's max and rate, while the other groups run on.
+	// Off by default: a group is not always what the server throttles
+	// (a limit per queue over many hosts would stop them all for one
+	// host's 429). Turn it on when a group is one dependency's quota,
+	// such as a limit keyed on the host or the customer's API key. Set
+	// at run time (Client.SetLimitHold, redrive limits set --hold), it
+	// wins over this, as Max and Rate do.
+	HoldOnRetryAfter bool `json:"hold_on_retry_after,omitempty"`
 }
 
 // LimitKey is a parsed ConcurrencyLimit.Key.
@@ -123,10 +137,10 @@ func (l *ConcurrencyLimit) Check() error {
 }
 
 // SameLimit reports whether l and o are one limit: the same name, key,
-// max, rate and burst (their queue and kind may differ: such entries of
+// max, rate, burst and hold on Retry-After (their queue and kind may differ: such entries of
 // a list put the jobs of each selection under the one limit).
 func (l ConcurrencyLimit) SameLimit(o ConcurrencyLimit) bool {
-	if l.Name != o.Name || l.Key != o.Key || l.Max != o.Max {
+	if l.Name != o.Name || l.Key != o.Key || l.Max != o.Max || l.HoldOnRetryAfter != o.HoldOnRetryAfter {
 		return false
 	}
 	a, errA := rateOf(l.Rate, l.Burst)
@@ -201,7 +215,7 @@ func (c *Client) applyLimit(nj *store.NewJob) error {
 		if len(key) > store.MaxLimitName {
 			return fmt.Errorf("%w: concurrency limit %q: %s is longer than %d bytes", ErrInvalid, l.Name, l.key, store.MaxLimitName)
 		}
-		nj.Limit, nj.LimitKey, nj.LimitMax, nj.LimitRate = l.Name, key, l.Max, l.rate
+		nj.Limit, nj.LimitKey, nj.LimitMax, nj.LimitRate, nj.LimitHold = l.Name, key, l.Max, l.rate, l.HoldOnRetryAfter
 		return nil
 	}
 	return nil
@@ -276,17 +290,40 @@ func (c *Client) LimitStates(ctx context.Context) ([]store.LimitState, error) {
 }
 
 // SetLimitMax changes, fleet-wide, the max of the limit named name (and
-// creates the limit if the store has none of that name).
+// creates the limit if the store has none of that name). Max 0 removes
+// the cap of a limit that has a rate; for a limit without one it is an
+// error wrapping store.ErrNoCapNoRate (and ErrInvalid) naming the field
+// max, and nothing changes.
 func (c *Client) SetLimitMax(ctx context.Context, name string, max int) (store.LimitState, error) {
 	if err := CheckName("limit name", name); err != nil {
 		return store.LimitState{}, &FieldError{Field: "name", Err: err}
 	}
-	if err := store.CheckLimitMax(max); err != nil {
-		return store.LimitState{}, &FieldError{Field: "max", Err: fmt.Errorf("%w: max %d is out of range [1, %d]", ErrInvalid, max, store.MaxLimit)}
+	if max != 0 {
+		if err := store.CheckLimitMax(max); err != nil {
+			return store.LimitState{}, &FieldError{Field: "max", Err: fmt.Errorf("%w: max %d is out of range [1, %d] (or 0 for no cap, with a rate)", ErrInvalid, max, store.MaxLimit)}
+		}
 	}
 	st, err := c.store.SetLimit(ctx, name, max, c.now())
+	if errors.Is(err, store.ErrNoCapNoRate) {
+		return store.LimitState{}, &FieldError{Field: "max", Err: fmt.Errorf("%w: limit %q has no rate: removing its max would leave it no limit (set a rate first, or give a max)", ErrInvalid, clipName(name))}
+	}
 	if err != nil {
 		return store.LimitState{}, fmt.Errorf("redrive: set limit: %w", err)
+	}
+	return st, nil
+}
+
+// SetLimitHold turns on or off, fleet-wide, the hold on Retry-After of
+// the limit named name (see ConcurrencyLimit.HoldOnRetryAfter); turning
+// it off also ends the limit's holds now. A limit the store does not keep
+// yet (no job has used it) is an error wrapping ErrNotFound.
+func (c *Client) SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error) {
+	if err := CheckName("limit name", name); err != nil {
+		return store.LimitState{}, &FieldError{Field: "name", Err: err}
+	}
+	st, err := c.store.SetLimitHold(ctx, name, on, c.now())
+	if err != nil {
+		return store.LimitState{}, fmt.Errorf("redrive: set limit hold: %w", err)
 	}
 	return st, nil
 }

@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redrivehq/redrive/store"
 )
 
 // withLimit fills j.Limit for a job under a concurrency limit that has
 // not ended: the limit, its group, the group's use now, and whether the
-// job waits on it (due, not running, its group full).
+// job waits on it (due, not running, its group full, or held by its rate
+// or a Retry-After until NextStart).
 func (c *Client) withLimit(ctx context.Context, j *Job) (*Job, error) {
 	switch j.State {
 	case store.Pending, store.Scheduled, store.Running:
@@ -25,7 +27,12 @@ func (c *Client) withLimit(ctx context.Context, j *Job) (*Job, error) {
 	if !ok {
 		return j, nil
 	}
-	l.Waiting = j.State != store.Running && !j.RunAt.After(c.now()) && l.Running >= int64(l.Max)
+	now := c.now()
+	if !l.NextStart.After(now) {
+		l.NextStart = time.Time{}
+	}
+	full := l.Max > 0 && l.Running >= int64(l.Max)
+	l.Waiting = j.State != store.Running && !j.RunAt.After(now) && (full || !l.NextStart.IsZero())
 	j.Limit = &l
 	return j, nil
 }
@@ -48,7 +55,7 @@ func (c *Client) withConfigured(ls []store.LimitState) []store.LimitState {
 	for _, l := range *p {
 		i, ok := byName[l.Name]
 		if !ok {
-			st := store.LimitState{Name: l.Name, Max: l.Max}
+			st := store.LimitState{Name: l.Name, Max: l.Max, HoldOnRetryAfter: l.HoldOnRetryAfter}
 			if !l.rate.IsZero() {
 				r := l.rate
 				st.Rate = &r

@@ -107,3 +107,41 @@ func TestGetJobLimit(t *testing.T) {
 		t.Errorf("Get(unlimited) limit = %+v, %v; want none", j.Limit, err)
 	}
 }
+
+// TestJobLimitWaitingOnRate: a job's limit says it waits when its
+// group's rate holds it, with a free slot or with no max, and says so
+// only then: a due job of a rate-only limit whose rate allows a start
+// does not wait on it.
+func TestJobLimitWaitingOnRate(t *testing.T) {
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	if err := c.SetLimits([]redrive.ConcurrencyLimit{
+		{Name: "only", Queue: "q1", Rate: "1/h"},
+		{Name: "both", Queue: "q2", Max: 5, Rate: "1/h"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"q1", "q2"} {
+		js, err := c.EnqueueMany(t.Context(), []redrive.Request{{Queue: q, Kind: "k"}, {Queue: q, Kind: "k"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := c.Get(t.Context(), js[1].ID)
+		if err != nil || j.Limit == nil || j.Limit.Waiting || !j.Limit.NextStart.IsZero() {
+			t.Fatalf("%s: job before any start: limit %+v, %v; want not waiting (its rate allows a start)", q, j.Limit, err)
+		}
+		now := time.Now()
+		got, err := st.Fetch(t.Context(), store.FetchParams{Queue: q, Limit: 10, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("%s: Fetch = %d jobs, %v; want 1", q, len(got), err)
+		}
+		held := js[1].ID
+		if got[0].ID == held {
+			held = js[0].ID
+		}
+		j, err = c.Get(t.Context(), held)
+		if err != nil || j.Limit == nil || !j.Limit.Waiting || !j.Limit.NextStart.After(now.Add(59*time.Minute)) {
+			t.Errorf("%s: job its rate holds: limit %+v, %v; want waiting until about an hour on", q, j.Limit, err)
+		}
+	}
+}

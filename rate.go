@@ -2,6 +2,7 @@ package redrive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -114,25 +115,31 @@ func rateOf(rate string, burst int) (store.LimitRate, error) {
 }
 
 // SetLimitRate changes, fleet-wide, the rate of the limit named name (the
-// zero rate removes it; Burst 0 is read as 1), and creates the limit,
-// with no cap on running jobs, if the store has none of that name. A
-// rate set so wins over the one of the limits given to SetLimits. A bad
-// name or rate is an error wrapping ErrInvalid naming the field (name,
-// rate, interval, burst), and nothing is stored.
+// zero rate removes it; Burst 0 keeps the limit's burst, 1 when it has no
+// rate yet), and creates the limit, with no cap on running jobs, if the
+// store has none of that name. A rate set so wins over the one of the
+// limits given to SetLimits. A bad name or rate is an error wrapping
+// ErrInvalid naming the field (name, rate, interval, burst), and nothing
+// is stored; so is removing the rate of a limit without a max (it would
+// be no limit: the error names rate and wraps store.ErrNoCapNoRate).
 func (c *Client) SetLimitRate(ctx context.Context, name string, r store.LimitRate) (store.LimitState, error) {
 	if err := CheckName("limit name", name); err != nil {
 		return store.LimitState{}, &FieldError{Field: "name", Err: err}
 	}
-	if r.N != 0 && r.Burst == 0 {
-		r.Burst = 1
-	}
 	if r.N == 0 && (r.Per != 0 || r.Burst != 0) {
 		return store.LimitState{}, &FieldError{Field: "rate", Err: fmt.Errorf("%w: rate: %d jobs per interval is out of range [1, %d]", ErrInvalid, r.N, store.MaxRateN)}
 	}
-	if err := checkRate(r); err != nil {
+	chk := r
+	if chk.N != 0 && chk.Burst == 0 {
+		chk.Burst = 1 // the store keeps the limit's burst
+	}
+	if err := checkRate(chk); err != nil {
 		return store.LimitState{}, err
 	}
 	st, err := c.store.SetLimitRate(ctx, name, r, c.now())
+	if errors.Is(err, store.ErrNoCapNoRate) {
+		return store.LimitState{}, &FieldError{Field: "rate", Err: fmt.Errorf("%w: limit %q has no max: removing its rate would leave it no limit (give it a max first)", ErrInvalid, clipName(name))}
+	}
 	if err != nil {
 		return store.LimitState{}, fmt.Errorf("redrive: set limit rate: %w", err)
 	}

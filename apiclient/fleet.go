@@ -147,7 +147,7 @@ func (c *Client) Limits(ctx context.Context) ([]store.LimitState, error) {
 }
 
 // SetLimit changes a concurrency limit's max for the whole fleet (PUT
-// /v1/limits/{name}).
+// /v1/limits/{name}); 0 removes the cap of a limit that has a rate.
 func (c *Client) SetLimit(ctx context.Context, name string, max int) (store.LimitState, error) {
 	var res LimitBody
 	return res.Limit, c.do(ctx, request{method: http.MethodPut, path: "/v1/limits/" + segment(name), body: LimitSet{Max: &max}}, &res)
@@ -155,7 +155,7 @@ func (c *Client) SetLimit(ctx context.Context, name string, max int) (store.Limi
 
 // SetLimitRate changes a limit's rate for the whole fleet (PUT
 // /v1/limits/{name}): rate is "N/interval" ("50/s") or "none", burst 0
-// the server's default (1).
+// keeps the limit's burst (1 for a limit that had no rate).
 func (c *Client) SetLimitRate(ctx context.Context, name, rate string, burst int) (store.LimitState, error) {
 	var res LimitBody
 	body := LimitSet{Rate: &rate}
@@ -163,4 +163,11 @@ func (c *Client) SetLimitRate(ctx context.Context, name, rate string, burst int)
 		body.Burst = &burst
 	}
 	return res.Limit, c.do(ctx, request{method: http.MethodPut, path: "/v1/limits/" + segment(name), body: body}, &res)
+}
+
+// SetLimitHold turns a limit's hold on Retry-After on or off for the
+// whole fleet (PUT /v1/limits/{name}).
+func (c *Client) SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error) {
+	var res LimitBody
+	return res.Limit, c.do(ctx, request{method: http.MethodPut, path: "/v1/limits/" + segment(name), body: LimitSet{HoldOnRetryAfter: &on}}, &res)
 }

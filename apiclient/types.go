@@ -481,11 +481,15 @@ type LimitBody struct {
 }
 
 // LimitSet is the body of PUT /v1/limits/{name}: the limit's new max,
-// its new rate, or both. Rate is "N/interval" ("50/s", "3/1m"; see
-// redrive.ParseRate) or "none" to remove the rate; Burst (default 1)
-// goes with a Rate.
+// its new rate, its hold on Retry-After, or several. Max 0 removes the
+// cap of a limit that keeps a rate. Rate is "N/interval" ("50/s",
+// "3/1m"; see redrive.ParseRate) or "none" to remove the rate; Burst
+// goes with a Rate (without one, the limit keeps its burst: 1 for a
+// limit that had no rate). HoldOnRetryAfter turns the hold on or off
+// (see redrive.ConcurrencyLimit.HoldOnRetryAfter).
 type LimitSet struct {
-	Max   *int    `json:"max,omitempty"`
-	Rate  *string `json:"rate,omitempty"`
-	Burst *int    `json:"burst,omitempty"`
+	Max              *int    `json:"max,omitempty"`
+	Rate             *string `json:"rate,omitempty"`
+	Burst            *int    `json:"burst,omitempty"`
+	HoldOnRetryAfter *bool   `json:"hold_on_retry_after,omitempty"`
 }

@@ -13,7 +13,8 @@ import (
 //	redrive_limit_in_use{limit}   the limit's running jobs, all groups together
 //	redrive_limit_busiest{limit}  the most running in one group
 //	redrive_limit_groups{limit}   how many of its groups have a running job
-//	redrive_limit_waiting{limit}  the limit's due jobs not running (waiting on a slot, or not fetched yet)
+//	redrive_limit_waiting{limit}  the limit's due jobs not running (waiting on a slot or its rate, or not fetched yet)
+//	redrive_limit_held_groups{limit}  its groups a Retry-After holds now (hold_on_retry_after)
 //	redrive_limit_rate{limit}     the limit's rate, in job starts per second per group (absent: no rate)
 //	redrive_limit_burst{limit}    how many jobs of one group may start at once under the rate
 //	redrive_limit_throttled_total{limit,reason="rate"}  starts the rate delayed (a counter)
@@ -31,7 +32,10 @@ var (
 	limitGroupsDesc = prometheus.NewDesc("redrive_limit_groups",
 		"How many groups of the concurrency limit have a running job."+storeWide, []string{"limit"}, nil)
 	limitWaitingDesc = prometheus.NewDesc("redrive_limit_waiting",
-		"How many jobs under the concurrency limit are due and not running: waiting on a slot, or not fetched yet."+storeWide,
+		"How many jobs under the concurrency limit are due and not running: waiting on a slot or its rate, or not fetched yet."+storeWide,
+		[]string{"limit"}, nil)
+	limitHeldDesc = prometheus.NewDesc("redrive_limit_held_groups",
+		"How many groups of the limit a 429 (or 503) with Retry-After holds now, fleet-wide, until the Retry-After has passed (limits that hold on Retry-After)."+storeWide,
 		[]string{"limit"}, nil)
 	limitRateDesc = prometheus.NewDesc("redrive_limit_rate",
 		"The limit's rate: how many jobs of one group may start per second, fleet-wide (absent when the limit has none)."+storeWide, []string{"limit"}, nil)
@@ -51,6 +55,7 @@ func describeLimits(ch chan<- *prometheus.Desc) {
 	ch <- limitBusiestDesc
 	ch <- limitGroupsDesc
 	ch <- limitWaitingDesc
+	ch <- limitHeldDesc
 }
 
 // collectLimits reads the concurrency limits from the store.
@@ -67,6 +72,7 @@ func (c *Collector) collectLimits(ctx context.Context, ch chan<- prometheus.Metr
 		ch <- prometheus.MustNewConstMetric(limitBusiestDesc, prometheus.GaugeValue, float64(l.Busiest), name)
 		ch <- prometheus.MustNewConstMetric(limitGroupsDesc, prometheus.GaugeValue, float64(l.Groups), name)
 		ch <- prometheus.MustNewConstMetric(limitWaitingDesc, prometheus.GaugeValue, float64(l.Waiting), name)
+		ch <- prometheus.MustNewConstMetric(limitHeldDesc, prometheus.GaugeValue, float64(l.HeldGroups), name)
 		if l.Rate != nil && l.Rate.N > 0 {
 			ch <- prometheus.MustNewConstMetric(limitRateDesc, prometheus.GaugeValue, float64(l.Rate.N)/l.Rate.Per.Seconds(), name)
 			ch <- prometheus.MustNewConstMetric(limitBurstDesc, prometheus.GaugeValue, float64(l.Rate.Burst), name)

@@ -27,10 +27,11 @@ func TestLimitMetrics(t *testing.T) {
 	// A configured limit is reported before any job used it.
 	text := metricstest.Exposition(t, metrics.NewCollector(c, metrics.CollectorOptions{Logger: log}))
 	metricstest.WantSamples(t, text, map[string]float64{
-		`redrive_limit_max{limit="per-customer"}`:     2,
-		`redrive_limit_in_use{limit="per-customer"}`:  0,
-		`redrive_limit_groups{limit="per-customer"}`:  0,
-		`redrive_limit_waiting{limit="per-customer"}`: 0,
+		`redrive_limit_max{limit="per-customer"}`:         2,
+		`redrive_limit_in_use{limit="per-customer"}`:      0,
+		`redrive_limit_groups{limit="per-customer"}`:      0,
+		`redrive_limit_waiting{limit="per-customer"}`:     0,
+		`redrive_limit_held_groups{limit="per-customer"}`: 0,
 	})
 	for _, cust := range []string{"a", "a", "a", "b"} {
 		if _, err := c.Enqueue(t.Context(), "crm", map[string]string{"c": cust}); err != nil {

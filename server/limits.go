@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -55,9 +56,12 @@ func (a *api) listLimits(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// setLimit changes, fleet-wide, the max, the rate or both of the limit
-// the {name} path value names (creating it if there is none). Every field
-// is checked before anything is stored: a bad one is a 400 naming it.
+// setLimit changes, fleet-wide, the max, the rate, the hold on
+// Retry-After, or several, of the limit the {name} path value names
+// (creating it if there is none, unless only the hold is given). Every
+// field is checked before anything is stored: a bad one is a 400 naming
+// it. Max 0 removes the cap of a limit that keeps a rate; a rate without
+// a burst keeps the limit's burst.
 func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {
 		return err
@@ -71,15 +75,15 @@ func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decodeBody(w, r, &body); err != nil {
 		return err
 	}
-	if body.Max == nil && body.Rate == nil {
+	if body.Max == nil && body.Rate == nil && body.HoldOnRetryAfter == nil {
 		if body.Burst != nil {
 			return badRequest("burst", "burst goes with a rate: give rate too (e.g. \"rate\": \"50/s\", \"burst\": 10)")
 		}
-		return badRequest("max", "max or rate is required: max is how many jobs of one group may run at once, 1 to %d; rate how many start per interval, e.g. 50/s", store.MaxLimit)
+		return badRequest("max", "max, rate or hold_on_retry_after is required: max is how many jobs of one group may run at once, 1 to %d (0: no cap, with a rate); rate how many start per interval, e.g. 50/s", store.MaxLimit)
 	}
-	if body.Max != nil {
+	if body.Max != nil && *body.Max != 0 {
 		if err := store.CheckLimitMax(*body.Max); err != nil {
-			return badRequest("max", "max %d is out of range [1, %d]", *body.Max, store.MaxLimit)
+			return badRequest("max", "max %d is out of range [1, %d] (or 0 for no cap, with a rate)", *body.Max, store.MaxLimit)
 		}
 	}
 	var rate store.LimitRate
@@ -100,13 +104,36 @@ func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
 	} else if body.Burst != nil {
 		return badRequest("burst", "burst goes with a rate: give rate too (e.g. \"rate\": \"50/s\", \"burst\": 10)")
 	}
+	if body.Max != nil && *body.Max == 0 && body.Rate != nil && rate.IsZero() {
+		return badRequest("max", "max 0 and rate none would leave the limit no limit: keep a max or a rate")
+	}
 	var st store.LimitState
 	var err error
-	if body.Max != nil {
-		st, err = a.client.SetLimitMax(r.Context(), name, *body.Max)
+	setMax := func() {
+		if err == nil && body.Max != nil {
+			st, err = a.client.SetLimitMax(r.Context(), name, *body.Max)
+		}
 	}
-	if err == nil && body.Rate != nil {
-		st, err = a.client.SetLimitRate(r.Context(), name, rate)
+	setRate := func() {
+		if err == nil && body.Rate != nil {
+			st, err = a.client.SetLimitRate(r.Context(), name, rate)
+		}
+	}
+	// What adds a bound goes first, so that the limit never has neither
+	// between the two changes.
+	if body.Max != nil && *body.Max == 0 {
+		setRate()
+		setMax()
+	} else {
+		setMax()
+		setRate()
+	}
+	if err == nil && body.HoldOnRetryAfter != nil {
+		st, err = a.client.SetLimitHold(r.Context(), name, *body.HoldOnRetryAfter)
+		if errors.Is(err, store.ErrNotFound) {
+			return &apiError{status: http.StatusNotFound, code: "not_found",
+				msg: fmt.Sprintf("limit %q is not in the store yet (no job has used it): give it a max or a rate with the hold", clip(name))}
+		}
 	}
 	if err := fieldError(err); err != nil {
 		return err

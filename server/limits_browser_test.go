@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -74,6 +75,36 @@ func TestLimitsInChromium(t *testing.T) {
 	}
 	if l := b.textNow(t, card("per-host")+` [data-total="in_use"]`); !strings.Contains(l, "peak 3") {
 		t.Errorf("per-host chart legend: %q, want peak 3", l)
+	}
+	if hold := b.attr(t, card("per-host")+` [data-hold]`, "data-hold"); hold != "off" {
+		t.Errorf("per-host hold = %q, want off", hold)
+	}
+	// A limit holding a group on a Retry-After says which, until when.
+	if err := e.client.SetLimits([]redrive.ConcurrencyLimit{
+		{Name: "per-host", Queue: "crawl", Key: "payload.host", Max: 2},
+		{Name: "mail", Kind: "mail", Max: 3},
+		{Name: "api", Queue: "api", Key: "payload.host", Max: 1, HoldOnRetryAfter: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.EnqueueMany(t.Context(), []redrive.Request{{Queue: "api", Kind: "call", Payload: map[string]string{"host": "slow.example"}}}); err != nil {
+		t.Fatal(err)
+	}
+	now2 := time.Now()
+	got, err := e.st.Fetch(t.Context(), store.FetchParams{Queue: "api", Limit: 10, Now: now2, LeaseUntil: now2.Add(time.Hour), Worker: "w"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Fetch api = %d jobs, %v", len(got), err)
+	}
+	o := store.Outcome{JobID: got[0].ID, Queue: "api", Attempt: got[0].Attempt, Lease: got[0].Lease, Worker: "w", Kind: store.Retry, At: now2,
+		RunAt: now2.Add(time.Hour), Class: failure.RateLimited, Error: "429", HoldUntil: now2.Add(time.Hour)}
+	if applied, err := e.st.Finish(t.Context(), []store.Outcome{o}); err != nil || !applied[0] {
+		t.Fatalf("Finish = %v, %v", applied, err)
+	}
+	b.runWithin(t, 20*time.Second, "limits page with a hold",
+		chromedp.Navigate(url+"/#/limits"),
+		chromedp.WaitVisible(css(card("api")+` [data-held="slow.example"]`)))
+	if s := b.textNow(t, card("api")+` [data-hold]`); !strings.Contains(s, "on: 1 group held: slow.example until") {
+		t.Errorf("api hold: %q", s)
 	}
 	// A configured limit no job used yet is listed, with nothing in use.
 	if m := b.textNow(t, card("mail")); !strings.Contains(m, "kind mail") || !strings.Contains(m, "Running\nnone") || !strings.Contains(m, "No job of this limit runs now") {

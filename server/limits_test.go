@@ -139,8 +139,8 @@ func TestLimitsRate(t *testing.T) {
 		t.Errorf("GET /v1/limits = %s, want the rate and throttled", list.Limits)
 	}
 	e.want(e.do("PUT", "/v1/limits/pay", `{"max":4,"rate":"3/1m"}`), 200, &set)
-	if l := set.Limit; l.Max != 4 || l.Rate == nil || l.Rate.N != 3 || l.Rate.Per != time.Minute || l.Rate.Burst != 1 {
-		t.Errorf("PUT max 4, rate 3/1m = %+v (rate %+v)", l, l.Rate)
+	if l := set.Limit; l.Max != 4 || l.Rate == nil || l.Rate.N != 3 || l.Rate.Per != time.Minute || l.Rate.Burst != 10 {
+		t.Errorf("PUT max 4, rate 3/1m = %+v (rate %+v), want the burst (10) kept", l, l.Rate)
 	}
 	for _, c := range []struct{ body, field string }{
 		{`{"rate":"0/s"}`, "rate"},
@@ -154,7 +154,7 @@ func TestLimitsRate(t *testing.T) {
 		{`{"burst":3}`, "burst"},
 		{`{"rate":"none","burst":3}`, "burst"},
 		{`{"max":2,"rate":"0/s"}`, "rate"},
-		{`{"max":0,"rate":"5/s"}`, "max"},
+		{`{"max":0,"rate":"none"}`, "max"},
 	} {
 		wantErr(t, e.do("PUT", "/v1/limits/pay", c.body), 400, "invalid", c.field)
 	}
@@ -167,4 +167,83 @@ func TestLimitsRate(t *testing.T) {
 	if l := unset.Limit; l.Max != 4 || l.Rate != nil {
 		t.Errorf("PUT rate none = %+v, want max 4 and no rate", l)
 	}
+}
+
+// TestLimitsRateWaiting: the jobs a rate-only limit holds count as
+// waiting in GET /v1/limits.
+func TestLimitsRateWaiting(t *testing.T) {
+	e := newEnv(t, Options{})
+	if err := e.client.SetLimits([]redrive.ConcurrencyLimit{{Name: "slow", Kind: "call", Rate: "1/h"}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := e.client.Enqueue(t.Context(), "call", map[string]string{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	if got, err := e.client.Store().Fetch(t.Context(), store.FetchParams{Queue: redrive.DefaultQueue, Limit: 10, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"}); err != nil || len(got) != 1 {
+		t.Fatalf("Fetch = %d jobs, %v; want 1 (the rate's burst)", len(got), err)
+	}
+	var list LimitList
+	e.want(e.do("GET", "/v1/limits", ""), 200, &list)
+	if len(list.Limits) != 1 || list.Limits[0].InUse != 1 || list.Limits[0].Waiting != 2 {
+		t.Fatalf("GET /v1/limits = %+v, want 1 in use, 2 waiting on the rate", list)
+	}
+}
+
+// TestLimitsEdits: PUT /v1/limits/{name} keeps a limit's burst when a
+// rate comes without one; max 0 removes the cap of a limit that keeps a
+// rate, and is refused, naming the field, for one that would keep
+// neither (nor can a limit without a max lose its rate); the hold on
+// Retry-After is set and listed, and is a 404 for a limit the store does
+// not keep.
+func TestLimitsEdits(t *testing.T) {
+	e := newEnv(t, Options{})
+	var set LimitBody
+	e.want(e.do("PUT", "/v1/limits/pay", `{"max":3,"rate":"50/s","burst":10}`), 200, &set)
+	e.want(e.do("PUT", "/v1/limits/pay", `{"rate":"20/s"}`), 200, &set)
+	if l := set.Limit; l.Rate == nil || l.Rate.N != 20 || l.Rate.Burst != 10 {
+		t.Errorf("PUT rate 20/s without a burst = %+v (rate %+v), want burst 10 kept", l, l.Rate)
+	}
+	e.want(e.do("PUT", "/v1/limits/pay", `{"max":0}`), 200, &set)
+	if l := set.Limit; l.Max != 0 || l.Rate == nil || l.Rate.N != 20 {
+		t.Errorf("PUT max 0 = %+v (rate %+v), want no max, rate 20/s", l, l.Rate)
+	}
+	// Neither max nor rate: refused, naming the field, nothing changed.
+	wantErr(t, e.do("PUT", "/v1/limits/pay", `{"rate":"none"}`), 400, "invalid", "rate")
+	e.want(e.do("PUT", "/v1/limits/only-max", `{"max":2}`), 200, &set)
+	wantErr(t, e.do("PUT", "/v1/limits/only-max", `{"max":0}`), 400, "invalid", "max")
+	wantErr(t, e.do("PUT", "/v1/limits/nosuch", `{"max":0}`), 400, "invalid", "max")
+	// Max 0 with a new rate, in one request: the rate goes first.
+	e.want(e.do("PUT", "/v1/limits/only-max", `{"max":0,"rate":"5/s"}`), 200, &set)
+	if l := set.Limit; l.Max != 0 || l.Rate == nil || l.Rate.N != 5 || l.Rate.Burst != 1 {
+		t.Errorf("PUT max 0, rate 5/s = %+v (rate %+v), want no max, 5/s burst 1", l, l.Rate)
+	}
+	var list LimitList
+	e.want(e.do("GET", "/v1/limits", ""), 200, &list)
+	for _, l := range list.Limits {
+		if l.Max == 0 && l.Rate == nil {
+			t.Errorf("limit %s has neither max nor rate: %+v", l.Name, l)
+		}
+	}
+	// The hold on Retry-After.
+	e.want(e.do("PUT", "/v1/limits/pay", `{"hold_on_retry_after":true}`), 200, &set)
+	if !set.Limit.HoldOnRetryAfter || set.Limit.Rate == nil {
+		t.Errorf("PUT hold on = %+v, want the hold on, the rate kept", set.Limit)
+	}
+	var raw struct {
+		Limits []map[string]json.RawMessage `json:"limits"`
+	}
+	e.want(e.do("GET", "/v1/limits", ""), 200, &raw)
+	for _, l := range raw.Limits {
+		if string(l["name"]) == `"pay"` && (string(l["hold_on_retry_after"]) != "true" || string(l["held_groups"]) != "0") {
+			t.Errorf("GET /v1/limits: pay = %s, want hold_on_retry_after true, held_groups 0", l)
+		}
+	}
+	e.want(e.do("PUT", "/v1/limits/pay", `{"hold_on_retry_after":false}`), 200, &set)
+	if set.Limit.HoldOnRetryAfter {
+		t.Errorf("PUT hold off = %+v", set.Limit)
+	}
+	wantErr(t, e.do("PUT", "/v1/limits/nosuch", `{"hold_on_retry_after":true}`), 404, "not_found", "")
 }

@@ -148,7 +148,10 @@ type Limits interface {
 	// state. It keeps the limit's rate. It takes
 	// effect at the next fetch: lowering it below the running count
 	// stops new starts until enough jobs end; no running job is stopped.
-	// A bad name or a max out of [1, MaxLimit] is ErrInvalid.
+	// Max 0 removes the cap of a limit that has a rate (its jobs are then
+	// held by the rate alone). A bad name, a max out of [1, MaxLimit],
+	// or 0 for a limit without a rate (ErrNoCapNoRate) is ErrInvalid,
+	// and nothing is stored.
 	SetLimit(ctx context.Context, name string, max int, now time.Time) (LimitState, error)
 
 	// ListLimits returns every limit, sorted by name, with its use now.
@@ -156,15 +159,39 @@ type Limits interface {
 
 	// SetLimitRate sets the rate of the limit named name (the zero
 	// LimitRate removes it), creating the limit if there is none (with no
-	// cap on running jobs: Max 0), and returns its state. It keeps the
+	// cap on running jobs: Max 0), and returns its state. Burst 0 keeps
+	// the limit's burst (1 when it has no rate yet). It keeps the
 	// limit's max and takes effect at the next fetch: each group's rate
 	// state is brought under the new rate as if the group had just used
 	// its whole burst at it (its TAT no later than now + Burst·T), so
 	// raising a rate frees a group held by the old one within one new
 	// interval, and lowering one holds a group that used its burst one
 	// new interval, not the old burst's. A bad name or rate
-	// (CheckLimitRate) is ErrInvalid, and nothing is stored.
+	// (CheckLimitRate, but Burst 0), or removing the rate of a limit
+	// without a max (ErrNoCapNoRate), is ErrInvalid, and nothing is
+	// stored.
 	SetLimitRate(ctx context.Context, name string, r LimitRate, now time.Time) (LimitState, error)
+
+	// SetLimitHold turns on or off the hold on Retry-After of the limit
+	// named name (see LimitState.HoldOnRetryAfter) and returns its
+	// state. Turning it off also ends the limit's holds now. It takes
+	// effect at the next fetch. A limit the store does not keep is
+	// ErrNotFound.
+	SetLimitHold(ctx context.Context, name string, on bool, now time.Time) (LimitState, error)
+}
+
+// ErrNoCapNoRate is the error, wrapping ErrInvalid, of a change that
+// would leave a limit with neither a max nor a rate.
+var ErrNoCapNoRate = fmt.Errorf("%w: a limit needs a max or a rate: it cannot lose both", ErrInvalid)
+
+// MaxLimitHolds bounds LimitState.Holds.
+const MaxLimitHolds = 20
+
+// LimitHold is a group of a limit held by a Retry-After: no job of the
+// group starts before Until.
+type LimitHold struct {
+	Key   string    `json:"key"`
+	Until time.Time `json:"until"`
 }
 
 // LimitState is a concurrency limit and its use now.
@@ -193,6 +220,15 @@ type LimitState struct {
 	// UpdatedAt is when the limit was created or last set (zero for a
 	// configured limit the store does not keep yet).
 	UpdatedAt time.Time `json:"updated_at"`
+	// HoldOnRetryAfter is whether a rate_limited failure with a
+	// Retry-After of one of the limit's jobs holds the job's group,
+	// fleet-wide, until the Retry-After has passed (Outcome.HoldUntil).
+	HoldOnRetryAfter bool `json:"hold_on_retry_after"`
+	// HeldGroups is how many of the limit's groups a Retry-After holds
+	// now; Holds are those of them whose hold ends last, MaxLimitHolds
+	// at most.
+	HeldGroups int64       `json:"held_groups"`
+	Holds      []LimitHold `json:"holds,omitempty"`
 
 	// The store does not keep what follows: the redrive Client fills it.
 	//

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"strings"
+	"time"
 )
 
 // MaxLimitGroups bounds how many groups LimitGroups returns.
@@ -41,10 +42,16 @@ type JobLimit struct {
 	// now (the job included, if it runs).
 	Max     int   `json:"max"`
 	Running int64 `json:"running"`
+	// NextStart is the earliest time the group's rate, or a hold on
+	// Retry-After, lets a job of the group start (zero when neither has
+	// held it lately); a job due before waits on it. The Client leaves
+	// it zero once past.
+	NextStart time.Time `json:"next_start,omitzero"`
 	// Waiting is true when the job is due, not running, and its group is
-	// full: it waits on the limit, without using an attempt, and starts
-	// when a job of its group ends. Stores leave it false (the Client
-	// sets it).
+	// full or held (by its rate, or a Retry-After, until NextStart): it
+	// waits on the limit, without using an attempt, and starts when a
+	// job of its group ends or the hold passes. Stores leave it false
+	// (the Client sets it).
 	Waiting bool `json:"waiting"`
 }
 

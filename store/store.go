@@ -411,10 +411,13 @@ type NewJob struct {
 	// LimitMax 0 with a LimitRate gives a new limit no cap on running
 	// jobs. LimitRate is the rate the store gives the limit when it
 	// creates it (see LimitRate), as LimitMax is its max.
+	// LimitHold is whether the store gives a new limit the hold on
+	// Retry-After (LimitState.HoldOnRetryAfter), as LimitMax its max.
 	Limit     string
 	LimitKey  string
 	LimitMax  int
 	LimitRate LimitRate
+	LimitHold bool
 }
 
 // The range of job priorities (Job.Priority). Higher runs first.
@@ -463,6 +466,12 @@ type FetchParams struct {
 	// can start (zero: none held), so that a worker sleeps until then
 	// rather than poll. It is a hint: another process may take that start.
 	NextStart *time.Time
+	// SlotWait, when not nil, is set by the fetch to whether a due job
+	// of the queue under a limit waits on a full group's slot (among the
+	// first due limited jobs a fetch looks at), which a job ending in
+	// any process frees at any time: a worker polls for those, while the
+	// jobs only a rate or a Retry-After holds start at NextStart.
+	SlotWait *bool
 }
 
 // OutcomeKind is what happened to a leased attempt.
@@ -535,6 +544,14 @@ type Outcome struct {
 	Class       failure.Class
 	DeadReason  string // Bury
 	Fingerprint string // Bury: groups dead jobs by cause
+	// HoldUntil, when set on a Retry or Bury (a rate_limited failure
+	// whose server asked to wait: Retry-After), holds the group of the
+	// job's limit, fleet-wide, until then, if the job is under a limit
+	// that holds on Retry-After (LimitState.HoldOnRetryAfter): no job of
+	// the group starts before it (see LimitHold). The store writes the
+	// hold in the transaction that applies the outcome, and only if the
+	// outcome applies; a job under no such limit ignores it.
+	HoldUntil time.Time
 	// Counters are the statistics the outcome adds (see Stats). They are
 	// applied only when the outcome is. Stores themselves count what they
 	// alone know: enqueued, deduplicated, attempts (on Fetch), redriven,

@@ -208,11 +208,13 @@ type backend interface {
 	// (breakers.go).
 	Breakers(ctx context.Context) ([]apiclient.BreakerView, error)
 	// Limits lists the fleet's concurrency limits; SetLimit changes one's
-	// max, SetLimitRate its rate (a checked rate; the zero one removes
-	// it) (limits.go).
+	// max (0: no cap, for a limit with a rate), SetLimitRate its rate (a
+	// checked rate; the zero one removes it; burst 0 keeps the limit's),
+	// SetLimitHold its hold on Retry-After (limits.go).
 	Limits(ctx context.Context) ([]store.LimitState, error)
 	SetLimit(ctx context.Context, name string, max int) (store.LimitState, error)
 	SetLimitRate(ctx context.Context, name string, r store.LimitRate) (store.LimitState, error)
+	SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error)
 	ForceBreaker(ctx context.Context, name string, open bool, d time.Duration) (apiclient.BreakerView, error)
 	// Schedules lists the periodic schedules; the others act on one
 	// (periodic.go).

@@ -436,3 +436,7 @@ func (d *directBackend) SetLimit(ctx context.Context, name string, max int) (sto
 func (d *directBackend) SetLimitRate(ctx context.Context, name string, r store.LimitRate) (store.LimitState, error) {
 	return d.c.SetLimitRate(ctx, name, r)
 }
+
+func (d *directBackend) SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error) {
+	return d.c.SetLimitHold(ctx, name, on)
+}

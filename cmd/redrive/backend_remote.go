@@ -329,3 +329,7 @@ func (r *remoteBackend) SetLimitRate(ctx context.Context, name string, rate stor
 	}
 	return r.api.SetLimitRate(ctx, name, redrive.FormatRate(rate), rate.Burst)
 }
+
+func (r *remoteBackend) SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error) {
+	return r.api.SetLimitHold(ctx, name, on)
+}

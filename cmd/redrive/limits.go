@@ -58,37 +58,54 @@ func newLimitsListCmd(g *globalOptions) *cobra.Command {
 
 func newLimitSetCmd(g *globalOptions) *cobra.Command {
 	var c connOptions
-	var rate string
+	var rate, hold string
 	var burst int
-	cmd := &cobra.Command{Use: "set NAME [MAX]", Short: "Change a limit's max or rate, fleet-wide",
-		Long: `Set the max of the limit NAME, or its rate (--rate, with --burst), or both
-(creating the limit if there is none: one created by a rate alone has no
-max), for every process at its next fetch. A max below the jobs running
-stops new starts until enough end; no running job is stopped. MAX is 1 to
-1000000. --rate is N/interval: 50/s, 100/m, 3/1m, 10/1.5s (N from 1 to
-1000000, the interval from 1ms to 24h, at most one start a microsecond);
---rate none removes the rate. --burst (1 to 1000000, default 1) is how
-many of a group may start at once after a quiet spell. A rate set here
-wins over serve's configuration. Every value is checked before anything
-is stored.
+	cmd := &cobra.Command{Use: "set NAME [MAX|none]", Short: "Change a limit's max, rate or hold on Retry-After, fleet-wide",
+		Long: `Set the max of the limit NAME, its rate (--rate, with --burst), its hold on
+Retry-After (--hold), or several (creating the limit if there is none: one
+created by a rate alone has no max), for every process at its next fetch.
+A max below the jobs running stops new starts until enough end; no running
+job is stopped. MAX is 1 to 1000000, or none to remove the cap of a limit
+that keeps a rate. --rate is N/interval: 50/s, 100/m, 3/1m, 10/1.5s (N
+from 1 to 1000000, the interval from 1ms to 24h, at most one start a
+microsecond); --rate none removes the rate (of a limit that keeps a max: a
+limit needs a max or a rate). --burst (1 to 1000000) is how many of a group
+may start at once after a quiet spell; without it a new rate keeps the
+limit's burst (1 for a limit that had no rate). --hold on makes a
+rate_limited failure with a Retry-After (an HTTP 429 or 503) of one of the
+limit's jobs hold the job's group, fleet-wide, until the Retry-After has
+passed; --hold off turns that off and ends the limit's holds. A value set
+here wins over serve's configuration. Every value is checked before
+anything is stored.
 ` + connHelp, Args: cobra.RangeArgs(1, 2)}
 	cmd.Flags().StringVar(&rate, "rate", "", "the limit's rate: N/interval (50/s, 3/1m), or none to remove it")
-	cmd.Flags().IntVar(&burst, "burst", 0, "how many jobs of a group may start at once (with --rate; default 1)")
+	cmd.Flags().IntVar(&burst, "burst", 0, "how many jobs of a group may start at once (with --rate; default: the limit's, 1 for a new rate)")
+	cmd.Flags().StringVar(&hold, "hold", "", "on: a 429 with Retry-After holds the job's group until then; off: no hold (ends the holds)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		max := 0
-		if len(args) == 2 {
+		max, setMax := 0, len(args) == 2
+		if setMax && args[1] != "none" {
 			var err error
 			max, err = strconv.Atoi(args[1])
 			if err != nil || max < 1 || max > store.MaxLimit {
-				return flagErrorf(cmd, "MAX must be a whole number from 1 to %d, got %q", store.MaxLimit, args[1])
+				return flagErrorf(cmd, "MAX must be a whole number from 1 to %d, or none for no cap (with a rate), got %q", store.MaxLimit, args[1])
 			}
 		}
-		setRate := cmd.Flags().Changed("rate")
+		setRate, setHold := cmd.Flags().Changed("rate"), cmd.Flags().Changed("hold")
 		if cmd.Flags().Changed("burst") && !setRate {
 			return flagErrorf(cmd, "--burst goes with --rate")
 		}
-		if !setRate && max == 0 {
-			return flagErrorf(cmd, "give MAX, --rate or both")
+		if !setRate && !setMax && !setHold {
+			return flagErrorf(cmd, "give MAX, --rate, --hold or several")
+		}
+		var holdOn bool
+		if setHold {
+			switch hold {
+			case "on":
+				holdOn = true
+			case "off":
+			default:
+				return flagErrorf(cmd, "--hold must be on or off, got %q", hold)
+			}
 		}
 		r, err := redrive.ParseRate(rate)
 		if err != nil {
@@ -102,21 +119,36 @@ is stored.
 				return flagErrorf(cmd, "--burst must be a whole number from 1 to %d, got %d", store.MaxBurst, burst)
 			}
 			r.Burst = burst
-		} else if r.N > 0 {
-			r.Burst = 1
+		}
+		if setMax && max == 0 && setRate && r.N == 0 {
+			return flagErrorf(cmd, "MAX none and --rate none would leave the limit no limit: keep a max or a rate")
 		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
 			var l store.LimitState
 			var err error
-			if max > 0 {
-				if l, err = b.SetLimit(ctx, args[0], max); err != nil {
-					return err
+			doMax := func() {
+				if err == nil && setMax {
+					l, err = b.SetLimit(ctx, args[0], max)
 				}
 			}
-			if setRate {
-				if l, err = b.SetLimitRate(ctx, args[0], r); err != nil {
-					return err
+			doRate := func() {
+				if err == nil && setRate {
+					l, err = b.SetLimitRate(ctx, args[0], r)
 				}
+			}
+			// What adds a bound goes first: the limit never has neither.
+			if setMax && max == 0 {
+				doRate()
+				doMax()
+			} else {
+				doMax()
+				doRate()
+			}
+			if err == nil && setHold {
+				l, err = b.SetLimitHold(ctx, args[0], holdOn)
+			}
+			if err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			if g.JSON {
@@ -134,7 +166,7 @@ func writeLimits(out io.Writer, ls []store.LimitState) error {
 		_, err := fmt.Fprintln(out, "no concurrency limits")
 		return err
 	}
-	return writeTable(out, []string{"LIMIT", "MAX", "RATE", "BURST", "THROTTLED", "IN USE", "BUSIEST GROUP", "GROUPS", "WAITING", "APPLIES TO"}, func(row func(...any)) {
+	return writeTable(out, []string{"LIMIT", "MAX", "RATE", "BURST", "THROTTLED", "IN USE", "BUSIEST GROUP", "GROUPS", "WAITING", "HOLD", "APPLIES TO"}, func(row func(...any)) {
 		for _, l := range ls {
 			max, rate, burst := any(l.Max), "-", "-"
 			if l.Max == 0 {
@@ -143,9 +175,37 @@ func writeLimits(out io.Writer, ls []store.LimitState) error {
 			if l.Rate != nil {
 				rate, burst = redrive.FormatRate(*l.Rate), strconv.Itoa(l.Rate.Burst)
 			}
-			row(l.Name, max, rate, burst, l.Throttled, l.InUse, l.Busiest, l.Groups, l.Waiting, limitSelector(l))
+			row(l.Name, max, rate, burst, l.Throttled, l.InUse, l.Busiest, l.Groups, l.Waiting, limitHold(l), limitSelector(l))
 		}
 	})
+}
+
+// limitHold says whether a limit holds on Retry-After and which groups it
+// holds now: "-" (off), "on", or "on: 2 held (a until 15:04:05, ...)".
+func limitHold(l store.LimitState) string {
+	if !l.HoldOnRetryAfter && l.HeldGroups == 0 {
+		return "-"
+	}
+	s := "off"
+	if l.HoldOnRetryAfter {
+		s = "on"
+	}
+	if l.HeldGroups == 0 {
+		return s
+	}
+	var parts []string
+	for i, h := range l.Holds {
+		if i == 3 {
+			parts = append(parts, "...")
+			break
+		}
+		k := h.Key
+		if k == "" {
+			k = `""`
+		}
+		parts = append(parts, k+" until "+h.Until.Local().Format("15:04:05"))
+	}
+	return fmt.Sprintf("%s: %d held (%s)", s, l.HeldGroups, strings.Join(parts, ", "))
 }
 
 // limitSelector says which jobs a limit applies to and what makes their

@@ -77,6 +77,33 @@ func checkLimitsCLI(t *testing.T, pre []string) {
 	if out := cli("limits", "ls"); !strings.Contains(out, "RATE") || !strings.Contains(out, "3/m") || !strings.Contains(out, "THROTTLED") {
 		t.Errorf("limits ls: %q", out)
 	}
+	// A new rate without --burst keeps the burst; MAX none removes the
+	// cap of a limit that keeps a rate, and a limit cannot lose both.
+	cli("limits", "set", "per-customer", "--rate", "20/s")
+	l := decode[server.LimitBody](t, cli("--json", "limits", "set", "per-customer", "none")).Limit
+	if l.Max != 0 || l.Rate == nil || l.Rate.N != 20 || l.Rate.Burst != 10 {
+		t.Errorf("after --rate 20/s and MAX none: %+v (rate %v), want no max, 20/s burst 10", l, l.Rate)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"limits", "set", "per-customer", "--rate", "none"}, "max"},
+		{[]string{"limits", "set", "per-customer", "none", "--rate", "none"}, "no limit"},
+		{[]string{"limits", "set", "x", "--hold", "maybe"}, "--hold"},
+	} {
+		_, stderr, err := runCLI(t, append(append([]string{}, pre...), c.args...)...)
+		if err == nil || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: %v %q, want a refusal naming %s", c.args, err, stderr, c.want)
+		}
+	}
+	if out := cli("limits", "set", "per-customer", "4", "--hold", "on"); !strings.Contains(out, "HOLD") || !strings.Contains(out, " on ") {
+		t.Errorf("limits set --hold on: %q", out)
+	}
+	l = decode[server.LimitBody](t, cli("--json", "limits", "set", "per-customer", "--hold", "off")).Limit
+	if l.HoldOnRetryAfter || l.Max != 4 {
+		t.Errorf("limits set --hold off: %+v", l)
+	}
 	cli("limits", "set", "per-customer", "--rate", "none")
 	list = decode[server.LimitList](t, cli("--json", "limits", "ls"))
 	if len(list.Limits) != 2 || list.Limits[1].Rate != nil || list.Limits[1].Max != 4 {

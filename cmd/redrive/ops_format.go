@@ -243,6 +243,12 @@ func clipArg(s string) string { return oneLine(s, 64) }
 func limitLine(j *redrive.Job) string {
 	l := j.Limit
 	group := fmt.Sprintf("%d of %d running", l.Running, l.Max)
+	if l.Max == 0 {
+		group = fmt.Sprintf("%d running", l.Running)
+	}
+	if !l.NextStart.IsZero() {
+		group += ", next start " + l.NextStart.Local().Format(time.RFC3339)
+	}
 	if l.Key != "" {
 		group = fmt.Sprintf("group %s: %s", l.Key, group)
 	}

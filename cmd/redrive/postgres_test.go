@@ -212,9 +212,10 @@ func TestMigratePostgresLockTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// It reads the tables the latest migrations alter (jobs, workers):
-	// each waits for the transaction's lock.
-	for _, q := range []string{`SELECT count(*) FROM jobs`, `SELECT count(*) FROM workers`} {
+	// It reads the tables the latest migrations alter (jobs, workers,
+	// conc_limits, limit_rates): each waits for the transaction's lock.
+	for _, q := range []string{`SELECT count(*) FROM jobs`, `SELECT count(*) FROM workers`, `SELECT count(*) FROM conc_limits`,
+		`SELECT count(*) FROM limit_rates`} {
 		if _, err := long.Exec(ctx, q); err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ const maxLimits = 1000
 // "concurrency-limits" array of the config file (or --concurrency-limits,
 // $REDRIVE_CONCURRENCY_LIMITS, as JSON text).
 var limitSettings = []setting{
-	{name: "concurrency-limits", help: `fleet-wide concurrency and rate limits, as a JSON array of {"name", "queue", "kind", "key" ("", "dependency", "host" or "payload.<field>"), "max", "rate" (N/interval: "50/s", "3/1m"), "burst"}, each with a max, a rate or both; a job is under the first that selects it by queue and kind (empty: any); entries of one name (same key, max, rate and burst) share the limit, e.g. [{"name":"per-customer","kind":"crm-sync","key":"payload.customer_id","max":5},{"name":"per-host","kind":"http","key":"host","max":10,"rate":"20/s","burst":5}]`, apply: func(c *Serve, v string) error {
+	{name: "concurrency-limits", help: `fleet-wide concurrency and rate limits, as a JSON array of {"name", "queue", "kind", "key" ("", "dependency", "host" or "payload.<field>"), "max", "rate" (N/interval: "50/s", "3/1m"), "burst", "hold_on_retry_after" (true: a 429 with Retry-After holds the job's group until then)}, each with a max, a rate or both; a job is under the first that selects it by queue and kind (empty: any); entries of one name (same key, max, rate, burst and hold) share the limit, e.g. [{"name":"per-customer","kind":"crm-sync","key":"payload.customer_id","max":5},{"name":"per-host","kind":"http","key":"host","max":10,"rate":"20/s","burst":5}]`, apply: func(c *Serve, v string) error {
 		ls, err := parseLimits(v)
 		c.Limits = ls
 		return err
@@ -82,7 +82,7 @@ func parseLimits(v string) ([]redrive.ConcurrencyLimit, error) {
 		dec := json.NewDecoder(bytes.NewReader(r))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&l); err != nil {
-			return nil, fmt.Errorf("limit %d: %w (want the fields name, queue, kind, key, max, rate, burst)", i+1, err)
+			return nil, fmt.Errorf("limit %d: %w (want the fields name, queue, kind, key, max, rate, burst, hold_on_retry_after)", i+1, err)
 		}
 		if err := l.Check(); err != nil {
 			return nil, fmt.Errorf("limit %d (%q): %w", i+1, l.Name, err)

@@ -121,3 +121,12 @@ func TestHostRateLimit(t *testing.T) {
 		t.Errorf("a burst without a rate: %v", err)
 	}
 }
+
+// TestParseLimitsHold: a limit's hold_on_retry_after is read from the
+// setting, off when absent.
+func TestParseLimitsHold(t *testing.T) {
+	ls, err := parseLimits(`[{"name":"h","kind":"http","key":"host","rate":"5/s","hold_on_retry_after":true},{"name":"m","max":2}]`)
+	if err != nil || len(ls) != 2 || !ls[0].HoldOnRetryAfter || ls[1].HoldOnRetryAfter {
+		t.Fatalf("parseLimits = %+v, %v; want h holding, m not", ls, err)
+	}
+}

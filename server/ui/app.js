@@ -874,17 +874,22 @@ function hexDump(bytes, limit) {
 
 // limitLine says which concurrency limit a job is under and its group's
 // use now: "waiting on limit per-host (group example.com: 5 of 5
-// running)" when the job is due and its group full. Such a job starts as
+// running)" when the job is due and its group full (or held by its rate
+// or a Retry-After: with the next start). Such a job starts as
 // soon as a job of its group ends, so the page refreshes while it waits
 // (data-live).
 function limitLine(j) {
   const l = j.limit;
-  const use = `${fmtN(l.running)} of ${fmtN(l.max)} running`;
+  let use = l.max > 0 ? `${fmtN(l.running)} of ${fmtN(l.max)} running` : `${fmtN(l.running)} running`;
+  if (l.next_start) use += `, next start ${fmtTime(l.next_start)}`;
   const group = l.key ? `group ${l.key}: ${use}` : use;
   const name = h('a', { href: '#/limits', class: 'mono' }, l.name);
   if (l.waiting) {
+    const when = l.next_start && !(l.max > 0 && l.running >= l.max)
+      ? ' — it uses no attempt, and starts when its group\'s rate or hold allows'
+      : ' — it uses no attempt, and starts when a job of its group ends';
     return h('span', { 'data-limit-waiting': 'true', 'data-live': 'true' }, 'waiting on limit ', name, ` (${group})`,
-      h('span', { class: 'muted' }, ' — it uses no attempt, and starts when a job of its group ends'));
+      h('span', { class: 'muted' }, when));
   }
   return h('span', { 'data-limit-waiting': 'false' }, 'under limit ', name, ` (${group})`);
 }

@@ -12,7 +12,20 @@ const LIMIT_GROUPS = 10;
 // any other field the API gives (a rate limit's rate, interval, burst…)
 // is listed as it comes.
 const LIMIT_KNOWN = new Set(['name', 'max', 'in_use', 'busiest', 'groups', 'waiting', 'updated_at',
-  'configured', 'queue', 'kind', 'key', 'busiest_groups']);
+  'configured', 'queue', 'kind', 'key', 'busiest_groups', 'hold_on_retry_after', 'held_groups', 'holds']);
+
+// limitHold says whether a limit holds a group on a 429 with Retry-After,
+// and which groups it holds now, until when.
+function limitHold(l) {
+  const held = l.held_groups || 0;
+  const state = l.hold_on_retry_after ? 'on' : 'off';
+  if (held === 0) return state;
+  const holds = (l.holds || []).map((x, i) => [i ? ', ' : '',
+    h('span', { class: 'mono', 'data-held': x.key }, x.key === '' ? '(all)' : x.key), ' until ',
+    h('span', { title: fmtTime(x.until) }, fmtTime(x.until))]);
+  const more = held - (l.holds || []).length;
+  return [`${state}: ${fmtN(held)} group${held === 1 ? '' : 's'} held: `, holds, more > 0 ? ` and ${fmtN(more)} more` : ''];
+}
 
 // limitSelector says which jobs a limit applies to and what makes their
 // group, as the server is configured.
@@ -116,7 +129,9 @@ function limitCard(l, series) {
           kv('Running', l.in_use === 0 ? 'none'
             : `${fmtN(l.in_use)} in ${fmtN(l.groups)} group${l.groups === 1 ? '' : 's'}, at most ${fmtN(l.busiest)} in one`,
           { 'data-in-use': l.in_use }),
-          kv('Waiting', fmtN(l.waiting), { 'data-waiting': l.waiting, title: 'Due jobs not running: waiting on a full group, or not fetched yet. A job waiting on a limit uses no attempt.' }),
+          kv('Waiting', fmtN(l.waiting), { 'data-waiting': l.waiting, title: 'Due jobs not running: waiting on a full group or its rate, or not fetched yet. A job waiting on a limit uses no attempt.' }),
+          kv('Hold on Retry-After', limitHold(l), { 'data-hold': l.hold_on_retry_after ? 'on' : 'off', 'data-held-groups': l.held_groups || 0,
+            title: 'On: a 429 (or 503) with Retry-After of one of its jobs holds the job\'s group, fleet-wide, until then (redrive limits set NAME --hold on|off).' }),
           extra.map((k) => kv(k.replace(/_/g, ' '), fmtField(l[k]), { 'data-field': k })),
           l.updated_at && !l.updated_at.startsWith('0001-') && kv('Max set', h('span', { title: fmtTime(l.updated_at) }, fmtAgo(l.updated_at)))),
         h('h3', {}, 'Busiest groups'),

@@ -765,7 +765,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		reasons, fps, cancelEvents             []string
 		ats, runAts                            []time.Time
 		expiredBy                              []*time.Time
-		durations, delays                      []int64
+		durations, delays, holds               []int64
 		cnt                                    outcomeCounters
 		pDones, pTotals                        []*int64
 		pAts                                   []*time.Time
@@ -842,6 +842,11 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		ords = append(ords, int32(i))
 		durations = append(durations, int64(o.Duration))
 		delays = append(delays, int64(o.RetryDelay))
+		var hold int64
+		if !o.HoldUntil.IsZero() && (o.Kind == store.Retry || o.Kind == store.Bury) {
+			hold = o.HoldUntil.UnixMicro()
+		}
+		holds = append(holds, hold)
 		if p := o.Progress; p != nil && o.Kind == store.Complete {
 			pAt := ts(p.At)
 			pDones = append(pDones, &p.Done)
@@ -877,7 +882,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		return int(ord), ord >= 0 && int(ord) < len(applied)
 	}
 	err := s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents)
+		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents, holds)
 	if err != nil {
 		return nil, err
 	}

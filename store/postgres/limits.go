@@ -33,11 +33,14 @@ import (
 // and of them the first, $3 at most. $4 to $7 are as in the fetch
 // statement. f is the full groups, read from the running limited jobs,
 // and held the groups whose rate allows no start at $4 (their
-// limit_rates row's tat - τ is later): the window steps over the waiting
+// limit_rates row's tat - τ is later) or that a Retry-After holds then
+// (held_until is later, whatever the limit): the window steps over the waiting
 // jobs of those, so one group's flood, waiting on its slots or its rate,
 // holds back no other. hw reads the held groups among the queue's first
 // limitWindow due limited jobs (none read when no group is held), for
-// when the first can start: a held group further down gives no hint. The window reads one priority at a time, highest
+// when the first can start: a held group further down gives no hint; sw
+// says whether any of those waits on a full group (FetchParams.SlotWait;
+// none read when no group is full). The window reads one priority at a time, highest
 // first, as the fetch statement does: job_limit_priorities walks the
 // distinct priorities of the queue's waiting limited jobs (one probe of
 // jobs_limit_due each), and each priority's due jobs are one range of the
@@ -57,9 +60,11 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	GROUP BY r.climit, r.ckey
 	HAVING count(*) >= coalesce((SELECT CASE WHEN l.max_running > 0 THEN l.max_running ELSE ` + noCap + ` END FROM {limits} l WHERE l.name = r.climit), 0)
 ), held AS MATERIALIZED (
-	SELECT rt.name AS climit, rt.key AS ckey, rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) AS at
+	SELECT rt.name AS climit, rt.key AS ckey,
+		GREATEST(CASE WHEN l.rate_n > 0 THEN rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) ELSE 0 END, rt.held_until) AS at
 	FROM {rates} rt JOIN {limits} l ON l.name = rt.name
-	WHERE l.rate_n > 0 AND rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) > $4
+	WHERE rt.held_until > $4
+		OR (l.rate_n > 0 AND rt.tat - (l.rate_burst - 1) * ((l.rate_per + GREATEST(l.rate_n, 1) - 1) / GREATEST(l.rate_n, 1)) > $4)
 ), w AS MATERIALIZED (
 	SELECT d.id, d.priority, d.run_at, d.climit, d.ckey FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 		SELECT j.id, j.priority, j.run_at, j.climit, j.ckey FROM {jobs} j
@@ -77,6 +82,15 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 		LIMIT ` + limitWindow + `) x
 	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	GROUP BY climit, ckey
+), sw AS (
+	SELECT EXISTS (SELECT 1 FROM (
+		SELECT d.climit, d.ckey FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+			SELECT j.climit, j.ckey FROM {jobs} j
+			WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
+			ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
+		WHERE EXISTS (SELECT 1 FROM f)
+		LIMIT ` + limitWindow + `) x
+	WHERE (x.climit, x.ckey) IN (SELECT climit, ckey FROM f)) AS v
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= {now}) AS waiting_now,
 		(extract(epoch FROM min(run_at) FILTER (WHERE run_at > {now})) * 1000000)::bigint AS later
@@ -105,7 +119,7 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	SELECT GREATEST(held.at, (extract(epoch FROM hw.first) * 1000000)::bigint) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
 SELECT coalesce((SELECT array_agg(id ORDER BY priority DESC, run_at, id) FROM r), '{}'::bigint[]), (SELECT min(at) FROM h WHERE at > $4),
-	coalesce((SELECT array_agg(priority::int ORDER BY priority DESC, run_at, id) FROM r), '{}'::int[])`
+	coalesce((SELECT array_agg(priority::int ORDER BY priority DESC, run_at, id) FROM r), '{}'::int[]), (SELECT v FROM sw)`
 
 // unlimitedAboveSQL reads the priorities, highest first, of up to $3 of
 // queue $1's jobs without a limit due by $2 whose priority is above $4
@@ -151,9 +165,9 @@ const limitedLeaseSQL = `WITH upd AS (
 )
 SELECT * FROM upd`
 
-// ratePruneSQL deletes the rate rows whose TAT is past ($1): such a row
-// says no more than no row.
-const ratePruneSQL = `DELETE FROM {rates} WHERE tat <= $1`
+// ratePruneSQL deletes the rate rows whose TAT and hold are past ($1):
+// such a row says no more than no row.
+const ratePruneSQL = `DELETE FROM {rates} WHERE tat <= $1 AND held_until <= $1`
 
 // ratePruneEvery is how many limited leases of a process pass between
 // two prunings of limit_rates (a scan of the groups that started jobs
@@ -188,8 +202,9 @@ const (
 // they do not exist; limitJobsSQL sets the limit ($2) and group ($3) of
 // the jobs $1; limitSetSQL sets one limit.
 const (
-	limitEnsureSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, updated_at)
-	SELECT name, max, rn, rp, rb, $3 FROM unnest($1::text[], $2::int[], $4::int[], $5::bigint[], $6::int[]) AS t(name, max, rn, rp, rb) ORDER BY name
+	limitEnsureSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at)
+	SELECT name, max, rn, rp, rb, hold, $3 FROM unnest($1::text[], $2::int[], $4::int[], $5::bigint[], $6::int[], $7::bool[]) AS t(name, max, rn, rp, rb, hold)
+	ORDER BY name
 	ON CONFLICT (name) DO NOTHING`
 	limitJobsSQL = `UPDATE {jobs} j SET climit = t.name, ckey = t.key FROM unnest($1::bigint[], $2::text[], $3::text[]) AS t(id, name, key) WHERE j.id = t.id`
 	limitSetSQL  = `INSERT INTO {limits} (name, max_running, updated_at) VALUES ($1, $2, $3)
@@ -197,12 +212,15 @@ const (
 	limitSetRateSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES ($1, 0, $2, $3, $4, $5)
 	ON CONFLICT (name) DO UPDATE SET rate_n = excluded.rate_n, rate_per = excluded.rate_per, rate_burst = excluded.rate_burst,
 		updated_at = excluded.updated_at`
+	limitSetHoldSQL = `UPDATE {limits} SET hold_retry_after = $2, updated_at = $3 WHERE name = $1`
 )
 
 // limitListSQL reads the limits ($2: only that one, unless empty) and
-// their use at $1.
+// their use at $1 ($3 in unix microseconds); limitHoldsSQL the groups
+// of those that a Retry-After holds then, the latest hold first.
 const limitListSQL = `SELECT l.name, l.max_running, l.rate_n, l.rate_per, l.rate_burst, l.throttled, l.updated_at,
-	coalesce(g.in_use, 0), coalesce(g.busiest, 0), coalesce(g.groups, 0), coalesce(w.n, 0)
+	coalesce(g.in_use, 0), coalesce(g.busiest, 0), coalesce(g.groups, 0), coalesce(w.n, 0), l.hold_retry_after,
+	(SELECT count(*) FROM {rates} rt WHERE rt.name = l.name AND rt.held_until > $3)
 FROM {limits} l
 LEFT JOIN (SELECT climit, sum(n)::bigint AS in_use, max(n) AS busiest, count(*) AS groups FROM (
 	SELECT climit, ckey, count(*) AS n FROM {jobs} WHERE state = 'running' AND climit IS NOT NULL GROUP BY climit, ckey) x
@@ -211,6 +229,9 @@ LEFT JOIN (SELECT climit, count(*) AS n FROM {jobs} WHERE state IN ('pending', '
 	GROUP BY climit) w ON w.climit = l.name
 WHERE $2::text = '' OR l.name = $2::text
 ORDER BY l.name`
+
+const limitHoldsSQL = `SELECT name, key, held_until FROM {rates} WHERE held_until > $1 AND ($2::text = '' OR name = $2::text)
+ORDER BY name, held_until DESC, key`
 
 // limitProbeEvery is how often a process that has seen no limited job in
 // a queue asks whether one is due: a limited job enqueued by another
@@ -240,6 +261,8 @@ type idleMark struct {
 	// rateAt, when not zero, is when a job a rate held can start next:
 	// the selection runs again from then.
 	rateAt time.Time
+	// slotWait is whether a due job waited on a full group's slot then.
+	slotWait bool
 }
 
 func (h *limitHints) get(queue string) *limitHint {
@@ -263,6 +286,9 @@ func (s *Store) limitLockKey() int64 {
 func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy time.Time) ([]*store.Job, error) {
 	if p.NextStart != nil {
 		*p.NextStart = time.Time{}
+	}
+	if p.SlotWait != nil {
+		*p.SlotWait = false
 	}
 	h := s.limitHints.get(p.Queue)
 	if !h.due.Load() {
@@ -292,13 +318,17 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 			if p.NextStart != nil {
 				*p.NextStart = idle.rateAt
 			}
+			if p.SlotWait != nil {
+				*p.SlotWait = idle.slotWait
+			}
 			return nil, nil // nothing can start since the last selection
 		}
 	}
 	var jobs []*store.Job
 	var nextStart time.Time
+	var slotWait bool
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		jobs, nextStart = nil, time.Time{}
+		jobs, nextStart, slotWait = nil, time.Time{}, false
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
 			return err
 		}
@@ -313,9 +343,11 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		var ids []int64
 		var prios []int32
 		var hint *int64
-		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint, &prios); err != nil {
+		var sw *bool
+		if err := tx.QueryRow(ctx, s.sql.limitedSelect, p.Queue, ts(dueBy), p.Limit, now, ts(leaseNow)).Scan(&ids, &hint, &prios, &sw); err != nil {
 			return err
 		}
+		slotWait = sw != nil && *sw
 		if hint != nil {
 			nextStart = time.UnixMicro(*hint).UTC()
 		}
@@ -360,7 +392,7 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 		if err := tx.QueryRow(ctx, s.sql.limitNextDue, p.Queue, ts(dueBy)).Scan(&next); err != nil {
 			return err
 		}
-		m := &idleMark{gen: gen, nextDue: time.Unix(1<<62, 0), rateAt: nextStart}
+		m := &idleMark{gen: gen, nextDue: time.Unix(1<<62, 0), rateAt: nextStart, slotWait: slotWait}
 		if next != nil {
 			m.nextDue = *next
 		}
@@ -387,6 +419,9 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 	})
 	if err == nil && p.NextStart != nil {
 		*p.NextStart = nextStart
+	}
+	if err == nil && p.SlotWait != nil {
+		*p.SlotWait = slotWait
 	}
 	return jobs, err
 }
@@ -444,6 +479,7 @@ func (s *Store) setLimits(ctx context.Context, q querier, jobs []store.NewJob, o
 	var limNames []string
 	var limMax, limRateN, limBurst []int32
 	var limPer []int64
+	var limHold []bool
 	seen := map[string]bool{}
 	for i := range jobs {
 		nj := &jobs[i]
@@ -455,12 +491,13 @@ func (s *Store) setLimits(ctx context.Context, q querier, jobs []store.NewJob, o
 			seen[nj.Limit] = true
 			limNames, limMax = append(limNames, nj.Limit), append(limMax, int32(nj.LimitMax))
 			limRateN, limPer, limBurst = append(limRateN, int32(nj.LimitRate.N)), append(limPer, nj.LimitRate.Per.Microseconds()), append(limBurst, int32(nj.LimitRate.Burst))
+			limHold = append(limHold, nj.LimitHold)
 		}
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := q.Exec(ctx, s.sql.limitEnsure, limNames, limMax, ts(now), limRateN, limPer, limBurst); err != nil {
+	if _, err := q.Exec(ctx, s.sql.limitEnsure, limNames, limMax, ts(now), limRateN, limPer, limBurst, limHold); err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}
 	if _, err := q.Exec(ctx, s.sql.limitJobs, ids, names, keys); err != nil {
@@ -477,18 +514,49 @@ func (s *Store) SetLimit(ctx context.Context, name string, max int, now time.Tim
 	if err := store.CheckLimitName("name", name); err != nil {
 		return store.LimitState{}, fmt.Errorf("postgres: set limit: %w", err)
 	}
-	if err := store.CheckLimitMax(max); err != nil {
+	if max != 0 {
+		if err := store.CheckLimitMax(max); err != nil {
+			return store.LimitState{}, fmt.Errorf("postgres: set limit: %w", err)
+		}
+		if _, err := s.pool.Exec(ctx, s.sql.limitSet, name, max, ts(now)); err != nil {
+			return store.LimitState{}, s.fail("set limit", err)
+		}
+		return s.limitBack(ctx, now, name, "set limit")
+	}
+	// No cap: only for a limit its rate holds. Under the limited
+	// fetches' lock, which a change of the rate takes too: the rate
+	// cannot go between the check and the change.
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
+			return err
+		}
+		var rated bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.schema+`.conc_limits WHERE name = $1 AND rate_n > 0)`, name).Scan(&rated); err != nil {
+			return err
+		}
+		if !rated {
+			return store.ErrNoCapNoRate
+		}
+		_, err := tx.Exec(ctx, s.sql.limitSet, name, 0, ts(now))
+		return err
+	})
+	if errors.Is(err, store.ErrNoCapNoRate) {
 		return store.LimitState{}, fmt.Errorf("postgres: set limit: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, s.sql.limitSet, name, max, ts(now)); err != nil {
-		return store.LimitState{}, s.fail("set limit", err)
-	}
-	ls, err := s.limits(ctx, now, name)
 	if err != nil {
 		return store.LimitState{}, s.fail("set limit", err)
 	}
+	return s.limitBack(ctx, now, name, "set limit")
+}
+
+// limitBack reads back the limit named name after op changed it.
+func (s *Store) limitBack(ctx context.Context, now time.Time, name, op string) (store.LimitState, error) {
+	ls, err := s.limits(ctx, now, name)
+	if err != nil {
+		return store.LimitState{}, s.fail(op, err)
+	}
 	if len(ls) != 1 {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit: %q not read back", name)
+		return store.LimitState{}, fmt.Errorf("postgres: %s: %q not read back", op, name)
 	}
 	return ls[0], nil
 }
@@ -501,7 +569,13 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 	if err := store.CheckLimitName("name", name); err != nil {
 		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
 	}
-	if err := store.CheckLimitRate(r); err != nil {
+	keepBurst := !r.IsZero() && r.Burst == 0
+	if chk := r; keepBurst {
+		chk.Burst = 1
+		if err := store.CheckLimitRate(chk); err != nil {
+			return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
+		}
+	} else if err := store.CheckLimitRate(r); err != nil {
 		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
 	}
 	// Under the limited fetches' lock: no fetch reads the old rate in
@@ -511,32 +585,75 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
 			return err
 		}
+		var lmax, burst int32
+		err := tx.QueryRow(ctx, `SELECT max_running, rate_burst FROM `+s.schema+`.conc_limits WHERE name = $1`, name).Scan(&lmax, &burst)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			lmax, burst = 0, 0
+		case err != nil:
+			return err
+		}
+		if r.IsZero() && lmax == 0 {
+			return store.ErrNoCapNoRate
+		}
+		if keepBurst {
+			r.Burst = max(int(burst), 1)
+		}
 		if _, err := tx.Exec(ctx, s.sql.limitSetRate, name, r.N, r.Per.Microseconds(), r.Burst, ts(now)); err != nil {
 			return err
 		}
 		// The groups' rate state under the new rate: no tat later than
 		// now + Burst·T, as if each group had just used its whole burst
 		// at the new rate (raising a rate takes effect at once, lowering
-		// one holds a group at most one new interval); no rate, no rows.
+		// one holds a group at most one new interval); no rate, no rate
+		// state (the rows keep their holds: the pruning deletes them
+		// after).
 		if r.IsZero() {
-			_, err := tx.Exec(ctx, `DELETE FROM `+s.schema+`.limit_rates WHERE name = $1`, name)
+			_, err := tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = 0 WHERE name = $1`, name)
 			return err
 		}
 		bound := now.UnixMicro() + int64(r.Burst)*r.Interval().Microseconds()
-		_, err := tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = $1 WHERE tat > $1 AND name = $2`, bound, name)
+		_, err = tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = $1 WHERE tat > $1 AND name = $2`, bound, name)
 		return err
 	})
+	if errors.Is(err, store.ErrNoCapNoRate) {
+		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
+	}
 	if err != nil {
 		return store.LimitState{}, s.fail("set limit rate", err)
 	}
-	ls, err := s.limits(ctx, now, name)
+	return s.limitBack(ctx, now, name, "set limit rate")
+}
+
+// SetLimitHold implements store.Limits.
+func (s *Store) SetLimitHold(ctx context.Context, name string, on bool, now time.Time) (store.LimitState, error) {
+	if err := s.check(); err != nil {
+		return store.LimitState{}, err
+	}
+	if err := store.CheckLimitName("name", name); err != nil {
+		return store.LimitState{}, fmt.Errorf("postgres: set limit hold: %w", err)
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, s.sql.limitSetHold, name, on, ts(now))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("limit %q: %w", name, store.ErrNotFound)
+		}
+		if on {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET held_until = 0 WHERE name = $1 AND held_until > 0`, name)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return store.LimitState{}, fmt.Errorf("postgres: set limit hold: %w", err)
+	}
 	if err != nil {
-		return store.LimitState{}, s.fail("set limit rate", err)
+		return store.LimitState{}, s.fail("set limit hold", err)
 	}
-	if len(ls) != 1 {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %q not read back", name)
-	}
-	return ls[0], nil
+	return s.limitBack(ctx, now, name, "set limit hold")
 }
 
 // ListLimits implements store.Limits.
@@ -552,7 +669,7 @@ func (s *Store) ListLimits(ctx context.Context, now time.Time) ([]store.LimitSta
 }
 
 func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store.LimitState, error) {
-	rows, err := s.pool.Query(ctx, s.sql.limitList, ts(now), name)
+	rows, err := s.pool.Query(ctx, s.sql.limitList, ts(now), name, now.UnixMicro())
 	if err != nil {
 		return nil, err
 	}
@@ -562,7 +679,8 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 		var l store.LimitState
 		var r store.LimitRate
 		var per int64
-		if err := rows.Scan(&l.Name, &l.Max, &r.N, &per, &r.Burst, &l.Throttled, &l.UpdatedAt, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting); err != nil {
+		if err := rows.Scan(&l.Name, &l.Max, &r.N, &per, &r.Burst, &l.Throttled, &l.UpdatedAt, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting,
+			&l.HoldOnRetryAfter, &l.HeldGroups); err != nil {
 			return nil, err
 		}
 		if r.N > 0 {
@@ -572,5 +690,40 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 		l.UpdatedAt = l.UpdatedAt.UTC()
 		out = append(out, l)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	return out, s.limitHolds(ctx, out, now, name)
+}
+
+// limitHolds fills the Holds of the limits ls (only the one named name,
+// if not empty) that a Retry-After holds at now: those whose hold ends
+// last, store.MaxLimitHolds at most each.
+func (s *Store) limitHolds(ctx context.Context, ls []store.LimitState, now time.Time, name string) error {
+	held := map[string]*store.LimitState{}
+	for i := range ls {
+		if ls[i].HeldGroups > 0 {
+			held[ls[i].Name] = &ls[i]
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, s.sql.limitHolds, now.UnixMicro(), name)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n, k string
+		var until int64
+		if err := rows.Scan(&n, &k, &until); err != nil {
+			return err
+		}
+		if l := held[n]; l != nil && len(l.Holds) < store.MaxLimitHolds {
+			l.Holds = append(l.Holds, store.LimitHold{Key: k, Until: time.UnixMicro(until).UTC()})
+		}
+	}
+	return rows.Err()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -46,16 +47,22 @@ func (s *Store) JobLimit(ctx context.Context, id int64) (store.JobLimit, bool, e
 		return store.JobLimit{}, false, err
 	}
 	var l store.JobLimit
+	var next *int64
 	err := s.pool.QueryRow(ctx, `SELECT j.climit, j.ckey, coalesce(l.max_running, 0),
 		(SELECT count(*) FROM `+s.sql.jobs+` r
-			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = j.climit AND r.ckey = j.ckey)
+			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = j.climit AND r.ckey = j.ckey),
+		(SELECT GREATEST(CASE WHEN l.rate_n > 0 THEN rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) ELSE 0 END, rt.held_until)
+			FROM `+pgx.Identifier{s.schema}.Sanitize()+`.limit_rates rt WHERE rt.name = j.climit AND rt.key = j.ckey)
 		FROM `+s.sql.jobs+` j LEFT JOIN `+pgx.Identifier{s.schema}.Sanitize()+`.conc_limits l ON l.name = j.climit
-		WHERE j.id = $1 AND j.climit IS NOT NULL`, id).Scan(&l.Name, &l.Key, &l.Max, &l.Running)
+		WHERE j.id = $1 AND j.climit IS NOT NULL`, id).Scan(&l.Name, &l.Key, &l.Max, &l.Running, &next)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.JobLimit{}, false, nil
 	}
 	if err != nil {
 		return store.JobLimit{}, false, s.fail("job limit", err)
+	}
+	if next != nil && *next > 0 {
+		l.NextStart = time.UnixMicro(*next).UTC()
 	}
 	return l, true, nil
 }

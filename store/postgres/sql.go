@@ -61,7 +61,7 @@ type statements struct {
 	unlimitedAbove                         string
 	limitedDue                             string
 	limitEnsure, limitJobs, limitSet       string
-	limitSetRate                           string
+	limitSetRate, limitSetHold, limitHolds string
 	limitList, limitGen, limitNextDue      string
 }
 
@@ -129,6 +129,8 @@ func render(schema, channel string) statements {
 		unlimitedAbove: q(unlimitedAboveSQL),
 		ratePrune:      q(ratePruneSQL),
 		limitSetRate:   q(limitSetRateSQL),
+		limitSetHold:   q(limitSetHoldSQL),
+		limitHolds:     q(limitHoldsSQL),
 		limitedDue:     q(limitedDueSQL),
 		limitEnsure:    q(limitEnsureSQL),
 		limitJobs:      q(limitJobsSQL),
@@ -240,12 +242,16 @@ RETURNING {jcols}`),
 		// cancellation was requested ({ends}, read of the row before the
 		// update) ends it canceled instead, with the outcome's event and
 		// cancel_event: its row is -1 - ord, and its counters are those
-		// sent under that number (store.Outcome.CanceledCounters).
+		// sent under that number (store.Outcome.CanceledCounters). An
+		// applied retry or bury with a hold (hold > 0, unix
+		// microseconds: store.Outcome.HoldUntil) of a job under a limit
+		// that holds on Retry-After holds the job's group until then
+		// (hold), rows locked in (name, key) order.
 		finish: q(`WITH o AS (
 	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[], $20::bigint[],
-		$21::bigint[], $22::bigint[], $23::timestamptz[], $24::timestamptz[], $25::text[])
+		$21::bigint[], $22::bigint[], $23::timestamptz[], $24::timestamptz[], $25::text[], $26::bigint[])
 		AS t(id, lease, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration, delay,
-			progress_done, progress_total, progress_at, expired_by, cancel_event)
+			progress_done, progress_total, progress_at, expired_by, cancel_event, hold)
 ), upd AS (
 	UPDATE {jobs} j SET
 		state = CASE WHEN {ends} THEN 'canceled' ELSE o.state END,
@@ -278,7 +284,13 @@ RETURNING {jcols}`),
 		AND NOT EXISTS (SELECT 1 FROM o p WHERE p.id = o.id AND p.lease = o.lease AND p.worker = o.worker AND p.ord < o.ord
 			AND (p.expired_by IS NULL OR j.lease_until < p.expired_by))
 	RETURNING CASE WHEN j.state = 'canceled' AND o.kind IN ({retry}, {snooze}, {release}) THEN -1 - o.ord ELSE o.ord END AS ord,
-		CASE WHEN j.state IN ('pending', 'scheduled') THEN {notify}j.queue) END AS notified
+		CASE WHEN j.state IN ('pending', 'scheduled') THEN {notify}j.queue) END AS notified, j.climit, j.ckey, o.hold
+), hold AS (
+	INSERT INTO {rates} AS x (name, key, tat, held_until)
+	SELECT u.climit, u.ckey, 0, max(u.hold) FROM upd u JOIN {limits} l ON l.name = u.climit AND l.hold_retry_after
+	WHERE u.hold > 0 AND u.ord >= 0
+	GROUP BY u.climit, u.ckey ORDER BY u.climit, u.ckey
+	ON CONFLICT (name, key) DO UPDATE SET held_until = GREATEST(x.held_until, excluded.held_until)
 ), ` + appliedCounters(14) + `
 SELECT ord FROM upd`),
 

@@ -391,8 +391,12 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		var err error
 		var nextStart int64
 		leaseNow = store.LeaseNow(&p)
+		s.slotWait = false
 		if limitedIDs, limited, ls, nextStart, err = s.fetchLimited(ctx, tx, p.Queue, leaseNow, dueBy, p.Limit); err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
+		}
+		if p.SlotWait != nil {
+			*p.SlotWait = s.slotWait
 		}
 		if p.NextStart != nil {
 			*p.NextStart = time.Time{}
@@ -788,6 +792,12 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				continue // stale: the job is not running this lease for this worker
 			}
 			note(o, i, to, counters)
+			if !o.HoldUntil.IsZero() && to != store.Canceled && (o.Kind == store.Retry || o.Kind == store.Bury) {
+				// A Retry-After holds the job's group, if its limit says so.
+				if _, err := s.stmt(tx, "limitHold").ExecContext(ctx, o.JobID, micros(o.HoldUntil)); err != nil {
+					return fmt.Errorf("sqlite: finish job %d: hold its limit's group: %w", o.JobID, err)
+				}
+			}
 		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {
 			return err

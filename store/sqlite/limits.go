@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -24,12 +25,15 @@ import (
 // limited jobs of a higher priority due later are skipped by a probe,
 // never walked. f is the full groups, read from the running limited
 // jobs, and held the groups whose rate allows no start at ?4 (their
-// limit_rates row's tat - τ is later): the window steps over the waiting
+// limit_rates row's tat - τ is later) or that a Retry-After holds then
+// (held_until is later, whatever the limit): the window steps over the waiting
 // jobs of those (one index entry each), so one group's flood, waiting on
 // its slots or its rate, holds back no other. hw reads the held groups
 // among the queue's first limitWindow due limited jobs (none read when
 // no group is held), for when the first can start (the fetch's
-// NextStart): a held group further down gives no hint. A group's free slots
+// NextStart): a held group further down gives no hint. sw says whether
+// any of those jobs waits on a full group (FetchParams.SlotWait; none
+// read when no group is full). A group's free slots
 // are its limit's max less its running jobs, counted through jobs_limit_running (a few index entries, at most
 // max of them), once per group in the window. Jobs without a limit are
 // not in jobs_limit_due, which holds the columns read (a covering index),
@@ -47,9 +51,10 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	GROUP BY r.climit, r.ckey
 	HAVING count(*) >= coalesce((SELECT CASE WHEN l.max_running > 0 THEN l.max_running ELSE ` + noCap + ` END FROM conc_limits l WHERE l.name = r.climit), 0)
 ), held AS MATERIALIZED (
-	SELECT rt.name AS climit, rt.key AS ckey, rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) AS at
+	SELECT rt.name AS climit, rt.key AS ckey,
+		max(CASE WHEN l.rate_n > 0 THEN rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) ELSE 0 END, rt.held_until) AS at
 	FROM limit_rates rt JOIN conc_limits l ON l.name = rt.name
-	WHERE l.rate_n > 0 AND rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) > ?4
+	WHERE rt.held_until > ?4 OR (l.rate_n > 0 AND rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) > ?4)
 ), w AS MATERIALIZED (
 	SELECT j.id, j.state, j.priority, j.run_at, j.climit, j.ckey FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
 	WHERE pr.p IS NOT NULL AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
@@ -63,6 +68,13 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 		LIMIT ` + limitWindow + `)
 	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	GROUP BY climit, ckey
+), sw AS (
+	SELECT EXISTS (SELECT 1 FROM (
+		SELECT j.climit, j.ckey FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
+		WHERE pr.p IS NOT NULL AND EXISTS (SELECT 1 FROM f) AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1
+			AND j.priority = pr.p AND j.run_at <= ?2
+		LIMIT ` + limitWindow + `) x
+	WHERE (x.climit, x.ckey) IN (SELECT climit, ckey FROM f)) AS v
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?4) AS waiting_now, min(run_at) FILTER (WHERE run_at > ?4) AS later
 	FROM w GROUP BY climit, ckey
@@ -91,7 +103,7 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	SELECT max(held.at, hw.first) FROM hw JOIN held ON held.climit = hw.climit AND held.ckey = hw.ckey
 )
 SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), (SELECT min(at) FROM h WHERE at > ?4),
-	json_group_array(priority), json_group_array(state = 'scheduled') FROM t`
+	json_group_array(priority), json_group_array(state = 'scheduled'), (SELECT v FROM sw) FROM t`
 
 // unlimitedAboveSQL reads the priorities, highest first, of up to ?3 of
 // queue ?1's jobs without a limit due by ?2 whose priority is above ?4
@@ -117,8 +129,8 @@ const noCap = "1000000000"
 // (?1, a JSON array of ids) at ?2 (unix microseconds) in the rate state
 // of their groups: a start the rate delayed (its job due before its
 // group's rate allowed a start) is counted in throttled; each group's
-// TAT moves to max(TAT, now) + starts * T. Rows of groups whose TAT is
-// past (no more than no row) are deleted.
+// TAT moves to max(TAT, now) + starts * T. Rows of groups whose TAT and
+// hold are past (no more than no row) are deleted.
 const (
 	rateThrottledSQL = `UPDATE conc_limits SET throttled = throttled + (
 		SELECT count(*) FROM jobs j JOIN limit_rates rt ON rt.name = j.climit AND rt.key = j.ckey
@@ -131,7 +143,13 @@ const (
 		WHERE j.id IN (SELECT value FROM json_each(?1))
 		GROUP BY j.climit, j.ckey
 	ON CONFLICT (name, key) DO UPDATE SET tat = max(tat, ?2) + (excluded.tat - ?2)`
-	ratePruneSQL = `DELETE FROM limit_rates WHERE tat <= ?`
+	ratePruneSQL = `DELETE FROM limit_rates WHERE tat <= ?1 AND held_until <= ?1`
+
+	// limitHoldSQL holds, until ?2, the group of job ?1's limit if the
+	// limit holds on Retry-After (a later hold of the group wins).
+	limitHoldSQL = `INSERT INTO limit_rates (name, key, tat, held_until)
+		SELECT j.climit, j.ckey, 0, ?2 FROM jobs j JOIN conc_limits l ON l.name = j.climit WHERE j.id = ?1 AND l.hold_retry_after = 1
+	ON CONFLICT (name, key) DO UPDATE SET held_until = max(held_until, excluded.held_until)`
 )
 
 // limitIdle remembers, per queue, that its last selection of limited
@@ -142,8 +160,12 @@ const (
 type limitIdle map[string]idleMark
 
 // rateAt, when not 0, is when a job a rate held can start next: the
-// selection runs again from then.
-type idleMark struct{ gen, nextDue, rateAt int64 }
+// selection runs again from then. slotWait is whether a due job waited
+// on a full group's slot then.
+type idleMark struct {
+	gen, nextDue, rateAt int64
+	slotWait             bool
+}
 
 // limitWindow is how many of a queue's oldest due limited jobs a fetch
 // looks at (the same in both stores).
@@ -163,7 +185,7 @@ func (s *Store) setLimits(ctx context.Context, tx *sql.Conn, jobs []store.NewJob
 		if !seen[nj.Limit] {
 			seen[nj.Limit] = true
 			if _, err := s.stmt(tx, "limitUpsert").ExecContext(ctx, nj.Limit, nj.LimitMax,
-				nj.LimitRate.N, nj.LimitRate.Per.Microseconds(), nj.LimitRate.Burst, micros(now)); err != nil {
+				nj.LimitRate.N, nj.LimitRate.Per.Microseconds(), nj.LimitRate.Burst, nj.LimitHold, micros(now)); err != nil {
 				return fmt.Errorf("sqlite: enqueue: limit %q: %w", nj.Limit, err)
 			}
 		}
@@ -179,10 +201,22 @@ func (s *Store) SetLimit(ctx context.Context, name string, max int, now time.Tim
 	if err := store.CheckLimitName("name", name); err != nil {
 		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
 	}
-	if err := store.CheckLimitMax(max); err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
+	if max != 0 {
+		if err := store.CheckLimitMax(max); err != nil {
+			return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
+		}
 	}
 	err := s.write(ctx, func(tx *sql.Conn) error {
+		if max == 0 {
+			// No cap: only for a limit its rate holds.
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM conc_limits WHERE name = ? AND rate_n > 0`, name).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return store.ErrNoCapNoRate
+			}
+		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, updated_at) VALUES (?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at`, name, max, micros(now))
 		return err
@@ -190,12 +224,17 @@ func (s *Store) SetLimit(ctx context.Context, name string, max int, now time.Tim
 	if err != nil {
 		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
 	}
+	return s.limitBack(ctx, now, name, "set limit")
+}
+
+// limitBack reads back the limit named name after op changed it.
+func (s *Store) limitBack(ctx context.Context, now time.Time, name, op string) (store.LimitState, error) {
 	ls, err := s.limits(ctx, now, name)
 	if err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
+		return store.LimitState{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	if len(ls) != 1 {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %q not read back", name)
+		return store.LimitState{}, fmt.Errorf("sqlite: %s: %q not read back", op, name)
 	}
 	return ls[0], nil
 }
@@ -205,14 +244,33 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 	if err := store.CheckLimitName("name", name); err != nil {
 		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
 	}
-	if err := store.CheckLimitRate(r); err != nil {
+	keepBurst := !r.IsZero() && r.Burst == 0
+	if chk := r; keepBurst {
+		chk.Burst = 1
+		if err := store.CheckLimitRate(chk); err != nil {
+			return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
+		}
+	} else if err := store.CheckLimitRate(r); err != nil {
 		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
 	}
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, 0, ?, ?, ?, ?)
+		var limitMax, burst int
+		err := tx.QueryRowContext(ctx, `SELECT max_running, rate_burst FROM conc_limits WHERE name = ?`, name).Scan(&limitMax, &burst)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			limitMax, burst = 0, 0
+		case err != nil:
+			return err
+		}
+		if r.IsZero() && limitMax == 0 {
+			return store.ErrNoCapNoRate
+		}
+		if keepBurst {
+			r.Burst = max(burst, 1)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, 0, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET rate_n = excluded.rate_n, rate_per = excluded.rate_per, rate_burst = excluded.rate_burst,
-				updated_at = excluded.updated_at`, name, r.N, r.Per.Microseconds(), r.Burst, micros(now))
-		if err != nil {
+				updated_at = excluded.updated_at`, name, r.N, r.Per.Microseconds(), r.Burst, micros(now)); err != nil {
 			return err
 		}
 		q, args := rateResetSQL(r, now)
@@ -222,14 +280,31 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 	if err != nil {
 		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
 	}
-	ls, err := s.limits(ctx, now, name)
+	return s.limitBack(ctx, now, name, "set limit rate")
+}
+
+// SetLimitHold implements store.Limits.
+func (s *Store) SetLimitHold(ctx context.Context, name string, on bool, now time.Time) (store.LimitState, error) {
+	if err := store.CheckLimitName("name", name); err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit hold: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		res, err := tx.ExecContext(ctx, `UPDATE conc_limits SET hold_retry_after = ?, updated_at = ? WHERE name = ?`, on, micros(now), name)
+		if n, err := rowsChanged(res, err); err != nil {
+			return err
+		} else if n == 0 {
+			return fmt.Errorf("limit %q: %w", name, store.ErrNotFound)
+		}
+		if on {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE limit_rates SET held_until = 0 WHERE name = ? AND held_until > 0`, name)
+		return err
+	})
 	if err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
+		return store.LimitState{}, fmt.Errorf("sqlite: set limit hold: %w", err)
 	}
-	if len(ls) != 1 {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %q not read back", name)
-	}
-	return ls[0], nil
+	return s.limitBack(ctx, now, name, "set limit hold")
 }
 
 // rateResetSQL is the statement, and its arguments but the limit's
@@ -237,10 +312,11 @@ func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate
 // new rate r set at now: no tat later than now + Burst·T, as if each
 // group had just used its whole burst at the new rate (so raising a rate
 // takes effect at once, and lowering one holds a group at most one new
-// interval); no rate, no rows.
+// interval); no rate, no rate state.
 func rateResetSQL(r store.LimitRate, now time.Time) (string, []any) {
 	if r.IsZero() {
-		return `DELETE FROM limit_rates WHERE name = ?`, nil
+		// The rows keep their holds; the pruning deletes them after.
+		return `UPDATE limit_rates SET tat = 0 WHERE name = ?`, nil
 	}
 	bound := micros(now) + int64(r.Burst)*r.Interval().Microseconds()
 	return `UPDATE limit_rates SET tat = ? WHERE tat > ? AND name = ?`, []any{bound, bound}
@@ -263,15 +339,16 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 		return nil, err
 	}
 	rows, err := db.QueryContext(ctx, `SELECT l.name, l.max_running, l.rate_n, l.rate_per, l.rate_burst, l.throttled, l.updated_at,
-		coalesce(g.in_use, 0), coalesce(g.busiest, 0), coalesce(g.groups, 0), coalesce(w.n, 0)
+		coalesce(g.in_use, 0), coalesce(g.busiest, 0), coalesce(g.groups, 0), coalesce(w.n, 0), l.hold_retry_after,
+		(SELECT count(*) FROM limit_rates rt WHERE rt.name = l.name AND rt.held_until > ?1)
 		FROM conc_limits l
 		LEFT JOIN (SELECT climit, sum(n) AS in_use, max(n) AS busiest, count(*) AS groups FROM (
 			SELECT climit, ckey, count(*) AS n FROM jobs WHERE state = 'running' AND climit IS NOT NULL GROUP BY climit, ckey)
 			GROUP BY climit) g ON g.climit = l.name
-		LEFT JOIN (SELECT climit, count(*) AS n FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND run_at <= ?
+		LEFT JOIN (SELECT climit, count(*) AS n FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND run_at <= ?1
 			GROUP BY climit) w ON w.climit = l.name
-		WHERE ? = '' OR l.name = ?
-		ORDER BY l.name`, micros(now), name, name)
+		WHERE ?2 = '' OR l.name = ?2
+		ORDER BY l.name`, micros(now), name)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +358,8 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 		var l store.LimitState
 		var updated, per int64
 		var r store.LimitRate
-		if err := rows.Scan(&l.Name, &l.Max, &r.N, &per, &r.Burst, &l.Throttled, &updated, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting); err != nil {
+		if err := rows.Scan(&l.Name, &l.Max, &r.N, &per, &r.Burst, &l.Throttled, &updated, &l.InUse, &l.Busiest, &l.Groups, &l.Waiting,
+			&l.HoldOnRetryAfter, &l.HeldGroups); err != nil {
 			return nil, err
 		}
 		if r.N > 0 {
@@ -291,7 +369,43 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 		l.UpdatedAt = fromMicros(updated)
 		out = append(out, l)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	return out, s.limitHolds(ctx, db, out, now, name)
+}
+
+// limitHolds fills the Holds of the limits ls (only the one named name,
+// if not empty) that a Retry-After holds at now: those whose hold ends
+// last, store.MaxLimitHolds at most each.
+func (s *Store) limitHolds(ctx context.Context, db *sql.DB, ls []store.LimitState, now time.Time, name string) error {
+	held := map[string]*store.LimitState{}
+	for i := range ls {
+		if ls[i].HeldGroups > 0 {
+			held[ls[i].Name] = &ls[i]
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	rows, err := db.QueryContext(ctx, `SELECT name, key, held_until FROM limit_rates WHERE held_until > ?1 AND (?2 = '' OR name = ?2)
+		ORDER BY name, held_until DESC, key`, micros(now), name)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var n, k string
+		var until int64
+		if err := rows.Scan(&n, &k, &until); err != nil {
+			return err
+		}
+		if l := held[n]; l != nil && len(l.Holds) < store.MaxLimitHolds {
+			l.Holds = append(l.Holds, store.LimitHold{Key: k, Until: fromMicros(until)})
+		}
+	}
+	return rows.Err()
 }
 
 // fetchLimited runs the selection of limited jobs of a fetch, unless the
@@ -362,13 +476,16 @@ func (s *Store) selectLimited(ctx context.Context, tx *sql.Conn, queue string, n
 	}
 	due, at := micros(dueBy), micros(now)
 	if m, ok := s.limitIdle[queue]; ok && m.gen == gen && due < m.nextDue && (m.rateAt == 0 || at < m.rateAt) {
+		s.slotWait = m.slotWait
 		return "", 0, 0, m.rateAt, nil
 	}
 	var hint sql.NullInt64
 	var prios, sched string
-	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit, at).Scan(&ids, &n, &scheduled, &hint, &prios, &sched); err != nil {
+	var slotWait sql.NullBool
+	if err := s.stmt(tx, "fetchLimited").QueryRowContext(ctx, queue, due, limit, at).Scan(&ids, &n, &scheduled, &hint, &prios, &sched, &slotWait); err != nil {
 		return "", 0, 0, 0, err
 	}
+	s.slotWait = slotWait.Bool
 	if n > 0 {
 		delete(s.limitIdle, queue)
 		s.sel = limitedSel{}
@@ -394,7 +511,7 @@ func (s *Store) selectLimited(ctx context.Context, tx *sql.Conn, queue string, n
 	if err := s.stmt(tx, "limitNextDue").QueryRowContext(ctx, queue, due).Scan(&next); err != nil {
 		return "", 0, 0, 0, err
 	}
-	m := idleMark{gen: gen, nextDue: math.MaxInt64, rateAt: hint.Int64}
+	m := idleMark{gen: gen, nextDue: math.MaxInt64, rateAt: hint.Int64, slotWait: slotWait.Bool}
 	if next.Valid {
 		m.nextDue = next.Int64
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redrivehq/redrive/store"
 )
@@ -47,16 +48,22 @@ func (s *Store) JobLimit(ctx context.Context, id int64) (store.JobLimit, bool, e
 		return store.JobLimit{}, false, fmt.Errorf("sqlite: job limit: %w", err)
 	}
 	var l store.JobLimit
+	var next *int64
 	err = db.QueryRowContext(ctx, `SELECT j.climit, j.ckey, coalesce(l.max_running, 0),
 		(SELECT count(*) FROM jobs r INDEXED BY jobs_limit_running
-			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = j.climit AND r.ckey = j.ckey)
+			WHERE r.state = 'running' AND r.climit IS NOT NULL AND r.climit = j.climit AND r.ckey = j.ckey),
+		(SELECT max(CASE WHEN l.rate_n > 0 THEN rt.tat - (l.rate_burst - 1) * ((l.rate_per + l.rate_n - 1) / l.rate_n) ELSE 0 END, rt.held_until)
+			FROM limit_rates rt WHERE rt.name = j.climit AND rt.key = j.ckey)
 		FROM jobs j LEFT JOIN conc_limits l ON l.name = j.climit
-		WHERE j.id = ? AND j.climit IS NOT NULL`, id).Scan(&l.Name, &l.Key, &l.Max, &l.Running)
+		WHERE j.id = ? AND j.climit IS NOT NULL`, id).Scan(&l.Name, &l.Key, &l.Max, &l.Running, &next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.JobLimit{}, false, nil
 	}
 	if err != nil {
 		return store.JobLimit{}, false, fmt.Errorf("sqlite: job limit: %w", err)
+	}
+	if next != nil && *next > 0 {
+		l.NextStart = time.UnixMicro(*next).UTC()
 	}
 	return l, true, nil
 }

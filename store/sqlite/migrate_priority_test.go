@@ -47,8 +47,10 @@ func TestMigratePriorityWithData(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		// Back to version 13: 0016 (rate limits) and 0015 (concurrency
+		// Back to version 13: 0021 (holds on Retry-After, whose columns
+		// go with their tables), 0016 (rate limits) and 0015 (concurrency
 		// limits) first, then 0014.
+		`DELETE FROM redrive_migrations WHERE version = 21`,
 		`DROP TABLE limit_rates`,
 		`DELETE FROM redrive_migrations WHERE version = 16`,
 		`DROP TRIGGER conc_limits_gen_update`,

@@ -133,6 +133,10 @@ type Store struct {
 	// sel is the last selection of limited jobs (limits.go; writer
 	// goroutine only).
 	sel limitedSel
+	// slotWait is whether the last selection of limited jobs saw a due
+	// one waiting on a full group (FetchParams.SlotWait; writer
+	// goroutine only).
+	slotWait bool
 	// lastWrite is the error of the last write transaction, nil after a
 	// success (see WriteHealth).
 	lastWrite atomic.Pointer[error]
@@ -414,7 +418,8 @@ var writeSQL = map[string]string{
 	"rateThrottled":  rateThrottledSQL,
 	"unlimitedAbove": unlimitedAboveSQL,
 	"rateMove":       rateMoveSQL,
-	"limitUpsert":    `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+	"limitUpsert":    `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+	"limitHold":      limitHoldSQL,
 	"limitJob":       `UPDATE jobs SET climit = ?, ckey = ? WHERE id = ?`,
 	"limitGen":       `SELECT n FROM limit_gen WHERE id = 1`,
 	// limitNextDue: the earliest run_at after ?2 of queue ?1's limited

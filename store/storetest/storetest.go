@@ -185,6 +185,9 @@ var subtests = []subtest{
 	{"LimitsReplayLimited", testLimitsReplayLimited},
 	{"LimitsRateRaise", testLimitsRateRaise},
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
+	{"LimitsHold", testLimitsHold},
+	{"LimitsEdit", testLimitsEdit},
+	{"LimitsSlotWait", testLimitsSlotWait},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
