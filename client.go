@@ -54,6 +54,8 @@ type Client struct {
 	// limits are the concurrency limits of the jobs it enqueues
 	// (limits.go).
 	limits atomic.Pointer[[]compiledLimit]
+	// fair are the fair shares by queue (fairshare.go).
+	fair atomic.Pointer[map[string]compiledFair]
 
 	// opsWake tells this process's workers that an operation was started
 	// or resumed through this client, so that the leader claims it at
@@ -433,6 +435,9 @@ func (c *Client) newJob(r *Request, now time.Time, valid *validNames) (store.New
 	nj := store.NewJob{Queue: q, Kind: r.Kind, Payload: payload, RunAt: r.RunAt, MaxRetries: -1,
 		IdempotencyKey: r.IdempotencyKey, Dependency: r.Dependency, NotReprocessable: r.NotReprocessable, Priority: r.Priority}
 	if err := c.applyLimit(&nj); err != nil {
+		return store.NewJob{}, err
+	}
+	if err := c.applyFair(&nj); err != nil {
 		return store.NewJob{}, err
 	}
 	if nj.RunAt.IsZero() && r.Delay > 0 {

@@ -271,7 +271,8 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
 		var nextStart time.Time
 		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
-			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id, NextStart: &nextStart, Clock: w.client.now})
+			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id, NextStart: &nextStart, Clock: w.client.now,
+			FairWeights: w.client.fairWeights(q.name)})
 		fcancel()
 		q.fetchMu.Unlock()
 		if err != nil {

@@ -415,6 +415,14 @@ type NewJob struct {
 	LimitKey  string
 	LimitMax  int
 	LimitRate LimitRate
+	// Fair, when set, makes the job one of its queue's fair shares, with
+	// the fair key FairKey (a tenant: "" is a key too): a fetch takes
+	// the due jobs of a queue's keys in turn (see FetchParams.FairWeights
+	// and docs/design.md, "Fair shares"), so one key's backlog does not
+	// hold another key's jobs behind it. A job whose idempotency key is
+	// taken changes nothing.
+	Fair    bool
+	FairKey string
 }
 
 // The range of job priorities (Job.Priority). Higher runs first.
@@ -463,6 +471,11 @@ type FetchParams struct {
 	// can start (zero: none held), so that a worker sleeps until then
 	// rather than poll. It is a hint: another process may take that start.
 	NextStart *time.Time
+	// FairWeights gives, for the queue's fair jobs (NewJob.Fair), how
+	// many due jobs of a key a fetch takes in each round of its round
+	// robin over the keys: a key absent from it has weight 1. The store
+	// keeps where its round robin stopped, per queue, in the process.
+	FairWeights map[string]int
 }
 
 // OutcomeKind is what happened to a leased attempt.

@@ -1,0 +1,170 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// Fair shares: the jobs of a queue made fair (NewJob.Fair) carry a fair
+// key, and a fetch takes the due ones by deficit round robin over their
+// keys: in each round a key gives up to its weight (FetchParams.FairWeights,
+// 1 by default) of its due jobs, oldest due first, and the round goes on
+// with the next key in key order, wrapping around. A fetch reads the keys
+// one at a time (one probe of the store's index of waiting fair jobs a
+// key) from where the process's previous fetch of the queue stopped
+// (FairCursors), so that no key is favoured by being first in key order.
+// Priorities stay strict: a priority's keys are served before any key of
+// a lower one.
+
+// MaxFairWeight bounds a fair key's weight.
+const MaxFairWeight = 10_000
+
+// CheckFairWeight reports, as an ErrInvalid error, a weight out of [1,
+// MaxFairWeight].
+func CheckFairWeight(w int) error {
+	if w < 1 || w > MaxFairWeight {
+		return fmt.Errorf("%w: fair weight %d is out of range [1, %d]", ErrInvalid, w, MaxFairWeight)
+	}
+	return nil
+}
+
+// CheckNewFair reports, as an ErrInvalid error, the fair key of a new job
+// that no store keeps: a key without Fair, or one longer than
+// MaxLimitName bytes, not UTF-8 or holding a NUL. Stores call it from
+// Enqueue.
+func CheckNewFair(nj *NewJob) error {
+	if !nj.Fair {
+		if nj.FairKey != "" {
+			return fmt.Errorf("%w: fair key without Fair", ErrInvalid)
+		}
+		return nil
+	}
+	if len(nj.FairKey) > MaxLimitName || !utf8.ValidString(nj.FairKey) || strings.ContainsRune(nj.FairKey, 0) {
+		return fmt.Errorf("%w: fair key is longer than %d bytes, not UTF-8 or holds a NUL", ErrInvalid, MaxLimitName)
+	}
+	return nil
+}
+
+// FairCursor is where a process's round robin over a queue's fair keys
+// stopped: the key it served last, and how many jobs that key has taken
+// of its weight in the current round.
+type FairCursor struct {
+	Key  string
+	Used int
+	Set  bool // false: start at the first key
+}
+
+// FairCursors keeps the cursor of each queue and priority, for one
+// process (a store). The zero value is ready to use.
+type FairCursors struct {
+	mu sync.Mutex
+	m  map[fairLevel]FairCursor
+}
+
+type fairLevel struct {
+	queue string
+	prio  int64
+}
+
+// Get returns the cursor of queue's priority prio.
+func (c *FairCursors) Get(queue string, prio int64) FairCursor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[fairLevel{queue, prio}]
+}
+
+// Put sets the cursor of queue's priority prio.
+func (c *FairCursors) Put(queue string, prio int64, cur FairCursor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[fairLevel]FairCursor{}
+	}
+	if len(c.m) > maxFairCursors {
+		clear(c.m) // a bound on memory: a cleared cursor starts at the first key
+	}
+	c.m[fairLevel{queue, prio}] = cur
+}
+
+// maxFairCursors bounds the cursors a process keeps.
+const maxFairCursors = 100_000
+
+// MaxFairVisits bounds the keys one fetch visits at one priority: a
+// queue with more keys holding waiting jobs than that, none of them due,
+// costs a fetch that many probes, and the next fetch goes on from there.
+const MaxFairVisits = 2048
+
+// FairRound runs a fetch's deficit round robin over the keys of one
+// priority, taking up to want jobs: next returns the first key after
+// after in key order (the first key when first is true), ok false when
+// there is none; take leases up to n due jobs of key, oldest due first,
+// and returns how many it leased. cur is where the previous fetch
+// stopped, and FairRound returns where this one stops and how many jobs
+// it took. It stops when it has want jobs, or when a whole turn over the
+// keys took nothing (every key's due jobs are taken), or after
+// MaxFairVisits keys.
+func FairRound(cur FairCursor, weights map[string]int, want int,
+	next func(after string, first bool) (string, bool, error),
+	take func(key string, n int) (int, error)) (FairCursor, int, error) {
+	weight := func(k string) int {
+		if w, ok := weights[k]; ok && w > 0 {
+			return w
+		}
+		return 1
+	}
+	got := 0
+	var idleFrom *string // the first key of the current streak of keys that gave nothing
+	for visits := 0; got < want && visits < MaxFairVisits; visits++ {
+		var key string
+		quota := 0
+		if cur.Set && cur.Used > 0 && cur.Used < weight(cur.Key) && visits == 0 {
+			// The key the previous fetch stopped in the middle of: it
+			// takes the rest of its weight first.
+			key, quota = cur.Key, weight(cur.Key)-cur.Used
+		} else {
+			k, ok, err := next(cur.Key, !cur.Set)
+			if err != nil {
+				return cur, got, err
+			}
+			if !ok {
+				if !cur.Set {
+					return cur, got, nil // no key at all
+				}
+				// Past the last key: wrap around.
+				if k, ok, err = next("", true); err != nil {
+					return cur, got, err
+				} else if !ok {
+					return FairCursor{}, got, nil
+				}
+			}
+			key, quota = k, weight(k)
+			cur = FairCursor{Key: key, Set: true}
+		}
+		if idleFrom != nil && *idleFrom == key {
+			break // a whole turn over the keys took nothing
+		}
+		n, err := take(key, min(quota, want-got))
+		if err != nil {
+			return cur, got, err
+		}
+		got += n
+		switch {
+		case n == 0:
+			if idleFrom == nil {
+				k := key
+				idleFrom = &k
+			}
+			cur.Used = weight(key)
+		case n < min(quota, want-got+n):
+			// The key has no more due jobs: its turn is over.
+			idleFrom = nil
+			cur.Used = weight(key)
+		default:
+			idleFrom = nil
+			cur.Used = weight(key) - quota + n
+		}
+	}
+	return cur, got, nil
+}

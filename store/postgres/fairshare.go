@@ -1,0 +1,236 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// Fair shares (store/fair.go): a fair job has its key in fkey and, while
+// it waits without a limit, is in jobs_fair_due (queue, priority, fkey,
+// run_at, id) rather than jobs_ready, and in jobs_fair_first (queue,
+// run_at). A fetch of a queue with fair jobs runs a round robin over the
+// keys of each priority, highest first: a key is one probe for the next
+// key, and one statement that leases up to its weight of its due jobs
+// (FOR UPDATE SKIP LOCKED: two processes' round robins never lease one
+// job twice). The statements run on their own, each atomic: no lock is
+// held between them, and no shared state is written but the jobs.
+//
+// Whether a queue has fair jobs is known without a round trip when the
+// process is configured fair for it (FetchParams.FairWeights not nil) or
+// enqueued fair jobs to it; otherwise a fetch asks jobs_fair_first at most
+// once a second (fairProbeEvery) per queue, so that a queue without fair
+// jobs pays a probe a second, not one per fetch, and a process not
+// configured fair still leases a fair queue's jobs, by the same round
+// robin with every key of weight 1.
+
+// fairWaiting is the condition of the two fair indexes.
+const fairWaiting = `state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NOT NULL`
+
+// fairProbeEvery is how often a fetch of a queue not known to be fair asks
+// whether it has fair jobs, and how long a queue found fair is taken as
+// fair without asking.
+const fairProbeEvery = time.Second
+
+type fairStatements struct {
+	set, probe, levels, top, first, next, take string
+}
+
+func renderFair(q func(string) string) fairStatements {
+	return fairStatements{
+		set:    q(`UPDATE {jobs} j SET fkey = t.key FROM unnest($1::bigint[], $2::text[]) AS t(id, key) WHERE j.id = t.id`),
+		probe:  q(`SELECT EXISTS (SELECT 1 FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text)`),
+		levels: q(`SELECT coalesce(array_agg(p), '{}') FROM {schema}.job_fair_priorities($1::text) AS pr(p)`),
+		// top: the highest priority with a due job without a limit or a
+		// fair key (NULL: none).
+		top: q(`SELECT pr.p FROM {schema}.job_priorities($1::text) AS pr(p) WHERE EXISTS (SELECT 1 FROM {jobs}
+	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = pr.p AND run_at <= $2) LIMIT 1`),
+		first: q(`SELECT fkey FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 ORDER BY fkey LIMIT 1`),
+		next:  q(`SELECT fkey FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 AND fkey > $3 ORDER BY fkey LIMIT 1`),
+		// take leases up to $5 due jobs of key $3 at priority $2, oldest
+		// due first, as the fetch statement does.
+		take: q(`WITH picked AS (
+	SELECT id FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 AND fkey = $3 AND run_at <= $4
+	ORDER BY run_at, id LIMIT $5
+	FOR UPDATE SKIP LOCKED
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT $1::text, 'attempts', $9::smallint, count(*) FROM picked HAVING count(*) > 0
+	{upsert}
+)
+UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($6, j.run_at), lease_until = $7, worker = $8,
+	progress_done = NULL, progress_total = NULL, progress_at = NULL
+FROM picked WHERE j.id = picked.id
+RETURNING {jcols}`),
+	}
+}
+
+// fairHints remembers, per queue, when it was last found to have fair
+// jobs and when it was last asked.
+type fairHints struct {
+	mu sync.Mutex
+	m  map[string]*fairHint
+}
+
+type fairHint struct{ seen, asked time.Time }
+
+func (h *fairHints) get(queue string) *fairHint {
+	if h.m == nil {
+		h.m = map[string]*fairHint{}
+	}
+	x, ok := h.m[queue]
+	if !ok {
+		if len(h.m) > 10_000 {
+			clear(h.m)
+		}
+		x = &fairHint{}
+		h.m[queue] = x
+	}
+	return x
+}
+
+// markFair records that queue has fair jobs now.
+func (h *fairHints) markFair(queue string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.get(queue).seen = time.Now()
+}
+
+// setFair gives the jobs just inserted (out[i] not Existing) their fair
+// keys, in the insert's transaction, so that no fetch sees a fair job
+// without its key.
+func (s *Store) setFair(ctx context.Context, q querier, jobs []store.NewJob, out []*store.Job) error {
+	var ids []int64
+	var keys []string
+	for i := range jobs {
+		if !jobs[i].Fair || out[i] == nil || out[i].Existing {
+			continue
+		}
+		ids, keys = append(ids, out[i].ID), append(keys, jobs[i].FairKey)
+		s.fairHints.markFair(jobs[i].Queue)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := q.Exec(ctx, s.sql.fair.set, ids, keys); err != nil {
+		return err
+	}
+	return nil
+}
+
+// fairQueue reports whether a fetch with p should run the fair selection.
+func (s *Store) fairQueue(ctx context.Context, p *store.FetchParams) (bool, error) {
+	if p.FairWeights != nil {
+		return true, nil
+	}
+	now := time.Now()
+	s.fairHints.mu.Lock()
+	h := s.fairHints.get(p.Queue)
+	if now.Sub(h.seen) < fairProbeEvery {
+		s.fairHints.mu.Unlock()
+		return true, nil
+	}
+	if now.Sub(h.asked) < fairProbeEvery {
+		s.fairHints.mu.Unlock()
+		return false, nil
+	}
+	h.asked = now
+	s.fairHints.mu.Unlock()
+	var any bool
+	if err := s.pool.QueryRow(ctx, s.sql.fair.probe, p.Queue).Scan(&any); err != nil {
+		return false, err
+	}
+	if any {
+		s.fairHints.markFair(p.Queue)
+	}
+	return any, nil
+}
+
+// fairFetch is the fair part of one fetch.
+type fairFetch struct {
+	s      *Store
+	p      *store.FetchParams
+	dueBy  time.Time
+	levels []int16
+	top    *int16
+}
+
+// newFairFetch returns the fair part of a fetch, nil when the queue has
+// no waiting fair job.
+func (s *Store) newFairFetch(ctx context.Context, p *store.FetchParams, dueBy time.Time) (*fairFetch, error) {
+	ok, err := s.fairQueue(ctx, p)
+	if err != nil || !ok {
+		return nil, err
+	}
+	f := &fairFetch{s: s, p: p, dueBy: dueBy}
+	if err := s.pool.QueryRow(ctx, s.sql.fair.levels, p.Queue).Scan(&f.levels); err != nil {
+		return nil, err
+	}
+	if len(f.levels) == 0 {
+		return nil, nil
+	}
+	err = s.pool.QueryRow(ctx, s.sql.fair.top, p.Queue, ts(dueBy)).Scan(&f.top)
+	if errors.Is(err, pgx.ErrNoRows) {
+		f.top, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// run leases, by round robin, the due fair jobs of the levels at or above
+// the highest priority of the due jobs without a fair key (above true),
+// or of the levels left (above false), until the fetch has want jobs. It
+// returns the jobs leased, also with an error (they are leased).
+func (f *fairFetch) run(ctx context.Context, above bool, want int) ([]*store.Job, error) {
+	var out []*store.Job
+	for len(f.levels) > 0 && len(out) < want {
+		prio := f.levels[0]
+		if above && f.top != nil && prio < *f.top {
+			break
+		}
+		f.levels = f.levels[1:]
+		next := func(after string, first bool) (string, bool, error) {
+			var k string
+			var err error
+			if first {
+				err = f.s.pool.QueryRow(ctx, f.s.sql.fair.first, f.p.Queue, prio).Scan(&k)
+			} else {
+				err = f.s.pool.QueryRow(ctx, f.s.sql.fair.next, f.p.Queue, prio, after).Scan(&k)
+			}
+			if errors.Is(err, pgx.ErrNoRows) {
+				return "", false, nil
+			}
+			return k, err == nil, err
+		}
+		take := func(key string, n int) (int, error) {
+			var jobs []*store.Job
+			err := f.s.retry(ctx, func() error {
+				rows, err := f.s.pool.Query(ctx, f.s.sql.fair.take, f.p.Queue, prio, key, ts(f.dueBy), n,
+					ts(f.p.Now), ts(f.p.LeaseUntil), cleanText(f.p.Worker), shard())
+				if err != nil {
+					return err
+				}
+				jobs, err = collect(rows, false)
+				return err
+			})
+			if err != nil {
+				return 0, err
+			}
+			out = append(out, jobs...)
+			return len(jobs), nil
+		}
+		cur, _, err := store.FairRound(f.s.fairCursors.Get(f.p.Queue, int64(prio)), f.p.FairWeights, want-len(out), next, take)
+		f.s.fairCursors.Put(f.p.Queue, int64(prio), cur)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
