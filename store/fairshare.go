@@ -116,13 +116,22 @@ func FairRound(cur FairCursor, weights map[string]int, want int,
 	}
 	got := 0
 	var idleFrom *string // the first key of the current streak of keys that gave nothing
+	// A fetch goes round the keys in turns. Once a turn is over, the next
+	// ones take m times each key's weight, m as large as lets every key
+	// that gave its whole weight in the last turn (the keys with a
+	// backlog) do so again within want: the same shares in fewer visits
+	// (one key left with a backlog is two visits a fetch, not one a job).
+	var turnStart *string
+	wrapped := false
+	m, sumW := 1, 0
 	for visits := 0; got < want && visits < MaxFairVisits; visits++ {
 		var key string
 		quota := 0
+		resumed := false
 		if cur.Set && cur.Used > 0 && cur.Used < weight(cur.Key) && visits == 0 {
 			// The key the previous fetch stopped in the middle of: it
 			// takes the rest of its weight first.
-			key, quota = cur.Key, weight(cur.Key)-cur.Used
+			key, quota, resumed = cur.Key, weight(cur.Key)-cur.Used, true
 		} else {
 			k, ok, err := next(cur.Key, !cur.Set)
 			if err != nil {
@@ -133,19 +142,37 @@ func FairRound(cur FairCursor, weights map[string]int, want int,
 					return cur, got, nil // no key at all
 				}
 				// Past the last key: wrap around.
+				wrapped = true
 				if k, ok, err = next("", true); err != nil {
 					return cur, got, err
 				} else if !ok {
 					return FairCursor{}, got, nil
 				}
 			}
-			key, quota = k, weight(k)
+			key = k
 			cur = FairCursor{Key: key, Set: true}
 		}
 		if idleFrom != nil && *idleFrom == key {
 			break // a whole turn over the keys took nothing
 		}
-		n, err := take(key, min(quota, want-got))
+		switch {
+		case turnStart == nil:
+			k := key
+			turnStart, wrapped = &k, false
+		case wrapped && key >= *turnStart:
+			// A new turn (its first key may have left: its jobs taken).
+			k := key
+			turnStart, wrapped = &k, false
+			if sumW > 0 {
+				m = max(1, (want-got)/sumW)
+			}
+			sumW = 0
+		}
+		if !resumed {
+			quota = weight(key) * m
+		}
+		ask := min(quota, want-got)
+		n, err := take(key, ask)
 		if err != nil {
 			return cur, got, err
 		}
@@ -157,13 +184,19 @@ func FairRound(cur FairCursor, weights map[string]int, want int,
 				idleFrom = &k
 			}
 			cur.Used = weight(key)
-		case n < min(quota, want-got+n):
+		case n < ask:
 			// The key has no more due jobs: its turn is over.
 			idleFrom = nil
 			cur.Used = weight(key)
-		default:
+		case ask < quota && m == 1:
+			// The fetch has what it wants in the middle of the key's
+			// weight: the next fetch gives the key the rest first.
 			idleFrom = nil
 			cur.Used = weight(key) - quota + n
+		default:
+			idleFrom = nil
+			cur.Used = weight(key)
+			sumW += weight(key) // a key with a backlog: it takes its share of the next turn
 		}
 	}
 	return cur, got, nil
