@@ -136,3 +136,17 @@ func (c *Client) fairWeights(queue string) map[string]int {
 	}
 	return f.Weights
 }
+
+// withFair gives q its fair share, when the client makes its queue fair.
+func (c *Client) withFair(q Queue) Queue {
+	p := c.fair.Load()
+	if p == nil {
+		return q
+	}
+	if f, ok := (*p)[q.Name]; ok {
+		fs := f.FairShare
+		fs.Weights = maps.Clone(fs.Weights)
+		q.Fair = &fs
+	}
+	return q
+}

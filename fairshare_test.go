@@ -65,9 +65,24 @@ func TestFairShareEnqueue(t *testing.T) {
 	if n, err := st.Count(t.Context(), store.Filter{Queue: "fq"}); err != nil || n != 0 {
 		t.Errorf("Count(fq) = %d, %v after the refused batch, want 0", n, err)
 	}
+	jobs, err := c.EnqueueMany(t.Context(), []redrive.Request{{Kind: "x", Queue: "fq", Payload: map[string]any{"tenant": 42.0}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := c.Get(t.Context(), jobs[0].ID); err != nil || j.FairKey == nil || *j.FairKey != "42" {
+		t.Errorf("Get(a fair job).FairKey = %v, %v; want 42", j.FairKey, err)
+	}
+	qs, err := c.Queues(t.Context())
+	if err != nil || len(qs) != 1 || qs[0].Fair == nil || qs[0].Fair.Key != "payload.tenant" {
+		t.Errorf("Queues = %+v, %v; want fq with its fair share", qs, err)
+	}
 	// Another queue is not fair: its jobs need no key.
-	if _, err := c.EnqueueMany(t.Context(), []redrive.Request{{Kind: "x", Queue: "other"}}); err != nil {
-		t.Errorf("Enqueue to a queue that is not fair: %v", err)
+	other, err := c.EnqueueMany(t.Context(), []redrive.Request{{Kind: "x", Queue: "other"}})
+	if err != nil {
+		t.Fatalf("Enqueue to a queue that is not fair: %v", err)
+	}
+	if j, err := c.Get(t.Context(), other[0].ID); err != nil || j.FairKey != nil {
+		t.Errorf("Get(a job of a queue that is not fair).FairKey = %v, %v; want nil", j.FairKey, err)
 	}
 }
 

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -17,6 +19,14 @@ import (
 // (FairCursors), so that no key is favoured by being first in key order.
 // Priorities stay strict: a priority's keys are served before any key of
 // a lower one.
+
+// FairUse is the part of a Store that reads jobs' fair keys.
+type FairUse interface {
+	// JobFairKey returns the fair key of the job id; ok is false when it
+	// has none (its queue was not fair when it was enqueued) or there is
+	// no such job.
+	JobFairKey(ctx context.Context, id int64) (key string, ok bool, err error)
+}
 
 // MaxFairWeight bounds a fair key's weight.
 const MaxFairWeight = 10_000
@@ -200,4 +210,68 @@ func FairRound(cur FairCursor, weights map[string]int, want int,
 		}
 	}
 	return cur, got, nil
+}
+
+// FairProbeEvery is how often a fetch of a queue not known to have fair
+// jobs asks the store whether it has some, and how long a queue found to
+// have fair jobs is taken to have them without asking (see FairHints).
+const FairProbeEvery = time.Second
+
+// FairHints remembers, for one process (a store), which queues have fair
+// jobs, so that a fetch of a queue without any pays no probe for them
+// but once a FairProbeEvery: a queue has fair jobs when the process is
+// configured fair for it (FetchParams.FairWeights not nil), has enqueued
+// fair jobs to it lately (Mark), or was found to have some by a probe
+// lately. A process not configured fair still leases a fair queue's jobs
+// (by the same round robin, every key of weight 1) within a
+// FairProbeEvery of another process enqueuing them. The zero value is
+// ready to use.
+type FairHints struct {
+	mu sync.Mutex
+	m  map[string]*fairHint
+}
+
+type fairHint struct{ seen, asked time.Time }
+
+func (h *FairHints) get(queue string) *fairHint {
+	if h.m == nil {
+		h.m = map[string]*fairHint{}
+	}
+	x, ok := h.m[queue]
+	if !ok {
+		if len(h.m) > 10_000 {
+			clear(h.m)
+		}
+		x = &fairHint{}
+		h.m[queue] = x
+	}
+	return x
+}
+
+// Mark records that queue has fair jobs now.
+func (h *FairHints) Mark(queue string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.get(queue).seen = time.Now()
+}
+
+// Check tells a fetch with p whether to run the fair selection (fair),
+// or else whether to ask the store first (probe; then Mark the queue if
+// it has fair jobs).
+func (h *FairHints) Check(p *FetchParams) (fair, probe bool) {
+	if p.FairWeights != nil {
+		return true, false
+	}
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	x := h.get(p.Queue)
+	if now.Sub(x.seen) < FairProbeEvery {
+		return true, false
+	}
+	if now.Sub(x.asked) < FairProbeEvery {
+		return false, false
+	}
+	x.asked = now
+	return false, true
 }

@@ -128,6 +128,10 @@ type Job struct {
 	// the redrive Client's Get fills it (a read of the group's running
 	// jobs).
 	Limit *JobLimit `json:"limit,omitempty"`
+	// FairKey is the job's key in its fair queue (see NewJob.Fair), for
+	// a job of a fair queue. Stores leave it nil: the redrive Client's
+	// Get fills it.
+	FairKey *string `json:"fair_key,omitempty"`
 	// Reprocessable is false for a job that must never be redriven.
 	Reprocessable bool `json:"reprocessable"`
 
@@ -1003,6 +1007,9 @@ type Store interface {
 
 	// Schedules keeps periodic jobs' schedules (schedules.go).
 	Schedules
+
+	// FairUse reads jobs' fair keys (fairshare.go).
+	FairUse
 
 	// Operations keeps durable bulk operations (operations.go).
 	Operations

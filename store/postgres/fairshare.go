@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +10,7 @@ import (
 	"github.com/redrivehq/redrive/store"
 )
 
-// Fair shares (store/fair.go): a fair job has its key in fkey and, while
+// Fair shares (store/fairshare.go): a fair job has its key in fkey and, while
 // it waits without a limit, is in jobs_fair_due (queue, priority, fkey,
 // run_at, id) rather than jobs_ready, and in jobs_fair_first (queue,
 // run_at). A fetch of a queue with fair jobs runs a round robin over the
@@ -24,18 +23,11 @@ import (
 // Whether a queue has fair jobs is known without a round trip when the
 // process is configured fair for it (FetchParams.FairWeights not nil) or
 // enqueued fair jobs to it; otherwise a fetch asks jobs_fair_first at most
-// once a second (fairProbeEvery) per queue, so that a queue without fair
-// jobs pays a probe a second, not one per fetch, and a process not
-// configured fair still leases a fair queue's jobs, by the same round
-// robin with every key of weight 1.
+// once a second per queue (store.FairHints), so that a queue without fair
+// jobs pays a probe a second, not one per fetch.
 
 // fairWaiting is the condition of the two fair indexes.
 const fairWaiting = `state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NOT NULL`
-
-// fairProbeEvery is how often a fetch of a queue not known to be fair asks
-// whether it has fair jobs, and how long a queue found fair is taken as
-// fair without asking.
-const fairProbeEvery = time.Second
 
 type fairStatements struct {
 	set, probe, levels, top, first, next, take string
@@ -70,37 +62,6 @@ RETURNING {jcols}`),
 	}
 }
 
-// fairHints remembers, per queue, when it was last found to have fair
-// jobs and when it was last asked.
-type fairHints struct {
-	mu sync.Mutex
-	m  map[string]*fairHint
-}
-
-type fairHint struct{ seen, asked time.Time }
-
-func (h *fairHints) get(queue string) *fairHint {
-	if h.m == nil {
-		h.m = map[string]*fairHint{}
-	}
-	x, ok := h.m[queue]
-	if !ok {
-		if len(h.m) > 10_000 {
-			clear(h.m)
-		}
-		x = &fairHint{}
-		h.m[queue] = x
-	}
-	return x
-}
-
-// markFair records that queue has fair jobs now.
-func (h *fairHints) markFair(queue string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.get(queue).seen = time.Now()
-}
-
 // setFair gives the jobs just inserted (out[i] not Existing) their fair
 // keys, in the insert's transaction, so that no fetch sees a fair job
 // without its key.
@@ -112,7 +73,7 @@ func (s *Store) setFair(ctx context.Context, q querier, jobs []store.NewJob, out
 			continue
 		}
 		ids, keys = append(ids, out[i].ID), append(keys, jobs[i].FairKey)
-		s.fairHints.markFair(jobs[i].Queue)
+		s.fairHints.Mark(jobs[i].Queue)
 	}
 	if len(ids) == 0 {
 		return nil
@@ -125,28 +86,16 @@ func (s *Store) setFair(ctx context.Context, q querier, jobs []store.NewJob, out
 
 // fairQueue reports whether a fetch with p should run the fair selection.
 func (s *Store) fairQueue(ctx context.Context, p *store.FetchParams) (bool, error) {
-	if p.FairWeights != nil {
-		return true, nil
+	fair, probe := s.fairHints.Check(p)
+	if !probe {
+		return fair, nil
 	}
-	now := time.Now()
-	s.fairHints.mu.Lock()
-	h := s.fairHints.get(p.Queue)
-	if now.Sub(h.seen) < fairProbeEvery {
-		s.fairHints.mu.Unlock()
-		return true, nil
-	}
-	if now.Sub(h.asked) < fairProbeEvery {
-		s.fairHints.mu.Unlock()
-		return false, nil
-	}
-	h.asked = now
-	s.fairHints.mu.Unlock()
 	var any bool
 	if err := s.pool.QueryRow(ctx, s.sql.fair.probe, p.Queue).Scan(&any); err != nil {
 		return false, err
 	}
 	if any {
-		s.fairHints.markFair(p.Queue)
+		s.fairHints.Mark(p.Queue)
 	}
 	return any, nil
 }
@@ -233,4 +182,23 @@ func (f *fairFetch) run(ctx context.Context, above bool, want int) ([]*store.Job
 		}
 	}
 	return out, nil
+}
+
+// JobFairKey implements store.FairUse.
+func (s *Store) JobFairKey(ctx context.Context, id int64) (string, bool, error) {
+	if err := s.check(); err != nil {
+		return "", false, err
+	}
+	var k *string
+	err := s.pool.QueryRow(ctx, `SELECT fkey FROM `+s.sql.jobs+` WHERE id = $1`, id).Scan(&k)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, s.fail("job fair key", err)
+	}
+	if k == nil {
+		return "", false, nil
+	}
+	return *k, true, nil
 }

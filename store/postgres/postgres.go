@@ -144,7 +144,7 @@ type Store struct {
 	limitHints limitHints
 	// fairHints says which queues have fair jobs, fairCursors where each
 	// queue's round robin over its fair keys stopped (fairshare.go).
-	fairHints   fairHints
+	fairHints   store.FairHints
 	fairCursors store.FairCursors
 	// ratePrunes counts the limited leases, to prune limit_rates now and
 	// then (limits.go).

@@ -63,7 +63,7 @@ type statements struct {
 	limitEnsure, limitJobs, limitSet       string
 	limitSetRate                           string
 	limitList, limitGen, limitNextDue      string
-	// Fair shares (fair.go).
+	// Fair shares (fairshare.go).
 	fair fairStatements
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,20 +12,22 @@ import (
 	"github.com/redrivehq/redrive/store"
 )
 
-// Fair shares (store/fair.go): a fair job has its key in fkey and, while
-// it waits without a limit, is in jobs_fair_due (queue, priority, fkey,
-// run_at, id) rather than jobs_ready, and in jobs_fair_first (queue,
-// run_at). A fetch first asks jobs_fair_first whether the queue has a due
-// fair job (one probe: all a queue without fair jobs pays), and if so
-// runs a round robin over the keys of each priority, highest first: a
-// key is one probe for the next key and one range of its due jobs.
+// Fair shares (store/fairshare.go): a fair job has its key in fkey and,
+// while it waits without a limit, is in jobs_fair_due (queue, priority,
+// fkey, run_at, id) rather than jobs_ready, and in jobs_fair_first
+// (queue, run_at). A fetch of a queue with fair jobs (store.FairHints:
+// the process is configured fair for it, enqueued fair jobs to it, or
+// found some by a probe of jobs_fair_first, which a queue without any
+// pays once a second) runs a round robin over the keys of each priority,
+// highest first: a key is one probe for the next key and one range of
+// its due jobs.
 
 // fairWaiting is the condition of the two fair indexes.
 const fairWaiting = `state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NOT NULL`
 
 // Statements of the fair fetch, prepared on the writer connection.
 var fairSQL = map[string]string{
-	"fairAny": `SELECT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_fair_first WHERE ` + fairWaiting + ` AND queue = ?1 AND run_at <= ?2)`,
+	"fairAny": `SELECT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_fair_first WHERE ` + fairWaiting + ` AND queue = ?1)`,
 	// fairLevels: the distinct priorities of the queue's waiting fair
 	// jobs, highest first, one probe each.
 	"fairLevels": `WITH RECURSIVE pr(p) AS (
@@ -66,6 +69,7 @@ func (s *Store) setFair(ctx context.Context, tx *sql.Conn, jobs []store.NewJob, 
 		if _, err := s.stmt(tx, "fairJob").ExecContext(ctx, jobs[i].FairKey, out[i].ID); err != nil {
 			return fmt.Errorf("sqlite: enqueue: fair key: %w", err)
 		}
+		s.fairHints.Mark(jobs[i].Queue)
 	}
 	return nil
 }
@@ -85,11 +89,16 @@ type fairFetch struct {
 // newFairFetch returns the fair part of a fetch, nil when the queue has
 // no due fair job.
 func (s *Store) newFairFetch(ctx context.Context, tx *sql.Conn, p *store.FetchParams, dueBy time.Time) (*fairFetch, error) {
-	var any bool
-	if err := s.stmt(tx, "fairAny").QueryRowContext(ctx, p.Queue, micros(dueBy)).Scan(&any); err != nil {
-		return nil, err
+	fair, probe := s.fairHints.Check(p)
+	if probe {
+		if err := s.stmt(tx, "fairAny").QueryRowContext(ctx, p.Queue).Scan(&fair); err != nil {
+			return nil, err
+		}
+		if fair {
+			s.fairHints.Mark(p.Queue)
+		}
 	}
-	if !any {
+	if !fair {
 		return nil, nil
 	}
 	f := &fairFetch{s: s, ctx: ctx, tx: tx, p: p, dueBy: micros(dueBy)}
@@ -155,4 +164,21 @@ func (f *fairFetch) run(above bool, n, scheduled *int64, parts *[]string) error 
 		f.s.fair.Put(f.p.Queue, prio, cur)
 	}
 	return nil
+}
+
+// JobFairKey implements store.FairUse.
+func (s *Store) JobFairKey(ctx context.Context, id int64) (string, bool, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return "", false, fmt.Errorf("sqlite: job fair key: %w", err)
+	}
+	var k sql.NullString
+	err = db.QueryRowContext(ctx, `SELECT fkey FROM jobs WHERE id = ?`, id).Scan(&k)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("sqlite: job fair key: %w", err)
+	}
+	return k.String, k.Valid, nil
 }

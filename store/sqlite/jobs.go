@@ -429,7 +429,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		if limited > 0 {
 			parts = append(parts, strings.TrimSuffix(strings.TrimPrefix(limitedIDs, "["), "]"))
 		}
-		// The jobs of the queue's fair keys (fair.go), by round robin
+		// The jobs of the queue's fair keys (fairshare.go), by round robin
 		// over their keys; a queue without due fair jobs pays one probe.
 		fair, err := s.newFairFetch(ctx, tx, &p, dueBy)
 		if err != nil {

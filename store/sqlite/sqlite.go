@@ -134,8 +134,9 @@ type Store struct {
 	// goroutine only).
 	sel limitedSel
 	// fair is where each queue's round robin over its fair keys stopped
-	// (fair.go).
-	fair store.FairCursors
+	// (fairshare.go).
+	fair      store.FairCursors
+	fairHints store.FairHints
 	// lastWrite is the error of the last write transaction, nil after a
 	// success (see WriteHealth).
 	lastWrite atomic.Pointer[error]

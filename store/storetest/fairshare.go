@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive/failure"
@@ -196,6 +197,44 @@ func testFairKept(x *h) {
 	if j := x.get(jobs[0].ID); j.State != store.Running || j.Attempt != 2 {
 		x.t.Errorf("retried job: %s attempt %d, want running attempt 2", j.State, j.Attempt)
 	}
+	if k, ok, err := x.s.JobFairKey(x.ctx, jobs[0].ID); err != nil || !ok || k != "a" {
+		x.t.Errorf("JobFairKey(retried job) = %q, %v, %v; want a", k, ok, err)
+	}
+	plain := x.enqueue(now, store.NewJob{Queue: "kq", Kind: "k"})[0]
+	if k, ok, err := x.s.JobFairKey(x.ctx, plain.ID); err != nil || ok {
+		x.t.Errorf("JobFairKey(a job without a key) = %q, %v, %v; want none", k, ok, err)
+	}
+	if _, ok, err := x.s.JobFairKey(x.ctx, 1<<40); err != nil || ok {
+		x.t.Errorf("JobFairKey(no such job) = %v, %v; want none", ok, err)
+	}
+	// A replay's copy keeps its source's key: it takes a's turns.
+	all := x.fetch(store.FetchParams{Queue: "kq", Limit: 10, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+	for _, j := range append(all, x.get(jobs[0].ID), x.get(jobs[1].ID), x.get(jobs[2].ID)) {
+		if j.State == store.Running {
+			x.finish(completeOf(j, now))
+		}
+	}
+	op := x.createOp(store.NewOperation{ID: opID(1), Kind: store.OpReplay, Params: store.OperationParams{
+		Filter: store.Filter{Queue: "kq", States: []store.State{store.Completed}}, Batch: 10}}, at(time.Minute))
+	op = x.claimOp(op.ID, "w1", at(time.Minute))
+	x.runOp(op, "w1", 10, at(time.Minute))
+	copies := x.listAll(store.Filter{Queue: "kq", States: []store.State{store.Pending}}, 10)
+	if len(copies) != 4 {
+		x.t.Fatalf("replay made %d copies, want 4", len(copies))
+	}
+	for _, c := range copies {
+		k, ok, err := x.s.JobFairKey(x.ctx, c.ID)
+		want := tenantOf(c)
+		if c.ReplayOf == plain.ID {
+			if ok || err != nil {
+				x.t.Errorf("copy of a job without a key: key %q, %v, %v", k, ok, err)
+			}
+			continue
+		}
+		if err != nil || !ok || k != want {
+			x.t.Errorf("copy %d of %d: key %q, %v, %v; want %q", c.ID, c.ReplayOf, k, ok, err, want)
+		}
+	}
 }
 
 // testFairModel: several workers fetch a fair queue concurrently while
@@ -343,5 +382,27 @@ func testFairInvalid(x *h) {
 	}
 	if n := len(x.listAll(store.Filter{Queue: "iq"}, 100)); n != 0 {
 		x.t.Errorf("%d jobs stored after refused enqueues, want 0", n)
+	}
+}
+
+// FairTwoProcesses checks fair shares across two stores on one database
+// (two processes): jobs of a fair queue enqueued through a, fetched
+// through b, which was never told the queue is fair (no FairWeights, no
+// enqueue of its own), are still leased by round robin over their keys.
+// A store's own tests call it with two stores they opened on one
+// database; it closes neither.
+func FairTwoProcesses(t *testing.T, a, b store.Store) {
+	x := &h{t: t, s: a, ctx: t.Context()}
+	now := at(0)
+	var nj []store.NewJob
+	for range 20 {
+		nj = append(nj, fairJob("two", "big", at(-time.Hour), 0))
+	}
+	nj = append(nj, fairJob("two", "small", now, 0), fairJob("two", "small", now, 0))
+	x.enqueue(now, nj...)
+	y := &h{t: t, s: b, ctx: t.Context()}
+	got := y.fairKeys("two", now, 5, nil)
+	if want := []string{"big", "small", "big", "small", "big"}; !slices.Equal(got, want) {
+		t.Errorf("keys leased one at a time by the other process = %v, want %v", got, want)
 	}
 }
