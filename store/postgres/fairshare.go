@@ -17,8 +17,8 @@ import (
 // keys of each priority, highest first: a key is one probe for the next
 // key, and one statement that leases up to its weight of its due jobs
 // (FOR UPDATE SKIP LOCKED: two processes' round robins never lease one
-// job twice). The statements run on their own, each atomic: no lock is
-// held between them, and no shared state is written but the jobs.
+// job twice), all in one transaction, so a fetch commits once. No shared
+// state is written but the jobs and the attempts counter.
 //
 // Whether a queue has fair jobs is known without a round trip when the
 // process is configured fair for it (FetchParams.FairWeights not nil) or
@@ -45,15 +45,12 @@ func renderFair(q func(string) string) fairStatements {
 		first: q(`SELECT fkey FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 ORDER BY fkey LIMIT 1`),
 		next:  q(`SELECT fkey FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 AND fkey > $3 ORDER BY fkey LIMIT 1`),
 		// take leases up to $5 due jobs of key $3 at priority $2, oldest
-		// due first, as the fetch statement does.
+		// due first, as the fetch statement does (its attempts are counted
+		// once for the fetch's transaction).
 		take: q(`WITH picked AS (
 	SELECT id FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 AND fkey = $3 AND run_at <= $4
 	ORDER BY run_at, id LIMIT $5
 	FOR UPDATE SKIP LOCKED
-), cnt AS (
-	INSERT INTO {counters} AS c (queue, name, shard, n)
-	SELECT $1::text, 'attempts', $9::smallint, count(*) FROM picked HAVING count(*) > 0
-	{upsert}
 )
 UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($6, j.run_at), lease_until = $7, worker = $8,
 	progress_done = NULL, progress_total = NULL, progress_at = NULL
@@ -135,51 +132,72 @@ func (s *Store) newFairFetch(ctx context.Context, p *store.FetchParams, dueBy ti
 
 // run leases, by round robin, the due fair jobs of the levels at or above
 // the highest priority of the due jobs without a fair key (above true),
-// or of the levels left (above false), until the fetch has want jobs. It
-// returns the jobs leased, also with an error (they are leased).
+// or of the levels left (above false), until the fetch has want jobs, in
+// one transaction: after an error nothing is leased.
 func (f *fairFetch) run(ctx context.Context, above bool, want int) ([]*store.Job, error) {
+	// One transaction: one commit (one WAL flush) a fetch, not one a
+	// key; a key's later turns in it do not see the jobs it leased
+	// before (they are running).
+	levels := f.levels
+	type cursor struct {
+		prio int16
+		cur  store.FairCursor
+	}
 	var out []*store.Job
-	for len(f.levels) > 0 && len(out) < want {
-		prio := f.levels[0]
-		if above && f.top != nil && prio < *f.top {
-			break
-		}
-		f.levels = f.levels[1:]
-		next := func(after string, first bool) (string, bool, error) {
-			var k string
-			var err error
-			if first {
-				err = f.s.pool.QueryRow(ctx, f.s.sql.fair.first, f.p.Queue, prio).Scan(&k)
-			} else {
-				err = f.s.pool.QueryRow(ctx, f.s.sql.fair.next, f.p.Queue, prio, after).Scan(&k)
-			}
-			if errors.Is(err, pgx.ErrNoRows) {
-				return "", false, nil
-			}
-			return k, err == nil, err
-		}
-		take := func(key string, n int) (int, error) {
-			var jobs []*store.Job
-			err := f.s.retry(ctx, func() error {
-				rows, err := f.s.pool.Query(ctx, f.s.sql.fair.take, f.p.Queue, prio, key, ts(f.dueBy), n,
-					ts(f.p.Now), ts(f.p.LeaseUntil), cleanText(f.p.Worker), shard())
+	var moved []cursor
+	err := f.s.retry(ctx, func() error {
+		out, moved, f.levels = nil, nil, levels
+		return pgx.BeginTxFunc(ctx, f.s.pool, readCommitted, func(tx pgx.Tx) error {
+			for len(f.levels) > 0 && len(out) < want {
+				prio := f.levels[0]
+				if above && f.top != nil && prio < *f.top {
+					break
+				}
+				f.levels = f.levels[1:]
+				next := func(after string, first bool) (string, bool, error) {
+					var k string
+					var err error
+					if first {
+						err = tx.QueryRow(ctx, f.s.sql.fair.first, f.p.Queue, prio).Scan(&k)
+					} else {
+						err = tx.QueryRow(ctx, f.s.sql.fair.next, f.p.Queue, prio, after).Scan(&k)
+					}
+					if errors.Is(err, pgx.ErrNoRows) {
+						return "", false, nil
+					}
+					return k, err == nil, err
+				}
+				take := func(key string, n int) (int, error) {
+					rows, err := tx.Query(ctx, f.s.sql.fair.take, f.p.Queue, prio, key, ts(f.dueBy), n,
+						ts(f.p.Now), ts(f.p.LeaseUntil), cleanText(f.p.Worker))
+					if err != nil {
+						return 0, err
+					}
+					jobs, err := collect(rows, false)
+					if err != nil {
+						return 0, err
+					}
+					out = append(out, jobs...)
+					return len(jobs), nil
+				}
+				cur, _, err := store.FairRound(f.s.fairCursors.Get(f.p.Queue, int64(prio)), f.p.FairWeights, want-len(out), next, take)
 				if err != nil {
 					return err
 				}
-				jobs, err = collect(rows, false)
-				return err
-			})
-			if err != nil {
-				return 0, err
+				moved = append(moved, cursor{prio, cur})
 			}
-			out = append(out, jobs...)
-			return len(jobs), nil
-		}
-		cur, _, err := store.FairRound(f.s.fairCursors.Get(f.p.Queue, int64(prio)), f.p.FairWeights, want-len(out), next, take)
-		f.s.fairCursors.Put(f.p.Queue, int64(prio), cur)
-		if err != nil {
-			return out, err
-		}
+			if len(out) == 0 {
+				return nil
+			}
+			_, err := tx.Exec(ctx, f.s.sql.counterOne, f.p.Queue, "attempts", shard(), int64(len(out)))
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range moved {
+		f.s.fairCursors.Put(f.p.Queue, int64(m.prio), m.cur)
 	}
 	return out, nil
 }
