@@ -303,10 +303,11 @@ func testFairModel(x *h) {
 			var all [][]*store.Job
 			var wg sync.WaitGroup
 			for w := range 3 {
+				limit := 1 + rng.IntN(6) // drawn here: rng is not safe for the goroutines
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					got, err := x.s.Fetch(x.ctx, store.FetchParams{Queue: "mq", Limit: 1 + rng.IntN(6), Now: now,
+					got, err := x.s.Fetch(x.ctx, store.FetchParams{Queue: "mq", Limit: limit, Now: now,
 						LeaseUntil: now.Add(time.Hour), Worker: fmt.Sprintf("w%d", w), FairWeights: weights})
 					if err != nil {
 						x.t.Errorf("Fetch: %v", err)
