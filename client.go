@@ -54,6 +54,8 @@ type Client struct {
 	// limits are the concurrency limits of the jobs it enqueues
 	// (limits.go).
 	limits atomic.Pointer[[]compiledLimit]
+	// fair are the fair shares by queue (fairshare.go).
+	fair atomic.Pointer[map[string]compiledFair]
 
 	// opsWake tells this process's workers that an operation was started
 	// or resumed through this client, so that the leader claims it at
@@ -435,6 +437,9 @@ func (c *Client) newJob(r *Request, now time.Time, valid *validNames) (store.New
 	if err := c.applyLimit(&nj); err != nil {
 		return store.NewJob{}, err
 	}
+	if err := c.applyFair(&nj); err != nil {
+		return store.NewJob{}, err
+	}
 	if nj.RunAt.IsZero() && r.Delay > 0 {
 		nj.RunAt = now.Add(r.Delay)
 	}
@@ -525,12 +530,18 @@ func (c *Client) AddDead(ctx context.Context, jobs []store.DeadJob) ([]*Job, err
 	return c.store.AddDead(ctx, jobs, c.now())
 }
 
-// Get returns the job with its whole history and, for a job under a
-// concurrency limit that has not ended, the limit's use (Job.Limit).
+// Get returns the job with its whole history, its fair key (Job.FairKey)
+// for a job of a fair queue, and, for a job under a concurrency limit
+// that has not ended, the limit's use (Job.Limit).
 func (c *Client) Get(ctx context.Context, id int64) (*Job, error) {
 	j, err := c.store.Get(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if k, ok, err := c.store.JobFairKey(ctx, id); err != nil {
+		return nil, fmt.Errorf("redrive: get job %d: its fair key: %w", id, err)
+	} else if ok {
+		j.FairKey = &k
 	}
 	return c.withLimit(ctx, j)
 }

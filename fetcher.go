@@ -287,7 +287,8 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		var slotWait bool
 		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
 			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id, NextStart: &nextStart, Clock: w.client.now,
-			SlotWait: &slotWait})
+			SlotWait:    &slotWait,
+			FairWeights: w.client.fairWeights(q.name)})
 		fcancel()
 		q.fetchMu.Unlock()
 		if err != nil {

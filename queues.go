@@ -37,6 +37,10 @@ type Queue struct {
 	// serves it: nothing will run them until a worker for the queue
 	// starts.
 	Unconsumed bool `json:"unconsumed"`
+	// Fair is the queue's fair share when the process answering makes it
+	// fair (Client.SetFairShares, serve's fair-queues): its jobs start by
+	// round robin over Fair.Key. nil otherwise.
+	Fair *FairShare `json:"fair,omitempty"`
 }
 
 // Latency is the queue's latency (LatencyMS) as a duration.
@@ -102,7 +106,7 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 	}
 	out := make([]Queue, 0, len(byName))
 	for _, st := range byName {
-		out = append(out, newQueue(st, stats.Jobs[st.Name]))
+		out = append(out, c.withFair(newQueue(st, stats.Jobs[st.Name])))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	if err := c.addLatency(ctx, out); err != nil {
@@ -200,7 +204,7 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) (Queue
 	if err != nil {
 		return Queue{}, fmt.Errorf("redrive: %s %q: done, but reading its job counts failed: %w", op, name, err)
 	}
-	q := []Queue{newQueue(st, stats.Jobs[name])}
+	q := []Queue{c.withFair(newQueue(st, stats.Jobs[name]))}
 	if err := c.addLatency(ctx, q); err != nil {
 		return Queue{}, fmt.Errorf("redrive: %s %q: done, but reading its latency failed: %w", op, name, err)
 	}

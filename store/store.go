@@ -128,6 +128,10 @@ type Job struct {
 	// the redrive Client's Get fills it (a read of the group's running
 	// jobs).
 	Limit *JobLimit `json:"limit,omitempty"`
+	// FairKey is the job's key in its fair queue (see NewJob.Fair), for
+	// a job of a fair queue. Stores leave it nil: the redrive Client's
+	// Get fills it.
+	FairKey *string `json:"fair_key,omitempty"`
 	// Reprocessable is false for a job that must never be redriven.
 	Reprocessable bool `json:"reprocessable"`
 
@@ -418,6 +422,14 @@ type NewJob struct {
 	LimitMax  int
 	LimitRate LimitRate
 	LimitHold bool
+	// Fair, when set, makes the job one of its queue's fair shares, with
+	// the fair key FairKey (a tenant: "" is a key too): a fetch takes
+	// the due jobs of a queue's keys in turn (see FetchParams.FairWeights
+	// and docs/design.md, "Fair shares"), so one key's backlog does not
+	// hold another key's jobs behind it. A job whose idempotency key is
+	// taken changes nothing.
+	Fair    bool
+	FairKey string
 }
 
 // The range of job priorities (Job.Priority). Higher runs first.
@@ -472,6 +484,11 @@ type FetchParams struct {
 	// any process frees at any time: a worker polls for those, while the
 	// jobs only a rate or a Retry-After holds start at NextStart.
 	SlotWait *bool
+	// FairWeights gives, for the queue's fair jobs (NewJob.Fair), how
+	// many due jobs of a key a fetch takes in each round of its round
+	// robin over the keys: a key absent from it has weight 1. The store
+	// keeps where its round robin stopped, per queue, in the process.
+	FairWeights map[string]int
 }
 
 // OutcomeKind is what happened to a leased attempt.
@@ -1007,6 +1024,9 @@ type Store interface {
 
 	// Schedules keeps periodic jobs' schedules (schedules.go).
 	Schedules
+
+	// FairUse reads jobs' fair keys (fairshare.go).
+	FairUse
 
 	// Operations keeps durable bulk operations (operations.go).
 	Operations

@@ -103,6 +103,7 @@ Workloads:
 		newBenchLatenessCmd(g, o),
 		newBenchDepthCmd(g, o),
 		newBenchPriorityCmd(g, o),
+		newBenchFairCmd(g, o),
 		newBenchDLQCmd(g, o),
 		newBenchRateCmd(g, o),
 		newBenchSoakCmd(g, o),

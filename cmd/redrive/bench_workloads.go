@@ -234,6 +234,33 @@ fails its check when the backlog ran out first).`,
 	return cmd
 }
 
+func newBenchFairCmd(g *globalOptions, o *benchOptions) *cobra.Command {
+	p := bench.FairParams{Big: bench.DefaultFairBig, SmallKeys: bench.DefaultFairSmallKeys, PerSmall: bench.DefaultFairPerSmall}
+	cmd := &cobra.Command{
+		Use:   "fair",
+		Short: "Fair shares: small tenants' jobs behind one tenant's backlog",
+		Long: `Make the default queue fair on payload.tenant, pre-insert --big no-op jobs of
+one tenant, then --per-small jobs of each of --small-keys other tenants, all
+due, and start the worker. Printed: how many of the big tenant's jobs had
+completed when the last small tenant's job completed (the check fails above
+2% of --big), when that was, and the burn-down rate of the whole.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if p.Big < 1 || p.SmallKeys < 1 || p.PerSmall < 1 {
+				return flagErrorf(cmd, "--big, --small-keys and --per-small must be at least 1")
+			}
+			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+				return result(bench.Fair(ctx, cfg, p))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&p.Big, "big", p.Big, "due jobs of the big tenant, enqueued first")
+	f.IntVar(&p.SmallKeys, "small-keys", p.SmallKeys, "small tenants")
+	f.IntVar(&p.PerSmall, "per-small", p.PerSmall, "due jobs of each small tenant")
+	return cmd
+}
+
 func newBenchDLQCmd(g *globalOptions, o *benchOptions) *cobra.Command {
 	p := bench.DLQParams{Jobs: bench.DefaultDLQJobs, Queues: bench.DefaultDLQQueues, Causes: bench.DefaultDLQCauses,
 		Pages: bench.DefaultDLQPages, Repeat: bench.DefaultDLQRepeat, Redrive: bench.DefaultDLQRedrive}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -174,6 +176,20 @@ func writeQueues(out io.Writer, qs []redrive.Queue) error {
 	})
 	if err == nil && unconsumed {
 		_, err = fmt.Fprintln(out, "unconsumed: due jobs wait and no live worker serves the queue (start serve with --queues NAME=N)")
+	}
+	for _, q := range qs {
+		if err != nil || q.Fair == nil {
+			continue
+		}
+		line := fmt.Sprintf("fair: %s starts its jobs by round robin over %s", q.Name, q.Fair.Key)
+		if len(q.Fair.Weights) > 0 {
+			var ws []string
+			for _, k := range slices.Sorted(maps.Keys(q.Fair.Weights)) {
+				ws = append(ws, fmt.Sprintf("%s=%d", k, q.Fair.Weights[k]))
+			}
+			line += " (weights " + strings.Join(ws, ", ") + "; others 1)"
+		}
+		_, err = fmt.Fprintln(out, line)
 	}
 	return err
 }

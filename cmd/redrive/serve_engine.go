@@ -51,6 +51,9 @@ func newEngine(cfg *config.Serve, st store.Store, log *slog.Logger) (*engine, er
 	if err := e.client.SetLimits(limits); err != nil {
 		return nil, fmt.Errorf("concurrency-limits: %w", err)
 	}
+	if err := e.client.SetFairShares(cfg.FairShares); err != nil {
+		return nil, fmt.Errorf("fair-queues: %w", err)
+	}
 	retryPolicy := cfg.Retry
 	e.policy = &retryPolicy
 	e.attempts = metrics.NewObserver(cfg.Kinds()...)

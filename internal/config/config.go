@@ -118,6 +118,9 @@ type Serve struct {
 	// two kinds (limits.go). A zero HostRate is none.
 	HostRate  store.LimitRate
 	HostBurst int
+	// FairShares are the queues serve's client and worker make fair
+	// (--fair-queues, fairshare.go).
+	FairShares []redrive.FairShare
 
 	// queuesSpec is the raw queues setting, resolved once Workers is known.
 	queuesSpec string
@@ -297,7 +300,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...)...)
+}, append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -562,7 +565,8 @@ func readConfigFile(path string) (*configFile, error) {
 			for sk, sv := range vals {
 				out.vals[k+"."+sk] = sv
 			}
-		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject, name == "concurrency-limits" && len(v) > 0 && v[0] == '[':
+		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject, name == "concurrency-limits" && len(v) > 0 && v[0] == '[',
+			name == "fair-queues" && len(v) > 0 && v[0] == '[':
 			out.vals[k] = string(v) // read as JSON by the setting
 		case name == "retry":
 			vals, err := retryObject(v)

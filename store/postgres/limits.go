@@ -24,7 +24,7 @@ import (
 // limited job's state takes it out of running (an outcome, a rescue),
 // which only frees slots, and nothing but a fetch makes a job running.
 // The fetch of unlimited jobs is the store's usual statement, with
-// climit IS NULL: it neither takes the lock nor reads any limit.
+// climit IS NULL AND fkey IS NULL: it neither takes the lock nor reads any limit.
 
 // limitedFetchSQL leases, among the first limitWindow due jobs of queue
 // $1 (run_at <= $2) under a limit whose group is not full, in (priority
@@ -127,7 +127,7 @@ SELECT coalesce((SELECT array_agg(id ORDER BY priority DESC, run_at, id) FROM r)
 const unlimitedAboveSQL = `SELECT coalesce(array_agg(priority::int ORDER BY priority DESC), '{}'::int[]) FROM (
 	SELECT d.priority FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 		SELECT j.priority FROM {jobs} j
-		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
+		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NULL AND j.fkey IS NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
 		ORDER BY j.run_at, j.id LIMIT $3) d
 	WHERE prio.p > $4
 	LIMIT $3) x`
@@ -426,10 +426,12 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 	return jobs, err
 }
 
-// hasLimits reports whether some job is under a limit.
+// hasLimits reports whether some job is under a limit or fair: such a
+// batch is inserted in a transaction of its own, with its limits and
+// fair keys.
 func hasLimits(jobs []store.NewJob) bool {
 	for i := range jobs {
-		if jobs[i].Limit != "" {
+		if jobs[i].Limit != "" || jobs[i].Fair {
 			return true
 		}
 	}
@@ -474,6 +476,9 @@ func (s *Store) enqueueLimited(ctx context.Context, jobs []store.NewJob, now tim
 // limits their NewJob names, in the insert's transaction, and gives each
 // limit named its max if it has none yet.
 func (s *Store) setLimits(ctx context.Context, q querier, jobs []store.NewJob, out []*store.Job, now time.Time) error {
+	if err := s.setFair(ctx, q, jobs, out); err != nil {
+		return err
+	}
 	var ids []int64
 	var names, keys []string
 	var limNames []string

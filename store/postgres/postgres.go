@@ -142,6 +142,10 @@ type Store struct {
 	group enqueueGroup
 	// limitHints says which queues may have due limited jobs (limits.go).
 	limitHints limitHints
+	// fairHints says which queues have fair jobs, fairCursors where each
+	// queue's round robin over its fair keys stopped (fairshare.go).
+	fairHints   store.FairHints
+	fairCursors store.FairCursors
 	// ratePrunes counts the limited leases, to prune limit_rates now and
 	// then (limits.go).
 	ratePrunes atomic.Int64

@@ -63,6 +63,8 @@ type statements struct {
 	limitEnsure, limitJobs, limitSet       string
 	limitSetRate, limitSetHold, limitHolds string
 	limitList, limitGen, limitNextDue      string
+	// Fair shares (fairshare.go).
+	fair fairStatements
 }
 
 // keepKeysSQL keeps the keys of the jobs a DELETE ... RETURNING (named
@@ -138,6 +140,7 @@ func render(schema, channel string) statements {
 		limitList:      q(limitListSQL),
 		limitGen:       q(limitGenSQL),
 		limitNextDue:   q(limitNextDueSQL),
+		fair:           renderFair(q),
 		jobs:           schema + ".jobs",
 		counters:       schema + ".counters",
 		jobCounts:      schema + ".job_counts",
@@ -219,7 +222,7 @@ SELECT id FROM ins CROSS JOIN ntf`),
 		fetch: q(`WITH picked AS (
 	SELECT d.id FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
 		SELECT id FROM {jobs}
-		WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = $1::text AND priority = prio.p AND run_at <= $2
+		WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = prio.p AND run_at <= $2
 		ORDER BY run_at, id LIMIT $3
 		FOR UPDATE SKIP LOCKED) d
 	LIMIT $3
@@ -346,11 +349,13 @@ SELECT k FROM upd`),
 		// NextDue: the earliest run_at of each distinct priority of the
 		// queue's waiting jobs, in two indexes: without a limit
 		// (job_priorities, one probe of jobs_ready each) and under one
-		// (job_limit_priorities, one probe of jobs_limit_due each).
-		nextDue: q(`SELECT least((SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = $1::text AND priority = p.p
+		// (job_limit_priorities, one probe of jobs_limit_due each), and
+		// the fair jobs' earliest (one probe of jobs_fair_first).
+		nextDue: q(`SELECT least((SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = p.p
 	ORDER BY run_at LIMIT 1)) FROM {schema}.job_priorities($1::text) AS p(p)),
 	(SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = $1::text AND priority = p.p
-	ORDER BY run_at LIMIT 1)) FROM {schema}.job_limit_priorities($1::text) AS p(p)))`),
+	ORDER BY run_at LIMIT 1)) FROM {schema}.job_limit_priorities($1::text) AS p(p)),
+	(SELECT run_at FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text ORDER BY run_at LIMIT 1))`),
 
 		cancelLock: q(`SELECT state, queue FROM {jobs} WHERE id = $1 FOR UPDATE`),
 		cancelNow: q(`UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)

@@ -164,6 +164,9 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 		if err := s.setLimits(ctx, tx, jobs, out, now); err != nil {
 			return err
 		}
+		if err := s.setFair(ctx, tx, jobs, out); err != nil {
+			return err
+		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {
 			return err
 		}
@@ -318,6 +321,9 @@ func validateNew(nj *store.NewJob) error {
 	if err := store.CheckPriority(nj.Priority); err != nil {
 		return err
 	}
+	if err := store.CheckNewFair(nj); err != nil {
+		return err
+	}
 	return store.CheckNewLimit(nj)
 }
 
@@ -427,6 +433,17 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		if limited > 0 {
 			parts = append(parts, strings.TrimSuffix(strings.TrimPrefix(limitedIDs, "["), "]"))
 		}
+		// The jobs of the queue's fair keys (fairshare.go), by round robin
+		// over their keys; a queue without due fair jobs pays one probe.
+		fair, err := s.newFairFetch(ctx, tx, &p, dueBy)
+		if err != nil {
+			return fmt.Errorf("sqlite: fetch: %w", err)
+		}
+		if fair != nil {
+			if err := fair.run(true, &n, &scheduled, &parts); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
+		}
 		for below := int64(store.MaxPriority + 1); n < int64(p.Limit); {
 			var part string
 			var k, sch int64
@@ -454,6 +471,11 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 			parts = append(parts, strings.TrimSuffix(strings.TrimPrefix(part, "["), "]"))
 			n += k
 			scheduled += sch
+		}
+		if fair != nil && n < int64(p.Limit) {
+			if err := fair.run(false, &n, &scheduled, &parts); err != nil {
+				return fmt.Errorf("sqlite: fetch: %w", err)
+			}
 		}
 		if n == 0 {
 			return nil

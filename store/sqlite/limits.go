@@ -111,14 +111,14 @@ SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled
 // distinct priorities down to ?4, one probe of jobs_ready each, so with
 // every job at one priority it is one probe.
 const unlimitedAboveSQL = `WITH RECURSIVE pr(p) AS (
-	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 ORDER BY priority DESC LIMIT 1)
+	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = ?1 ORDER BY priority DESC LIMIT 1)
 	UNION ALL
-	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority < pr.p
+	SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = ?1 AND priority < pr.p
 		ORDER BY priority DESC LIMIT 1)
 	FROM pr WHERE pr.p IS NOT NULL AND pr.p > ?4
 )
 SELECT json_group_array(priority) FROM (SELECT j.priority FROM pr CROSS JOIN jobs j
-	WHERE pr.p IS NOT NULL AND pr.p > ?4 AND j.state IN ('pending', 'scheduled') AND j.climit IS NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
+	WHERE pr.p IS NOT NULL AND pr.p > ?4 AND j.state IN ('pending', 'scheduled') AND j.climit IS NULL AND j.fkey IS NULL AND j.queue = ?1 AND j.priority = pr.p AND j.run_at <= ?2
 	LIMIT ?3)`
 
 // noCap is the free slots of a limit with max_running 0 (a rate only):

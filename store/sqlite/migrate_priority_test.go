@@ -48,9 +48,15 @@ func TestMigratePriorityWithData(t *testing.T) {
 	}
 	for _, q := range []string{
 		// Back to version 13: 0021 (holds on Retry-After, whose columns
-		// go with their tables), 0016 (rate limits) and 0015 (concurrency
-		// limits) first, then 0014.
+		// go with their tables), 0019 (fair shares), 0016 (rate limits)
+		// and 0015 (concurrency limits) first, then 0014.
 		`DELETE FROM redrive_migrations WHERE version = 21`,
+		`DROP INDEX jobs_fair_first`,
+		`DROP INDEX jobs_fair_due`,
+		`DROP INDEX jobs_ready`,
+		`CREATE INDEX jobs_ready ON jobs (queue, priority, run_at, id) WHERE state IN ('pending', 'scheduled') AND climit IS NULL`,
+		`ALTER TABLE jobs DROP COLUMN fkey`,
+		`DELETE FROM redrive_migrations WHERE version = 19`,
 		`DROP TABLE limit_rates`,
 		`DELETE FROM redrive_migrations WHERE version = 16`,
 		`DROP TRIGGER conc_limits_gen_update`,

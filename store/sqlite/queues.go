@@ -106,7 +106,7 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 // The conditions of the two disjoint indexes of waiting jobs: jobs_ready
 // holds those without a limit, jobs_limit_due those under one.
 const (
-	unlimitedCond = "climit IS NULL"
+	unlimitedCond = "climit IS NULL AND fkey IS NULL"
 	limitedCond   = "climit IS NOT NULL"
 )
 
@@ -128,6 +128,8 @@ SELECT min((SELECT run_at ` + w + ` AND priority = pr.p AND ` + cond + `
 }
 
 // firstDueSQL reads the earliest run_at at or before ?2 among the waiting
-// jobs of queue ?1 (NULL: none), from both indexes (firstSQL).
+// jobs of queue ?1 (NULL: none), from the three indexes (firstSQL,
+// fairFirstSQL).
 var firstDueSQL = `SELECT min(m) FROM (SELECT (` + firstSQL(unlimitedCond, "run_at <= ?2") + `) AS m
-	UNION ALL SELECT (` + firstSQL(limitedCond, "run_at <= ?2") + `))`
+	UNION ALL SELECT (` + firstSQL(limitedCond, "run_at <= ?2") + `)
+	UNION ALL SELECT (` + fairFirstSQL("run_at <= ?2") + `))`

@@ -137,6 +137,10 @@ type Store struct {
 	// one waiting on a full group (FetchParams.SlotWait; writer
 	// goroutine only).
 	slotWait bool
+	// fair is where each queue's round robin over its fair keys stopped
+	// (fairshare.go).
+	fair      store.FairCursors
+	fairHints store.FairHints
 	// lastWrite is the error of the last write transaction, nil after a
 	// success (see WriteHealth).
 	lastWrite atomic.Pointer[error]
@@ -375,12 +379,12 @@ const fenced = `WHERE id = ? AND state = 'running' AND lease = ? AND worker = ? 
 // fetchTop is the highest priority below ?2 of the waiting jobs without a
 // limit of queue ?1 (NULL: none), one probe of the jobs_ready index. SQLite runs a
 // scalar subquery that refers to nothing outside it once per statement.
-const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority < ?2
+const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = ?1 AND priority < ?2
 		ORDER BY priority DESC LIMIT 1)`
 
 // dueAt tells whether queue ?1 has a waiting job without a limit of
 // priority p due by ?3, one probe of the jobs_ready index.
-const dueAt = `EXISTS (SELECT 1 FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority = pr.p AND run_at <= ?3)`
+const dueAt = `EXISTS (SELECT 1 FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = ?1 AND priority = pr.p AND run_at <= ?3)`
 
 // Statements prepared once on the writer connection.
 var writeSQL = map[string]string{
@@ -398,7 +402,7 @@ var writeSQL = map[string]string{
 	// it is), how many there are, how many of them were scheduled (for
 	// the counts), and their priority (NULL when none is due).
 	"fetchSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled'), max(priority) FROM (
-		SELECT id, state, priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
+		SELECT id, state, priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = ?1 AND priority = ` + fetchTop + ` AND run_at <= ?3
 		ORDER BY run_at, id LIMIT ?4)`,
 	// fetchNext is the highest priority below ?2 at which queue ?1 has a
 	// job due by ?3 (NULL: none), for a fetch whose selection found none
@@ -409,7 +413,7 @@ var writeSQL = map[string]string{
 	"fetchNext": `WITH RECURSIVE pr(p) AS (
 		SELECT ` + fetchTop + `
 		UNION ALL
-		SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND queue = ?1 AND priority < pr.p
+		SELECT (SELECT priority FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = ?1 AND priority < pr.p
 			ORDER BY priority DESC LIMIT 1) FROM pr WHERE pr.p IS NOT NULL AND NOT ` + dueAt + `)
 		SELECT p FROM pr WHERE p IS NULL OR ` + dueAt + ` LIMIT 1`,
 	// fetchLimited is the selection of the due jobs under a concurrency
