@@ -54,6 +54,17 @@ type Breakers interface {
 
 	// ListBreakers returns every record, sorted by name.
 	ListBreakers(ctx context.Context) ([]BreakerState, error)
+
+	// DeleteBreaker deletes a dependency's record if nothing uses it
+	// (CheckBreakerDelete, on the record held locked): ErrNotFound when
+	// there is none, a *BreakerInUseError when it is in use and d.Force
+	// is false. It returns the record as it was. The store remembers a
+	// version floor above the deleted record's version: a missing record
+	// reads as closed at the floor, and a record created again starts
+	// above it, so that versions keep rising across delete and
+	// re-creation (a process that applied the old record's last version
+	// applies the new one's).
+	DeleteBreaker(ctx context.Context, d BreakerDelete) (BreakerState, error)
 }
 
 // BreakerNotifier is implemented by stores that announce, across
@@ -265,6 +276,106 @@ type BreakerSet struct {
 	// Until is, when forcing open, when the breaker may be probed again;
 	// zero keeps it open until it is closed.
 	Until time.Time
+}
+
+// BreakerDelete asks DeleteBreaker to delete a dependency's record.
+type BreakerDelete struct {
+	Name string
+	// Now is the deletion's time, against which recent use is judged.
+	Now time.Time
+	// Force deletes the record even when it is in use: an open breaker
+	// closes for the fleet (each process closes its own at its next probe)
+	// and the counts reported within the window are forgotten.
+	Force bool
+}
+
+// Validate checks a deletion before a store applies it.
+func (d BreakerDelete) Validate() error {
+	if err := CheckBreakerName(d.Name); err != nil {
+		return err
+	}
+	if d.Now.IsZero() {
+		return fmt.Errorf("%w: breaker delete: now is zero", ErrInvalid)
+	}
+	return nil
+}
+
+// BreakerIdle is how long a closed breaker's record must have been left
+// unchanged (no process reported on it, no probe, no operator) before it
+// counts as unused and may be deleted, unless its counting window is
+// longer: then the window (so that no count the trip rule still uses is
+// lost).
+const BreakerIdle = 5 * time.Minute
+
+// BreakerInUseError is DeleteBreaker's refusal to delete a record in use.
+// errors.Is(err, ErrConflict) holds.
+type BreakerInUseError struct {
+	// Name is the breaker's; Reason says, in words, why it is in use.
+	Name   string
+	Reason string
+}
+
+func (e *BreakerInUseError) Error() string {
+	return fmt.Sprintf("breaker %q is in use: %s", e.Name, e.Reason)
+}
+
+// Is makes a BreakerInUseError match ErrConflict.
+func (e *BreakerInUseError) Is(target error) bool { return target == ErrConflict }
+
+// CheckBreakerDelete returns nil when st, the record held locked by the
+// store, may be deleted at d.Now, and a *BreakerInUseError saying why
+// not otherwise. A record is unused when it is closed and unchanged
+// for BreakerIdle (or its window, if longer), or when an operator forced
+// it open (deleting it is the operator's next decision). A breaker
+// open by trips, or half-open with a probe out, is in use, and so is a
+// closed one that a process reported on, or that closed, recently.
+// d.Force deletes whatever the state.
+func CheckBreakerDelete(st *BreakerState, d BreakerDelete) error {
+	if d.Force {
+		return nil
+	}
+	inUse := func(format string, args ...any) error {
+		return &BreakerInUseError{Name: st.Name, Reason: fmt.Sprintf(format, args...)}
+	}
+	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	switch st.State {
+	case BreakerOpen:
+		if st.Forced {
+			return nil
+		}
+		if st.ReadyAt.IsZero() {
+			return inUse("open since %s, tripped by %s; close it first (reset), or delete with force", at(st.Since), st.OpenedBy)
+		}
+		return inUse("open since %s, tripped by %s, until %s; close it first (reset), or delete with force", at(st.Since), st.OpenedBy, at(st.ReadyAt))
+	case BreakerHalfOpen:
+		return inUse("half-open: %s holds the probe until %s; delete with force to override", st.ProbeBy, at(st.ProbeUntil))
+	}
+	idle := max(BreakerIdle, time.Duration(st.Window))
+	if d.Now.Sub(st.UpdatedAt) < idle {
+		last := "changed"
+		switch n := len(st.Counts); {
+		case n > 0:
+			last = "reported on by " + st.Counts[n-1].Process
+		case st.Since.Equal(st.UpdatedAt):
+			last = "closed"
+		}
+		return inUse("closed, but %s at %s, less than %s ago: a breaker is unused once left alone that long; delete with force to override",
+			last, at(st.UpdatedAt), formatIdle(idle))
+	}
+	return nil
+}
+
+// formatIdle words an idle period for BreakerInUseError: "5m", "1h30m",
+// "1h".
+func formatIdle(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 // maxBreakerName bounds a dependency's name, in bytes.
