@@ -406,6 +406,7 @@ func (d *directBackend) StartCancel(ctx context.Context, q cancelQuery) (apiclie
 
 // startDirect starts an operation on the store.
 func startDirect(ctx context.Context, d *directBackend, req redrive.OperationRequest) (apiclient.Operation, error) {
+	req.CheckKinds = true // as the API does
 	op, err := d.c.StartOperation(ctx, req)
 	if err != nil {
 		return apiclient.Operation{}, err
