@@ -208,8 +208,9 @@ func NoBreakerMessage(name string) string {
 }
 
 // deleteBreaker deletes a breaker's shared record (204): 404 when the
-// store has none, 409 when it is in use (open by trips, half-open, or
-// closed but changed within the idle period), unless force=true.
+// store has none, 409 when it is in use (store.CheckBreakerDelete: open
+// by trips or half-open with a probe still to come, or closed but
+// changed within the idle period), unless force=true.
 func (a *api) deleteBreaker(w http.ResponseWriter, r *http.Request) error {
 	q, err := newQuery(r, "force")
 	if err != nil {

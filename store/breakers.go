@@ -324,34 +324,53 @@ func (e *BreakerInUseError) Is(target error) bool { return target == ErrConflict
 
 // CheckBreakerDelete returns nil when st, the record held locked by the
 // store, may be deleted at d.Now, and a *BreakerInUseError saying why
-// not otherwise. A record is unused when it is closed and unchanged
-// for BreakerIdle (or its window, if longer), or when an operator forced
-// it open (deleting it is the operator's next decision). A breaker
-// open by trips, or half-open with a probe out, is in use, and so is a
-// closed one that a process reported on, or that closed, recently.
+// not otherwise. A record is unused when no process or operator has
+// changed it for the idle period (BreakerIdle, or its window if longer)
+// and nothing waits on it:
+//
+//   - closed, and unchanged for the idle period (no count the trip rule
+//     still uses is lost);
+//   - open by trips, its break over for the idle period with no process
+//     asking for the probe (none calls the dependency any more);
+//   - half-open, the probe's lease over for the idle period with no
+//     process taking it over;
+//   - forced open by an operator, at any time (deleting it is the
+//     operator's next decision).
+//
 // d.Force deletes whatever the state.
 func CheckBreakerDelete(st *BreakerState, d BreakerDelete) error {
 	if d.Force {
 		return nil
 	}
+	idle := max(BreakerIdle, time.Duration(st.Window))
+	// quiet reports whether nothing happened from t (or the last change,
+	// if later) for the idle period.
+	quiet := func(t time.Time) bool {
+		if st.UpdatedAt.After(t) {
+			t = st.UpdatedAt
+		}
+		return !d.Now.Before(t.Add(idle))
+	}
 	inUse := func(format string, args ...any) error {
 		return &BreakerInUseError{Name: st.Name, Reason: fmt.Sprintf(format, args...)}
 	}
 	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	const override = "close it first (reset), or delete with force"
 	switch st.State {
 	case BreakerOpen:
-		if st.Forced {
+		if st.Forced || (!st.ReadyAt.IsZero() && quiet(st.ReadyAt)) {
 			return nil
 		}
-		if st.ReadyAt.IsZero() {
-			return inUse("open since %s, tripped by %s; close it first (reset), or delete with force", at(st.Since), st.OpenedBy)
-		}
-		return inUse("open since %s, tripped by %s, until %s; close it first (reset), or delete with force", at(st.Since), st.OpenedBy, at(st.ReadyAt))
+		return inUse("open since %s, tripped by %s, until %s (unused once no process has asked for its probe for %s after that); %s",
+			at(st.Since), st.OpenedBy, at(st.ReadyAt), formatIdle(idle), override)
 	case BreakerHalfOpen:
-		return inUse("half-open: %s holds the probe until %s; delete with force to override", st.ProbeBy, at(st.ProbeUntil))
+		if quiet(st.ProbeUntil) {
+			return nil
+		}
+		return inUse("half-open: %s holds the probe until %s (unused once no process has taken it over for %s after that); %s",
+			st.ProbeBy, at(st.ProbeUntil), formatIdle(idle), override)
 	}
-	idle := max(BreakerIdle, time.Duration(st.Window))
-	if d.Now.Sub(st.UpdatedAt) < idle {
+	if !quiet(st.UpdatedAt) {
 		last := "changed"
 		switch n := len(st.Counts); {
 		case n > 0:

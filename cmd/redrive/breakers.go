@@ -143,9 +143,11 @@ func newBreakerDeleteCmd(g *globalOptions) *cobra.Command {
 ` + "`breakers ls`" + `, the dashboard and /metrics (a breaker forced open by mistake,
 a dependency the fleet no longer calls). Only a breaker nothing uses is
 deleted: closed and left alone (no failure reported, no probe, no operator)
-for 5 minutes, or for its counting window if longer, or forced open by an
-operator (deleting it closes it). A breaker open by trips, half-open, or
-reported on recently is refused, saying why; --force deletes it anyway
+for 5 minutes, or for its counting window if longer; open by trips, or
+half-open, with no process asking for its probe for that long after its
+break (or the probe's lease) ended; or forced open by an operator
+(deleting it closes it). A breaker in use is refused, saying why; --force
+deletes it anyway
 (every process closes its breaker at its next probe, within one break).
 A process that uses the dependency again creates the breaker again, closed.
 ` + connHelp, Args: cobra.ExactArgs(1)}

@@ -66,12 +66,14 @@ func testBreakersDelete(x *h) {
 	if st.State != store.BreakerOpen || st.Version <= 2 || st.Trips != 1 {
 		x.t.Fatalf("re-created by a tripping report: %+v; want open above version 2, one trip", st)
 	}
-	// Open by trips, or half-open: in use whatever the time.
-	if _, err := del("dep", at(100*time.Hour), false); !errors.As(err, &inUse) || !strings.Contains(err.Error(), "open") {
+	// Open by trips (until 1h5s), or half-open: in use until nobody
+	// asked for the probe, or took it over, for the idle period.
+	ready := at(time.Hour + countRule.BreakDuration)
+	if _, err := del("dep", ready.Add(store.BreakerIdle-time.Second), false); !errors.As(err, &inUse) || !strings.Contains(err.Error(), "open") {
 		x.t.Fatalf("delete of a tripped breaker: %v, want in use (open)", err)
 	}
-	x.claim("dep", "p2", at(time.Hour+countRule.BreakDuration), at(2*time.Hour))
-	if _, err := del("dep", at(100*time.Hour), false); !errors.As(err, &inUse) || !strings.Contains(err.Error(), "p2") {
+	x.claim("dep", "p2", ready, at(2*time.Hour))
+	if _, err := del("dep", at(2*time.Hour).Add(store.BreakerIdle-time.Second), false); !errors.As(err, &inUse) || !strings.Contains(err.Error(), "p2") {
 		x.t.Fatalf("delete of a half-open breaker: %v, want in use (probe by p2)", err)
 	}
 	// Force deletes it; the floor rises above it.
@@ -102,6 +104,18 @@ func testBreakersDelete(x *h) {
 	}
 	if _, err := del("slow", at(2*time.Hour), false); err != nil {
 		x.t.Fatalf("delete after the window: %v", err)
+	}
+	// Open by trips, its break over for the idle period with nobody
+	// asking for the probe: unused; half-open, its lease over for the
+	// idle period: unused too.
+	x.report(store.BreakerReport{Name: "stale", Process: "p1", Now: at(0), Failures: 3, Rule: countRule})
+	if _, err := del("stale", at(countRule.BreakDuration+store.BreakerIdle), false); err != nil {
+		x.t.Fatalf("delete of a breaker whose break ended %s ago: %v", store.BreakerIdle, err)
+	}
+	x.report(store.BreakerReport{Name: "stale", Process: "p1", Now: at(time.Hour), Failures: 3, Rule: countRule})
+	x.claim("stale", "p1", at(time.Hour+countRule.BreakDuration), at(2*time.Hour))
+	if _, err := del("stale", at(2*time.Hour+store.BreakerIdle), false); err != nil {
+		x.t.Fatalf("delete of a breaker whose probe's lease ended %s ago: %v", store.BreakerIdle, err)
 	}
 	// Closed by its probe: in use until idle.
 	x.report(store.BreakerReport{Name: "probed", Process: "p1", Now: at(0), Failures: 3, Rule: countRule})
@@ -192,15 +206,27 @@ func (m *bdModel) check(what string, got, want store.BreakerState) {
 }
 
 // unused is the contract's rule for a deletion without force, stated
-// apart from store.CheckBreakerDelete.
+// apart from store.CheckBreakerDelete: nothing changed the record for the
+// idle period after the last thing it waited for (its last change; for an
+// open breaker the end of its break, for a half-open one its probe's
+// lease), or an operator forced it open.
 func unused(st store.BreakerState, now time.Time) bool {
+	idle := max(store.BreakerIdle, time.Duration(st.Window))
+	last := st.UpdatedAt
 	switch st.State {
 	case store.BreakerOpen:
-		return st.Forced
-	case store.BreakerClosed:
-		return !now.Before(st.UpdatedAt.Add(max(store.BreakerIdle, time.Duration(st.Window))))
+		if st.Forced {
+			return true
+		}
+		if st.ReadyAt.After(last) {
+			last = st.ReadyAt
+		}
+	case store.BreakerHalfOpen:
+		if st.ProbeUntil.After(last) {
+			last = st.ProbeUntil
+		}
 	}
-	return false
+	return !now.Before(last.Add(idle))
 }
 
 func (m *bdModel) step() {
