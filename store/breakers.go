@@ -58,7 +58,7 @@ type Breakers interface {
 	// DeleteBreaker deletes a dependency's record if nothing uses it
 	// (CheckBreakerDelete, on the record held locked): ErrNotFound when
 	// there is none, a *BreakerInUseError when it is in use and d.Force
-	// is false. It returns the record as it was. The store remembers a
+	// is false. It returns the record as it was. The store remembers, for the name, a
 	// version floor above the deleted record's version: a missing record
 	// reads as closed at the floor, and a record created again starts
 	// above it, so that versions keep rising across delete and

@@ -98,7 +98,7 @@ func (s *Store) updateBreaker(ctx context.Context, op, name string, now time.Tim
 				// above every version a deleted one had. The floor is
 				// read after the row's lock: a deletion of the row that
 				// committed before is seen (see DeleteBreaker).
-				if st.Version, err = s.breakerFloor(ctx, tx); err != nil {
+				if st.Version, err = s.breakerFloor(ctx, tx, name); err != nil {
 					return err
 				}
 			}
@@ -284,10 +284,10 @@ func (s *Store) breakerFloorTable() string {
 	return pgx.Identifier{s.schema, "breaker_floor"}.Sanitize()
 }
 
-// breakerFloor reads the version above every deleted breaker's.
-func (s *Store) breakerFloor(ctx context.Context, tx pgx.Tx) (int64, error) {
+// breakerFloor reads the version above every deleted record's of name.
+func (s *Store) breakerFloor(ctx context.Context, tx pgx.Tx, name string) (int64, error) {
 	var v int64
-	err := tx.QueryRow(ctx, `SELECT version FROM `+s.breakerFloorTable()+` WHERE id = 1`).Scan(&v)
+	err := tx.QueryRow(ctx, `SELECT version FROM `+s.breakerFloorTable()+` WHERE name = $1`, name).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -323,8 +323,8 @@ func (s *Store) DeleteBreaker(ctx context.Context, d store.BreakerDelete) (store
 			if _, err := tx.Exec(ctx, `DELETE FROM `+s.breakersTable()+` WHERE name = $1`, d.Name); err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO `+s.breakerFloorTable()+` AS f (id, version) VALUES (1, $1)
-				ON CONFLICT (id) DO UPDATE SET version = greatest(f.version, excluded.version)`, st.Version+1)
+			_, err = tx.Exec(ctx, `INSERT INTO `+s.breakerFloorTable()+` AS f (name, version) VALUES ($1, $2)
+				ON CONFLICT (name) DO UPDATE SET version = greatest(f.version, excluded.version)`, d.Name, st.Version+1)
 			if err != nil {
 				return err
 			}

@@ -73,7 +73,7 @@ func (s *Store) updateBreaker(ctx context.Context, op, name string, now time.Tim
 			st = store.NewBreakerState(name, now)
 			// A record deleted and created again starts above every
 			// version it had (see DeleteBreaker).
-			if st.Version, err = breakerFloor(ctx, tx); err != nil {
+			if st.Version, err = breakerFloor(ctx, tx, name); err != nil {
 				return fmt.Errorf("sqlite: %s %q: %w", op, name, err)
 			}
 		case err != nil:
@@ -193,10 +193,10 @@ func (s *Store) ListBreakers(ctx context.Context) ([]store.BreakerState, error) 
 	return out, nil
 }
 
-// breakerFloor reads the version above every deleted breaker's.
-func breakerFloor(ctx context.Context, tx *sql.Conn) (int64, error) {
+// breakerFloor reads the version above every deleted record's of name.
+func breakerFloor(ctx context.Context, tx *sql.Conn, name string) (int64, error) {
 	var v int64
-	err := tx.QueryRowContext(ctx, `SELECT version FROM breaker_floor WHERE id = 1`).Scan(&v)
+	err := tx.QueryRowContext(ctx, `SELECT version FROM breaker_floor WHERE name = ?`, name).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -225,8 +225,8 @@ func (s *Store) DeleteBreaker(ctx context.Context, d store.BreakerDelete) (store
 		if _, err := tx.ExecContext(ctx, `DELETE FROM breakers WHERE name = ?`, d.Name); err != nil {
 			return fmt.Errorf("sqlite: delete breaker %q: %w", d.Name, err)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO breaker_floor (id, version) VALUES (1, ?)
-			ON CONFLICT (id) DO UPDATE SET version = max(version, excluded.version)`, st.Version+1)
+		_, err = tx.ExecContext(ctx, `INSERT INTO breaker_floor (name, version) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET version = max(version, excluded.version)`, d.Name, st.Version+1)
 		if err != nil {
 			return fmt.Errorf("sqlite: delete breaker %q: %w", d.Name, err)
 		}

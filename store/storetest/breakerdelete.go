@@ -142,7 +142,7 @@ type bdModel struct {
 	r     *rand.Rand
 	now   time.Time
 	recs  map[string]*store.BreakerState // nil: missing
-	floor int64
+	floor map[string]int64               // per name
 	// seen is the highest version any call returned for each name.
 	seen  map[string]int64
 	names []string
@@ -158,10 +158,9 @@ var bdProcesses = []string{"p1", "p2", "p3"}
 // forced), versions only rise for a name, and a deleted record stays
 // deleted until a report or an operator uses it again.
 func testBreakersDeleteModel(x *h) {
-	floor := int64(0) // the store's, shared by every name
 	for _, seed := range []uint64{1, 2, 3} {
 		m := &bdModel{x: x, r: rand.New(rand.NewPCG(seed, 0xb4ea)), now: at(time.Duration(seed) * 1000 * time.Hour),
-			recs: map[string]*store.BreakerState{}, seen: map[string]int64{}, floor: floor,
+			recs: map[string]*store.BreakerState{}, seen: map[string]int64{}, floor: map[string]int64{},
 			names: []string{fmt.Sprint("a", seed), fmt.Sprint("b", seed)}}
 		for range 300 {
 			m.step()
@@ -169,7 +168,6 @@ func testBreakersDeleteModel(x *h) {
 				x.t.Fatalf("seed %d: failed after steps:\n%s", seed, strings.Join(m.steps, "\n"))
 			}
 		}
-		floor = m.floor
 	}
 }
 
@@ -186,7 +184,7 @@ func (m *bdModel) cur(name string) (store.BreakerState, bool) {
 		return c, true
 	}
 	st := store.NewBreakerState(name, m.now)
-	st.Version = m.floor
+	st.Version = m.floor[name]
 	return st, false
 }
 
@@ -315,7 +313,7 @@ func (m *bdModel) step() {
 			}
 			m.check("delete", got, st)
 			m.recs[name] = nil
-			m.floor = max(m.floor, st.Version+1)
+			m.floor[name] = max(m.floor[name], st.Version+1)
 		default:
 			if !errors.Is(err, store.ErrConflict) {
 				x.t.Errorf("delete of a record in use (%s, updated %s ago): %v, want ErrConflict", st.State, m.now.Sub(st.UpdatedAt), err)

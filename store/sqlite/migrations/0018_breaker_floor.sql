@@ -2,12 +2,13 @@
 --
 -- A breaker's record may be deleted once nothing uses it. Its version
 -- must keep rising across the deletion: a process that applied version N
--- of the old record ignores any state not newer than N. The single row of
--- breaker_floor holds a version above every deleted record's: a missing
--- record reads as closed at this version, and a record created again
--- starts from it. It depends on no other migration than 0010 (breakers).
+-- of the old record ignores any state not newer than N. breaker_floor
+-- keeps, per deleted name, a version above the deleted record's: a
+-- missing record reads as closed at this version, and a record created
+-- again starts from it. Per name, not one for all: a record created while
+-- another is deleted must not read a floor above its own first version.
+-- It depends on no other migration than 0010 (breakers).
 CREATE TABLE breaker_floor (
-    id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+    name    TEXT    NOT NULL PRIMARY KEY,
     version INTEGER NOT NULL
-);
-INSERT INTO breaker_floor (id, version) VALUES (1, 0);
+) WITHOUT ROWID;
