@@ -139,3 +139,116 @@ func checkKinds(ws []WorkerStatus, reqs []Request) ([]string, error) {
 	}
 	return warnings, nil
 }
+
+// OperationKindError is the refusal of a redrive or a replay some of
+// whose selected jobs are in a queue whose live workers run none of their
+// kinds: run again, they would only fail with "no handler registered"
+// until they died. It wraps ErrInvalid.
+type OperationKindError struct {
+	// Queue is the queue; Jobs how many selected jobs of it have a kind
+	// its live workers do not run; Kinds those kinds, when the selection
+	// names one (else nil); Runs the kinds its live workers run, sorted.
+	Queue string
+	Jobs  int64
+	Kinds []string
+	Runs  []string
+}
+
+func (e *OperationKindError) Error() string {
+	runs := "no kind"
+	if len(e.Runs) > 0 {
+		runs = strings.Join(e.Runs, ", ")
+	}
+	what := "kinds"
+	if len(e.Kinds) > 0 {
+		what = fmt.Sprintf("kind %q", strings.Join(e.Kinds, ", "))
+	}
+	return fmt.Sprintf("%d of the selected jobs are in queue %q and of %s no live worker of it runs (its workers run %s): "+
+		"they would fail with \"no handler registered\" until dead; start a worker that runs them, or narrow the selection (kind)",
+		e.Jobs, e.Queue, what, runs)
+}
+
+// Unwrap returns ErrInvalid.
+func (e *OperationKindError) Unwrap() error { return ErrInvalid }
+
+// CheckOperationKinds checks, before a redrive or a replay of the jobs f
+// selects, that their kinds run in their queues, as CheckKinds does for
+// an enqueue: for each queue served by live workers that all recorded
+// their kinds, the selected jobs of that queue must be of those kinds,
+// or it returns an *OperationKindError. Queues no live worker serves are
+// not checked (the jobs wait for a worker), nor are those served by a
+// worker that did not record its kinds. It counts the selection once per
+// served queue and kind.
+func (c *Client) CheckOperationKinds(ctx context.Context, f Filter) error {
+	ws, err := c.fleet.get(ctx, c, true)
+	if err != nil {
+		return err
+	}
+	runs := map[string]map[string]bool{} // queue -> kinds; nil: any
+	for _, w := range ws {
+		for q := range w.Queues {
+			k, seen := runs[q]
+			switch {
+			case w.Kinds == nil:
+				runs[q] = nil
+			case seen && k == nil:
+			default:
+				if k == nil {
+					k = map[string]bool{}
+					runs[q] = k
+				}
+				for _, kind := range w.Kinds {
+					k[kind] = true
+				}
+			}
+		}
+	}
+	count := func(f Filter) (int64, error) {
+		n, err := c.store.Count(ctx, f)
+		if err != nil {
+			return 0, fmt.Errorf("redrive: check kinds: %w", err)
+		}
+		return n, nil
+	}
+	for _, q := range slices.Sorted(maps.Keys(runs)) {
+		kinds := runs[q]
+		if kinds == nil || (f.Queue != "" && f.Queue != q) {
+			continue
+		}
+		fq := f
+		fq.Queue = q
+		if f.Kind != "" {
+			if kinds[f.Kind] {
+				continue
+			}
+			n, err := count(fq)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				return &OperationKindError{Queue: q, Jobs: n, Kinds: []string{f.Kind}, Runs: slices.Sorted(maps.Keys(kinds))}
+			}
+			continue
+		}
+		total, err := count(fq)
+		if err != nil {
+			return err
+		}
+		if total == 0 {
+			continue
+		}
+		for _, k := range slices.Sorted(maps.Keys(kinds)) {
+			fk := fq
+			fk.Kind = k
+			n, err := count(fk)
+			if err != nil {
+				return err
+			}
+			total -= n
+		}
+		if total > 0 {
+			return &OperationKindError{Queue: q, Jobs: total, Runs: slices.Sorted(maps.Keys(kinds))}
+		}
+	}
+	return nil
+}

@@ -115,6 +115,11 @@ type OperationRequest struct {
 	// opened on it, so that no symbolic link under Root leads a write
 	// outside it (such an export fails instead).
 	Root string
+	// CheckKinds, for a redrive or a replay, refuses the operation with an
+	// *OperationKindError when some selected jobs are in a queue whose
+	// live workers run none of their kinds (CheckOperationKinds), as
+	// EnqueueChecked refuses such a job. The API and the CLI set it.
+	CheckKinds bool
 }
 
 // NewOperationID returns a new random operation id: "op_" and 24
@@ -215,6 +220,12 @@ func (c *Client) StartOperation(ctx context.Context, r OperationRequest) (*Opera
 	}
 	if r.Kind == OperationRedrive {
 		if err := c.validateRedrivePayload(ctx, r.IDs, r.Filter, n.Params.Payload); err != nil {
+			return nil, fmt.Errorf("redrive: operation: %w", err)
+		}
+	}
+	if r.CheckKinds && (r.Kind == OperationRedrive || r.Kind == OperationReplay) {
+		op := store.Operation{Kind: n.Kind, Params: n.Params}
+		if err := c.CheckOperationKinds(ctx, store.OperationFilter(&op)); err != nil {
 			return nil, fmt.Errorf("redrive: operation: %w", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/redrivehq/redrive"
@@ -95,6 +96,17 @@ func (c *Client) OpenBreaker(ctx context.Context, name string, d time.Duration) 
 	}
 	var res BreakerBody
 	return res.Breaker, c.post(ctx, "/v1/breakers/"+segment(name)+"/open", body, &res)
+}
+
+// DeleteBreaker deletes a breaker's shared record (DELETE
+// /v1/breakers/{name}): refused with 409 while it is in use (open by
+// trips, half-open, reported on recently) unless force.
+func (c *Client) DeleteBreaker(ctx context.Context, name string, force bool) error {
+	r := request{method: http.MethodDelete, path: "/v1/breakers/" + segment(name)}
+	if force {
+		r.query = url.Values{"force": {"true"}}
+	}
+	return c.do(ctx, r, nil)
 }
 
 // ResetBreaker closes a breaker for the whole fleet (POST

@@ -57,3 +57,38 @@ redrive_fleet_breaker_trips_total{breaker="payments"} 1
 		t.Fatal(err)
 	}
 }
+
+// TestCollectorDeletedBreaker: a deleted breaker's series are gone at the
+// next scrape; the others stay.
+func TestCollectorDeletedBreaker(t *testing.T) {
+	client, st := openClient(t)
+	ctx := t.Context()
+	now := time.Now()
+	rule := store.BreakerRule{Failures: 2, Window: time.Minute, BreakDuration: time.Hour}
+	for _, name := range []string{"gone", "kept"} {
+		if _, err := st.ReportBreaker(ctx, store.BreakerReport{Name: name, Process: "worker-a", Now: now, Failures: 2, Rule: rule}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := metrics.NewCollector(client, metrics.CollectorOptions{Logger: slog.New(slog.DiscardHandler)})
+	if n := testutil.CollectAndCount(c, "redrive_fleet_breaker_trips_total"); n != 2 {
+		t.Fatalf("%d trips series before the delete, want 2", n)
+	}
+	if _, err := st.DeleteBreaker(ctx, store.BreakerDelete{Name: "gone", Now: now, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP redrive_fleet_breaker_trips_total Times the fleet's circuit breaker opened. Store-wide: every process sharing the store reports the same value; aggregate replicas with max, not sum.
+# TYPE redrive_fleet_breaker_trips_total counter
+redrive_fleet_breaker_trips_total{breaker="kept"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "redrive_fleet_breaker_trips_total"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"redrive_fleet_breaker_state", "redrive_fleet_breaker_opened_timestamp_seconds",
+		"redrive_fleet_breaker_ready_timestamp_seconds", "redrive_fleet_breaker_failures"} {
+		if n := testutil.CollectAndCount(c, name); n == 0 {
+			t.Errorf("%s: no series left for the kept breaker", name)
+		}
+	}
+}

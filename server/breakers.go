@@ -207,6 +207,54 @@ func NoBreakerMessage(name string) string {
 	return fmt.Sprintf("no breaker named %q: no process on the store has used it, and none was forced open", name)
 }
 
+// deleteBreaker deletes a breaker's shared record (204): 404 when the
+// store has none, 409 when it is in use (store.CheckBreakerDelete: open
+// by trips or half-open with a probe still to come, or closed but
+// changed within the idle period), unless force=true.
+func (a *api) deleteBreaker(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, "force")
+	if err != nil {
+		return err
+	}
+	name, err := breakerName(r)
+	if err != nil {
+		return err
+	}
+	force, err := q.parseBool("force")
+	if err != nil {
+		return err
+	}
+	if err := a.noBody(w, r); err != nil {
+		return err
+	}
+	st, err := a.client.Store().DeleteBreaker(r.Context(), store.BreakerDelete{Name: name, Now: time.Now(), Force: force})
+	if errors.Is(err, store.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "not_found", field: "name", msg: NoBreakerRecordMessage(name)}
+	}
+	if ie, ok := errors.AsType[*store.BreakerInUseError](err); ok {
+		return &apiError{status: http.StatusConflict, code: "conflict", field: "name", msg: ie.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	// This process's breaker, if open by the deleted record, closes at
+	// once (a missing record reads closed above the deleted version);
+	// the others close at their next probe.
+	if a.breakers != nil {
+		if b, ok := a.breakers.Lookup(name); ok {
+			b.Apply(breaker.Fleet{State: breaker.Closed, Version: st.Version + 1})
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// NoBreakerRecordMessage words the refusal to delete a breaker the store
+// has no record of.
+func NoBreakerRecordMessage(name string) string {
+	return fmt.Sprintf("no breaker named %q in the store: no process on the store shares it, and none was forced open", name)
+}
+
 func (a *api) setBreaker(w http.ResponseWriter, r *http.Request, set store.BreakerSet) error {
 	st, err := a.client.Store().SetBreaker(r.Context(), set)
 	if err != nil {

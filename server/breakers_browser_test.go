@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +81,62 @@ func TestBreakersInChromium(t *testing.T) {
 		t.Error("this process's search breaker is not open")
 	}
 	b.noJunk(t, "after the force open")
+
+	// Delete: payments, closed just now, is refused with the server's
+	// reason; search, forced open, is deleted (this process keeps its own
+	// breaker, listed as this process's only).
+	b.runWithin(t, 10*time.Second, "delete payments",
+		chromedp.Click(css(row("payments")+` button[data-action="delete"]`)),
+		chromedp.WaitVisible(css(`#confirm`)))
+	if d := b.text(t, "#dialog"); !strings.Contains(d, "leaves this page") {
+		t.Errorf("delete dialog: %q", d)
+	}
+	b.runWithin(t, 10*time.Second, "confirm delete payments",
+		chromedp.Click(css(`#confirm`)),
+		chromedp.WaitVisible(chromedp.Search(`//dialog[@id="dialog"]//h2[text()="Not deleted"]`)))
+	if d := b.text(t, "#dialog"); !strings.Contains(d, `breaker "payments" is in use: closed`) {
+		t.Errorf("refused delete dialog: %q", d)
+	}
+	if st, err := e.st.Breaker(t.Context(), "payments"); err != nil || st.State != store.BreakerClosed {
+		t.Errorf("payments after a refused delete: %+v, %v", st, err)
+	}
+	b.expected("409", "/v1/breakers/payments") // the browser logs the refusal as a failed load
+	b.runWithin(t, 10*time.Second, "dismiss",
+		chromedp.Click(css(`#dialog .actions button`)),
+		chromedp.WaitNotPresent(css(`#dialog[open]`)))
+	b.runWithin(t, 10*time.Second, "delete search",
+		chromedp.Click(css(row("search")+` button[data-action="delete"]`)),
+		chromedp.WaitVisible(css(`#confirm`)))
+	if d := b.text(t, "#dialog"); !strings.Contains(d, "calls search again") {
+		t.Errorf("delete dialog of a forced breaker: %q", d)
+	}
+	b.runWithin(t, 10*time.Second, "confirm delete search",
+		chromedp.Click(css(`#confirm`)),
+		chromedp.WaitNotPresent(css(row("search")+` button[data-action="delete"]`)))
+	if _, err := e.st.Breaker(t.Context(), "search"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("search's record after the delete: %v", err)
+	}
+	if s := b.textNow(t, row("search")); !strings.Contains(s, "this process") {
+		t.Errorf("search row after the delete: %q", s)
+	}
+	b.noJunk(t, "after the deletes")
 	b.checkClean(t, url)
+}
+
+// expected drops from the problems the browser reported those containing
+// every part: a failure the test caused on purpose.
+func (b *browser) expected(parts ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := b.problems[:0]
+	for _, p := range b.problems {
+		all := true
+		for _, part := range parts {
+			all = all && strings.Contains(p, part)
+		}
+		if !all {
+			kept = append(kept, p)
+		}
+	}
+	b.problems = kept
 }

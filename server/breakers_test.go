@@ -1,7 +1,9 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,4 +103,78 @@ func TestResetUnknownBreaker(t *testing.T) {
 	if body.Breaker.State != breaker.Closed {
 		t.Fatalf("reset of this process's breaker: %+v", body.Breaker)
 	}
+}
+
+// TestDeleteBreakerAPI: DELETE /v1/breakers/{name} deletes an unused
+// record (204) and says why one in use is kept (409), 404 for none;
+// force=true deletes one in use, and this process's breaker closes.
+func TestDeleteBreakerAPI(t *testing.T) {
+	reg := breaker.NewRegistry(breaker.Config{Failures: 3, CountOnly: true, BreakDuration: time.Hour})
+	local := reg.Get("payments")
+	e := newEnv(t, Options{Breakers: reg})
+	ctx := t.Context()
+	now := time.Now()
+	rule := store.BreakerRule{Failures: 3, Window: time.Minute, BreakDuration: time.Hour}
+	if _, err := e.st.ReportBreaker(ctx, store.BreakerReport{Name: "payments", Process: "worker-b", Now: now, Failures: 3, Rule: rule}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.ReportBreaker(ctx, store.BreakerReport{Name: "mail", Process: "worker-c", Now: now, Failures: 1, Rule: rule}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.ReportBreaker(ctx, store.BreakerReport{Name: "old", Process: "worker-c", Now: now.Add(-time.Hour), Failures: 1, Rule: rule}); err != nil {
+		t.Fatal(err)
+	}
+	// This process follows the fleet: payments is open here too.
+	st, err := e.st.Breaker(ctx, "payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local.Apply(breaker.Fleet{State: breaker.Open, OpenedBy: "worker-b", ReadyAt: st.ReadyAt, Version: st.Version})
+	if local.State() != breaker.Open {
+		t.Fatal("this process's breaker did not open")
+	}
+
+	wantErr(t, e.do("DELETE", "/v1/breakers/nobody", ""), 404, "not_found", "name")
+	m := errMessage(t, e.do("DELETE", "/v1/breakers/payments", ""), 409, "conflict", "name")
+	if !strings.Contains(m, "open") || !strings.Contains(m, "worker-b") || !strings.Contains(m, "force") {
+		t.Errorf("409 on a tripped breaker: %q, want why (open, tripped by worker-b) and how (force)", m)
+	}
+	m = errMessage(t, e.do("DELETE", "/v1/breakers/mail", ""), 409, "conflict", "name")
+	if !strings.Contains(m, "worker-c") || !strings.Contains(m, "5m") {
+		t.Errorf("409 on a breaker reported on just now: %q, want who reported and the idle period", m)
+	}
+	wantErr(t, e.do("DELETE", "/v1/breakers/mail?force=yes", ""), 400, "invalid", "force")
+	wantErr(t, e.do("DELETE", "/v1/breakers/mail?forced=true", ""), 400, "invalid", "forced")
+	wantErr(t, e.do("DELETE", "/v1/breakers/%01", ""), 400, "invalid", "name")
+
+	// Unused: deleted, gone from the list.
+	if r := e.do("DELETE", "/v1/breakers/old", ""); r.status != 204 {
+		t.Fatalf("delete of an unused breaker: %d %s", r.status, r.body)
+	}
+	// In use, forced: deleted, and this process's breaker closes at once.
+	if r := e.do("DELETE", "/v1/breakers/payments?force=true", ""); r.status != 204 {
+		t.Fatalf("forced delete: %d %s", r.status, r.body)
+	}
+	if local.State() != breaker.Closed {
+		t.Fatalf("this process's breaker after a forced delete: %v", local.State())
+	}
+	var bs []BreakerView
+	e.want(e.do("GET", "/v1/breakers", ""), 200, &bs)
+	for _, b := range bs {
+		if b.Name == "old" || (b.Name == "payments" && b.Shared) {
+			t.Errorf("deleted breaker still listed as shared: %+v", b)
+		}
+	}
+	wantErr(t, e.do("DELETE", "/v1/breakers/old", ""), 404, "not_found", "name")
+}
+
+// errMessage is wantErr returning the error's message.
+func errMessage(t *testing.T, r resp, status int, code, field string) string {
+	t.Helper()
+	wantErr(t, r, status, code, field)
+	var eb errorBody
+	if err := json.Unmarshal(r.body, &eb); err != nil {
+		t.Fatal(err)
+	}
+	return eb.Error.Message
 }

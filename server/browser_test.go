@@ -650,7 +650,7 @@ func TestDashboardInChromium(t *testing.T) {
 	now := time.Now()
 	for _, w := range []redrive.WorkerInfo{
 		{ID: "w-hung", Host: "batch-7", PID: 4242, Instance: "elsewhere", Version: "v0.9.0", Queues: map[string]int{"reports": 2},
-			StartedAt: now.Add(-2 * time.Hour), HeartbeatAt: now.Add(-10 * time.Minute)},
+			Kinds: []string{"report.build", "report.mail"}, StartedAt: now.Add(-2 * time.Hour), HeartbeatAt: now.Add(-10 * time.Minute)},
 		{ID: "w-done", Host: "batch-8", PID: 4343, Instance: "elsewhere", Version: "v0.9.0", Queues: map[string]int{"default": 1},
 			StartedAt: now.Add(-3 * time.Hour), HeartbeatAt: now.Add(-time.Hour)},
 	} {
@@ -674,7 +674,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	live := b.text(t, `table.workers tr[data-state="live"]`)
 	host, _ := os.Hostname()
-	for _, want := range []string{d.worker.ID(), host, "default × 4", "payments × 2", "webhooks × 4", "0 of 10"} {
+	for _, want := range []string{d.worker.ID(), host, "default × 4", "payments × 2", "webhooks × 4", "0 of 10", "webhook.deliver"} {
 		if !strings.Contains(live, want) {
 			t.Errorf("the live worker's row %q lacks %q", live, want)
 		}
@@ -683,10 +683,12 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("the live worker is marked stale: %q", live)
 	}
 	if hung := b.text(t, `table.workers tr[data-worker="w-hung"]`); !strings.Contains(hung, "silent") ||
-		!strings.Contains(hung, "stale: no heartbeat for 10m") || !strings.Contains(hung, "batch-7") || !strings.Contains(hung, "reports × 2") {
+		!strings.Contains(hung, "stale: no heartbeat for 10m") || !strings.Contains(hung, "batch-7") || !strings.Contains(hung, "reports × 2") ||
+		!strings.Contains(hung, "report.build, report.mail") {
 		t.Errorf("the hung worker's row: %q, want it silent and stale for 10m", hung)
 	}
-	if done := b.text(t, `table.workers tr[data-worker="w-done"]`); !strings.Contains(done, "stopped 1h ago") || strings.Contains(done, "stale") {
+	if done := b.text(t, `table.workers tr[data-worker="w-done"]`); !strings.Contains(done, "stopped 1h ago") || strings.Contains(done, "stale") ||
+		!strings.Contains(done, "any (not recorded)") {
 		t.Errorf("the stopped worker's row: %q", done)
 	}
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -123,4 +124,34 @@ func waitRegistered(t *testing.T, e *env, id string) {
 		ws, err := e.client.Workers(context.Background())
 		return err == nil && slices.ContainsFunc(ws, func(w redrive.WorkerStatus) bool { return w.ID == id })
 	})
+}
+
+// TestRedriveUnknownKind: a redrive or a replay of dead jobs whose kind
+// no live worker of their queue runs is refused as their enqueue is (400
+// unknown_kind, on ids or filter.kind), and starts nothing; it was
+// accepted before, and the jobs died again of "no handler registered".
+func TestRedriveUnknownKind(t *testing.T) {
+	e := newEnv(t, Options{})
+	ids := buryExamples(t, e, "default", 1) // kind email
+	registerWorker(t, e.st, "serve", map[string]int{"default": 4}, "http", "download")
+	r := e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, ids[0]))
+	wantErr(t, r, 400, "unknown_kind", "ids")
+	for _, want := range []string{`queue \"default\"`, "download, http", "no handler registered"} {
+		if !strings.Contains(string(r.body), want) {
+			t.Errorf("answer %s does not say %s", r.body, want)
+		}
+	}
+	r = e.do("POST", "/v1/dlq/redrive", `{"filter":{"kind":"email"}}`)
+	wantErr(t, r, 400, "unknown_kind", "filter.kind")
+	r = e.do("POST", "/v1/replay", `{"filter":{"kind":"email"}}`)
+	wantErr(t, r, 400, "unknown_kind", "filter.kind")
+	ops, _, err := e.client.Operations(context.Background(), "", 10)
+	if err != nil || len(ops) != 0 {
+		t.Fatalf("operations after refused starts: %+v, %v", ops, err)
+	}
+	// Once a worker of the queue runs the kind: accepted.
+	registerWorker(t, e.st, "mailer", map[string]int{"default": 1}, "email")
+	if r := e.do("POST", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, ids[0])); r.status != 202 {
+		t.Fatalf("redrive once a worker runs email: %d %s", r.status, r.body)
+	}
 }

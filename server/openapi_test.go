@@ -591,6 +591,19 @@ func prepare(t *testing.T, e *env, fx fixtures, o docOperation) {
 		if _, err := e.client.PauseSchedule(t.Context(), "nightly"); err != nil {
 			t.Fatal(err)
 		}
+	case "DELETE /v1/breakers/{name}":
+		// A breaker an operator forced open: deletable at once.
+		refill(t, e, o)
+	}
+}
+
+// refill puts back what a good call of o used up, for the next good call.
+func refill(t *testing.T, e *env, o docOperation) {
+	t.Helper()
+	if o.String() == "DELETE /v1/breakers/{name}" {
+		if _, err := e.st.SetBreaker(t.Context(), store.BreakerSet{Name: "api.example.com", State: store.BreakerOpen, Now: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -803,6 +816,7 @@ func (c *conformance) probe(o docOperation) {
 		if x.status >= 400 {
 			t.Errorf("%s with %s: %d %s", o, q.Encode(), x.status, x.body)
 		}
+		refill(t, e, o)
 	}
 	// The good call: a change is authorized by the dashboard's session
 	// cookie with the header (the probes above got past authentication
@@ -923,6 +937,15 @@ func TestOpenAPIScenarios(t *testing.T) {
 	send("POST", "/v1/jobs/2/cancel", "", http.StatusConflict)
 	send("POST", "/v1/jobs/2/priority", `{"priority":1}`, http.StatusConflict)
 	send("GET", "/v1/schedules/none", "", http.StatusNotFound)
+	// Deleting breakers: unknown, in use (tripped), forced.
+	send("DELETE", "/v1/breakers/none", "", http.StatusNotFound)
+	if _, err := e.st.ReportBreaker(t.Context(), store.BreakerReport{Name: "tripped", Process: "w1", Now: time.Now(), Failures: 1, Tripped: true,
+		Rule: store.BreakerRule{Failures: 1, Window: time.Minute, BreakDuration: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	send("DELETE", "/v1/breakers/tripped", "", http.StatusConflict)
+	send("DELETE", "/v1/breakers/tripped?force=maybe", "", http.StatusBadRequest)
+	send("DELETE", "/v1/breakers/tripped?force=true", "", http.StatusNoContent)
 	send("POST", "/v1/jobs", `{"kind":"email","idempotency_key":"k1"}`, http.StatusCreated)
 	send("POST", "/v1/jobs", `{"kind":"email","idempotency_key":"k1"}`, http.StatusOK)
 	send("POST", "/v1/jobs", `{"kind":"sms","idempotency_key":"k1"}`, http.StatusConflict)

@@ -146,7 +146,17 @@ func (o *operations) start(ctx context.Context, r redrive.OperationRequest) (*re
 		return nil, &apiError{status: http.StatusTooManyRequests, code: "too_many_operations",
 			msg: fmt.Sprintf("%d operations are unfinished (pending, running or paused), the limit is %d: wait for one to end (GET /v1/operations) or cancel one", active, o.maxActive)}
 	}
+	// A redrive or a replay of jobs no live worker of their queue runs is
+	// refused, as an enqueue of them is.
+	r.CheckKinds = true
 	op, err := o.client.StartOperation(ctx, r)
+	if ke, ok := errors.AsType[*redrive.OperationKindError](err); ok {
+		field := "filter.kind"
+		if len(r.IDs) > 0 {
+			field = "ids"
+		}
+		return nil, &apiError{status: http.StatusBadRequest, code: "unknown_kind", field: field, msg: ke.Error()}
+	}
 	if err != nil {
 		return nil, payloadError(err, "payload")
 	}

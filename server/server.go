@@ -217,6 +217,7 @@ var routes = []string{
 	"PUT /v1/limits/{name}",
 	"POST /v1/breakers/{name}/open",
 	"POST /v1/breakers/{name}/reset",
+	"DELETE /v1/breakers/{name}",
 	"GET /v1/amqp/queues",
 	"GET /v1/kafka/topics",
 	"GET /v1/openapi.json",
@@ -305,6 +306,7 @@ func New(opts Options) *Server {
 	// The fleet's circuit breakers (breakers.go).
 	handlers["POST /v1/breakers/{name}/open"] = a.openBreaker
 	handlers["POST /v1/breakers/{name}/reset"] = a.resetBreaker
+	handlers["DELETE /v1/breakers/{name}"] = a.deleteBreaker
 	// The fleet's concurrency limits (limits.go).
 	handlers["GET /v1/limits"] = a.listLimits
 	handlers["PUT /v1/limits/{name}"] = a.setLimit

@@ -54,6 +54,17 @@ type Breakers interface {
 
 	// ListBreakers returns every record, sorted by name.
 	ListBreakers(ctx context.Context) ([]BreakerState, error)
+
+	// DeleteBreaker deletes a dependency's record if nothing uses it
+	// (CheckBreakerDelete, on the record held locked): ErrNotFound when
+	// there is none, a *BreakerInUseError when it is in use and d.Force
+	// is false. It returns the record as it was. The store remembers, for the name, a
+	// version floor above the deleted record's version: a missing record
+	// reads as closed at the floor, and a record created again starts
+	// above it, so that versions keep rising across delete and
+	// re-creation (a process that applied the old record's last version
+	// applies the new one's).
+	DeleteBreaker(ctx context.Context, d BreakerDelete) (BreakerState, error)
 }
 
 // BreakerNotifier is implemented by stores that announce, across
@@ -265,6 +276,125 @@ type BreakerSet struct {
 	// Until is, when forcing open, when the breaker may be probed again;
 	// zero keeps it open until it is closed.
 	Until time.Time
+}
+
+// BreakerDelete asks DeleteBreaker to delete a dependency's record.
+type BreakerDelete struct {
+	Name string
+	// Now is the deletion's time, against which recent use is judged.
+	Now time.Time
+	// Force deletes the record even when it is in use: an open breaker
+	// closes for the fleet (each process closes its own at its next probe)
+	// and the counts reported within the window are forgotten.
+	Force bool
+}
+
+// Validate checks a deletion before a store applies it.
+func (d BreakerDelete) Validate() error {
+	if err := CheckBreakerName(d.Name); err != nil {
+		return err
+	}
+	if d.Now.IsZero() {
+		return fmt.Errorf("%w: breaker delete: now is zero", ErrInvalid)
+	}
+	return nil
+}
+
+// BreakerIdle is how long a closed breaker's record must have been left
+// unchanged (no process reported on it, no probe, no operator) before it
+// counts as unused and may be deleted, unless its counting window is
+// longer: then the window (so that no count the trip rule still uses is
+// lost).
+const BreakerIdle = 5 * time.Minute
+
+// BreakerInUseError is DeleteBreaker's refusal to delete a record in use.
+// errors.Is(err, ErrConflict) holds.
+type BreakerInUseError struct {
+	// Name is the breaker's; Reason says, in words, why it is in use.
+	Name   string
+	Reason string
+}
+
+func (e *BreakerInUseError) Error() string {
+	return fmt.Sprintf("breaker %q is in use: %s", e.Name, e.Reason)
+}
+
+// Is makes a BreakerInUseError match ErrConflict.
+func (e *BreakerInUseError) Is(target error) bool { return target == ErrConflict }
+
+// CheckBreakerDelete returns nil when st, the record held locked by the
+// store, may be deleted at d.Now, and a *BreakerInUseError saying why
+// not otherwise. A record is unused when no process or operator has
+// changed it for the idle period (BreakerIdle, or its window if longer)
+// and nothing waits on it:
+//
+//   - closed, and unchanged for the idle period (no count the trip rule
+//     still uses is lost);
+//   - open by trips, its break over for the idle period with no process
+//     asking for the probe (none calls the dependency any more);
+//   - half-open, the probe's lease over for the idle period with no
+//     process taking it over;
+//   - forced open by an operator, at any time (deleting it is the
+//     operator's next decision).
+//
+// d.Force deletes whatever the state.
+func CheckBreakerDelete(st *BreakerState, d BreakerDelete) error {
+	if d.Force {
+		return nil
+	}
+	idle := max(BreakerIdle, time.Duration(st.Window))
+	// quiet reports whether nothing happened from t (or the last change,
+	// if later) for the idle period.
+	quiet := func(t time.Time) bool {
+		if st.UpdatedAt.After(t) {
+			t = st.UpdatedAt
+		}
+		return !d.Now.Before(t.Add(idle))
+	}
+	inUse := func(format string, args ...any) error {
+		return &BreakerInUseError{Name: st.Name, Reason: fmt.Sprintf(format, args...)}
+	}
+	at := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	const override = "close it first (reset), or delete with force"
+	switch st.State {
+	case BreakerOpen:
+		if st.Forced || (!st.ReadyAt.IsZero() && quiet(st.ReadyAt)) {
+			return nil
+		}
+		return inUse("open since %s, tripped by %s, until %s (unused once no process has asked for its probe for %s after that); %s",
+			at(st.Since), st.OpenedBy, at(st.ReadyAt), formatIdle(idle), override)
+	case BreakerHalfOpen:
+		if quiet(st.ProbeUntil) {
+			return nil
+		}
+		return inUse("half-open: %s holds the probe until %s (unused once no process has taken it over for %s after that); %s",
+			st.ProbeBy, at(st.ProbeUntil), formatIdle(idle), override)
+	}
+	if !quiet(st.UpdatedAt) {
+		last := "changed"
+		switch n := len(st.Counts); {
+		case n > 0:
+			last = "reported on by " + st.Counts[n-1].Process
+		case st.Since.Equal(st.UpdatedAt):
+			last = "closed"
+		}
+		return inUse("closed, but %s at %s, less than %s ago: a breaker is unused once left alone that long; delete with force to override",
+			last, at(st.UpdatedAt), formatIdle(idle))
+	}
+	return nil
+}
+
+// formatIdle words an idle period for BreakerInUseError: "5m", "1h30m",
+// "1h".
+func formatIdle(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 // maxBreakerName bounds a dependency's name, in bytes.

@@ -216,6 +216,9 @@ type backend interface {
 	SetLimitRate(ctx context.Context, name string, r store.LimitRate) (store.LimitState, error)
 	SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error)
 	ForceBreaker(ctx context.Context, name string, open bool, d time.Duration) (apiclient.BreakerView, error)
+	// DeleteBreaker deletes a breaker's shared record, refused while it
+	// is in use unless force (breakers.go).
+	DeleteBreaker(ctx context.Context, name string, force bool) error
 	// Schedules lists the periodic schedules; the others act on one
 	// (periodic.go).
 	Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error)

@@ -304,6 +304,18 @@ func (d *directBackend) TriggerSchedule(ctx context.Context, name string) (*redr
 	return d.c.TriggerSchedule(ctx, name)
 }
 
+// DeleteBreaker refuses as the API does, in the same words.
+func (d *directBackend) DeleteBreaker(ctx context.Context, name string, force bool) error {
+	_, err := d.c.Store().DeleteBreaker(ctx, store.BreakerDelete{Name: name, Now: time.Now(), Force: force})
+	if errors.Is(err, store.ErrNotFound) {
+		return errors.New(server.NoBreakerRecordMessage(name))
+	}
+	if ie, ok := errors.AsType[*store.BreakerInUseError](err); ok {
+		return errors.New(ie.Error())
+	}
+	return err
+}
+
 func (d *directBackend) DeleteSchedule(ctx context.Context, name string) error {
 	return d.c.DeleteSchedule(ctx, name)
 }
@@ -394,6 +406,7 @@ func (d *directBackend) StartCancel(ctx context.Context, q cancelQuery) (apiclie
 
 // startDirect starts an operation on the store.
 func startDirect(ctx context.Context, d *directBackend, req redrive.OperationRequest) (apiclient.Operation, error) {
+	req.CheckKinds = true // as the API does
 	op, err := d.c.StartOperation(ctx, req)
 	if err != nil {
 		return apiclient.Operation{}, err

@@ -238,6 +238,10 @@ func (r *remoteBackend) ForceBreaker(ctx context.Context, name string, open bool
 	return r.api.OpenBreaker(ctx, name, dur)
 }
 
+func (r *remoteBackend) DeleteBreaker(ctx context.Context, name string, force bool) error {
+	return r.api.DeleteBreaker(ctx, name, force)
+}
+
 func (r *remoteBackend) Schedules(ctx context.Context) ([]redrive.ScheduleInfo, error) {
 	return r.api.Schedules(ctx)
 }

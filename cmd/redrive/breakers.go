@@ -17,9 +17,10 @@ import (
 func newBreakersCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "breakers",
-		Short: "List the fleet's circuit breakers, force one open or close it",
+		Short: "List the fleet's circuit breakers, force one open, close or delete it",
 		Long: `List the circuit breakers that the worker processes sharing the store keep
-for their dependencies, force one open, or close it.
+for their dependencies, force one open, close it, or delete one nothing
+uses.
 
 A breaker is shared by every worker on the store: when one process's
 failures trip it, every process stops calling the dependency; when its break
@@ -28,7 +29,7 @@ the breaker for all. Forcing a breaker open or closing it here does the same
 for the whole fleet.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newBreakersListCmd(g), newBreakerOpenCmd(g), newBreakerCloseCmd(g))
+	cmd.AddCommand(newBreakersListCmd(g), newBreakerOpenCmd(g), newBreakerCloseCmd(g), newBreakerDeleteCmd(g))
 	return cmd
 }
 
@@ -128,6 +129,45 @@ deferred run when their deferral ends, at most one break duration later.
 			return err
 		})(cmd, args)
 	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
+func newBreakerDeleteCmd(g *globalOptions) *cobra.Command {
+	var (
+		c     connOptions
+		force bool
+	)
+	cmd := &cobra.Command{Use: "rm NAME", Aliases: []string{"delete"}, Short: "Delete a breaker nothing uses",
+		Long: `Delete the shared circuit breaker of the dependency NAME, so that it leaves
+` + "`breakers ls`" + `, the dashboard and /metrics (a breaker forced open by mistake,
+a dependency the fleet no longer calls). Only a breaker nothing uses is
+deleted: closed and left alone (no failure reported, no probe, no operator)
+for 5 minutes, or for its counting window if longer; open by trips, or
+half-open, with no process asking for its probe for that long after its
+break (or the probe's lease) ended; or forced open by an operator
+(deleting it closes it). A breaker in use is refused, saying why; --force
+deletes it anyway
+(every process closes its breaker at its next probe, within one break).
+A process that uses the dependency again creates the breaker again, closed.
+` + connHelp, Args: cobra.ExactArgs(1)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := store.CheckBreakerName(args[0]); err != nil {
+			return flagErrorf(cmd, "breaker name: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+		}
+		return withBreakers(g, &c, func(ctx context.Context, b backend) error {
+			if err := b.DeleteBreaker(ctx, args[0], force); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, map[string]string{"deleted": args[0]})
+			}
+			_, err := fmt.Fprintf(out, "breaker %s deleted\n", args[0])
+			return err
+		})(cmd, args)
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "delete the breaker even while it is in use (open by trips, half-open, reported on recently)")
 	addConnFlags(cmd, &c)
 	return cmd
 }

@@ -67,6 +67,28 @@ func checkBreakersCLI(t *testing.T, pre []string) {
 	if list := decode[[]server.BreakerView](t, cli("--json", "breakers", "ls")); len(list) != 2 {
 		t.Errorf("breakers ls --json after closing an unknown breaker: %+v", list)
 	}
+	// Deleting: none, in use (closed just now), forced open (deletable),
+	// in use with --force.
+	_, _, err = runCLI(t, append(append([]string{}, pre...), "breakers", "rm", "nobody")...)
+	if err == nil || !strings.Contains(err.Error(), `no breaker named "nobody"`) {
+		t.Errorf("breakers rm nobody: %v", err)
+	}
+	_, _, err = runCLI(t, append(append([]string{}, pre...), "breakers", "rm", "payments")...)
+	if err == nil || !strings.Contains(err.Error(), `breaker "payments" is in use: closed, but closed at`) || !strings.Contains(err.Error(), "force") {
+		t.Errorf("breakers rm of a breaker closed just now: %v", err)
+	}
+	if out := cli("breakers", "rm", "search api"); out != "breaker search api deleted\n" {
+		t.Errorf("breakers rm of a breaker forced open: %q", out)
+	}
+	if out := cli("--json", "breakers", "rm", "--force", "payments"); strings.TrimSpace(out) != `{"deleted":"payments"}` {
+		t.Errorf("breakers rm --force --json: %q", out)
+	}
+	if out := cli("breakers", "ls"); out != "No circuit breaker has been used yet.\n" {
+		t.Errorf("breakers ls after deleting both: %q", out)
+	}
+	if _, stderr, err := runCLI(t, append(append([]string{}, pre...), "breakers", "rm", "")...); err == nil {
+		t.Errorf("breakers rm with an empty name succeeded: %s", stderr)
+	}
 }
 
 func TestBreakersDirectMode(t *testing.T) {

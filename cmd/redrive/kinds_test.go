@@ -103,3 +103,34 @@ func TestServeRefusesKindsItDoesNotRun(t *testing.T) {
 		t.Logf("serve's logs:\n%s", logs)
 	}
 }
+
+// TestRedriveUnknownKindCLI: `dlq redrive` and `replay` refuse dead jobs
+// whose kind no live worker of their queue runs, as `enqueue` refuses
+// the kind, directly on the store and through a server alike.
+func TestRedriveUnknownKindCLI(t *testing.T) {
+	clearConnEnv(t)
+	for mode, setup := range countModes(t) {
+		t.Run(mode, func(t *testing.T) {
+			target, db := setup(t)
+			cli := func(args ...string) (string, string, error) {
+				t.Helper()
+				return runCLI(t, append(append([]string{}, target...), args...)...)
+			}
+			if _, errOut, err := cli("enqueue", "email", "--queue", "mail"); err != nil {
+				t.Fatalf("enqueue: %v %s", err, errOut)
+			}
+			bury(t, db, "mail")
+			registerKinds(t, db, map[string]int{"mail": 1}, "http")
+			want := `1 of the selected jobs are in queue "mail" and of kinds no live worker of it runs (its workers run http)`
+			if _, _, err := cli("dlq", "redrive", "1"); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("dlq redrive 1: %v; want %q", err, want)
+			}
+			if _, _, err := cli("replay", "--queue", "mail", "--yes"); err == nil || !strings.Contains(err.Error(), "no live worker of it runs") {
+				t.Errorf("replay --queue mail: %v; want a refusal", err)
+			}
+			if out, _, err := cli("--json", "dlq", "ls"); err != nil || strings.Count(out, `"kind"`) != 1 {
+				t.Errorf("dead jobs after the refusals (%v):\n%s; want the one job, still dead", err, out)
+			}
+		})
+	}
+}

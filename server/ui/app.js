@@ -1098,6 +1098,15 @@ async function groupPage(fp, params) {
 
 // ---- workers -----------------------------------------------------------
 
+// workerKinds is the cell of the job kinds a worker has handlers for:
+// "any" when it did not record them (an older version, which may run any
+// kind, so enqueues are not refused on its account).
+function workerKinds(w) {
+  if (!w.kinds) return h('td', { class: 'kinds muted', title: 'not recorded by this worker\'s version: it may run any kind' }, 'any (not recorded)');
+  if (w.kinds.length === 0) return h('td', { class: 'kinds muted' }, 'none');
+  return h('td', { class: 'kinds mono' }, w.kinds.join(', '));
+}
+
 async function workersPage() {
   const res = await api.get('/v1/workers');
   const workers = res.workers || [];
@@ -1118,6 +1127,7 @@ async function workersPage() {
       h('td', { class: 'mono' }, w.version || '—'),
       h('td', {}, Object.entries(w.queues || {}).sort(([a], [b]) => a.localeCompare(b)).map(([q, n], i) =>
         [i ? ', ' : '', h('a', { href: `#/jobs?queue=${encodeURIComponent(q)}` }, q), ` × ${n}`])),
+      workerKinds(w),
       h('td', { class: 'num', 'data-running': w.running }, active ? `${fmtN(w.running)} of ${fmtN(capacity)}` : fmtN(w.running)),
       h('td', { title: fmtTime(w.heartbeat_at) }, w.stopped_at ? `${w.state} ${fmtAgo(w.stopped_at)}` : fmtAgo(w.heartbeat_at)),
       h('td', { title: fmtTime(w.started_at) }, fmtAgo(w.started_at)));
@@ -1131,7 +1141,7 @@ async function workersPage() {
         : [h('p', { class: 'muted', id: 'workers-summary' }, `${summary}. A worker is silent when it has not sent a heartbeat for a minute: its running jobs are rescued when their leases expire.`),
           h('table', { class: 'workers' },
             h('thead', {}, h('tr', {}, h('th', {}, 'ID'), h('th', {}, 'State'), h('th', {}, 'Host'), h('th', {}, 'Version'),
-              h('th', {}, 'Queues × concurrency'), h('th', { class: 'num' }, 'Running'), h('th', {}, 'Last heartbeat'), h('th', {}, 'Started'))),
+              h('th', {}, 'Queues × concurrency'), h('th', {}, 'Kinds'), h('th', { class: 'num' }, 'Running'), h('th', {}, 'Last heartbeat'), h('th', {}, 'Started'))),
             h('tbody', {}, rows))]));
 }
 

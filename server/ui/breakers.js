@@ -1,7 +1,7 @@
 // breakers.js: the dashboard's breakers page (registerPage, app.js): the
 // circuit breakers the worker processes sharing the store keep for their
 // dependencies, who opened each and when, and buttons to force one open or
-// close it for the whole fleet.
+// close it for the whole fleet, or delete one nothing uses.
 'use strict';
 
 // breakerState is a breaker's state badge, with "forced" when an operator
@@ -48,6 +48,30 @@ async function breakerAction(b, verb, duration) {
   render();
 }
 
+// breakerDeletable reports whether a row offers Delete: a shared breaker
+// closed (the server refuses one reported on recently, saying why) or
+// forced open by an operator.
+function breakerDeletable(b) {
+  return b.shared && (b.state === 'closed' || b.forced);
+}
+
+// breakerDelete deletes a breaker's shared record, after the operator
+// confirms; a refusal (in use) is shown as the server words it.
+async function breakerDelete(b) {
+  const text = (b.forced
+    ? `Every worker on the store calls ${b.name} again, and the breaker leaves this page and the metrics.`
+    : `The breaker leaves this page and the metrics.`) +
+    ' A worker that calls the dependency again creates it anew, closed.';
+  if (!await confirmDialog(`Delete: ${b.name}?`, text, 'Delete', 'danger')) return;
+  try {
+    await api.del(`/v1/breakers/${encodeURIComponent(b.name)}`);
+    statusEl.textContent = `Breaker ${b.name}: deleted.`;
+  } catch (e) {
+    await messageDialog('Not deleted', e.message);
+  }
+  render();
+}
+
 // breakerFailures is the failures cell: the count within the window of
 // a closed breaker; an open one counts none (its count restarts when it
 // trips), which 0 would misstate.
@@ -76,7 +100,8 @@ async function breakersPage() {
       h('td', { class: 'row-actions' }, h('div', { class: 'actions' },
         b.state === 'closed'
           ? [dur, h('button', { class: 'small', 'data-action': 'open', onclick: () => breakerAction(b, 'open', dur.value) }, 'Force open')]
-          : h('button', { class: 'small', 'data-action': 'close', onclick: () => breakerAction(b, 'close') }, 'Close'))));
+          : h('button', { class: 'small', 'data-action': 'close', onclick: () => breakerAction(b, 'close') }, 'Close'),
+        breakerDeletable(b) ? h('button', { class: 'small danger', 'data-action': 'delete', onclick: () => breakerDelete(b) }, 'Delete') : '')));
   });
   return h('div', {},
     h('h1', {}, 'Circuit breakers'),

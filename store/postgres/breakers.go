@@ -89,19 +89,18 @@ func (s *Store) updateBreaker(ctx context.Context, op, name string, now time.Tim
 	var out store.BreakerState
 	err := s.retry(ctx, func() error {
 		return s.inTx(ctx, func(tx pgx.Tx) error {
-			if create {
-				_, err := tx.Exec(ctx, `INSERT INTO `+s.breakersTable()+` (name, state, since, version, updated_at)
-					VALUES ($1, 'closed', $2, 0, $2) ON CONFLICT (name) DO NOTHING`, name, ts(now))
-				if err != nil {
-					return err
-				}
-			}
-			st, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+` FROM `+s.breakersTable()+` WHERE name = $1 FOR UPDATE`, name))
-			if errors.Is(err, pgx.ErrNoRows) {
-				st, err = store.NewBreakerState(name, ts(now)), nil
-			}
+			st, locked, err := s.lockBreaker(ctx, tx, name, now, create)
 			if err != nil {
 				return err
+			}
+			if st.Version == 0 {
+				// A new record (version 0 until its first change) starts
+				// above every version a deleted one had. The floor is
+				// read after the row's lock: a deletion of the row that
+				// committed before is seen (see DeleteBreaker).
+				if st.Version, err = s.breakerFloor(ctx, tx, name); err != nil {
+					return err
+				}
 			}
 			before := st
 			if !apply(&st) {
@@ -115,17 +114,26 @@ func (s *Store) updateBreaker(ctx context.Context, op, name string, now time.Tim
 			if st.Counts == nil {
 				counts = []byte("[]")
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO `+s.breakersTable()+` (`+breakerColumns+`)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-				ON CONFLICT (name) DO UPDATE SET state = excluded.state, since = excluded.since, opened_by = excluded.opened_by,
+			// A row this transaction did not lock (there was none) is only
+			// inserted: if another created it meanwhile, start again on it
+			// rather than overwrite its changes.
+			upsert := ` ON CONFLICT (name) DO UPDATE SET state = excluded.state, since = excluded.since, opened_by = excluded.opened_by,
 					opened_at = excluded.opened_at, ready_at = excluded.ready_at, forced = excluded.forced,
 					probe_by = excluded.probe_by, probe_until = excluded.probe_until, window_us = excluded.window_us,
-					counts = excluded.counts, trips = excluded.trips, version = excluded.version, updated_at = excluded.updated_at`,
+					counts = excluded.counts, trips = excluded.trips, version = excluded.version, updated_at = excluded.updated_at`
+			if !locked {
+				upsert = ` ON CONFLICT (name) DO NOTHING`
+			}
+			tag, err := tx.Exec(ctx, `INSERT INTO `+s.breakersTable()+` (`+breakerColumns+`)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`+upsert,
 				st.Name, st.State, ts(st.Since), cleanText(st.OpenedBy), optTS(st.OpenedAt), optTS(st.ReadyAt), st.Forced,
 				cleanText(st.ProbeBy), optTS(st.ProbeUntil), int64(time.Duration(st.Window)/time.Microsecond), string(counts),
 				st.Trips, st.Version, ts(st.UpdatedAt))
 			if err != nil {
 				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return errBreakerRace
 			}
 			if announced(&before, &st) {
 				if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.BreakerChannel(), st.Name); err != nil {
@@ -140,6 +148,40 @@ func (s *Store) updateBreaker(ctx context.Context, op, name string, now time.Tim
 		return store.BreakerState{}, s.fail(fmt.Sprintf("%s %q", op, name), err)
 	}
 	return out, nil
+}
+
+// errBreakerRace is a retryable failure of updateBreaker: the row it
+// found missing was created by another transaction before it wrote it.
+var errBreakerRace = &pgconn.PgError{Code: "40001", Message: "breaker record created concurrently"}
+
+// lockBreaker locks the row of name and returns it with locked true. With
+// create it makes a missing row first (a closed record at now, version
+// 0), so the row is always locked; without it a missing row is returned as
+// a new record at now, not locked. A row deleted by another transaction
+// while this one waited for its lock is looked for (or created) again.
+func (s *Store) lockBreaker(ctx context.Context, tx pgx.Tx, name string, now time.Time, create bool) (store.BreakerState, bool, error) {
+	for attempt := 0; ; attempt++ {
+		if create {
+			_, err := tx.Exec(ctx, `INSERT INTO `+s.breakersTable()+` (name, state, since, version, updated_at)
+				VALUES ($1, 'closed', $2, 0, $2) ON CONFLICT (name) DO NOTHING`, name, ts(now))
+			if err != nil {
+				return store.BreakerState{}, false, err
+			}
+		}
+		st, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+` FROM `+s.breakersTable()+` WHERE name = $1 FOR UPDATE`, name))
+		switch {
+		case err == nil:
+			return st, true, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return store.BreakerState{}, false, err
+		case !create:
+			return store.NewBreakerState(name, ts(now)), false, nil
+		case attempt >= 5:
+			return store.BreakerState{}, false, errBreakerRace
+		}
+		// The row this transaction found when inserting was deleted
+		// before it could lock it: insert it now.
+	}
 }
 
 // ReportBreaker implements store.Breakers.
@@ -235,6 +277,70 @@ func (s *Store) ListBreakers(ctx context.Context) ([]store.BreakerState, error) 
 		return nil, s.fail("list breakers", err)
 	}
 	store.SortBreakers(out)
+	return out, nil
+}
+
+func (s *Store) breakerFloorTable() string {
+	return pgx.Identifier{s.schema, "breaker_floor"}.Sanitize()
+}
+
+// breakerFloor reads the version above every deleted record's of name.
+func (s *Store) breakerFloor(ctx context.Context, tx pgx.Tx, name string) (int64, error) {
+	var v int64
+	err := tx.QueryRow(ctx, `SELECT version FROM `+s.breakerFloorTable()+` WHERE name = $1`, name).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// DeleteBreaker implements store.Breakers: lock the row, check it is
+// unused, delete it, raise the version floor above its version and
+// announce the change, in one transaction. A report racing the deletion
+// waits for the row's lock: it then creates the record again, from the
+// raised floor.
+func (s *Store) DeleteBreaker(ctx context.Context, d store.BreakerDelete) (store.BreakerState, error) {
+	if err := d.Validate(); err != nil {
+		return store.BreakerState{}, fmt.Errorf("postgres: delete breaker: %w", err)
+	}
+	if err := s.check(); err != nil {
+		return store.BreakerState{}, err
+	}
+	d.Now = ts(d.Now)
+	var out store.BreakerState
+	err := s.retry(ctx, func() error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
+			st, err := scanBreaker(tx.QueryRow(ctx, `SELECT `+breakerColumns+` FROM `+s.breakersTable()+` WHERE name = $1 FOR UPDATE`, d.Name))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("postgres: delete breaker %q: %w", d.Name, store.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			if err := store.CheckBreakerDelete(&st, d); err != nil {
+				return fmt.Errorf("postgres: delete breaker: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM `+s.breakersTable()+` WHERE name = $1`, d.Name); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO `+s.breakerFloorTable()+` AS f (name, version) VALUES ($1, $2)
+				ON CONFLICT (name) DO UPDATE SET version = greatest(f.version, excluded.version)`, d.Name, st.Version+1)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.BreakerChannel(), st.Name); err != nil {
+				return err
+			}
+			out = st
+			return nil
+		})
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrConflict):
+		return store.BreakerState{}, err
+	case err != nil:
+		return store.BreakerState{}, s.fail(fmt.Sprintf("delete breaker %q", d.Name), err)
+	}
 	return out, nil
 }
 

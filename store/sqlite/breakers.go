@@ -71,6 +71,11 @@ func (s *Store) updateBreaker(ctx context.Context, op, name string, now time.Tim
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			st = store.NewBreakerState(name, now)
+			// A record deleted and created again starts above every
+			// version it had (see DeleteBreaker).
+			if st.Version, err = breakerFloor(ctx, tx, name); err != nil {
+				return fmt.Errorf("sqlite: %s %q: %w", op, name, err)
+			}
 		case err != nil:
 			return fmt.Errorf("sqlite: %s %q: %w", op, name, err)
 		}
@@ -185,5 +190,51 @@ func (s *Store) ListBreakers(ctx context.Context) ([]store.BreakerState, error) 
 		return nil, fmt.Errorf("sqlite: list breakers: %w", err)
 	}
 	store.SortBreakers(out)
+	return out, nil
+}
+
+// breakerFloor reads the version above every deleted record's of name.
+func breakerFloor(ctx context.Context, tx *sql.Conn, name string) (int64, error) {
+	var v int64
+	err := tx.QueryRowContext(ctx, `SELECT version FROM breaker_floor WHERE name = ?`, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return v, err
+}
+
+// DeleteBreaker implements store.Breakers: in the writer's transaction,
+// read the row, check it is unused, delete it and raise the version floor
+// above its version.
+func (s *Store) DeleteBreaker(ctx context.Context, d store.BreakerDelete) (store.BreakerState, error) {
+	if err := d.Validate(); err != nil {
+		return store.BreakerState{}, fmt.Errorf("sqlite: delete breaker: %w", err)
+	}
+	var out store.BreakerState
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		st, err := scanBreaker(tx.QueryRowContext(ctx, `SELECT `+breakerColumns+` FROM breakers WHERE name = ?`, d.Name))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("sqlite: delete breaker %q: %w", d.Name, store.ErrNotFound)
+		case err != nil:
+			return fmt.Errorf("sqlite: delete breaker %q: %w", d.Name, err)
+		}
+		if err := store.CheckBreakerDelete(&st, d); err != nil {
+			return fmt.Errorf("sqlite: delete breaker: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM breakers WHERE name = ?`, d.Name); err != nil {
+			return fmt.Errorf("sqlite: delete breaker %q: %w", d.Name, err)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO breaker_floor (name, version) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET version = max(version, excluded.version)`, d.Name, st.Version+1)
+		if err != nil {
+			return fmt.Errorf("sqlite: delete breaker %q: %w", d.Name, err)
+		}
+		out = st
+		return nil
+	})
+	if err != nil {
+		return store.BreakerState{}, err
+	}
 	return out, nil
 }

@@ -381,6 +381,10 @@ func testBreakersClosed(x *h) {
 			_, err := x.s.SetBreaker(x.ctx, store.BreakerSet{Name: "dep", State: store.BreakerOpen, Now: at(0)})
 			return err
 		},
+		"DeleteBreaker": func() error {
+			_, err := x.s.DeleteBreaker(x.ctx, store.BreakerDelete{Name: "dep", Now: at(0)})
+			return err
+		},
 		"Breaker":      func() error { _, err := x.s.Breaker(x.ctx, "dep"); return err },
 		"ListBreakers": func() error { _, err := x.s.ListBreakers(x.ctx); return err },
 	}

@@ -1,0 +1,14 @@
+-- redrive SQLite schema: deleting shared breakers.
+--
+-- A breaker's record may be deleted once nothing uses it. Its version
+-- must keep rising across the deletion: a process that applied version N
+-- of the old record ignores any state not newer than N. breaker_floor
+-- keeps, per deleted name, a version above the deleted record's: a
+-- missing record reads as closed at this version, and a record created
+-- again starts from it. Per name, not one for all: a record created while
+-- another is deleted must not read a floor above its own first version.
+-- It depends on no other migration than 0010 (breakers).
+CREATE TABLE breaker_floor (
+    name    TEXT    NOT NULL PRIMARY KEY,
+    version INTEGER NOT NULL
+) WITHOUT ROWID;
