@@ -184,6 +184,7 @@ var subtests = []subtest{
 	{"LimitsRateWindowStarve", testLimitsRateWindowStarve},
 	{"LimitsReplayLimited", testLimitsReplayLimited},
 	{"LimitsRateRaise", testLimitsRateRaise},
+	{"LimitsTakeStarts", testLimitsTakeStarts},
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
