@@ -77,6 +77,14 @@ type ConsumerOptions struct {
 	// documentation, "Limits"). A message whose group cannot be read goes
 	// to the DLQ, its reason naming the field.
 	Limits []redrive.ConcurrencyLimit
+	// LimitStore, when set, makes each limit's rate fleet-wide: every
+	// start of a rate-limited message is taken from the store's rate state
+	// (store.Limits.TakeLimitStarts, one call per start), which every
+	// consumer and worker on the store shares with the store's own
+	// limited fetches; a rate set at run time there (redrive limits set)
+	// wins. The concurrency caps stay per process. While the store
+	// cannot be reached, rate-limited messages wait.
+	LimitStore store.Limits
 	// LimitHold is how long a message waits in the consumer for its
 	// limit before it goes round the queue's shortest delay queue,
 	// without using an attempt (default DefaultLimitHold). At most
@@ -183,6 +191,9 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) (*Consumer, error) {
 	}
 	c := &Consumer{conn: conn, exec: exec, pub: pub, opts: opts, log: opts.Executor.Logger, limits: limits,
 		limiter: limiter.New(nil)}
+	if opts.LimitStore != nil {
+		c.limiter.SetRemote(limiter.StoreRemote(opts.LimitStore, c.log))
+	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Queues)) {
 		qo := opts.Queues[name]
 		if qo.Concurrency <= 0 {

@@ -3,6 +3,8 @@ package amqp_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,8 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/sqlite"
 )
 
 // limitPolicy gives a queue short delay queues, so that a deferred
@@ -302,5 +306,84 @@ func TestLimitsBadKey(t *testing.T) {
 	}
 	if s := fmt.Sprint(d.Headers[amqp.HeaderError]); !strings.Contains(s, "payload.customer") {
 		t.Errorf("dead letter's error %q does not name the field", s)
+	}
+}
+
+// grantLog is a LimitStore that records when the store took each start:
+// the time its clock read inside the transaction.
+type grantLog struct {
+	store.Limits
+	mu     sync.Mutex
+	grants []time.Time
+}
+
+func (g *grantLog) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, clock func() time.Time) (int, time.Time, error) {
+	var at time.Time
+	took, next, err := g.Limits.TakeLimitStarts(ctx, name, key, r, n, func() time.Time { at = clock(); return at })
+	if took > 0 {
+		g.mu.Lock()
+		for range took {
+			g.grants = append(g.grants, at)
+		}
+		g.mu.Unlock()
+	}
+	return took, next, err
+}
+
+// TestLimitsFleetRate: two consumers of one queue (two processes) with
+// one store as their LimitStore share a rate of 20/s, burst 2: the starts
+// the store took for both never exceed burst + d/interval in any window
+// d between two of them (measured on the store's side, where the
+// contract holds: a handler starts a little after the store's commit),
+// every start the handlers saw was taken there, and every message ran.
+// Each consumer alone would start up to that many.
+func TestLimitsFleetRate(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	q := newQueue(t, c)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := &grantLog{Limits: st}
+	const n = 40
+	var ran atomic.Int64
+	var conss []*amqp.Consumer
+	for range 2 {
+		cons, err := amqp.NewConsumer(c, amqp.ConsumerOptions{
+			Queues:     map[string]amqp.QueueOptions{q: {Concurrency: 4}},
+			Executor:   redrive.ExecutorOptions{Policy: &limitPolicy, Logger: testLogger(t)},
+			Limits:     []redrive.ConcurrencyLimit{{Name: "api", Kind: "call", Rate: "20/s", Burst: 2}},
+			LimitStore: log,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons.HandleFunc("call", func(ctx context.Context, j *redrive.Job) error {
+			ran.Add(1)
+			return nil
+		})
+		running(t, cons)
+		conss = append(conss, cons)
+	}
+	publishN(t, c, q, "call", n, func(int) string { return `{}` })
+	eventually(t, "every message completed", time.Minute, func() bool {
+		return conss[0].Stats().Completed+conss[1].Stats().Completed == n
+	})
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.grants) != int(ran.Load()) {
+		t.Errorf("the store took %d starts, the handlers ran %d", len(log.grants), ran.Load())
+	}
+	slices.SortFunc(log.grants, func(a, b time.Time) int { return a.Compare(b) })
+	const interval = 50 * time.Millisecond
+	for i := range log.grants {
+		for j := i; j < len(log.grants); j++ {
+			d := log.grants[j].Sub(log.grants[i])
+			if got, bound := j-i+1, 2+int(d/interval); got > bound {
+				t.Errorf("%d starts in %v across both consumers, bound %d", got, d, bound)
+			}
+		}
 	}
 }

@@ -120,6 +120,14 @@ type ConsumerOptions struct {
 	// the package documentation, "Limits"). A record whose group cannot
 	// be read goes to the DLT, its reason naming the field.
 	Limits []redrive.ConcurrencyLimit
+	// LimitStore, when set, makes each limit's rate fleet-wide: every
+	// start of a rate-limited record is taken from the store's rate state
+	// (store.Limits.TakeLimitStarts, one call per start), which every
+	// consumer and worker on the store shares with the store's own
+	// limited fetches; a rate set at run time there (redrive limits set)
+	// wins. The concurrency caps stay per process. While the store
+	// cannot be reached, rate-limited records wait.
+	LimitStore store.Limits
 	// LimitHold is how long a record waits for its limit, its partition
 	// paused and its offset not committed, before it goes to the topic's
 	// shortest retry tier without using an attempt (default
@@ -312,6 +320,9 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{},
 		endTimeout: time.Minute, readAheadGrace: defaultReadAheadGrace, limits: limits, limiter: limiter.New(nil),
 		noHoldUntil: map[tpKey]time.Time{}}
+	if opts.LimitStore != nil {
+		c.limiter.SetRemote(limiter.StoreRemote(opts.LimitStore, c.log))
+	}
 	names := make([]string, 0, len(opts.Topics))
 	for name := range opts.Topics {
 		names = append(names, name)
@@ -1187,7 +1198,7 @@ func (c *Consumer) admit(r *kgo.Record, m *mainTopic, st state, j *redrive.Job,
 	if !limited {
 		return sel, false, nil, true
 	}
-	if granted, _, _ := c.limiter.Try(sel); granted {
+	if granted, _, _ := c.limiter.Try(context.Background(), sel); granted {
 		return sel, true, nil, true
 	}
 	tp := tpKey{r.Topic, r.Partition}

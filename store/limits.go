@@ -167,8 +167,11 @@ type Limits interface {
 	SetLimitRate(ctx context.Context, name string, r LimitRate, now time.Time) (LimitState, error)
 
 	// TakeLimitStarts takes, fleet-wide, up to n starts of the group key
-	// of the limit named name under its rate, at now, in one
-	// transaction: for code that starts jobs of a limit outside the
+	// of the limit named name under its rate, in one transaction, at the
+	// time clock reads once the transaction holds what serializes the
+	// limited fetches (SQLite: the writer; PostgreSQL: their advisory
+	// lock), so that a start counts when it is taken, not when it was
+	// asked for: for code that starts jobs of a limit outside the
 	// store's fetch (the broker transports' consumers). The rate is the
 	// limit's stored one when the store keeps the limit with a rate (a
 	// rate set at run time wins, as over an enqueue's), else r; the
@@ -178,7 +181,7 @@ type Limits interface {
 	// starts it took (0 to n) and, when fewer than n, when the next may
 	// be taken. A bad name or key, n out of [1, MaxRateN], or a bad r is
 	// ErrInvalid, and nothing is taken.
-	TakeLimitStarts(ctx context.Context, name, key string, r LimitRate, n int, now time.Time) (took int, next time.Time, err error)
+	TakeLimitStarts(ctx context.Context, name, key string, r LimitRate, n int, clock func() time.Time) (took int, next time.Time, err error)
 }
 
 // Take is the GCRA of the rate for up to n starts at now of a group whose

@@ -11,12 +11,15 @@ package limiter
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
 )
 
 // sweepEvery is how many grants pass between two sweeps of the groups
@@ -27,6 +30,10 @@ const sweepEvery = 1000
 // group's running jobs and its GCRA's theoretical arrival time. It is
 // safe for concurrent use.
 type Limiter struct {
+	// remote, when set, takes the starts of rate-limited groups
+	// fleet-wide instead of the limiter's own GCRA.
+	remote Remote
+
 	mu     sync.Mutex
 	now    func() time.Time
 	groups map[groupKey]*group
@@ -58,6 +65,20 @@ func New(now func() time.Time) *Limiter {
 	return &Limiter{now: now, groups: map[groupKey]*group{}, limits: map[string]*counts{}}
 }
 
+// Remote takes one start of sel's group under sel.Rate fleet-wide, at
+// the time clock reads when it takes it (a store's TakeLimitStarts): ok,
+// or not before next.
+type Remote func(ctx context.Context, sel redrive.SelectedLimit, clock func() time.Time) (ok bool, next time.Time, err error)
+
+// RemoteRetry is how long a job waits after its Remote failed before it
+// tries again.
+const RemoteRetry = time.Second
+
+// SetRemote makes the limiter take the starts of every rate through
+// remote (its own GCRA then keeps nothing); the slots stay in the
+// process. Call it before the first Try.
+func (l *Limiter) SetRemote(remote Remote) { l.remote = remote }
+
 // Now returns the limiter's clock reading.
 func (l *Limiter) Now() time.Time { return l.now() }
 
@@ -69,7 +90,40 @@ func (l *Limiter) Now() time.Time { return l.now() }
 // (zero when the rate allows one now and a slot is what lacks), and freed
 // closes when a job of the group ends: try again at whichever comes
 // first.
-func (l *Limiter) Try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed <-chan struct{}) {
+//
+// With a Remote, the rate is the Remote's: a free slot is taken, then
+// the Remote asked (outside the limiter's lock); refused, or failed (then
+// next is RemoteRetry away), the slot is given back.
+func (l *Limiter) Try(ctx context.Context, sel redrive.SelectedLimit) (ok bool, next time.Time, freed <-chan struct{}) {
+	if l.remote == nil || sel.Rate.IsZero() {
+		return l.try(sel)
+	}
+	local := sel
+	local.Rate = store.LimitRate{}
+	ok, _, freed = l.try(local)
+	if !ok {
+		return false, time.Time{}, freed
+	}
+	ok, next, err := l.remote(ctx, sel, l.now)
+	if err != nil {
+		ok, next = false, l.now().Add(RemoteRetry)
+	}
+	if ok {
+		return true, time.Time{}, nil
+	}
+	l.Release(sel)
+	l.mu.Lock()
+	l.countsLocked(sel.Name).throttled++
+	freed = nil // no slot lacks: wait for next
+	if g := l.groups[groupKey{sel.Name, sel.Group}]; g != nil {
+		freed = g.freed
+	}
+	l.mu.Unlock()
+	return false, next, freed
+}
+
+// try is Try with the limiter's own GCRA.
+func (l *Limiter) try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -190,7 +244,7 @@ func (l *Limiter) Acquire(ctx context.Context, sel redrive.SelectedLimit, deadli
 			}
 			release = r
 		}
-		ok, next, freed := l.Try(sel)
+		ok, next, freed := l.Try(ctx, sel)
 		if ok {
 			return Granted, release
 		}
@@ -251,4 +305,25 @@ func (l *Limiter) Stats() []Stat {
 	}
 	slices.SortFunc(out, func(a, b Stat) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// storeTimeout bounds one call of a store's TakeLimitStarts.
+const storeTimeout = 10 * time.Second
+
+// StoreRemote is a Remote that takes each start from st's rate state
+// (TakeLimitStarts), fleet-wide: every process on the store, and the
+// store's own limited fetches, count against one rate per group. A
+// failed call is logged to log; the job then waits (RemoteRetry), so a
+// store that cannot be reached lets no rate-limited job start.
+func StoreRemote(st store.Limits, log *slog.Logger) Remote {
+	return func(ctx context.Context, sel redrive.SelectedLimit, clock func() time.Time) (bool, time.Time, error) {
+		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+		took, next, err := st.TakeLimitStarts(ctx, sel.Name, sel.Group, sel.Rate, 1, clock)
+		if err != nil {
+			log.Warn("limits: the store's rate state cannot be read; rate-limited jobs wait", "limit", sel.Name, "error", err)
+			return false, time.Time{}, fmt.Errorf("limiter: take a start of %q: %w", sel.Name, err)
+		}
+		return took == 1, next, nil
+	}
 }

@@ -92,7 +92,7 @@ func modelRun(t *testing.T, seed uint64) {
 					want = false
 				}
 			}
-			ok, next, _ := l.Try(s)
+			ok, next, _ := l.Try(context.Background(), s)
 			if ok != want {
 				t.Fatalf("step %d: Try(%+v) = %v, the model says %v (running %d)", step, s, ok, want, m.running)
 			}
@@ -187,7 +187,7 @@ func TestAcquireConcurrent(t *testing.T) {
 func TestAcquireHeldAndStopped(t *testing.T) {
 	l := New(nil)
 	sel := redrive.SelectedLimit{Name: "c", Group: "g", Max: 1}
-	if ok, _, _ := l.Try(sel); !ok {
+	if ok, _, _ := l.Try(context.Background(), sel); !ok {
 		t.Fatal("first start refused")
 	}
 	var taken, given atomic.Int32
@@ -227,5 +227,81 @@ func TestAcquireHeldAndStopped(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("a release did not wake the waiter")
+	}
+}
+
+// TestLimiterRemoteModel: three limiters (three processes) share one
+// remote rate state, as consumers on one store do: over random arrivals,
+// finishes and clock moves, the starts of all of them together keep the
+// rate's bound (burst + d/interval in any window), each keeps its own
+// slots, and a start the remote refuses takes no slot.
+func TestLimiterRemoteModel(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+		r := store.LimitRate{N: 1 + rng.IntN(10), Per: time.Duration(10+rng.IntN(500)) * time.Millisecond, Burst: 1 + rng.IntN(4)}
+		sel := redrive.SelectedLimit{Name: "l", Group: "g", Max: 1 + rng.IntN(3), Rate: r}
+		var mu sync.Mutex
+		var tat time.Time
+		var starts []time.Time
+		failing := false
+		remote := func(_ context.Context, s redrive.SelectedLimit, clock func() time.Time) (bool, time.Time, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := clock()
+			if failing {
+				return false, time.Time{}, fmt.Errorf("store down")
+			}
+			took, nt, next := s.Rate.Take(tat, now, 1)
+			tat = nt
+			if took == 1 {
+				starts = append(starts, now)
+			}
+			return took == 1, next, nil
+		}
+		var ls [3]*Limiter
+		var running [3]int
+		for i := range ls {
+			ls[i] = New(clk.now)
+			ls[i].SetRemote(remote)
+		}
+		for step := range 2000 {
+			i := rng.IntN(3)
+			switch op := rng.IntN(10); {
+			case op < 5:
+				before := len(starts)
+				ok, next, _ := ls[i].Try(context.Background(), sel)
+				if ok {
+					running[i]++
+				} else if next.IsZero() && running[i] < sel.Max {
+					t.Fatalf("seed %d step %d: refused with a free slot and no next start", seed, step)
+				}
+				if ok != (len(starts) > before) && !failing {
+					t.Fatalf("seed %d step %d: granted %v, the remote took %d", seed, step, ok, len(starts)-before)
+				}
+				if running[i] > sel.Max {
+					t.Fatalf("seed %d step %d: process %d runs %d, max %d", seed, step, i, running[i], sel.Max)
+				}
+			case op < 8:
+				if running[i] > 0 {
+					ls[i].Release(sel)
+					running[i]--
+				}
+			case op < 9:
+				clk.advance(time.Duration(rng.IntN(200)) * time.Millisecond)
+			default:
+				mu.Lock()
+				failing = !failing
+				mu.Unlock()
+			}
+		}
+		for a := range starts {
+			for b := a; b < len(starts); b++ {
+				d := starts[b].Sub(starts[a])
+				if got, bound := b-a+1, r.Burst+int(d/r.Interval()); got > bound {
+					t.Fatalf("seed %d: %d starts in %v, bound %d", seed, got, d, bound)
+				}
+			}
+		}
 	}
 }

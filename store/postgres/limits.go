@@ -577,7 +577,7 @@ func (s *Store) limits(ctx context.Context, now time.Time, name string) ([]store
 
 // TakeLimitStarts implements store.Limits: under the limited fetches'
 // advisory lock, so the group's tat moves in step with their leases.
-func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, now time.Time) (int, time.Time, error) {
+func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, clock func() time.Time) (int, time.Time, error) {
 	if err := s.check(); err != nil {
 		return 0, time.Time{}, err
 	}
@@ -611,7 +611,7 @@ func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.L
 			tat = time.UnixMicro(t)
 		}
 		var newTat time.Time
-		took, newTat, next = rate.Take(tat, now, n)
+		took, newTat, next = rate.Take(tat, clock(), n)
 		if took == 0 {
 			return nil
 		}

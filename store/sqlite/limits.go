@@ -429,7 +429,7 @@ const ratePruneEvery = 1000
 // TakeLimitStarts implements store.Limits: in the writer's transaction,
 // which every fetch of every process on the file also takes, so the
 // group's tat moves in step with the limited fetches.
-func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, now time.Time) (int, time.Time, error) {
+func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, clock func() time.Time) (int, time.Time, error) {
 	if err := store.CheckTakeStarts(name, key, r, n); err != nil {
 		return 0, time.Time{}, fmt.Errorf("sqlite: take limit starts: %w", err)
 	}
@@ -456,7 +456,7 @@ func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.L
 			tat = time.UnixMicro(t)
 		}
 		var newTat time.Time
-		took, newTat, next = r.Take(tat, now, n)
+		took, newTat, next = r.Take(tat, clock(), n)
 		if took == 0 {
 			return nil
 		}

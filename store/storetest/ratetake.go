@@ -20,7 +20,7 @@ func testLimitsTakeStarts(x *h) {
 	r := store.LimitRate{N: 10, Per: time.Second, Burst: 2} // T 100ms, τ 100ms
 	take := func(name, key string, r store.LimitRate, n int, now time.Time) (int, time.Time) {
 		x.t.Helper()
-		took, next, err := x.s.TakeLimitStarts(x.ctx, name, key, r, n, now)
+		took, next, err := x.s.TakeLimitStarts(x.ctx, name, key, r, n, func() time.Time { return now })
 		if err != nil {
 			x.t.Fatalf("TakeLimitStarts(%s, %s, %d): %v", name, key, n, err)
 		}
@@ -46,7 +46,7 @@ func testLimitsTakeStarts(x *h) {
 		n         int
 	}{{"", "a", r, 1}, {"take", "a", r, 0}, {"take", "a", store.LimitRate{}, 1}, {"take", "a", store.LimitRate{N: 1, Per: time.Second}, 1},
 		{"take", string(make([]byte, store.MaxLimitName+1)), r, 1}} {
-		if _, _, err := x.s.TakeLimitStarts(x.ctx, c.name, c.key, c.r, c.n, at(time.Hour)); !errors.Is(err, store.ErrInvalid) {
+		if _, _, err := x.s.TakeLimitStarts(x.ctx, c.name, c.key, c.r, c.n, time.Now); !errors.Is(err, store.ErrInvalid) {
 			x.t.Errorf("TakeLimitStarts(%q, %d bytes, %v, %d) = %v, want ErrInvalid", c.name, len(c.key), c.r, c.n, err)
 		}
 	}
@@ -82,7 +82,7 @@ func testLimitsTakeStarts(x *h) {
 	for range 6 {
 		wg.Go(func() {
 			for range 4 {
-				took, _, err := x.s.TakeLimitStarts(x.ctx, "conc", "c", burst, 1, at(time.Minute))
+				took, _, err := x.s.TakeLimitStarts(x.ctx, "conc", "c", burst, 1, func() time.Time { return at(time.Minute) })
 				if err != nil {
 					x.t.Errorf("concurrent take: %v", err)
 					return
