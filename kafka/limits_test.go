@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,8 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/sqlite"
 )
 
 var limitPolicy = retry.Policy{MaxRetries: 3, Initial: 50 * time.Millisecond, Multiplier: 2, MaxDelay: 200 * time.Millisecond,
@@ -226,4 +230,98 @@ func committedAt(t *testing.T, adm *kadm.Client, group, topic string, part int32
 		return r.At
 	}
 	return -1
+}
+
+// grantLog is a LimitStore that records when the store took each start:
+// the time its clock read inside the transaction.
+type grantLog struct {
+	store.Limits
+	mu     sync.Mutex
+	grants []time.Time
+}
+
+func (g *grantLog) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, clock func() time.Time) (int, time.Time, error) {
+	var at time.Time
+	took, next, err := g.Limits.TakeLimitStarts(ctx, name, key, r, n, func() time.Time { at = clock(); return at })
+	g.mu.Lock()
+	for range took {
+		g.grants = append(g.grants, at)
+	}
+	g.mu.Unlock()
+	return took, next, err
+}
+
+// TestLimitsFleetRate: two consumers of one group (two processes, each
+// given partitions of the topic) with one store as their LimitStore
+// share a rate of 20/s, burst 2: the starts the store took for both never
+// exceed burst + d/interval in any window d between two of them
+// (measured on the store's side), and every record ran.
+func TestLimitsFleetRate(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	topic := newTopic(t)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := &grantLog{Limits: st}
+	const n = 100
+	var mu sync.Mutex
+	ran := map[string]bool{}
+	newConsumer := func() *kafka.Consumer {
+		cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
+			Topics:     map[string]kafka.TopicOptions{topic: {Partitions: 4}},
+			Executor:   redrive.ExecutorOptions{Policy: &limitPolicy, Logger: testLogger(t)},
+			Limits:     []redrive.ConcurrencyLimit{{Name: "api", Kind: "call", Rate: "20/s", Burst: 2}},
+			LimitStore: log, ClientOptions: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons.HandleFunc("call", func(ctx context.Context, j *redrive.Job) error {
+			mu.Lock()
+			ran[j.IdempotencyKey] = true
+			mu.Unlock()
+			return nil
+		})
+		running(t, cons)
+		return cons
+	}
+	// The second consumer starts once the first has created the topics
+	// and runs: it joins the group midway, and takes partitions.
+	newConsumer()
+	var second *kafka.Consumer
+	cl := c.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	for i := range n {
+		r, err := kafka.NewRecord(topic, "call", map[string]int{"i": i}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Partition = int32(i % 4)
+		c.produce(t, cl, r)
+	}
+	eventually(t, "the first records ran", 2*time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) >= 4
+	})
+	second = newConsumer()
+	eventually(t, "the second consumer consumed", 2*time.Minute, func() bool { return second.Stats()[topic].Consumed > 0 })
+	eventually(t, "every record ran", 2*time.Minute, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == n
+	})
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	slices.SortFunc(log.grants, func(a, b time.Time) int { return a.Compare(b) })
+	const interval = 50 * time.Millisecond
+	for i := range log.grants {
+		for j := i; j < len(log.grants); j++ {
+			d := log.grants[j].Sub(log.grants[i])
+			if got, bound := j-i+1, 2+int(d/interval); got > bound {
+				t.Errorf("%d starts in %v across both consumers, bound %d", got, d, bound)
+			}
+		}
+	}
 }
