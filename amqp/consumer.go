@@ -72,10 +72,10 @@ type ConsumerOptions struct {
 	// and rate limits, as redrive.Client.SetLimits puts jobs (the same
 	// limits, checked the same way: a message is under the first limit
 	// whose Queue and Kind select it, its group read from its body, its
-	// dependency or its url's host). They hold in this process only: each
-	// consumer keeps its own slots and rates (see the package
-	// documentation, "Limits"). A message whose group cannot be read goes
-	// to the DLQ, its reason naming the field.
+	// dependency or its url's host). The slots hold in this process (each
+	// consumer keeps its own), the rates too unless LimitStore is set (see
+	// the package documentation, "Limits"). A message whose group cannot
+	// be read goes to the DLQ, its reason naming the field.
 	Limits []redrive.ConcurrencyLimit
 	// LimitStore, when set, makes each limit's rate fleet-wide: every
 	// start of a rate-limited message is taken from the store's rate state

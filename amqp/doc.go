@@ -71,8 +71,9 @@
 //
 // ConsumerOptions.Limits puts messages under redrive's concurrency and
 // rate limits (the list redrive.Client.SetLimits takes), per consumer
-// process: a message of a full or rate-held group waits unacked, without
-// a handler slot, for up to LimitHold and while fewer than Prefetch -
+// process (the rates fleet-wide when ConsumerOptions.LimitStore is set):
+// a message of a full or rate-held group waits unacked, without a
+// handler slot, for up to LimitHold and while fewer than Prefetch -
 // Concurrency wait, then goes round the shortest delay queue; it uses no
 // attempt either way. See docs/rabbitmq.md, "Limits".
 //

@@ -115,10 +115,11 @@ type ConsumerOptions struct {
 	// and rate limits, as redrive.Client.SetLimits puts jobs (the same
 	// limits, checked the same way: a record is under the first limit
 	// whose Queue, the main topic, and Kind select it, its group read
-	// from its value, its dependency or its url's host). They hold in
-	// this process only: each consumer keeps its own slots and rates (see
-	// the package documentation, "Limits"). A record whose group cannot
-	// be read goes to the DLT, its reason naming the field.
+	// from its value, its dependency or its url's host). The slots hold
+	// in this process (each consumer keeps its own), the rates too unless
+	// LimitStore is set (see the package documentation, "Limits"). A
+	// record whose group cannot be read goes to the DLT, its reason
+	// naming the field.
 	Limits []redrive.ConcurrencyLimit
 	// LimitStore, when set, makes each limit's rate fleet-wide: every
 	// start of a rate-limited record is taken from the store's rate state

@@ -37,10 +37,11 @@
 //
 // ConsumerOptions.Limits puts records under redrive's concurrency and
 // rate limits (the list redrive.Client.SetLimits takes), per consumer
-// process: a record of a full or rate-held group waits with its
-// partition paused and its offset uncommitted for up to LimitHold, then
-// goes to the shortest retry tier; it uses no attempt either way. See
-// docs/kafka.md, "Limits".
+// process (the rates fleet-wide when ConsumerOptions.LimitStore is set):
+// a record of a full or rate-held group waits with its partition paused
+// and its offset uncommitted for up to LimitHold, then goes to the
+// shortest retry tier; it uses no attempt either way. See docs/kafka.md,
+// "Limits".
 //
 // # Delivery modes
 //
