@@ -325,3 +325,93 @@ func TestLimitsFleetRate(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsDeferToTier: while a record holds a limit's only slot, the
+// records of that limit on other partitions wait LimitHold, then go to
+// the shortest tier (committed only once produced there) and run from
+// it once the slot is free: each once, as its first attempt, in either
+// mode.
+func TestLimitsDeferToTier(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []kafka.Mode{kafka.AtLeastOnce, kafka.ExactlyOnce} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t)
+			topic := newTopic(t)
+			cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g", Mode: mode,
+				Topics:    map[string]kafka.TopicOptions{topic: {Partitions: 3}},
+				Executor:  redrive.ExecutorOptions{Policy: &limitPolicy, Logger: testLogger(t)},
+				Limits:    []redrive.ConcurrencyLimit{{Name: "one", Max: 1}},
+				LimitHold: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			ran := map[string]int{}
+			release := make(chan struct{})
+			first := make(chan struct{})
+			cons.HandleFunc("work", func(ctx context.Context, j *redrive.Job) error {
+				var p struct{ ID string }
+				_ = json.Unmarshal(j.Payload, &p)
+				if j.Attempt != 1 {
+					t.Errorf("%s ran as attempt %d", p.ID, j.Attempt)
+				}
+				if p.ID == "blocker" {
+					close(first)
+					<-release
+				}
+				mu.Lock()
+				ran[p.ID]++
+				mu.Unlock()
+				return nil
+			})
+			running(t, cons)
+			cl := c.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			rec := func(id string, part int32) *kgo.Record {
+				r, err := kafka.NewRecord(topic, "work", map[string]string{"ID": id}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Partition = part
+				return r
+			}
+			c.produce(t, cl, rec("blocker", 0))
+			select {
+			case <-first:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("the blocker never ran")
+			}
+			if mode == kafka.AtLeastOnce {
+				// Exactly-once holds the blocker's batch open: only
+				// at-least-once takes other partitions' records meanwhile.
+				c.produce(t, cl, rec("p1", 1), rec("p2", 2))
+				eventually(t, "the held records went to a tier", time.Minute, func() bool {
+					return cons.Stats()[topic].LimitDeferred >= 2
+				})
+				mu.Lock()
+				if ran["p1"]+ran["p2"] != 0 {
+					t.Errorf("ran while the slot was taken: %v", ran)
+				}
+				mu.Unlock()
+				close(release)
+			} else {
+				close(release)
+				c.produce(t, cl, rec("p1", 1), rec("p2", 2))
+			}
+			eventually(t, "every record ran", 2*time.Minute, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return ran["blocker"] >= 1 && ran["p1"] >= 1 && ran["p2"] >= 1
+			})
+			if mode == kafka.AtLeastOnce {
+				mu.Lock()
+				defer mu.Unlock()
+				for id, k := range ran {
+					if k != 1 {
+						t.Errorf("%s ran %d times", id, k)
+					}
+				}
+			}
+		})
+	}
+}
