@@ -2,6 +2,7 @@ package amqp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -386,4 +387,68 @@ func TestLimitsFleetRate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// failingLimits is a LimitStore whose TakeLimitStarts fails while
+// failing is set.
+type failingLimits struct {
+	store.Limits
+	failing atomic.Bool
+}
+
+func (f *failingLimits) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, clock func() time.Time) (int, time.Time, error) {
+	if f.failing.Load() {
+		return 0, time.Time{}, errors.New("store unreachable")
+	}
+	return f.Limits.TakeLimitStarts(ctx, name, key, r, n, clock)
+}
+
+// TestLimitsStoreDown: while the LimitStore cannot be reached, no
+// rate-limited message starts: each waits, then goes round a delay
+// queue, unacknowledged until then; once the store answers, each runs
+// once, as its first attempt.
+func TestLimitsStoreDown(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	q := newQueue(t, c)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	fl := &failingLimits{Limits: st}
+	fl.failing.Store(true)
+	const n = 3
+	cons, err := amqp.NewConsumer(c, amqp.ConsumerOptions{
+		Queues:     map[string]amqp.QueueOptions{q: {Concurrency: 2}},
+		Executor:   redrive.ExecutorOptions{Policy: &limitPolicy, Logger: testLogger(t)},
+		Limits:     []redrive.ConcurrencyLimit{{Name: "api", Rate: "100/s", Burst: 10}},
+		LimitStore: fl,
+		LimitHold:  30 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran sync.Map
+	var runs atomic.Int32
+	cons.HandleFunc("call", func(ctx context.Context, j *redrive.Job) error {
+		if fl.failing.Load() {
+			t.Errorf("%s ran while the store was down", j.IdempotencyKey)
+		}
+		if _, loaded := ran.LoadOrStore(j.IdempotencyKey, true); loaded {
+			t.Errorf("%s ran twice", j.IdempotencyKey)
+		}
+		if j.Attempt != 1 {
+			t.Errorf("%s ran as attempt %d", j.IdempotencyKey, j.Attempt)
+		}
+		runs.Add(1)
+		return nil
+	})
+	stop := running(t, cons)
+	publishN(t, c, q, "call", n, func(int) string { return `{}` })
+	eventually(t, "the messages went round a delay queue", time.Minute, func() bool { return cons.Stats().LimitDeferred >= n })
+	fl.failing.Store(false)
+	eventually(t, "every message ran", time.Minute, func() bool { return runs.Load() == n })
+	topo, _ := cons.Topology(q)
+	requireSettled(t, c, topo, stop)
 }

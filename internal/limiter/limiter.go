@@ -317,11 +317,13 @@ const storeTimeout = 10 * time.Second
 // store that cannot be reached lets no rate-limited job start.
 func StoreRemote(st store.Limits, log *slog.Logger) Remote {
 	return func(ctx context.Context, sel redrive.SelectedLimit, clock func() time.Time) (bool, time.Time, error) {
-		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		cctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		defer cancel()
-		took, next, err := st.TakeLimitStarts(ctx, sel.Name, sel.Group, sel.Rate, 1, clock)
+		took, next, err := st.TakeLimitStarts(cctx, sel.Name, sel.Group, sel.Rate, 1, clock)
 		if err != nil {
-			log.Warn("limits: the store's rate state cannot be read; rate-limited jobs wait", "limit", sel.Name, "error", err)
+			if ctx.Err() == nil { // not the consumer's shutdown
+				log.Warn("limits: the store's rate state cannot be read; rate-limited jobs wait", "limit", sel.Name, "error", err)
+			}
 			return false, time.Time{}, fmt.Errorf("limiter: take a start of %q: %w", sel.Name, err)
 		}
 		return took == 1, next, nil
