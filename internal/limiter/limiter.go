@@ -135,12 +135,11 @@ func (l *Limiter) try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed
 	}
 	c := l.countsLocked(sel.Name)
 	full := sel.Max > 0 && g.running >= sel.Max
+	var tat time.Time
 	if !sel.Rate.IsZero() {
-		t := sel.Rate.Interval()
-		tau := time.Duration(max(sel.Rate.Burst, 1)-1) * t
-		if allowed := g.tat.Add(-tau); now.Before(allowed) {
-			next = allowed
-		}
+		// The stores' GCRA, in their microseconds: next is set when
+		// the rate allows no start now.
+		_, tat, next = sel.Rate.Take(g.tat, now, 1)
 	}
 	if full || !next.IsZero() {
 		if !next.IsZero() && !full {
@@ -149,7 +148,7 @@ func (l *Limiter) try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed
 		return false, next, g.freed
 	}
 	if !sel.Rate.IsZero() {
-		g.tat = later(g.tat, now).Add(sel.Rate.Interval())
+		g.tat = tat
 	}
 	g.running++
 	c.running++
@@ -196,13 +195,6 @@ func (l *Limiter) countsLocked(name string) *counts {
 		l.limits[name] = c
 	}
 	return c
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // Outcome is how Acquire ended.

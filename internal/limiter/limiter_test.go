@@ -305,3 +305,10 @@ func TestLimiterRemoteModel(t *testing.T) {
 		}
 	}
 }
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
