@@ -108,7 +108,7 @@ func (c *Client) applyFair(nj *store.NewJob) error {
 	if !ok {
 		return nil
 	}
-	key, err := f.key.of(nj)
+	key, err := f.key.of(nj.Payload, nj.Dependency)
 	if err != nil {
 		return fmt.Errorf("%w: fair queue %q: %w", ErrInvalid, nj.Queue, err)
 	}

@@ -162,23 +162,105 @@ type compiledLimit struct {
 // field; the client's limits are then unchanged. nil removes them all
 // (the jobs enqueued before keep theirs).
 func (c *Client) SetLimits(limits []ConcurrencyLimit) error {
+	out, err := compileLimits(limits)
+	if err != nil {
+		return err
+	}
+	c.limits.Store(&out)
+	return nil
+}
+
+// compileLimits checks a list of limits as SetLimits takes it and parses
+// each one's key and rate.
+func compileLimits(limits []ConcurrencyLimit) ([]compiledLimit, error) {
 	var out []compiledLimit
 	seen := map[string]ConcurrencyLimit{}
 	for i := range limits {
 		l := limits[i]
 		if err := l.Check(); err != nil {
-			return fmt.Errorf("redrive: limit %d (%q): %w", i+1, clipName(l.Name), err)
+			return nil, fmt.Errorf("redrive: limit %d (%q): %w", i+1, clipName(l.Name), err)
 		}
 		if prev, ok := seen[l.Name]; ok && (!prev.SameLimit(l) || prev.Queue == l.Queue && prev.Kind == l.Kind) {
-			return fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice (entries of one name must be one limit, with one key, max, rate and burst, selecting other queues or kinds)", ErrInvalid, l.Name)})
+			return nil, fmt.Errorf("redrive: limit %d: %w", i+1, &FieldError{Field: "name", Err: fmt.Errorf("%w: limit %q named twice (entries of one name must be one limit, with one key, max, rate and burst, selecting other queues or kinds)", ErrInvalid, l.Name)})
 		}
 		seen[l.Name] = l
 		k, _ := ParseLimitKey(l.Key)
 		r, _ := rateOf(l.Rate, l.Burst)
 		out = append(out, compiledLimit{ConcurrencyLimit: l, key: k, rate: r})
 	}
-	c.limits.Store(&out)
-	return nil
+	return out, nil
+}
+
+// LimitSet is a checked list of limits, as Client.SetLimits takes it,
+// for code that applies limits itself instead of through a store: the
+// broker transports' consumers keep them in memory. It is safe for
+// concurrent use.
+type LimitSet struct{ limits []compiledLimit }
+
+// NewLimitSet checks limits as Client.SetLimits does (a bad limit, or two
+// of one name, refuse the whole list with an error naming the limit and
+// field) and returns them as a set; nil or none is an empty set.
+func NewLimitSet(limits []ConcurrencyLimit) (*LimitSet, error) {
+	out, err := compileLimits(limits)
+	if err != nil {
+		return nil, err
+	}
+	return &LimitSet{limits: out}, nil
+}
+
+// Len returns how many limits the set holds.
+func (s *LimitSet) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.limits)
+}
+
+// SelectedLimit is the limit a job is under, and the job's group in it.
+type SelectedLimit struct {
+	// Name is the limit's name; Group the job's group (the value of the
+	// limit's key in the job, "" for a limit without a key).
+	Name, Group string
+	// Max is how many jobs of the group may run at once (0: no cap).
+	Max int
+	// Rate is how many jobs of the group may start per interval (the
+	// zero rate: none).
+	Rate store.LimitRate
+	// Hold is the limit's HoldOnRetryAfter: whether a rate_limited
+	// failure with a Retry-After holds the group in a store.
+	Hold bool
+}
+
+// Select returns the limit a job of queue and kind, with payload and
+// dependency, is under, as a store applies it at enqueue: the first of
+// the set whose Queue and Kind match, and the job's group read from the
+// job. ok is false when no limit selects the job. A job whose group
+// cannot be read (the payload lacks the field, or holds an object there)
+// is an error wrapping ErrInvalid that names the field.
+func (s *LimitSet) Select(queue, kind string, payload json.RawMessage, dependency string) (sel SelectedLimit, ok bool, err error) {
+	if s == nil {
+		return SelectedLimit{}, false, nil
+	}
+	return selectLimit(s.limits, queue, kind, payload, dependency)
+}
+
+// selectLimit is Select on a compiled list.
+func selectLimit(limits []compiledLimit, queue, kind string, payload json.RawMessage, dependency string) (SelectedLimit, bool, error) {
+	for i := range limits {
+		l := &limits[i]
+		if (l.Queue != "" && l.Queue != queue) || (l.Kind != "" && l.Kind != kind) {
+			continue
+		}
+		key, err := l.key.of(payload, dependency)
+		if err != nil {
+			return SelectedLimit{}, false, fmt.Errorf("%w: concurrency limit %q: %w", ErrInvalid, l.Name, err)
+		}
+		if len(key) > store.MaxLimitName {
+			return SelectedLimit{}, false, fmt.Errorf("%w: concurrency limit %q: %s is longer than %d bytes", ErrInvalid, l.Name, l.key, store.MaxLimitName)
+		}
+		return SelectedLimit{Name: l.Name, Group: key, Max: l.Max, Rate: l.rate, Hold: l.HoldOnRetryAfter}, true, nil
+	}
+	return SelectedLimit{}, false, nil
 }
 
 // Limits returns the client's limits, as SetLimits set them.
@@ -203,36 +285,26 @@ func (c *Client) applyLimit(nj *store.NewJob) error {
 	if p == nil {
 		return nil
 	}
-	for i := range *p {
-		l := &(*p)[i]
-		if (l.Queue != "" && l.Queue != nj.Queue) || (l.Kind != "" && l.Kind != nj.Kind) {
-			continue
-		}
-		key, err := l.key.of(nj)
-		if err != nil {
-			return fmt.Errorf("%w: concurrency limit %q: %w", ErrInvalid, l.Name, err)
-		}
-		if len(key) > store.MaxLimitName {
-			return fmt.Errorf("%w: concurrency limit %q: %s is longer than %d bytes", ErrInvalid, l.Name, l.key, store.MaxLimitName)
-		}
-		nj.Limit, nj.LimitKey, nj.LimitMax, nj.LimitRate, nj.LimitHold = l.Name, key, l.Max, l.rate, l.HoldOnRetryAfter
-		return nil
+	sel, ok, err := selectLimit(*p, nj.Queue, nj.Kind, nj.Payload, nj.Dependency)
+	if err != nil || !ok {
+		return err
 	}
+	nj.Limit, nj.LimitKey, nj.LimitMax, nj.LimitRate, nj.LimitHold = sel.Name, sel.Group, sel.Max, sel.Rate, sel.Hold
 	return nil
 }
 
 // of reads the group of a job.
-func (k LimitKey) of(nj *store.NewJob) (string, error) {
+func (k LimitKey) of(payload json.RawMessage, dependency string) (string, error) {
 	switch k.Source {
 	case "":
 		return "", nil
 	case "dependency":
-		return nj.Dependency, nil
+		return dependency, nil
 	case "host":
 		var v struct {
 			URL string `json:"url"`
 		}
-		if err := json.Unmarshal(nj.Payload, &v); err != nil || v.URL == "" {
+		if err := json.Unmarshal(payload, &v); err != nil || v.URL == "" {
 			return "", &FieldError{Field: "payload.url", Err: fmt.Errorf("missing: the limit keys on its host")}
 		}
 		u, err := url.Parse(v.URL)
@@ -242,7 +314,7 @@ func (k LimitKey) of(nj *store.NewJob) (string, error) {
 		return strings.ToLower(u.Hostname()), nil
 	}
 	field := "payload." + strings.Join(k.Path, ".")
-	var cur json.RawMessage = nj.Payload
+	cur := payload
 	for _, f := range k.Path {
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(cur, &obj); err != nil || obj == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/lifecycle"
+	"github.com/redrivehq/redrive/internal/limiter"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -67,7 +68,34 @@ type ConsumerOptions struct {
 	// the oldest events are dropped first, and counted.
 	MaxHistory      int
 	MaxHistoryBytes int
+	// Limits put the messages of the consumer's queues under concurrency
+	// and rate limits, as redrive.Client.SetLimits puts jobs (the same
+	// limits, checked the same way: a message is under the first limit
+	// whose Queue and Kind select it, its group read from its body, its
+	// dependency or its url's host). The slots hold in this process (each
+	// consumer keeps its own), the rates too unless LimitStore is set (see
+	// the package documentation, "Limits"). A message whose group cannot
+	// be read goes to the DLQ, its reason naming the field.
+	Limits []redrive.ConcurrencyLimit
+	// LimitStore, when set, makes each limit's rate fleet-wide: every
+	// start of a rate-limited message is taken from the store's rate state
+	// (store.Limits.TakeLimitStarts, one call per start), which every
+	// consumer and worker on the store shares with the store's own
+	// limited fetches; a rate set at run time there (redrive limits set)
+	// wins. The concurrency caps stay per process. While the store
+	// cannot be reached, rate-limited messages wait.
+	LimitStore store.Limits
+	// LimitHold is how long a message waits in the consumer for its
+	// limit before it goes round the queue's shortest delay queue,
+	// without using an attempt (default DefaultLimitHold). At most
+	// Prefetch - Concurrency messages of a queue wait so at once; the
+	// others go round at once.
+	LimitHold time.Duration
 }
+
+// DefaultLimitHold is how long a message waits in a consumer for its
+// limit, by default, before it goes round a delay queue.
+const DefaultLimitHold = 5 * time.Second
 
 // setup builds what a Consumer and a Router both need, the same way: the
 // history bounds' defaults, the executor (its policy checked, the Conn's
@@ -131,6 +159,10 @@ type Consumer struct {
 
 	queues []*queueConsumer
 
+	// limits are opts.Limits, checked; limiter holds their groups.
+	limits  *redrive.LimitSet
+	limiter *limiter.Limiter
+
 	// run guards Run: a consumer runs once.
 	run lifecycle.Once
 
@@ -149,7 +181,19 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{conn: conn, exec: exec, pub: pub, opts: opts, log: opts.Executor.Logger}
+	limits, err := redrive.NewLimitSet(opts.Limits)
+	if err != nil {
+		pub.Close()
+		return nil, fmt.Errorf("amqp: consumer: %w", err)
+	}
+	if opts.LimitHold <= 0 {
+		opts.LimitHold = DefaultLimitHold
+	}
+	c := &Consumer{conn: conn, exec: exec, pub: pub, opts: opts, log: opts.Executor.Logger, limits: limits,
+		limiter: limiter.New(nil)}
+	if opts.LimitStore != nil {
+		c.limiter.SetRemote(limiter.StoreRemote(opts.LimitStore, c.log))
+	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Queues)) {
 		qo := opts.Queues[name]
 		if qo.Concurrency <= 0 {
@@ -219,10 +263,20 @@ type ConsumerStats struct {
 	// SettleFailures counts outcomes whose publish failed after its
 	// retries: the message went back to its queue to be tried again.
 	SettleFailures int64 `json:"settle_failures"`
+	// LimitDeferred counts the messages that went round the shortest
+	// delay queue for their limit (the hold passed, or too many were
+	// held already), without using an attempt.
+	LimitDeferred int64 `json:"limit_deferred"`
+	// Limits are the consumer's limits' use now, in this process.
+	Limits []LimitStat `json:"limits,omitempty"`
 }
+
+// LimitStat is one limit's use in a consumer.
+type LimitStat = limiter.Stat
 
 type consumerCounters struct {
 	delivered, completed, retried, deferred, dead, released, hops, waits, undecodable, settleFailures atomic.Int64
+	limitDeferred                                                                                     atomic.Int64
 }
 
 // Stats returns the consumer's running totals.
@@ -230,7 +284,8 @@ func (c *Consumer) Stats() ConsumerStats {
 	s := &c.stats
 	return ConsumerStats{Delivered: s.delivered.Load(), Completed: s.completed.Load(), Retried: s.retried.Load(),
 		Deferred: s.deferred.Load(), Dead: s.dead.Load(), Released: s.released.Load(), Hops: s.hops.Load(),
-		Waits: s.waits.Load(), Undecodable: s.undecodable.Load(), SettleFailures: s.settleFailures.Load()}
+		Waits: s.waits.Load(), Undecodable: s.undecodable.Load(), SettleFailures: s.settleFailures.Load(),
+		LimitDeferred: s.limitDeferred.Load(), Limits: c.limiter.Stats()}
 }
 
 // Run declares the topology of every queue and consumes them until ctx
@@ -297,6 +352,8 @@ type queueConsumer struct {
 	opts  QueueOptions
 	topo  Topology
 	slots chan struct{} // one per running handler
+	// held counts the deliveries waiting for their limit.
+	held atomic.Int64
 }
 
 // run consumes the queue until ctx ends (see consumeLoop).
@@ -331,18 +388,33 @@ func (q *queueConsumer) handle(ctx, hardCtx context.Context, d *amqp091.Delivery
 			return
 		}
 	}
-	select {
-	case q.slots <- struct{}{}:
-	case <-ctx.Done():
-		q.requeue(d)
+	kind := kindOf(d, q.opts.DefaultKind)
+	sel, limited, err := q.c.limits.Select(q.name, kind, d.Body, st.dependency)
+	if err != nil {
+		q.undecodable(d, err)
 		return
 	}
-	defer func() { <-q.slots }()
+	if limited {
+		release, ok := q.admit(ctx, d, sel)
+		if !ok {
+			return
+		}
+		defer q.c.limiter.Release(sel)
+		defer release()
+	} else {
+		select {
+		case q.slots <- struct{}{}:
+		case <-ctx.Done():
+			q.requeue(d)
+			return
+		}
+		defer func() { <-q.slots }()
+	}
 	if ctx.Err() != nil {
 		q.requeue(d)
 		return
 	}
-	j := jobOf(d, q.name, kindOf(d, q.opts.DefaultKind), st, time.Now())
+	j := jobOf(d, q.name, kind, st, time.Now())
 	actx, cancel := context.WithCancelCause(hardCtx)
 	defer cancel(nil)
 	start := time.Now()
@@ -362,6 +434,46 @@ func (q *queueConsumer) handle(ctx, hardCtx context.Context, d *amqp091.Delivery
 	returned = true
 	cancel(nil)
 	q.settle(d, st, j, &o)
+}
+
+// admit waits for a handler slot and a start of sel's group, and takes
+// both (ok), holding the delivery meanwhile without a handler slot: for
+// up to LimitHold, and only while fewer than Prefetch - Concurrency
+// deliveries of the queue are held, so that held deliveries never keep
+// the handlers from the prefetch's other messages. Past either bound the
+// delivery goes round the shortest delay queue, its attempt count and
+// due time unchanged (it uses no attempt); at shutdown it goes back to
+// the queue. Not ok, the delivery is settled.
+func (q *queueConsumer) admit(ctx context.Context, d *amqp091.Delivery, sel redrive.SelectedLimit) (release func(), ok bool) {
+	slot := func() (func(), bool) {
+		select {
+		case q.slots <- struct{}{}:
+			return func() { <-q.slots }, true
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+	now := q.c.limiter.Now()
+	deadline := now.Add(q.c.opts.LimitHold)
+	if len(q.topo.Tiers) == 0 {
+		deadline = time.Time{} // no delay queue to go round: held until it starts
+	}
+	spare := int64(q.opts.Prefetch - q.opts.Concurrency)
+	if n := q.held.Add(1); n > spare && !deadline.IsZero() {
+		deadline = now // no room to hold it: one try
+	}
+	outcome, release := q.c.limiter.Acquire(ctx, sel, deadline, slot)
+	q.held.Add(-1)
+	switch outcome {
+	case limiter.Granted:
+		return release, true
+	case limiter.Held:
+		q.c.stats.limitDeferred.Add(1)
+		q.forward(d, q.topo.TierQueue(q.topo.Tiers[0]), amqp091.Table{}, "limit deferral")
+	default:
+		q.requeue(d)
+	}
+	return nil, false
 }
 
 // settle turns an outcome into broker actions.

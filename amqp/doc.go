@@ -67,6 +67,16 @@
 // RegisterKind makes a worker publish such a job back to its queue when
 // it is redriven.
 //
+// # Limits
+//
+// ConsumerOptions.Limits puts messages under redrive's concurrency and
+// rate limits (the list redrive.Client.SetLimits takes), per consumer
+// process (the rates fleet-wide when ConsumerOptions.LimitStore is set):
+// a message of a full or rate-held group waits unacked, without a
+// handler slot, for up to LimitHold and while fewer than Prefetch -
+// Concurrency wait, then goes round the shortest delay queue; it uses no
+// attempt either way. See docs/rabbitmq.md, "Limits".
+//
 // # Delivery guarantees
 //
 // A retry or a dead letter is published with publisher confirms before

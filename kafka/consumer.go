@@ -19,6 +19,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/lifecycle"
+	"github.com/redrivehq/redrive/internal/limiter"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -110,10 +111,38 @@ type ConsumerOptions struct {
 	// (defaults DefaultMaxHistory, DefaultMaxHistoryBytes).
 	MaxHistory      int
 	MaxHistoryBytes int
+	// Limits put the records of the consumer's topics under concurrency
+	// and rate limits, as redrive.Client.SetLimits puts jobs (the same
+	// limits, checked the same way: a record is under the first limit
+	// whose Queue, the main topic, and Kind select it, its group read
+	// from its value, its dependency or its url's host). The slots hold
+	// in this process (each consumer keeps its own), the rates too unless
+	// LimitStore is set (see the package documentation, "Limits"). A
+	// record whose group cannot be read goes to the DLT, its reason
+	// naming the field.
+	Limits []redrive.ConcurrencyLimit
+	// LimitStore, when set, makes each limit's rate fleet-wide: every
+	// start of a rate-limited record is taken from the store's rate state
+	// (store.Limits.TakeLimitStarts, one call per start), which every
+	// consumer and worker on the store shares with the store's own
+	// limited fetches; a rate set at run time there (redrive limits set)
+	// wins. The concurrency caps stay per process. While the store
+	// cannot be reached, rate-limited records wait.
+	LimitStore store.Limits
+	// LimitHold is how long a record waits for its limit, its partition
+	// paused and its offset not committed, before it goes to the topic's
+	// shortest retry tier without using an attempt (default
+	// DefaultLimitHold). After such a deferral the partition's records
+	// wait no more for a limit for one LimitHold: each gets one try.
+	LimitHold time.Duration
 	// ClientOptions are added to the consumer's kgo client options (TLS,
 	// SASL, timeouts...).
 	ClientOptions []kgo.Opt
 }
+
+// DefaultLimitHold is how long a record waits for its limit, by
+// default, before it goes to a retry tier.
+const DefaultLimitHold = 5 * time.Second
 
 // Consumer runs the registered handlers for the records of its main
 // topics and of their retry tiers, in one consumer group, with
@@ -170,6 +199,14 @@ type Consumer struct {
 	// whose read-ahead reached its bound to drain before it pauses its
 	// fetching (defaultReadAheadGrace; tests change it).
 	readAheadGrace time.Duration
+	// limits are opts.Limits, checked; limiter holds their groups.
+	limits  *redrive.LimitSet
+	limiter *limiter.Limiter
+	// holdMu guards noHoldUntil: per partition, the end of the spell
+	// after a limit deferral in which its records do not wait.
+	holdMu      sync.Mutex
+	noHoldUntil map[tpKey]time.Time
+
 	// sessionFailed, when set (tests), is called with the error that
 	// made an exactly-once session unusable (its transaction could not
 	// begin or end), as it happens: the session is then replaced.
@@ -217,11 +254,22 @@ type Stats struct {
 	// ProduceRetries counts the produces of retries and dead letters
 	// that failed and were tried again.
 	ProduceRetries int64 `json:"produce_retries"`
+	// LimitDeferred counts the records that went to the shortest retry
+	// tier for their limit (the hold passed), without using an attempt.
+	LimitDeferred int64 `json:"limit_deferred"`
 }
 
 type topicCounters struct {
 	consumed, completed, retried, deferred, dead, released, waits, hops, undecodable, produceRetries atomic.Int64
+	limitDeferred                                                                                    atomic.Int64
 }
+
+// LimitStat is one limit's use in a consumer.
+type LimitStat = limiter.Stat
+
+// LimitStats returns the use of the consumer's limits now, in this
+// process, by limit name.
+func (c *Consumer) LimitStats() []LimitStat { return c.limiter.Stats() }
 
 type counters struct{ rebalances atomic.Int64 }
 
@@ -262,9 +310,20 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 			return nil, fmt.Errorf("kafka: consumer: %w", err)
 		}
 	}
+	limits, err := redrive.NewLimitSet(opts.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: consumer: %w", err)
+	}
+	if opts.LimitHold <= 0 {
+		opts.LimitHold = DefaultLimitHold
+	}
 	exec := redrive.NewExecutor(opts.Executor)
 	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{},
-		endTimeout: time.Minute, readAheadGrace: defaultReadAheadGrace}
+		endTimeout: time.Minute, readAheadGrace: defaultReadAheadGrace, limits: limits, limiter: limiter.New(nil),
+		noHoldUntil: map[tpKey]time.Time{}}
+	if opts.LimitStore != nil {
+		c.limiter.SetRemote(limiter.StoreRemote(opts.LimitStore, c.log))
+	}
 	names := make([]string, 0, len(opts.Topics))
 	for name := range opts.Topics {
 		names = append(names, name)
@@ -333,7 +392,8 @@ func (c *Consumer) Stats() map[string]Stats {
 		s := &ts.main.stats
 		out[ts.main.name] = Stats{Consumed: s.consumed.Load(), Completed: s.completed.Load(), Retried: s.retried.Load(),
 			Deferred: s.deferred.Load(), Dead: s.dead.Load(), Released: s.released.Load(), Waits: s.waits.Load(),
-			Hops: s.hops.Load(), Undecodable: s.undecodable.Load(), ProduceRetries: s.produceRetries.Load()}
+			Hops: s.hops.Load(), Undecodable: s.undecodable.Load(), ProduceRetries: s.produceRetries.Load(),
+			LimitDeferred: s.limitDeferred.Load()}
 	}
 	return out
 }
@@ -876,6 +936,16 @@ func (p *partition) handle(r *kgo.Record) bool {
 		return false
 	}
 	if j != nil {
+		sel, limited, lout, ok := p.c.admit(r, p.ts.main, st, j, p.holdLane)
+		if !ok {
+			return false
+		}
+		if lout != nil {
+			return p.produced(r, lout)
+		}
+		if limited {
+			defer p.c.limiter.Release(sel) // also when the handler calls runtime.Goexit
+		}
 		o := p.attempt(r, st, j)
 		if out, ok = p.c.settle(p.ts.main, r, st, j, &o); !ok {
 			return false
@@ -993,10 +1063,18 @@ func (p *partition) attempt(r *kgo.Record, st state, j *redrive.Job) redrive.Out
 // and the record must be consumed again. A tier's record not yet due is
 // waited for with wait, which returns false when interrupted. The attempt
 // runs on a goroutine of its own (see execute).
-func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState, wait func(time.Duration) bool) (*kgo.Record, bool) {
+func (c *Consumer) decide(hardCtx context.Context, r *kgo.Record, ts *topicState, wait func(time.Duration) bool,
+	hold func(func(context.Context))) (*kgo.Record, bool) {
 	st, j, out, ok := c.prepare(r, ts, wait)
 	if j == nil {
 		return out, ok
+	}
+	sel, limited, lout, ok := c.admit(r, ts.main, st, j, hold)
+	if !ok || lout != nil {
+		return lout, ok
+	}
+	if limited {
+		defer c.limiter.Release(sel)
 	}
 	actx, cancel := context.WithCancelCause(context.WithValue(hardCtx, recordKey{}, r))
 	o := c.execute(actx, j)
@@ -1075,6 +1153,85 @@ func (c *Consumer) execute(ctx context.Context, j *redrive.Job) redrive.Outcome 
 			"handler did not return: it called runtime.Goexit", start, time.Now())
 	}
 	return o
+}
+
+// holdLane runs hold (a wait for a limit) with the partition paused and
+// what it settled marked, and a context that ends when the partition
+// stops.
+func (p *partition) holdLane(hold func(ctx context.Context)) {
+	p.mark()
+	p.mu.Lock()
+	p.waiting = true
+	p.pauseLocked()
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.waiting = false
+		p.pauseLocked()
+		p.mu.Unlock()
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	hold(ctx)
+}
+
+// admit takes a start of the limit j is under, if any (limited: Release
+// it once the attempt ended), waiting for it with hold (its partition
+// paused, its offset not committed) for up to LimitHold, or one try when
+// the partition deferred a record for its limit less than LimitHold ago.
+// It returns instead the record to produce for r: its deferral to the
+// shortest retry tier, due after that tier's delay, its attempt count
+// unchanged (no attempt used), or the dead letter of a record whose group
+// cannot be read. Not ok: the partition stopped meanwhile, r unsettled.
+func (c *Consumer) admit(r *kgo.Record, m *mainTopic, st state, j *redrive.Job,
+	hold func(func(ctx context.Context))) (sel redrive.SelectedLimit, limited bool, out *kgo.Record, ok bool) {
+	sel, limited, err := c.limits.Select(m.name, j.Kind, j.Payload, j.Dependency)
+	if err != nil {
+		return sel, false, c.undecodable(m, r, err), true
+	}
+	if !limited {
+		return sel, false, nil, true
+	}
+	if granted, _, _ := c.limiter.Try(context.Background(), sel); granted {
+		return sel, true, nil, true
+	}
+	tp := tpKey{r.Topic, r.Partition}
+	now := c.limiter.Now()
+	deadline := now.Add(c.opts.LimitHold)
+	c.holdMu.Lock()
+	if now.Before(c.noHoldUntil[tp]) {
+		deadline = now
+	}
+	c.holdMu.Unlock()
+	outcome := limiter.Stopped
+	if deadline.After(now) {
+		hold(func(ctx context.Context) { outcome, _ = c.limiter.Acquire(ctx, sel, deadline, nil) })
+	} else {
+		outcome = limiter.Held
+	}
+	switch outcome {
+	case limiter.Granted:
+		return sel, true, nil, true
+	case limiter.Stopped:
+		return sel, false, nil, false
+	}
+	c.holdMu.Lock()
+	c.noHoldUntil[tp] = c.limiter.Now().Add(c.opts.LimitHold)
+	c.holdMu.Unlock()
+	m.stats.limitDeferred.Add(1)
+	tier := m.topo.Tiers[0]
+	t, part, off := st.identity(r)
+	set := map[string]string{HeaderOriginTopic: t, HeaderOriginPartition: strconv.Itoa(int(part)),
+		HeaderOriginOffset: strconv.FormatInt(off, 10), HeaderAttempt: strconv.Itoa(st.attempts),
+		HeaderDue: strconv.FormatInt(carry.CeilMilli(time.Now().Add(tier)), 10)}
+	return sel, false, forwarded(r, m.topo.TierTopic(tier), set), true
 }
 
 // wait waits d with the partition paused; false if stopped meanwhile.

@@ -33,6 +33,16 @@
 // class, error and history. An open breaker and Snooze take a tier
 // without using an attempt.
 //
+// # Limits
+//
+// ConsumerOptions.Limits puts records under redrive's concurrency and
+// rate limits (the list redrive.Client.SetLimits takes), per consumer
+// process (the rates fleet-wide when ConsumerOptions.LimitStore is set):
+// a record of a full or rate-held group waits with its partition paused
+// and its offset uncommitted for up to LimitHold, then goes to the
+// shortest retry tier; it uses no attempt either way. See docs/kafka.md,
+// "Limits".
+//
 // # Delivery modes
 //
 // AtLeastOnce (the default) produces a retry or a dead letter, acknowledged

@@ -187,11 +187,17 @@ func (c *Consumer) eosSession(ctx, hardCtx context.Context, group string, topics
 					defer cl.ResumeFetchPartitions(tp)
 					return transport.Pause(ctx, d)
 				}
+				hold := func(f func(context.Context)) {
+					tp := map[string][]int32{fp.Topic: {fp.Partition}}
+					cl.PauseFetchPartitions(tp)
+					defer cl.ResumeFetchPartitions(tp)
+					f(ctx)
+				}
 				for _, r := range fp.Records {
 					if interrupted.Load() {
 						return
 					}
-					out, ok := c.decide(hardCtx, r, ts, wait)
+					out, ok := c.decide(hardCtx, r, ts, wait, hold)
 					if !ok {
 						interrupted.Store(true)
 						return

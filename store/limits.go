@@ -178,6 +178,23 @@ type Limits interface {
 	// effect at the next fetch. A limit the store does not keep is
 	// ErrNotFound.
 	SetLimitHold(ctx context.Context, name string, on bool, now time.Time) (LimitState, error)
+
+	// TakeLimitStarts takes, fleet-wide, up to n starts of the group key
+	// of the limit named name under its rate, in one transaction, at the
+	// time clock reads once the transaction holds what serializes the
+	// limited fetches (SQLite: the writer; PostgreSQL: their advisory
+	// lock), so that a start counts when it is taken, not when it was
+	// asked for: for code that starts jobs of a limit outside the
+	// store's fetch (the broker transports' consumers). The rate is the
+	// limit's stored one when the store keeps the limit with a rate (a
+	// rate set at run time wins, as over an enqueue's), else r; the
+	// group's rate state (its TAT) is the one the store's limited fetches
+	// move, so the starts of both count against one rate, and the starts
+	// follow LimitRate.Take. It creates no limit. It returns how many
+	// starts it took (0 to n) and, when fewer than n, when the next may
+	// be taken. A bad name or key, n out of [1, MaxRateN], or a bad r is
+	// ErrInvalid, and nothing is taken.
+	TakeLimitStarts(ctx context.Context, name, key string, r LimitRate, n int, clock func() time.Time) (took int, next time.Time, err error)
 }
 
 // ErrNoCapNoRate is the error, wrapping ErrInvalid, of a change that
@@ -192,6 +209,50 @@ const MaxLimitHolds = 20
 type LimitHold struct {
 	Key   string    `json:"key"`
 	Until time.Time `json:"until"`
+}
+
+// Take is the GCRA of the rate for up to n starts at now of a group whose
+// theoretical arrival time is tat (zero: none), in whole microseconds as
+// the stores count them: with T = Interval() and τ = (Burst-1)·T, it
+// allows floor((now + τ - max(tat, now)) / T) + 1 starts (none when
+// negative), takes at most n of them, and moves tat to
+// max(tat, now) + took·T. next is, when fewer than n were taken, the
+// earliest time one more start is allowed: newTat - τ.
+func (r LimitRate) Take(tat, now time.Time, n int) (took int, newTat, next time.Time) {
+	t := r.Interval().Microseconds()
+	tau := int64(max(r.Burst, 1)-1) * t
+	at := now.UnixMicro()
+	base := max(at, tat.UnixMicro())
+	if tat.IsZero() {
+		base = at
+	}
+	if allowed := at + tau - base; allowed >= 0 {
+		took = int(min(allowed/t+1, int64(n)))
+	}
+	end := base + int64(took)*t
+	newTat = time.UnixMicro(end)
+	if took < n {
+		next = time.UnixMicro(end - tau)
+	}
+	return took, newTat, next
+}
+
+// CheckTakeStarts reports, as an ErrInvalid error, the arguments of a
+// TakeLimitStarts no store takes.
+func CheckTakeStarts(name, key string, r LimitRate, n int) error {
+	if err := CheckLimitName("name", name); err != nil {
+		return err
+	}
+	if len(key) > MaxLimitName {
+		return fmt.Errorf("%w: key: longer than %d bytes", ErrInvalid, MaxLimitName)
+	}
+	if n < 1 || n > MaxRateN {
+		return fmt.Errorf("%w: n: %d starts is out of range [1, %d]", ErrInvalid, n, MaxRateN)
+	}
+	if r.IsZero() {
+		return fmt.Errorf("%w: rate: none", ErrInvalid)
+	}
+	return CheckLimitRate(r)
 }
 
 // LimitState is a concurrency limit and its use now.

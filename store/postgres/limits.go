@@ -732,3 +732,53 @@ func (s *Store) limitHolds(ctx context.Context, ls []store.LimitState, now time.
 	}
 	return rows.Err()
 }
+
+// TakeLimitStarts implements store.Limits: under the limited fetches'
+// advisory lock, so the group's tat moves in step with their leases.
+func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, clock func() time.Time) (int, time.Time, error) {
+	if err := s.check(); err != nil {
+		return 0, time.Time{}, err
+	}
+	if err := store.CheckTakeStarts(name, key, r, n); err != nil {
+		return 0, time.Time{}, fmt.Errorf("postgres: take limit starts: %w", err)
+	}
+	var took int
+	var next time.Time
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
+			return err
+		}
+		rate := r
+		var sn, sper, sburst int64
+		err := tx.QueryRow(ctx, `SELECT rate_n, rate_per, rate_burst FROM `+s.schema+`.conc_limits WHERE name = $1`, name).Scan(&sn, &sper, &sburst)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case sn > 0:
+			rate = store.LimitRate{N: int(sn), Per: time.Duration(sper) * time.Microsecond, Burst: int(sburst)}
+		}
+		var tat time.Time
+		var t int64
+		err = tx.QueryRow(ctx, `SELECT tat FROM `+s.schema+`.limit_rates WHERE name = $1 AND key = $2`, name, key).Scan(&t)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			tat = time.UnixMicro(t)
+		}
+		var newTat time.Time
+		took, newTat, next = rate.Take(tat, clock(), n)
+		if took == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+s.schema+`.limit_rates (name, key, tat) VALUES ($1, $2, $3)
+			ON CONFLICT (name, key) DO UPDATE SET tat = excluded.tat`, name, key, newTat.UnixMicro())
+		return err
+	})
+	if err != nil {
+		return 0, time.Time{}, s.fail("take limit starts", err)
+	}
+	return took, next, nil
+}

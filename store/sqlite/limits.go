@@ -541,3 +541,47 @@ func (s *Store) rateLeased(ctx context.Context, tx *sql.Conn, ids string, now ti
 // ratePruneEvery is how many limited leases pass between two prunings of
 // limit_rates (a scan of the groups that started jobs lately).
 const ratePruneEvery = 1000
+
+// TakeLimitStarts implements store.Limits: in the writer's transaction,
+// which every fetch of every process on the file also takes, so the
+// group's tat moves in step with the limited fetches.
+func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.LimitRate, n int, clock func() time.Time) (int, time.Time, error) {
+	if err := store.CheckTakeStarts(name, key, r, n); err != nil {
+		return 0, time.Time{}, fmt.Errorf("sqlite: take limit starts: %w", err)
+	}
+	var took int
+	var next time.Time
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		var sn, sper, sburst int64
+		err := tx.QueryRowContext(ctx, `SELECT rate_n, rate_per, rate_burst FROM conc_limits WHERE name = ?`, name).Scan(&sn, &sper, &sburst)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		case sn > 0:
+			r = store.LimitRate{N: int(sn), Per: time.Duration(sper) * time.Microsecond, Burst: int(sburst)}
+		}
+		var tat time.Time
+		var t int64
+		err = tx.QueryRowContext(ctx, `SELECT tat FROM limit_rates WHERE name = ? AND key = ?`, name, key).Scan(&t)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			tat = time.UnixMicro(t)
+		}
+		var newTat time.Time
+		took, newTat, next = r.Take(tat, clock(), n)
+		if took == 0 {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO limit_rates (name, key, tat) VALUES (?, ?, ?)
+			ON CONFLICT (name, key) DO UPDATE SET tat = excluded.tat`, name, key, micros(newTat))
+		return err
+	})
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("sqlite: take limit starts: %w", err)
+	}
+	return took, next, nil
+}

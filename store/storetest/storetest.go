@@ -194,6 +194,7 @@ var subtests = []subtest{
 	{"LimitsRateWindowStarve", testLimitsRateWindowStarve},
 	{"LimitsReplayLimited", testLimitsReplayLimited},
 	{"LimitsRateRaise", testLimitsRateRaise},
+	{"LimitsTakeStarts", testLimitsTakeStarts},
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
 	{"LimitsHold", testLimitsHold},
 	{"LimitsEdit", testLimitsEdit},
