@@ -904,7 +904,13 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 		cnt                                    outcomeCounters
 		pDones, pTotals                        []*int64
 		pAts                                   []*time.Time
+		follows                                []bool
 	)
+	type fence struct {
+		id, lease int64
+		worker    string
+	}
+	seen := map[fence]bool{}
 	for _, i := range order {
 		o := &outcomes[i]
 		ev, err := eventJSON(o.Event)
@@ -927,6 +933,9 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 		case store.Cancel:
 			state = store.Canceled
 		}
+		f := fence{o.JobID, o.Lease, cleanText(o.Worker)}
+		follows = append(follows, seen[f])
+		seen[f] = true
 		ids = append(ids, o.JobID)
 		leases = append(leases, o.Lease)
 		workers = append(workers, cleanText(o.Worker))
@@ -977,7 +986,7 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 		return int(ord), ord >= 0 && int(ord) < len(applied)
 	}
 	return s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents)
+		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents, follows)
 }
 
 // applyOutcomes runs a Finish statement (finish or complete), whose rows
