@@ -124,3 +124,26 @@ func SetElectConnectTimeout(d time.Duration) (restore func()) {
 
 // LimitLockKey is the advisory lock key of s's fetches of limited jobs.
 func LimitLockKey(s *Store) int64 { return s.limitLockKey() }
+
+// WatchFinish calls watch before each Finish statement of s with whether
+// it is the statement of plain completions and its number of outcomes.
+func WatchFinish(s *Store, watch func(complete bool, outcomes int)) {
+	s.finishStatement = watch
+}
+
+// SetFinishBatch sets the most outcomes one Finish statement takes, and
+// returns a function restoring the previous value.
+func SetFinishBatch(n int) (restore func()) {
+	old := finishBatch
+	finishBatch = n
+	return func() { finishBatch = old }
+}
+
+// SetFinishWhole makes Finish write each call as it did before splitting
+// plain completions from the other outcomes (whole, in one statement),
+// and returns a function restoring the previous value.
+func SetFinishWhole(whole bool) (restore func()) {
+	old := finishWhole
+	finishWhole = whole
+	return func() { finishWhole = old }
+}

@@ -774,9 +774,11 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 	return t.UTC(), true, nil
 }
 
-// Finish implements store.Store: every outcome is applied by one UPDATE
-// statement (so in one transaction), fenced on the running lease and
-// worker, with the counters of the applied outcomes.
+// Finish implements store.Store: the outcomes are applied by UPDATE
+// statements fenced on the running lease and worker, each with the
+// counters of its applied outcomes: the plain completions by the
+// statement complete, the others by finish, at most finishBatch outcomes
+// a statement (all the outcomes of one job in the same one).
 func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -795,18 +797,8 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		worker    string
 	}
 	var (
-		ids, leases                            []int64
-		kinds, ords                            []int32
-		workers, states, events, errs, classes []string
-		reasons, fps, cancelEvents             []string
-		ats, runAts                            []time.Time
-		expiredBy                              []*time.Time
-		durations, delays, holds               []int64
-		cnt                                    outcomeCounters
-		pDones, pTotals                        []*int64
-		pAts                                   []*time.Time
-		sent                                   = map[fence]bool{}
-		order                                  []int
+		sent  = map[fence]bool{}
+		order []int
 	)
 	for i := range outcomes {
 		o := &outcomes[i]
@@ -838,14 +830,128 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		}
 		return 0
 	})
-	if plainCompletions(outcomes, order) {
-		return applied, s.finishCompleted(ctx, outcomes, order, applied)
+	// The plain completions (the bulk of a busy worker's outcomes) go
+	// through the statement complete, the others through finish: sending
+	// a whole batch through finish because a few of its outcomes are
+	// retries or deaths made it sort and join every row of the batch,
+	// tens of seconds for a large one. Each statement takes at most
+	// finishBatch outcomes, so one write holds its rows' locks (and the
+	// heartbeats behind them) only briefly. Every outcome is still atomic;
+	// the outcomes of one job are in one statement, so they apply as if
+	// sent one by one.
+	if finishWhole {
+		return applied, s.finishWhole(ctx, outcomes, order, applied)
 	}
+	plain, rest := splitPlain(outcomes, order)
+	for _, part := range chunks(outcomes, plain) {
+		if err := s.finishCompleted(ctx, outcomes, part, applied); err != nil {
+			return nil, err
+		}
+	}
+	for _, part := range chunks(outcomes, rest) {
+		if err := s.finishGeneral(ctx, outcomes, part, applied); err != nil {
+			return nil, err
+		}
+	}
+	return applied, nil
+}
+
+// finishWhole makes Finish write a call's outcomes as it did before
+// splitting them: by the statement complete when all are plain
+// completions, else all by finish, in one statement. Only benchmarks set
+// it, to compare.
+var finishWhole bool
+
+// finishWhole writes the outcomes order as Finish did before splitting
+// them (see the variable finishWhole).
+func (s *Store) finishWhole(ctx context.Context, outcomes []store.Outcome, order []int, applied []bool) error {
+	if plain, _ := splitPlain(outcomes, order); len(plain) == len(order) {
+		return s.finishCompleted(ctx, outcomes, order, applied)
+	}
+	return s.finishGeneral(ctx, outcomes, order, applied)
+}
+
+// finishBatch is the most outcomes one Finish statement takes; a larger
+// call is written by several statements.
+var finishBatch = 1000
+
+// chunks cuts order (sorted by job id) into parts of at most finishBatch
+// outcomes, never parting the outcomes of one job (they must be applied
+// by one statement, in their order), so a part may exceed finishBatch
+// only by the outcomes of its last job.
+func chunks(outcomes []store.Outcome, order []int) [][]int {
+	var parts [][]int
+	for len(order) > 0 {
+		n := min(finishBatch, len(order))
+		for n < len(order) && outcomes[order[n]].JobID == outcomes[order[n-1]].JobID {
+			n++
+		}
+		parts = append(parts, order[:n:n])
+		order = order[n:]
+	}
+	return parts
+}
+
+// splitPlain parts the outcomes to send (order, sorted by job id) into
+// plain completions, which finishCompleted writes with a statement that
+// sets only what a completion changes (completions without a history
+// event or progress, nor a fence on an expired lease), and the others,
+// for finishGeneral. The plain ones are those of the worker of
+// the first plain-looking outcome, each of a job with no other outcome
+// in the call; both parts stay sorted by job id.
+func splitPlain(outcomes []store.Outcome, order []int) (plain, rest []int) {
+	worker, found := "", false
+	for n, i := range order {
+		o := &outcomes[i]
+		single := (n == 0 || outcomes[order[n-1]].JobID != o.JobID) &&
+			(n == len(order)-1 || outcomes[order[n+1]].JobID != o.JobID)
+		if single && plainCompletion(o) {
+			if !found {
+				worker, found = o.Worker, true
+			}
+			if o.Worker == worker {
+				plain = append(plain, i)
+				continue
+			}
+		}
+		rest = append(rest, i)
+	}
+	return plain, rest
+}
+
+// plainCompletion reports whether o is a completion without a history
+// event or progress, nor a fence on an expired lease.
+func plainCompletion(o *store.Outcome) bool {
+	return o.Kind == store.Complete && o.Event == nil && o.Progress == nil && o.ExpiredBy.IsZero()
+}
+
+// finishGeneral applies the outcomes order (sorted by job id) with the
+// statement finish, which takes every kind of outcome, and marks the
+// applied ones.
+func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, order []int, applied []bool) error {
+	var (
+		ids, leases                            []int64
+		kinds, ords                            []int32
+		workers, states, events, errs, classes []string
+		reasons, fps, cancelEvents             []string
+		ats, runAts                            []time.Time
+		expiredBy                              []*time.Time
+		durations, delays, holds               []int64
+		cnt                                    outcomeCounters
+		pDones, pTotals                        []*int64
+		pAts                                   []*time.Time
+		follows                                []bool
+	)
+	type fence struct {
+		id, lease int64
+		worker    string
+	}
+	seen := map[fence]bool{}
 	for _, i := range order {
 		o := &outcomes[i]
 		ev, err := eventJSON(o.Event)
 		if err != nil {
-			return nil, fmt.Errorf("postgres: finish: %w", err)
+			return fmt.Errorf("postgres: finish: %w", err)
 		}
 		at := ts(o.At)
 		runAt := at
@@ -863,6 +969,9 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		case store.Cancel:
 			state = store.Canceled
 		}
+		f := fence{o.JobID, o.Lease, cleanText(o.Worker)}
+		follows = append(follows, seen[f])
+		seen[f] = true
 		ids = append(ids, o.JobID)
 		leases = append(leases, o.Lease)
 		workers = append(workers, cleanText(o.Worker))
@@ -905,7 +1014,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			// its counters.
 			ce := o.CanceledEvent()
 			if cancelEv, err = eventJSON(&ce); err != nil {
-				return nil, fmt.Errorf("postgres: finish: %w", err)
+				return fmt.Errorf("postgres: finish: %w", err)
 			}
 			cnt.add(-1-i, o.CanceledCounters())
 		}
@@ -917,20 +1026,20 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 		}
 		return int(ord), ord >= 0 && int(ord) < len(applied)
 	}
-	err := s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents, holds)
-	if err != nil {
-		return nil, err
-	}
-	return applied, nil
+	return s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
+		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents, holds, follows)
 }
 
 // applyOutcomes runs a Finish statement (finish or complete), whose rows
 // each name an applied outcome, and marks them in applied: outcome maps
 // a row's number to the index of its outcome (false when out of range).
 func (s *Store) applyOutcomes(ctx context.Context, applied []bool, outcome func(int32) (int, bool), sql string, args ...any) error {
+	if s.finishStatement != nil {
+		s.finishStatement(sql == s.sql.complete, len(args[0].([]int64)))
+	}
+	var got []int
 	err := s.retry(ctx, func() error {
-		clear(applied)
+		got = got[:0]
 		rows, err := s.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
@@ -945,12 +1054,15 @@ func (s *Store) applyOutcomes(ctx context.Context, applied []bool, outcome func(
 			if !ok {
 				return fmt.Errorf("postgres: finish: the statement named outcome %d of %d", n, len(applied))
 			}
-			applied[i] = true
+			got = append(got, i)
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		return s.fail("finish", err)
+	}
+	for _, i := range got {
+		applied[i] = true
 	}
 	return nil
 }
@@ -973,29 +1085,7 @@ func (c *outcomeCounters) add(ord int, counters []store.Counter) {
 	}
 }
 
-// plainCompletions reports whether the outcomes to send (order, sorted
-// by job id) are the common case of a busy worker, which finishCompleted
-// writes with a statement that sets only what a completion changes:
-// completions without a history event or progress, nor a fence on an
-// expired lease, all of one worker, each of a different job.
-func plainCompletions(outcomes []store.Outcome, order []int) bool {
-	if len(order) == 0 {
-		return false
-	}
-	first := &outcomes[order[0]]
-	for n, i := range order {
-		o := &outcomes[i]
-		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || !o.ExpiredBy.IsZero() || o.Worker != first.Worker {
-			return false
-		}
-		if n > 0 && outcomes[order[n-1]].JobID == o.JobID {
-			return false
-		}
-	}
-	return true
-}
-
-// finishCompleted applies plain completions (see plainCompletions) with
+// finishCompleted applies plain completions (see splitPlain) with
 // the statement complete, and marks the applied ones.
 func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, order []int, applied []bool) error {
 	n := len(order)

@@ -156,6 +156,10 @@ type Store struct {
 	// whether the store then leads.
 	listenPinged func()
 	electRound   func(role string, leading bool)
+	// finishStatement is called before each Finish statement with
+	// whether it is the statement complete (plain completions) and the
+	// number of outcomes it takes.
+	finishStatement func(complete bool, outcomes int)
 
 	closed atomic.Bool
 	// done is canceled by Close; it stops Listen.

@@ -250,11 +250,16 @@ RETURNING {jcols}`),
 		// microseconds: store.Outcome.HoldUntil) of a job under a limit
 		// that holds on Retry-After holds the job's group until then
 		// (hold), rows locked in (name, key) order.
+		// follows ($27) marks the outcomes after another of their fence
+		// in the call: only those look for an earlier one that holds. As
+		// a plain anti join, that search was a nested loop over the
+		// whole batch for every row in the generic plan (which estimates
+		// the unnest at 10 rows): 9M comparisons, 7 s, for 3000 outcomes.
 		finish: q(`WITH o AS (
 	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $19::bigint[], $20::bigint[],
-		$21::bigint[], $22::bigint[], $23::timestamptz[], $24::timestamptz[], $25::text[], $26::bigint[])
+		$21::bigint[], $22::bigint[], $23::timestamptz[], $24::timestamptz[], $25::text[], $26::bigint[], $27::bool[])
 		AS t(id, lease, worker, kind, state, at, run_at, event, error, class, dead_reason, fingerprint, ord, duration, delay,
-			progress_done, progress_total, progress_at, expired_by, cancel_event, hold)
+			progress_done, progress_total, progress_at, expired_by, cancel_event, hold, follows)
 ), upd AS (
 	UPDATE {jobs} j SET
 		state = CASE WHEN {ends} THEN 'canceled' ELSE o.state END,
@@ -284,8 +289,8 @@ RETURNING {jcols}`),
 	FROM o
 	WHERE j.id = o.id AND j.state = 'running' AND j.lease = o.lease AND j.worker = o.worker
 		AND (o.expired_by IS NULL OR j.lease_until < o.expired_by)
-		AND NOT EXISTS (SELECT 1 FROM o p WHERE p.id = o.id AND p.lease = o.lease AND p.worker = o.worker AND p.ord < o.ord
-			AND (p.expired_by IS NULL OR j.lease_until < p.expired_by))
+		AND (NOT o.follows OR NOT EXISTS (SELECT 1 FROM o p WHERE p.id = o.id AND p.lease = o.lease AND p.worker = o.worker AND p.ord < o.ord
+			AND (p.expired_by IS NULL OR j.lease_until < p.expired_by)))
 	RETURNING CASE WHEN j.state = 'canceled' AND o.kind IN ({retry}, {snooze}, {release}) THEN -1 - o.ord ELSE o.ord END AS ord,
 		CASE WHEN j.state IN ('pending', 'scheduled') THEN {notify}j.queue) END AS notified, j.climit, j.ckey, o.hold
 ), hold AS (

@@ -1506,6 +1506,15 @@ func (s *Store) deleteJobs(ctx context.Context, tx *sql.Conn, op, query string, 
 	return n, s.addCounters(ctx, tx, counts)
 }
 
+// deleteFinishedSQL deletes up to a limit of the jobs of a finished state
+// that finished before a time. Its predicate (finished_at IS NOT NULL)
+// matches the partial index jobs_finished (migration 0022), so it reads
+// only the expired rows, not the whole jobs table; the limit keeps one
+// call's write transaction short (the cleaner calls it until fewer than
+// the limit are deleted).
+const deleteFinishedSQL = `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
+			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?) RETURNING ` + deletedColumns
+
 // DeleteFinished implements store.Store.
 func (s *Store) DeleteFinished(ctx context.Context, state store.State, before time.Time, limit int) (int64, error) {
 	switch state {
@@ -1518,8 +1527,7 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 	}
 	var n int64
 	err := s.write(ctx, func(tx *sql.Conn) (err error) {
-		n, err = s.deleteJobs(ctx, tx, "delete finished", `DELETE FROM jobs WHERE id IN (SELECT id FROM jobs
-			WHERE state = ? AND finished_at IS NOT NULL AND finished_at < ? LIMIT ?) RETURNING `+deletedColumns,
+		n, err = s.deleteJobs(ctx, tx, "delete finished", deleteFinishedSQL,
 			[]any{string(state), micros(before), limit}, state)
 		return err
 	})

@@ -96,6 +96,7 @@ var subtests = []subtest{
 	{"RescueRenewed", testRescueRenewed},
 	{"CancelSurvives", testCancelSurvives},
 	{"FinishInvalidAtomic", testFinishInvalidAtomic},
+	{"FinishMixedBatch", testFinishMixedBatch},
 	{"RedriveRepeated", testRedriveRepeated},
 	{"LeaseModel", testLeaseModel},
 	{"LeaseModelMixed", testLeaseModelMixed},

@@ -1,0 +1,53 @@
+package sqlite
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// queryPlan returns the details of SQLite's EXPLAIN QUERY PLAN of query.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
+	t.Helper()
+	db, err := s.readDB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// TestDeleteFinishedPlanUsesIndex: retention's delete of expired finished
+// jobs reads them through jobs_finished, not by scanning the jobs table
+// (which holds the whole backlog).
+func TestDeleteFinishedPlanUsesIndex(t *testing.T) {
+	s := openTest(t)
+	plan := queryPlan(t, s, deleteFinishedSQL, string(store.Completed), micros(time.Now()), 1000)
+	joined := strings.Join(plan, "\n")
+	for _, d := range plan {
+		if strings.HasPrefix(d, "SCAN jobs") {
+			t.Fatalf("delete finished scans the jobs table:\n%s", joined)
+		}
+	}
+	if !strings.Contains(joined, "USING INDEX jobs_finished") && !strings.Contains(joined, "USING COVERING INDEX jobs_finished") {
+		t.Fatalf("delete finished does not use jobs_finished:\n%s", joined)
+	}
+}
