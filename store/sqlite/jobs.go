@@ -1508,7 +1508,7 @@ func (s *Store) deleteJobs(ctx context.Context, tx *sql.Conn, op, query string, 
 
 // deleteFinishedSQL deletes up to a limit of the jobs of a finished state
 // that finished before a time. Its predicate (finished_at IS NOT NULL)
-// matches the partial index jobs_finished (migration 0022), so it reads
+// matches the partial index jobs_finished (migration 0021), so it reads
 // only the expired rows, not the whole jobs table; the limit keeps one
 // call's write transaction short (the cleaner calls it until fewer than
 // the limit are deleted).
