@@ -738,6 +738,21 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 	return t.UTC(), true, nil
 }
 
+// NextDueAfter implements store.Store.
+func (s *Store) NextDueAfter(ctx context.Context, queue string, after time.Time) (time.Time, bool, error) {
+	if err := s.check(); err != nil {
+		return time.Time{}, false, err
+	}
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, s.sql.nextDueAfter, queue, ts(after)).Scan(&t); err != nil {
+		return time.Time{}, false, s.fail("next due after", err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return t.UTC(), true, nil
+}
+
 // Finish implements store.Store: every outcome is applied by one UPDATE
 // statement (so in one transaction), fenced on the running lease and
 // worker, with the counters of the applied outcomes.

@@ -186,6 +186,7 @@ var subtests = []subtest{
 	{"LimitsRateRaise", testLimitsRateRaise},
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
 	{"LimitsHold", testLimitsHold},
+	{"NextDueAfter", testNextDueAfter},
 	{"LimitsEdit", testLimitsEdit},
 	{"LimitsSlotWait", testLimitsSlotWait},
 	{"Secrets", testSecrets},
