@@ -186,6 +186,8 @@ var subtests = []subtest{
 	{"LimitsRateRaise", testLimitsRateRaise},
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
 	{"LimitsHold", testLimitsHold},
+	{"LimitsHoldModel", testLimitsHoldModel},
+	{"LimitsRetryDue", testLimitsRetryDue},
 	{"NextDueAfter", testNextDueAfter},
 	{"LimitsEdit", testLimitsEdit},
 	{"LimitsSlotWait", testLimitsSlotWait},
