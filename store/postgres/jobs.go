@@ -901,6 +901,14 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	if err != nil {
 		return nil, err
 	}
+	for i, o := range outcomes {
+		if applied[i] && (o.Kind == store.Retry || o.Kind == store.Snooze || o.Kind == store.Release) {
+			// The job waits again, maybe under a limit: the queue's next
+			// fetch looks at its limited jobs, whatever it found before
+			// (as after an enqueue).
+			s.limitHints.get(o.Queue).due.Store(true)
+		}
+	}
 	return applied, nil
 }
 
