@@ -322,12 +322,19 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 			// which another process may free at any time, are looked for
 			// sooner (recheck). A wake-up (an enqueue, a retry, a local
 			// outcome while slots are awaited) ends the sleep early.
+			// The queue's next job to become due (a job the fetch did not
+			// see) wakes the loop too: NextDue would be the held job.
 			if d := nextStart.Sub(w.client.now()); d > 0 {
 				wait := min(d, w.opts.PollInterval)
 				if slotWait {
 					wait = min(wait, backoff())
 				}
-				q.sleep(ctx, timer, wait)
+				if next, ok, err := w.store.NextDueAfter(ctx, q.name, now.Add(w.opts.Lookahead)); err == nil && ok {
+					wait = min(wait, time.Until(next)-w.opts.Lookahead)
+				}
+				if wait > 0 {
+					q.sleep(ctx, timer, wait)
+				}
 			}
 			continue
 		}

@@ -65,3 +65,36 @@ func TestRateHeldQueueSleeps(t *testing.T) {
 		t.Errorf("LimitStates = %+v, %v; want one job waiting on the rate", ls, err)
 	}
 }
+
+// TestRateHeldQueueStartsScheduledJob: while a rate holds a queue's due
+// job for an hour, another job of the queue (no limit) scheduled for a
+// second from now starts when it becomes due, not at the next poll (a
+// minute: the worker sleeps until the next job's due time, whatever a
+// rate holds). The job is enqueued before the worker runs, as another
+// process would, so no wake-up announces it. The bound is a liveness
+// guard, far under the poll interval.
+func TestRateHeldQueueStartsScheduledJob(t *testing.T) {
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	if err := c.SetLimits([]redrive.ConcurrencyLimit{{Name: "slow", Kind: "call", Rate: "1/h"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnqueueMany(t.Context(), []redrive.Request{{Kind: "call"}, {Kind: "call"}}); err != nil {
+		t.Fatal(err)
+	}
+	later, err := c.Enqueue(t.Context(), "later", struct{}{}, redrive.At(time.Now().Add(time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fastPolicy(3)
+	w := redrive.NewWorker(c, redrive.WorkerOptions{Queues: map[string]int{redrive.DefaultQueue: 4}, Policy: &p, Logger: quietLogger(),
+		PollInterval: time.Minute})
+	e := &env{t: t, store: st, client: c, worker: w, rounds: redrive.EngineSignal(w), ops: redrive.OperationsSignal(w)}
+	redrive.Handle(w, "call", func(ctx context.Context, j *redrive.Job, p struct{}) error { return nil })
+	redrive.Handle(w, "later", func(ctx context.Context, j *redrive.Job, p struct{}) error { return nil })
+	e.start()
+	testwait.Until(t, "the scheduled job to complete", 20*time.Second, func() bool {
+		got, err := c.Get(t.Context(), later.ID)
+		return err == nil && got.State == redrive.Completed
+	})
+}

@@ -878,6 +878,12 @@ type Store interface {
 	// of the queue; ok is false when there is none.
 	NextDue(ctx context.Context, queue string) (t time.Time, ok bool, err error)
 
+	// NextDueAfter returns the earliest run_at later than after among
+	// the pending and scheduled jobs of the queue; ok is false when there
+	// is none. A worker whose due jobs a limit holds reads it for when
+	// the queue's next job becomes due, which NextDue (a due job) hides.
+	NextDueAfter(ctx context.Context, queue string, after time.Time) (t time.Time, ok bool, err error)
+
 	// OldestDue returns, for each of the given queues that has due jobs
 	// (pending or scheduled with run_at at or before now), the run_at of
 	// its oldest due job; queues without a due job, and unknown queues,

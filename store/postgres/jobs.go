@@ -774,6 +774,21 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 	return t.UTC(), true, nil
 }
 
+// NextDueAfter implements store.Store.
+func (s *Store) NextDueAfter(ctx context.Context, queue string, after time.Time) (time.Time, bool, error) {
+	if err := s.check(); err != nil {
+		return time.Time{}, false, err
+	}
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, s.sql.nextDueAfter, queue, ts(after)).Scan(&t); err != nil {
+		return time.Time{}, false, s.fail("next due after", err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return t.UTC(), true, nil
+}
+
 // Finish implements store.Store: the outcomes are applied by UPDATE
 // statements fenced on the running lease and worker, each with the
 // counters of its applied outcomes: the plain completions by the
@@ -1026,8 +1041,20 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 		}
 		return int(ord), ord >= 0 && int(ord) < len(applied)
 	}
-	return s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
+	err := s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
 		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents, holds, follows)
+	if err != nil {
+		return err
+	}
+	for _, i := range order {
+		if o := &outcomes[i]; applied[i] && (o.Kind == store.Retry || o.Kind == store.Snooze || o.Kind == store.Release) {
+			// The job waits again, maybe under a limit: the queue's next
+			// fetch looks at its limited jobs, whatever it found before
+			// (as after an enqueue).
+			s.limitHints.get(o.Queue).due.Store(true)
+		}
+	}
+	return nil
 }
 
 // applyOutcomes runs a Finish statement (finish or complete), whose rows

@@ -31,31 +31,31 @@ func cols(prefix string, withHistory bool) string {
 // statements are the fixed SQL texts of one store, rendered for its
 // schema and channel.
 type statements struct {
-	jobs, counters string // qualified table names
-	jobCounts      string
-	deadGroups     string
-	keys           string
-	enqueue        string
-	enqueuePlain   string
-	byKeys         string
-	fetch          string
-	finish         string
-	complete       string
-	heartbeat      string
-	progress       string
-	expired        string
-	get            string
-	nextDue        string
-	cancelLock     string
-	cancelNow      string
-	cancelRunning  string
-	cancelNotify   string
-	counterOne     string
-	redrive        string
-	deleteFinished string
-	stats          string
-	keptKeys       string
-	insertDead     string
+	jobs, counters        string // qualified table names
+	jobCounts             string
+	deadGroups            string
+	keys                  string
+	enqueue               string
+	enqueuePlain          string
+	byKeys                string
+	fetch                 string
+	finish                string
+	complete              string
+	heartbeat             string
+	progress              string
+	expired               string
+	get                   string
+	nextDue, nextDueAfter string
+	cancelLock            string
+	cancelNow             string
+	cancelRunning         string
+	cancelNotify          string
+	counterOne            string
+	redrive               string
+	deleteFinished        string
+	stats                 string
+	keptKeys              string
+	insertDead            string
 	// Concurrency limits (limits.go).
 	limitedSelect, limitedLease, ratePrune string
 	unlimitedAbove                         string
@@ -361,6 +361,13 @@ SELECT k FROM upd`),
 	(SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = $1::text AND priority = p.p
 	ORDER BY run_at LIMIT 1)) FROM {schema}.job_limit_priorities($1::text) AS p(p)),
 	(SELECT run_at FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text ORDER BY run_at LIMIT 1))`),
+
+		// nextDueAfter is nextDue of the jobs due after $2.
+		nextDueAfter: q(`SELECT least((SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = p.p
+	AND run_at > $2 ORDER BY run_at LIMIT 1)) FROM {schema}.job_priorities($1::text) AS p(p)),
+	(SELECT min((SELECT run_at FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = $1::text AND priority = p.p
+	AND run_at > $2 ORDER BY run_at LIMIT 1)) FROM {schema}.job_limit_priorities($1::text) AS p(p)),
+	(SELECT run_at FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND run_at > $2 ORDER BY run_at LIMIT 1))`),
 
 		cancelLock: q(`SELECT state, queue FROM {jobs} WHERE id = $1 FOR UPDATE`),
 		cancelNow: q(`UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)

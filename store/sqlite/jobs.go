@@ -701,6 +701,22 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 	return fromMicros(v.Int64), true, nil
 }
 
+// NextDueAfter implements store.Store.
+func (s *Store) NextDueAfter(ctx context.Context, queue string, after time.Time) (time.Time, bool, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	var v sql.NullInt64
+	if err := db.QueryRowContext(ctx, firstAfterSQL, queue, micros(after)).Scan(&v); err != nil {
+		return time.Time{}, false, fmt.Errorf("sqlite: next due after: %w", err)
+	}
+	if !v.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromMicros(v.Int64), true, nil
+}
+
 // Finish implements store.Store. Every outcome is checked before any is
 // applied: a call with an invalid one fails whole.
 func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, error) {

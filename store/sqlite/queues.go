@@ -133,3 +133,9 @@ SELECT min((SELECT run_at ` + w + ` AND priority = pr.p AND ` + cond + `
 var firstDueSQL = `SELECT min(m) FROM (SELECT (` + firstSQL(unlimitedCond, "run_at <= ?2") + `) AS m
 	UNION ALL SELECT (` + firstSQL(limitedCond, "run_at <= ?2") + `)
 	UNION ALL SELECT (` + fairFirstSQL("run_at <= ?2") + `))`
+
+// firstAfterSQL reads the earliest run_at after ?2 among the waiting
+// jobs of queue ?1 (NULL: none), from the three indexes (firstSQL, fairFirstSQL).
+var firstAfterSQL = `SELECT min(m) FROM (SELECT (` + firstSQL(unlimitedCond, "run_at > ?2") + `) AS m
+	UNION ALL SELECT (` + firstSQL(limitedCond, "run_at > ?2") + `)
+	UNION ALL SELECT (` + fairFirstSQL("run_at > ?2") + `))`
