@@ -452,3 +452,53 @@ func TestLimitsStoreDown(t *testing.T) {
 	topo, _ := cons.Topology(q)
 	requireSettled(t, c, topo, stop)
 }
+
+// TestLimitsDeferKeepsDeathCount: a message whose attempts the broker
+// counted in x-death (no HeaderAttempt: rejected twice before redrive's
+// headers were written) keeps them when it goes round a delay queue for
+// its limit: republished, it loses its x-death, so the deferral must
+// write the count it read as HeaderAttempt, or the message comes back
+// as new, its retry budget refilled.
+func TestLimitsDeferKeepsDeathCount(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	q := newQueue(t, c)
+	const n = 6
+	cons, err := amqp.NewConsumer(c, amqp.ConsumerOptions{
+		Queues:    map[string]amqp.QueueOptions{q: {Concurrency: 3, Prefetch: 3}},
+		Executor:  redrive.ExecutorOptions{Policy: &limitPolicy, Logger: testLogger(t)},
+		Limits:    []redrive.ConcurrencyLimit{{Name: "one", Max: 1}},
+		LimitHold: time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.HandleFunc("work", func(ctx context.Context, j *redrive.Job) error {
+		if j.Attempt != 3 {
+			t.Errorf("%s ran as attempt %d, want 3 (two rejections in x-death)", j.IdempotencyKey, j.Attempt)
+		}
+		// Real time passing is what is tested: the slot stays taken a
+		// while, so that others are deferred.
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	stop := running(t, cons)
+	p, err := amqp.NewPublisher(c, amqp.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	death := amqp091.Table{"x-death": []any{amqp091.Table{"queue": q, "reason": "rejected", "count": int64(2)}}}
+	for i := range n {
+		if err := p.Publish(context.Background(), "", q, amqp091.Publishing{Type: "work", MessageId: fmt.Sprint("m", i),
+			Headers: death, Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "every message completed", time.Minute, func() bool { return cons.Stats().Completed == n })
+	topo, _ := cons.Topology(q)
+	requireSettled(t, c, topo, stop)
+	if st := cons.Stats(); st.LimitDeferred == 0 {
+		t.Errorf("no message went round a delay queue: %+v", st)
+	}
+}
