@@ -469,7 +469,7 @@ func (q *queueConsumer) admit(ctx context.Context, d *amqp091.Delivery, sel redr
 		return release, true
 	case limiter.Held:
 		q.c.stats.limitDeferred.Add(1)
-		q.forward(d, q.topo.TierQueue(q.topo.Tiers[0]), amqp091.Table{}, "limit deferral")
+		q.forward(d, q.topo.TierQueue(q.topo.Tiers[0]), q.keptAttempts(d), "limit deferral")
 	default:
 		q.requeue(d)
 	}
@@ -556,7 +556,21 @@ func (q *queueConsumer) requeue(d *amqp091.Delivery) {
 		requeue(q.c.log, q.name, d)
 		return
 	}
-	forward(q.c.pub, q.c.log, q.name, d, q.name, amqp091.Table{}, "released message", "x-delivery-count")
+	forward(q.c.pub, q.c.log, q.name, d, q.name, q.keptAttempts(d), "released message", "x-delivery-count")
+}
+
+// keptAttempts are the headers that keep a republished message's attempt
+// count: republish drops x-death, so a message whose attempts only the
+// broker counted there (no HeaderAttempt) gets them as HeaderAttempt, or
+// it would come back as new, its retry budget refilled.
+func (q *queueConsumer) keptAttempts(d *amqp091.Delivery) amqp091.Table {
+	if _, ok := d.Headers[HeaderAttempt]; ok {
+		return amqp091.Table{}
+	}
+	if n := deathCount(d.Headers, q.name); n > 0 {
+		return amqp091.Table{HeaderAttempt: int64(n)}
+	}
+	return amqp091.Table{}
 }
 
 // ceilMilli is t in Unix milliseconds, rounded up (see carry.CeilMilli).
