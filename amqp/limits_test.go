@@ -502,3 +502,52 @@ func TestLimitsDeferKeepsDeathCount(t *testing.T) {
 		t.Errorf("no message went round a delay queue: %+v", st)
 	}
 }
+
+// TestLimitsNoTiersHoldsNoMoreThanSpare: on a queue without delay queues
+// (a policy of no retries), held deliveries must still keep to the
+// prefetch beyond Concurrency, as the package documentation states:
+// otherwise the deliveries of one full group fill the prefetch, the
+// broker delivers nothing more, and the other handlers sit idle while
+// an unlimited message waits behind them.
+func TestLimitsNoTiersHoldsNoMoreThanSpare(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	q := newQueue(t, c)
+	none := retry.Policy{MaxRetries: 0, Initial: 20 * time.Millisecond, Multiplier: 2, MaxDelay: 100 * time.Millisecond}
+	cons, err := amqp.NewConsumer(c, amqp.ConsumerOptions{
+		Queues:   map[string]amqp.QueueOptions{q: {Concurrency: 2, Prefetch: 2}},
+		Executor: redrive.ExecutorOptions{Policy: &none, Logger: testLogger(t)},
+		Limits:   []redrive.ConcurrencyLimit{{Name: "one", Kind: "slow", Max: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo, _ := cons.Topology(q); len(topo.Tiers) != 0 {
+		t.Fatalf("tiers %v, want none", topo.Tiers)
+	}
+	release := make(chan struct{})
+	fastDone := make(chan struct{})
+	cons.HandleFunc("slow", func(ctx context.Context, j *redrive.Job) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	cons.HandleFunc("fast", func(ctx context.Context, j *redrive.Job) error {
+		close(fastDone)
+		return nil
+	})
+	stop := running(t, cons)
+	publishN(t, c, q, "slow", 3, func(int) string { return `{}` })
+	publishN(t, c, q, "fast", 1, func(int) string { return `{}` })
+	select {
+	case <-fastDone:
+	case <-time.After(30 * time.Second): // liveness bound
+		t.Errorf("the unlimited message did not run while a full group's deliveries filled the prefetch: %+v", cons.Stats())
+	}
+	close(release)
+	eventually(t, "every message completed", time.Minute, func() bool { return cons.Stats().Completed == 4 })
+	topo, _ := cons.Topology(q)
+	requireSettled(t, c, topo, stop)
+}
