@@ -216,6 +216,20 @@ func (s *LimitSet) Len() int {
 	return len(s.limits)
 }
 
+// SelectsQueue reports whether a limit of the set may select jobs of
+// queue (its Queue is queue or empty).
+func (s *LimitSet) SelectsQueue(queue string) bool {
+	if s == nil {
+		return false
+	}
+	for i := range s.limits {
+		if q := s.limits[i].Queue; q == "" || q == queue {
+			return true
+		}
+	}
+	return false
+}
+
 // SelectedLimit is the limit a job is under, and the job's group in it.
 type SelectedLimit struct {
 	// Name is the limit's name; Group the job's group (the value of the

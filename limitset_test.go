@@ -40,3 +40,26 @@ func TestLimitSetSelect(t *testing.T) {
 		t.Fatalf("max 0 without a rate: %v", err)
 	}
 }
+
+// TestLimitSetSelectsQueue: SelectsQueue is whether some limit of the
+// set may select a queue's jobs: one of that queue, or of every queue.
+func TestLimitSetSelectsQueue(t *testing.T) {
+	s, err := redrive.NewLimitSet([]redrive.ConcurrencyLimit{{Name: "mail", Queue: "mail", Max: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.SelectsQueue("mail") || s.SelectsQueue("other") {
+		t.Errorf("queue limit: mail %v, other %v", s.SelectsQueue("mail"), s.SelectsQueue("other"))
+	}
+	all, err := redrive.NewLimitSet([]redrive.ConcurrencyLimit{{Name: "all", Kind: "send", Max: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !all.SelectsQueue("other") {
+		t.Error("a limit of every queue does not select other")
+	}
+	var none *redrive.LimitSet
+	if none.SelectsQueue("mail") {
+		t.Error("a nil set selects")
+	}
+}

@@ -75,7 +75,9 @@ type ConsumerOptions struct {
 	// dependency or its url's host). The slots hold in this process (each
 	// consumer keeps its own), the rates too unless LimitStore is set (see
 	// the package documentation, "Limits"). A message whose group cannot
-	// be read goes to the DLQ, its reason naming the field.
+	// be read goes to the DLQ, its reason naming the field. A limit
+	// that may select a queue whose policy has no delay queue (no
+	// retries) is refused: held messages need one to be deferred to.
 	Limits []redrive.ConcurrencyLimit
 	// LimitStore, when set, makes each limit's rate fleet-wide: every
 	// start of a rate-limited message is taken from the store's rate state
@@ -211,6 +213,13 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) (*Consumer, error) {
 		topo, err := qo.topology(name, exec, "")
 		if err != nil {
 			return nil, err
+		}
+		if len(topo.Tiers) == 0 && limits.SelectsQueue(name) {
+			// A message its limit turns away waits in the consumer or
+			// goes round a delay queue: without one, the held messages
+			// would take the whole prefetch and idle the handlers.
+			pub.Close()
+			return nil, fmt.Errorf("amqp: queue %q: %w: limits need a delay queue to defer held messages to, and the queue's retry policy has none (give it retries)", name, redrive.ErrInvalid)
 		}
 		c.queues = append(c.queues, &queueConsumer{c: c, name: name, opts: qo, topo: topo,
 			slots: make(chan struct{}, qo.Concurrency)})
@@ -455,11 +464,8 @@ func (q *queueConsumer) admit(ctx context.Context, d *amqp091.Delivery, sel redr
 	}
 	now := q.c.limiter.Now()
 	deadline := now.Add(q.c.opts.LimitHold)
-	if len(q.topo.Tiers) == 0 {
-		deadline = time.Time{} // no delay queue to go round: held until it starts
-	}
 	spare := int64(q.opts.Prefetch - q.opts.Concurrency)
-	if n := q.held.Add(1); n > spare && !deadline.IsZero() {
+	if n := q.held.Add(1); n > spare {
 		deadline = now // no room to hold it: one try
 	}
 	outcome, release := q.c.limiter.Acquire(ctx, sel, deadline, slot)
@@ -469,7 +475,7 @@ func (q *queueConsumer) admit(ctx context.Context, d *amqp091.Delivery, sel redr
 		return release, true
 	case limiter.Held:
 		q.c.stats.limitDeferred.Add(1)
-		q.forward(d, q.topo.TierQueue(q.topo.Tiers[0]), amqp091.Table{}, "limit deferral")
+		q.forward(d, q.topo.TierQueue(q.topo.Tiers[0]), q.keptAttempts(d), "limit deferral")
 	default:
 		q.requeue(d)
 	}
@@ -556,7 +562,21 @@ func (q *queueConsumer) requeue(d *amqp091.Delivery) {
 		requeue(q.c.log, q.name, d)
 		return
 	}
-	forward(q.c.pub, q.c.log, q.name, d, q.name, amqp091.Table{}, "released message", "x-delivery-count")
+	forward(q.c.pub, q.c.log, q.name, d, q.name, q.keptAttempts(d), "released message", "x-delivery-count")
+}
+
+// keptAttempts are the headers that keep a republished message's attempt
+// count: republish drops x-death, so a message whose attempts only the
+// broker counted there (no HeaderAttempt) gets them as HeaderAttempt, or
+// it would come back as new, its retry budget refilled.
+func (q *queueConsumer) keptAttempts(d *amqp091.Delivery) amqp091.Table {
+	if _, ok := d.Headers[HeaderAttempt]; ok {
+		return amqp091.Table{}
+	}
+	if n := deathCount(d.Headers, q.name); n > 0 {
+		return amqp091.Table{HeaderAttempt: int64(n)}
+	}
+	return amqp091.Table{}
 }
 
 // ceilMilli is t in Unix milliseconds, rounded up (see carry.CeilMilli).

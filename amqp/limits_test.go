@@ -452,3 +452,106 @@ func TestLimitsStoreDown(t *testing.T) {
 	topo, _ := cons.Topology(q)
 	requireSettled(t, c, topo, stop)
 }
+
+// TestLimitsDeferKeepsDeathCount: a message whose attempts the broker
+// counted in x-death (no HeaderAttempt: rejected twice before redrive's
+// headers were written) keeps them when it goes round a delay queue for
+// its limit: republished, it loses its x-death, so the deferral must
+// write the count it read as HeaderAttempt, or the message comes back
+// as new, its retry budget refilled.
+func TestLimitsDeferKeepsDeathCount(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	q := newQueue(t, c)
+	const n = 6
+	cons, err := amqp.NewConsumer(c, amqp.ConsumerOptions{
+		Queues:    map[string]amqp.QueueOptions{q: {Concurrency: 3, Prefetch: 3}},
+		Executor:  redrive.ExecutorOptions{Policy: &limitPolicy, Logger: testLogger(t)},
+		Limits:    []redrive.ConcurrencyLimit{{Name: "one", Max: 1}},
+		LimitHold: time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.HandleFunc("work", func(ctx context.Context, j *redrive.Job) error {
+		if j.Attempt != 3 {
+			t.Errorf("%s ran as attempt %d, want 3 (two rejections in x-death)", j.IdempotencyKey, j.Attempt)
+		}
+		// Real time passing is what is tested: the slot stays taken a
+		// while, so that others are deferred.
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	stop := running(t, cons)
+	p, err := amqp.NewPublisher(c, amqp.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	death := amqp091.Table{"x-death": []any{amqp091.Table{"queue": q, "reason": "rejected", "count": int64(2)}}}
+	for i := range n {
+		if err := p.Publish(context.Background(), "", q, amqp091.Publishing{Type: "work", MessageId: fmt.Sprint("m", i),
+			Headers: death, Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "every message completed", time.Minute, func() bool { return cons.Stats().Completed == n })
+	topo, _ := cons.Topology(q)
+	requireSettled(t, c, topo, stop)
+	if st := cons.Stats(); st.LimitDeferred == 0 {
+		t.Errorf("no message went round a delay queue: %+v", st)
+	}
+}
+
+// TestLimitsNoTiersHoldsNoMoreThanSpare: on a queue without delay queues
+// (a policy of no retries), held deliveries must still keep to the
+// prefetch beyond Concurrency, as the package documentation states, or
+// the consumer must refuse the limits (it does: NewConsumer's error):
+// otherwise the deliveries of one full group fill the prefetch, the
+// broker delivers nothing more, and the other handlers sit idle while
+// an unlimited message waits behind them.
+func TestLimitsNoTiersHoldsNoMoreThanSpare(t *testing.T) {
+	t.Parallel()
+	c := dial(t)
+	q := newQueue(t, c)
+	none := retry.Policy{MaxRetries: 0, Initial: 20 * time.Millisecond, Multiplier: 2, MaxDelay: 100 * time.Millisecond}
+	cons, err := amqp.NewConsumer(c, amqp.ConsumerOptions{
+		Queues:   map[string]amqp.QueueOptions{q: {Concurrency: 2, Prefetch: 2}},
+		Executor: redrive.ExecutorOptions{Policy: &none, Logger: testLogger(t)},
+		Limits:   []redrive.ConcurrencyLimit{{Name: "one", Kind: "slow", Max: 1}},
+	})
+	if errors.Is(err, redrive.ErrInvalid) && strings.Contains(err.Error(), "delay queue") {
+		return // refused, with a clear error: nothing can fill the prefetch
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo, _ := cons.Topology(q); len(topo.Tiers) != 0 {
+		t.Fatalf("tiers %v, want none", topo.Tiers)
+	}
+	release := make(chan struct{})
+	fastDone := make(chan struct{})
+	cons.HandleFunc("slow", func(ctx context.Context, j *redrive.Job) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	cons.HandleFunc("fast", func(ctx context.Context, j *redrive.Job) error {
+		close(fastDone)
+		return nil
+	})
+	stop := running(t, cons)
+	publishN(t, c, q, "slow", 3, func(int) string { return `{}` })
+	publishN(t, c, q, "fast", 1, func(int) string { return `{}` })
+	select {
+	case <-fastDone:
+	case <-time.After(30 * time.Second): // liveness bound
+		t.Errorf("the unlimited message did not run while a full group's deliveries filled the prefetch: %+v", cons.Stats())
+	}
+	close(release)
+	eventually(t, "every message completed", time.Minute, func() bool { return cons.Stats().Completed == 4 })
+	topo, _ := cons.Topology(q)
+	requireSettled(t, c, topo, stop)
+}
