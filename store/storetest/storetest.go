@@ -173,6 +173,7 @@ var subtests = []subtest{
 	{"FairKept", testFairKept},
 	{"FairModel", testFairModel},
 	{"FairInvalid", testFairInvalid},
+	{"FairMixedStarve", testFairMixedStarve},
 	{"LimitsFetch", testLimitsFetch},
 	{"LimitUse", testLimitUse},
 	{"LimitsRescue", testLimitsRescue},
