@@ -131,13 +131,24 @@ func FairRound(cur FairCursor, weights map[string]int, want int,
 	// that gave its whole weight in the last turn (the keys with a
 	// backlog) do so again within want: the same shares in fewer visits
 	// (one key left with a backlog is two visits a fetch, not one a job).
+	//
+	// A turn at m > 1 reserves each such key's m times its weight: a key
+	// that was not among them (one whose jobs were enqueued by another
+	// process while the fetch ran, which a fetch of several statements
+	// sees on PostgreSQL) takes only what the reservations leave, so that
+	// it never ends the fetch before a key with a backlog has had its
+	// turn (which would leave that key m-1 rounds behind the others for
+	// good: nothing catches up).
 	var turnStart *string
-	wrapped := false
+	prev := "" // the key visited before this one
 	m, sumW := 1, 0
+	full := map[string]bool{}     // the keys that gave their whole quota this turn
+	reserved := map[string]bool{} // the keys this turn reserves m times the weight of
+	reservedLeft := 0             // what the reserved keys not visited yet hold
 	for visits := 0; got < want && visits < MaxFairVisits; visits++ {
 		var key string
 		quota := 0
-		resumed := false
+		resumed, wrapped := false, false
 		if cur.Set && cur.Used > 0 && cur.Used < weight(cur.Key) && visits == 0 {
 			// The key the previous fetch stopped in the middle of: it
 			// takes the rest of its weight first.
@@ -168,18 +179,40 @@ func FairRound(cur FairCursor, weights map[string]int, want int,
 		switch {
 		case turnStart == nil:
 			k := key
-			turnStart, wrapped = &k, false
-		case wrapped && key >= *turnStart:
-			// A new turn (its first key may have left: its jobs taken).
+			turnStart = &k
+		case !wrapped && prev < *turnStart && *turnStart <= key,
+			wrapped && (prev < *turnStart || *turnStart <= key):
+			// A new turn: the walk from prev to key went past where the
+			// turn started (whose key may have left, its jobs taken, and
+			// all the keys after it too).
 			k := key
-			turnStart, wrapped = &k, false
+			turnStart = &k
 			if sumW > 0 {
 				m = max(1, (want-got)/sumW)
 			}
+			clear(reserved)
+			reservedLeft = 0
+			if m > 1 {
+				reserved, full = full, reserved
+				reservedLeft = m * sumW
+			}
+			clear(full)
 			sumW = 0
 		}
+		prev = key
 		if !resumed {
 			quota = weight(key) * m
+		}
+		if reserved[key] {
+			delete(reserved, key)
+			reservedLeft -= quota
+		} else if reservedLeft > 0 {
+			// A key without a reservation: what the reserved keys leave.
+			quota = min(quota, max(0, want-got-reservedLeft))
+			if quota == 0 {
+				cur.Used = weight(key) // it has its turn in the next fetch
+				continue
+			}
 		}
 		ask := min(quota, want-got)
 		n, err := take(key, ask)
@@ -207,6 +240,7 @@ func FairRound(cur FairCursor, weights map[string]int, want int,
 			idleFrom = nil
 			cur.Used = weight(key)
 			sumW += weight(key) // a key with a backlog: it takes its share of the next turn
+			full[key] = true
 		}
 	}
 	return cur, got, nil

@@ -3,6 +3,7 @@ package store_test
 import (
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/redrivehq/redrive/store"
@@ -87,5 +88,114 @@ func TestFairRoundModel(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFairRoundKeysAppear is TestFairRoundModel with keys that appear
+// while a fetch runs, as on PostgreSQL, whose fair fetch reads each key
+// in a statement of its own (read committed) and so sees a key enqueued
+// by another process between two of them: the keys that had due jobs
+// from the start to the end still keep within the bound of each other.
+func TestFairRoundKeysAppear(t *testing.T) {
+	for seed := range uint64(3000) {
+		rng := rand.New(rand.NewPCG(seed, 29))
+		var keys []string // sorted, as the index reads them
+		due := map[string]int{}
+		weights := map[string]int{}
+		addKey := func(k string, n int) {
+			if _, ok := due[k]; ok {
+				return
+			}
+			keys = append(keys, k)
+			slices.Sort(keys)
+			due[k] = n
+			if rng.IntN(3) == 0 {
+				weights[k] = 1 + rng.IntN(4)
+			}
+		}
+		for range 2 + rng.IntN(4) {
+			addKey(string(rune('a'+rng.IntN(26))), 1000)
+		}
+		steady := slices.Clone(keys)
+		w := func(k string) int {
+			if v, ok := weights[k]; ok {
+				return v
+			}
+			return 1
+		}
+		next := func(after string, first bool) (string, bool, error) {
+			for _, k := range keys {
+				if due[k] > 0 && (first || k > after) {
+					return k, true, nil
+				}
+			}
+			return "", false, nil
+		}
+		starts := map[string]int{}
+		take := func(k string, n int) (int, error) {
+			got := min(n, due[k])
+			due[k] -= got
+			starts[k] += got
+			if rng.IntN(8) == 0 { // another process enqueues a new key's jobs
+				addKey(string(rune('a'+rng.IntN(26)))+"x", 1+rng.IntN(5))
+			}
+			return got, nil
+		}
+		var cur store.FairCursor
+		for range 1 + rng.IntN(6) {
+			want := 1 + rng.IntN(200)
+			c, _, err := store.FairRound(cur, weights, want, next, take)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur = c
+		}
+		for _, a := range steady {
+			for _, b := range steady {
+				if due[a] == 0 || due[b] == 0 {
+					continue
+				}
+				if ra, rb := float64(starts[a])/float64(w(a)), float64(starts[b])/float64(w(b)); ra-rb > 2 {
+					t.Fatalf("seed %d: key %s started %d (weight %d), key %s %d (weight %d), both with due jobs throughout; starts %v, weights %v",
+						seed, a, starts[a], w(a), b, starts[b], w(b), starts, weights)
+				}
+			}
+		}
+	}
+}
+
+// TestFairRoundTurnStartLeaves: a fetch whose turn started at a key that
+// then ran out of due jobs, with no key after it in key order, still sees
+// where the next turn starts, so its keys with a backlog take the same
+// shares: here a (weight 1) and b (weight 1), with c holding two jobs and
+// the previous fetch stopped at b.
+func TestFairRoundTurnStartLeaves(t *testing.T) {
+	due := map[string]int{"a": 1000, "b": 1000, "c": 2}
+	keys := []string{"a", "b", "c"}
+	next := func(after string, first bool) (string, bool, error) {
+		for _, k := range keys {
+			if due[k] > 0 && (first || k > after) {
+				return k, true, nil
+			}
+		}
+		return "", false, nil
+	}
+	starts := map[string]int{}
+	take := func(k string, n int) (int, error) {
+		got := min(n, due[k])
+		due[k] -= got
+		starts[k] += got
+		return got, nil
+	}
+	cur := store.FairCursor{Key: "b", Used: 1, Set: true}
+	for range 3 {
+		c, _, err := store.FairRound(cur, nil, 50, next, take)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur = c
+	}
+	if d := starts["a"] - starts["b"]; d > 2 || d < -2 {
+		t.Fatalf("a started %d, b %d: more than two rounds apart (starts %v)", starts["a"], starts["b"], starts)
 	}
 }

@@ -407,3 +407,25 @@ func FairTwoProcesses(t *testing.T, a, b store.Store) {
 		t.Errorf("keys leased one at a time by the other process = %v, want %v", got, want)
 	}
 }
+
+// testFairMixedStarve: in a queue holding fair jobs and a job without a
+// fair key (enqueued by a process not configured fair) at the same
+// priority, the unkeyed job is leased while the fair keys still have a
+// backlog. Skipped: the fair levels at or above the highest unkeyed
+// priority are served first (docs/design.md, "Mixed queues"), so a fair
+// backlog at least a fetch's limit deep holds such a job back until it
+// drains; the fix is to give the unkeyed jobs of a level a turn of their
+// own in the level's round robin, in both stores.
+func testFairMixedStarve(x *h) {
+	x.t.Skip("known: an unkeyed job waits behind a fair backlog of its priority (see the comment)")
+	now := at(0)
+	var nj []store.NewJob
+	for range 10 {
+		nj = append(nj, fairJob("mq", "a", at(-time.Hour), 0))
+	}
+	nj = append(nj, store.NewJob{Queue: "mq", Kind: "k", RunAt: at(-2 * time.Hour), Payload: raw(`{"tenant":"plain"}`)})
+	x.enqueue(now, nj...)
+	if got := x.fairKeys("mq", now, 5, nil); !slices.Contains(got, "plain") {
+		x.t.Fatalf("keys leased one at a time = %v: the unkeyed job, due first, waits behind key a's backlog", got)
+	}
+}

@@ -177,6 +177,7 @@ var subtests = []subtest{
 	{"FairKept", testFairKept},
 	{"FairModel", testFairModel},
 	{"FairInvalid", testFairInvalid},
+	{"FairMixedStarve", testFairMixedStarve},
 	{"LimitsFetch", testLimitsFetch},
 	{"LimitUse", testLimitUse},
 	{"LimitsRescue", testLimitsRescue},
