@@ -155,8 +155,10 @@ func (f *fleetBreakers) list(ctx context.Context) ([]store.BreakerState, error) 
 	return f.st.ListBreakers(ctx)
 }
 
-// pushLocal reports, as trips, the local breakers open on their own while
-// the fleet's is closed, and reports whether it reported any.
+// pushLocal reports, as trips, the local breakers that opened on their
+// own (tripped by this process's calls, not by applying the fleet's
+// state) while the fleet's is not open, and reports whether it reported
+// any.
 func (f *fleetBreakers) pushLocal(ctx context.Context, list []store.BreakerState) bool {
 	fleet := make(map[string]string, len(list))
 	for _, s := range list {
@@ -165,7 +167,9 @@ func (f *fleetBreakers) pushLocal(ctx context.Context, list []store.BreakerState
 	pushed := false
 	for _, b := range f.reg.Breakers() {
 		st := b.Status()
-		if st.State != breaker.Open || fleet[b.Name()] == store.BreakerOpen {
+		// A breaker open by the fleet's state is not this process's to
+		// hand over: the fleet may have closed or deleted it meanwhile.
+		if st.State != breaker.Open || fleet[b.Name()] == store.BreakerOpen || b.OpenedByFleet() {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, fleetTimeout)

@@ -115,3 +115,39 @@ func TestSharedDeletedRecreated(t *testing.T) {
 		t.Fatalf("a after the re-created record opened: %v, want open (a applied version %d of the old record)", a.State(), old.Version)
 	}
 }
+
+// TestSharedDeletedRejoin: an operator forces a breaker open, the
+// processes apply it, then the operator deletes it (deleting closes it).
+// A process that lost the store for a moment before its next probe
+// rejoins with its breaker still open by the fleet's deleted record: it
+// must not hand that over as a trip of its own, re-creating the record
+// open for the whole fleet against the operator's deletion. Only a
+// breaker the process opened alone, while the store was out of reach, is
+// the process's to hand over.
+func TestSharedDeletedRejoin(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
+	reg, cs, f := sharedRegistry(t, breaker.Config{Failures: 1, CountOnly: true, BreakDuration: time.Minute, Now: clock})
+	ctx := context.Background()
+	br := reg.Get("dep")
+	if _, err := cs.SetBreaker(ctx, store.BreakerSet{Name: "dep", State: store.BreakerOpen, Now: clock()}); err != nil {
+		t.Fatal(err)
+	}
+	f.sync(ctx)
+	if br.State() != breaker.Open {
+		t.Fatalf("breaker forced open by the fleet: %v", br.State())
+	}
+	if _, err := cs.DeleteBreaker(ctx, store.BreakerDelete{Name: "dep", Now: clock()}); err != nil {
+		t.Fatal(err)
+	}
+	// A store call failed: the process is offline, then the store answers.
+	f.offline.Store(true)
+	f.sync(ctx)
+	if f.offline.Load() {
+		t.Fatal("the process did not rejoin")
+	}
+	if st, err := cs.Breaker(ctx, "dep"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after a rejoin, the deleted record is back: %s by %q, %v", st.State, st.OpenedBy, err)
+	}
+}

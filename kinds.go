@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redrivehq/redrive/store"
 )
 
 // KindError is CheckKinds's refusal of a job whose queue has live
@@ -178,7 +180,9 @@ func (e *OperationKindError) Unwrap() error { return ErrInvalid }
 // or it returns an *OperationKindError. Queues no live worker serves are
 // not checked (the jobs wait for a worker), nor are those served by a
 // worker that did not record its kinds. It counts the selection once per
-// served queue and kind.
+// served queue and kind; when the counts leave jobs unaccounted for, it
+// reads that queue's selection once to find them (counts taken one
+// after another may differ only because jobs left meanwhile).
 func (c *Client) CheckOperationKinds(ctx context.Context, f Filter) error {
 	ws, err := c.fleet.get(ctx, c, true)
 	if err != nil {
@@ -246,9 +250,42 @@ func (c *Client) CheckOperationKinds(ctx context.Context, f Filter) error {
 			}
 			total -= n
 		}
-		if total > 0 {
-			return &OperationKindError{Queue: q, Jobs: total, Runs: slices.Sorted(maps.Keys(kinds))}
+		if total <= 0 {
+			continue
+		}
+		// The counts are not one snapshot: jobs of kinds that run may
+		// have left the selection between them (a purge, retention,
+		// another redrive) and look like jobs no worker runs. Only jobs
+		// actually seen with such a kind refuse the operation.
+		n, err := c.countUnrun(ctx, fq, kinds)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return &OperationKindError{Queue: q, Jobs: n, Runs: slices.Sorted(maps.Keys(kinds))}
 		}
 	}
 	return nil
+}
+
+// countUnrun counts, in one pass over the jobs f selects (a page at a
+// time), those whose kind is not in kinds.
+func (c *Client) countUnrun(ctx context.Context, f Filter, kinds map[string]bool) (int64, error) {
+	var n int64
+	p := store.Page{Limit: store.MaxPageSize}
+	for {
+		res, err := c.store.List(ctx, f, p)
+		if err != nil {
+			return 0, fmt.Errorf("redrive: check kinds: %w", err)
+		}
+		for _, j := range res.Jobs {
+			if !kinds[j.Kind] {
+				n++
+			}
+		}
+		if res.Next == "" {
+			return n, nil
+		}
+		p.Cursor = res.Next
+	}
 }

@@ -110,3 +110,51 @@ func TestOperationCheckKinds(t *testing.T) {
 		t.Errorf("redrive with a worker of unknown kinds: %v", err)
 	}
 }
+
+// purgeOnCount is a store whose Count of a whole queue's jobs (no kind
+// named), once armed, is followed by a purge of the jobs of kind purge
+// in that queue: a retention pass or another operator's purge that
+// lands between the counts CheckOperationKinds makes.
+type purgeOnCount struct {
+	store.Store
+	armed bool
+	purge string
+}
+
+func (p *purgeOnCount) Count(ctx context.Context, f store.Filter) (int64, error) {
+	n, err := p.Store.Count(ctx, f)
+	if p.armed && err == nil && f.Kind == "" && f.Queue != "" {
+		p.armed = false
+		g := f
+		g.Kind = p.purge
+		if _, err := p.Store.Purge(ctx, g, 100); err != nil {
+			return 0, err
+		}
+	}
+	return n, err
+}
+
+// TestOperationCheckKindsRacingPurge: jobs of a kind the queue's workers
+// run that leave the selection while CheckOperationKinds counts it (a
+// purge, a retention pass, another redrive) do not make it refuse a
+// redrive all of whose jobs are of kinds that run.
+func TestOperationCheckKindsRacingPurge(t *testing.T) {
+	base := openStore(t)
+	st := &purgeOnCount{Store: base, purge: "a"}
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	ctx := context.Background()
+	now := time.Now()
+	buryKinds(t, c, base, "q", "a", "a", "b")
+	if err := base.RegisterWorker(ctx, store.WorkerInfo{ID: "w", Host: "h", Queues: map[string]int{"q": 1}, Kinds: []string{"a", "b"},
+		StartedAt: now, HeartbeatAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	st.armed = true
+	op, err := c.StartOperation(ctx, redrive.OperationRequest{Kind: redrive.OperationRedrive, Filter: redrive.Filter{Queue: "q"}, CheckKinds: true})
+	if err != nil {
+		t.Fatalf("redrive of queue q, whose jobs are all of kinds its worker runs, while some are purged: %v", err)
+	}
+	if _, err := c.CancelOperation(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -475,6 +475,7 @@ func (b *Breaker) openLocked(now time.Time) {
 	b.halfErr = nil
 	b.openErr.Store(&OpenError{Name: b.name, ReadyAt: b.readyAt})
 	b.setLocked(Open)
+	b.sh.fleetOpen = false
 }
 
 func (b *Breaker) halfOpenLocked(now time.Time) {
@@ -493,6 +494,7 @@ func (b *Breaker) closeLocked() {
 	b.inflight, b.passed = 0, 0
 	b.halfErr = nil
 	b.setLocked(Closed)
+	b.sh.fleetOpen = false
 }
 
 // notify passes queued transitions to OnStateChange, outside the lock and in

@@ -94,6 +94,21 @@ type sharing struct {
 	// reported: the next success reports that the run broke.
 	run     atomic.Bool
 	version int64 // newest Fleet.Version applied; under the breaker's mu
+	// fleetOpen is set while the breaker is open because it applied the
+	// fleet's state (not by its own trip); under the breaker's mu.
+	fleetOpen bool
+}
+
+// OpenedByFleet reports whether the breaker is open because it applied
+// the fleet's state (Apply, or the answer to a probe request), rather
+// than because its own calls tripped it. A shared layer that hands a
+// process's own trips over to the fleet after losing it hands over only
+// the latter: the fleet may have closed or deleted what the former came
+// from meanwhile.
+func (b *Breaker) OpenedByFleet() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sh.fleetOpen && State(b.word.Load()&3) == Open
 }
 
 type sharedHook struct{ s Shared }
@@ -218,6 +233,7 @@ func (b *Breaker) fleetOpenLocked(f Fleet, now time.Time, halfOpen bool) bool {
 	b.halfErr = nil
 	b.openErr.Store(&OpenError{Name: b.name, ReadyAt: readyAt, HalfOpen: halfOpen})
 	b.setLocked(Open)
+	b.sh.fleetOpen = true
 	return true
 }
 
