@@ -47,8 +47,8 @@ func TestBreakersInChromium(t *testing.T) {
 	b.noJunk(t, "breakers page")
 
 	// Close payments for the fleet.
+	b.clickRow(t, row("payments")+` button[data-action="close"]`)
 	b.runWithin(t, 10*time.Second, "close",
-		chromedp.Click(css(row("payments")+` button[data-action="close"]`)),
 		chromedp.WaitVisible(css(`#confirm`)))
 	if d := b.text(t, "#dialog"); !strings.Contains(d, "Every worker on the store calls payments again") {
 		t.Errorf("close dialog: %q", d)
@@ -85,8 +85,8 @@ func TestBreakersInChromium(t *testing.T) {
 	// Delete: payments, closed just now, is refused with the server's
 	// reason; search, forced open, is deleted (this process keeps its own
 	// breaker, listed as this process's only).
+	b.clickRow(t, row("payments")+` button[data-action="delete"]`)
 	b.runWithin(t, 10*time.Second, "delete payments",
-		chromedp.Click(css(row("payments")+` button[data-action="delete"]`)),
 		chromedp.WaitVisible(css(`#confirm`)))
 	if d := b.text(t, "#dialog"); !strings.Contains(d, "leaves this page") {
 		t.Errorf("delete dialog: %q", d)
@@ -104,8 +104,8 @@ func TestBreakersInChromium(t *testing.T) {
 	b.runWithin(t, 10*time.Second, "dismiss",
 		chromedp.Click(css(`#dialog .actions button`)),
 		chromedp.WaitNotPresent(css(`#dialog[open]`)))
+	b.clickRow(t, row("search")+` button[data-action="delete"]`)
 	b.runWithin(t, 10*time.Second, "delete search",
-		chromedp.Click(css(row("search")+` button[data-action="delete"]`)),
 		chromedp.WaitVisible(css(`#confirm`)))
 	if d := b.text(t, "#dialog"); !strings.Contains(d, "calls search again") {
 		t.Errorf("delete dialog of a forced breaker: %q", d)

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redrivehq/redrive/internal/testwait"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redrivehq/redrive/internal/testwait"
 
 	"github.com/chromedp/chromedp"
 
@@ -136,6 +137,26 @@ func TestOperationsPageInChromium(t *testing.T) {
 	b.waitText(t, `[data-event="replayed"]`, "reindex")
 	b.noJunk(t, "replayed job page")
 	b.checkClean(t, url)
+}
+
+// clickRow clicks, with the mouse, the element matching sel in a table
+// the page renders again every 2 s: a render between finding the node
+// and clicking it fails the click ("Could not find node with given id"),
+// and the click is tried again on the new node. Any other error fails the
+// test.
+func (b *browser) clickRow(t *testing.T, sel string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		_, err := chromedp.Run(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "Could not find node") || try == 10 {
+			t.Fatalf("click %s (try %d): %v\nbrowser problems: %v", sel, try, err, b.problemList())
+		}
+	}
 }
 
 // clickNow clicks the element matching sel in one step of the page's own

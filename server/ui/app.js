@@ -1155,11 +1155,26 @@ function openDialog(...children) {
 
 function closeDialog() { if (dialog.open) dialog.close(); }
 
+// onDialogClose calls fn once, when the dialog closes while it shows what
+// the caller opened, and returns a function that forgets fn. A dialog's
+// close event is dispatched in a task of its own: the close event of the
+// dialog before (closed by a click just earlier) can come after the next
+// dialog opened, and is ignored, since the dialog is open then; a real
+// close (Escape, a button) leaves it closed.
+function onDialogClose(fn) {
+  const handler = () => {
+    if (dialog.open) return;
+    dialog.removeEventListener('close', handler);
+    fn();
+  };
+  dialog.addEventListener('close', handler);
+  return () => dialog.removeEventListener('close', handler);
+}
+
 function confirmDialog(title, text, confirmLabel, kind) {
   return new Promise((resolve) => {
-    const done = (v) => { dialog.removeEventListener('close', onClose); closeDialog(); resolve(v); };
-    const onClose = () => resolve(false);
-    dialog.addEventListener('close', onClose, { once: true });
+    const forget = onDialogClose(() => resolve(false));
+    const done = (v) => { forget(); closeDialog(); resolve(v); };
     openDialog(h('h2', {}, title), h('p', {}, text),
       h('div', { class: 'actions' },
         h('button', { onclick: () => done(false) }, 'Back'),
@@ -1169,7 +1184,7 @@ function confirmDialog(title, text, confirmLabel, kind) {
 
 function messageDialog(title, text) {
   return new Promise((resolve) => {
-    dialog.addEventListener('close', () => resolve(), { once: true });
+    onDialogClose(() => resolve());
     openDialog(h('h2', {}, title), h('p', {}, text), h('div', { class: 'actions' }, h('button', { onclick: closeDialog }, 'Close')));
   });
 }
