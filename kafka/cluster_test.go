@@ -66,7 +66,10 @@ func newTopic(t testing.TB) string {
 
 func (c *testCluster) client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.brokers...)}, opts...)...)
+	// A test's topic is often created by the consumer it starts just
+	// before producing: wait for it (until produce's bound) rather than
+	// fail after franz-go's default four metadata retries.
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.brokers...), kgo.UnknownTopicRetries(-1)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +79,30 @@ func (c *testCluster) client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 
 func (c *testCluster) produce(t testing.TB, cl *kgo.Client, rs ...*kgo.Record) {
 	t.Helper()
-	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitStable waits until partition 0 of topic has its last stable offset
+// at its end: a real broker writes a transaction's marker after EndTxn
+// returns, and a read-committed reader stops at the first open one.
+func (c *testCluster) waitStable(t testing.TB, topic string) {
+	t.Helper()
+	adm := kadm.NewClient(c.client(t))
+	ctx := context.Background()
+	eventually(t, "the transactions' markers on "+topic, 30*time.Second, func() bool {
+		lso, err1 := adm.ListCommittedOffsets(ctx, topic)
+		hw, err2 := adm.ListEndOffsets(ctx, topic)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		a, _ := lso.Lookup(topic, 0)
+		b, _ := hw.Lookup(topic, 0)
+		return a.Err == nil && b.Err == nil && a.Offset == b.Offset
+	})
 }
 
 func testLogger(t testing.TB) *slog.Logger {

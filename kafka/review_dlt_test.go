@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -42,6 +40,7 @@ func TestDLTFilteredRedriveTransactionMarkers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	c.waitStable(t, topic+"-dlt")
 	res, err := dlt.Redrive(ctx, kafka.RedriveOptions{Reason: "retries_exhausted", Rate: -1})
 	if err != nil || res.Redriven != 0 || res.Skipped != n {
 		t.Fatalf("filtered redrive: %+v %v, want %d skipped", res, err, n)
@@ -77,7 +76,6 @@ func TestDLTRedriveModel(t *testing.T) {
 			ctx := context.Background()
 			plain := c.client(t)
 			txn := c.client(t, kgo.TransactionalID(topic+"-txn"))
-			adm := kadm.NewClient(c.client(t))
 			type letter struct {
 				key, reason string
 				settled     bool
@@ -116,18 +114,7 @@ func TestDLTRedriveModel(t *testing.T) {
 						if err := txn.EndTransaction(ctx, end); err != nil {
 							t.Fatal(err)
 						}
-						// A real broker writes the markers after
-						// EndTxn returns: wait for the last stable offset.
-						eventually(t, "the transaction's marker", 30*time.Second, func() bool {
-							lso, err1 := adm.ListCommittedOffsets(ctx, topic+"-dlt")
-							hw, err2 := adm.ListEndOffsets(ctx, topic+"-dlt")
-							if err1 != nil || err2 != nil {
-								return false
-							}
-							a, _ := lso.Lookup(topic+"-dlt", 0)
-							b, _ := hw.Lookup(topic+"-dlt", 0)
-							return a.Err == nil && b.Err == nil && a.Offset == b.Offset
-						})
+						c.waitStable(t, topic+"-dlt")
 					}
 				default: // a redrive
 					o := kafka.RedriveOptions{Rate: -1, Discard: rng.IntN(4) == 0}
