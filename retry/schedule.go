@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/redrivehq/redrive/internal/shortdur"
 )
 
 // MaxScheduleSteps is the most steps [Policy.Schedule] returns and
@@ -100,7 +102,7 @@ func (p Policy) Explain() string {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "retry\tbase\tdelay\tcumulative")
 	for _, s := range steps {
-		base := fmtDur(s.Base)
+		base := shortdur.String(s.Base)
 		if p.Jitter == JitterDecorrelated {
 			base = "-"
 		}
@@ -125,15 +127,15 @@ func (p Policy) summary() string {
 	initial := max(p.Initial, 0)
 	capText := "no cap"
 	if p.MaxDelay > 0 {
-		capText = fmtDur(p.MaxDelay)
+		capText = shortdur.String(p.MaxDelay)
 	}
 	switch {
 	case p.Jitter == JitterDecorrelated:
 		// the exponential base is not used
 	case !(p.Multiplier > 1) || initial == 0:
-		fmt.Fprintf(&b, ", backoff constant %s", fmtDur(p.base(0)))
+		fmt.Fprintf(&b, ", backoff constant %s", shortdur.String(p.base(0)))
 	default:
-		fmt.Fprintf(&b, ", backoff min(%s * %s^n, %s)", fmtDur(initial), fmtFloat(p.Multiplier), capText)
+		fmt.Fprintf(&b, ", backoff min(%s * %s^n, %s)", shortdur.String(initial), fmtFloat(p.Multiplier), capText)
 	}
 	switch p.Jitter {
 	case JitterNone:
@@ -145,13 +147,13 @@ func (p Policy) summary() string {
 	case JitterEqual:
 		b.WriteString(", jitter equal d/2 + rand(0, d/2)")
 	case JitterDecorrelated:
-		fmt.Fprintf(&b, ", jitter decorrelated min(%s, rand(%s, 3 * previous))", capText, fmtDur(initial))
+		fmt.Fprintf(&b, ", jitter decorrelated min(%s, rand(%s, 3 * previous))", capText, shortdur.String(initial))
 	case JitterAdditive:
-		fmt.Fprintf(&b, ", jitter additive d + rand(0, %s)", fmtDur(max(p.JitterMax, 0)))
+		fmt.Fprintf(&b, ", jitter additive d + rand(0, %s)", shortdur.String(max(p.JitterMax, 0)))
 	default:
 		fmt.Fprintf(&b, ", unknown %s (treated as none)", p.Jitter)
 	}
-	fmt.Fprintf(&b, ", Retry-After honoured up to %s", fmtDur(p.clampRetryAfter(maxDuration)))
+	fmt.Fprintf(&b, ", Retry-After honoured up to %s", shortdur.String(p.clampRetryAfter(maxDuration)))
 	return b.String()
 }
 
@@ -171,22 +173,9 @@ func fmtFloat(f float64) string {
 // fmtRange formats a delay range, or a single delay when it has no spread.
 func fmtRange(lo, hi time.Duration) string {
 	if lo == hi {
-		return fmtDur(lo)
+		return shortdur.String(lo)
 	}
-	return fmtDur(lo) + ".." + fmtDur(hi)
-}
-
-// fmtDur is time.Duration.String without the zero minutes and seconds of
-// round values: 1h rather than 1h0m0s, 2m rather than 2m0s.
-func fmtDur(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
+	return shortdur.String(lo) + ".." + shortdur.String(hi)
 }
 
 // retryAfterLine is Explain's line about a server's Retry-After: the jitter
@@ -204,5 +193,5 @@ func (p Policy) retryAfterLine() string {
 		limit = DefaultRetryAfterJitter
 	}
 	return fmt.Sprintf("a Retry-After ra longer than the backoff waits ra + rand(0, min(%s%% of ra, %s)), never less than ra\n",
-		fmtFloat(100*min(f, 1)), fmtDur(limit))
+		fmtFloat(100*min(f, 1)), shortdur.String(limit))
 }

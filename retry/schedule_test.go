@@ -129,21 +129,3 @@ func TestScheduleSaturates(t *testing.T) {
 		}
 	}
 }
-
-func TestFmtDur(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		0:                                   "0s",
-		900 * time.Millisecond:              "900ms",
-		time.Second:                         "1s",
-		90 * time.Second:                    "1m30s",
-		2 * time.Minute:                     "2m",
-		time.Hour:                           "1h",
-		time.Hour + time.Second:             "1h0m1s",
-		time.Hour + 30*time.Minute:          "1h30m",
-		2*time.Hour + 1500*time.Millisecond: "2h0m1.5s",
-	} {
-		if got := fmtDur(d); got != want {
-			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
-		}
-	}
-}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/redrivehq/redrive/internal/shortdur"
 )
 
 // Breakers is the part of a Store that shares circuit breakers' state
@@ -362,13 +364,13 @@ func CheckBreakerDelete(st *BreakerState, d BreakerDelete) error {
 			return nil
 		}
 		return inUse("open since %s, tripped by %s, until %s (unused once no process has asked for its probe for %s after that); %s",
-			at(st.Since), st.OpenedBy, at(st.ReadyAt), formatIdle(idle), override)
+			at(st.Since), st.OpenedBy, at(st.ReadyAt), shortdur.String(idle), override)
 	case BreakerHalfOpen:
 		if quiet(st.ProbeUntil) {
 			return nil
 		}
 		return inUse("half-open: %s holds the probe until %s (unused once no process has taken it over for %s after that); %s",
-			st.ProbeBy, at(st.ProbeUntil), formatIdle(idle), override)
+			st.ProbeBy, at(st.ProbeUntil), shortdur.String(idle), override)
 	}
 	if !quiet(st.UpdatedAt) {
 		last := "changed"
@@ -379,22 +381,9 @@ func CheckBreakerDelete(st *BreakerState, d BreakerDelete) error {
 			last = "closed"
 		}
 		return inUse("closed, but %s at %s, less than %s ago: a breaker is unused once left alone that long; delete with force to override",
-			last, at(st.UpdatedAt), formatIdle(idle))
+			last, at(st.UpdatedAt), shortdur.String(idle))
 	}
 	return nil
-}
-
-// formatIdle words an idle period for BreakerInUseError: "5m", "1h30m",
-// "1h".
-func formatIdle(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }
 
 // maxBreakerName bounds a dependency's name, in bytes.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/internal/shortdur"
 	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/rhttp"
 	"github.com/redrivehq/redrive/store"
@@ -534,10 +535,10 @@ func DescribeBreaker(c breaker.Config) []string {
 	}
 	var lines []string
 	if c.CountOnly {
-		lines = append(lines, fmt.Sprintf("trips on %d failures within %s, whatever the successes (count only)", failures, fmtRoundDur(window)))
+		lines = append(lines, fmt.Sprintf("trips on %d failures within %s, whatever the successes (count only)", failures, shortdur.String(window)))
 	} else {
 		line := fmt.Sprintf("trips on at least %d failures making up at least %s%% of the calls completed within %s",
-			failures, strconv.FormatFloat(100*ratio, 'g', 6, 64), fmtRoundDur(window))
+			failures, strconv.FormatFloat(100*ratio, 'g', 6, 64), shortdur.String(window))
 		if c.MinRequests > 0 {
 			line += fmt.Sprintf(", once at least %d calls completed", c.MinRequests)
 		}
@@ -546,7 +547,7 @@ func DescribeBreaker(c breaker.Config) []string {
 		case breaker.NoConsecutive:
 			lines = append(lines, "failures in a row do not trip it on their own (consecutive off)")
 		default:
-			lines = append(lines, fmt.Sprintf("or on %d failures in a row, each within %s of the previous one, whatever the ratio", cmpOr(c.Consecutive, failures), fmtRoundDur(window)))
+			lines = append(lines, fmt.Sprintf("or on %d failures in a row, each within %s of the previous one, whatever the ratio", cmpOr(c.Consecutive, failures), shortdur.String(window)))
 		}
 	}
 	probes := cmpOr(c.HalfOpenProbes, d.HalfOpenProbes)
@@ -554,7 +555,7 @@ func DescribeBreaker(c breaker.Config) []string {
 	if probes > 1 {
 		probeText = fmt.Sprintf("%d probes through; all must succeed to close it", probes)
 	}
-	lines = append(lines, fmt.Sprintf("stays open %s, then lets %s", fmtRoundDur(cmpOr(c.BreakDuration, d.BreakDuration)), probeText))
+	lines = append(lines, fmt.Sprintf("stays open %s, then lets %s", shortdur.String(cmpOr(c.BreakDuration, d.BreakDuration)), probeText))
 	if c.CountRateLimited {
 		lines = append(lines, "rate-limited answers (429, 503 with Retry-After) count as failures")
 	} else {
@@ -616,17 +617,4 @@ func breakerConsecutive(c breaker.Config) int {
 		return 0
 	}
 	return cmpOr(c.Consecutive, cmpOr(c.Failures, breaker.DefaultConfig().Failures))
-}
-
-// fmtRoundDur is time.Duration.String without the zero minutes and seconds
-// of round values: 1m rather than 1m0s, 1h rather than 1h0m0s.
-func fmtRoundDur(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }
