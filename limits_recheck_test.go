@@ -53,8 +53,8 @@ func TestRateHeldQueueSleeps(t *testing.T) {
 		}
 		return false
 	})
-	// Let the wake-ups of the first job's start and outcome settle.
-	time.Sleep(100 * time.Millisecond)
+	// The wake-ups of the first job's start and outcome may still come
+	// in the second measured: the bound counts them.
 	before := st.n.Load()
 	time.Sleep(time.Second) // real time passing is what is tested
 	if n := st.n.Load() - before; n > 5 {
