@@ -288,24 +288,39 @@ func TestLimitsFleetRate(t *testing.T) {
 		return cons
 	}
 	// The second consumer starts once the first has created the topics
-	// and runs: it joins the group midway, and takes partitions.
+	// and runs: it joins the group midway, and takes partitions. The
+	// rest of the records are produced once the group is stable with
+	// both (a rebalance on a loaded machine can outlast the whole run
+	// at 20/s, and the second consumer would find nothing left).
 	newConsumer()
-	var second *kafka.Consumer
 	cl := c.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	for i := range n {
-		r, err := kafka.NewRecord(topic, "call", map[string]int{"i": i}, nil)
-		if err != nil {
-			t.Fatal(err)
+	produce := func(from, to int) {
+		for i := from; i < to; i++ {
+			r, err := kafka.NewRecord(topic, "call", map[string]int{"i": i}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Partition = int32(i % 4)
+			c.produce(t, cl, r)
 		}
-		r.Partition = int32(i % 4)
-		c.produce(t, cl, r)
 	}
+	produce(0, 8)
 	eventually(t, "the first records ran", 2*time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(ran) >= 4
 	})
-	second = newConsumer()
+	second := newConsumer()
+	adm := kadm.NewClient(c.client(t))
+	eventually(t, "the group stable with both consumers", 2*time.Minute, func() bool {
+		gs, err := adm.DescribeGroups(context.Background(), topic+"-g")
+		if err != nil {
+			return false
+		}
+		g := gs[topic+"-g"]
+		return g.Err == nil && g.State == "Stable" && len(g.Members) == 2
+	})
+	produce(8, n)
 	eventually(t, "the second consumer consumed", 2*time.Minute, func() bool { return second.Stats()[topic].Consumed > 0 })
 	eventually(t, "every record ran", 2*time.Minute, func() bool {
 		mu.Lock()
