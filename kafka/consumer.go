@@ -423,7 +423,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer finish()
 
-	admCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.opts.Brokers...)}, c.opts.ClientOptions...)...)
+	// The topology's own client asks the brokers afresh at each of
+	// Ensure's attempts: kadm lists topics from metadata up to
+	// MetadataMinAge old (5 s by default), so a topic just created, or
+	// its partitions' leaders just elected, would list as missing that
+	// long.
+	admCl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(c.opts.Brokers...)}, c.opts.ClientOptions...),
+		kgo.MetadataMinAge(ensureMetadataAge))...)
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}

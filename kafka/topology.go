@@ -119,13 +119,19 @@ func (t Topology) tierFor(d time.Duration) time.Duration {
 // REQUEST_TIMED_OUT when the creation outlasts the request's timeout,
 // and goes on creating; a new topic lists as LEADER_NOT_AVAILABLE until
 // its leader is elected) is asked again, after a backoff, until the
-// topics exist or ctx ends.
+// topics exist or ctx ends. The topics it created are listed again until
+// every partition of theirs has a leader: a client that produced to or
+// fetched from one before would wait for its next metadata refresh
+// (franz-go's, seconds later), and a consumer's first retries with it.
+// adm's client should have a short kgo.MetadataMinAge (50 ms, say): kadm
+// lists topics from metadata cached that long.
 func (t Topology) Ensure(ctx context.Context, adm *kadm.Client, create bool) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
+	created := map[string]bool{}
 	for n := 1; ; n++ {
-		err := t.ensureOnce(ctx, adm, create)
+		err := t.ensureOnce(ctx, adm, create, created)
 		if !errors.Is(err, errEnsureAgain) {
 			return err
 		}
@@ -136,6 +142,11 @@ func (t Topology) Ensure(ctx context.Context, adm *kadm.Client, create bool) err
 		}
 	}
 }
+
+// ensureMetadataAge is the MetadataMinAge of the client a consumer and
+// a keeper ensure their topics with: under Ensure's first backoff, so
+// that each attempt lists what the brokers answer then.
+const ensureMetadataAge = 50 * time.Millisecond
 
 // errEnsureAgain marks a retriable answer of the broker's.
 var errEnsureAgain = errors.New("the broker is not done yet")
@@ -158,7 +169,7 @@ func retriable(err error) bool {
 
 // ensureOnce is one attempt of Ensure; it returns an error wrapping
 // errEnsureAgain when the broker's answer is worth asking again.
-func (t Topology) ensureOnce(ctx context.Context, adm *kadm.Client, create bool) error {
+func (t Topology) ensureOnce(ctx context.Context, adm *kadm.Client, create bool, created map[string]bool) error {
 	listed, err := adm.ListTopics(ctx, t.Topics()...)
 	if err != nil {
 		if retriable(err) && ctx.Err() == nil {
@@ -178,6 +189,12 @@ func (t Topology) ensureOnce(ctx context.Context, adm *kadm.Client, create bool)
 			return fmt.Errorf("kafka: topic %q: %w: %w", name, errEnsureAgain, d.Err)
 		} else if d.Err != nil {
 			return fmt.Errorf("kafka: topic %q: %w", name, d.Err)
+		} else if created[name] {
+			for _, pd := range d.Partitions.Sorted() {
+				if pd.Leader < 0 || pd.Err != nil {
+					return fmt.Errorf("kafka: topic %q: %w: partition %d has no leader yet", name, errEnsureAgain, pd.Partition)
+				}
+			}
 		}
 	}
 	if len(missing) == 0 {
@@ -204,6 +221,7 @@ func (t Topology) ensureOnce(ctx context.Context, adm *kadm.Client, create bool)
 		switch r := res[t.Topic]; {
 		case r.Err == nil && r.NumPartitions > 0:
 			partitions = r.NumPartitions
+			created[t.Topic] = true
 		case r.Err == nil:
 			return fmt.Errorf("kafka: topic %q: %w: created, its partition count not answered", t.Topic, errEnsureAgain)
 		case errors.Is(r.Err, kerr.TopicAlreadyExists):
@@ -215,13 +233,17 @@ func (t Topology) ensureOnce(ctx context.Context, adm *kadm.Client, create bool)
 		}
 		missing = slices.DeleteFunc(missing, func(n string) bool { return n == t.Topic })
 	}
-	return t.create(ctx, adm, partitions, missing)
+	if err := t.create(ctx, adm, partitions, missing, created); err != nil {
+		return err
+	}
+	return fmt.Errorf("kafka: topics %s: %w: created, their leaders not yet listed", strings.Join(missing, ", "), errEnsureAgain)
 }
 
 // create creates the topics missing, with partitions partitions; it
 // returns an error wrapping errEnsureAgain when the broker's answer is
-// worth asking again. A topic that already exists counts as created.
-func (t Topology) create(ctx context.Context, adm *kadm.Client, partitions int32, missing []string) error {
+// worth asking again. A topic that already exists is left as it is; the
+// ones it created are added to created.
+func (t Topology) create(ctx context.Context, adm *kadm.Client, partitions int32, missing []string, created map[string]bool) error {
 	res, err := adm.CreateTopics(ctx, partitions, t.Replication, nil, missing...)
 	if err != nil {
 		if retriable(err) && ctx.Err() == nil {
@@ -233,7 +255,9 @@ func (t Topology) create(ctx context.Context, adm *kadm.Client, partitions int32
 	for _, name := range missing {
 		r, ok := res[name]
 		switch {
-		case !ok || r.Err == nil || errors.Is(r.Err, kerr.TopicAlreadyExists):
+		case !ok || errors.Is(r.Err, kerr.TopicAlreadyExists):
+		case r.Err == nil:
+			created[name] = true
 		case retriable(r.Err):
 			again = fmt.Errorf("kafka: create topic %q: %w: %w", name, errEnsureAgain, r.Err)
 		default:

@@ -60,6 +60,14 @@ func TestTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	handled := make(chan struct{}, 1)
+	cons.HandleFunc("probe", func(context.Context, *redrive.Job) error {
+		select {
+		case handled <- struct{}{}:
+		default:
+		}
+		return nil
+	})
 	stop := running(t, cons)
 	ctopo, _ := cons.Topology(topic)
 	eventually(t, "the topics created", 60*time.Second, func() bool {
@@ -74,6 +82,18 @@ func TestTopology(t *testing.T) {
 		}
 		return true
 	})
+	// Stopped once it consumes (its topics ensured), not while it waits
+	// for the new topics' leaders.
+	r, err := kafka.NewRecord(topic, "probe", map[string]int{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.produce(t, c.client(t), r)
+	select {
+	case <-handled:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the probe record was not handled")
+	}
 	stop()
 }
 
@@ -120,5 +140,71 @@ func TestTopologyCreateTimedOut(t *testing.T) {
 		if td, ok := d[name]; !ok || td.Err != nil || len(td.Partitions) != 3 {
 			t.Errorf("topic %s after Ensure: %+v", name, td)
 		}
+	}
+}
+
+// TestTopologyWaitsForLeaders: Ensure returns only once the topics it
+// created list a leader for every partition. A broker elects a new
+// topic's leaders a moment after CreateTopics answers; a consumer that
+// started at once produced its first retries to, and fetched them from,
+// leaderless partitions, and waited for franz-go's next metadata refresh
+// (its first retry of a fresh deployment ran 4.7 s late).
+func TestTopologyWaitsForLeaders(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.needFake(t)
+	topic := newTopic(t)
+	adm := kadm.NewClient(c.client(t, kgo.MetadataMinAge(10*time.Millisecond)))
+	if _, err := adm.CreateTopic(context.Background(), 3, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	topo := kafka.NewTopology(topic, retry.DefaultPolicy())
+	var created, leaderless, listedAfter atomic.Int32
+	c.fake.ControlKey(int16(kmsg.CreateTopics), func(kmsg.Request) (kmsg.Response, error, bool) {
+		created.Add(1)
+		return nil, nil, false // observed; the cluster creates them
+	})
+	host, port, _ := strings.Cut(c.brokers[0], ":")
+	var portN int32
+	for _, ch := range port {
+		portN = portN*10 + ch - '0'
+	}
+	c.fake.ControlKey(int16(kmsg.Metadata), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.fake.KeepControl()
+		req := kr.(*kmsg.MetadataRequest)
+		if created.Load() == 0 || len(req.Topics) == 0 {
+			return nil, nil, false
+		}
+		if leaderless.Load() >= 2 {
+			listedAfter.Add(1)
+			return nil, nil, false
+		}
+		leaderless.Add(1)
+		resp := req.ResponseKind().(*kmsg.MetadataResponse)
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port = 0, host, portN
+		resp.Brokers = append(resp.Brokers, b)
+		for _, rt := range req.Topics {
+			st := kmsg.NewMetadataResponseTopic()
+			st.Topic = rt.Topic
+			for p := range int32(3) {
+				sp := kmsg.NewMetadataResponseTopicPartition()
+				sp.Partition, sp.Leader = p, -1
+				sp.ErrorCode = kerr.LeaderNotAvailable.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	if err := topo.Ensure(context.Background(), adm, true); err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if created.Load() == 0 {
+		t.Fatal("Ensure created no topic")
+	}
+	if leaderless.Load() < 2 || listedAfter.Load() == 0 {
+		t.Errorf("Ensure returned after %d leaderless listings and %d with leaders: it did not wait for the created topics' leaders",
+			leaderless.Load(), listedAfter.Load())
 	}
 }
