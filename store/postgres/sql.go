@@ -44,6 +44,9 @@ type statements struct {
 	heartbeat             string
 	progress              string
 	expired               string
+	expiredBatches        string
+	leased                string
+	runningByWorker       string
 	get                   string
 	nextDue, nextDueAfter string
 	cancelLock            string
@@ -72,6 +75,15 @@ type statements struct {
 const keepKeysSQL = `INSERT INTO {keys} (key, job_id, queue, kind, state, created_at, finished_at, deleted_at)
 	SELECT idem_key, id, queue, kind, state, created_at, finished_at, now() FROM del WHERE idem_key IS NOT NULL
 	ON CONFLICT (key) DO NOTHING`
+
+// leaseBatchSQL records the leases a fetch took, one row in
+// lease_batches (migration 0025) for the rescue to find them by: worker
+// and until are the statement's parameters, from the CTE leased with
+// each row's id and its new token as the expression token.
+func leaseBatchSQL(worker, until, leased, token string) string {
+	return `INSERT INTO {batches} (worker, due, ids, leases)
+	SELECT ` + worker + `::text, ` + until + `::timestamptz, array_agg(id), array_agg(` + token + `) FROM ` + leased + ` HAVING count(*) > 0`
+}
 
 // upsertCounters is the tail of an INSERT INTO counters ... SELECT that
 // adds to existing rows.
@@ -105,6 +117,7 @@ func render(schema, channel string) statements {
 		"{now}", "$5::timestamptz",
 		"{limitgen}", schema+".limit_gen",
 		"{counters}", schema+".counters",
+		"{batches}", schema+".lease_batches",
 		"{jobcounts}", schema+".job_counts",
 		"{keys}", schema+".idem_keys",
 		"{seq}", "'"+schema+".jobs_id_seq'",
@@ -220,8 +233,8 @@ SELECT id FROM ins CROSS JOIN ntf`),
 		// priority, that is two probes more than a plain (run_at, id)
 		// fetch.
 		fetch: q(`WITH picked AS (
-	SELECT d.id FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
-		SELECT id FROM {jobs}
+	SELECT d.id, d.lease FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+		SELECT id, lease FROM {jobs}
 		WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = prio.p AND run_at <= $2
 		ORDER BY run_at, id LIMIT $3
 		FOR UPDATE SKIP LOCKED) d
@@ -230,6 +243,8 @@ SELECT id FROM ins CROSS JOIN ntf`),
 	INSERT INTO {counters} AS c (queue, name, shard, n)
 	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM picked HAVING count(*) > 0
 	{upsert}
+), bat AS (
+	` + leaseBatchSQL("$6", "$5", "picked", "lease + 1") + `
 )
 UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
 	progress_done = NULL, progress_total = NULL, progress_at = NULL
@@ -347,7 +362,41 @@ SELECT k FROM upd`),
 	FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(id, lease, done, total, at)
 	WHERE j.id = u.id AND j.state = 'running' AND j.lease = u.lease AND j.worker = $6`),
 
-		expired: q(`SELECT {cols} FROM {jobs} WHERE state = 'running' AND lease_until < $1 ORDER BY lease_until, id LIMIT $2`),
+		// expiredBatches locks up to $3 lease batches due before $1,
+		// leaving out those already visited ($2) and those another
+		// rescue holds.
+		expiredBatches: q(`SELECT id FROM {batches} WHERE due < $1 AND id <> ALL($2::bigint[]) ORDER BY due, id LIMIT $3 FOR UPDATE SKIP LOCKED`),
+
+		// expired visits the lease batches $2 (locked by
+		// expiredBatches): of their leases, those still held (the job
+		// running that lease) stay, the others are dropped; a batch
+		// with none left is deleted, the others keep the leases still
+		// held and are next due at the earliest end of them. It returns
+		// the leases held that ended before $1.
+		expired: q(`WITH held AS MATERIALIZED (
+	SELECT b.id AS batch, {jcols} FROM {batches} b CROSS JOIN LATERAL unnest(b.ids, b.leases) AS x(id, lease)
+	JOIN {jobs} j ON j.id = x.id AND j.lease = x.lease AND j.state = 'running'
+	WHERE b.id = ANY($2::bigint[])
+), gone AS (
+	DELETE FROM {batches} WHERE id = ANY($2::bigint[]) AND id NOT IN (SELECT batch FROM held)
+), kept AS (
+	UPDATE {batches} b SET due = h.due, ids = h.ids, leases = h.leases
+	FROM (SELECT batch, coalesce(min(lease_until), $1) AS due, array_agg(id ORDER BY id) AS ids, array_agg(lease ORDER BY id) AS leases
+		FROM held GROUP BY batch) h
+	WHERE b.id = h.batch
+)
+SELECT {cols} FROM held WHERE lease_until < $1 ORDER BY lease_until, id`),
+
+		// leased reads the jobs worker $1 holds, by its lease batches.
+		leased: q(`SELECT {jcols} FROM {batches} b CROSS JOIN LATERAL unnest(b.ids, b.leases) AS x(id, lease)
+	JOIN {jobs} j ON j.id = x.id AND j.lease = x.lease AND j.state = 'running' AND j.worker = b.worker
+	WHERE b.worker = $1 ORDER BY j.id LIMIT $2`),
+
+		// runningByWorker counts the jobs each worker holds, by the
+		// lease batches.
+		runningByWorker: q(`SELECT b.worker, count(*) AS n FROM {batches} b CROSS JOIN LATERAL unnest(b.ids, b.leases) AS x(id, lease)
+	JOIN {jobs} j ON j.id = x.id AND j.lease = x.lease AND j.state = 'running' AND j.worker = b.worker
+	GROUP BY b.worker`),
 
 		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
 
