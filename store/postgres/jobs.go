@@ -1306,7 +1306,7 @@ func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*store
 	// found beyond limit are found again by the next call.
 	const group = 100
 	var out []*store.Job
-	visited := []int64{}
+	visited, seen := []int64{}, map[int64]bool{}
 	for len(out) < limit {
 		var batches []int64
 		var found []*store.Job
@@ -1328,7 +1328,14 @@ func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*store
 		if err != nil {
 			return nil, s.fail("expired", err)
 		}
-		out = append(out, found...)
+		for _, j := range found {
+			// A job the same worker leased again is in two of its
+			// batches, perhaps visited in different groups.
+			if !seen[j.ID] {
+				seen[j.ID] = true
+				out = append(out, j)
+			}
+		}
 		visited = append(visited, batches...)
 		if len(batches) < group {
 			break

@@ -148,7 +148,7 @@ var limitedLeaseSQL = `WITH upd AS (
 	SELECT $7::text, 'attempts', $5::smallint, count(*) FROM upd HAVING count(*) > 0
 	{upsert}
 ), bat AS (
-	` + leaseBatchSQL("$4", "$3", "upd", "lease") + `
+	` + leaseBatchSQL("$4", "$3", "upd") + `
 ), started AS (
 	SELECT j.climit, j.ckey, j.run_at, l.rate_per, l.rate_n, l.rate_burst, rt.tat
 	FROM upd u JOIN {jobs} j ON j.id = u.id JOIN {limits} l ON l.name = j.climit AND l.rate_n > 0

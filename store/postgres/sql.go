@@ -78,11 +78,12 @@ const keepKeysSQL = `INSERT INTO {keys} (key, job_id, queue, kind, state, create
 
 // leaseBatchSQL records the leases a fetch took, one row in
 // lease_batches (migration 0025) for the rescue to find them by: worker
-// and until are the statement's parameters, from the CTE leased with
-// each row's id and its new token as the expression token.
-func leaseBatchSQL(worker, until, leased, token string) string {
-	return `INSERT INTO {batches} (worker, due, ids, leases)
-	SELECT ` + worker + `::text, ` + until + `::timestamptz, array_agg(id), array_agg(` + token + `) FROM ` + leased + ` HAVING count(*) > 0`
+// and until are the statement's parameters, leased the CTE of the rows
+// leased (by id). The lease tokens are not kept: reading them in the
+// CTE would walk each row to its last columns once more.
+func leaseBatchSQL(worker, until, leased string) string {
+	return `INSERT INTO {batches} (worker, due, ids)
+	SELECT ` + worker + `::text, ` + until + `::timestamptz, array_agg(id) FROM ` + leased + ` HAVING count(*) > 0`
 }
 
 // upsertCounters is the tail of an INSERT INTO counters ... SELECT that
@@ -233,8 +234,8 @@ SELECT id FROM ins CROSS JOIN ntf`),
 		// priority, that is two probes more than a plain (run_at, id)
 		// fetch.
 		fetch: q(`WITH picked AS (
-	SELECT d.id, d.lease FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
-		SELECT id, lease FROM {jobs}
+	SELECT d.id FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+		SELECT id FROM {jobs}
 		WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = prio.p AND run_at <= $2
 		ORDER BY run_at, id LIMIT $3
 		FOR UPDATE SKIP LOCKED) d
@@ -244,7 +245,7 @@ SELECT id FROM ins CROSS JOIN ntf`),
 	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM picked HAVING count(*) > 0
 	{upsert}
 ), bat AS (
-	` + leaseBatchSQL("$6", "$5", "picked", "lease + 1") + `
+	` + leaseBatchSQL("$6", "$5", "picked") + `
 )
 UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
 	progress_done = NULL, progress_total = NULL, progress_at = NULL
@@ -368,34 +369,35 @@ SELECT k FROM upd`),
 		expiredBatches: q(`SELECT id FROM {batches} WHERE due < $1 AND id <> ALL($2::bigint[]) ORDER BY due, id LIMIT $3 FOR UPDATE SKIP LOCKED`),
 
 		// expired visits the lease batches $2 (locked by
-		// expiredBatches): of their leases, those still held (the job
-		// running that lease) stay, the others are dropped; a batch
-		// with none left is deleted, the others keep the leases still
-		// held and are next due at the earliest end of them. It returns
-		// the leases held that ended before $1.
+		// expiredBatches): of their jobs, those still held (running,
+		// leased by the batch's worker: a later lease of the job by the
+		// same worker is in another batch too, which is harmless) stay,
+		// the others are dropped; a batch with none left is deleted, the
+		// others keep the jobs still held and are next due at the
+		// earliest end of their leases. It returns the jobs held whose
+		// lease ended before $1, each once.
 		expired: q(`WITH held AS MATERIALIZED (
-	SELECT b.id AS batch, {jcols} FROM {batches} b CROSS JOIN LATERAL unnest(b.ids, b.leases) AS x(id, lease)
-	JOIN {jobs} j ON j.id = x.id AND j.lease = x.lease AND j.state = 'running'
+	SELECT b.id AS batch, {jcols} FROM {batches} b CROSS JOIN LATERAL unnest(b.ids) AS x(id)
+	JOIN {jobs} j ON j.id = x.id AND j.state = 'running' AND j.worker = b.worker
 	WHERE b.id = ANY($2::bigint[])
 ), gone AS (
 	DELETE FROM {batches} WHERE id = ANY($2::bigint[]) AND id NOT IN (SELECT batch FROM held)
 ), kept AS (
-	UPDATE {batches} b SET due = h.due, ids = h.ids, leases = h.leases
-	FROM (SELECT batch, coalesce(min(lease_until), $1) AS due, array_agg(id ORDER BY id) AS ids, array_agg(lease ORDER BY id) AS leases
-		FROM held GROUP BY batch) h
+	UPDATE {batches} b SET due = h.due, ids = h.ids
+	FROM (SELECT batch, coalesce(min(lease_until), $1) AS due, array_agg(id ORDER BY id) AS ids FROM held GROUP BY batch) h
 	WHERE b.id = h.batch
 )
-SELECT {cols} FROM held WHERE lease_until < $1 ORDER BY lease_until, id`),
+SELECT DISTINCT ON (lease_until, id) {cols} FROM held WHERE lease_until < $1 ORDER BY lease_until, id`),
 
 		// leased reads the jobs worker $1 holds, by its lease batches.
-		leased: q(`SELECT {jcols} FROM {batches} b CROSS JOIN LATERAL unnest(b.ids, b.leases) AS x(id, lease)
-	JOIN {jobs} j ON j.id = x.id AND j.lease = x.lease AND j.state = 'running' AND j.worker = b.worker
+		leased: q(`SELECT DISTINCT ON (j.id) {jcols} FROM {batches} b CROSS JOIN LATERAL unnest(b.ids) AS x(id)
+	JOIN {jobs} j ON j.id = x.id AND j.state = 'running' AND j.worker = b.worker
 	WHERE b.worker = $1 ORDER BY j.id LIMIT $2`),
 
 		// runningByWorker counts the jobs each worker holds, by the
 		// lease batches.
-		runningByWorker: q(`SELECT b.worker, count(*) AS n FROM {batches} b CROSS JOIN LATERAL unnest(b.ids, b.leases) AS x(id, lease)
-	JOIN {jobs} j ON j.id = x.id AND j.lease = x.lease AND j.state = 'running' AND j.worker = b.worker
+		runningByWorker: q(`SELECT b.worker, count(DISTINCT j.id) AS n FROM {batches} b CROSS JOIN LATERAL unnest(b.ids) AS x(id)
+	JOIN {jobs} j ON j.id = x.id AND j.state = 'running' AND j.worker = b.worker
 	GROUP BY b.worker`),
 
 		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
