@@ -51,8 +51,6 @@ func renderFair(q func(string) string) fairStatements {
 	SELECT id FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 AND fkey = $3 AND run_at <= $4
 	ORDER BY run_at, id LIMIT $5
 	FOR UPDATE SKIP LOCKED
-), bat AS (
-	` + leaseBatchSQL("$8", "$7", "picked") + `
 )
 UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($6, j.run_at), lease_until = $7, worker = $8,
 	progress_done = NULL, progress_total = NULL, progress_at = NULL

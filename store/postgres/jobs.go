@@ -1299,61 +1299,15 @@ func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*store
 	if limit <= 0 {
 		limit = 100
 	}
-	// The lease batches due are visited a group at a time, each group in
-	// a transaction of its own, until limit expired leases are found or
-	// none is left to visit. A batch keeps the expired leases it holds
-	// (they stay held until the rescue's outcome ends them), so the ones
-	// found beyond limit are found again by the next call.
-	const group = 100
-	var out []*store.Job
-	visited, seen := []int64{}, map[int64]bool{}
-	for len(out) < limit {
-		var batches []int64
-		var found []*store.Job
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, s.sql.expiredBatches, ts(now), visited, group)
-			if err != nil {
-				return err
-			}
-			if batches, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil || len(batches) == 0 {
-				return err
-			}
-			rows, err = tx.Query(ctx, s.sql.expired, ts(now), batches)
-			if err != nil {
-				return err
-			}
-			found, err = collect(rows, false)
-			return err
-		})
-		if err != nil {
-			return nil, s.fail("expired", err)
-		}
-		for _, j := range found {
-			// A job the same worker leased again is in two of its
-			// batches, perhaps visited in different groups.
-			if !seen[j.ID] {
-				seen[j.ID] = true
-				out = append(out, j)
-			}
-		}
-		visited = append(visited, batches...)
-		if len(batches) < group {
-			break
-		}
+	rows, err := s.pool.Query(ctx, s.sql.expired, ts(now), limit)
+	if err != nil {
+		return nil, s.fail("expired", err)
 	}
-	slices.SortFunc(out, func(a, b *store.Job) int {
-		if c := a.LeaseUntil.Compare(*b.LeaseUntil); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
-	if len(out) > limit {
-		out = out[:limit]
+	jobs, err := collect(rows, false)
+	if err != nil {
+		return nil, s.fail("expired", err)
 	}
-	if out == nil {
-		out = []*store.Job{}
-	}
-	return out, nil
+	return jobs, nil
 }
 
 // Get implements store.Store.

@@ -138,7 +138,7 @@ const unlimitedAboveSQL = `SELECT coalesce(array_agg(priority::int ORDER BY prio
 // groups: TAT to max(TAT, now) + starts * T, and counts in throttled the
 // starts the rate delayed (a job due before its group's rate allowed a
 // start). The CTEs read the rows as they were before the statement.
-var limitedLeaseSQL = `WITH upd AS (
+const limitedLeaseSQL = `WITH upd AS (
 	UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($2, j.run_at), lease_until = $3, worker = $4,
 		progress_done = NULL, progress_total = NULL, progress_at = NULL
 	FROM unnest($1::bigint[]) AS r(id) WHERE j.id = r.id AND j.state IN ('pending', 'scheduled')
@@ -147,8 +147,6 @@ var limitedLeaseSQL = `WITH upd AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
 	SELECT $7::text, 'attempts', $5::smallint, count(*) FROM upd HAVING count(*) > 0
 	{upsert}
-), bat AS (
-	` + leaseBatchSQL("$4", "$3", "upd") + `
 ), started AS (
 	SELECT j.climit, j.ckey, j.run_at, l.rate_per, l.rate_n, l.rate_burst, rt.tat
 	FROM upd u JOIN {jobs} j ON j.id = u.id JOIN {limits} l ON l.name = j.climit AND l.rate_n > 0

@@ -23,7 +23,8 @@ import (
 // no fetcher skips rows another locked. The backends' process ids are
 // logged (-test.v), so that a server run under a profiler can be read
 // per phase (see docs/BENCHMARKS.md), with a third one's: the rescue's
-// read once every lease ended, untimed (the lease batches it prunes).
+// read once every lease ended, untimed (what a lease leaves for the
+// rescue to do, to compare designs of it).
 //
 //	REDRIVE_POSTGRES_URL=... go test ./store/postgres -run '^$' -bench Phases -benchtime 100x
 func BenchmarkPhases(b *testing.B) {
@@ -102,9 +103,8 @@ func BenchmarkPhases(b *testing.B) {
 	completeWall, completeCPU := time.Since(t0), cpuSince(completePID, cpu0)
 	s.Close()
 
-	// The rescue's read once every lease ended (untimed): it visits the
-	// fetches' lease batches, finds none of their leases held and
-	// deletes them, the work a lease leaves for the rescue.
+	// The rescue's read once every lease ended (untimed): it finds none
+	// of the jobs running, the work a lease leaves for the rescue.
 	s, rescuePID := conn()
 	if exp, err := s.Expired(ctx, time.Now().Add(2*time.Hour), 500); err != nil || len(exp) != 0 {
 		b.Fatalf("Expired after every job completed: %d jobs, %v", len(exp), err)

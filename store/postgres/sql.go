@@ -44,9 +44,6 @@ type statements struct {
 	heartbeat             string
 	progress              string
 	expired               string
-	expiredBatches        string
-	leased                string
-	runningByWorker       string
 	get                   string
 	nextDue, nextDueAfter string
 	cancelLock            string
@@ -75,16 +72,6 @@ type statements struct {
 const keepKeysSQL = `INSERT INTO {keys} (key, job_id, queue, kind, state, created_at, finished_at, deleted_at)
 	SELECT idem_key, id, queue, kind, state, created_at, finished_at, now() FROM del WHERE idem_key IS NOT NULL
 	ON CONFLICT (key) DO NOTHING`
-
-// leaseBatchSQL records the leases a fetch took, one row in
-// lease_batches (migration 0025) for the rescue to find them by: worker
-// and until are the statement's parameters, leased the CTE of the rows
-// leased (by id). The lease tokens are not kept: reading them in the
-// CTE would walk each row to its last columns once more.
-func leaseBatchSQL(worker, until, leased string) string {
-	return `INSERT INTO {batches} (worker, due, ids)
-	SELECT ` + worker + `::text, ` + until + `::timestamptz, array_agg(id) FROM ` + leased + ` HAVING count(*) > 0`
-}
 
 // upsertCounters is the tail of an INSERT INTO counters ... SELECT that
 // adds to existing rows.
@@ -118,7 +105,6 @@ func render(schema, channel string) statements {
 		"{now}", "$5::timestamptz",
 		"{limitgen}", schema+".limit_gen",
 		"{counters}", schema+".counters",
-		"{batches}", schema+".lease_batches",
 		"{jobcounts}", schema+".job_counts",
 		"{keys}", schema+".idem_keys",
 		"{seq}", "'"+schema+".jobs_id_seq'",
@@ -244,8 +230,6 @@ SELECT id FROM ins CROSS JOIN ntf`),
 	INSERT INTO {counters} AS c (queue, name, shard, n)
 	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM picked HAVING count(*) > 0
 	{upsert}
-), bat AS (
-	` + leaseBatchSQL("$6", "$5", "picked") + `
 )
 UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
 	progress_done = NULL, progress_total = NULL, progress_at = NULL
@@ -363,42 +347,7 @@ SELECT k FROM upd`),
 	FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::timestamptz[]) AS u(id, lease, done, total, at)
 	WHERE j.id = u.id AND j.state = 'running' AND j.lease = u.lease AND j.worker = $6`),
 
-		// expiredBatches locks up to $3 lease batches due before $1,
-		// leaving out those already visited ($2) and those another
-		// rescue holds.
-		expiredBatches: q(`SELECT id FROM {batches} WHERE due < $1 AND id <> ALL($2::bigint[]) ORDER BY due, id LIMIT $3 FOR UPDATE SKIP LOCKED`),
-
-		// expired visits the lease batches $2 (locked by
-		// expiredBatches): of their jobs, those still held (running,
-		// leased by the batch's worker: a later lease of the job by the
-		// same worker is in another batch too, which is harmless) stay,
-		// the others are dropped; a batch with none left is deleted, the
-		// others keep the jobs still held and are next due at the
-		// earliest end of their leases. It returns the jobs held whose
-		// lease ended before $1, each once.
-		expired: q(`WITH held AS MATERIALIZED (
-	SELECT b.id AS batch, {jcols} FROM {batches} b CROSS JOIN LATERAL unnest(b.ids) AS x(id)
-	JOIN {jobs} j ON j.id = x.id AND j.state = 'running' AND j.worker = b.worker
-	WHERE b.id = ANY($2::bigint[])
-), gone AS (
-	DELETE FROM {batches} WHERE id = ANY($2::bigint[]) AND id NOT IN (SELECT batch FROM held)
-), kept AS (
-	UPDATE {batches} b SET due = h.due, ids = h.ids
-	FROM (SELECT batch, coalesce(min(lease_until), $1) AS due, array_agg(id ORDER BY id) AS ids FROM held GROUP BY batch) h
-	WHERE b.id = h.batch
-)
-SELECT DISTINCT ON (lease_until, id) {cols} FROM held WHERE lease_until < $1 ORDER BY lease_until, id`),
-
-		// leased reads the jobs worker $1 holds, by its lease batches.
-		leased: q(`SELECT DISTINCT ON (j.id) {jcols} FROM {batches} b CROSS JOIN LATERAL unnest(b.ids) AS x(id)
-	JOIN {jobs} j ON j.id = x.id AND j.state = 'running' AND j.worker = b.worker
-	WHERE b.worker = $1 ORDER BY j.id LIMIT $2`),
-
-		// runningByWorker counts the jobs each worker holds, by the
-		// lease batches.
-		runningByWorker: q(`SELECT b.worker, count(DISTINCT j.id) AS n FROM {batches} b CROSS JOIN LATERAL unnest(b.ids) AS x(id)
-	JOIN {jobs} j ON j.id = x.id AND j.state = 'running' AND j.worker = b.worker
-	GROUP BY b.worker`),
+		expired: q(`SELECT {cols} FROM {jobs} WHERE state = 'running' AND lease_until < $1 ORDER BY lease_until, id LIMIT $2`),
 
 		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
 

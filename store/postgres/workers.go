@@ -105,11 +105,12 @@ func (s *Store) Workers(ctx context.Context) ([]store.WorkerInfo, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	// The running jobs are found by their lease batches (migration 0025).
+	// A running job has a lease: the condition on it reads the jobs_lease
+	// index.
 	rows, err := s.pool.Query(ctx, `SELECT w.id, w.host, w.pid, w.instance, w.version, w.queues, w.kinds, w.started_at, w.heartbeat_at,
 			w.stopped_at, w.stop_reason, coalesce(r.n, 0)
 		FROM `+s.workersTable()+` w
-		LEFT JOIN (`+s.sql.runningByWorker+`) r ON r.worker = w.id
+		LEFT JOIN (SELECT worker, count(*) AS n FROM `+s.sql.jobs+` WHERE state = 'running' AND lease_until IS NOT NULL GROUP BY worker) r ON r.worker = w.id
 		ORDER BY w.started_at DESC, w.id`)
 	if err != nil {
 		return nil, s.fail("workers", err)
@@ -165,7 +166,9 @@ func (s *Store) Leased(ctx context.Context, worker string, limit int) ([]*store.
 	if limit <= 0 {
 		return []*store.Job{}, nil
 	}
-	rows, err := s.pool.Query(ctx, s.sql.leased, cleanText(worker), limit)
+	// (lease_until IS NOT NULL: see Workers.)
+	rows, err := s.pool.Query(ctx, `SELECT `+cols("", false)+` FROM `+s.sql.jobs+` WHERE state = 'running' AND lease_until IS NOT NULL AND worker = $1 ORDER BY id LIMIT $2`,
+		cleanText(worker), limit)
 	if err != nil {
 		return nil, s.fail("leased", err)
 	}
