@@ -22,7 +22,9 @@ import (
 // readable), the CPU time each backend spent per job: one connection, so
 // no fetcher skips rows another locked. The backends' process ids are
 // logged (-test.v), so that a server run under a profiler can be read
-// per phase (see docs/BENCHMARKS.md).
+// per phase (see docs/BENCHMARKS.md), with a third one's: the rescue's
+// read once every lease ended, untimed (what a lease leaves for the
+// rescue to do, to compare designs of it).
 //
 //	REDRIVE_POSTGRES_URL=... go test ./store/postgres -run '^$' -bench Phases -benchtime 100x
 func BenchmarkPhases(b *testing.B) {
@@ -77,7 +79,6 @@ func BenchmarkPhases(b *testing.B) {
 
 	// Complete them, 1,000 at a time, as the engine's completer does.
 	s, completePID := conn()
-	defer s.Close()
 	outs := make([]store.Outcome, 0, per)
 	cpu0, t0 = backendCPU(completePID), time.Now()
 	b.StartTimer()
@@ -100,12 +101,21 @@ func BenchmarkPhases(b *testing.B) {
 	}
 	b.StopTimer()
 	completeWall, completeCPU := time.Since(t0), cpuSince(completePID, cpu0)
+	s.Close()
+
+	// The rescue's read once every lease ended (untimed): it finds none
+	// of the jobs running, the work a lease leaves for the rescue.
+	s, rescuePID := conn()
+	if exp, err := s.Expired(ctx, time.Now().Add(2*time.Hour), 500); err != nil || len(exp) != 0 {
+		b.Fatalf("Expired after every job completed: %d jobs, %v", len(exp), err)
+	}
 
 	n := float64(b.N * per)
 	if len(leased)*per < b.N*per {
 		b.Fatalf("leased %d batches for %d jobs", len(leased), b.N*per)
 	}
-	b.Logf("%d jobs; backends: lease %d, complete %d", b.N*per, leasePID, completePID)
+	s.Close()
+	b.Logf("%d jobs; backends: lease %d, complete %d, rescue %d", b.N*per, leasePID, completePID, rescuePID)
 	b.ReportMetric(float64(leaseWall.Microseconds())/n, "lease-µs/job")
 	b.ReportMetric(float64(completeWall.Microseconds())/n, "complete-µs/job")
 	if leaseCPU >= 0 && completeCPU >= 0 {

@@ -251,3 +251,83 @@ func (x *h) checkCounts(what string) {
 		}
 	}
 }
+
+// testRescueKilledWorker: a killed worker's jobs are all found by the
+// rescue by the end of its leases plus 1 s of the store's clock, however
+// many fetches leased them, and none of a worker that renews its leases.
+// Worker "killed" leases 230 jobs, one fetch each (more fetches than a
+// store may visit at a time) and then 3 in one fetch, of which it
+// completes one and heartbeats another once; worker "alive" leases 130,
+// one fetch each, and renews them all before they end. Expired, called
+// with a limit of 100 as the rescuer calls it, returns 100 leases while
+// 100 or more are expired, and each lease once across the rescue's
+// outcomes.
+func testRescueKilledWorker(x *h) {
+	const killed, alive = 230, 130
+	leaseOne := func(worker string, now time.Time) *store.Job {
+		j := x.enqueue(now, store.NewJob{Queue: "kq-" + worker, Kind: "k"})[0]
+		return x.fetchWant(store.FetchParams{Queue: "kq-" + worker, Limit: 1, Now: now, LeaseUntil: now.Add(time.Minute), Worker: worker}, j.ID)[0]
+	}
+	want := map[int64]bool{}
+	var last time.Time // the end of the killed worker's last lease
+	for i := range killed {
+		now := at(time.Duration(i) * 10 * time.Millisecond)
+		want[leaseOne("killed", now).ID], last = true, now.Add(time.Minute)
+	}
+	var renewed []*store.Job
+	for i := range alive {
+		renewed = append(renewed, leaseOne("alive", at(time.Duration(i)*10*time.Millisecond)))
+	}
+	three := x.leaseNew(at(time.Second), "killed", store.NewJob{Queue: "kq3", Kind: "k"}, store.NewJob{Queue: "kq3", Kind: "k"}, store.NewJob{Queue: "kq3", Kind: "k"})
+	x.finish(completeOf(three[0], at(2*time.Second)))
+	x.heartbeat("killed", three[1:2], at(30*time.Second).Add(time.Minute)) // its last heartbeat
+	want[three[1].ID], want[three[2].ID] = true, true
+	if end := at(30 * time.Second).Add(time.Minute); end.After(last) {
+		last = end
+	}
+	x.heartbeat("alive", renewed, at(50*time.Second).Add(time.Minute))
+
+	// Before any lease ends, nothing; once the first ones ended, some
+	// of the killed worker's only (reading them changes nothing).
+	x.checkIDSet("Expired before any lease ended", jobIDs(x.expired(at(time.Minute), 100)), nil)
+	for _, j := range x.expired(at(time.Minute+time.Second), 100) {
+		if !want[j.ID] {
+			x.t.Errorf("Expired at 1m1s returned job %d of worker %q, not one of the killed worker's", j.ID, j.Worker)
+		}
+	}
+
+	// The rescue at the end of the last lease plus 1 s finds them all,
+	// 100 at a time.
+	now := last.Add(time.Second)
+	got := map[int64]bool{}
+	for round := 0; ; round++ {
+		exp := x.expired(now, 100)
+		if left := len(want) - len(got); len(exp) != min(left, 100) {
+			x.t.Fatalf("rescue round %d: Expired returned %d leases with %d expired not yet rescued, want %d", round, len(exp), left, min(left, 100))
+		}
+		if len(exp) == 0 {
+			break
+		}
+		outs := make([]store.Outcome, len(exp))
+		for i, j := range exp {
+			if !want[j.ID] || got[j.ID] {
+				x.t.Fatalf("rescue round %d: Expired returned job %d of worker %q (rescued before: %v)", round, j.ID, j.Worker, got[j.ID])
+			}
+			got[j.ID] = true
+			outs[i] = rescueOf(j, now)
+		}
+		x.finish(outs...)
+	}
+	if n := x.counter("kq-killed", store.StatRescued) + x.counter("kq3", store.StatRescued); n != int64(len(want)) {
+		x.t.Errorf("rescued counters = %d, want %d", n, len(want))
+	}
+	for _, j := range renewed {
+		if g := x.get(j.ID); g.State != store.Running || g.Worker != "alive" {
+			x.t.Errorf("renewed job %d: %s by %q after the rescue, want running by alive", j.ID, g.State, g.Worker)
+		}
+	}
+
+	// The other worker is killed in turn: its leases end at 1m50s.
+	x.checkIDSet("Expired at the renewed leases' end", jobIDs(x.expired(at(50*time.Second).Add(time.Minute), 500)), nil)
+	x.checkIDSet("Expired 1 s after the renewed leases' end", jobIDs(x.expired(at(51*time.Second).Add(time.Minute), 500)), jobIDs(renewed))
+}

@@ -107,6 +107,7 @@ var subtests = []subtest{
 	{"ProgressOutcomes", testProgressOutcomes},
 	{"CancelRequested", testCancelRequested},
 	{"Expired", testExpired},
+	{"RescueKilledWorker", testRescueKilledWorker},
 	{"GetNotFound", testGetNotFound},
 	{"ListFilters", testListFilters},
 	{"ListPagination", testListPagination},
