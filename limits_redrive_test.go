@@ -1,0 +1,94 @@
+package redrive_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
+)
+
+// buryOne leases the job id of queue q in st and buries it, so that it
+// is dead.
+func buryOne(t *testing.T, st store.Store, q string, id int64, now time.Time) {
+	t.Helper()
+	jobs, err := st.Fetch(t.Context(), store.FetchParams{Queue: q, Limit: 10, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w-bury"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.ID != id {
+			t.Fatalf("fetch leased job %d, want only %d", j.ID, id)
+		}
+		if _, err := st.Finish(t.Context(), []store.Outcome{{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease,
+			Worker: "w-bury", Kind: store.Bury, At: now, Error: "boom", DeadReason: "test"}}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("fetch leased nothing, want job %d", id)
+}
+
+// TestRedriveEditRekeysLimit: a job under a limit keyed on a payload
+// field, edited and redriven with the field changed, is in the group its
+// new payload names, and has the fair key it names. Before, it kept the
+// group and fair key of its old payload, so the new group's limit was
+// exceeded: with max 1 per customer, customer B had two jobs running at
+// once.
+func TestRedriveEditRekeysLimit(t *testing.T) {
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	if err := c.SetLimits([]redrive.ConcurrencyLimit{{Name: "crm", Queue: "crm", Key: "payload.customer", Max: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetFairShares([]redrive.FairShare{{Queue: "crm", Key: "payload.customer"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	a, err := c.Enqueue(ctx, "crm.call", map[string]string{"customer": "A"}, redrive.InQueue("crm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Second)
+	buryOne(t, st, "crm", a.ID, now)
+	if _, err := c.Redrive(ctx, redrive.RedriveRequest{IDs: []int64{a.ID}, Payload: map[string]string{"customer": "B"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Limit == nil || got.Limit.Name != "crm" || got.Limit.Key != "B" {
+		t.Errorf("redriven job's limit = %+v, want crm group B (its new payload's)", got.Limit)
+	}
+	if got.FairKey == nil || *got.FairKey != "B" {
+		t.Errorf("redriven job's fair key = %q, want B (its new payload's)", derefOr(got.FairKey))
+	}
+	// Customer B's one slot taken by another job: the redriven job, now
+	// B's, must wait.
+	b, err := c.Enqueue(ctx, "crm.call", map[string]string{"customer": "B"}, redrive.InQueue("crm"),
+		redrive.At(now.Add(-time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := store.FetchParams{Queue: "crm", Limit: 1, Now: now.Add(time.Second), LeaseUntil: now.Add(time.Minute), Worker: "w"}
+	first, err := st.Fetch(ctx, p)
+	if err != nil || len(first) != 1 || first[0].ID != b.ID {
+		t.Fatalf("first fetch = %v, %v; want B's older job %d", first, err, b.ID)
+	}
+	p.Limit = 10
+	more, err := st.Fetch(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range more {
+		t.Errorf("job %d (payload %s) leased while customer B's one slot is held by job %d", j.ID, j.Payload, b.ID)
+	}
+}
+
+func derefOr(p *string) string {
+	if p == nil {
+		return "<none>"
+	}
+	return *p
+}
