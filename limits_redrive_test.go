@@ -1,6 +1,7 @@
 package redrive_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -16,17 +17,14 @@ func buryOne(t *testing.T, st store.Store, q string, id int64, now time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range jobs {
-		if j.ID != id {
-			t.Fatalf("fetch leased job %d, want only %d", j.ID, id)
-		}
-		if _, err := st.Finish(t.Context(), []store.Outcome{{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease,
-			Worker: "w-bury", Kind: store.Bury, At: now, Error: "boom", DeadReason: "test"}}); err != nil {
-			t.Fatal(err)
-		}
-		return
+	if len(jobs) != 1 || jobs[0].ID != id {
+		t.Fatalf("fetch leased %d jobs, want only job %d", len(jobs), id)
 	}
-	t.Fatalf("fetch leased nothing, want job %d", id)
+	j := jobs[0]
+	if _, err := st.Finish(t.Context(), []store.Outcome{{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease,
+		Worker: "w-bury", Kind: store.Bury, At: now, Error: "boom", DeadReason: "test"}}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestRedriveEditRekeysLimit: a job under a limit keyed on a payload
@@ -91,4 +89,53 @@ func derefOr(p *string) string {
 		return "<none>"
 	}
 	return *p
+}
+
+// TestRedriveEditKeysOperation: a redrive operation with a replacement
+// payload moves its jobs to the groups the payload names too, and a
+// payload lacking a limit's key field is refused, naming it, when the
+// redrive selects that limit's jobs, with nothing redriven.
+func TestRedriveEditKeysOperation(t *testing.T) {
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	if err := c.SetLimits([]redrive.ConcurrencyLimit{
+		{Name: "crm", Queue: "crm", Key: "payload.customer", Max: 1},
+		{Name: "web", Queue: "web", Key: "host", Max: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	a, err := c.Enqueue(ctx, "crm.call", map[string]string{"customer": "A"}, redrive.InQueue("crm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buryOne(t, st, "crm", a.ID, time.Now().Add(time.Second))
+	// The payload lacks the customer: refused, naming the field.
+	_, err = c.Redrive(ctx, redrive.RedriveRequest{IDs: []int64{a.ID}, Payload: map[string]string{"url": "https://x.example/"}})
+	var fe *redrive.FieldError
+	if !errors.Is(err, redrive.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "payload.customer" {
+		t.Fatalf("Redrive without the key field = %v, want ErrInvalid naming payload.customer", err)
+	}
+	if _, err := c.StartOperation(ctx, redrive.OperationRequest{Kind: redrive.OperationRedrive, IDs: []int64{a.ID},
+		Payload: map[string]string{"url": "https://x.example/"}}); !errors.Is(err, redrive.ErrInvalid) {
+		t.Fatalf("StartOperation without the key field = %v, want ErrInvalid", err)
+	}
+	if got, err := c.Get(ctx, a.ID); err != nil || got.State != redrive.Dead {
+		t.Fatalf("job after refused redrives = %+v, %v; want dead", got, err)
+	}
+	op, err := c.StartOperation(ctx, redrive.OperationRequest{Kind: redrive.OperationRedrive, IDs: []int64{a.ID},
+		Payload: map[string]string{"customer": "C"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op, err = c.RunOperation(ctx, op.ID, nil); err != nil || op.Progress.Redriven != 1 {
+		t.Fatalf("RunOperation = %+v, %v; want one job redriven", op, err)
+	}
+	got, err := c.Get(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Limit == nil || got.Limit.Key != "C" {
+		t.Errorf("job redriven by an operation: limit %+v, want group C", got.Limit)
+	}
 }
