@@ -71,6 +71,10 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress
 	if err := c.validateRedrivePayload(ctx, r.IDs, r.Filter, payload); err != nil {
 		return prog, fmt.Errorf("redrive: redrive: %w", err)
 	}
+	keys, err := c.redriveKeys(ctx, r.IDs, r.Filter, payload)
+	if err != nil {
+		return prog, fmt.Errorf("redrive: redrive: %w", err)
+	}
 	f := r.Filter
 	f.States = []State{Dead}
 	if len(r.IDs) > 0 {
@@ -106,7 +110,7 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress
 				}
 			}
 		}
-		res, err := c.store.Redrive(ctx, store.RedriveParams{IDs: ids, Now: c.now(), Payload: payload, Note: r.Note})
+		res, err := c.store.Redrive(ctx, store.RedriveParams{IDs: ids, Now: c.now(), Payload: payload, Note: r.Note, Keys: keys})
 		if err != nil {
 			return err
 		}
@@ -234,6 +238,100 @@ func (c *Client) validateRedrivePayload(ctx context.Context, ids []int64, f Filt
 		}
 	}
 	return nil
+}
+
+// redriveKeys returns the limit groups and fair keys that payload, the
+// replacement payload of a redrive (nil: none), names for the client's
+// limits and fair shares whose key reads the payload (payload.<field>,
+// host), so that an edited job moves to the group its new payload names,
+// as an enqueue of it would. A limit or fair share keyed on the
+// dependency, or without a key, keeps each job's own. A payload that
+// lacks a limit's or fair share's key refuses the redrive, naming the
+// field, when the redrive selects dead jobs (ids, else f) of the queue
+// or kind that limit or share selects; nothing is touched.
+func (c *Client) redriveKeys(ctx context.Context, ids []int64, f Filter, payload json.RawMessage) (store.RedriveKeys, error) {
+	var k store.RedriveKeys
+	if payload == nil {
+		return k, nil
+	}
+	if len(ids) > 0 {
+		f = Filter{IDs: ids}
+	}
+	f.States = []State{Dead}
+	selects := func(queue, kind string) (bool, error) {
+		fk := f
+		if queue != "" {
+			if fk.Queue != "" && fk.Queue != queue {
+				return false, nil
+			}
+			fk.Queue = queue
+		}
+		if kind != "" {
+			if fk.Kind != "" && fk.Kind != kind {
+				return false, nil
+			}
+			fk.Kind = kind
+		}
+		n, err := c.store.Count(ctx, fk)
+		if err != nil {
+			return false, fmt.Errorf("checking the payload's keys against the selected jobs: %w", err)
+		}
+		return n > 0, nil
+	}
+	keyOf := func(lk LimitKey) (string, error) {
+		key, err := lk.of(payload, "")
+		if err == nil && len(key) > store.MaxLimitName {
+			err = fmt.Errorf("%s is longer than %d bytes", lk, store.MaxLimitName)
+		}
+		return key, err
+	}
+	if p := c.limits.Load(); p != nil {
+		for i := range *p {
+			l := &(*p)[i]
+			if _, done := k.Limits[l.Name]; done || (l.key.Source != "payload" && l.key.Source != "host") {
+				continue
+			}
+			key, err := keyOf(l.key)
+			if err != nil {
+				sel, cerr := selects(l.Queue, l.Kind)
+				if cerr != nil {
+					return k, cerr
+				}
+				if sel {
+					return k, fmt.Errorf("%w: concurrency limit %q: %w", ErrInvalid, l.Name, err)
+				}
+				continue
+			}
+			if k.Limits == nil {
+				k.Limits = map[string]string{}
+			}
+			k.Limits[l.Name] = key
+		}
+	}
+	if p := c.fair.Load(); p != nil {
+		for _, q := range slices.Sorted(maps.Keys(*p)) {
+			fs := (*p)[q]
+			if fs.key.Source != "payload" && fs.key.Source != "host" {
+				continue
+			}
+			key, err := keyOf(fs.key)
+			if err != nil {
+				sel, cerr := selects(q, "")
+				if cerr != nil {
+					return k, cerr
+				}
+				if sel {
+					return k, fmt.Errorf("%w: fair queue %q: %w", ErrInvalid, q, err)
+				}
+				continue
+			}
+			if k.Fair == nil {
+				k.Fair = map[string]string{}
+			}
+			k.Fair[q] = key
+		}
+	}
+	return k, nil
 }
 
 // Count returns how many jobs match f.

@@ -40,3 +40,29 @@ func TestLimitKeyNumbers(t *testing.T) {
 }
 
 func asFieldError(err error, fe **redrive.FieldError) bool { return errors.As(err, fe) }
+
+// TestLimitHostKeyOneHost: the host key names a host once, whatever way
+// a URL writes it: a fully qualified name's trailing dot and an IPv6
+// address's written form do not make another group (the same server,
+// reached through either, would otherwise get max jobs per form).
+func TestLimitHostKeyOneHost(t *testing.T) {
+	c := redrive.NewClient(openStore(t), redrive.ClientOptions{Logger: quietLogger()})
+	if err := c.SetLimits([]redrive.ConcurrencyLimit{{Name: "hosts", Kind: "http", Key: "host", Max: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, tc := range []struct{ url, want string }{
+		{"https://api.example.com/x", "api.example.com"},
+		{"https://API.Example.COM./x", "api.example.com"},
+		{"https://api.example.com.:443/x", "api.example.com"},
+		{"http://[::1]:8080/", "::1"},
+		{"http://[0:0:0:0:0:0:0:1]/", "::1"},
+		{"http://[::FFFF:127.0.0.1]/", "127.0.0.1"},
+		{"http://127.0.0.1/", "127.0.0.1"},
+	} {
+		nj, err := c.Prepare(redrive.Request{Kind: "http", Payload: map[string]any{"url": tc.url}}, now)
+		if err != nil || nj.LimitKey != tc.want {
+			t.Errorf("group of %s = %q, %v; want %q", tc.url, nj.LimitKey, err, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strings"
 
@@ -325,7 +326,7 @@ func (k LimitKey) of(payload json.RawMessage, dependency string) (string, error)
 		if err != nil || u.Hostname() == "" {
 			return "", &FieldError{Field: "payload.url", Err: fmt.Errorf("has no host")}
 		}
-		return strings.ToLower(u.Hostname()), nil
+		return hostKey(u.Hostname()), nil
 	}
 	field := "payload." + strings.Join(k.Path, ".")
 	cur := payload
@@ -362,6 +363,19 @@ func (k LimitKey) of(payload json.RawMessage, dependency string) (string, error)
 		return "", &FieldError{Field: field, Err: err}
 	}
 	return n, nil // a number, in its shortest form
+}
+
+// hostKey returns the group of a URL's host: one name for one host
+// however the URL writes it, as a client dials it. A name is lower-cased
+// and loses a fully qualified name's trailing dot (api.example.com. is
+// api.example.com); an IP address is written in its canonical form (an
+// IPv6 address compressed, an IPv4-mapped one as the IPv4 address it
+// reaches).
+func hostKey(h string) string {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Unmap().String()
+	}
+	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
 
 // LimitStates returns every concurrency limit in the store with its use

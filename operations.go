@@ -222,6 +222,9 @@ func (c *Client) StartOperation(ctx context.Context, r OperationRequest) (*Opera
 		if err := c.validateRedrivePayload(ctx, r.IDs, r.Filter, n.Params.Payload); err != nil {
 			return nil, fmt.Errorf("redrive: operation: %w", err)
 		}
+		if n.Params.Keys, err = c.redriveKeys(ctx, r.IDs, r.Filter, n.Params.Payload); err != nil {
+			return nil, fmt.Errorf("redrive: operation: %w", err)
+		}
 	}
 	if r.CheckKinds && (r.Kind == OperationRedrive || r.Kind == OperationReplay) {
 		op := store.Operation{Kind: n.Kind, Params: n.Params}

@@ -175,6 +175,9 @@ type OperationParams struct {
 	Note string `json:"note,omitempty"`
 	// Payload, for a redrive, replaces each redriven job's payload.
 	Payload json.RawMessage `json:"payload,omitempty"`
+	// Keys, with Payload, are the limit groups and fair keys the new
+	// payload names (RedriveParams.Keys).
+	Keys RedriveKeys
 	// Dir, for an export, is the folder the jobs are written to, on the
 	// machine of the runner.
 	Dir string `json:"dir,omitempty"`
@@ -341,6 +344,9 @@ func CheckNewOperation(op *NewOperation) error {
 		return fmt.Errorf("%w: payload: only a redrive replaces payloads, with valid JSON", ErrInvalid)
 	case op.Kind == OpExport && op.Params.Dir == "":
 		return fmt.Errorf("%w: an export needs a folder", ErrInvalid)
+	}
+	if err := CheckRedriveKeys(op.Params.Keys); err != nil {
+		return err
 	}
 	for _, st := range op.Params.Filter.States {
 		if !st.Valid() {
@@ -529,6 +535,7 @@ type operationParamsJSON struct {
 	Rate    float64         `json:"rate"`
 	Note    string          `json:"note,omitempty"`
 	Payload json.RawMessage `json:"payload,omitempty"`
+	Keys    RedriveKeys     `json:"keys,omitzero"`
 	Dir     string          `json:"dir,omitempty"`
 	Root    string          `json:"root,omitempty"`
 }
@@ -549,7 +556,7 @@ func (p OperationParams) MarshalJSON() ([]byte, error) {
 		Filter: filterJSON{States: f.States, Queue: f.Queue, Kind: f.Kind, Class: f.Class, Reason: f.Reason,
 			Fingerprint: f.Fingerprint, Since: optionalTime(f.Since), Until: optionalTime(f.Until),
 			ErrorContains: f.ErrorContains, IDs: f.IDs, PayloadField: f.PayloadField, PayloadValue: f.PayloadValue},
-		Batch: p.Batch, Rate: p.Rate, Note: p.Note, Payload: p.Payload, Dir: p.Dir, Root: p.Root,
+		Batch: p.Batch, Rate: p.Rate, Note: p.Note, Payload: p.Payload, Keys: p.Keys, Dir: p.Dir, Root: p.Root,
 	})
 }
 
@@ -564,7 +571,7 @@ func (p *OperationParams) UnmarshalJSON(b []byte) error {
 		Filter: Filter{States: f.States, Queue: f.Queue, Kind: f.Kind, Class: f.Class, Reason: f.Reason,
 			Fingerprint: f.Fingerprint, ErrorContains: f.ErrorContains, IDs: f.IDs, PayloadField: f.PayloadField,
 			PayloadValue: f.PayloadValue},
-		Batch: v.Batch, Rate: v.Rate, Note: v.Note, Payload: v.Payload, Dir: v.Dir, Root: v.Root,
+		Batch: v.Batch, Rate: v.Rate, Note: v.Note, Payload: v.Payload, Keys: v.Keys, Dir: v.Dir, Root: v.Root,
 	}
 	if f.Since != nil {
 		p.Filter.Since = f.Since.UTC()

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redrivehq/redrive/failure"
 )
@@ -727,6 +728,62 @@ type RedriveParams struct {
 	Payload json.RawMessage
 	// Note is recorded in the redrive event (who, why).
 	Note string
+	// Keys, with Payload, are the groups and fair keys the new payload
+	// names: a redriven job keeps the limit group and fair key it was
+	// enqueued with, but those read from its payload. Ignored without
+	// Payload.
+	Keys RedriveKeys
+}
+
+// RedriveKeys are the keys a redrive's replacement payload names, as the
+// Client that asked for it reads them (its limits and fair shares): a
+// job under a limit named in Limits is moved to that group, and a fair
+// job of a queue named in Fair gets that fair key. A job of a limit or
+// queue not named keeps its own (a key read from the job's dependency,
+// a limit without a key, a limit or fair share the asking Client is not
+// configured with).
+type RedriveKeys struct {
+	// Limits maps a limit's name to the group the payload puts its jobs
+	// in.
+	Limits map[string]string `json:"limits,omitempty"`
+	// Fair maps a fair queue to the fair key the payload gives its jobs.
+	Fair map[string]string `json:"fair,omitempty"`
+}
+
+// LimitKey returns the group a redriven job of limit (empty: none) and
+// group key moves to: key itself unless Limits names the limit.
+func (k RedriveKeys) LimitKey(limit, key string) string {
+	if g, ok := k.Limits[limit]; ok && limit != "" {
+		return g
+	}
+	return key
+}
+
+// FairKey returns the fair key a redriven job of queue with fair key
+// fkey (nil: not a fair job) gets: fkey itself unless the job is fair
+// and Fair names its queue.
+func (k RedriveKeys) FairKey(queue string, fkey *string) *string {
+	if fkey == nil {
+		return nil
+	}
+	if f, ok := k.Fair[queue]; ok {
+		return &f
+	}
+	return fkey
+}
+
+// CheckRedriveKeys reports, as an ErrInvalid error, keys no store keeps:
+// a name or key longer than MaxLimitName bytes, or not UTF-8.
+func CheckRedriveKeys(k RedriveKeys) error {
+	for _, m := range []map[string]string{k.Limits, k.Fair} {
+		for n, v := range m {
+			if len(n) > MaxLimitName || len(v) > MaxLimitName || !utf8.ValidString(n) || !utf8.ValidString(v) ||
+				strings.ContainsRune(v, 0) {
+				return fmt.Errorf("%w: redrive keys: %q: longer than %d bytes, not UTF-8 or holding a NUL", ErrInvalid, n, MaxLimitName)
+			}
+		}
+	}
+	return nil
 }
 
 // RedriveResult says what a redrive did, job by job.

@@ -1602,6 +1602,9 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
 		return res, fmt.Errorf("postgres: redrive: %w: payload is not valid JSON", store.ErrInvalid)
 	}
+	if err := store.CheckRedriveKeys(p.Keys); err != nil {
+		return res, fmt.Errorf("postgres: redrive: %w", err)
+	}
 	if len(p.IDs) == 0 {
 		return res, nil
 	}
@@ -1616,7 +1619,7 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 	outcome := map[int64]bool{} // true: redriven, false: refused
 	err = s.retry(ctx, func() error {
 		clear(outcome)
-		rows, err := s.pool.Query(ctx, s.sql.redrive, p.IDs, ts(p.Now), payload, ev, shard())
+		rows, err := s.pool.Query(ctx, s.sql.redrive, p.IDs, ts(p.Now), payload, ev, shard(), keysJSON(p.Keys.Limits), keysJSON(p.Keys.Fair))
 		if err != nil {
 			return err
 		}
@@ -1651,6 +1654,16 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 		}
 	}
 	return res, nil
+}
+
+// keysJSON returns m as a JSON object for a redrive's new keys ("{}" when
+// empty).
+func keysJSON(m map[string]string) string {
+	if len(m) == 0 {
+		return "{}"
+	}
+	b, _ := json.Marshal(m) // a map of strings always encodes
+	return string(b)
 }
 
 // Purge implements store.Store: it deletes the dead jobs among those f

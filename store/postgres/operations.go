@@ -319,7 +319,7 @@ func (s *Store) applyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 		if len(op.Params.Payload) > 0 {
 			payload = op.Params.Payload
 		}
-		rows, err := tx.Query(ctx, s.sql.redrive, ids, ts(st.Now), payload, ev, shard())
+		rows, err := tx.Query(ctx, s.sql.redrive, ids, ts(st.Now), payload, ev, shard(), keysJSON(op.Params.Keys.Limits), keysJSON(op.Params.Keys.Fair))
 		if err != nil {
 			return 0, 0, err
 		}

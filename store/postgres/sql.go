@@ -384,6 +384,8 @@ SELECT k FROM upd`),
 		redrive: q(`WITH upd AS (
 	UPDATE {jobs} SET state = 'pending', run_at = $2, attempt = 0, retry_count = 0, redriven = redriven + 1,
 		dead_at = NULL, last_delay = NULL, dead_reason = '', finished_at = NULL, payload = coalesce($3, payload),
+		ckey = CASE WHEN $3::bytea IS NULL OR climit IS NULL THEN ckey ELSE coalesce($6::jsonb ->> climit, ckey) END,
+		fkey = CASE WHEN $3::bytea IS NULL OR fkey IS NULL THEN fkey ELSE coalesce($7::jsonb ->> queue, fkey) END,
 		history = history || jsonb_build_array(CASE WHEN $3::bytea IS NULL THEN $4::jsonb
 			ELSE $4::jsonb || jsonb_build_object('previous_payload', left(convert_from(payload, 'UTF8'), ` + fmt.Sprint(store.MaxPreviousPayload) + `)) END)
 	WHERE id = ANY($1::bigint[]) AND state = 'dead' AND reprocessable

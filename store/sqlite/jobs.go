@@ -1400,6 +1400,9 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
 		return res, fmt.Errorf("sqlite: redrive: %w: payload is not valid JSON", store.ErrInvalid)
 	}
+	if err := store.CheckRedriveKeys(p.Keys); err != nil {
+		return res, fmt.Errorf("sqlite: redrive: %w", err)
+	}
 	ev, err := eventJSON(&store.Event{Kind: store.EventRedriven, At: p.Now, Note: p.Note})
 	if err != nil {
 		return res, err
@@ -1425,7 +1428,9 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 		var state, queue string
 		var reproc int
 		var old []byte
-		err := s.stmt(tx, "redriveRead").QueryRowContext(ctx, len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old)
+		var climit, ckey string
+		var fkey *string
+		err := s.stmt(tx, "redriveRead").QueryRowContext(ctx, len(p.Payload) > 0, id).Scan(&state, &queue, &reproc, &old, &climit, &ckey, &fkey)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && state != string(store.Dead)) {
 			res.Skipped = append(res.Skipped, id)
 			continue
@@ -1439,13 +1444,16 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 		}
 		ev := ev
 		if len(p.Payload) > 0 {
-			// Edit and redrive: the history keeps the payload replaced.
+			// Edit and redrive: the history keeps the payload replaced,
+			// and the job moves to the limit group and fair key the new
+			// payload names.
 			if ev, err = eventJSON(&store.Event{Kind: store.EventRedriven, At: p.Now, Note: p.Note,
 				PreviousPayload: store.PreviousPayload(old)}); err != nil {
 				return err
 			}
+			ckey, fkey = p.Keys.LimitKey(climit, ckey), p.Keys.FairKey(queue, fkey)
 		}
-		_, err = s.stmt(tx, "redrive").ExecContext(ctx, micros(p.Now), nullBytes(p.Payload), ev, id)
+		_, err = s.stmt(tx, "redrive").ExecContext(ctx, micros(p.Now), nullBytes(p.Payload), ckey, fkey, ev, id)
 		if err != nil {
 			return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
 		}

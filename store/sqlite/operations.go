@@ -330,7 +330,7 @@ func (s *Store) applyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 			return 0, 0, err
 		}
 		rr := store.RedriveResult{}
-		if err := s.redriveTx(ctx, tx, store.RedriveParams{IDs: ids, Now: st.Now, Payload: op.Params.Payload, Note: op.Params.Note}, ev, &rr); err != nil {
+		if err := s.redriveTx(ctx, tx, store.RedriveParams{IDs: ids, Now: st.Now, Payload: op.Params.Payload, Note: op.Params.Note, Keys: op.Params.Keys}, ev, &rr); err != nil {
 			return 0, 0, err
 		}
 		res.Handled.Redriven, res.Handled.Refused, res.Handled.Skipped = int64(len(rr.Redriven)), int64(len(rr.Refused)), int64(len(rr.Skipped))

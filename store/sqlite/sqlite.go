@@ -477,10 +477,11 @@ var writeSQL = map[string]string{
 		WHERE id = ? AND state = 'running' AND lease = ? AND worker = ?`,
 	// Redrive: prepared once, since preparing a statement that changes a
 	// job's state also codes the jobs table's triggers.
-	"redriveRead": `SELECT state, queue, reprocessable, CASE WHEN ? THEN payload END FROM jobs WHERE id = ?`,
+	"redriveRead": `SELECT state, queue, reprocessable, CASE WHEN ? THEN payload END, coalesce(climit, ''), coalesce(ckey, ''), fkey
+		FROM jobs WHERE id = ?`,
 	"redrive": `UPDATE jobs SET state = 'pending', run_at = ?, attempt = 0, retry_count = 0,
 		redriven = redriven + 1, dead_at = NULL, dead_reason = '', finished_at = NULL, last_delay = NULL,
-		payload = coalesce(?, payload),
+		payload = coalesce(?, payload), ckey = CASE WHEN climit IS NULL THEN ckey ELSE ? END, fkey = ?,
 		history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`,
 	"counter": `INSERT INTO counters (queue, name, n) VALUES (?, ?, ?)
 		ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n`,

@@ -196,6 +196,7 @@ var subtests = []subtest{
 	{"LimitsRateModel", testLimitsRateModel},
 	{"LimitsRateWindowStarve", testLimitsRateWindowStarve},
 	{"LimitsReplayLimited", testLimitsReplayLimited},
+	{"RedriveKeys", testRedriveKeys},
 	{"LimitsRateRaise", testLimitsRateRaise},
 	{"LimitsTakeStarts", testLimitsTakeStarts},
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
