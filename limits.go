@@ -427,3 +427,52 @@ func (c *Client) SetLimitHold(ctx context.Context, name string, on bool) (store.
 	}
 	return st, nil
 }
+
+// ChangeLimit changes, fleet-wide and at once, several settings of the
+// limit named name: those of ch that are not nil (its max, its rate, its
+// hold on Retry-After), in one transaction of the store, so that either
+// all take effect or none does (a failure leaves the limit as it was).
+// The limit is created if the store has none of that name and ch gives a
+// max or a rate. Each setting is checked as SetLimitMax, SetLimitRate and
+// SetLimitHold check it, and the limit after the change must keep a max
+// or a rate (max 0 with a new rate is fine): a bad one is an error
+// wrapping ErrInvalid naming the field, and nothing changes. A hold
+// alone on a limit the store does not keep yet is an error wrapping
+// ErrNotFound.
+func (c *Client) ChangeLimit(ctx context.Context, name string, ch store.LimitChange) (store.LimitState, error) {
+	if err := CheckName("limit name", name); err != nil {
+		return store.LimitState{}, &FieldError{Field: "name", Err: err}
+	}
+	if ch.Max == nil && ch.Rate == nil && ch.Hold == nil {
+		return store.LimitState{}, &FieldError{Field: "max", Err: fmt.Errorf("%w: no change: give a max, a rate or the hold", ErrInvalid)}
+	}
+	if ch.Max != nil && *ch.Max != 0 {
+		if err := store.CheckLimitMax(*ch.Max); err != nil {
+			return store.LimitState{}, &FieldError{Field: "max", Err: fmt.Errorf("%w: max %d is out of range [1, %d] (or 0 for no cap, with a rate)", ErrInvalid, *ch.Max, store.MaxLimit)}
+		}
+	}
+	if ch.Rate != nil {
+		r := *ch.Rate
+		if r.N == 0 && (r.Per != 0 || r.Burst != 0) {
+			return store.LimitState{}, &FieldError{Field: "rate", Err: fmt.Errorf("%w: rate: %d jobs per interval is out of range [1, %d]", ErrInvalid, r.N, store.MaxRateN)}
+		}
+		if r.N != 0 && r.Burst == 0 {
+			r.Burst = 1 // the store keeps the limit's burst
+		}
+		if err := checkRate(r); err != nil {
+			return store.LimitState{}, err
+		}
+	}
+	st, err := c.store.ChangeLimit(ctx, name, ch, c.now())
+	if errors.Is(err, store.ErrNoCapNoRate) {
+		field, what := "rate", "removing its rate would leave it no limit (give it a max too)"
+		if ch.Max != nil && *ch.Max == 0 {
+			field, what = "max", "removing its max would leave it no limit (give it a rate too)"
+		}
+		return store.LimitState{}, &FieldError{Field: field, Err: fmt.Errorf("%w: limit %q: %s", ErrInvalid, clipName(name), what)}
+	}
+	if err != nil {
+		return store.LimitState{}, fmt.Errorf("redrive: change limit: %w", err)
+	}
+	return st, nil
+}

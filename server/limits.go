@@ -58,9 +58,10 @@ func (a *api) listLimits(w http.ResponseWriter, r *http.Request) error {
 
 // setLimit changes, fleet-wide, the max, the rate, the hold on
 // Retry-After, or several, of the limit the {name} path value names
-// (creating it if there is none, unless only the hold is given). Every
-// field is checked before anything is stored: a bad one is a 400 naming
-// it. Max 0 removes the cap of a limit that keeps a rate; a rate without
+// (creating it if there is none, unless only the hold is given), all in
+// one transaction of the store: either every change takes effect or none
+// does. Every field is checked before anything is stored: a bad one is a
+// 400 naming it. Max 0 removes the cap of a limit that keeps a rate; a rate without
 // a burst keeps the limit's burst.
 func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {
@@ -107,33 +108,16 @@ func (a *api) setLimit(w http.ResponseWriter, r *http.Request) error {
 	if body.Max != nil && *body.Max == 0 && body.Rate != nil && rate.IsZero() {
 		return badRequest("max", "max 0 and rate none would leave the limit no limit: keep a max or a rate")
 	}
-	var st store.LimitState
-	var err error
-	setMax := func() {
-		if err == nil && body.Max != nil {
-			st, err = a.client.SetLimitMax(r.Context(), name, *body.Max)
-		}
+	// One change of the store, in one transaction: a failure of any part
+	// leaves the limit as it was.
+	ch := store.LimitChange{Max: body.Max, Hold: body.HoldOnRetryAfter}
+	if body.Rate != nil {
+		ch.Rate = &rate
 	}
-	setRate := func() {
-		if err == nil && body.Rate != nil {
-			st, err = a.client.SetLimitRate(r.Context(), name, rate)
-		}
-	}
-	// What adds a bound goes first, so that the limit never has neither
-	// between the two changes.
-	if body.Max != nil && *body.Max == 0 {
-		setRate()
-		setMax()
-	} else {
-		setMax()
-		setRate()
-	}
-	if err == nil && body.HoldOnRetryAfter != nil {
-		st, err = a.client.SetLimitHold(r.Context(), name, *body.HoldOnRetryAfter)
-		if errors.Is(err, store.ErrNotFound) {
-			return &apiError{status: http.StatusNotFound, code: "not_found",
-				msg: fmt.Sprintf("limit %q is not in the store yet (no job has used it): give it a max or a rate with the hold", clip(name))}
-		}
+	st, err := a.client.ChangeLimit(r.Context(), name, ch)
+	if errors.Is(err, store.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "not_found",
+			msg: fmt.Sprintf("limit %q is not in the store yet (no job has used it): give it a max or a rate with the hold", clip(name))}
 	}
 	if err := fieldError(err); err != nil {
 		return err

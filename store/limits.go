@@ -195,6 +195,98 @@ type Limits interface {
 	// be taken. A bad name or key, n out of [1, MaxRateN], or a bad r is
 	// ErrInvalid, and nothing is taken.
 	TakeLimitStarts(ctx context.Context, name, key string, r LimitRate, n int, clock func() time.Time) (took int, next time.Time, err error)
+
+	// ChangeLimit applies every change ch gives (its max, its rate, its
+	// hold on Retry-After) to the limit named name in one transaction,
+	// and returns its state: either all of them take effect or none. Each
+	// change is what SetLimit, SetLimitRate and SetLimitHold make, and
+	// the checks are on the limit as it would be after all of them (so a
+	// max 0 and a new rate go together, in any order): a bad name, max or
+	// rate, no change, or a limit left with neither a max nor a rate
+	// (ErrNoCapNoRate) is ErrInvalid; a hold alone on a limit the store
+	// does not keep is ErrNotFound; and nothing is stored.
+	ChangeLimit(ctx context.Context, name string, ch LimitChange, now time.Time) (LimitState, error)
+}
+
+// LimitChange is a change of a limit's settings (Limits.ChangeLimit): the
+// fields that are not nil.
+type LimitChange struct {
+	// Max is the new max (0: no cap, for a limit with a rate).
+	Max *int
+	// Rate is the new rate (the zero LimitRate removes it; Burst 0
+	// keeps the limit's burst, 1 when it has no rate yet).
+	Rate *LimitRate
+	// Hold turns the hold on Retry-After on or off (off also ends the
+	// limit's holds now).
+	Hold *bool
+}
+
+// LimitSettings are what a store keeps of a limit that a LimitChange
+// changes. Rate.N 0 is no rate (its Burst is still the one a new rate
+// without a burst keeps).
+type LimitSettings struct {
+	Max  int
+	Rate LimitRate
+	Hold bool
+}
+
+// CheckLimitChange reports, as an ErrInvalid error, a LimitChange no
+// store applies whatever the limit: a bad name, no change, a max out of
+// [1, MaxLimit] but 0, a bad rate (but Burst 0).
+func CheckLimitChange(name string, ch LimitChange) error {
+	if err := CheckLimitName("name", name); err != nil {
+		return err
+	}
+	if ch.Max == nil && ch.Rate == nil && ch.Hold == nil {
+		return fmt.Errorf("%w: no change: give a max, a rate or the hold", ErrInvalid)
+	}
+	if ch.Max != nil && *ch.Max != 0 {
+		if err := CheckLimitMax(*ch.Max); err != nil {
+			return err
+		}
+	}
+	if ch.Rate != nil {
+		r := *ch.Rate
+		if !r.IsZero() && r.Burst == 0 {
+			r.Burst = 1 // the limit's burst is kept
+		}
+		if err := CheckLimitRate(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Apply returns the settings of a limit after ch, given its settings
+// before (old; exists false when the store does not keep the limit):
+// ErrNotFound for a hold alone on a limit not kept, ErrNoCapNoRate for a
+// limit left with neither a max nor a rate. A new limit has no max, no
+// rate and no hold but what ch gives. ch is checked (CheckLimitChange)
+// beforehand.
+func (ch LimitChange) Apply(exists bool, old LimitSettings) (LimitSettings, error) {
+	if !exists {
+		if ch.Max == nil && ch.Rate == nil {
+			return LimitSettings{}, ErrNotFound
+		}
+		old = LimitSettings{}
+	}
+	s := old
+	if ch.Max != nil {
+		s.Max = *ch.Max
+	}
+	if ch.Rate != nil {
+		s.Rate = *ch.Rate
+		if !s.Rate.IsZero() && s.Rate.Burst == 0 {
+			s.Rate.Burst = max(old.Rate.Burst, 1)
+		}
+	}
+	if ch.Hold != nil {
+		s.Hold = *ch.Hold
+	}
+	if s.Max == 0 && s.Rate.N == 0 {
+		return LimitSettings{}, ErrNoCapNoRate
+	}
+	return s, nil
 }
 
 // ErrNoCapNoRate is the error, wrapping ErrInvalid, of a change that

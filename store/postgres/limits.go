@@ -200,19 +200,17 @@ const (
 
 // limitEnsureSQL creates the limits named ($1) with their max ($2) if
 // they do not exist; limitJobsSQL sets the limit ($2) and group ($3) of
-// the jobs $1; limitSetSQL sets one limit.
+// the jobs $1; limitChangeSQL sets one limit's settings.
 const (
 	limitEnsureSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at)
 	SELECT name, max, rn, rp, rb, hold, $3 FROM unnest($1::text[], $2::int[], $4::int[], $5::bigint[], $6::int[], $7::bool[]) AS t(name, max, rn, rp, rb, hold)
 	ORDER BY name
 	ON CONFLICT (name) DO NOTHING`
-	limitJobsSQL = `UPDATE {jobs} j SET climit = t.name, ckey = t.key FROM unnest($1::bigint[], $2::text[], $3::text[]) AS t(id, name, key) WHERE j.id = t.id`
-	limitSetSQL  = `INSERT INTO {limits} (name, max_running, updated_at) VALUES ($1, $2, $3)
-	ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at`
-	limitSetRateSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES ($1, 0, $2, $3, $4, $5)
-	ON CONFLICT (name) DO UPDATE SET rate_n = excluded.rate_n, rate_per = excluded.rate_per, rate_burst = excluded.rate_burst,
-		updated_at = excluded.updated_at`
-	limitSetHoldSQL = `UPDATE {limits} SET hold_retry_after = $2, updated_at = $3 WHERE name = $1`
+	limitJobsSQL   = `UPDATE {jobs} j SET climit = t.name, ckey = t.key FROM unnest($1::bigint[], $2::text[], $3::text[]) AS t(id, name, key) WHERE j.id = t.id`
+	limitChangeSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)
+	ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, rate_n = excluded.rate_n, rate_per = excluded.rate_per,
+		rate_burst = excluded.rate_burst, hold_retry_after = excluded.hold_retry_after, updated_at = excluded.updated_at`
 )
 
 // limitListSQL reads the limits ($2: only that one, unless empty) and
@@ -513,45 +511,7 @@ func (s *Store) setLimits(ctx context.Context, q querier, jobs []store.NewJob, o
 
 // SetLimit implements store.Limits.
 func (s *Store) SetLimit(ctx context.Context, name string, max int, now time.Time) (store.LimitState, error) {
-	if err := s.check(); err != nil {
-		return store.LimitState{}, err
-	}
-	if err := store.CheckLimitName("name", name); err != nil {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit: %w", err)
-	}
-	if max != 0 {
-		if err := store.CheckLimitMax(max); err != nil {
-			return store.LimitState{}, fmt.Errorf("postgres: set limit: %w", err)
-		}
-		if _, err := s.pool.Exec(ctx, s.sql.limitSet, name, max, ts(now)); err != nil {
-			return store.LimitState{}, s.fail("set limit", err)
-		}
-		return s.limitBack(ctx, now, name, "set limit")
-	}
-	// No cap: only for a limit its rate holds. Under the limited
-	// fetches' lock, which a change of the rate takes too: the rate
-	// cannot go between the check and the change.
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
-			return err
-		}
-		var rated bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.schema+`.conc_limits WHERE name = $1 AND rate_n > 0)`, name).Scan(&rated); err != nil {
-			return err
-		}
-		if !rated {
-			return store.ErrNoCapNoRate
-		}
-		_, err := tx.Exec(ctx, s.sql.limitSet, name, 0, ts(now))
-		return err
-	})
-	if errors.Is(err, store.ErrNoCapNoRate) {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit: %w", err)
-	}
-	if err != nil {
-		return store.LimitState{}, s.fail("set limit", err)
-	}
-	return s.limitBack(ctx, now, name, "set limit")
+	return s.changeLimit(ctx, "set limit", name, store.LimitChange{Max: &max}, now)
 }
 
 // limitBack reads back the limit named name after op changed it.
@@ -568,97 +528,92 @@ func (s *Store) limitBack(ctx context.Context, now time.Time, name, op string) (
 
 // SetLimitRate implements store.Limits.
 func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate, now time.Time) (store.LimitState, error) {
-	if err := s.check(); err != nil {
-		return store.LimitState{}, err
-	}
-	if err := store.CheckLimitName("name", name); err != nil {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
-	}
-	keepBurst := !r.IsZero() && r.Burst == 0
-	if chk := r; keepBurst {
-		chk.Burst = 1
-		if err := store.CheckLimitRate(chk); err != nil {
-			return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
-		}
-	} else if err := store.CheckLimitRate(r); err != nil {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
-	}
-	// Under the limited fetches' lock: no fetch reads the old rate in
-	// its selection and the new one in its lease, and the groups' rate
-	// state moves only under it.
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
-			return err
-		}
-		var lmax, burst int32
-		err := tx.QueryRow(ctx, `SELECT max_running, rate_burst FROM `+s.schema+`.conc_limits WHERE name = $1`, name).Scan(&lmax, &burst)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			lmax, burst = 0, 0
-		case err != nil:
-			return err
-		}
-		if r.IsZero() && lmax == 0 {
-			return store.ErrNoCapNoRate
-		}
-		if keepBurst {
-			r.Burst = max(int(burst), 1)
-		}
-		if _, err := tx.Exec(ctx, s.sql.limitSetRate, name, r.N, r.Per.Microseconds(), r.Burst, ts(now)); err != nil {
-			return err
-		}
-		// The groups' rate state under the new rate: no tat later than
-		// now + Burst·T, as if each group had just used its whole burst
-		// at the new rate (raising a rate takes effect at once, lowering
-		// one holds a group at most one new interval); no rate, no rate
-		// state (the rows keep their holds: the pruning deletes them
-		// after).
-		if r.IsZero() {
-			_, err := tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = 0 WHERE name = $1`, name)
-			return err
-		}
-		bound := now.UnixMicro() + int64(r.Burst)*r.Interval().Microseconds()
-		_, err = tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = $1 WHERE tat > $1 AND name = $2`, bound, name)
-		return err
-	})
-	if errors.Is(err, store.ErrNoCapNoRate) {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit rate: %w", err)
-	}
-	if err != nil {
-		return store.LimitState{}, s.fail("set limit rate", err)
-	}
-	return s.limitBack(ctx, now, name, "set limit rate")
+	return s.changeLimit(ctx, "set limit rate", name, store.LimitChange{Rate: &r}, now)
 }
 
 // SetLimitHold implements store.Limits.
 func (s *Store) SetLimitHold(ctx context.Context, name string, on bool, now time.Time) (store.LimitState, error) {
+	return s.changeLimit(ctx, "set limit hold", name, store.LimitChange{Hold: &on}, now)
+}
+
+// ChangeLimit implements store.Limits: in one transaction, under the
+// limited fetches' advisory lock.
+func (s *Store) ChangeLimit(ctx context.Context, name string, ch store.LimitChange, now time.Time) (store.LimitState, error) {
+	return s.changeLimit(ctx, "change limit", name, ch, now)
+}
+
+// changeLimit applies ch to the limit named name in one transaction
+// (op names the call in errors). It runs under the limited fetches'
+// lock: no fetch reads the old rate in its selection and the new one in
+// its lease, the groups' rate state moves only under it, and a
+// concurrent change cannot go between the check that the limit keeps a
+// max or a rate and the change.
+func (s *Store) changeLimit(ctx context.Context, op, name string, ch store.LimitChange, now time.Time) (store.LimitState, error) {
 	if err := s.check(); err != nil {
 		return store.LimitState{}, err
 	}
-	if err := store.CheckLimitName("name", name); err != nil {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit hold: %w", err)
+	if err := store.CheckLimitChange(name, ch); err != nil {
+		return store.LimitState{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, s.sql.limitSetHold, name, on, ts(now))
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
+			return err
+		}
+		var old store.LimitSettings
+		var lmax, rn, burst int32
+		var per int64
+		exists := true
+		err := tx.QueryRow(ctx, `SELECT max_running, rate_n, rate_per, rate_burst, hold_retry_after FROM `+s.schema+`.conc_limits WHERE name = $1 FOR UPDATE`, name).
+			Scan(&lmax, &rn, &per, &burst, &old.Hold)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			exists = false
+		case err != nil:
+			return err
+		}
+		old.Max, old.Rate = int(lmax), store.LimitRate{N: int(rn), Per: time.Duration(per) * time.Microsecond, Burst: int(burst)}
+		set, err := ch.Apply(exists, old)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("limit %q: %w", name, err)
+		}
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("limit %q: %w", name, store.ErrNotFound)
+		if _, err := tx.Exec(ctx, s.sql.limitChange, name, set.Max, set.Rate.N, set.Rate.Per.Microseconds(), set.Rate.Burst, set.Hold, ts(now)); err != nil {
+			return err
 		}
-		if on {
-			return nil
+		if ch.Rate != nil {
+			// The groups' rate state under the new rate: no tat later
+			// than now + Burst·T, as if each group had just used its whole
+			// burst at the new rate (raising a rate takes effect at once,
+			// lowering one holds a group at most one new interval); no
+			// rate, no rate state (the rows keep their holds: the pruning
+			// deletes them after).
+			if set.Rate.N == 0 {
+				if _, err := tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = 0 WHERE name = $1`, name); err != nil {
+					return err
+				}
+			} else {
+				bound := now.UnixMicro() + int64(set.Rate.Burst)*set.Rate.Interval().Microseconds()
+				if _, err := tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET tat = $1 WHERE tat > $1 AND name = $2`, bound, name); err != nil {
+					return err
+				}
+			}
 		}
-		_, err = tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET held_until = 0 WHERE name = $1 AND held_until > 0`, name)
-		return err
+		if ch.Hold != nil && !*ch.Hold {
+			if _, err := tx.Exec(ctx, `UPDATE `+s.schema+`.limit_rates SET held_until = 0 WHERE name = $1 AND held_until > 0`, name); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return store.LimitState{}, fmt.Errorf("postgres: set limit hold: %w", err)
+	if errors.Is(err, store.ErrNoCapNoRate) || errors.Is(err, store.ErrNotFound) {
+		return store.LimitState{}, fmt.Errorf("postgres: %s: %w", op, err)
 	}
 	if err != nil {
-		return store.LimitState{}, s.fail("set limit hold", err)
+		return store.LimitState{}, s.fail(op, err)
 	}
-	return s.limitBack(ctx, now, name, "set limit hold")
+	return s.limitBack(ctx, now, name, op)
 }
 
 // ListLimits implements store.Limits.

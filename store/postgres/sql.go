@@ -60,8 +60,8 @@ type statements struct {
 	limitedSelect, limitedLease, ratePrune string
 	unlimitedAbove                         string
 	limitedDue                             string
-	limitEnsure, limitJobs, limitSet       string
-	limitSetRate, limitSetHold, limitHolds string
+	limitEnsure, limitJobs, limitChange    string
+	limitHolds                             string
 	limitList, limitGen, limitNextDue      string
 	// Fair shares (fairshare.go).
 	fair fairStatements
@@ -130,13 +130,11 @@ func render(schema, channel string) statements {
 		limitedLease:   q(limitedLeaseSQL),
 		unlimitedAbove: q(unlimitedAboveSQL),
 		ratePrune:      q(ratePruneSQL),
-		limitSetRate:   q(limitSetRateSQL),
-		limitSetHold:   q(limitSetHoldSQL),
 		limitHolds:     q(limitHoldsSQL),
 		limitedDue:     q(limitedDueSQL),
 		limitEnsure:    q(limitEnsureSQL),
 		limitJobs:      q(limitJobsSQL),
-		limitSet:       q(limitSetSQL),
+		limitChange:    q(limitChangeSQL),
 		limitList:      q(limitListSQL),
 		limitGen:       q(limitGenSQL),
 		limitNextDue:   q(limitNextDueSQL),

@@ -198,33 +198,7 @@ func (s *Store) setLimits(ctx context.Context, tx *sql.Conn, jobs []store.NewJob
 
 // SetLimit implements store.Limits.
 func (s *Store) SetLimit(ctx context.Context, name string, max int, now time.Time) (store.LimitState, error) {
-	if err := store.CheckLimitName("name", name); err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
-	}
-	if max != 0 {
-		if err := store.CheckLimitMax(max); err != nil {
-			return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
-		}
-	}
-	err := s.write(ctx, func(tx *sql.Conn) error {
-		if max == 0 {
-			// No cap: only for a limit its rate holds.
-			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM conc_limits WHERE name = ? AND rate_n > 0`, name).Scan(&n); err != nil {
-				return err
-			}
-			if n == 0 {
-				return store.ErrNoCapNoRate
-			}
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, updated_at) VALUES (?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at`, name, max, micros(now))
-		return err
-	})
-	if err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit: %w", err)
-	}
-	return s.limitBack(ctx, now, name, "set limit")
+	return s.changeLimit(ctx, "set limit", name, store.LimitChange{Max: &max}, now)
 }
 
 // limitBack reads back the limit named name after op changed it.
@@ -241,70 +215,73 @@ func (s *Store) limitBack(ctx context.Context, now time.Time, name, op string) (
 
 // SetLimitRate implements store.Limits.
 func (s *Store) SetLimitRate(ctx context.Context, name string, r store.LimitRate, now time.Time) (store.LimitState, error) {
-	if err := store.CheckLimitName("name", name); err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
-	}
-	keepBurst := !r.IsZero() && r.Burst == 0
-	if chk := r; keepBurst {
-		chk.Burst = 1
-		if err := store.CheckLimitRate(chk); err != nil {
-			return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
-		}
-	} else if err := store.CheckLimitRate(r); err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
-	}
-	err := s.write(ctx, func(tx *sql.Conn) error {
-		var limitMax, burst int
-		err := tx.QueryRowContext(ctx, `SELECT max_running, rate_burst FROM conc_limits WHERE name = ?`, name).Scan(&limitMax, &burst)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			limitMax, burst = 0, 0
-		case err != nil:
-			return err
-		}
-		if r.IsZero() && limitMax == 0 {
-			return store.ErrNoCapNoRate
-		}
-		if keepBurst {
-			r.Burst = max(burst, 1)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, updated_at) VALUES (?, 0, ?, ?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET rate_n = excluded.rate_n, rate_per = excluded.rate_per, rate_burst = excluded.rate_burst,
-				updated_at = excluded.updated_at`, name, r.N, r.Per.Microseconds(), r.Burst, micros(now)); err != nil {
-			return err
-		}
-		q, args := rateResetSQL(r, now)
-		_, err = tx.ExecContext(ctx, q, append(args, name)...)
-		return err
-	})
-	if err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit rate: %w", err)
-	}
-	return s.limitBack(ctx, now, name, "set limit rate")
+	return s.changeLimit(ctx, "set limit rate", name, store.LimitChange{Rate: &r}, now)
 }
 
 // SetLimitHold implements store.Limits.
 func (s *Store) SetLimitHold(ctx context.Context, name string, on bool, now time.Time) (store.LimitState, error) {
-	if err := store.CheckLimitName("name", name); err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit hold: %w", err)
+	return s.changeLimit(ctx, "set limit hold", name, store.LimitChange{Hold: &on}, now)
+}
+
+// ChangeLimit implements store.Limits: in one write transaction.
+func (s *Store) ChangeLimit(ctx context.Context, name string, ch store.LimitChange, now time.Time) (store.LimitState, error) {
+	return s.changeLimit(ctx, "change limit", name, ch, now)
+}
+
+// changeLimit applies ch to the limit named name in one write
+// transaction (op names the call in errors).
+func (s *Store) changeLimit(ctx context.Context, op, name string, ch store.LimitChange, now time.Time) (store.LimitState, error) {
+	if err := store.CheckLimitChange(name, ch); err != nil {
+		return store.LimitState{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		res, err := tx.ExecContext(ctx, `UPDATE conc_limits SET hold_retry_after = ?, updated_at = ? WHERE name = ?`, on, micros(now), name)
-		if n, err := rowsChanged(res, err); err != nil {
+		var old store.LimitSettings
+		var per int64
+		exists := true
+		err := tx.QueryRowContext(ctx, `SELECT max_running, rate_n, rate_per, rate_burst, hold_retry_after FROM conc_limits WHERE name = ?`, name).
+			Scan(&old.Max, &old.Rate.N, &per, &old.Rate.Burst, &old.Hold)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			exists = false
+		case err != nil:
 			return err
-		} else if n == 0 {
-			return fmt.Errorf("limit %q: %w", name, store.ErrNotFound)
 		}
-		if on {
-			return nil
+		old.Rate.Per = time.Duration(per) * time.Microsecond
+		set, err := ch.Apply(exists, old)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("limit %q: %w", name, err)
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE limit_rates SET held_until = 0 WHERE name = ? AND held_until > 0`, name)
-		return err
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO conc_limits (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, rate_n = excluded.rate_n, rate_per = excluded.rate_per,
+				rate_burst = excluded.rate_burst, hold_retry_after = excluded.hold_retry_after, updated_at = excluded.updated_at`,
+			name, set.Max, set.Rate.N, set.Rate.Per.Microseconds(), set.Rate.Burst, set.Hold, micros(now)); err != nil {
+			return err
+		}
+		if ch.Rate != nil {
+			r := set.Rate
+			if r.N == 0 {
+				r = store.LimitRate{}
+			}
+			q, args := rateResetSQL(r, now)
+			if _, err := tx.ExecContext(ctx, q, append(args, name)...); err != nil {
+				return err
+			}
+		}
+		if ch.Hold != nil && !*ch.Hold {
+			if _, err := tx.ExecContext(ctx, `UPDATE limit_rates SET held_until = 0 WHERE name = ? AND held_until > 0`, name); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return store.LimitState{}, fmt.Errorf("sqlite: set limit hold: %w", err)
+		return store.LimitState{}, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
-	return s.limitBack(ctx, now, name, "set limit hold")
+	return s.limitBack(ctx, now, name, op)
 }
 
 // rateResetSQL is the statement, and its arguments but the limit's

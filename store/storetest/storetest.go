@@ -205,6 +205,7 @@ var subtests = []subtest{
 	{"LimitsRetryDue", testLimitsRetryDue},
 	{"NextDueAfter", testNextDueAfter},
 	{"LimitsEdit", testLimitsEdit},
+	{"LimitsChange", testLimitsChange},
 	{"LimitsSlotWait", testLimitsSlotWait},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
