@@ -190,7 +190,10 @@ type Limits interface {
 	// rate set at run time wins, as over an enqueue's), else r; the
 	// group's rate state (its TAT) is the one the store's limited fetches
 	// move, so the starts of both count against one rate, and the starts
-	// follow LimitRate.Take. It creates no limit. It returns how many
+	// follow LimitRate.Take; while a Retry-After holds the group (its
+	// held_until, set by a limited job's outcome with Outcome.HoldUntil,
+	// is later than the clock) it takes none, and next is not before the
+	// hold's end (LimitRate.TakeHeld). It creates no limit. It returns how many
 	// starts it took (0 to n) and, when fewer than n, when the next may
 	// be taken. A bad name or key, n out of [1, MaxRateN], or a bad r is
 	// ErrInvalid, and nothing is taken.
@@ -327,6 +330,24 @@ func (r LimitRate) Take(tat, now time.Time, n int) (took int, newTat, next time.
 		next = time.UnixMicro(end - tau)
 	}
 	return took, newTat, next
+}
+
+// TakeHeld is Take for a group that a Retry-After holds until heldUntil
+// (zero or not later than now: no hold): while the hold lasts it takes
+// nothing, leaves tat as it is, and the next start is not before the
+// hold's end (nor before the rate allows one: tat - τ).
+func (r LimitRate) TakeHeld(tat, heldUntil, now time.Time, n int) (took int, newTat, next time.Time) {
+	if !heldUntil.After(now) {
+		return r.Take(tat, now, n)
+	}
+	next = heldUntil
+	if !tat.IsZero() {
+		tau := time.Duration(max(r.Burst, 1)-1) * r.Interval()
+		if at := tat.Add(-tau); at.After(next) {
+			next = at
+		}
+	}
+	return 0, tat, next
 }
 
 // CheckTakeStarts reports, as an ErrInvalid error, the arguments of a

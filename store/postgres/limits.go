@@ -713,18 +713,18 @@ func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.L
 		case sn > 0:
 			rate = store.LimitRate{N: int(sn), Per: time.Duration(sper) * time.Microsecond, Burst: int(sburst)}
 		}
-		var tat time.Time
-		var t int64
-		err = tx.QueryRow(ctx, `SELECT tat FROM `+s.schema+`.limit_rates WHERE name = $1 AND key = $2`, name, key).Scan(&t)
+		var tat, heldUntil time.Time
+		var t, h int64
+		err = tx.QueryRow(ctx, `SELECT tat, held_until FROM `+s.schema+`.limit_rates WHERE name = $1 AND key = $2`, name, key).Scan(&t, &h)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
 			return err
 		default:
-			tat = time.UnixMicro(t)
+			tat, heldUntil = time.UnixMicro(t), time.UnixMicro(h)
 		}
 		var newTat time.Time
-		took, newTat, next = rate.Take(tat, clock(), n)
+		took, newTat, next = rate.TakeHeld(tat, heldUntil, clock(), n)
 		if took == 0 {
 			return nil
 		}

@@ -538,18 +538,18 @@ func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.L
 		case sn > 0:
 			r = store.LimitRate{N: int(sn), Per: time.Duration(sper) * time.Microsecond, Burst: int(sburst)}
 		}
-		var tat time.Time
-		var t int64
-		err = tx.QueryRowContext(ctx, `SELECT tat FROM limit_rates WHERE name = ? AND key = ?`, name, key).Scan(&t)
+		var tat, heldUntil time.Time
+		var t, h int64
+		err = tx.QueryRowContext(ctx, `SELECT tat, held_until FROM limit_rates WHERE name = ? AND key = ?`, name, key).Scan(&t, &h)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
 			return err
 		default:
-			tat = time.UnixMicro(t)
+			tat, heldUntil = time.UnixMicro(t), time.UnixMicro(h)
 		}
 		var newTat time.Time
-		took, newTat, next = r.Take(tat, clock(), n)
+		took, newTat, next = r.TakeHeld(tat, heldUntil, clock(), n)
 		if took == 0 {
 			return nil
 		}

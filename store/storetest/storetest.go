@@ -199,6 +199,7 @@ var subtests = []subtest{
 	{"RedriveKeys", testRedriveKeys},
 	{"LimitsRateRaise", testLimitsRateRaise},
 	{"LimitsTakeStarts", testLimitsTakeStarts},
+	{"LimitsTakeStartsHeld", testLimitsTakeStartsHeld},
 	{"LimitsPriorityInversion", testLimitsPriorityInversion},
 	{"LimitsHold", testLimitsHold},
 	{"LimitsHoldModel", testLimitsHoldModel},
