@@ -142,11 +142,18 @@ func (c *completer) flush(ctx context.Context) {
 			time.Sleep(d)
 		}
 		// An outcome ends a running job: a slot of its limit may be free
-		// for a queue that waits on one.
+		// for a queue that waits on one. The count goes first: a fetch
+		// under way that will say it waits on a slot reads it after, and
+		// looks again at once (fetcher.go), so the wake is never lost
+		// between its fetch and its slotWait.
+		c.w.outcomeGen.Add(1)
 		for _, q := range c.w.queues {
 			if q.slotWait.Load() {
 				q.wake(time.Now())
 			}
+		}
+		if c.w.afterOutcomes != nil {
+			c.w.afterOutcomes()
 		}
 		for i := range outs {
 			o := &outs[i]

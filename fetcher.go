@@ -234,10 +234,10 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 	// recheck is how soon the loop looks again for a slot of a full
 	// group: limitRecheck after a fetch that leased jobs, doubling with
 	// every fetch that leased none, up to maxLimitRecheck.
-	recheck := limitRecheck
+	recheck := w.recheck
 	backoff := func() time.Duration {
 		d := recheck
-		recheck = min(2*recheck, maxLimitRecheck)
+		recheck = min(2*recheck, w.maxRecheck)
 		return d
 	}
 	for ctx.Err() == nil {
@@ -285,6 +285,7 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), w.opts.LeaseDuration)
 		var nextStart time.Time
 		var slotWait bool
+		gen := w.outcomeGen.Load()
 		jobs, err := w.store.Fetch(fctx, store.FetchParams{Queue: q.name, Limit: limit, Now: now,
 			DueBy: now.Add(w.opts.Lookahead), LeaseUntil: now.Add(w.opts.LeaseDuration), Worker: w.id, NextStart: &nextStart, Clock: w.client.now,
 			SlotWait:    &slotWait,
@@ -304,7 +305,7 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		failures = 0
 		q.slotWait.Store(slotWait)
 		if len(jobs) > 0 {
-			recheck = limitRecheck
+			recheck = w.recheck
 		}
 		for _, j := range jobs {
 			q.active.Add(1)
@@ -313,6 +314,15 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 		}
 		if len(jobs) == limit {
 			continue // there may be more due right now
+		}
+		if slotWait && w.outcomeGen.Load() != gen {
+			// Outcomes were recorded while the fetch ran: one may have
+			// freed the slot it found full, and the completer, which
+			// read slotWait before it was set, did not wake the loop.
+			// Look again now. (An outcome recorded after this read sees
+			// slotWait set, and wakes the loop.)
+			recheck = w.recheck
+			continue
 		}
 		if !nextStart.IsZero() {
 			// Due jobs wait on a rate limit (or a hold on Retry-After):

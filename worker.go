@@ -184,6 +184,19 @@ type Worker struct {
 	// when the shutdown deadline passes.
 	hardCtx    context.Context
 	hardCancel context.CancelCauseFunc
+
+	// outcomeGen counts the batches of outcomes the completer recorded:
+	// a fetch that reads it before and after sees whether an outcome
+	// (which may free a slot of a limit) landed while it ran
+	// (fetcher.go).
+	outcomeGen atomic.Uint64
+	// recheck and maxRecheck are limitRecheck and maxLimitRecheck; tests
+	// in the package change them before Run.
+	recheck, maxRecheck time.Duration
+	// afterOutcomes, when not nil, is called by the completer once it has
+	// recorded a batch of outcomes and woken the queues waiting on slots
+	// (a hook for tests in the package).
+	afterOutcomes func()
 }
 
 // observerGate passes the worker's reports to its Observer until the
@@ -287,6 +300,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		opts:    opts,
 		id:      opts.ID,
 		running: map[store.Lease]runningEntry{},
+		recheck: limitRecheck, maxRecheck: maxLimitRecheck,
 		exec: NewExecutor(ExecutorOptions{ID: opts.ID, Policy: opts.Policy, QueuePolicies: opts.QueuePolicies,
 			Classifier: opts.Classifier, QueueClassifiers: opts.QueueClassifiers, Breakers: opts.Breakers, RetryBudget: opts.RetryBudget,
 			DisableRetryBudget: opts.DisableRetryBudget, MaxErrorLength: opts.MaxErrorLength, Logger: opts.Logger,
