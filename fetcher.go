@@ -320,7 +320,12 @@ func (q *queueRunner) fetchLoop(ctx context.Context) {
 			// freed the slot it found full, and the completer, which
 			// read slotWait before it was set, did not wake the loop.
 			// Look again now. (An outcome recorded after this read sees
-			// slotWait set, and wakes the loop.)
+			// slotWait set, and wakes the loop.) A wake-up already sent
+			// is covered by that fetch: drop it, lest it make one more.
+			select {
+			case <-q.wakeC:
+			default:
+			}
 			recheck = w.recheck
 			continue
 		}

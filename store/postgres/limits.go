@@ -39,8 +39,10 @@ import (
 // holds back no other. hw reads the held groups among the queue's first
 // limitWindow due limited jobs (none read when no group is held), for
 // when the first can start: a held group further down gives no hint; sw
-// says whether any of those waits on a full group (FetchParams.SlotWait;
-// none read when no group is full). The window reads one priority at a time, highest
+// says whether any due job of the queue waits on a full group
+// (FetchParams.SlotWait): one probe of jobs_limit_group_due per full
+// group, however many due limited jobs come before (none read when no
+// group is full). The window reads one priority at a time, highest
 // first, as the fetch statement does: job_limit_priorities walks the
 // distinct priorities of the queue's waiting limited jobs (one probe of
 // jobs_limit_due each), and each priority's due jobs are one range of the
@@ -83,14 +85,9 @@ const limitedSelectSQL = `WITH f AS MATERIALIZED (
 	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	GROUP BY climit, ckey
 ), sw AS (
-	SELECT EXISTS (SELECT 1 FROM (
-		SELECT d.climit, d.ckey FROM {schema}.job_limit_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
-			SELECT j.climit, j.ckey FROM {jobs} j
-			WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = $1::text AND j.priority = prio.p AND j.run_at <= $2
-			ORDER BY j.run_at, j.id LIMIT ` + limitWindow + `) d
-		WHERE EXISTS (SELECT 1 FROM f)
-		LIMIT ` + limitWindow + `) x
-	WHERE (x.climit, x.ckey) IN (SELECT climit, ckey FROM f)) AS v
+	SELECT EXISTS (SELECT 1 FROM f WHERE EXISTS (SELECT 1 FROM {jobs} j
+		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.climit = f.climit AND j.ckey = f.ckey AND j.queue = $1::text
+			AND j.run_at <= $2)) AS v
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= {now}) AS waiting_now,
 		(extract(epoch FROM min(run_at) FILTER (WHERE run_at > {now})) * 1000000)::bigint AS later

@@ -32,8 +32,10 @@ import (
 // among the queue's first limitWindow due limited jobs (none read when
 // no group is held), for when the first can start (the fetch's
 // NextStart): a held group further down gives no hint. sw says whether
-// any of those jobs waits on a full group (FetchParams.SlotWait; none
-// read when no group is full). A group's free slots
+// any due job of the queue waits on a full group (FetchParams.SlotWait):
+// one probe of jobs_limit_group_due per full group, so a full group's
+// job behind any number of others is seen (none read when no group is
+// full). A group's free slots
 // are its limit's max less its running jobs, counted through jobs_limit_running (a few index entries, at most
 // max of them), once per group in the window. Jobs without a limit are
 // not in jobs_limit_due, which holds the columns read (a covering index),
@@ -69,12 +71,9 @@ const fetchLimitedSQL = `WITH RECURSIVE pr(p) AS (
 	WHERE (climit, ckey) IN (SELECT climit, ckey FROM held) AND (climit, ckey) NOT IN (SELECT climit, ckey FROM f)
 	GROUP BY climit, ckey
 ), sw AS (
-	SELECT EXISTS (SELECT 1 FROM (
-		SELECT j.climit, j.ckey FROM pr CROSS JOIN jobs j INDEXED BY jobs_limit_due
-		WHERE pr.p IS NOT NULL AND EXISTS (SELECT 1 FROM f) AND j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.queue = ?1
-			AND j.priority = pr.p AND j.run_at <= ?2
-		LIMIT ` + limitWindow + `) x
-	WHERE (x.climit, x.ckey) IN (SELECT climit, ckey FROM f)) AS v
+	SELECT EXISTS (SELECT 1 FROM f WHERE EXISTS (SELECT 1 FROM jobs j INDEXED BY jobs_limit_group_due
+		WHERE j.state IN ('pending', 'scheduled') AND j.climit IS NOT NULL AND j.climit = f.climit AND j.ckey = f.ckey AND j.queue = ?1
+			AND j.run_at <= ?2)) AS v
 ), d AS (
 	SELECT climit, ckey, count(*) AS waiting, count(*) FILTER (WHERE run_at <= ?4) AS waiting_now, min(run_at) FILTER (WHERE run_at > ?4) AS later
 	FROM w GROUP BY climit, ckey

@@ -47,9 +47,12 @@ func TestMigratePriorityWithData(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
-		// Back to version 13: 0020 (holds on Retry-After, whose columns
-		// go with their tables), 0019 (fair shares), 0016 (rate limits)
-		// and 0015 (concurrency limits) first, then 0014.
+		// Back to version 13: 0023 (the limit groups' waiting jobs),
+		// 0020 (holds on Retry-After, whose columns go with their
+		// tables), 0019 (fair shares), 0016 (rate limits) and 0015
+		// (concurrency limits) first, then 0014.
+		`DROP INDEX jobs_limit_group_due`,
+		`DELETE FROM redrive_migrations WHERE version = 23`,
 		`DELETE FROM redrive_migrations WHERE version = 20`,
 		`DROP INDEX jobs_fair_first`,
 		`DROP INDEX jobs_fair_due`,

@@ -208,6 +208,7 @@ var subtests = []subtest{
 	{"LimitsEdit", testLimitsEdit},
 	{"LimitsChange", testLimitsChange},
 	{"LimitsSlotWait", testLimitsSlotWait},
+	{"LimitsSlotWaitDeep", testLimitsSlotWaitDeep},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 }
