@@ -469,9 +469,11 @@ type StoreSlots struct {
 	log    *slog.Logger
 	now    func() time.Time
 
-	mu       sync.Mutex
-	held     map[int64]struct{}
-	renewing bool
+	mu   sync.Mutex
+	held map[int64]struct{}
+	// stop, while a renewer runs, is its own: closed (and set to nil)
+	// once the process holds no slot, which ends it.
+	stop chan struct{}
 	// renewed is closed, and replaced, after each round of renewals
 	// (for tests).
 	renewed chan struct{}
@@ -512,9 +514,9 @@ func (s *StoreSlots) Take(ctx context.Context, sel redrive.SelectedLimit) (int64
 	}
 	s.mu.Lock()
 	s.held[token] = struct{}{}
-	if !s.renewing {
-		s.renewing = true
-		go s.renew()
+	if s.stop == nil {
+		s.stop = make(chan struct{})
+		go s.renew(s.stop)
 	}
 	s.mu.Unlock()
 	return token, nil
@@ -525,6 +527,7 @@ func (s *StoreSlots) Take(ctx context.Context, sel redrive.SelectedLimit) (int64
 func (s *StoreSlots) Release(token int64) {
 	s.mu.Lock()
 	delete(s.held, token)
+	s.stopIdleLocked()
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), slotTimeout)
 	defer cancel()
@@ -551,18 +554,27 @@ func (s *StoreSlots) Held() int {
 	return len(s.held)
 }
 
+// stopIdleLocked ends the renewer once the process holds no slot.
+func (s *StoreSlots) stopIdleLocked() {
+	if len(s.held) == 0 && s.stop != nil {
+		close(s.stop)
+		s.stop = nil
+	}
+}
+
 // renew renews the held slots' leases every third of a lease, in
-// batches, until the process holds none.
-func (s *StoreSlots) renew() {
+// batches, until stop is closed (the process holds none).
+func (s *StoreSlots) renew(stop chan struct{}) {
 	t := time.NewTimer(s.lease / 3)
 	defer t.Stop()
 	for {
-		<-t.C
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
 		s.mu.Lock()
-		if len(s.held) == 0 {
-			s.renewing = false
-			close(s.renewed)
-			s.renewed = make(chan struct{})
+		if s.stop != stop {
 			s.mu.Unlock()
 			return
 		}
@@ -604,6 +616,7 @@ func (s *StoreSlots) renewBatch(tokens []int64) {
 		}
 	}
 	s.lost += int64(n)
+	s.stopIdleLocked()
 	s.mu.Unlock()
 	if n > 0 {
 		s.log.Warn("limits: slots lost: their leases ended before they were renewed; their jobs run on, beyond the fleet's max",
