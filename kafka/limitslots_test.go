@@ -68,12 +68,13 @@ func TestLimitsFleetSlots(t *testing.T) {
 		cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: topic + "-g",
 			Topics:     map[string]kafka.TopicOptions{topic: {Partitions: 8}},
 			Executor:   redrive.ExecutorOptions{Policy: &limitPolicy, Logger: testLogger(t)},
-			Limits:     []redrive.ConcurrencyLimit{{Name: "cust", Queue: topic, Key: "payload.customer", Max: limit}},
+			Limits:     []redrive.ConcurrencyLimit{{Name: "cust", Queue: topic, Kind: "work", Key: "payload.customer", Max: limit}},
 			LimitStore: st, LimitHold: time.Second,
 			ClientOptions: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		cons.HandleFunc("probe", func(ctx context.Context, j *redrive.Job) error { return nil })
 		cons.HandleFunc("work", func(ctx context.Context, j *redrive.Job) error {
 			var p struct{ Customer, ID string }
 			if err := json.Unmarshal(j.Payload, &p); err != nil {
@@ -86,7 +87,7 @@ func TestLimitsFleetSlots(t *testing.T) {
 			// Real time passing is what is tested: a handler that runs
 			// a while lets the other partitions' records of its
 			// customer, on either consumer, arrive meanwhile.
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 			mu.Lock()
 			inRun[p.Customer]--
 			ran[p.ID] = true
@@ -96,27 +97,29 @@ func TestLimitsFleetSlots(t *testing.T) {
 		running(t, cons)
 		return cons
 	}
-	first := newConsumer()
+	first, second := newConsumer(), newConsumer()
 	cl := c.client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	produce := func(from, to int) {
-		for i := from; i < to; i++ {
-			r, err := kafka.NewRecord(topic, "work", map[string]string{"customer": fmt.Sprint("c", i%2), "ID": fmt.Sprint(i)}, nil)
+	// Unlimited probes on every partition until both consumers have
+	// partitions and consume.
+	eventually(t, "both consumers consume", 2*time.Minute, func() bool {
+		for p := range int32(8) {
+			r, err := kafka.NewRecord(topic, "probe", map[string]string{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.Partition = int32(i % 8)
+			r.Partition = p
 			c.produce(t, cl, r)
 		}
-	}
-	produce(0, 8)
-	eventually(t, "the first records ran", 2*time.Minute, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(ran) >= 4
+		return first.Stats()[topic].Consumed > 0 && second.Stats()[topic].Consumed > 0
 	})
-	second := newConsumer()
-	produce(8, n)
-	eventually(t, "the second consumer consumed", 2*time.Minute, func() bool { return second.Stats()[topic].Consumed > 0 })
+	for i := range n {
+		r, err := kafka.NewRecord(topic, "work", map[string]string{"customer": "c0", "ID": fmt.Sprint(i)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Partition = int32(i % 8)
+		c.produce(t, cl, r)
+	}
 	eventually(t, "every record ran", 2*time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
