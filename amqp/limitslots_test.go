@@ -19,11 +19,10 @@ import (
 // overlap counts, per key, the handlers running at once across every
 // consumer of a test, and the most seen.
 type overlap struct {
-	mu          sync.Mutex
-	now, peak   map[string]int
-	started     chan string
-	ran         map[string]int
-	startedOnce atomic.Bool
+	mu        sync.Mutex
+	now, peak map[string]int
+	started   chan string
+	ran       map[string]int
 }
 
 func newOverlap() *overlap {

@@ -1,7 +1,8 @@
 // Package limiter applies redrive's concurrency and rate limits
-// (redrive.ConcurrencyLimit) in one process, in memory: the broker
-// transports' consumers, which have no store to keep them in, hold a
-// message of a full or rate-held group with it. The semantics are the
+// (redrive.ConcurrencyLimit) in one process, in memory, or fleet-wide
+// through a store (SetRemote for the rates, SetSlots for the slots): the
+// broker transports' consumers, whose messages have no row in a store,
+// hold a message of a full or rate-held group with it. The semantics are the
 // stores': at most Max jobs of a group run at once, and a group's starts
 // follow a GCRA of the limit's rate and burst (the same emission
 // interval, store.LimitRate.Interval, the same tolerance, (burst-1)
