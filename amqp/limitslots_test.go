@@ -169,7 +169,8 @@ func TestLimitsFleetSlotsKilled(t *testing.T) {
 	c := dial(t)
 	q := newQueue(t, c)
 	st := openSlotStore(t)
-	const lease = time.Second
+	// Long enough that a loaded machine renews in time.
+	const lease = 3 * time.Second
 	limits := []redrive.ConcurrencyLimit{{Name: "per-customer", Queue: q, Key: "payload.customer", Max: 2}}
 	ov := newOverlap()
 	frozen := make(chan struct{})

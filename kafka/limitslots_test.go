@@ -148,7 +148,8 @@ func TestLimitsFleetSlotsKilled(t *testing.T) {
 	c := newCluster(t)
 	topicA, topicB := newTopic(t)+"-a", newTopic(t)+"-b"
 	st := openSlotStore(t)
-	const lease = time.Second
+	// Long enough that a loaded machine renews in time.
+	const lease = 3 * time.Second
 	limits := []redrive.ConcurrencyLimit{{Name: "cust", Key: "payload.customer", Max: 2}}
 	frozen := make(chan struct{})
 	defer close(frozen)

@@ -158,32 +158,35 @@ func (l *Limiter) tryPolled(ctx context.Context, sel redrive.SelectedLimit, poll
 	k := groupKey{sel.Name, sel.Group}
 	l.mu.Lock()
 	g := l.groupLocked(k)
-	g.taking++ // kept while the store is asked
+	// Kept (g stays the group's) until the token is in g.tokens, or
+	// given back.
+	g.taking++
 	freed = g.freed
 	l.mu.Unlock()
 	token, err := l.slots.Take(ctx, sel)
-	l.mu.Lock()
-	g.taking--
-	l.mu.Unlock()
-	if err != nil || token == 0 {
+	if err == nil && token != 0 {
+		rest := sel
+		rest.Max = 0 // the slot is the store's: the rate is what is left
+		if ok, next, _ = l.tryLocal(ctx, rest); !ok {
+			l.slots.Release(token)
+		}
+	} else {
 		next = l.now().Add(SlotPoll(polls))
 		if err != nil {
 			next = l.now().Add(RemoteRetry)
 		}
-		l.forgetIdle(k)
-		return false, next, freed
-	}
-	rest := sel
-	rest.Max = 0 // the slot is the store's: the rate is what is left
-	if ok, next, _ = l.tryLocal(ctx, rest); !ok {
-		l.slots.Release(token)
-		l.forgetIdle(k)
-		return false, next, freed
 	}
 	l.mu.Lock()
-	g.tokens = append(g.tokens, token)
-	l.mu.Unlock()
-	return true, time.Time{}, nil
+	defer l.mu.Unlock()
+	g.taking--
+	if ok {
+		g.tokens = append(g.tokens, token)
+		return true, time.Time{}, nil
+	}
+	if g.idle(l.now()) {
+		delete(l.groups, k)
+	}
+	return false, next, freed
 }
 
 // tryLocal is Try with the slots in the process.
@@ -292,15 +295,6 @@ func (l *Limiter) groupLocked(k groupKey) *group {
 		l.groups[k] = g
 	}
 	return g
-}
-
-// forgetIdle forgets k's group if it holds nothing.
-func (l *Limiter) forgetIdle(k groupKey) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if g := l.groups[k]; g != nil && g.idle(l.now()) {
-		delete(l.groups, k)
-	}
 }
 
 // idle reports whether g holds nothing at now: no running job, no take

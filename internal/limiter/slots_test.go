@@ -268,7 +268,8 @@ func TestStoreSlotsLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	const lease = 300 * time.Millisecond
+	// Long enough that a loaded machine's writer renews in time.
+	const lease = 3 * time.Second
 	k := &killable{Limits: st}
 	a, b := New(nil), New(nil)
 	as := NewStoreSlots(k, "a", lease, nil)
@@ -280,7 +281,7 @@ func TestStoreSlotsLeases(t *testing.T) {
 			t.Fatalf("a: %v", o)
 		}
 	}
-	// Held over several leases: every renewal keeps them.
+	// Held over more than a lease: every renewal keeps them.
 	for range 4 {
 		as.mu.Lock()
 		renewed := as.renewed
@@ -310,4 +311,5 @@ func TestStoreSlotsLeases(t *testing.T) {
 	if o, _ := b.Acquire(t.Context(), sel, time.Time{}, nil); o != Granted {
 		t.Fatalf("b after its releases: %v", o)
 	}
+	b.Release(sel)
 }
