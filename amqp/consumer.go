@@ -79,14 +79,24 @@ type ConsumerOptions struct {
 	// that may select a queue whose policy has no delay queue (no
 	// retries) is refused: held messages need one to be deferred to.
 	Limits []redrive.ConcurrencyLimit
-	// LimitStore, when set, makes each limit's rate fleet-wide: every
-	// start of a rate-limited message is taken from the store's rate state
+	// LimitStore, when set, makes each limit fleet-wide. Its max: a
+	// message of a limit with a max runs holding a slot of its group
+	// taken from the store (store.Limits.TakeLimitSlot, one call before
+	// it runs and one after), leased for LimitLease and renewed while it
+	// runs, shared by every consumer of either transport on the store
+	// (not with the store's own running jobs), a max set at run time
+	// there (redrive limits set) winning. Its rate: every start of a
+	// rate-limited message is taken from the store's rate state
 	// (store.Limits.TakeLimitStarts, one call per start), which every
 	// consumer and worker on the store shares with the store's own
-	// limited fetches; a rate set at run time there (redrive limits set)
-	// wins. The concurrency caps stay per process. While the store
-	// cannot be reached, rate-limited messages wait.
+	// limited fetches; a rate set at run time there wins. While the
+	// store cannot be reached, limited messages wait (see the package
+	// documentation, "Limits").
 	LimitStore store.Limits
+	// LimitLease is the lease of a slot taken from LimitStore (default
+	// 30s): renewed every third of it while its message runs,
+	// it is how long the slots of a consumer that died stay taken.
+	LimitLease time.Duration
 	// LimitHold is how long a message waits in the consumer for its
 	// limit before it goes round the queue's shortest delay queue,
 	// without using an attempt (default DefaultLimitHold). At most
@@ -161,9 +171,11 @@ type Consumer struct {
 
 	queues []*queueConsumer
 
-	// limits are opts.Limits, checked; limiter holds their groups.
+	// limits are opts.Limits, checked; limiter holds their groups, and
+	// slots, when opts.LimitStore is set, their slots.
 	limits  *redrive.LimitSet
 	limiter *limiter.Limiter
+	slots   *limiter.StoreSlots
 
 	// run guards Run: a consumer runs once.
 	run lifecycle.Once
@@ -195,6 +207,8 @@ func NewConsumer(conn *Conn, opts ConsumerOptions) (*Consumer, error) {
 		limiter: limiter.New(nil)}
 	if opts.LimitStore != nil {
 		c.limiter.SetRemote(limiter.StoreRemote(opts.LimitStore, c.log))
+		c.slots = limiter.NewStoreSlots(opts.LimitStore, "amqp "+exec.ID(), opts.LimitLease, c.log)
+		c.limiter.SetSlots(c.slots)
 	}
 	for _, name := range slices.Sorted(maps.Keys(opts.Queues)) {
 		qo := opts.Queues[name]
@@ -278,6 +292,10 @@ type ConsumerStats struct {
 	LimitDeferred int64 `json:"limit_deferred"`
 	// Limits are the consumer's limits' use now, in this process.
 	Limits []LimitStat `json:"limits,omitempty"`
+	// LimitSlotsLost counts the fleet-wide slots (LimitStore) whose
+	// lease ended before it was renewed: their messages ran on, and
+	// another consumer may have taken the slot meanwhile.
+	LimitSlotsLost int64 `json:"limit_slots_lost,omitempty"`
 }
 
 // LimitStat is one limit's use in a consumer.
@@ -291,10 +309,14 @@ type consumerCounters struct {
 // Stats returns the consumer's running totals.
 func (c *Consumer) Stats() ConsumerStats {
 	s := &c.stats
-	return ConsumerStats{Delivered: s.delivered.Load(), Completed: s.completed.Load(), Retried: s.retried.Load(),
+	out := ConsumerStats{Delivered: s.delivered.Load(), Completed: s.completed.Load(), Retried: s.retried.Load(),
 		Deferred: s.deferred.Load(), Dead: s.dead.Load(), Released: s.released.Load(), Hops: s.hops.Load(),
 		Waits: s.waits.Load(), Undecodable: s.undecodable.Load(), SettleFailures: s.settleFailures.Load(),
 		LimitDeferred: s.limitDeferred.Load(), Limits: c.limiter.Stats()}
+	if c.slots != nil {
+		out.LimitSlotsLost = c.slots.Lost()
+	}
+	return out
 }
 
 // Run declares the topology of every queue and consumes them until ctx

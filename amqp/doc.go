@@ -70,12 +70,19 @@
 // # Limits
 //
 // ConsumerOptions.Limits puts messages under redrive's concurrency and
-// rate limits (the list redrive.Client.SetLimits takes), per consumer
-// process (the rates fleet-wide when ConsumerOptions.LimitStore is set):
-// a message of a full or rate-held group waits unacked, without a
-// handler slot, for up to LimitHold and while fewer than Prefetch -
-// Concurrency wait, then goes round the shortest delay queue; it uses no
-// attempt either way. See docs/rabbitmq.md, "Limits".
+// rate limits (the list redrive.Client.SetLimits takes). Without
+// ConsumerOptions.LimitStore they hold per consumer process: N consumers
+// run up to N·max of a group at once. With it they hold fleet-wide, for
+// every consumer (of either transport) on that store: a message of a
+// limit with a max runs holding a slot leased from the store (renewed
+// while it runs; a killed consumer's slots come back when their leases
+// end, LimitLease), never more than max at once, and each start of a
+// rate-limited message is taken from the store's rate state. A message
+// of a full or rate-held group waits unacked, without a handler slot,
+// for up to LimitHold and while fewer than Prefetch - Concurrency wait,
+// then goes round the shortest delay queue; it uses no attempt either
+// way. While the store cannot be reached, limited messages wait: none
+// starts. See docs/rabbitmq.md, "Limits".
 //
 // # Delivery guarantees
 //

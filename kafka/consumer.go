@@ -121,14 +121,24 @@ type ConsumerOptions struct {
 	// record whose group cannot be read goes to the DLT, its reason
 	// naming the field.
 	Limits []redrive.ConcurrencyLimit
-	// LimitStore, when set, makes each limit's rate fleet-wide: every
-	// start of a rate-limited record is taken from the store's rate state
+	// LimitStore, when set, makes each limit fleet-wide. Its max: a
+	// record of a limit with a max runs holding a slot of its group
+	// taken from the store (store.Limits.TakeLimitSlot, one call before
+	// it runs and one after), leased for LimitLease and renewed while it
+	// runs, shared by every consumer of either transport on the store
+	// (not with the store's own running jobs), a max set at run time
+	// there (redrive limits set) winning. Its rate: every start of a
+	// rate-limited record is taken from the store's rate state
 	// (store.Limits.TakeLimitStarts, one call per start), which every
 	// consumer and worker on the store shares with the store's own
-	// limited fetches; a rate set at run time there (redrive limits set)
-	// wins. The concurrency caps stay per process. While the store
-	// cannot be reached, rate-limited records wait.
+	// limited fetches; a rate set at run time there wins. While the
+	// store cannot be reached, limited records wait (see the package
+	// documentation, "Limits").
 	LimitStore store.Limits
+	// LimitLease is the lease of a slot taken from LimitStore (default
+	// 30s): renewed every third of it while its record runs, it is how
+	// long the slots of a consumer that died stay taken.
+	LimitLease time.Duration
 	// LimitHold is how long a record waits for its limit, its partition
 	// paused and its offset not committed, before it goes to the topic's
 	// shortest retry tier without using an attempt (default
@@ -199,9 +209,11 @@ type Consumer struct {
 	// whose read-ahead reached its bound to drain before it pauses its
 	// fetching (defaultReadAheadGrace; tests change it).
 	readAheadGrace time.Duration
-	// limits are opts.Limits, checked; limiter holds their groups.
+	// limits are opts.Limits, checked; limiter holds their groups, and
+	// slots, when opts.LimitStore is set, their slots.
 	limits  *redrive.LimitSet
 	limiter *limiter.Limiter
+	slots   *limiter.StoreSlots
 	// holdMu guards noHoldUntil: per partition, the end of the spell
 	// after a limit deferral in which its records do not wait.
 	holdMu      sync.Mutex
@@ -271,6 +283,16 @@ type LimitStat = limiter.Stat
 // process, by limit name.
 func (c *Consumer) LimitStats() []LimitStat { return c.limiter.Stats() }
 
+// LimitSlotsLost returns how many fleet-wide slots (LimitStore) the
+// consumer lost: their lease ended before it was renewed, their records
+// ran on, and another consumer may have taken the slot meanwhile.
+func (c *Consumer) LimitSlotsLost() int64 {
+	if c.slots == nil {
+		return 0
+	}
+	return c.slots.Lost()
+}
+
 type counters struct{ rebalances atomic.Int64 }
 
 // The read-ahead of a partition in AtLeastOnce mode, by default.
@@ -323,6 +345,8 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 		noHoldUntil: map[tpKey]time.Time{}}
 	if opts.LimitStore != nil {
 		c.limiter.SetRemote(limiter.StoreRemote(opts.LimitStore, c.log))
+		c.slots = limiter.NewStoreSlots(opts.LimitStore, "kafka "+exec.ID(), opts.LimitLease, c.log)
+		c.limiter.SetSlots(c.slots)
 	}
 	names := make([]string, 0, len(opts.Topics))
 	for name := range opts.Topics {

@@ -36,11 +36,18 @@
 // # Limits
 //
 // ConsumerOptions.Limits puts records under redrive's concurrency and
-// rate limits (the list redrive.Client.SetLimits takes), per consumer
-// process (the rates fleet-wide when ConsumerOptions.LimitStore is set):
-// a record of a full or rate-held group waits with its partition paused
-// and its offset uncommitted for up to LimitHold, then goes to the
-// shortest retry tier; it uses no attempt either way. See docs/kafka.md,
+// rate limits (the list redrive.Client.SetLimits takes). Without
+// ConsumerOptions.LimitStore they hold per consumer process: N consumers
+// run up to N·max of a group at once. With it they hold fleet-wide, for
+// every consumer (of either transport) on that store: a record of a
+// limit with a max runs holding a slot leased from the store (renewed
+// while it runs; a killed consumer's slots come back when their leases
+// end, LimitLease), never more than max at once, and each start of a
+// rate-limited record is taken from the store's rate state. A record of
+// a full or rate-held group waits with its partition paused and its
+// offset uncommitted for up to LimitHold, then goes to the shortest
+// retry tier; it uses no attempt either way. While the store cannot be
+// reached, limited records wait: none starts. See docs/kafka.md,
 // "Limits".
 //
 // # Delivery modes

@@ -209,6 +209,37 @@ type Limits interface {
 	// (ErrNoCapNoRate) is ErrInvalid; a hold alone on a limit the store
 	// does not keep is ErrNotFound; and nothing is stored.
 	ChangeLimit(ctx context.Context, name string, ch LimitChange, now time.Time) (LimitState, error)
+
+	// TakeLimitSlot takes, fleet-wide, a slot of the group key of the
+	// limit named name for holder (a name for whoever holds it, kept for
+	// the operator), leased until until: for code that runs jobs of a
+	// limit outside the store's fetch (the broker transports'
+	// consumers). The group's slots are those taken here whose lease has
+	// not ended at now (they are counted apart from the store's running
+	// jobs). It takes one when fewer than the group's max are held: the
+	// limit's stored max when the store keeps the limit with one (a max
+	// set at run time wins), else max. It returns the slot's token, which
+	// names this holding and no other (a token is never given twice),
+	// or 0 when the group is full. Two takes never count a group's slots
+	// at once, so at no time are more than its max held. A bad name or
+	// key, a max out of [1, MaxLimit], an empty or too long holder or an
+	// until not after now is ErrInvalid, and nothing is taken. It creates
+	// no limit.
+	TakeLimitSlot(ctx context.Context, name, key string, max int, holder string, now, until time.Time) (token int64, err error)
+
+	// RenewLimitSlots extends the leases of the slots tokens name to
+	// until, in one transaction, and returns the tokens it could not
+	// extend: their lease ended at or before now (the slot may since be
+	// someone else's; it stays lost), or they were released. An until
+	// not after now, or more than MaxSlotTokens tokens, is ErrInvalid,
+	// and nothing is renewed.
+	RenewLimitSlots(ctx context.Context, tokens []int64, now, until time.Time) (lost []int64, err error)
+
+	// ReleaseLimitSlot ends the holding token names and reports whether
+	// it still held its slot at now (its lease had not ended). A holder
+	// whose lease ended frees nothing: its slot was free already, and
+	// may be someone else's, under another token, since.
+	ReleaseLimitSlot(ctx context.Context, token int64, now time.Time) (bool, error)
 }
 
 // LimitChange is a change of a limit's settings (Limits.ChangeLimit): the
@@ -366,6 +397,42 @@ func CheckTakeStarts(name, key string, r LimitRate, n int) error {
 		return fmt.Errorf("%w: rate: none", ErrInvalid)
 	}
 	return CheckLimitRate(r)
+}
+
+// MaxSlotTokens bounds the tokens of one RenewLimitSlots.
+const MaxSlotTokens = 10_000
+
+// CheckTakeSlot reports, as an ErrInvalid error naming the field at
+// fault, the arguments of a TakeLimitSlot no store takes.
+func CheckTakeSlot(name, key string, max int, holder string, now, until time.Time) error {
+	if err := CheckLimitName("name", name); err != nil {
+		return err
+	}
+	if len(key) > MaxLimitName || !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
+		return fmt.Errorf("%w: key: longer than %d bytes, not UTF-8 or holds a NUL", ErrInvalid, MaxLimitName)
+	}
+	if err := CheckLimitMax(max); err != nil {
+		return err
+	}
+	if err := CheckLimitName("holder", holder); err != nil {
+		return err
+	}
+	if !until.After(now) {
+		return fmt.Errorf("%w: until: %s is not after now, %s", ErrInvalid, until.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// CheckRenewSlots reports, as an ErrInvalid error, the arguments of a
+// RenewLimitSlots no store takes.
+func CheckRenewSlots(tokens []int64, now, until time.Time) error {
+	if len(tokens) > MaxSlotTokens {
+		return fmt.Errorf("%w: tokens: %d is more than %d", ErrInvalid, len(tokens), MaxSlotTokens)
+	}
+	if !until.After(now) {
+		return fmt.Errorf("%w: until: %s is not after now, %s", ErrInvalid, until.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // LimitState is a concurrency limit and its use now.

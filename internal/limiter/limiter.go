@@ -1,7 +1,8 @@
 // Package limiter applies redrive's concurrency and rate limits
-// (redrive.ConcurrencyLimit) in one process, in memory: the broker
-// transports' consumers, which have no store to keep them in, hold a
-// message of a full or rate-held group with it. The semantics are the
+// (redrive.ConcurrencyLimit) in one process, in memory, or fleet-wide
+// through a store (SetRemote for the rates, SetSlots for the slots): the
+// broker transports' consumers, whose messages have no row in a store,
+// hold a message of a full or rate-held group with it. The semantics are the
 // stores': at most Max jobs of a group run at once, and a group's starts
 // follow a GCRA of the limit's rate and burst (the same emission
 // interval, store.LimitRate.Interval, the same tolerance, (burst-1)
@@ -31,8 +32,10 @@ const sweepEvery = 1000
 // safe for concurrent use.
 type Limiter struct {
 	// remote, when set, takes the starts of rate-limited groups
-	// fleet-wide instead of the limiter's own GCRA.
+	// fleet-wide instead of the limiter's own GCRA; slots, when set,
+	// the slots of groups with a max instead of the limiter's counts.
 	remote Remote
+	slots  Slots
 
 	mu     sync.Mutex
 	now    func() time.Time
@@ -50,6 +53,11 @@ type group struct {
 	tat time.Time
 	// freed is closed, and replaced, when a job of the group ends.
 	freed chan struct{}
+	// taking counts the Slots.Take calls under way for the group;
+	// tokens are the group's slots the process holds from Slots (one
+	// per running job of the group, but those whose Take is not done).
+	taking int
+	tokens []int64
 }
 
 // counts are one limit's totals.
@@ -79,6 +87,43 @@ const RemoteRetry = time.Second
 // process. Call it before the first Try.
 func (l *Limiter) SetRemote(remote Remote) { l.remote = remote }
 
+// Slots keep, outside the process, the slots of the groups of limits
+// with a max: the part of the limiter's Remote hook that holds
+// concurrency fleet-wide (StoreSlots).
+type Slots interface {
+	// Take takes a slot of sel's group (under sel.Max, or the max the
+	// slots' keeper knows for the limit), held until Release: its token,
+	// or 0 when the group is full. A failed Take took nothing.
+	Take(ctx context.Context, sel redrive.SelectedLimit) (token int64, err error)
+	// Release gives back the slot token names. It does not fail: a slot
+	// that cannot be given back is freed by its lease's end.
+	Release(token int64)
+}
+
+// SetSlots makes the limiter take the slots of every limit with a max
+// from slots (its own counts then cap nothing; a group's rate is still
+// the limiter's own GCRA's, or its Remote's). Call it before the first
+// Try.
+func (l *Limiter) SetSlots(slots Slots) { l.slots = slots }
+
+// SlotPollMin and SlotPollMax bound how long a job whose group's slots
+// are full in Slots waits before it asks again: SlotPollMin after the
+// first refusal, doubling up to SlotPollMax. A Release in the same
+// process wakes it at once.
+const (
+	SlotPollMin = 20 * time.Millisecond
+	SlotPollMax = 500 * time.Millisecond
+)
+
+// SlotPoll returns the wait before the polls-th look again at a group
+// whose slots are full in Slots.
+func SlotPoll(polls int) time.Duration {
+	if polls >= 5 {
+		return SlotPollMax
+	}
+	return min(SlotPollMin<<polls, SlotPollMax)
+}
+
 // Now returns the limiter's clock reading.
 func (l *Limiter) Now() time.Time { return l.now() }
 
@@ -94,7 +139,58 @@ func (l *Limiter) Now() time.Time { return l.now() }
 // With a Remote, the rate is the Remote's: a free slot is taken, then
 // the Remote asked (outside the limiter's lock); refused, or failed (then
 // next is RemoteRetry away), the slot is given back.
+//
+// With Slots, the slot of a limit with a max is taken from them
+// (outside the lock), then the rate; refused (next is SlotPoll away), or
+// failed (RemoteRetry away), nothing is taken; a slot taken whose rate
+// refuses is given back.
 func (l *Limiter) Try(ctx context.Context, sel redrive.SelectedLimit) (ok bool, next time.Time, freed <-chan struct{}) {
+	return l.tryPolled(ctx, sel, 0)
+}
+
+// tryPolled is Try for the polls-th look at sel since a caller began to
+// wait: a group whose fleet-wide slots are full is looked at again after
+// SlotPoll(polls).
+func (l *Limiter) tryPolled(ctx context.Context, sel redrive.SelectedLimit, polls int) (ok bool, next time.Time, freed <-chan struct{}) {
+	if l.slots == nil || sel.Max == 0 {
+		return l.tryLocal(ctx, sel)
+	}
+	k := groupKey{sel.Name, sel.Group}
+	l.mu.Lock()
+	g := l.groupLocked(k)
+	// Kept (g stays the group's) until the token is in g.tokens, or
+	// given back.
+	g.taking++
+	freed = g.freed
+	l.mu.Unlock()
+	token, err := l.slots.Take(ctx, sel)
+	if err == nil && token != 0 {
+		rest := sel
+		rest.Max = 0 // the slot is the store's: the rate is what is left
+		if ok, next, _ = l.tryLocal(ctx, rest); !ok {
+			l.slots.Release(token)
+		}
+	} else {
+		next = l.now().Add(SlotPoll(polls))
+		if err != nil {
+			next = l.now().Add(RemoteRetry)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g.taking--
+	if ok {
+		g.tokens = append(g.tokens, token)
+		return true, time.Time{}, nil
+	}
+	if g.idle(l.now()) {
+		delete(l.groups, k)
+	}
+	return false, next, freed
+}
+
+// tryLocal is Try with the slots in the process.
+func (l *Limiter) tryLocal(ctx context.Context, sel redrive.SelectedLimit) (ok bool, next time.Time, freed <-chan struct{}) {
 	if l.remote == nil || sel.Rate.IsZero() {
 		return l.try(sel)
 	}
@@ -127,12 +223,7 @@ func (l *Limiter) try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	k := groupKey{sel.Name, sel.Group}
-	g := l.groups[k]
-	if g == nil {
-		g = &group{freed: make(chan struct{})}
-		l.groups[k] = g
-	}
+	g := l.groupLocked(groupKey{sel.Name, sel.Group})
 	c := l.countsLocked(sel.Name)
 	full := sel.Max > 0 && g.running >= sel.Max
 	var tat time.Time
@@ -161,10 +252,28 @@ func (l *Limiter) try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed
 
 // Release ends a job of sel's group that Try let start: its slot frees,
 // and the callers waiting on the group try again.
+//
+// With Slots, a slot of the group the process holds from them (they are
+// alike) is given back to them first, so that the waiters it wakes find
+// it free there.
 func (l *Limiter) Release(sel redrive.SelectedLimit) {
+	k := groupKey{sel.Name, sel.Group}
+	var token int64
+	if l.slots != nil && sel.Max > 0 {
+		// The slot goes back to the store first, so that the local
+		// waiters, woken below, find it free there.
+		l.mu.Lock()
+		if g := l.groups[k]; g != nil && len(g.tokens) > 0 {
+			token = g.tokens[len(g.tokens)-1]
+			g.tokens = g.tokens[:len(g.tokens)-1]
+		}
+		l.mu.Unlock()
+		if token != 0 {
+			l.slots.Release(token)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := groupKey{sel.Name, sel.Group}
 	g := l.groups[k]
 	if g == nil || g.running == 0 {
 		panic("limiter: Release without a start")
@@ -173,16 +282,32 @@ func (l *Limiter) Release(sel redrive.SelectedLimit) {
 	l.countsLocked(sel.Name).running--
 	close(g.freed)
 	g.freed = make(chan struct{})
-	if g.running == 0 && !g.tat.After(l.now()) {
+	if g.idle(l.now()) {
 		delete(l.groups, k)
 	}
+}
+
+// groupLocked returns k's group, created if there is none.
+func (l *Limiter) groupLocked(k groupKey) *group {
+	g := l.groups[k]
+	if g == nil {
+		g = &group{freed: make(chan struct{})}
+		l.groups[k] = g
+	}
+	return g
+}
+
+// idle reports whether g holds nothing at now: no running job, no take
+// under way, a tat that is past (which says no more than no tat).
+func (g *group) idle(now time.Time) bool {
+	return g.running == 0 && g.taking == 0 && !g.tat.After(now)
 }
 
 // sweepLocked forgets the groups that hold nothing: no running job, and
 // a tat that is past (which says no more than no tat).
 func (l *Limiter) sweepLocked(now time.Time) {
 	for k, g := range l.groups {
-		if g.running == 0 && !g.tat.After(now) {
+		if g.idle(now) {
 			delete(l.groups, k)
 		}
 	}
@@ -227,6 +352,7 @@ func (l *Limiter) Acquire(ctx context.Context, sel redrive.SelectedLimit, deadli
 			l.mu.Unlock()
 		}
 	}()
+	polls := 0
 	for {
 		release := func() {}
 		if slot != nil {
@@ -236,7 +362,8 @@ func (l *Limiter) Acquire(ctx context.Context, sel redrive.SelectedLimit, deadli
 			}
 			release = r
 		}
-		ok, next, freed := l.Try(ctx, sel)
+		ok, next, freed := l.tryPolled(ctx, sel, polls)
+		polls++
 		if ok {
 			return Granted, release
 		}
@@ -319,5 +446,175 @@ func StoreRemote(st store.Limits, log *slog.Logger) Remote {
 			return false, time.Time{}, fmt.Errorf("limiter: take a start of %q: %w", sel.Name, err)
 		}
 		return took == 1, next, nil
+	}
+}
+
+// slotTimeout bounds one call of a store's slot methods.
+const slotTimeout = 10 * time.Second
+
+// StoreSlots are Slots held in a store (store.Limits.TakeLimitSlot), for
+// every process on it: each slot is a lease, renewed while its job runs
+// by one batched RenewLimitSlots every third of the lease, so that the
+// slots of a process that dies come back when their leases end. It is
+// safe for concurrent use.
+type StoreSlots struct {
+	st     store.Limits
+	holder string
+	lease  time.Duration
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu   sync.Mutex
+	held map[int64]struct{}
+	// stop, while a renewer runs, is its own: closed (and set to nil)
+	// once the process holds no slot, which ends it.
+	stop chan struct{}
+	// renewed is closed, and replaced, after each round of renewals
+	// (for tests).
+	renewed chan struct{}
+	lost    int64
+}
+
+// DefaultSlotLease is the lease of a StoreSlots slot by default.
+const DefaultSlotLease = 30 * time.Second
+
+// NewStoreSlots returns Slots held in st by holder (a name for the
+// process, shown to the operator), each leased for lease (DefaultSlotLease
+// when not positive). Failures are logged to log.
+func NewStoreSlots(st store.Limits, holder string, lease time.Duration, log *slog.Logger) *StoreSlots {
+	if lease <= 0 {
+		lease = DefaultSlotLease
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &StoreSlots{st: st, holder: holder, lease: lease, log: log, now: time.Now,
+		held: map[int64]struct{}{}, renewed: make(chan struct{})}
+}
+
+// Take implements Slots: one TakeLimitSlot, leased until now + lease.
+func (s *StoreSlots) Take(ctx context.Context, sel redrive.SelectedLimit) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, slotTimeout)
+	defer cancel()
+	now := s.now()
+	token, err := s.st.TakeLimitSlot(cctx, sel.Name, sel.Group, sel.Max, s.holder, now, now.Add(s.lease))
+	if err != nil {
+		if ctx.Err() == nil { // not the consumer's shutdown
+			s.log.Warn("limits: the store's slots cannot be read; limited jobs wait", "limit", sel.Name, "error", err)
+		}
+		return 0, fmt.Errorf("limiter: take a slot of %q: %w", sel.Name, err)
+	}
+	if token == 0 {
+		return 0, nil
+	}
+	s.mu.Lock()
+	s.held[token] = struct{}{}
+	if s.stop == nil {
+		s.stop = make(chan struct{})
+		go s.renew(s.stop)
+	}
+	s.mu.Unlock()
+	return token, nil
+}
+
+// Release implements Slots: one ReleaseLimitSlot. A failed one is
+// logged; the slot's lease, no longer renewed, then ends by itself.
+func (s *StoreSlots) Release(token int64) {
+	s.mu.Lock()
+	delete(s.held, token)
+	s.stopIdleLocked()
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), slotTimeout)
+	defer cancel()
+	if _, err := s.st.ReleaseLimitSlot(ctx, token, s.now()); err != nil {
+		s.log.Warn("limits: a slot cannot be given back to the store; it frees when its lease ends",
+			"token", token, "lease", s.lease, "error", err)
+	}
+}
+
+// Lost returns how many slots the process lost: slots whose lease
+// ended before a renewal reached the store (the store unreachable, or
+// the process stalled, for a lease), which another process may hold
+// since. Their jobs ran on.
+func (s *StoreSlots) Lost() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
+}
+
+// Held returns how many slots the process holds.
+func (s *StoreSlots) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held)
+}
+
+// stopIdleLocked ends the renewer once the process holds no slot.
+func (s *StoreSlots) stopIdleLocked() {
+	if len(s.held) == 0 && s.stop != nil {
+		close(s.stop)
+		s.stop = nil
+	}
+}
+
+// renew renews the held slots' leases every third of a lease, in
+// batches, until stop is closed (the process holds none).
+func (s *StoreSlots) renew(stop chan struct{}) {
+	t := time.NewTimer(s.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		if s.stop != stop {
+			s.mu.Unlock()
+			return
+		}
+		tokens := make([]int64, 0, len(s.held))
+		for tok := range s.held {
+			tokens = append(tokens, tok)
+		}
+		s.mu.Unlock()
+		for batch := range slices.Chunk(tokens, store.MaxSlotTokens) {
+			s.renewBatch(batch)
+		}
+		s.mu.Lock()
+		close(s.renewed)
+		s.renewed = make(chan struct{})
+		s.mu.Unlock()
+		t.Reset(s.lease / 3)
+	}
+}
+
+func (s *StoreSlots) renewBatch(tokens []int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), slotTimeout)
+	defer cancel()
+	now := s.now()
+	lost, err := s.st.RenewLimitSlots(ctx, tokens, now, now.Add(s.lease))
+	if err != nil {
+		s.log.Warn("limits: the leases of the slots held cannot be renewed; they end unless a later renewal succeeds",
+			"slots", len(tokens), "lease", s.lease, "error", err)
+		return
+	}
+	if len(lost) == 0 {
+		return
+	}
+	s.mu.Lock()
+	n := 0
+	for _, tok := range lost {
+		if _, ok := s.held[tok]; ok { // not released meanwhile
+			delete(s.held, tok)
+			n++
+		}
+	}
+	s.lost += int64(n)
+	s.stopIdleLocked()
+	s.mu.Unlock()
+	if n > 0 {
+		s.log.Warn("limits: slots lost: their leases ended before they were renewed; their jobs run on, beyond the fleet's max",
+			"slots", n, "lease", s.lease)
 	}
 }

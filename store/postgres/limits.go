@@ -734,3 +734,108 @@ func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.L
 	}
 	return took, next, nil
 }
+
+// slotLockKey is the advisory lock key of the takes of one group's slots.
+func (s *Store) slotLockKey(name, key string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("redrive slots " + s.schema + "\x00" + name + "\x00" + key))
+	return int64(h.Sum64())
+}
+
+// TakeLimitSlot implements store.Limits: under the group's advisory lock
+// (transaction-scoped), so two takes of a group never count its slots at
+// once.
+func (s *Store) TakeLimitSlot(ctx context.Context, name, key string, max int, holder string, now, until time.Time) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if err := store.CheckTakeSlot(name, key, max, holder, now, until); err != nil {
+		return 0, fmt.Errorf("postgres: take limit slot: %w", err)
+	}
+	var token int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		token = 0
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.slotLockKey(name, key)); err != nil {
+			return err
+		}
+		var stored int64
+		err := tx.QueryRow(ctx, `SELECT max_running FROM `+s.schema+`.conc_limits WHERE name = $1`, name).Scan(&stored)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case stored > 0:
+			max = int(stored)
+		}
+		// The ended leases of the group go: they hold nothing.
+		if _, err := tx.Exec(ctx, `DELETE FROM `+s.schema+`.limit_slots WHERE name = $1 AND key = $2 AND until <= $3`,
+			name, key, now.UnixMicro()); err != nil {
+			return err
+		}
+		var held int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+s.schema+`.limit_slots WHERE name = $1 AND key = $2`,
+			name, key).Scan(&held); err != nil {
+			return err
+		}
+		if held >= max {
+			return nil
+		}
+		return tx.QueryRow(ctx, `INSERT INTO `+s.schema+`.limit_slots (name, key, holder, until) VALUES ($1, $2, $3, $4) RETURNING token`,
+			name, key, holder, until.UnixMicro()).Scan(&token)
+	})
+	if err != nil {
+		return 0, s.fail("take limit slot", err)
+	}
+	return token, nil
+}
+
+// RenewLimitSlots implements store.Limits: one statement, which locks the
+// rows it renews, so a renewal and a take of the same slot (which
+// deletes it once ended) are ordered.
+func (s *Store) RenewLimitSlots(ctx context.Context, tokens []int64, now, until time.Time) ([]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := store.CheckRenewSlots(tokens, now, until); err != nil {
+		return nil, fmt.Errorf("postgres: renew limit slots: %w", err)
+	}
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE `+s.schema+`.limit_slots SET until = $1 WHERE until > $2 AND token = ANY($3) RETURNING token`,
+		until.UnixMicro(), now.UnixMicro(), tokens)
+	if err != nil {
+		return nil, s.fail("renew limit slots", err)
+	}
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, s.fail("renew limit slots", err)
+	}
+	got := make(map[int64]bool, len(renewed))
+	for _, t := range renewed {
+		got[t] = true
+	}
+	var lost []int64
+	for _, t := range tokens {
+		if !got[t] {
+			lost = append(lost, t)
+		}
+	}
+	return lost, nil
+}
+
+// ReleaseLimitSlot implements store.Limits.
+func (s *Store) ReleaseLimitSlot(ctx context.Context, token int64, now time.Time) (bool, error) {
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	var until int64
+	err := s.pool.QueryRow(ctx, `DELETE FROM `+s.schema+`.limit_slots WHERE token = $1 RETURNING until`, token).Scan(&until)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, s.fail("release limit slot", err)
+	}
+	return until > now.UnixMicro(), nil
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/redrivehq/redrive/store"
@@ -560,4 +561,110 @@ func (s *Store) TakeLimitStarts(ctx context.Context, name, key string, r store.L
 		return 0, time.Time{}, fmt.Errorf("sqlite: take limit starts: %w", err)
 	}
 	return took, next, nil
+}
+
+// TakeLimitSlot implements store.Limits: in the writer's transaction,
+// which every take of every process on the file also takes, so two
+// takes never count a group's slots at once.
+func (s *Store) TakeLimitSlot(ctx context.Context, name, key string, max int, holder string, now, until time.Time) (int64, error) {
+	if err := store.CheckTakeSlot(name, key, max, holder, now, until); err != nil {
+		return 0, fmt.Errorf("sqlite: take limit slot: %w", err)
+	}
+	var token int64
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		token = 0
+		var stored int64
+		err := tx.QueryRowContext(ctx, `SELECT max_running FROM conc_limits WHERE name = ?`, name).Scan(&stored)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		case stored > 0:
+			max = int(stored)
+		}
+		// The ended leases of the group go: they hold nothing.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM limit_slots WHERE name = ? AND key = ? AND until <= ?`,
+			name, key, micros(now)); err != nil {
+			return err
+		}
+		var held int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM limit_slots WHERE name = ? AND key = ?`,
+			name, key).Scan(&held); err != nil {
+			return err
+		}
+		if held >= max {
+			return nil
+		}
+		return tx.QueryRowContext(ctx, `INSERT INTO limit_slots (name, key, holder, until) VALUES (?, ?, ?, ?) RETURNING token`,
+			name, key, holder, micros(until)).Scan(&token)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: take limit slot: %w", err)
+	}
+	return token, nil
+}
+
+// RenewLimitSlots implements store.Limits.
+func (s *Store) RenewLimitSlots(ctx context.Context, tokens []int64, now, until time.Time) ([]int64, error) {
+	if err := store.CheckRenewSlots(tokens, now, until); err != nil {
+		return nil, fmt.Errorf("sqlite: renew limit slots: %w", err)
+	}
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	var lost []int64
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		lost = lost[:0]
+		renewed := make(map[int64]bool, len(tokens))
+		args := make([]any, 0, len(tokens)+2)
+		args = append(args, micros(until), micros(now))
+		for _, t := range tokens {
+			args = append(args, t)
+		}
+		rows, err := tx.QueryContext(ctx, `UPDATE limit_slots SET until = ? WHERE until > ? AND token IN (?`+
+			strings.Repeat(", ?", len(tokens)-1)+`) RETURNING token`, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var t int64
+			if err := rows.Scan(&t); err != nil {
+				return err
+			}
+			renewed[t] = true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, t := range tokens {
+			if !renewed[t] {
+				lost = append(lost, t)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: renew limit slots: %w", err)
+	}
+	return lost, nil
+}
+
+// ReleaseLimitSlot implements store.Limits.
+func (s *Store) ReleaseLimitSlot(ctx context.Context, token int64, now time.Time) (bool, error) {
+	var held bool
+	err := s.write(ctx, func(tx *sql.Conn) error {
+		var until int64
+		err := tx.QueryRowContext(ctx, `DELETE FROM limit_slots WHERE token = ? RETURNING until`, token).Scan(&until)
+		if errors.Is(err, sql.ErrNoRows) {
+			held = false
+			return nil
+		}
+		held = until > micros(now)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("sqlite: release limit slot: %w", err)
+	}
+	return held, nil
 }
