@@ -206,6 +206,7 @@ var subtests = []subtest{
 	{"LimitsSlotWait", testLimitsSlotWait},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
+	{"Trace", testTrace},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a
