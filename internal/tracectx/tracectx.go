@@ -8,6 +8,7 @@ package tracectx
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync/atomic"
 
@@ -124,4 +125,17 @@ func Inject(sc trace.SpanContext, set func(key, value string)) {
 	if c.State != "" {
 		set(State, c.State)
 	}
+}
+
+// SetHeader sets the traceparent (and tracestate) headers of h to the
+// span context of ctx's span, so that a request h belongs to joins its
+// trace. It does nothing when ctx has no valid span context or h already
+// has a traceparent (a caller's own wins).
+func SetHeader(ctx context.Context, h http.Header) {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() || h.Get(Parent) != "" {
+		return
+	}
+	h.Del(State) // a tracestate belongs with its traceparent
+	Inject(sc, h.Set)
 }
