@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -23,6 +25,13 @@ type ClientOptions struct {
 	Logger *slog.Logger
 	// MaxPayload bounds the encoded payload of one job (default 1 MiB).
 	MaxPayload int
+	// TracerProvider, when set, makes the client's spans (an enqueue's,
+	// a redrive's) and those of the workers created from it (each
+	// attempt's), and keeps each job's trace context with it (Job.Trace).
+	// Nil turns tracing off, at no cost: pass otel.GetTracerProvider()
+	// to use OpenTelemetry's global provider. See docs/design.md,
+	// "Tracing".
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultMaxPayload is the default bound on a job's encoded payload.
@@ -39,6 +48,8 @@ type Client struct {
 	store      store.Store
 	log        *slog.Logger
 	maxPayload int
+	tp         trace.TracerProvider // as given
+	tracer     trace.Tracer         // nil: tracing off
 
 	// hooksKey names the in-process workers' hooks that the client's
 	// enqueues, pauses and cancellations call (see hooks): those of its
@@ -127,7 +138,8 @@ func NewClient(s store.Store, opts ClientOptions) *Client {
 	if opts.MaxPayload <= 0 {
 		opts.MaxPayload = DefaultMaxPayload
 	}
-	c := &Client{store: s, log: opts.Logger, maxPayload: opts.MaxPayload, nowFunc: time.Now, opsWake: make(chan struct{}, 1)}
+	c := &Client{store: s, log: opts.Logger, maxPayload: opts.MaxPayload, nowFunc: time.Now, opsWake: make(chan struct{}, 1),
+		tp: opts.TracerProvider, tracer: newTracer(opts.TracerProvider)}
 	c.hooksKey = hooksKey(c, s)
 	return c
 }
@@ -335,7 +347,14 @@ func (c *Client) enqueueMany(ctx context.Context, reqs []Request, check bool) ([
 			return nil, err
 		}
 	}
+	var span trace.Span
+	if c.tracer != nil {
+		ctx, span = c.startEnqueue(ctx, news, now)
+	}
 	jobs, err := c.store.Enqueue(ctx, news, now)
+	if span != nil {
+		c.endEnqueue(span, jobs, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redrive: enqueue: %w", err)
 	}

@@ -13,6 +13,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -62,12 +65,30 @@ const redriveBatch = 500
 // their history is kept with a redriven event. Jobs marked not
 // reprocessable are refused and reported. It returns the final progress;
 // when ctx ends midway, the progress so far and ctx's error.
-func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress, error) {
-	var prog RedriveProgress
+//
+// The redrive is a span (a child of ctx's), linked to the traces of the
+// jobs it redrives (up to 128): their next attempts stay in the trace
+// they were enqueued in.
+func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (prog RedriveProgress, err error) {
 	payload, err := c.checkRedrive(r)
 	if err != nil {
 		return prog, fmt.Errorf("redrive: redrive: %w", err)
 	}
+	span := trace.SpanFromContext(context.Background()) // a no-op span: tracing off
+	if c.tracer != nil {
+		ctx, span = c.startRedrive(ctx, "redrive")
+	}
+	links := 0
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(AttrRedriveJobs.Int64(prog.Redriven))
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
+		}
+		span.End(trace.WithTimestamp(c.now()))
+	}()
 	if err := c.validateRedrivePayload(ctx, r.IDs, r.Filter, payload); err != nil {
 		return prog, fmt.Errorf("redrive: redrive: %w", err)
 	}
@@ -114,6 +135,13 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress
 		if err != nil {
 			return err
 		}
+		if span.IsRecording() && links < maxRedriveLinks && len(res.Redriven) > 0 && len(r.IDs) > 0 {
+			// Redriven by id: read their traces (a walk of the DLQ has them).
+			if got, err := c.store.List(ctx, Filter{IDs: res.Redriven[:min(len(res.Redriven), maxRedriveLinks-links)]},
+				store.Page{Limit: maxRedriveLinks}); err == nil {
+				linkJobs(span, got.Jobs, &links)
+			}
+		}
 		prog.Redriven += int64(len(res.Redriven))
 		prog.Refused += int64(len(res.Refused))
 		prog.Skipped += int64(len(res.Skipped))
@@ -147,6 +175,9 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveProgress
 			for i, j := range res.Jobs {
 				ids[i] = j.ID
 				queues[j.Queue] = true
+			}
+			if span.IsRecording() {
+				linkJobs(span, res.Jobs, &links)
 			}
 			if len(ids) > 0 {
 				if err := apply(ids); err != nil {

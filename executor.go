@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/fingerprint"
@@ -71,6 +73,10 @@ type ExecutorOptions struct {
 	Observer Observer
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// TracerProvider, when set, makes the span of each attempt, a child
+	// of the span that enqueued its job (Job.Trace), and gives the
+	// handler a context with it. Nil turns tracing off, at no cost.
+	TracerProvider trace.TracerProvider
 	// KeepProgress makes Execute keep what the handler reports with
 	// Progress, as a Worker does: a successful attempt's outcome carries
 	// the last progress reported (Outcome.Progress). Off, Progress does
@@ -100,6 +106,7 @@ type Executor struct {
 	now      func() time.Time
 	breakers *breaker.Registry
 	policy   retry.Policy
+	tracer   trace.Tracer
 
 	mu       sync.RWMutex
 	handlers map[string]*handler
@@ -143,7 +150,7 @@ func NewExecutor(opts ExecutorOptions) *Executor {
 		opts.Now = time.Now
 	}
 	e := &Executor{opts: opts, id: opts.ID, log: opts.Logger, now: opts.Now, breakers: opts.Breakers,
-		policy: *opts.Policy, handlers: map[string]*handler{}}
+		policy: *opts.Policy, handlers: map[string]*handler{}, tracer: newTracer(opts.TracerProvider)}
 	lanes := map[string]*lane{}
 	e.lanes.Store(&lanes)
 	return e
@@ -344,6 +351,12 @@ var errGoexit = errors.New("handler did not return: it called runtime.Goexit (as
 func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell, out *Outcome) {
 	start := e.now()
 	j.AttemptedAt = &start
+	var br *breaker.Breaker
+	if e.tracer != nil {
+		var span trace.Span
+		ctx, span = e.startAttempt(ctx, j, start)
+		defer func() { e.endAttempt(span, j, out, br) }()
+	}
 	ln := e.lane(j.Queue)
 	if ln.budget != nil {
 		ln.budget.Attempt()
@@ -353,7 +366,6 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell, 
 	if dep == "" && h != nil {
 		dep = h.cfg.dependency
 	}
-	var br *breaker.Breaker
 	var tok breaker.Token
 	if dep != "" {
 		br = e.breakers.Get(dep)

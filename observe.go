@@ -89,27 +89,36 @@ type AttemptInfo struct {
 	Lateness time.Duration
 }
 
+// outcomeOf names what became of the attempt whose outcome is o.
+func outcomeOf(o *store.Outcome) AttemptOutcome {
+	switch o.Kind {
+	case store.Complete:
+		return OutcomeCompleted
+	case store.Retry:
+		return OutcomeRetry
+	case store.Bury:
+		return OutcomeDead
+	case store.Snooze:
+		if o.Event != nil && o.Event.Kind == store.EventDeferred {
+			return OutcomeDeferred
+		}
+		return OutcomeSnoozed
+	case store.Release:
+		return OutcomeReleased
+	case store.Cancel:
+		return OutcomeCanceled
+	}
+	return ""
+}
+
 // observe reports an attempt whose outcome o was decided to the executor's
 // Observer, which the caller checked is set.
 func (e *Executor) observe(j *Job, o *store.Outcome, err error, start, end time.Time) {
 	info := AttemptInfo{JobID: j.ID, Queue: j.Queue, Kind: j.Kind, Attempt: j.Attempt, Retry: j.Attempt > 1,
 		Err: err, Started: start, Duration: end.Sub(start)}
-	switch o.Kind {
-	case store.Complete:
-		info.Outcome = OutcomeCompleted
-	case store.Retry:
-		info.Outcome, info.Class = OutcomeRetry, o.Class
-	case store.Bury:
-		info.Outcome, info.Class = OutcomeDead, o.Class
-	case store.Snooze:
-		info.Outcome = OutcomeSnoozed
-		if o.Event != nil && o.Event.Kind == store.EventDeferred {
-			info.Outcome = OutcomeDeferred
-		}
-	case store.Release:
-		info.Outcome = OutcomeReleased
-	case store.Cancel:
-		info.Outcome = OutcomeCanceled
+	info.Outcome = outcomeOf(o)
+	if o.Kind == store.Retry || o.Kind == store.Bury {
+		info.Class = o.Class
 	}
 	if late := start.Sub(j.RunAt); late > 0 {
 		info.Lateness = late

@@ -304,7 +304,7 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		exec: NewExecutor(ExecutorOptions{ID: opts.ID, Policy: opts.Policy, QueuePolicies: opts.QueuePolicies,
 			Classifier: opts.Classifier, QueueClassifiers: opts.QueueClassifiers, Breakers: opts.Breakers, RetryBudget: opts.RetryBudget,
 			DisableRetryBudget: opts.DisableRetryBudget, MaxErrorLength: opts.MaxErrorLength, Logger: opts.Logger,
-			Rand: opts.Rand, Observer: obs, Now: client.now}),
+			Rand: opts.Rand, Observer: obs, Now: client.now, TracerProvider: client.tp}),
 	}
 	names := make([]string, 0, len(opts.Queues))
 	for q := range opts.Queues {

@@ -258,6 +258,11 @@ type Options struct {
 	// UserAgent is sent when the payload sets no User-Agent (default
 	// "redrive-download/1").
 	UserAgent string
+	// NoTraceParent stops the requests from carrying the attempt's W3C
+	// trace context (as httpjob.Options.NoTraceParent): by default, when
+	// the worker traces, each request has a traceparent header naming
+	// the attempt's span, unless the payload sets its own.
+	NoTraceParent bool
 	// Breakers holds the "disk" breaker (DiskBreaker) that full disks
 	// trip. Register defaults it to the worker's; New to a registry of
 	// its own.

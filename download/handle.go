@@ -25,6 +25,7 @@ import (
 	"github.com/redrivehq/redrive/internal/boot"
 	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
+	"github.com/redrivehq/redrive/internal/tracectx"
 )
 
 // meta is the sidecar of a partial file: what it was downloaded from and
@@ -509,6 +510,9 @@ func (a *attempt) get(ctx context.Context, m *meta, offset int64) (*http.Respons
 	if offset > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(offset, 10)+"-")
 		req.Header.Set("If-Range", m.validator())
+	}
+	if !a.h.opts.NoTraceParent {
+		tracectx.SetHeader(ctx, req.Header)
 	}
 	resp, err := a.h.client.Do(req)
 	if err != nil {

@@ -59,6 +59,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/rhttp"
 )
 
@@ -126,6 +127,13 @@ type Options struct {
 	// --http-allow-private.
 	AllowLinkLocalSetting string
 	AllowPrivateSetting   string
+	// NoTraceParent stops the requests from carrying the attempt's W3C
+	// trace context. By default, when the worker traces
+	// (redrive.ClientOptions.TracerProvider), each request has a
+	// traceparent header (and a tracestate when there is one) naming
+	// the attempt's span, so that the target's spans join the job's
+	// trace; a payload's own traceparent header is sent instead.
+	NoTraceParent bool
 }
 
 // Payload is the payload of an http job.
@@ -315,6 +323,9 @@ func (h *Handler) request(ctx context.Context, raw json.RawMessage) (*http.Reque
 	}
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", h.opts.UserAgent)
+	}
+	if !h.opts.NoTraceParent {
+		tracectx.SetHeader(ctx, req.Header)
 	}
 	return req, timeout, nil
 }

@@ -187,6 +187,10 @@ type Job struct {
 	// ReplayOf is the id of the job this job replays (a replay
 	// operation created it), 0 for a job enqueued otherwise.
 	ReplayOf int64 `json:"replay_of,omitempty"`
+	// Trace is the W3C trace context of the span that enqueued the job
+	// (see NewJob.Trace), "" for none. Stores keep it as it was given,
+	// through retries, the DLQ and redrives, and never change it.
+	Trace string `json:"trace,omitempty"`
 	// LastDuration is how long the handler ran in the job's last attempt
 	// that completed it, failed or buried it (0 before any). With
 	// AttemptedAt and Attempt it records the attempt that completed a
@@ -431,6 +435,30 @@ type NewJob struct {
 	// taken changes nothing.
 	Fair    bool
 	FairKey string
+	// Trace is the W3C trace context of the span that enqueued the job:
+	// the traceparent header's value, then, when there is a tracestate,
+	// a space and its value. "" is none. At most MaxTrace bytes.
+	Trace string
+}
+
+// MaxTrace bounds, in bytes, a job's trace context (NewJob.Trace): a
+// traceparent is 55 bytes and a tracestate at most 512 by the W3C
+// recommendation, so a longer one is not a trace context.
+const MaxTrace = 1024
+
+// CheckTrace returns an ErrInvalid error when trace cannot be a job's
+// trace context (NewJob.Trace): longer than MaxTrace bytes, or not
+// printable ASCII.
+func CheckTrace(trace string) error {
+	if len(trace) > MaxTrace {
+		return fmt.Errorf("%w: trace context longer than %d bytes", ErrInvalid, MaxTrace)
+	}
+	for i := 0; i < len(trace); i++ {
+		if c := trace[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: trace context has a byte 0x%02x that is not printable ASCII", ErrInvalid, c)
+		}
+	}
+	return nil
 }
 
 // The range of job priorities (Job.Priority). Higher runs first.

@@ -132,7 +132,16 @@ func runServe(ctx context.Context, cfg *config.Serve, logOut io.Writer, ready fu
 
 	// A failure from here on stops the server too (front.abort), before
 	// the deferred st.Close.
-	eng, err := newEngine(cfg, st, log)
+	tp, stopTracing, err := serveTracing(ctx, log)
+	if err != nil {
+		return front.abort(ctx, cfg, log, err)
+	}
+	defer func() {
+		if err := stopTracing(ctx); err != nil {
+			log.Warn("tracing: spans lost at shutdown", "error", err)
+		}
+	}()
+	eng, err := newEngine(cfg, st, log, tp)
 	if err != nil {
 		return front.abort(ctx, cfg, log, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
 	"github.com/redrivehq/redrive/breaker"
@@ -42,8 +44,10 @@ type engine struct {
 
 // newEngine builds the client and the worker on st, with the http kind
 // and, when --download-dir is set, the download kind.
-func newEngine(cfg *config.Serve, st store.Store, log *slog.Logger) (*engine, error) {
-	e := &engine{client: redrive.NewClient(st, redrive.ClientOptions{Logger: log})}
+// tp, when not nil, traces the client's enqueues and redrives and the
+// worker's attempts.
+func newEngine(cfg *config.Serve, st store.Store, log *slog.Logger, tp trace.TracerProvider) (*engine, error) {
+	e := &engine{client: redrive.NewClient(st, redrive.ClientOptions{Logger: log, TracerProvider: tp})}
 	limits, err := cfg.EngineLimits()
 	if err != nil {
 		return nil, err

@@ -712,6 +712,7 @@ async function jobPage(id) {
           kv('Finished', fmtTime(j.finished_at)), kv('Dependency', j.dependency),
           kv('Idempotency key', j.idempotency_key), kv('Redriven', j.redriven === 1 ? 'once' : j.redriven ? `${j.redriven} times` : 'never'),
           j.replay_of && kv('Replays', h('a', { href: `#/jobs/${j.replay_of}` }, `job ${j.replay_of}`), 'replay-of'),
+          j.trace && kv('Trace', h('span', { class: 'mono' }, (j.trace.split(' ')[0].split('-')[1] || '')), 'trace-id'),
           j.state === 'dead' && kv('Dead reason', j.dead_reason),
           j.fingerprint && kv('Cause', h('a', { href: `#/dlq/${j.fingerprint}` }, shortFP(j.fingerprint))),
           !j.reprocessable && kv('Reprocessable', 'no: this job may not be redriven'),

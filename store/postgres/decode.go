@@ -24,6 +24,7 @@ var jobOIDs = []uint32{
 	pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TimestamptzOID, pgtype.Int8OID, // last_duration .. replay_of
 	pgtype.Int8OID, // lease
 	pgtype.Int2OID, // priority
+	pgtype.TextOID, // trace
 }
 
 // jobNullable marks the columns of jobColumns that may be NULL; every
@@ -31,7 +32,7 @@ var jobOIDs = []uint32{
 var jobNullable = func() []bool {
 	null := make([]bool, len(jobColumns))
 	for _, c := range []string{"policy", "idem_key", "attempted_at", "finished_at", "lease_until", "worker", "last_failed_at", "dead_at",
-		"last_duration", "last_delay", "progress_done", "progress_total", "progress_at", "replay_of"} {
+		"last_duration", "last_delay", "progress_done", "progress_total", "progress_at", "replay_of", "trace"} {
 		null[slices.Index(jobColumns, c)] = true
 	}
 	return null
@@ -202,6 +203,7 @@ func (sc *jobScan) decodeRaw(vals [][]byte, binaryHistory bool) (*store.Job, err
 		Redriven:        r.int4(25),
 		Lease:           r.int8(32),
 		Priority:        r.int2(33),
+		Trace:           r.text(34),
 	}
 	if p := r.bytes(7); len(p) > 0 {
 		j.Policy = json.RawMessage(p)

@@ -51,7 +51,7 @@ func validRow() [][]byte {
 	ts := i8(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Sub(pgEpoch).Microseconds())
 	vals := [][]byte{i8(7), []byte("q"), []byte("kind"), []byte(`{"n":1}`), []byte("running"), i4(1), i4(-1),
 		nil, nil, []byte(""), {1}, ts, ts, ts, nil, ts, []byte("w"), {0}, i4(0), []byte(""), []byte(""),
-		nil, nil, []byte(""), []byte(""), i4(0), nil, nil, nil, nil, nil, nil, i8(1), {0xff, 0xfd}, append([]byte{1}, `[]`...)}
+		nil, nil, []byte(""), []byte(""), i4(0), nil, nil, nil, nil, nil, nil, i8(1), {0xff, 0xfd}, []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), append([]byte{1}, `[]`...)}
 	return vals
 }
 
@@ -165,7 +165,8 @@ func TestDecodeRawValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	if j.ID != 7 || j.Queue != "q" || j.Attempt != 1 || j.MaxRetries != -1 || !j.Reprocessable || j.Worker != "w" ||
-		j.RunAt != time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) || j.FinishedAt != nil || j.History == nil || j.Priority != -3 {
+		j.RunAt != time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) || j.FinishedAt != nil || j.History == nil || j.Priority != -3 ||
+		j.Trace != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
 		t.Errorf("decoded %+v", *j)
 	}
 	for i, oid := range jobOIDs {

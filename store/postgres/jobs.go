@@ -45,6 +45,7 @@ type jobScan struct {
 	pAt                      *time.Time
 	replayOf                 *int64
 	priority                 int16
+	trace                    *string
 	dest                     []any
 }
 
@@ -54,7 +55,7 @@ func newJobScan(withHistory bool) *jobScan {
 	sc.dest = []any{&j.ID, &j.Queue, &j.Kind, &sc.payload, &sc.state, &j.Attempt, &j.MaxRetries, &sc.policy, &sc.idem, &j.Dependency,
 		&j.Reprocessable, &j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &sc.worker, &j.CancelRequested,
 		&j.RetryCount, &j.LastError, &sc.class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven,
-		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf, &j.Lease, &sc.priority}
+		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf, &j.Lease, &sc.priority, &sc.trace}
 	if withHistory {
 		sc.dest = append(sc.dest, &sc.history)
 	}
@@ -67,7 +68,7 @@ func (sc *jobScan) scan(row pgx.Row) (*store.Job, error) {
 	// previous row is reused by this one.
 	sc.j = store.Job{}
 	sc.payload, sc.policy, sc.history = nil, nil, nil
-	sc.idem, sc.worker = nil, nil
+	sc.idem, sc.worker, sc.trace = nil, nil, nil
 	sc.lastDuration, sc.lastDelay, sc.pDone, sc.pTotal, sc.pAt, sc.replayOf = nil, nil, nil, nil, nil, nil
 	if err := row.Scan(sc.dest...); err != nil {
 		return nil, err
@@ -83,6 +84,9 @@ func (sc *jobScan) scan(row pgx.Row) (*store.Job, error) {
 	}
 	if sc.worker != nil {
 		j.Worker = *sc.worker
+	}
+	if sc.trace != nil {
+		j.Trace = *sc.trace
 	}
 	j.CreatedAt = j.CreatedAt.UTC()
 	j.RunAt = j.RunAt.UTC()
@@ -249,7 +253,9 @@ type enqueueBatch struct {
 	nows []time.Time
 	// priorities are the jobs' priorities (store.Job.Priority).
 	priorities []int16
-	hasKeys    bool
+	// traces are the jobs' trace contexts (store.Job.Trace, "": none).
+	traces  []string
+	hasKeys bool
 }
 
 func validateNew(nj *store.NewJob) error {
@@ -279,6 +285,9 @@ func validateNew(nj *store.NewJob) error {
 	if len(nj.Policy) > 0 && !json.Valid(nj.Policy) {
 		return fmt.Errorf("%w: policy is not valid JSON", store.ErrInvalid)
 	}
+	if err := store.CheckTrace(nj.Trace); err != nil {
+		return err
+	}
 	if nj.MaxRetries > 1<<31-1 || nj.MaxRetries < -1<<31 {
 		return fmt.Errorf("%w: max retries %d out of range", store.ErrInvalid, nj.MaxRetries)
 	}
@@ -297,7 +306,7 @@ func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
 		queues: make([]string, n), kinds: make([]string, n), states: make([]string, n), keys: make([]string, n), deps: make([]string, n),
 		payloads: make([][]byte, n), policies: make([][]byte, n), maxRetries: make([]int32, n),
 		reproc: make([]bool, n), isNew: make([]bool, n), runAts: make([]time.Time, n), nows: make([]time.Time, n),
-		priorities: make([]int16, n),
+		priorities: make([]int16, n), traces: make([]string, n),
 	}
 	now = ts(now)
 	seen := map[string]bool{}
@@ -323,6 +332,7 @@ func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
 		b.runAts[i] = ts(runAt)
 		b.nows[i] = now
 		b.priorities[i] = int16(nj.Priority)
+		b.traces[i] = nj.Trace
 		b.states[i] = string(dueState(b.runAts[i], now))
 		// A key repeated within the call: only its first job is inserted,
 		// the others get that job back.
@@ -341,6 +351,7 @@ func (b *enqueueBatch) job(i int, id int64, nj *store.NewJob) *store.Job {
 		ID: id, Queue: b.queues[i], Kind: b.kinds[i], Payload: json.RawMessage(b.payloads[i]), State: store.State(b.states[i]),
 		MaxRetries: int(b.maxRetries[i]), Policy: nj.Policy, IdempotencyKey: b.keys[i], Dependency: b.deps[i],
 		Reprocessable: b.reproc[i], CreatedAt: b.nows[i], RunAt: b.runAts[i], Priority: int(b.priorities[i]), History: []store.Event{},
+		Trace: b.traces[i],
 	}
 }
 
@@ -584,7 +595,7 @@ func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b
 		return s.enqueuePlain(ctx, q, jobs, b)
 	}
 	rows, err := q.Query(ctx, s.sql.enqueue, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.keys, b.deps,
-		b.reproc, b.runAts, b.isNew, b.nows, shard(), b.priorities)
+		b.reproc, b.runAts, b.isNew, b.nows, shard(), b.priorities, b.traces)
 	if err != nil {
 		return nil, err
 	}
@@ -1763,7 +1774,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 // statement (see statements.enqueuePlain).
 func (s *Store) enqueuePlain(ctx context.Context, q querier, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 	rows, err := q.Query(ctx, s.sql.enqueuePlain, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.deps,
-		b.reproc, b.runAts, b.nows, shard(), b.priorities)
+		b.reproc, b.runAts, b.nows, shard(), b.priorities, b.traces)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
 	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
 	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration", "last_delay",
-	"progress_done", "progress_total", "progress_at", "replay_of", "lease", "priority"}
+	"progress_done", "progress_total", "progress_at", "replay_of", "lease", "priority", "trace"}
 
 // cols returns the job columns, each prefixed with prefix, plus the
 // history when withHistory.
@@ -152,13 +152,13 @@ func render(schema, channel string) statements {
 		// caller reads the job holding it. The counters count the rows
 		// inserted and the rows answered by an existing job.
 		enqueue: q(`WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[], $12::timestamptz[], $14::smallint[])
-		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, created_at, priority, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[], $12::timestamptz[], $14::smallint[], $15::text[])
+		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, created_at, priority, trace, ord)
 ), fresh AS MATERIALIZED (
 	SELECT nextval({seq}::regclass) AS id, f.* FROM (SELECT * FROM input WHERE is_new ORDER BY ord) f
 ), ins AS (
-	INSERT INTO {jobs} (id, queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority)
-	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, created_at, run_at, priority
+	INSERT INTO {jobs} (id, queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority, trace)
+	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, created_at, run_at, priority, NULLIF(trace, '')
 	FROM fresh ORDER BY idem_key NULLS FIRST, id
 	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 	RETURNING id, queue, {notify}queue) AS notified
@@ -181,10 +181,10 @@ SELECT ord, id FROM done`),
 		// notification per queue, and the counters. The caller sorts the
 		// returned ids: the n-th smallest is the n-th job.
 		enqueuePlain: q(`WITH ins AS (
-	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority)
-	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority
-	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $12::smallint[])
-		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at, priority)
+	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority, trace)
+	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority, NULLIF(trace, '')
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $12::smallint[], $13::text[])
+		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at, priority, trace)
 	RETURNING id, queue
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)

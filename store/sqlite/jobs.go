@@ -20,7 +20,7 @@ import (
 const jobColumnsNoHistory = `id, queue, kind, payload, state, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, attempted_at, finished_at, lease_until, worker, cancel_requested, retry_count,
 	last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint, redriven, last_duration, last_delay,
-	progress_done, progress_total, progress_at, replay_of, lease, priority`
+	progress_done, progress_total, progress_at, replay_of, lease, priority, trace`
 
 const jobColumns = jobColumnsNoHistory + `, history`
 
@@ -50,11 +50,12 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 		dead, lastDuration, lastDelay          sql.NullInt64
 		pDone, pTotal, pAt                     sql.NullInt64
 		replayOf                               sql.NullInt64
+		trace                                  sql.NullString
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
 		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
 		&j.LastError, &class, &lastFailed, &dead, &j.DeadReason, &j.Fingerprint, &j.Redriven, &lastDuration, &lastDelay,
-		&pDone, &pTotal, &pAt, &replayOf, &j.Lease, &j.Priority}
+		&pDone, &pTotal, &pAt, &replayOf, &j.Lease, &j.Priority, &trace}
 	if withHistory {
 		dest = append(dest, &history)
 	}
@@ -80,6 +81,7 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 	j.LastDuration = store.Duration(lastDuration.Int64)
 	j.LastDelay = store.Duration(lastDelay.Int64)
 	j.ReplayOf = replayOf.Int64
+	j.Trace = trace.String
 	if pDone.Valid {
 		j.Progress = &store.JobProgress{Done: pDone.Int64, Total: pTotal.Int64, At: fromMicros(pAt.Int64)}
 	}
@@ -200,7 +202,7 @@ func (s *Store) insertKeyed(ctx context.Context, tx *sql.Conn, key string, inser
 	return j, nil
 }
 
-// multiInsertRows bounds the rows of one multi-row INSERT (12 parameters
+// multiInsertRows bounds the rows of one multi-row INSERT (13 parameters
 // each, well under SQLite's limit).
 const multiInsertRows = 100
 
@@ -211,7 +213,7 @@ type row struct {
 	state                   store.State
 	maxRetries, reproc      int
 	priority                int
-	idem                    any
+	idem, trace             any
 	created, runAt          int64
 }
 
@@ -222,7 +224,7 @@ func newRow(nj *store.NewJob, now time.Time) row {
 	}
 	r := row{queue: nj.Queue, kind: nj.Kind, dependency: nj.Dependency, payload: nj.Payload, policy: nj.Policy,
 		state: dueState(runAt, now), maxRetries: nj.MaxRetries, reproc: 1, idem: nullString(nj.IdempotencyKey),
-		created: micros(now), runAt: micros(runAt), priority: nj.Priority}
+		created: micros(now), runAt: micros(runAt), priority: nj.Priority, trace: nullString(nj.Trace)}
 	if len(r.payload) == 0 {
 		r.payload = []byte("null")
 	}
@@ -233,7 +235,7 @@ func newRow(nj *store.NewJob, now time.Time) row {
 }
 
 func (r *row) args() []any {
-	return []any{r.queue, r.kind, r.payload, string(r.state), r.maxRetries, nullBytes(r.policy), r.idem, r.dependency, r.reproc, r.created, r.runAt, r.priority}
+	return []any{r.queue, r.kind, r.payload, string(r.state), r.maxRetries, nullBytes(r.policy), r.idem, r.dependency, r.reproc, r.created, r.runAt, r.priority, r.trace}
 }
 
 func (r *row) job(id int64, nj *store.NewJob) *store.Job {
@@ -241,7 +243,7 @@ func (r *row) job(id int64, nj *store.NewJob) *store.Job {
 		ID: id, Queue: r.queue, Kind: r.kind, Payload: json.RawMessage(r.payload), State: r.state,
 		MaxRetries: r.maxRetries, Policy: nj.Policy, IdempotencyKey: nj.IdempotencyKey,
 		Dependency: r.dependency, Reprocessable: r.reproc == 1, Priority: r.priority,
-		CreatedAt: fromMicros(r.created), RunAt: fromMicros(r.runAt), History: []store.Event{},
+		CreatedAt: fromMicros(r.created), RunAt: fromMicros(r.runAt), History: []store.Event{}, Trace: nj.Trace,
 	}
 }
 
@@ -249,10 +251,10 @@ func (r *row) job(id int64, nj *store.NewJob) *store.Job {
 // statement. AUTOINCREMENT hands out increasing ids in VALUES order, so
 // the returned ids, sorted, are the jobs' ids in order.
 func (s *Store) insertMany(ctx context.Context, tx *sql.Conn, jobs []store.NewJob, idx []int, now time.Time, out []*store.Job, counts map[[2]string]int64, mv moves) error {
-	q := `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority) VALUES ` +
-		strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(idx)-1) + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+	q := `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority, trace) VALUES ` +
+		strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(idx)-1) + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 	rowsv := make([]row, len(idx))
-	args := make([]any, 0, 12*len(idx))
+	args := make([]any, 0, 13*len(idx))
 	for k, i := range idx {
 		rowsv[k] = newRow(&jobs[i], now)
 		args = append(args, rowsv[k].args()...)
@@ -322,6 +324,9 @@ func validateNew(nj *store.NewJob) error {
 		return err
 	}
 	if err := store.CheckNewFair(nj); err != nil {
+		return err
+	}
+	if err := store.CheckTrace(nj.Trace); err != nil {
 		return err
 	}
 	return store.CheckNewLimit(nj)
@@ -546,7 +551,7 @@ var fetchLeasedHook func()
 // the queue.
 const leasedColumns = `id, kind, payload, attempt, max_retries, policy, idem_key, dependency, reprocessable,
 	created_at, run_at, cancel_requested, retry_count, last_error, last_error_class, last_failed_at, fingerprint, redriven,
-	last_duration, last_delay, replay_of, lease, priority`
+	last_duration, last_delay, replay_of, lease, priority, trace`
 
 // decoder decodes the values the driver gives for columns, keeping the
 // first that has an unexpected type.
@@ -630,7 +635,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 	// The columns are scanned as the driver gives them (into *any, which
 	// database/sql assigns without converting) and decoded here: a scan
 	// into an int went through a string.
-	var v [23]any
+	var v [24]any
 	dest := make([]any, len(v))
 	for i := range v {
 		dest[i] = &v[i]
@@ -659,7 +664,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 			CreatedAt: fromMicros(d.int(v[9])), RunAt: fromMicros(runAt), Worker: p.Worker, CancelRequested: d.int(v[11]) != 0,
 			RetryCount: int(d.int(v[12])), LastError: d.str(v[13]), Fingerprint: d.str(v[16]), Redriven: int(d.int(v[17])),
 			LastDuration: store.Duration(lastDuration), LastDelay: store.Duration(lastDelay), ReplayOf: replayOf,
-			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21]), Priority: int(d.int(v[22]))}
+			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21]), Priority: int(d.int(v[22])), Trace: d.str(v[23])}
 		j := &lj.job
 		if len(j.Policy) == 0 {
 			j.Policy = nil

@@ -388,8 +388,8 @@ const dueAt = `EXISTS (SELECT 1 FROM jobs WHERE state IN ('pending', 'scheduled'
 
 // Statements prepared once on the writer connection.
 var writeSQL = map[string]string{
-	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority, trace)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING RETURNING id`,
 	"byKey": `SELECT ` + jobColumns + ` FROM jobs WHERE idem_key = ?`,
 	// AddDead inserts a job that died elsewhere.

@@ -541,6 +541,7 @@ func jobFields(j *store.Job) [][2]string {
 		{"DeadReason", j.DeadReason},
 		{"Fingerprint", j.Fingerprint},
 		{"Redriven", fmt.Sprint(j.Redriven)},
+		{"Trace", j.Trace},
 		{"LastDelay", fmt.Sprint(time.Duration(j.LastDelay))},
 		{"Progress", fmtProgress(j.Progress)},
 		{"History", fmtHistory(j.History)},

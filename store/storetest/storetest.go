@@ -214,6 +214,7 @@ var subtests = []subtest{
 	{"LimitsSlotWaitDeep", testLimitsSlotWaitDeep},
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
+	{"Trace", testTrace},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

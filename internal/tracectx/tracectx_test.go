@@ -1,0 +1,64 @@
+package tracectx
+
+import (
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+const valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+func TestRoundTrip(t *testing.T) {
+	for _, s := range []string{valid, valid + " congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"} {
+		sc, ok := Decode(s)
+		if !ok || !sc.IsValid() || !sc.IsRemote() || !sc.IsSampled() {
+			t.Fatalf("Decode(%q) = %v, %v; want a valid sampled remote span context", s, sc, ok)
+		}
+		if got := Encode(sc); got != s {
+			t.Errorf("Encode(Decode(%q)) = %q", s, got)
+		}
+	}
+	if sc, ok := Decode(""); !ok || sc.IsValid() {
+		t.Errorf(`Decode("") = %v, %v; want none, ok`, sc, ok)
+	}
+	if got := Encode(trace.SpanContext{}); got != "" {
+		t.Errorf("Encode of no span context = %q, want \"\"", got)
+	}
+}
+
+// TestMalformed: what does not parse is no span context, counted; a bad
+// tracestate alone is dropped.
+func TestMalformed(t *testing.T) {
+	for _, s := range []string{"x", "00-00000000000000000000000000000000-b7ad6b7169203331-01", "ff-" + valid[3:], valid[:20], valid + "0"} {
+		before := Malformed.Load()
+		if sc, ok := Decode(s); ok || sc.IsValid() {
+			t.Errorf("Decode(%q) = %v, %v; want nothing, not ok", s, sc, ok)
+		}
+		if Malformed.Load() != before+1 {
+			t.Errorf("Decode(%q) was not counted", s)
+		}
+	}
+	sc, ok := Decode(valid + " ===")
+	if !ok || !sc.IsValid() || sc.TraceState().Len() != 0 {
+		t.Errorf("Decode with a bad tracestate = %v, %v; want the parent without a state", sc, ok)
+	}
+}
+
+// FuzzDecode: Decode never panics, and what it accepts encodes to a trace
+// context that decodes to the same span context.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{"", valid, valid + " a=b", "00-", "x y", valid + " ,,,a=b,,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sc, ok := Decode(s)
+		if !ok || !sc.IsValid() {
+			return
+		}
+		enc := Encode(sc)
+		again, ok := Decode(enc)
+		if !ok || !again.Equal(sc) {
+			t.Fatalf("Decode(%q) = %v; Encode = %q decodes to %v, %v", s, sc, enc, again, ok)
+		}
+	})
+}
