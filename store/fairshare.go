@@ -68,9 +68,17 @@ type FairCursor struct {
 
 // FairCursors keeps the cursor of each queue and priority, for one
 // process (a store). The zero value is ready to use.
+//
+// A store whose write transactions run one at a time (SQLite's writer)
+// moves a cursor with Stage in a fetch's transaction, then Commit once
+// the transaction commits or Discard once it rolls back, so that a fetch
+// rolled back costs no key its turn, and a later fetch in the same
+// transaction sees the moves of the earlier ones. A store that moves
+// cursors only after its transaction committed uses Put.
 type FairCursors struct {
-	mu sync.Mutex
-	m  map[fairLevel]FairCursor
+	mu     sync.Mutex
+	m      map[fairLevel]FairCursor
+	staged map[fairLevel]FairCursor // the moves of the transaction under way
 }
 
 type fairLevel struct {
@@ -78,24 +86,64 @@ type fairLevel struct {
 	prio  int64
 }
 
-// Get returns the cursor of queue's priority prio.
+// Get returns the cursor of queue's priority prio: the one staged in the
+// transaction under way, if any, else the last one put or committed.
 func (c *FairCursors) Get(queue string, prio int64) FairCursor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.m[fairLevel{queue, prio}]
+	l := fairLevel{queue, prio}
+	if cur, ok := c.staged[l]; ok {
+		return cur
+	}
+	return c.m[l]
 }
 
 // Put sets the cursor of queue's priority prio.
 func (c *FairCursors) Put(queue string, prio int64, cur FairCursor) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.put(fairLevel{queue, prio}, cur)
+}
+
+func (c *FairCursors) put(l fairLevel, cur FairCursor) {
 	if c.m == nil {
 		c.m = map[fairLevel]FairCursor{}
 	}
 	if len(c.m) > maxFairCursors {
 		clear(c.m) // a bound on memory: a cleared cursor starts at the first key
 	}
-	c.m[fairLevel{queue, prio}] = cur
+	c.m[l] = cur
+}
+
+// Stage sets the cursor of queue's priority prio in the transaction under
+// way: Get returns it from now on, and it takes effect with Commit or is
+// dropped by Discard.
+func (c *FairCursors) Stage(queue string, prio int64, cur FairCursor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.staged == nil {
+		c.staged = map[fairLevel]FairCursor{}
+	}
+	c.staged[fairLevel{queue, prio}] = cur
+}
+
+// Commit makes the staged cursors the cursors: their transaction
+// committed.
+func (c *FairCursors) Commit() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for l, cur := range c.staged {
+		c.put(l, cur)
+	}
+	clear(c.staged)
+}
+
+// Discard drops the staged cursors: their transaction rolled back, and
+// the keys it served are served again.
+func (c *FairCursors) Discard() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.staged)
 }
 
 // maxFairCursors bounds the cursors a process keeps.
@@ -105,6 +153,36 @@ const maxFairCursors = 100_000
 // queue with more keys holding waiting jobs than that, none of them due,
 // costs a fetch that many probes, and the next fetch goes on from there.
 const MaxFairVisits = 2048
+
+// FairUnkeyed is the place, in a priority's round robin, of the due jobs
+// of the priority without a fair key (enqueued by a process not
+// configured fair): they take turns as one more key, of weight 1, after
+// every key in key order (a key is UTF-8, which never holds the byte
+// 0xff, so every key sorts before it), oldest due first. A store's take
+// function receives it as the key of those jobs; it never reaches a
+// store's next function.
+const FairUnkeyed = "\xff"
+
+// FairLevel is FairRound over one priority's keys and, when unkeyed is
+// true (the priority has due jobs without a fair key), FairUnkeyed after
+// them: next walks the priority's keys only, and take is asked for
+// FairUnkeyed's jobs too. A cursor left at FairUnkeyed goes on at the
+// first key, whether or not the priority still has jobs without a key.
+func FairLevel(cur FairCursor, weights map[string]int, want int, unkeyed bool,
+	next func(after string, first bool) (string, bool, error),
+	take func(key string, n int) (int, error)) (FairCursor, int, error) {
+	walk := func(after string, first bool) (string, bool, error) {
+		if !first && after == FairUnkeyed {
+			return "", false, nil // past the last place: FairRound wraps around
+		}
+		k, ok, err := next(after, first)
+		if err != nil || ok || !unkeyed {
+			return k, ok, err
+		}
+		return FairUnkeyed, true, nil
+	}
+	return FairRound(cur, weights, want, walk, take)
+}
 
 // FairRound runs a fetch's deficit round robin over the keys of one
 // priority, taking up to want jobs: next returns the first key after
@@ -119,6 +197,9 @@ func FairRound(cur FairCursor, weights map[string]int, want int,
 	next func(after string, first bool) (string, bool, error),
 	take func(key string, n int) (int, error)) (FairCursor, int, error) {
 	weight := func(k string) int {
+		if k == FairUnkeyed {
+			return 1
+		}
 		if w, ok := weights[k]; ok && w > 0 {
 			return w
 		}

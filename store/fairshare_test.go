@@ -199,3 +199,123 @@ func TestFairRoundTurnStartLeaves(t *testing.T) {
 		t.Fatalf("a started %d, b %d: more than two rounds apart (starts %v)", starts["a"], starts["b"], starts)
 	}
 }
+
+// TestFairLevelUnkeyed is TestFairRoundModel for a priority that also has
+// due jobs without a fair key (store.FairUnkeyed): they take turns as one
+// more key of weight 1 after every key, whatever the weights say, and
+// keep within the bound of the keys; the store's next function never
+// sees FairUnkeyed; a cursor left at FairUnkeyed goes on at the first key
+// once the priority has no jobs without a key.
+func TestFairLevelUnkeyed(t *testing.T) {
+	for seed := range uint64(3000) {
+		rng := rand.New(rand.NewPCG(seed, 30))
+		nkeys := rng.IntN(6) // 0: only jobs without a key
+		keys := make([]string, nkeys)
+		due := map[string]int{store.FairUnkeyed: rng.IntN(40)}
+		weights := map[string]int{store.FairUnkeyed: 50} // ignored
+		for i := range keys {
+			keys[i] = string(rune('a' + i))
+			due[keys[i]] = rng.IntN(30)
+			if rng.IntN(3) == 0 {
+				weights[keys[i]] = 1 + rng.IntN(4)
+			}
+		}
+		w := func(k string) int {
+			if v, ok := weights[k]; ok && k != store.FairUnkeyed {
+				return v
+			}
+			return 1
+		}
+		next := func(after string, first bool) (string, bool, error) {
+			if !first && after == store.FairUnkeyed {
+				t.Fatalf("seed %d: next asked for the key after FairUnkeyed", seed)
+			}
+			for _, k := range keys {
+				if first || k > after {
+					return k, true, nil
+				}
+			}
+			return "", false, nil
+		}
+		starts := map[string]int{}
+		take := func(k string, n int) (int, error) {
+			if n < 1 {
+				t.Fatalf("seed %d: take(%q, %d)", seed, k, n)
+			}
+			got := min(n, due[k])
+			due[k] -= got
+			starts[k] += got
+			return got, nil
+		}
+		var cur store.FairCursor
+		for range 1 + rng.IntN(10) {
+			total := 0
+			for _, n := range due {
+				total += n
+			}
+			want := 1 + rng.IntN(12)
+			c, got, err := store.FairLevel(cur, weights, want, due[store.FairUnkeyed] > 0, next, take)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur = c
+			if got > want || got < min(want, total) {
+				t.Fatalf("seed %d: FairLevel(want %d) = %d, with %d due", seed, want, got, total)
+			}
+		}
+		var left []string
+		for k, n := range due {
+			if n > 0 {
+				left = append(left, k)
+			}
+		}
+		for _, a := range left {
+			for _, b := range left {
+				if ra, rb := float64(starts[a])/float64(w(a)), float64(starts[b])/float64(w(b)); ra-rb > 2 {
+					t.Fatalf("seed %d: key %q started %d (weight %d), key %q %d (weight %d), both with due jobs left; starts %v, weights %v",
+						seed, a, starts[a], w(a), b, starts[b], w(b), starts, weights)
+				}
+			}
+		}
+	}
+	// A cursor left at FairUnkeyed, the priority's jobs without a key all
+	// gone: the walk goes on at the first key.
+	var took []string
+	_, _, err := store.FairLevel(store.FairCursor{Key: store.FairUnkeyed, Used: 1, Set: true}, nil, 2, false,
+		func(after string, first bool) (string, bool, error) {
+			if first {
+				return "a", true, nil
+			}
+			if after == "a" {
+				return "b", true, nil
+			}
+			return "", false, nil
+		},
+		func(k string, n int) (int, error) { took = append(took, k); return 1, nil })
+	if err != nil || !slices.Equal(took, []string{"a", "b"}) {
+		t.Errorf("from a cursor at FairUnkeyed without unkeyed jobs, took %v, %v; want [a b]", took, err)
+	}
+}
+
+// TestFairCursorsStage: a staged cursor is what Get returns, and becomes
+// the cursor with Commit; Discard drops it and Get returns the one before.
+func TestFairCursorsStage(t *testing.T) {
+	var c store.FairCursors
+	a := store.FairCursor{Key: "a", Used: 1, Set: true}
+	b := store.FairCursor{Key: "b", Used: 1, Set: true}
+	c.Put("q", 0, a)
+	c.Stage("q", 0, b)
+	if got := c.Get("q", 0); got != b {
+		t.Fatalf("Get after Stage = %v, want %v", got, b)
+	}
+	c.Discard()
+	if got := c.Get("q", 0); got != a {
+		t.Fatalf("Get after Discard = %v, want %v", got, a)
+	}
+	c.Stage("q", 0, b)
+	c.Commit()
+	c.Discard()
+	if got := c.Get("q", 0); got != b {
+		t.Fatalf("Get after Commit = %v, want %v", got, b)
+	}
+}

@@ -14,8 +14,10 @@ import (
 // it waits without a limit, is in jobs_fair_due (queue, priority, fkey,
 // run_at, id) rather than jobs_ready, and in jobs_fair_first (queue,
 // run_at). A fetch of a queue with fair jobs runs a round robin over the
-// keys of each priority, highest first: a key is one probe for the next
-// key, and one statement that leases up to its weight of its due jobs
+// keys of each priority, highest first, with the priority's due jobs
+// without a fair key taking a turn as one more key (store.FairLevel): a
+// key is one probe for the next key, and one statement that leases up to
+// its weight of its due jobs
 // (FOR UPDATE SKIP LOCKED: two processes' round robins never lease one
 // job twice), all in one transaction, so a fetch commits once. No shared
 // state is written but the jobs and the attempts counter.
@@ -30,7 +32,7 @@ import (
 const fairWaiting = `state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NOT NULL`
 
 type fairStatements struct {
-	set, probe, levels, top, first, next, take string
+	set, probe, levels, unkeyed, first, next, take, takeUnkeyed string
 }
 
 func renderFair(q func(string) string) fairStatements {
@@ -38,10 +40,10 @@ func renderFair(q func(string) string) fairStatements {
 		set:    q(`UPDATE {jobs} j SET fkey = t.key FROM unnest($1::bigint[], $2::text[]) AS t(id, key) WHERE j.id = t.id`),
 		probe:  q(`SELECT EXISTS (SELECT 1 FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text)`),
 		levels: q(`SELECT coalesce(array_agg(p), '{}') FROM {schema}.job_fair_priorities($1::text) AS pr(p)`),
-		// top: the highest priority with a due job without a limit or a
-		// fair key (NULL: none).
-		top: q(`SELECT pr.p FROM {schema}.job_priorities($1::text) AS pr(p) WHERE EXISTS (SELECT 1 FROM {jobs}
-	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = pr.p AND run_at <= $2) LIMIT 1`),
+		// unkeyed: the priorities with a due job without a limit or a
+		// fair key, highest first.
+		unkeyed: q(`SELECT coalesce(array_agg(pr.p), '{}') FROM {schema}.job_priorities($1::text) AS pr(p) WHERE EXISTS (SELECT 1 FROM {jobs}
+	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = pr.p AND run_at <= $2)`),
 		first: q(`SELECT fkey FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 ORDER BY fkey LIMIT 1`),
 		next:  q(`SELECT fkey FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 AND fkey > $3 ORDER BY fkey LIMIT 1`),
 		// take leases up to $5 due jobs of key $3 at priority $2, oldest
@@ -53,6 +55,17 @@ func renderFair(q func(string) string) fairStatements {
 	FOR UPDATE SKIP LOCKED
 )
 UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($6, j.run_at), lease_until = $7, worker = $8,
+	progress_done = NULL, progress_total = NULL, progress_at = NULL
+FROM picked WHERE j.id = picked.id
+RETURNING {jcols}`),
+		// takeUnkeyed is take for the due jobs of priority $2 without a
+		// fair key: up to $4 due by $3.
+		takeUnkeyed: q(`WITH picked AS (
+	SELECT id FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = $2 AND run_at <= $3
+	ORDER BY run_at, id LIMIT $4
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($5, j.run_at), lease_until = $6, worker = $7,
 	progress_done = NULL, progress_total = NULL, progress_at = NULL
 FROM picked WHERE j.id = picked.id
 RETURNING {jcols}`),
@@ -99,11 +112,11 @@ func (s *Store) fairQueue(ctx context.Context, p *store.FetchParams) (bool, erro
 
 // fairFetch is the fair part of one fetch.
 type fairFetch struct {
-	s      *Store
-	p      *store.FetchParams
-	dueBy  time.Time
-	levels []int16
-	top    *int16
+	s       *Store
+	p       *store.FetchParams
+	dueBy   time.Time
+	levels  []int16 // the priorities with waiting fair jobs, highest first
+	unkeyed []int16 // the priorities with due jobs without a fair key, highest first
 }
 
 // newFairFetch returns the fair part of a fetch, nil when the queue has
@@ -120,25 +133,22 @@ func (s *Store) newFairFetch(ctx context.Context, p *store.FetchParams, dueBy ti
 	if len(f.levels) == 0 {
 		return nil, nil
 	}
-	err = s.pool.QueryRow(ctx, s.sql.fair.top, p.Queue, ts(dueBy)).Scan(&f.top)
-	if errors.Is(err, pgx.ErrNoRows) {
-		f.top, err = nil, nil
-	}
-	if err != nil {
+	if err := s.pool.QueryRow(ctx, s.sql.fair.unkeyed, p.Queue, ts(dueBy)).Scan(&f.unkeyed); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// run leases, by round robin, the due fair jobs of the levels at or above
-// the highest priority of the due jobs without a fair key (above true),
-// or of the levels left (above false), until the fetch has want jobs, in
-// one transaction: after an error nothing is leased.
-func (f *fairFetch) run(ctx context.Context, above bool, want int) ([]*store.Job, error) {
+// run leases up to want due jobs of the queue without a limit, priority
+// by priority, highest first: a priority's fair keys by round robin, its
+// jobs without a fair key taking turns with them as one more key
+// (store.FairLevel); a priority without fair jobs oldest due first. All
+// in one transaction: after an error nothing is leased, and the cursors
+// move only once it committed.
+func (f *fairFetch) run(ctx context.Context, want int) ([]*store.Job, error) {
 	// One transaction: one commit (one WAL flush) a fetch, not one a
 	// key; a key's later turns in it do not see the jobs it leased
 	// before (they are running).
-	levels := f.levels
 	type cursor struct {
 		prio int16
 		cur  store.FairCursor
@@ -146,14 +156,40 @@ func (f *fairFetch) run(ctx context.Context, above bool, want int) ([]*store.Job
 	var out []*store.Job
 	var moved []cursor
 	err := f.s.retry(ctx, func() error {
-		out, moved, f.levels = nil, nil, levels
+		out, moved = nil, nil
+		levels, unkeyed := f.levels, f.unkeyed
 		return pgx.BeginTxFunc(ctx, f.s.pool, readCommitted, func(tx pgx.Tx) error {
-			for len(f.levels) > 0 && len(out) < want {
-				prio := f.levels[0]
-				if above && f.top != nil && prio < *f.top {
-					break
+			lease := func(prio int16, key *string, n int) (int, error) {
+				stmt, args := f.s.sql.fair.takeUnkeyed, []any{f.p.Queue, prio, ts(f.dueBy), n}
+				if key != nil {
+					stmt, args = f.s.sql.fair.take, []any{f.p.Queue, prio, *key, ts(f.dueBy), n}
 				}
-				f.levels = f.levels[1:]
+				rows, err := tx.Query(ctx, stmt, append(args, ts(f.p.Now), ts(f.p.LeaseUntil), cleanText(f.p.Worker))...)
+				if err != nil {
+					return 0, err
+				}
+				jobs, err := collect(rows, false)
+				if err != nil {
+					return 0, err
+				}
+				out = append(out, jobs...)
+				return len(jobs), nil
+			}
+			for len(out) < want && (len(levels) > 0 || len(unkeyed) > 0) {
+				if len(unkeyed) > 0 && (len(levels) == 0 || unkeyed[0] > levels[0]) {
+					// A priority of jobs without a fair key only.
+					if _, err := lease(unkeyed[0], nil, want-len(out)); err != nil {
+						return err
+					}
+					unkeyed = unkeyed[1:]
+					continue
+				}
+				prio := levels[0]
+				levels = levels[1:]
+				mixed := len(unkeyed) > 0 && unkeyed[0] == prio
+				if mixed {
+					unkeyed = unkeyed[1:]
+				}
 				next := func(after string, first bool) (string, bool, error) {
 					var k string
 					var err error
@@ -168,19 +204,12 @@ func (f *fairFetch) run(ctx context.Context, above bool, want int) ([]*store.Job
 					return k, err == nil, err
 				}
 				take := func(key string, n int) (int, error) {
-					rows, err := tx.Query(ctx, f.s.sql.fair.take, f.p.Queue, prio, key, ts(f.dueBy), n,
-						ts(f.p.Now), ts(f.p.LeaseUntil), cleanText(f.p.Worker))
-					if err != nil {
-						return 0, err
+					if key == store.FairUnkeyed {
+						return lease(prio, nil, n)
 					}
-					jobs, err := collect(rows, false)
-					if err != nil {
-						return 0, err
-					}
-					out = append(out, jobs...)
-					return len(jobs), nil
+					return lease(prio, &key, n)
 				}
-				cur, _, err := store.FairRound(f.s.fairCursors.Get(f.p.Queue, int64(prio)), f.p.FairWeights, want-len(out), next, take)
+				cur, _, err := store.FairLevel(f.s.fairCursors.Get(f.p.Queue, int64(prio)), f.p.FairWeights, want-len(out), mixed, next, take)
 				if err != nil {
 					return err
 				}

@@ -701,9 +701,14 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	if len(limited) == p.Limit {
 		return sortByDue(limited), nil
 	}
-	// The jobs of the queue's fair keys (fairshare.go), by round robin
-	// over their keys, at and above the highest priority of the others.
+	// A queue with fair jobs (fairshare.go): each priority's keys by
+	// round robin, its jobs without a key taking a turn with them.
 	fair, err := s.newFairFetch(ctx, &p, dueBy)
+	if err == nil && fair != nil {
+		var got []*store.Job
+		got, err = fair.run(ctx, p.Limit-len(limited))
+		limited = append(limited, got...)
+	}
 	if err != nil {
 		if len(limited) > 0 {
 			s.log.Warn("fetch of fair jobs failed after limited jobs were leased", "queue", p.Queue, "error", err)
@@ -712,18 +717,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		return nil, s.fail("fetch", err)
 	}
 	if fair != nil {
-		got, err := fair.run(ctx, true, p.Limit-len(limited))
-		limited = append(limited, got...)
-		if err != nil {
-			if len(limited) > 0 {
-				s.log.Warn("fetch of fair jobs failed after jobs were leased", "queue", p.Queue, "error", err)
-				return sortByDue(limited), nil
-			}
-			return nil, s.fail("fetch", err)
-		}
-		if len(limited) == p.Limit {
-			return sortByDue(limited), nil
-		}
+		return sortByDue(limited), nil
 	}
 	err = s.retry(ctx, func() error {
 		rows, err := s.pool.Query(ctx, s.sql.fetch, p.Queue, ts(dueBy), p.Limit-len(limited), ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), shard())
@@ -743,15 +737,6 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		return nil, s.fail("fetch", err)
 	}
 	jobs = append(jobs, limited...)
-	if fair != nil && len(jobs) < p.Limit {
-		got, err := fair.run(ctx, false, p.Limit-len(jobs))
-		jobs = append(jobs, got...)
-		if err != nil && len(jobs) == 0 {
-			return nil, s.fail("fetch", err)
-		} else if err != nil {
-			s.log.Warn("fetch of fair jobs failed after jobs were leased", "queue", p.Queue, "error", err)
-		}
-	}
 	return sortByDue(jobs), nil
 }
 

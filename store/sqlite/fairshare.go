@@ -19,8 +19,9 @@ import (
 // the process is configured fair for it, enqueued fair jobs to it, or
 // found some by a probe of jobs_fair_first, which a queue without any
 // pays once a second) runs a round robin over the keys of each priority,
-// highest first: a key is one probe for the next key and one range of
-// its due jobs.
+// highest first, with the priority's due jobs without a fair key taking
+// a turn as one more key (store.FairLevel): a key is one probe for the
+// next key and one range of its due jobs.
 
 // fairWaiting is the condition of the two fair indexes.
 const fairWaiting = `state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NOT NULL`
@@ -43,6 +44,11 @@ var fairSQL = map[string]string{
 	"fairSelect": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM (
 		SELECT id, state FROM jobs INDEXED BY jobs_fair_due WHERE ` + fairWaiting + ` AND queue = ?1 AND priority = ?2 AND fkey = ?3 AND run_at <= ?4
 		ORDER BY run_at, id LIMIT ?5)`,
+	// fairUnkeyed: up to ?4 due jobs without a limit or a fair key at
+	// priority ?2, oldest due first (a range of jobs_ready).
+	"fairUnkeyed": `SELECT json_group_array(id), count(*), count(*) FILTER (WHERE state = 'scheduled') FROM (
+		SELECT id, state FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = ?1 AND priority = ?2 AND run_at <= ?3
+		ORDER BY run_at, id LIMIT ?4)`,
 	"fairJob": `UPDATE jobs SET fkey = ? WHERE id = ?`,
 }
 
@@ -82,12 +88,12 @@ type fairFetch struct {
 	p      *store.FetchParams
 	dueBy  int64
 	levels []int64 // the fair priorities not served yet, highest first
-	top    int64   // the highest priority with a due job without a fair key
+	top    int64   // the highest priority not served yet with a due job without a fair key
 	hasTop bool
 }
 
 // newFairFetch returns the fair part of a fetch, nil when the queue has
-// no due fair job.
+// no waiting fair job.
 func (s *Store) newFairFetch(ctx context.Context, tx *sql.Conn, p *store.FetchParams, dueBy time.Time) (*fairFetch, error) {
 	fair, probe := s.fairHints.Check(p)
 	if probe {
@@ -109,24 +115,49 @@ func (s *Store) newFairFetch(ctx context.Context, tx *sql.Conn, p *store.FetchPa
 	if err := json.Unmarshal([]byte(levels), &f.levels); err != nil {
 		return nil, err
 	}
-	var top sql.NullInt64
-	if err := s.stmt(tx, "fetchNext").QueryRowContext(ctx, p.Queue, int64(store.MaxPriority+1), f.dueBy).Scan(&top); err != nil {
+	if len(f.levels) == 0 {
+		return nil, nil // the usual fetch
+	}
+	if err := f.nextTop(int64(store.MaxPriority + 1)); err != nil {
 		return nil, err
 	}
-	f.top, f.hasTop = top.Int64, top.Valid
 	return f, nil
 }
 
-// run leases, by round robin, the due fair jobs of the levels at or above
-// the highest priority of the unfair due jobs (above true), or of the
-// levels left (above false), until the fetch has its limit.
-func (f *fairFetch) run(above bool, n, scheduled *int64, parts *[]string) error {
-	for len(f.levels) > 0 && *n < int64(f.p.Limit) {
-		prio := f.levels[0]
-		if above && f.hasTop && prio < f.top {
-			return nil
+// nextTop finds the highest priority below below with a due job without a
+// fair key.
+func (f *fairFetch) nextTop(below int64) error {
+	var top sql.NullInt64
+	if err := f.s.stmt(f.tx, "fetchNext").QueryRowContext(f.ctx, f.p.Queue, below, f.dueBy).Scan(&top); err != nil {
+		return err
+	}
+	f.top, f.hasTop = top.Int64, top.Valid
+	return nil
+}
+
+// run leases the due jobs of the queue without a limit, priority by
+// priority, highest first, until the fetch has its limit: a priority's
+// fair keys by round robin, its jobs without a fair key taking turns with
+// them as one more key (store.FairLevel); a priority without fair jobs as
+// the usual fetch does, oldest due first. The cursors it moves are staged
+// in the writer's transaction (store.FairCursors.Stage): they take effect
+// only if it commits.
+func (f *fairFetch) run(n, scheduled *int64, parts *[]string) error {
+	limit := int64(f.p.Limit)
+	for *n < limit && (len(f.levels) > 0 || f.hasTop) {
+		if f.hasTop && (len(f.levels) == 0 || f.top > f.levels[0]) {
+			// A priority of jobs without a fair key only.
+			if _, err := f.takeUnkeyed(f.top, int(limit-*n), n, scheduled, parts); err != nil {
+				return err
+			}
+			if err := f.nextTop(f.top); err != nil {
+				return err
+			}
+			continue
 		}
+		prio := f.levels[0]
 		f.levels = f.levels[1:]
+		unkeyed := f.hasTop && f.top == prio
 		next := func(after string, first bool) (string, bool, error) {
 			var k string
 			var err error
@@ -141,29 +172,54 @@ func (f *fairFetch) run(above bool, n, scheduled *int64, parts *[]string) error 
 			return k, err == nil, err
 		}
 		take := func(key string, want int) (int, error) {
+			if key == store.FairUnkeyed {
+				return f.takeUnkeyed(prio, want, n, scheduled, parts)
+			}
 			var part string
 			var k, sch int64
 			if err := f.s.stmt(f.tx, "fairSelect").QueryRowContext(f.ctx, f.p.Queue, prio, key, f.dueBy, want).Scan(&part, &k, &sch); err != nil {
 				return 0, err
 			}
-			if k == 0 {
-				return 0, nil
-			}
-			if _, err := f.s.stmt(f.tx, "fetchLease").ExecContext(f.ctx, micros(f.p.Now), micros(f.p.LeaseUntil), f.p.Worker, part); err != nil {
-				return 0, err
-			}
-			*parts = append(*parts, strings.TrimSuffix(strings.TrimPrefix(part, "["), "]"))
-			*n += k
-			*scheduled += sch
-			return int(k), nil
+			return f.lease(part, k, sch, n, scheduled, parts)
 		}
-		cur, _, err := store.FairRound(f.s.fair.Get(f.p.Queue, prio), f.p.FairWeights, f.p.Limit-int(*n), next, take)
+		cur, _, err := store.FairLevel(f.s.fair.Get(f.p.Queue, prio), f.p.FairWeights, int(limit-*n), unkeyed, next, take)
 		if err != nil {
 			return err
 		}
-		f.s.fair.Put(f.p.Queue, prio, cur)
+		f.s.fair.Stage(f.p.Queue, prio, cur)
+		if unkeyed {
+			if err := f.nextTop(prio); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// takeUnkeyed leases up to want due jobs without a fair key of priority
+// prio, oldest due first.
+func (f *fairFetch) takeUnkeyed(prio int64, want int, n, scheduled *int64, parts *[]string) (int, error) {
+	var part string
+	var k, sch int64
+	if err := f.s.stmt(f.tx, "fairUnkeyed").QueryRowContext(f.ctx, f.p.Queue, prio, f.dueBy, want).Scan(&part, &k, &sch); err != nil {
+		return 0, err
+	}
+	return f.lease(part, k, sch, n, scheduled, parts)
+}
+
+// lease leases the k jobs of part (a JSON array of ids, sch of them
+// scheduled) and counts them in the fetch.
+func (f *fairFetch) lease(part string, k, sch int64, n, scheduled *int64, parts *[]string) (int, error) {
+	if k == 0 {
+		return 0, nil
+	}
+	if _, err := f.s.stmt(f.tx, "fetchLease").ExecContext(f.ctx, micros(f.p.Now), micros(f.p.LeaseUntil), f.p.Worker, part); err != nil {
+		return 0, err
+	}
+	*parts = append(*parts, strings.TrimSuffix(strings.TrimPrefix(part, "["), "]"))
+	*n += k
+	*scheduled += sch
+	return int(k), nil
 }
 
 // JobFairKey implements store.FairUse.

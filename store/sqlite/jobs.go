@@ -438,18 +438,19 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		if limited > 0 {
 			parts = append(parts, strings.TrimSuffix(strings.TrimPrefix(limitedIDs, "["), "]"))
 		}
-		// The jobs of the queue's fair keys (fairshare.go), by round robin
-		// over their keys; a queue without due fair jobs pays one probe.
+		// A queue with fair jobs (fairshare.go): each priority's keys by
+		// round robin, its jobs without a key taking a turn with them; a
+		// queue without pays one probe a second (store.FairHints).
 		fair, err := s.newFairFetch(ctx, tx, &p, dueBy)
 		if err != nil {
 			return fmt.Errorf("sqlite: fetch: %w", err)
 		}
 		if fair != nil {
-			if err := fair.run(true, &n, &scheduled, &parts); err != nil {
+			if err := fair.run(&n, &scheduled, &parts); err != nil {
 				return fmt.Errorf("sqlite: fetch: %w", err)
 			}
 		}
-		for below := int64(store.MaxPriority + 1); n < int64(p.Limit); {
+		for below := int64(store.MaxPriority + 1); fair == nil && n < int64(p.Limit); {
 			var part string
 			var k, sch int64
 			var prio sql.NullInt64
@@ -477,8 +478,8 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 			n += k
 			scheduled += sch
 		}
-		if fair != nil && n < int64(p.Limit) {
-			if err := fair.run(false, &n, &scheduled, &parts); err != nil {
+		if fetchFailHook != nil {
+			if err := fetchFailHook(); err != nil {
 				return fmt.Errorf("sqlite: fetch: %w", err)
 			}
 		}
@@ -538,6 +539,11 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 
 // readBackTimeout bounds the read of the jobs a fetch has just leased.
 const readBackTimeout = 30 * time.Second
+
+// fetchFailHook, when set (tests), runs at the end of a fetch's part of
+// the writer's transaction, after its leases and cursor moves: an error
+// fails the fetch and rolls the transaction back.
+var fetchFailHook func() error
 
 // fetchLeasedHook, when set (tests), runs between a fetch's lease and the
 // read of the leased jobs.

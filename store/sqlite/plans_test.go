@@ -51,3 +51,14 @@ func TestDeleteFinishedPlanUsesIndex(t *testing.T) {
 		t.Fatalf("delete finished does not use jobs_finished:\n%s", joined)
 	}
 }
+
+// TestFairUnkeyedPlanUsesIndex: a fair fetch's take of a priority's jobs
+// without a fair key is a range of jobs_ready, not a scan.
+func TestFairUnkeyedPlanUsesIndex(t *testing.T) {
+	s := openTest(t)
+	plan := queryPlan(t, s, fairSQL["fairUnkeyed"], "q", 0, micros(time.Now()), 10)
+	joined := strings.Join(plan, "\n")
+	if !strings.Contains(joined, "INDEX jobs_ready (queue=? AND priority=? AND run_at<?)") {
+		t.Fatalf("the take of jobs without a fair key is not a range of jobs_ready:\n%s", joined)
+	}
+}

@@ -594,7 +594,11 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 			s.log.Error("sqlite: rollback failed", "error", err)
 		}
 	}
+	committed := false
 	defer func() {
+		if !committed {
+			s.fair.Discard()
+		}
 		if p := recover(); p != nil {
 			rollback()
 			panic(p)
@@ -618,6 +622,10 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 		rollback()
 		return s.noteWrite(classify(fmt.Errorf("sqlite: commit: %w", err)))
 	}
+	// The fetches' round robins move on only now (fairshare.go): a
+	// fetch rolled back costs no key its turn.
+	committed = true
+	s.fair.Commit()
 	if before >= 0 && s.totalChanges(ctx) == before {
 		return nil
 	}

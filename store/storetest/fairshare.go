@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -238,20 +239,28 @@ func testFairKept(x *h) {
 }
 
 // testFairModel: several workers fetch a fair queue concurrently while
-// jobs of random keys, priorities and due times are enqueued and time
-// moves: every due job is leased exactly once, never before it is due,
-// and (checked by a single worker's sequential fetches) no key that had
-// due jobs throughout a run of fetches gets more than two rounds of its
-// weight ahead of another.
+// jobs of random keys, priorities and due times, and jobs without a fair
+// key (enqueued by a process not configured fair), are enqueued and time
+// moves: every due job is leased exactly once, never before it is due.
+// A single worker's sequential fetches are checked against the model
+// too: priorities stay strict (no due job waits while one of a lower
+// priority is leased), a fetch takes all it wants when that many are
+// due, each key (the jobs without a key as one more) gives its oldest
+// due jobs first, and at each priority no key that had due jobs
+// throughout a run of fetches gets more than two rounds of its weight
+// ahead of another (the jobs without a key count as a key of weight 1).
 func testFairModel(x *h) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 28))
 	seed := rng.Uint64()
 	rng = rand.New(rand.NewPCG(seed, 4))
 	x.t.Logf("seed %d", seed)
+	const none = "(none)" // the model's key of the jobs without a fair key
 	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5"}
 	weights := map[string]int{"k1": 3, "k4": 2}
 	type mjob struct {
+		id     int64
 		key    string
+		prio   int
 		runAt  time.Time
 		leased bool
 	}
@@ -264,11 +273,19 @@ func testFairModel(x *h) {
 			if rng.IntN(3) == 0 {
 				k = keys[0] // one key with a backlog
 			}
+			prio := 0
+			if rng.IntN(5) == 0 {
+				prio = 1 + rng.IntN(2)
+			}
 			runAt := now.Add(time.Duration(rng.IntN(20)-10) * time.Second)
-			nj = append(nj, fairJob("mq", k, runAt, 0))
+			if rng.IntN(5) == 0 {
+				nj = append(nj, plainJob("mq", none, runAt, prio))
+				continue
+			}
+			nj = append(nj, fairJob("mq", k, runAt, prio))
 		}
 		for _, j := range x.enqueue(now, nj...) {
-			model[j.ID] = &mjob{key: tenantOf(j), runAt: j.RunAt}
+			model[j.ID] = &mjob{id: j.ID, key: tenantOf(j), prio: j.Priority, runAt: j.RunAt}
 		}
 	}
 	check := func(got []*store.Job, dueBy time.Time) {
@@ -285,14 +302,55 @@ func testFairModel(x *h) {
 			m.leased = true
 		}
 	}
-	dueKeys := func() map[string]int {
-		out := map[string]int{}
+	due := func() []*mjob {
+		var out []*mjob
 		for _, m := range model {
 			if !m.leased && !m.runAt.After(now) {
-				out[m.key]++
+				out = append(out, m)
 			}
 		}
 		return out
+	}
+	before := func(a, b *mjob) bool { // a is due before b
+		return a.runAt.Before(b.runAt) || a.runAt.Equal(b.runAt) && a.id < b.id
+	}
+	// checkSeq checks a sequential fetch of limit that leased got, with
+	// wasDue the due jobs not leased before it.
+	checkSeq := func(step, limit int, got []*store.Job, wasDue []*mjob) {
+		leased := map[int64]bool{}
+		low := math.MaxInt
+		for _, j := range got {
+			leased[j.ID] = true
+			low = min(low, j.Priority)
+		}
+		oldest := map[[2]string]*mjob{} // per priority and key, the earliest due job left
+		for _, m := range wasDue {
+			if leased[m.id] {
+				continue
+			}
+			if len(got) < limit {
+				x.t.Fatalf("step %d: a fetch of %d leased %d, leaving job %d (key %s, priority %d) due", step, limit, len(got), m.id, m.key, m.prio)
+			}
+			if m.prio > low {
+				x.t.Fatalf("step %d: job %d of priority %d left due while one of priority %d was leased", step, m.id, m.prio, low)
+			}
+			g := [2]string{fmt.Sprint(m.prio), m.key}
+			if o := oldest[g]; o == nil || before(m, o) {
+				oldest[g] = m
+			}
+		}
+		for _, j := range got {
+			m := model[j.ID]
+			if o := oldest[[2]string{fmt.Sprint(m.prio), m.key}]; o != nil && before(o, m) {
+				x.t.Fatalf("step %d: job %d (key %s, due %s) leased before job %d of its key and priority, due %s", step, m.id, m.key, fmtTime(m.runAt), o.id, fmtTime(o.runAt))
+			}
+		}
+	}
+	w := func(k string) float64 {
+		if v, ok := weights[k]; ok {
+			return float64(v)
+		}
+		return 1
 	}
 	for step := range 30 {
 		enq(rng.IntN(40) + 1)
@@ -326,28 +384,31 @@ func testFairModel(x *h) {
 		}
 		// A run of sequential fetches with nothing enqueued and the
 		// clock still: the keys with due jobs at its end had due jobs
-		// throughout, and their starts, in rounds of their weights,
-		// differ by at most two rounds.
-		starts := map[string]int{}
+		// throughout, and their starts at each priority, in rounds of
+		// their weights, differ by at most two rounds.
+		starts := map[[2]string]int{}
 		for range rng.IntN(8) + 1 {
-			got := x.fetch(store.FetchParams{Queue: "mq", Limit: 1 + rng.IntN(5), Now: now, LeaseUntil: now.Add(time.Hour), Worker: "seq", FairWeights: weights})
+			limit := 1 + rng.IntN(5)
+			wasDue := due()
+			got := x.fetch(store.FetchParams{Queue: "mq", Limit: limit, Now: now, LeaseUntil: now.Add(time.Hour), Worker: "seq", FairWeights: weights})
 			check(got, now)
+			checkSeq(step, limit, got, wasDue)
 			for _, j := range got {
-				starts[tenantOf(j)]++
+				starts[[2]string{fmt.Sprint(j.Priority), tenantOf(j)}]++
 			}
 		}
-		left := dueKeys()
-		w := func(k string) float64 {
-			if v, ok := weights[k]; ok {
-				return float64(v)
-			}
-			return 1
+		left := map[[2]string]bool{}
+		for _, m := range due() {
+			left[[2]string{fmt.Sprint(m.prio), m.key}] = true
 		}
 		for a := range left {
 			for b := range left {
-				if ra, rb := float64(starts[a])/w(a), float64(starts[b])/w(b); ra-rb > 2 {
-					x.t.Fatalf("step %d: key %s started %d (weight %v), key %s %d (weight %v), both with due jobs throughout: %v",
-						step, a, starts[a], w(a), b, starts[b], w(b), starts)
+				if a[0] != b[0] {
+					continue
+				}
+				if ra, rb := float64(starts[a])/w(a[1]), float64(starts[b])/w(b[1]); ra-rb > 2 {
+					x.t.Fatalf("step %d: at priority %s, key %s started %d (weight %v), key %s %d (weight %v), both with due jobs throughout: %v",
+						step, a[0], a[1], starts[a], w(a[1]), b[1], starts[b], w(b[1]), starts)
 				}
 			}
 		}
@@ -408,24 +469,56 @@ func FairTwoProcesses(t *testing.T, a, b store.Store) {
 	}
 }
 
-// testFairMixedStarve: in a queue holding fair jobs and a job without a
+// plainJob is a new job without a fair key (enqueued by a process not
+// configured fair), named name in its payload's tenant.
+func plainJob(queue, name string, runAt time.Time, prio int) store.NewJob {
+	return store.NewJob{Queue: queue, Kind: "k", RunAt: runAt, Priority: prio, Payload: raw(fmt.Sprintf(`{"tenant":%q}`, name))}
+}
+
+// testFairMixedStarve: in a queue holding fair jobs and jobs without a
 // fair key (enqueued by a process not configured fair) at the same
-// priority, the unkeyed job is leased while the fair keys still have a
-// backlog. Skipped: the fair levels at or above the highest unkeyed
-// priority are served first (docs/design.md, "Mixed queues"), so a fair
-// backlog at least a fetch's limit deep holds such a job back until it
-// drains; the fix is to give the unkeyed jobs of a level a turn of their
-// own in the level's round robin, in both stores.
+// priority, the jobs without a key take turns with the keys, as one more
+// key of weight 1 after every key, oldest due first, and are not held
+// back by the keys' backlogs; none is leased before it is due, and
+// priorities stay strict.
 func testFairMixedStarve(x *h) {
-	x.t.Skip("known: an unkeyed job waits behind a fair backlog of its priority (see the comment)")
 	now := at(0)
 	var nj []store.NewJob
 	for range 10 {
-		nj = append(nj, fairJob("mq", "a", at(-time.Hour), 0))
+		nj = append(nj, fairJob("xq", "a", at(-time.Hour), 0), fairJob("xq", "b", at(-time.Hour), 0))
 	}
-	nj = append(nj, store.NewJob{Queue: "mq", Kind: "k", RunAt: at(-2 * time.Hour), Payload: raw(`{"tenant":"plain"}`)})
+	nj = append(nj, plainJob("xq", "plain2", at(-time.Minute), 0), plainJob("xq", "plain1", at(-2*time.Hour), 0),
+		plainJob("xq", "later", at(time.Hour), 0), plainJob("xq", "low", at(-3*time.Hour), -1))
 	x.enqueue(now, nj...)
-	if got := x.fairKeys("mq", now, 5, nil); !slices.Contains(got, "plain") {
-		x.t.Fatalf("keys leased one at a time = %v: the unkeyed job, due first, waits behind key a's backlog", got)
+	got := x.fairKeys("xq", now, 8, map[string]int{"a": 1, "b": 1})
+	if want := []string{"a", "b", "plain1", "a", "b", "plain2", "a", "b"}; !slices.Equal(got, want) {
+		x.t.Fatalf("keys leased one at a time = %v, want %v: the jobs without a key take a turn after the keys, oldest due first", got, want)
+	}
+	rest := x.fetch(store.FetchParams{Queue: "xq", Limit: 100, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+	count := map[string]int{}
+	for _, j := range rest {
+		count[tenantOf(j)]++
+	}
+	if len(rest) != 15 || count["a"] != 7 || count["b"] != 7 || count["low"] != 1 {
+		x.t.Errorf("the rest leased %v, want a 7, b 7, low 1 (and not the job due later)", count)
+	}
+	if len(rest) > 0 && tenantOf(rest[len(rest)-1]) != "low" {
+		x.t.Errorf("the lower priority's job was not leased last: %v", jobIDs(rest))
+	}
+	// A batch gives the jobs without a key their share of every round,
+	// one a round, with a key of weight 2.
+	nj = nj[:0]
+	for range 10 {
+		nj = append(nj, fairJob("xq2", "a", at(-time.Hour), 0), plainJob("xq2", "plain", at(-time.Hour), 0))
+	}
+	x.enqueue(now, nj...)
+	batch := x.fetch(store.FetchParams{Queue: "xq2", Limit: 6, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w",
+		FairWeights: map[string]int{"a": 2}})
+	clear(count)
+	for _, j := range batch {
+		count[tenantOf(j)]++
+	}
+	if len(batch) != 6 || count["a"] != 4 || count["plain"] != 2 {
+		x.t.Errorf("a batch of 6 of key a (weight 2) and jobs without a key leased %v, want a 4, plain 2", count)
 	}
 }
