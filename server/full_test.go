@@ -14,7 +14,7 @@ import (
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
-// TestDiskFull runs the API on a SQLite file in a 512 KiB tmpfs and fills
+// TestDiskFull runs the API on a SQLite file in a 2 MiB tmpfs and fills
 // it: enqueues are answered 507 store_full with a Retry-After, /readyz
 // says the store cannot write, nothing answered 201 is lost; once room is
 // made, enqueues and readiness come back. It mounts a file system, so it
@@ -24,7 +24,7 @@ func TestDiskFull(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", dir).CombinedOutput(); err != nil {
 		if os.Getenv("CI") != "" && os.Geteuid() == 0 {
 			t.Fatalf("mount a tmpfs: %v: %s", err, out)
 		}
