@@ -77,6 +77,10 @@ type ExecutorOptions struct {
 	// of the span that enqueued its job (Job.Trace), and gives the
 	// handler a context with it. Nil turns tracing off, at no cost.
 	TracerProvider trace.TracerProvider
+	// MessagingSystem is the messaging.system attribute of the attempt
+	// spans (default "redrive"): a broker transport sets its own,
+	// "rabbitmq" or "kafka".
+	MessagingSystem string
 	// KeepProgress makes Execute keep what the handler reports with
 	// Progress, as a Worker does: a successful attempt's outcome carries
 	// the last progress reported (Outcome.Progress). Off, Progress does
@@ -148,6 +152,9 @@ func NewExecutor(opts ExecutorOptions) *Executor {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.MessagingSystem == "" {
+		opts.MessagingSystem = messagingSystem
 	}
 	e := &Executor{opts: opts, id: opts.ID, log: opts.Logger, now: opts.Now, breakers: opts.Breakers,
 		policy: *opts.Policy, handlers: map[string]*handler{}, tracer: newTracer(opts.TracerProvider)}
@@ -461,7 +468,8 @@ func (e *Executor) Fail(j *Job, v failure.Verdict, msg string, start, end time.T
 // msg), exactly as for a handler that failed that way: by the job's retry
 // policy and its queue's retry budget, with a history event, logs, and
 // the observer's report. No circuit breaker applies: the dependency was
-// called, or not, by the runner.
+// called, or not, by the runner. With a TracerProvider, the attempt gets
+// its span (from start to end) in the job's trace, as a handler's would.
 func (e *Executor) Report(j *Job, v failure.Verdict, msg string, start, end time.Time) Outcome {
 	ln := e.lane(j.Queue)
 	if ln.budget != nil {
@@ -470,6 +478,11 @@ func (e *Executor) Report(j *Job, v failure.Verdict, msg string, start, end time
 	j.AttemptedAt = &start
 	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end}
 	o = e.failOutcome(ln, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
+	if e.tracer != nil {
+		// The attempt that ran elsewhere, in the job's trace.
+		_, span := e.startAttempt(context.Background(), j, start)
+		e.endAttempt(span, j, &o, nil)
+	}
 	e.report(j, &o, errors.New(msg), start, end)
 	return o
 }

@@ -157,7 +157,7 @@ func (e *Executor) endAttempt(span trace.Span, j *Job, o *Outcome, br *breaker.B
 	}
 	span.SetName("process " + j.Queue)
 	attrs := make([]attribute.KeyValue, 0, 16)
-	attrs = append(attrs, attrSystem.String(messagingSystem), attrOpName.String("process"), attrOpType.String("process"),
+	attrs = append(attrs, attrSystem.String(e.opts.MessagingSystem), attrOpName.String("process"), attrOpType.String("process"),
 		attrDestination.String(j.Queue), attrMessageID.String(messageID(j)), AttrJobKind.String(j.Kind),
 		AttrJobAttempt.Int(j.Attempt), AttrOutcome.String(string(outcomeOf(o))))
 	if o.Kind == store.Retry || o.Kind == store.Bury {
@@ -199,7 +199,7 @@ func (e *Executor) endAttempt(span trace.Span, j *Job, o *Outcome, br *breaker.B
 		// attempt's trace.
 		ctx := trace.ContextWithSpan(context.Background(), span)
 		_, dl := e.tracer.Start(ctx, "dead_letter "+j.Queue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(end),
-			trace.WithAttributes(attrSystem.String(messagingSystem), attrOpName.String("dead_letter"), attrOpType.String("settle"),
+			trace.WithAttributes(attrSystem.String(e.opts.MessagingSystem), attrOpName.String("dead_letter"), attrOpType.String("settle"),
 				attrDestination.String(j.Queue), attrMessageID.String(messageID(j)), AttrDeadReason.String(o.DeadReason),
 				AttrFingerprint.String(o.Fingerprint)))
 		dl.End(trace.WithTimestamp(end))
