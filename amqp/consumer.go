@@ -128,6 +128,9 @@ func setup(conn *Conn, who string, eo *redrive.ExecutorOptions, publishRetry *re
 			return nil, nil, fmt.Errorf("amqp: %s: %w", who, err)
 		}
 	}
+	if eo.MessagingSystem == "" {
+		eo.MessagingSystem = MessagingSystem
+	}
 	exec := redrive.NewExecutor(*eo)
 	pub, err := NewPublisher(conn, PublisherOptions{Retry: publishRetry, Logger: eo.Logger})
 	if err != nil {

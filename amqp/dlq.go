@@ -7,6 +7,7 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/transport"
@@ -19,9 +20,10 @@ const MaxPeek = 1000
 // DLQ operates on the dead-letter queue of one work queue: count, peek,
 // redrive and purge. It declares nothing: the queues must exist.
 type DLQ struct {
-	conn *Conn
-	topo Topology
-	pub  *Publisher
+	conn   *Conn
+	topo   Topology
+	pub    *Publisher
+	tracer trace.Tracer // nil: no spans
 }
 
 // NewDLQ returns the operations on the dead letters of the work queue
@@ -37,6 +39,11 @@ func NewDLQ(conn *Conn, queue string) (*DLQ, error) {
 	}
 	return &DLQ{conn: conn, topo: t, pub: pub}, nil
 }
+
+// SetTracerProvider makes Redrive start a span for each dead letter it
+// redrives, a child of the caller's span linked to the trace the dead
+// letter carries (nil: none). Call it before any Redrive.
+func (q *DLQ) SetTracerProvider(tp trace.TracerProvider) { q.tracer = newTracer(tp) }
 
 // Name returns the dead-letter queue's name.
 func (q *DLQ) Name() string { return q.topo.DLQ() }
@@ -273,10 +280,19 @@ func (q *DLQ) redriveOne(ctx context.Context, d *amqp091.Delivery, note string) 
 			delete(msg.Headers, k)
 		}
 	}
-	if err := q.pub.Publish(ctx, "", dl.Origin, msg); err != nil {
-		return fmt.Errorf("amqp: redrive message %s to %q: %w", d.MessageId, dl.Origin, err)
+	// The message keeps its trace context: its next attempts join the
+	// trace it was first published in, and the redrive's span links to it.
+	tc := traceOf(d.Headers)
+	ctx, span := startRedrive(ctx, q.tracer, dl.Origin, msg.MessageId, tc)
+	if tc == "" {
+		InjectTrace(ctx, msg.Headers) // none to keep: its attempts join the redrive's trace
 	}
-	return nil
+	err := q.pub.Publish(ctx, "", dl.Origin, msg)
+	if err != nil {
+		err = fmt.Errorf("amqp: redrive message %s to %q: %w", d.MessageId, dl.Origin, err)
+	}
+	endSpan(span, err)
+	return err
 }
 
 // Purge deletes every message waiting in the DLQ and returns how many.

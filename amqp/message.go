@@ -273,7 +273,7 @@ func jobOf(d *amqp091.Delivery, queue, kind string, st state, now time.Time) *re
 		MaxRetries: st.maxRetries, Policy: st.policy, IdempotencyKey: d.MessageId, Dependency: st.dependency,
 		Reprocessable: !st.noRedrive,
 		CreatedAt:     created, RunAt: due, RetryCount: st.attempts, Redriven: st.redriven,
-		LastDelay: store.Duration(st.lastDelay), History: st.history}
+		LastDelay: store.Duration(st.lastDelay), History: st.history, Trace: traceOf(d.Headers)}
 }
 
 // republish returns the publishing that carries a delivered message on:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/retry"
@@ -35,6 +36,11 @@ type PublisherOptions struct {
 	ConfirmTimeout time.Duration
 	// Logger receives the publisher's logs (default: the Conn's).
 	Logger *slog.Logger
+	// TracerProvider, when set, makes a producer span of each Enqueue
+	// and EnqueueMany, a child of the caller's span, whose context the
+	// messages carry (traceparent, tracestate). Without it they carry the
+	// caller's span context, if any.
+	TracerProvider trace.TracerProvider
 }
 
 // ReturnedError is a mandatory message the broker could not route to any
@@ -60,9 +66,10 @@ var ErrNacked = errors.New("amqp: the broker refused the message (nack)")
 // Publisher is safe for concurrent use; its publishes share one channel
 // and are pipelined.
 type Publisher struct {
-	conn *Conn
-	opts PublisherOptions
-	log  *slog.Logger
+	conn   *Conn
+	opts   PublisherOptions
+	log    *slog.Logger
+	tracer trace.Tracer // nil: no spans
 
 	mu  sync.Mutex
 	cur *pubChannel
@@ -86,7 +93,8 @@ func NewPublisher(conn *Conn, opts PublisherOptions) (*Publisher, error) {
 	if opts.Logger == nil {
 		opts.Logger = conn.log
 	}
-	return &Publisher{conn: conn, opts: opts, log: opts.Logger, inflight: map[string]chan struct{}{}}, nil
+	return &Publisher{conn: conn, opts: opts, log: opts.Logger, inflight: map[string]chan struct{}{},
+		tracer: newTracer(opts.TracerProvider)}, nil
 }
 
 // Publish publishes msg to exchange with routing key key, mandatory, and
@@ -256,6 +264,7 @@ func (p *Publisher) EnqueueMany(ctx context.Context, reqs []redrive.Request) ([]
 	now := time.Now()
 	out := make([]Outgoing, len(reqs))
 	ids := make([]string, len(reqs))
+	msgs := make([]*amqp091.Publishing, len(reqs))
 	for i, r := range reqs {
 		msg, queue, err := newJobMessage(r.Kind, r.Payload, now, requestOption(r))
 		if err != nil {
@@ -263,8 +272,25 @@ func (p *Publisher) EnqueueMany(ctx context.Context, reqs []redrive.Request) ([]
 		}
 		out[i] = Outgoing{Key: queue, Msg: msg}
 		ids[i] = msg.MessageId
+		msgs[i] = &out[i].Msg
 	}
-	return ids, p.PublishMany(ctx, out)
+	if len(out) == 0 {
+		return ids, nil
+	}
+	queue := out[0].Key
+	for i := range out {
+		if out[i].Key != queue {
+			queue = ""
+			break
+		}
+	}
+	ctx, span := startSend(ctx, p.tracer, queue, msgs...)
+	for i := range out {
+		InjectTrace(ctx, out[i].Msg.Headers)
+	}
+	err := p.PublishMany(ctx, out)
+	endSpan(span, err)
+	return ids, err
 }
 
 // requestOption sets a Request's fields other than Kind and Payload.
@@ -497,13 +523,20 @@ func (pc *pubChannel) fail(cause error) {
 // broker confirmed it. redrive.IdempotencyKey sets the message id;
 // redrive.MaxRetries, redrive.WithPolicy, redrive.Dependency,
 // redrive.NotReprocessable, redrive.After and redrive.At are carried in
-// headers that the consumer honours.
+// headers that the consumer honours. The message carries the trace
+// context of its send span (PublisherOptions.TracerProvider), else of
+// ctx's span, so that its attempts, retries, dead letter and redrive
+// join that trace.
 func (p *Publisher) Enqueue(ctx context.Context, kind string, payload any, opts ...redrive.Option) (string, error) {
 	msg, queue, err := newJobMessage(kind, payload, time.Now(), opts...)
 	if err != nil {
 		return "", err
 	}
-	if err := p.Publish(ctx, "", queue, msg); err != nil {
+	ctx, span := startSend(ctx, p.tracer, queue, &msg)
+	InjectTrace(ctx, msg.Headers)
+	err = p.Publish(ctx, "", queue, msg)
+	endSpan(span, err)
+	if err != nil {
 		return "", err
 	}
 	return msg.MessageId, nil
