@@ -17,6 +17,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/payload"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/transport"
 )
 
@@ -288,7 +289,12 @@ func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
 		defer cancel()
 		// A queue that does not exist is not waited for: the job's
 		// policy is the retry, and an unroutable message is permanent.
-		if err := pub.publishNoRoute(pctx, "", m.Queue, m.publishing(set)); err != nil {
+		msg := m.publishing(set)
+		if _, ok := msg.Headers[tracectx.Parent]; !ok {
+			// No trace of its own: its attempts join this one's.
+			InjectTrace(ctx, msg.Headers)
+		}
+		if err := pub.publishNoRoute(pctx, "", m.Queue, msg); err != nil {
 			var ret *ReturnedError
 			if errors.As(err, &ret) {
 				return &failure.Error{Class: failure.Permanent, Reason: "amqp_unroutable",
