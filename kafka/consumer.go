@@ -339,6 +339,9 @@ func NewConsumer(opts ConsumerOptions) (*Consumer, error) {
 	if opts.LimitHold <= 0 {
 		opts.LimitHold = DefaultLimitHold
 	}
+	if opts.Executor.MessagingSystem == "" {
+		opts.Executor.MessagingSystem = MessagingSystem
+	}
 	exec := redrive.NewExecutor(opts.Executor)
 	c := &Consumer{opts: opts, exec: exec, log: exec.Logger(), topics: map[string]*topicState{}, parts: map[tpKey]*partition{},
 		endTimeout: time.Minute, readAheadGrace: defaultReadAheadGrace, limits: limits, limiter: limiter.New(nil),

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/carry"
@@ -30,6 +31,10 @@ type DLTOptions struct {
 	Cursor string
 	// ClientOptions are added to the kgo client's options.
 	ClientOptions []kgo.Opt
+	// TracerProvider, when set, makes Redrive start a span for each dead
+	// letter it redrives, a child of the caller's span linked to the
+	// trace the dead letter carries.
+	TracerProvider trace.TracerProvider
 }
 
 // DLT operates on the dead-letter topic of one main topic: count, peek
@@ -43,6 +48,7 @@ type DLT struct {
 	topo   Topology
 	cursor string
 	count  *recordCounter // where the DLT's records are, for Count
+	tracer trace.Tracer   // nil: no spans
 }
 
 // NewDLT returns the operations on the dead letters of topic.
@@ -63,7 +69,7 @@ func NewDLT(brokers []string, topic string, opts DLTOptions) (*DLT, error) {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	return &DLT{opts: base, cl: cl, adm: kadm.NewClient(cl), topo: t, cursor: opts.Cursor,
-		count: newRecordCounter(t.DLT(), base)}, nil
+		count: newRecordCounter(t.DLT(), base), tracer: newTracer(opts.TracerProvider)}, nil
 }
 
 // Name returns the dead-letter topic's name.
@@ -602,8 +608,21 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 			if err := q.restoreValue(ctx, rec); err != nil {
 				return false, fmt.Errorf("kafka: redrive %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
-			if err := q.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-				return false, fmt.Errorf("kafka: redrive %s/%d/%d to %q: %w", r.Topic, r.Partition, r.Offset, q.topo.Topic, err)
+			// The record keeps its trace context: its next attempts join
+			// the trace it was first produced in, and the redrive's span
+			// links to it.
+			tc := traceOf(rec)
+			pctx, span := startRedrive(ctx, q.tracer, q.topo.Topic, dl.Origin, tc)
+			if tc == "" {
+				InjectTrace(pctx, rec) // none to keep: its attempts join the redrive's trace
+			}
+			err := q.cl.ProduceSync(pctx, rec).FirstErr()
+			if err != nil {
+				err = fmt.Errorf("kafka: redrive %s/%d/%d to %q: %w", r.Topic, r.Partition, r.Offset, q.topo.Topic, err)
+			}
+			endSpan(span, err)
+			if err != nil {
+				return false, err
 			}
 			res.Redriven++
 		}

@@ -213,7 +213,8 @@ func jobOf(r *kgo.Record, topic, kind string, st state, now time.Time) *redrive.
 	}
 	return &redrive.Job{Queue: topic, Kind: kind, Payload: r.Value, State: redrive.Running, Attempt: st.attempts + 1,
 		MaxRetries: -1, IdempotencyKey: st.key(r), Reprocessable: true, CreatedAt: created, RunAt: due,
-		RetryCount: st.attempts, Redriven: st.redriven, LastDelay: store.Duration(st.lastDelay), History: st.history}
+		RetryCount: st.attempts, Redriven: st.redriven, LastDelay: store.Duration(st.lastDelay), History: st.history,
+		Trace: traceOf(r)}
 }
 
 // forwarded returns a copy of r bound for topic, with its key, value and

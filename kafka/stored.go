@@ -18,6 +18,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/payload"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/transport"
 )
 
@@ -384,6 +385,10 @@ func RegisterKind[P Producer](r redrive.Registrar, produce P, opts KindOptions) 
 		}
 		out := rec.produced(set)
 		out.Partition, out.Offset = -1, -1
+		if _, ok := header(out, tracectx.Parent); !ok {
+			// No trace of its own: its attempts join this one's.
+			InjectTrace(ctx, out)
+		}
 		pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 		if err := send(pctx, out); err != nil {
