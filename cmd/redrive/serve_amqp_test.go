@@ -49,6 +49,7 @@ type delivery struct {
 	Attempt     any     `json:"attempt"`
 	Redriven    any     `json:"redriven"`
 	ContentType string  `json:"content_type"`
+	Traceparent string  `json:"traceparent"`
 }
 
 // readDeliveries reads the Python consumer's log, by message id.

@@ -32,6 +32,9 @@ type engine struct {
 	// attempts are the histograms of attempt durations and lateness, fed
 	// by the worker.
 	attempts *metrics.Observer
+	// tp traces the client, the worker and the managed queues' router
+	// (nil: no tracing).
+	tp trace.TracerProvider
 
 	brokers    *brokerSide // nil without --amqp-url
 	keptTopics *kafkaSide  // nil without --kafka-brokers
@@ -47,7 +50,7 @@ type engine struct {
 // tp, when not nil, traces the client's enqueues and redrives and the
 // worker's attempts.
 func newEngine(cfg *config.Serve, st store.Store, log *slog.Logger, tp trace.TracerProvider) (*engine, error) {
-	e := &engine{client: redrive.NewClient(st, redrive.ClientOptions{Logger: log, TracerProvider: tp})}
+	e := &engine{client: redrive.NewClient(st, redrive.ClientOptions{Logger: log, TracerProvider: tp}), tp: tp}
 	limits, err := cfg.EngineLimits()
 	if err != nil {
 		return nil, err
@@ -106,7 +109,7 @@ func (e *engine) openTransports(cfg *config.Serve, log *slog.Logger) error {
 	brokers, err := newBrokerSide(cfg, e.client, e.worker, redrive.ExecutorOptions{Policy: e.policy,
 		QueuePolicies: cfg.QueueRetry, Classifier: cfg.Classify.Classifier, QueueClassifiers: cfg.Classify.QueueClassifiers,
 		Logger: log, Observer: e.attempts, RetryBudget: cfg.Budget,
-		DisableRetryBudget: cfg.NoBudget}, log)
+		DisableRetryBudget: cfg.NoBudget, TracerProvider: e.tp}, log)
 	if err != nil {
 		return fmt.Errorf("amqp: %w", err)
 	}

@@ -20,7 +20,11 @@ What it does with a message is named by the message id's prefix:
 
 Every delivery is written as a JSON line to the file named by argv[4]:
 {"id", "at" (seconds since the epoch), "action", "body" (hex),
-"attempt", "redriven", "content_type"}.
+"attempt", "redriven", "content_type", "traceparent"}.
+
+The W3C trace context (traceparent, tracestate headers) the message
+carries is read, logged, and sent back on a failure report, so that
+redrive's decision joins the trace the message was published in.
 
 With a fifth argument, GATE_FILE, each delivery waits while that file is
 absent: a test removes it to hold the consumer mid-stream, with messages
@@ -68,15 +72,20 @@ def on_message(ch, method, props, body):
     headers = dict(props.headers or {})
     seen[mid] = seen.get(mid, 0) + 1
     action, report = decide(mid, seen[mid], headers)
+    traceparent, tracestate = headers.get("traceparent"), headers.get("tracestate")
     log.write(json.dumps({"id": mid, "at": time.time(), "action": action, "body": body.hex(),
                           "attempt": headers.get("x-redrive-attempt"), "redriven": headers.get("x-redrive-redriven"),
-                          "content_type": props.content_type}) + "\n")
+                          "content_type": props.content_type, "traceparent": traceparent}) + "\n")
     if action == "ack":
         ch.basic_ack(method.delivery_tag)
     elif action == "reject":
         ch.basic_reject(method.delivery_tag, requeue=False)
     else:
         headers.update(report)
+        if traceparent:  # the report keeps the message's trace
+            headers["traceparent"] = traceparent
+            if tracestate:
+                headers["tracestate"] = tracestate
         ch.basic_publish(exchange, queue, body, pika.BasicProperties(
             headers=headers, message_id=props.message_id, content_type=props.content_type,
             delivery_mode=2), mandatory=True)
