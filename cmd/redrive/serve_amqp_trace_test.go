@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/redrivehq/redrive"
