@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sort"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/store"
 )
 
 // spansNamed returns the ended spans named name, by start time.
@@ -198,5 +200,46 @@ func TestTraceMalformedHeader(t *testing.T) {
 	}
 	if n := redrive.MalformedTraceContexts(); n <= before {
 		t.Errorf("malformed trace contexts %d, want more than %d", n, before)
+	}
+}
+
+// TestKindTraceContext: a stored record produced back (Kind) keeps its
+// own traceparent; one without takes the context of the attempt that
+// produces it, so its next attempts join the stored job's trace.
+func TestKindTraceContext(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	var got []*kgo.Record
+	produce := func(ctx context.Context, r *kgo.Record) error { got = append(got, r); return nil }
+	exec := redrive.NewExecutor(redrive.ExecutorOptions{Logger: testLogger(t), TracerProvider: tp})
+	kafka.RegisterKind(exec, produce, kafka.KindOptions{Topics: []string{"scans"}})
+	_, enqueue := tp.Tracer("test").Start(context.Background(), "send")
+	enqueue.End()
+	jobTrace := "00-" + enqueue.SpanContext().TraceID().String() + "-" + enqueue.SpanContext().SpanID().String() + "-01"
+	const own = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, headers := range [][]kafka.Header{nil, {{Key: "traceparent", Value: []byte(own)}}} {
+		payload, _ := json.Marshal(kafka.Record{Topic: "scans", Value: []byte(`{}`), Headers: headers})
+		got = nil
+		o := exec.Execute(context.Background(), &redrive.Job{ID: 7, Queue: "scans", Kind: kafka.Kind, Payload: payload, Attempt: 1,
+			MaxRetries: -1, Trace: jobTrace})
+		if o.Kind != store.Complete || len(got) != 1 {
+			t.Fatalf("outcome %+v, %d produced", o, len(got))
+		}
+		tp := header(got[0], "traceparent")
+		if headers != nil {
+			if tp != own {
+				t.Errorf("record with its own traceparent produced with %q, want it kept", tp)
+			}
+			continue
+		}
+		procs := spansNamed(rec, "process scans")
+		attempt := procs[len(procs)-1].SpanContext()
+		if want := "00-" + attempt.TraceID().String() + "-" + attempt.SpanID().String() + "-01"; tp != want {
+			t.Errorf("record without a traceparent produced with %q, want the attempt's %q", tp, want)
+		}
+		if attempt.TraceID() != enqueue.SpanContext().TraceID() {
+			t.Errorf("the attempt is not in the job's trace")
+		}
 	}
 }
