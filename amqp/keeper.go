@@ -210,7 +210,7 @@ func DeadJobOf(d *amqp091.Delivery, queue, broker string, now time.Time) (store.
 	}
 	dj := store.DeadJob{Queue: dl.Origin, Kind: Kind, Payload: payload, MaxRetries: -1, DeadAt: dl.DeadAt,
 		Attempt: dl.Attempts, Redriven: dl.Redriven, DeadReason: dl.Reason, LastError: dl.Error, History: dl.History,
-		CreatedAt: d.Timestamp}
+		CreatedAt: d.Timestamp, Trace: traceOf(d.Headers)}
 	if dj.DeadAt.IsZero() {
 		dj.DeadAt = now
 	}

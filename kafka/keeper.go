@@ -420,7 +420,7 @@ func DeadJobOf(r *kgo.Record, topic string, now time.Time) (store.DeadJob, error
 	}
 	dj := store.DeadJob{Queue: topic, Kind: Kind, Payload: payload, MaxRetries: -1, DeadAt: dl.DeadAt,
 		Attempt: dl.Attempts, Redriven: dl.Redriven, DeadReason: dl.Reason, LastError: dl.Error, History: dl.History,
-		CreatedAt: st.firstFailure}
+		CreatedAt: st.firstFailure, Trace: traceOf(r)}
 	if dj.DeadAt.IsZero() {
 		dj.DeadAt = r.Timestamp
 	}

@@ -901,6 +901,10 @@ type DeadJob struct {
 	Fingerprint    string
 	// History is its whole history, oldest first, its dead event last.
 	History []Event
+	// Trace is the W3C trace context of the span that first published it,
+	// as NewJob.Trace, so that a redrive from the store joins its trace.
+	// "" is none.
+	Trace string
 }
 
 // ClassName is the name a store keeps as the dead job's last error class,
@@ -926,7 +930,7 @@ func CheckDead(d *DeadJob) error {
 	case d.LastErrorClass != failure.None && !slices.Contains(failure.Classes, d.LastErrorClass):
 		return fmt.Errorf("%w: unknown failure class %s", ErrInvalid, d.LastErrorClass)
 	}
-	return nil
+	return CheckTrace(d.Trace)
 }
 
 // Store is what an engine backend implements. All methods are safe for

@@ -401,8 +401,9 @@ SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND
 		// key is taken, returned as Get returns it.
 		insertDead: q(`INSERT INTO {jobs} (queue, kind, payload, state, attempt, max_retries, idem_key, dependency, reprocessable,
 		created_at, run_at, finished_at, retry_count, last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint,
-		redriven, history)
-	VALUES ($1, $2, $3, 'dead', $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $10, $11, $12, $13, $10, $10, $14, $15, $16, $17::jsonb)
+		redriven, history, trace)
+	VALUES ($1, $2, $3, 'dead', $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $10, $11, $12, $13, $10, $10, $14, $15, $16, $17::jsonb,
+		NULLIF($18, ''))
 	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 	RETURNING {hcols}`),
 

@@ -14,8 +14,8 @@ import (
 // key is taken, and returns it as Get does.
 const insertDeadSQL = `INSERT INTO jobs (queue, kind, payload, state, attempt, max_retries, idem_key, dependency, reprocessable,
 		created_at, run_at, finished_at, retry_count, last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint,
-		redriven, history)
-	VALUES (?1, ?2, ?3, 'dead', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13, ?10, ?10, ?14, ?15, ?16, ?17)
+		redriven, history, trace)
+	VALUES (?1, ?2, ?3, 'dead', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13, ?10, ?10, ?14, ?15, ?16, ?17, ?18)
 	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING RETURNING ` + jobColumns
 
 // validateDead checks a dead job as validateNew checks a new one, and its
@@ -53,7 +53,7 @@ func deadArgs(d *store.DeadJob) ([]any, error) {
 	}
 	return []any{d.Queue, d.Kind, payload, d.Attempt, d.MaxRetries, nullString(d.IdempotencyKey), d.Dependency, reproc,
 		micros(created), micros(d.DeadAt), max(d.Attempt-1, 0), d.LastError, d.ClassName(), d.DeadReason, d.Fingerprint,
-		d.Redriven, string(h)}, nil
+		d.Redriven, string(h), nullString(d.Trace)}, nil
 }
 
 // AddDead implements store.Store. Like Enqueue, it writes through the

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +54,7 @@ func testAddDeadFields(x *h) {
 		IdempotencyKey: "amqp:orders:msg-1", Dependency: "rabbit", MaxRetries: 5,
 		CreatedAt: at(-2 * time.Hour).In(west), DeadAt: at(time.Minute).In(west),
 		Attempt: 2, Redriven: 1, DeadReason: "rejected", LastError: "consumer rejected: bad order",
-		LastErrorClass: failure.Permanent, Fingerprint: "permanent:bad order", History: history,
+		LastErrorClass: failure.Permanent, Fingerprint: "permanent:bad order", History: history, Trace: traceOf(1),
 	}
 	// No key, no payload, no history, no class, no creation time, never
 	// attempted, not reprocessable.
@@ -76,6 +77,7 @@ func testAddDeadFields(x *h) {
 		CreatedAt: at(-2 * time.Hour), RunAt: at(time.Minute), FinishedAt: tp(at(time.Minute)), RetryCount: 1,
 		LastError: "consumer rejected: bad order", LastErrorClass: failure.Permanent, LastFailedAt: tp(at(time.Minute)),
 		DeadAt: tp(at(time.Minute)), DeadReason: "rejected", Fingerprint: "permanent:bad order", Redriven: 1, History: history,
+		Trace: traceOf(1),
 	}
 	wantBare := &store.Job{
 		ID: got[1].ID, Queue: "broker", Kind: "order.paid", Payload: raw(`null`), State: store.Dead, MaxRetries: -1,
@@ -167,6 +169,8 @@ func testAddDeadInvalid(x *h) {
 		{"negative attempt", with(func(d *store.DeadJob) { d.Attempt = -1 })},
 		{"negative redriven", with(func(d *store.DeadJob) { d.Redriven = -1 })},
 		{"unknown class", with(func(d *store.DeadJob) { d.LastErrorClass = failure.Class(200) })},
+		{"trace context with a newline", with(func(d *store.DeadJob) { d.Trace = traceOf(2) + "\n" })},
+		{"trace context too long", with(func(d *store.DeadJob) { d.Trace = traceOf(3) + " " + strings.Repeat("s", store.MaxTrace) })},
 	}
 	for _, c := range cases {
 		for _, order := range []string{"after", "before"} {
