@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -115,5 +116,72 @@ func TestFinishGenericPlanNoAntiJoin(t *testing.T) {
 	}
 	if text := strings.Join(plan, "\n"); strings.Contains(text, "Anti Join") {
 		t.Errorf("the generic plan of finish joins the batch with itself:\n%s", text)
+	}
+}
+
+// TestFetchOnePriorityNoFunction: a fetch of a queue whose waiting jobs
+// all have one priority does not call job_priorities. That PL/pgSQL
+// function (a call costs its executor and SPI set-up, about 0.8 million
+// server instructions under callgrind) walked the queue's priorities on
+// every fetch, and made a burn-down at one priority cost more per job
+// than before priorities existed. With two priorities it is called, and
+// the fetch still takes the higher one first.
+func TestFetchOnePriorityNoFunction(t *testing.T) {
+	s := openFresh(t)
+	ctx := context.Background()
+	explain := func(t *testing.T, queue string, limit int) string {
+		t.Helper()
+		tx, err := s.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+postgres.HotStatements(s)["fetch"],
+			queue, t0.Add(time.Hour), limit, t0, t0.Add(time.Minute), "w", int16(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(plan, "\n")
+	}
+	// called reports whether the plan ran the function scan.
+	called := func(plan string) bool {
+		for _, line := range strings.Split(plan, "\n") {
+			if strings.Contains(line, "Function Scan on job_priorities") {
+				return !strings.Contains(line, "never executed")
+			}
+		}
+		return false
+	}
+	enqueue := func(queue string, prios ...int) {
+		t.Helper()
+		var jobs []store.NewJob
+		for _, p := range prios {
+			jobs = append(jobs, store.NewJob{Queue: queue, Kind: "k", Payload: []byte(`{}`), MaxRetries: -1, Priority: p})
+		}
+		if _, err := s.Enqueue(ctx, jobs, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue("one", 0, 0, 0)
+	if plan := explain(t, "one", 10); called(plan) {
+		t.Errorf("a fetch at one priority called job_priorities:\n%s", plan)
+	}
+	if plan := explain(t, "empty", 10); called(plan) {
+		t.Errorf("a fetch of an empty queue called job_priorities:\n%s", plan)
+	}
+	enqueue("two", 0, 0, 5)
+	if plan := explain(t, "two", 10); !called(plan) {
+		t.Errorf("a fetch at two priorities did not call job_priorities:\n%s", plan)
+	}
+	got, err := s.Fetch(ctx, store.FetchParams{Queue: "two", Limit: 2, Now: t0.Add(time.Hour), LeaseUntil: t0.Add(2 * time.Hour), Worker: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Priority != 5 || got[1].Priority != 0 {
+		t.Fatalf("fetch of two priorities: %d jobs, want priority 5 then 0: %+v", len(got), got)
 	}
 }

@@ -209,16 +209,34 @@ SELECT id FROM ins CROSS JOIN ntf`),
 		// sequential scan as it grew (fetches of 20-57 ms under an enqueue
 		// flood).
 		//
-		// Highest priority first: job_priorities (migration 0015) walks
-		// the distinct priorities of the queue's waiting jobs, highest
-		// first, one probe of the jobs_ready index each; picked reads each
-		// priority's due jobs as one range of the index, oldest due first,
-		// until it has the limit. Jobs of a higher priority due later are
-		// skipped by a probe, never walked. With every job at one
-		// priority, that is two probes more than a plain (run_at, id)
-		// fetch.
-		fetch: q(`WITH picked AS (
-	SELECT d.id FROM {schema}.job_priorities($1::text) AS prio(p) CROSS JOIN LATERAL (
+		// Highest priority first, in two steps. top probes the queue's
+		// highest waiting priority (one probe of jobs_ready, read
+		// backwards) and more the next lower one (one probe more). With
+		// one priority (the common case: every job at the default), that
+		// priority is the only one read: job_priorities, a PL/pgSQL
+		// function (migration 0015), is not called (its gate is a
+		// one-time filter on more), which saves its call, about
+		// 0.8 million server instructions a fetch, a few thousand a job
+		// at the engine's usual batch sizes (docs/BENCHMARKS.md, "The
+		// plain fetch at one priority, counted"). With several,
+		// job_priorities walks the distinct priorities of the queue's
+		// waiting jobs, highest first, one probe of jobs_ready each.
+		// picked reads each priority's due jobs as one range of the index,
+		// oldest due first, until it has the limit. Jobs of a higher
+		// priority due later are skipped by a probe, never walked.
+		fetch: q(`WITH top AS MATERIALIZED (
+	SELECT priority AS p FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text
+	ORDER BY priority DESC LIMIT 1
+), more AS MATERIALIZED (
+	SELECT priority FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text
+		AND priority < (SELECT p FROM top)
+	ORDER BY priority DESC LIMIT 1
+), prio AS (
+	SELECT p FROM top WHERE NOT EXISTS (SELECT FROM more)
+	UNION ALL
+	SELECT f.p FROM {schema}.job_priorities($1::text) AS f(p) WHERE EXISTS (SELECT FROM more)
+), picked AS (
+	SELECT d.id FROM prio CROSS JOIN LATERAL (
 		SELECT id FROM {jobs}
 		WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = prio.p AND run_at <= $2
 		ORDER BY run_at, id LIMIT $3
