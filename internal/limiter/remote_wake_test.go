@@ -1,0 +1,67 @@
+package limiter
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/store"
+)
+
+// TestRemoteRefusalWakesNoWaiter: a job whose rate the Remote refuses
+// frees nothing, so it must not wake the jobs waiting on its group.
+// Waking them makes two waiters on a rate-held group ping-pong: each
+// refusal wakes the other, which asks the Remote (a store transaction)
+// at once, and so on until the rate allows a start, with every look
+// counted as throttled. With Slots besides, each look is also a take
+// and a release of a store slot.
+func TestRemoteRefusalWakesNoWaiter(t *testing.T) {
+	for _, withSlots := range []bool{false, true} {
+		clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+		var refuse atomic.Bool
+		var calls atomic.Int64
+		remote := func(_ context.Context, _ redrive.SelectedLimit, clock func() time.Time) (bool, time.Time, error) {
+			calls.Add(1)
+			if refuse.Load() {
+				return false, clock().Add(time.Hour), nil
+			}
+			return true, time.Time{}, nil
+		}
+		l := New(clk.now)
+		l.SetRemote(remote)
+		if withSlots {
+			l.SetSlots(newModelSlots())
+		}
+		sel := redrive.SelectedLimit{Name: "l", Group: "g", Max: 5, Rate: store.LimitRate{N: 1, Per: time.Second, Burst: 1}}
+		// One job of the group runs: the group is kept.
+		if ok, _, _ := l.Try(context.Background(), sel); !ok {
+			t.Fatal("the first start was refused")
+		}
+		refuse.Store(true)
+		ok, next, freed := l.Try(context.Background(), sel)
+		if ok || next.IsZero() {
+			t.Fatalf("slots %v: the held start: ok %v, next %v", withSlots, ok, next)
+		}
+		// A second waiter looks and is refused in turn.
+		if ok, _, _ := l.Try(context.Background(), sel); ok {
+			t.Fatalf("slots %v: the second held start was granted", withSlots)
+		}
+		if freed != nil {
+			select {
+			case <-freed:
+				t.Errorf("slots %v: a refused start woke the waiters of its group, though it freed nothing", withSlots)
+			default:
+			}
+		}
+		var throttled int64
+		for _, s := range l.Stats() {
+			throttled += s.Throttled
+		}
+		if throttled != 2 {
+			t.Errorf("slots %v: throttled %d, want 2 (one per refused look)", withSlots, throttled)
+		}
+		l.Release(sel)
+	}
+}
