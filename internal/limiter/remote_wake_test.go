@@ -51,7 +51,7 @@ func TestRemoteRefusalWakesNoWaiter(t *testing.T) {
 		if freed != nil {
 			select {
 			case <-freed:
-				t.Errorf("slots %v: a refused start woke the waiters of its group, though it freed nothing", withSlots)
+				t.Fatalf("slots %v: a refused start woke the waiters of its group, though it freed nothing", withSlots)
 			default:
 			}
 		}
@@ -63,5 +63,44 @@ func TestRemoteRefusalWakesNoWaiter(t *testing.T) {
 			t.Errorf("slots %v: throttled %d, want 2 (one per refused look)", withSlots, throttled)
 		}
 		l.Release(sel)
+	}
+}
+
+// TestRemoteRefusalWakesFullWaiter: a job refused as full while another
+// held its group's last slot only for the Remote's answer is woken when
+// that answer refuses and gives the slot back (else it would wait for a
+// release that may never come).
+func TestRemoteRefusalWakesFullWaiter(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	asked := make(chan struct{})
+	answer := make(chan bool)
+	remote := func(_ context.Context, _ redrive.SelectedLimit, clock func() time.Time) (bool, time.Time, error) {
+		asked <- struct{}{}
+		if <-answer {
+			return true, time.Time{}, nil
+		}
+		return false, clock().Add(time.Hour), nil
+	}
+	l := New(clk.now)
+	l.SetRemote(remote)
+	sel := redrive.SelectedLimit{Name: "l", Group: "g", Max: 1, Rate: store.LimitRate{N: 1, Per: time.Second, Burst: 1}}
+	done := make(chan bool)
+	go func() {
+		ok, _, _ := l.Try(context.Background(), sel)
+		done <- ok
+	}()
+	<-asked // the goroutine holds the group's only slot while the Remote answers
+	ok, next, freed := l.Try(context.Background(), sel)
+	if ok || !next.IsZero() || freed == nil {
+		t.Fatalf("the look while the slot is held: ok %v, next %v, freed %v; want refused as full", ok, next, freed)
+	}
+	answer <- false
+	if <-done {
+		t.Fatal("the Remote refused, yet the start was granted")
+	}
+	select {
+	case <-freed:
+	case <-time.After(time.Minute): // a liveness bound only
+		t.Fatal("the job refused as full was not woken when the slot came back")
 	}
 }
