@@ -2,6 +2,9 @@ package limiter
 
 import (
 	"context"
+	"math/rand/v2"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,5 +105,60 @@ func TestRemoteRefusalWakesFullWaiter(t *testing.T) {
 	case <-freed:
 	case <-time.After(time.Minute): // a liveness bound only
 		t.Fatal("the job refused as full was not woken when the slot came back")
+	}
+}
+
+// TestRemoteRefusalConcurrent: jobs acquiring one group at once, with a
+// Remote that refuses at random (and says to look again soon), never
+// run more than the max together, and every one is granted in the end:
+// a refusal wakes the waiters it held off as full, and no others.
+func TestRemoteRefusalConcurrent(t *testing.T) {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(7, 7))
+	remote := func(_ context.Context, _ redrive.SelectedLimit, clock func() time.Time) (bool, time.Time, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.IntN(2) == 0 {
+			return false, clock().Add(time.Millisecond), nil
+		}
+		return true, time.Time{}, nil
+	}
+	l := New(nil)
+	l.SetRemote(remote)
+	sel := redrive.SelectedLimit{Name: "l", Group: "g", Max: 2, Rate: store.LimitRate{N: 1, Per: time.Second, Burst: 1}}
+	var running, peak atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				if out, _ := l.Acquire(context.Background(), sel, time.Time{}, nil); out != Granted {
+					t.Errorf("Acquire = %v, want Granted", out)
+					return
+				}
+				n := running.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				runtime.Gosched()
+				running.Add(-1)
+				l.Release(sel)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute): // a liveness bound only
+		t.Fatal("a job waiting on the group was never granted")
+	}
+	if p := peak.Load(); p > int64(sel.Max) {
+		t.Errorf("%d jobs ran at once, max %d", p, sel.Max)
+	}
+	for _, s := range l.Stats() {
+		if s.InUse != 0 || s.Waiting != 0 {
+			t.Errorf("stats after every job ended: %+v", s)
+		}
 	}
 }
