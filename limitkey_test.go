@@ -84,6 +84,7 @@ func TestLimitHostKeyIDN(t *testing.T) {
 		{"https://bücher.example/x", "xn--bcher-kva.example"},
 		{"https://BÜCHER.example:443/x", "xn--bcher-kva.example"},
 		{"https://bücher.example./x", "xn--bcher-kva.example"},
+		{"https://b%C3%BCcher.example/x", "xn--bcher-kva.example"}, // percent-encoded
 		{"https://ＥＸＡＭＰＬＥ.com/x", "example.com"},
 		{"https://example。com/x", "example.com"},
 	} {
