@@ -25,7 +25,10 @@ type FairShare struct {
 	Key string `json:"key"`
 	// Weights gives keys a share other than 1: a key of weight 3 starts
 	// up to three jobs in each round where a key of weight 1 starts one.
-	// Each weight is from 1 to store.MaxFairWeight.
+	// Each weight is from 1 to store.MaxFairWeight. With Key "host", a
+	// name is read as a URL's host is ("API.Example.COM." is
+	// "api.example.com", "bücher.example" "xn--bcher-kva.example"), and
+	// FairShares returns it so.
 	Weights map[string]int `json:"weights,omitempty"`
 }
 
@@ -76,10 +79,42 @@ func (c *Client) SetFairShares(shares []FairShare) error {
 		}
 		k, _ := ParseLimitKey(f.Key)
 		f.Weights = maps.Clone(f.Weights)
+		if k.Source == "host" {
+			w, err := hostWeights(f.Weights)
+			if err != nil {
+				return fmt.Errorf("redrive: fair share %d (queue %q): %w", i+1, clipName(f.Queue), err)
+			}
+			f.Weights = w
+		}
 		out[f.Queue] = compiledFair{FairShare: f, key: k}
 	}
 	c.fair.Store(&out)
 	return nil
+}
+
+// hostWeights returns the weights of a fair share keyed on the host under
+// the names its hosts' jobs get as keys (hostKey: "API.Example.COM." is
+// "api.example.com", "[::1]" is "::1"). Two names of one host with
+// different weights are an error naming the field weights.
+func hostWeights(weights map[string]int) (map[string]int, error) {
+	if weights == nil {
+		return nil, nil
+	}
+	out := make(map[string]int, len(weights))
+	from := make(map[string]string, len(weights))
+	for _, name := range slices.Sorted(maps.Keys(weights)) {
+		h := name
+		if len(h) > 1 && h[0] == '[' && h[len(h)-1] == ']' {
+			h = h[1 : len(h)-1] // an IPv6 address as a URL writes it
+		}
+		k := hostKey(h)
+		if w, ok := out[k]; ok && w != weights[name] {
+			return nil, &FieldError{Field: "weights", Err: fmt.Errorf("%w: %q and %q name one host, %q, with weights %d and %d",
+				ErrInvalid, clipName(from[k]), clipName(name), clipName(k), w, weights[name])}
+		}
+		out[k], from[k] = weights[name], name
+	}
+	return out, nil
 }
 
 // FairShares returns the client's fair shares, sorted by queue.

@@ -129,3 +129,43 @@ func TestFairShareEngine(t *testing.T) {
 		t.Errorf("the small keys' last job started %dth of %d, want within the first 12: %v", last, len(order), order[:min(len(order), 20)])
 	}
 }
+
+// TestFairShareHostWeights: a fair share keyed on the host gives a weight
+// to a host however the weight's name writes it: the name is read as a
+// job's URL host is (lower case, no trailing dot, IDNA's ASCII form, an
+// IP address canonical), so the weight reaches that host's jobs, whose
+// key is the canonical name. Two names of one host with different
+// weights are refused naming the field.
+func TestFairShareHostWeights(t *testing.T) {
+	c := redrive.NewClient(openStore(t), redrive.ClientOptions{Logger: quietLogger()})
+	err := c.SetFairShares([]redrive.FairShare{{Queue: "fq", Key: "host",
+		Weights: map[string]int{"API.Example.COM.": 3, "bücher.example": 2, "[0:0::1]": 4, "::FFFF:127.0.0.1": 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.FairShares()
+	want := map[string]int{"api.example.com": 3, "xn--bcher-kva.example": 2, "::1": 4, "127.0.0.1": 5}
+	if len(got) != 1 || fmt.Sprint(got[0].Weights) != fmt.Sprint(want) {
+		t.Errorf("FairShares = %+v, want the weights %v", got, want)
+	}
+	// Each weight's name is the key its host's jobs get.
+	for _, u := range []string{"https://API.example.com/x", "https://BÜCHER.example./x", "http://[::1]:8080/", "http://127.0.0.1/"} {
+		jobs, err := c.EnqueueMany(t.Context(), []redrive.Request{{Kind: "x", Queue: "fq", Payload: map[string]any{"url": u}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := c.Get(t.Context(), jobs[0].ID)
+		if err != nil || j.FairKey == nil {
+			t.Fatalf("Get(%s) = %+v, %v", u, j, err)
+		}
+		if _, ok := want[*j.FairKey]; !ok {
+			t.Errorf("the job of %s has the fair key %q, which no weight names", u, *j.FairKey)
+		}
+	}
+	// One host named twice, with two weights: which would it get?
+	err = c.SetFairShares([]redrive.FairShare{{Queue: "fq", Key: "host", Weights: map[string]int{"a.example": 2, "A.example.": 3}}})
+	var fe *redrive.FieldError
+	if !errors.Is(err, redrive.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "weights" {
+		t.Errorf("SetFairShares with one host's two weights = %v, want ErrInvalid naming weights", err)
+	}
+}

@@ -66,3 +66,31 @@ func TestLimitHostKeyOneHost(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitHostKeyIDN: an internationalized host name is one group
+// however the URL writes it: in Unicode, in its ASCII (punycode) form,
+// in full-width letters or with an ideographic full stop. net/http dials
+// each through the same IDNA mapping (idna.Lookup), so they reach one
+// host, and a per-host limit must count them together.
+func TestLimitHostKeyIDN(t *testing.T) {
+	c := redrive.NewClient(openStore(t), redrive.ClientOptions{Logger: quietLogger()})
+	if err := c.SetLimits([]redrive.ConcurrencyLimit{{Name: "hosts", Kind: "http", Key: "host", Max: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, tc := range []struct{ url, want string }{
+		{"https://xn--bcher-kva.example/x", "xn--bcher-kva.example"},
+		{"https://XN--BCHER-KVA.example./x", "xn--bcher-kva.example"},
+		{"https://bücher.example/x", "xn--bcher-kva.example"},
+		{"https://BÜCHER.example:443/x", "xn--bcher-kva.example"},
+		{"https://bücher.example./x", "xn--bcher-kva.example"},
+		{"https://b%C3%BCcher.example/x", "xn--bcher-kva.example"}, // percent-encoded
+		{"https://ＥＸＡＭＰＬＥ.com/x", "example.com"},
+		{"https://example。com/x", "example.com"},
+	} {
+		nj, err := c.Prepare(redrive.Request{Kind: "http", Payload: map[string]any{"url": tc.url}}, now)
+		if err != nil || nj.LimitKey != tc.want {
+			t.Errorf("group of %s = %q, %v; want %q", tc.url, nj.LimitKey, err, tc.want)
+		}
+	}
+}

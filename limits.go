@@ -9,6 +9,9 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 
 	"github.com/redrivehq/redrive/store"
 )
@@ -368,14 +371,34 @@ func (k LimitKey) of(payload json.RawMessage, dependency string) (string, error)
 // hostKey returns the group of a URL's host: one name for one host
 // however the URL writes it, as a client dials it. A name is lower-cased
 // and loses a fully qualified name's trailing dot (api.example.com. is
-// api.example.com); an IP address is written in its canonical form (an
-// IPv6 address compressed, an IPv4-mapped one as the IPv4 address it
-// reaches).
+// api.example.com); a name that is not ASCII is written in the ASCII
+// form net/http dials (IDNA's lookup mapping, as its transport applies
+// it: bücher.example is xn--bcher-kva.example, full-width letters and
+// ideographic full stops are mapped); an IP address is written in its
+// canonical form (an IPv6 address compressed, an IPv4-mapped one as the
+// IPv4 address it reaches).
 func hostKey(h string) string {
 	if a, err := netip.ParseAddr(h); err == nil {
 		return a.Unmap().String()
 	}
+	if !isASCII(h) {
+		// net/http dials the name as is when the mapping fails: so does
+		// the key.
+		if a, err := idna.Lookup.ToASCII(h); err == nil {
+			h = a
+		}
+	}
 	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
+
+// isASCII reports whether s holds only ASCII bytes.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // LimitStates returns every concurrency limit in the store with its use

@@ -177,6 +177,15 @@ func (c *Client) SetLimitRate(ctx context.Context, name, rate string, burst int)
 	return res.Limit, c.do(ctx, request{method: http.MethodPut, path: "/v1/limits/" + segment(name), body: body}, &res)
 }
 
+// ChangeLimit changes, for the whole fleet and at once, those of a
+// limit's max, rate (with its burst) and hold on Retry-After that set
+// gives (PUT /v1/limits/{name}): the server applies all of them in one
+// transaction, or none.
+func (c *Client) ChangeLimit(ctx context.Context, name string, set LimitSet) (store.LimitState, error) {
+	var res LimitBody
+	return res.Limit, c.do(ctx, request{method: http.MethodPut, path: "/v1/limits/" + segment(name), body: set}, &res)
+}
+
 // SetLimitHold turns a limit's hold on Retry-After on or off for the
 // whole fleet (PUT /v1/limits/{name}).
 func (c *Client) SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error) {

@@ -207,14 +207,12 @@ type backend interface {
 	// one open for d (0: until closed), or closes it when open is false
 	// (breakers.go).
 	Breakers(ctx context.Context) ([]apiclient.BreakerView, error)
-	// Limits lists the fleet's concurrency limits; SetLimit changes one's
-	// max (0: no cap, for a limit with a rate), SetLimitRate its rate (a
-	// checked rate; the zero one removes it; burst 0 keeps the limit's),
-	// SetLimitHold its hold on Retry-After (limits.go).
+	// Limits lists the fleet's concurrency limits; ChangeLimit changes
+	// one's max (0: no cap, for a limit with a rate), rate (a checked
+	// rate; the zero one removes it; burst 0 keeps the limit's) and hold
+	// on Retry-After, those ch gives, at once: all or none (limits.go).
 	Limits(ctx context.Context) ([]store.LimitState, error)
-	SetLimit(ctx context.Context, name string, max int) (store.LimitState, error)
-	SetLimitRate(ctx context.Context, name string, r store.LimitRate) (store.LimitState, error)
-	SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error)
+	ChangeLimit(ctx context.Context, name string, ch store.LimitChange) (store.LimitState, error)
 	ForceBreaker(ctx context.Context, name string, open bool, d time.Duration) (apiclient.BreakerView, error)
 	// DeleteBreaker deletes a breaker's shared record, refused while it
 	// is in use unless force (breakers.go).

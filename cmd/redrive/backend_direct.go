@@ -442,14 +442,6 @@ func (d *directBackend) Limits(ctx context.Context) ([]store.LimitState, error) 
 	return d.c.LimitStates(ctx)
 }
 
-func (d *directBackend) SetLimit(ctx context.Context, name string, max int) (store.LimitState, error) {
-	return d.c.SetLimitMax(ctx, name, max)
-}
-
-func (d *directBackend) SetLimitRate(ctx context.Context, name string, r store.LimitRate) (store.LimitState, error) {
-	return d.c.SetLimitRate(ctx, name, r)
-}
-
-func (d *directBackend) SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error) {
-	return d.c.SetLimitHold(ctx, name, on)
+func (d *directBackend) ChangeLimit(ctx context.Context, name string, ch store.LimitChange) (store.LimitState, error) {
+	return d.c.ChangeLimit(ctx, name, ch)
 }

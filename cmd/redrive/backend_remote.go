@@ -323,17 +323,18 @@ func (r *remoteBackend) Limits(ctx context.Context) ([]store.LimitState, error) 
 	return r.api.Limits(ctx)
 }
 
-func (r *remoteBackend) SetLimit(ctx context.Context, name string, max int) (store.LimitState, error) {
-	return r.api.SetLimit(ctx, name, max)
-}
-
-func (r *remoteBackend) SetLimitRate(ctx context.Context, name string, rate store.LimitRate) (store.LimitState, error) {
-	if rate.N == 0 {
-		return r.api.SetLimitRate(ctx, name, "none", 0)
+func (r *remoteBackend) ChangeLimit(ctx context.Context, name string, ch store.LimitChange) (store.LimitState, error) {
+	body := apiclient.LimitSet{Max: ch.Max, HoldOnRetryAfter: ch.Hold}
+	if ch.Rate != nil {
+		rate := "none"
+		if ch.Rate.N != 0 {
+			rate = redrive.FormatRate(*ch.Rate)
+			if ch.Rate.Burst != 0 {
+				burst := ch.Rate.Burst
+				body.Burst = &burst
+			}
+		}
+		body.Rate = &rate
 	}
-	return r.api.SetLimitRate(ctx, name, redrive.FormatRate(rate), rate.Burst)
-}
-
-func (r *remoteBackend) SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error) {
-	return r.api.SetLimitHold(ctx, name, on)
+	return r.api.ChangeLimit(ctx, name, body)
 }

@@ -123,30 +123,20 @@ anything is stored.
 		if setMax && max == 0 && setRate && r.N == 0 {
 			return flagErrorf(cmd, "MAX none and --rate none would leave the limit no limit: keep a max or a rate")
 		}
+		// One change, applied by the store in one transaction: all of it
+		// or none.
+		var ch store.LimitChange
+		if setMax {
+			ch.Max = &max
+		}
+		if setRate {
+			ch.Rate = &r
+		}
+		if setHold {
+			ch.Hold = &holdOn
+		}
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
-			var l store.LimitState
-			var err error
-			doMax := func() {
-				if err == nil && setMax {
-					l, err = b.SetLimit(ctx, args[0], max)
-				}
-			}
-			doRate := func() {
-				if err == nil && setRate {
-					l, err = b.SetLimitRate(ctx, args[0], r)
-				}
-			}
-			// What adds a bound goes first: the limit never has neither.
-			if setMax && max == 0 {
-				doRate()
-				doMax()
-			} else {
-				doMax()
-				doRate()
-			}
-			if err == nil && setHold {
-				l, err = b.SetLimitHold(ctx, args[0], holdOn)
-			}
+			l, err := b.ChangeLimit(ctx, args[0], ch)
 			if err != nil {
 				return err
 			}

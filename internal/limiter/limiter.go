@@ -58,6 +58,10 @@ type group struct {
 	// per running job of the group, but those whose Take is not done).
 	taking int
 	tokens []int64
+	// fullRefusals counts the looks refused because the group was
+	// full: a start given back (its Remote refused it) wakes the
+	// waiters only if one was refused while it held the slot.
+	fullRefusals uint64
 }
 
 // counts are one limit's totals.
@@ -196,7 +200,7 @@ func (l *Limiter) tryLocal(ctx context.Context, sel redrive.SelectedLimit) (ok b
 	}
 	local := sel
 	local.Rate = store.LimitRate{}
-	ok, _, freed = l.try(local)
+	ok, _, freed, refusals := l.tryCounted(local)
 	if !ok {
 		return false, time.Time{}, freed
 	}
@@ -207,19 +211,39 @@ func (l *Limiter) tryLocal(ctx context.Context, sel redrive.SelectedLimit) (ok b
 	if ok {
 		return true, time.Time{}, nil
 	}
-	l.Release(sel)
+	// The slot goes back, but not through Release: a start that never
+	// was frees nothing, and waking the group's waiters would have each
+	// ask the Remote again at once, and wake the others in turn, until
+	// the rate allows a start. Only those refused as full while the
+	// slot was held here are woken: the slot they lacked is back.
+	k := groupKey{sel.Name, sel.Group}
 	l.mu.Lock()
-	l.countsLocked(sel.Name).throttled++
-	freed = nil // no slot lacks: wait for next
-	if g := l.groups[groupKey{sel.Name, sel.Group}]; g != nil {
-		freed = g.freed
+	defer l.mu.Unlock()
+	g := l.groups[k]
+	g.running--
+	c := l.countsLocked(sel.Name)
+	c.running--
+	c.throttled++
+	if g.fullRefusals != refusals {
+		close(g.freed)
+		g.freed = make(chan struct{})
 	}
-	l.mu.Unlock()
-	return false, next, freed
+	if g.idle(l.now()) {
+		delete(l.groups, k)
+		return false, next, nil // no slot lacks: wait for next
+	}
+	return false, next, g.freed
 }
 
 // try is Try with the limiter's own GCRA.
 func (l *Limiter) try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed <-chan struct{}) {
+	ok, next, freed, _ = l.tryCounted(sel)
+	return ok, next, freed
+}
+
+// tryCounted is try that also returns, granted, the group's count of
+// looks refused as full at the grant.
+func (l *Limiter) tryCounted(sel redrive.SelectedLimit) (ok bool, next time.Time, freed <-chan struct{}, fullRefusals uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -236,7 +260,10 @@ func (l *Limiter) try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed
 		if !next.IsZero() && !full {
 			c.throttled++
 		}
-		return false, next, g.freed
+		if full {
+			g.fullRefusals++
+		}
+		return false, next, g.freed, 0
 	}
 	if !sel.Rate.IsZero() {
 		g.tat = tat
@@ -247,7 +274,7 @@ func (l *Limiter) try(sel redrive.SelectedLimit) (ok bool, next time.Time, freed
 		l.grants = 0
 		l.sweepLocked(now)
 	}
-	return true, time.Time{}, nil
+	return true, time.Time{}, nil, g.fullRefusals
 }
 
 // Release ends a job of sel's group that Try let start: its slot frees,

@@ -197,13 +197,17 @@ const (
 
 // limitEnsureSQL creates the limits named ($1) with their max ($2) if
 // they do not exist; limitJobsSQL sets the limit ($2) and group ($3) of
-// the jobs $1; limitChangeSQL sets one limit's settings.
+// the jobs $1; limitCreateSQL creates one limit with its settings if it
+// does not exist; limitChangeSQL sets one limit's settings.
 const (
 	limitEnsureSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at)
 	SELECT name, max, rn, rp, rb, hold, $3 FROM unnest($1::text[], $2::int[], $4::int[], $5::bigint[], $6::int[], $7::bool[]) AS t(name, max, rn, rp, rb, hold)
 	ORDER BY name
 	ON CONFLICT (name) DO NOTHING`
 	limitJobsSQL   = `UPDATE {jobs} j SET climit = t.name, ckey = t.key FROM unnest($1::bigint[], $2::text[], $3::text[]) AS t(id, name, key) WHERE j.id = t.id`
+	limitCreateSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7)
+	ON CONFLICT (name) DO NOTHING`
 	limitChangeSQL = `INSERT INTO {limits} (name, max_running, rate_n, rate_per, rate_burst, hold_retry_after, updated_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7)
 	ON CONFLICT (name) DO UPDATE SET max_running = excluded.max_running, rate_n = excluded.rate_n, rate_per = excluded.rate_per,
@@ -556,28 +560,45 @@ func (s *Store) changeLimit(ctx context.Context, op, name string, ch store.Limit
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, s.limitLockKey()); err != nil {
 			return err
 		}
-		var old store.LimitSettings
-		var lmax, rn, burst int32
-		var per int64
-		exists := true
-		err := tx.QueryRow(ctx, `SELECT max_running, rate_n, rate_per, rate_burst, hold_retry_after FROM `+s.schema+`.conc_limits WHERE name = $1 FOR UPDATE`, name).
-			Scan(&lmax, &rn, &per, &burst, &old.Hold)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			exists = false
-		case err != nil:
-			return err
-		}
-		old.Max, old.Rate = int(lmax), store.LimitRate{N: int(rn), Per: time.Duration(per) * time.Microsecond, Burst: int(burst)}
-		set, err := ch.Apply(exists, old)
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("limit %q: %w", name, err)
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, s.sql.limitChange, name, set.Max, set.Rate.N, set.Rate.Per.Microseconds(), set.Rate.Burst, set.Hold, ts(now)); err != nil {
-			return err
+		// An enqueue creates a missing limit without the lock (its
+		// INSERT ... ON CONFLICT DO NOTHING): a limit read as missing is
+		// created only if it still is, else read again, locked, and the
+		// change applied to what the enqueue created.
+		var set store.LimitSettings
+		for {
+			var old store.LimitSettings
+			var lmax, rn, burst int32
+			var per int64
+			exists := true
+			err := tx.QueryRow(ctx, `SELECT max_running, rate_n, rate_per, rate_burst, hold_retry_after FROM `+s.schema+`.conc_limits WHERE name = $1 FOR UPDATE`, name).
+				Scan(&lmax, &rn, &per, &burst, &old.Hold)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				exists = false
+			case err != nil:
+				return err
+			}
+			old.Max, old.Rate = int(lmax), store.LimitRate{N: int(rn), Per: time.Duration(per) * time.Microsecond, Burst: int(burst)}
+			set, err = ch.Apply(exists, old)
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("limit %q: %w", name, err)
+			}
+			if err != nil {
+				return err
+			}
+			if exists {
+				if _, err := tx.Exec(ctx, s.sql.limitChange, name, set.Max, set.Rate.N, set.Rate.Per.Microseconds(), set.Rate.Burst, set.Hold, ts(now)); err != nil {
+					return err
+				}
+				break
+			}
+			tag, err := tx.Exec(ctx, s.sql.limitCreate, name, set.Max, set.Rate.N, set.Rate.Per.Microseconds(), set.Rate.Burst, set.Hold, ts(now))
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 1 {
+				break
+			}
 		}
 		if ch.Rate != nil {
 			// The groups' rate state under the new rate: no tat later

@@ -61,6 +61,7 @@ type statements struct {
 	unlimitedAbove                         string
 	limitedDue                             string
 	limitEnsure, limitJobs, limitChange    string
+	limitCreate                            string
 	limitHolds                             string
 	limitList, limitGen, limitNextDue      string
 	// Fair shares (fairshare.go).
@@ -135,6 +136,7 @@ func render(schema, channel string) statements {
 		limitEnsure:    q(limitEnsureSQL),
 		limitJobs:      q(limitJobsSQL),
 		limitChange:    q(limitChangeSQL),
+		limitCreate:    q(limitCreateSQL),
 		limitList:      q(limitListSQL),
 		limitGen:       q(limitGenSQL),
 		limitNextDue:   q(limitNextDueSQL),
