@@ -42,7 +42,9 @@ func TestFairKeyOrderLinguistic(t *testing.T) {
 		t.Fatalf("create database: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// A generous bound: dropping a database waits for a checkpoint,
+		// slow on a loaded machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		c, err := pgx.Connect(ctx, base)
 		if err != nil {

@@ -187,9 +187,11 @@ func testFairLevelModel(x *h) {
 			}
 		}
 		now = now.Add(time.Duration(rng.IntN(3)) * time.Second)
+		// The weights of a run of fetches: a fetch that stops in the
+		// middle of a key's weight leaves the rest to the next.
+		weights := weightSets[rng.IntN(len(weightSets))]
 		for range 1 + rng.IntN(4) {
 			want := 1 + rng.IntN(12)
-			weights := weightSets[rng.IntN(len(weightSets))]
 			got := x.fetch(store.FetchParams{Queue: "lm", Limit: want, Now: now, LeaseUntil: now.Add(time.Hour), Worker: "w", FairWeights: weights})
 			ids := jobIDs(got)
 			slices.Sort(ids)

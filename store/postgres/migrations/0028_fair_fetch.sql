@@ -10,8 +10,10 @@
 -- turn twice and others none. Giving the column the "C" collation makes
 -- every comparison, index and ORDER BY on it byte order, whatever the
 -- database's collation. A change of collation within text rewrites no
--- row; it rebuilds the two indexes on fkey (jobs_fair_due,
--- jobs_fair_first) and holds writes to jobs for that time.
+-- row; it rebuilds the indexes that name fkey in their columns or their
+-- condition (jobs_ready, jobs_fair_due, jobs_fair_first: every waiting
+-- job without a limit is in one of them) and holds jobs locked for that
+-- time (one pass over the table).
 ALTER TABLE jobs ALTER COLUMN fkey TYPE text COLLATE "C";
 
 -- job_fair_fetch is the fair fetch of a queue (store.FairLevel over each
