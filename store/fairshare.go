@@ -77,8 +77,9 @@ type FairCursor struct {
 // cursors only after its transaction committed uses Put.
 type FairCursors struct {
 	mu     sync.Mutex
-	m      map[fairLevel]FairCursor
-	staged map[fairLevel]FairCursor // the moves of the transaction under way
+	m      map[string]map[int64]FairCursor // by queue, then priority
+	n      int                             // the cursors in m
+	staged map[fairLevel]FairCursor        // the moves of the transaction under way
 }
 
 type fairLevel struct {
@@ -91,11 +92,28 @@ type fairLevel struct {
 func (c *FairCursors) Get(queue string, prio int64) FairCursor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l := fairLevel{queue, prio}
-	if cur, ok := c.staged[l]; ok {
+	if cur, ok := c.staged[fairLevel{queue, prio}]; ok {
 		return cur
 	}
-	return c.m[l]
+	return c.m[queue][prio]
+}
+
+// Queue returns the cursors of queue's priorities (as Get returns them),
+// by priority: a store that walks the priorities in the database takes
+// them all.
+func (c *FairCursors) Queue(queue string) map[int64]FairCursor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int64]FairCursor, len(c.m[queue]))
+	for prio, cur := range c.m[queue] {
+		out[prio] = cur
+	}
+	for l, cur := range c.staged {
+		if l.queue == queue {
+			out[l.prio] = cur
+		}
+	}
+	return out
 }
 
 // Put sets the cursor of queue's priority prio.
@@ -106,13 +124,18 @@ func (c *FairCursors) Put(queue string, prio int64, cur FairCursor) {
 }
 
 func (c *FairCursors) put(l fairLevel, cur FairCursor) {
-	if c.m == nil {
-		c.m = map[fairLevel]FairCursor{}
+	if c.m == nil || c.n > maxFairCursors {
+		c.m, c.n = map[string]map[int64]FairCursor{}, 0 // a bound on memory: a cleared cursor starts at the first key
 	}
-	if len(c.m) > maxFairCursors {
-		clear(c.m) // a bound on memory: a cleared cursor starts at the first key
+	q := c.m[l.queue]
+	if q == nil {
+		q = map[int64]FairCursor{}
+		c.m[l.queue] = q
 	}
-	c.m[l] = cur
+	if _, ok := q[l.prio]; !ok {
+		c.n++
+	}
+	q[l.prio] = cur
 }
 
 // Stage sets the cursor of queue's priority prio in the transaction under

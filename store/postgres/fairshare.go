@@ -10,17 +10,23 @@ import (
 	"github.com/redrivehq/redrive/store"
 )
 
-// Fair shares (store/fairshare.go): a fair job has its key in fkey and, while
-// it waits without a limit, is in jobs_fair_due (queue, priority, fkey,
-// run_at, id) rather than jobs_ready, and in jobs_fair_first (queue,
-// run_at). A fetch of a queue with fair jobs runs a round robin over the
-// keys of each priority, highest first, with the priority's due jobs
-// without a fair key taking a turn as one more key (store.FairLevel): a
-// key is one probe for the next key, and one statement that leases up to
-// its weight of its due jobs
-// (FOR UPDATE SKIP LOCKED: two processes' round robins never lease one
-// job twice), all in one transaction, so a fetch commits once. No shared
-// state is written but the jobs and the attempts counter.
+// Fair shares (store/fairshare.go): a fair job has its key in fkey (of
+// collation "C": keys compare by bytes, as on SQLite, whatever the
+// database's collation) and, while it waits without a limit, is in
+// jobs_fair_due (queue, priority, fkey, run_at, id) rather than
+// jobs_ready, and in jobs_fair_first (queue, run_at). A fetch of a queue
+// with fair jobs runs a round robin over the keys of each priority,
+// highest first, with the priority's due jobs without a fair key taking
+// a turn as one more key (store.FairLevel). The whole walk is one call
+// of job_fair_fetch (migration 0028, a port of store.FairRound): one
+// round trip and one commit a fetch, where walking the keys from here
+// took two round trips a key visited. In it, a key is one probe of
+// jobs_fair_due for the next key, and one statement that leases up to
+// its weight of its due jobs (FOR UPDATE SKIP LOCKED: two processes'
+// round robins never lease one job twice). The cursors (where this
+// process's previous fetch stopped) go in as arguments and come back as
+// rows. No shared state is written but the jobs and the attempts
+// counter.
 //
 // Whether a queue has fair jobs is known without a round trip when the
 // process is configured fair for it (FetchParams.FairWeights not nil) or
@@ -32,43 +38,18 @@ import (
 const fairWaiting = `state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NOT NULL`
 
 type fairStatements struct {
-	set, probe, levels, unkeyed, first, next, take, takeUnkeyed string
+	set, probe, fetch string
 }
 
 func renderFair(q func(string) string) fairStatements {
 	return fairStatements{
-		set:    q(`UPDATE {jobs} j SET fkey = t.key FROM unnest($1::bigint[], $2::text[]) AS t(id, key) WHERE j.id = t.id`),
-		probe:  q(`SELECT EXISTS (SELECT 1 FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text)`),
-		levels: q(`SELECT coalesce(array_agg(p), '{}') FROM {schema}.job_fair_priorities($1::text) AS pr(p)`),
-		// unkeyed: the priorities with a due job without a limit or a
-		// fair key, highest first.
-		unkeyed: q(`SELECT coalesce(array_agg(pr.p), '{}') FROM {schema}.job_priorities($1::text) AS pr(p) WHERE EXISTS (SELECT 1 FROM {jobs}
-	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = pr.p AND run_at <= $2)`),
-		first: q(`SELECT fkey FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 ORDER BY fkey LIMIT 1`),
-		next:  q(`SELECT fkey FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 AND fkey > $3 ORDER BY fkey LIMIT 1`),
-		// take leases up to $5 due jobs of key $3 at priority $2, oldest
-		// due first, as the fetch statement does (its attempts are counted
-		// once for the fetch's transaction).
-		take: q(`WITH picked AS (
-	SELECT id FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text AND priority = $2 AND fkey = $3 AND run_at <= $4
-	ORDER BY run_at, id LIMIT $5
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($6, j.run_at), lease_until = $7, worker = $8,
-	progress_done = NULL, progress_total = NULL, progress_at = NULL
-FROM picked WHERE j.id = picked.id
-RETURNING {jcols}`),
-		// takeUnkeyed is take for the due jobs of priority $2 without a
-		// fair key: up to $4 due by $3.
-		takeUnkeyed: q(`WITH picked AS (
-	SELECT id FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = $2 AND run_at <= $3
-	ORDER BY run_at, id LIMIT $4
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($5, j.run_at), lease_until = $6, worker = $7,
-	progress_done = NULL, progress_total = NULL, progress_at = NULL
-FROM picked WHERE j.id = picked.id
-RETURNING {jcols}`),
+		set:   q(`UPDATE {jobs} j SET fkey = t.key FROM unnest($1::bigint[], $2::text[]) AS t(id, key) WHERE j.id = t.id`),
+		probe: q(`SELECT EXISTS (SELECT 1 FROM {jobs} WHERE ` + fairWaiting + ` AND queue = $1::text)`),
+		// fetch is the whole fair fetch (job_fair_fetch, migration 0028):
+		// the cursor rows first four columns set, the leased jobs the
+		// others.
+		fetch: q(`SELECT f.out_prio, f.out_key, f.out_used, f.out_unk, ` + cols("(f.out_job).", false) + `
+FROM {schema}.job_fair_fetch($1::text, $2, $3, $4, $5, $6, $7::text[], $8::int[], $9::smallint[], $10::text[], $11::int[], $12::boolean[], $13::smallint) AS f`),
 	}
 }
 
@@ -110,125 +91,101 @@ func (s *Store) fairQueue(ctx context.Context, p *store.FetchParams) (bool, erro
 	return any, nil
 }
 
-// fairFetch is the fair part of one fetch.
-type fairFetch struct {
-	s       *Store
-	p       *store.FetchParams
-	dueBy   time.Time
-	levels  []int16 // the priorities with waiting fair jobs, highest first
-	unkeyed []int16 // the priorities with due jobs without a fair key, highest first
-}
-
-// newFairFetch returns the fair part of a fetch, nil when the queue has
-// no waiting fair job.
-func (s *Store) newFairFetch(ctx context.Context, p *store.FetchParams, dueBy time.Time) (*fairFetch, error) {
-	ok, err := s.fairQueue(ctx, p)
-	if err != nil || !ok {
-		return nil, err
+// fairFetch leases up to want due jobs of the queue without a limit,
+// priority by priority, highest first: a priority's fair keys by round
+// robin, its jobs without a fair key taking turns with them as one more
+// key (store.FairLevel); a priority without fair jobs oldest due first.
+// One call of job_fair_fetch (migration 0028), one statement: after an
+// error nothing is leased, and the cursors move only once it committed.
+// ok is false when the queue has no fair job to the hints (the caller
+// runs the plain fetch).
+func (s *Store) fairFetch(ctx context.Context, p *store.FetchParams, dueBy time.Time, want int) (jobs []*store.Job, ok bool, err error) {
+	if ok, err := s.fairQueue(ctx, p); err != nil || !ok {
+		return nil, false, err
 	}
-	f := &fairFetch{s: s, p: p, dueBy: dueBy}
-	if err := s.pool.QueryRow(ctx, s.sql.fair.levels, p.Queue).Scan(&f.levels); err != nil {
-		return nil, err
+	wkeys := make([]string, 0, len(p.FairWeights))
+	wvals := make([]int32, 0, len(p.FairWeights))
+	for k, w := range p.FairWeights {
+		wkeys, wvals = append(wkeys, k), append(wvals, int32(w))
 	}
-	if len(f.levels) == 0 {
-		return nil, nil
+	// The process's cursors of the queue: every priority's, as the
+	// function may visit any.
+	var cprios []int16
+	var ckeys []*string
+	var cused []int32
+	var cunk []bool
+	for prio, cur := range s.fairCursors.Queue(p.Queue) {
+		if !cur.Set {
+			continue
+		}
+		key := &cur.Key
+		if cur.Key == store.FairUnkeyed {
+			key = nil
+		}
+		cprios, ckeys, cused, cunk = append(cprios, int16(prio)), append(ckeys, key), append(cused, int32(cur.Used)), append(cunk, key == nil)
 	}
-	if err := s.pool.QueryRow(ctx, s.sql.fair.unkeyed, p.Queue, ts(dueBy)).Scan(&f.unkeyed); err != nil {
-		return nil, err
-	}
-	return f, nil
-}
-
-// run leases up to want due jobs of the queue without a limit, priority
-// by priority, highest first: a priority's fair keys by round robin, its
-// jobs without a fair key taking turns with them as one more key
-// (store.FairLevel); a priority without fair jobs oldest due first. All
-// in one transaction: after an error nothing is leased, and the cursors
-// move only once it committed.
-func (f *fairFetch) run(ctx context.Context, want int) ([]*store.Job, error) {
-	// One transaction: one commit (one WAL flush) a fetch, not one a
-	// key; a key's later turns in it do not see the jobs it leased
-	// before (they are running).
 	type cursor struct {
 		prio int16
 		cur  store.FairCursor
 	}
-	var out []*store.Job
 	var moved []cursor
-	err := f.s.retry(ctx, func() error {
-		out, moved = nil, nil
-		levels, unkeyed := f.levels, f.unkeyed
-		return pgx.BeginTxFunc(ctx, f.s.pool, readCommitted, func(tx pgx.Tx) error {
-			lease := func(prio int16, key *string, n int) (int, error) {
-				stmt, args := f.s.sql.fair.takeUnkeyed, []any{f.p.Queue, prio, ts(f.dueBy), n}
-				if key != nil {
-					stmt, args = f.s.sql.fair.take, []any{f.p.Queue, prio, *key, ts(f.dueBy), n}
-				}
-				rows, err := tx.Query(ctx, stmt, append(args, ts(f.p.Now), ts(f.p.LeaseUntil), cleanText(f.p.Worker))...)
-				if err != nil {
-					return 0, err
-				}
-				jobs, err := collect(rows, false)
-				if err != nil {
-					return 0, err
-				}
-				out = append(out, jobs...)
-				return len(jobs), nil
-			}
-			for len(out) < want && (len(levels) > 0 || len(unkeyed) > 0) {
-				if len(unkeyed) > 0 && (len(levels) == 0 || unkeyed[0] > levels[0]) {
-					// A priority of jobs without a fair key only.
-					if _, err := lease(unkeyed[0], nil, want-len(out)); err != nil {
-						return err
-					}
-					unkeyed = unkeyed[1:]
-					continue
-				}
-				prio := levels[0]
-				levels = levels[1:]
-				mixed := len(unkeyed) > 0 && unkeyed[0] == prio
-				if mixed {
-					unkeyed = unkeyed[1:]
-				}
-				next := func(after string, first bool) (string, bool, error) {
-					var k string
-					var err error
-					if first {
-						err = tx.QueryRow(ctx, f.s.sql.fair.first, f.p.Queue, prio).Scan(&k)
-					} else {
-						err = tx.QueryRow(ctx, f.s.sql.fair.next, f.p.Queue, prio, after).Scan(&k)
-					}
-					if errors.Is(err, pgx.ErrNoRows) {
-						return "", false, nil
-					}
-					return k, err == nil, err
-				}
-				take := func(key string, n int) (int, error) {
-					if key == store.FairUnkeyed {
-						return lease(prio, nil, n)
-					}
-					return lease(prio, &key, n)
-				}
-				cur, _, err := store.FairLevel(f.s.fairCursors.Get(f.p.Queue, int64(prio)), f.p.FairWeights, want-len(out), mixed, next, take)
+	err = s.retry(ctx, func() error {
+		jobs, moved = nil, nil
+		rows, err := s.pool.Query(ctx, s.sql.fair.fetch, p.Queue, ts(dueBy), ts(p.Now), ts(p.LeaseUntil), cleanText(p.Worker), want,
+			wkeys, wvals, cprios, ckeys, cused, cunk, shard())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		sc := newJobScan(false)
+		skip := prefixRow{rows: rows, skip: 4}
+		for rows.Next() {
+			if rows.RawValues()[0] == nil {
+				j, err := sc.scan(skip)
 				if err != nil {
 					return err
 				}
-				moved = append(moved, cursor{prio, cur})
+				jobs = append(jobs, j)
+				continue
 			}
-			if len(out) == 0 {
-				return nil
+			var prio int16
+			var key *string
+			var used int32
+			var unk bool
+			dest := make([]any, 4+len(sc.dest))
+			dest[0], dest[1], dest[2], dest[3] = &prio, &key, &used, &unk
+			if err := rows.Scan(dest...); err != nil {
+				return err
 			}
-			_, err := tx.Exec(ctx, f.s.sql.counterOne, f.p.Queue, "attempts", shard(), int64(len(out)))
-			return err
-		})
+			c := cursor{prio: prio}
+			switch {
+			case unk:
+				c.cur = store.FairCursor{Key: store.FairUnkeyed, Used: int(used), Set: true}
+			case key != nil:
+				c.cur = store.FairCursor{Key: *key, Used: int(used), Set: true}
+			}
+			moved = append(moved, c)
+		}
+		return rows.Err()
 	})
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	for _, m := range moved {
-		f.s.fairCursors.Put(f.p.Queue, int64(m.prio), m.cur)
+		s.fairCursors.Put(p.Queue, int64(m.prio), m.cur)
 	}
-	return out, nil
+	return jobs, true, nil
+}
+
+// prefixRow scans a row's columns after its first skip ones.
+type prefixRow struct {
+	rows pgx.Rows
+	skip int
+}
+
+// Scan implements pgx.Row.
+func (r prefixRow) Scan(dest ...any) error {
+	return r.rows.Scan(append(make([]any, r.skip, r.skip+len(dest)), dest...)...)
 }
 
 // JobFairKey implements store.FairUse.

@@ -703,12 +703,8 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	}
 	// A queue with fair jobs (fairshare.go): each priority's keys by
 	// round robin, its jobs without a key taking a turn with them.
-	fair, err := s.newFairFetch(ctx, &p, dueBy)
-	if err == nil && fair != nil {
-		var got []*store.Job
-		got, err = fair.run(ctx, p.Limit-len(limited))
-		limited = append(limited, got...)
-	}
+	got, fair, err := s.fairFetch(ctx, &p, dueBy, p.Limit-len(limited))
+	limited = append(limited, got...)
 	if err != nil {
 		if len(limited) > 0 {
 			s.log.Warn("fetch of fair jobs failed after limited jobs were leased", "queue", p.Queue, "error", err)
@@ -716,7 +712,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		}
 		return nil, s.fail("fetch", err)
 	}
-	if fair != nil {
+	if fair {
 		return sortByDue(limited), nil
 	}
 	err = s.retry(ctx, func() error {

@@ -179,6 +179,8 @@ var subtests = []subtest{
 	{"FairModel", testFairModel},
 	{"FairInvalid", testFairInvalid},
 	{"FairMixedStarve", testFairMixedStarve},
+	{"FairKeyOrder", testFairKeyOrder},
+	{"FairLevelModel", testFairLevelModel},
 	{"LimitsFetch", testLimitsFetch},
 	{"LimitUse", testLimitUse},
 	{"LimitsRescue", testLimitsRescue},
