@@ -55,6 +55,7 @@ This binary is its command-line tool.`,
 		newPeriodicCmd(g),
 		newOperationsCmd(g),
 		newReplayCmd(g),
+		newTokenCmd(g),
 		newVersionCmd(),
 	)
 	markReadOnly(root)
