@@ -213,6 +213,7 @@ var routeRoles = map[string]Role{
 	"GET /readyz":                       RoleNone,
 	"GET /v1/jobs/count":                RoleRead,
 	"GET /v1/dlq/count":                 RoleRead,
+	"GET /v1/audit":                     RoleRead,
 
 	"GET /{$}":        RoleNone,
 	"GET /ui/":        RoleNone,

@@ -235,6 +235,9 @@ var routes = []string{
 	// Counts (count.go).
 	"GET /v1/jobs/count",
 	"GET /v1/dlq/count",
+
+	// The audit log (audit.go).
+	"GET /v1/audit",
 }
 
 // New returns the Server serving /v1/..., /healthz, /readyz (and 404
@@ -319,13 +322,15 @@ func New(opts Options) *Server {
 	// The fleet's concurrency limits (limits.go).
 	handlers["GET /v1/limits"] = a.listLimits
 	handlers["PUT /v1/limits/{name}"] = a.setLimit
+	// The audit log (audit.go).
+	handlers["GET /v1/audit"] = a.listAudit
 	mux := http.NewServeMux()
 	for _, p := range routes {
 		need, ok := routeRoles[p]
 		if !ok {
 			panic("server: no role for route " + p)
 		}
-		mux.Handle(p, a.require(p, need, a.wrap(handlers[p])))
+		mux.Handle(p, a.require(p, need, a.audit(p, a.wrap(handlers[p]))))
 	}
 	ui := a.dashboardHandlers()
 	for _, p := range dashboardRoutes {

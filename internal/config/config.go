@@ -82,6 +82,8 @@ type Serve struct {
 	// Lease, CompletedRetention, DLQMaxAge, CleanupInterval and
 	// KeyRetention are the engine's (see redrive.WorkerOptions).
 	Lease, CompletedRetention, DLQMaxAge, CleanupInterval, KeyRetention time.Duration
+	// AuditRetention is how long audit log entries are kept.
+	AuditRetention time.Duration
 	// Budget is the per-queue retry budget; NoBudget turns it off.
 	Budget   retry.BudgetConfig
 	NoBudget bool
@@ -260,6 +262,8 @@ var settings = append([]setting{
 		func(c *Serve, d time.Duration) { c.CleanupInterval = d }),
 	durationSetting("key-retention", "168h", time.Minute, 10*365*24*time.Hour, "how long an idempotency key stays taken after its job's enqueue, even once the job is deleted",
 		func(c *Serve, d time.Duration) { c.KeyRetention = d }),
+	durationSetting("audit-retention", "2160h", time.Hour, 100*365*24*time.Hour, "how long the audit log keeps an entry (a change made through the API, the dashboard or the CLI)",
+		func(c *Serve, d time.Duration) { c.AuditRetention = d }),
 	{name: "retry-budget", def: "true", bool: true, help: "keep each queue's retries within a budget (spread out, never dropped, beyond it)", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.NoBudget = !b
