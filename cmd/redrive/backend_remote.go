@@ -337,3 +337,7 @@ func (r *remoteBackend) SetLimitRate(ctx context.Context, name string, rate stor
 func (r *remoteBackend) SetLimitHold(ctx context.Context, name string, on bool) (store.LimitState, error) {
 	return r.api.SetLimitHold(ctx, name, on)
 }
+
+func (r *remoteBackend) Audit(ctx context.Context, q apiclient.AuditQuery) (apiclient.AuditList, error) {
+	return r.api.Audit(ctx, q)
+}
