@@ -97,4 +97,20 @@ func TestDashboardReadRoleInChromium(t *testing.T) {
 			t.Errorf("job %d is %s after a refused purge", id, s)
 		}
 	}
+
+	// The audit log page shows a change an admin made, and not the
+	// refused purge.
+	if r := d.do("POST", "/v1/queues/payments/pause", "", "Authorization", "Bearer "+roleTokens[RoleAdmin]); r.status != 200 {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	b.run(t, "audit page",
+		chromedp.Navigate(url+"/#/audit"),
+		chromedp.WaitVisible(css(`tr[data-actor="admin-user"]`)))
+	b.noJunk(t, "audit")
+	if row := b.text(t, `tr[data-actor="admin-user"]`); !strings.Contains(row, "POST /v1/queues/{name}/pause") || !strings.Contains(row, "payments") {
+		t.Errorf("audit row: %q", row)
+	}
+	if n := b.count(t, `table.audit tbody tr`); n != 1 {
+		t.Errorf("audit rows: %d, want 1 (the refused purge is not a change)", n)
+	}
 }
