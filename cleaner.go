@@ -48,8 +48,9 @@ func (c *cleaner) start(ctx context.Context) {
 // CompletedRetention and dead jobs older than DLQMaxAge are deleted (their
 // idempotency keys stay taken), the kept keys of jobs enqueued more than
 // KeyRetention ago are released, workers stopped or silent for a day
-// leave the registry, and operations finished more than
-// OperationRetention ago are deleted. The worker runs it every CleanupInterval; it is
+// leave the registry, operations finished more than
+// OperationRetention ago are deleted, and so are audit log entries older
+// than AuditRetention. The worker runs it every CleanupInterval; it is
 // exported for tools and tests.
 func (w *Worker) Cleanup(ctx context.Context) (deleted int64, err error) {
 	now := w.client.now()
@@ -83,8 +84,13 @@ func (w *Worker) Cleanup(ctx context.Context) (deleted int64, err error) {
 		w.log.Error("retention cleanup of finished operations failed", "error", err)
 		return deleted, err
 	}
-	if deleted > 0 || keys > 0 || workers > 0 {
-		w.log.Info("retention cleanup", "deleted", deleted, "keys_released", keys, "workers_pruned", workers)
+	audit, err := w.store.DeleteAudit(ctx, now.Add(-w.opts.AuditRetention))
+	if err != nil {
+		w.log.Error("retention cleanup of the audit log failed", "error", err)
+		return deleted, err
+	}
+	if deleted > 0 || keys > 0 || workers > 0 || audit > 0 {
+		w.log.Info("retention cleanup", "deleted", deleted, "keys_released", keys, "workers_pruned", workers, "audit_entries_deleted", audit)
 	}
 	return deleted, nil
 }

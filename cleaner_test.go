@@ -59,3 +59,32 @@ func TestCleanerAppliesRetention(t *testing.T) {
 		t.Fatalf("the young completed job: %v", err)
 	}
 }
+
+// TestCleanupDeletesOldAuditEntries: retention deletes the audit log's
+// entries older than AuditRetention by the clock, and keeps the others.
+func TestCleanupDeletesOldAuditEntries(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	clk := clockAt(now)
+	w, _, st := loopWorker(t, clk, WorkerOptions{AuditRetention: 24 * time.Hour})
+	ctx := t.Context()
+	for _, age := range []time.Duration{48 * time.Hour, 25 * time.Hour, 23 * time.Hour, time.Minute} {
+		if _, err := st.AppendAudit(ctx, store.AuditEntry{At: now.Add(-age), Actor: "local", Action: "dlq purge"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left, _, err := st.ListAudit(ctx, store.AuditFilter{}, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 {
+		t.Fatalf("%d entries left, want the 2 younger than a day", len(left))
+	}
+	for _, e := range left {
+		if now.Sub(e.At) > 24*time.Hour {
+			t.Errorf("entry of %v kept", e.At)
+		}
+	}
+}

@@ -105,6 +105,10 @@ type WorkerOptions struct {
 	// twice. A key is also taken as long as its job exists. Default 7
 	// days.
 	KeyRetention time.Duration
+	// AuditRetention is how long audit log entries (store.Audit) are
+	// kept; maintenance deletes older ones (default
+	// store.DefaultAuditRetention, 90 days).
+	AuditRetention time.Duration
 	// CleanupInterval is how often retention runs (default 24h; the first
 	// run is one minute after start).
 	CleanupInterval time.Duration
@@ -279,6 +283,9 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 	}
 	if opts.KeyRetention <= 0 {
 		opts.KeyRetention = DefaultKeyRetention
+	}
+	if opts.AuditRetention <= 0 {
+		opts.AuditRetention = store.DefaultAuditRetention
 	}
 	if opts.StatsRetention <= 0 {
 		opts.StatsRetention = DefaultStatsRetention

@@ -267,8 +267,14 @@ type demo struct {
 
 func startDemo(t *testing.T, token string) *demo {
 	t.Helper()
+	return startDemoWith(t, Options{Token: token})
+}
+
+// startDemoWith is startDemo on a server with options opts.
+func startDemoWith(t *testing.T, opts Options) *demo {
+	t.Helper()
 	d := &demo{dead: map[string][]int64{}}
-	d.env = newEnv(t, Options{Token: token})
+	d.env = newEnv(t, opts)
 	fast := retry.Policy{MaxRetries: 2, Initial: 5 * time.Millisecond, Multiplier: 2, MaxDelay: 20 * time.Millisecond}
 	w := redrive.NewWorker(d.client, redrive.WorkerOptions{
 		Queues: map[string]int{"default": 4, "payments": 2, "webhooks": 4},

@@ -5,9 +5,9 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"encoding/hex"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -22,10 +22,12 @@ import (
 // allows requests to its own origin only, so a browser showing it makes
 // no request anywhere else.
 //
-// With a token, the page first asks for the token (POST /ui/login) and
-// keeps a session cookie: an HMAC, with the token, of the store's session
-// key (store.Secrets) and the session's start, valid for SessionTTL, HttpOnly and SameSite=Strict. The API accepts that
-// cookie in place of the bearer token; a request that changes something
+// With tokens, the page first asks for a token (POST /ui/login) and keeps
+// a session cookie: the token's name and an HMAC, keyed with the token's
+// hash, of the store's session key (store.Secrets), the session's start
+// and the name, valid for SessionTTL, HttpOnly and SameSite=Strict. The
+// API accepts that cookie in place of the bearer token, with the token's
+// role; a request that changes something
 // must then also carry the header X-Redrive-Request (which a cross-site
 // form cannot send), so the cookie alone never authorizes a change.
 
@@ -51,9 +53,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 
 var (
 	indexPage = mustRead("ui/index.html")
-	// indexPageAuth is the page shown with a token: with a sign-out button.
-	indexPageAuth = bytes.Replace(indexPage, []byte(`action="/ui/logout" hidden>`), []byte(`action="/ui/logout">`), 1)
-	loginTmpl     = template.Must(template.New("login").Parse(string(mustRead("ui/login.html"))))
+	loginTmpl = template.Must(template.New("login").Parse(string(mustRead("ui/login.html"))))
 )
 
 func mustRead(name string) []byte {
@@ -114,8 +114,11 @@ func uiHeaders(h http.Handler) http.Handler {
 func (a *api) index(w http.ResponseWriter, r *http.Request) {
 	uiHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
-		if a.token != nil {
-			ok, err := a.validSession(r)
+		p := anonymous
+		if a.authOn() {
+			var ok bool
+			var err error
+			p, ok, err = a.validSession(r)
 			if err != nil {
 				a.log.Warn("dashboard: the session could not be checked: the session key could not be read from the store", "err", err)
 				a.renderLogin(w, http.StatusServiceUnavailable, "The store is unavailable: try again shortly.")
@@ -127,11 +130,7 @@ func (a *api) index(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		page := indexPage
-		if a.token != nil {
-			page = indexPageAuth
-		}
-		_, _ = w.Write(page)
+		_, _ = w.Write(a.indexFor(p))
 	})).ServeHTTP(w, r)
 }
 
@@ -147,7 +146,7 @@ func (a *api) renderLogin(w http.ResponseWriter, status int, msg string) {
 func (a *api) login(w http.ResponseWriter, r *http.Request) {
 	uiHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
-		if a.token == nil {
+		if !a.authOn() {
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
@@ -157,7 +156,12 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		tok := strings.TrimSpace(r.PostForm.Get("token"))
-		allowed, right, wait := a.throttle.guess(a.clientKey(r), func() bool { return subtle.ConstantTimeCompare([]byte(tok), a.token) == 1 })
+		var t Token
+		allowed, right, wait := a.throttle.guess(a.clientKey(r), func() bool {
+			var ok bool
+			t, ok = a.lookupToken(tok)
+			return ok
+		})
 		if !allowed {
 			a.throttled.warn(a.log, "dashboard: sign-in attempts throttled", "remote", r.RemoteAddr, "client", a.clientKey(r), "retry_after", wait.Round(time.Second))
 			w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
@@ -177,26 +181,27 @@ func (a *api) login(w http.ResponseWriter, r *http.Request) {
 		}
 		http.SetCookie(w, &http.Cookie{
 			Name:     sessionCookie,
-			Value:    newSession(a.token, key, time.Now()),
+			Value:    newSession(t, key, time.Now()),
 			Path:     "/",
 			MaxAge:   int(SessionTTL / time.Second),
 			HttpOnly: true,
 			Secure:   a.overTLS(r),
 			SameSite: http.SameSiteStrictMode,
 		})
+		a.log.Info("dashboard: signed in", "token", t.Name, "role", t.Role.String(), "remote", r.RemoteAddr)
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})).ServeHTTP(w, r)
 }
 
 // logout ends the browser's session, and every other: the session key
 // kept in the store is replaced, so no cookie signed before is valid any
-// more, in any process on the store, restarts included (there is one
-// token, hence one identity).
+// more, in any process on the store, restarts included: whoever holds a
+// stolen cookie is signed out too, whichever token it was made with.
 func (a *api) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, Secure: a.overTLS(r), SameSite: http.SameSiteStrictMode})
-	if a.token != nil {
-		ok, err := a.validSession(r)
+	if a.authOn() {
+		_, ok, err := a.validSession(r)
 		if err == nil && ok {
 			_, err = a.client.Store().RotateSecret(r.Context(), sessionSecret)
 		}
@@ -239,45 +244,77 @@ func (a *api) sessionKey(ctx context.Context) ([]byte, error) {
 	return a.client.Store().Secret(ctx, sessionSecret)
 }
 
-// newSession returns a session value started at t: "<unix>.<hmac>".
-func newSession(token, key []byte, t time.Time) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	return ts + "." + sessionMAC(token, key, ts)
+// newSession returns a session of the token t started at ts:
+// "<unix>.<name>.<hmac>".
+func newSession(t Token, key []byte, at time.Time) string {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	return ts + "." + t.Name + "." + sessionMAC(t, key, ts)
 }
 
-// sessionMAC signs a session's start with the token and the store's
-// session key: another token, or a sign-out since, makes it invalid.
-func sessionMAC(token, key []byte, ts string) string {
-	m := hmac.New(sha256.New, token)
+// sessionMAC signs a session's start and token name with the token's
+// hash and the store's session key: another token of that name, the
+// token's removal, or a sign-out since makes it invalid.
+func sessionMAC(t Token, key []byte, ts string) string {
+	m := hmac.New(sha256.New, t.SHA256[:])
 	m.Write([]byte("redrive dashboard session\x00"))
 	m.Write(key)
 	m.Write([]byte("\x00"))
 	m.Write([]byte(ts))
+	m.Write([]byte("\x00"))
+	m.Write([]byte(t.Name))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// validSession reports whether r carries a session cookie made with the
-// current token and session key, and younger than SessionTTL. The error
-// says the store could not tell (the key could not be read).
-func (a *api) validSession(r *http.Request) (bool, error) {
+// validSession returns the principal of the session cookie r carries
+// when it is one made with a current token and the session key, and
+// younger than SessionTTL. The error says the store could not tell (the
+// key could not be read).
+func (a *api) validSession(r *http.Request) (principal, bool, error) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
-		return false, nil
+		return principal{}, false, nil
 	}
-	ts, mac, ok := strings.Cut(c.Value, ".")
+	ts, rest, ok := strings.Cut(c.Value, ".")
 	if !ok || len(ts) > 20 {
-		return false, nil
+		return principal{}, false, nil
+	}
+	name, mac, ok := strings.Cut(rest, ".")
+	if !ok {
+		return principal{}, false, nil
+	}
+	t, ok := a.tokenNamed(name)
+	if !ok {
+		return principal{}, false, nil
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return false, nil
+		return principal{}, false, nil
 	}
 	if age := time.Since(time.Unix(sec, 0)); age < -time.Minute || age >= SessionTTL {
-		return false, nil
+		return principal{}, false, nil
 	}
 	key, err := a.sessionKey(r.Context())
 	if err != nil {
-		return false, err
+		return principal{}, false, err
 	}
-	return hmac.Equal([]byte(mac), []byte(sessionMAC(a.token, key, ts))), nil
+	if !hmac.Equal([]byte(mac), []byte(sessionMAC(t, key, ts))) {
+		return principal{}, false, nil
+	}
+	return principal{name: t.Name, role: t.Role}, true, nil
+}
+
+// indexFor returns the dashboard's page for p: its body carries the role
+// (data-role, which the page's script and style use to hide what the role
+// cannot do) and, with tokens, the signed-in name and role and the
+// sign-out button. The API refuses what the role cannot do whatever the
+// page shows.
+func (a *api) indexFor(p principal) []byte {
+	body := fmt.Sprintf(`<body data-role="%s">`, p.role)
+	page := bytes.Replace(indexPage, []byte("<body>"), []byte(body), 1)
+	if !a.authOn() {
+		return page
+	}
+	who := fmt.Sprintf(`<span id="whoami" class="whoami" title="signed in with this token">%s · %s</span>
+  <form id="logout" method="post" action="/ui/logout">`, template.HTMLEscapeString(p.name), p.role)
+	return bytes.Replace(page, []byte(`<form id="logout" method="post" action="/ui/logout" hidden>`), []byte(who), 1)
 }

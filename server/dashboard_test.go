@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"io"
 	"net/http"
 	"net/url"
@@ -138,20 +139,23 @@ func TestDashboardLogin(t *testing.T) {
 func TestDashboardSessionForgedOrExpired(t *testing.T) {
 	e := newEnv(t, Options{Token: "tok-123"})
 	e.token = ""
-	tok := []byte("tok-123")
+	tok := Token{Name: LegacyTokenName, Role: RoleAdmin, SHA256: sha256.Sum256([]byte("tok-123"))}
+	other := Token{Name: LegacyTokenName, Role: RoleAdmin, SHA256: sha256.Sum256([]byte("another-token"))}
 	key, err := e.st.Secret(context.Background(), sessionSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
 	cases := map[string]string{
-		"other token":  newSession([]byte("another-token"), key, now),
+		"other token":  newSession(other, key, now),
 		"other key":    newSession(tok, []byte("another key"), now),
 		"expired":      newSession(tok, key, now.Add(-SessionTTL-time.Minute)),
 		"future":       newSession(tok, key, now.Add(time.Hour)),
 		"tampered ts":  strconv.FormatInt(now.Unix()+1, 10) + newSession(tok, key, now)[len(strconv.FormatInt(now.Unix(), 10)):],
 		"no mac":       strconv.FormatInt(now.Unix(), 10),
 		"garbage":      "x.y",
+		"old format":   strconv.FormatInt(now.Unix(), 10) + "." + sessionMAC(tok, key, strconv.FormatInt(now.Unix(), 10)),
+		"other name":   strings.Replace(newSession(tok, key, now), "."+LegacyTokenName+".", ".root.", 1),
 		"long ts":      strings.Repeat("9", 40) + "." + sessionMAC(tok, key, strings.Repeat("9", 40)),
 		"empty":        "",
 		"mac only":     "." + sessionMAC(tok, key, ""),

@@ -93,6 +93,10 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if !isNull(in.Payload) {
+		// Editing payloads is the admin's.
+		if p := principalOf(r.Context()); p.role < RoleAdmin {
+			return forbidden(p, RoleAdmin, "a redrive with a payload (an edit)")
+		}
 		req.Payload = in.Payload
 	}
 	if err := parseBatch(in.Batch); err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -126,17 +127,18 @@ func indexNL(b []byte) int {
 // under the token).
 func FuzzSession(f *testing.F) {
 	st := openStore(f)
-	a := &api{token: []byte("tok-123"), client: redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})}
+	tok := Token{Name: "alice", Role: RoleRead, SHA256: sha256.Sum256([]byte("tok-123"))}
+	a := &api{tokens: []Token{tok}, client: redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})}
 	key, err := st.Secret(context.Background(), sessionSecret)
 	if err != nil {
 		f.Fatal(err)
 	}
-	mac := func(ts string) string { return sessionMAC(a.token, key, ts) }
-	session := func(t time.Time) string { return newSession(a.token, key, t) }
+	mac := func(ts string) string { return sessionMAC(tok, key, ts) }
+	session := func(t time.Time) string { return newSession(tok, key, t) }
 	now := time.Now()
 	for _, s := range []string{
 		session(now), session(now.Add(-SessionTTL)), "", ".", "1.", ".ab", "x.y",
-		"99999999999999999999." + mac("99999999999999999999"), "-1." + mac("-1"),
+		"99999999999999999999.alice." + mac("99999999999999999999"), "-1.alice." + mac("-1"),
 		"+" + session(now), "0" + session(now), session(now) + "0",
 	} {
 		f.Add(s)
@@ -144,7 +146,7 @@ func FuzzSession(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		req := httptest.NewRequest("GET", "/v1/stats", nil)
 		req.Header.Set("Cookie", sessionCookie+"="+v)
-		ok, err := a.validSession(req)
+		p, ok, err := a.validSession(req)
 		if err != nil {
 			t.Fatalf("%q: %v", v, err)
 		}
@@ -154,6 +156,9 @@ func FuzzSession(f *testing.F) {
 		c, err := req.Cookie(sessionCookie)
 		if err != nil {
 			t.Fatalf("accepted %q without a readable cookie: %v", v, err)
+		}
+		if p.name != tok.Name || p.role != tok.Role {
+			t.Fatalf("accepted %q as %+v", v, p)
 		}
 		ts, _, _ := strings.Cut(c.Value, ".")
 		sec, err := strconv.ParseInt(ts, 10, 64)

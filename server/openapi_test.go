@@ -833,6 +833,7 @@ func (c *conformance) probe(o docOperation) {
 	if x.status >= 400 {
 		t.Errorf("%s %s: %d %s", o, how, x.status, x.body)
 	}
+	checkAudited(t, e, o, LegacyTokenName)
 
 	// On a server without a token, no credentials are needed.
 	e0, fx0 := newConformanceEnv(t, "", o)
@@ -841,6 +842,7 @@ func (c *conformance) probe(o docOperation) {
 	if x.status >= 400 && o.String() != "POST /ui/login" {
 		t.Errorf("%s without a token on a server without one: %d %s", o, x.status, x.body)
 	}
+	checkAudited(t, e0, o, anonymousActor)
 
 	// A method the path does not document.
 	for _, m := range []string{http.MethodPatch, http.MethodPut, http.MethodDelete, http.MethodPost} {

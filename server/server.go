@@ -23,7 +23,7 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -57,9 +57,15 @@ type Options struct {
 	// --kafka-topics` keeps in the store, which GET /v1/kafka/topics and
 	// the dashboard's overview show. It may be nil: no such topics.
 	Kafka KafkaTopics
-	// Token is the bearer token every /v1 route requires; "" means no
-	// authentication (serve only allows that on loopback).
+	// Token is a bearer token of the admin role, named LegacyTokenName
+	// ("admin"), beside Tokens; "" adds none. Without Token and Tokens
+	// there is no authentication (serve only allows that on loopback).
 	Token string
+	// Tokens are the named tokens of the API, each with its role (see
+	// Role): /v1 routes require one of them (or Token), and answer 403
+	// forbidden, naming the role needed, to one whose role is below the
+	// route's.
+	Tokens []Token
 	// Logger receives the API's logs (default slog.Default()).
 	Logger *slog.Logger
 	// MaxBody bounds a request body in bytes (default DefaultMaxBody).
@@ -142,9 +148,11 @@ type api struct {
 	breakers *breaker.Registry
 	brokers  Brokers
 	kafka    KafkaTopics
-	token    []byte
-	log      *slog.Logger
-	maxBody  int64
+	// tokens are Options.Tokens and Options.Token; none means no
+	// authentication.
+	tokens  []Token
+	log     *slog.Logger
+	maxBody int64
 	// writeTimeout is Options.WriteTimeout.
 	writeTimeout time.Duration
 	ops          *operations
@@ -227,6 +235,9 @@ var routes = []string{
 	// Counts (count.go).
 	"GET /v1/jobs/count",
 	"GET /v1/dlq/count",
+
+	// The audit log (audit.go).
+	"GET /v1/audit",
 }
 
 // New returns the Server serving /v1/..., /healthz, /readyz (and 404
@@ -248,8 +259,9 @@ func New(opts Options) *Server {
 		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger), trusted: opts.TrustedProxies,
 		throttle: loginThrottle{now: time.Now}, writeTimeout: opts.WriteTimeout}
 	if opts.Token != "" {
-		a.token = []byte(opts.Token)
+		a.tokens = append(a.tokens, Token{Name: LegacyTokenName, Role: RoleAdmin, SHA256: sha256.Sum256([]byte(opts.Token))})
 	}
+	a.tokens = append(a.tokens, opts.Tokens...)
 	handlers := map[string]handlerFunc{
 		"POST /v1/jobs":             a.enqueue,
 		"POST /v1/jobs/batch":       a.enqueueBatch,
@@ -310,9 +322,15 @@ func New(opts Options) *Server {
 	// The fleet's concurrency limits (limits.go).
 	handlers["GET /v1/limits"] = a.listLimits
 	handlers["PUT /v1/limits/{name}"] = a.setLimit
+	// The audit log (audit.go).
+	handlers["GET /v1/audit"] = a.listAudit
 	mux := http.NewServeMux()
 	for _, p := range routes {
-		mux.Handle(p, a.wrap(handlers[p]))
+		need, ok := routeRoles[p]
+		if !ok {
+			panic("server: no role for route " + p)
+		}
+		mux.Handle(p, a.require(p, need, a.audit(p, a.wrap(handlers[p]))))
 	}
 	ui := a.dashboardHandlers()
 	for _, p := range dashboardRoutes {
@@ -447,12 +465,13 @@ func (t *troubleLog) log(l *slog.Logger, what string, err error) {
 // isV1 reports whether the path is under the versioned API.
 func isV1(p string) bool { return p == "/v1" || strings.HasPrefix(p, "/v1/") }
 
-// auth requires the bearer token on every /v1 route when one is set. A
-// dashboard session cookie stands in for the token; with the cookie, a
-// request that is not a GET or HEAD must also carry the X-Redrive-Request
-// header, which a cross-site form cannot send.
+// auth requires a bearer token on every /v1 route when the server has
+// tokens, and puts its principal (name and role) in the request's
+// context. A dashboard session cookie stands in for the token; with the
+// cookie, a request that is not a GET or HEAD must also carry the
+// X-Redrive-Request header, which a cross-site form cannot send.
 func (a *api) auth(next http.Handler) http.Handler {
-	if a.token == nil {
+	if !a.authOn() {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -461,82 +480,94 @@ func (a *api) auth(next http.Handler) http.Handler {
 			return
 		}
 		h := r.Header.Get("Authorization")
-		session := false
 		if h == "" {
-			ok, err := a.validSession(r)
+			p, ok, err := a.validSession(r)
 			if err != nil {
 				writeError(w, a.toAPIError(r, err))
 				return
 			}
-			session = ok
-		}
-		if session {
-			if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get(csrfHeader) == "" {
-				writeError(w, &apiError{status: http.StatusForbidden, code: "csrf",
-					msg: "a request authorized by the dashboard's session cookie must carry the " + csrfHeader + " header"})
+			if ok {
+				if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Header.Get(csrfHeader) == "" {
+					writeError(w, &apiError{status: http.StatusForbidden, code: "csrf",
+						msg: "a request authorized by the dashboard's session cookie must carry the " + csrfHeader + " header"})
+					return
+				}
+				next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
 				return
 			}
-			next.ServeHTTP(w, r)
-			return
-		}
-		if h == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
 			writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized",
 				msg: "missing bearer token: send Authorization: Bearer <token>"})
 			return
 		}
-		if a.checkBearer(w, r) {
-			next.ServeHTTP(w, r)
+		if p, ok := a.checkBearer(w, r); ok {
+			next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
 		}
 	})
 }
 
+// authOn reports whether the server has tokens, hence authenticates.
+func (a *api) authOn() bool { return len(a.tokens) > 0 }
+
 // checkBearer checks the request's Authorization header against the
-// token, through the throttle: a wrong one counts as a guess, and a client
-// whose guesses are used up is answered 429 unchecked. It answers the
-// refusals itself and reports whether the request may go on.
-func (a *api) checkBearer(w http.ResponseWriter, r *http.Request) bool {
+// tokens, through the throttle: a wrong one counts as a guess, and a
+// client whose guesses are used up is answered 429 unchecked. It answers
+// the refusals itself and returns the token's principal when the request
+// may go on.
+func (a *api) checkBearer(w http.ResponseWriter, r *http.Request) (principal, bool) {
 	h := r.Header.Get("Authorization")
 	client := a.clientKey(r)
-	allowed, right, wait := a.throttle.guess(client, func() bool { return a.rightBearer(h) })
+	var p principal
+	allowed, right, wait := a.throttle.guess(client, func() bool {
+		var ok bool
+		p, ok = a.bearer(h)
+		return ok
+	})
 	switch {
 	case !allowed:
 		a.throttled.warn(a.log, "api: bearer token guesses throttled", "remote", r.RemoteAddr, "client", client, "retry_after", wait.Round(time.Second))
 		writeError(w, &apiError{status: http.StatusTooManyRequests, code: "too_many_attempts", retryAfter: int(wait/time.Second) + 1,
 			msg: "too many requests with a wrong bearer token from this address: wait, then send the right one"})
-		return false
+		return p, false
 	case !right:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
 		writeError(w, &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: "invalid bearer token"})
-		return false
+		return p, false
 	}
-	return true
+	return p, true
 }
 
-// bearerGiven reports whether the request carries the right bearer token
+// bearerGiven reports whether the request carries a right bearer token
 // (a wrong one counts as a guess, for the throttle), without answering.
 func (a *api) bearerGiven(r *http.Request) bool {
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return false
 	}
-	_, right, _ := a.throttle.guess(a.clientKey(r), func() bool { return a.rightBearer(h) })
+	_, right, _ := a.throttle.guess(a.clientKey(r), func() bool {
+		_, ok := a.bearer(h)
+		return ok
+	})
 	return right
 }
 
-// rightBearer reports whether an Authorization header value carries the
-// token.
-func (a *api) rightBearer(h string) bool {
+// bearer returns the principal of the token an Authorization header
+// value carries.
+func (a *api) bearer(h string) (principal, bool) {
 	scheme, tok, ok := strings.Cut(h, " ")
-	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), a.token) == 1
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return principal{}, false
+	}
+	t, ok := a.lookupToken(strings.TrimSpace(tok))
+	return principal{name: t.Name, role: t.Role}, ok
 }
 
 // RequireToken guards h, a handler served beside the API (such as
-// /metrics), with the API's bearer token (Options.Token), through the
-// same throttle of wrong guesses as the API and the dashboard's sign-in.
-// Without a token it returns h.
+// /metrics), with the API's bearer tokens (Options.Token and Tokens, any
+// role), through the same throttle of wrong guesses as the API and the
+// dashboard's sign-in. Without a token it returns h.
 func (s *Server) RequireToken(h http.Handler) http.Handler {
-	if s.api.token == nil {
+	if !s.api.authOn() {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -546,7 +577,7 @@ func (s *Server) RequireToken(h http.Handler) http.Handler {
 				msg: "missing bearer token: send Authorization: Bearer <token>"})
 			return
 		}
-		if s.api.checkBearer(w, r) {
+		if _, ok := s.api.checkBearer(w, r); ok {
 			h.ServeHTTP(w, r)
 		}
 	})
@@ -736,7 +767,7 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) error {
 			// The reason names files, hosts or the database's own words:
 			// only for those who hold the token (readyz needs none).
 			msg := "the store's last write failed (the reason is in the server's log, and in this answer with the bearer token)"
-			if a.token == nil || a.bearerGiven(r) {
+			if !a.authOn() || a.bearerGiven(r) {
 				msg = "the store's last write failed: " + err.Error()
 			}
 			return &apiError{status: http.StatusServiceUnavailable, code: "not_writable", retryAfter: 5, msg: msg}

@@ -1137,6 +1137,9 @@ type Store interface {
 	// Limits keeps fleet-wide concurrency limits (limits.go).
 	Limits
 
+	// Audit keeps the audit log of changes (audit.go).
+	Audit
+
 	// LimitUse reads the use of the limits group by group (limituse.go).
 	LimitUse
 

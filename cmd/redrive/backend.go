@@ -168,6 +168,8 @@ type purgeProgress struct {
 // (remoteBackend, on package apiclient) or the store itself
 // (directBackend).
 type backend interface {
+	// Audit lists audit log entries, newest first (audit.go).
+	Audit(ctx context.Context, q apiclient.AuditQuery) (apiclient.AuditList, error)
 	Enqueue(ctx context.Context, in apiclient.EnqueueRequest) (*redrive.Job, error)
 	Get(ctx context.Context, id int64) (*redrive.Job, error)
 	List(ctx context.Context, q listQuery) (redrive.ListResult, error)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -35,6 +37,25 @@ type directBackend struct {
 }
 
 func (d *directBackend) Close() error { return d.close() }
+
+// localActor is the audit log's actor of the CLI on the store.
+const localActor = "local"
+
+// record appends a change the CLI made on the store (when err is nil) to
+// the audit log, as local, from this host. A failure to record is said on
+// standard error: the change is made.
+func (d *directBackend) record(ctx context.Context, err error, action string, target any, count int64, opID, note string) {
+	if err != nil {
+		return
+	}
+	t, _ := json.Marshal(target)
+	host, _ := os.Hostname()
+	e := store.AuditEntry{Actor: localActor, Action: action, Target: store.TruncateUTF8(string(t), store.MaxAuditTarget),
+		Count: count, OperationID: opID, Note: store.TruncateUTF8(note, 1000), Remote: store.TruncateUTF8(host, 200)}
+	if _, aerr := d.c.Store().AppendAudit(context.WithoutCancel(ctx), e); aerr != nil {
+		fmt.Fprintf(os.Stderr, "redrive: the change was made but not recorded in the audit log: %v\n", aerr)
+	}
+}
 
 // Enqueue enqueues one job; the request is read as POST /v1/jobs reads it
 // (server.RequestOf), every field kept.
@@ -130,6 +151,7 @@ func (d *directBackend) SetPriority(ctx context.Context, id int64, priority int)
 			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: only a pending or scheduled job's priority can change", id, cur.State), err: err}
 		}
 	}
+	d.record(ctx, err, "jobs priority", map[string]any{"id": id, "priority": priority}, 1, "", "")
 	return j, jobError(id, err)
 }
 
@@ -140,6 +162,7 @@ func (d *directBackend) RunNow(ctx context.Context, id int64) (*redrive.Job, err
 			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: only a scheduled job (delayed, or waiting for a retry) can run now", id, cur.State), err: err}
 		}
 	}
+	d.record(ctx, err, "jobs run", map[string]any{"id": id}, 1, "", "")
 	return j, jobError(id, err)
 }
 
@@ -150,6 +173,7 @@ func (d *directBackend) Cancel(ctx context.Context, id int64) (*redrive.Job, err
 			return nil, &jobErr{msg: fmt.Sprintf("job %d is %s: it cannot be canceled", id, cur.State), err: err}
 		}
 	}
+	d.record(ctx, err, "jobs cancel", map[string]any{"id": id}, 1, "", "")
 	return j, jobError(id, err)
 }
 
@@ -219,7 +243,9 @@ func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions
 		progress(0, total)
 		report = func(n int) { progress(n, total) }
 	}
-	return d.c.Export(ctx, dir, f, report)
+	n, err := d.c.Export(ctx, dir, f, report)
+	d.record(ctx, err, "dlq export", map[string]any{"dir": dir, "filter": fo.FilterBody}, int64(n), "", "")
+	return n, err
 }
 
 // httpValidator is the http kind's payload check with its default guard.
@@ -246,10 +272,13 @@ func (d *directBackend) Queues(ctx context.Context) ([]redrive.Queue, error) {
 }
 
 func (d *directBackend) SetPaused(ctx context.Context, name string, paused bool) (redrive.Queue, error) {
+	set, action := d.c.ResumeQueue, "queues resume"
 	if paused {
-		return d.c.PauseQueue(ctx, name)
+		set, action = d.c.PauseQueue, "queues pause"
 	}
-	return d.c.ResumeQueue(ctx, name)
+	q, err := set(ctx, name)
+	d.record(ctx, err, action, map[string]any{"name": name}, 1, "", "")
+	return q, err
 }
 
 func (d *directBackend) Workers(ctx context.Context) ([]redrive.WorkerStatus, error) {
@@ -283,6 +312,11 @@ func (d *directBackend) ForceBreaker(ctx context.Context, name string, open bool
 		}
 	}
 	st, err := d.c.Store().SetBreaker(ctx, set)
+	action := "breakers close"
+	if open {
+		action = "breakers open"
+	}
+	d.record(ctx, err, action, map[string]any{"name": name, "duration": dur.String()}, 1, "", "")
 	if err != nil {
 		return apiclient.BreakerView{}, err
 	}
@@ -294,19 +328,25 @@ func (d *directBackend) Schedules(ctx context.Context) ([]redrive.ScheduleInfo, 
 }
 
 func (d *directBackend) SetSchedulePaused(ctx context.Context, name string, paused bool) (redrive.ScheduleInfo, error) {
+	set, action := d.c.ResumeSchedule, "periodic resume"
 	if paused {
-		return d.c.PauseSchedule(ctx, name)
+		set, action = d.c.PauseSchedule, "periodic pause"
 	}
-	return d.c.ResumeSchedule(ctx, name)
+	si, err := set(ctx, name)
+	d.record(ctx, err, action, map[string]any{"name": name}, 1, "", "")
+	return si, err
 }
 
 func (d *directBackend) TriggerSchedule(ctx context.Context, name string) (*redrive.Job, error) {
-	return d.c.TriggerSchedule(ctx, name)
+	j, err := d.c.TriggerSchedule(ctx, name)
+	d.record(ctx, err, "periodic trigger", map[string]any{"name": name}, 1, "", "")
+	return j, err
 }
 
 // DeleteBreaker refuses as the API does, in the same words.
 func (d *directBackend) DeleteBreaker(ctx context.Context, name string, force bool) error {
 	_, err := d.c.Store().DeleteBreaker(ctx, store.BreakerDelete{Name: name, Now: time.Now(), Force: force})
+	d.record(ctx, err, "breakers delete", map[string]any{"name": name, "force": force}, 1, "", "")
 	if errors.Is(err, store.ErrNotFound) {
 		return errors.New(server.NoBreakerRecordMessage(name))
 	}
@@ -317,7 +357,9 @@ func (d *directBackend) DeleteBreaker(ctx context.Context, name string, force bo
 }
 
 func (d *directBackend) DeleteSchedule(ctx context.Context, name string) error {
-	return d.c.DeleteSchedule(ctx, name)
+	err := d.c.DeleteSchedule(ctx, name)
+	d.record(ctx, err, "periodic delete", map[string]any{"name": name}, 1, "", "")
+	return err
 }
 
 // operationError words a store error about operation id.
@@ -360,6 +402,7 @@ func (d *directBackend) SetOperation(ctx context.Context, id, action string) (ap
 			return apiclient.Operation{}, fmt.Errorf("cannot %s operation %s: it is %s", action, id, cur.State)
 		}
 	}
+	d.record(ctx, err, "operations "+action, map[string]any{"id": id}, 1, id, "")
 	if err != nil {
 		return apiclient.Operation{}, operationError(id, err)
 	}
@@ -411,6 +454,19 @@ func startDirect(ctx context.Context, d *directBackend, req redrive.OperationReq
 	if err != nil {
 		return apiclient.Operation{}, err
 	}
+	action := map[store.OperationKind]string{redrive.OperationRedrive: "dlq redrive", redrive.OperationPurge: "dlq purge",
+		redrive.OperationReplay: "replay", redrive.OperationCancel: "jobs cancel", redrive.OperationExport: "dlq export"}[op.Kind]
+	if action == "" {
+		action = "operation " + string(op.Kind)
+	}
+	target := map[string]any{"filter": server.OperationOf(op).Filter}
+	if len(req.IDs) > 0 {
+		target["ids"] = req.IDs
+	}
+	if req.Payload != nil {
+		target["payload_edited"] = true
+	}
+	d.record(ctx, nil, action, target, 0, op.ID, req.Note)
 	return server.OperationOf(op), nil
 }
 
@@ -443,5 +499,17 @@ func (d *directBackend) Limits(ctx context.Context) ([]store.LimitState, error) 
 }
 
 func (d *directBackend) ChangeLimit(ctx context.Context, name string, ch store.LimitChange) (store.LimitState, error) {
-	return d.c.ChangeLimit(ctx, name, ch)
+	l, err := d.c.ChangeLimit(ctx, name, ch)
+	target := map[string]any{"name": name}
+	if ch.Max != nil {
+		target["max"] = *ch.Max
+	}
+	if ch.Rate != nil {
+		target["rate"] = *ch.Rate
+	}
+	if ch.Hold != nil {
+		target["hold"] = *ch.Hold
+	}
+	d.record(ctx, err, "limits set", target, 1, "", "")
+	return l, err
 }

@@ -338,3 +338,7 @@ func (r *remoteBackend) ChangeLimit(ctx context.Context, name string, ch store.L
 	}
 	return r.api.ChangeLimit(ctx, name, body)
 }
+
+func (r *remoteBackend) Audit(ctx context.Context, q apiclient.AuditQuery) (apiclient.AuditList, error) {
+	return r.api.Audit(ctx, q)
+}

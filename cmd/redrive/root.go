@@ -55,6 +55,8 @@ This binary is its command-line tool.`,
 		newPeriodicCmd(g),
 		newOperationsCmd(g),
 		newReplayCmd(g),
+		newTokenCmd(g),
+		newAuditCmd(g),
 		newVersionCmd(),
 	)
 	markReadOnly(root)
@@ -138,7 +140,7 @@ const readOnlyAnnotation = "redrive.read-only"
 // readOnlyCommands are the commands that only read the store.
 var readOnlyCommands = []string{
 	"jobs ls", "jobs show", "dlq ls", "dlq show", "dlq groups", "dlq count", "stats", "queues ls",
-	"limits ls", "workers ls", "breakers ls", "periodic ls", "operations ls", "operations show",
+	"limits ls", "workers ls", "breakers ls", "periodic ls", "operations ls", "operations show", "audit ls",
 }
 
 // markReadOnly annotates root's read-only commands.

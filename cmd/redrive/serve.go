@@ -81,7 +81,10 @@ serve refuses to listen beyond loopback without a token of at least 16
 characters (--token or $REDRIVE_TOKEN), and warns about one that looks
 guessable; with one, the API and /metrics require "Authorization: Bearer
 <token>", and the dashboard asks for the token once. Wrong tokens are
-throttled per client: 5, then one every 12 s. Without a token, on loopback, no web page can drive it: JSON
+throttled per client: 5, then one every 12 s. --tokens (or $REDRIVE_TOKENS,
+or the file's "tokens" object) adds named tokens, each with a role: read,
+operate or admin (--token's is an admin named admin); "redrive token new"
+makes one and prints the line to configure. See docs/security.md. Without a token, on loopback, no web page can drive it: JSON
 bodies must be sent as Content-Type: application/json, a request a browser
 marks as cross-site or cross-origin may change nothing, and the server
 answers only to localhost, 127.0.0.1, [::1], the --addr host and the
@@ -151,7 +154,7 @@ func runServe(ctx context.Context, cfg *config.Serve, logOut io.Writer, ready fu
 	// The API's operations (bulk redrives, purges) run on ctx: SIGINT or
 	// SIGTERM cancels them, and api.Close in shutdown waits for them to
 	// stop before the store closes.
-	api := server.New(server.Options{Client: eng.client, Breakers: eng.worker.Breakers(), Token: cfg.Token, Logger: log, Context: ctx,
+	api := server.New(server.Options{Client: eng.client, Breakers: eng.worker.Breakers(), Token: cfg.Token, Tokens: cfg.Tokens, Logger: log, Context: ctx,
 		ExportDir: cfg.ExportDir, AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: eng.managed, Kafka: eng.kept})
 	front.handler.set(server.HostGuard(allowed, serveMux(api, eng.client, eng.worker.Breakers(), eng.attempts, eng.managed, eng.kept, log)))
 

@@ -82,6 +82,7 @@ func newEngine(cfg *config.Serve, st store.Store, log *slog.Logger, tp trace.Tra
 		DLQMaxAge:          cfg.DLQMaxAge,
 		CleanupInterval:    cfg.CleanupInterval,
 		KeyRetention:       cfg.KeyRetention,
+		AuditRetention:     cfg.AuditRetention,
 		RetryBudget:        cfg.Budget,
 		DisableRetryBudget: cfg.NoBudget,
 		Periodic:           cfg.Schedules,

@@ -119,10 +119,10 @@ func checkListen(cfg *config.Serve) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("addr: %w", err)
 	}
-	if cfg.Token == "" && !config.IsLoopback(host) {
+	if cfg.Token == "" && len(cfg.Tokens) == 0 && !config.IsLoopback(host) {
 		return nil, fmt.Errorf("--addr %s: %w", cfg.Addr, errNoToken)
 	}
-	if !config.IsLoopback(host) && len(cfg.Token) < minRemoteToken {
+	if !config.IsLoopback(host) && cfg.Token != "" && len(cfg.Token) < minRemoteToken {
 		return nil, fmt.Errorf("--token: %d characters is too short to guard a server that listens beyond loopback (--addr %s): "+
 			"use at least %d, e.g. the output of `openssl rand -hex 24`", len(cfg.Token), cfg.Addr, minRemoteToken)
 	}

@@ -27,7 +27,7 @@ func logServing(cfg *config.Serve, log *slog.Logger, addr net.Addr, target strin
 		hosts = strings.Join(allowed, ", ")
 	}
 	log.Info("redrive serving", "addr", addr.String(), "store", target, "queues", cfg.Queues,
-		"auth", cfg.Token != "", "allowed_hosts", hosts, "http_allow_private", cfg.HTTPAllowPrivate,
+		"auth", cfg.Token != "" || len(cfg.Tokens) > 0, "tokens", len(cfg.Tokens), "allowed_hosts", hosts, "http_allow_private", cfg.HTTPAllowPrivate,
 		"http_allow_link_local", cfg.HTTPAllowLinkLocal, "download_dir", describeDownloadDir(cfg), "retry", config.DescribePolicy(cfg.Retry), "queue_retry", queueRetry,
 		"lease", cfg.Lease.String(), "completed_retention", cfg.CompletedRetention.String(), "dlq_max_age", cfg.DLQMaxAge.String(),
 		"key_retention", cfg.KeyRetention.String(), "retry_budget", describeBudget(cfg))

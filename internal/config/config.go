@@ -37,6 +37,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/retry"
+	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -54,8 +55,12 @@ type Serve struct {
 	// DatabaseWait is how long serve retries opening PostgreSQL while
 	// it is not reachable yet; 0 fails at once.
 	DatabaseWait time.Duration
-	// Token is the bearer token of the API and /metrics ("" for none).
+	// Token is the bearer token of the API and /metrics ("" for none),
+	// an admin token named "admin".
 	Token string
+	// Tokens are the named tokens of the API, each with a role, kept as
+	// the SHA-256 of the token (tokens.go).
+	Tokens []server.Token
 	// Queues maps each queue the worker serves to its concurrency.
 	Queues map[string]int
 	// Workers is the concurrency of a queue listed without one.
@@ -77,6 +82,8 @@ type Serve struct {
 	// Lease, CompletedRetention, DLQMaxAge, CleanupInterval and
 	// KeyRetention are the engine's (see redrive.WorkerOptions).
 	Lease, CompletedRetention, DLQMaxAge, CleanupInterval, KeyRetention time.Duration
+	// AuditRetention is how long audit log entries are kept.
+	AuditRetention time.Duration
 	// Budget is the per-queue retry budget; NoBudget turns it off.
 	Budget   retry.BudgetConfig
 	NoBudget bool
@@ -255,6 +262,8 @@ var settings = append([]setting{
 		func(c *Serve, d time.Duration) { c.CleanupInterval = d }),
 	durationSetting("key-retention", "168h", time.Minute, 10*365*24*time.Hour, "how long an idempotency key stays taken after its job's enqueue, even once the job is deleted",
 		func(c *Serve, d time.Duration) { c.KeyRetention = d }),
+	durationSetting("audit-retention", "2160h", time.Hour, 100*365*24*time.Hour, "how long the audit log keeps an entry (a change made through the API, the dashboard or the CLI)",
+		func(c *Serve, d time.Duration) { c.AuditRetention = d }),
 	{name: "retry-budget", def: "true", bool: true, help: "keep each queue's retries within a budget (spread out, never dropped, beyond it)", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.NoBudget = !b
@@ -300,7 +309,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...)...)
+}, append(append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...), tokenSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -565,7 +574,7 @@ func readConfigFile(path string) (*configFile, error) {
 			for sk, sv := range vals {
 				out.vals[k+"."+sk] = sv
 			}
-		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject, name == "concurrency-limits" && len(v) > 0 && v[0] == '[',
+		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject, name == "tokens" && isObject, name == "concurrency-limits" && len(v) > 0 && v[0] == '[',
 			name == "fair-queues" && len(v) > 0 && v[0] == '[':
 			out.vals[k] = string(v) // read as JSON by the setting
 		case name == "retry":

@@ -290,7 +290,7 @@ function queueTable(queues) {
       STATES.map((st) => h('td', { class: 'num' }, fmtN((q.jobs || {})[st]))),
       h('td', { class: 'num', 'data-latency-ms': q.latency_ms || 0 }, q.oldest_due_at ? fmtMs(q.latency_ms) : '—',
         q.unconsumed && [' ', h('span', { title: 'Due jobs and no live worker serves this queue' }, badge('unconsumed', 'dead'))]),
-      h('td', {}, h('button', { class: 'small', 'data-action': q.paused ? 'resume' : 'pause', onclick: () => togglePause(q) },
+      h('td', {}, h('button', { class: 'small', 'data-needs': 'operate', 'data-action': q.paused ? 'resume' : 'pause', onclick: () => togglePause(q) },
         q.paused ? 'Resume' : 'Pause'))))));
 }
 
@@ -682,15 +682,15 @@ async function jobPage(id) {
   if (j.state === 'scheduled') {
     // A delayed job, or one waiting for its next retry: run it now.
     const retry = (j.history || []).length > 0 && j.history[j.history.length - 1].kind === 'retry';
-    actions.append(h('button', { class: 'primary', id: 'run-now', onclick: () => runNow(j, retry) }, retry ? 'Retry now' : 'Run now'));
+    actions.append(h('button', { class: 'primary', id: 'run-now', 'data-needs': 'operate', onclick: () => runNow(j, retry) }, retry ? 'Retry now' : 'Run now'));
   }
   if (['pending', 'scheduled', 'running', 'dead'].includes(j.state)) {
-    actions.append(h('button', { onclick: () => cancelJob(j) }, 'Cancel'));
+    actions.append(h('button', { 'data-needs': 'operate', onclick: () => cancelJob(j) }, 'Cancel'));
   }
   if (j.state === 'dead') {
     actions.append(
-      h('button', { class: 'primary', id: 'redrive-job', disabled: !j.reprocessable, onclick: () => redriveDialog({ ids: [j.id] }, 1) }, 'Redrive'),
-      h('button', { id: 'edit-redrive-job', disabled: !j.reprocessable, onclick: () => editRedriveDialog({ ids: [j.id] }, 1, j.payload) }, 'Edit and redrive'));
+      h('button', { class: 'primary', id: 'redrive-job', 'data-needs': 'operate', disabled: !j.reprocessable, onclick: () => redriveDialog({ ids: [j.id] }, 1) }, 'Redrive'),
+      h('button', { id: 'edit-redrive-job', 'data-needs': 'admin', disabled: !j.reprocessable, onclick: () => editRedriveDialog({ ids: [j.id] }, 1, j.payload) }, 'Edit and redrive'));
   }
   const kv = (k, v, id) => [h('dt', {}, k), h('dd', { id }, v === undefined || v === null || v === '' ? '—' : v)];
   const waiting = j.state === 'pending' || j.state === 'scheduled';
@@ -1027,8 +1027,8 @@ async function dlqPage(params) {
     h('td', { class: 'clip', title: g.sample_error }, g.sample_error),
     h('td', { title: fmtTime(g.last_dead_at) }, fmtAgo(g.last_dead_at)),
     h('td', {}, h('div', { class: 'actions' },
-      h('button', { class: 'small primary', onclick: () => redriveDialog({ filter: { fingerprint: g.fingerprint } }, g.count) }, 'Redrive'),
-      h('button', { class: 'small', onclick: () => purgeDialog({ fingerprint: g.fingerprint }, g.count) }, 'Purge')))));
+      h('button', { class: 'small primary', 'data-needs': 'operate', onclick: () => redriveDialog({ filter: { fingerprint: g.fingerprint } }, g.count) }, 'Redrive'),
+      h('button', { class: 'small', 'data-needs': 'admin', onclick: () => purgeDialog({ fingerprint: g.fingerprint }, g.count) }, 'Purge')))));
   const table = h('table', { class: 'groups' },
     h('thead', {}, h('tr', {}, h('th', { class: 'num' }, 'Jobs'), h('th', {}, 'Queue / kind'), h('th', {}, 'Class'),
       h('th', {}, 'Error (latest)'), h('th', {}, 'Last dead'), h('th', {}, ''))),
@@ -1055,8 +1055,8 @@ async function groupPage(fp, params) {
       h('div', { class: 'card empty' }, 'This group is empty now: its jobs were redriven or purged. ', h('a', { href: '#/dlq' }, 'Back to dead letters')));
   }
   const selected = new Set();
-  const redriveSel = h('button', { class: 'primary', id: 'redrive-selected', disabled: true, onclick: () => redriveDialog({ ids: [...selected] }, selected.size) }, 'Redrive selected');
-  const editSel = h('button', { id: 'edit-selected', disabled: true, onclick: () => {
+  const redriveSel = h('button', { class: 'primary', id: 'redrive-selected', 'data-needs': 'operate', disabled: true, onclick: () => redriveDialog({ ids: [...selected] }, selected.size) }, 'Redrive selected');
+  const editSel = h('button', { id: 'edit-selected', 'data-needs': 'admin', disabled: true, onclick: () => {
     const first = res.jobs.find((j) => selected.has(j.id));
     editRedriveDialog({ ids: [...selected] }, selected.size, first ? first.payload : null);
   } }, 'Edit and redrive selected');
@@ -1087,9 +1087,9 @@ async function groupPage(fp, params) {
         h('dt', {}, 'First dead'), h('dd', {}, fmtTime(g.first_dead_at)), h('dt', {}, 'Last dead'), h('dd', {}, fmtTime(g.last_dead_at)),
         h('dt', {}, 'Fingerprint'), h('dd', { class: 'mono' }, g.fingerprint)),
       h('div', { class: 'actions', style: { 'margin-top': '12px' } },
-        h('button', { class: 'primary', id: 'redrive-group', onclick: () => redriveDialog({ filter }, g.count) }, `Redrive all ${fmtN(g.count)}`),
-        h('button', { id: 'edit-redrive-group', onclick: () => editRedriveDialog({ filter }, g.count, res.jobs[0] && res.jobs[0].payload) }, 'Edit and redrive all'),
-        h('button', { class: 'danger', id: 'purge-group', onclick: () => purgeDialog(filter, g.count) }, `Purge all ${fmtN(g.count)}`))),
+        h('button', { class: 'primary', id: 'redrive-group', 'data-needs': 'operate', onclick: () => redriveDialog({ filter }, g.count) }, `Redrive all ${fmtN(g.count)}`),
+        h('button', { id: 'edit-redrive-group', 'data-needs': 'admin', onclick: () => editRedriveDialog({ filter }, g.count, res.jobs[0] && res.jobs[0].payload) }, 'Edit and redrive all'),
+        h('button', { class: 'danger', id: 'purge-group', 'data-needs': 'admin', onclick: () => purgeDialog(filter, g.count) }, `Purge all ${fmtN(g.count)}`))),
     h('section', { class: 'card' },
       h('div', { class: 'actions', style: { 'margin-bottom': '8px' } }, redriveSel, editSel),
       jobTable(res.jobs, select),

@@ -99,9 +99,9 @@ async function breakersPage() {
       h('td', { class: 'probe' }, breakerProbe(b)),
       h('td', { class: 'row-actions' }, h('div', { class: 'actions' },
         b.state === 'closed'
-          ? [dur, h('button', { class: 'small', 'data-action': 'open', onclick: () => breakerAction(b, 'open', dur.value) }, 'Force open')]
-          : h('button', { class: 'small', 'data-action': 'close', onclick: () => breakerAction(b, 'close') }, 'Close'),
-        breakerDeletable(b) ? h('button', { class: 'small danger', 'data-action': 'delete', onclick: () => breakerDelete(b) }, 'Delete') : '')));
+          ? [dur, h('button', { class: 'small', 'data-needs': 'operate', 'data-action': 'open', onclick: () => breakerAction(b, 'open', dur.value) }, 'Force open')]
+          : h('button', { class: 'small', 'data-needs': 'operate', 'data-action': 'close', onclick: () => breakerAction(b, 'close') }, 'Close'),
+        breakerDeletable(b) ? h('button', { class: 'small danger', 'data-needs': 'operate', 'data-action': 'delete', onclick: () => breakerDelete(b) }, 'Delete') : '')));
   });
   return h('div', {},
     h('h1', {}, 'Circuit breakers'),

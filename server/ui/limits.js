@@ -125,7 +125,7 @@ function limitCard(l, series) {
         h('dl', { class: 'kv' },
           kv('Applies to', limitSelector(l), { 'data-selector': '' }),
           kv('Max', [h('span', { 'data-max': l.max }, `${fmtN(l.max)} ${l.key ? 'per group' : 'at once'}`), ' ',
-            h('button', { class: 'small', 'data-action': 'set-max', onclick: () => setLimitDialog(l) }, 'Change')]),
+            h('button', { class: 'small', 'data-needs': 'operate', 'data-action': 'set-max', onclick: () => setLimitDialog(l) }, 'Change')]),
           kv('Running', l.in_use === 0 ? 'none'
             : `${fmtN(l.in_use)} in ${fmtN(l.groups)} group${l.groups === 1 ? '' : 's'}, at most ${fmtN(l.busiest)} in one`,
           { 'data-in-use': l.in_use }),

@@ -65,11 +65,11 @@ async function operationsPage(params) {
     h('td', { title: fmtTime(op.started_at) }, fmtAgo(op.started_at)),
     h('td', { class: 'row-actions' }, h('div', { class: 'actions' },
       op.state === 'pending' || op.state === 'running'
-        ? h('button', { class: 'small', 'data-action': 'pause', onclick: () => opAction(op, 'pause') }, 'Pause') : '',
+        ? h('button', { class: 'small', 'data-needs': 'operate', 'data-action': 'pause', onclick: () => opAction(op, 'pause') }, 'Pause') : '',
       op.state === 'paused'
-        ? h('button', { class: 'small', 'data-action': 'resume', onclick: () => opAction(op, 'resume') }, 'Resume') : '',
+        ? h('button', { class: 'small', 'data-needs': 'operate', 'data-action': 'resume', onclick: () => opAction(op, 'resume') }, 'Resume') : '',
       op.state === 'pending' || op.state === 'running' || op.state === 'paused'
-        ? h('button', { class: 'small danger', 'data-action': 'cancel', onclick: () => opAction(op, 'cancel') }, 'Cancel') : ''))));
+        ? h('button', { class: 'small danger', 'data-needs': 'operate', 'data-action': 'cancel', onclick: () => opAction(op, 'cancel') }, 'Cancel') : ''))));
   return h('div', {},
     h('h1', {}, 'Operations'),
     h('div', { class: 'card' },

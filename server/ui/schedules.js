@@ -46,9 +46,9 @@ async function schedulesPage() {
       s.last_job_id ? [' ', h('a', { href: `#/jobs/${s.last_job_id}` }, `job ${s.last_job_id}`)] : ''),
     h('td', { title: `occurrences missed for longer than ${s.grace}: ${s.missed === 'run_once' ? 'the latest runs once' : 'skipped'}` }, s.missed === 'run_once' ? 'run once' : 'skip'),
     h('td', { class: 'row-actions' }, h('div', { class: 'actions' },
-      h('button', { class: 'small', 'data-action': s.paused ? 'resume' : 'pause', onclick: () => scheduleAction(s, s.paused ? 'resume' : 'pause') },
+      h('button', { class: 'small', 'data-needs': 'admin', 'data-action': s.paused ? 'resume' : 'pause', onclick: () => scheduleAction(s, s.paused ? 'resume' : 'pause') },
         s.paused ? 'Resume' : 'Pause'),
-      h('button', { class: 'small', 'data-action': 'trigger', disabled: !!s.error, onclick: () => scheduleAction(s, 'trigger') }, 'Run now')))));
+      h('button', { class: 'small', 'data-needs': 'admin', 'data-action': 'trigger', disabled: !!s.error, onclick: () => scheduleAction(s, 'trigger') }, 'Run now')))));
   return h('div', {},
     h('h1', {}, 'Schedules'),
     h('div', { class: 'card' },

@@ -217,6 +217,7 @@ var subtests = []subtest{
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 	{"Trace", testTrace},
+	{"Audit", testAudit},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

@@ -1,0 +1,146 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// roleTokens are a token of each role, named for it.
+var roleTokens = map[Role]string{
+	RoleRead:    "read-token-0123456789",
+	RoleOperate: "operate-token-0123456789",
+	RoleAdmin:   "admin-token-0123456789",
+}
+
+// roleOptions are Options with a token of each role.
+func roleOptions() Options {
+	var o Options
+	for r, tok := range roleTokens {
+		o.Tokens = append(o.Tokens, Token{Name: r.String() + "-user", Role: r, SHA256: sha256.Sum256([]byte(tok))})
+	}
+	return o
+}
+
+// routePattern is the registered pattern of a documented path.
+func routePattern(method, path string) string {
+	switch path {
+	case "/":
+		path = "/{$}"
+	case "/ui/{asset}":
+		path = "/ui/"
+	}
+	return method + " " + path
+}
+
+var pathParamRE = regexp.MustCompile(`\{[^}]+\}`)
+
+// TestRouteRoles is the table of every route of openapi.json against every
+// role: each route has a role rule in routeRoles, the document says the
+// same (x-redrive-role), and a token of each role below it is answered 403
+// forbidden naming the role needed, while one at or above it is let
+// through to the handler (whatever the handler then makes of the empty
+// request). A route added without a rule fails here.
+func TestRouteRoles(t *testing.T) {
+	doc := loadOpenAPI(t)
+	e := newEnv(t, roleOptions())
+	for _, o := range docOperations(doc) {
+		pattern := routePattern(o.method, o.path)
+		need, ok := routeRoles[pattern]
+		if !ok {
+			t.Errorf("%s: no role rule in routeRoles", o)
+			continue
+		}
+		documented, _ := o.op.Extensions["x-redrive-role"].(string)
+		if want := need.String(); need != RoleNone && documented != want {
+			t.Errorf("%s: openapi.json says x-redrive-role %q, the server needs %q", o, documented, want)
+		}
+		if need == RoleNone {
+			if documented != "none" {
+				t.Errorf("%s: openapi.json says x-redrive-role %q, the route needs no token", o, documented)
+			}
+			continue
+		}
+		path := pathParamRE.ReplaceAllString(o.path, "1")
+		for _, role := range []Role{RoleRead, RoleOperate, RoleAdmin} {
+			t.Run(fmt.Sprintf("%s %s as %s", o.method, o.path, role), func(t *testing.T) {
+				r := e.do(o.method, path, "", "Authorization", "Bearer "+roleTokens[role])
+				var eb errorBody
+				_ = json.Unmarshal(r.body, &eb)
+				refused := r.status == http.StatusForbidden && eb.Error.Code == "forbidden"
+				if role < need {
+					if !refused {
+						t.Fatalf("the %s role got %d %s, want 403 forbidden", role, r.status, r.body)
+					}
+					if !strings.Contains(eb.Error.Message, "needs the "+need.String()+" role") {
+						t.Errorf("the refusal does not name the role needed (%s): %s", need, eb.Error.Message)
+					}
+					return
+				}
+				if refused || r.status == http.StatusUnauthorized {
+					t.Fatalf("the %s role was refused: %d %s", role, r.status, r.body)
+				}
+			})
+		}
+	}
+	// Every rule is of a registered route.
+	registered := map[string]bool{}
+	for _, p := range append(append([]string{}, routes...), dashboardRoutes...) {
+		registered[p] = true
+	}
+	for p := range routeRoles {
+		if !registered[p] {
+			t.Errorf("routeRoles has %s, which the server does not register", p)
+		}
+	}
+}
+
+// TestRoleEditPayloadNeedsAdmin: a redrive is the operate role's, but a
+// redrive that replaces the payload is an edit, the admin's.
+func TestRoleEditPayloadNeedsAdmin(t *testing.T) {
+	e := newEnv(t, roleOptions())
+	body := `{"ids":[1],"payload":{"x":1}}`
+	r := e.do("POST", "/v1/dlq/redrive", body, "Authorization", "Bearer "+roleTokens[RoleOperate])
+	wantErr(t, r, http.StatusForbidden, "forbidden", "")
+	if !strings.Contains(string(r.body), "needs the admin role") {
+		t.Errorf("refusal: %s", r.body)
+	}
+	r = e.do("POST", "/v1/dlq/redrive", body, "Authorization", "Bearer "+roleTokens[RoleAdmin])
+	if r.status == http.StatusForbidden {
+		t.Errorf("admin refused: %s", r.body)
+	}
+}
+
+// TestRoleSession: a dashboard session carries its token's name and role:
+// the page shows them and marks the body with the role, and a request
+// crafted with a read session's cookie (and the header a change needs) is
+// refused. The legacy single token is an admin named admin.
+func TestRoleSession(t *testing.T) {
+	opts := roleOptions()
+	opts.Token = "legacy-token-0123456789"
+	e := newEnv(t, opts)
+	e.token = ""
+	read := sessionOf(t, e.login(roleTokens[RoleRead]))
+	cookie := sessionCookie + "=" + read.Value
+	page := e.do("GET", "/", "", "Cookie", cookie)
+	if !strings.Contains(string(page.body), `<body data-role="read">`) || !strings.Contains(string(page.body), "read-user · read") {
+		t.Fatalf("the page of a read session: %s", page.body)
+	}
+	r := e.do("DELETE", "/v1/dlq?all=true", "", "Cookie", cookie, csrfHeader, "1")
+	wantErr(t, r, http.StatusForbidden, "forbidden", "")
+	if r := e.do("GET", "/v1/stats", "", "Cookie", cookie); r.status != http.StatusOK {
+		t.Errorf("a read session reading: %d %s", r.status, r.body)
+	}
+	legacy := sessionOf(t, e.login(opts.Token))
+	page = e.do("GET", "/", "", "Cookie", sessionCookie+"="+legacy.Value)
+	if !strings.Contains(string(page.body), `<body data-role="admin">`) || !strings.Contains(string(page.body), "admin · admin") {
+		t.Fatalf("the page of the legacy token's session: %s", page.body)
+	}
+	if r := e.do("DELETE", "/v1/dlq?all=true", "", "Authorization", "Bearer "+opts.Token); r.status == http.StatusForbidden {
+		t.Errorf("the legacy token refused: %s", r.body)
+	}
+}
