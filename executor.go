@@ -373,7 +373,7 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell, 
 		tok, err = br.Allow()
 		if err != nil {
 			*out = e.deferOutcome(j, br, err, start)
-			e.report(j, out, err, start, start)
+			e.report(ctx, j, out, err, start, start)
 			return
 		}
 	}
@@ -425,13 +425,13 @@ func (e *Executor) finish(ctx context.Context, ln *lane, j *Job, h *handler, br 
 		}
 	}
 	*out = o
-	e.report(j, out, err, start, end)
+	e.report(ctx, j, out, err, start, end)
 }
 
 // report tells the observer, if any, of an attempt's outcome.
-func (e *Executor) report(j *Job, o *Outcome, err error, start, end time.Time) {
+func (e *Executor) report(ctx context.Context, j *Job, o *Outcome, err error, start, end time.Time) {
 	if e.opts.Observer != nil {
-		e.observe(j, o, err, start, end)
+		e.observe(ctx, j, o, err, start, end)
 	}
 }
 
@@ -470,7 +470,7 @@ func (e *Executor) Report(j *Job, v failure.Verdict, msg string, start, end time
 	j.AttemptedAt = &start
 	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end}
 	o = e.failOutcome(ln, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
-	e.report(j, &o, errors.New(msg), start, end)
+	e.report(context.Background(), j, &o, errors.New(msg), start, end)
 	return o
 }
 
@@ -500,7 +500,7 @@ func (e *Executor) notStarted(j *Job, cause error, now time.Time) Outcome {
 	} else {
 		o = e.Release(j, now)
 	}
-	e.report(j, &o, cause, now, now)
+	e.report(context.Background(), j, &o, cause, now, now)
 	return o
 }
 
