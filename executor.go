@@ -17,6 +17,7 @@ import (
 
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/fingerprint"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
@@ -545,12 +546,21 @@ func (e *Executor) PolicyFor(j *Job) retry.Policy {
 }
 
 // jobAttr names a job in a log line: by id when it has one (a stored
-// job), else by its idempotency key (a broker message's id).
+// job), else by its idempotency key (a broker message's id); and, when
+// the job has a trace context, its trace_id and span_id (the span that
+// enqueued it, the parent of every attempt's span), so that every line
+// about the job leads to its trace.
 func jobAttr(j *Job) slog.Attr {
+	id := slog.String("message_id", j.IdempotencyKey)
 	if j.ID != 0 || j.IdempotencyKey == "" {
-		return slog.Int64("job_id", j.ID)
+		id = slog.Int64("job_id", j.ID)
 	}
-	return slog.String("message_id", j.IdempotencyKey)
+	traceID, spanID := tracectx.IDs(j.Trace)
+	if traceID == "" {
+		return id
+	}
+	// A group without a key: handlers inline its attributes.
+	return slog.Attr{Value: slog.GroupValue(id, slog.String("trace_id", traceID), slog.String("span_id", spanID))}
 }
 
 // deferOutcome puts a job back until its open breaker half-opens, without

@@ -2,8 +2,11 @@ package redrive_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,5 +221,70 @@ func TestTraceNone(t *testing.T) {
 	}
 	if o := runOne(t, st, exec, clk, "nq"); o.Kind != store.Complete {
 		t.Fatalf("outcome %v", o.Kind)
+	}
+}
+
+// TestTraceLogs: the engine's log lines about a traced job (its retry
+// scheduled, its move to the DLQ) carry the job's trace_id and span_id,
+// those of the span that enqueued it; an untraced job's carry neither.
+func TestTraceLogs(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: log, TracerProvider: tp})
+	redrive.SetClock(c, clk.now)
+	policy := retry.Policy{MaxRetries: 1, Initial: time.Minute, Multiplier: 1, MaxDelay: time.Minute, Jitter: retry.JitterNone}
+	exec := redrive.NewExecutor(redrive.ExecutorOptions{Policy: &policy, DisableRetryBudget: true, Logger: log, Now: clk.now, TracerProvider: tp})
+	exec.HandleFunc("k", func(context.Context, *redrive.Job) error { return errors.New("boom") })
+	ctx, span := tp.Tracer("test").Start(t.Context(), "request")
+	traced, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("lq"))
+	span.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	untraced := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	redrive.SetClock(untraced, clk.now)
+	plain, err := untraced.Enqueue(t.Context(), "k", nil, redrive.InQueue("lq2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runOne(t, st, exec, clk, "lq") // retry scheduled
+	clk.set(clk.now().Add(time.Hour))
+	runOne(t, st, exec, clk, "lq")  // dead
+	runOne(t, st, exec, clk, "lq2") // retry scheduled, untraced
+	tid, sid := redrive.TraceID(traced), ""
+	if parts := strings.Split(traced.Trace, "-"); len(parts) == 4 {
+		sid = parts[2]
+	}
+	if tid != span.SpanContext().TraceID().String() || sid == "" {
+		t.Fatalf("job in trace %q span %q, want the request's trace", tid, sid)
+	}
+	seen := map[string]bool{}
+	for _, rec := range buf.lines() {
+		line, _ := json.Marshal(rec)
+		id, ok := rec["job_id"].(float64)
+		if !ok {
+			continue
+		}
+		switch int64(id) {
+		case traced.ID:
+			seen[rec["msg"].(string)] = true
+			if rec["trace_id"] != tid || rec["span_id"] != sid {
+				t.Errorf("line about the traced job without its trace: %s", line)
+			}
+		case plain.ID:
+			seen["plain"] = true
+			if _, ok := rec["trace_id"]; ok {
+				t.Errorf("line about an untraced job with a trace id: %s", line)
+			}
+		}
+	}
+	for _, msg := range []string{"job failed; retry scheduled", "job moved to the DLQ", "plain"} {
+		if !seen[msg] {
+			t.Errorf("no line %q about the jobs: %v", msg, buf.lines())
+		}
 	}
 }
