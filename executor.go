@@ -17,8 +17,8 @@ import (
 
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
-	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/fingerprint"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
