@@ -56,6 +56,14 @@ var (
 	loginTmpl     = template.Must(template.New("login").Parse(string(mustRead("ui/login.html"))))
 )
 
+// dashboardPage returns page with the trace viewer's URL template tmpl
+// ("" none) in its redrive-trace-url meta element, which the job page
+// reads to link a trace id.
+func dashboardPage(page []byte, tmpl string) []byte {
+	return bytes.Replace(page, []byte(`<meta name="redrive-trace-url" content="">`),
+		[]byte(`<meta name="redrive-trace-url" content="`+template.HTMLEscapeString(tmpl)+`">`), 1)
+}
+
 func mustRead(name string) []byte {
 	b, err := uiFiles.ReadFile(name)
 	if err != nil {
@@ -127,9 +135,9 @@ func (a *api) index(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		page := indexPage
+		page := a.pages[0]
 		if a.token != nil {
-			page = indexPageAuth
+			page = a.pages[1]
 		}
 		_, _ = w.Write(page)
 	})).ServeHTTP(w, r)

@@ -39,6 +39,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -102,6 +103,13 @@ type Options struct {
 	// wait (?wait=true), or a large answer read slowly still completes.
 	// It overrides the http.Server's WriteTimeout for the API's routes.
 	WriteTimeout time.Duration
+	// TraceURLTemplate is the URL of a trace in a trace viewer, with
+	// {trace_id} where the trace id goes (e.g.
+	// http://jaeger:16686/trace/{trace_id}): the dashboard's job page
+	// links the job's trace id to it. Empty, or not an absolute http(s)
+	// URL holding {trace_id} (logged): no link. `redrive serve
+	// --trace-url-template` refuses a bad one at start.
+	TraceURLTemplate string
 }
 
 // Limits of the API.
@@ -147,6 +155,9 @@ type api struct {
 	maxBody  int64
 	// writeTimeout is Options.WriteTimeout.
 	writeTimeout time.Duration
+	// pages are the dashboard's page without and with a token (the
+	// sign-out button), with the trace viewer's URL template.
+	pages        [2][]byte
 	ops          *operations
 	trusted      []netip.Prefix
 	throttle     loginThrottle
@@ -250,6 +261,14 @@ func New(opts Options) *Server {
 	if opts.Token != "" {
 		a.token = []byte(opts.Token)
 	}
+	tmpl := opts.TraceURLTemplate
+	if tmpl != "" {
+		if err := tracectx.CheckURLTemplate(tmpl); err != nil {
+			a.log.Warn("dashboard: the trace URL template is unusable; trace ids are not linked", "error", err)
+			tmpl = ""
+		}
+	}
+	a.pages = [2][]byte{dashboardPage(indexPage, tmpl), dashboardPage(indexPageAuth, tmpl)}
 	handlers := map[string]handlerFunc{
 		"POST /v1/jobs":             a.enqueue,
 		"POST /v1/jobs/batch":       a.enqueueBatch,
