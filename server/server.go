@@ -157,10 +157,10 @@ type api struct {
 	writeTimeout time.Duration
 	// pages are the dashboard's page without and with a token (the
 	// sign-out button), with the trace viewer's URL template.
-	pages        [2][]byte
-	ops          *operations
-	trusted      []netip.Prefix
-	throttle     loginThrottle
+	pages    [2][]byte
+	ops      *operations
+	trusted  []netip.Prefix
+	throttle loginThrottle
 	// throttled logs the throttle's refusals, once a minute.
 	throttled throttleLog
 	// storeTrouble logs store outages once a minute.
