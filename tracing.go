@@ -35,6 +35,8 @@ const (
 	AttrDeadReason       = attribute.Key("redrive.dead.reason")
 	AttrFingerprint      = attribute.Key("redrive.fingerprint")
 	AttrRedriveJobs      = attribute.Key("redrive.redrive.jobs")
+	AttrLateness         = attribute.Key("redrive.job.lateness")
+	AttrUntil            = attribute.Key("redrive.until")
 )
 
 // The messaging semantic conventions' attributes redrive's spans carry.
@@ -181,12 +183,19 @@ func (e *Executor) endAttempt(span trace.Span, j *Job, o *Outcome, br *breaker.B
 	if br != nil {
 		attrs = append(attrs, AttrDependency.String(br.Name()), AttrBreakerState.String(br.State().String()))
 	}
+	if j.AttemptedAt != nil {
+		// How long after it was due the attempt started: the queue's
+		// wait, and any wait on a concurrency limit's slots, its rate, a
+		// Retry-After hold of its group or a fair queue's turn (the store
+		// leases the job only then, and does not say which held it).
+		attrs = append(attrs, AttrLateness.Float64(max(0, j.AttemptedAt.Sub(j.RunAt).Seconds())))
+	}
 	span.SetAttributes(attrs...)
 	if o.Event != nil && o.Event.Kind == store.EventDeferred {
 		// A wait on an open breaker: no attempt used, the job runs again
 		// when it half-opens.
 		span.AddEvent("breaker_open", trace.WithTimestamp(end), trace.WithAttributes(
-			AttrReason.String(o.Event.Reason), attribute.String("redrive.until", o.RunAt.UTC().Format(time.RFC3339Nano))))
+			AttrReason.String(o.Event.Reason), AttrUntil.String(o.RunAt.UTC().Format(time.RFC3339Nano))))
 	}
 	switch o.Kind {
 	case store.Retry, store.Bury:

@@ -288,3 +288,31 @@ func TestTraceLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceLateness: the attempt's span says how long after it was due
+// the attempt started (a queue's wait, a limit's or a fair queue's hold).
+func TestTraceLateness(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger(), TracerProvider: tp})
+	redrive.SetClock(c, clk.now)
+	exec := redrive.NewExecutor(redrive.ExecutorOptions{Logger: quietLogger(), Now: clk.now, TracerProvider: tp})
+	exec.HandleFunc("k", func(context.Context, *redrive.Job) error { return nil })
+	if _, err := c.Enqueue(t.Context(), "k", nil, redrive.InQueue("late")); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(clk.now().Add(90 * time.Second))
+	runOne(t, st, exec, clk, "late")
+	for _, s := range rec.Ended() {
+		if s.Name() == "process late" {
+			if v, ok := attrOf(s, redrive.AttrLateness); !ok || v.AsFloat64() != 90 {
+				t.Errorf("attempt's %s = %v (found %v), want 90", redrive.AttrLateness, v.AsFloat64(), ok)
+			}
+			return
+		}
+	}
+	t.Fatal("no attempt span")
+}
