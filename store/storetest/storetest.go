@@ -215,6 +215,7 @@ var subtests = []subtest{
 	{"Secrets", testSecrets},
 	{"SecretsConcurrent", testSecretsConcurrent},
 	{"Trace", testTrace},
+	{"TraceReplay", testTraceReplay},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a
