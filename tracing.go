@@ -242,3 +242,23 @@ func linkJobs(span trace.Span, jobs []*Job, n *int) {
 		*n++
 	}
 }
+
+// endOperationSpan ends the span of the start of the bulk redrive or
+// replay n (err: it failed), linked to the traces of the first jobs it
+// selects, read in ctx.
+func (c *Client) endOperationSpan(ctx context.Context, span trace.Span, n store.NewOperation, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("redrive.operation.id", n.ID))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			op := store.Operation{Kind: n.Kind, Params: n.Params}
+			if got, lerr := c.store.List(ctx, store.OperationFilter(&op), store.Page{Limit: maxRedriveLinks}); lerr == nil {
+				links := 0
+				linkJobs(span, got.Jobs, &links)
+			}
+		}
+	}
+	span.End(trace.WithTimestamp(c.now()))
+}

@@ -316,3 +316,70 @@ func TestTraceLateness(t *testing.T) {
 	}
 	t.Fatal("no attempt span")
 }
+
+// TestTraceReplay: a replay of a dead job is a span of the operator's
+// trace linked to the job's; the copy's attempt joins the dead job's
+// trace, a child of its enqueue span.
+func TestTraceReplay(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger(), TracerProvider: tp})
+	redrive.SetClock(c, clk.now)
+	policy := retry.Policy{MaxRetries: 0}
+	exec := redrive.NewExecutor(redrive.ExecutorOptions{Policy: &policy, DisableRetryBudget: true, Logger: quietLogger(), Now: clk.now, TracerProvider: tp})
+	exec.HandleFunc("k", func(_ context.Context, j *redrive.Job) error {
+		if j.ReplayOf != 0 {
+			return nil
+		}
+		return failure.Wrap(failure.Permanent, errors.New("no"))
+	})
+	ctx, request := tp.Tracer("test").Start(t.Context(), "request")
+	_, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("rp"))
+	request.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := runOne(t, st, exec, clk, "rp"); o.Kind != store.Bury {
+		t.Fatalf("outcome %v, want dead", o.Kind)
+	}
+	octx, operator := tp.Tracer("test").Start(t.Context(), "operator")
+	op, err := c.StartOperation(octx, redrive.OperationRequest{Kind: redrive.OperationReplay,
+		Filter: redrive.Filter{Queue: "rp", States: []redrive.State{redrive.Dead}}})
+	operator.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunOperation(t.Context(), op.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if o := runOne(t, st, exec, clk, "rp"); o.Kind != store.Complete {
+		t.Fatalf("copy's outcome %v, want complete", o.Kind)
+	}
+	var send, replay sdktrace.ReadOnlySpan
+	var process []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "send rp":
+			send = s
+		case "replay":
+			replay = s
+		case "process rp":
+			process = append(process, s)
+		}
+	}
+	if send == nil || replay == nil || len(process) != 2 {
+		t.Fatalf("send %v, replay %v, %d process spans; want one, one and two", send != nil, replay != nil, len(process))
+	}
+	if replay.Parent().SpanID() != operator.SpanContext().SpanID() {
+		t.Errorf("replay span's parent %s, want the operator's span", replay.Parent().SpanID())
+	}
+	if l := replay.Links(); len(l) != 1 || l[0].SpanContext.TraceID() != send.SpanContext().TraceID() || l[0].SpanContext.SpanID() != send.SpanContext().SpanID() {
+		t.Errorf("replay span's links %v, want one to the dead job's enqueue span", l)
+	}
+	if cp := process[1]; cp.SpanContext().TraceID() != request.SpanContext().TraceID() || cp.Parent().SpanID() != send.SpanContext().SpanID() {
+		t.Errorf("the copy's attempt in trace %s under %s, want the dead job's trace under its enqueue span", cp.SpanContext().TraceID(), cp.Parent().SpanID())
+	}
+}
