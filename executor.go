@@ -18,6 +18,7 @@ import (
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/fingerprint"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -380,7 +381,7 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell, 
 		tok, err = br.Allow()
 		if err != nil {
 			*out = e.deferOutcome(j, br, err, start)
-			e.report(j, out, err, start, start)
+			e.report(ctx, j, out, err, start, start)
 			return
 		}
 	}
@@ -432,13 +433,13 @@ func (e *Executor) finish(ctx context.Context, ln *lane, j *Job, h *handler, br 
 		}
 	}
 	*out = o
-	e.report(j, out, err, start, end)
+	e.report(ctx, j, out, err, start, end)
 }
 
 // report tells the observer, if any, of an attempt's outcome.
-func (e *Executor) report(j *Job, o *Outcome, err error, start, end time.Time) {
+func (e *Executor) report(ctx context.Context, j *Job, o *Outcome, err error, start, end time.Time) {
 	if e.opts.Observer != nil {
-		e.observe(j, o, err, start, end)
+		e.observe(ctx, j, o, err, start, end)
 	}
 }
 
@@ -483,7 +484,7 @@ func (e *Executor) Report(j *Job, v failure.Verdict, msg string, start, end time
 		_, span := e.startAttempt(context.Background(), j, start)
 		e.endAttempt(span, j, &o, nil)
 	}
-	e.report(j, &o, errors.New(msg), start, end)
+	e.report(context.Background(), j, &o, errors.New(msg), start, end)
 	return o
 }
 
@@ -513,7 +514,7 @@ func (e *Executor) notStarted(j *Job, cause error, now time.Time) Outcome {
 	} else {
 		o = e.Release(j, now)
 	}
-	e.report(j, &o, cause, now, now)
+	e.report(context.Background(), j, &o, cause, now, now)
 	return o
 }
 
@@ -558,12 +559,21 @@ func (e *Executor) PolicyFor(j *Job) retry.Policy {
 }
 
 // jobAttr names a job in a log line: by id when it has one (a stored
-// job), else by its idempotency key (a broker message's id).
+// job), else by its idempotency key (a broker message's id); and, when
+// the job has a trace context, its trace_id and span_id (the span that
+// enqueued it, the parent of every attempt's span), so that every line
+// about the job leads to its trace.
 func jobAttr(j *Job) slog.Attr {
+	id := slog.String("message_id", j.IdempotencyKey)
 	if j.ID != 0 || j.IdempotencyKey == "" {
-		return slog.Int64("job_id", j.ID)
+		id = slog.Int64("job_id", j.ID)
 	}
-	return slog.String("message_id", j.IdempotencyKey)
+	traceID, spanID := tracectx.IDs(j.Trace)
+	if traceID == "" {
+		return id
+	}
+	// A group without a key: handlers inline its attributes.
+	return slog.Attr{Value: slog.GroupValue(id, slog.String("trace_id", traceID), slog.String("span_id", spanID))}
 }
 
 // deferOutcome puts a job back until its open breaker half-opens, without

@@ -82,7 +82,7 @@ func (w *Worker) cancelRunning(leases []store.Lease, cause error) {
 		if r, ok := w.running[l]; ok {
 			if cause == ErrLeaseLost && r.ctx.Err() == nil {
 				w.log.Warn("lease lost: stopping the handler (the job may run elsewhere; its outcome will be discarded)",
-					"worker", w.id, "job_id", l.JobID, "lease", l.Token, "attempt", r.job.Attempt)
+					"worker", w.id, jobAttr(r.job), "lease", l.Token, "attempt", r.job.Attempt)
 			}
 			r.cancel(cause)
 		}

@@ -1,7 +1,10 @@
 package redrive
 
 import (
+	"context"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
@@ -87,6 +90,12 @@ type AttemptInfo struct {
 	// the queue; for a retry it is how much the start overshot the retry
 	// delay; after a snooze or a deferral, how late the job started again.
 	Lateness time.Duration
+	// Span is the span context of the attempt's span (see
+	// ExecutorOptions.TracerProvider), or, when the executor does not
+	// trace, of the span of the context the attempt ran in; not valid when
+	// there is none. A metrics Observer puts its trace id on the attempt's
+	// observation as an exemplar.
+	Span trace.SpanContext
 }
 
 // outcomeOf names what became of the attempt whose outcome is o.
@@ -113,9 +122,9 @@ func outcomeOf(o *store.Outcome) AttemptOutcome {
 
 // observe reports an attempt whose outcome o was decided to the executor's
 // Observer, which the caller checked is set.
-func (e *Executor) observe(j *Job, o *store.Outcome, err error, start, end time.Time) {
+func (e *Executor) observe(ctx context.Context, j *Job, o *store.Outcome, err error, start, end time.Time) {
 	info := AttemptInfo{JobID: j.ID, Queue: j.Queue, Kind: j.Kind, Attempt: j.Attempt, Retry: j.Attempt > 1,
-		Err: err, Started: start, Duration: end.Sub(start)}
+		Err: err, Started: start, Duration: end.Sub(start), Span: trace.SpanContextFromContext(ctx)}
 	info.Outcome = outcomeOf(o)
 	if o.Kind == store.Retry || o.Kind == store.Bury {
 		info.Class = o.Class

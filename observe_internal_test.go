@@ -1,6 +1,7 @@
 package redrive
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func BenchmarkObserve(b *testing.B) {
 	o := store.Outcome{Kind: store.Retry}
 	b.ReportAllocs()
 	for b.Loop() {
-		w.observe(j, &o, nil, now, now.Add(time.Millisecond))
+		w.observe(context.Background(), j, &o, nil, now, now.Add(time.Millisecond))
 	}
 	if obs.n == 0 {
 		b.Fatal("not observed")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"math"
 	"os"
@@ -213,7 +214,11 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 // worker holding leadership claims and runs it (Worker.Run looks for
 // operations every PollInterval); RunOperation runs it in the calling
 // process instead. Without any worker on the store it stays pending.
-func (c *Client) StartOperation(ctx context.Context, r OperationRequest) (*Operation, error) {
+//
+// A redrive or a replay is a span (a child of ctx's) linked to the traces
+// of the first jobs it selects (up to 128); a replay's copies keep their
+// sources' trace contexts, so their attempts join the sources' traces.
+func (c *Client) StartOperation(ctx context.Context, r OperationRequest) (_ *Operation, err error) {
 	n, err := c.newOperation(r)
 	if err != nil {
 		return nil, err
@@ -231,6 +236,11 @@ func (c *Client) StartOperation(ctx context.Context, r OperationRequest) (*Opera
 		if err := c.CheckOperationKinds(ctx, store.OperationFilter(&op)); err != nil {
 			return nil, fmt.Errorf("redrive: operation: %w", err)
 		}
+	}
+	if c.tracer != nil && (r.Kind == OperationRedrive || r.Kind == OperationReplay) {
+		var span trace.Span
+		ctx, span = c.startRedrive(ctx, string(r.Kind))
+		defer func() { c.endOperationSpan(ctx, span, n, err) }()
 	}
 	op, err := c.store.CreateOperation(ctx, n, c.now())
 	if err != nil {

@@ -469,7 +469,7 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (*Job, error)
 	if err != nil {
 		return nil, fmt.Errorf("redrive: trigger schedule %q: %w", name, err)
 	}
-	c.log.Info("periodic job triggered", "schedule", name, "job_id", jobs[0].ID, "kind", jobs[0].Kind, "queue", jobs[0].Queue)
+	c.log.Info("periodic job triggered", "schedule", name, jobAttr(jobs[0]), "kind", jobs[0].Kind, "queue", jobs[0].Queue)
 	return jobs[0], nil
 }
 
@@ -631,7 +631,7 @@ func (w *Worker) runPeriodic(ctx context.Context, p *periodic, sc store.Schedule
 		}
 		for i, j := range jobs {
 			if !j.Existing {
-				w.log.Info("periodic job enqueued", "schedule", p.name, "occurrence", plan.Run[i], "job_id", j.ID,
+				w.log.Info("periodic job enqueued", "schedule", p.name, "occurrence", plan.Run[i], jobAttr(j),
 					"kind", j.Kind, "queue", j.Queue, "late", now.Sub(plan.Run[i]))
 			}
 		}

@@ -35,6 +35,8 @@ const (
 	AttrDeadReason       = attribute.Key("redrive.dead.reason")
 	AttrFingerprint      = attribute.Key("redrive.fingerprint")
 	AttrRedriveJobs      = attribute.Key("redrive.redrive.jobs")
+	AttrLateness         = attribute.Key("redrive.job.lateness")
+	AttrUntil            = attribute.Key("redrive.until")
 )
 
 // The messaging semantic conventions' attributes redrive's spans carry.
@@ -181,12 +183,19 @@ func (e *Executor) endAttempt(span trace.Span, j *Job, o *Outcome, br *breaker.B
 	if br != nil {
 		attrs = append(attrs, AttrDependency.String(br.Name()), AttrBreakerState.String(br.State().String()))
 	}
+	if j.AttemptedAt != nil {
+		// How long after it was due the attempt started: the queue's
+		// wait, and any wait on a concurrency limit's slots, its rate, a
+		// Retry-After hold of its group or a fair queue's turn (the store
+		// leases the job only then, and does not say which held it).
+		attrs = append(attrs, AttrLateness.Float64(max(0, j.AttemptedAt.Sub(j.RunAt).Seconds())))
+	}
 	span.SetAttributes(attrs...)
 	if o.Event != nil && o.Event.Kind == store.EventDeferred {
 		// A wait on an open breaker: no attempt used, the job runs again
 		// when it half-opens.
 		span.AddEvent("breaker_open", trace.WithTimestamp(end), trace.WithAttributes(
-			AttrReason.String(o.Event.Reason), attribute.String("redrive.until", o.RunAt.UTC().Format(time.RFC3339Nano))))
+			AttrReason.String(o.Event.Reason), AttrUntil.String(o.RunAt.UTC().Format(time.RFC3339Nano))))
 	}
 	switch o.Kind {
 	case store.Retry, store.Bury:
@@ -232,4 +241,24 @@ func linkJobs(span trace.Span, jobs []*Job, n *int) {
 		span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attrMessageID.String(messageID(j))}})
 		*n++
 	}
+}
+
+// endOperationSpan ends the span of the start of the bulk redrive or
+// replay n (err: it failed), linked to the traces of the first jobs it
+// selects, read in ctx.
+func (c *Client) endOperationSpan(ctx context.Context, span trace.Span, n store.NewOperation, err error) {
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("redrive.operation.id", n.ID))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			op := store.Operation{Kind: n.Kind, Params: n.Params}
+			if got, lerr := c.store.List(ctx, store.OperationFilter(&op), store.Page{Limit: maxRedriveLinks}); lerr == nil {
+				links := 0
+				linkJobs(span, got.Jobs, &links)
+			}
+		}
+	}
+	span.End(trace.WithTimestamp(c.now()))
 }

@@ -2,8 +2,11 @@ package redrive_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,5 +221,165 @@ func TestTraceNone(t *testing.T) {
 	}
 	if o := runOne(t, st, exec, clk, "nq"); o.Kind != store.Complete {
 		t.Fatalf("outcome %v", o.Kind)
+	}
+}
+
+// TestTraceLogs: the engine's log lines about a traced job (its retry
+// scheduled, its move to the DLQ) carry the job's trace_id and span_id,
+// those of the span that enqueued it; an untraced job's carry neither.
+func TestTraceLogs(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: log, TracerProvider: tp})
+	redrive.SetClock(c, clk.now)
+	policy := retry.Policy{MaxRetries: 1, Initial: time.Minute, Multiplier: 1, MaxDelay: time.Minute, Jitter: retry.JitterNone}
+	exec := redrive.NewExecutor(redrive.ExecutorOptions{Policy: &policy, DisableRetryBudget: true, Logger: log, Now: clk.now, TracerProvider: tp})
+	exec.HandleFunc("k", func(context.Context, *redrive.Job) error { return errors.New("boom") })
+	ctx, span := tp.Tracer("test").Start(t.Context(), "request")
+	traced, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("lq"))
+	span.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	untraced := redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	redrive.SetClock(untraced, clk.now)
+	plain, err := untraced.Enqueue(t.Context(), "k", nil, redrive.InQueue("lq2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runOne(t, st, exec, clk, "lq") // retry scheduled
+	clk.set(clk.now().Add(time.Hour))
+	runOne(t, st, exec, clk, "lq")  // dead
+	runOne(t, st, exec, clk, "lq2") // retry scheduled, untraced
+	tid, sid := redrive.TraceID(traced), ""
+	if parts := strings.Split(traced.Trace, "-"); len(parts) == 4 {
+		sid = parts[2]
+	}
+	if tid != span.SpanContext().TraceID().String() || sid == "" {
+		t.Fatalf("job in trace %q span %q, want the request's trace", tid, sid)
+	}
+	seen := map[string]bool{}
+	for _, rec := range buf.lines() {
+		line, _ := json.Marshal(rec)
+		id, ok := rec["job_id"].(float64)
+		if !ok {
+			continue
+		}
+		switch int64(id) {
+		case traced.ID:
+			seen[rec["msg"].(string)] = true
+			if rec["trace_id"] != tid || rec["span_id"] != sid {
+				t.Errorf("line about the traced job without its trace: %s", line)
+			}
+		case plain.ID:
+			seen["plain"] = true
+			if _, ok := rec["trace_id"]; ok {
+				t.Errorf("line about an untraced job with a trace id: %s", line)
+			}
+		}
+	}
+	for _, msg := range []string{"job failed; retry scheduled", "job moved to the DLQ", "plain"} {
+		if !seen[msg] {
+			t.Errorf("no line %q about the jobs: %v", msg, buf.lines())
+		}
+	}
+}
+
+// TestTraceLateness: the attempt's span says how long after it was due
+// the attempt started (a queue's wait, a limit's or a fair queue's hold).
+func TestTraceLateness(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger(), TracerProvider: tp})
+	redrive.SetClock(c, clk.now)
+	exec := redrive.NewExecutor(redrive.ExecutorOptions{Logger: quietLogger(), Now: clk.now, TracerProvider: tp})
+	exec.HandleFunc("k", func(context.Context, *redrive.Job) error { return nil })
+	if _, err := c.Enqueue(t.Context(), "k", nil, redrive.InQueue("late")); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(clk.now().Add(90 * time.Second))
+	runOne(t, st, exec, clk, "late")
+	for _, s := range rec.Ended() {
+		if s.Name() == "process late" {
+			if v, ok := attrOf(s, redrive.AttrLateness); !ok || v.AsFloat64() != 90 {
+				t.Errorf("attempt's %s = %v (found %v), want 90", redrive.AttrLateness, v.AsFloat64(), ok)
+			}
+			return
+		}
+	}
+	t.Fatal("no attempt span")
+}
+
+// TestTraceReplay: a replay of a dead job is a span of the operator's
+// trace linked to the job's; the copy's attempt joins the dead job's
+// trace, a child of its enqueue span.
+func TestTraceReplay(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger(), TracerProvider: tp})
+	redrive.SetClock(c, clk.now)
+	policy := retry.Policy{MaxRetries: 0}
+	exec := redrive.NewExecutor(redrive.ExecutorOptions{Policy: &policy, DisableRetryBudget: true, Logger: quietLogger(), Now: clk.now, TracerProvider: tp})
+	exec.HandleFunc("k", func(_ context.Context, j *redrive.Job) error {
+		if j.ReplayOf != 0 {
+			return nil
+		}
+		return failure.Wrap(failure.Permanent, errors.New("no"))
+	})
+	ctx, request := tp.Tracer("test").Start(t.Context(), "request")
+	_, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("rp"))
+	request.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := runOne(t, st, exec, clk, "rp"); o.Kind != store.Bury {
+		t.Fatalf("outcome %v, want dead", o.Kind)
+	}
+	octx, operator := tp.Tracer("test").Start(t.Context(), "operator")
+	op, err := c.StartOperation(octx, redrive.OperationRequest{Kind: redrive.OperationReplay,
+		Filter: redrive.Filter{Queue: "rp", States: []redrive.State{redrive.Dead}}})
+	operator.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RunOperation(t.Context(), op.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if o := runOne(t, st, exec, clk, "rp"); o.Kind != store.Complete {
+		t.Fatalf("copy's outcome %v, want complete", o.Kind)
+	}
+	var send, replay sdktrace.ReadOnlySpan
+	var process []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "send rp":
+			send = s
+		case "replay":
+			replay = s
+		case "process rp":
+			process = append(process, s)
+		}
+	}
+	if send == nil || replay == nil || len(process) != 2 {
+		t.Fatalf("send %v, replay %v, %d process spans; want one, one and two", send != nil, replay != nil, len(process))
+	}
+	if replay.Parent().SpanID() != operator.SpanContext().SpanID() {
+		t.Errorf("replay span's parent %s, want the operator's span", replay.Parent().SpanID())
+	}
+	if l := replay.Links(); len(l) != 1 || l[0].SpanContext.TraceID() != send.SpanContext().TraceID() || l[0].SpanContext.SpanID() != send.SpanContext().SpanID() {
+		t.Errorf("replay span's links %v, want one to the dead job's enqueue span", l)
+	}
+	if cp := process[1]; cp.SpanContext().TraceID() != request.SpanContext().TraceID() || cp.Parent().SpanID() != send.SpanContext().SpanID() {
+		t.Errorf("the copy's attempt in trace %s under %s, want the dead job's trace under its enqueue span", cp.SpanContext().TraceID(), cp.Parent().SpanID())
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/retry"
@@ -138,6 +139,12 @@ type Config struct {
 	// last job ran. A Go benchmark passes b.StartTimer and b.StopTimer so
 	// that only the burn-down is timed.
 	WorkStarted, WorkDone func()
+	// TracerProvider, when set, is the client's and the in-process
+	// worker's (ClientOptions.TracerProvider): the throughput workload
+	// then measures the cost of tracing. Tracing names it in the
+	// parameters ("off" when empty).
+	TracerProvider trace.TracerProvider
+	Tracing        string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -367,7 +374,7 @@ func newRig(ctx context.Context, cfg Config, workload string) (*rig, error) {
 		return nil, err
 	}
 	r.store = st
-	r.client = redrive.NewClient(r.store, redrive.ClientOptions{Logger: log})
+	r.client = redrive.NewClient(r.store, redrive.ClientOptions{Logger: log, TracerProvider: cfg.TracerProvider})
 	return r, nil
 }
 
@@ -384,7 +391,7 @@ func newPostgresRig(ctx context.Context, cfg Config, workload string) (*rig, err
 	}
 	r := &rig{cfg: cfg, log: log, store: st, pg: st,
 		meta: &Meta{Workload: workload, Env: CurrentEnv(), Started: time.Now(), Schema: schema}}
-	r.client = redrive.NewClient(st, redrive.ClientOptions{Logger: log})
+	r.client = redrive.NewClient(st, redrive.ClientOptions{Logger: log, TracerProvider: cfg.TracerProvider})
 	return r, nil
 }
 

@@ -23,6 +23,8 @@ type ThroughputParams struct {
 	// limit beside the no-op jobs.
 	Limited   int `json:"limited,omitempty"`
 	LimitKeys int `json:"limit_keys,omitempty"`
+	// Tracing is Config.Tracing: how the client and worker traced.
+	Tracing string `json:"tracing,omitempty"`
 }
 
 // ThroughputResult is what the throughput (burn-down) workload measured.
@@ -55,6 +57,9 @@ func (r *ThroughputResult) Info() *Meta { return &r.Meta }
 // Parameters implements Result.
 func (r *ThroughputResult) Parameters() []Figure {
 	f := []Figure{{"jobs", strconv.Itoa(r.Params.N)}, {"insert batch", strconv.Itoa(r.Params.InsertBatch)}}
+	if r.Params.Tracing != "" {
+		f = append(f, Figure{"tracing", r.Params.Tracing})
+	}
 	if r.Params.Limited > 0 {
 		f = append(f, Figure{"limited jobs", fmt.Sprintf("%d, %d keys, 5 per key (inserted first; their handlers hold their slots)", r.Params.Limited, r.Params.LimitKeys)})
 	}
@@ -97,7 +102,7 @@ func Throughput(ctx context.Context, cfg Config, n int) (*ThroughputResult, erro
 		return nil, err
 	}
 	res := &ThroughputResult{Params: ThroughputParams{Settings: cfg.settings(), N: n, InsertBatch: cfg.InsertBatch, Record: cfg.Record,
-		Limited: cfg.Limited, LimitKeys: cfg.LimitKeys}}
+		Limited: cfg.Limited, LimitKeys: cfg.LimitKeys, Tracing: cfg.Tracing}}
 	return finish(r, res, &res.Meta, runThroughput(ctx, r, res))
 }
 

@@ -94,6 +94,13 @@ func nonEmpty(s string) string { return label.NonEmpty(s) }
 //
 //	redrive_attempt_duration_seconds{queue,kind,outcome}
 //	redrive_job_lateness_seconds{queue,kind,attempt_kind="first"|"retry"}
+//	redrive_trace_contexts_malformed_total
+//
+// An attempt traced by a sampled span (AttemptInfo.Span) is observed in
+// the duration histogram with an exemplar, its trace_id and span_id,
+// which a registry exposes when scraped in the OpenMetrics format
+// (promhttp.HandlerOpts.EnableOpenMetrics, and a scraper that asks for
+// it).
 //
 // Create it with NewObserver. It is safe for concurrent use.
 type Observer struct {
@@ -165,7 +172,14 @@ func (m *Observer) ObserveAttempt(a redrive.AttemptInfo) {
 	if !ok {
 		s = m.addSeries(k)
 	}
-	s.duration.Observe(a.Duration.Seconds())
+	if a.Span.IsSampled() && a.Span.HasTraceID() {
+		// The attempt's trace, so that a slow bucket leads to one trace
+		// that fell in it (exposed in the OpenMetrics format only).
+		s.duration.(prometheus.ExemplarObserver).ObserveWithExemplar(a.Duration.Seconds(),
+			prometheus.Labels{"trace_id": a.Span.TraceID().String(), "span_id": a.Span.SpanID().String()})
+	} else {
+		s.duration.Observe(a.Duration.Seconds())
+	}
 	s.lateness.Observe(a.Lateness.Seconds())
 }
 
@@ -193,14 +207,22 @@ func (m *Observer) addSeries(k seriesKey) attemptSeries {
 	return s
 }
 
+// malformedDesc describes redrive_trace_contexts_malformed_total.
+var malformedDesc = prometheus.NewDesc("redrive_trace_contexts_malformed_total",
+	"Trace contexts (a traceparent header of an API request or a broker message, a job's stored trace context) "+
+		"that did not parse and were ignored, a new trace started instead. Per process: sum across replicas.", nil, nil)
+
 // Describe sends the histograms' descriptions.
 func (m *Observer) Describe(ch chan<- *prometheus.Desc) {
 	m.duration.Describe(ch)
 	m.lateness.Describe(ch)
+	ch <- malformedDesc
 }
 
-// Collect sends the histograms.
+// Collect sends the histograms, and the count of this process's
+// malformed trace contexts (redrive.MalformedTraceContexts).
 func (m *Observer) Collect(ch chan<- prometheus.Metric) {
 	m.duration.Collect(ch)
 	m.lateness.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(malformedDesc, prometheus.CounterValue, float64(redrive.MalformedTraceContexts()))
 }

@@ -7,14 +7,19 @@ import (
 	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/metrics/internal/metricstest"
 	"log/slog"
+	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
@@ -283,5 +288,45 @@ func TestCollectorNoEmptyLabel(t *testing.T) {
 	}
 	if n, ok := metricstest.Sample(text, `redrive_enqueued_total{class="none",queue="default"}`); !ok || n != 1 {
 		t.Errorf("redrive_enqueued_total = %v (found %v), want 1", n, ok)
+	}
+}
+
+// TestAttemptExemplars: an attempt traced by a sampled span is observed
+// with its trace and span ids as an exemplar, which the OpenMetrics
+// exposition shows (and the classic text format does not); an attempt
+// without one, or with an unsampled one, has none.
+func TestAttemptExemplars(t *testing.T) {
+	m := metrics.NewObserver("http")
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	sampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled})
+	unsampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid})
+	m.ObserveAttempt(redrive.AttemptInfo{Queue: "q", Kind: "http", Attempt: 1, Outcome: redrive.OutcomeCompleted,
+		Duration: 20 * time.Millisecond, Span: sampled})
+	m.ObserveAttempt(redrive.AttemptInfo{Queue: "q", Kind: "http", Attempt: 1, Outcome: redrive.OutcomeRetry,
+		Duration: 20 * time.Millisecond, Span: unsampled})
+	m.ObserveAttempt(redrive.AttemptInfo{Queue: "q", Kind: "http", Attempt: 1, Outcome: redrive.OutcomeDead,
+		Duration: 20 * time.Millisecond})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	scrape := func(accept string) string {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Accept", accept)
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}).ServeHTTP(rec, req)
+		return rec.Body.String()
+	}
+	om := scrape("application/openmetrics-text; version=1.0.0")
+	// The exemplar's labels come in no set order.
+	want := regexp.MustCompile(`(?m)^redrive_attempt_duration_seconds_bucket\{kind="http",outcome="completed",queue="q",le="0.025"\} 1 # \{(` +
+		`trace_id="0af7651916cd43dd8448eb211c80319c",span_id="b7ad6b7169203331"|span_id="b7ad6b7169203331",trace_id="0af7651916cd43dd8448eb211c80319c")\} 0.02 `)
+	if !want.MatchString(om) {
+		t.Errorf("OpenMetrics exposition lacks the exemplar %s:\n%s", want, metricstest.GrepLines(om, "redrive_attempt_duration_seconds_bucket"))
+	}
+	if n := strings.Count(om, "trace_id="); n != 1 {
+		t.Errorf("%d exemplars exposed, want 1 (the sampled attempt's):\n%s", n, metricstest.GrepLines(om, "trace_id"))
+	}
+	if text := scrape("text/plain"); strings.Contains(text, "trace_id") {
+		t.Errorf("the text format shows an exemplar:\n%s", metricstest.GrepLines(text, "trace_id"))
 	}
 }

@@ -56,6 +56,14 @@ var (
 	loginTmpl = template.Must(template.New("login").Parse(string(mustRead("ui/login.html"))))
 )
 
+// dashboardPage returns page with the trace viewer's URL template tmpl
+// ("" none) in its redrive-trace-url meta element, which the job page
+// reads to link a trace id.
+func dashboardPage(page []byte, tmpl string) []byte {
+	return bytes.Replace(page, []byte(`<meta name="redrive-trace-url" content="">`),
+		[]byte(`<meta name="redrive-trace-url" content="`+template.HTMLEscapeString(tmpl)+`">`), 1)
+}
+
 func mustRead(name string) []byte {
 	b, err := uiFiles.ReadFile(name)
 	if err != nil {
@@ -310,7 +318,7 @@ func (a *api) validSession(r *http.Request) (principal, bool, error) {
 // page shows.
 func (a *api) indexFor(p principal) []byte {
 	body := fmt.Sprintf(`<body data-role="%s">`, p.role)
-	page := bytes.Replace(indexPage, []byte("<body>"), []byte(body), 1)
+	page := bytes.Replace(a.indexPage, []byte("<body>"), []byte(body), 1)
 	if !a.authOn() {
 		return page
 	}

@@ -11,9 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/apiclient"
 	"github.com/redrivehq/redrive/internal/summary"
+	"github.com/redrivehq/redrive/internal/tracectx"
 )
 
 // EnqueueRequest is the body of POST /v1/jobs and one element of a batch.
@@ -176,7 +179,7 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	jobs, err := a.client.EnqueueChecked(r.Context(), []redrive.Request{req})
+	jobs, err := a.client.EnqueueChecked(requestTrace(r), []redrive.Request{req})
 	if err != nil {
 		return enqueueError(err, "", "payload")
 	}
@@ -213,7 +216,7 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 		}
 		reqs[i] = req
 	}
-	jobs, err := a.client.EnqueueChecked(r.Context(), reqs)
+	jobs, err := a.client.EnqueueChecked(requestTrace(r), reqs)
 	if err != nil {
 		var kc *redrive.KeyConflictError
 		if errors.As(err, &kc) {
@@ -226,6 +229,31 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs})
 	return nil
+}
+
+// requestTrace returns the context of an enqueue request r: r's, with
+// the remote span context of its W3C traceparent and tracestate headers
+// (read with OpenTelemetry's propagator), so that the enqueue's span is
+// their child and its jobs join the caller's trace. A traceparent that
+// does not parse is ignored (the enqueue starts a new trace) and counted
+// (redrive.MalformedTraceContexts, exported as
+// redrive_trace_contexts_malformed_total), never refused.
+func requestTrace(r *http.Request) context.Context {
+	ctx := r.Context()
+	parent := r.Header.Values(tracectx.Parent)
+	if len(parent) == 0 {
+		return ctx
+	}
+	if len(parent) > 1 {
+		// Two traceparent headers: the W3C rule is to ignore both.
+		tracectx.Malformed.Add(1)
+		return ctx
+	}
+	sc, _ := tracectx.Extract(parent[0], strings.Join(r.Header.Values(tracectx.State), ","))
+	if !sc.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
 }
 
 // enqueueError answers an enqueue's error: a key held by a different job

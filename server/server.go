@@ -39,6 +39,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -108,6 +109,13 @@ type Options struct {
 	// wait (?wait=true), or a large answer read slowly still completes.
 	// It overrides the http.Server's WriteTimeout for the API's routes.
 	WriteTimeout time.Duration
+	// TraceURLTemplate is the URL of a trace in a trace viewer, with
+	// {trace_id} where the trace id goes (e.g.
+	// http://jaeger:16686/trace/{trace_id}): the dashboard's job page
+	// links the job's trace id to it. Empty, or not an absolute http(s)
+	// URL holding {trace_id} (logged): no link. `redrive serve
+	// --trace-url-template` refuses a bad one at start.
+	TraceURLTemplate string
 }
 
 // Limits of the API.
@@ -155,9 +163,12 @@ type api struct {
 	maxBody int64
 	// writeTimeout is Options.WriteTimeout.
 	writeTimeout time.Duration
-	ops          *operations
-	trusted      []netip.Prefix
-	throttle     loginThrottle
+	// indexPage is the dashboard's page with the trace viewer's URL
+	// template (indexFor adds the signed-in role and name).
+	indexPage []byte
+	ops       *operations
+	trusted   []netip.Prefix
+	throttle  loginThrottle
 	// throttled logs the throttle's refusals, once a minute.
 	throttled throttleLog
 	// storeTrouble logs store outages once a minute.
@@ -262,6 +273,14 @@ func New(opts Options) *Server {
 		a.tokens = append(a.tokens, Token{Name: LegacyTokenName, Role: RoleAdmin, SHA256: sha256.Sum256([]byte(opts.Token))})
 	}
 	a.tokens = append(a.tokens, opts.Tokens...)
+	tmpl := opts.TraceURLTemplate
+	if tmpl != "" {
+		if err := tracectx.CheckURLTemplate(tmpl); err != nil {
+			a.log.Warn("dashboard: the trace URL template is unusable; trace ids are not linked", "error", err)
+			tmpl = ""
+		}
+	}
+	a.indexPage = dashboardPage(indexPage, tmpl)
 	handlers := map[string]handlerFunc{
 		"POST /v1/jobs":             a.enqueue,
 		"POST /v1/jobs/batch":       a.enqueueBatch,

@@ -273,6 +273,10 @@ func TestBenchBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"throughput", "-n", "0"}, "-n must be at least 1"},
+		{[]string{"throughput", "--tracing", "sometimes"}, `--tracing "sometimes": want off, always or a sampling ratio in (0, 1]`},
+		{[]string{"throughput", "--tracing", "1.5"}, `--tracing "1.5": want off, always or a sampling ratio`},
+		{[]string{"throughput", "--tracing", "off,off"}, `--tracing "off" given twice`},
+		{[]string{"throughput", "--rounds", "0"}, "--rounds must be at least 1"},
 		{[]string{"throughput", "--synchronous", "sometimes"}, `--synchronous must be full or normal, got "sometimes"`},
 		{[]string{"failure", "--workers", "0"}, "--workers must be at least 1"},
 		{[]string{"throughput", "--fetch-batch", "-1"}, "--fetch-batch must not be negative"},
@@ -303,5 +307,26 @@ func TestBenchBadFlags(t *testing.T) {
 		if !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: stderr %q lacks %q", tc.args, stderr, tc.want)
 		}
+	}
+}
+
+// TestBenchThroughputTracing: --tracing alternates the modes, each round,
+// and sums each mode's rate up against off, with the allocations per job.
+func TestBenchThroughputTracing(t *testing.T) {
+	stdout, stderr, err := runCLI(t, "bench", "throughput", "-n", "50", "--workers", "10", "--tracing", "off,always,0.01", "--rounds", "2")
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+	if got := strings.Count(stdout, "store: completed  50 "); got != 6 {
+		t.Errorf("%d burn-downs of 50 jobs completed, want 6:\n%s", got, stdout)
+	}
+	for _, want := range []string{"tracing       always", "tracing       0.01", "tracing: burn-down rate per mode",
+		"  off     median ", "  always  median ", " of off  (runs: ", "allocs, "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if i, j := strings.Index(stdout, "tracing       always"), strings.LastIndex(stdout, "tracing       0.01"); i < 0 || j < i {
+		t.Errorf("the modes did not alternate:\n%s", stdout)
 	}
 }

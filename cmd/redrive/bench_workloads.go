@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"slices"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
@@ -12,7 +13,8 @@ import (
 )
 
 func newBenchThroughputCmd(g *globalOptions, o *benchOptions) *cobra.Command {
-	var n int
+	var n, rounds int
+	var tracing []string
 	cmd := &cobra.Command{
 		Use:   "throughput",
 		Short: "Pre-insert N no-op jobs, then time their burn-down",
@@ -25,12 +27,34 @@ completed jobs at the end.`,
 			if n < 1 {
 				return flagErrorf(cmd, "-n must be at least 1, got %d", n)
 			}
-			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
-				return result(bench.Throughput(ctx, cfg, n))
-			})
+			modes, err := tracingModes(tracing)
+			if err != nil {
+				return flagErrorf(cmd, "%v", err)
+			}
+			if rounds < 1 {
+				return flagErrorf(cmd, "--rounds must be at least 1, got %d", rounds)
+			}
+			if o.processes > 0 && !slices.Equal(modes, []string{"off"}) {
+				return flagErrorf(cmd, "--tracing traces the workers of this process: leave out --processes")
+			}
+			if len(modes) == 1 && modes[0] == "off" && rounds == 1 {
+				return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
+					return result(bench.Throughput(ctx, cfg, n))
+				})
+			}
+			ws, runs := tracingWorkloads(n, modes, rounds)
+			err = o.run(cmd, g, ws...)
+			if !g.JSON {
+				printTracingSummary(cmd.OutOrStdout(), modes, *runs)
+			}
+			return err
 		},
 	}
 	cmd.Flags().IntVarP(&n, "jobs", "n", bench.DefaultThroughputN, "number of jobs")
+	cmd.Flags().StringSliceVar(&tracing, "tracing", []string{"off"},
+		"trace the client and worker with the OpenTelemetry SDK (spans dropped by a no-op exporter): off, always (always-on sampler) or a sampling ratio such as 0.01; "+
+			"several (off,always,0.01) alternate, each on a fresh database, with a summary of each mode's rate against off")
+	cmd.Flags().IntVar(&rounds, "rounds", 1, "how many times each --tracing mode runs, alternating")
 	cmd.Flags().IntVar(&o.insertBatch, "insert-batch", 1000, "jobs per EnqueueMany call of the pre-insert")
 	cmd.Flags().BoolVar(&o.record, "record", false,
 		"each handler records a result (redrive.Record, as the http kind does): a history event per success")

@@ -167,8 +167,11 @@ func serveMux(api *server.Server, client *redrive.Client, breakers *breaker.Regi
 	registerKafka(reg, kept)
 	mux := http.NewServeMux()
 	// The API's bearer token, through the API's throttle of wrong guesses.
+	// A scraper that asks for OpenMetrics gets the attempt histogram's
+	// exemplars (trace ids), the text format otherwise.
 	mux.Handle("/metrics", api.RequireToken(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError})))
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), ErrorHandling: promhttp.ContinueOnError,
+		EnableOpenMetrics: true})))
 	mux.Handle("/", api)
 	return mux
 }

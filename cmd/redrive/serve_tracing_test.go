@@ -104,6 +104,26 @@ func TestServeExportsTraces(t *testing.T) {
 	if !strings.HasPrefix(sent, "00-"+sendTrace+"-") {
 		t.Errorf("the target got traceparent %q, want one in trace %s", sent, sendTrace)
 	}
+	// /metrics, scraped in the OpenMetrics format, shows the attempt's
+	// trace as an exemplar of its duration.
+	var exposition string
+	defer func() {
+		if t.Failed() {
+			t.Logf("/metrics:\n%s", exposition)
+		}
+	}()
+	testwait.Until(t, "the attempt's exemplar on /metrics", 30*time.Second, func() bool {
+		req, _ := http.NewRequest("GET", base+"/metrics", nil)
+		req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		exposition = string(body)
+		return strings.Contains(exposition, `trace_id="`+sendTrace+`"`)
+	})
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if len(rc.errors) > 0 {

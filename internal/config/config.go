@@ -114,6 +114,10 @@ type Serve struct {
 	// ExportDir is the folder API folder exports write under
 	// (--export-dir); empty refuses them.
 	ExportDir string
+	// TraceURLTemplate is the URL of a trace in a trace viewer, with
+	// {trace_id} where the trace id goes (--trace-url-template): the
+	// dashboard links trace ids to it. Empty: no link.
+	TraceURLTemplate string
 	// Schedules are the periodic jobs serve declares (schedules.go).
 	Schedules []redrive.Periodic
 	// Limits are the fleet-wide concurrency limits of the jobs serve's
@@ -309,7 +313,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...), tokenSettings...)...)
+}, append(append(append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...), tokenSettings...), traceSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)

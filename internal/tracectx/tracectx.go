@@ -113,6 +113,41 @@ func Extract(parent, state string) (sc trace.SpanContext, ok bool) {
 	return sc, true
 }
 
+// IDs returns the trace id and the span id of an encoded trace context
+// s, as lowercase hex, for a log line; "" and "" when s is none or not a
+// version 00 traceparent with non-zero ids. It does not count what it
+// refuses in Malformed (a log line is not a new finding) and allocates
+// nothing.
+func IDs(s string) (traceID, spanID string) {
+	// 00-<32 hex>-<16 hex>-<2 hex>, then nothing or a space.
+	if len(s) < 55 || s[:3] != "00-" || s[35] != '-' || s[52] != '-' || (len(s) > 55 && s[55] != ' ') {
+		return "", ""
+	}
+	traceID, spanID = s[3:35], s[36:52]
+	// Version 00 flags beyond the sampled and random bits are refused,
+	// as the propagator refuses them.
+	flags := s[53:55]
+	if !lowerHex(traceID) || !lowerHex(spanID) || flags[0] != '0' || flags[1] > '2' || flags[1] < '0' || allZero(traceID) || allZero(spanID) {
+		return "", ""
+	}
+	return traceID, spanID
+}
+
+// lowerHex reports whether s is lowercase hex digits only.
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// allZero reports whether s is zeros only.
+func allZero(s string) bool {
+	return strings.Trim(s, "0") == ""
+}
+
 // Inject sets the W3C headers of sc through set, and nothing when sc is
 // not valid.
 func Inject(sc trace.SpanContext, set func(key, value string)) {

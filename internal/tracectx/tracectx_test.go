@@ -62,3 +62,46 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestIDs: the ids of an encoded trace context, none for what is not a
+// valid one, and nothing counted.
+func TestIDs(t *testing.T) {
+	before := Malformed.Load()
+	for s, want := range map[string][2]string{
+		valid:                     {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		valid + " congo=t61rcWkg": {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		"":                        {},
+		valid + "x":               {},
+		valid[:54]:                {},
+		"ff" + valid[2:]:          {},
+		"00-00000000000000000000000000000000-b7ad6b7169203331-01": {},
+		"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01": {},
+		"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01": {},
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0g": {},
+	} {
+		if tid, sid := IDs(s); tid != want[0] || sid != want[1] {
+			t.Errorf("IDs(%q) = %q, %q; want %q, %q", s, tid, sid, want[0], want[1])
+		}
+	}
+	if Malformed.Load() != before {
+		t.Error("IDs counted malformed trace contexts")
+	}
+}
+
+// FuzzIDs: IDs never panics, and what it accepts Decode accepts with the
+// same ids.
+func FuzzIDs(f *testing.F) {
+	for _, s := range []string{"", valid, valid + " a=b", "00-", valid + "0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tid, sid := IDs(s)
+		if tid == "" {
+			return
+		}
+		sc, ok := Decode(s)
+		if !ok || sc.TraceID().String() != tid || sc.SpanID().String() != sid {
+			t.Fatalf("IDs(%q) = %s, %s; Decode = %v, %v", s, tid, sid, sc, ok)
+		}
+	})
+}

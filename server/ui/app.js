@@ -111,6 +111,16 @@ function fmtMs(ms) {
 
 function shortFP(fp) { return fp ? fp.slice(0, 10) : '—'; }
 
+// traceLink shows a trace id: a link to the trace viewer when serve has a
+// --trace-url-template (the redrive-trace-url meta element), plain text
+// otherwise. The id is 32 hex digits: nothing else is put in the URL.
+function traceLink(id) {
+  const meta = document.querySelector('meta[name="redrive-trace-url"]');
+  const tmpl = meta ? meta.content : '';
+  if (!tmpl || !/^[0-9a-f]{32}$/.test(id)) return h('span', { class: 'mono' }, id);
+  return h('a', { class: 'mono', href: tmpl.split('{trace_id}').join(id), target: '_blank', rel: 'noopener noreferrer' }, id);
+}
+
 // ---- API ---------------------------------------------------------------
 
 class APIError extends Error {
@@ -712,7 +722,7 @@ async function jobPage(id) {
           kv('Finished', fmtTime(j.finished_at)), kv('Dependency', j.dependency),
           kv('Idempotency key', j.idempotency_key), kv('Redriven', j.redriven === 1 ? 'once' : j.redriven ? `${j.redriven} times` : 'never'),
           j.replay_of && kv('Replays', h('a', { href: `#/jobs/${j.replay_of}` }, `job ${j.replay_of}`), 'replay-of'),
-          j.trace && kv('Trace', h('span', { class: 'mono' }, (j.trace.split(' ')[0].split('-')[1] || '')), 'trace-id'),
+          j.trace && kv('Trace', traceLink(j.trace.split(' ')[0].split('-')[1] || ''), 'trace-id'),
           j.state === 'dead' && kv('Dead reason', j.dead_reason),
           j.fingerprint && kv('Cause', h('a', { href: `#/dlq/${j.fingerprint}` }, shortFP(j.fingerprint))),
           !j.reprocessable && kv('Reprocessable', 'no: this job may not be redriven'),

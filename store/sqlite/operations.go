@@ -396,8 +396,9 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 		climit            sql.NullString
 		ckey              string
 		fkey              sql.NullString
+		trace             sql.NullString
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority, climit, ckey, fkey FROM jobs
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority, climit, ckey, fkey, trace FROM jobs
 		WHERE `+w+` AND id > ? AND id <= ? ORDER BY id LIMIT ?`, append(args, op.Cursor, op.MaxID, st.Limit)...)
 	if err != nil {
 		return 0, 0, err
@@ -405,7 +406,7 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 	var batch []source
 	for rows.Next() {
 		var src source
-		if err := rows.Scan(&src.id, &src.queue, &src.kind, &src.payload, &src.policy, &src.dep, &src.maxRetries, &src.reprc, &src.priority, &src.climit, &src.ckey, &src.fkey); err != nil {
+		if err := rows.Scan(&src.id, &src.queue, &src.kind, &src.payload, &src.policy, &src.dep, &src.maxRetries, &src.reprc, &src.priority, &src.climit, &src.ckey, &src.fkey, &src.trace); err != nil {
 			rows.Close()
 			return 0, 0, err
 		}
@@ -430,11 +431,12 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 		}
 		// The copy is under its source's limit and group (climit,
 		// ckey): it waits on the group's slots and rate as its source
-		// did. It keeps its fair key (fkey) too.
+		// did. It keeps its fair key (fkey) too, and its trace context:
+		// its attempts join its source's trace.
 		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, priority,
-			created_at, run_at, replay_of, history, climit, ckey, fkey) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?, ?)`,
+			created_at, run_at, replay_of, history, climit, ckey, fkey, trace) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?, ?, ?)`,
 			src.queue, src.kind, src.payload, src.maxRetries, nullBytes(src.policy), src.dep, src.reprc, src.priority,
-			micros(st.Now), micros(st.Now), src.id, ev, src.climit, src.ckey, src.fkey); err != nil {
+			micros(st.Now), micros(st.Now), src.id, ev, src.climit, src.ckey, src.fkey, src.trace); err != nil {
 			return 0, 0, fmt.Errorf("replay job %d: %w", src.id, err)
 		}
 		limited = limited || src.climit.Valid

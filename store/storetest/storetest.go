@@ -218,6 +218,7 @@ var subtests = []subtest{
 	{"SecretsConcurrent", testSecretsConcurrent},
 	{"Trace", testTrace},
 	{"Audit", testAudit},
+	{"TraceReplay", testTraceReplay},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

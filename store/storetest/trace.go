@@ -124,3 +124,29 @@ func testTrace(x *h) {
 		x.t.Errorf("refused enqueues left %d jobs behind", after-before)
 	}
 }
+
+// testTraceReplay: a replay's copy keeps its source's trace context, so
+// that its attempts join the source's trace (its first life's story); a
+// source without one gives a copy without one.
+func testTraceReplay(x *h) {
+	traced := x.leaseNew(at(0), "w", store.NewJob{Queue: "trq", Kind: "k", Trace: traceOf(7)})[0]
+	x.finish(completeOf(traced, at(time.Second)))
+	plain := x.leaseNew(at(0), "w", store.NewJob{Queue: "trq", Kind: "k"})[0]
+	x.finish(completeOf(plain, at(time.Second)))
+	op := x.createOp(store.NewOperation{ID: opID(70), Kind: store.OpReplay,
+		Params: store.OperationParams{Filter: store.Filter{Queue: "trq", States: []store.State{store.Completed}}, Batch: 10}}, at(time.Minute))
+	op = x.claimOp(op.ID, "w1", at(time.Minute))
+	op = x.runOp(op, "w1", 10, at(2*time.Minute))
+	if op.Progress.Replayed != 2 {
+		x.t.Fatalf("replay: %+v, want 2 replayed", op.Progress)
+	}
+	for _, c := range x.listAll(store.Filter{Queue: "trq", States: []store.State{store.Pending}}, 10) {
+		want := ""
+		if c.ReplayOf == traced.ID {
+			want = traceOf(7)
+		}
+		if got := x.get(c.ID).Trace; got != want {
+			x.t.Errorf("copy %d of %d: trace %q, want %q", c.ID, c.ReplayOf, got, want)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package tracectx
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// TraceIDPlaceholder is what a trace viewer's URL template holds where a
+// trace id goes.
+const TraceIDPlaceholder = "{trace_id}"
+
+// sampleTraceID stands for a trace id when a URL template is checked.
+const sampleTraceID = "0af7651916cd43dd8448eb211c80319c"
+
+// CheckURLTemplate returns why tmpl is not a usable URL template of a
+// trace viewer (serve --trace-url-template), nil when it is: an absolute
+// http or https URL with a host, holding TraceIDPlaceholder at least once
+// and no other {placeholder}, that parses once the placeholder is
+// replaced by a trace id.
+func CheckURLTemplate(tmpl string) error {
+	if strings.TrimSpace(tmpl) != tmpl || tmpl == "" {
+		return errors.New("empty, or white space around it")
+	}
+	if !strings.Contains(tmpl, TraceIDPlaceholder) {
+		return fmt.Errorf("%q lacks %s, where the trace id goes", tmpl, TraceIDPlaceholder)
+	}
+	rest := strings.ReplaceAll(tmpl, TraceIDPlaceholder, "")
+	if strings.ContainsAny(rest, "{}") {
+		return fmt.Errorf("%q holds a brace other than %s's (the only placeholder)", tmpl, TraceIDPlaceholder)
+	}
+	for _, r := range tmpl {
+		if r < 0x21 || r == 0x7f {
+			return fmt.Errorf("%q holds a space or a control character", tmpl)
+		}
+	}
+	u, err := url.Parse(URLFor(tmpl, sampleTraceID))
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %w", tmpl, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q is not an http or https URL", tmpl)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q has no host", tmpl)
+	}
+	if u.User != nil {
+		return fmt.Errorf("%q holds a user name or password, which every dashboard user would see", tmpl)
+	}
+	return nil
+}
+
+// URLFor returns the URL of the trace traceID by tmpl, a template
+// CheckURLTemplate accepts.
+func URLFor(tmpl, traceID string) string {
+	return strings.ReplaceAll(tmpl, TraceIDPlaceholder, traceID)
+}
