@@ -67,15 +67,8 @@ func InjectTrace(ctx context.Context, h amqp091.Table) {
 // (redrive.MalformedTraceContexts) and otherwise ignored: the attempt
 // starts a new trace. A tracestate that does not parse is dropped.
 func traceOf(h amqp091.Table) string {
-	if _, ok := h[tracectx.Parent]; !ok {
-		return ""
-	}
-	sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), tableCarrier(h)))
-	if !sc.IsValid() {
-		tracectx.Malformed.Add(1)
-		return ""
-	}
-	return tracectx.Encode(sc)
+	_, ok := h[tracectx.Parent]
+	return tracectx.FromHeaders(tableCarrier(h), ok)
 }
 
 // Attribute keys of the messaging semantic conventions.

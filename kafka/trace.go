@@ -74,15 +74,8 @@ func InjectTrace(ctx context.Context, r *kgo.Record) {
 // (redrive.MalformedTraceContexts) and otherwise ignored: the attempt
 // starts a new trace. A tracestate that does not parse is dropped.
 func traceOf(r *kgo.Record) string {
-	if _, ok := header(r, tracectx.Parent); !ok {
-		return ""
-	}
-	sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), recordCarrier{r}))
-	if !sc.IsValid() {
-		tracectx.Malformed.Add(1)
-		return ""
-	}
-	return tracectx.Encode(sc)
+	_, ok := header(r, tracectx.Parent)
+	return tracectx.FromHeaders(recordCarrier{r}, ok)
 }
 
 // Attribute keys of the messaging semantic conventions.

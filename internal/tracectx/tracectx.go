@@ -174,3 +174,20 @@ func SetHeader(ctx context.Context, h http.Header) {
 	h.Del(State) // a tracestate belongs with its traceparent
 	Inject(sc, h.Set)
 }
+
+// FromHeaders returns the trace context a message's headers c carry,
+// encoded as a job keeps it: "" when there is no traceparent header
+// (present false: a carrier's Get cannot tell a missing header from one
+// that is not text), and "" when the traceparent is malformed, which is
+// counted in Malformed. A tracestate that does not parse is dropped.
+func FromHeaders(c propagation.TextMapCarrier, present bool) string {
+	if !present {
+		return ""
+	}
+	sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), c))
+	if !sc.IsValid() {
+		Malformed.Add(1)
+		return ""
+	}
+	return Encode(sc)
+}
