@@ -34,19 +34,19 @@ const (
 	AttrBreakerState     = attribute.Key("redrive.breaker.state")
 	AttrDeadReason       = attribute.Key("redrive.dead.reason")
 	AttrFingerprint      = attribute.Key("redrive.fingerprint")
-	AttrRedriveJobs      = attribute.Key("redrive.redrive.jobs")
+	AttrRedriveJobs      = tracectx.AttrRedriveJobs
 	AttrLateness         = attribute.Key("redrive.job.lateness")
 	AttrUntil            = attribute.Key("redrive.until")
 )
 
 // The messaging semantic conventions' attributes redrive's spans carry.
 const (
-	attrSystem      = attribute.Key("messaging.system")
-	attrOpName      = attribute.Key("messaging.operation.name")
-	attrOpType      = attribute.Key("messaging.operation.type")
-	attrDestination = attribute.Key("messaging.destination.name")
-	attrMessageID   = attribute.Key("messaging.message.id")
-	attrBatchCount  = attribute.Key("messaging.batch.message_count")
+	attrSystem      = tracectx.AttrSystem
+	attrOpName      = tracectx.AttrOpName
+	attrOpType      = tracectx.AttrOpType
+	attrDestination = tracectx.AttrDestination
+	attrMessageID   = tracectx.AttrMessageID
+	attrBatchCount  = tracectx.AttrBatchCount
 	attrErrorType   = attribute.Key("error.type")
 )
 

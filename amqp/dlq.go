@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/transport"
 	"github.com/redrivehq/redrive/store"
 )
@@ -291,7 +292,7 @@ func (q *DLQ) redriveOne(ctx context.Context, d *amqp091.Delivery, note string) 
 	if err != nil {
 		err = fmt.Errorf("amqp: redrive message %s to %q: %w", d.MessageId, dl.Origin, err)
 	}
-	endSpan(span, err)
+	tracectx.EndSpan(span, err)
 	return err
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -289,7 +290,7 @@ func (p *Publisher) EnqueueMany(ctx context.Context, reqs []redrive.Request) ([]
 		InjectTrace(ctx, out[i].Msg.Headers)
 	}
 	err := p.PublishMany(ctx, out)
-	endSpan(span, err)
+	tracectx.EndSpan(span, err)
 	return ids, err
 }
 
@@ -535,7 +536,7 @@ func (p *Publisher) Enqueue(ctx context.Context, kind string, payload any, opts 
 	ctx, span := startSend(ctx, p.tracer, queue, &msg)
 	InjectTrace(ctx, msg.Headers)
 	err = p.Publish(ctx, "", queue, msg)
-	endSpan(span, err)
+	tracectx.EndSpan(span, err)
 	if err != nil {
 		return "", err
 	}

@@ -5,7 +5,6 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -71,16 +70,6 @@ func traceOf(h amqp091.Table) string {
 	return tracectx.FromHeaders(tableCarrier(h), ok)
 }
 
-// Attribute keys of the messaging semantic conventions.
-const (
-	attrSystem      = attribute.Key("messaging.system")
-	attrOpName      = attribute.Key("messaging.operation.name")
-	attrOpType      = attribute.Key("messaging.operation.type")
-	attrDestination = attribute.Key("messaging.destination.name")
-	attrMessageID   = attribute.Key("messaging.message.id")
-	attrBatchCount  = attribute.Key("messaging.batch.message_count")
-)
-
 // newTracer returns redrive's tracer of tp, nil when tp is nil.
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
@@ -97,43 +86,22 @@ func startSend(ctx context.Context, tracer trace.Tracer, queue string, msgs ...*
 		return ctx, nil
 	}
 	name := "send"
-	attrs := []attribute.KeyValue{attrSystem.String(MessagingSystem), attrOpName.String("send"), attrOpType.String("send")}
+	attrs := []attribute.KeyValue{tracectx.AttrSystem.String(MessagingSystem), tracectx.AttrOpName.String("send"), tracectx.AttrOpType.String("send")}
 	if queue != "" {
 		name += " " + queue
-		attrs = append(attrs, attrDestination.String(queue))
+		attrs = append(attrs, tracectx.AttrDestination.String(queue))
 	}
 	if len(msgs) == 1 {
-		attrs = append(attrs, attrMessageID.String(msgs[0].MessageId))
+		attrs = append(attrs, tracectx.AttrMessageID.String(msgs[0].MessageId))
 	} else {
-		attrs = append(attrs, attrBatchCount.Int(len(msgs)))
+		attrs = append(attrs, tracectx.AttrBatchCount.Int(len(msgs)))
 	}
 	return tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-}
-
-// endSpan ends span (nil: none), which failed with err when not nil.
-func endSpan(span trace.Span, err error) {
-	if span == nil {
-		return
-	}
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }
 
 // startRedrive starts the span of the redrive of a dead letter with
 // message id id to queue: a producer child of ctx's span, linked to the
 // trace the dead letter carries (tc, encoded as a job keeps it).
 func startRedrive(ctx context.Context, tracer trace.Tracer, queue, id, tc string) (context.Context, trace.Span) {
-	if tracer == nil {
-		return ctx, nil
-	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-		attrSystem.String(MessagingSystem), attrOpName.String("redrive"), attrOpType.String("send"),
-		attrDestination.String(queue), attrMessageID.String(id), redrive.AttrRedriveJobs.Int(1))}
-	if sc, _ := tracectx.Decode(tc); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attrMessageID.String(id)}}))
-	}
-	return tracer.Start(ctx, "redrive "+queue, opts...)
+	return tracectx.StartRedrive(ctx, tracer, MessagingSystem, queue, id, tc)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/carry"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/transport"
 	"github.com/redrivehq/redrive/store"
 )
@@ -620,7 +621,7 @@ func (q *DLT) Redrive(ctx context.Context, o RedriveOptions) (RedriveResult, err
 			if err != nil {
 				err = fmt.Errorf("kafka: redrive %s/%d/%d to %q: %w", r.Topic, r.Partition, r.Offset, q.topo.Topic, err)
 			}
-			endSpan(span, err)
+			tracectx.EndSpan(span, err)
 			if err != nil {
 				return false, err
 			}

@@ -4,8 +4,6 @@ import (
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -78,15 +76,6 @@ func traceOf(r *kgo.Record) string {
 	return tracectx.FromHeaders(recordCarrier{r}, ok)
 }
 
-// Attribute keys of the messaging semantic conventions.
-const (
-	attrSystem      = attribute.Key("messaging.system")
-	attrOpName      = attribute.Key("messaging.operation.name")
-	attrOpType      = attribute.Key("messaging.operation.type")
-	attrDestination = attribute.Key("messaging.destination.name")
-	attrMessageID   = attribute.Key("messaging.message.id")
-)
-
 // newTracer returns redrive's tracer of tp, nil when tp is nil.
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
@@ -100,26 +89,5 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 // trace the dead letter carries (tc, encoded as a job keeps it); tracer
 // nil: none, ctx as it is.
 func startRedrive(ctx context.Context, tracer trace.Tracer, topic, id, tc string) (context.Context, trace.Span) {
-	if tracer == nil {
-		return ctx, nil
-	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-		attrSystem.String(MessagingSystem), attrOpName.String("redrive"), attrOpType.String("send"),
-		attrDestination.String(topic), attrMessageID.String(id), redrive.AttrRedriveJobs.Int(1))}
-	if sc, _ := tracectx.Decode(tc); sc.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attrMessageID.String(id)}}))
-	}
-	return tracer.Start(ctx, "redrive "+topic, opts...)
-}
-
-// endSpan ends span (nil: none), which failed with err when not nil.
-func endSpan(span trace.Span, err error) {
-	if span == nil {
-		return
-	}
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
+	return tracectx.StartRedrive(ctx, tracer, MessagingSystem, topic, id, tc)
 }
