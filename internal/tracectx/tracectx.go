@@ -8,6 +8,7 @@ package tracectx
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -61,17 +62,40 @@ func (c *Carrier) Keys() []string {
 var w3c propagation.TraceContext
 
 // Encode returns the trace context of sc as a job keeps it, "" when sc
-// is not valid.
+// is not valid. It writes what the W3C propagator would (flags other
+// than sampled and random cleared), in one allocation.
 func Encode(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	var c Carrier
-	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), &c)
-	if c.State == "" {
-		return c.Parent
+	state := sc.TraceState().String()
+	var b strings.Builder
+	if state == "" {
+		b.Grow(parentLen)
+	} else {
+		b.Grow(parentLen + 1 + len(state))
 	}
-	return c.Parent + " " + c.State
+	var buf [parentLen]byte
+	b.Write(appendParent(buf[:0], sc))
+	if state != "" {
+		b.WriteByte(' ')
+		b.WriteString(state)
+	}
+	return b.String()
+}
+
+// parentLen is the length of a version 00 traceparent.
+const parentLen = 55
+
+// appendParent appends the version 00 traceparent of the valid sc to b.
+func appendParent(b []byte, sc trace.SpanContext) []byte {
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b = append(b, "00-"...)
+	b = hex.AppendEncode(b, tid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sid[:])
+	b = append(b, '-')
+	return hex.AppendEncode(b, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
 }
 
 // Split returns the traceparent and the tracestate of an encoded trace
@@ -104,13 +128,49 @@ func Extract(parent, state string) (sc trace.SpanContext, ok bool) {
 	if parent == "" {
 		return trace.SpanContext{}, true
 	}
-	c := Carrier{Parent: parent, State: state}
-	sc = trace.SpanContextFromContext(w3c.Extract(context.Background(), &c))
+	scc, ok := parseParent(parent)
+	if ok {
+		if state != "" {
+			scc.TraceState, _ = trace.ParseTraceState(state)
+		}
+		sc = trace.NewSpanContext(scc)
+	} else {
+		// Not the usual form: the propagator decides (other versions, and
+		// what neither accepts).
+		c := Carrier{Parent: parent, State: state}
+		sc = trace.SpanContextFromContext(w3c.Extract(context.Background(), &c))
+	}
 	if !sc.IsValid() {
 		Malformed.Add(1)
 		return trace.SpanContext{}, false
 	}
 	return sc, true
+}
+
+// parseParent parses a version 00 traceparent in its only valid form
+// (lowercase hex, the flags' reserved bits clear), without allocating;
+// false for anything else, which Extract leaves to the propagator. What
+// it accepts the propagator accepts alike (FuzzExtractAsPropagator).
+func parseParent(p string) (scc trace.SpanContextConfig, ok bool) {
+	if len(p) != parentLen || p[:3] != "00-" || p[35] != '-' || p[52] != '-' {
+		return scc, false
+	}
+	if !lowerHex(p[3:35]) || !lowerHex(p[36:52]) || !lowerHex(p[53:55]) {
+		return scc, false
+	}
+	var flags [1]byte
+	if _, err := hex.Decode(scc.TraceID[:], []byte(p[3:35])); err != nil {
+		return scc, false
+	}
+	if _, err := hex.Decode(scc.SpanID[:], []byte(p[36:52])); err != nil {
+		return scc, false
+	}
+	if _, err := hex.Decode(flags[:], []byte(p[53:55])); err != nil || flags[0] > 3 {
+		return scc, false
+	}
+	scc.TraceFlags = trace.TraceFlags(flags[0])
+	scc.Remote = true
+	return scc, true
 }
 
 // IDs returns the trace id and the span id of an encoded trace context
@@ -154,11 +214,10 @@ func Inject(sc trace.SpanContext, set func(key, value string)) {
 	if !sc.IsValid() {
 		return
 	}
-	var c Carrier
-	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), &c)
-	set(Parent, c.Parent)
-	if c.State != "" {
-		set(State, c.State)
+	var buf [parentLen]byte
+	set(Parent, string(appendParent(buf[:0], sc)))
+	if state := sc.TraceState().String(); state != "" {
+		set(State, state)
 	}
 }
 
@@ -184,9 +243,13 @@ func FromHeaders(c propagation.TextMapCarrier, present bool) string {
 	if !present {
 		return ""
 	}
-	sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), c))
-	if !sc.IsValid() {
+	parent := c.Get(Parent)
+	if parent == "" {
 		Malformed.Add(1)
+		return ""
+	}
+	sc, ok := Extract(parent, c.Get(State))
+	if !ok {
 		return ""
 	}
 	return Encode(sc)

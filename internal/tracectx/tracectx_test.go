@@ -1,6 +1,8 @@
 package tracectx
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/trace"
@@ -104,4 +106,51 @@ func FuzzIDs(f *testing.F) {
 			t.Fatalf("IDs(%q) = %s, %s; Decode = %v, %v", s, tid, sid, sc, ok)
 		}
 	})
+}
+
+// FuzzExtractAsPropagator: Extract, with its fast path, agrees with the
+// W3C propagator on every traceparent and tracestate, and Encode and
+// Inject write what the propagator writes.
+func FuzzExtractAsPropagator(f *testing.F) {
+	for _, s := range [][2]string{{valid, ""}, {valid, "a=b"}, {"01-" + valid[3:], ""}, {"00-" + valid[3:54] + "3", ""},
+		{"00-" + valid[3:54] + "4", ""}, {"cc-" + valid[3:] + "-extra", "x=y"}, {strings.ToUpper(valid), ""}, {valid, "==="}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, parent, state string) {
+		got, ok := Extract(parent, state)
+		c := Carrier{Parent: parent, State: state}
+		want := trace.SpanContextFromContext(w3c.Extract(context.Background(), &c))
+		if !got.Equal(want) || ok != (parent == "" || want.IsValid()) {
+			t.Fatalf("Extract(%q, %q) = %v, %v; the propagator: %v", parent, state, got, ok, want)
+		}
+		if !want.IsValid() {
+			return
+		}
+		var out Carrier
+		w3c.Inject(trace.ContextWithSpanContext(context.Background(), want), &out)
+		enc := out.Parent
+		if out.State != "" {
+			enc += " " + out.State
+		}
+		if e := Encode(got); e != enc {
+			t.Fatalf("Encode(%v) = %q; the propagator wrote %q", got, e, enc)
+		}
+		var inj Carrier
+		Inject(got, inj.Set)
+		if inj != out {
+			t.Fatalf("Inject(%v) = %+v; the propagator wrote %+v", got, inj, out)
+		}
+	})
+}
+
+// TestCodecAllocations: decoding a usual trace context allocates nothing,
+// encoding one allocates its string only.
+func TestCodecAllocations(t *testing.T) {
+	sc, _ := Decode(valid)
+	if n := testing.AllocsPerRun(100, func() { Decode(valid) }); n != 0 {
+		t.Errorf("Decode allocates %v times, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { Encode(sc) }); n != 1 {
+		t.Errorf("Encode allocates %v times, want 1", n)
+	}
 }
