@@ -56,6 +56,7 @@ type Client struct {
 	// store, shared by every Client of it.
 	hooksKey any
 	nowFunc  func() time.Time
+	clocked  bool // nowFunc is not time.Now: spans take its readings
 	// statsClock, when set, is the clock of the statistics history
 	// (tests); otherwise nowFunc.
 	statsClock func() time.Time
@@ -148,6 +149,10 @@ func NewClient(s store.Store, opts ClientOptions) *Client {
 func (c *Client) Store() store.Store { return c.store }
 
 func (c *Client) now() time.Time { return c.nowFunc() }
+
+// setClock makes now the client's clock (tests), whose readings its spans
+// then take.
+func (c *Client) setClock(now func() time.Time) { c.nowFunc, c.clocked = now, true }
 
 // Request describes one job to enqueue. Kind is required; every other
 // field has a default.

@@ -109,6 +109,7 @@ type Executor struct {
 	id       string
 	log      *slog.Logger
 	now      func() time.Time
+	clocked  bool // now is not time.Now: spans take its readings
 	breakers *breaker.Registry
 	policy   retry.Policy
 	tracer   trace.Tracer
@@ -151,13 +152,14 @@ func NewExecutor(opts ExecutorOptions) *Executor {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	clocked := opts.Now != nil
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.MessagingSystem == "" {
 		opts.MessagingSystem = messagingSystem
 	}
-	e := &Executor{opts: opts, id: opts.ID, log: opts.Logger, now: opts.Now, breakers: opts.Breakers,
+	e := &Executor{opts: opts, id: opts.ID, log: opts.Logger, now: opts.Now, clocked: clocked, breakers: opts.Breakers,
 		policy: *opts.Policy, handlers: map[string]*handler{}, tracer: newTracer(opts.TracerProvider)}
 	lanes := map[string]*lane{}
 	e.lanes.Store(&lanes)
@@ -362,7 +364,7 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell, 
 	var br *breaker.Breaker
 	if e.tracer != nil {
 		var span trace.Span
-		ctx, span = e.startAttempt(ctx, j, start)
+		ctx, span = e.startAttempt(ctx, j, start, e.clocked)
 		defer func() { e.endAttempt(span, j, out, br) }()
 	}
 	ln := e.lane(j.Queue)
@@ -481,7 +483,7 @@ func (e *Executor) Report(j *Job, v failure.Verdict, msg string, start, end time
 	o = e.failOutcome(ln, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
 	if e.tracer != nil {
 		// The attempt that ran elsewhere, in the job's trace.
-		_, span := e.startAttempt(context.Background(), j, start)
+		_, span := e.startAttempt(context.Background(), j, start, true)
 		e.endAttempt(span, j, &o, nil)
 	}
 	e.report(context.Background(), j, &o, errors.New(msg), start, end)

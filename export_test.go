@@ -72,4 +72,4 @@ func BreakerSignal(w *Worker) <-chan struct{} {
 // times they write (run_at, lease_until, outcomes) and compare with
 // (leases expired, jobs due). The loops still wait on real timers. Call
 // it before creating a worker from c.
-func SetClock(c *Client, now func() time.Time) { c.nowFunc = now }
+func SetClock(c *Client, now func() time.Time) { c.setClock(now) }

@@ -28,7 +28,7 @@ func loopWorker(t *testing.T, clk *fakeClock, opts WorkerOptions) (*Worker, *Cli
 	}
 	t.Cleanup(func() { st.Close() })
 	c := NewClient(st, ClientOptions{Logger: quiet})
-	c.nowFunc = clk.now
+	c.setClock(clk.now)
 	if opts.Queues == nil {
 		opts.Queues = map[string]int{"q": 1}
 	}

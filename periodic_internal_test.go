@@ -69,7 +69,7 @@ func periodicWorker(t *testing.T, st store.Store, clk *fakeClock, ps ...Periodic
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c := NewClient(st, ClientOptions{Logger: quiet})
-	c.nowFunc = clk.now
+	c.setClock(clk.now)
 	w := NewWorker(c, WorkerOptions{Logger: quiet})
 	w.leading = func() bool { return true }
 	compiled, err := compilePeriodic(ps)

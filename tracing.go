@@ -53,6 +53,34 @@ const (
 // messagingSystem is the messaging.system of redrive's own spans.
 const messagingSystem = "redrive"
 
+// The options of the spans redrive starts, without a timestamp: with the
+// real clock the SDK's own reading is the same moment, and a span not
+// sampled then costs no allocation for its options (its cost is its
+// allocations: see docs/BENCHMARKS.md, "Tracing").
+var (
+	producerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+	consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+)
+
+// spanStart returns the options opts with the start time at when stamped
+// (an injected clock, or a time given), opts itself otherwise.
+func spanStart(opts []trace.SpanStartOption, at time.Time, stamped bool) []trace.SpanStartOption {
+	if !stamped {
+		return opts
+	}
+	return append(opts[:len(opts):len(opts)], trace.WithTimestamp(at))
+}
+
+// endSpan ends span at end when it is recorded; a span that is not has
+// no time to keep.
+func endSpan(span trace.Span, end time.Time) {
+	if span.IsRecording() {
+		span.End(trace.WithTimestamp(end))
+		return
+	}
+	span.End()
+}
+
 // newTracer returns redrive's tracer of tp, nil (no tracing) when tp is
 // nil.
 func newTracer(tp trace.TracerProvider) trace.Tracer {
@@ -81,7 +109,7 @@ func MalformedTraceContexts() int64 { return tracectx.Malformed.Load() }
 // startEnqueue starts the span of an enqueue of jobs, a child of ctx's
 // span, and gives each job its trace context.
 func (c *Client) startEnqueue(ctx context.Context, jobs []store.NewJob, now time.Time) (context.Context, trace.Span) {
-	ctx, span := c.tracer.Start(ctx, "send", trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(now))
+	ctx, span := c.tracer.Start(ctx, "send", spanStart(producerSpan, now, c.clocked)...)
 	if tc := tracectx.Encode(span.SpanContext()); tc != "" {
 		for i := range jobs {
 			jobs[i].Trace = tc
@@ -121,12 +149,13 @@ func (c *Client) endEnqueue(span trace.Span, jobs []*Job, err error) {
 			span.SetAttributes(attrMessageID.String(strconv.FormatInt(jobs[0].ID, 10)))
 		}
 	}
-	span.End(trace.WithTimestamp(c.now()))
+	endSpan(span, c.now())
 }
 
-// startAttempt starts the span of an attempt of j at start: a child of
-// the span that enqueued j (its Trace), or of ctx's span when j has none.
-func (e *Executor) startAttempt(ctx context.Context, j *Job, start time.Time) (context.Context, trace.Span) {
+// startAttempt starts the span of an attempt of j at start (stamped: the
+// SDK's clock reads the same moment otherwise): a child of the span that
+// enqueued j (its Trace), or of ctx's span when j has none.
+func (e *Executor) startAttempt(ctx context.Context, j *Job, start time.Time, stamped bool) (context.Context, trace.Span) {
 	if j.Trace != "" {
 		if sc, ok := tracectx.Decode(j.Trace); ok {
 			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
@@ -134,7 +163,7 @@ func (e *Executor) startAttempt(ctx context.Context, j *Job, start time.Time) (c
 			e.log.Debug("job's trace context is malformed; its attempt starts a new trace", jobAttr(j))
 		}
 	}
-	return e.tracer.Start(ctx, "process", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(start))
+	return e.tracer.Start(ctx, "process", spanStart(consumerSpan, start, stamped)...)
 }
 
 // messageID is the messaging.message.id of j: its id, or for a broker
@@ -154,7 +183,7 @@ func (e *Executor) endAttempt(span trace.Span, j *Job, o *Outcome, br *breaker.B
 		end = e.now()
 	}
 	if !span.IsRecording() {
-		span.End(trace.WithTimestamp(end))
+		span.End()
 		return
 	}
 	span.SetName("process " + j.Queue)
