@@ -50,7 +50,8 @@ CREATE TRIGGER jobs_limit_gen AFTER UPDATE OF state, climit, run_at, priority ON
     EXECUTE FUNCTION limit_gen_bump_row();
 
 -- The priority's range and the state's values were two CHECK constraints,
--- each evaluated for every new row version: one now.
+-- each evaluated for every new row version: one now. Adding it validates
+-- every row, one pass over the table with writes to jobs held.
 ALTER TABLE jobs DROP CONSTRAINT jobs_priority_range, DROP CONSTRAINT jobs_state_check,
     ADD CONSTRAINT jobs_state_check
     CHECK (priority BETWEEN -100 AND 100 AND state IN ('pending', 'scheduled', 'running', 'completed', 'dead', 'canceled'));
