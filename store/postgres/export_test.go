@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"github.com/redrivehq/redrive/internal/testwait"
 	"io/fs"
 	"testing"
@@ -146,4 +147,31 @@ func SetFinishWhole(whole bool) (restore func()) {
 	old := finishWhole
 	finishWhole = whole
 	return func() { finishWhole = old }
+}
+
+// MigrateThrough makes Migrate apply only the embedded migrations of
+// version at most version, and returns a function restoring them all.
+func MigrateThrough(version int) (restore func()) {
+	old := migrationFS
+	m := fstest.MapFS{}
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range entries {
+		var v int
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &v); err != nil {
+			panic(err)
+		}
+		if v > version {
+			continue
+		}
+		b, err := fs.ReadFile(migrations, "migrations/"+e.Name())
+		if err != nil {
+			panic(err)
+		}
+		m["migrations/"+e.Name()] = &fstest.MapFile{Data: b}
+	}
+	migrationFS = m
+	return func() { migrationFS = old }
 }
