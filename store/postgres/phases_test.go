@@ -27,9 +27,19 @@ import (
 // rescue to do, to compare designs of it).
 //
 //	REDRIVE_POSTGRES_URL=... go test ./store/postgres -run '^$' -bench Phases -benchtime 100x
+//
+// REDRIVE_PHASES_BATCH sets the jobs of a fetch and of a completion
+// call (1,000 unless set), for instance 100, the engine's usual batch.
 func BenchmarkPhases(b *testing.B) {
 	url, schema := dbURL(b), newSchema(b)
-	const per = 1000
+	per := 1000
+	if v := os.Getenv("REDRIVE_PHASES_BATCH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("REDRIVE_PHASES_BATCH=%q: want a positive number of jobs", v)
+		}
+		per = n
+	}
 	ctx := b.Context()
 	conn := func() (*postgres.Store, int) {
 		b.Helper()
