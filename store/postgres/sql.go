@@ -214,21 +214,18 @@ SELECT id FROM ins CROSS JOIN ntf`),
 		// Highest priority first, in two steps. top probes the queue's
 		// highest waiting priority (one probe of jobs_ready, read
 		// backwards) and more the next lower one (one probe more). With
-		// one priority (the common case: every job at the default), one
-		// reads that priority's due jobs, oldest due first, as one range
-		// of the index: the plan of a fetch before priorities (a Limit
-		// over the locking index scan), no join or subquery node run for
-		// each leased row (docs/BENCHMARKS.md, "The plain fetch's
-		// statement"). With several, one's priority is null and finds
-		// nothing, and several runs instead (a one-time filter on more):
-		// job_priorities, a PL/pgSQL function (migration 0015), walks the
-		// distinct priorities of the queue's waiting jobs, highest first,
-		// one probe of jobs_ready each, and each priority's due jobs are
-		// read as one range until the limit is reached. Jobs of a higher
-		// priority due later are skipped by a probe, never walked. On the
-		// one-priority path job_priorities is not called, which saves
-		// about 0.8 million server instructions a fetch
-		// (TestFetchOnePriorityNoFunction).
+		// one priority (the common case: every job at the default), that
+		// priority is the only one read: job_priorities, a PL/pgSQL
+		// function (migration 0015), is not called (its gate is a
+		// one-time filter on more), which saves its call, about
+		// 0.8 million server instructions a fetch, a few thousand a job
+		// at the engine's usual batch sizes (docs/BENCHMARKS.md, "The
+		// plain fetch at one priority, counted"). With several,
+		// job_priorities walks the distinct priorities of the queue's
+		// waiting jobs, highest first, one probe of jobs_ready each.
+		// picked reads each priority's due jobs as one range of the index,
+		// oldest due first, until it has the limit. Jobs of a higher
+		// priority due later are skipped by a probe, never walked.
 		fetch: q(`WITH top AS MATERIALIZED (
 	SELECT priority AS p FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text
 	ORDER BY priority DESC LIMIT 1
@@ -236,28 +233,25 @@ SELECT id FROM ins CROSS JOIN ntf`),
 	SELECT priority FROM {jobs} WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text
 		AND priority < (SELECT p FROM top)
 	ORDER BY priority DESC LIMIT 1
-), one AS (
-	SELECT id FROM {jobs}
-	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND run_at <= $2
-		AND priority = (SELECT p FROM top WHERE NOT EXISTS (SELECT FROM more))
-	ORDER BY run_at, id LIMIT $3
-	FOR UPDATE SKIP LOCKED
-), several AS (
-	SELECT d.id FROM {schema}.job_priorities($1::text) AS f(p) CROSS JOIN LATERAL (
+), prio AS (
+	SELECT p FROM top WHERE NOT EXISTS (SELECT FROM more)
+	UNION ALL
+	SELECT f.p FROM {schema}.job_priorities($1::text) AS f(p) WHERE EXISTS (SELECT FROM more)
+), picked AS (
+	SELECT d.id FROM prio CROSS JOIN LATERAL (
 		SELECT id FROM {jobs}
-		WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = f.p AND run_at <= $2
+		WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = $1::text AND priority = prio.p AND run_at <= $2
 		ORDER BY run_at, id LIMIT $3
 		FOR UPDATE SKIP LOCKED) d
-	WHERE EXISTS (SELECT FROM more)
 	LIMIT $3
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
-	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM (SELECT FROM one UNION ALL SELECT FROM several) p HAVING count(*) > 0
+	SELECT $1::text, 'attempts', $7::smallint, count(*) FROM picked HAVING count(*) > 0
 	{upsert}
 )
 UPDATE {jobs} j SET state = 'running', attempt = j.attempt + 1, lease = j.lease + 1, attempted_at = GREATEST($4, j.run_at), lease_until = $5, worker = $6,
 	progress_done = NULL, progress_total = NULL, progress_at = NULL
-FROM (SELECT id FROM one UNION ALL SELECT id FROM several) picked WHERE j.id = picked.id
+FROM picked WHERE j.id = picked.id
 RETURNING {jcols}`),
 
 		// Finish: every outcome in one UPDATE, fenced on the running
