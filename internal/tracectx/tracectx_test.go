@@ -70,6 +70,9 @@ func TestIDs(t *testing.T) {
 	for s, want := range map[string][2]string{
 		valid:                     {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
 		valid + " congo=t61rcWkg": {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		valid[:53] + "02":         {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		valid[:53] + "03":         {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		valid[:53] + "04":         {},
 		"":                        {},
 		valid + "x":               {},
 		valid[:54]:                {},
@@ -102,6 +105,25 @@ func FuzzIDs(f *testing.F) {
 		sc, ok := Decode(s)
 		if !ok || sc.TraceID().String() != tid || sc.SpanID().String() != sid {
 			t.Fatalf("IDs(%q) = %s, %s; Decode = %v, %v", s, tid, sid, sc, ok)
+		}
+	})
+}
+
+// FuzzIDsOfEncoded: the ids of every trace context Encode makes (the
+// form a job keeps) are read by IDs, whatever its flags: a log line about
+// any traced job carries them.
+func FuzzIDsOfEncoded(f *testing.F) {
+	f.Add(valid, byte(1))
+	f.Add(valid+" a=b", byte(3))
+	f.Fuzz(func(t *testing.T, s string, flags byte) {
+		sc, ok := Decode(s)
+		if !ok || !sc.IsValid() {
+			return
+		}
+		sc = sc.WithTraceFlags(trace.TraceFlags(flags) & (trace.FlagsSampled | trace.FlagsRandom))
+		enc := Encode(sc)
+		if tid, sid := IDs(enc); tid != sc.TraceID().String() || sid != sc.SpanID().String() {
+			t.Fatalf("IDs(%q) = %q, %q; want %s, %s", enc, tid, sid, sc.TraceID(), sc.SpanID())
 		}
 	})
 }
