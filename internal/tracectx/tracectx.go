@@ -124,10 +124,10 @@ func IDs(s string) (traceID, spanID string) {
 		return "", ""
 	}
 	traceID, spanID = s[3:35], s[36:52]
-	// Version 00 flags beyond the sampled and random bits are refused,
-	// as the propagator refuses them.
+	// Version 00 flags beyond the sampled (01) and random (02) bits are
+	// refused, as the propagator refuses them: 00 to 03.
 	flags := s[53:55]
-	if !lowerHex(traceID) || !lowerHex(spanID) || flags[0] != '0' || flags[1] > '2' || flags[1] < '0' || allZero(traceID) || allZero(spanID) {
+	if !lowerHex(traceID) || !lowerHex(spanID) || flags[0] != '0' || flags[1] > '3' || flags[1] < '0' || allZero(traceID) || allZero(spanID) {
 		return "", ""
 	}
 	return traceID, spanID
