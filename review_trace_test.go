@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +59,44 @@ func TestTraceLogsRandomFlag(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no line about the job's move to the DLQ: %v", buf.lines())
+	}
+}
+
+// longTraceState returns a valid tracestate of 32 members (the most the
+// W3C allows) of 64-character values: about 2.4 kB, beyond the 512
+// characters a tracer must propagate and a job's store.MaxTrace.
+func longTraceState(t *testing.T) trace.TraceState {
+	t.Helper()
+	var ts trace.TraceState
+	for i := range 32 {
+		var err error
+		if ts, err = ts.Insert(fmt.Sprintf("vendor%02d", i), strings.Repeat(string(rune('a'+i%26)), 64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ts
+}
+
+// TestTraceLongTraceState: a job enqueued under a caller whose tracestate
+// is valid but long is stored, in the caller's trace, with a tracestate
+// cut as the W3C says (at most 512 characters), never refused.
+func TestTraceLongTraceState(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{TracerProvider: tp})
+	parent := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+		SpanID:     trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8},
+		TraceFlags: trace.FlagsSampled, TraceState: longTraceState(t), Remote: true})
+	j, err := c.Enqueue(trace.ContextWithRemoteSpanContext(t.Context(), parent), "k", nil, redrive.InQueue("lts"))
+	if err != nil {
+		t.Fatalf("Enqueue under a long tracestate: %v", err)
+	}
+	if redrive.TraceID(j) != parent.TraceID().String() {
+		t.Errorf("job's trace %q, want the caller's", j.Trace)
+	}
+	if _, state, _ := strings.Cut(j.Trace, " "); len(state) > 512 || state == "" {
+		t.Errorf("job's tracestate is %d characters, want 1 to 512: %q", len(state), state)
 	}
 }

@@ -1,8 +1,11 @@
 package tracectx
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -126,4 +129,40 @@ func FuzzIDsOfEncoded(f *testing.F) {
 			t.Fatalf("IDs(%q) = %q, %q; want %s, %s", enc, tid, sid, sc.TraceID(), sc.SpanID())
 		}
 	})
+}
+
+// TestEncodeLongState: a valid tracestate longer than the 512 characters
+// the W3C asks a tracer to propagate is cut as it says (members over 128
+// characters first, then from the end), so that a job's trace context
+// always fits store.MaxTrace; one within 512 is kept whole.
+func TestEncodeLongState(t *testing.T) {
+	sc, _ := Decode(valid)
+	var ts trace.TraceState
+	var err error
+	for i := 31; i >= 0; i-- {
+		v := strings.Repeat(string(rune('a'+i%26)), 64)
+		if i == 1 {
+			v = strings.Repeat("z", 200) // over 128: dropped first
+		}
+		if ts, err = ts.Insert(fmt.Sprintf("k%02d", i), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc := Encode(sc.WithTraceState(ts))
+	parent, state := Split(enc)
+	if parent != valid || len(state) > 512 {
+		t.Fatalf("Encode with a %d-character tracestate = %q (%d characters)", len(ts.String()), enc, len(state))
+	}
+	got, ok := Decode(enc)
+	if !ok || got.TraceState().Len() != 7 || got.TraceState().Get("k00") == "" || got.TraceState().Get("k01") != "" || got.TraceState().Get("k02") == "" || got.TraceState().Get("k07") == "" {
+		t.Errorf("cut tracestate %q: want k00, k02 to k07 (the long k01 dropped first, then from the end)", state)
+	}
+	short, _ := trace.ParseTraceState("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
+	if got := Encode(sc.WithTraceState(short)); got != valid+" congo=t61rcWkgMzE,rojo=00f067aa0ba902b7" {
+		t.Errorf("Encode with a short tracestate = %q", got)
+	}
+	h := map[string]string{Parent: valid, State: ts.String()}
+	if got := FromHeaders(propagation.MapCarrier(h), true); len(got) > len(valid)+1+512 {
+		t.Errorf("FromHeaders with a %d-character tracestate = %d characters", len(h[State]), len(got))
+	}
 }
