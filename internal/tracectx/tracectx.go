@@ -71,7 +71,44 @@ func Encode(sc trace.SpanContext) string {
 	if c.State == "" {
 		return c.Parent
 	}
-	return c.Parent + " " + c.State
+	if state := cutState(c.State); state != "" {
+		return c.Parent + " " + state
+	}
+	return c.Parent
+}
+
+// maxState bounds the tracestate a job keeps, in characters: the 512 the
+// W3C asks every tracer to propagate. With the 55 of a traceparent it
+// fits store.MaxTrace.
+const maxState = 512
+
+// maxStateMember is the length over which a member is dropped first
+// when a tracestate is cut (the W3C's 128).
+const maxStateMember = 128
+
+// cutState returns the tracestate state (valid, as the propagator writes
+// it) cut to maxState characters as the W3C says: members longer than
+// maxStateMember dropped first, then members from the end (the oldest).
+func cutState(state string) string {
+	if len(state) <= maxState {
+		return state
+	}
+	members := strings.Split(state, ",")
+	kept := members[:0]
+	for _, m := range members {
+		if len(m) <= maxStateMember {
+			kept = append(kept, m)
+		}
+	}
+	n := -1 // the length of kept's members joined
+	for i, m := range kept {
+		if n+1+len(m) > maxState {
+			kept = kept[:i]
+			break
+		}
+		n += 1 + len(m)
+	}
+	return strings.Join(kept, ",")
 }
 
 // Split returns the traceparent and the tracestate of an encoded trace
