@@ -4,7 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // TestServeTracingSampler: serve refuses at start an OTEL_TRACES_SAMPLER
@@ -47,4 +52,39 @@ func TestServeTracingSampler(t *testing.T) {
 			_ = stop(context.Background())
 		}
 	}
+}
+
+// FuzzCheckSampler: checkSampler never panics, and refuses what the SDK
+// would report as an error (and fall back from), plus a NaN ratio.
+func FuzzCheckSampler(f *testing.F) {
+	for _, s := range [][2]string{{"", ""}, {"traceidratio", "0.5"}, {"parentbased_traceidratio", "x"}, {" Always_On ", ""}, {"traceidratio", "1e-3"}} {
+		f.Add(s[0], s[1])
+	}
+	var (
+		mu      sync.Mutex
+		handled []error
+	)
+	prev := otel.GetErrorHandler()
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { mu.Lock(); defer mu.Unlock(); handled = append(handled, err) }))
+	f.Cleanup(func() { otel.SetErrorHandler(prev) })
+	f.Fuzz(func(t *testing.T, sampler, arg string) {
+		if strings.ContainsRune(sampler+arg, 0) {
+			return // not an environment variable's value
+		}
+		t.Setenv("OTEL_TRACES_SAMPLER", sampler)
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+		mu.Lock()
+		handled = handled[:0]
+		mu.Unlock()
+		err := checkSampler()
+		_ = sdktrace.NewTracerProvider().Shutdown(context.Background())
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && len(handled) > 0 {
+			t.Fatalf("%q %q: accepted, but the SDK reports %v", sampler, arg, handled)
+		}
+		if err != nil && len(handled) == 0 && !strings.Contains(err.Error(), "NaN") && !strings.Contains(strings.ToLower(arg), "nan") {
+			t.Fatalf("%q %q: refused (%v), but the SDK takes it", sampler, arg, err)
+		}
+	})
 }
