@@ -17,7 +17,6 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/payload"
-	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/transport"
 )
 
@@ -290,8 +289,9 @@ func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
 		// A queue that does not exist is not waited for: the job's
 		// policy is the retry, and an unroutable message is permanent.
 		msg := m.publishing(set)
-		if _, ok := msg.Headers[tracectx.Parent]; !ok {
-			// No trace of its own: its attempts join this one's.
+		if traceOf(msg.Headers) == "" {
+			// No trace of its own (none, or a malformed one, dropped
+			// with its tracestate): its attempts join this one's.
 			InjectTrace(ctx, msg.Headers)
 		}
 		if err := pub.publishNoRoute(pctx, "", m.Queue, msg); err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/carry"
 	"github.com/redrivehq/redrive/internal/payload"
-	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/transport"
 )
 
@@ -385,8 +384,9 @@ func RegisterKind[P Producer](r redrive.Registrar, produce P, opts KindOptions) 
 		}
 		out := rec.produced(set)
 		out.Partition, out.Offset = -1, -1
-		if _, ok := header(out, tracectx.Parent); !ok {
-			// No trace of its own: its attempts join this one's.
+		if traceOf(out) == "" {
+			// No trace of its own (none, or a malformed one, dropped
+			// with its tracestate): its attempts join this one's.
 			InjectTrace(ctx, out)
 		}
 		pctx, cancel := context.WithTimeout(ctx, opts.Timeout)

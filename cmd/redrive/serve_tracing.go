@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,6 +44,9 @@ func serveTracing(ctx context.Context, log *slog.Logger) (trace.TracerProvider, 
 		if p := os.Getenv(v); p != "" && p != "http/protobuf" {
 			return nil, none, fmt.Errorf("%s=%q: serve sends OTLP over HTTP with protobuf only (http/protobuf)", v, p)
 		}
+	}
+	if err := checkSampler(); err != nil {
+		return nil, none, err
 	}
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
@@ -88,4 +93,29 @@ func firstSet(vars ...string) string {
 		}
 	}
 	return ""
+}
+
+// checkSampler returns why OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+// do not name a sampler the SDK honours, nil when they do (or are unset).
+// The SDK itself would report the error to OpenTelemetry's global handler
+// and fall back (to the default sampler, or to a ratio of 1); serve
+// refuses to start instead, as for the protocol.
+func checkSampler() error {
+	sampler := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")))
+	switch sampler {
+	case "", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off":
+		return nil
+	case "traceidratio", "parentbased_traceidratio":
+	default:
+		return fmt.Errorf("OTEL_TRACES_SAMPLER=%q: want always_on, always_off, traceidratio, parentbased_always_on, "+
+			"parentbased_always_off or parentbased_traceidratio", os.Getenv("OTEL_TRACES_SAMPLER"))
+	}
+	arg := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG"))
+	if arg == "" {
+		return nil // a ratio of 1
+	}
+	if r, err := strconv.ParseFloat(arg, 64); err != nil || math.IsNaN(r) || r < 0 || r > 1 {
+		return fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: want the ratio of traces %s samples, from 0 to 1 (e.g. 0.01)", arg, sampler)
+	}
+	return nil
 }

@@ -63,12 +63,13 @@ var w3c propagation.TraceContext
 
 // Encode returns the trace context of sc as a job keeps it, "" when sc
 // is not valid. It writes what the W3C propagator would (flags other
-// than sampled and random cleared), in one allocation.
+// than sampled and random cleared), the tracestate cut to maxState, in
+// one allocation.
 func Encode(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	state := sc.TraceState().String()
+	state := cutState(sc.TraceState().String())
 	var b strings.Builder
 	if state == "" {
 		b.Grow(parentLen)
@@ -96,6 +97,40 @@ func appendParent(b []byte, sc trace.SpanContext) []byte {
 	b = hex.AppendEncode(b, sid[:])
 	b = append(b, '-')
 	return hex.AppendEncode(b, []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+}
+
+// maxState bounds the tracestate a job keeps, in characters: the 512 the
+// W3C asks every tracer to propagate. With the 55 of a traceparent it
+// fits store.MaxTrace.
+const maxState = 512
+
+// maxStateMember is the length over which a member is dropped first
+// when a tracestate is cut (the W3C's 128).
+const maxStateMember = 128
+
+// cutState returns the tracestate state (valid, as the propagator writes
+// it) cut to maxState characters as the W3C says: members longer than
+// maxStateMember dropped first, then members from the end (the oldest).
+func cutState(state string) string {
+	if len(state) <= maxState {
+		return state
+	}
+	members := strings.Split(state, ",")
+	kept := members[:0]
+	for _, m := range members {
+		if len(m) <= maxStateMember {
+			kept = append(kept, m)
+		}
+	}
+	n := -1 // the length of kept's members joined
+	for i, m := range kept {
+		if n+1+len(m) > maxState {
+			kept = kept[:i]
+			break
+		}
+		n += 1 + len(m)
+	}
+	return strings.Join(kept, ",")
 }
 
 // Split returns the traceparent and the tracestate of an encoded trace
@@ -184,10 +219,10 @@ func IDs(s string) (traceID, spanID string) {
 		return "", ""
 	}
 	traceID, spanID = s[3:35], s[36:52]
-	// Version 00 flags beyond the sampled and random bits are refused,
-	// as the propagator refuses them.
+	// Version 00 flags beyond the sampled (01) and random (02) bits are
+	// refused, as the propagator refuses them: 00 to 03.
 	flags := s[53:55]
-	if !lowerHex(traceID) || !lowerHex(spanID) || flags[0] != '0' || flags[1] > '2' || flags[1] < '0' || allZero(traceID) || allZero(spanID) {
+	if !lowerHex(traceID) || !lowerHex(spanID) || flags[0] != '0' || flags[1] > '3' || flags[1] < '0' || allZero(traceID) || allZero(spanID) {
 		return "", ""
 	}
 	return traceID, spanID

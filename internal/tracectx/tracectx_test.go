@@ -2,9 +2,11 @@ package tracectx
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -49,7 +51,8 @@ func TestMalformed(t *testing.T) {
 // FuzzDecode: Decode never panics, and what it accepts encodes to a trace
 // context that decodes to the same span context.
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{"", valid, valid + " a=b", "00-", "x y", valid + " ,,,a=b,,"} {
+	long := valid + " " + strings.Repeat("a=b,", 31) + "z=" + strings.Repeat("c", 250)
+	for _, s := range []string{"", valid, valid + " a=b", "00-", "x y", valid + " ,,,a=b,,", long} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -59,8 +62,15 @@ func FuzzDecode(f *testing.F) {
 		}
 		enc := Encode(sc)
 		again, ok := Decode(enc)
-		if !ok || !again.Equal(sc) {
+		if len(sc.TraceState().String()) <= maxState && (!ok || !again.Equal(sc)) {
 			t.Fatalf("Decode(%q) = %v; Encode = %q decodes to %v, %v", s, sc, enc, again, ok)
+		}
+		// A long tracestate is cut, once: the ids and flags are kept.
+		if !ok || again.TraceID() != sc.TraceID() || again.SpanID() != sc.SpanID() || again.TraceFlags() != sc.TraceFlags() || Encode(again) != enc {
+			t.Fatalf("Decode(%q) = %v; Encode = %q decodes to %v, %v", s, sc, enc, again, ok)
+		}
+		if parent, state := Split(enc); len(state) > maxState || strings.HasSuffix(enc, " ") || len(parent) != 55 {
+			t.Fatalf("Encode(Decode(%q)) = %q: over the bounds", s, enc)
 		}
 	})
 }
@@ -72,6 +82,9 @@ func TestIDs(t *testing.T) {
 	for s, want := range map[string][2]string{
 		valid:                     {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
 		valid + " congo=t61rcWkg": {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		valid[:53] + "02":         {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		valid[:53] + "03":         {"0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"},
+		valid[:53] + "04":         {},
 		"":                        {},
 		valid + "x":               {},
 		valid[:54]:                {},
@@ -108,9 +121,65 @@ func FuzzIDs(f *testing.F) {
 	})
 }
 
+// FuzzIDsOfEncoded: the ids of every trace context Encode makes (the
+// form a job keeps) are read by IDs, whatever its flags: a log line about
+// any traced job carries them.
+func FuzzIDsOfEncoded(f *testing.F) {
+	f.Add(valid, byte(1))
+	f.Add(valid+" a=b", byte(3))
+	f.Fuzz(func(t *testing.T, s string, flags byte) {
+		sc, ok := Decode(s)
+		if !ok || !sc.IsValid() {
+			return
+		}
+		sc = sc.WithTraceFlags(trace.TraceFlags(flags) & (trace.FlagsSampled | trace.FlagsRandom))
+		enc := Encode(sc)
+		if tid, sid := IDs(enc); tid != sc.TraceID().String() || sid != sc.SpanID().String() {
+			t.Fatalf("IDs(%q) = %q, %q; want %s, %s", enc, tid, sid, sc.TraceID(), sc.SpanID())
+		}
+	})
+}
+
+// TestEncodeLongState: a valid tracestate longer than the 512 characters
+// the W3C asks a tracer to propagate is cut as it says (members over 128
+// characters first, then from the end), so that a job's trace context
+// always fits store.MaxTrace; one within 512 is kept whole.
+func TestEncodeLongState(t *testing.T) {
+	sc, _ := Decode(valid)
+	var ts trace.TraceState
+	var err error
+	for i := 31; i >= 0; i-- {
+		v := strings.Repeat(string(rune('a'+i%26)), 64)
+		if i == 1 {
+			v = strings.Repeat("z", 200) // over 128: dropped first
+		}
+		if ts, err = ts.Insert(fmt.Sprintf("k%02d", i), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc := Encode(sc.WithTraceState(ts))
+	parent, state := Split(enc)
+	if parent != valid || len(state) > maxState {
+		t.Fatalf("Encode with a %d-character tracestate = %q (%d characters)", len(ts.String()), enc, len(state))
+	}
+	got, ok := Decode(enc)
+	if !ok || got.TraceState().Len() != 7 || got.TraceState().Get("k00") == "" || got.TraceState().Get("k01") != "" || got.TraceState().Get("k02") == "" || got.TraceState().Get("k07") == "" {
+		t.Errorf("cut tracestate %q: want k00, k02 to k07 (the long k01 dropped first, then from the end)", state)
+	}
+	short, _ := trace.ParseTraceState("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
+	if got := Encode(sc.WithTraceState(short)); got != valid+" congo=t61rcWkgMzE,rojo=00f067aa0ba902b7" {
+		t.Errorf("Encode with a short tracestate = %q", got)
+	}
+	h := map[string]string{Parent: valid, State: ts.String()}
+	if got := FromHeaders(propagation.MapCarrier(h), true); len(got) > len(valid)+1+maxState {
+		t.Errorf("FromHeaders with a %d-character tracestate = %d characters", len(h[State]), len(got))
+	}
+}
+
 // FuzzExtractAsPropagator: Extract, with its fast path, agrees with the
 // W3C propagator on every traceparent and tracestate, and Encode and
-// Inject write what the propagator writes.
+// Inject write what the propagator writes (Encode with the tracestate
+// cut).
 func FuzzExtractAsPropagator(f *testing.F) {
 	for _, s := range [][2]string{{valid, ""}, {valid, "a=b"}, {"01-" + valid[3:], ""}, {"00-" + valid[3:54] + "3", ""},
 		{"00-" + valid[3:54] + "4", ""}, {"cc-" + valid[3:] + "-extra", "x=y"}, {strings.ToUpper(valid), ""}, {valid, "==="}} {
@@ -129,8 +198,8 @@ func FuzzExtractAsPropagator(f *testing.F) {
 		var out Carrier
 		w3c.Inject(trace.ContextWithSpanContext(context.Background(), want), &out)
 		enc := out.Parent
-		if out.State != "" {
-			enc += " " + out.State
+		if cs := cutState(out.State); cs != "" {
+			enc += " " + cs // as TestEncodeLongState says
 		}
 		if e := Encode(got); e != enc {
 			t.Fatalf("Encode(%v) = %q; the propagator wrote %q", got, e, enc)
