@@ -593,3 +593,40 @@ func restoreURL(path, edited, stored string) (string, error) {
 	}
 	return out, nil
 }
+
+// Error returns err with the secrets masked in its message (Scrub). It
+// unwraps to err, so that errors.Is and errors.As (the classification of
+// a failure) see err itself; an error whose message holds no secret is
+// returned as it is.
+func Error(err error, secrets []string) error {
+	if err == nil || len(secrets) == 0 {
+		return err
+	}
+	msg := err.Error()
+	if s := Scrub(msg, secrets); s != msg {
+		return &scrubbed{err: err, msg: s}
+	}
+	return err
+}
+
+// scrubbed is an error whose message has its secrets masked.
+type scrubbed struct {
+	err error
+	msg string
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
+
+// ForHeaders returns a Redactor of the header patterns (nil: the
+// defaults; an invalid list: the defaults, the safe side) and no field
+// patterns: what the http and download handlers mask in their errors.
+func ForHeaders(patterns []string) *Redactor {
+	r := &Redactor{Headers: MustNew(DefaultHeaders), Fields: &Matcher{}}
+	if patterns != nil {
+		if m, err := New(patterns); err == nil {
+			r.Headers = m
+		}
+	}
+	return r
+}
