@@ -315,10 +315,10 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return notFound(err, id)
 	}
+	j.Summary = summary.Of(j.Kind, j.Payload)
 	if !reveal {
 		a.redactJob(j)
 	}
-	j.Summary = summary.Of(j.Kind, j.Payload)
 	writeJSON(w, http.StatusOK, j)
 	return nil
 }
@@ -376,8 +376,8 @@ func (a *api) jobAction(w http.ResponseWriter, r *http.Request, act func(context
 		}
 		return notFound(err, id)
 	}
-	a.redactJob(j)
 	j.Summary = summary.Of(j.Kind, j.Payload)
+	a.redactJob(j)
 	writeJSON(w, http.StatusOK, j)
 	return nil
 }
@@ -439,10 +439,10 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, pattern str
 	}
 	out := listResponse{Jobs: make([]listedJob, len(res.Jobs)), Next: res.Next}
 	for i, j := range res.Jobs {
+		j.Summary = summary.Of(j.Kind, j.Payload)
 		if !reveal {
 			a.redactJob(j)
 		}
-		j.Summary = summary.Of(j.Kind, j.Payload)
 		out.Jobs[i] = listedJob{Job: j}
 		if history {
 			h := j.History

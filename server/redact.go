@@ -79,6 +79,7 @@ func (a *api) redactJob(j *redrive.Job) {
 	payload, secrets := a.redactor.Payload(j.Kind, j.Payload)
 	j.Payload = payload
 	j.LastError = redact.Scrub(j.LastError, secrets)
+	j.Summary = redact.Scrub(j.Summary, secrets)
 	for i := range j.History {
 		ev := &j.History[i]
 		ev.Error = redact.Scrub(ev.Error, secrets)

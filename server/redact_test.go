@@ -126,7 +126,7 @@ func newRedactFixture(t *testing.T) *redactFixture {
 	}
 	msg := "401 Unauthorized: you sent " + secretAuth + " and key " + secretKey
 	if _, err := e.st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: "hooks", Attempt: 1, Lease: got[0].Lease, Worker: "w",
-		Kind: store.Bury, At: now, Class: failure.Permanent, DeadReason: "http_401", Fingerprint: "fp-401", Error: msg,
+		Kind: store.Bury, At: now, Class: failure.Permanent, DeadReason: "http_401", Fingerprint: "f401abcd", Error: msg,
 		Event: &store.Event{Kind: store.EventDead, Attempt: 1, At: now, Class: "permanent", Error: msg}}}); err != nil {
 		t.Fatal(err)
 	}
