@@ -33,6 +33,7 @@ import (
 	"net/netip"
 	"runtime/debug"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -130,10 +131,10 @@ type Options struct {
 }
 
 // DefaultRedactHeaders are the default Options.RedactHeaders.
-var DefaultRedactHeaders = redact.DefaultHeaders
+var DefaultRedactHeaders = slices.Clone(redact.DefaultHeaders)
 
 // DefaultRedactFields are the default Options.RedactFields.
-var DefaultRedactFields = redact.DefaultFields
+var DefaultRedactFields = slices.Clone(redact.DefaultFields)
 
 // Limits of the API.
 const (
