@@ -78,6 +78,14 @@ func (a *api) redactJob(j *redrive.Job) {
 	}
 	payload, secrets := a.redactor.Payload(j.Kind, j.Payload)
 	j.Payload = payload
+	// An event from before an edit may echo a secret the payload held
+	// then: the previous payloads' secrets are masked too.
+	for _, ev := range j.History {
+		if ev.PreviousPayload != "" && json.Valid([]byte(ev.PreviousPayload)) {
+			_, more := a.redactor.Payload(j.Kind, json.RawMessage(ev.PreviousPayload))
+			secrets = append(secrets, more...)
+		}
+	}
 	j.LastError = redact.Scrub(j.LastError, secrets)
 	j.Summary = redact.Scrub(j.Summary, secrets)
 	for i := range j.History {
@@ -95,8 +103,8 @@ func (a *api) redactJob(j *redrive.Job) {
 // unless it holds no name the patterns could match.
 func (a *api) redactPrevious(kind, prev string, secrets []string) string {
 	if json.Valid([]byte(prev)) {
-		p, more := a.redactor.Payload(kind, json.RawMessage(prev))
-		return redact.Scrub(string(p), append(more, secrets...))
+		p, _ := a.redactor.Payload(kind, json.RawMessage(prev))
+		return redact.Scrub(string(p), secrets)
 	}
 	return redact.Mask
 }

@@ -292,3 +292,35 @@ func TestEditKeepsMaskedSecrets(t *testing.T) {
 	byFilter, _ := json.Marshal(map[string]any{"filter": map[string]any{"queue": "hooks"}, "payload": p})
 	wantErr(t, e.do("POST", "/v1/dlq/redrive", string(byFilter)), 400, "invalid", "payload")
 }
+
+// TestRedactJobTexts: the texts a job carries are masked with its
+// payload's secrets, and a previous payload cut short (no longer JSON) is
+// shown as the mask alone.
+func TestRedactJobTexts(t *testing.T) {
+	a := &api{redactor: redact.Default()}
+	payload, _ := json.Marshal(secretHTTP())
+	whole := string(payload)
+	// The payload now, after an edit that replaced the secrets: the
+	// older events echo the previous payload's.
+	now, _ := json.Marshal(map[string]any{"url": "https://api.example.com/hook", "headers": map[string]string{"Authorization": "Bearer NEW-TOKEN-9999"}})
+	j := &redrive.Job{Kind: "http", Payload: now, LastError: "401: Bearer NEW-TOKEN-9999", Summary: "POST " + secretQuery,
+		History: []redrive.Event{
+			{Kind: store.EventRetry, Error: "401: " + secretAuth},
+			{Kind: store.EventRedriven, Note: "rotated " + secretKey, PreviousPayload: whole},
+			{Kind: store.EventRedriven, PreviousPayload: whole[:len(whole)-3]},
+			{Kind: store.EventDead, Error: "echo " + secretPass + " " + secretQuery},
+		}}
+	a.redactJob(j)
+	b, _ := json.Marshal(j)
+	for _, s := range append(allSecrets, "NEW-TOKEN-9999") {
+		if strings.Contains(string(b), s) {
+			t.Errorf("the job holds %q: %s", s, b)
+		}
+	}
+	if j.History[2].PreviousPayload != redact.Mask {
+		t.Errorf("a cut previous payload shows %q", j.History[2].PreviousPayload)
+	}
+	if !strings.Contains(j.History[1].PreviousPayload, `"Content-Type":"application/json"`) {
+		t.Errorf("a whole previous payload lost what is not secret: %s", j.History[0].PreviousPayload)
+	}
+}
