@@ -155,6 +155,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
+	"github.com/redrivehq/redrive/internal/redact"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -263,6 +264,13 @@ type Options struct {
 	// the worker traces, each request has a traceparent header naming
 	// the attempt's span, unless the payload sets its own.
 	NoTraceParent bool
+	// RedactHeaders are the patterns of the header and query parameter
+	// names whose values are secrets (see server.Options.RedactHeaders):
+	// an attempt's error and result notes show them as "•••", so that
+	// neither the job's history, the DLQ nor the logs keep a secret a
+	// server echoed. nil: the defaults; empty: none; an invalid list: the
+	// defaults. The request itself is sent with the real values.
+	RedactHeaders []string
 	// Breakers holds the "disk" breaker (DiskBreaker) that full disks
 	// trip. Register defaults it to the worker's; New to a registry of
 	// its own.
@@ -311,10 +319,11 @@ type Payload struct {
 // Handler performs download jobs. Create it with New; Register is the
 // usual way to use it.
 type Handler struct {
-	opts   Options
-	root   string // Options.Dir, absolute, symlinks resolved
-	guard  *netguard.Guard
-	client *http.Client
+	opts     Options
+	redactor *redact.Redactor
+	root     string // Options.Dir, absolute, symlinks resolved
+	guard    *netguard.Guard
+	client   *http.Client
 
 	// wrapWriter, set by tests only, wraps the writer of the partial file
 	// (to inject disk errors).
@@ -388,7 +397,7 @@ func New(opts Options) (*Handler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &Handler{opts: opts, root: root, log: log}
+	h := &Handler{opts: opts, root: root, log: log, redactor: redact.ForHeaders(opts.RedactHeaders)}
 	h.lastSweep.Store(time.Now().UnixNano())
 	h.guard = netguard.New(netguard.Options{Name: "download",
 		BlockPrivate: opts.BlockPrivate, AllowLinkLocal: opts.AllowLinkLocal,

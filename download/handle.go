@@ -25,6 +25,7 @@ import (
 	"github.com/redrivehq/redrive/internal/boot"
 	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
+	"github.com/redrivehq/redrive/internal/redact"
 	"github.com/redrivehq/redrive/internal/tracectx"
 )
 
@@ -158,6 +159,15 @@ var errInUse = errors.New("the partial file is locked by another attempt")
 // Handle performs one attempt of a download job (see the package
 // documentation).
 func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
+	var secrets []string
+	if len(job.Payload) > 0 {
+		_, secrets = h.redactor.Payload(Kind, job.Payload)
+	}
+	return redact.Error(h.handle(ctx, job), secrets)
+}
+
+// handle is Handle, its error not yet masked.
+func (h *Handler) handle(ctx context.Context, job *redrive.Job) error {
 	pl, err := h.parse(job.Payload)
 	if err != nil {
 		return redrive.Permanent(fmt.Errorf("download: %w", err))

@@ -59,6 +59,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/httpreq"
 	"github.com/redrivehq/redrive/internal/netguard"
+	"github.com/redrivehq/redrive/internal/redact"
 	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/rhttp"
 )
@@ -111,6 +112,13 @@ type Options struct {
 	// HandlerOptions are passed to the worker's HandleFunc (a retry policy
 	// or a dependency for the kind).
 	HandlerOptions []redrive.HandlerOption
+	// RedactHeaders are the patterns of the header and query parameter
+	// names whose values are secrets (see server.Options.RedactHeaders):
+	// an attempt's error and result notes show them as "•••", so that
+	// neither the job's history, the DLQ nor the logs keep a secret a
+	// server echoed. nil: the defaults; empty: none; an invalid list: the
+	// defaults. The request itself is sent with the real values.
+	RedactHeaders []string
 	// Breakers, when set, holds the circuit breakers requests go through,
 	// one per dependency (see the package documentation). Pass the
 	// worker's registry (Worker.Breakers) so that the API, the dashboard
@@ -163,9 +171,10 @@ func Register(w *redrive.Worker, opts Options) {
 // Handler performs http jobs. Create it with New; Register is the usual
 // way to use it.
 type Handler struct {
-	opts   Options
-	guard  *netguard.Guard
-	client *http.Client
+	opts     Options
+	redactor *redact.Redactor
+	guard    *netguard.Guard
+	client   *http.Client
 }
 
 // New returns a handler for http jobs with its own connection pool.
@@ -195,6 +204,7 @@ func New(opts Options) *Handler {
 		BlockPrivate: opts.BlockPrivate, AllowLinkLocal: opts.AllowLinkLocal,
 		AllowLinkLocalSetting: opts.AllowLinkLocalSetting, AllowPrivateSetting: opts.AllowPrivateSetting})}
 	h.client = h.guard.NewClient(nil)
+	h.redactor = redact.ForHeaders(opts.RedactHeaders)
 	return h
 }
 
@@ -203,8 +213,18 @@ func New(opts Options) *Handler {
 // built-in kinds, internal/netguard.)
 type BlockedError = netguard.BlockedError
 
-// Handle performs one attempt of an http job.
+// Handle performs one attempt of an http job. Its error shows the
+// payload's secrets (Options.RedactHeaders) masked.
 func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
+	var secrets []string
+	if len(job.Payload) > 0 {
+		_, secrets = h.redactor.Payload(Kind, job.Payload)
+	}
+	return redact.Error(h.handle(ctx, job, secrets), secrets)
+}
+
+// handle is Handle; its result notes show secrets masked.
+func (h *Handler) handle(ctx context.Context, job *redrive.Job, secrets []string) error {
 	req, timeout, err := h.request(ctx, job.Payload)
 	if err != nil {
 		return redrive.Permanent(fmt.Errorf("httpjob: %w", err))
@@ -248,7 +268,7 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 		buf := make([]byte, failure.MaxBodyExcerpt)
 		n, _ := io.ReadFull(resp.Body, buf)
 		ok := failure.StatusError{Code: resp.StatusCode, Status: resp.Status, Body: string(buf[:n])}
-		redrive.Record(ctx, failure.ReasonHTTPPrefix+strconv.Itoa(resp.StatusCode), ok.Error())
+		redrive.Record(ctx, failure.ReasonHTTPPrefix+strconv.Itoa(resp.StatusCode), redact.Scrub(ok.Error(), secrets))
 		return nil
 	}
 	if err := failure.FromResponse(resp); err != nil {

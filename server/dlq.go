@@ -19,7 +19,7 @@ func (a *api) listDead(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return a.list(w, r, q, true)
+	return a.list(w, r, q, "GET /v1/dlq")
 }
 
 func (a *api) groups(w http.ResponseWriter, r *http.Request) error {
@@ -42,6 +42,7 @@ func (a *api) groups(w http.ResponseWriter, r *http.Request) error {
 	if gs == nil {
 		gs = []redrive.Group{}
 	}
+	a.redactGroups(r.Context(), gs)
 	writeJSON(w, http.StatusOK, map[string]any{"groups": gs})
 	return nil
 }
@@ -97,7 +98,9 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 		if p := principalOf(r.Context()); p.role < RoleAdmin {
 			return forbidden(p, RoleAdmin, "a redrive with a payload (an edit)")
 		}
-		req.Payload = in.Payload
+		if req.Payload, err = a.restorePayload(r.Context(), in.Payload, in.IDs); err != nil {
+			return err
+		}
 	}
 	if err := parseBatch(in.Batch); err != nil {
 		return err
@@ -164,7 +167,7 @@ const exportPage = 200
 // the start. An error after the first byte aborts the connection, so a
 // client never takes a cut stream for a complete one.
 func (a *api) export(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, filterParams...)
+	q, err := newQuery(r, append([]string{revealParam}, filterParams...)...)
 	if err != nil {
 		return err
 	}
@@ -173,6 +176,10 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	f.States = []redrive.State{redrive.Dead}
+	reveal, err := a.reveal(r, q, "GET /v1/dlq/export")
+	if err != nil {
+		return err
+	}
 	ctx := r.Context()
 	total, err := a.client.Count(ctx, f)
 	if err != nil {
@@ -195,6 +202,9 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 			// A reader that takes in nothing for writeTimeout is cut off;
 			// one that keeps reading gets the whole export.
 			_ = rc.SetWriteDeadline(time.Now().Add(a.writeTimeout))
+			if !reveal {
+				a.redactJob(j)
+			}
 			e, m := redrive.ExportedFiles(j)
 			if err := enc.Encode(ExportLine{Job: j, Error: e, Metadata: m}); err != nil {
 				// The client went away.

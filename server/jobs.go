@@ -137,6 +137,7 @@ func (a *api) setPriority(w http.ResponseWriter, r *http.Request) error {
 		}
 		return notFound(err, id)
 	}
+	a.redactJob(j)
 	writeJSON(w, http.StatusOK, j)
 	return nil
 }
@@ -189,6 +190,7 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		w.Header().Set("Location", "/v1/jobs/"+strconv.FormatInt(jobs[0].ID, 10))
 	}
+	a.redactJob(jobs[0])
 	writeJSON(w, status, jobs[0])
 	return nil
 }
@@ -222,10 +224,16 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 		if errors.As(err, &kc) {
 			// The other jobs were enqueued: say so with the error.
 			e := enqueueError(err, fmt.Sprintf("jobs[%d].", kc.Conflicts[0].Index), "jobs").(*apiError)
+			for _, j := range jobs {
+				a.redactJob(j)
+			}
 			writeJSON(w, e.status, map[string]any{"error": errorDetail{Code: e.code, Message: e.msg, Field: e.field}, "jobs": jobs})
 			return nil
 		}
 		return enqueueError(err, "jobs[0].", "jobs")
+	}
+	for _, j := range jobs {
+		a.redactJob(j)
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"jobs": jobs})
 	return nil
@@ -291,10 +299,15 @@ func pathID(r *http.Request) (int64, error) {
 }
 
 func (a *api) getJob(w http.ResponseWriter, r *http.Request) error {
-	if _, err := newQuery(r); err != nil {
+	q, err := newQuery(r, revealParam)
+	if err != nil {
 		return err
 	}
 	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	reveal, err := a.reveal(r, q, "GET /v1/jobs/{id}")
 	if err != nil {
 		return err
 	}
@@ -303,6 +316,9 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) error {
 		return notFound(err, id)
 	}
 	j.Summary = summary.Of(j.Kind, j.Payload)
+	if !reveal {
+		a.redactJob(j)
+	}
 	writeJSON(w, http.StatusOK, j)
 	return nil
 }
@@ -361,6 +377,7 @@ func (a *api) jobAction(w http.ResponseWriter, r *http.Request, act func(context
 		return notFound(err, id)
 	}
 	j.Summary = summary.Of(j.Kind, j.Payload)
+	a.redactJob(j)
 	writeJSON(w, http.StatusOK, j)
 	return nil
 }
@@ -381,23 +398,24 @@ type listedJob struct {
 }
 
 // listParams are the query parameters of a listing besides its filter.
-var listParams = []string{"cursor", "limit", "match", "history"}
+var listParams = []string{"cursor", "limit", "match", "history", revealParam}
 
 func (a *api) listJobs(w http.ResponseWriter, r *http.Request) error {
 	q, err := newQuery(r, append([]string{"state"}, append(listParams, filterParams...)...)...)
 	if err != nil {
 		return err
 	}
-	return a.list(w, r, q, false)
+	return a.list(w, r, q, "GET /v1/jobs")
 }
 
-// list answers a listing; dead restricts it to the DLQ.
-func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, dead bool) error {
+// list answers a listing of the route pattern; GET /v1/dlq restricts it
+// to the DLQ.
+func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, pattern string) error {
 	f, err := q.filter()
 	if err != nil {
 		return err
 	}
-	if dead {
+	if pattern == "GET /v1/dlq" {
 		f.States = []redrive.State{redrive.Dead}
 	}
 	if err := q.match(&f); err != nil {
@@ -411,6 +429,10 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, dead bool) 
 	if err != nil {
 		return err
 	}
+	reveal, err := a.reveal(r, q, pattern)
+	if err != nil {
+		return err
+	}
 	res, err := a.client.List(r.Context(), f, p)
 	if err != nil {
 		return err
@@ -418,6 +440,9 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, q *query, dead bool) 
 	out := listResponse{Jobs: make([]listedJob, len(res.Jobs)), Next: res.Next}
 	for i, j := range res.Jobs {
 		j.Summary = summary.Of(j.Kind, j.Payload)
+		if !reveal {
+			a.redactJob(j)
+		}
 		out.Jobs[i] = listedJob{Job: j}
 		if history {
 			h := j.History

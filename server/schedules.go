@@ -29,6 +29,9 @@ func (a *api) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	if list == nil {
 		list = []redrive.ScheduleInfo{}
 	}
+	for i := range list {
+		a.redactSchedule(&list[i])
+	}
 	writeJSON(w, http.StatusOK, ScheduleList{Schedules: list})
 	return nil
 }
@@ -80,6 +83,7 @@ func (a *api) getSchedule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return scheduleNotFound(err, name)
 	}
+	a.redactSchedule(&s)
 	writeJSON(w, http.StatusOK, ScheduleBody{Schedule: s})
 	return nil
 }
@@ -131,6 +135,7 @@ func (a *api) setSchedulePaused(w http.ResponseWriter, r *http.Request, paused b
 	} else {
 		a.log.Info("schedule resumed", "schedule", name)
 	}
+	a.redactSchedule(&s)
 	writeJSON(w, http.StatusOK, ScheduleBody{Schedule: s})
 	return nil
 }
@@ -152,6 +157,7 @@ func (a *api) triggerSchedule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return scheduleNotFound(err, name)
 	}
+	a.redactJob(j)
 	writeJSON(w, http.StatusCreated, j)
 	return nil
 }

@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/internal/redact"
 	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/store"
 )
@@ -116,7 +118,23 @@ type Options struct {
 	// URL holding {trace_id} (logged): no link. `redrive serve
 	// --trace-url-template` refuses a bad one at start.
 	TraceURLTemplate string
+	// RedactHeaders are the patterns of the header names (and URL query
+	// parameter names) whose values the API shows masked as "•••" in
+	// http and download payloads: case-insensitive, "*" for any run of
+	// characters, a pattern matches a whole name. nil: DefaultRedactHeaders;
+	// empty: none. An invalid list is logged and the defaults are used.
+	RedactHeaders []string
+	// RedactFields are the patterns of the JSON field names, at any
+	// depth, whose values the API shows masked in payloads of other
+	// kinds; nil: DefaultRedactFields; empty: none.
+	RedactFields []string
 }
+
+// DefaultRedactHeaders are the default Options.RedactHeaders.
+var DefaultRedactHeaders = slices.Clone(redact.DefaultHeaders)
+
+// DefaultRedactFields are the default Options.RedactFields.
+var DefaultRedactFields = slices.Clone(redact.DefaultFields)
 
 // Limits of the API.
 const (
@@ -173,6 +191,8 @@ type api struct {
 	throttled throttleLog
 	// storeTrouble logs store outages once a minute.
 	storeTrouble troubleLog
+	// redactor masks the secrets of what the API shows (redact.go).
+	redactor *redact.Redactor
 }
 
 // Server is the REST API: an http.Handler, which starts the operations
@@ -273,6 +293,12 @@ func New(opts Options) *Server {
 		a.tokens = append(a.tokens, Token{Name: LegacyTokenName, Role: RoleAdmin, SHA256: sha256.Sum256([]byte(opts.Token))})
 	}
 	a.tokens = append(a.tokens, opts.Tokens...)
+	rd, err := newRedactor(opts.RedactHeaders, opts.RedactFields)
+	if err != nil {
+		a.log.Error("the patterns of secrets are invalid: the default ones are used", "error", err)
+		rd = redact.Default()
+	}
+	a.redactor = rd
 	tmpl := opts.TraceURLTemplate
 	if tmpl != "" {
 		if err := tracectx.CheckURLTemplate(tmpl); err != nil {

@@ -118,6 +118,10 @@ type Serve struct {
 	// {trace_id} where the trace id goes (--trace-url-template): the
 	// dashboard links trace ids to it. Empty: no link.
 	TraceURLTemplate string
+	// RedactHeaders and RedactFields are the patterns of the names of
+	// secrets (--redact-headers, --redact-fields: see
+	// server.Options.RedactHeaders); empty: none.
+	RedactHeaders, RedactFields []string
 	// Schedules are the periodic jobs serve declares (schedules.go).
 	Schedules []redrive.Periodic
 	// Limits are the fleet-wide concurrency limits of the jobs serve's
@@ -313,7 +317,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(append(append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...), tokenSettings...), traceSettings...)...)
+}, append(append(append(append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...), tokenSettings...), traceSettings...), redactSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)

@@ -194,7 +194,7 @@ func resolveSchedules(c *Serve) error {
 // breakers.
 func (c *Serve) HTTPOptions() httpjob.Options {
 	return httpjob.Options{BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal,
-		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"}
+		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private", RedactHeaders: c.RedactHeaders}
 }
 
 // DownloadOptions are the options of serve's download kind, without its
@@ -202,7 +202,7 @@ func (c *Serve) HTTPOptions() httpjob.Options {
 func (c *Serve) DownloadOptions() download.Options {
 	return download.Options{Dir: c.Download.Dir, MaxBytes: c.Download.MaxBytes,
 		BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal,
-		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private"}
+		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private", RedactHeaders: c.RedactHeaders}
 }
 
 // payloadChecks are the payload checks of the kinds serve runs, made as
