@@ -219,6 +219,13 @@ var subtests = []subtest{
 	{"Trace", testTrace},
 	{"Audit", testAudit},
 	{"TraceReplay", testTraceReplay},
+	{"WorkflowWait", testWorkflowWait},
+	{"WorkflowCancelPolicy", testWorkflowCancelPolicy},
+	{"WorkflowRunAnyway", testWorkflowRunAnyway},
+	{"WorkflowCancel", testWorkflowCancel},
+	{"WorkflowInvalid", testWorkflowInvalid},
+	{"WorkflowIdempotent", testWorkflowIdempotent},
+	{"WorkflowResultCap", testWorkflowResultCap},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a
