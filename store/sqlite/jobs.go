@@ -1378,6 +1378,9 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 				history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`, micros(now), ev, id); err != nil {
 				return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
 			}
+			if store.State(state) == store.Blocked {
+				break // the trigger jobs_unblocked counts moves out of blocked
+			}
 			mv := moves{}
 			mv.move(queue, store.State(state), store.Canceled)
 			if err := s.addMoves(ctx, tx, mv); err != nil {

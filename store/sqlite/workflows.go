@@ -338,7 +338,7 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 				if err != nil {
 					return fmt.Errorf("sqlite: cancel workflow %d: job %d: %w", id, j.id, err)
 				}
-				if n == 1 {
+				if n == 1 && j.state != string(store.Blocked) { // the trigger jobs_unblocked counts those
 					mv.move(j.queue, store.State(j.state), store.Canceled)
 					counts[[2]string{j.queue, store.StatCanceled}]++
 				}

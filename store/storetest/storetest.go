@@ -226,6 +226,8 @@ var subtests = []subtest{
 	{"WorkflowInvalid", testWorkflowInvalid},
 	{"WorkflowIdempotent", testWorkflowIdempotent},
 	{"WorkflowResultCap", testWorkflowResultCap},
+	{"WorkflowModel", testWorkflowModel},
+	{"WorkflowConcurrent", testWorkflowConcurrent},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

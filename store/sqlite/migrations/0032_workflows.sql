@@ -14,9 +14,13 @@
 -- the cancel of the dependents when the policy says so, and the firing
 -- of the callbacks (blocked jobs made pending at most once). Its WHEN
 -- clause is all a job outside a workflow pays. The connection runs with
--- recursive_triggers on, so that a cancel cascades down the graph. The
--- trigger keeps job_counts and counters for the jobs it changes itself
--- (the statement's own job is counted by the code that changed it).
+-- recursive_triggers on, so that a cancel cascades down the graph.
+--
+-- The trigger jobs_unblocked keeps job_counts (and the canceled counter)
+-- for every move out of 'blocked', whoever makes it: the code that moves
+-- a blocked job (a cancel) leaves it to the trigger. A cascade may cancel
+-- a job twice in one statement (as the dependent of two canceled jobs);
+-- the second change, from canceled, counts nothing.
 ALTER TABLE jobs ADD COLUMN flow INTEGER;
 ALTER TABLE jobs ADD COLUMN node TEXT;
 ALTER TABLE jobs ADD COLUMN result BLOB;
@@ -63,15 +67,6 @@ BEGIN
 
     -- Release the blocked dependents none of whose edges holds back:
     -- pending, or scheduled when they were enqueued for later.
-    INSERT INTO job_counts (queue, state, n)
-    SELECT j.queue,
-        CASE WHEN m.k = 0 THEN 'blocked' WHEN j.run_at > coalesce(NEW.finished_at, NEW.run_at) THEN 'scheduled' ELSE 'pending' END,
-        CASE WHEN m.k = 0 THEN -1 ELSE 1 END
-    FROM jobs j, (SELECT 0 AS k UNION ALL SELECT 1) m
-    WHERE j.id IN (SELECT job_id FROM job_deps WHERE dep_id = NEW.id) AND j.state = 'blocked'
-        AND NOT EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = j.id AND d.done = 0)
-        AND NEW.state IN ('completed', 'dead', 'canceled')
-    ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n;
     UPDATE jobs SET state = CASE WHEN run_at > coalesce(NEW.finished_at, NEW.run_at) THEN 'scheduled' ELSE 'pending' END
     WHERE id IN (SELECT job_id FROM job_deps WHERE dep_id = NEW.id) AND state = 'blocked'
         AND NOT EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id AND d.done = 0)
@@ -80,19 +75,6 @@ BEGIN
     -- Cancel the blocked dependents of a canceled job (they would wait
     -- for ever), and of a dead one under on_dead 'cancel'; each cancel
     -- fires this trigger again, down the graph.
-    INSERT INTO job_counts (queue, state, n)
-    SELECT j.queue, CASE WHEN m.k = 0 THEN 'blocked' ELSE 'canceled' END, CASE WHEN m.k = 0 THEN -1 ELSE 1 END
-    FROM jobs j, (SELECT 0 AS k UNION ALL SELECT 1) m
-    WHERE j.id IN (SELECT job_id FROM job_deps WHERE dep_id = NEW.id) AND j.state = 'blocked'
-        AND ((NEW.state = 'canceled' AND (SELECT on_dead FROM workflows WHERE id = NEW.flow) <> 'run')
-            OR (NEW.state = 'dead' AND (SELECT on_dead FROM workflows WHERE id = NEW.flow) = 'cancel'))
-    ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n;
-    INSERT INTO counters (queue, name, n)
-    SELECT j.queue, 'canceled', 1 FROM jobs j
-    WHERE j.id IN (SELECT job_id FROM job_deps WHERE dep_id = NEW.id) AND j.state = 'blocked'
-        AND ((NEW.state = 'canceled' AND (SELECT on_dead FROM workflows WHERE id = NEW.flow) <> 'run')
-            OR (NEW.state = 'dead' AND (SELECT on_dead FROM workflows WHERE id = NEW.flow) = 'cancel'))
-    ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n;
     UPDATE jobs SET state = 'canceled', finished_at = coalesce(NEW.finished_at, NEW.run_at),
         history = json_insert(coalesce(history, '[]'), '$[#]', json_object('kind', 'canceled', 'attempt', 0,
             'at', strftime('%Y-%m-%dT%H:%M:%fZ', coalesce(NEW.finished_at, NEW.run_at) / 1000000.0, 'unixepoch'),
@@ -102,40 +84,25 @@ BEGIN
             OR (NEW.state = 'dead' AND (SELECT on_dead FROM workflows WHERE id = NEW.flow) = 'cancel'));
 
     -- A canceled job makes the success callback impossible: cancel it.
-    INSERT INTO job_counts (queue, state, n)
-    SELECT j.queue, CASE WHEN m.k = 0 THEN 'blocked' ELSE 'canceled' END, CASE WHEN m.k = 0 THEN -1 ELSE 1 END
-    FROM jobs j, (SELECT 0 AS k UNION ALL SELECT 1) m
-    WHERE j.id = (SELECT on_success FROM workflows WHERE id = NEW.flow) AND j.state = 'blocked' AND NEW.state = 'canceled'
-    ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n;
-    INSERT INTO counters (queue, name, n)
-    SELECT j.queue, 'canceled', 1 FROM jobs j
-    WHERE j.id = (SELECT on_success FROM workflows WHERE id = NEW.flow) AND j.state = 'blocked' AND NEW.state = 'canceled'
-    ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n;
     UPDATE jobs SET state = 'canceled', finished_at = coalesce(NEW.finished_at, NEW.run_at)
     WHERE id = (SELECT on_success FROM workflows WHERE id = NEW.flow) AND state = 'blocked' AND NEW.state = 'canceled';
 
     -- The callbacks: each a blocked job made pending once.
-    INSERT INTO job_counts (queue, state, n)
-    SELECT j.queue, CASE WHEN m.k = 0 THEN 'blocked' ELSE 'pending' END, CASE WHEN m.k = 0 THEN -1 ELSE 1 END
-    FROM jobs j, (SELECT 0 AS k UNION ALL SELECT 1) m
-    WHERE j.id = (SELECT on_death FROM workflows WHERE id = NEW.flow AND NEW.state = 'dead') AND j.state = 'blocked'
-    ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n;
     UPDATE jobs SET state = 'pending', run_at = max(run_at, coalesce(NEW.finished_at, NEW.run_at))
     WHERE id = (SELECT on_death FROM workflows WHERE id = NEW.flow AND NEW.state = 'dead') AND state = 'blocked';
 
-    INSERT INTO job_counts (queue, state, n)
-    SELECT j.queue, CASE WHEN m.k = 0 THEN 'blocked' ELSE 'pending' END, CASE WHEN m.k = 0 THEN -1 ELSE 1 END
-    FROM jobs j, (SELECT 0 AS k UNION ALL SELECT 1) m
-    WHERE j.id = (SELECT on_complete FROM workflows WHERE id = NEW.flow AND completed + dead + canceled = total) AND j.state = 'blocked'
-    ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n;
     UPDATE jobs SET state = 'pending', run_at = max(run_at, coalesce(NEW.finished_at, NEW.run_at))
     WHERE id = (SELECT on_complete FROM workflows WHERE id = NEW.flow AND completed + dead + canceled = total) AND state = 'blocked';
 
-    INSERT INTO job_counts (queue, state, n)
-    SELECT j.queue, CASE WHEN m.k = 0 THEN 'blocked' ELSE 'pending' END, CASE WHEN m.k = 0 THEN -1 ELSE 1 END
-    FROM jobs j, (SELECT 0 AS k UNION ALL SELECT 1) m
-    WHERE j.id = (SELECT on_success FROM workflows WHERE id = NEW.flow AND completed = total) AND j.state = 'blocked'
-    ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n;
     UPDATE jobs SET state = 'pending', run_at = max(run_at, coalesce(NEW.finished_at, NEW.run_at))
     WHERE id = (SELECT on_success FROM workflows WHERE id = NEW.flow AND completed = total) AND state = 'blocked';
+END;
+
+CREATE TRIGGER jobs_unblocked AFTER UPDATE OF state ON jobs
+WHEN OLD.state = 'blocked' AND NEW.state <> 'blocked'
+BEGIN
+    INSERT INTO job_counts (queue, state, n) VALUES (NEW.queue, 'blocked', -1), (NEW.queue, NEW.state, 1)
+    ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n;
+    INSERT INTO counters (queue, name, n) SELECT NEW.queue, 'canceled', 1 WHERE NEW.state = 'canceled'
+    ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n;
 END;
