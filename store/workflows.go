@@ -114,10 +114,15 @@ type Workflow struct {
 	IdempotencyKey string     `json:"idempotency_key,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	CanceledAt     *time.Time `json:"canceled_at,omitempty"`
-	// Counts are its jobs by state (callbacks aside), and Total their
-	// number.
+	// Counts are its jobs by state (callbacks aside; jobs deleted by
+	// retention are not counted), and Total the number of its jobs.
 	Counts map[State]int64 `json:"counts"`
 	Total  int64           `json:"total"`
+	// Completed, Dead and Canceled count its jobs in those states, kept
+	// by the store as the jobs move (retention does not change them).
+	Completed int64 `json:"completed"`
+	Dead      int64 `json:"dead"`
+	Canceled  int64 `json:"canceled"`
 	// OnSuccess, OnComplete and OnDeath are the ids of its callback jobs
 	// (0: none).
 	OnSuccess  int64 `json:"on_success,omitempty"`
@@ -329,14 +334,16 @@ func CheckResult(result json.RawMessage) error {
 	return nil
 }
 
-// WorkflowStateOf derives a workflow's state from its counts.
-func WorkflowStateOf(canceled bool, total int64, counts map[State]int64) WorkflowState {
+// WorkflowStateOf derives a workflow's state from whether it was
+// canceled and the counts of its jobs' final states the store keeps
+// (which retention, deleting finished jobs, does not change).
+func WorkflowStateOf(canceledAt bool, total, completed, dead, canceled int64) WorkflowState {
 	switch {
-	case canceled:
+	case canceledAt:
 		return WorkflowCanceled
-	case counts[Completed] == total:
+	case completed == total:
 		return WorkflowSucceeded
-	case counts[Completed]+counts[Dead]+counts[Canceled] == total:
+	case completed+dead+canceled == total:
 		// A dead job with blocked dependents leaves jobs unfinished: only
 		// a workflow none of whose jobs waits is finished.
 		return WorkflowFinished

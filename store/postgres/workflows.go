@@ -142,13 +142,13 @@ func nullText(s string) any {
 }
 
 const workflowColumns = `id, name, coalesce(idem_key, ''), on_dead, created_at, canceled_at, total,
-	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0)`
+	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0), completed, dead, canceled`
 
 func scanWorkflow(row pgx.Row) (*store.Workflow, error) {
 	var w store.Workflow
 	var onDead string
 	if err := row.Scan(&w.ID, &w.Name, &w.IdempotencyKey, &onDead, &w.CreatedAt, &w.CanceledAt, &w.Total,
-		&w.OnSuccess, &w.OnComplete, &w.OnDeath); err != nil {
+		&w.OnSuccess, &w.OnComplete, &w.OnDeath, &w.Completed, &w.Dead, &w.Canceled); err != nil {
 		return nil, err
 	}
 	w.OnDead = store.OnDead(onDead)
@@ -179,7 +179,7 @@ func (s *Store) workflowCounts(ctx context.Context, q pgQuerier, w *store.Workfl
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	w.State = store.WorkflowStateOf(w.CanceledAt != nil, w.Total, w.Counts)
+	w.State = store.WorkflowStateOf(w.CanceledAt != nil, w.Total, w.Completed, w.Dead, w.Canceled)
 	return nil
 }
 

@@ -141,7 +141,7 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 }
 
 const workflowColumns = `id, name, coalesce(idem_key, ''), on_dead, created_at, canceled_at, total,
-	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0)`
+	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0), completed, dead, canceled`
 
 func scanWorkflow(sc scanner) (*store.Workflow, error) {
 	var w store.Workflow
@@ -149,7 +149,7 @@ func scanWorkflow(sc scanner) (*store.Workflow, error) {
 	var created int64
 	var canceled sql.NullInt64
 	if err := sc.Scan(&w.ID, &w.Name, &w.IdempotencyKey, &onDead, &created, &canceled, &w.Total,
-		&w.OnSuccess, &w.OnComplete, &w.OnDeath); err != nil {
+		&w.OnSuccess, &w.OnComplete, &w.OnDeath, &w.Completed, &w.Dead, &w.Canceled); err != nil {
 		return nil, err
 	}
 	w.OnDead = store.OnDead(onDead)
@@ -178,7 +178,7 @@ func workflowCounts(ctx context.Context, q querier, w *store.Workflow) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("sqlite: workflow %d: %w", w.ID, err)
 	}
-	w.State = store.WorkflowStateOf(w.CanceledAt != nil, w.Total, w.Counts)
+	w.State = store.WorkflowStateOf(w.CanceledAt != nil, w.Total, w.Completed, w.Dead, w.Canceled)
 	return nil
 }
 

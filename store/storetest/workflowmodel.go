@@ -322,6 +322,20 @@ func (m *flowModel) step() {
 }
 
 func (m *flowModel) check(what string) {
+	var counts [3]int64
+	for _, j := range m.jobs[:m.n] {
+		switch j.state {
+		case store.Completed:
+			counts[0]++
+		case store.Dead:
+			counts[1]++
+		case store.Canceled:
+			counts[2]++
+		}
+	}
+	if w := m.x.getFlow(m.wid); [3]int64{w.Completed, w.Dead, w.Canceled} != counts {
+		m.x.t.Errorf("%s: workflow counts completed, dead, canceled %d, %d, %d; the model says %v", what, w.Completed, w.Dead, w.Canceled, counts)
+	}
 	for _, j := range m.jobs {
 		got := m.x.get(j.id)
 		if got.State != j.state {

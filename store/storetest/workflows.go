@@ -173,6 +173,13 @@ func testWorkflowWait(x *h) {
 		x.t.Errorf("workflow %s with counts %v; want succeeded, 4 completed", w.State, w.Counts)
 	}
 	x.checkAllCounts("end")
+	// Retention deletes the completed jobs: the workflow stays succeeded.
+	if _, err := x.s.DeleteFinished(x.ctx, store.Completed, at(time.Hour), 1000); err != nil {
+		x.t.Fatalf("DeleteFinished: %v", err)
+	}
+	if w := x.getFlow(f.w.ID); w.State != store.WorkflowSucceeded || w.Completed != 4 || len(w.Jobs) != 0 {
+		x.t.Errorf("after retention: workflow %s, %d completed, %d jobs; want succeeded, 4, 0", w.State, w.Completed, len(w.Jobs))
+	}
 }
 
 // testWorkflowCancelPolicy: under the cancel policy, C's death cancels D
