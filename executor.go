@@ -308,9 +308,10 @@ func Handle[T any](r Registrar, kind string, fn func(ctx context.Context, job *J
 // plus what Record noted, found without an allocation per job.
 type runningJob struct {
 	context.Context
-	result   atomic.Pointer[attemptResult] // set by Record
-	attrs    atomic.Pointer[[]any]         // set by LogWith
-	progress *progressCell                 // set by Progress; nil outside a Worker
+	result   atomic.Pointer[attemptResult]   // set by Record
+	output   atomic.Pointer[json.RawMessage] // set by SetResult
+	attrs    atomic.Pointer[[]any]           // set by LogWith
+	progress *progressCell                   // set by Progress; nil outside a Worker
 }
 
 // Value returns the running job for Record, and defers to the attempt's
@@ -429,6 +430,9 @@ func (e *Executor) finish(ctx context.Context, ln *lane, j *Job, h *handler, br 
 	o := e.decide(ln, j, h, err, context.Cause(ctx), start, end, extra...)
 	if o.Kind == store.Complete {
 		o.Progress = progress.final(end)
+		if out := rj.output.Load(); out != nil {
+			o.Result = *out
+		}
 		if r := rj.result.Load(); r != nil {
 			o.Event = &store.Event{Kind: store.EventCompleted, Attempt: j.Attempt, At: start, Duration: o.Duration,
 				Worker: e.id, Reason: e.bound(r.reason), Note: e.bound(r.note)}

@@ -40,13 +40,14 @@ const (
 	Canceled State = "canceled"
 )
 
-// States lists every state in lifecycle order.
+// States lists every state in lifecycle order, but Blocked, which only
+// the jobs of a workflow can be in (see Blocked).
 var States = []State{Pending, Scheduled, Running, Completed, Dead, Canceled}
 
 // Valid reports whether s is one of the known states.
 func (s State) Valid() bool {
 	switch s {
-	case Pending, Scheduled, Running, Completed, Dead, Canceled:
+	case Pending, Scheduled, Running, Completed, Dead, Canceled, Blocked:
 		return true
 	}
 	return false
@@ -56,7 +57,7 @@ func (s State) Valid() bool {
 func ParseState(s string) (State, error) {
 	st := State(s)
 	if !st.Valid() {
-		return "", fmt.Errorf("store: unknown state %q (want pending, scheduled, running, completed, dead or canceled)", s)
+		return "", fmt.Errorf("store: unknown state %q (want pending, scheduled, running, completed, dead, canceled or blocked)", s)
 	}
 	return st, nil
 }
@@ -583,6 +584,10 @@ type Outcome struct {
 	// (redrive.Progress), which the completed job keeps; nil keeps what
 	// the store holds. Every other outcome clears the job's progress.
 	Progress *JobProgress
+	// Result is, for Complete, the result the handler recorded (JSON, at
+	// most MaxResult bytes; see CheckResult), which the completed job
+	// keeps for its dependents (Workflows.DependencyResults); nil: none.
+	Result json.RawMessage
 	// Failure fields, for Retry and Bury.
 	Error string
 	// Class is the failure's class; stores keep None as Unknown (see
@@ -646,6 +651,9 @@ func CheckOutcomes(outcomes []Outcome) error {
 	for i := range outcomes {
 		if o := &outcomes[i]; o.Kind < Complete || o.Kind > Cancel {
 			return fmt.Errorf("%w: outcome %d (job %d) has unknown kind %d", ErrInvalid, i, o.JobID, o.Kind)
+		}
+		if err := CheckResult(outcomes[i].Result); err != nil {
+			return fmt.Errorf("outcome %d (job %d): %w", i, outcomes[i].JobID, err)
 		}
 	}
 	return nil
@@ -1024,7 +1032,7 @@ type Store interface {
 	// Groups counts dead jobs matching f by fingerprint, largest first.
 	Groups(ctx context.Context, f Filter, limit int) ([]Group, error)
 
-	// Cancel cancels a pending, scheduled or dead job at once, and requests
+	// Cancel cancels a pending, scheduled, blocked or dead job at once, and requests
 	// cancellation of a running one (the worker sees it on its next
 	// heartbeat; a Notifier also announces it with CancelNotice).
 	// Completed and canceled jobs give ErrConflict.
@@ -1142,6 +1150,9 @@ type Store interface {
 
 	// LimitUse reads the use of the limits group by group (limituse.go).
 	LimitUse
+
+	// Workflows keeps workflows and batches (workflows.go).
+	Workflows
 
 	// Close releases the store's resources. Calls after Close return
 	// ErrClosed.

@@ -929,7 +929,7 @@ func splitPlain(outcomes []store.Outcome, order []int) (plain, rest []int) {
 // plainCompletion reports whether o is a completion without a history
 // event or progress, nor a fence on an expired lease.
 func plainCompletion(o *store.Outcome) bool {
-	return o.Kind == store.Complete && o.Event == nil && o.Progress == nil && o.ExpiredBy.IsZero()
+	return o.Kind == store.Complete && o.Event == nil && o.Progress == nil && o.Result == nil && o.ExpiredBy.IsZero()
 }
 
 // finishGeneral applies the outcomes order (sorted by job id) with the
@@ -948,6 +948,7 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 		pDones, pTotals                        []*int64
 		pAts                                   []*time.Time
 		follows                                []bool
+		results                                [][]byte
 	)
 	type fence struct {
 		id, lease int64
@@ -1026,6 +1027,7 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 			cnt.add(-1-i, o.CanceledCounters())
 		}
 		cancelEvents = append(cancelEvents, cancelEv)
+		results = append(results, o.Result)
 	}
 	byOrd := func(ord int32) (int, bool) {
 		if ord < 0 {
@@ -1034,7 +1036,7 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 		return int(ord), ord >= 0 && int(ord) < len(applied)
 	}
 	err := s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
-		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents, holds, follows)
+		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents, holds, follows, results)
 	if err != nil {
 		return err
 	}
@@ -1563,7 +1565,7 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 				return err
 			}
 			switch store.State(state) {
-			case store.Pending, store.Scheduled, store.Dead:
+			case store.Pending, store.Scheduled, store.Blocked, store.Dead:
 				if job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelNow, id, ts(now), ev), true); err != nil {
 					return err
 				}

@@ -72,7 +72,7 @@ func completions(outcomes []store.Outcome) ([]completeChunk, []int) {
 	byWorker := map[string][]int{}
 	for i := range outcomes {
 		o := &outcomes[i]
-		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || !o.ExpiredBy.IsZero() || seen[o.JobID] > 1 {
+		if o.Kind != store.Complete || o.Event != nil || o.Progress != nil || o.Result != nil || !o.ExpiredBy.IsZero() || seen[o.JobID] > 1 {
 			alone = append(alone, i)
 			continue
 		}

@@ -793,7 +793,7 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 					pDone, pTotal, pAt = p.Done, p.Total, micros(p.At)
 				}
 				res, err = s.stmt(tx, "complete").ExecContext(ctx, at, int64(o.Duration), pDone, pDone, pTotal, pDone, pAt, ev, ev,
-					fence[0], fence[1], fence[2], fence[3])
+					nullBytes(o.Result), fence[0], fence[1], fence[2], fence[3])
 				to = store.Completed
 			case store.Retry:
 				to = dueState(o.RunAt, o.At)
@@ -1373,10 +1373,13 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 			return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
 		}
 		switch store.State(state) {
-		case store.Pending, store.Scheduled, store.Dead:
+		case store.Pending, store.Scheduled, store.Blocked, store.Dead:
 			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'canceled', finished_at = ?,
 				history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ?`, micros(now), ev, id); err != nil {
 				return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
+			}
+			if store.State(state) == store.Blocked {
+				break // the trigger jobs_unblocked counts moves out of blocked
 			}
 			mv := moves{}
 			mv.move(queue, store.State(state), store.Canceled)

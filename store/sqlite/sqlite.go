@@ -231,6 +231,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		"journal_mode(WAL)",
 		"synchronous(" + sync + ")",
 		"foreign_keys(on)",
+		// A workflow's cancel cascades down its graph by the trigger
+		// jobs_flow firing itself (migration 0032).
+		"recursive_triggers(on)",
 		"cache_size(-16000)", // 16 MB page cache per connection
 		"temp_store(memory)",
 		"wal_autocheckpoint(" + strconv.Itoa(opts.CheckpointPages) + ")",
@@ -435,7 +438,8 @@ var writeSQL = map[string]string{
 	"complete": `UPDATE jobs SET state = 'completed', finished_at = ?, last_duration = ?, lease_until = NULL, worker = NULL, cancel_requested = 0,
 		progress_done = coalesce(?, progress_done), progress_total = CASE WHEN ? IS NULL THEN progress_total ELSE ? END,
 		progress_at = CASE WHEN ? IS NULL THEN progress_at ELSE ? END,
-		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END
+		history = CASE WHEN ? IS NULL THEN history ELSE json_insert(coalesce(history, '[]'), '$[#]', json(?)) END,
+		result = ?
 		` + fenced,
 	"retry": `UPDATE jobs SET state = ?, run_at = ?, retry_count = retry_count + 1, last_error = ?, last_error_class = ?, last_failed_at = ?,
 		last_duration = ?, last_delay = ?, lease_until = NULL, worker = NULL,

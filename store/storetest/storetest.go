@@ -219,6 +219,15 @@ var subtests = []subtest{
 	{"Trace", testTrace},
 	{"Audit", testAudit},
 	{"TraceReplay", testTraceReplay},
+	{"WorkflowWait", testWorkflowWait},
+	{"WorkflowCancelPolicy", testWorkflowCancelPolicy},
+	{"WorkflowRunAnyway", testWorkflowRunAnyway},
+	{"WorkflowCancel", testWorkflowCancel},
+	{"WorkflowInvalid", testWorkflowInvalid},
+	{"WorkflowIdempotent", testWorkflowIdempotent},
+	{"WorkflowResultCap", testWorkflowResultCap},
+	{"WorkflowModel", testWorkflowModel},
+	{"WorkflowConcurrent", testWorkflowConcurrent},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

@@ -1,0 +1,104 @@
+package redrive_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
+)
+
+// A diamond workflow: extract, then transform and index side by side,
+// then publish. Index fails for good and goes to the DLQ; under the
+// default policy (WaitOnDead) publish waits, blocked, without using an
+// attempt. The operator fixes index's payload and redrives it: it
+// completes, publish runs and reads what its dependencies recorded, and
+// the success callback fires, once.
+func ExampleNewWorkflow() {
+	ctx := context.Background()
+	client, quiet, done := exampleClient(ctx) // a SQLite store in a temporary folder
+	defer done()
+	worker := redrive.NewWorker(client, redrive.WorkerOptions{Logger: quiet, PollInterval: 10 * time.Millisecond})
+
+	type Step struct{ Shard string }
+	for _, kind := range []string{"extract", "transform"} {
+		redrive.Handle(worker, kind, func(ctx context.Context, job *redrive.Job, s Step) error {
+			return redrive.SetResult(ctx, map[string]string{"by": job.Kind})
+		})
+	}
+	redrive.Handle(worker, "index", func(ctx context.Context, job *redrive.Job, s Step) error {
+		if s.Shard == "" {
+			return &failure.Error{Class: failure.Permanent, Err: fmt.Errorf("no shard")}
+		}
+		return redrive.SetResult(ctx, map[string]string{"by": "index", "shard": s.Shard})
+	})
+	redrive.Handle(worker, "publish", func(ctx context.Context, job *redrive.Job, s Step) error {
+		deps, err := client.DependencyResults(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		for _, d := range deps {
+			fmt.Printf("publish reads %s: %s\n", d.Name, d.Result)
+		}
+		return nil
+	})
+	succeeded := make(chan struct{})
+	redrive.Handle(worker, "notify", func(ctx context.Context, job *redrive.Job, s Step) error {
+		close(succeeded) // a second run would panic
+		return nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { worker.Run(runCtx); close(stopped) }()
+
+	wf := redrive.NewWorkflow("nightly").
+		Add("extract", redrive.Request{Kind: "extract", Payload: Step{}}).
+		Add("transform", redrive.Request{Kind: "transform", Payload: Step{}}, "extract").
+		Add("index", redrive.Request{Kind: "index", Payload: Step{}}, "extract").
+		Add("publish", redrive.Request{Kind: "publish", Payload: Step{}}, "transform", "index").
+		OnSuccess(redrive.Request{Kind: "notify", Payload: Step{}})
+	w, err := client.EnqueueWorkflow(ctx, wf)
+	if err != nil {
+		panic(err)
+	}
+	id := map[string]int64{}
+	for _, j := range w.Jobs {
+		id[j.Name] = j.JobID
+	}
+	waitFor(client, id["index"], redrive.Dead)
+	waitFor(client, id["transform"], redrive.Completed)
+	w, _ = client.GetWorkflow(ctx, w.ID)
+	fmt.Println("workflow", w.State, "dead:", w.Counts[redrive.Dead], "blocked:", w.Counts["blocked"])
+
+	fixed, _ := json.Marshal(Step{Shard: "eu-1"})
+	client.Redrive(ctx, redrive.RedriveRequest{IDs: []int64{id["index"]}, Payload: json.RawMessage(fixed), Note: "shard set"})
+	<-succeeded
+	w, _ = client.GetWorkflow(ctx, w.ID)
+	fmt.Println("workflow", w.State)
+
+	stop()
+	<-stopped
+	// Output:
+	// workflow active dead: 1 blocked: 1
+	// publish reads transform: {"by":"transform"}
+	// publish reads index: {"by":"index","shard":"eu-1"}
+	// workflow succeeded
+}
+
+// A cycle, or a dependency on a job the workflow does not have, is
+// refused with an error naming it.
+func ExampleClient_EnqueueWorkflow_cycle() {
+	ctx := context.Background()
+	client, _, done := exampleClient(ctx)
+	defer done()
+	wf := redrive.NewWorkflow("bad").
+		Add("a", redrive.Request{Kind: "k"}, "c").
+		Add("b", redrive.Request{Kind: "k"}, "a").
+		Add("c", redrive.Request{Kind: "k"}, "b")
+	_, err := client.EnqueueWorkflow(ctx, wf)
+	fmt.Println(err)
+	// Output:
+	// redrive: enqueue workflow: sqlite: enqueue workflow: invalid workflow: dependency cycle: a -> b -> c -> a
+}

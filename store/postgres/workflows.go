@@ -1,0 +1,397 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// Workflows: the tables and the trigger that moves a workflow's jobs are
+// in migration 0032; this file inserts workflows and reads them.
+
+// wq renders a workflow statement for the store's schema.
+func (s *Store) wq(sql string) string {
+	schema := pgx.Identifier{s.schema}.Sanitize()
+	return strings.NewReplacer("{jobs}", schema+".jobs", "{workflows}", schema+".workflows", "{deps}", schema+".job_deps",
+		"{counters}", schema+".counters").Replace(sql)
+}
+
+type pgQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// EnqueueWorkflow implements store.Workflows. The jobs are inserted as
+// Enqueue inserts them (EnqueueTx), then the transaction marks them the
+// workflow's, blocks those with dependencies and the callbacks, and
+// inserts the edges: nothing is visible before it commits.
+func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now time.Time) (*store.Workflow, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	order, err := store.CheckWorkflow(&w)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue workflow: %w", err)
+	}
+	cbs := []struct {
+		col string
+		nj  *store.NewJob
+	}{{"on_success", w.OnSuccess}, {"on_complete", w.OnComplete}, {"on_death", w.OnDeath}}
+	jobs := make([]store.NewJob, 0, len(w.Jobs)+3)
+	nodes := make([]string, 0, len(w.Jobs)+3)
+	for _, i := range order {
+		jobs, nodes = append(jobs, w.Jobs[i].Job), append(nodes, w.Jobs[i].Name)
+	}
+	for _, c := range cbs {
+		if c.nj == nil {
+			continue
+		}
+		if c.nj.IdempotencyKey != "" {
+			return nil, fmt.Errorf("postgres: enqueue workflow: %w: callback %s has an idempotency key", store.ErrInvalid, c.col)
+		}
+		jobs, nodes = append(jobs, *c.nj), append(nodes, c.col)
+	}
+	var out *store.Workflow
+	err = s.retry(ctx, func() error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
+			out = nil
+			var wid int64
+			err := tx.QueryRow(ctx, s.wq(`INSERT INTO {workflows} (name, idem_key, on_dead, created_at, total) VALUES ($1, $2, $3, $4, $5)
+				ON CONFLICT (idem_key) DO NOTHING RETURNING id`), w.Name, nullText(w.IdempotencyKey), string(w.OnDead), ts(now), len(w.Jobs)).Scan(&wid)
+			if errors.Is(err, pgx.ErrNoRows) {
+				if err := tx.QueryRow(ctx, s.wq(`SELECT id FROM {workflows} WHERE idem_key = $1`), w.IdempotencyKey).Scan(&wid); err != nil {
+					return err
+				}
+				if out, err = s.getWorkflow(ctx, tx, wid); err != nil {
+					return err
+				}
+				out.Existing = true
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			created, err := s.EnqueueTx(ctx, tx, jobs, now)
+			if err != nil {
+				return err
+			}
+			ids := make([]int64, len(created))
+			byName := make(map[string]int64, len(created))
+			var blocked []int64
+			for k, j := range created {
+				ids[k] = j.ID
+				if k < len(w.Jobs) {
+					byName[nodes[k]] = j.ID
+					if len(w.Jobs[order[k]].After) > 0 {
+						blocked = append(blocked, j.ID)
+					}
+				} else {
+					blocked = append(blocked, j.ID)
+				}
+			}
+			members := ids[:len(w.Jobs)]
+			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET flow = $1, node = n.node
+				FROM unnest($2::bigint[], $3::text[]) AS n(id, node) WHERE j.id = n.id`), wid, members, nodes[:len(w.Jobs)]); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET node = n.node
+				FROM unnest($1::bigint[], $2::text[]) AS n(id, node) WHERE j.id = n.id`), ids[len(w.Jobs):], nodes[len(w.Jobs):]); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} SET state = 'blocked' WHERE id = ANY($1::bigint[])`), blocked); err != nil {
+				return err
+			}
+			var deps, dependents []int64
+			for k, i := range order {
+				for _, d := range w.Jobs[i].After {
+					deps, dependents = append(deps, byName[d]), append(dependents, ids[k])
+				}
+			}
+			if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {deps} (dep_id, job_id) SELECT * FROM unnest($1::bigint[], $2::bigint[])`), deps, dependents); err != nil {
+				return err
+			}
+			for k := len(w.Jobs); k < len(ids); k++ {
+				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET `+nodes[k]+` = $1 WHERE id = $2`), ids[k], wid); err != nil {
+					return err
+				}
+			}
+			out, err = s.getWorkflow(ctx, tx, wid)
+			return err
+		})
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) {
+			return nil, fmt.Errorf("postgres: enqueue workflow: %w", err)
+		}
+		return nil, s.fail("enqueue workflow", err)
+	}
+	return out, nil
+}
+
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+const workflowColumns = `id, name, coalesce(idem_key, ''), on_dead, created_at, canceled_at, total,
+	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0), completed, dead, canceled`
+
+func scanWorkflow(row pgx.Row) (*store.Workflow, error) {
+	var w store.Workflow
+	var onDead string
+	if err := row.Scan(&w.ID, &w.Name, &w.IdempotencyKey, &onDead, &w.CreatedAt, &w.CanceledAt, &w.Total,
+		&w.OnSuccess, &w.OnComplete, &w.OnDeath, &w.Completed, &w.Dead, &w.Canceled); err != nil {
+		return nil, err
+	}
+	w.OnDead = store.OnDead(onDead)
+	w.CreatedAt = w.CreatedAt.UTC()
+	if w.CanceledAt != nil {
+		t := w.CanceledAt.UTC()
+		w.CanceledAt = &t
+	}
+	return &w, nil
+}
+
+// workflowCounts fills w's counts by state, and its state, from its jobs.
+func (s *Store) workflowCounts(ctx context.Context, q pgQuerier, w *store.Workflow) error {
+	rows, err := q.Query(ctx, s.wq(`SELECT state, count(*) FROM {jobs} WHERE flow = $1 GROUP BY state`), w.ID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	w.Counts = map[store.State]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return err
+		}
+		w.Counts[store.State(st)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	w.State = store.WorkflowStateOf(w.CanceledAt != nil, w.Total, w.Completed, w.Dead, w.Canceled)
+	return nil
+}
+
+func (s *Store) getWorkflow(ctx context.Context, q pgQuerier, id int64) (*store.Workflow, error) {
+	w, err := scanWorkflow(q.QueryRow(ctx, s.wq(`SELECT `+workflowColumns+` FROM {workflows} WHERE id = $1`), id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("workflow %d: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.workflowCounts(ctx, q, w); err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, s.wq(`SELECT j.id, coalesce(j.node, ''), j.kind, j.state, d.dep_id FROM {jobs} j LEFT JOIN {deps} d ON d.job_id = j.id
+		WHERE j.flow = $1 ORDER BY j.id, d.dep_id`), id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var jid int64
+		var node, kind, state string
+		var dep *int64
+		if err := rows.Scan(&jid, &node, &kind, &state, &dep); err != nil {
+			return nil, err
+		}
+		if n := len(w.Jobs); n == 0 || w.Jobs[n-1].JobID != jid {
+			w.Jobs = append(w.Jobs, store.WorkflowJob{Name: node, JobID: jid, Kind: kind, State: store.State(state), After: []int64{}})
+		}
+		if dep != nil {
+			last := &w.Jobs[len(w.Jobs)-1]
+			last.After = append(last.After, *dep)
+		}
+	}
+	return w, rows.Err()
+}
+
+// GetWorkflow implements store.Workflows.
+func (s *Store) GetWorkflow(ctx context.Context, id int64) (*store.Workflow, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out *store.Workflow
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		out, err = s.getWorkflow(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		return nil, s.fail("get workflow", err)
+	}
+	return out, nil
+}
+
+// ListWorkflows implements store.Workflows.
+func (s *Store) ListWorkflows(ctx context.Context, before int64, limit int) ([]*store.Workflow, int64, error) {
+	if err := s.check(); err != nil {
+		return nil, 0, err
+	}
+	if limit <= 0 || limit > store.MaxPageSize {
+		limit = store.DefaultPageSize
+	}
+	if before <= 0 {
+		before = 1 << 62
+	}
+	var out []*store.Workflow
+	var next int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		out, next = nil, 0
+		rows, err := tx.Query(ctx, s.wq(`SELECT `+workflowColumns+` FROM {workflows} WHERE id < $1 ORDER BY id DESC LIMIT $2`), before, limit+1)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			w, err := scanWorkflow(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			out = append(out, w)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) > limit {
+			out = out[:limit]
+			next = out[limit-1].ID
+		}
+		for _, w := range out {
+			if err := s.workflowCounts(ctx, tx, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, s.fail("list workflows", err)
+	}
+	return out, next, nil
+}
+
+// CancelWorkflow implements store.Workflows. The workflow's row is
+// locked first, as the trigger locks it, so that no completion of one of
+// its jobs interleaves with the cancel.
+func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*store.Workflow, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	ev, err := eventJSON(&store.Event{Kind: store.EventCanceled, At: now, Reason: "workflow_canceled"})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: cancel workflow: %w", err)
+	}
+	var out *store.Workflow
+	err = s.retry(ctx, func() error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
+			var canceled *time.Time
+			err := tx.QueryRow(ctx, s.wq(`SELECT canceled_at FROM {workflows} WHERE id = $1 FOR UPDATE`), id).Scan(&canceled)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("workflow %d: %w", id, store.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			if canceled == nil {
+				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET canceled_at = $2 WHERE id = $1`), id, ts(now)); err != nil {
+					return err
+				}
+				// The callbacks first, so that the cancel of the last
+				// jobs fires none; the jobs with the callbacks in one
+				// statement would let the trigger see a callback still
+				// blocked. No cascade counts twice: the trigger cancels
+				// only blocked jobs, and this statement's rows are
+				// counted by the job_counts triggers whoever moves them.
+				for _, sel := range []string{
+					`SELECT unnest(ARRAY[on_success, on_complete, on_death]) FROM {workflows} WHERE id = $1`,
+					`SELECT id FROM {jobs} WHERE flow = $1`,
+				} {
+					if _, err := tx.Exec(ctx, s.wq(`WITH c AS (
+						UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)
+						WHERE id IN (`+sel+`) AND state IN ('pending', 'scheduled', 'blocked')
+						RETURNING queue)
+					INSERT INTO {counters} AS x (queue, name, shard, n)
+					SELECT queue, 'canceled', 0, count(*) FROM c GROUP BY queue ORDER BY queue
+					ON CONFLICT (queue, name, shard) DO UPDATE SET n = x.n + excluded.n`), id, ts(now), ev); err != nil {
+						return err
+					}
+				}
+				if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} SET cancel_requested = true WHERE flow = $1 AND state = 'running'`), id); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, s.sql.cancelNotify, store.CancelNotice); err != nil {
+					return err
+				}
+			}
+			out, err = s.getWorkflow(ctx, tx, id)
+			return err
+		})
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("postgres: cancel %w", err)
+		}
+		return nil, s.fail("cancel workflow", err)
+	}
+	return out, nil
+}
+
+// DependencyResults implements store.Workflows.
+func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.DependencyResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var out []store.DependencyResult
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		out = []store.DependencyResult{}
+		var n int
+		if err := tx.QueryRow(ctx, s.wq(`SELECT count(*) FROM {jobs} WHERE id = $1`), jobID).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("job %d: %w", jobID, store.ErrNotFound)
+		}
+		rows, err := tx.Query(ctx, s.wq(`SELECT j.id, coalesce(j.node, ''), j.state, j.result FROM {deps} d JOIN {jobs} j ON j.id = d.dep_id
+			WHERE d.job_id = $1 ORDER BY j.id`), jobID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r store.DependencyResult
+			var st string
+			var res []byte
+			if err := rows.Scan(&r.JobID, &r.Name, &st, &res); err != nil {
+				return err
+			}
+			r.State = store.State(st)
+			if len(res) > 0 {
+				r.Result = res
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("postgres: dependency results: %w", err)
+		}
+		return nil, s.fail("dependency results", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,407 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// Workflows: the tables and the trigger that moves a workflow's jobs are
+// in migration 0032; this file inserts workflows and reads them.
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+const insertMember = `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable,
+	created_at, run_at, priority, trace, flow, node) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`
+
+// EnqueueWorkflow implements store.Workflows.
+func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now time.Time) (*store.Workflow, error) {
+	order, err := store.CheckWorkflow(&w)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue workflow: %w", err)
+	}
+	for i := range w.Jobs {
+		if err := validateNew(&w.Jobs[i].Job); err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue workflow: job %q: %w", w.Jobs[i].Name, err)
+		}
+	}
+	callbacks := []struct {
+		col string
+		nj  *store.NewJob
+	}{{"on_success", w.OnSuccess}, {"on_complete", w.OnComplete}, {"on_death", w.OnDeath}}
+	for _, c := range callbacks {
+		if c.nj == nil {
+			continue
+		}
+		if c.nj.IdempotencyKey != "" {
+			return nil, fmt.Errorf("sqlite: enqueue workflow: %w: callback %s has an idempotency key", store.ErrInvalid, c.col)
+		}
+		if err := validateNew(c.nj); err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
+		}
+	}
+	var out *store.Workflow
+	err = s.writeEnqueue(ctx, len(w.Jobs), func(tx *sql.Conn) error {
+		out = nil
+		if w.IdempotencyKey != "" {
+			var id int64
+			err := tx.QueryRowContext(ctx, `SELECT id FROM workflows WHERE idem_key = ?`, w.IdempotencyKey).Scan(&id)
+			if err == nil {
+				out, err = getWorkflow(ctx, tx, id)
+				if err != nil {
+					return err
+				}
+				out.Existing = true
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+			}
+		}
+		var wid int64
+		if err := tx.QueryRowContext(ctx, `INSERT INTO workflows (name, idem_key, on_dead, created_at, total) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+			w.Name, nullString(w.IdempotencyKey), string(w.OnDead), micros(now), len(w.Jobs)).Scan(&wid); err != nil {
+			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+		}
+		ins, err := tx.PrepareContext(ctx, insertMember)
+		if err != nil {
+			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+		}
+		defer ins.Close()
+		counts := map[[2]string]int64{}
+		mv := moves{}
+		ids := make(map[string]int64, len(w.Jobs))
+		news := make([]store.NewJob, 0, len(w.Jobs)+3)
+		outs := make([]*store.Job, 0, len(w.Jobs)+3)
+		insert := func(nj *store.NewJob, blocked bool, flow any, node string) (int64, error) {
+			r := newRow(nj, now)
+			if blocked {
+				r.state = store.Blocked
+			}
+			var id int64
+			if err := ins.QueryRowContext(ctx, append(r.args(), flow, node)...).Scan(&id); err != nil {
+				return 0, err
+			}
+			counts[[2]string{nj.Queue, store.StatEnqueued}]++
+			mv.move(nj.Queue, "", r.state)
+			news, outs = append(news, *nj), append(outs, r.job(id, nj))
+			return id, nil
+		}
+		for _, i := range order {
+			n := &w.Jobs[i]
+			id, err := insert(&n.Job, len(n.After) > 0, wid, n.Name)
+			if err != nil {
+				return fmt.Errorf("sqlite: enqueue workflow: job %q: %w", n.Name, err)
+			}
+			ids[n.Name] = id
+			for _, d := range n.After {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO job_deps (dep_id, job_id) VALUES (?, ?)`, ids[d], id); err != nil {
+					return fmt.Errorf("sqlite: enqueue workflow: job %q: %w", n.Name, err)
+				}
+			}
+		}
+		for _, c := range callbacks {
+			if c.nj == nil {
+				continue
+			}
+			id, err := insert(c.nj, true, nil, c.col)
+			if err != nil {
+				return fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE workflows SET `+c.col+` = ? WHERE id = ?`, id, wid); err != nil {
+				return fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
+			}
+		}
+		if err := s.setLimits(ctx, tx, news, outs, now); err != nil {
+			return err
+		}
+		if err := s.setFair(ctx, tx, news, outs); err != nil {
+			return err
+		}
+		if err := s.addMoves(ctx, tx, mv); err != nil {
+			return err
+		}
+		if err := s.addCounters(ctx, tx, counts); err != nil {
+			return err
+		}
+		out, err = getWorkflow(ctx, tx, wid)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+const workflowColumns = `id, name, coalesce(idem_key, ''), on_dead, created_at, canceled_at, total,
+	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0), completed, dead, canceled`
+
+func scanWorkflow(sc scanner) (*store.Workflow, error) {
+	var w store.Workflow
+	var onDead string
+	var created int64
+	var canceled sql.NullInt64
+	if err := sc.Scan(&w.ID, &w.Name, &w.IdempotencyKey, &onDead, &created, &canceled, &w.Total,
+		&w.OnSuccess, &w.OnComplete, &w.OnDeath, &w.Completed, &w.Dead, &w.Canceled); err != nil {
+		return nil, err
+	}
+	w.OnDead = store.OnDead(onDead)
+	w.CreatedAt = fromMicros(created)
+	w.CanceledAt = optTime(canceled)
+	return &w, nil
+}
+
+// workflowCounts fills w's counts by state, and its state, from its jobs
+// (one range of the jobs_flow index).
+func workflowCounts(ctx context.Context, q querier, w *store.Workflow) error {
+	rows, err := q.QueryContext(ctx, `SELECT state, count(*) FROM jobs WHERE flow = ? GROUP BY state`, w.ID)
+	if err != nil {
+		return fmt.Errorf("sqlite: workflow %d: %w", w.ID, err)
+	}
+	defer rows.Close()
+	w.Counts = map[store.State]int64{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return fmt.Errorf("sqlite: workflow %d: %w", w.ID, err)
+		}
+		w.Counts[store.State(st)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: workflow %d: %w", w.ID, err)
+	}
+	w.State = store.WorkflowStateOf(w.CanceledAt != nil, w.Total, w.Completed, w.Dead, w.Canceled)
+	return nil
+}
+
+func getWorkflow(ctx context.Context, q querier, id int64) (*store.Workflow, error) {
+	w, err := scanWorkflow(q.QueryRowContext(ctx, `SELECT `+workflowColumns+` FROM workflows WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
+	}
+	if err := workflowCounts(ctx, q, w); err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT j.id, j.node, j.kind, j.state, d.dep_id FROM jobs j LEFT JOIN job_deps d ON d.job_id = j.id
+		WHERE j.flow = ? ORDER BY j.id, d.dep_id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var jid int64
+		var node, kind, state string
+		var dep sql.NullInt64
+		if err := rows.Scan(&jid, &node, &kind, &state, &dep); err != nil {
+			return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
+		}
+		if n := len(w.Jobs); n == 0 || w.Jobs[n-1].JobID != jid {
+			w.Jobs = append(w.Jobs, store.WorkflowJob{Name: node, JobID: jid, Kind: kind, State: store.State(state), After: []int64{}})
+		}
+		if dep.Valid {
+			last := &w.Jobs[len(w.Jobs)-1]
+			last.After = append(last.After, dep.Int64)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
+	}
+	return w, nil
+}
+
+// GetWorkflow implements store.Workflows.
+func (s *Store) GetWorkflow(ctx context.Context, id int64) (*store.Workflow, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
+	}
+	defer tx.Rollback()
+	return getWorkflow(ctx, tx, id)
+}
+
+// ListWorkflows implements store.Workflows.
+func (s *Store) ListWorkflows(ctx context.Context, before int64, limit int) ([]*store.Workflow, int64, error) {
+	if limit <= 0 || limit > store.MaxPageSize {
+		limit = store.DefaultPageSize
+	}
+	if before <= 0 {
+		before = 1 << 62
+	}
+	db, err := s.readDB()
+	if err != nil {
+		return nil, 0, err
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, 0, fmt.Errorf("sqlite: workflows: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT `+workflowColumns+` FROM workflows WHERE id < ? ORDER BY id DESC LIMIT ?`, before, limit+1)
+	if err != nil {
+		return nil, 0, fmt.Errorf("sqlite: workflows: %w", err)
+	}
+	var out []*store.Workflow
+	for rows.Next() {
+		w, err := scanWorkflow(rows)
+		if err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("sqlite: workflows: %w", err)
+		}
+		out = append(out, w)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("sqlite: workflows: %w", err)
+	}
+	var next int64
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].ID
+	}
+	for _, w := range out {
+		if err := workflowCounts(ctx, tx, w); err != nil {
+			return nil, 0, err
+		}
+	}
+	return out, next, nil
+}
+
+// CancelWorkflow implements store.Workflows.
+func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*store.Workflow, error) {
+	ev, err := eventJSON(&store.Event{Kind: store.EventCanceled, At: now, Reason: "workflow_canceled"})
+	if err != nil {
+		return nil, err
+	}
+	var out *store.Workflow
+	err = s.write(ctx, func(tx *sql.Conn) error {
+		var canceled sql.NullInt64
+		err := tx.QueryRowContext(ctx, `SELECT canceled_at FROM workflows WHERE id = ?`, id).Scan(&canceled)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sqlite: cancel workflow %d: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
+		}
+		if !canceled.Valid {
+			if _, err := tx.ExecContext(ctx, `UPDATE workflows SET canceled_at = ? WHERE id = ?`, micros(now), id); err != nil {
+				return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
+			}
+			// One by one, newest first: the callbacks (so that the cancel
+			// of the last jobs fires none), then each job before its
+			// dependencies (ids follow the graph's order), so that no
+			// cancel cascades and each job is counted by this code.
+			rows, err := tx.QueryContext(ctx, `SELECT id, queue, state FROM jobs WHERE state IN ('pending', 'scheduled', 'blocked')
+				AND (flow = ?1 OR id IN (SELECT on_success FROM workflows WHERE id = ?1 UNION ALL
+					SELECT on_complete FROM workflows WHERE id = ?1 UNION ALL SELECT on_death FROM workflows WHERE id = ?1))
+				ORDER BY id DESC`, id)
+			if err != nil {
+				return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
+			}
+			type waitingJob struct {
+				id           int64
+				queue, state string
+			}
+			var jobs []waitingJob
+			for rows.Next() {
+				var j waitingJob
+				if err := rows.Scan(&j.id, &j.queue, &j.state); err != nil {
+					rows.Close()
+					return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
+				}
+				jobs = append(jobs, j)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
+			}
+			mv := moves{}
+			counts := map[[2]string]int64{}
+			for _, j := range jobs {
+				res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'canceled', finished_at = ?,
+					history = json_insert(coalesce(history, '[]'), '$[#]', json(?)) WHERE id = ? AND state = ?`, micros(now), ev, j.id, j.state)
+				n, err := rowsChanged(res, err)
+				if err != nil {
+					return fmt.Errorf("sqlite: cancel workflow %d: job %d: %w", id, j.id, err)
+				}
+				if n == 1 && j.state != string(store.Blocked) { // the trigger jobs_unblocked counts those
+					mv.move(j.queue, store.State(j.state), store.Canceled)
+					counts[[2]string{j.queue, store.StatCanceled}]++
+				}
+			}
+			if err := s.addMoves(ctx, tx, mv); err != nil {
+				return err
+			}
+			if err := s.addCounters(ctx, tx, counts); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET cancel_requested = 1 WHERE flow = ? AND state = 'running'`, id); err != nil {
+				return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
+			}
+		}
+		out, err = getWorkflow(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DependencyResults implements store.Workflows.
+func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.DependencyResult, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM jobs WHERE id = ?`, jobID).Scan(&n); err != nil {
+		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, store.ErrNotFound)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT j.id, coalesce(j.node, ''), j.state, j.result FROM job_deps d JOIN jobs j ON j.id = d.dep_id
+		WHERE d.job_id = ? ORDER BY j.id`, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
+	}
+	defer rows.Close()
+	out := []store.DependencyResult{}
+	for rows.Next() {
+		var r store.DependencyResult
+		var st string
+		var res []byte
+		if err := rows.Scan(&r.JobID, &r.Name, &st, &res); err != nil {
+			return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
+		}
+		r.State = store.State(st)
+		if len(res) > 0 {
+			r.Result = res
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,413 @@
+package storetest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// testWorkflowModel runs random workflows (random DAGs, each failure
+// policy) through random interleavings of two workers fetching,
+// completing, retrying and burying jobs, stale outcomes (the other
+// worker's, or a second one of a lease), cancels of jobs (waiting or
+// running), redrives of dead jobs and cancels of the whole workflow,
+// against an in-memory model of the contract (docs/design.md,
+// "Workflows"). After every step each job's state must be the model's:
+// so a fetch leases only jobs whose dependencies allow it, and each
+// callback fires at most once and when the model says. The job counts
+// are checked against the jobs at the end of each run.
+func testWorkflowModel(x *h) {
+	seed := uint64(time.Now().UnixNano())
+	x.t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed>>7))
+	for run := range 12 {
+		policy := []store.OnDead{store.WaitOnDead, store.CancelOnDead, store.RunOnDead}[run%3]
+		m := newFlowModel(x, rng, fmt.Sprintf("wfm-%d", run), policy)
+		for step := 0; step < 150 && !m.done(); step++ {
+			m.step()
+			m.check(fmt.Sprintf("run %d (%s), step %d", run, policy, step))
+			if x.t.Failed() {
+				x.t.Fatalf("run %d (%s) diverged at step %d (seed %d); actions:\n%s", run, policy, step, seed, m.log)
+			}
+		}
+		x.checkAllCounts(fmt.Sprintf("run %d", run))
+	}
+}
+
+// mjob is the model of one job: a member of the workflow or a callback.
+type mjob struct {
+	id        int64
+	name      string
+	member    bool
+	state     store.State
+	lease     int64
+	worker    string
+	attempt   int
+	cancelReq bool
+	deps      []int // members it depends on
+	done      map[int]bool
+	leased    *store.Job // the job as last leased
+}
+
+type flowModel struct {
+	x      *h
+	rng    *rand.Rand
+	queue  string
+	policy store.OnDead
+	now    time.Time
+	jobs   []*mjob // members, then on_success, on_complete, on_death
+	n      int     // members
+	log    string
+	wid    int64
+}
+
+const (
+	cbSuccess = iota
+	cbComplete
+	cbDeath
+)
+
+func newFlowModel(x *h, rng *rand.Rand, queue string, policy store.OnDead) *flowModel {
+	n := 3 + rng.IntN(8)
+	w := store.NewWorkflow{OnDead: policy}
+	m := &flowModel{x: x, rng: rng, queue: queue, policy: policy, now: at(0), n: n}
+	for i := range n {
+		var after []string
+		var deps []int
+		for j := range i {
+			if rng.IntN(3) == 0 {
+				after, deps = append(after, fmt.Sprint("n", j)), append(deps, j)
+			}
+		}
+		w.Jobs = append(w.Jobs, store.WorkflowNode{Name: fmt.Sprint("n", i), After: after,
+			Job: store.NewJob{Queue: queue, Kind: fmt.Sprint("n", i), MaxRetries: -1}})
+		st := store.Pending
+		if len(deps) > 0 {
+			st = store.Blocked
+		}
+		m.jobs = append(m.jobs, &mjob{name: fmt.Sprint("n", i), member: true, state: st, deps: deps, done: map[int]bool{}})
+	}
+	for _, k := range []string{"on_success", "on_complete", "on_death"} {
+		nj := store.NewJob{Queue: queue, Kind: k, MaxRetries: -1}
+		switch k {
+		case "on_success":
+			w.OnSuccess = &nj
+		case "on_complete":
+			w.OnComplete = &nj
+		default:
+			w.OnDeath = &nj
+		}
+		m.jobs = append(m.jobs, &mjob{name: k, state: store.Blocked})
+	}
+	f := x.enqueueFlow(w, m.now)
+	m.wid = f.w.ID
+	for i := range n {
+		m.jobs[i].id = f.ids[fmt.Sprint("n", i)]
+	}
+	m.jobs[n+cbSuccess].id, m.jobs[n+cbComplete].id, m.jobs[n+cbDeath].id = f.w.OnSuccess, f.w.OnComplete, f.w.OnDeath
+	return m
+}
+
+func (m *flowModel) logf(format string, args ...any) {
+	m.log += fmt.Sprintf(format, args...) + "\n"
+}
+
+func final(s store.State) bool {
+	return s == store.Completed || s == store.Dead || s == store.Canceled
+}
+
+// done reports whether nothing can happen any more but redrives.
+func (m *flowModel) done() bool {
+	for _, j := range m.jobs {
+		if j.state == store.Pending || j.state == store.Running {
+			return false
+		}
+	}
+	for _, j := range m.jobs[:m.n] {
+		if j.state == store.Dead && m.rng.IntN(2) == 0 {
+			return false // a redrive may come
+		}
+	}
+	return true
+}
+
+// moved applies the consequences of member i's move from old to its
+// state, as the contract says.
+func (m *flowModel) moved(i int, old store.State) {
+	j := m.jobs[i]
+	st := j.state
+	if !final(st) && !final(old) {
+		return
+	}
+	if !final(st) {
+		return // a redrive: its dependents wait for its completion
+	}
+	release := st == store.Completed || m.policy == store.RunOnDead
+	cascade := !release && (st == store.Canceled || m.policy == store.CancelOnDead)
+	for k, d := range m.jobs[:m.n] {
+		if !slices.Contains(d.deps, i) {
+			continue
+		}
+		if release {
+			d.done[i] = true
+			if d.state == store.Blocked && len(d.done) == len(d.deps) {
+				d.state = store.Pending
+			}
+		} else if cascade && d.state == store.Blocked {
+			d.state = store.Canceled
+			m.moved(k, store.Blocked)
+		}
+	}
+	if st == store.Canceled && m.jobs[m.n+cbSuccess].state == store.Blocked {
+		m.jobs[m.n+cbSuccess].state = store.Canceled
+	}
+	var completed, finished int
+	for _, d := range m.jobs[:m.n] {
+		if d.state == store.Completed {
+			completed++
+		}
+		if final(d.state) {
+			finished++
+		}
+	}
+	fire := func(cb int, cond bool) {
+		if c := m.jobs[m.n+cb]; cond && c.state == store.Blocked {
+			c.state = store.Pending
+		}
+	}
+	fire(cbDeath, st == store.Dead)
+	fire(cbComplete, finished == m.n)
+	fire(cbSuccess, completed == m.n)
+}
+
+func (m *flowModel) pick(pred func(*mjob) bool) (int, bool) {
+	var idx []int
+	for i, j := range m.jobs {
+		if pred(j) {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return 0, false
+	}
+	return idx[m.rng.IntN(len(idx))], true
+}
+
+func (m *flowModel) step() {
+	m.now = m.now.Add(time.Second)
+	x := m.x
+	worker := []string{"w1", "w2"}[m.rng.IntN(2)]
+	switch r := m.rng.IntN(100); {
+	case r < 30: // fetch
+		limit := 1 + m.rng.IntN(3)
+		got := x.fetch(store.FetchParams{Queue: m.queue, Limit: limit, Now: m.now, LeaseUntil: m.now.Add(time.Hour), Worker: worker})
+		m.logf("%s fetches %d: %d jobs", worker, limit, len(got))
+		pending := 0
+		for _, j := range m.jobs {
+			if j.state == store.Pending {
+				pending++
+			}
+		}
+		if len(got) != min(limit, pending) {
+			x.t.Errorf("fetch of %d leased %d jobs, the model has %d pending", limit, len(got), pending)
+		}
+		for _, g := range got {
+			i := slices.IndexFunc(m.jobs, func(j *mjob) bool { return j.id == g.ID })
+			if i < 0 || m.jobs[i].state != store.Pending {
+				x.t.Errorf("fetch leased job %d, which the model has not pending", g.ID)
+				continue
+			}
+			j := m.jobs[i]
+			j.state, j.lease, j.worker, j.leased = store.Running, g.Lease, worker, g
+			j.attempt++
+			m.logf("  leased %s", j.name)
+		}
+	case r < 75: // an outcome of a running job
+		i, ok := m.pick(func(j *mjob) bool { return j.state == store.Running })
+		if !ok {
+			return
+		}
+		j := m.jobs[i]
+		var o store.Outcome
+		var to store.State
+		switch k := m.rng.IntN(10); {
+		case k < 6:
+			o, to = completeOf(j.leased, m.now), store.Completed
+		case k < 8:
+			o, to = buryNow(j.leased, m.now), store.Dead
+		default:
+			o = outcome(j.leased, store.Retry, m.now)
+			o.RunAt, o.Error, to = m.now, "again", store.Pending
+			if j.cancelReq {
+				to = store.Canceled
+			}
+		}
+		stale := o
+		stale.Worker = map[string]string{"w1": "w2", "w2": "w1"}[j.worker]
+		outs := []store.Outcome{o}
+		if m.rng.IntN(3) == 0 {
+			outs = append([]store.Outcome{stale}, outs...) // the other worker's, stale
+		}
+		if m.rng.IntN(3) == 0 {
+			outs = append(outs, o) // a second of the lease, stale
+		}
+		applied := x.finishApplied(outs...)
+		m.logf("%s ends %s: %s (%d outcomes)", j.worker, j.name, to, len(outs))
+		for k, a := range applied {
+			if want := outs[k].Worker == o.Worker && k == slices.IndexFunc(outs, func(p store.Outcome) bool { return p.Worker == o.Worker }); a != want {
+				x.t.Errorf("outcome %d of %d for %s applied %v, want %v", k, len(outs), j.name, a, want)
+			}
+		}
+		old := j.state
+		j.state, j.cancelReq, j.worker = to, false, ""
+		if to == store.Pending && !j.member {
+			return
+		}
+		if j.member {
+			m.moved(i, old)
+		}
+	case r < 85: // redrive a dead job
+		i, ok := m.pick(func(j *mjob) bool { return j.state == store.Dead })
+		if !ok {
+			return
+		}
+		j := m.jobs[i]
+		res := x.redrive(store.RedriveParams{IDs: []int64{j.id}, Now: m.now})
+		m.logf("redrive %s: %+v", j.name, res)
+		j.state, j.attempt = store.Pending, 0
+		if j.member {
+			m.moved(i, store.Dead)
+		}
+	case r < 97: // cancel a job
+		i, ok := m.pick(func(j *mjob) bool { return !final(j.state) || j.state == store.Dead })
+		if !ok {
+			return
+		}
+		j := m.jobs[i]
+		x.cancel(j.id, m.now)
+		m.logf("cancel %s (%s)", j.name, j.state)
+		if j.state == store.Running {
+			j.cancelReq = true
+			return
+		}
+		old := j.state
+		j.state = store.Canceled
+		if j.member {
+			m.moved(i, old)
+		}
+	default: // cancel the workflow
+		if _, err := m.x.s.CancelWorkflow(x.ctx, m.wid, m.now); err != nil {
+			x.t.Fatalf("CancelWorkflow: %v", err)
+		}
+		m.logf("cancel the workflow")
+		for k := len(m.jobs) - 1; k >= 0; k-- {
+			j := m.jobs[k]
+			if !j.member && j.state != store.Blocked && j.state != store.Pending {
+				continue
+			}
+			switch j.state {
+			case store.Pending, store.Scheduled, store.Blocked:
+				j.state = store.Canceled
+				if j.member {
+					m.moved(k, store.Blocked)
+				}
+			case store.Running:
+				j.cancelReq = true
+			}
+		}
+	}
+}
+
+func (m *flowModel) check(what string) {
+	var counts [3]int64
+	for _, j := range m.jobs[:m.n] {
+		switch j.state {
+		case store.Completed:
+			counts[0]++
+		case store.Dead:
+			counts[1]++
+		case store.Canceled:
+			counts[2]++
+		}
+	}
+	if w := m.x.getFlow(m.wid); [3]int64{w.Completed, w.Dead, w.Canceled} != counts {
+		m.x.t.Errorf("%s: workflow counts completed, dead, canceled %d, %d, %d; the model says %v", what, w.Completed, w.Dead, w.Canceled, counts)
+	}
+	for _, j := range m.jobs {
+		got := m.x.get(j.id)
+		if got.State != j.state {
+			m.x.t.Errorf("%s: job %s is %s, the model says %s", what, j.name, got.State, j.state)
+		}
+		if got.State == store.Running && got.CancelRequested != j.cancelReq {
+			m.x.t.Errorf("%s: running job %s: cancel requested %v, the model says %v", what, j.name, got.CancelRequested, j.cancelReq)
+		}
+	}
+}
+
+// testWorkflowConcurrent: the dependencies of jobs complete in
+// concurrent calls (four goroutines, one outcome a call, in shuffled
+// orders), as workers of a fleet complete them: every fan-in job is
+// released exactly once (pending, never left blocked), and each
+// workflow's success callback fires once.
+func testWorkflowConcurrent(x *h) {
+	const q, flows, width, workers = "wf-conc", 8, 12, 4
+	var ids []flow
+	for range flows {
+		w := store.NewWorkflow{OnSuccess: &store.NewJob{Queue: q + "-cb", Kind: "done", MaxRetries: -1}}
+		var after []string
+		for i := range width {
+			name := fmt.Sprint("dep", i)
+			after = append(after, name)
+			w.Jobs = append(w.Jobs, store.WorkflowNode{Name: name, Job: store.NewJob{Queue: q, Kind: "dep", MaxRetries: -1}})
+		}
+		w.Jobs = append(w.Jobs, store.WorkflowNode{Name: "fanin", Job: store.NewJob{Queue: q + "-in", Kind: "fanin", MaxRetries: -1}, After: after})
+		ids = append(ids, x.enqueueFlow(w, at(0)))
+	}
+	var leased [workers][]*store.Job
+	for k := range workers {
+		leased[k] = x.fetch(store.FetchParams{Queue: q, Limit: flows * width / workers, Now: at(time.Second), LeaseUntil: at(time.Hour),
+			Worker: fmt.Sprint("w", k)})
+		rand.Shuffle(len(leased[k]), func(i, j int) { leased[k][i], leased[k][j] = leased[k][j], leased[k][i] })
+	}
+	errs := make(chan error, workers)
+	for k := range workers {
+		go func() {
+			for _, j := range leased[k] {
+				applied, err := x.s.Finish(x.ctx, []store.Outcome{completeOf(j, at(2*time.Second))})
+				if err == nil && !applied[0] {
+					err = fmt.Errorf("completion of job %d not applied", j.ID)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			x.t.Fatalf("Finish: %v", err)
+		}
+	}
+	in := x.fetch(store.FetchParams{Queue: q + "-in", Limit: 1000, Now: at(3 * time.Second), LeaseUntil: at(time.Hour), Worker: "w"})
+	if len(in) != flows {
+		x.t.Errorf("%d fan-in jobs released, want %d", len(in), flows)
+	}
+	for _, j := range in {
+		x.finish(completeOf(j, at(4*time.Second)))
+	}
+	cbs := x.fetch(store.FetchParams{Queue: q + "-cb", Limit: 1000, Now: at(5 * time.Second), LeaseUntil: at(time.Hour), Worker: "w"})
+	if len(cbs) != flows {
+		x.t.Errorf("%d success callbacks fired, want %d", len(cbs), flows)
+	}
+	for _, f := range ids {
+		if w := x.getFlow(f.w.ID); w.State != store.WorkflowSucceeded {
+			x.t.Errorf("workflow %d is %s, want succeeded", w.ID, w.State)
+		}
+	}
+	x.checkAllCounts("end")
+}

@@ -1,0 +1,206 @@
+package redrive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redrivehq/redrive/store"
+)
+
+// OnDead is a workflow's failure policy: what becomes of the dependents
+// of a job that died (see docs/design.md, "Workflows").
+type OnDead = store.OnDead
+
+// The failure policies.
+const (
+	// WaitOnDead (the default): the dependents of a dead job stay
+	// blocked until it is redriven and completes.
+	WaitOnDead = store.WaitOnDead
+	// CancelOnDead: the dependents of a dead job are canceled.
+	CancelOnDead = store.CancelOnDead
+	// RunOnDead: the dependents of a dead job run anyway.
+	RunOnDead = store.RunOnDead
+)
+
+// WorkflowInfo is a workflow as stored: its state, counts, jobs and
+// callbacks.
+type WorkflowInfo = store.Workflow
+
+// WorkflowJob is one job of a stored workflow.
+type WorkflowJob = store.WorkflowJob
+
+// DependencyResult is what a workflow's job reads of one of its
+// dependencies (Client.DependencyResults).
+type DependencyResult = store.DependencyResult
+
+// WorkflowError is the error (wrapping ErrInvalid) of a workflow whose
+// dependencies name no job or form a cycle; it names them.
+type WorkflowError = store.WorkflowError
+
+// Workflow builds a workflow: jobs, the jobs each waits for, callbacks
+// and a failure policy, enqueued as a whole by Client.EnqueueWorkflow. A
+// workflow whose jobs wait for none is a batch. Its methods return it,
+// so that calls chain; the first mistake is kept and reported by the
+// enqueue.
+type Workflow struct {
+	w    store.NewWorkflow
+	reqs []Request
+	cbs  [3]*Request // success, complete, death
+}
+
+// NewWorkflow starts a workflow named name (a label for people; "" is
+// allowed).
+func NewWorkflow(name string) *Workflow {
+	return &Workflow{w: store.NewWorkflow{Name: name}}
+}
+
+// Add adds a job named name (unique in the workflow) that runs once
+// every job named in after completed.
+func (w *Workflow) Add(name string, r Request, after ...string) *Workflow {
+	w.w.Jobs = append(w.w.Jobs, store.WorkflowNode{Name: name, After: after})
+	w.reqs = append(w.reqs, r)
+	return w
+}
+
+// OnDead sets the failure policy (WaitOnDead by default).
+func (w *Workflow) OnDead(p OnDead) *Workflow {
+	w.w.OnDead = p
+	return w
+}
+
+// Key makes the enqueue idempotent: a second enqueue of a workflow with
+// the key returns the first (Existing set) and creates nothing.
+func (w *Workflow) Key(key string) *Workflow {
+	w.w.IdempotencyKey = key
+	return w
+}
+
+// OnSuccess adds a job enqueued when every job of the workflow
+// completed (after a redrive of a dead one, if need be), once.
+func (w *Workflow) OnSuccess(r Request) *Workflow { w.cbs[0] = &r; return w }
+
+// OnComplete adds a job enqueued when every job of the workflow
+// finished (completed, dead or canceled), once.
+func (w *Workflow) OnComplete(r Request) *Workflow { w.cbs[1] = &r; return w }
+
+// OnDeath adds a job enqueued when a job of the workflow died for the
+// first time, once.
+func (w *Workflow) OnDeath(r Request) *Workflow { w.cbs[2] = &r; return w }
+
+// EnqueueWorkflow enqueues w atomically: its jobs without dependencies
+// are due at once (or at their RunAt), the others wait, blocked, until
+// their dependencies completed. Each request is checked as Enqueue
+// checks it, and must not carry an idempotency key (give the workflow
+// one, Workflow.Key). A dependency naming no job, or a cycle, is a
+// *WorkflowError naming them.
+func (c *Client) EnqueueWorkflow(ctx context.Context, w *Workflow) (*WorkflowInfo, error) {
+	now := c.now()
+	nw := w.w
+	nw.Jobs = make([]store.WorkflowNode, len(w.w.Jobs))
+	var valid validNames
+	for i := range w.reqs {
+		nj, err := c.newJob(&w.reqs[i], now, &valid)
+		if err != nil {
+			return nil, fmt.Errorf("redrive: enqueue workflow: job %q: %w", w.w.Jobs[i].Name, err)
+		}
+		nw.Jobs[i] = store.WorkflowNode{Name: w.w.Jobs[i].Name, Job: nj, After: w.w.Jobs[i].After}
+	}
+	for i, dst := range []**store.NewJob{&nw.OnSuccess, &nw.OnComplete, &nw.OnDeath} {
+		if w.cbs[i] == nil {
+			continue
+		}
+		nj, err := c.newJob(w.cbs[i], now, &valid)
+		if err != nil {
+			return nil, fmt.Errorf("redrive: enqueue workflow: callback: %w", err)
+		}
+		*dst = &nj
+	}
+	got, err := c.store.EnqueueWorkflow(ctx, nw, now)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: enqueue workflow: %w", err)
+	}
+	if !got.Existing {
+		// Wake this process's workers for the jobs due without waiting.
+		var jobs []*Job
+		for i := range nw.Jobs {
+			if nj := &nw.Jobs[i].Job; len(nw.Jobs[i].After) == 0 {
+				jobs = append(jobs, &Job{Queue: nj.Queue, RunAt: nj.RunAt})
+			}
+		}
+		c.wakeFor(jobs)
+	}
+	return got, nil
+}
+
+// GetWorkflow returns a workflow with its jobs' states.
+func (c *Client) GetWorkflow(ctx context.Context, id int64) (*WorkflowInfo, error) {
+	w, err := c.store.GetWorkflow(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: workflow %d: %w", id, err)
+	}
+	return w, nil
+}
+
+// ListWorkflows returns up to limit workflows with ids below before (0:
+// from the newest), newest first, and the cursor of the next page (0:
+// none).
+func (c *Client) ListWorkflows(ctx context.Context, before int64, limit int) ([]*WorkflowInfo, int64, error) {
+	ws, next, err := c.store.ListWorkflows(ctx, before, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("redrive: workflows: %w", err)
+	}
+	return ws, next, nil
+}
+
+// CancelWorkflow cancels a workflow: its waiting jobs and callbacks not
+// fired are canceled, its running jobs asked to stop; its dead jobs
+// stay in the DLQ.
+func (c *Client) CancelWorkflow(ctx context.Context, id int64) (*WorkflowInfo, error) {
+	w, err := c.store.CancelWorkflow(ctx, id, c.now())
+	if err != nil {
+		return nil, fmt.Errorf("redrive: cancel workflow %d: %w", id, err)
+	}
+	return w, nil
+}
+
+// DependencyResults returns the dependencies of a workflow's job with
+// their states and the results their handlers recorded (SetResult), by
+// id; none for a job outside a workflow. A handler reads its own with
+// job.ID.
+func (c *Client) DependencyResults(ctx context.Context, jobID int64) ([]DependencyResult, error) {
+	r, err := c.store.DependencyResults(ctx, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: dependency results of job %d: %w", jobID, err)
+	}
+	return r, nil
+}
+
+// ErrResultTooLarge is returned by SetResult for a result longer than
+// MaxResult bytes once encoded.
+var ErrResultTooLarge = errors.New("redrive: result too large")
+
+// MaxResult bounds, in bytes, the JSON of a job's result (SetResult).
+const MaxResult = store.MaxResult
+
+// SetResult records v, encoded as JSON, as the result of the job whose
+// handler runs under ctx: kept with the job if the attempt completes
+// it, for its dependents to read (Client.DependencyResults). A later
+// call replaces an earlier one; outside a handler's context it does
+// nothing. A result longer than MaxResult bytes is refused
+// (ErrResultTooLarge) and the earlier one, if any, kept.
+func SetResult(ctx context.Context, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("redrive: result: %w", err)
+	}
+	if len(b) > MaxResult {
+		return fmt.Errorf("%w: %d bytes (at most %d)", ErrResultTooLarge, len(b), MaxResult)
+	}
+	if r, ok := ctx.Value(attemptKey{}).(*runningJob); ok {
+		raw := json.RawMessage(b)
+		r.output.Store(&raw)
+	}
+	return nil
+}
