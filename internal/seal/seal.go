@@ -264,9 +264,11 @@ type Policy struct {
 	Queues map[string]bool
 }
 
-// Seals reports whether the payloads of queue are sealed.
+// Seals reports whether the payloads of queue are sealed. Names starting
+// with '/' are not queues (no queue's name holds one) but what a store
+// keeps beside jobs (an operation's new payload): always sealed with keys.
 func (p *Policy) Seals(queue string) bool {
-	return p != nil && p.Keys != nil && (p.All || p.Queues[queue])
+	return p != nil && p.Keys != nil && (p.All || p.Queues[queue] || strings.HasPrefix(queue, "/"))
 }
 
 // Seal returns the stored form of a payload of a job of queue: sealed
