@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -154,4 +155,52 @@ func CheckOperationPayload(op *Operation) error {
 		return fmt.Errorf("operation %s: %w", op.ID, ErrUndecryptable)
 	}
 	return nil
+}
+
+// PayloadRekeyer is a PayloadCodec that rotates keys (seal.Policy is
+// one): a rekey operation (OpRekey) re-seals with it.
+type PayloadRekeyer interface {
+	PayloadCodec
+	// Reseal returns stored, a payload of a job of queue sealed under
+	// another key than the current one, sealed under the current key,
+	// and changed true. A payload not sealed, or sealed under the current
+	// key, is left (changed false); one that does not open is an error.
+	Reseal(queue string, stored []byte) (out []byte, changed bool, err error)
+}
+
+// ErrNoPayloadKeys is the error of a rekey step on a store without
+// payload keys.
+var ErrNoPayloadKeys = errors.New("the store has no payload keys (a rekey needs them)")
+
+// Rekey re-seals the payloads of a rekey step's rows with c: it returns
+// the rows that changed (their index in rows and new payload) and
+// counts the outcomes in h (Rekeyed: changed, Skipped: left, Failed:
+// undecryptable).
+func Rekey(c PayloadCodec, queues []string, payloads [][]byte, h *OperationProgress) (idx []int, out [][]byte, err error) {
+	r, ok := c.(PayloadRekeyer)
+	if !ok {
+		return nil, nil, ErrNoPayloadKeys
+	}
+	for i, p := range payloads {
+		np, changed, err := r.Reseal(queues[i], p)
+		switch {
+		case err != nil:
+			h.Failed++
+		case changed:
+			h.Rekeyed++
+			idx = append(idx, i)
+			out = append(out, np)
+		default:
+			h.Skipped++
+		}
+	}
+	return idx, out, nil
+}
+
+// PayloadKeyCounter is implemented by the stores that count their stored
+// payloads by the key they are sealed under (both stores of redrive).
+type PayloadKeyCounter interface {
+	// PayloadKeyCounts returns how many jobs hold a payload sealed under
+	// each key id; "" counts the payloads not sealed.
+	PayloadKeyCounts(ctx context.Context) (map[string]int64, error)
 }

@@ -305,3 +305,23 @@ func (p *Policy) Current() string {
 	}
 	return p.Keys.Current()
 }
+
+// Reseal returns stored, a payload of a job of queue sealed under another
+// key than the current one, sealed under the current key (changed true),
+// whether or not the queue is still among those sealed. A payload not
+// sealed or already under the current key is left as it is.
+func (p *Policy) Reseal(queue string, stored []byte) (out []byte, changed bool, err error) {
+	id, ok := KeyID(stored)
+	if !ok || p == nil || p.Keys == nil || id == p.Keys.Current() {
+		return stored, false, nil
+	}
+	plain, err := p.Keys.Open(queue, stored)
+	if err != nil {
+		return nil, false, err
+	}
+	out, err = p.Keys.Seal(queue, plain)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
+}

@@ -295,6 +295,9 @@ func (s *Store) applyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 		}
 		return e.Last, int(e.Count), nil
 	}
+	if op.Kind == store.OpRekey {
+		return s.rekeyStep(ctx, tx, op, st, res)
+	}
 	f := store.OperationFilter(op)
 	if op.Kind == store.OpReplay {
 		return s.replayStep(ctx, tx, op, f, st, res)
@@ -527,4 +530,84 @@ func (s *Store) DeleteOperations(ctx context.Context, before time.Time) (int64, 
 		return 0, s.fail("delete operations", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// rekeyStep re-seals, under the current key, the payloads of the next
+// st.Limit jobs after the cursor that are sealed under another key. The
+// update applies only to a payload still as read, so a payload a
+// concurrent redrive replaced (sealed under the current key) is kept.
+func (s *Store) rekeyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, st store.OperationStep, res *store.StepResult) (int64, int, error) {
+	rows, err := tx.Query(ctx, `SELECT id, queue, payload FROM `+s.sql.jobs+` WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`, op.Cursor, op.MaxID, st.Limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	var (
+		ids      []int64
+		queues   []string
+		payloads [][]byte
+	)
+	for rows.Next() {
+		var id int64
+		var q string
+		var p []byte
+		if err := rows.Scan(&id, &q, &p); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		ids, queues, payloads = append(ids, id), append(queues, q), append(payloads, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	if len(ids) == 0 {
+		return op.Cursor, 0, nil
+	}
+	idx, out, err := store.Rekey(s.payloads, queues, payloads, &res.Handled)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(idx) > 0 {
+		uids, olds := make([]int64, len(idx)), make([][]byte, len(idx))
+		for k, i := range idx {
+			uids[k], olds[k] = ids[i], payloads[i]
+		}
+		tag, err := tx.Exec(ctx, `UPDATE `+s.sql.jobs+` AS j SET payload = u.p FROM unnest($1::bigint[], $2::bytea[], $3::bytea[]) AS u(id, p, old)
+	WHERE j.id = u.id AND j.payload = u.old`, uids, out, olds)
+		if err != nil {
+			return 0, 0, err
+		}
+		if lost := int64(len(idx)) - tag.RowsAffected(); lost > 0 {
+			res.Handled.Rekeyed -= lost
+			res.Handled.Skipped += lost
+		}
+	}
+	return ids[len(ids)-1], len(ids), nil
+}
+
+// PayloadKeyCounts implements store.PayloadKeyCounter.
+func (s *Store) PayloadKeyCounts(ctx context.Context) (map[string]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT CASE WHEN substring(payload FROM 1 FOR 7) = convert_to('"rdenc:', 'UTF8')
+		THEN split_part(convert_from(substring(payload FROM 8 FOR 40), 'SQL_ASCII'), ':', 1) ELSE '' END AS k, count(*)
+		FROM `+s.sql.jobs+` GROUP BY k`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: payload key counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("postgres: payload key counts: %w", err)
+		}
+		out[k] += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: payload key counts: %w", err)
+	}
+	return out, nil
 }

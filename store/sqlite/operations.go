@@ -299,6 +299,9 @@ func (s *Store) applyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 		}
 		return e.Last, int(e.Count), nil
 	}
+	if op.Kind == store.OpRekey {
+		return s.rekeyStep(ctx, tx, op, st, res)
+	}
 	f := store.OperationFilter(op)
 	if op.Kind == store.OpReplay {
 		return s.replayStep(ctx, tx, op, f, st, res)
@@ -617,4 +620,73 @@ func (s *Store) cancelStep(ctx context.Context, tx *sql.Conn, ids []int64, now t
 		return 0, err
 	}
 	return n, nil
+}
+
+// rekeyStep re-seals, under the current key, the payloads of the next
+// st.Limit jobs after the cursor that are sealed under another key.
+func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation, st store.OperationStep, res *store.StepResult) (int64, int, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue, payload FROM jobs WHERE id > ? AND id <= ? ORDER BY id LIMIT ?`, op.Cursor, op.MaxID, st.Limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	var (
+		ids      []int64
+		queues   []string
+		payloads [][]byte
+	)
+	for rows.Next() {
+		var id int64
+		var q string
+		var p []byte
+		if err := rows.Scan(&id, &q, &p); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		ids, queues, payloads = append(ids, id), append(queues, q), append(payloads, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	if len(ids) == 0 {
+		return op.Cursor, 0, nil
+	}
+	idx, out, err := store.Rekey(s.payloads, queues, payloads, &res.Handled)
+	if err != nil {
+		return 0, 0, err
+	}
+	for k, i := range idx {
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET payload = ? WHERE id = ?`, out[k], ids[i]); err != nil {
+			return 0, 0, err
+		}
+	}
+	return ids[len(ids)-1], len(ids), nil
+}
+
+// PayloadKeyCounts implements store.PayloadKeyCounter.
+func (s *Store) PayloadKeyCounts(ctx context.Context) (map[string]int64, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT CASE WHEN substr(payload, 1, 7) = CAST('"rdenc:' AS BLOB)
+		THEN CAST(substr(payload, 8, instr(substr(payload, 8), CAST(':' AS BLOB)) - 1) AS TEXT) ELSE '' END AS k, count(*)
+		FROM jobs GROUP BY k`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: payload key counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: payload key counts: %w", err)
+		}
+		out[k] += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: payload key counts: %w", err)
+	}
+	return out, nil
 }

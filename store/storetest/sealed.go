@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -178,5 +179,64 @@ func RunSealed(t *testing.T, db SealedDB) {
 		if err := s2.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// Rotation: with k2 current and k1 kept, a rekey operation re-seals
+	// every payload under k1 (whatever its queue or state), leaves the
+	// plain ones, and counts what it did; every payload still reads.
+	rotated := &seal.Policy{Keys: sealedKeys(t, 1, "k1"), Queues: map[string]bool{"sec": true}}
+	k2k1, err := seal.NewKeyring("k2", map[string][]byte{"k1": bytes.Repeat([]byte{1}, seal.KeySize), "k2": bytes.Repeat([]byte{2}, seal.KeySize)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated.Keys = k2k1
+	s3 := db.Open(t, rotated)
+	z := &h{t: t, s: s3, ctx: t.Context()}
+	// A job enqueued now is sealed under k2 already.
+	fresh := z.enqueue(at(4*time.Second), store.NewJob{Queue: "sec", Kind: "k", Payload: secret(7)})
+	if _, err := s3.CreateOperation(z.ctx, store.NewOperation{ID: opID(3), Kind: store.OpRekey, Params: store.OperationParams{Batch: 3,
+		Filter: store.Filter{Queue: "sec"}}}, at(5*time.Second)); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("a rekey with a filter: %v, want ErrInvalid", err)
+	}
+	kop := z.createOp(store.NewOperation{ID: opID(4), Kind: store.OpRekey, Params: store.OperationParams{Batch: 3}}, at(5*time.Second))
+	z.claimOp(kop.ID, "w", at(5*time.Second))
+	done := z.runOp(z.getOp(kop.ID), "w", 3, at(5*time.Second))
+	sealedBefore := len(rows) - 1 // all but the open queue's
+	if done.Progress.Rekeyed != int64(sealedBefore) || done.Progress.Failed != 0 || done.Progress.Processed != done.Progress.Rekeyed+done.Progress.Skipped {
+		t.Errorf("rekey progress %+v, want %d rekeyed", done.Progress, sealedBefore)
+	}
+	for id := range rows {
+		j := z.get(id)
+		if j.PayloadError != "" || len(j.Payload) == 0 {
+			t.Errorf("job %d after the rekey: %q", id, j.PayloadError)
+		}
+	}
+	if got := z.get(fresh[0].ID); !jsonEqual(got.Payload, secret(7)) {
+		t.Errorf("fresh job: %s", got.Payload)
+	}
+	if err := s3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s4 := db.Open(t, rotated)
+	counts, err := s4.(store.PayloadKeyCounter).PayloadKeyCounts(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts["k1"] != 0 || counts["k2"] != int64(sealedBefore+1) || counts[""] != 1 {
+		t.Errorf("PayloadKeyCounts after the rekey: %v", counts)
+	}
+	if err := s4.Close(); err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]int{}
+	for id, p := range db.Raw(t) {
+		kid, _ := seal.KeyID(p)
+		byKey[kid]++
+		if bytes.Contains(p, marker) {
+			t.Errorf("job %d in clear after the rekey", id)
+		}
+	}
+	if byKey["k1"] != 0 || byKey["k2"] != sealedBefore+1 || byKey[""] != 1 {
+		t.Errorf("payloads by key after the rekey: %v", byKey)
 	}
 }
