@@ -185,3 +185,20 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSealOpen is the cost per job of encryption at rest: one seal
+// (enqueue) and one open (fetch) of a small payload.
+func BenchmarkSealOpen(b *testing.B) {
+	k := mustParse(b, "k1:"+key(1))
+	p := []byte(`{"url":"https://example.com/hook","customer":12345}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := k.Seal("default", p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := k.Open("default", s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
