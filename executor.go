@@ -34,6 +34,12 @@ type Outcome = store.Outcome
 // before a redrive can succeed.
 const ReasonUndecodable = "undecodable"
 
+// ReasonUndecryptable is the dead reason of a job whose payload is sealed
+// (encrypted at rest) and could not be opened: its key id is not among
+// the store's payload keys, or its tag does not match (Job.PayloadError
+// says which). Configure the key and redrive it.
+const ReasonUndecryptable = store.ReasonUndecryptable
+
 // ExecutorOptions configure an Executor. Zero fields take the defaults
 // given.
 type ExecutorOptions struct {
@@ -373,6 +379,14 @@ func (e *Executor) execute(ctx context.Context, j *Job, progress *progressCell, 
 		ln.budget.Attempt()
 	}
 	h := e.handler(j.Kind)
+	if j.PayloadError != "" {
+		// The store could not open the sealed payload (an unknown key, a
+		// tag that does not match): no attempt can succeed, and the
+		// handler must not see a null payload. The breaker is not told.
+		err := &failure.Error{Class: failure.Permanent, Reason: store.ReasonUndecryptable, Err: errors.New(j.PayloadError)}
+		e.finish(ctx, ln, j, h, nil, breaker.Token{}, &runningJob{Context: ctx, progress: progress}, progress, err, start, out)
+		return
+	}
 	dep := j.Dependency
 	if dep == "" && h != nil {
 		dep = h.cfg.dependency
@@ -713,6 +727,10 @@ func (e *Executor) failOutcome(ln *lane, j *Job, h *handler, o Outcome, v failur
 	if v.Reason == failure.ReasonUndecodablePayload && v.Class == failure.Permanent {
 		// Fixing it needs an edited payload, not a fixed dependency.
 		reason = ReasonUndecodable
+	}
+	if v.Reason == store.ReasonUndecryptable && v.Class == failure.Permanent {
+		// Fixing it needs the payload's key configured, then a redrive.
+		reason = ReasonUndecryptable
 	}
 	o.Kind = store.Bury
 	o.DeadReason = reason

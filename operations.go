@@ -60,6 +60,10 @@ const (
 	// Cancel a running job by itself (Client.Cancel) to ask its handler
 	// to stop.
 	OperationCancel = store.OpCancel
+	// OperationRekey re-seals every payload sealed under a payload key
+	// other than the store's current one (key rotation; it takes no
+	// filter). See docs/security.md.
+	OperationRekey = store.OpRekey
 )
 
 // The states of an operation.
@@ -146,7 +150,7 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 		return store.NewOperation{}, fmt.Errorf("redrive: operation: %w: "+format, append([]any{ErrInvalid}, args...)...)
 	}
 	if !r.Kind.Valid() {
-		return fail("unknown kind %q (want replay, redrive, purge, export or cancel)", r.Kind)
+		return fail("unknown kind %q (want replay, redrive, purge, export, cancel or rekey)", r.Kind)
 	}
 	if r.Batch == 0 {
 		r.Batch = DefaultOperationBatch

@@ -182,7 +182,10 @@ type Operation struct {
 	Exported int64 `json:"exported"`
 	// Canceled counts the jobs a cancel canceled.
 	Canceled int64 `json:"canceled"`
-	Failed   int64 `json:"failed"`
+	// Rekeyed counts the payloads a rekey re-sealed under the current
+	// payload key.
+	Rekeyed int64 `json:"rekeyed"`
+	Failed  int64 `json:"failed"`
 	// RefusedIDs are the ids of the refused jobs (the first 1000).
 	RefusedIDs []int64 `json:"refused_ids"`
 	// Error says why the operation failed ("" otherwise).

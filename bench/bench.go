@@ -84,6 +84,9 @@ type Config struct {
 	// FetchBatch is WorkerOptions.FetchBatch: how many jobs one fetch
 	// leases (0: the engine's default, the concurrency capped at 1000).
 	FetchBatch int
+	// Payloads, when set, encrypts every payload at rest (the stores'
+	// Options.Payloads): the cost of payload encryption.
+	Payloads store.PayloadCodec
 	// Synchronous is sqlite.Options.Synchronous: "full" (default) or
 	// "normal".
 	Synchronous string
@@ -368,7 +371,7 @@ func newRig(ctx context.Context, cfg Config, workload string) (*rig, error) {
 	log := slog.New(slog.NewTextHandler(cfg.ErrorLog, &slog.HandlerOptions{Level: slog.LevelError}))
 	r := &rig{cfg: cfg, dir: dir, path: filepath.Join(dir, "redrive.db"), log: log,
 		meta: &Meta{Workload: workload, Env: CurrentEnv(), Started: time.Now()}}
-	st, err := sqlite.Open(ctx, r.path, sqlite.Options{Synchronous: cfg.Synchronous, Logger: log})
+	st, err := sqlite.Open(ctx, r.path, sqlite.Options{Synchronous: cfg.Synchronous, Logger: log, Payloads: cfg.Payloads})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -385,7 +388,7 @@ func newPostgresRig(ctx context.Context, cfg Config, workload string) (*rig, err
 	rand.Read(b)
 	schema := "redrive_bench_" + hex.EncodeToString(b)
 	log := slog.New(slog.NewTextHandler(cfg.ErrorLog, &slog.HandlerOptions{Level: slog.LevelError}))
-	st, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Schema: schema, Logger: log})
+	st, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Schema: schema, Logger: log, Payloads: cfg.Payloads})
 	if err != nil {
 		return nil, err
 	}

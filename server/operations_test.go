@@ -163,7 +163,7 @@ func TestOperationShape(t *testing.T) {
 	}
 	slices.Sort(keys)
 	want := []string{"batch", "canceled", "cursor", "dir", "error", "exported", "failed", "filter", "finished_at", "id", "kind", "matched", "note",
-		"processed", "purged", "rate", "redriven", "refused", "refused_ids", "replayed", "run_at", "skipped", "started_at", "state",
+		"processed", "purged", "rate", "redriven", "refused", "refused_ids", "rekeyed", "replayed", "run_at", "skipped", "started_at", "state",
 		"updated_at", "worker"}
 	if !slices.Equal(keys, want) || len(top) != 1 {
 		t.Fatalf("operation keys %v, want %v: %s", keys, want, r.body)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -114,12 +115,16 @@ const (
 	// cancel by ids that are not pending or scheduled are counted as
 	// skipped (a running job is canceled one by one, Store.Cancel).
 	OpCancel OperationKind = "cancel"
+	// OpRekey re-seals, under the store's current payload key, every
+	// stored payload sealed under another key (key rotation, see
+	// PayloadRekeyer), whatever the job's state. It takes no filter.
+	OpRekey OperationKind = "rekey"
 )
 
 // Valid reports whether k is a known kind.
 func (k OperationKind) Valid() bool {
 	switch k {
-	case OpReplay, OpRedrive, OpPurge, OpExport, OpCancel:
+	case OpReplay, OpRedrive, OpPurge, OpExport, OpCancel, OpRekey:
 		return true
 	}
 	return false
@@ -209,7 +214,11 @@ type OperationProgress struct {
 	Exported int64 `json:"exported"`
 	// Canceled counts the pending and scheduled jobs a cancel canceled.
 	Canceled int64 `json:"canceled"`
-	// Failed counts jobs an operation could not handle.
+	// Rekeyed counts the payloads a rekey re-sealed under the current
+	// key.
+	Rekeyed int64 `json:"rekeyed"`
+	// Failed counts jobs an operation could not handle (a rekey: the
+	// payloads that do not open, left as they are).
 	Failed int64 `json:"failed"`
 	// RefusedIDs are the ids of the refused jobs (the first
 	// MaxRefusedIDs).
@@ -221,7 +230,7 @@ const MaxRefusedIDs = 1000
 
 // Tally sets Processed to the sum of the outcomes.
 func (p *OperationProgress) Tally() {
-	p.Processed = p.Replayed + p.Redriven + p.Refused + p.Skipped + p.Purged + p.Exported + p.Canceled + p.Failed
+	p.Processed = p.Replayed + p.Redriven + p.Refused + p.Skipped + p.Purged + p.Exported + p.Canceled + p.Rekeyed + p.Failed
 }
 
 // add adds the counts of d to p.
@@ -233,6 +242,7 @@ func (p *OperationProgress) add(d OperationProgress) {
 	p.Purged += d.Purged
 	p.Exported += d.Exported
 	p.Canceled += d.Canceled
+	p.Rekeyed += d.Rekeyed
 	p.Failed += d.Failed
 	p.Tally()
 	if room := MaxRefusedIDs - len(p.RefusedIDs); room > 0 && len(d.RefusedIDs) > 0 {
@@ -344,6 +354,8 @@ func CheckNewOperation(op *NewOperation) error {
 		return fmt.Errorf("%w: payload: only a redrive replaces payloads, with valid JSON", ErrInvalid)
 	case op.Kind == OpExport && op.Params.Dir == "":
 		return fmt.Errorf("%w: an export needs a folder", ErrInvalid)
+	case op.Kind == OpRekey && !reflect.ValueOf(op.Params.Filter).IsZero():
+		return fmt.Errorf("%w: a rekey takes no filter: it re-seals every payload under an old key", ErrInvalid)
 	}
 	if err := CheckRedriveKeys(op.Params.Keys); err != nil {
 		return err
@@ -365,7 +377,7 @@ func CheckNewOperation(op *NewOperation) error {
 func OperationFilter(op *Operation) Filter {
 	f := op.Params.Filter
 	switch op.Kind {
-	case OpReplay:
+	case OpReplay, OpRekey:
 	case OpCancel:
 		if len(f.States) == 0 {
 			f.States = []State{Pending, Scheduled}

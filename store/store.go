@@ -223,6 +223,13 @@ type Job struct {
 	// API's listings and job pages give it. It is not stored.
 	Summary string `json:"summary,omitempty"`
 
+	// PayloadError is set, and Payload is null, when the stored payload
+	// is sealed (encrypted at rest, see PayloadCodec) and cannot be
+	// opened: "undecryptable: " and why (an unknown key id, or a tag
+	// that does not match). A worker makes such a job dead, class
+	// permanent, reason undecryptable.
+	PayloadError string `json:"payload_error,omitempty"`
+
 	// Existing is set by Enqueue when the idempotency key was already
 	// taken and this is the job that holds it. It is not stored.
 	Existing bool `json:"existing,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/apiclient"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
@@ -303,10 +304,14 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 		return &remoteBackend{api: api}, nil
 	}
 	log := slog.New(slog.DiscardHandler)
+	payloads, err := config.PayloadCodecFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	if c.DatabaseURL != "" {
 		// Only migrate and serve create or migrate a schema: a command
 		// given a mistyped --schema must not create it.
-		st, err := postgres.Open(ctx, c.DatabaseURL, postgres.Options{Schema: c.Schema, Logger: log, SkipMigrate: true})
+		st, err := postgres.Open(ctx, c.DatabaseURL, postgres.Options{Schema: c.Schema, Logger: log, SkipMigrate: true, Payloads: payloads})
 		if err != nil {
 			return nil, fmt.Errorf("database-url %s: %w", redactURL(c.DatabaseURL), unmigratedError(ctx, c.DatabaseURL, c.Schema, err))
 		}
@@ -318,7 +323,7 @@ func openBackend(ctx context.Context, g *globalOptions, cmd *cobra.Command, c *c
 	// A command that only reads opens the database read-only: it then
 	// works on a read-only copy or mount, and migrates nothing.
 	readOnly := cmd.Annotations[readOnlyAnnotation] == "true"
-	st, err := sqlite.Open(ctx, g.DB, sqlite.Options{Logger: log, ReadOnly: readOnly})
+	st, err := sqlite.Open(ctx, g.DB, sqlite.Options{Logger: log, ReadOnly: readOnly, Payloads: payloads})
 	if err != nil {
 		return nil, fmt.Errorf("db %s: %w", g.DB, err)
 	}

@@ -15,6 +15,7 @@ import (
 type benchOptions struct {
 	workers      int
 	fetchBatch   int
+	encrypt      bool
 	synchronous  string
 	retryBudget  bool
 	dbDir        string
@@ -86,6 +87,7 @@ Workloads:
 	pf := cmd.PersistentFlags()
 	pf.IntVar(&o.workers, "workers", bench.DefaultWorkers, "worker concurrency")
 	pf.IntVar(&o.fetchBatch, "fetch-batch", 0, "jobs leased per fetch (0: the engine's default)")
+	pf.BoolVar(&o.encrypt, "encrypt", false, "encrypt every payload at rest (AES-256-GCM, a random key for the run)")
 	pf.StringVar(&o.synchronous, "synchronous", "full", "SQLite synchronous setting: full or normal")
 	pf.BoolVar(&o.retryBudget, "retry-budget", false, "keep the engine's retry budget on (off: it would throttle the failure workloads)")
 	pf.StringVar(&o.dbDir, "db-dir", "", "directory for the fresh database (default: a temporary directory)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
+	"github.com/redrivehq/redrive/internal/seal"
+	"github.com/redrivehq/redrive/store"
 	"github.com/spf13/cobra"
 )
 
@@ -40,7 +43,19 @@ func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
 			return bench.Config{}, flagErrorf(cmd, "--db-dir %q is not a directory", o.dbDir)
 		}
 	}
-	return bench.Config{Workers: o.workers, FetchBatch: o.fetchBatch, Synchronous: sync, RetryBudget: o.retryBudget,
+	var payloads store.PayloadCodec
+	if o.encrypt {
+		key := make([]byte, seal.KeySize)
+		if _, err := rand.Read(key); err != nil {
+			return bench.Config{}, err
+		}
+		keys, err := seal.NewKeyring("bench", map[string][]byte{"bench": key})
+		if err != nil {
+			return bench.Config{}, err
+		}
+		payloads = &seal.Policy{Keys: keys, All: true}
+	}
+	return bench.Config{Workers: o.workers, FetchBatch: o.fetchBatch, Synchronous: sync, RetryBudget: o.retryBudget, Payloads: payloads,
 		DBDir: o.dbDir, Keep: o.keep, ErrorLog: cmd.ErrOrStderr(), StallTimeout: o.stallTimeout,
 		InsertBatch: o.insertBatch, DatabaseURL: o.databaseURL, Processes: o.processes, Record: o.record, Spawn: spawnWorker,
 		Limited: o.limited, LimitKeys: o.limitKeys}, nil

@@ -72,6 +72,9 @@ func writeJob(out io.Writer, j *redrive.Job) error {
 		{"payload", oneLine(string(j.Payload), 200)}, {"attempt", strconv.Itoa(j.Attempt)},
 		{"created", fmtTime(j.CreatedAt)}, {"run at", fmtTime(j.RunAt)},
 	}
+	if j.PayloadError != "" {
+		fs[4].value = "(" + j.PayloadError + ")"
+	}
 	add := func(name, v string) {
 		if v != "" && v != "-" {
 			fs = append(fs, field{name, v})

@@ -57,6 +57,7 @@ This binary is its command-line tool.`,
 		newReplayCmd(g),
 		newTokenCmd(g),
 		newAuditCmd(g),
+		newKeysCmd(g),
 		newVersionCmd(),
 	)
 	markReadOnly(root)

@@ -34,7 +34,7 @@ func openServeStore(ctx context.Context, cfg *config.Serve, log *slog.Logger) (s
 		}
 		return st, storeDescription(cfg), nil
 	}
-	st, err := sqlite.Open(ctx, cfg.DB, sqlite.Options{Logger: log})
+	st, err := sqlite.Open(ctx, cfg.DB, sqlite.Options{Logger: log, Payloads: cfg.PayloadCodec()})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, "", errStoppedWaiting
@@ -143,7 +143,7 @@ func openPostgresOnce(ctx context.Context, cfg *config.Serve, log *slog.Logger, 
 		return nil, err
 	}
 	_ = conn.Close(context.WithoutCancel(ctx))
-	return postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Schema: cfg.Schema, Logger: log})
+	return postgres.Open(ctx, cfg.DatabaseURL, postgres.Options{Schema: cfg.Schema, Logger: log, Payloads: cfg.PayloadCodec()})
 }
 
 // dbErrorHeals reports whether an error opening PostgreSQL may go away by

@@ -35,6 +35,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/seal"
 	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/server"
@@ -61,6 +62,12 @@ type Serve struct {
 	// Tokens are the named tokens of the API, each with a role, kept as
 	// the SHA-256 of the token (tokens.go).
 	Tokens []server.Token
+	// Payloads encrypts payloads at rest (nil: no payload keys): the
+	// stores seal the payloads of its queues and open every sealed one.
+	Payloads *seal.Policy
+	// payloadKeysFile, payloadKeys and encryptQueues are the settings
+	// Payloads is built from (encrypt.go).
+	payloadKeysFile, payloadKeys, encryptQueues string
 	// Queues maps each queue the worker serves to its concurrency.
 	Queues map[string]int
 	// Workers is the concurrency of a queue listed without one.
@@ -317,7 +324,7 @@ var settings = append([]setting{
 		c.LogFormat = f
 		return err
 	}},
-}, append(append(append(append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...), tokenSettings...), traceSettings...), redactSettings...)...)
+}, append(append(append(append(append(append(append(append(append(append(append(append(append(retrySettings, classifySettings...), breakerSettings...), amqpSettings...), kafkaSettings...), downloadSettings...), scheduleSettings...), exportSettings...), limitSettings...), fairSettings...), tokenSettings...), traceSettings...), redactSettings...), encryptSettings...)...)
 
 // schemaRE is what the PostgreSQL store accepts as a schema name.
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
@@ -438,6 +445,9 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (*Serve, error) {
 		return nil, err
 	}
 	if err := resolveSchedules(c); err != nil {
+		return nil, err
+	}
+	if err := resolveEncrypt(c); err != nil {
 		return nil, err
 	}
 	// The retry policies: the default one, then each queue's on top.

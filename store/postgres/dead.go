@@ -63,6 +63,10 @@ func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) 
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	jobs, err := store.SealDead(s.payloads, jobs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: add dead: %w", err)
+	}
 	args := make([][]any, len(jobs))
 	for i := range jobs {
 		err := validateDead(&jobs[i])
@@ -77,7 +81,7 @@ func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) 
 	if len(jobs) == 0 {
 		return out, nil
 	}
-	err := s.retry(ctx, func() error {
+	err = s.retry(ctx, func() error {
 		clear(out)
 		return s.inTx(ctx, func(tx pgx.Tx) error {
 			counts := map[[2]string]int64{}
@@ -123,7 +127,7 @@ func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) 
 // key of a deleted job).
 func (s *Store) addDead(ctx context.Context, tx pgx.Tx, key string, args []any) (j *store.Job, inserted bool, err error) {
 	if key == "" {
-		j, err = scanJob(tx.QueryRow(ctx, s.sql.insertDead, args...), true)
+		j, err = scanJob(tx.QueryRow(ctx, s.sql.insertDead, args...), true, s.payloads)
 		return j, err == nil, err
 	}
 	// With a key, a savepoint undoes the insert when the key turns out to
@@ -158,7 +162,7 @@ func (s *Store) addDead(ctx context.Context, tx pgx.Tx, key string, args []any) 
 // errHolderGone when the job holding the key was deleted before it was
 // read (the caller tries again).
 func (s *Store) addDeadKeyed(ctx context.Context, q pgx.Tx, key string, args []any) (*store.Job, bool, error) {
-	j, err := scanJob(q.QueryRow(ctx, s.sql.insertDead, args...), true)
+	j, err := scanJob(q.QueryRow(ctx, s.sql.insertDead, args...), true, s.payloads)
 	if err == nil {
 		if err := s.checkKeptKeys(ctx, q, []string{key}); err != nil {
 			return nil, false, err
@@ -172,7 +176,7 @@ func (s *Store) addDeadKeyed(ctx context.Context, q pgx.Tx, key string, args []a
 	if err != nil {
 		return nil, false, err
 	}
-	found, err := collect(rows, true)
+	found, err := collect(rows, true, s.payloads)
 	if err != nil {
 		return nil, false, err
 	}

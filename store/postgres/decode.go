@@ -244,6 +244,7 @@ func (sc *jobScan) decodeRaw(vals [][]byte, binaryHistory bool) (*store.Job, err
 	if err := store.DecodeStored(j, r.text(20), history, sc.withHistory); err != nil {
 		return nil, err
 	}
+	store.OpenJob(sc.payloads, j)
 	return j, nil
 }
 

@@ -121,7 +121,7 @@ func FuzzDecodeRaw(f *testing.F) {
 		f.Add(fuzzEncode(row), true)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, withHistory bool) {
-		sc := newJobScan(withHistory)
+		sc := newJobScan(withHistory, nil)
 		vals := fuzzRow(data)
 		if !withHistory {
 			vals = vals[:len(jobOIDs)]
@@ -159,7 +159,7 @@ func FuzzDecodeRaw(f *testing.F) {
 // TestDecodeRawValid: the valid row decodes; each fixed-width column cut
 // short, and a NULL where none may be, is an error.
 func TestDecodeRawValid(t *testing.T) {
-	sc := newJobScan(true)
+	sc := newJobScan(true, nil)
 	j, err := sc.decodeRaw(validRow(), true)
 	if err != nil {
 		t.Fatal(err)

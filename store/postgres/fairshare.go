@@ -137,7 +137,7 @@ func (s *Store) fairFetch(ctx context.Context, p *store.FetchParams, dueBy time.
 			return err
 		}
 		defer rows.Close()
-		sc := newJobScan(false)
+		sc := newJobScan(false, s.payloads)
 		skip := prefixRow{rows: rows, skip: 4}
 		for rows.Next() {
 			if rows.RawValues()[0] == nil {

@@ -36,6 +36,7 @@ func utcPtr(t *time.Time) *time.Time {
 // row after row: a fetch reads a thousand rows at a time.
 type jobScan struct {
 	withHistory              bool
+	payloads                 store.PayloadCodec
 	j                        store.Job
 	payload, policy, history []byte
 	idem, worker             *string
@@ -49,8 +50,8 @@ type jobScan struct {
 	dest                     []any
 }
 
-func newJobScan(withHistory bool) *jobScan {
-	sc := &jobScan{withHistory: withHistory}
+func newJobScan(withHistory bool, c store.PayloadCodec) *jobScan {
+	sc := &jobScan{withHistory: withHistory, payloads: c}
 	j := &sc.j
 	sc.dest = []any{&j.ID, &j.Queue, &j.Kind, &sc.payload, &sc.state, &j.Attempt, &j.MaxRetries, &sc.policy, &sc.idem, &j.Dependency,
 		&j.Reprocessable, &j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &sc.worker, &j.CancelRequested,
@@ -117,23 +118,24 @@ func (sc *jobScan) scan(row pgx.Row) (*store.Job, error) {
 	if err := store.DecodeStored(&j, sc.class, sc.history, sc.withHistory); err != nil {
 		return nil, err
 	}
+	store.OpenJob(sc.payloads, &j)
 	return &j, nil
 }
 
 // scanJob reads the columns of jobColumns, and the history when
 // withHistory, into a job.
-func scanJob(row pgx.Row, withHistory bool) (*store.Job, error) {
-	return newJobScan(withHistory).scan(row)
+func scanJob(row pgx.Row, withHistory bool, c store.PayloadCodec) (*store.Job, error) {
+	return newJobScan(withHistory, c).scan(row)
 }
 
 // collect reads rows of the columns of jobColumns (and the history when
 // withHistory) into jobs. Rows of the layout pgx asks for (rawLayout)
 // are decoded straight from their bytes (decodeRaw), without pgx's scan
 // plans: a fetch reads a thousand rows at a time.
-func collect(rows pgx.Rows, withHistory bool) ([]*store.Job, error) {
+func collect(rows pgx.Rows, withHistory bool, c store.PayloadCodec) ([]*store.Job, error) {
 	defer rows.Close()
 	var out []*store.Job
-	sc := newJobScan(withHistory)
+	sc := newJobScan(withHistory, c)
 	raw, binaryHistory := false, false
 	for n := 0; rows.Next(); n++ {
 		if n == 0 && rawDecode {
@@ -300,7 +302,7 @@ func validateNew(nj *store.NewJob) error {
 	return store.CheckNewLimit(nj)
 }
 
-func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
+func newBatch(jobs []store.NewJob, now time.Time, c store.PayloadCodec) (*enqueueBatch, error) {
 	n := len(jobs)
 	b := &enqueueBatch{
 		queues: make([]string, n), kinds: make([]string, n), states: make([]string, n), keys: make([]string, n), deps: make([]string, n),
@@ -324,6 +326,13 @@ func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
 		if len(b.payloads[i]) == 0 {
 			b.payloads[i] = []byte("null")
 		}
+		if c != nil {
+			sealed, err := c.Seal(nj.Queue, b.payloads[i])
+			if err != nil {
+				return nil, fmt.Errorf("job %d of %d: seal payload: %w", i+1, n, err)
+			}
+			b.payloads[i] = sealed
+		}
 		if len(nj.Policy) > 0 {
 			b.policies[i] = nj.Policy
 		}
@@ -345,10 +354,19 @@ func newBatch(jobs []store.NewJob, now time.Time) (*enqueueBatch, error) {
 	return b, nil
 }
 
+// plainPayload is the payload of a new job as its Job shows it (the
+// batch holds the stored, maybe sealed, form).
+func plainPayload(p json.RawMessage) json.RawMessage {
+	if len(p) == 0 {
+		return json.RawMessage("null")
+	}
+	return p
+}
+
 // job is the i-th job of the batch as inserted with id.
 func (b *enqueueBatch) job(i int, id int64, nj *store.NewJob) *store.Job {
 	return &store.Job{
-		ID: id, Queue: b.queues[i], Kind: b.kinds[i], Payload: json.RawMessage(b.payloads[i]), State: store.State(b.states[i]),
+		ID: id, Queue: b.queues[i], Kind: b.kinds[i], Payload: plainPayload(nj.Payload), State: store.State(b.states[i]),
 		MaxRetries: int(b.maxRetries[i]), Policy: nj.Policy, IdempotencyKey: b.keys[i], Dependency: b.deps[i],
 		Reprocessable: b.reproc[i], CreatedAt: b.nows[i], RunAt: b.runAts[i], Priority: int(b.priorities[i]), History: []store.Event{},
 		Trace: b.traces[i],
@@ -647,7 +665,7 @@ func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b
 	if err != nil {
 		return nil, err
 	}
-	found, err := collect(holders, true)
+	found, err := collect(holders, true, s.payloads)
 	if err != nil {
 		return nil, err
 	}
@@ -720,7 +738,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		if err != nil {
 			return err
 		}
-		jobs, err = collect(rows, false)
+		jobs, err = collect(rows, false, s.payloads)
 		return err
 	})
 	if err != nil {
@@ -1297,7 +1315,7 @@ func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*store
 	if err != nil {
 		return nil, s.fail("expired", err)
 	}
-	jobs, err := collect(rows, false)
+	jobs, err := collect(rows, false, s.payloads)
 	if err != nil {
 		return nil, s.fail("expired", err)
 	}
@@ -1309,7 +1327,7 @@ func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	j, err := scanJob(s.pool.QueryRow(ctx, s.sql.get, id), true)
+	j, err := scanJob(s.pool.QueryRow(ctx, s.sql.get, id), true, s.payloads)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("postgres: job %d: %w", id, store.ErrNotFound)
 	}
@@ -1447,7 +1465,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	if err != nil {
 		return store.ListResult{}, s.fail("list", err)
 	}
-	jobs, err := collect(rows, true)
+	jobs, err := collect(rows, true, s.payloads)
 	if err != nil {
 		return store.ListResult{}, s.fail("list", err)
 	}
@@ -1566,13 +1584,13 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 			}
 			switch store.State(state) {
 			case store.Pending, store.Scheduled, store.Blocked, store.Dead:
-				if job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelNow, id, ts(now), ev), true); err != nil {
+				if job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelNow, id, ts(now), ev), true, s.payloads); err != nil {
 					return err
 				}
 				_, err = tx.Exec(ctx, s.sql.counterOne, queue, store.StatCanceled, shard(), 1)
 				return err
 			case store.Running:
-				if job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelRunning, id), true); err != nil {
+				if job, err = scanJob(tx.QueryRow(ctx, s.sql.cancelRunning, id), true, s.payloads); err != nil {
 					return err
 				}
 				_, err = tx.Exec(ctx, s.sql.cancelNotify, store.CancelNotice)
@@ -1613,20 +1631,12 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 	outcome := map[int64]bool{} // true: redriven, false: refused
 	err = s.retry(ctx, func() error {
 		clear(outcome)
-		rows, err := s.pool.Query(ctx, s.sql.redrive, p.IDs, ts(p.Now), payload, ev, shard(), keysJSON(p.Keys.Limits), keysJSON(p.Keys.Fair))
-		if err != nil {
-			return err
+		if payload == nil || s.payloads == nil {
+			return s.redriveRows(ctx, s.pool, p.IDs, p.Now, payload, ev, p.Keys, outcome)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var id int64
-			var ok bool
-			if err := rows.Scan(&id, &ok); err != nil {
-				return err
-			}
-			outcome[id] = ok
-		}
-		return rows.Err()
+		return s.inTx(ctx, func(tx pgx.Tx) error {
+			return s.redriveRows(ctx, tx, p.IDs, p.Now, payload, ev, p.Keys, outcome)
+		})
 	})
 	if err != nil {
 		return res, s.fail("redrive", err)
@@ -1648,6 +1658,62 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 		}
 	}
 	return res, nil
+}
+
+// redriveRows runs the redrive statement for ids on q, setting outcome[id]
+// (true: redriven, false: refused) for each dead job it found. A new
+// payload is sealed for each job's queue (the payload codec binds a
+// sealed payload to its queue): one statement per queue then, so q should
+// be a transaction.
+func (s *Store) redriveRows(ctx context.Context, q querier, ids []int64, now time.Time, payload []byte, ev any, keys store.RedriveKeys, outcome map[int64]bool) error {
+	groups := map[string][]int64{"": ids}
+	if payload != nil && s.payloads != nil {
+		rows, err := q.Query(ctx, `SELECT id, queue FROM `+s.sql.jobs+` WHERE id = ANY($1)`, ids)
+		if err != nil {
+			return err
+		}
+		groups = map[string][]int64{}
+		for rows.Next() {
+			var id int64
+			var queue string
+			if err := rows.Scan(&id, &queue); err != nil {
+				rows.Close()
+				return err
+			}
+			groups[queue] = append(groups[queue], id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	for queue, ids := range groups {
+		pl := payload
+		if payload != nil && s.payloads != nil {
+			var err error
+			if pl, err = s.payloads.Seal(queue, payload); err != nil {
+				return fmt.Errorf("seal payload: %w", err)
+			}
+		}
+		rows, err := q.Query(ctx, s.sql.redrive, ids, ts(now), pl, ev, shard(), keysJSON(keys.Limits), keysJSON(keys.Fair))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id int64
+			var ok bool
+			if err := rows.Scan(&id, &ok); err != nil {
+				rows.Close()
+				return err
+			}
+			outcome[id] = ok
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // keysJSON returns m as a JSON object for a redrive's new keys ("{}" when
@@ -1792,7 +1858,7 @@ func (s *Store) prepareEnqueue(jobs []store.NewJob, now time.Time) (*enqueueBatc
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	b, err := newBatch(jobs, now)
+	b, err := newBatch(jobs, now, s.payloads)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}

@@ -372,7 +372,7 @@ func (s *Store) fetchLimited(ctx context.Context, p store.FetchParams, dueBy tim
 			if err != nil {
 				return err
 			}
-			if jobs, err = collect(rows, false); err != nil {
+			if jobs, err = collect(rows, false, s.payloads); err != nil {
 				return err
 			}
 			if s.ratePrunes.Add(1)%ratePruneEvery == 0 {

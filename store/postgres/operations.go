@@ -19,6 +19,16 @@ import (
 const operationColumns = `id, kind, state, params, progress, cursor, max_id, worker, lease_until, error,
 	created_at, started_at, updated_at, finished_at`
 
+// scanOperationC is scanOperation, opening a sealed payload of the
+// operation's params with c.
+func scanOperationC(c store.PayloadCodec, row pgx.Row) (*store.Operation, error) {
+	op, err := scanOperation(row)
+	if err == nil {
+		store.OpenOperation(c, op)
+	}
+	return op, err
+}
+
 func scanOperation(row pgx.Row) (*store.Operation, error) {
 	var (
 		op               store.Operation
@@ -80,6 +90,11 @@ func (s *Store) CreateOperation(ctx context.Context, n store.NewOperation, now t
 	if _, err := s.where(n.Params.Filter, &a); err != nil {
 		return nil, fmt.Errorf("postgres: create operation: %w", err)
 	}
+	var err error
+	n.Params.Payload, err = store.SealPayload(s.payloads, store.OperationQueue, n.Params.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: create operation: %w", err)
+	}
 	params, err := json.Marshal(n.Params)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: create operation: %w", err)
@@ -88,7 +103,7 @@ func (s *Store) CreateOperation(ctx context.Context, n store.NewOperation, now t
 	if err != nil {
 		return nil, fmt.Errorf("postgres: create operation: %w", err)
 	}
-	op, err := scanOperation(s.pool.QueryRow(ctx, `INSERT INTO `+s.ops()+` (id, kind, state, params, progress, max_id, created_at, updated_at)
+	op, err := scanOperationC(s.payloads, s.pool.QueryRow(ctx, `INSERT INTO `+s.ops()+` (id, kind, state, params, progress, max_id, created_at, updated_at)
 	VALUES ($1, $2, 'pending', $3::jsonb, $4::jsonb, (SELECT coalesce(max(id), 0) FROM `+s.sql.jobs+`), $5, $5)
 	ON CONFLICT (id) DO NOTHING RETURNING `+operationColumns, n.ID, string(n.Kind), string(params), string(progress), ts(now)))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -105,7 +120,7 @@ func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, 
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	op, err := scanOperation(s.pool.QueryRow(ctx, `SELECT `+operationColumns+` FROM `+s.ops()+` WHERE id = $1`, id))
+	op, err := scanOperationC(s.payloads, s.pool.QueryRow(ctx, `SELECT `+operationColumns+` FROM `+s.ops()+` WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("postgres: operation %q: %w", id, store.ErrNotFound)
 	}
@@ -142,7 +157,7 @@ func (s *Store) ListOperations(ctx context.Context, before string, limit int) ([
 	defer rows.Close()
 	out := []*store.Operation{}
 	for rows.Next() {
-		op, err := scanOperation(rows)
+		op, err := scanOperationC(s.payloads, rows)
 		if err != nil {
 			return nil, "", s.fail("list operations", err)
 		}
@@ -175,7 +190,7 @@ func (s *Store) ClaimOperation(ctx context.Context, id, worker string, now, leas
 	var op *store.Operation
 	err := s.retry(ctx, func() error {
 		var err error
-		op, err = scanOperation(s.pool.QueryRow(ctx, q, a...))
+		op, err = scanOperationC(s.payloads, s.pool.QueryRow(ctx, q, a...))
 		if errors.Is(err, pgx.ErrNoRows) {
 			op, err = nil, nil
 		}
@@ -195,7 +210,7 @@ func (s *Store) inOperation(ctx context.Context, what, id string, fn func(tx pgx
 	}
 	err := s.retry(ctx, func() error {
 		return s.inTx(ctx, func(tx pgx.Tx) error {
-			op, err := scanOperation(tx.QueryRow(ctx, `SELECT `+operationColumns+` FROM `+s.ops()+` WHERE id = $1 FOR UPDATE`, id))
+			op, err := scanOperationC(s.payloads, tx.QueryRow(ctx, `SELECT `+operationColumns+` FROM `+s.ops()+` WHERE id = $1 FOR UPDATE`, id))
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("operation %q: %w", id, store.ErrNotFound)
 			}
@@ -223,7 +238,7 @@ func (s *Store) RenewOperation(ctx context.Context, r store.OperationRenewal) (*
 			matched = r.Matched
 		}
 		var err error
-		out, err = scanOperation(tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET lease_until = $2, updated_at = $3,
+		out, err = scanOperationC(s.payloads, tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET lease_until = $2, updated_at = $3,
 	progress = jsonb_set(progress, '{matched}', to_jsonb($4::bigint)) WHERE id = $1 RETURNING `+operationColumns,
 			r.ID, ts(r.LeaseUntil), ts(r.Now), matched))
 		return err
@@ -280,6 +295,9 @@ func (s *Store) applyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 		}
 		return e.Last, int(e.Count), nil
 	}
+	if op.Kind == store.OpRekey {
+		return s.rekeyStep(ctx, tx, op, st, res)
+	}
 	f := store.OperationFilter(op)
 	if op.Kind == store.OpReplay {
 		return s.replayStep(ctx, tx, op, f, st, res)
@@ -311,6 +329,9 @@ func (s *Store) applyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 	last := ids[len(ids)-1]
 	switch op.Kind {
 	case store.OpRedrive:
+		if err := store.CheckOperationPayload(op); err != nil {
+			return 0, 0, err
+		}
 		ev, err := eventJSON(&store.Event{Kind: store.EventRedriven, At: st.Now, Note: op.Params.Note})
 		if err != nil {
 			return 0, 0, err
@@ -319,22 +340,8 @@ func (s *Store) applyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 		if len(op.Params.Payload) > 0 {
 			payload = op.Params.Payload
 		}
-		rows, err := tx.Query(ctx, s.sql.redrive, ids, ts(st.Now), payload, ev, shard(), keysJSON(op.Params.Keys.Limits), keysJSON(op.Params.Keys.Fair))
-		if err != nil {
-			return 0, 0, err
-		}
 		outcome := map[int64]bool{}
-		for rows.Next() {
-			var id int64
-			var ok bool
-			if err := rows.Scan(&id, &ok); err != nil {
-				rows.Close()
-				return 0, 0, err
-			}
-			outcome[id] = ok
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := s.redriveRows(ctx, tx, ids, st.Now, payload, ev, op.Params.Keys, outcome); err != nil {
 			return 0, 0, err
 		}
 		var redriven []int64
@@ -464,7 +471,7 @@ func (s *Store) OperationJobs(ctx context.Context, id string, after int64, limit
 	if err != nil {
 		return nil, s.fail("operation jobs", err)
 	}
-	jobs, err := collect(rows, true)
+	jobs, err := collect(rows, true, s.payloads)
 	if err != nil {
 		return nil, s.fail("operation jobs", err)
 	}
@@ -482,7 +489,7 @@ func (s *Store) FinishOperation(ctx context.Context, id, worker string, state st
 			return err
 		}
 		var err error
-		out, err = scanOperation(tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET state = $2, error = $3, worker = NULL, lease_until = NULL,
+		out, err = scanOperationC(s.payloads, tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET state = $2, error = $3, worker = NULL, lease_until = NULL,
 	finished_at = $4, updated_at = $4 WHERE id = $1 RETURNING `+operationColumns, id, string(state), cleanText(msg), ts(now)))
 		return err
 	})
@@ -506,7 +513,7 @@ func (s *Store) SetOperationState(ctx context.Context, id string, to store.Opera
 			t := ts(now)
 			finished = &t
 		}
-		out, err = scanOperation(tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET state = $2, worker = NULL, lease_until = NULL,
+		out, err = scanOperationC(s.payloads, tx.QueryRow(ctx, `UPDATE `+s.ops()+` SET state = $2, worker = NULL, lease_until = NULL,
 	finished_at = $3, updated_at = $4 WHERE id = $1 RETURNING `+operationColumns, id, string(next), finished, ts(now)))
 		return err
 	})
@@ -523,4 +530,84 @@ func (s *Store) DeleteOperations(ctx context.Context, before time.Time) (int64, 
 		return 0, s.fail("delete operations", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// rekeyStep re-seals, under the current key, the payloads of the next
+// st.Limit jobs after the cursor that are sealed under another key. The
+// update applies only to a payload still as read, so a payload a
+// concurrent redrive replaced (sealed under the current key) is kept.
+func (s *Store) rekeyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, st store.OperationStep, res *store.StepResult) (int64, int, error) {
+	rows, err := tx.Query(ctx, `SELECT id, queue, payload FROM `+s.sql.jobs+` WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`, op.Cursor, op.MaxID, st.Limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	var (
+		ids      []int64
+		queues   []string
+		payloads [][]byte
+	)
+	for rows.Next() {
+		var id int64
+		var q string
+		var p []byte
+		if err := rows.Scan(&id, &q, &p); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		ids, queues, payloads = append(ids, id), append(queues, q), append(payloads, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	if len(ids) == 0 {
+		return op.Cursor, 0, nil
+	}
+	idx, out, err := store.Rekey(s.payloads, queues, payloads, &res.Handled)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(idx) > 0 {
+		uids, olds := make([]int64, len(idx)), make([][]byte, len(idx))
+		for k, i := range idx {
+			uids[k], olds[k] = ids[i], payloads[i]
+		}
+		tag, err := tx.Exec(ctx, `UPDATE `+s.sql.jobs+` AS j SET payload = u.p FROM unnest($1::bigint[], $2::bytea[], $3::bytea[]) AS u(id, p, old)
+	WHERE j.id = u.id AND j.payload = u.old`, uids, out, olds)
+		if err != nil {
+			return 0, 0, err
+		}
+		if lost := int64(len(idx)) - tag.RowsAffected(); lost > 0 {
+			res.Handled.Rekeyed -= lost
+			res.Handled.Skipped += lost
+		}
+	}
+	return ids[len(ids)-1], len(ids), nil
+}
+
+// PayloadKeyCounts implements store.PayloadKeyCounter.
+func (s *Store) PayloadKeyCounts(ctx context.Context) (map[string]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT CASE WHEN substring(payload FROM 1 FOR 7) = convert_to('"rdenc:', 'UTF8')
+		THEN split_part(convert_from(substring(payload FROM 8 FOR 40), 'SQL_ASCII'), ':', 1) ELSE '' END AS k, count(*)
+		FROM `+s.sql.jobs+` GROUP BY k`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: payload key counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("postgres: payload key counts: %w", err)
+		}
+		out[k] += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: payload key counts: %w", err)
+	}
+	return out, nil
 }

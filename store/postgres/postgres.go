@@ -122,15 +122,22 @@ type Options struct {
 	// fleet. Past the bound the migration fails, leaving the schema as it
 	// was, and Open or Migrate returns an error saying so: try again.
 	MigrateLockTimeout time.Duration
+	// Payloads, when set, encrypts payloads at rest: the store seals
+	// every payload it writes and opens every payload it reads (see
+	// store.PayloadCodec). Without it, a sealed payload reads as
+	// undecryptable (Job.PayloadError).
+	Payloads store.PayloadCodec
 }
 
 // Store is a store.Store on PostgreSQL. It is safe for concurrent use.
 type Store struct {
-	pool    *pgxpool.Pool
-	schema  string // unquoted
-	channel string // notification channel
-	log     *slog.Logger
-	sql     statements
+	// payloads seals and opens payloads (Options.Payloads); nil: none.
+	payloads store.PayloadCodec
+	pool     *pgxpool.Pool
+	schema   string // unquoted
+	channel  string // notification channel
+	log      *slog.Logger
+	sql      statements
 	// lockTimeout is Options.MigrateLockTimeout (0: none).
 	lockTimeout time.Duration
 	// fold is appended to lower()'s arguments for case-insensitive
@@ -227,6 +234,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	done, cancel := context.WithCancel(context.Background())
 	s := &Store{
+		payloads:    opts.Payloads,
 		pool:        pool,
 		schema:      schema,
 		channel:     schema + "_redrive",

@@ -24,7 +24,7 @@ func (s *Store) SetPriority(ctx context.Context, id int64, priority int) (*store
 	err := s.retry(ctx, func() error {
 		var err error
 		job, err = scanJob(s.pool.QueryRow(ctx, `UPDATE `+s.sql.jobs+` SET priority = $2
-	WHERE id = $1 AND state IN ('pending', 'scheduled') RETURNING `+cols("", true), id, int16(priority)), true)
+	WHERE id = $1 AND state IN ('pending', 'scheduled') RETURNING `+cols("", true), id, int16(priority)), true, s.payloads)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}

@@ -23,7 +23,7 @@ func (s *Store) RunNow(ctx context.Context, id int64, now time.Time) (*store.Job
 	err := s.retry(ctx, func() error {
 		var err error
 		job, err = scanJob(s.pool.QueryRow(ctx, `UPDATE `+s.sql.jobs+` SET state = 'pending', run_at = least(run_at, $2)
-	WHERE id = $1 AND state = 'scheduled' RETURNING `+cols("", true), id, ts(now)), true)
+	WHERE id = $1 AND state = 'scheduled' RETURNING `+cols("", true), id, ts(now)), true, s.payloads)
 		if err == nil {
 			// Wake the listening workers of its queue, as an enqueue does.
 			_, err = s.pool.Exec(ctx, s.sql.cancelNotify, job.Queue)
@@ -32,7 +32,7 @@ func (s *Store) RunNow(ctx context.Context, id int64, now time.Time) (*store.Job
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		job, err = scanJob(s.pool.QueryRow(ctx, `SELECT `+cols("", true)+` FROM `+s.sql.jobs+` WHERE id = $1`, id), true)
+		job, err = scanJob(s.pool.QueryRow(ctx, `SELECT `+cols("", true)+` FROM `+s.sql.jobs+` WHERE id = $1`, id), true, s.payloads)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("job %d: %w", id, store.ErrNotFound)
 		}

@@ -172,7 +172,7 @@ func (s *Store) Leased(ctx context.Context, worker string, limit int) ([]*store.
 	if err != nil {
 		return nil, s.fail("leased", err)
 	}
-	jobs, err := collect(rows, false)
+	jobs, err := collect(rows, false, s.payloads)
 	if err != nil {
 		return nil, s.fail("leased", err)
 	}

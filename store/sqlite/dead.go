@@ -61,6 +61,10 @@ func deadArgs(d *store.DeadJob) ([]any, error) {
 // inserted unless the key is taken (by a job, or kept after its job was
 // deleted).
 func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) ([]*store.Job, error) {
+	jobs, err := store.SealDead(s.payloads, jobs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: add dead: %w", err)
+	}
 	args := make([][]any, len(jobs))
 	for i := range jobs {
 		err := validateDead(&jobs[i])
@@ -72,7 +76,7 @@ func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) 
 		}
 	}
 	out := make([]*store.Job, len(jobs))
-	err := s.write(ctx, func(tx *sql.Conn) error {
+	err = s.write(ctx, func(tx *sql.Conn) error {
 		clear(out)
 		counts := map[[2]string]int64{}
 		mv := moves{}
@@ -80,7 +84,7 @@ func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) 
 			d := &jobs[i]
 			var j *store.Job
 			insert := func() (err error) {
-				j, err = scanJob(s.stmt(tx, "insertDead").QueryRowContext(ctx, args[i]...), true)
+				j, err = scanJob(s.stmt(tx, "insertDead").QueryRowContext(ctx, args[i]...), true, s.payloads)
 				return err
 			}
 			var err error

@@ -38,7 +38,7 @@ func optTime(v sql.NullInt64) *time.Time {
 	return &t
 }
 
-func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
+func scanJob(sc scanner, withHistory bool, c store.PayloadCodec) (*store.Job, error) {
 	var (
 		j                                      store.Job
 		payload, policy, history               []byte
@@ -63,6 +63,7 @@ func scanJob(sc scanner, withHistory bool) (*store.Job, error) {
 		return nil, err
 	}
 	j.Payload = json.RawMessage(payload)
+	store.OpenJob(c, &j)
 	if len(policy) > 0 {
 		j.Policy = json.RawMessage(policy)
 	}
@@ -123,8 +124,13 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 			return nil, fmt.Errorf("sqlite: job %d of %d: %w", i+1, len(jobs), err)
 		}
 	}
+	plain := jobs
+	jobs, err := store.SealNew(s.payloads, jobs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+	}
 	out := make([]*store.Job, len(jobs))
-	err := s.writeEnqueue(ctx, len(jobs), func(tx *sql.Conn) error {
+	err = s.writeEnqueue(ctx, len(jobs), func(tx *sql.Conn) error {
 		clear(out)
 		counts := map[[2]string]int64{}
 		mv := moves{}
@@ -177,6 +183,9 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 	if err != nil {
 		return nil, err
 	}
+	if s.payloads != nil {
+		store.PlainPayloads(out, func(i int) json.RawMessage { return plain[i].Payload })
+	}
 	return out, nil
 }
 
@@ -194,7 +203,7 @@ func (s *Store) insertKeyed(ctx context.Context, tx *sql.Conn, key string, inser
 	if !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
-	j, err := scanJob(s.stmt(tx, "byKey").QueryRowContext(ctx, key), true)
+	j, err := scanJob(s.stmt(tx, "byKey").QueryRowContext(ctx, key), true, s.payloads)
 	if err != nil {
 		return nil, fmt.Errorf("read job holding key: %w", err)
 	}
@@ -686,6 +695,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 		if err := store.DecodeStored(j, class, nil, false); err != nil {
 			return nil, err
 		}
+		store.OpenJob(s.payloads, j)
 		out = append(out, j)
 	}
 	if err := rows.Err(); err != nil {
@@ -1057,14 +1067,14 @@ func (s *Store) Expired(ctx context.Context, now time.Time, limit int) ([]*store
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: expired: %w", err)
 	}
-	return collect(rows, false)
+	return collect(rows, false, s.payloads)
 }
 
-func collect(rows *sql.Rows, withHistory bool) ([]*store.Job, error) {
+func collect(rows *sql.Rows, withHistory bool, c store.PayloadCodec) ([]*store.Job, error) {
 	defer rows.Close()
 	var out []*store.Job
 	for rows.Next() {
-		j, err := scanJob(rows, withHistory)
+		j, err := scanJob(rows, withHistory, c)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: %w", err)
 		}
@@ -1082,7 +1092,7 @@ func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, err := scanJob(db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true)
+	j, err := scanJob(db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true, s.payloads)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sqlite: job %d: %w", id, store.ErrNotFound)
 	}
@@ -1211,7 +1221,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
 	}
-	jobs, err := collect(rows, true)
+	jobs, err := collect(rows, true, s.payloads)
 	if err != nil {
 		return store.ListResult{}, err
 	}
@@ -1396,7 +1406,7 @@ func (s *Store) Cancel(ctx context.Context, id int64, now time.Time) (*store.Job
 		default:
 			return fmt.Errorf("sqlite: cancel job %d in state %s: %w", id, state, store.ErrConflict)
 		}
-		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true)
+		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true, s.payloads)
 		if err != nil {
 			return fmt.Errorf("sqlite: cancel job %d: %w", id, err)
 		}
@@ -1467,7 +1477,11 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 			}
 			ckey, fkey = p.Keys.LimitKey(climit, ckey), p.Keys.FairKey(queue, fkey)
 		}
-		_, err = s.stmt(tx, "redrive").ExecContext(ctx, micros(p.Now), nullBytes(p.Payload), ckey, fkey, ev, id)
+		payload, err := store.SealPayload(s.payloads, queue, p.Payload)
+		if err != nil {
+			return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
+		}
+		_, err = s.stmt(tx, "redrive").ExecContext(ctx, micros(p.Now), nullBytes(payload), ckey, fkey, ev, id)
 		if err != nil {
 			return fmt.Errorf("sqlite: redrive job %d: %w", id, err)
 		}

@@ -203,7 +203,7 @@ func (s *Store) Leased(ctx context.Context, worker string, limit int) ([]*store.
 	defer rows.Close()
 	out := []*store.Job{}
 	for rows.Next() {
-		j, err := scanJob(rows, false)
+		j, err := scanJob(rows, false, s.payloads)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: leased: %w", err)
 		}

@@ -18,6 +18,16 @@ import (
 const operationColumns = `id, kind, state, params, progress, cursor, max_id, worker, lease_until, error,
 	created_at, started_at, updated_at, finished_at`
 
+// scanOperationC is scanOperation, opening a sealed payload of the
+// operation's params with c.
+func scanOperationC(c store.PayloadCodec, sc scanner) (*store.Operation, error) {
+	op, err := scanOperation(sc)
+	if err == nil {
+		store.OpenOperation(c, op)
+	}
+	return op, err
+}
+
 func scanOperation(sc scanner) (*store.Operation, error) {
 	var (
 		op                       store.Operation
@@ -77,6 +87,11 @@ func (s *Store) CreateOperation(ctx context.Context, n store.NewOperation, now t
 	if _, _, err := where(n.Params.Filter); err != nil {
 		return nil, fmt.Errorf("sqlite: create operation: %w", err)
 	}
+	var err error
+	n.Params.Payload, err = store.SealPayload(s.payloads, store.OperationQueue, n.Params.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: create operation: %w", err)
+	}
 	params, err := json.Marshal(n.Params)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: create operation: %w", err)
@@ -88,7 +103,7 @@ func (s *Store) CreateOperation(ctx context.Context, n store.NewOperation, now t
 	var op *store.Operation
 	err = s.write(ctx, func(tx *sql.Conn) error {
 		var err error
-		op, err = scanOperation(tx.QueryRowContext(ctx, `INSERT INTO operations (id, kind, state, params, progress, max_id, created_at, updated_at)
+		op, err = scanOperationC(s.payloads, tx.QueryRowContext(ctx, `INSERT INTO operations (id, kind, state, params, progress, max_id, created_at, updated_at)
 			VALUES (?, ?, 'pending', ?, ?, (SELECT coalesce(max(id), 0) FROM jobs), ?, ?)
 			ON CONFLICT (id) DO NOTHING RETURNING `+operationColumns,
 			n.ID, string(n.Kind), params, progress, micros(now), micros(now)))
@@ -109,7 +124,7 @@ func (s *Store) GetOperation(ctx context.Context, id string) (*store.Operation, 
 	if err != nil {
 		return nil, err
 	}
-	op, err := scanOperation(db.QueryRowContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE id = ?`, id))
+	op, err := scanOperationC(s.payloads, db.QueryRowContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sqlite: operation %q: %w", id, store.ErrNotFound)
 	}
@@ -149,7 +164,7 @@ func (s *Store) ListOperations(ctx context.Context, before string, limit int) ([
 	defer rows.Close()
 	out := []*store.Operation{}
 	for rows.Next() {
-		op, err := scanOperation(rows)
+		op, err := scanOperationC(s.payloads, rows)
 		if err != nil {
 			return nil, "", fmt.Errorf("sqlite: list operations: %w", err)
 		}
@@ -185,7 +200,7 @@ func (s *Store) ClaimOperation(ctx context.Context, id, worker string, now, leas
 		if err != nil {
 			return fmt.Errorf("sqlite: claim operation: %w", err)
 		}
-		op, err = scanOperation(tx.QueryRowContext(ctx, `UPDATE operations SET state = 'running', worker = ?, lease_until = ?,
+		op, err = scanOperationC(s.payloads, tx.QueryRowContext(ctx, `UPDATE operations SET state = 'running', worker = ?, lease_until = ?,
 			started_at = coalesce(started_at, ?), updated_at = ? WHERE id = ? RETURNING `+operationColumns,
 			worker, micros(leaseUntil), micros(now), micros(now), pick))
 		if err != nil {
@@ -197,8 +212,8 @@ func (s *Store) ClaimOperation(ctx context.Context, id, worker string, now, leas
 }
 
 // lockedOperation reads an operation in the writer's transaction.
-func lockedOperation(ctx context.Context, tx *sql.Conn, id string) (*store.Operation, error) {
-	op, err := scanOperation(tx.QueryRowContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE id = ?`, id))
+func (s *Store) lockedOperation(ctx context.Context, tx *sql.Conn, id string) (*store.Operation, error) {
+	op, err := scanOperationC(s.payloads, tx.QueryRowContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("operation %q: %w", id, store.ErrNotFound)
 	}
@@ -209,7 +224,7 @@ func lockedOperation(ctx context.Context, tx *sql.Conn, id string) (*store.Opera
 func (s *Store) RenewOperation(ctx context.Context, r store.OperationRenewal) (*store.Operation, error) {
 	var op *store.Operation
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		cur, err := lockedOperation(ctx, tx, r.ID)
+		cur, err := s.lockedOperation(ctx, tx, r.ID)
 		if err != nil {
 			return fmt.Errorf("sqlite: renew operation: %w", err)
 		}
@@ -220,7 +235,7 @@ func (s *Store) RenewOperation(ctx context.Context, r store.OperationRenewal) (*
 		if r.Matched >= 0 {
 			matched = r.Matched
 		}
-		op, err = scanOperation(tx.QueryRowContext(ctx, `UPDATE operations SET lease_until = ?, updated_at = ?,
+		op, err = scanOperationC(s.payloads, tx.QueryRowContext(ctx, `UPDATE operations SET lease_until = ?, updated_at = ?,
 			progress = json_set(progress, '$.matched', ?) WHERE id = ? RETURNING `+operationColumns,
 			micros(r.LeaseUntil), micros(r.Now), matched, r.ID))
 		if err != nil {
@@ -239,7 +254,7 @@ func (s *Store) StepOperation(ctx context.Context, st store.OperationStep) (stor
 	}
 	err := s.write(ctx, func(tx *sql.Conn) error {
 		res = store.StepResult{}
-		op, err := lockedOperation(ctx, tx, st.ID)
+		op, err := s.lockedOperation(ctx, tx, st.ID)
 		if err != nil {
 			return fmt.Errorf("sqlite: step operation: %w", err)
 		}
@@ -284,6 +299,9 @@ func (s *Store) applyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 		}
 		return e.Last, int(e.Count), nil
 	}
+	if op.Kind == store.OpRekey {
+		return s.rekeyStep(ctx, tx, op, st, res)
+	}
 	f := store.OperationFilter(op)
 	if op.Kind == store.OpReplay {
 		return s.replayStep(ctx, tx, op, f, st, res)
@@ -325,6 +343,9 @@ func (s *Store) applyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 	last := ids[len(ids)-1]
 	switch op.Kind {
 	case store.OpRedrive:
+		if err := store.CheckOperationPayload(op); err != nil {
+			return 0, 0, err
+		}
 		ev, err := eventJSON(&store.Event{Kind: store.EventRedriven, At: st.Now, Note: op.Params.Note})
 		if err != nil {
 			return 0, 0, err
@@ -483,7 +504,7 @@ func (s *Store) OperationJobs(ctx context.Context, id string, after int64, limit
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: operation jobs: %w", err)
 	}
-	return collect(rows, true)
+	return collect(rows, true, s.payloads)
 }
 
 // FinishOperation implements store.Operations.
@@ -493,14 +514,14 @@ func (s *Store) FinishOperation(ctx context.Context, id, worker string, state st
 	}
 	var op *store.Operation
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		cur, err := lockedOperation(ctx, tx, id)
+		cur, err := s.lockedOperation(ctx, tx, id)
 		if err != nil {
 			return fmt.Errorf("sqlite: finish operation: %w", err)
 		}
 		if err := store.CheckStep(cur, worker, cur.Cursor); err != nil {
 			return fmt.Errorf("sqlite: finish operation: %w", err)
 		}
-		op, err = scanOperation(tx.QueryRowContext(ctx, `UPDATE operations SET state = ?, error = ?, worker = NULL, lease_until = NULL,
+		op, err = scanOperationC(s.payloads, tx.QueryRowContext(ctx, `UPDATE operations SET state = ?, error = ?, worker = NULL, lease_until = NULL,
 			finished_at = ?, updated_at = ? WHERE id = ? RETURNING `+operationColumns, string(state), msg, micros(now), micros(now), id))
 		if err != nil {
 			return fmt.Errorf("sqlite: finish operation: %w", err)
@@ -514,7 +535,7 @@ func (s *Store) FinishOperation(ctx context.Context, id, worker string, state st
 func (s *Store) SetOperationState(ctx context.Context, id string, to store.OperationState, now time.Time) (*store.Operation, error) {
 	var op *store.Operation
 	err := s.write(ctx, func(tx *sql.Conn) error {
-		cur, err := lockedOperation(ctx, tx, id)
+		cur, err := s.lockedOperation(ctx, tx, id)
 		if err != nil {
 			return fmt.Errorf("sqlite: set operation state: %w", err)
 		}
@@ -530,7 +551,7 @@ func (s *Store) SetOperationState(ctx context.Context, id string, to store.Opera
 		if next == store.OpCanceled {
 			finished = micros(now)
 		}
-		op, err = scanOperation(tx.QueryRowContext(ctx, `UPDATE operations SET state = ?, worker = NULL, lease_until = NULL,
+		op, err = scanOperationC(s.payloads, tx.QueryRowContext(ctx, `UPDATE operations SET state = ?, worker = NULL, lease_until = NULL,
 			finished_at = ?, updated_at = ? WHERE id = ? RETURNING `+operationColumns, string(next), finished, micros(now), id))
 		if err != nil {
 			return fmt.Errorf("sqlite: set operation state: %w", err)
@@ -599,4 +620,73 @@ func (s *Store) cancelStep(ctx context.Context, tx *sql.Conn, ids []int64, now t
 		return 0, err
 	}
 	return n, nil
+}
+
+// rekeyStep re-seals, under the current key, the payloads of the next
+// st.Limit jobs after the cursor that are sealed under another key.
+func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation, st store.OperationStep, res *store.StepResult) (int64, int, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue, payload FROM jobs WHERE id > ? AND id <= ? ORDER BY id LIMIT ?`, op.Cursor, op.MaxID, st.Limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	var (
+		ids      []int64
+		queues   []string
+		payloads [][]byte
+	)
+	for rows.Next() {
+		var id int64
+		var q string
+		var p []byte
+		if err := rows.Scan(&id, &q, &p); err != nil {
+			rows.Close()
+			return 0, 0, err
+		}
+		ids, queues, payloads = append(ids, id), append(queues, q), append(payloads, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	if len(ids) == 0 {
+		return op.Cursor, 0, nil
+	}
+	idx, out, err := store.Rekey(s.payloads, queues, payloads, &res.Handled)
+	if err != nil {
+		return 0, 0, err
+	}
+	for k, i := range idx {
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET payload = ? WHERE id = ?`, out[k], ids[i]); err != nil {
+			return 0, 0, err
+		}
+	}
+	return ids[len(ids)-1], len(ids), nil
+}
+
+// PayloadKeyCounts implements store.PayloadKeyCounter.
+func (s *Store) PayloadKeyCounts(ctx context.Context) (map[string]int64, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT CASE WHEN substr(payload, 1, 7) = CAST('"rdenc:' AS BLOB)
+		THEN CAST(substr(payload, 8, instr(substr(payload, 8), CAST(':' AS BLOB)) - 1) AS TEXT) ELSE '' END AS k, count(*)
+		FROM jobs GROUP BY k`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: payload key counts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: payload key counts: %w", err)
+		}
+		out[k] += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: payload key counts: %w", err)
+	}
+	return out, nil
 }

@@ -30,7 +30,7 @@ func (s *Store) SetPriority(ctx context.Context, id int64, priority int) (*store
 		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET priority = ? WHERE id = ?`, priority, id); err != nil {
 			return fmt.Errorf("sqlite: set priority of job %d: %w", id, err)
 		}
-		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true)
+		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true, s.payloads)
 		if err != nil {
 			return fmt.Errorf("sqlite: set priority of job %d: %w", id, err)
 		}

@@ -70,7 +70,7 @@ func openReadOnly(ctx context.Context, path string, opts Options) (*Store, error
 		return nil, fmt.Errorf("sqlite: open %s read-only: %w", path, err)
 	}
 	w.SetMaxOpenConns(1)
-	s := &Store{limitIdle: limitIdle{}, path: path, w: w, r: r, log: opts.Logger, readOnly: true,
+	s := &Store{limitIdle: limitIdle{}, path: path, payloads: opts.Payloads, w: w, r: r, log: opts.Logger, readOnly: true,
 		ops: make(chan *op), bulk: make(chan *op), maxB: opts.MaxBatch, bulkRows: opts.EnqueueRows,
 		stmts: map[string]*sql.Stmt{}, multi: map[int]*sql.Stmt{}, done: make(chan struct{}), busyTimeout: opts.BusyTimeout}
 	close(s.done)

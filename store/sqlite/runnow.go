@@ -36,7 +36,7 @@ func (s *Store) RunNow(ctx context.Context, id int64, now time.Time) (*store.Job
 		default:
 			return fmt.Errorf("sqlite: run job %d now in state %s (only a pending or scheduled job can): %w", id, state, store.ErrConflict)
 		}
-		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true)
+		job, err = scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true, s.payloads)
 		if err != nil {
 			return fmt.Errorf("sqlite: run job %d now: %w", id, err)
 		}

@@ -106,6 +106,11 @@ type Options struct {
 	// whose content SQLite cannot read without that file, Open refuses
 	// with ErrUnreadableWAL rather than show stale data.
 	ReadOnly bool
+	// Payloads, when set, encrypts payloads at rest: the store seals
+	// every payload it writes and opens every payload it reads (see
+	// store.PayloadCodec). Without it, a sealed payload reads as
+	// undecryptable (Job.PayloadError).
+	Payloads store.PayloadCodec
 }
 
 // ErrReadOnly is the error of a write to a store opened with
@@ -124,6 +129,8 @@ var ErrUnreadableWAL = errors.New("sqlite: the database's write-ahead log cannot
 // Store is a store.Store on a SQLite file.
 type Store struct {
 	path string
+	// payloads seals and opens payloads (Options.Payloads); nil: none.
+	payloads store.PayloadCodec
 	// limitIdle says which queues' fetches skip the selection of
 	// limited jobs (limits.go); the writer goroutine's.
 	limitIdle limitIdle
@@ -260,6 +267,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s := &Store{limitIdle: limitIdle{},
 		path:     path,
+		payloads: opts.Payloads,
 		w:        w,
 		wconn:    wconn,
 		log:      opts.Logger,

@@ -1,7 +1,11 @@
 package sqlite_test
 
 import (
+	"database/sql"
+	"errors"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -28,4 +32,56 @@ func TestConformance(t *testing.T) {
 // BenchmarkStore runs the store-level benchmarks on SQLite.
 func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store { return open(b) })
+}
+
+// TestSealed runs the payload encryption conformance test on SQLite,
+// reading the jobs table's payloads with a connection of its own.
+func TestSealed(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "redrive.db")
+	storetest.RunSealed(t, storetest.SealedDB{
+		Open: func(t *testing.T, c store.PayloadCodec) store.Store {
+			s, err := sqlite.Open(t.Context(), path, sqlite.Options{Logger: slog.New(slog.DiscardHandler), Payloads: c})
+			if err != nil {
+				t.Fatalf("sqlite.Open: %v", err)
+			}
+			return s
+		},
+		Raw: func(t *testing.T) map[int64][]byte {
+			db, err := sql.Open("sqlite", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			rows, err := db.QueryContext(t.Context(), `SELECT id, payload FROM jobs`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			out := map[int64][]byte{}
+			for rows.Next() {
+				var id int64
+				var p []byte
+				if err := rows.Scan(&id, &p); err != nil {
+					t.Fatal(err)
+				}
+				out[id] = p
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		},
+		All: func(t *testing.T) []byte {
+			var all []byte
+			for _, suffix := range []string{"", "-wal"} {
+				b, err := os.ReadFile(path + suffix)
+				if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					t.Fatal(err)
+				}
+				all = append(all, b...)
+			}
+			return all
+		},
+	})
 }

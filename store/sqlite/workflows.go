@@ -81,7 +81,11 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 		news := make([]store.NewJob, 0, len(w.Jobs)+3)
 		outs := make([]*store.Job, 0, len(w.Jobs)+3)
 		insert := func(nj *store.NewJob, blocked bool, flow any, node string) (int64, error) {
-			r := newRow(nj, now)
+			sealed, err := store.SealNew(s.payloads, []store.NewJob{*nj})
+			if err != nil {
+				return 0, err
+			}
+			r := newRow(&sealed[0], now)
 			if blocked {
 				r.state = store.Blocked
 			}
@@ -91,7 +95,11 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 			}
 			counts[[2]string{nj.Queue, store.StatEnqueued}]++
 			mv.move(nj.Queue, "", r.state)
-			news, outs = append(news, *nj), append(outs, r.job(id, nj))
+			j := r.job(id, nj)
+			if s.payloads != nil {
+				j.Payload = nj.Payload // the plaintext, as Enqueue returns it
+			}
+			news, outs = append(news, *nj), append(outs, j)
 			return id, nil
 		}
 		for _, i := range order {

@@ -1,0 +1,206 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redrivehq/redrive/internal/seal"
+)
+
+// PayloadCodec encrypts job payloads at rest (seal.Policy is the one
+// redrive provides). A store given one seals every payload it writes
+// (Enqueue, AddDead, a redrive's new payload) and opens every payload it
+// reads, so that callers only ever see plaintext and the database only
+// ever holds what Seal returned. It must be safe for concurrent use.
+type PayloadCodec interface {
+	// Seal returns the form of payload to keep for a job of queue: a
+	// sealed envelope, or payload itself for a queue not encrypted.
+	Seal(queue string, payload []byte) ([]byte, error)
+	// Open returns the plaintext of a stored payload of a job of queue;
+	// a payload that is not sealed comes back as it is.
+	Open(queue string, stored []byte) ([]byte, error)
+}
+
+// ReasonUndecryptable is the dead reason of a job whose payload could not
+// be opened, and the prefix of Job.PayloadError.
+const ReasonUndecryptable = "undecryptable"
+
+// SealNew returns jobs with their payloads sealed by c for their queues:
+// jobs itself when c is nil.
+func SealNew(c PayloadCodec, jobs []NewJob) ([]NewJob, error) {
+	if c == nil {
+		return jobs, nil
+	}
+	out := make([]NewJob, len(jobs))
+	for i := range jobs {
+		out[i] = jobs[i]
+		p := jobs[i].Payload
+		if len(p) == 0 {
+			p = json.RawMessage("null")
+		}
+		b, err := c.Seal(jobs[i].Queue, p)
+		if err != nil {
+			return nil, fmt.Errorf("job %d of %d: seal payload: %w", i+1, len(jobs), err)
+		}
+		out[i].Payload = b
+	}
+	return out, nil
+}
+
+// SealDead is SealNew for dead jobs.
+func SealDead(c PayloadCodec, jobs []DeadJob) ([]DeadJob, error) {
+	if c == nil {
+		return jobs, nil
+	}
+	out := make([]DeadJob, len(jobs))
+	for i := range jobs {
+		out[i] = jobs[i]
+		p := jobs[i].Payload
+		if len(p) == 0 {
+			p = json.RawMessage("null")
+		}
+		b, err := c.Seal(jobs[i].Queue, p)
+		if err != nil {
+			return nil, fmt.Errorf("dead job %d of %d: seal payload: %w", i+1, len(jobs), err)
+		}
+		out[i].Payload = b
+	}
+	return out, nil
+}
+
+// PlainPayloads puts back, in the jobs a store's Enqueue or AddDead
+// returns, the plaintext payloads of the jobs given (plain[i] is the
+// payload of out[i]): out[i] inserted holds what the store wrote.
+// Jobs returned with Existing were read, and opened, by the store.
+func PlainPayloads(out []*Job, plain func(i int) json.RawMessage) {
+	for i, j := range out {
+		if j == nil || j.Existing {
+			continue
+		}
+		p := plain(i)
+		if len(p) == 0 {
+			p = json.RawMessage("null")
+		}
+		j.Payload = p
+	}
+}
+
+// OpenJob opens the stored payload of j (as read from the database) in
+// place with c. A payload that cannot be opened, or a sealed payload read
+// without a codec, leaves Payload null and sets PayloadError: reads show
+// the job, and a worker makes it dead, rather than failing.
+func OpenJob(c PayloadCodec, j *Job) {
+	if j == nil || !seal.IsSealed(j.Payload) {
+		return
+	}
+	var (
+		p   []byte
+		err error
+	)
+	if c == nil {
+		id, _ := seal.KeyID(j.Payload)
+		err = fmt.Errorf("%w %q: the store has no payload keys", seal.ErrUnknownKey, id)
+	} else {
+		p, err = c.Open(j.Queue, j.Payload)
+	}
+	if err != nil {
+		j.Payload = nil
+		j.PayloadError = ReasonUndecryptable + ": " + err.Error()
+		return
+	}
+	j.Payload = p
+}
+
+// SealPayload seals one payload of a job of queue with c (nil: payload
+// itself); an empty payload stays empty.
+func SealPayload(c PayloadCodec, queue string, payload []byte) ([]byte, error) {
+	if c == nil || len(payload) == 0 {
+		return payload, nil
+	}
+	b, err := c.Seal(queue, payload)
+	if err != nil {
+		return nil, fmt.Errorf("seal payload: %w", err)
+	}
+	return b, nil
+}
+
+// OperationQueue is the queue name an operation's new payload
+// (OperationParams.Payload) is sealed for while the operation is stored:
+// no job's queue (a queue's name holds no '/'), so it opens only as an
+// operation's. A codec seals it whenever it has keys.
+const OperationQueue = "/operation"
+
+// OpenOperation opens the sealed payload of op's params in place with
+// c. One that cannot be opened stays sealed, and PayloadCheck refuses
+// it when the operation runs.
+func OpenOperation(c PayloadCodec, op *Operation) {
+	if op == nil || c == nil || !seal.IsSealed(op.Params.Payload) {
+		return
+	}
+	if p, err := c.Open(OperationQueue, op.Params.Payload); err == nil {
+		op.Params.Payload = p
+	}
+}
+
+// ErrUndecryptable is the error of a redrive operation whose new payload
+// is stored sealed under a key the store does not have.
+var ErrUndecryptable = errors.New("the operation's payload is undecryptable: its key is not configured")
+
+// CheckOperationPayload returns ErrUndecryptable for an operation read
+// with a payload still sealed (OpenOperation could not open it).
+func CheckOperationPayload(op *Operation) error {
+	if seal.IsSealed(op.Params.Payload) {
+		return fmt.Errorf("operation %s: %w", op.ID, ErrUndecryptable)
+	}
+	return nil
+}
+
+// PayloadRekeyer is a PayloadCodec that rotates keys (seal.Policy is
+// one): a rekey operation (OpRekey) re-seals with it.
+type PayloadRekeyer interface {
+	PayloadCodec
+	// Reseal returns stored, a payload of a job of queue sealed under
+	// another key than the current one, sealed under the current key,
+	// and changed true. A payload not sealed, or sealed under the current
+	// key, is left (changed false); one that does not open is an error.
+	Reseal(queue string, stored []byte) (out []byte, changed bool, err error)
+}
+
+// ErrNoPayloadKeys is the error of a rekey step on a store without
+// payload keys.
+var ErrNoPayloadKeys = errors.New("the store has no payload keys (a rekey needs them)")
+
+// Rekey re-seals the payloads of a rekey step's rows with c: it returns
+// the rows that changed (their index in rows and new payload) and
+// counts the outcomes in h (Rekeyed: changed, Skipped: left, Failed:
+// undecryptable).
+func Rekey(c PayloadCodec, queues []string, payloads [][]byte, h *OperationProgress) (idx []int, out [][]byte, err error) {
+	r, ok := c.(PayloadRekeyer)
+	if !ok {
+		return nil, nil, ErrNoPayloadKeys
+	}
+	for i, p := range payloads {
+		np, changed, err := r.Reseal(queues[i], p)
+		switch {
+		case err != nil:
+			h.Failed++
+		case changed:
+			h.Rekeyed++
+			idx = append(idx, i)
+			out = append(out, np)
+		default:
+			h.Skipped++
+		}
+	}
+	return idx, out, nil
+}
+
+// PayloadKeyCounter is implemented by the stores that count their stored
+// payloads by the key they are sealed under (both stores of redrive).
+type PayloadKeyCounter interface {
+	// PayloadKeyCounts returns how many jobs hold a payload sealed under
+	// each key id; "" counts the payloads not sealed.
+	PayloadKeyCounts(ctx context.Context) (map[string]int64, error)
+}
