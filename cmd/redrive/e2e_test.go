@@ -97,9 +97,45 @@ func TestE2E(t *testing.T) {
 // race mode, so that the build reuses the packages the test compiled.
 func buildRedrive(t *testing.T) string {
 	t.Helper()
+	// One build serves every test of the run: each test building its own
+	// (eleven tests do) linked a -race binary of this package eleven
+	// times, minutes of a loaded machine's CPU each time (4 min 39 s for
+	// one of them beside other test runs), all to the same bytes. Tests
+	// that need it at once wait for the one build.
+	built.Lock()
+	defer built.Unlock()
+	if built.bin == "" && built.err == nil {
+		built.bin, built.err = goBuildRedrive(t)
+	}
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
+
+// built is the redrive binary built for this test run (buildRedrive), in
+// a directory TestMain removes at the end of the run.
+var built struct {
+	sync.Mutex
+	dir, bin string
+	err      error
+}
+
+// removeBuilt removes the binary buildRedrive built, if any.
+func removeBuilt() {
+	built.Lock()
+	defer built.Unlock()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+}
+
+// goBuildRedrive builds this package's binary (with -race when the tests
+// run with it) into a directory of its own, logging how long it took.
+func goBuildRedrive(t *testing.T) (string, error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Fatalf("the go command is needed to build redrive: %v", err)
+		return "", fmt.Errorf("the go command is needed to build redrive: %w", err)
 	}
 	// The go in PATH may stand for another toolchain: use the one whose
 	// GOROOT it reports.
@@ -115,7 +151,12 @@ func buildRedrive(t *testing.T) string {
 	if out, err := exec.Command(goBin, "env", "GOVERSION").Output(); err == nil && strings.TrimSpace(string(out)) != runtime.Version() {
 		t.Logf("note: %s is %s, the test runs on %s", goBin, strings.TrimSpace(string(out)), runtime.Version())
 	}
-	bin := filepath.Join(t.TempDir(), "redrive")
+	dir, err := os.MkdirTemp("", "redrive-test-bin-")
+	if err != nil {
+		return "", err
+	}
+	built.dir = dir
+	bin := filepath.Join(dir, "redrive")
 	if runtime.GOOS == "windows" {
 		bin += ".exe"
 	}
@@ -128,10 +169,10 @@ func buildRedrive(t *testing.T) string {
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, goBin, append(args, ".")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("built %s in %s (race %v)", bin, time.Since(start).Round(time.Millisecond), raceEnabled())
-	return bin
+	return bin, nil
 }
 
 // raceEnabled reports whether the test binary was built with -race.

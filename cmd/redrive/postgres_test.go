@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := m.Run()
+	removeBuilt()
 	if b := os.Getenv("KAFKA_BROKERS"); b != "" {
 		// The topics go at the end of the run: see internal/testtopics.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -706,13 +706,14 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 
 // NextDue implements store.Store.
 func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, error) {
-	db, err := s.readDB()
+	st, err := s.readStmt(ctx, readNextDue)
 	if err != nil {
 		return time.Time{}, false, err
 	}
 	var v sql.NullInt64
-	// The waiting jobs are in two indexes: without a limit, and under one.
-	err = db.QueryRowContext(ctx, firstDueSQL, queue, int64(math.MaxInt64)).Scan(&v)
+	// The waiting jobs are in three indexes: without a limit, under one,
+	// and fair.
+	err = st.QueryRowContext(ctx, queue, int64(math.MaxInt64)).Scan(&v)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("sqlite: next due: %w", err)
 	}
@@ -724,12 +725,12 @@ func (s *Store) NextDue(ctx context.Context, queue string) (time.Time, bool, err
 
 // NextDueAfter implements store.Store.
 func (s *Store) NextDueAfter(ctx context.Context, queue string, after time.Time) (time.Time, bool, error) {
-	db, err := s.readDB()
+	st, err := s.readStmt(ctx, readNextAfter)
 	if err != nil {
 		return time.Time{}, false, err
 	}
 	var v sql.NullInt64
-	if err := db.QueryRowContext(ctx, firstAfterSQL, queue, micros(after)).Scan(&v); err != nil {
+	if err := st.QueryRowContext(ctx, queue, micros(after)).Scan(&v); err != nil {
 		return time.Time{}, false, fmt.Errorf("sqlite: next due after: %w", err)
 	}
 	if !v.Valid {

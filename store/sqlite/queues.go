@@ -14,15 +14,11 @@ import (
 // or resumed once), of job_counts (queues with jobs) and of counters, read
 // in one snapshot.
 func (s *Store) Queues(ctx context.Context) ([]store.QueueState, error) {
-	db, err := s.readDB()
+	st, err := s.readStmt(ctx, readQueues)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.QueryContext(ctx, `SELECT n.name, coalesce(q.paused, 0), q.paused_at FROM (
-		SELECT name FROM queues
-		UNION SELECT queue FROM job_counts WHERE n <> 0
-		UNION SELECT queue FROM counters
-	) n LEFT JOIN queues q ON q.name = n.name`)
+	rows, err := st.QueryContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: queues: %w", err)
 	}
@@ -46,6 +42,13 @@ func (s *Store) Queues(ctx context.Context) ([]store.QueueState, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// queuesSQL is Queues' statement.
+const queuesSQL = `SELECT n.name, coalesce(q.paused, 0), q.paused_at FROM (
+		SELECT name FROM queues
+		UNION SELECT queue FROM job_counts WHERE n <> 0
+		UNION SELECT queue FROM counters
+	) n LEFT JOIN queues q ON q.name = n.name`
 
 // SetPaused implements store.Store with one upsert: a second pause keeps
 // the time of the first.
@@ -87,13 +90,13 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 	if len(queues) == 0 {
 		return out, nil
 	}
-	db, err := s.readDB()
+	st, err := s.readStmt(ctx, readNextDue)
 	if err != nil {
 		return nil, err
 	}
 	for _, q := range queues {
 		var runAt sql.NullInt64
-		if err := db.QueryRowContext(ctx, firstDueSQL, q, micros(now)).Scan(&runAt); err != nil {
+		if err := st.QueryRowContext(ctx, q, micros(now)).Scan(&runAt); err != nil {
 			return nil, fmt.Errorf("sqlite: oldest due: %w", err)
 		}
 		if runAt.Valid {

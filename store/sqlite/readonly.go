@@ -72,7 +72,7 @@ func openReadOnly(ctx context.Context, path string, opts Options) (*Store, error
 	w.SetMaxOpenConns(1)
 	s := &Store{limitIdle: limitIdle{}, path: path, payloads: opts.Payloads, w: w, r: r, log: opts.Logger, readOnly: true,
 		ops: make(chan *op), bulk: make(chan *op), maxB: opts.MaxBatch, bulkRows: opts.EnqueueRows,
-		stmts: map[string]*sql.Stmt{}, multi: map[int]*sql.Stmt{}, done: make(chan struct{}), busyTimeout: opts.BusyTimeout}
+		stmts: map[string]*sql.Stmt{}, reads: map[string]*sql.Stmt{}, multi: map[int]*sql.Stmt{}, done: make(chan struct{}), busyTimeout: opts.BusyTimeout}
 	close(s.done)
 	if s.readByIDs, err = r.PrepareContext(ctx, `SELECT `+leasedColumns+` FROM jobs WHERE id IN (SELECT value FROM json_each(?))`); err != nil {
 		s.closeDBs()

@@ -168,7 +168,13 @@ type Store struct {
 	// onLocked, when set (by tests), is called by the writer once BEGIN
 	// IMMEDIATE took the write lock.
 	onLocked func()
-	stmts    map[string]*sql.Stmt
+	// stmts are the statements of writeSQL prepared so far on the
+	// writer connection, each on its first use (stmt), under stmtsMu.
+	stmtsMu sync.Mutex
+	stmts   map[string]*sql.Stmt
+	// reads are the polled statements of readSQL prepared so far on the
+	// read pool (readStmt), under stmtsMu.
+	reads map[string]*sql.Stmt
 	// readByIDs reads the jobs Fetch leased by a JSON array of their ids
 	// on the read pool.
 	readByIDs *sql.Stmt
@@ -276,6 +282,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		maxB:     opts.MaxBatch,
 		bulkRows: opts.EnqueueRows,
 		stmts:    map[string]*sql.Stmt{},
+		reads:    map[string]*sql.Stmt{},
 		multi:    map[int]*sql.Stmt{},
 		done:     make(chan struct{}),
 
@@ -307,10 +314,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if s.readByIDs, err = r.PrepareContext(ctx, `SELECT `+leasedColumns+` FROM jobs WHERE id IN (SELECT value FROM json_each(?))`); err != nil {
 		s.closeDBs()
 		return nil, fmt.Errorf("sqlite: prepare: %w", err)
-	}
-	if err := s.prepare(ctx); err != nil {
-		s.closeDBs()
-		return nil, err
 	}
 	go s.writer()
 	return s, nil
@@ -397,7 +400,12 @@ const fetchTop = `(SELECT priority FROM jobs WHERE state IN ('pending', 'schedul
 // priority p due by ?3, one probe of the jobs_ready index.
 const dueAt = `EXISTS (SELECT 1 FROM jobs WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = ?1 AND priority = pr.p AND run_at <= ?3)`
 
-// Statements prepared once on the writer connection.
+// Statements prepared on the writer connection, each once per store on
+// its first use (stmt): a store that never redrives a job never parses
+// the redrive. Preparing all of them in Open parsed some thirty
+// statements (each UPDATE of jobs also codes the table's triggers) for
+// every store opened, most of a short-lived store's CPU (a CLI command,
+// a test).
 var writeSQL = map[string]string{
 	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority, trace)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -499,17 +507,6 @@ var writeSQL = map[string]string{
 		ON CONFLICT (queue, name) DO UPDATE SET n = n + excluded.n`,
 	"jobCount": `INSERT INTO job_counts (queue, state, n) VALUES (?, ?, ?)
 		ON CONFLICT (queue, state) DO UPDATE SET n = n + excluded.n`,
-}
-
-func (s *Store) prepare(ctx context.Context) error {
-	for name, q := range writeSQL {
-		st, err := s.wconn.PrepareContext(ctx, q)
-		if err != nil {
-			return fmt.Errorf("sqlite: prepare %s: %w", name, err)
-		}
-		s.stmts[name] = st
-	}
-	return nil
 }
 
 func (s *Store) runBatch(batch []*op) {
@@ -722,9 +719,108 @@ func (s *Store) WriteHealth() error {
 	return nil
 }
 
-// stmt returns a statement prepared on the writer connection.
-func (s *Store) stmt(_ *sql.Conn, name string) *sql.Stmt {
-	return s.stmts[name]
+// stmt returns writeSQL's statement name on the writer connection,
+// prepared on its first use and kept for the store's life.
+func (s *Store) stmt(_ *sql.Conn, name string) writeStmt {
+	return writeStmt{s: s, name: name}
+}
+
+// writeStmt is a statement of writeSQL, prepared when first run.
+type writeStmt struct {
+	s    *Store
+	name string
+}
+
+// prepared returns the statement, preparing it on the writer connection
+// if no call did before. A failed preparation is not kept: the next use
+// tries again.
+func (w writeStmt) prepared(ctx context.Context) (*sql.Stmt, error) {
+	s := w.s
+	s.stmtsMu.Lock()
+	defer s.stmtsMu.Unlock()
+	if st := s.stmts[w.name]; st != nil {
+		return st, nil
+	}
+	q, ok := writeSQL[w.name]
+	if !ok {
+		return nil, fmt.Errorf("sqlite: no statement %q", w.name)
+	}
+	st, err := s.wconn.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: prepare %s: %w", w.name, err)
+	}
+	s.stmts[w.name] = st
+	return st, nil
+}
+
+// ExecContext runs the statement with args.
+func (w writeStmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	st, err := w.prepared(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// QueryRowContext runs the statement with args for one row.
+func (w writeStmt) QueryRowContext(ctx context.Context, args ...any) rowOrErr {
+	st, err := w.prepared(ctx)
+	if err != nil {
+		return rowOrErr{err: err}
+	}
+	return rowOrErr{row: st.QueryRowContext(ctx, args...)}
+}
+
+// rowOrErr is a *sql.Row, or the error that kept its statement from
+// running.
+type rowOrErr struct {
+	row *sql.Row
+	err error
+}
+
+// Scan is sql.Row's Scan, or the error.
+func (r rowOrErr) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.row.Scan(dest...)
+}
+
+// Statements of the read pool that pollers run again and again (a
+// worker's NextDue between fetches, the dashboard's and the breakers'
+// Queues), prepared once per store on first use (readStmt) rather than
+// parsed on every call.
+const (
+	readNextDue   = "nextDue"
+	readNextAfter = "nextDueAfter"
+	readQueues    = "queues"
+)
+
+var readSQL = map[string]string{
+	readNextDue:   firstDueSQL,
+	readNextAfter: firstAfterSQL,
+	readQueues:    queuesSQL,
+}
+
+// readStmt returns readSQL's statement name on the read pool, prepared on
+// its first use (database/sql then prepares it on each pooled connection
+// once, as that connection first runs it).
+func (s *Store) readStmt(ctx context.Context, name string) (*sql.Stmt, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	s.stmtsMu.Lock()
+	defer s.stmtsMu.Unlock()
+	if st := s.reads[name]; st != nil {
+		return st, nil
+	}
+	st, err := db.PrepareContext(ctx, readSQL[name])
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: prepare %s: %w", name, err)
+	}
+	s.reads[name] = st
+	return st, nil
 }
 
 // Close stops the writer after the queued writes and closes the database.
@@ -744,9 +840,14 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
+	s.stmtsMu.Lock()
 	for _, st := range s.stmts {
 		st.Close()
 	}
+	for _, st := range s.reads {
+		st.Close()
+	}
+	s.stmtsMu.Unlock()
 	for _, st := range s.multi {
 		st.Close()
 	}
