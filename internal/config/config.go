@@ -84,6 +84,9 @@ type Serve struct {
 	// HTTPAllowLinkLocal lets http jobs reach link-local and cloud metadata
 	// addresses.
 	HTTPAllowLinkLocal bool
+	// HTTPNoTraceParent stops the http and download kinds from sending
+	// the attempt's W3C trace context to their targets.
+	HTTPNoTraceParent bool
 	// ShutdownTimeout bounds the graceful shutdown.
 	ShutdownTimeout time.Duration
 	// Lease, CompletedRetention, DLQMaxAge, CleanupInterval and
@@ -254,6 +257,11 @@ var settings = append([]setting{
 	{name: "http-allow-link-local", def: "false", bool: true, help: "let http jobs reach link-local and cloud metadata addresses (169.254.169.254...)", apply: func(c *Serve, v string) error {
 		b, err := parseBool(v)
 		c.HTTPAllowLinkLocal = b
+		return err
+	}},
+	{name: "http-traceparent", def: "true", bool: true, help: "send the attempt's W3C traceparent (and tracestate) with the requests of http and download jobs, when serve traces", apply: func(c *Serve, v string) error {
+		b, err := parseBool(v)
+		c.HTTPNoTraceParent = !b
 		return err
 	}},
 	{name: "shutdown-timeout", def: "30s", help: "how long running jobs and requests may finish on shutdown", apply: func(c *Serve, v string) error {

@@ -193,7 +193,7 @@ func resolveSchedules(c *Serve) error {
 // HTTPOptions are the options of serve's http kind, without its
 // breakers.
 func (c *Serve) HTTPOptions() httpjob.Options {
-	return httpjob.Options{BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal,
+	return httpjob.Options{BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal, NoTraceParent: c.HTTPNoTraceParent,
 		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private", RedactHeaders: c.RedactHeaders}
 }
 
@@ -201,7 +201,7 @@ func (c *Serve) HTTPOptions() httpjob.Options {
 // breakers and lookup; meaningful only when Download.Dir is set.
 func (c *Serve) DownloadOptions() download.Options {
 	return download.Options{Dir: c.Download.Dir, MaxBytes: c.Download.MaxBytes,
-		BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal,
+		BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal, NoTraceParent: c.HTTPNoTraceParent,
 		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private", RedactHeaders: c.RedactHeaders}
 }
 

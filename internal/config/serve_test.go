@@ -19,6 +19,38 @@ func TestServeConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestServeHTTPTraceParent: the http and download kinds send the
+// attempt's traceparent unless --http-traceparent=false (or the file's
+// or the environment's setting) says not to.
+func TestServeHTTPTraceParent(t *testing.T) {
+	c, err := loadConfig(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPOptions().NoTraceParent || c.DownloadOptions().NoTraceParent {
+		t.Fatal("by default the kinds do not send traceparent")
+	}
+	for _, how := range []struct {
+		env  map[string]string
+		args []string
+	}{
+		{nil, []string{"--http-traceparent=false"}},
+		{map[string]string{"REDRIVE_HTTP_TRACEPARENT": "false"}, nil},
+		{nil, []string{"--config", writeFile(t, "tp.json", `{"http-traceparent": false}`)}},
+	} {
+		c, err := loadConfig(t, how.env, how.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.HTTPOptions().NoTraceParent || !c.DownloadOptions().NoTraceParent {
+			t.Errorf("%v %v: the kinds still send traceparent", how.env, how.args)
+		}
+	}
+	if _, err := loadConfig(t, nil, "--http-traceparent=maybe"); err == nil || !strings.Contains(err.Error(), "http-traceparent") {
+		t.Errorf("--http-traceparent=maybe: %v, want an error naming the setting", err)
+	}
+}
+
 // TestServeEngineSettings: every engine setting a Go user has, a serve
 // user has too.
 func TestServeEngineSettings(t *testing.T) {
