@@ -101,6 +101,16 @@ func TraceID(j *Job) string {
 	return sc.TraceID().String()
 }
 
+// TraceContext returns the W3C trace context of ctx's span as a job keeps
+// it (store.NewJob.Trace: the traceparent, then a space and the
+// tracestate), "" when ctx has no valid span. A job enqueued below the
+// Client, as with the PostgreSQL store's EnqueueTx inside the caller's
+// transaction, joins the caller's trace with it: its attempts are
+// children of ctx's span.
+func TraceContext(ctx context.Context) string {
+	return tracectx.Encode(trace.SpanContextFromContext(ctx))
+}
+
 // MalformedTraceContexts returns how many trace contexts this process
 // found malformed (a job's, a message's, a request's) and ignored,
 // starting a new trace instead.

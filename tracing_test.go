@@ -383,3 +383,39 @@ func TestTraceReplay(t *testing.T) {
 		t.Errorf("the copy's attempt in trace %s under %s, want the dead job's trace under its enqueue span", cp.SpanContext().TraceID(), cp.Parent().SpanID())
 	}
 }
+
+// TestTraceContextBelowClient: a job enqueued on the store directly (as
+// in the caller's transaction) with TraceContext of the caller's context
+// joins the caller's trace: its attempt is a child of the caller's span.
+// Without a span, TraceContext is "".
+func TestTraceContextBelowClient(t *testing.T) {
+	if got := redrive.TraceContext(t.Context()); got != "" {
+		t.Fatalf("TraceContext without a span = %q, want \"\"", got)
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	clk := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	exec := redrive.NewExecutor(redrive.ExecutorOptions{Logger: quietLogger(), Now: clk.now, TracerProvider: tp})
+	exec.HandleFunc("k", func(context.Context, *redrive.Job) error { return nil })
+	ctx, caller := tp.Tracer("test").Start(t.Context(), "caller")
+	if _, err := st.Enqueue(ctx, []store.NewJob{{Queue: "tq", Kind: "k", Payload: json.RawMessage(`{}`), MaxRetries: -1,
+		Trace: redrive.TraceContext(ctx)}}, clk.now()); err != nil {
+		t.Fatal(err)
+	}
+	caller.End()
+	runOne(t, st, exec, clk, "tq")
+	var found bool
+	for _, s := range rec.Ended() {
+		if s.Name() == "process tq" {
+			found = true
+			if s.SpanContext().TraceID() != caller.SpanContext().TraceID() || s.Parent().SpanID() != caller.SpanContext().SpanID() {
+				t.Errorf("attempt in trace %s with parent %s, want a child of the caller's span %s", s.SpanContext().TraceID(), s.Parent().SpanID(), caller.SpanContext().SpanID())
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no attempt span")
+	}
+}
