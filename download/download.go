@@ -532,6 +532,9 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 	if len(p.Headers) > MaxHeaders {
 		return bad("payload.headers", "%d headers, the limit is %d", len(p.Headers), MaxHeaders)
 	}
+	if field, err := httpreq.Masked(u, p.Headers); err != nil {
+		return bad(field, "%w", err)
+	}
 	for k, v := range p.Headers {
 		if !httpreq.ValidHeaderName(k) {
 			return bad("payload.headers", "header name %q is not a valid HTTP token", k)

@@ -320,6 +320,9 @@ func (h *Handler) request(ctx context.Context, raw json.RawMessage) (*http.Reque
 	if len(p.Headers) > MaxHeaders {
 		return bad("payload.headers", "%d headers, the limit is %d", len(p.Headers), MaxHeaders)
 	}
+	if field, err := httpreq.Masked(u, p.Headers); err != nil {
+		return nil, 0, &redrive.FieldError{Field: field, Err: err}
+	}
 	var body io.Reader
 	if p.Body != "" {
 		body = strings.NewReader(p.Body)
