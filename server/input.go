@@ -196,7 +196,7 @@ func clip(s string) string {
 func parseState(field, v string) (store.State, error) {
 	st, err := store.ParseState(strings.TrimSpace(v))
 	if err != nil {
-		return "", badRequest(field, "unknown state %q (want pending, scheduled, running, completed, dead or canceled)", clip(v))
+		return "", badRequest(field, "unknown state %q (want pending, scheduled, running, completed, dead, canceled or blocked)", clip(v))
 	}
 	return st, nil
 }

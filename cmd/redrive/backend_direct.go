@@ -120,7 +120,7 @@ func (q *listQuery) filter() (redrive.Filter, error) {
 	for _, s := range q.States {
 		st, err := store.ParseState(strings.TrimSpace(s))
 		if err != nil {
-			return f, fmt.Errorf("--state: unknown state %q (want pending, scheduled, running, completed, dead or canceled)", s)
+			return f, fmt.Errorf("--state: unknown state %q (want pending, scheduled, running, completed, dead, canceled or blocked)", s)
 		}
 		f.States = append(f.States, st)
 	}

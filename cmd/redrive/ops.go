@@ -280,7 +280,7 @@ jobs' histories (redrive jobs show ID has it).
 	addFilterFlags(cmd, &q.filterOptions)
 	f := cmd.Flags()
 	if !dead {
-		f.StringSliceVar(&q.States, "state", nil, "only jobs in these states (pending, scheduled, running, completed, dead, canceled)")
+		f.StringSliceVar(&q.States, "state", nil, "only jobs in these states (pending, scheduled, running, completed, dead, canceled, blocked)")
 	}
 	f.StringVar(&q.Match, "match", "", "only jobs whose payload holds this value: payload.FIELD=VALUE (e.g. payload.customer_id=42)")
 	f.IntVar(&q.Limit, "limit", 0, fmt.Sprintf("jobs per page (default %d, at most %d)", store.DefaultPageSize, store.MaxPageSize))

@@ -78,7 +78,7 @@ jobs match. --since and --until bound the time each job finished
 		for _, s := range states {
 			st, err := store.ParseState(s)
 			if err != nil {
-				return flagErrorf(cmd, "--state: unknown state %q (want pending, scheduled, running, completed, dead or canceled)", s)
+				return flagErrorf(cmd, "--state: unknown state %q (want pending, scheduled, running, completed, dead, canceled or blocked)", s)
 			}
 			sts = append(sts, st)
 		}
@@ -123,7 +123,7 @@ jobs match. --since and --until bound the time each job finished
 	}
 	addFilterFlags(cmd, &fo)
 	f := cmd.Flags()
-	f.StringSliceVar(&states, "state", nil, "only jobs in these states (pending, scheduled, running, completed, dead, canceled)")
+	f.StringSliceVar(&states, "state", nil, "only jobs in these states (pending, scheduled, running, completed, dead, canceled, blocked)")
 	f.StringVar(&match, "match", "", "only jobs whose payload holds this value: payload.FIELD=VALUE (e.g. payload.customer_id=42)")
 	f.IntVar(&batch, "batch", 0, fmt.Sprintf("jobs per batch, each in one transaction (default %d)", redrive.DefaultOperationBatch))
 	f.Float64Var(&rate, "rate", 0, "at most this many jobs per second (0: no bound)")
