@@ -22,10 +22,12 @@
 -- the other one, then sees its commit, so that the last of them releases
 -- the job, exactly once. Its WHEN clause is all a job outside a
 -- workflow pays. job_counts follows by its own statement triggers.
--- The new state: the constraint is swapped without a scan under the
--- exclusive lock (NOT VALID), then validated, which lets writes go on.
+-- The new state: the constraint (which also holds the priority's range,
+-- since 0031) is swapped without a scan under the exclusive lock (NOT
+-- VALID), then validated, which lets writes go on.
 ALTER TABLE jobs DROP CONSTRAINT jobs_state_check,
-    ADD CONSTRAINT jobs_state_check CHECK (state IN ('pending', 'scheduled', 'running', 'completed', 'dead', 'canceled', 'blocked')) NOT VALID;
+    ADD CONSTRAINT jobs_state_check
+    CHECK (priority BETWEEN -100 AND 100 AND state IN ('pending', 'scheduled', 'running', 'completed', 'dead', 'canceled', 'blocked')) NOT VALID;
 ALTER TABLE jobs VALIDATE CONSTRAINT jobs_state_check;
 ALTER TABLE jobs ADD COLUMN flow bigint;
 ALTER TABLE jobs ADD COLUMN node text;
