@@ -99,6 +99,23 @@ func (r *remoteBackend) Groups(ctx context.Context, fo filterOptions, limit int)
 	return r.api.DeadGroups(ctx, fo.wire(), limit)
 }
 
+// startTimeout bounds a request that starts an operation on the server.
+const startTimeout = 30 * time.Second
+
+// started runs start, a request that starts an operation on the server,
+// to its answer even when ctx ends meanwhile (Ctrl-C while the request
+// is in flight): the server may have started the operation, and only its
+// answer names it, so that follow can cancel it there rather than leave
+// it running unseen.
+func started(ctx context.Context, start func(context.Context) (apiclient.Operation, error)) (apiclient.Operation, error) {
+	if err := ctx.Err(); err != nil {
+		return apiclient.Operation{}, err // not sent: nothing started
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+	defer cancel()
+	return start(sctx)
+}
+
 // follow follows op on the server, canceling it there when ctx ends
 // first; an operation that failed or was canceled by someone else is an
 // error too.
@@ -128,7 +145,7 @@ func (r *remoteBackend) Redrive(ctx context.Context, q redriveQuery, progress fu
 			body.Filter = &fb
 		}
 	}
-	op, err := r.api.StartRedrive(ctx, body)
+	op, err := started(ctx, func(ctx context.Context) (apiclient.Operation, error) { return r.api.StartRedrive(ctx, body) })
 	if err != nil {
 		return redrive.RedriveProgress{}, err
 	}
@@ -142,7 +159,7 @@ func (r *remoteBackend) Redrive(ctx context.Context, q redriveQuery, progress fu
 
 // Purge starts a purge operation on the server and follows it.
 func (r *remoteBackend) Purge(ctx context.Context, fo filterOptions, all bool, progress func(purgeProgress)) (int64, error) {
-	op, err := r.api.StartPurge(ctx, fo.wire(), all)
+	op, err := started(ctx, func(ctx context.Context) (apiclient.Operation, error) { return r.api.StartPurge(ctx, fo.wire(), all) })
 	if err != nil {
 		return 0, err
 	}
@@ -163,7 +180,8 @@ const purgeIDsPerRequest = 500
 func (r *remoteBackend) PurgeIDs(ctx context.Context, ids []int64) (int64, error) {
 	var n int64
 	for start := 0; start < len(ids); start += purgeIDsPerRequest {
-		op, err := r.api.StartPurgeIDs(ctx, ids[start:min(start+purgeIDsPerRequest, len(ids))])
+		batch := ids[start:min(start+purgeIDsPerRequest, len(ids))]
+		op, err := started(ctx, func(ctx context.Context) (apiclient.Operation, error) { return r.api.StartPurgeIDs(ctx, batch) })
 		if err != nil {
 			return n, err
 		}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/server"
+)
+
+// TestCtrlCWhileStartingOperation: Ctrl-C while the request that starts
+// a redrive operation is still in flight (the server has it, its answer
+// has not come) still cancels the operation on the server, instead of
+// leaving it running, unseen, after the CLI stopped. CI saw it: the
+// server's operation had redriven a job before the CLI got its answer.
+func TestCtrlCWhileStartingOperation(t *testing.T) {
+	clearConnEnv(t)
+	ts, db := newTestServer(t, "tok")
+	for range 3 {
+		mustCLI(t, "--db", db, "enqueue", "email", "--queue", "slow")
+	}
+	bury(t, db, "slow")
+	ids := deadIDs(t, db, "slow")
+
+	// A proxy holding the answer to POST /v1/dlq/redrive until the test
+	// has pressed Ctrl-C.
+	target, _ := url.Parse(ts.URL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/dlq/redrive" {
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			close(arrived)
+			<-release
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	api, err := apiclient.New(proxy.URL, apiclient.WithToken("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &remoteBackend{api: api}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Redrive(ctx, redriveQuery{IDs: ids, Rate: 0.1}, nil)
+		errc <- err
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(time.Minute): // a liveness bound
+		t.Fatal("the redrive request did not reach the server")
+	}
+	cancel() // Ctrl-C, the server's answer not yet read
+	close(release)
+	select {
+	case err = <-errc:
+	case <-time.After(time.Minute):
+		t.Fatal("the CLI did not stop after Ctrl-C")
+	}
+	if err == nil || !strings.Contains(err.Error(), "canceled on the server") {
+		t.Fatalf("after Ctrl-C: %v, want the operation canceled on the server", err)
+	}
+	var l struct {
+		Operations []server.Operation `json:"operations"`
+	}
+	getJSON(t, ts.URL+"/v1/operations", "tok", &l)
+	if len(l.Operations) != 1 || l.Operations[0].State != server.OperationCanceled {
+		t.Fatalf("server operations after Ctrl-C: %+v, want one, canceled", l.Operations)
+	}
+}
