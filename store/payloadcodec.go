@@ -30,42 +30,33 @@ const ReasonUndecryptable = "undecryptable"
 // SealNew returns jobs with their payloads sealed by c for their queues:
 // jobs itself when c is nil.
 func SealNew(c PayloadCodec, jobs []NewJob) ([]NewJob, error) {
-	if c == nil {
-		return jobs, nil
-	}
-	out := make([]NewJob, len(jobs))
-	for i := range jobs {
-		out[i] = jobs[i]
-		p := jobs[i].Payload
-		if len(p) == 0 {
-			p = json.RawMessage("null")
-		}
-		b, err := c.Seal(jobs[i].Queue, p)
-		if err != nil {
-			return nil, fmt.Errorf("job %d of %d: seal payload: %w", i+1, len(jobs), err)
-		}
-		out[i].Payload = b
-	}
-	return out, nil
+	return sealAll(c, jobs, "job", func(j *NewJob) (string, *json.RawMessage) { return j.Queue, &j.Payload })
 }
 
 // SealDead is SealNew for dead jobs.
 func SealDead(c PayloadCodec, jobs []DeadJob) ([]DeadJob, error) {
+	return sealAll(c, jobs, "dead job", func(j *DeadJob) (string, *json.RawMessage) { return j.Queue, &j.Payload })
+}
+
+// sealAll returns a copy of items with the payload each names (its
+// queue, and where its payload is) sealed by c, an empty one as null;
+// items itself when c is nil. what names an item in errors.
+func sealAll[T any](c PayloadCodec, items []T, what string, payload func(*T) (string, *json.RawMessage)) ([]T, error) {
 	if c == nil {
-		return jobs, nil
+		return items, nil
 	}
-	out := make([]DeadJob, len(jobs))
-	for i := range jobs {
-		out[i] = jobs[i]
-		p := jobs[i].Payload
-		if len(p) == 0 {
-			p = json.RawMessage("null")
+	out := make([]T, len(items))
+	for i := range items {
+		out[i] = items[i]
+		queue, p := payload(&out[i])
+		if len(*p) == 0 {
+			*p = json.RawMessage("null")
 		}
-		b, err := c.Seal(jobs[i].Queue, p)
+		b, err := c.Seal(queue, *p)
 		if err != nil {
-			return nil, fmt.Errorf("dead job %d of %d: seal payload: %w", i+1, len(jobs), err)
+			return nil, fmt.Errorf("%s %d of %d: seal payload: %w", what, i+1, len(items), err)
 		}
-		out[i].Payload = b
+		*p = b
 	}
 	return out, nil
 }
