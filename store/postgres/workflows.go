@@ -307,9 +307,13 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 			if err != nil {
 				return err
 			}
-			if canceled == nil {
-				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET canceled_at = $2 WHERE id = $1`), id, ts(now)); err != nil {
-					return err
+			// A workflow canceled before is canceled again: a job of it
+			// redriven since then is waiting or running again.
+			{
+				if canceled == nil {
+					if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET canceled_at = $2 WHERE id = $1`), id, ts(now)); err != nil {
+						return err
+					}
 				}
 				// The callbacks first, so that the cancel of the last
 				// jobs fires none; the jobs with the callbacks in one

@@ -305,9 +305,13 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 		if err != nil {
 			return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
 		}
-		if !canceled.Valid {
-			if _, err := tx.ExecContext(ctx, `UPDATE workflows SET canceled_at = ? WHERE id = ?`, micros(now), id); err != nil {
-				return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
+		// A workflow canceled before is canceled again: a job of it
+		// redriven since then is waiting or running again.
+		{
+			if !canceled.Valid {
+				if _, err := tx.ExecContext(ctx, `UPDATE workflows SET canceled_at = ? WHERE id = ?`, micros(now), id); err != nil {
+					return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
+				}
 			}
 			// One by one, newest first: the callbacks (so that the cancel
 			// of the last jobs fires none), then each job before its

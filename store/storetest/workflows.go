@@ -263,8 +263,17 @@ func testWorkflowCancel(x *h) {
 		x.t.Errorf("running B: cancellation not requested")
 	}
 	x.checkAllCounts("canceled")
+	// The dead C redriven and running again: a second cancel of the
+	// workflow asks it to stop too (the first found it dead).
+	if res := x.redrive(store.RedriveParams{IDs: []int64{f.ids["C"]}, Now: at(6500 * time.Millisecond)}); len(res.Redriven) != 1 {
+		x.t.Fatalf("redrive C: %+v", res)
+	}
+	x.leaseKinds(q, at(6600*time.Millisecond), "C")
 	if _, err := x.s.CancelWorkflow(x.ctx, f.w.ID, at(7*time.Second)); err != nil {
 		x.t.Errorf("CancelWorkflow again: %v", err)
+	}
+	if !x.get(f.ids["C"]).CancelRequested {
+		x.t.Errorf("C redriven and running: a second cancel of the workflow did not request its cancellation")
 	}
 	_, err = x.s.CancelWorkflow(x.ctx, missingID, at(7*time.Second))
 	x.checkErr("CancelWorkflow(missing)", err, store.ErrNotFound)
