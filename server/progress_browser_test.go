@@ -62,9 +62,12 @@ func TestProgressInChromium(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	started := false
 	t.Cleanup(func() {
 		cancel()
+		if !started {
+			return
+		}
 		if err := <-done; err != nil {
 			t.Errorf("worker: %v", err)
 		}
@@ -80,11 +83,16 @@ func TestProgressInChromium(t *testing.T) {
 	url := e.srv.URL
 	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
 
-	// The running job's page shows the bar with bytes, and follows the
-	// handler's progress by itself.
-	b.runWithin(t, 10*time.Second, "running job page",
+	// The job's page, opened while the job still waits (the worker
+	// starts only then), shows it start, then the bar with bytes, and
+	// follows the handler's progress by itself. (CI opened it before the
+	// worker leased the job, by chance: a waiting job's page did not
+	// refresh, and the bar never came.)
+	b.runWithin(t, 10*time.Second, "waiting job page",
 		chromedp.Navigate(fmt.Sprintf("%s/#/jobs/%d", url, job.ID)),
 		chromedp.WaitVisible(css(`[data-job-page]`)))
+	started = true
+	go func() { done <- w.Run(ctx) }()
 	if got := b.waitText(t, `#progress`, "30% · 3.00 MiB of 10.0 MiB"); got == "" {
 		t.Fatal("no progress")
 	}

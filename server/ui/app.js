@@ -199,7 +199,7 @@ async function render() {
   const { parts, params } = parseHash();
   // refresh: seconds between renders of a page that shows live state.
   // liveOnly: refresh only while the page shows something live
-  // (data-live: a running job).
+  // (data-live: a job that has not ended).
   let page, nav, refresh = 0, liveOnly = false;
   if (parts.length === 0) { page = () => overview(); nav = 'overview'; refresh = 5; }
   else if (parts[0] === 'jobs' && parts[1]) { page = () => jobPage(parts[1]); nav = 'jobs'; refresh = 2; liveOnly = true; }
@@ -233,7 +233,7 @@ async function show(page, seq) {
 // autoRefresh renders page again every few seconds, as long as the user
 // stays on it (render starts a new sequence, and clears the timer, on
 // every navigation) and no dialog is open; with liveOnly, only while the
-// page shows something live (data-live: a running job and its progress).
+// page shows something live (data-live: a job that has not ended).
 function autoRefresh(seconds, page, seq, liveOnly) {
   clearInterval(refreshTimer);
   refreshTimer = setInterval(() => {
@@ -710,7 +710,9 @@ async function jobPage(id) {
       h('section', { class: 'card' }, h('h2', {}, 'Job'),
         h('dl', { class: 'kv' },
           kv('Queue', h('a', { href: `#/jobs?queue=${encodeURIComponent(j.queue)}` }, j.queue)), kv('Kind', j.kind),
-          kv('State', h('span', { 'data-live': j.state === 'running' }, j.state)),
+          // Live (the page refreshes) until the job ends: a page opened
+          // while the job waits shows it start and its progress.
+          kv('State', h('span', { 'data-live': !['completed', 'dead', 'canceled'].includes(j.state) }, j.state)),
           j.progress && kv(j.state === 'running' ? 'Progress' : 'Final progress', progressBar(j.progress), 'progress'),
           kv('Priority', `${j.priority || 0}${j.priority > 0 ? ' (starts before lower priorities)' : j.priority < 0 ? ' (waits for higher priorities)' : ' (default)'}`, 'priority'),
           kv('Attempt', `${j.attempt}${j.max_retries >= 0 ? ` of ${j.max_retries + 1}` : ''}`),
