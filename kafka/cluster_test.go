@@ -105,6 +105,28 @@ func (c *testCluster) waitStable(t testing.TB, topic string) {
 	})
 }
 
+// waitTopics waits until every topic is listed by the cluster without
+// an error: a consumer's Run creates its retry tiers and DLT in the
+// background, and a reader that asks before that gets
+// UNKNOWN_TOPIC_OR_PARTITION.
+func (c *testCluster) waitTopics(t testing.TB, topics ...string) {
+	t.Helper()
+	adm := kadm.NewClient(c.client(t))
+	ctx := context.Background()
+	eventually(t, fmt.Sprintf("topics %v listed", topics), 2*time.Minute, func() bool {
+		listed, err := adm.ListTopics(ctx, topics...)
+		if err != nil {
+			return false
+		}
+		for _, tp := range topics {
+			if d, ok := listed[tp]; !ok || d.Err != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -69,6 +69,7 @@ func TestDLTCountPeekRedrive(t *testing.T) {
 	}
 	defer dlt.Close()
 	ctx := context.Background()
+	c.waitTopics(t, topic+"-dlt")
 	eventually(t, "three dead letters", 20*time.Second, func() bool {
 		n, err := dlt.Count(ctx)
 		if err != nil {
