@@ -320,7 +320,7 @@ func (r *remoteBackend) StartReplay(ctx context.Context, q replayQuery) (apiclie
 	} else {
 		body.All = true
 	}
-	return r.api.StartReplay(ctx, body)
+	return started(ctx, func(ctx context.Context) (apiclient.Operation, error) { return r.api.StartReplay(ctx, body) })
 }
 
 // StartCancel starts a bulk cancel on the server (POST /v1/jobs/cancel).
@@ -334,7 +334,7 @@ func (r *remoteBackend) StartCancel(ctx context.Context, q cancelQuery) (apiclie
 			body.All = true
 		}
 	}
-	return r.api.StartCancel(ctx, body)
+	return started(ctx, func(ctx context.Context) (apiclient.Operation, error) { return r.api.StartCancel(ctx, body) })
 }
 
 func (r *remoteBackend) Limits(ctx context.Context) ([]store.LimitState, error) {

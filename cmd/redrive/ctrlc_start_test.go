@@ -84,3 +84,83 @@ func TestCtrlCWhileStartingOperation(t *testing.T) {
 		t.Fatalf("server operations after Ctrl-C: %+v, want one, canceled", l.Operations)
 	}
 }
+
+// TestCtrlCWhileStartingReplayOrCancel: the same for a replay and a bulk
+// cancel started against a server: Ctrl-C while the starting request is
+// in flight still gets the operation's name from the server's answer,
+// so that the command's follow cancels it there rather than leave it
+// running unseen.
+func TestCtrlCWhileStartingReplayOrCancel(t *testing.T) {
+	clearConnEnv(t)
+	ts, db := newTestServer(t, "tok")
+	mustCLI(t, "--db", db, "enqueue", "email", "--queue", "slow")
+	for _, tc := range []struct {
+		path  string
+		start func(context.Context, *remoteBackend) (apiclient.Operation, error)
+	}{
+		{"/v1/replay", func(ctx context.Context, b *remoteBackend) (apiclient.Operation, error) {
+			return b.StartReplay(ctx, replayQuery{All: true, Rate: 0.1})
+		}},
+		{"/v1/jobs/cancel", func(ctx context.Context, b *remoteBackend) (apiclient.Operation, error) {
+			return b.StartCancel(ctx, cancelQuery{All: true, Rate: 0.1})
+		}},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			target, _ := url.Parse(ts.URL)
+			rp := httputil.NewSingleHostReverseProxy(target)
+			arrived, release := make(chan struct{}), make(chan struct{})
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && r.URL.Path == tc.path {
+					rec := httptest.NewRecorder()
+					rp.ServeHTTP(rec, r)
+					close(arrived)
+					<-release
+					for k, v := range rec.Header() {
+						w.Header()[k] = v
+					}
+					w.WriteHeader(rec.Code)
+					w.Write(rec.Body.Bytes())
+					return
+				}
+				rp.ServeHTTP(w, r)
+			}))
+			t.Cleanup(proxy.Close)
+			api, err := apiclient.New(proxy.URL, apiclient.WithToken("tok"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := &remoteBackend{api: api}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			type result struct {
+				op  apiclient.Operation
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				op, err := tc.start(ctx, b)
+				done <- result{op, err}
+			}()
+			select {
+			case <-arrived:
+			case <-time.After(time.Minute): // a liveness bound
+				t.Fatal("the starting request did not reach the server")
+			}
+			cancel() // Ctrl-C, the server's answer not yet read
+			close(release)
+			var res result
+			select {
+			case res = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("the start did not return after Ctrl-C")
+			}
+			if res.err != nil || res.op.ID == "" {
+				t.Fatalf("after Ctrl-C: %+v %v, want the operation the server started, to cancel it there", res.op, res.err)
+			}
+			// What the command does next: follow, canceling on the server.
+			if _, err := b.Follow(ctx, res.op, true, nil); err == nil || !strings.Contains(err.Error(), "canceled on the server") {
+				t.Fatalf("follow after Ctrl-C: %v, want the operation canceled on the server", err)
+			}
+		})
+	}
+}
