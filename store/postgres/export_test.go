@@ -175,3 +175,11 @@ func MigrateThrough(version int) (restore func()) {
 	migrationFS = m
 	return func() { migrationFS = old }
 }
+
+// SetSlotPruneEvery sets how many takes of limit slots pass between two
+// prunings of every ended slot.
+func SetSlotPruneEvery(n int64) (restore func()) {
+	old := slotPruneEvery
+	slotPruneEvery = n
+	return func() { slotPruneEvery = old }
+}

@@ -171,6 +171,12 @@ const ratePruneSQL = `DELETE FROM {rates} WHERE tat <= $1 AND held_until <= $1`
 // lately).
 const ratePruneEvery = 1000
 
+// slotPruneEvery is how many takes of limit slots pass between two
+// prunings of every ended slot (a scan of limit_slots, which holds the
+// slots held and those whose holders died holding them). A variable for
+// the tests.
+var slotPruneEvery int64 = 1000
+
 // noCap is the free slots of a limit with max_running 0 (a rate only):
 // more than any fetch leases.
 const noCap = "1000000000"
@@ -792,6 +798,15 @@ func (s *Store) TakeLimitSlot(ctx context.Context, name, key string, max int, ho
 		if _, err := tx.Exec(ctx, `DELETE FROM `+s.schema+`.limit_slots WHERE name = $1 AND key = $2 AND until <= $3`,
 			name, key, now.UnixMicro()); err != nil {
 			return err
+		}
+		// Every slotPruneEvery takes, those of every group go too: a
+		// holder killed with a slot of a key never taken again left its
+		// row. A row of another group whose lease ended holds nothing
+		// either, so its group's lock is not needed to delete it.
+		if s.slotTakes.Add(1)%slotPruneEvery == 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+s.schema+`.limit_slots WHERE until <= $1`, now.UnixMicro()); err != nil {
+				return err
+			}
 		}
 		var held int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+s.schema+`.limit_slots WHERE name = $1 AND key = $2`,

@@ -156,6 +156,9 @@ type Store struct {
 	// ratePrunes counts the limited leases, to prune limit_rates now and
 	// then (limits.go).
 	ratePrunes atomic.Int64
+	// slotTakes counts the takes of limit slots, to prune every ended
+	// slot now and then (limits.go).
+	slotTakes atomic.Int64
 
 	// Test hooks, set before the calls they watch: listenPinged is
 	// called after each ping of an idle listening connection;

@@ -519,6 +519,12 @@ func (s *Store) rateLeased(ctx context.Context, tx *sql.Conn, ids string, now ti
 // limit_rates (a scan of the groups that started jobs lately).
 const ratePruneEvery = 1000
 
+// slotPruneEvery is how many takes of limit slots pass between two
+// prunings of every ended slot (a scan of limit_slots, which holds the
+// slots held and those whose holders died holding them). A variable for
+// the tests.
+var slotPruneEvery = 1000
+
 // TakeLimitStarts implements store.Limits: in the writer's transaction,
 // which every fetch of every process on the file also takes, so the
 // group's tat moves in step with the limited fetches.
@@ -582,9 +588,15 @@ func (s *Store) TakeLimitSlot(ctx context.Context, name, key string, max int, ho
 		case stored > 0:
 			max = int(stored)
 		}
-		// The ended leases of the group go: they hold nothing.
-		if _, err := tx.ExecContext(ctx, `DELETE FROM limit_slots WHERE name = ? AND key = ? AND until <= ?`,
-			name, key, micros(now)); err != nil {
+		// The ended leases of the group go: they hold nothing. Every
+		// slotPruneEvery takes, those of every group go: a holder killed
+		// with a slot of a key never taken again left its row.
+		prune := `DELETE FROM limit_slots WHERE name = ? AND key = ? AND until <= ?`
+		args := []any{name, key, micros(now)}
+		if s.slotTakes++; s.slotTakes%slotPruneEvery == 0 {
+			prune, args = `DELETE FROM limit_slots WHERE until <= ?`, []any{micros(now)}
+		}
+		if _, err := tx.ExecContext(ctx, prune, args...); err != nil {
 			return err
 		}
 		var held int

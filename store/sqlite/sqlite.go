@@ -137,6 +137,9 @@ type Store struct {
 	// ratePrune counts the limited leases, to prune limit_rates now and
 	// then (writer goroutine only).
 	ratePrune int
+	// slotTakes counts the takes of limit slots, to prune every ended
+	// slot now and then (limits.go).
+	slotTakes int
 	// sel is the last selection of limited jobs (limits.go; writer
 	// goroutine only).
 	sel limitedSel
