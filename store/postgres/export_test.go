@@ -183,3 +183,11 @@ func SetSlotPruneEvery(n int64) (restore func()) {
 	slotPruneEvery = n
 	return func() { slotPruneEvery = old }
 }
+
+// SetAnalyzeEvery sets how many rows a store enqueues between two checks
+// of the jobs table's statistics.
+func SetAnalyzeEvery(n int64) (restore func()) {
+	old := analyzeEvery
+	analyzeEvery = n
+	return func() { analyzeEvery = old }
+}

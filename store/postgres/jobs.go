@@ -395,6 +395,7 @@ func (s *Store) Enqueue(ctx context.Context, jobs []store.NewJob, now time.Time)
 	if err != nil {
 		return nil, s.fail("enqueue", err)
 	}
+	s.noteEnqueued(len(jobs))
 	return out, nil
 }
 
@@ -585,6 +586,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, n
 		}
 		return nil, fmt.Errorf("postgres: enqueue: %w", err)
 	}
+	s.noteEnqueued(len(jobs))
 	return out, nil
 }
 

@@ -474,6 +474,7 @@ func (s *Store) enqueueLimited(ctx context.Context, jobs []store.NewJob, now tim
 			s.limitHints.get(jobs[i].Queue).due.Store(true)
 		}
 	}
+	s.noteEnqueued(len(jobs))
 	return out, nil
 }
 

@@ -171,6 +171,10 @@ type Store struct {
 	// number of outcomes it takes.
 	finishStatement func(complete bool, outcomes int)
 
+	// analyze checks the jobs table's statistics now and then
+	// (analyze.go).
+	analyze analyzer
+
 	closed atomic.Bool
 	// done is canceled by Close; it stops Listen.
 	done       context.Context
@@ -481,6 +485,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.cancelDone()
+	s.stopAnalyze()
 	s.pool.Close()
 	return nil
 }
