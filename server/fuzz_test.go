@@ -23,8 +23,8 @@ func fuzzHandler(f *testing.F) http.Handler {
 
 // fuzzPost posts body to path and checks the answer: never a 5xx, and a
 // 4xx always carries the JSON error shape. A redrive answers 202: an
-// operation started (or 429 once too many run).
-func fuzzPost(t *testing.T, h http.Handler, path string, body []byte, headers ...string) {
+// operation started (or 429 once too many run). It returns the answer.
+func fuzzPost(t *testing.T, h http.Handler, path string, body []byte, headers ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("POST", path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -48,6 +48,7 @@ func fuzzPost(t *testing.T, h http.Handler, path string, body []byte, headers ..
 	case rec.Code != 200 && rec.Code != 201 && rec.Code != 202:
 		t.Fatalf("unexpected status %d for body %q: %s", rec.Code, body, rec.Body.Bytes())
 	}
+	return rec
 }
 
 func FuzzEnqueueBody(f *testing.F) {

@@ -42,6 +42,12 @@ func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if err != nil {
 		return a.decodeError(err)
 	}
+	return a.decodeStrict(raw, v)
+}
+
+// decodeStrict decodes raw, a whole body, into v as decodeBody does
+// (its rules but the HTTP ones).
+func (a *api) decodeStrict(raw []byte, v any) error {
 	// encoding/json would replace invalid UTF-8 with U+FFFD silently:
 	// a name or a payload would not be what the client sent.
 	if !utf8.Valid(raw) {

@@ -490,8 +490,8 @@ func withToken(x *exchange, token string) *exchange {
 // seed fills e's store with what the examples of openapi.json name: job
 // 1 (pending, queue mail), 2 and 3 (dead, queue default, kind email,
 // failed with a timeout), the schedule "nightly", the limit
-// "per-customer", and for the operations' routes an operation (its id in
-// the fixtures).
+// "per-customer", for the workflows' routes workflow 1, and for the
+// operations' routes an operation (its id in the fixtures).
 func seed(t *testing.T, e *env, o docOperation) fixtures {
 	t.Helper()
 	ctx := t.Context()
@@ -507,6 +507,13 @@ func seed(t *testing.T, e *env, o docOperation) fixtures {
 	if strings.HasPrefix(o.path, "/v1/schedules") {
 		stop := runPeriodicWorker(t, e.client, redrive.Periodic{Name: "nightly", Cron: "0 2 * * *", Kind: "reindex"})
 		stop()
+	}
+	if strings.HasPrefix(o.path, "/v1/workflows/") {
+		// Workflow 1: a waits, b after it.
+		w := redrive.NewWorkflow("example").Add("a", redrive.Request{Kind: "email"}).Add("b", redrive.Request{Kind: "email"}, "a")
+		if got, err := e.client.EnqueueWorkflow(ctx, w); err != nil || got.ID != 1 {
+			t.Fatalf("the example workflow: %+v, %v", got, err)
+		}
 	}
 	// A worker runs the operations the calls start (woken by the client
 	// when one is started: it need not poll often).
@@ -939,6 +946,12 @@ func TestOpenAPIScenarios(t *testing.T) {
 	send("POST", "/v1/jobs/2/cancel", "", http.StatusConflict)
 	send("POST", "/v1/jobs/2/priority", `{"priority":1}`, http.StatusConflict)
 	send("GET", "/v1/schedules/none", "", http.StatusNotFound)
+	send("GET", "/v1/workflows/999", "", http.StatusNotFound)
+	send("POST", "/v1/workflows/999/cancel", "", http.StatusNotFound)
+	send("POST", "/v1/workflows", `{"jobs":[{"name":"a","kind":"email","after":["b"]},{"name":"b","kind":"email","after":["a"]}]}`, http.StatusBadRequest)
+	wf := `{"idempotency_key":"wf-1","jobs":[{"name":"a","kind":"email"}]}`
+	send("POST", "/v1/workflows", wf, http.StatusCreated)
+	send("POST", "/v1/workflows", wf, http.StatusOK)
 	// Deleting breakers: unknown, in use (tripped), forced.
 	send("DELETE", "/v1/breakers/none", "", http.StatusNotFound)
 	if _, err := e.st.ReportBreaker(t.Context(), store.BreakerReport{Name: "tripped", Process: "w1", Now: time.Now(), Failures: 1, Tripped: true,

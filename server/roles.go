@@ -215,6 +215,11 @@ var routeRoles = map[string]Role{
 	"GET /v1/dlq/count":                 RoleRead,
 	"GET /v1/audit":                     RoleRead,
 
+	"POST /v1/workflows":             RoleOperate,
+	"GET /v1/workflows":              RoleRead,
+	"GET /v1/workflows/{id}":         RoleRead,
+	"POST /v1/workflows/{id}/cancel": RoleOperate,
+
 	"GET /{$}":        RoleNone,
 	"GET /ui/":        RoleNone,
 	"POST /ui/login":  RoleNone,

@@ -269,6 +269,12 @@ var routes = []string{
 
 	// The audit log (audit.go).
 	"GET /v1/audit",
+
+	// Workflows (workflows.go).
+	"POST /v1/workflows",
+	"GET /v1/workflows",
+	"GET /v1/workflows/{id}",
+	"POST /v1/workflows/{id}/cancel",
 }
 
 // New returns the Server serving /v1/..., /healthz, /readyz (and 404
@@ -369,6 +375,11 @@ func New(opts Options) *Server {
 	handlers["PUT /v1/limits/{name}"] = a.setLimit
 	// The audit log (audit.go).
 	handlers["GET /v1/audit"] = a.listAudit
+	// Workflows (workflows.go).
+	handlers["POST /v1/workflows"] = a.enqueueWorkflow
+	handlers["GET /v1/workflows"] = a.listWorkflows
+	handlers["GET /v1/workflows/{id}"] = a.getWorkflow
+	handlers["POST /v1/workflows/{id}/cancel"] = a.cancelWorkflow
 	mux := http.NewServeMux()
 	for _, p := range routes {
 		need, ok := routeRoles[p]

@@ -244,6 +244,15 @@ type backend interface {
 	// StartCancel starts a bulk cancel of pending and scheduled jobs
 	// (jobs cancel --all, filters or ids).
 	StartCancel(ctx context.Context, q cancelQuery) (apiclient.Operation, error)
+	// Workflows lists the workflows with ids below before (0: from the
+	// newest), newest first, and the before of the next page (0: none);
+	// Workflow reads one with its jobs; CancelWorkflow cancels one;
+	// EnqueueWorkflow enqueues one, read by server.DecodeWorkflow
+	// (workflows.go).
+	Workflows(ctx context.Context, before int64, limit int) ([]*redrive.WorkflowInfo, int64, error)
+	Workflow(ctx context.Context, id int64) (*redrive.WorkflowInfo, error)
+	CancelWorkflow(ctx context.Context, id int64) (*redrive.WorkflowInfo, error)
+	EnqueueWorkflow(ctx context.Context, in apiclient.WorkflowRequest) (*redrive.WorkflowInfo, error)
 	Close() error
 }
 

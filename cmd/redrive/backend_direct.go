@@ -513,3 +513,37 @@ func (d *directBackend) ChangeLimit(ctx context.Context, name string, ch store.L
 	d.record(ctx, err, "limits set", target, 1, "", "")
 	return l, err
 }
+
+func (d *directBackend) Workflows(ctx context.Context, before int64, limit int) ([]*redrive.WorkflowInfo, int64, error) {
+	return d.c.ListWorkflows(ctx, before, limit)
+}
+
+func (d *directBackend) Workflow(ctx context.Context, id int64) (*redrive.WorkflowInfo, error) {
+	w, err := d.c.GetWorkflow(ctx, id)
+	return w, workflowError(id, err)
+}
+
+// CancelWorkflow cancels a workflow and records it in the audit log, its
+// count the workflow's canceled jobs, as the API does.
+func (d *directBackend) CancelWorkflow(ctx context.Context, id int64) (*redrive.WorkflowInfo, error) {
+	w, err := d.c.CancelWorkflow(ctx, id)
+	var n int64
+	if w != nil {
+		n = w.Canceled
+	}
+	d.record(ctx, err, "workflows cancel", map[string]any{"id": id}, n, "", "")
+	return w, workflowError(id, err)
+}
+
+// EnqueueWorkflow enqueues a workflow checked as POST /v1/workflows
+// checks it, a kind the live workers of its queue do not run refused.
+func (d *directBackend) EnqueueWorkflow(ctx context.Context, in apiclient.WorkflowRequest) (*redrive.WorkflowInfo, error) {
+	w, reqs, err := server.WorkflowOf(&in, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.c.CheckKinds(ctx, reqs); err != nil {
+		return nil, err
+	}
+	return d.c.EnqueueWorkflow(ctx, w)
+}

@@ -360,3 +360,19 @@ func (r *remoteBackend) ChangeLimit(ctx context.Context, name string, ch store.L
 func (r *remoteBackend) Audit(ctx context.Context, q apiclient.AuditQuery) (apiclient.AuditList, error) {
 	return r.api.Audit(ctx, q)
 }
+
+func (r *remoteBackend) Workflows(ctx context.Context, before int64, limit int) ([]*redrive.WorkflowInfo, int64, error) {
+	return r.api.Workflows(ctx, before, limit)
+}
+
+func (r *remoteBackend) Workflow(ctx context.Context, id int64) (*redrive.WorkflowInfo, error) {
+	return r.api.Workflow(ctx, id)
+}
+
+func (r *remoteBackend) CancelWorkflow(ctx context.Context, id int64) (*redrive.WorkflowInfo, error) {
+	return r.api.CancelWorkflow(ctx, id)
+}
+
+func (r *remoteBackend) EnqueueWorkflow(ctx context.Context, in apiclient.WorkflowRequest) (*redrive.WorkflowInfo, error) {
+	return r.api.EnqueueWorkflow(ctx, in)
+}

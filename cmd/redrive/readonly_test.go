@@ -33,7 +33,7 @@ func TestReadOnlyCommands(t *testing.T) {
 	wantIn(t, out, "mail")
 	for _, args := range [][]string{
 		{"jobs", "show", "1"}, {"dlq", "ls"}, {"dlq", "groups"}, {"dlq", "count"}, {"stats"}, {"queues", "ls"},
-		{"limits", "ls"}, {"workers", "ls"}, {"breakers", "ls"}, {"periodic", "ls"}, {"operations", "ls"},
+		{"limits", "ls"}, {"workers", "ls"}, {"breakers", "ls"}, {"periodic", "ls"}, {"operations", "ls"}, {"workflows", "ls"},
 		{"--json", "jobs", "ls"},
 	} {
 		if _, stderr, err := runCLI(t, append([]string{"--db", db}, args...)...); err != nil {

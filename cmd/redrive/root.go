@@ -54,6 +54,7 @@ This binary is its command-line tool.`,
 		newBreakersCmd(g),
 		newPeriodicCmd(g),
 		newOperationsCmd(g),
+		newWorkflowsCmd(g),
 		newReplayCmd(g),
 		newTokenCmd(g),
 		newAuditCmd(g),
@@ -142,6 +143,7 @@ const readOnlyAnnotation = "redrive.read-only"
 var readOnlyCommands = []string{
 	"jobs ls", "jobs show", "dlq ls", "dlq show", "dlq groups", "dlq count", "stats", "queues ls",
 	"limits ls", "workers ls", "breakers ls", "periodic ls", "operations ls", "operations show", "audit ls",
+	"workflows ls", "workflows show",
 }
 
 // markReadOnly annotates root's read-only commands.

@@ -1,0 +1,334 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/store"
+)
+
+// WorkflowRequest is the body of POST /v1/workflows.
+// It is the type of package apiclient, the API's Go client.
+type WorkflowRequest = apiclient.WorkflowRequest
+
+// WorkflowJobRequest is one job of a WorkflowRequest.
+// It is the type of package apiclient, the API's Go client.
+type WorkflowJobRequest = apiclient.WorkflowJobRequest
+
+// WorkflowList is the body of GET /v1/workflows.
+// It is the type of package apiclient, the API's Go client.
+type WorkflowList = apiclient.WorkflowList
+
+// MaxWorkflowJobs bounds the jobs of one POST /v1/workflows (callbacks
+// aside), well below store.MaxWorkflowJobs so that one request stays
+// small; the body bound (Options.MaxBody, 1 MiB by default) applies
+// too. A larger workflow is enqueued from Go (Client.EnqueueWorkflow).
+const MaxWorkflowJobs = 10_000
+
+// DecodeWorkflow reads raw, a workflow as POST /v1/workflows takes it, as
+// strictly as the API does (strict JSON: no unknown or duplicate key),
+// and checks it as the API does (WorkflowOf) at now. The CLI reads its
+// workflow files with it, so that a file means the same directly on the
+// store and through a server. An error says the field at fault, as the
+// API's 400 does: "MESSAGE (field FIELD)".
+func DecodeWorkflow(raw []byte, now time.Time) (WorkflowRequest, error) {
+	var in WorkflowRequest
+	err := (&api{}).decodeStrict(raw, &in)
+	if err == nil {
+		_, _, err = WorkflowOf(&in, now)
+	}
+	if ae, ok := err.(*apiError); ok && ae.field != "" {
+		return in, fmt.Errorf("%w (field %s)", err, ae.field)
+	}
+	return in, err
+}
+
+// WorkflowOf checks a workflow request as POST /v1/workflows does and
+// returns the engine's workflow and its requests (the jobs', then the
+// callbacks' present, in the order on_success, on_complete, on_death),
+// run_at and delay read at now. A duplicate, empty or bad job name, a
+// dependency naming no job, a cycle, a job with an idempotency key, an
+// empty workflow or one of more than MaxWorkflowJobs jobs is an error
+// naming them and the field at fault.
+func WorkflowOf(in *WorkflowRequest, now time.Time) (*redrive.Workflow, []redrive.Request, error) {
+	if err := checkName("name", in.Name, store.MaxNodeName); err != nil {
+		return nil, nil, err
+	}
+	if err := checkName("idempotency_key", in.IdempotencyKey, maxKey); err != nil {
+		return nil, nil, err
+	}
+	onDead := in.OnDead
+	if onDead == "" {
+		onDead = redrive.WaitOnDead
+	}
+	if !onDead.Valid() {
+		return nil, nil, badRequest("on_dead", "on_dead must be wait, cancel or run, got %q", clip(string(in.OnDead)))
+	}
+	if len(in.Jobs) == 0 {
+		return nil, nil, badRequest("jobs", "jobs must hold at least one job")
+	}
+	if len(in.Jobs) > MaxWorkflowJobs {
+		return nil, nil, badRequest("jobs", "jobs holds %d jobs, the limit of one workflow is %d", len(in.Jobs), MaxWorkflowJobs)
+	}
+	idx := make(map[string]int, len(in.Jobs))
+	for i := range in.Jobs {
+		j := &in.Jobs[i]
+		field := fmt.Sprintf("jobs[%d].name", i)
+		switch {
+		case j.Name == "":
+			return nil, nil, badRequest(field, "job %d has no name: each job of a workflow is named", i)
+		case j.Name != strings.TrimSpace(j.Name):
+			return nil, nil, badRequest(field, "job name %q starts or ends with white space", clip(j.Name))
+		}
+		if err := checkName(field, j.Name, store.MaxNodeName); err != nil {
+			return nil, nil, err
+		}
+		if k, dup := idx[j.Name]; dup {
+			return nil, nil, badRequest(field, "job name %q is used twice: by jobs[%d] and jobs[%d]", clip(j.Name), k, i)
+		}
+		idx[j.Name] = i
+	}
+	// Every reference that names no job, named at once.
+	var unknown []string
+	field := ""
+	for i := range in.Jobs {
+		seen := make(map[string]bool, len(in.Jobs[i].After))
+		for _, d := range in.Jobs[i].After {
+			if seen[d] {
+				return nil, nil, badRequest(fmt.Sprintf("jobs[%d].after", i), "job %q names %q twice in after", clip(in.Jobs[i].Name), clip(d))
+			}
+			seen[d] = true
+			if _, ok := idx[d]; !ok {
+				unknown = append(unknown, fmt.Sprintf("%s -> %s", clip(in.Jobs[i].Name), clip(d)))
+				if field == "" {
+					field = fmt.Sprintf("jobs[%d].after", i)
+				}
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, nil, badRequest(field, "after names no job of the workflow: %s", strings.Join(unknown, ", "))
+	}
+	// Cycles: the store's own check, which names one.
+	nw := store.NewWorkflow{Name: in.Name, OnDead: onDead, Jobs: make([]store.WorkflowNode, len(in.Jobs))}
+	for i := range in.Jobs {
+		nw.Jobs[i] = store.WorkflowNode{Name: in.Jobs[i].Name, After: in.Jobs[i].After}
+	}
+	if _, err := store.CheckWorkflow(&nw); err != nil {
+		if we, ok := store.IsWorkflowError(err); ok && len(we.Cycle) > 0 {
+			return nil, nil, badRequest("jobs", "the jobs' dependencies form a cycle: %s", clip(strings.Join(we.Cycle, " -> ")))
+		}
+		return nil, nil, badRequest("jobs", "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+	}
+
+	w := redrive.NewWorkflow(in.Name).OnDead(onDead).Key(in.IdempotencyKey)
+	reqs := make([]redrive.Request, 0, len(in.Jobs)+3)
+	for i := range in.Jobs {
+		prefix := fmt.Sprintf("jobs[%d].", i)
+		r, err := memberRequest(&in.Jobs[i].EnqueueRequest, prefix, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		w.Add(in.Jobs[i].Name, r, in.Jobs[i].After...)
+		reqs = append(reqs, r)
+	}
+	for _, cb := range []struct {
+		name string
+		in   *EnqueueRequest
+		set  func(redrive.Request) *redrive.Workflow
+	}{{"on_success", in.OnSuccess, w.OnSuccess}, {"on_complete", in.OnComplete, w.OnComplete}, {"on_death", in.OnDeath, w.OnDeath}} {
+		if cb.in == nil {
+			continue
+		}
+		r, err := memberRequest(cb.in, cb.name+".", now)
+		if err != nil {
+			return nil, nil, err
+		}
+		cb.set(r)
+		reqs = append(reqs, r)
+	}
+	return w, reqs, nil
+}
+
+// memberRequest checks a workflow's job or callback as POST /v1/jobs
+// checks a job, refusing the fields that make no sense in a workflow.
+func memberRequest(in *EnqueueRequest, prefix string, now time.Time) (redrive.Request, error) {
+	if in.IdempotencyKey != "" {
+		return redrive.Request{}, badRequest(prefix+"idempotency_key", "the jobs of a workflow take no idempotency key: give the workflow one (its idempotency_key)")
+	}
+	if in.ReturnExisting {
+		return redrive.Request{}, badRequest(prefix+"return_existing", "return_existing is for an idempotency key, which the jobs of a workflow do not take")
+	}
+	return toRequest(in, prefix, now)
+}
+
+// memberField is the field of request i of WorkflowOf's requests: a
+// job's (jobs[i].) or a callback's (on_success. and the others).
+func memberField(in *WorkflowRequest, i int) string {
+	if i < len(in.Jobs) {
+		return fmt.Sprintf("jobs[%d].", i)
+	}
+	i -= len(in.Jobs)
+	for _, cb := range []struct {
+		name string
+		in   *EnqueueRequest
+	}{{"on_success", in.OnSuccess}, {"on_complete", in.OnComplete}, {"on_death", in.OnDeath}} {
+		if cb.in == nil {
+			continue
+		}
+		if i == 0 {
+			return cb.name + "."
+		}
+		i--
+	}
+	return ""
+}
+
+// enqueueWorkflow answers POST /v1/workflows: 201 with the workflow and
+// its Location, or 200 with the one holding its idempotency key.
+func (a *api) enqueueWorkflow(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
+	var in WorkflowRequest
+	if err := a.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if hk := r.Header.Get("Idempotency-Key"); hk != "" {
+		if in.IdempotencyKey != "" && in.IdempotencyKey != hk {
+			return badRequest("idempotency_key", "the Idempotency-Key header and the idempotency_key field differ")
+		}
+		in.IdempotencyKey = hk
+	}
+	wf, reqs, err := WorkflowOf(&in, time.Now())
+	if err != nil {
+		return err
+	}
+	// As POST /v1/jobs: a kind the live workers of its queue do not run
+	// is refused, before anything is stored.
+	if _, err := a.client.CheckKinds(r.Context(), reqs); err != nil {
+		var ke *redrive.KindError
+		if errors.As(err, &ke) {
+			i := 0
+			var re *redrive.RequestError
+			if errors.As(err, &re) {
+				i = re.Index
+			}
+			return &apiError{status: http.StatusBadRequest, code: "unknown_kind", field: memberField(&in, i) + "kind", msg: ke.Error()}
+		}
+		return err
+	}
+	got, err := a.client.EnqueueWorkflow(r.Context(), wf)
+	if err != nil {
+		if errors.Is(err, redrive.ErrInvalid) {
+			// A payload a kind's validator refused, or too large: the
+			// message names the job.
+			return &apiError{status: http.StatusBadRequest, code: "invalid", field: "jobs", msg: strings.TrimPrefix(err.Error(), "redrive: ")}
+		}
+		return err
+	}
+	status := http.StatusCreated
+	if got.Existing {
+		status = http.StatusOK
+	} else {
+		w.Header().Set("Location", "/v1/workflows/"+strconv.FormatInt(got.ID, 10))
+	}
+	writeJSON(w, status, got)
+	return nil
+}
+
+// workflowID parses the {id} path value.
+func workflowID(r *http.Request) (int64, error) {
+	s := r.PathValue("id")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badRequest("id", "workflow id must be a positive integer, got %q", clip(s))
+	}
+	return id, nil
+}
+
+// workflowNotFound words ErrNotFound for a workflow id.
+func workflowNotFound(err error, id int64) error {
+	if errors.Is(err, redrive.ErrNotFound) {
+		return &apiError{status: http.StatusNotFound, code: "not_found", field: "id", msg: fmt.Sprintf("workflow %d not found", id)}
+	}
+	return err
+}
+
+// getWorkflow answers GET /v1/workflows/{id}: the workflow with its
+// jobs' states and its counts.
+func (a *api) getWorkflow(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
+	id, err := workflowID(r)
+	if err != nil {
+		return err
+	}
+	wf, err := a.client.GetWorkflow(r.Context(), id)
+	if err != nil {
+		return workflowNotFound(err, id)
+	}
+	writeJSON(w, http.StatusOK, wf)
+	return nil
+}
+
+// listWorkflows answers GET /v1/workflows?limit=&before=: the
+// workflows, newest first, without their jobs.
+func (a *api) listWorkflows(w http.ResponseWriter, r *http.Request) error {
+	q, err := newQuery(r, "limit", "before")
+	if err != nil {
+		return err
+	}
+	n, err := q.limit()
+	if err != nil {
+		return err
+	}
+	var before int64
+	if s := q.get("before"); s != "" {
+		if before, err = strconv.ParseInt(s, 10, 64); err != nil || before < 1 {
+			return badRequest("before", "before must be a workflow id (a positive integer, the next of a page), got %q", clip(s))
+		}
+	}
+	ws, next, err := a.client.ListWorkflows(r.Context(), before, n)
+	if err != nil {
+		return err
+	}
+	if ws == nil {
+		ws = []*redrive.WorkflowInfo{}
+	}
+	out := WorkflowList{Workflows: ws}
+	if next != 0 {
+		out.Next = strconv.FormatInt(next, 10)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// cancelWorkflow answers POST /v1/workflows/{id}/cancel: the workflow,
+// canceled.
+func (a *api) cancelWorkflow(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
+	id, err := workflowID(r)
+	if err != nil {
+		return err
+	}
+	if err := a.noBody(w, r); err != nil {
+		return err
+	}
+	wf, err := a.client.CancelWorkflow(r.Context(), id)
+	if err != nil {
+		return workflowNotFound(err, id)
+	}
+	a.log.Info("workflow canceled", "workflow", id)
+	writeJSON(w, http.StatusOK, wf)
+	return nil
+}
