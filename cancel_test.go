@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -41,7 +41,7 @@ func openStorePair(t *testing.T) (a, b store.Store) {
 		})
 		return stores[0], stores[1]
 	}
-	path := filepath.Join(t.TempDir(), "redrive.db")
+	path := sqlitetest.Path(t)
 	var stores [2]*sqlite.Store
 	for i := range stores {
 		st, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quietLogger()})

@@ -3,13 +3,13 @@ package redrive
 import (
 	"bytes"
 	"context"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
@@ -30,7 +30,7 @@ func goid() uint64 {
 // one: jobs short enough ran on a new goroutine (or a long-parked one)
 // each, whose stack grew again.
 func TestDispatchRunsWaitingJobsOnFinishedGoroutines(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"), sqlite.Options{Logger: quietLog()})
+	st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), sqlite.Options{Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

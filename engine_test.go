@@ -18,6 +18,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
@@ -88,7 +89,7 @@ func openStore(t *testing.T) store.Store {
 		})
 		return st
 	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: quietLogger()})
+	st, err := sqlite.Open(context.Background(), sqlitetest.Path(t), sqlite.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,11 @@ package redrive
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -44,7 +44,7 @@ func (a *armedFetch) Fetch(ctx context.Context, p store.FetchParams) ([]*store.J
 // so only a wake or a look again starts B (before, it waited for the
 // recheck: up to 160 ms); the 20 s bound is only for liveness.
 func TestSlotFreedDuringFetch(t *testing.T) {
-	sq, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"), sqlite.Options{Logger: quietLog()})
+	sq, err := sqlite.Open(t.Context(), sqlitetest.Path(t), sqlite.Options{Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,12 @@ package redrive
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -71,7 +71,7 @@ func TestSharedDeletedForcedOpen(t *testing.T) {
 // versions start above N (from 1 again, a process at N ignored every
 // state up to N).
 func TestSharedDeletedRecreated(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"), sqlite.Options{Logger: quietLog()})
+	st, err := sqlite.Open(context.Background(), sqlitetest.Path(t), sqlite.Options{Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

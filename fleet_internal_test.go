@@ -5,13 +5,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -66,7 +66,7 @@ func (s *countingStore) ListBreakers(ctx context.Context) ([]store.BreakerState,
 // connected and synced once, as a running worker's is.
 func sharedRegistry(tb testing.TB, cfg breaker.Config) (*breaker.Registry, *countingStore, *fleetBreakers) {
 	tb.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(tb.TempDir(), "db"), sqlite.Options{Logger: quietLog()})
+	st, err := sqlite.Open(context.Background(), sqlitetest.Path(tb), sqlite.Options{Logger: quietLog()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestSharedFallback(t *testing.T) {
 // breaker: the failures of both add up, the trip reaches the other at the
 // next sync, one probe is granted, its success closes both.
 func TestSharedTwoProcesses(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"), sqlite.Options{Logger: quietLog()})
+	st, err := sqlite.Open(context.Background(), sqlitetest.Path(t), sqlite.Options{Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestSharedTwoProcesses(t *testing.T) {
 // trip its breaker does not fence the dependency off while the fleet's
 // counts (another process's successes) keep the fleet's breaker closed.
 func TestSharedFleetDecides(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"), sqlite.Options{Logger: quietLog()})
+	st, err := sqlite.Open(context.Background(), sqlitetest.Path(t), sqlite.Options{Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestSharedFleetDecides(t *testing.T) {
 // row across two processes trip the fleet's breaker after a busy spell
 // whose successes keep the ratio far below 50%.
 func TestSharedFleetRun(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "db"), sqlite.Options{Logger: quietLog()})
+	st, err := sqlite.Open(context.Background(), sqlitetest.Path(t), sqlite.Options{Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

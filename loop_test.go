@@ -4,10 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -22,7 +22,7 @@ const loopLiveness = 30 * time.Second
 func loopWorker(t *testing.T, clk *fakeClock, opts WorkerOptions) (*Worker, *Client, store.Store) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"), sqlite.Options{Logger: quiet})
+	st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), sqlite.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

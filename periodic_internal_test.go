@@ -7,12 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -34,7 +34,7 @@ func periodicStores(t *testing.T) map[string]func(t *testing.T) store.Store {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	out := map[string]func(t *testing.T) store.Store{
 		"sqlite": func(t *testing.T) store.Store {
-			st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "r.db"), sqlite.Options{Logger: quiet})
+			st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), sqlite.Options{Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}

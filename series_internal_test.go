@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -141,7 +141,7 @@ func (c *fakeClock) set(t time.Time) { c.t.Store(t.UnixNano()) }
 // minute boundary its clock crosses, and deletes snapshots older than
 // StatsRetention.
 func TestWorkerSnapshots(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Synchronous: "normal", Logger: slog.New(slog.DiscardHandler)})
+	st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), sqlite.Options{Synchronous: "normal", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,11 @@ package redrive
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
 
@@ -32,7 +32,7 @@ func (r *recordingObserver) ObserveAttempt(a AttemptInfo) {
 // returns; when the handler then returns, its attempt is not reported to
 // the Observer.
 func TestNoReportAfterRunReturns(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"), sqlite.Options{Logger: quietLog()})
+	st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), sqlite.Options{Logger: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}

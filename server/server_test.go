@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -35,7 +35,7 @@ type env struct {
 
 func openStore(tb testing.TB) *sqlite.Store {
 	tb.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(tb.TempDir(), "redrive.db"), sqlite.Options{Logger: quiet, Synchronous: "normal"})
+	st, err := sqlite.Open(context.Background(), sqlitetest.Path(tb), sqlite.Options{Logger: quiet, Synchronous: "normal"})
 	if err != nil {
 		tb.Fatal(err)
 	}

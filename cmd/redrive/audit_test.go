@@ -1,11 +1,11 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 )
 
 // TestAuditLocal: changes the CLI makes on the store are recorded as
@@ -13,7 +13,7 @@ import (
 // them newest first, filters by action and pages.
 func TestAuditLocal(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "email", "--queue", "mail")
 	mustCLI(t, "--db", db, "queues", "pause", "mail")
 	mustCLI(t, "--db", db, "jobs", "cancel", "1")

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -64,7 +64,7 @@ func statesOf(t *testing.T, db, queue string) map[store.State]int64 {
 // input is not a terminal); one id alone keeps the single-job cancel.
 func TestJobsCancelBulk(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	seedWaiting(t, db, "mail", 3, true) // 3 pending, 3 scheduled
 	seedWaiting(t, db, "other", 2, false)
 

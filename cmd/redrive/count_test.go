@@ -6,11 +6,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -79,7 +79,7 @@ func TestDLQSelectionWording(t *testing.T) {
 func countModes(t *testing.T) map[string]func(t *testing.T) ([]string, string) {
 	return map[string]func(t *testing.T) ([]string, string){
 		"direct": func(t *testing.T) ([]string, string) {
-			db := filepath.Join(t.TempDir(), "redrive.db")
+			db := sqlitetest.Path(t)
 			return []string{"--db", db}, db
 		},
 		"server": func(t *testing.T) ([]string, string) {

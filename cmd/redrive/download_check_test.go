@@ -4,12 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/internal/config"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -24,7 +24,7 @@ import (
 func TestDownloadCheckedBothWays(t *testing.T) {
 	clearConnEnv(t)
 	ctx := context.Background()
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	log := slog.New(slog.DiscardHandler)
 	st, err := sqlite.Open(ctx, db, sqlite.Options{Logger: log})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -85,7 +86,7 @@ func TestDownloadCLI(t *testing.T) {
 	}
 	defer files.Close()
 	dir := filepath.Join(t.TempDir(), "downloads")
-	s := startRedrive(t, bin, nil, "--db", filepath.Join(t.TempDir(), "redrive.db"), "--addr", "127.0.0.1:0",
+	s := startRedrive(t, bin, nil, "--db", sqlitetest.Path(t), "--addr", "127.0.0.1:0",
 		"--download-dir", dir, "--retry-base", "20ms", "--retry-max", "50ms", "--retry-max-retries", "1", "--retry-jitter", "none")
 
 	t.Run("batch", func(t *testing.T) {
@@ -203,7 +204,7 @@ func TestDownloadCLI(t *testing.T) {
 	})
 
 	t.Run("off", func(t *testing.T) {
-		off := startRedrive(t, bin, nil, "--db", filepath.Join(t.TempDir(), "redrive.db"), "--addr", "127.0.0.1:0")
+		off := startRedrive(t, bin, nil, "--db", sqlitetest.Path(t), "--addr", "127.0.0.1:0")
 		_, stderr, err := runDownloadCLI(t, off, "", files.URL(0))
 		if err == nil || !strings.Contains(stderr, "--download-dir") || !strings.Contains(stderr, "HTTP 400") {
 			t.Errorf("a server without --download-dir: err %v, stderr %s", err, stderr)

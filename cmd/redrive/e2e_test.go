@@ -24,6 +24,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -81,7 +82,7 @@ func TestE2E(t *testing.T) {
 	})
 	t.Run("sigterm", func(t *testing.T) {
 		t.Parallel()
-		testSIGTERM(t, bin, "--db", filepath.Join(t.TempDir(), "redrive.db"))
+		testSIGTERM(t, bin, "--db", sqlitetest.Path(t))
 	})
 	t.Run("sigterm-postgres", func(t *testing.T) {
 		t.Parallel()

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -27,7 +27,7 @@ func TestEnqueueBothWaysKeepsFields(t *testing.T) {
 	backends := map[string]func(t *testing.T) backend{
 		"direct": func(t *testing.T) backend {
 			log := slog.New(slog.DiscardHandler)
-			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: log})
+			st, err := sqlite.Open(ctx, sqlitetest.Path(t), sqlite.Options{Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}

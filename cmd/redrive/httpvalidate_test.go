@@ -2,9 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 )
 
 // badHTTPPayloads are http jobs an attempt would refuse, and the field
@@ -48,7 +49,7 @@ func TestHTTPPayloadCheckedAtEnqueue(t *testing.T) {
 	}
 
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	_, _, err := runCLI(t, "--db", db, "enqueue", "http", "--payload", `{"url":"ftp://x"}`)
 	if err == nil || !strings.Contains(err.Error(), "payload.url") {
 		t.Errorf("CLI direct mode: %v; want a refusal naming payload.url", err)

@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -21,7 +21,7 @@ import (
 // as it was, not with its new max and rate and its old hold.
 func TestLimitsSetAtomic(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "server.db")
+	db := sqlitetest.Path(t)
 	log := slog.New(slog.DiscardHandler)
 	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Logger: log})
 	if err != nil {

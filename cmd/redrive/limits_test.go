@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -113,7 +113,7 @@ func checkLimitsCLI(t *testing.T, pre []string) {
 
 func TestLimitsDirectMode(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

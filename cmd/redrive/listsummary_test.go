@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -22,7 +22,7 @@ import (
 func TestJobsListSummary(t *testing.T) {
 	clearConnEnv(t)
 	ts, _ := newTestServer(t, "")
-	db := filepath.Join(t.TempDir(), "r.db")
+	db := sqlitetest.Path(t)
 	for _, conn := range [][]string{{"--db", db}, {"--server", ts.URL}} {
 		mustCLI(t, append(conn, "enqueue", "http", "--payload", `{"method":"PUT","url":"https://example.com/a/b?token=zz"}`)...)
 		mustCLI(t, append(conn, "enqueue", "email", "--payload", `{"to":"a@example.com","api_key":"zz"}`)...)
@@ -56,7 +56,7 @@ func TestJobsListSummary(t *testing.T) {
 // trips).
 func TestDeferralWording(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "r.db")
+	db := sqlitetest.Path(t)
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, db, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -100,7 +100,7 @@ func TestDeferralWording(t *testing.T) {
 func TestJobsRun(t *testing.T) {
 	clearConnEnv(t)
 	ts, _ := newTestServer(t, "")
-	db := filepath.Join(t.TempDir(), "r.db")
+	db := sqlitetest.Path(t)
 	for _, conn := range [][]string{{"--db", db}, {"--server", ts.URL}} {
 		mustCLI(t, append(conn, "enqueue", "email", "--queue", "idle", "--payload", `{"to":"a@example.com"}`, "--delay", "1h")...)
 		out := mustCLI(t, append(conn, "jobs", "run", "1")...)
@@ -119,7 +119,7 @@ func TestJobsRun(t *testing.T) {
 // how long the oldest has waited.
 func TestQueuesLsUnconsumed(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "r.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "email", "--queue", "orphan", "--payload", `{"to":"a@example.com"}`)
 	out := mustCLI(t, "--db", db, "queues", "ls")
 	var row string
@@ -141,7 +141,7 @@ func TestQueuesLsUnconsumed(t *testing.T) {
 func TestJobsListMatch(t *testing.T) {
 	clearConnEnv(t)
 	ts, _ := newTestServer(t, "")
-	db := filepath.Join(t.TempDir(), "r.db")
+	db := sqlitetest.Path(t)
 	for _, conn := range [][]string{{"--db", db}, {"--server", ts.URL}} {
 		for _, p := range []string{`{"customer_id":42,"n":1}`, `{"customer_id":7,"n":2}`, `{"customer_id":42,"n":3}`} {
 			mustCLI(t, append(conn, "enqueue", "sync", "--queue", "idle", "--payload", p)...)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -77,7 +77,7 @@ func waitJob(t *testing.T, base string, id int64) string {
 // on PostgreSQL, and reads the histograms' counts from /metrics.
 func TestServeAttemptHistograms(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
-		db := filepath.Join(t.TempDir(), "redrive.db")
+		db := sqlitetest.Path(t)
 		testServeAttemptHistograms(t, func() (store.Store, error) {
 			return sqlite.Open(context.Background(), db, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
 		}, "--db", db)

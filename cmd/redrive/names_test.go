@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -17,7 +17,7 @@ import (
 // before touching the store: nothing invisible, nothing path-like.
 func TestCLINameRule(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "email")
 	for _, c := range []struct {
 		args []string
@@ -41,7 +41,7 @@ func TestCLINameRule(t *testing.T) {
 // name it now refuses can still be paused and removed with the CLI.
 func TestCLIScheduleOldName(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

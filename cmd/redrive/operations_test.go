@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -71,7 +71,7 @@ func opIDIn(t *testing.T, s string) string {
 // and lists, shows, pauses, resumes, follows and cancels operations.
 func TestReplayCLI(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	seedDocs(t, db, 5) // payloads {"doc": 0} .. {"doc": 4}
 
 	// A replay selected by state and a payload field, run by the CLI.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -100,7 +101,7 @@ func bury(t *testing.T, db, queue string) {
 
 func TestDirectMode(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 
 	// Enqueue.
 	out := mustCLI(t, "--db", db, "enqueue", "email", "--payload", `{"to":"a@example.com"}`, "--queue", "mail", "--max-retries", "2", "--key", "k1")
@@ -243,7 +244,7 @@ func TestDirectMode(t *testing.T) {
 
 func TestPurgeRefusedWithoutTerminal(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "k")
 	bury(t, db, redrive.DefaultQueue)
 
@@ -300,7 +301,7 @@ func newTestServer(t *testing.T, token string) (*httptest.Server, string) {
 // through it stay pending.
 func newBareTestServer(t *testing.T, token string) (*httptest.Server, string, *redrive.Client) {
 	t.Helper()
-	db := filepath.Join(t.TempDir(), "server.db")
+	db := sqlitetest.Path(t)
 	log := slog.New(slog.DiscardHandler)
 	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Logger: log})
 	if err != nil {
@@ -405,7 +406,7 @@ func TestServerMode(t *testing.T) {
 func TestInvertedRange(t *testing.T) {
 	clearConnEnv(t)
 	ts, srvDB := newTestServer(t, "")
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "k")
 	bury(t, db, redrive.DefaultQueue)
 	mustCLI(t, "--server", ts.URL, "enqueue", "k")

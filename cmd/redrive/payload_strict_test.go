@@ -1,9 +1,10 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 )
 
 // TestPayloadFlagStrict: --payload of enqueue and dlq redrive is held to
@@ -11,7 +12,7 @@ import (
 // surrogate is refused, naming the key, and nothing is stored.
 func TestPayloadFlagStrict(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "email", "--payload", `{"to":"a@example.com"}`)
 	for _, c := range []struct {
 		args []string

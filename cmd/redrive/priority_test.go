@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -23,7 +23,7 @@ func TestPriorityCommands(t *testing.T) {
 		conn []string
 		db   string
 	}{
-		{"direct", []string{"--db", filepath.Join(t.TempDir(), "redrive.db")}, ""},
+		{"direct", []string{"--db", sqlitetest.Path(t)}, ""},
 		{"remote", []string{"--server", ts.URL}, srvDB},
 	} {
 		t.Run(mode.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 )
 
@@ -220,7 +221,7 @@ func TestBulkProgressBars(t *testing.T) {
 // stays empty; without --json, a short operation prints no plain line.
 func TestNoBarWithoutTerminal(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "k", "--queue", "q")
 	bury(t, db, "q")
 	out, stderr, err := runCLI(t, "--db", db, "--json", "dlq", "export", t.TempDir())
@@ -373,7 +374,7 @@ func TestCtrlCCancelsServerOperation(t *testing.T) {
 // the CLI reports what it did.
 func TestCtrlCDirect(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	for range 3 {
 		mustCLI(t, "--db", db, "enqueue", "email", "--queue", "slow")
 	}

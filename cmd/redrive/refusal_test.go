@@ -1,9 +1,10 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 )
 
 // TestRefusalNamesFlag: an http job refused for its address names the
@@ -16,7 +17,7 @@ func TestRefusalNamesFlag(t *testing.T) {
 		t.Errorf("link-local refusal: %d %s; want 400 naming --http-allow-link-local", code, body)
 	}
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	_, _, err := runCLI(t, "--db", db, "enqueue", "http", "--payload", `{"url":"http://169.254.169.254/"}`)
 	if err == nil || !strings.Contains(err.Error(), "--http-allow-link-local") {
 		t.Errorf("CLI direct mode: %v; want a refusal naming --http-allow-link-local", err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 )
 
 // TestServeStartFailureClosesListener: when serve fails to start after it
@@ -26,7 +28,7 @@ func TestServeStartFailureClosesListener(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := "127.0.0.1:" + freePort(t)
-			cfg, err := loadConfig(t, nil, "--addr", addr, "--db", filepath.Join(t.TempDir(), "redrive.db"),
+			cfg, err := loadConfig(t, nil, "--addr", addr, "--db", sqlitetest.Path(t),
 				"--shutdown-timeout", "5s")
 			if err != nil {
 				t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store/sqlite"
@@ -81,7 +81,7 @@ func TestServeKeepsKafkaDLT(t *testing.T) {
 
 	const token = "kafka-keeper-token"
 	s := startRedrive(t, bin, []string{"REDRIVE_TOKEN=" + token, "REDRIVE_KAFKA_BROKERS=" + strings.Join(brokers, ",")},
-		"--db", filepath.Join(t.TempDir(), "redrive.db"), "--addr", "127.0.0.1:0", "--kafka-topics", topic, "--kafka-group", group,
+		"--db", sqlitetest.Path(t), "--addr", "127.0.0.1:0", "--kafka-topics", topic, "--kafka-group", group,
 		"--retry-base", "100ms", "--retry-max-retries", "1", "--retry-jitter", "none", "--queues", "default")
 	s.token = token
 
@@ -259,7 +259,7 @@ func TestKafkaSideWithoutRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "redrive.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	st, err := sqlite.Open(context.Background(), sqlitetest.Path(t), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

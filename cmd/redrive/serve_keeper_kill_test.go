@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
 )
@@ -128,7 +128,7 @@ func TestServeKilledWhileKeeping(t *testing.T) {
 		q := fmt.Sprintf("keeper-kill-%d", time.Now().UnixNano())
 		exchange := q + "-failures"
 		t.Cleanup(func() { deleteManaged(conn, q, exchange) })
-		args := []string{"--db", filepath.Join(t.TempDir(), "redrive.db"), "--addr", "127.0.0.1:0", "--amqp-queues", q,
+		args := []string{"--db", sqlitetest.Path(t), "--addr", "127.0.0.1:0", "--amqp-queues", q,
 			"--amqp-failure-exchange", exchange, "--retry-max-retries", "0", "--queues", "default"}
 		env := []string{"REDRIVE_TOKEN=keeper-kill-token", "REDRIVE_AMQP_URL=" + brokerURL}
 
@@ -223,7 +223,7 @@ func TestServeKilledWhileKeeping(t *testing.T) {
 		}
 		within(t, 3*time.Minute, "every record in the DLT", func() bool { return dltCount(t, brokers, topic).Total == n })
 
-		args := []string{"--db", filepath.Join(t.TempDir(), "redrive.db"), "--addr", "127.0.0.1:0", "--kafka-topics", topic,
+		args := []string{"--db", sqlitetest.Path(t), "--addr", "127.0.0.1:0", "--kafka-topics", topic,
 			"--kafka-group", topic + "-g", "--retry-base", "100ms", "--retry-max-retries", "1", "--retry-jitter", "none",
 			"--queues", "default"}
 		env := []string{"REDRIVE_TOKEN=keeper-kill-token", "REDRIVE_KAFKA_BROKERS=" + strings.Join(brokers, ",")}

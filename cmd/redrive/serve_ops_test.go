@@ -7,11 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 )
 
@@ -22,7 +22,7 @@ import (
 // every job is redriven exactly once.
 func TestServeShutdownKeepsOperations(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	for range 3 {
 		mustCLI(t, "--db", db, "enqueue", "email", "--queue", "mail") // serve works queue default only
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive/internal/config"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 )
 
 // loadConfig parses args as `redrive serve`'s flags and loads the
@@ -165,7 +166,7 @@ func (s *syncBuffer) String() string {
 // database and returns its base URL.
 func startServe(t *testing.T, args ...string) (base string, logs *syncBuffer) {
 	t.Helper()
-	args = append([]string{"--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "redrive.db"),
+	args = append([]string{"--addr", "127.0.0.1:0", "--db", sqlitetest.Path(t),
 		"--shutdown-timeout", "5s"}, args...)
 	cfg, err := loadConfig(t, nil, args...)
 	if err != nil {

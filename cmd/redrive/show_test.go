@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -58,7 +59,7 @@ func failThenSucceed(t *testing.T, db, msg string) int64 {
 // the CLI and the API, which keeps the last error's fields.
 func TestShowFailedBeforeSuccess(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	id := failThenSucceed(t, db, "upstream said 503")
 	ts, serverDB := newTestServer(t, "")
 	serverID := failThenSucceed(t, serverDB, "upstream said 503")
@@ -102,7 +103,7 @@ func TestShowFailedBeforeSuccess(t *testing.T) {
 // job's history (JSON and text) holds the payload it replaced.
 func TestRedriveEditKeepsPreviousPayload(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "email", "--queue", "mail", "--payload", `{"to":"typo@example"}`)
 	bury(t, db, "mail")
 	mustCLI(t, "--db", db, "dlq", "redrive", "1", "--payload", `{"to":"a@example.com"}`, "--note", "fixed the address")

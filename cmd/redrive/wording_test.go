@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/apiclient"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 )
 
 // TestErrorSaysRedriveOnce: an engine error, which says "redrive: "
@@ -17,7 +17,7 @@ import (
 // enqueue: ...".
 func TestErrorSaysRedriveOnce(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	_, stderr, err := runCLI(t, "--db", db, "enqueue", "http", "--payload", `{}`)
 	if err == nil {
 		t.Fatal("an http job without a url was enqueued")
@@ -32,7 +32,7 @@ func TestErrorSaysRedriveOnce(t *testing.T) {
 // bound in days.
 func TestDurationFlagsTakeDays(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	mustCLI(t, "--db", db, "enqueue", "email") // creates the database
 	if out := mustCLI(t, "--db", db, "breakers", "open", "payments", "--for", "30d"); !strings.Contains(out, "forced open until ") {
 		t.Errorf("--for 30d: %q", out)

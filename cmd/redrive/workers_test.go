@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/server"
 	"github.com/redrivehq/redrive/store/sqlite"
 )
@@ -17,7 +17,7 @@ import (
 // the store directly and through a server.
 func TestWorkersList(t *testing.T) {
 	clearConnEnv(t)
-	db := filepath.Join(t.TempDir(), "redrive.db")
+	db := sqlitetest.Path(t)
 	if out := mustCLI(t, "--db", db, "enqueue", "k"); !strings.Contains(out, "enqueued") {
 		t.Fatal(out)
 	}

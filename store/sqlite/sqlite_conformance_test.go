@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/redrivehq/redrive/internal/sqlitetest"
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/sqlite"
 	"github.com/redrivehq/redrive/store/storetest"
@@ -17,7 +18,7 @@ import (
 // open opens a new, empty SQLite store in a fresh temporary directory.
 func open(tb testing.TB) store.Store {
 	tb.Helper()
-	s, err := sqlite.Open(tb.Context(), filepath.Join(tb.TempDir(), "redrive.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	s, err := sqlite.Open(tb.Context(), sqlitetest.Path(tb), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatalf("sqlite.Open: %v", err)
 	}
