@@ -62,3 +62,41 @@ func TestSecretsArriveButAreNotKept(t *testing.T) {
 		t.Errorf("last error %q: want the status, the secrets masked", j.LastError)
 	}
 }
+
+// TestSecretsMaskedWhateverTheFieldsCase: the handler takes a payload
+// whose fields are written in another case ({"URL", "Headers"}: it
+// decodes with encoding/json, which ignores case), and sends its
+// secrets; the echo of a failing server is masked all the same.
+func TestSecretsMaskedWhateverTheFieldsCase(t *testing.T) {
+	const auth, query = "Bearer tok-SECRET-4444", "q-SECRET-5555"
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization")+"|"+r.URL.Query().Get("access_token"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, "echo: Authorization="+r.Header.Get("Authorization")+" url="+r.URL.String())
+	}))
+	t.Cleanup(srv.Close)
+	var logs lockedBuffer
+	client := startLogging(t, httpjob.Options{}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	j := run(t, client, map[string]any{"URL": srv.URL + "/hook?access_token=" + query,
+		"Headers": map[string]string{"Authorization": auth}})
+	mu.Lock()
+	if len(seen) == 0 || seen[0] != auth+"|"+query {
+		t.Errorf("the server got %q, want the real secrets", seen)
+	}
+	mu.Unlock()
+	texts := map[string]string{"last error": j.LastError, "logs": logs.String()}
+	for i, ev := range j.History {
+		texts["history "+string(ev.Kind)+" "+string(rune('0'+i))] = ev.Error + " " + ev.Note
+	}
+	for what, text := range texts {
+		for _, s := range []string{"tok-SECRET-4444", query} {
+			if strings.Contains(text, s) {
+				t.Errorf("the %s holds the secret %q: %s", what, s, text)
+			}
+		}
+	}
+}

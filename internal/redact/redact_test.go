@@ -212,3 +212,43 @@ func FuzzPayload(f *testing.F) {
 		}
 	})
 }
+
+// TestPayloadFieldNamesAnyCase: the http and download handlers decode
+// their payloads with encoding/json, which matches a field's name
+// ignoring case (Unicode simple folding: "ſ" is an "s", "K" a "k"), so a
+// payload written {"URL": ..., "Headers": ...} (the default casing of
+// some languages' serializers) is the request it names. Its secrets are
+// masked all the same, and an edit sending the masks back restores them.
+func TestPayloadFieldNamesAnyCase(t *testing.T) {
+	r := Default()
+	for _, names := range [][2]string{{"URL", "Headers"}, {"Url", "HEADERS"}, {"uRl", "HEADERſ"}, {"url", "headers"}} {
+		in := `{"` + names[0] + `":"https://bob:hunter22@api.example.com/?api_key=K3Y-VALUE","` + names[1] + `":{"Authorization":"Bearer abc.def.ghi"}}`
+		for _, kind := range []string{"http", "download"} {
+			out, secrets := r.Payload(kind, json.RawMessage(in))
+			for _, secret := range []string{"hunter22", "K3Y-VALUE", "abc.def.ghi"} {
+				if strings.Contains(string(out), secret) {
+					t.Errorf("%s %s: redacted payload holds %q: %s", kind, in, secret, out)
+				}
+			}
+			if len(secrets) < 3 {
+				t.Errorf("%s %s: secrets %q", kind, in, secrets)
+			}
+			back, err := Restore(kind, out, json.RawMessage(in))
+			if err != nil || HasMask(back) {
+				t.Fatalf("%s: Restore(%s) = %s, %v", kind, out, back, err)
+			}
+			var got, want any
+			if err := json.Unmarshal(back, &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(in), &want); err != nil {
+				t.Fatal(err)
+			}
+			gb, _ := json.Marshal(got)
+			wb, _ := json.Marshal(want)
+			if string(gb) != string(wb) {
+				t.Errorf("%s: Restore:\n got %s\nwant %s", kind, gb, wb)
+			}
+		}
+	}
+}
