@@ -188,22 +188,35 @@ func (r *Redactor) Payload(kind string, payload json.RawMessage) (json.RawMessag
 		if !ok {
 			return payload, nil
 		}
-		if hs, ok := obj["headers"].(map[string]any); ok {
-			for name, hv := range hs {
-				s, ok := hv.(string)
-				if !ok || s == "" || s == Mask || !r.Headers.Match(name) {
+		// The handlers decode with encoding/json, which takes a field
+		// whose name matches ignoring case ("URL", "Headers") for url
+		// or headers: mask every such field.
+		for key, fv := range obj {
+			switch {
+			case strings.EqualFold(key, "headers"):
+				hs, ok := fv.(map[string]any)
+				if !ok {
 					continue
 				}
-				secrets = append(secrets, valueSecrets(s)...)
-				hs[name] = Mask
-				changed = true
-			}
-		}
-		if u, ok := obj["url"].(string); ok {
-			if masked, found := r.URL(u); len(found) > 0 {
-				obj["url"] = masked
-				secrets = append(secrets, found...)
-				changed = true
+				for name, hv := range hs {
+					s, ok := hv.(string)
+					if !ok || s == "" || s == Mask || !r.Headers.Match(name) {
+						continue
+					}
+					secrets = append(secrets, valueSecrets(s)...)
+					hs[name] = Mask
+					changed = true
+				}
+			case strings.EqualFold(key, "url"):
+				u, ok := fv.(string)
+				if !ok {
+					continue
+				}
+				if masked, found := r.URL(u); len(found) > 0 {
+					obj[key] = masked
+					secrets = append(secrets, found...)
+					changed = true
+				}
 			}
 		}
 	} else if r.Fields != nil && len(r.Fields.patterns) > 0 {
@@ -516,7 +529,9 @@ func restore(kind, path string, e, s any) (any, error) {
 			}
 			return s, nil
 		}
-		if path == "payload.url" && requestKind(kind) && strings.Contains(t, Mask) {
+		// A request kind's url, whatever the case of its name (see
+		// Payload).
+		if strings.EqualFold(path, "payload.url") && requestKind(kind) && strings.Contains(t, Mask) {
 			stored, _ := s.(string)
 			return restoreURL(path, t, stored)
 		}
