@@ -98,6 +98,11 @@ func TestKeysRotateCLI(t *testing.T) {
 	if !strings.Contains(text, fmt.Sprintf("done: %d/%d", total, total)) || strings.Contains(text, "failed") || strings.Contains(text, "skipped") {
 		t.Errorf("keys rotate printed:\n%s", text)
 	}
+	// The report says what the rotation did, as the docs promise
+	// (progress rekeyed, skipped, failed).
+	if !strings.Contains(text, fmt.Sprintf("(rekeyed %d)", total)) {
+		t.Errorf("keys rotate does not say how many payloads it re-sealed:\n%s", text)
+	}
 	if !strings.Contains(text, "k2") {
 		t.Errorf("keys rotate does not print the counts after:\n%s", text)
 	}
