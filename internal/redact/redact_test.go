@@ -252,3 +252,31 @@ func TestPayloadFieldNamesAnyCase(t *testing.T) {
 		}
 	}
 }
+
+// TestPayloadDuplicateKeys: a payload may hold a key twice (a client
+// other than the REST API wrote it: the Go client, a broker's dead
+// letter). encoding/json keeps the last value of a scalar field but
+// merges the objects of a map field, so an http handler sends the
+// headers of both "headers" objects. No secret of any of them is shown,
+// and each is among the secrets masked in texts.
+func TestPayloadDuplicateKeys(t *testing.T) {
+	r := Default()
+	for _, c := range []struct {
+		kind, in, secret string
+	}{
+		{"http", `{"url":"https://x.example/","headers":{"Authorization":"Bearer s3cret-one"},"headers":{"X-A":"1"}}`, "Bearer s3cret-one"},
+		{"download", `{"url":"https://x.example/","Headers":{"Cookie":"s3cret-two"},"headers":{"Accept":"*/*"}}`, "s3cret-two"},
+		{"http", `{"url":"https://x.example/","headers":{"Authorization":"Bearer s3cret-three","Authorization":""}}`, "Bearer s3cret-three"},
+		{"http", `{"url":"https://u:s3cret-four@x.example/","url":"https://x.example/"}`, "s3cret-four"},
+		{"email", `{"password":"s3cret-five","password":""}`, "s3cret-five"},
+		{"email", `{"user":{"api_key":"s3cret-six","api_key":null}}`, "s3cret-six"},
+	} {
+		out, secrets := r.Payload(c.kind, json.RawMessage(c.in))
+		if strings.Contains(string(out), "s3cret") {
+			t.Errorf("%s %s: redacted payload holds the secret: %s", c.kind, c.in, out)
+		}
+		if Scrub("echo "+c.secret, secrets) == "echo "+c.secret {
+			t.Errorf("%s %s: secrets %q miss %q", c.kind, c.in, secrets, c.secret)
+		}
+	}
+}
