@@ -194,7 +194,9 @@ func FuzzPayload(f *testing.F) {
 			t.Fatalf("query value kept: %s", got.URL)
 		}
 		for _, s := range secrets {
-			if len(s) >= MinSecret && strings.Contains(Scrub("x"+s+"y", secrets), s) {
+			// A secret within the mask ("••") is masked, yet found in
+			// the mask that replaced it.
+			if len(s) >= MinSecret && !strings.Contains(Mask, s) && strings.Contains(Scrub("x"+s+"y", secrets), s) {
 				t.Fatalf("Scrub kept %q", s)
 			}
 		}
