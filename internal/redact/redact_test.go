@@ -282,3 +282,35 @@ func TestPayloadDuplicateKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreMaskSpelledWithEscapes: JSON may spell the mask's bullets
+// as \u2022 escapes, all or some: the edit still keeps the stored
+// secret, never writes the mask over it.
+func TestRestoreMaskSpelledWithEscapes(t *testing.T) {
+	stored := json.RawMessage(`{"user":{"password":"s3cret-pw"},"n":1}`)
+	for _, edited := range []string{
+		`{"user":{"password":"\u2022\u2022\u2022"},"n":2}`,
+		`{"user":{"password":"\u2022••"},"n":2}`,
+		`{"user":{"password":"•\u2022•"},"n":2}`,
+	} {
+		if !HasMask([]byte(edited)) {
+			t.Errorf("HasMask(%s) = false", edited)
+		}
+		out, err := Restore("email", json.RawMessage(edited), stored)
+		if err != nil {
+			t.Fatalf("Restore(%s): %v", edited, err)
+		}
+		var v struct {
+			User struct {
+				Password string `json:"password"`
+			} `json:"user"`
+			N int `json:"n"`
+		}
+		if err := json.Unmarshal(out, &v); err != nil || v.User.Password != "s3cret-pw" || v.N != 2 {
+			t.Errorf("Restore(%s) = %s, want the stored password kept", edited, out)
+		}
+	}
+	if HasMask([]byte(`{"bullet":"• a list", "two":"••"}`)) {
+		t.Error("HasMask took bullets for the mask")
+	}
+}
