@@ -612,9 +612,41 @@ func marshal(v any) json.RawMessage {
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
 
-// HasMask reports whether payload holds the mask anywhere.
+// HasMask reports whether payload holds the mask anywhere: in a string
+// of the JSON, however its bullets are spelled (as they are, or as
+// \u2022 escapes, all or some); in the bytes, for a payload that is not
+// JSON.
 func HasMask(payload []byte) bool {
-	return bytes.Contains(payload, []byte(Mask)) || bytes.Contains(payload, []byte(`\u2022\u2022\u2022`))
+	if !bytes.Contains(payload, []byte("•")) && !bytes.Contains(payload, []byte(`\u2022`)) {
+		return false
+	}
+	var v any
+	if err := decode(payload, &v); err != nil {
+		return bytes.Contains(payload, []byte(Mask)) || bytes.Contains(payload, []byte(`\u2022\u2022\u2022`))
+	}
+	return holdsMask(v)
+}
+
+// holdsMask reports whether a string of v, a key or a value, holds the
+// mask.
+func holdsMask(v any) bool {
+	switch t := v.(type) {
+	case string:
+		return strings.Contains(t, Mask)
+	case map[string]any:
+		for k, e := range t {
+			if strings.Contains(k, Mask) || holdsMask(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range t {
+			if holdsMask(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Restore returns edited, a payload written over a redacted one (the
