@@ -1,6 +1,7 @@
 package httpjob_test
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -60,5 +61,74 @@ func TestSecretsArriveButAreNotKept(t *testing.T) {
 	}
 	if !strings.Contains(j.LastError, "•••") || !strings.Contains(j.LastError, "500") {
 		t.Errorf("last error %q: want the status, the secrets masked", j.LastError)
+	}
+}
+
+// TestSecretsMaskedWhateverTheFieldsCase: the handler takes a payload
+// whose fields are written in another case ({"URL", "Headers"}: it
+// decodes with encoding/json, which ignores case), and sends its
+// secrets; the echo of a failing server is masked all the same.
+func TestSecretsMaskedWhateverTheFieldsCase(t *testing.T) {
+	const auth, query = "Bearer tok-SECRET-4444", "q-SECRET-5555"
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization")+"|"+r.URL.Query().Get("access_token"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, "echo: Authorization="+r.Header.Get("Authorization")+" url="+r.URL.String())
+	}))
+	t.Cleanup(srv.Close)
+	var logs lockedBuffer
+	client := startLogging(t, httpjob.Options{}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	j := run(t, client, map[string]any{"URL": srv.URL + "/hook?access_token=" + query,
+		"Headers": map[string]string{"Authorization": auth}})
+	mu.Lock()
+	if len(seen) == 0 || seen[0] != auth+"|"+query {
+		t.Errorf("the server got %q, want the real secrets", seen)
+	}
+	mu.Unlock()
+	texts := map[string]string{"last error": j.LastError, "logs": logs.String()}
+	for i, ev := range j.History {
+		texts["history "+string(ev.Kind)+" "+string(rune('0'+i))] = ev.Error + " " + ev.Note
+	}
+	for what, text := range texts {
+		for _, s := range []string{"tok-SECRET-4444", query} {
+			if strings.Contains(text, s) {
+				t.Errorf("the %s holds the secret %q: %s", what, s, text)
+			}
+		}
+	}
+}
+
+// TestSecretsMaskedInDuplicateHeaders: a payload enqueued through the Go
+// client with "headers" twice; the handler sends the headers of both
+// (encoding/json merges them), and the echo of a failing server is
+// masked all the same.
+func TestSecretsMaskedInDuplicateHeaders(t *testing.T) {
+	const auth = "Bearer tok-SECRET-6666"
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, "echo: Authorization="+r.Header.Get("Authorization"))
+	}))
+	t.Cleanup(srv.Close)
+	var logs lockedBuffer
+	client := startLogging(t, httpjob.Options{}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	j := run(t, client, json.RawMessage(`{"url":"`+srv.URL+`/hook","headers":{"Authorization":"`+auth+`"},"headers":{"X-Plain":"1"}}`))
+	mu.Lock()
+	if len(seen) == 0 || seen[0] != auth {
+		t.Errorf("the server got %q, want the real secret", seen)
+	}
+	mu.Unlock()
+	for what, text := range map[string]string{"last error": j.LastError, "logs": logs.String()} {
+		if strings.Contains(text, "tok-SECRET-6666") {
+			t.Errorf("the %s holds the secret", what)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,4 +195,85 @@ type PayloadKeyCounter interface {
 	// PayloadKeyCounts returns how many jobs hold a payload sealed under
 	// each key id; "" counts the payloads not sealed.
 	PayloadKeyCounts(ctx context.Context) (map[string]int64, error)
+}
+
+// RekeyHistory re-seals with c, under the current key, the previous
+// payloads (Event.PreviousPayload: what an edited redrive replaced) of
+// history, the JSON array of a job of queue's events, that are sealed
+// under another key. It returns the new history and changed true when
+// one was re-sealed; the other events, and every other field, are kept
+// as they were. A previous payload that does not open (its key is gone,
+// or it was cut at MaxPreviousPayload characters) is left as it is.
+func RekeyHistory(c PayloadCodec, queue string, history []byte) (out []byte, changed bool, err error) {
+	r, ok := c.(PayloadRekeyer)
+	if !ok {
+		return nil, false, ErrNoPayloadKeys
+	}
+	if !bytes.Contains(history, []byte("rdenc:")) {
+		return history, false, nil
+	}
+	var events []map[string]json.RawMessage
+	if err := json.Unmarshal(history, &events); err != nil {
+		return nil, false, fmt.Errorf("history: %w", err)
+	}
+	for _, ev := range events {
+		raw, ok := ev["previous_payload"]
+		if !ok {
+			continue
+		}
+		var prev string
+		if err := json.Unmarshal(raw, &prev); err != nil || !seal.IsSealed([]byte(prev)) {
+			continue
+		}
+		np, ch, err := r.Reseal(queue, []byte(prev))
+		if err != nil || !ch {
+			continue
+		}
+		b, err := json.Marshal(string(np))
+		if err != nil {
+			return nil, false, err
+		}
+		ev["previous_payload"], changed = b, true
+	}
+	if !changed {
+		return history, false, nil
+	}
+	out, err = json.Marshal(events)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
+}
+
+// RekeyOperationParams re-seals with c, under the current key, the new
+// payload a redrive operation keeps in params (the JSON of its
+// OperationParams, its payload sealed for OperationQueue) when it is
+// sealed under another key. changed is false, and params returned as it
+// is, when there is nothing to re-seal or the payload does not open.
+func RekeyOperationParams(c PayloadCodec, params []byte) (out []byte, changed bool, err error) {
+	r, ok := c.(PayloadRekeyer)
+	if !ok {
+		return nil, false, ErrNoPayloadKeys
+	}
+	if !bytes.Contains(params, []byte("rdenc:")) {
+		return params, false, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil {
+		return nil, false, fmt.Errorf("operation params: %w", err)
+	}
+	p, ok := m["payload"]
+	if !ok {
+		return params, false, nil
+	}
+	np, ch, err := r.Reseal(OperationQueue, p)
+	if err != nil || !ch {
+		return params, false, nil
+	}
+	m["payload"] = np
+	out, err = json.Marshal(m)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
 }

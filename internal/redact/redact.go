@@ -182,28 +182,52 @@ func (r *Redactor) Payload(kind string, payload json.RawMessage) (json.RawMessag
 		return payload, nil
 	}
 	var secrets []string
-	changed := false
+	// A key given twice: the decoded value kept the last one only, so
+	// the payload is shown as decoded (and masked), never as written,
+	// and the secrets of every occurrence are collected for Scrub (an
+	// http handler merges the objects of "headers" given twice).
+	changed := hasDuplicateKey(payload)
+	if changed {
+		if requestKind(kind) {
+			secrets = r.requestSecrets(payload)
+		} else if r.Fields != nil && len(r.Fields.patterns) > 0 {
+			secrets = r.fieldSecrets(payload, 0)
+		}
+	}
 	if requestKind(kind) {
 		obj, ok := v.(map[string]any)
 		if !ok {
 			return payload, nil
 		}
-		if hs, ok := obj["headers"].(map[string]any); ok {
-			for name, hv := range hs {
-				s, ok := hv.(string)
-				if !ok || s == "" || s == Mask || !r.Headers.Match(name) {
+		// The handlers decode with encoding/json, which takes a field
+		// whose name matches ignoring case ("URL", "Headers") for url
+		// or headers: mask every such field.
+		for key, fv := range obj {
+			switch {
+			case strings.EqualFold(key, "headers"):
+				hs, ok := fv.(map[string]any)
+				if !ok {
 					continue
 				}
-				secrets = append(secrets, valueSecrets(s)...)
-				hs[name] = Mask
-				changed = true
-			}
-		}
-		if u, ok := obj["url"].(string); ok {
-			if masked, found := r.URL(u); len(found) > 0 {
-				obj["url"] = masked
-				secrets = append(secrets, found...)
-				changed = true
+				for name, hv := range hs {
+					s, ok := hv.(string)
+					if !ok || s == "" || s == Mask || !r.Headers.Match(name) {
+						continue
+					}
+					secrets = append(secrets, valueSecrets(s)...)
+					hs[name] = Mask
+					changed = true
+				}
+			case strings.EqualFold(key, "url"):
+				u, ok := fv.(string)
+				if !ok {
+					continue
+				}
+				if masked, found := r.URL(u); len(found) > 0 {
+					obj[key] = masked
+					secrets = append(secrets, found...)
+					changed = true
+				}
 			}
 		}
 	} else if r.Fields != nil && len(r.Fields.patterns) > 0 {
@@ -213,6 +237,134 @@ func (r *Redactor) Payload(kind string, payload json.RawMessage) (json.RawMessag
 		return payload, nil
 	}
 	return marshal(v), dedupe(secrets)
+}
+
+// maxSecretDepth bounds the depth at which fieldSecrets looks for the
+// secrets of a payload holding a duplicate key.
+const maxSecretDepth = 64
+
+// hasDuplicateKey reports whether data, valid JSON, holds an object with
+// a key twice, at any depth.
+func hasDuplicateKey(data []byte) bool {
+	type level struct {
+		obj     bool
+		wantKey bool
+		keys    map[string]bool
+	}
+	var stack []*level
+	done := func() { // a value ended: the enclosing object wants a key
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			stack[n-1].wantKey = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].wantKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:n-1]
+				done()
+				continue
+			}
+			k, _ := tok.(string)
+			if stack[n-1].keys[k] {
+				return true
+			}
+			stack[n-1].keys[k], stack[n-1].wantKey = true, false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &level{obj: true, wantKey: true, keys: map[string]bool{}})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &level{})
+			continue
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		done()
+	}
+}
+
+// members returns the members of data, a JSON object, in order, keys
+// given twice included; ok is false when data is not an object.
+func members(data []byte) (keys []string, vals []json.RawMessage, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, nil, false
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return keys, vals, true
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return keys, vals, true
+		}
+		keys, vals = append(keys, k), append(vals, v)
+	}
+	return keys, vals, true
+}
+
+// requestSecrets returns the secrets of every url and headers member of
+// a request kind's payload, whatever their case and however many.
+func (r *Redactor) requestSecrets(data []byte) []string {
+	var out []string
+	keys, vals, _ := members(data)
+	for i, k := range keys {
+		switch {
+		case strings.EqualFold(k, "headers"):
+			names, hv, _ := members(vals[i])
+			for j, name := range names {
+				var s string
+				if json.Unmarshal(hv[j], &s) == nil && s != "" && s != Mask && r.Headers.Match(name) {
+					out = append(out, valueSecrets(s)...)
+				}
+			}
+		case strings.EqualFold(k, "url"):
+			var u string
+			if json.Unmarshal(vals[i], &u) == nil {
+				_, found := r.URL(u)
+				out = append(out, found...)
+			}
+		}
+	}
+	return out
+}
+
+// fieldSecrets returns the values of every field named like a secret in
+// data, duplicates included, to maxSecretDepth.
+func (r *Redactor) fieldSecrets(data []byte, depth int) []string {
+	if depth > maxSecretDepth {
+		return nil
+	}
+	var out []string
+	if keys, vals, ok := members(data); ok {
+		for i, k := range keys {
+			if r.Fields.Match(k) {
+				var v any
+				if decode(vals[i], &v) == nil && !isEmpty(v) {
+					out = append(out, leaves(v)...)
+				}
+				continue
+			}
+			out = append(out, r.fieldSecrets(vals[i], depth+1)...)
+		}
+		return out
+	}
+	var elems []json.RawMessage
+	if json.Unmarshal(data, &elems) == nil {
+		for _, e := range elems {
+			out = append(out, r.fieldSecrets(e, depth+1)...)
+		}
+	}
+	return out
 }
 
 // fields masks, at any depth, the values of the fields named like
@@ -460,9 +612,41 @@ func marshal(v any) json.RawMessage {
 	return bytes.TrimRight(b.Bytes(), "\n")
 }
 
-// HasMask reports whether payload holds the mask anywhere.
+// HasMask reports whether payload holds the mask anywhere: in a string
+// of the JSON, however its bullets are spelled (as they are, or as
+// \u2022 escapes, all or some); in the bytes, for a payload that is not
+// JSON.
 func HasMask(payload []byte) bool {
-	return bytes.Contains(payload, []byte(Mask)) || bytes.Contains(payload, []byte(`\u2022\u2022\u2022`))
+	if !bytes.Contains(payload, []byte("•")) && !bytes.Contains(payload, []byte(`\u2022`)) {
+		return false
+	}
+	var v any
+	if err := decode(payload, &v); err != nil {
+		return bytes.Contains(payload, []byte(Mask)) || bytes.Contains(payload, []byte(`\u2022\u2022\u2022`))
+	}
+	return holdsMask(v)
+}
+
+// holdsMask reports whether a string of v, a key or a value, holds the
+// mask.
+func holdsMask(v any) bool {
+	switch t := v.(type) {
+	case string:
+		return strings.Contains(t, Mask)
+	case map[string]any:
+		for k, e := range t {
+			if strings.Contains(k, Mask) || holdsMask(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range t {
+			if holdsMask(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Restore returns edited, a payload written over a redacted one (the
@@ -516,7 +700,9 @@ func restore(kind, path string, e, s any) (any, error) {
 			}
 			return s, nil
 		}
-		if path == "payload.url" && requestKind(kind) && strings.Contains(t, Mask) {
+		// A request kind's url, whatever the case of its name (see
+		// Payload).
+		if strings.EqualFold(path, "payload.url") && requestKind(kind) && strings.Contains(t, Mask) {
 			stored, _ := s.(string)
 			return restoreURL(path, t, stored)
 		}

@@ -194,7 +194,9 @@ func FuzzPayload(f *testing.F) {
 			t.Fatalf("query value kept: %s", got.URL)
 		}
 		for _, s := range secrets {
-			if len(s) >= MinSecret && strings.Contains(Scrub("x"+s+"y", secrets), s) {
+			// A secret within the mask ("••") is masked, yet found in
+			// the mask that replaced it.
+			if len(s) >= MinSecret && !strings.Contains(Mask, s) && strings.Contains(Scrub("x"+s+"y", secrets), s) {
 				t.Fatalf("Scrub kept %q", s)
 			}
 		}
@@ -211,4 +213,104 @@ func FuzzPayload(f *testing.F) {
 			t.Fatalf("Restore:\n got %s\nwant %s", ab, bb)
 		}
 	})
+}
+
+// TestPayloadFieldNamesAnyCase: the http and download handlers decode
+// their payloads with encoding/json, which matches a field's name
+// ignoring case (Unicode simple folding: "ſ" is an "s", "K" a "k"), so a
+// payload written {"URL": ..., "Headers": ...} (the default casing of
+// some languages' serializers) is the request it names. Its secrets are
+// masked all the same, and an edit sending the masks back restores them.
+func TestPayloadFieldNamesAnyCase(t *testing.T) {
+	r := Default()
+	for _, names := range [][2]string{{"URL", "Headers"}, {"Url", "HEADERS"}, {"uRl", "HEADERſ"}, {"url", "headers"}} {
+		in := `{"` + names[0] + `":"https://bob:hunter22@api.example.com/?api_key=K3Y-VALUE","` + names[1] + `":{"Authorization":"Bearer abc.def.ghi"}}`
+		for _, kind := range []string{"http", "download"} {
+			out, secrets := r.Payload(kind, json.RawMessage(in))
+			for _, secret := range []string{"hunter22", "K3Y-VALUE", "abc.def.ghi"} {
+				if strings.Contains(string(out), secret) {
+					t.Errorf("%s %s: redacted payload holds %q: %s", kind, in, secret, out)
+				}
+			}
+			if len(secrets) < 3 {
+				t.Errorf("%s %s: secrets %q", kind, in, secrets)
+			}
+			back, err := Restore(kind, out, json.RawMessage(in))
+			if err != nil || HasMask(back) {
+				t.Fatalf("%s: Restore(%s) = %s, %v", kind, out, back, err)
+			}
+			var got, want any
+			if err := json.Unmarshal(back, &got); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(in), &want); err != nil {
+				t.Fatal(err)
+			}
+			gb, _ := json.Marshal(got)
+			wb, _ := json.Marshal(want)
+			if string(gb) != string(wb) {
+				t.Errorf("%s: Restore:\n got %s\nwant %s", kind, gb, wb)
+			}
+		}
+	}
+}
+
+// TestPayloadDuplicateKeys: a payload may hold a key twice (a client
+// other than the REST API wrote it: the Go client, a broker's dead
+// letter). encoding/json keeps the last value of a scalar field but
+// merges the objects of a map field, so an http handler sends the
+// headers of both "headers" objects. No secret of any of them is shown,
+// and each is among the secrets masked in texts.
+func TestPayloadDuplicateKeys(t *testing.T) {
+	r := Default()
+	for _, c := range []struct {
+		kind, in, secret string
+	}{
+		{"http", `{"url":"https://x.example/","headers":{"Authorization":"Bearer s3cret-one"},"headers":{"X-A":"1"}}`, "Bearer s3cret-one"},
+		{"download", `{"url":"https://x.example/","Headers":{"Cookie":"s3cret-two"},"headers":{"Accept":"*/*"}}`, "s3cret-two"},
+		{"http", `{"url":"https://x.example/","headers":{"Authorization":"Bearer s3cret-three","Authorization":""}}`, "Bearer s3cret-three"},
+		{"http", `{"url":"https://u:s3cret-four@x.example/","url":"https://x.example/"}`, "s3cret-four"},
+		{"email", `{"password":"s3cret-five","password":""}`, "s3cret-five"},
+		{"email", `{"user":{"api_key":"s3cret-six","api_key":null}}`, "s3cret-six"},
+	} {
+		out, secrets := r.Payload(c.kind, json.RawMessage(c.in))
+		if strings.Contains(string(out), "s3cret") {
+			t.Errorf("%s %s: redacted payload holds the secret: %s", c.kind, c.in, out)
+		}
+		if Scrub("echo "+c.secret, secrets) == "echo "+c.secret {
+			t.Errorf("%s %s: secrets %q miss %q", c.kind, c.in, secrets, c.secret)
+		}
+	}
+}
+
+// TestRestoreMaskSpelledWithEscapes: JSON may spell the mask's bullets
+// as \u2022 escapes, all or some: the edit still keeps the stored
+// secret, never writes the mask over it.
+func TestRestoreMaskSpelledWithEscapes(t *testing.T) {
+	stored := json.RawMessage(`{"user":{"password":"s3cret-pw"},"n":1}`)
+	for _, edited := range []string{
+		`{"user":{"password":"\u2022\u2022\u2022"},"n":2}`,
+		`{"user":{"password":"\u2022••"},"n":2}`,
+		`{"user":{"password":"•\u2022•"},"n":2}`,
+	} {
+		if !HasMask([]byte(edited)) {
+			t.Errorf("HasMask(%s) = false", edited)
+		}
+		out, err := Restore("email", json.RawMessage(edited), stored)
+		if err != nil {
+			t.Fatalf("Restore(%s): %v", edited, err)
+		}
+		var v struct {
+			User struct {
+				Password string `json:"password"`
+			} `json:"user"`
+			N int `json:"n"`
+		}
+		if err := json.Unmarshal(out, &v); err != nil || v.User.Password != "s3cret-pw" || v.N != 2 {
+			t.Errorf("Restore(%s) = %s, want the stored password kept", edited, out)
+		}
+	}
+	if HasMask([]byte(`{"bullet":"• a list", "two":"••"}`)) {
+		t.Error("HasMask took bullets for the mask")
+	}
 }

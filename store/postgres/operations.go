@@ -533,11 +533,19 @@ func (s *Store) DeleteOperations(ctx context.Context, before time.Time) (int64, 
 }
 
 // rekeyStep re-seals, under the current key, the payloads of the next
-// st.Limit jobs after the cursor that are sealed under another key. The
-// update applies only to a payload still as read, so a payload a
+// st.Limit jobs after the cursor that are sealed under another key, and
+// the previous payloads their histories keep; its first step also
+// re-seals the payloads redrive operations keep. The update of a
+// payload applies only to a payload still as read, so a payload a
 // concurrent redrive replaced (sealed under the current key) is kept.
 func (s *Store) rekeyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, st store.OperationStep, res *store.StepResult) (int64, int, error) {
-	rows, err := tx.Query(ctx, `SELECT id, queue, payload FROM `+s.sql.jobs+` WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`, op.Cursor, op.MaxID, st.Limit)
+	if op.Cursor == 0 {
+		if err := s.rekeyOperations(ctx, tx); err != nil {
+			return 0, 0, err
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT id, queue, payload, position('rdenc:' in history::text) > 0 FROM `+s.sql.jobs+`
+	WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`, op.Cursor, op.MaxID, st.Limit)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -545,14 +553,19 @@ func (s *Store) rekeyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 		ids      []int64
 		queues   []string
 		payloads [][]byte
+		sealed   []int // indexes of the jobs whose history holds a sealed payload
 	)
 	for rows.Next() {
 		var id int64
 		var q string
 		var p []byte
-		if err := rows.Scan(&id, &q, &p); err != nil {
+		var hist bool
+		if err := rows.Scan(&id, &q, &p, &hist); err != nil {
 			rows.Close()
 			return 0, 0, err
+		}
+		if hist {
+			sealed = append(sealed, len(ids))
 		}
 		ids, queues, payloads = append(ids, id), append(queues, q), append(payloads, p)
 	}
@@ -582,7 +595,62 @@ func (s *Store) rekeyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 			res.Handled.Skipped += lost
 		}
 	}
+	for _, i := range sealed {
+		// Locked, so that an event appended meanwhile is not lost.
+		var hist []byte
+		if err := tx.QueryRow(ctx, `SELECT history::text FROM `+s.sql.jobs+` WHERE id = $1 FOR UPDATE`, ids[i]).Scan(&hist); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue
+			}
+			return 0, 0, err
+		}
+		nh, changed, err := store.RekeyHistory(s.payloads, queues[i], hist)
+		if err != nil {
+			return 0, 0, fmt.Errorf("job %d: %w", ids[i], err)
+		}
+		if changed {
+			if _, err := tx.Exec(ctx, `UPDATE `+s.sql.jobs+` SET history = $2::jsonb WHERE id = $1`, ids[i], string(nh)); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
 	return ids[len(ids)-1], len(ids), nil
+}
+
+// rekeyOperations re-seals under the current key the new payloads the
+// operations keep sealed under another key.
+func (s *Store) rekeyOperations(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT id, params::text FROM `+s.ops()+` WHERE position('rdenc:' in params::text) > 0 ORDER BY id FOR UPDATE`)
+	if err != nil {
+		return err
+	}
+	var ids, params []string
+	for rows.Next() {
+		var id string
+		var p []byte
+		if err := rows.Scan(&id, &p); err != nil {
+			rows.Close()
+			return err
+		}
+		np, changed, err := store.RekeyOperationParams(s.payloads, p)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("operation %s: %w", id, err)
+		}
+		if changed {
+			ids, params = append(ids, id), append(params, string(np))
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if _, err := tx.Exec(ctx, `UPDATE `+s.ops()+` SET params = $2::jsonb WHERE id = $1`, id, params[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PayloadKeyCounts implements store.PayloadKeyCounter.

@@ -623,26 +623,35 @@ func (s *Store) cancelStep(ctx context.Context, tx *sql.Conn, ids []int64, now t
 }
 
 // rekeyStep re-seals, under the current key, the payloads of the next
-// st.Limit jobs after the cursor that are sealed under another key.
+// st.Limit jobs after the cursor that are sealed under another key, and
+// the previous payloads their histories keep; its first step also
+// re-seals the payloads redrive operations keep.
 func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation, st store.OperationStep, res *store.StepResult) (int64, int, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id, queue, payload FROM jobs WHERE id > ? AND id <= ? ORDER BY id LIMIT ?`, op.Cursor, op.MaxID, st.Limit)
+	if op.Cursor == 0 {
+		if err := s.rekeyOperations(ctx, tx); err != nil {
+			return 0, 0, err
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue, payload, CASE WHEN instr(history, CAST('rdenc:' AS BLOB)) > 0 THEN history END
+		FROM jobs WHERE id > ? AND id <= ? ORDER BY id LIMIT ?`, op.Cursor, op.MaxID, st.Limit)
 	if err != nil {
 		return 0, 0, err
 	}
 	var (
-		ids      []int64
-		queues   []string
-		payloads [][]byte
+		ids       []int64
+		queues    []string
+		payloads  [][]byte
+		histories [][]byte
 	)
 	for rows.Next() {
 		var id int64
 		var q string
-		var p []byte
-		if err := rows.Scan(&id, &q, &p); err != nil {
+		var p, hist []byte
+		if err := rows.Scan(&id, &q, &p, &hist); err != nil {
 			rows.Close()
 			return 0, 0, err
 		}
-		ids, queues, payloads = append(ids, id), append(queues, q), append(payloads, p)
+		ids, queues, payloads, histories = append(ids, id), append(queues, q), append(payloads, p), append(histories, hist)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -660,7 +669,61 @@ func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 			return 0, 0, err
 		}
 	}
+	for i, hist := range histories {
+		if hist == nil {
+			continue
+		}
+		nh, changed, err := store.RekeyHistory(s.payloads, queues[i], hist)
+		if err != nil {
+			return 0, 0, fmt.Errorf("job %d: %w", ids[i], err)
+		}
+		if changed {
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET history = ? WHERE id = ?`, nh, ids[i]); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
 	return ids[len(ids)-1], len(ids), nil
+}
+
+// rekeyOperations re-seals under the current key the new payloads the
+// operations keep sealed under another key.
+func (s *Store) rekeyOperations(ctx context.Context, tx *sql.Conn) error {
+	rows, err := tx.QueryContext(ctx, `SELECT id, params FROM operations WHERE instr(params, CAST('rdenc:' AS BLOB)) > 0`)
+	if err != nil {
+		return err
+	}
+	type upd struct {
+		id     string
+		params []byte
+	}
+	var ups []upd
+	for rows.Next() {
+		var id string
+		var params []byte
+		if err := rows.Scan(&id, &params); err != nil {
+			rows.Close()
+			return err
+		}
+		np, changed, err := store.RekeyOperationParams(s.payloads, params)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("operation %s: %w", id, err)
+		}
+		if changed {
+			ups = append(ups, upd{id, np})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, u := range ups {
+		if _, err := tx.ExecContext(ctx, `UPDATE operations SET params = ? WHERE id = ?`, u.params, u.id); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PayloadKeyCounts implements store.PayloadKeyCounter.

@@ -258,4 +258,30 @@ func RunSealed(t *testing.T, db SealedDB) {
 	if byKey["k1"] != 0 || byKey["k2"] != sealedBefore+1 || byKey[""] != 1 {
 		t.Errorf("payloads by key after the rekey: %v", byKey)
 	}
+
+	// Nothing else is left under k1: with k2 alone, the payload a
+	// redrive replaced (the history's previous payload) is still sealed,
+	// under k2, and the new payload a redrive operation keeps opens.
+	k2only := &seal.Policy{Keys: sealedKeys(t, 2, "k2"), Queues: map[string]bool{"sec": true}}
+	s5 := db.Open(t, k2only)
+	v := &h{t: t, s: s5, ctx: t.Context()}
+	prev := 0
+	for _, ev := range v.get(dead[0].ID).History {
+		if ev.PreviousPayload == "" {
+			continue
+		}
+		prev++
+		if kid, _ := seal.KeyID([]byte(ev.PreviousPayload)); kid != "k2" {
+			t.Errorf("job %d: previous payload under %q after the rekey, want k2: %.60s", dead[0].ID, kid, ev.PreviousPayload)
+		}
+	}
+	if prev != 1 {
+		t.Errorf("job %d: %d previous payloads in its history, want 1", dead[0].ID, prev)
+	}
+	if o := v.getOp(op.ID); !jsonEqual(o.Params.Payload, secret(6)) {
+		t.Errorf("operation %s: payload %.60s after the rekey, want it open under k2", op.ID, o.Params.Payload)
+	}
+	if err := s5.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
