@@ -179,3 +179,51 @@ func jsonSame(t *testing.T, a, b []byte) bool {
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
 }
+
+// TestRotateSealsPlaintextOfEncryptedQueues: jobs enqueued before their
+// queue was encrypted; once keys are configured and the queue is among
+// those encrypted, a rotation seals their payloads too (counted as
+// rekeyed), and leaves those of a queue not encrypted in clear. The
+// sealed payload still reads back as it was.
+func TestRotateSealsPlaintextOfEncryptedQueues(t *testing.T) {
+	clearConnEnv(t)
+	db := filepath.Join(t.TempDir(), "redrive.db")
+	t.Setenv("REDRIVE_PAYLOAD_KEYS_FILE", "")
+	t.Setenv("REDRIVE_PAYLOAD_KEYS", "")
+	t.Setenv("REDRIVE_ENCRYPT_QUEUES", "")
+	st, err := sqlite.Open(context.Background(), db, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := st.Enqueue(context.Background(), []store.NewJob{
+		{Queue: "pay", Kind: "k", Payload: []byte(`{"card":"4111-PLAIN"}`)},
+		{Queue: "mail", Kind: "k", Payload: []byte(`{"to":"a@example.com"}`)},
+	}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	t.Setenv("REDRIVE_PAYLOAD_KEYS", keyLine("k1", 1))
+	t.Setenv("REDRIVE_ENCRYPT_QUEUES", "pay")
+	mustCLI(t, "--db", db, "keys", "rotate", "--yes")
+	counts := decode[map[string]int64](t, mustCLI(t, "--db", db, "--json", "keys", "count"))
+	if counts[""] != 1 || counts["k1"] != 1 {
+		t.Errorf("after a rotation: %v, want the encrypted queue's payload under k1 and the other queue's in clear", counts)
+	}
+	raw, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var stored string
+	if err := raw.QueryRow(`SELECT payload FROM jobs WHERE id = ?`, jobs[0].ID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(stored, "4111-PLAIN") {
+		t.Errorf("the encrypted queue's payload is still in clear in the database: %s", stored)
+	}
+	out := mustCLI(t, "--db", db, "--json", "jobs", "show", fmt.Sprint(jobs[0].ID))
+	if !strings.Contains(out, "4111-PLAIN") {
+		t.Errorf("the sealed payload does not read back as it was: %s", out)
+	}
+}

@@ -308,11 +308,26 @@ func (p *Policy) Current() string {
 
 // Reseal returns stored, a payload of a job of queue sealed under another
 // key than the current one, sealed under the current key (changed true),
-// whether or not the queue is still among those sealed. A payload not
-// sealed or already under the current key is left as it is.
+// whether or not the queue is still among those sealed; and a payload
+// not sealed of a queue that is sealed now (stored before the queue was
+// encrypted), sealed under the current key. A payload already under the
+// current key, or not sealed in a queue not sealed, is left as it is.
 func (p *Policy) Reseal(queue string, stored []byte) (out []byte, changed bool, err error) {
+	if p == nil || p.Keys == nil {
+		return stored, false, nil
+	}
 	id, ok := KeyID(stored)
-	if !ok || p == nil || p.Keys == nil || id == p.Keys.Current() {
+	if !ok {
+		if IsSealed(stored) || !p.Seals(queue) {
+			return stored, false, nil // malformed (it stays undecryptable), or to stay in clear
+		}
+		out, err = p.Keys.Seal(queue, stored)
+		if err != nil {
+			return nil, false, err
+		}
+		return out, true, nil
+	}
+	if id == p.Keys.Current() {
 		return stored, false, nil
 	}
 	plain, err := p.Keys.Open(queue, stored)

@@ -202,3 +202,44 @@ func BenchmarkSealOpen(b *testing.B) {
 		}
 	}
 }
+
+// TestReseal: a rotation re-seals what an older key sealed, seals the
+// plaintext of a queue encrypted since it was stored, and leaves what
+// is under the current key, the plaintext of a queue not encrypted and
+// a malformed envelope (which stays undecryptable) as they are.
+func TestReseal(t *testing.T) {
+	old := &Policy{Keys: mustParse(t, "k1:"+key(1)), Queues: map[string]bool{"pay": true}}
+	p := &Policy{Keys: mustParse(t, "k2:"+key(2)+"\nk1:"+key(1)), Queues: map[string]bool{"pay": true}}
+	plain := []byte(`{"card":"4111"}`)
+	underOld, _ := old.Seal("pay", plain)
+	underNew, _ := p.Seal("pay", plain)
+	for _, c := range []struct {
+		name, queue string
+		stored      []byte
+		changed     bool
+	}{
+		{"sealed under an older key", "pay", underOld, true},
+		{"plaintext of a queue encrypted since", "pay", plain, true},
+		{"under the current key", "pay", underNew, false},
+		{"plaintext of a queue not encrypted", "mail", plain, false},
+		{"a malformed envelope", "pay", []byte(`"rdenc:"`), false},
+	} {
+		out, changed, err := p.Reseal(c.queue, c.stored)
+		if err != nil || changed != c.changed {
+			t.Errorf("%s: changed %v, %v; want changed %v", c.name, changed, err, c.changed)
+			continue
+		}
+		if !changed {
+			if !bytes.Equal(out, c.stored) {
+				t.Errorf("%s: left, but returned %s", c.name, out)
+			}
+			continue
+		}
+		if id, _ := KeyID(out); id != "k2" {
+			t.Errorf("%s: resealed under %q, want k2", c.name, id)
+		}
+		if got, err := p.Open(c.queue, out); err != nil || !bytes.Equal(got, plain) {
+			t.Errorf("%s: opens to %s, %v", c.name, got, err)
+		}
+	}
+}
