@@ -54,7 +54,13 @@ type RedriveProgress struct {
 	// Refused counts jobs marked not reprocessable.
 	Refused int64 `json:"refused"`
 	// Skipped counts jobs that were gone or no longer dead.
-	Skipped  int64   `json:"skipped"`
+	Skipped int64 `json:"skipped"`
+	// Unblocks counts the blocked jobs of workflows waiting directly for
+	// the jobs redriven (store.RedriveResult.Unblocks): released when
+	// those complete, if nothing else holds them. Summed over the
+	// redrive's batches of 500 jobs (a job waiting for two redriven in
+	// different batches counts twice).
+	Unblocks int64   `json:"unblocks,omitempty"`
 	Done     bool    `json:"done"`
 	Refusals []int64 `json:"refused_ids,omitempty"`
 }
@@ -145,6 +151,7 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (prog RedrivePro
 		prog.Redriven += int64(len(res.Redriven))
 		prog.Refused += int64(len(res.Refused))
 		prog.Skipped += int64(len(res.Skipped))
+		prog.Unblocks += res.Unblocks
 		if len(prog.Refusals) < 1000 {
 			prog.Refusals = append(prog.Refusals, res.Refused[:min(len(res.Refused), 1000-len(prog.Refusals))]...)
 		}

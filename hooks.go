@@ -20,6 +20,10 @@ type hooks struct {
 	wakers    map[string][]*func(time.Time) // queue -> wake-ups
 	pausers   map[string][]*func(bool)      // queue -> pause hooks
 	cancelers map[*func()]struct{}
+
+	// unrelease removes the hook by which a store.Releaser (SQLite)
+	// wakes these workers for the jobs its writes release; nil: none.
+	unrelease func()
 }
 
 // hubs holds the hooks of each store that has some registered, keyed by
@@ -59,6 +63,11 @@ func (c *Client) acquireHooks() *hooks {
 		h = v.(*hooks)
 	} else {
 		h = &hooks{wakers: map[string][]*func(time.Time){}, pausers: map[string][]*func(bool){}, cancelers: map[*func()]struct{}{}}
+		if r, ok := c.store.(store.Releaser); ok {
+			// A workflow's dependent released by a completion (or a
+			// callback fired) wakes the workers as an enqueue does.
+			h.unrelease = r.OnRelease(func(queue string) { h.wake(queue, time.Now()) })
+		}
 		hubs.Store(c.hooksKey, h)
 	}
 	h.refs++
@@ -71,6 +80,9 @@ func (c *Client) releaseHooks(h *hooks) {
 	h.refs--
 	if h.refs == 0 {
 		hubs.CompareAndDelete(c.hooksKey, h)
+		if h.unrelease != nil {
+			h.unrelease()
+		}
 	}
 }
 
@@ -110,10 +122,13 @@ func removeHook[F any](m map[string][]*F, queue string, key *F) []*F {
 // wake tells the in-process workers of queue, on any Client of the
 // store, that work due at at was added.
 func (c *Client) wake(queue string, at time.Time) {
-	h := c.hooks()
-	if h == nil {
-		return
+	if h := c.hooks(); h != nil {
+		h.wake(queue, at)
 	}
+}
+
+// wake calls the wake-ups of queue's workers.
+func (h *hooks) wake(queue string, at time.Time) {
 	h.mu.RLock()
 	ws := h.wakers[queue]
 	h.mu.RUnlock()

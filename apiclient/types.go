@@ -177,7 +177,10 @@ type Operation struct {
 	Refused int64 `json:"refused"`
 	// Skipped counts jobs that were gone or no longer dead (a redrive
 	// by ids), or not pending or scheduled (a cancel by ids).
-	Skipped  int64 `json:"skipped"`
+	Skipped int64 `json:"skipped"`
+	// Unblocks counts, for a redrive, the blocked jobs of workflows
+	// waiting directly for the jobs it redrove, summed over its steps.
+	Unblocks int64 `json:"unblocks,omitempty"`
 	Purged   int64 `json:"purged"`
 	Exported int64 `json:"exported"`
 	// Canceled counts the jobs a cancel canceled.

@@ -113,7 +113,7 @@ func toOperation(op *redrive.Operation) Operation {
 	}
 	out := Operation{ID: op.ID, Kind: op.Kind, State: op.State, Matched: max(p.Matched, 0), Processed: p.Processed,
 		Replayed: p.Replayed, Redriven: p.Redriven, Refused: p.Refused, Skipped: p.Skipped, Purged: p.Purged,
-		Exported: p.Exported, Canceled: p.Canceled, Rekeyed: p.Rekeyed, Failed: p.Failed, RefusedIDs: slices.Clone(p.RefusedIDs), Error: op.Error,
+		Unblocks: p.Unblocks, Exported: p.Exported, Canceled: p.Canceled, Rekeyed: p.Rekeyed, Failed: p.Failed, RefusedIDs: slices.Clone(p.RefusedIDs), Error: op.Error,
 		Rate: op.Params.Rate, Batch: op.Params.Batch, Note: op.Params.Note, Filter: filter, Dir: op.Params.Dir,
 		Cursor: op.Cursor, Worker: op.Worker, StartedAt: op.CreatedAt, RunAt: op.StartedAt, UpdatedAt: op.UpdatedAt,
 		FinishedAt: op.FinishedAt}

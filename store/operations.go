@@ -208,6 +208,11 @@ type OperationProgress struct {
 	// Skipped counts jobs that were gone or no longer dead (a redrive by
 	// ids), or gone or no longer pending or scheduled (a cancel by ids).
 	Skipped int64 `json:"skipped"`
+	// Unblocks counts, for a redrive, the blocked jobs of workflows
+	// waiting directly for the jobs it redrove (RedriveResult.Unblocks),
+	// summed over its steps (a job waiting for two of them in different
+	// steps counts twice).
+	Unblocks int64 `json:"unblocks,omitempty"`
 	// Purged counts the dead jobs a purge deleted.
 	Purged int64 `json:"purged"`
 	// Exported counts the dead jobs an export wrote.
@@ -240,6 +245,7 @@ func (p *OperationProgress) add(d OperationProgress) {
 	p.Refused += d.Refused
 	p.Skipped += d.Skipped
 	p.Purged += d.Purged
+	p.Unblocks += d.Unblocks
 	p.Exported += d.Exported
 	p.Canceled += d.Canceled
 	p.Rekeyed += d.Rekeyed

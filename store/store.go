@@ -188,6 +188,13 @@ type Job struct {
 	// ReplayOf is the id of the job this job replays (a replay
 	// operation created it), 0 for a job enqueued otherwise.
 	ReplayOf int64 `json:"replay_of,omitempty"`
+	// BlockedDependents is, for a dead job of a workflow, the number of
+	// blocked jobs that wait directly for it (their dependency on it not
+	// done): under WaitOnDead, the jobs its redrive and completion
+	// release, if nothing else holds them. Get and List set it on dead
+	// jobs only; it is 0 for every other job (and for a dead job whose
+	// dependents were released, under RunOnDead, or canceled).
+	BlockedDependents int64 `json:"blocked_dependents,omitempty"`
 	// Trace is the W3C trace context of the span that enqueued the job
 	// (see NewJob.Trace), "" for none. Stores keep it as it was given,
 	// through retries, the DLQ and redrives, and never change it.
@@ -836,6 +843,10 @@ type RedriveResult struct {
 	Refused []int64 `json:"refused"`
 	// Skipped are jobs that do not exist or are not dead.
 	Skipped []int64 `json:"skipped"`
+	// Unblocks counts the blocked jobs of workflows that wait directly
+	// for the jobs redriven (Job.BlockedDependents, each counted once):
+	// released when those complete, if nothing else holds them.
+	Unblocks int64 `json:"unblocks"`
 }
 
 // Stats are real counts: jobs per queue and state from the jobs
@@ -1209,6 +1220,19 @@ type Notifier interface {
 	// notify(CancelNotice) means the cancellation of a running job was
 	// requested. Listen reconnects by itself when its connection drops.
 	Listen(ctx context.Context, notify func(queue string)) error
+}
+
+// Releaser is implemented by stores without a Notifier (SQLite) to tell
+// the engine in the same process that a write made blocked jobs due (a
+// workflow's dependents released by their last dependency's completion,
+// its callbacks fired), as an enqueue does, so that its workers fetch
+// them at once rather than at their next poll.
+type Releaser interface {
+	// OnRelease has released called, after the commit of each write
+	// that released jobs from Blocked, once for each queue of those
+	// jobs, until remove is called. It is called on the store's writer:
+	// it must return quickly and must not call the store.
+	OnRelease(released func(queue string)) (remove func())
 }
 
 // CancelNotice is what a Notifier passes, in place of a queue's name, when

@@ -370,7 +370,7 @@ func isNotFound(err error) bool {
 // redriveProgress converts a redrive operation to the Client's progress.
 func redriveProgress(op apiclient.Operation) redrive.RedriveProgress {
 	p := redrive.RedriveProgress{Matched: op.Matched, Redriven: op.Redriven, Refused: op.Refused, Skipped: op.Skipped,
-		Done: op.State == server.OperationDone}
+		Unblocks: op.Unblocks, Done: op.State == server.OperationDone}
 	if len(op.RefusedIDs) > 0 {
 		p.Refusals = op.RefusedIDs
 	}

@@ -110,7 +110,7 @@ func outcomeText(op server.Operation) string {
 		name string
 		n    int64
 	}{{"replayed", op.Replayed}, {"redriven", op.Redriven}, {"refused", op.Refused}, {"skipped", op.Skipped},
-		{"purged", op.Purged}, {"exported", op.Exported}, {"canceled", op.Canceled}, {"rekeyed", op.Rekeyed}, {"failed", op.Failed}} {
+		{"unblocks", op.Unblocks}, {"purged", op.Purged}, {"exported", op.Exported}, {"canceled", op.Canceled}, {"rekeyed", op.Rekeyed}, {"failed", op.Failed}} {
 		if p.n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", p.name, p.n))
 		}

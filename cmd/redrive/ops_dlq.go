@@ -112,6 +112,9 @@ says so and does nothing.
 			} else {
 				fmt.Fprintf(out, "redriven %d of %d matched; refused %d (not reprocessable), skipped %d (gone or not dead)\n",
 					prog.Redriven, prog.Matched, prog.Refused, prog.Skipped)
+				if prog.Unblocks > 0 {
+					fmt.Fprintf(out, "unblocks %d blocked workflow job(s) once the jobs redriven complete\n", prog.Unblocks)
+				}
 				if len(prog.Refusals) > 0 {
 					ids := make([]string, len(prog.Refusals))
 					for i, id := range prog.Refusals {

@@ -109,6 +109,9 @@ func writeJob(out io.Writer, j *redrive.Job) error {
 	add("dead at", fmtTimePtr(j.DeadAt))
 	add("dead reason", j.DeadReason)
 	add("fingerprint", j.Fingerprint)
+	if j.BlockedDependents > 0 {
+		add("blocked dependents", strconv.FormatInt(j.BlockedDependents, 10)+" (workflow jobs waiting for this one)")
+	}
 	if j.Redriven > 0 {
 		add("redriven", strconv.Itoa(j.Redriven))
 	}

@@ -639,7 +639,9 @@ function jobTable(jobs, select) {
       h('td', { class: 'num' }, h('a', { href: `#/jobs/${j.id}` }, j.id)),
       h('td', {}, j.queue), h('td', {}, j.kind),
       h('td', { class: 'clip mono summary', title: j.summary || '' }, j.summary || ''),
-      h('td', {}, badge(j.state), j.state === 'running' && j.progress && progressBar(j.progress, true)),
+      h('td', {}, badge(j.state), j.state === 'running' && j.progress && progressBar(j.progress, true),
+        j.blocked_dependents > 0 && h('span', { class: 'muted blocked-deps', title: 'workflow jobs blocked until this job is redriven and completes' },
+          ` ${fmtN(j.blocked_dependents)} blocked`)),
       h('td', { class: 'num' }, j.attempt),
       lastErrorCell(j),
       whenCell(j)))));
@@ -726,6 +728,8 @@ async function jobPage(id) {
           j.replay_of && kv('Replays', h('a', { href: `#/jobs/${j.replay_of}` }, `job ${j.replay_of}`), 'replay-of'),
           j.trace && kv('Trace', traceLink(j.trace.split(' ')[0].split('-')[1] || ''), 'trace-id'),
           j.state === 'dead' && kv('Dead reason', j.dead_reason),
+          j.blocked_dependents > 0 && kv('Blocked dependents',
+            `${fmtN(j.blocked_dependents)} workflow job(s) wait for this one: redriving it releases them once it completes; purging it cancels them`, 'blocked-dependents'),
           j.fingerprint && kv('Cause', h('a', { href: `#/dlq/${j.fingerprint}` }, shortFP(j.fingerprint))),
           !j.reprocessable && kv('Reprocessable', 'no: this job may not be redriven'),
           j.last_error && (j.state === 'completed'

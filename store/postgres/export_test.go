@@ -173,7 +173,10 @@ func MigrateThrough(version int) (restore func()) {
 		m["migrations/"+e.Name()] = &fstest.MapFile{Data: b}
 	}
 	migrationFS = m
-	return func() { migrationFS = old }
+	// Below 0032 there is no job_deps for a read of a dead job to probe.
+	oldDeps := readDeps
+	readDeps = version >= 32
+	return func() { migrationFS, readDeps = old, oldDeps }
 }
 
 // SetSlotPruneEvery sets how many takes of limit slots pass between two

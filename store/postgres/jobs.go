@@ -1336,6 +1336,9 @@ func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("get job %d", id), err)
 	}
+	if err := s.setBlockedDependents(ctx, s.pool, []*store.Job{j}); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 
@@ -1470,6 +1473,9 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	jobs, err := collect(rows, true, s.payloads)
 	if err != nil {
 		return store.ListResult{}, s.fail("list", err)
+	}
+	if err := s.setBlockedDependents(ctx, s.pool, jobs); err != nil {
+		return store.ListResult{}, err
 	}
 	return p.Result(jobs, dead), nil
 }
@@ -1658,6 +1664,11 @@ func (s *Store) Redrive(ctx context.Context, p store.RedriveParams) (store.Redri
 		default:
 			res.Refused = append(res.Refused, id)
 		}
+	}
+	// Read after the redrive's commit: the count is informational, and a
+	// redrive of plain jobs pays one probe of job_deps for each.
+	if res.Unblocks, err = s.unblocks(ctx, s.pool, res.Redriven); err != nil {
+		return res, err
 	}
 	return res, nil
 }

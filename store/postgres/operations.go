@@ -358,6 +358,9 @@ func (s *Store) applyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 				res.Handled.RefusedIDs = append(res.Handled.RefusedIDs, id)
 			}
 		}
+		if res.Handled.Unblocks, err = s.unblocks(ctx, tx, redriven); err != nil {
+			return 0, 0, err
+		}
 		if len(redriven) > 0 {
 			rows, err := tx.Query(ctx, `SELECT DISTINCT queue FROM `+s.sql.jobs+` WHERE id = ANY($1::bigint[]) ORDER BY queue`, redriven)
 			if err != nil {

@@ -399,3 +399,64 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 	}
 	return out, nil
 }
+
+// blockedDependentsSQL counts, for each of a set of jobs, the blocked
+// jobs waiting directly for it: the edges from it not done (job_deps'
+// primary key, dep_id first) whose dependent is blocked. A job outside a
+// workflow costs one probe of that key, which finds nothing.
+const blockedDependentsSQL = `SELECT d.dep_id, count(*) FROM {deps} d JOIN {jobs} j ON j.id = d.job_id
+	WHERE d.dep_id = ANY($1::bigint[]) AND NOT d.done AND j.state = 'blocked' GROUP BY d.dep_id`
+
+// readDeps is false only in the tests that run the store on a schema
+// older than job_deps (MigrateThrough).
+var readDeps = true
+
+// setBlockedDependents sets BlockedDependents on the dead jobs among
+// jobs (store.Job.BlockedDependents), with one statement on q.
+func (s *Store) setBlockedDependents(ctx context.Context, q pgQuerier, jobs []*store.Job) error {
+	if !readDeps {
+		return nil
+	}
+	var ids []int64
+	byID := map[int64]*store.Job{}
+	for _, j := range jobs {
+		if j.State == store.Dead {
+			ids = append(ids, j.ID)
+			byID[j.ID] = j
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := q.Query(ctx, s.wq(blockedDependentsSQL), ids)
+	if err != nil {
+		return s.fail("blocked dependents", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return s.fail("blocked dependents", err)
+		}
+		byID[id].BlockedDependents = n
+	}
+	if err := rows.Err(); err != nil {
+		return s.fail("blocked dependents", err)
+	}
+	return nil
+}
+
+// unblocks returns the number of blocked jobs waiting directly for any
+// of ids, each counted once (store.RedriveResult.Unblocks).
+func (s *Store) unblocks(ctx context.Context, q pgQuerier, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := q.QueryRow(ctx, s.wq(`SELECT count(DISTINCT d.job_id) FROM {deps} d JOIN {jobs} j ON j.id = d.job_id
+	WHERE d.dep_id = ANY($1::bigint[]) AND NOT d.done AND j.state = 'blocked'`), ids).Scan(&n)
+	if err != nil {
+		return 0, s.fail("unblocked dependents", err)
+	}
+	return n, nil
+}

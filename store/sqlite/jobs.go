@@ -1100,6 +1100,9 @@ func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: get job %d: %w", id, err)
 	}
+	if err := setBlockedDependents(ctx, db, []*store.Job{j}); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 
@@ -1224,6 +1227,9 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	}
 	jobs, err := collect(rows, true, s.payloads)
 	if err != nil {
+		return store.ListResult{}, err
+	}
+	if err := setBlockedDependents(ctx, db, jobs); err != nil {
 		return store.ListResult{}, err
 	}
 	return p.Result(jobs, dead), nil
@@ -1490,6 +1496,11 @@ func (s *Store) redriveTx(ctx context.Context, tx *sql.Conn, p store.RedrivePara
 		counts[[2]string{queue, store.StatRedriven}]++
 		mv.move(queue, store.Dead, store.Pending)
 	}
+	n, err := unblocks(ctx, tx, res.Redriven)
+	if err != nil {
+		return err
+	}
+	res.Unblocks = n
 	if err := s.addMoves(ctx, tx, mv); err != nil {
 		return err
 	}

@@ -356,6 +356,7 @@ func (s *Store) applyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 		}
 		res.Handled.Redriven, res.Handled.Refused, res.Handled.Skipped = int64(len(rr.Redriven)), int64(len(rr.Refused)), int64(len(rr.Skipped))
 		res.Handled.RefusedIDs = rr.Refused
+		res.Handled.Unblocks = rr.Unblocks
 		if len(rr.Redriven) > 0 {
 			qs, err := queuesOf(ctx, tx, rr.Redriven)
 			if err != nil {

@@ -129,6 +129,11 @@ var ErrUnreadableWAL = errors.New("sqlite: the database's write-ahead log cannot
 // Store is a store.Store on a SQLite file.
 type Store struct {
 	path string
+	// released collects the queues of the jobs a transaction released
+	// from blocked, and releaseID numbers the store for the trigger that
+	// reports them (released.go).
+	released  releases
+	releaseID int64
 	// payloads seals and opens payloads (Options.Payloads); nil: none.
 	payloads store.PayloadCodec
 	// limitIdle says which queues' fetches skip the selection of
@@ -299,6 +304,12 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.log.Warn("sqlite: writing without taking turns with other processes at the write lock", "path", path, "error", err)
 	}
 	if err := s.migrate(ctx); err != nil {
+		s.turns.close()
+		wconn.Close()
+		w.Close()
+		return nil, err
+	}
+	if err := s.watchReleases(ctx); err != nil {
 		s.turns.close()
 		wconn.Close()
 		w.Close()
@@ -610,6 +621,7 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 	defer func() {
 		if !committed {
 			s.fair.Discard()
+			s.released.end(false)
 		}
 		if p := recover(); p != nil {
 			rollback()
@@ -638,6 +650,7 @@ func (s *Store) inTx(fn func(tx *sql.Conn) error) (err error) {
 	// fetch rolled back costs no key its turn.
 	committed = true
 	s.fair.Commit()
+	s.released.end(true)
 	if before >= 0 && s.totalChanges(ctx) == before {
 		return nil
 	}
@@ -842,6 +855,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeDBs() error {
+	releasing.Delete(s.releaseID)
 	var errs []error
 	s.stmtsMu.Lock()
 	for _, st := range s.stmts {

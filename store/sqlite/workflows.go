@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -416,4 +417,70 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
 	}
 	return out, nil
+}
+
+// blockedDependentsSQL counts, for each of a set of jobs (a JSON array
+// of ids), the blocked jobs waiting directly for it: the edges from it
+// not done (job_deps' primary key, dep_id first) whose dependent is
+// blocked. A job outside a workflow costs one probe of that key, which
+// finds nothing.
+const blockedDependentsSQL = `SELECT d.dep_id, count(*) FROM job_deps d JOIN jobs j ON j.id = d.job_id
+	WHERE d.dep_id IN (SELECT value FROM json_each(?)) AND d.done = 0 AND j.state = 'blocked' GROUP BY d.dep_id`
+
+// setBlockedDependents sets BlockedDependents on the dead jobs among
+// jobs (store.Job.BlockedDependents), with one statement on q.
+func setBlockedDependents(ctx context.Context, q querier, jobs []*store.Job) error {
+	var ids []int64
+	byID := map[int64]*store.Job{}
+	for _, j := range jobs {
+		if j.State == store.Dead {
+			ids = append(ids, j.ID)
+			byID[j.ID] = j
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	rows, err := q.QueryContext(ctx, blockedDependentsSQL, string(b))
+	if err != nil {
+		return fmt.Errorf("sqlite: blocked dependents: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return fmt.Errorf("sqlite: blocked dependents: %w", err)
+		}
+		byID[id].BlockedDependents = n
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: blocked dependents: %w", err)
+	}
+	return nil
+}
+
+// unblocksSQL counts the blocked jobs waiting directly for any of a set
+// of jobs (a JSON array of ids), each once (store.RedriveResult.Unblocks).
+const unblocksSQL = `SELECT count(DISTINCT d.job_id) FROM job_deps d JOIN jobs j ON j.id = d.job_id
+	WHERE d.dep_id IN (SELECT value FROM json_each(?)) AND d.done = 0 AND j.state = 'blocked'`
+
+// unblocks returns the number of blocked jobs waiting directly for any
+// of ids, read on q.
+func unblocks(ctx context.Context, q querier, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	b, err := json.Marshal(ids)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := q.QueryRowContext(ctx, unblocksSQL, string(b)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite: unblocked dependents: %w", err)
+	}
+	return n, nil
 }

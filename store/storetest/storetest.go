@@ -228,6 +228,8 @@ var subtests = []subtest{
 	{"WorkflowResultCap", testWorkflowResultCap},
 	{"WorkflowModel", testWorkflowModel},
 	{"WorkflowConcurrent", testWorkflowConcurrent},
+	{"WorkflowDeadDependents", testWorkflowDeadDependents},
+	{"WorkflowDeadRetention", testWorkflowDeadRetention},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

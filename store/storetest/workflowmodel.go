@@ -13,19 +13,29 @@ import (
 // policy) through random interleavings of two workers fetching,
 // completing, retrying and burying jobs, stale outcomes (the other
 // worker's, or a second one of a lease), cancels of jobs (waiting or
-// running), redrives of dead jobs and cancels of the whole workflow,
-// against an in-memory model of the contract (docs/design.md,
+// running), redrives, purges and retention of dead jobs, and cancels of
+// the whole workflow, against an in-memory model of the contract (docs/design.md,
 // "Workflows"). After every step each job's state must be the model's:
 // so a fetch leases only jobs whose dependencies allow it, and each
-// callback fires at most once and when the model says. The job counts
+// callback fires at most once and when the model says; a dead job's
+// blocked dependents, and a redrive's count of the jobs it unblocks, are
+// the model's too. The job counts
 // are checked against the jobs at the end of each run.
 func testWorkflowModel(x *h) {
 	seed := uint64(time.Now().UnixNano())
 	x.t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>7))
+	var others int64 // the dead jobs earlier runs left, which retention deletes too
+	// A purge or retention carries no time: the cancels it causes are
+	// stamped with the database's clock, and so are the callbacks they
+	// fire. The model's clock starts an hour ahead of it and moves a
+	// second a step, through the runs, so that what the database stamps
+	// is due at once.
+	now := time.Now().Add(time.Hour).Truncate(time.Second)
 	for run := range 12 {
 		policy := []store.OnDead{store.WaitOnDead, store.CancelOnDead, store.RunOnDead}[run%3]
-		m := newFlowModel(x, rng, fmt.Sprintf("wfm-%d", run), policy)
+		m := newFlowModel(x, rng, fmt.Sprintf("wfm-%d", run), policy, now)
+		m.others = &others
 		for step := 0; step < 150 && !m.done(); step++ {
 			m.step()
 			m.check(fmt.Sprintf("run %d (%s), step %d", run, policy, step))
@@ -34,6 +44,12 @@ func testWorkflowModel(x *h) {
 			}
 		}
 		x.checkAllCounts(fmt.Sprintf("run %d", run))
+		now = m.now
+		for _, j := range m.jobs {
+			if j.state == store.Dead && !j.gone {
+				others++
+			}
+		}
 	}
 }
 
@@ -50,6 +66,7 @@ type mjob struct {
 	deps      []int // members it depends on
 	done      map[int]bool
 	leased    *store.Job // the job as last leased
+	gone      bool       // deleted dead (purge, retention): still counted dead by its workflow
 }
 
 type flowModel struct {
@@ -62,6 +79,7 @@ type flowModel struct {
 	n      int     // members
 	log    string
 	wid    int64
+	others *int64 // dead jobs of earlier runs, not yet deleted
 }
 
 const (
@@ -70,10 +88,10 @@ const (
 	cbDeath
 )
 
-func newFlowModel(x *h, rng *rand.Rand, queue string, policy store.OnDead) *flowModel {
+func newFlowModel(x *h, rng *rand.Rand, queue string, policy store.OnDead, now time.Time) *flowModel {
 	n := 3 + rng.IntN(8)
 	w := store.NewWorkflow{OnDead: policy}
-	m := &flowModel{x: x, rng: rng, queue: queue, policy: policy, now: at(0), n: n}
+	m := &flowModel{x: x, rng: rng, queue: queue, policy: policy, now: now, n: n}
 	for i := range n {
 		var after []string
 		var deps []int
@@ -127,11 +145,38 @@ func (m *flowModel) done() bool {
 		}
 	}
 	for _, j := range m.jobs[:m.n] {
-		if j.state == store.Dead && m.rng.IntN(2) == 0 {
+		if j.state == store.Dead && !j.gone && m.rng.IntN(2) == 0 {
 			return false // a redrive may come
 		}
 	}
 	return true
+}
+
+// blockedOn returns the members blocked waiting directly for member i
+// (their edge from it not done).
+func (m *flowModel) blockedOn(i int) []int {
+	var out []int
+	for k, d := range m.jobs[:m.n] {
+		if d.state == store.Blocked && slices.Contains(d.deps, i) && !d.done[i] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// deleted applies the consequences of dead job i's deletion (a purge or
+// retention): its blocked dependents are canceled, as its cancel would.
+func (m *flowModel) deleted(i int) {
+	m.jobs[i].gone = true
+	if !m.jobs[i].member {
+		return
+	}
+	for _, k := range m.blockedOn(i) {
+		if m.jobs[k].state == store.Blocked { // an earlier cancel of the cascade may have reached it
+			m.jobs[k].state = store.Canceled
+			m.moved(k, store.Blocked)
+		}
+	}
 }
 
 // moved applies the consequences of member i's move from old to its
@@ -225,7 +270,7 @@ func (m *flowModel) step() {
 			j.attempt++
 			m.logf("  leased %s", j.name)
 		}
-	case r < 75: // an outcome of a running job
+	case r < 72: // an outcome of a running job
 		i, ok := m.pick(func(j *mjob) bool { return j.state == store.Running })
 		if !ok {
 			return
@@ -269,20 +314,55 @@ func (m *flowModel) step() {
 		if j.member {
 			m.moved(i, old)
 		}
-	case r < 85: // redrive a dead job
-		i, ok := m.pick(func(j *mjob) bool { return j.state == store.Dead })
+	case r < 82: // redrive a dead job
+		i, ok := m.pick(func(j *mjob) bool { return j.state == store.Dead && !j.gone })
 		if !ok {
 			return
 		}
 		j := m.jobs[i]
+		var want int64
+		if j.member {
+			want = int64(len(m.blockedOn(i)))
+		}
 		res := x.redrive(store.RedriveParams{IDs: []int64{j.id}, Now: m.now})
 		m.logf("redrive %s: %+v", j.name, res)
+		if res.Unblocks != want {
+			x.t.Errorf("redrive of %s unblocks %d, the model says %d", j.name, res.Unblocks, want)
+		}
 		j.state, j.attempt = store.Pending, 0
 		if j.member {
 			m.moved(i, store.Dead)
 		}
+	case r < 87: // purge a dead job
+		i, ok := m.pick(func(j *mjob) bool { return j.state == store.Dead && !j.gone })
+		if !ok {
+			return
+		}
+		n, err := x.s.Purge(x.ctx, store.Filter{IDs: []int64{m.jobs[i].id}}, 10)
+		if err != nil || n != 1 {
+			x.t.Fatalf("Purge(%s) = %d, %v; want 1", m.jobs[i].name, n, err)
+		}
+		m.logf("purge %s", m.jobs[i].name)
+		m.deleted(i)
+	case r < 90: // retention: every dead job goes
+		n, err := x.s.DeleteFinished(x.ctx, store.Dead, m.now, 1000)
+		if err != nil {
+			x.t.Fatalf("DeleteFinished(dead): %v", err)
+		}
+		want := *m.others
+		*m.others = 0
+		for i, j := range m.jobs {
+			if j.state == store.Dead && !j.gone {
+				want++
+				m.deleted(i)
+			}
+		}
+		m.logf("retention of %d dead jobs", n)
+		if n != want {
+			x.t.Errorf("retention deleted %d dead jobs, the model has %d", n, want)
+		}
 	case r < 97: // cancel a job
-		i, ok := m.pick(func(j *mjob) bool { return !final(j.state) || j.state == store.Dead })
+		i, ok := m.pick(func(j *mjob) bool { return !final(j.state) || (j.state == store.Dead && !j.gone) })
 		if !ok {
 			return
 		}
@@ -336,8 +416,19 @@ func (m *flowModel) check(what string) {
 	if w := m.x.getFlow(m.wid); [3]int64{w.Completed, w.Dead, w.Canceled} != counts {
 		m.x.t.Errorf("%s: workflow counts completed, dead, canceled %d, %d, %d; the model says %v", what, w.Completed, w.Dead, w.Canceled, counts)
 	}
-	for _, j := range m.jobs {
+	for i, j := range m.jobs {
+		if j.gone {
+			m.x.notFound(j.id)
+			continue
+		}
 		got := m.x.get(j.id)
+		var blocked int64
+		if j.member && j.state == store.Dead {
+			blocked = int64(len(m.blockedOn(i)))
+		}
+		if got.BlockedDependents != blocked {
+			m.x.t.Errorf("%s: job %s (%s) has %d blocked dependents, the model says %d", what, j.name, got.State, got.BlockedDependents, blocked)
+		}
 		if got.State != j.state {
 			m.x.t.Errorf("%s: job %s is %s, the model says %s", what, j.name, got.State, j.state)
 		}
