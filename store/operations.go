@@ -190,6 +190,9 @@ type OperationParams struct {
 	// the runner writes through an os.Root opened on it, so that no
 	// symbolic link leads a write out of it.
 	Root string `json:"root,omitempty"`
+	// Decrypt, for an export, writes payloads in plaintext instead of
+	// sealed (see redrive.Client.Exported).
+	Decrypt bool `json:"decrypt,omitempty"`
 }
 
 // OperationProgress counts what an operation did.
