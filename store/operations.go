@@ -553,6 +553,7 @@ type operationParamsJSON struct {
 	Keys    RedriveKeys     `json:"keys,omitzero"`
 	Dir     string          `json:"dir,omitempty"`
 	Root    string          `json:"root,omitempty"`
+	Decrypt bool            `json:"decrypt,omitempty"`
 }
 
 func optionalTime(t time.Time) *time.Time {
@@ -572,6 +573,7 @@ func (p OperationParams) MarshalJSON() ([]byte, error) {
 			Fingerprint: f.Fingerprint, Since: optionalTime(f.Since), Until: optionalTime(f.Until),
 			ErrorContains: f.ErrorContains, IDs: f.IDs, PayloadField: f.PayloadField, PayloadValue: f.PayloadValue},
 		Batch: p.Batch, Rate: p.Rate, Note: p.Note, Payload: p.Payload, Keys: p.Keys, Dir: p.Dir, Root: p.Root,
+		Decrypt: p.Decrypt,
 	})
 }
 
@@ -587,6 +589,7 @@ func (p *OperationParams) UnmarshalJSON(b []byte) error {
 			Fingerprint: f.Fingerprint, ErrorContains: f.ErrorContains, IDs: f.IDs, PayloadField: f.PayloadField,
 			PayloadValue: f.PayloadValue},
 		Batch: v.Batch, Rate: v.Rate, Note: v.Note, Payload: v.Payload, Keys: v.Keys, Dir: v.Dir, Root: v.Root,
+		Decrypt: v.Decrypt,
 	}
 	if f.Since != nil {
 		p.Filter.Since = f.Since.UTC()
