@@ -15,7 +15,6 @@ import (
 
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/seal"
-	"github.com/redrivehq/redrive/internal/strictjson"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -191,8 +190,8 @@ func readBounded(root *os.Root, name string) ([]byte, error) {
 // ParseExported reads the three files of one exported job (payload.json,
 // error.json and metadata.json, as an export writes them) into the dead
 // job an import adds, with the metadata read. It refuses, saying why,
-// files that are not what an export writes: invalid or ambiguous JSON
-// (strictjson), unknown fields, job ids that differ, an unknown failure
+// files that are not what an export writes: invalid JSON, unknown
+// fields, data after the value, job ids that differ, an unknown failure
 // class, no death time, negative counts, an empty queue or kind, and a
 // payload marked sealed (payload_sealed) that is not an envelope under
 // that key. A sealed payload is kept as it is (DeadJob.Sealed); a
@@ -202,10 +201,10 @@ func ParseExported(payload, errorJSON, metadataJSON []byte) (store.DeadJob, Expo
 		e ExportedError
 		m ExportedMetadata
 	)
-	if err := strictjson.Decode(metadataJSON, &m); err != nil {
+	if err := decodeExported(metadataJSON, &m); err != nil {
 		return store.DeadJob{}, m, fmt.Errorf("metadata.json: %w", err)
 	}
-	if err := strictjson.Decode(errorJSON, &e); err != nil {
+	if err := decodeExported(errorJSON, &e); err != nil {
 		return store.DeadJob{}, m, fmt.Errorf("error.json: %w", err)
 	}
 	fail := func(format string, args ...any) (store.DeadJob, ExportedMetadata, error) {
@@ -248,4 +247,19 @@ func ParseExported(payload, errorJSON, metadataJSON []byte) (store.DeadJob, Expo
 	}
 	d.Payload = buf.Bytes()
 	return d, m, nil
+}
+
+// decodeExported decodes one JSON file of an export into v, refusing
+// unknown fields and anything after the value. (internal/strictjson's
+// tests import this package: it cannot be used here.)
+func decodeExported(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON value")
+	}
+	return nil
 }

@@ -91,15 +91,15 @@ func TestImportRefusesBadFolder(t *testing.T) {
 	for name, tc := range map[string]struct {
 		file, content, want string
 	}{
-		"missing":        {"error.json", "", "error.json is missing"},
-		"not json":       {"metadata.json", "{", "metadata.json"},
-		"unknown field":  {"error.json", `{"job_id":%d,"dead_at":"2026-01-01T00:00:00Z","class":"permanent","extra":1}`, "extra"},
-		"other job":      {"error.json", `{"job_id":999999,"dead_at":"2026-01-01T00:00:00Z","class":"permanent"}`, "error.json is of job 999999"},
-		"no dead_at":     {"error.json", `{"job_id":%d,"class":"permanent"}`, "dead_at is missing"},
-		"bad class":      {"error.json", `{"job_id":%d,"dead_at":"2026-01-01T00:00:00Z","class":"nope"}`, "class"},
-		"payload":        {"payload.json", "{nope", "payload.json is not JSON"},
-		"sealed plain":   {"metadata.json", `{"job_id":%d,"queue":"q","kind":"k","created_at":"2026-01-01T00:00:00Z","reprocessable":true,"redriven":0,"max_retries":-1,"payload_sealed":"k1"}`, `sealed under key "k1"`},
-		"duplicate keys": {"metadata.json", `{"job_id":%d,"queue":"q","queue":"r","kind":"k","created_at":"2026-01-01T00:00:00Z"}`, "queue"},
+		"missing":       {"error.json", "", "error.json is missing"},
+		"not json":      {"metadata.json", "{", "metadata.json"},
+		"unknown field": {"error.json", `{"job_id":%d,"dead_at":"2026-01-01T00:00:00Z","class":"permanent","extra":1}`, "extra"},
+		"other job":     {"error.json", `{"job_id":999999,"dead_at":"2026-01-01T00:00:00Z","class":"permanent"}`, "error.json is of job 999999"},
+		"no dead_at":    {"error.json", `{"job_id":%d,"class":"permanent"}`, "dead_at is missing"},
+		"bad class":     {"error.json", `{"job_id":%d,"dead_at":"2026-01-01T00:00:00Z","class":"nope"}`, "class"},
+		"payload":       {"payload.json", "{nope", "payload.json is not JSON"},
+		"sealed plain":  {"metadata.json", `{"job_id":%d,"queue":"q","kind":"k","created_at":"2026-01-01T00:00:00Z","reprocessable":true,"redriven":0,"max_retries":-1,"payload_sealed":"k1"}`, `sealed under key "k1"`},
+		"trailing data": {"metadata.json", `{"job_id":%d,"queue":"q","kind":"k","created_at":"2026-01-01T00:00:00Z"} {}`, "data after"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir, ids := exportedSample(t, src.client)
