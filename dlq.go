@@ -428,6 +428,10 @@ type ExportedMetadata struct {
 	Reprocessable  bool      `json:"reprocessable"`
 	Redriven       int       `json:"redriven"`
 	MaxRetries     int       `json:"max_retries"`
+	// PayloadSealed is the id of the key payload.json is sealed under
+	// (an "rdenc:" envelope bound to Queue, which an import keeps as it
+	// is: see docs/security.md), "" when payload.json is plaintext.
+	PayloadSealed string `json:"payload_sealed,omitempty"`
 }
 
 // Export writes the dead jobs matching f to dir, one directory per job
@@ -435,7 +439,22 @@ type ExportedMetadata struct {
 // error.json (ExportedError) and metadata.json (ExportedMetadata), as
 // the dead-letter folder an ingestion pipeline keeps: one directory per job. It returns how many jobs it wrote.
 // Existing job directories are overwritten; nothing else in dir is touched.
+//
+// On a store with payload keys (sealing payloads at rest), a payload of
+// a sealed queue, or stored sealed, is written sealed under the current
+// key (Client.Exported says which); ExportDecrypted writes plaintext.
 func (c *Client) Export(ctx context.Context, dir string, f Filter, progress func(n int)) (int, error) {
+	return c.export(ctx, dir, f, false, progress)
+}
+
+// ExportDecrypted is Export writing every payload the store can open in
+// plaintext: for an operator allowed to read them (the API asks for the
+// admin role and records it in the audit log).
+func (c *Client) ExportDecrypted(ctx context.Context, dir string, f Filter, progress func(n int)) (int, error) {
+	return c.export(ctx, dir, f, true, progress)
+}
+
+func (c *Client) export(ctx context.Context, dir string, f Filter, decrypt bool, progress func(n int)) (int, error) {
 	if dir == "" {
 		return 0, fmt.Errorf("redrive: export: %w: empty directory", ErrInvalid)
 	}
@@ -451,7 +470,11 @@ func (c *Client) Export(ctx context.Context, dir string, f Filter, progress func
 			return n, fmt.Errorf("redrive: export: %w", err)
 		}
 		for _, j := range res.Jobs {
-			if err := ExportJob(dir, j); err != nil {
+			p, e, m, err := c.Exported(j, decrypt)
+			if err == nil {
+				err = exportFiles(osFS{}, dir, p, e, m)
+			}
+			if err != nil {
 				return n, fmt.Errorf("redrive: export job %d: %w", j.ID, err)
 			}
 			n++
@@ -466,11 +489,51 @@ func (c *Client) Export(ctx context.Context, dir string, f Filter, progress func
 	}
 }
 
-// ExportJob writes one job to dir/<id>: payload.json (the payload),
-// error.json (ExportedError) and metadata.json (ExportedMetadata), each
-// written to a temporary file and renamed into place. Export uses it; so
-// can tools that fetch dead jobs some other way (the CLI over the API).
-func ExportJob(dir string, j *Job) error { return exportJob(osFS{}, dir, j) }
+// Exported returns what an export writes for the dead job j, as read
+// through the client's store: payload.json, error.json and
+// metadata.json. When the store seals payloads (sqlite.Options.Payloads,
+// postgres.Options.Payloads), a payload of a sealed queue, or one stored
+// sealed, is sealed again under the current key, bound to j's queue, and
+// the metadata's PayloadSealed names the key; decrypt writes the
+// plaintext instead. A payload the store could not open is written as
+// it is stored (sealed), so that nothing is lost. The API's NDJSON
+// export sends the same values.
+func (c *Client) Exported(j *Job, decrypt bool) (json.RawMessage, ExportedError, ExportedMetadata, error) {
+	e, m := ExportedFiles(j)
+	p, key, err := store.ExportPayload(c.payloadCodec(), j, decrypt)
+	if err != nil {
+		return nil, e, m, err
+	}
+	m.PayloadSealed = key
+	return p, e, m, nil
+}
+
+// payloadCodec returns the codec of the client's store, nil when it has
+// none (or does not say).
+func (c *Client) payloadCodec() store.PayloadCodec {
+	if s, ok := c.store.(store.PayloadCodecStore); ok {
+		return s.Payloads()
+	}
+	return nil
+}
+
+// ExportJob writes one job to dir/<id>: payload.json (j.Payload as it
+// is), error.json (ExportedError) and metadata.json (ExportedMetadata),
+// each written to a temporary file and renamed into place. Tools that
+// fetch dead jobs some other way use it, or WriteExported with the files
+// an export sent (the CLI over the API).
+func ExportJob(dir string, j *Job) error {
+	e, m := ExportedFiles(j)
+	return exportFiles(osFS{}, dir, j.Payload, e, m)
+}
+
+// WriteExported writes one exported job to dir/<m.JobID>: payload as
+// payload.json, e as error.json and m as metadata.json, as Export does.
+// The CLI writes the lines of the API's NDJSON export with it, keeping
+// a sealed payload and the metadata that says so.
+func WriteExported(dir string, payload json.RawMessage, e ExportedError, m ExportedMetadata) error {
+	return exportFiles(osFS{}, dir, payload, e, m)
+}
 
 // exportFS is what an export writes through: the file system as it is
 // (osFS), or an *os.Root, which no symbolic link leads out of.
@@ -522,18 +585,18 @@ func rootRelative(root, dir string) (string, error) {
 	return rel, nil
 }
 
-func exportJob(fsys exportFS, dir string, j *Job) error {
-	jd := filepath.Join(dir, strconv.FormatInt(j.ID, 10))
+func exportFiles(fsys exportFS, dir string, p json.RawMessage, e ExportedError, m ExportedMetadata) error {
+	if m.JobID <= 0 {
+		return fmt.Errorf("%w: job id %d", ErrInvalid, m.JobID)
+	}
+	jd := filepath.Join(dir, strconv.FormatInt(m.JobID, 10))
 	if err := fsys.MkdirAll(jd, 0o755); err != nil {
 		return err
 	}
-	payload := []byte(j.Payload)
-	var pretty json.RawMessage
-	if b, err := json.MarshalIndent(json.RawMessage(j.Payload), "", "  "); err == nil {
-		pretty = b
-		payload = pretty
+	payload := []byte(p)
+	if b, err := json.MarshalIndent(p, "", "  "); err == nil {
+		payload = b
 	}
-	e, m := ExportedFiles(j)
 	eb, err := json.MarshalIndent(e, "", "  ")
 	if err != nil {
 		return err
@@ -549,9 +612,9 @@ func exportJob(fsys exportFS, dir string, j *Job) error {
 	)
 }
 
-// ExportedFiles returns what Export writes to error.json and
-// metadata.json for the job j (payload.json is j.Payload). The API's
-// NDJSON export sends the same values.
+// ExportedFiles returns what an export writes to error.json and
+// metadata.json for the job j, taking j.Payload as plaintext
+// (Client.Exported adds what sealing the payload says).
 func ExportedFiles(j *Job) (ExportedError, ExportedMetadata) {
 	e := ExportedError{JobID: j.ID, Attempts: j.Attempt, RetryCount: j.RetryCount, LastError: j.LastError,
 		Class: j.LastErrorClass.String(), Reason: j.DeadReason, Fingerprint: j.Fingerprint, FailedAt: j.LastFailedAt,

@@ -120,6 +120,11 @@ type OperationRequest struct {
 	// opened on it, so that no symbolic link under Root leads a write
 	// outside it (such an export fails instead).
 	Root string
+	// Decrypt, for an export, writes the payloads in plaintext; without
+	// it, on a store with payload keys, the payloads of sealed queues (or
+	// stored sealed) are written sealed (Client.Exported). The API allows
+	// it to the admin role only, and records who asked in the audit log.
+	Decrypt bool
 	// CheckKinds, for a redrive or a replay, refuses the operation with an
 	// *OperationKindError when some selected jobs are in a queue whose
 	// live workers run none of their kinds (CheckOperationKinds), as
@@ -172,7 +177,7 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 		}
 		r.Filter = Filter{IDs: r.IDs}
 	}
-	p := store.OperationParams{Filter: r.Filter, Batch: r.Batch, Rate: r.Rate, Note: r.Note, Dir: r.Dir, Root: r.Root}
+	p := store.OperationParams{Filter: r.Filter, Batch: r.Batch, Rate: r.Rate, Note: r.Note, Dir: r.Dir, Root: r.Root, Decrypt: r.Decrypt}
 	if r.Payload != nil {
 		if r.Kind != OperationRedrive {
 			return fail("only a redrive replaces payloads")
@@ -188,6 +193,9 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 	}
 	if r.Kind != OperationExport && (r.Dir != "" || r.Root != "") {
 		return fail("only an export writes to a folder")
+	}
+	if r.Kind != OperationExport && r.Decrypt {
+		return fail("only an export decrypts payloads")
 	}
 	if r.Root != "" {
 		if _, err := rootRelative(r.Root, r.Dir); err != nil {
@@ -658,7 +666,11 @@ func (r *opRunner) step(ctx context.Context, batch int) (store.StepResult, error
 				return store.StepResult{}, fmt.Errorf("%w: %w", errWrite, err)
 			}
 			for _, j := range jobs {
-				if err := exportJob(fsys, dir, j); err != nil {
+				p, ee, m, err := r.c.Exported(j, r.op.Params.Decrypt)
+				if err == nil {
+					err = exportFiles(fsys, dir, p, ee, m)
+				}
+				if err != nil {
 					return store.StepResult{}, fmt.Errorf("%w: job %d: %w", errWrite, j.ID, err)
 				}
 				e.Count++

@@ -96,8 +96,31 @@ func (c *Client) StartExport(ctx context.Context, in ExportBody) (Operation, err
 // /v1/dlq/export, NDJSON). Read it with Next until io.EOF, and Close it.
 // Only ctx bounds the stream (not WithTimeout).
 func (c *Client) ExportDead(ctx context.Context, f FilterBody) (*ExportStream, error) {
+	return c.ExportDeadWith(ctx, f, ExportOptions{})
+}
+
+// ExportOptions are the options of an NDJSON export (ExportDeadWith).
+type ExportOptions struct {
+	// Reveal shows the secrets of the payloads in clear (reveal=true;
+	// admin role, recorded in the audit log).
+	Reveal bool
+	// Decrypt sends the payloads the server seals in plaintext, secrets
+	// included (decrypt=true; admin role, recorded in the audit log).
+	// Without it they come sealed, and the line's metadata says under
+	// which key (payload_sealed).
+	Decrypt bool
+}
+
+// ExportDeadWith is ExportDead with options.
+func (c *Client) ExportDeadWith(ctx context.Context, f FilterBody, o ExportOptions) (*ExportStream, error) {
 	v := url.Values{}
 	f.values(v)
+	if o.Reveal {
+		v.Set("reveal", "true")
+	}
+	if o.Decrypt {
+		v.Set("decrypt", "true")
+	}
 	resp, err := c.send(ctx, request{method: http.MethodGet, path: "/v1/dlq/export", query: v, accept: "application/x-ndjson"})
 	if err != nil {
 		return nil, err

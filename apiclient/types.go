@@ -144,6 +144,10 @@ type ExportBody struct {
 	// folder: a local path (no "..", not absolute).
 	Dir   string `json:"dir"`
 	Batch int    `json:"batch"`
+	// Decrypt writes the payloads in plaintext; without it, on a server
+	// with payload keys, those of sealed queues (or stored sealed) are
+	// written sealed. Admin role only; recorded in the audit log.
+	Decrypt bool `json:"decrypt,omitempty"`
 }
 
 // ExportLine is one line of GET /v1/dlq/export: a dead job with its

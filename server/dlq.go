@@ -167,7 +167,7 @@ const exportPage = 200
 // the start. An error after the first byte aborts the connection, so a
 // client never takes a cut stream for a complete one.
 func (a *api) export(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{revealParam}, filterParams...)...)
+	q, err := newQuery(r, append([]string{revealParam, decryptParam}, filterParams...)...)
 	if err != nil {
 		return err
 	}
@@ -176,9 +176,17 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	f.States = []redrive.State{redrive.Dead}
-	reveal, err := a.reveal(r, q, "GET /v1/dlq/export")
+	// decrypt=true shows the payloads as they are, secrets included: it
+	// is recorded once, as the reveal it implies.
+	decrypt, err := a.decrypt(r, q, "GET /v1/dlq/export")
 	if err != nil {
 		return err
+	}
+	reveal := decrypt
+	if !decrypt {
+		if reveal, err = a.reveal(r, q, "GET /v1/dlq/export"); err != nil {
+			return err
+		}
 	}
 	ctx := r.Context()
 	total, err := a.client.Count(ctx, f)
@@ -202,10 +210,23 @@ func (a *api) export(w http.ResponseWriter, r *http.Request) error {
 			// A reader that takes in nothing for writeTimeout is cut off;
 			// one that keeps reading gets the whole export.
 			_ = rc.SetWriteDeadline(time.Now().Add(a.writeTimeout))
+			// The payload's export form is taken from the plaintext
+			// (sealed, or not), before the redaction masks it.
+			p, _, sealed, err := a.client.Exported(j, decrypt)
+			if err != nil {
+				a.log.Error("export aborted", "exported", n, "err", err)
+				panic(http.ErrAbortHandler)
+			}
 			if !reveal {
+				// The texts are scrubbed of the payload's secrets
+				// whether the payload is sealed or not.
 				a.redactJob(j)
 			}
+			if sealed.PayloadSealed != "" {
+				j.Payload, j.Summary = p, ""
+			}
 			e, m := redrive.ExportedFiles(j)
+			m.PayloadSealed = sealed.PayloadSealed
 			if err := enc.Encode(ExportLine{Job: j, Error: e, Metadata: m}); err != nil {
 				// The client went away.
 				a.log.Info("export stopped: the client went away", "exported", n, "err", err)

@@ -523,8 +523,13 @@ func (a *api) exportDead(w http.ResponseWriter, r *http.Request) error {
 	if in.Dir == "" || !filepath.IsLocal(in.Dir) {
 		return badRequest("dir", "dir must be a relative folder under the server's export folder, without \"..\", got %q", clip(in.Dir))
 	}
+	if p := principalOf(r.Context()); in.Decrypt && p.role < RoleAdmin {
+		return forbidden(p, RoleAdmin, "exporting plaintext payloads (decrypt)")
+	}
+	// A decrypt is recorded with the request (the audit entry's target
+	// holds the body, "decrypt": true).
 	req := redrive.OperationRequest{Kind: OperationExport, Batch: in.Batch, Dir: filepath.Join(a.ops.exportDir, in.Dir),
-		Root: a.ops.exportDir}
+		Root: a.ops.exportDir, Decrypt: in.Decrypt}
 	if in.Filter != nil {
 		f, err := toFilter(*in.Filter, "filter.")
 		if err != nil {

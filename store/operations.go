@@ -190,6 +190,9 @@ type OperationParams struct {
 	// the runner writes through an os.Root opened on it, so that no
 	// symbolic link leads a write out of it.
 	Root string `json:"root,omitempty"`
+	// Decrypt, for an export, writes payloads in plaintext instead of
+	// sealed (see redrive.Client.Exported).
+	Decrypt bool `json:"decrypt,omitempty"`
 }
 
 // OperationProgress counts what an operation did.
@@ -556,6 +559,7 @@ type operationParamsJSON struct {
 	Keys    RedriveKeys     `json:"keys,omitzero"`
 	Dir     string          `json:"dir,omitempty"`
 	Root    string          `json:"root,omitempty"`
+	Decrypt bool            `json:"decrypt,omitempty"`
 }
 
 func optionalTime(t time.Time) *time.Time {
@@ -575,6 +579,7 @@ func (p OperationParams) MarshalJSON() ([]byte, error) {
 			Fingerprint: f.Fingerprint, Since: optionalTime(f.Since), Until: optionalTime(f.Until),
 			ErrorContains: f.ErrorContains, IDs: f.IDs, PayloadField: f.PayloadField, PayloadValue: f.PayloadValue},
 		Batch: p.Batch, Rate: p.Rate, Note: p.Note, Payload: p.Payload, Keys: p.Keys, Dir: p.Dir, Root: p.Root,
+		Decrypt: p.Decrypt,
 	})
 }
 
@@ -590,6 +595,7 @@ func (p *OperationParams) UnmarshalJSON(b []byte) error {
 			Fingerprint: f.Fingerprint, ErrorContains: f.ErrorContains, IDs: f.IDs, PayloadField: f.PayloadField,
 			PayloadValue: f.PayloadValue},
 		Batch: v.Batch, Rate: v.Rate, Note: v.Note, Payload: v.Payload, Keys: v.Keys, Dir: v.Dir, Root: v.Root,
+		Decrypt: v.Decrypt,
 	}
 	if f.Since != nil {
 		p.Filter.Since = f.Since.UTC()

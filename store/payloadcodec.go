@@ -34,14 +34,29 @@ func SealNew(c PayloadCodec, jobs []NewJob) ([]NewJob, error) {
 	return sealAll(c, jobs, "job", func(j *NewJob) (string, *json.RawMessage) { return j.Queue, &j.Payload })
 }
 
-// SealDead is SealNew for dead jobs.
+// SealDead is SealNew for dead jobs. A job with Sealed keeps its
+// payload as given, with or without c; one whose payload is not a
+// sealed envelope is refused (ErrInvalid).
 func SealDead(c PayloadCodec, jobs []DeadJob) ([]DeadJob, error) {
-	return sealAll(c, jobs, "dead job", func(j *DeadJob) (string, *json.RawMessage) { return j.Queue, &j.Payload })
+	for i := range jobs {
+		if jobs[i].Sealed {
+			if _, ok := seal.KeyID(jobs[i].Payload); !ok {
+				return nil, fmt.Errorf("dead job %d of %d: %w: the payload is marked sealed but is not a sealed envelope (\"rdenc:<key id>:...\")", i+1, len(jobs), ErrInvalid)
+			}
+		}
+	}
+	return sealAll(c, jobs, "dead job", func(j *DeadJob) (string, *json.RawMessage) {
+		if j.Sealed {
+			return j.Queue, nil
+		}
+		return j.Queue, &j.Payload
+	})
 }
 
 // sealAll returns a copy of items with the payload each names (its
-// queue, and where its payload is) sealed by c, an empty one as null;
-// items itself when c is nil. what names an item in errors.
+// queue, and where its payload is: nil for one kept as it is) sealed by
+// c, an empty one as null; items itself when c is nil. what names an
+// item in errors.
 func sealAll[T any](c PayloadCodec, items []T, what string, payload func(*T) (string, *json.RawMessage)) ([]T, error) {
 	if c == nil {
 		return items, nil
@@ -50,6 +65,9 @@ func sealAll[T any](c PayloadCodec, items []T, what string, payload func(*T) (st
 	for i := range items {
 		out[i] = items[i]
 		queue, p := payload(&out[i])
+		if p == nil {
+			continue
+		}
 		if len(*p) == 0 {
 			*p = json.RawMessage("null")
 		}
@@ -87,6 +105,7 @@ func OpenJob(c PayloadCodec, j *Job) {
 	if j == nil || !seal.IsSealed(j.Payload) {
 		return
 	}
+	j.PayloadKey, _ = seal.KeyID(j.Payload)
 	var (
 		p   []byte
 		err error
@@ -98,11 +117,61 @@ func OpenJob(c PayloadCodec, j *Job) {
 		p, err = c.Open(j.Queue, j.Payload)
 	}
 	if err != nil {
+		j.SealedPayload = j.Payload
 		j.Payload = nil
 		j.PayloadError = ReasonUndecryptable + ": " + err.Error()
 		return
 	}
 	j.Payload = p
+}
+
+// PayloadCodecStore is implemented by the stores that seal payloads
+// (both stores of redrive): a DLQ export seals with the codec of the
+// store it reads (ExportPayload).
+type PayloadCodecStore interface {
+	// Payloads returns the store's codec, nil when it has none.
+	Payloads() PayloadCodec
+}
+
+// ExportSealer is a PayloadCodec that seals DLQ exports (seal.Policy is
+// one).
+type ExportSealer interface {
+	PayloadCodec
+	// SealExport returns payload, the plaintext of a job of queue,
+	// sealed under the current key when the queue is sealed or stored
+	// is set (the payload was stored sealed), with the key's id;
+	// payload itself and "" when neither, or without keys.
+	SealExport(queue string, payload []byte, stored bool) (out []byte, key string, err error)
+}
+
+// ExportPayload returns the payload of j, a job as a store read it with
+// c, in the form a DLQ export writes it, and the id of the key that form
+// is sealed under ("" for plaintext):
+//   - a payload the store could not open (PayloadError): the stored
+//     envelope as it is, so that nothing is lost;
+//   - decrypt: the plaintext;
+//   - otherwise, when c has keys and j's queue is sealed or its payload
+//     was stored sealed: the plaintext sealed again under the current
+//     key, bound to j's queue (an import must keep the job in its
+//     queue); the plaintext when neither.
+func ExportPayload(c PayloadCodec, j *Job, decrypt bool) (json.RawMessage, string, error) {
+	if len(j.SealedPayload) > 0 {
+		id, _ := seal.KeyID(j.SealedPayload)
+		return j.SealedPayload, id, nil
+	}
+	p := j.Payload
+	if len(p) == 0 {
+		p = json.RawMessage("null")
+	}
+	es, ok := c.(ExportSealer)
+	if decrypt || !ok {
+		return p, "", nil
+	}
+	out, key, err := es.SealExport(j.Queue, p, j.PayloadKey != "")
+	if err != nil {
+		return nil, "", fmt.Errorf("job %d: seal payload: %w", j.ID, err)
+	}
+	return out, key, nil
 }
 
 // SealPayload seals one payload of a job of queue with c (nil: payload

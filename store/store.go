@@ -236,6 +236,16 @@ type Job struct {
 	// that does not match). A worker makes such a job dead, class
 	// permanent, reason undecryptable.
 	PayloadError string `json:"payload_error,omitempty"`
+	// PayloadKey is the id of the key the stored payload is sealed
+	// under, "" for a payload stored in clear: the stores' reads set it
+	// (OpenJob), and a DLQ export seals again what was stored sealed
+	// (ExportPayload). The API does not show it.
+	PayloadKey string `json:"-"`
+	// SealedPayload is, with PayloadError, the stored envelope that could
+	// not be opened: an export writes it as it is, so that nothing is
+	// lost and an import into a store with its key reads it. The API
+	// does not show it.
+	SealedPayload json.RawMessage `json:"-"`
 
 	// Existing is set by Enqueue when the idempotency key was already
 	// taken and this is the job that holds it. It is not stored.
@@ -927,6 +937,12 @@ type DeadJob struct {
 	Fingerprint    string
 	// History is its whole history, oldest first, its dead event last.
 	History []Event
+	// Sealed says that Payload is a sealed envelope for a job of Queue
+	// (an "rdenc:" JSON string, as a DLQ export writes it), kept as it
+	// is: not sealed again, not opened, so that a payload whose key the
+	// store lacks is kept, reads as undecryptable, and opens once the
+	// key is configured. A Payload that is not an envelope is refused.
+	Sealed bool
 	// Trace is the W3C trace context of the span that first published it,
 	// as NewJob.Trace, so that a redrive from the store joins its trace.
 	// "" is none.

@@ -191,8 +191,9 @@ type backend interface {
 	// they are) and returns how many it deleted.
 	PurgeIDs(ctx context.Context, ids []int64) (int64, error)
 	// Export writes dead jobs to dir; progress gets how many are written
-	// and how many matched at the start (-1: unknown).
-	Export(ctx context.Context, dir string, fo filterOptions, progress func(n int, total int64)) (int, error)
+	// and how many matched at the start (-1: unknown). Payloads the store
+	// seals are written sealed unless decrypt.
+	Export(ctx context.Context, dir string, fo filterOptions, decrypt bool, progress func(n int, total int64)) (int, error)
 	// Count returns how many jobs List selects with q, over all its pages
 	// (q's cursor and limit aside): with q.Dead, how many dead jobs a purge
 	// or a redrive by the same filter would touch. It is -1 when a server

@@ -229,10 +229,25 @@ func (d *directBackend) PurgeIDs(ctx context.Context, ids []int64) (int64, error
 	return op.Purged, err
 }
 
-func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
+func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions, decrypt bool, progress func(int, int64)) (int, error) {
 	f, err := fo.toFilter()
 	if err != nil {
 		return 0, err
+	}
+	target := map[string]any{"dir": dir, "filter": fo.FilterBody}
+	export := d.c.Export
+	if decrypt {
+		// Who asked for plaintext is recorded before anything is
+		// written, and the export refused when it cannot be.
+		target["decrypt"] = true
+		t, _ := json.Marshal(target)
+		host, _ := os.Hostname()
+		e := store.AuditEntry{Actor: localActor, Action: "dlq export", Target: store.TruncateUTF8(string(t), store.MaxAuditTarget),
+			Note: "plaintext payloads (--decrypt)", Remote: store.TruncateUTF8(host, 200)}
+		if _, err := d.c.Store().AppendAudit(context.WithoutCancel(ctx), e); err != nil {
+			return 0, fmt.Errorf("an export with --decrypt is recorded in the audit log first, and the store refused the entry: %w", err)
+		}
+		export = d.c.ExportDecrypted
 	}
 	var report func(int)
 	if progress != nil {
@@ -243,8 +258,8 @@ func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions
 		progress(0, total)
 		report = func(n int) { progress(n, total) }
 	}
-	n, err := d.c.Export(ctx, dir, f, report)
-	d.record(ctx, err, "dlq export", map[string]any{"dir": dir, "filter": fo.FilterBody}, int64(n), "", "")
+	n, err := export(ctx, dir, f, report)
+	d.record(ctx, err, "dlq export", target, int64(n), "", "")
 	return n, err
 }
 

@@ -195,15 +195,18 @@ func (r *remoteBackend) PurgeIDs(ctx context.Context, ids []int64) (int64, error
 }
 
 // Export reads GET /v1/dlq/export (NDJSON, one job a line) and writes
-// each job's folder as redrive.Client.Export does.
-func (r *remoteBackend) Export(ctx context.Context, dir string, fo filterOptions, progress func(int, int64)) (int, error) {
+// each job's folder as redrive.Client.Export does: with reveal=true, so
+// that the payloads the server does not seal keep their real values (a
+// redrive from the export needs them) as a folder export's do, and
+// decrypt=true when asked.
+func (r *remoteBackend) Export(ctx context.Context, dir string, fo filterOptions, decrypt bool, progress func(int, int64)) (int, error) {
 	if dir == "" {
 		return 0, errors.New("export: empty directory")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
-	s, err := r.api.ExportDead(ctx, fo.wire())
+	s, err := r.api.ExportDeadWith(ctx, fo.wire(), apiclient.ExportOptions{Reveal: true, Decrypt: decrypt})
 	if err != nil {
 		return 0, err
 	}
@@ -220,7 +223,7 @@ func (r *remoteBackend) Export(ctx context.Context, dir string, fo filterOptions
 		if err != nil {
 			return n, err
 		}
-		if err := redrive.ExportJob(dir, line.Job); err != nil {
+		if err := redrive.WriteExported(dir, line.Job.Payload, line.Error, line.Metadata); err != nil {
 			return n, fmt.Errorf("export job %d: %w", line.Job.ID, err)
 		}
 		n++

@@ -198,7 +198,7 @@ priority cannot change.
 // newDLQCmd is `redrive dlq`.
 func newDLQCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "dlq", Short: "Browse, redrive, purge and export the dead-letter queue", Args: cobra.NoArgs}
-	cmd.AddCommand(newListCmd(g, true), newGroupsCmd(g), newShowCmd(g, true), newRedriveCmd(g), newPurgeCmd(g), newExportCmd(g))
+	cmd.AddCommand(newListCmd(g, true), newGroupsCmd(g), newShowCmd(g, true), newRedriveCmd(g), newPurgeCmd(g), newExportCmd(g), newImportCmd(g))
 	amqpDLQCommands(g, cmd)
 	kafkaDLQCommands(g, cmd)
 	return cmd

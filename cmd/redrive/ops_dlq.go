@@ -260,8 +260,9 @@ func purgeIDs(ctx context.Context, cmd *cobra.Command, g *globalOptions, b backe
 
 func newExportCmd(g *globalOptions) *cobra.Command {
 	var (
-		c  connOptions
-		fo filterOptions
+		c       connOptions
+		fo      filterOptions
+		decrypt bool
 	)
 	cmd := &cobra.Command{
 		Use:   "export DIR",
@@ -270,6 +271,13 @@ func newExportCmd(g *globalOptions) *cobra.Command {
 named by its id, holding payload.json, error.json and metadata.json. With
 --server the jobs come from GET /v1/dlq/export (NDJSON) and the folders are
 the same.
+
+On a store with payload keys, the payloads of encrypted queues (and those
+stored encrypted) are written sealed under the current key, and
+metadata.json says so ("payload_sealed": the key id): the folder holds no
+plaintext of them, and "redrive dlq import" takes them back. --decrypt
+writes them in plaintext: it needs the admin role with --server, and is
+recorded in the audit log (as "local" on the store).
 
 A progress bar shows on standard error when it is a terminal (otherwise a
 plain line every few seconds, or nothing with --json).
@@ -280,7 +288,7 @@ plain line every few seconds, or nothing with --json).
 		dir := args[0]
 		return withBackend(g, &c, func(ctx context.Context, b backend) error {
 			bar := newProgressBar(cmd, g, "export")
-			n, err := b.Export(ctx, dir, fo, func(n int, total int64) { bar.update(int64(n), total, "") })
+			n, err := b.Export(ctx, dir, fo, decrypt, func(n int, total int64) { bar.update(int64(n), total, "") })
 			bar.finish()
 			if err != nil {
 				if n > 0 {
@@ -297,6 +305,7 @@ plain line every few seconds, or nothing with --json).
 	}
 	addFilterFlags(cmd, &fo)
 	addConnFlags(cmd, &c)
+	cmd.Flags().BoolVar(&decrypt, "decrypt", false, "write encrypted payloads in plaintext (admin role; recorded in the audit log)")
 	return cmd
 }
 

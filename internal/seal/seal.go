@@ -340,3 +340,23 @@ func (p *Policy) Reseal(queue string, stored []byte) (out []byte, changed bool, 
 	}
 	return out, true, nil
 }
+
+// SealExport returns payload, the plaintext of a job of queue, in the
+// form a DLQ export writes it: sealed under the current key (key is its
+// id) when the policy has keys and the queue is sealed, or stored is set
+// (the payload was stored sealed, whatever the queue is now), or the
+// plaintext looks like an envelope (so that an import reads it back as
+// it was); payload itself and key "" otherwise. The current key, not
+// the key the payload was stored under, so that an export made before a
+// rotation's end does not need the old key later, and a payload a queue
+// kept in clear from before its encryption leaves sealed too.
+func (p *Policy) SealExport(queue string, payload []byte, stored bool) (out []byte, key string, err error) {
+	if p == nil || p.Keys == nil || !(p.Seals(queue) || stored || IsSealed(payload)) {
+		return payload, "", nil
+	}
+	out, err = p.Keys.Seal(queue, payload)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, p.Keys.Current(), nil
+}

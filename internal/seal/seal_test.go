@@ -243,3 +243,47 @@ func TestReseal(t *testing.T) {
 		}
 	}
 }
+
+// TestSealExport: an export seals under the current key the payloads of
+// a sealed queue, those stored sealed and look-alikes, bound to their
+// queue; it leaves the others, and seals nothing without keys.
+func TestSealExport(t *testing.T) {
+	k := mustParse(t, "k2:"+key(2)+"\nk1:"+key(1))
+	p := &Policy{Keys: k, Queues: map[string]bool{"pay": true}}
+	plain := []byte(`{"a":1}`)
+	for _, c := range []struct {
+		queue   string
+		payload []byte
+		stored  bool
+		sealed  bool
+	}{
+		{"pay", plain, false, true},
+		{"other", plain, true, true},
+		{"other", []byte(`"rdenc:k1:x"`), false, true},
+		{"other", plain, false, false},
+	} {
+		out, id, err := p.SealExport(c.queue, c.payload, c.stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.sealed {
+			if id != "" || !bytes.Equal(out, c.payload) {
+				t.Errorf("%s %s: exported %s under %q, want it as it is", c.queue, c.payload, out, id)
+			}
+			continue
+		}
+		if id != "k2" || !IsSealed(out) {
+			t.Errorf("%s %s: exported %s under %q, want sealed under k2", c.queue, c.payload, out, id)
+		}
+		if got, err := k.Open(c.queue, out); err != nil || !bytes.Equal(got, c.payload) {
+			t.Errorf("%s: opens to %s, %v", c.queue, got, err)
+		}
+		if _, err := k.Open(c.queue+"x", out); err == nil {
+			t.Errorf("%s: opens in another queue", c.queue)
+		}
+	}
+	var none *Policy
+	if out, id, err := none.SealExport("pay", plain, true); err != nil || id != "" || !bytes.Equal(out, plain) {
+		t.Errorf("without keys: %s %q %v", out, id, err)
+	}
+}

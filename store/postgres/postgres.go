@@ -181,7 +181,10 @@ type Store struct {
 	cancelDone context.CancelFunc
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store             = (*Store)(nil)
+	_ store.PayloadCodecStore = (*Store)(nil)
+)
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,54}$`)
 

@@ -36,7 +36,7 @@ func TestSealed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	storetest.RunSealed(t, storetest.SealedDB{
+	db := storetest.SealedDB{
 		Open: func(t *testing.T, c store.PayloadCodec) store.Store {
 			s, err := postgres.Open(t.Context(), dbURL(t), postgres.Options{Schema: schema, MaxConns: 4, Logger: quiet(), Payloads: c})
 			if err != nil {
@@ -74,5 +74,7 @@ func TestSealed(t *testing.T) {
 			}
 			return all
 		},
-	})
+	}
+	storetest.RunSealed(t, db)
+	t.Run("Export", func(t *testing.T) { storetest.RunSealedExport(t, db) })
 }

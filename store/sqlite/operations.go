@@ -727,6 +727,10 @@ func (s *Store) rekeyOperations(ctx context.Context, tx *sql.Conn) error {
 	return nil
 }
 
+// Payloads implements store.PayloadCodecStore: the codec of
+// Options.Payloads, nil without one.
+func (s *Store) Payloads() store.PayloadCodec { return s.payloads }
+
 // PayloadKeyCounts implements store.PayloadKeyCounter.
 func (s *Store) PayloadKeyCounts(ctx context.Context) (map[string]int64, error) {
 	db, err := s.readDB()

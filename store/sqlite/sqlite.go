@@ -200,7 +200,10 @@ type Store struct {
 	readOnly bool
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store             = (*Store)(nil)
+	_ store.PayloadCodecStore = (*Store)(nil)
+)
 
 // op is one write request handled by the writer goroutine.
 type op struct {

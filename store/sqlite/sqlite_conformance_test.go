@@ -40,7 +40,7 @@ func BenchmarkStore(b *testing.B) {
 func TestSealed(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "redrive.db")
-	storetest.RunSealed(t, storetest.SealedDB{
+	db := storetest.SealedDB{
 		Open: func(t *testing.T, c store.PayloadCodec) store.Store {
 			s, err := sqlite.Open(t.Context(), path, sqlite.Options{Logger: slog.New(slog.DiscardHandler), Payloads: c})
 			if err != nil {
@@ -84,5 +84,7 @@ func TestSealed(t *testing.T) {
 			}
 			return all
 		},
-	})
+	}
+	storetest.RunSealed(t, db)
+	t.Run("Export", func(t *testing.T) { storetest.RunSealedExport(t, db) })
 }

@@ -450,10 +450,10 @@ func testOperationsExport(x *h) {
 	}
 	ids := x.makeDead(at(0), specs...)
 	x.enqueue(at(0), store.NewJob{Queue: "q", Kind: "k"})
-	op := x.createOp(store.NewOperation{ID: opID(1), Kind: store.OpExport, Params: store.OperationParams{Batch: 2, Dir: "/tmp/x", Root: "/tmp"}}, at(time.Minute))
+	op := x.createOp(store.NewOperation{ID: opID(1), Kind: store.OpExport, Params: store.OperationParams{Batch: 2, Dir: "/tmp/x", Root: "/tmp", Decrypt: true}}, at(time.Minute))
 	op = x.claimOp(op.ID, "w", at(time.Minute))
-	if op.Params.Dir != "/tmp/x" || op.Params.Root != "/tmp" {
-		x.t.Fatalf("export's folder: dir %q under %q, want /tmp/x under /tmp", op.Params.Dir, op.Params.Root)
+	if op.Params.Dir != "/tmp/x" || op.Params.Root != "/tmp" || !op.Params.Decrypt {
+		x.t.Fatalf("export's folder: dir %q under %q, decrypt %v; want /tmp/x under /tmp, decrypt", op.Params.Dir, op.Params.Root, op.Params.Decrypt)
 	}
 	var seen []int64
 	for {
