@@ -190,6 +190,13 @@ func workflowCounts(ctx context.Context, q querier, w *store.Workflow) error {
 	return nil
 }
 
+// workflowJobsSQL reads a workflow's jobs with their dependencies.
+const workflowJobsSQL = `SELECT j.id, j.node, j.kind, j.state, d.dep_id FROM jobs j LEFT JOIN job_deps d ON d.job_id = j.id
+	WHERE j.flow = ? ORDER BY j.id, d.dep_id`
+
+// workflowSQL are the statements that read a workflow's jobs.
+var workflowSQL = []string{workflowJobsSQL}
+
 func getWorkflow(ctx context.Context, q querier, id int64) (*store.Workflow, error) {
 	w, err := scanWorkflow(q.QueryRowContext(ctx, `SELECT `+workflowColumns+` FROM workflows WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -201,8 +208,7 @@ func getWorkflow(ctx context.Context, q querier, id int64) (*store.Workflow, err
 	if err := workflowCounts(ctx, q, w); err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT j.id, j.node, j.kind, j.state, d.dep_id FROM jobs j LEFT JOIN job_deps d ON d.job_id = j.id
-		WHERE j.flow = ? ORDER BY j.id, d.dep_id`, id)
+	rows, err := q.QueryContext(ctx, workflowJobsSQL, id)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
 	}
