@@ -284,9 +284,9 @@ func testWorkflowFleet(t *testing.T, st store.Store, spec string) {
 	// makes it due, so a quiet store stays quiet.
 	quiet := func(what string) {
 		t.Helper()
-		testwait.Progress(t, what, 2*time.Minute, func() (int64, bool) {
+		testwait.Progress(t, what, 3*time.Minute, func() (int64, bool) {
 			busy := count(redrive.Pending, redrive.Scheduled, redrive.Running)
-			return -busy, busy == 0
+			return count(redrive.Completed, redrive.Dead, redrive.Canceled), busy == 0
 		})
 	}
 	quiet("the fleet to run every job it can")
