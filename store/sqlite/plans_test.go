@@ -62,3 +62,19 @@ func TestFairUnkeyedPlanUsesIndex(t *testing.T) {
 		t.Fatalf("the take of jobs without a fair key is not a range of jobs_ready:\n%s", joined)
 	}
 }
+
+// TestWorkflowPlanUsesIndexes: reading a workflow (GetWorkflow, and
+// EnqueueWorkflow's answer, inside its write transaction) finds its jobs
+// and their edges through indexes: a scan of job_deps per job made the
+// read quadratic in the workflow's size (seconds for 3,000 jobs).
+func TestWorkflowPlanUsesIndexes(t *testing.T) {
+	s := openTest(t)
+	for _, query := range workflowSQL {
+		plan := queryPlan(t, s, query, 1)
+		for _, d := range plan {
+			if strings.HasPrefix(d, "SCAN") {
+				t.Errorf("a workflow's read scans a table:\n%s\n%s", query, strings.Join(plan, "\n"))
+			}
+		}
+	}
+}

@@ -191,6 +191,18 @@ func workflowCounts(ctx context.Context, q querier, w *store.Workflow) error {
 	return nil
 }
 
+// workflowJobsSQL reads a workflow's jobs, workflowEdgesSQL their
+// dependencies: by the edges' primary key (dep_id first), through the
+// ids of the workflow's jobs.
+const (
+	workflowJobsSQL  = `SELECT id, node, kind, state FROM jobs WHERE flow = ? ORDER BY id`
+	workflowEdgesSQL = `SELECT d.job_id, d.dep_id FROM jobs j JOIN job_deps d ON d.dep_id = j.id
+	WHERE j.flow = ? ORDER BY d.dep_id`
+)
+
+// workflowSQL are the statements that read a workflow's jobs.
+var workflowSQL = []string{workflowJobsSQL, workflowEdgesSQL}
+
 func getWorkflow(ctx context.Context, q querier, id int64) (*store.Workflow, error) {
 	w, err := scanWorkflow(q.QueryRowContext(ctx, `SELECT `+workflowColumns+` FROM workflows WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -202,28 +214,44 @@ func getWorkflow(ctx context.Context, q querier, id int64) (*store.Workflow, err
 	if err := workflowCounts(ctx, q, w); err != nil {
 		return nil, err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT j.id, j.node, j.kind, j.state, d.dep_id FROM jobs j LEFT JOIN job_deps d ON d.job_id = j.id
-		WHERE j.flow = ? ORDER BY j.id, d.dep_id`, id)
+	// The jobs, then their edges found by their dependencies' ids (the
+	// primary key of job_deps): a join on job_deps.job_id would scan
+	// job_deps once per job (only the edges not done are indexed by
+	// job_id), quadratic in the workflow's size.
+	rows, err := q.QueryContext(ctx, workflowJobsSQL, id)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
 	}
 	defer rows.Close()
+	at := map[int64]int{}
 	for rows.Next() {
 		var jid int64
 		var node, kind, state string
-		var dep sql.NullInt64
-		if err := rows.Scan(&jid, &node, &kind, &state, &dep); err != nil {
+		if err := rows.Scan(&jid, &node, &kind, &state); err != nil {
 			return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
 		}
-		if n := len(w.Jobs); n == 0 || w.Jobs[n-1].JobID != jid {
-			w.Jobs = append(w.Jobs, store.WorkflowJob{Name: node, JobID: jid, Kind: kind, State: store.State(state), After: []int64{}})
-		}
-		if dep.Valid {
-			last := &w.Jobs[len(w.Jobs)-1]
-			last.After = append(last.After, dep.Int64)
-		}
+		at[jid] = len(w.Jobs)
+		w.Jobs = append(w.Jobs, store.WorkflowJob{Name: node, JobID: jid, Kind: kind, State: store.State(state), After: []int64{}})
 	}
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
+	}
+	rows.Close()
+	edges, err := q.QueryContext(ctx, workflowEdgesSQL, id)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
+	}
+	defer edges.Close()
+	for edges.Next() {
+		var jid, dep int64
+		if err := edges.Scan(&jid, &dep); err != nil {
+			return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
+		}
+		if k, ok := at[jid]; ok {
+			w.Jobs[k].After = append(w.Jobs[k].After, dep)
+		}
+	}
+	if err := edges.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: workflow %d: %w", id, err)
 	}
 	return w, nil
