@@ -162,6 +162,20 @@ func payloadError(err error, field string) error {
 	return &apiError{status: http.StatusBadRequest, code: "invalid", field: prefix + field, msg: err.Error()}
 }
 
+// headerKey takes the Idempotency-Key header, when sent, as the
+// body's idempotency key *key: the two must agree when both are given.
+func headerKey(r *http.Request, key *string) error {
+	hk := r.Header.Get("Idempotency-Key")
+	if hk == "" {
+		return nil
+	}
+	if *key != "" && *key != hk {
+		return badRequest("idempotency_key", "the Idempotency-Key header and the idempotency_key field differ")
+	}
+	*key = hk
+	return nil
+}
+
 func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 	if _, err := newQuery(r); err != nil {
 		return err
@@ -170,11 +184,8 @@ func (a *api) enqueue(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	if hk := r.Header.Get("Idempotency-Key"); hk != "" {
-		if in.IdempotencyKey != "" && in.IdempotencyKey != hk {
-			return badRequest("idempotency_key", "the Idempotency-Key header and the idempotency_key field differ")
-		}
-		in.IdempotencyKey = hk
+	if err := headerKey(r, &in.IdempotencyKey); err != nil {
+		return err
 	}
 	req, err := toRequest(&in, "", time.Now())
 	if err != nil {

@@ -200,11 +200,8 @@ func (a *api) enqueueWorkflow(w http.ResponseWriter, r *http.Request) error {
 	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	if hk := r.Header.Get("Idempotency-Key"); hk != "" {
-		if in.IdempotencyKey != "" && in.IdempotencyKey != hk {
-			return badRequest("idempotency_key", "the Idempotency-Key header and the idempotency_key field differ")
-		}
-		in.IdempotencyKey = hk
+	if err := headerKey(r, &in.IdempotencyKey); err != nil {
+		return err
 	}
 	wf, reqs, err := WorkflowOf(&in, time.Now())
 	if err != nil {

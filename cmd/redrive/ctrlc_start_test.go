@@ -28,28 +28,8 @@ func TestCtrlCWhileStartingOperation(t *testing.T) {
 	bury(t, db, "slow")
 	ids := deadIDs(t, db, "slow")
 
-	// A proxy holding the answer to POST /v1/dlq/redrive until the test
-	// has pressed Ctrl-C.
-	target, _ := url.Parse(ts.URL)
-	rp := httputil.NewSingleHostReverseProxy(target)
-	arrived, release := make(chan struct{}), make(chan struct{})
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/dlq/redrive" {
-			rec := httptest.NewRecorder()
-			rp.ServeHTTP(rec, r)
-			close(arrived)
-			<-release
-			for k, v := range rec.Header() {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(rec.Code)
-			w.Write(rec.Body.Bytes())
-			return
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(proxy.Close)
-	api, err := apiclient.New(proxy.URL, apiclient.WithToken("tok"))
+	proxyURL, arrived, release := holdingProxy(t, ts.URL, "/v1/dlq/redrive")
+	api, err := apiclient.New(proxyURL, apiclient.WithToken("tok"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,26 +86,8 @@ func TestCtrlCWhileStartingReplayOrCancel(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			target, _ := url.Parse(ts.URL)
-			rp := httputil.NewSingleHostReverseProxy(target)
-			arrived, release := make(chan struct{}), make(chan struct{})
-			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodPost && r.URL.Path == tc.path {
-					rec := httptest.NewRecorder()
-					rp.ServeHTTP(rec, r)
-					close(arrived)
-					<-release
-					for k, v := range rec.Header() {
-						w.Header()[k] = v
-					}
-					w.WriteHeader(rec.Code)
-					w.Write(rec.Body.Bytes())
-					return
-				}
-				rp.ServeHTTP(w, r)
-			}))
-			t.Cleanup(proxy.Close)
-			api, err := apiclient.New(proxy.URL, apiclient.WithToken("tok"))
+			proxyURL, arrived, release := holdingProxy(t, ts.URL, tc.path)
+			api, err := apiclient.New(proxyURL, apiclient.WithToken("tok"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,4 +125,34 @@ func TestCtrlCWhileStartingReplayOrCancel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdingProxy is a proxy to the server at target that holds the answer
+// to POST path, once the server has handled the request, until release
+// is closed; arrived is closed when the server has answered it.
+func holdingProxy(t *testing.T, target, path string) (proxyURL string, arrived, release chan struct{}) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	arrived, release = make(chan struct{}), make(chan struct{})
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == path {
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			close(arrived)
+			<-release
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	return proxy.URL, arrived, release
 }
