@@ -214,6 +214,35 @@ func (e *env) waitState(id int64, state redrive.State) *redrive.Job {
 	}
 }
 
+// waitStates waits until every job of ids is in state, within one bound
+// for all of them, and returns them in the order of ids. Where many jobs
+// share a queue, a retry is due after the jobs enqueued before it and
+// waits behind them: a bound per job (waitState's) would be one on the
+// whole backlog ahead of it, which a loaded machine can exceed.
+func (e *env) waitStates(ids []int64, state redrive.State, within time.Duration) []*redrive.Job {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	out := make([]*redrive.Job, len(ids))
+	for i, id := range ids {
+		for {
+			j, err := e.client.Get(context.Background(), id)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			if j.State == state {
+				out[i] = j
+				break
+			}
+			if time.Now().After(deadline) {
+				e.t.Fatalf("job %d (%d of %d) stuck in %s (attempt %d, last error %q) after %v, want %s",
+					id, i+1, len(ids), j.State, j.Attempt, j.LastError, within, state)
+			}
+			e.waitEngine()
+		}
+	}
+	return out
+}
+
 func TestPoisonJobDiesAfterMaxRetriesPlusOne(t *testing.T) {
 	e := newEnv(t, redrive.WorkerOptions{})
 	var calls atomic.Int32
