@@ -198,7 +198,7 @@ type rmGroup struct {
 // says when the next can start; in every window of every group the
 // starts are at most burst + rate·t.
 func testLimitsRateModel(x *h) {
-	for _, seed := range []uint64{1, 2, 3} {
+	for _, seed := range modelSeeds(x, 1) {
 		runRateModel(x, seed)
 		if x.t.Failed() {
 			return
