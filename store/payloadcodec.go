@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/redrivehq/redrive/internal/seal"
 )
@@ -95,6 +96,76 @@ func PlainPayloads(out []*Job, plain func(i int) json.RawMessage) {
 		}
 		j.Payload = p
 	}
+}
+
+// SealResults returns outcomes with the result of each (Outcome.Result,
+// what a handler recorded with SetResult) sealed by c for its job's
+// queue, as payloads are: outcomes itself when c is nil or none has a
+// result.
+func SealResults(c PayloadCodec, outcomes []Outcome) ([]Outcome, error) {
+	if c == nil {
+		return outcomes, nil
+	}
+	var out []Outcome
+	for i := range outcomes {
+		if len(outcomes[i].Result) == 0 {
+			continue
+		}
+		b, err := c.Seal(outcomes[i].Queue, outcomes[i].Result)
+		if err != nil {
+			return nil, fmt.Errorf("outcome %d (job %d): seal result: %w", i, outcomes[i].JobID, err)
+		}
+		if out == nil {
+			out = slices.Clone(outcomes)
+		}
+		out[i].Result = b
+	}
+	if out == nil {
+		return outcomes, nil
+	}
+	return out, nil
+}
+
+// OpenResult opens in place, with c, the result r holds as stored for a
+// job of queue. One that cannot be opened leaves Result nil and sets
+// ResultError ("undecryptable: ..."), as OpenJob does for a payload.
+func OpenResult(c PayloadCodec, queue string, r *DependencyResult) {
+	if !seal.IsSealed(r.Result) {
+		return
+	}
+	var (
+		p   []byte
+		err error
+	)
+	if c == nil {
+		id, _ := seal.KeyID(r.Result)
+		err = fmt.Errorf("%w %q: the store has no payload keys", seal.ErrUnknownKey, id)
+	} else {
+		p, err = c.Open(queue, r.Result)
+	}
+	if err != nil {
+		r.Result, r.ResultError = nil, ReasonUndecryptable+": "+err.Error()
+		return
+	}
+	r.Result = p
+}
+
+// RekeyResult re-seals with c, under the current key, a result stored
+// for a job of queue that is sealed under another key (changed true);
+// any other result is left.
+func RekeyResult(c PayloadCodec, queue string, stored []byte) (out []byte, changed bool, err error) {
+	r, ok := c.(PayloadRekeyer)
+	if !ok {
+		return nil, false, ErrNoPayloadKeys
+	}
+	if !seal.IsSealed(stored) {
+		return stored, false, nil
+	}
+	out, changed, err = r.Reseal(queue, stored)
+	if err != nil {
+		return stored, false, nil // it does not open: left as it is
+	}
+	return out, changed, nil
 }
 
 // OpenJob opens the stored payload of j (as read from the database) in
