@@ -439,8 +439,9 @@ type ExportedMetadata struct {
 // error.json (ExportedError) and metadata.json (ExportedMetadata), as
 // the dead-letter folder an ingestion pipeline keeps: one directory per job. It returns how many jobs it wrote.
 // Existing job directories are overwritten; nothing else in dir is touched.
-// dir is made if missing; a symbolic link in dir leading out of it is
-// never written through (the job fails).
+// dir is made if missing; it, the directories and the files an export
+// makes are its owner's only (0700, 0600), and a symbolic link in dir
+// leading out of it is never written through (the job fails).
 //
 // On a store with payload keys (sealing payloads at rest), a payload of
 // a sealed queue, or stored sealed, is written sealed under the current
@@ -544,12 +545,12 @@ func WriteExported(dir string, payload json.RawMessage, e ExportedError, m Expor
 	return exportFiles(root, ".", payload, e, m)
 }
 
-// openExportDir makes the export folder dir if it is missing and opens
-// it as an os.Root, so
+// openExportDir makes the export folder dir if it is missing (readable
+// by its owner only: it holds payloads) and opens it as an os.Root, so
 // that no symbolic link in it (one planted at a job's directory) leads
 // a write out of it.
 func openExportDir(dir string) (*os.Root, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	return os.OpenRoot(dir)
@@ -580,7 +581,7 @@ func exportTarget(p store.OperationParams) (fsys exportFS, dir string, done func
 		return nil, "", nil, err
 	}
 	// The export folder itself is the operator's: it is made if missing.
-	if err := os.MkdirAll(p.Root, 0o755); err != nil {
+	if err := os.MkdirAll(p.Root, 0o700); err != nil {
 		return nil, "", nil, fmt.Errorf("the export folder: %w", err)
 	}
 	root, err := os.OpenRoot(p.Root)
@@ -604,8 +605,10 @@ func exportFiles(fsys exportFS, dir string, p json.RawMessage, e ExportedError, 
 	if m.JobID <= 0 {
 		return fmt.Errorf("%w: job id %d", ErrInvalid, m.JobID)
 	}
+	// Owner only: the files hold payloads, in plaintext for a queue not
+	// encrypted or with decrypt, secrets included.
 	jd := filepath.Join(dir, strconv.FormatInt(m.JobID, 10))
-	if err := fsys.MkdirAll(jd, 0o755); err != nil {
+	if err := fsys.MkdirAll(jd, 0o700); err != nil {
 		return err
 	}
 	payload := []byte(p)
@@ -649,7 +652,7 @@ func writeFileAtomic(fsys exportFS, path string, data []byte) error {
 	if err := fsys.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
