@@ -207,8 +207,9 @@ func readBounded(root *os.Root, name string) ([]byte, error) {
 // fields, data after the value, job ids that differ, an unknown failure
 // class, no death time, negative counts, an empty queue or kind, and a
 // payload marked sealed (payload_sealed) that is not an envelope under
-// that key. A sealed payload is kept as it is (DeadJob.Sealed); a
-// plaintext one is compacted (the export indents it).
+// that key, or a sealed envelope not marked so. A sealed payload is
+// kept as it is (DeadJob.Sealed); a plaintext one is compacted (the
+// export indents it).
 func ParseExported(payload, errorJSON, metadataJSON []byte) (store.DeadJob, ExportedMetadata, error) {
 	var (
 		e ExportedError
@@ -253,6 +254,12 @@ func ParseExported(payload, errorJSON, metadataJSON []byte) (store.DeadJob, Expo
 		}
 		d.Payload, d.Sealed = json.RawMessage(p), true
 		return d, m, nil
+	}
+	if id, ok := seal.KeyID(p); ok || seal.IsSealed(p) {
+		// An export marks every payload it seals (and seals a plaintext
+		// that looks like an envelope): taken as plaintext, the
+		// envelope would become the job's payload.
+		return fail("payload.json is a sealed envelope (key %q) and metadata.json does not say so (payload_sealed)", id)
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, p); err != nil {
