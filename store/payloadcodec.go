@@ -37,7 +37,9 @@ func SealNew(c PayloadCodec, jobs []NewJob) ([]NewJob, error) {
 
 // SealDead is SealNew for dead jobs. A job with Sealed keeps its
 // payload as given, with or without c; one whose payload is not a
-// sealed envelope is refused (ErrInvalid).
+// sealed envelope is refused (ErrInvalid). The previous payloads its
+// history keeps (Event.PreviousPayload, brought by an import) are
+// sealed as its payload would be, those already sealed kept.
 func SealDead(c PayloadCodec, jobs []DeadJob) ([]DeadJob, error) {
 	for i := range jobs {
 		if jobs[i].Sealed {
@@ -46,12 +48,37 @@ func SealDead(c PayloadCodec, jobs []DeadJob) ([]DeadJob, error) {
 			}
 		}
 	}
-	return sealAll(c, jobs, "dead job", func(j *DeadJob) (string, *json.RawMessage) {
+	out, err := sealAll(c, jobs, "dead job", func(j *DeadJob) (string, *json.RawMessage) {
 		if j.Sealed {
 			return j.Queue, nil
 		}
 		return j.Queue, &j.Payload
 	})
+	if err != nil || c == nil {
+		return out, err
+	}
+	for i := range out {
+		h := out[i].History
+		for k := range h {
+			prev := h[k].PreviousPayload
+			if prev == "" || seal.IsSealed([]byte(prev)) {
+				continue
+			}
+			b, err := c.Seal(out[i].Queue, []byte(prev))
+			if err != nil {
+				return nil, fmt.Errorf("dead job %d of %d: seal the previous payload of its history: %w", i+1, len(jobs), err)
+			}
+			if string(b) == prev {
+				continue // a queue not sealed
+			}
+			if &h[0] == &jobs[i].History[0] {
+				h = slices.Clone(h) // the caller's history is left as given
+				out[i].History = h
+			}
+			h[k].PreviousPayload = string(b)
+		}
+	}
+	return out, nil
 }
 
 // sealAll returns a copy of items with the payload each names (its
