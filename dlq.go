@@ -439,6 +439,9 @@ type ExportedMetadata struct {
 // error.json (ExportedError) and metadata.json (ExportedMetadata), as
 // the dead-letter folder an ingestion pipeline keeps: one directory per job. It returns how many jobs it wrote.
 // Existing job directories are overwritten; nothing else in dir is touched.
+// dir is made if missing; it, the directories and the files an export
+// makes are its owner's only (0700, 0600), and a symbolic link in dir
+// leading out of it is never written through (the job fails).
 //
 // On a store with payload keys (sealing payloads at rest), a payload of
 // a sealed queue, or stored sealed, is written sealed under the current
@@ -458,9 +461,11 @@ func (c *Client) export(ctx context.Context, dir string, f Filter, decrypt bool,
 	if dir == "" {
 		return 0, fmt.Errorf("redrive: export: %w: empty directory", ErrInvalid)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	root, err := openExportDir(dir)
+	if err != nil {
 		return 0, fmt.Errorf("redrive: export: %w", err)
 	}
+	defer root.Close()
 	f.States = []State{Dead}
 	page := store.Page{Limit: 200}
 	n := 0
@@ -472,7 +477,7 @@ func (c *Client) export(ctx context.Context, dir string, f Filter, decrypt bool,
 		for _, j := range res.Jobs {
 			p, e, m, err := c.Exported(j, decrypt)
 			if err == nil {
-				err = exportFiles(osFS{}, dir, p, e, m)
+				err = exportFiles(root, ".", p, e, m)
 			}
 			if err != nil {
 				return n, fmt.Errorf("redrive: export job %d: %w", j.ID, err)
@@ -524,7 +529,7 @@ func (c *Client) payloadCodec() store.PayloadCodec {
 // an export sent (the CLI over the API).
 func ExportJob(dir string, j *Job) error {
 	e, m := ExportedFiles(j)
-	return exportFiles(osFS{}, dir, j.Payload, e, m)
+	return WriteExported(dir, j.Payload, e, m)
 }
 
 // WriteExported writes one exported job to dir/<m.JobID>: payload as
@@ -532,11 +537,27 @@ func ExportJob(dir string, j *Job) error {
 // The CLI writes the lines of the API's NDJSON export with it, keeping
 // a sealed payload and the metadata that says so.
 func WriteExported(dir string, payload json.RawMessage, e ExportedError, m ExportedMetadata) error {
-	return exportFiles(osFS{}, dir, payload, e, m)
+	root, err := openExportDir(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return exportFiles(root, ".", payload, e, m)
 }
 
-// exportFS is what an export writes through: the file system as it is
-// (osFS), or an *os.Root, which no symbolic link leads out of.
+// openExportDir makes the export folder dir if it is missing (readable
+// by its owner only: it holds payloads) and opens it as an os.Root, so
+// that no symbolic link in it (one planted at a job's directory) leads
+// a write out of it.
+func openExportDir(dir string) (*os.Root, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return os.OpenRoot(dir)
+}
+
+// exportFS is what an export writes through: an *os.Root, which no
+// symbolic link leads out of.
 type exportFS interface {
 	MkdirAll(name string, perm os.FileMode) error
 	OpenFile(name string, flag int, perm os.FileMode) (*os.File, error)
@@ -544,28 +565,23 @@ type exportFS interface {
 	Rename(oldname, newname string) error
 }
 
-// osFS is the file system as the process sees it.
-type osFS struct{}
-
-func (osFS) MkdirAll(name string, perm os.FileMode) error { return os.MkdirAll(name, perm) }
-func (osFS) OpenFile(name string, flag int, perm os.FileMode) (*os.File, error) {
-	return os.OpenFile(name, flag, perm)
-}
-func (osFS) Remove(name string) error             { return os.Remove(name) }
-func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
-
 // exportTarget is where an export operation writes: under its Root, if
-// it has one, through an os.Root (done closes it), else the folder Dir.
+// it has one, else in the folder Dir, each through an os.Root (done
+// closes it).
 func exportTarget(p store.OperationParams) (fsys exportFS, dir string, done func(), err error) {
 	if p.Root == "" {
-		return osFS{}, p.Dir, func() {}, nil
+		root, err := openExportDir(p.Dir)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("the export folder: %w", err)
+		}
+		return root, ".", func() { _ = root.Close() }, nil
 	}
 	rel, err := rootRelative(p.Root, p.Dir)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	// The export folder itself is the operator's: it is made if missing.
-	if err := os.MkdirAll(p.Root, 0o755); err != nil {
+	if err := os.MkdirAll(p.Root, 0o700); err != nil {
 		return nil, "", nil, fmt.Errorf("the export folder: %w", err)
 	}
 	root, err := os.OpenRoot(p.Root)
@@ -589,8 +605,10 @@ func exportFiles(fsys exportFS, dir string, p json.RawMessage, e ExportedError, 
 	if m.JobID <= 0 {
 		return fmt.Errorf("%w: job id %d", ErrInvalid, m.JobID)
 	}
+	// Owner only: the files hold payloads, in plaintext for a queue not
+	// encrypted or with decrypt, secrets included.
 	jd := filepath.Join(dir, strconv.FormatInt(m.JobID, 10))
-	if err := fsys.MkdirAll(jd, 0o755); err != nil {
+	if err := fsys.MkdirAll(jd, 0o700); err != nil {
 		return err
 	}
 	payload := []byte(p)
@@ -634,7 +652,7 @@ func writeFileAtomic(fsys exportFS, path string, data []byte) error {
 	if err := fsys.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}

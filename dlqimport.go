@@ -50,7 +50,9 @@ type ImportResult struct {
 //
 // Every job's files are read and checked first: a folder missing a
 // file or holding one that is not what an export writes fails the
-// import, naming it, before anything is added. A sealed payload
+// import, naming it, before anything is added; so does a sealed payload
+// that the store's key of its id does not open (altered, moved to
+// another queue, or sealed by another key of the same id). A sealed payload
 // (metadata.json's payload_sealed) is kept as it is, bound to the job's
 // queue: the store opens it when its key is configured, and reads it as
 // undecryptable otherwise (nothing is lost; configure the key and
@@ -70,6 +72,7 @@ func (c *Client) Import(ctx context.Context, dir string, progress func(n int)) (
 		return res, fmt.Errorf("redrive: import: %w", err)
 	}
 	defer root.Close()
+	codec := c.payloadCodec()
 	ids, err := exportedIDs(root)
 	if err != nil {
 		return res, fmt.Errorf("redrive: import: %s: %w", dir, err)
@@ -81,7 +84,7 @@ func (c *Client) Import(ctx context.Context, dir string, progress func(n int)) (
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("redrive: import: %w", err)
 		}
-		if _, err := readExported(root, id); err != nil {
+		if _, err := readExported(root, id, codec); err != nil {
 			return res, fmt.Errorf("redrive: import: %w", err)
 		}
 	}
@@ -89,7 +92,7 @@ func (c *Client) Import(ctx context.Context, dir string, progress func(n int)) (
 		n := min(len(ids), importBatch)
 		batch := make([]store.DeadJob, 0, n)
 		for _, id := range ids[:n] {
-			d, err := readExported(root, id)
+			d, err := readExported(root, id, codec)
 			if err != nil {
 				return res, fmt.Errorf("redrive: import: %w", err)
 			}
@@ -145,8 +148,9 @@ func exportedIDs(root *os.Root) ([]int64, error) {
 	return ids, nil
 }
 
-// readExported reads and parses the files of the exported job id.
-func readExported(root *os.Root, id int64) (store.DeadJob, error) {
+// readExported reads and parses the files of the exported job id. A
+// sealed payload under a key id codec holds must open with it.
+func readExported(root *os.Root, id int64, codec store.PayloadCodec) (store.DeadJob, error) {
 	name := strconv.FormatInt(id, 10)
 	var files [3][]byte
 	for i, f := range []string{"payload.json", "error.json", "metadata.json"} {
@@ -162,6 +166,15 @@ func readExported(root *os.Root, id int64) (store.DeadJob, error) {
 	}
 	if m.JobID != id {
 		return store.DeadJob{}, fmt.Errorf("job folder %s: metadata.json is of job %d", name, m.JobID)
+	}
+	if d.Sealed && codec != nil {
+		// A key the store lacks is not a reason to refuse: the job is
+		// kept until it is configured. A key it has must open it.
+		if _, err := codec.Open(d.Queue, d.Payload); err != nil && !errors.Is(err, seal.ErrUnknownKey) {
+			return store.DeadJob{}, fmt.Errorf("job folder %s: %w: payload.json is sealed under key %q and does not open for queue %q "+
+				"with the store's key of that id: it was altered, metadata.json's queue was changed, or another key of the same id sealed it",
+				name, ErrInvalid, m.PayloadSealed, d.Queue)
+		}
 	}
 	return d, nil
 }
@@ -194,8 +207,9 @@ func readBounded(root *os.Root, name string) ([]byte, error) {
 // fields, data after the value, job ids that differ, an unknown failure
 // class, no death time, negative counts, an empty queue or kind, and a
 // payload marked sealed (payload_sealed) that is not an envelope under
-// that key. A sealed payload is kept as it is (DeadJob.Sealed); a
-// plaintext one is compacted (the export indents it).
+// that key, or a sealed envelope not marked so. A sealed payload is
+// kept as it is (DeadJob.Sealed); a plaintext one is compacted (the
+// export indents it).
 func ParseExported(payload, errorJSON, metadataJSON []byte) (store.DeadJob, ExportedMetadata, error) {
 	var (
 		e ExportedError
@@ -240,6 +254,12 @@ func ParseExported(payload, errorJSON, metadataJSON []byte) (store.DeadJob, Expo
 		}
 		d.Payload, d.Sealed = json.RawMessage(p), true
 		return d, m, nil
+	}
+	if id, ok := seal.KeyID(p); ok || seal.IsSealed(p) {
+		// An export marks every payload it seals (and seals a plaintext
+		// that looks like an envelope): taken as plaintext, the
+		// envelope would become the job's payload.
+		return fail("payload.json is a sealed envelope (key %q) and metadata.json does not say so (payload_sealed)", id)
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, p); err != nil {

@@ -154,6 +154,8 @@ func FuzzParseExported(f *testing.F) {
 			if id, ok := seal.KeyID(d.Payload); !ok || id != m.PayloadSealed {
 				t.Fatalf("sealed payload %q, key %q", d.Payload, m.PayloadSealed)
 			}
+		} else if seal.IsSealed(d.Payload) {
+			t.Fatalf("an envelope taken for plaintext: %q", d.Payload)
 		}
 	})
 }

@@ -2,7 +2,9 @@ package download
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -11,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,7 +35,16 @@ import (
 // meta is the sidecar of a partial file: what it was downloaded from and
 // how much of it is known to be on disk.
 type meta struct {
-	URL          string `json:"url"`
+	// URL is the URL downloaded from without its user information, query
+	// and fragment (httpreq.Redact), for whoever reads the sidecar: the
+	// secrets a URL carries are not written to disk. A sidecar written
+	// before URLHash existed holds the whole URL here.
+	URL string `json:"url"`
+	// URLSalt (crypto/rand.Text: 128 random bits) and URLHash (hex
+	// SHA-256 of the salt and the whole URL) recognize the URL of a
+	// later attempt.
+	URLSalt      string `json:"url_salt,omitempty"`
+	URLHash      string `json:"url_sha256,omitempty"`
 	ETag         string `json:"etag,omitempty"`
 	LastModified string `json:"last_modified,omitempty"`
 	// Total is the whole file's size, -1 when the server did not say.
@@ -49,6 +61,33 @@ type meta struct {
 	Name string `json:"name,omitempty"`
 	// Encoding is the response's Content-Encoding, "" for identity.
 	Encoding string `json:"encoding,omitempty"`
+}
+
+// setURL records raw, the URL the partial file is downloaded from (u,
+// parsed), in m: its redacted form and a salted hash of it.
+func (m *meta) setURL(raw string, u *url.URL) {
+	m.URL, m.URLSalt = httpreq.Redact(u), rand.Text()
+	m.URLHash = urlHash(m.URLSalt, raw)
+}
+
+// urlHash is the hex SHA-256 of salt and raw.
+func urlHash(salt, raw string) string {
+	h := sha256.New()
+	h.Write([]byte("redrive download sidecar\x00"))
+	h.Write([]byte(salt))
+	h.Write([]byte{0})
+	h.Write([]byte(raw))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// from reports whether the partial file m describes was downloaded from
+// raw.
+func (m *meta) from(raw string) bool {
+	if m.URLHash == "" {
+		// Written before the hash: the URL is kept whole.
+		return m.URL == raw
+	}
+	return subtle.ConstantTimeCompare([]byte(m.URLHash), []byte(urlHash(m.URLSalt, raw))) == 1
 }
 
 // validator is the If-Range value of m: its strong ETag, else its
@@ -348,7 +387,7 @@ func (a *attempt) run(ctx context.Context) error {
 			}
 			return a.write(ctx, resp, m, offset)
 		case resp.StatusCode == http.StatusOK:
-			m = &meta{URL: a.pl.p.URL, LastModified: resp.Header.Get("Last-Modified"), Total: resp.ContentLength,
+			m = &meta{LastModified: resp.Header.Get("Last-Modified"), Total: resp.ContentLength,
 				Encoding: encoding(resp)}
 			if et := resp.Header.Get("ETag"); !strings.HasPrefix(et, "W/") {
 				m.ETag = et // weak ETags cannot be used in If-Range
@@ -360,6 +399,7 @@ func (a *attempt) run(ctx context.Context) error {
 				a.h.log.Info("download: the server sends no strong ETag and no Last-Modified: if this attempt is interrupted, the next one starts over from byte 0",
 					"partial_file", filepath.Base(a.part), "url", httpreq.Redact(a.pl.u))
 			}
+			m.setURL(a.pl.p.URL, a.pl.u)
 			if a.pl.name == "" {
 				m.Name = fileName(resp, a.pl.u)
 			}
@@ -413,12 +453,12 @@ func (a *attempt) resumable() (*meta, int64) {
 		have = fi.Size()
 	}
 	switch {
-	case m.URL != a.pl.p.URL:
+	case !m.from(a.pl.p.URL):
 		a.cannotResume(fi.Size(), "it was downloaded from another URL", nil)
 	case m.validator() == "":
 		a.cannotResume(fi.Size(), "the server gave no strong ETag and no Last-Modified, without which appending could mix two versions of the file", nil)
 	}
-	if m.URL != a.pl.p.URL || m.validator() == "" || have <= 0 || fi.Size() < have ||
+	if !m.from(a.pl.p.URL) || m.validator() == "" || have <= 0 || fi.Size() < have ||
 		(m.Total >= 0 && have > m.Total) || !fi.Mode().IsRegular() ||
 		// The name of a directory destination's file is read back from
 		// disk: it must be a name sanitize would give, never a path.
@@ -433,6 +473,13 @@ func (a *attempt) resumable() (*meta, int64) {
 			a.discard()
 			return nil, 0
 		}
+	}
+	if m.URLHash == "" {
+		// A sidecar written before the URL was hashed holds it whole:
+		// rewritten now without its secrets (kept as it is should
+		// that fail; the next checkpoint writes it again).
+		m.setURL(a.pl.p.URL, a.pl.u)
+		_ = a.saveMeta(m)
 	}
 	return m, have
 }

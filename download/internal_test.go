@@ -1,6 +1,7 @@
 package download
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"net/http"
@@ -167,4 +168,32 @@ func FuzzWorkNames(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLegacySidecarRewritten: a sidecar written before the URL was
+// hashed (the whole URL, its secrets included, in "url") is resumed from
+// and rewritten at once without the URL's secrets.
+func TestLegacySidecarRewritten(t *testing.T) {
+	h := newInternal(t)
+	const raw = "http://bob:pw-LEGACY-1@x/a?token=tok-LEGACY-2"
+	a := prepared(t, h, `{"url":"`+raw+`","dest":"a"}`)
+	os.WriteFile(a.part, make([]byte, 100), 0o644)
+	b, _ := json.Marshal(&meta{URL: raw, ETag: `"e"`, Total: 200, Synced: 100})
+	os.WriteFile(a.metaPath, b, 0o644)
+	if err := a.open(); err != nil {
+		t.Fatal(err)
+	}
+	defer a.end(t.Context(), &redrive.Job{}, nil)
+	defer a.remove()
+	if m, off := a.resumable(); m == nil || off != 100 {
+		t.Fatalf("a legacy sidecar of the same URL: resume from %d", off)
+	}
+	got, err := os.ReadFile(a.metaPath)
+	if err != nil || bytes.Contains(got, []byte("LEGACY")) || !bytes.Contains(got, []byte(`"url":"http://x/a"`)) {
+		t.Fatalf("the sidecar after the resume: %s, %v", got, err)
+	}
+	m, err := a.readMeta()
+	if err != nil || !m.from(raw) || m.from("http://bob:pw-LEGACY-1@x/a?token=other") {
+		t.Fatalf("the rewritten sidecar does not recognize its URL alone: %+v, %v", m, err)
+	}
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // TestMaskRefused: a payload copied from a masked read, the redaction
-// mask where a secret belongs (a header, the URL's password, a query
+// mask where a secret belongs (a header, the URL's user name or
+// password, a query
 // parameter), is refused naming the field, rather than sent to the
 // target as the credential; the same value anywhere else is kept.
 func TestMaskRefused(t *testing.T) {
@@ -19,6 +20,8 @@ func TestMaskRefused(t *testing.T) {
 	for _, c := range []struct{ payload, field, what string }{
 		{`{"url": "https://example.com/", "headers": {"Authorization": "•••"}}`, "payload.headers", `header "Authorization"`},
 		{`{"url": "https://bob:%E2%80%A2%E2%80%A2%E2%80%A2@example.com/"}`, "payload.url", "password"},
+		{`{"url": "https://%E2%80%A2%E2%80%A2%E2%80%A2@example.com/"}`, "payload.url", "user name"},
+		{`{"url": "https://%E2%80%A2%E2%80%A2%E2%80%A2:%E2%80%A2%E2%80%A2%E2%80%A2@example.com/"}`, "payload.url", "user name"},
 		{`{"url": "https://example.com/?api_key=%E2%80%A2%E2%80%A2%E2%80%A2"}`, "payload.url", `query parameter "api_key"`},
 	} {
 		err := h.Validate(json.RawMessage(c.payload))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/redrivehq/redrive/internal/seal"
 )
@@ -36,7 +37,9 @@ func SealNew(c PayloadCodec, jobs []NewJob) ([]NewJob, error) {
 
 // SealDead is SealNew for dead jobs. A job with Sealed keeps its
 // payload as given, with or without c; one whose payload is not a
-// sealed envelope is refused (ErrInvalid).
+// sealed envelope is refused (ErrInvalid). The previous payloads its
+// history keeps (Event.PreviousPayload, brought by an import) are
+// sealed as its payload would be, those already sealed kept.
 func SealDead(c PayloadCodec, jobs []DeadJob) ([]DeadJob, error) {
 	for i := range jobs {
 		if jobs[i].Sealed {
@@ -45,12 +48,37 @@ func SealDead(c PayloadCodec, jobs []DeadJob) ([]DeadJob, error) {
 			}
 		}
 	}
-	return sealAll(c, jobs, "dead job", func(j *DeadJob) (string, *json.RawMessage) {
+	out, err := sealAll(c, jobs, "dead job", func(j *DeadJob) (string, *json.RawMessage) {
 		if j.Sealed {
 			return j.Queue, nil
 		}
 		return j.Queue, &j.Payload
 	})
+	if err != nil || c == nil {
+		return out, err
+	}
+	for i := range out {
+		h := out[i].History
+		for k := range h {
+			prev := h[k].PreviousPayload
+			if prev == "" || seal.IsSealed([]byte(prev)) {
+				continue
+			}
+			b, err := c.Seal(out[i].Queue, []byte(prev))
+			if err != nil {
+				return nil, fmt.Errorf("dead job %d of %d: seal the previous payload of its history: %w", i+1, len(jobs), err)
+			}
+			if string(b) == prev {
+				continue // a queue not sealed
+			}
+			if &h[0] == &jobs[i].History[0] {
+				h = slices.Clone(h) // the caller's history is left as given
+				out[i].History = h
+			}
+			h[k].PreviousPayload = string(b)
+		}
+	}
+	return out, nil
 }
 
 // sealAll returns a copy of items with the payload each names (its
@@ -95,6 +123,76 @@ func PlainPayloads(out []*Job, plain func(i int) json.RawMessage) {
 		}
 		j.Payload = p
 	}
+}
+
+// SealResults returns outcomes with the result of each (Outcome.Result,
+// what a handler recorded with SetResult) sealed by c for its job's
+// queue, as payloads are: outcomes itself when c is nil or none has a
+// result.
+func SealResults(c PayloadCodec, outcomes []Outcome) ([]Outcome, error) {
+	if c == nil {
+		return outcomes, nil
+	}
+	var out []Outcome
+	for i := range outcomes {
+		if len(outcomes[i].Result) == 0 {
+			continue
+		}
+		b, err := c.Seal(outcomes[i].Queue, outcomes[i].Result)
+		if err != nil {
+			return nil, fmt.Errorf("outcome %d (job %d): seal result: %w", i, outcomes[i].JobID, err)
+		}
+		if out == nil {
+			out = slices.Clone(outcomes)
+		}
+		out[i].Result = b
+	}
+	if out == nil {
+		return outcomes, nil
+	}
+	return out, nil
+}
+
+// OpenResult opens in place, with c, the result r holds as stored for a
+// job of queue. One that cannot be opened leaves Result nil and sets
+// ResultError ("undecryptable: ..."), as OpenJob does for a payload.
+func OpenResult(c PayloadCodec, queue string, r *DependencyResult) {
+	if !seal.IsSealed(r.Result) {
+		return
+	}
+	var (
+		p   []byte
+		err error
+	)
+	if c == nil {
+		id, _ := seal.KeyID(r.Result)
+		err = fmt.Errorf("%w %q: the store has no payload keys", seal.ErrUnknownKey, id)
+	} else {
+		p, err = c.Open(queue, r.Result)
+	}
+	if err != nil {
+		r.Result, r.ResultError = nil, ReasonUndecryptable+": "+err.Error()
+		return
+	}
+	r.Result = p
+}
+
+// RekeyResult re-seals with c, under the current key, a result stored
+// for a job of queue that is sealed under another key (changed true);
+// any other result is left.
+func RekeyResult(c PayloadCodec, queue string, stored []byte) (out []byte, changed bool, err error) {
+	r, ok := c.(PayloadRekeyer)
+	if !ok {
+		return nil, false, ErrNoPayloadKeys
+	}
+	if !seal.IsSealed(stored) {
+		return stored, false, nil
+	}
+	out, changed, err = r.Reseal(queue, stored)
+	if err != nil {
+		return stored, false, nil // it does not open: left as it is
+	}
+	return out, changed, nil
 }
 
 // OpenJob opens the stored payload of j (as read from the database) in

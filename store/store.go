@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/seal"
 )
 
 // State is the lifecycle state of a job.
@@ -350,21 +351,26 @@ type Event struct {
 	Worker   string    `json:"worker,omitempty"`
 	Note     string    `json:"note,omitempty"` // free text: who redrove, what was patched
 	// PreviousPayload is, on a redriven event whose redrive replaced the
-	// payload (edit and redrive), the payload the job had before: its JSON
-	// text, cut to its first MaxPreviousPayload characters (a payload cut
-	// short is no longer valid JSON).
+	// payload (edit and redrive), the payload the job had before, as
+	// stored: its JSON text, cut to its first MaxPreviousPayload
+	// characters (a payload cut short is no longer valid JSON), or a
+	// sealed payload's envelope whole.
 	PreviousPayload string `json:"previous_payload,omitempty"`
 	// ReplayOf is, on a replayed event, the id of the job replayed.
 	ReplayOf int64 `json:"replay_of,omitempty"`
 }
 
 // MaxPreviousPayload bounds, in characters, the previous payload a
-// redriven event keeps (Event.PreviousPayload).
+// redriven event keeps (Event.PreviousPayload), a sealed one aside.
 const MaxPreviousPayload = 4096
 
-// PreviousPayload returns the text a redriven event keeps of payload: its
-// first MaxPreviousPayload characters.
+// PreviousPayload returns the text a redriven event keeps of payload, as
+// stored: its first MaxPreviousPayload characters, or the whole of a
+// sealed payload (an envelope cut short would no longer open).
 func PreviousPayload(payload []byte) string {
+	if seal.IsSealed(payload) {
+		return string(payload)
+	}
 	s := strings.ToValidUTF8(string(payload), "\uFFFD")
 	n := 0
 	for i := range s {

@@ -155,6 +155,10 @@ type DependencyResult struct {
 	// Result is what the dependency's handler recorded when it
 	// completed (nil: none).
 	Result json.RawMessage `json:"result,omitempty"`
+	// ResultError says why Result is nil though the dependency recorded
+	// one: "undecryptable: ..." for a result sealed (payload encryption
+	// at rest) under a key the store does not have.
+	ResultError string `json:"result_error,omitempty"`
 }
 
 // Workflows is the part of a Store that keeps workflows and batches

@@ -259,7 +259,10 @@ func (d *directBackend) Export(ctx context.Context, dir string, fo filterOptions
 		report = func(n int) { progress(n, total) }
 	}
 	n, err := export(ctx, dir, f, report)
-	d.record(ctx, err, "dlq export", target, int64(n), "", "")
+	if !decrypt {
+		// A plaintext export was recorded before it began: once.
+		d.record(ctx, err, "dlq export", target, int64(n), "", "")
+	}
 	return n, err
 }
 

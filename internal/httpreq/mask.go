@@ -8,14 +8,17 @@ import (
 	"github.com/redrivehq/redrive/internal/redact"
 )
 
-// Masked returns the field of a request payload whose URL password, query
-// parameter or header value is the redaction mask (redact.Mask) where a
-// secret belongs, and an error saying so; "" and nil when none is. Such
+// Masked returns the field of a request payload whose URL user name or
+// password, query parameter or header value is the redaction mask
+// (redact.Mask) where a secret belongs, and an error saying so; "" and nil when none is. Such
 // a payload was copied from a masked read (the API, the dashboard): sent
 // as it is, the target would get "•••" for a credential. An admin reads
 // the payload whole with reveal=true.
 func Masked(u *url.URL, headers map[string]string) (field string, err error) {
 	const hint = "the redaction mask " + redact.Mask + " stands where a secret belongs: the payload was copied from a masked read; give the value (an admin reads the payload whole with reveal=true)"
+	if u.User != nil && u.User.Username() == redact.Mask {
+		return "payload.url", fmt.Errorf("the URL's user name: %s", hint)
+	}
 	if pw, ok := u.User.Password(); ok && pw == redact.Mask {
 		return "payload.url", fmt.Errorf("the URL's password: %s", hint)
 	}

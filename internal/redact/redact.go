@@ -439,8 +439,9 @@ func valueSecrets(s string) []string {
 	return out
 }
 
-// URL returns raw with the password of its user information and the
-// values of its query parameters named like secrets (r.Headers) masked,
+// URL returns raw with its user information (the user name and the
+// password: a token is often the user name) and the values of its query
+// parameters named like secrets (r.Headers) masked,
 // and the values it masked (raw and unescaped). The rest of raw is kept
 // as it was written.
 func (r *Redactor) URL(raw string) (string, []string) {
@@ -449,12 +450,15 @@ func (r *Redactor) URL(raw string) (string, []string) {
 	}
 	p := splitURL(raw)
 	var secrets []string
-	if p.password != "" && p.password != Mask {
-		secrets = append(secrets, p.password)
-		if dec, err := url.PathUnescape(p.password); err == nil && dec != p.password {
+	for _, part := range []*string{&p.user, &p.password} {
+		if *part == "" || *part == Mask {
+			continue
+		}
+		secrets = append(secrets, *part)
+		if dec, err := url.PathUnescape(*part); err == nil && dec != *part {
 			secrets = append(secrets, dec)
 		}
-		p.password = Mask
+		*part = Mask
 	}
 	for i := range p.query {
 		q := &p.query[i]
@@ -481,11 +485,13 @@ func (r *Redactor) URL(raw string) (string, []string) {
 }
 
 // urlParts is a URL split where its secrets may be, keeping every other
-// byte as written: prefix (scheme, "//" and the user name), the password
-// (after the user name's ":"), the rest of the authority and path, the
-// query's parameters, and the fragment.
+// byte as written: prefix (scheme and "//"), the user information (the
+// user name, and the password after its ":"), the rest of the authority
+// (from its "@") and the path, the query's parameters, and the fragment.
 type urlParts struct {
 	prefix      string
+	hasUser     bool // user information, "@" included in middle
+	user        string
 	hasPassword bool
 	password    string
 	middle      string
@@ -522,16 +528,15 @@ func splitURL(raw string) urlParts {
 		}
 		if at := strings.LastIndexByte(auth[:end], '@'); at >= 0 {
 			userinfo := auth[:at]
+			p.prefix, p.hasUser, p.user = rest[:i+2], true, userinfo
 			if c := strings.IndexByte(userinfo, ':'); c >= 0 {
-				p.prefix = rest[:i+2] + userinfo[:c+1]
-				p.hasPassword = true
-				p.password = userinfo[c+1:]
-				p.middle = auth[at:]
-				rest = ""
+				p.user, p.hasPassword, p.password = userinfo[:c], true, userinfo[c+1:]
 			}
+			p.middle = auth[at:]
+			rest = ""
 		}
 	}
-	if !p.hasPassword {
+	if !p.hasUser {
 		p.prefix = rest
 	}
 	if p.hasQuery && q != "" {
@@ -547,8 +552,12 @@ func splitURL(raw string) urlParts {
 func (p urlParts) String() string {
 	var b strings.Builder
 	b.WriteString(p.prefix)
-	if p.hasPassword {
-		b.WriteString(p.password)
+	if p.hasUser {
+		b.WriteString(p.user)
+		if p.hasPassword {
+			b.WriteByte(':')
+			b.WriteString(p.password)
+		}
 		b.WriteString(p.middle)
 	}
 	if p.hasQuery {
@@ -739,11 +748,17 @@ func restore(kind, path string, e, s any) (any, error) {
 	return e, nil
 }
 
-// restoreURL restores the masked password and query values of an edited
+// restoreURL restores the masked user name, password and query values of an edited
 // URL from the stored one: a masked query value keeps the value of the
 // stored parameter of the same name and rank among those of its name.
 func restoreURL(path, edited, stored string) (string, error) {
 	ep, sp := splitURL(edited), splitURL(stored)
+	if ep.hasUser && ep.user == Mask {
+		if !sp.hasUser || sp.user == "" {
+			return "", fmt.Errorf("%s: its user name is the mask %s, but the stored URL has none to keep: give the user name itself", path, Mask)
+		}
+		ep.user = sp.user
+	}
 	if ep.hasPassword && ep.password == Mask {
 		if !sp.hasPassword {
 			return "", fmt.Errorf("%s: its password is the mask %s, but the stored URL has none to keep: give the password itself", path, Mask)

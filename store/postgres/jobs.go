@@ -817,6 +817,10 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 	if err := store.CheckOutcomes(outcomes); err != nil {
 		return nil, fmt.Errorf("postgres: finish: %w", err)
 	}
+	outcomes, err := store.SealResults(s.payloads, outcomes)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: finish: %w", err)
+	}
 	s.group.work.begin()
 	defer s.group.work.end()
 	type fence struct {

@@ -547,7 +547,8 @@ func (s *Store) rekeyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 			return 0, 0, err
 		}
 	}
-	rows, err := tx.Query(ctx, `SELECT id, queue, payload, position('rdenc:' in history::text) > 0 FROM `+s.sql.jobs+`
+	rows, err := tx.Query(ctx, `SELECT id, queue, payload, position('rdenc:' in history::text) > 0,
+		CASE WHEN substring(result from 1 for 7) = convert_to('"rdenc:', 'UTF8') THEN result END FROM `+s.sql.jobs+`
 	WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3`, op.Cursor, op.MaxID, st.Limit)
 	if err != nil {
 		return 0, 0, err
@@ -557,19 +558,21 @@ func (s *Store) rekeyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 		queues   []string
 		payloads [][]byte
 		sealed   []int // indexes of the jobs whose history holds a sealed payload
+		results  [][]byte
 	)
 	for rows.Next() {
 		var id int64
 		var q string
-		var p []byte
+		var p, result []byte
 		var hist bool
-		if err := rows.Scan(&id, &q, &p, &hist); err != nil {
+		if err := rows.Scan(&id, &q, &p, &hist, &result); err != nil {
 			rows.Close()
 			return 0, 0, err
 		}
 		if hist {
 			sealed = append(sealed, len(ids))
 		}
+		results = append(results, result)
 		ids, queues, payloads = append(ids, id), append(queues, q), append(payloads, p)
 	}
 	rows.Close()
@@ -613,6 +616,22 @@ func (s *Store) rekeyStep(ctx context.Context, tx pgx.Tx, op *store.Operation, s
 		}
 		if changed {
 			if _, err := tx.Exec(ctx, `UPDATE `+s.sql.jobs+` SET history = $2::jsonb WHERE id = $1`, ids[i], string(nh)); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	for i, result := range results {
+		if result == nil {
+			continue
+		}
+		nr, changed, err := store.RekeyResult(s.payloads, queues[i], result)
+		if err != nil {
+			return 0, 0, fmt.Errorf("job %d: %w", ids[i], err)
+		}
+		if changed {
+			// Only a result still as read: a job's result changes only
+			// when it completes, which a rekey must not undo.
+			if _, err := tx.Exec(ctx, `UPDATE `+s.sql.jobs+` SET result = $2 WHERE id = $1 AND result = $3`, ids[i], nr, result); err != nil {
 				return 0, 0, err
 			}
 		}

@@ -406,7 +406,8 @@ SELECT k FROM upd`),
 		ckey = CASE WHEN $3::bytea IS NULL OR climit IS NULL THEN ckey ELSE coalesce($6::jsonb ->> climit, ckey) END,
 		fkey = CASE WHEN $3::bytea IS NULL OR fkey IS NULL THEN fkey ELSE coalesce($7::jsonb ->> queue, fkey) END,
 		history = history || jsonb_build_array(CASE WHEN $3::bytea IS NULL THEN $4::jsonb
-			ELSE $4::jsonb || jsonb_build_object('previous_payload', left(convert_from(payload, 'UTF8'), ` + fmt.Sprint(store.MaxPreviousPayload) + `)) END)
+			ELSE $4::jsonb || jsonb_build_object('previous_payload', CASE WHEN substring(payload from 1 for 7) = convert_to('"rdenc:', 'UTF8')
+				THEN convert_from(payload, 'UTF8') ELSE left(convert_from(payload, 'UTF8'), ` + fmt.Sprint(store.MaxPreviousPayload) + `) END) END)
 	WHERE id = ANY($1::bigint[]) AND state = 'dead' AND reprocessable
 	RETURNING id, queue, {notify}queue) AS notified
 ), cnt AS (

@@ -370,7 +370,7 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 		if n == 0 {
 			return fmt.Errorf("job %d: %w", jobID, store.ErrNotFound)
 		}
-		rows, err := tx.Query(ctx, s.wq(`SELECT j.id, coalesce(j.node, ''), j.state, j.result FROM {deps} d JOIN {jobs} j ON j.id = d.dep_id
+		rows, err := tx.Query(ctx, s.wq(`SELECT j.id, coalesce(j.node, ''), j.state, j.result, j.queue FROM {deps} d JOIN {jobs} j ON j.id = d.dep_id
 			WHERE d.job_id = $1 ORDER BY j.id`), jobID)
 		if err != nil {
 			return err
@@ -380,12 +380,14 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 			var r store.DependencyResult
 			var st string
 			var res []byte
-			if err := rows.Scan(&r.JobID, &r.Name, &st, &res); err != nil {
+			var queue string
+			if err := rows.Scan(&r.JobID, &r.Name, &st, &res, &queue); err != nil {
 				return err
 			}
 			r.State = store.State(st)
 			if len(res) > 0 {
 				r.Result = res
+				store.OpenResult(s.payloads, queue, &r)
 			}
 			out = append(out, r)
 		}

@@ -750,6 +750,10 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			return nil, fmt.Errorf("sqlite: finish: %w: outcome %d (job %d) has no queue", store.ErrInvalid, i, outcomes[i].JobID)
 		}
 	}
+	outcomes, serr := store.SealResults(s.payloads, outcomes)
+	if serr != nil {
+		return nil, fmt.Errorf("sqlite: finish: %w", serr)
+	}
 	events := make([]any, len(outcomes))
 	for i := range outcomes {
 		ev, err := eventJSON(outcomes[i].Event)

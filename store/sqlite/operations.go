@@ -624,8 +624,9 @@ func (s *Store) cancelStep(ctx context.Context, tx *sql.Conn, ids []int64, now t
 }
 
 // rekeyStep re-seals, under the current key, the payloads of the next
-// st.Limit jobs after the cursor that are sealed under another key, and
-// the previous payloads their histories keep; its first step also
+// st.Limit jobs after the cursor that are sealed under another key, the
+// previous payloads their histories keep and their results; its first
+// step also
 // re-seals the payloads redrive operations keep.
 func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation, st store.OperationStep, res *store.StepResult) (int64, int, error) {
 	if op.Cursor == 0 {
@@ -633,7 +634,8 @@ func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 			return 0, 0, err
 		}
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, queue, payload, CASE WHEN instr(history, CAST('rdenc:' AS BLOB)) > 0 THEN history END
+	rows, err := tx.QueryContext(ctx, `SELECT id, queue, payload, CASE WHEN instr(history, CAST('rdenc:' AS BLOB)) > 0 THEN history END,
+		CASE WHEN substr(result, 1, 7) = CAST('"rdenc:' AS BLOB) THEN result END
 		FROM jobs WHERE id > ? AND id <= ? ORDER BY id LIMIT ?`, op.Cursor, op.MaxID, st.Limit)
 	if err != nil {
 		return 0, 0, err
@@ -643,16 +645,18 @@ func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 		queues    []string
 		payloads  [][]byte
 		histories [][]byte
+		results   [][]byte
 	)
 	for rows.Next() {
 		var id int64
 		var q string
-		var p, hist []byte
-		if err := rows.Scan(&id, &q, &p, &hist); err != nil {
+		var p, hist, result []byte
+		if err := rows.Scan(&id, &q, &p, &hist, &result); err != nil {
 			rows.Close()
 			return 0, 0, err
 		}
 		ids, queues, payloads, histories = append(ids, id), append(queues, q), append(payloads, p), append(histories, hist)
+		results = append(results, result)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -680,6 +684,20 @@ func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 		}
 		if changed {
 			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET history = ? WHERE id = ?`, nh, ids[i]); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	for i, result := range results {
+		if result == nil {
+			continue
+		}
+		nr, changed, err := store.RekeyResult(s.payloads, queues[i], result)
+		if err != nil {
+			return 0, 0, fmt.Errorf("job %d: %w", ids[i], err)
+		}
+		if changed {
+			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET result = ? WHERE id = ?`, nr, ids[i]); err != nil {
 				return 0, 0, err
 			}
 		}

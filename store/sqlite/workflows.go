@@ -421,7 +421,7 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 	if n == 0 {
 		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, store.ErrNotFound)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT j.id, coalesce(j.node, ''), j.state, j.result FROM job_deps d JOIN jobs j ON j.id = d.dep_id
+	rows, err := tx.QueryContext(ctx, `SELECT j.id, coalesce(j.node, ''), j.state, j.result, j.queue FROM job_deps d JOIN jobs j ON j.id = d.dep_id
 		WHERE d.job_id = ? ORDER BY j.id`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
@@ -432,12 +432,14 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 		var r store.DependencyResult
 		var st string
 		var res []byte
-		if err := rows.Scan(&r.JobID, &r.Name, &st, &res); err != nil {
+		var queue string
+		if err := rows.Scan(&r.JobID, &r.Name, &st, &res, &queue); err != nil {
 			return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
 		}
 		r.State = store.State(st)
 		if len(res) > 0 {
 			r.Result = res
+			store.OpenResult(s.payloads, queue, &r)
 		}
 		out = append(out, r)
 	}

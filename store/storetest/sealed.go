@@ -57,6 +57,7 @@ func RunSealed(t *testing.T, db SealedDB) {
 	x := &h{t: t, s: s, ctx: t.Context()}
 	secret := func(n int) []byte { return fmt.Appendf(nil, `{"token":"PLAINTEXT-%03d-MARK"}`, n) }
 	marker := []byte("PLAINTEXT-")
+	var resultOf int64 // the workflow job whose dependency recorded a sealed result
 
 	// Enqueue: plain, keyed twice (the second returns the holder), into
 	// a queue not sealed.
@@ -78,7 +79,10 @@ func RunSealed(t *testing.T, db SealedDB) {
 	}
 	// AddDead, then a dead job redriven with a new payload, alone and by
 	// an operation, and a replay (a copy).
-	dead, err := s.AddDead(x.ctx, []store.DeadJob{{Queue: "sec", Kind: "k", Payload: secret(3), Attempt: 1, DeadAt: at(0), LastErrorClass: failure.Permanent, DeadReason: "x"},
+	// (The first keeps, in its history, the payload an edit replaced
+	// before it was exported: an import brings it, in clear.)
+	dead, err := s.AddDead(x.ctx, []store.DeadJob{{Queue: "sec", Kind: "k", Payload: secret(3), Attempt: 1, DeadAt: at(0), LastErrorClass: failure.Permanent, DeadReason: "x",
+		History: []store.Event{{Kind: store.EventRedriven, At: at(0), PreviousPayload: string(secret(13))}}},
 		{Queue: "sec2", Kind: "k", Payload: secret(4), Attempt: 1, DeadAt: at(0), LastErrorClass: failure.Permanent, DeadReason: "x"}}, at(0))
 	if err != nil {
 		t.Fatalf("AddDead: %v", err)
@@ -127,11 +131,58 @@ func RunSealed(t *testing.T, db SealedDB) {
 		if err != nil {
 			t.Fatalf("GetWorkflow: %v", err)
 		}
+		byName := map[string]int64{}
 		for _, j := range got.Jobs {
+			byName[j.Name] = j.JobID
 			if full := x.get(j.JobID); !bytes.Contains(full.Payload, marker) {
 				t.Errorf("workflow job %d reads %s, want its plaintext", j.JobID, full.Payload)
 			}
 		}
+		// a completes with a result (SetResult): stored sealed, read
+		// back opened by its dependent.
+		for _, j := range x.fetch(store.FetchParams{Queue: "sec", Worker: "wres", Limit: 100, Now: at(time.Hour), LeaseUntil: at(2 * time.Hour)}) {
+			if j.ID != byName["a"] {
+				continue
+			}
+			o := completeOf(j, at(time.Hour))
+			o.Result = secret(11)
+			x.finish(o)
+		}
+		deps, err := ws.DependencyResults(x.ctx, byName["b"])
+		if err != nil || len(deps) != 1 || !jsonEqual(deps[0].Result, secret(11)) || deps[0].ResultError != "" {
+			t.Errorf("DependencyResults of b: %+v, %v; want a's result in plaintext", deps, err)
+		}
+		resultOf = byName["b"]
+	}
+	// A payload longer than MaxPreviousPayload, replaced by an edited
+	// redrive: the history keeps its envelope whole, and it opens.
+	long := fmt.Appendf(nil, `{"token":"PLAINTEXT-LONG-MARK","pad":"%s"}`, strings.Repeat("p", 2*store.MaxPreviousPayload))
+	longDead, err := s.AddDead(x.ctx, []store.DeadJob{{Queue: "sec", Kind: "k", Payload: long, Attempt: 1, DeadAt: at(0),
+		LastErrorClass: failure.Permanent, DeadReason: "x"}}, at(0))
+	if err != nil {
+		t.Fatalf("AddDead: %v", err)
+	}
+	x.redrive(store.RedriveParams{IDs: []int64{longDead[0].ID}, Now: at(time.Second), Payload: secret(12)})
+	previous := func(s store.Store, c store.PayloadCodec) []byte {
+		t.Helper()
+		j, err := s.Get(t.Context(), longDead[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range j.History {
+			if ev.Kind == store.EventRedriven && ev.PreviousPayload != "" {
+				p, err := c.Open("sec", []byte(ev.PreviousPayload))
+				if err != nil {
+					t.Errorf("the previous payload (%d characters) does not open: %v", len(ev.PreviousPayload), err)
+				}
+				return p
+			}
+		}
+		t.Errorf("job %d: no redriven event with a previous payload: %+v", j.ID, j.History)
+		return nil
+	}
+	if p := previous(s, policy); !jsonEqual(p, long) {
+		t.Errorf("the previous payload opens to %.80s..., want the payload replaced whole", p)
 	}
 	// Fetch opens.
 	got := x.fetch(store.FetchParams{Queue: "sec2", Worker: "w", Limit: 10, Now: at(time.Hour), LeaseUntil: at(2 * time.Hour)})
@@ -191,6 +242,12 @@ func RunSealed(t *testing.T, db SealedDB) {
 		if got := y.get(jobs[2].ID); !jsonEqual(got.Payload, raw(`{"open":true}`)) {
 			t.Errorf("plain job without key: %s", got.Payload)
 		}
+		if ws, ok := s2.(store.Workflows); ok && resultOf != 0 {
+			deps, err := ws.DependencyResults(y.ctx, resultOf)
+			if err != nil || len(deps) != 1 || deps[0].Result != nil || !strings.HasPrefix(deps[0].ResultError, store.ReasonUndecryptable+": ") {
+				t.Errorf("DependencyResults without the key: %+v, %v; want the result undecryptable", deps, err)
+			}
+		}
 		f := y.fetch(store.FetchParams{Queue: "sec", Worker: "w2", Limit: 1, Now: at(time.Hour), LeaseUntil: at(2 * time.Hour)})
 		if len(f) == 1 && f[0].PayloadError == "" {
 			t.Errorf("fetched job %d without a payload error", f[0].ID)
@@ -247,6 +304,21 @@ func RunSealed(t *testing.T, db SealedDB) {
 	if err := s4.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing is left under k1: with k2 alone, the sealed result and the
+	// long previous payload open.
+	sk2 := db.Open(t, &seal.Policy{Keys: sealedKeys(t, 2, "k2"), Queues: map[string]bool{"sec": true}})
+	if p := previous(sk2, &seal.Policy{Keys: sealedKeys(t, 2, "k2")}); !jsonEqual(p, long) {
+		t.Errorf("after the rekey, the previous payload opens to %.80s... with k2", p)
+	}
+	if ws, ok := sk2.(store.Workflows); ok && resultOf != 0 {
+		deps, err := ws.DependencyResults(t.Context(), resultOf)
+		if err != nil || len(deps) != 1 || !jsonEqual(deps[0].Result, secret(11)) {
+			t.Errorf("after the rekey, DependencyResults with k2 alone: %+v, %v", deps, err)
+		}
+	}
+	if err := sk2.Close(); err != nil {
+		t.Fatal(err)
+	}
 	byKey := map[string]int{}
 	for id, p := range db.Raw(t) {
 		kid, _ := seal.KeyID(p)
@@ -275,8 +347,8 @@ func RunSealed(t *testing.T, db SealedDB) {
 			t.Errorf("job %d: previous payload under %q after the rekey, want k2: %.60s", dead[0].ID, kid, ev.PreviousPayload)
 		}
 	}
-	if prev != 1 {
-		t.Errorf("job %d: %d previous payloads in its history, want 1", dead[0].ID, prev)
+	if prev != 2 {
+		t.Errorf("job %d: %d previous payloads in its history, want 2 (the imported one and the redrive's)", dead[0].ID, prev)
 	}
 	if o := v.getOp(op.ID); !jsonEqual(o.Params.Payload, secret(6)) {
 		t.Errorf("operation %s: payload %.60s after the rekey, want it open under k2", op.ID, o.Params.Payload)
