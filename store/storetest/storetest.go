@@ -228,6 +228,7 @@ var subtests = []subtest{
 	{"WorkflowResultCap", testWorkflowResultCap},
 	{"WorkflowModel", testWorkflowModel},
 	{"WorkflowConcurrent", testWorkflowConcurrent},
+	{"WorkflowFanInModel", testWorkflowFanInModel},
 	{"WorkflowDeadDependents", testWorkflowDeadDependents},
 	{"WorkflowDeadRetention", testWorkflowDeadRetention},
 }
