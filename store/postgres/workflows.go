@@ -292,6 +292,37 @@ func (s *Store) ListWorkflows(ctx context.Context, before int64, limit int) ([]*
 	return out, next, nil
 }
 
+// CountWorkflows implements store.Workflows.
+func (s *Store) CountWorkflows(ctx context.Context) (map[store.WorkflowState]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make(map[store.WorkflowState]int64, len(store.WorkflowStates))
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		for _, st := range store.WorkflowStates {
+			out[st] = 0
+		}
+		rows, err := tx.Query(ctx, s.wq(strings.Replace(store.CountWorkflowsSQL, "workflows", "{workflows}", 1)))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var canceled, completed, finished bool
+			var n int64
+			if err := rows.Scan(&canceled, &completed, &finished, &n); err != nil {
+				return err
+			}
+			out[store.WorkflowStateFrom(canceled, completed, finished)] += n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.fail("count workflows", err)
+	}
+	return out, nil
+}
+
 // CancelWorkflow implements store.Workflows. The workflow's row is
 // locked first, as the trigger locks it, so that no completion of one of
 // its jobs interleaves with the cancel.

@@ -229,6 +229,7 @@ var subtests = []subtest{
 	{"WorkflowModel", testWorkflowModel},
 	{"WorkflowConcurrent", testWorkflowConcurrent},
 	{"WorkflowFanInModel", testWorkflowFanInModel},
+	{"WorkflowCountStates", testWorkflowCountStates},
 	{"WorkflowDeadDependents", testWorkflowDeadDependents},
 	{"WorkflowDeadRetention", testWorkflowDeadRetention},
 }

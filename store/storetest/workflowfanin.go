@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -301,6 +302,21 @@ func testWorkflowFanInModel(x *h) {
 			}
 		}
 		x.checkAllCounts(fmt.Sprintf("run %d", run))
+		// CountWorkflows agrees with each workflow's state.
+		want := map[store.WorkflowState]int64{}
+		for _, st := range store.WorkflowStates {
+			want[st] = 0
+		}
+		for _, m := range all {
+			want[x.getFlow(m.wid).State]++
+		}
+		got, err := x.s.CountWorkflows(x.ctx)
+		if err != nil {
+			x.t.Fatalf("CountWorkflows: %v", err)
+		}
+		if !maps.Equal(got, want) {
+			x.t.Errorf("run %d: CountWorkflows = %v, the workflows' states %v", run, got, want)
+		}
 	}
 }
 
