@@ -76,7 +76,7 @@ func testWorkflowFanInModel(x *h) {
 			rng.Shuffle(len(out), func(a, b int) { out[a], out[b] = out[b], out[a] })
 			return out
 		}
-		for round := range 60 {
+		for round := range 40 {
 			if len(jobsWhere(func(j *mjob) bool {
 				return j.state == store.Pending || j.state == store.Running || (j.state == store.Dead && !j.gone)
 			})) == 0 {
@@ -320,11 +320,11 @@ func testWorkflowFanInModel(x *h) {
 	}
 }
 
-// fanInEdges returns the edges of a random DAG of 6 to 24 members where
+// fanInEdges returns the edges of a random DAG of 6 to 20 members where
 // about one job in four waits for most of the jobs before it, a few
 // for one or two of them, and the others for none.
 func fanInEdges(rng *rand.Rand) [][]int {
-	n := 6 + rng.IntN(19)
+	n := 6 + rng.IntN(15)
 	edges := make([][]int, n)
 	for i := 1; i < n; i++ {
 		switch rng.IntN(4) {
