@@ -31,6 +31,10 @@ type WorkflowInfo = store.Workflow
 // WorkflowJob is one job of a stored workflow.
 type WorkflowJob = store.WorkflowJob
 
+// WorkflowState is where a workflow stands: active, succeeded, finished
+// or canceled (store.WorkflowStates).
+type WorkflowState = store.WorkflowState
+
 // DependencyResult is what a workflow's job reads of one of its
 // dependencies (Client.DependencyResults).
 type DependencyResult = store.DependencyResult
@@ -152,6 +156,16 @@ func (c *Client) ListWorkflows(ctx context.Context, before int64, limit int) ([]
 		return nil, 0, fmt.Errorf("redrive: workflows: %w", err)
 	}
 	return ws, next, nil
+}
+
+// CountWorkflows returns the number of workflows in each state (every
+// state present, 0 when none), as the metrics export them.
+func (c *Client) CountWorkflows(ctx context.Context) (map[WorkflowState]int64, error) {
+	n, err := c.store.CountWorkflows(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: count workflows: %w", err)
+	}
+	return n, nil
 }
 
 // CancelWorkflow cancels a workflow: its waiting jobs and callbacks not

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,9 +91,17 @@ const storeWide = " Store-wide: every process sharing the store reports the same
 // noClass is the class label of the counters that have no failure class.
 const noClass = "none"
 
+// jobStates are the states of redrive_jobs: store.States and Blocked,
+// which store.States leaves out because the queues' counts (the
+// Queue.Jobs of /v1/queues, the CLI's and the dashboard's columns) list
+// six states; the gauge has every state a job can be in.
+var jobStates = append(slices.Clone(store.States), store.Blocked)
+
 var (
 	jobsDesc = prometheus.NewDesc("redrive_jobs", "Jobs per queue and state, as the store counts them."+storeWide,
 		[]string{"queue", "state"}, nil)
+	workflowsDesc = prometheus.NewDesc("redrive_workflows",
+		"Workflows by state (active, succeeded, finished, canceled), from the workflows' rows."+storeWide, []string{"state"}, nil)
 	counterDesc = map[string]*prometheus.Desc{}
 	otherDesc   = prometheus.NewDesc("redrive_events_total", "Other running totals of the store, by name."+storeWide,
 		[]string{"queue", "name", "class"}, nil)
@@ -143,6 +152,7 @@ func init() {
 // Describe sends the collector's fixed descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- jobsDesc
+	ch <- workflowsDesc
 	ch <- otherDesc
 	for _, d := range counterDesc {
 		ch <- d
@@ -183,7 +193,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(queueUnconsumedDesc, prometheus.GaugeValue, b2f(q.Unconsumed), name)
 	}
 	for queue, states := range st.Jobs {
-		for _, s := range store.States {
+		for _, s := range jobStates {
 			ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(states[s]), nonEmpty(queue), string(s))
 		}
 	}
@@ -207,6 +217,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(otherDesc, prometheus.CounterValue, n, s.queue, s.name, s.class)
 		}
 	}
+	c.collectWorkflows(ctx, ch)
 	c.collectFleet(ctx, ch)
 	c.collectSchedules(ctx, ch)
 	c.collectLimits(ctx, ch)
@@ -220,6 +231,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(breakerFailuresDesc, prometheus.GaugeValue, float64(b.Failures), name)
 		ch <- prometheus.MustNewConstMetric(breakerTripsDesc, prometheus.CounterValue, float64(b.Trips), name)
+	}
+}
+
+// collectWorkflows exports the workflows by state; a failed read is
+// logged and exports none (redrive_stats_up says the store was read).
+func (c *Collector) collectWorkflows(ctx context.Context, ch chan<- prometheus.Metric) {
+	counts, err := c.client.CountWorkflows(ctx)
+	if err != nil {
+		c.log.Warn("metrics: reading the workflows' states failed", "error", err)
+		return
+	}
+	for _, s := range store.WorkflowStates {
+		ch <- prometheus.MustNewConstMetric(workflowsDesc, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
 }
 

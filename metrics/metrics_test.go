@@ -200,6 +200,7 @@ redrive_breaker_trips_total{breaker="healthy:80"} 0
 	want = `
 # HELP redrive_jobs Jobs per queue and state, as the store counts them. Store-wide: every process sharing the store reports the same value; aggregate replicas with max, not sum.
 # TYPE redrive_jobs gauge
+redrive_jobs{queue="mail",state="blocked"} 0
 redrive_jobs{queue="mail",state="canceled"} 0
 redrive_jobs{queue="mail",state="completed"} 0
 redrive_jobs{queue="mail",state="dead"} 0
@@ -209,6 +210,71 @@ redrive_jobs{queue="mail",state="scheduled"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "redrive_jobs"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCollectorWorkflows: redrive_jobs counts the blocked jobs of a
+// workflow, and redrive_workflows the workflows by state, every state
+// present, as they move.
+func TestCollectorWorkflows(t *testing.T) {
+	ctx := context.Background()
+	client, st := openClient(t)
+	c := metrics.NewCollector(client, metrics.CollectorOptions{Logger: slog.New(slog.DiscardHandler)})
+	now := time.Now()
+	nj := func(kind string) store.NewJob { return store.NewJob{Queue: "etl", Kind: kind, MaxRetries: -1} }
+	for _, name := range []string{"one", "two"} {
+		if _, err := st.EnqueueWorkflow(ctx, store.NewWorkflow{Name: name, Jobs: []store.WorkflowNode{
+			{Name: "a", Job: nj("a")}, {Name: "b", Job: nj("b"), After: []string{"a"}}, {Name: "c", Job: nj("c"), After: []string{"a", "b"}},
+		}}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.EnqueueWorkflow(ctx, store.NewWorkflow{Name: "batch", Jobs: []store.WorkflowNode{{Name: "x", Job: nj("x")}}}, now); err != nil {
+		t.Fatal(err)
+	}
+	metricstest.WantSamples(t, metricstest.Exposition(t, c), map[string]float64{
+		`redrive_jobs{queue="etl",state="blocked"}`: 4,
+		`redrive_jobs{queue="etl",state="pending"}`: 3,
+		`redrive_workflows{state="active"}`:         3,
+		`redrive_workflows{state="succeeded"}`:      0,
+		`redrive_workflows{state="finished"}`:       0,
+		`redrive_workflows{state="canceled"}`:       0,
+	})
+	// The batch's job completes, one workflow is canceled.
+	got, err := st.Fetch(ctx, store.FetchParams{Queue: "etl", Limit: 10, Now: now, LeaseUntil: now.Add(time.Hour), Worker: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range got {
+		if j.Kind != "x" {
+			continue
+		}
+		if _, err := st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: j.Worker,
+			Kind: store.Complete, At: now}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, _, err := client.ListWorkflows(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if w.Name == "one" {
+			if _, err := client.CancelWorkflow(ctx, w.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	text := metricstest.Exposition(t, c)
+	metricstest.WantSamples(t, text, map[string]float64{
+		`redrive_jobs{queue="etl",state="blocked"}`: 2,
+		`redrive_workflows{state="active"}`:         1,
+		`redrive_workflows{state="succeeded"}`:      1,
+		`redrive_workflows{state="finished"}`:       0,
+		`redrive_workflows{state="canceled"}`:       1,
+	})
+	if !strings.Contains(text, "# TYPE redrive_workflows gauge") || !strings.Contains(text, "max, not sum") {
+		t.Errorf("redrive_workflows' type or help:\n%s", text)
 	}
 }
 

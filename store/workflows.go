@@ -184,6 +184,11 @@ type Workflows interface {
 	// cursor of the next page (0: none).
 	ListWorkflows(ctx context.Context, before int64, limit int) ([]*Workflow, int64, error)
 
+	// CountWorkflows returns the number of workflows in each state
+	// (WorkflowStates, each present: 0 when none), from the workflows'
+	// rows alone (one read of them, none of their jobs').
+	CountWorkflows(ctx context.Context) (map[WorkflowState]int64, error)
+
 	// CancelWorkflow cancels a workflow: its waiting (blocked, pending,
 	// scheduled) jobs and its callbacks not fired are canceled, and the
 	// cancellation of its running jobs is requested (as Cancel does).
@@ -342,18 +347,34 @@ func CheckResult(result json.RawMessage) error {
 // canceled and the counts of its jobs' final states the store keeps
 // (which retention, deleting finished jobs, does not change).
 func WorkflowStateOf(canceledAt bool, total, completed, dead, canceled int64) WorkflowState {
+	return WorkflowStateFrom(canceledAt, completed == total, completed+dead+canceled == total)
+}
+
+// WorkflowStateFrom is WorkflowStateOf from what it tests: whether the
+// workflow was canceled, whether every job completed, and whether every
+// job finished (completed, dead or canceled). CountWorkflows groups the
+// workflows by these three.
+func WorkflowStateFrom(canceledAt, allCompleted, allFinished bool) WorkflowState {
 	switch {
 	case canceledAt:
 		return WorkflowCanceled
-	case completed == total:
+	case allCompleted:
 		return WorkflowSucceeded
-	case completed+dead+canceled == total:
+	case allFinished:
 		// A dead job with blocked dependents leaves jobs unfinished: only
 		// a workflow none of whose jobs waits is finished.
 		return WorkflowFinished
 	}
 	return WorkflowActive
 }
+
+// WorkflowStates lists every workflow state.
+var WorkflowStates = []WorkflowState{WorkflowActive, WorkflowSucceeded, WorkflowFinished, WorkflowCanceled}
+
+// CountWorkflowsSQL is the statement of both stores' CountWorkflows:
+// the workflows grouped by WorkflowStateFrom's three tests.
+const CountWorkflowsSQL = `SELECT canceled_at IS NOT NULL, completed = total, completed + dead + canceled = total, count(*)
+	FROM workflows GROUP BY 1, 2, 3`
 
 // IsWorkflowError reports whether err is a *WorkflowError, and returns it.
 func IsWorkflowError(err error) (*WorkflowError, bool) {

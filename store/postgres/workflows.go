@@ -13,13 +13,13 @@ import (
 )
 
 // Workflows: the tables and the trigger that moves a workflow's jobs are
-// in migration 0032; this file inserts workflows and reads them.
+// in migrations 0032 to 0034; this file inserts workflows and reads them.
 
 // wq renders a workflow statement for the store's schema.
 func (s *Store) wq(sql string) string {
 	schema := pgx.Identifier{s.schema}.Sanitize()
 	return strings.NewReplacer("{jobs}", schema+".jobs", "{workflows}", schema+".workflows", "{deps}", schema+".job_deps",
-		"{counters}", schema+".counters").Replace(sql)
+		"{waits}", schema+".job_waits", "{counters}", schema+".counters").Replace(sql)
 }
 
 type pgQuerier interface {
@@ -115,6 +115,13 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 			}
 			if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {deps} (dep_id, job_id) SELECT * FROM unnest($1::bigint[], $2::bigint[])`), deps, dependents); err != nil {
 				return err
+			}
+			// Each dependent's count of edges not done (migration 0034).
+			if writeWaits {
+				if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {waits} (job_id, n) SELECT job_id, count(*) FROM unnest($1::bigint[]) AS d(job_id)
+					GROUP BY job_id`), dependents); err != nil {
+					return err
+				}
 			}
 			for k := len(w.Jobs); k < len(ids); k++ {
 				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET `+nodes[k]+` = $1 WHERE id = $2`), ids[k], wid); err != nil {
@@ -285,6 +292,37 @@ func (s *Store) ListWorkflows(ctx context.Context, before int64, limit int) ([]*
 	return out, next, nil
 }
 
+// CountWorkflows implements store.Workflows.
+func (s *Store) CountWorkflows(ctx context.Context) (map[store.WorkflowState]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make(map[store.WorkflowState]int64, len(store.WorkflowStates))
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		for _, st := range store.WorkflowStates {
+			out[st] = 0
+		}
+		rows, err := tx.Query(ctx, s.wq(strings.Replace(store.CountWorkflowsSQL, "workflows", "{workflows}", 1)))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var canceled, completed, finished bool
+			var n int64
+			if err := rows.Scan(&canceled, &completed, &finished, &n); err != nil {
+				return err
+			}
+			out[store.WorkflowStateFrom(canceled, completed, finished)] += n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.fail("count workflows", err)
+	}
+	return out, nil
+}
+
 // CancelWorkflow implements store.Workflows. The workflow's row is
 // locked first, as the trigger locks it, so that no completion of one of
 // its jobs interleaves with the cancel.
@@ -408,6 +446,10 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 // workflow costs one probe of that key, which finds nothing.
 const blockedDependentsSQL = `SELECT d.dep_id, count(*) FROM {deps} d JOIN {jobs} j ON j.id = d.job_id
 	WHERE d.dep_id = ANY($1::bigint[]) AND NOT d.done AND j.state = 'blocked' GROUP BY d.dep_id`
+
+// writeWaits is false only in the tests that enqueue workflows on a
+// schema older than job_waits (MigrateThrough).
+var writeWaits = true
 
 // readDeps is false only in the tests that run the store on a schema
 // older than job_deps (MigrateThrough).

@@ -318,6 +318,35 @@ func (s *Store) ListWorkflows(ctx context.Context, before int64, limit int) ([]*
 	return out, next, nil
 }
 
+// CountWorkflows implements store.Workflows.
+func (s *Store) CountWorkflows(ctx context.Context) (map[store.WorkflowState]int64, error) {
+	db, err := s.readDB()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, store.CountWorkflowsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: count workflows: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[store.WorkflowState]int64, len(store.WorkflowStates))
+	for _, st := range store.WorkflowStates {
+		out[st] = 0
+	}
+	for rows.Next() {
+		var canceled, completed, finished bool
+		var n int64
+		if err := rows.Scan(&canceled, &completed, &finished, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: count workflows: %w", err)
+		}
+		out[store.WorkflowStateFrom(canceled, completed, finished)] += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: count workflows: %w", err)
+	}
+	return out, nil
+}
+
 // CancelWorkflow implements store.Workflows.
 func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*store.Workflow, error) {
 	ev, err := eventJSON(&store.Event{Kind: store.EventCanceled, At: now, Reason: "workflow_canceled"})

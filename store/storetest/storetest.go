@@ -228,6 +228,8 @@ var subtests = []subtest{
 	{"WorkflowResultCap", testWorkflowResultCap},
 	{"WorkflowModel", testWorkflowModel},
 	{"WorkflowConcurrent", testWorkflowConcurrent},
+	{"WorkflowFanInModel", testWorkflowFanInModel},
+	{"WorkflowCountStates", testWorkflowCountStates},
 	{"WorkflowDeadDependents", testWorkflowDeadDependents},
 	{"WorkflowDeadRetention", testWorkflowDeadRetention},
 }

@@ -90,15 +90,29 @@ const (
 
 func newFlowModel(x *h, rng *rand.Rand, queue string, policy store.OnDead, now time.Time) *flowModel {
 	n := 3 + rng.IntN(8)
+	deps := make([][]int, n)
+	for i := range n {
+		for j := range i {
+			if rng.IntN(3) == 0 {
+				deps[i] = append(deps[i], j)
+			}
+		}
+	}
+	return newFlowModelOf(x, rng, queue, policy, now, deps)
+}
+
+// newFlowModelOf enqueues in queue at now a workflow of len(deps)
+// members, member i depending on the members deps[i] (all lower than
+// i), with the three callbacks, and returns its model.
+func newFlowModelOf(x *h, rng *rand.Rand, queue string, policy store.OnDead, now time.Time, edges [][]int) *flowModel {
+	n := len(edges)
 	w := store.NewWorkflow{OnDead: policy}
 	m := &flowModel{x: x, rng: rng, queue: queue, policy: policy, now: now, n: n}
 	for i := range n {
 		var after []string
-		var deps []int
-		for j := range i {
-			if rng.IntN(3) == 0 {
-				after, deps = append(after, fmt.Sprint("n", j)), append(deps, j)
-			}
+		deps := edges[i]
+		for _, j := range deps {
+			after = append(after, fmt.Sprint("n", j))
 		}
 		w.Jobs = append(w.Jobs, store.WorkflowNode{Name: fmt.Sprint("n", i), After: after,
 			Job: store.NewJob{Queue: queue, Kind: fmt.Sprint("n", i), MaxRetries: -1}})

@@ -367,3 +367,56 @@ func testWorkflowResultCap(x *h) {
 	_, err = x.s.DependencyResults(x.ctx, missingID)
 	x.checkErr("DependencyResults(missing)", err, store.ErrNotFound)
 }
+
+// testWorkflowCountStates: CountWorkflows counts the workflows by state,
+// every state present: none at first, then an active one (a job
+// pending), an active one whose dead job's dependent waits for its
+// redrive (wait), a succeeded, a finished (its only job dead) and a
+// canceled one.
+func testWorkflowCountStates(x *h) {
+	want := map[store.WorkflowState]int64{store.WorkflowActive: 0, store.WorkflowSucceeded: 0, store.WorkflowFinished: 0, store.WorkflowCanceled: 0}
+	check := func(what string) {
+		x.t.Helper()
+		got, err := x.s.CountWorkflows(x.ctx)
+		if err != nil {
+			x.t.Fatalf("CountWorkflows: %v", err)
+		}
+		if len(got) != len(want) {
+			x.t.Errorf("%s: CountWorkflows = %v, want every state: %v", what, got, want)
+		}
+		for st, n := range want {
+			if got[st] != n {
+				x.t.Errorf("%s: CountWorkflows = %v, want %v", what, got, want)
+				break
+			}
+		}
+	}
+	check("no workflow")
+	one := func(queue string, policy store.OnDead, after bool) flow {
+		w := store.NewWorkflow{OnDead: policy, Jobs: []store.WorkflowNode{{Name: "a", Job: store.NewJob{Queue: queue, Kind: "a", MaxRetries: -1}}}}
+		if after {
+			w.Jobs = append(w.Jobs, store.WorkflowNode{Name: "b", After: []string{"a"}, Job: store.NewJob{Queue: queue, Kind: "b", MaxRetries: -1}})
+		}
+		return x.enqueueFlow(w, at(0))
+	}
+	one("wfc-active", store.WaitOnDead, false)
+	waiting := one("wfc-waiting", store.WaitOnDead, true)
+	succeeded := one("wfc-succeeded", store.WaitOnDead, false)
+	finished := one("wfc-finished", store.WaitOnDead, false)
+	canceled := one("wfc-canceled", store.WaitOnDead, true)
+	want[store.WorkflowActive] = 5
+	check("five enqueued")
+	x.finish(completeOf(x.leaseKinds("wfc-succeeded", at(time.Second), "a")["a"], at(2*time.Second)))
+	x.finish(buryNow(x.leaseKinds("wfc-finished", at(time.Second), "a")["a"], at(2*time.Second)))
+	x.finish(buryNow(x.leaseKinds("wfc-waiting", at(time.Second), "a")["a"], at(2*time.Second)))
+	if _, err := x.s.CancelWorkflow(x.ctx, canceled.w.ID, at(3*time.Second)); err != nil {
+		x.t.Fatalf("CancelWorkflow: %v", err)
+	}
+	want = map[store.WorkflowState]int64{store.WorkflowActive: 2, store.WorkflowSucceeded: 1, store.WorkflowFinished: 1, store.WorkflowCanceled: 1}
+	check("each state")
+	for _, f := range []flow{waiting, succeeded, finished, canceled} {
+		if w := x.getFlow(f.w.ID); (w.ID == succeeded.w.ID) != (w.State == store.WorkflowSucceeded) {
+			x.t.Errorf("workflow %d is %s", w.ID, w.State)
+		}
+	}
+}
