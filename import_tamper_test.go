@@ -43,8 +43,9 @@ func sealedExport(t *testing.T) (dir, job string) {
 }
 
 // importInto imports dir into a new store with codec c (nil: no keys)
-// and returns the error and how many dead jobs the store then holds.
-func importInto(t *testing.T, c store.PayloadCodec, dir string) (redrive.ImportResult, error, int) {
+// and returns its result, how many dead jobs the store then holds, and
+// the import's error.
+func importInto(t *testing.T, c store.PayloadCodec, dir string) (redrive.ImportResult, int, error) {
 	t.Helper()
 	ctx := context.Background()
 	opts := sqlite.Options{Logger: quietLogger()}
@@ -62,7 +63,7 @@ func importInto(t *testing.T, c store.PayloadCodec, dir string) (redrive.ImportR
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res, ierr, int(n)
+	return res, int(n), ierr
 }
 
 // edit rewrites the file name of the job folder job with f.
@@ -109,7 +110,7 @@ func TestImportRefusesTamperedSealed(t *testing.T) {
 	} {
 		dir, job := sealedExport(t)
 		tc.tamper(job)
-		res, err, n := importInto(t, tc.codec, dir)
+		res, n, err := importInto(t, tc.codec, dir)
 		if err == nil || !strings.Contains(err.Error(), "job folder "+filepath.Base(job)+":") || n != 0 {
 			t.Errorf("%s: import = %+v, %v; %d dead jobs added; want an error naming folder %s and none added", tc.name, res, err, n, filepath.Base(job))
 		}
@@ -118,13 +119,13 @@ func TestImportRefusesTamperedSealed(t *testing.T) {
 		}
 	}
 	dir, _ := sealedExport(t)
-	if res, err, n := importInto(t, k1, dir); err != nil || res.Imported != 1 || res.Undecryptable != 0 || n != 1 {
+	if res, n, err := importInto(t, k1, dir); err != nil || res.Imported != 1 || res.Undecryptable != 0 || n != 1 {
 		t.Errorf("with the key: %+v, %v, %d", res, err, n)
 	}
-	if res, err, n := importInto(t, nil, dir); err != nil || res.Undecryptable != 1 || n != 1 {
+	if res, n, err := importInto(t, nil, dir); err != nil || res.Undecryptable != 1 || n != 1 {
 		t.Errorf("without keys: %+v, %v, %d; want kept, undecryptable", res, err, n)
 	}
-	if res, err, n := importInto(t, keyPolicy(t, "k7", 7), dir); err != nil || res.Undecryptable != 1 || n != 1 {
+	if res, n, err := importInto(t, keyPolicy(t, "k7", 7), dir); err != nil || res.Undecryptable != 1 || n != 1 {
 		t.Errorf("without the key's id: %+v, %v, %d; want kept, undecryptable", res, err, n)
 	}
 }
