@@ -5,7 +5,8 @@
 // A job's payload is JSON:
 //
 //	{
-//	  "url":       "https://example.com/data/2024.csv.gz",  // required, http or https
+//	  "url":       "https://example.com/data/2024.csv.gz",  // required, http, https or s3://bucket/key
+//	  "source":    "lake",                // the Options.Sources an s3:// url is read from
 //	  "dest":      "datasets/",           // inside Options.Dir; empty or ending in "/": a directory
 //	  "headers":   {"Authorization": "Bearer ..."},
 //	  "sha256":    "9f86d0...",           // optional, 64 hex digits
@@ -28,8 +29,8 @@
 // JSON file holding the URL, the response's ETag, Last-Modified and total
 // size, and how many bytes of the partial file are known to be on disk
 // (fsynced). Once every byte is in, the file is fsynced, its size checked
-// against the announced total, its SHA-256 checked when the payload gives
-// one, and only then renamed to its final name and the directory fsynced.
+// against the announced total, its SHA-256 checked when the payload (or
+// an S3 store) gives one, and only then renamed to its final name and the directory fsynced.
 // A reader never sees a half-written file under the final name, and a
 // crash at any point leaves no file under it (but possibly the temporary
 // files, which the next attempt of the job uses or replaces). An existing
@@ -82,7 +83,8 @@
 // restarted since it was written (the sidecar records the kernel's boot:
 // a killed process loses nothing the kernel took); after a restart, the
 // partial file is first cut back to the size last fsynced (a checkpoint
-// every 64 MiB and whenever an attempt fails).
+// every Options.CheckpointBytes, 64 MiB by default, and whenever an
+// attempt fails).
 //
 // # Failures
 //
@@ -115,8 +117,26 @@
 //
 // While it runs, an attempt reports its progress in bytes
 // (redrive.Progress), and a success is recorded in the job's history
-// (redrive.Record, reason "downloaded") as "<bytes> bytes to <dest>,
-// sha256 <hex>".
+// (redrive.Record, reason "downloaded") as "<bytes> bytes to <dest>",
+// with ", sha256 <hex>" when the file was hashed: only when a digest is
+// checked (the payload's sha256, an S3 store's checksum) or
+// Options.RecordSHA256 is set.
+//
+// # Objects of S3-compatible stores
+//
+// A payload's url may be "s3://bucket/key" with "source" naming one of
+// Options.Sources (an endpoint, a region, path-style or virtual-host
+// addressing, credentials): each GET is signed (AWS Signature V4) with the
+// source's keys, which are never in the payload, the job's history or the
+// logs. A retry resumes with "Range" and "If-Match: <ETag>": an object
+// replaced since the partial file began answers 412, and the download
+// starts over from byte 0. A full-object SHA-256 the store offers
+// (x-amz-checksum-sha256) is checked. S3's error codes are classified
+// (reason "s3:<Code>"): NoSuchKey, NoSuchBucket... permanent; SlowDown,
+// 503 and other throttling rate_limited (with Retry-After); AccessDenied,
+// InvalidAccessKeyId, SignatureDoesNotMatch, ExpiredToken... needs_auth.
+// An s3:// URL without a source, an unknown source, a malformed URL or a
+// source without credentials is refused by Validate.
 //
 // The handler refuses link-local and cloud-metadata addresses, and
 // private ones with BlockPrivate, on the address actually dialed and on
@@ -136,12 +156,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -212,10 +234,13 @@ const (
 	ReasonDownloaded = "downloaded"
 )
 
-const (
-	bufferSize = 256 << 10 // bytes copied at a time
-	syncEvery  = 64 << 20  // a checkpoint (fsync and sidecar) every so many bytes
-)
+// bufferSize is how many bytes are copied at a time.
+const bufferSize = 256 << 10
+
+// DefaultCheckpointBytes is how many bytes an attempt writes between two
+// checkpoints (fsync of the partial file, sidecar) when
+// Options.CheckpointBytes is not set.
+const DefaultCheckpointBytes = 64 << 20
 
 // Options configure the download job kind. Dir is required.
 type Options struct {
@@ -288,12 +313,34 @@ type Options struct {
 	// background (default DefaultSweepInterval); Register sweeps once at
 	// start. Negative: never from Handle.
 	SweepInterval time.Duration
+	// CheckpointBytes is how many bytes an attempt writes between two
+	// checkpoints: an fsync of the partial file and a new sidecar, from
+	// which an attempt after a machine restart resumes (a killed process
+	// loses nothing the kernel took, and resumes from the file's size).
+	// Fewer fsyncs cost less time; more re-fetch less after a power cut.
+	// Default DefaultCheckpointBytes.
+	CheckpointBytes int64
+	// RecordSHA256 hashes every file (SHA-256) and records the digest in
+	// the job's history ("<bytes> bytes to <dest>, sha256 <hex>"). By
+	// default a file is hashed only when something checks the digest:
+	// the payload's sha256, or the checksum an S3 store offers; hashing
+	// every byte was most of the kind's CPU, for a digest nobody asked
+	// for.
+	RecordSHA256 bool
+	// Sources are the S3-compatible stores that payloads name in
+	// "source" to read "s3://bucket/key" URLs, by name. Their endpoints
+	// are the operator's, so BlockPrivate does not apply to them.
+	Sources map[string]S3Source
 }
 
 // Payload is the payload of a download job.
 type Payload struct {
-	// URL is the http or https URL to GET.
+	// URL is the http or https URL to GET, or "s3://bucket/key" with
+	// Source.
 	URL string `json:"url"`
+	// Source names the S3 source (Options.Sources) an s3:// URL is read
+	// from; required with an s3:// URL, refused with any other.
+	Source string `json:"source,omitempty"`
 	// Dest is the path of the file, relative to Options.Dir, with "/" as
 	// separator. Empty or ending in "/", it names a directory and the
 	// file's name comes from the response (Content-Disposition) or the
@@ -324,6 +371,11 @@ type Handler struct {
 	root     string // Options.Dir, absolute, symlinks resolved
 	guard    *netguard.Guard
 	client   *http.Client
+	// s3client sends the requests of S3 sources: no guard (the operator
+	// chose the endpoints), no redirects followed, no transparent gzip.
+	s3client *http.Client
+	// sources are Options.Sources with their endpoints parsed.
+	sources map[string]*s3Source
 
 	// wrapWriter, set by tests only, wraps the writer of the partial file
 	// (to inject disk errors).
@@ -373,6 +425,9 @@ func New(opts Options) (*Handler, error) {
 	if opts.StallBytes <= 0 {
 		opts.StallBytes = DefaultStallBytes
 	}
+	if opts.CheckpointBytes <= 0 {
+		opts.CheckpointBytes = DefaultCheckpointBytes
+	}
 	if opts.OrphanAge <= 0 {
 		opts.OrphanAge = DefaultOrphanAge
 	}
@@ -407,7 +462,25 @@ func New(opts Options) (*Handler, error) {
 	// validators would not match the file's.
 	tr.DisableCompression = true
 	h.client = h.guard.NewClient(tr)
+	h.sources = map[string]*s3Source{}
+	for name, src := range opts.Sources {
+		base, err := ParseS3Endpoint(src.Endpoint)
+		if err != nil {
+			return nil, fmt.Errorf("download: source %q: %w", name, err)
+		}
+		h.sources[name] = &s3Source{S3Source: src, base: base}
+	}
+	s3tr := http.DefaultTransport.(*http.Transport).Clone()
+	s3tr.DisableCompression = true
+	s3tr.MaxIdleConnsPerHost = 64
+	h.s3client = &http.Client{Transport: s3tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return h, nil
+}
+
+// s3Source is a source of Options.Sources, its endpoint parsed.
+type s3Source struct {
+	S3Source
+	base *url.URL
 }
 
 // Register registers the "download" job kind on w, and its payload check
@@ -484,7 +557,8 @@ type plan struct {
 	dir      string // absolute directory of the file
 	name     string // final file name, empty when it comes from the response
 	header   http.Header
-	host     string // a Host header
+	host     string    // a Host header
+	s3       *s3Target // an s3:// URL's object, nil for http(s)
 }
 
 // parse checks a payload as Validate documents.
@@ -496,17 +570,25 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return bad("payload", "want a JSON object {url, dest, headers, sha256, max_bytes, timeout, overwrite}: %w", err)
+		return bad("payload", "want a JSON object {url, source, dest, headers, sha256, max_bytes, timeout, overwrite}: %w", err)
 	}
 	if dec.More() {
 		return bad("payload", "trailing data after the JSON object")
 	}
 	pl := &plan{p: p, header: http.Header{}}
-	u, err := h.guard.ParseURL(p.URL)
-	if err != nil {
-		return bad("payload.url", "%w", err)
+	if _, isS3 := cutPrefixFold(strings.TrimSpace(p.URL), "s3:"); isS3 || p.Source != "" {
+		if err := h.parseS3(pl); err != nil {
+			return nil, err
+		}
+	} else {
+		u, err := h.guard.ParseURL(p.URL)
+		if err != nil {
+			return bad("payload.url", "%w", err)
+		}
+		pl.u = u
 	}
-	pl.u = u
+	u := pl.u
+	var err error
 	if pl.timeout, err = h.timeout(p.Timeout); err != nil {
 		return bad("payload.timeout", "%w", err)
 	}
@@ -558,6 +640,43 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 		return nil, &redrive.FieldError{Field: "payload.dest", Err: &invalid{err}}
 	}
 	return pl, nil
+}
+
+// parseS3 checks the url and source of a payload naming an S3 source or
+// an s3:// URL, and sets the plan's object.
+func (h *Handler) parseS3(pl *plan) error {
+	bad := func(field, format string, args ...any) error {
+		return &redrive.FieldError{Field: field, Err: &invalid{fmt.Errorf(format, args...)}}
+	}
+	p := pl.p
+	names := slices.Sorted(maps.Keys(h.sources))
+	known := "none is configured (serve's download-sources setting)"
+	if len(names) > 0 {
+		known = "the sources are " + strings.Join(names, ", ")
+	}
+	if p.Source == "" {
+		return bad("payload.source", "an s3:// url needs a source naming the store it is read from: %s", known)
+	}
+	src, ok := h.sources[p.Source]
+	if !ok {
+		return bad("payload.source", "unknown source %q: %s", clip(p.Source), known)
+	}
+	bucket, key, err := ParseS3URL(p.URL)
+	if err != nil {
+		if _, isS3 := cutPrefixFold(strings.TrimSpace(p.URL), "s3:"); !isS3 {
+			return bad("payload.url", "source %q reads s3://bucket/key URLs, got %q", p.Source, clip(p.URL))
+		}
+		return bad("payload.url", "%w", err)
+	}
+	if len(p.Headers) > 0 {
+		return bad("payload.headers", "an s3:// download sends no headers of the payload: the handler signs its requests with the source's credentials")
+	}
+	pl.s3 = &s3Target{name: p.Source, src: &src.S3Source, base: src.base, bucket: bucket, key: key}
+	if _, err := pl.s3.creds(); err != nil {
+		return bad("payload.source", "%w", err)
+	}
+	pl.u = pl.s3.displayURL()
+	return nil
 }
 
 // dest checks the payload's dest and sets the plan's directory and name.

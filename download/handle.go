@@ -43,8 +43,10 @@ type meta struct {
 	// URLSalt (crypto/rand.Text: 128 random bits) and URLHash (hex
 	// SHA-256 of the salt and the whole URL) recognize the URL of a
 	// later attempt.
-	URLSalt      string `json:"url_salt,omitempty"`
-	URLHash      string `json:"url_sha256,omitempty"`
+	URLSalt string `json:"url_salt,omitempty"`
+	URLHash string `json:"url_sha256,omitempty"`
+	// Source is the S3 source of an s3:// URL.
+	Source       string `json:"source,omitempty"`
 	ETag         string `json:"etag,omitempty"`
 	LastModified string `json:"last_modified,omitempty"`
 	// Total is the whole file's size, -1 when the server did not say.
@@ -61,6 +63,9 @@ type meta struct {
 	Name string `json:"name,omitempty"`
 	// Encoding is the response's Content-Encoding, "" for identity.
 	Encoding string `json:"encoding,omitempty"`
+	// SHA256 is the object's SHA-256 (hex) that an S3 store offered
+	// (x-amz-checksum-sha256): the file is checked against it.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // setURL records raw, the URL the partial file is downloaded from (u,
@@ -387,8 +392,11 @@ func (a *attempt) run(ctx context.Context) error {
 			}
 			return a.write(ctx, resp, m, offset)
 		case resp.StatusCode == http.StatusOK:
-			m = &meta{LastModified: resp.Header.Get("Last-Modified"), Total: resp.ContentLength,
-				Encoding: encoding(resp)}
+			m = &meta{Source: a.pl.p.Source, LastModified: resp.Header.Get("Last-Modified"),
+				Total: resp.ContentLength, Encoding: encoding(resp)}
+			if a.pl.s3 != nil {
+				m.SHA256 = checksumSHA256(resp)
+			}
 			if et := resp.Header.Get("ETag"); !strings.HasPrefix(et, "W/") {
 				m.ETag = et // weak ETags cannot be used in If-Range
 			}
@@ -413,8 +421,24 @@ func (a *attempt) run(ctx context.Context) error {
 			a.discard()
 			m, offset = nil, 0
 			continue
+		case resp.StatusCode == http.StatusPreconditionFailed && offset > 0 && a.pl.s3 != nil:
+			// If-Match failed: the object was replaced since the partial
+			// file began. Never append another version's bytes.
+			resp.Body.Close()
+			a.h.log.Info("download: the object changed since the partial file began (ETag): starting over from byte 0",
+				"partial_file", filepath.Base(a.part), "url", httpreq.Redact(a.pl.u), "partial_bytes", offset, "etag", m.ETag)
+			a.discard()
+			m, offset = nil, 0
+			continue
 		}
 		defer resp.Body.Close()
+		if a.pl.s3 != nil && resp.StatusCode >= 300 {
+			err := s3Failure(resp, "download: GET "+httpreq.Redact(a.pl.u))
+			if v := failure.Classify(err); v.Class == failure.Permanent || v.Class == failure.NeedsAuth {
+				a.discard()
+			}
+			return err
+		}
 		if err := failure.FromResponse(resp); err != nil {
 			if v := failure.Classify(err); v.Class == failure.Permanent || v.Class == failure.NeedsAuth {
 				a.discard() // the job is over: no partial file left behind
@@ -453,12 +477,12 @@ func (a *attempt) resumable() (*meta, int64) {
 		have = fi.Size()
 	}
 	switch {
-	case !m.from(a.pl.p.URL):
+	case !m.from(a.pl.p.URL) || m.Source != a.pl.p.Source:
 		a.cannotResume(fi.Size(), "it was downloaded from another URL", nil)
 	case m.validator() == "":
 		a.cannotResume(fi.Size(), "the server gave no strong ETag and no Last-Modified, without which appending could mix two versions of the file", nil)
 	}
-	if !m.from(a.pl.p.URL) || m.validator() == "" || have <= 0 || fi.Size() < have ||
+	if !m.from(a.pl.p.URL) || m.Source != a.pl.p.Source || m.validator() == "" || have <= 0 || fi.Size() < have ||
 		(m.Total >= 0 && have > m.Total) || !fi.Mode().IsRegular() ||
 		// The name of a directory destination's file is read back from
 		// disk: it must be a name sanitize would give, never a path.
@@ -556,6 +580,9 @@ func (a *attempt) discard() {
 // get sends the attempt's request, asking for the bytes from offset on
 // when there is a partial file.
 func (a *attempt) get(ctx context.Context, m *meta, offset int64) (*http.Response, error) {
+	if a.pl.s3 != nil {
+		return a.getS3(ctx, m, offset)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.pl.u.String(), nil)
 	if err != nil {
 		return nil, redrive.Permanent(fmt.Errorf("download: %w", err))
@@ -571,7 +598,32 @@ func (a *attempt) get(ctx context.Context, m *meta, offset int64) (*http.Respons
 	if !a.h.opts.NoTraceParent {
 		tracectx.SetHeader(ctx, req.Header)
 	}
-	resp, err := a.h.client.Do(req)
+	return a.do(ctx, a.h.client, req)
+}
+
+// getS3 sends the signed GET of an s3:// object, from offset on while its
+// ETag is the sidecar's when offset > 0.
+func (a *attempt) getS3(ctx context.Context, m *meta, offset int64) (*http.Response, error) {
+	header := a.pl.header.Clone()
+	if !a.h.opts.NoTraceParent {
+		tracectx.SetHeader(ctx, header)
+	}
+	etag := ""
+	if offset > 0 {
+		etag = m.ETag
+	}
+	req, err := a.pl.s3.request(ctx, offset, etag, header)
+	if err != nil {
+		// No keys (an environment variable gone, a credentials file
+		// unreadable): the job cannot be signed.
+		return nil, classed(failure.NeedsAuth, "no_credentials", fmt.Errorf("download: GET %s: %w", httpreq.Redact(a.pl.u), err))
+	}
+	return a.do(ctx, a.h.s3client, req)
+}
+
+// do sends req with client, classifying what keeps it from an answer.
+func (a *attempt) do(ctx context.Context, client *http.Client, req *http.Request) (*http.Response, error) {
+	resp, err := client.Do(req)
 	if err != nil {
 		if be, ok := errors.AsType[*netguard.BlockedError](err); ok {
 			return nil, redrive.Permanent(be)
@@ -623,11 +675,16 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 	}
 
 	f := a.f
-	sum := sha256.New()
+	var sum hash.Hash
+	if a.hashes(m) {
+		sum = sha256.New()
+	}
 	if offset > 0 {
 		// The digest covers the whole file: the bytes already there first.
-		if _, err := io.Copy(io.MultiWriter(sum, countingWriter{&a.moved}), io.NewSectionReader(f, 0, offset)); err != nil {
-			return fail("read the partial file", err)
+		if sum != nil {
+			if _, err := io.Copy(io.MultiWriter(sum, countingWriter{&a.moved}), io.NewSectionReader(f, 0, offset)); err != nil {
+				return fail("read the partial file", err)
+			}
 		}
 	} else if err := f.Truncate(0); err != nil {
 		return fail("truncate the partial file", err)
@@ -666,10 +723,12 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 				checkpoint(done) // best effort: keep what is whole
 				return fail("write "+a.pl.p.Dest, werr)
 			}
-			sum.Write(buf[:n])
+			if sum != nil {
+				sum.Write(buf[:n])
+			}
 			done += int64(n)
 			a.progress(ctx, done, m.Total)
-			if done-synced >= syncEvery {
+			if done-synced >= a.h.opts.CheckpointBytes {
 				if err := checkpoint(done); err != nil {
 					return fail("sync the partial file", err)
 				}
@@ -800,9 +859,12 @@ func (a *attempt) bodyError(ctx context.Context, done int64, err error) error {
 // complete finishes a partial file that already holds every byte (a 416
 // answer to a range from its end).
 func (a *attempt) complete(ctx context.Context, m *meta, size int64) error {
-	sum := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(sum, countingWriter{&a.moved}), io.NewSectionReader(a.f, 0, size)); err != nil {
-		return fileError("read the partial file", err)
+	var sum hash.Hash
+	if a.hashes(m) {
+		sum = sha256.New()
+		if _, err := io.Copy(io.MultiWriter(sum, countingWriter{&a.moved}), io.NewSectionReader(a.f, 0, size)); err != nil {
+			return fileError("read the partial file", err)
+		}
 	}
 	if size > a.pl.maxBytes {
 		return a.tooLarge(size, true)
@@ -814,11 +876,20 @@ func (a *attempt) complete(ctx context.Context, m *meta, size int64) error {
 // finish checks the digest of the synced, closed partial file and renames
 // it to its final name.
 func (a *attempt) finish(ctx context.Context, m *meta, size int64, sum hash.Hash) error {
-	digest := hex.EncodeToString(sum.Sum(nil))
+	digest := ""
+	if sum != nil {
+		digest = hex.EncodeToString(sum.Sum(nil))
+	}
 	if a.pl.sha != "" && digest != a.pl.sha {
 		a.discard()
 		return classed(failure.Permanent, ReasonChecksumMismatch,
 			fmt.Errorf("download: %s: sha256 %s, want %s", httpreq.Redact(a.pl.u), digest, a.pl.sha))
+	}
+	if m.SHA256 != "" && digest != m.SHA256 {
+		// The bytes are not the object the store has: fetch it again.
+		a.discard()
+		return classed(failure.Transient, ReasonChecksumMismatch,
+			fmt.Errorf("download: %s: sha256 %s, but the store's checksum of the object is %s", httpreq.Redact(a.pl.u), digest, m.SHA256))
 	}
 	name := a.pl.name
 	if name == "" {
@@ -868,8 +939,19 @@ func (a *attempt) finish(ctx context.Context, m *meta, size int64, sum hash.Hash
 	if err != nil {
 		rel = final
 	}
-	redrive.Record(ctx, ReasonDownloaded, fmt.Sprintf("%d bytes to %s, sha256 %s", size, filepath.ToSlash(rel), digest))
+	note := fmt.Sprintf("%d bytes to %s", size, filepath.ToSlash(rel))
+	if digest != "" {
+		note += ", sha256 " + digest
+	}
+	redrive.Record(ctx, ReasonDownloaded, note)
 	return nil
+}
+
+// hashes reports whether the attempt hashes the file: when the payload
+// or the store gives a digest to check, or Options.RecordSHA256 asks to
+// record one.
+func (a *attempt) hashes(m *meta) bool {
+	return a.pl.sha != "" || (m != nil && m.SHA256 != "") || a.h.opts.RecordSHA256
 }
 
 // syncDir makes a rename in dir durable. File systems that cannot sync a

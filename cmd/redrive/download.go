@@ -33,6 +33,7 @@ type downloadOptions struct {
 	queue      string
 	sha256     string
 	fromFile   string
+	source     string
 	wait       bool
 	// overwrite is nil unless --overwrite was given: the payload then
 	// leaves it out, and the kind's default (replace) applies.
@@ -50,7 +51,7 @@ func newDownloadCmd(g *globalOptions) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "download URL...",
-		Short: "Enqueue download jobs: the server fetches each URL into its --download-dir",
+		Short: "Enqueue download jobs: the server fetches each URL (http, https, or s3:// with --source) into its --download-dir",
 		Long: `Enqueue one job of the built-in download kind per URL, in batches: the server
 (redrive serve --download-dir DIR) fetches each URL into a file under DIR,
 written to a temporary file, synced and renamed into place whole; a failed
@@ -65,6 +66,11 @@ the file's hash (one URL only): a file that does not match is not kept.
 A file already at that name is replaced; with --overwrite=false the job
 fails instead (permanent, reason "exists", naming the file) and the file is
 left as it is.
+
+An s3://bucket/key URL is read from the S3-compatible store that --source
+names among the server's --download-sources, with that source's
+credentials (the server's: none are sent with the job). Every URL of one
+command then is an s3:// URL of that source.
 
 A server without --download-dir refuses the jobs before anything is
 enqueued, and so does the command directly on a store (--db,
@@ -103,6 +109,7 @@ error. Ctrl-C stops waiting, not the downloads.
 	f.IntVar(&o.maxRetries, "max-retries", 0, "retries after the first attempt (default: the queue's policy)")
 	f.StringVar(&o.queue, "queue", "", "queue (default \"default\")")
 	f.StringVar(&o.sha256, "sha256", "", "expected SHA-256 of the file, in hex (one URL only)")
+	f.StringVar(&o.source, "source", "", "the server's S3 source (--download-sources) that s3://bucket/key URLs are read from")
 	f.StringVar(&o.fromFile, "from-file", "", "read URLs from this file, one per line (- for standard input)")
 	f.BoolVar(&overwrite, "overwrite", true, "replace a file already at the final name (--overwrite=false: fail the job, keeping the file)")
 	f.BoolVar(&o.wait, "wait", false, "wait until every job has ended, with a progress bar; exit non-zero if any failed")
@@ -193,13 +200,20 @@ func downloadRequests(cmd *cobra.Command, urls []string, o downloadOptions) ([]s
 		// A directory: the server names the file.
 		dest += "/"
 	}
+	source := strings.TrimSpace(o.source)
 	reqs := make([]server.EnqueueRequest, len(urls))
 	for i, raw := range urls {
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if source != "" {
+			if _, _, err := download.ParseS3URL(raw); err != nil {
+				return nil, flagErrorf(cmd, "--source %s reads s3://bucket/key URLs: %v", clipArg(source), err)
+			}
+		} else if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			if u != nil && strings.EqualFold(u.Scheme, "s3") {
+				return nil, flagErrorf(cmd, "%q: an s3:// URL needs --source, naming the server's S3 source (--download-sources) it is read from", clipArg(raw))
+			}
 			return nil, flagErrorf(cmd, "%q is not an http or https URL", clipArg(raw))
 		}
-		payload, err := json.Marshal(downloadPayload{URL: raw, Dest: dest, SHA256: strings.ToLower(o.sha256), Overwrite: o.overwrite})
+		payload, err := json.Marshal(downloadPayload{URL: raw, Source: source, Dest: dest, SHA256: strings.ToLower(o.sha256), Overwrite: o.overwrite})
 		if err != nil {
 			return nil, err
 		}

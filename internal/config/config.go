@@ -600,7 +600,7 @@ func readConfigFile(path string) (*configFile, error) {
 			for sk, sv := range vals {
 				out.vals[k+"."+sk] = sv
 			}
-		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject, name == "tokens" && isObject, name == "concurrency-limits" && len(v) > 0 && v[0] == '[',
+		case name == "classify-rules" && len(v) > 0 && v[0] == '[', name == "breaker-dependencies" && isObject, name == "schedules" && isObject, name == "download-sources" && isObject, name == "tokens" && isObject, name == "concurrency-limits" && len(v) > 0 && v[0] == '[',
 			name == "fair-queues" && len(v) > 0 && v[0] == '[':
 			out.vals[k] = string(v) // read as JSON by the setting
 		case name == "retry":

@@ -200,7 +200,8 @@ func (c *Serve) HTTPOptions() httpjob.Options {
 // DownloadOptions are the options of serve's download kind, without its
 // breakers and lookup; meaningful only when Download.Dir is set.
 func (c *Serve) DownloadOptions() download.Options {
-	return download.Options{Dir: c.Download.Dir, MaxBytes: c.Download.MaxBytes,
+	return download.Options{Dir: c.Download.Dir, MaxBytes: c.Download.MaxBytes, Sources: c.Download.Sources,
+		CheckpointBytes: c.Download.CheckpointBytes, RecordSHA256: c.Download.RecordSHA256,
 		BlockPrivate: !c.HTTPAllowPrivate, AllowLinkLocal: c.HTTPAllowLinkLocal, NoTraceParent: c.HTTPNoTraceParent,
 		AllowLinkLocalSetting: "--http-allow-link-local", AllowPrivateSetting: "--http-allow-private", RedactHeaders: c.RedactHeaders}
 }
