@@ -187,6 +187,12 @@ func (s *Store) DeleteWorkers(ctx context.Context, before time.Time) (int64, err
 }
 
 // Leased implements store.Store.
+// leasedSQL reads a worker's running jobs through jobs_lease (running
+// jobs only) and sorts them: `+id` keeps SQLite from walking the whole
+// table in id order to spare the sort, which read every job ever kept
+// (98 ms a call at 100,000 jobs; 0.1 ms through the index).
+var leasedSQL = `SELECT ` + jobColumnsNoHistory + ` FROM jobs WHERE state = 'running' AND worker = ? ORDER BY +id LIMIT ?`
+
 func (s *Store) Leased(ctx context.Context, worker string, limit int) ([]*store.Job, error) {
 	if limit <= 0 {
 		return []*store.Job{}, nil
@@ -195,8 +201,7 @@ func (s *Store) Leased(ctx context.Context, worker string, limit int) ([]*store.
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.QueryContext(ctx, `SELECT `+jobColumnsNoHistory+` FROM jobs WHERE state = 'running' AND worker = ? ORDER BY id LIMIT ?`,
-		worker, limit)
+	rows, err := db.QueryContext(ctx, leasedSQL, worker, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: leased: %w", err)
 	}

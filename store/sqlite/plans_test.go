@@ -52,6 +52,23 @@ func TestDeleteFinishedPlanUsesIndex(t *testing.T) {
 	}
 }
 
+// TestLeasedPlanUsesIndex: a worker's running jobs are read through
+// jobs_lease (a partial index of the running jobs: its whole scan is a
+// read of the running jobs), not by a walk of every job in id order.
+func TestLeasedPlanUsesIndex(t *testing.T) {
+	s := openTest(t)
+	plan := queryPlan(t, s, leasedSQL, "w", 100)
+	joined := strings.Join(plan, "\n")
+	for _, d := range plan {
+		if strings.HasPrefix(d, "SCAN jobs") && !strings.Contains(d, "INDEX jobs_lease") {
+			t.Fatalf("Leased walks the jobs table:\n%s", joined)
+		}
+	}
+	if !strings.Contains(joined, "INDEX jobs_lease") {
+		t.Fatalf("Leased does not use jobs_lease:\n%s", joined)
+	}
+}
+
 // TestFairUnkeyedPlanUsesIndex: a fair fetch's take of a priority's jobs
 // without a fair key is a range of jobs_ready, not a scan.
 func TestFairUnkeyedPlanUsesIndex(t *testing.T) {
