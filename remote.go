@@ -131,6 +131,12 @@ func NewRemoteWorkers(client *Client, exec *Executor, opts RemoteOptions) *Remot
 // default).
 func (r *RemoteWorkers) MaxRetries(j *Job) int { return r.exec.PolicyFor(j).MaxRetries }
 
+// writeTimeout bounds a write the client going away does not stop: the
+// lease, and at least 30s.
+func (r *RemoteWorkers) writeTimeout() time.Duration {
+	return max(r.opts.LeaseDuration, 30*time.Second)
+}
+
 // LeaseDuration returns how long a job handed out is leased.
 func (r *RemoteWorkers) LeaseDuration() time.Duration { return r.opts.LeaseDuration }
 
@@ -360,7 +366,7 @@ func (r *RemoteWorkers) fetch(ctx context.Context, q LeaseRequest, queues []stri
 		// Not interrupted by the client going away: a fetch whose commit
 		// succeeded would leave its jobs leased to nobody until their
 		// leases expired.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LeaseDuration)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.writeTimeout())
 		jobs, err := r.store.Fetch(fctx, store.FetchParams{Queue: name, Limit: need, Now: now, DueBy: now,
 			LeaseUntil: now.Add(r.opts.LeaseDuration), Worker: q.Worker, Clock: r.client.now, NextStart: &nextStart,
 			FairWeights: r.client.fairWeights(name)})
@@ -428,7 +434,7 @@ func (r *RemoteWorkers) screen(ctx context.Context, q LeaseRequest, jobs []*Job,
 		outs = append(outs, asRemote(o, q.Worker))
 	}
 	if len(outs) > 0 {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LeaseDuration)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.writeTimeout())
 		applied, err := r.store.Finish(fctx, outs)
 		cancel()
 		if err != nil {
@@ -926,7 +932,7 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 		slot = append(slot, i)
 	}
 	if len(decided) > 0 {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.LeaseDuration)
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.writeTimeout())
 		applied, err := r.store.Finish(fctx, decided)
 		cancel()
 		if err != nil {

@@ -563,6 +563,9 @@ func (a *api) workerOutcome(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	st := outcomeStatus(res[0])
+	if st.Error != nil {
+		return &apiError{status: st.Status, code: st.Error.Code, msg: st.Error.Message}
+	}
 	writeJSON(w, st.Status, st)
 	return nil
 }
