@@ -48,8 +48,10 @@ type RemoteOptions struct {
 // worker's name, so that a late outcome changes nothing.
 //
 // It keeps nothing a restart would lose but the circuit breakers' tokens
-// of the attempts in flight: an outcome is checked against the stored
-// job. Remote workers are registered in the store's worker registry
+// of the attempts in flight: the jobs it handed out are kept in memory
+// until their outcomes, to decide them without a read, but an outcome is
+// written fenced on the stored job, and one for a job not in memory (a
+// restart, another serve) is checked against the stored job first. Remote workers are registered in the store's worker registry
 // (see RemoteVersion) and their jobs, when they disappear, are rescued at
 // lease expiry by the rescue of a Worker on the store.
 //
@@ -80,8 +82,9 @@ type RemoteWorkers struct {
 	done    chan struct{}
 	// workers are the remote workers registered by this process.
 	workers map[string]*remoteWorker
-	// tokens are the breaker tokens of the attempts handed out, by lease.
-	tokens    map[store.Lease]remoteToken
+	// inflight are the attempts handed out, by lease, until their
+	// outcomes (or two leases without a word: see pruneLocked).
+	inflight  map[store.Lease]*remoteAttempt
 	lastPrune time.Time
 	// paused caches the paused queues, read at most every PollInterval
 	// (pausedAt) and kept current by this process's pauses.
@@ -98,11 +101,14 @@ type remoteWorker struct {
 	beat time.Time
 }
 
-// remoteToken is the breaker permission of one attempt handed out.
-type remoteToken struct {
-	br  *breaker.Breaker
-	tok breaker.Token
-	at  time.Time // handed out or last heartbeated
+// remoteAttempt is one attempt handed out: the job as leased, its
+// worker, and its breaker's permission (br nil: no breaker).
+type remoteAttempt struct {
+	job    *Job
+	worker string
+	br     *breaker.Breaker
+	tok    breaker.Token
+	at     time.Time // handed out or last heartbeated
 }
 
 // NewRemoteWorkers returns the worker protocol on client's store, whose
@@ -123,7 +129,7 @@ func NewRemoteWorkers(client *Client, exec *Executor, opts RemoteOptions) *Remot
 	}
 	return &RemoteWorkers{client: client, store: client.store, exec: exec, log: opts.Logger, opts: opts,
 		waiters: map[string]map[chan struct{}]struct{}{}, cancelWaiters: map[chan struct{}]struct{}{},
-		hooked: map[string]func(){}, done: make(chan struct{}), workers: map[string]*remoteWorker{}, tokens: map[store.Lease]remoteToken{}}
+		hooked: map[string]func(){}, done: make(chan struct{}), workers: map[string]*remoteWorker{}, inflight: map[store.Lease]*remoteAttempt{}}
 }
 
 // MaxRetries returns how many retries j gets after its first attempt, by
@@ -415,18 +421,18 @@ func (r *RemoteWorkers) screen(ctx context.Context, q LeaseRequest, jobs []*Job,
 			if dep == "" {
 				dep = q.Dependencies[j.Kind]
 			}
-			if dep == "" {
-				out = append(out, j)
-				continue
-			}
-			br := r.exec.breakers.Get(dep)
-			tok, err := br.Allow()
-			if err != nil {
-				o = r.exec.deferOutcome(j, br, err, now)
-				break
+			att := &remoteAttempt{job: j, worker: q.Worker, at: now}
+			if dep != "" {
+				br := r.exec.breakers.Get(dep)
+				tok, err := br.Allow()
+				if err != nil {
+					o = r.exec.deferOutcome(j, br, err, now)
+					break
+				}
+				att.br, att.tok = br, tok
 			}
 			r.mu.Lock()
-			r.tokens[store.LeaseOf(j)] = remoteToken{br: br, tok: tok, at: now}
+			r.inflight[store.LeaseOf(j)] = att
 			r.mu.Unlock()
 			out = append(out, j)
 			continue
@@ -724,9 +730,11 @@ func (r *RemoteWorkers) Heartbeat(ctx context.Context, worker string, beats []Re
 		s := RemoteBeatStatus{ID: l.JobID, Lease: l.Token, Held: !lost[l], Canceled: canceled[l]}
 		if s.Held {
 			s.LeaseUntil = until
-			if t, ok := r.tokens[l]; ok {
-				t.at = now
-				r.tokens[l] = t
+			if a, ok := r.inflight[l]; ok && a.worker == worker {
+				a.at = now
+				if s.Canceled {
+					a.job.CancelRequested = true
+				}
 			}
 		}
 		out[i] = s
@@ -763,25 +771,29 @@ func (r *RemoteWorkers) Cancels(ctx context.Context, worker string, wait time.Du
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	cc, checks := r.store.(store.CancelChecker)
+	_, notifies := r.store.(store.Notifier)
+	poll := r.opts.CancelPoll
+	if notifies {
+		// A Notifier announces every cancellation: the poll only covers
+		// a notice lost.
+		poll = r.opts.PollInterval
+	}
+	adopted := false
 	for {
-		jobs, err := r.store.Leased(ctx, worker, maxRemoteHeld)
+		out, err := r.canceled(ctx, worker, cc, checks, !adopted)
+		adopted = true
 		if err != nil {
 			if ctx.Err() != nil {
 				return []store.Lease{}, nil
 			}
 			return nil, fmt.Errorf("redrive: cancellations: %w", err)
 		}
-		out := []store.Lease{}
-		for _, j := range jobs {
-			if j.CancelRequested {
-				out = append(out, store.LeaseOf(j))
-			}
-		}
 		left := time.Until(deadline)
 		if len(out) > 0 || left <= 0 {
 			return out, nil
 		}
-		timer.Reset(min(left, r.opts.CancelPoll))
+		timer.Reset(min(left, poll))
 		select {
 		case <-wake:
 			timer.Stop()
@@ -794,6 +806,63 @@ func (r *RemoteWorkers) Cancels(ctx context.Context, worker string, wait time.Du
 			return []store.Lease{}, nil
 		}
 	}
+}
+
+// canceled returns the leases the worker holds whose cancellation was
+// requested. It asks a CancelChecker about the attempts in memory; else,
+// and when adopt is set (the first look of a long-poll: after a restart
+// none is in memory), it reads the worker's running jobs, and keeps
+// them in memory.
+func (r *RemoteWorkers) canceled(ctx context.Context, worker string, cc store.CancelChecker, checks, adopt bool) ([]store.Lease, error) {
+	if checks && !adopt {
+		r.mu.Lock()
+		var leases []store.Lease
+		for l, a := range r.inflight {
+			if a.worker == worker {
+				leases = append(leases, l)
+			}
+		}
+		r.mu.Unlock()
+		if len(leases) == 0 {
+			return []store.Lease{}, nil
+		}
+		sort.Slice(leases, func(i, j int) bool { return leases[i].JobID < leases[j].JobID })
+		out, err := cc.CancelRequested(ctx, worker, leases)
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		for _, l := range out {
+			if a, ok := r.inflight[l]; ok {
+				a.job.CancelRequested = true
+			}
+		}
+		r.mu.Unlock()
+		if out == nil {
+			out = []store.Lease{}
+		}
+		return out, nil
+	}
+	jobs, err := r.store.Leased(ctx, worker, maxRemoteHeld)
+	if err != nil {
+		return nil, err
+	}
+	out := []store.Lease{}
+	now := r.client.now()
+	r.mu.Lock()
+	for _, j := range jobs {
+		a, ok := r.inflight[store.LeaseOf(j)]
+		if !ok {
+			a = &remoteAttempt{job: j, worker: worker, at: now}
+			r.inflight[store.LeaseOf(j)] = a
+		}
+		if j.CancelRequested {
+			out = append(out, store.LeaseOf(j))
+			a.job.CancelRequested = true
+		}
+	}
+	r.mu.Unlock()
+	return out, nil
 }
 
 // RemoteOutcomeKind is what a remote worker reports of an attempt.
@@ -892,14 +961,6 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	if err := r.touch(ctx, worker); err != nil {
 		return nil, err
 	}
-	held, err := r.store.Leased(ctx, worker, maxRemoteHeld)
-	if err != nil {
-		return nil, fmt.Errorf("redrive: outcomes: %w", err)
-	}
-	byID := make(map[int64]*Job, len(held))
-	for _, j := range held {
-		byID[j.ID] = j
-	}
 	res := make([]RemoteResult, len(outs))
 	decided := make([]store.Outcome, 0, len(outs))
 	slot := make([]int, 0, len(outs)) // decided[k] is for res[slot[k]]
@@ -909,18 +970,26 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 		ro := &outs[i]
 		res[i] = RemoteResult{ID: ro.ID, Lease: ro.Lease}
 		l := store.Lease{JobID: ro.ID, Token: ro.Lease}
-		j := byID[ro.ID]
-		if j == nil && len(held) >= maxRemoteHeld {
-			j, err = r.store.Get(ctx, ro.ID)
-			if errors.Is(err, store.ErrNotFound) {
+		var j *Job
+		r.mu.Lock()
+		att := r.inflight[l]
+		if att != nil && att.worker == worker {
+			cp := *att.job // heartbeats may mark it canceled meanwhile
+			j = &cp
+		}
+		r.mu.Unlock()
+		if j == nil && att == nil && !seen[l] {
+			// Not handed out by this process (a restart, another serve):
+			// the stored job says whether the worker holds it.
+			got, err := r.store.Get(ctx, ro.ID)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
 				res[i].Err = fmt.Errorf("%w: no job %d", ErrNotFound, ro.ID)
 				continue
-			}
-			if err != nil {
+			case err != nil:
 				return nil, fmt.Errorf("redrive: outcomes: %w", err)
-			}
-			if j.State != store.Running || j.Worker != worker {
-				j = nil
+			case got.State == store.Running && got.Worker == worker:
+				j = got
 			}
 		}
 		if j == nil || j.Lease != ro.Lease || seen[l] {
@@ -952,7 +1021,9 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	}
 	r.mu.Lock()
 	for i := range outs {
-		delete(r.tokens, store.Lease{JobID: outs[i].ID, Token: outs[i].Lease})
+		if a := r.inflight[store.Lease{JobID: outs[i].ID, Token: outs[i].Lease}]; a != nil && a.worker == worker {
+			delete(r.inflight, store.Lease{JobID: outs[i].ID, Token: outs[i].Lease})
+		}
 	}
 	r.pruneLocked(now)
 	r.mu.Unlock()
@@ -984,8 +1055,9 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 	ln := e.lane(j.Queue)
 	start := attemptStart(j, now)
 	r.mu.Lock()
-	tok, hasTok := r.tokens[store.LeaseOf(j)]
+	att := r.inflight[store.LeaseOf(j)]
 	r.mu.Unlock()
+	hasTok := att != nil && att.br != nil
 	var err error // what the attempt's breaker records
 	var o Outcome
 	switch {
@@ -1020,7 +1092,7 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 		o = e.Release(j, now)
 		e.report(context.Background(), j, &o, ErrShutdown, start, now)
 	}
-	if ro.Dependency != "" && (!hasTok || tok.br.Name() != ro.Dependency) {
+	if ro.Dependency != "" && (!hasTok || att.br.Name() != ro.Dependency) {
 		// The worker names the breaker it called: record the attempt on
 		// it, with a permission taken now (an open breaker has refused
 		// it, and needs no more failures).
@@ -1029,7 +1101,7 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 			br.Record(t, err)
 		}
 	} else if hasTok {
-		tok.br.Record(tok.tok, err)
+		att.br.Record(att.tok, err)
 	}
 	return asRemote(o, worker)
 }
@@ -1058,17 +1130,17 @@ func stateAfter(o Outcome) (store.State, time.Time) {
 	return store.Canceled, time.Time{}
 }
 
-// pruneLocked forgets, every LeaseDuration, the breaker tokens of
-// attempts neither heartbeated nor reported for two lease durations:
-// their leases expired, and their jobs were rescued.
+// pruneLocked forgets, every LeaseDuration, the attempts neither
+// heartbeated nor reported for two lease durations: their leases
+// expired, and their jobs were rescued.
 func (r *RemoteWorkers) pruneLocked(now time.Time) {
 	if now.Sub(r.lastPrune) < r.opts.LeaseDuration {
 		return
 	}
 	r.lastPrune = now
-	for l, t := range r.tokens {
-		if now.Sub(t.at) > 2*r.opts.LeaseDuration {
-			delete(r.tokens, l)
+	for l, a := range r.inflight {
+		if now.Sub(a.at) > 2*r.opts.LeaseDuration {
+			delete(r.inflight, l)
 		}
 	}
 }
