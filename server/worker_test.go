@@ -542,3 +542,26 @@ func TestWorkerLimitRespected(t *testing.T) {
 		}
 	})
 }
+
+func TestWorkerRegistryAndStop(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind string) {
+		e := newProtoEnv(t, kind, protoOpts{})
+		e.lease("py-7@box-c", 10, "")
+		var first WorkerList
+		e.want(e.do("GET", "/v1/workers", ""), 200, &first)
+		// A lease with another max (the worker's free slots) is no new
+		// registration.
+		e.lease("py-7@box-c", 3, "")
+		var again WorkerList
+		e.want(e.do("GET", "/v1/workers", ""), 200, &again)
+		if len(again.Workers) != 1 || !again.Workers[0].StartedAt.Equal(first.Workers[0].StartedAt) || again.Workers[0].Queues["q"] != 10 {
+			t.Fatalf("registry after a second lease: %+v, was %+v", again.Workers, first.Workers)
+		}
+		e.want(e.do("POST", "/v1/worker/stop", `{"worker":"py-7@box-c"}`), 200, nil)
+		var stopped WorkerList
+		e.want(e.do("GET", "/v1/workers", ""), 200, &stopped)
+		if len(stopped.Workers) != 1 || stopped.Workers[0].State != redrive.WorkerStopped || !stopped.Workers[0].Remote {
+			t.Fatalf("after stop: %+v", stopped.Workers)
+		}
+	})
+}
