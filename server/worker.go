@@ -258,11 +258,11 @@ func ParseLease(in *LeaseBody) (redrive.LeaseRequest, error) {
 }
 
 func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
-	rw, err := a.remote()
-	if err != nil {
+	if _, err := newQuery(r); err != nil {
 		return err
 	}
-	if _, err := newQuery(r); err != nil {
+	rw, err := a.remote()
+	if err != nil {
 		return err
 	}
 	var in LeaseBody
@@ -295,11 +295,11 @@ func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
-	rw, err := a.remote()
-	if err != nil {
+	if _, err := newQuery(r); err != nil {
 		return err
 	}
-	if _, err := newQuery(r); err != nil {
+	rw, err := a.remote()
+	if err != nil {
 		return err
 	}
 	var in HeartbeatBody
@@ -340,11 +340,11 @@ func (a *api) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) workerCancels(w http.ResponseWriter, r *http.Request) error {
-	rw, err := a.remote()
-	if err != nil {
+	if _, err := newQuery(r); err != nil {
 		return err
 	}
-	if _, err := newQuery(r); err != nil {
+	rw, err := a.remote()
+	if err != nil {
 		return err
 	}
 	var in CancelsBody
@@ -506,11 +506,11 @@ func outcomeStatus(res redrive.RemoteResult) OutcomeStatus {
 }
 
 func (a *api) workerOutcomes(w http.ResponseWriter, r *http.Request) error {
-	rw, err := a.remote()
-	if err != nil {
+	if _, err := newQuery(r); err != nil {
 		return err
 	}
-	if _, err := newQuery(r); err != nil {
+	rw, err := a.remote()
+	if err != nil {
 		return err
 	}
 	var in OutcomesBody
@@ -534,11 +534,11 @@ func (a *api) workerOutcomes(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) workerOutcome(w http.ResponseWriter, r *http.Request) error {
-	rw, err := a.remote()
-	if err != nil {
+	if _, err := newQuery(r); err != nil {
 		return err
 	}
-	if _, err := newQuery(r); err != nil {
+	rw, err := a.remote()
+	if err != nil {
 		return err
 	}
 	id, err := pathID(r)
@@ -571,11 +571,11 @@ func (a *api) workerOutcome(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) workerStop(w http.ResponseWriter, r *http.Request) error {
-	rw, err := a.remote()
-	if err != nil {
+	if _, err := newQuery(r); err != nil {
 		return err
 	}
-	if _, err := newQuery(r); err != nil {
+	rw, err := a.remote()
+	if err != nil {
 		return err
 	}
 	var in StopBody
