@@ -42,6 +42,10 @@ type WorkerStatus struct {
 	WorkerInfo
 	// State is WorkerLive, WorkerSilent, WorkerStopped or WorkerGone.
 	State string `json:"state"`
+	// Remote is set on a worker in another process that takes its jobs
+	// through the worker protocol (RemoteWorkers): a Python or Node.js
+	// worker of `redrive serve`'s HTTP worker protocol.
+	Remote bool `json:"remote"`
 }
 
 // Workers returns the worker processes registered in the store, the most
@@ -54,7 +58,7 @@ func (c *Client) Workers(ctx context.Context) ([]WorkerStatus, error) {
 	now := c.now()
 	out := make([]WorkerStatus, len(ws))
 	for i, w := range ws {
-		out[i] = WorkerStatus{WorkerInfo: w, State: workerState(w, now)}
+		out[i] = WorkerStatus{WorkerInfo: w, State: workerState(w, now), Remote: w.Version == RemoteVersion}
 	}
 	return out, nil
 }

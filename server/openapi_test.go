@@ -601,6 +601,13 @@ func prepare(t *testing.T, e *env, fx fixtures, o docOperation) {
 	case "DELETE /v1/breakers/{name}":
 		// A breaker an operator forced open: deletable at once.
 		refill(t, e, o)
+	case "POST /v1/worker/jobs/{id}/outcome":
+		// The example's worker holds job 1, lease 1.
+		var a LeaseAnswer
+		e.want(e.do("POST", "/v1/worker/lease", `{"worker":"py-4121@box-a","queues":["mail"],"kinds":["email"]}`), http.StatusOK, &a)
+		if len(a.Jobs) != 1 || a.Jobs[0].ID != 1 || a.Jobs[0].Lease != 1 {
+			t.Fatalf("lease of job 1: %+v", a)
+		}
 	}
 }
 
@@ -621,7 +628,9 @@ func newConformanceEnv(t *testing.T, token string, o docOperation) (*env, fixtur
 	reg.Get("api.example.com")
 	// Room for every operation the calls start, however slowly the
 	// worker runs them (a 429 too_many_operations is not what is tested).
-	e := newEnv(t, Options{Token: token, Breakers: reg, ExportDir: t.TempDir(), MaxBody: conformanceMaxBody, MaxOperations: 100,
+	st := openStore(t)
+	e := newEnvOn(t, st, Options{Token: token, Breakers: reg, ExportDir: t.TempDir(), MaxBody: conformanceMaxBody, MaxOperations: 100,
+		Workers: remoteWorkers(t, st, reg),
 		Brokers: fixedBrokers{{Queue: "orders", DeadLetters: "broker"}},
 		Kafka:   fixedTopics{{TopologyStats: kafka.TopologyStats{Topic: "orders"}, Brokers: []string{"127.0.0.1:9092"}}}})
 	return e, seed(t, e, o)

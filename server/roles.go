@@ -219,6 +219,13 @@ var routeRoles = map[string]Role{
 	"GET /v1/workflows":              RoleRead,
 	"GET /v1/workflows/{id}":         RoleRead,
 	"POST /v1/workflows/{id}/cancel": RoleOperate,
+	// The worker protocol (worker.go).
+	"POST /v1/worker/lease":             RoleOperate,
+	"POST /v1/worker/heartbeat":         RoleOperate,
+	"POST /v1/worker/cancels":           RoleOperate,
+	"POST /v1/worker/outcomes":          RoleOperate,
+	"POST /v1/worker/jobs/{id}/outcome": RoleOperate,
+	"POST /v1/worker/stop":              RoleOperate,
 
 	"GET /{$}":        RoleNone,
 	"GET /ui/":        RoleNone,

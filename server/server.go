@@ -128,6 +128,10 @@ type Options struct {
 	// depth, whose values the API shows masked in payloads of other
 	// kinds; nil: DefaultRedactFields; empty: none.
 	RedactFields []string
+	// Workers runs the worker protocol (POST /v1/worker/...) for workers
+	// in other languages; nil: those routes answer 404
+	// worker_protocol_off.
+	Workers *redrive.RemoteWorkers
 }
 
 // DefaultRedactHeaders are the default Options.RedactHeaders.
@@ -193,6 +197,8 @@ type api struct {
 	storeTrouble troubleLog
 	// redactor masks the secrets of what the API shows (redact.go).
 	redactor *redact.Redactor
+	// workers runs the worker protocol (worker.go); nil: off.
+	workers *redrive.RemoteWorkers
 }
 
 // Server is the REST API: an http.Handler, which starts the operations
@@ -275,6 +281,14 @@ var routes = []string{
 	"GET /v1/workflows",
 	"GET /v1/workflows/{id}",
 	"POST /v1/workflows/{id}/cancel",
+
+	// The worker protocol (worker.go).
+	"POST /v1/worker/lease",
+	"POST /v1/worker/heartbeat",
+	"POST /v1/worker/cancels",
+	"POST /v1/worker/outcomes",
+	"POST /v1/worker/jobs/{id}/outcome",
+	"POST /v1/worker/stop",
 }
 
 // New returns the Server serving /v1/..., /healthz, /readyz (and 404
@@ -294,7 +308,7 @@ func New(opts Options) *Server {
 	}
 	a := &api{client: opts.Client, breakers: opts.Breakers, brokers: opts.Brokers, kafka: opts.Kafka, log: opts.Logger, maxBody: opts.MaxBody,
 		ops: newOperations(opts.Context, opts.MaxOperations, opts.Logger), trusted: opts.TrustedProxies,
-		throttle: loginThrottle{now: time.Now}, writeTimeout: opts.WriteTimeout}
+		throttle: loginThrottle{now: time.Now}, writeTimeout: opts.WriteTimeout, workers: opts.Workers}
 	if opts.Token != "" {
 		a.tokens = append(a.tokens, Token{Name: LegacyTokenName, Role: RoleAdmin, SHA256: sha256.Sum256([]byte(opts.Token))})
 	}
@@ -380,6 +394,13 @@ func New(opts Options) *Server {
 	handlers["GET /v1/workflows"] = a.listWorkflows
 	handlers["GET /v1/workflows/{id}"] = a.getWorkflow
 	handlers["POST /v1/workflows/{id}/cancel"] = a.cancelWorkflow
+	// The worker protocol (worker.go).
+	handlers["POST /v1/worker/lease"] = a.workerLease
+	handlers["POST /v1/worker/heartbeat"] = a.workerHeartbeat
+	handlers["POST /v1/worker/cancels"] = a.workerCancels
+	handlers["POST /v1/worker/outcomes"] = a.workerOutcomes
+	handlers["POST /v1/worker/jobs/{id}/outcome"] = a.workerOutcome
+	handlers["POST /v1/worker/stop"] = a.workerStop
 	mux := http.NewServeMux()
 	for _, p := range routes {
 		need, ok := routeRoles[p]

@@ -156,7 +156,8 @@ func runServe(ctx context.Context, cfg *config.Serve, logOut io.Writer, ready fu
 	// stop before the store closes.
 	api := server.New(server.Options{Client: eng.client, Breakers: eng.worker.Breakers(), Token: cfg.Token, Tokens: cfg.Tokens, Logger: log, Context: ctx,
 		ExportDir: cfg.ExportDir, TraceURLTemplate: cfg.TraceURLTemplate,
-		RedactHeaders: cfg.RedactHeaders, RedactFields: cfg.RedactFields, AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: eng.managed, Kafka: eng.kept})
+		RedactHeaders: cfg.RedactHeaders, RedactFields: cfg.RedactFields, AllowedHosts: allowed, TrustedProxies: cfg.TrustedProxies, Brokers: eng.managed, Kafka: eng.kept,
+		Workers: eng.remote})
 	front.handler.set(server.HostGuard(allowed, serveMux(api, eng.client, eng.worker.Breakers(), eng.attempts, eng.managed, eng.kept, log)))
 
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))

@@ -26,6 +26,9 @@ import (
 type engine struct {
 	client *redrive.Client
 	worker *redrive.Worker
+	// remote runs the worker protocol for workers in other languages,
+	// decided by the worker's executor (its policies and breakers).
+	remote *redrive.RemoteWorkers
 	// policy is the default retry policy, shared by the worker and the
 	// RabbitMQ executor.
 	policy *retry.Policy
@@ -43,6 +46,8 @@ type engine struct {
 	brokerDone <-chan error
 	kafkaDone  <-chan error
 	workerDone chan error
+	// remoteDone is closed once the worker protocol's Run returned.
+	remoteDone chan struct{}
 }
 
 // newEngine builds the client and the worker on st, with the http kind
@@ -94,6 +99,7 @@ func newEngine(cfg *config.Serve, st store.Store, log *slog.Logger, tp trace.Tra
 		httpOpts.Breakers, httpOpts.Dependency = breakers, cfg.Breakers.HTTPDependency
 	}
 	httpjob.Register(e.worker, httpOpts)
+	e.remote = redrive.NewRemoteWorkers(e.client, e.worker.Executor(), redrive.RemoteOptions{LeaseDuration: cfg.Lease, Logger: log})
 	// The download kind, with the http kind's guard, when --download-dir
 	// is set; otherwise its jobs are refused at enqueue.
 	if err := registerDownload(e.worker, cfg); err != nil {
@@ -134,6 +140,11 @@ func (e *engine) openTransports(cfg *config.Serve, log *slog.Logger) error {
 func (e *engine) start(ctx context.Context, cfg *config.Serve, log *slog.Logger) {
 	e.workerDone = make(chan error, 1)
 	go func() { e.workerDone <- e.worker.Run(ctx) }()
+	e.remoteDone = make(chan struct{})
+	go func() {
+		defer close(e.remoteDone)
+		_ = e.remote.Run(ctx)
+	}()
 	if e.brokers != nil {
 		e.brokers.start(ctx)
 		log.Info("managing RabbitMQ queues", "broker", amqp.Redact(cfg.AMQP.URL), "queues", cfg.AMQP.ManagedNames(),

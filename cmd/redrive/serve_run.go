@@ -79,6 +79,7 @@ func shutdown(ctx context.Context, cfg *config.Serve, log *slog.Logger, serveErr
 		}
 	})
 	stopWorker()
+	<-e.remoteDone // its long-polls answered at once
 	if err := <-e.workerDone; err != nil && serveErr == nil {
 		serveErr = err
 	}
