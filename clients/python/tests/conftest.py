@@ -37,25 +37,34 @@ def redrive_bin(tmp_path_factory):
 class Serve:
     """A running `redrive serve`: url, token, client and a raw connection."""
 
-    def __init__(self, proc, url, log_path):
+    def __init__(self, proc, url, log_path, token):
         self.proc = proc
         self.url = url
-        self.token = TOKEN
+        self.token = token
         self.log_path = log_path
-        self.client = redrive.Client(url, TOKEN)
+        self.client = redrive.Client(url, token)
+        self.worker_errors = []  # what stopped the workers run_worker started
 
     def conn(self):
         """A raw connection to the API, for what the client does not wrap."""
-        return Connection(Endpoint(self.url, TOKEN))
+        return Connection(Endpoint(self.url, self.token))
 
-    def wait_job(self, job_id, pred, timeout=30.0, what="the expected state"):
+    def wait_job(self, job_id, pred, timeout=30.0, what="the expected state", missing_ok=False):
         """Polls the job until pred(job) holds, within a generous liveness
-        bound; answers the job."""
+        bound; answers the job. With missing_ok, a job not enqueued yet
+        (404) is waited for too."""
         end = time.monotonic() + timeout
         while True:
-            job = self.client.get(job_id)
-            if pred(job):
+            try:
+                job = self.client.get(job_id)
+            except redrive.APIError as e:
+                if not (missing_ok and e.status == 404):
+                    raise
+                job = None
+            if job is not None and pred(job):
                 return job
+            if self.worker_errors:
+                raise AssertionError("a worker stopped: %r" % self.worker_errors)
             if time.monotonic() > end:
                 raise AssertionError("job %d did not reach %s within %ss: %s" % (job_id, what, timeout, json.dumps(job)))
             time.sleep(0.02)  # polling the API: nothing to wait on in-process
@@ -65,13 +74,17 @@ class Serve:
 
 
 @pytest.fixture
-def serve(redrive_bin, tmp_path):
+def serve(redrive_bin, tmp_path, request):
+    """A serve with a token; parametrized indirectly with {"token": None},
+    one without (on loopback, as the docs' examples run)."""
+    token = getattr(request, "param", {}).get("token", TOKEN)
     config = tmp_path / "redrive.json"
     config.write_text(json.dumps({"retry": RETRY}))
     log_path = tmp_path / "serve.log"
     args = [redrive_bin, "serve", "--db", str(tmp_path / "redrive.db"), "--addr", "127.0.0.1:0",
-            "--token", TOKEN, "--lease", LEASE, "--log-format", "json", "--config", str(config),
-            "--shutdown-timeout", "5s"]
+            "--lease", LEASE, "--log-format", "json", "--config", str(config), "--shutdown-timeout", "5s"]
+    if token:
+        args += ["--token", token]
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             cwd=tmp_path)
     serving = threading.Event()
@@ -96,7 +109,7 @@ def serve(redrive_bin, tmp_path):
     try:
         if not serving.wait(60):
             raise RuntimeError("serve did not start: %s" % log_path.read_text()[-2000:])
-        s = Serve(proc, "http://" + found["addr"], log_path)
+        s = Serve(proc, "http://" + found["addr"], log_path, token)
         yield s
         s.client.close()
     finally:
@@ -115,12 +128,12 @@ def run_worker(serve):
     started = []
 
     def start(worker):
-        errors = []
+        errors = serve.worker_errors
 
         def target():
             try:
                 worker.run()
-            except BaseException as e:  # reported by the test's end
+            except BaseException as e:  # reported by wait_job and the test's end
                 errors.append(e)
 
         t = threading.Thread(target=target, daemon=True)
@@ -133,7 +146,7 @@ def run_worker(serve):
         worker.stop(hurry=True)
         t.join(30)
         assert not t.is_alive(), "worker %s did not stop" % worker.name
-        assert not errors, errors
+    assert not serve.worker_errors, serve.worker_errors
 
 
 def new_worker(serve, **kw):

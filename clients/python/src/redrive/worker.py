@@ -166,8 +166,8 @@ class Worker:
             name = default_name()
         if not _NAME.match(name):
             raise ValueError("name %r: want 1 to 100 characters of A-Z a-z 0-9 . _ : @ -" % (name,))
-        if not 0 <= poll <= 60:
-            raise ValueError("poll %r: want 0 to 60 seconds" % (poll,))
+        if not 0 < poll <= 60:
+            raise ValueError("poll %r: want more than 0 and at most 60 seconds" % (poll,))
         if not 1 <= max_batch <= 1000:
             raise ValueError("max_batch %r: want 1 to 1000" % (max_batch,))
         self._ep = Endpoint(url, token)
@@ -446,7 +446,7 @@ class Worker:
                     log.warning("redrive worker %s: outcomes: %s", self.name, e)
                     with self._cv:
                         self._outcomes[:0] = batch
-                    if self._senders_done.is_set() and backoff.attempts >= 5:
+                    if self._senders_done.is_set() and backoff.attempts >= 3:
                         log.error("redrive worker %s: %d outcomes not sent: the jobs are rescued at lease expiry",
                                   self.name, len(self._outcomes))
                         return
@@ -471,6 +471,15 @@ class Worker:
         return item
 
     def _send_outcomes(self, conn, batch):
+        # A completed job keeps its final progress: send what the
+        # heartbeats have not carried yet before the outcomes.
+        unsent = [j for j, o in batch if o["outcome"] == "complete" and j._progress is not None
+                  and j._progress != j._progress_sent]
+        if unsent:
+            try:
+                self._heartbeat(conn, unsent)
+            except APIError as e:
+                log.warning("redrive worker %s: final progress: %s", self.name, e)
         answer = conn.call("POST", "/v1/worker/outcomes",
                            {"worker": self.name, "outcomes": [self._item(j, o) for j, o in batch]}, timeout=60)
         entries = (answer or {}).get("outcomes") or []
@@ -521,6 +530,10 @@ class Worker:
                     wait = next_beat - now
                     if dirty:
                         wait = min(wait, last_progress + 1.0 - now)
+                    deadlines = [j.deadline for j in jobs if j.deadline is not None and not j.cancel_event.is_set()]
+                    if deadlines:
+                        left = (min(deadlines) - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
+                        wait = min(wait, left)
                     if self._progress_wake.wait(max(wait, 0.01)):
                         self._progress_wake.clear()
                     continue
