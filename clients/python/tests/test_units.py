@@ -82,3 +82,10 @@ def test_worker_settings():
     with pytest.raises(ValueError):
         w.register("a", a)
     assert w.host == "box"
+
+
+def test_long_error_clipped():
+    from redrive.worker import MAX_ERROR
+    out = failure_outcome(redrive.Transient("\u00e9" * MAX_ERROR, cause="x" * (2 * MAX_ERROR)))
+    assert len(out["error"].encode("utf-8")) <= MAX_ERROR and out["error"].endswith("(cut)")
+    assert len(out["cause"].encode("utf-8")) <= MAX_ERROR

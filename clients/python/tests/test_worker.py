@@ -333,3 +333,19 @@ def test_refused_worker_raises(serve):
     with pytest.raises(redrive.APIError) as e:
         w.run()
     assert e.value.status == 401
+
+
+def test_refused_outcome_reported_as_failure(serve, run_worker):
+    """A reason the server refuses (a control character): the job still fails at once,
+    with the refusal in its error, instead of waiting for its lease."""
+    w = new_worker(serve)
+
+    @w.handler("bad.reason")
+    def bad(job):
+        raise redrive.Permanent("no such customer", reason="line\nbreak")
+
+    run_worker(w)
+    job = serve.client.enqueue("bad.reason", {}, queue="py")
+    dead = serve.wait_job(job["id"], lambda j: j["state"] == "dead")
+    assert "no such customer" in dead["last_error"] and "refused" in dead["last_error"]
+    assert dead["last_error_class"] == "permanent"

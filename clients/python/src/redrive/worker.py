@@ -487,7 +487,7 @@ class Worker:
             entry = entries[i] if i < len(entries) else {}
             self._acknowledged(job, outcome, entry.get("status", 200), entry.get("error"))
 
-    def _send_one(self, conn, job, outcome):
+    def _send_one(self, conn, job, outcome, refused_before=False):
         body = {"worker": self.name}
         body.update(self._item(job, outcome))
         del body["id"]
@@ -495,6 +495,14 @@ class Worker:
             conn.call("POST", "/v1/worker/jobs/%d/outcome" % job.id, body, timeout=60)
             status, err = 200, None
         except APIError as e:
+            if e.status == 400 and not refused_before:
+                # The server refused what the handler reported (a reason
+                # that is no name, a Retry-After beyond its bound): report
+                # a plain failure saying so rather than leave the job to
+                # its lease's expiry.
+                log.error("redrive worker %s: job %d: outcome refused: %s", self.name, job.id, e)
+                self._send_one(conn, job, refused_outcome(outcome, e), refused_before=True)
+                return
             status, err = e.status, {"code": e.code, "message": e.message, "field": e.field}
         except (OSError, Aborted, http.client.HTTPException) as e:
             status, err = 0, {"code": "network", "message": str(e)}
@@ -555,9 +563,12 @@ class Worker:
             if p is not None and p != j._progress_sent:
                 item["progress"] = {"done": p[0], "total": p[1]}
             items.append((j, p, item))
-        answer = conn.call("POST", "/v1/worker/heartbeat",
-                           {"worker": self.name, "jobs": [it for _, _, it in items]}, timeout=30)
-        by_key = {(e.get("id"), e.get("lease")): e for e in (answer or {}).get("jobs") or []}
+        by_key = {}
+        for i in range(0, max(len(items), 1), 1000):  # the server's bound per heartbeat
+            answer = conn.call("POST", "/v1/worker/heartbeat",
+                               {"worker": self.name, "jobs": [it for _, _, it in items[i:i + 1000]]}, timeout=30)
+            for e in (answer or {}).get("jobs") or []:
+                by_key[(e.get("id"), e.get("lease"))] = e
         for j, p, item in items:
             if "progress" in item:
                 j._progress_sent = p
@@ -636,21 +647,45 @@ def failure_outcome(e):
     else:
         cls = "transient"
         message = "%s: %s" % (type(e).__name__, e) if str(e) else type(e).__name__
-    out = {"outcome": "fail", "class": cls, "error": message}
+    out = {"outcome": "fail", "class": cls, "error": clip(message)}
     if isinstance(e, JobError):
         if e.reason:
             out["reason"] = e.reason
         if e.dependency:
             out["dependency"] = e.dependency
         if e.cause:
-            out["cause"] = str(e.cause)
+            out["cause"] = clip(str(e.cause))
         if isinstance(e, RateLimited) and e.retry_after:
             out["retry_after"] = e.retry_after
     if "cause" not in out:
         inner = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
         if inner is not None:
-            out["cause"] = "".join(traceback.format_exception_only(type(inner), inner)).strip()
+            out["cause"] = clip("".join(traceback.format_exception_only(type(inner), inner)).strip())
     return out
+
+
+#: The server's bound on a failure's error and cause, in bytes.
+MAX_ERROR = 64 << 10
+
+
+def clip(text, limit=MAX_ERROR):
+    """text cut to at most limit bytes of UTF-8, marked when cut."""
+    b = text.encode("utf-8")
+    if len(b) <= limit:
+        return text
+    return b[:limit - 20].decode("utf-8", "ignore") + " ... (cut)"
+
+
+def refused_outcome(outcome, err):
+    """A plain fail reporting that the server refused outcome (err)."""
+    if outcome["outcome"] == "fail":
+        cls, what = outcome.get("class", "transient"), outcome.get("error", "")
+    elif outcome["outcome"] == "complete":
+        cls, what = "permanent", "completed"
+    else:
+        cls, what = "transient", outcome["outcome"]
+    return {"outcome": "fail", "class": cls,
+            "error": clip("%s; the worker's outcome was refused: %s" % (what, err))}
 
 
 class _Backoff:
