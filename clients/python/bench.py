@@ -16,6 +16,9 @@ uses --url. Then:
    lease-to-start latency: the job's attempted_at (when a worker leased
    it) minus its created_at (when it was enqueued), both the server's
    clock, p50, p99 and max.
+3. unless --no-go: the same number of no-op jobs through Go workers in
+   one process on a fresh SQLite file (`redrive bench throughput`), for
+   reference: the engine without the protocol.
 
 Nothing beyond the standard library and this package.
 """
@@ -106,6 +109,7 @@ def main():
     ap.add_argument("--url", help="an existing serve (its queue --queue must be empty)")
     ap.add_argument("--token", default=None)
     ap.add_argument("--bin", default=os.environ.get("REDRIVE_BIN"))
+    ap.add_argument("--no-go", action="store_true", help="skip the Go workers' reference run")
     ap.add_argument("--worker", nargs=4, metavar=("URL", "TOKEN", "QUEUE", "CONCURRENCY"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -114,13 +118,13 @@ def main():
 
     serve = None
     folder = tempfile.mkdtemp(prefix="redrive-pybench-")
+    binary = a.bin
+    if not binary and not (a.url and a.no_go):
+        binary = os.path.join(folder, "redrive")
+        subprocess.run(["go", "build", "-o", binary, "./cmd/redrive"], cwd=HERE.parents[1], check=True)
     if a.url:
         url, token = a.url, a.token
     else:
-        binary = a.bin
-        if not binary:
-            binary = os.path.join(folder, "redrive")
-            subprocess.run(["go", "build", "-o", binary, "./cmd/redrive"], cwd=HERE.parents[1], check=True)
         serve, url = start_serve(binary, folder, [])
         token = TOKEN
     client = redrive.Client(url, token)
@@ -171,6 +175,16 @@ def main():
         print("lease-to-start latency (attempted_at - created_at) over %d jobs enqueued while the workers "
               "long-poll: p50 %.2f ms, p99 %.2f ms, max %.2f ms, mean %.2f ms"
               % (len(lat), percentile(lat, 50), percentile(lat, 99), lat[-1], statistics.mean(lat)))
+        if not a.no_go:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(60)
+            out = subprocess.run([binary, "bench", "throughput", "--jobs", str(a.jobs), "--json"],
+                                 check=True, capture_output=True, text=True, cwd=folder).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            print("go workers, for reference (redrive bench throughput --jobs %d: one process, %d workers, "
+                  "no HTTP): %.0f jobs/s" % (a.jobs, r["params"]["workers"], r["durable_jobs_per_s"]))
     finally:
         for p in procs:
             if p.poll() is None:
