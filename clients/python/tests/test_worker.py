@@ -349,3 +349,52 @@ def test_refused_outcome_reported_as_failure(serve, run_worker):
     dead = serve.wait_job(job["id"], lambda j: j["state"] == "dead")
     assert "no such customer" in dead["last_error"] and "refused" in dead["last_error"]
     assert dead["last_error_class"] == "permanent"
+
+
+class _CutOff(redrive.Worker):
+    """A worker whose heartbeats do not reach the server while cut is set."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.cut = threading.Event()
+
+    def _heartbeat(self, conn, jobs):
+        if self.cut.is_set():
+            return None
+        return super()._heartbeat(conn, jobs)
+
+
+def test_cut_off_worker_loses_its_job(serve, run_worker):
+    """A worker whose heartbeats stop: its job is rescued at lease expiry and
+    completed by another; once back, its handler is told (lease_lost) and
+    its outcome is dropped."""
+    a = _CutOff(serve.url, serve.token, queues=["py"], concurrency=1, poll=5.0, handle_signals=False)
+    started, lost = threading.Event(), threading.Event()
+    reasons = []
+
+    @a.handler("part")
+    def part_a(job):
+        started.set()
+        if job.cancel_event.wait(60):
+            reasons.append(job.stop_reason)
+            lost.set()
+        return "from a"
+
+    run_worker(a)
+    job = serve.client.enqueue("part", {}, queue="py")
+    assert started.wait(30)
+    a.cut.set()
+    b = new_worker(serve)
+
+    @b.handler("part")
+    def part_b(job):
+        return "from b"
+
+    run_worker(b)
+    done = serve.wait_job(job["id"], lambda j: j["state"] == "completed")
+    assert done["attempt"] == 2
+    a.cut.clear()
+    assert lost.wait(30), "the cut-off worker's handler was not told"
+    assert reasons == ["lease_lost"]
+    after = serve.client.get(job["id"])
+    assert after["state"] == "completed" and after["attempt"] == 2 and after["lease"] == done["lease"]
