@@ -25,6 +25,7 @@ Nothing beyond the standard library and this package.
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import platform
@@ -95,7 +96,8 @@ def completed(conn, queue):
 def percentile(sorted_values, p):
     if not sorted_values:
         return float("nan")
-    k = max(0, min(len(sorted_values) - 1, int(round(p / 100.0 * len(sorted_values) + 0.5)) - 1))
+    # nearest rank: the smallest value with at least p% of them at or below it
+    k = max(0, min(len(sorted_values) - 1, math.ceil(p / 100.0 * len(sorted_values)) - 1))
     return sorted_values[k]
 
 
