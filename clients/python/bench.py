@@ -29,6 +29,7 @@ import math
 import os
 import pathlib
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -112,6 +113,7 @@ def main():
     ap.add_argument("--token", default=None)
     ap.add_argument("--bin", default=os.environ.get("REDRIVE_BIN"))
     ap.add_argument("--no-go", action="store_true", help="skip the Go workers' reference run")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (database, serve's log)")
     ap.add_argument("--worker", nargs=4, metavar=("URL", "TOKEN", "QUEUE", "CONCURRENCY"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -201,6 +203,10 @@ def main():
         if serve is not None:
             serve.terminate()
             serve.wait(60)
+        if a.keep:
+            print("kept", folder)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
