@@ -336,7 +336,11 @@ class Worker:
         try:
             while not self._stop_requested.is_set():
                 with self._cv:
-                    while len(self._running) >= self.concurrency and not self._stop_requested.is_set():
+                    # A free slot, and at most a batch of outcomes not yet
+                    # sent: when the server is slow to take outcomes,
+                    # leasing waits for it rather than pile them up.
+                    while ((len(self._running) >= self.concurrency or len(self._held) - len(self._running) >= 1000)
+                           and not self._stop_requested.is_set()):
                         self._cv.wait()
                     free = self.concurrency - len(self._running)
                 if self._stop_requested.is_set():
