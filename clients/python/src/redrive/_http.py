@@ -1,0 +1,186 @@
+"""A small JSON-over-HTTP transport on http.client with keep-alive."""
+
+import http.client
+import json
+import socket
+import ssl
+import threading
+import urllib.parse
+
+from .errors import APIError, LeaseLost
+
+__all__ = ["Endpoint", "Connection", "Aborted"]
+
+_VERSION = "0.1.0"
+
+# Errors of a kept-alive connection the server closed between two
+# requests: the request never reached it, so sending it again on a new
+# connection is safe.
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+class Aborted(Exception):
+    """The connection was aborted by Connection.abort (a worker stopping)."""
+
+
+class Endpoint:
+    """Where the API is (a base URL: http or https, optional path prefix)
+    and how to authenticate (a bearer token, or None)."""
+
+    def __init__(self, url, token=None):
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https"):
+            raise ValueError("url %r: want http:// or https://" % (url,))
+        if not u.hostname:
+            raise ValueError("url %r: no host" % (url,))
+        if u.query or u.fragment:
+            raise ValueError("url %r: a base URL has no query or fragment" % (url,))
+        self.scheme = u.scheme
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.prefix = u.path.rstrip("/")
+        self.token = token
+        self.ssl_context = ssl.create_default_context() if u.scheme == "https" else None
+
+    def headers(self, has_body):
+        h = {"Accept": "application/json", "User-Agent": "redrive-python/" + _VERSION}
+        if has_body:
+            h["Content-Type"] = "application/json"
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        return h
+
+
+class Connection:
+    """One kept-alive HTTP connection, used by one thread at a time.
+
+    abort() may be called from any thread: it breaks a request in flight
+    (a long-poll) and makes every later request raise Aborted.
+    """
+
+    def __init__(self, endpoint):
+        self._ep = endpoint
+        self._conn = None
+        self._used = False
+        self._aborted = False
+        self._lock = threading.Lock()
+
+    def _new(self, timeout):
+        ep = self._ep
+        if ep.scheme == "https":
+            return http.client.HTTPSConnection(ep.host, ep.port, timeout=timeout, context=ep.ssl_context)
+        return http.client.HTTPConnection(ep.host, ep.port, timeout=timeout)
+
+    def abort(self):
+        """Breaks the request in flight, if any; later requests raise Aborted."""
+        with self._lock:
+            self._aborted = True
+            conn = self._conn
+        if conn is not None and conn.sock is not None:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def call(self, method, path, body=None, timeout=30.0):
+        """Sends a request and answers its decoded JSON body (None when empty).
+
+        An answer of 400 or above raises APIError (LeaseLost for 409
+        lease_lost); a network failure raises OSError or
+        http.client.HTTPException; an aborted connection raises Aborted.
+        """
+        status, data = self.raw(method, path, body, timeout)
+        decoded = None
+        if data:
+            try:
+                decoded = json.loads(data)
+            except ValueError:
+                decoded = None
+        if status >= 400:
+            raise error_of(status, decoded, data)
+        return decoded
+
+    def raw(self, method, path, body=None, timeout=30.0):
+        payload = None if body is None else json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+        headers = self._ep.headers(payload is not None)
+        url = self._ep.prefix + path
+        for attempt in (0, 1):
+            with self._lock:
+                if self._aborted:
+                    raise Aborted("connection aborted")
+                if self._conn is None:
+                    self._conn = self._new(timeout)
+                    self._used = False
+                conn = self._conn
+                reused = self._used
+            try:
+                conn.timeout = timeout
+                if conn.sock is not None:
+                    conn.sock.settimeout(timeout)
+                conn.request(method, url, body=payload, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except _STALE:
+                self.close()
+                if self._aborted:
+                    raise Aborted("connection aborted") from None
+                if attempt == 0 and reused:
+                    continue
+                raise
+            except BaseException:
+                self.close()
+                if self._aborted:
+                    raise Aborted("connection aborted") from None
+                raise
+            if resp.will_close:
+                self.close()
+            else:
+                self._used = True
+            return resp.status, data
+        raise AssertionError("unreachable")
+
+
+def error_of(status, decoded, data=b""):
+    """The APIError of an error answer's decoded body."""
+    err = decoded.get("error") if isinstance(decoded, dict) else None
+    if isinstance(err, dict):
+        code = str(err.get("code") or "http_%d" % status)
+        message = str(err.get("message") or "")
+        field = err.get("field")
+    else:
+        code = "http_%d" % status
+        message = data[:200].decode("utf-8", "replace") if data else http.client.responses.get(status, "")
+        field = None
+    cls = LeaseLost if status == 409 and code == "lease_lost" else APIError
+    return cls(status, code, message, field)
+
+
+class ThreadConnections:
+    """A Connection per thread, for a client shared by threads."""
+
+    def __init__(self, endpoint):
+        self._ep = endpoint
+        self._local = threading.local()
+        self._all = []
+        self._lock = threading.Lock()
+
+    def get(self):
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = Connection(self._ep)
+            self._local.conn = c
+            with self._lock:
+                self._all.append(c)
+        return c
+
+    def close(self):
+        with self._lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            c.close()

@@ -1,0 +1,115 @@
+"""The enqueue client: jobs in, jobs read and canceled, over the REST API."""
+
+from ._http import Endpoint, ThreadConnections
+from ._wire import format_duration, format_time
+
+__all__ = ["Client"]
+
+_FIELDS = ("queue", "priority", "idempotency_key", "run_at", "delay", "max_retries", "dependency", "not_reprocessable")
+
+
+def enqueue_body(kind, payload=None, queue=None, priority=None, idempotency_key=None, run_at=None,
+                 delay=None, max_retries=None, dependency=None, not_reprocessable=None):
+    """The JSON body of one job to enqueue (docs/api.md, EnqueueRequest)."""
+    if not isinstance(kind, str) or not kind:
+        raise ValueError("kind: want a non-empty string")
+    body = {"kind": kind}
+    if payload is not None:
+        body["payload"] = payload
+    if queue is not None:
+        body["queue"] = queue
+    if priority is not None:
+        body["priority"] = priority
+    if idempotency_key is not None:
+        body["idempotency_key"] = idempotency_key
+    if run_at is not None and delay is not None:
+        raise ValueError("run_at and delay: give one, not both")
+    if run_at is not None:
+        body["run_at"] = run_at if isinstance(run_at, str) else format_time(run_at)
+    if delay is not None:
+        body["delay"] = delay if isinstance(delay, str) else format_duration(delay)
+    if max_retries is not None:
+        body["max_retries"] = max_retries
+    if dependency is not None:
+        body["dependency"] = dependency
+    if not_reprocessable:
+        body["not_reprocessable"] = True
+    return body
+
+
+class Client:
+    """Enqueues, reads and cancels jobs through a redrive server's REST API.
+
+    ``url`` is the server's base URL (``http://127.0.0.1:8080``), ``token``
+    its bearer token (None on a loopback server without one). A Client may
+    be shared by threads: each thread keeps its own kept-alive connection.
+    Error answers raise ``redrive.APIError``; network failures ``OSError``.
+    Jobs are answered as the API's JSON objects (dicts: ``id``, ``state``,
+    ``attempt``, ``history``, ``progress``, ...).
+    """
+
+    def __init__(self, url="http://127.0.0.1:8080", token=None, *, timeout=30.0):
+        self._conns = ThreadConnections(Endpoint(url, token))
+        self.timeout = timeout
+
+    def _call(self, method, path, body=None):
+        return self._conns.get().call(method, path, body, timeout=self.timeout)
+
+    def enqueue(self, kind, payload=None, *, queue=None, priority=None, idempotency_key=None, run_at=None,
+                delay=None, max_retries=None, dependency=None, not_reprocessable=None):
+        """Enqueues one job and answers it.
+
+        ``run_at`` is a datetime (a naive one is UTC) or RFC 3339 text,
+        ``delay`` seconds, a timedelta or a Go duration ("10s"): give one of
+        them, or neither for now. A job answered with ``"existing": True``
+        already held ``idempotency_key``.
+        """
+        body = enqueue_body(kind, payload, queue=queue, priority=priority, idempotency_key=idempotency_key,
+                            run_at=run_at, delay=delay, max_retries=max_retries, dependency=dependency,
+                            not_reprocessable=not_reprocessable)
+        return self._call("POST", "/v1/jobs", body)
+
+    def enqueue_many(self, jobs):
+        """Enqueues 1 to 1000 jobs atomically (``POST /v1/jobs/batch``).
+
+        Each job is a dict of ``enqueue``'s arguments (``kind``, ``payload``,
+        ``queue``, ...). Answers the jobs in order.
+        """
+        bodies = []
+        for i, j in enumerate(jobs):
+            if not isinstance(j, dict):
+                raise ValueError("jobs[%d]: want a dict of enqueue's arguments" % i)
+            unknown = set(j) - set(_FIELDS) - {"kind", "payload"}
+            if unknown:
+                raise ValueError("jobs[%d]: unknown argument %s" % (i, ", ".join(sorted(unknown))))
+            bodies.append(enqueue_body(**j))
+        if not 1 <= len(bodies) <= 1000:
+            raise ValueError("jobs: want 1 to 1000 jobs, got %d" % len(bodies))
+        return self._call("POST", "/v1/jobs/batch", {"jobs": bodies})["jobs"]
+
+    def get(self, job_id):
+        """The job with its history (``GET /v1/jobs/{id}``)."""
+        return self._call("GET", "/v1/jobs/%d" % _job_id(job_id))
+
+    def cancel(self, job_id):
+        """Cancels a job (``POST /v1/jobs/{id}/cancel``): a waiting one at
+        once; a running one gets ``cancel_requested`` and its worker is asked
+        to stop it. Answers the job."""
+        return self._call("POST", "/v1/jobs/%d/cancel" % _job_id(job_id))
+
+    def close(self):
+        """Closes the kept-alive connections."""
+        self._conns.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _job_id(job_id):
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+        raise ValueError("job id %r: want a positive integer" % (job_id,))
+    return job_id
+
