@@ -104,6 +104,26 @@ export class Client {
     return this.#http.request<Job>("POST", "/v1/jobs", enqueueBody(options));
   }
 
+  /**
+   * Enqueues 1 to 1000 jobs in one request, all or none: a job refused is a
+   * RedriveError naming it (`jobs[3].kind`) and nothing is stored. Answers
+   * the jobs in order.
+   */
+  async enqueueMany(jobs: EnqueueOptions[]): Promise<Job[]> {
+    if (!Array.isArray(jobs) || jobs.length < 1 || jobs.length > 1000) {
+      throw new TypeError(`enqueueMany: expected an array of 1 to 1000 jobs, got ${Array.isArray(jobs) ? jobs.length : typeof jobs}`);
+    }
+    const body = jobs.map((job, i) => {
+      try {
+        return enqueueBody(job);
+      } catch (err) {
+        throw new TypeError(`jobs[${i}]: ${(err as Error).message}`);
+      }
+    });
+    const answer = await this.#http.request<{ jobs: Job[] }>("POST", "/v1/jobs/batch", { jobs: body });
+    return answer.jobs;
+  }
+
   /** The job with its whole history; a RedriveError 404 when unknown. */
   async get(id: number): Promise<Job> {
     return this.#http.request<Job>("GET", `/v1/jobs/${jobId(id)}`);

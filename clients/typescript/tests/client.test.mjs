@@ -67,3 +67,19 @@ test("a wrong token is refused", async () => {
   const bad = new Client({ url: serve.url, token: "x".repeat(32) });
   await assert.rejects(bad.get(1), (err) => err instanceof RedriveError && err.status === 401);
 });
+
+test("enqueueMany stores all or none", async () => {
+  const jobs = await client.enqueueMany([
+    { kind: "a", queue: "ts-many", payload: 1, delayMs: 3_600_000 },
+    { kind: "b", queue: "ts-many", payload: 2, delayMs: 3_600_000 },
+  ]);
+  assert.deepEqual(jobs.map((j) => [j.kind, j.payload]), [["a", 1], ["b", 2]]);
+  await assert.rejects(
+    client.enqueueMany([{ kind: "c", queue: "ts-many" }, { kind: "d", queue: "ts-many", priority: 1000 }]),
+    (err) => err instanceof RedriveError && err.status === 400 && err.field === "jobs[1].priority",
+  );
+  const res = await fetch(`${serve.url}/v1/jobs/count?queue=ts-many`, { headers: { authorization: `Bearer ${serve.token}` } });
+  assert.deepEqual(await res.json(), { count: 2 });
+  await assert.rejects(client.enqueueMany([]), /1 to 1000/);
+  await assert.rejects(client.enqueueMany([{ kind: "" }]), /jobs\[0\]: kind/);
+});
