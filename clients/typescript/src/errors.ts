@@ -85,8 +85,8 @@ export class SnoozeError extends Error {
 
   constructor(delayMs: number, message = `snoozed for ${delayMs} ms`) {
     super(message);
-    if (!Number.isFinite(delayMs) || delayMs < 0) {
-      throw new RangeError(`SnoozeError: delayMs must be a non-negative number of milliseconds, got ${String(delayMs)}`);
+    if (!Number.isFinite(delayMs) || delayMs <= 0) {
+      throw new RangeError(`SnoozeError: delayMs must be a positive number of milliseconds, got ${String(delayMs)}`);
     }
     this.name = "SnoozeError";
     this.delayMs = delayMs;

@@ -102,8 +102,8 @@ interface WireJob {
 
 interface LeaseAnswer {
   jobs?: WireJob[];
-  lease?: string;
-  heartbeat_every?: string;
+  lease?: string | number;
+  heartbeat_every?: string | number;
 }
 
 interface HeartbeatAnswer {
@@ -410,9 +410,9 @@ export class Worker {
 
   #applyTimings(answer: LeaseAnswer): void {
     try {
-      if (answer.lease) this.#leaseMs = parseDuration(answer.lease);
+      if (answer.lease) this.#leaseMs = durationMs(answer.lease);
       if (answer.heartbeat_every) {
-        const every = Math.max(50, parseDuration(answer.heartbeat_every));
+        const every = Math.max(50, durationMs(answer.heartbeat_every));
         if (every !== this.#heartbeatEveryMs && this.#heartbeatTimer) {
           clearInterval(this.#heartbeatTimer);
           this.#heartbeatTimer = undefined;
@@ -598,9 +598,18 @@ export class Worker {
           final,
         );
         failures = 0;
+        let fresh = false;
         for (const c of answer.canceled ?? []) {
           const held = this.#held.get(c.id);
-          if (held && held.wire.lease === c.lease) this.#cancel(held);
+          if (held && held.wire.lease === c.lease && held.state === "running" && !held.controller.signal.aborted) {
+            this.#cancel(held);
+            fresh = true;
+          }
+        }
+        // The server answers at once while a canceled job is still held (its
+        // handler not yet ended, its outcome not yet recorded): do not spin.
+        if (!fresh && (answer.canceled?.length ?? 0) > 0) {
+          await sleep(200, final);
         }
       } catch (err) {
         if (final.aborted) break;
@@ -649,6 +658,7 @@ export class Worker {
     let failures = 0;
     while (this.#outcomeQueue.length > 0) {
       const batch = this.#outcomeQueue.splice(0, 1000);
+      await this.#flushProgress(batch.map((b) => b.item));
       let answer: { outcomes?: OutcomeEntry[] };
       try {
         answer = await this.#http.request("POST", "/v1/worker/outcomes", { worker: this.name, outcomes: batch.map((b) => b.item) });
@@ -702,6 +712,27 @@ export class Worker {
     }
   }
 
+  /**
+   * Sends the progress not yet sent of the jobs of outcomes, so that a
+   * completed job keeps its handler's last progress: a heartbeat of those
+   * jobs only, before their outcomes.
+   */
+  async #flushProgress(outcomes: Outcome[]): Promise<void> {
+    const jobs: Record<string, unknown>[] = [];
+    for (const o of outcomes) {
+      const held = this.#held.get(o.id);
+      if (o.outcome !== "complete" || !held || held.wire.lease !== o.lease || !held.progress || !held.progressDirty) continue;
+      held.progressDirty = false;
+      jobs.push({ id: o.id, lease: o.lease, progress: held.progress });
+    }
+    if (jobs.length === 0) return;
+    try {
+      await this.#http.request("POST", "/v1/worker/heartbeat", { worker: this.name, jobs });
+    } catch (err) {
+      this.#onError(err, "heartbeat (last progress)");
+    }
+  }
+
   /** Waits ms, or less when the worker stops. */
   #pause(ms: number): Promise<void> {
     return sleep(ms, this.#stopController.signal);
@@ -738,20 +769,31 @@ export function completeOutcome(wire: { id: number; lease: number }, value: unkn
 /** The outcome of a handler that threw err. */
 export function failOutcome(wire: { id: number; lease: number }, err: unknown, dependency?: string): Outcome {
   if (err instanceof SnoozeError) {
-    return { id: wire.id, lease: wire.lease, outcome: "snooze", delay: formatDuration(Math.round(err.delayMs)) };
+    return { id: wire.id, lease: wire.lease, outcome: "snooze", delay: formatDuration(Math.min(err.delayMs, MAX_DELAY)) };
   }
-  const outcome: Outcome = { id: wire.id, lease: wire.lease, outcome: "fail", class: "transient", error: messageOf(err) };
+  const outcome: Outcome = { id: wire.id, lease: wire.lease, outcome: "fail", class: "transient", error: clip(messageOf(err), MAX_ERROR) };
   if (err instanceof JobError) {
     outcome["class"] = err.failureClass;
-    if (err.reason) outcome["reason"] = err.reason;
+    if (err.reason) outcome["reason"] = clip(err.reason.replace(/\p{Cc}/gu, " "), MAX_REASON);
     if (err.dependency) dependency = err.dependency;
     if (err instanceof RateLimitedError && err.retryAfterMs !== undefined) {
-      outcome["retry_after"] = formatDuration(Math.round(err.retryAfterMs));
+      outcome["retry_after"] = formatDuration(Math.min(err.retryAfterMs, MAX_DELAY));
     }
   }
-  if (err instanceof Error && err.cause !== undefined) outcome["cause"] = messageOf(err.cause);
+  if (err instanceof Error && err.cause !== undefined) outcome["cause"] = clip(messageOf(err.cause), MAX_ERROR);
   if (dependency) outcome["dependency"] = dependency;
   return outcome;
+}
+
+/** The longest delay the server takes (ten years), in milliseconds. */
+const MAX_DELAY = 10 * 365 * 24 * 3_600_000;
+/** Characters of an error or cause sent (the server takes 64 KiB, the engine keeps less). */
+const MAX_ERROR = 8192;
+/** Characters of a reason sent. */
+const MAX_REASON = 200;
+
+function clip(text: string, max: number): string {
+  return text.length <= max ? text : text.slice(0, max - 1) + "…";
 }
 
 function messageOf(err: unknown): string {
@@ -772,6 +814,13 @@ function messageOf(err: unknown): string {
 export function defaultName(pid: number, host: string): string {
   const clean = host.replace(/[^A-Za-z0-9._:@-]/g, "-").replace(/@/g, "-");
   return `node-${pid}@${clean}`.slice(0, 100);
+}
+
+/** A duration of an answer: a Go duration string, or a number of milliseconds. */
+function durationMs(value: string | number): number {
+  if (typeof value === "number" && Number.isFinite(value) && value >= 0) return value;
+  if (typeof value === "string") return parseDuration(value);
+  throw new RangeError(`not a duration: ${JSON.stringify(value)}`);
 }
 
 function backoff(failures: number): number {

@@ -95,6 +95,14 @@ test("a handler's errors map to the protocol's outcomes", () => {
   assert.equal(failOutcome(wire, new Error("")).error, "Error");
   assert.equal(failOutcome(wire, undefined).class, "transient");
   assert.ok(failOutcome(wire, undefined).error.length > 0);
+  // What the server would refuse is cut to what it takes.
+  const long = failOutcome(wire, new PermanentError("e".repeat(100_000), { reason: "bad\nreason" + "r".repeat(300), cause: "c".repeat(9000) }));
+  assert.equal(long.error.length, 8192);
+  assert.equal(long.cause.length, 8192);
+  assert.equal(long.reason.length, 200);
+  assert.match(long.reason, /^bad reason/);
+  assert.equal(failOutcome(wire, new RateLimitedError("x", 1e15)).retry_after, `${10 * 365 * 24 * 3_600_000}ms`);
+  assert.equal(failOutcome(wire, new SnoozeError(0.5)).delay, "500us");
   // The error's own dependency wins over the handler's.
   assert.equal(failOutcome(wire, new PermanentError("x", { dependency: "own" }), "kind").dependency, "own");
 });
@@ -121,6 +129,7 @@ test("error constructors refuse bad delays", () => {
   assert.throws(() => new RateLimitedError("x", -1), RangeError);
   assert.throws(() => new RateLimitedError("x", NaN), RangeError);
   assert.throws(() => new SnoozeError(-5), RangeError);
+  assert.throws(() => new SnoozeError(0), RangeError);
   const e = new PermanentError("m", { cause: "c" });
   assert.equal(e.name, "PermanentError");
   assert.equal(e.cause, "c");
