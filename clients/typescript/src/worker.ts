@@ -637,6 +637,7 @@ export class Worker {
     for (const held of this.#held.values()) {
       if (held.state !== "running") continue;
       held.state = "released";
+      if (held.deadlineTimer) clearTimeout(held.deadlineTimer);
       held.controller.abort(new ShutdownError());
       void this.#sendOutcome({ id: held.wire.id, lease: held.wire.lease, outcome: "release" });
     }
@@ -653,8 +654,18 @@ export class Worker {
     });
   }
 
-  /** Sends the queued outcomes, up to 1000 a call, one call at a time. */
+  /** Sends the queued outcomes; whatever goes wrong, every waiter is answered. */
   async #flushOutcomes(): Promise<void> {
+    try {
+      await this.#sendOutcomes();
+    } catch (err) {
+      this.#onError(err, "outcomes");
+      for (const b of this.#outcomeQueue.splice(0)) b.done();
+    }
+  }
+
+  /** Sends the queued outcomes, up to 1000 a call, one call at a time. */
+  async #sendOutcomes(): Promise<void> {
     let failures = 0;
     while (this.#outcomeQueue.length > 0) {
       const batch = this.#outcomeQueue.splice(0, 1000);

@@ -42,11 +42,13 @@ function freePort() {
  * serve --config object, written to a file when given). Answers {url,
  * token, dir, stop()} once /readyz says it is ready.
  */
-export async function startServe({ args = [], config } = {}) {
+export async function startServe({ args = [], config, again } = {}) {
   const bin = redriveBin();
-  const dir = mkdtempSync(join(tmpdir(), "redrive-ts-"));
-  const port = await freePort();
-  const token = randomBytes(24).toString("hex");
+  // again: the answer of an earlier startServe, stopped with keep: the same
+  // folder (database), port and token.
+  const dir = again?.dir ?? mkdtempSync(join(tmpdir(), "redrive-ts-"));
+  const port = again?.port ?? (await freePort());
+  const token = again?.token ?? randomBytes(24).toString("hex");
   const url = `http://127.0.0.1:${port}`;
   const all = ["serve", "--db", join(dir, "redrive.db"), "--addr", `127.0.0.1:${port}`, "--log-format", "text", ...args];
   if (config) {
@@ -86,13 +88,15 @@ export async function startServe({ args = [], config } = {}) {
     url,
     token,
     dir,
+    port,
     log: () => log,
-    async stop() {
+    /** Stops serve (SIGTERM, or signal); removes its folder unless keep. */
+    async stop({ keep = false, signal = "SIGTERM" } = {}) {
       if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGTERM");
+        child.kill(signal);
         await exited;
       }
-      if (existsSync(dir)) rmSync(dir, { recursive: true, force: true });
+      if (!keep && existsSync(dir)) rmSync(dir, { recursive: true, force: true });
     },
   };
 }
