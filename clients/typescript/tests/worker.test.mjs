@@ -5,6 +5,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import {
@@ -222,6 +223,23 @@ test("progress is shown by the API", async (t) => {
   const job = await settled(enq.id);
   assert.equal(job.state, "completed");
   assert.deepEqual([job.progress?.done, job.progress?.total], [100, 100]);
+});
+
+test("heartbeats keep a job longer than its lease", async (t) => {
+  const { worker } = startWorker(t, "ts-long", [
+    ["long", async (job, { signal }) => {
+      // Real time passing is what is tested: two lease lengths (2 s each)
+      // and more, which only heartbeats can bridge.
+      await sleep(5000, undefined, { signal });
+      return { attempt: job.attempt };
+    }],
+  ]);
+  const enq = await client.enqueue({ kind: "long", queue: "ts-long" });
+  const job = await settled(enq.id);
+  assert.equal(job.state, "completed");
+  assert.equal(job.attempt, 1);
+  assert.deepEqual(job.history.filter((e) => e.kind !== "completed"), []);
+  assert.equal(worker.running, 0);
 });
 
 /** Spawns tests/child-worker.mjs; answers the child and an iterator of its events. */
