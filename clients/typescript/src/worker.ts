@@ -542,9 +542,16 @@ export class Worker {
     this.#lastHeartbeat = now;
     const call = (async () => {
       try {
-        const answer = await this.#http.request<HeartbeatAnswer>("POST", "/v1/worker/heartbeat", { worker: this.name, jobs });
+        const entries: NonNullable<HeartbeatAnswer["jobs"]> = [];
+        for (let i = 0; i < jobs.length; i += MAX_ITEMS) {
+          const answer = await this.#http.request<HeartbeatAnswer>("POST", "/v1/worker/heartbeat", {
+            worker: this.name,
+            jobs: jobs.slice(i, i + MAX_ITEMS),
+          });
+          entries.push(...(answer.jobs ?? []));
+        }
         const byId = new Map(sent.map((h) => [h.wire.id, h]));
-        for (const entry of answer.jobs ?? []) {
+        for (const entry of entries) {
           const held = byId.get(entry.id);
           if (!held || held.wire.lease !== entry.lease) continue;
           if (!entry.held) {
@@ -668,7 +675,7 @@ export class Worker {
   async #sendOutcomes(): Promise<void> {
     let failures = 0;
     while (this.#outcomeQueue.length > 0) {
-      const batch = this.#outcomeQueue.splice(0, 1000);
+      const batch = this.#outcomeQueue.splice(0, MAX_ITEMS);
       await this.#flushProgress(batch.map((b) => b.item));
       let answer: { outcomes?: OutcomeEntry[] };
       try {
@@ -680,9 +687,23 @@ export class Worker {
           const m = /^outcomes\[(\d+)\]/.exec(err.field ?? "");
           const bad = m ? Number(m[1]) : -1;
           if (bad >= 0 && bad < batch.length) {
-            this.#onError(err, `outcome of job ${batch[bad]!.item.id} refused`);
-            batch[bad]!.done();
-            batch.splice(bad, 1);
+            const refused = batch[bad]!;
+            this.#onError(err, `outcome of job ${refused.item.id} refused`);
+            if (refused.item["refused"] === undefined) {
+              // Send it again as a plain failure that says why, rather than
+              // leave the job to its lease's expiry.
+              refused.item = {
+                id: refused.item.id,
+                lease: refused.item.lease,
+                outcome: "fail",
+                class: "transient",
+                error: clip(`the server refused the worker's ${refused.item.outcome} outcome: ${err.message}`, MAX_ERROR),
+              };
+              Object.defineProperty(refused.item, "refused", { value: true, enumerable: false });
+            } else {
+              batch.splice(bad, 1);
+              refused.done();
+            }
             this.#outcomeQueue.unshift(...batch);
             continue;
           }
@@ -738,7 +759,9 @@ export class Worker {
     }
     if (jobs.length === 0) return;
     try {
-      await this.#http.request("POST", "/v1/worker/heartbeat", { worker: this.name, jobs });
+      for (let i = 0; i < jobs.length; i += MAX_ITEMS) {
+        await this.#http.request("POST", "/v1/worker/heartbeat", { worker: this.name, jobs: jobs.slice(i, i + MAX_ITEMS) });
+      }
     } catch (err) {
       this.#onError(err, "heartbeat (last progress)");
     }
@@ -796,6 +819,8 @@ export function failOutcome(wire: { id: number; lease: number }, err: unknown, d
   return outcome;
 }
 
+/** The most jobs one heartbeat, or outcomes one call, may name. */
+const MAX_ITEMS = 1000;
 /** The longest delay the server takes (ten years), in milliseconds. */
 const MAX_DELAY = 10 * 365 * 24 * 3_600_000;
 /** Characters of an error or cause sent (the server takes 64 KiB, the engine keeps less). */

@@ -179,6 +179,26 @@ test("a snoozed job runs again without using a retry", async (t) => {
   assert.ok(job.history.some((e) => e.kind === "snoozed"), JSON.stringify(job.history));
 });
 
+test("an outcome the server refuses is sent again as a failure saying why", async (t) => {
+  const refusals = [];
+  startWorker(t, "ts-refused", [
+    ["odd", async (job) => {
+      if (job.attempt === 1) throw new PermanentError("bad", { dependency: "no/slashes" });
+      return "second time";
+    }],
+  ], { onError: (err, where) => refusals.push({ err, where }) });
+  const enq = await client.enqueue({ kind: "odd", queue: "ts-refused" });
+  const job = await settled(enq.id);
+  assert.equal(job.state, "completed");
+  assert.equal(job.attempt, 2);
+  const [retry] = job.history.filter((e) => e.kind === "retry");
+  assert.equal(retry.class, "transient");
+  assert.match(retry.error, /refused the worker's fail outcome: 400 .*outcomes\[0\]\.dependency/);
+  assert.equal(refusals.length, 1);
+  assert.ok(refusals[0].err instanceof RedriveError);
+  assert.equal(refusals[0].err.field, "outcomes[0].dependency");
+});
+
 test("a cancellation reaches the running handler within 1 s", async (t) => {
   const started = deferred();
   const aborted = deferred();
