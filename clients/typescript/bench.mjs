@@ -37,9 +37,11 @@ async function child() {
   const calls = {};
   const counting = async (input, init) => {
     const path = new URL(String(input)).pathname;
+    const t0 = performance.now();
     const res = await fetch(input, init);
     const c = (calls[path] ??= { calls: 0, items: 0, ms: 0 });
     c.calls++;
+    c.ms += performance.now() - t0;
     if (path === "/v1/worker/outcomes") c.items += JSON.parse(init.body).outcomes.length;
     if (path === "/v1/worker/lease") {
       const body = await res.clone().json().catch(() => ({}));
@@ -166,9 +168,10 @@ async function main() {
             c.on("message", (m) => {
               if (m.type !== "calls") return;
               for (const [path, v] of Object.entries(m.calls)) {
-                const t = (totals[path] ??= { calls: 0, items: 0 });
+                const t = (totals[path] ??= { calls: 0, items: 0, ms: 0 });
                 t.calls += v.calls;
                 t.items += v.items;
+                t.ms += v.ms;
               }
             });
             c.once("exit", resolve);
@@ -178,7 +181,11 @@ async function main() {
     );
     console.log("calls of the worker processes, all phases:");
     for (const [path, t] of Object.entries(totals).sort()) {
-      console.log(`  ${path}: ${t.calls}${t.items ? `, ${(t.items / t.calls).toFixed(1)} items a call` : ""}`);
+      const wait = path === "/v1/worker/lease" || path === "/v1/worker/cancels" ? " (long-polls included)" : "";
+      console.log(
+        `  ${path}: ${t.calls} calls${t.items ? `, ${(t.items / t.calls).toFixed(1)} items a call` : ""}, ` +
+          `${(t.ms / t.calls).toFixed(1)} ms a call until its answer's headers${wait}`,
+      );
     }
   } finally {
     await serve?.stop();

@@ -524,6 +524,9 @@ export class Worker {
         this.#lose(held);
         continue;
       }
+      // A job whose outcome is on its way needs its lease extended only
+      // when the lease could end before the outcome arrives.
+      if (held.state === "reported" && held.leaseUntil - now > 2 * this.#heartbeatEveryMs) continue;
       const item: Record<string, unknown> = { id: held.wire.id, lease: held.wire.lease };
       if (held.progress && held.progressDirty) {
         item["progress"] = held.progress;
