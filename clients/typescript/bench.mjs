@@ -69,7 +69,8 @@ async function child() {
       process.send({ type: "latency-ready" });
     } else if (m.type === "stop") {
       await worker.stop();
-      process.send({ type: "calls", calls });
+      const cpu = process.cpuUsage();
+      process.send({ type: "calls", calls, cpuMs: (cpu.user + cpu.system) / 1000 });
       process.disconnect();
     }
   });
@@ -161,12 +162,14 @@ async function main() {
       report("from sending the enqueue request", fromRequest);
     }
     const totals = {};
+    let cpuMs = 0;
     await Promise.all(
       children.map(
         (c) =>
           new Promise((resolve) => {
             c.on("message", (m) => {
               if (m.type !== "calls") return;
+              cpuMs += m.cpuMs;
               for (const [path, v] of Object.entries(m.calls)) {
                 const t = (totals[path] ??= { calls: 0, items: 0, ms: 0 });
                 t.calls += v.calls;
@@ -178,6 +181,11 @@ async function main() {
             c.send({ type: "stop" });
           }),
       ),
+    );
+    const handled = jobs + latencyJobs;
+    console.log(
+      `CPU of the worker processes, all phases: ${(cpuMs / 1000).toFixed(2)} s in all, ` +
+        `${((cpuMs * 1000) / handled).toFixed(0)} µs a job (${handled} jobs)`,
     );
     console.log("calls of the worker processes, all phases:");
     for (const [path, t] of Object.entries(totals).sort()) {
