@@ -1,0 +1,30 @@
+// @redrive/client: enqueue jobs to redrive and run redrive workers in
+// Node.js, over redrive serve's REST API and HTTP worker protocol.
+
+export { Client, type EnqueueOptions, type Job, type JobEvent } from "./client.js";
+export {
+  Worker,
+  LeasedJob,
+  MAX_RESULT,
+  type WorkerOptions,
+  type HandlerOptions,
+  type HandlerContext,
+  type Handler,
+} from "./worker.js";
+export {
+  JobError,
+  PermanentError,
+  NeedsAuthError,
+  TransientError,
+  RateLimitedError,
+  SnoozeError,
+  RedriveError,
+  LeaseLostError,
+  CanceledError,
+  ShutdownError,
+  DeadlineError,
+  type FailureClass,
+  type JobErrorOptions,
+} from "./errors.js";
+export { parseDuration, formatDuration } from "./duration.js";
+export type { ConnectionOptions } from "./http.js";
