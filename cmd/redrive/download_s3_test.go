@@ -52,7 +52,9 @@ func TestDownloadS3CLI(t *testing.T) {
 	if err := mc.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mc.RemoveBucketWithOptions(context.Background(), bucket, minio.RemoveBucketOptions{ForceDelete: true}) })
+	t.Cleanup(func() {
+		mc.RemoveBucketWithOptions(context.Background(), bucket, minio.RemoveBucketOptions{ForceDelete: true})
+	})
 	content := make([]byte, 3<<20+5)
 	rand.Read(content)
 	if _, err := mc.PutObject(ctx, bucket, "in/obj.bin", bytes.NewReader(content), int64(len(content)), minio.PutObjectOptions{}); err != nil {
