@@ -257,16 +257,27 @@ func ParseLease(in *LeaseBody) (redrive.LeaseRequest, error) {
 	return q, nil
 }
 
-func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
+// workerBody makes the checks every worker route makes, in this order
+// (no query parameter, the protocol on in this serve) and reads the
+// request's body into in; it returns the remote workers.
+func (a *api) workerBody(w http.ResponseWriter, r *http.Request, in any) (*redrive.RemoteWorkers, error) {
 	if _, err := newQuery(r); err != nil {
-		return err
+		return nil, err
 	}
 	rw, err := a.remote()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	if err := a.decodeBody(w, r, in); err != nil {
+		return nil, err
+	}
+	return rw, nil
+}
+
+func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
 	var in LeaseBody
-	if err := a.decodeBody(w, r, &in); err != nil {
+	rw, err := a.workerBody(w, r, &in)
+	if err != nil {
 		return err
 	}
 	q, err := ParseLease(&in)
@@ -295,15 +306,9 @@ func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
-	if _, err := newQuery(r); err != nil {
-		return err
-	}
-	rw, err := a.remote()
-	if err != nil {
-		return err
-	}
 	var in HeartbeatBody
-	if err := a.decodeBody(w, r, &in); err != nil {
+	rw, err := a.workerBody(w, r, &in)
+	if err != nil {
 		return err
 	}
 	if err := checkWorker(in.Worker); err != nil {
@@ -340,15 +345,9 @@ func (a *api) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) workerCancels(w http.ResponseWriter, r *http.Request) error {
-	if _, err := newQuery(r); err != nil {
-		return err
-	}
-	rw, err := a.remote()
-	if err != nil {
-		return err
-	}
 	var in CancelsBody
-	if err := a.decodeBody(w, r, &in); err != nil {
+	rw, err := a.workerBody(w, r, &in)
+	if err != nil {
 		return err
 	}
 	if err := checkWorker(in.Worker); err != nil {
@@ -506,15 +505,9 @@ func outcomeStatus(res redrive.RemoteResult) OutcomeStatus {
 }
 
 func (a *api) workerOutcomes(w http.ResponseWriter, r *http.Request) error {
-	if _, err := newQuery(r); err != nil {
-		return err
-	}
-	rw, err := a.remote()
-	if err != nil {
-		return err
-	}
 	var in OutcomesBody
-	if err := a.decodeBody(w, r, &in); err != nil {
+	rw, err := a.workerBody(w, r, &in)
+	if err != nil {
 		return err
 	}
 	outs, err := ParseOutcomes(&in)
@@ -534,19 +527,13 @@ func (a *api) workerOutcomes(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) workerOutcome(w http.ResponseWriter, r *http.Request) error {
-	if _, err := newQuery(r); err != nil {
-		return err
-	}
-	rw, err := a.remote()
+	var in OneOutcomeBody
+	rw, err := a.workerBody(w, r, &in)
 	if err != nil {
 		return err
 	}
 	id, err := pathID(r)
 	if err != nil {
-		return err
-	}
-	var in OneOutcomeBody
-	if err := a.decodeBody(w, r, &in); err != nil {
 		return err
 	}
 	if err := checkWorker(in.Worker); err != nil {
@@ -571,15 +558,9 @@ func (a *api) workerOutcome(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) workerStop(w http.ResponseWriter, r *http.Request) error {
-	if _, err := newQuery(r); err != nil {
-		return err
-	}
-	rw, err := a.remote()
-	if err != nil {
-		return err
-	}
 	var in StopBody
-	if err := a.decodeBody(w, r, &in); err != nil {
+	rw, err := a.workerBody(w, r, &in)
+	if err != nil {
 		return err
 	}
 	if err := checkWorker(in.Worker); err != nil {
