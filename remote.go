@@ -433,6 +433,7 @@ func (r *RemoteWorkers) screen(ctx context.Context, q LeaseRequest, jobs []*Job,
 			}
 			r.mu.Lock()
 			r.inflight[store.LeaseOf(j)] = att
+			r.pruneLocked(now)
 			r.mu.Unlock()
 			out = append(out, j)
 			continue
@@ -742,6 +743,7 @@ func (r *RemoteWorkers) Heartbeat(ctx context.Context, worker string, beats []Re
 		}
 		out[i] = s
 	}
+	r.pruneLocked(now)
 	r.mu.Unlock()
 	return out, nil
 }
@@ -864,6 +866,7 @@ func (r *RemoteWorkers) canceled(ctx context.Context, worker string, cc store.Ca
 			a.job.CancelRequested = true
 		}
 	}
+	r.pruneLocked(now)
 	r.mu.Unlock()
 	return out, nil
 }
@@ -1135,7 +1138,10 @@ func stateAfter(o Outcome) (store.State, time.Time) {
 
 // pruneLocked forgets, every LeaseDuration, the attempts neither
 // heartbeated nor reported for two lease durations: their leases
-// expired, and their jobs were rescued.
+// expired, and their jobs were rescued. It runs wherever attempts are
+// added or heard of (leases, heartbeats, cancellations, outcomes), so
+// that the attempts of workers that vanish without reporting are
+// forgotten even when no outcome comes.
 func (r *RemoteWorkers) pruneLocked(now time.Time) {
 	if now.Sub(r.lastPrune) < r.opts.LeaseDuration {
 		return
