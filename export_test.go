@@ -80,3 +80,10 @@ func RemoteInflight(r *RemoteWorkers) int {
 	defer r.mu.Unlock()
 	return len(r.inflight)
 }
+
+// RemoteKnown returns how many remote workers r keeps in memory.
+func RemoteKnown(r *RemoteWorkers) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.workers)
+}

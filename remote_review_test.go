@@ -2,6 +2,7 @@ package redrive_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,5 +59,47 @@ func TestRemoteInflightBoundedWithoutOutcomes(t *testing.T) {
 	// Every attempt but the last few expired more than two leases ago.
 	if n := redrive.RemoteInflight(rw); n > 4 {
 		t.Fatalf("FINDING: %d attempts kept in memory after %d leases that all expired unreported (want at most 4)", n, rounds)
+	}
+}
+
+// TestRemoteKnownWorkersBounded: every remote worker name that leases is
+// kept in RemoteWorkers' memory. Workers that go away without calling
+// stop (a crash, a pod replaced: each new process has a new name) must
+// be forgotten once they have not been heard of for long, or serve
+// grows with every worker process that ever ran.
+func TestRemoteKnownWorkersBounded(t *testing.T) {
+	ctx := context.Background()
+	clock := &fencingClock{t: time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	redrive.SetClock(c, clock.now)
+	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Logger: quietLogger(), Now: clock.now})
+	const lease = 10 * time.Second
+	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{LeaseDuration: lease, Logger: quietLogger()})
+	j, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const procs = 50
+	for i := range procs {
+		// A worker process starts, leases (nothing due), and dies.
+		if _, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: fmt.Sprintf("py-%d@pod-%d", i, i)},
+			Queues: []string{"empty"}, Kinds: []string{"k"}, Max: 1}); err != nil {
+			t.Fatal(err)
+		}
+		clock.add(time.Hour)
+	}
+	// A live worker does its work.
+	jobs, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: "py-live@pod"},
+		Queues: []string{"q"}, Kinds: []string{"k"}, Max: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("lease: %d jobs, %v", len(jobs), err)
+	}
+	res, err := rw.Outcomes(ctx, "py-live@pod", []redrive.RemoteOutcome{{ID: j.ID, Lease: jobs[0].Lease, Kind: redrive.RemoteComplete}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("outcome: %v %v", err, res)
+	}
+	if n := redrive.RemoteKnown(rw); n > 2 {
+		t.Fatalf("FINDING: %d remote workers kept in memory, %d of them gone for an hour or more (want at most 2)", n, n-1)
 	}
 }
