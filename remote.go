@@ -1141,7 +1141,9 @@ func stateAfter(o Outcome) (store.State, time.Time) {
 // expired, and their jobs were rescued. It runs wherever attempts are
 // added or heard of (leases, heartbeats, cancellations, outcomes), so
 // that the attempts of workers that vanish without reporting are
-// forgotten even when no outcome comes.
+// forgotten even when no outcome comes. It forgets as well the remote
+// workers not heard of for two lease durations or two long-polls,
+// whichever is longer: those gone without a stop.
 func (r *RemoteWorkers) pruneLocked(now time.Time) {
 	if now.Sub(r.lastPrune) < r.opts.LeaseDuration {
 		return
@@ -1150,6 +1152,14 @@ func (r *RemoteWorkers) pruneLocked(now time.Time) {
 	for l, a := range r.inflight {
 		if now.Sub(a.at) > 2*r.opts.LeaseDuration {
 			delete(r.inflight, l)
+		}
+	}
+	// A live worker is heard of at least every long-poll or heartbeat;
+	// one forgotten registers again with its next lease.
+	forget := 2 * max(r.opts.LeaseDuration, MaxRemoteWait)
+	for name, w := range r.workers {
+		if now.Sub(w.beat) > forget {
+			delete(r.workers, name)
 		}
 	}
 }
