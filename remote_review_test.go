@@ -2,11 +2,14 @@ package redrive_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/breaker"
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
@@ -101,5 +104,54 @@ func TestRemoteKnownWorkersBounded(t *testing.T) {
 	}
 	if n := redrive.RemoteKnown(rw); n > 2 {
 		t.Fatalf("FINDING: %d remote workers kept in memory, %d of them gone for an hour or more (want at most 2)", n, n-1)
+	}
+}
+
+// finishFailsOnce is a store whose first Finish fails (a store briefly
+// unreachable) without writing anything.
+type finishFailsOnce struct {
+	store.Store
+	failed atomic.Bool
+}
+
+func (s *finishFailsOnce) Finish(ctx context.Context, outs []store.Outcome) ([]bool, error) {
+	if s.failed.CompareAndSwap(false, true) {
+		return nil, errors.New("store unreachable")
+	}
+	return s.Store.Finish(ctx, outs)
+}
+
+// TestRemoteOutcomeRetriedRecordsBreakerOnce: an outcome whose write
+// failed is reported again by the worker (the protocol asks it to retry
+// a 5xx). The attempt happened once: its breaker must count one failure,
+// not one per try, or a single failure trips a breaker set to trip on
+// two.
+func TestRemoteOutcomeRetriedRecordsBreakerOnce(t *testing.T) {
+	ctx := context.Background()
+	st := &finishFailsOnce{Store: openStore(t)}
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	reg := breaker.NewRegistry(breaker.DefaultConfig())
+	br := reg.Configure("dep", breaker.Config{Failures: 2, CountOnly: true, Window: time.Hour, BreakDuration: time.Hour})
+	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Breakers: reg, Logger: quietLogger(), DisableRetryBudget: true})
+	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{Logger: quietLogger()})
+	j, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: "py-1@a"},
+		Queues: []string{"q"}, Kinds: []string{"k"}, Dependencies: map[string]string{"k": "dep"}, Max: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("lease: %d jobs, %v", len(jobs), err)
+	}
+	out := []redrive.RemoteOutcome{{ID: j.ID, Lease: jobs[0].Lease, Kind: redrive.RemoteFail, Class: failure.Transient, Error: "503"}}
+	if _, err := rw.Outcomes(ctx, "py-1@a", out); err == nil {
+		t.Fatal("the first outcome's write did not fail")
+	}
+	res, err := rw.Outcomes(ctx, "py-1@a", out)
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("retried outcome: %v %+v", err, res)
+	}
+	if s := br.Status(); s.State != breaker.Closed || s.Failures != 1 {
+		t.Fatalf("FINDING: one failed attempt reported twice left the breaker %s with %d failures (want closed, 1)", s.State, s.Failures)
 	}
 }
