@@ -969,7 +969,9 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	}
 	res := make([]RemoteResult, len(outs))
 	decided := make([]store.Outcome, 0, len(outs))
-	slot := make([]int, 0, len(outs)) // decided[k] is for res[slot[k]]
+	slot := make([]int, 0, len(outs))       // decided[k] is for res[slot[k]]
+	records := make([]func(), 0, len(outs)) // records[k] tells decided[k]'s breaker
+	held := make([]bool, 0, len(outs))      // decided[k]'s attempt was in memory
 	seen := map[store.Lease]bool{}
 	now := r.client.now()
 	for i := range outs {
@@ -1003,19 +1005,25 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 			continue
 		}
 		seen[l] = true
-		decided = append(decided, r.decide(j, ro, worker, now))
+		o, rec := r.decide(j, ro, worker, now)
+		decided = append(decided, o)
 		slot = append(slot, i)
+		records = append(records, rec)
+		held = append(held, att != nil)
 	}
+	var written []bool
+	applied := func(k int) bool { return k < len(written) && written[k] }
 	if len(decided) > 0 {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.writeTimeout())
-		applied, err := r.store.Finish(fctx, decided)
+		var err error
+		written, err = r.store.Finish(fctx, decided)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("redrive: outcomes: %w", err)
 		}
 		for k, o := range decided {
 			i := slot[k]
-			if !applied[k] {
+			if !applied(k) {
 				res[i].Err = fmt.Errorf("%w: job %d no longer runs lease %d for %s", ErrLeaseLost, o.JobID, o.Lease, worker)
 				continue
 			}
@@ -1025,7 +1033,24 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 			}
 		}
 	}
+	// The attempts' breakers hear of them once the outcomes are written:
+	// an outcome whose write failed is reported again, and its attempt
+	// must count once. The first call to take an attempt out of memory
+	// records it; one that was not in memory (a restart, another serve)
+	// is recorded by the call that applied it.
+	var record []func()
 	r.mu.Lock()
+	for k, o := range decided {
+		l := store.Lease{JobID: o.JobID, Token: o.Lease}
+		if a := r.inflight[l]; held[k] && a != nil && a.worker == worker {
+			delete(r.inflight, l)
+		} else if held[k] || !applied(k) {
+			continue
+		}
+		if records[k] != nil {
+			record = append(record, records[k])
+		}
+	}
 	for i := range outs {
 		if a := r.inflight[store.Lease{JobID: outs[i].ID, Token: outs[i].Lease}]; a != nil && a.worker == worker {
 			delete(r.inflight, store.Lease{JobID: outs[i].ID, Token: outs[i].Lease})
@@ -1033,6 +1058,9 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	}
 	r.pruneLocked(now)
 	r.mu.Unlock()
+	for _, f := range record {
+		f()
+	}
 	return res, nil
 }
 
@@ -1055,8 +1083,9 @@ func (r *RemoteWorkers) lost(ctx context.Context, ro *RemoteOutcome, worker stri
 }
 
 // decide turns a remote worker's outcome for j, which it holds, into the
-// engine's, recording the attempt on its breaker.
-func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now time.Time) Outcome {
+// engine's, and returns with it the function recording the attempt on
+// its breaker (nil: none), to call once the outcome is written.
+func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now time.Time) (Outcome, func()) {
 	e := r.exec
 	ln := e.lane(j.Queue)
 	start := attemptStart(j, now)
@@ -1098,18 +1127,22 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 		o = e.Release(j, now)
 		e.report(context.Background(), j, &o, ErrShutdown, start, now)
 	}
+	var record func()
 	if ro.Dependency != "" && (!hasTok || att.br.Name() != ro.Dependency) {
 		// The worker names the breaker it called: record the attempt on
-		// it, with a permission taken now (an open breaker has refused
+		// it, with a permission taken then (an open breaker has refused
 		// it, and needs no more failures).
 		br := e.breakers.Get(ro.Dependency)
-		if t, aerr := br.Allow(); aerr == nil {
-			br.Record(t, err)
+		record = func() {
+			if t, aerr := br.Allow(); aerr == nil {
+				br.Record(t, err)
+			}
 		}
 	} else if hasTok {
-		att.br.Record(att.tok, err)
+		br, tok := att.br, att.tok
+		record = func() { br.Record(tok, err) }
 	}
-	return asRemote(o, worker)
+	return asRemote(o, worker), record
 }
 
 // failMessage is the error a fail records: the error and its cause.
