@@ -87,3 +87,7 @@ func RemoteKnown(r *RemoteWorkers) int {
 	defer r.mu.Unlock()
 	return len(r.workers)
 }
+
+// ProcessInstance returns this process's boot and PID namespace ("" when
+// the system does not say).
+func ProcessInstance() string { return thisProcess().instance }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,5 +155,55 @@ func TestRemoteOutcomeRetriedRecordsBreakerOnce(t *testing.T) {
 	}
 	if s := br.Status(); s.State != breaker.Closed || s.Failures != 1 {
 		t.Fatalf("FINDING: one failed attempt reported twice left the breaker %s with %d failures (want closed, 1)", s.State, s.Failures)
+	}
+}
+
+// TestRemoteWorkerWithServePIDNotRescued: the Python and TypeScript
+// clients send their pid and host name by default. In a Kubernetes pod
+// (serve and a worker sidecar share the pod's host name, each has its
+// own PID namespace, both often PID 1) serve takes the worker to run in
+// its own PID namespace: a worker with serve's very PID is "replaced by
+// this process", and its jobs are rescued while it runs them, to be
+// handed out again: the job runs twice at once.
+func TestRemoteWorkerWithServePIDNotRescued(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil || !strings.Contains(redrive.ProcessInstance(), "/") {
+		t.Skip("no host name or PID namespace on this system")
+	}
+	ctx := context.Background()
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Logger: quietLogger()})
+	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{LeaseDuration: time.Hour, Logger: quietLogger()})
+	j, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sidecar: same host name, PID 1 in its namespace as serve is in
+	// its own (here: this process's PID).
+	jobs, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: "py-1@" + "sidecar", Host: host, PID: os.Getpid()},
+		Queues: []string{"q"}, Kinds: []string{"k"}, Max: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("lease: %d jobs, %v", len(jobs), err)
+	}
+	// serve's Go worker (on another queue) runs its rescues.
+	w := redrive.NewWorker(c, redrive.WorkerOptions{Queues: map[string]int{"other": 1}, Logger: quietLogger(),
+		RescueInterval: 10 * time.Millisecond})
+	w.HandleFunc("k", func(context.Context, *redrive.Job) error { return nil })
+	rescued := redrive.RescueSignal(w)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	for range 3 {
+		<-rescued
+	}
+	stop()
+	<-done
+	got, err := c.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != redrive.Running || got.Lease != jobs[0].Lease {
+		t.Fatalf("FINDING: the remote worker's job was rescued while it ran: %s, lease %d (handed out %d)", got.State, got.Lease, jobs[0].Lease)
 	}
 }
