@@ -488,8 +488,11 @@ func (r *RemoteWorkers) register(ctx context.Context, q LeaseRequest, queues []s
 	now := r.client.now()
 	info := store.WorkerInfo{ID: q.Worker, Host: host, PID: q.PID, Version: RemoteVersion,
 		Queues: conc, Kinds: kinds, StartedAt: now, HeartbeatAt: now}
-	if me := thisProcess(); q.PID > 0 && host == me.host {
+	if me := thisProcess(); q.PID > 0 && q.PID != me.pid && host == me.host {
 		// The process-gone check of this host's workers applies to it.
+		// A worker with this process's PID is not in its PID namespace
+		// (a sidecar with serve's host name, both PID 1): it would be
+		// taken for a worker this process replaced, and rescued.
 		info.Instance = me.instance
 	}
 	r.mu.Lock()
