@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -205,5 +206,55 @@ func TestRemoteWorkerWithServePIDNotRescued(t *testing.T) {
 	}
 	if got.State != redrive.Running || got.Lease != jobs[0].Lease {
 		t.Fatalf("FINDING: the remote worker's job was rescued while it ran: %s, lease %d (handed out %d)", got.State, got.Lease, jobs[0].Lease)
+	}
+}
+
+// TestRemoteSidecarOtherPIDNotRescued: as above, with a sidecar whose
+// pid is not serve's: that pid names no process in serve's PID
+// namespace, so serve finds the worker gone and rescues the job it runs.
+func TestRemoteSidecarOtherPIDNotRescued(t *testing.T) {
+	t.Skip("FINDING (not fixed): serve cannot tell a sidecar's PID namespace from its own; " +
+		"the clients send pid by default. Fix needs the protocol (the worker sends its boot and PID namespace ids) or dropping the pid check for remote workers")
+	host, err := os.Hostname()
+	if err != nil || !strings.Contains(redrive.ProcessInstance(), "/") {
+		t.Skip("no host name or PID namespace on this system")
+	}
+	// A pid that runs nothing here: a child's, once it exited.
+	child := exec.Command("true")
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Logger: quietLogger()})
+	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{LeaseDuration: time.Hour, Logger: quietLogger()})
+	j, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: "py-7@sidecar", Host: host, PID: child.Process.Pid},
+		Queues: []string{"q"}, Kinds: []string{"k"}, Max: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("lease: %d jobs, %v", len(jobs), err)
+	}
+	w := redrive.NewWorker(c, redrive.WorkerOptions{Queues: map[string]int{"other": 1}, Logger: quietLogger(),
+		RescueInterval: 10 * time.Millisecond})
+	w.HandleFunc("k", func(context.Context, *redrive.Job) error { return nil })
+	rescued := redrive.RescueSignal(w)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	for range 3 {
+		<-rescued
+	}
+	stop()
+	<-done
+	got, err := c.Get(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != redrive.Running || got.Lease != jobs[0].Lease {
+		t.Fatalf("FINDING: the sidecar's job was rescued while it ran: %s, lease %d (handed out %d)", got.State, got.Lease, jobs[0].Lease)
 	}
 }
