@@ -258,3 +258,46 @@ func TestRemoteSidecarOtherPIDNotRescued(t *testing.T) {
 		t.Fatalf("FINDING: the sidecar's job was rescued while it ran: %s, lease %d (handed out %d)", got.State, got.Lease, jobs[0].Lease)
 	}
 }
+
+// TestRemoteOtherDependencyFreesProbe: a job handed out with its kind's
+// breaker half-open holds that breaker's one probe. When the worker
+// reports a failure on another breaker, the probe it held must be
+// returned; left out, the breaker refuses every call for a whole break
+// and then, the probe presumed failed, opens again.
+func TestRemoteOtherDependencyFreesProbe(t *testing.T) {
+	ctx := context.Background()
+	clock := &fencingClock{t: time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC)}
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	reg := breaker.NewRegistry(breaker.DefaultConfig())
+	a := reg.Configure("a", breaker.Config{Failures: 1, CountOnly: true, Window: time.Hour, BreakDuration: time.Minute,
+		HalfOpenProbes: 1, Now: clock.now})
+	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Breakers: reg, Logger: quietLogger(), DisableRetryBudget: true})
+	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{Logger: quietLogger()})
+	tok, err := a.Allow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Record(tok, errors.New("down"))
+	if a.State() != breaker.Open {
+		t.Fatalf("breaker %s, want open", a.State())
+	}
+	clock.add(time.Minute + time.Second) // the break ends: one probe may go
+	j, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: "py-1@a"},
+		Queues: []string{"q"}, Kinds: []string{"k"}, Dependencies: map[string]string{"k": "a"}, Max: 1})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("lease: %d jobs, %v", len(jobs), err)
+	}
+	res, err := rw.Outcomes(ctx, "py-1@a", []redrive.RemoteOutcome{{ID: j.ID, Lease: jobs[0].Lease, Kind: redrive.RemoteFail,
+		Class: failure.Transient, Error: "503 from b", Dependency: "b"}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("outcome: %v %+v", err, res)
+	}
+	if _, err := a.Allow(); err != nil {
+		t.Fatalf("FINDING: breaker a still holds the probe of an attempt that ended: %v", err)
+	}
+}
