@@ -1141,6 +1141,16 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 				br.Record(t, err)
 			}
 		}
+		if hasTok {
+			// The permission taken at the lease is returned unjudged:
+			// the failure was another breaker's. Kept, a half-open
+			// breaker's probe would stay out a whole break.
+			held, tok, rec := att.br, att.tok, record
+			record = func() {
+				held.Record(tok, context.Canceled)
+				rec()
+			}
+		}
 	} else if hasTok {
 		br, tok := att.br, att.tok
 		record = func() { br.Record(tok, err) }
