@@ -73,3 +73,21 @@ func BreakerSignal(w *Worker) <-chan struct{} {
 // (leases expired, jobs due). The loops still wait on real timers. Call
 // it before creating a worker from c.
 func SetClock(c *Client, now func() time.Time) { c.setClock(now) }
+
+// RemoteInflight returns how many attempts r keeps in memory.
+func RemoteInflight(r *RemoteWorkers) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight)
+}
+
+// RemoteKnown returns how many remote workers r keeps in memory.
+func RemoteKnown(r *RemoteWorkers) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.workers)
+}
+
+// ProcessInstance returns this process's boot and PID namespace ("" when
+// the system does not say).
+func ProcessInstance() string { return thisProcess().instance }

@@ -433,6 +433,7 @@ func (r *RemoteWorkers) screen(ctx context.Context, q LeaseRequest, jobs []*Job,
 			}
 			r.mu.Lock()
 			r.inflight[store.LeaseOf(j)] = att
+			r.pruneLocked(now)
 			r.mu.Unlock()
 			out = append(out, j)
 			continue
@@ -487,8 +488,11 @@ func (r *RemoteWorkers) register(ctx context.Context, q LeaseRequest, queues []s
 	now := r.client.now()
 	info := store.WorkerInfo{ID: q.Worker, Host: host, PID: q.PID, Version: RemoteVersion,
 		Queues: conc, Kinds: kinds, StartedAt: now, HeartbeatAt: now}
-	if me := thisProcess(); q.PID > 0 && host == me.host {
+	if me := thisProcess(); q.PID > 0 && q.PID != me.pid && host == me.host {
 		// The process-gone check of this host's workers applies to it.
+		// A worker with this process's PID is not in its PID namespace
+		// (a sidecar with serve's host name, both PID 1): it would be
+		// taken for a worker this process replaced, and rescued.
 		info.Instance = me.instance
 	}
 	r.mu.Lock()
@@ -742,6 +746,7 @@ func (r *RemoteWorkers) Heartbeat(ctx context.Context, worker string, beats []Re
 		}
 		out[i] = s
 	}
+	r.pruneLocked(now)
 	r.mu.Unlock()
 	return out, nil
 }
@@ -864,6 +869,7 @@ func (r *RemoteWorkers) canceled(ctx context.Context, worker string, cc store.Ca
 			a.job.CancelRequested = true
 		}
 	}
+	r.pruneLocked(now)
 	r.mu.Unlock()
 	return out, nil
 }
@@ -966,7 +972,9 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	}
 	res := make([]RemoteResult, len(outs))
 	decided := make([]store.Outcome, 0, len(outs))
-	slot := make([]int, 0, len(outs)) // decided[k] is for res[slot[k]]
+	slot := make([]int, 0, len(outs))       // decided[k] is for res[slot[k]]
+	records := make([]func(), 0, len(outs)) // records[k] tells decided[k]'s breaker
+	held := make([]bool, 0, len(outs))      // decided[k]'s attempt was in memory
 	seen := map[store.Lease]bool{}
 	now := r.client.now()
 	for i := range outs {
@@ -1000,19 +1008,25 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 			continue
 		}
 		seen[l] = true
-		decided = append(decided, r.decide(j, ro, worker, now))
+		o, rec := r.decide(j, ro, worker, now)
+		decided = append(decided, o)
 		slot = append(slot, i)
+		records = append(records, rec)
+		held = append(held, att != nil)
 	}
+	var written []bool
+	applied := func(k int) bool { return k < len(written) && written[k] }
 	if len(decided) > 0 {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.writeTimeout())
-		applied, err := r.store.Finish(fctx, decided)
+		var err error
+		written, err = r.store.Finish(fctx, decided)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("redrive: outcomes: %w", err)
 		}
 		for k, o := range decided {
 			i := slot[k]
-			if !applied[k] {
+			if !applied(k) {
 				res[i].Err = fmt.Errorf("%w: job %d no longer runs lease %d for %s", ErrLeaseLost, o.JobID, o.Lease, worker)
 				continue
 			}
@@ -1022,7 +1036,24 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 			}
 		}
 	}
+	// The attempts' breakers hear of them once the outcomes are written:
+	// an outcome whose write failed is reported again, and its attempt
+	// must count once. The first call to take an attempt out of memory
+	// records it; one that was not in memory (a restart, another serve)
+	// is recorded by the call that applied it.
+	var record []func()
 	r.mu.Lock()
+	for k, o := range decided {
+		l := store.Lease{JobID: o.JobID, Token: o.Lease}
+		if a := r.inflight[l]; held[k] && a != nil && a.worker == worker {
+			delete(r.inflight, l)
+		} else if held[k] || !applied(k) {
+			continue
+		}
+		if records[k] != nil {
+			record = append(record, records[k])
+		}
+	}
 	for i := range outs {
 		if a := r.inflight[store.Lease{JobID: outs[i].ID, Token: outs[i].Lease}]; a != nil && a.worker == worker {
 			delete(r.inflight, store.Lease{JobID: outs[i].ID, Token: outs[i].Lease})
@@ -1030,6 +1061,9 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	}
 	r.pruneLocked(now)
 	r.mu.Unlock()
+	for _, f := range record {
+		f()
+	}
 	return res, nil
 }
 
@@ -1052,8 +1086,9 @@ func (r *RemoteWorkers) lost(ctx context.Context, ro *RemoteOutcome, worker stri
 }
 
 // decide turns a remote worker's outcome for j, which it holds, into the
-// engine's, recording the attempt on its breaker.
-func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now time.Time) Outcome {
+// engine's, and returns with it the function recording the attempt on
+// its breaker (nil: none), to call once the outcome is written.
+func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now time.Time) (Outcome, func()) {
 	e := r.exec
 	ln := e.lane(j.Queue)
 	start := attemptStart(j, now)
@@ -1095,18 +1130,32 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 		o = e.Release(j, now)
 		e.report(context.Background(), j, &o, ErrShutdown, start, now)
 	}
+	var record func()
 	if ro.Dependency != "" && (!hasTok || att.br.Name() != ro.Dependency) {
 		// The worker names the breaker it called: record the attempt on
-		// it, with a permission taken now (an open breaker has refused
+		// it, with a permission taken then (an open breaker has refused
 		// it, and needs no more failures).
 		br := e.breakers.Get(ro.Dependency)
-		if t, aerr := br.Allow(); aerr == nil {
-			br.Record(t, err)
+		record = func() {
+			if t, aerr := br.Allow(); aerr == nil {
+				br.Record(t, err)
+			}
+		}
+		if hasTok {
+			// The permission taken at the lease is returned unjudged:
+			// the failure was another breaker's. Kept, a half-open
+			// breaker's probe would stay out a whole break.
+			held, tok, rec := att.br, att.tok, record
+			record = func() {
+				held.Record(tok, context.Canceled)
+				rec()
+			}
 		}
 	} else if hasTok {
-		att.br.Record(att.tok, err)
+		br, tok := att.br, att.tok
+		record = func() { br.Record(tok, err) }
 	}
-	return asRemote(o, worker)
+	return asRemote(o, worker), record
 }
 
 // failMessage is the error a fail records: the error and its cause.
@@ -1135,7 +1184,12 @@ func stateAfter(o Outcome) (store.State, time.Time) {
 
 // pruneLocked forgets, every LeaseDuration, the attempts neither
 // heartbeated nor reported for two lease durations: their leases
-// expired, and their jobs were rescued.
+// expired, and their jobs were rescued. It runs wherever attempts are
+// added or heard of (leases, heartbeats, cancellations, outcomes), so
+// that the attempts of workers that vanish without reporting are
+// forgotten even when no outcome comes. It forgets as well the remote
+// workers not heard of for two lease durations or two long-polls,
+// whichever is longer: those gone without a stop.
 func (r *RemoteWorkers) pruneLocked(now time.Time) {
 	if now.Sub(r.lastPrune) < r.opts.LeaseDuration {
 		return
@@ -1144,6 +1198,14 @@ func (r *RemoteWorkers) pruneLocked(now time.Time) {
 	for l, a := range r.inflight {
 		if now.Sub(a.at) > 2*r.opts.LeaseDuration {
 			delete(r.inflight, l)
+		}
+	}
+	// A live worker is heard of at least every long-poll or heartbeat;
+	// one forgotten registers again with its next lease.
+	forget := 2 * max(r.opts.LeaseDuration, MaxRemoteWait)
+	for name, w := range r.workers {
+		if now.Sub(w.beat) > forget {
+			delete(r.workers, name)
 		}
 	}
 }
