@@ -207,10 +207,11 @@ const RemoteVersion = "remote"
 type RemoteIdentity struct {
 	// Worker is the worker's unique name (see CheckRemoteWorker).
 	Worker string
-	// Host and PID locate its process; Host defaults to the part of
-	// Worker after its last '@'. When Host is this process's host and
-	// PID is set, the jobs of a worker whose process died are rescued at
-	// once, as a Go worker's are.
+	// Host and PID locate its process, for the workers view; Host
+	// defaults to the part of Worker after its last '@'. The jobs of a
+	// remote worker that died are rescued at lease expiry, whatever its
+	// host and pid (serve cannot tell whether the pid is in its own PID
+	// namespace).
 	Host string
 	PID  int
 }
@@ -488,13 +489,12 @@ func (r *RemoteWorkers) register(ctx context.Context, q LeaseRequest, queues []s
 	now := r.client.now()
 	info := store.WorkerInfo{ID: q.Worker, Host: host, PID: q.PID, Version: RemoteVersion,
 		Queues: conc, Kinds: kinds, StartedAt: now, HeartbeatAt: now}
-	if me := thisProcess(); q.PID > 0 && q.PID != me.pid && host == me.host {
-		// The process-gone check of this host's workers applies to it.
-		// A worker with this process's PID is not in its PID namespace
-		// (a sidecar with serve's host name, both PID 1): it would be
-		// taken for a worker this process replaced, and rescued.
-		info.Instance = me.instance
-	}
+	// No Instance: the process-gone check of this host's workers never
+	// applies to a remote worker. Its host name and pid do not say
+	// whether it runs in serve's PID namespace (a sidecar in a pod shares
+	// the host name, not the namespace): a live worker's pid would name
+	// no process here, and its jobs would be rescued while they run, to
+	// run twice. A remote worker's jobs are rescued at lease expiry.
 	r.mu.Lock()
 	known := r.workers[q.Worker]
 	r.mu.Unlock()
