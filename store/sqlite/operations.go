@@ -455,8 +455,7 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 		// ckey): it waits on the group's slots and rate as its source
 		// did. It keeps its fair key (fkey) too, and its trace context:
 		// its attempts join its source's trace.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, priority,
-			created_at, run_at, replay_of, history, climit, ckey, fkey, trace) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?, ?, ?)`,
+		if _, err := s.stmt(tx, "replayInsert").ExecContext(ctx,
 			src.queue, src.kind, src.payload, src.maxRetries, nullBytes(src.policy), src.dep, src.reprc, src.priority,
 			micros(st.Now), micros(st.Now), src.id, ev, src.climit, src.ckey, src.fkey, src.trace); err != nil {
 			return 0, 0, fmt.Errorf("replay job %d: %w", src.id, err)
@@ -670,7 +669,7 @@ func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 		return 0, 0, err
 	}
 	for k, i := range idx {
-		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET payload = ? WHERE id = ?`, out[k], ids[i]); err != nil {
+		if _, err := s.stmt(tx, "rekeyPayload").ExecContext(ctx, out[k], ids[i]); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -683,7 +682,7 @@ func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 			return 0, 0, fmt.Errorf("job %d: %w", ids[i], err)
 		}
 		if changed {
-			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET history = ? WHERE id = ?`, nh, ids[i]); err != nil {
+			if _, err := s.stmt(tx, "rekeyHistory").ExecContext(ctx, nh, ids[i]); err != nil {
 				return 0, 0, err
 			}
 		}
@@ -697,7 +696,7 @@ func (s *Store) rekeyStep(ctx context.Context, tx *sql.Conn, op *store.Operation
 			return 0, 0, fmt.Errorf("job %d: %w", ids[i], err)
 		}
 		if changed {
-			if _, err := tx.ExecContext(ctx, `UPDATE jobs SET result = ? WHERE id = ?`, nr, ids[i]); err != nil {
+			if _, err := s.stmt(tx, "rekeyResult").ExecContext(ctx, nr, ids[i]); err != nil {
 				return 0, 0, err
 			}
 		}

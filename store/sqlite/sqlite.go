@@ -424,6 +424,14 @@ const dueAt = `EXISTS (SELECT 1 FROM jobs WHERE state IN ('pending', 'scheduled'
 // every store opened, most of a short-lived store's CPU (a CLI command,
 // a test).
 var writeSQL = map[string]string{
+	// A rotation's re-sealing (rekeyStep), a row at a time: prepared
+	// once rather than parsed for each of a rotation's rows.
+	"rekeyPayload": `UPDATE jobs SET payload = ? WHERE id = ?`,
+	"rekeyHistory": `UPDATE jobs SET history = ? WHERE id = ?`,
+	"rekeyResult":  `UPDATE jobs SET result = ? WHERE id = ?`,
+	// A replay's copy of a job (replayStep), a row at a time.
+	"replayInsert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, priority,
+		created_at, run_at, replay_of, history, climit, ckey, fkey, trace) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, json_array(json(?)), ?, ?, ?, ?)`,
 	"insert": `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority, trace)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING RETURNING id`,
