@@ -301,6 +301,12 @@ type DownloadParams struct {
 	ServerCmd func(ctx context.Context, args []string) (*exec.Cmd, error) `json:"-"`
 	// Verify checks every file's SHA-256 after each side (untimed).
 	Verify bool `json:"verify"`
+	// EngineLast runs the other side (curl, minio-go) first and the
+	// engine last, to see what the order costs.
+	EngineLast bool `json:"engine_last,omitempty"`
+	// CheckpointBytes is the engine's download.Options.CheckpointBytes
+	// (0: the kind's default).
+	CheckpointBytes int64 `json:"checkpoint_bytes,omitempty"`
 	// S3, when set, fetches the files from an S3-compatible store
 	// (through the engine with an s3:// source, then with minio-go's
 	// FGetObject) instead of from the HTTP file server with curl.
@@ -374,6 +380,8 @@ func (r *DownloadResult) Parameters() []Figure {
 		{"files", fmt.Sprintf("%d x %.0f MiB = %.2f GiB", r.Params.Files, float64(r.Params.Size)/(1<<20),
 			float64(r.Params.Size)*float64(r.Params.Files)/(1<<30))},
 		{"concurrency", strconv.Itoa(r.Params.Concurrency)},
+		{"engine checkpoints", checkpointFigure(r.Params.CheckpointBytes)},
+		{"order", map[bool]string{false: "engine first", true: "engine last"}[r.Params.EngineLast]},
 	}
 	if s3 := r.Params.S3; s3 != nil {
 		bucket := s3.Bucket + " (kept)"
@@ -396,6 +404,14 @@ func (r *DownloadResult) Parameters() []Figure {
 		f = append(f, Figure{"file server", server}, Figure{"curl", curl})
 	}
 	return append(f, Figure{"verify sha256", strconv.FormatBool(r.Params.Verify)})
+}
+
+// checkpointFigure words the engine's checkpoint interval.
+func checkpointFigure(n int64) string {
+	if n == 0 {
+		n = download.DefaultCheckpointBytes
+	}
+	return fmt.Sprintf("every %.0f MiB", float64(n)/(1<<20))
 }
 
 // Figures implements Result.
@@ -686,6 +702,8 @@ func Download(ctx context.Context, cfg Config, p DownloadParams) (*DownloadResul
 		return nil, fmt.Errorf("bench: download: concurrency must be at least 1, got %d", p.Concurrency)
 	case cfg.DatabaseURL != "":
 		return nil, errors.New("bench: download: runs on SQLite only")
+	case p.CheckpointBytes < 0:
+		return nil, fmt.Errorf("bench: download: checkpoint bytes must not be negative, got %d", p.CheckpointBytes)
 	case p.CurlMode != CurlBoth && p.CurlMode != CurlDurable && p.CurlMode != CurlPlain:
 		return nil, fmt.Errorf("bench: download: curl mode %q: want %s, %s or %s", p.CurlMode, CurlBoth, CurlDurable, CurlPlain)
 	}
@@ -781,60 +799,72 @@ func runDownload(ctx context.Context, r *rig, res *DownloadResult) (err error) {
 	}
 	defer os.RemoveAll(base)
 
-	// The engine.
-	engineDir := filepath.Join(base, "engine")
-	reqs := make([]redrive.Request, p.Files)
-	for i := range reqs {
-		reqs[i] = redrive.Request{Kind: download.Kind, Payload: download.Payload{URL: src.url(i)}}
-	}
 	var checks checks
-	sent0 := src.sent()
-	if err := runEngine(ctx, r, download.Options{Dir: engineDir, MaxBytes: p.Size + 1}, reqs, p.Size, &res.Engine, want, &checks); err != nil {
-		return err
-	}
-	if sent0 >= 0 {
-		res.Engine.Served = src.sent() - sent0
-	}
-	if err := os.RemoveAll(engineDir); err != nil {
-		return err
-	}
-
-	// curl: durable, then plain.
-	if p.Curl == "-" {
-		return checks.err("download")
-	}
-	for _, durable := range []bool{true, false} {
-		if durable && p.CurlMode == CurlPlain || !durable && p.CurlMode == CurlDurable {
-			continue
+	engine := func() error {
+		dir := filepath.Join(base, "engine")
+		reqs := make([]redrive.Request, p.Files)
+		for i := range reqs {
+			reqs[i] = redrive.Request{Kind: download.Kind, Payload: download.Payload{URL: src.url(i)}}
 		}
-		name := "curl"
-		side := &DownloadSide{}
-		if durable {
-			name, res.CurlDurable = "durable curl", side
-		} else {
-			res.Curl = side
-		}
-		dir := filepath.Join(base, strings.ReplaceAll(name, " ", "-"))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		syscall.Sync()
 		sent0 := src.sent()
-		wall, user, sys, syncUser, syncSys, err := runCurl(ctx, p.Curl, src, p.Files, dir, p.Concurrency, durable)
-		if err != nil {
+		opts := download.Options{Dir: dir, MaxBytes: p.Size + 1, CheckpointBytes: p.CheckpointBytes}
+		if err := runEngine(ctx, r, opts, reqs, p.Size, &res.Engine, want, &checks); err != nil {
 			return err
 		}
-		side.fill(wall, user+syncUser, sys+syncSys, total)
-		side.SyncCPU = Duration(syncUser + syncSys)
 		if sent0 >= 0 {
-			side.Served = src.sent() - sent0
+			res.Engine.Served = src.sent() - sent0
 		}
-		if want != nil {
-			if err := verifyFiles(dir, p.Files, p.Size, want); err != nil {
-				checks = append(checks, name+": "+err.Error())
+		return os.RemoveAll(dir)
+	}
+	// curl: durable, then plain.
+	curl := func() error {
+		for _, durable := range []bool{true, false} {
+			if durable && p.CurlMode == CurlPlain || !durable && p.CurlMode == CurlDurable {
+				continue
+			}
+			name := "curl"
+			side := &DownloadSide{}
+			if durable {
+				name, res.CurlDurable = "durable curl", side
+			} else {
+				res.Curl = side
+			}
+			dir := filepath.Join(base, strings.ReplaceAll(name, " ", "-"))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			syscall.Sync()
+			sent0 := src.sent()
+			wall, user, sys, syncUser, syncSys, err := runCurl(ctx, p.Curl, src, p.Files, dir, p.Concurrency, durable)
+			if err != nil {
+				return err
+			}
+			side.fill(wall, user+syncUser, sys+syncSys, total)
+			side.SyncCPU = Duration(syncUser + syncSys)
+			if sent0 >= 0 {
+				side.Served = src.sent() - sent0
+			}
+			if want != nil {
+				if err := verifyFiles(dir, p.Files, p.Size, want); err != nil {
+					checks = append(checks, name+": "+err.Error())
+				}
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				return err
 			}
 		}
-		if err := os.RemoveAll(dir); err != nil {
+		return nil
+	}
+	sides := []func() error{engine}
+	switch {
+	case p.Curl == "-":
+	case p.EngineLast:
+		sides = []func() error{curl, engine}
+	default:
+		sides = append(sides, curl)
+	}
+	for _, side := range sides {
+		if err := side(); err != nil {
 			return err
 		}
 	}

@@ -144,42 +144,52 @@ func runDownloadS3(ctx context.Context, r *rig, res *DownloadResult) (err error)
 	}
 	defer os.RemoveAll(base)
 
-	// The engine.
-	engineDir := filepath.Join(base, "engine")
-	reqs := make([]redrive.Request, p.Files)
-	for i := range reqs {
-		reqs[i] = redrive.Request{Kind: download.Kind, Payload: download.Payload{
-			URL: "s3://" + s3.Bucket + "/" + FileName(i), Source: downloadS3Source}}
-	}
-	opts := download.Options{Dir: engineDir, MaxBytes: p.Size + 1, Sources: map[string]download.S3Source{
-		downloadS3Source: {Endpoint: s3.Endpoint, Region: s3.Region, Credentials: s3.Credentials}}}
 	var checks checks
-	if err := runEngine(ctx, r, opts, reqs, p.Size, &res.Engine, want, &checks); err != nil {
-		return err
+	engine := func() error {
+		dir := filepath.Join(base, "engine")
+		reqs := make([]redrive.Request, p.Files)
+		for i := range reqs {
+			reqs[i] = redrive.Request{Kind: download.Kind, Payload: download.Payload{
+				URL: "s3://" + s3.Bucket + "/" + FileName(i), Source: downloadS3Source}}
+		}
+		opts := download.Options{Dir: dir, MaxBytes: p.Size + 1, CheckpointBytes: p.CheckpointBytes, Sources: map[string]download.S3Source{
+			downloadS3Source: {Endpoint: s3.Endpoint, Region: s3.Region, Credentials: s3.Credentials}}}
+		if err := runEngine(ctx, r, opts, reqs, p.Size, &res.Engine, want, &checks); err != nil {
+			return err
+		}
+		return os.RemoveAll(dir)
 	}
-	if err := os.RemoveAll(engineDir); err != nil {
-		return err
-	}
-
 	// minio-go, with a client (and connections) of its own.
-	mcGet, doneGet, err := s3.client()
-	if err != nil {
-		return fmt.Errorf("bench: download: s3: %w", err)
+	other := func() error {
+		mc, done, err := s3.client()
+		if err != nil {
+			return fmt.Errorf("bench: download: s3: %w", err)
+		}
+		defer done()
+		dir := filepath.Join(base, "minio-go")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		syscall.Sync()
+		side := &DownloadSide{}
+		if err := runFGetObject(ctx, mc, s3.Bucket, p.Files, dir, p.Concurrency, side, total); err != nil {
+			return err
+		}
+		res.MinIOGo = side
+		if want != nil {
+			if err := verifyFiles(dir, p.Files, p.Size, want); err != nil {
+				checks = append(checks, "minio-go: "+err.Error())
+			}
+		}
+		return os.RemoveAll(dir)
 	}
-	defer doneGet()
-	dir := filepath.Join(base, "minio-go")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	sides := []func() error{engine, other}
+	if p.EngineLast {
+		sides = []func() error{other, engine}
 	}
-	syscall.Sync()
-	side := &DownloadSide{}
-	if err := runFGetObject(ctx, mcGet, s3.Bucket, p.Files, dir, p.Concurrency, side, total); err != nil {
-		return err
-	}
-	res.MinIOGo = side
-	if want != nil {
-		if err := verifyFiles(dir, p.Files, p.Size, want); err != nil {
-			checks = append(checks, "minio-go: "+err.Error())
+	for _, side := range sides {
+		if err := side(); err != nil {
+			return err
 		}
 	}
 	return checks.err("download")

@@ -58,17 +58,24 @@ func TestDownloadWorkload(t *testing.T) {
 	}
 }
 
-// TestDownloadWorkloadCurlMode: one curl side when asked, and a mode
-// that is none of the three is refused.
+// TestDownloadWorkloadCurlMode: one curl side when asked, before or
+// after the engine, and a mode that is none of the three, or a negative
+// checkpoint interval, is refused.
 func TestDownloadWorkloadCurlMode(t *testing.T) {
 	if _, err := exec.LookPath(DefaultCurl); err != nil {
 		t.Skip("no curl")
 	}
 	for _, mode := range []string{CurlDurable, CurlPlain} {
+		// Durable, the engine runs last and checkpoints every 256 KiB.
+		durable := mode == CurlDurable
 		res, err := Download(context.Background(), Config{ErrorLog: io.Discard, DBDir: t.TempDir()},
-			DownloadParams{Files: 2, Size: 1 << 20, Concurrency: 2, CurlMode: mode, Dir: t.TempDir(), Verify: true})
+			DownloadParams{Files: 2, Size: 1 << 20, Concurrency: 2, CurlMode: mode, Dir: t.TempDir(), Verify: true,
+				EngineLast: durable, CheckpointBytes: map[bool]int64{true: 256 << 10}[durable]})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if res.Engine.Served != 2<<20 {
+			t.Errorf("%s: engine %+v", mode, res.Engine)
 		}
 		if (res.CurlDurable != nil) != (mode == CurlDurable) || (res.Curl != nil) != (mode == CurlPlain) {
 			t.Errorf("%s: durable %+v, plain %+v", mode, res.CurlDurable, res.Curl)
@@ -78,6 +85,11 @@ func TestDownloadWorkloadCurlMode(t *testing.T) {
 		DownloadParams{Files: 1, Size: 1, Concurrency: 1, CurlMode: "fast"})
 	if err == nil || !strings.Contains(err.Error(), `curl mode "fast": want both, durable or plain`) {
 		t.Errorf("curl mode fast: %v", err)
+	}
+	_, err = Download(context.Background(), Config{ErrorLog: io.Discard, DBDir: t.TempDir()},
+		DownloadParams{Files: 1, Size: 1, Concurrency: 1, CheckpointBytes: -1})
+	if err == nil || !strings.Contains(err.Error(), "checkpoint bytes must not be negative") {
+		t.Errorf("checkpoint bytes -1: %v", err)
 	}
 }
 

@@ -80,6 +80,8 @@ used: --concurrency is both sides'.`,
 				return flagErrorf(cmd, "--concurrency must be at least 1, got %d", p.Concurrency)
 			case o.databaseURL != "":
 				return flagErrorf(cmd, "the download workload runs on SQLite only: leave out --database-url")
+			case p.CheckpointBytes < 0:
+				return flagErrorf(cmd, "--checkpoint-bytes must not be negative, got %d", p.CheckpointBytes)
 			case p.CurlMode != bench.CurlBoth && p.CurlMode != bench.CurlDurable && p.CurlMode != bench.CurlPlain:
 				return flagErrorf(cmd, "--curl-mode must be both, durable or plain, got %q", p.CurlMode)
 			}
@@ -124,6 +126,8 @@ used: --concurrency is both sides'.`,
 	f.StringVar(&p.Curl, "curl", p.Curl, "the curl binary (- to skip the curl sides)")
 	f.StringVar(&p.CurlMode, "curl-mode", p.CurlMode, "the curl sides: both, durable (fsync, rename, directory fsync after each file) or plain")
 	f.StringVar(&p.Dir, "dir", "", "where the files are written (default: a temporary directory)")
+	f.Int64Var(&p.CheckpointBytes, "checkpoint-bytes", 0, "the engine's bytes between two checkpoints (fsync and sidecar; 0: the kind's default, 64 MiB)")
+	f.BoolVar(&p.EngineLast, "engine-last", false, "run the other side (curl, minio-go) first and the engine last")
 	f.BoolVar(&p.Verify, "verify", false, "check every file's SHA-256 after each side (untimed)")
 	f.BoolVar(&inProcess, "server-in-process", false, "run the file server in this process (its CPU then counts as the engine's)")
 	f.StringVar(&s3.Endpoint, "s3", "", "fetch from this S3-compatible store (http(s)://host:port) through the engine and minio-go instead")

@@ -93,6 +93,7 @@ func TestBenchDownloadBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--files", "0"}, "--files must be at least 1"},
+		{[]string{"--checkpoint-bytes", "-1"}, "--checkpoint-bytes must not be negative, got -1"},
 		{[]string{"--curl-mode", "fast"}, `--curl-mode must be both, durable or plain, got "fast"`},
 		{[]string{"--s3-bucket", "b"}, "--s3-bucket needs --s3"},
 		{[]string{"--s3-region", "eu-west-1"}, "--s3-region needs --s3"},
