@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -262,16 +263,34 @@ func readListening(r *bufio.Reader) (string, error) {
 	return addr, nil
 }
 
+// The curl sides of the download workload (DownloadParams.CurlMode).
+const (
+	// CurlBoth runs curl twice: durable (the goal's figure), then plain.
+	CurlBoth = "both"
+	// CurlDurable runs `curl -s -f -o FILE.part URL`, then, from the
+	// benchmark process once each curl has exited, fsyncs the file,
+	// renames it to FILE and fsyncs the directory: the engine's promise
+	// (a file under its final name is whole and on disk).
+	CurlDurable = "durable"
+	// CurlPlain runs `curl -s -f -o FILE URL` and nothing else: the
+	// kernel writes the file back whenever it likes.
+	CurlPlain = "plain"
+)
+
 // DownloadParams are the parameters of the download workload.
 type DownloadParams struct {
 	// Files and Size are the files served and their size in bytes.
 	Files int   `json:"files"`
 	Size  int64 `json:"size"`
 	// Concurrency is how many files are fetched at once, by the engine
-	// (the queue's concurrency) and by curl (processes at once).
+	// (the queue's concurrency) and by the other side (curl processes, or
+	// minio-go's FGetObject calls, at once).
 	Concurrency int `json:"concurrency"`
 	// Curl is the curl binary (default /usr/bin/curl); "-" skips curl.
 	Curl string `json:"curl"`
+	// CurlMode is which curl sides run: CurlBoth (the default),
+	// CurlDurable or CurlPlain.
+	CurlMode string `json:"curl_mode,omitempty"`
 	// Dir is where the files are written (default: a temporary
 	// directory), a fresh folder for each side, deleted afterwards.
 	Dir string `json:"dir,omitempty"`
@@ -282,27 +301,50 @@ type DownloadParams struct {
 	ServerCmd func(ctx context.Context, args []string) (*exec.Cmd, error) `json:"-"`
 	// Verify checks every file's SHA-256 after each side (untimed).
 	Verify bool `json:"verify"`
+	// EngineLast runs the other side (curl, minio-go) first and the
+	// engine last, to see what the order costs.
+	EngineLast bool `json:"engine_last,omitempty"`
+	// CheckpointBytes is the engine's download.Options.CheckpointBytes
+	// (0: the kind's default).
+	CheckpointBytes int64 `json:"checkpoint_bytes,omitempty"`
+	// S3, when set, fetches the files from an S3-compatible store
+	// (through the engine with an s3:// source, then with minio-go's
+	// FGetObject) instead of from the HTTP file server with curl.
+	S3 *DownloadS3 `json:"s3,omitempty"`
 }
 
-// DownloadSide is what one side (engine or curl) measured.
+// DownloadSide is what one side (engine, curl or minio-go) measured.
 type DownloadSide struct {
 	Wall Duration `json:"wall_ms"`
 	// MiBps is the bytes of all files over the wall time.
 	MiBps float64 `json:"mib_per_s"`
-	// CPU is user+system CPU time: of this process for the engine, of the
-	// curl processes for curl.
+	// CPU is user+system CPU time: of this process for the engine and
+	// minio-go; for curl, of the curl processes plus SyncCPU.
 	CPU     Duration `json:"cpu_ms"`
 	UserCPU Duration `json:"user_cpu_ms"`
 	SysCPU  Duration `json:"sys_cpu_ms"`
+	// SyncCPU is the part of CPU (and of UserCPU plus SysCPU) spent by
+	// this process in the fsyncs and renames after each file (durable
+	// curl, minio-go), measured on the thread that made them
+	// (RUSAGE_THREAD on Linux).
+	SyncCPU Duration `json:"sync_cpu_ms,omitempty"`
 	// CPUPerGiB is CPU seconds per GiB fetched.
 	CPUPerGiB float64 `json:"cpu_s_per_gib"`
-	// Served is the body bytes the file server sent for this side.
+	// Served is the body bytes the file server sent for this side (0
+	// with S3: MinIO does not say).
 	Served int64 `json:"served_bytes"`
 }
 
-func (s *DownloadSide) figure(total int64) string {
-	return fmt.Sprintf("%s, %.0f MiB/s, CPU %s (user %s, sys %s) = %.2f CPU-s/GiB, served %.1f MiB",
-		s.Wall, s.MiBps, s.CPU, s.UserCPU, s.SysCPU, s.CPUPerGiB, float64(s.Served)/(1<<20))
+func (s *DownloadSide) figure(served bool) string {
+	f := fmt.Sprintf("%s, %.0f MiB/s, CPU %s (user %s, sys %s", s.Wall, s.MiBps, s.CPU, s.UserCPU, s.SysCPU)
+	if s.SyncCPU > 0 {
+		f += fmt.Sprintf(", of which fsyncs %s", s.SyncCPU)
+	}
+	f += fmt.Sprintf(") = %.2f CPU-s/GiB", s.CPUPerGiB)
+	if served {
+		f += fmt.Sprintf(", served %.1f MiB", float64(s.Served)/(1<<20))
+	}
+	return f
 }
 
 func (s *DownloadSide) fill(wall, user, sys time.Duration, total int64) {
@@ -317,9 +359,16 @@ type DownloadResult struct {
 	Params DownloadParams `json:"params"`
 	// ServerInProcess: the file server ran in this process, and its CPU
 	// is in the engine's figure.
-	ServerInProcess bool          `json:"server_in_process"`
-	Engine          DownloadSide  `json:"engine"`
-	Curl            *DownloadSide `json:"curl,omitempty"`
+	ServerInProcess bool         `json:"server_in_process"`
+	Engine          DownloadSide `json:"engine"`
+	// CurlDurable is curl with the engine's durability (CurlDurable):
+	// the side the goal compares the engine with.
+	CurlDurable *DownloadSide `json:"curl_durable,omitempty"`
+	// Curl is plain curl (CurlPlain).
+	Curl *DownloadSide `json:"curl,omitempty"`
+	// MinIOGo is minio-go's FGetObject followed by an fsync of the file
+	// and of its directory (with S3).
+	MinIOGo *DownloadSide `json:"minio_go,omitempty"`
 }
 
 // Info implements Result.
@@ -327,33 +376,75 @@ func (r *DownloadResult) Info() *Meta { return &r.Meta }
 
 // Parameters implements Result.
 func (r *DownloadResult) Parameters() []Figure {
-	server := "child process"
-	if r.ServerInProcess {
-		server = "in this process (its CPU counts as the engine's)"
-	}
-	curl := r.Params.Curl
-	if curl == "-" {
-		curl = "skipped"
-	}
-	return []Figure{
+	f := []Figure{
 		{"files", fmt.Sprintf("%d x %.0f MiB = %.2f GiB", r.Params.Files, float64(r.Params.Size)/(1<<20),
 			float64(r.Params.Size)*float64(r.Params.Files)/(1<<30))},
 		{"concurrency", strconv.Itoa(r.Params.Concurrency)},
-		{"file server", server},
-		{"curl", curl},
-		{"verify sha256", strconv.FormatBool(r.Params.Verify)},
+		{"engine checkpoints", checkpointFigure(r.Params.CheckpointBytes)},
+		{"order", map[bool]string{false: "engine first", true: "engine last"}[r.Params.EngineLast]},
 	}
+	if s3 := r.Params.S3; s3 != nil {
+		bucket := s3.Bucket + " (kept)"
+		if s3.fresh {
+			bucket = s3.Bucket + " (fresh, deleted afterwards)"
+		}
+		f = append(f, Figure{"s3 endpoint", s3.Endpoint}, Figure{"s3 bucket", bucket},
+			Figure{"other side", "minio-go " + minioGoVersion() + " FGetObject, then fsync of the file and its directory"})
+	} else {
+		server := "child process"
+		if r.ServerInProcess {
+			server = "in this process (its CPU counts as the engine's)"
+		}
+		curl := r.Params.Curl
+		if curl == "-" {
+			curl = "skipped"
+		} else {
+			curl += " (" + r.Params.CurlMode + ")"
+		}
+		f = append(f, Figure{"file server", server}, Figure{"curl", curl})
+	}
+	return append(f, Figure{"verify sha256", strconv.FormatBool(r.Params.Verify)})
+}
+
+// checkpointFigure words the engine's checkpoint interval.
+func checkpointFigure(n int64) string {
+	if n == 0 {
+		n = download.DefaultCheckpointBytes
+	}
+	return fmt.Sprintf("every %.0f MiB", float64(n)/(1<<20))
 }
 
 // Figures implements Result.
 func (r *DownloadResult) Figures() []Figure {
-	total := r.Params.Size * int64(r.Params.Files)
-	f := []Figure{{"engine", r.Engine.figure(total)}}
-	if r.Curl != nil {
-		f = append(f, Figure{"curl", r.Curl.figure(total)})
-		if r.Curl.MiBps > 0 && r.Curl.CPUPerGiB > 0 {
-			f = append(f, Figure{"engine / curl", fmt.Sprintf("throughput %.2fx, CPU per GiB %.2fx",
-				r.Engine.MiBps/r.Curl.MiBps, r.Engine.CPUPerGiB/r.Curl.CPUPerGiB)})
+	http := r.Params.S3 == nil
+	name := "engine"
+	if !http {
+		name = "engine (s3://)"
+	}
+	f := []Figure{{name, r.Engine.figure(http)}}
+	for _, o := range []struct {
+		name string
+		side *DownloadSide
+	}{
+		{"curl + fsync, rename, dir fsync", r.CurlDurable},
+		{"curl", r.Curl},
+		{"minio-go FGetObject + fsync, dir fsync", r.MinIOGo},
+	} {
+		if o.side != nil {
+			f = append(f, Figure{o.name, o.side.figure(http)})
+		}
+	}
+	for _, o := range []struct {
+		name string
+		side *DownloadSide
+	}{
+		{"engine / durable curl", r.CurlDurable},
+		{"engine / curl", r.Curl},
+		{"engine / minio-go", r.MinIOGo},
+	} {
+		if o.side != nil && o.side.MiBps > 0 && o.side.CPUPerGiB > 0 {
+			f = append(f, Figure{o.name, fmt.Sprintf("throughput %.2fx, CPU per GiB %.2fx",
+				r.Engine.MiBps/o.side.MiBps, r.Engine.CPUPerGiB/o.side.CPUPerGiB)})
 		}
 	}
 	return f
@@ -436,13 +527,16 @@ func (s *fileSource) close() (int64, error) {
 	return n, s.cmd.Wait()
 }
 
-// runCurl fetches every file with `curl -s -o FILE URL`, conc processes
-// at once, and returns the wall time and the curl processes' CPU.
-func runCurl(ctx context.Context, curl string, src *fileSource, files int, dir string, conc int) (wall, user, sys time.Duration, err error) {
+// runCurl fetches every file with `curl -s -f -o FILE URL`, conc
+// processes at once, and returns the wall time and the curl processes'
+// CPU. Durable, curl writes FILE.part and this process, once curl has
+// exited, fsyncs it, renames it to FILE and fsyncs the directory, within
+// the wall time; syncCPU is what those calls cost this process.
+func runCurl(ctx context.Context, curl string, src *fileSource, files int, dir string, conc int, durable bool) (wall, user, sys, syncUser, syncSys time.Duration, err error) {
 	next := make(chan int)
 	type usage struct {
-		user, sys time.Duration
-		err       error
+		user, sys, syncUser, syncSys time.Duration
+		err                          error
 	}
 	results := make(chan usage, conc)
 	t0 := time.Now()
@@ -450,13 +544,27 @@ func runCurl(ctx context.Context, curl string, src *fileSource, files int, dir s
 		go func() {
 			var u usage
 			for i := range next {
-				cmd := exec.CommandContext(ctx, curl, "-s", "-f", "-o", filepath.Join(dir, FileName(i)), src.url(i))
-				if out, err := cmd.CombinedOutput(); err != nil && u.err == nil {
-					u.err = fmt.Errorf("bench: %s %s: %v %s", curl, src.url(i), err, out)
+				final := filepath.Join(dir, FileName(i))
+				out := final
+				if durable {
+					out = final + ".part"
+				}
+				cmd := exec.CommandContext(ctx, curl, "-s", "-f", "-o", out, src.url(i))
+				b, err := cmd.CombinedOutput()
+				if err != nil && u.err == nil {
+					u.err = fmt.Errorf("bench: %s %s: %v %s", curl, src.url(i), err, b)
 				}
 				if ps := cmd.ProcessState; ps != nil {
 					u.user += ps.UserTime()
 					u.sys += ps.SystemTime()
+				}
+				if durable && err == nil {
+					su, ss, err := onThread(func() error { return commitFile(out, final) })
+					u.syncUser += su
+					u.syncSys += ss
+					if err != nil && u.err == nil {
+						u.err = err
+					}
 				}
 			}
 			results <- u
@@ -470,11 +578,52 @@ func runCurl(ctx context.Context, curl string, src *fileSource, files int, dir s
 		u := <-results
 		user += u.user
 		sys += u.sys
+		syncUser += u.syncUser
+		syncSys += u.syncSys
 		if u.err != nil && err == nil {
 			err = u.err
 		}
 	}
-	return time.Since(t0), user, sys, err
+	return time.Since(t0), user, sys, syncUser, syncSys, err
+}
+
+// commitFile makes the file at tmp whole and on disk under the name
+// final: fsync, rename, fsync of the directory.
+func commitFile(tmp, final string) error {
+	if err := fsyncPath(tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return fsyncPath(filepath.Dir(final))
+}
+
+// fsyncPath fsyncs the file or directory at path.
+func fsyncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("bench: fsync: %w", err)
+	}
+	return nil
+}
+
+// onThread runs f locked to its OS thread and returns the user and
+// system CPU that thread used meanwhile: what f's system calls cost.
+func onThread(f func() error) (user, sys time.Duration, err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	u0, s0 := threadCPU()
+	err = f()
+	u1, s1 := threadCPU()
+	return u1 - u0, s1 - s0, err
 }
 
 // verifyFiles checks the size and SHA-256 of every file in dir against
@@ -515,13 +664,23 @@ const (
 	DefaultCurl                = "/usr/bin/curl"
 )
 
-// Download times fetching p.Files generated files of p.Size bytes from a
-// local HTTP server through the engine (a Worker with the download kind
-// on the default queue, concurrency p.Concurrency, on a fresh SQLite
-// store) and then with curl (p.Concurrency `curl -s -o FILE URL`
-// processes at once), each into a fresh directory. It reports wall time,
-// MiB/s and CPU seconds per GiB of each side: this process's CPU
-// (getrusage) for the engine, the curl processes' for curl.
+// Download times fetching p.Files generated files of p.Size bytes
+// through the engine (a Worker with the download kind on the default
+// queue, concurrency p.Concurrency, on a fresh SQLite store), then
+// through another client, each side into a fresh directory after a
+// sync(2) of the machine (so that no side waits on the writeback of the
+// one before):
+//
+//   - from a local HTTP server: curl (p.Concurrency processes at once),
+//     durable then plain (p.CurlMode);
+//   - with p.S3, from an S3-compatible store (the files are put into a
+//     bucket first, untimed): minio-go's FGetObject (p.Concurrency calls
+//     at once, in this process), each file then fsynced with its
+//     directory.
+//
+// It reports wall time, MiB/s and CPU seconds per GiB of each side: this
+// process's CPU (getrusage) for the engine and minio-go, the curl
+// processes' plus the fsyncs' for curl.
 func Download(ctx context.Context, cfg Config, p DownloadParams) (*DownloadResult, error) {
 	cfg.Workers = p.Concurrency
 	cfg, err := cfg.withDefaults()
@@ -530,6 +689,9 @@ func Download(ctx context.Context, cfg Config, p DownloadParams) (*DownloadResul
 	}
 	if p.Curl == "" {
 		p.Curl = DefaultCurl
+	}
+	if p.CurlMode == "" {
+		p.CurlMode = CurlBoth
 	}
 	switch {
 	case p.Files < 1:
@@ -540,8 +702,16 @@ func Download(ctx context.Context, cfg Config, p DownloadParams) (*DownloadResul
 		return nil, fmt.Errorf("bench: download: concurrency must be at least 1, got %d", p.Concurrency)
 	case cfg.DatabaseURL != "":
 		return nil, errors.New("bench: download: runs on SQLite only")
+	case p.CheckpointBytes < 0:
+		return nil, fmt.Errorf("bench: download: checkpoint bytes must not be negative, got %d", p.CheckpointBytes)
+	case p.CurlMode != CurlBoth && p.CurlMode != CurlDurable && p.CurlMode != CurlPlain:
+		return nil, fmt.Errorf("bench: download: curl mode %q: want %s, %s or %s", p.CurlMode, CurlBoth, CurlDurable, CurlPlain)
 	}
-	if p.Curl != "-" {
+	if p.S3 != nil {
+		if err := p.S3.check(); err != nil {
+			return nil, err
+		}
+	} else if p.Curl != "-" {
 		if _, err := exec.LookPath(p.Curl); err != nil {
 			return nil, fmt.Errorf("bench: download: curl: %w (give another one, or - to skip it)", err)
 		}
@@ -550,108 +720,153 @@ func Download(ctx context.Context, cfg Config, p DownloadParams) (*DownloadResul
 	if err != nil {
 		return nil, err
 	}
-	res := &DownloadResult{Params: p, ServerInProcess: p.ServerCmd == nil}
-	return finish(r, res, &res.Meta, runDownload(ctx, r, res))
+	res := &DownloadResult{Params: p, ServerInProcess: p.ServerCmd == nil && p.S3 == nil}
+	if p.S3 != nil {
+		err = runDownloadS3(ctx, r, res)
+	} else {
+		err = runDownload(ctx, r, res)
+	}
+	return finish(r, res, &res.Meta, err)
 }
 
-func runDownload(ctx context.Context, r *rig, res *DownloadResult) error {
-	p := res.Params
-	total := p.Size * int64(p.Files)
-	src, err := startFileSource(ctx, p)
-	if err != nil {
-		return err
+// generatedSHA256 is the SHA-256 of every generated file, for Verify.
+func generatedSHA256(p DownloadParams) []string {
+	if !p.Verify {
+		return nil
 	}
-	var want []string
-	if p.Verify {
-		want = make([]string, p.Files)
-		fs := &FileServer{N: p.Files, Size: p.Size, block: genBlockBytes()}
-		for i := range want {
-			want[i] = fs.SHA256(i)
-		}
+	want := make([]string, p.Files)
+	fs := &FileServer{N: p.Files, Size: p.Size, block: genBlockBytes()}
+	for i := range want {
+		want[i] = fs.SHA256(i)
 	}
-	base, err := os.MkdirTemp(p.Dir, "redrive-bench-download-")
-	if err != nil {
-		src.close()
-		return err
-	}
-	defer os.RemoveAll(base)
+	return want
+}
 
-	// The engine.
-	engineDir := filepath.Join(base, "engine")
+// runEngine enqueues one download job per request (each a file of size
+// bytes) and runs the worker until all are completed; it fills side and
+// checks the store (and, with want, the files in opts.Dir).
+func runEngine(ctx context.Context, r *rig, opts download.Options, reqs []redrive.Request, size int64, side *DownloadSide, want []string, checks *checks) error {
 	w := r.newWorker(nil)
-	if err := download.Register(w, download.Options{Dir: engineDir, MaxBytes: p.Size + 1}); err != nil {
-		src.close()
+	if err := download.Register(w, opts); err != nil {
 		return err
-	}
-	reqs := make([]redrive.Request, p.Files)
-	for i := range reqs {
-		reqs[i] = redrive.Request{Kind: download.Kind, Payload: download.Payload{URL: src.url(i)}}
 	}
 	if _, err := r.client.EnqueueMany(ctx, reqs); err != nil {
-		src.close()
 		return fmt.Errorf("bench: download: enqueue: %w", err)
 	}
-	sent0 := src.sent()
+	syscall.Sync()
 	u0, s0 := processCPU()
 	t0 := time.Now()
 	r.start()
-	err = waitCompleted(ctx, r, int64(p.Files), r.cfg.StallTimeout)
+	err := waitCompleted(ctx, r, int64(len(reqs)), r.cfg.StallTimeout)
 	wall := time.Since(t0)
 	u1, s1 := processCPU()
 	if err == nil {
 		err = r.stop()
 	}
 	if err != nil {
-		src.close()
 		return err
 	}
-	res.Engine.fill(wall, u1-u0, s1-s0, total)
-	if sent0 >= 0 {
-		res.Engine.Served = src.sent() - sent0
-	}
-	var checks checks
+	side.fill(wall, u1-u0, s1-s0, size*int64(len(reqs)))
 	jobs, _, err := r.stats(ctx)
 	if err != nil {
-		src.close()
 		return err
 	}
-	checks.expect("engine: completed jobs", jobs[redrive.Completed], int64(p.Files))
-	if p.Verify {
-		if err := verifyFiles(engineDir, p.Files, p.Size, want); err != nil {
-			checks = append(checks, err.Error())
+	checks.expect("engine: completed jobs", jobs[redrive.Completed], int64(len(reqs)))
+	if want != nil {
+		if err := verifyFiles(opts.Dir, len(reqs), size, want); err != nil {
+			*checks = append(*checks, err.Error())
 		}
 	}
-	if err := os.RemoveAll(engineDir); err != nil {
-		src.close()
+	return nil
+}
+
+func runDownload(ctx context.Context, r *rig, res *DownloadResult) (err error) {
+	p := res.Params
+	total := p.Size * int64(p.Files)
+	src, err := startFileSource(ctx, p)
+	if err != nil {
 		return err
 	}
+	defer func() {
+		if _, cerr := src.close(); err == nil {
+			err = cerr
+		}
+	}()
+	want := generatedSHA256(p)
+	base, err := os.MkdirTemp(p.Dir, "redrive-bench-download-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(base)
 
-	// curl.
-	if p.Curl != "-" {
-		curlDir := filepath.Join(base, "curl")
-		if err := os.MkdirAll(curlDir, 0o755); err != nil {
-			src.close()
-			return err
+	var checks checks
+	engine := func() error {
+		dir := filepath.Join(base, "engine")
+		reqs := make([]redrive.Request, p.Files)
+		for i := range reqs {
+			reqs[i] = redrive.Request{Kind: download.Kind, Payload: download.Payload{URL: src.url(i)}}
 		}
 		sent0 := src.sent()
-		wall, user, sys, err := runCurl(ctx, p.Curl, src, p.Files, curlDir, p.Concurrency)
-		if err != nil {
-			src.close()
+		opts := download.Options{Dir: dir, MaxBytes: p.Size + 1, CheckpointBytes: p.CheckpointBytes}
+		if err := runEngine(ctx, r, opts, reqs, p.Size, &res.Engine, want, &checks); err != nil {
 			return err
 		}
-		res.Curl = &DownloadSide{}
-		res.Curl.fill(wall, user, sys, total)
 		if sent0 >= 0 {
-			res.Curl.Served = src.sent() - sent0
+			res.Engine.Served = src.sent() - sent0
 		}
-		if p.Verify {
-			if err := verifyFiles(curlDir, p.Files, p.Size, want); err != nil {
-				checks = append(checks, "curl: "+err.Error())
+		return os.RemoveAll(dir)
+	}
+	// curl: durable, then plain.
+	curl := func() error {
+		for _, durable := range []bool{true, false} {
+			if durable && p.CurlMode == CurlPlain || !durable && p.CurlMode == CurlDurable {
+				continue
+			}
+			name := "curl"
+			side := &DownloadSide{}
+			if durable {
+				name, res.CurlDurable = "durable curl", side
+			} else {
+				res.Curl = side
+			}
+			dir := filepath.Join(base, strings.ReplaceAll(name, " ", "-"))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			syscall.Sync()
+			sent0 := src.sent()
+			wall, user, sys, syncUser, syncSys, err := runCurl(ctx, p.Curl, src, p.Files, dir, p.Concurrency, durable)
+			if err != nil {
+				return err
+			}
+			side.fill(wall, user+syncUser, sys+syncSys, total)
+			side.SyncCPU = Duration(syncUser + syncSys)
+			if sent0 >= 0 {
+				side.Served = src.sent() - sent0
+			}
+			if want != nil {
+				if err := verifyFiles(dir, p.Files, p.Size, want); err != nil {
+					checks = append(checks, name+": "+err.Error())
+				}
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				return err
 			}
 		}
+		return nil
 	}
-	if _, err := src.close(); err != nil {
-		return err
+	sides := []func() error{engine}
+	switch {
+	case p.Curl == "-":
+	case p.EngineLast:
+		sides = []func() error{curl, engine}
+	default:
+		sides = append(sides, curl)
+	}
+	for _, side := range sides {
+		if err := side(); err != nil {
+			return err
+		}
 	}
 	return checks.err("download")
 }

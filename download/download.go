@@ -234,8 +234,13 @@ const (
 	ReasonDownloaded = "downloaded"
 )
 
-// bufferSize is how many bytes are copied at a time.
-const bufferSize = 256 << 10
+// bufferSize is how many bytes are copied at a time: the largest read
+// from the response, and so the largest write to the file. 32 KiB, as
+// io.Copy: on Linux 6.18 with ext4, writes of 256 KiB cost the kernel
+// about twice the system CPU per byte of writes of 32 KiB (in an A/B,
+// the kind's s3:// downloads spent 1.8-2.1x minio-go's CPU per GiB with
+// 256 KiB, 0.97-1.09x with 32 KiB: docs/BENCHMARKS.md, "Downloads").
+const bufferSize = 32 << 10
 
 // DefaultCheckpointBytes is how many bytes an attempt writes between two
 // checkpoints (fsync of the partial file, sidecar) when
