@@ -60,6 +60,37 @@ func playFencing(t *testing.T, seed uint64) {
 	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Policy: &p, Logger: quietLogger(), Now: clock.now, DisableRetryBudget: true})
 	const lease = 10 * time.Second
 	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{LeaseDuration: lease, Logger: quietLogger()})
+	// gate, when set, holds the first write of concurrent calls until
+	// they all joined one (or wait on one), so that the others share the
+	// next: the interleaving a group commit creates.
+	var gateMu sync.Mutex
+	var gate *fencingGate
+	shared := 0 // writes that carried more than one call
+	redrive.SetRemoteWriteHooks(rw, func() {
+		gateMu.Lock()
+		g := gate
+		gateMu.Unlock()
+		if g != nil {
+			select {
+			case g.joined <- struct{}{}:
+			default: // more than the gate waits for
+			}
+		}
+	}, func(calls int) {
+		gateMu.Lock()
+		g := gate
+		if calls > 1 {
+			shared++
+		}
+		gateMu.Unlock()
+		if g != nil {
+			g.once.Do(func() {
+				for range g.calls {
+					<-g.joined
+				}
+			})
+		}
+	})
 
 	const jobs = 5
 	model := map[int64]*modelJob{}
@@ -90,7 +121,7 @@ func playFencing(t *testing.T, seed uint64) {
 	}
 	applied := 0
 	for step := range 250 {
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(12); {
 		case op < 3: // lease
 			w := workers[rng.IntN(len(workers))]
 			got, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: w}, Queues: []string{"q"},
@@ -191,7 +222,103 @@ func playFencing(t *testing.T, seed uint64) {
 			} else if after.State != store.Scheduled && after.State != store.Pending {
 				t.Fatalf("step %d: outcome %s left job %s", step, o.Kind, after.State)
 			}
-		case op < 9: // time passes beyond the leases: the rescue
+		case op < 10: // concurrent calls' outcomes, sharing writes
+			if len(pairs) == 0 {
+				continue
+			}
+			var live []pair // mostly current pairs: calls that reach a write
+			for _, p := range pairs {
+				if current(p) {
+					live = append(live, p)
+				}
+			}
+			n := 3 + rng.IntN(3)
+			calls := make([]fencingCall, n)
+			for k := range calls {
+				p := pairs[rng.IntN(len(pairs))]
+				if len(live) > 0 && rng.IntN(4) > 0 {
+					p = live[rng.IntN(len(live))]
+				}
+				if k > 0 && rng.IntN(3) == 0 {
+					p = calls[rng.IntN(k)].p // the same pair resent by another call
+				}
+				if rng.IntN(4) == 0 {
+					p.worker = workers[rng.IntN(len(workers))]
+				}
+				calls[k] = fencingCall{p: p, o: randomOutcome(rng, p.id, p.lease)}
+			}
+			type jobKey = int64
+			before := map[jobKey]*redrive.Job{}
+			for _, cl := range calls {
+				before[cl.p.id] = snapshot(cl.p.id)
+			}
+			g := &fencingGate{calls: n, joined: make(chan struct{}, n*n+n)}
+			gateMu.Lock()
+			gate = g
+			gateMu.Unlock()
+			var wg sync.WaitGroup
+			for k := range calls {
+				wg.Go(func() {
+					cl := &calls[k]
+					cl.res, cl.err = rw.Outcomes(ctx, cl.p.worker, []redrive.RemoteOutcome{cl.o})
+					// A call refused before any write (a stale pair) never
+					// joins one: the gate hears of it here. A call that
+					// joined returns only once the gate opened.
+					select {
+					case g.joined <- struct{}{}:
+					default:
+					}
+				})
+			}
+			wg.Wait()
+			gateMu.Lock()
+			gate = nil
+			gateMu.Unlock()
+			// Of the calls reporting a current pair, exactly one applies;
+			// every other is refused and changes nothing.
+			appliedBy := map[jobKey]*fencingCall{}
+			for k := range calls {
+				cl := &calls[k]
+				if cl.err != nil {
+					t.Fatalf("step %d: concurrent outcome of %+v: %v", step, cl.p, cl.err)
+				}
+				if cl.res[0].Err == nil {
+					if !current(cl.p) {
+						t.Fatalf("step %d: concurrent outcome of stale %+v applied", step, cl.p)
+					}
+					if appliedBy[cl.p.id] != nil {
+						t.Fatalf("step %d: two concurrent outcomes of job %d applied", step, cl.p.id)
+					}
+					appliedBy[cl.p.id] = cl
+				} else if !errors.Is(cl.res[0].Err, redrive.ErrLeaseLost) {
+					t.Fatalf("step %d: concurrent outcome of %+v refused with %v", step, cl.p, cl.res[0].Err)
+				}
+			}
+			for _, cl := range calls {
+				if current(cl.p) && appliedBy[cl.p.id] == nil {
+					t.Fatalf("step %d: no concurrent outcome of current %+v applied", step, cl.p)
+				}
+			}
+			for id, b := range before {
+				after := snapshot(id)
+				cl := appliedBy[id]
+				if cl == nil {
+					if after.State != b.State || after.Lease != b.Lease || len(after.History) != len(b.History) || after.Attempt != b.Attempt {
+						t.Fatalf("step %d: refused outcomes changed job %d: %s -> %s", step, id, b.State, after.State)
+					}
+					continue
+				}
+				applied++
+				m := model[id]
+				m.running = false
+				if after.State != cl.res[0].State {
+					t.Fatalf("step %d: outcome says %s, the job is %s", step, cl.res[0].State, after.State)
+				}
+				if cl.o.Kind == redrive.RemoteComplete {
+					m.done = true
+				}
+			}
+		case op < 11: // time passes beyond the leases: the rescue
 			clock.add(lease + time.Second)
 			now := clock.now()
 			expired, err := st.Expired(ctx, now, 100)
@@ -228,6 +355,42 @@ func playFencing(t *testing.T, seed uint64) {
 	if applied == 0 {
 		t.Fatal("no outcome applied: the play tested nothing")
 	}
+	if shared == 0 {
+		t.Fatal("no write carried two calls' outcomes: the play tested no shared write")
+	}
+}
+
+// fencingGate holds the first write of the concurrent calls of a step
+// until each of them joined a write, waits for one, or returned without
+// one.
+type fencingGate struct {
+	calls  int
+	joined chan struct{}
+	once   sync.Once
+}
+
+// fencingCall is one of a step's concurrent outcome calls.
+type fencingCall struct {
+	p struct {
+		id, lease int64
+		worker    string
+	}
+	o   redrive.RemoteOutcome
+	res []redrive.RemoteResult
+	err error
+}
+
+// randomOutcome is an outcome of a random kind for (id, lease).
+func randomOutcome(rng *rand.Rand, id, lease int64) redrive.RemoteOutcome {
+	kinds := []redrive.RemoteOutcomeKind{redrive.RemoteComplete, redrive.RemoteFail, redrive.RemoteSnooze, redrive.RemoteRelease}
+	o := redrive.RemoteOutcome{ID: id, Lease: lease, Kind: kinds[rng.IntN(len(kinds))]}
+	switch o.Kind {
+	case redrive.RemoteFail:
+		o.Class, o.Error = failure.Transient, "boom"
+	case redrive.RemoteSnooze:
+		o.Delay = time.Second
+	}
+	return o
 }
 
 func sameTime(a, b *time.Time) bool {
