@@ -15,6 +15,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/store"
 )
 
 // benchPost posts body to the protocol's route and decodes the answer.
@@ -40,11 +41,17 @@ func benchPost(b *testing.B, hc *http.Client, url string, body, out any) {
 	}
 }
 
-// BenchmarkWorkerProtocolThroughput: b.N no-op jobs on SQLite through 4
-// remote workers over real HTTP, each leasing up to 100 jobs a call and
-// reporting their outcomes in one batch. Reports jobs/s.
+// BenchmarkWorkerProtocolThroughput: b.N no-op jobs through 4 remote
+// workers over real HTTP, each leasing up to 100 jobs a call and
+// reporting their outcomes in one batch, on SQLite and on PostgreSQL
+// (REDRIVE_POSTGRES_URL). Reports jobs/s.
 func BenchmarkWorkerProtocolThroughput(b *testing.B) {
-	st := openStore(b)
+	for _, kind := range []string{"sqlite", "postgres"} {
+		b.Run(kind, func(b *testing.B) { benchProtocolThroughput(b, openProtoStore(b, kind)) })
+	}
+}
+
+func benchProtocolThroughput(b *testing.B, st store.Store) {
 	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})
 	br := breaker.NewRegistry(breaker.DefaultConfig())
 	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Breakers: br, Logger: quiet})
