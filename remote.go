@@ -92,13 +92,6 @@ type RemoteWorkers struct {
 	pausedAt time.Time
 	// next is where the next lease starts its round over its queues.
 	next int
-
-	// wmu guards the shared writes of outcomes (remote_batch.go): wopen
-	// is the batch calls join, wlast the done of the last one started.
-	wmu   sync.Mutex
-	wopen *remoteBatch
-	wlast chan struct{}
-	hooks *remoteHooks
 }
 
 // remoteWorker is a remote worker this process registered.
@@ -1024,8 +1017,10 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	var written []bool
 	applied := func(k int) bool { return k < len(written) && written[k] }
 	if len(decided) > 0 {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.writeTimeout())
 		var err error
-		written, err = r.finish(ctx, decided)
+		written, err = r.store.Finish(fctx, decided)
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("redrive: outcomes: %w", err)
 		}

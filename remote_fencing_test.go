@@ -60,39 +60,8 @@ func playFencing(t *testing.T, seed uint64) {
 	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Policy: &p, Logger: quietLogger(), Now: clock.now, DisableRetryBudget: true})
 	const lease = 10 * time.Second
 	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{LeaseDuration: lease, Logger: quietLogger()})
-	// gate, when set, holds the first write of concurrent calls until
-	// they all joined one (or wait on one), so that the others share the
-	// next: the interleaving a group commit creates.
-	var gateMu sync.Mutex
-	var gate *fencingGate
-	shared := 0 // writes that carried more than one call
-	redrive.SetRemoteWriteHooks(rw, func() {
-		gateMu.Lock()
-		g := gate
-		gateMu.Unlock()
-		if g != nil {
-			select {
-			case g.joined <- struct{}{}:
-			default: // more than the gate waits for
-			}
-		}
-	}, func(calls int) {
-		gateMu.Lock()
-		g := gate
-		if calls > 1 {
-			shared++
-		}
-		gateMu.Unlock()
-		if g != nil {
-			g.once.Do(func() {
-				for range g.calls {
-					<-g.joined
-				}
-			})
-		}
-	})
 
-	const jobs = 5
+	const jobs = 20
 	model := map[int64]*modelJob{}
 	for range jobs {
 		j, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("q"))
@@ -119,27 +88,29 @@ func playFencing(t *testing.T, seed uint64) {
 		m := model[p.id]
 		return m.running && m.lease == p.lease && m.worker == p.worker
 	}
+	leaseSome := func(step int, w string, max int) {
+		got, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: w}, Queues: []string{"q"},
+			Kinds: []string{"k"}, Max: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range got {
+			m := model[j.ID]
+			if m.running || m.done {
+				t.Fatalf("step %d: job %d handed out while the model has it running %v, done %v", step, j.ID, m.running, m.done)
+			}
+			if j.Lease <= m.lease {
+				t.Fatalf("step %d: job %d lease %d after lease %d", step, j.ID, j.Lease, m.lease)
+			}
+			m.running, m.lease, m.worker = true, j.Lease, w
+			pairs = append(pairs, pair{j.ID, j.Lease, w})
+		}
+	}
 	applied := 0
 	for step := range 250 {
 		switch op := rng.IntN(12); {
 		case op < 3: // lease
-			w := workers[rng.IntN(len(workers))]
-			got, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: w}, Queues: []string{"q"},
-				Kinds: []string{"k"}, Max: 1 + rng.IntN(3)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, j := range got {
-				m := model[j.ID]
-				if m.running || m.done {
-					t.Fatalf("step %d: job %d handed out while the model has it running %v, done %v", step, j.ID, m.running, m.done)
-				}
-				if j.Lease <= m.lease {
-					t.Fatalf("step %d: job %d lease %d after lease %d", step, j.ID, j.Lease, m.lease)
-				}
-				m.running, m.lease, m.worker = true, j.Lease, w
-				pairs = append(pairs, pair{j.ID, j.Lease, w})
-			}
+			leaseSome(step, workers[rng.IntN(len(workers))], 1+rng.IntN(3))
 		case op < 5: // heartbeat of a pair, current or stale, as its worker or the other
 			if len(pairs) == 0 {
 				continue
@@ -222,7 +193,10 @@ func playFencing(t *testing.T, seed uint64) {
 			} else if after.State != store.Scheduled && after.State != store.Pending {
 				t.Fatalf("step %d: outcome %s left job %s", step, o.Kind, after.State)
 			}
-		case op < 10: // concurrent calls' outcomes, sharing writes
+		case op < 10: // concurrent calls' outcomes, a pair in several
+			// Jobs due are leased first: calls on several current pairs.
+			leaseSome(step, workers[rng.IntN(len(workers))], 2)
+			leaseSome(step, workers[rng.IntN(len(workers))], 2)
 			if len(pairs) == 0 {
 				continue
 			}
@@ -234,12 +208,13 @@ func playFencing(t *testing.T, seed uint64) {
 			}
 			n := 3 + rng.IntN(3)
 			calls := make([]fencingCall, n)
+			rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
 			for k := range calls {
 				p := pairs[rng.IntN(len(pairs))]
-				if len(live) > 0 && rng.IntN(4) > 0 {
-					p = live[rng.IntN(len(live))]
+				if k < len(live) && rng.IntN(4) > 0 {
+					p = live[k]
 				}
-				if k > 0 && rng.IntN(3) == 0 {
+				if k > 0 && rng.IntN(4) == 0 {
 					p = calls[rng.IntN(k)].p // the same pair resent by another call
 				}
 				if rng.IntN(4) == 0 {
@@ -252,28 +227,14 @@ func playFencing(t *testing.T, seed uint64) {
 			for _, cl := range calls {
 				before[cl.p.id] = snapshot(cl.p.id)
 			}
-			g := &fencingGate{calls: n, joined: make(chan struct{}, n*n+n)}
-			gateMu.Lock()
-			gate = g
-			gateMu.Unlock()
 			var wg sync.WaitGroup
 			for k := range calls {
 				wg.Go(func() {
 					cl := &calls[k]
 					cl.res, cl.err = rw.Outcomes(ctx, cl.p.worker, []redrive.RemoteOutcome{cl.o})
-					// A call refused before any write (a stale pair) never
-					// joins one: the gate hears of it here. A call that
-					// joined returns only once the gate opened.
-					select {
-					case g.joined <- struct{}{}:
-					default:
-					}
 				})
 			}
 			wg.Wait()
-			gateMu.Lock()
-			gate = nil
-			gateMu.Unlock()
 			// Of the calls reporting a current pair, exactly one applies;
 			// every other is refused and changes nothing.
 			appliedBy := map[jobKey]*fencingCall{}
@@ -355,18 +316,6 @@ func playFencing(t *testing.T, seed uint64) {
 	if applied == 0 {
 		t.Fatal("no outcome applied: the play tested nothing")
 	}
-	if shared == 0 {
-		t.Fatal("no write carried two calls' outcomes: the play tested no shared write")
-	}
-}
-
-// fencingGate holds the first write of the concurrent calls of a step
-// until each of them joined a write, waits for one, or returned without
-// one.
-type fencingGate struct {
-	calls  int
-	joined chan struct{}
-	once   sync.Once
 }
 
 // fencingCall is one of a step's concurrent outcome calls.
