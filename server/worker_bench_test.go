@@ -41,17 +41,21 @@ func benchPost(b *testing.B, hc *http.Client, url string, body, out any) {
 	}
 }
 
-// BenchmarkWorkerProtocolThroughput: b.N no-op jobs through 4 remote
-// workers over real HTTP, each leasing up to 100 jobs a call and
+// BenchmarkWorkerProtocolThroughput: b.N no-op jobs through 4 (then 16)
+// remote workers over real HTTP, each leasing up to 100 jobs a call and
 // reporting their outcomes in one batch, on SQLite and on PostgreSQL
 // (REDRIVE_POSTGRES_URL). Reports jobs/s.
 func BenchmarkWorkerProtocolThroughput(b *testing.B) {
 	for _, kind := range []string{"sqlite", "postgres"} {
-		b.Run(kind, func(b *testing.B) { benchProtocolThroughput(b, openProtoStore(b, kind)) })
+		for _, workers := range []int{4, 16} {
+			b.Run(fmt.Sprintf("%s/workers=%d", kind, workers), func(b *testing.B) {
+				benchProtocolThroughput(b, openProtoStore(b, kind), workers)
+			})
+		}
 	}
 }
 
-func benchProtocolThroughput(b *testing.B, st store.Store) {
+func benchProtocolThroughput(b *testing.B, st store.Store, workers int) {
 	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})
 	br := breaker.NewRegistry(breaker.DefaultConfig())
 	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Breakers: br, Logger: quiet})
@@ -68,7 +72,6 @@ func benchProtocolThroughput(b *testing.B, st store.Store) {
 			b.Fatal(err)
 		}
 	}
-	const workers = 4
 	var mu sync.Mutex
 	done := 0
 	b.ResetTimer()
