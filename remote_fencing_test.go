@@ -61,7 +61,7 @@ func playFencing(t *testing.T, seed uint64) {
 	const lease = 10 * time.Second
 	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{LeaseDuration: lease, Logger: quietLogger()})
 
-	const jobs = 5
+	const jobs = 20
 	model := map[int64]*modelJob{}
 	for range jobs {
 		j, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("q"))
@@ -88,27 +88,29 @@ func playFencing(t *testing.T, seed uint64) {
 		m := model[p.id]
 		return m.running && m.lease == p.lease && m.worker == p.worker
 	}
+	leaseSome := func(step int, w string, max int) {
+		got, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: w}, Queues: []string{"q"},
+			Kinds: []string{"k"}, Max: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range got {
+			m := model[j.ID]
+			if m.running || m.done {
+				t.Fatalf("step %d: job %d handed out while the model has it running %v, done %v", step, j.ID, m.running, m.done)
+			}
+			if j.Lease <= m.lease {
+				t.Fatalf("step %d: job %d lease %d after lease %d", step, j.ID, j.Lease, m.lease)
+			}
+			m.running, m.lease, m.worker = true, j.Lease, w
+			pairs = append(pairs, pair{j.ID, j.Lease, w})
+		}
+	}
 	applied := 0
 	for step := range 250 {
-		switch op := rng.IntN(10); {
+		switch op := rng.IntN(12); {
 		case op < 3: // lease
-			w := workers[rng.IntN(len(workers))]
-			got, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: w}, Queues: []string{"q"},
-				Kinds: []string{"k"}, Max: 1 + rng.IntN(3)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, j := range got {
-				m := model[j.ID]
-				if m.running || m.done {
-					t.Fatalf("step %d: job %d handed out while the model has it running %v, done %v", step, j.ID, m.running, m.done)
-				}
-				if j.Lease <= m.lease {
-					t.Fatalf("step %d: job %d lease %d after lease %d", step, j.ID, j.Lease, m.lease)
-				}
-				m.running, m.lease, m.worker = true, j.Lease, w
-				pairs = append(pairs, pair{j.ID, j.Lease, w})
-			}
+			leaseSome(step, workers[rng.IntN(len(workers))], 1+rng.IntN(3))
 		case op < 5: // heartbeat of a pair, current or stale, as its worker or the other
 			if len(pairs) == 0 {
 				continue
@@ -191,7 +193,93 @@ func playFencing(t *testing.T, seed uint64) {
 			} else if after.State != store.Scheduled && after.State != store.Pending {
 				t.Fatalf("step %d: outcome %s left job %s", step, o.Kind, after.State)
 			}
-		case op < 9: // time passes beyond the leases: the rescue
+		case op < 10: // concurrent calls' outcomes, a pair in several
+			// Jobs due are leased first: calls on several current pairs.
+			leaseSome(step, workers[rng.IntN(len(workers))], 2)
+			leaseSome(step, workers[rng.IntN(len(workers))], 2)
+			if len(pairs) == 0 {
+				continue
+			}
+			var live []pair // mostly current pairs: calls that reach a write
+			for _, p := range pairs {
+				if current(p) {
+					live = append(live, p)
+				}
+			}
+			n := 3 + rng.IntN(3)
+			calls := make([]fencingCall, n)
+			rng.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
+			for k := range calls {
+				p := pairs[rng.IntN(len(pairs))]
+				if k < len(live) && rng.IntN(4) > 0 {
+					p = live[k]
+				}
+				if k > 0 && rng.IntN(4) == 0 {
+					p = calls[rng.IntN(k)].p // the same pair resent by another call
+				}
+				if rng.IntN(4) == 0 {
+					p.worker = workers[rng.IntN(len(workers))]
+				}
+				calls[k] = fencingCall{p: p, o: randomOutcome(rng, p.id, p.lease)}
+			}
+			type jobKey = int64
+			before := map[jobKey]*redrive.Job{}
+			for _, cl := range calls {
+				before[cl.p.id] = snapshot(cl.p.id)
+			}
+			var wg sync.WaitGroup
+			for k := range calls {
+				wg.Go(func() {
+					cl := &calls[k]
+					cl.res, cl.err = rw.Outcomes(ctx, cl.p.worker, []redrive.RemoteOutcome{cl.o})
+				})
+			}
+			wg.Wait()
+			// Of the calls reporting a current pair, exactly one applies;
+			// every other is refused and changes nothing.
+			appliedBy := map[jobKey]*fencingCall{}
+			for k := range calls {
+				cl := &calls[k]
+				if cl.err != nil {
+					t.Fatalf("step %d: concurrent outcome of %+v: %v", step, cl.p, cl.err)
+				}
+				if cl.res[0].Err == nil {
+					if !current(cl.p) {
+						t.Fatalf("step %d: concurrent outcome of stale %+v applied", step, cl.p)
+					}
+					if appliedBy[cl.p.id] != nil {
+						t.Fatalf("step %d: two concurrent outcomes of job %d applied", step, cl.p.id)
+					}
+					appliedBy[cl.p.id] = cl
+				} else if !errors.Is(cl.res[0].Err, redrive.ErrLeaseLost) {
+					t.Fatalf("step %d: concurrent outcome of %+v refused with %v", step, cl.p, cl.res[0].Err)
+				}
+			}
+			for _, cl := range calls {
+				if current(cl.p) && appliedBy[cl.p.id] == nil {
+					t.Fatalf("step %d: no concurrent outcome of current %+v applied", step, cl.p)
+				}
+			}
+			for id, b := range before {
+				after := snapshot(id)
+				cl := appliedBy[id]
+				if cl == nil {
+					if after.State != b.State || after.Lease != b.Lease || len(after.History) != len(b.History) || after.Attempt != b.Attempt {
+						t.Fatalf("step %d: refused outcomes changed job %d: %s -> %s", step, id, b.State, after.State)
+					}
+					continue
+				}
+				applied++
+				m := model[id]
+				m.running = false
+				if after.State != cl.res[0].State {
+					t.Fatalf("step %d: outcome says %s, the job is %s", step, cl.res[0].State, after.State)
+				}
+				if cl.o.Kind == redrive.RemoteComplete {
+					m.done = true
+				}
+			}
+		case op < 11: // time passes beyond the leases: the rescue
 			clock.add(lease + time.Second)
 			now := clock.now()
 			expired, err := st.Expired(ctx, now, 100)
@@ -228,6 +316,30 @@ func playFencing(t *testing.T, seed uint64) {
 	if applied == 0 {
 		t.Fatal("no outcome applied: the play tested nothing")
 	}
+}
+
+// fencingCall is one of a step's concurrent outcome calls.
+type fencingCall struct {
+	p struct {
+		id, lease int64
+		worker    string
+	}
+	o   redrive.RemoteOutcome
+	res []redrive.RemoteResult
+	err error
+}
+
+// randomOutcome is an outcome of a random kind for (id, lease).
+func randomOutcome(rng *rand.Rand, id, lease int64) redrive.RemoteOutcome {
+	kinds := []redrive.RemoteOutcomeKind{redrive.RemoteComplete, redrive.RemoteFail, redrive.RemoteSnooze, redrive.RemoteRelease}
+	o := redrive.RemoteOutcome{ID: id, Lease: lease, Kind: kinds[rng.IntN(len(kinds))]}
+	switch o.Kind {
+	case redrive.RemoteFail:
+		o.Class, o.Error = failure.Transient, "boom"
+	case redrive.RemoteSnooze:
+		o.Delay = time.Second
+	}
+	return o
 }
 
 func sameTime(a, b *time.Time) bool {

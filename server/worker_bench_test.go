@@ -15,6 +15,7 @@ import (
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/breaker"
+	"github.com/redrivehq/redrive/store"
 )
 
 // benchPost posts body to the protocol's route and decodes the answer.
@@ -40,11 +41,21 @@ func benchPost(b *testing.B, hc *http.Client, url string, body, out any) {
 	}
 }
 
-// BenchmarkWorkerProtocolThroughput: b.N no-op jobs on SQLite through 4
+// BenchmarkWorkerProtocolThroughput: b.N no-op jobs through 4 (then 16)
 // remote workers over real HTTP, each leasing up to 100 jobs a call and
-// reporting their outcomes in one batch. Reports jobs/s.
+// reporting their outcomes in one batch, on SQLite and on PostgreSQL
+// (REDRIVE_POSTGRES_URL). Reports jobs/s.
 func BenchmarkWorkerProtocolThroughput(b *testing.B) {
-	st := openStore(b)
+	for _, kind := range []string{"sqlite", "postgres"} {
+		for _, workers := range []int{4, 16} {
+			b.Run(fmt.Sprintf("%s/workers=%d", kind, workers), func(b *testing.B) {
+				benchProtocolThroughput(b, openProtoStore(b, kind), workers)
+			})
+		}
+	}
+}
+
+func benchProtocolThroughput(b *testing.B, st store.Store, workers int) {
 	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quiet})
 	br := breaker.NewRegistry(breaker.DefaultConfig())
 	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Breakers: br, Logger: quiet})
@@ -61,7 +72,6 @@ func BenchmarkWorkerProtocolThroughput(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	const workers = 4
 	var mu sync.Mutex
 	done := 0
 	b.ResetTimer()

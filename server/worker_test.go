@@ -28,7 +28,7 @@ var protoSchemaSeq atomic.Int64
 // openProtoStore opens a fresh store of the kind: SQLite in a temporary
 // folder, or a new schema on REDRIVE_POSTGRES_URL (skipped without it,
 // unless CI is set).
-func openProtoStore(t *testing.T, kind string) store.Store {
+func openProtoStore(t testing.TB, kind string) store.Store {
 	t.Helper()
 	if kind == "sqlite" {
 		st, err := sqlite.Open(context.Background(), sqlitetest.Path(t), sqlite.Options{Logger: quiet, Synchronous: "normal"})
