@@ -75,7 +75,7 @@ func (a *api) audit(pattern string, next http.Handler) http.Handler {
 			return
 		}
 		p := principalOf(r.Context())
-		e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: pattern, Remote: r.RemoteAddr, Status: status}
+		e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: pattern, Remote: a.auditRemote(r), Status: status}
 		if !a.authOn() {
 			e.Actor, e.Role = anonymousActor, ""
 		}
