@@ -70,7 +70,42 @@ func TestAuditWaitedChange(t *testing.T) {
 		t.Fatalf("%d audit entries for a purge started and waited on by a client that went away, want 1: %+v", len(entries), entries)
 	}
 	en := entries[0]
-	if en.Action != "DELETE /v1/dlq" || en.Actor != "admin-user" || en.OperationID != ops[0].ID || !strings.Contains(en.Target, "queue=mail") {
-		t.Errorf("entry %+v, want the purge by admin-user, its operation %s", en, ops[0].ID)
+	if en.Action != "DELETE /v1/dlq" || en.Actor != "admin-user" || en.OperationID != ops[0].ID || !strings.Contains(en.Target, "queue=mail") ||
+		en.Status != http.StatusAccepted {
+		t.Errorf("entry %+v, want the purge by admin-user, its operation %s, status 202", en, ops[0].ID)
+	}
+
+	// A wait that is answered (the server closes: the wait gets the
+	// operation as it stands, 200) is recorded once.
+	req, err = http.NewRequestWithContext(t.Context(), "DELETE", srv.URL+"/v1/dlq?queue=sms&wait=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+roleTokens[RoleAdmin])
+	status := make(chan int, 1)
+	go func() {
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		res.Body.Close()
+		status <- res.StatusCode
+	}()
+	testwait.Until(t, "the second purge to be started", time.Minute, func() bool {
+		ops, _, err = c.Operations(t.Context(), "", 10)
+		return err == nil && len(ops) == 2
+	})
+	_ = api.Close()
+	if s := <-status; s != http.StatusOK {
+		t.Fatalf("the wait answered %d when the server closed, want 200", s)
+	}
+	<-handled
+	entries, _, err = st.ListAudit(t.Context(), store.AuditFilter{}, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 || !strings.Contains(entries[0].Target, "queue=sms") || entries[0].Status != http.StatusAccepted {
+		t.Errorf("after an answered wait: %+v, want one more entry, the second purge's", entries)
 	}
 }
