@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redrivehq/redrive/internal/schedule"
+	"github.com/redrivehq/redrive/internal/seal"
 	"github.com/redrivehq/redrive/retry"
 	"github.com/redrivehq/redrive/store"
 )
@@ -208,11 +209,22 @@ func (p Periodic) compile() (*periodic, error) {
 	return &periodic{name: p.Name, spec: spec, raw: b, sched: sched, grace: grace, req: r}, nil
 }
 
-// decodeSpec reads a stored spec back.
-func decodeSpec(name string, raw json.RawMessage) (*periodic, error) {
+// decodeSpec reads a stored spec back, its payload opened by c (the
+// store's payload codec, nil for none) when it was stored sealed.
+func decodeSpec(name string, raw json.RawMessage, c store.PayloadCodec) (*periodic, error) {
 	var s periodicSpec
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("schedule %q: stored spec: %w", name, err)
+	}
+	if seal.IsSealed(s.Payload) {
+		if c == nil {
+			return nil, fmt.Errorf("schedule %q: payload: %s: sealed, and the store has no payload keys", name, store.ReasonUndecryptable)
+		}
+		plain, err := c.Open(s.Queue, s.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("schedule %q: payload: %s: %w", name, store.ReasonUndecryptable, err)
+		}
+		s.Payload = plain
 	}
 	p := Periodic{Name: name, Cron: s.Cron, TimeZone: s.TimeZone, Kind: s.Kind, Payload: s.Payload, Missed: s.Missed,
 		Options: []Option{InQueue(s.Queue)}}
@@ -291,11 +303,11 @@ type ScheduleInfo struct {
 	Error string `json:"error,omitempty"`
 }
 
-// scheduleInfo presents a stored schedule.
-func scheduleInfo(sc store.Schedule) ScheduleInfo {
+// scheduleInfo presents a stored schedule, its payload opened.
+func (c *Client) scheduleInfo(sc store.Schedule) ScheduleInfo {
 	in := ScheduleInfo{Name: sc.Name, Paused: sc.Paused, PausedAt: sc.PausedAt, LastRun: sc.LastRun, LastJobID: sc.LastJobID,
 		DeclaredAt: sc.DeclaredAt}
-	p, err := decodeSpec(sc.Name, sc.Spec)
+	p, err := decodeSpec(sc.Name, sc.Spec, c.payloadCodec())
 	if err != nil {
 		in.Error = err.Error()
 		return in
@@ -321,7 +333,7 @@ func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 	}
 	out := make([]ScheduleInfo, len(list))
 	for i, sc := range list {
-		out[i] = scheduleInfo(sc)
+		out[i] = c.scheduleInfo(sc)
 	}
 	return out, nil
 }
@@ -333,7 +345,7 @@ func (c *Client) Schedule(ctx context.Context, name string) (ScheduleInfo, error
 	if err != nil {
 		return ScheduleInfo{}, fmt.Errorf("redrive: schedule: %w", err)
 	}
-	return scheduleInfo(sc), nil
+	return c.scheduleInfo(sc), nil
 }
 
 // PauseSchedule pauses a periodic schedule: nothing is enqueued for it
@@ -345,7 +357,7 @@ func (c *Client) PauseSchedule(ctx context.Context, name string) (ScheduleInfo, 
 	if err != nil {
 		return ScheduleInfo{}, fmt.Errorf("redrive: pause schedule: %w", err)
 	}
-	return scheduleInfo(sc), nil
+	return c.scheduleInfo(sc), nil
 }
 
 // ResumeSchedule resumes a paused periodic schedule from now: its next
@@ -356,14 +368,14 @@ func (c *Client) ResumeSchedule(ctx context.Context, name string) (ScheduleInfo,
 	var next time.Time
 	if sc, err := c.store.GetSchedule(ctx, name); err != nil {
 		return ScheduleInfo{}, fmt.Errorf("redrive: resume schedule: %w", err)
-	} else if p, err := decodeSpec(name, sc.Spec); err == nil {
+	} else if p, err := decodeSpec(name, sc.Spec, c.payloadCodec()); err == nil {
 		next = p.sched.Next(now)
 	}
 	sc, err := c.store.PauseSchedule(ctx, name, false, next, now)
 	if err != nil {
 		return ScheduleInfo{}, fmt.Errorf("redrive: resume schedule: %w", err)
 	}
-	return scheduleInfo(sc), nil
+	return c.scheduleInfo(sc), nil
 }
 
 // DeleteSchedule deletes a periodic schedule that no worker declares any
@@ -458,7 +470,7 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (*Job, error)
 	if err != nil {
 		return nil, fmt.Errorf("redrive: trigger schedule: %w", err)
 	}
-	p, err := decodeSpec(name, sc.Spec)
+	p, err := decodeSpec(name, sc.Spec, c.payloadCodec())
 	if err != nil {
 		return nil, fmt.Errorf("redrive: trigger schedule: %w", err)
 	}
@@ -548,6 +560,16 @@ func (w *Worker) declarePeriodic(ctx context.Context, ps []*periodic) bool {
 	for _, p := range ps {
 		spec := p.spec
 		spec.DeclaredBy = w.id
+		// The store keeps the payload as it keeps a job's: sealed for an
+		// encrypted queue (under the current key, at each declaration).
+		if c := w.client.payloadCodec(); c != nil {
+			sealed, err := c.Seal(spec.Queue, spec.Payload)
+			if err != nil {
+				w.log.Error("periodic: sealing a schedule's payload failed", "schedule", p.name, "error", err)
+				return false
+			}
+			spec.Payload = sealed
+		}
 		raw, err := json.Marshal(spec)
 		if err != nil {
 			w.log.Error("periodic: encoding a schedule failed", "schedule", p.name, "error", err)

@@ -314,7 +314,7 @@ func TestPeriodicPriorityKept(t *testing.T) {
 	if !strings.Contains(string(p.raw), `"priority":-7`) {
 		t.Errorf("stored spec %s has no priority -7", p.raw)
 	}
-	back, err := decodeSpec("n", p.raw)
+	back, err := decodeSpec("n", p.raw, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

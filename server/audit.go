@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -65,8 +66,13 @@ func (a *api) audit(pattern string, next http.Handler) http.Handler {
 		if r.Body != nil {
 			r.Body = body
 		}
+		pending := &pendingAudit{pattern: pattern, body: body}
+		r = r.WithContext(context.WithValue(r.Context(), pendingAuditKey{}, pending))
 		rec := &answerRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
+		if pending.recorded {
+			return // when its operation started (auditStarted)
+		}
 		status := rec.status
 		if status == 0 {
 			status = http.StatusOK
@@ -74,19 +80,53 @@ func (a *api) audit(pattern string, next http.Handler) http.Handler {
 		if status >= 400 {
 			return
 		}
-		p := principalOf(r.Context())
-		e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: pattern, Remote: r.RemoteAddr, Status: status}
-		if !a.authOn() {
-			e.Actor, e.Role = anonymousActor, ""
-		}
-		e.Target, e.Note = auditTarget(pattern, r, body.head.Bytes())
-		e.Count, e.OperationID = auditAnswer(rec.head.Bytes())
-		// The change is made: record it even if the client went away.
-		ctx := context.WithoutCancel(r.Context())
-		if _, err := a.client.Store().AppendAudit(ctx, e); err != nil {
-			a.log.Error("audit: the change was made but could not be recorded", "action", pattern, "actor", e.Actor, "err", err)
-		}
+		count, opID := auditAnswer(rec.head.Bytes())
+		a.appendAudit(r, pending, status, count, opID)
 	})
+}
+
+// pendingAudit is the audit entry of a request being handled: written
+// once the handler answered, or by auditStarted when the handler started
+// an operation and waits for its end.
+type pendingAudit struct {
+	pattern  string
+	body     *headReader
+	recorded bool
+}
+
+type pendingAuditKey struct{}
+
+// auditStarted records the request's change now, once the operation op
+// it started exists, when the handler goes on to wait for its end
+// (wait=true): the operation runs in the workers whatever becomes of
+// the wait (a client that leaves, a crash), so it is recorded as started
+// (status 202, its operation named), and not again when the wait is
+// answered.
+func (a *api) auditStarted(r *http.Request, op *redrive.Operation) {
+	pending, ok := r.Context().Value(pendingAuditKey{}).(*pendingAudit)
+	if !ok || pending.recorded {
+		return
+	}
+	a.appendAudit(r, pending, http.StatusAccepted, max(op.Progress.Matched, 0), op.ID)
+}
+
+// appendAudit writes the entry of a change made: who, from where, on what
+// (the request's path, query and body), its status and its count and
+// operation.
+func (a *api) appendAudit(r *http.Request, pending *pendingAudit, status int, count int64, opID string) {
+	pending.recorded = true
+	p := principalOf(r.Context())
+	e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: pending.pattern, Remote: a.auditRemote(r), Status: status,
+		Count: count, OperationID: opID}
+	if !a.authOn() {
+		e.Actor, e.Role = anonymousActor, ""
+	}
+	e.Target, e.Note = auditTarget(pending.pattern, r, pending.body.head.Bytes())
+	// The change is made: record it even if the client went away.
+	ctx := context.WithoutCancel(r.Context())
+	if _, err := a.client.Store().AppendAudit(ctx, e); err != nil {
+		a.log.Error("audit: the change was made but could not be recorded", "action", pending.pattern, "actor", e.Actor, "err", err)
+	}
 }
 
 // auditTarget renders what a change was made on: the path's parameters,

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redrivehq/redrive/store"
 )
 
 // The dashboard is a single page served at / with its assets under /ui/.
@@ -209,7 +211,7 @@ func (a *api) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, Secure: a.overTLS(r), SameSite: http.SameSiteStrictMode})
 	if a.authOn() {
-		_, ok, err := a.validSession(r)
+		p, ok, err := a.validSession(r)
 		if err == nil && ok {
 			_, err = a.client.Store().RotateSecret(r.Context(), sessionSecret)
 		}
@@ -224,9 +226,21 @@ func (a *api) logout(w http.ResponseWriter, r *http.Request) {
 		}
 		if ok {
 			a.log.Info("dashboard: signed out; every session started before is ended", "remote", r.RemoteAddr)
+			a.auditLogout(r, p)
 		}
 	}
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// auditLogout records a sign-out, which ended every session, in the
+// audit log: by p, from where r came. A failure to record is logged (the
+// sessions are ended).
+func (a *api) auditLogout(r *http.Request, p principal) {
+	e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: "POST /ui/logout", Remote: a.auditRemote(r),
+		Status: http.StatusSeeOther, Target: `{"sessions":"all ended"}`}
+	if _, err := a.client.Store().AppendAudit(context.WithoutCancel(r.Context()), e); err != nil {
+		a.log.Error("audit: the change was made but could not be recorded", "action", e.Action, "actor", e.Actor, "err", err)
+	}
 }
 
 // overTLS reports whether the browser reached the server over TLS: the

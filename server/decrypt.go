@@ -31,7 +31,7 @@ func (a *api) decrypt(r *http.Request, q *query, pattern string) (bool, error) {
 	if p.role < RoleAdmin {
 		return false, forbidden(p, RoleAdmin, "exporting plaintext payloads (decrypt=true)")
 	}
-	e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: pattern, Remote: r.RemoteAddr, Status: http.StatusOK}
+	e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: pattern, Remote: a.auditRemote(r), Status: http.StatusOK}
 	if !a.authOn() {
 		e.Actor, e.Role = anonymousActor, ""
 	}

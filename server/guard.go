@@ -297,6 +297,26 @@ func (a *api) clientKey(r *http.Request) string {
 	return ip.String()
 }
 
+// auditRemote is where a request came from, as the audit log records
+// it: the peer's address; behind a trusted proxy, the client the proxies
+// say they forwarded for (as clientKey finds it, the whole address),
+// then the proxy it came through: "203.0.113.7 (via 10.0.0.2:51522)".
+func (a *api) auditRemote(r *http.Request) string {
+	ip, err := netip.ParseAddr(clientAddr(r))
+	if err != nil || len(a.trusted) == 0 {
+		return r.RemoteAddr
+	}
+	ip = ip.Unmap()
+	if !a.trustedProxy(ip) {
+		return r.RemoteAddr
+	}
+	client := forwardedFor(ip, r.Header.Values("X-Forwarded-For"), a.trustedProxy)
+	if client == ip {
+		return r.RemoteAddr
+	}
+	return client.String() + " (via " + r.RemoteAddr + ")"
+}
+
 // forwardedFor walks the X-Forwarded-For values from the right (the
 // entry the nearest proxy added) while the entries are trusted proxies,
 // and returns the first that is not: the client. A malformed entry ends

@@ -216,6 +216,7 @@ func (a *api) startBody(w http.ResponseWriter, r *http.Request, in any) (waitEnd
 // server closes first).
 func (a *api) answerStarted(w http.ResponseWriter, r *http.Request, op *redrive.Operation, waitEnd bool) error {
 	if waitEnd {
+		a.auditStarted(r, op)
 		final, err := a.ops.wait(r.Context(), op.ID)
 		// The wait may have outlasted the deadline set when the request
 		// came: the answer gets one of its own.

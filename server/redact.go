@@ -57,7 +57,7 @@ func (a *api) reveal(r *http.Request, q *query, pattern string) (bool, error) {
 	if p.role < RoleAdmin {
 		return false, forbidden(p, RoleAdmin, "reading secrets (reveal=true)")
 	}
-	e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: pattern, Remote: r.RemoteAddr, Status: http.StatusOK}
+	e := store.AuditEntry{Actor: p.name, Role: p.role.String(), Action: pattern, Remote: a.auditRemote(r), Status: http.StatusOK}
 	if !a.authOn() {
 		e.Actor, e.Role = anonymousActor, ""
 	}
