@@ -13,7 +13,8 @@ import (
 )
 
 // Role is what a token may do through the API and the dashboard. Each role
-// includes the ones below it.
+// includes the ones below it, except RoleWorker: the worker protocol is the
+// worker's and the admin's alone (see Allows).
 type Role int
 
 // The roles, from least to most.
@@ -24,6 +25,13 @@ const (
 	// RoleRead sees everything the API and the dashboard show, and
 	// changes nothing.
 	RoleRead
+	// RoleWorker is RoleRead plus the worker protocol (/v1/worker/...):
+	// leasing jobs, whose payloads it gets whole, secrets included, and
+	// reporting their outcomes. It is for worker processes in other
+	// languages, and may not enqueue nor change anything else. RoleOperate
+	// does not include it: an operate token may not read secrets
+	// (reveal=true is the admin's), so it may not lease jobs either.
+	RoleWorker
 	// RoleOperate is RoleRead plus enqueue, cancel, redrive, run now,
 	// priority, pause and resume (queues and operations), breakers and
 	// limits.
@@ -33,12 +41,14 @@ const (
 	RoleAdmin
 )
 
-// String returns the role's name: read, operate or admin ("none" for
-// RoleNone).
+// String returns the role's name: read, worker, operate or admin ("none"
+// for RoleNone).
 func (r Role) String() string {
 	switch r {
 	case RoleRead:
 		return "read"
+	case RoleWorker:
+		return "worker"
 	case RoleOperate:
 		return "operate"
 	case RoleAdmin:
@@ -47,17 +57,19 @@ func (r Role) String() string {
 	return "none"
 }
 
-// ParseRole parses a role's name: read, operate or admin.
+// ParseRole parses a role's name: read, worker, operate or admin.
 func ParseRole(s string) (Role, error) {
 	switch s {
 	case "read":
 		return RoleRead, nil
+	case "worker":
+		return RoleWorker, nil
 	case "operate":
 		return RoleOperate, nil
 	case "admin":
 		return RoleAdmin, nil
 	}
-	return RoleNone, fmt.Errorf("role %q: want read, operate or admin", s)
+	return RoleNone, fmt.Errorf("role %q: want read, worker, operate or admin", s)
 }
 
 // Token is one named token of the API: its name (shown by the dashboard
@@ -220,12 +232,12 @@ var routeRoles = map[string]Role{
 	"GET /v1/workflows/{id}":         RoleRead,
 	"POST /v1/workflows/{id}/cancel": RoleOperate,
 	// The worker protocol (worker.go).
-	"POST /v1/worker/lease":             RoleOperate,
-	"POST /v1/worker/heartbeat":         RoleOperate,
-	"POST /v1/worker/cancels":           RoleOperate,
-	"POST /v1/worker/outcomes":          RoleOperate,
-	"POST /v1/worker/jobs/{id}/outcome": RoleOperate,
-	"POST /v1/worker/stop":              RoleOperate,
+	"POST /v1/worker/lease":             RoleWorker,
+	"POST /v1/worker/heartbeat":         RoleWorker,
+	"POST /v1/worker/cancels":           RoleWorker,
+	"POST /v1/worker/outcomes":          RoleWorker,
+	"POST /v1/worker/jobs/{id}/outcome": RoleWorker,
+	"POST /v1/worker/stop":              RoleWorker,
 
 	"GET /{$}":        RoleNone,
 	"GET /ui/":        RoleNone,
@@ -233,14 +245,29 @@ var routeRoles = map[string]Role{
 	"POST /ui/logout": RoleNone,
 }
 
-// forbidden is the answer to a request whose token's role is below need.
-func forbidden(p principal, need Role, what string) *apiError {
-	return &apiError{status: http.StatusForbidden, code: "forbidden",
-		msg: fmt.Sprintf("%s needs the %s role: the token %q has the %s role", what, need, p.name, p.role)}
+// Allows reports whether a token of role r may use a route that needs
+// role need: r at or above need, except that a route of the worker
+// protocol (need RoleWorker) is the worker's and the admin's alone.
+func (r Role) Allows(need Role) bool {
+	if need == RoleWorker {
+		return r == RoleWorker || r == RoleAdmin
+	}
+	return r >= need
 }
 
-// require refuses, 403 forbidden, a request whose principal's role is
-// below need.
+// forbidden is the answer to a request whose token's role does not allow
+// need.
+func forbidden(p principal, need Role, what string) *apiError {
+	named := need.String()
+	if need == RoleWorker {
+		named = "worker (or admin)"
+	}
+	return &apiError{status: http.StatusForbidden, code: "forbidden",
+		msg: fmt.Sprintf("%s needs the %s role: the token %q has the %s role", what, named, p.name, p.role)}
+}
+
+// require refuses, 403 forbidden, a request whose principal's role does
+// not allow need.
 func (a *api) require(pattern string, need Role, next http.Handler) http.Handler {
 	if need <= RoleRead {
 		// Every token may read; the auth layer has already refused
@@ -248,7 +275,7 @@ func (a *api) require(pattern string, need Role, next http.Handler) http.Handler
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := principalOf(r.Context()); p.role < need {
+		if p := principalOf(r.Context()); !p.role.Allows(need) {
 			writeError(w, forbidden(p, need, pattern))
 			return
 		}

@@ -13,6 +13,7 @@ import (
 // roleTokens are a token of each role, named for it.
 var roleTokens = map[Role]string{
 	RoleRead:    "read-token-0123456789",
+	RoleWorker:  "worker-token-0123456789",
 	RoleOperate: "operate-token-0123456789",
 	RoleAdmin:   "admin-token-0123456789",
 }
@@ -66,17 +67,17 @@ func TestRouteRoles(t *testing.T) {
 			continue
 		}
 		path := pathParamRE.ReplaceAllString(o.path, "1")
-		for _, role := range []Role{RoleRead, RoleOperate, RoleAdmin} {
+		for _, role := range []Role{RoleRead, RoleWorker, RoleOperate, RoleAdmin} {
 			t.Run(fmt.Sprintf("%s %s as %s", o.method, o.path, role), func(t *testing.T) {
 				r := e.do(o.method, path, "", "Authorization", "Bearer "+roleTokens[role])
 				var eb errorBody
 				_ = json.Unmarshal(r.body, &eb)
 				refused := r.status == http.StatusForbidden && eb.Error.Code == "forbidden"
-				if role < need {
+				if !role.Allows(need) {
 					if !refused {
 						t.Fatalf("the %s role got %d %s, want 403 forbidden", role, r.status, r.body)
 					}
-					if !strings.Contains(eb.Error.Message, "needs the "+need.String()+" role") {
+					if !strings.Contains(eb.Error.Message, "needs the "+need.String()) {
 						t.Errorf("the refusal does not name the role needed (%s): %s", need, eb.Error.Message)
 					}
 					return

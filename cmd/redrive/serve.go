@@ -83,7 +83,7 @@ guessable; with one, the API and /metrics require "Authorization: Bearer
 <token>", and the dashboard asks for the token once. Wrong tokens are
 throttled per client: 5, then one every 12 s. --tokens (or $REDRIVE_TOKENS,
 or the file's "tokens" object) adds named tokens, each with a role: read,
-operate or admin (--token's is an admin named admin); "redrive token new"
+worker, operate or admin (--token's is an admin named admin); "redrive token new"
 makes one and prints the line to configure. See docs/security.md. Without a token, on loopback, no web page can drive it: JSON
 bodies must be sent as Content-Type: application/json, a request a browser
 marks as cross-site or cross-origin may change nothing, and the server

@@ -35,7 +35,7 @@ type tokenNew struct {
 func newTokenNewCmd(g *globalOptions) *cobra.Command {
 	var role, name string
 	cmd := &cobra.Command{
-		Use:   "new --role read|operate|admin --name NAME",
+		Use:   "new --role read|worker|operate|admin --name NAME",
 		Short: "Print a new random token and the line that configures it in serve",
 		Long: `Print a new random token (256 bits, after the prefix rdt_) and how to give it
 to serve: an entry of the config file's "tokens" object, or an item of
@@ -43,9 +43,12 @@ $REDRIVE_TOKENS (comma-separated). serve keeps only the token's SHA-256:
 give the token itself to whoever will use it, and keep it nowhere else.
 
 The roles: read sees everything the API and the dashboard show and changes
-nothing; operate adds enqueue, cancel, redrive, run now, priority, pause and
-resume, breakers and limits; admin adds payload edits, purge, export,
-replay and schedules. See docs/security.md.
+nothing; worker adds the worker protocol (/v1/worker/..., for worker
+processes in other languages: it hands over payloads whole, secrets
+included); operate adds enqueue, cancel, redrive, run now, priority, pause
+and resume, breakers and limits, but not the worker protocol; admin adds
+everything: payload edits, purge, export, replay, schedules, the worker
+protocol and secrets in clear. See docs/security.md.
 
 Nothing is written to the store: serve takes the token once its
 configuration has it (restart serve).
@@ -83,7 +86,7 @@ configuration has it (restart serve).
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&role, "role", "", "the token's role: read, operate or admin")
+	cmd.Flags().StringVar(&role, "role", "", "the token's role: read, worker, operate or admin")
 	cmd.Flags().StringVar(&name, "name", "", "the token's name (letters, digits, _ and -), shown in the dashboard and the audit log")
 	_ = cmd.MarkFlagRequired("role")
 	_ = cmd.MarkFlagRequired("name")

@@ -17,7 +17,7 @@ const maxTokens = 1000
 // tokenSettings are the named tokens of the API: the "tokens" object of
 // the config file, or --tokens and $REDRIVE_TOKENS as a list.
 var tokenSettings = []setting{
-	{name: "tokens", help: `named API tokens, each with a role (read, operate or admin) and the SHA-256 of the token (made by "redrive token new"): a JSON object {"alice": {"role": "read", "sha256": "<64 hex digits>"}}, or a comma-separated list name:role:sha256`, apply: func(c *Serve, v string) error {
+	{name: "tokens", help: `named API tokens, each with a role (read, worker, operate or admin) and the SHA-256 of the token (made by "redrive token new"): a JSON object {"alice": {"role": "read", "sha256": "<64 hex digits>"}}, or a comma-separated list name:role:sha256`, apply: func(c *Serve, v string) error {
 		ts, err := ParseTokens(v)
 		c.Tokens = ts
 		return err
@@ -60,7 +60,7 @@ func ParseTokens(v string) ([]server.Token, error) {
 		for _, n := range names {
 			var s tokenSpec
 			if err := strictjson.Decode(m[n], &s); err != nil {
-				return nil, fmt.Errorf("token %q: want {\"role\": \"read|operate|admin\", \"sha256\": \"...\"}: %w", n, err)
+				return nil, fmt.Errorf("token %q: want {\"role\": \"read|worker|operate|admin\", \"sha256\": \"...\"}: %w", n, err)
 			}
 			list = append(list, named{n, s})
 		}

@@ -24,7 +24,7 @@ func TestParseTokens(t *testing.T) {
 		t.Fatalf("empty: %+v, %v", ts, err)
 	}
 	for v, want := range map[string]string{
-		"alice:root:" + h("a"):                             "want read, operate or admin",
+		"alice:root:" + h("a"):                             "want read, worker, operate or admin",
 		"alice:read:abc":                                   "64 hex digits",
 		"alice:read":                                       "want name:role:sha256",
 		"a b:read:" + h("a"):                               "token name",

@@ -10,7 +10,7 @@ export interface ConnectionOptions {
   /**
    * The API's bearer token (serve's --token, or a named token of --tokens);
    * none for a server on loopback without a token. Workers need the
-   * operate role.
+   * worker (or admin) role.
    */
   token?: string;
   /** A fetch to use instead of the global one (a proxy, a test). */

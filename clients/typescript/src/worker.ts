@@ -293,8 +293,8 @@ export class Worker {
   /**
    * Runs until stop() is called (or SIGTERM/SIGINT arrives): resolves once
    * the worker stopped cleanly, rejects when the server refuses it for
-   * good (a 400, 401, 403 or 404 to its lease call, e.g. a token without
-   * the operate role), after the same clean stop.
+   * good (a 400, 401, 403 or 404 to its lease call, e.g. a token of
+   * neither the worker nor the admin role), after the same clean stop.
    */
   run(): Promise<void> {
     if (this.#runPromise) return this.#runPromise;

@@ -397,10 +397,10 @@ test("a late outcome is refused with 409 and changes nothing; bad outcomes are 4
   assert.deepEqual(after.history, completed.history);
 });
 
-test("a token without the operate role stops run() with the server's 403", async () => {
+test("a token without the worker role stops run() with the server's 403", async () => {
   const reader = new Worker({ url: serve.url, token: readToken, queues: ["ts-auth"], handleSignals: false, onError: () => {} });
   reader.handle("x", async () => {});
-  await assert.rejects(reader.run(), (err) => err instanceof RedriveError && err.status === 403 && /operate/.test(err.message));
+  await assert.rejects(reader.run(), (err) => err instanceof RedriveError && err.status === 403 && /needs the worker/.test(err.message));
   const stranger = new Worker({ url: serve.url, token: "y".repeat(40), queues: ["ts-auth"], handleSignals: false, onError: () => {} });
   stranger.handle("x", async () => {});
   await assert.rejects(stranger.run(), (err) => err instanceof RedriveError && err.status === 401);

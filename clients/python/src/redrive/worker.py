@@ -239,7 +239,7 @@ class Worker:
     def run(self):
         """Runs until stopped (see the class); raises the APIError that
         stopped it, if the server refused the worker (a bad token, a role
-        without operate, bad settings)."""
+        other than worker or admin, bad settings)."""
         if not self._handlers:
             raise RuntimeError("no handler registered")
         if self._started:
