@@ -313,6 +313,10 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 			DisableRetryBudget: opts.DisableRetryBudget, MaxErrorLength: opts.MaxErrorLength, Logger: opts.Logger,
 			Rand: opts.Rand, Observer: obs, Now: client.now, TracerProvider: client.tp}),
 	}
+	// The executor reads the client's clock; its spans take the SDK's own
+	// reading of the same moment (no timestamp option to allocate) unless
+	// that clock was injected.
+	w.exec.clocked = client.clocked
 	names := make([]string, 0, len(opts.Queues))
 	for q := range opts.Queues {
 		names = append(names, q)

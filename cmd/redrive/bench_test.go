@@ -311,7 +311,8 @@ func TestBenchBadFlags(t *testing.T) {
 }
 
 // TestBenchThroughputTracing: --tracing alternates the modes, each round,
-// and sums each mode's rate up against off, with the allocations per job.
+// and sums each mode's rate up against off, with the allocations and the
+// burn-down's CPU time per job.
 func TestBenchThroughputTracing(t *testing.T) {
 	stdout, stderr, err := runCLI(t, "bench", "throughput", "-n", "50", "--workers", "10", "--tracing", "off,always,0.01", "--rounds", "2")
 	if err != nil {
@@ -321,7 +322,7 @@ func TestBenchThroughputTracing(t *testing.T) {
 		t.Errorf("%d burn-downs of 50 jobs completed, want 6:\n%s", got, stdout)
 	}
 	for _, want := range []string{"tracing       always", "tracing       0.01", "tracing: burn-down rate per mode",
-		"  off     median ", "  always  median ", " of off  (runs: ", "allocs, "} {
+		"  off     median ", "  always  median ", " of off  (runs: ", "allocs, ", " KiB, CPU ", " of off) per job"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -71,6 +73,20 @@ type tracingRun struct {
 	rate          float64
 	allocsPerJob  float64
 	bytesPerJobKB float64
+	// cpuPerJob is the process's CPU time (user and system) from the
+	// worker's start to the last handler call, over the jobs, in
+	// microseconds; 0 when it could not be read.
+	cpuPerJob float64
+}
+
+// processCPU returns the CPU time (user and system) this process used so
+// far; false when it cannot be read.
+func processCPU() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }
 
 // tracingWorkloads returns the throughput workloads of an alternated
@@ -91,15 +107,37 @@ func tracingWorkloads(n int, modes []string, rounds int) ([]workload, *[]tracing
 					cfg.TracerProvider = tp
 					defer tp.Shutdown(context.WithoutCancel(ctx))
 				}
+				// The burn-down's CPU time, the pre-insert's left out: the
+				// rate is bounded by the store's commits as much as by CPU,
+				// and the engine's own cost shows here.
+				var cpu0, cpu1 time.Duration
+				var cpuOK0, cpuOK1 bool
+				started, done := cfg.WorkStarted, cfg.WorkDone
+				cfg.WorkStarted = func() {
+					if started != nil {
+						started()
+					}
+					cpu0, cpuOK0 = processCPU()
+				}
+				cfg.WorkDone = func() {
+					cpu1, cpuOK1 = processCPU()
+					if done != nil {
+						done()
+					}
+				}
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
 				res, err := bench.Throughput(ctx, cfg, n)
 				runtime.ReadMemStats(&after)
 				if res != nil {
-					*runs = append(*runs, tracingRun{mode: mode, rate: res.Rate,
+					r := tracingRun{mode: mode, rate: res.Rate,
 						allocsPerJob:  float64(after.Mallocs-before.Mallocs) / float64(n),
-						bytesPerJobKB: float64(after.TotalAlloc-before.TotalAlloc) / float64(n) / 1024})
+						bytesPerJobKB: float64(after.TotalAlloc-before.TotalAlloc) / float64(n) / 1024}
+					if cpuOK0 && cpuOK1 {
+						r.cpuPerJob = float64((cpu1 - cpu0).Microseconds()) / float64(n)
+					}
+					*runs = append(*runs, r)
 				}
 				return result(res, err)
 			})
@@ -109,8 +147,9 @@ func tracingWorkloads(n int, modes []string, rounds int) ([]workload, *[]tracing
 }
 
 // printTracingSummary writes each mode's burn-down rates, their median,
-// its ratio to the median with tracing off, and the allocations per job
-// (the whole workload's, pre-insert included, over its jobs).
+// its ratio to the median with tracing off, the allocations per job (the
+// whole workload's, pre-insert included, over its jobs) and the median
+// CPU time per job of the burn-down, with its ratio to off's.
 func printTracingSummary(w io.Writer, modes []string, runs []tracingRun) {
 	median := func(v []float64) float64 {
 		if len(v) == 0 {
@@ -123,15 +162,19 @@ func printTracingSummary(w io.Writer, modes []string, runs []tracingRun) {
 		}
 		return (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
-	med := map[string]float64{}
+	med, medCPU := map[string]float64{}, map[string]float64{}
 	fmt.Fprintln(w, "\ntracing: burn-down rate per mode (alternated runs)")
 	for _, m := range modes {
-		var rates, allocs, kb []float64
+		var rates, allocs, kb, cpu []float64
 		for _, r := range runs {
 			if r.mode == m {
 				rates, allocs, kb = append(rates, r.rate), append(allocs, r.allocsPerJob), append(kb, r.bytesPerJobKB)
+				if r.cpuPerJob > 0 {
+					cpu = append(cpu, r.cpuPerJob)
+				}
 			}
 		}
+		medCPU[m] = median(cpu)
 		med[m] = median(rates)
 		parts := make([]string, len(rates))
 		for i, r := range rates {
@@ -141,7 +184,14 @@ func printTracingSummary(w io.Writer, modes []string, runs []tracingRun) {
 		if off, ok := med["off"]; ok && off > 0 && m != "off" {
 			vsOff = fmt.Sprintf("  %.3f of off", med[m]/off)
 		}
-		fmt.Fprintf(w, "  %-7s median %7.0f jobs/s%s  (runs: %s)  %.0f allocs, %.1f KiB per job\n",
-			m, med[m], vsOff, strings.Join(parts, ", "), median(allocs), median(kb))
+		cpuFig := ""
+		if medCPU[m] > 0 {
+			cpuFig = fmt.Sprintf(", CPU %.1f µs", medCPU[m])
+			if off := medCPU["off"]; off > 0 && m != "off" {
+				cpuFig += fmt.Sprintf(" (%.3f of off)", medCPU[m]/off)
+			}
+		}
+		fmt.Fprintf(w, "  %-7s median %7.0f jobs/s%s  (runs: %s)  %.0f allocs, %.1f KiB%s per job\n",
+			m, med[m], vsOff, strings.Join(parts, ", "), median(allocs), median(kb), cpuFig)
 	}
 }

@@ -183,29 +183,52 @@ func Extract(parent, state string) (sc trace.SpanContext, ok bool) {
 }
 
 // parseParent parses a version 00 traceparent in its only valid form
-// (lowercase hex, the flags' reserved bits clear), without allocating;
-// false for anything else, which Extract leaves to the propagator. What
-// it accepts the propagator accepts alike (FuzzExtractAsPropagator).
+// (lowercase hex, the flags' reserved bits clear), in one pass and
+// without allocating; false for anything else, which Extract leaves to
+// the propagator. What it accepts the propagator accepts alike
+// (FuzzExtractAsPropagator).
 func parseParent(p string) (scc trace.SpanContextConfig, ok bool) {
 	if len(p) != parentLen || p[:3] != "00-" || p[35] != '-' || p[52] != '-' {
 		return scc, false
 	}
-	if !lowerHex(p[3:35]) || !lowerHex(p[36:52]) || !lowerHex(p[53:55]) {
-		return scc, false
-	}
 	var flags [1]byte
-	if _, err := hex.Decode(scc.TraceID[:], []byte(p[3:35])); err != nil {
-		return scc, false
-	}
-	if _, err := hex.Decode(scc.SpanID[:], []byte(p[36:52])); err != nil {
-		return scc, false
-	}
-	if _, err := hex.Decode(flags[:], []byte(p[53:55])); err != nil || flags[0] > 3 {
+	if !unhexLower(scc.TraceID[:], p[3:35]) || !unhexLower(scc.SpanID[:], p[36:52]) || !unhexLower(flags[:], p[53:55]) || flags[0] > 3 {
 		return scc, false
 	}
 	scc.TraceFlags = trace.TraceFlags(flags[0])
 	scc.Remote = true
 	return scc, true
+}
+
+// hexValue maps a lowercase hex digit to its value and every other byte
+// to 0xff.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c - 'a' + 10)
+	}
+	return t
+}()
+
+// unhexLower decodes s, 2*len(dst) lowercase hex digits, into dst; false
+// when s has any other byte.
+func unhexLower(dst []byte, s string) bool {
+	if len(s) != 2*len(dst) {
+		return false
+	}
+	for i := range dst {
+		hi, lo := hexValue[s[2*i]], hexValue[s[2*i+1]]
+		if (hi|lo)&0xf0 != 0 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
 }
 
 // IDs returns the trace id and the span id of an encoded trace context

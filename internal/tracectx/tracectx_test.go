@@ -223,3 +223,15 @@ func TestCodecAllocations(t *testing.T) {
 		t.Errorf("Encode allocates %v times, want 1", n)
 	}
 }
+
+// BenchmarkDecode decodes the trace context of a job as its attempt does
+// (a version 00 traceparent, no tracestate).
+func BenchmarkDecode(b *testing.B) {
+	const tc = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+	b.ReportAllocs()
+	for b.Loop() {
+		if sc, ok := Decode(tc); !ok || !sc.IsValid() {
+			b.Fatal("not decoded")
+		}
+	}
+}
