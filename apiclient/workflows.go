@@ -43,6 +43,14 @@ type WorkflowJobRequest struct {
 	EnqueueRequest
 }
 
+// WorkflowAddRequest is the body of POST /v1/workflows/{id}/jobs: jobs
+// added to an open workflow, named as a workflow's jobs are (each name
+// unused in the workflow), each with After naming jobs of the request
+// or members of the workflow.
+type WorkflowAddRequest struct {
+	Jobs []WorkflowJobRequest `json:"jobs"`
+}
+
 // WorkflowList is the answer to GET /v1/workflows.
 type WorkflowList struct {
 	// Workflows are the page's workflows, newest first, without their
@@ -113,6 +121,20 @@ func (c *Client) Workflows(ctx context.Context, before int64, limit int) (ws []*
 		l.Workflows = []*redrive.WorkflowInfo{}
 	}
 	return l.Workflows, next, nil
+}
+
+// AddToWorkflow adds jobs to workflow id while it is open (POST
+// /v1/workflows/{id}/jobs), atomically, and returns the workflow with
+// its jobs. A name taken, a dependency naming no job or a cycle is an
+// *Error 400 naming the field; a workflow closed (every job finished
+// once) or canceled, or a dependency on a member whose state would
+// cancel the job at once, an *Error 409; an unknown id an *Error 404.
+func (c *Client) AddToWorkflow(ctx context.Context, id int64, in WorkflowAddRequest) (*redrive.WorkflowInfo, error) {
+	var w redrive.WorkflowInfo
+	if err := c.post(ctx, workflowPath(id, "jobs"), in, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
 }
 
 // CancelWorkflow cancels workflow id (POST /v1/workflows/{id}/cancel):

@@ -239,6 +239,9 @@ type WorkflowError struct {
 	Cycle []string
 	// Problem is any other problem (a duplicate or bad name).
 	Problem string
+	// Taken is the name of a job of an AddToWorkflow that a member of
+	// the workflow holds (Problem says so too).
+	Taken string
 }
 
 func (e *WorkflowError) Error() string {
@@ -366,7 +369,7 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 		}
 		if taken != nil {
 			if id, ok := taken(n.Name); ok {
-				return nil, &WorkflowError{Problem: fmt.Sprintf("job name %q is taken by job %d of the workflow", n.Name, id)}
+				return nil, &WorkflowError{Problem: fmt.Sprintf("job name %q is taken by job %d of the workflow", n.Name, id), Taken: n.Name}
 			}
 		}
 		if noKeys && n.Job.IdempotencyKey != "" {
