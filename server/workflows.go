@@ -53,6 +53,22 @@ func DecodeWorkflow(raw []byte, now time.Time) (WorkflowRequest, error) {
 	return in, err
 }
 
+// DecodeWorkflowAdd reads raw, the jobs POST /v1/workflows/{id}/jobs
+// takes, as strictly as the API does, and checks them as the API does
+// (WorkflowAddOf) at now; an error says the field at fault, as
+// DecodeWorkflow's. The CLI reads its files with it.
+func DecodeWorkflowAdd(raw []byte, now time.Time) (WorkflowAddRequest, error) {
+	var in WorkflowAddRequest
+	err := (&api{}).decodeStrict(raw, &in)
+	if err == nil {
+		_, _, err = WorkflowAddOf(&in, now)
+	}
+	if ae, ok := err.(*apiError); ok && ae.field != "" {
+		return in, fmt.Errorf("%w (field %s)", err, ae.field)
+	}
+	return in, err
+}
+
 // WorkflowOf checks a workflow request as POST /v1/workflows does and
 // returns the engine's workflow and its requests (the jobs', then the
 // callbacks' present, in the order on_success, on_complete, on_death),
