@@ -96,10 +96,16 @@ func (w *Workflow) OnDeath(r Request) *Workflow { w.cbs[2] = &r; return w }
 // EnqueueWorkflow enqueues w atomically: its jobs without dependencies
 // are due at once (or at their RunAt), the others wait, blocked, until
 // their dependencies completed. Each request is checked as Enqueue
-// checks it, and must not carry an idempotency key (give the workflow
-// one, Workflow.Key). A dependency naming no job, or a cycle, is a
-// *WorkflowError naming them.
+// checks it. A job may carry an idempotency key of its own (callbacks
+// may not; ReturnExisting does not apply): a key a job holds, or held
+// (deleted, its key kept), refuses the whole workflow with a
+// *WorkflowConflictError naming the job and the holder, after the
+// workflow's own key (Workflow.Key) is looked up. A dependency naming
+// no job, or a cycle, is a *WorkflowError naming them.
 func (c *Client) EnqueueWorkflow(ctx context.Context, w *Workflow) (*WorkflowInfo, error) {
+	if err := noReturnExisting(w); err != nil {
+		return nil, fmt.Errorf("redrive: enqueue workflow: %w", err)
+	}
 	now := c.now()
 	nw := w.w
 	nw.Jobs = make([]store.WorkflowNode, len(w.w.Jobs))
@@ -163,6 +169,9 @@ func (c *Client) AddToWorkflow(ctx context.Context, id int64, w *Workflow) (*Wor
 	case w.cbs[0] != nil || w.cbs[1] != nil || w.cbs[2] != nil:
 		return nil, fmt.Errorf("redrive: add to workflow %d: %w: callbacks are set when the workflow is enqueued", id, ErrInvalid)
 	}
+	if err := noReturnExisting(w); err != nil {
+		return nil, fmt.Errorf("redrive: add to workflow %d: %w", id, err)
+	}
 	now := c.now()
 	nodes := make([]store.WorkflowNode, len(w.w.Jobs))
 	var valid validNames
@@ -191,6 +200,17 @@ func (c *Client) AddToWorkflow(ctx context.Context, id int64, w *Workflow) (*Wor
 	}
 	c.wakeFor(jobs)
 	return got, nil
+}
+
+// noReturnExisting refuses a request of w asking ReturnExisting: a job
+// of a workflow whose key is held is refused, never adopted.
+func noReturnExisting(w *Workflow) error {
+	for i := range w.reqs {
+		if w.reqs[i].ReturnExisting {
+			return fmt.Errorf("%w: job %q: ReturnExisting does not apply to a workflow's jobs (a key held refuses the workflow)", ErrInvalid, w.w.Jobs[i].Name)
+		}
+	}
+	return nil
 }
 
 // GetWorkflow returns a workflow with its jobs' states.

@@ -32,11 +32,11 @@ type WorkflowRequest struct {
 	OnDeath    *EnqueueRequest `json:"on_death"`
 }
 
-// WorkflowJobRequest is one job of a WorkflowRequest: the fields of POST
-// /v1/jobs (without an idempotency key or return_existing: the
-// workflow's key makes the whole enqueue idempotent), its name, unique
-// in the workflow, and After, the names of the jobs that must complete
-// before it runs.
+// WorkflowJobRequest is one job of a WorkflowRequest (or of a
+// WorkflowAddRequest): the fields of POST /v1/jobs but return_existing,
+// its name, unique in the workflow, and After, the names of the jobs
+// that must complete before it runs. Its idempotency key, if any, is
+// its own: a key another job holds refuses the whole request (409).
 type WorkflowJobRequest struct {
 	Name  string   `json:"name"`
 	After []string `json:"after"`

@@ -194,6 +194,15 @@ func checkJobNames(jobs []WorkflowJobRequest) (map[string]int, error) {
 		}
 		idx[j.Name] = i
 	}
+	keys := map[string]int{}
+	for i := range jobs {
+		if k := jobs[i].IdempotencyKey; k != "" {
+			if j, dup := keys[k]; dup {
+				return nil, badRequest(fmt.Sprintf("jobs[%d].idempotency_key", i), "jobs[%d] and jobs[%d] have the same idempotency key %q", j, i, clip(k))
+			}
+			keys[k] = i
+		}
+	}
 	for i := range jobs {
 		seen := make(map[string]bool, len(jobs[i].After))
 		for _, d := range jobs[i].After {
@@ -235,11 +244,11 @@ func WorkflowAddOf(in *WorkflowAddRequest, now time.Time) (*redrive.Workflow, []
 // memberRequest checks a workflow's job or callback as POST /v1/jobs
 // checks a job, refusing the fields that make no sense in a workflow.
 func memberRequest(in *EnqueueRequest, prefix string, now time.Time) (redrive.Request, error) {
-	if in.IdempotencyKey != "" {
-		return redrive.Request{}, badRequest(prefix+"idempotency_key", "the jobs of a workflow take no idempotency key: give the workflow one (its idempotency_key)")
+	if in.IdempotencyKey != "" && !strings.HasPrefix(prefix, "jobs[") {
+		return redrive.Request{}, badRequest(prefix+"idempotency_key", "a callback takes no idempotency key: give the workflow one (its idempotency_key)")
 	}
 	if in.ReturnExisting {
-		return redrive.Request{}, badRequest(prefix+"return_existing", "return_existing is for an idempotency key, which the jobs of a workflow do not take")
+		return redrive.Request{}, badRequest(prefix+"return_existing", "a job of a workflow whose idempotency key is held is refused, never answered by the job holding it: return_existing does not apply")
 	}
 	return toRequest(in, prefix, now)
 }
@@ -299,6 +308,9 @@ func (a *api) enqueueWorkflow(w http.ResponseWriter, r *http.Request) error {
 	}
 	got, err := a.client.EnqueueWorkflow(r.Context(), wf)
 	if err != nil {
+		if ke := keyConflict(err, in.Jobs); ke != nil {
+			return ke
+		}
 		if errors.Is(err, redrive.ErrInvalid) {
 			// A payload a kind's validator refused, or too large: the
 			// message names the job.
@@ -365,6 +377,9 @@ func addError(err error, id int64, in *WorkflowAddRequest) error {
 		}
 		return "jobs"
 	}
+	if ke := keyConflict(err, in.Jobs); ke != nil {
+		return ke
+	}
 	if ce, ok := errors.AsType[*redrive.WorkflowConflictError](err); ok {
 		field := "id"
 		if ce.Closed == "" {
@@ -386,6 +401,22 @@ func addError(err error, id int64, in *WorkflowAddRequest) error {
 		return &apiError{status: http.StatusBadRequest, code: "invalid", field: "jobs", msg: strings.TrimPrefix(err.Error(), "redrive: ")}
 	}
 	return workflowNotFound(err, id)
+}
+
+// keyConflict is the 409 of a job of jobs whose idempotency key
+// another job holds (a *WorkflowConflictError on its key), or nil.
+func keyConflict(err error, jobs []WorkflowJobRequest) error {
+	ce, ok := errors.AsType[*redrive.WorkflowConflictError](err)
+	if !ok || ce.Field != "idempotency_key" {
+		return nil
+	}
+	field := "jobs"
+	for i := range jobs {
+		if jobs[i].Name == ce.Job {
+			field = fmt.Sprintf("jobs[%d].idempotency_key", i)
+		}
+	}
+	return &apiError{status: http.StatusConflict, code: "idempotency_conflict", field: field, msg: ce.Error()}
 }
 
 // workflowID parses the {id} path value.

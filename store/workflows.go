@@ -65,8 +65,12 @@ type NewWorkflow struct {
 	// OnDead is the failure policy ("" is WaitOnDead).
 	OnDead OnDead
 	// Jobs are the workflow's jobs. Their names are unique; After names
-	// the jobs each depends on. A job's own IdempotencyKey must be empty:
-	// the workflow's key makes the whole enqueue idempotent.
+	// the jobs each depends on. A job may have an IdempotencyKey of its
+	// own (each key once in the workflow): if a job holds it already (or
+	// held it, its key kept), the whole enqueue is refused with a
+	// *WorkflowConflictError naming the job and the holder (after the
+	// workflow's own key is looked up: a workflow holding that one is
+	// returned first).
 	Jobs []WorkflowNode
 	// OnSuccess, OnComplete and OnDeath are callback jobs, each enqueued
 	// blocked with the workflow and made pending once: OnSuccess when
@@ -272,15 +276,29 @@ type WorkflowConflictError struct {
 	// job of the request is at fault.
 	Closed string
 	// Job is the name of the job of the request at fault, Field its
-	// field ("after"), Member the member its field names and
-	// MemberState that member's state.
+	// field ("after" or "idempotency_key"), Member the member its after
+	// names and MemberState that member's state.
 	Job, Field, Member string
 	MemberState        State
+	// Key is the job's idempotency key (Field "idempotency_key") and
+	// Holder the job that holds it (Gone when that job was deleted and
+	// its key is kept). EnqueueWorkflow's conflicts set only these,
+	// Job and Field.
+	Key    string
+	Holder int64
+	Gone   bool
 }
 
 func (e *WorkflowConflictError) Error() string {
 	if e.Closed != "" {
 		return fmt.Sprintf("workflow %d is %s (state %s): it takes no more jobs", e.Workflow, e.Closed, e.State)
+	}
+	if e.Field == "idempotency_key" {
+		gone := ""
+		if e.Gone {
+			gone = " (deleted since, its key kept)"
+		}
+		return fmt.Sprintf("job %q: idempotency key %q is held by job %d%s: nothing enqueued", e.Job, e.Key, e.Holder, gone)
 	}
 	return fmt.Sprintf("workflow %d: job %q depends on %q, which is %s: under on_dead its dependents are canceled at once",
 		e.Workflow, e.Job, e.Member, e.MemberState)
@@ -327,7 +345,7 @@ func CheckWorkflow(w *NewWorkflow) ([]int, error) {
 	if len(w.Name) > MaxNodeName || !utf8.ValidString(w.Name) {
 		return nil, fmt.Errorf("%w: workflow name longer than %d bytes or not UTF-8", ErrInvalid, MaxNodeName)
 	}
-	return checkNodes(w.Jobs, nil, nil, true)
+	return checkNodes(w.Jobs, nil, nil)
 }
 
 // CheckWorkflowAdd checks the jobs of an AddToWorkflow as CheckWorkflow
@@ -348,17 +366,18 @@ func CheckWorkflowAdd(jobs []WorkflowNode, member func(name string) (int64, bool
 	}
 	if member == nil {
 		member = func(string) (int64, bool) { return 0, false }
-		return checkNodes(jobs, member, func(string) bool { return true }, true)
+		return checkNodes(jobs, member, func(string) bool { return true })
 	}
-	return checkNodes(jobs, member, func(name string) bool { _, ok := member(name); return ok }, true)
+	return checkNodes(jobs, member, func(name string) bool { _, ok := member(name); return ok })
 }
 
 // checkNodes checks jobs' names and dependencies and returns their
 // order, dependencies first. taken, when not nil, says which names the
 // workflow's members took, and outside which names outside jobs may be
 // depended on (nil: none).
-func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside func(string) bool, noKeys bool) ([]int, error) {
+func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside func(string) bool) ([]int, error) {
 	idx := make(map[string]int, len(jobs))
+	keys := map[string]string{}
 	for i := range jobs {
 		n := &jobs[i]
 		if n.Name == "" || len(n.Name) > MaxNodeName || !utf8.ValidString(n.Name) || strings.ContainsRune(n.Name, 0) {
@@ -372,8 +391,11 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 				return nil, &WorkflowError{Problem: fmt.Sprintf("job name %q is taken by job %d of the workflow", n.Name, id), Taken: n.Name}
 			}
 		}
-		if noKeys && n.Job.IdempotencyKey != "" {
-			return nil, &WorkflowError{Problem: fmt.Sprintf("job %q has an idempotency key (give the workflow one)", n.Name)}
+		if k := n.Job.IdempotencyKey; k != "" {
+			if other, dup := keys[k]; dup {
+				return nil, &WorkflowError{Problem: fmt.Sprintf("jobs %q and %q have the same idempotency key %q", other, n.Name, k)}
+			}
+			keys[k] = n.Name
 		}
 		idx[n.Name] = i
 	}

@@ -81,6 +81,9 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 			if err != nil {
 				return err
 			}
+			if err := keyHeld(created, jobs, nodes); err != nil {
+				return err
+			}
 			ids := make([]int64, len(created))
 			byName := make(map[string]int64, len(created))
 			var blocked []int64
@@ -133,12 +136,24 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 		})
 	})
 	if err != nil {
-		if errors.Is(err, store.ErrInvalid) {
+		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrConflict) {
 			return nil, fmt.Errorf("postgres: enqueue workflow: %w", err)
 		}
 		return nil, s.fail("enqueue workflow", err)
 	}
 	return out, nil
+}
+
+// keyHeld returns the *store.WorkflowConflictError of the first of the
+// jobs EnqueueTx created (for the requests jobs, named names) whose
+// idempotency key another job holds: the whole workflow is refused.
+func keyHeld(created []*store.Job, jobs []store.NewJob, names []string) error {
+	for k, j := range created {
+		if j.Existing {
+			return &store.WorkflowConflictError{Job: names[k], Field: "idempotency_key", Key: jobs[k].IdempotencyKey, Holder: j.ID, Gone: j.Gone}
+		}
+	}
+	return nil
 }
 
 func nullText(s string) any {
@@ -368,6 +383,13 @@ func (s *Store) AddToWorkflow(ctx context.Context, id int64, nodes []store.Workf
 			if err != nil {
 				return err
 			}
+			nodeNames := make([]string, len(nodes))
+			for i, n := range nodes {
+				nodeNames[i] = n.Name
+			}
+			if err := keyHeld(created, jobs, nodeNames); err != nil {
+				return err
+			}
 			var onDead string
 			var canceled, closed *time.Time
 			var total, completed, dead, nCanceled int64
@@ -453,10 +475,6 @@ func (s *Store) AddToWorkflow(ctx context.Context, id int64, nodes []store.Workf
 				if notDone > 0 {
 					blocked = append(blocked, created[i].ID)
 				}
-			}
-			nodeNames := make([]string, len(nodes))
-			for i, n := range nodes {
-				nodeNames[i] = n.Name
 			}
 			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET flow = $1, node = n.node
 				FROM unnest($2::bigint[], $3::text[]) AS n(id, node) WHERE j.id = n.id`), id, ids, nodeNames); err != nil {

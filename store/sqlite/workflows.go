@@ -66,6 +66,9 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 				return fmt.Errorf("sqlite: enqueue workflow: %w", err)
 			}
 		}
+		if err := memberKeyHeld(ctx, tx, w.Jobs); err != nil {
+			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+		}
 		var wid int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO workflows (name, idem_key, on_dead, created_at, total) VALUES (?, ?, ?, ?, ?) RETURNING id`,
 			w.Name, nullString(w.IdempotencyKey), string(w.OnDead), micros(now), len(w.Jobs)).Scan(&wid); err != nil {
@@ -229,6 +232,9 @@ func (s *Store) AddToWorkflow(ctx context.Context, id int64, nodes []store.Workf
 		if err != nil {
 			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
 		}
+		if err := memberKeyHeld(ctx, tx, nodes); err != nil {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+		}
 		// Each job's edges from members: done at once or not, or the add
 		// refused.
 		policy := store.OnDead(onDead)
@@ -327,6 +333,34 @@ func (s *Store) AddToWorkflow(ctx context.Context, id int64, nodes []store.Workf
 		return nil, err
 	}
 	return out, nil
+}
+
+// memberKeyHeld returns the *store.WorkflowConflictError of the first
+// of nodes whose idempotency key a job holds, or held (deleted, its key
+// kept): the whole enqueue is refused, before anything is written.
+func memberKeyHeld(ctx context.Context, tx *sql.Conn, nodes []store.WorkflowNode) error {
+	for _, n := range nodes {
+		k := n.Job.IdempotencyKey
+		if k == "" {
+			continue
+		}
+		var id int64
+		err := tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE idem_key = ?`, k).Scan(&id)
+		if err == nil {
+			return &store.WorkflowConflictError{Job: n.Name, Field: "idempotency_key", Key: k, Holder: id}
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		kept, err := keptKey(ctx, tx, k)
+		if err != nil {
+			return err
+		}
+		if kept != nil {
+			return &store.WorkflowConflictError{Job: n.Name, Field: "idempotency_key", Key: k, Holder: kept.ID, Gone: true}
+		}
+	}
+	return nil
 }
 
 const workflowColumns = `id, name, coalesce(idem_key, ''), on_dead, created_at, canceled_at, total,

@@ -234,6 +234,7 @@ var subtests = []subtest{
 	{"WorkflowDeadRetention", testWorkflowDeadRetention},
 	{"WorkflowAdd", testWorkflowAdd},
 	{"WorkflowAddRace", testWorkflowAddRace},
+	{"WorkflowMemberKeys", testWorkflowMemberKeys},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

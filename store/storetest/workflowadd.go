@@ -216,3 +216,82 @@ func testWorkflowAddRace(x *h) {
 	}
 	x.checkAllCounts("end")
 }
+
+// testWorkflowMemberKeys: the members of a workflow (and the jobs added
+// to it) may carry idempotency keys. A key another job holds, or held
+// (deleted, its key kept), refuses the whole enqueue, naming the member
+// and the holder, and stores nothing; a key given twice in one workflow
+// is invalid; the workflow's own key is looked up first.
+func testWorkflowMemberKeys(x *h) {
+	const q = "wf-keys"
+	nj := func(kind, key string) store.NewJob {
+		return store.NewJob{Queue: q, Kind: kind, MaxRetries: -1, IdempotencyKey: key}
+	}
+	plain := x.enqueue(at(0), nj("plain", "k-plain"))[0]
+	held := func(what string, err error, job, key string, holder int64, gone bool) {
+		x.t.Helper()
+		ce, ok := errors.AsType[*store.WorkflowConflictError](err)
+		if !errors.Is(err, store.ErrConflict) || !ok || ce.Job != job || ce.Field != "idempotency_key" || ce.Key != key || ce.Holder != holder || ce.Gone != gone {
+			x.t.Errorf("%s: %v (%#v), want job %s's key %s held by job %d (gone %v)", what, err, ce, job, key, holder, gone)
+		}
+	}
+	count := func() int64 {
+		n, err := x.s.Count(x.ctx, store.Filter{Queue: q})
+		if err != nil {
+			x.t.Fatal(err)
+		}
+		return n
+	}
+	before := count()
+	_, err := x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Jobs: []store.WorkflowNode{
+		{Name: "a", Job: nj("a", "k-a")}, {Name: "b", Job: nj("b", "k-plain"), After: []string{"a"}},
+	}}, at(time.Second))
+	held("a member's key held", err, "b", "k-plain", plain.ID, false)
+	if n := count(); n != before {
+		x.t.Errorf("the refused workflow stored %d jobs", n-before)
+	}
+	if ws, _, err := x.s.ListWorkflows(x.ctx, 0, 10); err != nil || len(ws) != 0 {
+		x.t.Errorf("the refused workflow was stored: %d workflows, %v", len(ws), err)
+	}
+	_, err = x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Jobs: []store.WorkflowNode{
+		{Name: "a", Job: nj("a", "k-same")}, {Name: "b", Job: nj("b", "k-same")},
+	}}, at(time.Second))
+	x.checkErr("a key given twice", err, store.ErrInvalid)
+
+	// Keys not held: the members hold them, as any job does.
+	f := x.enqueueFlow(store.NewWorkflow{IdempotencyKey: "wf", Jobs: []store.WorkflowNode{
+		{Name: "a", Job: nj("a", "k-a")}, {Name: "b", Job: nj("b", ""), After: []string{"a"}},
+	}}, at(time.Second))
+	if j := x.get(f.ids["a"]); j.IdempotencyKey != "k-a" {
+		x.t.Errorf("member a has the key %q, want k-a", j.IdempotencyKey)
+	}
+	if got := x.enqueue(at(2*time.Second), nj("a", "k-a"))[0]; !got.Existing || got.ID != f.ids["a"] {
+		x.t.Errorf("an enqueue of member a's key: job %d existing %v, want member a (%d)", got.ID, got.Existing, f.ids["a"])
+	}
+	// The workflow's key first: the workflow holding it, whatever its
+	// members' keys.
+	again, err := x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{IdempotencyKey: "wf", Jobs: []store.WorkflowNode{{Name: "a", Job: nj("a", "k-plain")}}}, at(3*time.Second))
+	if err != nil || !again.Existing || again.ID != f.w.ID {
+		x.t.Errorf("the workflow's key again: %+v, %v; want workflow %d, existing", again, err, f.w.ID)
+	}
+	// An add too; a key held refuses it, nothing added.
+	_, err = x.s.AddToWorkflow(x.ctx, f.w.ID, []store.WorkflowNode{{Name: "c", Job: nj("c", "k-c")}, {Name: "d", Job: nj("d", "k-a")}}, at(3*time.Second))
+	held("an added job's key held by a member", err, "d", "k-a", f.ids["a"], false)
+	if w := x.getFlow(f.w.ID); w.Total != 2 {
+		x.t.Errorf("the refused add changed the workflow: total %d", w.Total)
+	}
+	w, err := x.s.AddToWorkflow(x.ctx, f.w.ID, []store.WorkflowNode{{Name: "c", Job: nj("c", "k-c"), After: []string{"b"}}}, at(3*time.Second))
+	if err != nil || w.Total != 3 {
+		x.t.Fatalf("add of c with its key: %v", err)
+	}
+
+	// A key kept after its job was deleted refuses it too.
+	j := x.leaseKinds(q, at(4*time.Second), "plain", "a")
+	x.finish(completeOf(j["plain"], at(5*time.Second)))
+	if n, err := x.s.DeleteFinished(x.ctx, store.Completed, at(time.Hour), 100); err != nil || n != 1 {
+		x.t.Fatalf("DeleteFinished = %d, %v; want 1", n, err)
+	}
+	_, err = x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Jobs: []store.WorkflowNode{{Name: "z", Job: nj("z", "k-plain")}}}, at(6*time.Second))
+	held("a key kept", err, "z", "k-plain", plain.ID, true)
+	x.checkAllCounts("end")
+}
