@@ -3,6 +3,7 @@ package redrive_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -101,4 +102,44 @@ func ExampleClient_EnqueueWorkflow_cycle() {
 	fmt.Println(err)
 	// Output:
 	// redrive: enqueue workflow: sqlite: enqueue workflow: invalid workflow: dependency cycle: a -> b -> c -> a
+}
+
+// A batch grows while it is open: a job added after its enqueue may
+// depend on its members, and its callbacks wait for the jobs added. Once
+// every job finished (its complete callback fired), it takes no more.
+func ExampleClient_AddToWorkflow() {
+	ctx := context.Background()
+	client, _, done := exampleClient(ctx)
+	defer done()
+	wf := redrive.NewWorkflow("import").
+		Add("page-1", redrive.Request{Kind: "fetch"}).
+		OnComplete(redrive.Request{Kind: "report"})
+	w, err := client.EnqueueWorkflow(ctx, wf)
+	if err != nil {
+		panic(err)
+	}
+	// page-1 found a second page, and a merge of both.
+	w, err = client.AddToWorkflow(ctx, w.ID, redrive.NewWorkflow("").
+		Add("page-2", redrive.Request{Kind: "fetch"}).
+		Add("merge", redrive.Request{Kind: "merge"}, "page-1", "page-2"))
+	if err != nil {
+		panic(err)
+	}
+	for _, j := range w.Jobs {
+		fmt.Println(j.Name, j.State, len(j.After))
+	}
+	fmt.Println("total", w.Total)
+
+	_, err = client.AddToWorkflow(ctx, w.ID, redrive.NewWorkflow("").Add("page-3", redrive.Request{Kind: "fetch"}, "page-9"))
+	fmt.Println(err)
+	_, _ = client.CancelWorkflow(ctx, w.ID)
+	_, err = client.AddToWorkflow(ctx, w.ID, redrive.NewWorkflow("").Add("page-3", redrive.Request{Kind: "fetch"}))
+	fmt.Println(errors.Is(err, redrive.ErrConflict), err)
+	// Output:
+	// page-1 pending 0
+	// page-2 pending 0
+	// merge blocked 2
+	// total 3
+	// redrive: add to workflow 1: sqlite: add to workflow 1: invalid workflow: unknown dependencies: page-3 -> page-9
+	// true redrive: add to workflow 1: sqlite: add to workflow 1: workflow 1 is canceled (state canceled): it takes no more jobs
 }

@@ -96,10 +96,16 @@ func (w *Workflow) OnDeath(r Request) *Workflow { w.cbs[2] = &r; return w }
 // EnqueueWorkflow enqueues w atomically: its jobs without dependencies
 // are due at once (or at their RunAt), the others wait, blocked, until
 // their dependencies completed. Each request is checked as Enqueue
-// checks it, and must not carry an idempotency key (give the workflow
-// one, Workflow.Key). A dependency naming no job, or a cycle, is a
-// *WorkflowError naming them.
+// checks it. A job may carry an idempotency key of its own (callbacks
+// may not; ReturnExisting does not apply): a key a job holds, or held
+// (deleted, its key kept), refuses the whole workflow with a
+// *WorkflowConflictError naming the job and the holder, after the
+// workflow's own key (Workflow.Key) is looked up. A dependency naming
+// no job, or a cycle, is a *WorkflowError naming them.
 func (c *Client) EnqueueWorkflow(ctx context.Context, w *Workflow) (*WorkflowInfo, error) {
+	if err := noReturnExisting(w); err != nil {
+		return nil, fmt.Errorf("redrive: enqueue workflow: %w", err)
+	}
 	now := c.now()
 	nw := w.w
 	nw.Jobs = make([]store.WorkflowNode, len(w.w.Jobs))
@@ -136,6 +142,75 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, w *Workflow) (*WorkflowInf
 		c.wakeFor(jobs)
 	}
 	return got, nil
+}
+
+// WorkflowConflictError is the error (wrapping ErrConflict) of an
+// AddToWorkflow that the workflow's state refuses: closed or canceled
+// (Closed says which), or a job depending on a member whose state would
+// cancel it at once (Job, Field, Member, MemberState).
+type WorkflowConflictError = store.WorkflowConflictError
+
+// AddToWorkflow adds the jobs of w (its Add calls: w's name, key,
+// policy and callbacks must be unset) to the workflow id while it is
+// open, atomically: all of them or none. A job added may depend on jobs
+// of w and on members of the workflow by their names: a member that
+// completed holds it back no longer, one that has not finished does as
+// any dependency does. The workflow's callbacks then wait for the jobs
+// added too. A workflow is open until it is canceled or every job of it
+// finished once (WorkflowInfo.ClosedAt, when its complete callback
+// fires): then, and for a dependency on a member canceled (or dead,
+// under CancelOnDead), the error is a *WorkflowConflictError; a name
+// taken, a dependency naming no job or a cycle is a *WorkflowError; an
+// unknown workflow ErrNotFound. It returns the workflow with its jobs.
+func (c *Client) AddToWorkflow(ctx context.Context, id int64, w *Workflow) (*WorkflowInfo, error) {
+	switch {
+	case w.w.Name != "" || w.w.IdempotencyKey != "" || w.w.OnDead != "":
+		return nil, fmt.Errorf("redrive: add to workflow %d: %w: the jobs added take the workflow's name, key and policy (set none)", id, ErrInvalid)
+	case w.cbs[0] != nil || w.cbs[1] != nil || w.cbs[2] != nil:
+		return nil, fmt.Errorf("redrive: add to workflow %d: %w: callbacks are set when the workflow is enqueued", id, ErrInvalid)
+	}
+	if err := noReturnExisting(w); err != nil {
+		return nil, fmt.Errorf("redrive: add to workflow %d: %w", id, err)
+	}
+	now := c.now()
+	nodes := make([]store.WorkflowNode, len(w.w.Jobs))
+	var valid validNames
+	for i := range w.reqs {
+		nj, err := c.newJob(&w.reqs[i], now, &valid)
+		if err != nil {
+			return nil, fmt.Errorf("redrive: add to workflow %d: job %q: %w", id, w.w.Jobs[i].Name, err)
+		}
+		nodes[i] = store.WorkflowNode{Name: w.w.Jobs[i].Name, Job: nj, After: w.w.Jobs[i].After}
+	}
+	got, err := c.store.AddToWorkflow(ctx, id, nodes, now)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: add to workflow %d: %w", id, err)
+	}
+	// Wake this process's workers for the jobs added due at once.
+	added := make(map[string]*store.NewJob, len(nodes))
+	for i := range nodes {
+		added[nodes[i].Name] = &nodes[i].Job
+	}
+	var jobs []*Job
+	for i := range got.Jobs {
+		j := &got.Jobs[i]
+		if nj := added[j.Name]; nj != nil && (j.State == store.Pending || j.State == store.Scheduled) {
+			jobs = append(jobs, &Job{Queue: nj.Queue, RunAt: nj.RunAt})
+		}
+	}
+	c.wakeFor(jobs)
+	return got, nil
+}
+
+// noReturnExisting refuses a request of w asking ReturnExisting: a job
+// of a workflow whose key is held is refused, never adopted.
+func noReturnExisting(w *Workflow) error {
+	for i := range w.reqs {
+		if w.reqs[i].ReturnExisting {
+			return fmt.Errorf("%w: job %q: ReturnExisting does not apply to a workflow's jobs (a key held refuses the workflow)", ErrInvalid, w.w.Jobs[i].Name)
+		}
+	}
+	return nil
 }
 
 // GetWorkflow returns a workflow with its jobs' states.

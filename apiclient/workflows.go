@@ -32,15 +32,23 @@ type WorkflowRequest struct {
 	OnDeath    *EnqueueRequest `json:"on_death"`
 }
 
-// WorkflowJobRequest is one job of a WorkflowRequest: the fields of POST
-// /v1/jobs (without an idempotency key or return_existing: the
-// workflow's key makes the whole enqueue idempotent), its name, unique
-// in the workflow, and After, the names of the jobs that must complete
-// before it runs.
+// WorkflowJobRequest is one job of a WorkflowRequest (or of a
+// WorkflowAddRequest): the fields of POST /v1/jobs but return_existing,
+// its name, unique in the workflow, and After, the names of the jobs
+// that must complete before it runs. Its idempotency key, if any, is
+// its own: a key another job holds refuses the whole request (409).
 type WorkflowJobRequest struct {
 	Name  string   `json:"name"`
 	After []string `json:"after"`
 	EnqueueRequest
+}
+
+// WorkflowAddRequest is the body of POST /v1/workflows/{id}/jobs: jobs
+// added to an open workflow, named as a workflow's jobs are (each name
+// unused in the workflow), each with After naming jobs of the request
+// or members of the workflow.
+type WorkflowAddRequest struct {
+	Jobs []WorkflowJobRequest `json:"jobs"`
 }
 
 // WorkflowList is the answer to GET /v1/workflows.
@@ -113,6 +121,20 @@ func (c *Client) Workflows(ctx context.Context, before int64, limit int) (ws []*
 		l.Workflows = []*redrive.WorkflowInfo{}
 	}
 	return l.Workflows, next, nil
+}
+
+// AddToWorkflow adds jobs to workflow id while it is open (POST
+// /v1/workflows/{id}/jobs), atomically, and returns the workflow with
+// its jobs. A name taken, a dependency naming no job or a cycle is an
+// *Error 400 naming the field; a workflow closed (every job finished
+// once) or canceled, or a dependency on a member whose state would
+// cancel the job at once, an *Error 409; an unknown id an *Error 404.
+func (c *Client) AddToWorkflow(ctx context.Context, id int64, in WorkflowAddRequest) (*redrive.WorkflowInfo, error) {
+	var w redrive.WorkflowInfo
+	if err := c.post(ctx, workflowPath(id, "jobs"), in, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
 }
 
 // CancelWorkflow cancels workflow id (POST /v1/workflows/{id}/cancel):

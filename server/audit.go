@@ -26,9 +26,10 @@ import (
 // notAudited are the routes that change something and are not recorded:
 // enqueues (the jobs themselves are the record), a workflow's too.
 var notAudited = map[string]bool{
-	"POST /v1/jobs":       true,
-	"POST /v1/jobs/batch": true,
-	"POST /v1/workflows":  true,
+	"POST /v1/jobs":                true,
+	"POST /v1/jobs/batch":          true,
+	"POST /v1/workflows":           true,
+	"POST /v1/workflows/{id}/jobs": true,
 	// The worker protocol: the jobs' histories are the record.
 	"POST /v1/worker/lease":             true,
 	"POST /v1/worker/heartbeat":         true,

@@ -959,8 +959,22 @@ func TestOpenAPIScenarios(t *testing.T) {
 	send("POST", "/v1/workflows/999/cancel", "", http.StatusNotFound)
 	send("POST", "/v1/workflows", `{"jobs":[{"name":"a","kind":"email","after":["b"]},{"name":"b","kind":"email","after":["a"]}]}`, http.StatusBadRequest)
 	wf := `{"idempotency_key":"wf-1","jobs":[{"name":"a","kind":"email"}]}`
-	send("POST", "/v1/workflows", wf, http.StatusCreated)
+	created := send("POST", "/v1/workflows", wf, http.StatusCreated)
 	send("POST", "/v1/workflows", wf, http.StatusOK)
+	// Adds: one that lands, a name taken, an unknown workflow, a
+	// canceled one.
+	var wfc struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.Unmarshal(created.body, &wfc); err != nil || wfc.ID == 0 {
+		t.Fatalf("the workflow created: %s, %v", created.body, err)
+	}
+	add := fmt.Sprintf("/v1/workflows/%d/jobs", wfc.ID)
+	send("POST", add, `{"jobs":[{"name":"b","kind":"email","after":["a"]}]}`, http.StatusCreated)
+	send("POST", add, `{"jobs":[{"name":"b","kind":"email"}]}`, http.StatusBadRequest)
+	send("POST", "/v1/workflows/999/jobs", `{"jobs":[{"name":"b","kind":"email"}]}`, http.StatusNotFound)
+	send("POST", fmt.Sprintf("/v1/workflows/%d/cancel", wfc.ID), "", http.StatusOK)
+	send("POST", add, `{"jobs":[{"name":"c","kind":"email"}]}`, http.StatusConflict)
 	// Deleting breakers: unknown, in use (tripped), forced.
 	send("DELETE", "/v1/breakers/none", "", http.StatusNotFound)
 	if _, err := e.st.ReportBreaker(t.Context(), store.BreakerReport{Name: "tripped", Process: "w1", Now: time.Now(), Failures: 1, Tripped: true,

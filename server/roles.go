@@ -231,6 +231,7 @@ var routeRoles = map[string]Role{
 	"GET /v1/workflows":              RoleRead,
 	"GET /v1/workflows/{id}":         RoleRead,
 	"POST /v1/workflows/{id}/cancel": RoleOperate,
+	"POST /v1/workflows/{id}/jobs":   RoleOperate,
 	// The worker protocol (worker.go).
 	"POST /v1/worker/lease":             RoleWorker,
 	"POST /v1/worker/heartbeat":         RoleWorker,

@@ -281,6 +281,7 @@ var routes = []string{
 	"GET /v1/workflows",
 	"GET /v1/workflows/{id}",
 	"POST /v1/workflows/{id}/cancel",
+	"POST /v1/workflows/{id}/jobs",
 
 	// The worker protocol (worker.go).
 	"POST /v1/worker/lease",
@@ -394,6 +395,7 @@ func New(opts Options) *Server {
 	handlers["GET /v1/workflows"] = a.listWorkflows
 	handlers["GET /v1/workflows/{id}"] = a.getWorkflow
 	handlers["POST /v1/workflows/{id}/cancel"] = a.cancelWorkflow
+	handlers["POST /v1/workflows/{id}/jobs"] = a.addToWorkflow
 	// The worker protocol (worker.go).
 	handlers["POST /v1/worker/lease"] = a.workerLease
 	handlers["POST /v1/worker/heartbeat"] = a.workerHeartbeat

@@ -21,6 +21,10 @@ type WorkflowRequest = apiclient.WorkflowRequest
 // It is the type of package apiclient, the API's Go client.
 type WorkflowJobRequest = apiclient.WorkflowJobRequest
 
+// WorkflowAddRequest is the body of POST /v1/workflows/{id}/jobs.
+// It is the type of package apiclient, the API's Go client.
+type WorkflowAddRequest = apiclient.WorkflowAddRequest
+
 // WorkflowList is the body of GET /v1/workflows.
 // It is the type of package apiclient, the API's Go client.
 type WorkflowList = apiclient.WorkflowList
@@ -49,6 +53,22 @@ func DecodeWorkflow(raw []byte, now time.Time) (WorkflowRequest, error) {
 	return in, err
 }
 
+// DecodeWorkflowAdd reads raw, the jobs POST /v1/workflows/{id}/jobs
+// takes, as strictly as the API does, and checks them as the API does
+// (WorkflowAddOf) at now; an error says the field at fault, as
+// DecodeWorkflow's. The CLI reads its files with it.
+func DecodeWorkflowAdd(raw []byte, now time.Time) (WorkflowAddRequest, error) {
+	var in WorkflowAddRequest
+	err := (&api{}).decodeStrict(raw, &in)
+	if err == nil {
+		_, _, err = WorkflowAddOf(&in, now)
+	}
+	if ae, ok := err.(*apiError); ok && ae.field != "" {
+		return in, fmt.Errorf("%w (field %s)", err, ae.field)
+	}
+	return in, err
+}
+
 // WorkflowOf checks a workflow request as POST /v1/workflows does and
 // returns the engine's workflow and its requests (the jobs', then the
 // callbacks' present, in the order on_success, on_complete, on_death),
@@ -70,40 +90,15 @@ func WorkflowOf(in *WorkflowRequest, now time.Time) (*redrive.Workflow, []redriv
 	if !onDead.Valid() {
 		return nil, nil, badRequest("on_dead", "on_dead must be wait, cancel or run, got %q", clip(string(in.OnDead)))
 	}
-	if len(in.Jobs) == 0 {
-		return nil, nil, badRequest("jobs", "jobs must hold at least one job")
-	}
-	if len(in.Jobs) > MaxWorkflowJobs {
-		return nil, nil, badRequest("jobs", "jobs holds %d jobs, the limit of one workflow is %d", len(in.Jobs), MaxWorkflowJobs)
-	}
-	idx := make(map[string]int, len(in.Jobs))
-	for i := range in.Jobs {
-		j := &in.Jobs[i]
-		field := fmt.Sprintf("jobs[%d].name", i)
-		switch {
-		case j.Name == "":
-			return nil, nil, badRequest(field, "job %d has no name: each job of a workflow is named", i)
-		case j.Name != strings.TrimSpace(j.Name):
-			return nil, nil, badRequest(field, "job name %q starts or ends with white space", clip(j.Name))
-		}
-		if err := checkName(field, j.Name, store.MaxNodeName); err != nil {
-			return nil, nil, err
-		}
-		if k, dup := idx[j.Name]; dup {
-			return nil, nil, badRequest(field, "job name %q is used twice: by jobs[%d] and jobs[%d]", clip(j.Name), k, i)
-		}
-		idx[j.Name] = i
+	idx, err := checkJobNames(in.Jobs)
+	if err != nil {
+		return nil, nil, err
 	}
 	// Every reference that names no job, named at once.
 	var unknown []string
 	field := ""
 	for i := range in.Jobs {
-		seen := make(map[string]bool, len(in.Jobs[i].After))
 		for _, d := range in.Jobs[i].After {
-			if seen[d] {
-				return nil, nil, badRequest(fmt.Sprintf("jobs[%d].after", i), "job %q names %q twice in after", clip(in.Jobs[i].Name), clip(d))
-			}
-			seen[d] = true
 			if _, ok := idx[d]; !ok {
 				unknown = append(unknown, fmt.Sprintf("%s -> %s", clip(in.Jobs[i].Name), clip(d)))
 				if field == "" {
@@ -121,22 +116,13 @@ func WorkflowOf(in *WorkflowRequest, now time.Time) (*redrive.Workflow, []redriv
 		nw.Jobs[i] = store.WorkflowNode{Name: in.Jobs[i].Name, After: in.Jobs[i].After}
 	}
 	if _, err := store.CheckWorkflow(&nw); err != nil {
-		if we, ok := store.IsWorkflowError(err); ok && len(we.Cycle) > 0 {
-			return nil, nil, badRequest("jobs", "the jobs' dependencies form a cycle: %s", clip(strings.Join(we.Cycle, " -> ")))
-		}
-		return nil, nil, badRequest("jobs", "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+		return nil, nil, cycleError(err)
 	}
 
 	w := redrive.NewWorkflow(in.Name).OnDead(onDead).Key(in.IdempotencyKey)
-	reqs := make([]redrive.Request, 0, len(in.Jobs)+3)
-	for i := range in.Jobs {
-		prefix := fmt.Sprintf("jobs[%d].", i)
-		r, err := memberRequest(&in.Jobs[i].EnqueueRequest, prefix, now)
-		if err != nil {
-			return nil, nil, err
-		}
-		w.Add(in.Jobs[i].Name, r, in.Jobs[i].After...)
-		reqs = append(reqs, r)
+	reqs, err := addRequests(w, in.Jobs, now)
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, cb := range []struct {
 		name string
@@ -156,14 +142,113 @@ func WorkflowOf(in *WorkflowRequest, now time.Time) (*redrive.Workflow, []redriv
 	return w, reqs, nil
 }
 
+// cycleError words CheckWorkflow's or CheckWorkflowAdd's error.
+func cycleError(err error) error {
+	if we, ok := store.IsWorkflowError(err); ok && len(we.Cycle) > 0 {
+		return badRequest("jobs", "the jobs' dependencies form a cycle: %s", clip(strings.Join(we.Cycle, " -> ")))
+	}
+	return badRequest("jobs", "%s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+}
+
+// addRequests checks jobs as POST /v1/jobs checks a job and adds them
+// to w, returning their requests.
+func addRequests(w *redrive.Workflow, jobs []WorkflowJobRequest, now time.Time) ([]redrive.Request, error) {
+	reqs := make([]redrive.Request, 0, len(jobs)+3)
+	for i := range jobs {
+		prefix := fmt.Sprintf("jobs[%d].", i)
+		r, err := memberRequest(&jobs[i].EnqueueRequest, prefix, now)
+		if err != nil {
+			return nil, err
+		}
+		w.Add(jobs[i].Name, r, jobs[i].After...)
+		reqs = append(reqs, r)
+	}
+	return reqs, nil
+}
+
+// checkJobNames checks the count of jobs, their names (each once, well
+// formed) and that none names a dependency twice, and returns their
+// indexes by name.
+func checkJobNames(jobs []WorkflowJobRequest) (map[string]int, error) {
+	if len(jobs) == 0 {
+		return nil, badRequest("jobs", "jobs must hold at least one job")
+	}
+	if len(jobs) > MaxWorkflowJobs {
+		return nil, badRequest("jobs", "jobs holds %d jobs, the limit of one request is %d", len(jobs), MaxWorkflowJobs)
+	}
+	idx := make(map[string]int, len(jobs))
+	for i := range jobs {
+		j := &jobs[i]
+		field := fmt.Sprintf("jobs[%d].name", i)
+		switch {
+		case j.Name == "":
+			return nil, badRequest(field, "job %d has no name: each job of a workflow is named", i)
+		case j.Name != strings.TrimSpace(j.Name):
+			return nil, badRequest(field, "job name %q starts or ends with white space", clip(j.Name))
+		}
+		if err := checkName(field, j.Name, store.MaxNodeName); err != nil {
+			return nil, err
+		}
+		if k, dup := idx[j.Name]; dup {
+			return nil, badRequest(field, "job name %q is used twice: by jobs[%d] and jobs[%d]", clip(j.Name), k, i)
+		}
+		idx[j.Name] = i
+	}
+	keys := map[string]int{}
+	for i := range jobs {
+		if k := jobs[i].IdempotencyKey; k != "" {
+			if j, dup := keys[k]; dup {
+				return nil, badRequest(fmt.Sprintf("jobs[%d].idempotency_key", i), "jobs[%d] and jobs[%d] have the same idempotency key %q", j, i, clip(k))
+			}
+			keys[k] = i
+		}
+	}
+	for i := range jobs {
+		seen := make(map[string]bool, len(jobs[i].After))
+		for _, d := range jobs[i].After {
+			if seen[d] {
+				return nil, badRequest(fmt.Sprintf("jobs[%d].after", i), "job %q names %q twice in after", clip(jobs[i].Name), clip(d))
+			}
+			seen[d] = true
+		}
+	}
+	return idx, nil
+}
+
+// WorkflowAddOf checks the jobs of POST /v1/workflows/{id}/jobs as
+// WorkflowOf checks a workflow's, but for their dependencies on members
+// of the workflow, which only the store knows: a duplicate, empty or
+// bad name, a name given twice in after, a cycle among the jobs, or
+// more than MaxWorkflowJobs jobs is an error naming the field at fault.
+// It returns the jobs as a workflow to add (Client.AddToWorkflow) and
+// their requests.
+func WorkflowAddOf(in *WorkflowAddRequest, now time.Time) (*redrive.Workflow, []redrive.Request, error) {
+	if _, err := checkJobNames(in.Jobs); err != nil {
+		return nil, nil, err
+	}
+	nodes := make([]store.WorkflowNode, len(in.Jobs))
+	for i := range in.Jobs {
+		nodes[i] = store.WorkflowNode{Name: in.Jobs[i].Name, After: in.Jobs[i].After}
+	}
+	if _, err := store.CheckWorkflowAdd(nodes, nil); err != nil {
+		return nil, nil, cycleError(err)
+	}
+	w := redrive.NewWorkflow("")
+	reqs, err := addRequests(w, in.Jobs, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, reqs, nil
+}
+
 // memberRequest checks a workflow's job or callback as POST /v1/jobs
 // checks a job, refusing the fields that make no sense in a workflow.
 func memberRequest(in *EnqueueRequest, prefix string, now time.Time) (redrive.Request, error) {
-	if in.IdempotencyKey != "" {
-		return redrive.Request{}, badRequest(prefix+"idempotency_key", "the jobs of a workflow take no idempotency key: give the workflow one (its idempotency_key)")
+	if in.IdempotencyKey != "" && !strings.HasPrefix(prefix, "jobs[") {
+		return redrive.Request{}, badRequest(prefix+"idempotency_key", "a callback takes no idempotency key: give the workflow one (its idempotency_key)")
 	}
 	if in.ReturnExisting {
-		return redrive.Request{}, badRequest(prefix+"return_existing", "return_existing is for an idempotency key, which the jobs of a workflow do not take")
+		return redrive.Request{}, badRequest(prefix+"return_existing", "a job of a workflow whose idempotency key is held is refused, never answered by the job holding it: return_existing does not apply")
 	}
 	return toRequest(in, prefix, now)
 }
@@ -223,6 +308,9 @@ func (a *api) enqueueWorkflow(w http.ResponseWriter, r *http.Request) error {
 	}
 	got, err := a.client.EnqueueWorkflow(r.Context(), wf)
 	if err != nil {
+		if ke := keyConflict(err, in.Jobs); ke != nil {
+			return ke
+		}
 		if errors.Is(err, redrive.ErrInvalid) {
 			// A payload a kind's validator refused, or too large: the
 			// message names the job.
@@ -238,6 +326,97 @@ func (a *api) enqueueWorkflow(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, status, got)
 	return nil
+}
+
+// addToWorkflow answers POST /v1/workflows/{id}/jobs: 201 with the
+// workflow and its jobs once the jobs are added.
+func (a *api) addToWorkflow(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
+	id, err := workflowID(r)
+	if err != nil {
+		return err
+	}
+	var in WorkflowAddRequest
+	if err := a.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	wf, reqs, err := WorkflowAddOf(&in, time.Now())
+	if err != nil {
+		return err
+	}
+	if _, err := a.client.CheckKinds(r.Context(), reqs); err != nil {
+		var ke *redrive.KindError
+		if errors.As(err, &ke) {
+			i := 0
+			var re *redrive.RequestError
+			if errors.As(err, &re) {
+				i = re.Index
+			}
+			return &apiError{status: http.StatusBadRequest, code: "unknown_kind", field: fmt.Sprintf("jobs[%d].kind", i), msg: ke.Error()}
+		}
+		return err
+	}
+	got, err := a.client.AddToWorkflow(r.Context(), id, wf)
+	if err != nil {
+		return addError(err, id, &in)
+	}
+	writeJSON(w, http.StatusCreated, got)
+	return nil
+}
+
+// addError words an error of Client.AddToWorkflow, naming the field at
+// fault of in.
+func addError(err error, id int64, in *WorkflowAddRequest) error {
+	at := func(name, field string) string {
+		for i := range in.Jobs {
+			if in.Jobs[i].Name == name {
+				return fmt.Sprintf("jobs[%d].%s", i, field)
+			}
+		}
+		return "jobs"
+	}
+	if ke := keyConflict(err, in.Jobs); ke != nil {
+		return ke
+	}
+	if ce, ok := errors.AsType[*redrive.WorkflowConflictError](err); ok {
+		field := "id"
+		if ce.Closed == "" {
+			field = at(ce.Job, ce.Field)
+		}
+		return &apiError{status: http.StatusConflict, code: "conflict", field: field, msg: ce.Error()}
+	}
+	if we, ok := store.IsWorkflowError(err); ok {
+		switch {
+		case we.Taken != "":
+			return badRequest(at(we.Taken, "name"), "%s", we.Problem)
+		case len(we.Unknown) > 0:
+			name, _, _ := strings.Cut(we.Unknown[0], " -> ")
+			return badRequest(at(name, "after"), "after names no job of the request nor member of the workflow: %s", clip(strings.Join(we.Unknown, ", ")))
+		}
+		return cycleError(err)
+	}
+	if errors.Is(err, redrive.ErrInvalid) {
+		return &apiError{status: http.StatusBadRequest, code: "invalid", field: "jobs", msg: strings.TrimPrefix(err.Error(), "redrive: ")}
+	}
+	return workflowNotFound(err, id)
+}
+
+// keyConflict is the 409 of a job of jobs whose idempotency key
+// another job holds (a *WorkflowConflictError on its key), or nil.
+func keyConflict(err error, jobs []WorkflowJobRequest) error {
+	ce, ok := errors.AsType[*redrive.WorkflowConflictError](err)
+	if !ok || ce.Field != "idempotency_key" {
+		return nil
+	}
+	field := "jobs"
+	for i := range jobs {
+		if jobs[i].Name == ce.Job {
+			field = fmt.Sprintf("jobs[%d].idempotency_key", i)
+		}
+	}
+	return &apiError{status: http.StatusConflict, code: "idempotency_conflict", field: field, msg: ce.Error()}
 }
 
 // workflowID parses the {id} path value.

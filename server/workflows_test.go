@@ -208,7 +208,8 @@ func TestWorkflowBadInput(t *testing.T) {
 			"invalid", "jobs", []string{"cycle", "a -> b -> c -> a"}},
 		{"self", `{"jobs":[{"name":"a","kind":"email","after":["a"]}]}`, "invalid", "jobs", []string{"a -> a"}},
 		{"on_dead", `{"on_dead":"retry","jobs":[{"name":"a","kind":"email"}]}`, "invalid", "on_dead", []string{"wait, cancel or run"}},
-		{"job key", `{"jobs":[{"name":"a","kind":"email","idempotency_key":"k"}]}`, "invalid", "jobs[0].idempotency_key", []string{"give the workflow one"}},
+		{"job key twice", `{"jobs":[{"name":"a","kind":"email","idempotency_key":"k"},{"name":"b","kind":"email","idempotency_key":"k"}]}`,
+			"invalid", "jobs[1].idempotency_key", []string{"jobs[0] and jobs[1]"}},
 		{"job return_existing", `{"jobs":[{"name":"a","kind":"email","return_existing":true}]}`, "invalid", "jobs[0].return_existing", nil},
 		{"callback key", `{"jobs":[{"name":"a","kind":"email"}],"on_death":{"kind":"email","idempotency_key":"k"}}`, "invalid", "on_death.idempotency_key", nil},
 		{"no kind", `{"jobs":[{"name":"a"}]}`, "invalid", "jobs[0].kind", nil},
@@ -338,4 +339,82 @@ func FuzzWorkflowBody(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWorkflowAddAPI: POST /v1/workflows/{id}/jobs adds jobs depending
+// on members and on each other (201, the workflow with them), and each
+// refusal names the field at fault and stores nothing: a name used
+// twice or taken, an after naming no job, a cycle, a dependency on a
+// canceled member (409), an unknown workflow (404), and a canceled
+// workflow (409, field id).
+func TestWorkflowAddAPI(t *testing.T) {
+	e := newEnv(t, Options{Token: "tok"})
+	var w redrive.WorkflowInfo
+	e.want(e.do("POST", "/v1/workflows", `{"jobs":[{"name":"A","kind":"email"},{"name":"K","kind":"email"}]}`), http.StatusCreated, &w)
+	byName := func(w redrive.WorkflowInfo) map[string]store.WorkflowJob {
+		out := map[string]store.WorkflowJob{}
+		for _, j := range w.Jobs {
+			out[j.Name] = j
+		}
+		return out
+	}
+	if _, err := e.client.Cancel(context.Background(), byName(w)["K"].JobID); err != nil {
+		t.Fatal(err)
+	}
+	path := fmt.Sprintf("/v1/workflows/%d/jobs", w.ID)
+	for _, c := range []struct {
+		body, code, field string
+		status            int
+	}{
+		{`{"jobs":[]}`, "invalid", "jobs", http.StatusBadRequest},
+		{`{"jobs":[{"name":"B","kind":"email"},{"name":"B","kind":"email"}]}`, "invalid", "jobs[1].name", http.StatusBadRequest},
+		{`{"jobs":[{"name":"B","kind":"email"},{"name":"A","kind":"email"}]}`, "invalid", "jobs[1].name", http.StatusBadRequest},
+		{`{"jobs":[{"name":"B","kind":"email"},{"name":"C","kind":"email","after":["B","X"]}]}`, "invalid", "jobs[1].after", http.StatusBadRequest},
+		{`{"jobs":[{"name":"B","kind":"email","after":["C"]},{"name":"C","kind":"email","after":["B"]}]}`, "invalid", "jobs", http.StatusBadRequest},
+		{`{"jobs":[{"name":"B","kind":"email","return_existing":true}]}`, "invalid", "jobs[0].return_existing", http.StatusBadRequest},
+		{`{"jobs":[{"name":"B","kind":"email"},{"name":"C","kind":"email","after":["A","K"]}]}`, "conflict", "jobs[1].after", http.StatusConflict},
+	} {
+		r := e.do("POST", path, c.body)
+		wantErr(t, r, c.status, c.code, c.field)
+	}
+	wantErr(t, e.do("POST", "/v1/workflows/999/jobs", `{"jobs":[{"name":"B","kind":"email"}]}`), http.StatusNotFound, "not_found", "id")
+	if got := e.do("GET", fmt.Sprintf("/v1/workflows/%d", w.ID), ""); !strings.Contains(string(got.body), `"total":2`) {
+		t.Fatalf("the refused adds changed the workflow: %s", got.body)
+	}
+	e.want(e.do("POST", path, `{"jobs":[{"name":"C","kind":"email","after":["A","B"]},{"name":"B","kind":"email"}]}`), http.StatusCreated, &w)
+	jobs := byName(w)
+	if w.Total != 4 || jobs["B"].State != store.Pending || jobs["C"].State != store.Blocked || len(jobs["C"].After) != 2 {
+		t.Fatalf("after the add: total %d, jobs %+v", w.Total, jobs)
+	}
+	e.want(e.do("POST", fmt.Sprintf("/v1/workflows/%d/cancel", w.ID), ""), http.StatusOK, nil)
+	r := e.do("POST", path, `{"jobs":[{"name":"D","kind":"email"}]}`)
+	wantErr(t, r, http.StatusConflict, "conflict", "id")
+	if !strings.Contains(string(r.body), "canceled") {
+		t.Errorf("the 409 does not name the state: %s", r.body)
+	}
+}
+
+// TestWorkflowMemberKeysAPI: a job of a workflow (or of an add) whose
+// idempotency key a job holds refuses the whole request, 409
+// idempotency_conflict naming the job's field and the holder, nothing
+// stored; a key free is taken by the job.
+func TestWorkflowMemberKeysAPI(t *testing.T) {
+	e := newEnv(t, Options{Token: "tok"})
+	var held redrive.Job
+	e.want(e.do("POST", "/v1/jobs", `{"kind":"email","idempotency_key":"k1"}`), http.StatusCreated, &held)
+	r := e.do("POST", "/v1/workflows", `{"jobs":[{"name":"a","kind":"email","idempotency_key":"k2"},{"name":"b","kind":"email","idempotency_key":"k1"}]}`)
+	wantErr(t, r, http.StatusConflict, "idempotency_conflict", "jobs[1].idempotency_key")
+	if !strings.Contains(string(r.body), fmt.Sprintf("held by job %d", held.ID)) {
+		t.Errorf("the 409 does not name the holder %d: %s", held.ID, r.body)
+	}
+	if n, w := jobCount(t, e), workflowCount(t, e); n != 1 || w != 0 {
+		t.Fatalf("the refused workflow stored %d jobs, %d workflows", n-1, w)
+	}
+	var w redrive.WorkflowInfo
+	e.want(e.do("POST", "/v1/workflows", `{"jobs":[{"name":"a","kind":"email","idempotency_key":"k2"}]}`), http.StatusCreated, &w)
+	r = e.do("POST", fmt.Sprintf("/v1/workflows/%d/jobs", w.ID), `{"jobs":[{"name":"b","kind":"email"},{"name":"c","kind":"email","idempotency_key":"k2"}]}`)
+	wantErr(t, r, http.StatusConflict, "idempotency_conflict", "jobs[1].idempotency_key")
+	if n := jobCount(t, e); n != 2 {
+		t.Fatalf("the refused add stored %d jobs", n-2)
+	}
 }

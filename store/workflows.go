@@ -65,8 +65,12 @@ type NewWorkflow struct {
 	// OnDead is the failure policy ("" is WaitOnDead).
 	OnDead OnDead
 	// Jobs are the workflow's jobs. Their names are unique; After names
-	// the jobs each depends on. A job's own IdempotencyKey must be empty:
-	// the workflow's key makes the whole enqueue idempotent.
+	// the jobs each depends on. A job may have an IdempotencyKey of its
+	// own (each key once in the workflow): if a job holds it already (or
+	// held it, its key kept), the whole enqueue is refused with a
+	// *WorkflowConflictError naming the job and the holder (after the
+	// workflow's own key is looked up: a workflow holding that one is
+	// returned first).
 	Jobs []WorkflowNode
 	// OnSuccess, OnComplete and OnDeath are callback jobs, each enqueued
 	// blocked with the workflow and made pending once: OnSuccess when
@@ -114,6 +118,12 @@ type Workflow struct {
 	IdempotencyKey string     `json:"idempotency_key,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	CanceledAt     *time.Time `json:"canceled_at,omitempty"`
+	// ClosedAt is when every job of the workflow had finished for the
+	// first time (completed, dead or canceled: when its complete
+	// callback fires, if it has one). From then on, as once canceled,
+	// it takes no more jobs (AddToWorkflow), though a redrive of a dead
+	// job may make it active again.
+	ClosedAt *time.Time `json:"closed_at,omitempty"`
 	// Counts are its jobs by state (callbacks aside; jobs deleted by
 	// retention are not counted), and Total the number of its jobs.
 	Counts map[State]int64 `json:"counts"`
@@ -189,6 +199,28 @@ type Workflows interface {
 	// rows alone (one read of them, none of their jobs').
 	CountWorkflows(ctx context.Context) (map[WorkflowState]int64, error)
 
+	// AddToWorkflow adds jobs to an open workflow (neither canceled nor
+	// closed: Workflow.ClosedAt), atomically: all of them or none. A
+	// job's name is unique in the workflow; its After names jobs of the
+	// request or members of the workflow, never a job added later, so
+	// that no cycle can pass through a member (CheckWorkflowAdd checks
+	// the request's own). A job is blocked while an edge holds it back:
+	// an edge from a job of the request, or from a member that has not
+	// completed (under RunOnDead: that has not finished); the others
+	// are due at once (or at their RunAt). The workflow's total grows by
+	// the jobs added, so that its callbacks wait for them. It returns
+	// the workflow with its jobs. An unknown id is ErrNotFound; a name
+	// taken, a dependency naming no job (a member deleted by retention
+	// included) or a cycle is a *WorkflowError (ErrInvalid); a canceled
+	// or closed workflow, or a dependency on a member whose state would
+	// cancel the job at once (canceled under WaitOnDead or
+	// CancelOnDead, dead under CancelOnDead), is a
+	// *WorkflowConflictError (ErrConflict). The add takes the
+	// workflow's lock that the moves of its jobs take: an add racing
+	// the completion of its last job lands before it (and the callbacks
+	// wait for the jobs added) or is refused, the workflow closed.
+	AddToWorkflow(ctx context.Context, id int64, jobs []WorkflowNode, now time.Time) (*Workflow, error)
+
 	// CancelWorkflow cancels a workflow: its waiting (blocked, pending,
 	// scheduled) jobs and its callbacks not fired are canceled, and the
 	// cancellation of its running jobs is requested (as Cancel does).
@@ -211,6 +243,9 @@ type WorkflowError struct {
 	Cycle []string
 	// Problem is any other problem (a duplicate or bad name).
 	Problem string
+	// Taken is the name of a job of an AddToWorkflow that a member of
+	// the workflow holds (Problem says so too).
+	Taken string
 }
 
 func (e *WorkflowError) Error() string {
@@ -229,6 +264,64 @@ func (e *WorkflowError) Error() string {
 
 // Unwrap makes a WorkflowError match ErrInvalid.
 func (e *WorkflowError) Unwrap() error { return ErrInvalid }
+
+// WorkflowConflictError is the ErrConflict error of an AddToWorkflow
+// that the workflow's state refuses.
+type WorkflowConflictError struct {
+	// Workflow is the workflow's id, State its state.
+	Workflow int64
+	State    WorkflowState
+	// Closed says why the workflow takes no more jobs: "canceled" or
+	// "closed" (every job finished once); "" when it is open and one
+	// job of the request is at fault.
+	Closed string
+	// Job is the name of the job of the request at fault, Field its
+	// field ("after" or "idempotency_key"), Member the member its after
+	// names and MemberState that member's state.
+	Job, Field, Member string
+	MemberState        State
+	// Key is the job's idempotency key (Field "idempotency_key") and
+	// Holder the job that holds it (Gone when that job was deleted and
+	// its key is kept). EnqueueWorkflow's conflicts set only these,
+	// Job and Field.
+	Key    string
+	Holder int64
+	Gone   bool
+}
+
+func (e *WorkflowConflictError) Error() string {
+	if e.Closed != "" {
+		return fmt.Sprintf("workflow %d is %s (state %s): it takes no more jobs", e.Workflow, e.Closed, e.State)
+	}
+	if e.Field == "idempotency_key" {
+		gone := ""
+		if e.Gone {
+			gone = " (deleted since, its key kept)"
+		}
+		return fmt.Sprintf("job %q: idempotency key %q is held by job %d%s: nothing enqueued", e.Job, e.Key, e.Holder, gone)
+	}
+	return fmt.Sprintf("workflow %d: job %q depends on %q, which is %s: under on_dead its dependents are canceled at once",
+		e.Workflow, e.Job, e.Member, e.MemberState)
+}
+
+// Unwrap makes a WorkflowConflictError match ErrConflict.
+func (e *WorkflowConflictError) Unwrap() error { return ErrConflict }
+
+// AddEdgeDone reports whether the edge from a member of a workflow in
+// state st, under policy p, is done at once for a job added with it
+// (AddToWorkflow), and whether the add must be refused because the
+// member's state cancels its dependents.
+func AddEdgeDone(p OnDead, st State) (done, refuse bool) {
+	switch {
+	case st == Completed:
+		return true, false
+	case (st == Dead || st == Canceled) && p == RunOnDead:
+		return true, false
+	case st == Canceled, st == Dead && p == CancelOnDead:
+		return false, true
+	}
+	return false, false
+}
 
 // CheckWorkflow checks w's structure and fills its defaults (OnDead).
 // It returns the order in which to insert the jobs (indexes of w.Jobs,
@@ -252,29 +345,71 @@ func CheckWorkflow(w *NewWorkflow) ([]int, error) {
 	if len(w.Name) > MaxNodeName || !utf8.ValidString(w.Name) {
 		return nil, fmt.Errorf("%w: workflow name longer than %d bytes or not UTF-8", ErrInvalid, MaxNodeName)
 	}
-	idx := make(map[string]int, len(w.Jobs))
-	for i := range w.Jobs {
-		n := &w.Jobs[i]
+	return checkNodes(w.Jobs, nil, nil)
+}
+
+// CheckWorkflowAdd checks the jobs of an AddToWorkflow as CheckWorkflow
+// checks a workflow's, their dependencies naming jobs of jobs or
+// members (member reports whether a name is a member's, and which job
+// it is): a name used twice or taken by a member, a dependency naming
+// neither, or a cycle among jobs is a *WorkflowError. A nil member
+// checks what can be checked without the workflow: every name is free
+// and every dependency outside jobs a member. It returns the order in
+// which to insert the jobs (indexes of jobs, dependencies before their
+// dependents).
+func CheckWorkflowAdd(jobs []WorkflowNode, member func(name string) (int64, bool)) ([]int, error) {
+	if len(jobs) == 0 {
+		return nil, &WorkflowError{Problem: "no jobs"}
+	}
+	if len(jobs) > MaxWorkflowJobs {
+		return nil, &WorkflowError{Problem: fmt.Sprintf("%d jobs (at most %d)", len(jobs), MaxWorkflowJobs)}
+	}
+	if member == nil {
+		member = func(string) (int64, bool) { return 0, false }
+		return checkNodes(jobs, member, func(string) bool { return true })
+	}
+	return checkNodes(jobs, member, func(name string) bool { _, ok := member(name); return ok })
+}
+
+// checkNodes checks jobs' names and dependencies and returns their
+// order, dependencies first. taken, when not nil, says which names the
+// workflow's members took, and outside which names outside jobs may be
+// depended on (nil: none).
+func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside func(string) bool) ([]int, error) {
+	idx := make(map[string]int, len(jobs))
+	keys := map[string]string{}
+	for i := range jobs {
+		n := &jobs[i]
 		if n.Name == "" || len(n.Name) > MaxNodeName || !utf8.ValidString(n.Name) || strings.ContainsRune(n.Name, 0) {
 			return nil, &WorkflowError{Problem: fmt.Sprintf("job %d: name %q is empty, longer than %d bytes or not UTF-8", i+1, n.Name, MaxNodeName)}
 		}
 		if _, dup := idx[n.Name]; dup {
 			return nil, &WorkflowError{Problem: fmt.Sprintf("job name %q used twice", n.Name)}
 		}
-		if n.Job.IdempotencyKey != "" {
-			return nil, &WorkflowError{Problem: fmt.Sprintf("job %q has an idempotency key (give the workflow one)", n.Name)}
+		if taken != nil {
+			if id, ok := taken(n.Name); ok {
+				return nil, &WorkflowError{Problem: fmt.Sprintf("job name %q is taken by job %d of the workflow", n.Name, id), Taken: n.Name}
+			}
+		}
+		if k := n.Job.IdempotencyKey; k != "" {
+			if other, dup := keys[k]; dup {
+				return nil, &WorkflowError{Problem: fmt.Sprintf("jobs %q and %q have the same idempotency key %q", other, n.Name, k)}
+			}
+			keys[k] = n.Name
 		}
 		idx[n.Name] = i
 	}
 	var unknown []string
-	for i := range w.Jobs {
+	for i := range jobs {
 		seen := map[string]bool{}
-		for _, d := range w.Jobs[i].After {
+		for _, d := range jobs[i].After {
 			if _, ok := idx[d]; !ok {
-				unknown = append(unknown, w.Jobs[i].Name+" -> "+d)
+				if outside == nil || !outside(d) {
+					unknown = append(unknown, jobs[i].Name+" -> "+d)
+				}
 			}
 			if seen[d] {
-				return nil, &WorkflowError{Problem: fmt.Sprintf("job %q depends on %q twice", w.Jobs[i].Name, d)}
+				return nil, &WorkflowError{Problem: fmt.Sprintf("job %q depends on %q twice", jobs[i].Name, d)}
 			}
 			seen[d] = true
 		}
@@ -282,29 +417,33 @@ func CheckWorkflow(w *NewWorkflow) ([]int, error) {
 	if len(unknown) > 0 {
 		return nil, &WorkflowError{Unknown: unknown}
 	}
-	// Depth-first topological sort; a grey node met again closes a cycle.
+	// Depth-first topological sort of jobs (a member is outside it); a
+	// grey node met again closes a cycle.
 	const (
 		white = iota
 		grey
 		black
 	)
-	color := make([]uint8, len(w.Jobs))
-	order := make([]int, 0, len(w.Jobs))
+	color := make([]uint8, len(jobs))
+	order := make([]int, 0, len(jobs))
 	var path []int
 	var cycle []string
 	var visit func(i int) bool
 	visit = func(i int) bool {
 		color[i] = grey
 		path = append(path, i)
-		for _, d := range w.Jobs[i].After {
-			j := idx[d]
+		for _, d := range jobs[i].After {
+			j, ok := idx[d]
+			if !ok {
+				continue // a member
+			}
 			switch color[j] {
 			case grey:
 				k := slices.Index(path, j)
 				for _, p := range path[k:] {
-					cycle = append(cycle, w.Jobs[p].Name)
+					cycle = append(cycle, jobs[p].Name)
 				}
-				cycle = append(cycle, w.Jobs[j].Name)
+				cycle = append(cycle, jobs[j].Name)
 				return false
 			case white:
 				if !visit(j) {
@@ -317,7 +456,7 @@ func CheckWorkflow(w *NewWorkflow) ([]int, error) {
 		order = append(order, i)
 		return true
 	}
-	for i := range w.Jobs {
+	for i := range jobs {
 		if color[i] == white && !visit(i) {
 			// The path goes from dependent to dependency: name the cycle
 			// in the order the jobs run.

@@ -565,3 +565,16 @@ func (d *directBackend) EnqueueWorkflow(ctx context.Context, in apiclient.Workfl
 	}
 	return d.c.EnqueueWorkflow(ctx, w)
 }
+
+// AddToWorkflow adds jobs checked as POST /v1/workflows/{id}/jobs checks
+// them, a kind the live workers of its queue do not run refused.
+func (d *directBackend) AddToWorkflow(ctx context.Context, id int64, in apiclient.WorkflowAddRequest) (*redrive.WorkflowInfo, error) {
+	w, reqs, err := server.WorkflowAddOf(&in, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.c.CheckKinds(ctx, reqs); err != nil {
+		return nil, err
+	}
+	return d.c.AddToWorkflow(ctx, id, w)
+}

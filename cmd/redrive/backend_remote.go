@@ -379,3 +379,7 @@ func (r *remoteBackend) CancelWorkflow(ctx context.Context, id int64) (*redrive.
 func (r *remoteBackend) EnqueueWorkflow(ctx context.Context, in apiclient.WorkflowRequest) (*redrive.WorkflowInfo, error) {
 	return r.api.EnqueueWorkflow(ctx, in)
 }
+
+func (r *remoteBackend) AddToWorkflow(ctx context.Context, id int64, in apiclient.WorkflowAddRequest) (*redrive.WorkflowInfo, error) {
+	return r.api.AddToWorkflow(ctx, id, in)
+}

@@ -34,11 +34,11 @@ func newWorkflowsCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "workflows",
 		Aliases: []string{"workflow", "wf"},
-		Short:   "Enqueue, list, show and cancel workflows",
-		Long:    "Enqueue a workflow from a JSON file, list workflows, show one with its jobs' states, cancel one.\n" + workflowsHelp,
+		Short:   "Enqueue, list, show, add to and cancel workflows",
+		Long:    "Enqueue a workflow from a JSON file, list workflows, show one with its jobs' states, add jobs to an open one, cancel one.\n" + workflowsHelp,
 		Args:    cobra.NoArgs,
 	}
-	cmd.AddCommand(newWorkflowsListCmd(g), newWorkflowShowCmd(g), newWorkflowCancelCmd(g), newWorkflowEnqueueCmd(g))
+	cmd.AddCommand(newWorkflowsListCmd(g), newWorkflowShowCmd(g), newWorkflowCancelCmd(g), newWorkflowEnqueueCmd(g), newWorkflowAddCmd(g))
 	return cmd
 }
 
@@ -220,6 +220,66 @@ them, and nothing is enqueued.
 	return cmd
 }
 
+func newWorkflowAddCmd(g *globalOptions) *cobra.Command {
+	var c connOptions
+	cmd := &cobra.Command{Use: "add ID FILE", Short: "Add jobs from a JSON file to an open workflow",
+		Long: `Add the jobs in FILE ("-": standard input) to the workflow ID while it is
+open, as POST /v1/workflows/{id}/jobs takes them, atomically:
+
+  {"jobs": [{"name": "page-2", "kind": "fetch", "payload": {"page": 2}},
+            {"name": "merge", "kind": "merge", "after": ["page-1", "page-2"]}]}
+
+Each job is named (a name no job of the workflow has) and may wait for jobs
+of the file and for members of the workflow ("after"): a member that
+completed holds it back no longer. The workflow's callbacks wait for the
+jobs added. A workflow is open until it is canceled or every job of it
+finished once (its complete callback fired); a closed or canceled
+workflow, a name taken, a name in "after" naming no job, a cycle, or a
+dependency on a canceled member are refused, naming them, and nothing is
+added.
+` + workflowsHelp + connHelp,
+		Args: cobra.ExactArgs(2)}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, err := parseWorkflowID(cmd, args[0])
+		if err != nil {
+			return err
+		}
+		raw, err := readWorkflowFile(cmd, args[1])
+		if err != nil {
+			return err
+		}
+		in, err := server.DecodeWorkflowAdd(raw, time.Now())
+		if err != nil {
+			return fmt.Errorf("%s: %w", workflowSource(args[1]), err)
+		}
+		return withBackend(g, &c, func(ctx context.Context, b backend) error {
+			w, err := b.AddToWorkflow(ctx, id, in)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.JSON {
+				return writeJSON(out, w)
+			}
+			added := map[string]bool{}
+			for _, j := range in.Jobs {
+				added[j.Name] = true
+			}
+			var blocked int
+			for _, j := range w.Jobs {
+				if added[j.Name] && j.State == store.Blocked {
+					blocked++
+				}
+			}
+			_, err = fmt.Fprintf(out, "added %d job(s) to workflow %d: %d due, %d waiting for others; %d job(s) in all\n",
+				len(in.Jobs), w.ID, len(in.Jobs)-blocked, blocked, w.Total)
+			return err
+		})(cmd, args)
+	}
+	addConnFlags(cmd, &c)
+	return cmd
+}
+
 // workflowSource names the workflow file in messages.
 func workflowSource(name string) string {
 	if name == "-" {
@@ -266,6 +326,7 @@ func writeWorkflow(out io.Writer, w *redrive.WorkflowInfo) error {
 	add("idempotency key", w.IdempotencyKey)
 	add("created", fmtTime(w.CreatedAt))
 	add("canceled", fmtTimePtr(w.CanceledAt))
+	add("closed", fmtTimePtr(w.ClosedAt))
 	add("progress", fmt.Sprintf("%d/%d completed, %d dead, %d canceled", w.Completed, w.Total, w.Dead, w.Canceled))
 	var counts []string
 	for _, st := range append(slices.Clone(store.States), store.Blocked) {

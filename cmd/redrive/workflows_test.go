@@ -198,12 +198,29 @@ func TestWorkflowsCLI(t *testing.T) {
 				t.Errorf("show --json: %+v", w)
 			}
 
+			// add: E after A (completed) and D (blocked) waits; a name taken
+			// is refused.
+			out, stderr, err = cli(`{"jobs":[{"name":"E","kind":"email","after":["A","D"]}]}`, "workflows", "add", "1", "-")
+			if err != nil || out != "added 1 job(s) to workflow 1: 0 due, 1 waiting for others; 5 job(s) in all\n" {
+				t.Errorf("add: %q, %v %s", out, err, stderr)
+			}
+			if _, _, err := cli(`{"jobs":[{"name":"A","kind":"email"}]}`, "workflows", "add", "1", "-"); err == nil || !strings.Contains(err.Error(), `"A" is taken by job 1`) {
+				t.Errorf("add of a name taken: %v", err)
+			}
+			if _, _, err := cli(`{"jobs":[{"name":"F","kind":"email","after":["F"]}]}`, "workflows", "add", "1", "-"); err == nil ||
+				!strings.Contains(err.Error(), "cycle: F -> F (field jobs)") || !strings.HasPrefix(err.Error(), "standard input: ") {
+				t.Errorf("add of a cycle: %v", err)
+			}
+
 			// cancel: its waiting jobs and callback; said again, nothing more.
-			if out := must("workflows", "cancel", "1"); out != "workflow 1 canceled: 3 of its 4 jobs canceled\n" {
+			if out := must("workflows", "cancel", "1"); out != "workflow 1 canceled: 4 of its 5 jobs canceled\n" {
 				t.Errorf("cancel: %q", out)
 			}
+			if _, _, err := cli(`{"jobs":[{"name":"G","kind":"email"}]}`, "workflows", "add", "1", "-"); err == nil || !strings.Contains(err.Error(), "workflow 1 is canceled") {
+				t.Errorf("add to a canceled workflow: %v", err)
+			}
 			w = decode[redrive.WorkflowInfo](t, must("--json", "workflows", "cancel", "1"))
-			if w.State != store.WorkflowCanceled || w.Canceled != 3 {
+			if w.State != store.WorkflowCanceled || w.Canceled != 4 {
 				t.Errorf("cancel --json: %+v", w)
 			}
 			if cb, err := tg.st.Get(ctx, 5); err != nil || cb.State != redrive.Canceled {
@@ -217,7 +234,7 @@ func TestWorkflowsCLI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(entries) != 2 || entries[0].Action != action || entries[0].Actor != actor || entries[0].Count != 3 {
+			if len(entries) != 2 || entries[0].Action != action || entries[0].Actor != actor || entries[0].Count != 4 {
 				t.Errorf("audit log: %+v", entries)
 			}
 

@@ -174,9 +174,9 @@ func MigrateThrough(version int) (restore func()) {
 	}
 	migrationFS = m
 	// Below 0032 there is no job_deps for a read of a dead job to probe.
-	oldDeps, oldWaits := readDeps, writeWaits
-	readDeps, writeWaits = version >= 32, version >= 34
-	return func() { migrationFS, readDeps, writeWaits = old, oldDeps, oldWaits }
+	oldDeps, oldWaits, oldClosed := readDeps, writeWaits, readClosed
+	readDeps, writeWaits, readClosed = version >= 32, version >= 34, version >= 36
+	return func() { migrationFS, readDeps, writeWaits, readClosed = old, oldDeps, oldWaits, oldClosed }
 }
 
 // SetSlotPruneEvery sets how many takes of limit slots pass between two

@@ -81,6 +81,9 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 			if err != nil {
 				return err
 			}
+			if err := keyHeld(created, jobs, nodes); err != nil {
+				return err
+			}
 			ids := make([]int64, len(created))
 			byName := make(map[string]int64, len(created))
 			var blocked []int64
@@ -133,12 +136,24 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 		})
 	})
 	if err != nil {
-		if errors.Is(err, store.ErrInvalid) {
+		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrConflict) {
 			return nil, fmt.Errorf("postgres: enqueue workflow: %w", err)
 		}
 		return nil, s.fail("enqueue workflow", err)
 	}
 	return out, nil
+}
+
+// keyHeld returns the *store.WorkflowConflictError of the first of the
+// jobs EnqueueTx created (for the requests jobs, named names) whose
+// idempotency key another job holds: the whole workflow is refused.
+func keyHeld(created []*store.Job, jobs []store.NewJob, names []string) error {
+	for k, j := range created {
+		if j.Existing {
+			return &store.WorkflowConflictError{Job: names[k], Field: "idempotency_key", Key: jobs[k].IdempotencyKey, Holder: j.ID, Gone: j.Gone}
+		}
+	}
+	return nil
 }
 
 func nullText(s string) any {
@@ -149,20 +164,34 @@ func nullText(s string) any {
 }
 
 const workflowColumns = `id, name, coalesce(idem_key, ''), on_dead, created_at, canceled_at, total,
-	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0), completed, dead, canceled`
+	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0), completed, dead, canceled, {closed}`
+
+// readClosed is false only in the tests that run the store on a schema
+// older than workflows.closed_at (MigrateThrough).
+var readClosed = true
+
+// workflowCols is workflowColumns for the schema's version.
+func workflowCols() string {
+	if readClosed {
+		return strings.Replace(workflowColumns, "{closed}", "closed_at", 1)
+	}
+	return strings.Replace(workflowColumns, "{closed}", "NULL::timestamptz", 1)
+}
 
 func scanWorkflow(row pgx.Row) (*store.Workflow, error) {
 	var w store.Workflow
 	var onDead string
 	if err := row.Scan(&w.ID, &w.Name, &w.IdempotencyKey, &onDead, &w.CreatedAt, &w.CanceledAt, &w.Total,
-		&w.OnSuccess, &w.OnComplete, &w.OnDeath, &w.Completed, &w.Dead, &w.Canceled); err != nil {
+		&w.OnSuccess, &w.OnComplete, &w.OnDeath, &w.Completed, &w.Dead, &w.Canceled, &w.ClosedAt); err != nil {
 		return nil, err
 	}
 	w.OnDead = store.OnDead(onDead)
 	w.CreatedAt = w.CreatedAt.UTC()
-	if w.CanceledAt != nil {
-		t := w.CanceledAt.UTC()
-		w.CanceledAt = &t
+	for _, t := range []**time.Time{&w.CanceledAt, &w.ClosedAt} {
+		if *t != nil {
+			u := (*t).UTC()
+			*t = &u
+		}
 	}
 	return &w, nil
 }
@@ -191,7 +220,7 @@ func (s *Store) workflowCounts(ctx context.Context, q pgQuerier, w *store.Workfl
 }
 
 func (s *Store) getWorkflow(ctx context.Context, q pgQuerier, id int64) (*store.Workflow, error) {
-	w, err := scanWorkflow(q.QueryRow(ctx, s.wq(`SELECT `+workflowColumns+` FROM {workflows} WHERE id = $1`), id))
+	w, err := scanWorkflow(q.QueryRow(ctx, s.wq(`SELECT `+workflowCols()+` FROM {workflows} WHERE id = $1`), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("workflow %d: %w", id, store.ErrNotFound)
 	}
@@ -259,7 +288,7 @@ func (s *Store) ListWorkflows(ctx context.Context, before int64, limit int) ([]*
 	var next int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		out, next = nil, 0
-		rows, err := tx.Query(ctx, s.wq(`SELECT `+workflowColumns+` FROM {workflows} WHERE id < $1 ORDER BY id DESC LIMIT $2`), before, limit+1)
+		rows, err := tx.Query(ctx, s.wq(`SELECT `+workflowCols()+` FROM {workflows} WHERE id < $1 ORDER BY id DESC LIMIT $2`), before, limit+1)
 		if err != nil {
 			return err
 		}
@@ -319,6 +348,160 @@ func (s *Store) CountWorkflows(ctx context.Context) (map[store.WorkflowState]int
 	})
 	if err != nil {
 		return nil, s.fail("count workflows", err)
+	}
+	return out, nil
+}
+
+// AddToWorkflow implements store.Workflows. The jobs are inserted as
+// Enqueue inserts them (EnqueueTx) before the workflow's row is locked,
+// so that an add takes the locks of the job counts then the workflow's,
+// in the order a completion takes them (its row trigger, then the
+// statement triggers of the counts); under the lock it checks that the
+// workflow is open, reads the members named and their states, and
+// makes the jobs the workflow's.
+func (s *Store) AddToWorkflow(ctx context.Context, id int64, nodes []store.WorkflowNode, now time.Time) (*store.Workflow, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if _, err := store.CheckWorkflowAdd(nodes, nil); err != nil {
+		return nil, fmt.Errorf("postgres: add to workflow %d: %w", id, err)
+	}
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+		names = append(names, n.After...)
+	}
+	var out *store.Workflow
+	err := s.retry(ctx, func() error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
+			out = nil
+			jobs := make([]store.NewJob, len(nodes))
+			for i := range nodes {
+				jobs[i] = nodes[i].Job
+			}
+			created, err := s.EnqueueTx(ctx, tx, jobs, now)
+			if err != nil {
+				return err
+			}
+			nodeNames := make([]string, len(nodes))
+			for i, n := range nodes {
+				nodeNames[i] = n.Name
+			}
+			if err := keyHeld(created, jobs, nodeNames); err != nil {
+				return err
+			}
+			var onDead string
+			var canceled, closed *time.Time
+			var total, completed, dead, nCanceled int64
+			err = tx.QueryRow(ctx, s.wq(`SELECT on_dead, canceled_at, closed_at, total, completed, dead, canceled FROM {workflows}
+				WHERE id = $1 FOR UPDATE`), id).Scan(&onDead, &canceled, &closed, &total, &completed, &dead, &nCanceled)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("workflow %d: %w", id, store.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			if canceled != nil || closed != nil {
+				e := &store.WorkflowConflictError{Workflow: id, Closed: "closed",
+					State: store.WorkflowStateOf(canceled != nil, total, completed, dead, nCanceled)}
+				if canceled != nil {
+					e.Closed = "canceled"
+				}
+				return e
+			}
+			// The members named, by a statement of their own under the
+			// lock: their states as the last move of each committed.
+			type member struct {
+				id    int64
+				state store.State
+			}
+			members := map[string]member{}
+			rows, err := tx.Query(ctx, s.wq(`SELECT node, id, state FROM {jobs} WHERE flow = $1 AND node = ANY($2::text[])`), id, names)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var name, st string
+				var m member
+				if err := rows.Scan(&name, &m.id, &st); err != nil {
+					rows.Close()
+					return err
+				}
+				m.state = store.State(st)
+				members[name] = m
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if _, err := store.CheckWorkflowAdd(nodes, func(name string) (int64, bool) {
+				m, ok := members[name]
+				return m.id, ok
+			}); err != nil {
+				return err
+			}
+			policy := store.OnDead(onDead)
+			byName := make(map[string]int64, len(nodes))
+			for i, n := range nodes {
+				byName[n.Name] = created[i].ID
+			}
+			var ids, blocked, deps, dependents, waitIDs []int64
+			var done []bool
+			var waitN []int32
+			for i, n := range nodes {
+				ids = append(ids, created[i].ID)
+				var notDone int32
+				for _, d := range n.After {
+					dep, isNew := byName[d]
+					edgeDone := false
+					if !isNew {
+						m := members[d]
+						var refuse bool
+						edgeDone, refuse = store.AddEdgeDone(policy, m.state)
+						if refuse {
+							return &store.WorkflowConflictError{Workflow: id, State: store.WorkflowActive,
+								Job: n.Name, Field: "after", Member: d, MemberState: m.state}
+						}
+						dep = m.id
+					}
+					deps, dependents, done = append(deps, dep), append(dependents, created[i].ID), append(done, edgeDone)
+					if !edgeDone {
+						notDone++
+					}
+				}
+				if len(n.After) > 0 {
+					waitIDs, waitN = append(waitIDs, created[i].ID), append(waitN, notDone)
+				}
+				if notDone > 0 {
+					blocked = append(blocked, created[i].ID)
+				}
+			}
+			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET flow = $1, node = n.node
+				FROM unnest($2::bigint[], $3::text[]) AS n(id, node) WHERE j.id = n.id`), id, ids, nodeNames); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} SET state = 'blocked' WHERE id = ANY($1::bigint[])`), blocked); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {deps} (dep_id, job_id, done) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::boolean[])`),
+				deps, dependents, done); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {waits} (job_id, n) SELECT * FROM unnest($1::bigint[], $2::int[])`), waitIDs, waitN); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET total = total + $2 WHERE id = $1`), id, len(nodes)); err != nil {
+				return err
+			}
+			out, err = s.getWorkflow(ctx, tx, id)
+			return err
+		})
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
+			return nil, fmt.Errorf("postgres: add to workflow %d: %w", id, err)
+		}
+		return nil, s.fail("add to workflow", err)
 	}
 	return out, nil
 }

@@ -88,3 +88,44 @@ func TestSealed(t *testing.T) {
 	storetest.RunSealed(t, db)
 	t.Run("Export", func(t *testing.T) { storetest.RunSealedExport(t, db) })
 }
+
+// TestWorkflowEdges runs the conformance test of the deletion of a
+// workflow job's edges on SQLite, reading job_deps with a connection of
+// its own.
+func TestWorkflowEdges(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "redrive.db")
+	storetest.RunWorkflowEdges(t, storetest.EdgesDB{
+		Open: func(t *testing.T) store.Store {
+			s, err := sqlite.Open(t.Context(), path, sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatalf("sqlite.Open: %v", err)
+			}
+			return s
+		},
+		Edges: func(t *testing.T) [][2]int64 {
+			db, err := sql.Open("sqlite", "file:"+path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			rows, err := db.QueryContext(t.Context(), `SELECT dep_id, job_id FROM job_deps ORDER BY dep_id, job_id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var out [][2]int64
+			for rows.Next() {
+				var e [2]int64
+				if err := rows.Scan(&e[0], &e[1]); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, e)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		},
+	})
+}

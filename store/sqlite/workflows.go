@@ -66,6 +66,9 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 				return fmt.Errorf("sqlite: enqueue workflow: %w", err)
 			}
 		}
+		if err := memberKeyHeld(ctx, tx, w.Jobs); err != nil {
+			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+		}
 		var wid int64
 		if err := tx.QueryRowContext(ctx, `INSERT INTO workflows (name, idem_key, on_dead, created_at, total) VALUES (?, ?, ?, ?, ?) RETURNING id`,
 			w.Name, nullString(w.IdempotencyKey), string(w.OnDead), micros(now), len(w.Jobs)).Scan(&wid); err != nil {
@@ -149,21 +152,233 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 	return out, nil
 }
 
+// AddToWorkflow implements store.Workflows. Everything is checked
+// before the first write (the writer's shared transaction keeps the
+// other requests' writes when this one is refused); the one writer
+// serializes the add with every move of the workflow's jobs.
+func (s *Store) AddToWorkflow(ctx context.Context, id int64, nodes []store.WorkflowNode, now time.Time) (*store.Workflow, error) {
+	if _, err := store.CheckWorkflowAdd(nodes, nil); err != nil {
+		return nil, fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+	}
+	for i := range nodes {
+		if err := validateNew(&nodes[i].Job); err != nil {
+			return nil, fmt.Errorf("sqlite: add to workflow %d: job %q: %w", id, nodes[i].Name, err)
+		}
+	}
+	names := map[string]bool{}
+	for _, n := range nodes {
+		names[n.Name] = true
+		for _, d := range n.After {
+			names[d] = true
+		}
+	}
+	list := make([]string, 0, len(names))
+	for n := range names {
+		list = append(list, n)
+	}
+	namesJSON, err := json.Marshal(list)
+	if err != nil {
+		return nil, err
+	}
+	var out *store.Workflow
+	err = s.writeEnqueue(ctx, len(nodes), func(tx *sql.Conn) error {
+		out = nil
+		var onDead string
+		var canceled, closed sql.NullInt64
+		var total, completed, dead, nCanceled int64
+		err := tx.QueryRowContext(ctx, `SELECT on_dead, canceled_at, closed_at, total, completed, dead, canceled FROM workflows WHERE id = ?`, id).
+			Scan(&onDead, &canceled, &closed, &total, &completed, &dead, &nCanceled)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, store.ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+		}
+		if canceled.Valid || closed.Valid {
+			e := &store.WorkflowConflictError{Workflow: id, Closed: "closed",
+				State: store.WorkflowStateOf(canceled.Valid, total, completed, dead, nCanceled)}
+			if canceled.Valid {
+				e.Closed = "canceled"
+			}
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, e)
+		}
+		type member struct {
+			id    int64
+			state store.State
+		}
+		members := map[string]member{}
+		rows, err := tx.QueryContext(ctx, `SELECT node, id, state FROM jobs WHERE flow = ? AND node IN (SELECT value FROM json_each(?))`, id, string(namesJSON))
+		if err != nil {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+		}
+		for rows.Next() {
+			var name, st string
+			var m member
+			if err := rows.Scan(&name, &m.id, &st); err != nil {
+				rows.Close()
+				return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+			}
+			m.state = store.State(st)
+			members[name] = m
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+		}
+		order, err := store.CheckWorkflowAdd(nodes, func(name string) (int64, bool) {
+			m, ok := members[name]
+			return m.id, ok
+		})
+		if err != nil {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+		}
+		if err := memberKeyHeld(ctx, tx, nodes); err != nil {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+		}
+		// Each job's edges from members: done at once or not, or the add
+		// refused.
+		policy := store.OnDead(onDead)
+		notDone := make([]int, len(nodes))
+		memberDone := make([]map[string]bool, len(nodes))
+		for i, n := range nodes {
+			memberDone[i] = map[string]bool{}
+			for _, d := range n.After {
+				m, ok := members[d]
+				if !ok {
+					notDone[i]++ // a job of the request
+					continue
+				}
+				done, refuse := store.AddEdgeDone(policy, m.state)
+				if refuse {
+					return fmt.Errorf("sqlite: add to workflow %d: %w", id, &store.WorkflowConflictError{Workflow: id, State: store.WorkflowActive,
+						Job: n.Name, Field: "after", Member: d, MemberState: m.state})
+				}
+				memberDone[i][d] = done
+				if !done {
+					notDone[i]++
+				}
+			}
+		}
+		// Sealed before the first write: an error from here on fails the
+		// transaction rather than the request alone.
+		sealed := make([]store.NewJob, len(nodes))
+		for i := range nodes {
+			one, err := store.SealNew(s.payloads, []store.NewJob{nodes[i].Job})
+			if err != nil {
+				return fmt.Errorf("sqlite: add to workflow %d: job %q: %w", id, nodes[i].Name, err)
+			}
+			sealed[i] = one[0]
+		}
+		ins, err := tx.PrepareContext(ctx, insertMember)
+		if err != nil {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+		}
+		defer ins.Close()
+		counts := map[[2]string]int64{}
+		mv := moves{}
+		ids := make(map[string]int64, len(nodes))
+		news := make([]store.NewJob, 0, len(nodes))
+		outs := make([]*store.Job, 0, len(nodes))
+		for _, i := range order {
+			n := &nodes[i]
+			nj := &n.Job
+			r := newRow(&sealed[i], now)
+			if notDone[i] > 0 {
+				r.state = store.Blocked
+			}
+			var jid int64
+			if err := ins.QueryRowContext(ctx, append(r.args(), id, n.Name)...).Scan(&jid); err != nil {
+				return fmt.Errorf("sqlite: add to workflow %d: job %q: %w", id, n.Name, err)
+			}
+			counts[[2]string{nj.Queue, store.StatEnqueued}]++
+			mv.move(nj.Queue, "", r.state)
+			j := r.job(jid, nj)
+			if s.payloads != nil {
+				j.Payload = nj.Payload
+			}
+			news, outs = append(news, *nj), append(outs, j)
+			ids[n.Name] = jid
+			for _, d := range n.After {
+				dep, done := ids[d], 0
+				if m, ok := members[d]; ok {
+					dep = m.id
+					if memberDone[i][d] {
+						done = 1
+					}
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO job_deps (dep_id, job_id, done) VALUES (?, ?, ?)`, dep, jid, done); err != nil {
+					return fmt.Errorf("sqlite: add to workflow %d: job %q: %w", id, n.Name, err)
+				}
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE workflows SET total = total + ? WHERE id = ?`, len(nodes), id); err != nil {
+			return fmt.Errorf("sqlite: add to workflow %d: %w", id, err)
+		}
+		if err := s.setLimits(ctx, tx, news, outs, now); err != nil {
+			return err
+		}
+		if err := s.setFair(ctx, tx, news, outs); err != nil {
+			return err
+		}
+		if err := s.addMoves(ctx, tx, mv); err != nil {
+			return err
+		}
+		if err := s.addCounters(ctx, tx, counts); err != nil {
+			return err
+		}
+		out, err = getWorkflow(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// memberKeyHeld returns the *store.WorkflowConflictError of the first
+// of nodes whose idempotency key a job holds, or held (deleted, its key
+// kept): the whole enqueue is refused, before anything is written.
+func memberKeyHeld(ctx context.Context, tx *sql.Conn, nodes []store.WorkflowNode) error {
+	for _, n := range nodes {
+		k := n.Job.IdempotencyKey
+		if k == "" {
+			continue
+		}
+		var id int64
+		err := tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE idem_key = ?`, k).Scan(&id)
+		if err == nil {
+			return &store.WorkflowConflictError{Job: n.Name, Field: "idempotency_key", Key: k, Holder: id}
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		kept, err := keptKey(ctx, tx, k)
+		if err != nil {
+			return err
+		}
+		if kept != nil {
+			return &store.WorkflowConflictError{Job: n.Name, Field: "idempotency_key", Key: k, Holder: kept.ID, Gone: true}
+		}
+	}
+	return nil
+}
+
 const workflowColumns = `id, name, coalesce(idem_key, ''), on_dead, created_at, canceled_at, total,
-	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0), completed, dead, canceled`
+	coalesce(on_success, 0), coalesce(on_complete, 0), coalesce(on_death, 0), completed, dead, canceled, closed_at`
 
 func scanWorkflow(sc scanner) (*store.Workflow, error) {
 	var w store.Workflow
 	var onDead string
 	var created int64
-	var canceled sql.NullInt64
+	var canceled, closed sql.NullInt64
 	if err := sc.Scan(&w.ID, &w.Name, &w.IdempotencyKey, &onDead, &created, &canceled, &w.Total,
-		&w.OnSuccess, &w.OnComplete, &w.OnDeath, &w.Completed, &w.Dead, &w.Canceled); err != nil {
+		&w.OnSuccess, &w.OnComplete, &w.OnDeath, &w.Completed, &w.Dead, &w.Canceled, &closed); err != nil {
 		return nil, err
 	}
 	w.OnDead = store.OnDead(onDead)
 	w.CreatedAt = fromMicros(created)
 	w.CanceledAt = optTime(canceled)
+	w.ClosedAt = optTime(closed)
 	return &w, nil
 }
 

@@ -232,6 +232,9 @@ var subtests = []subtest{
 	{"WorkflowCountStates", testWorkflowCountStates},
 	{"WorkflowDeadDependents", testWorkflowDeadDependents},
 	{"WorkflowDeadRetention", testWorkflowDeadRetention},
+	{"WorkflowAdd", testWorkflowAdd},
+	{"WorkflowAddRace", testWorkflowAddRace},
+	{"WorkflowMemberKeys", testWorkflowMemberKeys},
 }
 
 // Run runs the whole conformance suite as subtests of t. open returns a

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -13,8 +14,11 @@ import (
 // policy) through random interleavings of two workers fetching,
 // completing, retrying and burying jobs, stale outcomes (the other
 // worker's, or a second one of a lease), cancels of jobs (waiting or
-// running), redrives, purges and retention of dead jobs, and cancels of
-// the whole workflow, against an in-memory model of the contract (docs/design.md,
+// running), redrives, purges and retention of dead jobs, cancels of
+// the whole workflow, and adds of jobs (AddToWorkflow: depending on
+// members in any state and on each other; refused once the workflow is
+// closed or canceled, or a dependency is deleted or cancels them at
+// once), against an in-memory model of the contract (docs/design.md,
 // "Workflows"). After every step each job's state must be the model's:
 // so a fetch leases only jobs whose dependencies allow it, and each
 // callback fires at most once and when the model says; a dead job's
@@ -80,6 +84,11 @@ type flowModel struct {
 	log    string
 	wid    int64
 	others *int64 // dead jobs of earlier runs, not yet deleted
+	// closed is set once every member finished (the workflow takes no
+	// more jobs), canceled once the workflow was canceled; added counts
+	// the jobs added.
+	closed, canceled bool
+	added            int
 }
 
 const (
@@ -240,6 +249,107 @@ func (m *flowModel) moved(i int, old store.State) {
 	fire(cbDeath, st == store.Dead)
 	fire(cbComplete, finished == m.n)
 	fire(cbSuccess, completed == m.n)
+	if finished == m.n {
+		m.closed = true
+	}
+}
+
+// add adds 1 to 3 jobs, each depending on random members (in any state,
+// deleted ones included) and on the jobs of the add before it, and
+// checks the store's answer against the model's.
+func (m *flowModel) add() {
+	x := m.x
+	k := 1 + m.rng.IntN(3)
+	var nodes []store.WorkflowNode
+	var deps [][]int // members, then len(members)+t for the add's job t
+	for t := range k {
+		var d []int
+		for i := range m.n + t {
+			if m.rng.IntN(4) == 0 {
+				d = append(d, i)
+			}
+		}
+		var after []string
+		for _, i := range d {
+			if i < m.n {
+				after = append(after, m.jobs[i].name)
+			} else {
+				after = append(after, fmt.Sprint("a", m.added+i-m.n))
+			}
+		}
+		name := fmt.Sprint("a", m.added+t)
+		nodes = append(nodes, store.WorkflowNode{Name: name, After: after, Job: store.NewJob{Queue: m.queue, Kind: name, MaxRetries: -1}})
+		deps = append(deps, d)
+	}
+	// What the model expects.
+	var want error
+	switch {
+	case m.canceled || m.closed:
+		want = store.ErrConflict
+	default:
+		for _, d := range deps {
+			for _, i := range d {
+				if i < m.n && m.jobs[i].gone && want == nil {
+					want = store.ErrInvalid
+				}
+			}
+		}
+		if want != nil {
+			break
+		}
+		for _, d := range deps {
+			for _, i := range d {
+				if _, refuse := store.AddEdgeDone(m.policy, m.jobs[i].state); i < m.n && refuse {
+					want = store.ErrConflict
+				}
+			}
+		}
+	}
+	w, err := x.s.AddToWorkflow(x.ctx, m.wid, nodes, m.now)
+	m.logf("add %d jobs %v: %v", k, deps, err)
+	if want != nil {
+		if !errors.Is(err, want) {
+			x.t.Errorf("add of %d jobs: error %v, the model says %v (closed %v, canceled %v)", k, err, want, m.closed, m.canceled)
+		}
+		if ce, ok := errors.AsType[*store.WorkflowConflictError](err); ok && (ce.Closed != "") != (m.closed || m.canceled) {
+			x.t.Errorf("add of %d jobs: %v; the model has the workflow closed %v, canceled %v", k, err, m.closed, m.canceled)
+		}
+		return
+	}
+	if err != nil {
+		x.t.Fatalf("add of %d jobs: %v; the model takes them", k, err)
+	}
+	ids := map[string]int64{}
+	for _, j := range w.Jobs {
+		ids[j.Name] = j.JobID
+	}
+	base := m.n
+	var added []*mjob
+	for t, n := range nodes {
+		j := &mjob{id: ids[n.Name], name: n.Name, member: true, done: map[int]bool{}}
+		for _, i := range deps[t] {
+			// An added job's index, base+t, is its index once the added
+			// jobs follow the members; an edge from one is never done.
+			if done, _ := store.AddEdgeDone(m.policy, m.jobs[i].state); i < base && done {
+				j.done[i] = true
+			}
+			j.deps = append(j.deps, i)
+		}
+		j.state = store.Pending
+		if len(j.done) < len(j.deps) {
+			j.state = store.Blocked
+		}
+		if j.id == 0 {
+			x.t.Fatalf("added job %s is not in the workflow", n.Name)
+		}
+		added = append(added, j)
+	}
+	m.jobs = slices.Insert(m.jobs, m.n, added...)
+	m.n += k
+	m.added += k
+	if w.Total != int64(m.n) {
+		x.t.Errorf("after the add: total %d, the model has %d members", w.Total, m.n)
+	}
 }
 
 func (m *flowModel) pick(pred func(*mjob) bool) (int, bool) {
@@ -259,7 +369,9 @@ func (m *flowModel) step() {
 	m.now = m.now.Add(time.Second)
 	x := m.x
 	worker := []string{"w1", "w2"}[m.rng.IntN(2)]
-	switch r := m.rng.IntN(100); {
+	switch r := m.rng.IntN(110); {
+	case r >= 100:
+		m.add()
 	case r < 30: // fetch
 		limit := 1 + m.rng.IntN(3)
 		got := x.fetch(store.FetchParams{Queue: m.queue, Limit: limit, Now: m.now, LeaseUntil: m.now.Add(time.Hour), Worker: worker})
@@ -397,6 +509,7 @@ func (m *flowModel) step() {
 			x.t.Fatalf("CancelWorkflow: %v", err)
 		}
 		m.logf("cancel the workflow")
+		m.canceled = true
 		for k := len(m.jobs) - 1; k >= 0; k-- {
 			j := m.jobs[k]
 			if !j.member && j.state != store.Blocked && j.state != store.Pending {
