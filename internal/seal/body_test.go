@@ -107,3 +107,33 @@ func FuzzOpenBody(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkBodies is the cost of sealing (a publisher's) and opening (a
+// consumer's) one 1 KiB body.
+func BenchmarkBodies(b *testing.B) {
+	k := mustParse(b, "k1:"+key(1))
+	bodies := &Bodies{Keys: k, All: true}
+	plain := []byte(`{"token":"tok-4111111111111111","blob":"` + string(bytes.Repeat([]byte("x"), 1000)) + `"}`)
+	sealed, _, err := bodies.Seal("q", plain)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("seal", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(plain)))
+		for b.Loop() {
+			if _, _, err := bodies.Seal("q", plain); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("open", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(plain)))
+		for b.Loop() {
+			if _, err := bodies.Open("q", sealed, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
