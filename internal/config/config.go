@@ -70,7 +70,8 @@ type Serve struct {
 	payloadKeysFile, payloadKeys, encryptQueues string
 	// AMQPBodies and KafkaBodies are the managed RabbitMQ queues and the
 	// kept Kafka topics whose message bodies travel sealed, with the
-	// payload keys (nil: none), built from amqpEncryptBodies and
+	// payload keys (nil without keys; with keys and no names, they open
+	// and seal nothing), built from amqpEncryptBodies and
 	// kafkaEncryptBodies (encrypt.go).
 	AMQPBodies, KafkaBodies               *seal.Bodies
 	amqpEncryptBodies, kafkaEncryptBodies string

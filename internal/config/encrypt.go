@@ -134,8 +134,10 @@ func resolveEncrypt(c *Serve) error {
 }
 
 // resolveBodies builds the policy of setting, a list of names among
-// those of managed (the setting managedSetting) or "*": nil when it is
-// empty; an error without keys, or naming a queue or topic serve does
+// those of managed (the setting managedSetting) or "*"; when it is
+// empty, one that seals nothing but opens with keys (a keeper then opens
+// a sealed dead letter that the store seals whole), nil without keys.
+// It is an error without keys, or naming a queue or topic serve does
 // not manage.
 func resolveBodies(setting, v string, keys *seal.Keyring, managedSetting string, managed []string) (*seal.Bodies, error) {
 	all, names, err := seal.ParseNames(setting, v, nil)
@@ -143,7 +145,10 @@ func resolveBodies(setting, v string, keys *seal.Keyring, managedSetting string,
 		return nil, err
 	}
 	if !all && len(names) == 0 {
-		return nil, nil
+		if keys == nil {
+			return nil, nil
+		}
+		return &seal.Bodies{Keys: keys}, nil
 	}
 	if keys == nil {
 		return nil, fmt.Errorf("%s needs payload keys (payload-keys-file or $REDRIVE_PAYLOAD_KEYS)", setting)

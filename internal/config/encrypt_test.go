@@ -82,8 +82,12 @@ func TestEncryptBodies(t *testing.T) {
 		t.Fatalf("bodies: %+v %+v", c.AMQPBodies, c.KafkaBodies)
 	}
 	c, err = loadConfig(t, map[string]string{key: keys, "REDRIVE_KAFKA_ENCRYPT_BODIES": "clicks"}, brokers...)
-	if err != nil || c.AMQPBodies != nil || !c.KafkaBodies.Seals("clicks") || c.KafkaBodies.Seals("views") {
+	if err != nil || c.AMQPBodies == nil || c.AMQPBodies.Seals("orders") || c.AMQPBodies.Keys == nil ||
+		!c.KafkaBodies.Seals("clicks") || c.KafkaBodies.Seals("views") {
 		t.Fatalf("env: %+v %+v %v", c.AMQPBodies, c.KafkaBodies, err)
+	}
+	if c, err := loadConfig(t, nil, brokers...); err != nil || c.AMQPBodies != nil || c.KafkaBodies != nil {
+		t.Fatalf("no keys: %+v %+v %v", c.AMQPBodies, c.KafkaBodies, err)
 	}
 	for _, bad := range []struct {
 		env  map[string]string
