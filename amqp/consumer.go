@@ -103,6 +103,16 @@ type ConsumerOptions struct {
 	// Prefetch - Concurrency messages of a queue wait so at once; the
 	// others go round at once.
 	LimitHold time.Duration
+	// Bodies opens the bodies of messages marked with the header
+	// redrive.HeaderSealed before the handler (and the limits) see them,
+	// with its keys and for the work queue's name; retries, deferrals and
+	// dead letters carry the body as it came, sealed. A marked body that
+	// does not open (no keys, an unknown key id, altered bytes, not an
+	// envelope) goes to the DLQ at once, class permanent, reason
+	// undecryptable, without its handler running. An unmarked body on a
+	// queue Bodies seals is accepted as plaintext (bodies published
+	// before the queue was sealed) and counted (ConsumerStats.Plaintext).
+	Bodies *redrive.SealedBodies
 }
 
 // DefaultLimitHold is how long a message waits in a consumer for its
@@ -286,6 +296,12 @@ type ConsumerStats struct {
 	// Undecodable counts messages dead-lettered because their redrive
 	// headers could not be read.
 	Undecodable int64 `json:"undecodable"`
+	// Undecryptable counts deliveries whose body was marked sealed but
+	// did not open (ConsumerOptions.Bodies): each went to the DLQ.
+	Undecryptable int64 `json:"undecryptable"`
+	// Plaintext counts deliveries of a queue whose bodies are sealed
+	// that came unmarked, in clear, and were run as they were.
+	Plaintext int64 `json:"plaintext"`
 	// SettleFailures counts outcomes whose publish failed after its
 	// retries: the message went back to its queue to be tried again.
 	SettleFailures int64 `json:"settle_failures"`
@@ -306,7 +322,7 @@ type LimitStat = limiter.Stat
 
 type consumerCounters struct {
 	delivered, completed, retried, deferred, dead, released, hops, waits, undecodable, settleFailures atomic.Int64
-	limitDeferred                                                                                     atomic.Int64
+	limitDeferred, undecryptable, plaintext                                                           atomic.Int64
 }
 
 // Stats returns the consumer's running totals.
@@ -315,7 +331,8 @@ func (c *Consumer) Stats() ConsumerStats {
 	out := ConsumerStats{Delivered: s.delivered.Load(), Completed: s.completed.Load(), Retried: s.retried.Load(),
 		Deferred: s.deferred.Load(), Dead: s.dead.Load(), Released: s.released.Load(), Hops: s.hops.Load(),
 		Waits: s.waits.Load(), Undecodable: s.undecodable.Load(), SettleFailures: s.settleFailures.Load(),
-		LimitDeferred: s.limitDeferred.Load(), Limits: c.limiter.Stats()}
+		LimitDeferred: s.limitDeferred.Load(), Undecryptable: s.undecryptable.Load(), Plaintext: s.plaintext.Load(),
+		Limits: c.limiter.Stats()}
 	if c.slots != nil {
 		out.LimitSlotsLost = c.slots.Lost()
 	}
@@ -423,10 +440,18 @@ func (q *queueConsumer) handle(ctx, hardCtx context.Context, d *amqp091.Delivery
 		}
 	}
 	kind := kindOf(d, q.opts.DefaultKind)
-	sel, limited, err := q.c.limits.Select(q.name, kind, d.Body, st.dependency)
-	if err != nil {
-		q.undecodable(d, err)
-		return
+	body, openErr := q.open(d)
+	var (
+		sel     redrive.SelectedLimit
+		limited bool
+	)
+	if openErr == nil {
+		// An undecryptable body runs no handler: no limit holds it.
+		sel, limited, err = q.c.limits.Select(q.name, kind, body, st.dependency)
+		if err != nil {
+			q.undecodable(d, err)
+			return
+		}
 	}
 	if limited {
 		release, ok := q.admit(ctx, d, sel)
@@ -449,6 +474,13 @@ func (q *queueConsumer) handle(ctx, hardCtx context.Context, d *amqp091.Delivery
 		return
 	}
 	j := jobOf(d, q.name, kind, st, time.Now())
+	j.Payload = body
+	if openErr != nil {
+		// The executor makes it dead at once, permanent, undecryptable,
+		// without calling its handler; its dead letter carries the body
+		// as it came.
+		j.Payload, j.PayloadError = nil, store.ReasonUndecryptable+": "+openErr.Error()
+	}
 	actx, cancel := context.WithCancelCause(hardCtx)
 	defer cancel(nil)
 	start := time.Now()
@@ -468,6 +500,23 @@ func (q *queueConsumer) handle(ctx, hardCtx context.Context, d *amqp091.Delivery
 	returned = true
 	cancel(nil)
 	q.settle(d, st, j, &o)
+}
+
+// open returns the body the handler sees: d's body opened when it is
+// marked sealed (redrive.HeaderSealed), else as it came.
+func (q *queueConsumer) open(d *amqp091.Delivery) ([]byte, error) {
+	_, marked := d.Headers[redrive.HeaderSealed]
+	bodies := q.c.opts.Bodies
+	if !marked && bodies.Seals(q.name) {
+		q.c.stats.plaintext.Add(1)
+	}
+	body, err := bodies.Open(q.name, d.Body, marked)
+	if err != nil {
+		q.c.stats.undecryptable.Add(1)
+		q.c.log.Warn("amqp: message body cannot be opened; it goes to the DLQ", "queue", q.name,
+			"message_id", d.MessageId, "error", err)
+	}
+	return body, err
 }
 
 // admit waits for a handler slot and a start of sel's group, and takes

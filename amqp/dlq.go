@@ -25,7 +25,14 @@ type DLQ struct {
 	topo   Topology
 	pub    *Publisher
 	tracer trace.Tracer // nil: no spans
+	bodies *redrive.SealedBodies
 }
+
+// SetBodies makes Peek open the bodies marked sealed
+// (redrive.HeaderSealed) with b's keys; without it, or without the key,
+// they show sealed, with DeadLetter.BodyError. Redrive never opens a
+// body: it publishes it back as it is, sealed.
+func (q *DLQ) SetBodies(b *redrive.SealedBodies) { q.bodies = b }
 
 // NewDLQ returns the operations on the dead letters of the work queue
 // named queue (whose DLQ is <queue>-dlq).
@@ -98,6 +105,13 @@ type DeadLetter struct {
 	Headers amqp091.Table `json:"headers,omitempty"`
 	// Problem is set when redrive's headers cannot be read.
 	Problem string `json:"problem,omitempty"`
+	// Sealed is the key id of a body marked sealed
+	// (redrive.HeaderSealed). Peek shows such a body opened when the
+	// DLQ's keys (SetBodies) open it; otherwise Body is the envelope as
+	// the broker holds it and BodyError says why it did not open
+	// ("undecryptable: ...").
+	Sealed    string `json:"sealed,omitempty"`
+	BodyError string `json:"body_error,omitempty"`
 }
 
 // deadLetterOf reads a DLQ delivery.
@@ -165,7 +179,16 @@ func (q *DLQ) Peek(ctx context.Context, n int) ([]DeadLetter, error) {
 		if !ok {
 			break
 		}
-		out = append(out, q.deadLetterOf(&d))
+		dl := q.deadLetterOf(&d)
+		if id, marked := d.Headers[redrive.HeaderSealed]; marked {
+			dl.Sealed = fmt.Sprint(id)
+			if plain, err := q.bodies.Open(dl.Origin, d.Body, true); err != nil {
+				dl.BodyError = store.ReasonUndecryptable + ": " + err.Error()
+			} else {
+				dl.Body = plain
+			}
+		}
+		out = append(out, dl)
 	}
 	return out, ctx.Err()
 }

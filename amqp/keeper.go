@@ -39,6 +39,19 @@ type KeeperOptions struct {
 	Prefetch int
 	// Logger receives the keeper's logs (default: the Conn's).
 	Logger *slog.Logger
+	// Bodies are the queues whose bodies travel sealed, and the keys
+	// (see ConsumerOptions.Bodies). With StoreSeals, they decide the
+	// form a dead letter's body is stored in, sealed once either way: a
+	// sealed body of a queue whose store payloads StoreSeals says are
+	// sealed is opened (the store seals the whole message, body
+	// included), else kept sealed as it came; a plaintext body of a
+	// queue Bodies seals, whose store payloads are not sealed, is sealed.
+	// RegisterKind with the same Bodies seals a body stored in clear
+	// again when it publishes it back.
+	Bodies *redrive.SealedBodies
+	// StoreSeals reports whether the store seals the payloads of a
+	// queue (nil: it seals none).
+	StoreSeals func(queue string) bool
 }
 
 // Keeper moves the dead letters of work queues from their <queue>-dlq
@@ -158,6 +171,13 @@ func (k *Keeper) Run(ctx context.Context) error {
 // keep stores one dead letter, then acknowledges it.
 func (q *keptQueue) keep(ctx, _ context.Context, d *amqp091.Delivery) {
 	dj, err := DeadJobOf(d, q.topo.Queue, q.k.opts.Broker, time.Now())
+	if err == nil {
+		if sd, changed := q.k.storedBody(dj.Queue, d); changed {
+			// The job's key is the delivery's, as it came: the same on
+			// a delivery again, whatever a new seal's nonce.
+			dj.Payload, err = json.Marshal(messageOf(sd, dj.Queue, q.k.opts.Broker))
+		}
+	}
 	if err != nil {
 		// Unreachable for a delivery; kept in the DLQ for whoever looks.
 		q.k.log.Error("amqp: dead letter cannot be stored; left in the DLQ", "dlq", q.topo.DLQ(), "message_id", d.MessageId,
@@ -184,6 +204,40 @@ func (q *keptQueue) keep(ctx, _ context.Context, d *amqp091.Delivery) {
 		}
 	}
 	ack(q.k.log, q.topo.DLQ(), d)
+}
+
+// storedBody returns d, a dead letter of work queue queue, with the body
+// the store is to keep (see KeeperOptions.Bodies), and whether it
+// differs from d's.
+func (k *Keeper) storedBody(queue string, d *amqp091.Delivery) (*amqp091.Delivery, bool) {
+	_, marked := d.Headers[redrive.HeaderSealed]
+	storeSeals := k.opts.StoreSeals != nil && k.opts.StoreSeals(queue)
+	out := *d
+	out.Headers = amqp091.Table{}
+	for h, v := range d.Headers {
+		if h != redrive.HeaderSealed {
+			out.Headers[h] = v
+		}
+	}
+	switch {
+	case marked && storeSeals && k.opts.Bodies != nil:
+		plain, err := k.opts.Bodies.Open(queue, d.Body, true)
+		if err != nil {
+			return d, false // kept as it came: undecryptable in the store too
+		}
+		out.Body = plain
+		return &out, true
+	case !marked && !storeSeals && k.opts.Bodies.Seals(queue):
+		sealed, id, err := k.opts.Bodies.Seal(queue, d.Body)
+		if err != nil {
+			k.log.Error("amqp: could not seal a dead letter's body; stored as it came", "queue", queue,
+				"message_id", d.MessageId, "error", err)
+			return d, false
+		}
+		out.Body, out.Headers[redrive.HeaderSealed] = sealed, id
+		return &out, true
+	}
+	return d, false
 }
 
 // requeueLater puts a delivery back after a pause, so that a store that

@@ -42,6 +42,14 @@ type PublisherOptions struct {
 	// messages carry (traceparent, tracestate). Without it they carry the
 	// caller's span context, if any.
 	TracerProvider trace.TracerProvider
+	// Bodies, when it seals a job's queue, makes Enqueue and EnqueueMany
+	// seal the message's body with its keys for that queue and mark it
+	// with the header redrive.HeaderSealed (the key id). Publish and
+	// PublishMany send what they are given. A Consumer with the keys
+	// opens the body before its handler sees it; consumers in other
+	// languages cannot read it (see docs/security.md, "Broker message
+	// bodies").
+	Bodies *redrive.SealedBodies
 }
 
 // ReturnedError is a mandatory message the broker could not route to any
@@ -268,6 +276,9 @@ func (p *Publisher) EnqueueMany(ctx context.Context, reqs []redrive.Request) ([]
 	msgs := make([]*amqp091.Publishing, len(reqs))
 	for i, r := range reqs {
 		msg, queue, err := newJobMessage(r.Kind, r.Payload, now, requestOption(r))
+		if err == nil {
+			err = sealBody(p.opts.Bodies, queue, &msg)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("job %d: %w", i, err)
 		}
@@ -530,6 +541,9 @@ func (pc *pubChannel) fail(cause error) {
 // join that trace.
 func (p *Publisher) Enqueue(ctx context.Context, kind string, payload any, opts ...redrive.Option) (string, error) {
 	msg, queue, err := newJobMessage(kind, payload, time.Now(), opts...)
+	if err == nil {
+		err = sealBody(p.opts.Bodies, queue, &msg)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -541,6 +555,23 @@ func (p *Publisher) Enqueue(ctx context.Context, kind string, payload any, opts 
 		return "", err
 	}
 	return msg.MessageId, nil
+}
+
+// sealBody seals the body of msg, a job's message for queue, when bodies
+// seals the queue's, and marks it with redrive.HeaderSealed.
+func sealBody(bodies *redrive.SealedBodies, queue string, msg *amqp091.Publishing) error {
+	out, id, err := bodies.Seal(queue, msg.Body)
+	if err != nil {
+		return fmt.Errorf("amqp: seal the body: %w", err)
+	}
+	if id != "" {
+		msg.Body = out
+		if msg.Headers == nil {
+			msg.Headers = amqp091.Table{}
+		}
+		msg.Headers[redrive.HeaderSealed] = id
+	}
+	return nil
 }
 
 // HeaderPolicy carries a job's own retry policy (JSON of retry.Policy).

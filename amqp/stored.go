@@ -241,6 +241,11 @@ type KindOptions struct {
 	// queue (redrive serve allows its managed queues only, so that the
 	// API cannot publish anywhere on the broker).
 	Queues []string
+	// Bodies, when it seals the message's queue, seals a body that is
+	// not marked sealed (one a Keeper stored in clear because the store
+	// seals the whole message) before it is published. A body marked
+	// sealed is published as it is.
+	Bodies *redrive.SealedBodies
 }
 
 // validate checks a payload of Kind: a Message bound for an allowed
@@ -289,6 +294,11 @@ func RegisterKind(r redrive.Registrar, pub *Publisher, opts KindOptions) {
 		// A queue that does not exist is not waited for: the job's
 		// policy is the retry, and an unroutable message is permanent.
 		msg := m.publishing(set)
+		if _, marked := msg.Headers[redrive.HeaderSealed]; !marked {
+			if err := sealBody(opts.Bodies, m.Queue, &msg); err != nil {
+				return err
+			}
+		}
 		if traceOf(msg.Headers) == "" {
 			// No trace of its own (none, or a malformed one, dropped
 			// with its tracestate): its attempts join this one's.

@@ -145,6 +145,17 @@ type ConsumerOptions struct {
 	// DefaultLimitHold). After such a deferral the partition's records
 	// wait no more for a limit for one LimitHold: each gets one try.
 	LimitHold time.Duration
+	// Bodies opens the values of records marked with the header
+	// redrive.HeaderSealed before the handler (and the limits) see them,
+	// with its keys and for the main topic's name; retries, deferrals and
+	// dead letters carry the value as it came, sealed. A marked value
+	// that does not open (no keys, an unknown key id, altered bytes, not
+	// an envelope) goes to the DLT at once, class permanent, reason
+	// undecryptable, without its handler running. An unmarked value on a
+	// topic Bodies seals is accepted as plaintext (records produced before
+	// the topic was sealed) and counted (Stats.Plaintext). SealRecord
+	// seals a record for such a consumer.
+	Bodies *redrive.SealedBodies
 	// ClientOptions are added to the consumer's kgo client options (TLS,
 	// SASL, timeouts...).
 	ClientOptions []kgo.Opt
@@ -263,6 +274,12 @@ type Stats struct {
 	// Undecodable counts the records dead because their redrive headers
 	// could not be read.
 	Undecodable int64 `json:"undecodable"`
+	// Undecryptable counts the records whose value was marked sealed but
+	// did not open (ConsumerOptions.Bodies): each went to the DLT.
+	Undecryptable int64 `json:"undecryptable"`
+	// Plaintext counts the records of a topic whose values are sealed
+	// that came unmarked, in clear, and were run as they were.
+	Plaintext int64 `json:"plaintext"`
 	// ProduceRetries counts the produces of retries and dead letters
 	// that failed and were tried again.
 	ProduceRetries int64 `json:"produce_retries"`
@@ -273,7 +290,7 @@ type Stats struct {
 
 type topicCounters struct {
 	consumed, completed, retried, deferred, dead, released, waits, hops, undecodable, produceRetries atomic.Int64
-	limitDeferred                                                                                    atomic.Int64
+	limitDeferred, undecryptable, plaintext                                                          atomic.Int64
 }
 
 // LimitStat is one limit's use in a consumer.
@@ -420,7 +437,7 @@ func (c *Consumer) Stats() map[string]Stats {
 		out[ts.main.name] = Stats{Consumed: s.consumed.Load(), Completed: s.completed.Load(), Retried: s.retried.Load(),
 			Deferred: s.deferred.Load(), Dead: s.dead.Load(), Released: s.released.Load(), Waits: s.waits.Load(),
 			Hops: s.hops.Load(), Undecodable: s.undecodable.Load(), ProduceRetries: s.produceRetries.Load(),
-			LimitDeferred: s.limitDeferred.Load()}
+			LimitDeferred: s.limitDeferred.Load(), Undecryptable: s.undecryptable.Load(), Plaintext: s.plaintext.Load()}
 	}
 	return out
 }
@@ -1159,7 +1176,33 @@ func (c *Consumer) prepare(r *kgo.Record, ts *topicState, wait func(time.Duratio
 			}
 		}
 	}
-	return st, jobOf(r, m.name, m.opts.DefaultKind, st, time.Now()), nil, true
+	j = jobOf(r, m.name, m.opts.DefaultKind, st, time.Now())
+	c.open(m, r, j)
+	return st, j, nil, true
+}
+
+// open puts in j.Payload the value of r, a record of main topic m,
+// opened when it is marked sealed (redrive.HeaderSealed); one that does
+// not open leaves the payload null and sets PayloadError, which makes
+// the executor bury the job at once, permanent, undecryptable, without
+// calling its handler (its dead letter carries the value as it came).
+func (c *Consumer) open(m *mainTopic, r *kgo.Record, j *redrive.Job) {
+	_, marked := header(r, redrive.HeaderSealed)
+	if !marked {
+		if c.opts.Bodies.Seals(m.name) {
+			m.stats.plaintext.Add(1)
+		}
+		return
+	}
+	p, err := c.opts.Bodies.Open(m.name, r.Value, true)
+	if err != nil {
+		m.stats.undecryptable.Add(1)
+		c.log.Warn("kafka: record value cannot be opened; it goes to the DLT", "topic", r.Topic, "partition", r.Partition,
+			"offset", r.Offset, "error", err)
+		j.Payload, j.PayloadError = nil, store.ReasonUndecryptable+": "+err.Error()
+		return
+	}
+	j.Payload = p
 }
 
 // execute runs the attempt of j on a goroutine of its own, so that a
@@ -1225,6 +1268,9 @@ func (p *partition) holdLane(hold func(ctx context.Context)) {
 // cannot be read. Not ok: the partition stopped meanwhile, r unsettled.
 func (c *Consumer) admit(r *kgo.Record, m *mainTopic, st state, j *redrive.Job,
 	hold func(func(ctx context.Context))) (sel redrive.SelectedLimit, limited bool, out *kgo.Record, ok bool) {
+	if j.PayloadError != "" {
+		return sel, false, nil, true // no handler runs: no limit holds it
+	}
 	sel, limited, err := c.limits.Select(m.name, j.Kind, j.Payload, j.Dependency)
 	if err != nil {
 		return sel, false, c.undecodable(m, r, err), true

@@ -50,7 +50,14 @@ type DLT struct {
 	cursor string
 	count  *recordCounter // where the DLT's records are, for Count
 	tracer trace.Tracer   // nil: no spans
+	bodies *redrive.SealedBodies
 }
+
+// SetBodies makes Peek open the values marked sealed
+// (redrive.HeaderSealed) with b's keys; without it, or without the key,
+// they show sealed, with DeadLetter.ValueError. Redrive never opens a
+// value: it produces it back as it is, sealed.
+func (q *DLT) SetBodies(b *redrive.SealedBodies) { q.bodies = b }
 
 // NewDLT returns the operations on the dead letters of topic.
 func NewDLT(brokers []string, topic string, opts DLTOptions) (*DLT, error) {
@@ -256,6 +263,13 @@ type DeadLetter struct {
 	Headers []kgo.RecordHeader `json:"headers,omitempty"`
 	// Problem is set when redrive's headers cannot be read.
 	Problem string `json:"problem,omitempty"`
+	// Sealed is the key id of a value marked sealed
+	// (redrive.HeaderSealed). Peek shows such a value opened when the
+	// DLT's keys (SetBodies) open it; otherwise Value is the envelope as
+	// the topic holds it and ValueError says why it did not open
+	// ("undecryptable: ...").
+	Sealed     string `json:"sealed,omitempty"`
+	ValueError string `json:"value_error,omitempty"`
 }
 
 // deadLetterOf reads a DLT record.
@@ -415,7 +429,16 @@ func (q *DLT) Peek(ctx context.Context, n int, from map[int32]int64) ([]DeadLett
 		if r.Attrs.IsControl() || (from == nil && spans[r.Partition].cur.settled(r.Offset)) {
 			return true, nil
 		}
-		out = append(out, deadLetterOf(r))
+		dl := deadLetterOf(r)
+		if id, marked := header(r, redrive.HeaderSealed); marked {
+			dl.Sealed = id
+			if plain, err := q.bodies.Open(q.topo.Topic, r.Value, true); err != nil {
+				dl.ValueError = store.ReasonUndecryptable + ": " + err.Error()
+			} else {
+				dl.Value = plain
+			}
+		}
+		out = append(out, dl)
 		return len(out) < n, nil
 	})
 	sort.SliceStable(out, func(i, j int) bool {

@@ -1,9 +1,12 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +22,12 @@ import (
 // cluster that never polls (so it never joins: marks cost what they cost
 // a member, without a commit), and records of that kind to feed it.
 func benchPartition(b testing.TB, fn redrive.Handler) (*partition, []*kgo.Record) {
+	return benchPartitionOf(b, fn, []byte(`{"n":1}`), nil)
+}
+
+// benchPartitionOf is benchPartition with records of value, sealed (and
+// opened by the consumer) when bodies is set.
+func benchPartitionOf(b testing.TB, fn redrive.Handler, value []byte, bodies *redrive.SealedBodies) (*partition, []*kgo.Record) {
 	b.Helper()
 	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -27,7 +36,7 @@ func benchPartition(b testing.TB, fn redrive.Handler) (*partition, []*kgo.Record
 	b.Cleanup(fake.Close)
 	const topic = "bench"
 	c, err := NewConsumer(ConsumerOptions{Brokers: fake.ListenAddrs(), Group: "bench-g",
-		Topics:   map[string]TopicOptions{topic: {Partitions: 1}},
+		Topics: map[string]TopicOptions{topic: {Partitions: 1}}, Bodies: bodies,
 		Executor: redrive.ExecutorOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
 	if err != nil {
 		b.Fatal(err)
@@ -42,7 +51,10 @@ func benchPartition(b testing.TB, fn redrive.Handler) (*partition, []*kgo.Record
 	rs := make([]*kgo.Record, 1024)
 	now := time.Now()
 	for i := range rs {
-		r, err := NewRecord(topic, "bench.noop", []byte(`{"n":1}`), nil)
+		r, err := NewRecord(topic, "bench.noop", value, nil)
+		if err == nil {
+			err = SealRecord(r, bodies)
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -155,5 +167,37 @@ func BenchmarkConsumeKfake(b *testing.B) {
 	cancel()
 	if err := <-runErr; err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkRecordHandleSealed is BenchmarkRecordHandle with a 1 KiB JSON
+// value, in clear ("off") and sealed ("on": the consumer opens it), in
+// the same run: the consumer's cost of sealed values per record.
+func BenchmarkRecordHandleSealed(b *testing.B) {
+	value := []byte(`{"token":"tok-4111111111111111","blob":"` + strings.Repeat("x", 1000) + `"}`)
+	keys, err := redrive.ParsePayloadKeys([]byte("k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"off", "on"} {
+		b.Run(mode, func(b *testing.B) {
+			var bodies *redrive.SealedBodies
+			if mode == "on" {
+				bodies = &redrive.SealedBodies{Keys: keys, All: true}
+			}
+			p, rs := benchPartitionOf(b, func(_ context.Context, j *redrive.Job) error {
+				if len(j.Payload) != len(value) {
+					b.Errorf("payload %d bytes", len(j.Payload))
+				}
+				return nil
+			}, value, bodies)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if !p.handle(rs[i%len(rs)]) {
+					b.Fatal("not settled")
+				}
+			}
+		})
 	}
 }

@@ -49,6 +49,19 @@ type KeeperOptions struct {
 	// ClientOptions are added to the keeper's kgo client options (TLS,
 	// SASL, timeouts...).
 	ClientOptions []kgo.Opt
+	// Bodies are the topics whose values travel sealed, and the keys
+	// (see ConsumerOptions.Bodies). With StoreSeals, they decide the
+	// form a dead letter's value is stored in, sealed once either way: a
+	// sealed value of a topic whose store payloads StoreSeals says are
+	// sealed is opened (the store seals the whole record, value
+	// included), else kept sealed as it came; a plaintext value of a
+	// topic Bodies seals, whose store payloads are not sealed, is sealed.
+	// RegisterKind with the same Bodies seals a value stored in clear
+	// again when it produces it back.
+	Bodies *redrive.SealedBodies
+	// StoreSeals reports whether the store seals the payloads of a
+	// queue (nil: it seals none).
+	StoreSeals func(queue string) bool
 }
 
 // Keeper moves the dead letters of main topics from their dead-letter
@@ -355,6 +368,16 @@ func (t *keptTopic) keep(ctx context.Context, k *Keeper, cl *kgo.Client, rs []*k
 	jobs := make([]store.DeadJob, 0, len(rs))
 	for _, r := range rs {
 		dj, err := DeadJobOf(r, t.topo.Topic, now)
+		if err == nil {
+			if sr, changed := k.storedValue(t.topo.Topic, r); changed {
+				// The job's key is the dead letter's position: the same
+				// however the value is stored.
+				var sdj store.DeadJob
+				if sdj, err = DeadJobOf(sr, t.topo.Topic, now); err == nil {
+					dj.Payload = sdj.Payload
+				}
+			}
+		}
 		if err != nil {
 			// Unreachable: a record always makes a dead job.
 			k.log.Error("kafka: keeper: dead letter cannot be stored", "topic", r.Topic, "partition", r.Partition,
@@ -389,6 +412,40 @@ func (t *keptTopic) keep(ctx context.Context, k *Keeper, cl *kgo.Client, rs []*k
 			return false
 		}
 	}
+}
+
+// storedValue returns r, a dead letter of main topic topic, with the
+// value the store is to keep (see KeeperOptions.Bodies), and whether it
+// differs from r's.
+func (k *Keeper) storedValue(topic string, r *kgo.Record) (*kgo.Record, bool) {
+	_, marked := header(r, redrive.HeaderSealed)
+	storeSeals := k.opts.StoreSeals != nil && k.opts.StoreSeals(topic)
+	out := *r
+	out.Headers = nil
+	for _, h := range r.Headers {
+		if h.Key != redrive.HeaderSealed {
+			out.Headers = append(out.Headers, h)
+		}
+	}
+	switch {
+	case marked && storeSeals && k.opts.Bodies != nil:
+		plain, err := k.opts.Bodies.Open(topic, r.Value, true)
+		if err != nil {
+			return r, false // kept as it came: undecryptable in the store too
+		}
+		out.Value = plain
+		return &out, true
+	case !marked && !storeSeals && k.opts.Bodies.Seals(topic):
+		out.Topic = topic
+		if err := SealRecord(&out, k.opts.Bodies); err != nil {
+			k.log.Error("kafka: keeper: could not seal a dead letter's value; stored as it came", "topic", topic,
+				"error", err)
+			return r, false
+		}
+		out.Topic = r.Topic
+		return &out, true
+	}
+	return r, false
 }
 
 // DeadJobOf returns the dead job that keeps dead letter r of main topic

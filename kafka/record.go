@@ -242,6 +242,29 @@ func forwarded(r *kgo.Record, topic string, set map[string]string, drop ...strin
 	return out
 }
 
+// SealRecord seals the value of rec, a job's record for its main topic
+// rec.Topic, when bodies seals that topic's: the value becomes the
+// envelope a store keeps a sealed payload in, bound to the topic's name,
+// and the record is marked with the header redrive.HeaderSealed (the key
+// id). A Consumer whose ConsumerOptions.Bodies holds the key opens it
+// before the handler sees it. A record already marked, or of a topic
+// bodies does not seal, is left as it is. Seal once, when the record is
+// made: retry tiers, the DLT and redrives carry the value as it is.
+func SealRecord(rec *kgo.Record, bodies *redrive.SealedBodies) error {
+	if _, marked := header(rec, redrive.HeaderSealed); marked {
+		return nil
+	}
+	out, id, err := bodies.Seal(rec.Topic, rec.Value)
+	if err != nil {
+		return fmt.Errorf("kafka: seal the value: %w", err)
+	}
+	if id != "" {
+		rec.Value = out
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: redrive.HeaderSealed, Value: []byte(id)})
+	}
+	return nil
+}
+
 // NewRecord returns a record of job kind for topic: value is the payload
 // (JSON-encoded unless it is already []byte or json.RawMessage), key the
 // record's key (nil: none), and the kind in HeaderKind. Produce it with

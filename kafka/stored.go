@@ -324,6 +324,11 @@ type KindOptions struct {
 	// topic (redrive serve allows its --kafka-topics only, so that the
 	// API cannot produce anywhere on the cluster).
 	Topics []string
+	// Bodies, when it seals the record's topic, seals a value that is
+	// not marked sealed (one a Keeper stored in clear because the store
+	// seals the whole record) before it is produced. A value marked
+	// sealed is produced as it is.
+	Bodies *redrive.SealedBodies
 }
 
 // validate checks a payload of Kind: a Record bound for an allowed
@@ -384,6 +389,9 @@ func RegisterKind[P Producer](r redrive.Registrar, produce P, opts KindOptions) 
 		}
 		out := rec.produced(set)
 		out.Partition, out.Offset = -1, -1
+		if err := SealRecord(out, opts.Bodies); err != nil {
+			return err
+		}
 		if traceOf(out) == "" {
 			// No trace of its own (none, or a malformed one, dropped
 			// with its tracestate): its attempts join this one's.

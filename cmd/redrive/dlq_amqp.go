@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/amqp"
 	"github.com/redrivehq/redrive/internal/config"
 	"github.com/redrivehq/redrive/retry"
@@ -91,6 +92,11 @@ func withAMQP(cmd *cobra.Command, allowed []string,
 			return flagErrorf(cmd, "--amqp-queue: %v", err)
 		}
 		defer dlq.Close()
+		bodies, err := brokerBodies(os.Getenv)
+		if err != nil {
+			return err
+		}
+		dlq.SetBodies(bodies)
 		return run(ctx, cmd, dlq, args)
 	}
 	return cmd
@@ -136,6 +142,7 @@ func amqpList(g *globalOptions) func(context.Context, *cobra.Command, *amqp.DLQ,
 				if d.Problem != "" {
 					reason += " (unreadable headers)"
 				}
+				reason += sealedNote(d.Sealed, d.BodyError)
 				row(oneLine(d.MessageID, 36), d.Kind, reason, d.Class, d.Attempts, deadAt, oneLine(d.Error, 60))
 			}
 		})
@@ -148,6 +155,27 @@ func amqpList(g *globalOptions) func(context.Context, *cobra.Command, *amqp.DLQ,
 		}
 		return err
 	}
+}
+
+// brokerBodies are the keys that open the sealed bodies of a broker's
+// dead letters, from the environment as serve reads them
+// ($REDRIVE_PAYLOAD_KEYS_FILE or $REDRIVE_PAYLOAD_KEYS): nil without
+// keys, and the bodies then show sealed, as undecryptable.
+func brokerBodies(getenv func(string) string) (*redrive.SealedBodies, error) {
+	keys, err := config.LoadPayloadKeys(getenv("REDRIVE_PAYLOAD_KEYS_FILE"), getenv("REDRIVE_PAYLOAD_KEYS"))
+	if err != nil || keys == nil {
+		return nil, err
+	}
+	return &redrive.SealedBodies{Keys: keys, All: true}, nil
+}
+
+// sealedNote is what the REASON column adds for a dead letter whose body
+// is sealed: nothing when it opened, else that it did not.
+func sealedNote(sealed, bodyErr string) string {
+	if sealed == "" || bodyErr == "" {
+		return ""
+	}
+	return " (body sealed under " + sealed + ": undecryptable)"
 }
 
 // amqpCount is `dlq count --amqp-queue`.

@@ -211,6 +211,12 @@ func openKafkaDLQ(ctx context.Context, brokers []string, topic string, log *slog
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	k := &kafkaDLQ{topic: topic, dlt: dlt, adm: kadm.NewClient(cl)}
+	bodies, err := brokerBodies(os.Getenv)
+	if err != nil {
+		k.close()
+		return nil, err
+	}
+	dlt.SetBodies(bodies)
 	cctx, cancel := context.WithTimeout(ctx, kafkaConnectTimeout)
 	defer cancel()
 	listed, err := k.adm.ListTopics(cctx, name)

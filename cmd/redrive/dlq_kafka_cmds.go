@@ -67,6 +67,7 @@ func kafkaList(g *globalOptions) func(*cobra.Command, []string) (kafkaAction, er
 					if d.Problem != "" {
 						reason += " (unreadable headers)"
 					}
+					reason += sealedNote(d.Sealed, d.ValueError)
 					row(fmt.Sprintf("%d/%d", d.Partition, d.Offset), fmtKafkaKey(d.Key), d.Kind, reason, d.Class, d.Attempts, deadAt,
 						oneLine(d.Error, 60))
 				}

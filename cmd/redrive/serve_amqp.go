@@ -54,7 +54,7 @@ func newBrokerSide(cfg *config.Serve, client *redrive.Client, worker *redrive.Wo
 	}
 	if cfg.AMQP.DeadLetters == "store" {
 		if b.keeper, err = amqp.NewKeeper(conn, amqp.KeeperOptions{Topologies: b.router.Topologies(), Add: client.AddDead,
-			Logger: log}); err != nil {
+			Logger: log, Bodies: cfg.AMQPBodies, StoreSeals: cfg.Payloads.Seals}); err != nil {
 			conn.Close()
 			return nil, err
 		}
@@ -63,7 +63,7 @@ func newBrokerSide(cfg *config.Serve, client *redrive.Client, worker *redrive.Wo
 		conn.Close()
 		return nil, err
 	}
-	amqp.RegisterKind(worker, b.pub, amqp.KindOptions{Get: client.Get, Queues: cfg.AMQP.ManagedNames()})
+	amqp.RegisterKind(worker, b.pub, amqp.KindOptions{Get: client.Get, Queues: cfg.AMQP.ManagedNames(), Bodies: cfg.AMQPBodies})
 	return b, nil
 }
 

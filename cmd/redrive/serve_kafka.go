@@ -55,11 +55,12 @@ func newKafkaSide(cfg *config.Serve, client *redrive.Client, worker *redrive.Wor
 	}
 	s.adm = kadm.NewClient(s.cl)
 	if s.keeper, err = kafka.NewKeeper(kafka.KeeperOptions{Brokers: cfg.Kafka.Brokers, Topologies: topos, Add: client.AddDead,
-		Logger: log, ClientOptions: []kgo.Opt{kgo.ClientID("redrive-serve-keeper")}}); err != nil {
+		Logger: log, ClientOptions: []kgo.Opt{kgo.ClientID("redrive-serve-keeper")}, Bodies: cfg.KafkaBodies,
+		StoreSeals: cfg.Payloads.Seals}); err != nil {
 		s.cl.Close()
 		return nil, err
 	}
-	kafka.RegisterKind(worker, s.cl, kafka.KindOptions{Get: client.Get, Topics: cfg.Kafka.TopicNames()})
+	kafka.RegisterKind(worker, s.cl, kafka.KindOptions{Get: client.Get, Topics: cfg.Kafka.TopicNames(), Bodies: cfg.KafkaBodies})
 	return s, nil
 }
 

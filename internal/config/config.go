@@ -68,6 +68,13 @@ type Serve struct {
 	// payloadKeysFile, payloadKeys and encryptQueues are the settings
 	// Payloads is built from (encrypt.go).
 	payloadKeysFile, payloadKeys, encryptQueues string
+	// AMQPBodies and KafkaBodies are the managed RabbitMQ queues and the
+	// kept Kafka topics whose message bodies travel sealed, with the
+	// payload keys (nil without keys; with keys and no names, they open
+	// and seal nothing), built from amqpEncryptBodies and
+	// kafkaEncryptBodies (encrypt.go).
+	AMQPBodies, KafkaBodies               *seal.Bodies
+	amqpEncryptBodies, kafkaEncryptBodies string
 	// Queues maps each queue the worker serves to its concurrency.
 	Queues map[string]int
 	// Workers is the concurrency of a queue listed without one.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/redrivehq/redrive/internal/seal"
@@ -28,6 +29,14 @@ var encryptSettings = []setting{
 	}},
 	{name: "encrypt-queues", help: `queues whose payloads are encrypted at rest, comma-separated, or "*" for every queue (needs payload keys)`, apply: func(c *Serve, v string) error {
 		c.encryptQueues = v
+		return nil
+	}},
+	{name: "amqp-encrypt-bodies", help: `managed RabbitMQ queues (of amqp-queues) whose message bodies travel sealed with the payload keys, comma-separated, or "*" for all: their dead letters are stored sealed and published back sealed; their consumers must open them (Go's amqp.ConsumerOptions.Bodies; see docs/security.md)`, apply: func(c *Serve, v string) error {
+		c.amqpEncryptBodies = v
+		return nil
+	}},
+	{name: "kafka-encrypt-bodies", help: `Kafka topics (of kafka-topics) whose record values travel sealed with the payload keys, comma-separated, or "*" for all: their dead letters are stored sealed and produced back sealed; their consumers must open them (Go's kafka.ConsumerOptions.Bodies; see docs/security.md)`, apply: func(c *Serve, v string) error {
+		c.kafkaEncryptBodies = v
 		return nil
 	}},
 }
@@ -115,7 +124,41 @@ func resolveEncrypt(c *Serve) error {
 	if keys != nil {
 		c.Payloads = &seal.Policy{Keys: keys, All: all, Queues: queues}
 	}
+	if c.AMQPBodies, err = resolveBodies("amqp-encrypt-bodies", c.amqpEncryptBodies, keys, "amqp-queues", c.AMQP.ManagedNames()); err != nil {
+		return err
+	}
+	if c.KafkaBodies, err = resolveBodies("kafka-encrypt-bodies", c.kafkaEncryptBodies, keys, "kafka-topics", c.Kafka.TopicNames()); err != nil {
+		return err
+	}
 	return nil
+}
+
+// resolveBodies builds the policy of setting, a list of names among
+// those of managed (the setting managedSetting) or "*"; when it is
+// empty, one that seals nothing but opens with keys (a keeper then opens
+// a sealed dead letter that the store seals whole), nil without keys.
+// It is an error without keys, or naming a queue or topic serve does
+// not manage.
+func resolveBodies(setting, v string, keys *seal.Keyring, managedSetting string, managed []string) (*seal.Bodies, error) {
+	all, names, err := seal.ParseNames(setting, v, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !all && len(names) == 0 {
+		if keys == nil {
+			return nil, nil
+		}
+		return &seal.Bodies{Keys: keys}, nil
+	}
+	if keys == nil {
+		return nil, fmt.Errorf("%s needs payload keys (payload-keys-file or $REDRIVE_PAYLOAD_KEYS)", setting)
+	}
+	for n := range names {
+		if !slices.Contains(managed, n) {
+			return nil, fmt.Errorf("%s: %q is not among %s (%s)", setting, n, managedSetting, strings.Join(managed, ","))
+		}
+	}
+	return &seal.Bodies{Keys: keys, All: all, Names: names}, nil
 }
 
 // PayloadCodec returns the stores' payload codec: nil without keys.

@@ -62,3 +62,47 @@ func TestPayloadKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestEncryptBodies: amqp-encrypt-bodies and kafka-encrypt-bodies name
+// managed queues and kept topics (or "*"), from flags or the
+// environment, and are refused at start without payload keys or naming
+// one serve does not manage.
+func TestEncryptBodies(t *testing.T) {
+	key := "REDRIVE_PAYLOAD_KEYS"
+	keys := "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32))
+	brokers := []string{"--amqp-url", "amqp://localhost", "--amqp-queues", "orders,scans", "--kafka-brokers", "localhost:9092",
+		"--kafka-topics", "clicks,views"}
+	c, err := loadConfig(t, map[string]string{key: keys}, append(brokers, "--amqp-encrypt-bodies", "orders",
+		"--kafka-encrypt-bodies", "*")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.AMQPBodies.Seals("orders") || c.AMQPBodies.Seals("scans") || !c.KafkaBodies.Seals("views") ||
+		c.AMQPBodies.Keys.Current() != "k1" {
+		t.Fatalf("bodies: %+v %+v", c.AMQPBodies, c.KafkaBodies)
+	}
+	c, err = loadConfig(t, map[string]string{key: keys, "REDRIVE_KAFKA_ENCRYPT_BODIES": "clicks"}, brokers...)
+	if err != nil || c.AMQPBodies == nil || c.AMQPBodies.Seals("orders") || c.AMQPBodies.Keys == nil ||
+		!c.KafkaBodies.Seals("clicks") || c.KafkaBodies.Seals("views") {
+		t.Fatalf("env: %+v %+v %v", c.AMQPBodies, c.KafkaBodies, err)
+	}
+	if c, err := loadConfig(t, nil, brokers...); err != nil || c.AMQPBodies != nil || c.KafkaBodies != nil {
+		t.Fatalf("no keys: %+v %+v %v", c.AMQPBodies, c.KafkaBodies, err)
+	}
+	for _, bad := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"--amqp-encrypt-bodies", "orders"}, "amqp-encrypt-bodies needs payload keys"},
+		{nil, []string{"--kafka-encrypt-bodies", "*"}, "kafka-encrypt-bodies needs payload keys"},
+		{map[string]string{key: keys}, []string{"--amqp-encrypt-bodies", "payments"}, `amqp-encrypt-bodies: "payments" is not among amqp-queues`},
+		{map[string]string{key: keys}, []string{"--kafka-encrypt-bodies", "orders"}, `kafka-encrypt-bodies: "orders" is not among kafka-topics`},
+		{map[string]string{key: keys}, []string{"--amqp-encrypt-bodies", "orders,*"}, `"*" stands alone`},
+	} {
+		_, err := loadConfig(t, bad.env, append(append([]string{}, brokers...), bad.args...)...)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want %q", bad.args, err, bad.want)
+		}
+	}
+}
