@@ -1,6 +1,7 @@
 package redrive
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,6 +110,24 @@ type remoteAttempt struct {
 	br     *breaker.Breaker
 	tok    breaker.Token
 	at     time.Time // handed out or last heartbeated
+
+	// mu serializes the decisions of the attempt's outcome; decided is
+	// the first one, kept until the attempt leaves memory: an outcome
+	// reported again (its write failed, or its answer was lost) is
+	// written as decided then, and the retry budget counts the attempt
+	// once.
+	mu      sync.Mutex
+	decided *remoteDecision
+}
+
+// remoteDecision is the engine's decision on one reported outcome.
+type remoteDecision struct {
+	ro RemoteOutcome // as reported
+	o  Outcome
+	// record tells the attempt's breaker (nil: none), once the outcome
+	// is written; report makes its span and tells the observer, once
+	// the outcome applied.
+	record, report func()
 }
 
 // NewRemoteWorkers returns the worker protocol on client's store, whose
@@ -974,6 +993,7 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	decided := make([]store.Outcome, 0, len(outs))
 	slot := make([]int, 0, len(outs))       // decided[k] is for res[slot[k]]
 	records := make([]func(), 0, len(outs)) // records[k] tells decided[k]'s breaker
+	reports := make([]func(), 0, len(outs)) // reports[k] tells the observer of decided[k]
 	held := make([]bool, 0, len(outs))      // decided[k]'s attempt was in memory
 	seen := map[store.Lease]bool{}
 	now := r.client.now()
@@ -999,6 +1019,19 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 				continue
 			case err != nil:
 				return nil, fmt.Errorf("redrive: outcomes: %w", err)
+			case got.State == store.Running && got.Worker == worker && got.Lease == ro.Lease:
+				// Kept in memory from now on, so that the decision is
+				// made once if the outcome is reported again.
+				r.mu.Lock()
+				if att = r.inflight[l]; att == nil {
+					att = &remoteAttempt{job: got, worker: worker, at: now}
+					r.inflight[l] = att
+				}
+				r.mu.Unlock()
+				if att.worker == worker {
+					cp := *att.job
+					j = &cp
+				}
 			case got.State == store.Running && got.Worker == worker:
 				j = got
 			}
@@ -1008,10 +1041,11 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 			continue
 		}
 		seen[l] = true
-		o, rec := r.decide(j, ro, worker, now)
-		decided = append(decided, o)
+		d := r.decideOnce(att, j, ro, worker, now)
+		decided = append(decided, d.o)
 		slot = append(slot, i)
-		records = append(records, rec)
+		records = append(records, d.record)
+		reports = append(reports, d.report)
 		held = append(held, att != nil)
 	}
 	var written []bool
@@ -1034,6 +1068,8 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 			if o.Kind == store.Retry || o.Kind == store.Snooze || o.Kind == store.Release {
 				r.client.wake(o.Queue, res[i].RunAt)
 			}
+			// Once: only one write of the attempt's outcome applies.
+			reports[k]()
 		}
 	}
 	// The attempts' breakers hear of them once the outcomes are written:
@@ -1085,33 +1121,52 @@ func (r *RemoteWorkers) lost(ctx context.Context, ro *RemoteOutcome, worker stri
 	return fmt.Errorf("%w: job %d lease %d was reported twice in one call", ErrLeaseLost, ro.ID, ro.Lease)
 }
 
-// decide turns a remote worker's outcome for j, which it holds, into the
-// engine's, and returns with it the function recording the attempt on
-// its breaker (nil: none), to call once the outcome is written.
-func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now time.Time) (Outcome, func()) {
+// sameRemote reports whether a and b report the same outcome.
+func sameRemote(a, b *RemoteOutcome) bool {
+	return a.ID == b.ID && a.Lease == b.Lease && a.Kind == b.Kind && bytes.Equal(a.Result, b.Result) &&
+		a.Class == b.Class && a.Error == b.Error && a.Cause == b.Cause && a.Reason == b.Reason &&
+		a.RetryAfter == b.RetryAfter && a.Dependency == b.Dependency && a.Delay == b.Delay
+}
+
+// decideOnce returns the decision on ro for j, held in att: the one
+// made already when ro was reported before (its write failed, or its
+// answer was lost: the worker reports it again), else a new one, which
+// counts in the retry budget only if none was made before.
+func (r *RemoteWorkers) decideOnce(att *remoteAttempt, j *Job, ro *RemoteOutcome, worker string, now time.Time) *remoteDecision {
+	if att == nil {
+		return r.decide(nil, j, ro, worker, now, true)
+	}
+	att.mu.Lock()
+	defer att.mu.Unlock()
+	if d := att.decided; d != nil && sameRemote(&d.ro, ro) {
+		return d
+	}
+	d := r.decide(att, j, ro, worker, now, att.decided == nil)
+	if att.decided == nil {
+		att.decided = d
+	}
+	return d
+}
+
+// decide turns a remote worker's outcome for j, which it holds (in att,
+// nil when not in memory), into the engine's, counted in the retry
+// budget of its queue if count is set, with the function recording the
+// attempt on its breaker (nil: none), to call once the outcome is
+// written, and the one telling the observer of it, to call once it
+// applied.
+func (r *RemoteWorkers) decide(att *remoteAttempt, j *Job, ro *RemoteOutcome, worker string, now time.Time, count bool) *remoteDecision {
 	e := r.exec
 	ln := e.lane(j.Queue)
+	bl := ln // the lane whose budget counts the attempt; nil: none
+	if !count {
+		bl = nil
+	}
 	start := attemptStart(j, now)
-	r.mu.Lock()
-	att := r.inflight[store.LeaseOf(j)]
-	r.mu.Unlock()
-	hasTok := att != nil && att.br != nil
 	var err error // what the attempt's breaker records
 	var o Outcome
+	var tell error // the observer's Err
 	switch {
-	case ro.Kind == RemoteComplete:
-		o = e.decide(ln, j, nil, nil, nil, start, now)
-		o.Result = ro.Result
-		e.report(context.Background(), j, &o, nil, start, now)
-	case j.CancelRequested:
-		msg := "canceled while running"
-		if ro.Kind == RemoteFail {
-			msg = failMessage(ro)
-		}
-		err = context.Canceled
-		o = e.cancelOutcome(j, errors.New(msg), start, now)
-		e.report(context.Background(), j, &o, ErrJobCanceled, start, now)
-	case ro.Kind == RemoteFail:
+	case ro.Kind == RemoteFail && !j.CancelRequested:
 		class := ro.Class
 		if class == failure.None {
 			class = failure.Unknown
@@ -1119,17 +1174,46 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 		v := failure.Verdict{Class: class, Reason: ro.Reason, RetryAfter: ro.RetryAfter}
 		msg := failMessage(ro)
 		err = breakerOutcome(ln.classifier, &failure.Error{Class: class, Reason: ro.Reason, Err: errors.New(msg)})
-		o = e.Report(j, v, msg, start, now)
-	case ro.Kind == RemoteSnooze:
-		sn := &SnoozeError{Delay: ro.Delay}
-		err = breakerOutcome(ln.classifier, sn)
-		o = e.decide(ln, j, nil, sn, nil, start, now)
-		e.report(context.Background(), j, &o, sn, start, now)
-	default: // release
-		err = context.Canceled
+		o = e.reportDecide(bl, j, v, msg, start, now)
+		d := &remoteDecision{ro: *ro}
+		d.report = func() { e.reportTell(j, &d.o, msg, start, now) }
+		d.o, d.record = asRemote(o, worker), r.breakerRecord(att, ro, err)
+		return d
+	case ro.Kind == RemoteRelease:
+		// Handed back untried: no attempt to count.
+		err, tell = context.Canceled, ErrShutdown
 		o = e.Release(j, now)
-		e.report(context.Background(), j, &o, ErrShutdown, start, now)
+	case ro.Kind == RemoteComplete:
+		o = e.decide(ln, j, nil, nil, nil, start, now)
+		o.Result = ro.Result
+	case j.CancelRequested:
+		msg := "canceled while running"
+		if ro.Kind == RemoteFail {
+			msg = failMessage(ro)
+		}
+		err, tell = context.Canceled, ErrJobCanceled
+		o = e.cancelOutcome(j, errors.New(msg), start, now)
+	default: // snooze
+		sn := &SnoozeError{Delay: ro.Delay}
+		err, tell = breakerOutcome(ln.classifier, sn), sn
+		o = e.decide(ln, j, nil, sn, nil, start, now)
 	}
+	if ro.Kind != RemoteRelease && bl != nil && bl.budget != nil {
+		bl.budget.Attempt()
+	}
+	d := &remoteDecision{ro: *ro}
+	d.report = func() { e.report(context.Background(), j, &d.o, tell, start, now) }
+	d.o, d.record = asRemote(o, worker), r.breakerRecord(att, ro, err)
+	return d
+}
+
+// breakerRecord returns the function recording the attempt held in att
+// (nil: not in memory), which ended with err, on its breaker (nil:
+// none): the one the worker names, else the one whose permission the
+// lease took.
+func (r *RemoteWorkers) breakerRecord(att *remoteAttempt, ro *RemoteOutcome, err error) func() {
+	e := r.exec
+	hasTok := att != nil && att.br != nil
 	var record func()
 	if ro.Dependency != "" && (!hasTok || att.br.Name() != ro.Dependency) {
 		// The worker names the breaker it called: record the attempt on
@@ -1155,7 +1239,7 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 		br, tok := att.br, att.tok
 		record = func() { br.Record(tok, err) }
 	}
-	return asRemote(o, worker), record
+	return record
 }
 
 // failMessage is the error a fail records: the error and its cause.
