@@ -327,6 +327,11 @@ func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, erro
 	recheck := 20 * time.Millisecond
 	for {
 		jobs, fetched, due, err := r.fetch(ctx, q, queues, kinds)
+		if len(jobs) > 0 && ctx.Err() != nil {
+			// The worker went away meanwhile: no one would get them.
+			r.HandBack(context.WithoutCancel(ctx), q.Worker, jobs)
+			return []*Job{}, nil
+		}
 		if err != nil || len(jobs) > 0 {
 			return jobs, err
 		}
@@ -475,6 +480,54 @@ func (r *RemoteWorkers) screen(ctx context.Context, q LeaseRequest, jobs []*Job,
 		}
 	}
 	return out
+}
+
+// HandBack gives back jobs leased for worker that never reached it (its
+// request was canceled, or the answer could not be written): each goes
+// back to pending at once, without using an attempt, if it still runs
+// the lease it was handed out with (a job the worker reported on
+// meanwhile is left as it is). Its breaker's permission is returned
+// unjudged. A failed write is logged: those jobs are rescued at lease
+// expiry.
+func (r *RemoteWorkers) HandBack(ctx context.Context, worker string, jobs []*Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	now := r.client.now()
+	outs := make([]store.Outcome, len(jobs))
+	for i, j := range jobs {
+		o := r.exec.Release(j, now)
+		o.Event.Reason, o.Event.At, o.Event.Duration = "worker_gone", now, 0
+		outs[i] = asRemote(o, worker)
+	}
+	fctx, cancel := context.WithTimeout(ctx, r.writeTimeout())
+	applied, err := r.store.Finish(fctx, outs)
+	cancel()
+	if err != nil {
+		r.log.Error("remote workers: handing back the jobs of a worker gone failed; their leases will expire",
+			"worker", worker, "jobs", len(jobs), "error", err)
+		return
+	}
+	var tokens []*remoteAttempt
+	r.mu.Lock()
+	for i, o := range outs {
+		l := store.Lease{JobID: o.JobID, Token: o.Lease}
+		if a := r.inflight[l]; applied[i] && a != nil && a.worker == worker {
+			delete(r.inflight, l)
+			if a.br != nil {
+				tokens = append(tokens, a)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, a := range tokens {
+		a.br.Record(a.tok, context.Canceled)
+	}
+	for i, o := range outs {
+		if applied[i] {
+			r.client.wake(o.Queue, now)
+		}
+	}
 }
 
 // asRemote makes o the remote worker's: its fence and its history

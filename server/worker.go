@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -301,7 +302,19 @@ func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Jobs[i] = lj
 	}
+	if r.Context().Err() != nil {
+		// The worker went away as its jobs were leased: hand them back
+		// rather than leave them leased to nobody until their leases
+		// expire.
+		rw.HandBack(context.WithoutCancel(r.Context()), q.Worker, jobs)
+		return nil
+	}
 	writeJSON(w, http.StatusOK, out)
+	if len(jobs) > 0 {
+		if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			rw.HandBack(context.WithoutCancel(r.Context()), q.Worker, jobs)
+		}
+	}
 	return nil
 }
 
