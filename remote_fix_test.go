@@ -2,12 +2,14 @@ package redrive_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/retry"
 )
 
@@ -81,5 +83,65 @@ func TestRemoteOutcomeRetriedCountedOnce(t *testing.T) {
 				t.Fatalf("FINDING: one attempt reported twice was observed %d times (want 1)", n)
 			}
 		})
+	}
+}
+
+// TestRemoteWatchedQueuesShrink: every queue a long-poll names gets a
+// wake-up hook. A worker naming ever new queues (a client that makes up
+// queue names) must not grow serve's memory for ever: a queue's hook
+// goes with its last waiter, and a wake-up still reaches the waiters
+// that stay.
+func TestRemoteWatchedQueuesShrink(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	c := redrive.NewClient(st, redrive.ClientOptions{Logger: quietLogger()})
+	ex := redrive.NewExecutor(redrive.ExecutorOptions{ID: "serve", Logger: quietLogger()})
+	// No poll within a wait: only a wake-up ends it early.
+	rw := redrive.NewRemoteWorkers(c, ex, redrive.RemoteOptions{PollInterval: time.Hour, Logger: quietLogger()})
+	for i := range 50 {
+		jobs, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: "py-1@a"},
+			Queues: []string{fmt.Sprintf("random-%d", i)}, Kinds: []string{"k"}, Max: 1, Wait: time.Millisecond})
+		if err != nil || len(jobs) != 0 {
+			t.Fatalf("lease: %d jobs, %v", len(jobs), err)
+		}
+	}
+	if hooked, waited := redrive.RemoteWatched(rw); hooked != 0 || waited != 0 {
+		t.Fatalf("FINDING: after 50 long-polls on 50 queues, all ended, %d queues keep their hooks and %d their waiters (want 0)",
+			hooked, waited)
+	}
+
+	// Two long-polls on q; one leaves, the other is still woken.
+	type answer struct {
+		jobs []*redrive.Job
+		err  error
+	}
+	lease := func(ctx context.Context, worker string, queues ...string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			jobs, err := rw.Lease(ctx, redrive.LeaseRequest{RemoteIdentity: redrive.RemoteIdentity{Worker: worker},
+				Queues: queues, Kinds: []string{"k"}, Max: 1, Wait: redrive.MaxRemoteWait})
+			ch <- answer{jobs, err}
+		}()
+		return ch
+	}
+	actx, cancelA := context.WithCancel(ctx)
+	defer cancelA()
+	a := lease(actx, "py-a@a", "q")
+	b := lease(ctx, "py-b@b", "q", "x")
+	testwait.Until(t, "both long-polls wait on q", 10*time.Second, func() bool { return redrive.RemoteWaiting(rw, "q") == 2 })
+	cancelA()
+	if got := testwait.Recv(t, "the canceled long-poll", 10*time.Second, a); got.err != nil || len(got.jobs) != 0 {
+		t.Fatalf("canceled long-poll: %d jobs, %v", len(got.jobs), got.err)
+	}
+	j, err := c.Enqueue(ctx, "k", nil, redrive.InQueue("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := testwait.Recv(t, "the long-poll that stayed, woken by the enqueue", 10*time.Second, b)
+	if got.err != nil || len(got.jobs) != 1 || got.jobs[0].ID != j.ID {
+		t.Fatalf("long-poll: %+v", got)
+	}
+	if hooked, waited := redrive.RemoteWatched(rw); hooked != 0 || waited != 0 {
+		t.Fatalf("FINDING: with no long-poll left, %d queues keep their hooks and %d their waiters (want 0)", hooked, waited)
 	}
 }
