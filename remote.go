@@ -71,12 +71,13 @@ type RemoteWorkers struct {
 	waiters map[string]map[chan struct{}]struct{}
 	// cancelWaiters are the cancellations long-polls.
 	cancelWaiters map[chan struct{}]struct{}
-	// hooked holds, by queue, the functions removing its in-process
-	// wake-up and pause hooks.
+	// hooked holds, by queue, the function removing its in-process
+	// wake-up hook, while a long-poll waits on the queue.
 	hooked map[string]func()
 	// unCancel removes the in-process cancel hook; nil before the first
-	// cancellations long-poll.
-	unCancel func()
+	// cancellations long-poll. unPause removes the in-process hook of
+	// every queue's pauses; nil before the first lease.
+	unCancel, unPause func()
 	// stopped is set once Run returned: no hook is added any more, and
 	// done is closed, which ends the long-polls.
 	stopped bool
@@ -203,14 +204,16 @@ func (r *RemoteWorkers) stop() {
 		close(r.done)
 	}
 	r.stopped = true
-	hooks := make([]func(), 0, len(r.hooked)+1)
+	hooks := make([]func(), 0, len(r.hooked)+2)
 	for _, f := range r.hooked {
 		hooks = append(hooks, f)
 	}
-	if r.unCancel != nil {
-		hooks = append(hooks, r.unCancel)
+	for _, f := range []func(){r.unCancel, r.unPause} {
+		if f != nil {
+			hooks = append(hooks, f)
+		}
 	}
-	r.hooked, r.unCancel = map[string]func(){}, nil
+	r.hooked, r.unCancel, r.unPause = map[string]func(){}, nil, nil
 	r.mu.Unlock()
 	for _, f := range hooks {
 		f()
@@ -316,6 +319,12 @@ func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, erro
 	if err := r.register(ctx, q, queues); err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	if r.unPause == nil && !r.stopped {
+		// Pauses in this process apply to the next lease at once.
+		r.unPause = r.client.registerAnyPause(r.setPaused)
+	}
+	r.mu.Unlock()
 	deadline := time.Now().Add(q.Wait)
 	wake := make(chan struct{}, 1)
 	if q.Wait > 0 {
@@ -654,8 +663,8 @@ func (r *RemoteWorkers) pausedQueues(ctx context.Context) (map[string]bool, erro
 	return p, nil
 }
 
-// watch adds wake to the long-polls of queues, with the in-process hooks
-// of those queues.
+// watch adds wake to the long-polls of queues, with the in-process
+// wake-up hooks of those queues.
 func (r *RemoteWorkers) watch(queues []string, wake chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -667,13 +676,15 @@ func (r *RemoteWorkers) watch(queues []string, wake chan struct{}) {
 		}
 		ws[wake] = struct{}{}
 		if _, ok := r.hooked[q]; !ok && !r.stopped {
-			unWake := r.client.register(q, func(time.Time) { r.wakeQueue(q) })
-			unPause := r.client.registerPause(q, func(paused bool) { r.setPaused(q, paused) })
-			r.hooked[q] = func() { unWake(); unPause() }
+			r.hooked[q] = r.client.register(q, func(time.Time) { r.wakeQueue(q) })
 		}
 	}
 }
 
+// unwatch removes wake from the long-polls of queues, and the hooks of
+// a queue with its last long-poll: a worker naming ever new queues does
+// not grow them. (The hooks never call back under their own lock, so
+// removing one under r.mu cannot deadlock with a wake-up.)
 func (r *RemoteWorkers) unwatch(queues []string, wake chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -681,6 +692,10 @@ func (r *RemoteWorkers) unwatch(queues []string, wake chan struct{}) {
 		delete(r.waiters[q], wake)
 		if len(r.waiters[q]) == 0 {
 			delete(r.waiters, q)
+			if unhook, ok := r.hooked[q]; ok {
+				delete(r.hooked, q)
+				unhook()
+			}
 		}
 	}
 }
