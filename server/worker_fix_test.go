@@ -110,3 +110,48 @@ func TestWorkerLeaseClientGoneHandsBack(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkerLeaseDeadline: a job of a kind with a timeout (declared by
+// the worker in its lease, or the kind's handler timeout in serve, as a
+// Go handler's redrive.Timeout) is handed out with its deadline: its
+// attempt's start plus the timeout. A kind without one has none.
+func TestWorkerLeaseDeadline(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind string) {
+		e := newProtoEnv(t, kind, protoOpts{})
+		e.exec.HandleFunc("k-go", func(context.Context, *redrive.Job) error { return nil }, redrive.Timeout(7*time.Second))
+		ids := map[string]int64{}
+		for _, k := range []string{"k", "k-go", "k-none"} {
+			j, err := e.client.Enqueue(context.Background(), k, nil, redrive.InQueue("q"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[k] = j.ID
+		}
+		before := time.Now()
+		var a LeaseAnswer
+		e.want(e.do("POST", "/v1/worker/lease", `{"worker":"py-1@box-a","queues":["q"],"kinds":["k","k-go","k-none"],
+			"timeouts":{"k":"5s","k-none":"0s"},"max":10}`), 200, &a)
+		after := time.Now()
+		if len(a.Jobs) != 3 {
+			t.Fatalf("lease: %+v", a)
+		}
+		want := map[int64]time.Duration{ids["k"]: 5 * time.Second, ids["k-go"]: 7 * time.Second}
+		for _, j := range a.Jobs {
+			d, ok := want[j.ID]
+			switch {
+			case !ok && j.Deadline != nil:
+				t.Errorf("job %d of kind %s: deadline %v, want none", j.ID, j.Kind, j.Deadline)
+			case ok && j.Deadline == nil:
+				t.Errorf("FINDING: job %d of kind %s with a %s timeout is handed out without its deadline", j.ID, j.Kind, d)
+			case ok && (j.Deadline.Before(before.Add(d)) || j.Deadline.After(after.Add(d))):
+				t.Errorf("job %d of kind %s: deadline %v, want %s after the lease (%v to %v)", j.ID, j.Kind, j.Deadline, d,
+					before.Add(d), after.Add(d))
+			}
+		}
+		// A bad timeout is refused, naming it.
+		r := e.do("POST", "/v1/worker/lease", `{"worker":"py-1@box-a","queues":["q"],"kinds":["k"],"timeouts":{"k":"soon"}}`)
+		if r.status != 400 || !strings.Contains(string(r.body), "timeouts.k") {
+			t.Fatalf("bad timeout: %d %s", r.status, r.body)
+		}
+	})
+}
