@@ -214,6 +214,15 @@ func (e *Executor) HandleFunc(kind string, fn Handler, opts ...HandlerOption) {
 	e.handlers[kind] = h
 }
 
+// KindTimeout returns the timeout of each attempt of kind's handler
+// (Timeout), 0 when it has none or no handler is registered.
+func (e *Executor) KindTimeout(kind string) time.Duration {
+	if h := e.handler(kind); h != nil {
+		return h.cfg.timeout
+	}
+	return 0
+}
+
 // Kinds returns the registered kinds, sorted.
 func (e *Executor) Kinds() []string {
 	e.mu.RLock()

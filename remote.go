@@ -263,6 +263,10 @@ type LeaseRequest struct {
 	// Dependencies names, by kind, the circuit breaker each kind calls,
 	// as UsesDependency does; a job's own Dependency wins.
 	Dependencies map[string]string
+	// Timeouts bounds, by kind, each attempt of the kind, as Timeout
+	// does for a Go handler (0: none); a kind not named takes its
+	// handler's timeout in the Executor, if any. See Deadline.
+	Timeouts map[string]time.Duration
 	// Max bounds the jobs handed out (1 to MaxRemoteLease).
 	Max int
 	// Wait is how long to wait for a job to become due when none is
@@ -295,7 +299,26 @@ func (q *LeaseRequest) check() error {
 	if q.Wait < 0 || q.Wait > MaxRemoteWait {
 		return fmt.Errorf("%w: wait is 0 to %s, got %s", ErrInvalid, MaxRemoteWait, q.Wait)
 	}
+	for k, d := range q.Timeouts {
+		if d < 0 {
+			return fmt.Errorf("%w: the timeout of kind %q is negative", ErrInvalid, k)
+		}
+	}
 	return nil
+}
+
+// Deadline returns when the attempt of j, handed out for q, must end:
+// its start plus its kind's timeout (q.Timeouts, else the Executor's
+// handler timeout of the kind); false when the kind has none.
+func (r *RemoteWorkers) Deadline(q *LeaseRequest, j *Job) (time.Time, bool) {
+	d, ok := q.Timeouts[j.Kind]
+	if !ok {
+		d = r.exec.KindTimeout(j.Kind)
+	}
+	if d <= 0 {
+		return time.Time{}, false
+	}
+	return attemptStart(j, r.client.now()).Add(d), true
 }
 
 // Lease hands out up to q.Max due jobs of q.Queues to the remote worker,

@@ -25,6 +25,7 @@ type LeaseBody struct {
 	Queues       []string          `json:"queues"`
 	Kinds        []string          `json:"kinds"`
 	Dependencies map[string]string `json:"dependencies,omitempty"`
+	Timeouts     map[string]string `json:"timeouts,omitempty"`
 	Max          int               `json:"max,omitempty"`
 	Wait         string            `json:"wait,omitempty"`
 }
@@ -243,6 +244,22 @@ func ParseLease(in *LeaseBody) (redrive.LeaseRequest, error) {
 			return q, badRequest("dependencies."+k, "%v", err)
 		}
 	}
+	if len(in.Timeouts) > 1000 {
+		return q, badRequest("timeouts", "timeouts names at most 1000 kinds, got %d", len(in.Timeouts))
+	}
+	for k, v := range in.Timeouts {
+		if err := redrive.CheckName("kind", k); err != nil {
+			return q, badRequest("timeouts", "%v", err)
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxDelay {
+			return q, badRequest("timeouts."+k, "a timeout is a duration from 0s (none) to %s such as \"30s\", got %q", maxDelay, clip(v))
+		}
+		if q.Timeouts == nil {
+			q.Timeouts = map[string]time.Duration{}
+		}
+		q.Timeouts[k] = d
+	}
 	q.Max = in.Max
 	if q.Max == 0 {
 		q.Max = 1
@@ -299,6 +316,9 @@ func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
 		}
 		if j.LeaseUntil != nil {
 			lj.LeaseUntil = *j.LeaseUntil
+		}
+		if d, ok := rw.Deadline(&q, j); ok {
+			lj.Deadline = &d
 		}
 		out.Jobs[i] = lj
 	}
