@@ -214,6 +214,15 @@ func (e *Executor) HandleFunc(kind string, fn Handler, opts ...HandlerOption) {
 	e.handlers[kind] = h
 }
 
+// KindTimeout returns the timeout of each attempt of kind's handler
+// (Timeout), 0 when it has none or no handler is registered.
+func (e *Executor) KindTimeout(kind string) time.Duration {
+	if h := e.handler(kind); h != nil {
+		return h.cfg.timeout
+	}
+	return 0
+}
+
 // Kinds returns the registered kinds, sorted.
 func (e *Executor) Kinds() []string {
 	e.mu.RLock()
@@ -492,20 +501,32 @@ func (e *Executor) Fail(j *Job, v failure.Verdict, msg string, start, end time.T
 // called, or not, by the runner. With a TracerProvider, the attempt gets
 // its span (from start to end) in the job's trace, as a handler's would.
 func (e *Executor) Report(j *Job, v failure.Verdict, msg string, start, end time.Time) Outcome {
-	ln := e.lane(j.Queue)
-	if ln.budget != nil {
+	o := e.reportDecide(e.lane(j.Queue), j, v, msg, start, end)
+	e.reportTell(j, &o, msg, start, end)
+	return o
+}
+
+// reportDecide is Report's decision, counted in ln's retry budget (ln
+// nil: in none), without its span and the observer's report
+// (reportTell).
+func (e *Executor) reportDecide(ln *lane, j *Job, v failure.Verdict, msg string, start, end time.Time) Outcome {
+	if ln != nil && ln.budget != nil {
 		ln.budget.Attempt()
 	}
 	j.AttemptedAt = &start
 	o := Outcome{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: e.id, At: end}
-	o = e.failOutcome(ln, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
+	return e.failOutcome(ln, j, e.handler(j.Kind), o, v, msg, start, store.Duration(end.Sub(start)))
+}
+
+// reportTell makes the span of an attempt decided by reportDecide and
+// tells the observer of it.
+func (e *Executor) reportTell(j *Job, o *Outcome, msg string, start, end time.Time) {
 	if e.tracer != nil {
 		// The attempt that ran elsewhere, in the job's trace.
 		_, span := e.startAttempt(context.Background(), j, start, true)
-		e.endAttempt(span, j, &o, nil)
+		e.endAttempt(span, j, o, nil)
 	}
-	e.report(context.Background(), j, &o, errors.New(msg), start, end)
-	return o
+	e.report(context.Background(), j, o, errors.New(msg), start, end)
 }
 
 // Release returns the outcome of an attempt of j interrupted at now

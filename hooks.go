@@ -19,6 +19,7 @@ type hooks struct {
 	mu        sync.RWMutex
 	wakers    map[string][]*func(time.Time) // queue -> wake-ups
 	pausers   map[string][]*func(bool)      // queue -> pause hooks
+	anyPause  map[*func(string, bool)]struct{}
 	cancelers map[*func()]struct{}
 
 	// unrelease removes the hook by which a store.Releaser (SQLite)
@@ -62,7 +63,8 @@ func (c *Client) acquireHooks() *hooks {
 	if v, ok := hubs.Load(c.hooksKey); ok {
 		h = v.(*hooks)
 	} else {
-		h = &hooks{wakers: map[string][]*func(time.Time){}, pausers: map[string][]*func(bool){}, cancelers: map[*func()]struct{}{}}
+		h = &hooks{wakers: map[string][]*func(time.Time){}, pausers: map[string][]*func(bool){},
+			anyPause: map[*func(string, bool)]struct{}{}, cancelers: map[*func()]struct{}{}}
 		if r, ok := c.store.(store.Releaser); ok {
 			// A workflow's dependent released by a completion (or a
 			// callback fired) wakes the workers as an enqueue does.
@@ -171,6 +173,22 @@ func (c *Client) registerPause(queue string, hook func(paused bool)) func() {
 	}
 }
 
+// registerAnyPause adds a hook for the pauses and resumes of every
+// queue; it returns the function that removes it.
+func (c *Client) registerAnyPause(hook func(queue string, paused bool)) func() {
+	h := c.acquireHooks()
+	key := &hook
+	h.mu.Lock()
+	h.anyPause[key] = struct{}{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.anyPause, key)
+		h.mu.Unlock()
+		c.releaseHooks(h)
+	}
+}
+
 // notifyPaused tells the in-process workers of queue, on any Client of
 // the store, that it was paused or resumed. It returns once they have
 // stopped fetching from it.
@@ -181,9 +199,16 @@ func (c *Client) notifyPaused(queue string, paused bool) {
 	}
 	h.mu.RLock()
 	hs := slices.Clone(h.pausers[queue])
+	all := make([]func(string, bool), 0, len(h.anyPause))
+	for f := range h.anyPause {
+		all = append(all, *f)
+	}
 	h.mu.RUnlock()
 	for _, f := range hs {
 		(*f)(paused)
+	}
+	for _, f := range all {
+		f(queue, paused)
 	}
 }
 

@@ -1,6 +1,7 @@
 package redrive
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,12 +71,13 @@ type RemoteWorkers struct {
 	waiters map[string]map[chan struct{}]struct{}
 	// cancelWaiters are the cancellations long-polls.
 	cancelWaiters map[chan struct{}]struct{}
-	// hooked holds, by queue, the functions removing its in-process
-	// wake-up and pause hooks.
+	// hooked holds, by queue, the function removing its in-process
+	// wake-up hook, while a long-poll waits on the queue.
 	hooked map[string]func()
 	// unCancel removes the in-process cancel hook; nil before the first
-	// cancellations long-poll.
-	unCancel func()
+	// cancellations long-poll. unPause removes the in-process hook of
+	// every queue's pauses; nil before the first lease.
+	unCancel, unPause func()
 	// stopped is set once Run returned: no hook is added any more, and
 	// done is closed, which ends the long-polls.
 	stopped bool
@@ -109,6 +111,24 @@ type remoteAttempt struct {
 	br     *breaker.Breaker
 	tok    breaker.Token
 	at     time.Time // handed out or last heartbeated
+
+	// mu serializes the decisions of the attempt's outcome; decided is
+	// the first one, kept until the attempt leaves memory: an outcome
+	// reported again (its write failed, or its answer was lost) is
+	// written as decided then, and the retry budget counts the attempt
+	// once.
+	mu      sync.Mutex
+	decided *remoteDecision
+}
+
+// remoteDecision is the engine's decision on one reported outcome.
+type remoteDecision struct {
+	ro RemoteOutcome // as reported
+	o  Outcome
+	// record tells the attempt's breaker (nil: none), once the outcome
+	// is written; report makes its span and tells the observer, once
+	// the outcome applied.
+	record, report func()
 }
 
 // NewRemoteWorkers returns the worker protocol on client's store, whose
@@ -184,14 +204,16 @@ func (r *RemoteWorkers) stop() {
 		close(r.done)
 	}
 	r.stopped = true
-	hooks := make([]func(), 0, len(r.hooked)+1)
+	hooks := make([]func(), 0, len(r.hooked)+2)
 	for _, f := range r.hooked {
 		hooks = append(hooks, f)
 	}
-	if r.unCancel != nil {
-		hooks = append(hooks, r.unCancel)
+	for _, f := range []func(){r.unCancel, r.unPause} {
+		if f != nil {
+			hooks = append(hooks, f)
+		}
 	}
-	r.hooked, r.unCancel = map[string]func(){}, nil
+	r.hooked, r.unCancel, r.unPause = map[string]func(){}, nil, nil
 	r.mu.Unlock()
 	for _, f := range hooks {
 		f()
@@ -241,6 +263,10 @@ type LeaseRequest struct {
 	// Dependencies names, by kind, the circuit breaker each kind calls,
 	// as UsesDependency does; a job's own Dependency wins.
 	Dependencies map[string]string
+	// Timeouts bounds, by kind, each attempt of the kind, as Timeout
+	// does for a Go handler (0: none); a kind not named takes its
+	// handler's timeout in the Executor, if any. See Deadline.
+	Timeouts map[string]time.Duration
 	// Max bounds the jobs handed out (1 to MaxRemoteLease).
 	Max int
 	// Wait is how long to wait for a job to become due when none is
@@ -273,7 +299,26 @@ func (q *LeaseRequest) check() error {
 	if q.Wait < 0 || q.Wait > MaxRemoteWait {
 		return fmt.Errorf("%w: wait is 0 to %s, got %s", ErrInvalid, MaxRemoteWait, q.Wait)
 	}
+	for k, d := range q.Timeouts {
+		if d < 0 {
+			return fmt.Errorf("%w: the timeout of kind %q is negative", ErrInvalid, k)
+		}
+	}
 	return nil
+}
+
+// Deadline returns when the attempt of j, handed out for q, must end:
+// its start plus its kind's timeout (q.Timeouts, else the Executor's
+// handler timeout of the kind); false when the kind has none.
+func (r *RemoteWorkers) Deadline(q *LeaseRequest, j *Job) (time.Time, bool) {
+	d, ok := q.Timeouts[j.Kind]
+	if !ok {
+		d = r.exec.KindTimeout(j.Kind)
+	}
+	if d <= 0 {
+		return time.Time{}, false
+	}
+	return attemptStart(j, r.client.now()).Add(d), true
 }
 
 // Lease hands out up to q.Max due jobs of q.Queues to the remote worker,
@@ -297,6 +342,12 @@ func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, erro
 	if err := r.register(ctx, q, queues); err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	if r.unPause == nil && !r.stopped {
+		// Pauses in this process apply to the next lease at once.
+		r.unPause = r.client.registerAnyPause(r.setPaused)
+	}
+	r.mu.Unlock()
 	deadline := time.Now().Add(q.Wait)
 	wake := make(chan struct{}, 1)
 	if q.Wait > 0 {
@@ -308,6 +359,11 @@ func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, erro
 	recheck := 20 * time.Millisecond
 	for {
 		jobs, fetched, due, err := r.fetch(ctx, q, queues, kinds)
+		if len(jobs) > 0 && ctx.Err() != nil {
+			// The worker went away meanwhile: no one would get them.
+			r.HandBack(context.WithoutCancel(ctx), q.Worker, jobs)
+			return []*Job{}, nil
+		}
 		if err != nil || len(jobs) > 0 {
 			return jobs, err
 		}
@@ -458,6 +514,54 @@ func (r *RemoteWorkers) screen(ctx context.Context, q LeaseRequest, jobs []*Job,
 	return out
 }
 
+// HandBack gives back jobs leased for worker that never reached it (its
+// request was canceled, or the answer could not be written): each goes
+// back to pending at once, without using an attempt, if it still runs
+// the lease it was handed out with (a job the worker reported on
+// meanwhile is left as it is). Its breaker's permission is returned
+// unjudged. A failed write is logged: those jobs are rescued at lease
+// expiry.
+func (r *RemoteWorkers) HandBack(ctx context.Context, worker string, jobs []*Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	now := r.client.now()
+	outs := make([]store.Outcome, len(jobs))
+	for i, j := range jobs {
+		o := r.exec.Release(j, now)
+		o.Event.Reason, o.Event.At, o.Event.Duration = "worker_gone", now, 0
+		outs[i] = asRemote(o, worker)
+	}
+	fctx, cancel := context.WithTimeout(ctx, r.writeTimeout())
+	applied, err := r.store.Finish(fctx, outs)
+	cancel()
+	if err != nil {
+		r.log.Error("remote workers: handing back the jobs of a worker gone failed; their leases will expire",
+			"worker", worker, "jobs", len(jobs), "error", err)
+		return
+	}
+	var tokens []*remoteAttempt
+	r.mu.Lock()
+	for i, o := range outs {
+		l := store.Lease{JobID: o.JobID, Token: o.Lease}
+		if a := r.inflight[l]; applied[i] && a != nil && a.worker == worker {
+			delete(r.inflight, l)
+			if a.br != nil {
+				tokens = append(tokens, a)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, a := range tokens {
+		a.br.Record(a.tok, context.Canceled)
+	}
+	for i, o := range outs {
+		if applied[i] {
+			r.client.wake(o.Queue, now)
+		}
+	}
+}
+
 // asRemote makes o the remote worker's: its fence and its history
 // event name the worker.
 func asRemote(o Outcome, worker string) Outcome {
@@ -582,8 +686,8 @@ func (r *RemoteWorkers) pausedQueues(ctx context.Context) (map[string]bool, erro
 	return p, nil
 }
 
-// watch adds wake to the long-polls of queues, with the in-process hooks
-// of those queues.
+// watch adds wake to the long-polls of queues, with the in-process
+// wake-up hooks of those queues.
 func (r *RemoteWorkers) watch(queues []string, wake chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -595,13 +699,15 @@ func (r *RemoteWorkers) watch(queues []string, wake chan struct{}) {
 		}
 		ws[wake] = struct{}{}
 		if _, ok := r.hooked[q]; !ok && !r.stopped {
-			unWake := r.client.register(q, func(time.Time) { r.wakeQueue(q) })
-			unPause := r.client.registerPause(q, func(paused bool) { r.setPaused(q, paused) })
-			r.hooked[q] = func() { unWake(); unPause() }
+			r.hooked[q] = r.client.register(q, func(time.Time) { r.wakeQueue(q) })
 		}
 	}
 }
 
+// unwatch removes wake from the long-polls of queues, and the hooks of
+// a queue with its last long-poll: a worker naming ever new queues does
+// not grow them. (The hooks never call back under their own lock, so
+// removing one under r.mu cannot deadlock with a wake-up.)
 func (r *RemoteWorkers) unwatch(queues []string, wake chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -609,6 +715,10 @@ func (r *RemoteWorkers) unwatch(queues []string, wake chan struct{}) {
 		delete(r.waiters[q], wake)
 		if len(r.waiters[q]) == 0 {
 			delete(r.waiters, q)
+			if unhook, ok := r.hooked[q]; ok {
+				delete(r.hooked, q)
+				unhook()
+			}
 		}
 	}
 }
@@ -974,6 +1084,7 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 	decided := make([]store.Outcome, 0, len(outs))
 	slot := make([]int, 0, len(outs))       // decided[k] is for res[slot[k]]
 	records := make([]func(), 0, len(outs)) // records[k] tells decided[k]'s breaker
+	reports := make([]func(), 0, len(outs)) // reports[k] tells the observer of decided[k]
 	held := make([]bool, 0, len(outs))      // decided[k]'s attempt was in memory
 	seen := map[store.Lease]bool{}
 	now := r.client.now()
@@ -999,6 +1110,19 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 				continue
 			case err != nil:
 				return nil, fmt.Errorf("redrive: outcomes: %w", err)
+			case got.State == store.Running && got.Worker == worker && got.Lease == ro.Lease:
+				// Kept in memory from now on, so that the decision is
+				// made once if the outcome is reported again.
+				r.mu.Lock()
+				if att = r.inflight[l]; att == nil {
+					att = &remoteAttempt{job: got, worker: worker, at: now}
+					r.inflight[l] = att
+				}
+				r.mu.Unlock()
+				if att.worker == worker {
+					cp := *att.job
+					j = &cp
+				}
 			case got.State == store.Running && got.Worker == worker:
 				j = got
 			}
@@ -1008,10 +1132,11 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 			continue
 		}
 		seen[l] = true
-		o, rec := r.decide(j, ro, worker, now)
-		decided = append(decided, o)
+		d := r.decideOnce(att, j, ro, worker, now)
+		decided = append(decided, d.o)
 		slot = append(slot, i)
-		records = append(records, rec)
+		records = append(records, d.record)
+		reports = append(reports, d.report)
 		held = append(held, att != nil)
 	}
 	var written []bool
@@ -1034,6 +1159,8 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 			if o.Kind == store.Retry || o.Kind == store.Snooze || o.Kind == store.Release {
 				r.client.wake(o.Queue, res[i].RunAt)
 			}
+			// Once: only one write of the attempt's outcome applies.
+			reports[k]()
 		}
 	}
 	// The attempts' breakers hear of them once the outcomes are written:
@@ -1085,33 +1212,52 @@ func (r *RemoteWorkers) lost(ctx context.Context, ro *RemoteOutcome, worker stri
 	return fmt.Errorf("%w: job %d lease %d was reported twice in one call", ErrLeaseLost, ro.ID, ro.Lease)
 }
 
-// decide turns a remote worker's outcome for j, which it holds, into the
-// engine's, and returns with it the function recording the attempt on
-// its breaker (nil: none), to call once the outcome is written.
-func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now time.Time) (Outcome, func()) {
+// sameRemote reports whether a and b report the same outcome.
+func sameRemote(a, b *RemoteOutcome) bool {
+	return a.ID == b.ID && a.Lease == b.Lease && a.Kind == b.Kind && bytes.Equal(a.Result, b.Result) &&
+		a.Class == b.Class && a.Error == b.Error && a.Cause == b.Cause && a.Reason == b.Reason &&
+		a.RetryAfter == b.RetryAfter && a.Dependency == b.Dependency && a.Delay == b.Delay
+}
+
+// decideOnce returns the decision on ro for j, held in att: the one
+// made already when ro was reported before (its write failed, or its
+// answer was lost: the worker reports it again), else a new one, which
+// counts in the retry budget only if none was made before.
+func (r *RemoteWorkers) decideOnce(att *remoteAttempt, j *Job, ro *RemoteOutcome, worker string, now time.Time) *remoteDecision {
+	if att == nil {
+		return r.decide(nil, j, ro, worker, now, true)
+	}
+	att.mu.Lock()
+	defer att.mu.Unlock()
+	if d := att.decided; d != nil && sameRemote(&d.ro, ro) {
+		return d
+	}
+	d := r.decide(att, j, ro, worker, now, att.decided == nil)
+	if att.decided == nil {
+		att.decided = d
+	}
+	return d
+}
+
+// decide turns a remote worker's outcome for j, which it holds (in att,
+// nil when not in memory), into the engine's, counted in the retry
+// budget of its queue if count is set, with the function recording the
+// attempt on its breaker (nil: none), to call once the outcome is
+// written, and the one telling the observer of it, to call once it
+// applied.
+func (r *RemoteWorkers) decide(att *remoteAttempt, j *Job, ro *RemoteOutcome, worker string, now time.Time, count bool) *remoteDecision {
 	e := r.exec
 	ln := e.lane(j.Queue)
+	bl := ln // the lane whose budget counts the attempt; nil: none
+	if !count {
+		bl = nil
+	}
 	start := attemptStart(j, now)
-	r.mu.Lock()
-	att := r.inflight[store.LeaseOf(j)]
-	r.mu.Unlock()
-	hasTok := att != nil && att.br != nil
 	var err error // what the attempt's breaker records
 	var o Outcome
+	var tell error // the observer's Err
 	switch {
-	case ro.Kind == RemoteComplete:
-		o = e.decide(ln, j, nil, nil, nil, start, now)
-		o.Result = ro.Result
-		e.report(context.Background(), j, &o, nil, start, now)
-	case j.CancelRequested:
-		msg := "canceled while running"
-		if ro.Kind == RemoteFail {
-			msg = failMessage(ro)
-		}
-		err = context.Canceled
-		o = e.cancelOutcome(j, errors.New(msg), start, now)
-		e.report(context.Background(), j, &o, ErrJobCanceled, start, now)
-	case ro.Kind == RemoteFail:
+	case ro.Kind == RemoteFail && !j.CancelRequested:
 		class := ro.Class
 		if class == failure.None {
 			class = failure.Unknown
@@ -1119,17 +1265,46 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 		v := failure.Verdict{Class: class, Reason: ro.Reason, RetryAfter: ro.RetryAfter}
 		msg := failMessage(ro)
 		err = breakerOutcome(ln.classifier, &failure.Error{Class: class, Reason: ro.Reason, Err: errors.New(msg)})
-		o = e.Report(j, v, msg, start, now)
-	case ro.Kind == RemoteSnooze:
-		sn := &SnoozeError{Delay: ro.Delay}
-		err = breakerOutcome(ln.classifier, sn)
-		o = e.decide(ln, j, nil, sn, nil, start, now)
-		e.report(context.Background(), j, &o, sn, start, now)
-	default: // release
-		err = context.Canceled
+		o = e.reportDecide(bl, j, v, msg, start, now)
+		d := &remoteDecision{ro: *ro}
+		d.report = func() { e.reportTell(j, &d.o, msg, start, now) }
+		d.o, d.record = asRemote(o, worker), r.breakerRecord(att, ro, err)
+		return d
+	case ro.Kind == RemoteRelease:
+		// Handed back untried: no attempt to count.
+		err, tell = context.Canceled, ErrShutdown
 		o = e.Release(j, now)
-		e.report(context.Background(), j, &o, ErrShutdown, start, now)
+	case ro.Kind == RemoteComplete:
+		o = e.decide(ln, j, nil, nil, nil, start, now)
+		o.Result = ro.Result
+	case j.CancelRequested:
+		msg := "canceled while running"
+		if ro.Kind == RemoteFail {
+			msg = failMessage(ro)
+		}
+		err, tell = context.Canceled, ErrJobCanceled
+		o = e.cancelOutcome(j, errors.New(msg), start, now)
+	default: // snooze
+		sn := &SnoozeError{Delay: ro.Delay}
+		err, tell = breakerOutcome(ln.classifier, sn), sn
+		o = e.decide(ln, j, nil, sn, nil, start, now)
 	}
+	if ro.Kind != RemoteRelease && bl != nil && bl.budget != nil {
+		bl.budget.Attempt()
+	}
+	d := &remoteDecision{ro: *ro}
+	d.report = func() { e.report(context.Background(), j, &d.o, tell, start, now) }
+	d.o, d.record = asRemote(o, worker), r.breakerRecord(att, ro, err)
+	return d
+}
+
+// breakerRecord returns the function recording the attempt held in att
+// (nil: not in memory), which ended with err, on its breaker (nil:
+// none): the one the worker names, else the one whose permission the
+// lease took.
+func (r *RemoteWorkers) breakerRecord(att *remoteAttempt, ro *RemoteOutcome, err error) func() {
+	e := r.exec
+	hasTok := att != nil && att.br != nil
 	var record func()
 	if ro.Dependency != "" && (!hasTok || att.br.Name() != ro.Dependency) {
 		// The worker names the breaker it called: record the attempt on
@@ -1155,7 +1330,7 @@ func (r *RemoteWorkers) decide(j *Job, ro *RemoteOutcome, worker string, now tim
 		br, tok := att.br, att.tok
 		record = func() { br.Record(tok, err) }
 	}
-	return asRemote(o, worker), record
+	return record
 }
 
 // failMessage is the error a fail records: the error and its cause.

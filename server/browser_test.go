@@ -664,6 +664,9 @@ func TestDashboardInChromium(t *testing.T) {
 			Kinds: []string{"report.build", "report.mail"}, StartedAt: now.Add(-2 * time.Hour), HeartbeatAt: now.Add(-10 * time.Minute)},
 		{ID: "w-done", Host: "batch-8", PID: 4343, Instance: "elsewhere", Version: "v0.9.0", Queues: map[string]int{"default": 1},
 			StartedAt: now.Add(-3 * time.Hour), HeartbeatAt: now.Add(-time.Hour)},
+		// A worker in another language, on the worker protocol.
+		{ID: "py-77@scan-1", Host: "scan-1", PID: 77, Version: redrive.RemoteVersion, Queues: map[string]int{"scan": 8},
+			Kinds: []string{"scan.pdf"}, StartedAt: now.Add(-time.Minute), HeartbeatAt: now},
 	} {
 		if err := d.st.RegisterWorker(ctx, w); err != nil {
 			t.Fatal(err)
@@ -680,8 +683,15 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.Click(css(`a[data-nav="workers"]`)),
 		chromedp.WaitVisible(css(`table.workers`)))
 	b.noJunk(t, "workers")
-	if n := b.count(t, `table.workers tbody tr`); n != 3 {
-		t.Errorf("workers table has %d rows, want 3", n)
+	if n := b.count(t, `table.workers tbody tr`); n != 4 {
+		t.Errorf("workers table has %d rows, want 4", n)
+	}
+	// The remote worker has its badge; the Go workers have none.
+	if got := b.textNow(t, `table.workers tr[data-worker="py-77@scan-1"] .badge.b-remote`); got != "remote" {
+		t.Errorf("the remote worker's badge: %q, want \"remote\"", got)
+	}
+	if n := b.count(t, `table.workers .badge.b-remote`); n != 1 {
+		t.Errorf("%d remote badges, want 1 (the remote worker's)", n)
 	}
 	live := b.text(t, `table.workers tr[data-state="live"]`)
 	host, _ := os.Hostname()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ type LeaseBody struct {
 	Queues       []string          `json:"queues"`
 	Kinds        []string          `json:"kinds"`
 	Dependencies map[string]string `json:"dependencies,omitempty"`
+	Timeouts     map[string]string `json:"timeouts,omitempty"`
 	Max          int               `json:"max,omitempty"`
 	Wait         string            `json:"wait,omitempty"`
 }
@@ -242,6 +244,22 @@ func ParseLease(in *LeaseBody) (redrive.LeaseRequest, error) {
 			return q, badRequest("dependencies."+k, "%v", err)
 		}
 	}
+	if len(in.Timeouts) > 1000 {
+		return q, badRequest("timeouts", "timeouts names at most 1000 kinds, got %d", len(in.Timeouts))
+	}
+	for k, v := range in.Timeouts {
+		if err := redrive.CheckName("kind", k); err != nil {
+			return q, badRequest("timeouts", "%v", err)
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxDelay {
+			return q, badRequest("timeouts."+k, "a timeout is a duration from 0s (none) to %s such as \"30s\", got %q", maxDelay, clip(v))
+		}
+		if q.Timeouts == nil {
+			q.Timeouts = map[string]time.Duration{}
+		}
+		q.Timeouts[k] = d
+	}
 	q.Max = in.Max
 	if q.Max == 0 {
 		q.Max = 1
@@ -299,9 +317,24 @@ func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
 		if j.LeaseUntil != nil {
 			lj.LeaseUntil = *j.LeaseUntil
 		}
+		if d, ok := rw.Deadline(&q, j); ok {
+			lj.Deadline = &d
+		}
 		out.Jobs[i] = lj
 	}
+	if r.Context().Err() != nil {
+		// The worker went away as its jobs were leased: hand them back
+		// rather than leave them leased to nobody until their leases
+		// expire.
+		rw.HandBack(context.WithoutCancel(r.Context()), q.Worker, jobs)
+		return nil
+	}
 	writeJSON(w, http.StatusOK, out)
+	if len(jobs) > 0 {
+		if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			rw.HandBack(context.WithoutCancel(r.Context()), q.Worker, jobs)
+		}
+	}
 	return nil
 }
 

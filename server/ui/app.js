@@ -1136,7 +1136,8 @@ async function workersPage() {
     // store. Its leases expire and its jobs are rescued.
     const stale = w.state === 'silent';
     return h('tr', { 'data-worker': w.id, 'data-state': w.state, class: active ? '' : 'muted' },
-      h('td', { class: 'mono' }, w.id),
+      h('td', { class: 'mono' }, w.id,
+        w.remote && [' ', h('span', { class: 'badge b-remote', title: 'a worker in another process or language, on the HTTP worker protocol (its jobs are rescued at lease expiry)' }, 'remote')]),
       h('td', {}, badge(w.state),
         stale && [' ', h('span', { class: 'stale', title: 'no heartbeat for longer than a minute' }, `stale: no heartbeat for ${fmtAgo(w.heartbeat_at).replace(/ ago$/, '')}`)],
         w.state === 'gone' && w.stop_reason && [' ', h('span', { class: 'mono muted' }, w.stop_reason)]),

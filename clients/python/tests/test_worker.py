@@ -126,6 +126,28 @@ def test_cancel_reaches_running_handler(serve, run_worker):
     serve.wait_job(job["id"], lambda j: j["state"] == "canceled")
 
 
+def test_deadline_stops_handler(serve, run_worker):
+    w = new_worker(serve)
+    seen = {}
+    stopped = threading.Event()
+
+    @w.handler("slow", timeout=0.5)
+    def slow(job):
+        seen["deadline"] = job.deadline
+        if job.cancel_event.wait(60):
+            seen["reason"] = job.stop_reason
+            stopped.set()
+            raise redrive.Transient("deadline exceeded")
+        return None
+
+    run_worker(w)
+    job = serve.client.enqueue("slow", {}, queue="py")
+    assert stopped.wait(30), "the handler was not stopped at its deadline"
+    assert seen["reason"] == "deadline"
+    assert seen["deadline"] is not None
+    serve.wait_job(job["id"], lambda j: j["state"] == "scheduled" and j["attempt"] == 1)
+
+
 def test_progress_shown_by_api(serve, run_worker):
     w = new_worker(serve)
     reported = threading.Event()

@@ -63,6 +63,12 @@ export interface HandlerOptions {
    * kind's jobs while it is open. A job's own dependency wins.
    */
   dependency?: string;
+  /**
+   * Milliseconds each attempt of the kind may run (as Timeout does for a Go
+   * handler): serve hands the job out with its deadline, at which the
+   * handler's signal aborts with a DeadlineError.
+   */
+  timeout?: number;
 }
 
 /** What a handler gets beside its job. */
@@ -213,7 +219,7 @@ export class Worker {
   readonly #graceMs: number;
   readonly #handleSignals: boolean;
   readonly #onError: (error: unknown, where: string) => void;
-  readonly #handlers = new Map<string, { fn: Handler<never>; dependency: string | undefined }>();
+  readonly #handlers = new Map<string, { fn: Handler<never>; dependency: string | undefined; timeout: number | undefined }>();
 
   readonly #held = new Map<number, Held>();
   #runningCount = 0;
@@ -286,7 +292,10 @@ export class Worker {
     if (options.dependency !== undefined && (typeof options.dependency !== "string" || options.dependency === "")) {
       throw new TypeError(`handle(${JSON.stringify(kind)}): dependency must be a non-empty string`);
     }
-    this.#handlers.set(kind, { fn: handler as Handler<never>, dependency: options.dependency });
+    if (options.timeout !== undefined && (typeof options.timeout !== "number" || !(options.timeout > 0) || !Number.isFinite(options.timeout))) {
+      throw new TypeError(`handle(${JSON.stringify(kind)}): timeout must be a positive number of milliseconds`);
+    }
+    this.#handlers.set(kind, { fn: handler as Handler<never>, dependency: options.dependency, timeout: options.timeout });
     return this;
   }
 
@@ -366,6 +375,8 @@ export class Worker {
     const kinds = [...this.#handlers.keys()];
     const dependencies: Record<string, string> = {};
     for (const [kind, h] of this.#handlers) if (h.dependency !== undefined) dependencies[kind] = h.dependency;
+    const timeouts: Record<string, string> = {};
+    for (const [kind, h] of this.#handlers) if (h.timeout !== undefined) timeouts[kind] = formatDuration(h.timeout);
     let failures = 0;
     while (!this.#stopping) {
       const free = this.#concurrency - this.#runningCount;
@@ -385,6 +396,7 @@ export class Worker {
             queues: this.#queues,
             kinds,
             dependencies,
+            timeouts,
             max: free,
             wait: this.#pollWait,
           },

@@ -16,6 +16,7 @@ import {
   RateLimitedError,
   SnoozeError,
   CanceledError,
+  DeadlineError,
   ShutdownError,
   RedriveError,
 } from "../dist/index.js";
@@ -218,6 +219,28 @@ test("a cancellation reaches the running handler within 1 s", async (t) => {
   assert.ok(reason instanceof CanceledError, String(reason));
   const job = await settled(enq.id);
   assert.equal(job.state, "canceled");
+});
+
+test("a kind's timeout aborts the handler at the job's deadline", async (t) => {
+  const started = deferred();
+  const aborted = deferred();
+  startWorker(t, "ts-deadline", [
+    ["slow", async (job, { signal }) => {
+      started.resolve(job);
+      await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+      aborted.resolve(signal.reason);
+      throw signal.reason;
+    }, { timeout: 500 }],
+  ]);
+  const enq = await client.enqueue({ kind: "slow", queue: "ts-deadline" });
+  const job = await within("the handler starts", started.promise, 20_000);
+  assert.ok(job.deadline instanceof Date, `deadline ${job.deadline}`);
+  const reason = await within("the handler's signal aborts at the deadline", aborted.promise, 20_000);
+  assert.ok(reason instanceof DeadlineError, String(reason));
+  await until(`job ${enq.id} failed its first attempt`, async () => {
+    const got = await client.get(enq.id);
+    return got.attempt >= 1 && got.state !== "running" ? got : undefined;
+  });
 });
 
 test("progress is shown by the API", async (t) => {

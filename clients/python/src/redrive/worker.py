@@ -182,6 +182,7 @@ class Worker:
         self.host = name.split("@", 1)[1] if "@" in name else socket.gethostname()
         self._handlers = {}
         self._dependencies = {}
+        self._timeouts = {}
 
         self._cv = threading.Condition()
         self._running = {}  # key -> Job, handler running
@@ -199,18 +200,20 @@ class Worker:
 
     # -- handlers --
 
-    def handler(self, kind, dependency=None):
+    def handler(self, kind, dependency=None, timeout=None):
         """Decorator registering a function as the handler of ``kind``;
         ``dependency`` names the circuit breaker its jobs call (a job's own
-        dependency wins)."""
+        dependency wins); ``timeout`` (seconds or a timedelta) bounds each
+        attempt, as Go's ``redrive.Timeout``: serve hands the job out with
+        its ``deadline``, at which ``job.cancel_event`` is set."""
 
         def register(fn):
-            self.register(kind, fn, dependency=dependency)
+            self.register(kind, fn, dependency=dependency, timeout=timeout)
             return fn
 
         return register
 
-    def register(self, kind, fn, dependency=None):
+    def register(self, kind, fn, dependency=None, timeout=None):
         """Registers ``fn`` as the handler of ``kind`` (see handler)."""
         if self._started:
             raise RuntimeError("register %r: the worker is already running" % (kind,))
@@ -218,6 +221,8 @@ class Worker:
             raise ValueError("kind: want a non-empty string")
         if kind in self._handlers:
             raise ValueError("kind %r: a handler is already registered" % (kind,))
+        if timeout is not None:
+            self._timeouts[kind] = format_duration(timeout)
         self._handlers[kind] = fn
         if dependency is not None:
             self._dependencies[kind] = dependency
@@ -325,6 +330,8 @@ class Worker:
                 "wait": format_duration(self.poll)}
         if self._dependencies:
             body["dependencies"] = dict(self._dependencies)
+        if self._timeouts:
+            body["timeouts"] = dict(self._timeouts)
         return body
 
     def _lease_loop(self, pool):
