@@ -586,14 +586,17 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 					return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
 				}
 			}
-			// One by one, newest first: the callbacks (so that the cancel
-			// of the last jobs fires none), then each job before its
-			// dependencies (ids follow the graph's order), so that no
-			// cancel cascades and each job is counted by this code.
-			rows, err := tx.QueryContext(ctx, `SELECT id, queue, state FROM jobs WHERE state IN ('pending', 'scheduled', 'blocked')
-				AND (flow = ?1 OR id IN (SELECT on_success FROM workflows WHERE id = ?1 UNION ALL
-					SELECT on_complete FROM workflows WHERE id = ?1 UNION ALL SELECT on_death FROM workflows WHERE id = ?1))
-				ORDER BY id DESC`, id)
+			// One by one: the callbacks first (so that the cancel of the
+			// last jobs fires none; jobs added to the workflow after its
+			// enqueue have newer ids than its callbacks), then the jobs
+			// newest first, each before its dependencies (ids follow the
+			// graph's order, added jobs' too), so that no cancel
+			// cascades and each job is counted by this code.
+			rows, err := tx.QueryContext(ctx, `WITH cb(id) AS (SELECT on_success FROM workflows WHERE id = ?1 UNION ALL
+					SELECT on_complete FROM workflows WHERE id = ?1 UNION ALL SELECT on_death FROM workflows WHERE id = ?1)
+				SELECT id, queue, state FROM jobs WHERE state IN ('pending', 'scheduled', 'blocked')
+				AND (flow = ?1 OR id IN (SELECT id FROM cb))
+				ORDER BY id IN (SELECT id FROM cb) DESC, id DESC`, id)
 			if err != nil {
 				return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
 			}

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redrivehq/redrive/store"
@@ -27,7 +29,14 @@ import (
 // are checked against the jobs at the end of each run.
 func testWorkflowModel(x *h) {
 	seed := uint64(time.Now().UnixNano())
-	x.t.Logf("seed %d", seed)
+	if v := os.Getenv("REDRIVE_WORKFLOW_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			x.t.Fatalf("REDRIVE_WORKFLOW_SEED=%q: want a number", v)
+		}
+		seed = n
+	}
+	x.t.Logf("seed %d (REDRIVE_WORKFLOW_SEED=%d replays it)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>7))
 	var others int64 // the dead jobs earlier runs left, which retention deletes too
 	// A purge or retention carries no time: the cancels it causes are
