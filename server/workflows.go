@@ -294,16 +294,7 @@ func (a *api) enqueueWorkflow(w http.ResponseWriter, r *http.Request) error {
 	}
 	// As POST /v1/jobs: a kind the live workers of its queue do not run
 	// is refused, before anything is stored.
-	if _, err := a.client.CheckKinds(r.Context(), reqs); err != nil {
-		var ke *redrive.KindError
-		if errors.As(err, &ke) {
-			i := 0
-			var re *redrive.RequestError
-			if errors.As(err, &re) {
-				i = re.Index
-			}
-			return &apiError{status: http.StatusBadRequest, code: "unknown_kind", field: memberField(&in, i) + "kind", msg: ke.Error()}
-		}
+	if err := a.checkMemberKinds(r, reqs, func(i int) string { return memberField(&in, i) + "kind" }); err != nil {
 		return err
 	}
 	got, err := a.client.EnqueueWorkflow(r.Context(), wf)
@@ -328,6 +319,23 @@ func (a *api) enqueueWorkflow(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// checkMemberKinds refuses, as POST /v1/jobs does, a workflow's job of a
+// kind the live workers of its queue do not run, before anything is
+// stored: 400 unknown_kind naming field(i) of the i-th request.
+func (a *api) checkMemberKinds(r *http.Request, reqs []redrive.Request, field func(i int) string) error {
+	_, err := a.client.CheckKinds(r.Context(), reqs)
+	var ke *redrive.KindError
+	if err == nil || !errors.As(err, &ke) {
+		return err
+	}
+	i := 0
+	var re *redrive.RequestError
+	if errors.As(err, &re) {
+		i = re.Index
+	}
+	return &apiError{status: http.StatusBadRequest, code: "unknown_kind", field: field(i), msg: ke.Error()}
+}
+
 // addToWorkflow answers POST /v1/workflows/{id}/jobs: 201 with the
 // workflow and its jobs once the jobs are added.
 func (a *api) addToWorkflow(w http.ResponseWriter, r *http.Request) error {
@@ -346,16 +354,7 @@ func (a *api) addToWorkflow(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := a.client.CheckKinds(r.Context(), reqs); err != nil {
-		var ke *redrive.KindError
-		if errors.As(err, &ke) {
-			i := 0
-			var re *redrive.RequestError
-			if errors.As(err, &re) {
-				i = re.Index
-			}
-			return &apiError{status: http.StatusBadRequest, code: "unknown_kind", field: fmt.Sprintf("jobs[%d].kind", i), msg: ke.Error()}
-		}
+	if err := a.checkMemberKinds(r, reqs, func(i int) string { return fmt.Sprintf("jobs[%d].kind", i) }); err != nil {
 		return err
 	}
 	got, err := a.client.AddToWorkflow(r.Context(), id, wf)
