@@ -532,12 +532,17 @@ func finish[T any](r *rig, res *T, meta *Meta, err error) (*T, error) {
 // insert enqueues n no-op jobs of kind in batches, due at runAt (zero:
 // now), numbering their payloads from first. It returns the time taken.
 func (r *rig) insert(ctx context.Context, kind string, n, batch, first int, runAt time.Time) (time.Duration, error) {
+	return r.insertAt(ctx, kind, n, batch, first, func(int) time.Time { return runAt })
+}
+
+// insertAt is insert with the i-th job (from 0) due at runAt(i).
+func (r *rig) insertAt(ctx context.Context, kind string, n, batch, first int, runAt func(i int) time.Time) (time.Duration, error) {
 	reqs := make([]redrive.Request, 0, min(batch, n))
 	t0 := time.Now()
 	for i := 0; i < n; {
 		reqs = reqs[:0]
 		for ; i < n && len(reqs) < batch; i++ {
-			reqs = append(reqs, redrive.Request{Kind: kind, Payload: noopArgs{N: first + i}, RunAt: runAt})
+			reqs = append(reqs, redrive.Request{Kind: kind, Payload: noopArgs{N: first + i}, RunAt: runAt(i)})
 		}
 		if _, err := r.client.EnqueueMany(ctx, reqs); err != nil {
 			return 0, fmt.Errorf("bench: insert: %w", err)

@@ -5,22 +5,31 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redrivehq/redrive"
 )
 
 // waitingDelay is how far in the future the depth workload's waiting jobs
-// are due: far enough never to become due during a run.
+// are due without a spread: far enough never to become due during a run.
 const waitingDelay = 365 * 24 * time.Hour
+
+// DefaultDepthLead is when the first waiting job is due, after the start
+// of their insert, when they are spread (DepthParams.Spread).
+const DefaultDepthLead = 15 * time.Minute
 
 // DepthParams are the parameters of the depth workload.
 type DepthParams struct {
 	Settings
-	// Waiting jobs are scheduled a year ahead, in the same queue as the
-	// Due no-op jobs that are burnt down.
-	Waiting int `json:"waiting"`
-	Due     int `json:"due"`
+	// Waiting jobs are scheduled in the same queue as the Due no-op jobs
+	// that are burnt down: all a year ahead, or, with a Spread, due evenly
+	// over Spread from Lead after the start of their insert (a backlog due
+	// over the next hour, say, as real backlogs are).
+	Waiting int      `json:"waiting"`
+	Due     int      `json:"due"`
+	Spread  Duration `json:"spread_ms,omitempty"`
+	Lead    Duration `json:"lead_ms,omitempty"`
 	// Compare is the waiting count of the baseline run (0: no baseline;
 	// none either when it equals Waiting).
 	Compare     int `json:"compare"`
@@ -47,7 +56,12 @@ type DepthRun struct {
 	MaxRSSWork   int64 `json:"max_rss_work_bytes"`
 	MaxRSS       int64 `json:"max_rss_bytes"`
 	RSSSamples   int   `json:"rss_samples"`
-	// The store's counts at the end: Due completed, Waiting still scheduled.
+	// WaitingRan counts the waiting jobs that became due and ran before
+	// the last due job did (with a Spread whose Lead passed): they are
+	// not in Rate.
+	WaitingRan int64 `json:"waiting_ran"`
+	// The store's counts at the end: Due and WaitingRan completed, the
+	// rest of Waiting still scheduled (or pending, once due).
 	StoreCompleted int64 `json:"store_completed"`
 	StoreScheduled int64 `json:"store_scheduled"`
 	DBBytes        int64 `json:"db_bytes"`
@@ -76,8 +90,12 @@ func (r *DepthResult) Parameters() []Figure {
 	if r.Baseline != nil {
 		cmp = fmt.Sprintf("same run with %d waiting", p.Compare)
 	}
+	due := "due in " + fmtDur(waitingDelay)
+	if p.Spread > 0 {
+		due = fmt.Sprintf("due evenly over %s from %s after their insert began", fmtDur(time.Duration(p.Spread)), fmtDur(time.Duration(p.Lead)))
+	}
 	return append([]Figure{
-		{"waiting jobs", fmt.Sprintf("%d, due in %s, same queue", p.Waiting, fmtDur(waitingDelay))},
+		{"waiting jobs", fmt.Sprintf("%d, %s, same queue", p.Waiting, due)},
 		{"due jobs", strconv.Itoa(p.Due)},
 		{"insert batch", strconv.Itoa(p.InsertBatch)},
 		{"baseline", cmp},
@@ -93,6 +111,7 @@ func (d *DepthRun) figures(prefix string) []Figure {
 		{prefix + "burn-down", fmt.Sprintf("%d jobs in %s = %s", d.Due, d.Work, fmtRate(d.Rate, "jobs"))},
 		{prefix + "max RSS", fmt.Sprintf("%s during burn-down, %s during insert, %s overall incl. final stats (%d samples)",
 			mb(d.MaxRSSWork), mb(d.MaxRSSInsert), mb(d.MaxRSS), d.RSSSamples)},
+		{prefix + "waiting jobs run", fmt.Sprintf("%d (became due before the last due job ran)", d.WaitingRan)},
 		{prefix + "store", fmt.Sprintf("%d completed, %d scheduled, database %s", d.StoreCompleted, d.StoreScheduled, mb(d.DBBytes))},
 	}
 }
@@ -126,18 +145,27 @@ func Depth(ctx context.Context, cfg Config, p DepthParams) (*DepthResult, error)
 		return nil, fmt.Errorf("bench: depth: due must be at least 1, got %d", p.Due)
 	case p.Compare < 0:
 		return nil, fmt.Errorf("bench: depth: compare must not be negative, got %d", p.Compare)
+	case p.Spread < 0 || p.Lead < 0:
+		return nil, fmt.Errorf("bench: depth: spread and lead must not be negative, got %s and %s",
+			time.Duration(p.Spread), time.Duration(p.Lead))
+	}
+	if p.Spread > 0 && p.Lead == 0 {
+		p.Lead = Duration(DefaultDepthLead)
+	}
+	if p.Spread == 0 {
+		p.Lead = 0
 	}
 	p.Settings, p.InsertBatch = cfg.settings(), depthInsertBatch
 	res := &DepthResult{Params: p}
 	started := time.Now()
-	run, meta, err := depthRun(ctx, cfg, p.Waiting, p.Due)
+	run, meta, err := depthRun(ctx, cfg, p, p.Waiting)
 	if run == nil {
 		return nil, err
 	}
 	res.Run, res.Meta = *run, meta
 	if err == nil && p.Compare > 0 && p.Compare != p.Waiting {
 		var base *DepthRun
-		base, _, err = depthRun(ctx, cfg, p.Compare, p.Due)
+		base, _, err = depthRun(ctx, cfg, p, p.Compare)
 		if base == nil {
 			return nil, err
 		}
@@ -150,9 +178,9 @@ func Depth(ctx context.Context, cfg Config, p DepthParams) (*DepthResult, error)
 	return res, err
 }
 
-// depthRun runs once on a fresh database. It returns a nil run on errors
-// other than failed checks.
-func depthRun(ctx context.Context, cfg Config, waiting, due int) (*DepthRun, Meta, error) {
+// depthRun runs once on a fresh database with waiting jobs behind p.Due.
+// It returns a nil run on errors other than failed checks.
+func depthRun(ctx context.Context, cfg Config, p DepthParams, waiting int) (*DepthRun, Meta, error) {
 	debug.FreeOSMemory() // start from the process's floor, not a previous run's garbage
 	rss := startRSS(rssSampleInterval)
 	r, err := newRig(ctx, cfg, "depth")
@@ -160,8 +188,8 @@ func depthRun(ctx context.Context, cfg Config, waiting, due int) (*DepthRun, Met
 		rss.finish()
 		return nil, Meta{}, err
 	}
-	run := &DepthRun{Waiting: waiting, Due: due}
-	err = runDepth(ctx, r, run, rss)
+	run := &DepthRun{Waiting: waiting, Due: p.Due}
+	err = runDepth(ctx, r, run, rss, time.Duration(p.Spread), time.Duration(p.Lead))
 	var meta Meta
 	out, err := finish(r, run, &meta, err)
 	run.DBBytes, run.DBPath = meta.DBBytes, meta.DBPath
@@ -173,8 +201,15 @@ func depthRun(ctx context.Context, cfg Config, waiting, due int) (*DepthRun, Met
 	return out, meta, err
 }
 
-func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler) error {
-	ins, err := r.insert(ctx, noopKind, run.Waiting, depthInsertBatch, 0, time.Now().Add(waitingDelay))
+func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler, spread, lead time.Duration) error {
+	t0 := time.Now()
+	runAt := func(int) time.Time { return t0.Add(waitingDelay) }
+	if spread > 0 {
+		step := spread / time.Duration(max(run.Waiting, 1))
+		first := t0.Add(lead)
+		runAt = func(i int) time.Time { return first.Add(time.Duration(i) * step) }
+	}
+	ins, err := r.insertAt(ctx, noopKind, run.Waiting, depthInsertBatch, 0, runAt)
 	if err != nil {
 		return err
 	}
@@ -187,17 +222,23 @@ func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler) error
 	run.MaxRSSInsert = rss.mark()
 
 	done := newCounter(run.Due)
+	var early atomic.Int64
 	w := r.newWorker(nil)
 	redrive.Handle(w, noopKind, func(ctx context.Context, job *redrive.Job, args noopArgs) error {
+		if args.N < run.Waiting { // a waiting job that became due
+			early.Add(1)
+			return nil
+		}
 		done.inc()
 		return nil
 	})
-	t0 := time.Now()
+	t0 = time.Now()
 	r.start()
 	if err := done.wait(ctx, r.cfg.StallTimeout, "depth"); err != nil {
 		return err
 	}
 	work := time.Since(t0)
+	run.WaitingRan = early.Load()
 	run.MaxRSSWork = rss.mark()
 	run.Work, run.Rate = Duration(work), rate(int64(run.Due), work)
 	if err := r.stop(); err != nil {
@@ -207,9 +248,11 @@ func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler) error
 	if err != nil {
 		return err
 	}
+	// The worker has stopped: no handler runs any more.
+	run.WaitingRan = early.Load()
 	run.StoreCompleted, run.StoreScheduled = jobs[redrive.Completed], jobs[redrive.Scheduled]
 	var c checks
-	c.expect("store completed", run.StoreCompleted, int64(run.Due))
-	c.expect("store scheduled", run.StoreScheduled, int64(run.Waiting))
+	c.expect("store completed", run.StoreCompleted, int64(run.Due)+run.WaitingRan)
+	c.expect("store scheduled and pending", run.StoreScheduled+jobs[redrive.Pending], int64(run.Waiting)-run.WaitingRan)
 	return c.err("depth")
 }

@@ -235,6 +235,29 @@ func TestBenchDepth(t *testing.T) {
 	}
 }
 
+// TestBenchDepthSpread spreads the waiting jobs: behind the default lead
+// none becomes due; with a lead and a spread of a millisecond all do, run
+// before the due jobs (they are due first), and are counted apart.
+func TestBenchDepthSpread(t *testing.T) {
+	r := benchJSON[bench.DepthResult](t, "depth", "--waiting", "500", "--due", "100", "--compare", "0", "--spread", "1h")
+	if r.Params.Spread != bench.Duration(time.Hour) || r.Params.Lead != bench.Duration(bench.DefaultDepthLead) {
+		t.Errorf("params: spread %v, lead %v", r.Params.Spread, r.Params.Lead)
+	}
+	if run := r.Run; run.WaitingRan != 0 || run.StoreCompleted != 100 || run.StoreScheduled != 500 {
+		t.Errorf("spread over the hour after the lead: %+v", run)
+	}
+	r = benchJSON[bench.DepthResult](t, "depth", "--waiting", "200", "--due", "100", "--compare", "0", "--spread", "1ms", "--lead", "1ns")
+	if run := r.Run; run.WaitingRan != 200 || run.StoreCompleted != 300 || run.StoreScheduled != 0 || run.Rate <= 0 {
+		t.Errorf("waiting jobs all due before the due ones: %+v", run)
+	}
+	for _, args := range [][]string{{"--spread", "-1s"}, {"--spread", "1h", "--lead", "0s"}} {
+		_, stderr, err := runCLI(t, append([]string{"bench", "depth", "--waiting", "1", "--due", "1"}, args...)...)
+		if err == nil || !strings.Contains(stderr+err.Error(), "must") {
+			t.Errorf("bench depth %v: %v, %q", args, err, stderr)
+		}
+	}
+}
+
 func TestBenchDLQ(t *testing.T) {
 	r := benchJSON[bench.DLQResult](t, "dlq", "-n", "300", "--redrive", "100", "--pages", "2", "--repeat", "2")
 	checkMeta(t, r.Meta, "dlq")

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/redrivehq/redrive"
 	"github.com/redrivehq/redrive/bench"
@@ -192,6 +193,7 @@ same one.`,
 
 func newBenchDepthCmd(g *globalOptions, o *benchOptions) *cobra.Command {
 	p := bench.DepthParams{Waiting: bench.DefaultWaiting, Due: bench.DefaultDue, Compare: bench.DefaultCompare}
+	var spread, lead time.Duration
 	cmd := &cobra.Command{
 		Use:   "depth",
 		Short: "Burn-down of due jobs behind a deep backlog of waiting ones",
@@ -199,7 +201,12 @@ func newBenchDepthCmd(g *globalOptions, o *benchOptions) *cobra.Command {
 the same queue, EnqueueMany in batches of 10000), then time the burn-down of
 the due ones while sampling the process's resident memory (VmRSS) every
 100ms. Unless --compare is 0 or equal to --waiting, the same run is repeated
-on a fresh database with --compare waiting jobs and the rates are compared.`,
+on a fresh database with --compare waiting jobs and the rates are compared.
+
+With --spread, the waiting jobs are due evenly over that span instead,
+starting --lead after their insert began (a backlog due over the next hour:
+--spread 1h). Waiting jobs that become due during the burn-down run too;
+they are counted apart, not in its rate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -209,6 +216,14 @@ on a fresh database with --compare waiting jobs and the rates are compared.`,
 				return flagErrorf(cmd, "--due must be at least 1, got %d", p.Due)
 			case p.Compare < 0:
 				return flagErrorf(cmd, "--compare must not be negative, got %d", p.Compare)
+			case spread < 0:
+				return flagErrorf(cmd, "--spread must not be negative, got %s", spread)
+			case lead <= 0:
+				return flagErrorf(cmd, "--lead must be positive, got %s", lead)
+			}
+			p.Spread = bench.Duration(spread)
+			if spread > 0 {
+				p.Lead = bench.Duration(lead)
 			}
 			return o.run(cmd, g, func(ctx context.Context, cfg bench.Config) (bench.Result, error) {
 				return result(bench.Depth(ctx, cfg, p))
@@ -219,6 +234,8 @@ on a fresh database with --compare waiting jobs and the rates are compared.`,
 	f.IntVar(&p.Waiting, "waiting", p.Waiting, "jobs waiting (due far in the future)")
 	f.IntVar(&p.Due, "due", p.Due, "no-op jobs due now, burnt down")
 	f.IntVar(&p.Compare, "compare", p.Compare, "waiting jobs of the baseline run (0: no baseline)")
+	f.DurationVar(&spread, "spread", 0, "waiting jobs due evenly over this span (0: all a year ahead)")
+	f.DurationVar(&lead, "lead", bench.DefaultDepthLead, "with --spread, when the first waiting job is due, after their insert began")
 	return cmd
 }
 
