@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redrivehq/redrive"
 )
 
@@ -30,6 +31,11 @@ type DepthParams struct {
 	Due     int      `json:"due"`
 	Spread  Duration `json:"spread_ms,omitempty"`
 	Lead    Duration `json:"lead_ms,omitempty"`
+	// Settle, on PostgreSQL, vacuums and analyzes the jobs table and
+	// takes a checkpoint between the insert and the burn-down, in both
+	// runs: a backlog built over hours has been vacuumed and analyzed by
+	// autovacuum, one inserted a moment ago is being.
+	Settle bool `json:"settle,omitempty"`
 	// Compare is the waiting count of the baseline run (0: no baseline;
 	// none either when it equals Waiting).
 	Compare     int `json:"compare"`
@@ -45,6 +51,8 @@ type DepthRun struct {
 	InsertWaitingRate float64  `json:"insert_waiting_jobs_per_s"`
 	InsertDue         Duration `json:"insert_due_ms"`
 	InsertDueRate     float64  `json:"insert_due_jobs_per_s"`
+	// Settle is the time the vacuum, analyze and checkpoint took.
+	Settle Duration `json:"settle_ms,omitempty"`
 	// Work is the time from the worker's start to the last due job's
 	// handler call; Rate is Due over it.
 	Work Duration `json:"work_ms"`
@@ -108,6 +116,7 @@ func (d *DepthRun) figures(prefix string) []Figure {
 	return []Figure{
 		{prefix + "insert waiting", fmt.Sprintf("%d jobs in %s = %s", d.Waiting, d.InsertWaiting, fmtRate(d.InsertWaitingRate, "jobs"))},
 		{prefix + "insert due", fmt.Sprintf("%d jobs in %s = %s", d.Due, d.InsertDue, fmtRate(d.InsertDueRate, "jobs"))},
+		{prefix + "settle", settleFigure(d.Settle)},
 		{prefix + "burn-down", fmt.Sprintf("%d jobs in %s = %s", d.Due, d.Work, fmtRate(d.Rate, "jobs"))},
 		{prefix + "max RSS", fmt.Sprintf("%s during burn-down, %s during insert, %s overall incl. final stats (%d samples)",
 			mb(d.MaxRSSWork), mb(d.MaxRSSInsert), mb(d.MaxRSS), d.RSSSamples)},
@@ -145,6 +154,8 @@ func Depth(ctx context.Context, cfg Config, p DepthParams) (*DepthResult, error)
 		return nil, fmt.Errorf("bench: depth: due must be at least 1, got %d", p.Due)
 	case p.Compare < 0:
 		return nil, fmt.Errorf("bench: depth: compare must not be negative, got %d", p.Compare)
+	case p.Settle && cfg.DatabaseURL == "":
+		return nil, fmt.Errorf("bench: depth: settle is for PostgreSQL (give a database URL)")
 	case p.Spread < 0 || p.Lead < 0:
 		return nil, fmt.Errorf("bench: depth: spread and lead must not be negative, got %s and %s",
 			time.Duration(p.Spread), time.Duration(p.Lead))
@@ -189,7 +200,7 @@ func depthRun(ctx context.Context, cfg Config, p DepthParams, waiting int) (*Dep
 		return nil, Meta{}, err
 	}
 	run := &DepthRun{Waiting: waiting, Due: p.Due}
-	err = runDepth(ctx, r, run, rss, time.Duration(p.Spread), time.Duration(p.Lead))
+	err = runDepth(ctx, r, run, rss, p)
 	var meta Meta
 	out, err := finish(r, run, &meta, err)
 	run.DBBytes, run.DBPath = meta.DBBytes, meta.DBPath
@@ -201,7 +212,8 @@ func depthRun(ctx context.Context, cfg Config, p DepthParams, waiting int) (*Dep
 	return out, meta, err
 }
 
-func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler, spread, lead time.Duration) error {
+func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler, p DepthParams) error {
+	spread, lead := time.Duration(p.Spread), time.Duration(p.Lead)
 	t0 := time.Now()
 	runAt := func(int) time.Time { return t0.Add(waitingDelay) }
 	if spread > 0 {
@@ -219,6 +231,13 @@ func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler, sprea
 		return err
 	}
 	run.InsertDue, run.InsertDueRate = Duration(ins), rate(int64(run.Due), ins)
+	if p.Settle {
+		t := time.Now()
+		if err := r.settlePostgres(ctx); err != nil {
+			return err
+		}
+		run.Settle = Duration(time.Since(t))
+	}
 	run.MaxRSSInsert = rss.mark()
 
 	done := newCounter(run.Due)
@@ -255,4 +274,25 @@ func runDepth(ctx context.Context, r *rig, run *DepthRun, rss *rssSampler, sprea
 	c.expect("store completed", run.StoreCompleted, int64(run.Due)+run.WaitingRan)
 	c.expect("store scheduled and pending", run.StoreScheduled+jobs[redrive.Pending], int64(run.Waiting)-run.WaitingRan)
 	return c.err("depth")
+}
+
+func settleFigure(d Duration) string {
+	if d == 0 {
+		return "none"
+	}
+	return "VACUUM (ANALYZE) jobs and CHECKPOINT in " + time.Duration(d).Round(time.Millisecond).String()
+}
+
+// settlePostgres vacuums and analyzes the schema's jobs table and takes
+// a checkpoint.
+func (r *rig) settlePostgres(ctx context.Context) error {
+	pool := r.pg.Pool()
+	table := pgx.Identifier{r.pg.Schema(), "jobs"}.Sanitize()
+	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+table); err != nil {
+		return fmt.Errorf("bench: depth: vacuum: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("bench: depth: checkpoint: %w", err)
+	}
+	return nil
 }

@@ -206,7 +206,9 @@ on a fresh database with --compare waiting jobs and the rates are compared.
 With --spread, the waiting jobs are due evenly over that span instead,
 starting --lead after their insert began (a backlog due over the next hour:
 --spread 1h). Waiting jobs that become due during the burn-down run too;
-they are counted apart, not in its rate.`,
+they are counted apart, not in its rate. On PostgreSQL, --settle vacuums and
+analyzes the jobs table and takes a checkpoint before each burn-down, as
+autovacuum would have done for a backlog built over hours.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -236,6 +238,7 @@ they are counted apart, not in its rate.`,
 	f.IntVar(&p.Compare, "compare", p.Compare, "waiting jobs of the baseline run (0: no baseline)")
 	f.DurationVar(&spread, "spread", 0, "waiting jobs due evenly over this span (0: all a year ahead)")
 	f.DurationVar(&lead, "lead", bench.DefaultDepthLead, "with --spread, when the first waiting job is due, after their insert began")
+	f.BoolVar(&p.Settle, "settle", false, "PostgreSQL: VACUUM (ANALYZE) the jobs and CHECKPOINT before the burn-down, in both runs")
 	return cmd
 }
 

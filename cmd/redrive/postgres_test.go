@@ -165,6 +165,34 @@ func TestBenchPostgres(t *testing.T) {
 	}
 }
 
+// TestBenchDepthSettlePostgres: --settle vacuums, analyzes and
+// checkpoints before the burn-down on PostgreSQL (the table's last
+// analyze is then set), and is refused on SQLite.
+func TestBenchDepthSettlePostgres(t *testing.T) {
+	u := pgURL(t)
+	r := benchJSON[bench.DepthResult](t, "depth", "--waiting", "300", "--due", "50", "--compare", "0",
+		"--spread", "1h", "--settle", "--database-url", u, "--keep")
+	t.Cleanup(func() { dropSchema(t, u, r.Schema) })
+	if !r.Params.Settle || r.Run.Settle <= 0 || r.Run.StoreCompleted != 50 || r.Run.StoreScheduled != 300 {
+		t.Errorf("settled depth run: %+v", r.Run)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var analyzed bool
+	if err := conn.QueryRow(ctx, `SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'`,
+		r.Schema).Scan(&analyzed); err != nil || !analyzed {
+		t.Errorf("jobs of %s analyzed: %v, %v", r.Schema, analyzed, err)
+	}
+	if _, stderr, err := runCLI(t, "bench", "depth", "--waiting", "1", "--due", "1", "--settle"); err == nil ||
+		!strings.Contains(stderr+err.Error(), "PostgreSQL") {
+		t.Errorf("--settle on SQLite: %v, %q", err, stderr)
+	}
+}
+
 // TestMigratePostgresLockTimeout: `redrive migrate --lock-timeout` bounds
 // how long a migration waits for a lock on the store's tables (the deploy
 // step the docs recommend for a large table, where the default 5 s may be
