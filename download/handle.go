@@ -207,7 +207,15 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	if len(job.Payload) > 0 {
 		_, secrets = h.redactor.Payload(Kind, job.Payload)
 	}
-	return redact.Error(h.handle(ctx, job), secrets)
+	err := h.handle(ctx, job)
+	if err != nil {
+		// The keys of an S3 source, whatever error (a proxy's, a
+		// transport's) would echo them.
+		if pl, perr := h.parse(job.Payload); perr == nil && pl.s3 != nil {
+			secrets = append(secrets, pl.s3.secrets()...)
+		}
+	}
+	return redact.Error(err, secrets)
 }
 
 // handle is Handle, its error not yet masked.
@@ -433,7 +441,7 @@ func (a *attempt) run(ctx context.Context) error {
 		}
 		defer resp.Body.Close()
 		if a.pl.s3 != nil && resp.StatusCode >= 300 {
-			err := s3Failure(resp, "download: GET "+httpreq.Redact(a.pl.u))
+			err := s3Failure(resp, "download: GET "+httpreq.Redact(a.pl.u), a.pl.s3.secrets())
 			if v := failure.Classify(err); v.Class == failure.Permanent || v.Class == failure.NeedsAuth {
 				a.discard()
 			}

@@ -24,10 +24,11 @@ func TestS3ErrorEchoingCredentialsMasked(t *testing.T) {
 	const access, secret = "AKIAREVIEW37ACCESS", "review37-SECRET-key"
 	token := "review37-TOKEN-" + strings.Repeat("Zm9vYmFy", 400) // a long STS token
 	for _, tc := range []struct {
-		name string
-		body func(r *http.Request) string
+		name   string
+		reason string
+		body   func(r *http.Request) string
 	}{
-		{"signature-mismatch-cut", func(r *http.Request) string {
+		{"signature-mismatch-cut", "s3:SignatureDoesNotMatch", func(r *http.Request) string {
 			canon := "GET\n" + r.URL.EscapedPath() + "\n\nhost:" + r.Host + "\nx-amz-security-token:" + r.Header.Get("X-Amz-Security-Token") + "\n"
 			var hexb strings.Builder
 			for i := 0; i < len(canon); i++ {
@@ -38,10 +39,10 @@ func TestS3ErrorEchoingCredentialsMasked(t *testing.T) {
 				`<AWSAccessKeyId>` + access + `</AWSAccessKeyId><CanonicalRequest>` + canon + `</CanonicalRequest>` +
 				`<CanonicalRequestBytes>` + hexb.String() + `</CanonicalRequestBytes><RequestId>1</RequestId></Error>`
 		}},
-		{"proxy-echo", func(r *http.Request) string {
+		{"proxy-echo", "http_403", func(r *http.Request) string {
 			return "Bad Request: " + r.Header.Get("X-Amz-Security-Token") + " " + r.Header.Get("Authorization")
 		}},
-		{"proxy-echo-secret", func(r *http.Request) string {
+		{"proxy-echo-secret", "http_403", func(r *http.Request) string {
 			return "debug: access " + access + " secret " + secret
 		}},
 	} {
@@ -55,7 +56,7 @@ func TestS3ErrorEchoingCredentialsMasked(t *testing.T) {
 			src := download.S3Source{Endpoint: srv.URL, Credentials: credentials.NewStaticV4(access, secret, token)}
 			h := newHandler(t, download.Options{Sources: map[string]download.S3Source{"lake": src}})
 			err := attempt(h, 1, map[string]any{"url": "s3://bucket/key.bin", "source": "lake", "dest": "f.bin"})
-			verdict(t, err, failure.NeedsAuth, "")
+			verdict(t, err, failure.NeedsAuth, tc.reason)
 			msg := err.Error()
 			for what, s := range map[string]string{"access key": access, "secret": secret, "session token": token[:40]} {
 				if strings.Contains(msg, s) {
