@@ -130,7 +130,9 @@
 // source's keys, which are never in the payload, the job's history or the
 // logs. A retry resumes with "Range" and "If-Match: <ETag>": an object
 // replaced since the partial file began answers 412, and the download
-// starts over from byte 0. A full-object SHA-256 the store offers
+// starts over from byte 0. A store that gives no ETag is never resumed
+// (Last-Modified, to the second, does not tell a replaced object): each
+// attempt starts over. A full-object SHA-256 the store offers
 // (x-amz-checksum-sha256) is checked. S3's error codes are classified
 // (reason "s3:<Code>"): NoSuchKey, NoSuchBucket... permanent; SlowDown,
 // 503 and other throttling rate_limited (with Retry-After); AccessDenied,

@@ -411,8 +411,8 @@ func (a *attempt) run(ctx context.Context) error {
 			if resp.Uncompressed {
 				m.Total = -1
 			}
-			if m.validator() == "" {
-				a.h.log.Info("download: the server sends no strong ETag and no Last-Modified: if this attempt is interrupted, the next one starts over from byte 0",
+			if m.validator() == "" || (a.pl.s3 != nil && m.ETag == "") {
+				a.h.log.Info("download: the server sends no strong ETag and no Last-Modified (an S3 store, no ETag): if this attempt is interrupted, the next one starts over from byte 0",
 					"partial_file", filepath.Base(a.part), "url", httpreq.Redact(a.pl.u))
 			}
 			m.setURL(a.pl.p.URL, a.pl.u)
@@ -489,8 +489,14 @@ func (a *attempt) resumable() (*meta, int64) {
 		a.cannotResume(fi.Size(), "it was downloaded from another URL", nil)
 	case m.validator() == "":
 		a.cannotResume(fi.Size(), "the server gave no strong ETag and no Last-Modified, without which appending could mix two versions of the file", nil)
+	case a.pl.s3 != nil && m.ETag == "":
+		// An S3 resume is checked by If-Match, which needs the ETag:
+		// Last-Modified, to the second, does not tell an object
+		// replaced within that second.
+		a.cannotResume(fi.Size(), "the store gave no ETag, without which appending could mix two versions of the object", nil)
 	}
-	if !m.from(a.pl.p.URL) || m.Source != a.pl.p.Source || m.validator() == "" || have <= 0 || fi.Size() < have ||
+	if !m.from(a.pl.p.URL) || m.Source != a.pl.p.Source || m.validator() == "" || (a.pl.s3 != nil && m.ETag == "") ||
+		have <= 0 || fi.Size() < have ||
 		(m.Total >= 0 && have > m.Total) || !fi.Mode().IsRegular() ||
 		// The name of a directory destination's file is read back from
 		// disk: it must be a name sanitize would give, never a path.
@@ -758,7 +764,7 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 		return classed(failure.Transient, failure.ReasonConnectionReset,
 			fmt.Errorf("download: GET %s: the body ended after %d of %d bytes", httpreq.Redact(a.pl.u), done, m.Total))
 	}
-	if m.Total < 0 && !a.probed && closeDelimited(resp) && m.validator() != "" {
+	if m.Total < 0 && !a.probed && closeDelimited(resp) && m.validator() != "" && (a.pl.s3 == nil || m.ETag != "") {
 		// The connection's close ended the body: a cut connection looks
 		// the same. Ask for what follows.
 		a.probed = true
