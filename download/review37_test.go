@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,4 +172,58 @@ func TestS3ResumeWithoutETagStartsOver(t *testing.T) {
 			t.Errorf("an empty If-Match was sent (%q)", ifMatch)
 		}
 	}
+}
+
+// TestLyingRangeBodyBounded: a 206 whose Content-Range ends the file
+// where the sidecar says but whose body runs on (its Content-Length
+// larger than the range) is not written past the file's size: the
+// attempt stops at the first byte beyond it, transient, with nothing
+// past the end on disk, and the next attempt starts over.
+func TestLyingRangeBodyBounded(t *testing.T) {
+	content := data(1<<20, 3)
+	const cut, extra = 300_000, 32 << 20
+	var n atomic.Int32
+	var sent atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch n.Add(1) {
+		case 1:
+			dropAfter(t, w, content, `"v1"`, cut)
+		case 2:
+			// The range asked for, then 32 MiB more than the file holds.
+			w.Header().Set("ETag", `"v1"`)
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", cut, len(content)-1, len(content)))
+			w.Header().Set("Content-Length", strconv.Itoa(len(content)-cut+extra))
+			w.WriteHeader(http.StatusPartialContent)
+			c := counter{w, &sent}
+			c.Write(content[cut:])
+			junk := make([]byte, 1<<20)
+			for range extra / len(junk) {
+				if _, err := c.Write(junk); err != nil {
+					return
+				}
+			}
+		default:
+			serve(w, r, content, `"v1"`, &sent)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	h := newHandler(t, download.Options{})
+	p := map[string]any{"url": srv.URL + "/f.bin", "dest": "f.bin"}
+	verdict(t, attempt(h, 7, p), failure.Transient, failure.ReasonConnectionReset)
+	err := attempt(h, 7, p)
+	if err == nil {
+		t.Fatal("a 206 longer than its range completed the file")
+	}
+	verdict(t, err, failure.Transient, "")
+	part := filepath.Join(h.Dir(), ".f.bin.redrive-7.part")
+	if fi, err := os.Stat(part); err == nil && fi.Size() > int64(len(content)) {
+		t.Fatalf("partial file of %d bytes, beyond the file's %d", fi.Size(), len(content))
+	}
+	if s := sent.Load(); s >= int64(len(content)-cut+extra) {
+		t.Errorf("the whole %d bytes of the lying body were read", s)
+	}
+	if err := attempt(h, 7, p); err != nil {
+		t.Fatal(err)
+	}
+	wantFile(t, filepath.Join(h.Dir(), "f.bin"), content)
 }
