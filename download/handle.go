@@ -733,6 +733,15 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 			if done+int64(n) > a.pl.maxBytes {
 				return a.tooLarge(done+int64(n), false)
 			}
+			if m.Total >= 0 && done+int64(n) > m.Total {
+				// A body longer than the size announced (a 206 whose
+				// Content-Length runs past its Content-Range): the
+				// server's bytes cannot be trusted, none past the end
+				// are written, and the next attempt starts over.
+				a.discard()
+				return classed(failure.Transient, "range_refused",
+					fmt.Errorf("download: GET %s: the body runs past the %d bytes announced", httpreq.Redact(a.pl.u), m.Total))
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				checkpoint(done) // best effort: keep what is whole
 				return fail("write "+a.pl.p.Dest, werr)
