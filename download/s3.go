@@ -158,22 +158,46 @@ func checkKey(k string) error {
 }
 
 // ParseS3Endpoint checks a source's endpoint: an http or https URL with a
-// host and nothing after it but an optional "/".
+// host and nothing after it but an optional "/". Its errors never show
+// user information the endpoint holds (keys put in the wrong place).
 func ParseS3Endpoint(raw string) (*url.URL, error) {
+	shown := endpointShown(raw)
 	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		cause := err
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			cause = ue.Err // without the URL, which it quotes whole
+		}
+		if shown != raw {
+			cause = errors.New("it holds user information")
+		}
+		return nil, fmt.Errorf("endpoint %q is not a URL: %w", shown, cause)
+	}
 	switch {
-	case err != nil:
-		return nil, fmt.Errorf("endpoint %q is not a URL: %w", clip(raw), err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("endpoint %q: want an http:// or https:// URL, e.g. https://s3.eu-west-1.amazonaws.com", clip(raw))
-	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("endpoint %q names no host", clip(raw))
 	case u.User != nil:
-		return nil, fmt.Errorf("endpoint %s holds credentials: give them through the environment or a credentials file", u.Redacted())
+		return nil, fmt.Errorf("endpoint %q holds credentials: give them through the environment or a credentials file", shown)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("endpoint %q: want an http:// or https:// URL, e.g. https://s3.eu-west-1.amazonaws.com", shown)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("endpoint %q names no host", shown)
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("endpoint %q: want scheme and host only, without a path or query", clip(raw))
+		return nil, fmt.Errorf("endpoint %q: want scheme and host only, without a path or query", shown)
 	}
 	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
+}
+
+// endpointShown is raw as errors show it: clipped, with anything that
+// could be user information (before an "@", after the scheme) masked,
+// whether raw parses or not.
+func endpointShown(raw string) string {
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		start := 0
+		if i := strings.Index(raw, "://"); i >= 0 && i < at {
+			start = i + len("://")
+		}
+		raw = raw[:start] + redact.Mask + raw[at:]
+	}
+	return clip(raw)
 }
 
 // displayURL is how messages and logs name the object.
