@@ -41,3 +41,32 @@ func TestDownloadSourcesErrorsHideKeys(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDownloadSources: the --download-sources parser never panics, and
+// what it accepts is sources of valid names whose endpoints the download
+// kind takes, with credentials unless anonymous.
+func FuzzDownloadSources(f *testing.F) {
+	for _, s := range []string{``, `{}`, `null`, `[]`, `{"lake":{"endpoint":"http://127.0.0.1:9000","access_key_env":"K","secret_key_env":"S"}}`,
+		`{"a":{"endpoint":"https://h","profile":"p","credentials_file":"/x"}}`, `{"p":{"endpoint":"http://h","anonymous":true}}`,
+		`{"x":{"endpoint":"http://h","addressing":"virtual-host","region":"eu-west-1"}}`, `{"x":{"endpoint":"http://h"},"x":{}}`,
+		`{"x":{"endpoint":"http://k:s@h"}}`, `{"":{"endpoint":"http://h"}}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		srcs, err := parseDownloadSources(v)
+		if err != nil {
+			return
+		}
+		for name, src := range srcs {
+			if !sourceNameRE.MatchString(name) {
+				t.Fatalf("%s: source name %q accepted", v, name)
+			}
+			if _, err := download.ParseS3Endpoint(src.Endpoint); err != nil {
+				t.Fatalf("%s: endpoint %q accepted: %v", v, src.Endpoint, err)
+			}
+			if src.Anonymous == (src.Credentials != nil) {
+				t.Fatalf("%s: source %q anonymous %v with credentials %v", v, name, src.Anonymous, src.Credentials != nil)
+			}
+		}
+	})
+}
