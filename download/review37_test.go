@@ -337,3 +337,62 @@ func TestNeedsAuthKeepsPartialForRedrive(t *testing.T) {
 	}
 	wantFile(t, filepath.Join(dir, "big.bin"), content)
 }
+
+// TestConcurrentJobsOneDest: jobs of different contents started at once
+// to one dest. With "overwrite": false exactly one completes, its file
+// whole under the name, and each other one fails, permanent ("exists");
+// by default every one completes and the file is one of them, whole.
+// Either way no working file is left.
+func TestConcurrentJobsOneDest(t *testing.T) {
+	const jobs = 8
+	contents := make([][]byte, jobs)
+	for i := range contents {
+		contents[i] = data(512<<10+i*1000, uint64(200+i))
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i, err := strconv.Atoi(r.URL.Query().Get("i"))
+		if err != nil || i < 0 || i >= jobs {
+			http.NotFound(w, r)
+			return
+		}
+		serve(w, r, contents[i], fmt.Sprintf(`"c%d"`, i), new(atomic.Int64))
+	}))
+	t.Cleanup(srv.Close)
+	for _, overwrite := range []bool{false, true} {
+		h := newHandler(t, download.Options{})
+		errs := make([]error, jobs)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range jobs {
+			wg.Go(func() {
+				<-start
+				errs[i] = attempt(h, int64(300+i), map[string]any{"url": fmt.Sprintf("%s/f.bin?i=%d", srv.URL, i), "dest": "d/f.bin", "overwrite": overwrite})
+			})
+		}
+		close(start)
+		wg.Wait()
+		got, err := os.ReadFile(filepath.Join(h.Dir(), "d", "f.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		winner, ok := -1, 0
+		for i, err := range errs {
+			if err == nil {
+				ok++
+				if bytes.Equal(got, contents[i]) {
+					winner = i
+				}
+				continue
+			}
+			if overwrite {
+				t.Errorf("overwrite: job %d: %v", i, err)
+			} else {
+				verdict(t, err, failure.Permanent, download.ReasonExists)
+			}
+		}
+		if winner < 0 || (!overwrite && ok != 1) || (overwrite && ok != jobs) {
+			t.Fatalf("overwrite %v: %d jobs completed, the file is whole content of %d (-1: none)", overwrite, ok, winner)
+		}
+		wantOnly(t, filepath.Join(h.Dir(), "d"), "f.bin")
+	}
+}
