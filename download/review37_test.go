@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -394,5 +395,31 @@ func TestConcurrentJobsOneDest(t *testing.T) {
 			t.Fatalf("overwrite %v: %d jobs completed, the file is whole content of %d (-1: none)", overwrite, ok, winner)
 		}
 		wantOnly(t, filepath.Join(h.Dir(), "d"), "f.bin")
+	}
+}
+
+// TestServedNameSanitizedOnce: a directory dest takes its file's name
+// from the response (Content-Disposition); a name that sanitize changes
+// when given its own result (white space other than ' ' before trailing
+// dots and spaces) was refused at the end as "not a name sanitize
+// gives": the job failed, permanent, with every byte fetched.
+func TestServedNameSanitizedOnce(t *testing.T) {
+	content := data(64<<10, 9)
+	for _, served := range []string{"report .\u00a0 .", "a.\u00a0", "x\u2003. "} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": served}))
+			serve(w, r, content, `"n1"`, new(atomic.Int64))
+		}))
+		h := newHandler(t, download.Options{})
+		err := attempt(h, 1, map[string]any{"url": srv.URL + "/x.bin", "dest": "in/"})
+		srv.Close()
+		if err != nil {
+			t.Errorf("served name %q: %v", served, err)
+			continue
+		}
+		names := files(t, filepath.Join(h.Dir(), "in"))
+		if len(names) != 1 || download.Sanitize(names[0]) != names[0] {
+			t.Errorf("served name %q: files %q", served, names)
+		}
 	}
 }
