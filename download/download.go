@@ -785,8 +785,9 @@ func fileName(resp *http.Response, u *url.URL) string {
 }
 
 // sanitize makes a served name safe as a file name: its last path
-// element, without control characters or leading dots and spaces, at most
-// 200 bytes; "" when nothing is left.
+// element, without control characters, without dots or white space at
+// either end, at most 200 bytes; "" when nothing is left. It gives its
+// own result back unchanged.
 func sanitize(name string) string {
 	name = strings.ToValidUTF8(name, "_")
 	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
@@ -798,13 +799,15 @@ func sanitize(name string) string {
 		}
 		return r
 	}, name)
-	name = strings.TrimLeft(strings.TrimSpace(name), ". ")
+	// White space of any kind and dots, at both ends, so that sanitize
+	// gives its own result back unchanged (safeName relies on it).
+	trim := func(r rune) bool { return unicode.IsSpace(r) || r == '.' }
+	name = strings.TrimLeftFunc(name, trim)
 	for len(name) > 200 {
 		_, size := utf8.DecodeLastRuneInString(name)
 		name = name[:len(name)-size]
 	}
-	name = strings.TrimRight(name, ". ")
-	return name
+	return strings.TrimRightFunc(name, trim)
 }
 
 // isWorkName reports whether name (one path element) could be one of the

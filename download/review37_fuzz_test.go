@@ -3,6 +3,8 @@ package download_test
 import (
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/redrivehq/redrive/download"
 )
@@ -56,6 +58,32 @@ func FuzzParseS3Endpoint(f *testing.F) {
 			if user := raw[start : at+1]; len(user) >= 6 && !strings.Contains(raw[:start], user) && strings.Contains(err.Error(), user) {
 				t.Fatalf("%q: the error shows %q: %v", raw, user, err)
 			}
+		}
+	})
+}
+
+// FuzzSanitize: a served name sanitised is one path element without
+// control characters, dots or white space at its ends, at most 200
+// bytes, and sanitize gives it back unchanged (the final name of a
+// directory dest is accepted only so).
+func FuzzSanitize(f *testing.F) {
+	for _, s := range []string{"report.pdf", "../../etc/passwd", `a\b`, "report .\u00a0 .", "x\u2003. ", " .hidden", "\x00a", "CON",
+		strings.Repeat("é", 150) + " .", "a/", ".", ".."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n := download.Sanitize(s)
+		if n == "" {
+			return
+		}
+		if again := download.Sanitize(n); again != n {
+			t.Fatalf("sanitize(%q) = %q, sanitize of that = %q", s, n, again)
+		}
+		first, _ := utf8.DecodeRuneInString(n)
+		last, _ := utf8.DecodeLastRuneInString(n)
+		if len(n) > 200 || strings.ContainsAny(n, `/\`) || strings.ContainsFunc(n, unicode.IsControl) || !utf8.ValidString(n) ||
+			first == '.' || last == '.' || unicode.IsSpace(first) || unicode.IsSpace(last) {
+			t.Fatalf("sanitize(%q) = %q", s, n)
 		}
 	})
 }
