@@ -3,6 +3,7 @@ package download_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -420,6 +421,35 @@ func TestServedNameSanitizedOnce(t *testing.T) {
 		names := files(t, filepath.Join(h.Dir(), "in"))
 		if len(names) != 1 || download.Sanitize(names[0]) != names[0] {
 			t.Errorf("served name %q: files %q", served, names)
+		}
+	}
+}
+
+// TestURLKeysNotEchoed: keys pasted into a payload's URL (an AWS secret
+// key holds '/', so the URL does not parse and the redactor finds no
+// user information to mask) are not quoted back, neither by Validate
+// (the 400 of an enqueue) nor by an attempt of a job that came without
+// the check (a broker's message), whose error the job's history, the DLQ
+// and the logs keep.
+func TestURLKeysNotEchoed(t *testing.T) {
+	src := download.S3Source{Endpoint: "http://127.0.0.1:1", Credentials: credentials.NewStaticV4("AKIAREVIEW37", "review37-secret", "")}
+	h := newHandler(t, download.Options{Sources: map[string]download.S3Source{"lake": src}})
+	const access, secret = "AKIDPASTED37", "wJalr/PASTED37+key"
+	for _, p := range []map[string]any{
+		{"url": "s3://" + access + ":" + secret + "@bucket/key", "source": "lake"},
+		{"url": "s3://" + access + "@bucket/key", "source": "lake"},
+		{"url": "https://" + access + ":" + secret + "@h.example/x", "source": "lake"},
+		{"url": "https://" + access + ":" + secret + "@h.example/x"},
+	} {
+		raw, _ := json.Marshal(p)
+		for what, err := range map[string]error{"Validate": h.Validate(raw), "attempt": attempt(h, 1, p)} {
+			if err == nil {
+				t.Errorf("%s of %v: accepted", what, p)
+				continue
+			}
+			if strings.Contains(err.Error(), access) || strings.Contains(err.Error(), "PASTED37+key") {
+				t.Errorf("%s of %v: the error shows the keys: %v", what, p["url"], err)
+			}
 		}
 	}
 }
