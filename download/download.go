@@ -570,10 +570,10 @@ type plan struct {
 
 // parse checks a payload as Validate documents.
 func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
-	bad := func(field, format string, args ...any) (*plan, error) {
-		return nil, &redrive.FieldError{Field: field, Err: &invalid{fmt.Errorf(format, args...)}}
-	}
 	var p Payload
+	bad := func(field, format string, args ...any) (*plan, error) {
+		return nil, &redrive.FieldError{Field: field, Err: &invalid{urlError(field, p.URL, fmt.Errorf(format, args...))}}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
@@ -652,10 +652,10 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 // parseS3 checks the url and source of a payload naming an S3 source or
 // an s3:// URL, and sets the plan's object.
 func (h *Handler) parseS3(pl *plan) error {
-	bad := func(field, format string, args ...any) error {
-		return &redrive.FieldError{Field: field, Err: &invalid{fmt.Errorf(format, args...)}}
-	}
 	p := pl.p
+	bad := func(field, format string, args ...any) error {
+		return &redrive.FieldError{Field: field, Err: &invalid{urlError(field, p.URL, fmt.Errorf(format, args...))}}
+	}
 	names := slices.Sorted(maps.Keys(h.sources))
 	known := "none is configured (serve's download-sources setting)"
 	if len(names) > 0 {
@@ -684,6 +684,32 @@ func (h *Handler) parseS3(pl *plan) error {
 	}
 	pl.u = pl.s3.displayURL()
 	return nil
+}
+
+// urlError masks, in err, an error of the payload's url, the user
+// information raw may hold: keys pasted into the URL. Whether raw parses
+// or not (an AWS secret key holds '/', which ends the URL's authority),
+// what stands between the scheme's "://" and the last "@" is masked,
+// whole and in its pieces between '/' and ':' (which errors quote as a
+// bucket, a host or a port).
+func urlError(field, raw string, err error) error {
+	if field != "payload.url" {
+		return err
+	}
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return err
+	}
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	ui := raw[start:at]
+	secrets := []string{ui}
+	for _, piece := range strings.FieldsFunc(ui, func(r rune) bool { return r == '/' || r == ':' }) {
+		secrets = append(secrets, piece)
+	}
+	return redact.Error(err, secrets)
 }
 
 // dest checks the payload's dest and sets the plan's directory and name.
