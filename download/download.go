@@ -705,10 +705,7 @@ func urlError(field, raw string, err error) error {
 		start = i + len("://")
 	}
 	ui := raw[start:at]
-	secrets := []string{ui}
-	for _, piece := range strings.FieldsFunc(ui, func(r rune) bool { return r == '/' || r == ':' }) {
-		secrets = append(secrets, piece)
-	}
+	secrets := append([]string{ui}, strings.FieldsFunc(ui, func(r rune) bool { return r == '/' || r == ':' })...)
 	return redact.Error(err, secrets)
 }
 
