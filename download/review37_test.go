@@ -453,3 +453,30 @@ func TestURLKeysNotEchoed(t *testing.T) {
 		}
 	}
 }
+
+// TestS3DirectoryNameIsTheKeys: an s3:// object fetched into a directory
+// dest is named after its key's last segment, as documented, whatever
+// Content-Disposition its uploader stored with it: two objects that
+// claim one file name do not land on one file, the second replacing the
+// first.
+func TestS3DirectoryNameIsTheKeys(t *testing.T) {
+	s := sharedS3(t)
+	c := s.client(t)
+	b := newBucket(t, c)
+	contents := map[string][]byte{"x/a.csv": randBytes(5000), "y/b.csv": randBytes(6000)}
+	for key, content := range contents {
+		if _, err := c.PutObject(context.Background(), b, key, bytes.NewReader(content), int64(len(content)),
+			minio.PutObjectOptions{ContentDisposition: `attachment; filename="report.csv"`}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	h := newHandler(t, download.Options{Dir: dir, Sources: map[string]download.S3Source{"lake": s.source()}})
+	for i, key := range []string{"x/a.csv", "y/b.csv"} {
+		if err := attempt(h, int64(40+i), map[string]any{"url": "s3://" + b + "/" + key, "source": "lake", "dest": "in/"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantFile(t, filepath.Join(dir, "in", "a.csv"), contents["x/a.csv"])
+	wantFile(t, filepath.Join(dir, "in", "b.csv"), contents["y/b.csv"])
+}
