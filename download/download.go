@@ -16,7 +16,8 @@
 //	}
 //
 // When dest names a directory, the file's name is the filename of the
-// response's Content-Disposition, else the last segment of the URL's path,
+// response's Content-Disposition (not for an s3:// URL, whose uploader
+// chose it), else the last segment of the URL's path (the key's),
 // sanitised (no path separators, control characters or leading dots;
 // "download" when nothing is left).
 //
@@ -801,6 +802,12 @@ func fileName(resp *http.Response, u *url.URL) string {
 			}
 		}
 	}
+	return urlName(u)
+}
+
+// urlName returns the sanitised last segment of u's path, "download"
+// when nothing is left.
+func urlName(u *url.URL) string {
 	if n := sanitize(path.Base(u.Path)); n != "" {
 		return n
 	}

@@ -416,7 +416,13 @@ func (a *attempt) run(ctx context.Context) error {
 					"partial_file", filepath.Base(a.part), "url", httpreq.Redact(a.pl.u))
 			}
 			m.setURL(a.pl.p.URL, a.pl.u)
-			if a.pl.name == "" {
+			switch {
+			case a.pl.name != "":
+			case a.pl.s3 != nil:
+				// The key's last segment, as the job names it: not a
+				// Content-Disposition whoever uploaded the object chose.
+				m.Name = urlName(a.pl.u)
+			default:
 				m.Name = fileName(resp, a.pl.u)
 			}
 			return a.write(ctx, resp, m, 0)
