@@ -16,7 +16,8 @@
 //	}
 //
 // When dest names a directory, the file's name is the filename of the
-// response's Content-Disposition, else the last segment of the URL's path,
+// response's Content-Disposition (not for an s3:// URL, whose uploader
+// chose it), else the last segment of the URL's path (the key's),
 // sanitised (no path separators, control characters or leading dots;
 // "download" when nothing is left).
 //
@@ -130,7 +131,9 @@
 // source's keys, which are never in the payload, the job's history or the
 // logs. A retry resumes with "Range" and "If-Match: <ETag>": an object
 // replaced since the partial file began answers 412, and the download
-// starts over from byte 0. A full-object SHA-256 the store offers
+// starts over from byte 0. A store that gives no ETag is never resumed
+// (Last-Modified, to the second, does not tell a replaced object): each
+// attempt starts over. A full-object SHA-256 the store offers
 // (x-amz-checksum-sha256) is checked. S3's error codes are classified
 // (reason "s3:<Code>"): NoSuchKey, NoSuchBucket... permanent; SlowDown,
 // 503 and other throttling rate_limited (with Retry-After); AccessDenied,
@@ -568,10 +571,10 @@ type plan struct {
 
 // parse checks a payload as Validate documents.
 func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
-	bad := func(field, format string, args ...any) (*plan, error) {
-		return nil, &redrive.FieldError{Field: field, Err: &invalid{fmt.Errorf(format, args...)}}
-	}
 	var p Payload
+	bad := func(field, format string, args ...any) (*plan, error) {
+		return nil, &redrive.FieldError{Field: field, Err: &invalid{urlError(field, p.URL, fmt.Errorf(format, args...))}}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
@@ -650,10 +653,10 @@ func (h *Handler) parse(raw json.RawMessage) (*plan, error) {
 // parseS3 checks the url and source of a payload naming an S3 source or
 // an s3:// URL, and sets the plan's object.
 func (h *Handler) parseS3(pl *plan) error {
-	bad := func(field, format string, args ...any) error {
-		return &redrive.FieldError{Field: field, Err: &invalid{fmt.Errorf(format, args...)}}
-	}
 	p := pl.p
+	bad := func(field, format string, args ...any) error {
+		return &redrive.FieldError{Field: field, Err: &invalid{urlError(field, p.URL, fmt.Errorf(format, args...))}}
+	}
 	names := slices.Sorted(maps.Keys(h.sources))
 	known := "none is configured (serve's download-sources setting)"
 	if len(names) > 0 {
@@ -682,6 +685,29 @@ func (h *Handler) parseS3(pl *plan) error {
 	}
 	pl.u = pl.s3.displayURL()
 	return nil
+}
+
+// urlError masks, in err, an error of the payload's url, the user
+// information raw may hold: keys pasted into the URL. Whether raw parses
+// or not (an AWS secret key holds '/', which ends the URL's authority),
+// what stands between the scheme's "://" and the last "@" is masked,
+// whole and in its pieces between '/' and ':' (which errors quote as a
+// bucket, a host or a port).
+func urlError(field, raw string, err error) error {
+	if field != "payload.url" {
+		return err
+	}
+	at := strings.LastIndex(raw, "@")
+	if at < 0 {
+		return err
+	}
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	ui := raw[start:at]
+	secrets := append([]string{ui}, strings.FieldsFunc(ui, func(r rune) bool { return r == '/' || r == ':' })...)
+	return redact.Error(err, secrets)
 }
 
 // dest checks the payload's dest and sets the plan's directory and name.
@@ -776,6 +802,12 @@ func fileName(resp *http.Response, u *url.URL) string {
 			}
 		}
 	}
+	return urlName(u)
+}
+
+// urlName returns the sanitised last segment of u's path, "download"
+// when nothing is left.
+func urlName(u *url.URL) string {
 	if n := sanitize(path.Base(u.Path)); n != "" {
 		return n
 	}
@@ -783,8 +815,9 @@ func fileName(resp *http.Response, u *url.URL) string {
 }
 
 // sanitize makes a served name safe as a file name: its last path
-// element, without control characters or leading dots and spaces, at most
-// 200 bytes; "" when nothing is left.
+// element, without control characters, without dots or white space at
+// either end, at most 200 bytes; "" when nothing is left. It gives its
+// own result back unchanged.
 func sanitize(name string) string {
 	name = strings.ToValidUTF8(name, "_")
 	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
@@ -796,13 +829,15 @@ func sanitize(name string) string {
 		}
 		return r
 	}, name)
-	name = strings.TrimLeft(strings.TrimSpace(name), ". ")
+	// White space of any kind and dots, at both ends, so that sanitize
+	// gives its own result back unchanged (safeName relies on it).
+	trim := func(r rune) bool { return unicode.IsSpace(r) || r == '.' }
+	name = strings.TrimLeftFunc(name, trim)
 	for len(name) > 200 {
 		_, size := utf8.DecodeLastRuneInString(name)
 		name = name[:len(name)-size]
 	}
-	name = strings.TrimRight(name, ". ")
-	return name
+	return strings.TrimRightFunc(name, trim)
 }
 
 // isWorkName reports whether name (one path element) could be one of the

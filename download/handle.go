@@ -207,7 +207,15 @@ func (h *Handler) Handle(ctx context.Context, job *redrive.Job) error {
 	if len(job.Payload) > 0 {
 		_, secrets = h.redactor.Payload(Kind, job.Payload)
 	}
-	return redact.Error(h.handle(ctx, job), secrets)
+	err := h.handle(ctx, job)
+	if err != nil {
+		// The keys of an S3 source, whatever error (a proxy's, a
+		// transport's) would echo them.
+		if pl, perr := h.parse(job.Payload); perr == nil && pl.s3 != nil {
+			secrets = append(secrets, pl.s3.secrets()...)
+		}
+	}
+	return redact.Error(err, secrets)
 }
 
 // handle is Handle, its error not yet masked.
@@ -403,12 +411,18 @@ func (a *attempt) run(ctx context.Context) error {
 			if resp.Uncompressed {
 				m.Total = -1
 			}
-			if m.validator() == "" {
-				a.h.log.Info("download: the server sends no strong ETag and no Last-Modified: if this attempt is interrupted, the next one starts over from byte 0",
+			if m.validator() == "" || (a.pl.s3 != nil && m.ETag == "") {
+				a.h.log.Info("download: the server sends no strong ETag and no Last-Modified (an S3 store, no ETag): if this attempt is interrupted, the next one starts over from byte 0",
 					"partial_file", filepath.Base(a.part), "url", httpreq.Redact(a.pl.u))
 			}
 			m.setURL(a.pl.p.URL, a.pl.u)
-			if a.pl.name == "" {
+			switch {
+			case a.pl.name != "":
+			case a.pl.s3 != nil:
+				// The key's last segment, as the job names it: not a
+				// Content-Disposition whoever uploaded the object chose.
+				m.Name = urlName(a.pl.u)
+			default:
 				m.Name = fileName(resp, a.pl.u)
 			}
 			return a.write(ctx, resp, m, 0)
@@ -433,7 +447,7 @@ func (a *attempt) run(ctx context.Context) error {
 		}
 		defer resp.Body.Close()
 		if a.pl.s3 != nil && resp.StatusCode >= 300 {
-			err := s3Failure(resp, "download: GET "+httpreq.Redact(a.pl.u))
+			err := s3Failure(resp, "download: GET "+httpreq.Redact(a.pl.u), a.pl.s3.secrets())
 			if v := failure.Classify(err); v.Class == failure.Permanent || v.Class == failure.NeedsAuth {
 				a.discard()
 			}
@@ -481,8 +495,14 @@ func (a *attempt) resumable() (*meta, int64) {
 		a.cannotResume(fi.Size(), "it was downloaded from another URL", nil)
 	case m.validator() == "":
 		a.cannotResume(fi.Size(), "the server gave no strong ETag and no Last-Modified, without which appending could mix two versions of the file", nil)
+	case a.pl.s3 != nil && m.ETag == "":
+		// An S3 resume is checked by If-Match, which needs the ETag:
+		// Last-Modified, to the second, does not tell an object
+		// replaced within that second.
+		a.cannotResume(fi.Size(), "the store gave no ETag, without which appending could mix two versions of the object", nil)
 	}
-	if !m.from(a.pl.p.URL) || m.Source != a.pl.p.Source || m.validator() == "" || have <= 0 || fi.Size() < have ||
+	if !m.from(a.pl.p.URL) || m.Source != a.pl.p.Source || m.validator() == "" || (a.pl.s3 != nil && m.ETag == "") ||
+		have <= 0 || fi.Size() < have ||
 		(m.Total >= 0 && have > m.Total) || !fi.Mode().IsRegular() ||
 		// The name of a directory destination's file is read back from
 		// disk: it must be a name sanitize would give, never a path.
@@ -719,6 +739,15 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 			if done+int64(n) > a.pl.maxBytes {
 				return a.tooLarge(done+int64(n), false)
 			}
+			if m.Total >= 0 && done+int64(n) > m.Total {
+				// A body longer than the size announced (a 206 whose
+				// Content-Length runs past its Content-Range): the
+				// server's bytes cannot be trusted, none past the end
+				// are written, and the next attempt starts over.
+				a.discard()
+				return classed(failure.Transient, "range_refused",
+					fmt.Errorf("download: GET %s: the body runs past the %d bytes announced", httpreq.Redact(a.pl.u), m.Total))
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				checkpoint(done) // best effort: keep what is whole
 				return fail("write "+a.pl.p.Dest, werr)
@@ -750,7 +779,7 @@ func (a *attempt) write(ctx context.Context, resp *http.Response, m *meta, offse
 		return classed(failure.Transient, failure.ReasonConnectionReset,
 			fmt.Errorf("download: GET %s: the body ended after %d of %d bytes", httpreq.Redact(a.pl.u), done, m.Total))
 	}
-	if m.Total < 0 && !a.probed && closeDelimited(resp) && m.validator() != "" {
+	if m.Total < 0 && !a.probed && closeDelimited(resp) && m.validator() != "" && (a.pl.s3 == nil || m.ETag != "") {
 		// The connection's close ended the body: a cut connection looks
 		// the same. Ask for what follows.
 		a.probed = true

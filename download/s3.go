@@ -1,6 +1,7 @@
 package download
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/signer"
 
 	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/internal/redact"
 )
 
 // S3Source is a named S3-compatible object store (Amazon S3, MinIO, ...)
@@ -156,22 +158,46 @@ func checkKey(k string) error {
 }
 
 // ParseS3Endpoint checks a source's endpoint: an http or https URL with a
-// host and nothing after it but an optional "/".
+// host and nothing after it but an optional "/". Its errors never show
+// user information the endpoint holds (keys put in the wrong place).
 func ParseS3Endpoint(raw string) (*url.URL, error) {
+	shown := endpointShown(raw)
 	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		cause := err
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			cause = ue.Err // without the URL, which it quotes whole
+		}
+		if shown != raw {
+			cause = errors.New("it holds user information")
+		}
+		return nil, fmt.Errorf("endpoint %q is not a URL: %w", shown, cause)
+	}
 	switch {
-	case err != nil:
-		return nil, fmt.Errorf("endpoint %q is not a URL: %w", clip(raw), err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("endpoint %q: want an http:// or https:// URL, e.g. https://s3.eu-west-1.amazonaws.com", clip(raw))
-	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("endpoint %q names no host", clip(raw))
 	case u.User != nil:
-		return nil, fmt.Errorf("endpoint %s holds credentials: give them through the environment or a credentials file", u.Redacted())
+		return nil, fmt.Errorf("endpoint %q holds credentials: give them through the environment or a credentials file", shown)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("endpoint %q: want an http:// or https:// URL, e.g. https://s3.eu-west-1.amazonaws.com", shown)
+	case u.Host == "" || u.Hostname() == "":
+		return nil, fmt.Errorf("endpoint %q names no host", shown)
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
-		return nil, fmt.Errorf("endpoint %q: want scheme and host only, without a path or query", clip(raw))
+		return nil, fmt.Errorf("endpoint %q: want scheme and host only, without a path or query", shown)
 	}
 	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
+}
+
+// endpointShown is raw as errors show it: clipped, with anything that
+// could be user information (before an "@", after the scheme) masked,
+// whether raw parses or not.
+func endpointShown(raw string) string {
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		start := 0
+		if i := strings.Index(raw, "://"); i >= 0 && i < at {
+			start = i + len("://")
+		}
+		raw = raw[:start] + redact.Mask + raw[at:]
+	}
+	return clip(raw)
 }
 
 // displayURL is how messages and logs name the object.
@@ -294,7 +320,16 @@ const ReasonS3Prefix = "s3:"
 // other throttling rate_limited, no sooner than Retry-After when given;
 // AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch, ExpiredToken...
 // needs_auth. It reads (at most 8 KiB of) the body, not closing it.
-func s3Failure(resp *http.Response, what string) error {
+//
+// The error never holds the secrets (the source's keys and session
+// token): an S3 error document keeps only its Code and Message (AWS's
+// SignatureDoesNotMatch echoes the access key id and the canonical
+// request, session token included), read from the document even when the
+// 8 KiB cut it short; any other body (a proxy's page that may print the
+// request's headers) is kept with the secrets masked, and so is the
+// Message, including a secret's start cut off at the end of what was
+// read.
+func s3Failure(resp *http.Response, what string, secrets []string) error {
 	se := &failure.StatusError{Code: resp.StatusCode, Status: resp.Status}
 	if v := resp.Header.Get("Retry-After"); v != "" {
 		se.RetryAfter, _ = failure.ParseRetryAfter(v, time.Now())
@@ -302,19 +337,25 @@ func s3Failure(resp *http.Response, what string) error {
 	var body s3ErrorBody
 	if resp.Body != nil {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<10))
-		if xml.Unmarshal(b, &body) != nil {
-			body = s3ErrorBody{}
-		}
-		se.Body = body.Message
-		if body.Code == "" {
-			se.Body = string(b)
+		var isXML bool
+		body, isXML = parseS3Error(b)
+		switch {
+		case body.Code != "" || isXML:
+			se.Body = scrubSecrets(body.Message, secrets)
+		default:
+			se.Body = scrubSecrets(string(b), secrets)
 		}
 	}
 	// A HEAD-like error without a body (or a proxy's answer) still has
 	// the code S3 puts in a header on some answers.
-	code := body.Code
+	code := strings.TrimSpace(body.Code)
 	if code == "" {
-		code = resp.Header.Get("X-Minio-Error-Code")
+		code = strings.TrimSpace(resp.Header.Get("X-Minio-Error-Code"))
+	}
+	if !validS3Code(code) {
+		// Not a code S3 would give (it goes in the reason, shown on
+		// every job): the status decides.
+		code = ""
 	}
 	class := failure.StatusClass(resp.StatusCode)
 	switch {
@@ -335,6 +376,86 @@ func s3Failure(resp *http.Response, what string) error {
 		msg = what + ": S3 " + code + " (" + se.Error() + ")"
 	}
 	return &failure.Error{Class: class, Reason: reason, RetryAfter: se.RetryAfter, Err: &s3Error{msg: msg, status: se}}
+}
+
+// parseS3Error reads the Code and Message of an S3 error document, as far
+// as b holds them (b may be cut short); isXML reports whether b starts as
+// an XML document, whose other elements are never kept.
+func parseS3Error(b []byte) (body s3ErrorBody, isXML bool) {
+	trimmed := bytes.TrimSpace(b)
+	if !bytes.HasPrefix(trimmed, []byte("<")) {
+		return body, false
+	}
+	dec := xml.NewDecoder(bytes.NewReader(trimmed))
+	var path []string
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return body, true
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			path = append(path, tok.Name.Local)
+		case xml.EndElement:
+			if len(path) > 0 {
+				path = path[:len(path)-1]
+			}
+		case xml.CharData:
+			// The document's root is <Error>: its Code and Message.
+			if len(path) == 2 && path[0] == "Error" {
+				switch path[1] {
+				case "Code":
+					body.Code += string(tok)
+				case "Message":
+					body.Message += string(tok)
+				}
+			}
+		}
+	}
+}
+
+// validS3Code reports whether code looks like an S3 error code: 1 to 64
+// ASCII letters, digits and dots ("NoSuchKey", "XMinioServerNotInitialized").
+func validS3Code(code string) bool {
+	if code == "" || len(code) > 64 {
+		return false
+	}
+	for i := 0; i < len(code); i++ {
+		c := code[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// secrets are the values that no error of the source may show: its
+// keys and session token (none for an anonymous source, or keys that
+// cannot be read).
+func (t *s3Target) secrets() []string {
+	v, err := t.creds()
+	if err != nil {
+		return nil
+	}
+	return []string{v.AccessKeyID, v.SecretAccessKey, v.SessionToken}
+}
+
+// scrubSecrets masks the secrets in s, and the start of one that s ends
+// with (a text cut in the middle of a secret).
+func scrubSecrets(s string, secrets []string) string {
+	s = redact.Scrub(s, secrets)
+	for _, sec := range secrets {
+		if len(sec) < redact.MinSecret {
+			continue
+		}
+		for n := min(len(sec)-1, len(s)); n >= redact.MinSecret; n-- {
+			if strings.HasSuffix(s, sec[:n]) {
+				s = s[:len(s)-n] + redact.Mask
+				break
+			}
+		}
+	}
+	return s
 }
 
 // s3Error is an S3 error response; it unwraps to its status.

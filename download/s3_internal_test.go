@@ -3,6 +3,7 @@ package download
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestS3FailureClasses(t *testing.T) {
 			b = body(tc.code)
 		}
 		resp := &http.Response{StatusCode: tc.status, Status: http.StatusText(tc.status), Header: h, Body: io.NopCloser(strings.NewReader(b))}
-		err := s3Failure(resp, "download: GET s3://b/k")
+		err := s3Failure(resp, "download: GET s3://b/k", nil)
 		v := failure.Classify(err)
 		if v.Class != tc.class || v.Reason != tc.reason || v.RetryAfter != tc.after {
 			t.Errorf("%d %s: %s/%s after %s, want %s/%s after %s (%v)", tc.status, tc.code, v.Class, v.Reason, v.RetryAfter,
@@ -60,4 +61,41 @@ func TestS3FailureClasses(t *testing.T) {
 			t.Errorf("%s: error %q lacks S3's message", tc.code, err)
 		}
 	}
+}
+
+// FuzzS3Failure: whatever an S3 endpoint answers, s3Failure never panics,
+// its reason is "s3:" and a code of letters, digits and dots or
+// "http_<status>", and its error never shows the secrets, whole or cut
+// at the end of what was read.
+func FuzzS3Failure(f *testing.F) {
+	const secret, token = "fuzz-SECRET-key", "fuzz-TOKEN-value"
+	for _, s := range []string{"", "<Error><Code>NoSuchKey</Code><Message>m</Message></Error>",
+		"<Error><Code>SlowDown</Code><Message>" + token + "</Message>", "<Error><Code>a b</Code></Error>",
+		"<?xml version=\"1.0\"?><Error><Code>AccessDenied", "plain " + secret, "x fuzz-TOK", "<Error><Code>" + token + "</Code></Error>",
+		"<Error><Code>C</Code><Code>D</Code><Nested><Code>E</Code></Nested></Error>"} {
+		f.Add(503, s, "")
+		f.Add(403, s, "NoSuchKey")
+	}
+	f.Fuzz(func(t *testing.T, status int, body, header string) {
+		if status < 100 || status > 999 {
+			return
+		}
+		h := http.Header{}
+		if header != "" {
+			h["X-Minio-Error-Code"] = []string{header}
+		}
+		resp := &http.Response{StatusCode: status, Status: strconv.Itoa(status), Header: h, Body: io.NopCloser(strings.NewReader(body))}
+		err := s3Failure(resp, "download: GET s3://b/k", []string{"AKIAFUZZ", secret, token})
+		v := failure.Classify(err)
+		code, isS3 := strings.CutPrefix(v.Reason, ReasonS3Prefix)
+		if isS3 && !validS3Code(code) || !isS3 && v.Reason != failure.ReasonHTTPPrefix+strconv.Itoa(status) {
+			t.Fatalf("reason %q", v.Reason)
+		}
+		msg := err.Error()
+		for _, s := range []string{secret, token, "AKIAFUZZ"} {
+			if strings.Contains(msg, s) && !strings.Contains("download: GET s3://b/k", s) {
+				t.Fatalf("error %q shows %q", msg, s)
+			}
+		}
+	})
 }

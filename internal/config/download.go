@@ -229,7 +229,8 @@ func parseDownloadSource(name string, raw json.RawMessage) (download.S3Source, e
 	}
 	for field, env := range map[string]string{"access_key_env": s.AccessKeyEnv, "secret_key_env": s.SecretKeyEnv, "session_token_env": s.SessionTokenEnv} {
 		if env != "" && !envNameRE.MatchString(env) {
-			return bad(field, "%q is not the name of an environment variable (the name goes here, never the key)", clipJSON([]byte(env)))
+			// Not quoted: what is here instead of a name may be the key.
+			return bad(field, "not the name of an environment variable (%d characters; want letters, digits and '_'): the name goes here, never the key", len(env))
 		}
 	}
 	byEnv := s.AccessKeyEnv != "" || s.SecretKeyEnv != "" || s.SessionTokenEnv != ""
