@@ -290,56 +290,6 @@ func TestS3StoreChecksumChecked(t *testing.T) {
 	}
 }
 
-// TestNeedsAuthKeepsPartialForRedrive: a long download whose retry meets
-// an expired token (the session token of serve's environment expired
-// mid-download) goes to the DLQ, needs_auth; once the keys are renewed, a
-// redrive of the job resumes from where the partial file stopped rather
-// than fetching everything again.
-func TestNeedsAuthKeepsPartialForRedrive(t *testing.T) {
-	t.Skip("FINDING (product decision): a needs_auth failure (401/403, s3:ExpiredToken, s3:AccessDenied) removes the partial file, " +
-		"so a redrive after the keys are renewed starts from byte 0; keeping it needs Sweep to spare the files of dead needs_auth jobs")
-	const size = 1 << 20
-	content := randBytes(size)
-	var n atomic.Int32
-	var ranges sync.Map
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		k := n.Add(1)
-		ranges.Store(k, r.Header.Get("Range"))
-		switch k {
-		case 1:
-			conn, bw, err := w.(http.Hijacker).Hijack()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer conn.Close()
-			fmt.Fprintf(bw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nETag: \"v1\"\r\n\r\n", size)
-			bw.Write(content[:size/2])
-			bw.Flush()
-		case 2:
-			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
-		default:
-			w.Header().Set("ETag", `"v1"`)
-			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(content))
-		}
-	}))
-	t.Cleanup(srv.Close)
-	src := download.S3Source{Endpoint: srv.URL, Credentials: credentials.NewStaticV4("AKIAREVIEW37", "review37-secret", "tok")}
-	dir := t.TempDir()
-	h := newHandler(t, download.Options{Dir: dir, Sources: map[string]download.S3Source{"lake": src}})
-	payload := map[string]any{"url": "s3://bucket/big.bin", "source": "lake", "dest": "big.bin"}
-	verdict(t, attempt(h, 5, payload), failure.Transient, "")
-	verdict(t, attempt(h, 5, payload), failure.NeedsAuth, "s3:ExpiredToken")
-	if err := attempt(h, 5, payload); err != nil {
-		t.Fatal(err)
-	}
-	if r, _ := ranges.Load(int32(3)); r != fmt.Sprintf("bytes=%d-", size/2) {
-		t.Fatalf("the redriven attempt asked for Range %q: the partial file was removed", r)
-	}
-	wantFile(t, filepath.Join(dir, "big.bin"), content)
-}
-
 // TestConcurrentJobsOneDest: jobs of different contents started at once
 // to one dest. With "overwrite": false exactly one completes, its file
 // whole under the name, and each other one fails, permanent ("exists");
