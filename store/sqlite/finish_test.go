@@ -13,7 +13,7 @@ import (
 
 func openTest(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "redrive.db"),
+	s, err := Open(t.Context(), migratedPath(t, filepath.Join(t.TempDir(), "redrive.db")),
 		Options{Synchronous: "normal", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

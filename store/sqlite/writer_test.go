@@ -82,7 +82,7 @@ func TestEnqueueFloodYieldsToWork(t *testing.T) {
 func TestCloseWhileBothLanesWrite(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 50 {
-		s, err := Open(t.Context(), filepath.Join(dir, fmt.Sprintf("close-%d.db", i)),
+		s, err := Open(t.Context(), migratedPath(t, filepath.Join(dir, fmt.Sprintf("close-%d.db", i))),
 			Options{Synchronous: "normal", Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
@@ -130,7 +130,7 @@ func TestCloseWhileBothLanesWrite(t *testing.T) {
 func TestCloseIdle(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 20 {
-		s, err := Open(t.Context(), filepath.Join(dir, fmt.Sprintf("idle-%d.db", i)),
+		s, err := Open(t.Context(), migratedPath(t, filepath.Join(dir, fmt.Sprintf("idle-%d.db", i))),
 			Options{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
