@@ -97,3 +97,18 @@ def test_lease_answer_not_json_is_retried(serve, proxied, run_worker):
     run_worker(w)
     j = serve.client.enqueue("k", {}, queue="py-garbage-lease")
     serve.wait_job(j["id"], lambda x: x["state"] == "completed", what="completed")
+
+
+# FINDING: outcomes answered 200 with a body that is no JSON were taken
+# as delivered: the outcome was dropped and the job ran again after its
+# lease expired.
+def test_outcomes_answer_not_json_is_sent_again(serve, proxied, run_worker):
+    p = proxied(_spoil_first("/v1/worker/outcomes", 1))
+    runs = []
+    w = redrive.Worker(p.url, serve.token, queues=["py-garbage-outcome"], poll=5.0, handle_signals=False)
+    w.register("k", lambda job: runs.append(job.attempt) or "ok")
+    run_worker(w)
+    j = serve.client.enqueue("k", {}, queue="py-garbage-outcome")
+    got = serve.wait_job(j["id"], lambda x: x["state"] == "completed", what="completed")
+    assert got["attempt"] == 1, got
+    assert runs == [1]
