@@ -689,18 +689,31 @@ export class Worker {
   /** Sends the queued outcomes, up to 1000 a call, one call at a time. */
   async #sendOutcomes(): Promise<void> {
     let failures = 0;
+    // The items of one call: halved while the server answers 413 (its
+    // body bound, 1 MiB by default, holds fewer outcomes with large
+    // results than MAX_ITEMS).
+    let limit = MAX_ITEMS;
     while (this.#outcomeQueue.length > 0) {
-      const batch = this.#outcomeQueue.splice(0, MAX_ITEMS);
+      const batch = this.#outcomeQueue.splice(0, limit);
       await this.#flushProgress(batch.map((b) => b.item));
       let answer: { outcomes?: OutcomeEntry[] };
       try {
         answer = await this.#http.request("POST", "/v1/worker/outcomes", { worker: this.name, outcomes: batch.map((b) => b.item) });
         failures = 0;
       } catch (err) {
-        if (err instanceof RedriveError && err.status === 400) {
-          // The server applied nothing: drop the item it names, send the others again.
+        if (err instanceof RedriveError && err.status === 413 && batch.length > 1) {
+          // Too large a body, not a bad outcome: send it again in halves.
+          this.#onError(err, `outcomes (a batch of ${batch.length}, sent again in halves)`);
+          limit = Math.ceil(batch.length / 2);
+          this.#outcomeQueue.unshift(...batch);
+          continue;
+        }
+        if (err instanceof RedriveError && (err.status === 400 || err.status === 413)) {
+          // The server applied nothing: drop the item it names (a 413 of
+          // one outcome: larger than the server's body bound), send the
+          // others again.
           const m = /^outcomes\[(\d+)\]/.exec(err.field ?? "");
-          const bad = m ? Number(m[1]) : -1;
+          const bad = m ? Number(m[1]) : err.status === 413 ? 0 : -1;
           if (bad >= 0 && bad < batch.length) {
             const refused = batch[bad]!;
             this.#onError(err, `outcome of job ${refused.item.id} refused`);
