@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 
-from ._http import Aborted, Connection, Endpoint
+from ._http import Aborted, Connection, Endpoint, MalformedAnswer
 from ._wire import format_duration, parse_duration, parse_time
 from .client import Client
 from .errors import APIError, JobError, RateLimited, Snooze
@@ -353,7 +353,7 @@ class Worker:
                 if self._stop_requested.is_set():
                     break
                 try:
-                    answer = conn.call("POST", "/v1/worker/lease", self._lease_body(free), timeout=self.poll + 30)
+                    answer = conn.call_object("POST", "/v1/worker/lease", self._lease_body(free), timeout=self.poll + 30)
                 except Aborted:
                     break
                 except APIError as e:
@@ -491,12 +491,16 @@ class Worker:
                 self._heartbeat(conn, unsent)
             except APIError as e:
                 log.warning("redrive worker %s: final progress: %s", self.name, e)
-        answer = conn.call("POST", "/v1/worker/outcomes",
-                           {"worker": self.name, "outcomes": [self._item(j, o) for j, o in batch]}, timeout=60)
-        entries = (answer or {}).get("outcomes") or []
-        for i, (job, outcome) in enumerate(batch):
-            entry = entries[i] if i < len(entries) else {}
-            self._acknowledged(job, outcome, entry.get("status", 200), entry.get("error"))
+        answer = conn.call_object("POST", "/v1/worker/outcomes",
+                                  {"worker": self.name, "outcomes": [self._item(j, o) for j, o in batch]}, timeout=60)
+        entries = answer.get("outcomes")
+        if (not isinstance(entries, list) or len(entries) != len(batch)
+                or not all(isinstance(e, dict) and isinstance(e.get("status"), int) for e in entries)):
+            # Not the server's answer: the outcomes may not have reached
+            # it. Sent again: one that had is refused as lease lost.
+            raise MalformedAnswer("outcomes: the answer does not give the %d outcomes' status: %.200r" % (len(batch), answer))
+        for (job, outcome), entry in zip(batch, entries):
+            self._acknowledged(job, outcome, entry["status"], entry.get("error"))
 
     def _send_one(self, conn, job, outcome, refused_before=False):
         body = {"worker": self.name}
@@ -576,7 +580,7 @@ class Worker:
             items.append((j, p, item))
         by_key = {}
         for i in range(0, max(len(items), 1), 1000):  # the server's bound per heartbeat
-            answer = conn.call("POST", "/v1/worker/heartbeat",
+            answer = conn.call_object("POST", "/v1/worker/heartbeat",
                                {"worker": self.name, "jobs": [it for _, _, it in items[i:i + 1000]]}, timeout=30)
             for e in (answer or {}).get("jobs") or []:
                 by_key[(e.get("id"), e.get("lease"))] = e
@@ -614,7 +618,7 @@ class Worker:
                 if self._senders_done.is_set():
                     return
                 try:
-                    answer = conn.call("POST", "/v1/worker/cancels", {"worker": self.name, "wait": "20s"}, timeout=50)
+                    answer = conn.call_object("POST", "/v1/worker/cancels", {"worker": self.name, "wait": "20s"}, timeout=50)
                 except Aborted:
                     return
                 except (OSError, APIError, http.client.HTTPException) as e:
