@@ -37,7 +37,7 @@ class _Proxy:
                     status, data = resp.status, resp.read()
                     conn.close()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json" if spoiled is None else "text/html")
+                self.send_header("Content-Type", "application/json" if data.startswith(b"{") else "text/html")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -109,6 +109,40 @@ def test_outcomes_answer_not_json_is_sent_again(serve, proxied, run_worker):
     w.register("k", lambda job: runs.append(job.attempt) or "ok")
     run_worker(w)
     j = serve.client.enqueue("k", {}, queue="py-garbage-outcome")
+    got = serve.wait_job(j["id"], lambda x: x["state"] == "completed", what="completed")
+    assert got["attempt"] == 1, got
+    assert runs == [1]
+
+
+def _spoil_sequence(answers):
+    """spoil answering requests to each path with its answers in turn
+    ((status, body)), then forwarding them."""
+    left = {p: list(a) for p, a in answers.items()}
+    lock = threading.Lock()
+
+    def spoil(p):
+        if p.startswith("/v1/worker/jobs/"):
+            p = "/v1/worker/jobs/{id}/outcome"
+        with lock:
+            queue = left.get(p)
+            return queue.pop(0) if queue else None
+
+    return spoil
+
+
+# FINDING: an outcome sent alone (after its batch was refused, e.g. 413
+# for large results) was dropped on a 5xx or a network failure: the job,
+# left running, was rescued at lease expiry and ran again.
+def test_outcome_sent_alone_retried_on_5xx(serve, proxied, run_worker):
+    too_large = b'{"error":{"code":"body_too_large","message":"the body is larger than 1048576 bytes"}}'
+    unavailable = b'{"error":{"code":"unavailable","message":"the store is unavailable"}}'
+    p = proxied(_spoil_sequence({"/v1/worker/outcomes": [(413, too_large)],
+                                 "/v1/worker/jobs/{id}/outcome": [(503, unavailable)]}))
+    runs = []
+    w = redrive.Worker(p.url, serve.token, queues=["py-alone"], poll=5.0, handle_signals=False)
+    w.register("k", lambda job: runs.append(job.attempt) or "ok")
+    run_worker(w)
+    j = serve.client.enqueue("k", {}, queue="py-alone")
     got = serve.wait_job(j["id"], lambda x: x["state"] == "completed", what="completed")
     assert got["attempt"] == 1, got
     assert runs == [1]
