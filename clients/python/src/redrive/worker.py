@@ -469,10 +469,20 @@ class Worker:
                         backoff.wait(None)
                         continue
                     # The whole batch was refused: send them one by one,
-                    # so that one bad outcome does not hold the others.
+                    # so that one bad outcome does not hold the others;
+                    # those the server could not take now wait for the
+                    # next round.
                     log.warning("redrive worker %s: outcomes refused (%s): sending them one by one", self.name, e)
-                    for job, outcome in batch:
-                        self._send_one(conn, job, outcome)
+                    for k, (job, outcome) in enumerate(batch):
+                        if not self._send_one(conn, job, outcome):
+                            with self._cv:
+                                self._outcomes[:0] = batch[k:]
+                            if self._senders_done.is_set() and backoff.attempts >= 3:
+                                log.error("redrive worker %s: %d outcomes not sent: the jobs are rescued at lease expiry",
+                                          self.name, len(self._outcomes))
+                                return
+                            backoff.wait(None)
+                            break
         finally:
             conn.close()
 
@@ -503,6 +513,9 @@ class Worker:
             self._acknowledged(job, outcome, entry["status"], entry.get("error"))
 
     def _send_one(self, conn, job, outcome, refused_before=False):
+        """Sends one outcome alone; answers False when the server could not
+        take it now (5xx, 429, the network: send it again later), True
+        once it is settled (applied, or refused for good)."""
         body = {"worker": self.name}
         body.update(self._item(job, outcome))
         del body["id"]
@@ -510,18 +523,23 @@ class Worker:
             conn.call("POST", "/v1/worker/jobs/%d/outcome" % job.id, body, timeout=60)
             status, err = 200, None
         except APIError as e:
-            if e.status == 400 and not refused_before:
+            if e.status >= 500 or e.status == 429:
+                log.warning("redrive worker %s: job %d: outcome: %s", self.name, job.id, e)
+                return False
+            if e.status in (400, 413) and not refused_before:
                 # The server refused what the handler reported (a reason
-                # that is no name, a Retry-After beyond its bound): report
-                # a plain failure saying so rather than leave the job to
-                # its lease's expiry.
+                # that is no name, a Retry-After beyond its bound, a
+                # result beyond its body bound): report a plain failure
+                # saying so rather than leave the job to its lease's
+                # expiry.
                 log.error("redrive worker %s: job %d: outcome refused: %s", self.name, job.id, e)
-                self._send_one(conn, job, refused_outcome(outcome, e), refused_before=True)
-                return
+                return self._send_one(conn, job, refused_outcome(outcome, e), refused_before=True)
             status, err = e.status, {"code": e.code, "message": e.message, "field": e.field}
         except (OSError, Aborted, http.client.HTTPException) as e:
-            status, err = 0, {"code": "network", "message": str(e)}
+            log.warning("redrive worker %s: job %d: outcome: %s", self.name, job.id, e)
+            return False
         self._acknowledged(job, outcome, status, err)
+        return True
 
     def _acknowledged(self, job, outcome, status, err):
         if status == 409:
