@@ -386,7 +386,7 @@ export class Worker {
       }
       let answer: LeaseAnswer;
       try {
-        answer = await this.#http.request<LeaseAnswer>(
+        answer = await this.#object<LeaseAnswer>(
           "POST",
           "/v1/worker/lease",
           {
@@ -559,7 +559,7 @@ export class Worker {
       try {
         const entries: NonNullable<HeartbeatAnswer["jobs"]> = [];
         for (let i = 0; i < jobs.length; i += MAX_ITEMS) {
-          const answer = await this.#http.request<HeartbeatAnswer>("POST", "/v1/worker/heartbeat", {
+          const answer = await this.#object<HeartbeatAnswer>("POST", "/v1/worker/heartbeat", {
             worker: this.name,
             jobs: jobs.slice(i, i + MAX_ITEMS),
           });
@@ -613,7 +613,7 @@ export class Worker {
         continue;
       }
       try {
-        const answer = await this.#http.request<{ canceled?: { id: number; lease: number }[] }>(
+        const answer = await this.#object<{ canceled?: { id: number; lease: number }[] }>(
           "POST",
           "/v1/worker/cancels",
           { worker: this.name, wait: "20s" },
@@ -698,7 +698,12 @@ export class Worker {
       await this.#flushProgress(batch.map((b) => b.item));
       let answer: { outcomes?: OutcomeEntry[] };
       try {
-        answer = await this.#http.request("POST", "/v1/worker/outcomes", { worker: this.name, outcomes: batch.map((b) => b.item) });
+        answer = await this.#object("POST", "/v1/worker/outcomes", { worker: this.name, outcomes: batch.map((b) => b.item) });
+        if (!Array.isArray(answer.outcomes) || answer.outcomes.length !== batch.length) {
+          // Not serve's answer: the outcomes may not have reached it. Sent
+          // again: one that had is refused as lease lost, changing nothing.
+          throw new RedriveError(200, "malformed_answer", `the answer does not give the ${batch.length} outcomes' status: ${JSON.stringify(answer).slice(0, 200)}`);
+        }
         failures = 0;
       } catch (err) {
         if (err instanceof RedriveError && err.status === 413 && batch.length > 1) {
@@ -793,6 +798,19 @@ export class Worker {
     } catch (err) {
       this.#onError(err, "heartbeat (last progress)");
     }
+  }
+
+  /**
+   * A request whose 2xx answer must be a JSON object: anything else (a
+   * proxy's answer) throws a RedriveError malformed_answer, retried as a
+   * network failure.
+   */
+  async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    const answer = await this.#http.request<unknown>(method, path, body, signal);
+    if (answer === null || typeof answer !== "object" || Array.isArray(answer)) {
+      throw new RedriveError(200, "malformed_answer", `${path}: the answer is not a JSON object: ${String(JSON.stringify(answer)).slice(0, 200)}`);
+    }
+    return answer as T;
   }
 
   /** Waits ms, or less when the worker stops. */
