@@ -1156,7 +1156,11 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 				continue
 			}
 			res[i].State, res[i].RunAt = stateAfter(o)
-			if o.Kind == store.Retry || o.Kind == store.Snooze || o.Kind == store.Release {
+			if o.EndsIfCanceled() && r.endedCanceled(ctx, o.JobID) {
+				// The job's cancellation was requested meanwhile: the
+				// store ended it canceled instead.
+				res[i].State, res[i].RunAt = store.Canceled, time.Time{}
+			} else if o.EndsIfCanceled() {
 				r.client.wake(o.Queue, res[i].RunAt)
 			}
 			// Once: only one write of the attempt's outcome applies.
@@ -1192,6 +1196,16 @@ func (r *RemoteWorkers) Outcomes(ctx context.Context, worker string, outs []Remo
 		f()
 	}
 	return res, nil
+}
+
+// endedCanceled reports whether job id, for which a retry, snooze or
+// release was just applied, is canceled: the store ends such an outcome
+// so when the job's cancellation was requested, which the worker may not
+// have heard of (the store does not say which it did: one read tells).
+// A failed read answers false: the outcome's own state is answered.
+func (r *RemoteWorkers) endedCanceled(ctx context.Context, id int64) bool {
+	j, err := r.store.Get(ctx, id)
+	return err == nil && j.State == store.Canceled
 }
 
 // lost explains an outcome for a pair the worker does not hold.

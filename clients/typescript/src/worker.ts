@@ -386,7 +386,7 @@ export class Worker {
       }
       let answer: LeaseAnswer;
       try {
-        answer = await this.#http.request<LeaseAnswer>(
+        answer = await this.#object<LeaseAnswer>(
           "POST",
           "/v1/worker/lease",
           {
@@ -559,7 +559,7 @@ export class Worker {
       try {
         const entries: NonNullable<HeartbeatAnswer["jobs"]> = [];
         for (let i = 0; i < jobs.length; i += MAX_ITEMS) {
-          const answer = await this.#http.request<HeartbeatAnswer>("POST", "/v1/worker/heartbeat", {
+          const answer = await this.#object<HeartbeatAnswer>("POST", "/v1/worker/heartbeat", {
             worker: this.name,
             jobs: jobs.slice(i, i + MAX_ITEMS),
           });
@@ -613,7 +613,7 @@ export class Worker {
         continue;
       }
       try {
-        const answer = await this.#http.request<{ canceled?: { id: number; lease: number }[] }>(
+        const answer = await this.#object<{ canceled?: { id: number; lease: number }[] }>(
           "POST",
           "/v1/worker/cancels",
           { worker: this.name, wait: "20s" },
@@ -689,18 +689,36 @@ export class Worker {
   /** Sends the queued outcomes, up to 1000 a call, one call at a time. */
   async #sendOutcomes(): Promise<void> {
     let failures = 0;
+    // The items of one call: halved while the server answers 413 (its
+    // body bound, 1 MiB by default, holds fewer outcomes with large
+    // results than MAX_ITEMS).
+    let limit = MAX_ITEMS;
     while (this.#outcomeQueue.length > 0) {
-      const batch = this.#outcomeQueue.splice(0, MAX_ITEMS);
+      const batch = this.#outcomeQueue.splice(0, limit);
       await this.#flushProgress(batch.map((b) => b.item));
       let answer: { outcomes?: OutcomeEntry[] };
       try {
-        answer = await this.#http.request("POST", "/v1/worker/outcomes", { worker: this.name, outcomes: batch.map((b) => b.item) });
+        answer = await this.#object("POST", "/v1/worker/outcomes", { worker: this.name, outcomes: batch.map((b) => b.item) });
+        if (!Array.isArray(answer.outcomes) || answer.outcomes.length !== batch.length) {
+          // Not serve's answer: the outcomes may not have reached it. Sent
+          // again: one that had is refused as lease lost, changing nothing.
+          throw new RedriveError(200, "malformed_answer", `the answer does not give the ${batch.length} outcomes' status: ${JSON.stringify(answer).slice(0, 200)}`);
+        }
         failures = 0;
       } catch (err) {
-        if (err instanceof RedriveError && err.status === 400) {
-          // The server applied nothing: drop the item it names, send the others again.
+        if (err instanceof RedriveError && err.status === 413 && batch.length > 1) {
+          // Too large a body, not a bad outcome: send it again in halves.
+          this.#onError(err, `outcomes (a batch of ${batch.length}, sent again in halves)`);
+          limit = Math.ceil(batch.length / 2);
+          this.#outcomeQueue.unshift(...batch);
+          continue;
+        }
+        if (err instanceof RedriveError && (err.status === 400 || err.status === 413)) {
+          // The server applied nothing: drop the item it names (a 413 of
+          // one outcome: larger than the server's body bound), send the
+          // others again.
           const m = /^outcomes\[(\d+)\]/.exec(err.field ?? "");
-          const bad = m ? Number(m[1]) : -1;
+          const bad = m ? Number(m[1]) : err.status === 413 ? 0 : -1;
           if (bad >= 0 && bad < batch.length) {
             const refused = batch[bad]!;
             this.#onError(err, `outcome of job ${refused.item.id} refused`);
@@ -780,6 +798,19 @@ export class Worker {
     } catch (err) {
       this.#onError(err, "heartbeat (last progress)");
     }
+  }
+
+  /**
+   * A request whose 2xx answer must be a JSON object: anything else (a
+   * proxy's answer) throws a RedriveError malformed_answer, retried as a
+   * network failure.
+   */
+  async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    const answer = await this.#http.request<unknown>(method, path, body, signal);
+    if (answer === null || typeof answer !== "object" || Array.isArray(answer)) {
+      throw new RedriveError(200, "malformed_answer", `${path}: the answer is not a JSON object: ${String(JSON.stringify(answer)).slice(0, 200)}`);
+    }
+    return answer as T;
   }
 
   /** Waits ms, or less when the worker stops. */

@@ -9,7 +9,7 @@ import urllib.parse
 
 from .errors import APIError, LeaseLost
 
-__all__ = ["Endpoint", "Connection", "Aborted"]
+__all__ = ["Endpoint", "Connection", "Aborted", "MalformedAnswer"]
 
 _VERSION = "0.1.0"
 
@@ -21,6 +21,13 @@ _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
 
 class Aborted(Exception):
     """The connection was aborted by Connection.abort (a worker stopping)."""
+
+
+class MalformedAnswer(http.client.HTTPException):
+    """A successful answer whose body is not what the API sends (not JSON,
+    or not the object expected): something between the client and the
+    server (a proxy, a captive portal) answered, so the request may not
+    have reached the server. Retried like a network failure."""
 
 
 class Endpoint:
@@ -101,9 +108,19 @@ class Connection:
             try:
                 decoded = json.loads(data)
             except ValueError:
+                if status < 400:
+                    raise MalformedAnswer("%s %s: answer %d is not JSON: %r" % (method, path, status, data[:200])) from None
                 decoded = None
         if status >= 400:
             raise error_of(status, decoded, data)
+        return decoded
+
+    def call_object(self, method, path, body=None, timeout=30.0):
+        """call, for an answer that must be a JSON object: anything else
+        raises MalformedAnswer."""
+        decoded = self.call(method, path, body, timeout)
+        if not isinstance(decoded, dict):
+            raise MalformedAnswer("%s %s: the answer is not a JSON object: %.200r" % (method, path, decoded))
         return decoded
 
     def raw(self, method, path, body=None, timeout=30.0):

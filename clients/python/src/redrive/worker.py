@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 
-from ._http import Aborted, Connection, Endpoint
+from ._http import Aborted, Connection, Endpoint, MalformedAnswer
 from ._wire import format_duration, parse_duration, parse_time
 from .client import Client
 from .errors import APIError, JobError, RateLimited, Snooze
@@ -353,7 +353,7 @@ class Worker:
                 if self._stop_requested.is_set():
                     break
                 try:
-                    answer = conn.call("POST", "/v1/worker/lease", self._lease_body(free), timeout=self.poll + 30)
+                    answer = conn.call_object("POST", "/v1/worker/lease", self._lease_body(free), timeout=self.poll + 30)
                 except Aborted:
                     break
                 except APIError as e:
@@ -469,10 +469,20 @@ class Worker:
                         backoff.wait(None)
                         continue
                     # The whole batch was refused: send them one by one,
-                    # so that one bad outcome does not hold the others.
+                    # so that one bad outcome does not hold the others;
+                    # those the server could not take now wait for the
+                    # next round.
                     log.warning("redrive worker %s: outcomes refused (%s): sending them one by one", self.name, e)
-                    for job, outcome in batch:
-                        self._send_one(conn, job, outcome)
+                    for k, (job, outcome) in enumerate(batch):
+                        if not self._send_one(conn, job, outcome):
+                            with self._cv:
+                                self._outcomes[:0] = batch[k:]
+                            if self._senders_done.is_set() and backoff.attempts >= 3:
+                                log.error("redrive worker %s: %d outcomes not sent: the jobs are rescued at lease expiry",
+                                          self.name, len(self._outcomes))
+                                return
+                            backoff.wait(None)
+                            break
         finally:
             conn.close()
 
@@ -491,14 +501,21 @@ class Worker:
                 self._heartbeat(conn, unsent)
             except APIError as e:
                 log.warning("redrive worker %s: final progress: %s", self.name, e)
-        answer = conn.call("POST", "/v1/worker/outcomes",
-                           {"worker": self.name, "outcomes": [self._item(j, o) for j, o in batch]}, timeout=60)
-        entries = (answer or {}).get("outcomes") or []
-        for i, (job, outcome) in enumerate(batch):
-            entry = entries[i] if i < len(entries) else {}
-            self._acknowledged(job, outcome, entry.get("status", 200), entry.get("error"))
+        answer = conn.call_object("POST", "/v1/worker/outcomes",
+                                  {"worker": self.name, "outcomes": [self._item(j, o) for j, o in batch]}, timeout=60)
+        entries = answer.get("outcomes")
+        if (not isinstance(entries, list) or len(entries) != len(batch)
+                or not all(isinstance(e, dict) and isinstance(e.get("status"), int) for e in entries)):
+            # Not the server's answer: the outcomes may not have reached
+            # it. Sent again: one that had is refused as lease lost.
+            raise MalformedAnswer("outcomes: the answer does not give the %d outcomes' status: %.200r" % (len(batch), answer))
+        for (job, outcome), entry in zip(batch, entries):
+            self._acknowledged(job, outcome, entry["status"], entry.get("error"))
 
     def _send_one(self, conn, job, outcome, refused_before=False):
+        """Sends one outcome alone; answers False when the server could not
+        take it now (5xx, 429, the network: send it again later), True
+        once it is settled (applied, or refused for good)."""
         body = {"worker": self.name}
         body.update(self._item(job, outcome))
         del body["id"]
@@ -506,18 +523,23 @@ class Worker:
             conn.call("POST", "/v1/worker/jobs/%d/outcome" % job.id, body, timeout=60)
             status, err = 200, None
         except APIError as e:
-            if e.status == 400 and not refused_before:
+            if e.status >= 500 or e.status == 429:
+                log.warning("redrive worker %s: job %d: outcome: %s", self.name, job.id, e)
+                return False
+            if e.status in (400, 413) and not refused_before:
                 # The server refused what the handler reported (a reason
-                # that is no name, a Retry-After beyond its bound): report
-                # a plain failure saying so rather than leave the job to
-                # its lease's expiry.
+                # that is no name, a Retry-After beyond its bound, a
+                # result beyond its body bound): report a plain failure
+                # saying so rather than leave the job to its lease's
+                # expiry.
                 log.error("redrive worker %s: job %d: outcome refused: %s", self.name, job.id, e)
-                self._send_one(conn, job, refused_outcome(outcome, e), refused_before=True)
-                return
+                return self._send_one(conn, job, refused_outcome(outcome, e), refused_before=True)
             status, err = e.status, {"code": e.code, "message": e.message, "field": e.field}
         except (OSError, Aborted, http.client.HTTPException) as e:
-            status, err = 0, {"code": "network", "message": str(e)}
+            log.warning("redrive worker %s: job %d: outcome: %s", self.name, job.id, e)
+            return False
         self._acknowledged(job, outcome, status, err)
+        return True
 
     def _acknowledged(self, job, outcome, status, err):
         if status == 409:
@@ -576,7 +598,7 @@ class Worker:
             items.append((j, p, item))
         by_key = {}
         for i in range(0, max(len(items), 1), 1000):  # the server's bound per heartbeat
-            answer = conn.call("POST", "/v1/worker/heartbeat",
+            answer = conn.call_object("POST", "/v1/worker/heartbeat",
                                {"worker": self.name, "jobs": [it for _, _, it in items[i:i + 1000]]}, timeout=30)
             for e in (answer or {}).get("jobs") or []:
                 by_key[(e.get("id"), e.get("lease"))] = e
@@ -614,7 +636,7 @@ class Worker:
                 if self._senders_done.is_set():
                     return
                 try:
-                    answer = conn.call("POST", "/v1/worker/cancels", {"worker": self.name, "wait": "20s"}, timeout=50)
+                    answer = conn.call_object("POST", "/v1/worker/cancels", {"worker": self.name, "wait": "20s"}, timeout=50)
                 except Aborted:
                     return
                 except (OSError, APIError, http.client.HTTPException) as e:
