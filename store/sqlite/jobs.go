@@ -651,7 +651,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 	// database/sql assigns without converting) and decoded here: a scan
 	// into an int went through a string.
 	var v [23]any
-	var trace storedTrace // the last column, scanned without a copy
+	var trace traceScan // the last column, scanned without a copy
 	dest := make([]any, len(v)+1)
 	for i := range v {
 		dest[i] = &v[i]
@@ -681,7 +681,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 			CreatedAt: fromMicros(d.int(v[9])), RunAt: fromMicros(runAt), Worker: p.Worker, CancelRequested: d.int(v[11]) != 0,
 			RetryCount: int(d.int(v[12])), LastError: d.str(v[13]), Fingerprint: d.str(v[16]), Redriven: int(d.int(v[17])),
 			LastDuration: store.Duration(lastDuration), LastDelay: store.Duration(lastDelay), ReplayOf: replayOf,
-			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21]), Priority: int(d.int(v[22])), Trace: string(trace)}
+			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21]), Priority: int(d.int(v[22])), Trace: trace.text}
 		j := &lj.job
 		if len(j.Policy) == 0 {
 			j.Policy = nil

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/redrivehq/redrive/internal/tracectx"
@@ -31,24 +32,57 @@ func traceArg(tc string) any {
 // value without copying a BLOB first.
 type storedTrace string
 
-// Scan implements sql.Scanner. A BLOB that is no packed form, which no
-// store writes, reads as no trace context and is counted in
-// tracectx.Malformed, as a malformed traceparent is: the job is not
-// refused for it, and the row keeps it.
+// Scan implements sql.Scanner.
 func (t *storedTrace) Scan(src any) error {
+	s, err := scanTrace(src, nil)
+	*t = storedTrace(s)
+	return err
+}
+
+// traceScan scans jobs.trace as storedTrace does, row after row: a row
+// whose packed form is the previous row's shares its text, so that the
+// jobs of one batch, which keep their enqueue's context, cost one text.
+type traceScan struct {
+	text string
+	last traceCache
+}
+
+// Scan implements sql.Scanner.
+func (t *traceScan) Scan(src any) (err error) {
+	t.text, err = scanTrace(src, &t.last)
+	return err
+}
+
+// traceCache is the last packed form unpacked, and its text.
+type traceCache struct {
+	packed []byte
+	text   string
+}
+
+// scanTrace returns the text of a trace column's value src, reusing c's
+// (nil: none). A BLOB that is no packed form, which no store writes,
+// reads as no trace context and is counted in tracectx.Malformed, as a
+// malformed traceparent is: the job is not refused for it, and the row
+// keeps it.
+func scanTrace(src any, c *traceCache) (string, error) {
 	switch v := src.(type) {
 	case nil:
-		*t = ""
+		return "", nil
 	case string:
-		*t = storedTrace(v)
+		return v, nil
 	case []byte:
+		if c != nil && c.text != "" && bytes.Equal(v, c.packed) {
+			return c.text, nil
+		}
 		s, ok := tracectx.Unpack(v)
 		if !ok {
 			tracectx.Malformed.Add(1)
+			return "", nil
 		}
-		*t = storedTrace(s)
-	default:
-		return fmt.Errorf("trace: unexpected column value of type %T", src)
+		if c != nil {
+			c.packed, c.text = append(c.packed[:0], v...), s
+		}
+		return s, nil
 	}
-	return nil
+	return "", fmt.Errorf("trace: unexpected column value of type %T", src)
 }

@@ -95,6 +95,26 @@ func TestTraceStoredForm(t *testing.T) {
 			t.Errorf("Fetch: job %d Trace = %q, want %q", j.ID, j.Trace, want[i])
 		}
 	}
+	// A fetch shares the text of consecutive jobs with one context: the
+	// next one's differs.
+	b := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203332-01"
+	run := []string{tp, tp, b, tp, b, b, "", tp}
+	var batch []store.NewJob
+	for _, tc := range run {
+		batch = append(batch, store.NewJob{Queue: "r", Kind: "k", Trace: tc})
+	}
+	if _, err := s.Enqueue(t.Context(), batch, now); err != nil {
+		t.Fatal(err)
+	}
+	leased, err = s.Fetch(context.Background(), store.FetchParams{Queue: "r", Limit: 10, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+	if err != nil || len(leased) != len(run) {
+		t.Fatalf("Fetch of r: %d jobs, %v; want %d", len(leased), err, len(run))
+	}
+	for i, j := range leased {
+		if j.Trace != run[i] {
+			t.Errorf("Fetch of r: job %d (%d) Trace = %q, want %q", j.ID, i, j.Trace, run[i])
+		}
+	}
 	if got := tracectx.Malformed.Load() - before; got != 2 {
 		t.Errorf("Malformed counted %d, want 2 (the corrupt context's Get and Fetch)", got)
 	}
