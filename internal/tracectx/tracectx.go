@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -311,4 +312,82 @@ func FromHeaders(c propagation.TextMapCarrier, present bool) string {
 		return ""
 	}
 	return Encode(sc)
+}
+
+// PackedLen is the length of a traceparent in its packed form (Pack): the
+// trace id's 16 bytes, the span id's 8 and the flags' 1.
+const PackedLen = 25
+
+// Packable reports whether the encoded trace context s has a packed form
+// (Pack): a version 00 traceparent in lowercase hex, what Encode writes,
+// then nothing or a space and a tracestate that is not empty, of
+// printable ASCII (as store.CheckTrace asks).
+func Packable(s string) bool {
+	if len(s) < parentLen || s[:3] != "00-" || s[35] != '-' || s[52] != '-' || !lowerHex(s[3:35]) || !lowerHex(s[36:52]) || !lowerHex(s[53:55]) {
+		return false
+	}
+	if len(s) == parentLen {
+		return true
+	}
+	return len(s) > parentLen+1 && s[parentLen] == ' ' && printable(s[parentLen+1:])
+}
+
+// printable reports whether s is printable ASCII only.
+func printable[T string | []byte](s T) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// AppendPacked appends the packed form of the encoded trace context s to
+// b: the traceparent's trace id, span id and flags as their 25 bytes, then
+// the tracestate's characters as they are (none when s has none). It
+// returns b as it is and false when s is not Packable. The packed form
+// keeps s exactly: Unpack returns it.
+func AppendPacked(b []byte, s string) ([]byte, bool) {
+	if !Packable(s) {
+		return b, false
+	}
+	n := len(b)
+	b = append(b, make([]byte, PackedLen)...)
+	// Packable checked the digits: these cannot fail.
+	unhexLower(b[n:n+16], s[3:35])
+	unhexLower(b[n+16:n+24], s[36:52])
+	unhexLower(b[n+24:n+25], s[53:55])
+	if len(s) > parentLen {
+		b = append(b, s[parentLen+1:]...)
+	}
+	return b, true
+}
+
+// Unpack returns the encoded trace context whose packed form is p
+// (AppendPacked), in one allocation; false when p cannot be one: shorter
+// than PackedLen, or with a tracestate that is not printable ASCII.
+func Unpack(p []byte) (string, bool) {
+	if len(p) < PackedLen {
+		return "", false
+	}
+	state := p[PackedLen:]
+	if !printable(state) {
+		return "", false
+	}
+	n := parentLen
+	if len(state) > 0 {
+		n += 1 + len(state)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, "00-"...)
+	b = hex.AppendEncode(b, p[:16])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, p[16:24])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, p[24:25])
+	if len(state) > 0 {
+		b = append(b, ' ')
+		b = append(b, state...)
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b)), true
 }

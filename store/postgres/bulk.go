@@ -37,7 +37,7 @@ import (
 const copyMinJobs = 200
 
 // copyColumns are the columns COPY writes, in the order of copyRow.
-var copyColumns = []string{"id", "queue", "kind", "payload", "state", "max_retries", "policy", "dependency", "reprocessable", "created_at", "run_at", "priority", "trace"}
+var copyColumns = []string{"id", "queue", "kind", "payload", "state", "max_retries", "policy", "dependency", "reprocessable", "created_at", "run_at", "priority", "trace", "trace_packed"}
 
 // useCopy reports whether the batch is written with COPY.
 func useCopy(jobs []store.NewJob, b *enqueueBatch) bool {
@@ -68,8 +68,10 @@ func (s *Store) enqueueCopy(ctx context.Context, jobs []store.NewJob, b *enqueue
 			row[0], row[1], row[2], row[3], row[4] = ids[i], b.queues[i], b.kinds[i], b.payloads[i], b.states[i]
 			row[5], row[6], row[7], row[8], row[9], row[10] = b.maxRetries[i], policy, b.deps[i], b.reproc[i], b.nows[i], b.runAts[i]
 			row[11] = b.priorities[i]
-			row[12] = nil
-			if b.traces[i] != "" {
+			row[12], row[13] = nil, nil
+			if b.packed[i] != nil {
+				row[13] = b.packed[i]
+			} else if b.traces[i] != "" {
 				row[12] = b.traces[i]
 			}
 			return row, nil

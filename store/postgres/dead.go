@@ -51,7 +51,7 @@ func deadArgs(d *store.DeadJob) ([]any, error) {
 	}
 	return []any{d.Queue, d.Kind, payload, int32(d.Attempt), int32(d.MaxRetries), d.IdempotencyKey, d.Dependency, !d.NotReprocessable,
 		ts(created), ts(d.DeadAt), int32(max(d.Attempt-1, 0)), cleanText(d.LastError), d.ClassName(), storedReason(d.DeadReason),
-		storedFingerprint(d.Fingerprint), int32(d.Redriven), string(h), d.Trace}, nil
+		storedFingerprint(d.Fingerprint), int32(d.Redriven), string(h), d.Trace, packTrace(d.Trace)}, nil
 }
 
 // AddDead implements store.Store in one transaction of its own (dead jobs

@@ -22,9 +22,10 @@ var jobOIDs = []uint32{
 	pgtype.TextOID, pgtype.BoolOID, pgtype.Int4OID, pgtype.TextOID, pgtype.TextOID, // worker .. last_error_class
 	pgtype.TimestamptzOID, pgtype.TimestamptzOID, pgtype.TextOID, pgtype.TextOID, pgtype.Int4OID, // last_failed_at .. redriven
 	pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.Int8OID, pgtype.TimestamptzOID, pgtype.Int8OID, // last_duration .. replay_of
-	pgtype.Int8OID, // lease
-	pgtype.Int2OID, // priority
-	pgtype.TextOID, // trace
+	pgtype.Int8OID,  // lease
+	pgtype.Int2OID,  // priority
+	pgtype.TextOID,  // trace
+	pgtype.ByteaOID, // trace_packed
 }
 
 // jobNullable marks the columns of jobColumns that may be NULL; every
@@ -32,7 +33,7 @@ var jobOIDs = []uint32{
 var jobNullable = func() []bool {
 	null := make([]bool, len(jobColumns))
 	for _, c := range []string{"policy", "idem_key", "attempted_at", "finished_at", "lease_until", "worker", "last_failed_at", "dead_at",
-		"last_duration", "last_delay", "progress_done", "progress_total", "progress_at", "replay_of", "trace"} {
+		"last_duration", "last_delay", "progress_done", "progress_total", "progress_at", "replay_of", "trace", "trace_packed"} {
 		null[slices.Index(jobColumns, c)] = true
 	}
 	return null
@@ -203,7 +204,6 @@ func (sc *jobScan) decodeRaw(vals [][]byte, binaryHistory bool) (*store.Job, err
 		Redriven:        r.int4(25),
 		Lease:           r.int8(32),
 		Priority:        r.int2(33),
-		Trace:           r.text(34),
 	}
 	if p := r.bytes(7); len(p) > 0 {
 		j.Policy = json.RawMessage(p)
@@ -226,6 +226,7 @@ func (sc *jobScan) decodeRaw(vals [][]byte, binaryHistory bool) (*store.Job, err
 	if !r.null(31) {
 		j.ReplayOf = r.int8(31)
 	}
+	j.Trace = readTrace(r.text(34), r.vals[35]) // unpacked without a copy first
 	var history []byte
 	if sc.withHistory {
 		history = vals[len(jobOIDs)]

@@ -51,7 +51,8 @@ func validRow() [][]byte {
 	ts := i8(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).Sub(pgEpoch).Microseconds())
 	vals := [][]byte{i8(7), []byte("q"), []byte("kind"), []byte(`{"n":1}`), []byte("running"), i4(1), i4(-1),
 		nil, nil, []byte(""), {1}, ts, ts, ts, nil, ts, []byte("w"), {0}, i4(0), []byte(""), []byte(""),
-		nil, nil, []byte(""), []byte(""), i4(0), nil, nil, nil, nil, nil, nil, i8(1), {0xff, 0xfd}, []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), append([]byte{1}, `[]`...)}
+		nil, nil, []byte(""), []byte(""), i4(0), nil, nil, nil, nil, nil, nil, i8(1), {0xff, 0xfd}, []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), nil,
+		append([]byte{1}, `[]`...)}
 	return vals
 }
 
@@ -186,7 +187,23 @@ func TestDecodeRawValid(t *testing.T) {
 			t.Errorf("column %s: %q decoded without an error", jobColumns[i], row[i])
 		}
 	}
+	// The trace context packed (migration 0037) reads as its text; a
+	// packed form that does not unpack as none.
 	row := validRow()
+	row[34], row[35] = nil, []byte{0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c,
+		0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31, 0x01}
+	if j, err := sc.decodeRaw(row, true); err != nil {
+		t.Errorf("packed trace context: %v", err)
+	} else if j.Trace != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		t.Errorf("packed trace context read as %q", j.Trace)
+	}
+	row[35] = []byte{1, 2}
+	if j, err := sc.decodeRaw(row, true); err != nil {
+		t.Errorf("corrupt packed trace context: %v", err)
+	} else if j.Trace != "" {
+		t.Errorf("corrupt packed trace context read as %q, want none", j.Trace)
+	}
+	row = validRow()
 	row[len(jobOIDs)] = []byte(`[]`) // text jsonb read as binary
 	if _, err := sc.decodeRaw(row, true); err == nil {
 		t.Error("a jsonb history without its version byte decoded as binary without an error")

@@ -292,7 +292,7 @@ func mergeCalls(calls []*groupCall) ([]store.NewJob, *enqueueBatch) {
 		queues: make([]string, 0, n), kinds: make([]string, 0, n), states: make([]string, 0, n), keys: make([]string, 0, n),
 		deps: make([]string, 0, n), payloads: make([][]byte, 0, n), policies: make([][]byte, 0, n), maxRetries: make([]int32, 0, n),
 		reproc: make([]bool, 0, n), isNew: make([]bool, 0, n), runAts: make([]time.Time, 0, n), nows: make([]time.Time, 0, n),
-		priorities: make([]int16, 0, n), traces: make([]string, 0, n),
+		priorities: make([]int16, 0, n), traces: make([]string, 0, n), packed: make([][]byte, 0, n),
 	}
 	seen := map[string]bool{}
 	for _, c := range calls {
@@ -311,6 +311,7 @@ func mergeCalls(calls []*groupCall) ([]store.NewJob, *enqueueBatch) {
 		m.nows = append(m.nows, b.nows...)
 		m.priorities = append(m.priorities, b.priorities...)
 		m.traces = append(m.traces, b.traces...)
+		m.packed = append(m.packed, b.packed...)
 		for _, k := range b.keys {
 			m.isNew = append(m.isNew, k == "" || !seen[k])
 			if k != "" {

@@ -47,6 +47,7 @@ type jobScan struct {
 	replayOf                 *int64
 	priority                 int16
 	trace                    *string
+	tracePacked              []byte
 	dest                     []any
 }
 
@@ -56,7 +57,7 @@ func newJobScan(withHistory bool, c store.PayloadCodec) *jobScan {
 	sc.dest = []any{&j.ID, &j.Queue, &j.Kind, &sc.payload, &sc.state, &j.Attempt, &j.MaxRetries, &sc.policy, &sc.idem, &j.Dependency,
 		&j.Reprocessable, &j.CreatedAt, &j.RunAt, &j.AttemptedAt, &j.FinishedAt, &j.LeaseUntil, &sc.worker, &j.CancelRequested,
 		&j.RetryCount, &j.LastError, &sc.class, &j.LastFailedAt, &j.DeadAt, &j.DeadReason, &j.Fingerprint, &j.Redriven,
-		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf, &j.Lease, &sc.priority, &sc.trace}
+		&sc.lastDuration, &sc.lastDelay, &sc.pDone, &sc.pTotal, &sc.pAt, &sc.replayOf, &j.Lease, &sc.priority, &sc.trace, &sc.tracePacked}
 	if withHistory {
 		sc.dest = append(sc.dest, &sc.history)
 	}
@@ -69,7 +70,7 @@ func (sc *jobScan) scan(row pgx.Row) (*store.Job, error) {
 	// previous row is reused by this one.
 	sc.j = store.Job{}
 	sc.payload, sc.policy, sc.history = nil, nil, nil
-	sc.idem, sc.worker, sc.trace = nil, nil, nil
+	sc.idem, sc.worker, sc.trace, sc.tracePacked = nil, nil, nil, nil
 	sc.lastDuration, sc.lastDelay, sc.pDone, sc.pTotal, sc.pAt, sc.replayOf = nil, nil, nil, nil, nil, nil
 	if err := row.Scan(sc.dest...); err != nil {
 		return nil, err
@@ -86,9 +87,11 @@ func (sc *jobScan) scan(row pgx.Row) (*store.Job, error) {
 	if sc.worker != nil {
 		j.Worker = *sc.worker
 	}
+	var text string
 	if sc.trace != nil {
-		j.Trace = *sc.trace
+		text = *sc.trace
 	}
+	j.Trace = readTrace(text, sc.tracePacked)
 	j.CreatedAt = j.CreatedAt.UTC()
 	j.RunAt = j.RunAt.UTC()
 	j.AttemptedAt = utcPtr(j.AttemptedAt)
@@ -256,7 +259,10 @@ type enqueueBatch struct {
 	// priorities are the jobs' priorities (store.Job.Priority).
 	priorities []int16
 	// traces are the jobs' trace contexts (store.Job.Trace, "": none).
-	traces  []string
+	traces []string
+	// packed are the packed forms of traces (tracectx.AppendPacked), nil
+	// for a context that has none, which is stored as its text.
+	packed  [][]byte
 	hasKeys bool
 }
 
@@ -308,7 +314,7 @@ func newBatch(jobs []store.NewJob, now time.Time, c store.PayloadCodec) (*enqueu
 		queues: make([]string, n), kinds: make([]string, n), states: make([]string, n), keys: make([]string, n), deps: make([]string, n),
 		payloads: make([][]byte, n), policies: make([][]byte, n), maxRetries: make([]int32, n),
 		reproc: make([]bool, n), isNew: make([]bool, n), runAts: make([]time.Time, n), nows: make([]time.Time, n),
-		priorities: make([]int16, n), traces: make([]string, n),
+		priorities: make([]int16, n), traces: make([]string, n), packed: make([][]byte, n),
 	}
 	now = ts(now)
 	seen := map[string]bool{}
@@ -342,6 +348,7 @@ func newBatch(jobs []store.NewJob, now time.Time, c store.PayloadCodec) (*enqueu
 		b.nows[i] = now
 		b.priorities[i] = int16(nj.Priority)
 		b.traces[i] = nj.Trace
+		b.packed[i] = packTrace(nj.Trace)
 		b.states[i] = string(dueState(b.runAts[i], now))
 		// A key repeated within the call: only its first job is inserted,
 		// the others get that job back.
@@ -615,7 +622,7 @@ func (s *Store) enqueueOn(ctx context.Context, q querier, jobs []store.NewJob, b
 		return s.enqueuePlain(ctx, q, jobs, b)
 	}
 	rows, err := q.Query(ctx, s.sql.enqueue, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.keys, b.deps,
-		b.reproc, b.runAts, b.isNew, b.nows, shard(), b.priorities, b.traces)
+		b.reproc, b.runAts, b.isNew, b.nows, shard(), b.priorities, b.traces, b.packed)
 	if err != nil {
 		return nil, err
 	}
@@ -1840,7 +1847,7 @@ func (s *Store) Stats(ctx context.Context) (store.Stats, error) {
 // statement (see statements.enqueuePlain).
 func (s *Store) enqueuePlain(ctx context.Context, q querier, jobs []store.NewJob, b *enqueueBatch) ([]*store.Job, error) {
 	rows, err := q.Query(ctx, s.sql.enqueuePlain, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.deps,
-		b.reproc, b.runAts, b.nows, shard(), b.priorities, b.traces)
+		b.reproc, b.runAts, b.nows, shard(), b.priorities, b.traces, b.packed)
 	if err != nil {
 		return nil, err
 	}

@@ -423,13 +423,13 @@ func (s *Store) replayStep(ctx context.Context, tx pgx.Tx, op *store.Operation, 
 	}
 	now := a.add(ts(st.Now))
 	q := `WITH src AS (
-	SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority, climit, ckey, fkey, trace FROM ` + s.sql.jobs + `
+	SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority, climit, ckey, fkey, trace, trace_packed FROM ` + s.sql.jobs + `
 	WHERE ` + w + ` AND id > ` + a.add(op.Cursor) + ` AND id <= ` + a.add(op.MaxID) + ` ORDER BY id LIMIT ` + a.add(st.Limit) + `
 ), ins AS (
 	INSERT INTO ` + s.sql.jobs + ` (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, priority, created_at, run_at, replay_of, history,
-		climit, ckey, fkey, trace)
+		climit, ckey, fkey, trace, trace_packed)
 	SELECT queue, kind, payload, 'pending', max_retries, policy, dependency, reprocessable, priority, ` + now + `, ` + now + `, id,
-		jsonb_build_array(` + a.add(ev) + `::jsonb || jsonb_build_object('replay_of', id)), climit, ckey, fkey, trace
+		jsonb_build_array(` + a.add(ev) + `::jsonb || jsonb_build_object('replay_of', id)), climit, ckey, fkey, trace, trace_packed
 	FROM src ORDER BY id
 	RETURNING replay_of, queue, climit
 ), gen AS (

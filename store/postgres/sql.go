@@ -13,7 +13,7 @@ import (
 var jobColumns = []string{"id", "queue", "kind", "payload", "state", "attempt", "max_retries", "policy", "idem_key", "dependency", "reprocessable",
 	"created_at", "run_at", "attempted_at", "finished_at", "lease_until", "worker", "cancel_requested", "retry_count",
 	"last_error", "last_error_class", "last_failed_at", "dead_at", "dead_reason", "fingerprint", "redriven", "last_duration", "last_delay",
-	"progress_done", "progress_total", "progress_at", "replay_of", "lease", "priority", "trace"}
+	"progress_done", "progress_total", "progress_at", "replay_of", "lease", "priority", "trace", "trace_packed"}
 
 // cols returns the job columns, each prefixed with prefix, plus the
 // history when withHistory.
@@ -154,13 +154,14 @@ func render(schema, channel string) statements {
 		// caller reads the job holding it. The counters count the rows
 		// inserted and the rows answered by an existing job.
 		enqueue: q(`WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[], $12::timestamptz[], $14::smallint[], $15::text[])
-		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, created_at, priority, trace, ord)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::text[], $9::bool[], $10::timestamptz[], $11::bool[], $12::timestamptz[], $14::smallint[], $15::text[], $16::bytea[])
+		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, run_at, is_new, created_at, priority, trace, trace_packed, ord)
 ), fresh AS MATERIALIZED (
 	SELECT nextval({seq}::regclass) AS id, f.* FROM (SELECT * FROM input WHERE is_new ORDER BY ord) f
 ), ins AS (
-	INSERT INTO {jobs} (id, queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority, trace)
-	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, created_at, run_at, priority, NULLIF(trace, '')
+	INSERT INTO {jobs} (id, queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable, created_at, run_at, priority, trace, trace_packed)
+	SELECT id, queue, kind, payload, state, max_retries, policy, NULLIF(idem_key, ''), dependency, reprocessable, created_at, run_at, priority,
+		CASE WHEN trace_packed IS NULL THEN NULLIF(trace, '') END, trace_packed
 	FROM fresh ORDER BY idem_key NULLS FIRST, id
 	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 	RETURNING id, queue, {notify}queue) AS notified
@@ -183,10 +184,11 @@ SELECT ord, id FROM done`),
 		// notification per queue, and the counters. The caller sorts the
 		// returned ids: the n-th smallest is the n-th job.
 		enqueuePlain: q(`WITH ins AS (
-	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority, trace)
-	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority, NULLIF(trace, '')
-	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $12::smallint[], $13::text[])
-		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at, priority, trace)
+	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority, trace, trace_packed)
+	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority,
+		CASE WHEN trace_packed IS NULL THEN NULLIF(trace, '') END, trace_packed
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $12::smallint[], $13::text[], $14::bytea[])
+		AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at, priority, trace, trace_packed)
 	RETURNING id, queue
 ), cnt AS (
 	INSERT INTO {counters} AS c (queue, name, shard, n)
@@ -423,9 +425,9 @@ SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND
 		// key is taken, returned as Get returns it.
 		insertDead: q(`INSERT INTO {jobs} (queue, kind, payload, state, attempt, max_retries, idem_key, dependency, reprocessable,
 		created_at, run_at, finished_at, retry_count, last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint,
-		redriven, history, trace)
+		redriven, history, trace, trace_packed)
 	VALUES ($1, $2, $3, 'dead', $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $10, $11, $12, $13, $10, $10, $14, $15, $16, $17::jsonb,
-		NULLIF($18, ''))
+		CASE WHEN $19::bytea IS NULL THEN NULLIF($18, '') END, $19)
 	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 	RETURNING {hcols}`),
 

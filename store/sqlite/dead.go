@@ -53,7 +53,7 @@ func deadArgs(d *store.DeadJob) ([]any, error) {
 	}
 	return []any{d.Queue, d.Kind, payload, d.Attempt, d.MaxRetries, nullString(d.IdempotencyKey), d.Dependency, reproc,
 		micros(created), micros(d.DeadAt), max(d.Attempt-1, 0), d.LastError, d.ClassName(), d.DeadReason, d.Fingerprint,
-		d.Redriven, string(h), nullString(d.Trace)}, nil
+		d.Redriven, string(h), traceArg(d.Trace)}, nil
 }
 
 // AddDead implements store.Store. Like Enqueue, it writes through the

@@ -50,7 +50,7 @@ func scanJob(sc scanner, withHistory bool, c store.PayloadCodec) (*store.Job, er
 		dead, lastDuration, lastDelay          sql.NullInt64
 		pDone, pTotal, pAt                     sql.NullInt64
 		replayOf                               sql.NullInt64
-		trace                                  sql.NullString
+		trace                                  storedTrace
 	)
 	dest := []any{&j.ID, &j.Queue, &j.Kind, &payload, &state, &j.Attempt, &j.MaxRetries, &policy, &idem, &j.Dependency, &reproc,
 		&created, &runAt, &attempted, &finished, &lease, &worker, &cancelReq, &j.RetryCount,
@@ -82,7 +82,7 @@ func scanJob(sc scanner, withHistory bool, c store.PayloadCodec) (*store.Job, er
 	j.LastDuration = store.Duration(lastDuration.Int64)
 	j.LastDelay = store.Duration(lastDelay.Int64)
 	j.ReplayOf = replayOf.Int64
-	j.Trace = trace.String
+	j.Trace = string(trace)
 	if pDone.Valid {
 		j.Progress = &store.JobProgress{Done: pDone.Int64, Total: pTotal.Int64, At: fromMicros(pAt.Int64)}
 	}
@@ -233,7 +233,7 @@ func newRow(nj *store.NewJob, now time.Time) row {
 	}
 	r := row{queue: nj.Queue, kind: nj.Kind, dependency: nj.Dependency, payload: nj.Payload, policy: nj.Policy,
 		state: dueState(runAt, now), maxRetries: nj.MaxRetries, reproc: 1, idem: nullString(nj.IdempotencyKey),
-		created: micros(now), runAt: micros(runAt), priority: nj.Priority, trace: nullString(nj.Trace)}
+		created: micros(now), runAt: micros(runAt), priority: nj.Priority, trace: traceArg(nj.Trace)}
 	if len(r.payload) == 0 {
 		r.payload = []byte("null")
 	}
@@ -650,11 +650,13 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 	// The columns are scanned as the driver gives them (into *any, which
 	// database/sql assigns without converting) and decoded here: a scan
 	// into an int went through a string.
-	var v [24]any
-	dest := make([]any, len(v))
+	var v [23]any
+	var trace traceScan // the last column, scanned without a copy
+	dest := make([]any, len(v)+1)
 	for i := range v {
 		dest[i] = &v[i]
 	}
+	dest[len(v)] = &trace
 	for rows.Next() {
 		if len(out) == n {
 			return nil, fmt.Errorf("more than the %d jobs leased", n)
@@ -679,7 +681,7 @@ func (s *Store) readLeased(ctx context.Context, ids string, n int, p store.Fetch
 			CreatedAt: fromMicros(d.int(v[9])), RunAt: fromMicros(runAt), Worker: p.Worker, CancelRequested: d.int(v[11]) != 0,
 			RetryCount: int(d.int(v[12])), LastError: d.str(v[13]), Fingerprint: d.str(v[16]), Redriven: int(d.int(v[17])),
 			LastDuration: store.Duration(lastDuration), LastDelay: store.Duration(lastDelay), ReplayOf: replayOf,
-			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21]), Priority: int(d.int(v[22])), Trace: d.str(v[23])}
+			AttemptedAt: &lj.attempted, LeaseUntil: &lj.leaseTo, Lease: d.int(v[21]), Priority: int(d.int(v[22])), Trace: trace.text}
 		j := &lj.job
 		if len(j.Policy) == 0 {
 			j.Policy = nil

@@ -418,7 +418,7 @@ func (s *Store) replayStep(ctx context.Context, tx *sql.Conn, op *store.Operatio
 		climit            sql.NullString
 		ckey              string
 		fkey              sql.NullString
-		trace             sql.NullString
+		trace             any // either form, copied as it is
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT id, queue, kind, payload, policy, dependency, max_retries, reprocessable, priority, climit, ckey, fkey, trace FROM jobs
 		WHERE `+w+` AND id > ? AND id <= ? ORDER BY id LIMIT ?`, append(args, op.Cursor, op.MaxID, st.Limit)...)

@@ -19,8 +19,8 @@ func traceOf(n int) string {
 	return tp
 }
 
-// testTrace: a job's trace context (NewJob.Trace) comes back as given
-// from every enqueue path (one job, a batch, an idempotency key, a
+// testTrace: a job's trace context (NewJob.Trace) comes back as given,
+// whatever its form, from every enqueue path (one job, a batch, an idempotency key, a
 // limit, a fair queue) and every read (Get, List, Fetch), and survives a
 // retry, the move to the DLQ and a redrive unchanged; a job without one
 // has none; a taken key answers with the holder's; one that is not a
@@ -35,6 +35,15 @@ func testTrace(x *h) {
 		{Queue: "tq", Kind: "k", Trace: traceOf(4), Limit: "tl", LimitMax: 10},
 		{Queue: "tq", Kind: "k", Trace: traceOf(5), Fair: true, FairKey: "tenant"},
 		{Queue: "tq", Kind: "k", Trace: traceOf(6) + " " + strings.Repeat("s", 400)},
+		// Contexts a store may keep in a compact form, and contexts that
+		// have none (not the lowercase version 00 form): all come back
+		// exactly as given.
+		{Queue: "tq", Kind: "k", Trace: "00-00000000000000000000000000000000-0000000000000000-ff"},
+		{Queue: "tq", Kind: "k", Trace: strings.ToUpper(traceOf(10))},
+		{Queue: "tq", Kind: "k", Trace: "cc-" + traceOf(10)[3:] + "-future"},
+		{Queue: "tq", Kind: "k", Trace: traceOf(10) + " "},
+		{Queue: "tq", Kind: "k", Trace: traceOf(10) + "  a b "},
+		{Queue: "tq", Kind: "k", Trace: "x"},
 	}
 	want := map[int64]string{}
 	created := x.enqueue(now, jobs...)

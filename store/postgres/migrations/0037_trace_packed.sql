@@ -1,0 +1,11 @@
+-- redrive PostgreSQL schema: a job's trace context in its packed form.
+--
+-- trace_packed is the packed form of the job's trace context (see
+-- 0026_trace.sql): the traceparent's trace id, span id and flags as
+-- their 25 bytes, then the tracestate's characters when there is one. A
+-- store writes it, and leaves trace NULL, for a traceparent of version
+-- 00 in lowercase hex (what every tracer in redrive writes); any other
+-- context stays in trace as given. Rows written before this migration
+-- keep their text in trace and are read as they were: a nullable column
+-- without a default rewrites no row.
+ALTER TABLE jobs ADD COLUMN trace_packed bytea;

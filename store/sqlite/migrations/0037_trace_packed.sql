@@ -1,0 +1,12 @@
+-- redrive SQLite schema: a job's trace context in its packed form.
+--
+-- jobs.trace now holds one of two forms, told apart by the value's
+-- storage class: a BLOB is the packed form (the traceparent's trace id,
+-- span id and flags as their 25 bytes, then the tracestate's characters
+-- when there is one), what a store writes for a traceparent of version
+-- 00 in lowercase hex; TEXT is the context as it was given (rows written
+-- before this migration, and a context without a packed form). A column
+-- of TEXT affinity keeps a BLOB as it is, so nothing changes in the
+-- schema and no row is rewritten: old rows are read as they are. The
+-- number follows PostgreSQL's migration of the same change.
+SELECT 1;
