@@ -3,6 +3,8 @@ package redrive
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/seal"
@@ -57,11 +60,15 @@ type ImportResult struct {
 // queue: the store opens it when its key is configured, and reads it as
 // undecryptable otherwise (nothing is lost; configure the key and
 // redrive). A plaintext payload is sealed by the store as any new
-// payload of its queue. A job with an idempotency key is added once: an
-// import run again, or into the store the export came from, adds those
-// jobs that are no longer there (counted as Existing otherwise); jobs
-// without a key are added each time. It returns what it did, and on an
-// error what it had added by then.
+// payload of its queue. An import is idempotent: a job with an
+// idempotency key is added once (an import run again, or into the store
+// the export came from, adds those jobs that are no longer there, and
+// counts the others as Existing); a job without one is given the key
+// ImportKeyPrefix followed by a digest of its exported id, queue, kind,
+// creation and death times, so that an import run again skips it as
+// well (the first import into the store it came from adds a copy, keyed
+// so). It returns what it did, and on an error what it had added by
+// then.
 func (c *Client) Import(ctx context.Context, dir string, progress func(n int)) (ImportResult, error) {
 	var res ImportResult
 	if dir == "" {
@@ -167,6 +174,9 @@ func readExported(root *os.Root, id int64, codec store.PayloadCodec) (store.Dead
 	if m.JobID != id {
 		return store.DeadJob{}, fmt.Errorf("job folder %s: metadata.json is of job %d", name, m.JobID)
 	}
+	if d.IdempotencyKey == "" {
+		d.IdempotencyKey = importKey(m, d)
+	}
 	if d.Sealed && codec != nil {
 		// A key the store lacks is not a reason to refuse: the job is
 		// kept until it is configured. A key it has must open it.
@@ -177,6 +187,26 @@ func readExported(root *os.Root, id int64, codec store.PayloadCodec) (store.Dead
 		}
 	}
 	return d, nil
+}
+
+// ImportKeyPrefix begins the idempotency key an import gives an exported
+// job that has none (see Client.Import).
+const ImportKeyPrefix = "redrive-import:"
+
+// importKey is the idempotency key of an exported dead job without one:
+// a digest of what names that death of that job (its id in the store it
+// was exported from, queue, kind, creation and death times), so that the
+// same dead letter imported again is not added twice, while another
+// death of the same job, or a job of the same id from another store, is.
+func importKey(m ExportedMetadata, d store.DeadJob) string {
+	h := sha256.New()
+	created := d.CreatedAt
+	if created.IsZero() {
+		created = d.DeadAt
+	}
+	fmt.Fprintf(h, "%d\x00%s\x00%s\x00%s\x00%s", m.JobID, d.Queue, d.Kind,
+		created.UTC().Format(time.RFC3339Nano), d.DeadAt.UTC().Format(time.RFC3339Nano))
+	return ImportKeyPrefix + hex.EncodeToString(h.Sum(nil))[:32]
 }
 
 // readBounded reads the file name under root, refusing one larger than

@@ -70,6 +70,14 @@ func TestImportKeepsFields(t *testing.T) {
 		we, wm := redrive.ExportedFiles(want)
 		ge, gm := redrive.ExportedFiles(got)
 		we.JobID, wm.JobID, ge.JobID, gm.JobID = 0, 0, 0, 0
+		if wm.IdempotencyKey == "" {
+			// A job without a key gets one, for a second import to
+			// skip it (TestImportTwiceAddsOnce).
+			if !strings.HasPrefix(gm.IdempotencyKey, redrive.ImportKeyPrefix) {
+				t.Errorf("job %d imported with the key %q", id, gm.IdempotencyKey)
+			}
+			gm.IdempotencyKey = ""
+		}
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, want.Payload); err != nil {
 			t.Fatal(err)
@@ -79,6 +87,55 @@ func TestImportKeepsFields(t *testing.T) {
 		if string(wj) != string(gj) {
 			t.Errorf("job %d imported as\n%s\nwant\n%s", id, gj, wj)
 		}
+	}
+}
+
+// TestImportTwiceAddsOnce: an import is idempotent. Run again, it adds
+// nothing, jobs without an idempotency key included; into the store the
+// export came from, it adds a copy of a keyless job once.
+func TestImportTwiceAddsOnce(t *testing.T) {
+	src := newEnv(t, redrive.WorkerOptions{})
+	dir, _ := exportedSample(t, src.client)
+	dst := newEnv(t, redrive.WorkerOptions{})
+	ctx := context.Background()
+	dead := func(c *redrive.Client) int {
+		t.Helper()
+		list, err := c.List(ctx, redrive.Filter{States: []redrive.State{redrive.Dead}}, redrive.Page{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Jobs)
+	}
+	for i, want := range []redrive.ImportResult{{Imported: 2}, {Existing: 2}} {
+		res, err := dst.client.Import(ctx, dir, nil)
+		if err != nil || res != want {
+			t.Fatalf("import %d: %+v, %v; want %+v", i+1, res, err, want)
+		}
+	}
+	if n := dead(dst.client); n != 2 {
+		t.Errorf("%d dead jobs after two imports, want 2", n)
+	}
+	// Into the store it came from: the keyed job is there already; the
+	// keyless one is added once.
+	for i, want := range []redrive.ImportResult{{Imported: 1, Existing: 1}, {Existing: 2}} {
+		res, err := src.client.Import(ctx, dir, nil)
+		if err != nil || res != want {
+			t.Fatalf("import %d into the source: %+v, %v; want %+v", i+1, res, err, want)
+		}
+	}
+	if n := dead(src.client); n != 3 {
+		t.Errorf("%d dead jobs in the source after two imports, want 3", n)
+	}
+	// Another export of the same jobs (a later run) names the same
+	// deaths: nothing is added either.
+	again := filepath.Join(t.TempDir(), "again")
+	if _, err := src.client.Export(ctx, again, redrive.Filter{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := dst.client.Import(ctx, again, nil); err != nil || res != (redrive.ImportResult{Existing: 3}) {
+		// The copy the source holds now carries the key of the job it
+		// copies: the same dead letter, not added again either.
+		t.Errorf("import of a later export: %+v, %v", res, err)
 	}
 }
 

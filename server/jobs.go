@@ -342,8 +342,26 @@ func notFound(err error, id int64) error {
 	return err
 }
 
+// cancelJob cancels the job of the path (jobAction). A dead job is
+// canceled by an admin only: canceled, it leaves the DLQ without running
+// again, as a purge (admin) takes it out, and what operate may do to a
+// dead job is redrive it (the bulk cancels take no dead job either). An
+// operate token gets 403 naming the admin role.
 func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) error {
-	return a.jobAction(w, r, a.client.Cancel, func(id int64, state string) string {
+	cancel := a.client.Cancel
+	if p := principalOf(r.Context()); p.role < RoleAdmin {
+		cancel = func(ctx context.Context, id int64) (*redrive.Job, error) {
+			j, err := a.client.Get(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if j.State == redrive.Dead {
+				return nil, forbidden(p, RoleAdmin, fmt.Sprintf("canceling job %d, a dead job (it would leave the DLQ without running, as a purge takes it out; operate redrives dead jobs)", id))
+			}
+			return a.client.Cancel(ctx, id)
+		}
+	}
+	return a.jobAction(w, r, cancel, func(id int64, state string) string {
 		return fmt.Sprintf("job %d cannot be canceled%s", id, state)
 	})
 }

@@ -324,3 +324,96 @@ func TestRedactJobTexts(t *testing.T) {
 		t.Errorf("a whole previous payload lost what is not secret: %s", j.History[0].PreviousPayload)
 	}
 }
+
+// TestHTTPBodySecretsMasked: the secrets inside an http job's body, a
+// JSON body and a form body, are masked for a read token (the job, the
+// listings, the DLQ and its export), shown to an admin with reveal=true,
+// and kept by an edit that sends the mask back.
+func TestHTTPBodySecretsMasked(t *testing.T) {
+	e := newRedactFixture(t).e // its worker runs the redrives
+	ctx := context.Background()
+	const secret = "s3cr3t-BODY-0006"
+	bodies := map[string]struct{ ctype, body string }{
+		"json": {"application/json", `{"client_secret":"` + secret + `","grant_type":"client_credentials"}`},
+		"form": {"application/x-www-form-urlencoded", "client_secret=" + secret + "&grant_type=client_credentials"},
+	}
+	ids := map[string]int64{}
+	for name, b := range bodies {
+		p := map[string]any{"method": "POST", "url": "https://auth.example.com/token",
+			"headers": map[string]string{"Content-Type": b.ctype}, "body": b.body}
+		j, err := e.client.Enqueue(ctx, "http", p, redrive.InQueue("tok"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		got, err := e.st.Fetch(ctx, store.FetchParams{Queue: "tok", Limit: 1, Now: now, LeaseUntil: now.Add(time.Minute), Worker: "w"})
+		if err != nil || len(got) != 1 || got[0].ID != j.ID {
+			t.Fatalf("fetch: %v %v", got, err)
+		}
+		msg := "400 from the server: you sent " + b.body
+		if _, err := e.st.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: "tok", Attempt: 1, Lease: got[0].Lease, Worker: "w",
+			Kind: store.Bury, At: now, Class: failure.Permanent, DeadReason: "http_400", Fingerprint: "f400abcd", Error: msg,
+			Event: &store.Event{Kind: store.EventDead, Attempt: 1, At: now, Class: "permanent", Error: msg}}}); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = j.ID
+	}
+	e.token = roleTokens[RoleRead]
+	for name, id := range ids {
+		for _, path := range []string{fmt.Sprintf("/v1/jobs/%d", id), "/v1/jobs?history=true", "/v1/dlq?history=true", "/v1/dlq/groups"} {
+			r := e.do("GET", path, "")
+			if r.status != 200 {
+				t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+			}
+			if strings.Contains(string(r.body), secret) {
+				t.Errorf("%s: GET %s as read shows the secret: %s", name, path, r.body)
+			}
+		}
+		var j redrive.Job
+		e.want(e.do("GET", fmt.Sprintf("/v1/jobs/%d", id), ""), 200, &j)
+		var p struct {
+			Body string `json:"body"`
+		}
+		if err := json.Unmarshal(j.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(p.Body, "client_secret") || !strings.Contains(p.Body, redact.Mask) || !strings.Contains(p.Body, "grant_type") {
+			t.Errorf("%s: the body as read: %q", name, p.Body)
+		}
+	}
+	e.token = roleTokens[RoleAdmin]
+	if r := e.do("GET", "/v1/dlq/export", ""); r.status != 200 || strings.Contains(string(r.body), secret) {
+		t.Errorf("export: %d %s", r.status, r.body)
+	}
+	for name, id := range ids {
+		r := e.do("GET", fmt.Sprintf("/v1/jobs/%d?reveal=true", id), "")
+		if r.status != 200 || !strings.Contains(string(r.body), secret) {
+			t.Errorf("%s: reveal: %d %s", name, r.status, r.body)
+		}
+	}
+	// An edit of the masked body elsewhere keeps the stored secret.
+	for name, id := range ids {
+		var j redrive.Job
+		e.want(e.do("GET", fmt.Sprintf("/v1/jobs/%d", id), ""), 200, &j)
+		var p map[string]any
+		if err := json.Unmarshal(j.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		p["body"] = strings.Replace(p["body"].(string), "client_credentials", "refresh_token", 1)
+		body, _ := json.Marshal(map[string]any{"ids": []int64{id}, "payload": p, "note": "grant"})
+		e.want(e.do("POST", "/v1/dlq/redrive?wait=true", string(body)), 200, nil)
+		got, err := e.client.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stored struct {
+			Body string `json:"body"`
+		}
+		if err := json.Unmarshal(got.Payload, &stored); err != nil {
+			t.Fatal(err)
+		}
+		if want := strings.Replace(bodies[name].body, "client_credentials", "refresh_token", 1); stored.Body != want {
+			t.Errorf("%s: stored body after the edit %q, want %q", name, stored.Body, want)
+		}
+	}
+}

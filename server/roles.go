@@ -32,12 +32,13 @@ const (
 	// does not include it: an operate token may not read secrets
 	// (reveal=true is the admin's), so it may not lease jobs either.
 	RoleWorker
-	// RoleOperate is RoleRead plus enqueue, cancel, redrive, run now,
-	// priority, pause and resume (queues and operations), breakers and
-	// limits.
+	// RoleOperate is RoleRead plus enqueue, cancel (of a job that is not
+	// dead), redrive, run now, priority, pause and resume (queues and
+	// operations), breakers and limits.
 	RoleOperate
 	// RoleAdmin is RoleOperate plus editing payloads (a redrive with a
-	// payload), purge, export, replay and schedules.
+	// payload), purge, canceling a dead job, export, replay and
+	// schedules.
 	RoleAdmin
 )
 
@@ -184,7 +185,7 @@ var routeRoles = map[string]Role{
 	"POST /v1/jobs/cancel":              RoleOperate,
 	"GET /v1/jobs":                      RoleRead,
 	"GET /v1/jobs/{id}":                 RoleRead,
-	"POST /v1/jobs/{id}/cancel":         RoleOperate,
+	"POST /v1/jobs/{id}/cancel":         RoleOperate, // and admin for a dead job (cancelJob)
 	"POST /v1/jobs/{id}/priority":       RoleOperate,
 	"POST /v1/jobs/{id}/run":            RoleOperate,
 	"GET /v1/dlq":                       RoleRead,

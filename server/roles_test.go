@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/failure"
+	"github.com/redrivehq/redrive/store"
 )
 
 // roleTokens are a token of each role, named for it.
@@ -143,5 +149,63 @@ func TestRoleSession(t *testing.T) {
 	}
 	if r := e.do("DELETE", "/v1/dlq?all=true", "", "Authorization", "Bearer "+opts.Token); r.status == http.StatusForbidden {
 		t.Errorf("the legacy token refused: %s", r.body)
+	}
+}
+
+// TestRoleCancelDeadNeedsAdmin: canceling a job is the operate role's,
+// but canceling a dead job takes it out of the DLQ unrun, as a purge
+// does: the admin's. The table: each role against a dead and a pending
+// job.
+func TestRoleCancelDeadNeedsAdmin(t *testing.T) {
+	e := newEnv(t, roleOptions())
+	ctx := context.Background()
+	dead := func() int64 {
+		jobs, err := e.st.AddDead(ctx, []store.DeadJob{{Queue: "q", Kind: "k", Payload: json.RawMessage(`{}`), Attempt: 1,
+			DeadAt: time.Now(), LastErrorClass: failure.Permanent}}, time.Now())
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("AddDead: %v %v", jobs, err)
+		}
+		return jobs[0].ID
+	}
+	pending := func() int64 {
+		j, err := e.client.Enqueue(ctx, "k", map[string]any{}, redrive.InQueue("q"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.ID
+	}
+	for _, c := range []struct {
+		role  Role
+		state string
+		job   func() int64
+		want  int
+	}{
+		{RoleRead, "pending", pending, http.StatusForbidden},
+		{RoleRead, "dead", dead, http.StatusForbidden},
+		{RoleOperate, "pending", pending, http.StatusOK},
+		{RoleOperate, "dead", dead, http.StatusForbidden},
+		{RoleAdmin, "pending", pending, http.StatusOK},
+		{RoleAdmin, "dead", dead, http.StatusOK},
+	} {
+		id := c.job()
+		r := e.do("POST", fmt.Sprintf("/v1/jobs/%d/cancel", id), "", "Authorization", "Bearer "+roleTokens[c.role])
+		if r.status != c.want {
+			t.Errorf("%s cancels a %s job: %d %s, want %d", c.role, c.state, r.status, r.body, c.want)
+			continue
+		}
+		j, err := e.client.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.want == http.StatusForbidden {
+			if j.State == redrive.Canceled {
+				t.Errorf("%s: refused, yet job %d is canceled", c.role, id)
+			}
+			if c.role == RoleOperate && !strings.Contains(string(r.body), "needs the admin role") {
+				t.Errorf("operate's refusal: %s", r.body)
+			}
+		} else if j.State != redrive.Canceled {
+			t.Errorf("%s canceled a %s job: it is %s", c.role, c.state, j.State)
+		}
 	}
 }

@@ -212,6 +212,11 @@ func amqpRedrive(g *globalOptions) func(context.Context, *cobra.Command, *amqp.D
 		case rate < 0:
 			return flagErrorf(cmd, "--rate must not be negative")
 		}
+		audit, err := openBrokerAudit(ctx, g, cmd)
+		if err != nil {
+			return err
+		}
+		defer audit.Close()
 		n, err := dlq.Count(ctx)
 		if err != nil {
 			return err
@@ -237,6 +242,8 @@ func amqpRedrive(g *globalOptions) func(context.Context, *cobra.Command, *amqp.D
 		res, err := dlq.Redrive(ctx, amqp.RedriveOptions{Max: n, Rate: rate, Note: note,
 			Progress: func(done int) { bar.update(int64(done), int64(n), "") }})
 		bar.finish()
+		audit.record(cmd, "dlq redrive", map[string]any{"amqp_queue": dlq.Name(), "max": n, "rate": rate},
+			int64(res.Redriven), note, err)
 		if err != nil {
 			return fmt.Errorf("redrive stopped after %d message(s): %w", res.Redriven, err)
 		}
@@ -256,6 +263,11 @@ func amqpPurge(g *globalOptions) func(context.Context, *cobra.Command, *amqp.DLQ
 		if !all {
 			return flagErrorf(cmd, "a RabbitMQ DLQ is purged whole: pass --all")
 		}
+		audit, err := openBrokerAudit(ctx, g, cmd)
+		if err != nil {
+			return err
+		}
+		defer audit.Close()
 		n, err := dlq.Count(ctx)
 		if err != nil {
 			return err
@@ -272,6 +284,7 @@ func amqpPurge(g *globalOptions) func(context.Context, *cobra.Command, *amqp.DLQ
 			return err
 		}
 		purged, err := dlq.Purge(ctx)
+		audit.record(cmd, "dlq purge", map[string]any{"amqp_queue": dlq.Name(), "all": true}, int64(purged), "", err)
 		if err != nil {
 			return err
 		}
@@ -319,10 +332,10 @@ func amqpDLQCommands(g *globalOptions, dlq *cobra.Command) {
 	}
 	if c := byName["redrive"]; c != nil {
 		c.Flags().Int("max", 0, "with --amqp-queue: redrive this many messages from the head of the DLQ")
-		withAMQP(c, []string{"all", "all-matching", "max", "rate", "note", "yes"}, amqpRedrive(g))
+		withAMQP(c, addBrokerAuditFlags(c, []string{"all", "all-matching", "max", "rate", "note", "yes"}), amqpRedrive(g))
 	}
 	if c := byName["purge"]; c != nil {
-		withAMQP(c, []string{"all", "yes"}, amqpPurge(g))
+		withAMQP(c, addBrokerAuditFlags(c, []string{"all", "yes"}), amqpPurge(g))
 	}
 	count := newDLQCountCmd(g)
 	withAMQP(count, nil, amqpCount(g))

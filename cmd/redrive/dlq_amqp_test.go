@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,7 +70,8 @@ func TestAMQPDLQCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	flags := []string{"--amqp-url", url, "--amqp-queue", q}
+	db := auditDB(t)
+	flags := []string{"--amqp-url", url, "--amqp-queue", q, "--db", db}
 	cli := func(args ...string) string { return mustCLI(t, append(args, flags...)...) }
 
 	if out := strings.TrimSpace(cli("dlq", "count")); out != "5" {
@@ -89,6 +91,31 @@ func TestAMQPDLQCommands(t *testing.T) {
 	}
 	if out := strings.TrimSpace(cli("dlq", "count")); out != "3" {
 		t.Errorf("count after redriving 2 = %q", out)
+	}
+	// The redrive is in the store's audit log, as the CLI's changes on
+	// the store are.
+	if es := auditEntries(t, db, "dlq redrive"); len(es) != 1 || es[0].Actor != localActor || es[0].Count != 2 ||
+		es[0].Note != "cli test" || !strings.Contains(es[0].Target, `"amqp_queue":"`+topo.DLQ()+`"`) {
+		t.Errorf("audit entries of the redrive: %+v", es)
+	}
+	// Without a store to record it in, the command refuses before it
+	// touches the DLQ, unless --no-audit.
+	noStore := []string{"--amqp-url", url, "--amqp-queue", q, "--db", filepath.Join(t.TempDir(), "none.db")}
+	for _, args := range [][]string{{"dlq", "redrive", "--max", "1", "--yes"}, {"dlq", "purge", "--all", "--yes"}} {
+		_, _, err := runCLIIn(t, "", append(args, noStore...)...)
+		if err == nil || !strings.Contains(err.Error(), "audit log") || !strings.Contains(err.Error(), "--no-audit") {
+			t.Errorf("%s without a store: %v", strings.Join(args, " "), err)
+		}
+	}
+	if out := strings.TrimSpace(cli("dlq", "count")); out != "3" {
+		t.Errorf("count after the refusals = %q", out)
+	}
+	stdout, stderr, err := runCLIIn(t, "", append([]string{"dlq", "redrive", "--max", "1", "--yes", "--no-audit"}, noStore...)...)
+	if err != nil || !strings.Contains(stdout, "redriven 1 message(s)") || !strings.Contains(stderr, "not recorded in the audit log") {
+		t.Errorf("redrive --no-audit: %v %q %q", err, stdout, stderr)
+	}
+	if _, _, err := runCLIIn(t, "", "dlq", "redrive", "--all", "--yes", "--no-audit", "--db", db); err == nil || !strings.Contains(err.Error(), "applies to a broker's DLQ") {
+		t.Errorf("--no-audit on the store's redrive: %v", err)
 	}
 	// Refusals: what does not apply to a RabbitMQ DLQ, a purge without
 	// --all, a redrive without a count, and no terminal to confirm.
@@ -110,8 +137,11 @@ func TestAMQPDLQCommands(t *testing.T) {
 	if _, _, err := runCLI(t, "dlq", "count", "--amqp-url", url); err == nil || !strings.Contains(err.Error(), "needs --amqp-queue") {
 		t.Errorf("--amqp-url without --amqp-queue: %v", err)
 	}
-	if out := cli("dlq", "purge", "--all", "--yes"); !strings.Contains(out, "purged 3") {
+	if out := cli("dlq", "purge", "--all", "--yes"); !strings.Contains(out, "purged 2") {
 		t.Errorf("dlq purge: %q", out)
+	}
+	if es := auditEntries(t, db, "dlq purge"); len(es) != 1 || es[0].Actor != localActor || es[0].Count != 2 {
+		t.Errorf("audit entries of the purge: %+v", es)
 	}
 	if n, _ := (func() (int, error) { d, _ := amqp.NewDLQ(conn, q); defer d.Close(); return d.Count(ctx) })(); n != 0 {
 		t.Errorf("%d left after the purge", n)

@@ -69,7 +69,7 @@ func TestAMQPDLQSealedBodies(t *testing.T) {
 			amqp.HeaderAttempt: int64(1), amqp.HeaderOrigin: q, redrive.HeaderSealed: "k1"}}); err != nil {
 		t.Fatal(err)
 	}
-	flags := []string{"--amqp-url", url, "--amqp-queue", q}
+	flags := []string{"--amqp-url", url, "--amqp-queue", q, "--db", auditDB(t)}
 	ls := func() amqp.DeadLetter {
 		t.Helper()
 		var dead []amqp.DeadLetter
@@ -142,7 +142,7 @@ func TestKafkaDLQSealedValues(t *testing.T) {
 		{Key: kafka.HeaderAttempt, Value: []byte("1")}, {Key: redrive.HeaderSealed, Value: []byte("k1")}}}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic}
+	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic, "--db", auditDB(t)}
 	ls := func() kafka.DeadLetter {
 		t.Helper()
 		dead := decode[[]kafka.DeadLetter](t, mustCLI(t, append([]string{"--json", "dlq", "ls"}, flags...)...))

@@ -30,9 +30,11 @@ A payload exported sealed ("payload_sealed" in metadata.json) is kept
 sealed, in its queue: with its key among the payload keys
 ($REDRIVE_PAYLOAD_KEYS_FILE, $REDRIVE_PAYLOAD_KEYS) the jobs run with their
 plaintext once redriven; without it they are kept, read as undecryptable
-(and die as undecryptable if redriven) until the key is configured. Jobs
-with an idempotency key are added once; the others are added each time
-the folder is imported.
+(and die as undecryptable if redriven) until the key is configured. An
+import is idempotent: jobs with an idempotency key are added once, and
+a job without one is given the key redrive-import:DIGEST (of its
+exported id, queue, kind, creation and death times), so that importing
+the folder again adds nothing.
 ` + connHelp,
 		Args: cobra.ExactArgs(1),
 	}

@@ -30,6 +30,11 @@ func kafkaList(g *globalOptions) func(*cobra.Command, []string) (kafkaAction, er
 			if err := k.checkPartitions(cmd, "from", from); err != nil {
 				return err
 			}
+			audit, err := openBrokerAudit(ctx, g, cmd)
+			if err != nil {
+				return err
+			}
+			defer audit.Close()
 			n, err := k.dlt.Count(ctx)
 			if err != nil {
 				return err
@@ -152,6 +157,11 @@ func kafkaRedrive(g *globalOptions) func(*cobra.Command, []string) (kafkaAction,
 			if err := k.checkPartitions(cmd, "from", from); err != nil {
 				return err
 			}
+			audit, err := openBrokerAudit(ctx, g, cmd)
+			if err != nil {
+				return err
+			}
+			defer audit.Close()
 			if err := k.checkPartitions(cmd, "to", to); err != nil {
 				return err
 			}
@@ -211,6 +221,16 @@ func kafkaRedrive(g *globalOptions) func(*cobra.Command, []string) (kafkaAction,
 			res, err := k.dlt.Redrive(ctx, kafka.RedriveOptions{From: from, To: to, Reason: reason, Class: class, Max: maxN, Rate: rate,
 				Discard: discard, Note: note, Progress: func(done int) { bar.update(int64(done), n, "") }})
 			bar.finish()
+			target := map[string]any{"kafka_topic": k.topic, "dlt": k.dlt.Name(), "all": all, "max": maxN, "rate": rate}
+			for key, v := range map[string]string{"from": fromS, "to": toS, "reason": reason, "class": class} {
+				if v != "" {
+					target[key] = v
+				}
+			}
+			if discard {
+				target["discard"] = true
+			}
+			audit.record(cmd, "dlq redrive", target, int64(res.Redriven+res.Discarded), note, err)
 			if err != nil {
 				return fmt.Errorf("redrive stopped after %d dead letter(s): %w", res.Redriven+res.Discarded, err)
 			}
@@ -261,7 +281,7 @@ func kafkaDLQCommands(g *globalOptions, dlq *cobra.Command) {
 		f.String("from", "", "with --kafka-topic: redrive from these offsets, PARTITION:OFFSET,... (e.g. 0:120,1:40); only the partitions named")
 		f.String("to", "", "with --kafka-topic: stop before these offsets, PARTITION:OFFSET,... (e.g. 0:200)")
 		f.Bool("discard", false, "with --kafka-topic: move the redrive cursor past the selected dead letters without redriving them")
-		withKafka(c, []string{"all", "all-matching", "max", "rate", "note", "yes", "reason", "class", "from", "to", "discard"}, kafkaRedrive(g))
+		withKafka(c, addBrokerAuditFlags(c, []string{"all", "all-matching", "max", "rate", "note", "yes", "reason", "class", "from", "to", "discard"}), kafkaRedrive(g))
 		c.Long += "\n" + kafkaRedriveHelp
 	}
 	if c := byName["purge"]; c != nil {

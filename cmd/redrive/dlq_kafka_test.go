@@ -149,7 +149,7 @@ func TestKafkaDLQCommands(t *testing.T) {
 	fix, runs := kafkaDeadLetters(t, brokers, topic, "flaky-1", "flaky-2", "perm-1", "ok-1")
 	eventually(t, "three dead letters", func() bool { return dltCount(t, brokers, topic).Total == 3 })
 
-	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic}
+	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic, "--db", auditDB(t)}
 	cli := func(args ...string) string { return mustCLI(t, append(args, flags...)...) }
 
 	if out := strings.TrimSpace(cli("dlq", "count")); out != "3 dead letter(s) in "+topic+"-dlt, 3 pending (not redriven yet)" {
@@ -258,6 +258,11 @@ func TestKafkaDLQCommands(t *testing.T) {
 		!strings.Contains(stdout, "redriven 2 dead letter(s) from "+topic+"-dlt back to "+topic+"; skipped 1") ||
 		!strings.Contains(stdout, "the skipped ones stay pending") {
 		t.Errorf("redrive --reason: stdout %q stderr %q", stdout, stderr)
+	}
+	// Recorded in the store's audit log (--db), as local.
+	if es := auditEntries(t, flags[len(flags)-1], "dlq redrive"); len(es) != 1 || es[0].Actor != localActor || es[0].Count != 2 ||
+		es[0].Note != "scanner back" || !strings.Contains(es[0].Target, `"kafka_topic":"`+topic+`"`) || !strings.Contains(es[0].Target, `"reason":"retries_exhausted"`) {
+		t.Errorf("audit entries of the redrive: %+v", es)
 	}
 	eventually(t, "the redriven records to run again", func() bool { return runs("flaky-1") == 3 && runs("flaky-2") == 3 })
 	// They came back to the main topic, redriven once, with a history of
@@ -560,7 +565,7 @@ func TestKafkaDLQCountTransactions(t *testing.T) {
 		}
 		return nil
 	})
-	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic}
+	flags := []string{"--kafka-brokers", strings.Join(brokers, ","), "--kafka-topic", topic, "--db", auditDB(t)}
 	if out := strings.TrimSpace(mustCLI(t, append([]string{"dlq", "count"}, flags...)...)); out != "3 dead letter(s) in "+topic+"-dlt, 3 pending (not redriven yet)" {
 		t.Errorf("dlq count = %q", out)
 	}

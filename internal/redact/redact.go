@@ -200,10 +200,26 @@ func (r *Redactor) Payload(kind string, payload json.RawMessage) (json.RawMessag
 			return payload, nil
 		}
 		// The handlers decode with encoding/json, which takes a field
-		// whose name matches ignoring case ("URL", "Headers") for url
-		// or headers: mask every such field.
+		// whose name matches ignoring case ("URL", "Headers", "Body")
+		// for url, headers or body: mask every such field.
+		var ctype string
+		for key, fv := range obj {
+			if strings.EqualFold(key, "headers") {
+				ctype = contentType(fv)
+			}
+		}
 		for key, fv := range obj {
 			switch {
+			case strings.EqualFold(key, "body"):
+				b, ok := fv.(string)
+				if !ok {
+					continue
+				}
+				if masked, found := r.maskBody(b, ctype); len(found) > 0 {
+					obj[key] = masked
+					secrets = append(secrets, found...)
+					changed = true
+				}
 			case strings.EqualFold(key, "headers"):
 				hs, ok := fv.(map[string]any)
 				if !ok {
@@ -331,6 +347,14 @@ func (r *Redactor) requestSecrets(data []byte) []string {
 			var u string
 			if json.Unmarshal(vals[i], &u) == nil {
 				_, found := r.URL(u)
+				out = append(out, found...)
+			}
+		case strings.EqualFold(k, "body"):
+			// Read as JSON and as a form alike: the content type of
+			// headers given twice is not known here.
+			var b string
+			if json.Unmarshal(vals[i], &b) == nil {
+				_, found := r.maskBody(b, "application/x-www-form-urlencoded")
 				out = append(out, found...)
 			}
 		}
@@ -623,10 +647,12 @@ func marshal(v any) json.RawMessage {
 
 // HasMask reports whether payload holds the mask anywhere: in a string
 // of the JSON, however its bullets are spelled (as they are, or as
-// \u2022 escapes, all or some); in the bytes, for a payload that is not
-// JSON.
+// \u2022 escapes, all or some), and in a request kind's body, escaped as
+// its JSON or its form escapes it; in the bytes, for a payload that is
+// not JSON.
 func HasMask(payload []byte) bool {
-	if !bytes.Contains(payload, []byte("•")) && !bytes.Contains(payload, []byte(`\u2022`)) {
+	if !bytes.Contains(payload, []byte("•")) && !bytes.Contains(payload, []byte(`\u2022`)) &&
+		!bytes.Contains(bytes.ToLower(payload), []byte(escapedMask[:9])) {
 		return false
 	}
 	var v any
@@ -641,7 +667,8 @@ func HasMask(payload []byte) bool {
 func holdsMask(v any) bool {
 	switch t := v.(type) {
 	case string:
-		return strings.Contains(t, Mask)
+		// A request kind's body may hold it escaped (see bodyHoldsMask).
+		return strings.Contains(t, Mask) || bodyHoldsMask(t)
 	case map[string]any:
 		for k, e := range t {
 			if strings.Contains(k, Mask) || holdsMask(e) {
@@ -708,6 +735,12 @@ func restore(kind, path string, e, s any) (any, error) {
 				return nil, fmt.Errorf("%s holds the mask %s, but the stored payload has no value there to keep: give the value itself", path, Mask)
 			}
 			return s, nil
+		}
+		// A request kind's body, whatever the case of its name (see
+		// Payload and body.go).
+		if strings.EqualFold(path, "payload.body") && requestKind(kind) && bodyHoldsMask(t) {
+			stored, _ := s.(string)
+			return restoreBody(path, t, stored)
 		}
 		// A request kind's url, whatever the case of its name (see
 		// Payload).

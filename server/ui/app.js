@@ -697,7 +697,8 @@ async function jobPage(id) {
     actions.append(h('button', { class: 'primary', id: 'run-now', 'data-needs': 'operate', onclick: () => runNow(j, retry) }, retry ? 'Retry now' : 'Run now'));
   }
   if (['pending', 'scheduled', 'running', 'dead'].includes(j.state)) {
-    actions.append(h('button', { 'data-needs': 'operate', onclick: () => cancelJob(j) }, 'Cancel'));
+    // A dead job leaves the DLQ unrun when canceled, as a purge: admin.
+    actions.append(h('button', { 'data-needs': j.state === 'dead' ? 'admin' : 'operate', onclick: () => cancelJob(j) }, 'Cancel'));
   }
   if (j.state === 'dead') {
     actions.append(
