@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -138,5 +139,39 @@ func TestWorkflowBatchCommit(t *testing.T) {
 	}
 	if got.Completed != 1 || got.Canceled != 1 || got.State != store.WorkflowFinished {
 		t.Fatalf("workflow %s, %d completed and %d canceled, want finished, 1 and 1", got.State, got.Completed, got.Canceled)
+	}
+
+	// One statement completing 4,000 jobs fanning into one: the setting
+	// takes the first 16,384 characters of ids (of 4 or 5 digits here:
+	// about 3,000), the rest are done for their row; the final job is
+	// released once, every completion counted.
+	const wide = 4000
+	fan := store.NewWorkflow{OnSuccess: &done}
+	after := make([]string, wide)
+	for i := range after {
+		after[i] = fmt.Sprint("d", i)
+		fan.Jobs = append(fan.Jobs, store.WorkflowNode{Name: after[i], Job: job("d")})
+	}
+	fan.Jobs = append(fan.Jobs, store.WorkflowNode{Name: "final", Job: job("final"), After: after})
+	wf, ids = enqueue(fan)
+	inTx(func(tx pgx.Tx) {
+		exec(tx, `UPDATE `+jobs+` SET state = 'completed', finished_at = $1 WHERE flow = $2 AND state = 'pending'`, now, wf.ID)
+		// Before the commit: those done for their row are counted.
+		var counted int64
+		if err := tx.QueryRow(ctx, `SELECT completed FROM `+pgx.Identifier{schema, "workflows"}.Sanitize()+` WHERE id = $1`, wf.ID).Scan(&counted); err != nil {
+			t.Fatal(err)
+		}
+		if counted == 0 || counted == wide {
+			t.Fatalf("%d of %d completions counted before the commit, want some (past the setting's bound) but not all", counted, wide)
+		}
+	})
+	if got := state(ids["final"]); got != store.Pending {
+		t.Fatalf("final job is %s after its %d dependencies completed in one statement, want pending", got, wide)
+	}
+	if got, err = s.GetWorkflow(ctx, wf.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got.Completed != wide {
+		t.Fatalf("workflow counts %d completed, want %d", got.Completed, wide)
 	}
 }
