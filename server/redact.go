@@ -19,7 +19,9 @@ import (
 // password of their URL, and the fields named like secrets of other
 // kinds' payloads (Options.RedactFields); and the same values wherever a
 // text the job carries echoes them (its last error, its history's errors
-// and notes, a previous payload). An admin may ask for the secrets with
+// and notes, a previous payload). A completed job's result (GET
+// /v1/jobs/{id}) is masked the same way: its fields named like secrets,
+// and the payload's secrets it echoes. An admin may ask for the secrets with
 // ?reveal=true on the job reads (GET /v1/jobs/{id}, /v1/jobs, /v1/dlq,
 // /v1/dlq/export); each such read is recorded in the audit log first,
 // and refused when it cannot be.
@@ -88,6 +90,7 @@ func (a *api) redactJob(j *redrive.Job) {
 	}
 	j.LastError = redact.Scrub(j.LastError, secrets)
 	j.Summary = redact.Scrub(j.Summary, secrets)
+	j.Result = a.redactResult(j.Result, secrets)
 	for i := range j.History {
 		ev := &j.History[i]
 		ev.Error = redact.Scrub(ev.Error, secrets)
@@ -96,6 +99,27 @@ func (a *api) redactJob(j *redrive.Job) {
 			ev.PreviousPayload = a.redactPrevious(j.Kind, ev.PreviousPayload, secrets)
 		}
 	}
+}
+
+// redactResult masks the secrets of a completed job's result as a
+// payload's (fields named like secrets, whatever the job's kind) and the
+// secrets of its payload the result echoes (secrets). An echo whose mask
+// would leave the result no longer JSON (a secret outside a string)
+// masks the result whole, as a JSON string.
+func (a *api) redactResult(result json.RawMessage, secrets []string) json.RawMessage {
+	if len(result) == 0 {
+		return result
+	}
+	masked, _ := a.redactor.Payload("", result)
+	scrubbed := redact.Scrub(string(masked), secrets)
+	if scrubbed == string(masked) {
+		return masked
+	}
+	if !json.Valid([]byte(scrubbed)) {
+		b, _ := json.Marshal(redact.Mask)
+		return b
+	}
+	return json.RawMessage(scrubbed)
 }
 
 // redactPrevious masks a redriven event's previous payload: a whole one

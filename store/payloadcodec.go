@@ -157,24 +157,40 @@ func SealResults(c PayloadCodec, outcomes []Outcome) ([]Outcome, error) {
 // job of queue. One that cannot be opened leaves Result nil and sets
 // ResultError ("undecryptable: ..."), as OpenJob does for a payload.
 func OpenResult(c PayloadCodec, queue string, r *DependencyResult) {
-	if !seal.IsSealed(r.Result) {
+	r.Result, r.ResultError = openResult(c, queue, r.Result)
+}
+
+// OpenJobResult sets j's Result to stored, the result a store read for
+// it, opened with c (nil or empty stored: none); one that cannot be
+// opened leaves Result nil and sets ResultError, as OpenResult does.
+func OpenJobResult(c PayloadCodec, j *Job, stored []byte) {
+	if len(stored) == 0 {
+		j.Result, j.ResultError = nil, ""
 		return
+	}
+	j.Result, j.ResultError = openResult(c, j.Queue, stored)
+}
+
+// openResult opens a result stored for a job of queue: the result, or
+// nil and why it cannot be opened.
+func openResult(c PayloadCodec, queue string, stored []byte) (json.RawMessage, string) {
+	if !seal.IsSealed(stored) {
+		return stored, ""
 	}
 	var (
 		p   []byte
 		err error
 	)
 	if c == nil {
-		id, _ := seal.KeyID(r.Result)
+		id, _ := seal.KeyID(stored)
 		err = fmt.Errorf("%w %q: the store has no payload keys", seal.ErrUnknownKey, id)
 	} else {
-		p, err = c.Open(queue, r.Result)
+		p, err = c.Open(queue, stored)
 	}
 	if err != nil {
-		r.Result, r.ResultError = nil, ReasonUndecryptable+": "+err.Error()
-		return
+		return nil, ReasonUndecryptable + ": " + err.Error()
 	}
-	r.Result = p
+	return p, ""
 }
 
 // RekeyResult re-seals with c, under the current key, a result stored

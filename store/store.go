@@ -221,6 +221,16 @@ type Job struct {
 	// cancel, dead) clears it, and so does the start of an attempt.
 	Progress *JobProgress `json:"progress,omitempty"`
 
+	// Result is, for a completed job, the result its handler recorded
+	// (redrive.SetResult, or a remote worker's complete with a result):
+	// JSON of at most MaxResult bytes, nil for none. Get sets it; List,
+	// Fetch and the other reads leave it nil.
+	Result json.RawMessage `json:"result,omitempty"`
+	// ResultError says why Result is nil though the job recorded one:
+	// "undecryptable: ..." for a result sealed (payload encryption at
+	// rest) under a key the store does not have. Get sets it.
+	ResultError string `json:"result_error,omitempty"`
+
 	// History is every attempt and event of the job, oldest first. It is
 	// kept across redrives. The API's listings leave it out (GET
 	// /v1/jobs/{id} has it).

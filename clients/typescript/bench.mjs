@@ -11,10 +11,14 @@
 //    processes and times from their start until serve has answered an
 //    applied outcome for every job (the API's count checks it): jobs/s.
 // 2. Latency: with the workers idle (long-polling), enqueues
-//    --latency-jobs jobs one at a time, each once the previous one ran, and
-//    measures to its handler's start (clocks of one machine) from the job's
-//    enqueued_at (the server's time of the enqueue) and from the moment
-//    the enqueue request was sent: p50, p99, max of each.
+//    --latency-jobs jobs one at a time, each once the previous one's
+//    complete was applied (no outcome's commit in the way), and
+//    measures, p50, p99 and max of each, the same quantities as bench.py:
+//    the job's attempted_at - created_at (the server's clock: its lease's
+//    update minus its enqueue), and to its handler's start (clocks of one
+//    machine) from the job's enqueued_at (the server's time of the
+//    enqueue, to the microsecond) and from the moment the enqueue request
+//    was sent.
 // Build first (npm run build): it runs dist/.
 
 import { fork } from "node:child_process";
@@ -24,6 +28,13 @@ import { Client, Worker } from "./dist/index.js";
 
 const QUEUE = "bench";
 const KIND = "noop";
+
+/** Milliseconds since the epoch of an RFC 3339 time, to the microsecond (Date.parse stops at the millisecond). */
+function epochMs(s) {
+  const m = /^(.*?)(\.(\d+))?(Z|[+-]\d\d:\d\d)$/.exec(s);
+  if (!m) return Date.parse(s);
+  return Date.parse(m[1] + m[4]) + (m[3] ? Number(`0.${m[3]}`) * 1000 : 0);
+}
 
 if (process.env.REDRIVE_BENCH_CHILD === "1") {
   await child();
@@ -35,6 +46,8 @@ async function child() {
   const { url, token, concurrency } = JSON.parse(process.env.REDRIVE_BENCH_CONFIG);
   // Counts the calls of each route and the items they carried.
   const calls = {};
+  const enqueuedAt = new Map(); // job id -> enqueued_at as the lease answered it (latency mode)
+  let latencyMode = false;
   const counting = async (input, init) => {
     const path = new URL(String(input)).pathname;
     const t0 = performance.now();
@@ -52,15 +65,17 @@ async function child() {
     if (path === "/v1/worker/lease") {
       const body = await res.clone().json().catch(() => ({}));
       c.items += body.jobs?.length ?? 0;
+      if (latencyMode) for (const j of body.jobs ?? []) enqueuedAt.set(j.id, j.enqueued_at);
     }
     return res;
   };
   const worker = new Worker({ url, token, queues: [QUEUE], concurrency, handleSignals: false, gracePeriodMs: 5000, fetch: counting });
-  let latencyMode = false;
   worker.handle(KIND, (job) => {
     if (latencyMode) {
       const startedAt = performance.timeOrigin + performance.now();
-      process.send({ type: "latency", id: job.id, startedAt, enqueuedAt: job.enqueuedAt?.getTime() });
+      const at = enqueuedAt.get(job.id);
+      enqueuedAt.delete(job.id);
+      process.send({ type: "latency", id: job.id, startedAt, enqueuedAt: at ? epochMs(at) : job.enqueuedAt?.getTime() });
     }
     return undefined;
   });
@@ -129,6 +144,7 @@ async function main() {
     // API's count instead took a third of serve's CPU on 2 cores (a
     // count of the completed jobs every 50 ms), slowing what it measures.
     let completed = 0;
+    let applied; // the latency phase's wait for the job's complete applied
     let allDone;
     const done = new Promise((resolve) => (allDone = resolve));
     for (const c of children) {
@@ -136,6 +152,7 @@ async function main() {
         if (m.type !== "completed") return;
         completed += m.n;
         if (completed >= jobs) allDone();
+        applied?.();
       });
     }
     const start = performance.now();
@@ -155,6 +172,7 @@ async function main() {
     if (latencyJobs > 0) {
       const fromEnqueued = [];
       const fromRequest = [];
+      const serverSide = [];
       let waiting;
       for (const c of children) {
         c.on("message", (m) => {
@@ -165,6 +183,11 @@ async function main() {
       // Let every worker's lease call be in its long-poll before the first job.
       await new Promise((r) => setTimeout(r, 500));
       for (let i = 0; i < latencyJobs; i++) {
+        // Each job is enqueued once the previous one's complete was
+        // applied: a worker idle in its long-poll, and no outcome's
+        // commit ahead of the enqueue's in the store's writer.
+        if (completed < jobs + i) await new Promise((resolve) => (applied = () => completed >= jobs + i && resolve()));
+        applied = undefined;
         const ran = new Promise((resolve) => (waiting = resolve));
         const sent = performance.timeOrigin + performance.now();
         const job = await client.enqueue({ kind: KIND, queue: QUEUE });
@@ -172,6 +195,8 @@ async function main() {
         if (m.id !== job.id) throw new Error(`latency: job ${m.id} ran, ${job.id} expected`);
         fromRequest.push(m.startedAt - sent);
         if (m.enqueuedAt !== undefined) fromEnqueued.push(m.startedAt - m.enqueuedAt);
+        const leased = await client.get(job.id); // leased: attempted_at is set
+        serverSide.push(epochMs(leased.attempted_at) - epochMs(leased.created_at));
       }
       const report = (what, samples) => {
         if (samples.length === 0) return;
@@ -180,6 +205,7 @@ async function main() {
         console.log(`  ${what}: p50 ${q(0.5)} ms, p99 ${q(0.99)} ms, max ${q(1)} ms`);
       };
       console.log(`latency to the handler's start, ${latencyJobs} jobs enqueued one at a time while the workers long-poll:`);
+      report("attempted_at - created_at (server clock)", serverSide);
       report("from enqueued_at", fromEnqueued);
       report("from sending the enqueue request", fromRequest);
     }

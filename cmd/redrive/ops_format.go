@@ -96,6 +96,10 @@ func writeJob(out io.Writer, j *redrive.Job) error {
 	}
 	add("finished", fmtTimePtr(j.FinishedAt))
 	add("worker", j.Worker)
+	add("result", oneLine(string(j.Result), 200))
+	if j.ResultError != "" {
+		add("result", "("+j.ResultError+")")
+	}
 	if j.LastError != "" {
 		if j.State == redrive.Completed {
 			// The job succeeded since: its last error is not a current

@@ -738,6 +738,8 @@ async function jobPage(id) {
             : kv('Last error', [badge(j.last_error_class), ' ', j.last_error], 'last-error'))),
         h('div', { style: { 'margin-top': '12px' } }, actions)),
       h('section', { class: 'card' }, h('h2', {}, 'Payload'), h('pre', { id: 'payload' }, pretty(j.payload)))),
+    (j.result !== undefined || j.result_error) && h('section', { class: 'card' }, h('h2', {}, 'Result'),
+      j.result_error ? h('p', { id: 'result', class: 'muted' }, j.result_error) : h('pre', { id: 'result' }, pretty(j.result))),
     j.kind === 'amqp' && messageCard(j.payload),
     j.kind === 'kafka' && recordCard(j.payload),
     h('section', { class: 'card' }, h('h2', {}, 'Attempt timeline'), timeline(withCurrent(j))));

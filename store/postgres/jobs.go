@@ -131,6 +131,15 @@ func scanJob(row pgx.Row, withHistory bool, c store.PayloadCodec) (*store.Job, e
 	return newJobScan(withHistory, c).scan(row)
 }
 
+// alsoScan scans a row of a job's columns followed by more columns
+// (extra's destinations).
+type alsoScan struct {
+	row   pgx.Row
+	extra any
+}
+
+func (a alsoScan) Scan(dest ...any) error { return a.row.Scan(append(dest, a.extra)...) }
+
 // collect reads rows of the columns of jobColumns (and the history when
 // withHistory) into jobs. Rows of the layout pgx asks for (rawLayout)
 // are decoded straight from their bytes (decodeRaw), without pgx's scan
@@ -1340,13 +1349,15 @@ func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	j, err := scanJob(s.pool.QueryRow(ctx, s.sql.get, id), true, s.payloads)
+	var result []byte
+	j, err := scanJob(alsoScan{s.pool.QueryRow(ctx, s.sql.get, id), &result}, true, s.payloads)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("postgres: job %d: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("get job %d", id), err)
 	}
+	store.OpenJobResult(s.payloads, j, result)
 	if err := s.setBlockedDependents(ctx, s.pool, []*store.Job{j}); err != nil {
 		return nil, err
 	}

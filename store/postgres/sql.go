@@ -370,7 +370,7 @@ SELECT k FROM upd`),
 
 		expired: q(`SELECT {cols} FROM {jobs} WHERE state = 'running' AND lease_until < $1 ORDER BY lease_until, id LIMIT $2`),
 
-		get: q(`SELECT {hcols} FROM {jobs} WHERE id = $1`),
+		get: q(`SELECT {hcols}, result FROM {jobs} WHERE id = $1`),
 
 		// NextDue: the earliest run_at of each distinct priority of the
 		// queue's waiting jobs, in two indexes: without a limit

@@ -26,6 +26,15 @@ const jobColumns = jobColumnsNoHistory + `, history`
 
 type scanner interface{ Scan(dest ...any) error }
 
+// alsoScan scans a row of a job's columns followed by more columns
+// (extra's destinations).
+type alsoScan struct {
+	sc    scanner
+	extra any
+}
+
+func (a alsoScan) Scan(dest ...any) error { return a.sc.Scan(append(dest, a.extra)...) }
+
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
@@ -1099,13 +1108,16 @@ func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, err := scanJob(db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id), true, s.payloads)
+	var result []byte
+	row := db.QueryRowContext(ctx, `SELECT `+jobColumns+`, result FROM jobs WHERE id = ?`, id)
+	j, err := scanJob(alsoScan{row, &result}, true, s.payloads)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sqlite: job %d: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: get job %d: %w", id, err)
 	}
+	store.OpenJobResult(s.payloads, j, result)
 	if err := setBlockedDependents(ctx, db, []*store.Job{j}); err != nil {
 		return nil, err
 	}

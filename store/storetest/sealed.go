@@ -57,7 +57,8 @@ func RunSealed(t *testing.T, db SealedDB) {
 	x := &h{t: t, s: s, ctx: t.Context()}
 	secret := func(n int) []byte { return fmt.Appendf(nil, `{"token":"PLAINTEXT-%03d-MARK"}`, n) }
 	marker := []byte("PLAINTEXT-")
-	var resultOf int64 // the workflow job whose dependency recorded a sealed result
+	var resultOf int64    // the workflow job whose dependency recorded a sealed result
+	var completedOf int64 // that dependency
 
 	// Enqueue: plain, keyed twice (the second returns the holder), into
 	// a queue not sealed.
@@ -152,7 +153,10 @@ func RunSealed(t *testing.T, db SealedDB) {
 		if err != nil || len(deps) != 1 || !jsonEqual(deps[0].Result, secret(11)) || deps[0].ResultError != "" {
 			t.Errorf("DependencyResults of b: %+v, %v; want a's result in plaintext", deps, err)
 		}
-		resultOf = byName["b"]
+		if a := x.get(byName["a"]); !jsonEqual(a.Result, secret(11)) || a.ResultError != "" {
+			t.Errorf("Get of a: result %s (%q), want its result in plaintext", a.Result, a.ResultError)
+		}
+		resultOf, completedOf = byName["b"], byName["a"]
 	}
 	// A payload longer than MaxPreviousPayload, replaced by an edited
 	// redrive: the history keeps its envelope whole, and it opens.
@@ -246,6 +250,10 @@ func RunSealed(t *testing.T, db SealedDB) {
 			deps, err := ws.DependencyResults(y.ctx, resultOf)
 			if err != nil || len(deps) != 1 || deps[0].Result != nil || !strings.HasPrefix(deps[0].ResultError, store.ReasonUndecryptable+": ") {
 				t.Errorf("DependencyResults without the key: %+v, %v; want the result undecryptable", deps, err)
+			}
+			a := y.get(completedOf)
+			if a.Result != nil || !strings.HasPrefix(a.ResultError, store.ReasonUndecryptable+": ") || strings.Contains(a.ResultError, "PLAINTEXT") {
+				t.Errorf("Get without the key: result %s (%q), want it undecryptable", a.Result, a.ResultError)
 			}
 		}
 		f := y.fetch(store.FetchParams{Queue: "sec", Worker: "w2", Limit: 1, Now: at(time.Hour), LeaseUntil: at(2 * time.Hour)})

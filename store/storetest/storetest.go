@@ -50,6 +50,7 @@ type subtest struct {
 // subtests lists the suite in a stable order.
 var subtests = []subtest{
 	{"EnqueueFields", testEnqueueFields},
+	{"JobResult", testJobResult},
 	{"EnqueueRunAt", testEnqueueRunAt},
 	{"EnqueueInvalid", testEnqueueInvalid},
 	{"EnqueueIDsIncrease", testEnqueueIDsIncrease},

@@ -29,6 +29,7 @@ def test_success(serve, run_worker):
     job = serve.client.enqueue("echo", {"n": 21}, queue="py")
     done = serve.wait_job(job["id"], lambda j: j["state"] == "completed")
     assert done["attempt"] == 1
+    assert done["result"] == {"doubled": 42, "attempt": 1}
     live = [x for x in serve.workers() if x["id"] == w.name]
     assert live and live[0].get("remote") is True, serve.workers()
     assert "py" in live[0]["queues"] and live[0]["kinds"] == ["echo"]
@@ -47,6 +48,7 @@ def test_transient_retried_on_policy_schedule(serve, run_worker):
     job = serve.client.enqueue("flaky", {}, queue="py")
     done = serve.wait_job(job["id"], lambda j: j["state"] == "completed")
     assert done["attempt"] == 2
+    assert done["result"] == "ok"
     (retry,) = events(done, "retry")
     assert retry["class"] == "transient"
     assert "ConnectionError: ocr timed out" in retry["error"]

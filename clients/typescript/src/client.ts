@@ -77,6 +77,14 @@ export interface Job {
   last_error_class?: FailureClass;
   dead_reason?: string;
   progress?: { done: number; total: number; at: string };
+  /**
+   * What the handler that completed the job returned (a completed job,
+   * read with `get` only; listings leave it out), masked like the payload
+   * unless read with reveal=true.
+   */
+  result?: unknown;
+  /** Why `result` is absent though the job recorded one ("undecryptable: ..."). */
+  result_error?: string;
   history?: JobEvent[];
   /** Set when an existing job holding the idempotency key was answered. */
   existing?: boolean;

@@ -88,6 +88,7 @@ test("a job completes with the handler's result; the history names the worker", 
   const done = await settled(enq.id);
   assert.equal(done.state, "completed");
   assert.equal(done.attempt, 1);
+  assert.deepEqual(done.result, { pages: 5 });
 
   const res = await fetch(`${serve.url}/v1/workers`, { headers: { authorization: `Bearer ${serve.token}` } });
   const { workers } = await res.json();

@@ -88,7 +88,9 @@ class Client:
         return self._call("POST", "/v1/jobs/batch", {"jobs": bodies})["jobs"]
 
     def get(self, job_id):
-        """The job with its history (``GET /v1/jobs/{id}``)."""
+        """The job with its history (``GET /v1/jobs/{id}``); a completed job
+        has under ``"result"`` what its handler returned, if anything (masked
+        like the payload: fields named like secrets show ``"•••"``)."""
         return self._call("GET", "/v1/jobs/%d" % _job_id(job_id))
 
     def cancel(self, job_id):
