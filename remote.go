@@ -66,8 +66,12 @@ type RemoteWorkers struct {
 	opts   RemoteOptions
 
 	mu sync.Mutex
-	// waiters are the lease long-polls, by queue: each is woken when
-	// work of the queue may have become due.
+	// waiters are the lease long-polls, by queue. Work of a queue that
+	// may have become due wakes one of them, not all (each woken one
+	// fetches: a herd of fetches, write transactions on SQLite, for one
+	// job); one whose lease came back full wakes two more of each of
+	// its queues, and one that ends with a wake it did not act on hands
+	// it on (see Lease).
 	waiters map[string]map[chan struct{}]struct{}
 	// cancelWaiters are the cancellations long-polls.
 	cancelWaiters map[chan struct{}]struct{}
@@ -352,7 +356,14 @@ func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, erro
 	wake := make(chan struct{}, 1)
 	if q.Wait > 0 {
 		r.watch(queues, wake)
-		defer r.unwatch(queues, wake)
+		defer func() {
+			r.unwatch(queues, wake)
+			select {
+			case <-wake: // woken but answered without acting on it
+				r.wakeQueues(queues, 1)
+			default:
+			}
+		}()
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -362,7 +373,12 @@ func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, erro
 		if len(jobs) > 0 && ctx.Err() != nil {
 			// The worker went away meanwhile: no one would get them.
 			r.HandBack(context.WithoutCancel(ctx), q.Worker, jobs)
+			r.wakeQueues(queues, 1)
 			return []*Job{}, nil
+		}
+		if fetched >= q.Max {
+			// A full lease: more may be due than this long-poll took.
+			r.wakeQueues(queues, 2)
 		}
 		if err != nil || len(jobs) > 0 {
 			return jobs, err
@@ -740,13 +756,25 @@ func (r *RemoteWorkers) setPaused(queue string, paused bool) {
 	}
 }
 
-func (r *RemoteWorkers) wakeQueue(queue string) {
+// wakeQueue wakes one long-poll of queue (see waiters).
+func (r *RemoteWorkers) wakeQueue(queue string) { r.wakeQueues([]string{queue}, 1) }
+
+// wakeQueues wakes up to n long-polls of each of queues that are not
+// woken already; none when every one of them is (each will fetch).
+func (r *RemoteWorkers) wakeQueues(queues []string, n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for c := range r.waiters[queue] {
-		select {
-		case c <- struct{}{}:
-		default:
+	for _, q := range queues {
+		woken := 0
+		for c := range r.waiters[q] {
+			if woken == n {
+				break
+			}
+			select {
+			case c <- struct{}{}:
+				woken++
+			default:
+			}
 		}
 	}
 }
