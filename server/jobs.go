@@ -263,8 +263,10 @@ func requestTrace(r *http.Request) context.Context {
 	if len(parent) == 0 {
 		return ctx
 	}
-	if len(parent) > 1 {
-		// Two traceparent headers: the W3C rule is to ignore both.
+	if len(parent) > 1 || parent[0] == "" {
+		// Two traceparent headers: the W3C rule is to ignore both. One
+		// that is empty is malformed too, as on a broker message
+		// (tracectx.FromHeaders).
 		tracectx.Malformed.Add(1)
 		return ctx
 	}
