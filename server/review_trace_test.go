@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/redrivehq/redrive"
 )
 
@@ -64,6 +66,40 @@ func TestEnqueueHostileTraceparent(t *testing.T) {
 		}
 		if got := redrive.MalformedTraceContexts(); got != before+1 {
 			t.Errorf("traceparent %.40q: %d malformed trace contexts counted, want %d", bad[1], got-before, 1)
+		}
+	}
+}
+
+// TestRedriveReplayTraceparent: a redrive (POST /v1/dlq/redrive) or a
+// replay (POST /v1/replay) request's traceparent makes the operation's
+// span its child, in its trace, as docs/tracing.md says ("the caller's
+// span") and as an enqueue request's does.
+func TestRedriveReplayTraceparent(t *testing.T) {
+	e, rec := newTracedEnv(t)
+	const (
+		traceID = "0af7651916cd43dd8448eb211c80319c"
+		spanID  = "b7ad6b7169203331"
+	)
+	ids := buryExamples(t, e, "rq", 2)
+	for _, c := range []struct{ name, path, body string }{
+		{"redrive", "/v1/dlq/redrive", fmt.Sprintf(`{"ids":[%d]}`, ids[0])},
+		{"replay", "/v1/replay", fmt.Sprintf(`{"filter":{"queue":"rq","states":["dead"]},"note":"n%d"}`, ids[1])},
+	} {
+		r := e.do("POST", c.path, c.body, "traceparent", "00-"+traceID+"-"+spanID+"-01")
+		if r.status/100 != 2 {
+			t.Fatalf("POST %s: %d %s", c.path, r.status, r.body)
+		}
+		var span sdktrace.ReadOnlySpan
+		for _, s := range rec.Ended() {
+			if s.Name() == c.name {
+				span = s
+			}
+		}
+		if span == nil {
+			t.Fatalf("POST %s: no %q span", c.path, c.name)
+		}
+		if p := span.Parent(); p.TraceID().String() != traceID || p.SpanID().String() != spanID {
+			t.Errorf("POST %s: the %s span's parent is %s/%s, want the request's traceparent", c.path, c.name, p.TraceID(), p.SpanID())
 		}
 	}
 }
