@@ -50,11 +50,11 @@ func TestAttemptSpanNoURLSecrets(t *testing.T) {
 		texts := []string{s.Status().Description}
 		for _, ev := range s.Events() {
 			for _, a := range ev.Attributes {
-				texts = append(texts, a.Value.Emit())
+				texts = append(texts, a.Value.String())
 			}
 		}
 		for _, a := range s.Attributes() {
-			texts = append(texts, a.Value.Emit())
+			texts = append(texts, a.Value.String())
 		}
 		for _, txt := range texts {
 			if strings.Contains(txt, "s3cret") || strings.Contains(txt, "t0ken") {
