@@ -243,7 +243,7 @@ func (w *Worker) rescueWorker(ctx context.Context, gone WorkerInfo, why string) 
 		for i, o := range outs {
 			if applied[i] {
 				n++
-				w.log.Warn("job of a gone worker rescued", "job_id", o.JobID, "attempt", o.Attempt, "gone_worker", gone.ID)
+				w.log.Warn("job of a gone worker rescued", jobAttr(jobs[i]), "attempt", o.Attempt, "gone_worker", gone.ID)
 				if o.Kind == store.Retry {
 					w.client.wake(jobs[i].Queue, o.RunAt)
 				}

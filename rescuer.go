@@ -88,7 +88,7 @@ func (r *rescuer) rescue(ctx context.Context) {
 		}
 		for i, o := range outs {
 			if applied[i] {
-				w.log.Warn("expired lease rescued", "job_id", o.JobID, "attempt", o.Attempt, "lease_worker", o.Worker)
+				w.log.Warn("expired lease rescued", jobAttr(jobs[i]), "attempt", o.Attempt, "lease_worker", o.Worker)
 				if o.Kind == store.Retry {
 					w.client.wake(jobs[i].Queue, o.RunAt)
 				}

@@ -19,6 +19,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/fingerprint"
 	"github.com/redrivehq/redrive/internal/lifecycle"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/transport"
 	"github.com/redrivehq/redrive/store"
 )
@@ -196,11 +197,11 @@ func (q *keptQueue) keep(ctx, _ context.Context, d *amqp091.Delivery) {
 	}
 	if len(jobs) == 1 && jobs[0].Existing {
 		q.k.log.Info("amqp: dead letter already stored; dropped from the DLQ", "dlq", q.topo.DLQ(), "message_id", d.MessageId,
-			"job_id", jobs[0].ID)
+			"job_id", jobs[0].ID, tracectx.LogAttr(jobs[0].Trace))
 	} else {
 		if len(jobs) == 1 {
 			q.k.log.Info("amqp: dead letter stored as a dead job", "dlq", q.topo.DLQ(), "message_id", d.MessageId,
-				"job_id", jobs[0].ID, "reason", dj.DeadReason)
+				"job_id", jobs[0].ID, tracectx.LogAttr(jobs[0].Trace), "reason", dj.DeadReason)
 		}
 	}
 	ack(q.k.log, q.topo.DLQ(), d)

@@ -18,6 +18,7 @@ import (
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/internal/fingerprint"
 	"github.com/redrivehq/redrive/internal/lifecycle"
+	"github.com/redrivehq/redrive/internal/tracectx"
 	"github.com/redrivehq/redrive/internal/transport"
 	"github.com/redrivehq/redrive/store"
 )
@@ -397,10 +398,10 @@ func (t *keptTopic) keep(ctx context.Context, k *Keeper, cl *kgo.Client, rs []*k
 				}
 				if j.Existing {
 					k.log.Info("kafka: keeper: dead letter already stored", "topic", rs[i].Topic, "partition", rs[i].Partition,
-						"offset", rs[i].Offset, "job_id", j.ID)
+						"offset", rs[i].Offset, "job_id", j.ID, tracectx.LogAttr(j.Trace))
 				} else {
 					k.log.Info("kafka: keeper: dead letter stored as a dead job", "topic", rs[i].Topic, "partition", rs[i].Partition,
-						"offset", rs[i].Offset, "job_id", j.ID, "reason", jobs[i].DeadReason)
+						"offset", rs[i].Offset, "job_id", j.ID, tracectx.LogAttr(j.Trace), "reason", jobs[i].DeadReason)
 				}
 			}
 			cl.MarkCommitRecords(rs...)

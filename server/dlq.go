@@ -105,7 +105,7 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) error {
 	if err := parseBatch(in.Batch); err != nil {
 		return err
 	}
-	op, err := a.ops.start(r.Context(), req)
+	op, err := a.ops.start(requestTrace(r), req)
 	if err != nil {
 		return err
 	}

@@ -250,10 +250,11 @@ func (a *api) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// requestTrace returns the context of an enqueue request r: r's, with
-// the remote span context of its W3C traceparent and tracestate headers
-// (read with OpenTelemetry's propagator), so that the enqueue's span is
-// their child and its jobs join the caller's trace. A traceparent that
+// requestTrace returns the context of an enqueue, redrive or replay
+// request r: r's, with the remote span context of its W3C traceparent and
+// tracestate headers (read with OpenTelemetry's propagator), so that the
+// enqueue's (or the operation's) span is their child and its jobs join
+// the caller's trace. A traceparent that
 // does not parse is ignored (the enqueue starts a new trace) and counted
 // (redrive.MalformedTraceContexts, exported as
 // redrive_trace_contexts_malformed_total), never refused.
@@ -263,8 +264,10 @@ func requestTrace(r *http.Request) context.Context {
 	if len(parent) == 0 {
 		return ctx
 	}
-	if len(parent) > 1 {
-		// Two traceparent headers: the W3C rule is to ignore both.
+	if len(parent) > 1 || parent[0] == "" {
+		// Two traceparent headers: the W3C rule is to ignore both. One
+		// that is empty is malformed too, as on a broker message
+		// (tracectx.FromHeaders).
 		tracectx.Malformed.Add(1)
 		return ctx
 	}

@@ -435,7 +435,9 @@ func startWith[B any](a *api, w http.ResponseWriter, r *http.Request, request fu
 	if err != nil {
 		return err
 	}
-	op, err := a.ops.start(r.Context(), req)
+	// In the request's trace: a replay's span is a child of its
+	// traceparent's.
+	op, err := a.ops.start(requestTrace(r), req)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redrivehq/redrive/internal/httpreq"
 )
 
 // serveTracing returns the tracer provider serve's engine traces with, and
@@ -60,7 +63,7 @@ func serveTracing(ctx context.Context, log *slog.Logger) (trace.TracerProvider, 
 		res, _ = resource.Merge(res, resource.NewSchemaless(attribute.String(serviceName, "redrive")))
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	log.Info("tracing: exporting spans by OTLP/HTTP", "endpoint", firstSet("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
+	log.Info("tracing: exporting spans by OTLP/HTTP", "endpoint", loggedEndpoint(firstSet("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")))
 	return tp, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -83,6 +86,17 @@ func hasServiceName() bool {
 		}
 	}
 	return false
+}
+
+// loggedEndpoint returns the OTLP endpoint e as a log line shows it:
+// without user information, query or fragment (a collector's password, a
+// token), and "(not a URL)" when it does not parse.
+func loggedEndpoint(e string) string {
+	u, err := url.Parse(e)
+	if err != nil {
+		return "(not a URL)"
+	}
+	return httpreq.Redact(u)
 }
 
 // firstSet returns the value of the first of the variables that is set.

@@ -371,6 +371,12 @@ func (g *Guard) ParseURL(raw string) (*url.URL, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
+		// url.Parse's error quotes the URL whole, password and query
+		// too: only what it found wrong is shown.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("url: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {

@@ -9,6 +9,7 @@ package tracectx
 import (
 	"context"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -250,6 +251,17 @@ func IDs(s string) (traceID, spanID string) {
 		return "", ""
 	}
 	return traceID, spanID
+}
+
+// LogAttr returns the trace_id and span_id of the encoded trace context
+// s (IDs) as one attribute of a log line, which handlers inline; the
+// empty attribute, which they drop, when s has none.
+func LogAttr(s string) slog.Attr {
+	traceID, spanID := IDs(s)
+	if traceID == "" {
+		return slog.Attr{}
+	}
+	return slog.Attr{Value: slog.GroupValue(slog.String("trace_id", traceID), slog.String("span_id", spanID))}
 }
 
 // lowerHex reports whether s is lowercase hex digits only.

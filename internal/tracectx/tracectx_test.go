@@ -3,6 +3,7 @@ package tracectx
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -233,5 +234,25 @@ func BenchmarkDecode(b *testing.B) {
 		if sc, ok := Decode(tc); !ok || !sc.IsValid() {
 			b.Fatal("not decoded")
 		}
+	}
+}
+
+// TestLogAttr: the attribute of a log line about a job inlines its trace
+// context's trace_id and span_id, and is empty (dropped by handlers) for
+// none or one IDs refuses.
+func TestLogAttr(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey || a.Key == slog.LevelKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	for _, tc := range []string{"", "00-00000000000000000000000000000000-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 congo=t61rcWkgMzE"} {
+		log.Info("m", "job_id", 1, LogAttr(tc))
+	}
+	want := "msg=m job_id=1\nmsg=m job_id=1\nmsg=m job_id=1 trace_id=0af7651916cd43dd8448eb211c80319c span_id=b7ad6b7169203331\n"
+	if buf.String() != want {
+		t.Errorf("log lines:\n%s\nwant:\n%s", buf.String(), want)
 	}
 }
