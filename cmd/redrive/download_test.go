@@ -286,26 +286,37 @@ func TestDownloadSIGKILL(t *testing.T) {
 		t.Fatalf("redrive download: %v\n%s\n%s", err, stdout, stderr)
 	}
 	// Kill once about a quarter of the bytes are sent, at a moment when
-	// some file is being transferred (on a loaded machine, all the files
-	// started may have been sent whole and be finishing).
+	// some file is being transferred with a quarter of it still to come
+	// (0.4 s at the server's rate). The files go in waves of ten that
+	// start and end together, and on a loaded machine every file started
+	// may have been sent whole and be finishing: the check is made again
+	// right before the kill, after the read of the jobs completed, and
+	// the wait starts over when the wave ended meanwhile.
 	midTransfer := func() bool {
 		for i := range n {
-			if sent := files.SentOf(i); sent > 0 && sent < size {
+			if sent := files.SentOf(i); sent > 0 && sent < size*3/4 {
 				return true
 			}
 		}
 		return false
 	}
-	waitUntil(t, 2*e2eWait, "a quarter of the bytes sent, a file mid-transfer", func() error {
-		if files.Sent() >= n*size/4 && midTransfer() {
-			return nil
+	var completed map[string]bool
+	for {
+		waitUntil(t, 2*e2eWait, "a quarter of the bytes sent, a file mid-transfer", func() error {
+			if files.Sent() >= n*size/4 && midTransfer() {
+				return nil
+			}
+			watch()
+			return fmt.Errorf("%d bytes sent", files.Sent())
+		})
+		// The jobs completed before the kill: their files are never
+		// fetched again. The others may all be, from their last
+		// checkpoint.
+		completed = completedURLs(t, s)
+		if midTransfer() {
+			break
 		}
-		watch()
-		return fmt.Errorf("%d bytes sent", files.Sent())
-	})
-	// The jobs completed before the kill: their files are never fetched
-	// again. The others may all be, from their last checkpoint.
-	completed := completedURLs(t, s)
+	}
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	<-s.done
 	// The kernel resets the connections: the file server's handlers end.
