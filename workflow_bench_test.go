@@ -96,10 +96,17 @@ func benchWorkflows(b *testing.B, st store.Store, flows, width int) {
 		Queues: map[string]int{"deps": 100, "final": 10}, Logger: quietLogger(), CompletedRetention: 24 * time.Hour,
 	})
 	var round atomic.Pointer[wfBenchRound]
-	var firstStart atomic.Int64 // the first start of a handler of the phase (UnixNano)
-	var handled atomic.Int64    // the dependencies' handlers returned, over the phases
+	var firstStart atomic.Int64        // the first start of a handler of the phase (UnixNano)
+	var handled atomic.Int64           // the dependencies' handlers returned, over the phases
+	returned := make(chan struct{}, 1) // a handler returned since the last look
 	redrive.Handle(w, "dep", func(ctx context.Context, j *redrive.Job, s wfBenchStep) error {
-		defer handled.Add(1)
+		defer func() {
+			handled.Add(1)
+			select {
+			case returned <- struct{}{}:
+			default:
+			}
+		}()
 		firstStart.CompareAndSwap(0, time.Now().UnixNano())
 		if s.Flow >= 0 {
 			r := round.Load()
@@ -139,7 +146,7 @@ func benchWorkflows(b *testing.B, st store.Store, flows, width int) {
 	// (its count reads the first phase's completed jobs too).
 	completedBy := func(want int64) time.Time {
 		for handled.Load() < want {
-			time.Sleep(time.Millisecond) // polling an atomic: the handlers signal nothing else
+			<-returned
 		}
 		for {
 			got, err := c.Count(ctx, redrive.Filter{Queue: "deps", States: []redrive.State{redrive.Completed}})
