@@ -2,8 +2,11 @@
 // Benchmark of the Node.js worker over serve's HTTP worker protocol.
 //
 //   node bench.mjs [--jobs 100000] [--processes 4] [--concurrency 100]
-//                  [--latency-jobs 1000] [--url URL --token TOKEN]
+//                  [--latency-jobs 1000] [--transport http|fetch]
+//                  [--url URL --token TOKEN]
 //
+// --transport: the workers' transport, node:http (the client's default)
+// or the global fetch (ConnectionOptions.fetch), to compare them.
 // Without --url it starts `redrive serve` on a fresh SQLite database in a
 // temporary folder ($REDRIVE_BIN, or a binary built from this repository).
 // 1. Throughput: enqueues --jobs no-op jobs (POST /v1/jobs/batch, 1000 a
@@ -43,33 +46,28 @@ if (process.env.REDRIVE_BENCH_CHILD === "1") {
 }
 
 async function child() {
-  const { url, token, concurrency } = JSON.parse(process.env.REDRIVE_BENCH_CONFIG);
-  // Counts the calls of each route and the items they carried.
+  const { url, token, concurrency, transport } = JSON.parse(process.env.REDRIVE_BENCH_CONFIG);
+  // Counts the calls of each route and the items they carried (the
+  // transport's observe hook: the answers decoded once, by the client).
   const calls = {};
   const enqueuedAt = new Map(); // job id -> enqueued_at as the lease answered it (latency mode)
   let latencyMode = false;
-  const counting = async (input, init) => {
-    const path = new URL(String(input)).pathname;
-    const t0 = performance.now();
-    const res = await fetch(input, init);
+  const observe = ({ path, request, answer, ms }) => {
     const c = (calls[path] ??= { calls: 0, items: 0, ms: 0 });
     c.calls++;
-    c.ms += performance.now() - t0;
+    c.ms += ms;
     if (path === "/v1/worker/outcomes") {
-      c.items += JSON.parse(init.body).outcomes.length;
+      c.items += request?.outcomes?.length ?? 0;
       // The outcomes applied, for the parent's count of the jobs done.
-      const body = await res.clone().json().catch(() => ({}));
-      const n = (body.outcomes ?? []).filter((o) => o.status === 200).length;
+      const n = (answer?.outcomes ?? []).filter((o) => o.status === 200).length;
       if (n > 0) process.send({ type: "completed", n });
     }
     if (path === "/v1/worker/lease") {
-      const body = await res.clone().json().catch(() => ({}));
-      c.items += body.jobs?.length ?? 0;
-      if (latencyMode) for (const j of body.jobs ?? []) enqueuedAt.set(j.id, j.enqueued_at);
+      c.items += answer?.jobs?.length ?? 0;
+      if (latencyMode) for (const j of answer?.jobs ?? []) enqueuedAt.set(j.id, j.enqueued_at);
     }
-    return res;
   };
-  const worker = new Worker({ url, token, queues: [QUEUE], concurrency, handleSignals: false, gracePeriodMs: 5000, fetch: counting });
+  const worker = new Worker({ url, token, queues: [QUEUE], concurrency, handleSignals: false, gracePeriodMs: 5000, observe, ...(transport === "fetch" ? { fetch: globalThis.fetch } : {}) });
   worker.handle(KIND, (job) => {
     if (latencyMode) {
       const startedAt = performance.timeOrigin + performance.now();
@@ -105,6 +103,7 @@ async function main() {
       processes: { type: "string", default: "4" },
       concurrency: { type: "string", default: "100" },
       "latency-jobs": { type: "string", default: "1000" },
+      transport: { type: "string", default: "http" },
       url: { type: "string" },
       token: { type: "string" },
     },
@@ -134,7 +133,7 @@ async function main() {
     const children = [];
     for (let i = 0; i < processes; i++) {
       const c = fork(fileURLToPath(import.meta.url), [], {
-        env: { ...process.env, REDRIVE_BENCH_CHILD: "1", REDRIVE_BENCH_CONFIG: JSON.stringify({ url, token, concurrency }) },
+        env: { ...process.env, REDRIVE_BENCH_CHILD: "1", REDRIVE_BENCH_CONFIG: JSON.stringify({ url, token, concurrency, transport: values.transport }) },
       });
       await new Promise((resolve) => c.once("message", resolve)); // ready
       children.push(c);
@@ -240,7 +239,7 @@ async function main() {
       const wait = path === "/v1/worker/lease" || path === "/v1/worker/cancels" ? " (long-polls included)" : "";
       console.log(
         `  ${path}: ${t.calls} calls${t.items ? `, ${(t.items / t.calls).toFixed(1)} items a call` : ""}, ` +
-          `${(t.ms / t.calls).toFixed(1)} ms a call until its answer's headers${wait}`,
+          `${(t.ms / t.calls).toFixed(1)} ms a call until its whole answer${wait}`,
       );
     }
   } finally {

@@ -448,6 +448,11 @@ export class Worker {
       progressDirty: false,
       deadlineTimer: undefined,
     };
+    // The job leased again: its earlier lease here was lost unnoticed (no
+    // heartbeat between its end and the job's rescue). That handler's
+    // attempt is over; tell it before the new one starts.
+    const earlier = this.#held.get(wire.id);
+    if (earlier !== undefined && earlier.wire.lease !== wire.lease) this.#lose(earlier);
     this.#held.set(wire.id, held);
     this.#runningCount++;
     this.#ensureHeartbeats();

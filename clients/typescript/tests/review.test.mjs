@@ -118,3 +118,45 @@ test("answers that are not the server's are retried", async (t) => {
   assert.equal(job.attempt, 1);
   assert.deepEqual(runs, [1]);
 });
+
+// FINDING: the worker kept its jobs by id only. A job whose lease it lost
+// without noticing (no heartbeat between the lease's end and the job's
+// rescue), then leased again, replaced the first lease's entry: the first
+// handler was never told, and ran on beside the second.
+test("a job leased again aborts the handler of its lost lease", async () => {
+  // Lease answers whose heartbeat interval is an hour: the worker never
+  // heartbeats, so serve rescues the job at its lease's end (2 s) and the
+  // worker learns of the loss only by leasing the job again.
+  const lazy = async (input, init) => {
+    const res = await fetch(input, init);
+    if (!String(input).endsWith("/v1/worker/lease")) return res;
+    const body = await res.json();
+    if (body && typeof body === "object") body.heartbeat_every = "1h";
+    return new Response(JSON.stringify(body), { status: res.status, headers: { "content-type": "application/json" } });
+  };
+  const first = deferred();
+  const second = deferred();
+  const w = new Worker({ url: serve.url, token: serve.token, queues: ["ts-relase"], concurrency: 2, handleSignals: false, pollWaitMs: 1000, fetch: lazy });
+  w.handle("k", async (job, { signal }) => {
+    if (job.attempt === 1) {
+      first.resolve(signal);
+      // Waits for its signal; before the fix it never came.
+      await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+      throw signal.reason;
+    }
+    second.resolve({ firstAborted: (await first.promise).aborted, reason: (await first.promise).reason });
+    return "ok";
+  });
+  const enq = await client.enqueue({ kind: "k", queue: "ts-relase" });
+  const running = w.run();
+  try {
+    const seen = await within("the job leased again", second.promise, 30_000);
+    assert.equal(seen.firstAborted, true, "the first lease's handler still ran when the job was leased again");
+    assert.equal(seen.reason?.name, "LeaseLostError");
+    await until(`job ${enq.id} completed`, async () => (await client.get(enq.id)).state === "completed", 30_000);
+  } finally {
+    await within("the worker's stop", w.stop(), 20_000);
+  }
+  await running;
+  assert.equal((await client.get(enq.id)).attempt, 2);
+});

@@ -17,7 +17,7 @@ import {
 } from "../dist/index.js";
 import { failOutcome, completeOutcome, defaultName, MAX_RESULT } from "../dist/worker.js";
 import { enqueueBody } from "../dist/client.js";
-import { errorOf } from "../dist/http.js";
+import { errorOf, Transport } from "../dist/http.js";
 
 test("parseDuration reads Go durations", () => {
   const cases = {
@@ -196,4 +196,108 @@ test("the API's error body becomes a RedriveError", () => {
   const raw = errorOf(502, undefined, "Bad Gateway\n");
   assert.equal(raw.code, "http_502");
   assert.equal(raw.message, "502 http_502: Bad Gateway");
+});
+
+/**
+ * A raw HTTP/1.1 server for the transport's tests: answers each request
+ * with handle(n, socket) — n counts requests over all connections —
+ * which writes an answer or destroys the socket. Answers {url, conns(),
+ * close()}.
+ */
+async function rawServer(handle) {
+  const { createServer } = await import("node:net");
+  let requests = 0;
+  let conns = 0;
+  const sockets = new Set();
+  const srv = createServer((socket) => {
+    conns++;
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    let buf = "";
+    socket.on("data", (d) => {
+      buf += d.toString("latin1");
+      for (;;) {
+        const end = buf.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const len = Number(/content-length: *(\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
+        if (buf.length < end + 4 + len) return;
+        buf = buf.slice(end + 4 + len);
+        handle(++requests, socket);
+      }
+    });
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return {
+    url: `http://127.0.0.1:${srv.address().port}`,
+    conns: () => conns,
+    requests: () => requests,
+    close: () => new Promise((r) => { for (const s of sockets) s.destroy(); srv.close(r); }),
+  };
+}
+
+function answer(socket, status, body) {
+  socket.write(`HTTP/1.1 ${status} X\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+}
+
+test("a request cut on a kept connection is sent again on a new one", async (t) => {
+  // The second request arrives on the first one's kept connection, which
+  // the server then closes unanswered (as a server closing an idle
+  // connection does): the transport sends it again, once, on a new one.
+  const srv = await rawServer((n, socket) => (n === 2 ? socket.destroy() : answer(socket, 200, `{"n":${n}}`)));
+  t.after(srv.close);
+  const calls = [];
+  const client = new Client({ url: srv.url, observe: (c) => calls.push(c) });
+  assert.deepEqual(await client.get(1).catch((e) => e), { n: 1 });
+  assert.deepEqual(await client.get(2).catch((e) => e), { n: 3 });
+  assert.equal(srv.conns(), 2);
+  assert.deepEqual(calls.map((c) => [c.method, c.path, c.status, c.answer]), [
+    ["GET", "/v1/jobs/1", 200, { n: 1 }],
+    ["GET", "/v1/jobs/2", 200, { n: 3 }],
+  ]);
+  assert.ok(calls.every((c) => c.ms >= 0));
+});
+
+test("a request cut on a new connection is not sent again", async (t) => {
+  const srv = await rawServer((n, socket) => socket.destroy());
+  t.after(srv.close);
+  const err = await new Client({ url: srv.url }).get(1).then(() => undefined, (e) => e);
+  assert.ok(err instanceof Error, "the call succeeded");
+  assert.equal(err.code, "ECONNRESET");
+  assert.equal(srv.requests(), 1);
+});
+
+test("observe sees error answers; a malformed 2xx answer throws", async (t) => {
+  const srv = await rawServer((n, socket) =>
+    n === 1 ? answer(socket, 404, `{"error":{"code":"not_found","message":"no job 9"}}`) : answer(socket, 200, "not json"),
+  );
+  t.after(srv.close);
+  const calls = [];
+  const client = new Client({ url: srv.url, observe: (c) => calls.push(c) });
+  const e404 = await client.get(9).then(() => undefined, (e) => e);
+  assert.ok(e404 instanceof RedriveError);
+  assert.equal(e404.status, 404);
+  assert.equal(e404.code, "not_found");
+  const bad = await client.get(10).then(() => undefined, (e) => e);
+  assert.ok(bad instanceof RedriveError);
+  assert.equal(bad.code, "malformed_answer");
+  assert.deepEqual(calls.map((c) => [c.status, c.answer]), [[404, { error: { code: "not_found", message: "no job 9" } }], [200, undefined]]);
+});
+
+test("an aborted request rejects at once", async (t) => {
+  const srv = await rawServer(() => {}); // never answers
+  t.after(srv.close);
+  const transport = new Transport({ url: srv.url });
+  const ac = new AbortController();
+  const call = transport.request("POST", "/v1/worker/lease", { wait: "1m" }, ac.signal).then(() => undefined, (e) => e);
+  await new Promise((r) => { const check = () => (srv.requests() > 0 ? r() : setTimeout(check, 5)); check(); });
+  ac.abort();
+  const err = await call;
+  assert.ok(err instanceof Error, "the call succeeded");
+  assert.equal(err.name, "AbortError");
+});
+
+test("the transport's options are checked", () => {
+  assert.throws(() => new Client({ url: "http://127.0.0.1:1", fetch: 3 }), /fetch: expected a function/);
+  assert.throws(() => new Client({ url: "http://127.0.0.1:1", observe: "x" }), /observe: expected a function/);
+  assert.throws(() => new Client({ url: "http://127.0.0.1:1", agent: {} }), /agent: expected an http.Agent/);
 });
