@@ -52,6 +52,19 @@ export interface ConnectionOptions {
   observe?: (call: CallRecord) => void;
 }
 
+/** How Transport.request sends one request. */
+export interface SendOptions {
+  /**
+   * Whether a second copy of the request, should serve have read the
+   * first, changes nothing the first did not (a read, a heartbeat, an
+   * outcome fenced by its lease token, an enqueue with an idempotency
+   * key). Only such a request is sent again when its kept connection is
+   * cut before any answer: the cut does not say whether serve read it.
+   * Default: true for GET, false otherwise.
+   */
+  idempotent?: boolean;
+}
+
 /** Sends JSON requests to one server and decodes its answers. */
 export class Transport {
   readonly base: string;
@@ -106,7 +119,8 @@ export class Transport {
    * the decoded JSON of a 2xx answer. Any other answer throws a
    * RedriveError with the server's code, message and field.
    */
-  async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal, options: SendOptions = {}): Promise<T> {
+    const idempotent = options.idempotent ?? method === "GET";
     const headers: Record<string, string> = { accept: "application/json" };
     if (this.#token !== undefined) headers["authorization"] = `Bearer ${this.#token}`;
     let text: string | undefined;
@@ -118,7 +132,7 @@ export class Transport {
     const { status, raw } =
       this.#fetch !== undefined
         ? await this.#viaFetch(this.#fetch, method, path, headers, text, signal)
-        : await this.#viaHTTP(method, path, headers, text, signal);
+        : await this.#viaHTTP(method, path, headers, text, signal, idempotent);
     let decoded: unknown = undefined;
     let malformed = false;
     if (raw !== "") {
@@ -153,10 +167,13 @@ export class Transport {
   }
 
   /**
-   * Sends one request with node:http(s). A request that fails on a kept
-   * connection before any answer (the server closed it as it was reused)
-   * is sent once more on a new one, as Node's documentation advises: the
-   * server did not read it.
+   * Sends one request with node:http(s). An idempotent request that fails
+   * on a kept connection before any answer (most often: the server closed
+   * the connection as it was reused) is sent once more on a new one, as
+   * Node's documentation advises. Any other is not: the same failure
+   * comes of a connection cut after the server read the request (a proxy
+   * cutting it, the server dying after its commit), and a second enqueue
+   * without a key would store a second job.
    */
   async #viaHTTP(
     method: string,
@@ -164,6 +181,7 @@ export class Transport {
     headers: Record<string, string>,
     text: string | undefined,
     signal: AbortSignal | undefined,
+    idempotent: boolean,
   ): Promise<{ status: number; raw: string }> {
     const payload = text === undefined ? undefined : Buffer.from(text, "utf8");
     const h: Record<string, string | number> = { ...headers };
@@ -173,7 +191,7 @@ export class Transport {
         return await this.#send(method, path, h, payload, signal);
       } catch (err) {
         const e = err as NodeJS.ErrnoException & { reusedSocket?: boolean };
-        if (attempt === 0 && e.reusedSocket === true && e.code === "ECONNRESET" && !signal?.aborted) continue;
+        if (attempt === 0 && idempotent && e.reusedSocket === true && e.code === "ECONNRESET" && !signal?.aborted) continue;
         throw err;
       }
     }

@@ -358,7 +358,7 @@ export class Worker {
       this.#finalController.abort(new ShutdownError("the worker stopped"));
       await cancels;
       try {
-        await this.#http.request("POST", "/v1/worker/stop", { worker: this.name });
+        await this.#http.request("POST", "/v1/worker/stop", { worker: this.name }, undefined, { idempotent: true });
       } catch (err) {
         this.#onError(err, "stop");
       }
@@ -798,7 +798,9 @@ export class Worker {
     if (jobs.length === 0) return;
     try {
       for (let i = 0; i < jobs.length; i += MAX_ITEMS) {
-        await this.#http.request("POST", "/v1/worker/heartbeat", { worker: this.name, jobs: jobs.slice(i, i + MAX_ITEMS) });
+        await this.#http.request("POST", "/v1/worker/heartbeat", { worker: this.name, jobs: jobs.slice(i, i + MAX_ITEMS) }, undefined, {
+          idempotent: true,
+        });
       }
     } catch (err) {
       this.#onError(err, "heartbeat (last progress)");
@@ -811,7 +813,11 @@ export class Worker {
    * network failure.
    */
   async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
-    const answer = await this.#http.request<unknown>(method, path, body, signal);
+    // Every call of the worker protocol may be sent twice: a heartbeat,
+    // a cancels poll and a stop change nothing the first copy did not, a
+    // second outcome is refused by its lease token, and a lease answered
+    // to nobody is what the lease loop's own retry would leave too.
+    const answer = await this.#http.request<unknown>(method, path, body, signal, { idempotent: true });
     if (answer === null || typeof answer !== "object" || Array.isArray(answer)) {
       throw new RedriveError(200, "malformed_answer", `${path}: the answer is not a JSON object: ${String(JSON.stringify(answer)).slice(0, 200)}`);
     }

@@ -77,6 +77,15 @@ test("an enqueue without a key cut after serve stored it is not sent again", asy
   assert.equal(seen.forwarded, 2);
 });
 
+test("a batch without keys cut after serve stored it is not sent again", async (t) => {
+  const { url, seen } = await cutAfterApplying(t, "/v1/jobs/batch");
+  const c = new Client({ url, token: serve.token });
+  await c.enqueueMany([{ kind: "k", queue: "ts-cut-batch", idempotencyKey: "warm-batch" }]);
+  await assert.rejects(c.enqueueMany([{ kind: "k", queue: "ts-cut-batch" }, { kind: "k", queue: "ts-cut-batch" }]), (err) => err.code === "ECONNRESET");
+  assert.equal(seen.cut, 1);
+  assert.equal((await jobsOf("ts-cut-batch")).length, 3);
+});
+
 // What held: an enqueue with a key is still sent again (its second copy
 // answers the job the first stored), as is a read.
 test("an enqueue with a key cut after serve stored it is sent again and answers the job", async (t) => {
