@@ -279,7 +279,7 @@ class Worker:
             for _ in threads:
                 pool.put(None)
             try:
-                Connection(self._ep).call("POST", "/v1/worker/stop", {"worker": self.name}, timeout=10)
+                Connection(self._ep, idempotent=True).call("POST", "/v1/worker/stop", {"worker": self.name}, timeout=10)
             except (APIError, OSError) as e:
                 log.warning("redrive worker %s: stop: %s", self.name, e)
             log.info("redrive worker %s: stopped", self.name)
@@ -335,7 +335,12 @@ class Worker:
         return body
 
     def _lease_loop(self, pool):
-        conn = Connection(self._ep)
+        # The worker's connections send a cut request again (idempotent):
+        # a heartbeat, a cancels poll and a stop change nothing the first
+        # copy did not, a second outcome is refused by its lease token,
+        # and a lease answered to nobody is what this loop's own retry
+        # would leave too.
+        conn = Connection(self._ep, idempotent=True)
         self._lease_conn = conn
         if self._stop_requested.is_set():
             conn.abort()
@@ -439,7 +444,7 @@ class Worker:
             self._cv.notify_all()
 
     def _outcomes_loop(self):
-        conn = Connection(self._ep)
+        conn = Connection(self._ep, idempotent=True)
         backoff = _Backoff()
         try:
             while True:
@@ -555,7 +560,7 @@ class Worker:
         self._progress_wake.set()
 
     def _heartbeat_loop(self):
-        conn = Connection(self._ep)
+        conn = Connection(self._ep, idempotent=True)
         last_beat = 0.0
         last_progress = 0.0
         try:
@@ -623,7 +628,7 @@ class Worker:
                     j._stop("deadline")
 
     def _cancels_loop(self):
-        conn = Connection(self._ep)
+        conn = Connection(self._ep, idempotent=True)
         self._cancels_conn = conn
         if self._senders_done.is_set():
             conn.abort()
