@@ -5,8 +5,8 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
-import { Client } from "../dist/index.js";
-import { startServe } from "./serve.mjs";
+import { Client, Worker } from "../dist/index.js";
+import { startServe, until, deferred, within } from "./serve.mjs";
 
 let serve;
 let client;
@@ -110,4 +110,84 @@ test("a cancel cut after serve applied it is not sent again", async (t) => {
   await assert.rejects(c.cancel(enq.id), (err) => err.code === "ECONNRESET");
   assert.equal(seen.cut, 1);
   assert.equal((await client.get(enq.id)).state, "canceled");
+});
+
+/** A server that accepts connections and reads requests, and never answers. */
+async function silent(t) {
+  const { createServer: createNet } = await import("node:net");
+  const sockets = new Set();
+  const srv = createNet((s) => {
+    sockets.add(s);
+    s.on("data", () => {});
+    s.on("error", () => {});
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => { for (const s of sockets) s.destroy(); srv.close(r); }));
+  return `http://127.0.0.1:${srv.address().port}`;
+}
+
+// FINDING: node:http sends with no bound on a call's time (fetch had
+// undici's 5 minutes, the Python client its socket timeout): a server or
+// proxy that never answers (a half-open connection after a network
+// partition) held the call forever.
+test("a call a server never answers ends with a timeout", async (t) => {
+  const url = await silent(t);
+  const c = new Client({ url, timeoutMs: 300 });
+  const err = await within("the call's end", c.get(1).then(() => undefined, (e) => e), 10_000);
+  assert.ok(err instanceof Error, "the call succeeded");
+  assert.equal(err.code, "ETIMEDOUT");
+  // The same through a fetch.
+  const viaFetch = new Client({ url, timeoutMs: 300, fetch });
+  const err2 = await within("the fetch call's end", viaFetch.get(1).then(() => undefined, (e) => e), 10_000);
+  assert.equal(err2?.code, "ETIMEDOUT");
+});
+
+// FINDING (the same, in the worker): a heartbeat never answered held
+// #heartbeatInFlight forever, so no heartbeat went again: the job's lease
+// ran out under its running handler (and serve rescued the job for another
+// worker) while the worker neither extended it nor noticed its loss.
+test("a heartbeat never answered does not stop the heartbeats", async (t) => {
+  const short = await startServe({ args: ["--lease", "2s"] });
+  t.after(() => short.stop());
+  const seen = { beats: 0 };
+  const moreBeats = deferred();
+  const srv = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    if (req.url === "/v1/worker/heartbeat") {
+      seen.beats++;
+      if (seen.beats === 1) return; // never answered
+      if (seen.beats === 4) moreBeats.resolve();
+    }
+    const headers = { ...req.headers };
+    delete headers.host;
+    delete headers.connection;
+    delete headers["content-length"];
+    const up = await fetch(short.url + req.url, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+    res.writeHead(up.status, { "content-type": "application/json" }).end(Buffer.from(await up.arrayBuffer()));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => { srv.closeAllConnections(); srv.close(r); }));
+  const url = `http://127.0.0.1:${srv.address().port}`;
+  const errors = [];
+  const w = new Worker({ url, token: short.token, queues: ["ts-silent"], concurrency: 1, handleSignals: false, pollWaitMs: 1000, timeoutMs: 1000,
+    onError: (err, where) => errors.push({ where, err }) });
+  w.handle("k", async (job, { signal }) => {
+    const aborted = new Promise((resolve) => signal.addEventListener("abort", () => resolve(signal.reason), { once: true }));
+    const first = await Promise.race([moreBeats.promise.then(() => "beats"), aborted]);
+    if (first !== "beats") throw first;
+    return "ok";
+  });
+  const sc = new Client({ url: short.url, token: short.token });
+  const enq = await sc.enqueue({ kind: "k", queue: "ts-silent" });
+  const running = w.run();
+  try {
+    await until(`job ${enq.id} completed`, async () => (await sc.get(enq.id)).state === "completed", 30_000);
+  } finally {
+    await within("the worker's stop", w.stop(), 20_000);
+  }
+  await running;
+  assert.equal((await sc.get(enq.id)).attempt, 1);
+  assert.ok(errors.some((e) => e.where === "heartbeat" && e.err?.code === "ETIMEDOUT"), JSON.stringify(errors.map((e) => e.where)));
 });
