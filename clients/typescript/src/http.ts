@@ -45,6 +45,13 @@ export interface ConnectionOptions {
    */
   agent?: http.Agent;
   /**
+   * Milliseconds a call may take, beyond the wait of a long-poll (a lease
+   * or cancels call), before it is given up with an error of code
+   * ETIMEDOUT (default 30000): a server or proxy that never answers (a
+   * half-open connection) does not hold a call, or the worker, forever.
+   */
+  timeoutMs?: number;
+  /**
    * Called after each call that got an answer, an error status included
    * (for metrics or logging; it must not throw). Calls that got no
    * answer (a refused connection, an abort) are not observed.
@@ -63,6 +70,8 @@ export interface SendOptions {
    * Default: true for GET, false otherwise.
    */
   idempotent?: boolean;
+  /** Milliseconds the server may wait before answering (a long-poll's wait), added to the time bound. */
+  waitMs?: number;
 }
 
 /** Sends JSON requests to one server and decodes its answers. */
@@ -73,6 +82,7 @@ export class Transport {
   readonly #agent: http.Agent;
   readonly #module: typeof http | typeof https;
   readonly #observe: ((call: CallRecord) => void) | undefined;
+  readonly #timeoutMs: number;
 
   constructor(options: ConnectionOptions) {
     if (options === null || typeof options !== "object") {
@@ -103,6 +113,11 @@ export class Transport {
       throw new TypeError("observe: expected a function");
     }
     this.#observe = options.observe;
+    const timeoutMs = options.timeoutMs ?? 30_000;
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+      throw new TypeError(`timeoutMs: expected a positive number of milliseconds, got ${String(timeoutMs)}`);
+    }
+    this.#timeoutMs = timeoutMs;
     this.#module = parsed.protocol === "https:" ? https : http;
     if (options.agent !== undefined && !(options.agent instanceof http.Agent)) {
       throw new TypeError("agent: expected an http.Agent or https.Agent");
@@ -129,10 +144,11 @@ export class Transport {
       text = JSON.stringify(body);
     }
     const t0 = performance.now();
+    const bound = this.#timeoutMs + Math.max(0, options.waitMs ?? 0);
     const { status, raw } =
       this.#fetch !== undefined
-        ? await this.#viaFetch(this.#fetch, method, path, headers, text, signal)
-        : await this.#viaHTTP(method, path, headers, text, signal, idempotent);
+        ? await this.#viaFetch(this.#fetch, method, path, headers, text, signal, bound)
+        : await this.#viaHTTP(method, path, headers, text, signal, idempotent, bound);
     let decoded: unknown = undefined;
     let malformed = false;
     if (raw !== "") {
@@ -158,12 +174,26 @@ export class Transport {
     headers: Record<string, string>,
     text: string | undefined,
     signal: AbortSignal | undefined,
+    bound: number,
   ): Promise<{ status: number; raw: string }> {
     const init: RequestInit = { method, headers };
     if (text !== undefined) init.body = text;
-    if (signal !== undefined) init.signal = signal;
-    const res = await f(this.base + path, init);
-    return { status: res.status, raw: await res.text() };
+    const ac = new AbortController();
+    const onAbort = (): void => ac.abort(signal?.reason);
+    if (signal?.aborted) onAbort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const timer = setTimeout(() => ac.abort(timedOut(method, path, bound)), bound);
+    init.signal = ac.signal;
+    try {
+      const res = await f(this.base + path, init);
+      return { status: res.status, raw: await res.text() };
+    } catch (err) {
+      // fetch rejects with the signal's reason: the timeout's error, or the caller's.
+      throw ac.signal.aborted ? ac.signal.reason : err;
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
   }
 
   /**
@@ -182,13 +212,15 @@ export class Transport {
     text: string | undefined,
     signal: AbortSignal | undefined,
     idempotent: boolean,
+    bound: number,
   ): Promise<{ status: number; raw: string }> {
     const payload = text === undefined ? undefined : Buffer.from(text, "utf8");
     const h: Record<string, string | number> = { ...headers };
     if (payload !== undefined) h["content-length"] = payload.length;
+    const deadline = performance.now() + bound;
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.#send(method, path, h, payload, signal);
+        return await this.#send(method, path, h, payload, signal, deadline, bound);
       } catch (err) {
         const e = err as NodeJS.ErrnoException & { reusedSocket?: boolean };
         if (attempt === 0 && idempotent && e.reusedSocket === true && e.code === "ECONNRESET" && !signal?.aborted) continue;
@@ -203,8 +235,25 @@ export class Transport {
     headers: Record<string, string | number>,
     payload: Buffer | undefined,
     signal: AbortSignal | undefined,
+    deadline: number,
+    bound: number,
   ): Promise<{ status: number; raw: string }> {
-    return new Promise((resolve, reject) => {
+    return new Promise((outerResolve, outerReject) => {
+      // The whole call, answer read included, ends by the deadline: a
+      // socket timeout would not bound an answer that trickles.
+      const timer = setTimeout(() => {
+        const err = timedOut(method, path, bound);
+        reject(err);
+        req.destroy(err);
+      }, Math.max(0, deadline - performance.now()));
+      const resolve = (v: { status: number; raw: string }): void => {
+        clearTimeout(timer);
+        outerResolve(v);
+      };
+      const reject = (err: unknown): void => {
+        clearTimeout(timer);
+        outerReject(err);
+      };
       const options: http.RequestOptions = { method, headers, agent: this.#agent };
       if (signal !== undefined) options.signal = signal;
       const req = this.#module.request(this.base + path, options, (res) => {
@@ -222,6 +271,13 @@ export class Transport {
       req.end(payload);
     });
   }
+}
+
+/** The error of a call given up at its time bound. */
+function timedOut(method: string, path: string, bound: number): NodeJS.ErrnoException {
+  const err: NodeJS.ErrnoException = new Error(`${method} ${path}: no whole answer within ${Math.round(bound)} ms`);
+  err.code = "ETIMEDOUT";
+  return err;
 }
 
 /** Makes the RedriveError of a non-2xx answer. */

@@ -216,6 +216,7 @@ export class Worker {
   readonly #host: string;
   readonly #pid: number;
   readonly #pollWait: string;
+  readonly #pollWaitMs: number;
   readonly #graceMs: number;
   readonly #handleSignals: boolean;
   readonly #onError: (error: unknown, where: string) => void;
@@ -271,6 +272,7 @@ export class Worker {
       throw new RangeError(`pollWaitMs: expected 0 to 60000, got ${String(pollWaitMs)}`);
     }
     this.#pollWait = formatDuration(Math.round(pollWaitMs));
+    this.#pollWaitMs = Math.round(pollWaitMs);
     const graceMs = options.gracePeriodMs ?? 30_000;
     if (!Number.isFinite(graceMs) || graceMs < 0) {
       throw new RangeError(`gracePeriodMs: expected a non-negative number, got ${String(graceMs)}`);
@@ -401,6 +403,7 @@ export class Worker {
             wait: this.#pollWait,
           },
           this.#stopController.signal,
+          this.#pollWaitMs,
         );
         failures = 0;
       } catch (err) {
@@ -623,6 +626,7 @@ export class Worker {
           "/v1/worker/cancels",
           { worker: this.name, wait: "20s" },
           final,
+          20_000,
         );
         failures = 0;
         let fresh = false;
@@ -812,12 +816,12 @@ export class Worker {
    * proxy's answer) throws a RedriveError malformed_answer, retried as a
    * network failure.
    */
-  async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal, waitMs?: number): Promise<T> {
     // Every call of the worker protocol may be sent twice: a heartbeat,
     // a cancels poll and a stop change nothing the first copy did not, a
     // second outcome is refused by its lease token, and a lease answered
     // to nobody is what the lease loop's own retry would leave too.
-    const answer = await this.#http.request<unknown>(method, path, body, signal, { idempotent: true });
+    const answer = await this.#http.request<unknown>(method, path, body, signal, { idempotent: true, waitMs });
     if (answer === null || typeof answer !== "object" || Array.isArray(answer)) {
       throw new RedriveError(200, "malformed_answer", `${path}: the answer is not a JSON object: ${String(JSON.stringify(answer)).slice(0, 200)}`);
     }

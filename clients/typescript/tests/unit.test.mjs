@@ -300,4 +300,7 @@ test("the transport's options are checked", () => {
   assert.throws(() => new Client({ url: "http://127.0.0.1:1", fetch: 3 }), /fetch: expected a function/);
   assert.throws(() => new Client({ url: "http://127.0.0.1:1", observe: "x" }), /observe: expected a function/);
   assert.throws(() => new Client({ url: "http://127.0.0.1:1", agent: {} }), /agent: expected an http.Agent/);
+  for (const timeoutMs of [0, -1, NaN, Infinity, "5"]) {
+    assert.throws(() => new Client({ url: "http://127.0.0.1:1", timeoutMs }), /timeoutMs: expected a positive number/, String(timeoutMs));
+  }
 });
