@@ -4,6 +4,7 @@ request, against a real serve behind a proxy that cuts."""
 
 import http.client
 import http.server
+import json
 import socket
 import threading
 import urllib.parse
@@ -137,3 +138,134 @@ def test_enqueue_with_key_cut_after_stored_is_sent_again(serve, cut_proxy):
     assert job.get("existing") is True
     jobs = _jobs_of(serve, "py-cut-key")
     assert len(jobs) == 2
+
+
+class _RewriteProxy:
+    """A proxy in front of serve that forwards each request, then answers
+    rewrite(path, status, body) instead of serve's answer, or serve's when
+    rewrite answers None."""
+
+    def __init__(self, upstream, rewrite):
+        u = urllib.parse.urlsplit(upstream)
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=90)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                status, data = resp.status, resp.read()
+                conn.close()
+                changed = rewrite(self.path, status, data)
+                if changed is not None:
+                    status, data = changed
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def rewrite_proxy(serve):
+    made = []
+
+    def make(rewrite):
+        p = _RewriteProxy(serve.url, rewrite)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def _lazy_heartbeats(path, status, data):
+    """Lease answers whose heartbeat interval is an hour: the worker does
+    not heartbeat its jobs, so serve rescues them at their lease's end."""
+    if path != "/v1/worker/lease" or status != 200:
+        return None
+    answer = json.loads(data)
+    answer["heartbeat_every"] = "1h"
+    return status, json.dumps(answer).encode()
+
+
+# FINDING (the TypeScript worker's, found by its review, in the Python
+# worker too): a job whose lease the worker lost unnoticed, leased again,
+# ran its second attempt beside the first: the first handler was told
+# only at the next heartbeat of its lease (never, with no heartbeat due).
+def test_job_leased_again_stops_the_handler_of_its_lost_lease(serve, rewrite_proxy, run_worker):
+    p = rewrite_proxy(_lazy_heartbeats)
+    first = {}
+    first_running = threading.Event()
+    seen = {}
+    second_ran = threading.Event()
+    w = redrive.Worker(p.url, serve.token, queues=["py-relase"], concurrency=2, poll=1.0, handle_signals=False)
+
+    def handler(job):
+        if job.attempt == 1:
+            first["job"] = job
+            first_running.set()
+            job.cancel_event.wait(30)
+            return "first"
+        first_running.wait(30)
+        seen["stopped"] = first["job"].cancel_event.is_set()
+        seen["reason"] = first["job"].stop_reason
+        second_ran.set()
+        return "second"
+
+    w.register("k", handler)
+    run_worker(w)
+    j = serve.client.enqueue("k", queue="py-relase")
+    assert second_ran.wait(30), "the job was not leased again"
+    assert seen == {"stopped": True, "reason": "lease_lost"}
+    got = serve.wait_job(j["id"], lambda x: x["state"] == "completed", what="completed")
+    assert got["attempt"] == 2
+    assert got["result"] == "second"
+
+
+def _failed_heartbeats(path, status, data):
+    if path != "/v1/worker/heartbeat":
+        return None
+    return 503, b'{"error":{"code":"unavailable","message":"the store is unavailable"}}'
+
+
+# FINDING (the TypeScript worker stops a handler whose lease ran out with
+# no heartbeat answered; the Python worker did not): with its heartbeats
+# failing, the handler ran on past the job's lease, after serve rescued
+# the job for another worker.
+def test_handler_stopped_when_its_lease_runs_out_unrenewed(serve, rewrite_proxy, run_worker):
+    p = rewrite_proxy(_failed_heartbeats)
+    stopped = {}
+    done = threading.Event()
+    w = redrive.Worker(p.url, serve.token, queues=["py-unrenewed"], concurrency=1, poll=1.0, handle_signals=False)
+
+    def handler(job):
+        if job.cancel_event.wait(30):
+            stopped["reason"] = job.stop_reason
+        done.set()
+        return "ran on"
+
+    w.register("k", handler)
+    run_worker(w)
+    serve.client.enqueue("k", queue="py-unrenewed")
+    assert done.wait(40)
+    assert stopped == {"reason": "lease_lost"}
