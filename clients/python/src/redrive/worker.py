@@ -75,6 +75,9 @@ class Job:
         self._progress_sent = None
         self._done = False  # the handler returned (its outcome is queued or dropped)
         self._released = False
+        # When the lease ends unrenewed, on this process's monotonic clock
+        # (serve's lease_until is on its clock, which may be skewed).
+        self._expires = None
 
     @property
     def key(self):
@@ -193,6 +196,7 @@ class Worker:
         self._senders_done = threading.Event()  # outcomes flushed: background threads end
         self._progress_wake = threading.Event()
         self._heartbeat_every = 10.0
+        self._lease_secs = 30.0  # the lease answer's "lease"
         self._fatal = None
         self._lease_conn = None
         self._cancels_conn = None
@@ -374,11 +378,20 @@ class Worker:
                     log.warning("redrive worker %s: lease: %s", self.name, e)
                     backoff.wait(self._stop_requested)
                     continue
+                received = time.monotonic()
                 backoff.reset()
                 self._took_settings(answer)
                 for raw in answer.get("jobs") or []:
                     job = Job(self, raw)
+                    job._expires = received + self._lease_secs
                     with self._cv:
+                        # The job leased again: an earlier lease of it here
+                        # was lost unnoticed (no heartbeat between its end
+                        # and the job's rescue). That handler's attempt is
+                        # over; tell it before the new one starts.
+                        for old in self._held.values():
+                            if old.id == job.id and old.lease != job.lease and not old._done:
+                                old._stop("lease_lost")
                         self._held[job.key] = job
                         if self._stop_requested.is_set():
                             # Leased while stopping: hand it back untried.
@@ -393,6 +406,14 @@ class Worker:
             conn.close()
 
     def _took_settings(self, answer):
+        lease = answer.get("lease")
+        if lease:
+            try:
+                secs = parse_duration(lease)
+            except ValueError:
+                secs = 0
+            if secs > 0:
+                self._lease_secs = secs
         every = answer.get("heartbeat_every")
         if every:
             try:
@@ -571,12 +592,16 @@ class Worker:
                     jobs = list(self._held.values())
                 dirty = [j for j in jobs if j._progress is not None and j._progress != j._progress_sent and not j._done]
                 self._stop_past_deadlines(jobs)
+                self._stop_past_leases(jobs)
                 due = now >= next_beat or (dirty and now >= last_progress + 1.0)
                 if not due:
                     wait = next_beat - now
                     if dirty:
                         wait = min(wait, last_progress + 1.0 - now)
                     deadlines = [j.deadline for j in jobs if j.deadline is not None and not j.cancel_event.is_set()]
+                    expiries = [j._expires for j in jobs if j._expires is not None and not j._done and not j.cancel_event.is_set()]
+                    if expiries:
+                        wait = min(wait, min(expiries) - now)
                     if deadlines:
                         left = (min(deadlines) - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
                         wait = min(wait, left)
@@ -602,6 +627,7 @@ class Worker:
                 item["progress"] = {"done": p[0], "total": p[1]}
             items.append((j, p, item))
         by_key = {}
+        sent = time.monotonic()
         for i in range(0, max(len(items), 1), 1000):  # the server's bound per heartbeat
             answer = conn.call_object("POST", "/v1/worker/heartbeat",
                                {"worker": self.name, "jobs": [it for _, _, it in items[i:i + 1000]]}, timeout=30)
@@ -613,6 +639,13 @@ class Worker:
             e = by_key.get(j.key)
             if e is None:
                 continue
+            if e.get("held"):
+                # Extended from serve's now, after sent: a bound on the
+                # lease's end that is never late.
+                j._expires = sent + self._lease_secs
+                until = _time_or_none(e.get("lease_until"))
+                if until is not None:
+                    j.lease_until = until
             if e.get("canceled"):
                 j._stop("canceled")
             elif e.get("held") is False:
@@ -626,6 +659,16 @@ class Worker:
                     now = _dt.datetime.now(_dt.timezone.utc)
                 if now >= j.deadline:
                     j._stop("deadline")
+
+    def _stop_past_leases(self, jobs):
+        """Stops the handlers whose leases ran out unrenewed (the heartbeats
+        failing): serve may have rescued their jobs for another worker."""
+        now = time.monotonic()
+        for j in jobs:
+            if j._expires is not None and not j._done and not j._released and not j.cancel_event.is_set():
+                if now >= j._expires:
+                    log.warning("redrive worker %s: job %d: its lease ran out unrenewed: stopped", self.name, j.id)
+                    j._stop("lease_lost")
 
     def _cancels_loop(self):
         conn = Connection(self._ep, idempotent=True)
