@@ -193,3 +193,71 @@ test("a heartbeat never answered does not stop the heartbeats", async (t) => {
   assert.ok(seen.beats >= 4);
   assert.ok(errors.some((e) => e.where === "heartbeat" && e.err?.code === "ETIMEDOUT"), JSON.stringify(errors.map((e) => e.where)));
 });
+
+/**
+ * A proxy in front of upstream answering rewrite(path, answer) (a decoded
+ * JSON answer, changed in place) instead of upstream's answer. onPath(path)
+ * is told of each request first.
+ */
+async function rewriting(t, upstream, rewrite, onPath = () => {}) {
+  const srv = createServer(async (req, res) => {
+    onPath(req.url);
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const headers = { ...req.headers };
+    delete headers.host;
+    delete headers.connection;
+    delete headers["content-length"];
+    const up = await fetch(upstream + req.url, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+    let body = Buffer.from(await up.arrayBuffer());
+    if (up.status === 200) {
+      const answer = JSON.parse(body.toString("utf8"));
+      rewrite(req.url, answer);
+      body = Buffer.from(JSON.stringify(answer));
+    }
+    res.writeHead(up.status, { "content-type": "application/json" }).end(body);
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => { srv.closeAllConnections(); srv.close(r); }));
+  return `http://127.0.0.1:${srv.address().port}`;
+}
+
+// FINDING: the worker took a job's lease as lost when serve's lease_until
+// was before the worker's clock: with serve's clock a lease's length behind
+// the worker's (a VM without NTP), every handler was aborted with
+// LeaseLostError at the first heartbeat tick, its lease still held.
+test("a server clock behind the worker's does not lose the leases", async (t) => {
+  const short = await startServe({ args: ["--lease", "2s"] });
+  t.after(() => short.stop());
+  const behind = (v) => new Date(Date.parse(v) - 60_000).toISOString();
+  let beats = 0;
+  const enough = deferred();
+  const url = await rewriting(
+    t,
+    short.url,
+    (path, answer) => {
+      for (const j of answer.jobs ?? []) if (j.lease_until) j.lease_until = behind(j.lease_until);
+    },
+    (path) => {
+      if (path === "/v1/worker/heartbeat" && ++beats === 4) enough.resolve("beats");
+    },
+  );
+  const w = new Worker({ url, token: short.token, queues: ["ts-skew"], concurrency: 1, handleSignals: false, pollWaitMs: 1000 });
+  w.handle("k", async (job, { signal }) => {
+    const aborted = new Promise((resolve) => signal.addEventListener("abort", () => resolve(signal.reason), { once: true }));
+    const first = await Promise.race([enough.promise, aborted]);
+    if (first !== "beats") throw first;
+    return "ok";
+  });
+  const sc = new Client({ url: short.url, token: short.token });
+  const enq = await sc.enqueue({ kind: "k", queue: "ts-skew" });
+  const running = w.run();
+  try {
+    await until(`job ${enq.id} completed`, async () => (await sc.get(enq.id)).state === "completed", 30_000);
+  } finally {
+    await within("the worker's stop", w.stop(), 20_000);
+  }
+  await running;
+  const job = await sc.get(enq.id);
+  assert.equal(job.attempt, 1, JSON.stringify(job.history));
+});
