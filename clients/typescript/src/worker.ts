@@ -186,6 +186,11 @@ interface Held {
   controller: AbortController;
   /** running: the handler runs; reported: its outcome is sent; lost, released: no outcome is (or will be) sent. */
   state: "running" | "reported" | "lost" | "released";
+  /**
+   * When the lease ends unrenewed, on performance.now()'s clock (serve's
+   * lease_until is on serve's clock, which may be skewed from ours): the
+   * lease answer's arrival, or a heartbeat's sending, plus the lease.
+   */
   leaseUntil: number;
   progress: { done: number; total: number } | undefined;
   progressDirty: boolean;
@@ -242,7 +247,7 @@ export class Worker {
   #heartbeatTimer: NodeJS.Timeout | undefined;
   #heartbeatSoon: NodeJS.Timeout | undefined;
   #heartbeatInFlight: Promise<void> | undefined;
-  #lastHeartbeat = 0;
+  #lastHeartbeat = -Infinity;
 
   #outcomeQueue: { item: Outcome; done: () => void }[] = [];
   #outcomeFlush: Promise<void> | undefined;
@@ -441,12 +446,11 @@ export class Worker {
 
   /** Starts the handler of a leased job. */
   #start(wire: WireJob): void {
-    const leaseUntil = wire.lease_until ? Date.parse(wire.lease_until) : NaN;
     const held: Held = {
       wire,
       controller: new AbortController(),
       state: "running",
-      leaseUntil: Number.isNaN(leaseUntil) ? Date.now() + this.#leaseMs : leaseUntil,
+      leaseUntil: performance.now() + this.#leaseMs,
       progress: undefined,
       progressDirty: false,
       deadlineTimer: undefined,
@@ -511,7 +515,7 @@ export class Worker {
     held.progress = { done, total };
     held.progressDirty = true;
     if (this.#heartbeatSoon === undefined) {
-      const wait = Math.max(0, 1000 - (Date.now() - this.#lastHeartbeat));
+      const wait = Math.max(0, 1000 - (performance.now() - this.#lastHeartbeat));
       this.#heartbeatSoon = setTimeout(() => {
         this.#heartbeatSoon = undefined;
         void this.#heartbeat();
@@ -534,7 +538,7 @@ export class Worker {
   /** Extends the leases of the jobs held, sends their progress, learns of cancellations and lost leases. */
   async #heartbeat(): Promise<void> {
     if (this.#heartbeatInFlight) return this.#heartbeatInFlight;
-    const now = Date.now();
+    const now = performance.now();
     const jobs: Record<string, unknown>[] = [];
     const sent: Held[] = [];
     for (const held of this.#held.values()) {
@@ -581,10 +585,9 @@ export class Worker {
             this.#lose(held);
             continue;
           }
-          if (entry.lease_until) {
-            const until = Date.parse(entry.lease_until);
-            if (!Number.isNaN(until)) held.leaseUntil = until;
-          }
+          // Extended from serve's now, which is after now: a bound on the
+          // lease's end that is never late.
+          held.leaseUntil = now + this.#leaseMs;
           if (entry.canceled) this.#cancel(held);
         }
       } catch (err) {
@@ -756,7 +759,7 @@ export class Worker {
         this.#onError(err, "outcomes");
         failures++;
         // A job whose lease ended meanwhile will be refused anyway: give its outcome up.
-        const now = Date.now();
+        const now = performance.now();
         const keep = batch.filter((b) => {
           const held = this.#held.get(b.item.id);
           if (held && held.wire.lease === b.item.lease && held.leaseUntil < now) {
