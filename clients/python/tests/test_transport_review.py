@@ -2,6 +2,7 @@
 after the TypeScript transport change): the transport's retry of a cut
 request, against a real serve behind a proxy that cuts."""
 
+import datetime
 import http.client
 import http.server
 import json
@@ -12,6 +13,7 @@ import urllib.parse
 import pytest
 
 import redrive
+import redrive._wire
 
 
 class _CutProxy:
@@ -269,3 +271,48 @@ def test_handler_stopped_when_its_lease_runs_out_unrenewed(serve, rewrite_proxy,
     serve.client.enqueue("k", queue="py-unrenewed")
     assert done.wait(40)
     assert stopped == {"reason": "lease_lost"}
+
+
+def _clock_behind(path, status, data):
+    """Serve's answers as a serve whose clock is a minute behind gives them."""
+    if status != 200 or path not in ("/v1/worker/lease", "/v1/worker/heartbeat"):
+        return None
+    answer = json.loads(data)
+    for j in answer.get("jobs") or []:
+        for field in ("lease_until", "deadline"):
+            if j.get(field):
+                t = redrive._wire.parse_time(j[field]) - datetime.timedelta(minutes=1)
+                j[field] = redrive._wire.format_time(t)
+    return status, json.dumps(answer).encode()
+
+
+# FINDING: a handler's deadline (serve's clock) was compared with the
+# worker's clock: with serve's clock behind the worker's by more than the
+# kind's timeout, every handler was stopped ("deadline") as it started.
+def test_server_clock_behind_does_not_stop_handlers_at_once(serve, rewrite_proxy, run_worker):
+    beats = threading.Event()
+
+    def rewrite(path, status, data):
+        if path == "/v1/worker/heartbeat" and status == 200 and json.loads(data).get("jobs"):
+            beats.set()
+        return _clock_behind(path, status, data)
+
+    p = rewrite_proxy(rewrite)
+    reasons = []
+    w = redrive.Worker(p.url, serve.token, queues=["py-skew"], concurrency=1, poll=1.0, handle_signals=False)
+
+    def handler(job):
+        # Runs until a heartbeat of it (a third of the lease), well
+        # within its timeout and its lease.
+        while not beats.is_set():
+            if job.cancel_event.wait(0.02):
+                reasons.append(job.stop_reason)
+                raise RuntimeError("stopped: %s" % job.stop_reason)
+        return "ok"
+
+    w.register("k", handler, timeout=30)
+    run_worker(w)
+    j = serve.client.enqueue("k", queue="py-skew")
+    serve.wait_job(j["id"], lambda x: x["state"] == "completed" or reasons, what="completed")
+    assert reasons == []
+    assert serve.client.get(j["id"])["attempt"] == 1

@@ -261,3 +261,58 @@ test("a server clock behind the worker's does not lose the leases", async (t) =>
   const job = await sc.get(enq.id);
   assert.equal(job.attempt, 1, JSON.stringify(job.history));
 });
+
+// FINDING: the same for deadlines: a handler's deadline (serve's clock)
+// was compared with the worker's clock, so with serve's clock behind the
+// worker's by more than the kind's timeout every handler was aborted with
+// DeadlineError as it started, and the job failed every attempt.
+test("a server clock behind the worker's does not cut handlers at once", async (t) => {
+  const short = await startServe({ args: ["--lease", "2s"] });
+  t.after(() => short.stop());
+  const behind = (v) => new Date(Date.parse(v) - 60_000).toISOString();
+  const beat = deferred();
+  const url = await rewriting(
+    t,
+    short.url,
+    (path, answer) => {
+      for (const j of answer.jobs ?? []) {
+        if (j.lease_until) j.lease_until = behind(j.lease_until);
+        if (j.deadline) j.deadline = behind(j.deadline);
+      }
+    },
+    (path) => {
+      if (path === "/v1/worker/heartbeat") beat.resolve("beat");
+    },
+  );
+  const w = new Worker({ url, token: short.token, queues: ["ts-skew-deadline"], concurrency: 1, handleSignals: false, pollWaitMs: 1000 });
+  const reasons = [];
+  w.handle(
+    "d",
+    async (job, { signal }) => {
+      // Runs until the job's first heartbeat (a third of the lease), well
+      // within its timeout.
+      const aborted = new Promise((resolve) => signal.addEventListener("abort", () => resolve(signal.reason), { once: true }));
+      const first = await Promise.race([beat.promise, aborted]);
+      if (first !== "beat") {
+        reasons.push(first?.name);
+        throw first;
+      }
+      return "ok";
+    },
+    { timeout: 30_000 },
+  );
+  const sc = new Client({ url: short.url, token: short.token });
+  const enq = await sc.enqueue({ kind: "d", queue: "ts-skew-deadline" });
+  const running = w.run();
+  try {
+    await until(`job ${enq.id} completed`, async () => {
+      if (reasons.length > 0) return true;
+      return (await sc.get(enq.id)).state === "completed";
+    }, 30_000);
+  } finally {
+    await within("the worker's stop", w.stop(), 20_000);
+  }
+  await running;
+  assert.deepEqual(reasons, []);
+  assert.equal((await sc.get(enq.id)).attempt, 1);
+});
