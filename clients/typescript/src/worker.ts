@@ -466,7 +466,12 @@ export class Worker {
     this.#notify(); // the cancels loop waits for a running job
     const registered = this.#handlers.get(wire.kind);
     if (wire.deadline) {
-      const ms = Date.parse(wire.deadline) - Date.now();
+      // The deadline's distance from the lease's start, both on serve's
+      // clock (which may be skewed from ours); without lease_until, from
+      // our clock.
+      const deadline = Date.parse(wire.deadline);
+      const until = wire.lease_until ? Date.parse(wire.lease_until) : NaN;
+      const ms = Number.isNaN(until) ? deadline - Date.now() : deadline - (until - this.#leaseMs);
       if (!Number.isNaN(ms)) {
         held.deadlineTimer = setTimeout(() => held.controller.abort(new DeadlineError()), Math.max(0, ms));
       }

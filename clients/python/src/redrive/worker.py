@@ -78,6 +78,8 @@ class Job:
         # When the lease ends unrenewed, on this process's monotonic clock
         # (serve's lease_until is on its clock, which may be skewed).
         self._expires = None
+        # When the deadline passes, on the monotonic clock (see _local_deadline).
+        self._deadline_at = None
 
     @property
     def key(self):
@@ -116,6 +118,18 @@ class Job:
 
     def __repr__(self):
         return "<redrive.Job %d lease %d %s>" % (self.id, self.lease, self.kind)
+
+
+def _local_deadline(job, received, lease_secs):
+    """The job's deadline on the monotonic clock, the answer having arrived
+    at received: its distance from the lease's start, both on serve's clock
+    (which may be skewed from this machine's); without lease_until, from
+    this machine's clock."""
+    if job.deadline is None:
+        return None
+    if job.lease_until is not None:
+        return received + (job.deadline - job.lease_until).total_seconds() + lease_secs
+    return received + (job.deadline - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
 
 
 def _time_or_none(v):
@@ -384,6 +398,7 @@ class Worker:
                 for raw in answer.get("jobs") or []:
                     job = Job(self, raw)
                     job._expires = received + self._lease_secs
+                    job._deadline_at = _local_deadline(job, received, self._lease_secs)
                     with self._cv:
                         # The job leased again: an earlier lease of it here
                         # was lost unnoticed (no heartbeat between its end
@@ -598,13 +613,10 @@ class Worker:
                     wait = next_beat - now
                     if dirty:
                         wait = min(wait, last_progress + 1.0 - now)
-                    deadlines = [j.deadline for j in jobs if j.deadline is not None and not j.cancel_event.is_set()]
-                    expiries = [j._expires for j in jobs if j._expires is not None and not j._done and not j.cancel_event.is_set()]
-                    if expiries:
-                        wait = min(wait, min(expiries) - now)
-                    if deadlines:
-                        left = (min(deadlines) - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
-                        wait = min(wait, left)
+                    ends = [t for j in jobs if not j._done and not j.cancel_event.is_set()
+                            for t in (j._expires, j._deadline_at) if t is not None]
+                    if ends:
+                        wait = min(wait, min(ends) - now)
                     if self._progress_wake.wait(max(wait, 0.01)):
                         self._progress_wake.clear()
                     continue
@@ -652,13 +664,10 @@ class Worker:
                 j._stop("lease_lost")
 
     def _stop_past_deadlines(self, jobs):
-        now = None
+        now = time.monotonic()
         for j in jobs:
-            if j.deadline is not None and not j.cancel_event.is_set():
-                if now is None:
-                    now = _dt.datetime.now(_dt.timezone.utc)
-                if now >= j.deadline:
-                    j._stop("deadline")
+            if j._deadline_at is not None and not j.cancel_event.is_set() and now >= j._deadline_at:
+                j._stop("deadline")
 
     def _stop_past_leases(self, jobs):
         """Stops the handlers whose leases ran out unrenewed (the heartbeats
