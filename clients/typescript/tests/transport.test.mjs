@@ -316,3 +316,29 @@ test("a server clock behind the worker's does not cut handlers at once", async (
   assert.deepEqual(reasons, []);
   assert.equal((await sc.get(enq.id)).attempt, 1);
 });
+
+// FINDING (the worker's side of an observe hook that throws): the lease
+// answer was lost, its jobs leased to nobody until their leases ran out,
+// and leased again only to be lost again: the job never ran.
+test("a worker whose observe hook throws runs its jobs", async (t) => {
+  const process_ = process;
+  const onWarning = () => {};
+  process_.on("warning", onWarning);
+  t.after(() => process_.off("warning", onWarning));
+  const w = new Worker({ url: serve.url, token: serve.token, queues: ["ts-observe"], concurrency: 1, handleSignals: false, pollWaitMs: 1000,
+    observe: () => { throw new Error("observer bug"); }, onError: () => {} });
+  const runs = [];
+  w.handle("k", async (job) => {
+    runs.push(job.attempt);
+    return "ok";
+  });
+  const enq = await client.enqueue({ kind: "k", queue: "ts-observe" });
+  const running = w.run();
+  try {
+    await until(`job ${enq.id} completed`, async () => (await client.get(enq.id)).state === "completed", 20_000);
+  } finally {
+    await within("the worker's stop", w.stop(), 20_000);
+  }
+  await running;
+  assert.deepEqual(runs, [1]);
+});
