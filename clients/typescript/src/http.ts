@@ -41,7 +41,8 @@ export interface ConnectionOptions {
   /**
    * The node:http(s) agent to send the requests with (default: one of the
    * transport's own, keeping connections alive, closing one left idle
-   * for 5 s). Not used with fetch.
+   * for 5 s), of the URL's protocol. Not with fetch: give one or the
+   * other.
    */
   agent?: http.Agent;
   /**
@@ -53,7 +54,8 @@ export interface ConnectionOptions {
   timeoutMs?: number;
   /**
    * Called after each call that got an answer, an error status included
-   * (for metrics or logging; it must not throw). Calls that got no
+   * (for metrics or logging). An error it throws is told once, as a
+   * process warning, and the call stands. Calls that got no
    * answer (a refused connection, an abort) are not observed.
    */
   observe?: (call: CallRecord) => void;
@@ -83,6 +85,7 @@ export class Transport {
   readonly #module: typeof http | typeof https;
   readonly #observe: ((call: CallRecord) => void) | undefined;
   readonly #timeoutMs: number;
+  #observeFailed = false;
 
   constructor(options: ConnectionOptions) {
     if (options === null || typeof options !== "object") {
@@ -99,6 +102,11 @@ export class Transport {
     }
     if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
       throw new TypeError(`url: ${JSON.stringify(options.url)} is not http(s)`);
+    }
+    if (/[?#]/.test(options.url)) {
+      // The API's paths are appended to the base URL: after a query they
+      // would be part of it.
+      throw new TypeError(`url: ${JSON.stringify(options.url)}: a base URL has no query or fragment`);
     }
     this.base = options.url.replace(/\/+$/, "");
     if (options.token !== undefined && (typeof options.token !== "string" || /[\r\n]/.test(options.token))) {
@@ -121,6 +129,14 @@ export class Transport {
     this.#module = parsed.protocol === "https:" ? https : http;
     if (options.agent !== undefined && !(options.agent instanceof http.Agent)) {
       throw new TypeError("agent: expected an http.Agent or https.Agent");
+    }
+    if (options.agent !== undefined && options.fetch !== undefined) {
+      throw new TypeError("agent: not used with fetch; give one or the other");
+    }
+    // node:http refuses, at each request, an agent of another protocol.
+    const agentProtocol = (options.agent as (http.Agent & { protocol?: unknown }) | undefined)?.protocol;
+    if (typeof agentProtocol === "string" && agentProtocol !== parsed.protocol) {
+      throw new TypeError(`agent: an agent of ${agentProtocol} for a URL of ${parsed.protocol} (give an ${parsed.protocol === "https:" ? "https" : "http"}.Agent)`);
     }
     // Node's own global agent's settings: idle connections closed after
     // 5 s, well before serve's (2 minutes), so a request is rarely sent
@@ -159,7 +175,18 @@ export class Transport {
       }
     }
     if (this.#observe !== undefined) {
-      this.#observe({ method, path, request: body, status, answer: decoded, ms: performance.now() - t0 });
+      try {
+        this.#observe({ method, path, request: body, status, answer: decoded, ms: performance.now() - t0 });
+      } catch (err) {
+        // Serve answered: the call stands whatever the hook does. Its
+        // error is told once, as a process warning.
+        if (!this.#observeFailed) {
+          this.#observeFailed = true;
+          process.emitWarning(`redrive: the observe hook threw (told once): ${err instanceof Error ? err.message : String(err)}`, {
+            code: "REDRIVE_OBSERVE",
+          });
+        }
+      }
     }
     const ok = status >= 200 && status < 300;
     if (ok && malformed) throw new RedriveError(status, "malformed_answer", `the answer is not JSON: ${raw.slice(0, 200)}`);
