@@ -342,3 +342,121 @@ test("a worker whose observe hook throws runs its jobs", async (t) => {
   await running;
   assert.deepEqual(runs, [1]);
 });
+
+// What held: nothing of the transport keeps a process alive once run()
+// resolved and the client is done: the kept connections of both (idle in
+// the agent's pool) do not hold the event loop, nor do the timers of
+// the calls' time bounds or a long-poll aborted at stop.
+test("a process exits by itself after run() resolves", async (t) => {
+  const { spawn } = await import("node:child_process");
+  const dist = new URL("../dist/index.js", import.meta.url).href;
+  const code = `
+    import { Client, Worker } from ${JSON.stringify(dist)};
+    const { URL: url, TOKEN: token } = process.env;
+    const client = new Client({ url, token });
+    const w = new Worker({ url, token, queues: ["ts-exit"], concurrency: 2, handleSignals: false });
+    let done;
+    const ran = new Promise((r) => (done = r));
+    w.handle("k", async () => { done(); return "ok"; });
+    const running = w.run();
+    const job = await client.enqueue({ kind: "k", queue: "ts-exit" });
+    await ran;
+    while ((await client.get(job.id)).state !== "completed") await new Promise((r) => setTimeout(r, 20));
+    // The lease long-poll is in flight now: stop aborts it.
+    await w.stop();
+    await running;
+    process.stdout.write("stopped\\n");
+  `;
+  const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
+    env: { ...process.env, URL: serve.url, TOKEN: serve.token },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  t.after(() => child.kill("SIGKILL"));
+  let out = "";
+  child.stdout.on("data", (b) => (out += b));
+  child.stderr.on("data", (b) => (out += b));
+  const exited = new Promise((r) => child.once("exit", (code, signal) => r({ code, signal })));
+  assert.deepEqual(await within(`the child's exit (output: ${out})`, exited, 20_000), { code: 0, signal: null }, out);
+  assert.match(out, /stopped/);
+});
+
+// What held: a base URL with a path prefix (serve behind a proxy that
+// serves it under /redrive/), for the client and the worker.
+test("a base URL with a path prefix", async (t) => {
+  const srv = createServer(async (req, res) => {
+    if (!req.url.startsWith("/redrive/v1/")) {
+      res.writeHead(404).end();
+      return;
+    }
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const headers = { ...req.headers };
+    delete headers.host;
+    delete headers.connection;
+    delete headers["content-length"];
+    const up = await fetch(serve.url + req.url.slice("/redrive".length), { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+    res.writeHead(up.status, { "content-type": "application/json" }).end(Buffer.from(await up.arrayBuffer()));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => { srv.closeAllConnections(); srv.close(r); }));
+  const url = `http://127.0.0.1:${srv.address().port}/redrive/`;
+  const c = new Client({ url, token: serve.token });
+  const w = new Worker({ url, token: serve.token, queues: ["ts-prefix"], concurrency: 1, handleSignals: false, pollWaitMs: 1000 });
+  w.handle("k", async () => "ok");
+  const enq = await c.enqueue({ kind: "k", queue: "ts-prefix" });
+  const running = w.run();
+  try {
+    await until(`job ${enq.id} completed`, async () => (await c.get(enq.id)).state === "completed", 20_000);
+  } finally {
+    await within("the worker's stop", w.stop(), 20_000);
+  }
+  await running;
+});
+
+// What held: https with an agent of the caller's (trusting the proxy's
+// own certificate), its connections kept.
+test("https with a custom agent", async (t) => {
+  const { execFileSync } = await import("node:child_process");
+  const { mkdtempSync, readFileSync, rmSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const https = await import("node:https");
+  const dir = mkdtempSync(join(tmpdir(), "redrive-ts-tls-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  execFileSync("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")], { stdio: "ignore" });
+  const cert = readFileSync(join(dir, "cert.pem"));
+  let conns = 0;
+  let requests = 0;
+  const srv = https.createServer({ key: readFileSync(join(dir, "key.pem")), cert }, async (req, res) => {
+    requests++;
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const headers = { ...req.headers };
+    delete headers.host;
+    delete headers.connection;
+    delete headers["content-length"];
+    const up = await fetch(serve.url + req.url, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+    res.writeHead(up.status, { "content-type": "application/json" }).end(Buffer.from(await up.arrayBuffer()));
+  });
+  srv.on("secureConnection", () => conns++);
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => { srv.closeAllConnections(); srv.close(r); }));
+  const url = `https://127.0.0.1:${srv.address().port}`;
+  const agent = new https.Agent({ ca: cert, keepAlive: true });
+  t.after(() => agent.destroy());
+  // Without the agent's trust the certificate is refused.
+  await assert.rejects(new Client({ url, token: serve.token }).get(1), (err) => /self.signed|certificate/i.test(err.message));
+  const c = new Client({ url, token: serve.token, agent });
+  const w = new Worker({ url, token: serve.token, queues: ["ts-tls"], concurrency: 1, handleSignals: false, pollWaitMs: 1000, agent });
+  w.handle("k", async () => "ok");
+  const enq = await c.enqueue({ kind: "k", queue: "ts-tls" });
+  const running = w.run();
+  try {
+    await until(`job ${enq.id} completed`, async () => (await c.get(enq.id)).state === "completed", 20_000);
+  } finally {
+    await within("the worker's stop", w.stop(), 20_000);
+  }
+  await running;
+  assert.ok(conns < requests, `${conns} connections for ${requests} requests`);
+});

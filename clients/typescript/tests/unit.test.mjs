@@ -344,3 +344,26 @@ test("options the transport cannot honour are refused", async () => {
   new Client({ url: "https://127.0.0.1:1/redrive/", agent: new https.Agent({ keepAlive: true }) });
   new Client({ url: "http://127.0.0.1:1/redrive", agent: new http.Agent() });
 });
+
+// What held: a chunked answer is read whole; an answer cut mid-body (a
+// proxy closing) fails the call, and is not sent again, even on a kept
+// connection: the server answered, so it read the request.
+test("a chunked answer; an answer cut mid-body", async (t) => {
+  const srv = await rawServer((n, socket) => {
+    if (n === 1) {
+      socket.write("HTTP/1.1 201 X\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
+      socket.write('5\r\n{"id"\r\n');
+      setImmediate(() => socket.write("3\r\n:7}\r\n0\r\n\r\n"));
+      return;
+    }
+    socket.write('HTTP/1.1 201 X\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"id":');
+    setImmediate(() => socket.destroy());
+  });
+  t.after(srv.close);
+  const client = new Client({ url: srv.url });
+  assert.deepEqual(await client.enqueue({ kind: "k" }), { id: 7 });
+  const err = await client.enqueue({ kind: "k" }).then(() => undefined, (e) => e);
+  assert.ok(err instanceof Error, "the call succeeded");
+  assert.equal(srv.requests(), 2);
+  assert.equal(srv.conns(), 1);
+});
