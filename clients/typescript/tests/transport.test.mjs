@@ -460,3 +460,20 @@ test("https with a custom agent", async (t) => {
   await running;
   assert.ok(conns < requests, `${conns} connections for ${requests} requests`);
 });
+
+// What held: the default agent's 5-s socket timeout closes idle pooled
+// connections only: a long-poll that waits longer on serve is answered.
+// Real time passing is what is tested: the poll waits 6 s for nothing.
+test("a long-poll longer than the agent's idle timeout is answered", async () => {
+  const { Transport } = await import("../dist/http.js");
+  const tr = new Transport({ url: serve.url, token: serve.token, timeoutMs: 10_000 });
+  const answer = await tr.request(
+    "POST",
+    "/v1/worker/lease",
+    { worker: "ts-long-poll", host: "h", pid: 1, queues: ["ts-long-poll"], kinds: ["k"], max: 1, wait: "6s" },
+    undefined,
+    { idempotent: true, waitMs: 6000 },
+  );
+  assert.deepEqual(answer.jobs, []);
+  await tr.request("POST", "/v1/worker/stop", { worker: "ts-long-poll" }, undefined, { idempotent: true });
+});
