@@ -316,3 +316,66 @@ def test_server_clock_behind_does_not_stop_handlers_at_once(serve, rewrite_proxy
     serve.wait_job(j["id"], lambda x: x["state"] == "completed" or reasons, what="completed")
     assert reasons == []
     assert serve.client.get(j["id"])["attempt"] == 1
+
+
+class _ClosingServer:
+    """An HTTP server that answers each request 201 with {"n": <count>} on
+    a connection it then closes at once, without saying so (no
+    Connection: close): as a server closing a kept connection left idle
+    does. closed is set once it closed the connection of the last answer."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.requests = 0
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                while len(body) < length:
+                    body += conn.recv(65536)
+                self.requests += 1
+                answer = json.dumps({"n": self.requests}).encode()
+                conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(answer), answer))
+            self.closed.set()
+
+    def close(self):
+        self.sock.close()
+
+
+# FINDING (of this review's own fix, before it reached main): the Python
+# client sent each request on its kept connection without looking whether
+# serve had closed it meanwhile (serve closes one left idle for 2
+# minutes), and counted on sending it again. Now that an enqueue without
+# a key is not sent again, such an enqueue after a pause failed.
+def test_enqueue_after_serve_closed_the_idle_connection():
+    srv = _ClosingServer()
+    try:
+        with redrive.Client(srv.url) as c:
+            assert c.enqueue("k") == {"n": 1}
+            assert srv.closed.wait(10)
+            assert c.enqueue("k") == {"n": 2}
+        assert srv.requests == 2
+    finally:
+        srv.close()
