@@ -2,6 +2,7 @@
 
 import http.client
 import json
+import select
 import socket
 import ssl
 import threading
@@ -147,6 +148,13 @@ class Connection:
             with self._lock:
                 if self._aborted:
                     raise Aborted("connection aborted")
+                if self._conn is not None and self._used and _closed_by_peer(self._conn.sock):
+                    # Serve closed the kept connection while it was idle
+                    # (after 2 minutes): open a new one rather than send
+                    # on it, which a request not idempotent could not
+                    # survive.
+                    self._conn.close()
+                    self._conn = None
                 if self._conn is None:
                     self._conn = self._new(timeout)
                     self._used = False
@@ -177,6 +185,23 @@ class Connection:
                 self._used = True
             return resp.status, data
         raise AssertionError("unreachable")
+
+
+def _closed_by_peer(sock):
+    """Whether a kept connection, idle between two requests, was closed
+    by the server (or holds bytes it should not): it is readable. An idle
+    HTTP/1.1 connection has nothing to read until the next answer."""
+    if sock is None:
+        return True
+    try:
+        if hasattr(select, "poll"):  # select.select cannot take a descriptor past 1023
+            p = select.poll()
+            p.register(sock, select.POLLIN)
+            return bool(p.poll(0))
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def error_of(status, decoded, data=b""):
