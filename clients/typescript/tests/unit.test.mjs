@@ -367,3 +367,22 @@ test("a chunked answer; an answer cut mid-body", async (t) => {
   assert.equal(srv.requests(), 2);
   assert.equal(srv.conns(), 1);
 });
+
+// What held (the Python client's defect, not the TypeScript one's): a
+// kept connection the server closed while idle is dropped from the
+// agent's pool, so an enqueue after it, not idempotent, goes on a new one.
+test("an enqueue after the server closed the idle connection", async (t) => {
+  let closed;
+  const srv = await rawServer((n, socket) => {
+    answer(socket, 201, `{"n":${n}}`);
+    closed = new Promise((r) => socket.once("close", r));
+    socket.end();
+  });
+  t.after(srv.close);
+  const client = new Client({ url: srv.url });
+  assert.deepEqual(await client.enqueue({ kind: "k" }), { n: 1 });
+  await closed;
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(await client.enqueue({ kind: "k" }), { n: 2 });
+  assert.equal(srv.conns(), 2);
+});

@@ -395,18 +395,22 @@ class Worker:
                 received = time.monotonic()
                 backoff.reset()
                 self._took_settings(answer)
-                for raw in answer.get("jobs") or []:
+                raws = answer.get("jobs") or []
+                if raws:
+                    # A job leased again: an earlier lease of it here was
+                    # lost unnoticed (no heartbeat between its end and the
+                    # job's rescue). That handler's attempt is over; tell
+                    # it before the new one starts.
+                    fresh = {raw.get("id"): raw.get("lease") for raw in raws}
+                    with self._cv:
+                        for old in self._held.values():
+                            if old.id in fresh and old.lease != fresh[old.id] and not old._done:
+                                old._stop("lease_lost")
+                for raw in raws:
                     job = Job(self, raw)
                     job._expires = received + self._lease_secs
                     job._deadline_at = _local_deadline(job, received, self._lease_secs)
                     with self._cv:
-                        # The job leased again: an earlier lease of it here
-                        # was lost unnoticed (no heartbeat between its end
-                        # and the job's rescue). That handler's attempt is
-                        # over; tell it before the new one starts.
-                        for old in self._held.values():
-                            if old.id == job.id and old.lease != job.lease and not old._done:
-                                old._stop("lease_lost")
                         self._held[job.key] = job
                         if self._stop_requested.is_set():
                             # Leased while stopping: hand it back untried.
