@@ -143,7 +143,11 @@ export class LeasedJob<P = unknown> {
   readonly maxRetries: number;
   /** The job's priority. */
   readonly priority: number;
-  /** When the attempt must end (a timeout configured on the server), if any. */
+  /**
+   * When the attempt must end (a timeout configured on the server), if
+   * any, on serve's clock: the signal aborts when it comes, timed from the
+   * lease's start, whatever the skew between serve's clock and this one.
+   */
   readonly deadline: Date | undefined;
   /** The W3C trace context the job was enqueued in, if any. */
   readonly trace: string | undefined;

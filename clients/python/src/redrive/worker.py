@@ -46,7 +46,9 @@ class Job:
     """A job handed to a handler, for one attempt.
 
     ``payload`` is the job's payload as enqueued; ``attempt`` counts from
-    1; ``deadline`` (a datetime, or None) is when the attempt must end.
+    1; ``deadline`` (a datetime, or None) is when the attempt must end, on
+    serve's clock (the worker times it from the lease's start, whatever
+    the skew between serve's clock and this machine's).
     ``cancel_event`` is set when the handler should stop: a user canceled
     the job (``canceled``), it is no longer this worker's (``lease_lost``),
     its deadline passed, or the worker is shutting down and its grace
