@@ -390,10 +390,10 @@ class _CutOff(redrive.Worker):
 
 def test_cut_off_worker_loses_its_job(serve, run_worker):
     """A worker whose heartbeats stop: its job is rescued at lease expiry and
-    completed by another; once back, its handler is told (lease_lost) and
-    its outcome is dropped."""
+    completed by another; its handler is told (lease_lost: its lease ran
+    out unrenewed) and its outcome is dropped."""
     a = _CutOff(serve.url, serve.token, queues=["py"], concurrency=1, poll=5.0, handle_signals=False)
-    started, lost = threading.Event(), threading.Event()
+    started, lost, back = threading.Event(), threading.Event(), threading.Event()
     reasons = []
 
     @a.handler("part")
@@ -402,6 +402,9 @@ def test_cut_off_worker_loses_its_job(serve, run_worker):
         if job.cancel_event.wait(60):
             reasons.append(job.stop_reason)
             lost.set()
+        # Holds a's only slot until it is back: a does not lease the
+        # rescued job again while cut off.
+        back.wait(60)
         return "from a"
 
     run_worker(a)
@@ -418,6 +421,7 @@ def test_cut_off_worker_loses_its_job(serve, run_worker):
     done = serve.wait_job(job["id"], lambda j: j["state"] == "completed")
     assert done["attempt"] == 2
     a.cut.clear()
+    back.set()
     assert lost.wait(30), "the cut-off worker's handler was not told"
     assert reasons == ["lease_lost"]
     after = serve.client.get(job["id"])

@@ -109,7 +109,10 @@ export class Client {
    * stored then.
    */
   async enqueue(options: EnqueueOptions): Promise<Job> {
-    return this.#http.request<Job>("POST", "/v1/jobs", enqueueBody(options));
+    // Sent again when cut only with a key: serve may have stored the
+    // first copy, and a second without a key would be a second job.
+    const body = enqueueBody(options);
+    return this.#http.request<Job>("POST", "/v1/jobs", body, undefined, { idempotent: body["idempotency_key"] !== undefined });
   }
 
   /**
@@ -128,7 +131,8 @@ export class Client {
         throw new TypeError(`jobs[${i}]: ${(err as Error).message}`);
       }
     });
-    const answer = await this.#http.request<{ jobs: Job[] }>("POST", "/v1/jobs/batch", { jobs: body });
+    const keyed = body.every((b) => b["idempotency_key"] !== undefined);
+    const answer = await this.#http.request<{ jobs: Job[] }>("POST", "/v1/jobs/batch", { jobs: body }, undefined, { idempotent: keyed });
     return answer.jobs;
   }
 

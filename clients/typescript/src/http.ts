@@ -41,15 +41,39 @@ export interface ConnectionOptions {
   /**
    * The node:http(s) agent to send the requests with (default: one of the
    * transport's own, keeping connections alive, closing one left idle
-   * for 5 s). Not used with fetch.
+   * for 5 s), of the URL's protocol. Not with fetch: give one or the
+   * other.
    */
   agent?: http.Agent;
   /**
+   * Milliseconds a call may take, beyond the wait of a long-poll (a lease
+   * or cancels call), before it is given up with an error of code
+   * ETIMEDOUT (default 30000): a server or proxy that never answers (a
+   * half-open connection) does not hold a call, or the worker, forever.
+   */
+  timeoutMs?: number;
+  /**
    * Called after each call that got an answer, an error status included
-   * (for metrics or logging; it must not throw). Calls that got no
+   * (for metrics or logging). An error it throws is told once, as a
+   * process warning, and the call stands. Calls that got no
    * answer (a refused connection, an abort) are not observed.
    */
   observe?: (call: CallRecord) => void;
+}
+
+/** How Transport.request sends one request. */
+export interface SendOptions {
+  /**
+   * Whether a second copy of the request, should serve have read the
+   * first, changes nothing the first did not (a read, a heartbeat, an
+   * outcome fenced by its lease token, an enqueue with an idempotency
+   * key). Only such a request is sent again when its kept connection is
+   * cut before any answer: the cut does not say whether serve read it.
+   * Default: true for GET, false otherwise.
+   */
+  idempotent?: boolean;
+  /** Milliseconds the server may wait before answering (a long-poll's wait), added to the time bound. */
+  waitMs?: number;
 }
 
 /** Sends JSON requests to one server and decodes its answers. */
@@ -60,6 +84,8 @@ export class Transport {
   readonly #agent: http.Agent;
   readonly #module: typeof http | typeof https;
   readonly #observe: ((call: CallRecord) => void) | undefined;
+  readonly #timeoutMs: number;
+  #observeFailed = false;
 
   constructor(options: ConnectionOptions) {
     if (options === null || typeof options !== "object") {
@@ -77,6 +103,11 @@ export class Transport {
     if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
       throw new TypeError(`url: ${JSON.stringify(options.url)} is not http(s)`);
     }
+    if (/[?#]/.test(options.url)) {
+      // The API's paths are appended to the base URL: after a query they
+      // would be part of it.
+      throw new TypeError(`url: ${JSON.stringify(options.url)}: a base URL has no query or fragment`);
+    }
     this.base = options.url.replace(/\/+$/, "");
     if (options.token !== undefined && (typeof options.token !== "string" || /[\r\n]/.test(options.token))) {
       throw new TypeError("token: expected a string on one line");
@@ -90,9 +121,22 @@ export class Transport {
       throw new TypeError("observe: expected a function");
     }
     this.#observe = options.observe;
+    const timeoutMs = options.timeoutMs ?? 30_000;
+    if (typeof timeoutMs !== "number" || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+      throw new TypeError(`timeoutMs: expected a positive number of milliseconds, got ${String(timeoutMs)}`);
+    }
+    this.#timeoutMs = timeoutMs;
     this.#module = parsed.protocol === "https:" ? https : http;
     if (options.agent !== undefined && !(options.agent instanceof http.Agent)) {
       throw new TypeError("agent: expected an http.Agent or https.Agent");
+    }
+    if (options.agent !== undefined && options.fetch !== undefined) {
+      throw new TypeError("agent: not used with fetch; give one or the other");
+    }
+    // node:http refuses, at each request, an agent of another protocol.
+    const agentProtocol = (options.agent as (http.Agent & { protocol?: unknown }) | undefined)?.protocol;
+    if (typeof agentProtocol === "string" && agentProtocol !== parsed.protocol) {
+      throw new TypeError(`agent: an agent of ${agentProtocol} for a URL of ${parsed.protocol} (give an ${parsed.protocol === "https:" ? "https" : "http"}.Agent)`);
     }
     // Node's own global agent's settings: idle connections closed after
     // 5 s, well before serve's (2 minutes), so a request is rarely sent
@@ -106,7 +150,8 @@ export class Transport {
    * the decoded JSON of a 2xx answer. Any other answer throws a
    * RedriveError with the server's code, message and field.
    */
-  async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  async request<T>(method: string, path: string, body?: unknown, signal?: AbortSignal, options: SendOptions = {}): Promise<T> {
+    const idempotent = options.idempotent ?? method === "GET";
     const headers: Record<string, string> = { accept: "application/json" };
     if (this.#token !== undefined) headers["authorization"] = `Bearer ${this.#token}`;
     let text: string | undefined;
@@ -115,10 +160,11 @@ export class Transport {
       text = JSON.stringify(body);
     }
     const t0 = performance.now();
+    const bound = this.#timeoutMs + Math.max(0, options.waitMs ?? 0);
     const { status, raw } =
       this.#fetch !== undefined
-        ? await this.#viaFetch(this.#fetch, method, path, headers, text, signal)
-        : await this.#viaHTTP(method, path, headers, text, signal);
+        ? await this.#viaFetch(this.#fetch, method, path, headers, text, signal, bound)
+        : await this.#viaHTTP(method, path, headers, text, signal, idempotent, bound);
     let decoded: unknown = undefined;
     let malformed = false;
     if (raw !== "") {
@@ -129,7 +175,18 @@ export class Transport {
       }
     }
     if (this.#observe !== undefined) {
-      this.#observe({ method, path, request: body, status, answer: decoded, ms: performance.now() - t0 });
+      try {
+        this.#observe({ method, path, request: body, status, answer: decoded, ms: performance.now() - t0 });
+      } catch (err) {
+        // Serve answered: the call stands whatever the hook does. Its
+        // error is told once, as a process warning.
+        if (!this.#observeFailed) {
+          this.#observeFailed = true;
+          process.emitWarning(`redrive: the observe hook threw (told once): ${err instanceof Error ? err.message : String(err)}`, {
+            code: "REDRIVE_OBSERVE",
+          });
+        }
+      }
     }
     const ok = status >= 200 && status < 300;
     if (ok && malformed) throw new RedriveError(status, "malformed_answer", `the answer is not JSON: ${raw.slice(0, 200)}`);
@@ -144,19 +201,36 @@ export class Transport {
     headers: Record<string, string>,
     text: string | undefined,
     signal: AbortSignal | undefined,
+    bound: number,
   ): Promise<{ status: number; raw: string }> {
     const init: RequestInit = { method, headers };
     if (text !== undefined) init.body = text;
-    if (signal !== undefined) init.signal = signal;
-    const res = await f(this.base + path, init);
-    return { status: res.status, raw: await res.text() };
+    const ac = new AbortController();
+    const onAbort = (): void => ac.abort(signal?.reason);
+    if (signal?.aborted) onAbort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const timer = setTimeout(() => ac.abort(timedOut(method, path, bound)), bound);
+    init.signal = ac.signal;
+    try {
+      const res = await f(this.base + path, init);
+      return { status: res.status, raw: await res.text() };
+    } catch (err) {
+      // fetch rejects with the signal's reason: the timeout's error, or the caller's.
+      throw ac.signal.aborted ? ac.signal.reason : err;
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
   }
 
   /**
-   * Sends one request with node:http(s). A request that fails on a kept
-   * connection before any answer (the server closed it as it was reused)
-   * is sent once more on a new one, as Node's documentation advises: the
-   * server did not read it.
+   * Sends one request with node:http(s). An idempotent request that fails
+   * on a kept connection before any answer (most often: the server closed
+   * the connection as it was reused) is sent once more on a new one, as
+   * Node's documentation advises. Any other is not: the same failure
+   * comes of a connection cut after the server read the request (a proxy
+   * cutting it, the server dying after its commit), and a second enqueue
+   * without a key would store a second job.
    */
   async #viaHTTP(
     method: string,
@@ -164,16 +238,19 @@ export class Transport {
     headers: Record<string, string>,
     text: string | undefined,
     signal: AbortSignal | undefined,
+    idempotent: boolean,
+    bound: number,
   ): Promise<{ status: number; raw: string }> {
     const payload = text === undefined ? undefined : Buffer.from(text, "utf8");
     const h: Record<string, string | number> = { ...headers };
     if (payload !== undefined) h["content-length"] = payload.length;
+    const deadline = performance.now() + bound;
     for (let attempt = 0; ; attempt++) {
       try {
-        return await this.#send(method, path, h, payload, signal);
+        return await this.#send(method, path, h, payload, signal, deadline, bound);
       } catch (err) {
         const e = err as NodeJS.ErrnoException & { reusedSocket?: boolean };
-        if (attempt === 0 && e.reusedSocket === true && e.code === "ECONNRESET" && !signal?.aborted) continue;
+        if (attempt === 0 && idempotent && e.reusedSocket === true && e.code === "ECONNRESET" && !signal?.aborted) continue;
         throw err;
       }
     }
@@ -185,8 +262,25 @@ export class Transport {
     headers: Record<string, string | number>,
     payload: Buffer | undefined,
     signal: AbortSignal | undefined,
+    deadline: number,
+    bound: number,
   ): Promise<{ status: number; raw: string }> {
-    return new Promise((resolve, reject) => {
+    return new Promise((outerResolve, outerReject) => {
+      // The whole call, answer read included, ends by the deadline: a
+      // socket timeout would not bound an answer that trickles.
+      const timer = setTimeout(() => {
+        const err = timedOut(method, path, bound);
+        reject(err);
+        req.destroy(err);
+      }, Math.max(0, deadline - performance.now()));
+      const resolve = (v: { status: number; raw: string }): void => {
+        clearTimeout(timer);
+        outerResolve(v);
+      };
+      const reject = (err: unknown): void => {
+        clearTimeout(timer);
+        outerReject(err);
+      };
       const options: http.RequestOptions = { method, headers, agent: this.#agent };
       if (signal !== undefined) options.signal = signal;
       const req = this.#module.request(this.base + path, options, (res) => {
@@ -204,6 +298,13 @@ export class Transport {
       req.end(payload);
     });
   }
+}
+
+/** The error of a call given up at its time bound. */
+function timedOut(method: string, path: string, bound: number): NodeJS.ErrnoException {
+  const err: NodeJS.ErrnoException = new Error(`${method} ${path}: no whole answer within ${Math.round(bound)} ms`);
+  err.code = "ETIMEDOUT";
+  return err;
 }
 
 /** Makes the RedriveError of a non-2xx answer. */

@@ -143,7 +143,11 @@ export class LeasedJob<P = unknown> {
   readonly maxRetries: number;
   /** The job's priority. */
   readonly priority: number;
-  /** When the attempt must end (a timeout configured on the server), if any. */
+  /**
+   * When the attempt must end (a timeout configured on the server), if
+   * any, on serve's clock: the signal aborts when it comes, timed from the
+   * lease's start, whatever the skew between serve's clock and this one.
+   */
   readonly deadline: Date | undefined;
   /** The W3C trace context the job was enqueued in, if any. */
   readonly trace: string | undefined;
@@ -186,6 +190,11 @@ interface Held {
   controller: AbortController;
   /** running: the handler runs; reported: its outcome is sent; lost, released: no outcome is (or will be) sent. */
   state: "running" | "reported" | "lost" | "released";
+  /**
+   * When the lease ends unrenewed, on performance.now()'s clock (serve's
+   * lease_until is on serve's clock, which may be skewed from ours): the
+   * lease answer's arrival, or a heartbeat's sending, plus the lease.
+   */
   leaseUntil: number;
   progress: { done: number; total: number } | undefined;
   progressDirty: boolean;
@@ -216,6 +225,7 @@ export class Worker {
   readonly #host: string;
   readonly #pid: number;
   readonly #pollWait: string;
+  readonly #pollWaitMs: number;
   readonly #graceMs: number;
   readonly #handleSignals: boolean;
   readonly #onError: (error: unknown, where: string) => void;
@@ -241,7 +251,7 @@ export class Worker {
   #heartbeatTimer: NodeJS.Timeout | undefined;
   #heartbeatSoon: NodeJS.Timeout | undefined;
   #heartbeatInFlight: Promise<void> | undefined;
-  #lastHeartbeat = 0;
+  #lastHeartbeat = -Infinity;
 
   #outcomeQueue: { item: Outcome; done: () => void }[] = [];
   #outcomeFlush: Promise<void> | undefined;
@@ -271,6 +281,7 @@ export class Worker {
       throw new RangeError(`pollWaitMs: expected 0 to 60000, got ${String(pollWaitMs)}`);
     }
     this.#pollWait = formatDuration(Math.round(pollWaitMs));
+    this.#pollWaitMs = Math.round(pollWaitMs);
     const graceMs = options.gracePeriodMs ?? 30_000;
     if (!Number.isFinite(graceMs) || graceMs < 0) {
       throw new RangeError(`gracePeriodMs: expected a non-negative number, got ${String(graceMs)}`);
@@ -358,7 +369,7 @@ export class Worker {
       this.#finalController.abort(new ShutdownError("the worker stopped"));
       await cancels;
       try {
-        await this.#http.request("POST", "/v1/worker/stop", { worker: this.name });
+        await this.#http.request("POST", "/v1/worker/stop", { worker: this.name }, undefined, { idempotent: true });
       } catch (err) {
         this.#onError(err, "stop");
       }
@@ -401,6 +412,7 @@ export class Worker {
             wait: this.#pollWait,
           },
           this.#stopController.signal,
+          this.#pollWaitMs,
         );
         failures = 0;
       } catch (err) {
@@ -438,12 +450,11 @@ export class Worker {
 
   /** Starts the handler of a leased job. */
   #start(wire: WireJob): void {
-    const leaseUntil = wire.lease_until ? Date.parse(wire.lease_until) : NaN;
     const held: Held = {
       wire,
       controller: new AbortController(),
       state: "running",
-      leaseUntil: Number.isNaN(leaseUntil) ? Date.now() + this.#leaseMs : leaseUntil,
+      leaseUntil: performance.now() + this.#leaseMs,
       progress: undefined,
       progressDirty: false,
       deadlineTimer: undefined,
@@ -459,7 +470,12 @@ export class Worker {
     this.#notify(); // the cancels loop waits for a running job
     const registered = this.#handlers.get(wire.kind);
     if (wire.deadline) {
-      const ms = Date.parse(wire.deadline) - Date.now();
+      // The deadline's distance from the lease's start, both on serve's
+      // clock (which may be skewed from ours); without lease_until, from
+      // our clock.
+      const deadline = Date.parse(wire.deadline);
+      const until = wire.lease_until ? Date.parse(wire.lease_until) : NaN;
+      const ms = Number.isNaN(until) ? deadline - Date.now() : deadline - (until - this.#leaseMs);
       if (!Number.isNaN(ms)) {
         held.deadlineTimer = setTimeout(() => held.controller.abort(new DeadlineError()), Math.max(0, ms));
       }
@@ -508,7 +524,7 @@ export class Worker {
     held.progress = { done, total };
     held.progressDirty = true;
     if (this.#heartbeatSoon === undefined) {
-      const wait = Math.max(0, 1000 - (Date.now() - this.#lastHeartbeat));
+      const wait = Math.max(0, 1000 - (performance.now() - this.#lastHeartbeat));
       this.#heartbeatSoon = setTimeout(() => {
         this.#heartbeatSoon = undefined;
         void this.#heartbeat();
@@ -531,7 +547,7 @@ export class Worker {
   /** Extends the leases of the jobs held, sends their progress, learns of cancellations and lost leases. */
   async #heartbeat(): Promise<void> {
     if (this.#heartbeatInFlight) return this.#heartbeatInFlight;
-    const now = Date.now();
+    const now = performance.now();
     const jobs: Record<string, unknown>[] = [];
     const sent: Held[] = [];
     for (const held of this.#held.values()) {
@@ -578,10 +594,9 @@ export class Worker {
             this.#lose(held);
             continue;
           }
-          if (entry.lease_until) {
-            const until = Date.parse(entry.lease_until);
-            if (!Number.isNaN(until)) held.leaseUntil = until;
-          }
+          // Extended from serve's now, which is after now: a bound on the
+          // lease's end that is never late.
+          held.leaseUntil = now + this.#leaseMs;
           if (entry.canceled) this.#cancel(held);
         }
       } catch (err) {
@@ -623,6 +638,7 @@ export class Worker {
           "/v1/worker/cancels",
           { worker: this.name, wait: "20s" },
           final,
+          20_000,
         );
         failures = 0;
         let fresh = false;
@@ -752,7 +768,7 @@ export class Worker {
         this.#onError(err, "outcomes");
         failures++;
         // A job whose lease ended meanwhile will be refused anyway: give its outcome up.
-        const now = Date.now();
+        const now = performance.now();
         const keep = batch.filter((b) => {
           const held = this.#held.get(b.item.id);
           if (held && held.wire.lease === b.item.lease && held.leaseUntil < now) {
@@ -798,7 +814,9 @@ export class Worker {
     if (jobs.length === 0) return;
     try {
       for (let i = 0; i < jobs.length; i += MAX_ITEMS) {
-        await this.#http.request("POST", "/v1/worker/heartbeat", { worker: this.name, jobs: jobs.slice(i, i + MAX_ITEMS) });
+        await this.#http.request("POST", "/v1/worker/heartbeat", { worker: this.name, jobs: jobs.slice(i, i + MAX_ITEMS) }, undefined, {
+          idempotent: true,
+        });
       }
     } catch (err) {
       this.#onError(err, "heartbeat (last progress)");
@@ -810,8 +828,12 @@ export class Worker {
    * proxy's answer) throws a RedriveError malformed_answer, retried as a
    * network failure.
    */
-  async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
-    const answer = await this.#http.request<unknown>(method, path, body, signal);
+  async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal, waitMs?: number): Promise<T> {
+    // Every call of the worker protocol may be sent twice: a heartbeat,
+    // a cancels poll and a stop change nothing the first copy did not, a
+    // second outcome is refused by its lease token, and a lease answered
+    // to nobody is what the lease loop's own retry would leave too.
+    const answer = await this.#http.request<unknown>(method, path, body, signal, { idempotent: true, waitMs });
     if (answer === null || typeof answer !== "object" || Array.isArray(answer)) {
       throw new RedriveError(200, "malformed_answer", `${path}: the answer is not a JSON object: ${String(JSON.stringify(answer)).slice(0, 200)}`);
     }

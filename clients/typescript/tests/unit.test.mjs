@@ -300,4 +300,89 @@ test("the transport's options are checked", () => {
   assert.throws(() => new Client({ url: "http://127.0.0.1:1", fetch: 3 }), /fetch: expected a function/);
   assert.throws(() => new Client({ url: "http://127.0.0.1:1", observe: "x" }), /observe: expected a function/);
   assert.throws(() => new Client({ url: "http://127.0.0.1:1", agent: {} }), /agent: expected an http.Agent/);
+  for (const timeoutMs of [0, -1, NaN, Infinity, "5"]) {
+    assert.throws(() => new Client({ url: "http://127.0.0.1:1", timeoutMs }), /timeoutMs: expected a positive number/, String(timeoutMs));
+  }
+});
+
+// FINDING: an observe hook that threw made the call reject with its
+// error though serve had answered: a worker's lease answer was lost (its
+// jobs leased to nobody until their leases ran out), an outcome sent
+// again.
+test("an observe hook that throws does not fail the call", async (t) => {
+  const srv = await rawServer((n, socket) => answer(socket, 200, `{"n":${n}}`));
+  t.after(srv.close);
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w);
+  process.on("warning", onWarning);
+  t.after(() => process.off("warning", onWarning));
+  const client = new Client({ url: srv.url, observe: () => { throw new Error("observer bug"); } });
+  assert.deepEqual(await client.get(1), { n: 1 });
+  assert.deepEqual(await client.get(2), { n: 2 });
+  // Told once, as a process warning.
+  await new Promise((r) => setImmediate(r));
+  const ours = warnings.filter((w) => /observer bug/.test(w.message));
+  assert.equal(ours.length, 1, warnings.map((w) => w.message).join("; "));
+});
+
+// FINDING: options the transport cannot honour were taken silently: an
+// agent beside a fetch (the agent unused), an agent of the other protocol
+// than the URL's (every call failed with ERR_INVALID_PROTOCOL: a worker
+// retried forever), a base URL with a query or fragment (the API's paths
+// appended after it).
+test("options the transport cannot honour are refused", async () => {
+  const http = await import("node:http");
+  const https = await import("node:https");
+  assert.throws(() => new Client({ url: "http://127.0.0.1:1", fetch, agent: new http.Agent() }), /agent: .*fetch/);
+  assert.throws(() => new Client({ url: "https://127.0.0.1:1", agent: new http.Agent() }), /agent: .*https:/);
+  assert.throws(() => new Client({ url: "http://127.0.0.1:1", agent: new https.Agent() }), /agent: .*http:/);
+  assert.throws(() => new Worker({ url: "https://127.0.0.1:1", queues: ["q"], agent: new http.Agent() }), /agent: .*https:/);
+  for (const url of ["http://127.0.0.1:1/?x=1", "http://127.0.0.1:1/#top", "http://127.0.0.1:1/api?"]) {
+    assert.throws(() => new Client({ url }), /url: .*query or fragment/, url);
+  }
+  // What holds: an agent of the URL's protocol, a path prefix.
+  new Client({ url: "https://127.0.0.1:1/redrive/", agent: new https.Agent({ keepAlive: true }) });
+  new Client({ url: "http://127.0.0.1:1/redrive", agent: new http.Agent() });
+});
+
+// What held: a chunked answer is read whole; an answer cut mid-body (a
+// proxy closing) fails the call, and is not sent again, even on a kept
+// connection: the server answered, so it read the request.
+test("a chunked answer; an answer cut mid-body", async (t) => {
+  const srv = await rawServer((n, socket) => {
+    if (n === 1) {
+      socket.write("HTTP/1.1 201 X\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
+      socket.write('5\r\n{"id"\r\n');
+      setImmediate(() => socket.write("3\r\n:7}\r\n0\r\n\r\n"));
+      return;
+    }
+    socket.write('HTTP/1.1 201 X\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"id":');
+    setImmediate(() => socket.destroy());
+  });
+  t.after(srv.close);
+  const client = new Client({ url: srv.url });
+  assert.deepEqual(await client.enqueue({ kind: "k" }), { id: 7 });
+  const err = await client.enqueue({ kind: "k" }).then(() => undefined, (e) => e);
+  assert.ok(err instanceof Error, "the call succeeded");
+  assert.equal(srv.requests(), 2);
+  assert.equal(srv.conns(), 1);
+});
+
+// What held (the Python client's defect, not the TypeScript one's): a
+// kept connection the server closed while idle is dropped from the
+// agent's pool, so an enqueue after it, not idempotent, goes on a new one.
+test("an enqueue after the server closed the idle connection", async (t) => {
+  let closed;
+  const srv = await rawServer((n, socket) => {
+    answer(socket, 201, `{"n":${n}}`);
+    closed = new Promise((r) => socket.once("close", r));
+    socket.end();
+  });
+  t.after(srv.close);
+  const client = new Client({ url: srv.url });
+  assert.deepEqual(await client.enqueue({ kind: "k" }), { n: 1 });
+  await closed;
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(await client.enqueue({ kind: "k" }), { n: 2 });
+  assert.equal(srv.conns(), 2);
 });

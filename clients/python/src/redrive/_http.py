@@ -2,6 +2,7 @@
 
 import http.client
 import json
+import select
 import socket
 import ssl
 import threading
@@ -14,8 +15,11 @@ __all__ = ["Endpoint", "Connection", "Aborted", "MalformedAnswer"]
 _VERSION = "0.1.0"
 
 # Errors of a kept-alive connection the server closed between two
-# requests: the request never reached it, so sending it again on a new
-# connection is safe.
+# requests: most often the request never reached it. The same errors come
+# of a connection cut after the server read the request (a proxy cutting
+# it, the server dying after its commit): only a request a second copy of
+# which changes nothing is sent again on a new connection (see
+# Connection.raw).
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
@@ -63,10 +67,13 @@ class Connection:
 
     abort() may be called from any thread: it breaks a request in flight
     (a long-poll) and makes every later request raise Aborted.
+    ``idempotent`` is the default of raw's: whether the requests sent on
+    it may be sent twice (the worker protocol's may).
     """
 
-    def __init__(self, endpoint):
+    def __init__(self, endpoint, idempotent=False):
         self._ep = endpoint
+        self._idempotent = idempotent
         self._conn = None
         self._used = False
         self._aborted = False
@@ -95,14 +102,14 @@ class Connection:
         if conn is not None:
             conn.close()
 
-    def call(self, method, path, body=None, timeout=30.0):
+    def call(self, method, path, body=None, timeout=30.0, idempotent=None):
         """Sends a request and answers its decoded JSON body (None when empty).
 
         An answer of 400 or above raises APIError (LeaseLost for 409
         lease_lost); a network failure raises OSError or
         http.client.HTTPException; an aborted connection raises Aborted.
         """
-        status, data = self.raw(method, path, body, timeout)
+        status, data = self.raw(method, path, body, timeout, idempotent)
         decoded = None
         if data:
             try:
@@ -115,15 +122,25 @@ class Connection:
             raise error_of(status, decoded, data)
         return decoded
 
-    def call_object(self, method, path, body=None, timeout=30.0):
+    def call_object(self, method, path, body=None, timeout=30.0, idempotent=None):
         """call, for an answer that must be a JSON object: anything else
         raises MalformedAnswer."""
-        decoded = self.call(method, path, body, timeout)
+        decoded = self.call(method, path, body, timeout, idempotent)
         if not isinstance(decoded, dict):
             raise MalformedAnswer("%s %s: the answer is not a JSON object: %.200r" % (method, path, decoded))
         return decoded
 
-    def raw(self, method, path, body=None, timeout=30.0):
+    def raw(self, method, path, body=None, timeout=30.0, idempotent=None):
+        """Sends a request and answers its status and body.
+
+        A request cut on a kept connection before any answer is sent once
+        more on a new one when ``idempotent``: when a second copy, should
+        the server have read the first, changes nothing the first did not
+        (a read, the worker protocol's calls, an enqueue with idempotency
+        keys). Default: the connection's, else True for GET only.
+        """
+        if idempotent is None:
+            idempotent = self._idempotent or method == "GET"
         payload = None if body is None else json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
         headers = self._ep.headers(payload is not None)
         url = self._ep.prefix + path
@@ -131,6 +148,13 @@ class Connection:
             with self._lock:
                 if self._aborted:
                     raise Aborted("connection aborted")
+                if self._conn is not None and self._used and _closed_by_peer(self._conn.sock):
+                    # Serve closed the kept connection while it was idle
+                    # (after 2 minutes): open a new one rather than send
+                    # on it, which a request not idempotent could not
+                    # survive.
+                    self._conn.close()
+                    self._conn = None
                 if self._conn is None:
                     self._conn = self._new(timeout)
                     self._used = False
@@ -147,7 +171,7 @@ class Connection:
                 self.close()
                 if self._aborted:
                     raise Aborted("connection aborted") from None
-                if attempt == 0 and reused:
+                if attempt == 0 and reused and idempotent:
                     continue
                 raise
             except BaseException:
@@ -161,6 +185,23 @@ class Connection:
                 self._used = True
             return resp.status, data
         raise AssertionError("unreachable")
+
+
+def _closed_by_peer(sock):
+    """Whether a kept connection, idle between two requests, was closed
+    by the server (or holds bytes it should not): it is readable. An idle
+    HTTP/1.1 connection has nothing to read until the next answer."""
+    if sock is None:
+        return True
+    try:
+        if hasattr(select, "poll"):  # select.select cannot take a descriptor past 1023
+            p = select.poll()
+            p.register(sock, select.POLLIN)
+            return bool(p.poll(0))
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def error_of(status, decoded, data=b""):

@@ -52,8 +52,8 @@ class Client:
         self._conns = ThreadConnections(Endpoint(url, token))
         self.timeout = timeout
 
-    def _call(self, method, path, body=None):
-        return self._conns.get().call(method, path, body, timeout=self.timeout)
+    def _call(self, method, path, body=None, idempotent=None):
+        return self._conns.get().call(method, path, body, timeout=self.timeout, idempotent=idempotent)
 
     def enqueue(self, kind, payload=None, *, queue=None, priority=None, idempotency_key=None, run_at=None,
                 delay=None, max_retries=None, dependency=None, not_reprocessable=None):
@@ -67,7 +67,9 @@ class Client:
         body = enqueue_body(kind, payload, queue=queue, priority=priority, idempotency_key=idempotency_key,
                             run_at=run_at, delay=delay, max_retries=max_retries, dependency=dependency,
                             not_reprocessable=not_reprocessable)
-        return self._call("POST", "/v1/jobs", body)
+        # Sent again after a cut connection only with a key: serve may have
+        # stored the first copy, and a second without one is a second job.
+        return self._call("POST", "/v1/jobs", body, idempotent="idempotency_key" in body)
 
     def enqueue_many(self, jobs):
         """Enqueues 1 to 1000 jobs atomically (``POST /v1/jobs/batch``).
@@ -85,7 +87,8 @@ class Client:
             bodies.append(enqueue_body(**j))
         if not 1 <= len(bodies) <= 1000:
             raise ValueError("jobs: want 1 to 1000 jobs, got %d" % len(bodies))
-        return self._call("POST", "/v1/jobs/batch", {"jobs": bodies})["jobs"]
+        keyed = all("idempotency_key" in b for b in bodies)
+        return self._call("POST", "/v1/jobs/batch", {"jobs": bodies}, idempotent=keyed)["jobs"]
 
     def get(self, job_id):
         """The job with its history (``GET /v1/jobs/{id}``); a completed job

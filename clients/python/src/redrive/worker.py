@@ -46,7 +46,9 @@ class Job:
     """A job handed to a handler, for one attempt.
 
     ``payload`` is the job's payload as enqueued; ``attempt`` counts from
-    1; ``deadline`` (a datetime, or None) is when the attempt must end.
+    1; ``deadline`` (a datetime, or None) is when the attempt must end, on
+    serve's clock (the worker times it from the lease's start, whatever
+    the skew between serve's clock and this machine's).
     ``cancel_event`` is set when the handler should stop: a user canceled
     the job (``canceled``), it is no longer this worker's (``lease_lost``),
     its deadline passed, or the worker is shutting down and its grace
@@ -75,6 +77,11 @@ class Job:
         self._progress_sent = None
         self._done = False  # the handler returned (its outcome is queued or dropped)
         self._released = False
+        # When the lease ends unrenewed, on this process's monotonic clock
+        # (serve's lease_until is on its clock, which may be skewed).
+        self._expires = None
+        # When the deadline passes, on the monotonic clock (see _local_deadline).
+        self._deadline_at = None
 
     @property
     def key(self):
@@ -113,6 +120,18 @@ class Job:
 
     def __repr__(self):
         return "<redrive.Job %d lease %d %s>" % (self.id, self.lease, self.kind)
+
+
+def _local_deadline(job, received, lease_secs):
+    """The job's deadline on the monotonic clock, the answer having arrived
+    at received: its distance from the lease's start, both on serve's clock
+    (which may be skewed from this machine's); without lease_until, from
+    this machine's clock."""
+    if job.deadline is None:
+        return None
+    if job.lease_until is not None:
+        return received + (job.deadline - job.lease_until).total_seconds() + lease_secs
+    return received + (job.deadline - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
 
 
 def _time_or_none(v):
@@ -193,6 +212,7 @@ class Worker:
         self._senders_done = threading.Event()  # outcomes flushed: background threads end
         self._progress_wake = threading.Event()
         self._heartbeat_every = 10.0
+        self._lease_secs = 30.0  # the lease answer's "lease"
         self._fatal = None
         self._lease_conn = None
         self._cancels_conn = None
@@ -279,7 +299,7 @@ class Worker:
             for _ in threads:
                 pool.put(None)
             try:
-                Connection(self._ep).call("POST", "/v1/worker/stop", {"worker": self.name}, timeout=10)
+                Connection(self._ep, idempotent=True).call("POST", "/v1/worker/stop", {"worker": self.name}, timeout=10)
             except (APIError, OSError) as e:
                 log.warning("redrive worker %s: stop: %s", self.name, e)
             log.info("redrive worker %s: stopped", self.name)
@@ -335,7 +355,12 @@ class Worker:
         return body
 
     def _lease_loop(self, pool):
-        conn = Connection(self._ep)
+        # The worker's connections send a cut request again (idempotent):
+        # a heartbeat, a cancels poll and a stop change nothing the first
+        # copy did not, a second outcome is refused by its lease token,
+        # and a lease answered to nobody is what this loop's own retry
+        # would leave too.
+        conn = Connection(self._ep, idempotent=True)
         self._lease_conn = conn
         if self._stop_requested.is_set():
             conn.abort()
@@ -369,10 +394,24 @@ class Worker:
                     log.warning("redrive worker %s: lease: %s", self.name, e)
                     backoff.wait(self._stop_requested)
                     continue
+                received = time.monotonic()
                 backoff.reset()
                 self._took_settings(answer)
-                for raw in answer.get("jobs") or []:
+                raws = answer.get("jobs") or []
+                if raws:
+                    # A job leased again: an earlier lease of it here was
+                    # lost unnoticed (no heartbeat between its end and the
+                    # job's rescue). That handler's attempt is over; tell
+                    # it before the new one starts.
+                    fresh = {raw.get("id"): raw.get("lease") for raw in raws}
+                    with self._cv:
+                        for old in self._held.values():
+                            if old.id in fresh and old.lease != fresh[old.id] and not old._done:
+                                old._stop("lease_lost")
+                for raw in raws:
                     job = Job(self, raw)
+                    job._expires = received + self._lease_secs
+                    job._deadline_at = _local_deadline(job, received, self._lease_secs)
                     with self._cv:
                         self._held[job.key] = job
                         if self._stop_requested.is_set():
@@ -388,6 +427,14 @@ class Worker:
             conn.close()
 
     def _took_settings(self, answer):
+        lease = answer.get("lease")
+        if lease:
+            try:
+                secs = parse_duration(lease)
+            except ValueError:
+                secs = 0
+            if secs > 0:
+                self._lease_secs = secs
         every = answer.get("heartbeat_every")
         if every:
             try:
@@ -439,7 +486,7 @@ class Worker:
             self._cv.notify_all()
 
     def _outcomes_loop(self):
-        conn = Connection(self._ep)
+        conn = Connection(self._ep, idempotent=True)
         backoff = _Backoff()
         try:
             while True:
@@ -555,7 +602,7 @@ class Worker:
         self._progress_wake.set()
 
     def _heartbeat_loop(self):
-        conn = Connection(self._ep)
+        conn = Connection(self._ep, idempotent=True)
         last_beat = 0.0
         last_progress = 0.0
         try:
@@ -566,15 +613,16 @@ class Worker:
                     jobs = list(self._held.values())
                 dirty = [j for j in jobs if j._progress is not None and j._progress != j._progress_sent and not j._done]
                 self._stop_past_deadlines(jobs)
+                self._stop_past_leases(jobs)
                 due = now >= next_beat or (dirty and now >= last_progress + 1.0)
                 if not due:
                     wait = next_beat - now
                     if dirty:
                         wait = min(wait, last_progress + 1.0 - now)
-                    deadlines = [j.deadline for j in jobs if j.deadline is not None and not j.cancel_event.is_set()]
-                    if deadlines:
-                        left = (min(deadlines) - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
-                        wait = min(wait, left)
+                    ends = [t for j in jobs if not j._done and not j.cancel_event.is_set()
+                            for t in (j._expires, j._deadline_at) if t is not None]
+                    if ends:
+                        wait = min(wait, min(ends) - now)
                     if self._progress_wake.wait(max(wait, 0.01)):
                         self._progress_wake.clear()
                     continue
@@ -597,6 +645,7 @@ class Worker:
                 item["progress"] = {"done": p[0], "total": p[1]}
             items.append((j, p, item))
         by_key = {}
+        sent = time.monotonic()
         for i in range(0, max(len(items), 1), 1000):  # the server's bound per heartbeat
             answer = conn.call_object("POST", "/v1/worker/heartbeat",
                                {"worker": self.name, "jobs": [it for _, _, it in items[i:i + 1000]]}, timeout=30)
@@ -608,22 +657,36 @@ class Worker:
             e = by_key.get(j.key)
             if e is None:
                 continue
+            if e.get("held"):
+                # Extended from serve's now, after sent: a bound on the
+                # lease's end that is never late.
+                j._expires = sent + self._lease_secs
+                until = _time_or_none(e.get("lease_until"))
+                if until is not None:
+                    j.lease_until = until
             if e.get("canceled"):
                 j._stop("canceled")
             elif e.get("held") is False:
                 j._stop("lease_lost")
 
     def _stop_past_deadlines(self, jobs):
-        now = None
+        now = time.monotonic()
         for j in jobs:
-            if j.deadline is not None and not j.cancel_event.is_set():
-                if now is None:
-                    now = _dt.datetime.now(_dt.timezone.utc)
-                if now >= j.deadline:
-                    j._stop("deadline")
+            if j._deadline_at is not None and not j.cancel_event.is_set() and now >= j._deadline_at:
+                j._stop("deadline")
+
+    def _stop_past_leases(self, jobs):
+        """Stops the handlers whose leases ran out unrenewed (the heartbeats
+        failing): serve may have rescued their jobs for another worker."""
+        now = time.monotonic()
+        for j in jobs:
+            if j._expires is not None and not j._done and not j._released and not j.cancel_event.is_set():
+                if now >= j._expires:
+                    log.warning("redrive worker %s: job %d: its lease ran out unrenewed: stopped", self.name, j.id)
+                    j._stop("lease_lost")
 
     def _cancels_loop(self):
-        conn = Connection(self._ep)
+        conn = Connection(self._ep, idempotent=True)
         self._cancels_conn = conn
         if self._senders_done.is_set():
             conn.abort()
