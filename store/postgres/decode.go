@@ -205,9 +205,6 @@ func (sc *jobScan) decodeRaw(vals [][]byte, binaryHistory bool) (*store.Job, err
 		Lease:           r.int8(32),
 		Priority:        r.int2(33),
 	}
-	if j.State != store.Running {
-		j.LeaseUntil = nil // see jobScan.scan
-	}
 	if p := r.bytes(7); len(p) > 0 {
 		j.Policy = json.RawMessage(p)
 	}

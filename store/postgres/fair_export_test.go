@@ -18,11 +18,3 @@ func HotStatements(s *Store) map[string]string {
 	return map[string]string{"fetch": s.sql.fetch, "finish": s.sql.finish, "complete": s.sql.complete,
 		"heartbeat": s.sql.heartbeat, "progress": s.sql.progress, "expired": s.sql.expired}
 }
-
-// PhaseStatements returns the statements that read a partial index of
-// jobs over phase (migration 0042), by name.
-func PhaseStatements(s *Store) map[string]string {
-	return map[string]string{"fetch": s.sql.fetch, "nextDue": s.sql.nextDue, "deleteFinished": s.sql.deleteFinished,
-		"deleteCanceled": s.sql.deleteCanceled, "deleteDead": s.sql.deleteDead, "limitedSelect": s.sql.limitedSelect,
-		"limitedDue": s.sql.limitedDue, "unlimitedAbove": s.sql.unlimitedAbove, "fairProbe": s.sql.fair.probe, "limitHolds": s.sql.limitHolds}
-}

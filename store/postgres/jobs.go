@@ -97,11 +97,6 @@ func (sc *jobScan) scan(row pgx.Row) (*store.Job, error) {
 	j.AttemptedAt = utcPtr(j.AttemptedAt)
 	j.FinishedAt = utcPtr(j.FinishedAt)
 	j.LeaseUntil = utcPtr(j.LeaseUntil)
-	if j.State != store.Running {
-		// A plain completion leaves lease_until (migration 0042): only a
-		// running job has a lease.
-		j.LeaseUntil = nil
-	}
 	j.LastFailedAt = utcPtr(j.LastFailedAt)
 	j.DeadAt = utcPtr(j.DeadAt)
 	if sc.lastDuration != nil {
@@ -1397,7 +1392,7 @@ func (s *Store) where(f store.Filter, a *args) (string, error) {
 			states[i] = "'" + states[i] + "'"
 		}
 		if len(states) == 1 {
-			conds = append(conds, hot("state = "+states[0]))
+			conds = append(conds, "state = "+states[0])
 		} else {
 			conds = append(conds, "state IN ("+strings.Join(states, ", ")+")")
 		}
@@ -1808,14 +1803,7 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 	}
 	var n int64
 	err := s.retry(ctx, func() error {
-		sql := s.sql.deleteFinished
-		switch state {
-		case store.Canceled:
-			sql = s.sql.deleteCanceled
-		case store.Dead:
-			sql = s.sql.deleteDead
-		}
-		return s.pool.QueryRow(ctx, sql, ts(before), limit, shard()).Scan(&n)
+		return s.pool.QueryRow(ctx, s.sql.deleteFinished, string(state), ts(before), limit, shard()).Scan(&n)
 	})
 	if err != nil {
 		return 0, s.fail("delete finished", err)

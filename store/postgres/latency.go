@@ -23,13 +23,13 @@ func (s *Store) OldestDue(ctx context.Context, queues []string, now time.Time) (
 		return out, nil
 	}
 	fn := pgx.Identifier{s.schema}.Sanitize()
-	rows, err := s.pool.Query(ctx, hot(`SELECT q, least((SELECT min((SELECT run_at FROM `+s.sql.jobs+`
+	rows, err := s.pool.Query(ctx, `SELECT q, least((SELECT min((SELECT run_at FROM `+s.sql.jobs+`
 	WHERE state IN ('pending', 'scheduled') AND climit IS NULL AND fkey IS NULL AND queue = q AND priority = p.p AND run_at <= $2
 	ORDER BY run_at LIMIT 1)) FROM `+fn+`.job_priorities(q) AS p(p)), (SELECT min((SELECT run_at FROM `+s.sql.jobs+`
 	WHERE state IN ('pending', 'scheduled') AND climit IS NOT NULL AND queue = q AND priority = p.p AND run_at <= $2
 	ORDER BY run_at LIMIT 1)) FROM `+fn+`.job_limit_priorities(q) AS p(p)), (SELECT run_at FROM `+s.sql.jobs+`
 	WHERE `+fairWaiting+` AND queue = q AND run_at <= $2 ORDER BY run_at LIMIT 1))
-FROM unnest($1::text[]) AS q`), queues, now)
+FROM unnest($1::text[]) AS q`, queues, now)
 	if err != nil {
 		return nil, s.fail("oldest due", err)
 	}

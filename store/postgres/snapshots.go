@@ -25,7 +25,7 @@ func checkMinute(op string, at time.Time) error {
 // hot path would wait for.
 func (s *Store) snapshotSQL() string {
 	schema := pgx.Identifier{s.schema}.Sanitize()
-	return hot(`WITH m AS (
+	return `WITH m AS (
 	INSERT INTO ` + schema + `.stat_minutes (minute) VALUES ($1) ON CONFLICT (minute) DO NOTHING RETURNING minute
 ), c AS (
 	INSERT INTO ` + schema + `.stat_snapshots (minute, queue, name, n)
@@ -37,7 +37,7 @@ func (s *Store) snapshotSQL() string {
 INSERT INTO ` + schema + `.stat_snapshots (minute, queue, name, n)
 SELECT m.minute, '', '` + store.SnapLimitInUse + `' || g.climit, sum(g.n)::bigint FROM m CROSS JOIN g GROUP BY m.minute, g.climit
 UNION ALL
-SELECT m.minute, '', '` + store.SnapLimitBusiest + `' || g.climit, max(g.n)::bigint FROM m CROSS JOIN g GROUP BY m.minute, g.climit`)
+SELECT m.minute, '', '` + store.SnapLimitBusiest + `' || g.climit, max(g.n)::bigint FROM m CROSS JOIN g GROUP BY m.minute, g.climit`
 }
 
 // Snapshot implements store.Store.

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -54,8 +53,6 @@ type statements struct {
 	counterOne            string
 	redrive               string
 	deleteFinished        string
-	deleteCanceled        string
-	deleteDead            string
 	stats                 string
 	keptKeys              string
 	insertDead            string
@@ -127,7 +124,7 @@ func render(schema, channel string) statements {
 	// {ends}, in an UPDATE of jobs j from outcomes o, reads of the row
 	// before the update whether the outcome ends the job canceled.
 	q := func(s string) string {
-		return hot(r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))")))
+		return r.Replace(strings.ReplaceAll(s, "{ends}", "(j.cancel_requested AND o.kind IN ({retry}, {snooze}, {release}))"))
 	}
 	return statements{
 		limitedSelect:  q(limitedSelectSQL),
@@ -342,7 +339,7 @@ SELECT ord FROM upd`),
 	UPDATE {jobs} j SET state = 'completed',
 		finished_at = ($3::timestamptz[])[width_bucket(j.id, $1::bigint[])],
 		last_duration = ($4::bigint[])[width_bucket(j.id, $1::bigint[])],
-		cancel_requested = false, worker = NULL
+		cancel_requested = false, lease_until = NULL, worker = NULL
 	WHERE j.id = ANY($1::bigint[]) AND j.state = 'running' AND j.worker = $5::text
 		AND j.lease = ($2::bigint[])[width_bucket(j.id, $1::bigint[])]
 	RETURNING width_bucket(j.id, $1::bigint[]) AS k
@@ -435,15 +432,19 @@ SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND
 	RETURNING {hcols}`),
 
 		// DeleteFinished: dead jobs expired by retention count as purged.
-		// Each state has its statement ({retain}), reading an index whose
-		// key a plain completion leaves alone (migration 0042): completed
-		// jobs by jobs_done (the lease's start, which precedes the finish),
-		// canceled ones by jobs_canceled (their creation), dead ones by
-		// jobs_dead.
-		deleteFinished: q(strings.ReplaceAll(deleteFinishedSQL, "{retain}", `phase = 0 AND attempted_at < $1 AND state = 'completed' AND finished_at < $1
-		ORDER BY attempted_at`)),
-		deleteCanceled: q(strings.ReplaceAll(deleteFinishedSQL, "{retain}", `phase = 4 AND created_at < $1 AND finished_at < $1 ORDER BY created_at`)),
-		deleteDead:     q(strings.ReplaceAll(deleteFinishedSQL, "{retain}", `state = 'dead' AND dead_at < $1 AND finished_at < $1 ORDER BY dead_at`)),
+		deleteFinished: q(`WITH del AS (
+	DELETE FROM {jobs} WHERE id IN (
+		SELECT id FROM {jobs} WHERE state = $1 AND finished_at < $2
+		ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+	RETURNING queue, state, idem_key, id, kind, created_at, finished_at
+), keep AS (
+	` + keepKeysSQL + `
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT queue, 'purged', $4::smallint, count(*) FROM del WHERE state = 'dead' GROUP BY queue ORDER BY queue
+	{upsert}
+)
+SELECT count(*) FROM del`),
 
 		// Stats: the job counts kept by the triggers on jobs (see migration
 		// 0011), summed over their shards, and the counters.
@@ -451,41 +452,6 @@ SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND
 UNION ALL
 SELECT false, queue, name, sum(n)::bigint FROM {counters} GROUP BY queue, name`),
 	}
-}
-
-// deleteFinishedSQL is DeleteFinished's statement; {retain} selects and
-// orders the jobs of its state finished before $1. (The deleted rows are
-// tested with IN, which hot leaves alone: del has no phase.)
-const deleteFinishedSQL = `WITH del AS (
-	DELETE FROM {jobs} WHERE id IN (
-		SELECT id FROM {jobs} WHERE {retain} LIMIT $2 FOR UPDATE SKIP LOCKED)
-	RETURNING queue, state, idem_key, id, kind, created_at, finished_at
-), keep AS (
-	` + keepKeysSQL + `
-), cnt AS (
-	INSERT INTO {counters} AS c (queue, name, shard, n)
-	SELECT queue, 'purged', $3::smallint, count(*) FROM del WHERE state IN ('dead') GROUP BY queue ORDER BY queue
-	{upsert}
-)
-SELECT count(*) FROM del`
-
-// The tests of a job's state that a partial index's predicate reads as
-// a test of phase (migration 0042, the HOT completion's prototype), each
-// with its prefix (a table's alias and a dot) captured.
-var (
-	hotWaiting = regexp.MustCompile(`\b((?:[a-z]+\.)?)state IN \('pending', 'scheduled'\)`)
-	hotDead    = regexp.MustCompile(`\b((?:[a-z]+\.)?)state = 'dead'`)
-	hotLimited = regexp.MustCompile(`\b((?:[a-z]+\.)?)state = 'running' AND ((?:[a-z]+\.)?)climit IS NOT NULL`)
-)
-
-// hot adds to each test of a job's state in sql that a partial index of
-// jobs reads the test of phase that its predicate names (migration
-// 0042), so that the planner proves the predicate: phase is a function
-// of state and climit, so the statement's result is unchanged.
-func hot(sql string) string {
-	sql = hotWaiting.ReplaceAllString(sql, "(${1}state IN ('pending', 'scheduled') AND ${1}phase = 1)")
-	sql = hotDead.ReplaceAllString(sql, "(${1}state = 'dead' AND ${1}phase = 2)")
-	return hotLimited.ReplaceAllString(sql, "(${1}state = 'running' AND ${2}climit IS NOT NULL AND ${1}phase = 3)")
 }
 
 // purgeSQL deletes up to a limit of the dead jobs matching where (whose
