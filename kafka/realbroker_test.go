@@ -200,28 +200,80 @@ func (o *outcomes) ran() int {
 }
 
 // TestRealBrokerKilledTwice: a real broker is SIGKILLed and restarted
-// twice while 10,000 records are handled, in both delivery modes. A tenth
-// of the records fail for good (dead letters), four tenths fail once and
-// complete on their retry, the rest complete at once. Every record reaches
-// its outcome, none is lost; in ExactlyOnce a read_committed reader sees
-// each retry and each dead letter exactly once.
+// twice while 10,000 records are handled in each delivery mode, both modes
+// at once on the broker (two kills in all, each landing while both
+// consumers are at work). A tenth of the records fail for good (dead
+// letters), four tenths fail once and complete on their retry, the rest
+// complete at once. Every record reaches its outcome, none is lost; in
+// ExactlyOnce a read_committed reader sees each retry and each dead letter
+// exactly once.
 func TestRealBrokerKilledTwice(t *testing.T) {
 	t.Parallel()
 	b := newPrivateBroker(t)
+	var runs []*killedRun
 	for _, mode := range []kafka.Mode{kafka.AtLeastOnce, kafka.ExactlyOnce} {
-		t.Run(mode.String(), func(t *testing.T) { killedTwice(t, b, mode) })
+		runs = append(runs, newKilledRun(t, b, mode))
+	}
+	// Both consumers start once both modes' records are in: neither is
+	// far along while the other's are produced.
+	for _, r := range runs {
+		r.stop = running(t, r.cons)
+	}
+	// Each kill lands once both consumers have started and one of them
+	// has run a third (then two thirds) of its records: the faster is
+	// then mid-stream, the slower not further along than it.
+	const n = killedRecords
+	for _, at := range []int{n / 3, 2 * n / 3} {
+		eventually(t, fmt.Sprintf("a run in each mode, %d runs in one", at), 3*time.Minute, func() bool {
+			started, far := true, false
+			for _, r := range runs {
+				ran := r.o.ran()
+				started = started && ran > 0
+				far = far || ran >= at
+			}
+			return started && far
+		})
+		b.crash(t)
+	}
+	for _, r := range runs {
+		r.o.mu.Lock()
+		r.doneAtLastCrash = len(r.o.completed) + len(r.o.dead)
+		r.o.mu.Unlock()
+		t.Logf("%s: %d runs, %d records done at the last crash", r.mode, r.o.ran(), r.doneAtLastCrash)
+	}
+	for _, r := range runs {
+		t.Run(r.mode.String(), r.finish)
 	}
 }
 
-func killedTwice(t *testing.T, b *privateBroker, mode kafka.Mode) {
-	const n = 10000
+// killedRecords is how many records each mode of
+// TestRealBrokerKilledTwice handles.
+const killedRecords = 10000
+
+// killedRun is one delivery mode's consumer of TestRealBrokerKilledTwice.
+type killedRun struct {
+	mode            kafka.Mode
+	c               *testCluster
+	rg              *rig
+	ids             []string
+	o               *outcomes
+	cons            *kafka.Consumer
+	stop            func()
+	doneAtLastCrash int
+}
+
+func (r *killedRun) dies(i int) bool    { return i%10 == 0 }
+func (r *killedRun) retries(i int) bool { return !r.dies(i) && i%10 < 5 }
+
+// newKilledRun produces the records of one mode on a topic of its own and
+// makes its consumer.
+func newKilledRun(t *testing.T, b *privateBroker, mode kafka.Mode) *killedRun {
+	t.Helper()
 	c := b.cluster()
 	rg := newRig(t, c, 3)
-	ids := rg.produce(t, "rec", n)
-	dies := func(i int) bool { return i%10 == 0 }
-	retries := func(i int) bool { return !dies(i) && i%10 < 5 }
-
-	o := &outcomes{completed: map[string]int{}, dead: map[string]int{}}
+	r := &killedRun{mode: mode, c: c, rg: rg, ids: rg.produce(t, "rec", killedRecords),
+		o: &outcomes{completed: map[string]int{}, dead: map[string]int{}}}
+	o := r.o
 	p := rg.policy
 	cons, err := kafka.NewConsumer(kafka.ConsumerOptions{Brokers: c.brokers, Group: rg.group, Mode: mode,
 		Topics:          map[string]kafka.TopicOptions{rg.topic: {Partitions: rg.partitions}},
@@ -240,24 +292,25 @@ func killedTwice(t *testing.T, b *privateBroker, mode kafka.Mode) {
 		o.runs++
 		o.mu.Unlock()
 		switch {
-		case dies(i):
+		case r.dies(i):
 			o.add(o.dead, id)
 			return redrive.Permanent(errors.New("this record can never succeed"))
-		case retries(i) && j.Attempt == 1:
+		case r.retries(i) && j.Attempt == 1:
 			return errors.New("the first attempt fails")
 		}
 		o.add(o.completed, id)
 		return nil
 	})
-	stop := running(t, cons)
+	r.cons = cons
+	return r
+}
 
-	for _, at := range []int{n / 3, 2 * n / 3} {
-		eventually(t, fmt.Sprintf("%d runs", at), 3*time.Minute, func() bool { return o.ran() >= at })
-		b.crash(t)
-	}
-	o.mu.Lock()
-	doneAtLastCrash := len(o.completed) + len(o.dead)
-	o.mu.Unlock()
+// finish waits for every record of the mode to reach its outcome, stops
+// its consumer and checks what a read_committed reader sees.
+func (r *killedRun) finish(t *testing.T) {
+	const n = killedRecords
+	mode, c, rg, ids, o, stop, doneAtLastCrash := r.mode, r.c, r.rg, r.ids, r.o, r.stop, r.doneAtLastCrash
+	dies, retries := r.dies, r.retries
 	if doneAtLastCrash >= n {
 		t.Fatalf("every record had its outcome before the second crash: the crash tested nothing")
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
-	"github.com/redrivehq/redrive/store/storetest"
 )
 
 // withDefaultIsolation returns the test database's URL with level as the
@@ -38,14 +37,15 @@ func withDefaultIsolation(t *testing.T, level string) string {
 }
 
 // TestRepeatableReadDefault: with the server's default isolation set to
-// repeatable read, the whole conformance suite passes (the kept
-// idempotency keys among it) and stores opening one new schema together
-// all open: the store's sessions default to read committed, and every
-// transaction it begins is READ COMMITTED explicitly. TestConformance and
-// TestMigrateConcurrent run the same under the usual default.
+// repeatable read, the option reaches the server, the store's sessions
+// default to read committed all the same, and stores opening one new
+// schema together all open. TestConformance runs the whole conformance
+// suite with this default; TestMigrateConcurrent opens stores together
+// under the usual one.
 func TestRepeatableReadDefault(t *testing.T) {
 	u := withDefaultIsolation(t, "repeatable read")
-	// The option must reach the server, or this test tests nothing.
+	// The option must reach the server, or this test and TestConformance
+	// test nothing of it.
 	conn, err := pgx.Connect(t.Context(), u)
 	if err != nil {
 		t.Fatal(err)
@@ -68,17 +68,6 @@ func TestRepeatableReadDefault(t *testing.T) {
 		t.Errorf("the store's sessions default to %q, %v; want read committed", level, err)
 	}
 	t.Run("Open", func(t *testing.T) { migrateConcurrently(t, u) })
-	t.Run("Conformance", func(t *testing.T) {
-		storetest.Run(t, func(t *testing.T) store.Store {
-			schema := newSchema(t)
-			t.Cleanup(func() { checkJobCounts(t, schema) })
-			s, err := postgres.Open(t.Context(), u, postgres.Options{Schema: schema, MaxConns: 4, Logger: quiet()})
-			if err != nil {
-				t.Fatalf("postgres.Open: %v", err)
-			}
-			return s
-		})
-	})
 }
 
 // TestEnqueueTxStricterIsolation: EnqueueTx in a caller's transaction at
