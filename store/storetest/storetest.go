@@ -233,6 +233,7 @@ var subtests = []subtest{
 	{"WorkflowCountStates", testWorkflowCountStates},
 	{"WorkflowDeadDependents", testWorkflowDeadDependents},
 	{"WorkflowDeadRetention", testWorkflowDeadRetention},
+	{"WorkflowDeadLeafDeleted", testWorkflowDeadLeafDeleted},
 	{"WorkflowAdd", testWorkflowAdd},
 	{"WorkflowAddRace", testWorkflowAddRace},
 	{"WorkflowMemberKeys", testWorkflowMemberKeys},
