@@ -295,6 +295,12 @@ func testWorkflowInvalid(x *h) {
 		{"unknown", []store.WorkflowNode{{Name: "a", Job: nj, After: []string{"zz"}}}, "a -> zz"},
 		{"duplicate", []store.WorkflowNode{{Name: "a", Job: nj}, {Name: "a", Job: nj}}, `"a" used twice`},
 		{"empty", nil, "no jobs"},
+		// As the API refuses them: a job name with a control character
+		// (a terminal escape for whoever lists the workflow) or white
+		// space at either end, a dependency naming one.
+		{"control", []store.WorkflowNode{{Name: "a\x1b]0;owned\x07", Job: nj}}, `a\x1b]0;owned\a`},
+		{"newline", []store.WorkflowNode{{Name: "a\nb", Job: nj}}, `a\nb`},
+		{"space", []store.WorkflowNode{{Name: " a", Job: nj}}, `" a"`},
 	}
 	for _, c := range cases {
 		_, err := x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Jobs: c.jobs}, at(0))
@@ -308,6 +314,8 @@ func testWorkflowInvalid(x *h) {
 	if !errors.As(err, &we) || len(we.Cycle) != 4 {
 		x.t.Errorf("cycle error %v: want a *WorkflowError with the cycle a, b, c, a", err)
 	}
+	_, err = x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Name: "order\x1b[2J", Jobs: []store.WorkflowNode{{Name: "a", Job: nj}}}, at(0))
+	x.checkErr("workflow name with a control character", err, store.ErrInvalid)
 	_, err = x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Jobs: []store.WorkflowNode{{Name: "a", Job: store.NewJob{Queue: "wf-bad", Kind: "k", Payload: raw(`{`)}}}}, at(0))
 	x.checkErr("bad payload", err, store.ErrInvalid)
 	if n, err := x.s.Count(x.ctx, store.Filter{Queue: "wf-bad"}); err != nil || n != 0 {
