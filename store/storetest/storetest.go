@@ -224,6 +224,7 @@ var subtests = []subtest{
 	{"WorkflowCancelPolicy", testWorkflowCancelPolicy},
 	{"WorkflowRunAnyway", testWorkflowRunAnyway},
 	{"WorkflowCancel", testWorkflowCancel},
+	{"WorkflowCancelFired", testWorkflowCancelFired},
 	{"WorkflowInvalid", testWorkflowInvalid},
 	{"WorkflowIdempotent", testWorkflowIdempotent},
 	{"WorkflowResultCap", testWorkflowResultCap},

@@ -428,3 +428,21 @@ func testWorkflowCountStates(x *h) {
 		}
 	}
 }
+
+// testWorkflowCancelFired: canceling a workflow cancels its callbacks
+// not fired (docs/workflows.md); one that fired and waits to run (the
+// death callback, due) is a job of its own by then, and runs.
+func testWorkflowCancelFired(x *h) {
+	const q = "wf-cancelfired"
+	f := x.enqueueFlow(diamond(q, ""), at(0))
+	a := x.leaseKinds(q, at(time.Second), "A")["A"]
+	x.finish(buryNow(a, at(2*time.Second)))
+	x.flowStates("A dead", f, map[string]store.State{"on_death": store.Pending})
+	if _, err := x.s.CancelWorkflow(x.ctx, f.w.ID, at(3*time.Second)); err != nil {
+		x.t.Fatalf("CancelWorkflow: %v", err)
+	}
+	x.flowStates("canceled", f, map[string]store.State{"A": store.Dead, "B": store.Canceled, "D": store.Canceled,
+		"on_success": store.Canceled, "on_complete": store.Canceled, "on_death": store.Pending})
+	x.leaseKinds(q, at(4*time.Second), "on_death")
+	x.checkAllCounts("canceled")
+}
