@@ -525,8 +525,8 @@ func (m *flowModel) step() {
 		m.canceled = true
 		for k := len(m.jobs) - 1; k >= 0; k-- {
 			j := m.jobs[k]
-			if !j.member && j.state != store.Blocked && j.state != store.Pending {
-				continue
+			if !j.member && j.state != store.Blocked {
+				continue // a callback that fired runs
 			}
 			switch j.state {
 			case store.Pending, store.Scheduled, store.Blocked:
