@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -56,7 +57,8 @@ const MaxNodeName = 200
 // NewWorkflow is a workflow (or a batch: a workflow whose jobs have no
 // dependencies) to enqueue as a whole, atomically.
 type NewWorkflow struct {
-	// Name describes the workflow to people ("" is allowed).
+	// Name describes the workflow to people ("" is allowed): at most
+	// MaxNodeName bytes of UTF-8, no control character.
 	Name string
 	// IdempotencyKey, when set, makes the enqueue happen once: a second
 	// enqueue with the key returns the workflow holding it with Existing
@@ -84,7 +86,7 @@ type NewWorkflow struct {
 // WorkflowNode is one job of a NewWorkflow.
 type WorkflowNode struct {
 	// Name names the job within its workflow: 1 to MaxNodeName bytes of
-	// UTF-8.
+	// UTF-8, no control character, no white space at either end.
 	Name string
 	Job  NewJob
 	// After names the jobs of the workflow that must complete before
@@ -345,6 +347,9 @@ func CheckWorkflow(w *NewWorkflow) ([]int, error) {
 	if len(w.Name) > MaxNodeName || !utf8.ValidString(w.Name) {
 		return nil, fmt.Errorf("%w: workflow name longer than %d bytes or not UTF-8", ErrInvalid, MaxNodeName)
 	}
+	if strings.ContainsFunc(w.Name, unicode.IsControl) {
+		return nil, fmt.Errorf("%w: workflow name %q holds a control character", ErrInvalid, w.Name)
+	}
 	return checkNodes(w.Jobs, nil, nil)
 }
 
@@ -380,8 +385,12 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 	keys := map[string]string{}
 	for i := range jobs {
 		n := &jobs[i]
-		if n.Name == "" || len(n.Name) > MaxNodeName || !utf8.ValidString(n.Name) || strings.ContainsRune(n.Name, 0) {
+		if n.Name == "" || len(n.Name) > MaxNodeName || !utf8.ValidString(n.Name) {
 			return nil, &WorkflowError{Problem: fmt.Sprintf("job %d: name %q is empty, longer than %d bytes or not UTF-8", i+1, n.Name, MaxNodeName)}
+		}
+		// As the API: a name is printed in listings and error messages.
+		if strings.ContainsFunc(n.Name, unicode.IsControl) || strings.TrimSpace(n.Name) != n.Name {
+			return nil, &WorkflowError{Problem: fmt.Sprintf("job %d: name %q holds a control character or starts or ends with white space", i+1, n.Name)}
 		}
 		if _, dup := idx[n.Name]; dup {
 			return nil, &WorkflowError{Problem: fmt.Sprintf("job name %q used twice", n.Name)}

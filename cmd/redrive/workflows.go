@@ -320,10 +320,10 @@ func writeWorkflow(out io.Writer, w *redrive.WorkflowInfo) error {
 			fs = append(fs, field{name, v})
 		}
 	}
-	add("name", w.Name)
+	add("name", oneLine(w.Name, store.MaxNodeName))
 	add("state", string(w.State))
 	add("on dead", string(w.OnDead))
-	add("idempotency key", w.IdempotencyKey)
+	add("idempotency key", oneLine(w.IdempotencyKey, 1000))
 	add("created", fmtTime(w.CreatedAt))
 	add("canceled", fmtTimePtr(w.CanceledAt))
 	add("closed", fmtTimePtr(w.ClosedAt))

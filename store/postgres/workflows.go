@@ -542,13 +542,15 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 				// blocked. No cascade counts twice: the trigger cancels
 				// only blocked jobs, and this statement's rows are
 				// counted by the job_counts triggers whoever moves them.
-				for _, sel := range []string{
-					`SELECT unnest(ARRAY[on_success, on_complete, on_death]) FROM {workflows} WHERE id = $1`,
-					`SELECT id FROM {jobs} WHERE flow = $1`,
+				// A callback that fired (made due) is a job of its own
+				// by then: only those still blocked are canceled.
+				for _, sel := range []struct{ ids, states string }{
+					{`SELECT unnest(ARRAY[on_success, on_complete, on_death]) FROM {workflows} WHERE id = $1`, `'blocked'`},
+					{`SELECT id FROM {jobs} WHERE flow = $1`, `'pending', 'scheduled', 'blocked'`},
 				} {
 					if _, err := tx.Exec(ctx, s.wq(`WITH c AS (
 						UPDATE {jobs} SET state = 'canceled', finished_at = $2, history = history || jsonb_build_array($3::jsonb)
-						WHERE id IN (`+sel+`) AND state IN ('pending', 'scheduled', 'blocked')
+						WHERE id IN (`+sel.ids+`) AND state IN (`+sel.states+`)
 						RETURNING queue)
 					INSERT INTO {counters} AS x (queue, name, shard, n)
 					SELECT queue, 'canceled', 0, count(*) FROM c GROUP BY queue ORDER BY queue

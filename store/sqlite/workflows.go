@@ -586,6 +586,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 					return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)
 				}
 			}
+			// A callback that fired (made due) is a job of its own by
+			// then: only those still blocked are canceled.
 			// One by one: the callbacks first (so that the cancel of the
 			// last jobs fires none; jobs added to the workflow after its
 			// enqueue have newer ids than its callbacks), then the jobs
@@ -594,8 +596,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 			// cascades and each job is counted by this code.
 			rows, err := tx.QueryContext(ctx, `WITH cb(id) AS (SELECT on_success FROM workflows WHERE id = ?1 UNION ALL
 					SELECT on_complete FROM workflows WHERE id = ?1 UNION ALL SELECT on_death FROM workflows WHERE id = ?1)
-				SELECT id, queue, state FROM jobs WHERE state IN ('pending', 'scheduled', 'blocked')
-				AND (flow = ?1 OR id IN (SELECT id FROM cb))
+				SELECT id, queue, state FROM jobs WHERE (flow = ?1 AND state IN ('pending', 'scheduled', 'blocked'))
+				OR (id IN (SELECT id FROM cb) AND state = 'blocked')
 				ORDER BY id IN (SELECT id FROM cb) DESC, id DESC`, id)
 			if err != nil {
 				return fmt.Errorf("sqlite: cancel workflow %d: %w", id, err)

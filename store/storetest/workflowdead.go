@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/redrivehq/redrive/store"
@@ -123,4 +124,40 @@ func testWorkflowDeadRetention(x *h) {
 		x.t.Errorf("canceled Z finished at %v, want about the database's now (%v)", z.FinishedAt, start)
 	}
 	x.checkAllCounts("after retention")
+}
+
+// testWorkflowDeadLeafDeleted: a dead job no other job waits for, under
+// wait and under run, then deleted (a purge, the retention): the
+// workflow can never succeed (the job cannot be redriven any more), so
+// its success callback is canceled, as a cancel of the job would, and
+// is not left blocked for ever.
+func testWorkflowDeadLeafDeleted(x *h) {
+	for k, policy := range []store.OnDead{store.WaitOnDead, store.RunOnDead} {
+		for _, retention := range []bool{false, true} {
+			q := fmt.Sprintf("wf-deadleaf-%d-%v", k, retention)
+			nj := func(kind string) store.NewJob { return store.NewJob{Queue: q, Kind: kind, MaxRetries: -1} }
+			cb := func(kind string) *store.NewJob { j := nj(kind); return &j }
+			f := x.enqueueFlow(store.NewWorkflow{OnDead: policy, Jobs: []store.WorkflowNode{
+				{Name: "A", Job: nj("A")}, {Name: "B", Job: nj("B")},
+			}, OnSuccess: cb("on_success"), OnComplete: cb("on_complete")}, at(0))
+			ab := x.leaseKinds(q, at(time.Second), "A", "B")
+			x.finish(buryNow(ab["A"], at(2*time.Second)), completeOf(ab["B"], at(2*time.Second)))
+			x.flowStates(fmt.Sprintf("%s: A dead, B completed", policy), f,
+				map[string]store.State{"on_success": store.Blocked, "on_complete": store.Pending})
+			if retention {
+				if n, err := x.s.DeleteFinished(x.ctx, store.Dead, at(time.Hour), 1000); err != nil || n < 1 {
+					x.t.Fatalf("DeleteFinished(dead) = %d, %v; want A deleted", n, err)
+				}
+			} else if n, err := x.s.Purge(x.ctx, store.Filter{IDs: []int64{f.ids["A"]}}, 10); err != nil || n != 1 {
+				x.t.Fatalf("Purge(A) = %d, %v; want 1", n, err)
+			}
+			x.notFound(f.ids["A"])
+			x.flowStates(fmt.Sprintf("%s: dead A deleted (retention %v)", policy, retention), f,
+				map[string]store.State{"on_success": store.Canceled, "on_complete": store.Pending})
+			if fw := x.getFlow(f.w.ID); fw.State != store.WorkflowFinished || fw.Dead != 1 || fw.Completed != 1 {
+				x.t.Errorf("%s: after A's deletion: workflow %s, completed %d, dead %d; want finished, 1, 1", policy, fw.State, fw.Completed, fw.Dead)
+			}
+			x.checkAllCounts(fmt.Sprintf("%s: after A's deletion", policy))
+		}
+	}
 }

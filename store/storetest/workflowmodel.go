@@ -197,7 +197,8 @@ func (m *flowModel) blockedOn(i int) []int {
 }
 
 // deleted applies the consequences of dead job i's deletion (a purge or
-// retention): its blocked dependents are canceled, as its cancel would.
+// retention): its blocked dependents are canceled, as its cancel would,
+// and so is the success callback, which can never fire any more.
 func (m *flowModel) deleted(i int) {
 	m.jobs[i].gone = true
 	if !m.jobs[i].member {
@@ -208,6 +209,9 @@ func (m *flowModel) deleted(i int) {
 			m.jobs[k].state = store.Canceled
 			m.moved(k, store.Blocked)
 		}
+	}
+	if m.jobs[m.n+cbSuccess].state == store.Blocked {
+		m.jobs[m.n+cbSuccess].state = store.Canceled
 	}
 }
 
@@ -521,8 +525,8 @@ func (m *flowModel) step() {
 		m.canceled = true
 		for k := len(m.jobs) - 1; k >= 0; k-- {
 			j := m.jobs[k]
-			if !j.member && j.state != store.Blocked && j.state != store.Pending {
-				continue
+			if !j.member && j.state != store.Blocked {
+				continue // a callback that fired runs
 			}
 			switch j.state {
 			case store.Pending, store.Scheduled, store.Blocked:

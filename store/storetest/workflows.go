@@ -295,6 +295,12 @@ func testWorkflowInvalid(x *h) {
 		{"unknown", []store.WorkflowNode{{Name: "a", Job: nj, After: []string{"zz"}}}, "a -> zz"},
 		{"duplicate", []store.WorkflowNode{{Name: "a", Job: nj}, {Name: "a", Job: nj}}, `"a" used twice`},
 		{"empty", nil, "no jobs"},
+		// As the API refuses them: a job name with a control character
+		// (a terminal escape for whoever lists the workflow) or white
+		// space at either end, a dependency naming one.
+		{"control", []store.WorkflowNode{{Name: "a\x1b]0;owned\x07", Job: nj}}, `a\x1b]0;owned\a`},
+		{"newline", []store.WorkflowNode{{Name: "a\nb", Job: nj}}, `a\nb`},
+		{"space", []store.WorkflowNode{{Name: " a", Job: nj}}, `" a"`},
 	}
 	for _, c := range cases {
 		_, err := x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Jobs: c.jobs}, at(0))
@@ -308,6 +314,8 @@ func testWorkflowInvalid(x *h) {
 	if !errors.As(err, &we) || len(we.Cycle) != 4 {
 		x.t.Errorf("cycle error %v: want a *WorkflowError with the cycle a, b, c, a", err)
 	}
+	_, err = x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Name: "order\x1b[2J", Jobs: []store.WorkflowNode{{Name: "a", Job: nj}}}, at(0))
+	x.checkErr("workflow name with a control character", err, store.ErrInvalid)
 	_, err = x.s.EnqueueWorkflow(x.ctx, store.NewWorkflow{Jobs: []store.WorkflowNode{{Name: "a", Job: store.NewJob{Queue: "wf-bad", Kind: "k", Payload: raw(`{`)}}}}, at(0))
 	x.checkErr("bad payload", err, store.ErrInvalid)
 	if n, err := x.s.Count(x.ctx, store.Filter{Queue: "wf-bad"}); err != nil || n != 0 {
@@ -419,4 +427,22 @@ func testWorkflowCountStates(x *h) {
 			x.t.Errorf("workflow %d is %s", w.ID, w.State)
 		}
 	}
+}
+
+// testWorkflowCancelFired: canceling a workflow cancels its callbacks
+// not fired (docs/workflows.md); one that fired and waits to run (the
+// death callback, due) is a job of its own by then, and runs.
+func testWorkflowCancelFired(x *h) {
+	const q = "wf-cancelfired"
+	f := x.enqueueFlow(diamond(q, ""), at(0))
+	a := x.leaseKinds(q, at(time.Second), "A")["A"]
+	x.finish(buryNow(a, at(2*time.Second)))
+	x.flowStates("A dead", f, map[string]store.State{"on_death": store.Pending})
+	if _, err := x.s.CancelWorkflow(x.ctx, f.w.ID, at(3*time.Second)); err != nil {
+		x.t.Fatalf("CancelWorkflow: %v", err)
+	}
+	x.flowStates("canceled", f, map[string]store.State{"A": store.Dead, "B": store.Canceled, "D": store.Canceled,
+		"on_success": store.Canceled, "on_complete": store.Canceled, "on_death": store.Pending})
+	x.leaseKinds(q, at(4*time.Second), "on_death")
+	x.checkAllCounts("canceled")
 }
