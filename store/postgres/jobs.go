@@ -1563,9 +1563,12 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 // errorPrefixFew is the most dead jobs with one error prefix that a page
 // of them reads from jobs_dead_error and sorts; with more, a page walks
 // the newest dead jobs instead, and finds its jobs among the first
-// pageSize x dead/matches on average. See BENCHMARKS.md, "The DLQ at
+// pageSize x dead/matches on average. Each costs a row read an entry
+// (the index is not covering: its key is an expression), so the two
+// plans' worst cases meet near the square root of a page of 50 times
+// the dead jobs: 7,000 at 1,000,000. See BENCHMARKS.md, "The DLQ at
 // depth".
-const errorPrefixFew = 20000
+const errorPrefixFew = 5000
 
 // fewWithErrorPrefix reports whether fewer than s.prefixFew dead jobs'
 // errors start with p, reading at most that many entries of
