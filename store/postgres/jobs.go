@@ -1543,8 +1543,11 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	if byPrefix {
 		// The page's ids from the index (its entries hold the key,
 		// dead_at and id), then their rows.
-		q = `SELECT ` + cols("", true) + ` FROM ` + s.sql.jobs + ` WHERE id IN (SELECT id FROM ` + s.sql.jobs + ` WHERE ` + w +
-			` ORDER BY ` + order + ` LIMIT ` + n + `) ORDER BY ` + order
+		// OFFSET 0 keeps the planner from walking jobs_dead in the
+		// page's order instead, which reads the whole DLQ when the
+		// range is empty.
+		q = `SELECT ` + cols("", true) + ` FROM ` + s.sql.jobs + ` WHERE id IN (SELECT id FROM (SELECT id, dead_at FROM ` + s.sql.jobs +
+			` WHERE ` + w + ` OFFSET 0) r ORDER BY ` + order + ` LIMIT ` + n + `) ORDER BY ` + order
 	}
 	rows, err := s.pool.Query(ctx, q, a...)
 	if err != nil {
@@ -1579,10 +1582,22 @@ func (s *Store) fewWithErrorPrefix(ctx context.Context, p string) (bool, error) 
 	if err != nil {
 		return false, fmt.Errorf("postgres: list: %w", err)
 	}
+	// In key order, with bitmap scans off: a bitmap scan (which the
+	// planner picks on its default estimate of a range of an expression)
+	// reads the whole range before the LIMIT stops it, an index scan
+	// only the entries counted.
 	q := `SELECT count(*) FROM (SELECT 1 FROM ` + s.sql.jobs + ` WHERE state = 'dead' AND ` +
-		strings.Join(c, " AND ") + ` LIMIT ` + a.add(s.prefixFew) + `) few`
+		strings.Join(c, " AND ") + ` ORDER BY ` + errorKey + ` LIMIT ` + a.add(s.prefixFew) + `) few`
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return false, s.fail("list", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_bitmapscan = off`); err != nil {
+		return false, s.fail("list", err)
+	}
 	var n int64
-	if err := s.pool.QueryRow(ctx, q, a...).Scan(&n); err != nil {
+	if err := tx.QueryRow(ctx, q, a...).Scan(&n); err != nil {
 		return false, s.fail("list", err)
 	}
 	return n < int64(s.prefixFew), nil
