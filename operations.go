@@ -231,6 +231,9 @@ func (c *Client) newOperation(r OperationRequest) (store.NewOperation, error) {
 // of the first jobs it selects (up to 128); a replay's copies keep their
 // sources' trace contexts, so their attempts join the sources' traces.
 func (c *Client) StartOperation(ctx context.Context, r OperationRequest) (_ *Operation, err error) {
+	if r.Filter.ErrorPrefix != "" {
+		return nil, fmt.Errorf("redrive: operation: %w", store.ErrOperationErrorPrefix)
+	}
 	n, err := c.newOperation(r)
 	if err != nil {
 		return nil, err

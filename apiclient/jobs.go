@@ -33,7 +33,7 @@ type JobQuery struct {
 func (f FilterBody) values(v url.Values) {
 	for _, p := range []struct{ k, v string }{
 		{"queue", f.Queue}, {"kind", f.Kind}, {"class", f.Class}, {"reason", f.Reason},
-		{"fingerprint", f.Fingerprint}, {"since", f.Since}, {"until", f.Until}, {"q", f.Q},
+		{"fingerprint", f.Fingerprint}, {"since", f.Since}, {"until", f.Until}, {"q", f.Q}, {"error_prefix", f.ErrorPrefix},
 	} {
 		if p.v != "" {
 			v.Set(p.k, p.v)

@@ -66,6 +66,11 @@ type FilterBody struct {
 	Until       string `json:"until"`
 	// Q matches the last error's text, case-insensitively.
 	Q string `json:"q"`
+	// ErrorPrefix selects the jobs whose last error starts with this
+	// text, case-sensitively; an index serves it on dead jobs. Listings,
+	// counts and groups take it; operations (redrive, purge, export) do
+	// not.
+	ErrorPrefix string `json:"error_prefix,omitempty"`
 }
 
 // RedriveBody is the body of POST /v1/dlq/redrive. Exactly one of IDs

@@ -200,7 +200,12 @@ func runDLQ(ctx context.Context, r *rig, res *DLQResult) error {
 		{"kind", redrive.Filter{States: dead, Kind: causes[1%len(causes)].kind}},
 		{"class", redrive.Filter{States: dead, Class: causes[2%len(causes)].class.String()}},
 		{"reason", redrive.Filter{States: dead, Reason: causes[3%len(causes)].reason}},
-		{"error prefix", redrive.Filter{States: dead, ErrorContains: causes[4%len(causes)].err[:8]}},
+		{"error text", redrive.Filter{States: dead, ErrorContains: causes[4%len(causes)].err[:8]}},
+		// One cause in twenty: more than a listing sorts from the
+		// prefix's index range, so its pages walk the newest dead jobs.
+		{"error prefix", redrive.Filter{States: dead, ErrorPrefix: causes[4%len(causes)].err[:8]}},
+		{"error prefix of all", redrive.Filter{States: dead, ErrorPrefix: "cause "}},
+		{"error prefix of none", redrive.Filter{States: dead, ErrorPrefix: "no such error"}},
 	}
 	for _, fl := range filters {
 		label := "list"
@@ -231,6 +236,14 @@ func runDLQ(ctx context.Context, r *rig, res *DLQResult) error {
 	res.Timings = append(res.Timings, t)
 	t, err = timeCalls(p.Repeat, "groups by queue (limit 200)", func() (int64, error) {
 		gs, err := r.client.DeadGroups(ctx, redrive.Filter{Queue: queues[0]}, 200)
+		return int64(len(gs)), err
+	})
+	if err != nil {
+		return err
+	}
+	res.Timings = append(res.Timings, t)
+	t, err = timeCalls(p.Repeat, "groups by error prefix (limit 200)", func() (int64, error) {
+		gs, err := r.client.DeadGroups(ctx, redrive.Filter{ErrorPrefix: causes[4%len(causes)].err[:8]}, 200)
 		return int64(len(gs)), err
 	})
 	if err != nil {

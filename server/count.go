@@ -15,7 +15,7 @@ type CountResponse = apiclient.CountResponse
 // countJobs answers how many jobs GET /v1/jobs would list with the same
 // filter (GET /v1/jobs/count).
 func (a *api) countJobs(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"state", "match"}, filterParams...)...)
+	q, err := newQuery(r, append([]string{"state", "match"}, readParams...)...)
 	if err != nil {
 		return err
 	}
@@ -26,7 +26,7 @@ func (a *api) countJobs(w http.ResponseWriter, r *http.Request) error {
 // same filter, which is what DELETE /v1/dlq would purge and POST
 // /v1/dlq/redrive with that filter would redrive (GET /v1/dlq/count).
 func (a *api) countDead(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"match"}, filterParams...)...)
+	q, err := newQuery(r, append([]string{"match"}, readParams...)...)
 	if err != nil {
 		return err
 	}

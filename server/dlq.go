@@ -15,7 +15,7 @@ import (
 type RedriveBody = apiclient.RedriveBody
 
 func (a *api) listDead(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append(listParams, filterParams...)...)
+	q, err := newQuery(r, append(listParams, readParams...)...)
 	if err != nil {
 		return err
 	}
@@ -23,7 +23,7 @@ func (a *api) listDead(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *api) groups(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"limit"}, filterParams...)...)
+	q, err := newQuery(r, append([]string{"limit"}, readParams...)...)
 	if err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ const exportPage = 200
 // the start. An error after the first byte aborts the connection, so a
 // client never takes a cut stream for a complete one.
 func (a *api) export(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{revealParam, decryptParam}, filterParams...)...)
+	q, err := newQuery(r, append([]string{revealParam, decryptParam}, readParams...)...)
 	if err != nil {
 		return err
 	}

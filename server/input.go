@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -289,8 +290,13 @@ func (q *query) ids(k string) ([]int64, error) {
 	return ids, nil
 }
 
-// filterParams are the query parameters of a DLQ filter.
-var filterParams = []string{"queue", "kind", "class", "reason", "fingerprint", "since", "until", "q"}
+// filterParams are the query parameters of a DLQ filter; readParams
+// those of a filter that selects jobs to read, not to change (an
+// operation refuses an error prefix).
+var (
+	filterParams = []string{"queue", "kind", "class", "reason", "fingerprint", "since", "until", "q"}
+	readParams   = append(slices.Clone(filterParams), "error_prefix")
+)
 
 // match adds the match parameter, payload.FIELD=VALUE (the CLI's --match,
 // see store.ParsePayloadMatch), to f.
@@ -312,6 +318,7 @@ func (q *query) filter() (redrive.Filter, error) {
 	fq := FilterBody{
 		Queue: q.get("queue"), Kind: q.get("kind"), Class: q.get("class"), Reason: q.get("reason"),
 		Fingerprint: q.get("fingerprint"), Since: q.get("since"), Until: q.get("until"), Q: q.get("q"),
+		ErrorPrefix: q.get("error_prefix"),
 	}
 	f, err := toFilter(fq, "")
 	if err != nil {
@@ -342,13 +349,14 @@ func toFilter(in FilterBody, prefix string) (redrive.Filter, error) {
 		limit   int
 	}{
 		{"queue", in.Queue, maxName}, {"kind", in.Kind, maxName}, {"reason", in.Reason, maxName},
-		{"fingerprint", in.Fingerprint, maxName}, {"q", in.Q, maxQueryValue},
+		{"fingerprint", in.Fingerprint, maxName}, {"q", in.Q, maxQueryValue}, {"error_prefix", in.ErrorPrefix, maxQueryValue},
 	} {
 		if err := checkName(prefix+c.name, c.v, c.limit); err != nil {
 			return f, err
 		}
 	}
 	f.Queue, f.Kind, f.Reason, f.Fingerprint, f.ErrorContains = in.Queue, in.Kind, in.Reason, in.Fingerprint, in.Q
+	f.ErrorPrefix = in.ErrorPrefix
 	if in.Class != "" {
 		c, err := parseClass(prefix+"class", in.Class)
 		if err != nil {
@@ -376,7 +384,7 @@ func toFilter(in FilterBody, prefix string) (redrive.Filter, error) {
 // emptyFilter reports whether f selects every job.
 func emptyFilter(f redrive.Filter) bool {
 	return f.Queue == "" && f.Kind == "" && f.Class == "" && f.Reason == "" && f.Fingerprint == "" &&
-		f.Since.IsZero() && f.Until.IsZero() && f.ErrorContains == "" && len(f.IDs) == 0 && len(f.States) == 0 && f.PayloadField == ""
+		f.Since.IsZero() && f.Until.IsZero() && f.ErrorContains == "" && f.ErrorPrefix == "" && len(f.IDs) == 0 && len(f.States) == 0 && f.PayloadField == ""
 }
 
 // page reads cursor and limit, checking the cursor against the listing.

@@ -433,7 +433,7 @@ type listedJob struct {
 var listParams = []string{"cursor", "limit", "match", "history", revealParam}
 
 func (a *api) listJobs(w http.ResponseWriter, r *http.Request) error {
-	q, err := newQuery(r, append([]string{"state"}, append(listParams, filterParams...)...)...)
+	q, err := newQuery(r, append([]string{"state"}, append(listParams, readParams...)...)...)
 	if err != nil {
 		return err
 	}

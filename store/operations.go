@@ -533,6 +533,11 @@ func ReplayEvent(source int64, at time.Time, note string) Event {
 	return Event{Kind: EventReplayed, At: at, ReplayOf: source, Note: note}
 }
 
+// ErrOperationErrorPrefix is the error of an operation whose filter has an
+// ErrorPrefix: operations select by error text with ErrorContains only, so
+// that every binary of a fleet runs them on the same jobs.
+var ErrOperationErrorPrefix = fmt.Errorf("%w: an operation's filter cannot have an error prefix (select by error text, q, instead)", ErrInvalid)
+
 // filterJSON is how an operation keeps its filter (and the API shows it).
 type filterJSON struct {
 	States        []State         `json:"states,omitempty"`
@@ -574,6 +579,11 @@ func optionalTime(t time.Time) *time.Time {
 // snake_case, leaving out those that are empty.
 func (p OperationParams) MarshalJSON() ([]byte, error) {
 	f := p.Filter
+	if f.ErrorPrefix != "" {
+		// A binary that predates the field would run the operation
+		// on every job the rest of the filter selects.
+		return nil, ErrOperationErrorPrefix
+	}
 	return json.Marshal(operationParamsJSON{
 		Filter: filterJSON{States: f.States, Queue: f.Queue, Kind: f.Kind, Class: f.Class, Reason: f.Reason,
 			Fingerprint: f.Fingerprint, Since: optionalTime(f.Since), Until: optionalTime(f.Until),

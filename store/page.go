@@ -94,10 +94,10 @@ func DecodeCursor(c string, deadOnly bool) (deadAt, id int64, err error) {
 
 // CauseOnly reports whether f narrows jobs by the fields of their cause
 // only (queue, kind, class, reason, fingerprint, and states): no time
-// bounds, error text, ids or payload. A store keeps the number of dead
+// bounds, error text or prefix, ids or payload. A store keeps the number of dead
 // jobs of each cause, and answers the DLQ's groups and counts of such a
 // filter from them instead of counting jobs.
 func (f Filter) CauseOnly() bool {
-	return f.Since.IsZero() && f.Until.IsZero() && f.ErrorContains == "" && len(f.IDs) == 0 &&
+	return f.Since.IsZero() && f.Until.IsZero() && f.ErrorContains == "" && f.ErrorPrefix == "" && len(f.IDs) == 0 &&
 		f.PayloadField == "" && len(f.PayloadValue) == 0
 }

@@ -751,6 +751,11 @@ type Filter struct {
 	Since, Until time.Time
 	// ErrorContains matches last_error case-insensitively.
 	ErrorContains string
+	// ErrorPrefix selects the jobs whose last_error starts with this
+	// text, case-sensitively (byte for byte). Unlike ErrorContains, an
+	// index serves it on dead jobs (see CheckErrorPrefix). Operations do
+	// not take it: an older binary would run one without it.
+	ErrorPrefix string
 	// IDs restricts the selection to these jobs.
 	IDs []int64
 	// PayloadField, when not "", selects the jobs whose payload holds,

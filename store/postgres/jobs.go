@@ -1374,7 +1374,18 @@ func (a *args) add(v any) string {
 }
 
 // where builds the condition of a filter, adding its arguments to a.
-func (s *Store) where(f store.Filter, a *args) (string, error) {
+func (s *Store) where(f store.Filter, a *args) (string, error) { return s.whereKeys(f, a, true) }
+
+// errorKey is the key of jobs_dead_error (migration 0041): it must be
+// written as the index's expression for the planner to use the index.
+// 200 is store.ErrorPrefixKeyLen.
+const errorKey = `(left(last_error, 200) COLLATE "C")`
+
+// whereKeys builds the condition of a filter, adding its arguments to a.
+// With prefixKeys, an ErrorPrefix is written as a range of
+// jobs_dead_error's keys (which the planner may then read); without, as
+// a test of each row's error only.
+func (s *Store) whereKeys(f store.Filter, a *args, prefixKeys bool) (string, error) {
 	var conds []string
 	if len(f.States) > 0 {
 		states := make([]string, len(f.States))
@@ -1436,6 +1447,13 @@ func (s *Store) where(f store.Filter, a *args) (string, error) {
 		p := a.add(f.ErrorContains)
 		conds = append(conds, "strpos(lower(last_error"+s.fold+"), lower("+p+"::text"+s.fold+")) > 0")
 	}
+	if f.ErrorPrefix != "" {
+		c, err := errorPrefixConds(f.ErrorPrefix, a, prefixKeys)
+		if err != nil {
+			return "", err
+		}
+		conds = append(conds, c...)
+	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, "id = ANY("+a.add(f.IDs)+"::bigint[])")
 	}
@@ -1452,6 +1470,28 @@ func (s *Store) where(f store.Filter, a *args) (string, error) {
 	return strings.Join(conds, " AND "), nil
 }
 
+// errorPrefixConds are the conditions of Filter.ErrorPrefix p: with keys,
+// the range of jobs_dead_error's keys that start with p (exact for a p
+// shorter than the key; a longer one is checked whole too); without, a
+// test of each row's error.
+func errorPrefixConds(p string, a *args, keys bool) ([]string, error) {
+	if err := store.CheckErrorPrefix(p); err != nil {
+		return nil, err
+	}
+	whole := func() string { return "starts_with(last_error, " + a.add(p) + "::text)" }
+	if !keys {
+		return []string{whole()}, nil
+	}
+	lo, hi, eq := store.ErrorPrefixRange(p)
+	switch {
+	case eq:
+		return []string{errorKey + " = " + a.add(lo) + "::text", whole()}, nil
+	case hi == "":
+		return []string{errorKey + " >= " + a.add(lo) + "::text", whole()}, nil
+	}
+	return []string{errorKey + " >= " + a.add(lo) + "::text", errorKey + " < " + a.add(hi) + "::text"}, nil
+}
+
 // refTime is the reference time of Filter.Since and Until.
 func refTime(f store.Filter) string {
 	if f.DeadOnly() {
@@ -1465,12 +1505,23 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	if err := s.check(); err != nil {
 		return store.ListResult{}, err
 	}
+	dead := f.DeadOnly()
+	// A dead-only listing by error prefix reads its page from the
+	// prefix's range of jobs_dead_error when the range is short, else
+	// walks the newest dead jobs (through the index of another filter,
+	// if any) testing each one's error.
+	byPrefix := false
+	if dead && f.ErrorPrefix != "" {
+		var err error
+		if byPrefix, err = s.fewWithErrorPrefix(ctx, f.ErrorPrefix); err != nil {
+			return store.ListResult{}, err
+		}
+	}
 	var a args
-	w, err := s.where(f, &a)
+	w, err := s.whereKeys(f, &a, byPrefix)
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("postgres: list: %w", err)
 	}
-	dead := f.DeadOnly()
 	order := "id DESC"
 	if dead {
 		order = "dead_at DESC, id DESC"
@@ -1487,7 +1538,17 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 		}
 	}
 	limit := p.Size()
-	q := `SELECT ` + cols("", true) + ` FROM ` + s.sql.jobs + ` WHERE ` + w + ` ORDER BY ` + order + ` LIMIT ` + a.add(limit+1)
+	n := a.add(limit + 1)
+	q := `SELECT ` + cols("", true) + ` FROM ` + s.sql.jobs + ` WHERE ` + w + ` ORDER BY ` + order + ` LIMIT ` + n
+	if byPrefix {
+		// The page's ids from the index (its entries hold the key,
+		// dead_at and id), then their rows.
+		// OFFSET 0 keeps the planner from walking jobs_dead in the
+		// page's order instead, which reads the whole DLQ when the
+		// range is empty.
+		q = `SELECT ` + cols("", true) + ` FROM ` + s.sql.jobs + ` WHERE id IN (SELECT id FROM (SELECT id, dead_at FROM ` + s.sql.jobs +
+			` WHERE ` + w + ` OFFSET 0) r ORDER BY ` + order + ` LIMIT ` + n + `) ORDER BY ` + order
+	}
 	rows, err := s.pool.Query(ctx, q, a...)
 	if err != nil {
 		return store.ListResult{}, s.fail("list", err)
@@ -1500,6 +1561,46 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 		return store.ListResult{}, err
 	}
 	return p.Result(jobs, dead), nil
+}
+
+// errorPrefixFew is the most dead jobs with one error prefix that a page
+// of them reads from jobs_dead_error and sorts; with more, a page walks
+// the newest dead jobs instead, and finds its jobs among the first
+// pageSize x dead/matches on average. Each costs a row read an entry
+// (the index is not covering: its key is an expression), so the two
+// plans' worst cases meet near the square root of a page of 50 times
+// the dead jobs: 7,000 at 1,000,000. See BENCHMARKS.md, "The DLQ at
+// depth".
+const errorPrefixFew = 5000
+
+// fewWithErrorPrefix reports whether fewer than s.prefixFew dead jobs'
+// errors start with p, reading at most that many entries of
+// jobs_dead_error.
+func (s *Store) fewWithErrorPrefix(ctx context.Context, p string) (bool, error) {
+	var a args
+	c, err := errorPrefixConds(p, &a, true)
+	if err != nil {
+		return false, fmt.Errorf("postgres: list: %w", err)
+	}
+	// In key order, with bitmap scans off: a bitmap scan (which the
+	// planner picks on its default estimate of a range of an expression)
+	// reads the whole range before the LIMIT stops it, an index scan
+	// only the entries counted.
+	q := `SELECT count(*) FROM (SELECT 1 FROM ` + s.sql.jobs + ` WHERE state = 'dead' AND ` +
+		strings.Join(c, " AND ") + ` ORDER BY ` + errorKey + ` LIMIT ` + a.add(s.prefixFew) + `) few`
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return false, s.fail("list", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_bitmapscan = off`); err != nil {
+		return false, s.fail("list", err)
+	}
+	var n int64
+	if err := tx.QueryRow(ctx, q, a...).Scan(&n); err != nil {
+		return false, s.fail("list", err)
+	}
+	return n < int64(s.prefixFew), nil
 }
 
 // Count implements store.Store.

@@ -131,6 +131,9 @@ type Options struct {
 
 // Store is a store.Store on PostgreSQL. It is safe for concurrent use.
 type Store struct {
+	// prefixFew is errorPrefixFew, which tests lower to take the other
+	// plan of a listing by error prefix.
+	prefixFew int
 	// payloads seals and opens payloads (Options.Payloads); nil: none.
 	payloads store.PayloadCodec
 	pool     *pgxpool.Pool
@@ -244,6 +247,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	done, cancel := context.WithCancel(context.Background())
 	s := &Store{
+		prefixFew:   errorPrefixFew,
 		payloads:    opts.Payloads,
 		pool:        pool,
 		schema:      schema,

@@ -88,6 +88,20 @@ func openFresh(tb testing.TB) *postgres.Store {
 	return s
 }
 
+// TestErrorPrefixWalk runs the error prefix subtest with every prefix
+// "many": its listings walk the newest dead jobs instead of sorting the
+// prefix's range of jobs_dead_error.
+func TestErrorPrefixWalk(t *testing.T) {
+	dbURL(t)
+	storetest.RunNamed(t, func(t *testing.T) store.Store {
+		schema := newSchema(t)
+		t.Cleanup(func() { checkJobCounts(t, schema) })
+		s := open(t, schema)
+		postgres.SetErrorPrefixFew(s, 1)
+		return s
+	}, "ListErrorPrefix")
+}
+
 // TestConformance runs the store conformance suite on PostgreSQL, each
 // subtest on a schema of its own, with the server's default isolation set
 // to repeatable read for the store's sessions (withDefaultIsolation): the

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
@@ -1125,7 +1126,17 @@ func (s *Store) Get(ctx context.Context, id int64) (*store.Job, error) {
 }
 
 // where builds the WHERE clause of a filter.
-func where(f store.Filter) (string, []any, error) {
+func where(f store.Filter) (string, []any, error) { return whereKeys(f, true) }
+
+// errorKey is the key of jobs_dead_error (migration 0041): it must be
+// written as the index's expression for the planner to use the index.
+// 200 is store.ErrorPrefixKeyLen.
+const errorKey = "substr(last_error, 1, 200)"
+
+// whereKeys builds the WHERE clause of a filter. With prefixKeys, an
+// ErrorPrefix is written as a range of jobs_dead_error's keys (which the
+// planner may then read); without, as a test of each row's error only.
+func whereKeys(f store.Filter, prefixKeys bool) (string, []any, error) {
 	var conds []string
 	var args []any
 	if len(f.States) > 0 {
@@ -1184,6 +1195,14 @@ func where(f store.Filter) (string, []any, error) {
 		conds = append(conds, "redrive_contains_fold(last_error, ?)")
 		args = append(args, f.ErrorContains)
 	}
+	if f.ErrorPrefix != "" {
+		c, a, err := errorPrefixConds(f.ErrorPrefix, prefixKeys)
+		if err != nil {
+			return "", nil, err
+		}
+		conds = append(conds, c...)
+		args = append(args, a...)
+	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, "id IN ("+placeholders(len(f.IDs))+")")
 		args = append(args, int64Args(f.IDs)...)
@@ -1202,6 +1221,30 @@ func where(f store.Filter) (string, []any, error) {
 	return strings.Join(conds, " AND "), args, nil
 }
 
+// errorPrefixConds are the conditions of Filter.ErrorPrefix p: with
+// keys, the range of jobs_dead_error's keys that start with p (exact for
+// a p shorter than the key; a longer one is checked whole too); without,
+// a test of each row's error.
+func errorPrefixConds(p string, keys bool) ([]string, []any, error) {
+	if err := store.CheckErrorPrefix(p); err != nil {
+		return nil, nil, err
+	}
+	n := utf8.RuneCountInString(p)
+	whole := []string{"substr(last_error, 1, ?) = ?"}
+	wholeArgs := []any{n, p}
+	if !keys {
+		return whole, wholeArgs, nil
+	}
+	lo, hi, eq := store.ErrorPrefixRange(p)
+	switch {
+	case eq:
+		return append([]string{errorKey + " = ?"}, whole...), append([]any{lo}, wholeArgs...), nil
+	case hi == "":
+		return append([]string{errorKey + " >= ?"}, whole...), append([]any{lo}, wholeArgs...), nil
+	}
+	return []string{errorKey + " >= ?", errorKey + " < ?"}, []any{lo, hi}, nil
+}
+
 func refTime(f store.Filter) string {
 	if f.DeadOnly() {
 		return "dead_at"
@@ -1215,11 +1258,21 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	if err != nil {
 		return store.ListResult{}, err
 	}
-	w, args, err := where(f)
+	dead := f.DeadOnly()
+	// A dead-only listing by error prefix reads its page from the
+	// prefix's range of jobs_dead_error when the range is short, else
+	// walks the newest dead jobs (through the index of another filter,
+	// if any) testing each one's error.
+	byPrefix := false
+	if dead && f.ErrorPrefix != "" {
+		if byPrefix, err = s.fewWithErrorPrefix(ctx, db, f.ErrorPrefix); err != nil {
+			return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
+		}
+	}
+	w, args, err := whereKeys(f, byPrefix)
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
 	}
-	dead := f.DeadOnly()
 	order := "id DESC"
 	if dead {
 		order = "dead_at DESC, id DESC"
@@ -1239,7 +1292,14 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	}
 	limit := p.Size()
 	args = append(args, limit+1)
-	rows, err := db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+w+` ORDER BY `+order+` LIMIT ?`, args...)
+	q := `SELECT ` + jobColumns + ` FROM jobs WHERE ` + w + ` ORDER BY ` + order + ` LIMIT ?`
+	if byPrefix {
+		// The page's ids from the index alone (its entries hold the
+		// key, dead_at and id), then their rows.
+		q = `SELECT ` + jobColumns + ` FROM jobs WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_dead_error WHERE ` + w +
+			` ORDER BY ` + order + ` LIMIT ?) ORDER BY ` + order
+	}
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
 	}
@@ -1251,6 +1311,30 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 		return store.ListResult{}, err
 	}
 	return p.Result(jobs, dead), nil
+}
+
+// errorPrefixFew is the most dead jobs with one error prefix that a page
+// of them reads from jobs_dead_error and sorts; with more, a page walks
+// the newest dead jobs instead, and finds its jobs among the first
+// pageSize x dead/matches on average. Each costs a row read an entry
+// (the index is not covering: its key is an expression), so the two
+// plans' worst cases meet near the square root of a page of 50 times
+// the dead jobs: 7,000 at 1,000,000. See BENCHMARKS.md, "The DLQ at
+// depth".
+const errorPrefixFew = 5000
+
+// fewWithErrorPrefix reports whether fewer than s.prefixFew dead jobs'
+// errors start with p, reading at most that many entries of
+// jobs_dead_error.
+func (s *Store) fewWithErrorPrefix(ctx context.Context, db *sql.DB, p string) (bool, error) {
+	c, a, err := errorPrefixConds(p, true)
+	if err != nil {
+		return false, err
+	}
+	var n int64
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_dead_error WHERE state = 'dead' AND `+
+		strings.Join(c, " AND ")+` LIMIT ?)`, append(a, s.prefixFew)...).Scan(&n)
+	return n < int64(s.prefixFew), err
 }
 
 // Count implements store.Store.

@@ -128,7 +128,10 @@ var ErrUnreadableWAL = errors.New("sqlite: the database's write-ahead log cannot
 
 // Store is a store.Store on a SQLite file.
 type Store struct {
-	path string
+	// prefixFew is errorPrefixFew, which tests lower to take the other
+	// plan of a listing by error prefix.
+	prefixFew int
+	path      string
 	// released collects the queues of the jobs a transaction released
 	// from blocked, and releaseID numbers the store for the trigger that
 	// reports them (released.go).
@@ -258,7 +261,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		// A workflow's cancel cascades down its graph by the trigger
 		// jobs_flow firing itself (migration 0032).
 		"recursive_triggers(on)",
-		"cache_size(-16000)", // 16 MB page cache per connection
+		// 8 MB of page cache per connection. The driver's allocator
+		// gives each 4 KiB page (and its header) an 8 KiB slot: the
+		// cache costs twice its size in resident memory. 16 MB (32 MB
+		// resident) was most of the 100 MiB that inserting ten
+		// million jobs peaked at; the insert appends, and runs as fast
+		// with 8 MB (BENCHMARKS.md, "Depth: 10,000,000 waiting jobs").
+		"cache_size(-8000)",
 		"temp_store(memory)",
 		"wal_autocheckpoint(" + strconv.Itoa(opts.CheckpointPages) + ")",
 	}
@@ -283,19 +292,20 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s := &Store{limitIdle: limitIdle{},
-		path:     path,
-		payloads: opts.Payloads,
-		w:        w,
-		wconn:    wconn,
-		log:      opts.Logger,
-		ops:      make(chan *op, opts.MaxBatch),
-		bulk:     make(chan *op, opts.MaxBatch),
-		maxB:     opts.MaxBatch,
-		bulkRows: opts.EnqueueRows,
-		stmts:    map[string]*sql.Stmt{},
-		reads:    map[string]*sql.Stmt{},
-		multi:    map[int]*sql.Stmt{},
-		done:     make(chan struct{}),
+		prefixFew: errorPrefixFew,
+		path:      path,
+		payloads:  opts.Payloads,
+		w:         w,
+		wconn:     wconn,
+		log:       opts.Logger,
+		ops:       make(chan *op, opts.MaxBatch),
+		bulk:      make(chan *op, opts.MaxBatch),
+		maxB:      opts.MaxBatch,
+		bulkRows:  opts.EnqueueRows,
+		stmts:     map[string]*sql.Stmt{},
+		reads:     map[string]*sql.Stmt{},
+		multi:     map[int]*sql.Stmt{},
+		done:      make(chan struct{}),
 
 		busyTimeout: opts.BusyTimeout,
 	}

@@ -25,6 +25,17 @@ func open(tb testing.TB) store.Store {
 	return s
 }
 
+// TestErrorPrefixWalk runs the error prefix subtest with every prefix
+// "many": its listings walk the newest dead jobs instead of sorting the
+// prefix's range of jobs_dead_error.
+func TestErrorPrefixWalk(t *testing.T) {
+	storetest.RunNamed(t, func(t *testing.T) store.Store {
+		s := open(t).(*sqlite.Store)
+		sqlite.SetErrorPrefixFew(s, 1)
+		return s
+	}, "ListErrorPrefix")
+}
+
 // TestConformance runs the store conformance suite on SQLite.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })

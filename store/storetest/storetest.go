@@ -115,6 +115,7 @@ var subtests = []subtest{
 	{"ListPaginationDead", testListPaginationDead},
 	{"ListCursorInvalid", testListCursorInvalid},
 	{"ListErrorContainsUnicode", testListErrorContainsUnicode},
+	{"ListErrorPrefix", testListErrorPrefix},
 	{"Groups", testGroups},
 	{"DeadCountsModel", testDeadCountsModel},
 	{"DeadCountsConcurrent", testDeadCountsConcurrent},
@@ -240,6 +241,25 @@ var subtests = []subtest{
 	{"WorkflowMemberKeys", testWorkflowMemberKeys},
 }
 
+// RunNamed runs the named subtests of the conformance suite only, as Run
+// does: for a store's own tests that run them again with a setting of the
+// store changed (a threshold between two query plans, say).
+func RunNamed(t *testing.T, open func(t *testing.T) store.Store, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		found := false
+		for _, st := range subtests {
+			if st.name == name {
+				found = true
+				runSubtest(t, st, open)
+			}
+		}
+		if !found {
+			t.Errorf("storetest: no subtest %q", name)
+		}
+	}
+}
+
 // Run runs the whole conformance suite as subtests of t. open returns a
 // NEW, EMPTY, isolated store for each subtest; the suite closes it when the
 // subtest ends (a Close that reports store.ErrClosed is accepted, since
@@ -247,18 +267,22 @@ var subtests = []subtest{
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Helper()
 	for _, st := range subtests {
-		t.Run(st.name, func(t *testing.T) {
-			t.Parallel()
-			s := open(t)
-			if s == nil {
-				t.Fatal("open returned a nil store")
-			}
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
-					t.Errorf("Close: %v", err)
-				}
-			})
-			st.fn(&h{t: t, s: s, ctx: t.Context()})
-		})
+		runSubtest(t, st, open)
 	}
+}
+
+func runSubtest(t *testing.T, st subtest, open func(t *testing.T) store.Store) {
+	t.Run(st.name, func(t *testing.T) {
+		t.Parallel()
+		s := open(t)
+		if s == nil {
+			t.Fatal("open returned a nil store")
+		}
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
+				t.Errorf("Close: %v", err)
+			}
+		})
+		st.fn(&h{t: t, s: s, ctx: t.Context()})
+	})
 }

@@ -1,0 +1,12 @@
+-- redrive PostgreSQL schema v41: the DLQ's error prefix filter.
+--
+-- Filter.ErrorPrefix (error_prefix in the API) selects the dead jobs whose
+-- last error starts with a text, case-sensitively. Its page is read from
+-- this index: the range of keys that start with the text, in the "C"
+-- collation (byte order, whatever the database's collation), sorted by the
+-- keyset order; or, when that range is long, by walking jobs_dead newest
+-- first (docs/design.md, "The DLQ at depth"). The key is an error's first
+-- 200 characters: a b-tree entry holds about 2.7 kB and an error may be
+-- longer. Dead jobs only, as the DLQ's other indexes; building it reads
+-- the table once, holding its writes back for that time.
+CREATE INDEX jobs_dead_error ON jobs ((left(last_error, 200) COLLATE "C"), dead_at, id) WHERE state = 'dead';
