@@ -789,14 +789,12 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 			}
 		}
 		one := alone
-		for _, c := range chunks {
-			stale, err := s.completeAll(ctx, tx, c, func(i int) { note(&outcomes[i], i, store.Completed, outcomes[i].Counters) })
-			if err != nil {
-				return err
-			}
-			if len(stale) > 0 {
-				one = append(one[:len(one):len(one)], stale...)
-			}
+		stale, err := s.completeChunks(ctx, tx, chunks, func(i int) { note(&outcomes[i], i, store.Completed, outcomes[i].Counters) })
+		if err != nil {
+			return err
+		}
+		if len(stale) > 0 {
+			one = append(one[:len(one):len(one)], stale...)
 		}
 		for _, i := range one {
 			o := &outcomes[i]
