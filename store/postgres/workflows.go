@@ -144,13 +144,49 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 					return err
 				}
 			}
+			var cbIDs [3]*int64
 			for k := len(w.Jobs); k < len(ids); k++ {
-				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET `+nodes[k]+` = $1 WHERE id = $2`), ids[k], wid); err != nil {
+				for c := range cbs {
+					if cbs[c].col == nodes[k] {
+						cbIDs[c] = &ids[k]
+					}
+				}
+			}
+			if len(ids) > len(w.Jobs) {
+				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET on_success = $1, on_complete = $2, on_death = $3 WHERE id = $4`),
+					cbIDs[0], cbIDs[1], cbIDs[2], wid); err != nil {
 					return err
 				}
 			}
-			out, err = s.getWorkflow(ctx, tx, wid)
-			return err
+			// The workflow as getWorkflow would read it back: its jobs by
+			// id (the ids increase in topological order), each
+			// dependency list by id.
+			out = &store.Workflow{ID: wid, Name: w.Name, OnDead: w.OnDead, IdempotencyKey: w.IdempotencyKey,
+				CreatedAt: ts(now), Counts: map[store.State]int64{}, Total: int64(len(w.Jobs)),
+				Jobs: make([]store.WorkflowJob, len(w.Jobs))}
+			for c, p := range []*int64{&out.OnSuccess, &out.OnComplete, &out.OnDeath} {
+				if cbIDs[c] != nil {
+					*p = *cbIDs[c]
+				}
+			}
+			for k, i := range order {
+				n := &w.Jobs[i]
+				after := make([]int64, len(n.After))
+				for a, d := range n.After {
+					after[a] = byName[d]
+				}
+				slices.Sort(after)
+				st := store.Pending
+				if blocked[k] {
+					st = store.Blocked
+				} else if created[k].State == store.Scheduled {
+					st = store.Scheduled
+				}
+				out.Jobs[k] = store.WorkflowJob{Name: n.Name, JobID: ids[k], Kind: n.Job.Kind, State: st, After: after}
+				out.Counts[st]++
+			}
+			out.State = store.WorkflowStateOf(false, out.Total, 0, 0, 0)
+			return nil
 		})
 	})
 	if err != nil {
