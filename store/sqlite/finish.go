@@ -136,9 +136,11 @@ func (s *Store) completeAll(ctx context.Context, tx *sql.Conn, c completeChunk, 
 // A bulk completion's workflow work (migration 0039).
 //
 // jobs_flow ran nine statements for each completion of a workflow's job,
-// most of a completion's cost when the bulk statement completes hundreds.
-// While flowBatchOn's row exists, jobs_flow_batch records such a
-// completion in flow_batch instead; flowBatchSQL then applies the
+// most of a completion's cost when Finish completes hundreds. While
+// flowBatchOn's row exists (in a Finish of two completions or more,
+// from before its first statement to after its last), jobs_flow_batch
+// records such a completion in flow_batch instead; flowBatchSQL then
+// applies the
 // recorded completions with one statement per table, in the order
 // jobs_flow runs them, and empties the table. What it applies is what
 // jobs_flow would have applied one completion after another: the counts
@@ -187,16 +189,9 @@ func init() {
 	}
 }
 
-// completeChunks applies chunks in tx with the workflow work of their
-// completions done together (flowBatchSQL), reporting the outcomes
-// applied to applied; it returns the outcomes to apply one by one.
+// completeChunks applies chunks in tx, reporting the outcomes applied to
+// applied; it returns the outcomes to apply one by one.
 func (s *Store) completeChunks(ctx context.Context, tx *sql.Conn, chunks []completeChunk, applied func(i int)) (alone []int, err error) {
-	if len(chunks) == 0 {
-		return nil, nil
-	}
-	if _, err := s.stmt(tx, "flowBatchOn").ExecContext(ctx); err != nil {
-		return nil, fmt.Errorf("sqlite: finish: %w", err)
-	}
 	for _, c := range chunks {
 		stale, err := s.completeAll(ctx, tx, c, applied)
 		if err != nil {
@@ -204,17 +199,47 @@ func (s *Store) completeChunks(ctx context.Context, tx *sql.Conn, chunks []compl
 		}
 		alone = append(alone, stale...)
 	}
+	return alone, nil
+}
+
+// flowBatchWorth reports whether Finish defers the workflow work of
+// outcomes' completions to the end of its transaction (flowBatchEnd):
+// when there are two or more (one gains nothing from it).
+func flowBatchWorth(outcomes []store.Outcome) bool {
+	n := 0
+	for i := range outcomes {
+		if outcomes[i].Kind == store.Complete {
+			if n++; n == 2 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// flowBatchBegin makes the completions of workflow jobs that follow in
+// tx recorded in flow_batch rather than applied by jobs_flow.
+func (s *Store) flowBatchBegin(ctx context.Context, tx *sql.Conn) error {
+	if _, err := s.stmt(tx, "flowBatchOn").ExecContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: finish: %w", err)
+	}
+	return nil
+}
+
+// flowBatchEnd ends what flowBatchBegin began, and applies the recorded
+// completions (flowBatchSQL).
+func (s *Store) flowBatchEnd(ctx context.Context, tx *sql.Conn) error {
 	var recorded bool
 	if err := s.stmt(tx, "flowBatchOff").QueryRowContext(ctx).Scan(&recorded); err != nil {
-		return nil, fmt.Errorf("sqlite: finish: %w", err)
+		return fmt.Errorf("sqlite: finish: %w", err)
 	}
 	if !recorded {
-		return alone, nil
+		return nil
 	}
 	for i := range flowBatchSQL {
 		if _, err := s.stmt(tx, flowBatchStmt(i)).ExecContext(ctx); err != nil {
-			return nil, fmt.Errorf("sqlite: finish: workflows: %w", err)
+			return fmt.Errorf("sqlite: finish: workflows: %w", err)
 		}
 	}
-	return alone, nil
+	return nil
 }

@@ -788,6 +788,12 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				addCounter(counts, c)
 			}
 		}
+		batch := flowBatchWorth(outcomes)
+		if batch {
+			if err := s.flowBatchBegin(ctx, tx); err != nil {
+				return err
+			}
+		}
 		one := alone
 		stale, err := s.completeChunks(ctx, tx, chunks, func(i int) { note(&outcomes[i], i, store.Completed, outcomes[i].Counters) })
 		if err != nil {
@@ -870,6 +876,11 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				if _, err := s.stmt(tx, "limitHold").ExecContext(ctx, o.JobID, micros(o.HoldUntil)); err != nil {
 					return fmt.Errorf("sqlite: finish job %d: hold its limit's group: %w", o.JobID, err)
 				}
+			}
+		}
+		if batch {
+			if err := s.flowBatchEnd(ctx, tx); err != nil {
+				return err
 			}
 		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {

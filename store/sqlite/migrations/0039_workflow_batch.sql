@@ -7,16 +7,17 @@
 -- jobs_flow (migration 0036) ran its nine statements for each completion
 -- of a workflow's job: most of a completion's cost when a Finish batch
 -- completes hundreds of them in one bulk statement. While the row of
--- flow_batch with job 0 exists (the store inserts it around its bulk
--- completion statements, in the same transaction, and deletes it before
--- they return), a move from running to completed of a workflow's job
+-- flow_batch with job 0 exists (the store inserts it at the start of a
+-- Finish of two completions or more, in its transaction, and deletes it
+-- after the Finish's last move), a move from running to completed of a
+-- workflow's job
 -- skips jobs_flow: jobs_flow_batch records the job, its workflow and its
 -- time in flow_batch instead, and the store then applies the recorded
 -- completions with one statement per table (the workflows' counts and
 -- closing, the edges done, the dependents released, the callbacks
 -- fired), as jobs_flow would have one by one, and empties the table.
--- Every other move (a completion one by one, a death, a cancel, a
--- redrive, a hand-written UPDATE) runs jobs_flow as before: the table
+-- Every other move (a death, a cancel, a redrive, a completion outside
+-- such a Finish, a hand-written UPDATE) runs jobs_flow as before: the table
 -- is empty outside the store's bulk completions, and a transaction that
 -- fails in between rolls the row back with the rest.
 CREATE TABLE flow_batch (
