@@ -37,6 +37,7 @@ type statements struct {
 	keys                  string
 	enqueue               string
 	enqueuePlain          string
+	enqueueFlow           string
 	byKeys                string
 	fetch                 string
 	finish                string
@@ -196,6 +197,29 @@ SELECT ord, id FROM done`),
 	{upsert}
 ), ntf AS (
 	SELECT count({notify}queue)) AS n FROM (SELECT DISTINCT queue FROM ins) q
+)
+SELECT id FROM ins CROSS JOIN ntf`),
+
+		// enqueueFlow is enqueuePlain for a workflow's jobs (EnqueueWorkflow
+		// without idempotency keys): each row inserted once with its
+		// state (blocked for a job with dependencies and a callback),
+		// its node and, for the first $16 rows (the members; the
+		// callbacks follow), its workflow $15. Only the queues of the
+		// jobs not blocked are notified.
+		enqueueFlow: q(`WITH ins AS (
+	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority, trace, trace_packed, flow, node)
+	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority,
+		CASE WHEN trace_packed IS NULL THEN NULLIF(trace, '') END, trace_packed, CASE WHEN ord <= $16::int THEN $15::bigint END, node
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $12::smallint[], $13::text[], $14::bytea[], $17::text[])
+		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at, priority, trace, trace_packed, node, ord)
+	ORDER BY ord
+	RETURNING id, queue, state
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT queue, 'enqueued', $11::smallint, count(*) FROM ins GROUP BY queue ORDER BY queue
+	{upsert}
+), ntf AS (
+	SELECT count({notify}queue)) AS n FROM (SELECT DISTINCT queue FROM ins WHERE state <> 'blocked') q
 )
 SELECT id FROM ins CROSS JOIN ntf`),
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,10 +28,10 @@ type pgQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// EnqueueWorkflow implements store.Workflows. The jobs are inserted as
-// Enqueue inserts them (EnqueueTx), then the transaction marks them the
-// workflow's, blocks those with dependencies and the callbacks, and
-// inserts the edges: nothing is visible before it commits.
+// EnqueueWorkflow implements store.Workflows. The jobs are inserted
+// with their workflow, node and state (as Enqueue inserts them, then
+// updated, when one has an idempotency key), then the edges: nothing is
+// visible before the transaction commits.
 func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now time.Time) (*store.Workflow, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -57,6 +58,16 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 		}
 		jobs, nodes = append(jobs, *c.nj), append(nodes, c.col)
 	}
+	// A job waits when it has dependencies; a callback, until it fires.
+	// Without idempotency keys the jobs are inserted once, with their
+	// workflow, node and state (enqueueFlow); a job with a key goes
+	// through EnqueueTx (which answers a key taken), then is updated.
+	blocked := make([]bool, len(jobs))
+	keyed := false
+	for k := range jobs {
+		blocked[k] = k >= len(w.Jobs) || len(w.Jobs[order[k]].After) > 0
+		keyed = keyed || jobs[k].IdempotencyKey != ""
+	}
 	var out *store.Workflow
 	err = s.retry(ctx, func() error {
 		return s.inTx(ctx, func(tx pgx.Tx) error {
@@ -77,7 +88,12 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 			if err != nil {
 				return err
 			}
-			created, err := s.EnqueueTx(ctx, tx, jobs, now)
+			var created []*store.Job
+			if keyed {
+				created, err = s.EnqueueTx(ctx, tx, jobs, now)
+			} else {
+				created, err = s.enqueueFlow(ctx, tx, jobs, blocked, wid, len(w.Jobs), nodes, now)
+			}
 			if err != nil {
 				return err
 			}
@@ -86,29 +102,31 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 			}
 			ids := make([]int64, len(created))
 			byName := make(map[string]int64, len(created))
-			var blocked []int64
+			var blockedIDs []int64
 			for k, j := range created {
 				ids[k] = j.ID
 				if k < len(w.Jobs) {
 					byName[nodes[k]] = j.ID
-					if len(w.Jobs[order[k]].After) > 0 {
-						blocked = append(blocked, j.ID)
-					}
-				} else {
-					blocked = append(blocked, j.ID)
+				}
+				if blocked[k] {
+					blockedIDs = append(blockedIDs, j.ID)
 				}
 			}
-			members := ids[:len(w.Jobs)]
-			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET flow = $1, node = n.node
+			if keyed {
+				// EnqueueTx inserted them as Enqueue does: mark them the
+				// workflow's, and block those that wait.
+				members := ids[:len(w.Jobs)]
+				if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET flow = $1, node = n.node
 				FROM unnest($2::bigint[], $3::text[]) AS n(id, node) WHERE j.id = n.id`), wid, members, nodes[:len(w.Jobs)]); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET node = n.node
+					return err
+				}
+				if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET node = n.node
 				FROM unnest($1::bigint[], $2::text[]) AS n(id, node) WHERE j.id = n.id`), ids[len(w.Jobs):], nodes[len(w.Jobs):]); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} SET state = 'blocked' WHERE id = ANY($1::bigint[])`), blocked); err != nil {
-				return err
+					return err
+				}
+				if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} SET state = 'blocked' WHERE id = ANY($1::bigint[])`), blockedIDs); err != nil {
+					return err
+				}
 			}
 			var deps, dependents []int64
 			for k, i := range order {
@@ -126,13 +144,49 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 					return err
 				}
 			}
+			var cbIDs [3]*int64
 			for k := len(w.Jobs); k < len(ids); k++ {
-				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET `+nodes[k]+` = $1 WHERE id = $2`), ids[k], wid); err != nil {
+				for c := range cbs {
+					if cbs[c].col == nodes[k] {
+						cbIDs[c] = &ids[k]
+					}
+				}
+			}
+			if len(ids) > len(w.Jobs) {
+				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET on_success = $1, on_complete = $2, on_death = $3 WHERE id = $4`),
+					cbIDs[0], cbIDs[1], cbIDs[2], wid); err != nil {
 					return err
 				}
 			}
-			out, err = s.getWorkflow(ctx, tx, wid)
-			return err
+			// The workflow as getWorkflow would read it back: its jobs by
+			// id (the ids increase in topological order), each
+			// dependency list by id.
+			out = &store.Workflow{ID: wid, Name: w.Name, OnDead: w.OnDead, IdempotencyKey: w.IdempotencyKey,
+				CreatedAt: ts(now), Counts: map[store.State]int64{}, Total: int64(len(w.Jobs)),
+				Jobs: make([]store.WorkflowJob, len(w.Jobs))}
+			for c, p := range []*int64{&out.OnSuccess, &out.OnComplete, &out.OnDeath} {
+				if cbIDs[c] != nil {
+					*p = *cbIDs[c]
+				}
+			}
+			for k, i := range order {
+				n := &w.Jobs[i]
+				after := make([]int64, len(n.After))
+				for a, d := range n.After {
+					after[a] = byName[d]
+				}
+				slices.Sort(after)
+				st := store.Pending
+				if blocked[k] {
+					st = store.Blocked
+				} else if created[k].State == store.Scheduled {
+					st = store.Scheduled
+				}
+				out.Jobs[k] = store.WorkflowJob{Name: n.Name, JobID: ids[k], Kind: n.Job.Kind, State: st, After: after}
+				out.Counts[st]++
+			}
+			out.State = store.WorkflowStateOf(false, out.Total, 0, 0, 0)
+			return nil
 		})
 	})
 	if err != nil {
@@ -141,6 +195,53 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 		}
 		return nil, s.fail("enqueue workflow", err)
 	}
+	return out, nil
+}
+
+// enqueueFlow inserts a workflow's jobs, the members (the first
+// members of jobs, named nodes, of workflow flow) then its callbacks,
+// each once with its state (blocked where blocked says), its node and
+// its workflow. None has an idempotency key.
+func (s *Store) enqueueFlow(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, blocked []bool, flow int64, members int, nodes []string, now time.Time) ([]*store.Job, error) {
+	b, err := s.prepareEnqueue(jobs, now)
+	if err != nil {
+		return nil, err
+	}
+	for k := range jobs {
+		if blocked[k] {
+			b.states[k] = string(store.Blocked)
+		}
+	}
+	rows, err := tx.Query(ctx, s.sql.enqueueFlow, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.deps,
+		b.reproc, b.runAts, b.nows, shard(), b.priorities, b.traces, b.packed, flow, members, nodes)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, 0, len(jobs))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(ids) != len(jobs) {
+		return nil, fmt.Errorf("inserted %d rows, want %d", len(ids), len(jobs))
+	}
+	slices.Sort(ids)
+	out := make([]*store.Job, len(jobs))
+	for i := range jobs {
+		out[i] = b.job(i, ids[i], &jobs[i])
+	}
+	if err := s.setLimits(ctx, tx, jobs, out, now); err != nil {
+		return nil, err
+	}
+	s.noteEnqueued(len(jobs))
 	return out, nil
 }
 

@@ -132,3 +132,114 @@ func (s *Store) completeAll(ctx context.Context, tx *sql.Conn, c completeChunk, 
 	}
 	return alone, nil
 }
+
+// A bulk completion's workflow work (migration 0039).
+//
+// jobs_flow ran nine statements for each completion of a workflow's job,
+// most of a completion's cost when Finish completes hundreds. While
+// flowBatchOn's row exists (in a Finish of two completions or more,
+// from before its first statement to after its last), jobs_flow_batch
+// records such a completion in flow_batch instead; flowBatchSQL then
+// applies the
+// recorded completions with one statement per table, in the order
+// jobs_flow runs them, and empties the table. What it applies is what
+// jobs_flow would have applied one completion after another: the counts
+// add up, an edge done stays done, a dependent is released once none of
+// its edges holds it back, and a callback fires once its workflow's
+// counts say so. The times differ by the spread of the batch's
+// completions: a workflow closes at its latest completion of the batch,
+// a released dependent compares its run_at with its latest dependency's,
+// and a callback runs from the batch's latest completion.
+const (
+	flowBatchOn  = `INSERT INTO flow_batch (job, flow, at) VALUES (0, 0, 0)`
+	flowBatchOff = `DELETE FROM flow_batch WHERE job = 0 RETURNING EXISTS (SELECT 1 FROM flow_batch WHERE job <> 0)`
+)
+
+// flowBatchSQL are the statements that apply flow_batch's completions.
+var flowBatchSQL = []string{
+	// The workflows' counts, and their closing when every job finished.
+	`UPDATE workflows SET completed = completed + b.n,
+		closed_at = CASE WHEN closed_at IS NULL AND completed + b.n + dead + canceled = total THEN b.at ELSE closed_at END
+	FROM (SELECT flow, count(*) AS n, max(at) AS at FROM flow_batch GROUP BY flow) AS b
+	WHERE workflows.id = b.flow`,
+	// The edges the completed jobs no longer hold back.
+	`UPDATE job_deps SET done = 1 WHERE dep_id IN (SELECT job FROM flow_batch) AND done = 0`,
+	// The blocked dependents none of whose edges holds back: pending, or
+	// scheduled when they were enqueued for later.
+	`UPDATE jobs SET state = CASE WHEN run_at > (SELECT max(b.at) FROM job_deps d JOIN flow_batch b ON b.job = d.dep_id WHERE d.job_id = jobs.id)
+		THEN 'scheduled' ELSE 'pending' END
+	WHERE id IN (SELECT job_id FROM job_deps WHERE dep_id IN (SELECT job FROM flow_batch)) AND state = 'blocked'
+		AND NOT EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id AND d.done = 0)`,
+	// The complete and success callbacks of the workflows whose counts
+	// now say so: each a blocked job made pending once.
+	`UPDATE jobs SET state = 'pending', run_at = max(run_at, (SELECT max(at) FROM flow_batch))
+	WHERE id IN (SELECT w.on_complete FROM workflows w WHERE w.id IN (SELECT flow FROM flow_batch) AND w.completed + w.dead + w.canceled = w.total
+		UNION ALL SELECT w.on_success FROM workflows w WHERE w.id IN (SELECT flow FROM flow_batch) AND w.completed = w.total)
+		AND state = 'blocked'`,
+	`DELETE FROM flow_batch`,
+}
+
+func flowBatchStmt(i int) string { return "flowBatch" + strconv.Itoa(i) }
+
+func init() {
+	writeSQL["flowBatchOn"] = flowBatchOn
+	writeSQL["flowBatchOff"] = flowBatchOff
+	for i, q := range flowBatchSQL {
+		writeSQL[flowBatchStmt(i)] = q
+	}
+}
+
+// completeChunks applies chunks in tx, reporting the outcomes applied to
+// applied; it returns the outcomes to apply one by one.
+func (s *Store) completeChunks(ctx context.Context, tx *sql.Conn, chunks []completeChunk, applied func(i int)) (alone []int, err error) {
+	for _, c := range chunks {
+		stale, err := s.completeAll(ctx, tx, c, applied)
+		if err != nil {
+			return nil, err
+		}
+		alone = append(alone, stale...)
+	}
+	return alone, nil
+}
+
+// flowBatchWorth reports whether Finish defers the workflow work of
+// outcomes' completions to the end of its transaction (flowBatchEnd):
+// when there are two or more (one gains nothing from it).
+func flowBatchWorth(outcomes []store.Outcome) bool {
+	n := 0
+	for i := range outcomes {
+		if outcomes[i].Kind == store.Complete {
+			if n++; n == 2 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// flowBatchBegin makes the completions of workflow jobs that follow in
+// tx recorded in flow_batch rather than applied by jobs_flow.
+func (s *Store) flowBatchBegin(ctx context.Context, tx *sql.Conn) error {
+	if _, err := s.stmt(tx, "flowBatchOn").ExecContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: finish: %w", err)
+	}
+	return nil
+}
+
+// flowBatchEnd ends what flowBatchBegin began, and applies the recorded
+// completions (flowBatchSQL).
+func (s *Store) flowBatchEnd(ctx context.Context, tx *sql.Conn) error {
+	var recorded bool
+	if err := s.stmt(tx, "flowBatchOff").QueryRowContext(ctx).Scan(&recorded); err != nil {
+		return fmt.Errorf("sqlite: finish: %w", err)
+	}
+	if !recorded {
+		return nil
+	}
+	for i := range flowBatchSQL {
+		if _, err := s.stmt(tx, flowBatchStmt(i)).ExecContext(ctx); err != nil {
+			return fmt.Errorf("sqlite: finish: workflows: %w", err)
+		}
+	}
+	return nil
+}

@@ -789,15 +789,19 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				addCounter(counts, c)
 			}
 		}
-		one := alone
-		for _, c := range chunks {
-			stale, err := s.completeAll(ctx, tx, c, func(i int) { note(&outcomes[i], i, store.Completed, outcomes[i].Counters) })
-			if err != nil {
+		batch := flowBatchWorth(outcomes)
+		if batch {
+			if err := s.flowBatchBegin(ctx, tx); err != nil {
 				return err
 			}
-			if len(stale) > 0 {
-				one = append(one[:len(one):len(one)], stale...)
-			}
+		}
+		one := alone
+		stale, err := s.completeChunks(ctx, tx, chunks, func(i int) { note(&outcomes[i], i, store.Completed, outcomes[i].Counters) })
+		if err != nil {
+			return err
+		}
+		if len(stale) > 0 {
+			one = append(one[:len(one):len(one)], stale...)
 		}
 		for _, i := range one {
 			o := &outcomes[i]
@@ -873,6 +877,11 @@ func (s *Store) Finish(ctx context.Context, outcomes []store.Outcome) ([]bool, e
 				if _, err := s.stmt(tx, "limitHold").ExecContext(ctx, o.JobID, micros(o.HoldUntil)); err != nil {
 					return fmt.Errorf("sqlite: finish job %d: hold its limit's group: %w", o.JobID, err)
 				}
+			}
+		}
+		if batch {
+			if err := s.flowBatchEnd(ctx, tx); err != nil {
+				return err
 			}
 		}
 		if err := s.addMoves(ctx, tx, mv); err != nil {

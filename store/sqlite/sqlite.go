@@ -189,7 +189,7 @@ type Store struct {
 	// readByIDs reads the jobs Fetch leased by a JSON array of their ids
 	// on the read pool.
 	readByIDs *sql.Stmt
-	multi     map[int]*sql.Stmt // multi-row inserts by row count; writer goroutine only
+	multi     map[int]*sql.Stmt // multi-row inserts by row count (negative: a workflow's members); writer goroutine only
 	// turns are the locks the stores of the file take turns at the
 	// write lock with (nil: no turns, see turn.go); writer goroutine
 	// only, until Close.

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redrivehq/redrive/store"
@@ -48,6 +51,27 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 			return nil, fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
 		}
 	}
+	// Sealed before the first write: an error from here on fails the
+	// transaction rather than the request alone.
+	members := make([]store.NewJob, len(order))
+	for k, i := range order {
+		members[k] = w.Jobs[i].Job
+	}
+	sealed, err := store.SealNew(s.payloads, members)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue workflow: %w", err)
+	}
+	var cbSealed []store.NewJob
+	for _, c := range callbacks {
+		if c.nj == nil {
+			continue
+		}
+		one, err := store.SealNew(s.payloads, []store.NewJob{*c.nj})
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
+		}
+		cbSealed = append(cbSealed, one[0])
+	}
 	var out *store.Workflow
 	err = s.writeEnqueue(ctx, len(w.Jobs), func(tx *sql.Conn) error {
 		out = nil
@@ -70,33 +94,15 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
 		}
 		var wid int64
-		if err := tx.QueryRowContext(ctx, `INSERT INTO workflows (name, idem_key, on_dead, created_at, total) VALUES (?, ?, ?, ?, ?) RETURNING id`,
+		if err := s.stmt(tx, "insertWorkflow").QueryRowContext(ctx,
 			w.Name, nullString(w.IdempotencyKey), string(w.OnDead), micros(now), len(w.Jobs)).Scan(&wid); err != nil {
 			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
 		}
-		ins, err := tx.PrepareContext(ctx, insertMember)
-		if err != nil {
-			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
-		}
-		defer ins.Close()
 		counts := map[[2]string]int64{}
 		mv := moves{}
-		ids := make(map[string]int64, len(w.Jobs))
 		news := make([]store.NewJob, 0, len(w.Jobs)+3)
 		outs := make([]*store.Job, 0, len(w.Jobs)+3)
-		insert := func(nj *store.NewJob, blocked bool, flow any, node string) (int64, error) {
-			sealed, err := store.SealNew(s.payloads, []store.NewJob{*nj})
-			if err != nil {
-				return 0, err
-			}
-			r := newRow(&sealed[0], now)
-			if blocked {
-				r.state = store.Blocked
-			}
-			var id int64
-			if err := ins.QueryRowContext(ctx, append(r.args(), flow, node)...).Scan(&id); err != nil {
-				return 0, err
-			}
+		note := func(nj *store.NewJob, r *row, id int64) {
 			counts[[2]string{nj.Queue, store.StatEnqueued}]++
 			mv.move(nj.Queue, "", r.state)
 			j := r.job(id, nj)
@@ -104,31 +110,71 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 				j.Payload = nj.Payload // the plaintext, as Enqueue returns it
 			}
 			news, outs = append(news, *nj), append(outs, j)
-			return id, nil
 		}
-		for _, i := range order {
+		// The members, each inserted once with its workflow, its name
+		// and its state (blocked when it has dependencies), in
+		// multi-row statements, in topological order.
+		rows := make([]row, len(order))
+		names := make([]string, len(order))
+		for k, i := range order {
 			n := &w.Jobs[i]
-			id, err := insert(&n.Job, len(n.After) > 0, wid, n.Name)
-			if err != nil {
-				return fmt.Errorf("sqlite: enqueue workflow: job %q: %w", n.Name, err)
+			rows[k] = newRow(&sealed[k], now)
+			if len(n.After) > 0 {
+				rows[k].state = store.Blocked
 			}
-			ids[n.Name] = id
-			for _, d := range n.After {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO job_deps (dep_id, job_id) VALUES (?, ?)`, ids[d], id); err != nil {
-					return fmt.Errorf("sqlite: enqueue workflow: job %q: %w", n.Name, err)
+			names[k] = n.Name
+		}
+		idv, err := s.insertMembers(ctx, tx, rows, wid, names)
+		if err != nil {
+			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+		}
+		ids := make(map[string]int64, len(w.Jobs))
+		for k, i := range order {
+			ids[w.Jobs[i].Name] = idv[k]
+			note(&w.Jobs[i].Job, &rows[k], idv[k])
+		}
+		// The edges, in one statement.
+		edges := make([]byte, 0, 32*len(w.Jobs))
+		edges = append(edges, '[')
+		for _, i := range order {
+			for _, d := range w.Jobs[i].After {
+				if len(edges) > 1 {
+					edges = append(edges, ',')
 				}
+				edges = append(edges, '[')
+				edges = strconv.AppendInt(edges, ids[d], 10)
+				edges = append(edges, ',')
+				edges = strconv.AppendInt(edges, ids[w.Jobs[i].Name], 10)
+				edges = append(edges, ']')
 			}
 		}
-		for _, c := range callbacks {
-			if c.nj == nil {
+		edges = append(edges, ']')
+		if len(edges) > 2 {
+			if _, err := s.stmt(tx, "insertEdges").ExecContext(ctx, string(edges)); err != nil {
+				return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+			}
+		}
+		// The callbacks: blocked jobs outside the workflow (flow NULL),
+		// named by their column.
+		var cbIDs [3]any
+		k := 0
+		for c, cb := range callbacks {
+			if cb.nj == nil {
 				continue
 			}
-			id, err := insert(c.nj, true, nil, c.col)
-			if err != nil {
-				return fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
+			r := newRow(&cbSealed[k], now)
+			k++
+			r.state = store.Blocked
+			var id int64
+			if err := s.stmt(tx, "insertMember").QueryRowContext(ctx, append(r.args(), nil, cb.col)...).Scan(&id); err != nil {
+				return fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", cb.col, err)
 			}
-			if _, err := tx.ExecContext(ctx, `UPDATE workflows SET `+c.col+` = ? WHERE id = ?`, id, wid); err != nil {
-				return fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
+			cbIDs[c] = id
+			note(cb.nj, &r, id)
+		}
+		if k > 0 {
+			if _, err := s.stmt(tx, "setCallbacks").ExecContext(ctx, cbIDs[0], cbIDs[1], cbIDs[2], wid); err != nil {
+				return fmt.Errorf("sqlite: enqueue workflow: callbacks: %w", err)
 			}
 		}
 		if err := s.setLimits(ctx, tx, news, outs, now); err != nil {
@@ -143,13 +189,85 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 		if err := s.addCounters(ctx, tx, counts); err != nil {
 			return err
 		}
-		out, err = getWorkflow(ctx, tx, wid)
-		return err
+		// The workflow as getWorkflow would read it back: its jobs by id
+		// (the ids increase in topological order), each dependency list
+		// by id.
+		out = &store.Workflow{ID: wid, Name: w.Name, OnDead: w.OnDead, IdempotencyKey: w.IdempotencyKey,
+			CreatedAt: fromMicros(micros(now)), Counts: map[store.State]int64{}, Total: int64(len(w.Jobs)),
+			Jobs: make([]store.WorkflowJob, len(order))}
+		out.OnSuccess, _ = cbIDs[0].(int64)
+		out.OnComplete, _ = cbIDs[1].(int64)
+		out.OnDeath, _ = cbIDs[2].(int64)
+		for k, i := range order {
+			n := &w.Jobs[i]
+			after := make([]int64, len(n.After))
+			for a, d := range n.After {
+				after[a] = ids[d]
+			}
+			slices.Sort(after)
+			out.Jobs[k] = store.WorkflowJob{Name: n.Name, JobID: idv[k], Kind: n.Job.Kind, State: rows[k].state, After: after}
+			out.Counts[rows[k].state]++
+		}
+		out.State = store.WorkflowStateOf(false, out.Total, 0, 0, 0)
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// insertMembers inserts a workflow's members (rows, named names) in
+// multi-row statements, and returns their ids in rows' order.
+// AUTOINCREMENT hands out increasing ids in VALUES order, so the
+// returned ids, sorted, are the rows' ids in order.
+func (s *Store) insertMembers(ctx context.Context, tx *sql.Conn, rows []row, flow int64, names []string) ([]int64, error) {
+	ids := make([]int64, 0, len(rows))
+	for len(rows) > 0 {
+		n := min(len(rows), multiInsertRows)
+		q := `INSERT INTO jobs (queue, kind, payload, state, max_retries, policy, idem_key, dependency, reprocessable,
+	created_at, run_at, priority, trace, flow, node) VALUES ` +
+			strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), ", n-1) + "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+		args := make([]any, 0, 15*n)
+		for k := range n {
+			args = append(append(args, rows[k].args()...), flow, names[k])
+		}
+		st, err := s.multiInsert(ctx, tx, -n, q)
+		if err != nil {
+			return nil, err
+		}
+		res, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return nil, err
+		}
+		got := len(ids)
+		for res.Next() {
+			var id int64
+			if err := res.Scan(&id); err != nil {
+				res.Close()
+				return nil, err
+			}
+			ids = append(ids, id)
+		}
+		res.Close()
+		if err := res.Err(); err != nil {
+			return nil, err
+		}
+		if len(ids)-got != n {
+			return nil, fmt.Errorf("inserted %d rows, want %d", len(ids)-got, n)
+		}
+		slices.Sort(ids[got:])
+		rows, names = rows[n:], names[n:]
+	}
+	return ids, nil
+}
+
+func init() {
+	writeSQL["insertMember"] = insertMember
+	writeSQL["insertWorkflow"] = `INSERT INTO workflows (name, idem_key, on_dead, created_at, total) VALUES (?, ?, ?, ?, ?) RETURNING id`
+	writeSQL["insertEdges"] = `INSERT INTO job_deps (dep_id, job_id)
+	SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?)`
+	writeSQL["setCallbacks"] = `UPDATE workflows SET on_success = ?, on_complete = ?, on_death = ? WHERE id = ?`
 }
 
 // AddToWorkflow implements store.Workflows. Everything is checked

@@ -232,6 +232,7 @@ var subtests = []subtest{
 	{"WorkflowModel", testWorkflowModel},
 	{"WorkflowConcurrent", testWorkflowConcurrent},
 	{"WorkflowFanInModel", testWorkflowFanInModel},
+	{"WorkflowBatch", testWorkflowBatch},
 	{"WorkflowCountStates", testWorkflowCountStates},
 	{"WorkflowDeadDependents", testWorkflowDeadDependents},
 	{"WorkflowDeadRetention", testWorkflowDeadRetention},
