@@ -1963,6 +1963,13 @@ func (s *Store) enqueuePlain(ctx context.Context, q querier, jobs []store.NewJob
 	if err != nil {
 		return nil, err
 	}
+	return b.inserted(rows, jobs)
+}
+
+// inserted reads the ids a batch insert returned (one row each, in any
+// order) and answers the batch's jobs in their order, ids ascending as
+// the identity column gave them.
+func (b *enqueueBatch) inserted(rows pgx.Rows, jobs []store.NewJob) ([]*store.Job, error) {
 	ids := make([]int64, 0, len(jobs))
 	for rows.Next() {
 		var id int64

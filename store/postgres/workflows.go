@@ -217,26 +217,9 @@ func (s *Store) enqueueFlow(ctx context.Context, tx pgx.Tx, jobs []store.NewJob,
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]int64, 0, len(jobs))
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	out, err := b.inserted(rows, jobs)
+	if err != nil {
 		return nil, err
-	}
-	if len(ids) != len(jobs) {
-		return nil, fmt.Errorf("inserted %d rows, want %d", len(ids), len(jobs))
-	}
-	slices.Sort(ids)
-	out := make([]*store.Job, len(jobs))
-	for i := range jobs {
-		out[i] = b.job(i, ids[i], &jobs[i])
 	}
 	if err := s.setLimits(ctx, tx, jobs, out, now); err != nil {
 		return nil, err
