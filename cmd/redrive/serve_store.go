@@ -34,14 +34,18 @@ func openServeStore(ctx context.Context, cfg *config.Serve, log *slog.Logger) (s
 		}
 		return st, storeDescription(cfg), nil
 	}
-	st, err := sqlite.Open(ctx, cfg.DB, sqlite.Options{Logger: log, Payloads: cfg.PayloadCodec()})
+	st, err := sqlite.Open(ctx, cfg.DB, sqlite.Options{Logger: log, Payloads: cfg.PayloadCodec(), Synchronous: cfg.SQLiteSynchronous})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, "", errStoppedWaiting
 		}
 		return nil, "", fmt.Errorf("db %s: %w", cfg.DB, err)
 	}
-	return st, storeDescription(cfg), nil
+	desc := storeDescription(cfg)
+	if mode := st.Synchronous(); mode != "full" {
+		desc += " (synchronous=" + mode + ")"
+	}
+	return st, desc, nil
 }
 
 // storeDescription names the store for logs (no password).

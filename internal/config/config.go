@@ -49,6 +49,11 @@ type Serve struct {
 	Addr string
 	// DB is the SQLite database file, used when DatabaseURL is empty.
 	DB string
+	// SQLiteSynchronous is the SQLite store's synchronous setting:
+	// "full" (every commit is fsynced) or "normal" (fsynced at each
+	// checkpoint: a crash of the machine, not of serve, may lose the
+	// last commits).
+	SQLiteSynchronous string
 	// DatabaseURL is the PostgreSQL URL; empty means SQLite.
 	DatabaseURL string
 	// Schema is the PostgreSQL schema of the store.
@@ -202,6 +207,14 @@ var settings = append([]setting{
 		}
 		c.DB = v
 		return nil
+	}},
+	{name: "sqlite-synchronous", def: "full", help: "SQLite durability: full (every commit fsynced, survives power loss) or normal (fsynced at checkpoints: a crash of the machine may lose the last commits, never corrupts); PostgreSQL ignores it", apply: func(c *Serve, v string) error {
+		switch v {
+		case "full", "normal":
+			c.SQLiteSynchronous = v
+			return nil
+		}
+		return fmt.Errorf("%q: want full or normal", v)
 	}},
 	{name: "database-url", help: "PostgreSQL URL (empty: the SQLite --db)", apply: func(c *Serve, v string) error {
 		if v != "" {

@@ -14,7 +14,7 @@ func TestServeConfigDefaults(t *testing.T) {
 	}
 	if c.Addr != "127.0.0.1:8080" || c.DB != "redrive.db" || c.DatabaseURL != "" || c.Token != "" ||
 		len(c.Queues) != 1 || c.Queues["default"] != 10 || !c.HTTPAllowPrivate || c.HTTPAllowLinkLocal ||
-		c.ShutdownTimeout != 30*time.Second || c.LogLevel != slog.LevelInfo || c.Schema != "redrive" {
+		c.ShutdownTimeout != 30*time.Second || c.LogLevel != slog.LevelInfo || c.Schema != "redrive" || c.SQLiteSynchronous != "full" {
 		t.Fatalf("defaults: %+v", c)
 	}
 }
@@ -127,6 +127,27 @@ func TestServeConfigPrecedence(t *testing.T) {
 	}
 }
 
+// TestServeSQLiteSynchronous: every source sets the SQLite store's
+// durability, and the default stays full.
+func TestServeSQLiteSynchronous(t *testing.T) {
+	for _, how := range []struct {
+		env  map[string]string
+		args []string
+	}{
+		{nil, []string{"--sqlite-synchronous", "normal"}},
+		{map[string]string{"REDRIVE_SQLITE_SYNCHRONOUS": "normal"}, nil},
+		{nil, []string{"--config", writeFile(t, "sync.json", `{"sqlite-synchronous": "normal"}`)}},
+	} {
+		c, err := loadConfig(t, how.env, how.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.SQLiteSynchronous != "normal" {
+			t.Errorf("%v %v: synchronous %q, want normal", how.env, how.args, c.SQLiteSynchronous)
+		}
+	}
+}
+
 func TestServeConfigErrors(t *testing.T) {
 	bad := writeFile(t, "bad.json", `{"workers": "many"}`)
 	unknown := writeFile(t, "unknown.json", `{"adr": "127.0.0.1:1"}`)
@@ -151,6 +172,8 @@ func TestServeConfigErrors(t *testing.T) {
 		{args: []string{"--database-url", "postgres://u:secret@h:notaport/db"}, want: "--database-url: not a PostgreSQL URL"},
 		{args: []string{"--schema", "Bad-Schema"}, want: `--schema: "Bad-Schema": want a lower-case identifier`},
 		{args: []string{"--db", ""}, want: "--db: empty path"},
+		{args: []string{"--sqlite-synchronous", "off"}, want: `--sqlite-synchronous: "off": want full or normal`},
+		{env: map[string]string{"REDRIVE_SQLITE_SYNCHRONOUS": "NORMAL"}, want: `REDRIVE_SQLITE_SYNCHRONOUS: "NORMAL": want full or normal`},
 		{args: []string{"--config", bad}, want: bad + `: workers: "many": not a number`},
 		{args: []string{"--config", unknown}, want: unknown + `: unknown setting "adr"`},
 		{args: []string{"--config", notJSON}, want: notJSON + ": not a JSON object of settings"},

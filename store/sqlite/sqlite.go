@@ -195,6 +195,7 @@ type Store struct {
 	// only, until Close.
 	turns       *turns
 	busyTimeout time.Duration
+	synchronous string       // "full" or "normal", as the writer commits
 	mu          sync.RWMutex // guards closed against sends on ops
 	closed      bool
 	done        chan struct{}
@@ -292,20 +293,21 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s := &Store{limitIdle: limitIdle{},
-		prefixFew: errorPrefixFew,
-		path:      path,
-		payloads:  opts.Payloads,
-		w:         w,
-		wconn:     wconn,
-		log:       opts.Logger,
-		ops:       make(chan *op, opts.MaxBatch),
-		bulk:      make(chan *op, opts.MaxBatch),
-		maxB:      opts.MaxBatch,
-		bulkRows:  opts.EnqueueRows,
-		stmts:     map[string]*sql.Stmt{},
-		reads:     map[string]*sql.Stmt{},
-		multi:     map[int]*sql.Stmt{},
-		done:      make(chan struct{}),
+		prefixFew:   errorPrefixFew,
+		synchronous: sync,
+		path:        path,
+		payloads:    opts.Payloads,
+		w:           w,
+		wconn:       wconn,
+		log:         opts.Logger,
+		ops:         make(chan *op, opts.MaxBatch),
+		bulk:        make(chan *op, opts.MaxBatch),
+		maxB:        opts.MaxBatch,
+		bulkRows:    opts.EnqueueRows,
+		stmts:       map[string]*sql.Stmt{},
+		reads:       map[string]*sql.Stmt{},
+		multi:       map[int]*sql.Stmt{},
+		done:        make(chan struct{}),
 
 		busyTimeout: opts.BusyTimeout,
 	}
@@ -910,4 +912,11 @@ func (s *Store) readDB() (*sql.DB, error) {
 		return nil, store.ErrClosed
 	}
 	return s.r, nil
+}
+
+// Synchronous reports how the store commits: "full" (every commit is
+// fsynced) or "normal" (fsynced at checkpoints), as Options.Synchronous
+// asked. A read-only store writes nothing and reports "".
+func (s *Store) Synchronous() string {
+	return s.synchronous
 }
