@@ -660,7 +660,9 @@ export class Worker {
     if (held.state === "running") held.state = "lost";
     if (this.#held.get(held.wire.id) === held) {
       this.#held.delete(held.wire.id);
-      this.#dropped.set(`${held.wire.id}:${held.wire.lease}`, performance.now());
+      const now = performance.now();
+      for (const [key, at] of this.#dropped) if (now - at > 2 * this.#leaseMs + this.#pollWaitMs) this.#dropped.delete(key);
+      this.#dropped.set(`${held.wire.id}:${held.wire.lease}`, now);
     }
     if (!held.controller.signal.aborted) held.controller.abort(new LeaseLostError());
   }

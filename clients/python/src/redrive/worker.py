@@ -359,6 +359,15 @@ class Worker:
                 log.info("redrive worker %s: job %d handed back", self.name, job.id)
             self._cv.notify_all()
 
+    def _drop(self, key):
+        """Records key dropped without an outcome (under _cv), forgetting
+        those dropped more than two leases ago."""
+        now = time.monotonic()
+        for k, at in list(self._dropped.items()):
+            if now - at > 2 * self._lease_secs + self.poll:
+                del self._dropped[k]
+        self._dropped[key] = now
+
     def _lease_body(self, free, request, resend, cap):
         body = {"worker": self.name, "pid": os.getpid(), "host": self.host, "queues": self.queues,
                 "kinds": sorted(self._handlers), "max": max(1, min(free, self.max_batch, cap)),
@@ -526,7 +535,7 @@ class Worker:
                 # Handed back at shutdown, or no longer ours: the server
                 # would refuse the outcome.
                 self._held.pop(job.key, None)
-                self._dropped[job.key] = time.monotonic()
+                self._drop(job.key)
             else:
                 self._outcomes.append((job, outcome))
             self._cv.notify_all()
