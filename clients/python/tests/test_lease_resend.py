@@ -207,3 +207,72 @@ def test_max_answer_must_be_positive():
             redrive.Client("http://127.0.0.1:1", max_answer=bad)
         with pytest.raises(ValueError):
             redrive.Worker("http://127.0.0.1:1", max_answer=bad)
+
+
+class _OldServeProxy:
+    """A proxy in front of serve that answers a lease body naming request,
+    resend or held as a serve older than them does (400 unknown_field),
+    and forwards everything else."""
+
+    def __init__(self, upstream):
+        u = urllib.parse.urlsplit(upstream)
+        proxy = self
+        self.refused = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/v1/worker/lease":
+                    unknown = [k for k in json.loads(body) if k in ("request", "resend", "held")]
+                    if unknown:
+                        proxy.refused += 1
+                        data = json.dumps({"error": {"code": "unknown_field", "field": unknown[0],
+                                                     "message": "unknown field %r" % unknown[0]}}).encode()
+                        self.send_response(400)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                        return
+                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=90)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                status, data = resp.status, resp.read()
+                conn.close()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# A serve older than lease request ids refuses the field: the worker
+# leases without them rather than stop.
+def test_older_serve_without_lease_ids(serve, run_worker):
+    p = _OldServeProxy(serve.url)
+    try:
+        w = redrive.Worker(p.url, serve.token, queues=["py-old"], concurrency=2, poll=1.0, handle_signals=False)
+        w.register("k", lambda job: "ok")
+        j = serve.client.enqueue("k", queue="py-old")
+        run_worker(w)
+        serve.wait_job(j["id"], lambda x: x["state"] == "completed", what="completed")
+        assert p.refused == 1
+    finally:
+        p.close()

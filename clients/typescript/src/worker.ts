@@ -240,6 +240,8 @@ export class Worker {
    * that serve does not answer them again.
    */
   readonly #dropped = new Map<string, number>();
+  /** Whether lease calls carry their request id (an older serve refuses the field: then they do not). */
+  #leaseIds = true;
   #runningCount = 0;
   #started = false;
   #stopping = false;
@@ -425,8 +427,7 @@ export class Worker {
             timeouts,
             max: Math.max(1, Math.min(free, cap)),
             wait: this.#pollWait,
-            request,
-            ...(resend ? { resend: true, held: this.#heldList() } : {}),
+            ...(this.#leaseIds ? { request, ...(resend ? { resend: true, held: this.#heldList() } : {}) } : {}),
           },
           this.#stopController.signal,
           this.#pollWaitMs,
@@ -437,6 +438,20 @@ export class Worker {
         cap = Math.min(this.#concurrency, cap * 2);
       } catch (err) {
         if (this.#stopping) break;
+        if (
+          err instanceof RedriveError &&
+          err.status === 400 &&
+          err.code === "unknown_field" &&
+          ["request", "resend", "held"].includes(err.field ?? "") &&
+          this.#leaseIds
+        ) {
+          // A serve older than lease request ids: lease without them (a
+          // cut lease's jobs then wait for their leases' expiry, as they did).
+          this.#onError(err, "lease (this server does not take lease request ids: leasing without)");
+          this.#leaseIds = false;
+          request = undefined;
+          continue;
+        }
         if (err instanceof AnswerTooLargeError) {
           cap = Math.max(1, Math.floor(Math.min(cap, free) / 2));
         } else if (err instanceof RedriveError && [400, 401, 403, 404].includes(err.status)) {

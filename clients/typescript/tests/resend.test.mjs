@@ -162,3 +162,44 @@ test("maxAnswerBytes must be a positive whole number", () => {
     assert.throws(() => new Client({ url: "http://127.0.0.1:1", maxAnswerBytes: bad }), TypeError);
   }
 });
+
+// A serve older than lease request ids refuses the field (400
+// unknown_field): the worker leases without them rather than stop.
+test("an older serve without lease request ids", async (t) => {
+  let refused = 0;
+  const srv = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const body = chunks.length ? Buffer.concat(chunks) : undefined;
+    if (req.url === "/v1/worker/lease") {
+      const unknown = Object.keys(JSON.parse(body.toString())).filter((k) => ["request", "resend", "held"].includes(k));
+      if (unknown.length > 0) {
+        refused++;
+        res.writeHead(400, { "content-type": "application/json" })
+          .end(JSON.stringify({ error: { code: "unknown_field", field: unknown[0], message: `unknown field "${unknown[0]}"` } }));
+        return;
+      }
+    }
+    const headers = { ...req.headers };
+    delete headers.host;
+    delete headers.connection;
+    delete headers["content-length"];
+    const up = await fetch(serve.url + req.url, { method: req.method, headers, body });
+    res.writeHead(up.status, { "content-type": "application/json" }).end(Buffer.from(await up.arrayBuffer()));
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  t.after(() => new Promise((r) => { srv.closeAllConnections(); srv.close(r); }));
+  const { id } = await client.enqueue({ kind: "k", queue: "ts-old" });
+  const ran = deferred();
+  const w = new Worker({ url: `http://127.0.0.1:${srv.address().port}`, token: serve.token, queues: ["ts-old"], concurrency: 2,
+    pollWaitMs: 1000, handleSignals: false, onError: () => {} });
+  w.handle("k", async (job) => ran.resolve(job.id));
+  const running = w.run();
+  try {
+    assert.equal(await within("the job ran", ran.promise, 30_000), id);
+  } finally {
+    await w.stop();
+    await running;
+  }
+  assert.equal(refused, 1);
+});

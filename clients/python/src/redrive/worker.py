@@ -229,6 +229,9 @@ class Worker:
         self._heartbeat_every = 10.0
         self._lease_secs = 30.0  # the lease answer's "lease"
         self._fatal = None
+        # Whether lease calls carry their request id (an older serve
+        # refuses the field: then they do not, and are not sent again).
+        self._lease_ids = True
         self._lease_conn = None
         self._cancels_conn = None
         self._started = False
@@ -371,7 +374,10 @@ class Worker:
     def _lease_body(self, free, request, resend, cap):
         body = {"worker": self.name, "pid": os.getpid(), "host": self.host, "queues": self.queues,
                 "kinds": sorted(self._handlers), "max": max(1, min(free, self.max_batch, cap)),
-                "wait": format_duration(self.poll), "request": request}
+                "wait": format_duration(self.poll)}
+        if not self._lease_ids:
+            return self._lease_extras(body)
+        body["request"] = request
         if resend:
             # The jobs this worker knows it holds: the server answers
             # those it holds in the store but not among them, leased for
@@ -384,6 +390,9 @@ class Worker:
                         del self._dropped[key]
                 keys = list(self._held) + [k for k in self._dropped if k not in self._held]
             body["held"] = [{"id": i, "lease": lease} for i, lease in keys]
+        return self._lease_extras(body)
+
+    def _lease_extras(self, body):
         if self._dependencies:
             body["dependencies"] = dict(self._dependencies)
         if self._timeouts:
@@ -426,6 +435,15 @@ class Worker:
                 except Aborted:
                     break
                 except APIError as e:
+                    if e.status == 400 and e.code == "unknown_field" and e.field in ("request", "resend", "held") and self._lease_ids:
+                        # A serve older than lease request ids: lease
+                        # without them (a cut lease's jobs then wait for
+                        # their leases' expiry, as they did).
+                        log.warning("redrive worker %s: this server does not take lease request ids: "
+                                    "a lease answer lost leaves its jobs to their leases' expiry", self.name)
+                        self._lease_ids = False
+                        request = None
+                        continue
                     if e.status in (400, 401, 403, 404, 405, 415):
                         log.error("redrive worker %s: lease refused: %s", self.name, e)
                         self._fatal = e
