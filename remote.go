@@ -98,6 +98,18 @@ type RemoteWorkers struct {
 	pausedAt time.Time
 	// next is where the next lease starts its round over its queues.
 	next int
+	// calls are, by worker, its lease call with a request id under way
+	// in this process: a copy of it sent again waits for it to end.
+	calls map[string]*leaseCall
+}
+
+// leaseCall is a lease call under way, named by its request id.
+type leaseCall struct {
+	request string
+	// cancel ends the call's wait: a copy of it arrived (see beginCall);
+	// done is closed once it returned.
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // remoteWorker is a remote worker this process registered.
@@ -153,7 +165,8 @@ func NewRemoteWorkers(client *Client, exec *Executor, opts RemoteOptions) *Remot
 	}
 	return &RemoteWorkers{client: client, store: client.store, exec: exec, log: opts.Logger, opts: opts,
 		waiters: map[string]map[chan struct{}]struct{}{}, cancelWaiters: map[chan struct{}]struct{}{},
-		hooked: map[string]func(){}, done: make(chan struct{}), workers: map[string]*remoteWorker{}, inflight: map[store.Lease]*remoteAttempt{}}
+		hooked: map[string]func(){}, done: make(chan struct{}), workers: map[string]*remoteWorker{}, inflight: map[store.Lease]*remoteAttempt{},
+		calls: map[string]*leaseCall{}}
 }
 
 // MaxRetries returns how many retries j gets after its first attempt, by
@@ -276,6 +289,20 @@ type LeaseRequest struct {
 	// Wait is how long to wait for a job to become due when none is
 	// (0 to MaxRemoteWait).
 	Wait time.Duration
+	// Request names the lease call (see CheckLeaseRequestID; "": none):
+	// a worker names each call anew, and sends a call whose answer it did
+	// not get (its connection cut, a timeout, a proxy's 502) again with
+	// the same Request and Resend set.
+	Request string
+	// Resend marks a call sent again: the jobs the first copy may have
+	// leased are the worker's, and it never learned their tokens. Held
+	// lists then every lease the worker still has in hand (handlers
+	// running, outcomes not yet answered, jobs it dropped unanswered): a
+	// job the store says the worker holds that Held does not name was
+	// leased for an answer the worker never got, and is answered again,
+	// with the same token, its lease renewed (see Lease).
+	Resend bool
+	Held   []store.Lease
 }
 
 // Bounds of the worker protocol.
@@ -288,7 +315,27 @@ const (
 	// maxRemoteHeld bounds the jobs of a worker read at once to check
 	// its outcomes; beyond, each is read alone.
 	maxRemoteHeld = 2000
+	// MaxRemoteHeldList bounds the leases a resent lease call lists as
+	// held (LeaseRequest.Held).
+	MaxRemoteHeldList = 10000
+	// maxLeaseRequestID bounds a lease call's id.
+	maxLeaseRequestID = 64
 )
+
+// CheckLeaseRequestID reports, as an ErrInvalid error, a lease call id
+// (LeaseRequest.Request) that is not 1 to 64 characters of
+// [A-Za-z0-9._:-].
+func CheckLeaseRequestID(id string) error {
+	if id == "" || len(id) > maxLeaseRequestID {
+		return fmt.Errorf("%w: a lease request id is 1 to %d characters long, got %d", ErrInvalid, maxLeaseRequestID, len(id))
+	}
+	for _, c := range []byte(id) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-", c) >= 0) {
+			return fmt.Errorf("%w: a lease request id holds only letters, digits and . _ : -, got %q", ErrInvalid, id)
+		}
+	}
+	return nil
+}
 
 func (q *LeaseRequest) check() error {
 	if err := CheckRemoteWorker(q.Worker); err != nil {
@@ -307,6 +354,20 @@ func (q *LeaseRequest) check() error {
 		if d < 0 {
 			return fmt.Errorf("%w: the timeout of kind %q is negative", ErrInvalid, k)
 		}
+	}
+	if q.Request != "" {
+		if err := CheckLeaseRequestID(q.Request); err != nil {
+			return err
+		}
+	}
+	if (q.Resend || len(q.Held) > 0) && q.Request == "" {
+		return fmt.Errorf("%w: a lease sent again names its request", ErrInvalid)
+	}
+	if len(q.Held) > 0 && !q.Resend {
+		return fmt.Errorf("%w: held applies to a lease sent again only", ErrInvalid)
+	}
+	if len(q.Held) > MaxRemoteHeldList {
+		return fmt.Errorf("%w: held lists at most %d leases, got %d", ErrInvalid, MaxRemoteHeldList, len(q.Held))
 	}
 	return nil
 }
@@ -332,10 +393,58 @@ func (r *RemoteWorkers) Deadline(q *LeaseRequest, j *Job) (time.Time, bool) {
 // and a job whose payload cannot be opened dies, without being handed
 // out. It returns no job, and no error, when the wait ends (or ctx does)
 // with nothing due.
+//
+// A call sent again (q.Resend: its first copy's answer was lost) first
+// waits for its first copy, if that still runs in this process (ending
+// its wait: what the copy leased then is handed back). It then answers
+// the jobs the store says the worker holds that q.Held does not name,
+// up to q.Max, with their tokens, their leases renewed (those beyond
+// q.Max are handed back): the jobs leased for the lost answer, whichever
+// serve process leased them. Only when there are none does it lease as
+// usual. A worker sends one lease call at a time, so that the jobs it
+// holds but does not know of are the lost answers'.
 func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, error) {
+	return r.LeaseAnswer(ctx, q, nil)
+}
+
+// LeaseAnswer is Lease, calling answer (when not nil) with the jobs
+// handed out (none included) before the call ends, so that a copy of
+// the call sent again (see Lease) waits for the answer to be written
+// or given up. When answer fails (the worker went away, the answer
+// could not be written) the jobs are handed back, and its error is
+// returned.
+func (r *RemoteWorkers) LeaseAnswer(ctx context.Context, q LeaseRequest, answer func([]*Job) error) ([]*Job, error) {
 	if err := q.check(); err != nil {
 		return nil, err
 	}
+	jobs := []*Job{}
+	if q.Request != "" {
+		cctx, end, ok := r.beginCall(ctx, q)
+		if ok {
+			defer end()
+			var err error
+			if jobs, err = r.lease(cctx, q); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		var err error
+		if jobs, err = r.lease(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	if answer != nil {
+		if err := answer(jobs); err != nil {
+			r.HandBack(context.WithoutCancel(ctx), q.Worker, jobs)
+			return jobs, err
+		}
+	}
+	return jobs, nil
+}
+
+// lease is Lease, within the call's record for a call with a request
+// id.
+func (r *RemoteWorkers) lease(ctx context.Context, q LeaseRequest) ([]*Job, error) {
 	queues := slices.Clone(q.Queues)
 	slices.Sort(queues)
 	queues = slices.Compact(queues)
@@ -352,6 +461,12 @@ func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, erro
 		r.unPause = r.client.registerAnyPause(r.setPaused)
 	}
 	r.mu.Unlock()
+	if q.Resend {
+		jobs, err := r.reclaim(ctx, q)
+		if err != nil || len(jobs) > 0 {
+			return jobs, err
+		}
+	}
 	deadline := time.Now().Add(q.Wait)
 	wake := make(chan struct{}, 1)
 	if q.Wait > 0 {
@@ -414,6 +529,113 @@ func (r *RemoteWorkers) Lease(ctx context.Context, q LeaseRequest) ([]*Job, erro
 			return []*Job{}, nil
 		}
 	}
+}
+
+// beginCall records q's call under way in this process, once its first
+// copy, if q is sent again and that copy still runs here, has returned
+// (its wait ended first: the copy hands back what it leased). It
+// returns the call's context, which a later copy ends, and the function
+// to call when the call returns; false when ctx or Run ended first.
+func (r *RemoteWorkers) beginCall(ctx context.Context, q LeaseRequest) (context.Context, func(), bool) {
+	for {
+		r.mu.Lock()
+		c := r.calls[q.Worker]
+		if c == nil || !q.Resend || c.request != q.Request {
+			cctx, cancel := context.WithCancel(ctx)
+			me := &leaseCall{request: q.Request, cancel: cancel, done: make(chan struct{})}
+			r.calls[q.Worker] = me
+			r.mu.Unlock()
+			return cctx, func() {
+				r.mu.Lock()
+				if r.calls[q.Worker] == me {
+					delete(r.calls, q.Worker)
+				}
+				r.mu.Unlock()
+				cancel()
+				close(me.done)
+			}, true
+		}
+		r.mu.Unlock()
+		c.cancel()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, nil, false
+		case <-r.done:
+			return nil, nil, false
+		}
+	}
+}
+
+// reclaim answers, for a lease call sent again, the jobs the store says
+// q.Worker holds that q.Held does not name (see Lease): up to q.Max,
+// with their leases renewed; the others are handed back.
+func (r *RemoteWorkers) reclaim(ctx context.Context, q LeaseRequest) ([]*Job, error) {
+	held := make(map[store.Lease]bool, len(q.Held))
+	for _, l := range q.Held {
+		held[l] = true
+	}
+	stored, err := r.store.Leased(ctx, q.Worker, len(q.Held)+MaxRemoteLease)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: lease sent again: %w", err)
+	}
+	var lost []*Job
+	for _, j := range stored {
+		if !held[store.LeaseOf(j)] {
+			lost = append(lost, j)
+		}
+	}
+	if len(lost) == 0 {
+		return nil, nil
+	}
+	if len(lost) > q.Max {
+		r.HandBack(context.WithoutCancel(ctx), q.Worker, lost[q.Max:])
+		lost = lost[:q.Max]
+	}
+	now := r.client.now()
+	until := now.Add(r.opts.LeaseDuration)
+	leases := make([]store.Lease, len(lost))
+	for i, j := range lost {
+		leases[i] = store.LeaseOf(j)
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.writeTimeout())
+	res, err := r.store.Heartbeat(fctx, q.Worker, leases, until)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("redrive: lease sent again: %w", err)
+	}
+	gone := map[store.Lease]bool{}
+	for _, l := range res.Lost {
+		gone[l] = true
+	}
+	canceled := map[store.Lease]bool{}
+	for _, l := range res.Canceled {
+		canceled[l] = true
+	}
+	out := make([]*Job, 0, len(lost))
+	r.mu.Lock()
+	for _, j := range lost {
+		l := store.LeaseOf(j)
+		if gone[l] {
+			continue
+		}
+		a := r.inflight[l]
+		if a == nil || a.worker != q.Worker {
+			// Leased by another serve process, or before a restart.
+			a = &remoteAttempt{job: j, worker: q.Worker}
+			r.inflight[l] = a
+		}
+		a.at = now
+		if canceled[l] {
+			a.job.CancelRequested = true
+		}
+		cp := *a.job
+		cp.LeaseUntil = &until
+		out = append(out, &cp)
+	}
+	r.pruneLocked(now)
+	r.mu.Unlock()
+	return out, nil
 }
 
 // fetch leases the due jobs of queues for q, screens them (breakers,

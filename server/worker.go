@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +27,11 @@ type LeaseBody struct {
 	Timeouts     map[string]string `json:"timeouts,omitempty"`
 	Max          int               `json:"max,omitempty"`
 	Wait         string            `json:"wait,omitempty"`
+	// Request names the call; Resend and Held mark a call sent again
+	// after its answer was lost (see redrive.LeaseRequest).
+	Request string     `json:"request,omitempty"`
+	Resend  bool       `json:"resend,omitempty"`
+	Held    []JobLease `json:"held,omitempty"`
 }
 
 // LeasedJob is a job handed to a remote worker.
@@ -271,6 +275,27 @@ func ParseLease(in *LeaseBody) (redrive.LeaseRequest, error) {
 	if err != nil {
 		return q, err
 	}
+	if in.Request != "" {
+		if err := redrive.CheckLeaseRequestID(in.Request); err != nil {
+			return q, badRequest("request", "request must be 1 to 64 characters of A-Z a-z 0-9 . _ : -, got %q", clip(in.Request))
+		}
+	}
+	if in.Resend && in.Request == "" {
+		return q, badRequest("request", "a lease sent again (resend) names its request: the id of the call whose answer was lost")
+	}
+	if len(in.Held) > 0 && !in.Resend {
+		return q, badRequest("held", "held applies to a lease sent again (resend: true) only")
+	}
+	if len(in.Held) > redrive.MaxRemoteHeldList {
+		return q, badRequest("held", "held lists at most %d leases, got %d", redrive.MaxRemoteHeldList, len(in.Held))
+	}
+	for i, l := range in.Held {
+		if l.ID <= 0 || l.Lease <= 0 {
+			return q, badRequest(fmt.Sprintf("held[%d]", i), "held names jobs by their id and lease token, got id %d lease %d", l.ID, l.Lease)
+		}
+		q.Held = append(q.Held, store.Lease{JobID: l.ID, Token: l.Lease})
+	}
+	q.Request, q.Resend = in.Request, in.Resend
 	q.Worker, q.Host, q.PID, q.Queues, q.Kinds, q.Dependencies, q.Wait = in.Worker, in.Host, in.PID, in.Queues, in.Kinds, in.Dependencies, wait
 	return q, nil
 }
@@ -302,40 +327,46 @@ func (a *api) workerLease(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	jobs, err := rw.Lease(r.Context(), q)
-	if err != nil {
+	// The answer is written within the call, so that a copy of it sent
+	// again waits for it: the jobs of an answer that could not be
+	// written are handed back, and never reach two answers.
+	answered := false
+	_, err = rw.LeaseAnswer(r.Context(), q, func(jobs []*redrive.Job) error {
+		answered = true
+		lease := rw.LeaseDuration()
+		out := LeaseAnswer{Jobs: make([]LeasedJob, len(jobs)), Lease: lease.String(), HeartbeatEvery: (lease / 3).String()}
+		for i, j := range jobs {
+			lj := LeasedJob{ID: j.ID, Lease: j.Lease, Queue: j.Queue, Kind: j.Kind, Payload: j.Payload, Attempt: j.Attempt,
+				MaxRetries: rw.MaxRetries(j), Priority: j.Priority, Trace: j.Trace, EnqueuedAt: j.CreatedAt}
+			if len(lj.Payload) == 0 {
+				lj.Payload = json.RawMessage("null")
+			}
+			if j.LeaseUntil != nil {
+				lj.LeaseUntil = *j.LeaseUntil
+			}
+			if d, ok := rw.Deadline(&q, j); ok {
+				lj.Deadline = &d
+			}
+			out.Jobs[i] = lj
+		}
+		if err := r.Context().Err(); err != nil {
+			// The worker went away as its jobs were leased: hand them
+			// back rather than leave them leased to nobody until their
+			// leases expire.
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
+		if len(jobs) > 0 {
+			if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil && !answered {
 		return err
 	}
-	lease := rw.LeaseDuration()
-	out := LeaseAnswer{Jobs: make([]LeasedJob, len(jobs)), Lease: lease.String(), HeartbeatEvery: (lease / 3).String()}
-	for i, j := range jobs {
-		lj := LeasedJob{ID: j.ID, Lease: j.Lease, Queue: j.Queue, Kind: j.Kind, Payload: j.Payload, Attempt: j.Attempt,
-			MaxRetries: rw.MaxRetries(j), Priority: j.Priority, Trace: j.Trace, EnqueuedAt: j.CreatedAt}
-		if len(lj.Payload) == 0 {
-			lj.Payload = json.RawMessage("null")
-		}
-		if j.LeaseUntil != nil {
-			lj.LeaseUntil = *j.LeaseUntil
-		}
-		if d, ok := rw.Deadline(&q, j); ok {
-			lj.Deadline = &d
-		}
-		out.Jobs[i] = lj
-	}
-	if r.Context().Err() != nil {
-		// The worker went away as its jobs were leased: hand them back
-		// rather than leave them leased to nobody until their leases
-		// expire.
-		rw.HandBack(context.WithoutCancel(r.Context()), q.Worker, jobs)
-		return nil
-	}
-	writeJSON(w, http.StatusOK, out)
-	if len(jobs) > 0 {
-		if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			rw.HandBack(context.WithoutCancel(r.Context()), q.Worker, jobs)
-		}
-	}
-	return nil
+	return nil // an answer not written: its jobs were handed back
 }
 
 func (a *api) workerHeartbeat(w http.ResponseWriter, r *http.Request) error {

@@ -20,6 +20,8 @@ func FuzzWorkerBodies(f *testing.F) {
 		`{"worker":"py-1@box","outcomes":[{"id":1,"lease":1,"outcome":"snooze","delay":"-1s"}]}`,
 		`{"worker":"py-1@box","queues":["q"],"kinds":["k"],"dependencies":{"k":"ocr"},"max":10,"wait":"30s"}`,
 		`{"worker":"py 1","queues":["q/x"],"kinds":[""],"max":-1,"wait":"1y"}`,
+		`{"worker":"py-1@box","queues":["q"],"kinds":["k"],"max":2,"request":"a1b2","resend":true,"held":[{"id":1,"lease":2}]}`,
+		`{"worker":"py-1@box","queues":["q"],"kinds":["k"],"request":"a b","held":[{"id":0,"lease":-1}]}`,
 		`{"worker":"py-1@box","outcomes":[{"id":1,"lease":1,"outcome":"complete","result":"` + strings.Repeat("a", 100) + `"}]}`,
 	} {
 		f.Add([]byte(s))
@@ -50,6 +52,15 @@ func FuzzWorkerBodies(f *testing.F) {
 				if redrive.CheckRemoteWorker(q.Worker) != nil || q.Max < 1 || q.Max > redrive.MaxRemoteLease || q.Wait < 0 ||
 					q.Wait > redrive.MaxRemoteWait || len(q.Queues) == 0 || len(q.Kinds) == 0 {
 					t.Fatalf("accepted a bad lease: %+v", q)
+				}
+				if q.Request != "" && redrive.CheckLeaseRequestID(q.Request) != nil || q.Resend && q.Request == "" ||
+					len(q.Held) > 0 && !q.Resend || len(q.Held) > redrive.MaxRemoteHeldList {
+					t.Fatalf("accepted a bad lease sent again: %+v", q)
+				}
+				for _, l := range q.Held {
+					if l.JobID <= 0 || l.Token <= 0 {
+						t.Fatalf("accepted a held lease without a pair: %+v", l)
+					}
 				}
 			}
 		}

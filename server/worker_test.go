@@ -483,6 +483,10 @@ func TestWorkerBadInput(t *testing.T) {
 			{`{"worker":"py-1@box-a","queues":["q"],"kinds":["k"],"max":1001}`, "max"},
 			{`{"worker":"py-1@box-a","queues":["q"],"kinds":["k"],"wait":"2m"}`, "wait"},
 			{`{"worker":"","queues":["q"],"kinds":["k"]}`, "worker"},
+			{`{"worker":"py-1@box-a","queues":["q"],"kinds":["k"],"request":"a/b"}`, "request"},
+			{`{"worker":"py-1@box-a","queues":["q"],"kinds":["k"],"resend":true}`, "request"},
+			{`{"worker":"py-1@box-a","queues":["q"],"kinds":["k"],"request":"r1","held":[{"id":1,"lease":1}]}`, "held"},
+			{`{"worker":"py-1@box-a","queues":["q"],"kinds":["k"],"request":"r1","resend":true,"held":[{"id":1,"lease":0}]}`, "held[0]"},
 		} {
 			wantErr(t, e.do("POST", "/v1/worker/lease", c.body), 400, "invalid", c.field)
 		}
@@ -562,6 +566,52 @@ func TestWorkerRegistryAndStop(t *testing.T) {
 		e.want(e.do("GET", "/v1/workers", ""), 200, &stopped)
 		if len(stopped.Workers) != 1 || stopped.Workers[0].State != redrive.WorkerStopped || !stopped.Workers[0].Remote {
 			t.Fatalf("after stop: %+v", stopped.Workers)
+		}
+	})
+}
+
+// TestWorkerLeaseSentAgain: a lease call whose answer was lost, sent
+// again with its request id and the leases the worker holds, answers the
+// jobs leased for it, with their tokens and renewed leases, and leases
+// no others; sent again once answered, it leases anew.
+func TestWorkerLeaseSentAgain(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind string) {
+		e := newProtoEnv(t, kind, protoOpts{})
+		held, lost, waiting := e.enqueue(), e.enqueue(), e.enqueue()
+		body := func(max int, request string, resend bool, held ...JobLease) string {
+			return mustJSON(t, LeaseBody{Worker: "py-1@box-a", Queues: []string{"q"}, Kinds: []string{"k"}, Max: max,
+				Request: request, Resend: resend, Held: held})
+		}
+		var a LeaseAnswer
+		e.want(e.do("POST", "/v1/worker/lease", body(1, "call-1", false)), 200, &a)
+		if len(a.Jobs) != 1 || a.Jobs[0].ID != held.ID {
+			t.Fatalf("first lease: %+v", a.Jobs)
+		}
+		first := JobLease{ID: a.Jobs[0].ID, Lease: a.Jobs[0].Lease}
+		// This answer is lost on its way.
+		e.want(e.do("POST", "/v1/worker/lease", body(1, "call-2", false)), 200, &a)
+		if len(a.Jobs) != 1 || a.Jobs[0].ID != lost.ID {
+			t.Fatalf("second lease: %+v", a.Jobs)
+		}
+		cut := a.Jobs[0]
+		var again LeaseAnswer
+		e.want(e.do("POST", "/v1/worker/lease", body(5, "call-2", true, first)), 200, &again)
+		if len(again.Jobs) != 1 || again.Jobs[0].ID != cut.ID || again.Jobs[0].Lease != cut.Lease || !again.Jobs[0].LeaseUntil.After(cut.LeaseUntil) ||
+			again.Jobs[0].Attempt != 1 || string(again.Jobs[0].Payload) != `{"n":1}` {
+			t.Fatalf("sent again: %+v, the lost answer had %+v", again.Jobs, cut)
+		}
+		if j := e.get(waiting.ID); j.State != store.Pending {
+			t.Fatalf("the call sent again leased another job: %s", j.State)
+		}
+		// Once its answer came, the worker holds both; sent again, the
+		// call finds none unknown and leases the job waiting.
+		e.want(e.do("POST", "/v1/worker/lease", body(5, "call-2", true, first, JobLease{ID: cut.ID, Lease: cut.Lease})), 200, &again)
+		if len(again.Jobs) != 1 || again.Jobs[0].ID != waiting.ID {
+			t.Fatalf("sent again with nothing lost: %+v", again.Jobs)
+		}
+		got := e.outcomes("py-1@box-a", OutcomeItem{ID: cut.ID, Lease: cut.Lease, Outcome: "complete"})
+		if got[0].Status != 200 {
+			t.Fatalf("outcome of the job answered again: %+v", got[0])
 		}
 	})
 }

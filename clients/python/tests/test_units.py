@@ -89,3 +89,20 @@ def test_long_error_clipped():
     out = failure_outcome(redrive.Transient("\u00e9" * MAX_ERROR, cause="x" * (2 * MAX_ERROR)))
     assert len(out["error"].encode("utf-8")) <= MAX_ERROR and out["error"].endswith("(cut)")
     assert len(out["cause"].encode("utf-8")) <= MAX_ERROR
+
+
+def test_lease_sent_again_lists_held_and_dropped_jobs():
+    w = redrive.Worker("http://127.0.0.1:1", queues=["q"], concurrency=4, poll=1.0, handle_signals=False)
+    w.register("k", lambda job: None)
+    w._lease_secs = 2.0
+    held = redrive.Job(w, {"id": 1, "lease": 3, "kind": "k"})
+    w._held[held.key] = held
+    with w._cv:
+        w._drop((2, 1))
+    w._dropped[(3, 1)] = 0.0  # dropped long ago: forgotten
+    fresh = w._lease_body(4, "r1", False, 1000)
+    assert fresh["request"] == "r1" and "resend" not in fresh and "held" not in fresh and fresh["max"] == 4
+    again = w._lease_body(4, "r1", True, 2)
+    assert again["resend"] is True and again["max"] == 2
+    assert sorted((h["id"], h["lease"]) for h in again["held"]) == [(1, 3), (2, 1)]
+    assert (3, 1) not in w._dropped

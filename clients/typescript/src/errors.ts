@@ -115,6 +115,22 @@ export class RedriveError extends Error {
 }
 
 /**
+ * An answer whose body is longer than the client's bound
+ * (ConnectionOptions.maxAnswerBytes): not read further, nothing of it
+ * used. Its status is the answer's; code "answer_too_large".
+ */
+export class AnswerTooLargeError extends RedriveError {
+  /** The bound, in bytes. */
+  readonly limit: number;
+
+  constructor(status: number, method: string, path: string, limit: number) {
+    super(status, "answer_too_large", `${method} ${path}: the answer's body is more than the bound of ${limit} bytes (maxAnswerBytes)`);
+    this.name = "AnswerTooLargeError";
+    this.limit = limit;
+  }
+}
+
+/**
  * The reason of a handler's AbortSignal when the job is no longer this
  * worker's (its lease was lost, e.g. rescued after missed heartbeats): its
  * outcome would be refused, so none is sent.

@@ -4,7 +4,10 @@
 
 import http from "node:http";
 import https from "node:https";
-import { RedriveError } from "./errors.js";
+import { AnswerTooLargeError, RedriveError } from "./errors.js";
+
+/** The default bound on an answer's body, in bytes (ConnectionOptions.maxAnswerBytes). */
+export const DEFAULT_MAX_ANSWER_BYTES = 64 << 20;
 
 /** One call the transport made, as ConnectionOptions.observe sees it. */
 export interface CallRecord {
@@ -53,6 +56,14 @@ export interface ConnectionOptions {
    */
   timeoutMs?: number;
   /**
+   * The most bytes of body an answer may have (default 64 MiB): a longer
+   * one, said by its content-length or read past the bound, is not read
+   * further, and the call throws an AnswerTooLargeError (a broken or
+   * hostile server, or something between, cannot make the client read
+   * without bound).
+   */
+  maxAnswerBytes?: number;
+  /**
    * Called after each call that got an answer, an error status included
    * (for metrics or logging). An error it throws is told once, as a
    * process warning, and the call stands. Calls that got no
@@ -85,6 +96,7 @@ export class Transport {
   readonly #module: typeof http | typeof https;
   readonly #observe: ((call: CallRecord) => void) | undefined;
   readonly #timeoutMs: number;
+  readonly #maxAnswer: number;
   #observeFailed = false;
 
   constructor(options: ConnectionOptions) {
@@ -126,6 +138,11 @@ export class Transport {
       throw new TypeError(`timeoutMs: expected a positive number of milliseconds, got ${String(timeoutMs)}`);
     }
     this.#timeoutMs = timeoutMs;
+    const maxAnswer = options.maxAnswerBytes ?? DEFAULT_MAX_ANSWER_BYTES;
+    if (typeof maxAnswer !== "number" || !Number.isSafeInteger(maxAnswer) || maxAnswer < 1) {
+      throw new TypeError(`maxAnswerBytes: expected a whole number of bytes, at least 1, got ${String(maxAnswer)}`);
+    }
+    this.#maxAnswer = maxAnswer;
     this.#module = parsed.protocol === "https:" ? https : http;
     if (options.agent !== undefined && !(options.agent instanceof http.Agent)) {
       throw new TypeError("agent: expected an http.Agent or https.Agent");
@@ -213,7 +230,7 @@ export class Transport {
     init.signal = ac.signal;
     try {
       const res = await f(this.base + path, init);
-      return { status: res.status, raw: await res.text() };
+      return { status: res.status, raw: await this.#boundedText(res, method, path, ac) };
     } catch (err) {
       // fetch rejects with the signal's reason: the timeout's error, or the caller's.
       throw ac.signal.aborted ? ac.signal.reason : err;
@@ -221,6 +238,32 @@ export class Transport {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
     }
+  }
+
+  /** The body of a fetch's answer, at most the bound's bytes (see maxAnswerBytes). */
+  async #boundedText(res: Response, method: string, path: string, ac: AbortController): Promise<string> {
+    const tooLarge = (): AnswerTooLargeError => {
+      const err = new AnswerTooLargeError(res.status, method, path, this.#maxAnswer);
+      ac.abort(err);
+      return err;
+    };
+    const length = Number(res.headers.get("content-length") ?? NaN);
+    if (length > this.#maxAnswer) throw tooLarge();
+    if (res.body === null) return "";
+    const reader = res.body.getReader();
+    const chunks: Uint8Array[] = [];
+    let n = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      n += value.byteLength;
+      if (n > this.#maxAnswer) {
+        void reader.cancel().catch(() => undefined);
+        throw tooLarge();
+      }
+      chunks.push(value);
+    }
+    return Buffer.concat(chunks).toString("utf8");
   }
 
   /**
@@ -284,9 +327,21 @@ export class Transport {
       const options: http.RequestOptions = { method, headers, agent: this.#agent };
       if (signal !== undefined) options.signal = signal;
       const req = this.#module.request(this.base + path, options, (res) => {
+        const tooLarge = (): void => {
+          reject(new AnswerTooLargeError(res.statusCode ?? 0, method, path, this.#maxAnswer));
+          // Destroyed without an error: the socket may be back in the
+          // agent's pool (the body read whole), where no one hears one.
+          req.destroy();
+        };
+        res.on("error", reject); // before any destroy: an error unheard would be thrown
+        if (Number(res.headers["content-length"] ?? NaN) > this.#maxAnswer) return tooLarge();
         const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("error", reject);
+        let n = 0;
+        res.on("data", (c: Buffer) => {
+          n += c.length;
+          if (n > this.#maxAnswer) return tooLarge();
+          chunks.push(c);
+        });
         res.on("end", () => resolve({ status: res.statusCode ?? 0, raw: Buffer.concat(chunks).toString("utf8") }));
         res.on("aborted", () => reject(new Error(`the answer to ${method} ${path} was cut off`)));
       });

@@ -19,6 +19,7 @@ export {
   RateLimitedError,
   SnoozeError,
   RedriveError,
+  AnswerTooLargeError,
   LeaseLostError,
   CanceledError,
   ShutdownError,
@@ -27,4 +28,4 @@ export {
   type JobErrorOptions,
 } from "./errors.js";
 export { parseDuration, formatDuration } from "./duration.js";
-export type { ConnectionOptions } from "./http.js";
+export { DEFAULT_MAX_ANSWER_BYTES, type ConnectionOptions } from "./http.js";

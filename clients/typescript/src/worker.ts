@@ -2,9 +2,11 @@
 // (/v1/worker/...), runs their handlers, heartbeats them, watches for
 // cancellations and reports their outcomes in batches.
 
+import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { formatDuration, parseDuration } from "./duration.js";
 import {
+  AnswerTooLargeError,
   CanceledError,
   DeadlineError,
   JobError,
@@ -232,6 +234,14 @@ export class Worker {
   readonly #handlers = new Map<string, { fn: Handler<never>; dependency: string | undefined; timeout: number | undefined }>();
 
   readonly #held = new Map<number, Held>();
+  /**
+   * Jobs dropped without an outcome sent (lease lost), by "id:lease", with
+   * when: listed as held by a lease sent again for two leases' time, so
+   * that serve does not answer them again.
+   */
+  readonly #dropped = new Map<string, number>();
+  /** Whether lease calls carry their request id (an older serve refuses the field: then they do not). */
+  #leaseIds = true;
   #runningCount = 0;
   #started = false;
   #stopping = false;
@@ -389,12 +399,19 @@ export class Worker {
     const timeouts: Record<string, string> = {};
     for (const [kind, h] of this.#handlers) if (h.timeout !== undefined) timeouts[kind] = formatDuration(h.timeout);
     let failures = 0;
+    // The id of the call whose answer was lost, to send again: serve then
+    // answers the jobs it leased for it (see #leaseBody). A call is not
+    // sent again as it was (not idempotent): a copy would lease others.
+    let request: string | undefined;
+    let cap = this.#concurrency; // lowered while lease answers are too large to read
     while (!this.#stopping) {
       const free = this.#concurrency - this.#runningCount;
       if (free <= 0) {
         await this.#changed();
         continue;
       }
+      const resend = request !== undefined;
+      request ??= randomBytes(12).toString("hex");
       let answer: LeaseAnswer;
       try {
         answer = await this.#object<LeaseAnswer>(
@@ -408,16 +425,36 @@ export class Worker {
             kinds,
             dependencies,
             timeouts,
-            max: free,
+            max: Math.max(1, Math.min(free, cap)),
             wait: this.#pollWait,
+            ...(this.#leaseIds ? { request, ...(resend ? { resend: true, held: this.#heldList() } : {}) } : {}),
           },
           this.#stopController.signal,
           this.#pollWaitMs,
+          false,
         );
         failures = 0;
+        request = undefined;
+        cap = Math.min(this.#concurrency, cap * 2);
       } catch (err) {
         if (this.#stopping) break;
-        if (err instanceof RedriveError && [400, 401, 403, 404].includes(err.status)) {
+        if (
+          err instanceof RedriveError &&
+          err.status === 400 &&
+          err.code === "unknown_field" &&
+          ["request", "resend", "held"].includes(err.field ?? "") &&
+          this.#leaseIds
+        ) {
+          // A serve older than lease request ids: lease without them (a
+          // cut lease's jobs then wait for their leases' expiry, as they did).
+          this.#onError(err, "lease (this server does not take lease request ids: leasing without)");
+          this.#leaseIds = false;
+          request = undefined;
+          continue;
+        }
+        if (err instanceof AnswerTooLargeError) {
+          cap = Math.max(1, Math.floor(Math.min(cap, free) / 2));
+        } else if (err instanceof RedriveError && [400, 401, 403, 404].includes(err.status)) {
           this.#fatal = err;
           this.#requestStop(false);
           break;
@@ -430,6 +467,27 @@ export class Worker {
       this.#applyTimings(answer);
       for (const wire of answer.jobs ?? []) this.#start(wire);
     }
+  }
+
+  /**
+   * The leases this worker holds, for a lease sent again: jobs running,
+   * outcomes not yet answered, jobs dropped unanswered (for two leases).
+   */
+  #heldList(): { id: number; lease: number }[] {
+    const now = performance.now();
+    for (const [key, at] of this.#dropped) if (now - at > 2 * this.#leaseMs + this.#pollWaitMs) this.#dropped.delete(key);
+    const out: { id: number; lease: number }[] = [];
+    const seen = new Set<string>();
+    for (const h of this.#held.values()) {
+      out.push({ id: h.wire.id, lease: h.wire.lease });
+      seen.add(`${h.wire.id}:${h.wire.lease}`);
+    }
+    for (const key of this.#dropped.keys()) {
+      if (seen.has(key)) continue;
+      const [id, lease] = key.split(":").map(Number);
+      out.push({ id: id!, lease: lease! });
+    }
+    return out;
   }
 
   #applyTimings(answer: LeaseAnswer): void {
@@ -615,7 +673,12 @@ export class Worker {
   /** The job is no longer this worker's: abort its handler, send no outcome. */
   #lose(held: Held): void {
     if (held.state === "running") held.state = "lost";
-    if (this.#held.get(held.wire.id) === held) this.#held.delete(held.wire.id);
+    if (this.#held.get(held.wire.id) === held) {
+      this.#held.delete(held.wire.id);
+      const now = performance.now();
+      for (const [key, at] of this.#dropped) if (now - at > 2 * this.#leaseMs + this.#pollWaitMs) this.#dropped.delete(key);
+      this.#dropped.set(`${held.wire.id}:${held.wire.lease}`, now);
+    }
     if (!held.controller.signal.aborted) held.controller.abort(new LeaseLostError());
   }
 
@@ -828,12 +891,12 @@ export class Worker {
    * proxy's answer) throws a RedriveError malformed_answer, retried as a
    * network failure.
    */
-  async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal, waitMs?: number): Promise<T> {
-    // Every call of the worker protocol may be sent twice: a heartbeat,
-    // a cancels poll and a stop change nothing the first copy did not, a
-    // second outcome is refused by its lease token, and a lease answered
-    // to nobody is what the lease loop's own retry would leave too.
-    const answer = await this.#http.request<unknown>(method, path, body, signal, { idempotent: true, waitMs });
+  async #object<T extends object>(method: string, path: string, body?: unknown, signal?: AbortSignal, waitMs?: number, idempotent = true): Promise<T> {
+    // The worker protocol's other calls may be sent twice: a heartbeat,
+    // a cancels poll and a stop change nothing the first copy did not,
+    // and a second outcome is refused by its lease token. A lease is
+    // sent again by the lease loop, marked as such.
+    const answer = await this.#http.request<unknown>(method, path, body, signal, { idempotent, waitMs });
     if (answer === null || typeof answer !== "object" || Array.isArray(answer)) {
       throw new RedriveError(200, "malformed_answer", `${path}: the answer is not a JSON object: ${String(JSON.stringify(answer)).slice(0, 200)}`);
     }

@@ -6,6 +6,7 @@ worker protocol, with heartbeats, progress, cancellation, classified
 failures and a graceful shutdown. Only the standard library is used.
 """
 
+from ._http import AnswerTooLarge
 from .client import Client
 from .errors import (
     APIError,
@@ -36,4 +37,5 @@ __all__ = [
     "Snooze",
     "APIError",
     "LeaseLost",
+    "AnswerTooLarge",
 ]

@@ -10,9 +10,14 @@ import urllib.parse
 
 from .errors import APIError, LeaseLost
 
-__all__ = ["Endpoint", "Connection", "Aborted", "MalformedAnswer"]
+__all__ = ["Endpoint", "Connection", "Aborted", "MalformedAnswer", "AnswerTooLarge", "DEFAULT_MAX_ANSWER"]
 
 _VERSION = "0.1.0"
+
+#: The default bound on the body of one answer, in bytes: far above what
+#: serve sends (a lease of its most jobs of payloads at its default
+#: bound, 1 MiB, are sent again in smaller batches: see Worker).
+DEFAULT_MAX_ANSWER = 64 << 20
 
 # Errors of a kept-alive connection the server closed between two
 # requests: most often the request never reached it. The same errors come
@@ -34,11 +39,26 @@ class MalformedAnswer(http.client.HTTPException):
     have reached the server. Retried like a network failure."""
 
 
-class Endpoint:
-    """Where the API is (a base URL: http or https, optional path prefix)
-    and how to authenticate (a bearer token, or None)."""
+class AnswerTooLarge(MalformedAnswer):
+    """An answer whose body is longer than the client's bound
+    (``max_answer``): a broken or hostile server (or something between)
+    may not make the client read it all. Nothing of it is used; the
+    connection is closed. Retried like a network failure."""
 
-    def __init__(self, url, token=None):
+    def __init__(self, message, limit):
+        super().__init__(message)
+        self.limit = limit
+
+
+class Endpoint:
+    """Where the API is (a base URL: http or https, optional path prefix),
+    how to authenticate (a bearer token, or None), and how long an answer
+    may be (``max_answer`` bytes of body, DEFAULT_MAX_ANSWER by default)."""
+
+    def __init__(self, url, token=None, max_answer=DEFAULT_MAX_ANSWER):
+        if isinstance(max_answer, bool) or not isinstance(max_answer, int) or max_answer < 1:
+            raise ValueError("max_answer %r: want a whole number of bytes, at least 1" % (max_answer,))
+        self.max_answer = max_answer
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https"):
             raise ValueError("url %r: want http:// or https://" % (url,))
@@ -166,7 +186,7 @@ class Connection:
                     conn.sock.settimeout(timeout)
                 conn.request(method, url, body=payload, headers=headers)
                 resp = conn.getresponse()
-                data = resp.read()
+                data = _read_bounded(resp, self._ep.max_answer, method, path)
             except _STALE:
                 self.close()
                 if self._aborted:
@@ -185,6 +205,28 @@ class Connection:
                 self._used = True
             return resp.status, data
         raise AssertionError("unreachable")
+
+
+def _read_bounded(resp, limit, method, path):
+    """The body of resp, at most limit bytes: a longer one (said by its
+    Content-Length, or read past the bound) raises AnswerTooLarge, read
+    no further."""
+    length = resp.getheader("Content-Length")
+    if length is not None and length.strip().isdigit() and int(length) > limit:
+        raise AnswerTooLarge("%s %s: the answer's body is %s bytes, more than the bound of %d (max_answer)"
+                             % (method, path, length.strip(), limit), limit)
+    data = resp.read(limit + 1)
+    if len(data) > limit:
+        raise AnswerTooLarge("%s %s: the answer's body is more than the bound of %d bytes (max_answer)"
+                             % (method, path, limit), limit)
+    if not resp.isclosed():
+        # Read to its end: the bound was not reached, so what is left is
+        # nothing (a chunked body's last chunk).
+        rest = resp.read(1)
+        if rest:
+            raise AnswerTooLarge("%s %s: the answer's body is more than the bound of %d bytes (max_answer)"
+                                 % (method, path, limit), limit)
+    return data
 
 
 def _closed_by_peer(sock):

@@ -1,6 +1,6 @@
 """The enqueue client: jobs in, jobs read and canceled, over the REST API."""
 
-from ._http import Endpoint, ThreadConnections
+from ._http import DEFAULT_MAX_ANSWER, Endpoint, ThreadConnections
 from ._wire import format_duration, format_time
 
 __all__ = ["Client"]
@@ -43,13 +43,15 @@ class Client:
     ``url`` is the server's base URL (``http://127.0.0.1:8080``), ``token``
     its bearer token (None on a loopback server without one). A Client may
     be shared by threads: each thread keeps its own kept-alive connection.
-    Error answers raise ``redrive.APIError``; network failures ``OSError``.
+    Error answers raise ``redrive.APIError``; network failures ``OSError``;
+    an answer longer than ``max_answer`` bytes (64 MiB by default)
+    ``redrive.AnswerTooLarge``, unread.
     Jobs are answered as the API's JSON objects (dicts: ``id``, ``state``,
     ``attempt``, ``history``, ``progress``, ...).
     """
 
-    def __init__(self, url="http://127.0.0.1:8080", token=None, *, timeout=30.0):
-        self._conns = ThreadConnections(Endpoint(url, token))
+    def __init__(self, url="http://127.0.0.1:8080", token=None, *, timeout=30.0, max_answer=DEFAULT_MAX_ANSWER):
+        self._conns = ThreadConnections(Endpoint(url, token, max_answer))
         self.timeout = timeout
 
     def _call(self, method, path, body=None, idempotent=None):

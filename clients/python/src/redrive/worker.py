@@ -14,13 +14,14 @@ import logging
 import os
 import queue as _queue
 import re
+import secrets
 import signal
 import socket
 import threading
 import time
 import traceback
 
-from ._http import Aborted, Connection, Endpoint, MalformedAnswer
+from ._http import DEFAULT_MAX_ANSWER, Aborted, AnswerTooLarge, Connection, Endpoint, MalformedAnswer
 from ._wire import format_duration, parse_duration, parse_time
 from .client import Client
 from .errors import APIError, JobError, RateLimited, Snooze
@@ -170,10 +171,19 @@ class Worker:
     handlers finish for up to ``grace`` seconds, hands the others back to
     the server untried (their ``cancel_event`` set), sends the outcomes
     and tells the server it stopped. A second signal hands back at once.
+
+    A lease call whose answer is lost (its connection cut, a timeout, a
+    proxy's 5xx) is sent again with its request id and the jobs the
+    worker holds: the server answers the jobs it leased for the lost
+    answer, rather than leave them to their leases' expiry. An answer
+    longer than ``max_answer`` bytes (64 MiB by default) is not read
+    (``AnswerTooLarge``): a lease answer that is is sent again for fewer
+    jobs.
     """
 
     def __init__(self, url="http://127.0.0.1:8080", token=None, *, queues=("default",), concurrency=8,
-                 name=None, poll=30.0, grace=25.0, max_batch=1000, handle_signals=True):
+                 name=None, poll=30.0, grace=25.0, max_batch=1000, handle_signals=True,
+                 max_answer=DEFAULT_MAX_ANSWER):
         if isinstance(queues, str):
             queues = [queues]
         queues = list(queues)
@@ -189,8 +199,8 @@ class Worker:
             raise ValueError("poll %r: want more than 0 and at most 60 seconds" % (poll,))
         if not 1 <= max_batch <= 1000:
             raise ValueError("max_batch %r: want 1 to 1000" % (max_batch,))
-        self._ep = Endpoint(url, token)
-        self.client = Client(url, token)
+        self._ep = Endpoint(url, token, max_answer)
+        self.client = Client(url, token, max_answer=max_answer)
         self.name = name
         self.queues = queues
         self.concurrency = concurrency
@@ -206,6 +216,11 @@ class Worker:
         self._cv = threading.Condition()
         self._running = {}  # key -> Job, handler running
         self._held = {}  # key -> Job, handler running or outcome not yet acknowledged
+        # key -> when dropped: jobs whose handlers ended with no outcome
+        # sent (lease lost, handed back at shutdown), listed as held by a
+        # lease sent again for two leases' time, so that the server does
+        # not answer them again.
+        self._dropped = {}
         self._outcomes = []  # (job, outcome dict) waiting to be sent
         self._stop_requested = threading.Event()
         self._hurry = False
@@ -214,6 +229,9 @@ class Worker:
         self._heartbeat_every = 10.0
         self._lease_secs = 30.0  # the lease answer's "lease"
         self._fatal = None
+        # Whether lease calls carry their request id (an older serve
+        # refuses the field: then they do not, and are not sent again).
+        self._lease_ids = True
         self._lease_conn = None
         self._cancels_conn = None
         self._started = False
@@ -344,10 +362,37 @@ class Worker:
                 log.info("redrive worker %s: job %d handed back", self.name, job.id)
             self._cv.notify_all()
 
-    def _lease_body(self, free):
+    def _drop(self, key):
+        """Records key dropped without an outcome (under _cv), forgetting
+        those dropped more than two leases ago."""
+        now = time.monotonic()
+        for k, at in list(self._dropped.items()):
+            if now - at > 2 * self._lease_secs + self.poll:
+                del self._dropped[k]
+        self._dropped[key] = now
+
+    def _lease_body(self, free, request, resend, cap):
         body = {"worker": self.name, "pid": os.getpid(), "host": self.host, "queues": self.queues,
-                "kinds": sorted(self._handlers), "max": min(free, self.max_batch),
+                "kinds": sorted(self._handlers), "max": max(1, min(free, self.max_batch, cap)),
                 "wait": format_duration(self.poll)}
+        if not self._lease_ids:
+            return self._lease_extras(body)
+        body["request"] = request
+        if resend:
+            # The jobs this worker knows it holds: the server answers
+            # those it holds in the store but not among them, leased for
+            # the answer lost.
+            body["resend"] = True
+            now = time.monotonic()
+            with self._cv:
+                for key, at in list(self._dropped.items()):
+                    if now - at > 2 * self._lease_secs + self.poll:
+                        del self._dropped[key]
+                keys = list(self._held) + [k for k in self._dropped if k not in self._held]
+            body["held"] = [{"id": i, "lease": lease} for i, lease in keys]
+        return self._lease_extras(body)
+
+    def _lease_extras(self, body):
         if self._dependencies:
             body["dependencies"] = dict(self._dependencies)
         if self._timeouts:
@@ -355,16 +400,20 @@ class Worker:
         return body
 
     def _lease_loop(self, pool):
-        # The worker's connections send a cut request again (idempotent):
-        # a heartbeat, a cancels poll and a stop change nothing the first
-        # copy did not, a second outcome is refused by its lease token,
-        # and a lease answered to nobody is what this loop's own retry
-        # would leave too.
-        conn = Connection(self._ep, idempotent=True)
+        # The worker's other connections send a cut request again
+        # (idempotent): a heartbeat, a cancels poll and a stop change
+        # nothing the first copy did not, and a second outcome is refused
+        # by its lease token. A lease call is not sent again as it was: a
+        # copy of one whose answer was lost after serve leased its jobs
+        # would lease others. This loop sends it again itself, marked as
+        # such (see _lease_body).
+        conn = Connection(self._ep, idempotent=False)
         self._lease_conn = conn
         if self._stop_requested.is_set():
             conn.abort()
         backoff = _Backoff()
+        request = None  # the id of the call whose answer was lost, to send again
+        cap = self.max_batch  # lowered while lease answers are too large to read
         try:
             while not self._stop_requested.is_set():
                 with self._cv:
@@ -377,23 +426,46 @@ class Worker:
                     free = self.concurrency - len(self._running)
                 if self._stop_requested.is_set():
                     break
+                resend = request is not None
+                if not resend:
+                    request = secrets.token_hex(12)
                 try:
-                    answer = conn.call_object("POST", "/v1/worker/lease", self._lease_body(free), timeout=self.poll + 30)
+                    answer = conn.call_object("POST", "/v1/worker/lease", self._lease_body(free, request, resend, cap),
+                                              timeout=self.poll + 30)
                 except Aborted:
                     break
                 except APIError as e:
+                    if e.status == 400 and e.code == "unknown_field" and e.field in ("request", "resend", "held") and self._lease_ids:
+                        # A serve older than lease request ids: lease
+                        # without them (a cut lease's jobs then wait for
+                        # their leases' expiry, as they did).
+                        log.warning("redrive worker %s: this server does not take lease request ids: "
+                                    "a lease answer lost leaves its jobs to their leases' expiry", self.name)
+                        self._lease_ids = False
+                        request = None
+                        continue
                     if e.status in (400, 401, 403, 404, 405, 415):
                         log.error("redrive worker %s: lease refused: %s", self.name, e)
                         self._fatal = e
                         self.stop(hurry=True)
                         break
+                    # Sent again: a proxy's 502 may hide serve's answer.
                     log.warning("redrive worker %s: lease: %s", self.name, e)
                     backoff.wait(self._stop_requested)
                     continue
                 except (OSError, ValueError, http.client.HTTPException) as e:
-                    log.warning("redrive worker %s: lease: %s", self.name, e)
-                    backoff.wait(self._stop_requested)
+                    if isinstance(e, AnswerTooLarge):
+                        cap = max(1, min(cap, free) // 2)
+                    log.warning("redrive worker %s: lease: %s (sent again)", self.name, e)
+                    if backoff.attempts > 0:
+                        backoff.wait(self._stop_requested)
+                    else:
+                        # The first failure is sent again at once: most
+                        # often a kept connection serve had closed.
+                        backoff.attempts += 1
                     continue
+                request = None
+                cap = min(self.max_batch, cap * 2)
                 received = time.monotonic()
                 backoff.reset()
                 self._took_settings(answer)
@@ -481,6 +553,7 @@ class Worker:
                 # Handed back at shutdown, or no longer ours: the server
                 # would refuse the outcome.
                 self._held.pop(job.key, None)
+                self._drop(job.key)
             else:
                 self._outcomes.append((job, outcome))
             self._cv.notify_all()
