@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -239,8 +240,12 @@ type Workflows interface {
 // WorkflowError is the ErrInvalid error CheckWorkflow returns for a
 // workflow whose dependencies cannot be satisfied.
 type WorkflowError struct {
-	// Unknown are the dependencies naming no job: "job -> name".
+	// Unknown are the dependencies naming no job: "job -> name", each
+	// name as QuoteNode writes it.
 	Unknown []string
+	// UnknownJobs are the jobs, their names as given, whose dependency
+	// names no job: one per Unknown, in its order.
+	UnknownJobs []string
 	// Cycle is one cycle of dependencies, its first job repeated last.
 	Cycle []string
 	// Problem is any other problem (a duplicate or bad name).
@@ -408,13 +413,14 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 		}
 		idx[n.Name] = i
 	}
-	var unknown []string
+	var unknown, unknownJobs []string
 	for i := range jobs {
 		seen := map[string]bool{}
 		for _, d := range jobs[i].After {
 			if _, ok := idx[d]; !ok {
 				if outside == nil || !outside(d) {
-					unknown = append(unknown, jobs[i].Name+" -> "+d)
+					unknown = append(unknown, QuoteNode(jobs[i].Name)+" -> "+QuoteNode(d))
+					unknownJobs = append(unknownJobs, jobs[i].Name)
 				}
 			}
 			if seen[d] {
@@ -424,7 +430,7 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, &WorkflowError{Unknown: unknown}
+		return nil, &WorkflowError{Unknown: unknown, UnknownJobs: unknownJobs}
 	}
 	// Depth-first topological sort of jobs (a member is outside it); a
 	// grey node met again closes a cycle.
@@ -474,6 +480,21 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 		}
 	}
 	return order, nil
+}
+
+// QuoteNode returns name as messages write a workflow job's name: as it
+// is when it could name a job (valid UTF-8, not empty, no control
+// character, no white space at either end) and holds neither " -> "
+// (which parts a dependency's two names) nor a leading double quote;
+// otherwise quoted, as strconv.Quote quotes it. A dependency naming no
+// job is checked by nothing else: whatever it holds reaches an error's
+// text, a log line or a terminal only escaped.
+func QuoteNode(name string) string {
+	if name == "" || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) ||
+		strings.TrimSpace(name) != name || strings.Contains(name, " -> ") || name[0] == '"' {
+		return strconv.Quote(name)
+	}
+	return name
 }
 
 // CheckResult returns an ErrInvalid error when result cannot be kept as

@@ -37,11 +37,11 @@ func TestWorkflowErrorUnknownEscaped(t *testing.T) {
 			t.Errorf("after %q: error %q holds a control character or does not name %q", tc.after, msg, tc.want)
 		}
 	}
-	// A job's own name may hold " -> ": quoted, the reference reads
-	// readable one way.
+	// A job's own name may hold " -> ": quoted, the reference reads one
+	// way, and UnknownJobs names the job as it is.
 	w := NewWorkflow{Jobs: []WorkflowNode{{Name: "p -> q", Job: NewJob{Queue: "q", Kind: "k"}, After: []string{"X"}}}}
 	_, err := CheckWorkflow(&w)
-	if we, ok := IsWorkflowError(err); !ok || len(we.Unknown) != 1 || we.Unknown[0] != `"p -> q" -> X` {
+	if we, ok := IsWorkflowError(err); !ok || len(we.Unknown) != 1 || we.Unknown[0] != `"p -> q" -> X` || we.UnknownJobs[0] != "p -> q" {
 		t.Errorf("job %q after X: %v, want the reference %q", "p -> q", err, `"p -> q" -> X`)
 	}
 }
