@@ -240,6 +240,7 @@ var subtests = []subtest{
 	{"WorkflowAdd", testWorkflowAdd},
 	{"WorkflowAddRace", testWorkflowAddRace},
 	{"WorkflowMemberKeys", testWorkflowMemberKeys},
+	{"WorkflowKeyChecked", testWorkflowKeyChecked},
 }
 
 // RunNamed runs the named subtests of the conformance suite only, as Run
