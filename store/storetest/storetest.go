@@ -241,6 +241,7 @@ var subtests = []subtest{
 	{"WorkflowAddRace", testWorkflowAddRace},
 	{"WorkflowMemberKeys", testWorkflowMemberKeys},
 	{"WorkflowKeyChecked", testWorkflowKeyChecked},
+	{"WorkflowDeletedDependency", testWorkflowDeletedDependency},
 }
 
 // RunNamed runs the named subtests of the conformance suite only, as Run

@@ -45,3 +45,41 @@ func testWorkflowKeyChecked(x *h) {
 		x.t.Fatalf("second enqueue of the key: %+v, %v; want workflow %d, existing", again, err, first.ID)
 	}
 }
+
+// testWorkflowDeletedDependency: a dependency deleted (retention of
+// completed jobs, a purge of a dead one) while a dependent still waits
+// to run does not vanish from DependencyResults: the dependent sees it,
+// its name, id and the state it had, marked deleted, its result gone.
+// Retention of completed jobs shorter than a workflow's life is the
+// common case: here B completes with a result, C dies, the completed
+// jobs are deleted, C is redriven and completes, and D reads both.
+func testWorkflowDeletedDependency(x *h) {
+	const q = "wf-depgone"
+	f := x.enqueueFlow(diamond(q, ""), at(0))
+	a := x.leaseKinds(q, at(time.Second), "A")["A"]
+	x.finish(completeOf(a, at(2*time.Second)))
+	bc := x.leaseKinds(q, at(3*time.Second), "B", "C")
+	ob := completeOf(bc["B"], at(4*time.Second))
+	ob.Result = raw(`{"rows":42}`)
+	x.finish(ob, buryNow(bc["C"], at(4*time.Second)))
+	if n, err := x.s.DeleteFinished(x.ctx, store.Completed, at(time.Hour), 100); err != nil || n != 2 {
+		x.t.Fatalf("retention of the completed jobs: %d, %v; want 2 (A and B)", n, err)
+	}
+	x.notFound(f.ids["B"])
+	x.redrive(store.RedriveParams{IDs: []int64{f.ids["C"]}, Now: at(5 * time.Second)})
+	c := x.leaseKinds(q, at(6*time.Second), "C", "on_death")["C"]
+	x.finish(completeOf(c, at(7*time.Second)))
+	x.flowStates("C completed", f, map[string]store.State{"D": store.Pending})
+	deps, err := x.s.DependencyResults(x.ctx, f.ids["D"])
+	if err != nil {
+		x.t.Fatalf("DependencyResults(D): %v", err)
+	}
+	byName := map[string]store.DependencyResult{}
+	for _, d := range deps {
+		byName[d.Name] = d
+	}
+	b, ok := byName["B"]
+	if len(deps) != 2 || !ok || byName["C"].State != store.Completed || b.JobID != f.ids["B"] || b.State != store.Completed || b.Result != nil {
+		x.t.Fatalf("DependencyResults(D) = %+v; want B (deleted, completed, no result) and C (completed)", deps)
+	}
+}
