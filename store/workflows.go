@@ -55,6 +55,10 @@ const MaxWorkflowJobs = 100_000
 // MaxNodeName bounds, in bytes, a workflow job's name.
 const MaxNodeName = 200
 
+// MaxWorkflowKey bounds, in bytes, a workflow's own idempotency key
+// (NewWorkflow.IdempotencyKey), as the REST API bounds every key.
+const MaxWorkflowKey = 512
+
 // NewWorkflow is a workflow (or a batch: a workflow whose jobs have no
 // dependencies) to enqueue as a whole, atomically.
 type NewWorkflow struct {
@@ -63,7 +67,8 @@ type NewWorkflow struct {
 	Name string
 	// IdempotencyKey, when set, makes the enqueue happen once: a second
 	// enqueue with the key returns the workflow holding it with Existing
-	// set, and creates nothing.
+	// set, and creates nothing. At most MaxWorkflowKey bytes of UTF-8,
+	// no control character.
 	IdempotencyKey string
 	// OnDead is the failure policy ("" is WaitOnDead).
 	OnDead OnDead
@@ -354,6 +359,13 @@ func CheckWorkflow(w *NewWorkflow) ([]int, error) {
 	}
 	if strings.ContainsFunc(w.Name, unicode.IsControl) {
 		return nil, fmt.Errorf("%w: workflow name %q holds a control character", ErrInvalid, w.Name)
+	}
+	// The key is stored and indexed as it is: checked as the API checks
+	// it, so that every store takes the same keys (PostgreSQL's text
+	// takes no NUL nor invalid UTF-8).
+	if k := w.IdempotencyKey; len(k) > MaxWorkflowKey || !utf8.ValidString(k) || strings.ContainsFunc(k, unicode.IsControl) {
+		return nil, fmt.Errorf("%w: workflow idempotency key of %d bytes: at most %d bytes of UTF-8, no control character",
+			ErrInvalid, len(k), MaxWorkflowKey)
 	}
 	return checkNodes(w.Jobs, nil, nil)
 }

@@ -10,12 +10,12 @@ import (
 
 // testWorkflowKeyChecked: a workflow's own idempotency key is checked
 // as the API checks it, by every store alike, before anything is
-// stored: at most 512 bytes of UTF-8 without control
+// stored: at most store.MaxWorkflowKey bytes of UTF-8 without control
 // characters. Unchecked, the Go API handed PostgreSQL a NUL or invalid
 // UTF-8 (an internal error rather than ErrInvalid) or a key past the
 // index's row size, which SQLite took as it was.
 func testWorkflowKeyChecked(x *h) {
-	const q, maxWorkflowKey = "wf-key", 512 // the REST API's bound
+	const q = "wf-key"
 	nw := func(key string) store.NewWorkflow {
 		return store.NewWorkflow{IdempotencyKey: key, Jobs: []store.WorkflowNode{{Name: "a", Job: store.NewJob{Queue: q, Kind: "a"}}}}
 	}
@@ -24,7 +24,7 @@ func testWorkflowKeyChecked(x *h) {
 		"NUL":               "order\x00-1",
 		"invalid UTF-8":     "order-\xff",
 		"control character": "order\n1",
-		"one byte too long": strings.Repeat("k", maxWorkflowKey+1),
+		"one byte too long": strings.Repeat("k", store.MaxWorkflowKey+1),
 		"past an index row": long,
 	} {
 		if _, err := x.s.EnqueueWorkflow(x.ctx, nw(key), at(0)); !errors.Is(err, store.ErrInvalid) {
@@ -35,7 +35,7 @@ func testWorkflowKeyChecked(x *h) {
 		x.t.Fatalf("after the refused keys: %d workflows, %v; want none", len(ws), err)
 	}
 	// A key at the bound is taken, and answers the second enqueue.
-	key := strings.Repeat("é", maxWorkflowKey/2)
+	key := strings.Repeat("é", store.MaxWorkflowKey/2)
 	first, err := x.s.EnqueueWorkflow(x.ctx, nw(key), at(0))
 	if err != nil {
 		x.t.Fatalf("key of %d bytes: %v", len(key), err)
