@@ -175,8 +175,29 @@ type DependencyResult struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// ResultError says why Result is nil though the dependency recorded
 	// one: "undecryptable: ..." for a result sealed (payload encryption
-	// at rest) under a key the store does not have.
+	// at rest) under a key the store does not have, DependencyDeleted
+	// for a dependency deleted with its result.
 	ResultError string `json:"result_error,omitempty"`
+	// Deleted is set for a dependency deleted (by retention or a purge)
+	// since its dependent was enqueued: Name, JobID and State are what
+	// it was when deleted, and its result, if it had one, is gone
+	// (ResultError says so).
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// DependencyDeleted is the ResultError of a deleted dependency
+// (DependencyResult.Deleted) that had recorded a result.
+const DependencyDeleted = "deleted: the result went with its job (retention or a purge)"
+
+// GoneDependency returns the DependencyResult of a dependency deleted
+// while its dependent still had to run (both stores keep id, name,
+// state and whether it had a result).
+func GoneDependency(id int64, name string, state State, hadResult bool) DependencyResult {
+	r := DependencyResult{Name: name, JobID: id, State: state, Deleted: true}
+	if hadResult {
+		r.ResultError = DependencyDeleted
+	}
+	return r
 }
 
 // Workflows is the part of a Store that keeps workflows and batches
@@ -238,7 +259,9 @@ type Workflows interface {
 
 	// DependencyResults returns, for a workflow's job, each of its
 	// dependencies with its state and recorded result, by id; none for
-	// a job outside a workflow. An unknown job is ErrNotFound.
+	// a job outside a workflow. A dependency deleted (retention, a
+	// purge) while the job still had to run is there, marked Deleted,
+	// without its result. An unknown job is ErrNotFound.
 	DependencyResults(ctx context.Context, jobID int64) ([]DependencyResult, error)
 }
 

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +21,7 @@ import (
 func (s *Store) wq(sql string) string {
 	schema := pgx.Identifier{s.schema}.Sanitize()
 	return strings.NewReplacer("{jobs}", schema+".jobs", "{workflows}", schema+".workflows", "{deps}", schema+".job_deps",
-		"{waits}", schema+".job_waits", "{counters}", schema+".counters").Replace(sql)
+		"{waits}", schema+".job_waits", "{gone}", schema+".job_deps_gone", "{counters}", schema+".counters").Replace(sql)
 }
 
 type pgQuerier interface {
@@ -698,7 +699,30 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 			}
 			out = append(out, r)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		// The dependencies deleted since (migration 0045).
+		gone, err := tx.Query(ctx, s.wq(`SELECT dep_id, node, state, had_result FROM {gone} WHERE job_id = $1`), jobID)
+		if err != nil {
+			return err
+		}
+		defer gone.Close()
+		for gone.Next() {
+			var id int64
+			var name, st string
+			var had bool
+			if err := gone.Scan(&id, &name, &st, &had); err != nil {
+				return err
+			}
+			out = append(out, store.GoneDependency(id, name, store.State(st), had))
+		}
+		if err := gone.Err(); err != nil {
+			return err
+		}
+		slices.SortFunc(out, func(a, b store.DependencyResult) int { return cmp.Compare(a.JobID, b.JobID) })
+		return nil
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {

@@ -79,7 +79,28 @@ func testWorkflowDeletedDependency(x *h) {
 		byName[d.Name] = d
 	}
 	b, ok := byName["B"]
-	if len(deps) != 2 || !ok || byName["C"].State != store.Completed || b.JobID != f.ids["B"] || b.State != store.Completed || b.Result != nil {
-		x.t.Fatalf("DependencyResults(D) = %+v; want B (deleted, completed, no result) and C (completed)", deps)
+	if len(deps) != 2 || !ok || byName["C"].State != store.Completed || byName["C"].Deleted || deps[0].JobID > deps[1].JobID ||
+		b.JobID != f.ids["B"] || b.State != store.Completed || b.Result != nil || !b.Deleted || b.ResultError != store.DependencyDeleted {
+		x.t.Fatalf("DependencyResults(D) = %+v; want B (deleted, completed, its result gone) and C (completed), by id", deps)
+	}
+	// The trace goes with its dependent; a dependent that will not run
+	// again (completed, canceled) gets none.
+	d := x.leaseKinds(q, at(8*time.Second), "D")["D"]
+	x.finish(completeOf(d, at(9*time.Second)))
+	if n, err := x.s.DeleteFinished(x.ctx, store.Completed, at(time.Hour), 100); err != nil || n != 2 {
+		x.t.Fatalf("retention of C and D: %d, %v; want 2", n, err)
+	}
+	g := x.enqueueFlow(diamond(q+"-2", ""), at(10*time.Second))
+	a2 := x.leaseKinds(q+"-2", at(11*time.Second), "A")["A"]
+	x.finish(buryNow(a2, at(12*time.Second)))
+	if n, err := x.s.Purge(x.ctx, store.Filter{IDs: []int64{g.ids["A"]}}, 10); err != nil || n != 1 {
+		x.t.Fatalf("Purge(A) = %d, %v", n, err)
+	}
+	x.flowStates("A purged", g, map[string]store.State{"B": store.Canceled, "C": store.Canceled, "D": store.Canceled})
+	for _, name := range []string{"B", "C", "D"} {
+		deps, err := x.s.DependencyResults(x.ctx, g.ids[name])
+		if err != nil || (name != "D" && len(deps) != 0) {
+			x.t.Errorf("DependencyResults(%s) after its dependency's purge canceled it: %+v, %v; want none", name, deps, err)
+		}
 	}
 }
