@@ -591,9 +591,14 @@ func (s *Store) AddToWorkflow(ctx context.Context, id int64, nodes []store.Workf
 	return out, nil
 }
 
-// CancelWorkflow implements store.Workflows. The workflow's row is
-// locked first, as the trigger locks it, so that no completion of one of
-// its jobs interleaves with the cancel.
+// CancelWorkflow implements store.Workflows. Its jobs that may move
+// (not finished) are locked first, in id order, then the workflow's
+// row, the order in which the moves of its jobs take them (a Finish
+// locks its jobs by id, and the workflow at its commit; a purge the
+// dead job, its dependents, then the workflow), so that no completion
+// or purge interleaves with the cancel, and none deadlocks with it: the
+// workflow first, then its jobs, made a purge of a dead job with
+// blocked dependents deadlock with the cancel nearly every time.
 func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*store.Workflow, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -605,6 +610,10 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 	var out *store.Workflow
 	err = s.retry(ctx, func() error {
 		return s.inTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, s.wq(`SELECT count(*) FROM (SELECT 1 FROM {jobs}
+				WHERE flow = $1 AND state IN ('pending', 'scheduled', 'blocked', 'running') ORDER BY id FOR UPDATE) AS l`), id); err != nil {
+				return err
+			}
 			var canceled *time.Time
 			err := tx.QueryRow(ctx, s.wq(`SELECT canceled_at FROM {workflows} WHERE id = $1 FOR UPDATE`), id).Scan(&canceled)
 			if errors.Is(err, pgx.ErrNoRows) {

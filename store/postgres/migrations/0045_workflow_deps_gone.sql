@@ -11,6 +11,10 @@
 -- reads beside the edges; the rows go with their dependent. The blocked
 -- dependents the deletion cancels were canceled just before: they get
 -- none. The edges deleted before this migration left no trace.
+--
+-- The function also locks the blocked dependents it cancels in id
+-- order first (see CancelWorkflow, which locks a workflow's jobs in id
+-- order before the workflow).
 CREATE TABLE job_deps_gone (
     job_id     bigint  NOT NULL,
     dep_id     bigint  NOT NULL,
@@ -26,6 +30,12 @@ DECLARE
     at timestamptz := now();
     q  text;
 BEGIN
+    -- The blocked dependents are locked in id order, as CancelWorkflow
+    -- locks a workflow's jobs, before the workflow (their cancels'
+    -- jobs_flow), so that a purge and a cancel of the workflow wait
+    -- for each other rather than deadlock.
+    PERFORM 1 FROM jobs j WHERE j.id IN (SELECT job_id FROM job_deps WHERE dep_id = OLD.id AND NOT done) AND j.state = 'blocked'
+    ORDER BY j.id FOR UPDATE;
     WITH c AS (
         UPDATE jobs j SET state = 'canceled', finished_at = at,
             history = j.history || jsonb_build_array(jsonb_build_object('kind', 'canceled', 'attempt', 0,
