@@ -242,6 +242,7 @@ var subtests = []subtest{
 	{"WorkflowMemberKeys", testWorkflowMemberKeys},
 	{"WorkflowKeyChecked", testWorkflowKeyChecked},
 	{"WorkflowDeletedDependency", testWorkflowDeletedDependency},
+	{"WorkflowCallbacksOnce", testWorkflowCallbacksOnce},
 }
 
 // RunNamed runs the named subtests of the conformance suite only, as Run

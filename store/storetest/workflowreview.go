@@ -2,9 +2,14 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/store"
 )
 
@@ -103,4 +108,159 @@ func testWorkflowDeletedDependency(x *h) {
 			x.t.Errorf("DependencyResults(%s) after its dependency's purge canceled it: %+v, %v; want none", name, deps, err)
 		}
 	}
+}
+
+// testWorkflowCallbacksOnce: two workers finish the jobs of a dozen
+// workflows concurrently, in batches of mixed outcomes (completions,
+// deaths on a first run, stale copies), while a third caller redrives
+// every dead job, until every workflow succeeded. Each callback must
+// then have fired exactly once: success and complete for every
+// workflow, death for those that had one, none for the others. A store
+// that applies a batch's completions apart from its deaths (SQLite at
+// the end of the Finish, PostgreSQL at the commit, with the workflow's
+// lock taken then) must miss none in any interleaving.
+func testWorkflowCallbacksOnce(x *h) {
+	const q, cbq, flows = "cbo", "cbo-cb", 12
+	now := at(time.Hour)
+	type cbKey struct {
+		flow int
+		kind string
+	}
+	cbOf := map[int64]cbKey{}
+	flowOf := map[int64]int{}
+	var ids []int64
+	for f := range flows {
+		nj := func(kind string) store.NewJob { return store.NewJob{Queue: q, Kind: kind, MaxRetries: -1} }
+		cb := func(kind string) *store.NewJob { return &store.NewJob{Queue: cbq, Kind: kind, MaxRetries: -1} }
+		w := store.NewWorkflow{OnDead: []store.OnDead{store.WaitOnDead, store.RunOnDead}[f%2],
+			OnSuccess: cb("success"), OnComplete: cb("complete"), OnDeath: cb("death")}
+		var r []string
+		for k := range 8 {
+			r = append(r, fmt.Sprint("r", k))
+			w.Jobs = append(w.Jobs, store.WorkflowNode{Name: r[k], Job: nj("r")})
+		}
+		w.Jobs = append(w.Jobs,
+			store.WorkflowNode{Name: "m0", Job: nj("m"), After: r[:4]},
+			store.WorkflowNode{Name: "m1", Job: nj("m"), After: r[4:]},
+			store.WorkflowNode{Name: "f", Job: nj("f"), After: []string{"m0", "m1"}})
+		got := x.enqueueFlow(w, at(0))
+		for _, id := range got.ids {
+			flowOf[id] = f
+		}
+		cbOf[got.w.OnSuccess] = cbKey{f, "success"}
+		cbOf[got.w.OnComplete] = cbKey{f, "complete"}
+		cbOf[got.w.OnDeath] = cbKey{f, "death"}
+		ids = append(ids, got.w.ID)
+	}
+	var mu sync.Mutex
+	died := map[int]bool{}
+	stop := make(chan struct{})
+	errs := make(chan error, 3)
+	var wg sync.WaitGroup
+	for k := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(k), uint64(time.Now().UnixNano())))
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				jobs, err := x.s.Fetch(x.ctx, store.FetchParams{Queue: q, Limit: 2 + rng.IntN(8), Now: now, LeaseUntil: now.Add(time.Hour), Worker: fmt.Sprint("w", k)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				var outs []store.Outcome
+				for _, j := range jobs {
+					o := completeOf(j, now)
+					if j.Redriven == 0 && rng.IntN(6) == 0 {
+						o = buryNow(j, now)
+						mu.Lock()
+						died[flowOf[j.ID]] = true
+						mu.Unlock()
+					}
+					if rng.IntN(8) == 0 {
+						stale := o
+						stale.Lease++
+						outs = append(outs, stale)
+					}
+					outs = append(outs, o)
+				}
+				if len(outs) == 0 {
+					runtime.Gosched()
+					continue
+				}
+				rng.Shuffle(len(outs), func(a, b int) { outs[a], outs[b] = outs[b], outs[a] })
+				if _, err := x.s.Finish(x.ctx, outs); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				errs <- nil
+				return
+			default:
+			}
+			page, err := x.s.List(x.ctx, store.Filter{Queue: q, States: []store.State{store.Dead}}, store.Page{Limit: 100})
+			if err != nil {
+				errs <- err
+				return
+			}
+			var dead []int64
+			for _, j := range page.Jobs {
+				dead = append(dead, j.ID)
+			}
+			if len(dead) == 0 {
+				runtime.Gosched()
+				continue
+			}
+			if _, err := x.s.Redrive(x.ctx, store.RedriveParams{IDs: dead, Now: now}); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	testwait.Until(x.t, "every workflow succeeded", time.Minute, func() bool {
+		for _, id := range ids {
+			w, err := x.s.GetWorkflow(x.ctx, id)
+			if err != nil || w.State != store.WorkflowSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	close(stop)
+	wg.Wait()
+	for range 3 {
+		if err := <-errs; err != nil {
+			x.t.Fatalf("a worker or the redriver: %v", err)
+		}
+	}
+	fired := map[cbKey]int{}
+	for _, j := range x.fetch(store.FetchParams{Queue: cbq, Limit: 1000, Now: now, LeaseUntil: now.Add(time.Hour), Worker: "cb"}) {
+		fired[cbOf[j.ID]]++
+	}
+	for f := range flows {
+		for _, kind := range []string{"success", "complete", "death"} {
+			want := 1
+			if kind == "death" && !died[f] {
+				want = 0
+			}
+			if n := fired[cbKey{f, kind}]; n != want {
+				x.t.Errorf("workflow %d (%s, died %v): %s callback fired %d times, want %d", ids[f], []store.OnDead{store.WaitOnDead, store.RunOnDead}[f%2], died[f], kind, n, want)
+			}
+		}
+	}
+	x.checkAllCounts("end")
 }
