@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -638,6 +639,13 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 				// counted by the job_counts triggers whoever moves them.
 				// A callback that fired (made due) is a job of its own
 				// by then: only those still blocked are canceled.
+				// The counts go to a shard of the counter chosen at
+				// random but never shard 0, which the triggers' cancels
+				// take (a purge's cascade counts its members' queue,
+				// then the success callback's; this, the callbacks'
+				// queue first): two workflows sharing their queues
+				// deadlocked on the two rows otherwise.
+				sh := int16(1 + rand.IntN(counterShards-1))
 				for _, sel := range []struct{ ids, states string }{
 					{`SELECT unnest(ARRAY[on_success, on_complete, on_death]) FROM {workflows} WHERE id = $1`, `'blocked'`},
 					{`SELECT id FROM {jobs} WHERE flow = $1`, `'pending', 'scheduled', 'blocked'`},
@@ -647,8 +655,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 						WHERE id IN (`+sel.ids+`) AND state IN (`+sel.states+`)
 						RETURNING queue)
 					INSERT INTO {counters} AS x (queue, name, shard, n)
-					SELECT queue, 'canceled', 0, count(*) FROM c GROUP BY queue ORDER BY queue
-					ON CONFLICT (queue, name, shard) DO UPDATE SET n = x.n + excluded.n`), id, ts(now), ev); err != nil {
+					SELECT queue, 'canceled', $4::smallint, count(*) FROM c GROUP BY queue ORDER BY queue
+					ON CONFLICT (queue, name, shard) DO UPDATE SET n = x.n + excluded.n`), id, ts(now), ev, sh); err != nil {
 						return err
 					}
 				}
