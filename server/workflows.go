@@ -100,7 +100,7 @@ func WorkflowOf(in *WorkflowRequest, now time.Time) (*redrive.Workflow, []redriv
 	for i := range in.Jobs {
 		for _, d := range in.Jobs[i].After {
 			if _, ok := idx[d]; !ok {
-				unknown = append(unknown, fmt.Sprintf("%s -> %s", clip(in.Jobs[i].Name), clip(d)))
+				unknown = append(unknown, store.QuoteNode(clip(in.Jobs[i].Name))+" -> "+store.QuoteNode(clip(d)))
 				if field == "" {
 					field = fmt.Sprintf("jobs[%d].after", i)
 				}
@@ -391,8 +391,7 @@ func addError(err error, id int64, in *WorkflowAddRequest) error {
 		case we.Taken != "":
 			return badRequest(at(we.Taken, "name"), "%s", we.Problem)
 		case len(we.Unknown) > 0:
-			name, _, _ := strings.Cut(we.Unknown[0], " -> ")
-			return badRequest(at(name, "after"), "after names no job of the request nor member of the workflow: %s", clip(strings.Join(we.Unknown, ", ")))
+			return badRequest(at(we.UnknownJobs[0], "after"), "after names no job of the request nor member of the workflow: %s", clip(strings.Join(we.Unknown, ", ")))
 		}
 		return cycleError(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -54,6 +55,10 @@ const MaxWorkflowJobs = 100_000
 // MaxNodeName bounds, in bytes, a workflow job's name.
 const MaxNodeName = 200
 
+// MaxWorkflowKey bounds, in bytes, a workflow's own idempotency key
+// (NewWorkflow.IdempotencyKey), as the REST API bounds every key.
+const MaxWorkflowKey = 512
+
 // NewWorkflow is a workflow (or a batch: a workflow whose jobs have no
 // dependencies) to enqueue as a whole, atomically.
 type NewWorkflow struct {
@@ -62,7 +67,8 @@ type NewWorkflow struct {
 	Name string
 	// IdempotencyKey, when set, makes the enqueue happen once: a second
 	// enqueue with the key returns the workflow holding it with Existing
-	// set, and creates nothing.
+	// set, and creates nothing. At most MaxWorkflowKey bytes of UTF-8,
+	// no control character.
 	IdempotencyKey string
 	// OnDead is the failure policy ("" is WaitOnDead).
 	OnDead OnDead
@@ -169,8 +175,29 @@ type DependencyResult struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// ResultError says why Result is nil though the dependency recorded
 	// one: "undecryptable: ..." for a result sealed (payload encryption
-	// at rest) under a key the store does not have.
+	// at rest) under a key the store does not have, DependencyDeleted
+	// for a dependency deleted with its result.
 	ResultError string `json:"result_error,omitempty"`
+	// Deleted is set for a dependency deleted (by retention or a purge)
+	// since its dependent was enqueued: Name, JobID and State are what
+	// it was when deleted, and its result, if it had one, is gone
+	// (ResultError says so).
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// DependencyDeleted is the ResultError of a deleted dependency
+// (DependencyResult.Deleted) that had recorded a result.
+const DependencyDeleted = "deleted: the result went with its job (retention or a purge)"
+
+// GoneDependency returns the DependencyResult of a dependency deleted
+// while its dependent still had to run (both stores keep id, name,
+// state and whether it had a result).
+func GoneDependency(id int64, name string, state State, hadResult bool) DependencyResult {
+	r := DependencyResult{Name: name, JobID: id, State: state, Deleted: true}
+	if hadResult {
+		r.ResultError = DependencyDeleted
+	}
+	return r
 }
 
 // Workflows is the part of a Store that keeps workflows and batches
@@ -232,15 +259,21 @@ type Workflows interface {
 
 	// DependencyResults returns, for a workflow's job, each of its
 	// dependencies with its state and recorded result, by id; none for
-	// a job outside a workflow. An unknown job is ErrNotFound.
+	// a job outside a workflow. A dependency deleted (retention, a
+	// purge) while the job still had to run is there, marked Deleted,
+	// without its result. An unknown job is ErrNotFound.
 	DependencyResults(ctx context.Context, jobID int64) ([]DependencyResult, error)
 }
 
 // WorkflowError is the ErrInvalid error CheckWorkflow returns for a
 // workflow whose dependencies cannot be satisfied.
 type WorkflowError struct {
-	// Unknown are the dependencies naming no job: "job -> name".
+	// Unknown are the dependencies naming no job: "job -> name", each
+	// name as QuoteNode writes it.
 	Unknown []string
+	// UnknownJobs are the jobs, their names as given, whose dependency
+	// names no job: one per Unknown, in its order.
+	UnknownJobs []string
 	// Cycle is one cycle of dependencies, its first job repeated last.
 	Cycle []string
 	// Problem is any other problem (a duplicate or bad name).
@@ -350,6 +383,13 @@ func CheckWorkflow(w *NewWorkflow) ([]int, error) {
 	if strings.ContainsFunc(w.Name, unicode.IsControl) {
 		return nil, fmt.Errorf("%w: workflow name %q holds a control character", ErrInvalid, w.Name)
 	}
+	// The key is stored and indexed as it is: checked as the API checks
+	// it, so that every store takes the same keys (PostgreSQL's text
+	// takes no NUL nor invalid UTF-8).
+	if k := w.IdempotencyKey; len(k) > MaxWorkflowKey || !utf8.ValidString(k) || strings.ContainsFunc(k, unicode.IsControl) {
+		return nil, fmt.Errorf("%w: workflow idempotency key of %d bytes: at most %d bytes of UTF-8, no control character",
+			ErrInvalid, len(k), MaxWorkflowKey)
+	}
 	return checkNodes(w.Jobs, nil, nil)
 }
 
@@ -408,13 +448,14 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 		}
 		idx[n.Name] = i
 	}
-	var unknown []string
+	var unknown, unknownJobs []string
 	for i := range jobs {
 		seen := map[string]bool{}
 		for _, d := range jobs[i].After {
 			if _, ok := idx[d]; !ok {
 				if outside == nil || !outside(d) {
-					unknown = append(unknown, jobs[i].Name+" -> "+d)
+					unknown = append(unknown, QuoteNode(jobs[i].Name)+" -> "+QuoteNode(d))
+					unknownJobs = append(unknownJobs, jobs[i].Name)
 				}
 			}
 			if seen[d] {
@@ -424,7 +465,7 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, &WorkflowError{Unknown: unknown}
+		return nil, &WorkflowError{Unknown: unknown, UnknownJobs: unknownJobs}
 	}
 	// Depth-first topological sort of jobs (a member is outside it); a
 	// grey node met again closes a cycle.
@@ -474,6 +515,21 @@ func checkNodes(jobs []WorkflowNode, taken func(string) (int64, bool), outside f
 		}
 	}
 	return order, nil
+}
+
+// QuoteNode returns name as messages write a workflow job's name: as it
+// is when it could name a job (valid UTF-8, not empty, no control
+// character, no white space at either end) and holds neither " -> "
+// (which parts a dependency's two names) nor a leading double quote;
+// otherwise quoted, as strconv.Quote quotes it. A dependency naming no
+// job is checked by nothing else: whatever it holds reaches an error's
+// text, a log line or a terminal only escaped.
+func QuoteNode(name string) string {
+	if name == "" || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) ||
+		strings.TrimSpace(name) != name || strings.Contains(name, " -> ") || name[0] == '"' {
+		return strconv.Quote(name)
+	}
+	return name
 }
 
 // CheckResult returns an ErrInvalid error when result cannot be kept as

@@ -1,9 +1,11 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -20,7 +22,7 @@ import (
 func (s *Store) wq(sql string) string {
 	schema := pgx.Identifier{s.schema}.Sanitize()
 	return strings.NewReplacer("{jobs}", schema+".jobs", "{workflows}", schema+".workflows", "{deps}", schema+".job_deps",
-		"{waits}", schema+".job_waits", "{counters}", schema+".counters").Replace(sql)
+		"{waits}", schema+".job_waits", "{gone}", schema+".job_deps_gone", "{counters}", schema+".counters").Replace(sql)
 }
 
 type pgQuerier interface {
@@ -590,9 +592,14 @@ func (s *Store) AddToWorkflow(ctx context.Context, id int64, nodes []store.Workf
 	return out, nil
 }
 
-// CancelWorkflow implements store.Workflows. The workflow's row is
-// locked first, as the trigger locks it, so that no completion of one of
-// its jobs interleaves with the cancel.
+// CancelWorkflow implements store.Workflows. Its jobs that may move
+// (not finished) are locked first, in id order, then the workflow's
+// row, the order in which the moves of its jobs take them (a Finish
+// locks its jobs by id, and the workflow at its commit; a purge the
+// dead job, its dependents, then the workflow), so that no completion
+// or purge interleaves with the cancel, and none deadlocks with it: the
+// workflow first, then its jobs, made a purge of a dead job with
+// blocked dependents deadlock with the cancel nearly every time.
 func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*store.Workflow, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -604,6 +611,10 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 	var out *store.Workflow
 	err = s.retry(ctx, func() error {
 		return s.inTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, s.wq(`SELECT count(*) FROM (SELECT 1 FROM {jobs}
+				WHERE flow = $1 AND state IN ('pending', 'scheduled', 'blocked', 'running') ORDER BY id FOR UPDATE) AS l`), id); err != nil {
+				return err
+			}
 			var canceled *time.Time
 			err := tx.QueryRow(ctx, s.wq(`SELECT canceled_at FROM {workflows} WHERE id = $1 FOR UPDATE`), id).Scan(&canceled)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -628,6 +639,13 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 				// counted by the job_counts triggers whoever moves them.
 				// A callback that fired (made due) is a job of its own
 				// by then: only those still blocked are canceled.
+				// The counts go to a shard of the counter chosen at
+				// random but never shard 0, which the triggers' cancels
+				// take (a purge's cascade counts its members' queue,
+				// then the success callback's; this, the callbacks'
+				// queue first): two workflows sharing their queues
+				// deadlocked on the two rows otherwise.
+				sh := int16(1 + rand.IntN(counterShards-1))
 				for _, sel := range []struct{ ids, states string }{
 					{`SELECT unnest(ARRAY[on_success, on_complete, on_death]) FROM {workflows} WHERE id = $1`, `'blocked'`},
 					{`SELECT id FROM {jobs} WHERE flow = $1`, `'pending', 'scheduled', 'blocked'`},
@@ -637,8 +655,8 @@ func (s *Store) CancelWorkflow(ctx context.Context, id int64, now time.Time) (*s
 						WHERE id IN (`+sel.ids+`) AND state IN (`+sel.states+`)
 						RETURNING queue)
 					INSERT INTO {counters} AS x (queue, name, shard, n)
-					SELECT queue, 'canceled', 0, count(*) FROM c GROUP BY queue ORDER BY queue
-					ON CONFLICT (queue, name, shard) DO UPDATE SET n = x.n + excluded.n`), id, ts(now), ev); err != nil {
+					SELECT queue, 'canceled', $4::smallint, count(*) FROM c GROUP BY queue ORDER BY queue
+					ON CONFLICT (queue, name, shard) DO UPDATE SET n = x.n + excluded.n`), id, ts(now), ev, sh); err != nil {
 						return err
 					}
 				}
@@ -698,7 +716,30 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 			}
 			out = append(out, r)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		// The dependencies deleted since (migration 0045).
+		gone, err := tx.Query(ctx, s.wq(`SELECT dep_id, node, state, had_result FROM {gone} WHERE job_id = $1`), jobID)
+		if err != nil {
+			return err
+		}
+		defer gone.Close()
+		for gone.Next() {
+			var id int64
+			var name, st string
+			var had bool
+			if err := gone.Scan(&id, &name, &st, &had); err != nil {
+				return err
+			}
+			out = append(out, store.GoneDependency(id, name, store.State(st), had))
+		}
+		if err := gone.Err(); err != nil {
+			return err
+		}
+		slices.SortFunc(out, func(a, b store.DependencyResult) int { return cmp.Compare(a.JobID, b.JobID) })
+		return nil
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -813,6 +814,25 @@ func (s *Store) DependencyResults(ctx context.Context, jobID int64) ([]store.Dep
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
 	}
+	// The dependencies deleted since (migration 0045).
+	gone, err := tx.QueryContext(ctx, `SELECT dep_id, node, state, had_result FROM job_deps_gone WHERE job_id = ?`, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
+	}
+	defer gone.Close()
+	for gone.Next() {
+		var id int64
+		var name, st string
+		var had bool
+		if err := gone.Scan(&id, &name, &st, &had); err != nil {
+			return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
+		}
+		out = append(out, store.GoneDependency(id, name, store.State(st), had))
+	}
+	if err := gone.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: dependency results of job %d: %w", jobID, err)
+	}
+	slices.SortFunc(out, func(a, b store.DependencyResult) int { return cmp.Compare(a.JobID, b.JobID) })
 	return out, nil
 }
 

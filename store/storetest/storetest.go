@@ -240,6 +240,9 @@ var subtests = []subtest{
 	{"WorkflowAdd", testWorkflowAdd},
 	{"WorkflowAddRace", testWorkflowAddRace},
 	{"WorkflowMemberKeys", testWorkflowMemberKeys},
+	{"WorkflowKeyChecked", testWorkflowKeyChecked},
+	{"WorkflowDeletedDependency", testWorkflowDeletedDependency},
+	{"WorkflowCallbacksOnce", testWorkflowCallbacksOnce},
 }
 
 // RunNamed runs the named subtests of the conformance suite only, as Run

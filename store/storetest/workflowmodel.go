@@ -410,6 +410,9 @@ func (m *flowModel) step() {
 			m.logf("  leased %s", j.name)
 		}
 	case r < 72: // an outcome of a running job
+		if m.rng.IntN(3) == 0 && m.endMany() {
+			return
+		}
 		i, ok := m.pick(func(j *mjob) bool { return j.state == store.Running })
 		if !ok {
 			return
@@ -539,6 +542,80 @@ func (m *flowModel) step() {
 			}
 		}
 	}
+}
+
+// endMany ends every running job in one Finish call (two at least, else
+// it does nothing and returns false), each with a random outcome
+// (completion, death, a retry, or a cancel of the running job, and a
+// retry canceled when its cancellation was requested), in a random
+// order, with stale outcomes mixed in: a store may apply the call's
+// workflow completions together (SQLite at the end of the Finish,
+// migration 0039; PostgreSQL at the commit, 0038) while it applies the
+// deaths and cancels one by one, meeting counts without the call's
+// completions. The model applies the moves one after another, which
+// ends in the same states whatever their order.
+func (m *flowModel) endMany() bool {
+	var running []int
+	for i, j := range m.jobs {
+		if j.state == store.Running {
+			running = append(running, i)
+		}
+	}
+	if len(running) < 2 {
+		return false
+	}
+	type end struct {
+		i  int
+		to store.State
+	}
+	var ends []end
+	var outs []store.Outcome
+	var want []bool
+	for _, i := range running {
+		j := m.jobs[i]
+		var o store.Outcome
+		var to store.State
+		switch k := m.rng.IntN(10); {
+		case k < 5:
+			o, to = completeOf(j.leased, m.now), store.Completed
+		case k < 7:
+			o, to = buryNow(j.leased, m.now), store.Dead
+		case k < 8:
+			o, to = outcome(j.leased, store.Cancel, m.now), store.Canceled
+		default:
+			o = outcome(j.leased, store.Retry, m.now)
+			o.RunAt, o.Error, to = m.now, "again", store.Pending
+			if j.cancelReq {
+				to = store.Canceled
+			}
+		}
+		if m.rng.IntN(4) == 0 {
+			stale := o
+			stale.Lease++
+			outs, want = append(outs, stale), append(want, false)
+		}
+		outs, want = append(outs, o), append(want, true)
+		ends = append(ends, end{i, to})
+	}
+	m.rng.Shuffle(len(outs), func(a, b int) { outs[a], outs[b] = outs[b], outs[a]; want[a], want[b] = want[b], want[a] })
+	applied := m.x.finishApplied(outs...)
+	for k := range outs {
+		if applied[k] != want[k] {
+			m.x.t.Errorf("Finish of %d outcomes: outcome %d (job %d, lease %d) applied %v, want %v", len(outs), k, outs[k].JobID, outs[k].Lease, applied[k], want[k])
+		}
+	}
+	var names []string
+	for _, e := range ends {
+		j := m.jobs[e.i]
+		names = append(names, fmt.Sprintf("%s %s", j.name, e.to))
+		old := j.state
+		j.state, j.cancelReq, j.worker = e.to, false, ""
+		if j.member {
+			m.moved(e.i, old)
+		}
+	}
+	m.logf("one Finish of %d outcomes ends %v", len(outs), names)
+	return true
 }
 
 func (m *flowModel) check(what string) {
