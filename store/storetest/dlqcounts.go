@@ -34,7 +34,26 @@ func (m *dlqModel) pick(s []string) string { return s[m.r.IntN(len(s))] }
 // cause draws the fields of a death.
 func (m *dlqModel) cause() (kind string, class failure.Class, reason, fp, msg string) {
 	return m.pick(dlqKinds), failure.Classes[m.r.IntN(len(failure.Classes))], m.pick(dlqReasons), m.pick(dlqFPs),
-		fmt.Sprintf("error %d", m.r.IntN(1000))
+		m.pick(dlqErrors) + fmt.Sprint(m.r.IntN(1000))
+}
+
+// dlqErrors start the errors of the model's deaths; dlqPrefixes are the
+// error prefixes its filters draw: some start every error of a cause,
+// some part of them, some none.
+var (
+	dlqErrors   = []string{"timeout after ", "timeout ", "refused: ", "Refused: ", "error ", ""}
+	dlqPrefixes = []string{"timeout", "timeout a", "timeout after 1", "refused", "R", "error 9", "t", "e", "x", "1"}
+)
+
+// prefixFilter is filter with, one time in two, an error prefix.
+func (m *dlqModel) prefixFilter() (store.Filter, func(deadRec) bool) {
+	f, keep := m.filter()
+	if m.r.IntN(2) == 0 {
+		return f, keep
+	}
+	p := m.pick(dlqPrefixes)
+	f.ErrorPrefix = p
+	return f, func(r deadRec) bool { return keep(r) && strings.HasPrefix(r.err, p) }
 }
 
 // filter draws a DLQ filter of at most two cause fields.
@@ -214,12 +233,17 @@ func (m *dlqModel) check() {
 		recs = append(recs, m.dead[id])
 	}
 	for range 4 {
-		f, keep := m.filter()
+		f, keep := m.prefixFilter()
 		var want int64
+		var match []deadRec
 		for _, r := range recs {
 			if keep(r) {
 				want++
+				match = append(match, r)
 			}
+		}
+		if f.ErrorPrefix != "" {
+			x.checkIDs(fmt.Sprintf("List(%+v), pages of 7", f), x.listIDs(f, 7), deadOrder(match))
 		}
 		n, err := x.s.Count(x.ctx, f)
 		if err != nil {
@@ -250,9 +274,10 @@ func (m *dlqModel) check() {
 	}
 }
 
-// testDeadCountsModel: the DLQ's counts and groups by cause fields (which
-// stores may keep counted rather than count) match a model of the dead
-// jobs after every step of a random sequence of deaths (added and
+// testDeadCountsModel: the DLQ's counts and groups by cause fields and
+// error prefixes (which stores may keep counted rather than count), and
+// its listings by error prefix, match a model of the dead jobs after
+// every step of a random sequence of deaths (added and
 // buried), redrives, cancels, purges and retention.
 func testDeadCountsModel(x *h) {
 	for _, seed := range []uint64{1, 2} {
