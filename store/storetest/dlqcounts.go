@@ -294,8 +294,12 @@ func testDeadCountsModel(x *h) {
 	}
 }
 
+// concurrentErrors start the errors of testDeadCountsConcurrent's jobs.
+var concurrentErrors = []string{"boom", "boom!", "bang"}
+
 // testDeadCountsConcurrent: writers adding, redriving and purging dead
-// jobs at once leave the counts and groups by cause fields equal to a
+// jobs (and retention running) at once leave the counts and groups by
+// cause fields and error prefixes equal to a
 // count of the dead jobs themselves (a filter with a time bound, which
 // no store answers from counts).
 func testDeadCountsConcurrent(x *h) {
@@ -311,7 +315,8 @@ func testDeadCountsConcurrent(x *h) {
 				for range 1 + r.IntN(5) {
 					ds = append(ds, store.DeadJob{Queue: dlqQueues[r.IntN(len(dlqQueues))], Kind: "k", Payload: []byte(`{}`), MaxRetries: -1,
 						DeadAt: now.Add(time.Duration(i) * time.Second), DeadReason: dlqReasons[r.IntN(len(dlqReasons))],
-						LastError: "boom", LastErrorClass: failure.Transient, Fingerprint: dlqFPs[r.IntN(len(dlqFPs))]})
+						LastError: fmt.Sprintf("%s %d", concurrentErrors[r.IntN(len(concurrentErrors))], i), LastErrorClass: failure.Transient,
+						Fingerprint: dlqFPs[r.IntN(len(dlqFPs))]})
 				}
 				jobs, err := x.s.AddDead(x.ctx, ds, now)
 				if err != nil {
@@ -330,6 +335,14 @@ func testDeadCountsConcurrent(x *h) {
 						return
 					}
 				}
+				if r.IntN(4) == 0 {
+					// Retention deleting nothing still tidies what a
+					// store keeps of the causes left with no job.
+					if _, err := x.s.DeleteFinished(x.ctx, store.Dead, at(-1000*time.Hour), 10); err != nil {
+						errs <- err
+						return
+					}
+				}
 			}
 		})
 	}
@@ -339,7 +352,9 @@ func testDeadCountsConcurrent(x *h) {
 		x.t.Fatalf("writer: %v", err)
 	}
 	dead := []store.State{store.Dead}
-	for _, f := range []store.Filter{{States: dead}, {States: dead, Queue: "dq1"}, {States: dead, Fingerprint: "fp2"}, {States: dead, Reason: "http_500", Queue: "dq0"}} {
+	for _, f := range []store.Filter{{States: dead}, {States: dead, Queue: "dq1"}, {States: dead, Fingerprint: "fp2"}, {States: dead, Reason: "http_500", Queue: "dq0"},
+		{States: dead, ErrorPrefix: "boom"}, {States: dead, ErrorPrefix: "boom!"}, {States: dead, ErrorPrefix: "b", Queue: "dq2"},
+		{States: dead, ErrorPrefix: "bang 1"}, {States: dead, ErrorPrefix: "boom 1"}} {
 		counted, err := x.s.Count(x.ctx, f)
 		if err != nil {
 			x.t.Fatal(err)
