@@ -67,6 +67,14 @@ func addFilterFlags(cmd *cobra.Command, fo *filterOptions) {
 	f.StringVar(&fo.Q, "error-contains", "", "only jobs whose last error contains this text (case-insensitive)")
 }
 
+// addErrorPrefixFlag adds --error-prefix to a command that reads jobs
+// (a listing, groups): operations (redrive, purge, cancel, replay)
+// refuse the filter, since they keep theirs in the store where a binary
+// older than it would ignore it.
+func addErrorPrefixFlag(cmd *cobra.Command, fo *filterOptions) {
+	cmd.Flags().StringVar(&fo.ErrorPrefix, "error-prefix", "", "only jobs whose last error starts with this text (case-sensitive; indexed for dead jobs)")
+}
+
 func (fo *filterOptions) empty() bool { return fo.FilterBody == apiclient.FilterBody{} }
 
 // describe words the filter's conditions as flag=value pairs, the value
@@ -77,6 +85,7 @@ func (fo *filterOptions) describe() string {
 	for _, p := range []struct{ k, v string }{
 		{"queue", fo.Queue}, {"kind", fo.Kind}, {"class", fo.Class}, {"reason", fo.Reason},
 		{"fingerprint", fo.Fingerprint}, {"since", fo.Since}, {"until", fo.Until}, {"error-contains", fo.Q},
+		{"error-prefix", fo.ErrorPrefix},
 	} {
 		if p.v != "" {
 			parts = append(parts, p.k+"="+quoteIfNeeded(p.v))
@@ -87,7 +96,11 @@ func (fo *filterOptions) describe() string {
 
 // toFilter validates the filter flags for direct mode.
 func (fo *filterOptions) toFilter() (redrive.Filter, error) {
-	f := redrive.Filter{Queue: fo.Queue, Kind: fo.Kind, Reason: fo.Reason, Fingerprint: fo.Fingerprint, ErrorContains: fo.Q}
+	f := redrive.Filter{Queue: fo.Queue, Kind: fo.Kind, Reason: fo.Reason, Fingerprint: fo.Fingerprint, ErrorContains: fo.Q,
+		ErrorPrefix: fo.ErrorPrefix}
+	if err := store.CheckErrorPrefix(fo.ErrorPrefix); err != nil {
+		return f, fmt.Errorf("--error-prefix must be valid UTF-8 without NUL bytes, got %q", fo.ErrorPrefix)
+	}
 	if fo.Class != "" {
 		c, err := failure.ParseClass(fo.Class)
 		if err != nil {

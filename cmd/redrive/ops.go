@@ -278,6 +278,7 @@ jobs' histories (redrive jobs show ID has it).
 		return writeJobList(out, res, dead, summary)
 	})
 	addFilterFlags(cmd, &q.filterOptions)
+	addErrorPrefixFlag(cmd, &q.filterOptions)
 	f := cmd.Flags()
 	if !dead {
 		f.StringSliceVar(&q.States, "state", nil, "only jobs in these states (pending, scheduled, running, completed, dead, canceled, blocked)")
@@ -531,6 +532,7 @@ func newGroupsCmd(g *globalOptions) *cobra.Command {
 		})
 	})
 	addFilterFlags(cmd, &fo)
+	addErrorPrefixFlag(cmd, &fo)
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many groups")
 	addConnFlags(cmd, &c)
 	return cmd

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/redrivehq/redrive/failure"
 	"github.com/redrivehq/redrive/store"
@@ -1513,7 +1514,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	byPrefix := false
 	if dead && f.ErrorPrefix != "" {
 		var err error
-		if byPrefix, err = s.fewWithErrorPrefix(ctx, f.ErrorPrefix); err != nil {
+		if byPrefix, err = s.fewWithErrorPrefix(ctx, f, p.Size()); err != nil {
 			return store.ListResult{}, err
 		}
 	}
@@ -1568,17 +1569,31 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 // the newest dead jobs instead, and finds its jobs among the first
 // pageSize x dead/matches on average. Each costs a row read an entry
 // (the index is not covering: its key is an expression), so the two
-// plans' worst cases meet near the square root of a page of 50 times
-// the dead jobs: 7,000 at 1,000,000. See BENCHMARKS.md, "The DLQ at
-// depth".
+// plans' worst cases meet near the square root of a page times the dead
+// jobs (store.ErrorPrefixFew: 7,142 for pages of 50 at 1,000,000), which
+// this bounds. See BENCHMARKS.md, "The DLQ at depth".
 const errorPrefixFew = 5000
 
-// fewWithErrorPrefix reports whether fewer than s.prefixFew dead jobs'
-// errors start with p, reading at most that many entries of
+// fewWithErrorPrefix reports whether fewer dead jobs match f (dead-only,
+// with an ErrorPrefix) than where a page of size changes plans: from the
+// bounds of the causes' errors when f names only fields of the cause and
+// the bounds decide, else by reading at most that many entries of
 // jobs_dead_error.
-func (s *Store) fewWithErrorPrefix(ctx context.Context, p string) (bool, error) {
+func (s *Store) fewWithErrorPrefix(ctx context.Context, f store.Filter, size int) (bool, error) {
+	few := int64(s.prefixFew)
+	if f.PrefixCauseOnly() {
+		cs, err := s.causeBounds(ctx, s.pool, f)
+		if err != nil {
+			return false, fmt.Errorf("postgres: list: %w", err)
+		}
+		_, matched, total, exact := store.PrefixCounts(cs, f.ErrorPrefix)
+		few = min(few, store.ErrorPrefixFew(size, total))
+		if exact {
+			return matched < few, nil
+		}
+	}
 	var a args
-	c, err := errorPrefixConds(p, &a, true)
+	c, err := errorPrefixConds(f.ErrorPrefix, &a, true)
 	if err != nil {
 		return false, fmt.Errorf("postgres: list: %w", err)
 	}
@@ -1587,7 +1602,7 @@ func (s *Store) fewWithErrorPrefix(ctx context.Context, p string) (bool, error) 
 	// reads the whole range before the LIMIT stops it, an index scan
 	// only the entries counted.
 	q := `SELECT count(*) FROM (SELECT 1 FROM ` + s.sql.jobs + ` WHERE state = 'dead' AND ` +
-		strings.Join(c, " AND ") + ` ORDER BY ` + errorKey + ` LIMIT ` + a.add(s.prefixFew) + `) few`
+		strings.Join(c, " AND ") + ` ORDER BY ` + errorKey + ` LIMIT ` + a.add(few) + `) few`
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return false, s.fail("list", err)
@@ -1600,7 +1615,46 @@ func (s *Store) fewWithErrorPrefix(ctx context.Context, p string) (bool, error) 
 	if err := tx.QueryRow(ctx, q, a...).Scan(&n); err != nil {
 		return false, s.fail("list", err)
 	}
-	return n < int64(s.prefixFew), nil
+	return n < few, nil
+}
+
+// causeBounds reads the counted causes of dead jobs that f's fields of
+// the cause select (its ErrorPrefix aside), with the bounds of their
+// errors (migration 0044; none for a cause without a row there).
+func (s *Store) causeBounds(ctx context.Context, q querier, f store.Filter) ([]store.CauseBounds, error) {
+	if err := store.CheckErrorPrefix(f.ErrorPrefix); err != nil {
+		return nil, err
+	}
+	f.States, f.ErrorPrefix = nil, ""
+	var a args
+	w, err := s.where(f, &a)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT g.fingerprint, g.n, b.error_lo, b.error_hi FROM (
+	SELECT k, fingerprint, sum(n)::bigint AS n FROM `+s.sql.deadGroups+` WHERE `+w+`
+	GROUP BY k, fingerprint HAVING sum(n) <> 0
+) g LEFT JOIN `+s.sql.deadBounds+` b USING (k)`, a...)
+	if err != nil {
+		return nil, s.fail("error bounds", err)
+	}
+	defer rows.Close()
+	var cs []store.CauseBounds
+	for rows.Next() {
+		var c store.CauseBounds
+		var lo, hi *string
+		if err := rows.Scan(&c.Fingerprint, &c.N, &lo, &hi); err != nil {
+			return nil, s.fail("error bounds", err)
+		}
+		if lo != nil && hi != nil {
+			c.Lo, c.Hi, c.Known = *lo, *hi, true
+		}
+		cs = append(cs, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("error bounds", err)
+	}
+	return cs, nil
 }
 
 // Count implements store.Store.
@@ -1609,6 +1663,17 @@ func (s *Store) Count(ctx context.Context, f store.Filter) (int64, error) {
 		return 0, err
 	}
 	q := `SELECT count(*) FROM ` + s.sql.jobs + ` WHERE `
+	if f.DeadOnly() && f.PrefixCauseOnly() {
+		// The causes whose errors all start with the prefix, as
+		// counted, when no cause straddles its range; else the jobs.
+		cs, err := s.causeBounds(ctx, s.pool, f)
+		if err != nil {
+			return 0, fmt.Errorf("postgres: count: %w", err)
+		}
+		if _, matched, _, exact := store.PrefixCounts(cs, f.ErrorPrefix); exact {
+			return matched, nil
+		}
+	}
 	if f.DeadOnly() && f.CauseOnly() {
 		// The dead jobs of the causes the filter selects, as counted.
 		f.States = nil
@@ -1657,6 +1722,29 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 		counts = `SELECT fingerprint, sum(n)::bigint AS n FROM ` + s.sql.deadGroups + ` WHERE ` + gw + `
 	GROUP BY fingerprint HAVING sum(n) > 0`
 	}
+	var db querier = s.pool
+	if f.PrefixCauseOnly() {
+		// From the causes whose errors all start with the prefix, when
+		// no cause straddles its range: read in one snapshot with the
+		// jobs probed, so that they agree.
+		tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return nil, s.fail("groups", err)
+		}
+		defer tx.Rollback(ctx)
+		db = tx
+		cs, err := s.causeBounds(ctx, tx, f)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: groups: %w", err)
+		}
+		if byFP, _, _, exact := store.PrefixCounts(cs, f.ErrorPrefix); exact {
+			fps, ns := make([]string, 0, len(byFP)), make([]int64, 0, len(byFP))
+			for fp, n := range byFP {
+				fps, ns = append(fps, fp), append(ns, n)
+			}
+			counts = `SELECT * FROM unnest(` + a.add(fps) + `::text[], ` + a.add(ns) + `::bigint[]) AS c(fingerprint, n)`
+		}
+	}
 	lim := a.add(store.Page{Limit: limit}.Size())
 	q := `WITH c AS (` + counts + `),
 g AS (
@@ -1673,7 +1761,7 @@ FROM g CROSS JOIN LATERAL (
 	ORDER BY dead_at, id LIMIT 1
 ) f
 ORDER BY g.n DESC, s.dead_at DESC, g.fingerprint LIMIT ` + lim
-	rows, err := s.pool.Query(ctx, q, a...)
+	rows, err := db.Query(ctx, q, a...)
 	if err != nil {
 		return nil, s.fail("groups", err)
 	}
@@ -1916,7 +2004,36 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 	if _, err := s.pool.Exec(ctx, `DELETE FROM `+s.sql.deadGroups+` WHERE n = 0`); err != nil {
 		return n, s.fail("delete finished", err)
 	}
+	if err := s.resetErrorBounds(ctx); err != nil {
+		return n, s.fail("delete finished", err)
+	}
 	return n, nil
+}
+
+// resetErrorBounds deletes the bounds of the causes with no dead job
+// left (migration 0044), so that a cause dead again starts from its new
+// errors. The SHARE lock excludes every transaction that wrote to the
+// table (every statement burying a job does), so that the counts read
+// include each job whose error the bounds hold; a statement burying a
+// job after it inserts its cause's bounds anew. The lock is taken only
+// if no such transaction is under way (NOWAIT: waiting, it would hold
+// back the statements queued behind it, one of which may hold a shard of
+// dead_groups that the transaction waited for needs): else the bounds
+// stay as they are until the next run, loose but still bounds.
+func (s *Store) resetErrorBounds(ctx context.Context) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+s.sql.deadBounds+` IN SHARE MODE NOWAIT`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM `+s.sql.deadBounds+` b
+WHERE NOT EXISTS (SELECT FROM `+s.sql.deadGroups+` g WHERE g.k = b.k AND g.n <> 0)`)
+		return err
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "55P03" { // lock_not_available
+		return nil
+	}
+	return err
 }
 
 // Stats implements store.Store, with one statement (one snapshot).

@@ -34,6 +34,7 @@ type statements struct {
 	jobs, counters        string // qualified table names
 	jobCounts             string
 	deadGroups            string
+	deadBounds            string // dead_error_bounds (migration 0044)
 	keys                  string
 	enqueue               string
 	enqueuePlain          string
@@ -146,6 +147,7 @@ func render(schema, channel string) statements {
 		counters:       schema + ".counters",
 		jobCounts:      schema + ".job_counts",
 		deadGroups:     schema + ".dead_groups",
+		deadBounds:     schema + ".dead_error_bounds",
 		keys:           schema + ".idem_keys",
 
 		// Enqueue: ids are drawn in input order (nextval over the ordered

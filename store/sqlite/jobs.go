@@ -1274,7 +1274,7 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 	// if any) testing each one's error.
 	byPrefix := false
 	if dead && f.ErrorPrefix != "" {
-		if byPrefix, err = s.fewWithErrorPrefix(ctx, db, f.ErrorPrefix); err != nil {
+		if byPrefix, err = s.fewWithErrorPrefix(ctx, db, f, p.Size()); err != nil {
 			return store.ListResult{}, fmt.Errorf("sqlite: list: %w", err)
 		}
 	}
@@ -1327,23 +1327,72 @@ func (s *Store) List(ctx context.Context, f store.Filter, p store.Page) (store.L
 // the newest dead jobs instead, and finds its jobs among the first
 // pageSize x dead/matches on average. Each costs a row read an entry
 // (the index is not covering: its key is an expression), so the two
-// plans' worst cases meet near the square root of a page of 50 times
-// the dead jobs: 7,000 at 1,000,000. See BENCHMARKS.md, "The DLQ at
-// depth".
+// plans' worst cases meet near the square root of a page times the dead
+// jobs (store.ErrorPrefixFew: 7,142 for pages of 50 at 1,000,000), which
+// this bounds. See BENCHMARKS.md, "The DLQ at depth".
 const errorPrefixFew = 5000
 
-// fewWithErrorPrefix reports whether fewer than s.prefixFew dead jobs'
-// errors start with p, reading at most that many entries of
+// fewWithErrorPrefix reports whether fewer dead jobs match f (dead-only,
+// with an ErrorPrefix) than where a page of size changes plans: from the
+// bounds of the causes' errors when f names only fields of the cause and
+// the bounds decide, else by reading at most that many entries of
 // jobs_dead_error.
-func (s *Store) fewWithErrorPrefix(ctx context.Context, db *sql.DB, p string) (bool, error) {
-	c, a, err := errorPrefixConds(p, true)
+func (s *Store) fewWithErrorPrefix(ctx context.Context, db *sql.DB, f store.Filter, size int) (bool, error) {
+	few := int64(s.prefixFew)
+	if f.PrefixCauseOnly() {
+		cs, err := causeBounds(ctx, db, f)
+		if err != nil {
+			return false, err
+		}
+		_, matched, total, exact := store.PrefixCounts(cs, f.ErrorPrefix)
+		few = min(few, store.ErrorPrefixFew(size, total))
+		if exact {
+			return matched < few, nil
+		}
+	}
+	c, a, err := errorPrefixConds(f.ErrorPrefix, true)
 	if err != nil {
 		return false, err
 	}
 	var n int64
 	err = db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_dead_error WHERE state = 'dead' AND `+
-		strings.Join(c, " AND ")+` LIMIT ?)`, append(a, s.prefixFew)...).Scan(&n)
-	return n < int64(s.prefixFew), err
+		strings.Join(c, " AND ")+` LIMIT ?)`, append(a, few)...).Scan(&n)
+	return n < few, err
+}
+
+// queryer is a database or a transaction.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// causeBounds reads the counted causes of dead jobs that f's fields of
+// the cause select (its ErrorPrefix aside), with the bounds of their
+// errors (migration 0044).
+func causeBounds(ctx context.Context, q queryer, f store.Filter) ([]store.CauseBounds, error) {
+	if err := store.CheckErrorPrefix(f.ErrorPrefix); err != nil {
+		return nil, err
+	}
+	f.States, f.ErrorPrefix = nil, ""
+	w, args, err := where(f)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT fingerprint, n, error_lo, error_hi FROM dead_groups WHERE `+w, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cs []store.CauseBounds
+	for rows.Next() {
+		var c store.CauseBounds
+		var lo, hi sql.NullString
+		if err := rows.Scan(&c.Fingerprint, &c.N, &lo, &hi); err != nil {
+			return nil, err
+		}
+		c.Lo, c.Hi, c.Known = lo.String, hi.String, lo.Valid && hi.Valid
+		cs = append(cs, c)
+	}
+	return cs, rows.Err()
 }
 
 // Count implements store.Store.
@@ -1353,6 +1402,17 @@ func (s *Store) Count(ctx context.Context, f store.Filter) (int64, error) {
 		return 0, err
 	}
 	q := `SELECT count(*) FROM jobs WHERE `
+	if f.DeadOnly() && f.PrefixCauseOnly() {
+		// The causes whose errors all start with the prefix, as
+		// counted, when no cause straddles its range; else the jobs.
+		cs, err := causeBounds(ctx, db, f)
+		if err != nil {
+			return 0, fmt.Errorf("sqlite: count: %w", err)
+		}
+		if _, matched, _, exact := store.PrefixCounts(cs, f.ErrorPrefix); exact {
+			return matched, nil
+		}
+	}
 	if f.DeadOnly() && f.CauseOnly() {
 		// The dead jobs of the causes the filter selects, as counted.
 		f.States = nil
@@ -1392,9 +1452,14 @@ func (s *Store) Groups(ctx context.Context, f store.Filter, limit int) ([]store.
 	}
 	defer tx.Rollback()
 	var gs []store.Group
+	exact := false
 	if f.CauseOnly() {
 		gs, err = causeCounts(ctx, tx, f, limit)
-	} else {
+		exact = true
+	} else if f.PrefixCauseOnly() {
+		gs, exact, err = prefixCauseCounts(ctx, tx, f, limit)
+	}
+	if err == nil && !exact {
 		gs, err = countGroups(ctx, tx, w, args, limit)
 	}
 	if err != nil {
@@ -1460,6 +1525,26 @@ func causeCounts(ctx context.Context, tx *sql.Tx, f store.Filter, limit int) ([]
 		return nil, err
 	}
 	return store.GroupCandidates(gs, limit), nil
+}
+
+// prefixCauseCounts returns the fingerprints with dead jobs matching f (a
+// PrefixCauseOnly filter) and their counts, from the causes whose errors
+// all start with its prefix, when the bounds of the causes' errors
+// decide (exact); else nothing.
+func prefixCauseCounts(ctx context.Context, tx *sql.Tx, f store.Filter, limit int) ([]store.Group, bool, error) {
+	cs, err := causeBounds(ctx, tx, f)
+	if err != nil {
+		return nil, false, err
+	}
+	byFP, _, _, exact := store.PrefixCounts(cs, f.ErrorPrefix)
+	if !exact {
+		return nil, false, nil
+	}
+	gs := make([]store.Group, 0, len(byFP))
+	for fp, n := range byFP {
+		gs = append(gs, store.Group{Fingerprint: fp, Count: n})
+	}
+	return store.GroupCandidates(gs, limit), true, nil
 }
 
 // countGroups counts the dead jobs matching w by fingerprint, reading

@@ -15,7 +15,8 @@ import (
 
 // TestMigrateDLQWithData: migration 0013 (the DLQ's indexes and counted
 // causes) applies to a database that already holds dead jobs, and counts
-// them: a database is taken back to version 12 (its DLQ objects dropped,
+// them (and 0044, the bounds of the causes' errors, after it): a
+// database is taken back to version 12 (its DLQ objects dropped,
 // the old fingerprint index restored, the version forgotten), and
 // reopening it migrates it again; counts and groups then agree with a
 // count of the jobs, and keep agreeing after more deaths and a redrive.
@@ -33,7 +34,7 @@ func TestMigrateDLQWithData(t *testing.T) {
 		for i := range n {
 			ds = append(ds, store.DeadJob{Queue: fmt.Sprintf("q%d", i%2), Kind: "k", Payload: []byte(`{}`), MaxRetries: -1,
 				DeadAt: t0.Add(time.Duration(i) * time.Second), DeadReason: fmt.Sprintf("r%d", i%3),
-				LastError: "boom", LastErrorClass: failure.Transient, Fingerprint: fmt.Sprintf("fp%d", i%5)})
+				LastError: fmt.Sprintf("%s %d", []string{"boom", "bang", "boom!"}[i%3], i), LastErrorClass: failure.Transient, Fingerprint: fmt.Sprintf("fp%d", i%5)})
 		}
 		jobs, err := s.AddDead(ctx, ds, t0)
 		if err != nil {
@@ -56,6 +57,8 @@ func TestMigrateDLQWithData(t *testing.T) {
 		`DROP INDEX jobs_dead_fingerprint`,
 		`CREATE INDEX jobs_dead_fingerprint ON jobs (fingerprint, dead_at) WHERE state = 'dead'`,
 		`DELETE FROM redrive_migrations WHERE version = 13`,
+		// 0044 adds to what 0013 creates: it runs again after it.
+		`DELETE FROM redrive_migrations WHERE version = 44`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -72,7 +75,8 @@ func TestMigrateDLQWithData(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		dead := []store.State{store.Dead}
-		for _, f := range []store.Filter{{States: dead}, {States: dead, Queue: "q1"}, {States: dead, Reason: "r2"}, {States: dead, Fingerprint: "fp3", Queue: "q0"}} {
+		for _, f := range []store.Filter{{States: dead}, {States: dead, Queue: "q1"}, {States: dead, Reason: "r2"}, {States: dead, Fingerprint: "fp3", Queue: "q0"},
+			{States: dead, ErrorPrefix: "boom"}, {States: dead, ErrorPrefix: "b", Queue: "q1"}, {States: dead, ErrorPrefix: "boom!"}} {
 			counted, err := s.Count(ctx, f)
 			if err != nil {
 				t.Fatal(err)
@@ -105,4 +109,14 @@ func TestMigrateDLQWithData(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after more deaths and a redrive")
+	// A dead job's error changed by hand (migration 0044's trigger).
+	db, err = sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `UPDATE jobs SET last_error = 'bang' WHERE id IN (3, 4)`); err != nil {
+		t.Fatal(err)
+	}
+	check("after errors changed")
 }

@@ -34,7 +34,26 @@ func (m *dlqModel) pick(s []string) string { return s[m.r.IntN(len(s))] }
 // cause draws the fields of a death.
 func (m *dlqModel) cause() (kind string, class failure.Class, reason, fp, msg string) {
 	return m.pick(dlqKinds), failure.Classes[m.r.IntN(len(failure.Classes))], m.pick(dlqReasons), m.pick(dlqFPs),
-		fmt.Sprintf("error %d", m.r.IntN(1000))
+		m.pick(dlqErrors) + fmt.Sprint(m.r.IntN(1000))
+}
+
+// dlqErrors start the errors of the model's deaths; dlqPrefixes are the
+// error prefixes its filters draw: some start every error of a cause,
+// some part of them, some none.
+var (
+	dlqErrors   = []string{"timeout after ", "timeout ", "refused: ", "Refused: ", "error ", ""}
+	dlqPrefixes = []string{"timeout", "timeout a", "timeout after 1", "refused", "R", "error 9", "t", "e", "x", "1"}
+)
+
+// prefixFilter is filter with, one time in two, an error prefix.
+func (m *dlqModel) prefixFilter() (store.Filter, func(deadRec) bool) {
+	f, keep := m.filter()
+	if m.r.IntN(2) == 0 {
+		return f, keep
+	}
+	p := m.pick(dlqPrefixes)
+	f.ErrorPrefix = p
+	return f, func(r deadRec) bool { return keep(r) && strings.HasPrefix(r.err, p) }
 }
 
 // filter draws a DLQ filter of at most two cause fields.
@@ -214,12 +233,17 @@ func (m *dlqModel) check() {
 		recs = append(recs, m.dead[id])
 	}
 	for range 4 {
-		f, keep := m.filter()
+		f, keep := m.prefixFilter()
 		var want int64
+		var match []deadRec
 		for _, r := range recs {
 			if keep(r) {
 				want++
+				match = append(match, r)
 			}
+		}
+		if f.ErrorPrefix != "" {
+			x.checkIDs(fmt.Sprintf("List(%+v), pages of 7", f), x.listIDs(f, 7), deadOrder(match))
 		}
 		n, err := x.s.Count(x.ctx, f)
 		if err != nil {
@@ -250,9 +274,10 @@ func (m *dlqModel) check() {
 	}
 }
 
-// testDeadCountsModel: the DLQ's counts and groups by cause fields (which
-// stores may keep counted rather than count) match a model of the dead
-// jobs after every step of a random sequence of deaths (added and
+// testDeadCountsModel: the DLQ's counts and groups by cause fields and
+// error prefixes (which stores may keep counted rather than count), and
+// its listings by error prefix, match a model of the dead jobs after
+// every step of a random sequence of deaths (added and
 // buried), redrives, cancels, purges and retention.
 func testDeadCountsModel(x *h) {
 	for _, seed := range []uint64{1, 2} {
@@ -269,8 +294,12 @@ func testDeadCountsModel(x *h) {
 	}
 }
 
+// concurrentErrors start the errors of testDeadCountsConcurrent's jobs.
+var concurrentErrors = []string{"boom", "boom!", "bang"}
+
 // testDeadCountsConcurrent: writers adding, redriving and purging dead
-// jobs at once leave the counts and groups by cause fields equal to a
+// jobs (and retention running) at once leave the counts and groups by
+// cause fields and error prefixes equal to a
 // count of the dead jobs themselves (a filter with a time bound, which
 // no store answers from counts).
 func testDeadCountsConcurrent(x *h) {
@@ -286,7 +315,8 @@ func testDeadCountsConcurrent(x *h) {
 				for range 1 + r.IntN(5) {
 					ds = append(ds, store.DeadJob{Queue: dlqQueues[r.IntN(len(dlqQueues))], Kind: "k", Payload: []byte(`{}`), MaxRetries: -1,
 						DeadAt: now.Add(time.Duration(i) * time.Second), DeadReason: dlqReasons[r.IntN(len(dlqReasons))],
-						LastError: "boom", LastErrorClass: failure.Transient, Fingerprint: dlqFPs[r.IntN(len(dlqFPs))]})
+						LastError: fmt.Sprintf("%s %d", concurrentErrors[r.IntN(len(concurrentErrors))], i), LastErrorClass: failure.Transient,
+						Fingerprint: dlqFPs[r.IntN(len(dlqFPs))]})
 				}
 				jobs, err := x.s.AddDead(x.ctx, ds, now)
 				if err != nil {
@@ -305,6 +335,14 @@ func testDeadCountsConcurrent(x *h) {
 						return
 					}
 				}
+				if r.IntN(4) == 0 {
+					// Retention deleting nothing still tidies what a
+					// store keeps of the causes left with no job.
+					if _, err := x.s.DeleteFinished(x.ctx, store.Dead, at(-1000*time.Hour), 10); err != nil {
+						errs <- err
+						return
+					}
+				}
 			}
 		})
 	}
@@ -314,7 +352,9 @@ func testDeadCountsConcurrent(x *h) {
 		x.t.Fatalf("writer: %v", err)
 	}
 	dead := []store.State{store.Dead}
-	for _, f := range []store.Filter{{States: dead}, {States: dead, Queue: "dq1"}, {States: dead, Fingerprint: "fp2"}, {States: dead, Reason: "http_500", Queue: "dq0"}} {
+	for _, f := range []store.Filter{{States: dead}, {States: dead, Queue: "dq1"}, {States: dead, Fingerprint: "fp2"}, {States: dead, Reason: "http_500", Queue: "dq0"},
+		{States: dead, ErrorPrefix: "boom"}, {States: dead, ErrorPrefix: "boom!"}, {States: dead, ErrorPrefix: "b", Queue: "dq2"},
+		{States: dead, ErrorPrefix: "bang 1"}, {States: dead, ErrorPrefix: "boom 1"}} {
 		counted, err := x.s.Count(x.ctx, f)
 		if err != nil {
 			x.t.Fatal(err)
