@@ -196,9 +196,13 @@ func (e *env) stop() {
 
 // waitState polls the job until it reaches state (or fails the test after
 // a generous bound: this is a liveness guard, not a timing assertion).
+// Two minutes: 20 s was not enough at load 20 on two cores, where
+// TestEngineDelaysMatchExplain's twelve parallel subtests, each six
+// attempts of its job on a store of its own, found two jobs still
+// running their sixth attempt after it.
 func (e *env) waitState(id int64, state redrive.State) *redrive.Job {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		j, err := e.client.Get(context.Background(), id)
 		if err != nil {

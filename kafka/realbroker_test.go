@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrivehq/redrive"
+	"github.com/redrivehq/redrive/internal/stableport"
 	"github.com/redrivehq/redrive/internal/testwait"
 	"github.com/redrivehq/redrive/kafka"
 	"github.com/redrivehq/redrive/retry"
@@ -57,7 +57,13 @@ func newPrivateBroker(t *testing.T) *privateBroker {
 	if _, err := os.Stat(ctl); err != nil {
 		t.Fatalf("the kafka-local script (set $%s): %v", ctlEnv, err)
 	}
-	ports := freePorts(t, 2)
+	// Ports below the ephemeral range: between the kills, another
+	// process's connection could be given a port from net.Listen(":0")
+	// and the broker could not start on it again.
+	ports := []int{stableport.Pick(t), stableport.Pick(t)}
+	for ports[1] == ports[0] {
+		ports[1] = stableport.Pick(t)
+	}
 	b := &privateBroker{ctl: ctl, own: []string{
 		"KAFKA_LOCAL_STATE=" + t.TempDir(),
 		"KAFKA_LOCAL_PORT=" + strconv.Itoa(ports[0]),
@@ -159,25 +165,6 @@ func (b *privateBroker) crash(t *testing.T) {
 }
 
 func (b *privateBroker) cluster() *testCluster { return &testCluster{brokers: []string{b.addr}} }
-
-// freePorts returns n TCP ports free on loopback a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
 
 // outcomes records what the handler decided for each record.
 type outcomes struct {

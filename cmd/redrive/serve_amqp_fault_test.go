@@ -19,6 +19,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redrivehq/redrive/amqp"
+	"github.com/redrivehq/redrive/internal/stableport"
 )
 
 // rabbitNode is a RabbitMQ node of the test's own, on ports of its own, so
@@ -59,7 +60,13 @@ func newRabbitNode(t *testing.T) *rabbitNode {
 		gid, _ := strconv.Atoi(u.Gid)
 		filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { return os.Chown(p, uid, gid) })
 	}
-	port, dist := freePort(t), freePort(t)
+	// Ports below the ephemeral range: while the node is down between
+	// restarts, another process's connection could be given a port from
+	// net.Listen(":0"), and the node could not listen on it again.
+	port, dist := strconv.Itoa(stableport.Pick(t)), strconv.Itoa(stableport.Pick(t))
+	for dist == port {
+		dist = strconv.Itoa(stableport.Pick(t))
+	}
 	n := &rabbitNode{t: t, name: "redrive-test-" + port + "@localhost", port: port, dir: dir}
 	n.env = append(os.Environ(),
 		"RABBITMQ_NODENAME="+n.name,
