@@ -240,6 +240,9 @@ var subtests = []subtest{
 	{"WorkflowAdd", testWorkflowAdd},
 	{"WorkflowAddRace", testWorkflowAddRace},
 	{"WorkflowMemberKeys", testWorkflowMemberKeys},
+	{"WorkflowsEnqueueMany", testWorkflowsEnqueueMany},
+	{"WorkflowsEnqueueRefused", testWorkflowsEnqueueRefused},
+	{"WorkflowsEnqueueConcurrent", testWorkflowsEnqueueConcurrent},
 }
 
 // RunNamed runs the named subtests of the conformance suite only, as Run
