@@ -66,6 +66,22 @@ func DecodeWorkflow(raw []byte, now time.Time) (WorkflowRequest, error) {
 	return in, err
 }
 
+// DecodeWorkflows reads raw, workflows as POST /v1/workflows/batch
+// takes them ({"workflows": [...]}), as strictly as the API does, and
+// checks them as the API does (WorkflowsOf) at now; an error says the
+// field at fault, as DecodeWorkflow's. The CLI reads its files with it.
+func DecodeWorkflows(raw []byte, now time.Time) (WorkflowBatchRequest, error) {
+	var in WorkflowBatchRequest
+	err := (&api{}).decodeStrict(raw, &in)
+	if err == nil {
+		_, _, err = WorkflowsOf(&in, now)
+	}
+	if ae, ok := err.(*apiError); ok && ae.field != "" {
+		return in, fmt.Errorf("%w (field %s)", err, ae.field)
+	}
+	return in, err
+}
+
 // DecodeWorkflowAdd reads raw, the jobs POST /v1/workflows/{id}/jobs
 // takes, as strictly as the API does, and checks them as the API does
 // (WorkflowAddOf) at now; an error says the field at fault, as
