@@ -19,26 +19,39 @@ import (
 
 // The fan-out/fan-in benchmarks of issue 32. Each round runs, in one
 // worker (100 handlers on the dependencies' queue, defaults otherwise),
-// the same number of no-op jobs twice: as independent jobs, and as the
-// dependencies of workflows that each fan into one final job (in a queue
-// of its own), the two alternating in ABBA order over the rounds. It
-// reports:
+// the same number of no-op jobs in five phases, in ABBA order over the
+// rounds (in order in rounds 0 and 3 of every 4, reversed in 1 and 2):
 //
-//   - final-p50-ms, final-p99-ms: how long after the last of its
-//     dependencies' handlers returned a workflow's final job's handler
-//     started (the outcome's batching and commit, the release, the
-//     wake-up and the fetch), over every workflow of every round;
-//   - plain-jobs/s, workflow-jobs/s: the burn-down of the jobs, from the
-//     first start of a handler to the moment the store counts them all
-//     completed (the enqueue apart: plain-enqueue-ms and
-//     workflow-enqueue-ms, the mean time of a round's enqueue calls);
-//   - workflow/plain: the ratio of the two burn-downs (the issue's goal:
+//   - plain: independent jobs, enqueued 10 a call with the workers
+//     running (overlapped: the burn-down starts with the first job
+//     enqueued, so it measures the enqueue as much as the run);
+//   - workflow: the same jobs as the dependencies of workflows that
+//     each fan into one final job (in a queue of its own), overlapped,
+//     one EnqueueWorkflow a workflow;
+//   - batch: the same workflows, overlapped, 50 a call
+//     (EnqueueWorkflows);
+//   - held-plain, held-workflow: the burn-down of work waiting, the
+//     issue's goal: the dependencies' queue paused, every job enqueued
+//     (independent jobs 10 a call, workflows 50 a call), the queue
+//     resumed.
+//
+// It reports:
+//
+//   - final-p50-ms, final-p99-ms (the workflow phase), held-final-p99-ms
+//     (held-workflow): how long after the last of its dependencies'
+//     handlers returned a workflow's final job's handler started (the
+//     outcome's batching and commit, the release, the wake-up and the
+//     fetch), over every workflow of every round;
+//   - PHASE-jobs/s: each phase's burn-down, from the first start of a
+//     handler to the moment the store counts its jobs completed, and
+//     PHASE-enqueue-ms, its enqueue calls' time in a round (mean);
+//   - workflow/plain, batch/plain (overlapped) and held-workflow/plain:
+//     the ratios of the burn-downs (the issue's goal: held-workflow/plain
 //     at least 0.7).
 //
 // BenchmarkWorkflowFanIn is one workflow of 10,000 jobs fanning into one;
 // BenchmarkWorkflowsConcurrent is 1,000 workflows of 9 jobs fanning into
-// a tenth, enqueued one after another (the independent jobs likewise, 10
-// a call). Both run on SQLite, and on PostgreSQL when
+// a tenth. Both run on SQLite, and on PostgreSQL when
 // REDRIVE_POSTGRES_URL is set. See docs/BENCHMARKS.md for the figures.
 
 func BenchmarkWorkflowFanIn(b *testing.B) {
