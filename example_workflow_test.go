@@ -143,3 +143,45 @@ func ExampleClient_AddToWorkflow() {
 	// redrive: add to workflow 1: sqlite: add to workflow 1: invalid workflow: unknown dependencies: page-3 -> page-9
 	// true redrive: add to workflow 1: sqlite: add to workflow 1: workflow 1 is canceled (state canceled): it takes no more jobs
 }
+
+// Many workflows enqueued by one call, in one transaction: an order's
+// charge then its shipping, for three orders. Each workflow has its
+// own idempotency key: the call answers the third, whose key the first
+// holds, with the first (Existing set). A workflow the store refuses
+// refuses the call, the error naming it.
+func ExampleClient_EnqueueWorkflows() {
+	ctx := context.Background()
+	client, _, done := exampleClient(ctx) // a SQLite store in a temporary folder
+	defer done()
+
+	type Order struct{ ID int }
+	order := func(id int) *redrive.Workflow {
+		return redrive.NewWorkflow(fmt.Sprint("order ", id)).Key(fmt.Sprint("order-", id)).
+			Add("charge", redrive.Request{Kind: "charge", Payload: Order{id}}).
+			Add("ship", redrive.Request{Kind: "ship", Payload: Order{id}}, "charge")
+	}
+	ws, err := client.EnqueueWorkflows(ctx, []*redrive.Workflow{order(1042), order(1043), order(1042)})
+	if err != nil {
+		panic(err)
+	}
+	for _, w := range ws {
+		fmt.Printf("%s: %d jobs, existing %v, same as the first %v\n", w.Name, w.Total, w.Existing, w.ID == ws[0].ID)
+	}
+
+	bad := redrive.NewWorkflow("loop").
+		Add("a", redrive.Request{Kind: "charge"}, "b").
+		Add("b", redrive.Request{Kind: "ship"}, "a")
+	_, err = client.EnqueueWorkflows(ctx, []*redrive.Workflow{order(1044), bad})
+	var be *redrive.WorkflowBatchError
+	if errors.As(err, &be) && errors.Is(err, redrive.ErrInvalid) {
+		fmt.Println("refused because of workflow", be.Index, be.Name)
+	}
+	n, _ := client.Count(ctx, redrive.Filter{Kind: "charge"})
+	fmt.Println("charges enqueued:", n)
+	// Output:
+	// order 1042: 2 jobs, existing false, same as the first true
+	// order 1043: 2 jobs, existing false, same as the first false
+	// order 1042: 2 jobs, existing true, same as the first true
+	// refused because of workflow 1 loop
+	// charges enqueued: 2
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redrivehq/redrive/store"
 )
@@ -103,17 +104,82 @@ func (w *Workflow) OnDeath(r Request) *Workflow { w.cbs[2] = &r; return w }
 // workflow's own key (Workflow.Key) is looked up. A dependency naming
 // no job, or a cycle, is a *WorkflowError naming them.
 func (c *Client) EnqueueWorkflow(ctx context.Context, w *Workflow) (*WorkflowInfo, error) {
-	if err := noReturnExisting(w); err != nil {
+	now := c.now()
+	var valid validNames
+	nw, err := c.newWorkflow(w, now, &valid)
+	if err != nil {
 		return nil, fmt.Errorf("redrive: enqueue workflow: %w", err)
 	}
+	got, err := c.store.EnqueueWorkflow(ctx, nw, now)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: enqueue workflow: %w", err)
+	}
+	if !got.Existing {
+		c.wakeFor(dueJobs(&nw, nil))
+	}
+	return got, nil
+}
+
+// WorkflowBatchError is the error of an EnqueueWorkflows refused
+// because of one of its workflows: Index is its index, Name its name,
+// Err why (a *WorkflowError, a *WorkflowConflictError, an error
+// wrapping ErrInvalid). It matches what Err matches.
+type WorkflowBatchError = store.WorkflowBatchError
+
+// MaxWorkflowBatch bounds the workflows of one EnqueueWorkflows (their
+// jobs together are bounded as one workflow's).
+const MaxWorkflowBatch = store.MaxWorkflowBatch
+
+// EnqueueWorkflows enqueues ws as EnqueueWorkflow enqueues each, in one
+// transaction of the store: all of them or none, for a fraction of the
+// round trips of as many EnqueueWorkflow calls. It returns them in ws'
+// order. A workflow whose key is held is answered by the workflow
+// holding it (Existing set), as EnqueueWorkflow answers it, and so is a
+// workflow whose key an earlier workflow of ws takes: by that one. A
+// workflow refused (its check, a request of it, a key one of its jobs
+// finds held, a job's key taken by a job of another workflow of ws)
+// refuses them all with a *WorkflowBatchError naming it.
+func (c *Client) EnqueueWorkflows(ctx context.Context, ws []*Workflow) ([]*WorkflowInfo, error) {
 	now := c.now()
+	var valid validNames
+	nws := make([]store.NewWorkflow, len(ws))
+	for i, w := range ws {
+		if w == nil {
+			return nil, fmt.Errorf("redrive: enqueue workflows: %w", &WorkflowBatchError{Index: i, Err: fmt.Errorf("%w: nil workflow", ErrInvalid)})
+		}
+		nw, err := c.newWorkflow(w, now, &valid)
+		if err != nil {
+			return nil, fmt.Errorf("redrive: enqueue workflows: %w", &WorkflowBatchError{Index: i, Name: w.w.Name, Err: err})
+		}
+		nws[i] = nw
+	}
+	got, err := c.store.EnqueueWorkflows(ctx, nws, now)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: enqueue workflows: %w", err)
+	}
+	var jobs []*Job
+	for i := range nws {
+		if !got[i].Existing {
+			jobs = dueJobs(&nws[i], jobs)
+		}
+	}
+	// Wake this process's workers for the jobs due without waiting.
+	c.wakeFor(jobs)
+	return got, nil
+}
+
+// newWorkflow checks w's requests as Enqueue checks one and returns the
+// workflow to store.
+func (c *Client) newWorkflow(w *Workflow, now time.Time, valid *validNames) (store.NewWorkflow, error) {
+	if err := noReturnExisting(w); err != nil {
+		return store.NewWorkflow{}, err
+	}
 	nw := w.w
 	nw.Jobs = make([]store.WorkflowNode, len(w.w.Jobs))
-	var valid validNames
 	for i := range w.reqs {
-		nj, err := c.newJob(&w.reqs[i], now, &valid)
+		nj, err := c.newJob(&w.reqs[i], now, valid)
 		if err != nil {
-			return nil, fmt.Errorf("redrive: enqueue workflow: job %q: %w", w.w.Jobs[i].Name, err)
+			return store.NewWorkflow{}, fmt.Errorf("job %q: %w", w.w.Jobs[i].Name, err)
 		}
 		nw.Jobs[i] = store.WorkflowNode{Name: w.w.Jobs[i].Name, Job: nj, After: w.w.Jobs[i].After}
 	}
@@ -121,27 +187,24 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, w *Workflow) (*WorkflowInf
 		if w.cbs[i] == nil {
 			continue
 		}
-		nj, err := c.newJob(w.cbs[i], now, &valid)
+		nj, err := c.newJob(w.cbs[i], now, valid)
 		if err != nil {
-			return nil, fmt.Errorf("redrive: enqueue workflow: callback: %w", err)
+			return store.NewWorkflow{}, fmt.Errorf("callback: %w", err)
 		}
 		*dst = &nj
 	}
-	got, err := c.store.EnqueueWorkflow(ctx, nw, now)
-	if err != nil {
-		return nil, fmt.Errorf("redrive: enqueue workflow: %w", err)
-	}
-	if !got.Existing {
-		// Wake this process's workers for the jobs due without waiting.
-		var jobs []*Job
-		for i := range nw.Jobs {
-			if nj := &nw.Jobs[i].Job; len(nw.Jobs[i].After) == 0 {
-				jobs = append(jobs, &Job{Queue: nj.Queue, RunAt: nj.RunAt})
-			}
+	return nw, nil
+}
+
+// dueJobs appends to jobs the jobs of nw due without waiting (those
+// without dependencies), for wakeFor.
+func dueJobs(nw *store.NewWorkflow, jobs []*Job) []*Job {
+	for i := range nw.Jobs {
+		if nj := &nw.Jobs[i].Job; len(nw.Jobs[i].After) == 0 {
+			jobs = append(jobs, &Job{Queue: nj.Queue, RunAt: nj.RunAt})
 		}
-		c.wakeFor(jobs)
 	}
-	return got, nil
+	return jobs
 }
 
 // WorkflowConflictError is the error (wrapping ErrConflict) of an

@@ -19,26 +19,39 @@ import (
 
 // The fan-out/fan-in benchmarks of issue 32. Each round runs, in one
 // worker (100 handlers on the dependencies' queue, defaults otherwise),
-// the same number of no-op jobs twice: as independent jobs, and as the
-// dependencies of workflows that each fan into one final job (in a queue
-// of its own), the two alternating in ABBA order over the rounds. It
-// reports:
+// the same number of no-op jobs in five phases, in ABBA order over the
+// rounds (in order in rounds 0 and 3 of every 4, reversed in 1 and 2):
 //
-//   - final-p50-ms, final-p99-ms: how long after the last of its
-//     dependencies' handlers returned a workflow's final job's handler
-//     started (the outcome's batching and commit, the release, the
-//     wake-up and the fetch), over every workflow of every round;
-//   - plain-jobs/s, workflow-jobs/s: the burn-down of the jobs, from the
-//     first start of a handler to the moment the store counts them all
-//     completed (the enqueue apart: plain-enqueue-ms and
-//     workflow-enqueue-ms, the mean time of a round's enqueue calls);
-//   - workflow/plain: the ratio of the two burn-downs (the issue's goal:
+//   - plain: independent jobs, enqueued 10 a call with the workers
+//     running (overlapped: the burn-down starts with the first job
+//     enqueued, so it measures the enqueue as much as the run);
+//   - workflow: the same jobs as the dependencies of workflows that
+//     each fan into one final job (in a queue of its own), overlapped,
+//     one EnqueueWorkflow a workflow;
+//   - batch: the same workflows, overlapped, 50 a call
+//     (EnqueueWorkflows);
+//   - held-plain, held-workflow: the burn-down of work waiting, the
+//     issue's goal: the dependencies' queue paused, every job enqueued
+//     (independent jobs 10 a call, workflows 50 a call), the queue
+//     resumed.
+//
+// It reports:
+//
+//   - final-p50-ms, final-p99-ms (the workflow phase), held-final-p99-ms
+//     (held-workflow): how long after the last of its dependencies'
+//     handlers returned a workflow's final job's handler started (the
+//     outcome's batching and commit, the release, the wake-up and the
+//     fetch), over every workflow of every round;
+//   - PHASE-jobs/s: each phase's burn-down, from the first start of a
+//     handler to the moment the store counts its jobs completed, and
+//     PHASE-enqueue-ms, its enqueue calls' time in a round (mean);
+//   - workflow/plain, batch/plain (overlapped) and held-workflow/plain:
+//     the ratios of the burn-downs (the issue's goal: held-workflow/plain
 //     at least 0.7).
 //
 // BenchmarkWorkflowFanIn is one workflow of 10,000 jobs fanning into one;
 // BenchmarkWorkflowsConcurrent is 1,000 workflows of 9 jobs fanning into
-// a tenth, enqueued one after another (the independent jobs likewise, 10
-// a call). Both run on SQLite, and on PostgreSQL when
+// a tenth. Both run on SQLite, and on PostgreSQL when
 // REDRIVE_POSTGRES_URL is set. See docs/BENCHMARKS.md for the figures.
 
 func BenchmarkWorkflowFanIn(b *testing.B) {
@@ -160,83 +173,124 @@ func benchWorkflows(b *testing.B, st store.Store, flows, width int) {
 		}
 	}
 	done := int64(0)
-	var plainEnq, flowEnq time.Duration
-	// burnDown returns how long the phase that enqueued from start took
-	// from the first start of a handler to the store's count of every
-	// job completed, and adds the enqueue's duration to enq.
-	burnDown := func(start, enqueued time.Time, enq *time.Duration) time.Duration {
-		*enq += enqueued.Sub(start)
+	// A phase enqueues its jobs, with the workers running (overlapped:
+	// the burn-down starts with the first job enqueued, and measures the
+	// enqueue as much as the run) or held back (the dependencies' queue
+	// paused during the enqueue, resumed once every job is in: the
+	// burn-down of work waiting, which the issue's goal names), and
+	// times the burn-down from the first start of a handler to the
+	// store's count of every job completed.
+	type phase struct {
+		name      string
+		workflows bool
+		batch     int // workflows a call (0: one EnqueueWorkflow each)
+		held      bool
+		took, enq time.Duration
+		latencies []time.Duration
+	}
+	phases := []*phase{
+		{name: "plain"},
+		{name: "workflow", workflows: true},
+		{name: "batch", workflows: true, batch: 50},
+		{name: "held-plain", held: true},
+		{name: "held-workflow", workflows: true, batch: 50, held: true},
+	}
+	run := func(p *phase) {
+		if p.held {
+			if _, err := c.PauseQueue(ctx, "deps"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var r *wfBenchRound
+		firstStart.Store(0)
+		var start time.Time
+		if !p.workflows {
+			reqs := make([]redrive.Request, width)
+			for i := range reqs {
+				reqs[i] = redrive.Request{Kind: "dep", Queue: "deps", Payload: wfBenchStep{Flow: -1}}
+			}
+			start = time.Now()
+			for range flows {
+				if _, err := c.EnqueueMany(ctx, reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		} else {
+			r = &wfBenchRound{lastDep: make([]atomic.Int64, flows), final: make([]atomic.Int64, flows)}
+			r.finals.Add(flows)
+			round.Store(r)
+			wfs := make([]*redrive.Workflow, flows)
+			for f := range wfs {
+				wf := redrive.NewWorkflow("bench")
+				after := make([]string, width)
+				for i := range width {
+					after[i] = fmt.Sprint("d", i)
+					wf.Add(after[i], redrive.Request{Kind: "dep", Queue: "deps", Payload: wfBenchStep{Flow: f}})
+				}
+				wfs[f] = wf.Add("final", redrive.Request{Kind: "final", Queue: "final", Payload: wfBenchStep{Flow: f}}, after...)
+			}
+			start = time.Now()
+			if p.batch == 0 {
+				for _, wf := range wfs {
+					if _, err := c.EnqueueWorkflow(ctx, wf); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				for k := 0; k < len(wfs); k += p.batch {
+					if _, err := c.EnqueueWorkflows(ctx, wfs[k:min(k+p.batch, len(wfs))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		p.enq += time.Since(start)
+		done += n
+		if p.held {
+			if firstStart.Load() != 0 {
+				b.Fatalf("%s: a handler started while the queue was paused", p.name)
+			}
+			if _, err := c.ResumeQueue(ctx, "deps"); err != nil {
+				b.Fatal(err)
+			}
+		}
 		end := completedBy(done)
-		return end.Sub(time.Unix(0, firstStart.Load()))
-	}
-	plain := func() time.Duration {
-		firstStart.Store(0)
-		reqs := make([]redrive.Request, width)
-		for i := range reqs {
-			reqs[i] = redrive.Request{Kind: "dep", Queue: "deps", Payload: wfBenchStep{Flow: -1}}
-		}
-		start := time.Now()
-		for range flows {
-			if _, err := c.EnqueueMany(ctx, reqs); err != nil {
-				b.Fatal(err)
+		p.took += end.Sub(time.Unix(0, firstStart.Load()))
+		if r != nil {
+			r.finals.Wait()
+			for f := range flows {
+				p.latencies = append(p.latencies, time.Duration(r.final[f].Load()-r.lastDep[f].Load()))
 			}
 		}
-		done += n
-		return burnDown(start, time.Now(), &plainEnq)
-	}
-	var latencies []time.Duration
-	workflow := func() time.Duration {
-		r := &wfBenchRound{lastDep: make([]atomic.Int64, flows), final: make([]atomic.Int64, flows)}
-		r.finals.Add(flows)
-		round.Store(r)
-		firstStart.Store(0)
-		wfs := make([]*redrive.Workflow, flows)
-		for f := range wfs {
-			wf := redrive.NewWorkflow("bench")
-			after := make([]string, width)
-			for i := range width {
-				after[i] = fmt.Sprint("d", i)
-				wf.Add(after[i], redrive.Request{Kind: "dep", Queue: "deps", Payload: wfBenchStep{Flow: f}})
-			}
-			wfs[f] = wf.Add("final", redrive.Request{Kind: "final", Queue: "final", Payload: wfBenchStep{Flow: f}}, after...)
-		}
-		start := time.Now()
-		for _, wf := range wfs {
-			if _, err := c.EnqueueWorkflow(ctx, wf); err != nil {
-				b.Fatal(err)
-			}
-		}
-		done += n
-		took := burnDown(start, time.Now(), &flowEnq)
-		r.finals.Wait()
-		for f := range flows {
-			latencies = append(latencies, time.Duration(r.final[f].Load()-r.lastDep[f].Load()))
-		}
-		return took
 	}
 
-	var plainTook, flowTook time.Duration
 	b.ResetTimer()
 	for i := range b.N {
-		// ABBA: plain first in rounds 0 and 3 of every 4.
-		if i%4 == 0 || i%4 == 3 {
-			plainTook += plain()
-			flowTook += workflow()
-		} else {
-			flowTook += workflow()
-			plainTook += plain()
+		// ABBA: the phases in order in rounds 0 and 3 of every 4,
+		// reversed in rounds 1 and 2.
+		for k := range phases {
+			if i%4 == 1 || i%4 == 2 {
+				k = len(phases) - 1 - k
+			}
+			run(phases[k])
 		}
 	}
 	b.StopTimer()
-	slices.Sort(latencies)
-	pct := func(p float64) float64 {
-		return float64(latencies[int(p*float64(len(latencies)-1))]) / float64(time.Millisecond)
+	pct := func(l []time.Duration, p float64) float64 {
+		slices.Sort(l)
+		return float64(l[int(p*float64(len(l)-1))]) / float64(time.Millisecond)
 	}
-	b.ReportMetric(pct(0.5), "final-p50-ms")
-	b.ReportMetric(pct(0.99), "final-p99-ms")
-	b.ReportMetric(float64(n)*float64(b.N)/plainTook.Seconds(), "plain-jobs/s")
-	b.ReportMetric(float64(n)*float64(b.N)/flowTook.Seconds(), "workflow-jobs/s")
-	b.ReportMetric(plainTook.Seconds()/flowTook.Seconds(), "workflow/plain")
-	b.ReportMetric(plainEnq.Seconds()*1000/float64(b.N), "plain-enqueue-ms")
-	b.ReportMetric(flowEnq.Seconds()*1000/float64(b.N), "workflow-enqueue-ms")
+	by := map[string]*phase{}
+	for _, p := range phases {
+		by[p.name] = p
+		b.ReportMetric(float64(n)*float64(b.N)/p.took.Seconds(), p.name+"-jobs/s")
+		b.ReportMetric(p.enq.Seconds()*1000/float64(b.N), p.name+"-enqueue-ms")
+	}
+	wf, held := by["workflow"], by["held-workflow"]
+	b.ReportMetric(pct(wf.latencies, 0.5), "final-p50-ms")
+	b.ReportMetric(pct(wf.latencies, 0.99), "final-p99-ms")
+	b.ReportMetric(pct(held.latencies, 0.99), "held-final-p99-ms")
+	b.ReportMetric(by["plain"].took.Seconds()/wf.took.Seconds(), "workflow/plain")
+	b.ReportMetric(by["plain"].took.Seconds()/by["batch"].took.Seconds(), "batch/plain")
+	b.ReportMetric(by["held-plain"].took.Seconds()/held.took.Seconds(), "held-workflow/plain")
 }

@@ -51,6 +51,20 @@ type WorkflowAddRequest struct {
 	Jobs []WorkflowJobRequest `json:"jobs"`
 }
 
+// WorkflowBatchRequest is the body of POST /v1/workflows/batch: many
+// workflows enqueued atomically, each as POST /v1/workflows takes one.
+type WorkflowBatchRequest struct {
+	Workflows []WorkflowRequest `json:"workflows"`
+}
+
+// WorkflowBatch is the answer to POST /v1/workflows/batch: the
+// workflows in the request's order, each with its jobs, or, for one
+// whose idempotency key was held (or taken by an earlier workflow of the
+// request), the workflow holding it, existing true.
+type WorkflowBatch struct {
+	Workflows []*redrive.WorkflowInfo `json:"workflows"`
+}
+
 // WorkflowList is the answer to GET /v1/workflows.
 type WorkflowList struct {
 	// Workflows are the page's workflows, newest first, without their
@@ -81,6 +95,22 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, in WorkflowRequest) (*redr
 		return nil, err
 	}
 	return &w, nil
+}
+
+// EnqueueWorkflows enqueues many workflows atomically, all or none
+// (POST /v1/workflows/batch), and returns them in in's order, each as
+// EnqueueWorkflow returns one. A workflow refused refuses the request:
+// an *Error 400 or 409 whose field names it (workflows[i]. and its own
+// field).
+func (c *Client) EnqueueWorkflows(ctx context.Context, in WorkflowBatchRequest) ([]*redrive.WorkflowInfo, error) {
+	var out WorkflowBatch
+	if err := c.post(ctx, "/v1/workflows/batch", in, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Workflows) != len(in.Workflows) {
+		return nil, fmt.Errorf("server: POST /v1/workflows/batch answered %d workflows for %d", len(out.Workflows), len(in.Workflows))
+	}
+	return out.Workflows, nil
 }
 
 // Workflow returns workflow id with its jobs' states and its counts

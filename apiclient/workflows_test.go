@@ -66,3 +66,30 @@ func TestWorkflows(t *testing.T) {
 	_, err = e.c.CancelWorkflow(ctx, 99)
 	wantAPIError(t, err, http.StatusNotFound, "not_found", "id")
 }
+
+// TestEnqueueWorkflows: workflows enqueued by one request through the
+// client, in order, a key taken earlier in the request answered by its
+// holder; a refused workflow is an *Error naming it, nothing stored.
+func TestEnqueueWorkflows(t *testing.T) {
+	e := newEnv(t, "tok")
+	ctx := t.Context()
+	job := func(name string, after ...string) apiclient.WorkflowJobRequest {
+		return apiclient.WorkflowJobRequest{Name: name, After: after, EnqueueRequest: apiclient.EnqueueRequest{Kind: "k"}}
+	}
+	pair := apiclient.WorkflowRequest{Name: "pair", IdempotencyKey: "p", Jobs: []apiclient.WorkflowJobRequest{job("a"), job("b", "a")}}
+	solo := apiclient.WorkflowRequest{Name: "solo", Jobs: []apiclient.WorkflowJobRequest{job("a")}}
+	ws, err := e.c.EnqueueWorkflows(ctx, apiclient.WorkflowBatchRequest{Workflows: []apiclient.WorkflowRequest{pair, solo, pair}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 3 || ws[0].Name != "pair" || ws[0].Existing || ws[0].Counts[store.Blocked] != 1 || ws[1].Name != "solo" ||
+		ws[2].ID != ws[0].ID || !ws[2].Existing {
+		t.Fatalf("enqueued: %+v", ws)
+	}
+	loop := apiclient.WorkflowRequest{Jobs: []apiclient.WorkflowJobRequest{job("a", "b"), job("b", "a")}}
+	_, err = e.c.EnqueueWorkflows(ctx, apiclient.WorkflowBatchRequest{Workflows: []apiclient.WorkflowRequest{solo, loop}})
+	wantAPIError(t, err, http.StatusBadRequest, "invalid", "workflows[1].jobs")
+	if n, err := e.rc.Count(ctx, redrive.Filter{}); err != nil || n != 3 {
+		t.Errorf("%d jobs stored (%v), want 3", n, err)
+	}
+}

@@ -29,6 +29,7 @@ var notAudited = map[string]bool{
 	"POST /v1/jobs":                true,
 	"POST /v1/jobs/batch":          true,
 	"POST /v1/workflows":           true,
+	"POST /v1/workflows/batch":     true,
 	"POST /v1/workflows/{id}/jobs": true,
 	// The worker protocol: the jobs' histories are the record.
 	"POST /v1/worker/lease":             true,

@@ -229,6 +229,7 @@ var routeRoles = map[string]Role{
 	"GET /v1/audit":                     RoleRead,
 
 	"POST /v1/workflows":             RoleOperate,
+	"POST /v1/workflows/batch":       RoleOperate,
 	"GET /v1/workflows":              RoleRead,
 	"GET /v1/workflows/{id}":         RoleRead,
 	"POST /v1/workflows/{id}/cancel": RoleOperate,

@@ -278,6 +278,7 @@ var routes = []string{
 
 	// Workflows (workflows.go).
 	"POST /v1/workflows",
+	"POST /v1/workflows/batch",
 	"GET /v1/workflows",
 	"GET /v1/workflows/{id}",
 	"POST /v1/workflows/{id}/cancel",
@@ -392,6 +393,7 @@ func New(opts Options) *Server {
 	handlers["GET /v1/audit"] = a.listAudit
 	// Workflows (workflows.go).
 	handlers["POST /v1/workflows"] = a.enqueueWorkflow
+	handlers["POST /v1/workflows/batch"] = a.enqueueWorkflows
 	handlers["GET /v1/workflows"] = a.listWorkflows
 	handlers["GET /v1/workflows/{id}"] = a.getWorkflow
 	handlers["POST /v1/workflows/{id}/cancel"] = a.cancelWorkflow

@@ -25,6 +25,19 @@ type WorkflowJobRequest = apiclient.WorkflowJobRequest
 // It is the type of package apiclient, the API's Go client.
 type WorkflowAddRequest = apiclient.WorkflowAddRequest
 
+// WorkflowBatchRequest is the body of POST /v1/workflows/batch.
+// It is the type of package apiclient, the API's Go client.
+type WorkflowBatchRequest = apiclient.WorkflowBatchRequest
+
+// WorkflowBatch is the answer to POST /v1/workflows/batch.
+// It is the type of package apiclient, the API's Go client.
+type WorkflowBatch = apiclient.WorkflowBatch
+
+// MaxWorkflowBatch bounds the workflows of one POST
+// /v1/workflows/batch; their jobs together are bounded by
+// MaxWorkflowJobs, as one workflow's, and the body by Options.MaxBody.
+const MaxWorkflowBatch = 1000
+
 // WorkflowList is the body of GET /v1/workflows.
 // It is the type of package apiclient, the API's Go client.
 type WorkflowList = apiclient.WorkflowList
@@ -46,6 +59,22 @@ func DecodeWorkflow(raw []byte, now time.Time) (WorkflowRequest, error) {
 	err := (&api{}).decodeStrict(raw, &in)
 	if err == nil {
 		_, _, err = WorkflowOf(&in, now)
+	}
+	if ae, ok := err.(*apiError); ok && ae.field != "" {
+		return in, fmt.Errorf("%w (field %s)", err, ae.field)
+	}
+	return in, err
+}
+
+// DecodeWorkflows reads raw, workflows as POST /v1/workflows/batch
+// takes them ({"workflows": [...]}), as strictly as the API does, and
+// checks them as the API does (WorkflowsOf) at now; an error says the
+// field at fault, as DecodeWorkflow's. The CLI reads its files with it.
+func DecodeWorkflows(raw []byte, now time.Time) (WorkflowBatchRequest, error) {
+	var in WorkflowBatchRequest
+	err := (&api{}).decodeStrict(raw, &in)
+	if err == nil {
+		_, _, err = WorkflowsOf(&in, now)
 	}
 	if ae, ok := err.(*apiError); ok && ae.field != "" {
 		return in, fmt.Errorf("%w (field %s)", err, ae.field)
@@ -316,6 +345,106 @@ func (a *api) enqueueWorkflow(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Location", "/v1/workflows/"+strconv.FormatInt(got.ID, 10))
 	}
 	writeJSON(w, status, got)
+	return nil
+}
+
+// WorkflowsOf checks a POST /v1/workflows/batch as the API does: each
+// workflow as WorkflowOf checks one (its error's field prefixed with
+// workflows[i].), at least one workflow, at most MaxWorkflowBatch, and
+// at most MaxWorkflowJobs jobs together. It returns the workflows and,
+// for each, its requests.
+func WorkflowsOf(in *WorkflowBatchRequest, now time.Time) ([]*redrive.Workflow, [][]redrive.Request, error) {
+	switch n := len(in.Workflows); {
+	case n == 0:
+		return nil, nil, badRequest("workflows", "workflows must hold at least one workflow")
+	case n > MaxWorkflowBatch:
+		return nil, nil, badRequest("workflows", "workflows holds %d workflows, the limit of one request is %d", n, MaxWorkflowBatch)
+	}
+	jobs := 0
+	for i := range in.Workflows {
+		if jobs += len(in.Workflows[i].Jobs); jobs > MaxWorkflowJobs {
+			return nil, nil, badRequest(fmt.Sprintf("workflows[%d].jobs", i), "the workflows hold more than %d jobs together, the limit of one request", MaxWorkflowJobs)
+		}
+	}
+	ws := make([]*redrive.Workflow, len(in.Workflows))
+	reqs := make([][]redrive.Request, len(in.Workflows))
+	for i := range in.Workflows {
+		w, r, err := WorkflowOf(&in.Workflows[i], now)
+		if err != nil {
+			return nil, nil, inWorkflow(err, i)
+		}
+		ws[i], reqs[i] = w, r
+	}
+	return ws, reqs, nil
+}
+
+// inWorkflow qualifies err, an *apiError about workflow i of a batch,
+// with the workflow: its field under workflows[i]., its message
+// prefixed. Another error is returned as it is.
+func inWorkflow(err error, i int) error {
+	ae, ok := err.(*apiError)
+	if !ok {
+		return err
+	}
+	e := *ae
+	e.field = fmt.Sprintf("workflows[%d]", i)
+	if ae.field != "" {
+		e.field += "." + ae.field
+	}
+	e.msg = fmt.Sprintf("workflow %d: %s", i, ae.msg)
+	return &e
+}
+
+// enqueueWorkflows answers POST /v1/workflows/batch: 201 with the
+// workflows, in the request's order, each created or, its key held, the
+// one holding it (existing true).
+func (a *api) enqueueWorkflows(w http.ResponseWriter, r *http.Request) error {
+	if _, err := newQuery(r); err != nil {
+		return err
+	}
+	if r.Header.Get("Idempotency-Key") != "" {
+		return badRequest("Idempotency-Key", "a batch takes no Idempotency-Key header: give each workflow its idempotency_key")
+	}
+	var in WorkflowBatchRequest
+	if err := a.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	ws, reqs, err := WorkflowsOf(&in, time.Now())
+	if err != nil {
+		return err
+	}
+	// As POST /v1/workflows: a kind the live workers of its queue do not
+	// run is refused, before anything is stored.
+	var all []redrive.Request
+	var fields []string
+	for i := range reqs {
+		all = append(all, reqs[i]...)
+		for k := range reqs[i] {
+			fields = append(fields, fmt.Sprintf("workflows[%d].%skind", i, memberField(&in.Workflows[i], k)))
+		}
+	}
+	if err := a.checkMemberKinds(r, all, func(i int) string { return fields[i] }); err != nil {
+		return err
+	}
+	got, err := a.client.EnqueueWorkflows(r.Context(), ws)
+	if err != nil {
+		be, ok := errors.AsType[*redrive.WorkflowBatchError](err)
+		if !ok {
+			return err
+		}
+		if ke := keyConflict(err, in.Workflows[be.Index].Jobs); ke != nil {
+			return inWorkflow(ke, be.Index)
+		}
+		if errors.Is(err, redrive.ErrInvalid) {
+			// A payload a kind's validator refused, too large, or a job's
+			// key another workflow of the request takes: the message
+			// names the job.
+			return &apiError{status: http.StatusBadRequest, code: "invalid", field: fmt.Sprintf("workflows[%d].jobs", be.Index),
+				msg: strings.TrimPrefix(err.Error(), "redrive: ")}
+		}
+		return err
+	}
+	writeJSON(w, http.StatusCreated, WorkflowBatch{Workflows: got})
 	return nil
 }
 

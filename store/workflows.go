@@ -215,6 +215,15 @@ type Workflows interface {
 	// workflow with its jobs.
 	EnqueueWorkflow(ctx context.Context, w NewWorkflow, now time.Time) (*Workflow, error)
 
+	// EnqueueWorkflows enqueues ws (CheckWorkflows) as EnqueueWorkflow
+	// enqueues each, in one transaction: all of them or none. It returns
+	// them in ws' order. A workflow whose key is held is answered by
+	// the workflow holding it (Existing set), and so is one whose key an
+	// earlier workflow of ws takes: by that one. Any error refusing one
+	// workflow (its check, a key one of its jobs finds held) refuses
+	// them all, as a *WorkflowBatchError naming it.
+	EnqueueWorkflows(ctx context.Context, ws []NewWorkflow, now time.Time) ([]*Workflow, error)
+
 	// GetWorkflow returns a workflow with its jobs, or ErrNotFound.
 	GetWorkflow(ctx context.Context, id int64) (*Workflow, error)
 
@@ -579,6 +588,79 @@ var WorkflowStates = []WorkflowState{WorkflowActive, WorkflowSucceeded, Workflow
 // the workflows grouped by WorkflowStateFrom's three tests.
 const CountWorkflowsSQL = `SELECT canceled_at IS NOT NULL, completed = total, completed + dead + canceled = total, count(*)
 	FROM workflows GROUP BY 1, 2, 3`
+
+// MaxWorkflowBatch bounds the workflows of one EnqueueWorkflows; their
+// jobs together are bounded by MaxWorkflowJobs, as one workflow's.
+const MaxWorkflowBatch = 10_000
+
+// WorkflowBatchError is the error of an EnqueueWorkflows refused
+// because of one of its workflows: Index is its index in the call, Name
+// its name, Err why (a *WorkflowError, a *WorkflowConflictError, an
+// error wrapping ErrInvalid). Nothing was enqueued.
+type WorkflowBatchError struct {
+	Index int
+	Name  string
+	Err   error
+}
+
+func (e *WorkflowBatchError) Error() string {
+	return fmt.Sprintf("workflow %d (%q): %v", e.Index, e.Name, e.Err)
+}
+
+// Unwrap returns Err: a WorkflowBatchError matches what Err matches.
+func (e *WorkflowBatchError) Unwrap() error { return e.Err }
+
+// CheckWorkflows checks the workflows of an EnqueueWorkflows, each as
+// CheckWorkflow does (filling its defaults in ws), and the call as a
+// whole: at least one workflow, at most MaxWorkflowBatch, at most
+// MaxWorkflowJobs jobs together, and no idempotency key of a job taken
+// by a job of another workflow of the call. It returns each workflow's
+// insertion order (CheckWorkflow's), and for each the index of the
+// earlier workflow of ws with the same idempotency key (-1: none), which
+// answers it. An error about one workflow is a *WorkflowBatchError.
+func CheckWorkflows(ws []NewWorkflow) (orders [][]int, firstOf []int, err error) {
+	if len(ws) == 0 {
+		return nil, nil, fmt.Errorf("%w: no workflows", ErrInvalid)
+	}
+	if len(ws) > MaxWorkflowBatch {
+		return nil, nil, fmt.Errorf("%w: %d workflows (at most %d a call)", ErrInvalid, len(ws), MaxWorkflowBatch)
+	}
+	orders, firstOf = make([][]int, len(ws)), make([]int, len(ws))
+	total := 0
+	byKey := map[string]int{}
+	type holder struct{ flow, job int }
+	jobKeys := map[string]holder{}
+	for i := range ws {
+		w := &ws[i]
+		if orders[i], err = CheckWorkflow(w); err != nil {
+			return nil, nil, &WorkflowBatchError{Index: i, Name: w.Name, Err: err}
+		}
+		if total += len(w.Jobs); total > MaxWorkflowJobs {
+			return nil, nil, fmt.Errorf("%w: the workflows hold %d jobs or more together (at most %d a call)", ErrInvalid, total, MaxWorkflowJobs)
+		}
+		firstOf[i] = -1
+		if k := w.IdempotencyKey; k != "" {
+			if f, ok := byKey[k]; ok {
+				// Answered by workflow f: its jobs are never inserted.
+				firstOf[i] = f
+				continue
+			}
+			byKey[k] = i
+		}
+		for j := range w.Jobs {
+			k := w.Jobs[j].Job.IdempotencyKey
+			if k == "" {
+				continue
+			}
+			if h, ok := jobKeys[k]; ok && h.flow != i {
+				return nil, nil, &WorkflowBatchError{Index: i, Name: w.Name, Err: &WorkflowError{
+					Problem: fmt.Sprintf("job %q has the idempotency key %q of job %q of workflow %d of the call", w.Jobs[j].Name, k, ws[h.flow].Jobs[h.job].Name, h.flow)}}
+			}
+			jobKeys[k] = holder{i, j}
+		}
+	}
+	return orders, firstOf, nil
+}
 
 // IsWorkflowError reports whether err is a *WorkflowError, and returns it.
 func IsWorkflowError(err error) (*WorkflowError, bool) {

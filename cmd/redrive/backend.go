@@ -267,6 +267,9 @@ type backend interface {
 	Workflow(ctx context.Context, id int64) (*redrive.WorkflowInfo, error)
 	CancelWorkflow(ctx context.Context, id int64) (*redrive.WorkflowInfo, error)
 	EnqueueWorkflow(ctx context.Context, in apiclient.WorkflowRequest) (*redrive.WorkflowInfo, error)
+	// EnqueueWorkflows enqueues many at once, read by
+	// server.DecodeWorkflows.
+	EnqueueWorkflows(ctx context.Context, in apiclient.WorkflowBatchRequest) ([]*redrive.WorkflowInfo, error)
 	// AddToWorkflow adds jobs, read by server.DecodeWorkflowAdd, to an
 	// open workflow.
 	AddToWorkflow(ctx context.Context, id int64, in apiclient.WorkflowAddRequest) (*redrive.WorkflowInfo, error)

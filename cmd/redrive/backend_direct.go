@@ -566,6 +566,24 @@ func (d *directBackend) EnqueueWorkflow(ctx context.Context, in apiclient.Workfl
 	return d.c.EnqueueWorkflow(ctx, w)
 }
 
+// EnqueueWorkflows enqueues workflows checked as POST
+// /v1/workflows/batch checks them, a kind the live workers of its queue
+// do not run refused.
+func (d *directBackend) EnqueueWorkflows(ctx context.Context, in apiclient.WorkflowBatchRequest) ([]*redrive.WorkflowInfo, error) {
+	ws, reqs, err := server.WorkflowsOf(&in, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	var all []redrive.Request
+	for _, r := range reqs {
+		all = append(all, r...)
+	}
+	if _, err := d.c.CheckKinds(ctx, all); err != nil {
+		return nil, err
+	}
+	return d.c.EnqueueWorkflows(ctx, ws)
+}
+
 // AddToWorkflow adds jobs checked as POST /v1/workflows/{id}/jobs checks
 // them, a kind the live workers of its queue do not run refused.
 func (d *directBackend) AddToWorkflow(ctx context.Context, id int64, in apiclient.WorkflowAddRequest) (*redrive.WorkflowInfo, error) {

@@ -380,6 +380,10 @@ func (r *remoteBackend) EnqueueWorkflow(ctx context.Context, in apiclient.Workfl
 	return r.api.EnqueueWorkflow(ctx, in)
 }
 
+func (r *remoteBackend) EnqueueWorkflows(ctx context.Context, in apiclient.WorkflowBatchRequest) ([]*redrive.WorkflowInfo, error) {
+	return r.api.EnqueueWorkflows(ctx, in)
+}
+
 func (r *remoteBackend) AddToWorkflow(ctx context.Context, id int64, in apiclient.WorkflowAddRequest) (*redrive.WorkflowInfo, error) {
 	return r.api.AddToWorkflow(ctx, id, in)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -187,12 +188,21 @@ the workflow's makes the whole enqueue happen once. The file is read as
 strictly as the API reads a body (no unknown or duplicate key); a cycle, a
 name in "after" that names no job, a name used twice are refused, naming
 them, and nothing is enqueued.
+
+A file holding {"workflows": [WORKFLOW, ...]} enqueues them all at once, as
+POST /v1/workflows/batch takes them (up to 1000, 10,000 jobs together), in
+one transaction: all of them or none, a refusal naming the workflow
+(workflows[i]). A workflow whose key is held, or taken by an earlier
+workflow of the file, is answered by the workflow holding it.
 ` + workflowsHelp + connHelp,
 		Args: cobra.ExactArgs(1)}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		raw, err := readWorkflowFile(cmd, args[0])
 		if err != nil {
 			return err
+		}
+		if isWorkflowBatch(raw) {
+			return enqueueWorkflowBatch(cmd, g, &c, args[0], raw)
 		}
 		in, err := server.DecodeWorkflow(raw, time.Now())
 		if err != nil {
@@ -218,6 +228,46 @@ them, and nothing is enqueued.
 	}
 	addConnFlags(cmd, &c)
 	return cmd
+}
+
+// isWorkflowBatch reports whether raw, a workflow file, is an object
+// with a "workflows" key: many workflows to enqueue at once.
+func isWorkflowBatch(raw []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil {
+		return false // the strict decoding says what is wrong
+	}
+	_, ok := top["workflows"]
+	return ok
+}
+
+// enqueueWorkflowBatch is `workflows enqueue` of a file holding many
+// workflows.
+func enqueueWorkflowBatch(cmd *cobra.Command, g *globalOptions, c *connOptions, name string, raw []byte) error {
+	in, err := server.DecodeWorkflows(raw, time.Now())
+	if err != nil {
+		return fmt.Errorf("%s: %w", workflowSource(name), err)
+	}
+	return withBackend(g, c, func(ctx context.Context, b backend) error {
+		ws, err := b.EnqueueWorkflows(ctx, in)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if g.JSON {
+			return writeJSON(out, server.WorkflowBatch{Workflows: ws})
+		}
+		created, jobs := 0, int64(0)
+		for _, w := range ws {
+			if !w.Existing {
+				created++
+				jobs += w.Total
+			}
+		}
+		_, err = fmt.Fprintf(out, "enqueued %d of %d workflow(s), %d job(s); %d answered by the workflow holding their idempotency key\n",
+			created, len(ws), jobs, len(ws)-created)
+		return err
+	})(cmd, nil)
 }
 
 func newWorkflowAddCmd(g *globalOptions) *cobra.Command {

@@ -202,18 +202,18 @@ SELECT ord, id FROM done`),
 )
 SELECT id FROM ins CROSS JOIN ntf`),
 
-		// enqueueFlow is enqueuePlain for a workflow's jobs (EnqueueWorkflow
-		// without idempotency keys): each row inserted once with its
-		// state (blocked for a job with dependencies and a callback),
-		// its node and, for the first $16 rows (the members; the
-		// callbacks follow), its workflow $15. Only the queues of the
+		// enqueueFlow is enqueuePlain for the jobs of workflows
+		// (EnqueueWorkflow and EnqueueWorkflows without idempotency keys
+		// on jobs): each row inserted once with its state (blocked for a
+		// job with dependencies and a callback), its node and its
+		// workflow ($15, 0 for a callback: NULL). Only the queues of the
 		// jobs not blocked are notified.
 		enqueueFlow: q(`WITH ins AS (
 	INSERT INTO {jobs} (queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority, trace, trace_packed, flow, node)
 	SELECT queue, kind, payload, state, max_retries, policy, dependency, reprocessable, created_at, run_at, priority,
-		CASE WHEN trace_packed IS NULL THEN NULLIF(trace, '') END, trace_packed, CASE WHEN ord <= $16::int THEN $15::bigint END, node
-	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $12::smallint[], $13::text[], $14::bytea[], $17::text[])
-		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at, priority, trace, trace_packed, node, ord)
+		CASE WHEN trace_packed IS NULL THEN NULLIF(trace, '') END, trace_packed, NULLIF(flow, 0), node
+	FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::int[], $6::bytea[], $7::text[], $8::bool[], $9::timestamptz[], $10::timestamptz[], $12::smallint[], $13::text[], $14::bytea[], $15::bigint[], $16::text[])
+		WITH ORDINALITY AS t(queue, kind, payload, state, max_retries, policy, dependency, reprocessable, run_at, created_at, priority, trace, trace_packed, flow, node, ord)
 	ORDER BY ord
 	RETURNING id, queue, state
 ), cnt AS (

@@ -22,7 +22,8 @@ import (
 func (s *Store) wq(sql string) string {
 	schema := pgx.Identifier{s.schema}.Sanitize()
 	return strings.NewReplacer("{jobs}", schema+".jobs", "{workflows}", schema+".workflows", "{deps}", schema+".job_deps",
-		"{waits}", schema+".job_waits", "{gone}", schema+".job_deps_gone", "{counters}", schema+".counters").Replace(sql)
+		"{waits}", schema+".job_waits", "{gone}", schema+".job_deps_gone", "{counters}", schema+".counters",
+		"{wseq}", "'"+schema+".workflows_id_seq'").Replace(sql)
 }
 
 type pgQuerier interface {
@@ -30,10 +31,71 @@ type pgQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// EnqueueWorkflow implements store.Workflows. The jobs are inserted
-// with their workflow, node and state (as Enqueue inserts them, then
-// updated, when one has an idempotency key), then the edges: nothing is
-// visible before the transaction commits.
+// flowPrep is a workflow checked and ordered, ready to insert: its
+// members in insertion order (dependencies first) then its callbacks.
+type flowPrep struct {
+	w     *store.NewWorkflow
+	order []int
+	jobs  []store.NewJob
+	// nodes name jobs: a member's name, a callback's column.
+	nodes []string
+	// blocked: a job waits when it has dependencies; a callback, until
+	// it fires.
+	blocked []bool
+	// keyed: a member has an idempotency key.
+	keyed bool
+}
+
+// flowCallbacks are w's callbacks by column.
+func flowCallbacks(w *store.NewWorkflow) []struct {
+	col string
+	nj  *store.NewJob
+} {
+	return []struct {
+		col string
+		nj  *store.NewJob
+	}{{"on_success", w.OnSuccess}, {"on_complete", w.OnComplete}, {"on_death", w.OnDeath}}
+}
+
+// prepareFlow orders w's jobs (order is CheckWorkflow's) and refuses a
+// callback with an idempotency key.
+func prepareFlow(w *store.NewWorkflow, order []int) (*flowPrep, error) {
+	// Each job checked here, as Enqueue checks one, so that the error
+	// names it (the insert checks them again, as a batch).
+	for i := range w.Jobs {
+		if err := validateNew(&w.Jobs[i].Job); err != nil {
+			return nil, fmt.Errorf("job %q: %w", w.Jobs[i].Name, err)
+		}
+	}
+	f := &flowPrep{w: w, order: order, jobs: make([]store.NewJob, 0, len(w.Jobs)+3), nodes: make([]string, 0, len(w.Jobs)+3)}
+	for _, i := range order {
+		f.jobs, f.nodes = append(f.jobs, w.Jobs[i].Job), append(f.nodes, w.Jobs[i].Name)
+	}
+	for _, c := range flowCallbacks(w) {
+		if c.nj == nil {
+			continue
+		}
+		if c.nj.IdempotencyKey != "" {
+			return nil, fmt.Errorf("%w: callback %s has an idempotency key", store.ErrInvalid, c.col)
+		}
+		if err := validateNew(c.nj); err != nil {
+			return nil, fmt.Errorf("callback %s: %w", c.col, err)
+		}
+		f.jobs, f.nodes = append(f.jobs, *c.nj), append(f.nodes, c.col)
+	}
+	f.blocked = make([]bool, len(f.jobs))
+	for k := range f.jobs {
+		f.blocked[k] = k >= len(w.Jobs) || len(w.Jobs[order[k]].After) > 0
+		f.keyed = f.keyed || f.jobs[k].IdempotencyKey != ""
+	}
+	return f, nil
+}
+
+// EnqueueWorkflow implements store.Workflows. Without idempotency keys
+// on its jobs, they are inserted once, with their workflow, node and
+// state (insertFlows); a job with a key goes through EnqueueTx (which
+// answers a key taken), then is updated. Nothing is visible before the
+// transaction commits.
 func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now time.Time) (*store.Workflow, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -42,153 +104,15 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 	if err != nil {
 		return nil, fmt.Errorf("postgres: enqueue workflow: %w", err)
 	}
-	cbs := []struct {
-		col string
-		nj  *store.NewJob
-	}{{"on_success", w.OnSuccess}, {"on_complete", w.OnComplete}, {"on_death", w.OnDeath}}
-	jobs := make([]store.NewJob, 0, len(w.Jobs)+3)
-	nodes := make([]string, 0, len(w.Jobs)+3)
-	for _, i := range order {
-		jobs, nodes = append(jobs, w.Jobs[i].Job), append(nodes, w.Jobs[i].Name)
-	}
-	for _, c := range cbs {
-		if c.nj == nil {
-			continue
-		}
-		if c.nj.IdempotencyKey != "" {
-			return nil, fmt.Errorf("postgres: enqueue workflow: %w: callback %s has an idempotency key", store.ErrInvalid, c.col)
-		}
-		jobs, nodes = append(jobs, *c.nj), append(nodes, c.col)
-	}
-	// A job waits when it has dependencies; a callback, until it fires.
-	// Without idempotency keys the jobs are inserted once, with their
-	// workflow, node and state (enqueueFlow); a job with a key goes
-	// through EnqueueTx (which answers a key taken), then is updated.
-	blocked := make([]bool, len(jobs))
-	keyed := false
-	for k := range jobs {
-		blocked[k] = k >= len(w.Jobs) || len(w.Jobs[order[k]].After) > 0
-		keyed = keyed || jobs[k].IdempotencyKey != ""
+	f, err := prepareFlow(&w, order)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue workflow: %w", err)
 	}
 	var out *store.Workflow
 	err = s.retry(ctx, func() error {
-		return s.inTx(ctx, func(tx pgx.Tx) error {
-			out = nil
-			var wid int64
-			err := tx.QueryRow(ctx, s.wq(`INSERT INTO {workflows} (name, idem_key, on_dead, created_at, total) VALUES ($1, $2, $3, $4, $5)
-				ON CONFLICT (idem_key) DO NOTHING RETURNING id`), w.Name, nullText(w.IdempotencyKey), string(w.OnDead), ts(now), len(w.Jobs)).Scan(&wid)
-			if errors.Is(err, pgx.ErrNoRows) {
-				if err := tx.QueryRow(ctx, s.wq(`SELECT id FROM {workflows} WHERE idem_key = $1`), w.IdempotencyKey).Scan(&wid); err != nil {
-					return err
-				}
-				if out, err = s.getWorkflow(ctx, tx, wid); err != nil {
-					return err
-				}
-				out.Existing = true
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			var created []*store.Job
-			if keyed {
-				created, err = s.EnqueueTx(ctx, tx, jobs, now)
-			} else {
-				created, err = s.enqueueFlow(ctx, tx, jobs, blocked, wid, len(w.Jobs), nodes, now)
-			}
-			if err != nil {
-				return err
-			}
-			if err := keyHeld(created, jobs, nodes); err != nil {
-				return err
-			}
-			ids := make([]int64, len(created))
-			byName := make(map[string]int64, len(created))
-			var blockedIDs []int64
-			for k, j := range created {
-				ids[k] = j.ID
-				if k < len(w.Jobs) {
-					byName[nodes[k]] = j.ID
-				}
-				if blocked[k] {
-					blockedIDs = append(blockedIDs, j.ID)
-				}
-			}
-			if keyed {
-				// EnqueueTx inserted them as Enqueue does: mark them the
-				// workflow's, and block those that wait.
-				members := ids[:len(w.Jobs)]
-				if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET flow = $1, node = n.node
-				FROM unnest($2::bigint[], $3::text[]) AS n(id, node) WHERE j.id = n.id`), wid, members, nodes[:len(w.Jobs)]); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET node = n.node
-				FROM unnest($1::bigint[], $2::text[]) AS n(id, node) WHERE j.id = n.id`), ids[len(w.Jobs):], nodes[len(w.Jobs):]); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} SET state = 'blocked' WHERE id = ANY($1::bigint[])`), blockedIDs); err != nil {
-					return err
-				}
-			}
-			var deps, dependents []int64
-			for k, i := range order {
-				for _, d := range w.Jobs[i].After {
-					deps, dependents = append(deps, byName[d]), append(dependents, ids[k])
-				}
-			}
-			if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {deps} (dep_id, job_id) SELECT * FROM unnest($1::bigint[], $2::bigint[])`), deps, dependents); err != nil {
-				return err
-			}
-			// Each dependent's count of edges not done (migration 0034).
-			if writeWaits {
-				if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {waits} (job_id, n) SELECT job_id, count(*) FROM unnest($1::bigint[]) AS d(job_id)
-					GROUP BY job_id`), dependents); err != nil {
-					return err
-				}
-			}
-			var cbIDs [3]*int64
-			for k := len(w.Jobs); k < len(ids); k++ {
-				for c := range cbs {
-					if cbs[c].col == nodes[k] {
-						cbIDs[c] = &ids[k]
-					}
-				}
-			}
-			if len(ids) > len(w.Jobs) {
-				if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} SET on_success = $1, on_complete = $2, on_death = $3 WHERE id = $4`),
-					cbIDs[0], cbIDs[1], cbIDs[2], wid); err != nil {
-					return err
-				}
-			}
-			// The workflow as getWorkflow would read it back: its jobs by
-			// id (the ids increase in topological order), each
-			// dependency list by id.
-			out = &store.Workflow{ID: wid, Name: w.Name, OnDead: w.OnDead, IdempotencyKey: w.IdempotencyKey,
-				CreatedAt: ts(now), Counts: map[store.State]int64{}, Total: int64(len(w.Jobs)),
-				Jobs: make([]store.WorkflowJob, len(w.Jobs))}
-			for c, p := range []*int64{&out.OnSuccess, &out.OnComplete, &out.OnDeath} {
-				if cbIDs[c] != nil {
-					*p = *cbIDs[c]
-				}
-			}
-			for k, i := range order {
-				n := &w.Jobs[i]
-				after := make([]int64, len(n.After))
-				for a, d := range n.After {
-					after[a] = byName[d]
-				}
-				slices.Sort(after)
-				st := store.Pending
-				if blocked[k] {
-					st = store.Blocked
-				} else if created[k].State == store.Scheduled {
-					st = store.Scheduled
-				}
-				out.Jobs[k] = store.WorkflowJob{Name: n.Name, JobID: ids[k], Kind: n.Job.Kind, State: st, After: after}
-				out.Counts[st]++
-			}
-			out.State = store.WorkflowStateOf(false, out.Total, 0, 0, 0)
-			return nil
+		return s.inTx(ctx, func(tx pgx.Tx) (err error) {
+			out, err = s.enqueueFlowTx(ctx, tx, f, now)
+			return err
 		})
 	})
 	if err != nil {
@@ -200,11 +124,245 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 	return out, nil
 }
 
-// enqueueFlow inserts a workflow's jobs, the members (the first
-// members of jobs, named nodes, of workflow flow) then its callbacks,
-// each once with its state (blocked where blocked says), its node and
-// its workflow. None has an idempotency key.
-func (s *Store) enqueueFlow(ctx context.Context, tx pgx.Tx, jobs []store.NewJob, blocked []bool, flow int64, members int, nodes []string, now time.Time) ([]*store.Job, error) {
+// EnqueueWorkflows implements store.Workflows. Without idempotency keys
+// on their jobs, the workflows' rows are inserted by one statement
+// (ids drawn in the call's order, rows inserted in key order, as
+// Enqueue's), then their jobs by one and their edges by one
+// (insertFlows): a few round trips for the whole call. With keys, each
+// workflow is inserted as EnqueueWorkflow inserts it, one after the
+// other in the one transaction.
+func (s *Store) EnqueueWorkflows(ctx context.Context, ws []store.NewWorkflow, now time.Time) ([]*store.Workflow, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	ws = slices.Clone(ws)
+	orders, firstOf, err := store.CheckWorkflows(ws)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue workflows: %w", err)
+	}
+	fs := make([]*flowPrep, len(ws))
+	keyed := false
+	for i := range ws {
+		if firstOf[i] >= 0 {
+			continue
+		}
+		if fs[i], err = prepareFlow(&ws[i], orders[i]); err != nil {
+			return nil, fmt.Errorf("postgres: enqueue workflows: %w", &store.WorkflowBatchError{Index: i, Name: ws[i].Name, Err: err})
+		}
+		keyed = keyed || fs[i].keyed
+	}
+	var out []*store.Workflow
+	err = s.retry(ctx, func() error {
+		return s.inTx(ctx, func(tx pgx.Tx) error {
+			out = make([]*store.Workflow, len(ws))
+			if keyed {
+				for i, f := range fs {
+					if f == nil {
+						continue
+					}
+					w, err := s.enqueueFlowTx(ctx, tx, f, now)
+					if err != nil {
+						if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrConflict) {
+							err = &store.WorkflowBatchError{Index: i, Name: f.w.Name, Err: err}
+						}
+						return err
+					}
+					out[i] = w
+				}
+			} else if err := s.enqueueFlowsTx(ctx, tx, fs, out, now); err != nil {
+				return err
+			}
+			for i, f := range firstOf {
+				if f >= 0 {
+					w := *out[f]
+					w.Existing = true
+					out[i] = &w
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrConflict) {
+			return nil, fmt.Errorf("postgres: enqueue workflows: %w", err)
+		}
+		return nil, s.fail("enqueue workflows", err)
+	}
+	return out, nil
+}
+
+// enqueueFlowsTx inserts the workflows fs (nil: one answered by an
+// earlier workflow of the call), none of whose jobs has an idempotency
+// key, and sets out[i] to each: their rows by one statement, those
+// whose key is held answered by the workflow holding it, then the jobs
+// of the others (insertFlows).
+func (s *Store) enqueueFlowsTx(ctx context.Context, tx pgx.Tx, fs []*flowPrep, out []*store.Workflow, now time.Time) error {
+	var idx []int
+	var names, keys, policies []string
+	var totals []int64
+	for i, f := range fs {
+		if f == nil {
+			continue
+		}
+		idx = append(idx, i)
+		names, keys = append(names, f.w.Name), append(keys, f.w.IdempotencyKey)
+		policies, totals = append(policies, string(f.w.OnDead)), append(totals, int64(len(f.w.Jobs)))
+	}
+	rows, err := tx.Query(ctx, s.wq(`WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(name, idem_key, on_dead, total, ord)
+), fresh AS MATERIALIZED (
+	SELECT nextval({wseq}::regclass) AS id, f.* FROM (SELECT * FROM input ORDER BY ord) f
+), ins AS (
+	INSERT INTO {workflows} (id, name, idem_key, on_dead, created_at, total)
+	SELECT id, name, NULLIF(idem_key, ''), on_dead, $5, total FROM fresh ORDER BY idem_key NULLS FIRST, id
+	ON CONFLICT (idem_key) DO NOTHING
+	RETURNING id
+)
+SELECT f.ord, f.id, ins.id IS NOT NULL FROM fresh f LEFT JOIN ins USING (id)`), names, keys, policies, totals, ts(now))
+	if err != nil {
+		return err
+	}
+	wids := make([]int64, len(idx))
+	fresh := make([]bool, len(idx))
+	n := 0
+	for rows.Next() {
+		var ord, id int64
+		var inserted bool
+		if err := rows.Scan(&ord, &id, &inserted); err != nil {
+			rows.Close()
+			return err
+		}
+		wids[ord-1], fresh[ord-1] = id, inserted
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n != len(idx) {
+		return fmt.Errorf("inserted %d workflows, want %d", n, len(idx))
+	}
+	var news []*flowPrep
+	var newIDs []int64
+	var newIdx []int
+	for k, i := range idx {
+		if fresh[k] {
+			news, newIDs, newIdx = append(news, fs[i]), append(newIDs, wids[k]), append(newIdx, i)
+			continue
+		}
+		// Its key is held: the workflow holding it answers.
+		var wid int64
+		if err := tx.QueryRow(ctx, s.wq(`SELECT id FROM {workflows} WHERE idem_key = $1`), fs[i].w.IdempotencyKey).Scan(&wid); err != nil {
+			return err
+		}
+		w, err := s.getWorkflow(ctx, tx, wid)
+		if err != nil {
+			return err
+		}
+		w.Existing = true
+		out[i] = w
+	}
+	if len(news) == 0 {
+		return nil
+	}
+	got, err := s.insertFlows(ctx, tx, news, newIDs, now)
+	if err != nil {
+		return err
+	}
+	for k, i := range newIdx {
+		out[i] = got[k]
+	}
+	return nil
+}
+
+// enqueueFlowTx inserts one workflow in tx and returns it, or the
+// workflow holding its key (Existing set).
+func (s *Store) enqueueFlowTx(ctx context.Context, tx pgx.Tx, f *flowPrep, now time.Time) (*store.Workflow, error) {
+	w := f.w
+	var wid int64
+	err := tx.QueryRow(ctx, s.wq(`INSERT INTO {workflows} (name, idem_key, on_dead, created_at, total) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (idem_key) DO NOTHING RETURNING id`), w.Name, nullText(w.IdempotencyKey), string(w.OnDead), ts(now), len(w.Jobs)).Scan(&wid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := tx.QueryRow(ctx, s.wq(`SELECT id FROM {workflows} WHERE idem_key = $1`), w.IdempotencyKey).Scan(&wid); err != nil {
+			return nil, err
+		}
+		out, err := s.getWorkflow(ctx, tx, wid)
+		if err != nil {
+			return nil, err
+		}
+		out.Existing = true
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !f.keyed {
+		out, err := s.insertFlows(ctx, tx, []*flowPrep{f}, []int64{wid}, now)
+		if err != nil {
+			return nil, err
+		}
+		return out[0], nil
+	}
+	// A job has an idempotency key: EnqueueTx inserts the jobs as
+	// Enqueue does (and answers a key taken), then they are marked the
+	// workflow's, and those that wait blocked.
+	created, err := s.EnqueueTx(ctx, tx, f.jobs, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := keyHeld(created, f.jobs, f.nodes); err != nil {
+		return nil, err
+	}
+	members := len(w.Jobs)
+	ids := make([]int64, len(created))
+	var blockedIDs []int64
+	for k, j := range created {
+		ids[k] = j.ID
+		if f.blocked[k] {
+			blockedIDs = append(blockedIDs, j.ID)
+		}
+	}
+	if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET flow = $1, node = n.node
+		FROM unnest($2::bigint[], $3::text[]) AS n(id, node) WHERE j.id = n.id`), wid, ids[:members], f.nodes[:members]); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} j SET node = n.node
+		FROM unnest($1::bigint[], $2::text[]) AS n(id, node) WHERE j.id = n.id`), ids[members:], f.nodes[members:]); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, s.wq(`UPDATE {jobs} SET state = 'blocked' WHERE id = ANY($1::bigint[])`), blockedIDs); err != nil {
+		return nil, err
+	}
+	out, err := s.flowEdges(ctx, tx, []*flowPrep{f}, []int64{wid}, created, now)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// insertFlows inserts the jobs of the workflows fs, whose rows are
+// wids, none with an idempotency key: every job of every workflow by one
+// statement (enqueueFlow), each once with its state, node and workflow
+// (a callback's none), then their edges (flowEdges).
+func (s *Store) insertFlows(ctx context.Context, tx pgx.Tx, fs []*flowPrep, wids []int64, now time.Time) ([]*store.Workflow, error) {
+	size := 0
+	for _, f := range fs {
+		size += len(f.jobs)
+	}
+	jobs := make([]store.NewJob, 0, size)
+	blocked := make([]bool, 0, size)
+	flows := make([]int64, 0, size)
+	nodes := make([]string, 0, size)
+	for k, f := range fs {
+		jobs, blocked, nodes = append(jobs, f.jobs...), append(blocked, f.blocked...), append(nodes, f.nodes...)
+		for j := range f.jobs {
+			flow := wids[k]
+			if j >= len(f.w.Jobs) {
+				flow = 0 // a callback is outside its workflow
+			}
+			flows = append(flows, flow)
+		}
+	}
 	b, err := s.prepareEnqueue(jobs, now)
 	if err != nil {
 		return nil, err
@@ -215,18 +373,100 @@ func (s *Store) enqueueFlow(ctx context.Context, tx pgx.Tx, jobs []store.NewJob,
 		}
 	}
 	rows, err := tx.Query(ctx, s.sql.enqueueFlow, b.queues, b.kinds, b.payloads, b.states, b.maxRetries, b.policies, b.deps,
-		b.reproc, b.runAts, b.nows, shard(), b.priorities, b.traces, b.packed, flow, members, nodes)
+		b.reproc, b.runAts, b.nows, shard(), b.priorities, b.traces, b.packed, flows, nodes)
 	if err != nil {
 		return nil, err
 	}
-	out, err := b.inserted(rows, jobs)
+	created, err := b.inserted(rows, jobs)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.setLimits(ctx, tx, jobs, out, now); err != nil {
+	if err := s.setLimits(ctx, tx, jobs, created, now); err != nil {
 		return nil, err
 	}
 	s.noteEnqueued(len(jobs))
+	return s.flowEdges(ctx, tx, fs, wids, created, now)
+}
+
+// flowEdges inserts the edges, the wait counts and the callbacks of the
+// workflows fs (rows wids) whose jobs are created (each workflow's in
+// its flowPrep's order, one workflow after the other), each kind by one
+// statement, and returns the workflows as getWorkflow would read them
+// back.
+func (s *Store) flowEdges(ctx context.Context, tx pgx.Tx, fs []*flowPrep, wids []int64, created []*store.Job, now time.Time) ([]*store.Workflow, error) {
+	var deps, dependents []int64
+	var cbFlows, cbSuccess, cbComplete, cbDeath []int64
+	out := make([]*store.Workflow, len(fs))
+	at := 0
+	for k, f := range fs {
+		w := f.w
+		mine := created[at : at+len(f.jobs)]
+		at += len(f.jobs)
+		byName := make(map[string]int64, len(w.Jobs))
+		for j := range w.Jobs {
+			byName[f.nodes[j]] = mine[j].ID
+		}
+		for j, i := range f.order {
+			for _, d := range w.Jobs[i].After {
+				deps, dependents = append(deps, byName[d]), append(dependents, mine[j].ID)
+			}
+		}
+		o := &store.Workflow{ID: wids[k], Name: w.Name, OnDead: w.OnDead, IdempotencyKey: w.IdempotencyKey,
+			CreatedAt: ts(now), Counts: map[store.State]int64{}, Total: int64(len(w.Jobs)),
+			Jobs: make([]store.WorkflowJob, len(w.Jobs))}
+		if len(f.jobs) > len(w.Jobs) {
+			var cb [3]int64
+			for j := len(w.Jobs); j < len(f.jobs); j++ {
+				for c, col := range []string{"on_success", "on_complete", "on_death"} {
+					if f.nodes[j] == col {
+						cb[c] = mine[j].ID
+					}
+				}
+			}
+			o.OnSuccess, o.OnComplete, o.OnDeath = cb[0], cb[1], cb[2]
+			cbFlows = append(cbFlows, wids[k])
+			cbSuccess, cbComplete, cbDeath = append(cbSuccess, cb[0]), append(cbComplete, cb[1]), append(cbDeath, cb[2])
+		}
+		// Its jobs by id (the ids increase in insertion order), each
+		// dependency list by id.
+		for j, i := range f.order {
+			n := &w.Jobs[i]
+			after := make([]int64, len(n.After))
+			for a, d := range n.After {
+				after[a] = byName[d]
+			}
+			slices.Sort(after)
+			st := store.Pending
+			if f.blocked[j] {
+				st = store.Blocked
+			} else if mine[j].State == store.Scheduled {
+				st = store.Scheduled
+			}
+			o.Jobs[j] = store.WorkflowJob{Name: n.Name, JobID: mine[j].ID, Kind: n.Job.Kind, State: st, After: after}
+			o.Counts[st]++
+		}
+		o.State = store.WorkflowStateOf(false, o.Total, 0, 0, 0)
+		out[k] = o
+	}
+	if len(deps) > 0 {
+		if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {deps} (dep_id, job_id) SELECT * FROM unnest($1::bigint[], $2::bigint[])`), deps, dependents); err != nil {
+			return nil, err
+		}
+		// Each dependent's count of edges not done (migration 0034).
+		if writeWaits {
+			if _, err := tx.Exec(ctx, s.wq(`INSERT INTO {waits} (job_id, n) SELECT job_id, count(*) FROM unnest($1::bigint[]) AS d(job_id)
+				GROUP BY job_id`), dependents); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(cbFlows) > 0 {
+		if _, err := tx.Exec(ctx, s.wq(`UPDATE {workflows} w SET on_success = NULLIF(c.s, 0), on_complete = NULLIF(c.c, 0), on_death = NULLIF(c.d, 0)
+			FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS c(id, s, c, d) WHERE w.id = c.id`),
+			cbFlows, cbSuccess, cbComplete, cbDeath); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 

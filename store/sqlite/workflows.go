@@ -32,189 +32,291 @@ func (s *Store) EnqueueWorkflow(ctx context.Context, w store.NewWorkflow, now ti
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: enqueue workflow: %w", err)
 	}
-	for i := range w.Jobs {
-		if err := validateNew(&w.Jobs[i].Job); err != nil {
-			return nil, fmt.Errorf("sqlite: enqueue workflow: job %q: %w", w.Jobs[i].Name, err)
-		}
+	p, err := s.prepareWorkflow(&w, order)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue workflow: %w", err)
 	}
-	callbacks := []struct {
+	var out []*store.Workflow
+	err = s.writeEnqueue(ctx, len(w.Jobs), func(tx *sql.Conn) (err error) {
+		out, err = s.enqueueFlows(ctx, tx, []*flowPrep{p}, []int{-1}, now)
+		return err
+	})
+	if err != nil {
+		var be *store.WorkflowBatchError
+		if errors.As(err, &be) {
+			err = be.Err // one workflow: no index to give
+		}
+		return nil, fmt.Errorf("sqlite: enqueue workflow: %w", err)
+	}
+	return out[0], nil
+}
+
+// EnqueueWorkflows implements store.Workflows: every workflow is
+// checked, and every key looked up, before the first write, so that a
+// refusal leaves the writer's shared transaction as it found it.
+func (s *Store) EnqueueWorkflows(ctx context.Context, ws []store.NewWorkflow, now time.Time) ([]*store.Workflow, error) {
+	ws = slices.Clone(ws)
+	orders, firstOf, err := store.CheckWorkflows(ws)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue workflows: %w", err)
+	}
+	preps := make([]*flowPrep, len(ws))
+	jobs := 0
+	for i := range ws {
+		if firstOf[i] >= 0 {
+			continue
+		}
+		if preps[i], err = s.prepareWorkflow(&ws[i], orders[i]); err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue workflows: %w", &store.WorkflowBatchError{Index: i, Name: ws[i].Name, Err: err})
+		}
+		jobs += len(ws[i].Jobs)
+	}
+	var out []*store.Workflow
+	err = s.writeEnqueue(ctx, jobs, func(tx *sql.Conn) (err error) {
+		out, err = s.enqueueFlows(ctx, tx, preps, firstOf, now)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue workflows: %w", err)
+	}
+	return out, nil
+}
+
+// flowPrep is a workflow checked and sealed, ready to insert.
+type flowPrep struct {
+	w     *store.NewWorkflow
+	order []int
+	// sealed are the members in order's order, cbSealed the callbacks
+	// present (on_success, on_complete, on_death), sealed.
+	sealed, cbSealed []store.NewJob
+}
+
+// flowCallbacks are a workflow's callbacks, by column.
+func flowCallbacks(w *store.NewWorkflow) []struct {
+	col string
+	nj  *store.NewJob
+} {
+	return []struct {
 		col string
 		nj  *store.NewJob
 	}{{"on_success", w.OnSuccess}, {"on_complete", w.OnComplete}, {"on_death", w.OnDeath}}
-	for _, c := range callbacks {
+}
+
+// prepareWorkflow checks w's jobs and callbacks as Enqueue checks a job
+// (w itself checked by CheckWorkflow, which gave order) and seals them.
+func (s *Store) prepareWorkflow(w *store.NewWorkflow, order []int) (*flowPrep, error) {
+	for i := range w.Jobs {
+		if err := validateNew(&w.Jobs[i].Job); err != nil {
+			return nil, fmt.Errorf("job %q: %w", w.Jobs[i].Name, err)
+		}
+	}
+	for _, c := range flowCallbacks(w) {
 		if c.nj == nil {
 			continue
 		}
 		if c.nj.IdempotencyKey != "" {
-			return nil, fmt.Errorf("sqlite: enqueue workflow: %w: callback %s has an idempotency key", store.ErrInvalid, c.col)
+			return nil, fmt.Errorf("%w: callback %s has an idempotency key", store.ErrInvalid, c.col)
 		}
 		if err := validateNew(c.nj); err != nil {
-			return nil, fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
+			return nil, fmt.Errorf("callback %s: %w", c.col, err)
 		}
 	}
 	// Sealed before the first write: an error from here on fails the
 	// transaction rather than the request alone.
+	p := &flowPrep{w: w, order: order}
 	members := make([]store.NewJob, len(order))
 	for k, i := range order {
 		members[k] = w.Jobs[i].Job
 	}
-	sealed, err := store.SealNew(s.payloads, members)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: enqueue workflow: %w", err)
+	var err error
+	if p.sealed, err = store.SealNew(s.payloads, members); err != nil {
+		return nil, err
 	}
-	var cbSealed []store.NewJob
-	for _, c := range callbacks {
+	for _, c := range flowCallbacks(w) {
 		if c.nj == nil {
 			continue
 		}
 		one, err := store.SealNew(s.payloads, []store.NewJob{*c.nj})
 		if err != nil {
-			return nil, fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", c.col, err)
+			return nil, fmt.Errorf("callback %s: %w", c.col, err)
 		}
-		cbSealed = append(cbSealed, one[0])
+		p.cbSealed = append(p.cbSealed, one[0])
 	}
-	var out *store.Workflow
-	err = s.writeEnqueue(ctx, len(w.Jobs), func(tx *sql.Conn) error {
-		out = nil
-		if w.IdempotencyKey != "" {
-			var id int64
-			err := tx.QueryRowContext(ctx, `SELECT id FROM workflows WHERE idem_key = ?`, w.IdempotencyKey).Scan(&id)
-			if err == nil {
-				out, err = getWorkflow(ctx, tx, id)
-				if err != nil {
-					return err
-				}
-				out.Existing = true
-				return nil
+	return p, nil
+}
+
+// enqueueFlows inserts the workflows preps in tx, in order, and returns
+// them; preps[i] is nil, and the workflow answered by workflow
+// firstOf[i], for one whose key an earlier one takes. The workflows'
+// keys and their jobs' are looked up before the first write: a key a
+// job holds refuses them all (a *store.WorkflowBatchError), writing
+// nothing.
+func (s *Store) enqueueFlows(ctx context.Context, tx *sql.Conn, preps []*flowPrep, firstOf []int, now time.Time) ([]*store.Workflow, error) {
+	out := make([]*store.Workflow, len(preps))
+	for i, p := range preps {
+		if p == nil || p.w.IdempotencyKey == "" {
+			continue
+		}
+		var id int64
+		err := tx.QueryRowContext(ctx, `SELECT id FROM workflows WHERE idem_key = ?`, p.w.IdempotencyKey).Scan(&id)
+		if err == nil {
+			if out[i], err = getWorkflow(ctx, tx, id); err != nil {
+				return nil, err
 			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("sqlite: enqueue workflow: %w", err)
-			}
+			out[i].Existing = true
+			continue
 		}
-		if err := memberKeyHeld(ctx, tx, w.Jobs); err != nil {
-			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
 		}
-		var wid int64
-		if err := s.stmt(tx, "insertWorkflow").QueryRowContext(ctx,
-			w.Name, nullString(w.IdempotencyKey), string(w.OnDead), micros(now), len(w.Jobs)).Scan(&wid); err != nil {
-			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+	}
+	for i, p := range preps {
+		if p == nil || out[i] != nil {
+			continue
 		}
-		counts := map[[2]string]int64{}
-		mv := moves{}
-		news := make([]store.NewJob, 0, len(w.Jobs)+3)
-		outs := make([]*store.Job, 0, len(w.Jobs)+3)
-		note := func(nj *store.NewJob, r *row, id int64) {
-			counts[[2]string{nj.Queue, store.StatEnqueued}]++
-			mv.move(nj.Queue, "", r.state)
-			j := r.job(id, nj)
-			if s.payloads != nil {
-				j.Payload = nj.Payload // the plaintext, as Enqueue returns it
-			}
-			news, outs = append(news, *nj), append(outs, j)
+		if err := memberKeyHeld(ctx, tx, p.w.Jobs); err != nil {
+			return nil, &store.WorkflowBatchError{Index: i, Name: p.w.Name, Err: err}
 		}
-		// The members, each inserted once with its workflow, its name
-		// and its state (blocked when it has dependencies), in
-		// multi-row statements, in topological order.
-		rows := make([]row, len(order))
-		names := make([]string, len(order))
-		for k, i := range order {
-			n := &w.Jobs[i]
-			rows[k] = newRow(&sealed[k], now)
-			if len(n.After) > 0 {
-				rows[k].state = store.Blocked
-			}
-			names[k] = n.Name
+	}
+	counts := map[[2]string]int64{}
+	mv := moves{}
+	var news []store.NewJob
+	var outs []*store.Job
+	note := func(nj *store.NewJob, r *row, id int64) {
+		counts[[2]string{nj.Queue, store.StatEnqueued}]++
+		mv.move(nj.Queue, "", r.state)
+		j := r.job(id, nj)
+		if s.payloads != nil {
+			j.Payload = nj.Payload // the plaintext, as Enqueue returns it
 		}
-		idv, err := s.insertMembers(ctx, tx, rows, wid, names)
-		if err != nil {
-			return fmt.Errorf("sqlite: enqueue workflow: %w", err)
+		news, outs = append(news, *nj), append(outs, j)
+	}
+	for i, p := range preps {
+		if p == nil || out[i] != nil {
+			continue
 		}
-		ids := make(map[string]int64, len(w.Jobs))
-		for k, i := range order {
-			ids[w.Jobs[i].Name] = idv[k]
-			note(&w.Jobs[i].Job, &rows[k], idv[k])
+		var err error
+		if out[i], err = s.insertFlow(ctx, tx, p, now, note); err != nil {
+			return nil, err
 		}
-		// The edges, in one statement.
-		edges := make([]byte, 0, 32*len(w.Jobs))
-		edges = append(edges, '[')
-		for _, i := range order {
-			for _, d := range w.Jobs[i].After {
-				if len(edges) > 1 {
-					edges = append(edges, ',')
-				}
-				edges = append(edges, '[')
-				edges = strconv.AppendInt(edges, ids[d], 10)
-				edges = append(edges, ',')
-				edges = strconv.AppendInt(edges, ids[w.Jobs[i].Name], 10)
-				edges = append(edges, ']')
-			}
+	}
+	if err := s.setLimits(ctx, tx, news, outs, now); err != nil {
+		return nil, err
+	}
+	if err := s.setFair(ctx, tx, news, outs); err != nil {
+		return nil, err
+	}
+	if err := s.addMoves(ctx, tx, mv); err != nil {
+		return nil, err
+	}
+	if err := s.addCounters(ctx, tx, counts); err != nil {
+		return nil, err
+	}
+	for i, f := range firstOf {
+		if f >= 0 {
+			w := *out[f]
+			w.Existing = true
+			out[i] = &w
 		}
-		edges = append(edges, ']')
-		if len(edges) > 2 {
-			if _, err := s.stmt(tx, "insertEdges").ExecContext(ctx, string(edges)); err != nil {
-				return fmt.Errorf("sqlite: enqueue workflow: %w", err)
-			}
+	}
+	return out, nil
+}
+
+// insertFlow inserts one workflow, its members, edges and callbacks,
+// calling note for every job inserted, and returns the workflow as
+// getWorkflow would read it back.
+func (s *Store) insertFlow(ctx context.Context, tx *sql.Conn, p *flowPrep, now time.Time, note func(*store.NewJob, *row, int64)) (*store.Workflow, error) {
+	w, order := p.w, p.order
+	var wid int64
+	if err := s.stmt(tx, "insertWorkflow").QueryRowContext(ctx,
+		w.Name, nullString(w.IdempotencyKey), string(w.OnDead), micros(now), len(w.Jobs)).Scan(&wid); err != nil {
+		return nil, err
+	}
+	// The members, each inserted once with its workflow, its name and
+	// its state (blocked when it has dependencies), in multi-row
+	// statements, in topological order.
+	rows := make([]row, len(order))
+	names := make([]string, len(order))
+	for k, i := range order {
+		n := &w.Jobs[i]
+		rows[k] = newRow(&p.sealed[k], now)
+		if len(n.After) > 0 {
+			rows[k].state = store.Blocked
 		}
-		// The callbacks: blocked jobs outside the workflow (flow NULL),
-		// named by their column.
-		var cbIDs [3]any
-		k := 0
-		for c, cb := range callbacks {
-			if cb.nj == nil {
-				continue
-			}
-			r := newRow(&cbSealed[k], now)
-			k++
-			r.state = store.Blocked
-			var id int64
-			if err := s.stmt(tx, "insertMember").QueryRowContext(ctx, append(r.args(), nil, cb.col)...).Scan(&id); err != nil {
-				return fmt.Errorf("sqlite: enqueue workflow: callback %s: %w", cb.col, err)
-			}
-			cbIDs[c] = id
-			note(cb.nj, &r, id)
-		}
-		if k > 0 {
-			if _, err := s.stmt(tx, "setCallbacks").ExecContext(ctx, cbIDs[0], cbIDs[1], cbIDs[2], wid); err != nil {
-				return fmt.Errorf("sqlite: enqueue workflow: callbacks: %w", err)
-			}
-		}
-		if err := s.setLimits(ctx, tx, news, outs, now); err != nil {
-			return err
-		}
-		if err := s.setFair(ctx, tx, news, outs); err != nil {
-			return err
-		}
-		if err := s.addMoves(ctx, tx, mv); err != nil {
-			return err
-		}
-		if err := s.addCounters(ctx, tx, counts); err != nil {
-			return err
-		}
-		// The workflow as getWorkflow would read it back: its jobs by id
-		// (the ids increase in topological order), each dependency list
-		// by id.
-		out = &store.Workflow{ID: wid, Name: w.Name, OnDead: w.OnDead, IdempotencyKey: w.IdempotencyKey,
-			CreatedAt: fromMicros(micros(now)), Counts: map[store.State]int64{}, Total: int64(len(w.Jobs)),
-			Jobs: make([]store.WorkflowJob, len(order))}
-		out.OnSuccess, _ = cbIDs[0].(int64)
-		out.OnComplete, _ = cbIDs[1].(int64)
-		out.OnDeath, _ = cbIDs[2].(int64)
-		for k, i := range order {
-			n := &w.Jobs[i]
-			after := make([]int64, len(n.After))
-			for a, d := range n.After {
-				after[a] = ids[d]
-			}
-			slices.Sort(after)
-			out.Jobs[k] = store.WorkflowJob{Name: n.Name, JobID: idv[k], Kind: n.Job.Kind, State: rows[k].state, After: after}
-			out.Counts[rows[k].state]++
-		}
-		out.State = store.WorkflowStateOf(false, out.Total, 0, 0, 0)
-		return nil
-	})
+		names[k] = n.Name
+	}
+	idv, err := s.insertMembers(ctx, tx, rows, wid, names)
 	if err != nil {
 		return nil, err
 	}
+	ids := make(map[string]int64, len(w.Jobs))
+	for k, i := range order {
+		ids[w.Jobs[i].Name] = idv[k]
+		note(&w.Jobs[i].Job, &rows[k], idv[k])
+	}
+	// The edges, in one statement.
+	edges := make([]byte, 0, 32*len(w.Jobs))
+	edges = append(edges, '[')
+	for _, i := range order {
+		for _, d := range w.Jobs[i].After {
+			if len(edges) > 1 {
+				edges = append(edges, ',')
+			}
+			edges = append(edges, '[')
+			edges = strconv.AppendInt(edges, ids[d], 10)
+			edges = append(edges, ',')
+			edges = strconv.AppendInt(edges, ids[w.Jobs[i].Name], 10)
+			edges = append(edges, ']')
+		}
+	}
+	edges = append(edges, ']')
+	if len(edges) > 2 {
+		if _, err := s.stmt(tx, "insertEdges").ExecContext(ctx, string(edges)); err != nil {
+			return nil, err
+		}
+	}
+	// The callbacks: blocked jobs outside the workflow (flow NULL), named
+	// by their column.
+	var cbIDs [3]any
+	k := 0
+	for c, cb := range flowCallbacks(w) {
+		if cb.nj == nil {
+			continue
+		}
+		r := newRow(&p.cbSealed[k], now)
+		k++
+		r.state = store.Blocked
+		var id int64
+		if err := s.stmt(tx, "insertMember").QueryRowContext(ctx, append(r.args(), nil, cb.col)...).Scan(&id); err != nil {
+			return nil, fmt.Errorf("callback %s: %w", cb.col, err)
+		}
+		cbIDs[c] = id
+		note(cb.nj, &r, id)
+	}
+	if k > 0 {
+		if _, err := s.stmt(tx, "setCallbacks").ExecContext(ctx, cbIDs[0], cbIDs[1], cbIDs[2], wid); err != nil {
+			return nil, fmt.Errorf("callbacks: %w", err)
+		}
+	}
+	// The workflow as getWorkflow would read it back: its jobs by id (the
+	// ids increase in topological order), each dependency list by id.
+	out := &store.Workflow{ID: wid, Name: w.Name, OnDead: w.OnDead, IdempotencyKey: w.IdempotencyKey,
+		CreatedAt: fromMicros(micros(now)), Counts: map[store.State]int64{}, Total: int64(len(w.Jobs)),
+		Jobs: make([]store.WorkflowJob, len(order))}
+	out.OnSuccess, _ = cbIDs[0].(int64)
+	out.OnComplete, _ = cbIDs[1].(int64)
+	out.OnDeath, _ = cbIDs[2].(int64)
+	for k, i := range order {
+		n := &w.Jobs[i]
+		after := make([]int64, len(n.After))
+		for a, d := range n.After {
+			after[a] = ids[d]
+		}
+		slices.Sort(after)
+		out.Jobs[k] = store.WorkflowJob{Name: n.Name, JobID: idv[k], Kind: n.Job.Kind, State: rows[k].state, After: after}
+		out.Counts[rows[k].state]++
+	}
+	out.State = store.WorkflowStateOf(false, out.Total, 0, 0, 0)
 	return out, nil
 }
 

@@ -243,6 +243,9 @@ var subtests = []subtest{
 	{"WorkflowKeyChecked", testWorkflowKeyChecked},
 	{"WorkflowDeletedDependency", testWorkflowDeletedDependency},
 	{"WorkflowCallbacksOnce", testWorkflowCallbacksOnce},
+	{"WorkflowsEnqueueMany", testWorkflowsEnqueueMany},
+	{"WorkflowsEnqueueRefused", testWorkflowsEnqueueRefused},
+	{"WorkflowsEnqueueConcurrent", testWorkflowsEnqueueConcurrent},
 }
 
 // RunNamed runs the named subtests of the conformance suite only, as Run
