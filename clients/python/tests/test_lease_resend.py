@@ -5,71 +5,36 @@ client's bound are not read."""
 import http.client
 import http.server
 import json
-import socket
 import threading
 import urllib.parse
 
 import pytest
 
 import redrive
+from cutproxy import CutProxy
 
 
-class _LeaseCutProxy:
+class _LeaseCutProxy(CutProxy):
     """A proxy in front of serve that forwards each request and, for the
     first `cuts` lease answers holding jobs, closes the connection instead
     of passing the answer on: serve leased the jobs, the worker never
     learns their tokens. leases records each lease body forwarded."""
 
     def __init__(self, upstream, cuts=1):
-        u = urllib.parse.urlsplit(upstream)
-        proxy = self
         self.cuts = cuts
-        self.cut = []  # the jobs of the answers cut
+        self.cut_jobs = []  # the jobs of the answers cut
         self.leases = []
-        self._lock = threading.Lock()
+        super().__init__(upstream, timeout=90)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _any(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=90)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-                conn.request(self.command, self.path, body=body or None, headers=headers)
-                resp = conn.getresponse()
-                status, data = resp.status, resp.read()
-                conn.close()
-                if self.path == "/v1/worker/lease":
-                    jobs = json.loads(data).get("jobs") or [] if status == 200 else []
-                    with proxy._lock:
-                        proxy.leases.append(json.loads(body))
-                        cut = bool(jobs) and len(proxy.cut) < proxy.cuts
-                        if cut:
-                            proxy.cut.append(jobs)
-                    if cut:
-                        self.close_connection = True
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                        return
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = _any
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    def cut(self, n, path, body, status, data):
+        if path != "/v1/worker/lease":
+            return False
+        jobs = json.loads(data).get("jobs") or [] if status == 200 else []
+        self.leases.append(json.loads(body))
+        if jobs and len(self.cut_jobs) < self.cuts:
+            self.cut_jobs.append(jobs)
+            return True
+        return False
 
 
 @pytest.fixture
@@ -101,12 +66,12 @@ def test_lease_answer_cut_is_sent_again_for_the_same_jobs(serve, lease_cut_proxy
         # Not rescued: the first attempt, its lease the one cut.
         assert got["attempt"] == 1, got
         assert not [e for e in got.get("history") or [] if e.get("reason") == "lease_expired"], got
-    cut_keys = {(j["id"], j["lease"]) for jobs in p.cut for j in jobs}
-    assert cut_keys and cut_keys <= set(ran), (p.cut, ran)
+    cut_keys = {(j["id"], j["lease"]) for jobs in p.cut_jobs for j in jobs}
+    assert cut_keys and cut_keys <= set(ran), (p.cut_jobs, ran)
     assert sorted(i for i, _ in ran) == sorted(ids)
     # Each cut call was sent again with its id, marked, listing the jobs held.
     resent = [b for b in p.leases if b.get("resend")]
-    assert len(resent) >= len(p.cut)
+    assert len(resent) >= len(p.cut_jobs)
     for b in resent:
         assert any(a["request"] == b["request"] and not a.get("resend") for a in p.leases)
         assert isinstance(b.get("held"), list)
