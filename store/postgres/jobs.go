@@ -2001,7 +2001,12 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 	// zero (left by redrives, purges and retention): the counts are
 	// unchanged, and the table keeps about one row per live cause. A
 	// statement adding to a shard deleted meanwhile inserts it again.
-	if _, err := s.pool.Exec(ctx, `DELETE FROM `+s.sql.deadGroups+` WHERE n = 0`); err != nil {
+	// The shards locked by a writer are skipped (SKIP LOCKED): this
+	// statement never waits, so it cannot close a cycle of waits with
+	// writers locking shards in their own order; a skipped shard is
+	// deleted by a later run.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM `+s.sql.deadGroups+` WHERE (k, shard) IN (
+SELECT k, shard FROM `+s.sql.deadGroups+` WHERE n = 0 FOR UPDATE SKIP LOCKED) AND n = 0`); err != nil {
 		return n, s.fail("delete finished", err)
 	}
 	if err := s.resetErrorBounds(ctx); err != nil {
@@ -2012,17 +2017,20 @@ func (s *Store) DeleteFinished(ctx context.Context, state store.State, before ti
 
 // resetErrorBounds deletes the bounds of the causes with no dead job
 // left (migration 0044), so that a cause dead again starts from its new
-// errors. The SHARE lock excludes every transaction that wrote to the
-// table (every statement burying a job does), so that the counts read
-// include each job whose error the bounds hold; a statement burying a
-// job after it inserts its cause's bounds anew. The lock is taken only
+// errors. The SHARE ROW EXCLUSIVE lock excludes every transaction that
+// wrote to the table (every statement burying a job does), so that the
+// counts read include each job whose error the bounds hold; a statement
+// burying a job after it inserts its cause's bounds anew. The mode
+// conflicts with itself: two runs at once (SHARE would admit both, and
+// each one's DELETE would then wait for the other's lock, a deadlock)
+// leave one to do the work. The lock is taken only
 // if no such transaction is under way (NOWAIT: waiting, it would hold
 // back the statements queued behind it, one of which may hold a shard of
 // dead_groups that the transaction waited for needs): else the bounds
 // stay as they are until the next run, loose but still bounds.
 func (s *Store) resetErrorBounds(ctx context.Context) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+s.sql.deadBounds+` IN SHARE MODE NOWAIT`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+s.sql.deadBounds+` IN SHARE ROW EXCLUSIVE MODE NOWAIT`); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM `+s.sql.deadBounds+` b
