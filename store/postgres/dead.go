@@ -93,7 +93,9 @@ func (b *deadBatch) args(lo, hi int) []any {
 // wake no worker: nothing is notified), with one statement for up to
 // deadChunk's jobs (statements.insertDead): the count triggers run once
 // per statement, so concurrent calls lock the rows they share in one
-// order. A job with an idempotency key is inserted unless the key is
+// order (calls of more jobs run several statements, and may deadlock
+// with each other as calls of one statement per job did: they are
+// retried). A job with an idempotency key is inserted unless the key is
 // taken, by a job or kept after its job was deleted, as Enqueue decides:
 // the unique constraint first, then the kept keys, read after the insert
 // (see checkKeptKeys); a call holding kept keys runs again without them.
