@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,15 +31,35 @@ func validateDead(d *store.DeadJob) error {
 	return nil
 }
 
-// deadArgs returns the arguments of statements.insertDead for d.
-func deadArgs(d *store.DeadJob) ([]any, error) {
+// deadChunk is the most jobs one AddDead statement inserts: a larger
+// call is inserted by several, in its one transaction. (Tests lower it,
+// SetDeadChunk.)
+var deadChunk atomic.Int64
+
+func init() { deadChunk.Store(10000) }
+
+// deadBatch is the columns of AddDead's statement (statements.insertDead),
+// one element per job of the call.
+type deadBatch struct {
+	queues, kinds                              []string
+	payloads, packed                           [][]byte
+	attempts, maxRetries, retryCounts, redrive []int32
+	keys, deps                                 []string
+	reproc, isNew                              []bool
+	created, deadAt                            []time.Time
+	errs, classes, reasons, fps                []string
+	history, traces, counters                  []string
+}
+
+// add appends the columns of d.
+func (b *deadBatch) add(d *store.DeadJob) error {
 	history := make([]store.Event, len(d.History))
 	for i, e := range d.History {
 		history[i] = cleanEvent(e)
 	}
 	h, err := json.Marshal(history)
 	if err != nil {
-		return nil, fmt.Errorf("encode history: %w", err)
+		return fmt.Errorf("encode history: %w", err)
 	}
 	payload := []byte(d.Payload)
 	if len(payload) == 0 {
@@ -49,16 +69,38 @@ func deadArgs(d *store.DeadJob) ([]any, error) {
 	if created.IsZero() {
 		created = d.DeadAt
 	}
-	return []any{d.Queue, d.Kind, payload, int32(d.Attempt), int32(d.MaxRetries), d.IdempotencyKey, d.Dependency, !d.NotReprocessable,
-		ts(created), ts(d.DeadAt), int32(max(d.Attempt-1, 0)), cleanText(d.LastError), d.ClassName(), storedReason(d.DeadReason),
-		storedFingerprint(d.Fingerprint), int32(d.Redriven), string(h), d.Trace, packTrace(d.Trace)}, nil
+	b.queues, b.kinds, b.payloads = append(b.queues, d.Queue), append(b.kinds, d.Kind), append(b.payloads, payload)
+	b.attempts, b.maxRetries = append(b.attempts, int32(d.Attempt)), append(b.maxRetries, int32(d.MaxRetries))
+	b.keys, b.deps, b.reproc = append(b.keys, d.IdempotencyKey), append(b.deps, d.Dependency), append(b.reproc, !d.NotReprocessable)
+	b.created, b.deadAt = append(b.created, ts(created)), append(b.deadAt, ts(d.DeadAt))
+	b.retryCounts, b.errs = append(b.retryCounts, int32(max(d.Attempt-1, 0))), append(b.errs, cleanText(d.LastError))
+	b.classes, b.reasons = append(b.classes, d.ClassName()), append(b.reasons, storedReason(d.DeadReason))
+	b.fps, b.redrive, b.history = append(b.fps, storedFingerprint(d.Fingerprint)), append(b.redrive, int32(d.Redriven)), append(b.history, string(h))
+	b.traces, b.packed = append(b.traces, d.Trace), append(b.packed, packTrace(d.Trace))
+	b.counters = append(b.counters, counterName(store.Counter{Name: store.StatDead, Class: d.ClassName()}))
+	b.isNew = append(b.isNew, true)
+	return nil
+}
+
+// args returns the statement's arguments for jobs [lo, hi) of the batch.
+func (b *deadBatch) args(lo, hi int) []any {
+	return []any{b.queues[lo:hi], b.kinds[lo:hi], b.payloads[lo:hi], b.attempts[lo:hi], b.maxRetries[lo:hi], b.keys[lo:hi], b.deps[lo:hi],
+		b.reproc[lo:hi], b.created[lo:hi], b.deadAt[lo:hi], b.retryCounts[lo:hi], b.errs[lo:hi], b.classes[lo:hi], b.reasons[lo:hi],
+		b.fps[lo:hi], b.redrive[lo:hi], b.history[lo:hi], b.traces[lo:hi], b.packed[lo:hi], b.counters[lo:hi], b.isNew[lo:hi], shard()}
 }
 
 // AddDead implements store.Store in one transaction of its own (dead jobs
-// wake no worker: nothing is notified). A job with an idempotency key is
-// inserted unless the key is taken, by a job or kept after its job was
-// deleted, as Enqueue decides: the unique constraint first, then the kept
-// keys, read after the insert (see checkKeptKeys).
+// wake no worker: nothing is notified), with one statement for up to
+// deadChunk's jobs (statements.insertDead): the count triggers run once
+// per statement, so concurrent calls lock the rows they share in one
+// order (calls of more jobs run several statements, and may deadlock
+// with each other as calls of one statement per job did: they are
+// retried). A job with an idempotency key is inserted unless the key is
+// taken, by a job or kept after its job was deleted, as Enqueue decides:
+// the unique constraint first, then the kept keys, read after the insert
+// (see checkKeptKeys); a call holding kept keys runs again without them.
+// A key twice in one call is inserted by its first job, and answered to
+// the later ones with the job holding it.
 func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) ([]*store.Job, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -67,11 +109,11 @@ func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) 
 	if err != nil {
 		return nil, fmt.Errorf("postgres: add dead: %w", err)
 	}
-	args := make([][]any, len(jobs))
+	var b deadBatch
 	for i := range jobs {
 		err := validateDead(&jobs[i])
 		if err == nil {
-			args[i], err = deadArgs(&jobs[i])
+			err = b.add(&jobs[i])
 		}
 		if err != nil {
 			return nil, fmt.Errorf("postgres: add dead: job %d of %d: %w", i+1, len(jobs), err)
@@ -81,108 +123,137 @@ func (s *Store) AddDead(ctx context.Context, jobs []store.DeadJob, _ time.Time) 
 	if len(jobs) == 0 {
 		return out, nil
 	}
-	err = s.retry(ctx, func() error {
-		clear(out)
-		return s.inTx(ctx, func(tx pgx.Tx) error {
-			counts := map[[2]string]int64{}
-			for i := range jobs {
-				d := &jobs[i]
-				j, inserted, err := s.addDead(ctx, tx, d.IdempotencyKey, args[i])
-				if err != nil {
-					return err
-				}
-				out[i] = j
-				if inserted {
-					c := store.Counter{Queue: d.Queue, Name: store.StatDead, Class: d.ClassName(), N: 1}
-					counts[[2]string{cleanText(c.Queue), counterName(c)}] += c.N
-				}
-			}
-			// Counter rows are updated in one order, to keep deadlocks away.
-			keys := make([][2]string, 0, len(counts))
-			for k := range counts {
-				keys = append(keys, k)
-			}
-			slices.SortFunc(keys, func(a, b [2]string) int {
-				if c := strings.Compare(a[0], b[0]); c != 0 {
-					return c
-				}
-				return strings.Compare(a[1], b[1])
-			})
-			for _, k := range keys {
-				if _, err := tx.Exec(ctx, s.sql.counterOne, k[0], k[1], shard(), counts[k]); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, s.fail("add dead", err)
-	}
-	return out, nil
-}
-
-// addDead inserts one dead job in tx and returns it with inserted true,
-// or returns the job holding its key (Existing set, and Gone for a kept
-// key of a deleted job).
-func (s *Store) addDead(ctx context.Context, tx pgx.Tx, key string, args []any) (j *store.Job, inserted bool, err error) {
-	if key == "" {
-		j, err = scanJob(tx.QueryRow(ctx, s.sql.insertDead, args...), true, s.payloads)
-		return j, err == nil, err
-	}
-	// With a key, a savepoint undoes the insert when the key turns out to
-	// be kept for a deleted job.
-	for try := 0; ; try++ {
-		sp, err := tx.Begin(ctx)
-		if err != nil {
-			return nil, false, err
+	// first[i] is the job of the call inserting job i's key: i itself for
+	// the key's first job (and a job without a key).
+	first := make([]int, len(jobs))
+	byKey := map[string]int{}
+	for i, k := range b.keys {
+		first[i] = i
+		if k == "" {
+			continue
 		}
-		j, inserted, err := s.addDeadKeyed(ctx, sp, key, args)
-		if err != nil {
-			sp.Rollback(ctx)
+		if f, ok := byKey[k]; ok {
+			first[i] = f
+			b.isNew[i] = false
+		} else {
+			byKey[k] = i
+		}
+	}
+	kept := map[string]*store.Job{}
+	err = s.retry(ctx, func() error {
+		for try := 0; ; try++ {
+			clear(out)
+			err := s.inTx(ctx, func(tx pgx.Tx) error { return s.addDead(ctx, tx, &b, out) })
 			var kk *keptKeysError
-			if errors.As(err, &kk) && kk.jobs[key] != nil {
-				return kk.jobs[key], false, nil
+			if errors.As(err, &kk) {
+				// Each round leaves out at least one more key: it ends.
+				for k, j := range kk.jobs {
+					kept[k] = j
+					b.isNew[byKey[k]] = false
+				}
+				continue
 			}
 			if errors.Is(err, errHolderGone) && try < 10 {
 				continue
 			}
-			return nil, false, err
+			return err
 		}
-		if err := sp.Commit(ctx); err != nil {
-			return nil, false, err
-		}
-		return j, inserted, nil
+	})
+	if err != nil {
+		return nil, s.fail("add dead", err)
 	}
+	for i := range out {
+		if out[i] != nil {
+			continue
+		}
+		var c store.Job
+		if j := kept[b.keys[i]]; j != nil {
+			c = *j
+		} else {
+			c = *out[first[i]]
+			c.History = slices.Clone(c.History)
+		}
+		c.Existing = true
+		out[i] = &c
+	}
+	return out, nil
 }
 
-// addDeadKeyed inserts a dead job whose idempotency key is key with q, or
-// reads the job holding the key. It fails with a *keptKeysError when the
-// key is kept for a deleted job (the caller undoes the insert), and with
-// errHolderGone when the job holding the key was deleted before it was
+// addDead inserts the new jobs of b (isNew) in tx, chunk by chunk, and
+// sets out[i] to job i as inserted, or to the job holding its key
+// (Existing set). It fails with a *keptKeysError when an inserted key
+// is kept for a deleted job (the caller undoes the transaction), and
+// with errHolderGone when a job holding a key was deleted before it was
 // read (the caller tries again).
-func (s *Store) addDeadKeyed(ctx context.Context, q pgx.Tx, key string, args []any) (*store.Job, bool, error) {
-	j, err := scanJob(q.QueryRow(ctx, s.sql.insertDead, args...), true, s.payloads)
-	if err == nil {
-		if err := s.checkKeptKeys(ctx, q, []string{key}); err != nil {
-			return nil, false, err
+func (s *Store) addDead(ctx context.Context, tx pgx.Tx, b *deadBatch, out []*store.Job) error {
+	sc := newJobScan(true, s.payloads)
+	chunk := int(deadChunk.Load())
+	for lo := 0; lo < len(out); lo += chunk {
+		hi := min(lo+chunk, len(out))
+		rows, err := tx.Query(ctx, s.sql.insertDead, b.args(lo, hi)...)
+		if err != nil {
+			return err
 		}
-		return j, true, nil
+		for rows.Next() {
+			var ord int64
+			j, err := sc.scan(alsoScan{row: rows, extra: &ord})
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			i := lo + int(ord) - 1
+			if i < lo || i >= hi || out[i] != nil {
+				rows.Close()
+				return fmt.Errorf("insert returned row %d of %d", ord, hi-lo)
+			}
+			out[i] = j
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, err
+	var inserted, missing []string
+	for i, j := range out {
+		switch {
+		case j != nil && b.keys[i] != "":
+			inserted = append(inserted, b.keys[i])
+		case j == nil && b.isNew[i]:
+			missing = append(missing, b.keys[i])
+		}
 	}
-	rows, err := q.Query(ctx, s.sql.byKeys, []string{key})
+	if err := s.checkKeptKeys(ctx, tx, inserted); err != nil {
+		return err
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	// The rows not inserted are the ones whose key was taken: a
+	// statement of its own sees the jobs committed by concurrent callers
+	// the insert waited for.
+	slices.Sort(missing)
+	rows, err := tx.Query(ctx, s.sql.byKeys, missing)
 	if err != nil {
-		return nil, false, err
+		return err
 	}
 	found, err := collect(rows, true, s.payloads)
 	if err != nil {
-		return nil, false, err
+		return err
 	}
-	if len(found) == 0 {
-		return nil, false, fmt.Errorf("key %q: %w", key, errHolderGone)
+	holders := make(map[string]*store.Job, len(found))
+	for _, j := range found {
+		holders[j.IdempotencyKey] = j
 	}
-	found[0].Existing = true
-	return found[0], false, nil
+	for i, j := range out {
+		if j != nil || !b.isNew[i] {
+			continue
+		}
+		h := holders[b.keys[i]]
+		if h == nil {
+			return fmt.Errorf("key %q: %w", b.keys[i], errHolderGone)
+		}
+		h.Existing = true
+		out[i] = h
+	}
+	return nil
 }

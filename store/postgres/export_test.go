@@ -202,3 +202,11 @@ func SetAnalyzeEvery(n int64) (restore func()) {
 // listing of s sorts from jobs_dead_error; with as many or more it walks
 // the newest dead jobs.
 func SetErrorPrefixFew(s *Store, n int) { s.prefixFew = n }
+
+// SetDeadChunk sets how many jobs one AddDead statement inserts, and
+// returns a function restoring the previous value. Only for tests that
+// run no other test meanwhile.
+func SetDeadChunk(n int) (restore func()) {
+	old := deadChunk.Swap(int64(n))
+	return func() { deadChunk.Store(old) }
+}

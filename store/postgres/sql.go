@@ -447,15 +447,39 @@ SELECT id, true FROM upd
 UNION ALL
 SELECT id, false FROM {jobs} WHERE id = ANY($1::bigint[]) AND state = 'dead' AND NOT reprocessable`),
 
-		// AddDead: a job that died elsewhere, inserted dead unless its
-		// key is taken, returned as Get returns it.
-		insertDead: q(`INSERT INTO {jobs} (queue, kind, payload, state, attempt, max_retries, idem_key, dependency, reprocessable,
+		// AddDead (dead.go): the jobs that died elsewhere, inserted dead
+		// by one statement, as enqueue inserts keyed jobs: ids drawn in
+		// input order, rows inserted in key order (two calls taking the
+		// same keys wait for each other in one order), a row whose key is
+		// taken skipped (the caller reads the job holding it). $20 is each
+		// job's dead counter, $21 whether the row is inserted at all (a key
+		// twice in one call is inserted once), $22 the counter shard. Each
+		// row inserted is returned as Get returns it, with its input ord.
+		insertDead: q(`WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::int[], $6::text[], $7::text[], $8::bool[], $9::timestamptz[],
+		$10::timestamptz[], $11::int[], $12::text[], $13::text[], $14::text[], $15::text[], $16::int[], $17::text[], $18::text[], $19::bytea[],
+		$20::text[], $21::bool[])
+		WITH ORDINALITY AS t(queue, kind, payload, attempt, max_retries, idem_key, dependency, reprocessable, created_at,
+		dead_at, retry_count, last_error, last_error_class, dead_reason, fingerprint, redriven, history, trace, trace_packed,
+		counter, is_new, ord)
+), fresh AS MATERIALIZED (
+	SELECT nextval({seq}::regclass) AS id, f.* FROM (SELECT * FROM input WHERE is_new ORDER BY ord) f
+), ins AS (
+	INSERT INTO {jobs} (id, queue, kind, payload, state, attempt, max_retries, idem_key, dependency, reprocessable,
 		created_at, run_at, finished_at, retry_count, last_error, last_error_class, last_failed_at, dead_at, dead_reason, fingerprint,
 		redriven, history, trace, trace_packed)
-	VALUES ($1, $2, $3, 'dead', $4, $5, NULLIF($6, ''), $7, $8, $9, $10, $10, $11, $12, $13, $10, $10, $14, $15, $16, $17::jsonb,
-		CASE WHEN $19::bytea IS NULL THEN NULLIF($18, '') END, $19)
+	SELECT id, queue, kind, payload, 'dead', attempt, max_retries, NULLIF(idem_key, ''), dependency, reprocessable,
+		created_at, dead_at, dead_at, retry_count, last_error, last_error_class, dead_at, dead_at, dead_reason, fingerprint,
+		redriven, history::jsonb, CASE WHEN trace_packed IS NULL THEN NULLIF(trace, '') END, trace_packed
+	FROM fresh ORDER BY idem_key NULLS FIRST, id
 	ON CONFLICT (idem_key) WHERE idem_key IS NOT NULL DO NOTHING
-	RETURNING {hcols}`),
+	RETURNING {hcols}
+), cnt AS (
+	INSERT INTO {counters} AS c (queue, name, shard, n)
+	SELECT f.queue, f.counter, $22::smallint, count(*) FROM fresh f JOIN ins USING (id) GROUP BY f.queue, f.counter ORDER BY 1, 2
+	{upsert}
+)
+SELECT ins.*, fresh.ord FROM ins JOIN fresh USING (id)`),
 
 		// DeleteFinished: dead jobs expired by retention count as purged.
 		deleteFinished: q(`WITH del AS (

@@ -3,6 +3,8 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -370,5 +372,117 @@ func testAddDeadRedrive(x *h) {
 	}
 	if jobs := normJobs(st.Jobs)["dq"]; jobs[store.Running] != 1 || jobs[store.Dead] != 1 || len(jobs) != 2 {
 		x.t.Errorf("Stats.Jobs[dq] = %v, want running 1, dead 1", jobs)
+	}
+}
+
+// testAddDeadKeysModel: AddDead's answers to idempotency keys, in random
+// calls mixing jobs without keys, keys new, repeated within the call,
+// held by a dead or pending job, or kept for a deleted job, match a
+// model of who holds each key; new jobs get ids increasing in input
+// order, and each one, and only it, counts as a death.
+func testAddDeadKeysModel(x *h) {
+	type holder struct {
+		id   int64
+		gone bool
+	}
+	r := rand.New(rand.NewPCG(29, 0xadd))
+	keys := []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9"}
+	held := map[string]holder{}
+	live := map[int64]string{} // dead jobs in the store, and their keys
+	var deaths int64
+	var steps []string
+	fail := func(format string, args ...any) {
+		x.t.Fatalf(format+"; steps:\n%s", append(args, strings.Join(steps, "\n"))...)
+	}
+	for step := range 80 {
+		switch op := r.IntN(10); {
+		case op < 6:
+			n := 1 + r.IntN(8)
+			ds := make([]store.DeadJob, n)
+			for i := range ds {
+				key := ""
+				if r.IntN(4) > 0 {
+					key = keys[r.IntN(len(keys))]
+				}
+				ds[i] = deadJob(key, fmt.Sprintf(`{"step":%d,"i":%d}`, step, i), at(time.Duration(step)*time.Second))
+			}
+			got := x.addDead(at(time.Hour), ds...)
+			steps = append(steps, fmt.Sprintf("add %d", n))
+			inCall := map[string]int64{}
+			var prev int64
+			for i, j := range got {
+				key := ds[i].IdempotencyKey
+				h, taken := held[key]
+				first, again := inCall[key]
+				switch {
+				case key != "" && taken:
+					if !j.Existing || j.ID != h.id || j.Gone != h.gone {
+						fail("step %d job %d (key %s held by %d, gone %v): id %d, Existing %v, Gone %v", step, i, key, h.id, h.gone, j.ID, j.Existing, j.Gone)
+					}
+				case key != "" && again:
+					if !j.Existing || j.Gone || j.ID != first || !jsonEqual(j.Payload, got[slices.IndexFunc(got, func(g *store.Job) bool { return g.ID == first })].Payload) {
+						fail("step %d job %d (key %s again in the call): id %d, Existing %v, Gone %v; want job %d", step, i, key, j.ID, j.Existing, j.Gone, first)
+					}
+				default:
+					if j.Existing || j.Gone || j.State != store.Dead || j.ID <= prev || !jsonEqual(j.Payload, ds[i].Payload) {
+						fail("step %d job %d (key %q, new): id %d (previous new %d), Existing %v, Gone %v, state %s, payload %s",
+							step, i, key, j.ID, prev, j.Existing, j.Gone, j.State, j.Payload)
+					}
+					prev = j.ID
+					deaths++
+					live[j.ID] = key
+					if key != "" {
+						inCall[key] = j.ID
+					}
+				}
+			}
+			for k, id := range inCall {
+				held[k] = holder{id: id}
+			}
+		case op < 7: // a pending job takes a free key
+			key := keys[r.IntN(len(keys))]
+			j := x.enqueue(at(time.Hour), store.NewJob{Queue: "pq", Kind: "k", IdempotencyKey: key, MaxRetries: -1})[0]
+			if h, taken := held[key]; taken != j.Existing || (taken && j.ID != h.id) {
+				fail("step %d: Enqueue of key %s (held %v by %d): id %d, Existing %v", step, key, taken, h.id, j.ID, j.Existing)
+			}
+			if !j.Existing {
+				held[key] = holder{id: j.ID}
+			}
+			steps = append(steps, "enqueue "+key)
+		case op < 9: // purge a dead job: its key stays kept
+			if len(live) == 0 {
+				continue
+			}
+			ids := make([]int64, 0, len(live))
+			for id := range live {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			id := ids[r.IntN(len(ids))]
+			if n, err := x.s.Purge(x.ctx, store.Filter{IDs: []int64{id}}, 10); err != nil || n != 1 {
+				fail("step %d: Purge(%d) = %d, %v; want 1", step, id, n, err)
+			}
+			if key := live[id]; key != "" {
+				held[key] = holder{id: id, gone: true}
+			}
+			delete(live, id)
+			steps = append(steps, fmt.Sprintf("purge %d", id))
+		default: // retention of the kept keys frees them
+			if _, err := x.s.DeleteKeys(x.ctx, at(1000*time.Hour)); err != nil {
+				fail("step %d: DeleteKeys: %v", step, err)
+			}
+			for k, h := range held {
+				if h.gone {
+					delete(held, k)
+				}
+			}
+			steps = append(steps, "delete keys")
+		}
+	}
+	if n := x.counter("dq", "dead.permanent"); n != deaths {
+		fail("counter dq/dead.permanent = %d, want %d (one per job added)", n, deaths)
+	}
+	if n, err := x.s.Count(x.ctx, store.Filter{States: []store.State{store.Dead}}); err != nil || n != int64(len(live)) {
+		fail("Count(dead) = %d, %v; want %d", n, err, len(live))
 	}
 }

@@ -143,6 +143,7 @@ var subtests = []subtest{
 	{"AddDeadInvalid", testAddDeadInvalid},
 	{"AddDeadIdempotency", testAddDeadIdempotency},
 	{"AddDeadConcurrent", testAddDeadConcurrent},
+	{"AddDeadKeysModel", testAddDeadKeysModel},
 	{"AddDeadRedrive", testAddDeadRedrive},
 	{"OperationsCreate", testOperationsCreate},
 	{"OperationsClaim", testOperationsClaim},

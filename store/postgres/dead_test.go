@@ -1,0 +1,30 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"github.com/redrivehq/redrive/store"
+	"github.com/redrivehq/redrive/store/postgres"
+	"github.com/redrivehq/redrive/store/storetest"
+)
+
+// TestAddDeadChunked runs the conformance cases of AddDead with calls cut
+// into statements of 3 jobs (in one transaction), so that a key repeated
+// across statements of a call, a key taken found by a later statement
+// and the counts of several statements are covered without calls of
+// 10,000 jobs.
+func TestAddDeadChunked(t *testing.T) {
+	restore := postgres.SetDeadChunk(3)
+	t.Cleanup(restore)
+	u := withDefaultIsolation(t, "repeatable read")
+	storetest.RunNamed(t, func(t *testing.T) store.Store {
+		schema := newSchema(t)
+		t.Cleanup(func() { checkJobCounts(t, schema) })
+		s, err := postgres.Open(t.Context(), u, postgres.Options{Schema: schema, MaxConns: 4, Logger: quiet()})
+		if err != nil {
+			t.Fatalf("postgres.Open: %v", err)
+		}
+		return s
+	}, "AddDeadFields", "AddDeadInvalid", "AddDeadIdempotency", "AddDeadConcurrent", "AddDeadKeysModel", "AddDeadRedrive",
+		"DeadCountsModel", "DeadPagesFilters")
+}
