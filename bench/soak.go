@@ -216,6 +216,18 @@ type PGJobsSample struct {
 	AutoanalyzeAll int64 `json:"autoanalyze_count_all_tables"`
 	TableBytesAll  int64 `json:"table_bytes_all_tables"`
 	TablesSampled  int   `json:"tables"`
+
+	// Analyze counts the jobs table's ANALYZE statements (the store's
+	// own, analyze.go), apart from autovacuum's.
+	Analyze int64 `json:"analyze_count"`
+	// VacuumPhase is the phase of the vacuum of the jobs table running
+	// at the end of the row (pg_stat_progress_vacuum), "" when none runs.
+	VacuumPhase string `json:"vacuum_phase,omitempty"`
+	// OldestXminAge is the age in transactions of the oldest snapshot or
+	// transaction of the database's other sessions (pg_stat_activity's
+	// backend_xmin and backend_xid): what a vacuum may not remove is
+	// newer than it.
+	OldestXminAge int64 `json:"oldest_xmin_age"`
 }
 
 // PGTableSample is one table's row of pg_stat_user_tables at the end of
@@ -229,6 +241,7 @@ type PGTableSample struct {
 	IndexBytes  int64    `json:"index_bytes"`
 	Autovacuum  int64    `json:"autovacuum_count"`
 	Autoanalyze int64    `json:"autoanalyze_count"`
+	Analyze     int64    `json:"analyze_count"`
 }
 
 // SoakGoal is one goal's verdict.
@@ -501,6 +514,9 @@ func runSoak(ctx context.Context, r *rig, res *SoakResult, row func(SoakSample))
 				return err
 			}
 			s.PG, s.Tables = pgJobsSample(tables), tables
+			if s.PG.VacuumPhase, s.PG.OldestXminAge, err = r.pgVacuumState(ctx); err != nil {
+				return err
+			}
 		}
 		res.Rows = append(res.Rows, s)
 		row(s)
@@ -570,7 +586,7 @@ func deadCount(counters map[string]int64) int64 {
 // pgTables reads pg_stat_user_tables for the schema's tables.
 func (r *rig) pgTables(ctx context.Context, at Duration) ([]PGTableSample, error) {
 	rows, err := r.pg.Pool().Query(ctx, `SELECT relname, n_live_tup, n_dead_tup, pg_table_size(relid),
-		pg_indexes_size(relid), autovacuum_count, autoanalyze_count
+		pg_indexes_size(relid), autovacuum_count, autoanalyze_count, analyze_count
 		FROM pg_stat_user_tables WHERE schemaname = $1 ORDER BY relname`, r.pg.Schema())
 	if err != nil {
 		return nil, fmt.Errorf("bench: read pg_stat_user_tables: %w", err)
@@ -579,7 +595,7 @@ func (r *rig) pgTables(ctx context.Context, at Duration) ([]PGTableSample, error
 	var out []PGTableSample
 	for rows.Next() {
 		t := PGTableSample{At: at}
-		if err := rows.Scan(&t.Table, &t.Live, &t.DeadTuples, &t.TableBytes, &t.IndexBytes, &t.Autovacuum, &t.Autoanalyze); err != nil {
+		if err := rows.Scan(&t.Table, &t.Live, &t.DeadTuples, &t.TableBytes, &t.IndexBytes, &t.Autovacuum, &t.Autoanalyze, &t.Analyze); err != nil {
 			return nil, fmt.Errorf("bench: read pg_stat_user_tables: %w", err)
 		}
 		out = append(out, t)
@@ -590,6 +606,20 @@ func (r *rig) pgTables(ctx context.Context, at Duration) ([]PGTableSample, error
 	return out, nil
 }
 
+// pgVacuumState reads the phase of the vacuum of the jobs table running
+// (pg_stat_progress_vacuum; "" when none runs) and the age of the
+// database's oldest snapshot or transaction other than this session's.
+func (r *rig) pgVacuumState(ctx context.Context) (phase string, xminAge int64, err error) {
+	err = r.pg.Pool().QueryRow(ctx, `SELECT
+		coalesce((SELECT phase FROM pg_stat_progress_vacuum WHERE relid = to_regclass(quote_ident($1) || '.jobs')), ''),
+		coalesce((SELECT max(greatest(age(backend_xmin), age(backend_xid))) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()), 0)`, r.pg.Schema()).Scan(&phase, &xminAge)
+	if err != nil {
+		return "", 0, fmt.Errorf("bench: read the jobs table's vacuum: %w", err)
+	}
+	return phase, xminAge, nil
+}
+
 // pgJobsSample sums up one row's tables: the jobs table's own figures and
 // the totals of all.
 func pgJobsSample(tables []PGTableSample) *PGJobsSample {
@@ -597,7 +627,7 @@ func pgJobsSample(tables []PGTableSample) *PGJobsSample {
 	for _, t := range tables {
 		if t.Table == soakPostgresJobsTableName {
 			s.Live, s.DeadTuples, s.TableBytes, s.IndexBytes = t.Live, t.DeadTuples, t.TableBytes, t.IndexBytes
-			s.Autovacuum, s.Autoanalyze = t.Autovacuum, t.Autoanalyze
+			s.Autovacuum, s.Autoanalyze, s.Analyze = t.Autovacuum, t.Autoanalyze, t.Analyze
 		}
 		s.LiveTuplesAll += t.Live
 		s.DeadTuplesAll += t.DeadTuples
@@ -732,6 +762,7 @@ var SoakCSVHeader = []string{
 	"backlog", "stored_completed", "stored_dead",
 	"pg_jobs_live", "pg_jobs_dead", "pg_jobs_table_bytes", "pg_jobs_index_bytes", "pg_jobs_autovacuum",
 	"pg_dead_all", "pg_index_bytes_all", "pg_autovacuum_all",
+	"pg_jobs_analyze", "pg_jobs_autoanalyze", "pg_jobs_vacuum_phase", "pg_oldest_xmin_age",
 }
 
 // CSV returns the row's fields in the order of SoakCSVHeader.
@@ -756,18 +787,19 @@ func (s SoakSample) CSV() []string {
 	}
 	if pg := s.PG; pg != nil {
 		return append(out, i(pg.Live), i(pg.DeadTuples), i(pg.TableBytes), i(pg.IndexBytes), i(pg.Autovacuum),
-			i(pg.DeadTuplesAll), i(pg.IndexBytesAll), i(pg.AutovacuumAll))
+			i(pg.DeadTuplesAll), i(pg.IndexBytesAll), i(pg.AutovacuumAll),
+			i(pg.Analyze), i(pg.Autoanalyze), pg.VacuumPhase, i(pg.OldestXminAge))
 	}
-	return append(out, "", "", "", "", "", "", "", "")
+	return append(out, "", "", "", "", "", "", "", "", "", "", "", "")
 }
 
 // PGTablesCSVHeader is the header of the CSV of PGTableSample rows.
 var PGTablesCSVHeader = []string{"t_s", "table", "n_live_tup", "n_dead_tup", "table_bytes", "index_bytes",
-	"autovacuum_count", "autoanalyze_count"}
+	"autovacuum_count", "autoanalyze_count", "analyze_count"}
 
 // CSV returns the row's fields in the order of PGTablesCSVHeader.
 func (t PGTableSample) CSV() []string {
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	return []string{strconv.FormatFloat(time.Duration(t.At).Seconds(), 'f', 1, 64), t.Table, i(t.Live), i(t.DeadTuples),
-		i(t.TableBytes), i(t.IndexBytes), i(t.Autovacuum), i(t.Autoanalyze)}
+		i(t.TableBytes), i(t.IndexBytes), i(t.Autovacuum), i(t.Autoanalyze), i(t.Analyze)}
 }

@@ -40,9 +40,11 @@ Every --sample it records a row: the jobs enqueued, completed, retried and
 dead in the interval, completed/enqueued, the engine's retry lateness
 (p50, p99), the process's RSS, the database's size, the store's backlog,
 and on PostgreSQL the jobs table's pg_stat_user_tables figures (live and
-dead tuples, index size, autovacuum runs). The rows are printed as they
-come and, with --out DIR, written to DIR/soak-<store>.csv as they are
-taken (DIR/soak-<store>-pg-tables.csv has every table of the schema, and
+dead tuples, index size, autovacuum runs, autovacuum's analyzes and the
+store's own), the phase of a vacuum of it running then, and the age of
+the database's oldest snapshot (the CSV's pg_oldest_xmin_age). The rows
+are printed as they come and, with --out DIR, written to
+DIR/soak-<store>.csv as they are taken (DIR/soak-<store>-pg-tables.csv has every table of the schema, and
 DIR/soak-<store>.json the summary at the end).
 
 At the end it judges the goals, each PASS, FAIL (with the failing rows)
@@ -234,7 +236,7 @@ func printSoakHeader(w io.Writer, pg bool) {
 	fmt.Fprintf(w, "%8s %8s %8s %6s %6s %5s %4s %8s %8s %8s %7s %8s %8s", "t", "enq/s", "done/s", "ratio", "retry", "dead", "tick",
 		"late p50", "late p99", "pickup99", "RSS MiB", "DB MiB", "backlog")
 	if pg {
-		fmt.Fprintf(w, " %9s %9s %8s %4s", "jobs live", "jobs dead", "idx MiB", "av")
+		fmt.Fprintf(w, " %9s %9s %8s %4s %4s %4s  %s", "jobs live", "jobs dead", "idx MiB", "av", "aan", "an", "vacuum")
 	}
 	fmt.Fprintln(w)
 }
@@ -252,7 +254,8 @@ func printSoakRow(w io.Writer, s bench.SoakSample) {
 		float64(s.Enqueued)/sec, float64(s.Completed)/sec, s.Ratio, s.Retried, s.Dead, s.Periodic,
 		late(s.RetryLateness.P50), late(s.RetryLateness.P99), s.Pickup.P99.String(), mib(s.RSS), mib(s.DBBytes), s.Backlog)
 	if s.PG != nil {
-		fmt.Fprintf(w, " %9d %9d %8s %4d", s.PG.Live, s.PG.DeadTuples, mib(s.PG.IndexBytes), s.PG.Autovacuum)
+		fmt.Fprintf(w, " %9d %9d %8s %4d %4d %4d  %s", s.PG.Live, s.PG.DeadTuples, mib(s.PG.IndexBytes), s.PG.Autovacuum,
+			s.PG.Autoanalyze, s.PG.Analyze, s.PG.VacuumPhase)
 	}
 	fmt.Fprintln(w)
 }

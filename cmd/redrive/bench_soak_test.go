@@ -119,6 +119,13 @@ func testBenchSoak(t *testing.T, store string, extra ...string) {
 		if pg := rec[col("pg_jobs_index_bytes")]; (store == "postgres") != (pg != "") {
 			t.Errorf("CSV row %d: pg_jobs_index_bytes = %q on %s", i, pg, store)
 		}
+		if store == "postgres" {
+			for _, c := range []string{"pg_jobs_analyze", "pg_jobs_autoanalyze", "pg_oldest_xmin_age"} {
+				if n, err := strconv.ParseInt(rec[col(c)], 10, 64); err != nil || n < 0 {
+					t.Errorf("CSV row %d: %s = %q", i, c, rec[col(c)])
+				}
+			}
+		}
 	}
 
 	// The summary is the result; on PostgreSQL, the tables' CSV has the

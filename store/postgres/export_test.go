@@ -198,6 +198,11 @@ func SetAnalyzeEvery(n int64) (restore func()) {
 	return func() { analyzeEvery = old }
 }
 
+// AnalyzeIfStale runs one check of the jobs table's statistics of s, as
+// the store does every analyzeEvery rows enqueued, and says whether it
+// ran an ANALYZE.
+func AnalyzeIfStale(ctx context.Context, s *Store) (bool, error) { return s.analyzeIfStale(ctx) }
+
 // SetErrorPrefixFew sets how many dead jobs with one error prefix a
 // listing of s sorts from jobs_dead_error; with as many or more it walks
 // the newest dead jobs.
