@@ -1099,26 +1099,26 @@ func (s *Store) applyOutcomes(ctx context.Context, applied []bool, outcome func(
 	if s.finishStatement != nil {
 		s.finishStatement(sql == s.sql.complete, len(args[0].([]int64)))
 	}
-	var got []int
+	var (
+		got      []int
+		released []string
+	)
+	row := func(n int32) error {
+		i, ok := outcome(n)
+		if !ok {
+			return fmt.Errorf("postgres: finish: the statement named outcome %d of %d", n, len(applied))
+		}
+		got = append(got, i)
+		return nil
+	}
 	err := s.retry(ctx, func() error {
 		got = got[:0]
-		rows, err := s.pool.Query(ctx, sql, args...)
-		if err != nil {
-			return err
+		if releaseInCommit {
+			return readFinishRows(func() (pgx.Rows, error) { return s.pool.Query(ctx, sql, args...) }, row)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var n int32
-			if err := rows.Scan(&n); err != nil {
-				return err
-			}
-			i, ok := outcome(n)
-			if !ok {
-				return fmt.Errorf("postgres: finish: the statement named outcome %d of %d", n, len(applied))
-			}
-			got = append(got, i)
-		}
-		return rows.Err()
+		var err error
+		released, err = s.finishAndSettle(ctx, sql, args, row)
+		return err
 	})
 	if err != nil {
 		return s.fail("finish", err)
@@ -1126,6 +1126,8 @@ func (s *Store) applyOutcomes(ctx context.Context, applied []bool, outcome func(
 	for _, i := range got {
 		applied[i] = true
 	}
+	// Committed: the jobs it released are announced (released.go).
+	s.announce(released)
 	return nil
 }
 
