@@ -246,6 +246,7 @@ var subtests = []subtest{
 	{"WorkflowsEnqueueMany", testWorkflowsEnqueueMany},
 	{"WorkflowsEnqueueRefused", testWorkflowsEnqueueRefused},
 	{"WorkflowsEnqueueConcurrent", testWorkflowsEnqueueConcurrent},
+	{"WorkflowReleaseHook", testWorkflowReleaseHook},
 }
 
 // RunNamed runs the named subtests of the conformance suite only, as Run
