@@ -23,9 +23,12 @@ import (
 // PostgreSQL applies the workflows' consequences (jobs_flow_batch), and
 // checks that every final job was released. It also reports the
 // notifications a listener heard for the final jobs' queue, a call
-// (final-notifies/finish): each is a transaction that notified. The
-// sub-benchmark "0038" runs on the schema without migration 0046 (the
-// workflows' completions applied a workflow at a time); "in-commit" and
+// (final-notifies/finish): each is a transaction that notified. "plain"
+// and "plain-in-commit" (ABBA) are the plain jobs' calls with and
+// without the settle statement Finish sends after its own (a call of
+// plain jobs settles nothing, but sends it). The sub-benchmark "0038"
+// runs on the schema without migration 0046 (the workflows'
+// completions applied a workflow at a time); "in-commit" and
 // "after-commit", in ABBA order, on the current one, the first with the
 // releases left to the trigger at the commit, which notifies in it (as
 // before migration 0050), the second with Finish settling them and
@@ -38,7 +41,8 @@ func BenchmarkFinishWorkflowJobs(b *testing.B) {
 		through  int // the last migration applied (0: all)
 		flows    bool
 		inCommit bool
-	}{{"plain", 0, false, false}, {"0038", 41, true, true},
+	}{{"plain-in-commit", 0, false, true}, {"plain", 0, false, false}, {"plain", 0, false, false}, {"plain-in-commit", 0, false, true},
+		{"0038", 41, true, true},
 		{"in-commit", 0, true, true}, {"after-commit", 0, true, false}, {"after-commit", 0, true, false}, {"in-commit", 0, true, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			schema := newSchema(b)

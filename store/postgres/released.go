@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -35,6 +37,65 @@ import (
 // notifying commits' lock only briefly. Releases found while a NOTIFY is
 // being sent are sent together by the next one.
 
+// A Finish of jobs outside any workflow settles nothing, yet the settle
+// statement costs it a statement more (a quarter of a call of 12 plain
+// completions on a loaded machine: docs/BENCHMARKS.md). So a queue
+// whose last settle found nothing to settle is not settled for
+// plainFor; its Finish calls meanwhile are single statements, and a
+// workflow job they complete is released by the trigger at the commit,
+// notifying in it, as before migration 0050 (correct, only not the
+// faster path). Then a call settles again, and the queue is looked at
+// anew. A queue never settled is settled.
+
+// plainFor is how long a queue whose Finish settled nothing is not
+// settled (nanoseconds).
+const plainFor = int64(time.Second)
+
+// settles reports whether a Finish statement of outcomes of queues
+// should settle its completions: unless every queue settled nothing
+// within plainFor.
+func (s *Store) settles(queues []string) bool {
+	now := time.Now().UnixNano()
+	for _, q := range queues {
+		v, ok := s.released.plain.Load(q)
+		if !ok || v.(*atomic.Int64).Load() <= now {
+			return true
+		}
+	}
+	return false
+}
+
+// settled records what a settle of a Finish statement of queues found:
+// completions to settle (noted), or none, which spares the queues the
+// settle for plainFor.
+func (s *Store) settled(queues []string, noted bool) {
+	until := int64(0)
+	if !noted {
+		until = time.Now().UnixNano() + plainFor
+	}
+	for _, q := range queues {
+		v, ok := s.released.plain.Load(q)
+		if !ok {
+			if noted {
+				continue
+			}
+			v, _ = s.released.plain.LoadOrStore(q, new(atomic.Int64))
+		}
+		v.(*atomic.Int64).Store(until)
+	}
+}
+
+// outcomeQueues returns the distinct queues of the outcomes order.
+func outcomeQueues(outcomes []store.Outcome, order []int) []string {
+	var qs []string
+	for _, i := range order {
+		if q := outcomes[i].Queue; !slices.Contains(qs, q) {
+			qs = append(qs, q)
+		}
+	}
+	return qs
+}
+
 // releaseInCommit makes Finish leave its workflows' releases to the
 // trigger at its commit, which notifies in the commit, as before
 // migration 0050. Only benchmarks set it, to compare.
@@ -45,6 +106,9 @@ var releaseInCommit bool
 type releases struct {
 	settle string // the statement that settles a Finish's completions
 	notify string // the statement that announces queues ($1)
+	// plain maps a queue to when it is settled again (*atomic.Int64,
+	// unix nanoseconds; 0: at once) since a settle found nothing.
+	plain sync.Map
 
 	mu      sync.Mutex
 	hooks   map[*func(string)]struct{}
@@ -59,7 +123,7 @@ type releases struct {
 
 // initReleases renders the statements of releases for the quoted schema.
 func (s *Store) initReleases(schema string) {
-	s.released.settle = `SELECT ` + schema + `.jobs_flow_settle()`
+	s.released.settle = `SELECT q, q IS NOT NULL FROM (SELECT ` + schema + `.jobs_flow_settle() AS q) s`
 	s.released.notify = `SELECT count(pg_notify('` + s.channel + `', q)) FROM unnest($1::text[]) AS t(q), set_config('synchronous_commit', 'off', true) AS c`
 }
 
@@ -160,25 +224,29 @@ func (s *Store) stopAnnouncing() {
 // finishAndSettle sends a Finish statement and the settle of its workflows'
 // completions in one round trip, one transaction, and hands each row of
 // the statement to row; it returns the queues of the jobs the
-// transaction released, once committed.
-func (s *Store) finishAndSettle(ctx context.Context, sql string, args []any, row func(int32) error) ([]string, error) {
+// transaction released, once committed, and whether it had completions
+// to settle.
+func (s *Store) finishAndSettle(ctx context.Context, sql string, args []any, row func(int32) error) ([]string, bool, error) {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
 	b.Queue(s.released.settle)
 	br := s.pool.SendBatch(ctx, b)
 	err := readFinishRows(br.Query, row)
-	var queues []string
+	var (
+		queues []string
+		noted  bool
+	)
 	if err == nil {
-		err = br.QueryRow().Scan(&queues)
+		err = br.QueryRow().Scan(&queues, &noted)
 	}
 	// The commit, at the batch's end: its error is the call's.
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return queues, nil
+	return queues, noted, nil
 }
 
 // readFinishRows reads the rows of a Finish statement's query.

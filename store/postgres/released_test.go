@@ -235,3 +235,75 @@ func TestReleaseInCommitStillNotifies(t *testing.T) {
 		t.Fatalf("the store sent %d NOTIFYs of its own, want none: the commit notified", sends)
 	}
 }
+
+// TestReleasePlainQueueSkipsSettle: a Finish whose settle found nothing
+// (plain jobs) spares its queue the settle for a while; a workflow job
+// of that queue completed meanwhile is still released, by the trigger
+// at the commit, which notifies as before: nothing is lost.
+func TestReleasePlainQueueSkipsSettle(t *testing.T) {
+	schema := newSchema(t)
+	s := open(t, schema)
+	defer s.Close()
+	ctx := t.Context()
+	var sends int
+	s.SetReleaseSent(func([]string, error) { sends++ })
+	var hooked []string
+	defer s.OnRelease(func(q string) { hooked = append(hooked, q) })()
+	heard, up := make(chan string, 10), make(chan string, 10)
+	lctx, stopListen := context.WithCancel(ctx)
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		s.Listen(lctx, func(q string) {
+			switch q {
+			case "":
+				up <- q
+			case "after":
+				heard <- q
+			}
+		})
+	}()
+	defer func() { stopListen(); <-listened }()
+	testwait.Recv(t, "the listener's start", 30*time.Second, up)
+	now := time.Now().UTC()
+	if _, err := s.Enqueue(ctx, []store.NewJob{{Queue: "after", Kind: "probe", Payload: []byte(`{}`)}}, now); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Recv(t, "the probe's notice", 30*time.Second, heard)
+	complete := func(j *store.Job) {
+		t.Helper()
+		if _, err := s.Finish(ctx, []store.Outcome{{JobID: j.ID, Queue: j.Queue, Attempt: j.Attempt, Lease: j.Lease, Worker: "w", Kind: store.Complete, At: now}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch := func(queue string, want int) []*store.Job {
+		t.Helper()
+		got, err := s.Fetch(ctx, store.FetchParams{Queue: queue, Limit: 10, Now: now, LeaseUntil: now.Add(time.Hour), Worker: "w"})
+		if err != nil || len(got) != want {
+			t.Fatalf("fetch %s: %d jobs (%v), want %d", queue, len(got), err, want)
+		}
+		return got
+	}
+	w := store.NewWorkflow{Jobs: []store.WorkflowNode{
+		{Name: "a", Job: store.NewJob{Queue: "deps", Kind: "dep", Payload: []byte(`{}`)}},
+		{Name: "b", Job: store.NewJob{Queue: "after", Kind: "final", Payload: []byte(`{}`)}, After: []string{"a"}}}}
+	if _, err := s.EnqueueWorkflow(ctx, w, now); err != nil {
+		t.Fatal(err)
+	}
+	dep := fetch("deps", 1)[0]
+	// A plain job of the queue first: its settle finds nothing.
+	if _, err := s.Enqueue(ctx, []store.NewJob{{Queue: "deps", Kind: "plain", Payload: []byte(`{}`)}}, now); err != nil {
+		t.Fatal(err)
+	}
+	complete(fetch("deps", 1)[0])
+	fetch("after", 1) // the probe
+	complete(dep)
+	if q := testwait.Recv(t, "the release's notice", 30*time.Second, heard); q != "after" {
+		t.Fatalf("heard %q", q)
+	}
+	fetch("after", 1) // the released job
+	s.WaitAnnounced()
+	if sends != 0 || len(hooked) != 0 {
+		t.Fatalf("the release was announced by the store (%d NOTIFYs, hooks heard %v): want the trigger's, the queue's settle skipped", sends, hooked)
+	}
+}

@@ -121,8 +121,10 @@ END $$;
 -- jobs_flow_settle applies the transaction's noted completions now and
 -- returns the queues of the jobs they released (empty when none), for
 -- the caller to announce after its commit; the commit then finds nothing
--- noted. The note names the jobs table by its oid, as the triggers write
--- it.
+-- noted. It returns NULL when nothing was noted (no workflow job
+-- completed), which the store takes as a hint that the queues hold
+-- plain jobs. The note names the jobs table by its oid, as the triggers
+-- write it.
 CREATE FUNCTION jobs_flow_settle() RETURNS text[] LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
 DECLARE
@@ -130,11 +132,11 @@ DECLARE
     rel   text;
 BEGIN
     IF noted IS NULL OR noted = '' THEN
-        RETURN '{}'; -- nothing noted: the common case, plain jobs
+        RETURN NULL; -- nothing noted: the common case, plain jobs
     END IF;
     rel := 'jobs'::regclass::oid::text;
     IF NOT starts_with(noted, rel || ':') THEN
-        RETURN '{}';
+        RETURN NULL;
     END IF;
     PERFORM set_config('redrive.flow_done', '', true);
     RETURN jobs_flow_apply(string_to_array(substr(noted, length(rel) + 2), ',')::bigint[]);
