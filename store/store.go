@@ -1271,8 +1271,9 @@ type Releaser interface {
 	// that released jobs from Blocked, once for each queue of those
 	// jobs, until remove is called; by the time the write's call
 	// returns, it was called. A store that is also a Notifier may call
-	// it for the completions of Finish only, the other releases reaching
-	// the workers by its notifications. It is called on the writing
+	// it for some writes only (PostgreSQL: the Finish calls that settle
+	// their workflows' completions), the other releases reaching the
+	// workers by its notifications. It is called on the writing
 	// goroutine: it must return quickly and must not call the store.
 	OnRelease(released func(queue string)) (remove func())
 }

@@ -128,11 +128,12 @@ func (s *Store) initReleases(schema string) {
 }
 
 // OnRelease implements store.Releaser: released is called, after the
-// commit of each Finish statement that released jobs from Blocked (a
-// workflow's dependents, its callbacks), once for each queue of those
-// jobs. Other writes that release jobs (a death or a cancel in a
-// workflow, a job added to one) notify as they did, and the workers hear
-// them by Listen.
+// commit of each Finish statement that settled its completions and
+// released jobs from Blocked (a workflow's dependents, its callbacks),
+// once for each queue of those jobs. Other writes that release jobs (a
+// Finish of a queue found plain, a death or a cancel in a workflow, a
+// job added to one) notify as they did, and the workers hear them by
+// Listen.
 func (s *Store) OnRelease(released func(queue string)) (remove func()) {
 	r := &s.released
 	key := &released
