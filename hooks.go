@@ -22,8 +22,8 @@ type hooks struct {
 	anyPause  map[*func(string, bool)]struct{}
 	cancelers map[*func()]struct{}
 
-	// unrelease removes the hook by which a store.Releaser (SQLite)
-	// wakes these workers for the jobs its writes release; nil: none.
+	// unrelease removes the hook by which a store.Releaser (SQLite,
+	// PostgreSQL) wakes these workers for the jobs its writes release; nil: none.
 	unrelease func()
 }
 

@@ -1259,16 +1259,22 @@ type Notifier interface {
 	Listen(ctx context.Context, notify func(queue string)) error
 }
 
-// Releaser is implemented by stores without a Notifier (SQLite) to tell
-// the engine in the same process that a write made blocked jobs due (a
-// workflow's dependents released by their last dependency's completion,
-// its callbacks fired), as an enqueue does, so that its workers fetch
-// them at once rather than at their next poll.
+// Releaser is implemented by stores that tell the engine in the same
+// process that a write made blocked jobs due (a workflow's dependents
+// released by their last dependency's completion, its callbacks fired),
+// as an enqueue does, so that its workers fetch them at once rather than
+// at their next poll (SQLite, which has no notifications) or at the
+// notification (PostgreSQL, which announces a Finish's releases after
+// its commit).
 type Releaser interface {
 	// OnRelease has released called, after the commit of each write
 	// that released jobs from Blocked, once for each queue of those
-	// jobs, until remove is called. It is called on the store's writer:
-	// it must return quickly and must not call the store.
+	// jobs, until remove is called; by the time the write's call
+	// returns, it was called. A store that is also a Notifier may call
+	// it for some writes only (PostgreSQL: the Finish calls that settle
+	// their workflows' completions), the other releases reaching the
+	// workers by its notifications. It is called on the writing
+	// goroutine: it must return quickly and must not call the store.
 	OnRelease(released func(queue string)) (remove func())
 }
 

@@ -149,6 +149,27 @@ func SetFinishWhole(whole bool) (restore func()) {
 	return func() { finishWhole = old }
 }
 
+// SetReleaseInCommit makes Finish leave its workflows' releases to the
+// trigger at its commit, notifying in the commit (as before migration
+// 0050), and returns a function restoring the previous value.
+func SetReleaseInCommit(inCommit bool) (restore func()) {
+	old := releaseInCommit
+	releaseInCommit = inCommit
+	return func() { releaseInCommit = old }
+}
+
+// SetReleaseSent sets the hook called after each NOTIFY announcing
+// released jobs, with its queues and its error.
+func (s *Store) SetReleaseSent(sent func(queues []string, err error)) {
+	s.released.mu.Lock()
+	s.released.sent = sent
+	s.released.mu.Unlock()
+}
+
+// WaitAnnounced waits for the NOTIFY being sent to announce released
+// jobs, if any (no Finish may run meanwhile).
+func (s *Store) WaitAnnounced() { s.released.sends.Wait() }
+
 // MigrateThrough makes Migrate apply only the embedded migrations of
 // version at most version, and returns a function restoring them all.
 // It keeps 0037 (jobs.trace_packed) whatever the version: every read and
@@ -177,9 +198,13 @@ func MigrateThrough(version int) (restore func()) {
 	}
 	migrationFS = m
 	// Below 0032 there is no job_deps for a read of a dead job to probe.
-	oldDeps, oldWaits, oldClosed := readDeps, writeWaits, readClosed
-	readDeps, writeWaits, readClosed = version >= 32, version >= 34, version >= 36
-	return func() { migrationFS, readDeps, writeWaits, readClosed = old, oldDeps, oldWaits, oldClosed }
+	// Below 0050 there is no jobs_flow_settle: the trigger releases at
+	// the commit.
+	oldDeps, oldWaits, oldClosed, oldInCommit := readDeps, writeWaits, readClosed, releaseInCommit
+	readDeps, writeWaits, readClosed, releaseInCommit = version >= 32, version >= 34, version >= 36, version < 50
+	return func() {
+		migrationFS, readDeps, writeWaits, readClosed, releaseInCommit = old, oldDeps, oldWaits, oldClosed, oldInCommit
+	}
 }
 
 // SetSlotPruneEvery sets how many takes of limit slots pass between two

@@ -1,7 +1,9 @@
 package postgres_test
 
 import (
+	"context"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,23 +21,36 @@ import (
 // several workflows and releases some final jobs. It reports the mean
 // time of a Finish call (ms/finish), which includes its commit, where
 // PostgreSQL applies the workflows' consequences (jobs_flow_batch), and
-// checks that every final job was released. The sub-benchmark "0038"
-// runs on the schema without migration 0046 (the workflows' completions
-// applied a workflow at a time), "0046" on the current one:
+// checks that every final job was released. It also reports the
+// notifications a listener heard for the final jobs' queue, a call
+// (final-notifies/finish): each is a transaction that notified. "plain"
+// and "plain-in-commit" (ABBA) are the plain jobs' calls with and
+// without the settle statement Finish sends after its own (a call of
+// plain jobs settles nothing, but sends it). The sub-benchmark "0038"
+// runs on the schema without migration 0046 (the workflows'
+// completions applied a workflow at a time); "in-commit" and
+// "after-commit", in ABBA order, on the current one, the first with the
+// releases left to the trigger at the commit, which notifies in it (as
+// before migration 0050), the second with Finish settling them and
+// announcing them after its commit (released.go):
 //
 //	REDRIVE_POSTGRES_URL=... go test ./store/postgres -run '^$' -bench FinishWorkflowJobs -benchtime 3x -count 3
 func BenchmarkFinishWorkflowJobs(b *testing.B) {
 	for _, c := range []struct {
-		name    string
-		through int // the last migration applied (0: all)
-		flows   bool
-	}{{"plain", 0, false}, {"0038", 41, true}, {"0046", 0, true}} {
+		name     string
+		through  int // the last migration applied (0: all)
+		flows    bool
+		inCommit bool
+	}{{"plain-in-commit", 0, false, true}, {"plain", 0, false, false}, {"plain", 0, false, false}, {"plain-in-commit", 0, false, true},
+		{"0038", 41, true, true},
+		{"in-commit", 0, true, true}, {"after-commit", 0, true, false}, {"after-commit", 0, true, false}, {"in-commit", 0, true, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			schema := newSchema(b)
 			if c.through > 0 {
 				restore := postgres.MigrateThrough(c.through)
 				defer restore()
 			}
+			defer postgres.SetReleaseInCommit(c.inCommit)()
 			s := open(b, schema)
 			defer s.Close()
 			benchFinishFlows(b, s, schema, c.flows)
@@ -44,6 +59,30 @@ func BenchmarkFinishWorkflowJobs(b *testing.B) {
 }
 
 func benchFinishFlows(b *testing.B, s *postgres.Store, schema string, flows bool) {
+	// A listener, as another process's, counts the notifications of the
+	// final jobs' queue; "end" (sent last, heard last) says all were
+	// heard.
+	var heard atomic.Int64
+	listening, ended := make(chan struct{}), make(chan struct{})
+	lctx, stopListen := context.WithCancel(b.Context())
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		first := true
+		s.Listen(lctx, func(q string) {
+			switch {
+			case q == "" && first:
+				first = false
+				close(listening)
+			case q == "final":
+				heard.Add(1)
+			case q == "end":
+				close(ended)
+			}
+		})
+	}()
+	defer func() { stopListen(); <-listened }()
+	<-listening
 	const nflows, width, fetch, batch = 200, 9, 100, 12
 	ctx := b.Context()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -114,6 +153,7 @@ func benchFinishFlows(b *testing.B, s *postgres.Store, schema string, flows bool
 			}
 		}
 		b.StopTimer()
+		s.WaitAnnounced()
 		if flows {
 			var blocked, due int
 			err := s.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'blocked'), count(*) FILTER (WHERE state = 'pending')
@@ -130,5 +170,10 @@ func benchFinishFlows(b *testing.B, s *postgres.Store, schema string, flows bool
 		}
 		b.StartTimer()
 	}
+	if _, err := s.Pool().Exec(ctx, `SELECT pg_notify($1, 'end')`, s.Channel()); err != nil {
+		b.Fatal(err)
+	}
+	<-ended
 	b.ReportMetric(float64(took.Microseconds())/1000/float64(calls), "ms/finish")
+	b.ReportMetric(float64(heard.Load())/float64(calls), "final-notifies/finish")
 }

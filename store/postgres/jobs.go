@@ -1076,7 +1076,7 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 		}
 		return int(ord), ord >= 0 && int(ord) < len(applied)
 	}
-	err := s.applyOutcomes(ctx, applied, byOrd, s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
+	err := s.applyOutcomes(ctx, applied, byOrd, outcomeQueues(outcomes, order), s.sql.finish, ids, leases, workers, kinds, states, ats, runAts, events, errs, classes, reasons, fps, ords,
 		cnt.ords, cnt.queues, cnt.names, cnt.ns, shard(), durations, delays, pDones, pTotals, pAts, expiredBy, cancelEvents, holds, follows, results)
 	if err != nil {
 		return err
@@ -1095,30 +1095,33 @@ func (s *Store) finishGeneral(ctx context.Context, outcomes []store.Outcome, ord
 // applyOutcomes runs a Finish statement (finish or complete), whose rows
 // each name an applied outcome, and marks them in applied: outcome maps
 // a row's number to the index of its outcome (false when out of range).
-func (s *Store) applyOutcomes(ctx context.Context, applied []bool, outcome func(int32) (int, bool), sql string, args ...any) error {
+// queues are the queues of the statement's outcomes (see settles).
+func (s *Store) applyOutcomes(ctx context.Context, applied []bool, outcome func(int32) (int, bool), queues []string, sql string, args ...any) error {
 	if s.finishStatement != nil {
 		s.finishStatement(sql == s.sql.complete, len(args[0].([]int64)))
 	}
-	var got []int
+	var (
+		got      []int
+		released []string
+		settle   = !releaseInCommit && s.settles(queues)
+		noted    bool
+	)
+	row := func(n int32) error {
+		i, ok := outcome(n)
+		if !ok {
+			return fmt.Errorf("postgres: finish: the statement named outcome %d of %d", n, len(applied))
+		}
+		got = append(got, i)
+		return nil
+	}
 	err := s.retry(ctx, func() error {
 		got = got[:0]
-		rows, err := s.pool.Query(ctx, sql, args...)
-		if err != nil {
-			return err
+		if !settle {
+			return readFinishRows(func() (pgx.Rows, error) { return s.pool.Query(ctx, sql, args...) }, row)
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var n int32
-			if err := rows.Scan(&n); err != nil {
-				return err
-			}
-			i, ok := outcome(n)
-			if !ok {
-				return fmt.Errorf("postgres: finish: the statement named outcome %d of %d", n, len(applied))
-			}
-			got = append(got, i)
-		}
-		return rows.Err()
+		var err error
+		released, noted, err = s.finishAndSettle(ctx, sql, args, row)
+		return err
 	})
 	if err != nil {
 		return s.fail("finish", err)
@@ -1126,6 +1129,11 @@ func (s *Store) applyOutcomes(ctx context.Context, applied []bool, outcome func(
 	for _, i := range got {
 		applied[i] = true
 	}
+	// Committed: the jobs it released are announced (released.go).
+	if settle {
+		s.settled(queues, noted)
+	}
+	s.announce(released)
 	return nil
 }
 
@@ -1169,7 +1177,7 @@ func (s *Store) finishCompleted(ctx context.Context, outcomes []store.Outcome, o
 		}
 		return order[k-1], true
 	}
-	return s.applyOutcomes(ctx, applied, byPosition, s.sql.complete, ids, leases, ats, durations, cleanText(outcomes[order[0]].Worker), groups,
+	return s.applyOutcomes(ctx, applied, byPosition, outcomeQueues(outcomes, order), s.sql.complete, ids, leases, ats, durations, cleanText(outcomes[order[0]].Worker), groups,
 		cnt.groups, cnt.queues, cnt.names, cnt.ns, shard())
 }
 

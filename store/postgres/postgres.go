@@ -47,7 +47,10 @@
 // Whenever a commit adds or reschedules waiting jobs (Enqueue, EnqueueTx,
 // the Retry, Snooze and Release outcomes of Finish, Redrive), the store
 // sends pg_notify('<schema>_redrive', queue) in the same transaction, so
-// the notification is delivered on commit. Listen receives them.
+// the notification is delivered on commit. Listen receives them. The
+// jobs a Finish releases (a workflow's dependents, its callbacks) are
+// announced after its commit instead: to this process's engine by
+// OnRelease, to the others by a NOTIFY sent apart (released.go).
 //
 // # Transactional enqueue
 //
@@ -150,6 +153,8 @@ type Store struct {
 
 	// group merges concurrent Enqueue calls (group.go).
 	group enqueueGroup
+	// released announces the jobs Finish released (released.go).
+	released releases
 	// limitHints says which queues may have due limited jobs (limits.go).
 	limitHints limitHints
 	// fairHints says which queues have fair jobs, fairCursors where each
@@ -258,6 +263,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		cancelDone:  cancel,
 	}
 	s.sql = render(pgx.Identifier{schema}.Sanitize(), s.channel)
+	s.initReleases(pgx.Identifier{schema}.Sanitize())
 	if opts.SkipMigrate {
 		err = s.checkMigrated(ctx)
 	} else {
@@ -493,6 +499,7 @@ func (s *Store) Close() error {
 	}
 	s.cancelDone()
 	s.stopAnalyze()
+	s.stopAnnouncing()
 	s.pool.Close()
 	return nil
 }

@@ -247,6 +247,7 @@ var subtests = []subtest{
 	{"WorkflowsEnqueueMany", testWorkflowsEnqueueMany},
 	{"WorkflowsEnqueueRefused", testWorkflowsEnqueueRefused},
 	{"WorkflowsEnqueueConcurrent", testWorkflowsEnqueueConcurrent},
+	{"WorkflowReleaseHook", testWorkflowReleaseHook},
 }
 
 // RunNamed runs the named subtests of the conformance suite only, as Run

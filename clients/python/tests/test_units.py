@@ -53,6 +53,29 @@ def test_enqueue_body():
         enqueue_body("")
 
 
+def test_enqueue_workflows_checks_before_sending():
+    c = redrive.Client("http://127.0.0.1:9")  # nothing listens: nothing may be sent
+    job = {"name": "a", "kind": "k"}
+    with pytest.raises(ValueError, match="1 to 1000"):
+        c.enqueue_workflows([])
+    with pytest.raises(ValueError, match="want a list"):
+        c.enqueue_workflows({"jobs": [job]})
+    with pytest.raises(ValueError, match=r"workflows\[0\]: unknown key jbos"):
+        c.enqueue_workflows([{"jbos": [job]}])
+    with pytest.raises(ValueError, match=r"workflows\[0\].jobs: want a non-empty list"):
+        c.enqueue_workflows([{"jobs": []}])
+    with pytest.raises(ValueError, match=r"workflows\[1\].jobs\[0\]: unknown argument qeue"):
+        c.enqueue_workflows([{"jobs": [job]}, {"jobs": [{"name": "a", "kind": "k", "qeue": "x"}]}])
+    with pytest.raises(ValueError, match=r"workflows\[0\].jobs\[0\].name"):
+        c.enqueue_workflows([{"jobs": [{"kind": "k"}]}])
+    with pytest.raises(ValueError, match=r"workflows\[0\].jobs\[0\].after"):
+        c.enqueue_workflows([{"jobs": [{"name": "a", "kind": "k", "after": "b"}]}])
+    with pytest.raises(ValueError, match=r"workflows\[0\].on_success: kind"):
+        c.enqueue_workflows([{"jobs": [job], "on_success": {"kind": ""}}])
+    with pytest.raises(ValueError, match="1 to 1000"):
+        c.enqueue_workflows([{"jobs": [job]}] * 1001)
+
+
 def test_enqueue_many_checks_before_sending():
     c = redrive.Client("http://127.0.0.1:9")  # nothing listens: nothing may be sent
     with pytest.raises(ValueError, match="unknown argument"):

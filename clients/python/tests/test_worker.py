@@ -426,3 +426,59 @@ def test_cut_off_worker_loses_its_job(serve, run_worker):
     assert reasons == ["lease_lost"]
     after = serve.client.get(job["id"])
     assert after["state"] == "completed" and after["attempt"] == 2 and after["lease"] == done["lease"]
+
+
+def test_enqueue_workflows(serve, run_worker):
+    """Many workflows in one call: answered in order with their jobs, a
+    held key answers the workflow holding it, a refusal names the
+    workflow's field and stores nothing, and the workflows run."""
+    c = serve.client
+
+    def flow(i, key=None):
+        w = {"name": "order-%d" % i, "on_dead": "wait",
+             "jobs": [{"name": "reserve", "kind": "wf.step", "payload": {"flow": i, "step": "reserve"}, "queue": "py"},
+                      {"name": "charge", "kind": "wf.step", "payload": {"flow": i, "step": "charge"}, "queue": "py",
+                       "after": ["reserve"], "max_retries": 2}],
+             "on_success": {"kind": "wf.done", "payload": {"flow": i}, "queue": "py"}}
+        if key:
+            w["idempotency_key"] = key
+        return w
+
+    got = c.enqueue_workflows([flow(0, key="wf-0"), flow(1)])
+    assert [w["name"] for w in got] == ["order-0", "order-1"]
+    for w in got:
+        assert not w.get("existing") and w["total"] == 2 and w["on_success"] > 0, w
+        by_name = {j["name"]: j for j in w["jobs"]}
+        assert by_name["reserve"]["state"] == "pending" and by_name["charge"]["state"] == "blocked", w
+        assert by_name["charge"]["after"] == [by_name["reserve"]["job_id"]], w
+    again = c.enqueue_workflows([flow(0, key="wf-0"), flow(2, key="wf-2")])
+    assert again[0]["id"] == got[0]["id"] and again[0].get("existing") is True
+    assert not again[1].get("existing") and again[1]["name"] == "order-2"
+
+    bad = flow(3)
+    bad["jobs"][1]["after"] = ["nowhere"]
+    with pytest.raises(redrive.APIError) as e:
+        c.enqueue_workflows([flow(4, key="wf-4"), bad])
+    assert e.value.status == 400 and e.value.field.startswith("workflows[1].jobs"), (e.value.field, e.value.message)
+    again = c.enqueue_workflows([flow(4, key="wf-4")])
+    assert not again[0].get("existing"), "the refused call stored its first workflow"
+
+    ran = []
+    lock = threading.Lock()
+    w = new_worker(serve)
+
+    @w.handler("wf.step")
+    def step(job):
+        with lock:
+            ran.append((job.payload["flow"], job.payload["step"]))
+
+    @w.handler("wf.done")
+    def done(job):
+        return None
+
+    run_worker(w)
+    for wf in got + again:
+        serve.wait_job(wf["on_success"], lambda j: j["state"] == "completed", what="the success callback's completion")
+    with lock:
+        for i in (0, 1, 4):
+            assert ran.index((i, "reserve")) < ran.index((i, "charge")), ran

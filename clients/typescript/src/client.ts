@@ -93,6 +93,72 @@ export interface Job {
   [field: string]: unknown;
 }
 
+/** One job of a workflow: a job to enqueue, named, with the jobs it waits for. */
+export interface WorkflowJobOptions extends EnqueueOptions {
+  /** Its name, unique in the workflow. */
+  name: string;
+  /** The names of the jobs of the workflow that must complete before it runs. */
+  after?: string[];
+}
+
+/** A workflow to enqueue: jobs that wait for each other, and callbacks (docs/workflows.md). */
+export interface WorkflowOptions {
+  /** Describes the workflow to people. */
+  name?: string;
+  /**
+   * A key that makes the enqueue idempotent: a second enqueue with it
+   * answers the workflow holding it (`existing: true`) and creates nothing.
+   */
+  idempotencyKey?: string;
+  /** What a dead job does to its dependents: "wait" (the default), "cancel" or "run". */
+  onDead?: "wait" | "cancel" | "run";
+  /** The workflow's jobs (at least one). */
+  jobs: WorkflowJobOptions[];
+  /** Enqueued once every job completed. */
+  onSuccess?: EnqueueOptions;
+  /** Enqueued once every job finished (completed, dead or canceled). */
+  onComplete?: EnqueueOptions;
+  /** Enqueued when a job died for the first time. */
+  onDeath?: EnqueueOptions;
+}
+
+/** One job of a Workflow as the API answers it. */
+export interface WorkflowJob {
+  name: string;
+  job_id: number;
+  kind: string;
+  state: Job["state"];
+  /** The ids of the jobs it waits for. */
+  after: number[];
+  [field: string]: unknown;
+}
+
+/** A workflow as the API answers it (the Workflow object of server/openapi.json). */
+export interface Workflow {
+  id: number;
+  name?: string;
+  on_dead: "wait" | "cancel" | "run";
+  state: string;
+  idempotency_key?: string;
+  created_at: string;
+  canceled_at?: string;
+  closed_at?: string;
+  /** Its jobs by state (callbacks aside). */
+  counts: Record<string, number>;
+  total: number;
+  completed: number;
+  dead: number;
+  canceled: number;
+  /** The callbacks' job ids. */
+  on_success?: number;
+  on_complete?: number;
+  on_death?: number;
+  jobs?: WorkflowJob[];
+  /** Set when the workflow holding the idempotency key was answered. */
+  existing?: boolean;
+  [field: string]: unknown;
+}
+
 /** Enqueues, reads and cancels jobs through a redrive server's REST API. */
 export class Client {
   readonly #http: Transport;
@@ -136,6 +202,31 @@ export class Client {
     return answer.jobs;
   }
 
+  /**
+   * Enqueues 1 to 1000 workflows in one request, one transaction, all or
+   * none (POST /v1/workflows/batch; their jobs together at most 10,000): a
+   * refusal is a RedriveError naming the workflow's field
+   * (`workflows[2].jobs[0].kind`) and nothing is stored. Answers the
+   * workflows in order, each with its jobs; one whose idempotency key was
+   * held (or taken by an earlier one of the call) is the workflow holding
+   * it, with `existing: true`.
+   */
+  async enqueueWorkflows(workflows: WorkflowOptions[]): Promise<Workflow[]> {
+    if (!Array.isArray(workflows) || workflows.length < 1 || workflows.length > 1000) {
+      throw new TypeError(
+        `enqueueWorkflows: expected an array of 1 to 1000 workflows, got ${Array.isArray(workflows) ? workflows.length : typeof workflows}`,
+      );
+    }
+    const body = workflows.map((w, i) => workflowBody(w, `workflows[${i}]`));
+    // Sent again when cut only when every workflow has a key: a second
+    // copy of one without would be a second workflow.
+    const keyed = body.every((b) => b["idempotency_key"] !== undefined);
+    const answer = await this.#http.request<{ workflows: Workflow[] }>("POST", "/v1/workflows/batch", { workflows: body }, undefined, {
+      idempotent: keyed,
+    });
+    return answer.workflows;
+  }
+
   /** The job with its whole history; a RedriveError 404 when unknown. */
   async get(id: number): Promise<Job> {
     return this.#http.request<Job>("GET", `/v1/jobs/${jobId(id)}`);
@@ -154,6 +245,48 @@ export class Client {
 function jobId(id: number): string {
   if (!Number.isSafeInteger(id) || id < 1) throw new TypeError(`id: expected a positive integer, got ${String(id)}`);
   return String(id);
+}
+
+/** The body of one workflow of POST /v1/workflows/batch; where names it in errors. */
+export function workflowBody(w: WorkflowOptions, where: string): Record<string, unknown> {
+  if (w === null || typeof w !== "object") throw new TypeError(`${where}: expected an object with jobs`);
+  if (!Array.isArray(w.jobs) || w.jobs.length === 0) throw new TypeError(`${where}.jobs: a non-empty array is required`);
+  const body: Record<string, unknown> = {};
+  if (w.name !== undefined) body["name"] = w.name;
+  if (w.idempotencyKey !== undefined) body["idempotency_key"] = w.idempotencyKey;
+  if (w.onDead !== undefined) body["on_dead"] = w.onDead;
+  body["jobs"] = w.jobs.map((j, i) => {
+    const at = `${where}.jobs[${i}]`;
+    let job: Record<string, unknown>;
+    try {
+      job = enqueueBody(j);
+    } catch (err) {
+      throw new TypeError(`${at}: ${(err as Error).message}`);
+    }
+    if (typeof j.name !== "string" || j.name === "") throw new TypeError(`${at}.name: a non-empty string is required`);
+    job["name"] = j.name;
+    if (j.after !== undefined) {
+      if (!Array.isArray(j.after) || !j.after.every((a) => typeof a === "string")) {
+        throw new TypeError(`${at}.after: expected an array of job names`);
+      }
+      job["after"] = [...j.after];
+    }
+    return job;
+  });
+  for (const [option, field] of [
+    ["onSuccess", "on_success"],
+    ["onComplete", "on_complete"],
+    ["onDeath", "on_death"],
+  ] as const) {
+    const cb = w[option];
+    if (cb === undefined) continue;
+    try {
+      body[field] = enqueueBody(cb);
+    } catch (err) {
+      throw new TypeError(`${where}.${field}: ${(err as Error).message}`);
+    }
+  }
+  return body;
 }
 
 /** The POST /v1/jobs body of options, checked for what only the client knows. */

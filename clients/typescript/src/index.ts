@@ -1,7 +1,16 @@
 // @redrive/client: enqueue jobs to redrive and run redrive workers in
 // Node.js, over redrive serve's REST API and HTTP worker protocol.
 
-export { Client, type EnqueueOptions, type Job, type JobEvent } from "./client.js";
+export {
+  Client,
+  type EnqueueOptions,
+  type Job,
+  type JobEvent,
+  type WorkflowOptions,
+  type WorkflowJobOptions,
+  type Workflow,
+  type WorkflowJob,
+} from "./client.js";
 export {
   Worker,
   LeasedJob,

@@ -83,3 +83,47 @@ test("enqueueMany stores all or none", async () => {
   await assert.rejects(client.enqueueMany([]), /1 to 1000/);
   await assert.rejects(client.enqueueMany([{ kind: "" }]), /jobs\[0\]: kind/);
 });
+
+test("enqueueWorkflows stores many workflows at once, all or none", async () => {
+  const flow = (i, idempotencyKey) => ({
+    name: `order-${i}`,
+    onDead: "wait",
+    idempotencyKey,
+    jobs: [
+      { name: "reserve", kind: "reserve", queue: "ts-wf", payload: { i } },
+      { name: "charge", kind: "charge", queue: "ts-wf", payload: { i }, after: ["reserve"], maxRetries: 2 },
+    ],
+    onSuccess: { kind: "done", queue: "ts-wf", payload: { i } },
+  });
+  const got = await client.enqueueWorkflows([flow(0, "ts-wf-0"), flow(1)]);
+  assert.deepEqual(got.map((w) => w.name), ["order-0", "order-1"]);
+  for (const w of got) {
+    assert.equal(w.existing, undefined);
+    assert.equal(w.total, 2);
+    assert.ok(w.on_success > 0);
+    const byName = Object.fromEntries(w.jobs.map((j) => [j.name, j]));
+    assert.equal(byName.reserve.state, "pending");
+    assert.equal(byName.charge.state, "blocked");
+    assert.deepEqual(byName.charge.after, [byName.reserve.job_id]);
+  }
+  const again = await client.enqueueWorkflows([flow(0, "ts-wf-0"), flow(2, "ts-wf-2")]);
+  assert.equal(again[0].id, got[0].id);
+  assert.equal(again[0].existing, true);
+  assert.equal(again[1].name, "order-2");
+
+  const bad = flow(3);
+  bad.jobs[1].after = ["nowhere"];
+  await assert.rejects(
+    client.enqueueWorkflows([flow(4, "ts-wf-4"), bad]),
+    (err) => err instanceof RedriveError && err.status === 400 && err.field.startsWith("workflows[1].jobs"),
+  );
+  const stored = await client.enqueueWorkflows([flow(4, "ts-wf-4")]);
+  assert.equal(stored[0].existing, undefined, "the refused call stored its first workflow");
+
+  await assert.rejects(client.enqueueWorkflows([]), /1 to 1000/);
+  await assert.rejects(client.enqueueWorkflows([{ jobs: [] }]), /workflows\[0\]\.jobs: a non-empty array/);
+  await assert.rejects(client.enqueueWorkflows([{ jobs: [{ name: "a", kind: "" }] }]), /workflows\[0\]\.jobs\[0\]: kind/);
+  await assert.rejects(client.enqueueWorkflows([{ jobs: [{ kind: "k" }] }]), /workflows\[0\]\.jobs\[0\]\.name/);
+  await assert.rejects(client.enqueueWorkflows([{ jobs: [{ name: "a", kind: "k", after: "b" }] }]), /workflows\[0\]\.jobs\[0\]\.after/);
+  await assert.rejects(client.enqueueWorkflows([{ jobs: [{ name: "a", kind: "k" }], onSuccess: { kind: "" } }]), /workflows\[0\]\.on_success: kind/);
+});

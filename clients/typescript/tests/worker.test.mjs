@@ -434,3 +434,29 @@ test("no background error went unnoticed", () => {
   const unexpected = errors.filter(({ err }) => !(err?.name === "LeaseLostError"));
   assert.deepEqual(unexpected.map(({ where, err }) => `${where}: ${err}`), []);
 });
+
+test("workflows enqueued together run, each job after the ones it waits for", async (t) => {
+  const ran = [];
+  const done = new Map();
+  startWorker(t, "ts-wf-run", [
+    ["step", async (job) => {
+      ran.push(`${job.payload.i}:${job.payload.step}`);
+    }],
+    ["done", async (job) => {
+      done.set(job.payload.i, true);
+    }],
+  ]);
+  const flows = [0, 1, 2].map((i) => ({
+    jobs: [
+      { name: "a", kind: "step", queue: "ts-wf-run", payload: { i, step: "a" } },
+      { name: "b", kind: "step", queue: "ts-wf-run", payload: { i, step: "b" }, after: ["a"] },
+    ],
+    onSuccess: { kind: "done", queue: "ts-wf-run", payload: { i } },
+  }));
+  const got = await client.enqueueWorkflows(flows);
+  for (const w of got) await settled(w.on_success);
+  for (const i of [0, 1, 2]) {
+    assert.ok(done.get(i), `workflow ${i}'s success callback ran`);
+    assert.ok(ran.indexOf(`${i}:a`) >= 0 && ran.indexOf(`${i}:a`) < ran.indexOf(`${i}:b`), ran.join(" "));
+  }
+});

@@ -37,6 +37,60 @@ def enqueue_body(kind, payload=None, queue=None, priority=None, idempotency_key=
     return body
 
 
+_WORKFLOW_KEYS = ("name", "idempotency_key", "on_dead", "jobs", "on_success", "on_complete", "on_death")
+
+
+def _job_args(where, j, extra=()):
+    """enqueue_body of a dict of enqueue's arguments (and the keys extra,
+    left out), refusing an unknown argument; where names it in errors."""
+    if not isinstance(j, dict):
+        raise ValueError("%s: want a dict of enqueue's arguments" % where)
+    unknown = set(j) - set(_FIELDS) - {"kind", "payload"} - set(extra)
+    if unknown:
+        raise ValueError("%s: unknown argument %s" % (where, ", ".join(sorted(unknown))))
+    try:
+        return enqueue_body(**{k: v for k, v in j.items() if k not in extra})
+    except (TypeError, ValueError) as e:
+        raise ValueError("%s: %s" % (where, e)) from None
+
+
+def workflow_body(where, w):
+    """The JSON body of one workflow to enqueue (docs/workflows.md): a dict
+    with ``jobs`` (each a dict of enqueue's arguments plus ``name`` and
+    ``after``), and optionally ``name``, ``idempotency_key``, ``on_dead``
+    and the callbacks ``on_success``, ``on_complete``, ``on_death`` (dicts
+    of enqueue's arguments)."""
+    if not isinstance(w, dict):
+        raise ValueError("%s: want a dict (jobs, name, on_dead, ...)" % where)
+    unknown = set(w) - set(_WORKFLOW_KEYS)
+    if unknown:
+        raise ValueError("%s: unknown key %s" % (where, ", ".join(sorted(unknown))))
+    jobs = w.get("jobs")
+    if not isinstance(jobs, (list, tuple)) or not jobs:
+        raise ValueError("%s.jobs: want a non-empty list of jobs" % where)
+    body = {}
+    for k in ("name", "idempotency_key", "on_dead"):
+        if w.get(k) is not None:
+            body[k] = w[k]
+    body["jobs"] = []
+    for i, j in enumerate(jobs):
+        at = "%s.jobs[%d]" % (where, i)
+        job = _job_args(at, j, extra=("name", "after"))
+        if not isinstance(j.get("name"), str) or not j["name"]:
+            raise ValueError("%s.name: want a non-empty string" % at)
+        job["name"] = j["name"]
+        after = j.get("after")
+        if after is not None:
+            if isinstance(after, str) or not all(isinstance(a, str) for a in after):
+                raise ValueError("%s.after: want a list of job names" % at)
+            job["after"] = list(after)
+        body["jobs"].append(job)
+    for k in ("on_success", "on_complete", "on_death"):
+        if w.get(k) is not None:
+            body[k] = _job_args("%s.%s" % (where, k), w[k])
+    return body
+
+
 class Client:
     """Enqueues, reads and cancels jobs through a redrive server's REST API.
 
@@ -91,6 +145,31 @@ class Client:
             raise ValueError("jobs: want 1 to 1000 jobs, got %d" % len(bodies))
         keyed = all("idempotency_key" in b for b in bodies)
         return self._call("POST", "/v1/jobs/batch", {"jobs": bodies}, idempotent=keyed)["jobs"]
+
+    def enqueue_workflows(self, workflows):
+        """Enqueues 1 to 1000 workflows atomically, in one transaction
+        (``POST /v1/workflows/batch``; their jobs together at most 10,000).
+
+        Each workflow is a dict: ``jobs``, each a dict of ``enqueue``'s
+        arguments with its ``name`` (unique in the workflow) and ``after``
+        (the names of the jobs it waits for); optionally ``name``,
+        ``idempotency_key``, ``on_dead`` (``"wait"``, ``"cancel"`` or
+        ``"run"``) and the callbacks ``on_success``, ``on_complete`` and
+        ``on_death`` (dicts of ``enqueue``'s arguments). Answers the
+        workflows in order, each with its jobs; one whose
+        ``idempotency_key`` another held (or an earlier one of the call)
+        is that workflow, with ``"existing": True``. A refusal names the
+        workflow's field (``workflows[2].jobs[0].kind``) and stores nothing.
+        """
+        if isinstance(workflows, dict):
+            raise ValueError("workflows: want a list of workflows")
+        bodies = [workflow_body("workflows[%d]" % i, w) for i, w in enumerate(workflows)]
+        if not 1 <= len(bodies) <= 1000:
+            raise ValueError("workflows: want 1 to 1000 workflows, got %d" % len(bodies))
+        # Sent again after a cut connection only when every workflow has a
+        # key: a second copy of one without would be a second workflow.
+        keyed = all("idempotency_key" in b for b in bodies)
+        return self._call("POST", "/v1/workflows/batch", {"workflows": bodies}, idempotent=keyed)["workflows"]
 
     def get(self, job_id):
         """The job with its history (``GET /v1/jobs/{id}``); a completed job
