@@ -412,7 +412,7 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 	var ids, limitedIDs string
 	var n, scheduled, limited int64
 	var leaseNow time.Time // the limited jobs' start (store.LeaseNow)
-	err := s.write(ctx, func(tx *sql.Conn) error {
+	err := s.writeFetch(ctx, func(tx *sql.Conn) error {
 		ids, n, scheduled, limitedIDs, limited = "", 0, 0, "", 0
 		// The jobs under a concurrency limit first (limits.go), by
 		// priority then due time within what their groups' free slots
@@ -505,6 +505,10 @@ func (s *Store) Fetch(ctx context.Context, p store.FetchParams) ([]*store.Job, e
 		if n == 0 {
 			return nil
 		}
+		// A fetch that got all it asked for is followed by its caller's
+		// next one at once (a worker with more free slots): the writer
+		// waits for it (writer.go).
+		s.fetchedFull = s.fetchedFull || n == int64(p.Limit)
 		ids = "[" + strings.Join(parts, ",") + "]"
 		mv := moves{}
 		mv[[2]string{p.Queue, string(store.Running)}] = n

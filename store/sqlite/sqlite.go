@@ -179,6 +179,10 @@ type Store struct {
 	// onLocked, when set (by tests), is called by the writer once BEGIN
 	// IMMEDIATE took the write lock.
 	onLocked func()
+	// onAwaitFetch, when set (by tests), is called by the writer as it
+	// begins to wait for the next fetch (writer.go), with the requests it
+	// holds.
+	onAwaitFetch func(held int)
 	// stmts are the statements of writeSQL prepared so far on the
 	// writer connection, each on its first use (stmt), under stmtsMu.
 	stmtsMu sync.Mutex
@@ -202,6 +206,12 @@ type Store struct {
 	// readOnly is Options.ReadOnly: no writer goroutine runs, and every
 	// write fails with ErrReadOnly.
 	readOnly bool
+	// fetchedFull is set by a fetch that leased as many jobs as it asked
+	// for, in the transaction the writer just ran (writer goroutine only,
+	// see writer.go); nextFetchWait bounds how long the writer then waits
+	// for the next fetch (fetchFollowWait; tests change it).
+	fetchedFull   bool
+	nextFetchWait atomic.Int64
 }
 
 var (
@@ -217,6 +227,9 @@ type op struct {
 	// rows is the number of jobs an enqueue request adds (0: a work
 	// request).
 	rows int
+	// fetch marks a Fetch: it ends the writer's wait for the next fetch
+	// (see writer.go).
+	fetch bool
 }
 
 // Open opens (creating if needed) the database at path, applies the
@@ -344,6 +357,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.closeDBs()
 		return nil, fmt.Errorf("sqlite: prepare: %w", err)
 	}
+	s.nextFetchWait.Store(int64(fetchFollowWait))
 	go s.writer()
 	return s, nil
 }

@@ -36,11 +36,42 @@ import (
 // enqueue request if one is waiting. A caller's enqueue waits longer under load, and that is the
 // backpressure: producers block in EnqueueMany rather than fill the
 // database faster than the workers drain it.
+//
+// A fetch that leased all it asked for is followed at once by its
+// caller's next fetch: a worker fetches for as many slots as are free, and
+// one that got them all looks again for the slots its jobs freed while the
+// fetch ran. The writer begins a transaction as soon as one request
+// waits, so that next fetch used to miss the transaction the jobs'
+// outcomes (the completer's Finish, sent as the fetch returned) went in,
+// and wait for one of its own: two transactions, two commits (two fsyncs
+// under synchronous=full) per fetch, the fetches and the finishes taking
+// turns. In the soak (producers, retries and retention at once) a fetch
+// of 100 slots leased about 50 jobs, one transaction in two, which bounded
+// what a worker drained whatever the writer could do.
+//
+// So after a transaction whose fetch leased its full limit, the next one
+// waits, up to fetchFollowWait, for a fetch to arrive, taking every work
+// request that comes meanwhile: the next fetch and the outcomes of the
+// jobs the last one leased share a transaction. When no fetch follows (its
+// worker's slots are all busy) the wait costs one fetchFollowWait; a fetch
+// that got fewer jobs than it asked for (the queue is drained) costs none.
+// A caller that fetches and then writes in turn (a remote worker's lease
+// through serve, a test's fetch then finish) would pay the wait on every
+// cycle: so once fetchWaitMisses waits in a row ended with no fetch, the
+// writer skips the waits of the next fetchWaitSkip full fetches, then
+// tries one again. A single wait missed (a loaded machine's worker slow
+// to send its next fetch) changes nothing.
 
 // write runs fn in one of the writer's shared transactions (the work
 // lane) and waits for the commit. fn must not keep a reference to tx.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Conn) error) error {
 	return s.send(ctx, s.ops, &op{ctx: ctx, fn: fn, done: make(chan error, 1)})
+}
+
+// writeFetch is write for a Fetch, which ends the writer's wait for the
+// next fetch (see above).
+func (s *Store) writeFetch(ctx context.Context, fn func(tx *sql.Conn) error) error {
+	return s.send(ctx, s.ops, &op{ctx: ctx, fn: fn, done: make(chan error, 1), fetch: true})
 }
 
 // writeEnqueue is write for an enqueue of rows jobs: it goes on the bulk
@@ -75,6 +106,20 @@ func (s *Store) send(ctx context.Context, lane chan *op, o *op) error {
 // to come, and enqueues keep out of its way.
 const busyFor = 100 * time.Millisecond
 
+// fetchFollowWait bounds how long the writer waits for the next fetch
+// after a transaction whose fetch leased all it asked for (see above): the
+// time its caller takes to read the jobs back, hand them to its handlers
+// and send the next fetch, with room for a loaded machine's scheduling.
+const fetchFollowWait = time.Millisecond
+
+// fetchWaitMisses is how many waits in a row must end with no fetch
+// before the writer skips the next fetchWaitSkip; a caller that never
+// follows a fetch with another then pays one wait in fetchWaitSkip+1.
+const (
+	fetchWaitMisses = 8
+	fetchWaitSkip   = 15
+)
+
 // writer is the single goroutine that owns the write connection. It forms
 // each transaction from the waiting requests of both lanes (work first,
 // see above), runs them and commits once. It returns once both lanes are
@@ -85,11 +130,17 @@ func (s *Store) writer() {
 	batch := make([]*op, 0, s.maxB)
 	var lastWork time.Time // when the last transaction with work ran
 	lastEnqueued := false  // the last transaction carried an enqueue
+	skip := 0              // full fetches not to wait after (fetchWaitSkip)
+	misses := 0            // waits in a row that ended with no fetch
 	// held is an enqueue request taken from its lane but kept for the
 	// next transaction (work arrived beside it when it had to wait).
 	var held *op
 	for ops != nil || bulk != nil || held != nil {
 		batch = batch[:0]
+		// The transaction before leased a fetch's full limit: this one
+		// waits for the next fetch (see above).
+		awaitFetch := s.fetchedFull
+		s.fetchedFull = false
 		// The first request: work if any is waiting, else the held
 		// enqueue, else whichever comes.
 		var first *op
@@ -143,6 +194,19 @@ func (s *Store) writer() {
 				break drainWork
 			}
 		}
+		if awaitFetch && ops != nil && len(batch) < s.maxB && !hasFetch(batch) {
+			if skip > 0 {
+				skip--
+			} else {
+				var came bool
+				ops, came = s.awaitFetch(ops, &batch, &work)
+				if misses++; came {
+					misses = 0
+				} else if misses >= fetchWaitMisses {
+					skip = fetchWaitSkip
+				}
+			}
+		}
 		// Enqueues, within their share: while the workers are busy, one
 		// request per transaction, and none beside work right after a
 		// transaction that carried one (so that at least every other
@@ -190,4 +254,42 @@ func (s *Store) writer() {
 		}
 		s.runBatch(batch)
 	}
+}
+
+// hasFetch reports whether batch holds a fetch.
+func hasFetch(batch []*op) bool {
+	for _, o := range batch {
+		if o.fetch {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitFetch adds to batch the work requests that arrive within
+// nextFetchWait, until one is a fetch or batch is full, counting them in
+// work. It returns ops (nil once ops is closed), and whether a fetch came
+// or the batch filled before the wait's end.
+func (s *Store) awaitFetch(ops chan *op, batch *[]*op, work *int) (chan *op, bool) {
+	t := time.NewTimer(time.Duration(s.nextFetchWait.Load()))
+	defer t.Stop()
+	if s.onAwaitFetch != nil {
+		s.onAwaitFetch(len(*batch))
+	}
+	for len(*batch) < s.maxB {
+		select {
+		case o, ok := <-ops:
+			if !ok {
+				return nil, true
+			}
+			*batch = append(*batch, o)
+			*work++
+			if o.fetch {
+				return ops, true
+			}
+		case <-t.C:
+			return ops, false
+		}
+	}
+	return ops, true
 }
