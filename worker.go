@@ -334,7 +334,11 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 		qr := &queueRunner{w: w, name: q, concurrency: conc, batch: batch, wakeC: make(chan struct{}, 1), freeC: make(chan struct{}, 1)}
 		w.queues = append(w.queues, qr)
 	}
-	w.completer = newCompleter(w)
+	slots := 0
+	for _, q := range w.queues {
+		slots += q.concurrency
+	}
+	w.completer = newCompleter(w, defaultMaxPending(slots))
 	w.pauser.w, w.listener.w, w.cancelPoller.w, w.rescuer.w = w, w, w, w
 	w.seriesWriter.w, w.operator.w, w.scheduler.w, w.breakerSharer.w = w, w, w, w
 	w.heartbeater = heartbeater{w: w, asked: make(chan struct{}, 1)}
@@ -463,6 +467,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, q := range w.queues {
 		q.stop()
 	}
+	// The handlers must end: those that wait for the completer to take
+	// their outcomes no longer do (the outcomes are still written).
+	w.completer.unhold()
 	w.log.Info("worker stopping: waiting for running handlers", "worker", w.id, "running", w.runningCount(),
 		"timeout", w.opts.ShutdownTimeout)
 	ended := lifecycle.Drain(lifecycle.WaitGroupDone(&w.active), w.opts.ShutdownTimeout, func() {
@@ -507,7 +514,7 @@ func (w *Worker) releaseAll() {
 	defer w.runMu.Unlock()
 	now := w.client.now()
 	for _, r := range w.running {
-		w.completer.submit(r.queue, w.exec.Release(r.job, now))
+		w.completer.submitNoWait(r.queue, w.exec.Release(r.job, now))
 	}
 }
 
