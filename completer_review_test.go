@@ -67,10 +67,10 @@ func TestCompleterDrainTakesTheLineWhole(t *testing.T) {
 		t.Fatalf("%d outcomes in line, want %d", got, n-2)
 	}
 	w.completer.stopping.Store(true) // as Run does once the handlers ended
-	drained := make(chan struct{})
+	drained := make(chan struct{}, 1)
 	go func() {
 		w.completer.drain()
-		close(drained)
+		drained <- struct{}{}
 	}()
 	gs.gate <- struct{}{}
 	if got := testwait.Recv(t, "the second batch's Finish", loopLiveness, gs.entered); got != n-1 {
