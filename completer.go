@@ -136,11 +136,15 @@ func (c *completer) add(q *queueRunner, o store.Outcome, wait bool) {
 }
 
 // admitLocked moves the waiting outcomes, in order, to pending while the
-// bound allows (all of them once the loop ended), and lets their
-// submitters go.
+// bound allows (all of them once Run drains the completer or the loop
+// ended), and lets their submitters go. At the drain the handlers have
+// ended, so the bound holds nobody back any more, and a line cut into
+// batches of the bound would, with the store down, be given up a batch
+// at a time, each after its own retries (see flush).
 func (c *completer) admitLocked() {
+	all := c.closed || c.max <= 0 || c.stopping.Load()
 	n := 0
-	for ; n < len(c.waiting) && (c.closed || c.max <= 0 || len(c.pending)+len(c.writing) < c.max); n++ {
+	for ; n < len(c.waiting) && (all || len(c.pending)+len(c.writing) < c.max); n++ {
 		wo := &c.waiting[n]
 		c.pending = append(c.pending, wo.o)
 		c.pendingQ = append(c.pendingQ, wo.q)
