@@ -62,39 +62,51 @@ func (s *gatedFinish) Finish(ctx context.Context, outs []store.Outcome) ([]bool,
 	return s.Store.Finish(ctx, outs)
 }
 
-// TestCompleterBoundHoldsSubmitters: with the bound reached, an outcome
-// submitted waits in line, and so does its submitter, until a batch is
-// written; the line joins the pending outcomes in order, as far as the
-// bound allows. Meanwhile the waiting outcomes' leases are among the
-// unsettled ones (the heartbeats extend them).
-func TestCompleterBoundHoldsSubmitters(t *testing.T) {
+// gatedCompleter sets up the completer tests: a worker whose completer
+// is bounded at 2, on a gatedFinish store, with n jobs leased and their
+// outcomes made, the completer's loop started, and a first batch of one
+// outcome (outs[0]) in its gated Finish. The test closes the gate when
+// it ends, before the loop stops.
+func gatedCompleter(t *testing.T, n int) (w *Worker, c *Client, gs *gatedFinish, jobs []*Job, outs []store.Outcome) {
+	t.Helper()
 	clk := clockAt(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	w, c, st := loopWorker(t, clk, WorkerOptions{})
 	w.completer.max = 2
-	gs := &gatedFinish{Store: st, c: w.completer, gate: make(chan struct{}), entered: make(chan int, 64), errs: make(chan error, 1)}
+	gs = &gatedFinish{Store: st, c: w.completer, gate: make(chan struct{}), entered: make(chan int, 64), errs: make(chan error, 1)}
 	w.store = gs
 	w.HandleFunc("k", func(context.Context, *Job) error { return nil })
 	ctx := t.Context()
-	const n = 5
 	for range n {
 		if _, err := c.Enqueue(ctx, "k", nil, InQueue("q")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	jobs := make([]*Job, n)
-	outs := make([]store.Outcome, n)
+	jobs = make([]*Job, n)
+	outs = make([]store.Outcome, n)
 	for i := range jobs {
 		jobs[i] = lease(t, st, clk, "q", w.id, time.Minute)
 		outs[i] = w.exec.Execute(ctx, jobs[i])
 	}
 	startLoop(t, &w.completer.loop, w.completer.start)
 	t.Cleanup(func() { close(gs.gate) }) // before the loop stops: a failed test's writes go through
-	q := w.queues[0]
-	// Below the bound, a submit returns at once.
-	w.completer.submit(q, outs[0])
+	w.completer.submit(w.queues[0], outs[0])
 	if got := testwait.Recv(t, "the first batch's Finish", loopLiveness, gs.entered); got != 1 {
 		t.Fatalf("first batch of %d outcomes, want 1", got)
 	}
+	return w, c, gs, jobs, outs
+}
+
+// TestCompleterBoundHoldsSubmitters: with the bound reached, an outcome
+// submitted waits in line, and so does its submitter, until a batch is
+// written; the line joins the pending outcomes in order, as far as the
+// bound allows. Meanwhile the waiting outcomes' leases are among the
+// unsettled ones (the heartbeats extend them).
+func TestCompleterBoundHoldsSubmitters(t *testing.T) {
+	const n = 5
+	w, c, gs, jobs, outs := gatedCompleter(t, n)
+	ctx := t.Context()
+	// Below the bound, a submit returned at once (gatedCompleter).
+	q := w.queues[0]
 	w.completer.submit(q, outs[1]) // pending 1, writing 1: the bound
 	returned := make([]chan struct{}, n)
 	for i := 2; i < n; i++ {
