@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/redrivehq/redrive/store"
 	"github.com/redrivehq/redrive/store/postgres"
 	"github.com/redrivehq/redrive/store/storetest"
 )
@@ -17,14 +16,6 @@ func TestAddDeadChunked(t *testing.T) {
 	restore := postgres.SetDeadChunk(3)
 	t.Cleanup(restore)
 	u := withDefaultIsolation(t, "repeatable read")
-	storetest.RunNamed(t, func(t *testing.T) store.Store {
-		schema := newSchema(t)
-		t.Cleanup(func() { checkJobCounts(t, schema) })
-		s, err := postgres.Open(t.Context(), u, postgres.Options{Schema: schema, MaxConns: 4, Logger: quiet()})
-		if err != nil {
-			t.Fatalf("postgres.Open: %v", err)
-		}
-		return s
-	}, "AddDeadFields", "AddDeadInvalid", "AddDeadIdempotency", "AddDeadConcurrent", "AddDeadKeysModel", "AddDeadRedrive",
+	storetest.RunNamed(t, conformanceStore(u), "AddDeadFields", "AddDeadInvalid", "AddDeadIdempotency", "AddDeadConcurrent", "AddDeadKeysModel", "AddDeadRedrive",
 		"DeadCountsModel", "DeadPagesFilters")
 }

@@ -102,6 +102,21 @@ func TestErrorPrefixWalk(t *testing.T) {
 	}, "ListErrorPrefix")
 }
 
+// conformanceStore opens the conformance suite's stores at u: each in a
+// schema of its own, with its job counts checked against the jobs when
+// the test ends.
+func conformanceStore(u string) func(t *testing.T) store.Store {
+	return func(t *testing.T) store.Store {
+		schema := newSchema(t)
+		t.Cleanup(func() { checkJobCounts(t, schema) })
+		s, err := postgres.Open(t.Context(), u, postgres.Options{Schema: schema, MaxConns: 4, Logger: quiet()})
+		if err != nil {
+			t.Fatalf("postgres.Open: %v", err)
+		}
+		return s
+	}
+}
+
 // TestConformance runs the store conformance suite on PostgreSQL, each
 // subtest on a schema of its own, with the server's default isolation set
 // to repeatable read for the store's sessions (withDefaultIsolation): the
@@ -113,15 +128,7 @@ func TestErrorPrefixWalk(t *testing.T) {
 // option reaches the server and that the store's sessions override it.
 func TestConformance(t *testing.T) {
 	u := withDefaultIsolation(t, "repeatable read")
-	storetest.Run(t, func(t *testing.T) store.Store {
-		schema := newSchema(t)
-		t.Cleanup(func() { checkJobCounts(t, schema) })
-		s, err := postgres.Open(t.Context(), u, postgres.Options{Schema: schema, MaxConns: 4, Logger: quiet()})
-		if err != nil {
-			t.Fatalf("postgres.Open: %v", err)
-		}
-		return s
-	})
+	storetest.Run(t, conformanceStore(u))
 }
 
 // checkJobCounts fails t when the job counts the triggers keep in schema
